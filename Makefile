@@ -1,0 +1,41 @@
+# weft: the two commands of the README, and a few more for developers.
+#   make demo     install dependencies, build, train the demo model
+#   make test     install dependencies, build, run the test suite (ctest)
+BUILD        ?= build
+BUILD_SAN    ?= build-sanitize
+JOBS         ?= $(shell nproc)
+CMAKE_FLAGS  ?=
+ifneq ($(CI),)
+CMAKE_FLAGS  += -DWEFT_WERROR=ON
+endif
+
+.PHONY: all deps build demo test test-sanitize bench-train clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	$(BUILD)/weft demo
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The unit tests under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-sanitize: deps
+	cmake -S . -B $(BUILD_SAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build $(BUILD_SAN) -j $(JOBS)
+	cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS) -L unit
+
+bench-train: build
+	bench/train_throughput
+
+clean:
+	rm -rf $(BUILD) $(BUILD_SAN)

@@ -1,0 +1,45 @@
+// weft: distributed deep-learning training, fabric simulation and planning.
+// Parses the command line, runs one subcommand, and turns every error into one line
+// "error: ..." with a non-zero exit code.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "weft/cli/commands.h"
+#include "weft/util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"weft: distributed deep-learning training, the AI fabric that carries it, and planning"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "weft 0.1.0");
+  weft::cli::Action action;
+  weft::cli::add_train_command(app, action);
+  weft::cli::add_demo_command(app, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    for (char& ch : msg)
+      if (ch == '\n') ch = ' ';
+    std::fprintf(stderr, "error: %s (see 'weft --help')\n", msg.c_str());
+    return 2;
+  }
+  try {
+    return action ? action() : 0;
+  } catch (const weft::InternalError& e) {
+    std::fprintf(stderr, "error: internal: %s\n", e.what());
+  } catch (const weft::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 1;
+}

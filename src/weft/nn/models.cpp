@@ -1,0 +1,64 @@
+#include "weft/nn/models.h"
+
+#include "weft/nn/activation.h"
+#include "weft/nn/conv.h"
+#include "weft/nn/linear.h"
+
+namespace weft {
+
+namespace {
+
+class FlattenImage : public Module {  // [N, 1, 28, 28] or [N, 784] -> [N, 784]
+ public:
+  Var forward(const Var& x) override { return x.dim() == 2 ? x : Flatten().forward(x); }
+  std::string describe() const override { return "Flatten"; }
+};
+
+std::shared_ptr<Sequential> image_mlp(const std::vector<std::int64_t>& sizes, Rng& rng) {
+  auto net = std::make_shared<Sequential>();
+  net->add(std::make_shared<FlattenImage>());
+  auto mlp = make_mlp(sizes, rng);
+  for (size_t i = 0; i < mlp->children().size(); ++i) net->add(mlp->children()[i].second);
+  return net;
+}
+
+}  // namespace
+
+std::shared_ptr<Sequential> make_mlp(const std::vector<std::int64_t>& sizes, Rng& rng) {
+  WEFT_CHECK(sizes.size() >= 2, "an MLP needs at least two sizes");
+  auto net = std::make_shared<Sequential>();
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    net->add(std::make_shared<Linear>(sizes[i], sizes[i + 1], rng));
+    if (i + 2 < sizes.size()) net->add(std::make_shared<ReLU>());
+  }
+  return net;
+}
+
+const std::vector<std::string>& model_names() {
+  static const std::vector<std::string> names{"mlp", "cnn", "mlp128", "seed-cnn"};
+  return names;
+}
+
+std::shared_ptr<Sequential> make_model(const std::string& name, Rng& rng) {
+  if (name == "mlp") return image_mlp({784, 256, 256, 10}, rng);
+  if (name == "mlp128") return image_mlp({784, 128, 10}, rng);
+  if (name == "cnn") {
+    return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
+        std::make_shared<Conv2d>(1, 32, 3, rng, 1, 1), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
+        std::make_shared<Conv2d>(32, 64, 3, rng, 1, 1), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
+        std::make_shared<Flatten>(), std::make_shared<Linear>(3136, 128, rng), std::make_shared<ReLU>(),
+        std::make_shared<Linear>(128, 10, rng)});
+  }
+  if (name == "seed-cnn") {
+    return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
+        std::make_shared<Conv2d>(1, 32, 3, rng), std::make_shared<ReLU>(),
+        std::make_shared<Conv2d>(32, 64, 3, rng), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
+        std::make_shared<Flatten>(), std::make_shared<Linear>(9216, 128, rng), std::make_shared<ReLU>(),
+        std::make_shared<Linear>(128, 20, rng), std::make_shared<ReLU>(), std::make_shared<Linear>(20, 10, rng)});
+  }
+  std::string known;
+  for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
+  throw ConfigError("unknown model '" + name + "' (known: " + known + ")");
+}
+
+}  // namespace weft

@@ -1,0 +1,26 @@
+// Sequential: applies its modules in order. Children are named "0", "1", ... so parameter
+// names match a PyTorch nn.Sequential of the same layers.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "weft/nn/module.h"
+
+namespace weft {
+
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
+  Sequential& add(std::shared_ptr<Module> module);
+  Var forward(const Var& x) override;
+  std::string describe() const override { return "Sequential"; }
+  std::size_t size() const { return modules_.size(); }
+  Module& operator[](std::size_t i) { return *modules_.at(i); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+
+}  // namespace weft

@@ -1,0 +1,68 @@
+#include "weft/optim/adam.h"
+
+#include <cmath>
+
+#include "weft/tensor/thread_pool.h"
+
+namespace weft {
+
+Adam::Adam(std::vector<std::pair<std::string, Var>> params, double lr, AdamOptions options)
+    : Optimizer(std::move(params), lr), options_(options) {
+  if (!(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1)) {
+    throw ConfigError("Adam betas must be in [0, 1)");
+  }
+  if (!(options.eps > 0)) throw ConfigError("Adam eps must be positive");
+  if (options.weight_decay < 0) throw ConfigError("weight decay must be >= 0");
+  m_ = make_buffers();
+  v_ = make_buffers();
+}
+
+void Adam::step() {
+  ++steps_;
+  const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(steps_));
+  const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(steps_));
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Var& p = params_[k].second;
+    if (!p.grad().defined()) continue;
+    Tensor g = p.grad().contiguous();
+    Tensor& w = p.mutable_value();
+    WEFT_CHECK(w.is_contiguous(), "Adam needs contiguous parameters");
+    dispatch(w.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      T* pw = w.data<T>();
+      const T* pg = g.data<T>();
+      T* pm = m_[k].data<T>();
+      T* pv = v_[k].data<T>();
+      const T lr = static_cast<T>(lr_), b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
+      const T eps = static_cast<T>(options_.eps), wd = static_cast<T>(options_.weight_decay);
+      const T ibc1 = static_cast<T>(1.0 / bc1), ibc2 = static_cast<T>(1.0 / bc2);
+      const bool decoupled = options_.decoupled;
+      parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          T gi = pg[i];
+          if (decoupled) {
+            pw[i] *= T(1) - lr * wd;
+          } else {
+            gi += wd * pw[i];
+          }
+          pm[i] = b1 * pm[i] + (T(1) - b1) * gi;
+          pv[i] = b2 * pv[i] + (T(1) - b2) * gi * gi;
+          pw[i] -= lr * (pm[i] * ibc1) / (std::sqrt(pv[i] * ibc2) + eps);
+        }
+      });
+    });
+  }
+}
+
+StateDict Adam::state() const {
+  StateDict s = export_buffers("exp_avg", m_);
+  for (auto& e : export_buffers("exp_avg_sq", v_)) s.push_back(std::move(e));
+  return s;
+}
+
+void Adam::load_state(const StateDict& state) {
+  import_buffers("exp_avg", state, m_);
+  import_buffers("exp_avg_sq", state, v_);
+}
+
+}  // namespace weft

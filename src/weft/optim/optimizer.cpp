@@ -1,0 +1,44 @@
+#include "weft/optim/optimizer.h"
+
+#include <map>
+
+namespace weft {
+
+Optimizer::Optimizer(std::vector<std::pair<std::string, Var>> params, double lr)
+    : params_(std::move(params)), lr_(lr) {
+  if (!(lr > 0.0)) throw ConfigError("learning rate must be positive, got " + std::to_string(lr));
+}
+
+void Optimizer::zero_grad() {
+  for (auto& [name, p] : params_) p.clear_grad();
+}
+
+std::vector<Tensor> Optimizer::make_buffers() const {
+  std::vector<Tensor> out;
+  for (const auto& [name, p] : params_) out.push_back(Tensor::zeros(p.shape(), p.dtype()));
+  return out;
+}
+
+StateDict Optimizer::export_buffers(const std::string& prefix, const std::vector<Tensor>& buffers) const {
+  StateDict out;
+  for (size_t i = 0; i < params_.size(); ++i) out.emplace_back(prefix + "." + params_[i].first, buffers[i].clone());
+  return out;
+}
+
+void Optimizer::import_buffers(const std::string& prefix, const StateDict& state,
+                               std::vector<Tensor>& buffers) const {
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : state) by_name[name] = &t;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    std::string key = prefix + "." + params_[i].first;
+    auto it = by_name.find(key);
+    if (it == by_name.end()) throw CheckpointError("optimizer state has no entry '" + key + "'");
+    if (it->second->shape() != buffers[i].shape()) {
+      throw CheckpointError("optimizer state '" + key + "' has shape " + shape_to_string(it->second->shape()) +
+                            ", expected " + shape_to_string(buffers[i].shape()));
+    }
+    buffers[i].copy_(*it->second);
+  }
+}
+
+}  // namespace weft

@@ -1,0 +1,42 @@
+// Optimizer: updates named parameters from their gradients. Its state (momentum and
+// moment buffers, step count) round-trips through state()/load_state() for checkpoints.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/nn/module.h"
+
+namespace weft {
+
+class Optimizer {
+ public:
+  Optimizer(std::vector<std::pair<std::string, Var>> params, double lr);
+  virtual ~Optimizer() = default;
+  // Applies one update to every parameter that has a gradient.
+  virtual void step() = 0;
+  virtual std::string name() const = 0;
+  // Named state tensors, e.g. "momentum.1.weight".
+  virtual StateDict state() const = 0;
+  // Throws CheckpointError when a buffer is missing or has the wrong shape.
+  virtual void load_state(const StateDict& state) = 0;
+
+  void zero_grad();
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  std::int64_t steps() const { return steps_; }
+  void set_steps(std::int64_t s) { steps_ = s; }
+
+ protected:
+  // One buffer per parameter, zero-initialized, named "<prefix>.<param name>".
+  std::vector<Tensor> make_buffers() const;
+  StateDict export_buffers(const std::string& prefix, const std::vector<Tensor>& buffers) const;
+  void import_buffers(const std::string& prefix, const StateDict& state, std::vector<Tensor>& buffers) const;
+
+  std::vector<std::pair<std::string, Var>> params_;
+  double lr_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace weft

@@ -1,0 +1,48 @@
+#include "weft/optim/sgd.h"
+
+#include "weft/tensor/thread_pool.h"
+
+namespace weft {
+
+SGD::SGD(std::vector<std::pair<std::string, Var>> params, double lr, double momentum, double weight_decay)
+    : Optimizer(std::move(params), lr), momentum_(momentum), weight_decay_(weight_decay) {
+  if (momentum < 0.0 || momentum >= 1.0) throw ConfigError("momentum must be in [0, 1), got " + std::to_string(momentum));
+  if (weight_decay < 0.0) throw ConfigError("weight decay must be >= 0");
+  if (momentum_ > 0.0) buffers_ = make_buffers();
+}
+
+void SGD::step() {
+  ++steps_;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Var& p = params_[k].second;
+    if (!p.grad().defined()) continue;
+    Tensor g = p.grad().contiguous();
+    Tensor& w = p.mutable_value();
+    WEFT_CHECK(w.is_contiguous(), "SGD needs contiguous parameters");
+    dispatch(w.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      T* pw = w.data<T>();
+      const T* pg = g.data<T>();
+      T* pb = momentum_ > 0.0 ? buffers_[k].data<T>() : nullptr;
+      const T lr = static_cast<T>(lr_), mom = static_cast<T>(momentum_), wd = static_cast<T>(weight_decay_);
+      parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          T d = pg[i] + wd * pw[i];
+          if (pb) {
+            pb[i] = mom * pb[i] + d;
+            d = pb[i];
+          }
+          pw[i] -= lr * d;
+        }
+      });
+    });
+  }
+}
+
+StateDict SGD::state() const { return momentum_ > 0.0 ? export_buffers("momentum", buffers_) : StateDict{}; }
+
+void SGD::load_state(const StateDict& state) {
+  if (momentum_ > 0.0) import_buffers("momentum", state, buffers_);
+}
+
+}  // namespace weft

@@ -1,0 +1,24 @@
+// Stochastic gradient descent with momentum and weight decay (PyTorch's formulation):
+//   d = grad + weight_decay * w;  buf = momentum * buf + d;  w -= lr * buf
+// With momentum 0 this is plain SGD, w -= lr * grad.
+#pragma once
+
+#include "weft/optim/optimizer.h"
+
+namespace weft {
+
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<std::pair<std::string, Var>> params, double lr, double momentum = 0.0,
+      double weight_decay = 0.0);
+  void step() override;
+  std::string name() const override { return "sgd"; }
+  StateDict state() const override;
+  void load_state(const StateDict& state) override;
+
+ private:
+  double momentum_, weight_decay_;
+  std::vector<Tensor> buffers_;
+};
+
+}  // namespace weft

@@ -1,0 +1,91 @@
+#include "weft/tensor/allocator.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+namespace weft {
+
+namespace {
+
+constexpr std::size_t kAlign = 64;
+constexpr std::size_t kCacheMinBytes = 16 * 1024;
+constexpr std::size_t kCacheMaxTotal = std::size_t{2} << 30;  // never cache more than 2 GiB
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<std::size_t, std::vector<void*>> free_blocks;
+  std::size_t cached = 0;
+  ~Cache() {
+    for (auto& [size, blocks] : free_blocks)
+      for (void* p : blocks) std::free(p);
+  }
+};
+
+Cache& cache() {
+  static Cache* c = new Cache();  // intentionally leaked: tensors may outlive static destructors
+  return *c;
+}
+
+std::atomic<std::size_t> g_live{0};
+std::atomic<std::size_t> g_peak{0};
+
+std::size_t round_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+void note_alloc(std::size_t bytes) {
+  std::size_t now = g_live.fetch_add(bytes) + bytes;
+  std::size_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+
+}  // namespace
+
+void* allocate_bytes(std::size_t bytes) {
+  std::size_t size = round_up(bytes == 0 ? kAlign : bytes);
+  note_alloc(size);
+  if (size >= kCacheMinBytes) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.free_blocks.find(size);
+    if (it != c.free_blocks.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      c.cached -= size;
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(kAlign, size);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void free_bytes(void* p, std::size_t bytes) {
+  if (p == nullptr) return;
+  std::size_t size = round_up(bytes == 0 ? kAlign : bytes);
+  g_live.fetch_sub(size);
+  if (size >= kCacheMinBytes) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.cached + size <= kCacheMaxTotal) {
+      c.free_blocks[size].push_back(p);
+      c.cached += size;
+      return;
+    }
+  }
+  std::free(p);
+}
+
+std::size_t allocator_cached_bytes() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.cached;
+}
+std::size_t allocator_live_bytes() { return g_live.load(); }
+std::size_t allocator_peak_bytes() { return g_peak.load(); }
+void allocator_reset_peak() { g_peak.store(g_live.load()); }
+
+}  // namespace weft

@@ -1,0 +1,245 @@
+#include "weft/tensor/conv.h"
+
+#include <cstring>
+#include <limits>
+
+#include "weft/tensor/linalg.h"
+#include "weft/tensor/ops.h"
+#include "weft/tensor/thread_pool.h"
+
+namespace weft::ops {
+
+std::int64_t conv_output_size(std::int64_t in, std::int64_t kernel, std::int64_t stride,
+                              std::int64_t pad) {
+  WEFT_CHECK(stride >= 1 && kernel >= 1 && pad >= 0, "convolution: bad kernel, stride or padding");
+  std::int64_t span = in + 2 * pad - kernel;
+  WEFT_CHECK(span >= 0, "convolution: kernel " + std::to_string(kernel) + " larger than padded input " +
+                            std::to_string(in + 2 * pad));
+  return span / stride + 1;
+}
+
+Tensor im2col(const Tensor& x_in, std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t pad) {
+  WEFT_CHECK(x_in.dim() == 4, "im2col: input must be [N, C, H, W]");
+  Tensor x = x_in.contiguous();
+  const std::int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const std::int64_t OH = conv_output_size(H, kh, stride, pad), OW = conv_output_size(W, kw, stride, pad);
+  const std::int64_t P = OH * OW;
+  Tensor col = Tensor::empty({C * kh * kw, N * P}, x.dtype());
+  dispatch(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* pc = col.data<T>();
+    // One task per (row of col, sample): row r = (c, i, j).
+    parallel_for(C * kh * kw * N, 16, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t task = b; task < e; ++task) {
+        std::int64_t r = task / N, n = task % N;
+        std::int64_t c = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
+        const T* plane = px + (n * C + c) * H * W;
+        T* dst = pc + r * N * P + n * P;
+        for (std::int64_t oh = 0; oh < OH; ++oh) {
+          std::int64_t ih = oh * stride - pad + i;
+          T* d = dst + oh * OW;
+          if (ih < 0 || ih >= H) {
+            std::memset(d, 0, sizeof(T) * OW);
+            continue;
+          }
+          const T* src = plane + ih * W;
+          if (stride == 1) {
+            // iw = ow - pad + j; valid ow in [lo, hi)
+            std::int64_t lo = std::max<std::int64_t>(0, pad - j);
+            std::int64_t hi = std::min<std::int64_t>(OW, W + pad - j);
+            for (std::int64_t ow = 0; ow < lo; ++ow) d[ow] = 0;
+            if (hi > lo) std::memcpy(d + lo, src + lo - pad + j, sizeof(T) * (hi - lo));
+            for (std::int64_t ow = std::max(hi, lo); ow < OW; ++ow) d[ow] = 0;
+          } else {
+            for (std::int64_t ow = 0; ow < OW; ++ow) {
+              std::int64_t iw = ow * stride - pad + j;
+              d[ow] = (iw >= 0 && iw < W) ? src[iw] : T(0);
+            }
+          }
+        }
+      }
+    });
+  });
+  return col;
+}
+
+Tensor col2im(const Tensor& col_in, const Shape& x_shape, std::int64_t kh, std::int64_t kw,
+              std::int64_t stride, std::int64_t pad) {
+  Tensor col = col_in.contiguous();
+  const std::int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+  const std::int64_t OH = conv_output_size(H, kh, stride, pad), OW = conv_output_size(W, kw, stride, pad);
+  const std::int64_t P = OH * OW;
+  WEFT_CHECK(col.size(0) == C * kh * kw && col.size(1) == N * P, "col2im: column shape");
+  Tensor x = Tensor::zeros(x_shape, col.dtype());
+  dispatch(col.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pc = col.data<T>();
+    T* px = x.data<T>();
+    // One task per input plane (n, c): all its contributions are summed in a fixed order.
+    parallel_for(N * C, 4, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t task = b; task < e; ++task) {
+        std::int64_t n = task / C, c = task % C;
+        T* plane = px + (n * C + c) * H * W;
+        for (std::int64_t i = 0; i < kh; ++i) {
+          for (std::int64_t j = 0; j < kw; ++j) {
+            std::int64_t r = (c * kh + i) * kw + j;
+            const T* srow = pc + r * N * P + n * P;
+            for (std::int64_t oh = 0; oh < OH; ++oh) {
+              std::int64_t ih = oh * stride - pad + i;
+              if (ih < 0 || ih >= H) continue;
+              T* drow = plane + ih * W;
+              const T* s = srow + oh * OW;
+              for (std::int64_t ow = 0; ow < OW; ++ow) {
+                std::int64_t iw = ow * stride - pad + j;
+                if (iw >= 0 && iw < W) drow[iw] += s[ow];
+              }
+            }
+          }
+        }
+      }
+    });
+  });
+  return x;
+}
+
+Conv2dForward conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, std::int64_t stride,
+                     std::int64_t pad) {
+  WEFT_CHECK(x.dim() == 4 && w.dim() == 4, "conv2d: input " + shape_to_string(x.shape()) + " and weight " +
+                                               shape_to_string(w.shape()) + " must be 4-D");
+  WEFT_CHECK(x.size(1) == w.size(1), "conv2d: input has " + std::to_string(x.size(1)) +
+                                         " channels, weight expects " + std::to_string(w.size(1)));
+  const std::int64_t N = x.size(0), Cout = w.size(0), KH = w.size(2), KW = w.size(3);
+  const std::int64_t OH = conv_output_size(x.size(2), KH, stride, pad);
+  const std::int64_t OW = conv_output_size(x.size(3), KW, stride, pad);
+  const std::int64_t P = OH * OW;
+  Conv2dForward f;
+  f.col = im2col(x, KH, KW, stride, pad);
+  Tensor wm = w.contiguous().view({Cout, -1});
+  Tensor tmp = Tensor::empty({Cout, N * P}, x.dtype());
+  gemm(false, false, 1.0, wm, f.col, 0.0, tmp);
+  // [Cout, N*P] -> [N, Cout, P] plus bias.
+  f.out = Tensor::empty({N, Cout, OH, OW}, x.dtype());
+  dispatch(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pt = tmp.data<T>();
+    T* po = f.out.data<T>();
+    const T* pb = bias.defined() ? bias.contiguous().data<T>() : nullptr;
+    parallel_for(N * Cout, 8, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t task = b; task < e; ++task) {
+        std::int64_t n = task / Cout, co = task % Cout;
+        const T* s = pt + co * N * P + n * P;
+        T* d = po + task * P;
+        T bv = pb ? pb[co] : T(0);
+        for (std::int64_t p = 0; p < P; ++p) d[p] = s[p] + bv;
+      }
+    });
+  });
+  return f;
+}
+
+Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Shape& x_shape, const Tensor& w,
+                            const Tensor& col, std::int64_t stride, std::int64_t pad, bool need_dx,
+                            bool need_db) {
+  Tensor grad_out = grad_out_in.contiguous();
+  const std::int64_t N = grad_out.size(0), Cout = grad_out.size(1);
+  const std::int64_t P = grad_out.size(2) * grad_out.size(3);
+  const std::int64_t KH = w.size(2), KW = w.size(3);
+  // [N, Cout, P] -> [Cout, N*P]
+  Tensor g = Tensor::empty({Cout, N * P}, grad_out.dtype());
+  Conv2dGrads r;
+  if (need_db) r.db = Tensor::empty({Cout}, grad_out.dtype());
+  dispatch(grad_out.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pg = grad_out.data<T>();
+    T* pt = g.data<T>();
+    parallel_for(Cout, 1, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t co = b; co < e; ++co) {
+        T acc = 0;
+        for (std::int64_t n = 0; n < N; ++n) {
+          const T* s = pg + (n * Cout + co) * P;
+          T* d = pt + co * N * P + n * P;
+          std::memcpy(d, s, sizeof(T) * P);
+          if (need_db)
+            for (std::int64_t p = 0; p < P; ++p) acc += s[p];
+        }
+        if (need_db) r.db.data<T>()[co] = acc;
+      }
+    });
+  });
+  Tensor dwm = Tensor::empty({Cout, col.size(0)}, grad_out.dtype());
+  gemm(false, true, 1.0, g, col, 0.0, dwm);
+  r.dw = dwm.view(w.shape());
+  if (need_dx) {
+    Tensor wm = w.contiguous().view({Cout, -1});
+    Tensor dcol = Tensor::empty({col.size(0), N * P}, grad_out.dtype());
+    gemm(true, false, 1.0, wm, g, 0.0, dcol);
+    r.dx = col2im(dcol, x_shape, KH, KW, stride, pad);
+  }
+  return r;
+}
+
+MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_t stride) {
+  WEFT_CHECK(x_in.dim() == 4, "max_pool2d: input must be [N, C, H, W]");
+  Tensor x = x_in.contiguous();
+  const std::int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const std::int64_t OH = conv_output_size(H, kernel, stride, 0), OW = conv_output_size(W, kernel, stride, 0);
+  MaxPool2dForward f;
+  f.out = Tensor::empty({N, C, OH, OW}, x.dtype());
+  f.argmax = std::make_shared<std::vector<std::int32_t>>(static_cast<size_t>(N * C * OH * OW));
+  dispatch(x.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* px = x.data<T>();
+    T* po = f.out.data<T>();
+    std::int32_t* pa = f.argmax->data();
+    parallel_for(N * C, 16, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t plane = b; plane < e; ++plane) {
+        const T* src = px + plane * H * W;
+        T* dst = po + plane * OH * OW;
+        std::int32_t* idx = pa + plane * OH * OW;
+        for (std::int64_t oh = 0; oh < OH; ++oh) {
+          for (std::int64_t ow = 0; ow < OW; ++ow) {
+            T best = -std::numeric_limits<T>::infinity();
+            std::int64_t best_i = (oh * stride) * W + ow * stride;
+            for (std::int64_t i = 0; i < kernel; ++i) {
+              for (std::int64_t j = 0; j < kernel; ++j) {
+                std::int64_t at = (oh * stride + i) * W + ow * stride + j;
+                if (src[at] > best) {
+                  best = src[at];
+                  best_i = at;
+                }
+              }
+            }
+            dst[oh * OW + ow] = best;
+            idx[oh * OW + ow] = static_cast<std::int32_t>(best_i);
+          }
+        }
+      }
+    });
+  });
+  return f;
+}
+
+Tensor max_pool2d_backward(const Tensor& grad_out_in, const std::vector<std::int32_t>& argmax,
+                           const Shape& x_shape) {
+  Tensor grad_out = grad_out_in.contiguous();
+  Tensor dx = Tensor::zeros(x_shape, grad_out.dtype());
+  const std::int64_t planes = x_shape[0] * x_shape[1];
+  const std::int64_t in_plane = x_shape[2] * x_shape[3];
+  const std::int64_t out_plane = grad_out.size(2) * grad_out.size(3);
+  dispatch(grad_out.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* pg = grad_out.data<T>();
+    T* pd = dx.data<T>();
+    parallel_for(planes, 16, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t plane = b; plane < e; ++plane) {
+        for (std::int64_t o = 0; o < out_plane; ++o) {
+          pd[plane * in_plane + argmax[plane * out_plane + o]] += pg[plane * out_plane + o];
+        }
+      }
+    });
+  });
+  return dx;
+}
+
+}  // namespace weft::ops

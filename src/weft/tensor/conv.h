@@ -1,0 +1,46 @@
+// 2-D convolution (cross-correlation, as deep-learning frameworks define it) through
+// im2col + one GEMM over the whole batch, and 2-D max pooling. NCHW layout.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "weft/tensor/tensor.h"
+
+namespace weft::ops {
+
+// Output size of a convolution or pooling window: floor((in + 2*pad - kernel) / stride) + 1.
+std::int64_t conv_output_size(std::int64_t in, std::int64_t kernel, std::int64_t stride,
+                              std::int64_t pad);
+
+// x [N, C, H, W] -> columns [C*KH*KW, N*OH*OW]; zero where the window covers padding.
+Tensor im2col(const Tensor& x, std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t pad);
+// The adjoint of im2col: sums columns back into an image of shape x_shape.
+Tensor col2im(const Tensor& col, const Shape& x_shape, std::int64_t kh, std::int64_t kw,
+              std::int64_t stride, std::int64_t pad);
+
+struct Conv2dForward {
+  Tensor out;  // [N, Cout, OH, OW]
+  Tensor col;  // the im2col matrix, kept for the backward pass
+};
+// x [N, Cin, H, W], w [Cout, Cin, KH, KW], bias [Cout] or undefined.
+Conv2dForward conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, std::int64_t stride,
+                     std::int64_t pad);
+
+struct Conv2dGrads {
+  Tensor dx, dw, db;  // dx and db undefined when not requested
+};
+Conv2dGrads conv2d_backward(const Tensor& grad_out, const Shape& x_shape, const Tensor& w,
+                            const Tensor& col, std::int64_t stride, std::int64_t pad, bool need_dx,
+                            bool need_db);
+
+struct MaxPool2dForward {
+  Tensor out;                                    // [N, C, OH, OW]
+  std::shared_ptr<std::vector<std::int32_t>> argmax;  // per output: index within its input plane
+};
+MaxPool2dForward max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride);
+Tensor max_pool2d_backward(const Tensor& grad_out, const std::vector<std::int32_t>& argmax,
+                           const Shape& x_shape);
+
+}  // namespace weft::ops

@@ -1,0 +1,96 @@
+#include "weft/tensor/linalg.h"
+
+#include <cblas.h>
+
+#include "weft/tensor/ops.h"
+
+namespace weft::ops {
+
+namespace {
+
+// A 2-D operand as BLAS sees it: row-major data, whether it is stored transposed, and its
+// leading dimension. Copies when neither of the last two strides is 1.
+struct BlasOperand {
+  Tensor t;
+  bool transposed;
+  std::int64_t ld;
+};
+
+BlasOperand as_blas(const Tensor& x) {
+  WEFT_CHECK(x.dim() == 2, "gemm operand must be 2-D, got " + shape_to_string(x.shape()));
+  std::int64_t rows = x.size(0), cols = x.size(1);
+  if (x.stride(1) == 1 && x.stride(0) >= std::max<std::int64_t>(cols, 1)) return {x, false, x.stride(0)};
+  if (x.stride(0) == 1 && x.stride(1) >= std::max<std::int64_t>(rows, 1)) return {x, true, x.stride(1)};
+  Tensor c = x.clone();
+  return {c, false, std::max<std::int64_t>(cols, 1)};
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
+          Tensor& c) {
+  WEFT_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtype mismatch");
+  WEFT_CHECK(c.dim() == 2 && c.is_contiguous(), "gemm: output must be contiguous 2-D");
+  BlasOperand A = as_blas(a), B = as_blas(b);
+  std::int64_t m = trans_a ? a.size(1) : a.size(0);
+  std::int64_t k = trans_a ? a.size(0) : a.size(1);
+  std::int64_t kb = trans_b ? b.size(1) : b.size(0);
+  std::int64_t n = trans_b ? b.size(0) : b.size(1);
+  WEFT_CHECK(k == kb && c.size(0) == m && c.size(1) == n,
+             "gemm: shapes " + shape_to_string(a.shape()) + (trans_a ? "^T" : "") + " x " +
+                 shape_to_string(b.shape()) + (trans_b ? "^T" : "") + " -> " + shape_to_string(c.shape()));
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0) c.zero_(); else mul_(c, beta);
+    return;
+  }
+  auto ta = (trans_a != A.transposed) ? CblasTrans : CblasNoTrans;
+  auto tb = (trans_b != B.transposed) ? CblasTrans : CblasNoTrans;
+  std::int64_t ldc = n;
+  if (c.dtype() == DType::F32) {
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, static_cast<float>(alpha), A.t.data<float>(), A.ld,
+                B.t.data<float>(), B.ld, static_cast<float>(beta), c.data<float>(), ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A.t.data<double>(), A.ld, B.t.data<double>(),
+                B.ld, beta, c.data<double>(), ldc);
+  }
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (a.dim() == 2 && b.dim() == 2) {
+    Tensor c = Tensor::empty({a.size(0), b.size(1)}, a.dtype());
+    gemm(false, false, 1.0, a, b, 0.0, c);
+    return c;
+  }
+  WEFT_CHECK(a.dim() == 3 && (b.dim() == 2 || (b.dim() == 3 && b.size(0) == a.size(0))),
+             "matmul: unsupported shapes " + shape_to_string(a.shape()) + " x " + shape_to_string(b.shape()));
+  if (b.dim() == 2 && a.is_contiguous()) {
+    // One GEMM over all rows of the batch.
+    Tensor flat = matmul(a.reshape({a.size(0) * a.size(1), a.size(2)}), b);
+    return flat.view({a.size(0), a.size(1), b.size(1)});
+  }
+  std::int64_t batch = a.size(0);
+  Tensor c = Tensor::empty({batch, a.size(1), b.size(-1)}, a.dtype());
+  for (std::int64_t i = 0; i < batch; ++i) {
+    Tensor ci = c.select(0, i);
+    gemm(false, false, 1.0, a.select(0, i), b.dim() == 3 ? b.select(0, i) : b, 0.0, ci);
+  }
+  return c;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  WEFT_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
+             "linear: input " + shape_to_string(x.shape()) + " does not match weight " +
+                 shape_to_string(w.shape()));
+  Tensor y = Tensor::empty({x.size(0), w.size(0)}, x.dtype());
+  double beta = 0.0;
+  if (bias != nullptr) {
+    WEFT_CHECK(bias->dim() == 1 && bias->size(0) == w.size(0), "linear: bias shape");
+    y.copy_(*bias);  // broadcast the bias into every row, then accumulate
+    beta = 1.0;
+  }
+  gemm(false, true, 1.0, x, w, beta, y);
+  return y;
+}
+
+}  // namespace weft::ops

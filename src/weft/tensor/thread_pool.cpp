@@ -1,0 +1,152 @@
+#include "weft/tensor/thread_pool.h"
+
+#include <cblas.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "weft/util/env.h"
+#include "weft/util/error.h"
+
+namespace weft {
+
+namespace {
+
+thread_local bool t_in_pool = false;
+
+// A fixed set of workers; run() hands every worker one chunk index at a time.
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads) : threads_(threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  }
+  ~ThreadPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  int size() const { return threads_; }
+
+  void run(int chunks, const std::function<void(int)>& fn) {
+    std::lock_guard<std::mutex> serial(run_mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = &fn;
+      chunks_ = chunks;
+      next_.store(0);
+      remaining_.store(chunks);
+      ++generation_;
+    }
+    cv_.notify_all();
+    t_in_pool = true;
+    drain();
+    t_in_pool = false;
+    // Wait for the chunks the workers took.
+    while (remaining_.load(std::memory_order_acquire) > 0) {
+      std::unique_lock<std::mutex> lock(mu_);
+      done_cv_.wait(lock, [&] { return remaining_.load() == 0; });
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    fn_ = nullptr;
+  }
+
+ private:
+  void drain() {
+    for (;;) {
+      int i = next_.fetch_add(1);
+      if (i >= chunks_) break;
+      (*fn_)(i);
+      if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_all();
+      }
+    }
+  }
+
+  void work() {
+    t_in_pool = true;
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || (generation_ != seen && fn_ != nullptr); });
+        if (stop_) return;
+        seen = generation_;
+      }
+      drain();
+    }
+  }
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  std::mutex run_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::condition_variable done_cv_;
+  const std::function<void(int)>* fn_ = nullptr;
+  int chunks_ = 0;
+  std::atomic<int> next_{0};
+  std::atomic<int> remaining_{0};
+  std::uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+int default_threads() {
+  if (auto t = env_positive_int("WEFT_NUM_THREADS")) return *t;
+  long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+std::mutex g_pool_mu;
+std::unique_ptr<ThreadPool> g_pool;
+
+ThreadPool& pool() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (!g_pool) {
+    int t = default_threads();
+    g_pool = std::make_unique<ThreadPool>(t);
+    openblas_set_num_threads(t);
+  }
+  return *g_pool;
+}
+
+}  // namespace
+
+void set_num_threads(int threads) {
+  if (threads < 1) throw ConfigError("thread count must be at least 1, got " + std::to_string(threads));
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (g_pool && g_pool->size() == threads) return;
+  g_pool.reset();
+  g_pool = std::make_unique<ThreadPool>(threads);
+  openblas_set_num_threads(threads);
+}
+
+int get_num_threads() { return pool().size(); }
+
+void parallel_for(std::int64_t n, std::int64_t grain,
+                  const std::function<void(std::int64_t, std::int64_t)>& fn) {
+  if (n <= 0) return;
+  grain = std::max<std::int64_t>(grain, 1);
+  ThreadPool& p = pool();
+  std::int64_t chunks = std::min<std::int64_t>(p.size(), (n + grain - 1) / grain);
+  if (chunks <= 1 || t_in_pool) {
+    fn(0, n);
+    return;
+  }
+  std::int64_t per = (n + chunks - 1) / chunks;
+  p.run(static_cast<int>(chunks), [&](int c) {
+    std::int64_t b = c * per, e = std::min(n, b + per);
+    if (b < e) fn(b, e);
+  });
+}
+
+}  // namespace weft

@@ -1,0 +1,209 @@
+#include "weft/train/checkpoint.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "weft/train/safetensors.h"
+#include "weft/util/file.h"
+
+namespace weft {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kFormat = "weft-checkpoint";
+constexpr int kVersion = 1;
+
+std::string crc32_hex(std::string_view bytes) {
+  uLong c = crc32(0L, Z_NULL, 0);
+  const auto* p = reinterpret_cast<const Bytef*>(bytes.data());
+  std::size_t left = bytes.size();
+  while (left > 0) {
+    uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, 1u << 30));
+    c = crc32(c, p, chunk);
+    p += chunk;
+    left -= chunk;
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(c));
+  return buf;
+}
+
+std::string step_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%09lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string u64_hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::uint64_t parse_u64_hex(const std::string& s) {
+  if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    throw CheckpointError("bad RNG state value '" + s + "'");
+  }
+  return std::stoull(s, nullptr, 16);
+}
+
+json meta_to_json(const CheckpointMeta& m) {
+  json rngs = json::object();
+  for (const auto& [name, st] : m.rngs) {
+    json words = json::array();
+    for (auto w : st.s) words.push_back(u64_hex(w));
+    double spare = st.spare;
+    std::uint64_t spare_bits;
+    std::memcpy(&spare_bits, &spare, 8);
+    rngs[name] = {{"state", words}, {"has_spare", st.has_spare}, {"spare_bits", u64_hex(spare_bits)}};
+  }
+  return {{"format", kFormat},           {"version", kVersion},
+          {"model", m.model},            {"step", m.step},
+          {"epoch", m.epoch},            {"batch_in_epoch", m.batch_in_epoch},
+          {"optimizer", {{"name", m.optimizer}, {"steps", m.optimizer_steps}}},
+          {"rng", rngs},                 {"info", m.info}};
+}
+
+CheckpointMeta meta_from_json(const json& j) {
+  CheckpointMeta m;
+  m.model = j.at("model").get<std::string>();
+  m.step = j.at("step").get<std::int64_t>();
+  m.epoch = j.at("epoch").get<std::int64_t>();
+  m.batch_in_epoch = j.at("batch_in_epoch").get<std::int64_t>();
+  m.optimizer = j.at("optimizer").at("name").get<std::string>();
+  m.optimizer_steps = j.at("optimizer").at("steps").get<std::int64_t>();
+  for (auto& [name, r] : j.at("rng").items()) {
+    RngState st;
+    auto& words = r.at("state");
+    if (!words.is_array() || words.size() != 4) throw CheckpointError("RNG '" + name + "' state must have 4 words");
+    for (size_t i = 0; i < 4; ++i) st.s[i] = parse_u64_hex(words[i].get<std::string>());
+    st.has_spare = r.at("has_spare").get<bool>();
+    std::uint64_t bits = parse_u64_hex(r.at("spare_bits").get<std::string>());
+    std::memcpy(&st.spare, &bits, 8);
+    m.rngs.emplace_back(name, st);
+  }
+  for (auto& [k, v] : j.at("info").items()) m.info[k] = v.get<std::string>();
+  if (m.step < 0 || m.epoch < 0 || m.batch_in_epoch < 0) throw CheckpointError("negative step or epoch");
+  return m;
+}
+
+std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  if (!is_directory(dir)) return out;
+  static const std::regex re("step-([0-9]{1,18})");
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    std::string name = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(name, m, re) && file_exists(e.path().string() + "/meta.json")) {
+      out.emplace_back(std::stoll(m[1].str()), e.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta, const StateDict& model,
+                            const StateDict& optimizer, int keep) {
+  make_directories(dir);
+  std::string final_path = dir + "/" + step_name(meta.step);
+  std::string tmp_path = dir + "/." + step_name(meta.step) + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp_path, ec);
+  make_directories(tmp_path);
+
+  std::string model_bytes = encode_safetensors(model, {{"format", "pt"}, {"weft_model", meta.model}});
+  std::string optim_bytes = encode_safetensors(optimizer, {{"weft_optimizer", meta.optimizer}});
+  json j = meta_to_json(meta);
+  j["checksums"] = {{"model.safetensors", crc32_hex(model_bytes)}, {"optimizer.safetensors", crc32_hex(optim_bytes)}};
+  write_file_atomic(tmp_path + "/model.safetensors", model_bytes);
+  write_file_atomic(tmp_path + "/optimizer.safetensors", optim_bytes);
+  write_file_atomic(tmp_path + "/meta.json", j.dump(2) + "\n");
+
+  if (fs::exists(final_path)) {  // the same step saved again (e.g. after a resume)
+    std::string old = final_path + ".old";
+    fs::remove_all(old, ec);
+    fs::rename(final_path, old, ec);
+    if (ec) throw CheckpointError("cannot replace " + final_path + ": " + ec.message());
+    fs::rename(tmp_path, final_path, ec);
+    if (ec) throw CheckpointError("cannot rename " + tmp_path + ": " + ec.message());
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp_path, final_path, ec);
+    if (ec) throw CheckpointError("cannot rename " + tmp_path + " to " + final_path + ": " + ec.message());
+  }
+  // Prune the oldest, keeping `keep`.
+  auto all = list_checkpoints(dir);
+  for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < all.size(); ++i) fs::remove_all(all[i].second, ec);
+  return final_path;
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& dir) {
+  auto all = list_checkpoints(dir);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  if (!is_directory(path)) throw CheckpointError("checkpoint " + path + " does not exist");
+  std::string meta_path = path + "/meta.json";
+  if (!file_exists(meta_path)) throw CheckpointError(path + " is not a complete checkpoint (no meta.json)");
+  Checkpoint c;
+  c.path = path;
+  json j;
+  try {
+    j = json::parse(read_file(meta_path));
+  } catch (const json::exception&) {
+    throw CheckpointError(meta_path + ": not valid JSON (corrupt checkpoint)");
+  } catch (const DataError& e) {
+    throw CheckpointError(e.what());
+  }
+  try {
+    if (!j.is_object() || j.value("format", "") != kFormat) throw CheckpointError(meta_path + ": not a weft checkpoint");
+    if (j.value("version", 0) != kVersion) {
+      throw CheckpointError(meta_path + ": unsupported checkpoint version " + std::to_string(j.value("version", 0)));
+    }
+    c.meta = meta_from_json(j);
+  } catch (const json::exception& e) {
+    throw CheckpointError(meta_path + ": malformed metadata (" + std::string(e.what()) + ")");
+  } catch (const CheckpointError& e) {
+    std::string what = e.what();
+    if (what.rfind(meta_path, 0) == 0) throw;
+    throw CheckpointError(meta_path + ": " + what);
+  }
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    std::string p = path + "/" + file;
+    std::string bytes;
+    try {
+      bytes = read_file(p);
+    } catch (const DataError& e) {
+      throw CheckpointError(std::string(e.what()) + " (incomplete checkpoint)");
+    }
+    std::string want;
+    try {
+      want = j.at("checksums").at(file).get<std::string>();
+    } catch (const json::exception&) {
+      throw CheckpointError(meta_path + ": no checksum for " + file);
+    }
+    if (crc32_hex(bytes) != want) {
+      throw CheckpointError(p + ": checksum mismatch (CRC-32 " + crc32_hex(bytes) + ", expected " + want +
+                            "): the file is corrupt");
+    }
+    SafetensorsFile f = decode_safetensors(bytes, p);
+    (std::string(file) == "model.safetensors" ? c.model : c.optimizer) = std::move(f.tensors);
+  }
+  return c;
+}
+
+}  // namespace weft

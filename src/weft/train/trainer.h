@@ -1,0 +1,58 @@
+// The training loop for image classifiers: data, model, optimizer, schedule, progress,
+// evaluation after each epoch, periodic and per-epoch checkpoints, exact resume.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "weft/optim/schedule.h"
+
+namespace weft {
+
+struct TrainConfig {
+  std::string model = "mlp";
+  std::string data = "fashion-mnist";  // or a folder of MNIST-format files
+  std::string data_dir;                // overrides the Debian package folder for fashion-mnist
+  std::int64_t epochs = 1;
+  std::int64_t batch = 64;
+  double lr = 0.01;
+  std::string optimizer = "sgd";  // sgd | adam | adamw
+  double momentum = 0.9;          // sgd
+  double weight_decay = 0.0;
+  Schedule schedule;  // total_steps is filled in from epochs when 0
+  std::uint64_t seed = 0;
+  int threads = 0;  // 0: WEFT_NUM_THREADS or the number of cores
+  std::string checkpoint_dir;
+  bool resume = false;
+  std::int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch
+  int keep_checkpoints = 3;
+  std::int64_t max_steps = 0;   // stop after this many steps in total (0: no limit)
+  std::int64_t limit_train = 0;  // use only the first N training samples (0: all)
+  std::int64_t limit_test = 0;
+  bool evaluate = true;
+  bool quiet = false;  // no progress display
+};
+
+struct TrainSummary {
+  std::string model;
+  std::string optimizer;
+  std::int64_t parameters = 0;
+  std::int64_t epochs_done = 0;
+  std::int64_t steps = 0;
+  std::int64_t samples = 0;        // trained in this run
+  double train_loss = 0.0;         // mean over the last epoch's steps (this run)
+  double test_accuracy = -1.0;     // after the last epoch; -1 when not evaluated
+  double train_seconds = 0.0;      // forward, backward and update only
+  double samples_per_second = 0.0;
+  double wall_seconds = 0.0;
+  int threads = 1;
+  std::string checkpoint;  // the last checkpoint written, if any
+  std::string to_json() const;
+};
+
+// Validates the configuration and throws ConfigError on a bad value.
+void validate(const TrainConfig& config);
+// Trains; human-readable lines go to `out` (one per epoch), progress to stderr.
+TrainSummary train(const TrainConfig& config, std::FILE* out);
+
+}  // namespace weft

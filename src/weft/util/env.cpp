@@ -1,0 +1,26 @@
+#include "weft/util/env.h"
+
+#include <cstdlib>
+
+#include "weft/util/error.h"
+
+namespace weft {
+
+std::optional<std::string> env_string(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  return std::string(v);
+}
+
+std::optional<int> env_positive_int(const char* name) {
+  auto s = env_string(name);
+  if (!s) return std::nullopt;
+  char* end = nullptr;
+  long v = std::strtol(s->c_str(), &end, 10);
+  if (end == s->c_str() || *end != '\0' || v <= 0 || v > 4096) {
+    throw ConfigError(std::string(name) + "='" + *s + "' is not a positive integer");
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace weft

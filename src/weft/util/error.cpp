@@ -1,0 +1,16 @@
+#include "weft/util/error.h"
+
+#include <cstring>
+
+namespace weft {
+
+void throw_check_failure(const char* condition, const std::string& message, const char* file,
+                         int line) {
+  const char* base = std::strrchr(file, '/');
+  std::string where = std::string(base ? base + 1 : file) + ":" + std::to_string(line);
+  std::string text = message.empty() ? std::string("check failed: ") + condition
+                                     : message + " (" + condition + ")";
+  throw InternalError(text + " [" + where + "]");
+}
+
+}  // namespace weft

@@ -1,0 +1,91 @@
+#include "weft/util/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "weft/util/error.h"
+
+namespace weft {
+
+namespace {
+std::string errno_text() { return std::strerror(errno); }
+
+void write_all(int fd, std::string_view bytes, const std::string& path) {
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw CheckpointError("cannot write " + path + ": " + errno_text());
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+}  // namespace
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  std::filesystem::path target(path);
+  std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw CheckpointError("cannot create " + tmp + ": " + errno_text());
+  try {
+    write_all(fd, bytes, tmp);
+    if (::fsync(fd) != 0) throw CheckpointError("cannot fsync " + tmp + ": " + errno_text());
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    throw CheckpointError("cannot rename " + tmp + " to " + path + ": " + why);
+  }
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+std::string read_file(const std::string& path) {
+  if (is_directory(path)) throw DataError(path + " is a directory, expected a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError("cannot open " + path + ": " + errno_text());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw DataError("cannot read " + path);
+  return ss.str();
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool is_directory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void make_directories(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec || !is_directory(path)) {
+    throw ConfigError("cannot create directory " + path + ": " +
+                      (ec ? ec.message() : std::string("not a directory")));
+  }
+}
+
+}  // namespace weft

@@ -1,0 +1,21 @@
+// Whole-file I/O with atomic replacement: write a temporary file in the same folder,
+// fsync it, rename it over the target, fsync the folder. A reader sees the old file or
+// the new one, never a half-written one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace weft {
+
+void write_file_atomic(const std::string& path, std::string_view bytes);
+// Reads a whole file; throws DataError naming the path when it cannot.
+std::string read_file(const std::string& path);
+bool file_exists(const std::string& path);
+bool is_directory(const std::string& path);
+// Creates a folder and its parents (like mkdir -p); throws ConfigError when it cannot.
+void make_directories(const std::string& path);
+
+}  // namespace weft
