@@ -25,6 +25,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
+    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty()) {
+      std::string known;
+      for (const auto* sub : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + sub->get_name();
+      msg = "unknown command '" + std::string(argv[1]) + "' (commands: " + known + ")";
+    }
     for (char& ch : msg)
       if (ch == '\n') ch = ' ';
     std::fprintf(stderr, "error: %s (see 'weft --help')\n", msg.c_str());

@@ -115,8 +115,8 @@ IdxArray read_idx(const std::string& path) {
     std::int64_t d = be32(&dimbytes[static_cast<size_t>(i) * 4]);
     if (d == 0 || d > kMaxBytes) throw DataError(path + ": dimension " + std::to_string(i) + " has size " + std::to_string(d));
     a.dims.push_back(d);
+    if (bytes > kMaxBytes / d) throw DataError(path + ": dimensions give an implausible size (corrupt header)");
     bytes *= d;
-    if (bytes > kMaxBytes) throw DataError(path + ": dimensions give an implausible size (corrupt header)");
   }
   a.data.resize(static_cast<size_t>(bytes));
   std::size_t got = read_some(f.get(), a.data.data(), a.data.size(), path);

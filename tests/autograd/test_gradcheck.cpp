@@ -1,0 +1,127 @@
+// Every differentiable operation against central finite differences in double.
+#include <gtest/gtest.h>
+
+#include "weft/autograd/functions.h"
+#include "weft/autograd/gradcheck.h"
+#include "weft/tensor/ops.h"
+
+using namespace weft;
+
+namespace {
+Rng g_rng(2024);
+Tensor rnd(const Shape& s, double lo = -1.0, double hi = 1.0) { return rand_uniform(s, g_rng, lo, hi, DType::F64); }
+// Values kept away from 0, where ReLU and max are not differentiable.
+Tensor rnd_away_from_zero(const Shape& s) {
+  Tensor t = rnd(s, 0.2, 1.0);
+  Tensor sign = rnd(s);
+  double* p = t.data<double>();
+  const double* q = sign.data<double>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (q[i] < 0) p[i] = -p[i];
+  return t;
+}
+
+void expect_gradcheck(const char* what, const std::function<Var(const std::vector<Var>&)>& f,
+                      const std::vector<Tensor>& inputs) {
+  GradcheckResult r = gradcheck(f, inputs);
+  EXPECT_TRUE(r.ok) << what << ": " << r.message << " (max error " << r.max_abs_error << ")";
+}
+}  // namespace
+
+TEST(Gradcheck, ElementwiseBroadcasting) {
+  expect_gradcheck("add", [](auto& v) { return add(v[0], v[1]); }, {rnd({3, 4}), rnd({4})});
+  expect_gradcheck("sub", [](auto& v) { return sub(v[0], v[1]); }, {rnd({3, 1}), rnd({2, 1, 4})});
+  expect_gradcheck("mul", [](auto& v) { return mul(v[0], v[1]); }, {rnd({3, 4}), rnd({3, 1})});
+  expect_gradcheck("div", [](auto& v) { return div(v[0], v[1]); }, {rnd({2, 3}), rnd({3}, 0.5, 2.0)});
+  expect_gradcheck("add scalar", [](auto& v) { return add(v[0], 3.0); }, {rnd({5})});
+  expect_gradcheck("mul scalar", [](auto& v) { return mul(v[0], -2.5); }, {rnd({5})});
+  expect_gradcheck("neg", [](auto& v) { return neg(v[0]); }, {rnd({5})});
+}
+
+TEST(Gradcheck, UnaryFunctions) {
+  expect_gradcheck("exp", [](auto& v) { return exp(v[0]); }, {rnd({4, 3})});
+  expect_gradcheck("log", [](auto& v) { return log(v[0]); }, {rnd({4, 3}, 0.5, 3.0)});
+  expect_gradcheck("relu", [](auto& v) { return relu(v[0]); }, {rnd_away_from_zero({4, 3})});
+  expect_gradcheck("sigmoid", [](auto& v) { return sigmoid(v[0]); }, {rnd({4, 3}, -4, 4)});
+  expect_gradcheck("tanh", [](auto& v) { return tanh(v[0]); }, {rnd({4, 3}, -2, 2)});
+}
+
+TEST(Gradcheck, LinearAlgebra) {
+  expect_gradcheck("matmul", [](auto& v) { return matmul(v[0], v[1]); }, {rnd({3, 4}), rnd({4, 2})});
+  expect_gradcheck("batched matmul", [](auto& v) { return matmul(v[0], v[1]); }, {rnd({2, 3, 4}), rnd({2, 4, 5})});
+  expect_gradcheck("batched x shared", [](auto& v) { return matmul(v[0], v[1]); }, {rnd({2, 3, 4}), rnd({4, 5})});
+  expect_gradcheck("linear", [](auto& v) { return linear(v[0], v[1], v[2]); }, {rnd({5, 4}), rnd({3, 4}), rnd({3})});
+  expect_gradcheck("linear no bias", [](auto& v) { return linear(v[0], v[1], Var()); }, {rnd({5, 4}), rnd({3, 4})});
+}
+
+TEST(Gradcheck, ReductionsAndShapes) {
+  expect_gradcheck("sum", [](auto& v) { return sum(v[0]); }, {rnd({3, 4})});
+  expect_gradcheck("sum dims", [](auto& v) { return sum(v[0], {0, 2}, false); }, {rnd({2, 3, 4})});
+  expect_gradcheck("sum keepdim", [](auto& v) { return sum(v[0], {1}, true); }, {rnd({2, 3, 4})});
+  expect_gradcheck("mean", [](auto& v) { return mean(v[0]); }, {rnd({3, 4})});
+  expect_gradcheck("reshape", [](auto& v) { return reshape(v[0], {4, 3}); }, {rnd({3, 4})});
+  expect_gradcheck("flatten", [](auto& v) { return flatten(v[0], 1); }, {rnd({2, 3, 2})});
+  expect_gradcheck("transpose", [](auto& v) { return transpose(v[0], 0, 2); }, {rnd({2, 3, 4})});
+}
+
+TEST(Gradcheck, SoftmaxAndLosses) {
+  expect_gradcheck("softmax", [](auto& v) { return softmax(v[0]); }, {rnd({3, 5}, -3, 3)});
+  expect_gradcheck("log_softmax", [](auto& v) { return log_softmax(v[0]); }, {rnd({3, 5}, -3, 3)});
+  std::vector<int32_t> targets{4, 0, 2};
+  expect_gradcheck("cross_entropy", [&](auto& v) { return cross_entropy(v[0], targets); }, {rnd({3, 5}, -3, 3)});
+  expect_gradcheck("mse", [](auto& v) { return mse_loss(v[0], v[1]); }, {rnd({4, 2}), rnd({4, 2})});
+  expect_gradcheck("half mse", [](auto& v) { return half_mse_loss(v[0], v[1]); }, {rnd({4, 2}), rnd({4, 2})});
+}
+
+TEST(Gradcheck, Convolution) {
+  for (auto [stride, pad] : {std::pair<int64_t, int64_t>{1, 0}, {1, 1}, {2, 1}}) {
+    expect_gradcheck("conv2d", [&](auto& v) { return conv2d(v[0], v[1], v[2], stride, pad); },
+                     {rnd({2, 2, 5, 5}), rnd({3, 2, 3, 3}), rnd({3})});
+  }
+  expect_gradcheck("conv2d no bias", [](auto& v) { return conv2d(v[0], v[1], Var(), 1, 1); },
+                   {rnd({1, 2, 4, 4}), rnd({2, 2, 3, 3})});
+}
+
+TEST(Gradcheck, MaxPoolAndDropout) {
+  // Distinct values so the maximum of each window is unique.
+  Tensor x = Tensor::arange(2 * 3 * 4 * 4, DType::F64).view({2, 3, 4, 4});
+  Tensor perm = rnd({96});
+  x = ops::add(ops::mul(x, 0.01), ops::mul(perm.view({2, 3, 4, 4}), 0.001));
+  expect_gradcheck("max_pool2d", [](auto& v) { return max_pool2d(v[0], 2, 2); }, {x});
+  expect_gradcheck("dropout", [](auto& v) {
+    Rng r(99);  // the same mask on every evaluation
+    return dropout(v[0], 0.3, r);
+  }, {rnd({4, 5})});
+}
+
+TEST(Autograd, GradientsAccumulateOverSharedUses) {
+  // y = x * x + x: dy/dx = 2x + 1; x used three times.
+  Var x(Tensor::from_vector(std::vector<double>{1.5, -2.0}, {2}), true);
+  Var y = sum(add(mul(x, x), x));
+  y.backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{4.0, -3.0}));
+  // A second backward accumulates into the leaf, as in PyTorch.
+  Var y2 = sum(x);
+  y2.backward();
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<double>{5.0, -2.0}));
+}
+
+TEST(Autograd, NoGradRecordsNothing) {
+  Var x(Tensor::ones({2}), true);
+  Var y;
+  {
+    NoGradGuard g;
+    y = mul(x, 2.0);
+  }
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(y.is_leaf());
+  EXPECT_THROW(y.backward(Tensor::ones({2})), InternalError);
+}
+
+TEST(Autograd, DeepChainsDoNotOverflowTheStack) {
+  Var x(Tensor::scalar(1.0, DType::F64), true);
+  Var h = x;
+  for (int i = 0; i < 100000; ++i) h = mul(h, 1.0);
+  h.backward();
+  EXPECT_EQ(x.grad().item(), 1.0);
+}

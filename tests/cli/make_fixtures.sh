@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# usage: make_fixtures.sh WEFT DIR
+# Builds the broken inputs the bad-input tests feed to weft: truncated and wrong-magic
+# IDX files (from the real Fashion-MNIST files), and checkpoints to corrupt or mismatch.
+set -euo pipefail
+weft=$1
+dir=$2
+src=${WEFT_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+rm -rf "$dir"
+mkdir -p "$dir/truncated" "$dir/badmagic" "$dir/ckpt-corrupt" "$dir/ckpt-mlp"
+for d in truncated badmagic; do
+  cp "$src"/t10k-* "$src"/train-labels-idx1-ubyte.gz "$dir/$d/"
+done
+(gunzip -c "$src/train-images-idx3-ubyte.gz" || true) | head -c 1000000 >"$dir/truncated/train-images-idx3-ubyte"
+{ printf '\x12\x34\x08\x03'; gunzip -c "$src/train-images-idx3-ubyte.gz" | tail -c +5; } >"$dir/badmagic/train-images-idx3-ubyte"
+for d in ckpt-corrupt ckpt-mlp; do
+  "$weft" train --model mlp --epochs 1 --limit-train 256 --limit-test 100 --checkpoint-dir "$dir/$d" --quiet >/dev/null
+done
+# Flip one byte in the middle of the saved parameters.
+f=$(ls -d "$dir"/ckpt-corrupt/step-*/model.safetensors | head -n 1)
+size=$(stat -c %s "$f")
+printf '\xff' | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none

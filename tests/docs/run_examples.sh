@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# usage: run_examples.sh BIN_DIR PAGE.md
+# Runs every command of a user page as written: each line "$ ..." inside a ```console
+# block, in a fresh folder, with BIN_DIR first on PATH (so "weft" is the built binary).
+# A command must succeed, unless the page shows "error: ..." as its first line of output:
+# then it must fail with that message.
+set -u
+bin_dir=$(cd "$1" && pwd)
+page=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export PATH="$bin_dir:$PATH"
+cd "$work"
+
+mapfile -t lines <"$page"
+in_block=0
+failures=0
+count=0
+for ((i = 0; i < ${#lines[@]}; i++)); do
+  line=${lines[$i]}
+  if [[ $line == '```console'* ]]; then in_block=1; continue; fi
+  if [[ $line == '```'* ]]; then in_block=0; continue; fi
+  [[ $in_block -eq 1 && $line == '$ '* ]] || continue
+  cmd=${line#\$ }
+  expected=""
+  next=${lines[$((i + 1))]:-}
+  [[ $next == error:* ]] && expected=$next
+  count=$((count + 1))
+  echo "--- \$ $cmd"
+  out=$(timeout 900 bash -c "$cmd" 2>&1)
+  rc=$?
+  echo "$out" | tail -n 5
+  if [[ -n $expected ]]; then
+    if [[ $rc -eq 0 || $rc -ge 124 ]]; then
+      echo "FAIL: expected an error ('$expected'), exit code $rc"; failures=$((failures + 1))
+    elif ! grep -qF -- "${expected%...}" <<<"$out"; then
+      echo "FAIL: expected '$expected'"; failures=$((failures + 1))
+    fi
+  elif [[ $rc -ne 0 ]]; then
+    echo "FAIL: exit code $rc"; failures=$((failures + 1))
+  fi
+done
+echo "$count examples, $failures failed"
+[[ $count -gt 0 && $failures -eq 0 ]]

@@ -1,0 +1,140 @@
+// Kernels against straightforward reference loops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "weft/tensor/conv.h"
+#include "weft/tensor/linalg.h"
+#include "weft/tensor/ops.h"
+#include "weft/tensor/rng.h"
+
+using namespace weft;
+
+namespace {
+Tensor naive_matmul(const Tensor& a, const Tensor& b) {
+  Tensor c = Tensor::zeros({a.size(0), b.size(1)}, DType::F64);
+  for (int64_t i = 0; i < a.size(0); ++i)
+    for (int64_t j = 0; j < b.size(1); ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < a.size(1); ++k) s += a.at({i, k}) * b.at({k, j});
+      c.set({i, j}, s);
+    }
+  return c;
+}
+
+Tensor naive_conv(const Tensor& x, const Tensor& w, const Tensor& b, int64_t stride, int64_t pad) {
+  int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), O = w.size(0), K = w.size(2);
+  int64_t OH = (H + 2 * pad - K) / stride + 1, OW = (W + 2 * pad - K) / stride + 1;
+  Tensor out = Tensor::zeros({N, O, OH, OW}, DType::F64);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double s = b.defined() ? b.at({o}) : 0.0;
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t i = 0; i < K; ++i)
+              for (int64_t j = 0; j < K; ++j) {
+                int64_t ih = oh * stride - pad + i, iw = ow * stride - pad + j;
+                if (ih >= 0 && ih < H && iw >= 0 && iw < W) s += w.at({o, c, i, j}) * x.at({n, c, ih, iw});
+              }
+          out.set({n, o, oh, ow}, s);
+        }
+  return out;
+}
+}  // namespace
+
+TEST(Linalg, MatmulMatchesNaiveIncludingTransposedViews) {
+  Rng r(5);
+  for (auto dt : {DType::F32, DType::F64}) {
+    Tensor a = randn({7, 5}, r, 0, 1, dt), b = randn({5, 3}, r, 0, 1, dt);
+    double tol = dt == DType::F32 ? 1e-5 : 1e-12;
+    EXPECT_LT(ops::max_abs_diff(ops::matmul(a, b), naive_matmul(a, b)), tol);
+    Tensor at = randn({5, 7}, r, 0, 1, dt);
+    EXPECT_LT(ops::max_abs_diff(ops::matmul(at.t(), b), naive_matmul(at.t(), b)), tol);
+    Tensor c = Tensor::empty({3, 7}, dt);
+    ops::gemm(true, true, 1.0, b, a, 0.0, c);  // b^T a^T = (a b)^T
+    EXPECT_LT(ops::max_abs_diff(c, naive_matmul(a, b).t().contiguous()), tol);
+  }
+}
+
+TEST(Linalg, BatchedMatmulAndLinear) {
+  Rng r(6);
+  Tensor a = randn({4, 3, 5}, r, 0, 1, DType::F64), b = randn({4, 5, 2}, r, 0, 1, DType::F64);
+  Tensor c = ops::matmul(a, b);
+  for (int64_t i = 0; i < 4; ++i)
+    EXPECT_LT(ops::max_abs_diff(c.select(0, i), naive_matmul(a.select(0, i), b.select(0, i))), 1e-12);
+  Tensor shared = randn({5, 2}, r, 0, 1, DType::F64);
+  Tensor d = ops::matmul(a, shared);
+  EXPECT_LT(ops::max_abs_diff(d.select(0, 2), naive_matmul(a.select(0, 2), shared)), 1e-12);
+  Tensor x = randn({6, 5}, r, 0, 1, DType::F64), w = randn({3, 5}, r, 0, 1, DType::F64);
+  Tensor bias = randn({3}, r, 0, 1, DType::F64);
+  Tensor y = ops::linear(x, w, &bias);
+  EXPECT_LT(ops::max_abs_diff(y, ops::add(naive_matmul(x, w.t()), bias)), 1e-12);
+  // Empty inner dimension gives zeros.
+  Tensor e = ops::matmul(Tensor::zeros({2, 0}), Tensor::zeros({0, 3}));
+  EXPECT_EQ(ops::sum(e).item(), 0.0);
+}
+
+TEST(Conv, OutputSizeFormula) {
+  // Seed 002 chapter 4: (6 - 3) / 1 + 1 = 4; 96 -> 94 -> pool 47 -> 45 -> pool 22 (floor).
+  EXPECT_EQ(ops::conv_output_size(6, 3, 1, 0), 4);
+  EXPECT_EQ(ops::conv_output_size(96, 3, 1, 0), 94);
+  EXPECT_EQ(ops::conv_output_size(94, 2, 2, 0), 47);
+  EXPECT_EQ(ops::conv_output_size(47, 3, 1, 0), 45);
+  EXPECT_EQ(ops::conv_output_size(45, 2, 2, 0), 22);
+  EXPECT_EQ(ops::conv_output_size(28, 3, 1, 1), 28);
+  EXPECT_EQ(ops::conv_output_size(7, 3, 2, 1), 4);
+  EXPECT_THROW(ops::conv_output_size(2, 5, 1, 0), InternalError);
+}
+
+TEST(Conv, MatchesNaiveForStridesAndPadding) {
+  Rng r(7);
+  for (auto [stride, pad] : {std::pair<int64_t, int64_t>{1, 0}, {1, 1}, {2, 0}, {2, 1}, {3, 2}}) {
+    Tensor x = randn({2, 3, 7, 6}, r, 0, 1, DType::F64), w = randn({4, 3, 3, 3}, r, 0, 1, DType::F64);
+    Tensor b = randn({4}, r, 0, 1, DType::F64);
+    auto f = ops::conv2d(x, w, b, stride, pad);
+    EXPECT_LT(ops::max_abs_diff(f.out, naive_conv(x, w, b, stride, pad)), 1e-12) << stride << " " << pad;
+  }
+}
+
+TEST(Conv, Col2imIsTheAdjointOfIm2col) {
+  // <im2col(x), c> == <x, col2im(c)> for all x, c.
+  Rng r(8);
+  Shape xs{2, 3, 6, 5};
+  Tensor x = randn(xs, r, 0, 1, DType::F64);
+  Tensor col = ops::im2col(x, 3, 3, 2, 1);
+  Tensor c = randn(col.shape(), r, 0, 1, DType::F64);
+  double lhs = ops::sum(ops::mul(col, c)).item();
+  double rhs = ops::sum(ops::mul(x, ops::col2im(c, xs, 3, 3, 2, 1))).item();
+  EXPECT_NEAR(lhs, rhs, 1e-10);
+}
+
+TEST(Pool, MaxPoolForwardAndBackward) {
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 5, 3,   //
+                                                    4, 0, 1, 1,   //
+                                                    7, 8, 2, 9,   //
+                                                    6, 5, 3, 4},
+                                 {1, 1, 4, 4});
+  auto f = ops::max_pool2d(x, 2, 2);
+  EXPECT_EQ(f.out.to_vector(), (std::vector<double>{4, 5, 8, 9}));
+  Tensor g = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {1, 1, 2, 2});
+  Tensor dx = ops::max_pool2d_backward(g, *f.argmax, x.shape());
+  EXPECT_EQ(dx.to_vector(), (std::vector<double>{0, 0, 2, 0, 1, 0, 0, 0, 0, 3, 0, 4, 0, 0, 0, 0}));
+  // Floor mode: a 5x5 input pools to 2x2.
+  EXPECT_EQ(ops::max_pool2d(Tensor::zeros({1, 2, 5, 5}), 2, 2).out.shape(), (Shape{1, 2, 2, 2}));
+}
+
+TEST(Softmax, StableAndNormalized) {
+  Tensor z = Tensor::from_vector(std::vector<double>{1000, 1001, 1002, -5, 0, 5}, {2, 3});
+  Tensor p = ops::softmax(z);
+  for (int64_t r = 0; r < 2; ++r) EXPECT_NEAR(p.at({r, 0}) + p.at({r, 1}) + p.at({r, 2}), 1.0, 1e-12);
+  EXPECT_NEAR(p.at({0, 2}), 1.0 / (1.0 + std::exp(-1.0) + std::exp(-2.0)), 1e-12);
+  Tensor lp = ops::log_softmax(z);
+  EXPECT_NEAR(lp.at({1, 0}), std::log(p.at({1, 0})), 1e-12);
+  // Seed 002 chapter 1: sigmoid(4.8) = 0.992, sigmoid(0.5) = 0.622.
+  Tensor s = ops::sigmoid(Tensor::from_vector(std::vector<double>{4.8, 0.5, -7.0, -5.0}, {4}));
+  EXPECT_NEAR(s.at({0}), 0.991837, 1e-6);
+  EXPECT_NEAR(s.at({1}), 0.622459, 1e-6);
+  EXPECT_NEAR(s.at({2}), 0.000911, 1e-6);
+  EXPECT_NEAR(s.at({3}), 0.006693, 1e-6);  // not the book's 0.0998 (erratum)
+}

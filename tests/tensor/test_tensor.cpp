@@ -1,0 +1,155 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+
+#include "weft/tensor/ops.h"
+#include "weft/tensor/rng.h"
+#include "weft/tensor/thread_pool.h"
+
+using namespace weft;
+
+TEST(Tensor, FactoriesAndShape) {
+  Tensor z = Tensor::zeros({2, 3});
+  EXPECT_EQ(z.numel(), 6);
+  EXPECT_EQ(z.dim(), 2);
+  EXPECT_TRUE(z.is_contiguous());
+  EXPECT_EQ(z.strides(), (Shape{3, 1}));
+  EXPECT_EQ(ops::sum(z).item(), 0.0);
+  Tensor f = Tensor::full({4}, 2.5, DType::F64);
+  EXPECT_EQ(f.dtype(), DType::F64);
+  EXPECT_EQ(ops::sum(f).item(), 10.0);
+  Tensor s = Tensor::scalar(3.0);
+  EXPECT_EQ(s.dim(), 0);
+  EXPECT_EQ(s.item(), 3.0);
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor a = Tensor::arange(12).view({3, 4});
+  Tensor t = a.t();
+  EXPECT_TRUE(t.shares_storage(a));
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.shape(), (Shape{4, 3}));
+  EXPECT_EQ(t.at({1, 2}), a.at({2, 1}));
+  Tensor row = a.select(0, 1);
+  EXPECT_EQ(row.to_vector(), (std::vector<double>{4, 5, 6, 7}));
+  Tensor cols = a.slice(1, 1, 3);
+  EXPECT_EQ(cols.to_vector(), (std::vector<double>{1, 2, 5, 6, 9, 10}));
+  cols.fill_(-1);  // writes through the view
+  EXPECT_EQ(a.at({0, 1}), -1);
+  EXPECT_EQ(a.at({2, 3}), 11);
+}
+
+TEST(Tensor, ReshapeOfNonContiguousCopies) {
+  Tensor a = Tensor::arange(6).view({2, 3});
+  Tensor r = a.t().reshape({6});
+  EXPECT_FALSE(r.shares_storage(a));
+  EXPECT_EQ(r.to_vector(), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+  EXPECT_EQ(a.view({3, -1}).shape(), (Shape{3, 2}));
+  EXPECT_THROW(a.view({4, 2}), InternalError);
+  EXPECT_THROW(a.t().view({6}), InternalError);
+}
+
+TEST(Tensor, PermuteExpandUnsqueeze) {
+  Tensor a = Tensor::arange(24).view({2, 3, 4});
+  Tensor p = a.permute({2, 0, 1});
+  EXPECT_EQ(p.shape(), (Shape{4, 2, 3}));
+  EXPECT_EQ(p.at({3, 1, 2}), a.at({1, 2, 3}));
+  Tensor b = Tensor::arange(3).view({3, 1}).expand({3, 5});
+  EXPECT_EQ(b.stride(1), 0);
+  EXPECT_EQ(b.at({2, 4}), 2);
+  EXPECT_EQ(Tensor::arange(3).unsqueeze(0).shape(), (Shape{1, 3}));
+  EXPECT_EQ(Tensor::arange(3).unsqueeze(-1).shape(), (Shape{3, 1}));
+  EXPECT_EQ(Tensor::zeros({1, 3}).squeeze(0).shape(), (Shape{3}));
+  EXPECT_THROW(Tensor::zeros({2, 3}).expand({4, 3}), InternalError);
+}
+
+TEST(Tensor, BroadcastingArithmetic) {
+  Tensor a = Tensor::arange(6).view({2, 3});
+  Tensor b = Tensor::from_vector(std::vector<float>{10, 20, 30}, {3});
+  Tensor c = ops::add(a, b);
+  EXPECT_EQ(c.to_vector(), (std::vector<double>{10, 21, 32, 13, 24, 35}));
+  Tensor col = Tensor::from_vector(std::vector<float>{1, 2}, {2, 1});
+  EXPECT_EQ(ops::mul(a, col).to_vector(), (std::vector<double>{0, 1, 2, 6, 8, 10}));
+  EXPECT_EQ(ops::sub(a.t(), Tensor::scalar(1)).to_vector(), (std::vector<double>{-1, 2, 0, 3, 1, 4}));
+  EXPECT_EQ(broadcast_shapes({4, 1, 3}, {5, 1}), (Shape{4, 5, 3}));
+  EXPECT_THROW(broadcast_shapes({2, 3}, {4}), InternalError);
+  EXPECT_THROW(ops::add(a, Tensor::zeros({3}, DType::F64)), InternalError);
+}
+
+TEST(Tensor, Reductions) {
+  Tensor a = Tensor::arange(24, DType::F64).view({2, 3, 4});
+  EXPECT_EQ(ops::sum(a).item(), 276);
+  Tensor s0 = ops::sum(a, {0}, false);
+  EXPECT_EQ(s0.shape(), (Shape{3, 4}));
+  EXPECT_EQ(s0.at({1, 2}), 6 + 18);
+  Tensor s12 = ops::sum(a, {1, 2}, true);
+  EXPECT_EQ(s12.shape(), (Shape{2, 1, 1}));
+  EXPECT_EQ(s12.at({1, 0, 0}), 12 * 12 + 66);
+  EXPECT_DOUBLE_EQ(ops::mean(a).item(), 11.5);
+  Tensor m = ops::mean(a, {-1}, false);
+  EXPECT_DOUBLE_EQ(m.at({0, 0}), 1.5);
+  // sum_to_shape undoes broadcasting.
+  Tensor g = Tensor::ones({4, 2, 3});
+  EXPECT_EQ(ops::sum_to_shape(g, {2, 1}).to_vector(), (std::vector<double>{12, 12}));
+  EXPECT_EQ(ops::sum_to_shape(g, {3}).to_vector(), (std::vector<double>{8, 8, 8}));
+  EXPECT_EQ(ops::argmax_rows(Tensor::from_vector(std::vector<float>{1, 5, 2, 7, 0, 7}, {2, 3})),
+            (std::vector<std::int64_t>{1, 0}));
+}
+
+TEST(Tensor, CopyConvertsDtypes) {
+  Tensor a = Tensor::from_vector(std::vector<double>{1.5, -2.25}, {2});
+  Tensor f = a.to(DType::F32);
+  EXPECT_EQ(f.dtype(), DType::F32);
+  EXPECT_EQ(f.to_vector(), (std::vector<double>{1.5, -2.25}));
+  EXPECT_TRUE(ops::equal(f.to(DType::F64), a));
+}
+
+TEST(Rng, SeededAndRestorable) {
+  Rng a(42), b(42), c(43);
+  EXPECT_EQ(a.next_u64(), b.next_u64());
+  EXPECT_NE(a.next_u64(), c.next_u64());
+  a.normal();  // leaves a cached spare
+  RngState st = a.state();
+  double x = a.normal(), y = a.uniform();
+  Rng d(0);
+  d.set_state(st);
+  EXPECT_EQ(d.normal(), x);
+  EXPECT_EQ(d.uniform(), y);
+}
+
+TEST(Rng, NormalMoments) {
+  Rng r(1);
+  Tensor t = randn({100000}, r, 2.0, 3.0, DType::F64);
+  double mean = ops::mean(t).item();
+  double var = ops::mean(ops::square(ops::add(t, -mean))).item();
+  EXPECT_NEAR(mean, 2.0, 0.05);
+  EXPECT_NEAR(std::sqrt(var), 3.0, 0.05);
+  std::vector<int> counts(5, 0);
+  for (int i = 0; i < 50000; ++i) counts[r.below(5)]++;
+  for (int c : counts) EXPECT_NEAR(c, 10000, 400);
+}
+
+TEST(ThreadPool, CoversRangeOnceForAnyThreadCount) {
+  for (int threads : {1, 2, 3, 4}) {
+    set_num_threads(threads);
+    EXPECT_EQ(get_num_threads(), threads);
+    std::vector<std::atomic<int>> hits(10007);
+    parallel_for(10007, 100, [&](std::int64_t b, std::int64_t e) {
+      for (auto i = b; i < e; ++i) hits[i]++;
+    });
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
+  EXPECT_THROW(set_num_threads(0), ConfigError);
+  set_num_threads(2);
+}
+
+TEST(ThreadPool, ElementwiseResultsDoNotDependOnThreads) {
+  Rng r(3);
+  Tensor a = randn({300, 700}, r), b = randn({700}, r);
+  set_num_threads(1);
+  Tensor one = ops::sigmoid(ops::add(a, b));
+  set_num_threads(2);
+  Tensor two = ops::sigmoid(ops::add(a, b));
+  EXPECT_TRUE(ops::equal(one, two));
+}

@@ -1,0 +1,221 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "../test_support.h"
+#include "weft/nn/models.h"
+#include "weft/tensor/ops.h"
+#include "weft/train/checkpoint.h"
+#include "weft/train/safetensors.h"
+#include "weft/train/trainer.h"
+#include "weft/util/file.h"
+
+using namespace weft;
+using weft::testing::TempDir;
+
+namespace {
+template <class F>
+std::string checkpoint_error(F&& f) {
+  try {
+    f();
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+CheckpointMeta meta_for(const std::string& model, std::int64_t step) {
+  CheckpointMeta m;
+  m.model = model;
+  m.step = step;
+  m.epoch = 1;
+  m.batch_in_epoch = 3;
+  m.optimizer = "sgd";
+  m.optimizer_steps = step;
+  Rng r(5);
+  r.normal();
+  m.rngs.emplace_back("init", r.state());
+  return m;
+}
+}  // namespace
+
+TEST(Safetensors, RoundTripAndLayout) {
+  StateDict sd{{"a", Tensor::arange(6).view({2, 3})}, {"b", Tensor::full({1}, 2.5, DType::F64)}};
+  std::string bytes = encode_safetensors(sd, {{"k", "v"}});
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
+  EXPECT_EQ((8 + n) % 8, 0u);
+  EXPECT_EQ(bytes.size(), 8 + n + 6 * 4 + 8);
+  SafetensorsFile f = decode_safetensors(bytes, "x");
+  ASSERT_EQ(f.tensors.size(), 2u);
+  EXPECT_EQ(f.tensors[0].first, "a");
+  EXPECT_TRUE(ops::equal(f.tensors[0].second, sd[0].second));
+  EXPECT_TRUE(ops::equal(f.tensors[1].second, sd[1].second));
+  EXPECT_EQ(f.metadata.at("k"), "v");
+}
+
+TEST(Safetensors, RejectsMalformedFiles) {
+  std::string good = encode_safetensors({{"a", Tensor::arange(4)}});
+  EXPECT_NE(checkpoint_error([&] { decode_safetensors("abc", "f"); }).find("too short"), std::string::npos);
+  std::string big_len = good;
+  big_len[5] = 1;
+  EXPECT_NE(checkpoint_error([&] { decode_safetensors(big_len, "f"); }).find("exceeds"), std::string::npos);
+  std::string bad_json = good;
+  bad_json[8] = '[';
+  EXPECT_NE(checkpoint_error([&] { decode_safetensors(bad_json, "f"); }), "no error");
+  EXPECT_NE(checkpoint_error([&] { decode_safetensors(good.substr(0, good.size() - 4), "f"); }).find("outside"),
+            std::string::npos);
+}
+
+TEST(Checkpoint, SaveLoadAndPrune) {
+  TempDir dir;
+  Rng rng(1);
+  auto model = make_model("mlp", rng);
+  StateDict optim{{"momentum.1.weight", Tensor::ones({256, 784})}};
+  for (std::int64_t step : {10, 20, 30, 40}) save_checkpoint(dir.path(), meta_for("mlp", step), model->state_dict(), optim, 2);
+  auto latest = latest_checkpoint(dir.path());
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(std::filesystem::path(*latest).filename(), "step-000000040");
+  EXPECT_FALSE(is_directory(dir / "step-000000010"));
+  EXPECT_FALSE(is_directory(dir / "step-000000020"));
+  EXPECT_TRUE(is_directory(dir / "step-000000030"));
+  Checkpoint c = load_checkpoint(*latest);
+  EXPECT_EQ(c.meta.model, "mlp");
+  EXPECT_EQ(c.meta.step, 40);
+  EXPECT_EQ(c.meta.batch_in_epoch, 3);
+  ASSERT_EQ(c.meta.rngs.size(), 1u);
+  EXPECT_EQ(c.meta.rngs[0].second.s, meta_for("mlp", 1).rngs[0].second.s);
+  EXPECT_EQ(c.meta.rngs[0].second.spare, meta_for("mlp", 1).rngs[0].second.spare);
+  Rng other(2);
+  auto restored = make_model("mlp", other);
+  restored->load_state_dict(c.model);
+  EXPECT_TRUE(ops::equal(restored->parameters()[0].value(), model->parameters()[0].value()));
+  EXPECT_TRUE(ops::equal(c.optimizer[0].second, optim[0].second));
+}
+
+TEST(Checkpoint, HalfWrittenCheckpointsAreIgnored) {
+  TempDir dir;
+  Rng rng(1);
+  auto model = make_model("mlp128", rng);
+  save_checkpoint(dir.path(), meta_for("mlp128", 5), model->state_dict(), {});
+  // A crash while writing leaves a temporary folder, or a step folder without meta.json.
+  make_directories(dir / ".step-000000009.tmp");
+  write_file_atomic(dir / ".step-000000009.tmp/model.safetensors", "partial");
+  make_directories(dir / "step-000000010");
+  EXPECT_EQ(std::filesystem::path(*latest_checkpoint(dir.path())).filename(), "step-000000005");
+}
+
+TEST(Checkpoint, DetectsCorruption) {
+  TempDir dir;
+  Rng rng(1);
+  auto model = make_model("mlp128", rng);
+  std::string path = save_checkpoint(dir.path(), meta_for("mlp128", 5), model->state_dict(), {});
+  std::string file = path + "/model.safetensors";
+  std::string bytes = read_file(file);
+  bytes[bytes.size() / 2] ^= 0x40;
+  write_file_atomic(file, bytes);
+  std::string msg = checkpoint_error([&] { load_checkpoint(path); });
+  EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(file), std::string::npos) << msg;
+  write_file_atomic(path + "/meta.json", "{not json");
+  EXPECT_NE(checkpoint_error([&] { load_checkpoint(path); }).find("not valid JSON"), std::string::npos);
+  write_file_atomic(path + "/meta.json", "{\"format\": \"weft-checkpoint\", \"version\": 1}");
+  EXPECT_NE(checkpoint_error([&] { load_checkpoint(path); }).find("malformed metadata"), std::string::npos);
+  EXPECT_NE(checkpoint_error([&] { load_checkpoint(dir / "nothing"); }).find("does not exist"), std::string::npos);
+}
+
+// 2 epochs straight and 1 epoch + resume + 1 epoch give bitwise identical parameters,
+// also when the interruption falls in the middle of an epoch.
+TEST(Resume, IsBitwiseExact) {
+  TempDir data;
+  weft::testing::write_synthetic_mnist(data.path(), 300, 50);
+  for (const char* model : {"mlp", "cnn"}) {
+    for (const char* optimizer : {"sgd", "adam"}) {
+      TrainConfig c;
+      c.model = model;
+      c.optimizer = optimizer;
+      c.lr = std::string(optimizer) == "sgd" ? 0.01 : 0.001;
+      c.data = data.path();
+      c.batch = 32;
+      c.epochs = 2;
+      c.seed = 3;
+      c.threads = 2;
+      c.quiet = true;
+      c.schedule.kind = "cosine";
+      c.schedule.warmup_steps = 3;
+      TempDir straight, split, mid;
+      c.checkpoint_dir = straight.path();
+      train(c, stdout);
+      // 1 epoch, then resume for the second.
+      c.checkpoint_dir = split.path();
+      c.max_steps = 10;  // = one epoch of 300 / 32
+      train(c, stdout);
+      c.max_steps = 0;
+      c.resume = true;
+      train(c, stdout);
+      // Stop in the middle of the first epoch, then resume.
+      c.checkpoint_dir = mid.path();
+      c.resume = false;
+      c.max_steps = 4;
+      train(c, stdout);
+      c.max_steps = 0;
+      c.resume = true;
+      train(c, stdout);
+      std::string a = read_file(*latest_checkpoint(straight.path()) + "/model.safetensors");
+      EXPECT_EQ(a, read_file(*latest_checkpoint(split.path()) + "/model.safetensors")) << model << " " << optimizer;
+      EXPECT_EQ(a, read_file(*latest_checkpoint(mid.path()) + "/model.safetensors")) << model << " " << optimizer;
+      EXPECT_EQ(read_file(*latest_checkpoint(straight.path()) + "/optimizer.safetensors"),
+                read_file(*latest_checkpoint(mid.path()) + "/optimizer.safetensors"));
+    }
+  }
+}
+
+TEST(Resume, RejectsAnotherModelAndMissingCheckpoints) {
+  TempDir data, ck;
+  weft::testing::write_synthetic_mnist(data.path(), 64, 10);
+  TrainConfig c;
+  c.model = "mlp";
+  c.data = data.path();
+  c.checkpoint_dir = ck.path();
+  c.quiet = true;
+  c.resume = true;
+  EXPECT_NE(checkpoint_error([&] { train(c, stdout); }).find("no checkpoint"), std::string::npos);
+  c.resume = false;
+  train(c, stdout);
+  c.resume = true;
+  c.model = "mlp128";
+  EXPECT_NE(checkpoint_error([&] { train(c, stdout); }).find("holds model 'mlp', not 'mlp128'"), std::string::npos);
+}
+
+TEST(Train, LearnsTheSyntheticTask) {
+  TempDir data;
+  weft::testing::write_synthetic_mnist(data.path(), 600, 200);
+  TrainConfig c;
+  c.model = "mlp";
+  c.data = data.path();
+  c.epochs = 2;
+  c.quiet = true;
+  TrainSummary s = train(c, stdout);
+  EXPECT_GT(s.test_accuracy, 0.95);
+  EXPECT_EQ(s.steps, 2 * 10);
+  EXPECT_EQ(s.samples, 1200);
+  EXPECT_NE(s.to_json().find("\"test_accuracy\""), std::string::npos);
+}
+
+TEST(Train, ValidatesConfiguration) {
+  TrainConfig c;
+  c.batch = 0;
+  EXPECT_THROW(validate(c), ConfigError);
+  c = TrainConfig{};
+  c.model = "vgg";
+  EXPECT_THROW(validate(c), ConfigError);
+  c = TrainConfig{};
+  c.optimizer = "rmsprop";
+  EXPECT_THROW(validate(c), ConfigError);
+  c = TrainConfig{};
+  c.resume = true;
+  EXPECT_THROW(validate(c), ConfigError);
+  c = TrainConfig{};
+  c.lr = -1;
+  EXPECT_THROW(validate(c), ConfigError);
+}
