@@ -90,9 +90,17 @@ Tensor col2im(const Tensor& col_in, const Shape& x_shape, std::int64_t kh, std::
               if (ih < 0 || ih >= H) continue;
               T* drow = plane + ih * W;
               const T* s = srow + oh * OW;
-              for (std::int64_t ow = 0; ow < OW; ++ow) {
-                std::int64_t iw = ow * stride - pad + j;
-                if (iw >= 0 && iw < W) drow[iw] += s[ow];
+              if (stride == 1) {
+                // iw = ow - pad + j: one contiguous run of valid columns.
+                std::int64_t lo = std::max<std::int64_t>(0, pad - j);
+                std::int64_t hi = std::min<std::int64_t>(OW, W + pad - j);
+                T* d = drow - pad + j;
+                for (std::int64_t ow = lo; ow < hi; ++ow) d[ow] += s[ow];
+              } else {
+                for (std::int64_t ow = 0; ow < OW; ++ow) {
+                  std::int64_t iw = ow * stride - pad + j;
+                  if (iw >= 0 && iw < W) drow[iw] += s[ow];
+                }
               }
             }
           }
@@ -197,6 +205,25 @@ MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_
         const T* src = px + plane * H * W;
         T* dst = po + plane * OH * OW;
         std::int32_t* idx = pa + plane * OH * OW;
+        if (kernel == 2 && stride == 2) {  // the common case, unrolled; same order and ties
+          for (std::int64_t oh = 0; oh < OH; ++oh) {
+            for (std::int64_t ow = 0; ow < OW; ++ow) {
+              const std::int64_t at[4] = {2 * oh * W + 2 * ow, 2 * oh * W + 2 * ow + 1, (2 * oh + 1) * W + 2 * ow,
+                                          (2 * oh + 1) * W + 2 * ow + 1};
+              T best = -std::numeric_limits<T>::infinity();
+              std::int64_t best_i = at[0];
+              for (std::int64_t k : at) {
+                if (src[k] > best) {
+                  best = src[k];
+                  best_i = k;
+                }
+              }
+              dst[oh * OW + ow] = best;
+              idx[oh * OW + ow] = static_cast<std::int32_t>(best_i);
+            }
+          }
+          continue;
+        }
         for (std::int64_t oh = 0; oh < OH; ++oh) {
           for (std::int64_t ow = 0; ow < OW; ++ow) {
             T best = -std::numeric_limits<T>::infinity();

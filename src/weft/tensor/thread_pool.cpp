@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -14,9 +15,28 @@
 #include "weft/util/env.h"
 #include "weft/util/error.h"
 
+// OpenBLAS's own entry points (exported by Debian's libopenblas) to re-read its
+// environment and restart its worker threads.
+extern "C" {
+void openblas_read_env(void);
+int blas_thread_shutdown_(void);
+int blas_thread_init(void);
+}
+
 namespace weft {
 
 namespace {
+
+// OpenBLAS's idle workers spin for 2^28 cycles (about 0.1 s) after each GEMM before they
+// sleep. On a machine with few cores they then compete with weft's own kernels and with
+// other ranks. Unless the user chose a value, make them sleep almost at once.
+void calm_openblas_workers() {
+  if (std::getenv("OPENBLAS_THREAD_TIMEOUT") != nullptr) return;
+  ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+  openblas_read_env();
+  blas_thread_shutdown_();
+  blas_thread_init();
+}
 
 thread_local bool t_in_pool = false;
 
@@ -112,6 +132,7 @@ std::unique_ptr<ThreadPool> g_pool;
 ThreadPool& pool() {
   std::lock_guard<std::mutex> lock(g_pool_mu);
   if (!g_pool) {
+    calm_openblas_workers();
     int t = default_threads();
     g_pool = std::make_unique<ThreadPool>(t);
     openblas_set_num_threads(t);
@@ -124,6 +145,7 @@ ThreadPool& pool() {
 void set_num_threads(int threads) {
   if (threads < 1) throw ConfigError("thread count must be at least 1, got " + std::to_string(threads));
   std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (!g_pool) calm_openblas_workers();
   if (g_pool && g_pool->size() == threads) return;
   g_pool.reset();
   g_pool = std::make_unique<ThreadPool>(threads);

@@ -212,7 +212,11 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     s.samples += epoch_samples;
     s.steps = step;
     s.train_loss = loss_sum / static_cast<double>(std::max<std::int64_t>(loss_count, 1));
-    if (partial) break;
+    if (partial) {
+      fmt::print(out, "stopped after step {} (--max-steps), in epoch {}: train loss {:.4f}  ({:.0f} samples/s)\n", step,
+                 epoch + 1, s.train_loss, static_cast<double>(epoch_samples) / std::max(epoch_train_seconds, 1e-9));
+      break;
+    }
     s.epochs_done = epoch + 1;
     std::string acc_text;
     if (c.evaluate) {
