@@ -29,25 +29,23 @@ void Adam::step() {
     WEFT_CHECK(w.is_contiguous(), "Adam needs contiguous parameters");
     dispatch(w.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      T* pw = w.data<T>();
-      const T* pg = g.data<T>();
-      T* pm = m_[k].data<T>();
-      T* pv = v_[k].data<T>();
+      T* __restrict pw = w.data<T>();
+      const T* __restrict pg = g.data<T>();
+      T* __restrict pm = m_[k].data<T>();
+      T* __restrict pv = v_[k].data<T>();
       const T lr = static_cast<T>(lr_), b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
       const T eps = static_cast<T>(options_.eps), wd = static_cast<T>(options_.weight_decay);
       const T ibc1 = static_cast<T>(1.0 / bc1), ibc2 = static_cast<T>(1.0 / bc2);
-      const bool decoupled = options_.decoupled;
+      // AdamW scales the weight first; Adam adds the decay to the gradient instead.
+      const T keep = options_.decoupled ? T(1) - lr * wd : T(1);
+      const T l2 = options_.decoupled ? T(0) : wd;
       parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t i = b; i < e; ++i) {
-          T gi = pg[i];
-          if (decoupled) {
-            pw[i] *= T(1) - lr * wd;
-          } else {
-            gi += wd * pw[i];
-          }
+          T wi = pw[i] * keep;
+          T gi = pg[i] + l2 * pw[i];
           pm[i] = b1 * pm[i] + (T(1) - b1) * gi;
           pv[i] = b2 * pv[i] + (T(1) - b2) * gi * gi;
-          pw[i] -= lr * (pm[i] * ibc1) / (std::sqrt(pv[i] * ibc2) + eps);
+          pw[i] = wi - lr * (pm[i] * ibc1) / (std::sqrt(pv[i] * ibc2) + eps);
         }
       });
     });

@@ -21,18 +21,24 @@ void SGD::step() {
     WEFT_CHECK(w.is_contiguous(), "SGD needs contiguous parameters");
     dispatch(w.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      T* pw = w.data<T>();
-      const T* pg = g.data<T>();
-      T* pb = momentum_ > 0.0 ? buffers_[k].data<T>() : nullptr;
+      T* __restrict pw = w.data<T>();
+      const T* __restrict pg = g.data<T>();
+      T* __restrict pb = momentum_ > 0.0 ? buffers_[k].data<T>() : nullptr;
       const T lr = static_cast<T>(lr_), mom = static_cast<T>(momentum_), wd = static_cast<T>(weight_decay_);
+      // Separate loops for each case, so each vectorizes.
       parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-          T d = pg[i] + wd * pw[i];
-          if (pb) {
-            pb[i] = mom * pb[i] + d;
-            d = pb[i];
+        if (pb && wd != T(0)) {
+          for (std::int64_t i = b; i < e; ++i) {
+            pb[i] = mom * pb[i] + (pg[i] + wd * pw[i]);
+            pw[i] -= lr * pb[i];
           }
-          pw[i] -= lr * d;
+        } else if (pb) {
+          for (std::int64_t i = b; i < e; ++i) {
+            pb[i] = mom * pb[i] + pg[i];
+            pw[i] -= lr * pb[i];
+          }
+        } else {
+          for (std::int64_t i = b; i < e; ++i) pw[i] -= lr * (pg[i] + wd * pw[i]);
         }
       });
     });
