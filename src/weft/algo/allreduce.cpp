@@ -1,0 +1,248 @@
+#include "weft/algo/allreduce.h"
+
+#include <numeric>
+
+#include "weft/algo/ring.h"
+#include "weft/util/error.h"
+
+namespace weft::algo {
+
+namespace {
+
+std::vector<int> iota_group(int world) {
+  std::vector<int> g(static_cast<size_t>(world));
+  std::iota(g.begin(), g.end(), 0);
+  return g;
+}
+
+// A balanced in-order binary tree over positions [0, world): parent, children and height.
+struct Tree {
+  std::vector<int> parent, left, right, height;
+  int root = -1;
+  explicit Tree(int world) : parent(world, -1), left(world, -1), right(world, -1), height(world, 0) {
+    root = build(0, world, -1);
+  }
+  int build(int lo, int hi, int up) {
+    if (lo >= hi) return -1;
+    int mid = (lo + hi) / 2;
+    parent[mid] = up;
+    left[mid] = build(lo, mid, mid);
+    right[mid] = build(mid + 1, hi, mid);
+    int h = 0;
+    if (left[mid] >= 0) h = std::max(h, height[left[mid]] + 1);
+    if (right[mid] >= 0) h = std::max(h, height[right[mid]] + 1);
+    height[mid] = h;
+    return mid;
+  }
+  bool is_right_child(int v) const { return parent[v] >= 0 && right[parent[v]] == v; }
+};
+
+// Reduce `region` up `tree` (positions mapped to ranks by `rank_of`) and broadcast it back
+// down. A node sends to its parent at step 2*height (+1 for a right child), so its two
+// children never write the region in the same step.
+void tree_allreduce(Program& p, const Tree& t, const std::vector<int>& rank_of, int me_pos, const Chunk& region) {
+  const int reduce_steps = 2 * t.height[t.root] + 1;
+  const int v = me_pos;
+  auto edge_step = [&](int child) { return 2 * t.height[child] + (t.is_right_child(child) ? 1 : 0); };
+  auto down_step = [&](int child) {
+    return reduce_steps + 2 * (t.height[t.root] - t.height[t.parent[child]]) + (t.is_right_child(child) ? 1 : 0);
+  };
+  for (int child : {t.left[v], t.right[v]}) {
+    if (child < 0) continue;
+    p.recv_reduce(static_cast<size_t>(edge_step(child)), rank_of[child], region);
+    p.send(static_cast<size_t>(down_step(child)), rank_of[child], region);
+  }
+  if (t.parent[v] >= 0) {
+    p.send(static_cast<size_t>(edge_step(v)), rank_of[t.parent[v]], region);
+    p.recv(static_cast<size_t>(down_step(v)), rank_of[t.parent[v]], region);
+  }
+}
+
+}  // namespace
+
+Program allreduce_ring(int rank, int world, std::int64_t n, const Options&) {
+  Program p;
+  p.algorithm = "ring";
+  auto group = iota_group(world);
+  Chunk all{Buf::kData, 0, n};
+  std::size_t s = ring_reduce_scatter(p, 0, group, rank, all);
+  ring_allgather(p, s, group, rank, all);
+  p.compact();
+  return p;
+}
+
+Program allreduce_relay_ring(int rank, int world, std::int64_t n, const Options&) {
+  Program p;
+  p.algorithm = "relay_ring";
+  Chunk all{Buf::kData, 0, n};
+  const int right = (rank + 1) % world, left = (rank - 1 + world) % world;
+  // Reduce: rank s passes the running sum to s + 1 at step s.
+  if (rank < world - 1) p.send(static_cast<size_t>(rank), right, all);
+  if (rank > 0) p.recv_reduce(static_cast<size_t>(rank - 1), left, all);
+  // Pass the total around: rank W-1 sends to 0 at step W-1, then 0 to 1, ...
+  const size_t base = static_cast<size_t>(world - 1);
+  for (int s = 0; s < world - 1; ++s) {
+    int sender = (world - 1 + s) % world;
+    if (rank == sender) p.send(base + s, right, all);
+    if (rank == (sender + 1) % world) p.recv(base + s, left, all);
+  }
+  p.compact();
+  return p;
+}
+
+Program allreduce_direct(int rank, int world, std::int64_t n, const Options&) {
+  Program p;
+  p.algorithm = "direct";
+  Chunk mine = block(n, world, rank);
+  // Step 0: block j goes to rank j; the blocks others send to me land in scratch slots.
+  p.need_scratch(mine.count * std::max(world - 1, 0));
+  int slot = 0;
+  std::vector<Chunk> slots;
+  for (int j = 0; j < world; ++j) {
+    if (j == rank) continue;
+    p.send(0, j, block(n, world, j));
+    Chunk s{Buf::kScratch, slot * mine.count, mine.count};
+    p.recv(0, j, s);
+    slots.push_back(s);
+    ++slot;
+  }
+  // Steps 1..W-1: reduce the slots into my block, one per step (a fixed order).
+  for (size_t k = 0; k < slots.size(); ++k) p.reduce(1 + k, slots[k], mine);
+  // Then every rank sends its reduced block to all others.
+  const size_t last = 1 + slots.size();
+  for (int j = 0; j < world; ++j) {
+    if (j == rank) continue;
+    p.send(last, j, mine);
+    p.recv(last, j, block(n, world, j));
+  }
+  p.compact();
+  return p;
+}
+
+Program allreduce_double_tree(int rank, int world, std::int64_t n, const Options&) {
+  Program p;
+  p.algorithm = "double_tree";
+  Tree t(world);
+  // Tree A over ranks in order; tree B over ranks shifted by one, so that most interior
+  // nodes of one tree are leaves of the other.
+  std::vector<int> a(static_cast<size_t>(world)), b(static_cast<size_t>(world));
+  for (int i = 0; i < world; ++i) {
+    a[i] = i;
+    b[i] = (i + 1) % world;
+  }
+  Chunk first{Buf::kData, 0, n / 2}, second{Buf::kData, n / 2, n - n / 2};
+  tree_allreduce(p, t, a, rank, first);
+  tree_allreduce(p, t, b, (rank - 1 + world) % world, second);
+  p.compact();
+  return p;
+}
+
+Program allreduce_recursive_doubling(int rank, int world, std::int64_t n, const Options&) {
+  Program p;
+  p.algorithm = "recursive_doubling";
+  Folding f(world);
+  Chunk all{Buf::kData, 0, n};
+  Chunk tmp{Buf::kScratch, 0, n};
+  p.need_scratch(n);
+  size_t s = 0;
+  if (f.rem > 0) {
+    if (f.folded_away(rank)) {
+      p.send(0, rank + 1, all);
+      p.recv(1 + 2 * static_cast<size_t>(__builtin_ctz(static_cast<unsigned>(f.p))), rank + 1, all);
+      p.compact();
+      return p;
+    }
+    if (rank < 2 * f.rem) p.recv_reduce(0, rank - 1, all);
+    s = 1;
+  }
+  const int v = f.virtual_rank(rank);
+  for (int mask = 1; mask < f.p; mask <<= 1) {
+    int peer = f.real_rank(v ^ mask);
+    p.send(s, peer, all);
+    p.recv(s, peer, tmp);
+    p.reduce(s + 1, tmp, all);
+    s += 2;
+  }
+  if (f.rem > 0 && rank < 2 * f.rem) p.send(s, rank - 1, all);
+  p.compact();
+  return p;
+}
+
+Program allreduce_rabenseifner(int rank, int world, std::int64_t n, const Options&) {
+  Program p;
+  p.algorithm = "rabenseifner";
+  Folding f(world);
+  Chunk all{Buf::kData, 0, n};
+  p.need_scratch(n);
+  int log_p = 0;
+  while ((1 << log_p) < f.p) ++log_p;
+  const size_t final_step = (f.rem > 0 ? 1 : 0) + 3 * static_cast<size_t>(log_p);
+  if (f.folded_away(rank)) {
+    p.send(0, rank + 1, all);
+    p.recv(final_step, rank + 1, all);
+    p.compact();
+    return p;
+  }
+  size_t s = 0;
+  if (f.rem > 0) {
+    if (rank < 2 * f.rem) p.recv_reduce(0, rank - 1, all);
+    s = 1;
+  }
+  const int v = f.virtual_rank(rank);
+  auto region = [&](int lo, int hi) {  // virtual blocks [lo, hi) of p blocks
+    std::int64_t b = block_begin(n, f.p, lo);
+    return Chunk{Buf::kData, b, block_begin(n, f.p, hi) - b};
+  };
+  auto in_scratch = [](Chunk c) { return Chunk{Buf::kScratch, c.offset, c.count}; };
+  // Reduce-scatter by recursive halving.
+  int lo = 0, hi = f.p;
+  for (int mask = f.p / 2; mask >= 1; mask /= 2) {
+    int peer = f.real_rank(v ^ mask);
+    int mid = (lo + hi) / 2;
+    Chunk keep = (v & mask) ? region(mid, hi) : region(lo, mid);
+    Chunk give = (v & mask) ? region(lo, mid) : region(mid, hi);
+    p.send(s, peer, give);
+    p.recv(s, peer, in_scratch(keep));
+    p.reduce(s + 1, in_scratch(keep), keep);
+    s += 2;
+    if (v & mask) lo = mid; else hi = mid;
+  }
+  // All-gather by recursive doubling.
+  for (int mask = 1; mask < f.p; mask <<= 1) {
+    int peer = f.real_rank(v ^ mask);
+    int size = hi - lo;
+    int peer_lo = (v & mask) ? lo - size : hi;
+    p.send(s, peer, region(lo, hi));
+    p.recv(s, peer, region(peer_lo, peer_lo + size));
+    lo = std::min(lo, peer_lo);
+    hi = lo + 2 * size;
+    s += 1;
+  }
+  if (f.rem > 0 && rank < 2 * f.rem) p.send(final_step, rank - 1, all);
+  p.compact();
+  return p;
+}
+
+Program allreduce_hierarchical(int rank, int world, std::int64_t n, const Options& o) {
+  const int local = o.local_world;
+  if (local < 1 || world % local != 0) {
+    throw ConfigError("hierarchical all-reduce needs the ranks per host (" + std::to_string(local) +
+                      ") to divide the world (" + std::to_string(world) + ")");
+  }
+  Program p;
+  p.algorithm = "hierarchical";
+  const int hosts = world / local, host = rank / local, l = rank % local;
+  std::vector<int> host_group, rail_group;
+  for (int i = 0; i < local; ++i) host_group.push_back(host * local + i);
+  for (int h = 0; h < hosts; ++h) rail_group.push_back(h * local + l);
+  Chunk all{Buf::kData, 0, n};
+  std::size_t s = ring_reduce_scatter(p, 0, host_group, l, all);
+  Chunk mine = sub_block(all, local, l);
+  s = ring_reduce_scatter(p, s, rail_group, host, mine);
+  s = ring_allgather(p, s, rail_group, host, mine);
+  ring_allgather(p, s, host_group, l, all);
+  p.compact();
+  return p;
+}
+
+}  // namespace weft::algo

@@ -1,0 +1,32 @@
+// All-reduce algorithms. Every one leaves the same, bitwise-identical reduction on every
+// rank (each element is combined in one fixed order, then copied).
+//
+//   ring                reduce-scatter then all-gather around a ring: 2(W-1) steps,
+//                       2(W-1)/W * n elements sent per rank (bandwidth-optimal)
+//   relay_ring          seed 003 chapter 2: the whole buffer is reduced hop by hop around the
+//                       ring, then the total is passed around: 2(W-1) steps of n elements
+//   direct              seed 003 chapter 4's "tree all-reduce" on a full mesh: every rank sends
+//                       block j to rank j at once, rank j reduces it, then sends it to all
+//   double_tree         two complementary binary trees, each reducing then broadcasting half
+//                       of the data (NCCL's double binary tree, without pipelining)
+//   recursive_doubling  log2(W) exchanges of the whole buffer (non-powers of two folded)
+//   rabenseifner        recursive-halving reduce-scatter then recursive-doubling all-gather:
+//                       2 log2(W) steps, about 2n elements sent per rank
+//   hierarchical        within each host a ring reduce-scatter, across hosts one ring
+//                       all-reduce per local rank (rail-aligned), within each host a ring
+//                       all-gather (needs Options::local_world dividing the world)
+#pragma once
+
+#include "weft/algo/program.h"
+
+namespace weft::algo {
+
+Program allreduce_ring(int rank, int world, std::int64_t n, const Options& o);
+Program allreduce_relay_ring(int rank, int world, std::int64_t n, const Options& o);
+Program allreduce_direct(int rank, int world, std::int64_t n, const Options& o);
+Program allreduce_double_tree(int rank, int world, std::int64_t n, const Options& o);
+Program allreduce_recursive_doubling(int rank, int world, std::int64_t n, const Options& o);
+Program allreduce_rabenseifner(int rank, int world, std::int64_t n, const Options& o);
+Program allreduce_hierarchical(int rank, int world, std::int64_t n, const Options& o);
+
+}  // namespace weft::algo

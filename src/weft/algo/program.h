@@ -1,0 +1,111 @@
+// The schedule IR: collective algorithms as data.
+//
+// A collective algorithm is a pure function (rank, world, element count, options) ->
+// Program. A program is a list of steps; the operations of a step may run concurrently,
+// and step k+1 starts when every operation of step k has completed. Operations move or
+// combine element ranges ("chunks") of three buffers:
+//
+//   kData     the collective's buffer of n elements (in and out; see Collective)
+//   kScratch  program.scratch elements of temporary space
+//   kInput    the send buffer of all-to-all (the only out-of-place collective)
+//
+// Messages between a pair of ranks are matched in order: the k-th send from a to b meets
+// the k-th receive at b from a. The real communicator (comm) executes programs on bytes;
+// the simulator (sim) turns every send into traffic; the symbolic executor (symbolic.h)
+// proves each program correct.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weft::algo {
+
+enum class Buf : std::uint8_t { kData, kScratch, kInput };
+
+struct Chunk {
+  Buf buf = Buf::kData;
+  std::int64_t offset = 0;  // in elements
+  std::int64_t count = 0;
+  std::int64_t end() const { return offset + count; }
+};
+
+enum class OpKind : std::uint8_t {
+  kSend,        // send src to peer
+  kRecv,        // receive from peer into dst
+  kRecvReduce,  // dst = dst (op) received
+  kCopy,        // dst = src, locally
+  kReduce,      // dst = dst (op) src, locally
+};
+
+struct Op {
+  OpKind kind;
+  int peer = -1;
+  Chunk src;
+  Chunk dst;
+};
+
+struct Step {
+  std::vector<Op> ops;
+};
+
+struct Program {
+  std::string algorithm;
+  std::vector<Step> steps;
+  std::int64_t scratch = 0;  // elements of scratch space needed
+
+  // Builders used by the algorithms. A step index past the end appends steps.
+  Step& step(std::size_t index);
+  void send(std::size_t step, int peer, Chunk src);
+  void recv(std::size_t step, int peer, Chunk dst);
+  void recv_reduce(std::size_t step, int peer, Chunk dst);
+  void copy(std::size_t step, Chunk src, Chunk dst);
+  void reduce(std::size_t step, Chunk src, Chunk dst);
+  void need_scratch(std::int64_t elements);
+  // Drops empty steps and zero-length operations (except zero-length messages of a barrier,
+  // which carry synchronization).
+  void compact(bool keep_empty_messages = false);
+};
+
+// What the data buffer holds before and after each collective (n elements, world ranks,
+// block r = elements [block_begin(n, world, r), block_begin(n, world, r + 1))):
+//   kAllReduce      every rank's data -> on every rank, the elementwise reduction
+//   kBroadcast      the root's data -> on every rank
+//   kReduce         every rank's data -> on the root, the reduction
+//   kGather         rank r's block r -> on the root, every block
+//   kScatter        the root's data -> on rank r, block r
+//   kAllGather      rank r's block r -> on every rank, every block
+//   kReduceScatter  every rank's data -> on rank r, block r of the reduction
+//   kAllToAll       input block j of rank i -> data block i of rank j
+//   kBarrier        no data (n = 0); no rank leaves before every rank arrived
+enum class Collective : std::uint8_t {
+  kAllReduce, kBroadcast, kReduce, kGather, kScatter, kAllGather, kReduceScatter, kAllToAll, kBarrier
+};
+
+const char* collective_name(Collective c);
+// Throws ConfigError listing the known names.
+Collective parse_collective(const std::string& name);
+const std::vector<Collective>& all_collectives();
+
+struct Options {
+  int root = 0;          // rooted collectives
+  int local_world = 0;   // hierarchical: ranks per host (0: not hierarchical)
+  int segments = 4;      // pipelined chain broadcast: pieces the data is cut into
+};
+
+// Balanced partition of n elements into `parts` blocks: block i starts here.
+std::int64_t block_begin(std::int64_t n, int parts, int i);
+inline Chunk block(std::int64_t n, int parts, int i, Buf buf = Buf::kData) {
+  std::int64_t b = block_begin(n, parts, i);
+  return {buf, b, block_begin(n, parts, i + 1) - b};
+}
+
+// Per-program traffic figures, for cost formulas and tests.
+struct ProgramStats {
+  std::size_t steps = 0;
+  std::int64_t messages = 0;       // sends
+  std::int64_t elements_sent = 0;  // total over all sends
+};
+ProgramStats stats(const Program& p);
+
+}  // namespace weft::algo

@@ -1,0 +1,152 @@
+// Every algorithm, for world sizes 1..17 and counts below, equal to and above the world,
+// through the symbolic executor; plus the cost figures the docs state.
+#include <gtest/gtest.h>
+
+#include "weft/algo/allreduce.h"
+#include "weft/algo/collectives.h"
+#include "weft/algo/symbolic.h"
+#include "weft/util/error.h"
+
+using namespace weft;
+using namespace weft::algo;
+
+namespace {
+std::vector<std::int64_t> counts_for(Collective c, int w) {
+  if (c == Collective::kAllToAll) return {0, w, 3 * w};
+  if (c == Collective::kBarrier) return {0};
+  return {0, 1, std::max(w - 1, 1), w, w + 1, 7 * w + 3, 100};
+}
+
+std::vector<Options> options_for(Collective c, const std::string& algo, int w) {
+  std::vector<Options> out;
+  if (algo == "hierarchical") {
+    for (int l : {1, 2, 3, 4})
+      if (w % l == 0) out.push_back(Options{0, l, 4});
+    return out;
+  }
+  bool rooted = c == Collective::kBroadcast || c == Collective::kReduce || c == Collective::kGather ||
+                c == Collective::kScatter;
+  if (!rooted) return {Options{}};
+  for (int root : {0, w - 1, w / 2})
+    for (int seg : {1, 4}) out.push_back(Options{root, 0, seg});
+  return out;
+}
+}  // namespace
+
+TEST(Schedules, EveryAlgorithmIsCorrectForWorldsOneToSeventeen) {
+  int checked = 0;
+  for (const Algorithm& a : algorithms()) {
+    for (int w = 1; w <= 17; ++w) {
+      for (const Options& o : options_for(a.collective, a.name, w)) {
+        for (std::int64_t n : counts_for(a.collective, w)) {
+          SymbolicResult r = verify(a.collective, a.name, w, n, o);
+          ASSERT_TRUE(r.ok) << collective_name(a.collective) << "/" << a.name << " world " << w << " n " << n
+                            << " root " << o.root << " local " << o.local_world << ": " << r.error;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 2000);
+}
+
+TEST(Schedules, RingAllReduceIsBandwidthOptimal) {
+  for (int w : {2, 3, 4, 8, 16}) {
+    std::int64_t n = 48 * w;
+    SymbolicResult r = verify(Collective::kAllReduce, "ring", w, n);
+    ASSERT_TRUE(r.ok);
+    EXPECT_EQ(r.max_steps, static_cast<size_t>(2 * (w - 1)));
+    EXPECT_EQ(r.max_elements_sent, 2 * (w - 1) * n / w);  // 2(W-1)/W * n
+  }
+}
+
+TEST(Schedules, CostsOfTheOtherAlgorithms) {
+  const std::int64_t n = 4096;
+  // Relay ring (seed 003): 2(W-1) transfers of the whole buffer, one after another.
+  auto relay = verify(Collective::kAllReduce, "relay_ring", 5, n);
+  EXPECT_EQ(relay.messages, 2 * (5 - 1));
+  EXPECT_EQ(relay.max_elements_sent, 2 * n);  // rank 0 forwards in both phases
+  // Direct (seed 003 chapter 4): two message rounds; each rank sends (W-1)/W n twice.
+  auto direct = verify(Collective::kAllReduce, "direct", 4, n);
+  EXPECT_EQ(direct.max_elements_sent, 2 * 3 * n / 4);
+  EXPECT_EQ(direct.messages, 4 * 3 * 2);
+  // Recursive doubling: log2(W) exchanges of n; Rabenseifner: 2(W-1)/W n for powers of two.
+  auto rd = verify(Collective::kAllReduce, "recursive_doubling", 8, n);
+  EXPECT_EQ(rd.max_elements_sent, 3 * n);
+  auto rab = verify(Collective::kAllReduce, "rabenseifner", 8, n);
+  EXPECT_EQ(rab.max_elements_sent, 2 * 7 * n / 8);
+  // Binomial broadcast: ceil(log2 W) steps at the root.
+  auto bin = verify(Collective::kBroadcast, "binomial", 13, n);
+  EXPECT_EQ(bin.max_steps, 4u);
+  EXPECT_EQ(bin.messages, 12);
+  // Pipelined chain: W - 2 + segments steps.
+  auto chain = verify(Collective::kBroadcast, "chain", 6, n, Options{0, 0, 8});
+  EXPECT_EQ(chain.max_steps, 8u + 1);  // a middle rank: 8 receives and 8 sends over 9 steps
+  // Hierarchical: 2 hosts x 4 ranks moves (L-1)/L n within hosts and 2 (H-1)/H n/L across.
+  auto h = verify(Collective::kAllReduce, "hierarchical", 8, n, Options{0, 4, 4});
+  EXPECT_EQ(h.max_elements_sent, 2 * 3 * n / 4 + 2 * 1 * (n / 4) / 2);
+  // Dissemination barrier: ceil(log2 W) rounds.
+  auto bar = verify(Collective::kBarrier, "dissemination", 9, 0);
+  EXPECT_EQ(bar.max_steps, 4u);
+}
+
+// The executor catches broken programs.
+namespace {
+Program double_counting(int rank, int world, std::int64_t n, const Options& o) {
+  Program p = allreduce_ring(rank, world, n, o);  // then reduces the finished sums once more
+  std::size_t s = p.steps.size();
+  p.send(s, (rank + 1) % world, Chunk{Buf::kData, 0, n});
+  p.recv(s, (rank + world - 1) % world, Chunk{Buf::kScratch, 0, n});
+  p.reduce(s + 1, Chunk{Buf::kScratch, 0, n}, Chunk{Buf::kData, 0, n});
+  p.need_scratch(n);
+  return p;
+}
+Program deadlocking(int rank, int world, std::int64_t n, const Options&) {
+  Program p;  // everyone receives first
+  p.recv(0, (rank + world - 1) % world, Chunk{Buf::kData, 0, n});
+  p.send(1, (rank + 1) % world, Chunk{Buf::kData, 0, n});
+  return p;
+}
+Program racing(int rank, int world, std::int64_t n, const Options&) {
+  Program p;  // sends and overwrites the same elements in one step
+  p.send(0, (rank + 1) % world, Chunk{Buf::kData, 0, n});
+  p.recv(0, (rank + world - 1) % world, Chunk{Buf::kData, 0, n});
+  return p;
+}
+Program mismatched(int rank, int world, std::int64_t n, const Options&) {
+  Program p;
+  p.send(0, (rank + 1) % world, Chunk{Buf::kData, 0, n});
+  p.recv(0, (rank + world - 1) % world, Chunk{Buf::kScratch, 0, n - 1});
+  p.need_scratch(n);
+  return p;
+}
+Program incomplete(int rank, int world, std::int64_t n, const Options& o) {
+  Program p = allreduce_ring(rank, world, n, o);
+  p.steps.pop_back();  // forgets the last all-gather step
+  return p;
+}
+}  // namespace
+
+TEST(Schedules, ExecutorRejectsBrokenPrograms) {
+  auto expect_error = [](Builder b, const std::string& fragment) {
+    SymbolicResult r = verify(Collective::kAllReduce, b, 4, 16);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find(fragment), std::string::npos) << r.error;
+  };
+  expect_error(double_counting, "twice");
+  expect_error(deadlocking, "deadlock");
+  expect_error(racing, "race");
+  expect_error(mismatched, "receives 15 elements");
+  expect_error(incomplete, "expected");
+}
+
+TEST(Schedules, BadArgumentsAreConfigErrors) {
+  EXPECT_THROW(build_program(Collective::kAllReduce, "ring", 4, 4, 10), ConfigError);
+  EXPECT_THROW(build_program(Collective::kAllReduce, "ring", 0, 0, 10), ConfigError);
+  EXPECT_THROW(build_program(Collective::kAllReduce, "nope", 0, 2, 10), ConfigError);
+  EXPECT_THROW(build_program(Collective::kBroadcast, "binomial", 0, 2, 10, Options{5, 0, 1}), ConfigError);
+  EXPECT_THROW(build_program(Collective::kAllToAll, "pairwise", 0, 3, 10), ConfigError);
+  EXPECT_THROW(build_program(Collective::kAllReduce, "hierarchical", 0, 6, 10, Options{0, 4, 1}), ConfigError);
+  EXPECT_THROW(parse_collective("allreduse"), ConfigError);
+  EXPECT_EQ(parse_collective("reduce_scatter"), Collective::kReduceScatter);
+}
