@@ -8,6 +8,7 @@ packages=(
   libopenblas-dev          # GEMM (cblas_sgemm / cblas_dgemm)
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev libyaml-cpp-dev
+  libssl-dev               # HMAC-SHA256 for the job token handshake
   dataset-fashion-mnist    # real image data for training
   fortunes                 # real English text for language models
 )

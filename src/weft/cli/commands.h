@@ -13,5 +13,9 @@ using Action = std::function<int()>;
 void add_train_command(CLI::App& app, Action& action);
 // weft demo: the README's main job.
 void add_demo_command(CLI::App& app, Action& action);
+// weft launch ... -- command
+void add_launch_command(CLI::App& app, Action& action);
+// weft comm-bench ...
+void add_comm_bench_command(CLI::App& app, Action& action);
 
 }  // namespace weft::cli

@@ -31,6 +31,24 @@ class CheckpointError : public Error {
   using Error::Error;
 };
 
+// A failed communication: a peer that died, stalled past the timeout, or broke the
+// protocol. Carries the operation, this rank, the peer and the timeout in force.
+class CommError : public Error {
+ public:
+  explicit CommError(const std::string& message, std::string op = "", int rank = -1, int peer = -1,
+                     double timeout_s = 0.0)
+      : Error(message), op_(std::move(op)), rank_(rank), peer_(peer), timeout_s_(timeout_s) {}
+  const std::string& op() const { return op_; }
+  int rank() const { return rank_; }
+  int peer() const { return peer_; }
+  double timeout_s() const { return timeout_s_; }
+
+ private:
+  std::string op_;
+  int rank_, peer_;
+  double timeout_s_;
+};
+
 // Raised when an internal invariant does not hold: a bug in weft, or an API misuse
 // such as mismatched tensor shapes.
 class InternalError : public Error {

@@ -1,0 +1,48 @@
+#include <memory>
+
+#include "weft/cli/commands.h"
+#include "weft/comm/bench.h"
+#include "weft/comm/launcher.h"
+
+namespace weft::cli {
+
+void add_launch_command(CLI::App& app, Action& action) {
+  auto c = std::make_shared<comm::LaunchConfig>();
+  CLI::App* cmd = app.add_subcommand("launch", "start the ranks of a job on this node (torchrun-compatible)");
+  cmd->add_option("--nproc-per-node", c->nproc_per_node, "ranks on this node")->capture_default_str();
+  cmd->add_option("--nnodes", c->nnodes, "nodes in the job")->capture_default_str();
+  cmd->add_option("--node-rank", c->node_rank, "this node's index")->capture_default_str();
+  cmd->add_option("--master-addr", c->master_addr, "address of the node running rank 0")->capture_default_str();
+  cmd->add_option("--master-port", c->master_port, "port of the job's store (0: a free port, single node only)")
+      ->capture_default_str();
+  cmd->add_option("--max-restarts", c->max_restarts, "restart all ranks up to K times when one fails")
+      ->capture_default_str();
+  cmd->add_option("command", c->command, "the command each rank runs (after --)")->required();
+  cmd->callback([c, &action] { action = [c] { return comm::launch(*c); }; });
+}
+
+void add_comm_bench_command(CLI::App& app, Action& action) {
+  auto c = std::make_shared<comm::BenchConfig>();
+  auto sizes = std::make_shared<std::pair<std::string, std::string>>("8", "64M");
+  CLI::App* cmd = app.add_subcommand("comm-bench", "measure a collective (run under weft launch)");
+  cmd->add_option("--op", c->op, "allreduce broadcast reduce gather scatter allgather reduce_scatter alltoall barrier")
+      ->capture_default_str();
+  cmd->add_option("--algo", c->algorithm, "algorithm (default: the selection table's choice per size)");
+  cmd->add_option("--transport", c->transport, "auto | shm | tcp (default: WEFT_TRANSPORT or auto)");
+  cmd->add_option("--dtype", c->dtype, "f32 | f64 | i32 | i64")->capture_default_str();
+  cmd->add_option("--reduce", c->reduce, "sum | avg | max | min | prod")->capture_default_str();
+  cmd->add_option("--min", sizes->first, "smallest size in bytes (8, 64K, 1M, ...)")->capture_default_str();
+  cmd->add_option("--max", sizes->second, "largest size in bytes, stepping x2")->capture_default_str();
+  cmd->add_option("--iters", c->iters, "timed repeats per size")->capture_default_str();
+  cmd->add_option("--warmup", c->warmup, "untimed repeats per size")->capture_default_str();
+  cmd->add_flag("--json", c->json, "print one JSON object per size");
+  cmd->callback([c, sizes, &action] {
+    action = [c, sizes] {
+      c->min_bytes = comm::parse_size(sizes->first);
+      c->max_bytes = comm::parse_size(sizes->second);
+      return comm::run_comm_bench(*c);
+    };
+  });
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,120 @@
+#include "weft/comm/auth.h"
+
+#include <openssl/crypto.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <cstring>
+
+#include "weft/comm/socket.h"
+#include "weft/util/env.h"
+#include "weft/util/error.h"
+
+namespace weft::comm {
+
+namespace {
+constexpr char kMagic[8] = {'W', 'E', 'F', 'T', 'A', 'U', 'T', 'H'};
+constexpr std::uint8_t kVersion = 1;
+
+std::string u32_bytes(std::uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return s;
+}
+std::uint32_t read_u32(const std::uint8_t* p) {
+  return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) | (std::uint32_t{p[3]} << 24);
+}
+std::string as_string(const Digest& d) { return std::string(reinterpret_cast<const char*>(d.data()), d.size()); }
+Digest as_digest(const std::uint8_t* p) {
+  Digest d;
+  std::memcpy(d.data(), p, d.size());
+  return d;
+}
+}  // namespace
+
+Digest hmac_sha256(const std::string& key, const std::string& message) {
+  Digest out{};
+  unsigned int len = 0;
+  ::HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(message.data()),
+         message.size(), out.data(), &len);
+  return out;
+}
+
+bool digest_equal(const Digest& a, const Digest& b) { return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0; }
+
+std::string random_bytes(std::size_t n) {
+  std::string s(n, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(s.data()), static_cast<int>(n)) != 1) {
+    throw Error("cannot get random bytes for the job token");
+  }
+  return s;
+}
+
+std::string generate_token() {
+  static const char* hex = "0123456789abcdef";
+  std::string raw = random_bytes(32), out;
+  for (unsigned char c : raw) {
+    out.push_back(hex[c >> 4]);
+    out.push_back(hex[c & 15]);
+  }
+  return out;
+}
+
+std::string job_token_from_env() {
+  auto t = env_string("WEFT_JOB_TOKEN");
+  if (!t) {
+    throw ConfigError("WEFT_JOB_TOKEN is not set: start the job with 'weft launch', or export the same secret on "
+                      "every rank (e.g. WEFT_JOB_TOKEN=$(openssl rand -hex 32))");
+  }
+  if (t->size() < 16) throw ConfigError("WEFT_JOB_TOKEN is too short: use at least 16 characters");
+  return *t;
+}
+
+std::uint32_t accept_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,
+                               double timeout_s) {
+  Deadline d = Deadline::in(timeout_s);
+  std::string nonce_a = random_bytes(32);
+  std::string hello(kMagic, sizeof kMagic);
+  hello.push_back(static_cast<char>(kVersion));
+  hello.push_back(static_cast<char>(purpose));
+  hello += nonce_a;
+  write_all(fd, hello.data(), hello.size(), d);
+  std::uint8_t reply[32 + 4 + 32];
+  read_exact(fd, reply, sizeof reply, d);
+  std::string nonce_c(reinterpret_cast<const char*>(reply), 32);
+  std::uint32_t their_identity = read_u32(reply + 32);
+  std::string label(1, static_cast<char>(purpose));
+  Digest want = hmac_sha256(token, "connect" + label + nonce_a + nonce_c + u32_bytes(their_identity));
+  if (!digest_equal(want, as_digest(reply + 36))) throw CommError("bad job token");
+  Digest mine = hmac_sha256(token, "accept" + label + nonce_a + nonce_c + u32_bytes(my_identity) +
+                                       u32_bytes(their_identity));
+  std::string answer = u32_bytes(my_identity) + as_string(mine);
+  write_all(fd, answer.data(), answer.size(), d);
+  return their_identity;
+}
+
+std::uint32_t connect_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,
+                                double timeout_s) {
+  Deadline d = Deadline::in(timeout_s);
+  std::uint8_t hello[8 + 2 + 32];
+  read_exact(fd, hello, sizeof hello, d);
+  if (std::memcmp(hello, kMagic, sizeof kMagic) != 0 || hello[8] != kVersion) {
+    throw CommError("the peer is not a weft process of this version");
+  }
+  if (hello[9] != static_cast<std::uint8_t>(purpose)) throw CommError("the peer serves another purpose");
+  std::string nonce_a(reinterpret_cast<const char*>(hello + 10), 32);
+  std::string nonce_c = random_bytes(32);
+  std::string label(1, static_cast<char>(purpose));
+  Digest mac = hmac_sha256(token, "connect" + label + nonce_a + nonce_c + u32_bytes(my_identity));
+  std::string reply = nonce_c + u32_bytes(my_identity) + as_string(mac);
+  write_all(fd, reply.data(), reply.size(), d);
+  std::uint8_t answer[4 + 32];
+  read_exact(fd, answer, sizeof answer, d);
+  std::uint32_t their_identity = read_u32(answer);
+  Digest want = hmac_sha256(token, "accept" + label + nonce_a + nonce_c + u32_bytes(their_identity) +
+                                       u32_bytes(my_identity));
+  if (!digest_equal(want, as_digest(answer + 4))) throw CommError("the peer does not hold this job's token");
+  return their_identity;
+}
+
+}  // namespace weft::comm

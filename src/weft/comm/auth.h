@@ -1,0 +1,38 @@
+// The job token and the mutual challenge-response every weft connection starts with.
+//
+// Every process of a job shares a secret token (WEFT_JOB_TOKEN). A connection begins:
+//   acceptor -> connector: "WEFTAUTH", version, purpose, nonce_a (32 random bytes)
+//   connector -> acceptor: nonce_c, identity (u32), HMAC-SHA256(token, "connect"|purpose|nonce_a|nonce_c|identity)
+//   acceptor -> connector: identity (u32), HMAC-SHA256(token, "accept"|purpose|nonce_a|nonce_c|identity_a|identity_c)
+// Each side checks the other's MAC in constant time and drops the connection on a
+// mismatch, so a process of another job or a stranger never gets a byte of data, and a
+// recorded handshake cannot be replayed (fresh nonces).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace weft::comm {
+
+using Digest = std::array<std::uint8_t, 32>;
+
+Digest hmac_sha256(const std::string& key, const std::string& message);
+bool digest_equal(const Digest& a, const Digest& b);  // constant time
+std::string random_bytes(std::size_t n);
+// A new token: 32 random bytes as hex.
+std::string generate_token();
+// The job token from WEFT_JOB_TOKEN; throws ConfigError when it is missing or too short.
+std::string job_token_from_env();
+
+enum class Purpose : std::uint8_t { kStore = 1, kPeer = 2 };
+
+struct Deadline;
+// Both run the handshake on a connected socket and return the peer's identity; they throw
+// CommError ("bad job token", "handshake timed out", ...) on failure.
+std::uint32_t accept_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,
+                               double timeout_s);
+std::uint32_t connect_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,
+                                double timeout_s);
+
+}  // namespace weft::comm

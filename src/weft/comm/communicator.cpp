@@ -1,0 +1,715 @@
+#include "weft/comm/communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "weft/algo/registry.h"
+#include "weft/comm/auth.h"
+#include "weft/comm/channel.h"
+#include "weft/comm/executor.h"
+#include "weft/comm/socket.h"
+#include "weft/comm/store.h"
+#include "weft/comm/trace.h"
+#include "weft/util/env.h"
+
+namespace weft::comm {
+
+using algo::Collective;
+
+// --- Work ---
+
+void Work::finish(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = true;
+  error_ = std::move(error);
+  cv_.notify_all();
+}
+
+void Work::wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Work::test() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+bool Work::failed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_ && error_ != nullptr;
+}
+
+// --- options ---
+
+CommOptions CommOptions::from_env() {
+  CommOptions o;
+  auto seconds = [](const char* name, double dflt) {
+    auto s = env_string(name);
+    if (!s) return dflt;
+    char* end = nullptr;
+    double v = std::strtod(s->c_str(), &end);
+    if (end == s->c_str() || *end != '\0' || !(v > 0)) {
+      throw ConfigError(std::string(name) + "='" + *s + "' is not a positive number of seconds");
+    }
+    return v;
+  };
+  o.timeout_s = seconds("WEFT_COMM_TIMEOUT", o.timeout_s);
+  o.rendezvous_timeout_s = seconds("WEFT_RENDEZVOUS_TIMEOUT", o.rendezvous_timeout_s);
+  if (auto t = env_string("WEFT_TRANSPORT")) {
+    if (*t != "auto" && *t != "shm" && *t != "tcp") {
+      throw ConfigError("WEFT_TRANSPORT='" + *t + "' is not one of auto, shm, tcp");
+    }
+    o.transport = *t;
+  }
+  if (auto r = env_positive_int("WEFT_SHM_RING_BYTES")) {
+    if (*r < 4096) throw ConfigError("WEFT_SHM_RING_BYTES must be at least 4096");
+    o.shm_ring_bytes = static_cast<std::size_t>(*r);
+  }
+  if (auto d = env_string("WEFT_TRACE")) o.trace_dir = *d;
+  return o;
+}
+
+// --- links of a group ---
+
+struct GroupLinks {
+  std::vector<PeerLink> peers;  // by group rank
+  std::vector<std::unique_ptr<Channel>> channels;
+  std::unique_ptr<ShmSegment> my_segment;
+  std::vector<std::unique_ptr<ShmSegment>> peer_segments;
+  Doorbell* bell = nullptr;
+  std::vector<std::string> host_of;  // host id per group rank
+  int local_world = 0;               // ranks per host when hosts hold equal contiguous blocks, else 0
+  int tcp = 0, shm = 0;
+};
+
+struct Communicator::Task {
+  enum Kind { kCollective, kSend, kRecv } kind = kCollective;
+  Collective collective = Collective::kAllReduce;
+  std::string algorithm;
+  const void* in = nullptr;
+  void* out = nullptr;
+  std::int64_t count = 0;
+  DataType dtype = DataType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  int peer = -1;
+  WorkPtr work = std::make_shared<Work>();
+};
+
+namespace {
+
+std::string host_id() {
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return host_name() + "/" + boot;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) out.push_back(item);
+  return out;
+}
+
+std::string join_ranks(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
+bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0; }
+
+const char* env_name_for(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce: return "WEFT_ALLREDUCE_ALGO";
+    case Collective::kBroadcast: return "WEFT_BROADCAST_ALGO";
+    case Collective::kReduce: return "WEFT_REDUCE_ALGO";
+    case Collective::kGather: return "WEFT_GATHER_ALGO";
+    case Collective::kScatter: return "WEFT_SCATTER_ALGO";
+    case Collective::kAllGather: return "WEFT_ALLGATHER_ALGO";
+    case Collective::kReduceScatter: return "WEFT_REDUCE_SCATTER_ALGO";
+    case Collective::kAllToAll: return "WEFT_ALLTOALL_ALGO";
+    case Collective::kBarrier: return "WEFT_BARRIER_ALGO";
+  }
+  return "";
+}
+
+}  // namespace
+
+// --- construction ---
+
+std::shared_ptr<Communicator> Communicator::init() { return init(process_info_from_env(), CommOptions::from_env()); }
+
+std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const CommOptions& options) {
+  std::shared_ptr<Communicator> c(new Communicator());
+  c->info_ = info;
+  c->options_ = options;
+  c->token_ = job_token_from_env();
+  c->rank_ = info.rank;
+  c->members_.resize(static_cast<size_t>(info.world));
+  for (int i = 0; i < info.world; ++i) c->members_[i] = i;
+  if (info.rank == 0) {
+    c->server_ = std::make_shared<StoreServer>(is_loopback(info.master_addr) ? "127.0.0.1" : "0.0.0.0",
+                                               info.master_port, c->token_);
+  }
+  c->store_ = std::make_shared<StoreClient>(info.master_addr, info.master_port, c->token_,
+                                            static_cast<std::uint32_t>(info.rank), options.rendezvous_timeout_s);
+  if (info.rank == 0) {
+    c->session_ = generate_token().substr(0, 12);
+    c->store_->set("session", c->session_);
+  } else {
+    auto s = c->store_->get("session", options.rendezvous_timeout_s);
+    if (!s) throw CommError("rendezvous: rank 0 did not start the job within the timeout");
+    c->session_ = *s;
+  }
+  if (!options.trace_dir.empty()) c->tracer_ = std::make_shared<Tracer>(options.trace_dir, info.rank);
+  c->connect_group("world");
+  c->thread_ = std::thread([p = c.get()] { p->worker(); });
+  return c;
+}
+
+std::shared_ptr<Communicator> Communicator::new_group(const std::vector<int>& ranks) {
+  std::vector<int> global;
+  int my = -1;
+  for (int r : ranks) {
+    if (r < 0 || r >= size()) throw ConfigError("new_group: rank " + std::to_string(r) + " is outside the group");
+    if (std::find(global.begin(), global.end(), members_[r]) != global.end()) {
+      throw ConfigError("new_group: rank " + std::to_string(r) + " is listed twice");
+    }
+    if (r == rank_) my = static_cast<int>(global.size());
+    global.push_back(members_[r]);
+  }
+  if (my < 0) throw ConfigError("new_group: this rank (" + std::to_string(rank_) + ") is not a member");
+  std::string key = name_ + ":" + join_ranks(global);
+  int nth = groups_made_[key]++;
+  std::shared_ptr<Communicator> c(new Communicator());
+  c->info_ = info_;
+  c->options_ = options_;
+  c->token_ = token_;
+  c->session_ = session_;
+  c->store_ = store_;
+  c->tracer_ = tracer_;
+  c->rank_ = my;
+  c->members_ = global;
+  std::string compact = key;
+  std::replace(compact.begin(), compact.end(), ' ', '_');
+  c->name_ = "group[" + join_ranks(global) + "]" + (nth ? "#" + std::to_string(nth) : "");
+  c->connect_group("g-" + compact + "-" + std::to_string(nth));
+  c->thread_ = std::thread([p = c.get()] { p->worker(); });
+  return c;
+}
+
+Communicator::~Communicator() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string Communicator::transport() const {
+  if (links_->tcp > 0 && links_->shm > 0) return "mixed";
+  if (links_->shm > 0) return "shm";
+  if (links_->tcp > 0) return "tcp";
+  return "none";
+}
+
+void Communicator::connect_group(const std::string& prefix) {
+  const int n = size();
+  const int me = global_rank();
+  links_ = std::make_unique<GroupLinks>();
+  links_->peers.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) links_->peers[i].global_rank = members_[i];
+  const std::string my_host = host_id();
+  const std::string key_base = session_ + "/" + prefix + "/";
+  const double timeout = options_.rendezvous_timeout_s;
+
+  // 1. Publish my endpoint, gather everyone's.
+  int port = 0;
+  Socket listener = listen_tcp(is_loopback(info_.master_addr) ? "127.0.0.1" : "0.0.0.0", 0, &port);
+  store_->set(key_base + "ep/" + std::to_string(me),
+              store_->local_address() + "|" + std::to_string(port) + "|" + my_host + "|" + std::to_string(::getpid()));
+  std::vector<std::string> keys;
+  for (int g : members_) keys.push_back(key_base + "ep/" + std::to_string(g));
+  auto missing = store_->wait_all(keys, timeout);
+  if (!missing.empty()) {
+    std::vector<int> ranks;
+    for (const auto& k : missing) ranks.push_back(std::stoi(k.substr(k.rfind('/') + 1)));
+    throw CommError("rendezvous of " + name_ + ": rank" + (ranks.size() > 1 ? "s " : " ") + join_ranks(ranks) +
+                        " did not join within " + std::to_string(static_cast<int>(timeout)) + " s",
+                    "rendezvous", me, ranks.front(), timeout);
+  }
+  std::vector<std::string> ip(n), host(n);
+  std::vector<int> ports(n), pids(n);
+  for (int i = 0; i < n; ++i) {
+    auto parts = split(*store_->get(keys[i], timeout), '|');
+    if (parts.size() != 4) throw CommError("rendezvous: malformed endpoint of rank " + std::to_string(members_[i]));
+    ip[i] = parts[0];
+    ports[i] = std::stoi(parts[1]);
+    host[i] = parts[2];
+    pids[i] = std::stoi(parts[3]);
+  }
+  links_->host_of = host;
+
+  // Ranks per host, when every host holds the same number of consecutive ranks.
+  {
+    int local = 0;
+    for (int i = 0; i < n; ++i) local += host[i] == my_host;
+    bool regular = n % local == 0;
+    for (int i = 0; i < n && regular; ++i) regular = host[i] == host[(i / local) * local];
+    links_->local_world = regular ? local : 0;
+  }
+
+  // 2. Choose a transport per peer.
+  std::vector<bool> use_shm(n, false);
+  for (int i = 0; i < n; ++i) {
+    if (i == rank_) continue;
+    bool same_host = host[i] == my_host;
+    if (options_.transport == "shm" && !same_host) {
+      throw ConfigError("WEFT_TRANSPORT=shm, but rank " + std::to_string(members_[i]) + " runs on another host");
+    }
+    use_shm[i] = options_.transport == "shm" || (options_.transport == "auto" && same_host);
+  }
+
+  // 3. Shared memory: my segment holds one incoming ring per local peer.
+  std::vector<int> local_index(n, -1);
+  int locals = 0;
+  for (int i = 0; i < n; ++i)
+    if (i == rank_ || use_shm[i]) local_index[i] = locals++;
+  if (locals > 1) {
+    auto seg_name = [&](int g) { return session_ + "-" + std::to_string(std::hash<std::string>{}(prefix)) + "-" +
+                                         std::to_string(g); };
+    links_->my_segment = ShmSegment::create(seg_name(me), locals, options_.shm_ring_bytes);
+    links_->bell = &links_->my_segment->doorbell();
+    store_->set(key_base + "shm/" + std::to_string(me), "1");
+    links_->peer_segments.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      if (!use_shm[i]) continue;
+      if (!store_->get(key_base + "shm/" + std::to_string(members_[i]), timeout)) {
+        throw CommError("rendezvous: rank " + std::to_string(members_[i]) + " did not create its shared memory");
+      }
+      links_->peer_segments[i] = ShmSegment::open(seg_name(members_[i]));
+      ShmSegment& peer = *links_->peer_segments[i];
+      auto ch = std::make_unique<ShmChannel>(peer.ring(local_index[rank_]), peer.ring_data(local_index[rank_]),
+                                             links_->my_segment->ring(local_index[i]),
+                                             links_->my_segment->ring_data(local_index[i]),
+                                             links_->my_segment->ring_bytes(), peer.doorbell(), pids[i]);
+      links_->peers[i].channel = ch.get();
+      links_->peers[i].pid = pids[i];
+      links_->channels.push_back(std::move(ch));
+      ++links_->shm;
+    }
+  }
+
+  // 4. TCP: the lower group rank connects, the higher accepts (in a thread of its own).
+  int expected = 0;
+  for (int i = 0; i < rank_; ++i) expected += !use_shm[i] && i != rank_;
+  std::vector<Socket> accepted(n);
+  std::exception_ptr accept_error;
+  std::thread acceptor([&] {
+    try {
+      Deadline d = Deadline::in(timeout);
+      int got = 0;
+      while (got < expected) {
+        std::string peer_addr;
+        Socket s = accept_tcp(listener.fd(), d, &peer_addr);
+        if (!s.valid()) throw CommError("rendezvous of " + name_ + ": peers did not connect within the timeout");
+        std::uint32_t who;
+        try {
+          who = accept_handshake(s.fd(), token_, Purpose::kPeer, static_cast<std::uint32_t>(me), 10.0);
+        } catch (const CommError& e) {
+          std::fprintf(stderr, "weft rank %d: refused a connection from %s (%s)\n", me, peer_addr.c_str(), e.what());
+          continue;
+        }
+        auto it = std::find(members_.begin(), members_.end(), static_cast<int>(who));
+        int idx = static_cast<int>(it - members_.begin());
+        if (it == members_.end() || idx >= rank_ || use_shm[idx] || accepted[idx].valid()) {
+          std::fprintf(stderr, "weft rank %d: refused an unexpected connection from rank %u\n", me, who);
+          continue;
+        }
+        accepted[idx] = std::move(s);
+        ++got;
+      }
+    } catch (...) {
+      accept_error = std::current_exception();
+    }
+  });
+  std::exception_ptr connect_error;
+  try {
+    for (int i = rank_ + 1; i < n; ++i) {
+      if (use_shm[i]) continue;
+      Socket s = connect_tcp(ip[i], ports[i], Deadline::in(timeout));
+      connect_handshake(s.fd(), token_, Purpose::kPeer, static_cast<std::uint32_t>(me), 10.0);
+      accepted[i] = std::move(s);
+    }
+  } catch (...) {
+    connect_error = std::current_exception();
+  }
+  acceptor.join();
+  if (connect_error) std::rethrow_exception(connect_error);
+  if (accept_error) std::rethrow_exception(accept_error);
+  for (int i = 0; i < n; ++i) {
+    if (i == rank_ || use_shm[i]) continue;
+    auto ch = std::make_unique<TcpChannel>(std::move(accepted[i]));
+    links_->peers[i].channel = ch.get();
+    links_->channels.push_back(std::move(ch));
+    ++links_->tcp;
+  }
+
+  // 5. Everyone is connected: shared-memory names can go (the mappings stay).
+  store_->set(key_base + "ready/" + std::to_string(me), "1");
+  std::vector<std::string> ready;
+  for (int g : members_) ready.push_back(key_base + "ready/" + std::to_string(g));
+  missing = store_->wait_all(ready, timeout);
+  if (!missing.empty()) throw CommError("rendezvous of " + name_ + ": not every rank finished connecting");
+  if (links_->my_segment) links_->my_segment->unlink();
+}
+
+// --- the worker ---
+
+WorkPtr Communicator::submit(std::shared_ptr<Task> task) {
+  WorkPtr w = task->work;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_all();
+  return w;
+}
+
+void Communicator::worker() {
+  for (;;) {
+    std::vector<std::shared_ptr<Task>> batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      batch.push_back(queue_.front());
+      queue_.pop_front();
+      // Point-to-point operations issued back to back run as one step.
+      if (batch[0]->kind != Task::kCollective) {
+        while (!queue_.empty() && queue_.front()->kind != Task::kCollective) {
+          batch.push_back(queue_.front());
+          queue_.pop_front();
+        }
+      }
+    }
+    try {
+      if (batch[0]->kind == Task::kCollective) run(*batch[0]); else run_p2p_batch(batch);
+      for (auto& t : batch) t->work->finish(nullptr);
+    } catch (...) {
+      auto e = std::current_exception();
+      for (auto& t : batch) t->work->finish(e);
+    }
+  }
+}
+
+std::string Communicator::choose_algorithm(Collective c, std::int64_t bytes) const {
+  if (auto a = env_string(env_name_for(c))) return *a;
+  const int w = size();
+  switch (c) {
+    case Collective::kAllReduce:
+      if (bytes <= 32 * 1024 || w <= 1) return "recursive_doubling";
+      if (links_->tcp > 0 && links_->shm > 0 && links_->local_world > 1) return "hierarchical";
+      return "ring";
+    case Collective::kBroadcast: return bytes <= 256 * 1024 ? "binomial" : "chain";
+    case Collective::kReduce: return "binomial";
+    case Collective::kGather: return "linear";
+    case Collective::kScatter: return "linear";
+    case Collective::kAllGather: return bytes * w <= 64 * 1024 ? "recursive_doubling" : "ring";
+    case Collective::kReduceScatter: return bytes * w <= 64 * 1024 ? "recursive_halving" : "ring";
+    case Collective::kAllToAll: return "pairwise";
+    case Collective::kBarrier: return "dissemination";
+  }
+  return "";
+}
+
+void Communicator::run(Task& t) {
+  const int w = size(), r = rank_;
+  const std::size_t es = element_size(t.dtype);
+  const std::int64_t c = t.count;
+  const std::size_t block_bytes = static_cast<std::size_t>(c) * es;
+  algo::Options opts;
+  opts.root = t.root;
+  opts.local_world = links_->local_world;
+  std::int64_t n = c;
+  ExecBuffers b;
+  b.dtype = t.dtype;
+  b.op = t.op;
+  std::vector<std::uint8_t> temp;
+  auto* out = static_cast<std::uint8_t*>(t.out);
+  const auto* in = static_cast<const std::uint8_t*>(t.in);
+  auto copy_in = [&](std::uint8_t* dst, std::size_t bytes) {
+    if (dst != in && bytes > 0) std::memmove(dst, in, bytes);
+  };
+  switch (t.collective) {
+    case Collective::kAllReduce:
+      copy_in(out, block_bytes);
+      b.data = out;
+      break;
+    case Collective::kBroadcast:
+      b.data = out;
+      break;
+    case Collective::kReduce:
+      if (r == t.root) {
+        copy_in(out, block_bytes);
+        b.data = out;
+      } else {
+        temp.assign(in, in + block_bytes);
+        b.data = temp.data();
+      }
+      break;
+    case Collective::kGather:
+      n = c * w;
+      if (r == t.root) {
+        if (out + r * block_bytes != in) std::memmove(out + r * block_bytes, in, block_bytes);
+        b.data = out;
+      } else {
+        b.data = const_cast<std::uint8_t*>(in);
+        b.data_origin = r * c;
+      }
+      break;
+    case Collective::kScatter:
+      n = c * w;
+      if (r == t.root) {
+        if (out != in + r * block_bytes) std::memmove(out, in + r * block_bytes, block_bytes);
+        b.data = const_cast<std::uint8_t*>(in);
+      } else {
+        b.data = out;
+        b.data_origin = r * c;
+      }
+      break;
+    case Collective::kAllGather:
+      n = c * w;
+      if (out + r * block_bytes != in) std::memmove(out + r * block_bytes, in, block_bytes);
+      b.data = out;
+      break;
+    case Collective::kReduceScatter:
+      n = c * w;
+      temp.assign(in, in + block_bytes * w);
+      b.data = temp.data();
+      break;
+    case Collective::kAllToAll:
+      n = c * w;
+      if (in == out) {
+        temp.assign(in, in + block_bytes * w);
+        in = temp.data();
+      }
+      b.input = in;
+      b.data = out;
+      break;
+    case Collective::kBarrier:
+      n = 0;
+      break;
+  }
+  const std::string algorithm = t.algorithm.empty() ? choose_algorithm(t.collective, static_cast<std::int64_t>(block_bytes)) : t.algorithm;
+  algo::Program program = algo::build_program(t.collective, algorithm, r, w, n, opts);
+  std::vector<std::uint8_t> scratch(static_cast<std::size_t>(program.scratch) * es);
+  b.scratch = scratch.data();
+  ExecContext ctx{algo::collective_name(t.collective), global_rank(), options_.timeout_s, links_->bell};
+  TraceRecord rec;
+  rec.start_us = now_us();
+  execute(program, b, links_->peers, ctx, tracer_ ? &rec.steps : nullptr);
+  if (t.collective == Collective::kReduceScatter) std::memcpy(out, temp.data() + r * block_bytes, block_bytes);
+  if (t.op == ReduceOp::kAvg) {
+    if (t.collective == Collective::kAllReduce || (t.collective == Collective::kReduce && r == t.root) ||
+        t.collective == Collective::kReduceScatter) {
+      scale_for_average(t.dtype, out, static_cast<std::size_t>(c), w);
+    }
+  }
+  if (tracer_) {
+    rec.end_us = now_us();
+    rec.op = algo::collective_name(t.collective);
+    rec.algorithm = algorithm;
+    rec.group = name_;
+    rec.group_ranks = members_;
+    rec.rank = global_rank();
+    rec.dtype = dtype_name(t.dtype);
+    bool reducing = t.collective == Collective::kAllReduce || t.collective == Collective::kReduce ||
+                    t.collective == Collective::kReduceScatter;
+    if (reducing) rec.reduce = op_name(t.op);
+    rec.count = c;
+    rec.bytes = static_cast<std::int64_t>(block_bytes);
+    bool rooted = t.collective == Collective::kBroadcast || t.collective == Collective::kReduce ||
+                  t.collective == Collective::kGather || t.collective == Collective::kScatter;
+    if (rooted) rec.root = members_[t.root];
+    tracer_->write(rec);
+  }
+}
+
+void Communicator::run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch) {
+  algo::Program p;
+  ExecBuffers b;
+  for (auto& t : batch) {
+    std::int64_t bytes = t->count * static_cast<std::int64_t>(element_size(t->dtype));
+    if (t->kind == Task::kSend) {
+      p.send(0, t->peer, algo::Chunk{algo::Buf::kData, 0, bytes});
+      b.direct.push_back(const_cast<std::uint8_t*>(static_cast<const std::uint8_t*>(t->in)));
+    } else {
+      p.recv(0, t->peer, algo::Chunk{algo::Buf::kData, 0, bytes});
+      b.direct.push_back(static_cast<std::uint8_t*>(t->out));
+    }
+  }
+  ExecContext ctx{batch.size() == 1 ? (batch[0]->kind == Task::kSend ? "send" : "recv") : "send/recv",
+                  global_rank(), options_.timeout_s, links_->bell};
+  double start = now_us();
+  execute(p, b, links_->peers, ctx, nullptr);
+  if (tracer_) {
+    double end = now_us();
+    for (auto& t : batch) {
+      TraceRecord rec;
+      rec.op = t->kind == Task::kSend ? "send" : "recv";
+      rec.group = name_;
+      rec.group_ranks = members_;
+      rec.rank = global_rank();
+      rec.dtype = dtype_name(t->dtype);
+      rec.count = t->count;
+      rec.bytes = t->count * static_cast<std::int64_t>(element_size(t->dtype));
+      rec.peers = {members_[t->peer]};
+      rec.start_us = start;
+      rec.end_us = end;
+      if (t->kind == Task::kSend) rec.steps = {{{members_[t->peer], rec.bytes}}};
+      tracer_->write(rec);
+    }
+  }
+}
+
+// --- the public operations ---
+
+namespace {
+void check_count(std::int64_t count) {
+  if (count < 0) throw ConfigError("element count must be >= 0, got " + std::to_string(count));
+}
+}  // namespace
+
+WorkPtr Communicator::allreduce(const void* in, void* out, std::int64_t count, DataType t, ReduceOp op,
+                                const std::string& algorithm) {
+  check_count(count);
+  auto task = std::make_shared<Task>();
+  task->collective = Collective::kAllReduce;
+  task->in = in;
+  task->out = out;
+  task->count = count;
+  task->dtype = t;
+  task->op = op;
+  task->algorithm = algorithm;
+  if (!algorithm.empty()) algo::find_algorithm(task->collective, algorithm);
+  return submit(task);
+}
+
+#define WEFT_SIMPLE_TASK(COLL)                                                     \
+  check_count(count);                                                              \
+  auto task = std::make_shared<Task>();                                            \
+  task->collective = COLL;                                                         \
+  task->count = count;                                                             \
+  task->dtype = t;                                                                 \
+  task->algorithm = algorithm;                                                     \
+  if (!algorithm.empty()) algo::find_algorithm(task->collective, algorithm);
+
+WorkPtr Communicator::broadcast(void* data, std::int64_t count, DataType t, int root, const std::string& algorithm) {
+  WEFT_SIMPLE_TASK(Collective::kBroadcast)
+  if (root < 0 || root >= size()) throw ConfigError("broadcast: root " + std::to_string(root) + " is outside the group");
+  task->in = data;
+  task->out = data;
+  task->root = root;
+  return submit(task);
+}
+
+WorkPtr Communicator::reduce(const void* in, void* out, std::int64_t count, DataType t, ReduceOp op, int root,
+                             const std::string& algorithm) {
+  WEFT_SIMPLE_TASK(Collective::kReduce)
+  if (root < 0 || root >= size()) throw ConfigError("reduce: root " + std::to_string(root) + " is outside the group");
+  task->in = in;
+  task->out = out;
+  task->op = op;
+  task->root = root;
+  return submit(task);
+}
+
+WorkPtr Communicator::gather(const void* in, void* out, std::int64_t count, DataType t, int root,
+                             const std::string& algorithm) {
+  WEFT_SIMPLE_TASK(Collective::kGather)
+  if (root < 0 || root >= size()) throw ConfigError("gather: root " + std::to_string(root) + " is outside the group");
+  task->in = in;
+  task->out = out;
+  task->root = root;
+  return submit(task);
+}
+
+WorkPtr Communicator::scatter(const void* in, void* out, std::int64_t count, DataType t, int root,
+                              const std::string& algorithm) {
+  WEFT_SIMPLE_TASK(Collective::kScatter)
+  if (root < 0 || root >= size()) throw ConfigError("scatter: root " + std::to_string(root) + " is outside the group");
+  task->in = in;
+  task->out = out;
+  task->root = root;
+  return submit(task);
+}
+
+WorkPtr Communicator::allgather(const void* in, void* out, std::int64_t count, DataType t,
+                                const std::string& algorithm) {
+  WEFT_SIMPLE_TASK(Collective::kAllGather)
+  task->in = in;
+  task->out = out;
+  return submit(task);
+}
+
+WorkPtr Communicator::reduce_scatter(const void* in, void* out, std::int64_t count, DataType t, ReduceOp op,
+                                     const std::string& algorithm) {
+  WEFT_SIMPLE_TASK(Collective::kReduceScatter)
+  task->in = in;
+  task->out = out;
+  task->op = op;
+  return submit(task);
+}
+
+WorkPtr Communicator::alltoall(const void* in, void* out, std::int64_t count, DataType t,
+                               const std::string& algorithm) {
+  WEFT_SIMPLE_TASK(Collective::kAllToAll)
+  task->in = in;
+  task->out = out;
+  return submit(task);
+}
+
+#undef WEFT_SIMPLE_TASK
+
+WorkPtr Communicator::barrier() {
+  auto task = std::make_shared<Task>();
+  task->collective = Collective::kBarrier;
+  return submit(task);
+}
+
+WorkPtr Communicator::isend(const void* data, std::int64_t count, DataType t, int peer) {
+  check_count(count);
+  if (peer < 0 || peer >= size() || peer == rank_) throw ConfigError("send: invalid peer " + std::to_string(peer));
+  auto task = std::make_shared<Task>();
+  task->kind = Task::kSend;
+  task->in = data;
+  task->count = count;
+  task->dtype = t;
+  task->peer = peer;
+  return submit(task);
+}
+
+WorkPtr Communicator::irecv(void* data, std::int64_t count, DataType t, int peer) {
+  check_count(count);
+  if (peer < 0 || peer >= size() || peer == rank_) throw ConfigError("recv: invalid peer " + std::to_string(peer));
+  auto task = std::make_shared<Task>();
+  task->kind = Task::kRecv;
+  task->out = data;
+  task->count = count;
+  task->dtype = t;
+  task->peer = peer;
+  return submit(task);
+}
+
+}  // namespace weft::comm

@@ -1,0 +1,143 @@
+// Communicator: a group of ranks and the collectives and point-to-point operations
+// among them, in the spirit of PyTorch's ProcessGroup.
+//
+// Every operation is asynchronous: it returns a Work handle at once and runs on the
+// communicator's own thread, in the order it was issued (all ranks must issue the same
+// collectives in the same order). wait() blocks until it is done and rethrows its
+// CommError. Buffers must stay alive until then. Results are bitwise reproducible for a
+// given algorithm and world: every algorithm combines each element in a fixed order.
+//
+//   auto comm = Communicator::init();          // rendezvous through MASTER_ADDR:MASTER_PORT
+//   comm->allreduce(grads, n, DataType::kF32, ReduceOp::kAvg)->wait();
+//   auto tp = comm->new_group({0, 1});          // sub-groups for tensor/pipeline/data meshes
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/algo/program.h"
+#include "weft/comm/process.h"
+#include "weft/comm/reduce.h"
+#include "weft/util/error.h"
+
+namespace weft::comm {
+
+class StoreServer;
+class StoreClient;
+class Tracer;
+struct GroupLinks;
+
+class Work {
+ public:
+  void wait();  // rethrows the operation's CommError
+  bool test();  // true when finished (successfully or not)
+  bool failed();
+
+ private:
+  friend class Communicator;
+  void finish(std::exception_ptr error);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+struct CommOptions {
+  double timeout_s = 60.0;          // WEFT_COMM_TIMEOUT: no progress this long fails an operation
+  double rendezvous_timeout_s = 60; // WEFT_RENDEZVOUS_TIMEOUT
+  std::string transport = "auto";   // WEFT_TRANSPORT: auto (shm on one host, tcp across), shm, tcp
+  std::size_t shm_ring_bytes = 4 << 20;  // WEFT_SHM_RING_BYTES
+  std::string trace_dir;            // WEFT_TRACE
+  static CommOptions from_env();
+};
+
+class Communicator : public std::enable_shared_from_this<Communicator> {
+ public:
+  // Joins the job described by the environment (process.h) and connects to every rank.
+  // Throws CommError naming missing ranks when the rendezvous times out.
+  static std::shared_ptr<Communicator> init(const ProcessInfo& info, const CommOptions& options);
+  static std::shared_ptr<Communicator> init();  // from the environment
+  ~Communicator();
+
+  int rank() const { return rank_; }           // in this group
+  int size() const { return static_cast<int>(members_.size()); }
+  int global_rank() const { return members_[rank_]; }
+  const std::vector<int>& members() const { return members_; }  // global ranks
+  const std::string& name() const { return name_; }
+  // "shm", "tcp" or "mixed": what the links of this group use.
+  std::string transport() const;
+
+  // Collectives. `count` is the number of elements per rank; `algorithm` empty picks by
+  // the selection table (or WEFT_<COLLECTIVE>_ALGO). In-place when in == out.
+  WorkPtr allreduce(const void* in, void* out, std::int64_t count, DataType t, ReduceOp op,
+                    const std::string& algorithm = "");
+  WorkPtr allreduce(void* data, std::int64_t count, DataType t, ReduceOp op, const std::string& algorithm = "") {
+    return allreduce(data, data, count, t, op, algorithm);
+  }
+  WorkPtr broadcast(void* data, std::int64_t count, DataType t, int root, const std::string& algorithm = "");
+  WorkPtr reduce(const void* in, void* out, std::int64_t count, DataType t, ReduceOp op, int root,
+                 const std::string& algorithm = "");
+  // out: size() * count elements (at the root only, for gather).
+  WorkPtr gather(const void* in, void* out, std::int64_t count, DataType t, int root, const std::string& algorithm = "");
+  WorkPtr scatter(const void* in, void* out, std::int64_t count, DataType t, int root,
+                  const std::string& algorithm = "");
+  WorkPtr allgather(const void* in, void* out, std::int64_t count, DataType t, const std::string& algorithm = "");
+  // in: size() * count elements; out: count elements (block `rank()` of the reduction).
+  WorkPtr reduce_scatter(const void* in, void* out, std::int64_t count, DataType t, ReduceOp op,
+                         const std::string& algorithm = "");
+  // in and out: size() * count elements; block j of in goes to rank j.
+  WorkPtr alltoall(const void* in, void* out, std::int64_t count, DataType t, const std::string& algorithm = "");
+  WorkPtr barrier();
+
+  // Point to point. Consecutive isend/irecv calls run together, so exchanges with
+  // neighbours cannot deadlock.
+  WorkPtr isend(const void* data, std::int64_t count, DataType t, int peer);
+  WorkPtr irecv(void* data, std::int64_t count, DataType t, int peer);
+  void send(const void* data, std::int64_t count, DataType t, int peer) { isend(data, count, t, peer)->wait(); }
+  void recv(void* data, std::int64_t count, DataType t, int peer) { irecv(data, count, t, peer)->wait(); }
+
+  // A communicator over some of this group's ranks (ranks of this group, in the new
+  // group's order). Every member must call it, in the same order as its other calls.
+  std::shared_ptr<Communicator> new_group(const std::vector<int>& ranks);
+
+  // The algorithm the selection table picks (after environment overrides).
+  std::string choose_algorithm(algo::Collective c, std::int64_t bytes) const;
+
+ private:
+  struct Task;
+  Communicator() = default;
+  WorkPtr submit(std::shared_ptr<Task> task);
+  void worker();
+  void run(Task& task);
+  void run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch);
+  void connect_group(const std::string& prefix);
+
+  int rank_ = 0;
+  std::vector<int> members_;  // global ranks
+  std::string name_ = "world";
+  ProcessInfo info_;
+  CommOptions options_;
+  std::string token_;
+  std::string session_;
+  std::shared_ptr<StoreServer> server_;
+  std::shared_ptr<StoreClient> store_;
+  std::shared_ptr<Tracer> tracer_;
+  std::unique_ptr<GroupLinks> links_;
+  std::map<std::string, int> groups_made_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Task>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace weft::comm

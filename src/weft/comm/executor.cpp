@@ -1,0 +1,289 @@
+#include "weft/comm/executor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sched.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+
+#include "weft/util/error.h"
+
+namespace weft::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using algo::Buf;
+using algo::Chunk;
+using algo::Op;
+using algo::OpKind;
+
+constexpr std::uint32_t kMagic = 0x31544657;  // "WFT1"
+constexpr int kSpinRounds = 2000;             // about 20-50 microseconds of polling before sleeping
+
+struct Header {
+  std::uint32_t magic;
+  std::uint32_t seq;
+  std::uint64_t bytes;
+};
+static_assert(sizeof(Header) == 16);
+
+struct Transfer {
+  const Op* op;
+  PeerLink* link;
+  std::uint8_t* ptr;         // payload (send source or receive destination)
+  std::uint64_t bytes = 0;   // payload length
+  Header header{};
+  std::size_t header_done = 0;
+  std::uint64_t done = 0;    // payload bytes moved
+  std::uint8_t carry[8] = {};  // a partial element of a receive-reduce
+  std::size_t carry_n = 0;
+  std::uint64_t applied = 0;  // payload bytes reduced into the destination
+};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+void execute(const algo::Program& program, const ExecBuffers& b, std::vector<PeerLink>& peers, const ExecContext& ctx,
+             StepSends* step_sends) {
+  const std::size_t esize = b.direct.empty() ? element_size(b.dtype) : 1;
+  auto addr = [&](const Chunk& c) -> std::uint8_t* {
+    switch (c.buf) {
+      case Buf::kData: return b.data + (c.offset - b.data_origin) * static_cast<std::int64_t>(esize);
+      case Buf::kScratch: return b.scratch + c.offset * static_cast<std::int64_t>(esize);
+      case Buf::kInput: return const_cast<std::uint8_t*>(b.input) + c.offset * static_cast<std::int64_t>(esize);
+    }
+    return nullptr;
+  };
+  auto fail = [&](const std::string& why, int peer, std::size_t step) -> CommError {
+    return CommError(ctx.op + " failed on rank " + std::to_string(ctx.rank) + " at step " + std::to_string(step) + ": " +
+                         why,
+                     ctx.op, ctx.rank, peer, ctx.timeout_s);
+  };
+  if (step_sends) step_sends->assign(program.steps.size(), {});
+
+  for (std::size_t s = 0; s < program.steps.size(); ++s) {
+    const algo::Step& step = program.steps[s];
+    std::vector<Transfer> sends, recvs;
+    for (std::size_t i = 0; i < step.ops.size(); ++i) {
+      const Op& op = step.ops[i];
+      switch (op.kind) {
+        case OpKind::kCopy:
+          std::memmove(addr(op.dst), addr(op.src), static_cast<std::size_t>(op.dst.count) * esize);
+          break;
+        case OpKind::kReduce:
+          reduce_into(b.dtype, b.op, addr(op.dst), addr(op.src), static_cast<std::size_t>(op.dst.count));
+          break;
+        case OpKind::kSend: {
+          Transfer t{&op, &peers.at(op.peer), b.direct.empty() ? addr(op.src) : b.direct[i]};
+          t.bytes = static_cast<std::uint64_t>(op.src.count) * esize;
+          t.header = {kMagic, t.link->send_seq++, t.bytes};
+          sends.push_back(t);
+          if (step_sends) (*step_sends)[s].emplace_back(t.link->global_rank, static_cast<std::int64_t>(t.bytes));
+          break;
+        }
+        case OpKind::kRecv:
+        case OpKind::kRecvReduce: {
+          Transfer t{&op, &peers.at(op.peer), b.direct.empty() ? addr(op.dst) : b.direct[i]};
+          t.bytes = static_cast<std::uint64_t>(op.dst.count) * esize;
+          recvs.push_back(t);
+          break;
+        }
+      }
+    }
+    // Messages to (and from) one peer move in program order, one at a time.
+    std::deque<Transfer*> pending_sends, pending_recvs;
+    for (auto& t : sends) pending_sends.push_back(&t);
+    for (auto& t : recvs) pending_recvs.push_back(&t);
+
+    auto advance_send = [&](Transfer& t) {
+      Channel* ch = t.link->channel;
+      std::size_t moved = 0;
+      if (t.header_done < sizeof(Header)) {
+        std::size_t k = ch->write_some(reinterpret_cast<std::uint8_t*>(&t.header) + t.header_done,
+                                       sizeof(Header) - t.header_done);
+        t.header_done += k;
+        moved += k;
+        if (t.header_done < sizeof(Header)) return moved;
+      }
+      if (t.done < t.bytes) {
+        std::size_t k = ch->write_some(t.ptr + t.done, static_cast<std::size_t>(t.bytes - t.done));
+        t.done += k;
+        moved += k;
+      }
+      return moved;
+    };
+    auto advance_recv = [&](Transfer& t) {
+      Channel* ch = t.link->channel;
+      std::size_t moved = 0;
+      if (t.header_done < sizeof(Header)) {
+        std::size_t k = ch->read_some(reinterpret_cast<std::uint8_t*>(&t.header) + t.header_done,
+                                      sizeof(Header) - t.header_done);
+        t.header_done += k;
+        moved += k;
+        if (t.header_done < sizeof(Header)) return moved;
+        std::uint32_t want_seq = t.link->recv_seq++;
+        if (t.header.magic != kMagic || t.header.seq != want_seq || t.header.bytes != t.bytes) {
+          throw fail("protocol error from rank " + std::to_string(t.link->global_rank) + ": expected message " +
+                         std::to_string(want_seq) + " of " + std::to_string(t.bytes) + " bytes",
+                     t.link->global_rank, s);
+        }
+      }
+      if (t.done >= t.bytes) return moved;
+      std::size_t left = static_cast<std::size_t>(t.bytes - t.done);
+      if (t.op->kind == OpKind::kRecv) {
+        std::size_t k = ch->read_some(t.ptr + t.done, left);
+        t.done += k;
+        return moved + k;
+      }
+      std::size_t k = ch->consume_some(left, [&](const std::uint8_t* p, std::size_t n) {
+        while (n > 0) {
+          if (t.carry_n > 0 || n < esize) {
+            std::size_t take = std::min(esize - t.carry_n, n);
+            std::memcpy(t.carry + t.carry_n, p, take);
+            t.carry_n += take;
+            p += take;
+            n -= take;
+            if (t.carry_n == esize) {
+              reduce_into(b.dtype, b.op, t.ptr + t.applied, t.carry, 1);
+              t.applied += esize;
+              t.carry_n = 0;
+            }
+            continue;
+          }
+          std::size_t whole = n / esize * esize;
+          reduce_into(b.dtype, b.op, t.ptr + t.applied, p, whole / esize);
+          t.applied += whole;
+          p += whole;
+          n -= whole;
+        }
+      });
+      t.done += k;
+      return moved + k;
+    };
+    auto complete = [](const Transfer& t) { return t.header_done == sizeof(Header) && t.done >= t.bytes; };
+
+    auto progress_round = [&]() {
+      bool progressed = false;
+      // The first unfinished transfer per peer advances; later ones to the same peer wait.
+      std::vector<int> busy_send, busy_recv;
+      for (auto it = pending_sends.begin(); it != pending_sends.end();) {
+        Transfer& t = **it;
+        bool blocked = false;
+        for (int p : busy_send) blocked = blocked || p == t.op->peer;
+        if (blocked) { ++it; continue; }
+        try {
+          progressed = advance_send(t) > 0 || progressed;
+        } catch (const CommError& e) {
+          throw fail(std::string(e.what()) + " (sending to rank " + std::to_string(t.link->global_rank) + ")",
+                     t.link->global_rank, s);
+        }
+        if (complete(t)) {
+          it = pending_sends.erase(it);
+          progressed = true;
+        } else {
+          busy_send.push_back(t.op->peer);
+          ++it;
+        }
+      }
+      for (auto it = pending_recvs.begin(); it != pending_recvs.end();) {
+        Transfer& t = **it;
+        bool blocked = false;
+        for (int p : busy_recv) blocked = blocked || p == t.op->peer;
+        if (blocked) { ++it; continue; }
+        try {
+          progressed = advance_recv(t) > 0 || progressed;
+        } catch (const CommError& e) {
+          if (e.op() == ctx.op) throw;
+          throw fail(std::string(e.what()) + " (receiving from rank " + std::to_string(t.link->global_rank) + ")",
+                     t.link->global_rank, s);
+        }
+        if (complete(t)) {
+          it = pending_recvs.erase(it);
+          progressed = true;
+        } else {
+          busy_recv.push_back(t.op->peer);
+          ++it;
+        }
+      }
+      return progressed;
+    };
+
+    auto last_progress = Clock::now();
+    auto last_liveness = last_progress;
+    int idle_rounds = 0;
+    while (!pending_sends.empty() || !pending_recvs.empty()) {
+      if (progress_round()) {
+        idle_rounds = 0;
+        last_progress = Clock::now();
+        continue;
+      }
+      if (++idle_rounds < kSpinRounds) {
+        cpu_relax();
+        continue;
+      }
+      // Sleep until something can move: poll TCP sockets, or wait on the doorbell.
+      std::vector<pollfd> fds;
+      bool shm = false;
+      for (Transfer* t : pending_sends) {
+        int fd = t->link->channel->fd();
+        if (fd >= 0) fds.push_back({fd, POLLOUT, 0}); else shm = true;
+      }
+      for (Transfer* t : pending_recvs) {
+        int fd = t->link->channel->fd();
+        if (fd >= 0) fds.push_back({fd, POLLIN, 0}); else shm = true;
+      }
+      if (shm && ctx.doorbell) {
+        Doorbell& bell = *ctx.doorbell;
+        std::uint32_t seen = bell.seq.load(std::memory_order_seq_cst);
+        bell.sleeping.store(1, std::memory_order_seq_cst);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        bool moved = progress_round();
+        if (!moved) {
+          if (!fds.empty()) {
+            ::poll(fds.data(), fds.size(), 1);
+          } else {
+            bell.wait(seen, 20000);
+          }
+        }
+        bell.sleeping.store(0, std::memory_order_seq_cst);
+        if (moved) {
+          last_progress = Clock::now();
+          idle_rounds = 0;
+          continue;
+        }
+      } else if (!fds.empty()) {
+        ::poll(fds.data(), fds.size(), 100);
+      }
+      auto now = Clock::now();
+      // A peer on shared memory that exited cannot close a socket: check its pid.
+      if (now - last_liveness > std::chrono::milliseconds(100)) {
+        last_liveness = now;
+        auto check = [&](Transfer* t) {
+          int pid = t->link->pid;
+          if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+            throw fail("rank " + std::to_string(t->link->global_rank) + " (pid " + std::to_string(pid) + ") exited",
+                       t->link->global_rank, s);
+          }
+        };
+        for (Transfer* t : pending_sends) check(t);
+        for (Transfer* t : pending_recvs) check(t);
+      }
+      if (std::chrono::duration<double>(now - last_progress).count() > ctx.timeout_s) {
+        Transfer* t = !pending_recvs.empty() ? pending_recvs.front() : pending_sends.front();
+        throw fail("no progress with rank " + std::to_string(t->link->global_rank) + " for " +
+                       std::to_string(static_cast<int>(ctx.timeout_s)) + " s (timeout)",
+                   t->link->global_rank, s);
+      }
+    }
+  }
+}
+
+}  // namespace weft::comm

@@ -1,0 +1,56 @@
+// Runs one rank's Program (algo) on real buffers over channels: the progress engine.
+//
+// For each step, local copies and reductions run first (a verified program never lets
+// them touch what the step's messages touch), then every send and receive advances in
+// pieces as far as its channel allows, round after round, until all complete. A message is
+// a 16-byte header (magic, sequence number, length), checked on arrival, then the bytes;
+// a receive-reduce combines each piece straight from the channel into its destination.
+// When nothing moves, the rank spins briefly, then sleeps on poll() (TCP) or on its
+// doorbell (shared memory). No progress for the timeout, a dead peer, or a bad header
+// throws CommError naming the operation and the peer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/algo/program.h"
+#include "weft/comm/channel.h"
+#include "weft/comm/reduce.h"
+
+namespace weft::comm {
+
+struct ExecBuffers {
+  std::uint8_t* data = nullptr;
+  std::int64_t data_origin = 0;  // element offset that `data` points at (for partial buffers)
+  std::uint8_t* scratch = nullptr;
+  const std::uint8_t* input = nullptr;
+  DataType dtype = DataType::kF32;
+  ReduceOp op = ReduceOp::kSum;
+  // Point-to-point batches: op i of the program's single step moves bytes at direct[i]
+  // (counts are then in bytes).
+  std::vector<std::uint8_t*> direct;
+};
+
+struct PeerLink {
+  Channel* channel = nullptr;  // null for this rank itself
+  int global_rank = -1;        // for messages
+  int pid = 0;                 // for liveness checks on shared memory (0: unknown)
+  std::uint32_t send_seq = 0;
+  std::uint32_t recv_seq = 0;
+};
+
+struct ExecContext {
+  std::string op;         // for errors: "allreduce"
+  int rank = 0;           // global rank of this process
+  double timeout_s = 60;  // no progress for this long fails the operation
+  Doorbell* doorbell = nullptr;  // this rank's, when shared memory is in use
+};
+
+// Bytes sent to each peer in each step, for traces: steps[s] = list of (global peer, bytes).
+using StepSends = std::vector<std::vector<std::pair<int, std::int64_t>>>;
+
+void execute(const algo::Program& program, const ExecBuffers& buffers, std::vector<PeerLink>& peers,
+             const ExecContext& ctx, StepSends* sends = nullptr);
+
+}  // namespace weft::comm

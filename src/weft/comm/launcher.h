@@ -1,0 +1,30 @@
+// weft launch: starts the local ranks of a job, torchrun-style.
+//
+// Sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
+// MASTER_PORT, WEFT_JOB_TOKEN (generated when absent on a single node) and
+// WEFT_NUM_THREADS (the cores divided among local ranks, unless set); prefixes each line a
+// rank prints with "[rank] "; forwards SIGINT and SIGTERM; when a worker fails, stops the
+// others and either restarts all of them (--max-restarts) or returns the first failing
+// exit code (128 + signal for a signal).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace weft::comm {
+
+struct LaunchConfig {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: a free port on a single node, 29500 across nodes
+  int max_restarts = 0;
+  double grace_s = 5.0;  // between SIGTERM and SIGKILL when stopping workers
+  std::vector<std::string> command;
+};
+
+// Validates (throws ConfigError), runs, and returns the exit code for the launcher.
+int launch(const LaunchConfig& config);
+
+}  // namespace weft::comm

@@ -1,0 +1,84 @@
+#include "weft/comm/process.h"
+
+#include <cstdlib>
+
+#include "weft/util/env.h"
+#include "weft/util/error.h"
+
+namespace weft::comm {
+
+namespace {
+std::optional<int> env_int(const char* name, int lo, int hi) {
+  auto s = env_string(name);
+  if (!s) return std::nullopt;
+  char* end = nullptr;
+  long v = std::strtol(s->c_str(), &end, 10);
+  if (end == s->c_str() || *end != '\0' || v < lo || v > hi) {
+    throw ConfigError(std::string(name) + "='" + *s + "' is not an integer in " + std::to_string(lo) + ".." +
+                      std::to_string(hi));
+  }
+  return static_cast<int>(v);
+}
+}  // namespace
+
+std::string first_slurm_host(const std::string& list) {
+  std::string first;
+  int depth = 0;
+  for (char c : list) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) break;
+    first.push_back(c);
+  }
+  auto open = first.find('[');
+  if (open == std::string::npos) return first;
+  std::string prefix = first.substr(0, open);
+  std::string range = first.substr(open + 1);
+  auto stop = range.find_first_of(",-]");
+  return prefix + range.substr(0, stop);
+}
+
+ProcessInfo process_info_from_env() {
+  ProcessInfo p;
+  constexpr int kMax = 1 << 20;
+  if (auto w = env_int("WORLD_SIZE", 1, kMax)) {
+    p.launcher = "weft";
+    p.world = *w;
+    p.rank = env_int("RANK", 0, kMax).value_or(0);
+    p.local_rank = env_int("LOCAL_RANK", 0, kMax).value_or(p.rank);
+    p.local_world = env_int("LOCAL_WORLD_SIZE", 1, kMax).value_or(p.world);
+  } else if (auto ow = env_int("OMPI_COMM_WORLD_SIZE", 1, kMax)) {
+    p.launcher = "mpirun";
+    p.world = *ow;
+    p.rank = env_int("OMPI_COMM_WORLD_RANK", 0, kMax).value_or(0);
+    p.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0, kMax).value_or(p.rank);
+    p.local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1, kMax).value_or(p.world);
+  } else if (auto pw = env_int("PMI_SIZE", 1, kMax)) {
+    p.launcher = "mpirun";
+    p.world = *pw;
+    p.rank = env_int("PMI_RANK", 0, kMax).value_or(0);
+    p.local_rank = env_int("MPI_LOCALRANKID", 0, kMax).value_or(p.rank);
+    p.local_world = env_int("MPI_LOCALNRANKS", 1, kMax).value_or(p.world);
+  } else if (auto sw = env_int("SLURM_NTASKS", 1, kMax)) {
+    p.launcher = "slurm";
+    p.world = *sw;
+    p.rank = env_int("SLURM_PROCID", 0, kMax).value_or(0);
+    p.local_rank = env_int("SLURM_LOCALID", 0, kMax).value_or(0);
+    p.local_world = env_int("SLURM_NTASKS_PER_NODE", 1, kMax).value_or(1);
+    if (auto nodes = env_string("SLURM_STEP_NODELIST")) p.master_addr = first_slurm_host(*nodes);
+    else if (auto nodes2 = env_string("SLURM_JOB_NODELIST")) p.master_addr = first_slurm_host(*nodes2);
+    if (auto job = env_int("SLURM_JOB_ID", 0, 2147483647)) p.master_port = 20000 + *job % 20000;
+  }
+  if (auto a = env_string("MASTER_ADDR")) p.master_addr = *a;
+  if (auto port = env_int("MASTER_PORT", 1, 65535)) p.master_port = *port;
+  if (p.rank >= p.world) {
+    throw ConfigError("rank " + std::to_string(p.rank) + " is outside the world of " + std::to_string(p.world));
+  }
+  if (p.local_rank >= p.local_world) {
+    throw ConfigError("local rank " + std::to_string(p.local_rank) + " is outside the local world of " +
+                      std::to_string(p.local_world));
+  }
+  return p;
+}
+
+}  // namespace weft::comm

@@ -1,0 +1,28 @@
+// Who this process is in the job: rank, world, local rank, and where the store is. Found
+// from the environment of weft launch / torchrun (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), of mpirun (OMPI_COMM_WORLD_*, PMI_*), or of
+// Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, ...).
+#pragma once
+
+#include <string>
+
+namespace weft::comm {
+
+struct ProcessInfo {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  int local_world = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string launcher = "none";  // weft/torchrun, mpirun, slurm, none
+};
+
+// Throws ConfigError on inconsistent or malformed variables (a rank outside the world,
+// a port that is not a number, ...).
+ProcessInfo process_info_from_env();
+
+// The first host of a Slurm host list such as "node[03-05,9],gpu1".
+std::string first_slurm_host(const std::string& list);
+
+}  // namespace weft::comm

@@ -1,0 +1,72 @@
+// The key-value store of a job, served over TCP by rank 0 at MASTER_ADDR:MASTER_PORT.
+// Ranks use it to exchange endpoints at rendezvous (and later to agree on restarts).
+// Every connection is authenticated with the job token (auth.h); a refused connection is
+// logged on stderr with its address.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/comm/socket.h"
+
+namespace weft::comm {
+
+class StoreServer {
+ public:
+  // Listens on addr:port (port 0: any free port, see port()).
+  StoreServer(const std::string& addr, int port, std::string token);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+  int port() const { return port_; }
+  // Connections refused so far (bad token, bad bytes), for tests.
+  int refused() const { return refused_.load(); }
+
+ private:
+  void accept_loop();
+  void serve(Socket s, std::string peer);
+
+  std::string token_;
+  Socket listener_;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> refused_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, std::string> data_;
+  std::vector<std::thread> connections_;
+  std::vector<int> connection_fds_;
+};
+
+class StoreClient {
+ public:
+  // Connects (retrying until timeout_s: the server may start later) and authenticates.
+  StoreClient(const std::string& host, int port, const std::string& token, std::uint32_t identity, double timeout_s);
+  void set(const std::string& key, const std::string& value);
+  // Waits up to timeout_s for the key; nullopt on timeout.
+  std::optional<std::string> get(const std::string& key, double timeout_s);
+  std::int64_t add(const std::string& key, std::int64_t delta);
+  bool check(const std::string& key);
+  void erase(const std::string& key);
+  // Waits for all keys until the deadline; returns the ones still missing.
+  std::vector<std::string> wait_all(const std::vector<std::string>& keys, double timeout_s);
+  // This end's IP address on the connection to the store: the address peers can reach.
+  std::string local_address() const;
+
+ private:
+  std::string request(std::uint8_t op, const std::string& body, double timeout_s, std::uint8_t* status);
+  Socket socket_;
+  std::mutex mu_;
+  std::string where_;
+};
+
+}  // namespace weft::comm

@@ -1,0 +1,43 @@
+// Traces of communication (WEFT_TRACE=DIR): each rank appends one JSON line per
+// operation to DIR/rank-<global rank>.jsonl. The format (docs/trace-format.md) is what the
+// simulator replays and what the planner emits.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "weft/comm/executor.h"
+
+namespace weft::comm {
+
+struct TraceRecord {
+  std::string op;         // allreduce, broadcast, ..., send, recv
+  std::string algorithm;  // empty for point to point
+  std::string group;      // group name
+  std::vector<int> group_ranks;  // global ranks of the group
+  int rank = 0;           // global rank of the writer
+  std::string dtype;
+  std::string reduce;     // reduction op, when there is one
+  std::int64_t count = 0;  // elements per rank
+  std::int64_t bytes = 0;  // count * element size
+  int root = -1;
+  std::vector<int> peers;  // point to point: the peer (global)
+  double start_us = 0, end_us = 0;  // microseconds since the Unix epoch
+  StepSends steps;         // per step: (global peer, bytes) of each send
+};
+
+class Tracer {
+ public:
+  Tracer(const std::string& dir, int global_rank);
+  void write(const TraceRecord& r);
+
+ private:
+  std::mutex mu_;
+  std::string path_;
+};
+
+double now_us();
+
+}  // namespace weft::comm
