@@ -70,7 +70,9 @@ double reduced_value(int world, std::int64_t i, ReduceOp op, bool integer) {
 struct Typed {
   DataType t;
   std::vector<std::uint8_t> bytes;
-  void resize(std::int64_t n) { bytes.assign(static_cast<std::size_t>(n) * element_size(t), 0); }
+  // Keeps the memory when the size is unchanged: a fresh buffer's first touch (page
+  // faults) must not land in the timed region.
+  void resize(std::int64_t n) { bytes.resize(static_cast<std::size_t>(n) * element_size(t)); }
   void set(std::int64_t i, double v) {
     switch (t) {
       case DataType::kF32: reinterpret_cast<float*>(bytes.data())[i] = static_cast<float>(v); break;
@@ -134,7 +136,7 @@ int run_comm_bench(const BenchConfig& cfg) {
           in.resize(count);
           out.resize(count);
           for (std::int64_t i = 0; i < count; ++i) in.set(i, input_value(r, i, rop));
-          if (coll == Collective::kBroadcast) out.bytes = in.bytes;
+          if (coll == Collective::kBroadcast) std::memcpy(out.data(), in.data(), in.bytes.size());
           break;
         case Collective::kGather: case Collective::kAllGather:
           in.resize(count);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -22,23 +23,25 @@ using algo::Collective;
 
 // --- Work ---
 
+
 void Work::finish(std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(mu_);
-  done_ = true;
   error_ = std::move(error);
+  done_.store(true, std::memory_order_release);
   cv_.notify_all();
 }
 
 void Work::wait() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return done_; });
+  if (owner_ && !done_.load(std::memory_order_acquire)) owner_->run_inline(this);
+  if (!done_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_.load(); });
+  }
+  std::lock_guard<std::mutex> lock(mu_);
   if (error_) std::rethrow_exception(error_);
 }
 
-bool Work::test() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_;
-}
+bool Work::test() { return done_.load(std::memory_order_acquire); }
 
 bool Work::failed() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -378,12 +381,57 @@ void Communicator::connect_group(const std::string& prefix) {
 
 WorkPtr Communicator::submit(std::shared_ptr<Task> task) {
   WorkPtr w = task->work;
+  w->owner_ = this;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
+    queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_all();
   return w;
+}
+
+std::vector<std::shared_ptr<Communicator::Task>> Communicator::take_batch() {
+  // Called with mu_ held, the queue non-empty and nothing running.
+  std::vector<std::shared_ptr<Task>> batch{queue_.front()};
+  queue_.pop_front();
+  queued_.fetch_sub(1, std::memory_order_relaxed);
+  // Point-to-point operations issued back to back run as one step.
+  if (batch[0]->kind != Task::kCollective) {
+    while (!queue_.empty() && queue_.front()->kind != Task::kCollective) {
+      batch.push_back(queue_.front());
+      queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  running_ = true;
+  return batch;
+}
+
+void Communicator::run_batch(std::vector<std::shared_ptr<Task>>& batch) {
+  std::exception_ptr error;
+  try {
+    if (batch[0]->kind == Task::kCollective) run(*batch[0]); else run_p2p_batch(batch);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+  }
+  cv_.notify_all();
+  for (auto& t : batch) t->work->finish(error);
+}
+
+bool Communicator::run_inline(Work* work) {
+  std::vector<std::shared_ptr<Task>> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_ || queue_.empty() || queue_.front()->work.get() != work) return false;
+    batch = take_batch();
+  }
+  run_batch(batch);
+  return true;
 }
 
 void Communicator::worker() {
@@ -391,25 +439,11 @@ void Communicator::worker() {
     std::vector<std::shared_ptr<Task>> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return (stop_ && queue_.empty() && !running_) || (!queue_.empty() && !running_); });
       if (queue_.empty()) return;
-      batch.push_back(queue_.front());
-      queue_.pop_front();
-      // Point-to-point operations issued back to back run as one step.
-      if (batch[0]->kind != Task::kCollective) {
-        while (!queue_.empty() && queue_.front()->kind != Task::kCollective) {
-          batch.push_back(queue_.front());
-          queue_.pop_front();
-        }
-      }
+      batch = take_batch();
     }
-    try {
-      if (batch[0]->kind == Task::kCollective) run(*batch[0]); else run_p2p_batch(batch);
-      for (auto& t : batch) t->work->finish(nullptr);
-    } catch (...) {
-      auto e = std::current_exception();
-      for (auto& t : batch) t->work->finish(e);
-    }
+    run_batch(batch);
   }
 }
 

@@ -12,6 +12,7 @@
 //   auto tp = comm->new_group({0, 1});          // sub-groups for tensor/pipeline/data meshes
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -30,22 +31,26 @@
 namespace weft::comm {
 
 class StoreServer;
+class Communicator;
 class StoreClient;
 class Tracer;
 struct GroupLinks;
 
 class Work {
  public:
-  void wait();  // rethrows the operation's CommError
+  // Rethrows the operation's CommError. When the operation has not started yet and is next
+  // in line, the waiting thread runs it itself (no hand-off between threads).
+  void wait();
   bool test();  // true when finished (successfully or not)
   bool failed();
 
  private:
   friend class Communicator;
   void finish(std::exception_ptr error);
+  Communicator* owner_ = nullptr;
   std::mutex mu_;
   std::condition_variable cv_;
-  bool done_ = false;
+  std::atomic<bool> done_{false};
   std::exception_ptr error_;
 };
 using WorkPtr = std::shared_ptr<Work>;
@@ -112,12 +117,17 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::string choose_algorithm(algo::Collective c, std::int64_t bytes) const;
 
  private:
+  friend class Work;
   struct Task;
   Communicator() = default;
   WorkPtr submit(std::shared_ptr<Task> task);
   void worker();
   void run(Task& task);
   void run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch);
+  // Takes the next task (and the point-to-point tasks right after it) off the queue.
+  std::vector<std::shared_ptr<Task>> take_batch();
+  void run_batch(std::vector<std::shared_ptr<Task>>& batch);
+  bool run_inline(Work* work);
   void connect_group(const std::string& prefix);
 
   int rank_ = 0;
@@ -136,6 +146,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Task>> queue_;
+  std::atomic<int> queued_{0};
+  bool running_ = false;  // a task is executing (on the worker or on a waiting thread)
   bool stop_ = false;
   std::thread thread_;
 };

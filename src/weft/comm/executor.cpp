@@ -21,7 +21,11 @@ using algo::Op;
 using algo::OpKind;
 
 constexpr std::uint32_t kMagic = 0x31544657;  // "WFT1"
-constexpr int kSpinRounds = 2000;             // about 20-50 microseconds of polling before sleeping
+// Polling, yielding the core between rounds, lasts this long before the rank sleeps. Yielding
+// lets another rank on the same core (more ranks than cores) run meanwhile.
+constexpr auto kSpin = std::chrono::microseconds(100);
+// For the first few microseconds it only pauses the core (a message is often that close).
+constexpr auto kBusySpin = std::chrono::microseconds(5);
 
 struct Header {
   std::uint32_t magic;
@@ -43,11 +47,6 @@ struct Transfer {
   std::uint64_t applied = 0;  // payload bytes reduced into the destination
 };
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
 
 }  // namespace
 
@@ -218,15 +217,20 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
 
     auto last_progress = Clock::now();
     auto last_liveness = last_progress;
-    int idle_rounds = 0;
     while (!pending_sends.empty() || !pending_recvs.empty()) {
       if (progress_round()) {
-        idle_rounds = 0;
         last_progress = Clock::now();
         continue;
       }
-      if (++idle_rounds < kSpinRounds) {
-        cpu_relax();
+      const auto idle = Clock::now() - last_progress;
+      if (idle < kBusySpin) {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#endif
+        continue;
+      }
+      if (idle < kSpin) {
+        ::sched_yield();
         continue;
       }
       // Sleep until something can move: poll TCP sockets, or wait on the doorbell.
@@ -256,7 +260,6 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
         bell.sleeping.store(0, std::memory_order_seq_cst);
         if (moved) {
           last_progress = Clock::now();
-          idle_rounds = 0;
           continue;
         }
       } else if (!fds.empty()) {
