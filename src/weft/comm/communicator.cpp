@@ -107,7 +107,10 @@ struct Communicator::Task {
 
 namespace {
 
+// What identifies a host: its name and boot id. WEFT_HOST_ID overrides it (tests use it to
+// pretend that ranks of one machine run on several hosts).
 std::string host_id() {
+  if (auto forced = env_string("WEFT_HOST_ID")) return "forced/" + *forced;
   std::string boot;
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::getline(f, boot);
@@ -176,6 +179,7 @@ std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const 
   if (!options.trace_dir.empty()) c->tracer_ = std::make_shared<Tracer>(options.trace_dir, info.rank);
   c->connect_group("world");
   c->thread_ = std::thread([p = c.get()] { p->worker(); });
+  c->healthy_ = true;
   return c;
 }
 
@@ -217,6 +221,21 @@ Communicator::~Communicator() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // Rank 0 serves the store: it stays until every rank has left, since others may still
+  // need the store (to form groups, say) after rank 0 is done.
+  if (name_ == "world" && store_ && healthy_) {
+    try {
+      store_->add(session_ + "/left", 1);
+      if (server_) {
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.rendezvous_timeout_s);
+        while (store_->add(session_ + "/left", 0) < size() && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+      }
+    } catch (const std::exception&) {
+      // The job is ending; a lost store changes nothing now.
+    }
+  }
 }
 
 std::string Communicator::transport() const {
@@ -414,6 +433,7 @@ void Communicator::run_batch(std::vector<std::shared_ptr<Task>>& batch) {
     if (batch[0]->kind == Task::kCollective) run(*batch[0]); else run_p2p_batch(batch);
   } catch (...) {
     error = std::current_exception();
+    healthy_ = false;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -148,6 +148,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::deque<std::shared_ptr<Task>> queue_;
   std::atomic<int> queued_{0};
   bool running_ = false;  // a task is executing (on the worker or on a waiting thread)
+  std::atomic<bool> healthy_{false};  // fully connected, and no operation has failed
   bool stop_ = false;
   std::thread thread_;
 };

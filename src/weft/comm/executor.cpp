@@ -63,7 +63,7 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
   };
   auto fail = [&](const std::string& why, int peer, std::size_t step) -> CommError {
     return CommError(ctx.op + " failed on rank " + std::to_string(ctx.rank) + " at step " + std::to_string(step) + ": " +
-                         why,
+                         why + " [timeout " + std::to_string(static_cast<int>(ctx.timeout_s)) + " s]",
                      ctx.op, ctx.rank, peer, ctx.timeout_s);
   };
   if (step_sends) step_sends->assign(program.steps.size(), {});
@@ -281,8 +281,7 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
       }
       if (std::chrono::duration<double>(now - last_progress).count() > ctx.timeout_s) {
         Transfer* t = !pending_recvs.empty() ? pending_recvs.front() : pending_sends.front();
-        throw fail("no progress with rank " + std::to_string(t->link->global_rank) + " for " +
-                       std::to_string(static_cast<int>(ctx.timeout_s)) + " s (timeout)",
+        throw fail("no progress with rank " + std::to_string(t->link->global_rank) + " within the timeout",
                    t->link->global_rank, s);
       }
     }

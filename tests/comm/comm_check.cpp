@@ -1,0 +1,341 @@
+// Multi-process checks of the communicator, run under `weft launch` by ctest:
+//   comm_check collectives   every collective x algorithm x dtype x count, checked exactly
+//   comm_check kill          rank 1 dies in the middle of an all-reduce; the others must fail
+//                            with a CommError naming the operation and the peer
+//   comm_check stall         rank 1 stops (SIGSTOP); the others fail once the timeout passes
+//   comm_check token         rank 1 holds another job's token; the job fails, naming it
+//   comm_check hostile       a thread throws random bytes at the store during rendezvous
+// Environment: CHECK_FAKE_HOSTS=H pretends the ranks run on H hosts (mixed transports).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "weft/algo/registry.h"
+#include "weft/comm/communicator.h"
+#include "weft/comm/socket.h"
+
+using namespace weft;
+using namespace weft::comm;
+using algo::Collective;
+
+namespace {
+
+int g_failures = 0;
+int g_checks = 0;
+
+void fail(const std::string& what) {
+  ++g_failures;
+  if (g_failures <= 20) std::fprintf(stderr, "FAIL: %s\n", what.c_str());
+}
+
+double input(int rank, std::int64_t i, ReduceOp op) {
+  if (op == ReduceOp::kProd) return 1.0 + static_cast<double>((rank + i) % 2);
+  return static_cast<double>((rank + 1) * 3 + i % 7) * (op == ReduceOp::kMin && rank % 2 ? -1 : 1);
+}
+
+double reduced(int w, std::int64_t i, ReduceOp op, bool integer) {
+  double acc = input(0, i, op);
+  for (int r = 1; r < w; ++r) {
+    double v = input(r, i, op);
+    if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
+    if (op == ReduceOp::kProd) acc *= v;
+    if (op == ReduceOp::kMax) acc = std::max(acc, v);
+    if (op == ReduceOp::kMin) acc = std::min(acc, v);
+  }
+  if (op == ReduceOp::kAvg) acc = integer ? std::trunc(acc / w) : acc / w;
+  return acc;
+}
+
+struct Buf {
+  DataType t;
+  std::vector<std::uint8_t> b;
+  Buf(DataType type, std::int64_t n) : t(type), b(static_cast<size_t>(std::max<std::int64_t>(n, 1)) * element_size(type), 0xAB) {}
+  void set(std::int64_t i, double v) {
+    switch (t) {
+      case DataType::kF32: reinterpret_cast<float*>(b.data())[i] = static_cast<float>(v); break;
+      case DataType::kF64: reinterpret_cast<double*>(b.data())[i] = v; break;
+      case DataType::kI32: reinterpret_cast<std::int32_t*>(b.data())[i] = static_cast<std::int32_t>(v); break;
+      case DataType::kI64: reinterpret_cast<std::int64_t*>(b.data())[i] = static_cast<std::int64_t>(v); break;
+    }
+  }
+  double get(std::int64_t i) const {
+    switch (t) {
+      case DataType::kF32: return reinterpret_cast<const float*>(b.data())[i];
+      case DataType::kF64: return reinterpret_cast<const double*>(b.data())[i];
+      case DataType::kI32: return reinterpret_cast<const std::int32_t*>(b.data())[i];
+      case DataType::kI64: return static_cast<double>(reinterpret_cast<const std::int64_t*>(b.data())[i]);
+    }
+    return 0;
+  }
+  void* p() { return b.data(); }
+};
+
+void expect(bool ok, const std::string& what) {
+  ++g_checks;
+  if (!ok) fail(what);
+}
+
+void check_collectives(Communicator& comm) {
+  const int w = comm.size(), r = comm.rank();
+  const std::vector<std::int64_t> counts{0, 1, std::max(w - 1, 1), w + 1, 1003};
+  const std::vector<std::int64_t> block_counts{0, 1, 3, 257};
+  for (const auto& a : algo::algorithms()) {
+    const std::string tag = std::string(algo::collective_name(a.collective)) + "/" + a.name;
+    for (DataType dt : {DataType::kF32, DataType::kF64, DataType::kI32, DataType::kI64}) {
+      const bool integer = dt == DataType::kI32 || dt == DataType::kI64;
+      const std::string dts = tag + " " + dtype_name(dt);
+      switch (a.collective) {
+        case Collective::kAllReduce:
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}) {
+            for (std::int64_t n : counts) {
+              for (bool in_place : {true, false}) {
+                Buf in(dt, n), out(dt, n);
+                for (std::int64_t i = 0; i < n; ++i) in.set(i, input(r, i, op));
+                if (in_place) {
+                  comm.allreduce(in.p(), n, dt, op, a.name)->wait();
+                } else {
+                  comm.allreduce(in.p(), out.p(), n, dt, op, a.name)->wait();
+                }
+                Buf& res = in_place ? in : out;
+                std::int64_t bad = 0;
+                for (std::int64_t i = 0; i < n; ++i) bad += res.get(i) != static_cast<double>(static_cast<float>(reduced(w, i, op, integer))) && res.get(i) != reduced(w, i, op, integer);
+                expect(bad == 0, dts + " " + op_name(op) + " n=" + std::to_string(n) + (in_place ? " in-place" : "") +
+                                     ": " + std::to_string(bad) + " wrong");
+              }
+            }
+            if (dt == DataType::kI32 || dt == DataType::kF64) break;  // every op on f32 and i64
+          }
+          break;
+        case Collective::kBroadcast:
+        case Collective::kReduce:
+          for (int root : {0, w - 1}) {
+            for (std::int64_t n : counts) {
+              Buf in(dt, n), out(dt, n);
+              for (std::int64_t i = 0; i < n; ++i) in.set(i, input(r, i, ReduceOp::kSum));
+              std::int64_t bad = 0;
+              if (a.collective == Collective::kBroadcast) {
+                comm.broadcast(in.p(), n, dt, root, a.name)->wait();
+                for (std::int64_t i = 0; i < n; ++i) bad += in.get(i) != input(root, i, ReduceOp::kSum);
+              } else {
+                comm.reduce(in.p(), out.p(), n, dt, ReduceOp::kSum, root, a.name)->wait();
+                if (r == root)
+                  for (std::int64_t i = 0; i < n; ++i) bad += out.get(i) != reduced(w, i, ReduceOp::kSum, integer);
+                for (std::int64_t i = 0; i < n; ++i) bad += in.get(i) != input(r, i, ReduceOp::kSum);  // input kept
+              }
+              expect(bad == 0, dts + " root " + std::to_string(root) + " n=" + std::to_string(n));
+            }
+          }
+          break;
+        case Collective::kGather:
+        case Collective::kScatter:
+        case Collective::kAllGather:
+          for (int root : {0, w - 1}) {
+            for (std::int64_t c : block_counts) {
+              std::int64_t bad = 0;
+              if (a.collective == Collective::kScatter) {
+                Buf in(dt, c * w), out(dt, c);
+                for (std::int64_t i = 0; i < c * w; ++i) in.set(i, input(r, i, ReduceOp::kSum));
+                comm.scatter(in.p(), out.p(), c, dt, root, a.name)->wait();
+                for (std::int64_t i = 0; i < c; ++i) bad += out.get(i) != input(root, r * c + i, ReduceOp::kSum);
+              } else {
+                Buf in(dt, c), out(dt, c * w);
+                for (std::int64_t i = 0; i < c; ++i) in.set(i, input(r, r * c + i, ReduceOp::kSum));
+                if (a.collective == Collective::kGather) comm.gather(in.p(), out.p(), c, dt, root, a.name)->wait();
+                else comm.allgather(in.p(), out.p(), c, dt, a.name)->wait();
+                if (a.collective == Collective::kAllGather || r == root)
+                  for (std::int64_t i = 0; i < c * w; ++i) bad += out.get(i) != input(static_cast<int>(i / c), i, ReduceOp::kSum);
+              }
+              expect(bad == 0, dts + " root " + std::to_string(root) + " count " + std::to_string(c));
+            }
+            if (a.collective == Collective::kAllGather) break;
+          }
+          break;
+        case Collective::kReduceScatter:
+          for (std::int64_t c : block_counts) {
+            Buf in(dt, c * w), out(dt, c);
+            for (std::int64_t i = 0; i < c * w; ++i) in.set(i, input(r, i, ReduceOp::kSum));
+            comm.reduce_scatter(in.p(), out.p(), c, dt, ReduceOp::kSum, a.name)->wait();
+            std::int64_t bad = 0;
+            for (std::int64_t i = 0; i < c; ++i) bad += out.get(i) != reduced(w, r * c + i, ReduceOp::kSum, integer);
+            expect(bad == 0, dts + " count " + std::to_string(c));
+          }
+          break;
+        case Collective::kAllToAll:
+          for (std::int64_t c : block_counts) {
+            Buf in(dt, c * w), out(dt, c * w);
+            for (std::int64_t i = 0; i < c * w; ++i) in.set(i, input(r, i, ReduceOp::kSum));
+            comm.alltoall(in.p(), out.p(), c, dt, a.name)->wait();
+            std::int64_t bad = 0;
+            for (std::int64_t b = 0; b < w; ++b)
+              for (std::int64_t j = 0; j < c; ++j)
+                bad += out.get(b * c + j) != input(static_cast<int>(b), r * c + j, ReduceOp::kSum);
+            expect(bad == 0, dts + " count " + std::to_string(c));
+          }
+          break;
+        case Collective::kBarrier:
+          comm.barrier()->wait();
+          break;
+      }
+    }
+  }
+}
+
+void check_reproducible_and_async(Communicator& comm) {
+  const int r = comm.rank();
+  const std::int64_t n = 100003;
+  std::vector<float> a(n), b(n);
+  std::mt19937 gen(static_cast<unsigned>(r) + 1);
+  std::uniform_real_distribution<float> d(-1, 1);
+  for (auto& v : a) v = d(gen);
+  b = a;
+  for (const char* algo : {"ring", "rabenseifner", "double_tree", "direct"}) {
+    std::vector<float> x = a, y = a;
+    // Two asynchronous operations in flight, then their results must match bitwise.
+    auto w1 = comm.allreduce(x.data(), n, DataType::kF32, ReduceOp::kSum, algo);
+    auto w2 = comm.allreduce(y.data(), n, DataType::kF32, ReduceOp::kSum, algo);
+    w2->wait();
+    expect(w1->test(), std::string("async ") + algo + ": operations finish in order");
+    w1->wait();
+    expect(std::memcmp(x.data(), y.data(), n * 4) == 0, std::string("bitwise reproducible ") + algo);
+    // Every rank holds the same bits.
+    std::vector<float> first(x.begin(), x.begin() + 64);
+    comm.broadcast(first.data(), 64, DataType::kF32, 0)->wait();
+    expect(std::memcmp(first.data(), x.data(), 64 * 4) == 0, std::string("identical on all ranks ") + algo);
+  }
+}
+
+void check_p2p_and_groups(Communicator& comm) {
+  const int w = comm.size(), r = comm.rank();
+  // A ring exchange: send right and receive from the left at once (no deadlock).
+  std::vector<std::int64_t> out(5000, r), in(5000, -1);
+  auto s = comm.isend(out.data(), 5000, DataType::kI64, (r + 1) % w);
+  auto q = comm.irecv(in.data(), 5000, DataType::kI64, (r + w - 1) % w);
+  s->wait();
+  q->wait();
+  expect(in[0] == (r + w - 1) % w && in[4999] == (r + w - 1) % w, "ring exchange with isend/irecv");
+  if (w >= 2) {
+    // Even and odd ranks form groups; each group reduces its own ranks.
+    std::vector<int> mine;
+    for (int i = r % 2; i < w; i += 2) mine.push_back(i);
+    auto g = comm.new_group(mine);
+    std::int64_t v = r, want = 0;
+    for (int i : mine) want += i;
+    g->allreduce(&v, 1, DataType::kI64, ReduceOp::kSum)->wait();
+    expect(v == want, "sub-group all-reduce");
+    expect(g->size() == static_cast<int>(mine.size()), "sub-group size");
+  }
+}
+
+int run_collectives(bool fake_hosts) {
+  auto comm = Communicator::init();
+  check_collectives(*comm);
+  check_reproducible_and_async(*comm);
+  check_p2p_and_groups(*comm);
+  std::printf("rank %d of %d (%s): %d checks, %d failures\n", comm->rank(), comm->size(), comm->transport().c_str(),
+              g_checks, g_failures);
+  (void)fake_hosts;
+  return g_failures == 0 ? 0 : 1;
+}
+
+// Rank 1 dies (SIGKILL) or stalls (SIGSTOP) while all-reduces are running.
+int run_kill(int sig) {
+  // The launcher stops the other ranks when one dies; survivors ignore that here so that the
+  // test sees them detect the death themselves.
+  if (std::string(std::getenv("RANK")) != "1") ::signal(SIGTERM, SIG_IGN);
+  auto comm = Communicator::init();
+  std::vector<float> data(8 << 20, 1.0f);  // 32 MiB
+  comm->barrier()->wait();
+  if (comm->rank() == 1) {
+    std::thread([sig] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      ::raise(sig);
+    }).detach();
+  }
+  auto start = std::chrono::steady_clock::now();
+  try {
+    for (int i = 0; i < 1000; ++i) comm->allreduce(data.data(), static_cast<std::int64_t>(data.size()), DataType::kF32, ReduceOp::kSum)->wait();
+    std::printf("rank %d: no error after 1000 all-reduces\n", comm->rank());
+    return 1;
+  } catch (const CommError& e) {
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("rank %d: CommError after %.2f s: op=%s peer=%d: %s\n", comm->rank(), s, e.op().c_str(), e.peer(), e.what());
+    bool names_op = std::string(e.what()).find("allreduce") != std::string::npos && e.op() == "allreduce";
+    return names_op && e.peer() >= 0 ? 3 : 1;  // 3: the expected failure
+  }
+}
+
+int run_token() {
+  ::signal(SIGTERM, SIG_IGN);
+  if (std::getenv("RANK") && std::string(std::getenv("RANK")) == "1") {
+    ::setenv("WEFT_JOB_TOKEN", "another-job-0123456789abcdef", 1);
+  }
+  try {
+    auto comm = Communicator::init();
+    std::printf("rank %d: joined despite the token mismatch\n", comm->rank());
+    return 1;
+  } catch (const CommError& e) {
+    std::printf("rank %s: %s\n", std::getenv("RANK"), e.what());
+    return 3;
+  }
+}
+
+int run_hostile() {
+  int port = std::atoi(std::getenv("MASTER_PORT"));
+  std::atomic<bool> stop{false};
+  std::thread noise;
+  if (std::string(std::getenv("RANK")) == "0") {
+    noise = std::thread([&] {
+      std::mt19937 gen(7);
+      int sent = 0;
+      while (!stop && sent < 200) {
+        try {
+          Socket s = connect_tcp("127.0.0.1", port, Deadline::in(1.0));
+          std::string junk(static_cast<size_t>(1 + gen() % 4096), '\0');
+          for (auto& ch : junk) ch = static_cast<char>(gen());
+          write_all(s.fd(), junk.data(), junk.size(), Deadline::in(1.0));
+          ++sent;
+        } catch (const std::exception&) {
+        }
+      }
+    });
+  }
+  auto comm = Communicator::init();
+  std::int64_t v = comm->rank() + 1;
+  comm->allreduce(&v, 1, DataType::kI64, ReduceOp::kSum)->wait();
+  stop = true;
+  if (noise.joinable()) noise.join();
+  std::int64_t want = static_cast<std::int64_t>(comm->size()) * (comm->size() + 1) / 2;
+  std::printf("rank %d: all-reduce under hostile connections gave %lld (want %lld)\n", comm->rank(),
+              static_cast<long long>(v), static_cast<long long>(want));
+  return v == want ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach the launcher even if we are killed
+  std::string mode = argc > 1 ? argv[1] : "collectives";
+  if (const char* hosts = std::getenv("CHECK_FAKE_HOSTS")) {
+    int h = std::atoi(hosts), w = std::atoi(std::getenv("WORLD_SIZE")), r = std::atoi(std::getenv("RANK"));
+    ::setenv("WEFT_HOST_ID", std::to_string(r / std::max(1, w / h)).c_str(), 1);
+  }
+  try {
+    if (mode == "collectives") return run_collectives(std::getenv("CHECK_FAKE_HOSTS") != nullptr);
+    if (mode == "kill") return run_kill(SIGKILL);
+    if (mode == "stall") return run_kill(SIGSTOP);
+    if (mode == "token") return run_token();
+    if (mode == "hostile") return run_hostile();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+  return 2;
+}

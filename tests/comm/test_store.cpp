@@ -1,0 +1,118 @@
+// The store and the handshake in one process: operations, timeouts, wrong tokens and
+// hostile bytes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "weft/comm/auth.h"
+#include "weft/comm/process.h"
+#include "weft/comm/socket.h"
+#include "weft/comm/store.h"
+#include "weft/util/error.h"
+
+using namespace weft;
+using namespace weft::comm;
+
+namespace {
+const std::string kToken = "0123456789abcdef0123456789abcdef";
+}
+
+TEST(Store, SetGetAddWait) {
+  StoreServer server("127.0.0.1", 0, kToken);
+  StoreClient a("127.0.0.1", server.port(), kToken, 0, 5.0);
+  StoreClient b("127.0.0.1", server.port(), kToken, 1, 5.0);
+  a.set("k", std::string("v\0w", 3));
+  EXPECT_EQ(*b.get("k", 1.0), std::string("v\0w", 3));
+  EXPECT_FALSE(b.get("missing", 0.2).has_value());
+  EXPECT_EQ(a.add("n", 5), 5);
+  EXPECT_EQ(b.add("n", -2), 3);
+  EXPECT_TRUE(a.check("n"));
+  a.erase("n");
+  EXPECT_FALSE(a.check("n"));
+  // get() waits for a key another client sets later.
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    a.set("late", "x");
+  });
+  EXPECT_EQ(*b.get("late", 5.0), "x");
+  later.join();
+  auto missing = b.wait_all({"k", "late", "r3", "r5"}, 0.3);
+  EXPECT_EQ(missing, (std::vector<std::string>{"r3", "r5"}));
+  EXPECT_EQ(server.refused(), 0);
+}
+
+TEST(Store, RefusesAnotherJobsToken) {
+  StoreServer server("127.0.0.1", 0, kToken);
+  try {
+    StoreClient c("127.0.0.1", server.port(), "fedcba9876543210fedcba9876543210", 0, 5.0);
+    FAIL() << "a client with another token was accepted";
+  } catch (const CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("refused"), std::string::npos) << e.what();
+  }
+  for (int i = 0; i < 50 && server.refused() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(server.refused(), 1);
+  // The store still serves its own job.
+  StoreClient ok("127.0.0.1", server.port(), kToken, 0, 5.0);
+  ok.set("a", "b");
+  EXPECT_EQ(*ok.get("a", 1.0), "b");
+}
+
+TEST(Store, SurvivesRandomBytes) {
+  StoreServer server("127.0.0.1", 0, kToken);
+  std::mt19937 gen(1);
+  for (int i = 0; i < 100; ++i) {
+    Socket s = connect_tcp("127.0.0.1", server.port(), Deadline::in(2.0));
+    std::string junk(1 + gen() % 3000, '\0');
+    for (auto& ch : junk) ch = static_cast<char>(gen());
+    try {
+      write_all(s.fd(), junk.data(), junk.size(), Deadline::in(2.0));
+    } catch (const CommError&) {
+    }
+  }
+  StoreClient ok("127.0.0.1", server.port(), kToken, 0, 5.0);
+  ok.set("still", "alive");
+  EXPECT_EQ(*ok.get("still", 1.0), "alive");
+}
+
+TEST(Handshake, MutualAndBounded) {
+  int port = 0;
+  Socket listener = listen_tcp("127.0.0.1", 0, &port);
+  std::uint32_t seen = 0;
+  std::thread acceptor([&] {
+    Socket s = accept_tcp(listener.fd(), Deadline::in(5.0));
+    seen = accept_handshake(s.fd(), kToken, Purpose::kPeer, 7, 5.0);
+  });
+  Socket c = connect_tcp("127.0.0.1", port, Deadline::in(5.0));
+  EXPECT_EQ(connect_handshake(c.fd(), kToken, Purpose::kPeer, 3, 5.0), 7u);
+  acceptor.join();
+  EXPECT_EQ(seen, 3u);
+  // A peer that says nothing: the handshake times out instead of hanging.
+  std::thread silent([&] {
+    Socket s = connect_tcp("127.0.0.1", port, Deadline::in(5.0));
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  });
+  Socket s = accept_tcp(listener.fd(), Deadline::in(5.0));
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(accept_handshake(s.fd(), kToken, Purpose::kPeer, 7, 0.3), CommError);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  silent.join();
+}
+
+TEST(Auth, HmacKnownAnswer) {
+  // RFC 4231 test case 2.
+  Digest d = hmac_sha256("Jefe", "what do ya want for nothing?");
+  const unsigned char want[32] = {0x5b, 0xdc, 0xc1, 0x46, 0xbf, 0x60, 0x75, 0x4e, 0x6a, 0x04, 0x24,
+                                  0x26, 0x08, 0x95, 0x75, 0xc7, 0x5a, 0x00, 0x3f, 0x08, 0x9d, 0x27,
+                                  0x39, 0x83, 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
+  EXPECT_EQ(0, std::memcmp(d.data(), want, 32));
+  EXPECT_EQ(generate_token().size(), 64u);
+  EXPECT_NE(generate_token(), generate_token());
+}
+
+TEST(ProcessInfo, SlurmHostLists) {
+  EXPECT_EQ(first_slurm_host("node[03-05,9],gpu1"), "node03");
+  EXPECT_EQ(first_slurm_host("gpu7,gpu8"), "gpu7");
+  EXPECT_EQ(first_slurm_host("a[1]"), "a1");
+}
