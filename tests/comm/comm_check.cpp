@@ -17,6 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "weft/algo/registry.h"
 #include "weft/comm/communicator.h"
 #include "weft/comm/socket.h"
@@ -317,6 +320,52 @@ int run_hostile() {
   return v == want ? 0 : 1;
 }
 
+// Runs known operations with WEFT_TRACE set, then checks the files every rank wrote.
+int run_trace() {
+  const char* dir = std::getenv("WEFT_TRACE");
+  if (!dir) {
+    std::fprintf(stderr, "trace mode needs WEFT_TRACE\n");
+    return 1;
+  }
+  int w = 0, me = 0;
+  {
+    auto comm = Communicator::init();
+    w = comm->size();
+    me = comm->rank();
+    std::vector<float> x(4096 * w, 1.0f), y(4096 * w);
+    comm->allreduce(x.data(), 4096 * w, DataType::kF32, ReduceOp::kSum, "ring")->wait();
+    comm->allgather(x.data(), y.data(), 4096, DataType::kF32, "ring")->wait();
+    comm->isend(x.data(), 10, DataType::kF32, (me + 1) % w);
+    comm->irecv(y.data(), 10, DataType::kF32, (me + w - 1) % w)->wait();
+    comm->barrier()->wait();
+  }
+  // Rank 0's communicator waited for every rank to leave: all files are complete now.
+  if (me != 0) return 0;
+  for (int r = 0; r < w; ++r) {
+    std::ifstream f(std::string(dir) + "/rank-" + std::to_string(r) + ".jsonl");
+    std::string line;
+    std::vector<nlohmann::json> records;
+    while (std::getline(f, line)) records.push_back(nlohmann::json::parse(line));
+    expect(records.size() == 5, "rank " + std::to_string(r) + " wrote 5 records, not " + std::to_string(records.size()));
+    if (records.size() != 5) continue;
+    const auto& ar = records[0];
+    expect(ar["op"] == "allreduce" && ar["algorithm"] == "ring" && ar["bytes"] == 4096 * w * 4, "allreduce record");
+    expect(ar["group_ranks"].size() == static_cast<size_t>(w) && ar["rank"] == r, "group and rank");
+    expect(ar["end_us"].get<std::int64_t>() >= ar["start_us"].get<std::int64_t>(), "times ordered");
+    std::int64_t sent = 0;
+    for (const auto& step : ar["steps"])
+      for (const auto& s : step) {
+        sent += s["bytes"].get<std::int64_t>();
+        expect(s["to"] == (r + 1) % w, "ring sends go to the right neighbour");
+      }
+    expect(sent == 2 * (w - 1) * 4096 * 4, "ring all-reduce sends 2(W-1)/W of the buffer: " + std::to_string(sent));
+    expect(records[1]["op"] == "allgather" && records[2]["op"] == "send" && records[3]["op"] == "recv", "op order");
+    expect(records[2]["peers"][0] == (r + 1) % w && records[2]["bytes"] == 40, "send record");
+  }
+  std::printf("rank %d: trace checks: %d, failures %d\n", me, g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -332,6 +381,7 @@ int main(int argc, char** argv) {
     if (mode == "stall") return run_kill(SIGSTOP);
     if (mode == "token") return run_token();
     if (mode == "hostile") return run_hostile();
+    if (mode == "trace") return run_trace();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

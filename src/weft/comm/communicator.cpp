@@ -615,10 +615,10 @@ void Communicator::run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch) {
   }
   ExecContext ctx{batch.size() == 1 ? (batch[0]->kind == Task::kSend ? "send" : "recv") : "send/recv",
                   global_rank(), options_.timeout_s, links_->bell};
-  double start = now_us();
+  const std::int64_t start = now_us();
   execute(p, b, links_->peers, ctx, nullptr);
   if (tracer_) {
-    double end = now_us();
+    const std::int64_t end = now_us();
     for (auto& t : batch) {
       TraceRecord rec;
       rec.op = t->kind == Task::kSend ? "send" : "recv";

@@ -9,8 +9,9 @@
 
 namespace weft::comm {
 
-double now_us() {
-  return std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch()).count();
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 Tracer::Tracer(const std::string& dir, int global_rank) : path_(dir + "/rank-" + std::to_string(global_rank) + ".jsonl") {

@@ -24,7 +24,7 @@ struct TraceRecord {
   std::int64_t bytes = 0;  // count * element size
   int root = -1;
   std::vector<int> peers;  // point to point: the peer (global)
-  double start_us = 0, end_us = 0;  // microseconds since the Unix epoch
+  std::int64_t start_us = 0, end_us = 0;  // microseconds since the Unix epoch
   StepSends steps;         // per step: (global peer, bytes) of each send
 };
 
@@ -38,6 +38,6 @@ class Tracer {
   std::string path_;
 };
 
-double now_us();
+std::int64_t now_us();
 
 }  // namespace weft::comm
