@@ -24,3 +24,17 @@ std::optional<int> env_positive_int(const char* name) {
 }
 
 }  // namespace weft
+
+namespace weft {
+std::optional<std::int64_t> env_int_in(const char* name, std::int64_t lo, std::int64_t hi) {
+  auto s = env_string(name);
+  if (!s) return std::nullopt;
+  char* end = nullptr;
+  long long v = std::strtoll(s->c_str(), &end, 10);
+  if (end == s->c_str() || *end != '\0' || v < lo || v > hi) {
+    throw ConfigError(std::string(name) + "='" + *s + "' is not an integer in " + std::to_string(lo) + ".." +
+                      std::to_string(hi));
+  }
+  return v;
+}
+}  // namespace weft

@@ -1,6 +1,7 @@
 // Reading configuration from environment variables, with validation.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -10,5 +11,7 @@ std::optional<std::string> env_string(const char* name);
 // Parses a positive integer from the environment; throws ConfigError naming the
 // variable when it is set but not a positive integer.
 std::optional<int> env_positive_int(const char* name);
+// Parses an integer in [lo, hi]; throws ConfigError naming the variable and the range.
+std::optional<std::int64_t> env_int_in(const char* name, std::int64_t lo, std::int64_t hi);
 
 }  // namespace weft
