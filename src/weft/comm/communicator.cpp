@@ -508,9 +508,11 @@ void Communicator::run(Task& t) {
   std::vector<std::uint8_t> temp;
   auto* out = static_cast<std::uint8_t*>(t.out);
   const auto* in = static_cast<const std::uint8_t*>(t.in);
-  auto copy_in = [&](std::uint8_t* dst, std::size_t bytes) {
-    if (dst != in && bytes > 0) std::memmove(dst, in, bytes);
+  // memmove with possibly-null pointers when nothing is copied (empty buffers).
+  auto move = [](std::uint8_t* dst, const std::uint8_t* src, std::size_t bytes) {
+    if (bytes > 0 && dst != src) std::memmove(dst, src, bytes);
   };
+  auto copy_in = [&](std::uint8_t* dst, std::size_t bytes) { move(dst, in, bytes); };
   switch (t.collective) {
     case Collective::kAllReduce:
       copy_in(out, block_bytes);
@@ -531,7 +533,7 @@ void Communicator::run(Task& t) {
     case Collective::kGather:
       n = c * w;
       if (r == t.root) {
-        if (out + r * block_bytes != in) std::memmove(out + r * block_bytes, in, block_bytes);
+        move(out + r * block_bytes, in, block_bytes);
         b.data = out;
       } else {
         b.data = const_cast<std::uint8_t*>(in);
@@ -541,7 +543,7 @@ void Communicator::run(Task& t) {
     case Collective::kScatter:
       n = c * w;
       if (r == t.root) {
-        if (out != in + r * block_bytes) std::memmove(out, in + r * block_bytes, block_bytes);
+        move(out, in + r * block_bytes, block_bytes);
         b.data = const_cast<std::uint8_t*>(in);
       } else {
         b.data = out;
@@ -550,7 +552,7 @@ void Communicator::run(Task& t) {
       break;
     case Collective::kAllGather:
       n = c * w;
-      if (out + r * block_bytes != in) std::memmove(out + r * block_bytes, in, block_bytes);
+      move(out + r * block_bytes, in, block_bytes);
       b.data = out;
       break;
     case Collective::kReduceScatter:
@@ -579,7 +581,7 @@ void Communicator::run(Task& t) {
   TraceRecord rec;
   rec.start_us = now_us();
   execute(program, b, links_->peers, ctx, tracer_ ? &rec.steps : nullptr);
-  if (t.collective == Collective::kReduceScatter) std::memcpy(out, temp.data() + r * block_bytes, block_bytes);
+  if (t.collective == Collective::kReduceScatter) move(out, temp.data() + r * block_bytes, block_bytes);
   if (t.op == ReduceOp::kAvg) {
     if (t.collective == Collective::kAllReduce || (t.collective == Collective::kReduce && r == t.root) ||
         t.collective == Collective::kReduceScatter) {

@@ -39,6 +39,8 @@ struct Transfer {
   PeerLink* link;
   std::uint8_t* ptr;         // payload (send source or receive destination)
   std::uint64_t bytes = 0;   // payload length
+  std::size_t pad = 0;       // zero bytes after the payload, so the next header stays 8-aligned
+  std::size_t pad_done = 0;
   Header header{};
   std::size_t header_done = 0;
   std::uint64_t done = 0;    // payload bytes moved
@@ -83,6 +85,7 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
         case OpKind::kSend: {
           Transfer t{&op, &peers.at(op.peer), b.direct.empty() ? addr(op.src) : b.direct[i]};
           t.bytes = static_cast<std::uint64_t>(op.src.count) * esize;
+          t.pad = static_cast<std::size_t>((8 - t.bytes % 8) % 8);
           t.header = {kMagic, t.link->send_seq++, t.bytes};
           sends.push_back(t);
           if (step_sends) (*step_sends)[s].emplace_back(t.link->global_rank, static_cast<std::int64_t>(t.bytes));
@@ -92,6 +95,7 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
         case OpKind::kRecvReduce: {
           Transfer t{&op, &peers.at(op.peer), b.direct.empty() ? addr(op.dst) : b.direct[i]};
           t.bytes = static_cast<std::uint64_t>(op.dst.count) * esize;
+          t.pad = static_cast<std::size_t>((8 - t.bytes % 8) % 8);
           recvs.push_back(t);
           break;
         }
@@ -116,6 +120,13 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
         std::size_t k = ch->write_some(t.ptr + t.done, static_cast<std::size_t>(t.bytes - t.done));
         t.done += k;
         moved += k;
+        if (t.done < t.bytes) return moved;
+      }
+      if (t.pad_done < t.pad) {
+        static const std::uint8_t zeros[8] = {};
+        std::size_t k = ch->write_some(zeros, t.pad - t.pad_done);
+        t.pad_done += k;
+        moved += k;
       }
       return moved;
     };
@@ -135,7 +146,15 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
                      t.link->global_rank, s);
         }
       }
-      if (t.done >= t.bytes) return moved;
+      if (t.done >= t.bytes) {
+        if (t.pad_done < t.pad) {
+          std::uint8_t skip[8];
+          std::size_t k = ch->read_some(skip, t.pad - t.pad_done);
+          t.pad_done += k;
+          moved += k;
+        }
+        return moved;
+      }
       std::size_t left = static_cast<std::size_t>(t.bytes - t.done);
       if (t.op->kind == OpKind::kRecv) {
         std::size_t k = ch->read_some(t.ptr + t.done, left);
@@ -158,7 +177,16 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
             continue;
           }
           std::size_t whole = n / esize * esize;
-          reduce_into(b.dtype, b.op, t.ptr + t.applied, p, whole / esize);
+          if (reinterpret_cast<std::uintptr_t>(p) % esize != 0) {
+            // A piece that does not start on an element boundary in memory: go through an
+            // aligned copy (a typed load from it would be undefined).
+            alignas(16) std::uint8_t aligned[4096];
+            whole = std::min(whole, sizeof aligned / esize * esize);
+            std::memcpy(aligned, p, whole);
+            reduce_into(b.dtype, b.op, t.ptr + t.applied, aligned, whole / esize);
+          } else {
+            reduce_into(b.dtype, b.op, t.ptr + t.applied, p, whole / esize);
+          }
           t.applied += whole;
           p += whole;
           n -= whole;
@@ -167,7 +195,9 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
       t.done += k;
       return moved + k;
     };
-    auto complete = [](const Transfer& t) { return t.header_done == sizeof(Header) && t.done >= t.bytes; };
+    auto complete = [](const Transfer& t) {
+      return t.header_done == sizeof(Header) && t.done >= t.bytes && t.pad_done >= t.pad;
+    };
 
     auto progress_round = [&]() {
       bool progressed = false;
