@@ -1,19 +1,11 @@
 #include "weft/algo/allreduce.h"
 
-#include <numeric>
-
 #include "weft/algo/ring.h"
 #include "weft/util/error.h"
 
 namespace weft::algo {
 
 namespace {
-
-std::vector<int> iota_group(int world) {
-  std::vector<int> g(static_cast<size_t>(world));
-  std::iota(g.begin(), g.end(), 0);
-  return g;
-}
 
 // A balanced in-order binary tree over positions [0, world): parent, children and height.
 struct Tree {
@@ -63,7 +55,7 @@ void tree_allreduce(Program& p, const Tree& t, const std::vector<int>& rank_of, 
 Program allreduce_ring(int rank, int world, std::int64_t n, const Options&) {
   Program p;
   p.algorithm = "ring";
-  auto group = iota_group(world);
+  auto group = all_ranks(world);
   Chunk all{Buf::kData, 0, n};
   std::size_t s = ring_reduce_scatter(p, 0, group, rank, all);
   ring_allgather(p, s, group, rank, all);
@@ -174,8 +166,7 @@ Program allreduce_rabenseifner(int rank, int world, std::int64_t n, const Option
   Folding f(world);
   Chunk all{Buf::kData, 0, n};
   p.need_scratch(n);
-  int log_p = 0;
-  while ((1 << log_p) < f.p) ++log_p;
+  const int log_p = ceil_log2(f.p);
   const size_t final_step = (f.rem > 0 ? 1 : 0) + 3 * static_cast<size_t>(log_p);
   if (f.folded_away(rank)) {
     p.send(0, rank + 1, all);
@@ -193,20 +184,9 @@ Program allreduce_rabenseifner(int rank, int world, std::int64_t n, const Option
     std::int64_t b = block_begin(n, f.p, lo);
     return Chunk{Buf::kData, b, block_begin(n, f.p, hi) - b};
   };
-  auto in_scratch = [](Chunk c) { return Chunk{Buf::kScratch, c.offset, c.count}; };
-  // Reduce-scatter by recursive halving.
-  int lo = 0, hi = f.p;
-  for (int mask = f.p / 2; mask >= 1; mask /= 2) {
-    int peer = f.real_rank(v ^ mask);
-    int mid = (lo + hi) / 2;
-    Chunk keep = (v & mask) ? region(mid, hi) : region(lo, mid);
-    Chunk give = (v & mask) ? region(lo, mid) : region(mid, hi);
-    p.send(s, peer, give);
-    p.recv(s, peer, in_scratch(keep));
-    p.reduce(s + 1, in_scratch(keep), keep);
-    s += 2;
-    if (v & mask) lo = mid; else hi = mid;
-  }
+  // Reduce-scatter by recursive halving: virtual rank v ends with block v.
+  s = halving_reduce_scatter(p, s, f, v, region);
+  int lo = v, hi = v + 1;
   // All-gather by recursive doubling.
   for (int mask = 1; mask < f.p; mask <<= 1) {
     int peer = f.real_rank(v ^ mask);

@@ -1,24 +1,10 @@
 #include "weft/algo/collectives.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "weft/algo/ring.h"
 
 namespace weft::algo {
-
-namespace {
-std::vector<int> iota_group(int world) {
-  std::vector<int> g(static_cast<size_t>(world));
-  std::iota(g.begin(), g.end(), 0);
-  return g;
-}
-int ceil_log2(int w) {
-  int k = 0;
-  while ((1 << k) < w) ++k;
-  return k;
-}
-}  // namespace
 
 Program broadcast_binomial(int rank, int world, std::int64_t n, const Options& o) {
   Program p;
@@ -98,7 +84,7 @@ Program scatter_linear(int rank, int world, std::int64_t n, const Options& o) {
 Program allgather_ring(int rank, int world, std::int64_t n, const Options&) {
   Program p;
   p.algorithm = "ring";
-  ring_allgather(p, 0, iota_group(world), rank, Chunk{Buf::kData, 0, n});
+  ring_allgather(p, 0, all_ranks(world), rank, Chunk{Buf::kData, 0, n});
   p.compact();
   return p;
 }
@@ -145,7 +131,7 @@ Program allgather_recursive_doubling(int rank, int world, std::int64_t n, const 
 Program reduce_scatter_ring(int rank, int world, std::int64_t n, const Options&) {
   Program p;
   p.algorithm = "ring";
-  ring_reduce_scatter(p, 0, iota_group(world), rank, Chunk{Buf::kData, 0, n});
+  ring_reduce_scatter(p, 0, all_ranks(world), rank, Chunk{Buf::kData, 0, n});
   p.compact();
   return p;
 }
@@ -160,7 +146,6 @@ Program reduce_scatter_recursive_halving(int rank, int world, std::int64_t n, co
     std::int64_t b = block_begin(n, world, f.first_real(vlo));
     return Chunk{Buf::kData, b, block_begin(n, world, f.first_real(vhi)) - b};
   };
-  auto in_scratch = [](Chunk c) { return Chunk{Buf::kScratch, c.offset, c.count}; };
   const size_t last = (f.rem > 0 ? 1 : 0) + 2 * static_cast<size_t>(ceil_log2(f.p));
   if (f.folded_away(rank)) {
     p.send(0, rank + 1, all);
@@ -173,19 +158,7 @@ Program reduce_scatter_recursive_halving(int rank, int world, std::int64_t n, co
     if (rank < 2 * f.rem) p.recv_reduce(0, rank - 1, all);
     s = 1;
   }
-  const int v = f.virtual_rank(rank);
-  int lo = 0, hi = f.p;
-  for (int mask = f.p / 2; mask >= 1; mask /= 2) {
-    int mid = (lo + hi) / 2;
-    Chunk keep = (v & mask) ? region(mid, hi) : region(lo, mid);
-    Chunk give = (v & mask) ? region(lo, mid) : region(mid, hi);
-    int peer = f.real_rank(v ^ mask);
-    p.send(s, peer, give);
-    p.recv(s, peer, in_scratch(keep));
-    p.reduce(s + 1, in_scratch(keep), keep);
-    s += 2;
-    if (v & mask) lo = mid; else hi = mid;
-  }
+  halving_reduce_scatter(p, s, f, f.virtual_rank(rank), region);
   if (f.rem > 0 && rank < 2 * f.rem) p.send(last, rank - 1, block(n, world, rank - 1));
   p.compact();
   return p;

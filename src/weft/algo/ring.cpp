@@ -31,6 +31,36 @@ std::size_t ring_allgather(Program& p, std::size_t first_step, const std::vector
   return first_step + static_cast<std::size_t>(g - 1);
 }
 
+std::vector<int> all_ranks(int world) {
+  std::vector<int> g(static_cast<size_t>(world));
+  for (int i = 0; i < world; ++i) g[i] = i;
+  return g;
+}
+
+int ceil_log2(int n) {
+  int k = 0;
+  while ((1 << k) < n) ++k;
+  return k;
+}
+
+std::size_t halving_reduce_scatter(Program& p, std::size_t s, const Folding& f, int v,
+                                   const std::function<Chunk(int, int)>& region) {
+  auto in_scratch = [](Chunk c) { return Chunk{Buf::kScratch, c.offset, c.count}; };
+  int lo = 0, hi = f.p;
+  for (int mask = f.p / 2; mask >= 1; mask /= 2) {
+    int mid = (lo + hi) / 2;
+    Chunk keep = (v & mask) ? region(mid, hi) : region(lo, mid);
+    Chunk give = (v & mask) ? region(lo, mid) : region(mid, hi);
+    int peer = f.real_rank(v ^ mask);
+    p.send(s, peer, give);
+    p.recv(s, peer, in_scratch(keep));
+    p.reduce(s + 1, in_scratch(keep), keep);
+    s += 2;
+    if (v & mask) lo = mid; else hi = mid;
+  }
+  return s;
+}
+
 Folding::Folding(int w) : world(w), p(1), rem(0) {
   while (p * 2 <= world) p *= 2;
   rem = world - p;

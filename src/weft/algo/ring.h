@@ -1,7 +1,8 @@
-// Ring building blocks, shared by several algorithms: a reduce-scatter and an all-gather
-// around a ring of group members over one region of a buffer.
+// Building blocks shared by several algorithms: ring reduce-scatter and all-gather over a
+// region of a buffer, the folding of non-power-of-two worlds, and recursive halving.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "weft/algo/program.h"
@@ -32,5 +33,16 @@ struct Folding {
   // The real ranks a virtual rank stands for: [first_real(v), first_real(v + 1)).
   int first_real(int v) const { return v < rem ? 2 * v : v + rem; }
 };
+
+// Ranks 0..world-1, in order.
+std::vector<int> all_ranks(int world);
+int ceil_log2(int n);
+
+// Recursive-halving reduce-scatter among the participating ranks of `f`: `region(lo, hi)`
+// is the chunk of virtual blocks [lo, hi). Each round sends the half the partner keeps,
+// receives the half this rank keeps into scratch (at the same offsets), and reduces it in
+// the next step. Afterwards virtual rank v holds block v reduced. Returns the next step.
+std::size_t halving_reduce_scatter(Program& p, std::size_t first_step, const Folding& f, int v,
+                                   const std::function<Chunk(int, int)>& region);
 
 }  // namespace weft::algo
