@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev libyaml-cpp-dev
   libssl-dev               # HMAC-SHA256 for the job token handshake
+  openmpi-bin libopenmpi-dev  # the MPI transport, mpirun launches, the MPI benchmark
   dataset-fashion-mnist    # real image data for training
   fortunes                 # real English text for language models
 )

@@ -89,7 +89,11 @@ void check_collectives(Communicator& comm) {
   const int w = comm.size(), r = comm.rank();
   const std::vector<std::int64_t> counts{0, 1, std::max(w - 1, 1), w + 1, 1003};
   const std::vector<std::int64_t> block_counts{0, 1, 3, 257};
-  for (const auto& a : algo::algorithms()) {
+  std::vector<algo::Algorithm> all = algo::algorithms();
+  if (comm.transport() == "mpi") {  // MPI's own collectives too
+    for (Collective c : algo::all_collectives()) all.push_back({c, "mpi", nullptr, "MPI"});
+  }
+  for (const auto& a : all) {
     const std::string tag = std::string(algo::collective_name(a.collective)) + "/" + a.name;
     for (DataType dt : {DataType::kF32, DataType::kF64, DataType::kI32, DataType::kI64}) {
       const bool integer = dt == DataType::kI32 || dt == DataType::kI64;
@@ -216,13 +220,15 @@ void check_reproducible_and_async(Communicator& comm) {
 
 void check_p2p_and_groups(Communicator& comm) {
   const int w = comm.size(), r = comm.rank();
-  // A ring exchange: send right and receive from the left at once (no deadlock).
-  std::vector<std::int64_t> out(5000, r), in(5000, -1);
-  auto s = comm.isend(out.data(), 5000, DataType::kI64, (r + 1) % w);
-  auto q = comm.irecv(in.data(), 5000, DataType::kI64, (r + w - 1) % w);
+  // A ring exchange: send right and receive from the left at once. 16 MiB: more than any
+  // ring or socket buffer holds, so it only completes if both run together.
+  const std::int64_t n = 2 << 20;
+  std::vector<std::int64_t> out(n, r), in(n, -1);
+  auto s = comm.isend(out.data(), n, DataType::kI64, (r + 1) % w);
+  auto q = comm.irecv(in.data(), n, DataType::kI64, (r + w - 1) % w);
   s->wait();
   q->wait();
-  expect(in[0] == (r + w - 1) % w && in[4999] == (r + w - 1) % w, "ring exchange with isend/irecv");
+  expect(in[0] == (r + w - 1) % w && in[n - 1] == (r + w - 1) % w, "ring exchange with isend/irecv");
   if (w >= 2) {
     // Even and odd ranks form groups; each group reduces its own ranks.
     std::vector<int> mine;

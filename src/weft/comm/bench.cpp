@@ -9,6 +9,7 @@
 
 #include "weft/algo/program.h"
 #include "weft/comm/communicator.h"
+#include "weft/comm/mpi_transport.h"
 #include "weft/comm/process.h"
 
 namespace weft::comm {
@@ -103,8 +104,10 @@ int run_comm_bench(const BenchConfig& cfg) {
   if (cfg.iters < 1 || cfg.warmup < 0) throw ConfigError("--iters must be >= 1 and --warmup >= 0");
   CommOptions opts = CommOptions::from_env();
   if (!cfg.transport.empty()) {
-    if (cfg.transport == "mpi") throw ConfigError("--transport mpi: this weft was built without MPI");
-    if (cfg.transport != "shm" && cfg.transport != "tcp" && cfg.transport != "auto") {
+    if (cfg.transport == "mpi" && !mpi::built_with_mpi()) {
+      throw ConfigError("--transport mpi: this weft was built without MPI");
+    }
+    if (cfg.transport != "shm" && cfg.transport != "tcp" && cfg.transport != "auto" && cfg.transport != "mpi") {
       throw ConfigError("--transport '" + cfg.transport + "' is not one of auto, shm, tcp, mpi");
     }
     opts.transport = cfg.transport;

@@ -12,6 +12,7 @@
 #include "weft/comm/auth.h"
 #include "weft/comm/channel.h"
 #include "weft/comm/executor.h"
+#include "weft/comm/mpi_transport.h"
 #include "weft/comm/socket.h"
 #include "weft/comm/store.h"
 #include "weft/comm/trace.h"
@@ -32,7 +33,7 @@ void Work::finish(std::exception_ptr error) {
 }
 
 void Work::wait() {
-  if (owner_ && !done_.load(std::memory_order_acquire)) owner_->run_inline(this);
+  if (owner_ && !done_.load(std::memory_order_acquire) && !owner_->run_inline(this) && p2p_) owner_->demand_p2p();
   if (!done_.load(std::memory_order_acquire)) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return done_.load(); });
@@ -41,7 +42,11 @@ void Work::wait() {
   if (error_) std::rethrow_exception(error_);
 }
 
-bool Work::test() { return done_.load(std::memory_order_acquire); }
+bool Work::test() {
+  if (done_.load(std::memory_order_acquire)) return true;
+  if (owner_ && p2p_) owner_->demand_p2p();  // a polled point-to-point operation must progress
+  return done_.load(std::memory_order_acquire);
+}
 
 bool Work::failed() {
   std::lock_guard<std::mutex> lock(mu_);
@@ -65,8 +70,8 @@ CommOptions CommOptions::from_env() {
   o.timeout_s = seconds("WEFT_COMM_TIMEOUT", o.timeout_s);
   o.rendezvous_timeout_s = seconds("WEFT_RENDEZVOUS_TIMEOUT", o.rendezvous_timeout_s);
   if (auto t = env_string("WEFT_TRANSPORT")) {
-    if (*t != "auto" && *t != "shm" && *t != "tcp") {
-      throw ConfigError("WEFT_TRANSPORT='" + *t + "' is not one of auto, shm, tcp");
+    if (*t != "auto" && *t != "shm" && *t != "tcp" && *t != "mpi") {
+      throw ConfigError("WEFT_TRANSPORT='" + *t + "' is not one of auto, shm, tcp, mpi");
     }
     o.transport = *t;
   }
@@ -157,6 +162,30 @@ std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const 
   std::shared_ptr<Communicator> c(new Communicator());
   c->info_ = info;
   c->options_ = options;
+  if (options.transport == "mpi") {
+    // MPI launched the processes and connects them: no store, no token.
+    if (info.launcher == "weft" || info.launcher == "slurm") {
+      throw ConfigError("WEFT_TRANSPORT=mpi needs the processes started by mpirun, not by " +
+                        std::string(info.launcher == "weft" ? "weft launch" : "Slurm without mpirun"));
+    }
+    int rank = 0, world = 1;
+    mpi::init(&rank, &world);
+    if (info.launcher != "none" && (info.rank != rank || info.world != world)) {
+      throw ConfigError("MPI says rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                        ", the environment says " + std::to_string(info.rank) + " of " + std::to_string(info.world));
+    }
+    c->rank_ = rank;
+    c->members_.resize(static_cast<size_t>(world));
+    for (int i = 0; i < world; ++i) c->members_[i] = i;
+    c->links_ = std::make_unique<GroupLinks>();
+    // mpirun places ranks by host in blocks of the local size (its default mapping).
+    if (info.local_world > 0 && world % info.local_world == 0) c->links_->local_world = info.local_world;
+    c->mpi_group_ = mpi::world_group();
+    if (!options.trace_dir.empty()) c->tracer_ = std::make_shared<Tracer>(options.trace_dir, rank);
+    c->thread_ = std::thread([p = c.get()] { p->worker(); });
+    c->healthy_ = true;
+    return c;
+  }
   // A job of one process needs no shared secret: it makes its own.
   c->token_ = info.world == 1 && !env_string("WEFT_JOB_TOKEN") ? generate_token() : job_token_from_env();
   c->rank_ = info.rank;
@@ -209,7 +238,12 @@ std::shared_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
   std::string compact = key;
   std::replace(compact.begin(), compact.end(), ' ', '_');
   c->name_ = "group[" + join_ranks(global) + "]" + (nth ? "#" + std::to_string(nth) : "");
-  c->connect_group("g-" + compact + "-" + std::to_string(nth));
+  if (mpi_group_) {
+    c->links_ = std::make_unique<GroupLinks>();
+    c->mpi_group_ = mpi::make_group(*mpi_group_, ranks);
+  } else {
+    c->connect_group("g-" + compact + "-" + std::to_string(nth));
+  }
   c->thread_ = std::thread([p = c.get()] { p->worker(); });
   return c;
 }
@@ -239,6 +273,7 @@ Communicator::~Communicator() {
 }
 
 std::string Communicator::transport() const {
+  if (mpi_group_) return "mpi";
   if (links_->tcp > 0 && links_->shm > 0) return "mixed";
   if (links_->shm > 0) return "shm";
   if (links_->tcp > 0) return "tcp";
@@ -401,6 +436,7 @@ void Communicator::connect_group(const std::string& prefix) {
 WorkPtr Communicator::submit(std::shared_ptr<Task> task) {
   WorkPtr w = task->work;
   w->owner_ = this;
+  w->p2p_ = task->kind != Task::kCollective;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
@@ -422,6 +458,7 @@ std::vector<std::shared_ptr<Communicator::Task>> Communicator::take_batch() {
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_relaxed);
     }
+    p2p_demanded_ = false;
   }
   running_ = true;
   return batch;
@@ -443,15 +480,38 @@ void Communicator::run_batch(std::vector<std::shared_ptr<Task>>& batch) {
   for (auto& t : batch) t->work->finish(error);
 }
 
+bool Communicator::ready_locked() const {
+  if (queue_.empty() || running_) return false;
+  if (queue_.front()->kind == Task::kCollective || p2p_demanded_) return true;
+  // Point-to-point tasks wait until someone waits on one of them or a collective follows
+  // them, so that all the sends and receives posted together run together.
+  for (const auto& t : queue_)
+    if (t->kind == Task::kCollective) return true;
+  return false;
+}
+
 bool Communicator::run_inline(Work* work) {
   std::vector<std::shared_ptr<Task>> batch;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (running_ || queue_.empty() || queue_.front()->work.get() != work) return false;
+    if (running_ || queue_.empty()) return false;
+    // The next batch: the front collective, or the run of point-to-point tasks at the front.
+    bool in_batch = false;
+    for (const auto& t : queue_) {
+      if (t->work.get() == work) in_batch = true;
+      if (t->kind == Task::kCollective || queue_.front()->kind == Task::kCollective) break;
+    }
+    if (!in_batch) return false;
     batch = take_batch();
   }
   run_batch(batch);
   return true;
+}
+
+void Communicator::demand_p2p() {
+  std::lock_guard<std::mutex> lock(mu_);
+  p2p_demanded_ = true;
+  cv_.notify_all();
 }
 
 void Communicator::worker() {
@@ -459,8 +519,12 @@ void Communicator::worker() {
     std::vector<std::shared_ptr<Task>> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return (stop_ && queue_.empty() && !running_) || (!queue_.empty() && !running_); });
-      if (queue_.empty()) return;
+      cv_.wait(lock, [&] { return (stop_ && !running_) || ready_locked(); });
+      if (!ready_locked()) {
+        if (queue_.empty()) return;
+        p2p_demanded_ = true;  // stopping: run what is left
+        continue;
+      }
       batch = take_batch();
     }
     run_batch(batch);
@@ -495,6 +559,10 @@ std::string Communicator::choose_algorithm(Collective c, std::int64_t bytes) con
 }
 
 void Communicator::run(Task& t) {
+  if (t.algorithm == "mpi") {
+    run_mpi_native(t);
+    return;
+  }
   const int w = size(), r = rank_;
   const std::size_t es = element_size(t.dtype);
   const std::int64_t c = t.count;
@@ -581,7 +649,13 @@ void Communicator::run(Task& t) {
   ExecContext ctx{algo::collective_name(t.collective), global_rank(), options_.timeout_s, links_->bell};
   TraceRecord rec;
   rec.start_us = now_us();
-  execute(program, b, links_->peers, ctx, tracer_ ? &rec.steps : nullptr);
+  if (mpi_group_) {
+    mpi::execute(program, b, *mpi_group_, ctx, tracer_ ? &rec.steps : nullptr);
+    for (auto& step : rec.steps)
+      for (auto& send : step) send.first = members_[send.first];
+  } else {
+    execute(program, b, links_->peers, ctx, tracer_ ? &rec.steps : nullptr);
+  }
   if (t.collective == Collective::kReduceScatter) move(out, temp.data() + r * block_bytes, block_bytes);
   if (t.op == ReduceOp::kAvg) {
     if (t.collective == Collective::kAllReduce || (t.collective == Collective::kReduce && r == t.root) ||
@@ -625,7 +699,11 @@ void Communicator::run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch) {
   ExecContext ctx{batch.size() == 1 ? (batch[0]->kind == Task::kSend ? "send" : "recv") : "send/recv",
                   global_rank(), options_.timeout_s, links_->bell};
   const std::int64_t start = now_us();
-  execute(p, b, links_->peers, ctx, nullptr);
+  if (mpi_group_) {
+    mpi::execute(p, b, *mpi_group_, ctx, nullptr);
+  } else {
+    execute(p, b, links_->peers, ctx, nullptr);
+  }
   if (tracer_) {
     const std::int64_t end = now_us();
     for (auto& t : batch) {
@@ -643,6 +721,58 @@ void Communicator::run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch) {
       if (t->kind == Task::kSend) rec.steps = {{{members_[t->peer], rec.bytes}}};
       tracer_->write(rec);
     }
+  }
+}
+
+void Communicator::check_algorithm(Collective c, const std::string& algorithm) const {
+  if (algorithm.empty()) return;
+  if (algorithm == "mpi") {
+    if (!mpi_group_) throw ConfigError("the mpi algorithm needs WEFT_TRANSPORT=mpi (under mpirun)");
+    return;
+  }
+  algo::find_algorithm(c, algorithm);
+}
+
+// MPI's own collective on the user's buffers (for comparison with weft's schedules).
+void Communicator::run_mpi_native(Task& t) {
+  const int w = size();
+  const std::size_t es = element_size(t.dtype);
+  const std::size_t block_bytes = static_cast<std::size_t>(t.count) * es;
+  const void* in = t.in;
+  std::vector<std::uint8_t> copy;
+  const bool blocks = t.collective == Collective::kGather || t.collective == Collective::kScatter ||
+                      t.collective == Collective::kAllGather || t.collective == Collective::kReduceScatter ||
+                      t.collective == Collective::kAllToAll;
+  if (blocks && in != nullptr && t.out != nullptr) {
+    // MPI forbids overlapping send and receive buffers here: copy the input aside.
+    const auto* ib = static_cast<const std::uint8_t*>(in);
+    const auto* ob = static_cast<const std::uint8_t*>(t.out);
+    std::size_t in_bytes = block_bytes * ((t.collective == Collective::kGather || t.collective == Collective::kAllGather) ? 1 : w);
+    std::size_t out_bytes = block_bytes * ((t.collective == Collective::kScatter || t.collective == Collective::kReduceScatter) ? 1 : w);
+    if (ib < ob + out_bytes && ob < ib + in_bytes) {
+      copy.assign(ib, ib + in_bytes);
+      in = copy.data();
+    }
+  }
+  TraceRecord rec;
+  rec.start_us = now_us();
+  mpi::native(t.collective, *mpi_group_, in, t.out, t.count, t.dtype, t.op, t.root);
+  if (t.op == ReduceOp::kAvg &&
+      (t.collective == Collective::kAllReduce || (t.collective == Collective::kReduce && rank_ == t.root) ||
+       t.collective == Collective::kReduceScatter)) {
+    scale_for_average(t.dtype, t.out, static_cast<std::size_t>(t.count), w);
+  }
+  if (tracer_) {
+    rec.end_us = now_us();
+    rec.op = algo::collective_name(t.collective);
+    rec.algorithm = "mpi";
+    rec.group = name_;
+    rec.group_ranks = members_;
+    rec.rank = global_rank();
+    rec.dtype = dtype_name(t.dtype);
+    rec.count = t.count;
+    rec.bytes = static_cast<std::int64_t>(block_bytes);
+    tracer_->write(rec);
   }
 }
 
@@ -665,7 +795,7 @@ WorkPtr Communicator::allreduce(const void* in, void* out, std::int64_t count, D
   task->dtype = t;
   task->op = op;
   task->algorithm = algorithm;
-  if (!algorithm.empty()) algo::find_algorithm(task->collective, algorithm);
+  check_algorithm(task->collective, algorithm);
   return submit(task);
 }
 
@@ -676,7 +806,7 @@ WorkPtr Communicator::allreduce(const void* in, void* out, std::int64_t count, D
   task->count = count;                                                             \
   task->dtype = t;                                                                 \
   task->algorithm = algorithm;                                                     \
-  if (!algorithm.empty()) algo::find_algorithm(task->collective, algorithm);
+  check_algorithm(task->collective, algorithm);
 
 WorkPtr Communicator::broadcast(void* data, std::int64_t count, DataType t, int root, const std::string& algorithm) {
   WEFT_SIMPLE_TASK(Collective::kBroadcast)

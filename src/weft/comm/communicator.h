@@ -32,6 +32,9 @@ namespace weft::comm {
 
 class StoreServer;
 class Communicator;
+namespace mpi {
+class Group;
+}
 class StoreClient;
 class Tracer;
 struct GroupLinks;
@@ -48,6 +51,7 @@ class Work {
   friend class Communicator;
   void finish(std::exception_ptr error);
   Communicator* owner_ = nullptr;
+  bool p2p_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<bool> done_{false};
@@ -58,7 +62,7 @@ using WorkPtr = std::shared_ptr<Work>;
 struct CommOptions {
   double timeout_s = 60.0;          // WEFT_COMM_TIMEOUT: no progress this long fails an operation
   double rendezvous_timeout_s = 60; // WEFT_RENDEZVOUS_TIMEOUT
-  std::string transport = "auto";   // WEFT_TRANSPORT: auto (shm on one host, tcp across), shm, tcp
+  std::string transport = "auto";   // WEFT_TRANSPORT: auto (shm on one host, tcp across), shm, tcp, mpi
   std::size_t shm_ring_bytes = 1 << 20;  // WEFT_SHM_RING_BYTES (1 MiB measured best: it stays in cache)
   std::string trace_dir;            // WEFT_TRACE
   static CommOptions from_env();
@@ -102,8 +106,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   WorkPtr alltoall(const void* in, void* out, std::int64_t count, DataType t, const std::string& algorithm = "");
   WorkPtr barrier();
 
-  // Point to point. Consecutive isend/irecv calls run together, so exchanges with
-  // neighbours cannot deadlock.
+  // Point to point. The isend/irecv calls issued before the next wait() (or test(), or
+  // collective) run together as one step, so exchanges with neighbours cannot deadlock.
   WorkPtr isend(const void* data, std::int64_t count, DataType t, int peer);
   WorkPtr irecv(void* data, std::int64_t count, DataType t, int peer);
   void send(const void* data, std::int64_t count, DataType t, int peer) { isend(data, count, t, peer)->wait(); }
@@ -128,7 +132,12 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::vector<std::shared_ptr<Task>> take_batch();
   void run_batch(std::vector<std::shared_ptr<Task>>& batch);
   bool run_inline(Work* work);
+  bool ready_locked() const;  // the worker may take the next batch (mu_ held)
+  void demand_p2p();
   void connect_group(const std::string& prefix);
+  // Throws ConfigError for an unknown algorithm (or "mpi" without the MPI transport).
+  void check_algorithm(algo::Collective c, const std::string& algorithm) const;
+  void run_mpi_native(Task& t);
 
   int rank_ = 0;
   std::vector<int> members_;  // global ranks
@@ -141,6 +150,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::shared_ptr<StoreClient> store_;
   std::shared_ptr<Tracer> tracer_;
   std::unique_ptr<GroupLinks> links_;
+  std::shared_ptr<mpi::Group> mpi_group_;  // set when the transport is MPI
   std::map<std::string, int> groups_made_;
 
   std::mutex mu_;
@@ -148,6 +158,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::deque<std::shared_ptr<Task>> queue_;
   std::atomic<int> queued_{0};
   bool running_ = false;  // a task is executing (on the worker or on a waiting thread)
+  bool p2p_demanded_ = false;  // a waited or polled point-to-point task is queued
   std::atomic<bool> healthy_{false};  // fully connected, and no operation has failed
   bool stop_ = false;
   std::thread thread_;

@@ -1,0 +1,40 @@
+// The MPI transport: weft's own schedules over MPI point-to-point messages, and MPI's own
+// collectives (the algorithm "mpi") for comparison. Used when WEFT_TRANSPORT=mpi under
+// mpirun. Built when CMake finds MPI (Debian's OpenMPI); otherwise every entry point
+// reports that weft was built without MPI.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "weft/algo/program.h"
+#include "weft/comm/executor.h"
+#include "weft/comm/reduce.h"
+
+namespace weft::comm::mpi {
+
+bool built_with_mpi();
+// Initializes MPI once (thread level: serialized); returns this process's world rank and size.
+void init(int* rank, int* world);
+
+// An MPI communicator for a group of world ranks (created collectively by its members).
+class Group {
+ public:
+  virtual ~Group() = default;
+};
+std::shared_ptr<Group> world_group();
+std::shared_ptr<Group> make_group(const Group& parent, const std::vector<int>& parent_ranks);
+
+// Runs one rank's program: every send and receive of a step is posted at once
+// (MPI_Isend / MPI_Irecv; receive-reduces land in a temporary and are reduced after
+// MPI_Waitall). Peers are ranks of `group`.
+void execute(const algo::Program& program, const ExecBuffers& buffers, Group& group, const ExecContext& ctx,
+             StepSends* sends);
+
+// MPI's own collective for `c` on `group`, with the communicator's buffer conventions
+// (count per rank; see communicator.h).
+void native(algo::Collective c, Group& group, const void* in, void* out, std::int64_t count, DataType t, ReduceOp op,
+            int root);
+
+}  // namespace weft::comm::mpi
