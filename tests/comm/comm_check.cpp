@@ -23,6 +23,7 @@
 #include "weft/algo/registry.h"
 #include "weft/comm/communicator.h"
 #include "weft/comm/socket.h"
+#include "weft/comm/store.h"
 
 using namespace weft;
 using namespace weft::comm;
@@ -295,23 +296,40 @@ int run_token() {
   }
 }
 
+// Random bytes at the store and at the ranks' peer listeners while the job rendezvous:
+// every such connection must be refused without disturbing the job.
 int run_hostile() {
   int port = std::atoi(std::getenv("MASTER_PORT"));
+  int world = std::atoi(std::getenv("WORLD_SIZE"));
   std::atomic<bool> stop{false};
   std::thread noise;
+  auto junk_at = [](int p, std::mt19937& gen) {
+    try {
+      Socket s = connect_tcp("127.0.0.1", p, Deadline::in(0.2));
+      std::string junk(static_cast<size_t>(1 + gen() % 4096), '\0');
+      for (auto& ch : junk) ch = static_cast<char>(gen());
+      write_all(s.fd(), junk.data(), junk.size(), Deadline::in(1.0));
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
   if (std::string(std::getenv("RANK")) == "0") {
     noise = std::thread([&] {
       std::mt19937 gen(7);
-      int sent = 0;
-      while (!stop && sent < 200) {
-        try {
-          Socket s = connect_tcp("127.0.0.1", port, Deadline::in(1.0));
-          std::string junk(static_cast<size_t>(1 + gen() % 4096), '\0');
-          for (auto& ch : junk) ch = static_cast<char>(gen());
-          write_all(s.fd(), junk.data(), junk.size(), Deadline::in(1.0));
-          ++sent;
-        } catch (const std::exception&) {
+      for (int i = 0; i < 100 && !stop; ++i) junk_at(port, gen);
+      // The peer listeners: their ports are in the store (this thread holds the token).
+      try {
+        StoreClient store("127.0.0.1", port, std::getenv("WEFT_JOB_TOKEN"), 0, 10.0);
+        std::string session = store.get("session", 10.0).value_or("");
+        for (int r = 1; r < world && !stop; ++r) {
+          auto ep = store.get(session + "/world/ep/" + std::to_string(r), 10.0);
+          if (!ep) continue;
+          int peer_port = std::stoi(ep->substr(ep->find('|') + 1));
+          for (int i = 0; i < 50 && junk_at(peer_port, gen); ++i) {
+          }
         }
+      } catch (const std::exception&) {
       }
     });
   }
