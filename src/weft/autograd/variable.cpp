@@ -1,5 +1,6 @@
 #include "weft/autograd/variable.h"
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "weft/tensor/ops.h"
@@ -57,6 +58,7 @@ void Var::backward(const Tensor& grad_out) {
   // `order` owns its entries: freeing a node below must not free a value still to visit.
   std::vector<std::shared_ptr<VarImpl>> order;
   std::unordered_set<VarImpl*> visited;
+  std::unordered_map<VarImpl*, int> leaf_uses;  // edges into each leaf still to be processed
   std::vector<std::pair<std::shared_ptr<VarImpl>, size_t>> stack{{impl_, 0}};
   visited.insert(impl_.get());
   while (!stack.empty()) {
@@ -64,6 +66,7 @@ void Var::backward(const Tensor& grad_out) {
     const std::shared_ptr<VarImpl>& v = top.first;
     if (v->node && top.second < v->node->inputs.size()) {
       std::shared_ptr<VarImpl> in = v->node->inputs[top.second++];
+      if (in->requires_grad && !in->node) ++leaf_uses[in.get()];
       if (in->requires_grad && visited.insert(in.get()).second) stack.emplace_back(std::move(in), 0);
     } else {
       order.push_back(v);
@@ -71,18 +74,26 @@ void Var::backward(const Tensor& grad_out) {
     }
   }
   accumulate(*impl_, grad_out);
+  auto used = [&](VarImpl* in) {  // one use of a leaf is done; is its gradient final?
+    if (in->node || !in->requires_grad) return;
+    if (--leaf_uses[in] == 0 && in->on_grad_ready) in->on_grad_ready();
+  };
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     VarImpl* v = it->get();
     if (!v->node) continue;  // a leaf: its gradient stays
     std::shared_ptr<Node> node = std::move(v->node);
     Tensor g = std::move(v->grad);
     v->grad = Tensor();
-    if (!g.defined()) continue;
+    if (!g.defined()) {
+      for (auto& in : node->inputs) used(in.get());
+      continue;
+    }
     std::vector<Tensor> grads = node->backward(g);
     WEFT_CHECK(grads.size() == node->inputs.size(), std::string(node->name) + ": wrong number of gradients");
     for (size_t i = 0; i < grads.size(); ++i) {
       VarImpl* in = node->inputs[i].get();
       if (in->requires_grad && grads[i].defined()) accumulate(*in, grads[i]);
+      used(in);
     }
   }
 }

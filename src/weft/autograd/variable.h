@@ -31,6 +31,9 @@ struct VarImpl {
   Tensor grad;
   bool requires_grad = false;
   std::shared_ptr<Node> node;  // the operation that produced this value; null for leaves
+  // For a leaf: called during backward() once its gradient is final for this pass (every
+  // use in the graph has contributed). Data-parallel training starts communication here.
+  std::function<void()> on_grad_ready;
 };
 
 class Var {
@@ -58,6 +61,8 @@ class Var {
   void backward();
   void backward(const Tensor& grad_out);
   Var detach() const { return Var(impl_->value, false); }
+  // See VarImpl::on_grad_ready (leaves only).
+  void set_grad_ready_hook(std::function<void()> hook) { impl_->on_grad_ready = std::move(hook); }
 
   const std::shared_ptr<VarImpl>& impl() const { return impl_; }
 

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "weft/cli/commands.h"
+#include "weft/comm/launcher.h"
 #include "weft/train/trainer.h"
 
 namespace weft::cli {
@@ -36,11 +37,15 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--limit-train", c.limit_train, "use only the first N training samples")->capture_default_str();
   cmd->add_option("--limit-test", c.limit_test, "use only the first N test samples")->capture_default_str();
   cmd->add_flag("--quiet", c.quiet, "no progress display");
+  cmd->add_option("--dp", c.dp, "data-parallel ranks (under weft launch; default: all ranks of the job)");
+  cmd->add_option("--bucket-mb", c.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
+  cmd->add_option("--first-bucket-mb", c.first_bucket_mb, "DDP first bucket size in MiB")->capture_default_str();
+  cmd->add_option("--timeline", c.timeline, "write a Chrome-trace timeline (per rank: FILE-rank<r>.json)");
 }
 
 int run_training(const TrainConfig& c, bool json_summary) {
   TrainSummary s = train(c, stdout);
-  if (json_summary) fmt::print("{}\n", s.to_json());
+  if (json_summary && s.rank == 0) fmt::print("{}\n", s.to_json());
   return 0;
 }
 
@@ -54,22 +59,26 @@ void add_train_command(CLI::App& app, Action& action) {
 }
 
 void add_demo_command(CLI::App& app, Action& action) {
-  auto config = std::make_shared<TrainConfig>();
-  config->model = "cnn";
-  config->epochs = 1;
-  CLI::App* cmd = app.add_subcommand("demo", "train the CNN for one epoch on Fashion-MNIST and report test accuracy");
-  cmd->add_option("--data-dir", config->data_dir, "where the fashion-mnist files are");
-  cmd->add_option("--threads", config->threads, "threads for weft and OpenBLAS");
-  cmd->callback([config, &action] {
-    action = [config] {
-      fmt::print("weft demo: training a CNN (conv 32, conv 64, linear 128, linear 10) on Fashion-MNIST,\n"
-                 "1 epoch, batch {}, SGD lr {} momentum {}\n",
-                 config->batch, config->lr, config->momentum);
+  auto dir = std::make_shared<std::string>();
+  auto ranks = std::make_shared<int>(4);
+  CLI::App* cmd = app.add_subcommand(
+      "demo", "train the CNN on Fashion-MNIST for one epoch with 4 data-parallel ranks and report the test accuracy");
+  cmd->add_option("--data-dir", *dir, "where the fashion-mnist files are");
+  cmd->add_option("--ranks", *ranks, "data-parallel ranks")->capture_default_str();
+  cmd->callback([dir, ranks, &action] {
+    action = [dir, ranks] {
+      fmt::print("weft demo: a CNN (conv 32, conv 64, linear 128, linear 10) on Fashion-MNIST, 1 epoch,\n"
+                 "global batch 64, SGD lr 0.01 momentum 0.9, data parallel on {} ranks (weft launch)\n",
+                 *ranks);
       std::fflush(stdout);
-      TrainSummary s = train(*config, stdout);
-      fmt::print("test accuracy: {:.2f}% after {} epoch ({} steps, {:.0f} samples/s on {} threads)\n",
-                 100.0 * s.test_accuracy, s.epochs_done, s.steps, s.samples_per_second, s.threads);
-      return 0;
+      comm::LaunchConfig launch;
+      launch.nproc_per_node = *ranks;
+      launch.command = {"weft", "train", "--model", "cnn", "--epochs", "1", "--batch", "64", "--quiet"};
+      if (!dir->empty()) {
+        launch.command.push_back("--data-dir");
+        launch.command.push_back(*dir);
+      }
+      return comm::launch(launch);
     };
   });
 }

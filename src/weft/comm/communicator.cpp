@@ -27,6 +27,7 @@ using algo::Collective;
 
 void Work::finish(std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(mu_);
+  finished_at_ = std::chrono::steady_clock::now();
   error_ = std::move(error);
   done_.store(true, std::memory_order_release);
   cv_.notify_all();
@@ -46,6 +47,11 @@ bool Work::test() {
   if (done_.load(std::memory_order_acquire)) return true;
   if (owner_ && p2p_) owner_->demand_p2p();  // a polled point-to-point operation must progress
   return done_.load(std::memory_order_acquire);
+}
+
+std::chrono::steady_clock::time_point Work::finished_at() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return finished_at_;
 }
 
 bool Work::failed() {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -46,6 +47,8 @@ class Work {
   void wait();
   bool test();  // true when finished (successfully or not)
   bool failed();
+  // When the operation finished (valid once test() is true), for timelines.
+  std::chrono::steady_clock::time_point finished_at();
 
  private:
   friend class Communicator;
@@ -56,6 +59,7 @@ class Work {
   std::condition_variable cv_;
   std::atomic<bool> done_{false};
   std::exception_ptr error_;
+  std::chrono::steady_clock::time_point finished_at_;
 };
 using WorkPtr = std::shared_ptr<Work>;
 

@@ -8,6 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "weft/autograd/functions.h"
+#include "weft/comm/communicator.h"
+#include "weft/comm/process.h"
+#include "weft/parallel/ddp.h"
+#include "weft/train/safetensors.h"
+#include "weft/train/timeline.h"
+
+#include <zlib.h>
 #include "weft/data/dataloader.h"
 #include "weft/nn/models.h"
 #include "weft/optim/adam.h"
@@ -33,20 +40,24 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const Module& mo
   return std::make_unique<Adam>(params, c.lr, o);
 }
 
-double evaluate(Module& model, const ImageDataset& test) {
+// Test accuracy; with several ranks, rank r evaluates samples r, r + world, ... and the
+// counts are summed.
+double evaluate(Module& model, const ImageDataset& test, comm::Communicator* comm) {
   NoGradGuard no_grad;
   model.eval();
+  const std::int64_t world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  std::vector<std::int64_t> mine;
+  for (std::int64_t i = rank; i < test.size(); i += world) mine.push_back(i);
   DataLoader loader(test, {1000, false, false, 0});
-  auto order = loader.epoch_order(0);
-  std::int64_t correct = 0;
-  for (std::int64_t b = 0; b < loader.num_batches(); ++b) {
-    Batch batch = loader.batch(order, b);
-    Var logits = model(Var(batch.images));
-    auto pred = ops::argmax_rows(logits.value());
-    for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == batch.labels[i];
+  std::int64_t counts[2] = {0, static_cast<std::int64_t>(mine.size())};  // correct, seen
+  for (std::int64_t b = 0; b * 1000 < static_cast<std::int64_t>(mine.size()); ++b) {
+    Batch batch = loader.batch(mine, b);
+    auto pred = ops::argmax_rows(model(Var(batch.images)).value());
+    for (size_t i = 0; i < pred.size(); ++i) counts[0] += pred[i] == batch.labels[i];
   }
+  if (comm) comm->allreduce(counts, 2, comm::DataType::kI64, comm::ReduceOp::kSum)->wait();
   model.train();
-  return static_cast<double>(correct) / static_cast<double>(std::max<std::int64_t>(test.size(), 1));
+  return static_cast<double>(counts[0]) / static_cast<double>(std::max<std::int64_t>(counts[1], 1));
 }
 
 std::map<std::string, std::string> run_info(const TrainConfig& c) {
@@ -73,6 +84,8 @@ void validate(const TrainConfig& c) {
     throw ConfigError("step and sample counts must be >= 0");
   }
   if (c.keep_checkpoints < 1) throw ConfigError("--keep-checkpoints must be at least 1");
+  if (c.dp < 0) throw ConfigError("--dp must be at least 1");
+  if (!(c.bucket_mb > 0) || !(c.first_bucket_mb > 0)) throw ConfigError("bucket sizes must be positive");
   if (c.resume && c.checkpoint_dir.empty()) throw ConfigError("--resume needs --checkpoint-dir");
   validate(c.schedule);
 }
@@ -89,7 +102,16 @@ std::string TrainSummary::to_json() const {
                       {"train_seconds", train_seconds},
                       {"samples_per_second", samples_per_second},
                       {"wall_seconds", wall_seconds},
-                      {"threads", threads}};
+                      {"threads", threads},
+                      {"ranks", ranks}};
+  if (ranks > 1) {
+    j["replicas_identical"] = replicas_identical;
+    j["per_rank_samples_per_second"] = per_rank_samples_per_second;
+    j["compute_seconds"] = compute_seconds;
+    j["comm_seconds"] = comm_seconds;
+    j["exposed_comm_seconds"] = exposed_comm_seconds;
+    j["overlap"] = overlap;
+  }
   if (!checkpoint.empty()) j["checkpoint"] = checkpoint;
   return j.dump();
 }
@@ -100,6 +122,33 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   validate(c);
   if (c.threads > 0) set_num_threads(c.threads);
 
+  // Data parallelism: one rank per process, started by weft launch (or mpirun, Slurm).
+  const comm::ProcessInfo proc = comm::process_info_from_env();
+  if (c.dp > 1 && proc.world != c.dp) {
+    throw ConfigError("--dp " + std::to_string(c.dp) + " but the job has " + std::to_string(proc.world) +
+                      " rank(s): start it with weft launch --nproc-per-node " + std::to_string(c.dp));
+  }
+  if (c.dp == 1 && proc.world > 1) throw ConfigError("--dp 1 but the job has " + std::to_string(proc.world) + " ranks");
+  std::shared_ptr<comm::Communicator> comm;
+  if (proc.world > 1) comm = comm::Communicator::init(proc, comm::CommOptions::from_env());
+  const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  if (c.batch % world != 0) {
+    throw ConfigError("--batch " + std::to_string(c.batch) + " (the global batch) is not divisible by the " +
+                      std::to_string(world) + " ranks");
+  }
+  std::FILE* null_out = nullptr;
+  if (rank != 0) {  // one voice: rank 0 reports
+    null_out = std::fopen("/dev/null", "w");
+    out = null_out;
+    c.quiet = true;
+  }
+  struct CloseNull {
+    std::FILE* f;
+    ~CloseNull() {
+      if (f) std::fclose(f);
+    }
+  } close_null{null_out};
+
   std::string dir = resolve_data_dir(c.data, c.data_dir);
   ImageDataset train_set = load_mnist_format(dir, "train", kFashionMnistMean, kFashionMnistStd, c.limit_train);
   ImageDataset test_set;
@@ -108,7 +157,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   Rng rng(c.seed);
   auto model = make_model(c.model, rng);
   auto optimizer = make_optimizer(c, *model);
-  DataLoader loader(train_set, {c.batch, true, false, c.seed});
+  DataLoader loader(train_set, {c.batch / world, true, false, c.seed, world, rank});
   const std::int64_t steps_per_epoch = loader.num_batches();
   if (c.schedule.total_steps <= 1) c.schedule.total_steps = steps_per_epoch * c.epochs;
 
@@ -117,6 +166,8 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   s.optimizer = c.optimizer;
   s.parameters = model->num_parameters();
   s.threads = get_num_threads();
+  s.ranks = world;
+  s.rank = rank;
 
   std::int64_t step = 0, start_epoch = 0, start_batch = 0;
   if (c.resume) {
@@ -148,8 +199,17 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     fmt::print(out, "resumed from {} (epoch {}, step {})\n", ck.path, start_epoch + 1, step);
   }
 
+  // After a resume every replica holds the checkpoint; DDP's broadcast keeps them equal.
+  std::unique_ptr<parallel::DistributedDataParallel> ddp;
+  if (comm) {
+    ddp = std::make_unique<parallel::DistributedDataParallel>(*model, comm,
+                                                              parallel::DdpOptions{c.first_bucket_mb, c.bucket_mb});
+  }
+  std::unique_ptr<Timeline> timeline;
+  if (!c.timeline.empty()) timeline = std::make_unique<Timeline>(rank);
+
   auto save = [&](std::int64_t epoch, std::int64_t next_batch) {
-    if (c.checkpoint_dir.empty()) return;
+    if (c.checkpoint_dir.empty() || rank != 0) return;
     CheckpointMeta meta;
     meta.model = c.model;
     meta.step = step;
@@ -178,13 +238,36 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     for (std::int64_t b = first_batch; b < steps_per_epoch; ++b) {
       const auto t0 = Clock::now();
       Batch batch = loader.batch(order, b);
+      const auto t1 = Clock::now();
       optimizer->set_lr(learning_rate(c.schedule, c.lr, step));
       optimizer->zero_grad();
       Var loss = cross_entropy(model->forward(Var(batch.images)), batch.labels);
+      const auto t2 = Clock::now();
       loss.backward();
+      const auto t3 = Clock::now();
+      std::chrono::duration<double> exposed(0);
+      if (ddp) exposed = ddp->finish();
+      const auto t4 = Clock::now();
       optimizer->step();
+      const auto t5 = Clock::now();
       ++step;
       epoch_train_seconds += seconds_since(t0);
+      s.compute_seconds += std::chrono::duration<double>((t3 - t1) + (t5 - t4)).count();
+      s.exposed_comm_seconds += exposed.count();
+      if (ddp) {
+        for (const auto& bt : ddp->timings()) {
+          s.comm_seconds += std::chrono::duration<double>(bt.finished - bt.launched).count();
+          if (timeline) timeline->add("allreduce " + std::to_string(bt.bytes >> 10) + " KiB", "comm", bt.launched,
+                                      bt.finished, 1);
+        }
+      }
+      if (timeline) {
+        timeline->add("data", "data", t0, t1);
+        timeline->add("forward", "compute", t1, t2);
+        timeline->add("backward", "compute", t2, t3);
+        if (ddp) timeline->add("wait for all-reduce", "comm", t3, t4);
+        timeline->add("optimizer", "compute", t4, t5);
+      }
       epoch_samples += static_cast<std::int64_t>(batch.labels.size());
       double l = loss.item();
       if (!std::isfinite(l)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", l, step));
@@ -211,6 +294,12 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     s.train_seconds += epoch_train_seconds;
     s.samples += epoch_samples;
     s.steps = step;
+    if (comm) {  // the mean loss over all ranks
+      double sums[2] = {loss_sum, static_cast<double>(loss_count)};
+      comm->allreduce(sums, 2, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
+      loss_sum = sums[0];
+      loss_count = static_cast<std::int64_t>(sums[1]);
+    }
     s.train_loss = loss_sum / static_cast<double>(std::max<std::int64_t>(loss_count, 1));
     if (partial) {
       fmt::print(out, "stopped after step {} (--max-steps), in epoch {}: train loss {:.4f}  ({:.0f} samples/s)\n", step,
@@ -220,16 +309,41 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     s.epochs_done = epoch + 1;
     std::string acc_text;
     if (c.evaluate) {
-      s.test_accuracy = evaluate(*model, test_set);
+      s.test_accuracy = evaluate(*model, test_set, comm.get());
       acc_text = fmt::format(", test accuracy {:.2f}%", 100.0 * s.test_accuracy);
     }
-    fmt::print(out, "epoch {}/{}: train loss {:.4f}{}  ({:.0f} samples/s, {} steps)\n", epoch + 1, c.epochs,
-               s.train_loss, acc_text, epoch_samples / std::max(epoch_train_seconds, 1e-9), step);
+    fmt::print(out, "epoch {}/{}: train loss {:.4f}{}  ({:.0f} samples/s{}, {} steps)\n", epoch + 1, c.epochs,
+               s.train_loss, acc_text, world * epoch_samples / std::max(epoch_train_seconds, 1e-9),
+               world > 1 ? fmt::format(" on {} ranks", world) : std::string(), step);
     std::fflush(out);
     save(epoch + 1, 0);
   }
   s.steps = step;
   s.samples_per_second = s.samples / std::max(s.train_seconds, 1e-9);
+  if (comm) {
+    // Totals over the job: samples of every rank; times of the slowest rank.
+    std::vector<double> rates(static_cast<size_t>(world));
+    comm->allgather(&s.samples_per_second, rates.data(), 1, comm::DataType::kF64)->wait();
+    s.per_rank_samples_per_second = s.samples_per_second;
+    s.samples_per_second = 0;
+    std::string per_rank;
+    for (int r = 0; r < world; ++r) {
+      s.samples_per_second += rates[static_cast<size_t>(r)];
+      per_rank += fmt::format("{}rank {}: {:.0f}", r ? ", " : "", r, rates[static_cast<size_t>(r)]);
+    }
+    fmt::print(out, "throughput (samples/s): {}; total {:.0f}\n", per_rank, s.samples_per_second);
+    s.samples *= world;
+    s.overlap = s.comm_seconds > 0 ? std::max(0.0, 1.0 - s.exposed_comm_seconds / s.comm_seconds) : 0.0;
+    // Replicas must stay bitwise identical: compare a checksum of every rank's parameters.
+    std::string bytes = encode_safetensors(model->state_dict());
+    std::int64_t mine = static_cast<std::int64_t>(crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()),
+                                                        static_cast<uInt>(bytes.size())));
+    std::vector<std::int64_t> all(static_cast<size_t>(world));
+    comm->allgather(&mine, all.data(), 1, comm::DataType::kI64)->wait();
+    for (auto sum : all) s.replicas_identical = s.replicas_identical && sum == mine;
+    if (!s.replicas_identical) fmt::print(out, "warning: the ranks' parameters differ (checksums disagree)\n");
+  }
+  if (timeline) timeline->write(timeline_path(c.timeline, rank, world));
   s.wall_seconds = seconds_since(wall_start);
   return s;
 }

@@ -31,6 +31,13 @@ struct TrainConfig {
   std::int64_t limit_test = 0;
   bool evaluate = true;
   bool quiet = false;  // no progress display
+  // Data parallelism: with more than one rank (weft launch), `batch` is the global batch,
+  // split evenly among the ranks. dp = 0 takes the world size from the launcher; a value
+  // must match it.
+  int dp = 0;
+  double bucket_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  std::string timeline;  // a Chrome-trace file per rank
 };
 
 struct TrainSummary {
@@ -43,9 +50,17 @@ struct TrainSummary {
   double train_loss = 0.0;         // mean over the last epoch's steps (this run)
   double test_accuracy = -1.0;     // after the last epoch; -1 when not evaluated
   double train_seconds = 0.0;      // forward, backward and update only
-  double samples_per_second = 0.0;
+  double samples_per_second = 0.0;      // all ranks together
+  double per_rank_samples_per_second = 0.0;
   double wall_seconds = 0.0;
   int threads = 1;
+  int ranks = 1;
+  int rank = 0;                         // this process's rank (only rank 0 reports)
+  bool replicas_identical = true;       // every rank ended with bitwise the same parameters
+  double compute_seconds = 0.0;         // forward, backward, optimizer (this rank)
+  double comm_seconds = 0.0;            // all-reduce time, launch to finish, summed over buckets
+  double exposed_comm_seconds = 0.0;    // time spent waiting for all-reduces after backward
+  double overlap = 0.0;                 // 1 - exposed / comm: the share of communication hidden
   std::string checkpoint;  // the last checkpoint written, if any
   std::string to_json() const;
 };

@@ -1,0 +1,96 @@
+#include "weft/parallel/ddp.h"
+
+#include <cstring>
+
+namespace weft::parallel {
+
+using Clock = std::chrono::steady_clock;
+
+comm::DataType comm_dtype(const Tensor& t) {
+  return t.dtype() == DType::F32 ? comm::DataType::kF32 : comm::DataType::kF64;
+}
+
+DistributedDataParallel::DistributedDataParallel(Module& model, std::shared_ptr<comm::Communicator> comm,
+                                                 DdpOptions options)
+    : model_(model), comm_(std::move(comm)) {
+  if (!(options.first_bucket_mb > 0) || !(options.bucket_mb > 0)) throw ConfigError("bucket sizes must be positive");
+  params_ = model.parameters();
+  // Every replica starts from rank 0's parameters.
+  for (auto& p : params_) {
+    Tensor& v = p.mutable_value();
+    WEFT_CHECK(v.is_contiguous(), "DDP needs contiguous parameters");
+    comm_->broadcast(v.raw_data(), v.numel(), comm_dtype(v), 0)->wait();
+  }
+  // Buckets in reverse registration order: the order backward finishes gradients.
+  bucket_of_.assign(params_.size(), 0);
+  double cap = options.first_bucket_mb * 1024 * 1024;
+  for (std::size_t k = params_.size(); k-- > 0;) {
+    const Tensor& v = params_[k].value();
+    const double bytes = static_cast<double>(v.nbytes());
+    bool new_bucket = buckets_.empty() ||
+                      (!buckets_.back().params.empty() &&
+                       static_cast<double>(buckets_.back().elements) * static_cast<double>(dtype_size(v.dtype())) +
+                               bytes > cap) ||
+                      params_[buckets_.back().params.front()].dtype() != v.dtype();
+    if (new_bucket) {
+      if (!buckets_.empty()) cap = options.bucket_mb * 1024 * 1024;
+      buckets_.emplace_back();
+    }
+    Bucket& b = buckets_.back();
+    b.params.push_back(k);
+    b.offsets.push_back(b.elements);
+    b.elements += v.numel();
+    bucket_of_[k] = buckets_.size() - 1;
+  }
+  for (auto& b : buckets_) b.flat = Tensor::zeros({b.elements}, params_[b.params.front()].dtype());
+  timings_.resize(buckets_.size());
+  for (std::size_t k = 0; k < params_.size(); ++k) params_[k].set_grad_ready_hook([this, k] { on_ready(k); });
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (auto& p : params_) p.set_grad_ready_hook(nullptr);
+  for (auto& b : buckets_)
+    if (b.work) b.work->test();
+}
+
+void DistributedDataParallel::on_ready(std::size_t param) {
+  if (!sync_) return;
+  Bucket& b = buckets_[bucket_of_[param]];
+  if (++b.ready == static_cast<int>(b.params.size())) launch(bucket_of_[param]);
+}
+
+void DistributedDataParallel::launch(std::size_t index) {
+  Bucket& b = buckets_[index];
+  if (b.work) return;
+  // Gather the gradients (zeros for a parameter without one) into the flat buffer.
+  for (std::size_t j = 0; j < b.params.size(); ++j) {
+    const Var& p = params_[b.params[j]];
+    Tensor dst = b.flat.slice(0, b.offsets[j], b.offsets[j] + p.value().numel()).view(p.shape());
+    if (p.grad().defined()) dst.copy_(p.grad()); else dst.zero_();
+  }
+  timings_[index].launched = Clock::now();
+  timings_[index].bytes = static_cast<std::int64_t>(b.flat.nbytes());
+  b.work = comm_->allreduce(b.flat.raw_data(), b.elements, comm_dtype(b.flat), comm::ReduceOp::kAvg);
+}
+
+std::chrono::duration<double> DistributedDataParallel::finish() {
+  if (!sync_) return std::chrono::duration<double>(0);
+  // Buckets whose parameters got no gradient this pass still take part (as zeros), so
+  // every rank issues the same all-reduces.
+  for (std::size_t i = 0; i < buckets_.size(); ++i) launch(i);
+  auto start = Clock::now();
+  for (std::size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
+    b.work->wait();
+    timings_[i].finished = b.work->finished_at();
+    for (std::size_t j = 0; j < b.params.size(); ++j) {
+      Var p = params_[b.params[j]];
+      p.set_grad(b.flat.slice(0, b.offsets[j], b.offsets[j] + p.value().numel()).view(p.shape()));
+    }
+    b.work.reset();
+    b.ready = 0;
+  }
+  return Clock::now() - start;
+}
+
+}  // namespace weft::parallel

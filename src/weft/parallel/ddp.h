@@ -1,0 +1,91 @@
+// Distributed data parallelism (PyTorch DDP's design): every rank holds a replica of the
+// model and trains on its own shard of each batch; gradients are averaged with all-reduce.
+//
+// - The constructor broadcasts rank 0's parameters, so every replica starts equal.
+// - Parameters are grouped into buckets in reverse registration order (the order backward
+//   produces their gradients): the first bucket holds up to first_bucket_mb, the others up
+//   to bucket_mb.
+// - A hook on every parameter counts gradients as backward() finalizes them; when a
+//   bucket is complete its gradients are copied into one flat buffer and an asynchronous
+//   all-reduce (average) starts at once, so communication overlaps the rest of backward.
+// - finish() (after backward) starts what is left, waits, and points every parameter's
+//   gradient at its averaged slice of the bucket.
+// - With no_sync (gradient accumulation), gradients only accumulate locally.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "weft/comm/communicator.h"
+#include "weft/nn/module.h"
+
+namespace weft::parallel {
+
+struct DdpOptions {
+  double first_bucket_mb = 1.0;
+  double bucket_mb = 25.0;
+};
+
+// Timings of the last synchronized backward pass, for timelines and overlap figures.
+struct BucketTiming {
+  std::chrono::steady_clock::time_point launched, finished;
+  std::int64_t bytes = 0;
+};
+
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(Module& model, std::shared_ptr<comm::Communicator> comm, DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // Call after loss.backward(): completes the gradient all-reduce. Returns the time it
+  // blocked waiting for communication (the exposed communication).
+  std::chrono::duration<double> finish();
+  // While false (no_sync), backward only accumulates gradients locally.
+  void set_sync(bool sync) { sync_ = sync; }
+  bool sync() const { return sync_; }
+
+  int buckets() const { return static_cast<int>(buckets_.size()); }
+  const std::vector<BucketTiming>& timings() const { return timings_; }
+  comm::Communicator& communicator() { return *comm_; }
+
+ private:
+  struct Bucket {
+    std::vector<std::size_t> params;  // indices into params_
+    std::vector<std::int64_t> offsets;
+    std::int64_t elements = 0;
+    Tensor flat;
+    int ready = 0;
+    comm::WorkPtr work;
+  };
+  void on_ready(std::size_t param);
+  void launch(std::size_t bucket);
+
+  Module& model_;
+  std::shared_ptr<comm::Communicator> comm_;
+  std::vector<Var> params_;
+  std::vector<std::size_t> bucket_of_;
+  std::vector<Bucket> buckets_;
+  std::vector<BucketTiming> timings_;
+  bool sync_ = true;
+};
+
+// Scope guard: no gradient synchronization while alive (PyTorch's no_sync()).
+class NoSync {
+ public:
+  explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.sync()) { ddp.set_sync(false); }
+  ~NoSync() { ddp_.set_sync(previous_); }
+  NoSync(const NoSync&) = delete;
+  NoSync& operator=(const NoSync&) = delete;
+
+ private:
+  DistributedDataParallel& ddp_;
+  bool previous_;
+};
+
+// The communicator's element type for a tensor.
+comm::DataType comm_dtype(const Tensor& t);
+
+}  // namespace weft::parallel

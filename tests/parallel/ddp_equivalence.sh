@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# usage: ddp_equivalence.sh WEFT COMPARE MODEL
+# One rank with global batch 48 against 2, 3 and 4 data-parallel ranks with 48/N each:
+# after 50 steps the parameters must agree within a relative 1e-5, and every run's ranks
+# must report bitwise-identical replicas.
+set -euo pipefail
+weft=$1
+compare=$2
+model=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+common=(train --model "$model" --batch 48 --max-steps 50 --limit-train 2400 --limit-test 200 --seed 5 --quiet)
+"$weft" "${common[@]}" --checkpoint-dir "$work/single" >/dev/null
+for n in 2 3 4; do
+  out=$("$weft" launch --nproc-per-node "$n" -- weft "${common[@]}" --checkpoint-dir "$work/dp$n")
+  echo "$out" | tail -n 1
+  grep -q '"replicas_identical":true' <<<"$out" || { echo "FAIL: replicas differ with $n ranks"; exit 1; }
+  "$compare" "$work/single" "$work/dp$n" 1e-5
+done
+echo "ok"
