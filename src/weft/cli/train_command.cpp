@@ -31,6 +31,9 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--threads", c.threads, "threads for weft and OpenBLAS (default: WEFT_NUM_THREADS or all cores)");
   cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "write checkpoints here (every epoch)");
   cmd->add_flag("--resume", c.resume, "continue from the newest checkpoint in --checkpoint-dir");
+  cmd->add_flag("--auto-resume", c.auto_resume,
+                "continue from the newest checkpoint if there is one, else start (for weft launch --max-restarts)");
+  cmd->add_option("--sample-log", c.sample_log, "append 'epoch step sample' lines (per rank: FILE-rank<r>)");
   cmd->add_option("--checkpoint-every", c.checkpoint_every, "also checkpoint every N steps")->capture_default_str();
   cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "how many checkpoints to keep")->capture_default_str();
   cmd->add_option("--max-steps", c.max_steps, "stop after N steps in total (0: no limit)")->capture_default_str();

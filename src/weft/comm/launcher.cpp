@@ -75,7 +75,8 @@ std::string describe(int status) {
 }
 
 // Runs one attempt; returns 0, or the first failing worker's exit code.
-int run_attempt(const LaunchConfig& c, const std::string& token, int port, int threads, int* failed_rank) {
+int run_attempt(const LaunchConfig& c, const std::string& token, int port, int threads, int attempt,
+                int* failed_rank) {
   const int world = c.nproc_per_node * c.nnodes;
   std::vector<Worker> workers(static_cast<size_t>(c.nproc_per_node));
   std::vector<std::string> argv_s = c.command;
@@ -102,6 +103,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       set("MASTER_PORT", std::to_string(port));
       set("WEFT_JOB_TOKEN", token);
       set("WEFT_NUM_THREADS", std::to_string(threads));
+      set("WEFT_RESTART_COUNT", std::to_string(attempt));
       std::vector<char*> argv;
       for (auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
@@ -240,7 +242,7 @@ int launch(const LaunchConfig& c) {
   for (int attempt = 0;; ++attempt) {
     int port = c.master_port != 0 ? c.master_port : (c.nnodes == 1 ? free_port() : 29500);
     int failed_rank = -1;
-    int code = run_attempt(c, token, port, threads, &failed_rank);
+    int code = run_attempt(c, token, port, threads, attempt, &failed_rank);
     if (code == 0) return 0;
     if (g_signal != 0) return 128 + g_signal;
     if (attempt >= c.max_restarts) return code;

@@ -1,8 +1,9 @@
 // weft launch: starts the local ranks of a job, torchrun-style.
 //
 // Sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
-// MASTER_PORT, WEFT_JOB_TOKEN (generated when absent on a single node) and
-// WEFT_NUM_THREADS (the cores divided among local ranks, unless set); prefixes each line a
+// MASTER_PORT, WEFT_JOB_TOKEN (generated when absent on a single node),
+// WEFT_NUM_THREADS (the cores divided among local ranks, unless set) and
+// WEFT_RESTART_COUNT (0, then 1, 2, ... after restarts); prefixes each line a
 // rank prints with "[rank] "; forwards SIGINT and SIGTERM; when a worker fails, stops the
 // others and either restarts all of them (--max-restarts) or returns the first failing
 // exit code (128 + signal for a signal).

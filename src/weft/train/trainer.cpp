@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "weft/autograd/functions.h"
@@ -60,8 +61,8 @@ double evaluate(Module& model, const ImageDataset& test, comm::Communicator* com
   return static_cast<double>(counts[0]) / static_cast<double>(std::max<std::int64_t>(counts[1], 1));
 }
 
-std::map<std::string, std::string> run_info(const TrainConfig& c) {
-  return {{"batch", std::to_string(c.batch)},   {"lr", fmt::format("{}", c.lr)},
+std::map<std::string, std::string> run_info(const TrainConfig& c, int world) {
+  return {{"batch", std::to_string(c.batch)},      {"ranks", std::to_string(world)},   {"lr", fmt::format("{}", c.lr)},
           {"seed", std::to_string(c.seed)},     {"epochs", std::to_string(c.epochs)},
           {"schedule", c.schedule.kind},        {"momentum", fmt::format("{}", c.momentum)},
           {"weight_decay", fmt::format("{}", c.weight_decay)}};
@@ -86,7 +87,9 @@ void validate(const TrainConfig& c) {
   if (c.keep_checkpoints < 1) throw ConfigError("--keep-checkpoints must be at least 1");
   if (c.dp < 0) throw ConfigError("--dp must be at least 1");
   if (!(c.bucket_mb > 0) || !(c.first_bucket_mb > 0)) throw ConfigError("bucket sizes must be positive");
-  if (c.resume && c.checkpoint_dir.empty()) throw ConfigError("--resume needs --checkpoint-dir");
+  if ((c.resume || c.auto_resume) && c.checkpoint_dir.empty()) {
+    throw ConfigError(std::string(c.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
+  }
   validate(c.schedule);
 }
 
@@ -170,9 +173,13 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   s.rank = rank;
 
   std::int64_t step = 0, start_epoch = 0, start_batch = 0;
-  if (c.resume) {
-    auto latest = latest_checkpoint(c.checkpoint_dir);
-    if (!latest) throw CheckpointError("--resume: no checkpoint in " + c.checkpoint_dir);
+  std::optional<std::string> latest;
+  if (c.resume || c.auto_resume) {
+    latest = latest_checkpoint(c.checkpoint_dir);
+    if (!latest && c.resume) throw CheckpointError("--resume: no checkpoint in " + c.checkpoint_dir);
+    if (!latest) fmt::print(out, "no checkpoint in {} yet: starting from the beginning\n", c.checkpoint_dir);
+  }
+  if (latest) {
     Checkpoint ck = load_checkpoint(*latest);
     if (ck.meta.model != c.model) {
       throw CheckpointError(ck.path + " holds model '" + ck.meta.model + "', not '" + c.model + "'");
@@ -196,7 +203,10 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
       throw CheckpointError(ck.path + ": position " + std::to_string(start_batch) + " is past the epoch's " +
                             std::to_string(steps_per_epoch) + " batches (different data or batch size?)");
     }
-    fmt::print(out, "resumed from {} (epoch {}, step {})\n", ck.path, start_epoch + 1, step);
+    fmt::print(out, "resumed from {} (epoch {}, step {}{})\n", ck.path, start_epoch + 1, step,
+               ck.meta.info.count("ranks") && ck.meta.info.at("ranks") != std::to_string(world)
+                   ? ", written by " + ck.meta.info.at("ranks") + " rank(s), now " + std::to_string(world)
+                   : std::string());
   }
 
   // After a resume every replica holds the checkpoint; DDP's broadcast keeps them equal.
@@ -207,6 +217,18 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   }
   std::unique_ptr<Timeline> timeline;
   if (!c.timeline.empty()) timeline = std::make_unique<Timeline>(rank);
+  std::FILE* sample_log = nullptr;
+  if (!c.sample_log.empty()) {
+    std::string path = timeline_path(c.sample_log, rank, world);
+    sample_log = std::fopen(path.c_str(), "a");
+    if (!sample_log) throw ConfigError("--sample-log: cannot write " + path);
+  }
+  struct CloseLog {
+    std::FILE* f;
+    ~CloseLog() {
+      if (f) std::fclose(f);
+    }
+  } close_log{sample_log};
 
   auto save = [&](std::int64_t epoch, std::int64_t next_batch) {
     if (c.checkpoint_dir.empty() || rank != 0) return;
@@ -219,7 +241,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     meta.optimizer_steps = optimizer->steps();
     meta.rngs.emplace_back("init", rng.state());
     for (auto& [name, r] : model->named_rngs()) meta.rngs.emplace_back(name, r->state());
-    meta.info = run_info(c);
+    meta.info = run_info(c, world);
     s.checkpoint = save_checkpoint(c.checkpoint_dir, meta, model->state_dict(), optimizer->state(), c.keep_checkpoints);
   };
 
@@ -238,6 +260,15 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     for (std::int64_t b = first_batch; b < steps_per_epoch; ++b) {
       const auto t0 = Clock::now();
       Batch batch = loader.batch(order, b);
+      if (sample_log) {  // "epoch step index" per sample, for audits of the data order
+        for (std::int64_t i = b * loader.options().batch_size;
+             i < std::min<std::int64_t>((b + 1) * loader.options().batch_size, static_cast<std::int64_t>(order.size()));
+             ++i) {
+          std::fprintf(sample_log, "%lld %lld %lld\n", static_cast<long long>(epoch), static_cast<long long>(step),
+                       static_cast<long long>(order[static_cast<size_t>(i)]));
+        }
+        std::fflush(sample_log);
+      }
       const auto t1 = Clock::now();
       optimizer->set_lr(learning_rate(c.schedule, c.lr, step));
       optimizer->zero_grad();

@@ -23,7 +23,9 @@ struct TrainConfig {
   std::uint64_t seed = 0;
   int threads = 0;  // 0: WEFT_NUM_THREADS or the number of cores
   std::string checkpoint_dir;
-  bool resume = false;
+  bool resume = false;       // continue from the newest checkpoint (which must exist)
+  bool auto_resume = false;  // continue from the newest checkpoint when there is one (restarts)
+  std::string sample_log;    // append every trained sample index to this file (per rank)
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch
   int keep_checkpoints = 3;
   std::int64_t max_steps = 0;   // stop after this many steps in total (0: no limit)
