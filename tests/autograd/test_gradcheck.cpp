@@ -125,3 +125,22 @@ TEST(Autograd, DeepChainsDoNotOverflowTheStack) {
   h.backward();
   EXPECT_EQ(x.grad().item(), 1.0);
 }
+
+TEST(Autograd, GradReadyHooksFireOnceWithTheFinalGradient) {
+  // x is used three times, w once; each hook fires once, after its last contribution.
+  Var x(Tensor::from_vector(std::vector<double>{2.0}, {1}), true);
+  Var w(Tensor::from_vector(std::vector<double>{3.0}, {1}), true);
+  int x_fired = 0, w_fired = 0;
+  double x_grad_at_hook = 0;
+  x.set_grad_ready_hook([&] {
+    ++x_fired;
+    x_grad_at_hook = x.grad().item();
+  });
+  w.set_grad_ready_hook([&] { ++w_fired; });
+  Var y = add(mul(mul(x, x), w), x);  // y = w x^2 + x
+  y.backward(Tensor::ones({1}, DType::F64));
+  EXPECT_EQ(x_fired, 1);
+  EXPECT_EQ(w_fired, 1);
+  EXPECT_DOUBLE_EQ(x_grad_at_hook, 2 * 3.0 * 2.0 + 1);  // 2 w x + 1, complete when the hook ran
+  EXPECT_DOUBLE_EQ(w.grad().item(), 4.0);
+}

@@ -26,6 +26,8 @@ void Timeline::write(const std::string& path) const {
                       {"ts", e.start_us}, {"dur", e.duration_us}});
   }
   nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  auto slash = path.find_last_of('/');
+  if (slash != std::string::npos && slash > 0) make_directories(path.substr(0, slash));
   write_file_atomic(path, doc.dump() + "\n");
 }
 
