@@ -28,12 +28,12 @@ demo: build
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The unit tests and the multi-process communication tests under AddressSanitizer and
-# UndefinedBehaviorSanitizer.
+# The unit tests and the multi-process communication and data-parallel tests under
+# AddressSanitizer and UndefinedBehaviorSanitizer.
 test-sanitize: deps
 	cmake -S . -B $(BUILD_SAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD_SAN) -j $(JOBS)
-	cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS) -L 'unit|comm'
+	cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS) -L 'unit|comm|parallel'
 
 bench-train: build
 	bench/train_throughput
