@@ -203,19 +203,23 @@ TEST(Train, LearnsTheSyntheticTask) {
 }
 
 TEST(Train, ValidatesConfiguration) {
-  TrainConfig c;
-  c.batch = 0;
-  EXPECT_THROW(validate(c), ConfigError);
-  c = TrainConfig{};
-  c.model = "vgg";
-  EXPECT_THROW(validate(c), ConfigError);
-  c = TrainConfig{};
-  c.optimizer = "rmsprop";
-  EXPECT_THROW(validate(c), ConfigError);
-  c = TrainConfig{};
-  c.resume = true;
-  EXPECT_THROW(validate(c), ConfigError);
-  c = TrainConfig{};
-  c.lr = -1;
-  EXPECT_THROW(validate(c), ConfigError);
+  auto rejects = [](auto change) {
+    TrainConfig c;
+    change(c);
+    EXPECT_THROW(validate(c), ConfigError);
+  };
+  rejects([](TrainConfig& c) { c.batch = 0; });
+  rejects([](TrainConfig& c) { c.model = "vgg"; });
+  rejects([](TrainConfig& c) { c.optimizer = "rmsprop"; });
+  rejects([](TrainConfig& c) { c.resume = true; });
+  rejects([](TrainConfig& c) { c.lr = -1; });
+  rejects([](TrainConfig& c) { c.strategy = "gossip"; });
+  rejects([](TrainConfig& c) { c.local_steps = 0; });
+  rejects([](TrainConfig& c) { c.non_iid = 0; });
+  rejects([](TrainConfig& c) {
+    c.strategy = "ps";
+    c.checkpoint_dir = "ck";
+  });
+  TrainConfig ok;
+  EXPECT_NO_THROW(validate(ok));
 }

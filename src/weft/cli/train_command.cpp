@@ -34,6 +34,7 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_flag("--auto-resume", c.auto_resume,
                 "continue from the newest checkpoint if there is one, else start (for weft launch --max-restarts)");
   cmd->add_option("--sample-log", c.sample_log, "append 'epoch step sample' lines (per rank: FILE-rank<r>)");
+  cmd->add_option("--save-model", c.save_model, "write the final parameters to this safetensors file");
   cmd->add_option("--checkpoint-every", c.checkpoint_every, "also checkpoint every N steps")->capture_default_str();
   cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "how many checkpoints to keep")->capture_default_str();
   cmd->add_option("--max-steps", c.max_steps, "stop after N steps in total (0: no limit)")->capture_default_str();
@@ -41,6 +42,13 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--limit-test", c.limit_test, "use only the first N test samples")->capture_default_str();
   cmd->add_flag("--quiet", c.quiet, "no progress display");
   cmd->add_option("--dp", c.dp, "data-parallel ranks (under weft launch; default: all ranks of the job)");
+  cmd->add_option("--strategy", c.strategy, "ddp | ps (parameter server) | fedavg (federated averaging)")
+      ->capture_default_str();
+  cmd->add_option("--servers", c.servers, "ps: parameter-server ranks (the last ones of the job)")->capture_default_str();
+  cmd->add_option("--clients", c.clients, "fedavg: clients, one per rank (default: every rank)");
+  cmd->add_option("--local-steps", c.local_steps, "fedavg: local steps per round")->capture_default_str();
+  cmd->add_option("--non-iid", c.non_iid, "fedavg: Dirichlet concentration of the label skew (inf: IID)")
+      ->capture_default_str();
   cmd->add_option("--bucket-mb", c.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
   cmd->add_option("--first-bucket-mb", c.first_bucket_mb, "DDP first bucket size in MiB")->capture_default_str();
   cmd->add_option("--timeline", c.timeline, "write a Chrome-trace timeline (per rank: FILE-rank<r>.json)");

@@ -8,18 +8,23 @@
 
 namespace weft {
 
-DataLoader::DataLoader(const ImageDataset& dataset, LoaderOptions options) : dataset_(dataset), options_(options) {
-  if (options.batch_size < 1) {
-    throw ConfigError("batch size must be at least 1, got " + std::to_string(options.batch_size));
+DataLoader::DataLoader(const ImageDataset& dataset, LoaderOptions options)
+    : dataset_(dataset), options_(std::move(options)) {
+  for (auto i : options_.subset) {
+    if (i < 0 || i >= dataset_.size()) throw ConfigError("sampler: subset index " + std::to_string(i) + " out of range");
   }
-  if (options.world < 1 || options.rank < 0 || options.rank >= options.world) {
-    throw ConfigError("sampler: rank " + std::to_string(options.rank) + " is outside the world of " +
-                      std::to_string(options.world));
+  if (options_.batch_size < 1) {
+    throw ConfigError("batch size must be at least 1, got " + std::to_string(options_.batch_size));
+  }
+  if (options_.world < 1 || options_.rank < 0 || options_.rank >= options_.world) {
+    throw ConfigError("sampler: rank " + std::to_string(options_.rank) + " is outside the world of " +
+                      std::to_string(options_.world));
   }
 }
 
 std::int64_t DataLoader::samples_per_rank() const {
-  std::int64_t n = dataset_.size(), w = options_.world;
+  std::int64_t n = options_.subset.empty() ? dataset_.size() : static_cast<std::int64_t>(options_.subset.size());
+  std::int64_t w = options_.world;
   return options_.drop_last ? n / w : (n + w - 1) / w;
 }
 
@@ -29,8 +34,13 @@ std::int64_t DataLoader::num_batches() const {
 }
 
 std::vector<std::int64_t> DataLoader::epoch_order(std::int64_t epoch) const {
-  std::vector<std::int64_t> order(static_cast<size_t>(dataset_.size()));
-  std::iota(order.begin(), order.end(), 0);
+  std::vector<std::int64_t> order;
+  if (options_.subset.empty()) {
+    order.resize(static_cast<size_t>(dataset_.size()));
+    std::iota(order.begin(), order.end(), 0);
+  } else {
+    order = options_.subset;
+  }
   if (options_.shuffle) {
     Rng rng(options_.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(epoch) + 1);
     rng.shuffle(order);

@@ -29,6 +29,7 @@ struct LoaderOptions {
   std::uint64_t seed = 0;
   int world = 1;  // the distributed sampler: ranks sharing the dataset
   int rank = 0;
+  std::vector<std::int64_t> subset = {};  // when not empty: only these samples (a client's data)
 };
 
 class DataLoader {

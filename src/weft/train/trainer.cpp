@@ -11,7 +11,10 @@
 #include "weft/autograd/functions.h"
 #include "weft/comm/communicator.h"
 #include "weft/comm/process.h"
+#include "weft/data/partition.h"
 #include "weft/parallel/ddp.h"
+#include "weft/parallel/fedavg.h"
+#include "weft/parallel/param_server.h"
 #include "weft/train/safetensors.h"
 #include "weft/train/timeline.h"
 
@@ -23,6 +26,7 @@
 #include "weft/tensor/ops.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/checkpoint.h"
+#include "weft/util/file.h"
 #include "weft/util/progress.h"
 
 namespace weft {
@@ -86,6 +90,16 @@ void validate(const TrainConfig& c) {
   }
   if (c.keep_checkpoints < 1) throw ConfigError("--keep-checkpoints must be at least 1");
   if (c.dp < 0) throw ConfigError("--dp must be at least 1");
+  if (c.strategy != "ddp" && c.strategy != "ps" && c.strategy != "fedavg") {
+    throw ConfigError("unknown strategy '" + c.strategy + "' (known: ddp, ps, fedavg)");
+  }
+  if (c.servers < 1) throw ConfigError("--servers must be at least 1");
+  if (c.clients < 0) throw ConfigError("--clients must be at least 1");
+  if (c.local_steps < 1) throw ConfigError("--local-steps must be at least 1");
+  if (!(c.non_iid > 0)) throw ConfigError("--non-iid must be positive (or inf for IID data)");
+  if (c.strategy == "ps" && (!c.checkpoint_dir.empty() || c.resume || c.auto_resume)) {
+    throw ConfigError("checkpoints are not supported with --strategy ps yet (the servers hold the optimizer state)");
+  }
   if (!(c.bucket_mb > 0) || !(c.first_bucket_mb > 0)) throw ConfigError("bucket sizes must be positive");
   if ((c.resume || c.auto_resume) && c.checkpoint_dir.empty()) {
     throw ConfigError(std::string(c.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
@@ -107,6 +121,10 @@ std::string TrainSummary::to_json() const {
                       {"wall_seconds", wall_seconds},
                       {"threads", threads},
                       {"ranks", ranks}};
+  if (ps_model_seconds > 0) {
+    j["ps_model_seconds"] = ps_model_seconds;
+    j["ps_link_gbps"] = ps_link_gbps;
+  }
   if (ranks > 1) {
     j["replicas_identical"] = replicas_identical;
     j["per_rank_samples_per_second"] = per_rank_samples_per_second;
@@ -132,9 +150,33 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
                       " rank(s): start it with weft launch --nproc-per-node " + std::to_string(c.dp));
   }
   if (c.dp == 1 && proc.world > 1) throw ConfigError("--dp 1 but the job has " + std::to_string(proc.world) + " ranks");
-  std::shared_ptr<comm::Communicator> comm;
-  if (proc.world > 1) comm = comm::Communicator::init(proc, comm::CommOptions::from_env());
-  const int world = comm ? comm->size() : 1, rank = comm ? comm->rank() : 0;
+  std::shared_ptr<comm::Communicator> job;
+  if (proc.world > 1) job = comm::Communicator::init(proc, comm::CommOptions::from_env());
+  // The ranks that train (all of them, but for the parameter servers) form `comm`.
+  std::shared_ptr<comm::Communicator> comm = job;
+  int ps_workers = 0;
+  bool is_server = false;
+  if (c.strategy == "ps") {
+    const int n = proc.world - c.servers;
+    if (n < 1) {
+      throw ConfigError("--strategy ps --servers " + std::to_string(c.servers) + " needs more ranks than servers (the job has " +
+                        std::to_string(proc.world) + ")");
+    }
+    ps_workers = n;
+    is_server = proc.rank >= n;
+    if (!is_server) {
+      std::vector<int> workers(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) workers[static_cast<size_t>(i)] = i;
+      comm = n > 1 ? job->new_group(workers) : nullptr;
+    }
+  }
+  if (c.strategy == "fedavg" && c.clients > 0 && c.clients != proc.world) {
+    throw ConfigError("--clients " + std::to_string(c.clients) + " but the job has " + std::to_string(proc.world) +
+                      " rank(s): one rank per client");
+  }
+  // For a server, `world` is the number of workers it serves.
+  const int world = is_server ? ps_workers : (comm ? comm->size() : 1);
+  const int rank = is_server ? proc.rank : (comm ? comm->rank() : 0);
   if (c.batch % world != 0) {
     throw ConfigError("--batch " + std::to_string(c.batch) + " (the global batch) is not divisible by the " +
                       std::to_string(world) + " ranks");
@@ -160,9 +202,62 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   Rng rng(c.seed);
   auto model = make_model(c.model, rng);
   auto optimizer = make_optimizer(c, *model);
-  DataLoader loader(train_set, {c.batch / world, true, false, c.seed, world, rank});
+  // (A server counts the steps of worker 0.)
+  DataLoader loader(train_set, {c.batch / world, true, false, c.seed, world, is_server ? 0 : rank});
   const std::int64_t steps_per_epoch = loader.num_batches();
   if (c.schedule.total_steps <= 1) c.schedule.total_steps = steps_per_epoch * c.epochs;
+  std::int64_t total_steps = steps_per_epoch * c.epochs;
+  if (c.max_steps > 0) total_steps = std::min(total_steps, c.max_steps);
+
+  // The link bandwidth for seed 003's cost model, measured before training.
+  double ps_link = 0;
+  std::int64_t model_bytes = model->num_parameters() * 4;
+  if (c.strategy == "ps" && (rank == 0 || proc.rank == ps_workers)) {
+    ps_link = parallel::measure_link(*job, ps_workers, rank == 0 && !is_server, model->num_parameters());
+  }
+
+  // A parameter server serves, and that is all it does.
+  if (is_server) {
+    TrainSummary s;
+    s.rank = proc.rank;
+    auto report = parallel::run_parameter_server(
+        *model, job, ps_workers, c.servers, proc.rank - ps_workers, total_steps,
+        [&](std::vector<std::pair<std::string, Var>> p) {
+          TrainConfig shard_config = c;
+          (void)shard_config;
+          if (c.optimizer == "sgd") return std::unique_ptr<Optimizer>(std::make_unique<SGD>(p, c.lr, c.momentum, c.weight_decay));
+          AdamOptions o;
+          o.weight_decay = c.weight_decay;
+          o.decoupled = c.optimizer == "adamw";
+          return std::unique_ptr<Optimizer>(std::make_unique<Adam>(p, c.lr, o));
+        },
+        [&](std::int64_t st) { return learning_rate(c.schedule, c.lr, st); });
+    s.steps = report.steps;
+    s.comm_seconds = report.comm_seconds;
+    s.wall_seconds = seconds_since(wall_start);
+    return s;
+  }
+
+  // Federated clients with label skew train on their own part of the data.
+  std::optional<DataLoader> client_loader;
+  if (c.strategy == "fedavg" && !std::isinf(c.non_iid)) {
+    auto parts = dirichlet_partition(train_set.labels, static_cast<int>(train_set.num_classes), world, c.non_iid, c.seed);
+    if (parts[static_cast<size_t>(rank)].size() < static_cast<size_t>(c.batch / world)) {
+      throw ConfigError("client " + std::to_string(rank) + " received only " +
+                        std::to_string(parts[static_cast<size_t>(rank)].size()) +
+                        " samples: raise --non-iid or use fewer clients");
+    }
+    client_loader.emplace(train_set, LoaderOptions{c.batch / world, true, false, c.seed + 1 + static_cast<std::uint64_t>(rank),
+                                                   1, 0, parts[static_cast<size_t>(rank)]});
+    if (rank == 0) {
+      std::string sizes;
+      for (const auto& part : parts) sizes += (sizes.empty() ? "" : ", ") + std::to_string(part.size());
+      fmt::print(out, "federated averaging: {} clients, Dirichlet({}) label skew, samples per client: {}\n", world,
+                 c.non_iid, sizes);
+    }
+  }
+  std::int64_t client_epoch = -1;
+  std::vector<std::int64_t> client_order;
 
   TrainSummary s;
   s.model = c.model;
@@ -211,10 +306,13 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
 
   // After a resume every replica holds the checkpoint; DDP's broadcast keeps them equal.
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
-  if (comm) {
+  std::unique_ptr<parallel::ParameterServerWorker> ps;
+  if (c.strategy == "ddp" && comm) {
     ddp = std::make_unique<parallel::DistributedDataParallel>(*model, comm,
                                                               parallel::DdpOptions{c.first_bucket_mb, c.bucket_mb});
   }
+  if (c.strategy == "ps") ps = std::make_unique<parallel::ParameterServerWorker>(*model, job, ps_workers, c.servers);
+  if (c.strategy == "fedavg" && comm) parallel::average_weights(*model, *comm);  // one starting point
   std::unique_ptr<Timeline> timeline;
   if (!c.timeline.empty()) timeline = std::make_unique<Timeline>(rank);
   std::FILE* sample_log = nullptr;
@@ -259,8 +357,19 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     bool partial = false;
     for (std::int64_t b = first_batch; b < steps_per_epoch; ++b) {
       const auto t0 = Clock::now();
-      Batch batch = loader.batch(order, b);
-      if (sample_log) {  // "epoch step index" per sample, for audits of the data order
+      Batch batch;
+      if (client_loader) {  // a federated client cycles through its own data
+        const std::int64_t g = epoch * steps_per_epoch + b, nb = client_loader->num_batches();
+        if (g / nb != client_epoch) {
+          client_epoch = g / nb;
+          client_order = client_loader->epoch_order(client_epoch);
+        }
+        batch = client_loader->batch(client_order, g % nb);
+      } else {
+        batch = loader.batch(order, b);
+      }
+      if (ps) ps->pull();
+      if (sample_log && !client_loader) {  // "epoch step index" per sample, for audits of the data order
         for (std::int64_t i = b * loader.options().batch_size;
              i < std::min<std::int64_t>((b + 1) * loader.options().batch_size, static_cast<std::int64_t>(order.size()));
              ++i) {
@@ -278,10 +387,17 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
       const auto t3 = Clock::now();
       std::chrono::duration<double> exposed(0);
       if (ddp) exposed = ddp->finish();
+      if (ps) ps->push();
       const auto t4 = Clock::now();
-      optimizer->step();
+      if (!ps) optimizer->step();  // the servers update the weights
       const auto t5 = Clock::now();
       ++step;
+      if (c.strategy == "fedavg" && comm && step % c.local_steps == 0) {
+        auto f0 = Clock::now();
+        parallel::average_weights(*model, *comm);
+        s.comm_seconds += seconds_since(f0);
+        s.exposed_comm_seconds += seconds_since(f0);
+      }
       epoch_train_seconds += seconds_since(t0);
       s.compute_seconds += std::chrono::duration<double>((t3 - t1) + (t5 - t4)).count();
       s.exposed_comm_seconds += exposed.count();
@@ -322,6 +438,10 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
       if (c.checkpoint_every > 0 && step % c.checkpoint_every == 0 && !last_of_epoch) save(epoch, b + 1);
     }
     progress.finish();
+    if (ps && (partial || stop || epoch + 1 == c.epochs)) ps->pull();  // the final weights
+    if (c.strategy == "fedavg" && comm && step % c.local_steps != 0 && (partial || stop || epoch + 1 == c.epochs)) {
+      parallel::average_weights(*model, *comm);  // the last, partial round
+    }
     s.train_seconds += epoch_train_seconds;
     s.samples += epoch_samples;
     s.steps = step;
@@ -374,7 +494,27 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     for (auto sum : all) s.replicas_identical = s.replicas_identical && sum == mine;
     if (!s.replicas_identical) fmt::print(out, "warning: the ranks' parameters differ (checksums disagree)\n");
   }
+  if (ps) {
+    s.comm_seconds = ps->comm_seconds();
+    s.exposed_comm_seconds = s.comm_seconds;
+    if (rank == 0 && ps_link > 0) {
+      const double bytes = static_cast<double>(model_bytes);
+      s.ps_link_gbps = ps_link / 1e9;
+      s.ps_model_seconds =
+          parallel::ps_cost_model_seconds(world, c.servers, bytes, bytes, ps_link) * static_cast<double>(std::max<std::int64_t>(s.steps, 1));
+      fmt::print(out,
+                 "parameter server, {} worker(s), {} server(s): communication {:.3f} ms per step measured; seed 003's "
+                 "model N*g/(M*BW) + N*W/(M*BW) gives {:.3f} ms (g = W = {:.2f} MB, BW = {:.2f} GB/s measured point to "
+                 "point)\n",
+                 world, c.servers, 1e3 * s.comm_seconds / static_cast<double>(std::max<std::int64_t>(s.steps, 1)),
+                 1e3 * s.ps_model_seconds / static_cast<double>(std::max<std::int64_t>(s.steps, 1)), bytes / 1e6,
+                 s.ps_link_gbps);
+    }
+  }
   if (timeline) timeline->write(timeline_path(c.timeline, rank, world));
+  if (!c.save_model.empty() && rank == 0) {
+    write_file_atomic(c.save_model, encode_safetensors(model->state_dict(), {{"format", "pt"}, {"weft_model", c.model}}));
+  }
   s.wall_seconds = seconds_since(wall_start);
   return s;
 }

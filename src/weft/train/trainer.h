@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <limits>
 #include <string>
 
 #include "weft/optim/schedule.h"
@@ -26,6 +27,7 @@ struct TrainConfig {
   bool resume = false;       // continue from the newest checkpoint (which must exist)
   bool auto_resume = false;  // continue from the newest checkpoint when there is one (restarts)
   std::string sample_log;    // append every trained sample index to this file (per rank)
+  std::string save_model;    // write the final parameters here (safetensors; rank 0)
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch
   int keep_checkpoints = 3;
   std::int64_t max_steps = 0;   // stop after this many steps in total (0: no limit)
@@ -37,6 +39,15 @@ struct TrainConfig {
   // split evenly among the ranks. dp = 0 takes the world size from the launcher; a value
   // must match it.
   int dp = 0;
+  // How the replicas stay in step: ddp (all-reduce of gradients), ps (parameter server:
+  // the last `servers` ranks hold the weights), fedavg (clients train `local_steps` steps on
+  // their own data, then rank 0 averages the weights; non_iid = Dirichlet concentration of
+  // the label skew, infinity = IID).
+  std::string strategy = "ddp";
+  int servers = 1;
+  int clients = 0;  // 0: every rank of the job
+  std::int64_t local_steps = 1;
+  double non_iid = std::numeric_limits<double>::infinity();
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
   std::string timeline;  // a Chrome-trace file per rank
@@ -63,6 +74,8 @@ struct TrainSummary {
   double comm_seconds = 0.0;            // all-reduce time, launch to finish, summed over buckets
   double exposed_comm_seconds = 0.0;    // time spent waiting for all-reduces after backward
   double overlap = 0.0;                 // 1 - exposed / comm: the share of communication hidden
+  double ps_model_seconds = 0.0;        // parameter server: seed 003's cost model for the same run
+  double ps_link_gbps = 0.0;            // the point-to-point bandwidth it was evaluated with
   std::string checkpoint;  // the last checkpoint written, if any
   std::string to_json() const;
 };

@@ -1,0 +1,75 @@
+// The parameter server (seed 003 chapter 2), synchronous, with the model sharded across M
+// server ranks. The job has N workers (ranks 0..N-1) and M servers (ranks N..N+M-1).
+//
+// Each step: every server sends its shard of the weights to every worker (pull, fan-out);
+// the workers compute gradients on their shards of the batch and send each server its part
+// (push, fan-in); every server averages the N gradients of its shard (in worker order) and
+// applies the optimizer to it. Mathematically the same step as data-parallel training with
+// all-reduce, which the tests check.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "weft/comm/communicator.h"
+#include "weft/nn/module.h"
+#include "weft/optim/optimizer.h"
+
+namespace weft::parallel {
+
+// The flat parameter vector (registration order) split into `servers` balanced shards.
+struct ShardLayout {
+  std::int64_t total = 0;
+  std::vector<std::int64_t> bounds;  // shard s = [bounds[s], bounds[s + 1])
+  ShardLayout(const Module& model, int servers);
+  std::int64_t size(int s) const { return bounds[s + 1] - bounds[s]; }
+};
+
+class ParameterServerWorker {
+ public:
+  // `comm` is the whole job (workers and servers).
+  ParameterServerWorker(Module& model, std::shared_ptr<comm::Communicator> comm, int workers, int servers);
+  // Receives the current weights from every server into the model. Blocks.
+  void pull();
+  // Sends this step's gradients to the servers; they complete with the next pull.
+  void push();
+  double comm_seconds() const { return comm_seconds_; }
+
+ private:
+  Module& model_;
+  std::shared_ptr<comm::Communicator> comm_;
+  int workers_, servers_;
+  ShardLayout layout_;
+  std::vector<Var> params_;
+  Tensor weights_, grads_;
+  std::vector<comm::WorkPtr> pending_;
+  double comm_seconds_ = 0;
+};
+
+struct ServerReport {
+  double seconds = 0;           // wall time of the serving loop
+  double comm_seconds = 0;      // in pulls and pushes
+  std::int64_t steps = 0;
+};
+
+// Runs server `server` (0..M-1) for `steps` steps, then sends the final weights once more.
+// `model` gives the initial weights (built from the same seed as the workers');
+// `make_optimizer` builds the optimizer over the shard; `lr_at(step)` is the schedule.
+ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communicator> comm, int workers, int servers,
+                                  int server, std::int64_t steps,
+                                  const std::function<std::unique_ptr<Optimizer>(std::vector<std::pair<std::string, Var>>)>&
+                                      make_optimizer,
+                                  const std::function<double(std::int64_t)>& lr_at);
+
+// The point-to-point bandwidth between worker 0 and server 0 (bytes per second, median of
+// 5 ping-pongs of `elements` 4-byte elements), measured before training; both ranks must
+// call it, others skip. Returns 0 on the server side.
+double measure_link(comm::Communicator& job, int workers, bool is_worker0, std::int64_t elements);
+
+// Seed 003 chapter 4's model: push N g / (M BW) + pull N W / (M BW), in seconds.
+double ps_cost_model_seconds(int workers, int servers, double gradient_bytes, double weight_bytes,
+                             double bytes_per_second);
+
+}  // namespace weft::parallel
