@@ -49,6 +49,8 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--local-steps", c.local_steps, "fedavg: local steps per round")->capture_default_str();
   cmd->add_option("--non-iid", c.non_iid, "fedavg: Dirichlet concentration of the label skew (inf: IID)")
       ->capture_default_str();
+  cmd->add_option("--eval-rounds", c.eval_rounds, "fedavg: print the test accuracy every N rounds")
+      ->capture_default_str();
   cmd->add_option("--bucket-mb", c.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
   cmd->add_option("--first-bucket-mb", c.first_bucket_mb, "DDP first bucket size in MiB")->capture_default_str();
   cmd->add_option("--timeline", c.timeline, "write a Chrome-trace timeline (per rank: FILE-rank<r>.json)");

@@ -96,6 +96,7 @@ void validate(const TrainConfig& c) {
   if (c.servers < 1) throw ConfigError("--servers must be at least 1");
   if (c.clients < 0) throw ConfigError("--clients must be at least 1");
   if (c.local_steps < 1) throw ConfigError("--local-steps must be at least 1");
+  if (c.eval_rounds < 0) throw ConfigError("--eval-rounds must be >= 0");
   if (!(c.non_iid > 0)) throw ConfigError("--non-iid must be positive (or inf for IID data)");
   if (c.strategy == "ps" && (!c.checkpoint_dir.empty() || c.resume || c.auto_resume)) {
     throw ConfigError("checkpoints are not supported with --strategy ps yet (the servers hold the optimizer state)");
@@ -397,6 +398,11 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
         parallel::average_weights(*model, *comm);
         s.comm_seconds += seconds_since(f0);
         s.exposed_comm_seconds += seconds_since(f0);
+        const std::int64_t round = step / c.local_steps;
+        if (c.eval_rounds > 0 && c.evaluate && round % c.eval_rounds == 0) {
+          double acc = evaluate(*model, test_set, comm.get());
+          fmt::print(out, "round {}: test accuracy {:.2f}%\n", round, 100.0 * acc);
+        }
       }
       epoch_train_seconds += seconds_since(t0);
       s.compute_seconds += std::chrono::duration<double>((t3 - t1) + (t5 - t4)).count();

@@ -48,6 +48,7 @@ struct TrainConfig {
   int clients = 0;  // 0: every rank of the job
   std::int64_t local_steps = 1;
   double non_iid = std::numeric_limits<double>::infinity();
+  std::int64_t eval_rounds = 0;  // fedavg: test accuracy every this many rounds (0: per epoch only)
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
   std::string timeline;  // a Chrome-trace file per rank
