@@ -36,8 +36,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, const Module& model) {
-  auto params = model.named_parameters();
+std::unique_ptr<Optimizer> make_optimizer(const TrainConfig& c, std::vector<std::pair<std::string, Var>> params) {
   if (c.optimizer == "sgd") return std::make_unique<SGD>(params, c.lr, c.momentum, c.weight_decay);
   AdamOptions o;
   o.weight_decay = c.weight_decay;
@@ -202,7 +201,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
 
   Rng rng(c.seed);
   auto model = make_model(c.model, rng);
-  auto optimizer = make_optimizer(c, *model);
+  auto optimizer = make_optimizer(c, model->named_parameters());
   // (A server counts the steps of worker 0.)
   DataLoader loader(train_set, {c.batch / world, true, false, c.seed, world, is_server ? 0 : rank});
   const std::int64_t steps_per_epoch = loader.num_batches();
@@ -223,15 +222,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     s.rank = proc.rank;
     auto report = parallel::run_parameter_server(
         *model, job, ps_workers, c.servers, proc.rank - ps_workers, total_steps,
-        [&](std::vector<std::pair<std::string, Var>> p) {
-          TrainConfig shard_config = c;
-          (void)shard_config;
-          if (c.optimizer == "sgd") return std::unique_ptr<Optimizer>(std::make_unique<SGD>(p, c.lr, c.momentum, c.weight_decay));
-          AdamOptions o;
-          o.weight_decay = c.weight_decay;
-          o.decoupled = c.optimizer == "adamw";
-          return std::unique_ptr<Optimizer>(std::make_unique<Adam>(p, c.lr, o));
-        },
+        [&](std::vector<std::pair<std::string, Var>> shard) { return make_optimizer(c, std::move(shard)); },
         [&](std::int64_t st) { return learning_rate(c.schedule, c.lr, st); });
     s.steps = report.steps;
     s.comm_seconds = report.comm_seconds;
