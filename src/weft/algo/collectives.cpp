@@ -94,10 +94,7 @@ Program allgather_recursive_doubling(int rank, int world, std::int64_t n, const 
   p.algorithm = "recursive_doubling";
   Folding f(world);
   // Virtual rank v owns the real blocks of ranks [first_real(v), first_real(v + 1)).
-  auto region = [&](int vlo, int vhi) {
-    std::int64_t b = block_begin(n, world, f.first_real(vlo));
-    return Chunk{Buf::kData, b, block_begin(n, world, f.first_real(vhi)) - b};
-  };
+  auto region = [&](int vlo, int vhi) { return f.real_blocks(n, vlo, vhi); };
   const size_t last = (f.rem > 0 ? 1 : 0) + static_cast<size_t>(ceil_log2(f.p));
   if (f.folded_away(rank)) {
     p.send(0, rank + 1, block(n, world, rank));
@@ -142,10 +139,7 @@ Program reduce_scatter_recursive_halving(int rank, int world, std::int64_t n, co
   Folding f(world);
   Chunk all{Buf::kData, 0, n};
   p.need_scratch(n);
-  auto region = [&](int vlo, int vhi) {
-    std::int64_t b = block_begin(n, world, f.first_real(vlo));
-    return Chunk{Buf::kData, b, block_begin(n, world, f.first_real(vhi)) - b};
-  };
+  auto region = [&](int vlo, int vhi) { return f.real_blocks(n, vlo, vhi); };
   const size_t last = (f.rem > 0 ? 1 : 0) + 2 * static_cast<size_t>(ceil_log2(f.p));
   if (f.folded_away(rank)) {
     p.send(0, rank + 1, all);

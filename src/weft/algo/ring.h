@@ -32,6 +32,11 @@ struct Folding {
   int real_rank(int v) const { return v < rem ? 2 * v + 1 : v + rem; }
   // The real ranks a virtual rank stands for: [first_real(v), first_real(v + 1)).
   int first_real(int v) const { return v < rem ? 2 * v : v + rem; }
+  // The data blocks (n elements split among the real ranks) of virtual ranks [vlo, vhi).
+  Chunk real_blocks(std::int64_t n, int vlo, int vhi) const {
+    std::int64_t b = block_begin(n, world, first_real(vlo));
+    return Chunk{Buf::kData, b, block_begin(n, world, first_real(vhi)) - b};
+  }
 };
 
 // Ranks 0..world-1, in order.
