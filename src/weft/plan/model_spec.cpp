@@ -1,0 +1,55 @@
+#include "weft/plan/model_spec.h"
+
+#include "weft/util/error.h"
+
+namespace weft::plan {
+
+ParameterCount count_parameters(const TransformerSpec& m) {
+  ParameterCount c;
+  const std::int64_t d = m.d_model, kvd = m.kv() * m.head_dim(), f = m.ffn_size();
+  c.embedding = m.vocab * d + (m.learned_positions ? m.seq_len * d : 0);
+  // Q and O are d x d; K and V are d x (kv heads x head dim).
+  c.attention = 2 * d * d + 2 * d * kvd + (m.biases ? 2 * d + 2 * kvd : 0);
+  c.ffn = (m.gated_ffn ? 3 : 2) * d * f + (m.biases ? f + d : 0);
+  const std::int64_t norm = m.layer_norm ? 2 * d : d;
+  c.norms = 2 * norm;
+  c.block = c.attention + c.ffn + c.norms;
+  c.blocks = c.block * m.layers;
+  c.final_norm = norm;
+  c.lm_head = m.tied_embeddings ? 0 : m.vocab * d;
+  c.total = c.embedding + c.blocks + c.final_norm + c.lm_head;
+  return c;
+}
+
+const std::vector<std::string>& preset_names() {
+  static const std::vector<std::string> names{"gpt2-124m", "gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b"};
+  return names;
+}
+
+TransformerSpec preset(const std::string& name) {
+  TransformerSpec m;
+  m.name = name;
+  if (name == "gpt2-124m") {
+    m.layers = 12, m.d_model = 768, m.heads = 12, m.vocab = 50257, m.seq_len = 1024;
+    return m;
+  }
+  if (name == "gpt3-175b") {  // Brown et al. 2020, table 2.1
+    m.layers = 96, m.d_model = 12288, m.heads = 96, m.vocab = 50257, m.seq_len = 2048;
+    return m;
+  }
+  auto llama = [&](std::int64_t layers, std::int64_t d, std::int64_t heads, std::int64_t ffn) {
+    m.layers = layers, m.d_model = d, m.heads = heads, m.kv_heads = 8, m.ffn = ffn;
+    m.vocab = 128256, m.seq_len = 8192, m.tied_embeddings = false, m.learned_positions = false;
+    m.gated_ffn = true, m.biases = false, m.layer_norm = false;
+    return m;
+  };
+  // The Llama 3 herd of models (2024), table 3.
+  if (name == "llama3-8b") return llama(32, 4096, 32, 14336);
+  if (name == "llama3-70b") return llama(80, 8192, 64, 28672);
+  if (name == "llama3-405b") return llama(126, 16384, 128, 53248);
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw ConfigError("unknown model '" + name + "' (presets: " + known + "; or give --layers --d-model --heads ...)");
+}
+
+}  // namespace weft::plan

@@ -1,0 +1,133 @@
+// The planner against published and seed figures.
+#include <gtest/gtest.h>
+
+#include "weft/plan/estimates.h"
+#include "weft/plan/model_spec.h"
+#include "weft/util/error.h"
+
+using namespace weft;
+using namespace weft::plan;
+
+TEST(Plan, Gpt3ParameterCountMatchesTheNotes) {
+  ParameterCount c = count_parameters(preset("gpt3-175b"));
+  const std::int64_t d = 12288;
+  EXPECT_EQ(c.attention, 4 * d * d + 4 * d);          // 604,028,928
+  EXPECT_EQ(c.ffn, 8 * d * d + 5 * d);                // 1,208,020,992
+  EXPECT_EQ(c.block, 1812099072);                     // 12 d^2 + 13 d
+  EXPECT_EQ(c.blocks, 173961510912);                  // x 96
+  EXPECT_EQ(c.embedding, 617558016 + 25165824);       // 50,257 x d tokens + 2,048 x d positions
+  EXPECT_EQ(c.total, 174604259328);                   // about 174.6B ("175B")
+}
+
+TEST(Plan, OtherPresets) {
+  EXPECT_EQ(count_parameters(preset("gpt2-124m")).total, 124439808);  // GPT-2 small, tied head
+  EXPECT_EQ(count_parameters(preset("llama3-8b")).total, 8030261248);
+  EXPECT_NEAR(count_parameters(preset("llama3-70b")).total / 1e9, 70.55, 0.01);
+  EXPECT_NEAR(count_parameters(preset("llama3-405b")).total / 1e9, 405.85, 0.05);
+  EXPECT_THROW(preset("gpt5"), ConfigError);
+}
+
+// The ZeRO paper (Rajbhandari et al. 2020), figure 1: 7.5B parameters, 64-way data
+// parallelism, mixed-precision Adam (K = 12): 120 GB, 31.4 GB, 16.6 GB, 1.9 GB per GPU.
+TEST(Plan, ZeroPaperMemoryExample) {
+  Layout l;
+  l.dp = 64;
+  auto gb = [&](int stage) {
+    l.zero = stage;
+    MemoryBreakdown m = state_memory(7.5e9, Precision::kMixedAdam, l);
+    return (m.weights + m.gradients + m.optimizer) / 1e9;
+  };
+  EXPECT_NEAR(gb(0), 120.0, 0.05);
+  EXPECT_NEAR(gb(1), 31.4, 0.05);
+  EXPECT_NEAR(gb(2), 16.6, 0.05);
+  EXPECT_NEAR(gb(3), 1.9, 0.05);
+}
+
+// Seed 002 chapter 13: 8B needs about 16 GB, 70B about 140 GB (two 80 GB GPUs at least),
+// 405B about 810 GB. 810 GB on 80 GB GPUs needs 11 (the text says "at least 10").
+TEST(Plan, Seed002ModelSizes) {
+  Layout l;
+  const double gpu = 80e9;
+  MemoryBreakdown m8 = state_memory(8e9, Precision::kFp16Weights, l);
+  MemoryBreakdown m70 = state_memory(70e9, Precision::kFp16Weights, l);
+  MemoryBreakdown m405 = state_memory(405e9, Precision::kFp16Weights, l);
+  EXPECT_DOUBLE_EQ(m8.total(), 16e9);
+  EXPECT_DOUBLE_EQ(m70.total(), 140e9);
+  EXPECT_DOUBLE_EQ(m405.total(), 810e9);
+  EXPECT_EQ(min_gpus(m8.total(), gpu), 1);
+  EXPECT_EQ(min_gpus(m70.total(), gpu), 2);
+  EXPECT_EQ(min_gpus(m405.total(), gpu), 11);
+  EXPECT_GT(min_gpus(m405.total(), gpu), 8);  // more than one 8-GPU server
+}
+
+// Narayanan et al. 2021, section 5.1: GPT-3 175B on 300B tokens with 1024 A100s at
+// 140 TFLOP/s each takes about 34 days.
+TEST(Plan, MegatronEndToEndEstimate) {
+  double days = training_seconds(300e9, 175e9, 1024, 140e12, true) / 86400.0;
+  EXPECT_NEAR(days, 34.0, 34.0 * 0.05);
+}
+
+// Narayanan et al. 2021, table 1, the 145.6B row: 96 heads, hidden 12,288, 80 layers,
+// tensor parallel 8, pipeline parallel 8, 1,536 GPUs, batch 2,304, 148 TFLOP/s per GPU.
+TEST(Plan, MegatronTableOneRowFitsOn80GB) {
+  TransformerSpec m = preset("gpt3-175b");
+  m.layers = 80;
+  m.vocab = 51200;
+  EXPECT_NEAR(count_parameters(m).total / 1e9, 145.6, 0.05);
+  Layout l;
+  l.tp = 8, l.pp = 8, l.dp = 1536 / 64;
+  l.micro_batch = 1;
+  l.micro_batches = 2304 / l.dp;  // micro-batches per pipeline and iteration
+  l.recompute = true;
+  MemoryBreakdown mem = training_memory(m, Precision::kMixedAdam, l);
+  EXPECT_LT(mem.total(), 80e9) << "bytes per GPU: " << mem.total();
+  EXPECT_GT(mem.total(), 30e9);  // 16 bytes x 2.3B parameters at least
+  // Aggregate throughput: 148 TFLOP/s x 1,536 = 227 PFLOP/s (the table: 227.1).
+  EXPECT_NEAR(148e12 * 1536 / 1e15, 227.1, 0.5);
+  // Without recomputation the same layout does not fit.
+  l.recompute = false;
+  EXPECT_GT(training_memory(m, Precision::kMixedAdam, l).total(), 80e9);
+}
+
+// Seed 002 chapter 8: 350 W x 50,000 GPUs x 60 days (1,440 h) at $0.10/kWh = $2,520,000.
+TEST(Plan, Seed002PowerBill) {
+  EXPECT_DOUBLE_EQ(energy_kwh(350, 50000, 1440), 25200000.0);
+  EXPECT_NEAR(energy_cost(350, 50000, 1440, 0.10), 2520000.0, 1e-6);
+}
+
+// Seed 004: CosmoFlow needs 65 GB/s per PFLOP/s; at 35-50 TFLOP/s per V100 that is
+// 2.275-3.250 GB/s per GPU and 18.2-26 GB/s per 8-GPU node.
+TEST(Plan, Seed004StorageBandwidth) {
+  const double bytes_per_flop = 65e9 / 1e15;
+  EXPECT_NEAR(storage_bytes_per_second(bytes_per_flop, 35e12) / 1e9, 2.275, 1e-9);
+  EXPECT_NEAR(storage_bytes_per_second(bytes_per_flop, 50e12) / 1e9, 3.250, 1e-9);
+  EXPECT_NEAR(8 * storage_bytes_per_second(bytes_per_flop, 35e12) / 1e9, 18.2, 1e-9);
+  EXPECT_NEAR(8 * storage_bytes_per_second(bytes_per_flop, 50e12) / 1e9, 26.0, 1e-9);
+}
+
+// Seed 004's dataset table at 4 bytes per token.
+TEST(Plan, Seed004DatasetSizes) {
+  EXPECT_DOUBLE_EQ(dataset_bytes(300e9, 4), 1.2e12);   // GPT-3
+  EXPECT_DOUBLE_EQ(dataset_bytes(2.0e12, 4), 8e12);    // LLaMA-2
+  EXPECT_DOUBLE_EQ(dataset_bytes(180e9, 4), 720e9);    // OPT-175
+  EXPECT_NEAR(dataset_bytes(260e9, 3.41) / 1e9, 886.6, 0.05);  // the Pile
+}
+
+TEST(Plan, ActivationMemoryAndKvCache) {
+  TransformerSpec m = preset("gpt3-175b");
+  Layout l;
+  l.tp = 8;
+  l.pp = 96;  // one layer per stage
+  l.micro_batches = 1;
+  const double s = 2048, h = 12288, a = 96;
+  MemoryBreakdown plain = training_memory(m, Precision::kMixedAdam, l);
+  EXPECT_NEAR(plain.activations, s * h * (10 + 24.0 / 8 + 5 * a * s / (h * 8)), 1.0);
+  l.sequence_parallel = true;
+  EXPECT_NEAR(training_memory(m, Precision::kMixedAdam, l).activations, s * h * (34 + 5 * a * s / h) / 8, 1.0);
+  // KV cache of Llama-3 8B, 8,192 tokens, batch 1, fp16: 2 x 32 x 8 x 128 x 8192 x 2 = 1 GiB.
+  EXPECT_DOUBLE_EQ(kv_cache_bytes(preset("llama3-8b"), 8192, 1), 1073741824.0);
+  // Training FLOPs per token: 6 N plus attention.
+  TransformerSpec g = preset("gpt3-175b");
+  EXPECT_NEAR(training_flops_per_token(g, false) / (6 * 174604259328.0), 1.0, 0.03);
+  EXPECT_THROW(training_memory(g, Precision::kMixedAdam, Layout{1, 200, 1}), ConfigError);
+}
