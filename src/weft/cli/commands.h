@@ -17,5 +17,7 @@ void add_demo_command(CLI::App& app, Action& action);
 void add_launch_command(CLI::App& app, Action& action);
 // weft comm-bench ...
 void add_comm_bench_command(CLI::App& app, Action& action);
+// weft plan ...
+void add_plan_command(CLI::App& app, Action& action);
 
 }  // namespace weft::cli

@@ -1,0 +1,110 @@
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "weft/cli/commands.h"
+#include "weft/plan/report.h"
+#include "weft/util/error.h"
+
+namespace weft::cli {
+
+namespace {
+struct PlanFlags {
+  std::string model = "gpt3-175b";
+  std::int64_t layers = 0, d_model = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, seq = 0;
+  double params = 0;
+  std::int64_t gpus = 0;
+  int tp = 1, pp = 1, dp = 0, zero = 0;
+  std::int64_t micro_batch = 1, global_batch = 0;
+  bool recompute = false, sequence_parallel = false, json = false;
+  std::string precision = "mixed-adam", gpu = "a100-80gb";
+  double tokens = 0, tflops = 0, mfu = 0.4, price = 0.10, bytes_per_token = 4, watts = 0, gpu_memory_gb = 0;
+};
+
+int run_plan(const PlanFlags& f) {
+  plan::PlanInput in;
+  if (f.params > 0) {
+    in.parameters = f.params;
+    in.model.name = fmt::format("{:.3g} parameters", f.params);
+  } else {
+    in.model = plan::preset(f.model);
+  }
+  auto override_if = [](std::int64_t v, std::int64_t& field) {
+    if (v < 0) throw ConfigError("model dimensions must be positive");
+    if (v > 0) field = v;
+  };
+  override_if(f.layers, in.model.layers);
+  override_if(f.d_model, in.model.d_model);
+  override_if(f.heads, in.model.heads);
+  override_if(f.kv_heads, in.model.kv_heads);
+  override_if(f.ffn, in.model.ffn);
+  override_if(f.vocab, in.model.vocab);
+  override_if(f.seq, in.model.seq_len);
+  in.precision = plan::parse_precision(f.precision);
+  in.gpu = plan::gpu_preset(f.gpu);
+  if (f.gpu_memory_gb > 0) in.gpu.memory_bytes = f.gpu_memory_gb * 1e9;
+  if (f.watts > 0) in.gpu.watts = f.watts;
+  plan::Layout& l = in.layout;
+  l.tp = f.tp;
+  l.pp = f.pp;
+  if (f.tp < 1 || f.pp < 1) throw ConfigError("--tp and --pp must be at least 1");
+  l.dp = f.dp > 0 ? f.dp : (f.gpus > 0 ? static_cast<int>(f.gpus / (f.tp * f.pp)) : 1);
+  if (f.gpus > 0 && static_cast<std::int64_t>(l.tp) * l.pp * l.dp != f.gpus) {
+    throw ConfigError(fmt::format("--gpus {} is not tp {} x pp {} x dp {}", f.gpus, l.tp, l.pp, l.dp));
+  }
+  if (l.dp < 1) throw ConfigError("the data-parallel size must be at least 1");
+  l.zero = f.zero;
+  if (f.zero < 0 || f.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3");
+  l.micro_batch = f.micro_batch;
+  if (f.micro_batch < 1) throw ConfigError("--micro-batch must be at least 1");
+  l.micro_batches = f.global_batch > 0 ? std::max<std::int64_t>(1, f.global_batch / (f.micro_batch * l.dp)) : l.pp;
+  l.recompute = f.recompute;
+  l.sequence_parallel = f.sequence_parallel;
+  in.tokens = f.tokens;
+  in.achieved_flops = f.tflops * 1e12;
+  in.mfu = f.mfu;
+  in.price_per_kwh = f.price;
+  in.bytes_per_token = f.bytes_per_token;
+  plan::PlanReport r = plan::make_plan(in);
+  fmt::print("{}", f.json ? r.to_json() + "\n" : r.to_text());
+  return 0;
+}
+}  // namespace
+
+void add_plan_command(CLI::App& app, Action& action) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand("plan", "memory, compute, time, power and data for a training job at any scale");
+  cmd->add_option("--model", f->model, "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b")
+      ->capture_default_str();
+  cmd->add_option("--params", f->params, "a model given only by its parameter count (e.g. 7.5e9)");
+  cmd->add_option("--layers", f->layers, "override: transformer blocks");
+  cmd->add_option("--d-model", f->d_model, "override: hidden size");
+  cmd->add_option("--heads", f->heads, "override: attention heads");
+  cmd->add_option("--kv-heads", f->kv_heads, "override: key-value heads (grouped-query attention)");
+  cmd->add_option("--ffn", f->ffn, "override: feed-forward hidden size");
+  cmd->add_option("--vocab", f->vocab, "override: vocabulary size");
+  cmd->add_option("--seq", f->seq, "override: sequence length");
+  cmd->add_option("--gpus", f->gpus, "GPUs in the job (= tp x pp x dp)");
+  cmd->add_option("--tp", f->tp, "tensor-parallel size")->capture_default_str();
+  cmd->add_option("--pp", f->pp, "pipeline-parallel size")->capture_default_str();
+  cmd->add_option("--dp", f->dp, "data-parallel size (default: gpus / (tp x pp))");
+  cmd->add_option("--zero", f->zero, "ZeRO stage 0-3")->capture_default_str();
+  cmd->add_option("--precision", f->precision, "fp32-adam | mixed-adam | megatron-dist | fp16-weights")
+      ->capture_default_str();
+  cmd->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch")->capture_default_str();
+  cmd->add_option("--global-batch", f->global_batch, "sequences per iteration");
+  cmd->add_flag("--recompute", f->recompute, "full activation recomputation");
+  cmd->add_flag("--sequence-parallel", f->sequence_parallel, "Megatron sequence parallelism");
+  cmd->add_option("--gpu", f->gpu, "a100-40gb | a100-80gb | h100-80gb | v100-16gb | v100-32gb")->capture_default_str();
+  cmd->add_option("--gpu-memory", f->gpu_memory_gb, "override: GPU memory in GB");
+  cmd->add_option("--watts", f->watts, "override: power per GPU in W");
+  cmd->add_option("--tokens", f->tokens, "training tokens (for time, power and data)");
+  cmd->add_option("--tflops", f->tflops, "achieved TFLOP/s per GPU (default: --mfu x peak)");
+  cmd->add_option("--mfu", f->mfu, "model FLOPs utilization")->capture_default_str();
+  cmd->add_option("--price", f->price, "dollars per kWh")->capture_default_str();
+  cmd->add_option("--bytes-per-token", f->bytes_per_token, "dataset bytes per token")->capture_default_str();
+  cmd->add_flag("--json", f->json, "print JSON");
+  cmd->callback([f, &action] { action = [f] { return run_plan(*f); }; });
+}
+
+}  // namespace weft::cli
