@@ -131,3 +131,39 @@ TEST(Plan, ActivationMemoryAndKvCache) {
   EXPECT_NEAR(training_flops_per_token(g, false) / (6 * 174604259328.0), 1.0, 0.03);
   EXPECT_THROW(training_memory(g, Precision::kMixedAdam, Layout{1, 200, 1}), ConfigError);
 }
+
+#include "weft/plan/comm_model.h"
+
+TEST(PlanComm, AlphaBetaFormulasAndBubble) {
+  LinkClass link{10e9, 5e-6};
+  // Ring all-reduce of 1 GB over 8 ranks: 14 alpha + 2 x 7/8 x 1 GB / 10 GB/s.
+  EXPECT_NEAR(ring_allreduce_seconds(1e9, 8, link), 14 * 5e-6 + 1.75e9 / 10e9, 1e-12);
+  EXPECT_NEAR(ring_half_seconds(1e9, 8, link), 7 * 5e-6 + 0.875e9 / 10e9, 1e-12);
+  EXPECT_EQ(ring_allreduce_seconds(1e9, 1, link), 0.0);
+  // The bubble (p - 1) / (m + p - 1): 4 stages, 8 micro-batches: 3/11.
+  EXPECT_DOUBLE_EQ(bubble_fraction(4, 8), 3.0 / 11.0);
+  EXPECT_DOUBLE_EQ(bubble_fraction(1, 8), 0.0);
+  EXPECT_THROW(bubble_fraction(0, 8), ConfigError);
+}
+
+TEST(PlanComm, IterationEstimateForGpt3) {
+  TransformerSpec m = preset("gpt3-175b");
+  Layout l;
+  l.tp = 8, l.pp = 16, l.dp = 8, l.micro_batch = 1, l.recompute = true;
+  Cluster c;
+  IterationEstimate e = estimate_iteration(m, Precision::kMixedAdam, l, c, 1536, 140e12);
+  const double act = 2048.0 * 12288 * 2;  // one micro-batch of hidden states, 16-bit
+  const double micro = 1536 / 8;          // per pipeline
+  EXPECT_NEAR(e.tensor.bytes, 4 * 6 * micro * 2 * 7.0 / 8 * act, 1.0);  // 6 layers per stage
+  EXPECT_STREQ(e.tensor.link, "nvlink");
+  EXPECT_NEAR(e.pipeline.bytes, 2 * micro * act / 8, 1.0);
+  EXPECT_NEAR(e.bubble, 15.0 / (192 + 15), 1e-12);
+  EXPECT_GT(e.data.seconds, 0);
+  EXPECT_GT(e.iteration_no_overlap_s, e.iteration_overlap_s);
+  // Compute per iteration: 1,536 x 2,048 tokens x FLOPs per token / (1,024 GPUs x 140 TFLOP/s).
+  EXPECT_NEAR(e.compute_s, 1536.0 * 2048 * training_flops_per_token(m, true) / (1024 * 140e12), 1e-9);
+  // Compute dominates (about 31.5 s); the bubble adds 15/192 of it, tensor parallelism less.
+  EXPECT_NEAR(e.compute_s, 31.5, 0.1);
+  EXPECT_NEAR(e.bubble_s, e.compute_s * 15.0 / 192.0, 1e-9);
+  EXPECT_LT(e.tensor.seconds, e.compute_s);
+}

@@ -19,6 +19,8 @@ struct PlanFlags {
   bool recompute = false, sequence_parallel = false, json = false;
   std::string precision = "mixed-adam", gpu = "a100-80gb";
   double tokens = 0, tflops = 0, mfu = 0.4, price = 0.10, bytes_per_token = 4, watts = 0, gpu_memory_gb = 0;
+  int gpus_per_node = 8;
+  double nvlink_gbps = 300, rail_gbps = 25;  // GB/s per GPU and direction
 };
 
 int run_plan(const PlanFlags& f) {
@@ -65,6 +67,13 @@ int run_plan(const PlanFlags& f) {
   in.mfu = f.mfu;
   in.price_per_kwh = f.price;
   in.bytes_per_token = f.bytes_per_token;
+  in.global_batch = f.global_batch;
+  if (f.gpus_per_node < 1 || !(f.nvlink_gbps > 0) || !(f.rail_gbps > 0)) {
+    throw ConfigError("--gpus-per-node, --nvlink-gbps and --rail-gbps must be positive");
+  }
+  in.cluster.gpus_per_node = f.gpus_per_node;
+  in.cluster.nvlink.bytes_per_second = f.nvlink_gbps * 1e9;
+  in.cluster.rail.bytes_per_second = f.rail_gbps * 1e9;
   plan::PlanReport r = plan::make_plan(in);
   fmt::print("{}", f.json ? r.to_json() + "\n" : r.to_text());
   return 0;
@@ -103,6 +112,9 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--mfu", f->mfu, "model FLOPs utilization")->capture_default_str();
   cmd->add_option("--price", f->price, "dollars per kWh")->capture_default_str();
   cmd->add_option("--bytes-per-token", f->bytes_per_token, "dataset bytes per token")->capture_default_str();
+  cmd->add_option("--gpus-per-node", f->gpus_per_node, "GPUs sharing an NVLink domain")->capture_default_str();
+  cmd->add_option("--nvlink-gbps", f->nvlink_gbps, "NVLink GB/s per GPU and direction")->capture_default_str();
+  cmd->add_option("--rail-gbps", f->rail_gbps, "network GB/s per GPU and direction")->capture_default_str();
   cmd->add_flag("--json", f->json, "print JSON");
   cmd->callback([f, &action] { action = [f] { return run_plan(*f); }; });
 }

@@ -61,6 +61,17 @@ PlanReport make_plan(const PlanInput& in) {
                             std::string(l.recompute ? ", plus one forward pass for recomputation" : ""));
   }
   r.fits = r.memory.total() <= in.gpu.memory_bytes;
+  if (in.global_batch > 0 && !in.parameters) {
+    r.iteration = estimate_iteration(in.model, in.precision, l, in.cluster, in.global_batch, flops);
+    char buf[300];
+    std::snprintf(buf, sizeof buf,
+                  "links: NVLink domain of %d GPUs at %.0f GB/s, rails at %.0f GB/s per GPU; tensor parallelism inside "
+                  "a node, pipeline and data parallelism across; ring algorithms (alpha-beta)",
+                  in.cluster.gpus_per_node, in.cluster.nvlink.bytes_per_second / 1e9, in.cluster.rail.bytes_per_second / 1e9);
+    r.assumptions.push_back(buf);
+    r.assumptions.push_back("overlap: the data-parallel all-reduce hides behind backward (2/3 of the compute); "
+                            "tensor-parallel all-reduces stay on the critical path");
+  }
   r.min_gpus_weights_only = min_gpus(2 * r.parameters, in.gpu.memory_bytes);
   r.assumptions.push_back(std::string("model states: ") + precision_name(in.precision) +
                           (l.zero ? ", ZeRO stage " + std::to_string(l.zero) + " over " + std::to_string(l.dp) + " ranks"
@@ -113,6 +124,14 @@ std::string PlanReport::to_text() const {
     line("power        %.0f MWh, $%.0f", energy_kwh / 1000.0, energy_cost);
     line("data         %s of training text", human_bytes(dataset_bytes).c_str());
   }
+  if (iteration) {
+    const IterationEstimate& e = *iteration;
+    line("traffic/GPU  tensor %s in %.3f s (%s), pipeline %s in %.3f s (%s), data %s in %.3f s (%s) per iteration",
+         human_bytes(e.tensor.bytes).c_str(), e.tensor.seconds, e.tensor.link, human_bytes(e.pipeline.bytes).c_str(),
+         e.pipeline.seconds, e.pipeline.link, human_bytes(e.data.bytes).c_str(), e.data.seconds, e.data.link);
+    line("iteration    compute %.3f s + bubble %.1f%% (%.3f s): %.3f s without overlap, %.3f s with", e.compute_s,
+         100 * e.bubble, e.bubble_s, e.iteration_no_overlap_s, e.iteration_overlap_s);
+  }
   out += "assumptions\n";
   for (const auto& a : assumptions) out += "  - " + a + "\n";
   return out;
@@ -138,6 +157,17 @@ std::string PlanReport::to_json() const {
     j["parameter_counts"] = {{"embedding", counts.embedding}, {"attention_per_block", counts.attention},
                              {"ffn_per_block", counts.ffn}, {"block", counts.block}, {"blocks", counts.blocks},
                              {"lm_head", counts.lm_head}, {"total", counts.total}};
+  }
+  if (iteration) {
+    const IterationEstimate& e = *iteration;
+    auto dim = [](const DimensionTraffic& d) {
+      return nlohmann::json{{"bytes", d.bytes}, {"seconds", d.seconds}, {"link", d.link}};
+    };
+    j["iteration"] = {{"tensor", dim(e.tensor)},       {"pipeline", dim(e.pipeline)},
+                      {"data", dim(e.data)},           {"compute_seconds", e.compute_s},
+                      {"bubble", e.bubble},            {"bubble_seconds", e.bubble_s},
+                      {"no_overlap_seconds", e.iteration_no_overlap_s},
+                      {"overlap_seconds", e.iteration_overlap_s}};
   }
   if (training_seconds > 0) {
     j["training"] = {{"tokens", input.tokens}, {"seconds", training_seconds}, {"days", training_seconds / 86400.0},

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/plan/comm_model.h"
 #include "weft/plan/estimates.h"
 
 namespace weft::plan {
@@ -29,6 +30,8 @@ struct PlanInput {
   double achieved_flops = 0;   // per GPU; 0: mfu x peak
   double mfu = 0.4;
   double price_per_kwh = 0.10;
+  Cluster cluster;
+  std::int64_t global_batch = 0;  // sequences per iteration; 0: no iteration estimate
   double bytes_per_token = 4;  // OpenAI's figure (seed 004)
 };
 
@@ -43,6 +46,7 @@ struct PlanReport {
   double training_seconds = 0;
   double energy_kwh = 0, energy_cost = 0;
   double dataset_bytes = 0;
+  std::optional<IterationEstimate> iteration;
   std::vector<std::string> assumptions;
   std::string to_text() const;
   std::string to_json() const;
