@@ -167,3 +167,26 @@ TEST(PlanComm, IterationEstimateForGpt3) {
   EXPECT_NEAR(e.bubble_s, e.compute_s * 15.0 / 192.0, 1e-9);
   EXPECT_LT(e.tensor.seconds, e.compute_s);
 }
+
+#include "weft/plan/sweep.h"
+
+TEST(PlanSweep, RanksFittingLayoutsFastestFirst) {
+  PlanInput in;
+  in.model = preset("gpt3-175b");
+  in.global_batch = 1536;
+  in.achieved_flops = 140e12;
+  in.layout.recompute = true;
+  auto rows = sweep_layouts(in, 1024);
+  ASSERT_FALSE(rows.empty());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].layout.gpus(), 1024);
+    EXPECT_LE(rows[i].memory.total(), 80e9);
+    if (i > 0) {
+      EXPECT_LE(rows[i - 1].iteration.iteration_overlap_s, rows[i].iteration.iteration_overlap_s);
+    }
+  }
+  // Without data parallelism sharding, one GPU cannot hold GPT-3: no layout of 1 GPU fits.
+  EXPECT_TRUE(sweep_layouts(in, 1).empty());
+  in.global_batch = 0;
+  EXPECT_THROW(sweep_layouts(in, 1024), ConfigError);
+}

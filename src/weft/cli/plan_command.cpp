@@ -4,6 +4,7 @@
 
 #include "weft/cli/commands.h"
 #include "weft/plan/report.h"
+#include "weft/plan/sweep.h"
 #include "weft/util/error.h"
 
 namespace weft::cli {
@@ -16,7 +17,8 @@ struct PlanFlags {
   std::int64_t gpus = 0;
   int tp = 1, pp = 1, dp = 0, zero = 0;
   std::int64_t micro_batch = 1, global_batch = 0;
-  bool recompute = false, sequence_parallel = false, json = false;
+  bool recompute = false, sequence_parallel = false, json = false, sweep = false;
+  int top = 10;
   std::string precision = "mixed-adam", gpu = "a100-80gb";
   double tokens = 0, tflops = 0, mfu = 0.4, price = 0.10, bytes_per_token = 4, watts = 0, gpu_memory_gb = 0;
   int gpus_per_node = 8;
@@ -51,7 +53,7 @@ int run_plan(const PlanFlags& f) {
   l.pp = f.pp;
   if (f.tp < 1 || f.pp < 1) throw ConfigError("--tp and --pp must be at least 1");
   l.dp = f.dp > 0 ? f.dp : (f.gpus > 0 ? static_cast<int>(f.gpus / (f.tp * f.pp)) : 1);
-  if (f.gpus > 0 && static_cast<std::int64_t>(l.tp) * l.pp * l.dp != f.gpus) {
+  if (!f.sweep && f.gpus > 0 && static_cast<std::int64_t>(l.tp) * l.pp * l.dp != f.gpus) {
     throw ConfigError(fmt::format("--gpus {} is not tp {} x pp {} x dp {}", f.gpus, l.tp, l.pp, l.dp));
   }
   if (l.dp < 1) throw ConfigError("the data-parallel size must be at least 1");
@@ -74,6 +76,25 @@ int run_plan(const PlanFlags& f) {
   in.cluster.gpus_per_node = f.gpus_per_node;
   in.cluster.nvlink.bytes_per_second = f.nvlink_gbps * 1e9;
   in.cluster.rail.bytes_per_second = f.rail_gbps * 1e9;
+  if (f.sweep) {
+    auto rows = plan::sweep_layouts(in, f.gpus);
+    if (rows.empty()) {
+      fmt::print("no layout of {} on {} GPUs fits in {:.0f} GB (try --recompute, --zero or more GPUs)\n",
+                 in.model.name, f.gpus, in.gpu.memory_bytes / 1e9);
+      return 1;
+    }
+    fmt::print("{} layouts of {} on {} {} GPUs fit; the fastest {}:\n", rows.size(), in.model.name, f.gpus, in.gpu.name,
+               std::min<std::size_t>(rows.size(), static_cast<std::size_t>(f.top)));
+    fmt::print("{:>4} {:>4} {:>5} {:>4} {:>3} {:>10} {:>8} {:>10} {:>10}\n", "tp", "pp", "dp", "zero", "mb",
+               "memory GB", "bubble", "iter s", "no-ovl s");
+    for (std::size_t i = 0; i < rows.size() && i < static_cast<std::size_t>(f.top); ++i) {
+      const auto& row = rows[i];
+      fmt::print("{:>4} {:>4} {:>5} {:>4} {:>3} {:>10.1f} {:>7.1f}% {:>10.3f} {:>10.3f}\n", row.layout.tp, row.layout.pp,
+                 row.layout.dp, row.layout.zero, row.layout.micro_batch, row.memory.total() / 1e9,
+                 100 * row.iteration.bubble, row.iteration.iteration_overlap_s, row.iteration.iteration_no_overlap_s);
+    }
+    return 0;
+  }
   plan::PlanReport r = plan::make_plan(in);
   fmt::print("{}", f.json ? r.to_json() + "\n" : r.to_text());
   return 0;
@@ -116,6 +137,8 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--nvlink-gbps", f->nvlink_gbps, "NVLink GB/s per GPU and direction")->capture_default_str();
   cmd->add_option("--rail-gbps", f->rail_gbps, "network GB/s per GPU and direction")->capture_default_str();
   cmd->add_flag("--json", f->json, "print JSON");
+  cmd->add_flag("--sweep", f->sweep, "rank every layout that fits by estimated iteration time (needs --gpus, --global-batch)");
+  cmd->add_option("--top", f->top, "--sweep: rows to show")->capture_default_str();
   cmd->callback([f, &action] { action = [f] { return run_plan(*f); }; });
 }
 

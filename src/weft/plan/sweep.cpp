@@ -1,0 +1,41 @@
+#include "weft/plan/sweep.h"
+
+#include <algorithm>
+
+#include "weft/util/error.h"
+
+namespace weft::plan {
+
+std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus) {
+  if (gpus < 1) throw ConfigError("--sweep needs --gpus");
+  if (in.global_batch < 1) throw ConfigError("--sweep needs --global-batch");
+  if (in.parameters) throw ConfigError("--sweep needs a model (a preset or its dimensions), not --params");
+  const double flops = in.achieved_flops > 0 ? in.achieved_flops : in.mfu * in.gpu.peak_flops;
+  std::vector<SweepRow> rows;
+  for (int tp = 1; tp <= in.cluster.gpus_per_node; tp *= 2) {
+    if (in.model.heads % tp != 0 || gpus % tp != 0) continue;
+    for (int pp = 1; pp <= in.model.layers; ++pp) {
+      if (in.model.layers % pp != 0 || gpus % (static_cast<std::int64_t>(tp) * pp) != 0) continue;
+      const int dp = static_cast<int>(gpus / (static_cast<std::int64_t>(tp) * pp));
+      if (in.global_batch % dp != 0) continue;
+      for (int zero = 0; zero <= 3; ++zero) {
+        if (zero > 0 && dp == 1) continue;
+        for (std::int64_t mb : {1, 2, 4}) {
+          if ((in.global_batch / dp) % mb != 0) continue;
+          Layout l = in.layout;
+          l.tp = tp, l.pp = pp, l.dp = dp, l.zero = zero, l.micro_batch = mb;
+          l.micro_batches = in.global_batch / dp / mb;
+          MemoryBreakdown m = training_memory(in.model, in.precision, l);
+          if (m.total() > in.gpu.memory_bytes) continue;
+          rows.push_back({l, m, estimate_iteration(in.model, in.precision, l, in.cluster, in.global_batch, flops)});
+        }
+      }
+    }
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const SweepRow& a, const SweepRow& b) {
+    return a.iteration.iteration_overlap_s < b.iteration.iteration_overlap_s;
+  });
+  return rows;
+}
+
+}  // namespace weft::plan

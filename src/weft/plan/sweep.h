@@ -1,0 +1,23 @@
+// --sweep: every layout of a job (tensor, pipeline and data sizes, ZeRO stage, micro-batch
+// size) that fits in GPU memory, ranked by the estimated iteration time.
+#pragma once
+
+#include <vector>
+
+#include "weft/plan/report.h"
+
+namespace weft::plan {
+
+struct SweepRow {
+  Layout layout;
+  MemoryBreakdown memory;
+  IterationEstimate iteration;
+};
+
+// Tensor sizes: powers of two up to the node size that divide the heads; pipeline sizes:
+// divisors of the layers; data = gpus / (tensor x pipeline); ZeRO 0-3; micro-batches 1, 2,
+// 4 (dividing the per-pipeline batch). `input.layout` supplies recomputation and sequence
+// parallelism. Returns the layouts that fit, fastest first.
+std::vector<SweepRow> sweep_layouts(const PlanInput& input, std::int64_t gpus);
+
+}  // namespace weft::plan
