@@ -33,6 +33,8 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_flag("--resume", c.resume, "continue from the newest checkpoint in --checkpoint-dir");
   cmd->add_flag("--auto-resume", c.auto_resume,
                 "continue from the newest checkpoint if there is one, else start (for weft launch --max-restarts)");
+  cmd->add_option("--scale-lr", c.scale_lr, "none | linear: on a resume with another global batch, scale --lr with it")
+      ->capture_default_str();
   cmd->add_option("--sample-log", c.sample_log, "append 'epoch step sample' lines (per rank: FILE-rank<r>)");
   cmd->add_option("--save-model", c.save_model, "write the final parameters to this safetensors file");
   cmd->add_option("--checkpoint-every", c.checkpoint_every, "also checkpoint every N steps")->capture_default_str();

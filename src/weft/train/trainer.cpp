@@ -96,6 +96,9 @@ void validate(const TrainConfig& c) {
   if (c.clients < 0) throw ConfigError("--clients must be at least 1");
   if (c.local_steps < 1) throw ConfigError("--local-steps must be at least 1");
   if (c.eval_rounds < 0) throw ConfigError("--eval-rounds must be >= 0");
+  if (c.scale_lr != "none" && c.scale_lr != "linear") {
+    throw ConfigError("--scale-lr '" + c.scale_lr + "' is not one of none, linear");
+  }
   if (!(c.non_iid > 0)) throw ConfigError("--non-iid must be positive (or inf for IID data)");
   if (c.strategy == "ps" && (!c.checkpoint_dir.empty() || c.resume || c.auto_resume)) {
     throw ConfigError("checkpoints are not supported with --strategy ps yet (the servers hold the optimizer state)");
@@ -286,6 +289,25 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     step = ck.meta.step;
     start_epoch = ck.meta.epoch;
     start_batch = ck.meta.batch_in_epoch;
+    // Another global batch (say, the same per-rank batch on another number of ranks): the
+    // position in the epoch carries over in samples, and the learning rate may follow the batch.
+    const std::int64_t old_batch = ck.meta.info.count("batch") ? std::stoll(ck.meta.info.at("batch")) : c.batch;
+    if (old_batch != c.batch) {
+      const std::int64_t consumed = start_batch * old_batch;
+      if (consumed % c.batch != 0) {
+        throw CheckpointError(ck.path + ": " + std::to_string(consumed) + " samples of the epoch are done, not a multiple "
+                              "of the new global batch " + std::to_string(c.batch) + "; resume at an epoch boundary or "
+                              "with a batch that divides it");
+      }
+      start_batch = consumed / c.batch;
+      if (c.scale_lr == "linear") {
+        const double base = ck.meta.info.count("lr") ? std::stod(ck.meta.info.at("lr")) : c.lr;
+        const double scaled = base * static_cast<double>(c.batch) / static_cast<double>(old_batch);
+        fmt::print(out, "learning rate scaled linearly with the global batch ({} -> {}): {} -> {}\n", old_batch, c.batch,
+                   base, scaled);
+        c.lr = scaled;
+      }
+    }
     if (start_batch >= steps_per_epoch) {
       throw CheckpointError(ck.path + ": position " + std::to_string(start_batch) + " is past the epoch's " +
                             std::to_string(steps_per_epoch) + " batches (different data or batch size?)");

@@ -26,6 +26,9 @@ struct TrainConfig {
   std::string checkpoint_dir;
   bool resume = false;       // continue from the newest checkpoint (which must exist)
   bool auto_resume = false;  // continue from the newest checkpoint when there is one (restarts)
+  // On a resume with another global batch: "linear" scales the learning rate with the batch
+  // (seed 003: multiply the single-node rate by the number of workers); "none" keeps --lr.
+  std::string scale_lr = "none";
   std::string sample_log;    // append every trained sample index to this file (per rank)
   std::string save_model;    // write the final parameters here (safetensors; rank 0)
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch
