@@ -1,6 +1,8 @@
 // Every differentiable operation against central finite differences in double.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "weft/autograd/functions.h"
 #include "weft/autograd/gradcheck.h"
 #include "weft/tensor/ops.h"
@@ -143,4 +145,38 @@ TEST(Autograd, GradReadyHooksFireOnceWithTheFinalGradient) {
   EXPECT_EQ(w_fired, 1);
   EXPECT_DOUBLE_EQ(x_grad_at_hook, 2 * 3.0 * 2.0 + 1);  // 2 w x + 1, complete when the hook ran
   EXPECT_DOUBLE_EQ(w.grad().item(), 4.0);
+}
+
+#include "weft/autograd/sequence.h"
+
+TEST(Gradcheck, SequenceOperations) {
+  expect_gradcheck("embedding", [](auto& v) { return embedding(v[0], {3, 0, 3, 1}); }, {rnd({5, 4})});
+  expect_gradcheck("layer_norm", [](auto& v) { return layer_norm(v[0], v[1], v[2]); }, {rnd({2, 3, 6}), rnd({6}), rnd({6})});
+  expect_gradcheck("layer_norm plain", [](auto& v) { return layer_norm(v[0], Var(), Var()); }, {rnd({4, 5})});
+  expect_gradcheck("gelu", [](auto& v) { return gelu(v[0]); }, {rnd({3, 7}, -3, 3)});
+  expect_gradcheck("causal softmax", [](auto& v) { return softmax(causal_mask(v[0])); }, {rnd({2, 4, 4})});
+  expect_gradcheck("narrow", [](auto& v) { return narrow(v[0], 1, 2, 3); }, {rnd({2, 6, 3})});
+  expect_gradcheck("concat", [](auto& v) { return concat({v[0], v[1]}, 1); }, {rnd({2, 3}), rnd({2, 4})});
+}
+
+TEST(Sequence, LayerNormUsesThePopulationVariance) {
+  // Seed 002 chapter 7's Add & Norm: (x - mean) / sqrt(variance), the variance over the n
+  // features (divided by n, not n - 1), gamma 1, beta 0; the book's output
+  // [1.40, -0.55, -0.87] has mean -0.0067 and variance 1.006 (the notes).
+  Var x(Tensor::from_vector(std::vector<double>{1.40, -0.55, -0.87}, {1, 3}));
+  Tensor y = layer_norm(x, Var(), Var(), 0.0).value();
+  double mean = (1.40 - 0.55 - 0.87) / 3, var = 0;
+  for (double v : {1.40, -0.55, -0.87}) var += (v - mean) * (v - mean) / 3;
+  EXPECT_NEAR(y.at({0, 0}), (1.40 - mean) / std::sqrt(var), 1e-12);
+  EXPECT_NEAR(y.at({0, 0}) + y.at({0, 1}) + y.at({0, 2}), 0.0, 1e-12);
+  double sq = 0;
+  for (std::int64_t k = 0; k < 3; ++k) sq += y.at({0, k}) * y.at({0, k}) / 3;
+  EXPECT_NEAR(sq, 1.0, 1e-12);
+  // Causal masking: a query never sees later keys.
+  Var s(Tensor::zeros({1, 3, 3}, DType::F64));
+  Tensor p = softmax(causal_mask(s)).value();
+  EXPECT_DOUBLE_EQ(p.at({0, 0, 0}), 1.0);
+  EXPECT_DOUBLE_EQ(p.at({0, 0, 1}), 0.0);
+  EXPECT_DOUBLE_EQ(p.at({0, 2, 1}), 1.0 / 3);
+  EXPECT_THROW(embedding(Var(Tensor::zeros({3, 2})), {3}), InternalError);
 }

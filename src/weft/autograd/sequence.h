@@ -1,0 +1,35 @@
+// Differentiable operations of sequence models: embedding lookup, layer normalization,
+// GELU, causal masking, narrowing and concatenation. Like functions.h, each is verified
+// against finite differences in double (tests/autograd).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "weft/autograd/variable.h"
+
+namespace weft {
+
+// Rows `ids` of `weight` [V, d]: [ids.size(), d]. Backward adds each row's gradient into its
+// vocabulary row (repeated ids accumulate). Throws InternalError for an id outside [0, V).
+Var embedding(const Var& weight, const std::vector<std::int32_t>& ids);
+
+// Over the last dimension: (x - mean) / sqrt(var + eps) * gamma + beta, population variance.
+// gamma and beta [d] may be undefined (no affine part).
+Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps = 1e-5);
+
+// GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+Var gelu(const Var& x);
+
+// For [..., T, T] scores: entries above the diagonal (a query looking at later keys) become
+// -infinity, so softmax gives them zero weight. Backward passes gradients below the
+// diagonal only.
+Var causal_mask(const Var& scores);
+
+// Elements [start, start + length) of dimension `dim`; backward scatters into a zero tensor.
+Var narrow(const Var& x, std::int64_t dim, std::int64_t start, std::int64_t length);
+
+// Concatenation along `dim`; backward splits the gradient.
+Var concat(const std::vector<Var>& parts, std::int64_t dim);
+
+}  // namespace weft
