@@ -1,0 +1,200 @@
+#include "weft/nn/transformer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "weft/autograd/functions.h"
+#include "weft/autograd/sequence.h"
+#include "weft/tensor/ops.h"
+
+namespace weft {
+
+namespace {
+std::vector<std::int32_t> ids_of(const Tensor& t) {
+  std::vector<std::int32_t> ids;
+  for (double v : t.to_vector()) ids.push_back(static_cast<std::int32_t>(v));
+  return ids;
+}
+}  // namespace
+
+Embedding::Embedding(std::int64_t vocab, std::int64_t dim, Rng& rng, double stddev) : vocab_(vocab), dim_(dim) {
+  weight_ = register_parameter("weight", randn({vocab, dim}, rng, 0.0, stddev));
+}
+
+Var Embedding::forward(const Var& ids) {
+  Shape out = ids.shape();
+  out.push_back(dim_);
+  return reshape(embedding(weight_, ids_of(ids.value())), out);
+}
+
+std::string Embedding::describe() const {
+  return "Embedding(" + std::to_string(vocab_) + ", " + std::to_string(dim_) + ")";
+}
+
+LayerNorm::LayerNorm(std::int64_t dim, double eps) : dim_(dim), eps_(eps) {
+  gamma_ = register_parameter("weight", Tensor::ones({dim}));
+  beta_ = register_parameter("bias", Tensor::zeros({dim}));
+}
+
+Var LayerNorm::forward(const Var& x) { return layer_norm(x, gamma_, beta_, eps_); }
+
+CausalSelfAttention::CausalSelfAttention(std::int64_t dim, std::int64_t heads, Rng& rng) : dim_(dim), heads_(heads) {
+  if (heads < 1 || dim % heads != 0) throw ConfigError("the model size must be divisible by the number of heads");
+  qkv_ = std::make_shared<Linear>(dim, 3 * dim, rng, true, Init::kXavierNormal);
+  proj_ = std::make_shared<Linear>(dim, dim, rng, true, Init::kXavierNormal);
+  register_module("qkv", qkv_);
+  register_module("proj", proj_);
+}
+
+Var CausalSelfAttention::forward(const Var& x) {
+  const std::int64_t B = x.size(0), T = x.size(1), d = dim_, H = heads_, hd = d / H;
+  Var qkv = reshape(qkv_->forward(reshape(x, {B * T, d})), {B, T, 3 * d});
+  auto heads = [&](const Var& part) {  // [B, T, d] -> [B*H, T, hd]
+    return reshape(transpose(reshape(part, {B, T, H, hd}), 1, 2), {B * H, T, hd});
+  };
+  Var q = heads(narrow(qkv, 2, 0, d));
+  Var k = heads(narrow(qkv, 2, d, d));
+  Var v = heads(narrow(qkv, 2, 2 * d, d));
+  Var scores = mul(matmul(q, transpose(k, 1, 2)), 1.0 / std::sqrt(static_cast<double>(hd)));
+  Var att = matmul(softmax(causal_mask(scores)), v);  // [B*H, T, hd]
+  Var merged = reshape(transpose(reshape(att, {B, H, T, hd}), 1, 2), {B * T, d});
+  return reshape(proj_->forward(merged), {B, T, d});
+}
+
+std::string CausalSelfAttention::describe() const {
+  return "CausalSelfAttention(" + std::to_string(dim_) + ", " + std::to_string(heads_) + " heads)";
+}
+
+TransformerBlock::TransformerBlock(std::int64_t dim, std::int64_t heads, Rng& rng, bool pre_ln) : pre_ln_(pre_ln) {
+  ln1_ = std::make_shared<LayerNorm>(dim);
+  attn_ = std::make_shared<CausalSelfAttention>(dim, heads, rng);
+  ln2_ = std::make_shared<LayerNorm>(dim);
+  fc_ = std::make_shared<Linear>(dim, 4 * dim, rng, true, Init::kXavierNormal);
+  out_ = std::make_shared<Linear>(4 * dim, dim, rng, true, Init::kXavierNormal);
+  register_module("ln1", ln1_);
+  register_module("attn", attn_);
+  register_module("ln2", ln2_);
+  register_module("fc", fc_);
+  register_module("out", out_);
+}
+
+Var TransformerBlock::forward(const Var& x) {
+  const std::int64_t B = x.size(0), T = x.size(1), d = x.size(2);
+  auto mlp = [&](const Var& h) {
+    return reshape(out_->forward(gelu(fc_->forward(reshape(h, {B * T, d})))), {B, T, d});
+  };
+  if (pre_ln_) {
+    Var h = add(x, attn_->forward(ln1_->forward(x)));
+    return add(h, mlp(ln2_->forward(h)));
+  }
+  Var h = ln1_->forward(add(x, attn_->forward(x)));
+  return ln2_->forward(add(h, mlp(h)));
+}
+
+Positional parse_positional(const std::string& s) {
+  if (s == "learned") return Positional::kLearned;
+  if (s == "standard") return Positional::kStandard;
+  if (s == "book") return Positional::kBook;
+  throw ConfigError("unknown positional encoding '" + s + "' (known: learned, standard, book)");
+}
+
+Tensor sinusoidal_encoding(std::int64_t positions, std::int64_t dim, Positional kind, DType dtype) {
+  Tensor pe = Tensor::empty({positions, dim}, DType::F64);
+  double* p = pe.data<double>();
+  for (std::int64_t pos = 0; pos < positions; ++pos) {
+    for (std::int64_t j = 0; j < dim; ++j) {
+      double v;
+      if (kind == Positional::kBook) {
+        double angle = static_cast<double>(pos + 1) / std::pow(10000.0, 2.0 * static_cast<double>(j) / dim);
+        v = j % 2 == 0 ? std::sin(angle) : std::cos(angle);
+      } else {
+        double angle = static_cast<double>(pos) / std::pow(10000.0, static_cast<double>(j - j % 2) / dim);
+        v = j % 2 == 0 ? std::sin(angle) : std::cos(angle);
+      }
+      p[pos * dim + j] = v;
+    }
+  }
+  return pe.to(dtype);
+}
+
+GPT::GPT(const GptConfig& c, Rng& rng) : config_(c) {
+  if (c.vocab < 1 || c.context < 1 || c.dim < 1 || c.layers < 1) throw ConfigError("GPT sizes must be positive");
+  tokens_ = std::make_shared<Embedding>(c.vocab, c.dim, rng);
+  register_module("wte", tokens_);
+  if (c.positional == Positional::kLearned) {
+    positions_ = std::make_shared<Embedding>(c.context, c.dim, rng);
+    register_module("wpe", positions_);
+  } else {
+    fixed_positions_ = sinusoidal_encoding(c.context, c.dim, c.positional);
+  }
+  for (std::int64_t i = 0; i < c.layers; ++i) {
+    blocks_.push_back(std::make_shared<TransformerBlock>(c.dim, c.heads, rng, c.pre_ln));
+    std::string name = "h";  // (not "h" + ...: GCC 12 warns falsely on that concatenation)
+    name += std::to_string(i);
+    register_module(name, blocks_.back());
+  }
+  final_ = std::make_shared<LayerNorm>(c.dim);
+  register_module("ln_f", final_);
+}
+
+Var GPT::forward(const Var& ids) {
+  WEFT_CHECK(ids.dim() == 2, "GPT: token ids must be [B, T]");
+  const std::int64_t B = ids.size(0), T = ids.size(1), d = config_.dim;
+  if (T > config_.context) throw ConfigError("GPT: " + std::to_string(T) + " tokens exceed the context of " +
+                                             std::to_string(config_.context));
+  Var x = tokens_->forward(ids);  // [B, T, d]
+  if (positions_) {
+    Tensor pos = Tensor::arange(T).view({1, T});
+    x = add(x, positions_->forward(Var(pos)));
+  } else {
+    x = add(x, Var(fixed_positions_.slice(0, 0, T).contiguous()));
+  }
+  for (auto& b : blocks_) x = b->forward(x);
+  x = final_->forward(x);
+  // The head shares the token embedding: logits = h E^T.
+  Var logits = matmul(reshape(x, {B * T, d}), transpose(tokens_->weight(), 0, 1));
+  return reshape(logits, {B, T, config_.vocab});
+}
+
+std::string GPT::describe() const {
+  return "GPT(vocab " + std::to_string(config_.vocab) + ", context " + std::to_string(config_.context) + ", d " +
+         std::to_string(config_.dim) + ", " + std::to_string(config_.layers) + " layers, " +
+         std::to_string(config_.heads) + " heads)";
+}
+
+std::vector<std::int32_t> GPT::generate(std::vector<std::int32_t> prompt, std::int64_t count, double temperature,
+                                        std::int64_t top_k, Rng& rng) {
+  NoGradGuard no_grad;
+  const bool was_training = is_training();
+  eval();
+  if (prompt.empty()) prompt.push_back(0);
+  for (std::int64_t n = 0; n < count; ++n) {
+    const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(prompt.size()), config_.context);
+    Tensor ids = Tensor::empty({1, T});
+    for (std::int64_t t = 0; t < T; ++t) ids.set({0, t}, prompt[prompt.size() - static_cast<size_t>(T) + static_cast<size_t>(t)]);
+    Tensor logits = forward(Var(ids)).value().select(1, T - 1).select(0, 0);  // [vocab]
+    std::vector<double> l = logits.to_vector();
+    std::int32_t next;
+    if (temperature <= 0) {
+      next = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+    } else {
+      std::vector<std::int32_t> order(l.size());
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), [&](auto a, auto b) { return l[a] > l[b]; });
+      std::size_t k = top_k > 0 ? std::min<std::size_t>(order.size(), static_cast<std::size_t>(top_k)) : order.size();
+      double m = l[order[0]], total = 0;
+      std::vector<double> w(k);
+      for (std::size_t i = 0; i < k; ++i) total += (w[i] = std::exp((l[order[i]] - m) / temperature));
+      double u = rng.uniform() * total;
+      std::size_t pick = 0;
+      while (pick + 1 < k && u > w[pick]) u -= w[pick++];
+      next = order[pick];
+    }
+    prompt.push_back(next);
+  }
+  train(was_training);
+  return prompt;
+}
+
+}  // namespace weft

@@ -1,0 +1,107 @@
+// Transformer layers and the GPT model (seed 002 chapter 7): token embedding plus positional
+// encoding, blocks of causal multi-head self-attention and a feed-forward network with
+// residual connections and layer normalization (pre-LN as GPT-2/3, or post-LN as the book
+// and the original Transformer), a final layer norm, and a language-model head tied to the
+// token embedding.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/nn/linear.h"
+#include "weft/nn/module.h"
+
+namespace weft {
+
+class Embedding : public Module {
+ public:
+  Embedding(std::int64_t vocab, std::int64_t dim, Rng& rng, double stddev = 0.02);
+  Var forward(const Var& ids) override;  // ids: a tensor of token ids (any shape) -> shape + [dim]
+  std::string describe() const override;
+  Var& weight() { return weight_; }
+
+ private:
+  std::int64_t vocab_, dim_;
+  Var weight_;
+};
+
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(std::int64_t dim, double eps = 1e-5);
+  Var forward(const Var& x) override;
+  std::string describe() const override { return "LayerNorm(" + std::to_string(dim_) + ")"; }
+
+ private:
+  std::int64_t dim_;
+  double eps_;
+  Var gamma_, beta_;
+};
+
+// Causal multi-head self-attention: softmax(Q K^T / sqrt(d_head), masked) V per head, heads
+// concatenated and projected. x: [B, T, d].
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(std::int64_t dim, std::int64_t heads, Rng& rng);
+  Var forward(const Var& x) override;
+  std::string describe() const override;
+
+ private:
+  std::int64_t dim_, heads_;
+  std::shared_ptr<Linear> qkv_, proj_;
+};
+
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(std::int64_t dim, std::int64_t heads, Rng& rng, bool pre_ln = true);
+  Var forward(const Var& x) override;  // [B, T, d] -> [B, T, d]
+  std::string describe() const override { return pre_ln_ ? "TransformerBlock(pre-LN)" : "TransformerBlock(post-LN)"; }
+
+ private:
+  bool pre_ln_;
+  std::shared_ptr<LayerNorm> ln1_, ln2_;
+  std::shared_ptr<CausalSelfAttention> attn_;
+  std::shared_ptr<Linear> fc_, out_;
+};
+
+// Positional encodings.
+//   standard  Vaswani et al.: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(same),
+//             positions from 0
+//   book      seed 002 chapter 7: element j = sin (j even) or cos (j odd) of
+//             pos / 10000^(2j/d), positions from 1 (the notes explain how it differs)
+//   learned   a trained table, as GPT-2/3
+enum class Positional { kLearned, kStandard, kBook };
+Positional parse_positional(const std::string& s);  // throws ConfigError
+Tensor sinusoidal_encoding(std::int64_t positions, std::int64_t dim, Positional kind, DType dtype = DType::F32);
+
+struct GptConfig {
+  std::int64_t vocab = 256;
+  std::int64_t context = 128;
+  std::int64_t dim = 128;
+  std::int64_t layers = 4;
+  std::int64_t heads = 4;
+  Positional positional = Positional::kLearned;
+  bool pre_ln = true;
+};
+
+class GPT : public Module {
+ public:
+  GPT(const GptConfig& config, Rng& rng);
+  // ids: [B, T] token ids (stored as numbers), T <= context -> logits [B, T, vocab].
+  Var forward(const Var& ids) override;
+  std::string describe() const override;
+  const GptConfig& config() const { return config_; }
+  // Appends `count` tokens to `prompt`: greedy (temperature 0), or sampled from the softmax
+  // at `temperature` among the `top_k` most likely (0: all).
+  std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, std::int64_t count, double temperature,
+                                     std::int64_t top_k, Rng& rng);
+
+ private:
+  GptConfig config_;
+  std::shared_ptr<Embedding> tokens_, positions_;
+  Tensor fixed_positions_;
+  std::vector<std::shared_ptr<TransformerBlock>> blocks_;
+  std::shared_ptr<LayerNorm> final_;
+};
+
+}  // namespace weft

@@ -1,0 +1,108 @@
+// Transformer layers and GPT: shapes, causality, the seed's positional-encoding vector,
+// parameter counts, tied weights, gradients, and that a tiny GPT learns a sequence.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "weft/autograd/functions.h"
+#include "weft/autograd/gradcheck.h"
+#include "weft/nn/transformer.h"
+#include "weft/optim/adam.h"
+#include "weft/tensor/ops.h"
+
+using namespace weft;
+
+TEST(Transformer, BookAndStandardPositionalEncodings) {
+  // Seed 002 chapter 7: word 4 (1-based), d = 2: [sin 4, cos(4 / 10000)] = [-0.757, 1.0];
+  // added to "clear" = [2.5, 1.0] gives [1.74, 2.0] (the book rounds to [1.7, 2.0]).
+  Tensor book = sinusoidal_encoding(10, 2, Positional::kBook, DType::F64);
+  EXPECT_NEAR(book.at({3, 0}), std::sin(4.0), 1e-12);
+  EXPECT_NEAR(book.at({3, 1}), std::cos(4.0 / 10000.0), 1e-12);
+  EXPECT_NEAR(2.5 + book.at({3, 0}), 1.7432, 1e-4);
+  EXPECT_NEAR(1.0 + book.at({3, 1}), 2.0, 1e-6);
+  // The second "clear" (word 10): [sin 10, cos(10 / 10000)] + [2.5, 1.0] = [1.956, 2.0].
+  EXPECT_NEAR(2.5 + book.at({9, 0}), 1.9560, 1e-4);
+  // Vaswani's convention (0-based, pairs share a frequency) differs: [sin 4, cos 4].
+  Tensor standard = sinusoidal_encoding(10, 2, Positional::kStandard, DType::F64);
+  EXPECT_NEAR(standard.at({4, 0}), std::sin(4.0), 1e-12);
+  EXPECT_NEAR(standard.at({4, 1}), std::cos(4.0), 1e-12);
+  EXPECT_THROW(parse_positional("rotary"), ConfigError);
+}
+
+TEST(Transformer, GptShapesParametersAndTying) {
+  Rng rng(1);
+  GptConfig c{50, 16, 32, 2, 4, Positional::kLearned, true};
+  GPT gpt(c, rng);
+  // wte + wpe + per block (2 LN, qkv, proj, fc, out) + final LN; the head is tied.
+  const std::int64_t d = 32, block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d);
+  EXPECT_EQ(gpt.num_parameters(), 50 * d + 16 * d + 2 * block + 2 * d);
+  Tensor ids = Tensor::zeros({3, 16});
+  Var logits = gpt.forward(Var(ids));
+  EXPECT_EQ(logits.shape(), (Shape{3, 16, 50}));
+  EXPECT_THROW(gpt.forward(Var(Tensor::zeros({1, 17}))), ConfigError);
+  // The tied embedding receives gradient from both the input lookup and the head.
+  cross_entropy(reshape(logits, {48, 50}), std::vector<std::int32_t>(48, 7)).backward();
+  const Var& wte = gpt.named_parameters()[0].second;
+  EXPECT_TRUE(wte.grad().defined());
+  EXPECT_GT(ops::max_abs_diff(wte.grad().select(0, 7), Tensor::zeros({d})), 0.0);  // row 7: head only
+}
+
+TEST(Transformer, AttentionIsCausal) {
+  Rng rng(2);
+  GPT gpt(GptConfig{20, 8, 16, 1, 2, Positional::kStandard, false}, rng);
+  Tensor a = Tensor::zeros({1, 8}), b = Tensor::zeros({1, 8});
+  for (std::int64_t t = 0; t < 8; ++t) {
+    a.set({0, t}, static_cast<double>(t % 5));
+    b.set({0, t}, t < 5 ? static_cast<double>(t % 5) : 9.0);  // differs only from position 5 on
+  }
+  Tensor la = gpt.forward(Var(a)).value(), lb = gpt.forward(Var(b)).value();
+  EXPECT_LT(ops::max_abs_diff(la.slice(1, 0, 5), lb.slice(1, 0, 5)), 1e-6);  // earlier outputs unchanged
+  EXPECT_GT(ops::max_abs_diff(la.slice(1, 5, 8), lb.slice(1, 5, 8)), 1e-4);
+}
+
+TEST(Transformer, AttentionAndBlockGradientsCheckInDouble) {
+  // The composition (projections, head split, scaled scores, causal mask, softmax, merge;
+  // layer norms, GELU, residuals) against finite differences, in double, through the input.
+  Rng rng(3);
+  CausalSelfAttention attn(8, 2, rng);
+  TransformerBlock block(8, 2, rng, true), post(8, 2, rng, false);
+  for (Module* m : {static_cast<Module*>(&attn), static_cast<Module*>(&block), static_cast<Module*>(&post)}) {
+    for (auto& p : m->parameters()) {
+      Var q = p;
+      q.mutable_value() = q.value().to(DType::F64);
+    }
+  }
+  Tensor x = randn({2, 5, 8}, rng, 0, 1, DType::F64);
+  GradcheckResult a = gradcheck([&](const std::vector<Var>& v) { return attn.forward(v[0]); }, {x});
+  EXPECT_TRUE(a.ok) << a.message;
+  GradcheckResult b = gradcheck([&](const std::vector<Var>& v) { return block.forward(v[0]); }, {x});
+  EXPECT_TRUE(b.ok) << b.message;
+  GradcheckResult c = gradcheck([&](const std::vector<Var>& v) { return post.forward(v[0]); }, {x});
+  EXPECT_TRUE(c.ok) << c.message;
+}
+
+TEST(Transformer, TinyGptLearnsARepeatingSequence) {
+  Rng rng(4);
+  GPT gpt(GptConfig{6, 12, 32, 2, 4, Positional::kLearned, true}, rng);
+  Adam opt(gpt.named_parameters(), 3e-3);
+  Tensor ids = Tensor::empty({4, 12});
+  std::vector<std::int32_t> targets;
+  for (std::int64_t b = 0; b < 4; ++b)
+    for (std::int64_t t = 0; t < 12; ++t) {
+      ids.set({b, t}, static_cast<double>((b + t) % 6));
+      targets.push_back(static_cast<std::int32_t>((b + t + 1) % 6));
+    }
+  double first = 0, last = 0;
+  for (int step = 0; step < 150; ++step) {
+    opt.zero_grad();
+    Var loss = cross_entropy(reshape(gpt.forward(Var(ids)), {48, 6}), targets);
+    loss.backward();
+    opt.step();
+    if (step == 0) first = loss.item();
+    last = loss.item();
+  }
+  EXPECT_GT(first, 1.0);
+  EXPECT_LT(last, 0.1);
+  auto out = gpt.generate({2, 3, 4}, 6, 0.0, 0, rng);  // greedy continues the cycle
+  EXPECT_EQ(out, (std::vector<std::int32_t>{2, 3, 4, 5, 0, 1, 2, 3, 4}));
+}
