@@ -4,15 +4,20 @@
 
 #include "weft/cli/commands.h"
 #include "weft/comm/launcher.h"
+#include "weft/train/lm_trainer.h"
 #include "weft/train/trainer.h"
+#include "weft/util/error.h"
 
 namespace weft::cli {
 
 namespace {
 
 void add_train_flags(CLI::App* cmd, TrainConfig& c) {
-  cmd->add_option("--model", c.model, "mlp | cnn | mlp128 | seed-cnn")->capture_default_str();
-  cmd->add_option("--data", c.data, "fashion-mnist, or a folder of MNIST-format IDX files")->capture_default_str();
+  cmd->add_option("--model", c.model, "mlp | cnn | mlp128 | seed-cnn (images); gpt (text)")->capture_default_str();
+  cmd->add_option("--data", c.data,
+                  "images: fashion-mnist or a folder of MNIST-format IDX files; "
+                  "text: fortunes (default) or a text file or folder")
+      ->capture_default_str();
   cmd->add_option("--data-dir", c.data_dir, "where the fashion-mnist files are (default: the Debian package's folder)");
   cmd->add_option("--epochs", c.epochs, "passes over the training set")->capture_default_str();
   cmd->add_option("--batch", c.batch, "samples per step")->capture_default_str();
@@ -58,6 +63,48 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--timeline", c.timeline, "write a Chrome-trace timeline (per rank: FILE-rank<r>.json)");
 }
 
+// Flags only language models use; the shared ones (--batch, --lr, ...) override the LM
+// defaults only when given on the command line.
+void add_lm_flags(CLI::App* cmd, LmConfig& c) {
+  cmd->add_option("--tokenizer", c.tokenizer, "gpt: char | word")->capture_default_str();
+  cmd->add_option("--context", c.context, "gpt: tokens of context")->capture_default_str();
+  cmd->add_option("--layers", c.layers, "gpt: transformer blocks")->capture_default_str();
+  cmd->add_option("--d-model", c.dim, "gpt: model width")->capture_default_str();
+  cmd->add_option("--heads", c.heads, "gpt: attention heads")->capture_default_str();
+  cmd->add_option("--positional", c.positional, "gpt: learned | standard | book (seed 002 chapter 7)")
+      ->capture_default_str();
+  cmd->add_flag("--post-ln", c.post_ln, "gpt: layer norm after each residual (the original transformer)");
+  cmd->add_option("--eval-every", c.eval_every, "gpt: validation loss every N steps")->capture_default_str();
+  cmd->add_option("--eval-batches", c.eval_batches, "gpt: batches in each validation")->capture_default_str();
+  cmd->add_option("--sample", c.sample, "gpt: tokens to generate at the end")->capture_default_str();
+  cmd->add_option("--temperature", c.temperature, "gpt: sampling temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", c.top_k, "gpt: sample among the k most likely tokens (0: all)")->capture_default_str();
+  cmd->add_option("--prompt", c.prompt, "gpt: text the sample continues")->capture_default_str();
+}
+
+bool given(CLI::App* cmd, const std::string& flag) { return cmd->get_option(flag)->count() > 0; }
+
+// The language-model run: LM defaults, then every shared flag the user gave.
+int run_lm(CLI::App* cmd, const TrainConfig& t, LmConfig c) {
+  if (given(cmd, "--data")) c.data = t.data;
+  if (given(cmd, "--batch")) c.batch = t.batch;
+  if (given(cmd, "--lr")) c.lr = t.lr;
+  if (given(cmd, "--weight-decay")) c.weight_decay = t.weight_decay;
+  if (given(cmd, "--warmup")) c.warmup = t.schedule.warmup_steps;
+  if (given(cmd, "--max-steps")) c.steps = t.max_steps;
+  if (given(cmd, "--seed")) c.seed = t.seed;
+  c.threads = t.threads;
+  c.quiet = t.quiet;
+  c.save_model = t.save_model;
+  for (const char* flag : {"--epochs", "--optimizer", "--momentum", "--schedule", "--checkpoint-dir", "--resume",
+                           "--auto-resume", "--dp", "--strategy", "--timeline", "--limit-train", "--limit-test"}) {
+    if (given(cmd, flag)) throw weft::ConfigError(std::string(flag) + " is not supported with --model gpt yet");
+  }
+  LmSummary s = train_lm(c, stdout);
+  fmt::print("{}\n", s.to_json());
+  return 0;
+}
+
 int run_training(const TrainConfig& c, bool json_summary) {
   TrainSummary s = train(c, stdout);
   if (json_summary && s.rank == 0) fmt::print("{}\n", s.to_json());
@@ -68,9 +115,17 @@ int run_training(const TrainConfig& c, bool json_summary) {
 
 void add_train_command(CLI::App& app, Action& action) {
   auto config = std::make_shared<TrainConfig>();
-  CLI::App* cmd = app.add_subcommand("train", "train a model on Fashion-MNIST (or MNIST-format data)");
+  auto lm = std::make_shared<LmConfig>();
+  CLI::App* cmd = app.add_subcommand("train", "train an image classifier or a language model");
   add_train_flags(cmd, *config);
-  cmd->callback([config, &action] { action = [config] { return run_training(*config, true); }; });
+  add_lm_flags(cmd, *lm);
+  cmd->callback([cmd, config, lm, &action] {
+    if (config->model == "gpt") {
+      action = [cmd, config, lm] { return run_lm(cmd, *config, *lm); };
+    } else {
+      action = [config] { return run_training(*config, true); };
+    }
+  });
 }
 
 void add_demo_command(CLI::App& app, Action& action) {

@@ -1,0 +1,147 @@
+#include "weft/data/text.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "weft/util/error.h"
+#include "weft/util/file.h"
+
+namespace weft {
+
+namespace fs = std::filesystem;
+
+std::string load_corpus(const std::string& path_in) {
+  const std::string path = path_in == "fortunes" ? std::string(kFortunesDir) : path_in;
+  if (!file_exists(path)) {
+    throw DataError(path + " does not exist" +
+                    (path_in == "fortunes" ? std::string(" (install the Debian package fortunes, or pass --data PATH)") : ""));
+  }
+  std::vector<std::string> files;
+  if (is_directory(path)) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(path, ec)) {
+      const std::string name = e.path().filename().string();
+      auto ends = [&](const char* s) { return name.size() > std::strlen(s) && name.compare(name.size() - std::strlen(s), std::strlen(s), s) == 0; };
+      if (e.is_regular_file() && !ends(".dat") && !ends(".u8") && name[0] != '.') files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  std::string text;
+  for (const auto& f : files) {
+    std::string raw = read_file(f), line;
+    std::size_t at = 0;
+    while (at <= raw.size()) {
+      std::size_t nl = raw.find('\n', at);
+      line = raw.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
+      text += (line == "%" ? "" : line);
+      text += '\n';
+      if (nl == std::string::npos) break;
+      at = nl + 1;
+    }
+  }
+  if (text.find_first_not_of(" \n\t") == std::string::npos) throw DataError(path + ": no text");
+  return text;
+}
+
+CharTokenizer::CharTokenizer(const std::string& text) {
+  bool seen[256] = {};
+  for (unsigned char c : text) seen[c] = true;
+  for (int c = 0; c < 256; ++c) {
+    index_[c] = -1;
+    if (seen[c]) {
+      index_[c] = static_cast<std::int32_t>(chars_.size());
+      chars_.push_back(static_cast<char>(c));
+    }
+  }
+  if (chars_.empty()) throw DataError("cannot build a tokenizer from empty text");
+}
+
+std::vector<std::int32_t> CharTokenizer::encode(const std::string& text) const {
+  std::vector<std::int32_t> out;
+  out.reserve(text.size());
+  for (unsigned char c : text) out.push_back(std::max(index_[c], 0));
+  return out;
+}
+
+std::string CharTokenizer::decode(const std::vector<std::int32_t>& ids) const {
+  std::string s;
+  for (auto id : ids) s.push_back(id >= 0 && id < vocab_size() ? chars_[static_cast<size_t>(id)] : '?');
+  return s;
+}
+
+std::vector<std::string> WordTokenizer::split(const std::string& text) {
+  std::vector<std::string> out;
+  std::string word;
+  auto flush = [&] {
+    if (!word.empty()) out.push_back(word);
+    word.clear();
+  };
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '\'') {
+      word.push_back(static_cast<char>(std::tolower(c)));
+    } else {
+      flush();
+      if (c == '\n') out.push_back("\n");
+      else if (!std::isspace(c)) out.push_back(std::string(1, static_cast<char>(c)));
+    }
+  }
+  flush();
+  return out;
+}
+
+WordTokenizer::WordTokenizer(const std::string& text, std::int64_t max_vocab) {
+  if (max_vocab < 3) throw ConfigError("a word vocabulary needs at least 3 entries");
+  words_ = {"<pad>", "<unk>"};
+  std::vector<std::string> tokens = split(text);
+  std::map<std::string, std::int64_t> count;
+  std::vector<std::string> order;
+  for (const auto& w : tokens)
+    if (count[w]++ == 0) order.push_back(w);
+  // Keep the most frequent (ties: first appearance), then number them by first appearance.
+  std::vector<std::string> by_freq = order;
+  std::stable_sort(by_freq.begin(), by_freq.end(), [&](const auto& a, const auto& b) { return count[a] > count[b]; });
+  if (static_cast<std::int64_t>(by_freq.size()) > max_vocab - 2) by_freq.resize(static_cast<size_t>(max_vocab - 2));
+  std::map<std::string, bool> keep;
+  for (const auto& w : by_freq) keep[w] = true;
+  for (const auto& w : order) {
+    if (!keep.count(w)) continue;
+    ids_[w] = static_cast<std::int32_t>(words_.size());
+    words_.push_back(w);
+  }
+}
+
+std::vector<std::int32_t> WordTokenizer::encode(const std::string& text) const {
+  std::vector<std::int32_t> out;
+  for (const auto& w : split(text)) {
+    auto it = ids_.find(w);
+    out.push_back(it == ids_.end() ? 1 : it->second);
+  }
+  return out;
+}
+
+std::string WordTokenizer::decode(const std::vector<std::int32_t>& ids) const {
+  std::string s;
+  for (auto id : ids) {
+    const std::string& w = id >= 0 && id < vocab_size() ? words_[static_cast<size_t>(id)] : words_[1];
+    if (!s.empty() && s.back() != '\n' && w != "\n" && !(w.size() == 1 && std::ispunct(static_cast<unsigned char>(w[0])))) s += ' ';
+    s += w;
+  }
+  return s;
+}
+
+double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab) {
+  std::vector<double> count(static_cast<size_t>(std::max<std::int64_t>(vocab, 1)), 0.0);
+  for (auto t : tokens)
+    if (t >= 0 && t < vocab) count[static_cast<size_t>(t)] += 1;
+  double n = static_cast<double>(tokens.size()), h = 0;
+  for (double c : count)
+    if (c > 0) h -= c / n * std::log(c / n);
+  return h;
+}
+
+}  // namespace weft

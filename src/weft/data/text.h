@@ -1,0 +1,62 @@
+// Text for language models: a corpus (a file, a folder of files, or the Debian fortunes),
+// and character-level and word-level tokenizers.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace weft {
+
+// Where the Debian package `fortunes` installs its text.
+inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
+
+// "fortunes" means the Debian package's folder. A folder contributes every regular file in it
+// (sorted by name) except fortune's index files (*.dat) and UTF-8 duplicates (*.u8); lines
+// that are only "%" (fortune separators) become blank lines. Throws DataError naming the
+// path when it is missing, unreadable or empty.
+std::string load_corpus(const std::string& path);
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<std::int32_t> encode(const std::string& text) const = 0;
+  virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
+  virtual std::int64_t vocab_size() const = 0;
+};
+
+// One token per byte value seen in the training text, in sorted order (seed 002 chapter 5's
+// "alley": a=0, e=1, l=2, y=3). Bytes never seen map to the first token.
+class CharTokenizer : public Tokenizer {
+ public:
+  explicit CharTokenizer(const std::string& text);
+  std::vector<std::int32_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<std::int32_t>& ids) const override;
+  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(chars_.size()); }
+
+ private:
+  std::vector<char> chars_;
+  std::int32_t index_[256];
+};
+
+// Lower-cased words and single punctuation marks; 0 = padding, 1 = unknown, then the words
+// in order of first appearance (seed 002 chapter 7), keeping the `max_vocab` most frequent.
+class WordTokenizer : public Tokenizer {
+ public:
+  WordTokenizer(const std::string& text, std::int64_t max_vocab = 10000);
+  std::vector<std::int32_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<std::int32_t>& ids) const override;
+  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(words_.size()); }
+  static std::vector<std::string> split(const std::string& text);
+
+ private:
+  std::vector<std::string> words_;
+  std::map<std::string, std::int32_t> ids_;
+};
+
+// Entropy in nats of the tokens' frequency distribution: the loss of the best model that
+// ignores context.
+double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab);
+
+}  // namespace weft

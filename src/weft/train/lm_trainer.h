@@ -1,0 +1,52 @@
+// Training a language model (GPT) on text: random windows of the training tokens, next-token
+// cross-entropy at every position, AdamW with warm-up and cosine decay, validation loss next
+// to the unigram entropy, and a generated sample at the end.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace weft {
+
+struct LmConfig {
+  std::string data = "fortunes";  // or a file or folder of text
+  std::string tokenizer = "char";  // char | word
+  std::int64_t context = 128;
+  std::int64_t layers = 4;
+  std::int64_t dim = 128;
+  std::int64_t heads = 4;
+  std::string positional = "learned";  // learned | standard | book
+  bool post_ln = false;
+  std::int64_t batch = 16;
+  std::int64_t steps = 1000;
+  double lr = 1e-3;
+  double weight_decay = 0.1;
+  std::int64_t warmup = 100;
+  std::int64_t eval_every = 200;
+  std::int64_t eval_batches = 16;
+  std::int64_t sample = 200;    // tokens generated at the end
+  double temperature = 0.8;
+  std::int64_t top_k = 0;
+  std::string prompt = "\n";
+  std::uint64_t seed = 0;
+  int threads = 0;
+  bool quiet = false;
+  std::string save_model;  // the final parameters (safetensors)
+};
+
+struct LmSummary {
+  std::int64_t parameters = 0;
+  std::int64_t vocab = 0;
+  std::int64_t train_tokens = 0, val_tokens = 0;
+  double unigram_entropy = 0;  // nats per token
+  double train_loss = 0, val_loss = 0;
+  double tokens_per_second = 0;
+  std::string sample;
+  std::int64_t sample_words = 0;   // generated words of three letters or more
+  double sample_known_words = 0;   // the fraction of those that occur in the corpus
+  std::string to_json() const;
+};
+
+LmSummary train_lm(const LmConfig& config, std::FILE* out);
+
+}  // namespace weft

@@ -1,0 +1,63 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../test_support.h"
+#include "weft/data/text.h"
+#include "weft/util/error.h"
+#include "weft/util/file.h"
+
+using namespace weft;
+using weft::testing::TempDir;
+
+TEST(CharTokenizer, SortedVocabularyLikeTheSeed) {
+  // Seed 002 chapter 5: "alley" has 4 characters, a = 0, e = 1, l = 2, y = 3.
+  CharTokenizer tok("alley");
+  EXPECT_EQ(tok.vocab_size(), 4);
+  EXPECT_EQ(tok.encode("alley"), (std::vector<std::int32_t>{0, 2, 2, 1, 3}));
+  EXPECT_EQ(tok.decode({3, 1, 2, 2, 0}), "yella");
+  EXPECT_EQ(tok.encode("z"), (std::vector<std::int32_t>{0}));  // never seen: the first token
+}
+
+TEST(WordTokenizer, PadUnknownAndFirstAppearance) {
+  WordTokenizer tok("The cat sat. the CAT ran!");
+  // 0 <pad>, 1 <unk>, then the, cat, sat, ., ran, !
+  EXPECT_EQ(tok.vocab_size(), 8);
+  EXPECT_EQ(tok.encode("the cat ran."), (std::vector<std::int32_t>{2, 3, 6, 5}));
+  EXPECT_EQ(tok.encode("a dog"), (std::vector<std::int32_t>{1, 1}));
+  EXPECT_EQ(tok.decode({2, 3, 4, 5}), "the cat sat.");
+}
+
+TEST(WordTokenizer, KeepsTheMostFrequentWords) {
+  WordTokenizer tok("b a a c c c", 4);  // room for two words: c (3) and a (2), numbered by first appearance
+  EXPECT_EQ(tok.vocab_size(), 4);
+  EXPECT_EQ(tok.encode("a b c"), (std::vector<std::int32_t>{2, 1, 3}));
+  EXPECT_THROW(WordTokenizer("x", 2), ConfigError);
+}
+
+TEST(WordTokenizer, SplitsWordsPunctuationAndLines) {
+  EXPECT_EQ(WordTokenizer::split("Don't panic!\nOK"),
+            (std::vector<std::string>{"don't", "panic", "!", "\n", "ok"}));
+}
+
+TEST(UnigramEntropy, MatchesTheFormula) {
+  EXPECT_NEAR(unigram_entropy({0, 1, 0, 1}, 2), std::log(2.0), 1e-12);
+  EXPECT_NEAR(unigram_entropy({0, 0, 0, 0}, 3), 0.0, 1e-12);
+  EXPECT_NEAR(unigram_entropy({0, 1, 2, 2}, 3), -(0.25 * std::log(0.25) * 2 + 0.5 * std::log(0.5)), 1e-12);
+}
+
+TEST(Corpus, FolderSkipsIndexFilesAndFortuneSeparators) {
+  TempDir dir;
+  write_file_atomic(dir / "b", "second\n");
+  write_file_atomic(dir / "a", "one\n%\ntwo\n");
+  write_file_atomic(dir / "a.dat", std::string("\x01\x02", 2));
+  write_file_atomic(dir / "a.u8", "one\n");
+  EXPECT_EQ(load_corpus(dir.path()), "one\n\ntwo\n\nsecond\n\n");
+}
+
+TEST(Corpus, MissingOrEmptyIsADataError) {
+  TempDir dir;
+  EXPECT_THROW(load_corpus(dir / "nothing"), DataError);
+  write_file_atomic(dir / "blank", " \n\n");
+  EXPECT_THROW(load_corpus(dir / "blank"), DataError);
+}
