@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "weft/tensor/conv.h"
+#include "weft/tensor/fast_math.h"
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
@@ -137,4 +139,31 @@ TEST(Softmax, StableAndNormalized) {
   EXPECT_NEAR(s.at({1}), 0.622459, 1e-6);
   EXPECT_NEAR(s.at({2}), 0.000911, 1e-6);
   EXPECT_NEAR(s.at({3}), 0.006693, 1e-6);  // not the book's 0.0998 (erratum)
+}
+
+TEST(FastMath, ExpAndTanhAgreeWithLibm) {
+  double exp_rel = 0, tanh_abs = 0;
+  for (float x = -87.0f; x < 88.5f; x += 0.001f) {
+    const double e = std::exp(static_cast<double>(x));
+    exp_rel = std::max(exp_rel, std::fabs(fast_exp(x) - e) / e);
+  }
+  for (float x = -12.0f; x < 12.0f; x += 0.0001f) {
+    tanh_abs = std::max(tanh_abs, std::fabs(fast_tanh(x) - std::tanh(static_cast<double>(x))));
+  }
+  EXPECT_LT(exp_rel, 2e-7);
+  EXPECT_LT(tanh_abs, 3e-7);
+  EXPECT_EQ(fast_exp(-std::numeric_limits<float>::infinity()), 0.0f);  // masked attention scores
+  EXPECT_EQ(fast_exp(-100.0f), 0.0f);
+  EXPECT_EQ(fast_exp(0.0f), 1.0f);
+  EXPECT_TRUE(std::isinf(fast_exp(100.0f)));
+  EXPECT_TRUE(std::isnan(fast_exp(std::nanf(""))));
+  EXPECT_EQ(fast_tanh(50.0f), 1.0f);
+  EXPECT_EQ(fast_tanh(-50.0f), -1.0f);
+}
+
+TEST(FastMath, FloatSoftmaxMatchesDouble) {
+  Rng rng(3);
+  Tensor z = randn({7, 131}, rng, 0.0, 3.0, DType::F64);
+  Tensor p64 = ops::softmax(z), p32 = ops::softmax(z.to(DType::F32));
+  EXPECT_LT(ops::max_abs_diff(p32.to(DType::F64), p64), 5e-7);
 }

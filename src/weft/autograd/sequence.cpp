@@ -3,7 +3,9 @@
 #include <cmath>
 #include <limits>
 
+#include "weft/tensor/fast_math.h"
 #include "weft/tensor/ops.h"
+#include "weft/tensor/thread_pool.h"
 
 namespace weft {
 
@@ -100,6 +102,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
 }
 
 Var gelu(const Var& x) {
+  // The tanh approximation (GPT-2): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
   Tensor v = x.value().contiguous();
   Tensor out = Tensor::empty(v.shape(), v.dtype());
   const double c = std::sqrt(2.0 / M_PI);
@@ -107,10 +110,12 @@ Var gelu(const Var& x) {
     using T = decltype(zero);
     const T* p = v.data<T>();
     T* o = out.data<T>();
-    for (std::int64_t i = 0; i < v.numel(); ++i) {
-      T a = p[i];
-      o[i] = T(0.5) * a * (T(1) + std::tanh(static_cast<T>(c) * (a + T(0.044715) * a * a * a)));
-    }
+    parallel_for(v.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        T a = p[i];
+        o[i] = T(0.5) * a * (T(1) + tanh_of(static_cast<T>(c) * (a + T(0.044715) * a * a * a)));
+      }
+    });
   });
   return record("gelu", out, {x}, [v, c](const Tensor& g_in) {
     Tensor g = g_in.contiguous();
@@ -120,13 +125,14 @@ Var gelu(const Var& x) {
       const T* p = v.data<T>();
       const T* gp = g.data<T>();
       T* o = dx.data<T>();
-      for (std::int64_t i = 0; i < v.numel(); ++i) {
-        T a = p[i];
-        T u = static_cast<T>(c) * (a + T(0.044715) * a * a * a);
-        T t = std::tanh(u);
-        T du = static_cast<T>(c) * (T(1) + T(3 * 0.044715) * a * a);
-        o[i] = gp[i] * (T(0.5) * (T(1) + t) + T(0.5) * a * (T(1) - t * t) * du);
-      }
+      parallel_for(v.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          T a = p[i];
+          T t = tanh_of(static_cast<T>(c) * (a + T(0.044715) * a * a * a));
+          T du = static_cast<T>(c) * (T(1) + T(3 * 0.044715) * a * a);
+          o[i] = gp[i] * (T(0.5) * (T(1) + t) + T(0.5) * a * (T(1) - t * t) * du);
+        }
+      });
     });
     return Grads{dx};
   });

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "weft/tensor/fast_math.h"
 #include "weft/tensor/strided.h"
 #include "weft/tensor/thread_pool.h"
 
@@ -128,7 +129,7 @@ Tensor mul(const Tensor& a, double s) {
   return map_unary(a, [s](auto x) { return static_cast<decltype(x)>(x * s); });
 }
 Tensor neg(const Tensor& a) { return map_unary(a, [](auto x) { return -x; }); }
-Tensor exp(const Tensor& a) { return map_unary(a, [](auto x) { return std::exp(x); }); }
+Tensor exp(const Tensor& a) { return map_unary(a, [](auto x) { return exp_of(x); }); }
 Tensor log(const Tensor& a) { return map_unary(a, [](auto x) { return std::log(x); }); }
 Tensor sqrt(const Tensor& a) { return map_unary(a, [](auto x) { return std::sqrt(x); }); }
 Tensor square(const Tensor& a) { return map_unary(a, [](auto x) { return x * x; }); }
@@ -139,12 +140,12 @@ Tensor sigmoid(const Tensor& a) {
   return map_unary(a, [](auto x) {
     using T = decltype(x);
     // Stable for large |x|: never exponentiates a large positive number.
-    if (x >= 0) return T(1) / (T(1) + std::exp(-x));
-    T e = std::exp(x);
+    if (x >= 0) return T(1) / (T(1) + exp_of(-x));
+    T e = exp_of(x);
     return e / (T(1) + e);
   });
 }
-Tensor tanh(const Tensor& a) { return map_unary(a, [](auto x) { return std::tanh(x); }); }
+Tensor tanh(const Tensor& a) { return map_unary(a, [](auto x) { return tanh_of(x); }); }
 
 Tensor relu_backward(const Tensor& grad, const Tensor& input) {
   return map_binary(grad, input, [](auto g, auto x) { return x > 0 ? g : decltype(g)(0); }, "relu_backward");
@@ -286,14 +287,16 @@ Tensor softmax_impl(const Tensor& a) {
                      const T* x = p + r * cols;
                      T* y = o + r * cols;
                      T m = *std::max_element(x, x + cols);
+                     // e^(x - max) into y (vectorized), then normalize.
                      T s = 0;
-                     for (std::int64_t i = 0; i < cols; ++i) s += std::exp(x[i] - m);
+                     for (std::int64_t i = 0; i < cols; ++i) y[i] = exp_of(x[i] - m);
+                     for (std::int64_t i = 0; i < cols; ++i) s += y[i];
                      if constexpr (kLog) {
                        T lse = m + std::log(s);
                        for (std::int64_t i = 0; i < cols; ++i) y[i] = x[i] - lse;
                      } else {
                        T inv = T(1) / s;
-                       for (std::int64_t i = 0; i < cols; ++i) y[i] = std::exp(x[i] - m) * inv;
+                       for (std::int64_t i = 0; i < cols; ++i) y[i] *= inv;
                      }
                    }
                  });

@@ -19,7 +19,7 @@ struct LmConfig {
   bool post_ln = false;
   std::int64_t batch = 16;
   std::int64_t steps = 1000;
-  double lr = 1e-3;
+  double lr = 3e-3;
   double weight_decay = 0.1;
   std::int64_t warmup = 100;
   std::int64_t eval_every = 200;
