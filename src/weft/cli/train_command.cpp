@@ -13,7 +13,7 @@ namespace weft::cli {
 namespace {
 
 void add_train_flags(CLI::App* cmd, TrainConfig& c) {
-  cmd->add_option("--model", c.model, "mlp | cnn | mlp128 | seed-cnn (images); gpt (text)")->capture_default_str();
+  cmd->add_option("--model", c.model, "mlp | cnn | mlp128 | seed-cnn (images); gpt | lstm | rnn (text)")->capture_default_str();
   cmd->add_option("--data", c.data,
                   "images: fashion-mnist or a folder of MNIST-format IDX files; "
                   "text: fortunes (default) or a text file or folder")
@@ -65,15 +65,20 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
 
 // Flags only language models use; the shared ones (--batch, --lr, ...) override the LM
 // defaults only when given on the command line.
-void add_lm_flags(CLI::App* cmd, LmConfig& c) {
+void add_lm_flags(CLI::App* cmd, LmConfig& c, std::string& lstm_variant, std::string& rnn_activation) {
   cmd->add_option("--tokenizer", c.tokenizer, "gpt: char | word")->capture_default_str();
   cmd->add_option("--context", c.context, "gpt: tokens of context")->capture_default_str();
-  cmd->add_option("--layers", c.layers, "gpt: transformer blocks")->capture_default_str();
-  cmd->add_option("--d-model", c.dim, "gpt: model width")->capture_default_str();
+  cmd->add_option("--layers", c.layers, "gpt: transformer blocks (default 4); lstm, rnn: stacked layers (default 2)");
+  cmd->add_option("--d-model", c.dim, "gpt: model width; lstm, rnn: embedding and hidden size")->capture_default_str();
+  cmd->add_option("--lstm-variant", lstm_variant, "lstm: standard | seed (seed 002 chapter 6: ReLU, no biases)")
+      ->capture_default_str();
+  cmd->add_option("--rnn-activation", rnn_activation, "rnn: tanh | sigmoid")->capture_default_str();
   cmd->add_option("--heads", c.heads, "gpt: attention heads")->capture_default_str();
   cmd->add_option("--positional", c.positional, "gpt: learned | standard | book (seed 002 chapter 7)")
       ->capture_default_str();
   cmd->add_flag("--post-ln", c.post_ln, "gpt: layer norm after each residual (the original transformer)");
+  cmd->add_option("--clip-grad", c.clip_grad, "gpt, lstm, rnn: limit on the global gradient norm (0: none)")
+      ->capture_default_str();
   cmd->add_option("--eval-every", c.eval_every, "gpt: validation loss every N steps")->capture_default_str();
   cmd->add_option("--eval-batches", c.eval_batches, "gpt: batches in each validation")->capture_default_str();
   cmd->add_option("--sample", c.sample, "gpt: tokens to generate at the end")->capture_default_str();
@@ -84,8 +89,24 @@ void add_lm_flags(CLI::App* cmd, LmConfig& c) {
 
 bool given(CLI::App* cmd, const std::string& flag) { return cmd->get_option(flag)->count() > 0; }
 
+bool is_language_model(const std::string& model) { return model == "gpt" || model == "lstm" || model == "rnn"; }
+
 // The language-model run: LM defaults, then every shared flag the user gave.
-int run_lm(CLI::App* cmd, const TrainConfig& t, LmConfig c) {
+int run_lm(CLI::App* cmd, const TrainConfig& t, LmConfig c, const std::string& lstm_variant,
+           const std::string& rnn_activation) {
+  c.model = t.model;
+  if (t.model == "lstm") {
+    if (lstm_variant != "standard" && lstm_variant != "seed") {
+      throw weft::ConfigError("unknown --lstm-variant '" + lstm_variant + "' (known: standard, seed)");
+    }
+    if (lstm_variant == "seed") c.model = "lstm-seed";
+  }
+  if (t.model == "rnn") {
+    if (rnn_activation != "tanh" && rnn_activation != "sigmoid") {
+      throw weft::ConfigError("unknown --rnn-activation '" + rnn_activation + "' (known: tanh, sigmoid)");
+    }
+    if (rnn_activation == "sigmoid") c.model = "rnn-sigmoid";
+  }
   if (given(cmd, "--data")) c.data = t.data;
   if (given(cmd, "--batch")) c.batch = t.batch;
   if (given(cmd, "--lr")) c.lr = t.lr;
@@ -98,7 +119,7 @@ int run_lm(CLI::App* cmd, const TrainConfig& t, LmConfig c) {
   c.save_model = t.save_model;
   for (const char* flag : {"--epochs", "--optimizer", "--momentum", "--schedule", "--checkpoint-dir", "--resume",
                            "--auto-resume", "--dp", "--strategy", "--timeline", "--limit-train", "--limit-test"}) {
-    if (given(cmd, flag)) throw weft::ConfigError(std::string(flag) + " is not supported with --model gpt yet");
+    if (given(cmd, flag)) throw weft::ConfigError(std::string(flag) + " is not supported with --model " + t.model + " yet");
   }
   LmSummary s = train_lm(c, stdout);
   fmt::print("{}\n", s.to_json());
@@ -116,12 +137,16 @@ int run_training(const TrainConfig& c, bool json_summary) {
 void add_train_command(CLI::App& app, Action& action) {
   auto config = std::make_shared<TrainConfig>();
   auto lm = std::make_shared<LmConfig>();
+  auto lstm_variant = std::make_shared<std::string>("standard");
+  auto rnn_activation = std::make_shared<std::string>("tanh");
   CLI::App* cmd = app.add_subcommand("train", "train an image classifier or a language model");
   add_train_flags(cmd, *config);
-  add_lm_flags(cmd, *lm);
-  cmd->callback([cmd, config, lm, &action] {
-    if (config->model == "gpt") {
-      action = [cmd, config, lm] { return run_lm(cmd, *config, *lm); };
+  add_lm_flags(cmd, *lm, *lstm_variant, *rnn_activation);
+  cmd->callback([cmd, config, lm, lstm_variant, rnn_activation, &action] {
+    if (is_language_model(config->model)) {
+      action = [cmd, config, lm, lstm_variant, rnn_activation] {
+        return run_lm(cmd, *config, *lm, *lstm_variant, *rnn_activation);
+      };
     } else {
       action = [config] { return run_training(*config, true); };
     }

@@ -163,38 +163,4 @@ std::string GPT::describe() const {
          std::to_string(config_.heads) + " heads)";
 }
 
-std::vector<std::int32_t> GPT::generate(std::vector<std::int32_t> prompt, std::int64_t count, double temperature,
-                                        std::int64_t top_k, Rng& rng) {
-  NoGradGuard no_grad;
-  const bool was_training = is_training();
-  eval();
-  if (prompt.empty()) prompt.push_back(0);
-  for (std::int64_t n = 0; n < count; ++n) {
-    const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(prompt.size()), config_.context);
-    Tensor ids = Tensor::empty({1, T});
-    for (std::int64_t t = 0; t < T; ++t) ids.set({0, t}, prompt[prompt.size() - static_cast<size_t>(T) + static_cast<size_t>(t)]);
-    Tensor logits = forward(Var(ids)).value().select(1, T - 1).select(0, 0);  // [vocab]
-    std::vector<double> l = logits.to_vector();
-    std::int32_t next;
-    if (temperature <= 0) {
-      next = static_cast<std::int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-    } else {
-      std::vector<std::int32_t> order(l.size());
-      std::iota(order.begin(), order.end(), 0);
-      std::sort(order.begin(), order.end(), [&](auto a, auto b) { return l[a] > l[b]; });
-      std::size_t k = top_k > 0 ? std::min<std::size_t>(order.size(), static_cast<std::size_t>(top_k)) : order.size();
-      double m = l[order[0]], total = 0;
-      std::vector<double> w(k);
-      for (std::size_t i = 0; i < k; ++i) total += (w[i] = std::exp((l[order[i]] - m) / temperature));
-      double u = rng.uniform() * total;
-      std::size_t pick = 0;
-      while (pick + 1 < k && u > w[pick]) u -= w[pick++];
-      next = order[pick];
-    }
-    prompt.push_back(next);
-  }
-  train(was_training);
-  return prompt;
-}
-
 }  // namespace weft

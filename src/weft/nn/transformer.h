@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/nn/language_model.h"
 #include "weft/nn/linear.h"
 #include "weft/nn/module.h"
 
@@ -84,17 +85,15 @@ struct GptConfig {
   bool pre_ln = true;
 };
 
-class GPT : public Module {
+class GPT : public LanguageModel {
  public:
   GPT(const GptConfig& config, Rng& rng);
   // ids: [B, T] token ids (stored as numbers), T <= context -> logits [B, T, vocab].
   Var forward(const Var& ids) override;
   std::string describe() const override;
   const GptConfig& config() const { return config_; }
-  // Appends `count` tokens to `prompt`: greedy (temperature 0), or sampled from the softmax
-  // at `temperature` among the `top_k` most likely (0: all).
-  std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, std::int64_t count, double temperature,
-                                     std::int64_t top_k, Rng& rng);
+  std::int64_t vocab() const override { return config_.vocab; }
+  std::int64_t context() const override { return config_.context; }
 
  private:
   GptConfig config_;

@@ -1,6 +1,9 @@
 #include "weft/optim/optimizer.h"
 
+#include <cmath>
 #include <map>
+
+#include "weft/tensor/ops.h"
 
 namespace weft {
 
@@ -39,6 +42,29 @@ void Optimizer::import_buffers(const std::string& prefix, const StateDict& state
     }
     buffers[i].copy_(*it->second);
   }
+}
+
+double clip_grad_norm(const std::vector<Var>& params, double max_norm) {
+  double sq = 0;
+  for (const Var& p : params) {
+    if (!p.grad().defined()) continue;
+    dispatch(p.grad().dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const Tensor g = p.grad().contiguous();
+      const T* d = g.data<T>();
+      for (std::int64_t i = 0; i < g.numel(); ++i) sq += static_cast<double>(d[i]) * static_cast<double>(d[i]);
+    });
+  }
+  const double norm = std::sqrt(sq);
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (const Var& p : params) {
+      if (!p.grad().defined()) continue;
+      Var q = p;
+      q.set_grad(ops::mul(p.grad(), scale));
+    }
+  }
+  return norm;
 }
 
 }  // namespace weft

@@ -39,4 +39,8 @@ class Optimizer {
   std::int64_t steps_ = 0;
 };
 
+// Scales every gradient by min(1, max_norm / ‖g‖), ‖g‖ the L2 norm of all gradients together
+// (torch.nn.utils.clip_grad_norm_). Returns ‖g‖ before clipping; max_norm <= 0 only measures.
+double clip_grad_norm(const std::vector<Var>& params, double max_norm);
+
 }  // namespace weft

@@ -11,6 +11,7 @@
 
 #include "weft/autograd/functions.h"
 #include "weft/data/text.h"
+#include "weft/nn/recurrent.h"
 #include "weft/nn/transformer.h"
 #include "weft/optim/adam.h"
 #include "weft/optim/schedule.h"
@@ -58,15 +59,20 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   at_least("--max-steps", c.steps, 1);
   at_least("--eval-every", c.eval_every, 1);
   at_least("--eval-batches", c.eval_batches, 1);
-  at_least("--layers", c.layers, 1);
+  at_least("--layers", c.layers, 0);
   at_least("--d-model", c.dim, 1);
   at_least("--heads", c.heads, 1);
   at_least("--sample", c.sample, 0);
   at_least("--top-k", c.top_k, 0);
   at_least("--warmup", c.warmup, 0);
-  if (c.dim % c.heads != 0) throw ConfigError(fmt::format("--d-model {} is not divisible by --heads {}", c.dim, c.heads));
+  const bool gpt = c.model == "gpt";
+  if (!gpt && c.model != "lstm" && c.model != "lstm-seed" && c.model != "rnn" && c.model != "rnn-sigmoid") {
+    throw ConfigError("unknown language model '" + c.model + "' (known: gpt, lstm, lstm-seed, rnn, rnn-sigmoid)");
+  }
+  if (gpt && c.dim % c.heads != 0) throw ConfigError(fmt::format("--d-model {} is not divisible by --heads {}", c.dim, c.heads));
   if (!(c.lr > 0)) throw ConfigError("--lr must be positive");
   if (!(c.temperature >= 0)) throw ConfigError("--temperature must be 0 (greedy) or positive");
+  if (!(c.clip_grad >= 0)) throw ConfigError("--clip-grad must be 0 (none) or positive");
   if (!(c.weight_decay >= 0)) throw ConfigError("--weight-decay must not be negative");
   parse_positional(c.positional);
   if (c.threads > 0) set_num_threads(c.threads);
@@ -86,8 +92,15 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   s.unigram_entropy = unigram_entropy(train_tokens, s.vocab);
 
   Rng rng(c.seed);
-  GptConfig gc{s.vocab, c.context, c.dim, c.layers, c.heads, parse_positional(c.positional), !c.post_ln};
-  GPT model(gc, rng);
+  const std::int64_t layers = c.layers > 0 ? c.layers : (gpt ? 4 : 2);
+  std::unique_ptr<LanguageModel> net;
+  if (gpt) {
+    net = std::make_unique<GPT>(
+        GptConfig{s.vocab, c.context, c.dim, layers, c.heads, parse_positional(c.positional), !c.post_ln}, rng);
+  } else {
+    net = std::make_unique<RecurrentLM>(RecurrentConfig{s.vocab, c.context, c.dim, layers, c.model}, rng);
+  }
+  LanguageModel& model = *net;
   s.parameters = model.num_parameters();
   Adam opt(model.named_parameters(), c.lr, AdamOptions{0.9, 0.95, 1e-8, c.weight_decay, true});
   Schedule sched;
@@ -119,7 +132,9 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   };
 
   Progress progress("step", c.steps);
-  double train_seconds = 0, running = 0;
+  // The train loss reported is the mean over the steps since the last validation.
+  double train_seconds = 0, window_sum = 0, running = 0;
+  std::int64_t window_steps = 0;
   const auto start = Clock::now();
   for (std::int64_t step = 0; step < c.steps; ++step) {
     std::vector<std::int64_t> starts(static_cast<size_t>(c.batch));
@@ -132,11 +147,13 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     opt.zero_grad();
     Var loss = cross_entropy(reshape(model.forward(Var(ids)), {c.batch * c.context, s.vocab}), targets);
     loss.backward();
+    if (c.clip_grad > 0) clip_grad_norm(model.parameters(), c.clip_grad);
     opt.step();
     train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     const double l = loss.item();
     if (!std::isfinite(l)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", l, step + 1));
-    running = step == 0 ? l : 0.98 * running + 0.02 * l;
+    window_sum += l;
+    running = window_sum / static_cast<double>(++window_steps);
     if (!c.quiet) {
       double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       progress.update(step + 1, elapsed / static_cast<double>(step + 1) * static_cast<double>(c.steps - step - 1),
@@ -148,9 +165,11 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
       fmt::print(out, "step {}: train loss {:.3f}, validation loss {:.3f} (unigram entropy {:.3f})\n", step + 1, running,
                  s.val_loss, s.unigram_entropy);
       std::fflush(out);
+      s.train_loss = running;
+      window_sum = 0;
+      window_steps = 0;
     }
   }
-  s.train_loss = running;
   s.tokens_per_second = static_cast<double>(c.steps * c.batch * c.context) / std::max(train_seconds, 1e-9);
   if (c.sample > 0) {
     std::vector<std::int32_t> prompt = tok->encode(c.prompt);

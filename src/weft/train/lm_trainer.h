@@ -1,4 +1,4 @@
-// Training a language model (GPT) on text: random windows of the training tokens, next-token
+// Training a language model (GPT, LSTM, RNN) on text: random windows of the training tokens, next-token
 // cross-entropy at every position, AdamW with warm-up and cosine decay, validation loss next
 // to the unigram entropy, and a generated sample at the end.
 #pragma once
@@ -9,10 +9,12 @@
 namespace weft {
 
 struct LmConfig {
+  // gpt | lstm | lstm-seed | rnn | rnn-sigmoid (nn/recurrent.h)
+  std::string model = "gpt";
   std::string data = "fortunes";  // or a file or folder of text
   std::string tokenizer = "char";  // char | word
   std::int64_t context = 128;
-  std::int64_t layers = 4;
+  std::int64_t layers = 0;  // 0: the model's default (gpt 4, recurrent 2)
   std::int64_t dim = 128;
   std::int64_t heads = 4;
   std::string positional = "learned";  // learned | standard | book
@@ -22,6 +24,7 @@ struct LmConfig {
   double lr = 3e-3;
   double weight_decay = 0.1;
   std::int64_t warmup = 100;
+  double clip_grad = 1.0;  // global gradient-norm limit (0: none)
   std::int64_t eval_every = 200;
   std::int64_t eval_batches = 16;
   std::int64_t sample = 200;    // tokens generated at the end
