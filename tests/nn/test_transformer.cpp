@@ -42,7 +42,7 @@ TEST(Transformer, GptShapesParametersAndTying) {
   EXPECT_THROW(gpt.forward(Var(Tensor::zeros({1, 17}))), ConfigError);
   // The tied embedding receives gradient from both the input lookup and the head.
   cross_entropy(reshape(logits, {48, 50}), std::vector<std::int32_t>(48, 7)).backward();
-  const Var& wte = gpt.named_parameters()[0].second;
+  const Var wte = gpt.named_parameters()[0].second;
   EXPECT_TRUE(wte.grad().defined());
   EXPECT_GT(ops::max_abs_diff(wte.grad().select(0, 7), Tensor::zeros({d})), 0.0);  // row 7: head only
 }

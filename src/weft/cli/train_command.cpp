@@ -58,6 +58,9 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
       ->capture_default_str();
   cmd->add_option("--eval-rounds", c.eval_rounds, "fedavg: print the test accuracy every N rounds")
       ->capture_default_str();
+  cmd->add_option("--zero", c.zero, "ZeRO stage: 1 shards the optimizer state, 2 also the gradients, 3 also the "
+                                    "parameters (0: off)")
+      ->capture_default_str();
   cmd->add_option("--bucket-mb", c.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
   cmd->add_option("--first-bucket-mb", c.first_bucket_mb, "DDP first bucket size in MiB")->capture_default_str();
   cmd->add_option("--timeline", c.timeline, "write a Chrome-trace timeline (per rank: FILE-rank<r>.json)");
@@ -118,7 +121,7 @@ int run_lm(CLI::App* cmd, const TrainConfig& t, LmConfig c, const std::string& l
   c.quiet = t.quiet;
   c.save_model = t.save_model;
   for (const char* flag : {"--epochs", "--optimizer", "--momentum", "--schedule", "--checkpoint-dir", "--resume",
-                           "--auto-resume", "--dp", "--strategy", "--timeline", "--limit-train", "--limit-test"}) {
+                           "--auto-resume", "--dp", "--strategy", "--zero", "--timeline", "--limit-train", "--limit-test"}) {
     if (given(cmd, flag)) throw weft::ConfigError(std::string(flag) + " is not supported with --model " + t.model + " yet");
   }
   LmSummary s = train_lm(c, stdout);

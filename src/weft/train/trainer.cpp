@@ -13,6 +13,8 @@
 #include "weft/comm/process.h"
 #include "weft/data/partition.h"
 #include "weft/parallel/ddp.h"
+#include "weft/parallel/zero.h"
+#include "weft/util/units.h"
 #include "weft/parallel/fedavg.h"
 #include "weft/parallel/param_server.h"
 #include "weft/train/safetensors.h"
@@ -103,6 +105,11 @@ void validate(const TrainConfig& c) {
   if (c.strategy == "ps" && (!c.checkpoint_dir.empty() || c.resume || c.auto_resume)) {
     throw ConfigError("checkpoints are not supported with --strategy ps yet (the servers hold the optimizer state)");
   }
+  if (c.zero < 0 || c.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3, got " + std::to_string(c.zero));
+  if (c.zero > 0 && c.strategy != "ddp") throw ConfigError("--zero works with --strategy ddp, not " + c.strategy);
+  if (c.zero > 0 && (!c.checkpoint_dir.empty() || c.resume || c.auto_resume)) {
+    throw ConfigError("checkpoints are not supported with --zero yet (each rank holds a shard of the optimizer state)");
+  }
   if (!(c.bucket_mb > 0) || !(c.first_bucket_mb > 0)) throw ConfigError("bucket sizes must be positive");
   if ((c.resume || c.auto_resume) && c.checkpoint_dir.empty()) {
     throw ConfigError(std::string(c.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
@@ -135,6 +142,14 @@ std::string TrainSummary::to_json() const {
     j["comm_seconds"] = comm_seconds;
     j["exposed_comm_seconds"] = exposed_comm_seconds;
     j["overlap"] = overlap;
+  }
+  if (zero > 0) {
+    j["zero"] = zero;
+    j["zero_memory"] = {{"parameters", zero_param_bytes},
+                        {"gradients", zero_grad_bytes},
+                        {"optimizer", zero_optimizer_bytes},
+                        {"peak_parameters", zero_peak_param_bytes},
+                        {"replicated", replicated_bytes}};
   }
   if (!checkpoint.empty()) j["checkpoint"] = checkpoint;
   return j.dump();
@@ -321,10 +336,22 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   // After a resume every replica holds the checkpoint; DDP's broadcast keeps them equal.
   std::unique_ptr<parallel::DistributedDataParallel> ddp;
   std::unique_ptr<parallel::ParameterServerWorker> ps;
-  if (c.strategy == "ddp" && comm) {
+  std::unique_ptr<parallel::ZeroRedundancyOptimizer> zero;
+  if (c.zero > 0) {
+    zero = std::make_unique<parallel::ZeroRedundancyOptimizer>(
+        *model, comm, c.zero, [&](std::vector<std::pair<std::string, Var>> shard) { return make_optimizer(c, std::move(shard)); });
+  } else if (c.strategy == "ddp" && comm) {
     ddp = std::make_unique<parallel::DistributedDataParallel>(*model, comm,
                                                               parallel::DdpOptions{c.first_bucket_mb, c.bucket_mb});
   }
+  Optimizer* opt = zero ? &zero->optimizer() : optimizer.get();
+  // Evaluation and the end of training need the full parameters (ZeRO stage 3 shards them).
+  auto evaluate_model = [&]() {
+    if (zero) zero->gather();
+    const double acc = evaluate(*model, test_set, comm.get());
+    if (zero) zero->release();
+    return acc;
+  };
   if (c.strategy == "ps") ps = std::make_unique<parallel::ParameterServerWorker>(*model, job, ps_workers, c.servers);
   if (c.strategy == "fedavg" && comm) parallel::average_weights(*model, *comm);  // one starting point
   std::unique_ptr<Timeline> timeline;
@@ -393,17 +420,26 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
         std::fflush(sample_log);
       }
       const auto t1 = Clock::now();
-      optimizer->set_lr(learning_rate(c.schedule, c.lr, step));
-      optimizer->zero_grad();
+      opt->set_lr(learning_rate(c.schedule, c.lr, step));
+      opt->zero_grad();
+      std::chrono::duration<double> zero_comm(0);
+      if (zero) zero_comm += zero->gather();
       Var loss = cross_entropy(model->forward(Var(batch.images)), batch.labels);
       const auto t2 = Clock::now();
       loss.backward();
       const auto t3 = Clock::now();
       std::chrono::duration<double> exposed(0);
       if (ddp) exposed = ddp->finish();
+      if (zero) exposed = zero->finish();
       if (ps) ps->push();
       const auto t4 = Clock::now();
-      if (!ps) optimizer->step();  // the servers update the weights
+      if (zero) {
+        zero_comm += zero->step();  // the shard's update, then (stages 1, 2) the parameters' all-gather
+        exposed += zero_comm;       // ZeRO's collectives all block
+        s.comm_seconds += exposed.count();
+      } else if (!ps) {
+        optimizer->step();  // (with a parameter server, the servers update the weights)
+      }
       const auto t5 = Clock::now();
       ++step;
       if (c.strategy == "fedavg" && comm && step % c.local_steps == 0) {
@@ -413,12 +449,12 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
         s.exposed_comm_seconds += seconds_since(f0);
         const std::int64_t round = step / c.local_steps;
         if (c.eval_rounds > 0 && c.evaluate && round % c.eval_rounds == 0) {
-          double acc = evaluate(*model, test_set, comm.get());
+          double acc = evaluate_model();
           fmt::print(out, "round {}: test accuracy {:.2f}%\n", round, 100.0 * acc);
         }
       }
       epoch_train_seconds += seconds_since(t0);
-      s.compute_seconds += std::chrono::duration<double>((t3 - t1) + (t5 - t4)).count();
+      s.compute_seconds += std::chrono::duration<double>((t3 - t1) + (t5 - t4)).count() - zero_comm.count();
       s.exposed_comm_seconds += exposed.count();
       if (ddp) {
         for (const auto& bt : ddp->timings()) {
@@ -432,6 +468,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
         timeline->add("forward", "compute", t1, t2);
         timeline->add("backward", "compute", t2, t3);
         if (ddp) timeline->add("wait for all-reduce", "comm", t3, t4);
+        if (zero) timeline->add(c.zero == 1 ? "all-reduce gradients" : "reduce-scatter gradients", "comm", t3, t4);
         timeline->add("optimizer", "compute", t4, t5);
       }
       epoch_samples += static_cast<std::int64_t>(batch.labels.size());
@@ -479,7 +516,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     s.epochs_done = epoch + 1;
     std::string acc_text;
     if (c.evaluate) {
-      s.test_accuracy = evaluate(*model, test_set, comm.get());
+      s.test_accuracy = evaluate_model();
       acc_text = fmt::format(", test accuracy {:.2f}%", 100.0 * s.test_accuracy);
     }
     fmt::print(out, "epoch {}/{}: train loss {:.4f}{}  ({:.0f} samples/s{}, {} steps)\n", epoch + 1, c.epochs,
@@ -490,6 +527,22 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   }
   s.steps = step;
   s.samples_per_second = s.samples / std::max(s.train_seconds, 1e-9);
+  if (zero) {
+    zero->gather();  // the full parameters, for the replica check and --save-model
+    const parallel::ZeroMemory m = zero->memory();
+    s.zero = c.zero;
+    s.zero_param_bytes = m.parameters;
+    s.zero_grad_bytes = m.gradients;
+    s.zero_optimizer_bytes = m.optimizer;
+    s.zero_peak_param_bytes = m.peak_parameters;
+    const std::int64_t n = model->num_parameters() * 4;
+    s.replicated_bytes = n + n + n * (c.optimizer == "sgd" ? (c.momentum > 0 ? 1 : 0) : 2);
+    fmt::print(out,
+               "ZeRO stage {} on {} rank(s), rank 0 holds between steps: parameters {}, gradients {}, optimizer state "
+               "{}; total {} (replicated, as DDP: {}); parameters during a step: {}\n",
+               c.zero, world, human_bytes(m.parameters), human_bytes(m.gradients), human_bytes(m.optimizer),
+               human_bytes(m.total()), human_bytes(s.replicated_bytes), human_bytes(m.peak_parameters));
+  }
   if (comm) {
     // Totals over the job: samples of every rank; times of the slowest rank.
     std::vector<double> rates(static_cast<size_t>(world));

@@ -47,6 +47,7 @@ struct TrainConfig {
   // their own data, then rank 0 averages the weights; non_iid = Dirichlet concentration of
   // the label skew, infinity = IID).
   std::string strategy = "ddp";
+  int zero = 0;  // ZeRO stage (1, 2, 3) instead of DDP's replicated optimizer; 0: off
   int servers = 1;
   int clients = 0;  // 0: every rank of the job
   std::int64_t local_steps = 1;
@@ -76,6 +77,9 @@ struct TrainSummary {
   bool replicas_identical = true;       // every rank ended with bitwise the same parameters
   double compute_seconds = 0.0;         // forward, backward, optimizer (this rank)
   double comm_seconds = 0.0;            // all-reduce time, launch to finish, summed over buckets
+  int zero = 0;                         // ZeRO stage, and rank 0's bytes (between steps) under it
+  std::int64_t zero_param_bytes = 0, zero_grad_bytes = 0, zero_optimizer_bytes = 0, zero_peak_param_bytes = 0;
+  std::int64_t replicated_bytes = 0;    // what the same state takes replicated (DDP)
   double exposed_comm_seconds = 0.0;    // time spent waiting for all-reduces after backward
   double overlap = 0.0;                 // 1 - exposed / comm: the share of communication hidden
   double ps_model_seconds = 0.0;        // parameter server: seed 003's cost model for the same run

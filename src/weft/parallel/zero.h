@@ -1,0 +1,86 @@
+// ZeRO (Rajbhandari et al., 2020): data parallelism without the redundant copies. Every
+// rank keeps 1/W of the optimizer state (stage 1), also of the gradients (stage 2), also of
+// the parameters (stage 3), and the collectives put the pieces together.
+//
+// The parameters are laid out in one flat buffer of N elements, padded to a multiple of
+// W; rank r owns elements [r·n, (r+1)·n), n = N/W, and runs the optimizer on that shard
+// only — a Var whose value is the shard, so SGD, Adam and AdamW work unchanged and their
+// state is sharded by construction.
+//
+//   stage 1  after backward: all-reduce (average) the gradients; update the shard;
+//            all-gather the updated shards into every rank's full parameters.
+//   stage 2  after backward: reduce-scatter (average) the gradients, so each rank keeps
+//            only its shard's; update; all-gather the parameters.
+//   stage 3  between steps a rank holds only its shard of the parameters: gather() builds
+//            the full parameters (all-gather) before forward, the gradients are
+//            reduce-scattered, the shard is updated, and release() drops the full copy.
+//
+// With the same gradients the sharded update is the same arithmetic as the replicated one,
+// so ZeRO differs from DDP only in the order in which the collectives add the gradients
+// (one flat buffer here, DDP's buckets there; reduce-scatter for stages 2 and 3).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/comm/communicator.h"
+#include "weft/nn/module.h"
+#include "weft/optim/optimizer.h"
+
+namespace weft::parallel {
+
+// Bytes one rank holds between steps, and the most its full parameters took during a step.
+struct ZeroMemory {
+  std::int64_t parameters = 0, gradients = 0, optimizer = 0;
+  std::int64_t peak_parameters = 0;
+  std::int64_t total() const { return parameters + gradients + optimizer; }
+};
+
+class ZeroRedundancyOptimizer {
+ public:
+  using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<std::pair<std::string, Var>>)>;
+
+  // comm may be null (one process: a world of 1). Broadcasts rank 0's parameters.
+  ZeroRedundancyOptimizer(Module& model, std::shared_ptr<comm::Communicator> comm, int stage,
+                          const OptimizerFactory& make_optimizer);
+  ZeroRedundancyOptimizer(const ZeroRedundancyOptimizer&) = delete;
+  ZeroRedundancyOptimizer& operator=(const ZeroRedundancyOptimizer&) = delete;
+
+  // Stage 3: all-gather the full parameters into the model (before forward or evaluation);
+  // a no-op when they are there, and for stages 1 and 2. Returns the time it took.
+  std::chrono::duration<double> gather();
+  // Stage 3: drop the full parameters (after the step or an evaluation).
+  void release();
+  // After backward: reduces the gradients. Returns the time spent in communication.
+  std::chrono::duration<double> finish();
+  // Updates this rank's shard; stages 1 and 2 then all-gather the parameters. Returns the
+  // time of that all-gather. Every ZeRO collective blocks: none overlaps computation.
+  std::chrono::duration<double> step();
+
+  Optimizer& optimizer() { return *optimizer_; }
+  int stage() const { return stage_; }
+  std::int64_t shard_elements() const { return shard_elements_; }
+  ZeroMemory memory() const;
+
+ private:
+  void install(Tensor flat);  // point every parameter at its piece of a full flat buffer
+
+  Module& model_;
+  std::shared_ptr<comm::Communicator> comm_;
+  int stage_, rank_ = 0, world_ = 1;
+  std::vector<Var> params_;
+  std::vector<Shape> shapes_;
+  std::vector<std::int64_t> offsets_;
+  std::int64_t elements_ = 0, padded_ = 0, shard_elements_ = 0;
+  Tensor flat_params_;  // full parameters (stages 1, 2; stage 3 between gather and release)
+  Tensor flat_grads_;   // stage 1: the full averaged gradients
+  Var shard_;           // this rank's parameters: what the optimizer updates
+  std::unique_ptr<Optimizer> optimizer_;
+  std::int64_t peak_parameter_bytes_ = 0;
+};
+
+}  // namespace weft::parallel
