@@ -12,6 +12,7 @@ packages=(
   openmpi-bin libopenmpi-dev  # the MPI transport, mpirun launches, the MPI benchmark
   dataset-fashion-mnist    # real image data for training
   fortunes                 # real English text for language models
+  tshark                   # decodes the simulator's pcap captures in a test
 )
 # The reference side of the benchmarks (PyTorch) is only needed by bench/.
 if [ "${WEFT_BENCH_DEPS:-0}" = "1" ]; then

@@ -19,5 +19,7 @@ void add_launch_command(CLI::App& app, Action& action);
 void add_comm_bench_command(CLI::App& app, Action& action);
 // weft plan ...
 void add_plan_command(CLI::App& app, Action& action);
+// weft sim ...
+void add_sim_command(CLI::App& app, Action& action);
 
 }  // namespace weft::cli

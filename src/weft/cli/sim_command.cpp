@@ -1,0 +1,72 @@
+// weft sim: a training job's traffic on a modeled RoCEv2 fabric, packet by packet.
+#include <cstdio>
+#include <memory>
+
+#include "weft/cli/commands.h"
+#include "weft/sim/network.h"
+#include "weft/sim/report.h"
+#include "weft/util/error.h"
+#include "weft/util/file.h"
+
+namespace weft::cli {
+
+namespace {
+struct SimFlags {
+  std::string topology, workload, out, lb, cc, pfc;
+  std::vector<std::string> settings;
+  std::uint64_t seed = 0;
+  bool seed_given = false, list_keys = false, quiet = false;
+};
+
+int run_sim(const SimFlags& f) {
+  sim::SimConfig config;
+  if (f.list_keys) {
+    std::printf("%-22s %-10s %-14s %s\n", "key", "kind", "default", "meaning");
+    for (const sim::ConfigKey& k : sim::config_keys())
+      std::printf("%-22s %-10s %-14s %s\n", k.key.c_str(), k.kind.c_str(), sim::describe_value(config, k.key).c_str(),
+                  k.help.c_str());
+    return 0;
+  }
+  if (f.topology.empty()) throw ConfigError("weft sim needs --topology FILE (see examples/topologies/)");
+  if (f.workload.empty()) throw ConfigError("weft sim needs --workload (a trace folder, a job file, or e.g. allreduce:ring:64MB)");
+  if (!f.lb.empty()) sim::apply_setting(config, "lb=" + f.lb);
+  if (!f.cc.empty()) sim::apply_setting(config, "cc=" + f.cc);
+  if (!f.pfc.empty()) sim::apply_setting(config, "pfc=" + f.pfc);
+  if (f.seed_given) sim::apply_setting(config, "seed=" + std::to_string(f.seed));
+  for (const std::string& s : f.settings) sim::apply_setting(config, s);
+  sim::Topology topology = sim::load_topology(f.topology);
+  sim::Workload workload = sim::load_workload(f.workload, topology, config.seed);
+  auto net = std::make_unique<sim::Network>(topology, config, std::move(workload));
+  if (!config.pcap_link.empty()) {
+    if (f.out.empty()) throw ConfigError("--set pcap=A:B needs --out DIR for the capture file");
+    auto colon = config.pcap_link.find(':');
+    if (colon == std::string::npos) throw ConfigError("pcap: expected two node names, A:B");
+    make_directories(f.out);
+    net->capture(config.pcap_link.substr(0, colon), config.pcap_link.substr(colon + 1), f.out + "/link.pcap");
+  }
+  bool finished = net->run(!f.quiet);
+  if (!f.out.empty()) sim::write_outputs(*net, f.out);
+  sim::print_summary(*net, stdout, f.out);
+  return finished ? 0 : 3;
+}
+}  // namespace
+
+void add_sim_command(CLI::App& app, Action& action) {
+  auto f = std::make_shared<SimFlags>();
+  CLI::App* cmd = app.add_subcommand("sim", "Simulate a job's traffic on a modeled RoCEv2 AI fabric, packet by packet");
+  cmd->add_option("--topology", f->topology, "topology YAML (examples/topologies/)");
+  cmd->add_option("--workload", f->workload,
+                  "trace folder (WEFT_TRACE), job file (.yaml), COLLECTIVE:ALGORITHM:SIZE[@GPUS], permutation:SIZE, "
+                  "incast:N:SIZE, alltoall:SIZE, flow:SRC:DST:SIZE");
+  cmd->add_option("--lb", f->lb, "load balancing: ecmp, flowlet or spray");
+  cmd->add_option("--cc", f->cc, "congestion control: dcqcn or none");
+  cmd->add_option("--pfc", f->pfc, "priority flow control: on or off");
+  cmd->add_option("--set", f->settings, "key=value (repeatable; see --list-keys)");
+  cmd->add_option("--seed", f->seed, "random seed")->each([f](const std::string&) { f->seed_given = true; });
+  cmd->add_option("--out", f->out, "folder for summary.json, flows.csv, links.csv, queues.csv, pfc.csv");
+  cmd->add_flag("--list-keys", f->list_keys, "print every parameter with its default and exit");
+  cmd->add_flag("--quiet", f->quiet, "no progress lines");
+  cmd->callback([f, &action] { action = [f] { return run_sim(*f); }; });
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,140 @@
+// The agents of a workload: each runs its steps in order. A step starts after its compute
+// gap, posts its sends and completes when every send is acknowledged and every expected
+// receive has arrived; messages from one agent to another match in order.
+#include <chrono>
+#include <cstdio>
+#include <unistd.h>
+
+#include "weft/sim/network.h"
+#include "weft/util/error.h"
+#include "weft/util/progress.h"
+
+namespace weft::sim {
+
+void Network::start_agents() {
+  agents_.assign(work_.agents.size(), AgentState{});
+  collective_times_.assign(work_.collectives.size(), {kNever, 0});
+  agents_left_ = 0;
+  for (std::size_t a = 0; a < work_.agents.size(); ++a) {
+    const Agent& agent = work_.agents[a];
+    if (agent.gpu < 0 || agent.gpu >= static_cast<int>(topo_.gpus.size()))
+      throw ConfigError("workload: rank " + std::to_string(agent.rank) + " is placed on GPU " + std::to_string(agent.gpu) +
+                        ", but the topology has " + std::to_string(topo_.gpus.size()) + " GPUs");
+    if (agent.steps.empty()) {
+      agents_[a].done = true;
+      continue;
+    }
+    ++agents_left_;
+    events_.schedule(agent.start + agent.steps[0].gap, this, kStepStart, a);
+  }
+}
+
+void Network::step_start(int a) {
+  AgentState& st = agents_[a];
+  const WorkStep& step = work_.agents[a].steps[st.step];
+  const Time now = events_.now();
+  st.started = true;
+  st.step_began = now;
+  if (step.collective >= 0) {
+    auto& t = collective_times_[step.collective];
+    t.first = std::min(t.first, now);
+  }
+  st.pending = static_cast<int>(step.sends.size() + step.recvs.size());
+  st.posting = true;
+  for (const Transfer& s : step.sends) {
+    int flow = static_cast<int>(flows_.size());
+    FlowRecord f;
+    f.src_agent = a;
+    f.dst_agent = s.peer;
+    f.src_gpu = work_.agents[a].gpu;
+    f.dst_gpu = work_.agents[s.peer].gpu;
+    f.bytes = s.bytes;
+    f.start = now;
+    f.collective = step.collective;
+    flows_.push_back(f);
+    post_message(flow, a, s.peer, s.bytes);
+  }
+  for (const Transfer& r : step.recvs) {
+    auto arrived = st.arrived.find(r.peer);
+    if (arrived != st.arrived.end() && arrived->second > 0) {
+      --arrived->second;
+      --st.pending;
+    } else {
+      ++st.waiting[r.peer];
+    }
+  }
+  st.posting = false;
+  if (st.pending == 0) advance_agent(a);
+}
+
+void Network::advance_agent(int a) {
+  AgentState& st = agents_[a];
+  const Agent& agent = work_.agents[a];
+  const Time now = events_.now();
+  int coll = agent.steps[st.step].collective;
+  if (coll >= 0) collective_times_[coll].second = std::max(collective_times_[coll].second, now);
+  ++st.step;
+  if (st.step >= agent.steps.size()) {
+    st.done = true;
+    --agents_left_;
+    finish_ = std::max(finish_, now);
+    return;
+  }
+  events_.schedule(now + agent.steps[st.step].gap, this, kStepStart, static_cast<std::uint64_t>(a));
+}
+
+void Network::message_delivered(int flow) {
+  FlowRecord& f = flows_[flow];
+  if (--f.parts_left_rx > 0) return;
+  f.delivered = events_.now();
+  AgentState& st = agents_[f.dst_agent];
+  auto waiting = st.waiting.find(f.src_agent);
+  if (waiting != st.waiting.end() && waiting->second > 0) {
+    --waiting->second;
+    if (--st.pending == 0 && !st.posting) advance_agent(f.dst_agent);
+  } else {
+    ++st.arrived[f.src_agent];
+  }
+}
+
+void Network::message_acked(int flow) {
+  FlowRecord& f = flows_[flow];
+  if (--f.parts_left_tx > 0) return;
+  f.acked = events_.now();
+  AgentState& st = agents_[f.src_agent];
+  if (--st.pending == 0 && !st.posting) advance_agent(f.src_agent);
+}
+
+int Network::agents_unfinished() const { return agents_left_; }
+
+bool Network::run(bool progress) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  std::uint64_t last_events = 0;
+  const bool tty = progress && isatty(fileno(stderr));
+  bool printed = false;
+  while (agents_left_ > 0 && !events_.empty()) {
+    if (!events_.run_one()) break;
+    if (events_.now() > cfg_.time_limit) break;
+    if (progress && (events_.events_run() & 0xFFFF) == 0) {
+      auto t = std::chrono::steady_clock::now();
+      double dt = std::chrono::duration<double>(t - last).count();
+      if (dt >= (tty ? 0.5 : 5.0)) {
+        double rate = static_cast<double>(events_.events_run() - last_events) / dt;
+        std::fprintf(stderr, "%ssim: %.1f us simulated, %.2f M events/s, %d ranks running%s", tty ? "\r" : "",
+                     to_us(events_.now()), rate / 1e6, agents_left_, tty ? "   " : "\n");
+        std::fflush(stderr);
+        printed = true;
+        last = t;
+        last_events = events_.events_run();
+      }
+    }
+  }
+  if (tty && printed) std::fprintf(stderr, "\n");
+  wall_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (agents_left_ == 0) return true;
+  finish_ = events_.now();
+  return false;
+}
+
+}  // namespace weft::sim

@@ -1,0 +1,268 @@
+#include "weft/sim/config.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+
+#include "weft/util/error.h"
+
+namespace weft::sim {
+namespace {
+
+// Splits "150KB" into 150 and "KB"; throws when there is no number.
+std::pair<double, std::string> split_number(const std::string& text, const std::string& what) {
+  std::size_t pos = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &pos);
+  } catch (...) {
+    throw ConfigError(what + ": '" + text + "' is not a number");
+  }
+  if (!std::isfinite(value) || value < 0) throw ConfigError(what + ": '" + text + "' must be a finite value >= 0");
+  std::string unit = text.substr(pos);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  return {value, unit};
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+struct Entry {
+  ConfigKey doc;
+  std::function<void(SimConfig&, const std::string&, const std::string&)> set;
+  std::function<std::string(const SimConfig&)> get;
+};
+
+std::string fmt_double(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+std::string fmt_time(Time t) {
+  char buf[64];
+  if (t % kMs == 0 && t >= kMs) std::snprintf(buf, sizeof buf, "%llums", static_cast<unsigned long long>(t / kMs));
+  else if (t % kUs == 0 && t >= kUs) std::snprintf(buf, sizeof buf, "%lluus", static_cast<unsigned long long>(t / kUs));
+  else std::snprintf(buf, sizeof buf, "%lluns", static_cast<unsigned long long>(t / kNs));
+  return buf;
+}
+
+template <typename E>
+E parse_enum(const std::string& key, const std::string& value, std::initializer_list<std::pair<const char*, E>> options) {
+  std::string known;
+  for (const auto& [name, e] : options) {
+    if (value == name) return e;
+    known += (known.empty() ? "" : ", ") + std::string(name);
+  }
+  throw ConfigError(key + ": unknown value '" + value + "' (one of " + known + ")");
+}
+
+template <typename E>
+std::string enum_name(E v, std::initializer_list<std::pair<const char*, E>> options) {
+  for (const auto& [name, e] : options)
+    if (e == v) return name;
+  return "?";
+}
+
+#define WEFT_ENUM(key, field, help, ...)                                                                \
+  Entry {                                                                                                \
+    {key, "choice", help}, [](SimConfig& c, const std::string& k, const std::string& v) {               \
+      c.field = parse_enum<decltype(c.field)>(k, v, {__VA_ARGS__});                                                         \
+    },                                                                                                   \
+        [](const SimConfig& c) { return enum_name<decltype(c.field)>(c.field, {__VA_ARGS__}); }                             \
+  }
+
+Entry bytes_entry(const char* key, std::int64_t SimConfig::*field, const char* help) {
+  return {{key, "bytes", help},
+          [field](SimConfig& c, const std::string& k, const std::string& v) { c.*field = parse_bytes(v, k); },
+          [field](const SimConfig& c) { return std::to_string(c.*field); }};
+}
+Entry time_entry(const char* key, Time SimConfig::*field, const char* help) {
+  return {{key, "time", help},
+          [field](SimConfig& c, const std::string& k, const std::string& v) { c.*field = parse_time(v, k); },
+          [field](const SimConfig& c) { return fmt_time(c.*field); }};
+}
+Entry rate_entry(const char* key, double SimConfig::*field, const char* help) {
+  return {{key, "rate", help},
+          [field](SimConfig& c, const std::string& k, const std::string& v) { c.*field = parse_rate(v, k); },
+          [field](const SimConfig& c) { return fmt_double(c.*field / 1e6) + "M"; }};
+}
+Entry double_entry(const char* key, double SimConfig::*field, double lo, double hi, const char* help) {
+  return {{key, "number", help},
+          [field, lo, hi](SimConfig& c, const std::string& k, const std::string& v) {
+            double x = split_number(v, k).first;
+            if (!split_number(v, k).second.empty() || x < lo || x > hi)
+              throw ConfigError(k + ": '" + v + "' must be a number in [" + fmt_double(lo) + ", " + fmt_double(hi) + "]");
+            c.*field = x;
+          },
+          [field](const SimConfig& c) { return fmt_double(c.*field); }};
+}
+template <typename I>
+Entry int_entry(const char* key, I SimConfig::*field, long long lo, long long hi, const char* help) {
+  return {{key, "integer", help},
+          [field, lo, hi](SimConfig& c, const std::string& k, const std::string& v) {
+            auto [x, unit] = split_number(v, k);
+            if (!unit.empty() || x != std::floor(x) || x < static_cast<double>(lo) || x > static_cast<double>(hi))
+              throw ConfigError(k + ": '" + v + "' must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+            c.*field = static_cast<I>(x);
+          },
+          [field](const SimConfig& c) { return std::to_string(c.*field); }};
+}
+Entry bool_entry(const char* key, bool SimConfig::*field, const char* help) {
+  return {{key, "on|off", help},
+          [field](SimConfig& c, const std::string& k, const std::string& v) {
+            if (v == "on" || v == "true" || v == "1") c.*field = true;
+            else if (v == "off" || v == "false" || v == "0") c.*field = false;
+            else throw ConfigError(k + ": '" + v + "' must be on or off");
+          },
+          [field](const SimConfig& c) { return std::string(c.*field ? "on" : "off"); }};
+}
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> table = [] {
+    std::vector<Entry> t = {
+        int_entry("seed", &SimConfig::seed, 0, 1LL << 62, "random seed: marking, spraying, hash seeds"),
+        int_entry("qos.roce_dscp", &SimConfig::roce_dscp, 0, 63, "DSCP of RoCE data"),
+        int_entry("qos.roce_queue", &SimConfig::roce_queue, 0, 7, "queue (priority) of RoCE data"),
+        int_entry("qos.cnp_dscp", &SimConfig::cnp_dscp, 0, 63, "DSCP of CNPs"),
+        int_entry("qos.cnp_queue", &SimConfig::cnp_queue, 0, 7, "queue of CNPs"),
+        int_entry("qos.strict_from", &SimConfig::strict_queue, 0, 8, "queues >= this are strict priority; the rest share by DWRR"),
+        bytes_entry("buffer", &SimConfig::buffer_bytes, "shared packet buffer per switch"),
+        bool_entry("ecn", &SimConfig::ecn, "WRED/ECN marking of ECN-capable packets"),
+        bytes_entry("ecn.min", &SimConfig::wred_min, "WRED minimum: marking starts above this egress queue depth"),
+        bytes_entry("ecn.max", &SimConfig::wred_max, "WRED maximum: every packet marked above this depth"),
+        double_entry("ecn.pmax", &SimConfig::wred_pmax, 0, 1, "marking probability at the WRED maximum"),
+        bytes_entry("drop_threshold", &SimConfig::drop_threshold, "egress queue depth above which lossy packets are dropped"),
+        bool_entry("pfc", &SimConfig::pfc, "priority flow control for the RoCE queue"),
+        bytes_entry("pfc.xoff", &SimConfig::pfc_xoff, "ingress bytes per port and priority that send a pause"),
+        bytes_entry("pfc.xon", &SimConfig::pfc_xon, "ingress bytes below which a resume (quanta 0) is sent"),
+        bytes_entry("pfc.headroom", &SimConfig::pfc_headroom, "bytes accepted above xoff before dropping (0: 2 x link bytes in flight + 3 frames)"),
+        int_entry("pfc.quanta", &SimConfig::pfc_quanta, 1, 0xFFFF, "pause time carried by a pause frame, in 512-bit times"),
+        time_entry("pfc.watchdog", &SimConfig::pfc_watchdog, "a queue paused longer than this is declared a storm and un-paused (0: off)"),
+        bytes_entry("rdma.mtu", &SimConfig::mtu, "RDMA payload bytes per packet"),
+        WEFT_ENUM("rdma.write", write_mode, "opcodes of a multi-packet write: first-middle-last, or write-only per packet",
+                  {"first-middle-last", WriteMode::kFirstMiddleLast}, {"write-only", WriteMode::kWriteOnly}),
+        WEFT_ENUM("rdma.retransmit", retransmit, "loss recovery of the sender", {"go-back-n", Retransmit::kGoBackN},
+                  {"selective", Retransmit::kSelective}),
+        int_entry("rdma.ack_every", &SimConfig::ack_every, 1, 1 << 20, "in-order packets per coalesced ACK (the last packet of a message is always ACKed)"),
+        time_entry("rdma.rto", &SimConfig::rto, "retransmission timeout"),
+        int_entry("rdma.qps", &SimConfig::qps_per_connection, 1, 256, "queue pairs per connection; a message is split across them"),
+        WEFT_ENUM("cc", cc, "congestion control", {"dcqcn", CongestionControl::kDcqcn}, {"none", CongestionControl::kNone}),
+        time_entry("cnp.interval", &SimConfig::cnp_interval, "at most one CNP per QP per interval (notification point)"),
+        double_entry("dcqcn.g", &SimConfig::dcqcn_g, 0, 1, "alpha gain"),
+        time_entry("dcqcn.alpha_timer", &SimConfig::dcqcn_alpha_timer, "alpha decays when no CNP came for this long"),
+        time_entry("dcqcn.rate_timer", &SimConfig::dcqcn_rate_timer, "rate-increase timer"),
+        bytes_entry("dcqcn.byte_counter", &SimConfig::dcqcn_byte_counter, "bytes sent per rate-increase event"),
+        int_entry("dcqcn.f", &SimConfig::dcqcn_f, 1, 1000, "fast-recovery steps before additive increase"),
+        rate_entry("dcqcn.rai", &SimConfig::dcqcn_rai, "additive increase step"),
+        rate_entry("dcqcn.rhai", &SimConfig::dcqcn_rhai, "hyper increase step"),
+        rate_entry("dcqcn.min_rate", &SimConfig::dcqcn_min_rate, "lowest rate a cut reaches"),
+        WEFT_ENUM("lb", lb, "load balancing at every multi-path hop", {"ecmp", LoadBalancing::kEcmp},
+                  {"flowlet", LoadBalancing::kFlowlet}, {"spray", LoadBalancing::kSpray}),
+        WEFT_ENUM("ecmp.hash", hash, "ECMP hash of the 5-tuple", {"crc32", HashFunction::kCrc32}, {"xor", HashFunction::kXor}),
+        bool_entry("ecmp.distinct_seeds", &SimConfig::distinct_seeds, "each switch hashes with its own seed (off: one seed everywhere)"),
+        WEFT_ENUM("spray.mode", spray, "per-packet path choice", {"random", SprayMode::kRandom},
+                  {"round-robin", SprayMode::kRoundRobin}, {"least-loaded", SprayMode::kLeastLoaded}),
+        time_entry("flowlet.gap", &SimConfig::flowlet_gap, "idle gap that starts a new flowlet"),
+        time_entry("sample.interval", &SimConfig::sample_interval, "queue occupancy sampling period (0: none)"),
+        time_entry("time_limit", &SimConfig::time_limit, "simulated time after which the run stops as unfinished"),
+        {{"pcap", "a:b", "capture the link between nodes a and b (both directions) to DIR/link.pcap"},
+         [](SimConfig& c, const std::string&, const std::string& v) { c.pcap_link = v; },
+         [](const SimConfig& c) { return c.pcap_link.empty() ? std::string("none") : c.pcap_link; }},
+    };
+    for (int q = 0; q < 8; ++q) {
+      std::string key = "dwrr." + std::to_string(q);
+      t.push_back({{key, "number", "DWRR weight of queue " + std::to_string(q)},
+                   [q](SimConfig& c, const std::string& k, const std::string& v) {
+                     auto [x, unit] = split_number(v, k);
+                     if (!unit.empty() || x <= 0) throw ConfigError(k + ": '" + v + "' must be a number > 0");
+                     c.dwrr_weight[q] = x;
+                   },
+                   [q](const SimConfig& c) { return fmt_double(c.dwrr_weight[q]); }});
+    }
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+std::int64_t parse_bytes(const std::string& text, const std::string& what) {
+  auto [v, unit] = split_number(text, what);
+  std::string u = lower(unit);
+  double scale = 0;
+  if (u.empty() || u == "b") scale = 1;
+  else if (u == "kb" || u == "k") scale = 1e3;
+  else if (u == "mb" || u == "m") scale = 1e6;
+  else if (u == "gb" || u == "g") scale = 1e9;
+  else if (u == "kib") scale = 1024.0;
+  else if (u == "mib") scale = 1024.0 * 1024;
+  else if (u == "gib") scale = 1024.0 * 1024 * 1024;
+  else throw ConfigError(what + ": unknown size unit in '" + text + "' (B, KB, MB, GB, KiB, MiB, GiB)");
+  double bytes = v * scale;
+  if (bytes > 9e18 || bytes != std::floor(bytes)) throw ConfigError(what + ": '" + text + "' is not a whole number of bytes");
+  return static_cast<std::int64_t>(bytes);
+}
+
+Time parse_time(const std::string& text, const std::string& what) {
+  auto [v, unit] = split_number(text, what);
+  std::string u = lower(unit);
+  double scale = 0;
+  if (u == "ps") scale = 1;
+  else if (u == "ns") scale = 1e3;
+  else if (u == "us") scale = 1e6;
+  else if (u == "ms") scale = 1e9;
+  else if (u == "s") scale = 1e12;
+  else throw ConfigError(what + ": '" + text + "' needs a time unit (ps, ns, us, ms, s)");
+  double ps = v * scale;
+  if (ps > 1.8e19) throw ConfigError(what + ": '" + text + "' is too long");
+  return static_cast<Time>(std::llround(ps));
+}
+
+double parse_rate(const std::string& text, const std::string& what) {
+  auto [v, unit] = split_number(text, what);
+  std::string u = lower(unit);
+  if (u.size() > 3 && u.substr(u.size() - 3) == "bps") u.resize(u.size() - 3);
+  else if (u.size() > 4 && u.substr(u.size() - 4) == "b/s") u.resize(u.size() - 4);
+  double scale = 0;
+  if (u.empty()) scale = 1;
+  else if (u == "k") scale = 1e3;
+  else if (u == "m") scale = 1e6;
+  else if (u == "g") scale = 1e9;
+  else if (u == "t") scale = 1e12;
+  else throw ConfigError(what + ": unknown rate unit in '" + text + "' (e.g. 400G, 100Gbps, 40M)");
+  if (v <= 0) throw ConfigError(what + ": rate '" + text + "' must be > 0");
+  return v * scale;
+}
+
+void apply_setting(SimConfig& config, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("--set '" + assignment + "': expected key=value (see 'weft sim --list-keys')");
+  std::string key = assignment.substr(0, eq), value = assignment.substr(eq + 1);
+  for (const Entry& e : entries())
+    if (e.doc.key == key) {
+      e.set(config, key, value);
+      if (config.pfc_xon > config.pfc_xoff) throw ConfigError("pfc.xon (" + std::to_string(config.pfc_xon) + ") must not exceed pfc.xoff (" + std::to_string(config.pfc_xoff) + ")");
+      if (config.wred_min > config.wred_max) throw ConfigError("ecn.min must not exceed ecn.max");
+      if (config.mtu < 256 || config.mtu > 9000) throw ConfigError("rdma.mtu must be in [256, 9000] bytes");
+      return;
+    }
+  throw ConfigError("--set: unknown key '" + key + "' (see 'weft sim --list-keys')");
+}
+
+std::vector<ConfigKey> config_keys() {
+  std::vector<ConfigKey> keys;
+  for (const Entry& e : entries()) keys.push_back(e.doc);
+  return keys;
+}
+
+std::string describe_value(const SimConfig& config, const std::string& key) {
+  for (const Entry& e : entries())
+    if (e.doc.key == key) return e.get(config);
+  throw ConfigError("unknown key '" + key + "'");
+}
+
+}  // namespace weft::sim

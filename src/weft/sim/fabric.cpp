@@ -1,0 +1,497 @@
+// Ports, switches and links of the simulated fabric: transmission, routing and load
+// balancing, shared buffers, WRED/ECN marking, PFC, failures.
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "weft/sim/network.h"
+#include "weft/util/error.h"
+
+namespace weft::sim {
+namespace {
+
+constexpr std::uint32_t kNone = ~0u;
+
+Time serialization(std::uint32_t frame, double bps) {
+  return static_cast<Time>(std::llround(static_cast<double>(frame + kWireOverhead) * 8e12 / bps));
+}
+
+std::uint64_t splitmix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void Network::build_ports() {
+  const auto& nodes = topo_.nodes;
+  node_ports_.assign(nodes.size(), {});
+  link_port_.assign(topo_.links.size(), -1);
+  ports_.reserve(topo_.links.size() * 2);
+  for (std::size_t l = 0; l < topo_.links.size(); ++l) {
+    const Link& link = topo_.links[l];
+    int pa = static_cast<int>(ports_.size()), pb = pa + 1;
+    ports_.emplace_back();
+    ports_.emplace_back();
+    for (int side = 0; side < 2; ++side) {
+      Port& p = ports_[side == 0 ? pa : pb];
+      p.node = side == 0 ? link.a : link.b;
+      p.peer = side == 0 ? pb : pa;
+      p.link = static_cast<int>(l);
+      p.bps = link.bps;
+      int receiver = side == 0 ? link.b : link.a;
+      p.delay = link.delay + nodes[receiver].latency;
+      for (int q = 0; q < 8; ++q) p.paused_since[q] = kNever;
+      node_ports_[p.node].push_back(side == 0 ? pa : pb);
+    }
+    link_port_[l] = pa;
+  }
+}
+
+void Network::compute_routes() {
+  const std::size_t N = topo_.nodes.size(), G = topo_.gpus.size();
+  route_begin_.assign(N * G, 0);
+  route_count_.assign(N * G, 0);
+  route_pool_.clear();
+  std::vector<int> dist(N), frontier;
+  auto may_forward = [&](int n) { return !node_is_endpoint(n) || topo_.nodes[n].transit; };
+  for (std::size_t d = 0; d < G; ++d) {
+    int target = topo_.gpus[d];
+    std::fill(dist.begin(), dist.end(), -1);
+    dist[target] = 0;
+    frontier.assign(1, target);
+    for (std::size_t head = 0; head < frontier.size(); ++head) {
+      int u = frontier[head];
+      if (u != target && !may_forward(u)) continue;
+      for (int port : node_ports_[u]) {
+        if (!ports_[port].up) continue;
+        int v = ports_[ports_[port].peer].node;
+        if (dist[v] < 0) {
+          dist[v] = dist[u] + 1;
+          frontier.push_back(v);
+        }
+      }
+    }
+    for (std::size_t n = 0; n < N; ++n) {
+      if (dist[n] <= 0) continue;
+      std::size_t slot = n * G + d;
+      route_begin_[slot] = static_cast<std::uint32_t>(route_pool_.size());
+      for (int port : node_ports_[n]) {
+        if (!ports_[port].up) continue;
+        int v = ports_[ports_[port].peer].node;
+        if (dist[v] == dist[n] - 1 && (v == target || may_forward(v))) route_pool_.push_back(port);
+      }
+      route_count_[slot] = static_cast<std::uint16_t>(route_pool_.size() - route_begin_[slot]);
+    }
+  }
+}
+
+std::uint32_t Network::hash_tuple(int node, const Packet& p) const {
+  std::uint32_t seed = switch_seed_[node];
+  std::uint32_t sip = topo_.nodes[p.src].ip, dip = topo_.nodes[p.dst].ip;
+  if (cfg_.hash == HashFunction::kXor) return sip ^ dip ^ (static_cast<std::uint32_t>(p.sport) << 16 | kRocePort) ^ 17u ^ seed;
+  unsigned char t[13] = {static_cast<unsigned char>(sip >> 24), static_cast<unsigned char>(sip >> 16),
+                         static_cast<unsigned char>(sip >> 8),  static_cast<unsigned char>(sip),
+                         static_cast<unsigned char>(dip >> 24), static_cast<unsigned char>(dip >> 16),
+                         static_cast<unsigned char>(dip >> 8),  static_cast<unsigned char>(dip),
+                         static_cast<unsigned char>(p.sport >> 8), static_cast<unsigned char>(p.sport),
+                         static_cast<unsigned char>(kRocePort >> 8), static_cast<unsigned char>(kRocePort & 255),
+                         17};
+  return static_cast<std::uint32_t>(crc32(seed, t, sizeof t));
+}
+
+int Network::choose_port(int node, Packet& p) {
+  const std::size_t G = topo_.gpus.size();
+  std::size_t slot = static_cast<std::size_t>(node) * G + static_cast<std::size_t>(gpu_rank_of_node_[p.dst]);
+  int n = route_count_[slot];
+  if (n == 0) return -1;
+  const std::int32_t* c = &route_pool_[route_begin_[slot]];
+  if (n == 1) return c[0];
+  auto least_loaded = [&]() {
+    std::uint32_t start = rr_counter_[node]++;
+    int best = -1;
+    std::int64_t best_load = 0;
+    for (int i = 0; i < n; ++i) {
+      int port = c[(start + static_cast<std::uint32_t>(i)) % static_cast<std::uint32_t>(n)];
+      const Port& P = ports_[port];
+      std::int64_t load = P.queue_bytes[p.queue] + (P.busy ? 1 : 0);
+      if (best < 0 || load < best_load) {
+        best = port;
+        best_load = load;
+      }
+    }
+    return best;
+  };
+  if (p.type == PacketType::kData) {
+    if (cfg_.lb == LoadBalancing::kSpray) {
+      switch (cfg_.spray) {
+        case SprayMode::kRandom: return c[rng_() % static_cast<std::uint64_t>(n)];
+        case SprayMode::kRoundRobin: return c[rr_counter_[node]++ % static_cast<std::uint32_t>(n)];
+        case SprayMode::kLeastLoaded: return least_loaded();
+      }
+    }
+    if (cfg_.lb == LoadBalancing::kFlowlet) {
+      std::uint64_t key = static_cast<std::uint64_t>(node) << 32 | p.qp;
+      auto& entry = flowlets_[key];
+      Time now = events_.now();
+      bool valid = false;
+      if (entry.second != 0 && now - entry.second < cfg_.flowlet_gap)
+        for (int i = 0; i < n; ++i) valid = valid || c[i] == entry.first;
+      if (!valid) entry.first = least_loaded();
+      entry.second = now == 0 ? 1 : now;
+      return entry.first;
+    }
+  }
+  return c[hash_tuple(node, p) % static_cast<std::uint32_t>(n)];
+}
+
+void Network::try_send(int port) {
+  Port& P = ports_[port];
+  if (P.busy || !P.up) return;
+  const Time now = events_.now();
+  auto paused = [&](int q) { return P.paused_until[q] > now && now >= P.watchdog_until[q]; };
+  std::uint32_t id = kNone;
+  if (!P.control.empty()) {
+    id = P.control.pop();
+  } else {
+    for (int q = 7; q >= cfg_.strict_queue && id == kNone; --q)
+      if (!P.queue[q].empty() && !paused(q)) id = P.queue[q].pop();
+    if (id == kNone) {
+      // Deficit round robin over the remaining queues, by configured weight.
+      int eligible = 0, only = -1;
+      for (int q = 0; q < cfg_.strict_queue && q < 8; ++q)
+        if (!P.queue[q].empty() && !paused(q)) {
+          ++eligible;
+          only = q;
+        }
+      if (eligible == 1) {
+        id = P.queue[only].pop();
+      } else if (eligible > 1) {
+        for (int guard = 0; guard < 10000 && id == kNone; ++guard) {
+          int q = P.dwrr_next;
+          if (!P.queue[q].empty() && !paused(q)) {
+            std::uint32_t head = P.queue[q].front();
+            double size = pool_[head].frame + kWireOverhead;
+            if (P.deficit[q] >= size) {
+              P.deficit[q] -= size;
+              id = P.queue[q].pop();
+              if (P.queue[q].empty()) P.deficit[q] = 0;
+              break;
+            }
+            P.deficit[q] += cfg_.dwrr_weight[q] * static_cast<double>(cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead);
+          }
+          P.dwrr_next = (q + 1) % std::max(1, std::min(cfg_.strict_queue, 8));
+        }
+      }
+      if (id == kNone && node_is_endpoint(P.node) && !paused(cfg_.roce_queue)) id = endpoint_pull(P.node, port);
+    }
+    if (id != kNone && pool_[id].type != PacketType::kPause && pool_[id].port != -2) {
+      // Left a queue (endpoint_pull marks its fresh packets with port -2).
+      Packet& p = pool_[id];
+      std::int64_t wire = p.frame + kWireOverhead;
+      P.queue_bytes[p.queue] -= wire;
+      if (p.port >= 0) dequeued_at_switch(port, p);
+    }
+  }
+  if (id == kNone) return;
+  transmit(port, id);
+}
+
+void Network::transmit(int port, std::uint32_t id) {
+  Port& P = ports_[port];
+  Packet& p = pool_[id];
+  p.port = -1;
+  P.busy = true;
+  P.tx_packet = id;
+  P.tx_bytes += p.frame + kWireOverhead;
+  ++P.tx_frames;
+  if (p.type == PacketType::kData) P.tx_payload += p.payload;
+  if (pcap_ && P.link == pcap_link_) pcap_write(p);
+  p.link_epoch = P.epoch;
+  events_.schedule(events_.now() + serialization(p.frame, P.bps), this, kTxDone, static_cast<std::uint64_t>(port));
+}
+
+void Network::tx_done(int port) {
+  Port& P = ports_[port];
+  P.busy = false;
+  std::uint32_t id = P.tx_packet;
+  if (P.up && pool_[id].link_epoch == P.epoch) {
+    pool_[id].port = P.peer;
+    events_.schedule(events_.now() + P.delay, this, kArrive, id);
+  } else {
+    ++counters_.lost_on_failure;
+    pool_.release(id);
+  }
+  try_send(port);
+}
+
+void Network::arrive(std::uint32_t id) {
+  Packet& p = pool_[id];
+  const Port& P = ports_[p.port];
+  if (!P.up || p.link_epoch != P.epoch) {
+    ++counters_.lost_on_failure;
+    pool_.release(id);
+    return;
+  }
+  if (p.type == PacketType::kPause) {
+    receive_pfc(p.port, p);
+    pool_.release(id);
+    return;
+  }
+  int node = P.node;
+  if (node == p.dst) endpoint_receive(node, id);
+  else forward(node, id);
+}
+
+void Network::drop(std::uint32_t id) {
+  ++counters_.drops;
+  pool_.release(id);
+}
+
+void Network::forward(int node, std::uint32_t id) {
+  Packet& p = pool_[id];
+  int out = choose_port(node, p);
+  if (out < 0) {
+    ++counters_.lost_on_failure;
+    pool_.release(id);
+    return;
+  }
+  Port& O = ports_[out];
+  const int q = p.queue, in = p.port;
+  const std::int64_t wire = p.frame + kWireOverhead;
+  const bool lossless = cfg_.pfc && q == cfg_.roce_queue && in >= 0;
+  if (lossless) {
+    const Port& I = ports_[in];
+    std::int64_t headroom = cfg_.pfc_headroom;
+    if (headroom == 0)
+      headroom = static_cast<std::int64_t>(2.0 * I.bps * to_seconds(ports_[I.peer].delay) / 8) +
+                 3 * static_cast<std::int64_t>(cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead);
+    if (I.ingress_bytes[q] + wire > cfg_.pfc_xoff + headroom) {
+      ++counters_.headroom_drops;
+      ++O.drops;
+      drop(id);
+      return;
+    }
+  } else if (O.queue_bytes[q] + wire > cfg_.drop_threshold || buffer_used_[node] + wire > cfg_.buffer_bytes) {
+    ++O.drops;
+    drop(id);
+    return;
+  }
+  if (cfg_.ecn && p.ect && !p.ce) {
+    std::int64_t depth = O.queue_bytes[q];
+    bool mark = false;
+    if (depth >= cfg_.wred_max) mark = true;
+    else if (depth > cfg_.wred_min)
+      mark = std::uniform_real_distribution<double>(0, 1)(rng_) <
+             cfg_.wred_pmax * static_cast<double>(depth - cfg_.wred_min) / static_cast<double>(cfg_.wred_max - cfg_.wred_min);
+    if (mark) {
+      p.ce = true;
+      ++O.ecn_marks;
+      ++counters_.ecn_marks;
+    }
+  }
+  O.queue[q].push(id);
+  O.queue_bytes[q] += wire;
+  O.max_queue_bytes[q] = std::max(O.max_queue_bytes[q], O.queue_bytes[q]);
+  buffer_used_[node] += wire;
+  if (in >= 0) {
+    Port& I = ports_[in];
+    I.ingress_bytes[q] += wire;
+    if (lossless && !I.pausing[q] && I.ingress_bytes[q] > cfg_.pfc_xoff) send_pfc(in, q, true);
+  }
+  try_send(out);
+}
+
+void Network::dequeued_at_switch(int port, const Packet& p) {
+  const std::int64_t wire = p.frame + kWireOverhead;
+  buffer_used_[ports_[port].node] -= wire;
+  Port& I = ports_[p.port];
+  I.ingress_bytes[p.queue] -= wire;
+  if (I.pausing[p.queue] && I.ingress_bytes[p.queue] <= cfg_.pfc_xon) send_pfc(p.port, p.queue, false);
+}
+
+void Network::send_pfc(int port, int queue, bool pause) {
+  Port& P = ports_[port];
+  bool transition = P.pausing[queue] != pause;
+  P.pausing[queue] = pause;
+  std::uint32_t id = pool_.alloc();
+  Packet& f = pool_[id];
+  f.type = PacketType::kPause;
+  f.queue = static_cast<std::uint8_t>(queue);
+  f.psn = pause ? static_cast<std::uint32_t>(cfg_.pfc_quanta) : 0;
+  f.frame = kPauseFrame;
+  f.src = f.dst = P.node;
+  P.control.push(id);
+  if (pause) {
+    ++P.pauses_sent;
+    ++counters_.pauses;
+    Time duration = static_cast<Time>(std::llround(cfg_.pfc_quanta * 512.0 * 1e12 / P.bps));
+    events_.schedule(events_.now() + std::max<Time>(duration / 2, 1), this, kPauseRefresh,
+                     static_cast<std::uint64_t>(port) * 8 + static_cast<std::uint64_t>(queue));
+  } else {
+    ++P.resumes_sent;
+    ++counters_.resumes;
+  }
+  if (transition) pfc_events_.push_back(PfcEvent{events_.now(), port, queue, pause});
+  try_send(port);
+}
+
+void Network::receive_pfc(int port, const Packet& f) {
+  // The frame arrived on `port`: the peer asks this side to stop (or resume) sending.
+  Port& P = ports_[port];
+  const int q = f.queue;
+  const Time now = events_.now();
+  auto end_pause = [&] {
+    if (P.paused_since[q] != kNever) P.paused_total[q] += now - P.paused_since[q];
+    P.paused_since[q] = kNever;
+    P.paused_until[q] = now;
+  };
+  if (f.psn == 0) {
+    end_pause();
+    try_send(port);
+    return;
+  }
+  ++P.pauses_received;
+  if (now < P.watchdog_until[q]) return;  // the watchdog ignores this queue's pauses for now
+  if (P.paused_since[q] == kNever) P.paused_since[q] = now;
+  if (cfg_.pfc_watchdog > 0 && now - P.paused_since[q] >= cfg_.pfc_watchdog) {
+    // A pause storm: the queue has not moved for the watchdog time. Break it.
+    ++counters_.watchdog_storms;
+    end_pause();
+    P.watchdog_until[q] = now + cfg_.pfc_watchdog;
+    try_send(port);
+    return;
+  }
+  P.paused_until[q] = now + static_cast<Time>(std::llround(f.psn * 512.0 * 1e12 / P.bps));
+  events_.schedule(P.paused_until[q], this, kPauseExpire, static_cast<std::uint64_t>(port) * 8 + static_cast<std::uint64_t>(q));
+}
+
+void Network::pause_expired(int port, int queue) {
+  Port& P = ports_[port];
+  const Time now = events_.now();
+  if (P.paused_until[queue] != now || P.paused_since[queue] == kNever) return;  // extended or resumed since
+  P.paused_total[queue] += now - P.paused_since[queue];
+  P.paused_since[queue] = kNever;
+  try_send(port);
+}
+
+void Network::set_link(int link, bool up, double bps) {
+  int pa = link_port_[link];
+  for (int port : {pa, pa + 1}) {
+    Port& P = ports_[port];
+    if (bps > 0) P.bps = bps;
+    if (P.up == up) continue;
+    P.up = up;
+    if (up) continue;
+    ++P.epoch;
+    // Everything queued for this link is lost; release its buffer accounting.
+    for (int q = 0; q < 8; ++q) {
+      while (!P.queue[q].empty()) {
+        std::uint32_t id = P.queue[q].pop();
+        Packet& p = pool_[id];
+        P.queue_bytes[q] -= p.frame + kWireOverhead;
+        if (p.port >= 0) dequeued_at_switch(port, p);
+        ++counters_.lost_on_failure;
+        pool_.release(id);
+      }
+      if (P.paused_since[q] != kNever) P.paused_total[q] += events_.now() - P.paused_since[q];
+      P.paused_since[q] = kNever;
+      P.paused_until[q] = 0;
+    }
+    while (!P.control.empty()) pool_.release(P.control.pop());
+  }
+}
+
+void Network::apply_failure(const Failure& f) {
+  int a = topo_.find(f.a);
+  std::vector<int> links;
+  if (f.kind == Failure::Kind::kSwitchDown || f.kind == Failure::Kind::kSwitchUp) {
+    for (int port : node_ports_[a]) links.push_back(ports_[port].link);
+  } else {
+    int b = topo_.find(f.b);
+    for (std::size_t l = 0; l < topo_.links.size(); ++l) {
+      const Link& L = topo_.links[l];
+      if ((L.a == a && L.b == b) || (L.a == b && L.b == a)) links.push_back(static_cast<int>(l));
+    }
+  }
+  bool up = f.kind == Failure::Kind::kLinkUp || f.kind == Failure::Kind::kSwitchUp || f.kind == Failure::Kind::kLinkDegrade;
+  for (int l : links) set_link(l, up, f.kind == Failure::Kind::kLinkDegrade ? f.bps : 0);
+  compute_routes();
+  for (std::size_t port = 0; port < ports_.size(); ++port) try_send(static_cast<int>(port));
+}
+
+void Network::sample_queues() {
+  for (std::size_t port = 0; port < ports_.size(); ++port)
+    for (int q = 0; q < 8; ++q)
+      if (ports_[port].queue_bytes[q] > 0)
+        samples_.push_back(QueueSample{events_.now(), static_cast<int>(port), q, ports_[port].queue_bytes[q]});
+}
+
+std::string Network::port_name(int port) const {
+  return topo_.nodes[ports_[port].node].name + "->" + topo_.nodes[ports_[ports_[port].peer].node].name;
+}
+
+void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
+  switch (kind) {
+    case kTxDone: tx_done(static_cast<int>(arg)); break;
+    case kArrive: arrive(static_cast<std::uint32_t>(arg)); break;
+    case kPauseExpire: pause_expired(static_cast<int>(arg / 8), static_cast<int>(arg % 8)); break;
+    case kPauseRefresh: {
+      int port = static_cast<int>(arg / 8), q = static_cast<int>(arg % 8);
+      if (ports_[port].pausing[q] && ports_[port].up) send_pfc(port, q, true);
+      break;
+    }
+    case kEndpointWake: {
+      Port& P = ports_[arg];
+      if (P.endpoint_wake_at == events_.now()) {
+        P.endpoint_wake_pending = false;
+        P.endpoint_wake_at = kNever;
+        try_send(static_cast<int>(arg));
+      }
+      break;
+    }
+    case kRto: rto_check(static_cast<int>(arg)); break;
+    case kAlphaTimer: alpha_timer(static_cast<int>(arg)); break;
+    case kRateTimer: rate_timer(static_cast<int>(arg >> 32), static_cast<std::uint32_t>(arg)); break;
+    case kStepStart: step_start(static_cast<int>(arg)); break;
+    case kSample:
+      sample_queues();
+      if (agents_left_ > 0) events_.schedule(events_.now() + cfg_.sample_interval, this, kSample);
+      break;
+    case kFailure: apply_failure(work_.failures[arg]); break;
+    default: throw InternalError("simulator: unknown event kind");
+  }
+}
+
+Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
+    : topo_(topology), cfg_(config), work_(std::move(workload)), rng_(config.seed) {
+  build_ports();
+  gpu_rank_of_node_.assign(topo_.nodes.size(), -1);
+  for (std::size_t r = 0; r < topo_.gpus.size(); ++r) gpu_rank_of_node_[topo_.gpus[r]] = static_cast<int>(r);
+  compute_routes();
+  switch_seed_.resize(topo_.nodes.size());
+  for (std::size_t n = 0; n < topo_.nodes.size(); ++n)
+    switch_seed_[n] = static_cast<std::uint32_t>(splitmix(cfg_.seed * 1000003ull + (cfg_.distinct_seeds ? n : 0)));
+  rr_counter_.assign(topo_.nodes.size(), 0);
+  buffer_used_.assign(topo_.nodes.size(), 0);
+  active_qps_.assign(topo_.nodes.size(), {});
+  rr_qp_.assign(topo_.nodes.size(), 0);
+  qps_created_.assign(topo_.nodes.size(), 0);
+  for (std::size_t i = 0; i < work_.failures.size(); ++i) {
+    const Failure& f = work_.failures[i];
+    if (topo_.find(f.a) < 0) throw ConfigError("failure: unknown node '" + f.a + "'");
+    if (!f.b.empty() && topo_.find(f.b) < 0) throw ConfigError("failure: unknown node '" + f.b + "'");
+    events_.schedule(f.at, this, kFailure, i);
+  }
+  start_agents();
+  if (cfg_.sample_interval > 0) events_.schedule(cfg_.sample_interval, this, kSample);
+}
+
+Network::~Network() {
+  if (pcap_) std::fclose(pcap_);
+}
+
+}  // namespace weft::sim

@@ -1,0 +1,266 @@
+// The simulated fabric at run time: ports with eight priority queues, switches that
+// route, mark and pause, GPU endpoints with RoCEv2 queue pairs and DCQCN, and the agents
+// that turn a workload into RDMA writes. One Network is one simulation run.
+//
+//   fabric.cpp   ports, transmission, routing and load balancing, switch buffers,
+//                WRED/ECN, PFC pause/resume with watchdog, failures
+//   rdma.cpp     queue pairs: segmentation, PSNs, ACK/NAK, go-back-N or selective
+//                retransmission, CNPs, the DCQCN reaction point
+//   agents.cpp   workload steps, message matching, completion records
+//   report.cpp   summary, JSON/CSV outputs, pcap
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "weft/sim/config.h"
+#include "weft/sim/engine.h"
+#include "weft/sim/packet.h"
+#include "weft/sim/topology.h"
+#include "weft/sim/workload.h"
+
+namespace weft::sim {
+
+struct Port {
+  int node = -1;
+  int peer = -1;            // the port at the other end of the link
+  int link = -1;
+  double bps = 0;
+  Time delay = 0;           // propagation + the receiving node's switching latency
+  bool up = true;
+  std::uint32_t epoch = 0;  // bumped when the link goes down: packets on the wire are lost
+  bool busy = false;
+  std::uint32_t tx_packet = 0;
+  PacketFifo control;       // PFC frames: ahead of everything, never paused
+  PacketFifo queue[8];
+  std::int64_t queue_bytes[8] = {};
+  std::int64_t max_queue_bytes[8] = {};
+  double deficit[8] = {};
+  int dwrr_next = 0;
+  // Being paused by the peer (we are the upstream sender).
+  Time paused_until[8] = {};
+  Time paused_since[8] = {};
+  Time paused_total[8] = {};
+  Time watchdog_until[8] = {};
+  bool wake_pending[8] = {};
+  // Pausing the peer (we are the downstream receiver): bytes held here that came in here.
+  std::int64_t ingress_bytes[8] = {};
+  bool pausing[8] = {};
+  // Counters.
+  std::int64_t tx_bytes = 0, tx_frames = 0, tx_payload = 0;
+  std::int64_t pauses_sent = 0, resumes_sent = 0, pauses_received = 0;
+  std::int64_t ecn_marks = 0, drops = 0;
+  bool endpoint_wake_pending = false;
+  Time endpoint_wake_at = kNever;
+};
+
+// One message (part) on a queue pair.
+struct QpMessage {
+  std::uint32_t psn_begin = 0, psn_end = 0;  // [begin, end)
+  std::int64_t bytes = 0;
+  int flow = -1;
+};
+
+struct QueuePair {
+  int src = -1, dst = -1;   // GPU node ids
+  int src_agent = -1, dst_agent = -1;
+  std::uint16_t sport = 0;
+  // Sender.
+  std::deque<QpMessage> unacked;   // messages not yet fully acknowledged
+  std::uint32_t psn_assigned = 0;  // next PSN to give a new message
+  std::uint32_t snd_nxt = 0, snd_una = 0, snd_max = 0;
+  std::vector<std::uint32_t> retransmit;  // selective repeat: PSNs to resend first
+  Time next_send = 0;
+  Time last_progress = 0;
+  bool rto_armed = false;
+  bool active = false;
+  int flowlet_port = -1;
+  Time flowlet_last = 0;
+  // DCQCN reaction point (rate 0: not rate limited).
+  double rate = 0, target = 0, alpha = 1;
+  std::int64_t byte_counter = 0;
+  int t_stage = 0, b_stage = 0;
+  bool cnp_since_alpha = false;
+  bool cc_timers = false;
+  std::uint32_t rate_epoch = 0;      // stale rate-timer events carry an older epoch
+  // Receiver.
+  std::uint32_t epsn = 0;
+  std::vector<std::uint32_t> ahead;  // PSNs received ahead of epsn (sorted)
+  std::deque<QpMessage> rx;          // messages not yet delivered
+  int since_ack = 0;
+  std::uint32_t nak_for = ~0u;
+  Time last_cnp = 0;
+  bool cnp_sent_once = false;
+};
+
+struct FlowRecord {
+  int src_agent = -1, dst_agent = -1;
+  int src_gpu = -1, dst_gpu = -1;  // GPU ranks
+  std::int64_t bytes = 0;
+  std::int64_t delivered_bytes = 0;  // payload accepted by the receiver so far
+  Time start = 0, delivered = 0, acked = 0;
+  int parts_left_rx = 0, parts_left_tx = 0;
+  int collective = -1;
+};
+
+struct PfcEvent {
+  Time at;
+  int port;       // the port that sent the frame
+  int queue;
+  bool pause;     // false: resume
+};
+
+struct Counters {
+  std::int64_t ecn_marks = 0, cnps = 0, pauses = 0, resumes = 0, drops = 0, headroom_drops = 0;
+  std::int64_t retransmissions = 0, naks = 0, timeouts = 0, duplicates = 0;
+  std::int64_t out_of_order = 0;  // arrivals ahead of a missing PSN that the receiver had to drop or hold
+  std::int64_t reordered = 0;     // Write-Only arrivals ahead of a missing PSN, placed directly
+  std::int64_t watchdog_storms = 0, lost_on_failure = 0, data_packets = 0;
+  std::int64_t bytes_sent = 0, bytes_delivered = 0;
+};
+
+struct QueueSample {
+  Time at;
+  int port;
+  int queue;
+  std::int64_t bytes;
+};
+
+class Network : public EventTarget {
+ public:
+  Network(const Topology& topology, const SimConfig& config, Workload workload);
+  ~Network() override;
+
+  // Runs until every agent finished or the time limit; `progress` prints simulated time
+  // and events/s while running. Returns true when every agent finished.
+  bool run(bool progress = false);
+
+  const Topology& topology() const { return topo_; }
+  const SimConfig& config() const { return cfg_; }
+  const Workload& workload() const { return work_; }
+  const std::vector<Port>& ports() const { return ports_; }
+  const std::vector<FlowRecord>& flows() const { return flows_; }
+  const std::vector<PfcEvent>& pfc_events() const { return pfc_events_; }
+  const std::vector<QueueSample>& queue_samples() const { return samples_; }
+  const Counters& counters() const { return counters_; }
+  Time now() const { return events_.now(); }
+  Time finish_time() const { return finish_; }
+  std::uint64_t events_run() const { return events_.events_run(); }
+  double wall_seconds() const { return wall_seconds_; }
+  std::size_t peak_packets() const { return pool_.capacity(); }
+  // Start and end of each collective (kNever when it did not run or finish).
+  const std::vector<std::pair<Time, Time>>& collective_times() const { return collective_times_; }
+  std::string port_name(int port) const;  // "rail-0->spine-1"
+  int agents_unfinished() const;
+
+  // Captures the frames sent on a link (both directions) into a pcap file.
+  void capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path);
+
+  void on_event(std::uint32_t kind, std::uint64_t arg) override;
+
+ private:
+  enum Event : std::uint32_t {
+    kTxDone, kArrive, kPauseExpire, kPauseRefresh, kEndpointWake, kRto, kAlphaTimer, kRateTimer, kStepStart,
+    kSample, kFailure
+  };
+
+  // fabric.cpp
+  void build_ports();
+  void compute_routes();
+  int choose_port(int node, Packet& p);
+  void try_send(int port);
+  void transmit(int port, std::uint32_t id);
+  void tx_done(int port);
+  void arrive(std::uint32_t id);
+  void forward(int node, std::uint32_t id);
+  void dequeued_at_switch(int port, const Packet& p);
+  void send_pfc(int port, int queue, bool pause);
+  void receive_pfc(int port, const Packet& p);
+  void pause_expired(int port, int queue);
+  void apply_failure(const Failure& f);
+  void set_link(int link, bool up, double bps);
+  void drop(std::uint32_t id);
+  bool node_is_endpoint(int node) const { return topo_.nodes[node].kind == NodeKind::kGpu; }
+  std::uint32_t hash_tuple(int node, const Packet& p) const;
+  void sample_queues();
+
+  // rdma.cpp
+  int qp_for(int src_agent, int dst_agent, int part);
+  void post_message(int flow, int src_agent, int dst_agent, std::int64_t bytes);
+  void activate(int qp);
+  bool qp_has_data(const QueuePair& q) const;
+  std::uint32_t make_data_packet(int qp, int port);
+  std::uint32_t endpoint_pull(int node, int port);
+  void endpoint_receive(int node, std::uint32_t id);
+  void receive_data(QueuePair& q, int qp, const Packet& p);
+  void receive_ack(QueuePair& q, int qp, const Packet& p, bool nak);
+  void receive_cnp(QueuePair& q, int qp);
+  void send_control(int from, int to, int qp, PacketType type, std::uint32_t psn);
+  void rto_check(int qp);
+  void alpha_timer(int qp);
+  void rate_timer(int qp, std::uint32_t epoch);
+  void rate_increase(QueuePair& q);
+  double line_rate(int node) const;
+
+  // agents.cpp
+  void start_agents();
+  void step_start(int agent);
+  void advance_agent(int agent);
+  void message_delivered(int flow);
+  void message_acked(int flow);
+
+  const Topology& topo_;
+  SimConfig cfg_;
+  Workload work_;
+  EventQueue events_;
+  PacketPool pool_;
+  std::vector<Port> ports_;
+  std::vector<std::vector<int>> node_ports_;
+  std::vector<int> link_port_;           // link -> its port at end a (peer is end b)
+  // Routes: for node n and destination GPU rank d, the candidate ports are
+  // route_pool_[route_begin_[n * G + d] + i] for i < route_count_[n * G + d].
+  std::vector<std::uint32_t> route_begin_;
+  std::vector<std::uint16_t> route_count_;
+  std::vector<std::int32_t> route_pool_;
+  std::vector<int> gpu_rank_of_node_;
+  std::vector<std::uint32_t> switch_seed_;
+  std::vector<std::uint32_t> rr_counter_;
+  std::unordered_map<std::uint64_t, std::pair<int, Time>> flowlets_;  // (node, qp) -> port, last packet
+  std::vector<std::int64_t> buffer_used_;
+  std::mt19937_64 rng_;
+  // Endpoints.
+  std::vector<QueuePair> qps_;
+  std::unordered_map<std::uint64_t, int> qp_index_;
+  std::vector<std::vector<int>> active_qps_;   // per GPU node
+  std::vector<std::size_t> rr_qp_;              // per GPU node: round-robin cursor
+  std::vector<int> qps_created_;                // per GPU node
+  // Agents.
+  struct AgentState {
+    std::size_t step = 0;
+    int pending = 0;
+    bool started = false, done = false, posting = false;
+    Time step_began = 0;
+    std::unordered_map<int, std::int64_t> arrived;   // messages arrived from peer, not yet matched
+    std::unordered_map<int, std::int64_t> waiting;   // receives of the current step from peer
+  };
+  std::vector<AgentState> agents_;
+  std::vector<FlowRecord> flows_;
+  std::vector<std::pair<Time, Time>> collective_times_;
+  int agents_left_ = 0;
+  // Outputs.
+  Counters counters_;
+  std::vector<PfcEvent> pfc_events_;
+  std::vector<QueueSample> samples_;
+  Time finish_ = 0;
+  double wall_seconds_ = 0;
+  std::FILE* pcap_ = nullptr;
+  int pcap_link_ = -1;
+  void pcap_write(const Packet& p);
+};
+
+}  // namespace weft::sim

@@ -1,0 +1,99 @@
+// Packets of the simulated fabric and the pool they come from. A packet is a small plain
+// struct addressed by a 32-bit index; the pool reuses freed slots, so a run allocates
+// only while its peak number of packets in flight grows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "weft/sim/engine.h"
+
+namespace weft::sim {
+
+enum class PacketType : std::uint8_t { kData, kAck, kNak, kCnp, kPause };
+// RDMA WRITE opcodes (InfiniBand BTH): First/Middle/Last of a multi-packet write, or Only.
+enum class Opcode : std::uint8_t { kFirst, kMiddle, kLast, kOnly };
+
+// Frame sizes in bytes. RoCEv2 data: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 (+ RETH 16 on
+// First and Only) + payload + ICRC 4 + FCS 4. Acks add AETH 4; a CNP carries 16 reserved
+// bytes; a PFC frame is a 64-byte MAC control frame. On the wire each frame also takes a
+// preamble (8) and an inter-frame gap (12).
+constexpr std::uint32_t kHeaderBytes = 14 + 20 + 8 + 12 + 4 + 4;
+constexpr std::uint32_t kRethBytes = 16;
+constexpr std::uint32_t kWireOverhead = 8 + 12;
+constexpr std::uint32_t kAckFrame = kHeaderBytes + 4;
+constexpr std::uint32_t kCnpFrame = kHeaderBytes + 16;
+constexpr std::uint32_t kPauseFrame = 64;
+constexpr std::uint16_t kRocePort = 4791;
+
+struct Packet {
+  PacketType type = PacketType::kData;
+  Opcode opcode = Opcode::kOnly;
+  std::uint8_t queue = 0;    // priority queue (from DSCP)
+  std::uint8_t dscp = 0;
+  bool ect = false;          // ECN-capable transport
+  bool ce = false;           // congestion experienced
+  std::uint16_t sport = 0;   // UDP source port (QP entropy)
+  std::int32_t src = -1;     // GPU node ids
+  std::int32_t dst = -1;
+  std::uint32_t qp = 0;
+  std::uint32_t psn = 0;     // data: PSN; ACK/NAK: expected PSN; pause: quanta
+  std::uint32_t payload = 0;
+  std::uint32_t frame = 0;   // frame bytes (without preamble and gap)
+  std::int32_t port = -1;    // the port it arrived on at the current node (-1: generated here)
+  Time sent_at = 0;
+  std::uint32_t link_epoch = 0;  // the link's epoch when it went on the wire (failures)
+};
+
+class PacketPool {
+ public:
+  std::uint32_t alloc() {
+    if (free_.empty()) {
+      slots_.emplace_back();
+      return static_cast<std::uint32_t>(slots_.size() - 1);
+    }
+    std::uint32_t id = free_.back();
+    free_.pop_back();
+    slots_[id] = Packet{};
+    return id;
+  }
+  void release(std::uint32_t id) { free_.push_back(id); }
+  Packet& operator[](std::uint32_t id) { return slots_[id]; }
+  std::size_t capacity() const { return slots_.size(); }
+  std::size_t in_use() const { return slots_.size() - free_.size(); }
+
+ private:
+  std::vector<Packet> slots_;
+  std::vector<std::uint32_t> free_;
+};
+
+// A FIFO of packet ids that reuses its storage (a ring buffer that doubles when full).
+class PacketFifo {
+ public:
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  std::uint32_t front() const { return buf_[head_]; }
+  void push(std::uint32_t id) {
+    if (size_ == buf_.size()) grow();
+    buf_[(head_ + size_) & (buf_.size() - 1)] = id;
+    ++size_;
+  }
+  std::uint32_t pop() {
+    std::uint32_t id = buf_[head_];
+    head_ = (head_ + 1) & (buf_.size() - 1);
+    --size_;
+    return id;
+  }
+
+ private:
+  void grow() {
+    std::vector<std::uint32_t> bigger(buf_.empty() ? 8 : buf_.size() * 2);
+    for (std::size_t i = 0; i < size_; ++i) bigger[i] = buf_[(head_ + i) & (buf_.size() - 1)];
+    buf_.swap(bigger);
+    head_ = 0;
+  }
+  std::vector<std::uint32_t> buf_;
+  std::size_t head_ = 0, size_ = 0;
+};
+
+}  // namespace weft::sim

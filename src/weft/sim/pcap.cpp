@@ -1,0 +1,135 @@
+// A pcap of one link: every frame sent on it, both directions, with real Ethernet, IPv4,
+// UDP (port 4791), InfiniBand BTH and RETH/AETH headers, so Wireshark and tshark decode
+// the RoCEv2 traffic. Payload bytes are not stored (captured length = headers; original
+// length = the frame without FCS).
+#include <cstring>
+
+#include "weft/sim/network.h"
+#include "weft/util/error.h"
+
+namespace weft::sim {
+namespace {
+
+void put16(unsigned char* p, unsigned v) {
+  p[0] = static_cast<unsigned char>(v >> 8);
+  p[1] = static_cast<unsigned char>(v);
+}
+void put24(unsigned char* p, unsigned v) {
+  p[0] = static_cast<unsigned char>(v >> 16);
+  p[1] = static_cast<unsigned char>(v >> 8);
+  p[2] = static_cast<unsigned char>(v);
+}
+void put32(unsigned char* p, std::uint32_t v) {
+  put16(p, v >> 16);
+  put16(p + 2, v & 0xFFFF);
+}
+void mac(unsigned char* p, int node) {
+  unsigned char m[6] = {0x02, 0x00, 0x00, static_cast<unsigned char>(node >> 16), static_cast<unsigned char>(node >> 8),
+                        static_cast<unsigned char>(node)};
+  std::memcpy(p, m, 6);
+}
+
+}  // namespace
+
+void Network::capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path) {
+  int a = topo_.find(node_a), b = topo_.find(node_b);
+  if (a < 0 || b < 0) throw ConfigError("pcap: unknown node '" + (a < 0 ? node_a : node_b) + "'");
+  for (std::size_t l = 0; l < topo_.links.size(); ++l) {
+    const Link& L = topo_.links[l];
+    if ((L.a == a && L.b == b) || (L.a == b && L.b == a)) {
+      pcap_link_ = static_cast<int>(l);
+      break;
+    }
+  }
+  if (pcap_link_ < 0) throw ConfigError("pcap: there is no link between " + node_a + " and " + node_b);
+  pcap_ = std::fopen(pcap_path.c_str(), "wb");
+  if (!pcap_) throw ConfigError("pcap: cannot write " + pcap_path);
+  unsigned char h[24] = {};
+  std::uint32_t magic = 0xA1B23C4D;  // nanosecond timestamps
+  std::memcpy(h, &magic, 4);
+  std::uint16_t major = 2, minor = 4;
+  std::memcpy(h + 4, &major, 2);
+  std::memcpy(h + 6, &minor, 2);
+  std::uint32_t snaplen = 256, linktype = 1;
+  std::memcpy(h + 16, &snaplen, 4);
+  std::memcpy(h + 20, &linktype, 4);
+  std::fwrite(h, 1, sizeof h, pcap_);
+}
+
+void Network::pcap_write(const Packet& p) {
+  unsigned char f[128] = {};
+  std::size_t n = 0;
+  const Port& P = ports_[ports_[link_port_[pcap_link_]].peer];
+  (void)P;
+  if (p.type == PacketType::kPause) {
+    const unsigned char dst[6] = {0x01, 0x80, 0xC2, 0x00, 0x00, 0x01};
+    std::memcpy(f, dst, 6);
+    mac(f + 6, p.src);
+    put16(f + 12, 0x8808);
+    put16(f + 14, 0x0101);            // PFC opcode
+    put16(f + 16, 1u << p.queue);     // class enable vector
+    put16(f + 18 + 2 * p.queue, p.psn);  // quanta of that class
+    n = 60;
+  } else {
+    mac(f, p.dst);
+    mac(f + 6, p.src);
+    put16(f + 12, 0x0800);
+    unsigned char* ip = f + 14;
+    std::uint32_t ip_len = p.frame - 14 - 4;  // without Ethernet header and FCS
+    ip[0] = 0x45;
+    ip[1] = static_cast<unsigned char>(p.dscp << 2 | (p.ce ? 3 : p.ect ? 2 : 0));
+    put16(ip + 2, ip_len);
+    put16(ip + 6, 0x4000);  // don't fragment
+    ip[8] = 64;
+    ip[9] = 17;
+    put32(ip + 12, topo_.nodes[p.src].ip);
+    put32(ip + 16, topo_.nodes[p.dst].ip);
+    std::uint32_t sum = 0;
+    for (int i = 0; i < 20; i += 2) sum += static_cast<std::uint32_t>(ip[i] << 8 | ip[i + 1]);
+    while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+    put16(ip + 10, ~sum & 0xFFFF);
+    unsigned char* udp = ip + 20;
+    put16(udp, p.sport);
+    put16(udp + 2, kRocePort);
+    put16(udp + 4, ip_len - 20);
+    unsigned char* bth = udp + 8;
+    unsigned opcode = 0;
+    switch (p.type) {
+      case PacketType::kData:
+        opcode = p.opcode == Opcode::kFirst ? 0x06 : p.opcode == Opcode::kMiddle ? 0x07 : p.opcode == Opcode::kLast ? 0x08 : 0x0A;
+        break;
+      case PacketType::kAck:
+      case PacketType::kNak: opcode = 0x11; break;
+      case PacketType::kCnp: opcode = 0x81; break;
+      default: break;
+    }
+    bth[0] = static_cast<unsigned char>(opcode);
+    put16(bth + 2, 0xFFFF);  // partition key
+    put24(bth + 5, p.qp + 1);
+    put24(bth + 9, p.psn);
+    if (p.type == PacketType::kData && (p.opcode == Opcode::kLast || p.opcode == Opcode::kOnly)) bth[8] = 0x80;  // ack request
+    n = 14 + 20 + 8 + 12;
+    if (p.type == PacketType::kData && (p.opcode == Opcode::kFirst || p.opcode == Opcode::kOnly)) {
+      unsigned char* reth = f + n;
+      put32(reth, 0);
+      put32(reth + 4, p.psn * static_cast<std::uint32_t>(cfg_.mtu));  // virtual address (low word)
+      put32(reth + 8, 0x1000 + p.qp);                                 // R_Key
+      put32(reth + 12, p.payload);
+      n += kRethBytes;
+    } else if (p.type == PacketType::kAck || p.type == PacketType::kNak) {
+      f[n] = p.type == PacketType::kNak ? 0x60 : 0x1F;  // AETH syndrome: NAK (PSN sequence error) or ACK
+      put24(f + n + 1, p.psn);
+      n += 4;
+    } else if (p.type == PacketType::kCnp) {
+      n += 16;
+    }
+  }
+  Time now = events_.now();
+  std::uint32_t rec[4] = {static_cast<std::uint32_t>(now / kSec), static_cast<std::uint32_t>(now % kSec / kNs),
+                          static_cast<std::uint32_t>(n),
+                          static_cast<std::uint32_t>(p.type == PacketType::kPause ? 60 : p.frame - 4)};
+  std::fwrite(rec, sizeof rec, 1, pcap_);
+  std::fwrite(f, 1, n, pcap_);
+}
+
+}  // namespace weft::sim

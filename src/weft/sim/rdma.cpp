@@ -1,0 +1,417 @@
+// RoCEv2 reliable-connection queue pairs at the GPU endpoints: messages cut into MTU
+// packets with PSNs, WRITE First/Middle/Last or Only, coalesced ACKs, NAKs on sequence
+// errors, go-back-N or selective retransmission with a timeout, CNPs from the receiver
+// (notification point) and the DCQCN reaction point at the sender.
+#include <algorithm>
+#include <cmath>
+
+#include "weft/sim/network.h"
+#include "weft/util/error.h"
+
+namespace weft::sim {
+namespace {
+constexpr std::uint32_t kNone = ~0u;
+}
+
+double Network::line_rate(int node) const {
+  double best = 0, any = 0;
+  for (int port : node_ports_[node]) {
+    any = std::max(any, ports_[port].bps);
+    if (topo_.links[ports_[port].link].tier != "nvlink") best = std::max(best, ports_[port].bps);
+  }
+  return best > 0 ? best : any;
+}
+
+int Network::qp_for(int src_agent, int dst_agent, int part) {
+  std::uint64_t key = (static_cast<std::uint64_t>(src_agent) << 32 | static_cast<std::uint32_t>(dst_agent)) * 257 +
+                      static_cast<std::uint64_t>(part);
+  auto [it, fresh] = qp_index_.try_emplace(key, static_cast<int>(qps_.size()));
+  if (fresh) {
+    QueuePair q;
+    q.src_agent = src_agent;
+    q.dst_agent = dst_agent;
+    q.src = topo_.gpus[work_.agents[src_agent].gpu];
+    q.dst = topo_.gpus[work_.agents[dst_agent].gpu];
+    // RoCEv2 puts QP entropy in the UDP source port; like a NIC numbering its QPs in
+    // creation order, the n-th QP of every GPU gets the same port.
+    int local = qps_created_[q.src]++;
+    q.sport = static_cast<std::uint16_t>(0xC000 | (local & 0x3FFF));
+    qps_.push_back(std::move(q));
+  }
+  return it->second;
+}
+
+void Network::post_message(int flow, int src_agent, int dst_agent, std::int64_t bytes) {
+  FlowRecord& f = flows_[flow];
+  if (f.src_gpu == f.dst_gpu) {
+    // Same GPU: no network traffic.
+    f.parts_left_rx = f.parts_left_tx = 1;
+    message_delivered(flow);
+    message_acked(flow);
+    return;
+  }
+  std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
+  int parts = static_cast<int>(std::min<std::int64_t>(cfg_.qps_per_connection, packets));
+  f.parts_left_rx = f.parts_left_tx = parts;
+  std::int64_t given = 0;
+  for (int i = 0; i < parts; ++i) {
+    std::int64_t pk = packets / parts + (i < packets % parts ? 1 : 0);
+    std::int64_t part_bytes = i + 1 == parts ? bytes - given : std::min(bytes - given, pk * cfg_.mtu);
+    given += part_bytes;
+    int qp = qp_for(src_agent, dst_agent, i);
+    QueuePair& q = qps_[qp];
+    QpMessage m{q.psn_assigned, q.psn_assigned + static_cast<std::uint32_t>(pk), part_bytes, flow};
+    q.psn_assigned = m.psn_end;
+    q.unacked.push_back(m);
+    q.rx.push_back(m);
+    activate(qp);
+  }
+}
+
+bool Network::qp_has_data(const QueuePair& q) const { return q.snd_nxt < q.psn_assigned || !q.retransmit.empty(); }
+
+void Network::activate(int qp) {
+  QueuePair& q = qps_[qp];
+  if (!q.active) {
+    q.active = true;
+    active_qps_[q.src].push_back(qp);
+  }
+  for (int port : node_ports_[q.src]) try_send(port);
+}
+
+std::uint32_t Network::endpoint_pull(int node, int port) {
+  auto& list = active_qps_[node];
+  if (list.empty()) return kNone;
+  const Time now = events_.now();
+  const std::size_t G = topo_.gpus.size();
+  Time earliest = kNever;
+  std::uint32_t id = kNone;
+  std::size_t n = list.size(), start = rr_qp_[node] % n;
+  bool stale = false;
+  for (std::size_t i = 0; i < n && id == kNone; ++i) {
+    std::size_t idx = (start + i) % n;
+    int qp = list[idx];
+    QueuePair& q = qps_[qp];
+    if (!qp_has_data(q)) {
+      stale = true;
+      continue;
+    }
+    if (q.next_send > now) {
+      earliest = std::min(earliest, q.next_send);
+      continue;
+    }
+    // Would this QP's next packet leave through `port`?
+    std::size_t slot = static_cast<std::size_t>(node) * G + static_cast<std::size_t>(gpu_rank_of_node_[q.dst]);
+    int count = route_count_[slot];
+    if (count == 0) continue;
+    const std::int32_t* c = &route_pool_[route_begin_[slot]];
+    bool usable = false;
+    if (count == 1) {
+      usable = c[0] == port;
+    } else if (cfg_.lb == LoadBalancing::kSpray) {
+      for (int k = 0; k < count; ++k) usable = usable || c[k] == port;
+    } else if (cfg_.lb == LoadBalancing::kFlowlet) {
+      bool fresh = q.flowlet_port < 0 || now - q.flowlet_last >= cfg_.flowlet_gap;
+      if (!fresh) {
+        bool valid = false;
+        for (int k = 0; k < count; ++k) valid = valid || c[k] == q.flowlet_port;
+        fresh = !valid;
+      }
+      if (fresh)
+        for (int k = 0; k < count; ++k) usable = usable || c[k] == port;
+      else usable = q.flowlet_port == port;
+      if (usable) {
+        q.flowlet_port = port;
+        q.flowlet_last = now;
+      }
+    } else {
+      Packet probe;
+      probe.src = q.src;
+      probe.dst = q.dst;
+      probe.sport = q.sport;
+      usable = c[hash_tuple(node, probe) % static_cast<std::uint32_t>(count)] == port;
+    }
+    if (!usable) continue;
+    rr_qp_[node] = idx + 1;
+    id = make_data_packet(qp, port);
+  }
+  if (stale) {
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](int qp) {
+                                if (qp_has_data(qps_[qp])) return false;
+                                qps_[qp].active = false;
+                                return true;
+                              }),
+               list.end());
+  }
+  if (id == kNone && earliest != kNever) {
+    Port& P = ports_[port];
+    if (P.endpoint_wake_at > earliest) {
+      P.endpoint_wake_at = earliest;
+      P.endpoint_wake_pending = true;
+      events_.schedule(earliest, this, kEndpointWake, static_cast<std::uint64_t>(port));
+    }
+  }
+  return id;
+}
+
+std::uint32_t Network::make_data_packet(int qp, int port) {
+  QueuePair& q = qps_[qp];
+  const Time now = events_.now();
+  std::uint32_t psn;
+  bool again;
+  if (!q.retransmit.empty()) {
+    psn = q.retransmit.front();
+    q.retransmit.erase(q.retransmit.begin());
+    again = true;
+  } else {
+    psn = q.snd_nxt++;
+    again = psn < q.snd_max;
+  }
+  if (again) ++counters_.retransmissions;
+  bool was_idle = q.snd_una >= q.snd_max;
+  q.snd_max = std::max(q.snd_max, psn + 1);
+  auto it = std::upper_bound(q.unacked.begin(), q.unacked.end(), psn,
+                             [](std::uint32_t v, const QpMessage& m) { return v < m.psn_begin; });
+  if (it == q.unacked.begin()) throw InternalError("simulator: PSN without a message");
+  const QpMessage& m = *(it - 1);
+  std::uint32_t index = psn - m.psn_begin, count = m.psn_end - m.psn_begin;
+  std::int64_t payload = index + 1 < count ? cfg_.mtu : m.bytes - cfg_.mtu * static_cast<std::int64_t>(count - 1);
+  Opcode op = Opcode::kOnly;
+  if (cfg_.write_mode == WriteMode::kFirstMiddleLast && count > 1)
+    op = index == 0 ? Opcode::kFirst : index + 1 == count ? Opcode::kLast : Opcode::kMiddle;
+  std::uint32_t id = pool_.alloc();
+  Packet& p = pool_[id];
+  p.type = PacketType::kData;
+  p.opcode = op;
+  p.queue = static_cast<std::uint8_t>(cfg_.roce_queue);
+  p.dscp = static_cast<std::uint8_t>(cfg_.roce_dscp);
+  p.ect = true;
+  p.sport = q.sport;
+  p.src = q.src;
+  p.dst = q.dst;
+  p.qp = static_cast<std::uint32_t>(qp);
+  p.psn = psn;
+  p.payload = static_cast<std::uint32_t>(payload);
+  p.frame = kHeaderBytes + p.payload + (op == Opcode::kFirst || op == Opcode::kOnly ? kRethBytes : 0);
+  p.port = -2;
+  p.sent_at = now;
+  ++counters_.data_packets;
+  counters_.bytes_sent += payload;
+  if (q.rate > 0)
+    q.next_send = now + static_cast<Time>(std::llround((p.frame + kWireOverhead) * 8e12 / q.rate));
+  if (q.cc_timers) {
+    q.byte_counter += payload;
+    if (q.byte_counter >= cfg_.dcqcn_byte_counter) {
+      q.byte_counter = 0;
+      ++q.b_stage;
+      rate_increase(q);
+    }
+  }
+  if (was_idle) q.last_progress = now;
+  if (!q.rto_armed) {
+    q.rto_armed = true;
+    events_.schedule(now + cfg_.rto, this, kRto, static_cast<std::uint64_t>(qp));
+  }
+  (void)port;
+  return id;
+}
+
+void Network::send_control(int from, int to, int qp, PacketType type, std::uint32_t psn) {
+  std::uint32_t id = pool_.alloc();
+  Packet& p = pool_[id];
+  p.type = type;
+  bool cnp = type == PacketType::kCnp;
+  p.queue = static_cast<std::uint8_t>(cnp ? cfg_.cnp_queue : cfg_.roce_queue);
+  p.dscp = static_cast<std::uint8_t>(cnp ? cfg_.cnp_dscp : cfg_.roce_dscp);
+  p.frame = cnp ? kCnpFrame : kAckFrame;
+  p.src = from;
+  p.dst = to;
+  p.qp = static_cast<std::uint32_t>(qp);
+  p.psn = psn;
+  p.sport = qps_[qp].sport;
+  p.port = -1;
+  int out = choose_port(from, p);
+  if (out < 0) {
+    ++counters_.lost_on_failure;
+    pool_.release(id);
+    return;
+  }
+  Port& O = ports_[out];
+  O.queue[p.queue].push(id);
+  O.queue_bytes[p.queue] += p.frame + kWireOverhead;
+  try_send(out);
+}
+
+void Network::endpoint_receive(int node, std::uint32_t id) {
+  Packet& p = pool_[id];
+  int qp = static_cast<int>(p.qp);
+  QueuePair& q = qps_[qp];
+  switch (p.type) {
+    case PacketType::kData: receive_data(q, qp, p); break;
+    case PacketType::kAck: receive_ack(q, qp, p, false); break;
+    case PacketType::kNak: receive_ack(q, qp, p, true); break;
+    case PacketType::kCnp: receive_cnp(q, qp); break;
+    case PacketType::kPause: break;
+  }
+  (void)node;
+  pool_.release(id);
+}
+
+void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
+  const Time now = events_.now();
+  auto credit = [&] {
+    // The message holding this PSN (rx is in PSN order).
+    auto it = std::upper_bound(q.rx.begin(), q.rx.end(), p.psn,
+                               [](std::uint32_t v, const QpMessage& m) { return v < m.psn_begin; });
+    if (it != q.rx.begin()) flows_[(it - 1)->flow].delivered_bytes += p.payload;
+    counters_.bytes_delivered += p.payload;
+  };
+  if (p.ce && cfg_.cc == CongestionControl::kDcqcn && (!q.cnp_sent_once || now - q.last_cnp >= cfg_.cnp_interval)) {
+    q.cnp_sent_once = true;
+    q.last_cnp = now;
+    ++counters_.cnps;
+    send_control(q.dst, q.src, qp, PacketType::kCnp, 0);
+  }
+  const bool accept_ahead = cfg_.write_mode == WriteMode::kWriteOnly || cfg_.retransmit == Retransmit::kSelective;
+  const std::uint32_t psn = p.psn;
+  if (psn < q.epsn || std::binary_search(q.ahead.begin(), q.ahead.end(), psn)) {
+    ++counters_.duplicates;
+    send_control(q.dst, q.src, qp, PacketType::kAck, q.epsn);
+    return;
+  }
+  if (psn > q.epsn) {
+    if (cfg_.write_mode == WriteMode::kWriteOnly) ++counters_.reordered;
+    else ++counters_.out_of_order;
+    bool nak = !accept_ahead || cfg_.retransmit == Retransmit::kSelective;
+    if (nak && q.nak_for != q.epsn) {
+      q.nak_for = q.epsn;
+      ++counters_.naks;
+      send_control(q.dst, q.src, qp, PacketType::kNak, q.epsn);
+    }
+    if (!accept_ahead) return;  // First/Middle/Last must arrive in order: dropped
+    q.ahead.insert(std::upper_bound(q.ahead.begin(), q.ahead.end(), psn), psn);
+    credit();
+    ++q.since_ack;
+    return;
+  }
+  credit();
+  ++q.epsn;
+  std::size_t consumed = 0;
+  while (consumed < q.ahead.size() && q.ahead[consumed] == q.epsn) {
+    ++q.epsn;
+    ++consumed;
+  }
+  if (consumed) q.ahead.erase(q.ahead.begin(), q.ahead.begin() + static_cast<std::ptrdiff_t>(consumed));
+  ++q.since_ack;
+  bool message_end = false;
+  while (!q.rx.empty() && q.rx.front().psn_end <= q.epsn) {
+    int flow = q.rx.front().flow;
+    q.rx.pop_front();
+    message_end = true;
+    message_delivered(flow);
+  }
+  if (message_end || q.since_ack >= cfg_.ack_every) {
+    q.since_ack = 0;
+    send_control(q.dst, q.src, qp, PacketType::kAck, q.epsn);
+  }
+}
+
+void Network::receive_ack(QueuePair& q, int qp, const Packet& p, bool nak) {
+  const std::uint32_t e = p.psn;
+  if (e > q.snd_una) {
+    q.snd_una = e;
+    q.last_progress = events_.now();
+    while (!q.unacked.empty() && q.unacked.front().psn_end <= q.snd_una) {
+      int flow = q.unacked.front().flow;
+      q.unacked.pop_front();
+      message_acked(flow);
+    }
+    q.retransmit.erase(std::remove_if(q.retransmit.begin(), q.retransmit.end(), [&](std::uint32_t s) { return s < q.snd_una; }),
+                       q.retransmit.end());
+  }
+  if (q.snd_nxt < q.snd_una) q.snd_nxt = q.snd_una;
+  if (nak && e < q.snd_max) {
+    if (cfg_.retransmit == Retransmit::kGoBackN) {
+      if (q.snd_nxt > e) q.snd_nxt = e;
+    } else if (std::find(q.retransmit.begin(), q.retransmit.end(), e) == q.retransmit.end()) {
+      q.retransmit.push_back(e);
+    }
+    activate(qp);
+  }
+}
+
+void Network::rto_check(int qp) {
+  QueuePair& q = qps_[qp];
+  q.rto_armed = false;
+  if (q.snd_una >= q.snd_max) return;  // nothing outstanding; re-armed by the next send
+  const Time now = events_.now();
+  if (now - q.last_progress >= cfg_.rto) {
+    ++counters_.timeouts;
+    if (cfg_.retransmit == Retransmit::kGoBackN) q.snd_nxt = q.snd_una;
+    else if (std::find(q.retransmit.begin(), q.retransmit.end(), q.snd_una) == q.retransmit.end())
+      q.retransmit.push_back(q.snd_una);
+    q.last_progress = now;
+    activate(qp);
+  }
+  q.rto_armed = true;
+  events_.schedule(q.last_progress + cfg_.rto, this, kRto, static_cast<std::uint64_t>(qp));
+}
+
+// --- DCQCN reaction point (Zhu et al., SIGCOMM 2015, section 3.2) ---
+
+void Network::receive_cnp(QueuePair& q, int qp) {
+  if (cfg_.cc != CongestionControl::kDcqcn) return;
+  const Time now = events_.now();
+  if (q.rate == 0) q.rate = q.target = line_rate(q.src);
+  // The target drops to the current rate only if the rate rose since the last cut; back-to-
+  // back cuts keep the old target, so fast recovery returns toward it (ConnectX behaviour
+  // with target clamping off).
+  if (q.t_stage > 0 || q.b_stage > 0) q.target = q.rate;
+  q.rate = std::max(cfg_.dcqcn_min_rate, q.rate * (1 - q.alpha / 2));
+  q.alpha = (1 - cfg_.dcqcn_g) * q.alpha + cfg_.dcqcn_g;
+  q.cnp_since_alpha = true;
+  q.byte_counter = 0;
+  q.t_stage = q.b_stage = 0;
+  ++q.rate_epoch;
+  events_.schedule(now + cfg_.dcqcn_rate_timer, this, kRateTimer,
+                   static_cast<std::uint64_t>(qp) << 32 | q.rate_epoch);
+  if (!q.cc_timers) {
+    q.cc_timers = true;
+    events_.schedule(now + cfg_.dcqcn_alpha_timer, this, kAlphaTimer, static_cast<std::uint64_t>(qp));
+  }
+}
+
+void Network::alpha_timer(int qp) {
+  QueuePair& q = qps_[qp];
+  if (!q.cc_timers) return;
+  if (!q.cnp_since_alpha) q.alpha *= 1 - cfg_.dcqcn_g;
+  q.cnp_since_alpha = false;
+  events_.schedule(events_.now() + cfg_.dcqcn_alpha_timer, this, kAlphaTimer, static_cast<std::uint64_t>(qp));
+}
+
+void Network::rate_timer(int qp, std::uint32_t epoch) {
+  QueuePair& q = qps_[qp];
+  if (!q.cc_timers || epoch != q.rate_epoch) return;
+  ++q.t_stage;
+  rate_increase(q);
+  if (q.cc_timers)
+    events_.schedule(events_.now() + cfg_.dcqcn_rate_timer, this, kRateTimer, static_cast<std::uint64_t>(qp) << 32 | epoch);
+}
+
+void Network::rate_increase(QueuePair& q) {
+  const double line = line_rate(q.src);
+  const int f = cfg_.dcqcn_f;
+  if (std::min(q.t_stage, q.b_stage) > f) q.target += cfg_.dcqcn_rhai;           // hyper increase
+  else if (std::max(q.t_stage, q.b_stage) > f) q.target += cfg_.dcqcn_rai;       // additive increase
+  q.target = std::min(q.target, line);                                            // (else fast recovery)
+  q.rate = (q.target + q.rate) / 2;
+  if (q.rate >= line * 0.999) {
+    // Back at line rate: no more limiting, timers stop until the next CNP.
+    q.rate = 0;
+    q.cc_timers = false;
+    ++q.rate_epoch;
+  }
+}
+
+}  // namespace weft::sim

@@ -1,0 +1,256 @@
+#include "weft/sim/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "weft/util/error.h"
+#include "weft/util/file.h"
+#include "weft/util/units.h"
+
+namespace weft::sim {
+namespace {
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  std::size_t i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size()))) ;
+  return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)];
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// For every switch, its ports grouped by the role of the node at the other end (a rail
+// switch's uplinks to spines, a spine's downlinks to rails ...): the busiest port's share.
+struct Imbalance {
+  std::string node, peer_role, busiest_peer;
+  int ports = 0;
+  double share = 0;  // of the group's bytes
+};
+
+std::vector<Imbalance> imbalances(const Network& net) {
+  const Topology& t = net.topology();
+  std::map<std::pair<int, std::string>, std::vector<int>> groups;
+  for (std::size_t p = 0; p < net.ports().size(); ++p) {
+    const Port& P = net.ports()[p];
+    const Node& n = t.nodes[P.node];
+    const Node& peer = t.nodes[net.ports()[P.peer].node];
+    if (n.kind != NodeKind::kSwitch || peer.kind == NodeKind::kGpu || n.role == "nvswitch") continue;
+    groups[{P.node, peer.role}].push_back(static_cast<int>(p));
+  }
+  std::vector<Imbalance> out;
+  for (const auto& [key, ports] : groups) {
+    // Distinct peers: parallel links to one peer count together.
+    std::map<int, std::int64_t> by_peer;
+    for (int p : ports) by_peer[net.ports()[net.ports()[p].peer].node] += net.ports()[p].tx_payload;
+    if (by_peer.size() < 2) continue;
+    std::int64_t total = 0, best = -1;
+    int best_peer = -1;
+    for (const auto& [peer, bytes] : by_peer) {
+      total += bytes;
+      if (bytes > best) {
+        best = bytes;
+        best_peer = peer;
+      }
+    }
+    if (total == 0) continue;
+    out.push_back({t.nodes[key.first].name, key.second, t.nodes[best_peer].name, static_cast<int>(by_peer.size()),
+                   static_cast<double>(best) / static_cast<double>(total)});
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json summary_json(const Network& net) {
+  using nlohmann::json;
+  const Topology& t = net.topology();
+  const Counters& c = net.counters();
+  json j;
+  int switches = 0;
+  for (const Node& n : t.nodes) switches += n.kind == NodeKind::kSwitch;
+  j["topology"] = {{"name", t.name}, {"fabric", t.fabric}, {"gpus", t.gpus.size()}, {"switches", switches},
+                   {"links", t.links.size()}};
+  j["finished"] = net.agents_unfinished() == 0;
+  j["simulated_us"] = to_us(net.finish_time());
+  j["events"] = net.events_run();  // wall-clock figures are printed, not stored: same seed, same files
+  j["peak_packets"] = net.peak_packets();
+  json colls = json::array();
+  const auto& times = net.collective_times();
+  for (std::size_t i = 0; i < net.workload().collectives.size(); ++i) {
+    const CollectiveInfo& ci = net.workload().collectives[i];
+    json e = {{"name", ci.name}, {"job", ci.job}, {"ranks", ci.ranks}, {"bytes", ci.bytes}};
+    if (times[i].first != kNever && times[i].second >= times[i].first) {
+      double s = to_seconds(times[i].second - times[i].first);
+      e["start_us"] = to_us(times[i].first);
+      e["time_us"] = s * 1e6;
+      e["algbw_GBps"] = s > 0 ? static_cast<double>(ci.bytes) / s / 1e9 : 0.0;
+      e["busbw_GBps"] = s > 0 ? static_cast<double>(ci.bytes) / s / 1e9 * ci.busbw_factor : 0.0;
+    }
+    colls.push_back(e);
+  }
+  j["collectives"] = colls;
+  std::vector<double> fct;
+  for (const FlowRecord& f : net.flows())
+    if (f.delivered >= f.start && f.parts_left_rx == 0) fct.push_back(to_us(f.delivered - f.start));
+  double mean = 0;
+  for (double v : fct) mean += v;
+  if (!fct.empty()) mean /= static_cast<double>(fct.size());
+  j["flows"] = {{"count", net.flows().size()},
+                {"completed", fct.size()},
+                {"fct_mean_us", mean},
+                {"fct_p50_us", percentile(fct, 0.5)},
+                {"fct_p99_us", percentile(fct, 0.99)},
+                {"fct_max_us", percentile(fct, 1.0)}};
+  Time paused = 0;
+  for (const Port& p : net.ports())
+    for (Time q : p.paused_total) paused += q;
+  j["counters"] = {{"ecn_marks", c.ecn_marks},         {"cnps", c.cnps},
+                   {"pfc_pauses", c.pauses},           {"pfc_resumes", c.resumes},
+                   {"pfc_paused_us", to_us(paused)},   {"drops", c.drops},
+                   {"headroom_drops", c.headroom_drops}, {"retransmissions", c.retransmissions},
+                   {"out_of_order", c.out_of_order},   {"reordered_write_only", c.reordered}, {"naks", c.naks},
+                   {"timeouts", c.timeouts},           {"duplicates", c.duplicates},
+                   {"watchdog_storms", c.watchdog_storms}, {"lost_on_failure", c.lost_on_failure},
+                   {"data_packets", c.data_packets},   {"bytes_sent", c.bytes_sent},
+                   {"bytes_delivered", c.bytes_delivered}};
+  json imb = json::array();
+  for (const Imbalance& i : imbalances(net))
+    imb.push_back({{"switch", i.node}, {"toward", i.peer_role}, {"ports", i.ports}, {"busiest", i.busiest_peer}, {"share", i.share}});
+  j["load_balance"] = imb;
+  json cfg;
+  for (const ConfigKey& k : config_keys()) cfg[k.key] = describe_value(net.config(), k.key);
+  j["config"] = cfg;
+  return j;
+}
+
+void print_summary(const Network& net, std::FILE* out, const std::string& out_dir) {
+  const Topology& t = net.topology();
+  const Counters& c = net.counters();
+  int switches = 0;
+  for (const Node& n : t.nodes) switches += n.kind == NodeKind::kSwitch;
+  std::fprintf(out, "weft sim: %s (%zu GPUs, %d switches, %zu links)\n", t.name.c_str(), t.gpus.size(), switches,
+               t.links.size());
+  double eps = net.wall_seconds() > 0 ? static_cast<double>(net.events_run()) / net.wall_seconds() : 0;
+  if (net.agents_unfinished() == 0)
+    std::fprintf(out, "finished at %.3f us simulated (wall %.2f s, %.2f M events/s)\n", to_us(net.finish_time()),
+                 net.wall_seconds(), eps / 1e6);
+  else
+    std::fprintf(out, "NOT finished: %d ranks still waiting at %.3f us simulated (time limit or deadlock)\n",
+                 net.agents_unfinished(), to_us(net.finish_time()));
+  const auto& times = net.collective_times();
+  std::size_t shown = 0;
+  for (std::size_t i = 0; i < net.workload().collectives.size() && shown < 8; ++i, ++shown) {
+    const CollectiveInfo& ci = net.workload().collectives[i];
+    if (times[i].first == kNever) continue;
+    double s = to_seconds(times[i].second - times[i].first);
+    std::fprintf(out, "collective %s, %s on %d ranks: %.3f us, algbw %.2f GB/s, busbw %.2f GB/s\n", ci.name.c_str(),
+                 human_bytes(ci.bytes).c_str(), ci.ranks, s * 1e6, s > 0 ? ci.bytes / s / 1e9 : 0.0,
+                 s > 0 ? ci.bytes / s / 1e9 * ci.busbw_factor : 0.0);
+  }
+  if (net.workload().collectives.size() > shown)
+    std::fprintf(out, "... %zu more collectives in summary.json\n", net.workload().collectives.size() - shown);
+  auto j = summary_json(net);
+  std::fprintf(out, "flows: %zu, completion mean %.3f us, p99 %.3f us, max %.3f us\n", net.flows().size(),
+               j["flows"]["fct_mean_us"].get<double>(), j["flows"]["fct_p99_us"].get<double>(),
+               j["flows"]["fct_max_us"].get<double>());
+  std::fprintf(out,
+               "congestion: %lld ECN marks, %lld CNPs, %lld PFC pauses (%.3f us paused in all), %lld drops, "
+               "%lld retransmissions, %lld out-of-order arrivals\n",
+               static_cast<long long>(c.ecn_marks), static_cast<long long>(c.cnps), static_cast<long long>(c.pauses),
+               j["counters"]["pfc_paused_us"].get<double>(), static_cast<long long>(c.drops),
+               static_cast<long long>(c.retransmissions), static_cast<long long>(c.out_of_order));
+  if (c.reordered)
+    std::fprintf(out, "write-only: %lld packets arrived ahead of a missing one and were placed directly\n",
+                 static_cast<long long>(c.reordered));
+  if (c.watchdog_storms) std::fprintf(out, "PFC watchdog: %lld pause storms broken\n", static_cast<long long>(c.watchdog_storms));
+  if (c.lost_on_failure) std::fprintf(out, "failures: %lld packets lost on failed links\n", static_cast<long long>(c.lost_on_failure));
+  // The busiest fabric link (GPU-side NVLink and PCIe excluded).
+  int busiest = -1;
+  double util = 0;
+  Time span = std::max<Time>(net.finish_time(), 1);
+  for (std::size_t p = 0; p < net.ports().size(); ++p) {
+    const Port& P = net.ports()[p];
+    const std::string& tier = t.links[P.link].tier;
+    if (tier == "nvlink" || tier == "pcie") continue;
+    double u = static_cast<double>(P.tx_bytes) * 8 / (P.bps * to_seconds(span));
+    if (u > util) {
+      util = u;
+      busiest = static_cast<int>(p);
+    }
+  }
+  if (busiest >= 0) std::fprintf(out, "busiest link: %s, %.0f%% utilized\n", net.port_name(busiest).c_str(), 100 * util);
+  // Load balance: the most lopsided group of parallel paths.
+  const Imbalance* worst = nullptr;
+  auto imb = imbalances(net);
+  for (const Imbalance& i : imb)
+    if (i.peer_role == "spine" || i.peer_role == "super-spine" || i.peer_role == "agg" || i.peer_role == "core")
+      if (!worst || i.share * i.ports > worst->share * worst->ports) worst = &i;
+  if (worst) {
+    double fair = 1.0 / worst->ports;
+    const char* label = worst->share > 1.5 * fair ? "hash polarization" : "load balance";
+    std::fprintf(out, "%s: %s carried %.0f%% of %s's uplink bytes (%d uplink switches, fair share %.0f%%)\n", label,
+                 worst->busiest_peer.c_str(), 100 * worst->share, worst->node.c_str(), worst->ports, 100 * fair);
+  }
+  if (!out_dir.empty()) std::fprintf(out, "outputs in %s: summary.json flows.csv links.csv queues.csv pfc.csv\n", out_dir.c_str());
+}
+
+void write_outputs(const Network& net, const std::string& dir) {
+  make_directories(dir);
+  const Topology& t = net.topology();
+  write_file_atomic(dir + "/summary.json", summary_json(net).dump(2) + "\n");
+  std::string s = "flow,src_gpu,dst_gpu,src,dst,bytes,delivered_bytes,start_us,delivered_us,acked_us,fct_us,collective\n";
+  char buf[512];
+  for (std::size_t i = 0; i < net.flows().size(); ++i) {
+    const FlowRecord& f = net.flows()[i];
+    bool done = f.parts_left_rx == 0;
+    std::snprintf(buf, sizeof buf, "%zu,%d,%d,%s,%s,%lld,%lld,%.6f,%s,%s,%s,%d\n", i, f.src_gpu, f.dst_gpu,
+                  t.nodes[t.gpus[f.src_gpu]].name.c_str(), t.nodes[t.gpus[f.dst_gpu]].name.c_str(),
+                  static_cast<long long>(f.bytes), static_cast<long long>(f.delivered_bytes), to_us(f.start), done ? fmt("%.6f", to_us(f.delivered)).c_str() : "",
+                  f.parts_left_tx == 0 ? fmt("%.6f", to_us(f.acked)).c_str() : "",
+                  done ? fmt("%.6f", to_us(f.delivered - f.start)).c_str() : "", f.collective);
+    s += buf;
+  }
+  write_file_atomic(dir + "/flows.csv", s);
+  s = "port,from,to,tier,gbps,tx_bytes,tx_payload,utilization,ecn_marks,drops,pauses_sent,resumes_sent,pauses_received,"
+      "paused_us,max_queue_bytes\n";
+  Time span = std::max<Time>(net.finish_time(), 1);
+  for (std::size_t p = 0; p < net.ports().size(); ++p) {
+    const Port& P = net.ports()[p];
+    Time paused = 0;
+    std::int64_t maxq = 0;
+    for (int q = 0; q < 8; ++q) {
+      paused += P.paused_total[q];
+      maxq = std::max(maxq, P.max_queue_bytes[q]);
+    }
+    std::snprintf(buf, sizeof buf, "%zu,%s,%s,%s,%g,%lld,%lld,%.6f,%lld,%lld,%lld,%lld,%lld,%.6f,%lld\n", p,
+                  t.nodes[P.node].name.c_str(), t.nodes[net.ports()[P.peer].node].name.c_str(), t.links[P.link].tier.c_str(),
+                  P.bps / 1e9, static_cast<long long>(P.tx_bytes), static_cast<long long>(P.tx_payload),
+                  static_cast<double>(P.tx_bytes) * 8 / (P.bps * to_seconds(span)), static_cast<long long>(P.ecn_marks),
+                  static_cast<long long>(P.drops), static_cast<long long>(P.pauses_sent), static_cast<long long>(P.resumes_sent),
+                  static_cast<long long>(P.pauses_received), to_us(paused), static_cast<long long>(maxq));
+    s += buf;
+  }
+  write_file_atomic(dir + "/links.csv", s);
+  s = "time_us,port,queue,bytes\n";
+  for (const QueueSample& q : net.queue_samples()) {
+    std::snprintf(buf, sizeof buf, "%.6f,%s,%d,%lld\n", to_us(q.at), net.port_name(q.port).c_str(), q.queue,
+                  static_cast<long long>(q.bytes));
+    s += buf;
+  }
+  write_file_atomic(dir + "/queues.csv", s);
+  s = "time_us,from,to,queue,frame\n";
+  for (const PfcEvent& e : net.pfc_events()) {
+    const Port& P = net.ports()[e.port];
+    std::snprintf(buf, sizeof buf, "%.6f,%s,%s,%d,%s\n", to_us(e.at), t.nodes[P.node].name.c_str(),
+                  t.nodes[net.ports()[P.peer].node].name.c_str(), e.queue, e.pause ? "pause" : "resume");
+    s += buf;
+  }
+  write_file_atomic(dir + "/pfc.csv", s);
+}
+
+}  // namespace weft::sim

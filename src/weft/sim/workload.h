@@ -1,0 +1,73 @@
+// What the simulated GPUs do: per agent (one rank of one job, placed on one GPU) a list
+// of steps. A step waits `gap` (compute), then posts its sends (RDMA writes) and waits
+// for them to be acknowledged and for its expected receives to arrive. Messages between
+// two agents match in order, exactly as in the schedule IR (algo/program.h).
+//
+// Workloads come from: a collective expanded through the `algo` schedules (the code the
+// real communicator runs), a trace folder written by a real run (WEFT_TRACE), synthetic
+// patterns (permutation, incast, all-to-all, single flows), or a job file combining
+// several of them with failures.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/sim/engine.h"
+#include "weft/sim/topology.h"
+
+namespace weft::sim {
+
+struct Transfer {
+  int peer = -1;  // agent index
+  std::int64_t bytes = 0;
+};
+
+struct WorkStep {
+  Time gap = 0;
+  std::vector<Transfer> sends, recvs;
+  int collective = -1;  // index into Workload::collectives, or -1
+};
+
+struct Agent {
+  int job = 0;
+  int rank = 0;
+  int gpu = 0;  // GPU rank in the topology (index into Topology::gpus)
+  Time start = 0;
+  std::vector<WorkStep> steps;
+};
+
+struct CollectiveInfo {
+  std::string name;       // e.g. "allreduce/ring"
+  int job = 0;
+  int ranks = 0;
+  std::int64_t bytes = 0;  // per rank (nccl-tests "size")
+  double busbw_factor = 1;
+};
+
+struct Failure {
+  enum class Kind : std::uint8_t { kLinkDown, kLinkUp, kLinkDegrade, kSwitchDown, kSwitchUp };
+  Time at = 0;
+  Kind kind = Kind::kLinkDown;
+  std::string a, b;  // link ends (node names), or the switch in a
+  double bps = 0;    // degrade: the new speed
+};
+
+struct Workload {
+  std::vector<std::string> jobs;
+  std::vector<Agent> agents;
+  std::vector<CollectiveInfo> collectives;
+  std::vector<Failure> failures;
+};
+
+// Parses a workload argument: a trace folder, a job file (.yaml/.yml), or a spec such as
+//   allreduce:ring:64MB[@0-15]   broadcast:binomial:1MB@0-7   permutation:2MB
+//   incast:8:16MB (GPUs 1..8 -> GPU 0)   alltoall:1MB@0-7   flow:0:5:1MB
+// Throws ConfigError with a one-line explanation.
+Workload load_workload(const std::string& spec, const Topology& topology, std::uint64_t seed);
+
+// A collective over `gpus` (topology GPU ranks), expanded through algo::build_program.
+void add_collective(Workload& w, const std::string& collective, const std::string& algorithm, std::int64_t bytes,
+                    const std::vector<int>& gpus, int gpus_per_host, Time start, int iterations = 1);
+
+}  // namespace weft::sim
