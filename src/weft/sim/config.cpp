@@ -209,6 +209,7 @@ std::int64_t parse_bytes(const std::string& text, const std::string& what) {
 Time parse_time(const std::string& text, const std::string& what) {
   auto [v, unit] = split_number(text, what);
   std::string u = lower(unit);
+  if (u.empty() && v == 0) return 0;
   double scale = 0;
   if (u == "ps") scale = 1;
   else if (u == "ns") scale = 1e3;

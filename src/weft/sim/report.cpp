@@ -1,5 +1,7 @@
 #include "weft/sim/report.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -26,6 +28,13 @@ std::string fmt(const char* f, double v) {
 
 // For every switch, its ports grouped by the role of the node at the other end (a rail
 // switch's uplinks to spines, a spine's downlinks to rails ...): the busiest port's share.
+int tier_rank(const std::string& role) {
+  if (role == "rail" || role == "leaf" || role == "edge" || role == "switch") return 1;
+  if (role == "spine" || role == "agg") return 2;
+  if (role == "super-spine" || role == "core") return 3;
+  return 0;  // gpu, nic, nvswitch
+}
+
 struct Imbalance {
   std::string node, peer_role, busiest_peer;
   int ports = 0;
@@ -39,7 +48,9 @@ std::vector<Imbalance> imbalances(const Network& net) {
     const Port& P = net.ports()[p];
     const Node& n = t.nodes[P.node];
     const Node& peer = t.nodes[net.ports()[P.peer].node];
-    if (n.kind != NodeKind::kSwitch || peer.kind == NodeKind::kGpu || n.role == "nvswitch") continue;
+    // Only paths up the tree (rail/leaf/edge -> spine/agg -> super-spine/core) are
+    // alternatives for the same traffic.
+    if (n.kind != NodeKind::kSwitch || tier_rank(peer.role) <= tier_rank(n.role)) continue;
     groups[{P.node, peer.role}].push_back(static_cast<int>(p));
   }
   std::vector<Imbalance> out;
@@ -136,9 +147,11 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   std::fprintf(out, "weft sim: %s (%zu GPUs, %d switches, %zu links)\n", t.name.c_str(), t.gpus.size(), switches,
                t.links.size());
   double eps = net.wall_seconds() > 0 ? static_cast<double>(net.events_run()) / net.wall_seconds() : 0;
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
   if (net.agents_unfinished() == 0)
-    std::fprintf(out, "finished at %.3f us simulated (wall %.2f s, %.2f M events/s)\n", to_us(net.finish_time()),
-                 net.wall_seconds(), eps / 1e6);
+    std::fprintf(out, "finished at %.3f us simulated (wall %.2f s, %.2f M events/s, peak memory %.0f MiB)\n",
+                 to_us(net.finish_time()), net.wall_seconds(), eps / 1e6, static_cast<double>(usage.ru_maxrss) / 1024);
   else
     std::fprintf(out, "NOT finished: %d ranks still waiting at %.3f us simulated (time limit or deadlock)\n",
                  net.agents_unfinished(), to_us(net.finish_time()));
