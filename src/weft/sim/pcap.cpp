@@ -1,8 +1,9 @@
 // A pcap of one link: every frame sent on it, both directions, with real Ethernet, IPv4,
 // UDP (port 4791), InfiniBand BTH and RETH/AETH headers, so Wireshark and tshark decode
-// the RoCEv2 traffic. Payload bytes are not stored (captured length = headers; original
-// length = the frame without FCS).
+// the RoCEv2 traffic. Frames are stored whole without the FCS; payload bytes are zeros.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "weft/sim/network.h"
 #include "weft/util/error.h"
@@ -50,17 +51,17 @@ void Network::capture(const std::string& node_a, const std::string& node_b, cons
   std::uint16_t major = 2, minor = 4;
   std::memcpy(h + 4, &major, 2);
   std::memcpy(h + 6, &minor, 2);
-  std::uint32_t snaplen = 256, linktype = 1;
+  std::uint32_t snaplen = 65535, linktype = 1;
   std::memcpy(h + 16, &snaplen, 4);
   std::memcpy(h + 20, &linktype, 4);
   std::fwrite(h, 1, sizeof h, pcap_);
 }
 
 void Network::pcap_write(const Packet& p) {
-  unsigned char f[128] = {};
+  static std::vector<unsigned char> frame;
+  frame.assign(std::max<std::size_t>(p.frame, 64), 0);
+  unsigned char* f = frame.data();
   std::size_t n = 0;
-  const Port& P = ports_[ports_[link_port_[pcap_link_]].peer];
-  (void)P;
   if (p.type == PacketType::kPause) {
     const unsigned char dst[6] = {0x01, 0x80, 0xC2, 0x00, 0x00, 0x01};
     std::memcpy(f, dst, 6);
@@ -105,7 +106,7 @@ void Network::pcap_write(const Packet& p) {
     }
     bth[0] = static_cast<unsigned char>(opcode);
     put16(bth + 2, 0xFFFF);  // partition key
-    put24(bth + 5, p.qp + 1);
+    put24(bth + 5, p.qp + 0x100);  // destination QP (0 and 1 are reserved for management)
     put24(bth + 9, p.psn);
     if (p.type == PacketType::kData && (p.opcode == Opcode::kLast || p.opcode == Opcode::kOnly)) bth[8] = 0x80;  // ack request
     n = 14 + 20 + 8 + 12;
@@ -124,10 +125,11 @@ void Network::pcap_write(const Packet& p) {
       n += 16;
     }
   }
+  // Captured: the whole frame without FCS (payload and ICRC as zeros).
+  n = p.type == PacketType::kPause ? 60 : p.frame - 4;
   Time now = events_.now();
   std::uint32_t rec[4] = {static_cast<std::uint32_t>(now / kSec), static_cast<std::uint32_t>(now % kSec / kNs),
-                          static_cast<std::uint32_t>(n),
-                          static_cast<std::uint32_t>(p.type == PacketType::kPause ? 60 : p.frame - 4)};
+                          static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(n)};
   std::fwrite(rec, sizeof rec, 1, pcap_);
   std::fwrite(f, 1, n, pcap_);
 }
