@@ -132,7 +132,9 @@ TEST(SimTopology, RailOptimizedFabricHasTheExpectedParts) {
   EXPECT_EQ(tiers["spine"], 8 * 16);  // 16 host ports per rail switch, non-blocking: 16 uplinks, 2 per spine
   // GPU g of every host sits on rail switch g.
   for (const Link& l : t.links) {
-    if (l.tier == "access") EXPECT_EQ(t.nodes[l.b].name, "rail-" + std::to_string(t.nodes[l.a].local));
+    if (l.tier == "access") {
+      EXPECT_EQ(t.nodes[l.b].name, "rail-" + std::to_string(t.nodes[l.a].local));
+    }
   }
 }
 
@@ -386,4 +388,58 @@ TEST(SimValidation, SameSeedSameOutputFiles) {
   SimRun other = simulate("leaf-spine-4x4.yaml", "incast:12:1MB@15,0-11", {"lb=spray", "seed=8"});
   write_outputs(*other.net, b);
   EXPECT_NE(weft::read_file(a + "/flows.csv"), weft::read_file(b + "/flows.csv"));
+}
+
+TEST(SimValidation, PfcWatchdogBreaksAPauseStorm) {
+  std::string dir = ::testing::TempDir() + "/weft_sim_storm";
+  weft::make_directories(dir);
+  weft::write_file_atomic(dir + "/job.yaml",
+                          "jobs:\n  - {src: 1, dst: 0, size: 1MB}\n"
+                          "failures:\n  - {at: 0us, pause_storm: [host0.gpu0, switch]}\n");
+  SimRun stuck = simulate("single-switch.yaml", dir + "/job.yaml", {"pfc.watchdog=0", "time_limit=5ms"});
+  EXPECT_FALSE(stuck.finished) << "without a watchdog the storm blocks host0 for good";
+  EXPECT_EQ(stuck.net->counters().watchdog_storms, 0);
+  SimRun saved = simulate("single-switch.yaml", dir + "/job.yaml", {"pfc.watchdog=200us", "time_limit=5ms"});
+  EXPECT_TRUE(saved.finished);
+  EXPECT_GT(saved.net->counters().watchdog_storms, 0);
+  EXPECT_EQ(saved.net->flows()[0].delivered_bytes, 1000000);
+}
+
+TEST(SimValidation, RailDesignsRouteWhereTheSeedSays) {
+  // Rail-only: GPU 7 of host 0 -> GPU 0 of host 1 crosses NVLink in host 0, then rail 0.
+  SimRun rail_only = simulate("rail-only.yaml", "flow:7:8:1MB");
+  ASSERT_TRUE(rail_only.finished);
+  std::map<std::string, std::int64_t> by_tier;
+  for (const Port& p : rail_only.net->ports()) by_tier[rail_only.net->topology().links[p.link].tier] += p.tx_payload;
+  EXPECT_EQ(by_tier["nvlink"], 2 * 1000000);  // GPU 7 -> NVSwitch -> GPU 0
+  EXPECT_EQ(by_tier["access"], 2 * 1000000);  // host0.gpu0 -> rail-0 -> host1.gpu0
+  // Rail-optimized: the same flow climbs to a spine; a same-rail flow stays on its rail.
+  SimRun opt = simulate("rail-optimized.yaml", "flow:7:8:1MB");
+  std::map<std::string, std::int64_t> opt_tier;
+  for (const Port& p : opt.net->ports()) opt_tier[opt.net->topology().links[p.link].tier] += p.tx_payload;
+  EXPECT_EQ(opt_tier["spine"], 2 * 1000000);
+  EXPECT_EQ(opt_tier["nvlink"], 0);
+  SimRun same_rail = simulate("rail-optimized.yaml", "flow:0:8:1MB");
+  std::map<std::string, std::int64_t> same_tier;
+  for (const Port& p : same_rail.net->ports()) same_tier[same_rail.net->topology().links[p.link].tier] += p.tx_payload;
+  EXPECT_EQ(same_tier["spine"], 0);
+  // A NIC shared by two GPUs: the traffic crosses PCIe to the NIC first.
+  SimRun shared = simulate("shared-nic.yaml", "flow:0:8:1MB");
+  std::map<std::string, std::int64_t> shared_tier;
+  for (const Port& p : shared.net->ports()) shared_tier[shared.net->topology().links[p.link].tier] += p.tx_payload;
+  EXPECT_EQ(shared_tier["pcie"], 2 * 1000000);
+  // Dual rail: with switch rail-0a down from the start, traffic uses rail-0b.
+  std::string dir = ::testing::TempDir() + "/weft_sim_dual";
+  weft::make_directories(dir);
+  weft::write_file_atomic(dir + "/job.yaml",
+                          "jobs:\n  - {collective: allreduce, algorithm: ring, size: 4MB}\n"
+                          "failures:\n  - {at: 0us, switch_down: rail-0a}\n");
+  SimRun dual = simulate("dual-rail.yaml", dir + "/job.yaml");
+  EXPECT_TRUE(dual.finished);
+  const Topology& t = dual.net->topology();
+  for (const Port& p : dual.net->ports()) {
+    if (t.nodes[p.node].name == "rail-0a") {
+      EXPECT_EQ(p.tx_bytes, 0);
+    }
+  }
 }

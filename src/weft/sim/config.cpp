@@ -138,7 +138,7 @@ const std::vector<Entry>& entries() {
         bool_entry("pfc", &SimConfig::pfc, "priority flow control for the RoCE queue"),
         bytes_entry("pfc.xoff", &SimConfig::pfc_xoff, "ingress bytes per port and priority that send a pause"),
         bytes_entry("pfc.xon", &SimConfig::pfc_xon, "ingress bytes below which a resume (quanta 0) is sent"),
-        bytes_entry("pfc.headroom", &SimConfig::pfc_headroom, "bytes accepted above xoff before dropping (0: 2 x link bytes in flight + 3 frames)"),
+        bytes_entry("pfc.headroom", &SimConfig::pfc_headroom, "bytes accepted above xoff before dropping (0: the link's round trip of bytes + 3 frames)"),
         int_entry("pfc.quanta", &SimConfig::pfc_quanta, 1, 0xFFFF, "pause time carried by a pause frame, in 512-bit times"),
         time_entry("pfc.watchdog", &SimConfig::pfc_watchdog, "a queue paused longer than this is declared a storm and un-paused (0: off)"),
         bytes_entry("rdma.mtu", &SimConfig::mtu, "RDMA payload bytes per packet"),

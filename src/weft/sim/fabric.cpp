@@ -266,8 +266,8 @@ void Network::forward(int node, std::uint32_t id) {
   if (lossless) {
     const Port& I = ports_[in];
     std::int64_t headroom = cfg_.pfc_headroom;
-    if (headroom == 0)
-      headroom = static_cast<std::int64_t>(2.0 * I.bps * to_seconds(ports_[I.peer].delay) / 8) +
+    if (headroom == 0)  // what still arrives after the pause is sent: one round trip of the link, 3 frames
+      headroom = static_cast<std::int64_t>(I.bps * to_seconds(I.delay + ports_[I.peer].delay) / 8) +
                  3 * static_cast<std::int64_t>(cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead);
     if (I.ingress_bytes[q] + wire > cfg_.pfc_xoff + headroom) {
       ++counters_.headroom_drops;
@@ -310,7 +310,8 @@ void Network::dequeued_at_switch(int port, const Packet& p) {
   buffer_used_[ports_[port].node] -= wire;
   Port& I = ports_[p.port];
   I.ingress_bytes[p.queue] -= wire;
-  if (I.pausing[p.queue] && I.ingress_bytes[p.queue] <= cfg_.pfc_xon) send_pfc(p.port, p.queue, false);
+  if (I.pausing[p.queue] && !I.storming[p.queue] && I.ingress_bytes[p.queue] <= cfg_.pfc_xon)
+    send_pfc(p.port, p.queue, false);
 }
 
 void Network::send_pfc(int port, int queue, bool pause) {
@@ -416,6 +417,14 @@ void Network::apply_failure(const Failure& f) {
       const Link& L = topo_.links[l];
       if ((L.a == a && L.b == b) || (L.a == b && L.b == a)) links.push_back(static_cast<int>(l));
     }
+  }
+  if (f.kind == Failure::Kind::kPauseStorm) {
+    for (int l : links) {
+      int port = ports_[link_port_[l]].node == a ? link_port_[l] : link_port_[l] + 1;
+      ports_[port].storming[cfg_.roce_queue] = true;
+      send_pfc(port, cfg_.roce_queue, true);
+    }
+    return;
   }
   bool up = f.kind == Failure::Kind::kLinkUp || f.kind == Failure::Kind::kSwitchUp || f.kind == Failure::Kind::kLinkDegrade;
   for (int l : links) set_link(l, up, f.kind == Failure::Kind::kLinkDegrade ? f.bps : 0);

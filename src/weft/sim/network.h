@@ -51,6 +51,7 @@ struct Port {
   // Pausing the peer (we are the downstream receiver): bytes held here that came in here.
   std::int64_t ingress_bytes[8] = {};
   bool pausing[8] = {};
+  bool storming[8] = {};    // a pause storm injected here: never resumes
   // Counters.
   std::int64_t tx_bytes = 0, tx_frames = 0, tx_payload = 0;
   std::int64_t pauses_sent = 0, resumes_sent = 0, pauses_received = 0;

@@ -388,6 +388,9 @@ void load_job_file(Workload& w, const std::string& path, const Topology& t, std:
           link("degrade");
           if (!f["speed"]) throw ConfigError(where + ": degrade needs speed");
           fail.bps = parse_rate(f["speed"].as<std::string>(), where + ".speed");
+        } else if (f["pause_storm"]) {
+          fail.kind = Failure::Kind::kPauseStorm;
+          link("pause_storm");
         } else if (f["switch_down"]) {
           fail.kind = Failure::Kind::kSwitchDown;
           fail.a = f["switch_down"].as<std::string>();
@@ -395,7 +398,7 @@ void load_job_file(Workload& w, const std::string& path, const Topology& t, std:
           fail.kind = Failure::Kind::kSwitchUp;
           fail.a = f["switch_up"].as<std::string>();
         } else {
-          throw ConfigError(where + ": expected link_down, link_up, degrade, switch_down or switch_up");
+          throw ConfigError(where + ": expected link_down, link_up, degrade, switch_down, switch_up or pause_storm");
         }
         for (const std::string& node : {fail.a, fail.b})
           if (!node.empty() && t.find(node) < 0) throw ConfigError(where + ": unknown node '" + node + "'");

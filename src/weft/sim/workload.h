@@ -46,7 +46,9 @@ struct CollectiveInfo {
 };
 
 struct Failure {
-  enum class Kind : std::uint8_t { kLinkDown, kLinkUp, kLinkDegrade, kSwitchDown, kSwitchUp };
+  // kPauseStorm: node a keeps pausing its link to b (a stuck receiver), which the PFC
+  // watchdog of b's port is there to detect and break.
+  enum class Kind : std::uint8_t { kLinkDown, kLinkUp, kLinkDegrade, kSwitchDown, kSwitchUp, kPauseStorm };
   Time at = 0;
   Kind kind = Kind::kLinkDown;
   std::string a, b;  // link ends (node names), or the switch in a
