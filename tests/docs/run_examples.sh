@@ -10,7 +10,10 @@ page=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PATH="$bin_dir:$PATH"
+repo=$(cd "$(dirname "$page")/.." && pwd)
 cd "$work"
+# Pages refer to the repository's example files as examples/...
+ln -s "$repo/examples" examples
 
 mapfile -t lines <"$page"
 in_block=0

@@ -43,7 +43,8 @@ std::string fmt_double(double v) {
 }
 std::string fmt_time(Time t) {
   char buf[64];
-  if (t % kMs == 0 && t >= kMs) std::snprintf(buf, sizeof buf, "%llums", static_cast<unsigned long long>(t / kMs));
+  if (t % kSec == 0 && t >= kSec) std::snprintf(buf, sizeof buf, "%llus", static_cast<unsigned long long>(t / kSec));
+  else if (t % kMs == 0 && t >= kMs) std::snprintf(buf, sizeof buf, "%llums", static_cast<unsigned long long>(t / kMs));
   else if (t % kUs == 0 && t >= kUs) std::snprintf(buf, sizeof buf, "%lluus", static_cast<unsigned long long>(t / kUs));
   else std::snprintf(buf, sizeof buf, "%lluns", static_cast<unsigned long long>(t / kNs));
   return buf;
