@@ -181,6 +181,35 @@ void add_flow(Workload& w, int src, int dst, std::int64_t bytes, Time start, int
 
 // --- traces (docs/trace-format.md) ---
 
+// The messages a record lists must be those of the program rebuilt from its algorithm:
+// otherwise the trace came from another version or was edited, and replaying it would
+// simulate traffic the run never sent.
+void check_recorded_steps(const nlohmann::json& steps, const algo::Program& p, const std::vector<int>& members,
+                          std::int64_t element, const std::string& algorithm, const std::string& where) {
+  using Sends = std::vector<std::pair<int, std::int64_t>>;
+  std::vector<Sends> want, got;
+  for (const algo::Step& s : p.steps) {
+    Sends sends;
+    for (const algo::Op& op : s.ops)
+      if (op.kind == algo::OpKind::kSend) sends.push_back({members[op.peer], op.src.count * element});
+    if (!sends.empty()) want.push_back(sends);
+  }
+  if (!steps.is_array()) throw ConfigError(where + ": 'steps' must be a list");
+  for (const auto& step : steps) {
+    Sends sends;
+    for (const auto& m : step) sends.push_back({m.at("to").get<int>(), m.at("bytes").get<std::int64_t>()});
+    if (!sends.empty()) got.push_back(sends);
+  }
+  auto sorted = [](std::vector<Sends> v) {
+    for (auto& s : v) std::sort(s.begin(), s.end());
+    return v;
+  };
+  if (sorted(want) != sorted(got))
+    throw ConfigError(where + ": the recorded messages do not match algorithm '" + algorithm + "' (" +
+                      std::to_string(got.size()) + " sending steps recorded, " + std::to_string(want.size()) +
+                      " in the program)");
+}
+
 void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement) {
   std::map<int, std::string> files;
   DIR* d = opendir(dir.c_str());
@@ -283,6 +312,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         algo::Program p = algo::build_program(c, algorithm, index, gw, program_elements(c, count, gw), opts);
         std::vector<int> agent_of(gw);
         for (int i = 0; i < gw; ++i) agent_of[i] = agent_of_global[members[i]];
+        if (j.contains("steps")) check_recorded_steps(j["steps"], p, members, element, algorithm, rec.where);
         // The k-th collective of a group on every member rank is one operation.
         std::string group_key;
         for (int m : members) group_key += std::to_string(m) + ",";
