@@ -190,3 +190,79 @@ TEST(PlanSweep, RanksFittingLayoutsFastestFirst) {
   in.global_batch = 0;
   EXPECT_THROW(sweep_layouts(in, 1024), ConfigError);
 }
+
+// --- --emit-workload: one iteration as traces ---
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "weft/algo/registry.h"
+#include "weft/plan/report.h"
+#include "weft/plan/workload.h"
+
+TEST(EmitWorkload, OneIterationAsTracesWithTheEstimatesBytes) {
+  PlanInput in;
+  in.model = preset("gpt2-124m");
+  in.layout.tp = 2;
+  in.layout.pp = 2;
+  in.layout.dp = 4;
+  in.layout.micro_batches = 4;
+  in.global_batch = 16;  // 4 micro-batches of 1 sequence per pipeline
+  PlanReport r = make_plan(in);
+  ASSERT_TRUE(r.iteration.has_value());
+  std::string dir = ::testing::TempDir() + "/weft_emit";
+  EmittedWorkload w = emit_workload(r, dir);
+  EXPECT_EQ(w.ranks, 16);
+  const double act = 1024.0 * 768 * 2;  // one micro-batch's hidden states, 16-bit
+  for (int rank : {0, 2}) {  // first stage, second (last) stage
+    std::ifstream f(dir + "/rank-" + std::to_string(rank) + ".jsonl");
+    ASSERT_TRUE(f.good());
+    std::string line;
+    int records = 0, allreduces = 0, sends = 0, recvs = 0, dp = 0;
+    double tp_bytes = 0, p2p_bytes = 0;
+    std::int64_t last_end = 0;
+    while (std::getline(f, line)) {
+      auto j = nlohmann::json::parse(line);
+      ++records;
+      EXPECT_GE(j["start_us"].get<std::int64_t>(), last_end);
+      last_end = j["end_us"].get<std::int64_t>();
+      EXPECT_EQ(j["rank"].get<int>(), rank);
+      double sent = 0;
+      for (const auto& step : j["steps"])
+        for (const auto& m : step) sent += m["bytes"].get<double>();
+      std::string op = j["op"];
+      if (op == "allreduce" && j["group_ranks"].size() == 2) {
+        ++allreduces;
+        tp_bytes += sent;
+        // The recorded messages are those of the ring program.
+        auto members = j["group_ranks"].get<std::vector<int>>();
+        int index = members[0] == rank ? 0 : 1;
+        auto p = weft::algo::build_program(weft::algo::Collective::kAllReduce, "ring", index, 2, j["count"].get<std::int64_t>());
+        EXPECT_EQ(sent, weft::algo::stats(p).elements_sent * 2.0);
+      } else if (op == "allreduce") {
+        ++dp;
+        EXPECT_EQ(j["group_ranks"], nlohmann::json({rank % 4, rank % 4 + 4, rank % 4 + 8, rank % 4 + 12}));
+      } else if (op == "send") {
+        ++sends;
+        p2p_bytes += sent;
+        EXPECT_EQ(j["peers"][0].get<int>(), rank == 0 ? 2 : 0);
+      } else if (op == "recv") {
+        ++recvs;
+      }
+    }
+    // 6 layers per stage, 2 all-reduces each, forward and backward, 4 micro-batches.
+    EXPECT_EQ(allreduces, 6 * 2 * 2 * 4);
+    EXPECT_EQ(sends, 4);  // activations forward (stage 0) or gradients backward (stage 1)
+    EXPECT_EQ(recvs, 4);
+    EXPECT_EQ(dp, 1);
+    EXPECT_EQ(records, allreduces + sends + recvs + dp);
+    EXPECT_DOUBLE_EQ(tp_bytes, r.iteration->tensor.bytes);     // the planner's tensor traffic
+    EXPECT_DOUBLE_EQ(p2p_bytes, 4 * act / 2);                   // half of the pipeline traffic: one direction
+    EXPECT_DOUBLE_EQ(2 * p2p_bytes, r.iteration->pipeline.bytes);
+  }
+  PlanInput params_only = in;
+  params_only.parameters = 7e9;
+  EXPECT_THROW(emit_workload(make_plan(params_only), dir), weft::ConfigError);
+  PlanInput no_batch = in;
+  no_batch.global_batch = 0;
+  EXPECT_THROW(emit_workload(make_plan(no_batch), dir), weft::ConfigError);
+}

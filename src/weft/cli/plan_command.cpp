@@ -5,6 +5,7 @@
 #include "weft/cli/commands.h"
 #include "weft/plan/report.h"
 #include "weft/plan/sweep.h"
+#include "weft/plan/workload.h"
 #include "weft/util/error.h"
 
 namespace weft::cli {
@@ -19,6 +20,7 @@ struct PlanFlags {
   std::int64_t micro_batch = 1, global_batch = 0;
   bool recompute = false, sequence_parallel = false, json = false, sweep = false;
   int top = 10;
+  std::string emit_workload;
   std::string precision = "mixed-adam", gpu = "a100-80gb";
   double tokens = 0, tflops = 0, mfu = 0.4, price = 0.10, bytes_per_token = 4, watts = 0, gpu_memory_gb = 0;
   int gpus_per_node = 8;
@@ -97,6 +99,13 @@ int run_plan(const PlanFlags& f) {
   }
   plan::PlanReport r = plan::make_plan(in);
   fmt::print("{}", f.json ? r.to_json() + "\n" : r.to_text());
+  if (!f.emit_workload.empty()) {
+    plan::EmittedWorkload w = plan::emit_workload(r, f.emit_workload);
+    fmt::print(f.json ? stderr : stdout,
+               "workload: one iteration for {} ranks, {} trace records in {} (rank 0 sends {:.3g} GB; the traces' own "
+               "timeline {:.3f} s)\nreplay: weft sim --topology TOPOLOGY.yaml --workload {}\n",
+               w.ranks, w.records, f.emit_workload, w.bytes_per_rank / 1e9, w.iteration_s, f.emit_workload);
+  }
   return 0;
 }
 }  // namespace
@@ -137,6 +146,8 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--nvlink-gbps", f->nvlink_gbps, "NVLink GB/s per GPU and direction")->capture_default_str();
   cmd->add_option("--rail-gbps", f->rail_gbps, "network GB/s per GPU and direction")->capture_default_str();
   cmd->add_flag("--json", f->json, "print JSON");
+  cmd->add_option("--emit-workload", f->emit_workload,
+                  "write one iteration as per-rank traces into this folder (for weft sim; needs --global-batch)");
   cmd->add_flag("--sweep", f->sweep, "rank every layout that fits by estimated iteration time (needs --gpus, --global-batch)");
   cmd->add_option("--top", f->top, "--sweep: rows to show")->capture_default_str();
   cmd->callback([f, &action] { action = [f] { return run_plan(*f); }; });

@@ -34,6 +34,7 @@ int run_sim(const SimFlags& f) {
   if (!f.pfc.empty()) sim::apply_setting(config, "pfc=" + f.pfc);
   if (f.seed_given) sim::apply_setting(config, "seed=" + std::to_string(f.seed));
   for (const std::string& s : f.settings) sim::apply_setting(config, s);
+  sim::finalize_config(config);
   sim::Topology topology = sim::load_topology(f.topology);
   sim::Workload workload = sim::load_workload(f.workload, topology, config.seed);
   auto net = std::make_unique<sim::Network>(topology, config, std::move(workload));

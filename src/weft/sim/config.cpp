@@ -143,6 +143,8 @@ const std::vector<Entry>& entries() {
         int_entry("pfc.quanta", &SimConfig::pfc_quanta, 1, 0xFFFF, "pause time carried by a pause frame, in 512-bit times"),
         time_entry("pfc.watchdog", &SimConfig::pfc_watchdog, "a queue paused longer than this is declared a storm and un-paused (0: off)"),
         bytes_entry("rdma.mtu", &SimConfig::mtu, "RDMA payload bytes per packet"),
+        bytes_entry("coarse", &SimConfig::coarse,
+                    "scale mode: simulate chunks of this size instead of MTU packets, thresholds scaled (0: off)"),
         WEFT_ENUM("rdma.write", write_mode, "opcodes of a multi-packet write: first-middle-last, or write-only per packet",
                   {"first-middle-last", WriteMode::kFirstMiddleLast}, {"write-only", WriteMode::kWriteOnly}),
         WEFT_ENUM("rdma.retransmit", retransmit, "loss recovery of the sender", {"go-back-n", Retransmit::kGoBackN},
@@ -247,12 +249,33 @@ void apply_setting(SimConfig& config, const std::string& assignment) {
   for (const Entry& e : entries())
     if (e.doc.key == key) {
       e.set(config, key, value);
-      if (config.pfc_xon > config.pfc_xoff) throw ConfigError("pfc.xon (" + std::to_string(config.pfc_xon) + ") must not exceed pfc.xoff (" + std::to_string(config.pfc_xoff) + ")");
-      if (config.wred_min > config.wred_max) throw ConfigError("ecn.min must not exceed ecn.max");
-      if (config.mtu < 256 || config.mtu > 9000) throw ConfigError("rdma.mtu must be in [256, 9000] bytes");
       return;
     }
   throw ConfigError("--set: unknown key '" + key + "' (see 'weft sim --list-keys')");
+}
+
+void check_config(const SimConfig& config) {
+  if (config.pfc_xon > config.pfc_xoff)
+    throw ConfigError("pfc.xon (" + std::to_string(config.pfc_xon) + ") must not exceed pfc.xoff (" +
+                      std::to_string(config.pfc_xoff) + ")");
+  if (config.wred_min > config.wred_max) throw ConfigError("ecn.min must not exceed ecn.max");
+  if (config.mtu < 256 || config.mtu > (64 << 20)) throw ConfigError("rdma.mtu must be in [256 B, 64 MiB]");
+}
+
+void finalize_config(SimConfig& c) {
+  if (c.coarse > 0) {
+    const std::int64_t k = c.coarse;
+    c.mtu = k;
+    c.ack_every = 1;
+    c.rto = std::max<Time>(c.rto, 100 * kMs);
+    c.wred_min = std::max(c.wred_min, 2 * k);
+    c.wred_max = std::max(c.wred_max, 6 * k);
+    c.pfc_xoff = std::max(c.pfc_xoff, 8 * k);
+    c.pfc_xon = std::max(c.pfc_xon, 4 * k);
+    c.drop_threshold = std::max(c.drop_threshold, 16 * k);
+    c.buffer_bytes = std::max(c.buffer_bytes, 256 * k);
+  }
+  check_config(c);
 }
 
 std::vector<ConfigKey> config_keys() {

@@ -46,6 +46,7 @@ struct SimConfig {
 
   // RoCEv2 transport.
   std::int64_t mtu = 4096;                    // RDMA payload per packet
+  std::int64_t coarse = 0;                    // > 0: simulate in chunks of this many bytes (scale mode)
   WriteMode write_mode = WriteMode::kFirstMiddleLast;
   Retransmit retransmit = Retransmit::kGoBackN;
   int ack_every = 16;                         // coalesced ACK every k in-order packets
@@ -84,6 +85,13 @@ struct ConfigKey {
 // Applies "key=value" (units accepted: 4096, 150KB, 4MiB, 50us, 400G); throws ConfigError
 // naming the key and listing the known keys when it is wrong.
 void apply_setting(SimConfig& config, const std::string& assignment);
+// Checks what single keys cannot: pfc.xon <= pfc.xoff, ecn.min <= ecn.max, the MTU's range.
+void check_config(const SimConfig& config);
+// Scale mode (coarse > 0): the "packet" becomes a chunk of `coarse` bytes, and the
+// thresholds that are counted in packets or sized for MTU packets grow with it (ACK per
+// chunk, timeout >= 100 ms, PFC/ECN/drop thresholds and buffer at least a few chunks), so
+// that a 1024-GPU training iteration of hundreds of GB runs in seconds. Then checks.
+void finalize_config(SimConfig& config);
 std::vector<ConfigKey> config_keys();
 std::string describe_value(const SimConfig& config, const std::string& key);
 

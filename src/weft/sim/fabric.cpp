@@ -477,6 +477,7 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
 
 Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
     : topo_(topology), cfg_(config), work_(std::move(workload)), rng_(config.seed) {
+  finalize_config(cfg_);
   build_ports();
   gpu_rank_of_node_.assign(topo_.nodes.size(), -1);
   for (std::size_t r = 0; r < topo_.gpus.size(); ++r) gpu_rank_of_node_[topo_.gpus[r]] = static_cast<int>(r);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "weft/util/error.h"
 #include "weft/util/file.h"
@@ -155,18 +156,38 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   else
     std::fprintf(out, "NOT finished: %d ranks still waiting at %.3f us simulated (time limit or deadlock)\n",
                  net.agents_unfinished(), to_us(net.finish_time()));
+  // Collectives of the same kind, size and group size together: count, mean time, bandwidths.
   const auto& times = net.collective_times();
-  std::size_t shown = 0;
-  for (std::size_t i = 0; i < net.workload().collectives.size() && shown < 8; ++i, ++shown) {
+  struct Kind {
+    int count = 0;
+    double seconds = 0, max_seconds = 0;
+  };
+  std::map<std::tuple<std::string, std::int64_t, int>, Kind> kinds;
+  std::vector<std::tuple<std::string, std::int64_t, int>> order;
+  for (std::size_t i = 0; i < net.workload().collectives.size(); ++i) {
     const CollectiveInfo& ci = net.workload().collectives[i];
-    if (times[i].first == kNever) continue;
+    if (times[i].first == kNever || times[i].second < times[i].first) continue;
+    auto key = std::make_tuple(ci.name, ci.bytes, ci.ranks);
+    if (!kinds.count(key)) order.push_back(key);
+    Kind& k = kinds[key];
     double s = to_seconds(times[i].second - times[i].first);
-    std::fprintf(out, "collective %s, %s on %d ranks: %.3f us, algbw %.2f GB/s, busbw %.2f GB/s\n", ci.name.c_str(),
-                 human_bytes(ci.bytes).c_str(), ci.ranks, s * 1e6, s > 0 ? ci.bytes / s / 1e9 : 0.0,
-                 s > 0 ? ci.bytes / s / 1e9 * ci.busbw_factor : 0.0);
+    ++k.count;
+    k.seconds += s;
+    k.max_seconds = std::max(k.max_seconds, s);
   }
-  if (net.workload().collectives.size() > shown)
-    std::fprintf(out, "... %zu more collectives in summary.json\n", net.workload().collectives.size() - shown);
+  for (std::size_t i = 0; i < order.size() && i < 12; ++i) {
+    const auto& [name, bytes, ranks] = order[i];
+    const Kind& k = kinds[order[i]];
+    double s = k.seconds / k.count;
+    double factor = 1;
+    for (const CollectiveInfo& ci : net.workload().collectives)
+      if (ci.name == name && ci.ranks == ranks) factor = ci.busbw_factor;
+    std::string times_text = k.count > 1 ? " x" + std::to_string(k.count) + ", mean" : "";
+    std::fprintf(out, "collective %s, %s on %d ranks%s: %.3f us, algbw %.2f GB/s, busbw %.2f GB/s\n", name.c_str(),
+                 human_bytes(bytes).c_str(), ranks, times_text.c_str(), s * 1e6, s > 0 ? bytes / s / 1e9 : 0.0,
+                 s > 0 ? bytes / s / 1e9 * factor : 0.0);
+  }
+  if (order.size() > 12) std::fprintf(out, "... %zu more kinds of collective in summary.json\n", order.size() - 12);
   auto j = summary_json(net);
   std::fprintf(out, "flows: %zu, completion mean %.3f us, p99 %.3f us, max %.3f us\n", net.flows().size(),
                j["flows"]["fct_mean_us"].get<double>(), j["flows"]["fct_p99_us"].get<double>(),

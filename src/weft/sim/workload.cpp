@@ -243,42 +243,42 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
   int base = add_job(w, "trace " + dir, gpus, 0);
   std::vector<int> agent_of_global(world);
   for (int r = 0; r < world; ++r) agent_of_global[r] = base + r;
-  struct Rec {
-    nlohmann::json j;
-    std::string where;
-  };
-  std::vector<std::vector<Rec>> records(world);
-  std::int64_t t0 = INT64_MAX;
-  for (const auto& [rank, path] : files) {
+  // Files are read one line at a time and turned into steps at once (a 1024-rank iteration
+  // is hundreds of MB of JSON). Each rank's timeline starts at its first record; the ranks'
+  // offsets from the earliest one become their start times.
+  std::map<std::pair<std::string, int>, int> instance;
+  std::vector<std::int64_t> first_start(world, INT64_MAX);
+  for (const auto& [r, path] : files) {
+    Agent& agent = w.agents[base + r];
+    std::map<std::string, int> occurrence;
+    std::int64_t prev_end = INT64_MIN;
     std::ifstream in(path);
     std::string line;
     int lineno = 0;
     while (std::getline(in, line)) {
       ++lineno;
       if (line.empty()) continue;
-      std::string where = path + ":" + std::to_string(lineno);
-      nlohmann::json j;
+      struct {
+        nlohmann::json j;
+        std::string where;
+      } rec;
+      rec.where = path + ":" + std::to_string(lineno);
       try {
-        j = nlohmann::json::parse(line);
+        rec.j = nlohmann::json::parse(line);
       } catch (const std::exception&) {
-        throw ConfigError(where + ": not a JSON object");
+        throw ConfigError(rec.where + ": not a JSON object");
       }
       for (const char* key : {"op", "start_us", "end_us", "count", "bytes"})
-        if (!j.is_object() || !j.contains(key)) throw ConfigError(where + ": missing field '" + std::string(key) + "'");
-      t0 = std::min(t0, j["start_us"].get<std::int64_t>());
-      records[rank].push_back({std::move(j), where});
-    }
-  }
-  std::map<std::pair<std::string, int>, int> instance;
-  for (int r = 0; r < world; ++r) {
-    Agent& agent = w.agents[base + r];
-    std::map<std::string, int> occurrence;
-    std::int64_t prev_end = t0;
-    for (const Rec& rec : records[r]) {
+        if (!rec.j.is_object() || !rec.j.contains(key))
+          throw ConfigError(rec.where + ": missing field '" + std::string(key) + "'");
       const nlohmann::json& j = rec.j;
       try {
         std::string op = j["op"].get<std::string>();
         std::int64_t start = j["start_us"].get<std::int64_t>(), end = j["end_us"].get<std::int64_t>();
+        if (prev_end == INT64_MIN) {
+          first_start[r] = start;
+          prev_end = start;
+        }
         Time gap = gaps && start > prev_end ? static_cast<Time>(start - prev_end) * kUs : 0;
         prev_end = std::max(prev_end, end);
         std::int64_t count = j["count"].get<std::int64_t>(), bytes = j["bytes"].get<std::int64_t>();
@@ -336,6 +336,9 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
       }
     }
   }
+  std::int64_t t0 = *std::min_element(first_start.begin(), first_start.end());
+  for (int r = 0; r < world; ++r)
+    if (first_start[r] != INT64_MAX && gaps) w.agents[base + r].start = static_cast<Time>(first_start[r] - t0) * kUs;
 }
 
 Time opt_time(const YAML::Node& n, const char* key, const std::string& where) {
