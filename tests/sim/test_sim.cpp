@@ -455,3 +455,94 @@ TEST(SimValidation, RailDesignsRouteWhereTheSeedSays) {
     }
   }
 }
+
+TEST(SimValidation, SelectiveRepeatResendsLessThanGoBackN) {
+  const std::string incast = "incast:12:1MB@15,0-11";
+  SimRun gbn = simulate("leaf-spine-4x4.yaml", incast, {"lb=spray"});
+  SimRun sr = simulate("leaf-spine-4x4.yaml", incast, {"lb=spray", "rdma.retransmit=selective"});
+  ASSERT_TRUE(gbn.finished);
+  ASSERT_TRUE(sr.finished);
+  EXPECT_GT(sr.net->counters().out_of_order, 0);
+  EXPECT_LT(sr.net->counters().retransmissions, gbn.net->counters().retransmissions / 10);
+  for (const FlowRecord& f : sr.net->flows()) EXPECT_EQ(f.delivered_bytes, f.bytes);
+}
+
+TEST(SimValidation, FlowletsSpreadLoadAcrossSpines) {
+  SimRun r = simulate("leaf-spine-4x4.yaml", "incast:12:2MB@15,0-11", {"lb=flowlet"});
+  ASSERT_TRUE(r.finished);
+  EXPECT_LE(max_over_min(spine_bytes_to(r, "leaf-3")), 1.25);
+  for (const FlowRecord& f : r.net->flows()) EXPECT_EQ(f.delivered_bytes, f.bytes);
+}
+
+TEST(SimWorkload, SeveralJobsShareTheFabric) {
+  std::string dir = ::testing::TempDir() + "/weft_sim_jobs";
+  weft::make_directories(dir);
+  weft::write_file_atomic(dir + "/jobs.yaml",
+                          "jobs:\n"
+                          "  - {collective: allreduce, algorithm: ring, size: 4MB, gpus: 0-7, iterations: 2}\n"
+                          "  - {pattern: incast, senders: 4, size: 2MB, gpus: 8-12}\n"
+                          "  - {src: 13, dst: 14, size: 1MB, start: 10us}\n");
+  SimRun r = simulate("single-switch.yaml", dir + "/jobs.yaml");
+  ASSERT_TRUE(r.finished);
+  EXPECT_EQ(r.net->workload().jobs.size(), 3u);
+  EXPECT_EQ(r.net->workload().collectives.size(), 2u);
+  for (const auto& [start, end] : r.net->collective_times()) EXPECT_GT(end, start);
+  // The ring's two iterations run one after the other.
+  EXPECT_LE(r.net->collective_times()[0].second, r.net->collective_times()[1].second);
+  int background = 0;
+  for (const FlowRecord& f : r.net->flows())
+    if (f.src_gpu == 13) {
+      ++background;
+      EXPECT_EQ(f.dst_gpu, 14);
+      EXPECT_EQ(f.start, 10 * kUs);
+    }
+  EXPECT_EQ(background, 1);
+  for (const FlowRecord& f : r.net->flows()) EXPECT_EQ(f.delivered_bytes, f.bytes);
+}
+
+TEST(SimValidation, LinksComeBackAndDegradedLinksSlowDown) {
+  std::string dir = ::testing::TempDir() + "/weft_sim_updown";
+  weft::make_directories(dir);
+  weft::write_file_atomic(dir + "/job.yaml",
+                          "jobs:\n  - {src: 0, dst: 1, size: 4MB}\n"
+                          "failures:\n  - {at: 100us, link_down: [host0, leaf-0]}\n  - {at: 200us, link_up: [host0, leaf-0]}\n");
+  SimRun r = simulate("leaf-spine-4x4.yaml", dir + "/job.yaml");
+  ASSERT_TRUE(r.finished);  // host0's only link was down for 100 us: the flow waits, then resumes
+  EXPECT_GT(r.net->flows()[0].delivered, 300 * kUs);
+  EXPECT_EQ(r.net->flows()[0].delivered_bytes, 4000000);
+  weft::write_file_atomic(dir + "/slow.yaml",
+                          "jobs:\n  - {src: 0, dst: 1, size: 4MB}\nfailures:\n  - {at: 0us, degrade: [host0, leaf-0], speed: 10G}\n");
+  SimRun slow = simulate("leaf-spine-4x4.yaml", dir + "/slow.yaml");
+  SimRun fast = simulate("leaf-spine-4x4.yaml", "flow:0:1:4MB");
+  ASSERT_TRUE(slow.finished);
+  double ratio = static_cast<double>(slow.net->flows()[0].delivered) / static_cast<double>(fast.net->flows()[0].delivered);
+  EXPECT_NEAR(ratio, 10.0, 0.5);  // 10G instead of 100G
+}
+
+TEST(SimTopology, SeveralRailsPerSwitch) {
+  Topology t = parse_topology(
+      "fabric: rail-optimized\nhosts: 4\ngpus_per_host: 8\nnic: {speed: 400G}\nrails_per_switch: 2\nspines: 2\n", "t");
+  std::map<std::string, int> roles;
+  for (const Node& n : t.nodes) ++roles[n.role];
+  EXPECT_EQ(roles["rail"], 4);
+  for (const Link& l : t.links)
+    if (l.tier == "access") {
+      EXPECT_EQ(t.nodes[l.b].name, "rail-" + std::to_string(t.nodes[l.a].local / 2));
+    }
+}
+
+TEST(SimValidation, DwrrSharesAPortByWeight) {
+  // Two long flows into host0: RoCE in queue 3 (weight 3) and a second, lossy class in
+  // queue 1 (weight 1), given buffer enough that DCQCN holds it without drops. With both
+  // backlogged the port serves them 3:1.
+  std::string dir = ::testing::TempDir() + "/weft_sim_dwrr";
+  weft::make_directories(dir);
+  weft::write_file_atomic(dir + "/job.yaml",
+                          "jobs:\n  - {src: 1, dst: 0, size: 100GB}\n  - {src: 2, dst: 0, size: 100GB, queue: 1}\n");
+  SimRun r = simulate("single-switch.yaml", dir + "/job.yaml",
+                      {"dwrr.3=3", "dwrr.1=1", "time_limit=20ms", "drop_threshold=30MB", "buffer=64MB"});
+  EXPECT_EQ(r.net->counters().drops, 0);
+  double a = static_cast<double>(r.net->flows()[0].delivered_bytes), b = static_cast<double>(r.net->flows()[1].delivered_bytes);
+  EXPECT_NEAR(a / b, 3.0, 0.3) << a << " " << b;
+  EXPECT_GT((a + b) * 8 / 20e-3, 0.9 * 100e9 * 4096 / 4178);
+}

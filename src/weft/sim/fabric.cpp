@@ -186,7 +186,7 @@ void Network::try_send(int port) {
           P.dwrr_next = (q + 1) % std::max(1, std::min(cfg_.strict_queue, 8));
         }
       }
-      if (id == kNone && node_is_endpoint(P.node) && !paused(cfg_.roce_queue)) id = endpoint_pull(P.node, port);
+      if (id == kNone && node_is_endpoint(P.node)) id = endpoint_pull(P.node, port);
     }
     if (id != kNone && pool_[id].type != PacketType::kPause && pool_[id].port != -2) {
       // Left a queue (endpoint_pull marks its fresh packets with port -2).

@@ -71,6 +71,7 @@ struct QueuePair {
   int src = -1, dst = -1;   // GPU node ids
   int src_agent = -1, dst_agent = -1;
   std::uint16_t sport = 0;
+  std::uint8_t queue = 3, dscp = 24;  // traffic class of its packets and ACKs
   // Sender.
   std::deque<QpMessage> unacked;   // messages not yet fully acknowledged
   std::uint32_t psn_assigned = 0;  // next PSN to give a new message

@@ -36,6 +36,10 @@ int Network::qp_for(int src_agent, int dst_agent, int part) {
     // creation order, the n-th QP of every GPU gets the same port.
     int local = qps_created_[q.src]++;
     q.sport = static_cast<std::uint16_t>(0xC000 | (local & 0x3FFF));
+    int queue = work_.agents[src_agent].queue;
+    q.queue = static_cast<std::uint8_t>(queue < 0 ? cfg_.roce_queue : queue);
+    // RoCE keeps its DSCP; another class gets the class selector of its queue (CS1 = 8 ...).
+    q.dscp = static_cast<std::uint8_t>(q.queue == cfg_.roce_queue ? cfg_.roce_dscp : 8 * q.queue);
     qps_.push_back(std::move(q));
   }
   return it->second;
@@ -100,6 +104,8 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
       earliest = std::min(earliest, q.next_send);
       continue;
     }
+    const Port& P = ports_[port];
+    if (P.paused_until[q.queue] > now && now >= P.watchdog_until[q.queue]) continue;  // its class is paused here
     // Would this QP's next packet leave through `port`?
     std::size_t slot = static_cast<std::size_t>(node) * G + static_cast<std::size_t>(gpu_rank_of_node_[q.dst]);
     int count = route_count_[slot];
@@ -184,8 +190,8 @@ std::uint32_t Network::make_data_packet(int qp, int port) {
   Packet& p = pool_[id];
   p.type = PacketType::kData;
   p.opcode = op;
-  p.queue = static_cast<std::uint8_t>(cfg_.roce_queue);
-  p.dscp = static_cast<std::uint8_t>(cfg_.roce_dscp);
+  p.queue = q.queue;
+  p.dscp = q.dscp;
   p.ect = true;
   p.sport = q.sport;
   p.src = q.src;
@@ -222,8 +228,8 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
   Packet& p = pool_[id];
   p.type = type;
   bool cnp = type == PacketType::kCnp;
-  p.queue = static_cast<std::uint8_t>(cnp ? cfg_.cnp_queue : cfg_.roce_queue);
-  p.dscp = static_cast<std::uint8_t>(cnp ? cfg_.cnp_dscp : cfg_.roce_dscp);
+  p.queue = cnp ? static_cast<std::uint8_t>(cfg_.cnp_queue) : qps_[qp].queue;
+  p.dscp = cnp ? static_cast<std::uint8_t>(cfg_.cnp_dscp) : qps_[qp].dscp;
   p.frame = cnp ? kCnpFrame : kAckFrame;
   p.src = from;
   p.dst = to;

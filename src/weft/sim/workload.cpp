@@ -364,13 +364,14 @@ void load_job_file(Workload& w, const std::string& path, const Topology& t, std:
       if (!job.IsMap()) throw ConfigError(where + ": expected a mapping");
       for (const auto& kv : job) {
         static const char* known[] = {"collective", "algorithm", "size", "gpus", "start", "iterations", "pattern",
-                                      "senders", "trace", "gaps", "src", "dst", "flow"};
+                                      "senders", "trace", "gaps", "src", "dst", "flow", "queue"};
         std::string k = kv.first.as<std::string>();
         if (std::find(std::begin(known), std::end(known), k) == std::end(known))
           throw ConfigError(where + ": unknown key '" + k + "'");
       }
       std::vector<int> gpus = job["gpus"] ? parse_gpu_list(job["gpus"].as<std::string>(), static_cast<int>(t.gpus.size()), where)
                                           : all_gpus(t);
+      const std::size_t first_agent = w.agents.size();
       Time start = opt_time(job, "start", where);
       auto size = [&] {
         if (!job["size"]) throw ConfigError(where + ": 'size' is required");
@@ -393,6 +394,11 @@ void load_job_file(Workload& w, const std::string& path, const Topology& t, std:
         add_flow(w, job["src"].as<int>(), job["dst"].as<int>(), size(), start, static_cast<int>(t.gpus.size()), where);
       } else {
         throw ConfigError(where + ": a job needs collective, pattern, trace or src/dst");
+      }
+      if (job["queue"]) {
+        int queue = job["queue"].as<int>();
+        if (queue < 0 || queue > 7) throw ConfigError(where + ".queue: " + std::to_string(queue) + " is not a queue (0-7)");
+        for (std::size_t a = first_agent; a < w.agents.size(); ++a) w.agents[a].queue = queue;
       }
     } catch (const YAML::Exception& e) {
       throw ConfigError(where + ": " + e.msg);

@@ -33,6 +33,7 @@ struct Agent {
   int job = 0;
   int rank = 0;
   int gpu = 0;  // GPU rank in the topology (index into Topology::gpus)
+  int queue = -1;  // traffic class (priority queue) of its writes; -1: the RoCE class
   Time start = 0;
   std::vector<WorkStep> steps;
 };
