@@ -519,6 +519,17 @@ TEST(SimValidation, LinksComeBackAndDegradedLinksSlowDown) {
   EXPECT_NEAR(ratio, 10.0, 0.5);  // 10G instead of 100G
 }
 
+TEST(SimTopology, NicPerGpuBehindPcieWhenAsked) {
+  Topology folded = parse_topology("fabric: single-switch\nhosts: 2\ngpus_per_host: 2\n", "t");
+  Topology pcie = parse_topology("fabric: single-switch\nhosts: 2\ngpus_per_host: 2\nnic: {pcie_speed: 256G}\n", "t");
+  int nics = 0, pcie_links = 0;
+  for (const Node& n : pcie.nodes) nics += n.kind == NodeKind::kNic;
+  for (const Link& l : pcie.links) pcie_links += l.tier == "pcie";
+  EXPECT_EQ(nics, 4);
+  EXPECT_EQ(pcie_links, 4);
+  EXPECT_EQ(folded.nodes.size(), 5u);  // 4 GPUs + the switch
+}
+
 TEST(SimTopology, SeveralRailsPerSwitch) {
   Topology t = parse_topology(
       "fabric: rail-optimized\nhosts: 4\ngpus_per_host: 8\nnic: {speed: 400G}\nrails_per_switch: 2\nspines: 2\n", "t");

@@ -139,6 +139,7 @@ struct HostSpec {
   int hosts = 1, gpus_per_host = 1, gpus_per_nic = 1, nic_ports = 1;
   double nic_bps = 400e9, pcie_bps = 512e9, nvlink_bps = 0;
   Time pcie_latency = 500 * kNs, nvlink_latency = 200 * kNs;
+  bool pcie = false;  // a NIC per GPU as its own node behind a PCIe link (shared NICs always are)
   bool transit = false;
 };
 
@@ -167,8 +168,8 @@ std::vector<std::vector<int>> add_hosts(Topology& t, const HostSpec& h, const Sw
       t.nodes[nvs].host = host;
       for (int g : gpu_nodes) t.add_link(g, nvs, h.nvlink_bps, 0, "nvlink");
     }
-    if (h.gpus_per_nic == 1) {
-      nics[host] = gpu_nodes;
+    if (h.gpus_per_nic == 1 && !h.pcie) {
+      nics[host] = gpu_nodes;  // the NIC is the GPU's own port: PCIe folded into the GPU
     } else {
       for (int first = 0; first < h.gpus_per_host; first += h.gpus_per_nic) {
         Node n;
@@ -203,6 +204,7 @@ Topology make_rail_fabric(const YAML::Node& y, const std::string& where, const s
     h.nic_bps = rate(nic, "speed", h.nic_bps, where + ".nic");
     h.pcie_bps = rate(nic, "pcie_speed", h.pcie_bps, where + ".nic");
     h.pcie_latency = duration(nic, "pcie_latency", h.pcie_latency, where + ".nic");
+    h.pcie = nic["pcie_speed"] || nic["pcie_latency"];
   }
   if (h.gpus_per_host % h.gpus_per_nic != 0)
     throw ConfigError(where + ".nic.gpus_per_nic: " + std::to_string(h.gpus_per_nic) + " does not divide gpus_per_host " +
