@@ -150,3 +150,52 @@ TEST(Schedules, BadArgumentsAreConfigErrors) {
   EXPECT_THROW(parse_collective("allreduse"), ConfigError);
   EXPECT_EQ(parse_collective("reduce_scatter"), Collective::kReduceScatter);
 }
+
+// --- pipeline schedules ---
+#include "weft/algo/pipeline.h"
+
+TEST(PipelineSchedules, EveryScheduleCompletesWithMatchedMessages) {
+  using weft::algo::PipeSchedule;
+  for (PipeSchedule s : {PipeSchedule::kNaive, PipeSchedule::kGpipe, PipeSchedule::k1F1B, PipeSchedule::kSeed})
+    for (int stages = 1; stages <= 8; ++stages)
+      for (int micro = 1; micro <= 12; ++micro) EXPECT_NO_THROW(weft::algo::simulate_pipeline(s, stages, micro)) << stages << " " << micro;
+  for (int stages = 1; stages <= 8; ++stages)
+    for (int chunks = 2; chunks <= 4; ++chunks)
+      for (int micro = stages; micro <= 3 * stages; micro += stages)
+        EXPECT_NO_THROW(weft::algo::simulate_pipeline(PipeSchedule::kInterleaved, stages, micro, chunks))
+            << stages << " " << chunks << " " << micro;
+}
+
+TEST(PipelineSchedules, BubblesMatchTheFormulas) {
+  using weft::algo::PipeSchedule;
+  for (int S : {2, 4, 8})
+    for (int M : {1, 4, 8, 16}) {
+      double formula = double(S - 1) / (M + S - 1);
+      // GPipe and 1F1B: (S - 1) / (M + S - 1) with forward 1 and backward 2.
+      EXPECT_NEAR(weft::algo::simulate_pipeline(PipeSchedule::kGpipe, S, M).bubble, formula, 1e-12) << S << " " << M;
+      EXPECT_NEAR(weft::algo::simulate_pipeline(PipeSchedule::k1F1B, S, M).bubble, formula, 1e-12) << S << " " << M;
+      // Naive: one stage busy at a time.
+      EXPECT_NEAR(weft::algo::simulate_pipeline(PipeSchedule::kNaive, S, M).bubble, 1.0 - 1.0 / S, 1e-12);
+    }
+  // 1F1B holds at most S micro-batches of activations on a stage; GPipe holds all M.
+  EXPECT_EQ(weft::algo::simulate_pipeline(PipeSchedule::k1F1B, 4, 16).peak_in_flight, 4);
+  EXPECT_EQ(weft::algo::simulate_pipeline(PipeSchedule::kGpipe, 4, 16).peak_in_flight, 16);
+  // Interleaving with v chunks divides the bubble by about v (Narayanan et al. 2021).
+  double plain = weft::algo::simulate_pipeline(PipeSchedule::k1F1B, 4, 8).bubble;
+  double inter = weft::algo::simulate_pipeline(PipeSchedule::kInterleaved, 4, 8, 2, 0.5, 1.0).bubble;
+  EXPECT_LT(inter, plain * 0.65);
+  EXPECT_THROW(weft::algo::pipeline_program(PipeSchedule::kInterleaved, 0, 4, 6, 2), weft::ConfigError);
+  EXPECT_THROW(weft::algo::pipeline_program(PipeSchedule::k1F1B, 0, 4, 6, 2), weft::ConfigError);
+  EXPECT_THROW(weft::algo::parse_pipe_schedule("zigzag"), weft::ConfigError);
+}
+
+TEST(PipelineSchedules, SeedScheduleUpdatesAfterEachMicroBatch) {
+  auto p = weft::algo::pipeline_program(weft::algo::PipeSchedule::kSeed, 1, 2, 4);
+  int steps = 0;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (p[i].kind == weft::algo::PipeOpKind::kStep) {
+      ++steps;
+      EXPECT_EQ(p[i - 1].kind, weft::algo::PipeOpKind::kSendGrad);  // right after its backward
+    }
+  EXPECT_EQ(steps, 4);
+}

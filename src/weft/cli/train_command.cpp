@@ -26,7 +26,9 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--weight-decay", c.weight_decay, "L2 (sgd, adam) or decoupled (adamw) weight decay")
       ->capture_default_str();
-  cmd->add_option("--schedule", c.schedule.kind, "learning-rate schedule: constant | step | cosine")
+  cmd->add_option("--schedule", c.schedule.kind,
+                  "mlp, cnn: learning-rate schedule: constant | step | cosine; gpt: pipeline schedule: naive | gpipe | "
+                  "1f1b | interleaved | seed")
       ->capture_default_str();
   cmd->add_option("--warmup", c.schedule.warmup_steps, "linear warm-up steps")->capture_default_str();
   cmd->add_option("--step-size", c.schedule.step_size, "step schedule: steps between decays")->capture_default_str();
@@ -88,6 +90,10 @@ void add_lm_flags(CLI::App* cmd, LmConfig& c, std::string& lstm_variant, std::st
   cmd->add_option("--temperature", c.temperature, "gpt: sampling temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", c.top_k, "gpt: sample among the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--prompt", c.prompt, "gpt: text the sample continues")->capture_default_str();
+  cmd->add_option("--pp", c.pp, "gpt: pipeline stages (ranks, under weft launch)")->capture_default_str();
+  cmd->add_option("--micro-batches", c.micro_batches, "gpt: micro-batches per batch (pipeline)")->capture_default_str();
+  cmd->add_option("--chunks", c.chunks, "gpt: model chunks per stage with --schedule interleaved")->capture_default_str();
+  cmd->add_option("--balance", c.balance, "gpt: pipeline stages balanced by params | time")->capture_default_str();
 }
 
 bool given(CLI::App* cmd, const std::string& flag) { return cmd->get_option(flag)->count() > 0; }
@@ -120,12 +126,17 @@ int run_lm(CLI::App* cmd, const TrainConfig& t, LmConfig c, const std::string& l
   c.threads = t.threads;
   c.quiet = t.quiet;
   c.save_model = t.save_model;
-  for (const char* flag : {"--epochs", "--optimizer", "--momentum", "--schedule", "--checkpoint-dir", "--resume",
+  // For language models --schedule names the pipeline schedule (their learning rate always
+  // follows warm-up and cosine decay).
+  if (given(cmd, "--schedule")) c.pipe_schedule = t.schedule.kind;
+  if (given(cmd, "--optimizer")) c.optimizer = t.optimizer;
+  if (given(cmd, "--momentum")) c.momentum = t.momentum;
+  for (const char* flag : {"--epochs", "--checkpoint-dir", "--resume",
                            "--auto-resume", "--dp", "--strategy", "--zero", "--timeline", "--limit-train", "--limit-test"}) {
     if (given(cmd, flag)) throw weft::ConfigError(std::string(flag) + " is not supported with --model " + t.model + " yet");
   }
   LmSummary s = train_lm(c, stdout);
-  fmt::print("{}\n", s.to_json());
+  if (s.rank == 0) fmt::print("{}\n", s.to_json());
   return 0;
 }
 

@@ -138,22 +138,33 @@ GPT::GPT(const GptConfig& c, Rng& rng) : config_(c) {
   register_module("ln_f", final_);
 }
 
-Var GPT::forward(const Var& ids) {
+Var GPT::forward(const Var& ids) { return head(run_blocks(embed(ids), 0, config_.layers)); }
+
+Var GPT::embed(const Var& ids) {
   WEFT_CHECK(ids.dim() == 2, "GPT: token ids must be [B, T]");
-  const std::int64_t B = ids.size(0), T = ids.size(1), d = config_.dim;
+  const std::int64_t T = ids.size(1);
   if (T > config_.context) throw ConfigError("GPT: " + std::to_string(T) + " tokens exceed the context of " +
                                              std::to_string(config_.context));
   Var x = tokens_->forward(ids);  // [B, T, d]
   if (positions_) {
     Tensor pos = Tensor::arange(T).view({1, T});
-    x = add(x, positions_->forward(Var(pos)));
-  } else {
-    x = add(x, Var(fixed_positions_.slice(0, 0, T).contiguous()));
+    return add(x, positions_->forward(Var(pos)));
   }
-  for (auto& b : blocks_) x = b->forward(x);
-  x = final_->forward(x);
+  return add(x, Var(fixed_positions_.slice(0, 0, T).contiguous()));
+}
+
+Var GPT::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {
+  WEFT_CHECK(0 <= begin && begin <= end && end <= config_.layers, "GPT: block range out of bounds");
+  Var h = x;
+  for (std::int64_t i = begin; i < end; ++i) h = blocks_[static_cast<std::size_t>(i)]->forward(h);
+  return h;
+}
+
+Var GPT::head(const Var& x) {
+  const std::int64_t B = x.size(0), T = x.size(1), d = config_.dim;
+  Var h = final_->forward(x);
   // The head shares the token embedding: logits = h E^T.
-  Var logits = matmul(reshape(x, {B * T, d}), transpose(tokens_->weight(), 0, 1));
+  Var logits = matmul(reshape(h, {B * T, d}), transpose(tokens_->weight(), 0, 1));
   return reshape(logits, {B, T, config_.vocab});
 }
 

@@ -94,6 +94,10 @@ class GPT : public LanguageModel {
   const GptConfig& config() const { return config_; }
   std::int64_t vocab() const override { return config_.vocab; }
   std::int64_t context() const override { return config_.context; }
+  // The model in pieces, for pipeline stages: forward = head(run_blocks(embed(ids), 0, L)).
+  Var embed(const Var& ids);                                          // [B, T] -> [B, T, d]
+  Var run_blocks(const Var& x, std::int64_t begin, std::int64_t end);  // blocks [begin, end)
+  Var head(const Var& x);  // final layer norm and the tied projection: [B, T, d] -> [B, T, vocab]
 
  private:
   GptConfig config_;

@@ -10,10 +10,13 @@
 #include <nlohmann/json.hpp>
 
 #include "weft/autograd/functions.h"
+#include "weft/comm/communicator.h"
+#include "weft/parallel/pipeline.h"
 #include "weft/data/text.h"
 #include "weft/nn/recurrent.h"
 #include "weft/nn/transformer.h"
 #include "weft/optim/adam.h"
+#include "weft/optim/sgd.h"
 #include "weft/optim/schedule.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/safetensors.h"
@@ -41,12 +44,16 @@ void windows(const std::vector<std::int32_t>& tokens, const std::vector<std::int
 }  // namespace
 
 std::string LmSummary::to_json() const {
-  return nlohmann::json{{"parameters", parameters},       {"vocab", vocab},
+  nlohmann::json j{{"parameters", parameters},       {"vocab", vocab},
                         {"train_tokens", train_tokens},   {"val_tokens", val_tokens},
                         {"unigram_entropy", unigram_entropy}, {"train_loss", train_loss},
                         {"val_loss", val_loss},           {"tokens_per_second", tokens_per_second},
-                        {"sample_words", sample_words},   {"sample_known_words", sample_known_words}}
-      .dump();
+                        {"sample_words", sample_words},   {"sample_known_words", sample_known_words}};
+  if (pp > 1 || micro_batches > 1) {
+    j["pipeline"] = {{"stages", pp}, {"micro_batches", micro_batches}, {"schedule", pipe_schedule},
+                     {"bubble", bubble}, {"bubble_formula", bubble_formula}};
+  }
+  return j.dump();
 }
 
 LmSummary train_lm(const LmConfig& c, std::FILE* out) {
@@ -102,15 +109,63 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   }
   LanguageModel& model = *net;
   s.parameters = model.num_parameters();
-  Adam opt(model.named_parameters(), c.lr, AdamOptions{0.9, 0.95, 1e-8, c.weight_decay, true});
+
+  // Pipeline parallelism: one stage per rank of the job (weft launch), or micro-batches in
+  // one process.
+  const bool pipelined = c.pp > 1 || c.micro_batches > 1;
+  std::unique_ptr<parallel::GptPipeline> pipe;
+  std::shared_ptr<comm::Communicator> group;
+  int rank = 0;
+  std::FILE* log = out;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(nullptr, &std::fclose);
+  if (pipelined) {
+    if (!gpt) throw ConfigError("--pp and --micro-batches need --model gpt");
+    if (c.pp < 1) throw ConfigError("--pp must be at least 1");
+    if (c.micro_batches < 1) throw ConfigError("--micro-batches must be at least 1");
+    const algo::PipeSchedule schedule = algo::parse_pipe_schedule(c.pipe_schedule);
+    const comm::ProcessInfo proc = comm::process_info_from_env();
+    if (proc.world != c.pp)
+      throw ConfigError(fmt::format("--pp {} needs {} ranks: start it with weft launch --nproc-per-node {} (the job has {})",
+                                    c.pp, c.pp, c.pp, proc.world));
+    if (c.pp > 1) group = comm::Communicator::init(proc, comm::CommOptions::from_env());
+    rank = proc.rank;
+    s.rank = rank;
+    if (rank != 0) {
+      devnull.reset(std::fopen("/dev/null", "w"));
+      log = devnull.get();
+    }
+    pipe = std::make_unique<parallel::GptPipeline>(static_cast<GPT&>(model), group,
+                                                   parallel::PipelineOptions{c.micro_batches, schedule, c.chunks, c.balance});
+    s.pp = c.pp;
+    s.micro_batches = c.micro_batches;
+    s.pipe_schedule = algo::pipe_schedule_name(schedule);
+    s.bubble_formula = static_cast<double>(c.pp - 1) / static_cast<double>(c.micro_batches + c.pp - 1);
+  }
+  std::unique_ptr<Optimizer> optimizer;
+  auto trained = pipelined ? pipe->own_parameters() : model.named_parameters();
+  if (c.optimizer == "adamw") optimizer = std::make_unique<Adam>(trained, c.lr, AdamOptions{0.9, 0.95, 1e-8, c.weight_decay, true});
+  else if (c.optimizer == "sgd") optimizer = std::make_unique<SGD>(trained, c.lr, c.momentum, c.weight_decay);
+  else throw ConfigError("unknown optimizer '" + c.optimizer + "' for language models (known: adamw, sgd)");
+  Optimizer& opt = *optimizer;
   Schedule sched;
   sched.kind = "cosine";
   sched.warmup_steps = std::min(c.warmup, c.steps);
   sched.total_steps = c.steps;
   sched.min_lr = c.lr / 10;
-  fmt::print(out, "{}: {} parameters; {} tokenizer, vocabulary {}; {} training and {} validation tokens; "
+  fmt::print(log, "{}: {} parameters; {} tokenizer, vocabulary {}; {} training and {} validation tokens; "
                   "unigram entropy {:.3f} nats/token\n",
              model.describe(), s.parameters, c.tokenizer, s.vocab, s.train_tokens, s.val_tokens, s.unigram_entropy);
+  if (pipe) {
+    std::string parts;
+    const auto& b = pipe->boundaries();
+    for (std::size_t v = 0; v + 1 < b.size(); ++v)
+      parts += fmt::format("{}{}-{}", v ? " | " : "", b[v], b[v + 1] - 1);
+    fmt::print(log, "pipeline: {} stages, {} micro-batches of {} sequences, schedule {}{}; blocks per {}stage: {} "
+                    "(balanced by {})\n",
+               c.pp, c.micro_batches, c.batch / c.micro_batches, s.pipe_schedule,
+               s.pipe_schedule == "interleaved" ? fmt::format(" ({} chunks per stage)", c.chunks) : "",
+               s.pipe_schedule == "interleaved" ? "virtual " : "", parts, c.balance);
+  }
 
   // Fixed validation windows, spread evenly.
   std::vector<std::int64_t> val_starts;
@@ -125,7 +180,8 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
       Tensor ids;
       std::vector<std::int32_t> targets;
       windows(val_tokens, starts, c.context, ids, targets);
-      total += cross_entropy(reshape(model.forward(Var(ids)), {c.batch * c.context, s.vocab}), targets).item();
+      if (pipe) total += pipe->eval_batch(ids, targets);
+      else total += cross_entropy(reshape(model.forward(Var(ids)), {c.batch * c.context, s.vocab}), targets).item();
     }
     model.train();
     return total / static_cast<double>(c.eval_batches);
@@ -133,7 +189,8 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
 
   Progress progress("step", c.steps);
   // The train loss reported is the mean over the steps since the last validation.
-  double train_seconds = 0, window_sum = 0, running = 0;
+  double train_seconds = 0, window_sum = 0, running = 0, bubble_sum = 0;
+  std::int64_t bubble_steps = 0;
   std::int64_t window_steps = 0;
   const auto start = Clock::now();
   for (std::int64_t step = 0; step < c.steps; ++step) {
@@ -145,16 +202,30 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     const auto t0 = Clock::now();
     opt.set_lr(learning_rate(sched, c.lr, step));
     opt.zero_grad();
-    Var loss = cross_entropy(reshape(model.forward(Var(ids)), {c.batch * c.context, s.vocab}), targets);
-    loss.backward();
-    if (c.clip_grad > 0) clip_grad_norm(model.parameters(), c.clip_grad);
-    opt.step();
+    double l;
+    if (pipe) {
+      const bool per_micro_batch = s.pipe_schedule == "seed";
+      l = pipe->train_batch(ids, targets, [&] {
+        if (c.clip_grad > 0) pipe->clip_grad_norm(c.clip_grad);
+        opt.step();
+        if (per_micro_batch) opt.zero_grad();
+      });
+      if (step > 0) {
+        bubble_sum += pipe->last_bubble();
+        ++bubble_steps;
+      }
+    } else {
+      Var loss = cross_entropy(reshape(model.forward(Var(ids)), {c.batch * c.context, s.vocab}), targets);
+      loss.backward();
+      if (c.clip_grad > 0) clip_grad_norm(model.parameters(), c.clip_grad);
+      opt.step();
+      l = loss.item();
+    }
     train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    const double l = loss.item();
     if (!std::isfinite(l)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", l, step + 1));
     window_sum += l;
     running = window_sum / static_cast<double>(++window_steps);
-    if (!c.quiet) {
+    if (!c.quiet && rank == 0) {
       double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
       progress.update(step + 1, elapsed / static_cast<double>(step + 1) * static_cast<double>(c.steps - step - 1),
                       fmt::format("loss {:.3f}  {:.0f} tokens/s", running, (step + 1) * c.batch * c.context / train_seconds));
@@ -162,16 +233,22 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     if ((step + 1) % c.eval_every == 0 || step + 1 == c.steps) {
       progress.finish();
       s.val_loss = validate();
-      fmt::print(out, "step {}: train loss {:.3f}, validation loss {:.3f} (unigram entropy {:.3f})\n", step + 1, running,
+      fmt::print(log, "step {}: train loss {:.3f}, validation loss {:.3f} (unigram entropy {:.3f})\n", step + 1, running,
                  s.val_loss, s.unigram_entropy);
-      std::fflush(out);
+      std::fflush(log);
       s.train_loss = running;
       window_sum = 0;
       window_steps = 0;
     }
   }
   s.tokens_per_second = static_cast<double>(c.steps * c.batch * c.context) / std::max(train_seconds, 1e-9);
-  if (c.sample > 0) {
+  if (pipe) {
+    s.bubble = bubble_steps ? bubble_sum / static_cast<double>(bubble_steps) : pipe->last_bubble();
+    fmt::print(log, "pipeline bubble: {:.1f}% measured (mean over stages and steps), (S-1)/(M+S-1) = {:.1f}%\n",
+               100 * s.bubble, 100 * s.bubble_formula);
+    pipe->gather_parameters();  // stage 0 samples and saves the whole model
+  }
+  if (c.sample > 0 && rank == 0) {
     std::vector<std::int32_t> prompt = tok->encode(c.prompt);
     auto ids = model.generate(prompt, c.sample, c.temperature, c.top_k, rng);
     s.sample = tok->decode(std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(prompt.size()), ids.end()));
@@ -186,11 +263,11 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     }
     s.sample_words = words;
     s.sample_known_words = words ? static_cast<double>(hits) / static_cast<double>(words) : 0.0;
-    fmt::print(out, "sample (temperature {}):\n{}{}\n", c.temperature, c.prompt, s.sample);
-    fmt::print(out, "{} of the {} generated words of three letters or more occur in the corpus ({:.0f}%)\n", hits, words,
+    fmt::print(log, "sample (temperature {}):\n{}{}\n", c.temperature, c.prompt, s.sample);
+    fmt::print(log, "{} of the {} generated words of three letters or more occur in the corpus ({:.0f}%)\n", hits, words,
                100 * s.sample_known_words);
   }
-  if (!c.save_model.empty()) write_file_atomic(c.save_model, encode_safetensors(model.state_dict()));
+  if (!c.save_model.empty() && rank == 0) write_file_atomic(c.save_model, encode_safetensors(model.state_dict()));
   return s;
 }
 

@@ -22,6 +22,8 @@ struct LmConfig {
   std::int64_t batch = 16;
   std::int64_t steps = 1000;
   double lr = 3e-3;
+  std::string optimizer = "adamw";  // adamw | sgd (momentum 0.9)
+  double momentum = 0.9;
   double weight_decay = 0.1;
   std::int64_t warmup = 100;
   double clip_grad = 1.0;  // global gradient-norm limit (0: none)
@@ -35,6 +37,15 @@ struct LmConfig {
   int threads = 0;
   bool quiet = false;
   std::string save_model;  // the final parameters (safetensors)
+  // Pipeline parallelism (gpt): stages (ranks of the job under weft launch), micro-batches
+  // per batch, schedule (naive | gpipe | 1f1b | interleaved | seed), model chunks per stage
+  // (interleaved), and how stages are balanced (params | time). pp 1 with micro-batches > 1
+  // runs the same schedule in one process (gradient accumulation, or seed's updates).
+  int pp = 1;
+  int micro_batches = 1;
+  std::string pipe_schedule = "1f1b";
+  int chunks = 2;
+  std::string balance = "params";
 };
 
 struct LmSummary {
@@ -47,6 +58,12 @@ struct LmSummary {
   std::string sample;
   std::int64_t sample_words = 0;   // generated words of three letters or more
   double sample_known_words = 0;   // the fraction of those that occur in the corpus
+  // Pipeline runs: the measured bubble (mean over the steps after the first) and the
+  // (S - 1) / (M + S - 1) of GPipe and 1F1B.
+  int pp = 1, micro_batches = 1;
+  int rank = 0;  // of this process in a pipeline job (only rank 0 prints the summary)
+  std::string pipe_schedule;
+  double bubble = 0, bubble_formula = 0;
   std::string to_json() const;
 };
 

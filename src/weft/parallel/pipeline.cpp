@@ -1,0 +1,324 @@
+#include "weft/parallel/pipeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "weft/autograd/functions.h"
+#include "weft/tensor/ops.h"
+#include "weft/util/error.h"
+
+namespace weft::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Parts whose largest cost is at most `limit`, greedily; returns the part count it needs.
+int parts_needed(const std::vector<double>& c, double limit, std::vector<std::int64_t>* bounds) {
+  int parts = 1;
+  double acc = 0;
+  if (bounds) bounds->assign(1, 0);
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    if (acc > 0 && acc + c[i] > limit) {
+      ++parts;
+      acc = 0;
+      if (bounds) bounds->push_back(static_cast<std::int64_t>(i));
+    }
+    acc += c[i];
+  }
+  if (bounds) bounds->push_back(static_cast<std::int64_t>(c.size()));
+  return parts;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int parts, double first_extra, double last_extra) {
+  const int n = static_cast<int>(costs.size());
+  if (parts < 1) throw ConfigError("pipeline: at least one stage");
+  if (parts > n)
+    throw ConfigError("pipeline: " + std::to_string(parts) + " (virtual) stages need at least as many layers; the model has " +
+                      std::to_string(n));
+  // Binary search on the largest stage's cost; the extras ride on the first and last block.
+  std::vector<double> c = costs;
+  c.front() += first_extra;
+  c.back() += last_extra;
+  double lo = *std::max_element(c.begin(), c.end()), hi = 0;
+  for (double x : c) hi += x;
+  for (int it = 0; it < 100; ++it) {
+    double mid = (lo + hi) / 2;
+    if (parts_needed(c, mid, nullptr) <= parts) hi = mid;
+    else lo = mid;
+  }
+  std::vector<std::int64_t> b;
+  parts_needed(c, hi, &b);
+  // Fewer parts than asked (cheap blocks): split the largest parts until there are enough,
+  // so every stage has at least one block.
+  while (static_cast<int>(b.size()) - 1 < parts) {
+    int best = -1;
+    std::int64_t width = 1;
+    for (std::size_t p = 0; p + 1 < b.size(); ++p)
+      if (b[p + 1] - b[p] > width) {
+        width = b[p + 1] - b[p];
+        best = static_cast<int>(p);
+      }
+    b.insert(b.begin() + best + 1, b[best] + width / 2);
+  }
+  return b;
+}
+
+GptPipeline::GptPipeline(GPT& model, std::shared_ptr<comm::Communicator> group, const PipelineOptions& options)
+    : model_(model), group_(std::move(group)), options_(options) {
+  stages_ = group_ ? group_->size() : 1;
+  stage_ = group_ ? group_->rank() : 0;
+  if (options_.micro_batches < 1) throw ConfigError("--micro-batches must be at least 1");
+  if (options_.schedule != algo::PipeSchedule::kInterleaved) options_.chunks = 1;
+  else if (options_.chunks < 2) throw ConfigError("--schedule interleaved needs --chunks 2 or more");
+  virtual_stages_ = stages_ * options_.chunks;
+  const GptConfig& cfg = model_.config();
+  const auto named = model_.named_parameters();
+  auto block_of = [](const std::string& name) -> std::int64_t {
+    if (name.size() < 2 || name[0] != 'h' || !std::isdigit(static_cast<unsigned char>(name[1]))) return -1;
+    return std::stoll(name.substr(1, name.find('.') - 1));
+  };
+  // Costs per block: parameters, or measured forward + backward time.
+  std::vector<double> costs(static_cast<std::size_t>(cfg.layers), 0.0);
+  double first_extra = 0, last_extra = static_cast<double>(cfg.vocab * cfg.dim);  // the head's projection
+  for (const auto& [name, p] : named) {
+    std::int64_t b = block_of(name);
+    if (b >= 0) costs[static_cast<std::size_t>(b)] += static_cast<double>(p.value().numel());
+    else if (name.rfind("wte.", 0) == 0 || name.rfind("wpe.", 0) == 0) first_extra += static_cast<double>(p.value().numel());
+    else last_extra += static_cast<double>(p.value().numel());
+  }
+  if (options_.balance == "time") {
+    // Time one block and the embedding and head on a small batch; every stage takes stage 0's
+    // figures so that all agree on the partition.
+    std::vector<double> t(3, 0.0);
+    if (stage_ == 0) {
+      const std::int64_t B = 2, T = std::min<std::int64_t>(cfg.context, 64);
+      Tensor ids = Tensor::zeros({B, T});
+      auto time_it = [&](const std::function<Var()>& f) {
+        double best = 1e300;
+        for (int rep = 0; rep < 3; ++rep) {
+          auto t0 = Clock::now();
+          Var out = f();
+          sum(out).backward();
+          best = std::min(best, since(t0));
+        }
+        return best;
+      };
+      Var x(Tensor::zeros({B, T, cfg.dim}), true);
+      t[0] = time_it([&] { return model_.run_blocks(x, 0, 1); });
+      t[1] = time_it([&] { return model_.embed(Var(ids)); });
+      t[2] = time_it([&] { return model_.head(x); });
+      for (const auto& [name, p] : named) Var(p).clear_grad();
+    }
+    if (group_) group_->broadcast(t.data(), 3, comm::DataType::kF64, 0)->wait();
+    std::fill(costs.begin(), costs.end(), t[0]);
+    first_extra = t[1];
+    last_extra = t[2];
+  } else if (options_.balance != "params") {
+    throw ConfigError("unknown --balance '" + options_.balance + "' (known: params, time)");
+  }
+  if (cfg.layers < virtual_stages_)
+    throw ConfigError("--pp " + std::to_string(stages_) + (options_.chunks > 1 ? " x --chunks " + std::to_string(options_.chunks) : "") +
+                      " needs at least " + std::to_string(virtual_stages_) + " layers; the model has " + std::to_string(cfg.layers));
+  bounds_ = balance_blocks(costs, virtual_stages_, first_extra, last_extra);
+  const std::vector<std::int64_t>& bounds = bounds_;
+  for (int c = 0; c < options_.chunks; ++c) {
+    int v = c * stages_ + stage_;
+    ranges_.push_back({bounds[static_cast<std::size_t>(v)], bounds[static_cast<std::size_t>(v) + 1]});
+  }
+  first_ = stage_ == 0;
+  last_ = stage_ == stages_ - 1;
+  for (const auto& [name, p] : named) {
+    std::int64_t b = block_of(name);
+    int owner;
+    if (b >= 0) {
+      int v = static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), b) - bounds.begin()) - 1;
+      owner = v % stages_;
+    } else if (name.rfind("ln_f.", 0) == 0) {
+      owner = stages_ - 1;
+    } else {
+      owner = 0;  // wte, wpe
+    }
+    owner_.push_back(owner);
+    bool tied = name.rfind("wte.", 0) == 0;
+    if (tied) tied_weight_ = p;
+    if (owner == stage_ || (tied && last_)) own_.push_back({name, p});
+  }
+  if (stages_ > 1 && (first_ || last_)) tied_ = group_->new_group({0, stages_ - 1});
+}
+
+std::string GptPipeline::describe() const {
+  std::string s = "stage " + std::to_string(stage_) + " of " + std::to_string(stages_) + ": blocks";
+  for (std::size_t c = 0; c < ranges_.size(); ++c)
+    s += (c ? ", " : " ") + std::to_string(ranges_[c].first) + "-" + std::to_string(ranges_[c].second - 1);
+  if (first_) s += " + embeddings";
+  if (last_) s += " + final norm and head";
+  return s;
+}
+
+void GptPipeline::sum_tied_gradients() {
+  if (!tied_) return;
+  Tensor g = tied_weight_.grad().defined() ? tied_weight_.grad().contiguous().clone()
+                                           : Tensor::zeros(tied_weight_.shape(), tied_weight_.dtype());
+  tied_->allreduce(g.data<float>(), g.numel(), comm::DataType::kF32, comm::ReduceOp::kSum)->wait();
+  tied_weight_.set_grad(g);
+}
+
+double GptPipeline::clip_grad_norm(double max_norm) {
+  double sq = 0;
+  for (const auto& [name, p] : own_) {
+    if (!p.grad().defined()) continue;
+    if (stages_ > 1 && last_ && !first_ && name.rfind("wte.", 0) == 0) continue;  // counted on stage 0
+    const Tensor g = p.grad().contiguous();
+    const float* d = g.data<float>();
+    for (std::int64_t i = 0; i < g.numel(); ++i) sq += static_cast<double>(d[i]) * static_cast<double>(d[i]);
+  }
+  if (group_ && stages_ > 1) group_->allreduce(&sq, 1, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
+  const double norm = std::sqrt(sq);
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (auto& [name, p] : own_)
+      if (p.grad().defined()) p.set_grad(ops::mul(p.grad(), scale));
+  }
+  return norm;
+}
+
+double GptPipeline::train_batch(const Tensor& ids, const std::vector<std::int32_t>& targets,
+                                const std::function<void()>& update) {
+  return run(ids, targets, true, update);
+}
+
+double GptPipeline::eval_batch(const Tensor& ids, const std::vector<std::int32_t>& targets) {
+  NoGradGuard no_grad;
+  return run(ids, targets, false, {});
+}
+
+double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targets, bool train,
+                        const std::function<void()>& update) {
+  const int M = options_.micro_batches, S = stages_, V = virtual_stages_;
+  const std::int64_t B = ids.size(0), T = ids.size(1), d = model_.config().dim, vocab = model_.config().vocab;
+  if (B % M != 0)
+    throw ConfigError("--batch " + std::to_string(B) + " is not divisible by --micro-batches " + std::to_string(M));
+  const std::int64_t Bm = B / M;
+  std::vector<algo::PipeOp> program;
+  if (train) {
+    program = algo::pipeline_program(options_.schedule, stage_, S, M, options_.chunks);
+  } else {
+    // Forward only: micro-batch by micro-batch, chunk by chunk.
+    for (int m = 0; m < M; ++m)
+      for (int c = 0; c < options_.chunks; ++c) {
+        int v = c * S + stage_;
+        if (v > 0) program.push_back({algo::PipeOpKind::kRecvAct, m, c, (stage_ + S - 1) % S});
+        program.push_back({algo::PipeOpKind::kForward, m, c, -1});
+        if (v < V - 1) program.push_back({algo::PipeOpKind::kSendAct, m, c, (stage_ + 1) % S});
+      }
+  }
+  const bool seed = options_.schedule == algo::PipeSchedule::kSeed;
+  struct Unit {
+    Var input, output, loss;
+    Tensor grad_out;
+  };
+  std::map<std::pair<int, int>, Unit> units;
+  std::vector<comm::WorkPtr> sends;
+  std::vector<Tensor> keep;  // send buffers stay alive until their sends completed
+  double loss_sum = 0, busy = 0;
+  const auto t_step = Clock::now();
+  const std::int64_t n = Bm * T * d;
+  for (const algo::PipeOp& op : program) {
+    Unit& u = units[{op.micro, op.chunk}];
+    const int v = op.chunk * S + stage_;
+    switch (op.kind) {
+      case algo::PipeOpKind::kRecvAct: {
+        Tensor buf = Tensor::zeros({Bm, T, d});
+        group_->recv(buf.data<float>(), n, comm::DataType::kF32, op.peer);
+        u.input = Var(buf, train);
+        break;
+      }
+      case algo::PipeOpKind::kForward: {
+        const auto t0 = Clock::now();
+        const auto [begin, end] = ranges_[static_cast<std::size_t>(op.chunk)];
+        Var x = v == 0 ? model_.embed(Var(ids.slice(0, op.micro * Bm, (op.micro + 1) * Bm).contiguous())) : u.input;
+        u.output = model_.run_blocks(x, begin, end);
+        if (v == V - 1) {
+          std::vector<std::int32_t> t(targets.begin() + op.micro * Bm * T, targets.begin() + (op.micro + 1) * Bm * T);
+          Var loss = cross_entropy(reshape(model_.head(u.output), {Bm * T, vocab}), t);
+          loss_sum += loss.item();
+          if (train) u.loss = seed ? loss : mul(loss, 1.0 / M);
+        }
+        busy += since(t0);
+        break;
+      }
+      case algo::PipeOpKind::kSendAct: {
+        keep.push_back(u.output.value().contiguous());
+        sends.push_back(group_->isend(keep.back().data<float>(), n, comm::DataType::kF32, op.peer));
+        break;
+      }
+      case algo::PipeOpKind::kRecvGrad: {
+        u.grad_out = Tensor::zeros({Bm, T, d});
+        group_->recv(u.grad_out.data<float>(), n, comm::DataType::kF32, op.peer);
+        break;
+      }
+      case algo::PipeOpKind::kBackward: {
+        const auto t0 = Clock::now();
+        if (v == V - 1) u.loss.backward();
+        else u.output.backward(u.grad_out);
+        busy += since(t0);
+        if (v == 0) units.erase({op.micro, op.chunk});
+        break;
+      }
+      case algo::PipeOpKind::kSendGrad: {
+        keep.push_back(u.input.grad().contiguous());
+        sends.push_back(group_->isend(keep.back().data<float>(), n, comm::DataType::kF32, op.peer));
+        units.erase({op.micro, op.chunk});
+        break;
+      }
+      case algo::PipeOpKind::kStep:
+        // Seed 002's schedule: this micro-batch's update, right after its backward. The
+        // update's collectives run on other communicators: first let the sends go.
+        for (auto& w : sends) w->wait();
+        sum_tied_gradients();
+        update();
+        break;
+    }
+  }
+  for (auto& w : sends) w->wait();
+  if (train && !seed) {
+    sum_tied_gradients();
+    update();
+  }
+  // The loss lives on the last stage; every stage returns it.
+  double loss = last_ ? loss_sum / M : 0.0;
+  if (group_ && S > 1) group_->allreduce(&loss, 1, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
+  if (train) {
+    step_s_ = since(t_step);
+    busy_s_ = busy;
+    double bubble = step_s_ > 0 ? 1 - busy / step_s_ : 0;
+    if (group_ && S > 1) group_->allreduce(&bubble, 1, comm::DataType::kF64, comm::ReduceOp::kAvg)->wait();
+    bubble_ = bubble;
+  }
+  return loss;
+}
+
+void GptPipeline::gather_parameters() {
+  if (!group_ || stages_ == 1) return;
+  auto named = model_.named_parameters();
+  for (std::size_t i = 0; i < named.size(); ++i) {
+    int owner = owner_[i];
+    if (owner == 0) continue;
+    Var p = named[i].second;
+    if (stage_ == owner) {
+      Tensor v = p.value().contiguous();
+      group_->send(v.data<float>(), v.numel(), comm::DataType::kF32, 0);
+    } else if (stage_ == 0) {
+      Tensor buf = Tensor::zeros(p.shape());
+      group_->recv(buf.data<float>(), buf.numel(), comm::DataType::kF32, owner);
+      Tensor dst = p.value();
+      dst.copy_(buf);
+    }
+  }
+}
+
+}  // namespace weft::parallel

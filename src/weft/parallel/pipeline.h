@@ -1,0 +1,98 @@
+// Pipeline parallelism for the GPT (seed 002 chapter 8, seed 003 chapters 6-7): the blocks
+// are split into S stages (S x chunks virtual stages with the interleaved schedule), one per
+// rank of the pipeline group; a batch is cut into M micro-batches that flow through the
+// stages in the order an `algo` pipeline program gives (naive, gpipe, 1f1b, interleaved,
+// seed). Activations go forward and their gradients backward as point-to-point messages of
+// the communicator (so WEFT_TRACE records them).
+//
+// Every rank builds the whole model with the same seed, so the initial parameters equal
+// one process's, and trains only its own layers: the first stage the token and position
+// embeddings, the last the final layer norm, both the token embedding (the head is tied to
+// it: their gradients are summed between the two stages before the update, as Megatron-LM
+// does). Gradient clipping uses the norm over every stage.
+//
+// The partition balances the stages by parameter count or by measured time (seed 003
+// chapter 7's load balancing): contiguous blocks, the embedding counted on the first stage
+// and the head on the last, minimizing the largest stage.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/algo/pipeline.h"
+#include "weft/comm/communicator.h"
+#include "weft/nn/transformer.h"
+
+namespace weft::parallel {
+
+struct PipelineOptions {
+  int micro_batches = 1;
+  algo::PipeSchedule schedule = algo::PipeSchedule::k1F1B;
+  int chunks = 1;                  // model chunks per stage (interleaved)
+  std::string balance = "params";  // params | time
+};
+
+// Contiguous parts of `costs` (one per block) into `parts` pieces, `first_extra` added to
+// the first and `last_extra` to the last, minimizing the largest piece. Returns the
+// boundaries: part p is blocks [b[p], b[p+1]). Throws ConfigError when parts > blocks.
+std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int parts, double first_extra, double last_extra);
+
+class GptPipeline {
+ public:
+  // `group` holds the pipeline's ranks in stage order (null or size 1: one stage).
+  GptPipeline(GPT& model, std::shared_ptr<comm::Communicator> group, const PipelineOptions& options);
+
+  int stage() const { return stage_; }
+  int stages() const { return stages_; }
+  // Blocks [begin, end) of each of this stage's chunks.
+  const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges() const { return ranges_; }
+  std::string describe() const;  // "stage 1 of 4: blocks 2-3"
+  // Every virtual stage's first block, and the block count at the end.
+  const std::vector<std::int64_t>& boundaries() const { return bounds_; }
+  // The parameters this stage trains.
+  std::vector<std::pair<std::string, Var>> own_parameters() const { return own_; }
+
+  // One batch (ids [B, T], B divisible by M) through the pipeline: forward and backward of
+  // every micro-batch; gradients accumulate in the own parameters (tied ones summed across
+  // stages). `update` runs the optimizer: once at the end, or (seed schedule) after each
+  // micro-batch's backward. Returns the batch's loss, on every stage.
+  double train_batch(const Tensor& ids, const std::vector<std::int32_t>& targets, const std::function<void()>& update);
+  // Forward only (evaluation): the mean loss, on every stage.
+  double eval_batch(const Tensor& ids, const std::vector<std::int32_t>& targets);
+  // Clips the gradients by their norm over every stage (tied ones counted once); returns it.
+  double clip_grad_norm(double max_norm);
+  // Copies every stage's own parameters into the model on stage 0 (for sampling, saving).
+  void gather_parameters();
+
+  // The last train_batch: time computing (forward and backward) and the whole step; the
+  // bubble (1 - busy / step) averaged over the stages.
+  double last_busy_seconds() const { return busy_s_; }
+  double last_step_seconds() const { return step_s_; }
+  double last_bubble() const { return bubble_; }
+
+ private:
+  struct Pending {
+    Var input, output, loss;
+  };
+  void sum_tied_gradients();
+  double run(const Tensor& ids, const std::vector<std::int32_t>& targets, bool train, const std::function<void()>& update);
+
+  GPT& model_;
+  std::shared_ptr<comm::Communicator> group_, tied_;
+  PipelineOptions options_;
+  int stage_ = 0, stages_ = 1, virtual_stages_ = 1;
+  std::vector<std::pair<std::int64_t, std::int64_t>> ranges_;  // per chunk
+  std::vector<std::int64_t> bounds_;
+  std::vector<std::pair<std::string, Var>> own_;
+  std::vector<int> owner_;  // per model parameter (named_parameters order): the owning stage
+  Var tied_weight_;
+  bool first_ = true, last_ = true;
+  double busy_s_ = 0, step_s_ = 0, bubble_ = 0;
+};
+
+}  // namespace weft::parallel
