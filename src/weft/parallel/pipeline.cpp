@@ -224,7 +224,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
   std::map<std::pair<int, int>, Unit> units;
   std::vector<comm::WorkPtr> sends;
   std::vector<Tensor> keep;  // send buffers stay alive until their sends completed
-  double loss_sum = 0, busy = 0;
+  double loss_sum = 0, busy = 0, update_s = 0;
   const auto t_step = Clock::now();
   const std::int64_t n = Bm * T * d;
   for (const algo::PipeOp& op : program) {
@@ -279,21 +279,27 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
         // Seed 002's schedule: this micro-batch's update, right after its backward. The
         // update's collectives run on other communicators: first let the sends go.
         for (auto& w : sends) w->wait();
-        sum_tied_gradients();
-        update();
+        {
+          const auto t0 = Clock::now();
+          sum_tied_gradients();
+          update();
+          update_s += since(t0);
+        }
         break;
     }
   }
   for (auto& w : sends) w->wait();
   if (train && !seed) {
+    const auto t0 = Clock::now();
     sum_tied_gradients();
     update();
+    update_s += since(t0);
   }
   // The loss lives on the last stage; every stage returns it.
   double loss = last_ ? loss_sum / M : 0.0;
   if (group_ && S > 1) group_->allreduce(&loss, 1, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
   if (train) {
-    step_s_ = since(t_step);
+    step_s_ = since(t_step) - update_s;  // the optimizer's time is not pipeline idle time
     busy_s_ = busy;
     double bubble = step_s_ > 0 ? 1 - busy / step_s_ : 0;
     if (group_ && S > 1) group_->allreduce(&bubble, 1, comm::DataType::kF64, comm::ReduceOp::kAvg)->wait();

@@ -69,8 +69,8 @@ class GptPipeline {
   // Copies every stage's own parameters into the model on stage 0 (for sampling, saving).
   void gather_parameters();
 
-  // The last train_batch: time computing (forward and backward) and the whole step; the
-  // bubble (1 - busy / step) averaged over the stages.
+  // The last train_batch: time computing (forward and backward) and the whole step without
+  // the optimizer; the bubble (1 - busy / step) averaged over the stages.
   double last_busy_seconds() const { return busy_s_; }
   double last_step_seconds() const { return step_s_; }
   double last_bubble() const { return bubble_; }
