@@ -94,6 +94,10 @@ void add_lm_flags(CLI::App* cmd, LmConfig& c, std::string& lstm_variant, std::st
   cmd->add_option("--micro-batches", c.micro_batches, "gpt: micro-batches per batch (pipeline)")->capture_default_str();
   cmd->add_option("--chunks", c.chunks, "gpt: model chunks per stage with --schedule interleaved")->capture_default_str();
   cmd->add_option("--balance", c.balance, "gpt: pipeline stages balanced by params | time")->capture_default_str();
+  cmd->add_option("--tp", c.tp, "gpt: tensor-parallel ranks (under weft launch)")->capture_default_str();
+  cmd->add_option("--tp-attention", c.tp_attention,
+                  "gpt: attention split megatron (by heads) | seed (seed 002 ch. 8: all-gather Q and K)")
+      ->capture_default_str();
 }
 
 bool given(CLI::App* cmd, const std::string& flag) { return cmd->get_option(flag)->count() > 0; }

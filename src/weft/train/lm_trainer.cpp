@@ -12,6 +12,7 @@
 #include "weft/autograd/functions.h"
 #include "weft/comm/communicator.h"
 #include "weft/parallel/pipeline.h"
+#include "weft/parallel/tensor_parallel.h"
 #include "weft/data/text.h"
 #include "weft/nn/recurrent.h"
 #include "weft/nn/transformer.h"
@@ -49,6 +50,7 @@ std::string LmSummary::to_json() const {
                         {"unigram_entropy", unigram_entropy}, {"train_loss", train_loss},
                         {"val_loss", val_loss},           {"tokens_per_second", tokens_per_second},
                         {"sample_words", sample_words},   {"sample_known_words", sample_known_words}};
+  if (tp > 1) j["tensor_parallel"] = tp;
   if (pp > 1 || micro_batches > 1) {
     j["pipeline"] = {{"stages", pp}, {"micro_batches", micro_batches}, {"schedule", pipe_schedule},
                      {"bubble", bubble}, {"bubble_formula", bubble_formula}};
@@ -111,29 +113,42 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   s.parameters = model.num_parameters();
 
   // Pipeline parallelism: one stage per rank of the job (weft launch), or micro-batches in
-  // one process.
+  // one process. Tensor parallelism: every rank holds a slice of every layer.
   const bool pipelined = c.pp > 1 || c.micro_batches > 1;
+  if (c.tp < 1) throw ConfigError("--tp must be at least 1");
+  if (c.tp_attention != "megatron" && c.tp_attention != "seed")
+    throw ConfigError("unknown --tp-attention '" + c.tp_attention + "' (known: megatron, seed)");
   std::unique_ptr<parallel::GptPipeline> pipe;
+  std::unique_ptr<parallel::TensorParallelGpt> tpm;
   std::shared_ptr<comm::Communicator> group;
   int rank = 0;
   std::FILE* log = out;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(nullptr, &std::fclose);
-  if (pipelined) {
-    if (!gpt) throw ConfigError("--pp and --micro-batches need --model gpt");
+  if (pipelined || c.tp > 1) {
+    if (!gpt) throw ConfigError("--pp, --tp and --micro-batches need --model gpt");
     if (c.pp < 1) throw ConfigError("--pp must be at least 1");
-    if (c.micro_batches < 1) throw ConfigError("--micro-batches must be at least 1");
-    const algo::PipeSchedule schedule = algo::parse_pipe_schedule(c.pipe_schedule);
+    if (c.pp > 1 && c.tp > 1) throw ConfigError("--pp with --tp (a 2-D mesh) is not supported yet");
+    const int ranks = c.pp * c.tp;
     const comm::ProcessInfo proc = comm::process_info_from_env();
-    if (proc.world != c.pp)
-      throw ConfigError(fmt::format("--pp {} needs {} ranks: start it with weft launch --nproc-per-node {} (the job has {})",
-                                    c.pp, c.pp, c.pp, proc.world));
-    if (c.pp > 1) group = comm::Communicator::init(proc, comm::CommOptions::from_env());
+    const char* flag = c.tp > 1 ? "--tp" : "--pp";
+    if (proc.world != ranks)
+      throw ConfigError(fmt::format("{} {} needs {} ranks: start it with weft launch --nproc-per-node {} (the job has {})",
+                                    flag, ranks, ranks, ranks, proc.world));
+    if (ranks > 1) group = comm::Communicator::init(proc, comm::CommOptions::from_env());
     rank = proc.rank;
     s.rank = rank;
     if (rank != 0) {
       devnull.reset(std::fopen("/dev/null", "w"));
       log = devnull.get();
     }
+  }
+  if (c.tp > 1) {
+    tpm = std::make_unique<parallel::TensorParallelGpt>(static_cast<GPT&>(model), group, c.tp_attention == "seed");
+    s.tp = c.tp;
+  }
+  if (pipelined) {
+    if (c.micro_batches < 1) throw ConfigError("--micro-batches must be at least 1");
+    const algo::PipeSchedule schedule = algo::parse_pipe_schedule(c.pipe_schedule);
     pipe = std::make_unique<parallel::GptPipeline>(static_cast<GPT&>(model), group,
                                                    parallel::PipelineOptions{c.micro_batches, schedule, c.chunks, c.balance});
     s.pp = c.pp;
@@ -142,7 +157,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     s.bubble_formula = static_cast<double>(c.pp - 1) / static_cast<double>(c.micro_batches + c.pp - 1);
   }
   std::unique_ptr<Optimizer> optimizer;
-  auto trained = pipelined ? pipe->own_parameters() : model.named_parameters();
+  auto trained = pipe ? pipe->own_parameters() : tpm ? tpm->parameters() : model.named_parameters();
   if (c.optimizer == "adamw") optimizer = std::make_unique<Adam>(trained, c.lr, AdamOptions{0.9, 0.95, 1e-8, c.weight_decay, true});
   else if (c.optimizer == "sgd") optimizer = std::make_unique<SGD>(trained, c.lr, c.momentum, c.weight_decay);
   else throw ConfigError("unknown optimizer '" + c.optimizer + "' for language models (known: adamw, sgd)");
@@ -181,6 +196,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
       std::vector<std::int32_t> targets;
       windows(val_tokens, starts, c.context, ids, targets);
       if (pipe) total += pipe->eval_batch(ids, targets);
+      else if (tpm) total += tpm->loss(ids, targets).item();
       else total += cross_entropy(reshape(model.forward(Var(ids)), {c.batch * c.context, s.vocab}), targets).item();
     }
     model.train();
@@ -214,6 +230,12 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
         bubble_sum += pipe->last_bubble();
         ++bubble_steps;
       }
+    } else if (tpm) {
+      Var loss = tpm->loss(ids, targets);
+      loss.backward();
+      if (c.clip_grad > 0) tpm->clip_grad_norm(c.clip_grad);
+      opt.step();
+      l = loss.item();
     } else {
       Var loss = cross_entropy(reshape(model.forward(Var(ids)), {c.batch * c.context, s.vocab}), targets);
       loss.backward();
@@ -248,6 +270,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
                100 * s.bubble, 100 * s.bubble_formula);
     pipe->gather_parameters();  // stage 0 samples and saves the whole model
   }
+  if (tpm) tpm->gather_parameters();
   if (c.sample > 0 && rank == 0) {
     std::vector<std::int32_t> prompt = tok->encode(c.prompt);
     auto ids = model.generate(prompt, c.sample, c.temperature, c.top_k, rng);

@@ -1,0 +1,328 @@
+#include "weft/parallel/tensor_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "weft/autograd/functions.h"
+#include "weft/autograd/sequence.h"
+#include "weft/tensor/ops.h"
+#include "weft/util/error.h"
+
+namespace weft::parallel {
+namespace {
+
+using Grads = std::vector<Tensor>;
+using comm::DataType;
+using comm::ReduceOp;
+
+std::int64_t part_begin(std::int64_t n, int parts, int i) { return n * i / parts; }
+
+// "h3." (built with +=: GCC 12 warns falsely on "h" + std::to_string(i) + ".").
+std::string prefix(std::int64_t layer, const char* rest = "") {
+  std::string s = "h";
+  s += std::to_string(layer);
+  s += '.';
+  s += rest;
+  return s;
+}
+
+// Copies the pieces (offset, length) along `dim` (0 or 1) of a 1-D or 2-D tensor, concatenated.
+Tensor take(const Tensor& full, int dim, const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces) {
+  std::vector<Tensor> parts;
+  for (auto [off, len] : pieces) parts.push_back(full.slice(dim, off, off + len).contiguous());
+  if (parts.size() == 1) return parts[0].clone();
+  Shape shape = full.shape();
+  std::int64_t total = 0;
+  for (auto [off, len] : pieces) total += len;
+  shape[static_cast<std::size_t>(dim)] = total;
+  Tensor out = Tensor::zeros(shape, full.dtype());
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    Tensor dst = out.slice(dim, at, at + pieces[i].second);
+    dst.copy_(parts[i]);
+    at += pieces[i].second;
+  }
+  return out;
+}
+
+void put(Tensor& full, int dim, const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces, const Tensor& part) {
+  std::int64_t at = 0;
+  for (auto [off, len] : pieces) {
+    Tensor dst = full.slice(dim, off, off + len);
+    dst.copy_(part.slice(dim, at, at + len));
+    at += len;
+  }
+}
+
+}  // namespace
+
+Var tp_copy(const Var& x, comm::Communicator& group) {
+  comm::Communicator* g = &group;
+  return record("tp_copy", x.value(), {x}, [g](const Tensor& grad) {
+    Tensor c = grad.contiguous().clone();
+    g->allreduce(c.data<float>(), c.numel(), DataType::kF32, ReduceOp::kSum)->wait();
+    return Grads{c};
+  });
+}
+
+Var tp_reduce(const Var& x, comm::Communicator& group) {
+  Tensor c = x.value().contiguous().clone();
+  group.allreduce(c.data<float>(), c.numel(), DataType::kF32, ReduceOp::kSum)->wait();
+  return record("tp_reduce", c, {x}, [](const Tensor& grad) { return Grads{grad}; });
+}
+
+Var tp_gather_last(const Var& x, comm::Communicator& group) {
+  const Tensor xc = x.value().contiguous();
+  const std::int64_t n = xc.size(-1), rows = xc.numel() / std::max<std::int64_t>(n, 1), t = group.size();
+  Tensor blocks = Tensor::zeros({t, rows, n});
+  group.allgather(xc.data<float>(), blocks.data<float>(), xc.numel(), DataType::kF32)->wait();
+  Shape shape = xc.shape();
+  shape.back() = n * t;
+  Tensor out = blocks.permute({1, 0, 2}).contiguous().view(shape);
+  comm::Communicator* g = &group;
+  return record("tp_gather_last", out, {x}, [g, rows, n, t, xs = xc.shape()](const Tensor& grad) {
+    // Each rank's columns, summed over the ranks that used them: a reduce-scatter.
+    Tensor blocks_grad = grad.contiguous().view({rows, t, n}).permute({1, 0, 2}).contiguous();
+    Tensor mine = Tensor::zeros({rows, n});
+    g->reduce_scatter(blocks_grad.data<float>(), mine.data<float>(), rows * n, DataType::kF32, ReduceOp::kSum)->wait();
+    return Grads{mine.view(xs)};
+  });
+}
+
+TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communicator> group, bool seed_attention)
+    : model_(model), group_(std::move(group)), seed_attention_(seed_attention) {
+  size_ = group_ ? group_->size() : 1;
+  rank_ = group_ ? group_->rank() : 0;
+  if (!group_) throw InternalError("tensor parallelism needs a communicator");
+  const GptConfig& c = model_.config();
+  const int t = size_, r = rank_;
+  if (c.heads % t != 0)
+    throw ConfigError("--tp " + std::to_string(t) + " does not divide the " + std::to_string(c.heads) + " attention heads");
+  for (auto& [name, p] : model_.named_parameters()) by_name_[name] = p;
+  const std::int64_t d = c.dim, dl = d / t, fl = 4 * d / t;
+  for (std::int64_t i = 0; i < c.layers; ++i) {
+    const std::string h = prefix(i);
+    replicated(h + "ln1.weight");
+    replicated(h + "ln1.bias");
+    std::vector<std::pair<std::int64_t, std::int64_t>> qkv{{r * dl, dl}, {d + r * dl, dl}, {2 * d + r * dl, dl}};
+    shard(h + "attn.qkv.weight", 0, qkv);
+    shard(h + "attn.qkv.bias", 0, qkv);
+    shard(h + "attn.proj.weight", 1, {{r * dl, dl}});
+    replicated(h + "attn.proj.bias");
+    replicated(h + "ln2.weight");
+    replicated(h + "ln2.bias");
+    shard(h + "fc.weight", 0, {{r * fl, fl}});
+    shard(h + "fc.bias", 0, {{r * fl, fl}});
+    shard(h + "out.weight", 1, {{r * fl, fl}});
+    replicated(h + "out.bias");
+  }
+  vocab_begin_ = part_begin(c.vocab, t, r);
+  vocab_end_ = part_begin(c.vocab, t, r + 1);
+  shard("wte.weight", 0, {{vocab_begin_, vocab_end_ - vocab_begin_}});
+  if (by_name_.count("wpe.weight")) replicated("wpe.weight");
+  else fixed_positions_ = sinusoidal_encoding(c.context, d, c.positional);
+  replicated("ln_f.weight");
+  replicated("ln_f.bias");
+}
+
+Var TensorParallelGpt::shard(const std::string& name, int dim, std::vector<std::pair<std::int64_t, std::int64_t>> pieces) {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) throw InternalError("tensor parallelism: no parameter " + name);
+  Var part(take(it->second.value(), dim, pieces), true);
+  shards_.push_back({name, it->second, part, dim, std::move(pieces)});
+  params_.push_back({name, part});
+  replicated_.push_back(false);
+  by_name_[name + "#shard"] = part;
+  return part;
+}
+
+Var TensorParallelGpt::replicated(const std::string& name) {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) throw InternalError("tensor parallelism: no parameter " + name);
+  params_.push_back({name, it->second});
+  replicated_.push_back(true);
+  return it->second;
+}
+
+Var TensorParallelGpt::attention(const Var& x, std::int64_t layer) {
+  const GptConfig& c = model_.config();
+  const std::string h = prefix(layer, "attn.");
+  const std::int64_t B = x.size(0), T = x.size(1), d = c.dim, t = size_, dl = d / t, H = c.heads, Hl = H / t, hd = d / H;
+  Var a = tp_copy(x, *group_);
+  Var qkv = reshape(linear(reshape(a, {B * T, d}), by_name_[h + "qkv.weight#shard"], by_name_[h + "qkv.bias#shard"]),
+                    {B, T, 3 * dl});
+  auto heads = [&](const Var& part, std::int64_t nh) {  // [B, T, nh*hd] -> [B*nh, T, hd]
+    return reshape(transpose(reshape(part, {B, T, nh, hd}), 1, 2), {B * nh, T, hd});
+  };
+  Var q = narrow(qkv, 2, 0, dl), k = narrow(qkv, 2, dl, dl), v = heads(narrow(qkv, 2, 2 * dl, dl), Hl);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  Var probs;
+  if (seed_attention_) {
+    // Seed 002 chapter 8: gather every rank's slice of Q and K, score all heads, keep V local.
+    Var qf = heads(tp_gather_last(q, *group_), H), kf = heads(tp_gather_last(k, *group_), H);
+    Var all = softmax(causal_mask(mul(matmul(qf, transpose(kf, 1, 2)), scale)));  // [B*H, T, T]
+    probs = reshape(narrow(reshape(all, {B, H, T, T}), 1, rank_ * Hl, Hl), {B * Hl, T, T});
+  } else {
+    probs = softmax(causal_mask(mul(matmul(heads(q, Hl), transpose(heads(k, Hl), 1, 2)), scale)));
+  }
+  Var att = matmul(probs, v);  // [B*Hl, T, hd]
+  Var merged = reshape(transpose(reshape(att, {B, Hl, T, hd}), 1, 2), {B * T, dl});
+  Var y = tp_reduce(linear(merged, by_name_[h + "proj.weight#shard"], Var()), *group_);
+  return add(reshape(y, {B, T, d}), by_name_[h + "proj.bias"]);
+}
+
+Var TensorParallelGpt::mlp(const Var& x, std::int64_t layer) {
+  const std::string h = prefix(layer);
+  const std::int64_t B = x.size(0), T = x.size(1), d = model_.config().dim;
+  Var b = tp_copy(x, *group_);
+  Var hidden = gelu(linear(reshape(b, {B * T, d}), by_name_[h + "fc.weight#shard"], by_name_[h + "fc.bias#shard"]));
+  Var y = tp_reduce(linear(hidden, by_name_[h + "out.weight#shard"], Var()), *group_);
+  return add(reshape(y, {B, T, d}), by_name_[h + "out.bias"]);
+}
+
+Var TensorParallelGpt::block(const Var& x, std::int64_t layer) {
+  const std::string h = prefix(layer);
+  auto ln = [&](const Var& v, const char* which) {
+    return layer_norm(v, by_name_[h + which + ".weight"], by_name_[h + which + ".bias"]);
+  };
+  if (model_.config().pre_ln) {
+    Var a = add(x, attention(ln(x, "ln1"), layer));
+    return add(a, mlp(ln(a, "ln2"), layer));
+  }
+  Var a = ln(add(x, attention(x, layer)), "ln1");
+  return ln(add(a, mlp(a, layer)), "ln2");
+}
+
+Var TensorParallelGpt::loss(const Tensor& ids, const std::vector<std::int32_t>& targets) {
+  const GptConfig& c = model_.config();
+  const std::int64_t B = ids.size(0), T = ids.size(1), d = c.dim, N = B * T;
+  const std::int64_t vb = vocab_begin_, ve = vocab_end_, Vl = ve - vb;
+  comm::Communicator* g = group_.get();
+  // Vocabulary-parallel embedding: this rank's rows, zeros elsewhere, summed over the ranks.
+  std::vector<std::int32_t> tok(static_cast<std::size_t>(N));
+  {
+    Tensor ic = ids.contiguous();
+    for (std::int64_t i = 0; i < N; ++i) tok[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(ic.data<float>()[i]);
+  }
+  Var wte = by_name_["wte.weight#shard"];
+  Tensor emb = Tensor::zeros({N, d});
+  {
+    Tensor w = wte.value().contiguous();
+    for (std::int64_t i = 0; i < N; ++i) {
+      std::int64_t id = tok[static_cast<std::size_t>(i)];
+      if (id >= vb && id < ve) std::copy(w.data<float>() + (id - vb) * d, w.data<float>() + (id - vb + 1) * d, emb.data<float>() + i * d);
+    }
+    g->allreduce(emb.data<float>(), emb.numel(), DataType::kF32, ReduceOp::kSum)->wait();
+  }
+  Var x = record("vocab_parallel_embedding", emb, {wte}, [tok, vb, ve, d, shape = wte.shape()](const Tensor& grad) {
+    Tensor gw = Tensor::zeros(shape);
+    Tensor gc = grad.contiguous();
+    for (std::size_t i = 0; i < tok.size(); ++i)
+      if (tok[i] >= vb && tok[i] < ve)
+        for (std::int64_t k = 0; k < d; ++k) gw.data<float>()[(tok[i] - vb) * d + k] += gc.data<float>()[static_cast<std::int64_t>(i) * d + k];
+    return Grads{gw};
+  });
+  x = reshape(x, {B, T, d});
+  if (by_name_.count("wpe.weight")) {
+    std::vector<std::int32_t> pos(static_cast<std::size_t>(T));
+    for (std::int64_t i = 0; i < T; ++i) pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+    x = add(x, reshape(embedding(by_name_["wpe.weight"], pos), {1, T, d}));
+  } else {
+    x = add(x, Var(fixed_positions_.slice(0, 0, T).contiguous()));
+  }
+  for (std::int64_t i = 0; i < c.layers; ++i) x = block(x, i);
+  Var hfin = layer_norm(x, by_name_["ln_f.weight"], by_name_["ln_f.bias"]);
+  // The tied head: this rank's slice of the logits, [N, Vl].
+  Var logits = matmul(reshape(tp_copy(hfin, *group_), {N, d}), transpose(wte, 0, 1));
+  // Vocabulary-parallel cross-entropy: max, sum of exponentials and target logit per token,
+  // each summed (or maxed) over the ranks.
+  Tensor z = logits.value().contiguous();
+  std::vector<float> m(static_cast<std::size_t>(N), -std::numeric_limits<float>::infinity());
+  for (std::int64_t i = 0; i < N; ++i)
+    for (std::int64_t j = 0; j < Vl; ++j) m[i] = std::max(m[i], z.data<float>()[i * Vl + j]);
+  g->allreduce(m.data(), N, DataType::kF32, ReduceOp::kMax)->wait();
+  Tensor e = Tensor::zeros({N, Vl});
+  std::vector<double> s(static_cast<std::size_t>(N), 0.0), target(static_cast<std::size_t>(N), 0.0);
+  for (std::int64_t i = 0; i < N; ++i) {
+    for (std::int64_t j = 0; j < Vl; ++j) {
+      float v = std::exp(z.data<float>()[i * Vl + j] - m[i]);
+      e.data<float>()[i * Vl + j] = v;
+      s[i] += v;
+    }
+    std::int64_t tg = targets[static_cast<std::size_t>(i)];
+    if (tg >= vb && tg < ve) target[i] = static_cast<double>(z.data<float>()[i * Vl + (tg - vb)]);
+  }
+  g->allreduce(s.data(), N, DataType::kF64, ReduceOp::kSum)->wait();
+  g->allreduce(target.data(), N, DataType::kF64, ReduceOp::kSum)->wait();
+  double total = 0;
+  for (std::int64_t i = 0; i < N; ++i) total += std::log(s[i]) + static_cast<double>(m[i]) - target[i];
+  total /= static_cast<double>(N);
+  return record("vocab_parallel_cross_entropy", Tensor::scalar(total), {logits},
+                [e, s, targets, vb, ve, Vl, N](const Tensor& grad) {
+                  // d loss / d logits = (softmax - onehot) / N, on this rank's columns.
+                  Tensor dz = e.clone();
+                  float* p = dz.data<float>();
+                  const float scale = static_cast<float>(grad.item() / static_cast<double>(N));
+                  for (std::int64_t i = 0; i < N; ++i) {
+                    float inv = static_cast<float>(1.0 / s[i]);
+                    for (std::int64_t j = 0; j < Vl; ++j) p[i * Vl + j] *= inv;
+                    std::int64_t tg = targets[static_cast<std::size_t>(i)];
+                    if (tg >= vb && tg < ve) p[i * Vl + (tg - vb)] -= 1.0f;
+                    for (std::int64_t j = 0; j < Vl; ++j) p[i * Vl + j] *= scale;
+                  }
+                  return Grads{dz};
+                });
+}
+
+double TensorParallelGpt::clip_grad_norm(double max_norm) {
+  double shard_sq = 0, repl_sq = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const Var& p = params_[i].second;
+    if (!p.grad().defined()) continue;
+    const Tensor gc = p.grad().contiguous();
+    double sq = 0;
+    for (std::int64_t k = 0; k < gc.numel(); ++k) sq += static_cast<double>(gc.data<float>()[k]) * gc.data<float>()[k];
+    (replicated_[i] ? repl_sq : shard_sq) += sq;
+  }
+  group_->allreduce(&shard_sq, 1, DataType::kF64, ReduceOp::kSum)->wait();
+  const double norm = std::sqrt(shard_sq + repl_sq);
+  if (max_norm > 0 && norm > max_norm) {
+    const double scale = max_norm / (norm + 1e-6);
+    for (auto& [name, p] : params_)
+      if (p.grad().defined()) p.set_grad(ops::mul(p.grad(), scale));
+  }
+  return norm;
+}
+
+void TensorParallelGpt::gather_parameters() {
+  const GptConfig& c = model_.config();
+  const std::int64_t d = c.dim;
+  for (Shard& s : shards_) {
+    Tensor full = s.full.value();
+    for (int r = 0; r < size_; ++r) {
+      // Rank r's pieces, computed the way the constructor did.
+      std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
+      const std::int64_t dl = d / size_, fl = 4 * d / size_;
+      if (s.name == "wte.weight") {
+        std::int64_t b = part_begin(c.vocab, size_, r), e = part_begin(c.vocab, size_, r + 1);
+        pieces = {{b, e - b}};
+      } else if (s.name.find("qkv") != std::string::npos) {
+        pieces = {{r * dl, dl}, {d + r * dl, dl}, {2 * d + r * dl, dl}};
+      } else if (s.name.find("proj") != std::string::npos) {
+        pieces = {{r * dl, dl}};
+      } else {
+        pieces = {{r * fl, fl}};
+      }
+      Shape shape = full.shape();
+      std::int64_t len = 0;
+      for (auto [o, l] : pieces) len += l;
+      shape[static_cast<std::size_t>(s.dim)] = len;
+      Tensor part = r == rank_ ? s.part.value().contiguous().clone() : Tensor::zeros(shape);
+      group_->broadcast(part.data<float>(), part.numel(), DataType::kF32, r)->wait();
+      put(full, s.dim, pieces, part);
+    }
+  }
+}
+
+}  // namespace weft::parallel

@@ -1,0 +1,84 @@
+// Tensor (intra-layer) parallelism for the GPT, as Megatron-LM does it (Shoeybi et al. 2019;
+// seed 002 chapter 8, seed 003 chapter 8), over a group of t ranks:
+//
+//   column-parallel Linear  each rank holds out/t rows of W (and of the bias); its input is
+//                           replicated; backward all-reduces the input's gradient ("f")
+//   row-parallel Linear     each rank holds in/t columns of W; its input is split; forward
+//                           all-reduces the partial products ("g"); the bias is replicated
+//   parallel MLP            fc column-parallel -> GELU -> out row-parallel: one all-reduce in
+//                           forward, one in backward
+//   parallel attention      Q, K, V column-parallel by heads (t divides the heads), attention
+//                           of the rank's heads, projection row-parallel: one and one
+//   vocabulary-parallel     the token embedding split by vocabulary rows (lookups outside
+//   embedding and loss      the rank's rows give zeros, then an all-reduce); the tied head
+//                           gives each rank its slice of the logits, and the cross-entropy
+//                           combines max, sum of exponentials and target logit with three
+//                           all-reduces of one number per token
+//
+// With `seed_attention`, attention follows seed 002 chapter 8 instead: each rank computes
+// its feature slices of Q, K and V, all-gathers Q and K (backward: reduce-scatters their
+// gradients), computes every head's scores and keeps V local: the same numbers, more traffic.
+//
+// Every rank builds the whole model with the same seed (so the shards are slices of one
+// process's parameters); layer norms, position embeddings and the row-parallel biases stay
+// replicated (every rank computes the same gradients for them).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "weft/comm/communicator.h"
+#include "weft/nn/transformer.h"
+
+namespace weft::parallel {
+
+class TensorParallelGpt {
+ public:
+  TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communicator> group, bool seed_attention = false);
+
+  // Mean next-token cross-entropy of ids [B, T] against targets (B x T), on every rank.
+  Var loss(const Tensor& ids, const std::vector<std::int32_t>& targets);
+  // The rank's shards and the replicated parameters.
+  std::vector<std::pair<std::string, Var>> parameters() const { return params_; }
+  // Clips by the norm over the whole model (shards summed over the ranks, replicated
+  // parameters once); returns the norm.
+  double clip_grad_norm(double max_norm);
+  // Writes the full parameters into the model on every rank (all-gathers the shards).
+  void gather_parameters();
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  struct Shard {
+    std::string name;     // the full parameter's name
+    Var full, part;
+    int dim = 0;          // 0: rows, 1: columns
+    std::vector<std::pair<std::int64_t, std::int64_t>> pieces;  // (offset, length) along dim, concatenated
+  };
+  Var shard(const std::string& name, int dim, std::vector<std::pair<std::int64_t, std::int64_t>> pieces);
+  Var replicated(const std::string& name);
+  Var attention(const Var& x, std::int64_t layer);
+  Var mlp(const Var& x, std::int64_t layer);
+  Var block(const Var& x, std::int64_t layer);
+
+  GPT& model_;
+  std::shared_ptr<comm::Communicator> group_;
+  bool seed_attention_;
+  int rank_ = 0, size_ = 1;
+  std::int64_t vocab_begin_ = 0, vocab_end_ = 0;
+  std::vector<Shard> shards_;
+  std::vector<std::pair<std::string, Var>> params_;
+  std::vector<bool> replicated_;  // per params_ entry
+  std::map<std::string, Var> by_name_;
+  Tensor fixed_positions_;
+};
+
+// The communication operators, usable on their own (tests).
+Var tp_copy(const Var& x, comm::Communicator& group);     // identity; backward all-reduces ("f")
+Var tp_reduce(const Var& x, comm::Communicator& group);   // all-reduce; backward identity ("g")
+Var tp_gather_last(const Var& x, comm::Communicator& group);  // all-gather along the last dim; backward reduce-scatter
+
+}  // namespace weft::parallel
