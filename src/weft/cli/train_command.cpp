@@ -134,9 +134,10 @@ int run_lm(CLI::App* cmd, const TrainConfig& t, LmConfig c, const std::string& l
   // follows warm-up and cosine decay).
   if (given(cmd, "--schedule")) c.pipe_schedule = t.schedule.kind;
   if (given(cmd, "--optimizer")) c.optimizer = t.optimizer;
+  if (given(cmd, "--dp")) c.dp = t.dp;
   if (given(cmd, "--momentum")) c.momentum = t.momentum;
   for (const char* flag : {"--epochs", "--checkpoint-dir", "--resume",
-                           "--auto-resume", "--dp", "--strategy", "--zero", "--timeline", "--limit-train", "--limit-test"}) {
+                           "--auto-resume", "--strategy", "--zero", "--timeline", "--limit-train", "--limit-test"}) {
     if (given(cmd, flag)) throw weft::ConfigError(std::string(flag) + " is not supported with --model " + t.model + " yet");
   }
   LmSummary s = train_lm(c, stdout);

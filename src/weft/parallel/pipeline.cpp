@@ -31,6 +31,12 @@ int parts_needed(const std::vector<double>& c, double limit, std::vector<std::in
   return parts;
 }
 
+// The block index of a parameter name ("h3.fc.weight" -> 3), or -1.
+std::int64_t block_of(const std::string& name) {
+  if (name.size() < 2 || name[0] != 'h' || !std::isdigit(static_cast<unsigned char>(name[1]))) return -1;
+  return std::stoll(name.substr(1, name.find('.') - 1));
+}
+
 }  // namespace
 
 std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int parts, double first_extra, double last_extra) {
@@ -67,7 +73,7 @@ std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int p
   return b;
 }
 
-GptPipeline::GptPipeline(GPT& model, std::shared_ptr<comm::Communicator> group, const PipelineOptions& options)
+GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> group, const PipelineOptions& options)
     : model_(model), group_(std::move(group)), options_(options) {
   stages_ = group_ ? group_->size() : 1;
   stage_ = group_ ? group_->rank() : 0;
@@ -76,11 +82,7 @@ GptPipeline::GptPipeline(GPT& model, std::shared_ptr<comm::Communicator> group, 
   else if (options_.chunks < 2) throw ConfigError("--schedule interleaved needs --chunks 2 or more");
   virtual_stages_ = stages_ * options_.chunks;
   const GptConfig& cfg = model_.config();
-  const auto named = model_.named_parameters();
-  auto block_of = [](const std::string& name) -> std::int64_t {
-    if (name.size() < 2 || name[0] != 'h' || !std::isdigit(static_cast<unsigned char>(name[1]))) return -1;
-    return std::stoll(name.substr(1, name.find('.') - 1));
-  };
+  const auto named = model_.parameters();
   // Costs per block: parameters, or measured forward + backward time.
   std::vector<double> costs(static_cast<std::size_t>(cfg.layers), 0.0);
   double first_extra = 0, last_extra = static_cast<double>(cfg.vocab * cfg.dim);  // the head's projection
@@ -109,8 +111,8 @@ GptPipeline::GptPipeline(GPT& model, std::shared_ptr<comm::Communicator> group, 
       };
       Var x(Tensor::zeros({B, T, cfg.dim}), true);
       t[0] = time_it([&] { return model_.run_blocks(x, 0, 1); });
-      t[1] = time_it([&] { return model_.embed(Var(ids)); });
-      t[2] = time_it([&] { return model_.head(x); });
+      t[1] = time_it([&] { return model_.embed(ids); });
+      t[2] = time_it([&] { return model_.head_loss(x, std::vector<std::int32_t>(static_cast<std::size_t>(B * T), 0)); });
       for (const auto& [name, p] : named) Var(p).clear_grad();
     }
     if (group_) group_->broadcast(t.data(), 3, comm::DataType::kF64, 0)->wait();
@@ -131,23 +133,23 @@ GptPipeline::GptPipeline(GPT& model, std::shared_ptr<comm::Communicator> group, 
   }
   first_ = stage_ == 0;
   last_ = stage_ == stages_ - 1;
+  (void)bounds;
   for (const auto& [name, p] : named) {
-    std::int64_t b = block_of(name);
-    int owner;
-    if (b >= 0) {
-      int v = static_cast<int>(std::upper_bound(bounds.begin(), bounds.end(), b) - bounds.begin()) - 1;
-      owner = v % stages_;
-    } else if (name.rfind("ln_f.", 0) == 0) {
-      owner = stages_ - 1;
-    } else {
-      owner = 0;  // wte, wpe
-    }
-    owner_.push_back(owner);
     bool tied = name.rfind("wte.", 0) == 0;
     if (tied) tied_weight_ = p;
-    if (owner == stage_ || (tied && last_)) own_.push_back({name, p});
+    if (owner_of(name) == stage_ || (tied && last_)) own_.push_back({name, p});
   }
   if (stages_ > 1 && (first_ || last_)) tied_ = group_->new_group({0, stages_ - 1});
+}
+
+int GptPipeline::owner_of(const std::string& name) const {
+  std::int64_t b = block_of(name);
+  if (b >= 0) {
+    int v = static_cast<int>(std::upper_bound(bounds_.begin(), bounds_.end(), b) - bounds_.begin()) - 1;
+    return v % stages_;
+  }
+  if (name.rfind("ln_f.", 0) == 0) return stages_ - 1;
+  return 0;  // wte, wpe
 }
 
 std::string GptPipeline::describe() const {
@@ -167,25 +169,6 @@ void GptPipeline::sum_tied_gradients() {
   tied_weight_.set_grad(g);
 }
 
-double GptPipeline::clip_grad_norm(double max_norm) {
-  double sq = 0;
-  for (const auto& [name, p] : own_) {
-    if (!p.grad().defined()) continue;
-    if (stages_ > 1 && last_ && !first_ && name.rfind("wte.", 0) == 0) continue;  // counted on stage 0
-    const Tensor g = p.grad().contiguous();
-    const float* d = g.data<float>();
-    for (std::int64_t i = 0; i < g.numel(); ++i) sq += static_cast<double>(d[i]) * static_cast<double>(d[i]);
-  }
-  if (group_ && stages_ > 1) group_->allreduce(&sq, 1, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
-  const double norm = std::sqrt(sq);
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (auto& [name, p] : own_)
-      if (p.grad().defined()) p.set_grad(ops::mul(p.grad(), scale));
-  }
-  return norm;
-}
-
 double GptPipeline::train_batch(const Tensor& ids, const std::vector<std::int32_t>& targets,
                                 const std::function<void()>& update) {
   return run(ids, targets, true, update);
@@ -199,7 +182,7 @@ double GptPipeline::eval_batch(const Tensor& ids, const std::vector<std::int32_t
 double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targets, bool train,
                         const std::function<void()>& update) {
   const int M = options_.micro_batches, S = stages_, V = virtual_stages_;
-  const std::int64_t B = ids.size(0), T = ids.size(1), d = model_.config().dim, vocab = model_.config().vocab;
+  const std::int64_t B = ids.size(0), T = ids.size(1), d = model_.config().dim;
   if (B % M != 0)
     throw ConfigError("--batch " + std::to_string(B) + " is not divisible by --micro-batches " + std::to_string(M));
   const std::int64_t Bm = B / M;
@@ -240,11 +223,11 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
       case algo::PipeOpKind::kForward: {
         const auto t0 = Clock::now();
         const auto [begin, end] = ranges_[static_cast<std::size_t>(op.chunk)];
-        Var x = v == 0 ? model_.embed(Var(ids.slice(0, op.micro * Bm, (op.micro + 1) * Bm).contiguous())) : u.input;
+        Var x = v == 0 ? model_.embed(ids.slice(0, op.micro * Bm, (op.micro + 1) * Bm).contiguous()) : u.input;
         u.output = model_.run_blocks(x, begin, end);
         if (v == V - 1) {
           std::vector<std::int32_t> t(targets.begin() + op.micro * Bm * T, targets.begin() + (op.micro + 1) * Bm * T);
-          Var loss = cross_entropy(reshape(model_.head(u.output), {Bm * T, vocab}), t);
+          Var loss = model_.head_loss(u.output, t);
           loss_sum += loss.item();
           if (train) u.loss = seed ? loss : mul(loss, 1.0 / M);
         }
@@ -308,13 +291,11 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
   return loss;
 }
 
-void GptPipeline::gather_parameters() {
+void GptPipeline::gather_parameters(const std::vector<std::pair<std::string, Var>>& full) {
   if (!group_ || stages_ == 1) return;
-  auto named = model_.named_parameters();
-  for (std::size_t i = 0; i < named.size(); ++i) {
-    int owner = owner_[i];
+  for (const auto& [name, p] : full) {
+    const int owner = owner_of(name);
     if (owner == 0) continue;
-    Var p = named[i].second;
     if (stage_ == owner) {
       Tensor v = p.value().contiguous();
       group_->send(v.data<float>(), v.numel(), comm::DataType::kF32, 0);

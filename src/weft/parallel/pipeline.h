@@ -27,6 +27,7 @@
 #include "weft/algo/pipeline.h"
 #include "weft/comm/communicator.h"
 #include "weft/nn/transformer.h"
+#include "weft/parallel/stage_model.h"
 
 namespace weft::parallel {
 
@@ -44,8 +45,9 @@ std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int p
 
 class GptPipeline {
  public:
-  // `group` holds the pipeline's ranks in stage order (null or size 1: one stage).
-  GptPipeline(GPT& model, std::shared_ptr<comm::Communicator> group, const PipelineOptions& options);
+  // `group` holds the pipeline's ranks in stage order (null or size 1: one stage); `model`
+  // is the whole GPT (LocalGpt) or this rank's tensor-parallel slice of it.
+  GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> group, const PipelineOptions& options);
 
   int stage() const { return stage_; }
   int stages() const { return stages_; }
@@ -64,10 +66,13 @@ class GptPipeline {
   double train_batch(const Tensor& ids, const std::vector<std::int32_t>& targets, const std::function<void()>& update);
   // Forward only (evaluation): the mean loss, on every stage.
   double eval_batch(const Tensor& ids, const std::vector<std::int32_t>& targets);
-  // Clips the gradients by their norm over every stage (tied ones counted once); returns it.
-  double clip_grad_norm(double max_norm);
-  // Copies every stage's own parameters into the model on stage 0 (for sampling, saving).
-  void gather_parameters();
+  // The parameter whose gradient norm another stage counts (the tied embedding on the last
+  // stage), for clip_grad_norm; empty when none.
+  std::string counted_elsewhere() const { return stages_ > 1 && last_ && !first_ ? "wte.weight" : ""; }
+  // Copies every stage's parameters into `full` (the whole model's, by name, the same list
+  // on every stage) on stage 0 (for sampling, saving).
+  void gather_parameters(const std::vector<std::pair<std::string, Var>>& full);
+  int owner_of(const std::string& name) const;  // the stage that trains a parameter
 
   // The last train_batch: time computing (forward and backward) and the whole step without
   // the optimizer; the bubble (1 - busy / step) averaged over the stages.
@@ -82,14 +87,13 @@ class GptPipeline {
   void sum_tied_gradients();
   double run(const Tensor& ids, const std::vector<std::int32_t>& targets, bool train, const std::function<void()>& update);
 
-  GPT& model_;
+  StageModel& model_;
   std::shared_ptr<comm::Communicator> group_, tied_;
   PipelineOptions options_;
   int stage_ = 0, stages_ = 1, virtual_stages_ = 1;
   std::vector<std::pair<std::int64_t, std::int64_t>> ranges_;  // per chunk
   std::vector<std::int64_t> bounds_;
   std::vector<std::pair<std::string, Var>> own_;
-  std::vector<int> owner_;  // per model parameter (named_parameters order): the owning stage
   Var tied_weight_;
   bool first_ = true, last_ = true;
   double busy_s_ = 0, step_s_ = 0, bubble_ = 0;

@@ -142,6 +142,7 @@ Var TensorParallelGpt::replicated(const std::string& name) {
   if (it == by_name_.end()) throw InternalError("tensor parallelism: no parameter " + name);
   params_.push_back({name, it->second});
   replicated_.push_back(true);
+  replicated_names_.insert(name);
   return it->second;
 }
 
@@ -195,9 +196,19 @@ Var TensorParallelGpt::block(const Var& x, std::int64_t layer) {
 }
 
 Var TensorParallelGpt::loss(const Tensor& ids, const std::vector<std::int32_t>& targets) {
+  return head_loss(run_blocks(embed(ids), 0, model_.config().layers), targets);
+}
+
+Var TensorParallelGpt::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {
+  Var h = x;
+  for (std::int64_t i = begin; i < end; ++i) h = block(h, i);
+  return h;
+}
+
+Var TensorParallelGpt::embed(const Tensor& ids) {
   const GptConfig& c = model_.config();
   const std::int64_t B = ids.size(0), T = ids.size(1), d = c.dim, N = B * T;
-  const std::int64_t vb = vocab_begin_, ve = vocab_end_, Vl = ve - vb;
+  const std::int64_t vb = vocab_begin_, ve = vocab_end_;
   comm::Communicator* g = group_.get();
   // Vocabulary-parallel embedding: this rank's rows, zeros elsewhere, summed over the ranks.
   std::vector<std::int32_t> tok(static_cast<std::size_t>(N));
@@ -231,7 +242,14 @@ Var TensorParallelGpt::loss(const Tensor& ids, const std::vector<std::int32_t>& 
   } else {
     x = add(x, Var(fixed_positions_.slice(0, 0, T).contiguous()));
   }
-  for (std::int64_t i = 0; i < c.layers; ++i) x = block(x, i);
+  return x;
+}
+
+Var TensorParallelGpt::head_loss(const Var& x, const std::vector<std::int32_t>& targets) {
+  const std::int64_t B = x.size(0), T = x.size(1), d = model_.config().dim, N = B * T;
+  const std::int64_t vb = vocab_begin_, ve = vocab_end_, Vl = ve - vb;
+  comm::Communicator* g = group_.get();
+  Var wte = by_name_["wte.weight#shard"];
   Var hfin = layer_norm(x, by_name_["ln_f.weight"], by_name_["ln_f.bias"]);
   // The tied head: this rank's slice of the logits, [N, Vl].
   Var logits = matmul(reshape(tp_copy(hfin, *group_), {N, d}), transpose(wte, 0, 1));
@@ -275,24 +293,8 @@ Var TensorParallelGpt::loss(const Tensor& ids, const std::vector<std::int32_t>& 
                 });
 }
 
-double TensorParallelGpt::clip_grad_norm(double max_norm) {
-  double shard_sq = 0, repl_sq = 0;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const Var& p = params_[i].second;
-    if (!p.grad().defined()) continue;
-    const Tensor gc = p.grad().contiguous();
-    double sq = 0;
-    for (std::int64_t k = 0; k < gc.numel(); ++k) sq += static_cast<double>(gc.data<float>()[k]) * gc.data<float>()[k];
-    (replicated_[i] ? repl_sq : shard_sq) += sq;
-  }
-  group_->allreduce(&shard_sq, 1, DataType::kF64, ReduceOp::kSum)->wait();
-  const double norm = std::sqrt(shard_sq + repl_sq);
-  if (max_norm > 0 && norm > max_norm) {
-    const double scale = max_norm / (norm + 1e-6);
-    for (auto& [name, p] : params_)
-      if (p.grad().defined()) p.set_grad(ops::mul(p.grad(), scale));
-  }
-  return norm;
+double TensorParallelGpt::norm_share(const std::string& name) const {
+  return replicated_names_.count(name) ? 1.0 / size_ : 1.0;
 }
 
 void TensorParallelGpt::gather_parameters() {

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
@@ -32,21 +33,25 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/nn/transformer.h"
+#include "weft/parallel/stage_model.h"
 
 namespace weft::parallel {
 
-class TensorParallelGpt {
+class TensorParallelGpt : public StageModel {
  public:
   TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communicator> group, bool seed_attention = false);
 
   // Mean next-token cross-entropy of ids [B, T] against targets (B x T), on every rank.
   Var loss(const Tensor& ids, const std::vector<std::int32_t>& targets);
+  // The pieces, for pipeline stages (StageModel).
+  const GptConfig& config() const override { return model_.config(); }
+  Var embed(const Tensor& ids) override;
+  Var run_blocks(const Var& x, std::int64_t begin, std::int64_t end) override;
+  Var head_loss(const Var& x, const std::vector<std::int32_t>& targets) override;
   // The rank's shards and the replicated parameters.
-  std::vector<std::pair<std::string, Var>> parameters() const { return params_; }
-  // Clips by the norm over the whole model (shards summed over the ranks, replicated
-  // parameters once); returns the norm.
-  double clip_grad_norm(double max_norm);
-  // Writes the full parameters into the model on every rank (all-gathers the shards).
+  std::vector<std::pair<std::string, Var>> parameters() const override { return params_; }
+  double norm_share(const std::string& name) const override;
+  // Writes the full parameters into the model on every rank (the shards, broadcast).
   void gather_parameters();
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -72,6 +77,7 @@ class TensorParallelGpt {
   std::vector<Shard> shards_;
   std::vector<std::pair<std::string, Var>> params_;
   std::vector<bool> replicated_;  // per params_ entry
+  std::set<std::string> replicated_names_;
   std::map<std::string, Var> by_name_;
   Tensor fixed_positions_;
 };

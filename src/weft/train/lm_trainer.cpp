@@ -58,6 +58,32 @@ std::string LmSummary::to_json() const {
   return j.dump();
 }
 
+namespace {
+// Data parallelism: every gradient averaged over the replicas, in one flat all-reduce.
+void average_gradients(const std::vector<std::pair<std::string, Var>>& params, comm::Communicator& group) {
+  std::int64_t n = 0;
+  for (const auto& [name, p] : params) n += p.value().numel();
+  Tensor flat = Tensor::zeros({n});
+  std::int64_t at = 0;
+  for (const auto& [name, p] : params) {
+    const std::int64_t k = p.value().numel();
+    if (p.grad().defined()) {
+      Tensor dst = flat.slice(0, at, at + k);
+      dst.copy_(p.grad().contiguous().view({k}));
+    }
+    at += k;
+  }
+  group.allreduce(flat.data<float>(), n, comm::DataType::kF32, comm::ReduceOp::kAvg)->wait();
+  at = 0;
+  for (const auto& [name, p] : params) {
+    const std::int64_t k = p.value().numel();
+    Var q = p;
+    q.set_grad(flat.slice(0, at, at + k).contiguous().view(p.shape()));
+    at += k;
+  }
+}
+}  // namespace
+
 LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   if (c.tokenizer != "char" && c.tokenizer != "word") throw ConfigError("unknown tokenizer '" + c.tokenizer + "' (known: char, word)");
   auto at_least = [](const char* flag, std::int64_t v, std::int64_t min) {
@@ -112,44 +138,74 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   LanguageModel& model = *net;
   s.parameters = model.num_parameters();
 
-  // Pipeline parallelism: one stage per rank of the job (weft launch), or micro-batches in
-  // one process. Tensor parallelism: every rank holds a slice of every layer.
+  // Parallelism (gpt): a mesh of dp x pp x tp ranks under weft launch, tensor parallelism
+  // innermost (neighbouring ranks: one host), then pipeline stages, then data-parallel
+  // replicas. Micro-batches alone (pp 1) run the pipeline schedule in one process.
   const bool pipelined = c.pp > 1 || c.micro_batches > 1;
-  if (c.tp < 1) throw ConfigError("--tp must be at least 1");
+  if (c.tp < 1 || c.pp < 1 || c.dp < 1) throw ConfigError("--dp, --tp and --pp must be at least 1");
   if (c.tp_attention != "megatron" && c.tp_attention != "seed")
     throw ConfigError("unknown --tp-attention '" + c.tp_attention + "' (known: megatron, seed)");
+  const int ranks = c.dp * c.tp * c.pp;
+  std::unique_ptr<parallel::StageModel> stage;
+  parallel::TensorParallelGpt* tpm = nullptr;
   std::unique_ptr<parallel::GptPipeline> pipe;
-  std::unique_ptr<parallel::TensorParallelGpt> tpm;
-  std::shared_ptr<comm::Communicator> group;
-  int rank = 0;
+  std::shared_ptr<comm::Communicator> world, tp_group, pp_group, dp_group, mp_group;
+  int rank = 0, replica = 0;
   std::FILE* log = out;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(nullptr, &std::fclose);
-  if (pipelined || c.tp > 1) {
-    if (!gpt) throw ConfigError("--pp, --tp and --micro-batches need --model gpt");
-    if (c.pp < 1) throw ConfigError("--pp must be at least 1");
-    if (c.pp > 1 && c.tp > 1) throw ConfigError("--pp with --tp (a 2-D mesh) is not supported yet");
-    const int ranks = c.pp * c.tp;
+  if (ranks > 1 || pipelined) {
+    if (!gpt) throw ConfigError("--dp, --pp, --tp and --micro-batches need --model gpt");
     const comm::ProcessInfo proc = comm::process_info_from_env();
-    const char* flag = c.tp > 1 ? "--tp" : "--pp";
-    if (proc.world != ranks)
-      throw ConfigError(fmt::format("{} {} needs {} ranks: start it with weft launch --nproc-per-node {} (the job has {})",
-                                    flag, ranks, ranks, ranks, proc.world));
-    if (ranks > 1) group = comm::Communicator::init(proc, comm::CommOptions::from_env());
+    if (proc.world != ranks) {
+      int dims = (c.dp > 1) + (c.tp > 1) + (c.pp > 1);
+      std::string what = dims > 1 ? fmt::format("--dp {} x --tp {} x --pp {}", c.dp, c.tp, c.pp)
+                         : c.tp > 1 ? fmt::format("--tp {}", c.tp)
+                         : c.pp > 1 ? fmt::format("--pp {}", c.pp)
+                                    : fmt::format("--dp {}", c.dp);
+      throw ConfigError(fmt::format("{} needs {} ranks: start it with weft launch --nproc-per-node {} (the job has {})",
+                                    what, ranks, ranks, proc.world));
+    }
+    if (c.batch % c.dp != 0)
+      throw ConfigError(fmt::format("--batch {} is not divisible by --dp {}", c.batch, c.dp));
     rank = proc.rank;
     s.rank = rank;
+    if (ranks > 1) {
+      world = comm::Communicator::init(proc, comm::CommOptions::from_env());
+      const int t = rank % c.tp, p = rank / c.tp % c.pp, d = rank / (c.tp * c.pp);
+      replica = d;
+      auto group_of = [&](int count, const std::function<int(int)>& member) -> std::shared_ptr<comm::Communicator> {
+        if (count == 1) return nullptr;
+        if (count == ranks) return world;
+        std::vector<int> members;
+        for (int i = 0; i < count; ++i) members.push_back(member(i));
+        return world->new_group(members);
+      };
+      tp_group = group_of(c.tp, [&](int i) { return (d * c.pp + p) * c.tp + i; });
+      pp_group = group_of(c.pp, [&](int i) { return (d * c.pp + i) * c.tp + t; });
+      dp_group = group_of(c.dp, [&](int i) { return (i * c.pp + p) * c.tp + t; });
+      // The ranks holding one copy of the model, for the gradient norm.
+      mp_group = c.tp > 1 && c.pp > 1 ? group_of(c.tp * c.pp, [&](int i) { return d * c.pp * c.tp + i; })
+                 : c.tp > 1           ? tp_group
+                                      : pp_group;
+    }
     if (rank != 0) {
       devnull.reset(std::fopen("/dev/null", "w"));
       log = devnull.get();
     }
   }
   if (c.tp > 1) {
-    tpm = std::make_unique<parallel::TensorParallelGpt>(static_cast<GPT&>(model), group, c.tp_attention == "seed");
+    auto t = std::make_unique<parallel::TensorParallelGpt>(static_cast<GPT&>(model), tp_group, c.tp_attention == "seed");
+    tpm = t.get();
+    stage = std::move(t);
     s.tp = c.tp;
+  } else if (gpt) {
+    stage = std::make_unique<parallel::LocalGpt>(static_cast<GPT&>(model));
   }
+  s.dp = c.dp;
   if (pipelined) {
     if (c.micro_batches < 1) throw ConfigError("--micro-batches must be at least 1");
     const algo::PipeSchedule schedule = algo::parse_pipe_schedule(c.pipe_schedule);
-    pipe = std::make_unique<parallel::GptPipeline>(static_cast<GPT&>(model), group,
+    pipe = std::make_unique<parallel::GptPipeline>(*stage, pp_group,
                                                    parallel::PipelineOptions{c.micro_batches, schedule, c.chunks, c.balance});
     s.pp = c.pp;
     s.micro_batches = c.micro_batches;
@@ -157,7 +213,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     s.bubble_formula = static_cast<double>(c.pp - 1) / static_cast<double>(c.micro_batches + c.pp - 1);
   }
   std::unique_ptr<Optimizer> optimizer;
-  auto trained = pipe ? pipe->own_parameters() : tpm ? tpm->parameters() : model.named_parameters();
+  const auto trained = pipe ? pipe->own_parameters() : stage ? stage->parameters() : model.named_parameters();
   if (c.optimizer == "adamw") optimizer = std::make_unique<Adam>(trained, c.lr, AdamOptions{0.9, 0.95, 1e-8, c.weight_decay, true});
   else if (c.optimizer == "sgd") optimizer = std::make_unique<SGD>(trained, c.lr, c.momentum, c.weight_decay);
   else throw ConfigError("unknown optimizer '" + c.optimizer + "' for language models (known: adamw, sgd)");
@@ -219,30 +275,38 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     opt.set_lr(learning_rate(sched, c.lr, step));
     opt.zero_grad();
     double l;
+    // This data-parallel replica's share of the batch.
+    if (c.dp > 1) {
+      const std::int64_t per = c.batch / c.dp;
+      ids = ids.slice(0, replica * per, (replica + 1) * per).contiguous();
+      targets = std::vector<std::int32_t>(targets.begin() + replica * per * c.context,
+                                          targets.begin() + (replica + 1) * per * c.context);
+    }
+    // After backward: average over the replicas, clip by the whole model's norm, update.
+    auto update = [&](bool zero_after) {
+      if (dp_group) average_gradients(trained, *dp_group);
+      if (c.clip_grad > 0) {
+        if (stage) parallel::clip_grad_norm(trained, *stage, mp_group.get(), c.clip_grad, pipe ? pipe->counted_elsewhere() : "");
+        else clip_grad_norm(model.parameters(), c.clip_grad);
+      }
+      opt.step();
+      if (zero_after) opt.zero_grad();
+    };
     if (pipe) {
       const bool per_micro_batch = s.pipe_schedule == "seed";
-      l = pipe->train_batch(ids, targets, [&] {
-        if (c.clip_grad > 0) pipe->clip_grad_norm(c.clip_grad);
-        opt.step();
-        if (per_micro_batch) opt.zero_grad();
-      });
+      l = pipe->train_batch(ids, targets, [&] { update(per_micro_batch); });
       if (step > 0) {
         bubble_sum += pipe->last_bubble();
         ++bubble_steps;
       }
-    } else if (tpm) {
-      Var loss = tpm->loss(ids, targets);
-      loss.backward();
-      if (c.clip_grad > 0) tpm->clip_grad_norm(c.clip_grad);
-      opt.step();
-      l = loss.item();
     } else {
-      Var loss = cross_entropy(reshape(model.forward(Var(ids)), {c.batch * c.context, s.vocab}), targets);
+      Var loss = stage ? stage->head_loss(stage->run_blocks(stage->embed(ids), 0, layers), targets)
+                       : cross_entropy(reshape(model.forward(Var(ids)), {ids.size(0) * c.context, s.vocab}), targets);
       loss.backward();
-      if (c.clip_grad > 0) clip_grad_norm(model.parameters(), c.clip_grad);
-      opt.step();
+      update(false);
       l = loss.item();
     }
+    if (dp_group) dp_group->allreduce(&l, 1, comm::DataType::kF64, comm::ReduceOp::kAvg)->wait();
     train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     if (!std::isfinite(l)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", l, step + 1));
     window_sum += l;
@@ -268,9 +332,11 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     s.bubble = bubble_steps ? bubble_sum / static_cast<double>(bubble_steps) : pipe->last_bubble();
     fmt::print(log, "pipeline bubble: {:.1f}% measured (mean over stages and steps), (S-1)/(M+S-1) = {:.1f}%\n",
                100 * s.bubble, 100 * s.bubble_formula);
-    pipe->gather_parameters();  // stage 0 samples and saves the whole model
   }
+  // Rank 0 samples and saves the whole model: first the tensor-parallel shards into every
+  // stage's model, then the stages into stage 0's.
   if (tpm) tpm->gather_parameters();
+  if (pipe) pipe->gather_parameters(model.named_parameters());
   if (c.sample > 0 && rank == 0) {
     std::vector<std::int32_t> prompt = tok->encode(c.prompt);
     auto ids = model.generate(prompt, c.sample, c.temperature, c.top_k, rng);

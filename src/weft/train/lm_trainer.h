@@ -50,6 +50,8 @@ struct LmConfig {
   // is split: megatron (heads) or seed (seed 002 chapter 8: all-gather Q and K).
   int tp = 1;
   std::string tp_attention = "megatron";
+  // Data-parallel replicas (each a pipeline of tensor-parallel stages); world = dp x pp x tp.
+  int dp = 1;
 };
 
 struct LmSummary {
@@ -64,7 +66,7 @@ struct LmSummary {
   double sample_known_words = 0;   // the fraction of those that occur in the corpus
   // Pipeline runs: the measured bubble (mean over the steps after the first) and the
   // (S - 1) / (M + S - 1) of GPipe and 1F1B.
-  int pp = 1, micro_batches = 1, tp = 1;
+  int pp = 1, micro_batches = 1, tp = 1, dp = 1;
   int rank = 0;  // of this process in a pipeline job (only rank 0 prints the summary)
   std::string pipe_schedule;
   double bubble = 0, bubble_formula = 0;
