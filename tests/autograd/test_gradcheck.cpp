@@ -6,6 +6,7 @@
 #include "weft/autograd/functions.h"
 #include "weft/autograd/gradcheck.h"
 #include "weft/tensor/ops.h"
+#include "weft/tensor/rng.h"
 
 using namespace weft;
 
@@ -179,4 +180,32 @@ TEST(Sequence, LayerNormUsesThePopulationVariance) {
   EXPECT_DOUBLE_EQ(p.at({0, 0, 1}), 0.0);
   EXPECT_DOUBLE_EQ(p.at({0, 2, 1}), 1.0 / 3);
   EXPECT_THROW(embedding(Var(Tensor::zeros({3, 2})), {3}), InternalError);
+}
+
+// Activation recomputation: the same gradients, for the input and for the parameters the
+// recomputed function uses, with and without checkpointing.
+TEST(Checkpoint, SameGradientsAsStoringActivations) {
+  Rng rng(7);
+  Tensor w0 = randn({6, 4}, rng), x0 = randn({3, 4}, rng);
+  auto fn_of = [](const Var& w) {
+    return [w](const Var& x) { return gelu(matmul(tanh(matmul(x, transpose(w, 0, 1))), w)); };
+  };
+  auto run = [&](bool recompute, Tensor& gx, Tensor& gw) {
+    Var w(w0.clone(), true), x(x0.clone(), true);
+    auto fn = fn_of(w);
+    Var y = recompute ? checkpoint(fn, x) : fn(x);
+    Var z = recompute ? checkpoint(fn, y) : fn(y);  // two checkpointed pieces in a row
+    sum(mul(z, z)).backward();
+    gx = x.grad();
+    gw = w.grad();
+  };
+  Tensor gx0, gw0, gx1, gw1;
+  run(false, gx0, gw0);
+  run(true, gx1, gw1);
+  for (std::int64_t i = 0; i < gx0.numel(); ++i) EXPECT_FLOAT_EQ(gx0.data<float>()[i], gx1.data<float>()[i]);
+  for (std::int64_t i = 0; i < gw0.numel(); ++i) EXPECT_NEAR(gw0.data<float>()[i], gw1.data<float>()[i], 1e-5f);
+  // Without gradients it is the plain function.
+  NoGradGuard no_grad;
+  Var w(w0, false);
+  EXPECT_FALSE(checkpoint(fn_of(w), Var(x0)).requires_grad());
 }

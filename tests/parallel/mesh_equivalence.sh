@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # usage: mesh_equivalence.sh WEFT COMPARE
-# A 2 x 2 x 2 mesh (data 2 x pipeline 2 x tensor 2, 8 ranks under weft launch) and data
-# parallelism alone (2 ranks) train the GPT 20 steps to the parameters and loss of one
-# process within a relative 1e-5. The traces show the mesh's groups: tensor parallelism
+# A 2 x 2 x 2 mesh (data 2 x pipeline 2 x tensor 2, 8 ranks under weft launch), also with
+# activation recomputation, and data parallelism alone (2 ranks) train the GPT 20 steps to
+# the parameters and loss of one process within a relative 1e-5. The traces show the mesh's groups: tensor parallelism
 # between neighbouring ranks (0-1), the pipeline between ranks tp apart (0-2), data
 # parallelism between ranks tp x pp apart (0-4).
 set -euo pipefail
@@ -27,6 +27,7 @@ run() {  # ranks label flags...
 }
 run 2 "data parallel 2" --dp 2
 run 8 "mesh dp 2 x pp 2 x tp 2" --dp 2 --pp 2 --tp 2 --micro-batches 2
+run 8 "mesh dp 2 x pp 2 x tp 2, recomputing activations" --dp 2 --pp 2 --tp 2 --micro-batches 2 --recompute
 
 WEFT_TRACE="$work/trace" "$weft" launch --nproc-per-node 8 -- weft train --model gpt --layers 4 --d-model 32 --heads 4 \
   --context 16 --batch 8 --max-steps 1 --eval-every 1 --eval-batches 1 --sample 0 --quiet --threads 1 \

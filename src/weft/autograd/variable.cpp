@@ -29,6 +29,35 @@ Var::Var(Tensor value, bool requires_grad) : impl_(std::make_shared<VarImpl>()) 
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
 bool grad_enabled() { return t_grad_enabled; }
+EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
+EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
+
+Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {
+  if (!t_grad_enabled) return fn(x);
+  Tensor y;
+  {
+    NoGradGuard no_grad;
+    y = fn(Var(x.value())).value();
+  }
+  Tensor input = x.value();
+  // The node must exist even when x needs no gradient: fn's parameters do.
+  Var x_for_record = x.requires_grad() ? x : Var(input, false);
+  auto backward = [fn, input](const Tensor& grad_out) {
+    EnableGradGuard grad_on;
+    Var x_again(input, true);
+    Var y_again = fn(x_again);
+    y_again.backward(grad_out);
+    return std::vector<Tensor>{x_again.grad().defined() ? x_again.grad() : Tensor::zeros(input.shape(), input.dtype())};
+  };
+  Var out = record("checkpoint", y, {x_for_record}, backward);
+  if (!out.requires_grad()) {
+    // record() made no node (x needs no gradient); make one so that backward reaches fn's
+    // parameters.
+    Var leaf(input, true);
+    out = record("checkpoint", y, {leaf}, backward);
+  }
+  return out;
+}
 
 Var record(const char* name, Tensor value, const std::vector<Var>& inputs,
            std::function<std::vector<Tensor>(const Tensor& grad_out)> backward) {

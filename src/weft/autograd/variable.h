@@ -83,6 +83,25 @@ class NoGradGuard {
 };
 bool grad_enabled();
 
+// Turns gradient recording on within a scope (activation recomputation runs a forward
+// inside backward).
+class EnableGradGuard {
+ public:
+  EnableGradGuard();
+  ~EnableGradGuard();
+  EnableGradGuard(const EnableGradGuard&) = delete;
+  EnableGradGuard& operator=(const EnableGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Activation recomputation (checkpointing, Chen et al. 2016): y = fn(x) without keeping
+// fn's intermediate values; backward runs fn(x) again with gradients on and back-propagates
+// through it, which also accumulates the gradients of fn's parameters. Memory: fn's input
+// instead of all its activations; time: one more forward of fn.
+Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x);
+
 // Wraps an operation's result: records a Node when gradients are enabled and any input
 // requires them; otherwise returns a plain value.
 Var record(const char* name, Tensor value, const std::vector<Var>& inputs,

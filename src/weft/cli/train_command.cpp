@@ -95,6 +95,7 @@ void add_lm_flags(CLI::App* cmd, LmConfig& c, std::string& lstm_variant, std::st
   cmd->add_option("--chunks", c.chunks, "gpt: model chunks per stage with --schedule interleaved")->capture_default_str();
   cmd->add_option("--balance", c.balance, "gpt: pipeline stages balanced by params | time")->capture_default_str();
   cmd->add_option("--tp", c.tp, "gpt: tensor-parallel ranks (under weft launch)")->capture_default_str();
+  cmd->add_flag("--recompute", c.recompute, "gpt: recompute each block's activations in backward (less memory)");
   cmd->add_option("--tp-attention", c.tp_attention,
                   "gpt: attention split megatron (by heads) | seed (seed 002 ch. 8: all-gather Q and K)")
       ->capture_default_str();

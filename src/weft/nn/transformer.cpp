@@ -156,7 +156,10 @@ Var GPT::embed(const Var& ids) {
 Var GPT::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {
   WEFT_CHECK(0 <= begin && begin <= end && end <= config_.layers, "GPT: block range out of bounds");
   Var h = x;
-  for (std::int64_t i = begin; i < end; ++i) h = blocks_[static_cast<std::size_t>(i)]->forward(h);
+  for (std::int64_t i = begin; i < end; ++i) {
+    auto& b = blocks_[static_cast<std::size_t>(i)];
+    h = config_.recompute ? checkpoint([&b](const Var& v) { return b->forward(v); }, h) : b->forward(h);
+  }
   return h;
 }
 

@@ -83,6 +83,7 @@ struct GptConfig {
   std::int64_t heads = 4;
   Positional positional = Positional::kLearned;
   bool pre_ln = true;
+  bool recompute = false;  // activation recomputation per block (autograd checkpoint)
 };
 
 class GPT : public LanguageModel {
@@ -92,6 +93,7 @@ class GPT : public LanguageModel {
   Var forward(const Var& ids) override;
   std::string describe() const override;
   const GptConfig& config() const { return config_; }
+  void set_recompute(bool on) { config_.recompute = on; }
   std::int64_t vocab() const override { return config_.vocab; }
   std::int64_t context() const override { return config_.context; }
   // The model in pieces, for pipeline stages: forward = head(run_blocks(embed(ids), 0, L)).

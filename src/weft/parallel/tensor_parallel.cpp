@@ -201,7 +201,8 @@ Var TensorParallelGpt::loss(const Tensor& ids, const std::vector<std::int32_t>& 
 
 Var TensorParallelGpt::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {
   Var h = x;
-  for (std::int64_t i = begin; i < end; ++i) h = block(h, i);
+  for (std::int64_t i = begin; i < end; ++i)
+    h = model_.config().recompute ? checkpoint([this, i](const Var& v) { return block(v, i); }, h) : block(h, i);
   return h;
 }
 

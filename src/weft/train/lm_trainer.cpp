@@ -19,6 +19,7 @@
 #include "weft/optim/adam.h"
 #include "weft/optim/sgd.h"
 #include "weft/optim/schedule.h"
+#include "weft/tensor/allocator.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/safetensors.h"
 #include "weft/util/file.h"
@@ -51,6 +52,8 @@ std::string LmSummary::to_json() const {
                         {"val_loss", val_loss},           {"tokens_per_second", tokens_per_second},
                         {"sample_words", sample_words},   {"sample_known_words", sample_known_words}};
   if (tp > 1) j["tensor_parallel"] = tp;
+  if (dp > 1) j["data_parallel"] = dp;
+  j["peak_step_bytes"] = peak_step_bytes;
   if (pp > 1 || micro_batches > 1) {
     j["pipeline"] = {{"stages", pp}, {"micro_batches", micro_batches}, {"schedule", pipe_schedule},
                      {"bubble", bubble}, {"bubble_formula", bubble_formula}};
@@ -131,7 +134,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   std::unique_ptr<LanguageModel> net;
   if (gpt) {
     net = std::make_unique<GPT>(
-        GptConfig{s.vocab, c.context, c.dim, layers, c.heads, parse_positional(c.positional), !c.post_ln}, rng);
+        GptConfig{s.vocab, c.context, c.dim, layers, c.heads, parse_positional(c.positional), !c.post_ln, c.recompute}, rng);
   } else {
     net = std::make_unique<RecurrentLM>(RecurrentConfig{s.vocab, c.context, c.dim, layers, c.model}, rng);
   }
@@ -274,6 +277,8 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     const auto t0 = Clock::now();
     opt.set_lr(learning_rate(sched, c.lr, step));
     opt.zero_grad();
+    const std::size_t live_before = allocator_live_bytes();
+    allocator_reset_peak();
     double l;
     // This data-parallel replica's share of the batch.
     if (c.dp > 1) {
@@ -307,6 +312,9 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
       l = loss.item();
     }
     if (dp_group) dp_group->allreduce(&l, 1, comm::DataType::kF64, comm::ReduceOp::kAvg)->wait();
+    // What the step added on top of what lived before it: activations, gradients, buffers.
+    s.peak_step_bytes = std::max<std::int64_t>(s.peak_step_bytes,
+                                               static_cast<std::int64_t>(allocator_peak_bytes() - live_before));
     train_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     if (!std::isfinite(l)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", l, step + 1));
     window_sum += l;

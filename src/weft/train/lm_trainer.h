@@ -52,6 +52,7 @@ struct LmConfig {
   std::string tp_attention = "megatron";
   // Data-parallel replicas (each a pipeline of tensor-parallel stages); world = dp x pp x tp.
   int dp = 1;
+  bool recompute = false;  // activation recomputation per transformer block
 };
 
 struct LmSummary {
@@ -68,6 +69,7 @@ struct LmSummary {
   // (S - 1) / (M + S - 1) of GPipe and 1F1B.
   int pp = 1, micro_batches = 1, tp = 1, dp = 1;
   int rank = 0;  // of this process in a pipeline job (only rank 0 prints the summary)
+  std::int64_t peak_step_bytes = 0;  // most tensor memory live during a training step (rank 0)
   std::string pipe_schedule;
   double bubble = 0, bubble_formula = 0;
   std::string to_json() const;
