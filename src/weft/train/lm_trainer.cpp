@@ -54,6 +54,7 @@ std::string LmSummary::to_json() const {
   if (tp > 1) j["tensor_parallel"] = tp;
   if (dp > 1) j["data_parallel"] = dp;
   j["peak_step_bytes"] = peak_step_bytes;
+  j["rank_parameters"] = rank_parameters;
   if (pp > 1 || micro_batches > 1) {
     j["pipeline"] = {{"stages", pp}, {"micro_batches", micro_batches}, {"schedule", pipe_schedule},
                      {"bubble", bubble}, {"bubble_formula", bubble_formula}};
@@ -221,6 +222,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   else if (c.optimizer == "sgd") optimizer = std::make_unique<SGD>(trained, c.lr, c.momentum, c.weight_decay);
   else throw ConfigError("unknown optimizer '" + c.optimizer + "' for language models (known: adamw, sgd)");
   Optimizer& opt = *optimizer;
+  for (const auto& [name, p] : trained) s.rank_parameters += p.value().numel();
   Schedule sched;
   sched.kind = "cosine";
   sched.warmup_steps = std::min(c.warmup, c.steps);

@@ -69,7 +69,8 @@ struct LmSummary {
   // (S - 1) / (M + S - 1) of GPipe and 1F1B.
   int pp = 1, micro_batches = 1, tp = 1, dp = 1;
   int rank = 0;  // of this process in a pipeline job (only rank 0 prints the summary)
-  std::int64_t peak_step_bytes = 0;  // most tensor memory live during a training step (rank 0)
+  std::int64_t peak_step_bytes = 0;
+  std::int64_t rank_parameters = 0;  // parameters rank 0 trains (its shards and stages)  // most tensor memory live during a training step (rank 0)
   std::string pipe_schedule;
   double bubble = 0, bubble_formula = 0;
   std::string to_json() const;
