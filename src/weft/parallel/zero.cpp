@@ -1,5 +1,7 @@
 #include "weft/parallel/zero.h"
 
+#include <map>
+
 #include "weft/parallel/ddp.h"
 #include "weft/util/error.h"
 
@@ -15,7 +17,10 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Module& model, std::shared_ptr<
     rank_ = comm_->rank();
     world_ = comm_->size();
   }
-  params_ = model.parameters();
+  for (auto& [name, p] : model.named_parameters()) {
+    names_.push_back(name);
+    params_.push_back(p);
+  }
   if (params_.empty()) throw ConfigError("ZeRO: the model has no parameters");
   const DType dtype = params_.front().dtype();
   for (const Var& p : params_) {
@@ -42,6 +47,48 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Module& model, std::shared_ptr<
     shard_ = Var(mine, true);  // a view: the optimizer updates the full buffer in place
   }
   optimizer_ = make_optimizer({{"shard", shard_}});
+}
+
+ZeroRedundancyOptimizer::State ZeroRedundancyOptimizer::gather_state() {
+  State out;
+  out.per_rank.resize(static_cast<std::size_t>(world_));
+  // Each optimizer buffer ("exp_avg.shard", ...) is one flat shard: all-gather it, then cut
+  // the full buffer into the parameters' pieces.
+  for (const auto& [key, shard] : optimizer_->state()) {
+    const std::string prefix = key.substr(0, key.rfind('.'));
+    Tensor full = Tensor::zeros({padded_}, shard.dtype());
+    Tensor mine = shard.contiguous();
+    if (comm_ && world_ > 1) comm_->allgather(mine.raw_data(), full.raw_data(), shard_elements_, comm_dtype(full))->wait();
+    else full.slice(0, 0, shard_elements_).copy_(mine);
+    for (int r = 0; r < world_; ++r)
+      out.per_rank[static_cast<std::size_t>(r)].emplace_back(
+          key, full.slice(0, r * shard_elements_, (r + 1) * shard_elements_).clone());
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      const std::int64_t n = shape_numel(shapes_[k]);
+      out.consolidated.emplace_back(prefix + "." + names_[k], full.slice(0, offsets_[k], offsets_[k] + n).view(shapes_[k]).clone());
+    }
+  }
+  return out;
+}
+
+void ZeroRedundancyOptimizer::load_state(const StateDict& consolidated) {
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : consolidated) by_name[name] = &t;
+  StateDict mine;
+  for (const auto& [key, shard] : optimizer_->state()) {
+    const std::string prefix = key.substr(0, key.rfind('.'));
+    Tensor full = Tensor::zeros({padded_}, shard.dtype());
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      auto it = by_name.find(prefix + "." + names_[k]);
+      if (it == by_name.end()) throw CheckpointError("optimizer state has no entry '" + prefix + "." + names_[k] + "'");
+      const std::int64_t n = shape_numel(shapes_[k]);
+      if (it->second->numel() != n)
+        throw CheckpointError("optimizer state '" + prefix + "." + names_[k] + "' has the wrong size");
+      full.slice(0, offsets_[k], offsets_[k] + n).view(shapes_[k]).copy_(*it->second);
+    }
+    mine.emplace_back(key, full.slice(0, rank_ * shard_elements_, (rank_ + 1) * shard_elements_).clone());
+  }
+  optimizer_->load_state(mine);
 }
 
 void ZeroRedundancyOptimizer::install(Tensor flat) {

@@ -63,6 +63,17 @@ class ZeroRedundancyOptimizer {
 
   Optimizer& optimizer() { return *optimizer_; }
   int stage() const { return stage_; }
+
+  // Checkpoints. Every rank calls gather_state(): the optimizer state consolidated per
+  // parameter (the keys an unsharded optimizer uses, so a ZeRO checkpoint resumes on any
+  // number of ranks, with or without ZeRO), and each rank's shard as it holds it.
+  struct State {
+    StateDict consolidated;
+    std::vector<StateDict> per_rank;
+  };
+  State gather_state();
+  // Takes this rank's shard of a consolidated state (from any world size).
+  void load_state(const StateDict& consolidated);
   std::int64_t shard_elements() const { return shard_elements_; }
   ZeroMemory memory() const;
 
@@ -73,6 +84,7 @@ class ZeroRedundancyOptimizer {
   std::shared_ptr<comm::Communicator> comm_;
   int stage_, rank_ = 0, world_ = 1;
   std::vector<Var> params_;
+  std::vector<std::string> names_;
   std::vector<Shape> shapes_;
   std::vector<std::int64_t> offsets_;
   std::int64_t elements_ = 0, padded_ = 0, shard_elements_ = 0;

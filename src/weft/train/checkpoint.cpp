@@ -115,7 +115,7 @@ std::vector<std::pair<std::int64_t, std::string>> list_checkpoints(const std::st
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta, const StateDict& model,
-                            const StateDict& optimizer, int keep) {
+                            const StateDict& optimizer, int keep, const std::vector<StateDict>& per_rank) {
   make_directories(dir);
   std::string final_path = dir + "/" + step_name(meta.step);
   std::string tmp_path = dir + "/." + step_name(meta.step) + ".tmp";
@@ -129,6 +129,12 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta, 
   j["checksums"] = {{"model.safetensors", crc32_hex(model_bytes)}, {"optimizer.safetensors", crc32_hex(optim_bytes)}};
   write_file_atomic(tmp_path + "/model.safetensors", model_bytes);
   write_file_atomic(tmp_path + "/optimizer.safetensors", optim_bytes);
+  for (std::size_t r = 0; r < per_rank.size(); ++r) {
+    std::string name = "optimizer-rank" + std::to_string(r) + ".safetensors";
+    std::string bytes = encode_safetensors(per_rank[r], {{"weft_optimizer", meta.optimizer}, {"rank", std::to_string(r)}});
+    j["checksums"][name] = crc32_hex(bytes);
+    write_file_atomic(tmp_path + "/" + name, bytes);
+  }
   write_file_atomic(tmp_path + "/meta.json", j.dump(2) + "\n");
 
   if (fs::exists(final_path)) {  // the same step saved again (e.g. after a resume)

@@ -39,9 +39,11 @@ struct Checkpoint {
 };
 
 // Writes D/step-<step>/ and keeps only the newest `keep` checkpoints (keep >= 1).
+// `per_rank` (ZeRO: each rank's optimizer shard) adds optimizer-rank<r>.safetensors files,
+// checksummed like the others, next to the consolidated optimizer.safetensors.
 // Returns the folder written.
 std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta, const StateDict& model,
-                            const StateDict& optimizer, int keep = 3);
+                            const StateDict& optimizer, int keep = 3, const std::vector<StateDict>& per_rank = {});
 // The newest complete checkpoint folder in `dir`, if any.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
 // Loads and verifies one checkpoint folder; throws CheckpointError naming the file.

@@ -107,9 +107,6 @@ void validate(const TrainConfig& c) {
   }
   if (c.zero < 0 || c.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3, got " + std::to_string(c.zero));
   if (c.zero > 0 && c.strategy != "ddp") throw ConfigError("--zero works with --strategy ddp, not " + c.strategy);
-  if (c.zero > 0 && (!c.checkpoint_dir.empty() || c.resume || c.auto_resume)) {
-    throw ConfigError("checkpoints are not supported with --zero yet (each rank holds a shard of the optimizer state)");
-  }
   if (!(c.bucket_mb > 0) || !(c.first_bucket_mb > 0)) throw ConfigError("bucket sizes must be positive");
   if ((c.resume || c.auto_resume) && c.checkpoint_dir.empty()) {
     throw ConfigError(std::string(c.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
@@ -279,6 +276,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
 
   std::int64_t step = 0, start_epoch = 0, start_batch = 0;
   std::optional<std::string> latest;
+  StateDict resumed_optimizer;
   if (c.resume || c.auto_resume) {
     latest = latest_checkpoint(c.checkpoint_dir);
     if (!latest && c.resume) throw CheckpointError("--resume: no checkpoint in " + c.checkpoint_dir);
@@ -296,6 +294,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     model->load_state_dict(ck.model);
     optimizer->load_state(ck.optimizer);
     optimizer->set_steps(ck.meta.optimizer_steps);
+    resumed_optimizer = ck.optimizer;  // ZeRO takes its shard of it below
     for (const auto& [name, st] : ck.meta.rngs) {
       if (name == "init") rng.set_state(st);
       for (auto& [mname, r] : model->named_rngs())
@@ -344,6 +343,11 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     ddp = std::make_unique<parallel::DistributedDataParallel>(*model, comm,
                                                               parallel::DdpOptions{c.first_bucket_mb, c.bucket_mb});
   }
+  if (zero && latest) {
+    // A consolidated checkpoint (from ZeRO or not, on any number of ranks): this rank's shard.
+    zero->load_state(resumed_optimizer);
+    zero->optimizer().set_steps(optimizer->steps());
+  }
   Optimizer* opt = zero ? &zero->optimizer() : optimizer.get();
   // Evaluation and the end of training need the full parameters (ZeRO stage 3 shards them).
   auto evaluate_model = [&]() {
@@ -370,18 +374,33 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   } close_log{sample_log};
 
   auto save = [&](std::int64_t epoch, std::int64_t next_batch) {
-    if (c.checkpoint_dir.empty() || rank != 0) return;
+    if (c.checkpoint_dir.empty()) return;
+    // ZeRO: every rank takes part in consolidating the sharded state (and, stage 3, in
+    // gathering the parameters); rank 0 writes it with each rank's shard next to it.
+    parallel::ZeroRedundancyOptimizer::State zero_state;
+    if (zero) {
+      zero->gather();
+      zero_state = zero->gather_state();
+    }
+    struct Release {
+      parallel::ZeroRedundancyOptimizer* z;
+      ~Release() {
+        if (z) z->release();
+      }
+    } release{zero.get()};
+    if (rank != 0) return;
     CheckpointMeta meta;
     meta.model = c.model;
     meta.step = step;
     meta.epoch = epoch;
     meta.batch_in_epoch = next_batch;
     meta.optimizer = c.optimizer;
-    meta.optimizer_steps = optimizer->steps();
+    meta.optimizer_steps = opt->steps();
     meta.rngs.emplace_back("init", rng.state());
     for (auto& [name, r] : model->named_rngs()) meta.rngs.emplace_back(name, r->state());
     meta.info = run_info(c, world);
-    s.checkpoint = save_checkpoint(c.checkpoint_dir, meta, model->state_dict(), optimizer->state(), c.keep_checkpoints);
+    s.checkpoint = save_checkpoint(c.checkpoint_dir, meta, model->state_dict(), zero ? zero_state.consolidated : optimizer->state(),
+                                   c.keep_checkpoints, zero_state.per_rank);
   };
 
   model->train();
