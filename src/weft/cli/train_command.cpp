@@ -54,6 +54,9 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--strategy", c.strategy, "ddp | ps (parameter server) | fedavg (federated averaging)")
       ->capture_default_str();
   cmd->add_option("--servers", c.servers, "ps: parameter-server ranks (the last ones of the job)")->capture_default_str();
+  cmd->add_option("--staleness", c.staleness,
+                  "ps: asynchronous, a worker at most this many steps ahead of the slowest (-1: synchronous)")
+      ->capture_default_str();
   cmd->add_option("--clients", c.clients, "fedavg: clients, one per rank (default: every rank)");
   cmd->add_option("--local-steps", c.local_steps, "fedavg: local steps per round")->capture_default_str();
   cmd->add_option("--non-iid", c.non_iid, "fedavg: Dirichlet concentration of the label skew (inf: IID)")

@@ -1,6 +1,7 @@
 #include "weft/parallel/param_server.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "weft/algo/program.h"
 #include "weft/parallel/ddp.h"
@@ -38,9 +39,36 @@ void unflatten(const Tensor& flat, std::vector<Var>& params) {
 }
 }  // namespace
 
+namespace {
+// Asynchronous mode: two communicators per (worker, server) pair, one carrying weights and
+// one gradients (so that a posted receive never holds up a send in the same batch), created
+// in (worker, server) order by both sides. In each pair the worker is rank 0, the server 1.
+struct Pair {
+  std::shared_ptr<comm::Communicator> weights, grads;
+};
+std::vector<Pair> make_pairs(comm::Communicator& job, int workers, int servers) {
+  std::vector<Pair> pairs;
+  const int me = job.rank();
+  for (int w = 0; w < workers; ++w)
+    for (int s = 0; s < servers; ++s)
+      if (me == w || me == workers + s) {
+        Pair p;
+        p.weights = job.new_group({w, workers + s});
+        p.grads = job.new_group({w, workers + s});
+        pairs.push_back(p);
+      }
+  return pairs;
+}
+}  // namespace
+
 ParameterServerWorker::ParameterServerWorker(Module& model, std::shared_ptr<comm::Communicator> comm, int workers,
-                                             int servers)
+                                             int servers, int staleness)
     : model_(model), comm_(std::move(comm)), workers_(workers), servers_(servers), layout_(model, servers) {
+  if (staleness >= 0)
+    for (auto& p : make_pairs(*comm_, workers, servers)) {
+      pairs_.push_back(p.weights);
+      grad_pairs_.push_back(p.grads);
+    }
   params_ = model.parameters();
   DType t = params_.front().dtype();
   weights_ = Tensor::zeros({layout_.total}, t);
@@ -52,8 +80,9 @@ void ParameterServerWorker::pull() {
   const std::size_t es = dtype_size(weights_.dtype());
   std::vector<comm::WorkPtr> recvs;
   for (int s = 0; s < servers_; ++s) {
-    recvs.push_back(comm_->irecv(static_cast<std::uint8_t*>(weights_.raw_data()) + layout_.bounds[s] * es,
-                                 layout_.size(s), comm_dtype(weights_), workers_ + s));
+    void* at = static_cast<std::uint8_t*>(weights_.raw_data()) + layout_.bounds[s] * es;
+    recvs.push_back(pairs_.empty() ? comm_->irecv(at, layout_.size(s), comm_dtype(weights_), workers_ + s)
+                                   : pairs_[static_cast<std::size_t>(s)]->irecv(at, layout_.size(s), comm_dtype(weights_), 1));
   }
   for (auto& w : recvs) w->wait();
   for (auto& w : pending_) w->wait();
@@ -66,8 +95,10 @@ void ParameterServerWorker::push() {
   flatten(params_, grads_, true);
   const std::size_t es = dtype_size(grads_.dtype());
   for (int s = 0; s < servers_; ++s) {
-    pending_.push_back(comm_->isend(static_cast<std::uint8_t*>(grads_.raw_data()) + layout_.bounds[s] * es,
-                                    layout_.size(s), comm_dtype(grads_), workers_ + s));
+    const void* at = static_cast<std::uint8_t*>(grads_.raw_data()) + layout_.bounds[s] * es;
+    pending_.push_back(pairs_.empty() ? comm_->isend(at, layout_.size(s), comm_dtype(grads_), workers_ + s)
+                                      : grad_pairs_[static_cast<std::size_t>(s)]->isend(at, layout_.size(s), comm_dtype(grads_), 1));
+    if (!pairs_.empty()) pending_.back()->test();  // start it now: the server may be waiting for it
   }
 }
 
@@ -75,7 +106,7 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
                                   int server, std::int64_t steps,
                                   const std::function<std::unique_ptr<Optimizer>(std::vector<std::pair<std::string, Var>>)>&
                                       make_optimizer,
-                                  const std::function<double(std::int64_t)>& lr_at) {
+                                  const std::function<double(std::int64_t)>& lr_at, int staleness) {
   auto start = Clock::now();
   ShardLayout layout(model, servers);
   std::vector<Var> params = model.parameters();
@@ -88,6 +119,76 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
   std::vector<Tensor> incoming;
   for (int w = 0; w < workers; ++w) incoming.push_back(Tensor::zeros({n}, t));
   ServerReport r;
+  if (staleness >= 0) {
+    // Asynchronous: serve whichever worker has pushed, within the staleness bound.
+    auto pairs = make_pairs(*comm, workers, servers);
+    const comm::DataType dt = comm_dtype(shard.value());
+    std::vector<std::int64_t> clock(static_cast<std::size_t>(workers), 0);
+    std::vector<comm::WorkPtr> recv(static_cast<std::size_t>(workers)), sends;
+    std::vector<Tensor> sent;  // the weights each answer carried, alive until it is delivered
+    std::vector<bool> owed(static_cast<std::size_t>(workers), false);
+    auto answer = [&](int w) {
+      sent.push_back(shard.value().clone());
+      sends.push_back(pairs[static_cast<std::size_t>(w)].weights->isend(sent.back().raw_data(), n, dt, 0));
+      sends.back()->test();
+    };
+    for (int w = 0; w < workers; ++w) {
+      answer(w);  // the initial weights
+      if (steps > 0) {
+        recv[static_cast<std::size_t>(w)] =
+            pairs[static_cast<std::size_t>(w)].grads->irecv(incoming[static_cast<std::size_t>(w)].raw_data(), n, dt, 0);
+        recv[static_cast<std::size_t>(w)]->test();
+      }
+    }
+    std::int64_t remaining = steps * workers;
+    while (remaining > 0) {
+      bool progress = false;
+      for (int w = 0; w < workers; ++w) {
+        auto& rw = recv[static_cast<std::size_t>(w)];
+        if (!rw || !rw->test()) continue;
+        rw->wait();  // rethrows a failure
+        progress = true;
+        Tensor g = incoming[static_cast<std::size_t>(w)].clone();
+        ops::mul_(g, 1.0 / workers);
+        shard.set_grad(g);
+        optimizer->set_lr(lr_at(clock[static_cast<std::size_t>(w)]));
+        optimizer->step();
+        ++r.updates;
+        --remaining;
+        if (++clock[static_cast<std::size_t>(w)] < steps) {
+          owed[static_cast<std::size_t>(w)] = true;
+          rw = pairs[static_cast<std::size_t>(w)].grads->irecv(incoming[static_cast<std::size_t>(w)].raw_data(), n, dt, 0);
+          rw->test();  // post it now
+        } else {
+          rw.reset();
+        }
+      }
+      const std::int64_t slowest = *std::min_element(clock.begin(), clock.end());
+      for (int w = 0; w < workers; ++w) {
+        const std::int64_t ahead = clock[static_cast<std::size_t>(w)] - slowest;
+        if (owed[static_cast<std::size_t>(w)] && ahead <= staleness) {
+          r.max_staleness = std::max<int>(r.max_staleness, static_cast<int>(ahead));
+          answer(w);
+          owed[static_cast<std::size_t>(w)] = false;
+          progress = true;
+        }
+      }
+      // Forget delivered answers (their buffers too).
+      std::size_t done = 0;
+      while (done < sends.size() && sends[done]->test()) sends[done++]->wait();
+      if (done) {
+        sends.erase(sends.begin(), sends.begin() + static_cast<std::ptrdiff_t>(done));
+        sent.erase(sent.begin(), sent.begin() + static_cast<std::ptrdiff_t>(done));
+      }
+      if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    for (int w = 0; w < workers; ++w) answer(w);  // the final weights, the same for everyone
+    for (auto& wk : sends) wk->wait();
+    r.steps = steps;
+    r.comm_seconds = 0;
+    r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return r;
+  }
   auto serve_weights = [&](std::vector<comm::WorkPtr>& works) {
     for (int w = 0; w < workers; ++w) works.push_back(comm->isend(shard.value().raw_data(), n, comm_dtype(shard.value()), w));
   };
@@ -108,6 +209,7 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
     optimizer->set_lr(lr_at(step));
     optimizer->step();
     ++r.steps;
+    ++r.updates;
   }
   std::vector<comm::WorkPtr> last;
   serve_weights(last);

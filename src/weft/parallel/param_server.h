@@ -6,6 +6,14 @@
 // (push, fan-in); every server averages the N gradients of its shard (in worker order) and
 // applies the optimizer to it. Mathematically the same step as data-parallel training with
 // all-reduce, which the tests check.
+//
+// Asynchronous (staleness >= 0, stale synchronous parallel, Ho et al. 2013): a server
+// applies each worker's gradient (scaled by 1/N) as soon as it arrives and answers that
+// worker with the current weights, unless the worker is more than `staleness` steps ahead of
+// the slowest one: then the answer waits until the slowest catches up. Staleness 0 gives
+// every worker the weights after all of the previous step's gradients (with plain SGD, the
+// synchronous result); larger bounds let fast workers run ahead. Each worker-server pair
+// talks over its own communicator, so a server serves whichever worker is ready.
 #pragma once
 
 #include <chrono>
@@ -29,8 +37,9 @@ struct ShardLayout {
 
 class ParameterServerWorker {
  public:
-  // `comm` is the whole job (workers and servers).
-  ParameterServerWorker(Module& model, std::shared_ptr<comm::Communicator> comm, int workers, int servers);
+  // `comm` is the whole job (workers and servers); staleness < 0: synchronous.
+  ParameterServerWorker(Module& model, std::shared_ptr<comm::Communicator> comm, int workers, int servers,
+                        int staleness = -1);
   // Receives the current weights from every server into the model. Blocks.
   void pull();
   // Sends this step's gradients to the servers; they complete with the next pull.
@@ -42,6 +51,7 @@ class ParameterServerWorker {
   std::shared_ptr<comm::Communicator> comm_;
   int workers_, servers_;
   ShardLayout layout_;
+  std::vector<std::shared_ptr<comm::Communicator>> pairs_, grad_pairs_;  // asynchronous: per server
   std::vector<Var> params_;
   Tensor weights_, grads_;
   std::vector<comm::WorkPtr> pending_;
@@ -52,6 +62,8 @@ struct ServerReport {
   double seconds = 0;           // wall time of the serving loop
   double comm_seconds = 0;      // in pulls and pushes
   std::int64_t steps = 0;
+  std::int64_t updates = 0;     // optimizer steps (asynchronous: one per worker push)
+  int max_staleness = 0;        // asynchronous: the most steps a worker ran ahead of the slowest
 };
 
 // Runs server `server` (0..M-1) for `steps` steps, then sends the final weights once more.
@@ -61,7 +73,7 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
                                   int server, std::int64_t steps,
                                   const std::function<std::unique_ptr<Optimizer>(std::vector<std::pair<std::string, Var>>)>&
                                       make_optimizer,
-                                  const std::function<double(std::int64_t)>& lr_at);
+                                  const std::function<double(std::int64_t)>& lr_at, int staleness = -1);
 
 // The point-to-point bandwidth between worker 0 and server 0 (bytes per second, median of
 // 5 ping-pongs of `elements` 4-byte elements), measured before training; both ranks must

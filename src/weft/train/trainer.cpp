@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <thread>
 #include <memory>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -105,6 +106,8 @@ void validate(const TrainConfig& c) {
   if (c.strategy == "ps" && (!c.checkpoint_dir.empty() || c.resume || c.auto_resume)) {
     throw ConfigError("checkpoints are not supported with --strategy ps yet (the servers hold the optimizer state)");
   }
+  if (c.staleness < -1) throw ConfigError("--staleness must be -1 (synchronous) or at least 0");
+  if (c.staleness >= 0 && c.strategy != "ps") throw ConfigError("--staleness needs --strategy ps");
   if (c.zero < 0 || c.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3, got " + std::to_string(c.zero));
   if (c.zero > 0 && c.strategy != "ddp") throw ConfigError("--zero works with --strategy ddp, not " + c.strategy);
   if (!(c.bucket_mb > 0) || !(c.first_bucket_mb > 0)) throw ConfigError("bucket sizes must be positive");
@@ -238,8 +241,11 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     auto report = parallel::run_parameter_server(
         *model, job, ps_workers, c.servers, proc.rank - ps_workers, total_steps,
         [&](std::vector<std::pair<std::string, Var>> shard) { return make_optimizer(c, std::move(shard)); },
-        [&](std::int64_t st) { return learning_rate(c.schedule, c.lr, st); });
+        [&](std::int64_t st) { return learning_rate(c.schedule, c.lr, st); }, c.staleness);
     s.steps = report.steps;
+    if (c.staleness >= 0)  // the servers speak for themselves (rank 0 is a worker)
+      fmt::print(stdout, "parameter server {}: asynchronous, staleness bound {}: {} updates, largest staleness seen {}\n",
+                 proc.rank - ps_workers, c.staleness, report.updates, report.max_staleness);
     s.comm_seconds = report.comm_seconds;
     s.wall_seconds = seconds_since(wall_start);
     return s;
@@ -356,7 +362,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     if (zero) zero->release();
     return acc;
   };
-  if (c.strategy == "ps") ps = std::make_unique<parallel::ParameterServerWorker>(*model, job, ps_workers, c.servers);
+  if (c.strategy == "ps") ps = std::make_unique<parallel::ParameterServerWorker>(*model, job, ps_workers, c.servers, c.staleness);
   if (c.strategy == "fedavg" && comm) parallel::average_weights(*model, *comm);  // one starting point
   std::unique_ptr<Timeline> timeline;
   if (!c.timeline.empty()) timeline = std::make_unique<Timeline>(rank);
@@ -373,6 +379,15 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     }
   } close_log{sample_log};
 
+  // WEFT_STRAGGLER=RANK:MS makes one rank sleep MS milliseconds per step: a slow worker, to
+  // see what asynchronous parameter servers and overlap do about it.
+  int straggle_ms = 0;
+  if (const char* e = std::getenv("WEFT_STRAGGLER")) {
+    int who = -1, ms = 0;
+    if (std::sscanf(e, "%d:%d", &who, &ms) != 2 || who < 0 || ms < 0)
+      throw ConfigError(std::string("WEFT_STRAGGLER='") + e + "' is not RANK:MILLISECONDS");
+    if (who == rank) straggle_ms = ms;
+  }
   auto save = [&](std::int64_t epoch, std::int64_t next_batch) {
     if (c.checkpoint_dir.empty()) return;
     // ZeRO: every rank takes part in consolidating the sharded state (and, stage 3, in
@@ -429,6 +444,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
         batch = loader.batch(order, b);
       }
       if (ps) ps->pull();
+      if (straggle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(straggle_ms));
       if (sample_log && !client_loader) {  // "epoch step index" per sample, for audits of the data order
         for (std::int64_t i = b * loader.options().batch_size;
              i < std::min<std::int64_t>((b + 1) * loader.options().batch_size, static_cast<std::int64_t>(order.size()));

@@ -49,6 +49,7 @@ struct TrainConfig {
   std::string strategy = "ddp";
   int zero = 0;  // ZeRO stage (1, 2, 3) instead of DDP's replicated optimizer; 0: off
   int servers = 1;
+  int staleness = -1;  // ps: asynchronous with this bound (stale synchronous parallel); -1: synchronous
   int clients = 0;  // 0: every rank of the job
   std::int64_t local_steps = 1;
   double non_iid = std::numeric_limits<double>::infinity();
