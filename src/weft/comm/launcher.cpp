@@ -9,11 +9,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "weft/comm/auth.h"
 #include "weft/comm/socket.h"
+#include "weft/comm/store.h"
 #include "weft/util/env.h"
 #include "weft/util/error.h"
 
@@ -74,7 +77,8 @@ std::string describe(int status) {
   return "exit code " + std::to_string(exit_code(status));
 }
 
-// Runs one attempt; returns 0, or the first failing worker's exit code.
+// Runs one attempt; returns 0, or the first failing worker's exit code. (`c` carries this
+// attempt's node count, node rank and master address.)
 int run_attempt(const LaunchConfig& c, const std::string& token, int port, int threads, int attempt,
                 int* failed_rank) {
   const int world = c.nproc_per_node * c.nnodes;
@@ -211,6 +215,9 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
 int launch(const LaunchConfig& c) {
   if (c.nproc_per_node < 1) throw ConfigError("--nproc-per-node must be at least 1");
   if (c.nnodes < 1) throw ConfigError("--nnodes must be at least 1");
+  if (c.min_nodes < 0 || c.min_nodes > c.nnodes)
+    throw ConfigError("--nnodes MIN:MAX needs 1 <= MIN <= MAX, got " + std::to_string(c.min_nodes) + ":" + std::to_string(c.nnodes));
+  if (!(c.join_timeout_s > 0)) throw ConfigError("--join-timeout must be positive");
   if (c.node_rank < 0 || c.node_rank >= c.nnodes) {
     throw ConfigError("--node-rank " + std::to_string(c.node_rank) + " is outside 0.." + std::to_string(c.nnodes - 1));
   }
@@ -239,10 +246,78 @@ int launch(const LaunchConfig& c) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
 
+  // Elastic: node 0's launcher keeps the membership store for the whole job.
+  const bool elastic = c.min_nodes > 0 && c.min_nodes < c.nnodes;
+  const int agent_port = c.master_port != 0 ? c.master_port : 29500;
+  std::unique_ptr<StoreServer> agent_server;
+  std::unique_ptr<StoreClient> agent;
+  if (elastic) {
+    if (c.node_rank == 0) agent_server = std::make_unique<StoreServer>("0.0.0.0", agent_port, token);
+    agent = std::make_unique<StoreClient>(c.master_addr, agent_port, token, static_cast<std::uint32_t>(1000 + c.node_rank),
+                                          std::max(60.0, c.join_timeout_s * 3));
+  }
+  // Joins the next round of the membership; returns this attempt's configuration.
+  auto join_round = [&](int& round_out) {
+    for (;;) {
+      const std::int64_t round = agent->add("round", 0);
+      const std::string r = "round/" + std::to_string(round) + "/";
+      const std::int64_t idx = agent->add(r + "count", 1) - 1;
+      agent->set(r + "node/" + std::to_string(idx), std::to_string(c.node_rank));
+      agent->set(r + "addr/" + std::to_string(c.node_rank), c.node_rank == 0 ? c.master_addr : agent->local_address());
+      if (idx == 0) {
+        // The first to join closes the round: at MAX nodes, or at MIN and a quiet spell.
+        std::int64_t seen = 1;
+        auto last_join = std::chrono::steady_clock::now();
+        for (;;) {
+          std::int64_t n = agent->add(r + "count", 0);
+          if (n != seen) {
+            seen = n;
+            last_join = std::chrono::steady_clock::now();
+          }
+          double quiet = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_join).count();
+          if (n >= c.nnodes || (n >= c.min_nodes && quiet >= c.join_timeout_s)) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        std::int64_t closed = std::min<std::int64_t>(agent->add(r + "count", 0), c.nnodes);
+        agent->set(r + "closed", std::to_string(closed));
+        agent->add("round", 1);  // later joiners meet in the next round
+      }
+      auto closed_s = agent->get(r + "closed", std::max(120.0, c.join_timeout_s * 4));
+      if (!closed_s) throw CommError("weft launch: the nodes did not agree on the members of round " + std::to_string(round));
+      const int closed = std::stoi(*closed_s);
+      if (idx >= closed) continue;  // joined too late for this round
+      std::vector<int> ids;
+      for (int i = 0; i < closed; ++i) {
+        auto id = agent->get(r + "node/" + std::to_string(i), 60);
+        if (!id) throw CommError("weft launch: a member of round " + std::to_string(round) + " vanished");
+        ids.push_back(std::stoi(*id));
+      }
+      std::sort(ids.begin(), ids.end());
+      LaunchConfig a = c;
+      a.nnodes = closed;
+      a.node_rank = static_cast<int>(std::find(ids.begin(), ids.end(), c.node_rank) - ids.begin());
+      auto addr = agent->get(r + "addr/" + std::to_string(ids[0]), 60);
+      a.master_addr = addr ? *addr : c.master_addr;
+      round_out = static_cast<int>(round);
+      return a;
+    }
+  };
+
+  int last_nodes = c.nnodes;
   for (int attempt = 0;; ++attempt) {
+    LaunchConfig a = c;
     int port = c.master_port != 0 ? c.master_port : (c.nnodes == 1 ? free_port() : 29500);
+    if (elastic) {
+      int round = 0;
+      a = join_round(round);
+      port = agent_port + 1 + round % 1000;  // the workers' store: a fresh port per round
+      if (attempt == 0 || a.nnodes != last_nodes)
+        std::fprintf(stderr, "weft launch: %s with %d node(s) (this one is node %d)\n",
+                     attempt == 0 ? "starting" : "continuing", a.nnodes, a.node_rank);
+      last_nodes = a.nnodes;
+    }
     int failed_rank = -1;
-    int code = run_attempt(c, token, port, threads, attempt, &failed_rank);
+    int code = run_attempt(a, token, port, threads, attempt, &failed_rank);
     if (code == 0) return 0;
     if (g_signal != 0) return 128 + g_signal;
     if (attempt >= c.max_restarts) return code;
