@@ -1,11 +1,13 @@
 #include "weft/parallel/param_server.h"
 
 #include <algorithm>
+#include <map>
 #include <thread>
 
 #include "weft/algo/program.h"
 #include "weft/parallel/ddp.h"
 #include "weft/tensor/ops.h"
+#include "weft/util/error.h"
 
 namespace weft::parallel {
 
@@ -91,6 +93,33 @@ void ParameterServerWorker::pull() {
   unflatten(weights_, params_);
 }
 
+StateDict ParameterServerWorker::receive_checkpoint(const std::vector<std::string>& buffers) {
+  for (auto& w : pending_) w->wait();
+  pending_.clear();
+  const std::size_t es = dtype_size(weights_.dtype());
+  Tensor w = Tensor::zeros({layout_.total}, weights_.dtype());
+  std::vector<Tensor> flat(buffers.size());
+  for (auto& f : flat) f = Tensor::zeros({layout_.total}, weights_.dtype());
+  for (int s = 0; s < servers_; ++s) {
+    const std::int64_t off = layout_.bounds[s], n = layout_.size(s);
+    comm_->irecv(static_cast<std::uint8_t*>(w.raw_data()) + off * es, n, comm_dtype(w), workers_ + s)->wait();
+    for (auto& f : flat) comm_->irecv(static_cast<std::uint8_t*>(f.raw_data()) + off * es, n, comm_dtype(f), workers_ + s)->wait();
+  }
+  unflatten(w, params_);
+  StateDict out;
+  auto named = model_.named_parameters();
+  for (std::size_t b = 0; b < buffers.size(); ++b) {
+    const std::string prefix = buffers[b].substr(0, buffers[b].rfind('.'));
+    std::int64_t at = 0;
+    for (const auto& [name, p] : named) {
+      const std::int64_t k = p.value().numel();
+      out.emplace_back(prefix + "." + name, flat[b].slice(0, at, at + k).view(p.shape()).clone());
+      at += k;
+    }
+  }
+  return out;
+}
+
 void ParameterServerWorker::push() {
   flatten(params_, grads_, true);
   const std::size_t es = dtype_size(grads_.dtype());
@@ -106,7 +135,9 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
                                   int server, std::int64_t steps,
                                   const std::function<std::unique_ptr<Optimizer>(std::vector<std::pair<std::string, Var>>)>&
                                       make_optimizer,
-                                  const std::function<double(std::int64_t)>& lr_at, int staleness) {
+                                  const std::function<double(std::int64_t)>& lr_at, int staleness,
+                                  std::int64_t first_step, const StateDict* resume_state,
+                                  const ServerCheckpoints& checkpoints) {
   auto start = Clock::now();
   ShardLayout layout(model, servers);
   std::vector<Var> params = model.parameters();
@@ -116,6 +147,36 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
   const std::int64_t n = layout.size(server);
   Var shard(all.slice(0, layout.bounds[server], layout.bounds[server + 1]).clone(), true);
   auto optimizer = make_optimizer({{"shard" + std::to_string(server), shard}});
+  if (resume_state) {
+    // This server's shard of each consolidated buffer ("exp_avg.<parameter>" ...).
+    std::map<std::string, const Tensor*> by_name;
+    for (const auto& [name, tensor] : *resume_state) by_name[name] = &tensor;
+    auto named = model.named_parameters();
+    StateDict mine;
+    for (const auto& [key, buffer] : optimizer->state()) {
+      const std::string prefix = key.substr(0, key.rfind('.'));
+      Tensor full = Tensor::zeros({layout.total}, t);
+      std::int64_t at = 0;
+      for (const auto& [name, p] : named) {
+        const std::int64_t k = p.value().numel();
+        auto it = by_name.find(prefix + "." + name);
+        if (it == by_name.end()) throw CheckpointError("optimizer state has no entry '" + prefix + "." + name + "'");
+        full.slice(0, at, at + k).view(p.shape()).copy_(*it->second);
+        at += k;
+      }
+      mine.emplace_back(key, full.slice(0, layout.bounds[server], layout.bounds[server + 1]).clone());
+    }
+    optimizer->load_state(mine);
+    optimizer->set_steps(first_step);
+  }
+  // A checkpoint for worker 0: the shard's weights, then each optimizer buffer.
+  auto send_checkpoint = [&] {
+    comm->isend(shard.value().raw_data(), n, comm_dtype(shard.value()), 0)->wait();
+    for (const auto& [key, buffer] : optimizer->state()) {
+      Tensor b = buffer.contiguous();
+      comm->isend(b.raw_data(), n, comm_dtype(b), 0)->wait();
+    }
+  };
   std::vector<Tensor> incoming;
   for (int w = 0; w < workers; ++w) incoming.push_back(Tensor::zeros({n}, t));
   ServerReport r;
@@ -192,7 +253,7 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
   auto serve_weights = [&](std::vector<comm::WorkPtr>& works) {
     for (int w = 0; w < workers; ++w) works.push_back(comm->isend(shard.value().raw_data(), n, comm_dtype(shard.value()), w));
   };
-  for (std::int64_t step = 0; step < steps; ++step) {
+  for (std::int64_t step = first_step; step < steps; ++step) {
     auto c0 = Clock::now();
     std::vector<comm::WorkPtr> works;
     serve_weights(works);  // pull (fan-out)
@@ -210,10 +271,13 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
     optimizer->step();
     ++r.steps;
     ++r.updates;
+    const bool last_step = step + 1 == steps;
+    if (checkpoints.at && checkpoints.at(step + 1) && !(last_step && checkpoints.final_after_weights)) send_checkpoint();
   }
   std::vector<comm::WorkPtr> last;
   serve_weights(last);
   for (auto& wk : last) wk->wait();
+  if (checkpoints.at && steps > first_step && checkpoints.at(steps) && checkpoints.final_after_weights) send_checkpoint();
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return r;
 }

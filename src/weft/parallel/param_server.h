@@ -45,6 +45,11 @@ class ParameterServerWorker {
   // Sends this step's gradients to the servers; they complete with the next pull.
   void push();
   double comm_seconds() const { return comm_seconds_; }
+  // Checkpoints (worker 0, synchronous mode): receives from every server its shard of the
+  // weights and of each optimizer buffer (`buffers`: the optimizer's state keys, in order)
+  // after the update of this step; installs the weights in the model and returns the
+  // optimizer state consolidated per parameter (the keys an unsharded optimizer uses).
+  StateDict receive_checkpoint(const std::vector<std::string>& buffers);
 
  private:
   Module& model_;
@@ -66,14 +71,26 @@ struct ServerReport {
   int max_staleness = 0;        // asynchronous: the most steps a worker ran ahead of the slowest
 };
 
-// Runs server `server` (0..M-1) for `steps` steps, then sends the final weights once more.
-// `model` gives the initial weights (built from the same seed as the workers');
-// `make_optimizer` builds the optimizer over the shard; `lr_at(step)` is the schedule.
+// Where a server sends worker 0 a checkpoint (synchronous mode): after the update that
+// completes step `s` when at(s) is true; at the last step, after the final weights when
+// `final_after_weights` (the worker saves after its final pull), else before them.
+struct ServerCheckpoints {
+  std::function<bool(std::int64_t)> at;
+  bool final_after_weights = false;
+};
+
+// Runs server `server` (0..M-1) from step `first_step` to `steps` (absolute), then sends
+// the final weights once more. `model` gives the starting weights (built from the same seed
+// as the workers', or loaded from a checkpoint); `resume_state` (may be null) the
+// consolidated optimizer state to take this server's shard of; `make_optimizer` builds the
+// optimizer over the shard; `lr_at(step)` is the schedule.
 ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communicator> comm, int workers, int servers,
                                   int server, std::int64_t steps,
                                   const std::function<std::unique_ptr<Optimizer>(std::vector<std::pair<std::string, Var>>)>&
                                       make_optimizer,
-                                  const std::function<double(std::int64_t)>& lr_at, int staleness = -1);
+                                  const std::function<double(std::int64_t)>& lr_at, int staleness = -1,
+                                  std::int64_t first_step = 0, const StateDict* resume_state = nullptr,
+                                  const ServerCheckpoints& checkpoints = {});
 
 // The point-to-point bandwidth between worker 0 and server 0 (bytes per second, median of
 // 5 ping-pongs of `elements` 4-byte elements), measured before training; both ranks must

@@ -103,8 +103,8 @@ void validate(const TrainConfig& c) {
     throw ConfigError("--scale-lr '" + c.scale_lr + "' is not one of none, linear");
   }
   if (!(c.non_iid > 0)) throw ConfigError("--non-iid must be positive (or inf for IID data)");
-  if (c.strategy == "ps" && (!c.checkpoint_dir.empty() || c.resume || c.auto_resume)) {
-    throw ConfigError("checkpoints are not supported with --strategy ps yet (the servers hold the optimizer state)");
+  if (c.strategy == "ps" && c.staleness >= 0 && (!c.checkpoint_dir.empty() || c.resume || c.auto_resume)) {
+    throw ConfigError("checkpoints are not supported with the asynchronous parameter server (--staleness) yet");
   }
   if (c.staleness < -1) throw ConfigError("--staleness must be -1 (synchronous) or at least 0");
   if (c.staleness >= 0 && c.strategy != "ps") throw ConfigError("--staleness needs --strategy ps");
@@ -234,14 +234,33 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     ps_link = parallel::measure_link(*job, ps_workers, rank == 0 && !is_server, model->num_parameters());
   }
 
-  // A parameter server serves, and that is all it does.
+  // A parameter server serves, and that is all it does. With checkpoints it sends worker 0
+  // its shard after the steps where worker 0 saves, and resumes from the latest one.
   if (is_server) {
     TrainSummary s;
     s.rank = proc.rank;
+    std::int64_t first_step = 0;
+    std::optional<Checkpoint> ck;
+    if (c.resume || c.auto_resume) {
+      if (auto latest_ps = latest_checkpoint(c.checkpoint_dir)) {
+        ck = load_checkpoint(*latest_ps);
+        model->load_state_dict(ck->model);
+        first_step = ck->meta.step;
+      }
+    }
+    parallel::ServerCheckpoints saves;
+    if (!c.checkpoint_dir.empty()) {
+      // Worker 0 saves every --checkpoint-every steps, at each epoch's end, and at the end.
+      saves.at = [&, total_steps, steps_per_epoch](std::int64_t st) {
+        return st == total_steps || st % steps_per_epoch == 0 || (c.checkpoint_every > 0 && st % c.checkpoint_every == 0);
+      };
+      saves.final_after_weights = total_steps % steps_per_epoch == 0;  // then it pulls before saving
+    }
     auto report = parallel::run_parameter_server(
         *model, job, ps_workers, c.servers, proc.rank - ps_workers, total_steps,
         [&](std::vector<std::pair<std::string, Var>> shard) { return make_optimizer(c, std::move(shard)); },
-        [&](std::int64_t st) { return learning_rate(c.schedule, c.lr, st); }, c.staleness);
+        [&](std::int64_t st) { return learning_rate(c.schedule, c.lr, st); }, c.staleness, first_step,
+        ck ? &ck->optimizer : nullptr, saves);
     s.steps = report.steps;
     if (c.staleness >= 0)  // the servers speak for themselves (rank 0 is a worker)
       fmt::print(stdout, "parameter server {}: asynchronous, staleness bound {}: {} updates, largest staleness seen {}\n",
@@ -404,18 +423,30 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
       }
     } release{zero.get()};
     if (rank != 0) return;
+    // A parameter server holds the optimizer state: worker 0 receives it, with the weights
+    // after this step's update.
+    StateDict ps_state;
+    if (ps) {
+      std::vector<std::string> buffers;
+      for (const auto& [key, t] : optimizer->state()) {
+        std::string prefix = key.substr(0, key.find('.'));
+        if (std::find(buffers.begin(), buffers.end(), prefix + ".shard") == buffers.end()) buffers.push_back(prefix + ".shard");
+      }
+      ps_state = ps->receive_checkpoint(buffers);
+    }
     CheckpointMeta meta;
     meta.model = c.model;
     meta.step = step;
     meta.epoch = epoch;
     meta.batch_in_epoch = next_batch;
     meta.optimizer = c.optimizer;
-    meta.optimizer_steps = opt->steps();
+    meta.optimizer_steps = ps ? step : opt->steps();
     meta.rngs.emplace_back("init", rng.state());
     for (auto& [name, r] : model->named_rngs()) meta.rngs.emplace_back(name, r->state());
     meta.info = run_info(c, world);
-    s.checkpoint = save_checkpoint(c.checkpoint_dir, meta, model->state_dict(), zero ? zero_state.consolidated : optimizer->state(),
-                                   c.keep_checkpoints, zero_state.per_rank);
+    s.checkpoint = save_checkpoint(c.checkpoint_dir, meta, model->state_dict(),
+                                   zero ? zero_state.consolidated : ps ? ps_state : optimizer->state(), c.keep_checkpoints,
+                                   zero_state.per_rank);
   };
 
   model->train();
