@@ -216,10 +216,13 @@ TEST(Train, ValidatesConfiguration) {
   rejects([](TrainConfig& c) { c.strategy = "gossip"; });
   rejects([](TrainConfig& c) { c.local_steps = 0; });
   rejects([](TrainConfig& c) { c.non_iid = 0; });
-  rejects([](TrainConfig& c) {
+  rejects([](TrainConfig& c) {  // the asynchronous parameter server has no checkpoints
     c.strategy = "ps";
+    c.staleness = 1;
     c.checkpoint_dir = "ck";
   });
+  rejects([](TrainConfig& c) { c.staleness = 2; });  // without --strategy ps
+  rejects([](TrainConfig& c) { c.staleness = -3; });
   TrainConfig ok;
   EXPECT_NO_THROW(validate(ok));
 }

@@ -122,6 +122,17 @@ struct SwitchDefaults {
   int ports = 0;
 };
 
+// The topology's `switch: {latency, ports}` defaults.
+SwitchDefaults switch_defaults(const YAML::Node& y, const std::string& where) {
+  SwitchDefaults sw;
+  if (y["switch"]) {
+    check_keys(y["switch"], where + ".switch", {"latency", "ports"});
+    sw.latency = duration(y["switch"], "latency", sw.latency, where + ".switch");
+    sw.ports = integer(y["switch"], "ports", 0, 1, 1 << 16, where + ".switch");
+  }
+  return sw;
+}
+
 int add_switch(Topology& t, const std::string& name, const std::string& role, const SwitchDefaults& d) {
   Node n;
   n.name = name;
@@ -215,12 +226,7 @@ Topology make_rail_fabric(const YAML::Node& y, const std::string& where, const s
     h.nvlink_bps = rate(nv, "speed", 900e9, where + ".nvlink");
     h.nvlink_latency = duration(nv, "latency", h.nvlink_latency, where + ".nvlink");
   }
-  SwitchDefaults sw;
-  if (y["switch"]) {
-    check_keys(y["switch"], where + ".switch", {"latency", "ports"});
-    sw.latency = duration(y["switch"], "latency", sw.latency, where + ".switch");
-    sw.ports = integer(y["switch"], "ports", 0, 1, 1 << 16, where + ".switch");
-  }
+  const SwitchDefaults sw = switch_defaults(y, where);
   Time delay = duration(y, "link_delay", 500 * kNs, where);
   int rails_per_switch = integer(y, "rails_per_switch", 1, 1, 64, where);
   int pods = integer(y, "pods", 1, 1, 4096, where);
@@ -319,12 +325,7 @@ Topology make_custom(const YAML::Node& y, const std::string& where) {
   Topology t;
   t.fabric = "custom";
   check_keys(y, where, {"name", "fabric", "switch", "switches", "hosts", "links", "link_delay", "speed"});
-  SwitchDefaults sw;
-  if (y["switch"]) {
-    check_keys(y["switch"], where + ".switch", {"latency", "ports"});
-    sw.latency = duration(y["switch"], "latency", sw.latency, where + ".switch");
-    sw.ports = integer(y["switch"], "ports", 0, 1, 1 << 16, where + ".switch");
-  }
+  const SwitchDefaults sw = switch_defaults(y, where);
   Time delay = duration(y, "link_delay", 500 * kNs, where);
   double bps = rate(y, "speed", 100e9, where);
   if (!y["hosts"] || !y["hosts"].IsSequence()) throw ConfigError(where + ".hosts: a list of hosts is required");
