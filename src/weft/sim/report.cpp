@@ -211,7 +211,8 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
     const Port& P = net.ports()[p];
     const std::string& tier = t.links[P.link].tier;
     if (tier == "nvlink" || tier == "pcie") continue;
-    double u = static_cast<double>(P.tx_bytes) * 8 / (P.bps * to_seconds(span));
+    // Frames are counted when they start, so a short window can hold one more than fits.
+    double u = std::min(1.0, static_cast<double>(P.tx_bytes) * 8 / (P.bps * to_seconds(span)));
     if (u > util) {
       util = u;
       busiest = static_cast<int>(p);
@@ -264,7 +265,8 @@ void write_outputs(const Network& net, const std::string& dir) {
     std::snprintf(buf, sizeof buf, "%zu,%s,%s,%s,%g,%lld,%lld,%.6f,%lld,%lld,%lld,%lld,%lld,%.6f,%lld\n", p,
                   t.nodes[P.node].name.c_str(), t.nodes[net.ports()[P.peer].node].name.c_str(), t.links[P.link].tier.c_str(),
                   P.bps / 1e9, static_cast<long long>(P.tx_bytes), static_cast<long long>(P.tx_payload),
-                  static_cast<double>(P.tx_bytes) * 8 / (P.bps * to_seconds(span)), static_cast<long long>(P.ecn_marks),
+                  std::min(1.0, static_cast<double>(P.tx_bytes) * 8 / (P.bps * to_seconds(span))),
+                  static_cast<long long>(P.ecn_marks),
                   static_cast<long long>(P.drops), static_cast<long long>(P.pauses_sent), static_cast<long long>(P.resumes_sent),
                   static_cast<long long>(P.pauses_received), to_us(paused), static_cast<long long>(maxq));
     s += buf;

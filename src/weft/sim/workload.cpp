@@ -507,12 +507,14 @@ Workload load_workload(const std::string& spec, const Topology& t, std::uint64_t
     return w;
   }
   std::string body = spec, range;
-  if (auto at = spec.find('@'); at != std::string::npos) {
+  const auto at = spec.find('@');
+  if (at != std::string::npos) {
     body = spec.substr(0, at);
     range = spec.substr(at + 1);
+    if (range.empty()) throw ConfigError("--workload " + spec + ": no GPUs after '@' (e.g. @0-15)");
   }
   const int G = static_cast<int>(t.gpus.size());
-  std::vector<int> gpus = range.empty() ? all_gpus(t) : parse_gpu_list(range, G, "--workload " + spec);
+  std::vector<int> gpus = at == std::string::npos ? all_gpus(t) : parse_gpu_list(range, G, "--workload " + spec);
   auto parts = split(body, ':');
   const std::string where = "--workload " + spec;
   if (parts[0] == "permutation" && parts.size() == 2) {
