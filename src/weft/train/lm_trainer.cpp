@@ -21,6 +21,7 @@
 #include "weft/optim/schedule.h"
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/thread_pool.h"
+#include "weft/train/checkpoint.h"
 #include "weft/train/safetensors.h"
 #include "weft/util/file.h"
 #include "weft/util/progress.h"
@@ -52,6 +53,8 @@ std::string LmSummary::to_json() const {
                         {"val_loss", val_loss},           {"tokens_per_second", tokens_per_second},
                         {"sample_words", sample_words},   {"sample_known_words", sample_known_words}};
   if (tp > 1) j["tensor_parallel"] = tp;
+  if (resumed_from >= 0) j["resumed_from"] = resumed_from;
+  if (!checkpoint.empty()) j["checkpoint"] = checkpoint;
   if (dp > 1) j["data_parallel"] = dp;
   j["peak_step_bytes"] = peak_step_bytes;
   j["rank_parameters"] = rank_parameters;
@@ -113,6 +116,11 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   if (!(c.temperature >= 0)) throw ConfigError("--temperature must be 0 (greedy) or positive");
   if (!(c.clip_grad >= 0)) throw ConfigError("--clip-grad must be 0 (none) or positive");
   if (!(c.weight_decay >= 0)) throw ConfigError("--weight-decay must not be negative");
+  if ((c.resume || c.auto_resume) && c.checkpoint_dir.empty())
+    throw ConfigError(std::string(c.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
+  if (c.checkpoint_every < 0) throw ConfigError("--checkpoint-every must not be negative");
+  if (!c.checkpoint_dir.empty() && (c.pp > 1 || c.tp > 1 || c.micro_batches > 1))
+    throw ConfigError("checkpoints of language models are not supported with --pp, --tp or --micro-batches yet");
   parse_positional(c.positional);
   if (c.threads > 0) set_num_threads(c.threads);
   const std::string text = load_corpus(c.data);
@@ -223,6 +231,38 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   else throw ConfigError("unknown optimizer '" + c.optimizer + "' for language models (known: adamw, sgd)");
   Optimizer& opt = *optimizer;
   for (const auto& [name, p] : trained) s.rank_parameters += p.value().numel();
+  std::int64_t first_step = 0;
+  const std::string model_tag = "lm-" + c.model;
+  if (c.resume || c.auto_resume) {
+    auto latest = latest_checkpoint(c.checkpoint_dir);
+    if (!latest && c.resume) throw CheckpointError("--resume: no checkpoint in " + c.checkpoint_dir);
+    if (latest) {
+      Checkpoint ck = load_checkpoint(*latest);
+      if (ck.meta.model != model_tag)
+        throw CheckpointError(ck.path + " holds model '" + ck.meta.model + "', not '" + model_tag + "'");
+      if (ck.meta.optimizer != c.optimizer)
+        throw CheckpointError(ck.path + " was trained with optimizer '" + ck.meta.optimizer + "', not '" + c.optimizer + "'");
+      model.load_state_dict(ck.model);
+      opt.load_state(ck.optimizer);
+      opt.set_steps(ck.meta.optimizer_steps);
+      for (const auto& [name, st] : ck.meta.rngs)
+        if (name == "sampler") rng.set_state(st);
+      first_step = ck.meta.step;
+      s.resumed_from = first_step;
+      fmt::print(log, "resumed from {} (step {})\n", ck.path, first_step);
+    }
+  }
+  auto save = [&](std::int64_t step_done) {
+    if (c.checkpoint_dir.empty() || rank != 0) return;
+    CheckpointMeta meta;
+    meta.model = model_tag;
+    meta.step = step_done;
+    meta.optimizer = c.optimizer;
+    meta.optimizer_steps = opt.steps();
+    meta.rngs.emplace_back("sampler", rng.state());
+    meta.info = {{"data", c.data}, {"tokenizer", c.tokenizer}, {"dp", std::to_string(c.dp)}};
+    s.checkpoint = save_checkpoint(c.checkpoint_dir, meta, model.state_dict(), opt.state(), c.keep_checkpoints);
+  };
   Schedule sched;
   sched.kind = "cosine";
   sched.warmup_steps = std::min(c.warmup, c.steps);
@@ -270,7 +310,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   std::int64_t bubble_steps = 0;
   std::int64_t window_steps = 0;
   const auto start = Clock::now();
-  for (std::int64_t step = 0; step < c.steps; ++step) {
+  for (std::int64_t step = first_step; step < c.steps; ++step) {
     std::vector<std::int64_t> starts(static_cast<size_t>(c.batch));
     for (auto& st : starts) st = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(s.train_tokens - c.context - 1)));
     Tensor ids;
@@ -326,6 +366,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
       progress.update(step + 1, elapsed / static_cast<double>(step + 1) * static_cast<double>(c.steps - step - 1),
                       fmt::format("loss {:.3f}  {:.0f} tokens/s", running, (step + 1) * c.batch * c.context / train_seconds));
     }
+    if ((c.checkpoint_every > 0 && (step + 1) % c.checkpoint_every == 0) || step + 1 == c.steps) save(step + 1);
     if ((step + 1) % c.eval_every == 0 || step + 1 == c.steps) {
       progress.finish();
       s.val_loss = validate();
@@ -337,7 +378,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
       window_steps = 0;
     }
   }
-  s.tokens_per_second = static_cast<double>(c.steps * c.batch * c.context) / std::max(train_seconds, 1e-9);
+  s.tokens_per_second = static_cast<double>((c.steps - first_step) * c.batch * c.context) / std::max(train_seconds, 1e-9);
   if (pipe) {
     s.bubble = bubble_steps ? bubble_sum / static_cast<double>(bubble_steps) : pipe->last_bubble();
     fmt::print(log, "pipeline bubble: {:.1f}% measured (mean over stages and steps), (S-1)/(M+S-1) = {:.1f}%\n",

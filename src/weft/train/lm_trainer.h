@@ -53,6 +53,12 @@ struct LmConfig {
   // Data-parallel replicas (each a pipeline of tensor-parallel stages); world = dp x pp x tp.
   int dp = 1;
   bool recompute = false;  // activation recomputation per transformer block
+  // Checkpoints (every `checkpoint_every` steps and at the end; one process or --dp):
+  // the model, the optimizer state, the step and the sampler's random state.
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_every = 0;
+  int keep_checkpoints = 3;
+  bool resume = false, auto_resume = false;
 };
 
 struct LmSummary {
@@ -70,7 +76,9 @@ struct LmSummary {
   int pp = 1, micro_batches = 1, tp = 1, dp = 1;
   int rank = 0;  // of this process in a pipeline job (only rank 0 prints the summary)
   std::int64_t peak_step_bytes = 0;
-  std::int64_t rank_parameters = 0;  // parameters rank 0 trains (its shards and stages)  // most tensor memory live during a training step (rank 0)
+  std::int64_t rank_parameters = 0;  // parameters rank 0 trains (its shards and stages)
+  std::int64_t resumed_from = -1;    // the step a checkpoint resumed at (-1: none)
+  std::string checkpoint;            // the last checkpoint written  // most tensor memory live during a training step (rank 0)
   std::string pipe_schedule;
   double bubble = 0, bubble_formula = 0;
   std::string to_json() const;
