@@ -137,7 +137,13 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
   for (const auto& [name, p] : named) {
     bool tied = name.rfind("wte.", 0) == 0;
     if (tied) tied_weight_ = p;
-    if (owner_of(name) == stage_ || (tied && last_)) own_.push_back({name, p});
+    if (owner_of(name) == stage_ || (tied && last_)) {
+      own_.push_back({name, p});
+    } else if (stages_ > 1) {
+      // Another stage's: this rank never computes with it.
+      Var q = p;
+      q.mutable_value() = Tensor();
+    }
   }
   if (stages_ > 1 && (first_ || last_)) tied_ = group_->new_group({0, stages_ - 1});
 }
@@ -291,7 +297,8 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
   return loss;
 }
 
-void GptPipeline::gather_parameters(const std::vector<std::pair<std::string, Var>>& full) {
+void GptPipeline::gather_parameters(const std::vector<std::pair<std::string, Var>>& full,
+                                    const std::map<std::string, Shape>& shapes) {
   if (!group_ || stages_ == 1) return;
   for (const auto& [name, p] : full) {
     const int owner = owner_of(name);
@@ -300,10 +307,10 @@ void GptPipeline::gather_parameters(const std::vector<std::pair<std::string, Var
       Tensor v = p.value().contiguous();
       group_->send(v.data<float>(), v.numel(), comm::DataType::kF32, 0);
     } else if (stage_ == 0) {
-      Tensor buf = Tensor::zeros(p.shape());
+      Tensor buf = Tensor::zeros(shapes.at(name));
       group_->recv(buf.data<float>(), buf.numel(), comm::DataType::kF32, owner);
-      Tensor dst = p.value();
-      dst.copy_(buf);
+      Var q = p;
+      q.mutable_value() = buf;
     }
   }
 }

@@ -6,7 +6,7 @@
 // the communicator (so WEFT_TRACE records them).
 //
 // Every rank builds the whole model with the same seed, so the initial parameters equal
-// one process's, and trains only its own layers: the first stage the token and position
+// one process's, frees the layers of the other stages, and trains only its own: the first stage the token and position
 // embeddings, the last the final layer norm, both the token embedding (the head is tied to
 // it: their gradients are summed between the two stages before the update, as Megatron-LM
 // does). Gradient clipping uses the norm over every stage.
@@ -70,8 +70,8 @@ class GptPipeline {
   // stage), for clip_grad_norm; empty when none.
   std::string counted_elsewhere() const { return stages_ > 1 && last_ && !first_ ? "wte.weight" : ""; }
   // Copies every stage's parameters into `full` (the whole model's, by name, the same list
-  // on every stage) on stage 0 (for sampling, saving).
-  void gather_parameters(const std::vector<std::pair<std::string, Var>>& full);
+  // on every stage; `shapes` their full shapes) on stage 0 (for sampling, saving).
+  void gather_parameters(const std::vector<std::pair<std::string, Var>>& full, const std::map<std::string, Shape>& shapes);
   int owner_of(const std::string& name) const;  // the stage that trains a parameter
 
   // The last train_batch: time computing (forward and backward) and the whole step without

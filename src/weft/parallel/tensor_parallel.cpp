@@ -130,7 +130,9 @@ Var TensorParallelGpt::shard(const std::string& name, int dim, std::vector<std::
   auto it = by_name_.find(name);
   if (it == by_name_.end()) throw InternalError("tensor parallelism: no parameter " + name);
   Var part(take(it->second.value(), dim, pieces), true);
-  shards_.push_back({name, it->second, part, dim, std::move(pieces)});
+  shards_.push_back({name, it->second, part, it->second.shape(), dim, std::move(pieces)});
+  Var full = it->second;
+  full.mutable_value() = Tensor();  // this rank keeps its slice only
   params_.push_back({name, part});
   replicated_.push_back(false);
   by_name_[name + "#shard"] = part;
@@ -298,11 +300,13 @@ double TensorParallelGpt::norm_share(const std::string& name) const {
   return replicated_names_.count(name) ? 1.0 / size_ : 1.0;
 }
 
-void TensorParallelGpt::gather_parameters() {
+void TensorParallelGpt::gather_parameters(const std::function<bool(const std::string&)>& only) {
   const GptConfig& c = model_.config();
   const std::int64_t d = c.dim;
   for (Shard& s : shards_) {
-    Tensor full = s.full.value();
+    if (only && !only(s.name)) continue;
+    Tensor full = Tensor::zeros(s.full_shape);
+    s.full.mutable_value() = full;
     for (int r = 0; r < size_; ++r) {
       // Rank r's pieces, computed the way the constructor did.
       std::vector<std::pair<std::int64_t, std::int64_t>> pieces;

@@ -20,10 +20,12 @@
 // gradients), computes every head's scores and keeps V local: the same numbers, more traffic.
 //
 // Every rank builds the whole model with the same seed (so the shards are slices of one
-// process's parameters); layer norms, position embeddings and the row-parallel biases stay
-// replicated (every rank computes the same gradients for them).
+// process's parameters), then frees the full copies of the weights it shards; layer norms,
+// position embeddings and the row-parallel biases stay replicated (every rank computes the
+// same gradients for them).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -51,15 +53,17 @@ class TensorParallelGpt : public StageModel {
   // The rank's shards and the replicated parameters.
   std::vector<std::pair<std::string, Var>> parameters() const override { return params_; }
   double norm_share(const std::string& name) const override;
-  // Writes the full parameters into the model on every rank (the shards, broadcast).
-  void gather_parameters();
+  // Writes the full parameters into the model on every rank (the shards, broadcast). With a
+  // filter, only the parameters it accepts (every rank of the group must pass the same).
+  void gather_parameters(const std::function<bool(const std::string&)>& only = {});
   int rank() const { return rank_; }
   int size() const { return size_; }
 
  private:
   struct Shard {
     std::string name;     // the full parameter's name
-    Var full, part;
+    Var full, part;       // the full parameter's value is freed; gather_parameters rebuilds it
+    Shape full_shape;
     int dim = 0;          // 0: rows, 1: columns
     std::vector<std::pair<std::int64_t, std::int64_t>> pieces;  // (offset, length) along dim, concatenated
   };

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -58,6 +59,7 @@ std::string LmSummary::to_json() const {
   if (dp > 1) j["data_parallel"] = dp;
   j["peak_step_bytes"] = peak_step_bytes;
   j["rank_parameters"] = rank_parameters;
+  j["rank_state_bytes"] = rank_state_bytes;
   if (pp > 1 || micro_batches > 1) {
     j["pipeline"] = {{"stages", pp}, {"micro_batches", micro_batches}, {"schedule", pipe_schedule},
                      {"bubble", bubble}, {"bubble_formula", bubble_formula}};
@@ -149,6 +151,8 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   }
   LanguageModel& model = *net;
   s.parameters = model.num_parameters();
+  std::map<std::string, Shape> full_shapes;  // (the splits below free what a rank does not hold)
+  for (const auto& [name, p] : model.named_parameters()) full_shapes[name] = p.shape();
 
   // Parallelism (gpt): a mesh of dp x pp x tp ranks under weft launch, tensor parallelism
   // innermost (neighbouring ranks: one host), then pipeline stages, then data-parallel
@@ -304,6 +308,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     return total / static_cast<double>(c.eval_batches);
   };
 
+  s.rank_state_bytes = static_cast<std::int64_t>(allocator_live_bytes());
   Progress progress("step", c.steps);
   // The train loss reported is the mean over the steps since the last validation.
   double train_seconds = 0, window_sum = 0, running = 0, bubble_sum = 0;
@@ -386,8 +391,12 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   }
   // Rank 0 samples and saves the whole model: first the tensor-parallel shards into every
   // stage's model, then the stages into stage 0's.
-  if (tpm) tpm->gather_parameters();
-  if (pipe) pipe->gather_parameters(model.named_parameters());
+  if (tpm) {
+    if (pipe) tpm->gather_parameters([&](const std::string& name) { return pipe->owner_of(name) == pipe->stage() ||
+                                                                          (name == "wte.weight" && pipe->stage() == c.pp - 1); });
+    else tpm->gather_parameters();
+  }
+  if (pipe) pipe->gather_parameters(model.named_parameters(), full_shapes);
   if (c.sample > 0 && rank == 0) {
     std::vector<std::int32_t> prompt = tok->encode(c.prompt);
     auto ids = model.generate(prompt, c.sample, c.temperature, c.top_k, rng);

@@ -77,6 +77,8 @@ struct LmSummary {
   int rank = 0;  // of this process in a pipeline job (only rank 0 prints the summary)
   std::int64_t peak_step_bytes = 0;
   std::int64_t rank_parameters = 0;  // parameters rank 0 trains (its shards and stages)
+  std::int64_t rank_state_bytes = 0; // tensor memory rank 0 holds before the first step
+                                     // (its parameters, other stages' freed)
   std::int64_t resumed_from = -1;    // the step a checkpoint resumed at (-1: none)
   std::string checkpoint;            // the last checkpoint written  // most tensor memory live during a training step (rank 0)
   std::string pipe_schedule;
