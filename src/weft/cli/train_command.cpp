@@ -139,13 +139,14 @@ int run_lm(CLI::App* cmd, const TrainConfig& t, LmConfig c, const std::string& l
   if (given(cmd, "--schedule")) c.pipe_schedule = t.schedule.kind;
   if (given(cmd, "--optimizer")) c.optimizer = t.optimizer;
   if (given(cmd, "--dp")) c.dp = t.dp;
+  if (given(cmd, "--zero")) c.zero = t.zero;
   if (given(cmd, "--momentum")) c.momentum = t.momentum;
   c.checkpoint_dir = t.checkpoint_dir;
   c.checkpoint_every = t.checkpoint_every;
   c.keep_checkpoints = t.keep_checkpoints;
   c.resume = t.resume;
   c.auto_resume = t.auto_resume;
-  for (const char* flag : {"--epochs", "--strategy", "--zero", "--timeline", "--limit-train", "--limit-test"}) {
+  for (const char* flag : {"--epochs", "--strategy", "--timeline", "--limit-train", "--limit-test"}) {
     if (given(cmd, flag)) throw weft::ConfigError(std::string(flag) + " is not supported with --model " + t.model + " yet");
   }
   LmSummary s = train_lm(c, stdout);

@@ -1,5 +1,9 @@
 #include "weft/parallel/zero.h"
 
+#include <cmath>
+
+#include "weft/tensor/ops.h"
+
 #include <map>
 
 #include "weft/parallel/ddp.h"
@@ -146,6 +150,20 @@ std::chrono::duration<double> ZeroRedundancyOptimizer::finish() {
     shard_.set_grad(mine);
   }
   return Clock::now() - start;
+}
+
+double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm) {
+  double sq = 0;
+  if (shard_.grad().defined()) {
+    const Tensor g = shard_.grad().contiguous();
+    const float* d = g.data<float>();
+    for (std::int64_t i = 0; i < g.numel(); ++i) sq += static_cast<double>(d[i]) * static_cast<double>(d[i]);
+  }
+  if (comm_ && world_ > 1) comm_->allreduce(&sq, 1, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
+  const double norm = std::sqrt(sq);
+  if (max_norm > 0 && norm > max_norm && shard_.grad().defined())
+    shard_.set_grad(ops::mul(shard_.grad(), max_norm / (norm + 1e-6)));
+  return norm;
 }
 
 std::chrono::duration<double> ZeroRedundancyOptimizer::step() {

@@ -63,6 +63,9 @@ class ZeroRedundancyOptimizer {
 
   Optimizer& optimizer() { return *optimizer_; }
   int stage() const { return stage_; }
+  // After finish(): clips the gradients by their norm over every rank's shard (the norm of the
+  // averaged full gradients); returns that norm.
+  double clip_grad_norm(double max_norm);
 
   // Checkpoints. Every rank calls gather_state(): the optimizer state consolidated per
   // parameter (the keys an unsharded optimizer uses, so a ZeRO checkpoint resumes on any

@@ -14,6 +14,7 @@
 #include "weft/comm/communicator.h"
 #include "weft/parallel/pipeline.h"
 #include "weft/parallel/tensor_parallel.h"
+#include "weft/parallel/zero.h"
 #include "weft/data/text.h"
 #include "weft/nn/recurrent.h"
 #include "weft/nn/transformer.h"
@@ -26,6 +27,7 @@
 #include "weft/train/safetensors.h"
 #include "weft/util/file.h"
 #include "weft/util/progress.h"
+#include "weft/util/units.h"
 
 namespace weft {
 
@@ -55,6 +57,9 @@ std::string LmSummary::to_json() const {
                         {"sample_words", sample_words},   {"sample_known_words", sample_known_words}};
   if (tp > 1) j["tensor_parallel"] = tp;
   if (resumed_from >= 0) j["resumed_from"] = resumed_from;
+  if (zero > 0)
+    j["zero_memory"] = {{"stage", zero}, {"parameters", zero_parameters}, {"gradients", zero_gradients},
+                        {"optimizer", zero_optimizer}};
   if (!checkpoint.empty()) j["checkpoint"] = checkpoint;
   if (dp > 1) j["data_parallel"] = dp;
   j["peak_step_bytes"] = peak_step_bytes;
@@ -121,6 +126,10 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   if ((c.resume || c.auto_resume) && c.checkpoint_dir.empty())
     throw ConfigError(std::string(c.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
   if (c.checkpoint_every < 0) throw ConfigError("--checkpoint-every must not be negative");
+  if (c.zero < 0 || c.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3, got " + std::to_string(c.zero));
+  if (c.zero > 0 && (c.pp > 1 || c.tp > 1 || c.micro_batches > 1))
+    throw ConfigError("--zero with language models works with --dp alone, not with --pp, --tp or --micro-batches");
+  if (c.zero > 0 && c.model != "gpt") throw ConfigError("--zero needs --model gpt among the language models");
   if (!c.checkpoint_dir.empty() && (c.pp > 1 || c.tp > 1 || c.micro_batches > 1))
     throw ConfigError("checkpoints of language models are not supported with --pp, --tp or --micro-batches yet");
   parse_positional(c.positional);
@@ -228,13 +237,25 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     s.pipe_schedule = algo::pipe_schedule_name(schedule);
     s.bubble_formula = static_cast<double>(c.pp - 1) / static_cast<double>(c.micro_batches + c.pp - 1);
   }
-  std::unique_ptr<Optimizer> optimizer;
   const auto trained = pipe ? pipe->own_parameters() : stage ? stage->parameters() : model.named_parameters();
-  if (c.optimizer == "adamw") optimizer = std::make_unique<Adam>(trained, c.lr, AdamOptions{0.9, 0.95, 1e-8, c.weight_decay, true});
-  else if (c.optimizer == "sgd") optimizer = std::make_unique<SGD>(trained, c.lr, c.momentum, c.weight_decay);
-  else throw ConfigError("unknown optimizer '" + c.optimizer + "' for language models (known: adamw, sgd)");
-  Optimizer& opt = *optimizer;
+  auto make_optimizer = [&](std::vector<std::pair<std::string, Var>> params) -> std::unique_ptr<Optimizer> {
+    if (c.optimizer == "adamw") return std::make_unique<Adam>(params, c.lr, AdamOptions{0.9, 0.95, 1e-8, c.weight_decay, true});
+    if (c.optimizer == "sgd") return std::make_unique<SGD>(params, c.lr, c.momentum, c.weight_decay);
+    throw ConfigError("unknown optimizer '" + c.optimizer + "' for language models (known: adamw, sgd)");
+  };
+  // ZeRO over the data-parallel ranks: each holds 1/dp of the optimizer state (and gradients,
+  // parameters); otherwise one optimizer over the parameters this rank trains.
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<parallel::ZeroRedundancyOptimizer> zero;
+  if (c.zero > 0) {
+    zero = std::make_unique<parallel::ZeroRedundancyOptimizer>(model, dp_group, c.zero, make_optimizer);
+    s.zero = c.zero;
+  } else {
+    optimizer = make_optimizer(trained);
+  }
+  Optimizer& opt = zero ? zero->optimizer() : *optimizer;
   for (const auto& [name, p] : trained) s.rank_parameters += p.value().numel();
+  if (zero && c.zero == 3) s.rank_parameters = zero->shard_elements();  // the rest is gathered per step
   std::int64_t first_step = 0;
   const std::string model_tag = "lm-" + c.model;
   if (c.resume || c.auto_resume) {
@@ -246,8 +267,16 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
         throw CheckpointError(ck.path + " holds model '" + ck.meta.model + "', not '" + model_tag + "'");
       if (ck.meta.optimizer != c.optimizer)
         throw CheckpointError(ck.path + " was trained with optimizer '" + ck.meta.optimizer + "', not '" + c.optimizer + "'");
-      model.load_state_dict(ck.model);
-      opt.load_state(ck.optimizer);
+      if (zero) {
+        // Stage 3 keeps only the shard: rebuild the full parameters, load, and re-shard.
+        zero->gather();
+        model.load_state_dict(ck.model);
+        zero->load_state(ck.optimizer);
+        zero->release();
+      } else {
+        model.load_state_dict(ck.model);
+        opt.load_state(ck.optimizer);
+      }
       opt.set_steps(ck.meta.optimizer_steps);
       for (const auto& [name, st] : ck.meta.rngs)
         if (name == "sampler") rng.set_state(st);
@@ -257,7 +286,19 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     }
   }
   auto save = [&](std::int64_t step_done) {
-    if (c.checkpoint_dir.empty() || rank != 0) return;
+    if (c.checkpoint_dir.empty()) return;
+    parallel::ZeroRedundancyOptimizer::State zero_state;
+    if (zero) {  // every rank takes part in consolidating the shards
+      zero->gather();
+      zero_state = zero->gather_state();
+    }
+    struct Release {
+      parallel::ZeroRedundancyOptimizer* z;
+      ~Release() {
+        if (z) z->release();
+      }
+    } release{zero.get()};
+    if (rank != 0) return;
     CheckpointMeta meta;
     meta.model = model_tag;
     meta.step = step_done;
@@ -265,7 +306,8 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     meta.optimizer_steps = opt.steps();
     meta.rngs.emplace_back("sampler", rng.state());
     meta.info = {{"data", c.data}, {"tokenizer", c.tokenizer}, {"dp", std::to_string(c.dp)}};
-    s.checkpoint = save_checkpoint(c.checkpoint_dir, meta, model.state_dict(), opt.state(), c.keep_checkpoints);
+    s.checkpoint = save_checkpoint(c.checkpoint_dir, meta, model.state_dict(), zero ? zero_state.consolidated : opt.state(),
+                                   c.keep_checkpoints, zero_state.per_rank);
   };
   Schedule sched;
   sched.kind = "cosine";
@@ -300,11 +342,13 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
       Tensor ids;
       std::vector<std::int32_t> targets;
       windows(val_tokens, starts, c.context, ids, targets);
+      if (zero) zero->gather();
       if (pipe) total += pipe->eval_batch(ids, targets);
       else if (tpm) total += tpm->loss(ids, targets).item();
       else total += cross_entropy(reshape(model.forward(Var(ids)), {c.batch * c.context, s.vocab}), targets).item();
     }
     model.train();
+    if (zero) zero->release();
     return total / static_cast<double>(c.eval_batches);
   };
 
@@ -336,6 +380,12 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     }
     // After backward: average over the replicas, clip by the whole model's norm, update.
     auto update = [&](bool zero_after) {
+      if (zero) {  // reduce (or reduce-scatter) the gradients, clip over the shards, update, re-gather
+        zero->finish();
+        if (c.clip_grad > 0) zero->clip_grad_norm(c.clip_grad);
+        zero->step();
+        return;
+      }
       if (dp_group) average_gradients(trained, *dp_group);
       if (c.clip_grad > 0) {
         if (stage) parallel::clip_grad_norm(trained, *stage, mp_group.get(), c.clip_grad, pipe ? pipe->counted_elsewhere() : "");
@@ -352,6 +402,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
         ++bubble_steps;
       }
     } else {
+      if (zero) zero->gather();
       Var loss = stage ? stage->head_loss(stage->run_blocks(stage->embed(ids), 0, layers), targets)
                        : cross_entropy(reshape(model.forward(Var(ids)), {ids.size(0) * c.context, s.vocab}), targets);
       loss.backward();
@@ -391,6 +442,15 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   }
   // Rank 0 samples and saves the whole model: first the tensor-parallel shards into every
   // stage's model, then the stages into stage 0's.
+  if (zero) {
+    zero->gather();  // stage 3: the whole model for sampling and saving
+    const auto m = zero->memory();
+    s.zero_parameters = m.parameters;
+    s.zero_gradients = m.gradients;
+    s.zero_optimizer = m.optimizer;
+    fmt::print(log, "ZeRO stage {} on {} rank(s), rank 0 holds between steps: parameters {}, gradients {}, optimizer state {}\n",
+               c.zero, c.dp, human_bytes(m.parameters), human_bytes(m.gradients), human_bytes(m.optimizer));
+  }
   if (tpm) {
     if (pipe) tpm->gather_parameters([&](const std::string& name) { return pipe->owner_of(name) == pipe->stage() ||
                                                                           (name == "wte.weight" && pipe->stage() == c.pp - 1); });

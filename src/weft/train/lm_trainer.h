@@ -53,6 +53,7 @@ struct LmConfig {
   // Data-parallel replicas (each a pipeline of tensor-parallel stages); world = dp x pp x tp.
   int dp = 1;
   bool recompute = false;  // activation recomputation per transformer block
+  int zero = 0;            // ZeRO stage over the data-parallel ranks (gpt, with --dp; 0: off)
   // Checkpoints (every `checkpoint_every` steps and at the end; one process or --dp):
   // the model, the optimizer state, the step and the sampler's random state.
   std::string checkpoint_dir;
@@ -80,6 +81,8 @@ struct LmSummary {
   std::int64_t rank_state_bytes = 0; // tensor memory rank 0 holds before the first step
                                      // (its parameters, other stages' freed)
   std::int64_t resumed_from = -1;    // the step a checkpoint resumed at (-1: none)
+  int zero = 0;                      // ZeRO stage, and rank 0's bytes between steps
+  std::int64_t zero_parameters = 0, zero_gradients = 0, zero_optimizer = 0;
   std::string checkpoint;            // the last checkpoint written  // most tensor memory live during a training step (rank 0)
   std::string pipe_schedule;
   double bubble = 0, bubble_formula = 0;
