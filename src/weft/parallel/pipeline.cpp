@@ -133,7 +133,6 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
   }
   first_ = stage_ == 0;
   last_ = stage_ == stages_ - 1;
-  (void)bounds;
   for (const auto& [name, p] : named) {
     bool tied = name.rfind("wte.", 0) == 0;
     if (tied) tied_weight_ = p;

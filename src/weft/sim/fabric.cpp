@@ -242,7 +242,7 @@ void Network::arrive(std::uint32_t id) {
     return;
   }
   int node = P.node;
-  if (node == p.dst) endpoint_receive(node, id);
+  if (node == p.dst) endpoint_receive(id);
   else forward(node, id);
 }
 

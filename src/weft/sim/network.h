@@ -196,9 +196,9 @@ class Network : public EventTarget {
   void post_message(int flow, int src_agent, int dst_agent, std::int64_t bytes);
   void activate(int qp);
   bool qp_has_data(const QueuePair& q) const;
-  std::uint32_t make_data_packet(int qp, int port);
+  std::uint32_t make_data_packet(int qp);
   std::uint32_t endpoint_pull(int node, int port);
-  void endpoint_receive(int node, std::uint32_t id);
+  void endpoint_receive(std::uint32_t id);
   void receive_data(QueuePair& q, int qp, const Packet& p);
   void receive_ack(QueuePair& q, int qp, const Packet& p, bool nak);
   void receive_cnp(QueuePair& q, int qp);

@@ -139,7 +139,7 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
     }
     if (!usable) continue;
     rr_qp_[node] = idx + 1;
-    id = make_data_packet(qp, port);
+    id = make_data_packet(qp);
   }
   if (stale) {
     list.erase(std::remove_if(list.begin(), list.end(),
@@ -161,7 +161,7 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
   return id;
 }
 
-std::uint32_t Network::make_data_packet(int qp, int port) {
+std::uint32_t Network::make_data_packet(int qp) {
   QueuePair& q = qps_[qp];
   const Time now = events_.now();
   std::uint32_t psn;
@@ -219,7 +219,6 @@ std::uint32_t Network::make_data_packet(int qp, int port) {
     q.rto_armed = true;
     events_.schedule(now + cfg_.rto, this, kRto, static_cast<std::uint64_t>(qp));
   }
-  (void)port;
   return id;
 }
 
@@ -249,7 +248,7 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
   try_send(out);
 }
 
-void Network::endpoint_receive(int node, std::uint32_t id) {
+void Network::endpoint_receive(std::uint32_t id) {
   Packet& p = pool_[id];
   int qp = static_cast<int>(p.qp);
   QueuePair& q = qps_[qp];
@@ -260,7 +259,6 @@ void Network::endpoint_receive(int node, std::uint32_t id) {
     case PacketType::kCnp: receive_cnp(q, qp); break;
     case PacketType::kPause: break;
   }
-  (void)node;
   pool_.release(id);
 }
 
