@@ -35,6 +35,13 @@ for stages in 2 4; do
   done
 done
 
+# Stages balanced by measured time instead of parameters: another partition, the same result.
+out=$("$weft" launch --nproc-per-node 4 -- weft "${common[@]}" --pp 4 --micro-batches 4 --balance time \
+        --save-model "$work/pp.safetensors")
+echo "$out" | grep -E "pipeline:" | sed 's/^\[0\] //'
+printf 'balanced by time, 4 stages: '
+"$compare" "$work/one.safetensors" "$work/pp.safetensors" 1e-5 | tail -n 1
+
 # Traces: 2 stages, 4 micro-batches, 2 steps and one evaluation batch. Stage 0 sends the
 # activations of 4 x 2 + 4 micro-batches and receives 4 x 2 gradients; stage 1 the reverse.
 WEFT_TRACE="$work/trace" "$weft" launch --nproc-per-node 2 -- weft train --model gpt --layers 4 --d-model 24 --heads 2 \
