@@ -98,4 +98,25 @@ class ZeroRedundancyOptimizer {
   std::int64_t peak_parameter_bytes_ = 0;
 };
 
+// For writing a checkpoint: on construction every rank gathers the full parameters (stage
+// 3) and the consolidated state; on destruction stage 3 drops the full parameters again. A
+// null optimizer (no ZeRO) does nothing.
+class ZeroCheckpointScope {
+ public:
+  explicit ZeroCheckpointScope(ZeroRedundancyOptimizer* zero) : zero_(zero) {
+    if (!zero_) return;
+    zero_->gather();
+    state = zero_->gather_state();
+  }
+  ~ZeroCheckpointScope() {
+    if (zero_) zero_->release();
+  }
+  ZeroCheckpointScope(const ZeroCheckpointScope&) = delete;
+  ZeroCheckpointScope& operator=(const ZeroCheckpointScope&) = delete;
+  ZeroRedundancyOptimizer::State state;
+
+ private:
+  ZeroRedundancyOptimizer* zero_;
+};
+
 }  // namespace weft::parallel

@@ -287,17 +287,8 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   }
   auto save = [&](std::int64_t step_done) {
     if (c.checkpoint_dir.empty()) return;
-    parallel::ZeroRedundancyOptimizer::State zero_state;
-    if (zero) {  // every rank takes part in consolidating the shards
-      zero->gather();
-      zero_state = zero->gather_state();
-    }
-    struct Release {
-      parallel::ZeroRedundancyOptimizer* z;
-      ~Release() {
-        if (z) z->release();
-      }
-    } release{zero.get()};
+    parallel::ZeroCheckpointScope zero_scope(zero.get());  // every rank takes part
+    const auto& zero_state = zero_scope.state;
     if (rank != 0) return;
     CheckpointMeta meta;
     meta.model = model_tag;

@@ -411,17 +411,8 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
     if (c.checkpoint_dir.empty()) return;
     // ZeRO: every rank takes part in consolidating the sharded state (and, stage 3, in
     // gathering the parameters); rank 0 writes it with each rank's shard next to it.
-    parallel::ZeroRedundancyOptimizer::State zero_state;
-    if (zero) {
-      zero->gather();
-      zero_state = zero->gather_state();
-    }
-    struct Release {
-      parallel::ZeroRedundancyOptimizer* z;
-      ~Release() {
-        if (z) z->release();
-      }
-    } release{zero.get()};
+    parallel::ZeroCheckpointScope zero_scope(zero.get());  // every rank takes part
+    const auto& zero_state = zero_scope.state;
     if (rank != 0) return;
     // A parameter server holds the optimizer state: worker 0 receives it, with the weights
     // after this step's update.
