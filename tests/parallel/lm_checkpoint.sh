@@ -1,25 +1,37 @@
 #!/usr/bin/env bash
-# usage: lm_checkpoint.sh WEFT
+# usage: lm_checkpoint.sh WEFT COMPARE
 # Language-model checkpoints: a GPT trained 20 steps with checkpoints at 10 and 20; with the
 # step-20 checkpoint removed (as if the run had died after step 10), --resume continues from
-# step 10 and ends bitwise equal to the uninterrupted run: model, AdamW state, the sampler's
-# random state and the learning-rate schedule all come back. In one process and with --dp 2.
+# step 10 and ends bitwise equal to the uninterrupted run: model, optimizer state, the
+# sampler's random state and the learning-rate schedule all come back. In one process, with
+# --dp 2, --pp 2, --tp 2 and --pp 2 --tp 2 (the checkpoint holds the whole model, gathered
+# from the slices and stages). A checkpoint written by 4 ranks (pp 2 x tp 2) resumes in one
+# process within a relative 1e-5 of the one-process run.
 set -euo pipefail
 weft=$1
+compare=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-args=(train --model gpt --layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 20 --eval-every 10
-      --eval-batches 1 --sample 0 --quiet --seed 3 --checkpoint-every 10)
-for ranks in 1 2; do
-  run=("$weft")
-  extra=()
-  [ "$ranks" -gt 1 ] && run=("$weft" launch --nproc-per-node "$ranks" -- weft) && extra=(--dp "$ranks")
+args=(train --model gpt --layers 4 --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 20 --eval-every 10
+      --eval-batches 1 --sample 0 --quiet --seed 3 --optimizer sgd --lr 0.05 --checkpoint-every 10 --threads 1)
+layouts=("1:" "2:--dp 2" "2:--pp 2 --micro-batches 2" "2:--tp 2" "4:--pp 2 --tp 2 --micro-batches 2")
+for layout in "${layouts[@]}"; do
+  ranks=${layout%%:*}
+  read -r -a extra <<<"${layout#*:}"
+  run=("$weft" launch --nproc-per-node "$ranks" -- weft)
   rm -rf "$work/ck"
   "${run[@]}" "${args[@]}" "${extra[@]}" --checkpoint-dir "$work/ck" --save-model "$work/full.safetensors" >/dev/null
+  [ "$ranks" -eq 1 ] && cp "$work/full.safetensors" "$work/one.safetensors"
+  [ "$ranks" -eq 4 ] && cp -r "$work/ck" "$work/ck4"
   rm -rf "$work/ck/step-000000020"
   out=$("${run[@]}" "${args[@]}" "${extra[@]}" --checkpoint-dir "$work/ck" --resume --save-model "$work/resumed.safetensors")
-  echo "$out" | grep -q '"resumed_from":10' || { echo "FAIL: did not resume at step 10 ($ranks rank(s))"; exit 1; }
-  cmp -s "$work/full.safetensors" "$work/resumed.safetensors" || { echo "FAIL: resumed run differs ($ranks rank(s))"; exit 1; }
-  echo "$ranks rank(s): resumed at step 10, bitwise equal to the uninterrupted run"
+  echo "$out" | grep -q '"resumed_from":10' || { echo "FAIL: did not resume at step 10 (${extra[*]:-one process})"; exit 1; }
+  cmp -s "$work/full.safetensors" "$work/resumed.safetensors" ||
+    { echo "FAIL: resumed run differs (${extra[*]:-one process})"; exit 1; }
+  echo "${extra[*]:-one process}: resumed at step 10, bitwise equal to the uninterrupted run"
 done
+rm -rf "$work/ck4/step-000000020"
+"$weft" "${args[@]}" --checkpoint-dir "$work/ck4" --resume --save-model "$work/elastic.safetensors" >/dev/null
+printf 'the pp 2 x tp 2 checkpoint resumed in one process: '
+"$compare" "$work/one.safetensors" "$work/elastic.safetensors" 1e-5 | tail -n 1
 echo ok

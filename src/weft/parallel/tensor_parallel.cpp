@@ -300,35 +300,56 @@ double TensorParallelGpt::norm_share(const std::string& name) const {
   return replicated_names_.count(name) ? 1.0 / size_ : 1.0;
 }
 
-void TensorParallelGpt::gather_parameters(const std::function<bool(const std::string&)>& only) {
+const TensorParallelGpt::Shard& TensorParallelGpt::shard_named(const std::string& name) const {
+  for (const Shard& sh : shards_)
+    if (sh.name == name) return sh;
+  throw InternalError("tensor parallelism: " + name + " is not split");
+}
+
+bool TensorParallelGpt::is_shard(const std::string& name) const {
+  for (const Shard& sh : shards_)
+    if (sh.name == name) return true;
+  return false;
+}
+
+// Rank r's pieces of a split parameter, computed the way the constructor cut them.
+std::vector<std::pair<std::int64_t, std::int64_t>> TensorParallelGpt::pieces_of(const Shard& sh, int r) const {
   const GptConfig& c = model_.config();
-  const std::int64_t d = c.dim;
-  for (Shard& s : shards_) {
-    if (only && !only(s.name)) continue;
-    Tensor full = Tensor::zeros(s.full_shape);
-    s.full.mutable_value() = full;
-    for (int r = 0; r < size_; ++r) {
-      // Rank r's pieces, computed the way the constructor did.
-      std::vector<std::pair<std::int64_t, std::int64_t>> pieces;
-      const std::int64_t dl = d / size_, fl = 4 * d / size_;
-      if (s.name == "wte.weight") {
-        std::int64_t b = part_begin(c.vocab, size_, r), e = part_begin(c.vocab, size_, r + 1);
-        pieces = {{b, e - b}};
-      } else if (s.name.find("qkv") != std::string::npos) {
-        pieces = {{r * dl, dl}, {d + r * dl, dl}, {2 * d + r * dl, dl}};
-      } else if (s.name.find("proj") != std::string::npos) {
-        pieces = {{r * dl, dl}};
-      } else {
-        pieces = {{r * fl, fl}};
-      }
-      Shape shape = full.shape();
-      std::int64_t len = 0;
-      for (auto [o, l] : pieces) len += l;
-      shape[static_cast<std::size_t>(s.dim)] = len;
-      Tensor part = r == rank_ ? s.part.value().contiguous().clone() : Tensor::zeros(shape);
-      group_->broadcast(part.data<float>(), part.numel(), DataType::kF32, r)->wait();
-      put(full, s.dim, pieces, part);
-    }
+  const std::int64_t d = c.dim, dl = d / size_, fl = 4 * d / size_;
+  if (sh.name == "wte.weight") {
+    std::int64_t b = part_begin(c.vocab, size_, r), e = part_begin(c.vocab, size_, r + 1);
+    return {{b, e - b}};
+  }
+  if (sh.name.find("qkv") != std::string::npos) return {{r * dl, dl}, {d + r * dl, dl}, {2 * d + r * dl, dl}};
+  if (sh.name.find("proj") != std::string::npos) return {{r * dl, dl}};
+  return {{r * fl, fl}};
+}
+
+Tensor TensorParallelGpt::full_of(const std::string& name, const Tensor& mine) {
+  const Shard& sh = shard_named(name);
+  Tensor full = Tensor::zeros(sh.full_shape);
+  for (int r = 0; r < size_; ++r) {
+    const auto pieces = pieces_of(sh, r);
+    Shape shape = sh.full_shape;
+    std::int64_t len = 0;
+    for (auto [o, l] : pieces) len += l;
+    shape[static_cast<std::size_t>(sh.dim)] = len;
+    Tensor part = r == rank_ ? mine.contiguous().clone() : Tensor::zeros(shape);
+    group_->broadcast(part.data<float>(), part.numel(), DataType::kF32, r)->wait();
+    put(full, sh.dim, pieces, part);
+  }
+  return full;
+}
+
+Tensor TensorParallelGpt::part_of(const std::string& name, const Tensor& full) const {
+  const Shard& sh = shard_named(name);
+  return take(full, sh.dim, pieces_of(sh, rank_));
+}
+
+void TensorParallelGpt::gather_parameters(const std::function<bool(const std::string&)>& only) {
+  for (Shard& sh : shards_) {
+    if (only && !only(sh.name)) continue;
+    sh.full.mutable_value() = full_of(sh.name, sh.part.value());
   }
 }
 

@@ -58,6 +58,11 @@ class TensorParallelGpt : public StageModel {
   void gather_parameters(const std::function<bool(const std::string&)>& only = {});
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Checkpoints: whether a parameter is split here; the full tensor from every rank's part of
+  // it (a collective over the group, e.g. for optimizer buffers); this rank's part of a full one.
+  bool is_shard(const std::string& name) const;
+  Tensor full_of(const std::string& name, const Tensor& part);
+  Tensor part_of(const std::string& name, const Tensor& full) const;
 
  private:
   struct Shard {
@@ -68,6 +73,8 @@ class TensorParallelGpt : public StageModel {
     std::vector<std::pair<std::int64_t, std::int64_t>> pieces;  // (offset, length) along dim, concatenated
   };
   Var shard(const std::string& name, int dim, std::vector<std::pair<std::int64_t, std::int64_t>> pieces);
+  const Shard& shard_named(const std::string& name) const;
+  std::vector<std::pair<std::int64_t, std::int64_t>> pieces_of(const Shard& s, int rank) const;
   Var replicated(const std::string& name);
   Var attention(const Var& x, std::int64_t layer);
   Var mlp(const Var& x, std::int64_t layer);

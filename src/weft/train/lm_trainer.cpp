@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <nlohmann/json.hpp>
 
@@ -130,8 +132,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   if (c.zero > 0 && (c.pp > 1 || c.tp > 1 || c.micro_batches > 1))
     throw ConfigError("--zero with language models works with --dp alone, not with --pp, --tp or --micro-batches");
   if (c.zero > 0 && c.model != "gpt") throw ConfigError("--zero needs --model gpt among the language models");
-  if (!c.checkpoint_dir.empty() && (c.pp > 1 || c.tp > 1 || c.micro_batches > 1))
-    throw ConfigError("checkpoints of language models are not supported with --pp, --tp or --micro-batches yet");
+
   parse_positional(c.positional);
   if (c.threads > 0) set_num_threads(c.threads);
   const std::string text = load_corpus(c.data);
@@ -162,6 +163,23 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   s.parameters = model.num_parameters();
   std::map<std::string, Shape> full_shapes;  // (the splits below free what a rank does not hold)
   for (const auto& [name, p] : model.named_parameters()) full_shapes[name] = p.shape();
+  // A checkpoint holds the whole model: every rank loads it before the splits below cut it
+  // (its optimizer state is loaded once the optimizer exists).
+  const std::string model_tag = "lm-" + c.model;
+  std::optional<Checkpoint> resume_ck;
+  if (c.resume || c.auto_resume) {
+    auto latest = latest_checkpoint(c.checkpoint_dir);
+    if (!latest && c.resume) throw CheckpointError("--resume: no checkpoint in " + c.checkpoint_dir);
+    if (latest) {
+      resume_ck = load_checkpoint(*latest);
+      if (resume_ck->meta.model != model_tag)
+        throw CheckpointError(resume_ck->path + " holds model '" + resume_ck->meta.model + "', not '" + model_tag + "'");
+      if (resume_ck->meta.optimizer != c.optimizer)
+        throw CheckpointError(resume_ck->path + " was trained with optimizer '" + resume_ck->meta.optimizer + "', not '" +
+                              c.optimizer + "'");
+      model.load_state_dict(resume_ck->model);
+    }
+  }
 
   // Parallelism (gpt): a mesh of dp x pp x tp ranks under weft launch, tensor parallelism
   // innermost (neighbouring ranks: one host), then pipeline stages, then data-parallel
@@ -257,48 +275,93 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   for (const auto& [name, p] : trained) s.rank_parameters += p.value().numel();
   if (zero && c.zero == 3) s.rank_parameters = zero->shard_elements();  // the rest is gathered per step
   std::int64_t first_step = 0;
-  const std::string model_tag = "lm-" + c.model;
-  if (c.resume || c.auto_resume) {
-    auto latest = latest_checkpoint(c.checkpoint_dir);
-    if (!latest && c.resume) throw CheckpointError("--resume: no checkpoint in " + c.checkpoint_dir);
-    if (latest) {
-      Checkpoint ck = load_checkpoint(*latest);
-      if (ck.meta.model != model_tag)
-        throw CheckpointError(ck.path + " holds model '" + ck.meta.model + "', not '" + model_tag + "'");
-      if (ck.meta.optimizer != c.optimizer)
-        throw CheckpointError(ck.path + " was trained with optimizer '" + ck.meta.optimizer + "', not '" + c.optimizer + "'");
-      if (zero) {
-        // Stage 3 keeps only the shard: rebuild the full parameters, load, and re-shard.
-        zero->gather();
-        model.load_state_dict(ck.model);
-        zero->load_state(ck.optimizer);
-        zero->release();
-      } else {
-        model.load_state_dict(ck.model);
-        opt.load_state(ck.optimizer);
+  if (resume_ck) {
+    const Checkpoint& ck = *resume_ck;
+    if (zero) {
+      zero->load_state(ck.optimizer);  // this rank's shard of the consolidated state
+    } else if (tpm || pipe) {
+      // The buffers of this rank's parameters, cut like them.
+      std::map<std::string, const Tensor*> by_key;
+      for (const auto& [key, t] : ck.optimizer) by_key[key] = &t;
+      StateDict mine;
+      for (const auto& [key, t] : opt.state()) {
+        auto it = by_key.find(key);
+        if (it == by_key.end()) throw CheckpointError(ck.path + ": optimizer state has no entry '" + key + "'");
+        const std::string name = key.substr(key.find('.') + 1);
+        mine.emplace_back(key, tpm && tpm->is_shard(name) ? tpm->part_of(name, *it->second) : *it->second);
       }
-      opt.set_steps(ck.meta.optimizer_steps);
-      for (const auto& [name, st] : ck.meta.rngs)
-        if (name == "sampler") rng.set_state(st);
-      first_step = ck.meta.step;
-      s.resumed_from = first_step;
-      fmt::print(log, "resumed from {} (step {})\n", ck.path, first_step);
+      opt.load_state(mine);
+    } else {
+      opt.load_state(ck.optimizer);
     }
+    opt.set_steps(ck.meta.optimizer_steps);
+    for (const auto& [name, st] : ck.meta.rngs)
+      if (name == "sampler") rng.set_state(st);
+    first_step = ck.meta.step;
+    s.resumed_from = first_step;
+    fmt::print(log, "resumed from {} (step {}, written by {} rank(s))\n", ck.path, first_step,
+               ck.meta.info.count("ranks") ? ck.meta.info.at("ranks") : "?");
   }
+  // The whole model and its optimizer state in one piece on rank 0: every stage's slices
+  // all-gathered within its tensor-parallel group, then sent to stage 0.
+  auto consolidate = [&](StateDict& model_sd, StateDict& opt_sd) {
+    std::map<std::string, Tensor> buffers;
+    std::vector<std::string> prefixes;
+    for (const auto& [key, t] : opt.state()) {
+      buffers[key] = t;
+      std::string prefix = key.substr(0, key.find('.'));
+      if (std::find(prefixes.begin(), prefixes.end(), prefix) == prefixes.end()) prefixes.push_back(prefix);
+    }
+    std::map<std::string, Var> held;
+    for (const auto& [name, p] : stage->parameters()) held[name] = p;
+    for (const auto& [name, p] : model.named_parameters()) {
+      const int owner = pipe ? pipe->owner_of(name) : 0;
+      const bool here = !pipe || pipe->stage() == owner;
+      const bool sliced = tpm && tpm->is_shard(name);
+      std::vector<Tensor> pieces;  // the value, then each optimizer buffer
+      if (here) {
+        pieces.push_back(sliced ? tpm->full_of(name, held.at(name).value()) : held.at(name).value().contiguous());
+        for (const std::string& prefix : prefixes) {
+          const Tensor& b = buffers.at(prefix + "." + name);
+          pieces.push_back(sliced ? tpm->full_of(name, b) : b.contiguous());
+        }
+      }
+      if (pipe && owner != 0) {
+        if (pipe->stage() == owner) {
+          for (Tensor& t : pieces) pp_group->send(t.data<float>(), t.numel(), comm::DataType::kF32, 0);
+        } else if (pipe->stage() == 0) {
+          for (std::size_t k = 0; k < prefixes.size() + 1; ++k) {
+            pieces.push_back(Tensor::zeros(full_shapes.at(name)));
+            pp_group->recv(pieces.back().data<float>(), pieces.back().numel(), comm::DataType::kF32, owner);
+          }
+        }
+      }
+      if (rank == 0) {
+        model_sd.emplace_back(name, pieces[0]);
+        for (std::size_t k = 0; k < prefixes.size(); ++k) opt_sd.emplace_back(prefixes[k] + "." + name, pieces[k + 1]);
+      }
+    }
+  };
   auto save = [&](std::int64_t step_done) {
     if (c.checkpoint_dir.empty()) return;
     parallel::ZeroCheckpointScope zero_scope(zero.get());  // every rank takes part
     const auto& zero_state = zero_scope.state;
+    StateDict model_sd, opt_sd;
+    if (tpm || pipe) consolidate(model_sd, opt_sd);
     if (rank != 0) return;
+    if (!tpm && !pipe) {
+      model_sd = model.state_dict();
+      opt_sd = zero ? zero_state.consolidated : opt.state();
+    }
     CheckpointMeta meta;
     meta.model = model_tag;
     meta.step = step_done;
     meta.optimizer = c.optimizer;
     meta.optimizer_steps = opt.steps();
     meta.rngs.emplace_back("sampler", rng.state());
-    meta.info = {{"data", c.data}, {"tokenizer", c.tokenizer}, {"dp", std::to_string(c.dp)}};
-    s.checkpoint = save_checkpoint(c.checkpoint_dir, meta, model.state_dict(), zero ? zero_state.consolidated : opt.state(),
-                                   c.keep_checkpoints, zero_state.per_rank);
+    meta.info = {{"data", c.data}, {"tokenizer", c.tokenizer}, {"ranks", std::to_string(ranks)},
+                 {"layout", fmt::format("dp {} x pp {} x tp {}", c.dp, c.pp, c.tp)}};
+    s.checkpoint = save_checkpoint(c.checkpoint_dir, meta, model_sd, opt_sd, c.keep_checkpoints, zero_state.per_rank);
   };
   Schedule sched;
   sched.kind = "cosine";
