@@ -71,6 +71,7 @@ def main():
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--bf16", action="store_true", help="mixed precision: CPU autocast to bfloat16")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -87,8 +88,9 @@ def main():
         y = torch.stack([tokens[s + 1: s + a.context + 1] for s in starts])
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        logits = net(x)
-        l = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            logits = net(x)
+        l = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
         l.backward()
         opt.step()
         seconds += time.perf_counter() - t0

@@ -25,18 +25,21 @@ Var sub(const Var& a, const Var& b) {
 }
 
 Var mul(const Var& a, const Var& b) {
-  Tensor va = a.value(), vb = b.value();
   bool ga = a.requires_grad(), gb = b.requires_grad();
-  return record("mul", ops::mul(va, vb), {a, b}, [va, vb, ga, gb](const Tensor& g) {
-    return Grads{ga ? ops::sum_to_shape(ops::mul(g, vb), va.shape()) : Tensor(),
-                 gb ? ops::sum_to_shape(ops::mul(g, va), vb.shape()) : Tensor()};
+  // Each factor is needed only for the other's gradient.
+  SavedTensor sa = gb ? SavedTensor::input(a) : SavedTensor(), sb = ga ? SavedTensor::input(b) : SavedTensor();
+  Shape sha = a.shape(), shb = b.shape();
+  return record("mul", ops::mul(a.value(), b.value()), {a, b}, [sa, sb, sha, shb, ga, gb](const Tensor& g) {
+    return Grads{ga ? ops::sum_to_shape(ops::mul(g, sb.get()), sha) : Tensor(),
+                 gb ? ops::sum_to_shape(ops::mul(g, sa.get()), shb) : Tensor()};
   });
 }
 
 Var div(const Var& a, const Var& b) {
-  Tensor va = a.value(), vb = b.value();
   bool ga = a.requires_grad(), gb = b.requires_grad();
-  return record("div", ops::div(va, vb), {a, b}, [va, vb, ga, gb](const Tensor& g) {
+  SavedTensor sa = gb ? SavedTensor::input(a) : SavedTensor(), sb = SavedTensor::input(b);
+  return record("div", ops::div(a.value(), b.value()), {a, b}, [sa, sb, ga, gb](const Tensor& g) {
+    Tensor va = sa.get(), vb = sb.get();
     Tensor da, db;
     if (ga) da = ops::sum_to_shape(ops::div(g, vb), va.shape());
     if (gb) db = ops::sum_to_shape(ops::neg(ops::div(ops::mul(g, va), ops::mul(vb, vb))), vb.shape());
@@ -59,42 +62,51 @@ Var neg(const Var& a) {
 
 Var exp(const Var& a) {
   Tensor y = ops::exp(a.value());
-  return record("exp", y, {a}, [y](const Tensor& g) { return Grads{ops::mul(g, y)}; });
+  SavedTensor sy = SavedTensor::activation(y);
+  return record("exp", y, {a}, [sy](const Tensor& g) { return Grads{ops::mul(g, sy.get())}; });
 }
 
 Var log(const Var& a) {
-  Tensor x = a.value();
-  return record("log", ops::log(x), {a}, [x](const Tensor& g) { return Grads{ops::div(g, x)}; });
+  SavedTensor sx = SavedTensor::input(a);
+  return record("log", ops::log(a.value()), {a}, [sx](const Tensor& g) { return Grads{ops::div(g, sx.get())}; });
 }
 
 Var relu(const Var& a) {
-  Tensor x = a.value();
-  return record("relu", ops::relu(x), {a}, [x](const Tensor& g) { return Grads{ops::relu_backward(g, x)}; });
+  SavedTensor sx = SavedTensor::input(a);  // only its sign is used: exact in bf16
+  return record("relu", ops::relu(a.value()), {a},
+                [sx](const Tensor& g) { return Grads{ops::relu_backward(g, sx.get())}; });
 }
 
 Var sigmoid(const Var& a) {
   Tensor y = ops::sigmoid(a.value());
-  return record("sigmoid", y, {a}, [y](const Tensor& g) { return Grads{ops::sigmoid_backward(g, y)}; });
+  SavedTensor sy = SavedTensor::activation(y);
+  return record("sigmoid", y, {a}, [sy](const Tensor& g) { return Grads{ops::sigmoid_backward(g, sy.get())}; });
 }
 
 Var tanh(const Var& a) {
   Tensor y = ops::tanh(a.value());
-  return record("tanh", y, {a}, [y](const Tensor& g) { return Grads{ops::tanh_backward(g, y)}; });
+  SavedTensor sy = SavedTensor::activation(y);
+  return record("tanh", y, {a}, [sy](const Tensor& g) { return Grads{ops::tanh_backward(g, sy.get())}; });
 }
 
 Var matmul(const Var& a, const Var& b) {
-  Tensor va = a.value(), vb = b.value();
   bool ga = a.requires_grad(), gb = b.requires_grad();
-  return record("matmul", ops::matmul(va, vb), {a, b}, [va, vb, ga, gb](const Tensor& g) {
+  // Each operand is needed only for the other's gradient.
+  SavedTensor sa = gb ? SavedTensor::product_operand(a) : SavedTensor();
+  SavedTensor sb = ga ? SavedTensor::product_operand(b) : SavedTensor();
+  const std::int64_t rank_a = a.dim(), rank_b = b.dim();
+  Tensor out = ops::matmul(gemm_operand(a.value()), gemm_operand(b.value()));
+  return record("matmul", out, {a, b}, [sa, sb, ga, gb, rank_a, rank_b](const Tensor& g) {
+    Tensor va = gb ? sa.get() : Tensor(), vb = ga ? sb.get() : Tensor();
     Tensor da, db;
-    if (va.dim() == 2 && vb.dim() == 2) {
+    if (rank_a == 2 && rank_b == 2) {
       if (ga) da = ops::matmul(g, vb.t());
       if (gb) db = ops::matmul(va.t(), g);
     } else {
       // Batched: [B, M, K] x [B, K, N] (or [K, N] shared across the batch).
-      if (ga) da = ops::matmul(g, vb.dim() == 3 ? vb.transpose(1, 2) : vb.t());
+      if (ga) da = ops::matmul(g, rank_b == 3 ? vb.transpose(1, 2) : vb.t());
       if (gb) {
-        if (vb.dim() == 2) {
+        if (rank_b == 2) {
           Tensor a2 = va.reshape({-1, va.size(2)});
           Tensor g2 = g.reshape({-1, g.size(2)});
           db = ops::matmul(a2.t(), g2);
@@ -108,18 +120,21 @@ Var matmul(const Var& a, const Var& b) {
 }
 
 Var linear(const Var& x, const Var& w, const Var& bias) {
-  Tensor vx = x.value(), vw = w.value();
   bool gx = x.requires_grad(), gw = w.requires_grad();
   bool has_bias = bias.defined();
   bool gbias = has_bias && bias.requires_grad();
-  Tensor out = ops::linear(vx, vw, has_bias ? &bias.value() : nullptr);
+  Tensor out = ops::linear(gemm_operand(x.value()), gemm_operand(w.value()), has_bias ? &bias.value() : nullptr);
+  // Each operand is needed only for the other's gradient.
+  SavedTensor sx = gw ? SavedTensor::product_operand(x) : SavedTensor();
+  SavedTensor sw = gx ? SavedTensor::product_operand(w) : SavedTensor();
   std::vector<Var> inputs{x, w};
   if (has_bias) inputs.push_back(bias);
-  return record("linear", out, inputs, [vx, vw, gx, gw, has_bias, gbias](const Tensor& g) {
+  return record("linear", out, inputs, [sx, sw, gx, gw, has_bias, gbias](const Tensor& g) {
     Grads grads(has_bias ? 3 : 2);
-    if (gx) grads[0] = ops::matmul(g, vw);  // [N, out] x [out, in]
+    if (gx) grads[0] = ops::matmul(g, sw.get());  // [N, out] x [out, in]
     if (gw) {
-      grads[1] = Tensor::empty(vw.shape(), vw.dtype());
+      Tensor vx = sx.get();
+      grads[1] = Tensor::empty({g.size(1), vx.size(1)}, vx.dtype());
       ops::gemm(true, false, 1.0, g, vx, 0.0, grads[1]);  // [out, N] x [N, in]
     }
     if (gbias) grads[2] = ops::sum(g, {0}, false);
@@ -170,20 +185,23 @@ Var transpose(const Var& a, std::int64_t d0, std::int64_t d1) {
 
 Var softmax(const Var& a) {
   Tensor y = ops::softmax(a.value());
-  return record("softmax", y, {a}, [y](const Tensor& g) {
+  SavedTensor sy = SavedTensor::activation(y);
+  return record("softmax", y, {a}, [sy](const Tensor& g) {
     // dx = y * (g - sum(g * y, last))
-    Tensor gy = ops::mul(g, y);
+    Tensor yv = sy.get();
+    Tensor gy = ops::mul(g, yv);
     Tensor s = ops::sum(gy, {-1}, true);
-    return Grads{ops::mul(y, ops::sub(g, s))};
+    return Grads{ops::mul(yv, ops::sub(g, s))};
   });
 }
 
 Var log_softmax(const Var& a) {
   Tensor y = ops::log_softmax(a.value());
-  return record("log_softmax", y, {a}, [y](const Tensor& g) {
+  SavedTensor sy = SavedTensor::activation(y);
+  return record("log_softmax", y, {a}, [sy](const Tensor& g) {
     // dx = g - softmax * sum(g, last)
     Tensor s = ops::sum(g, {-1}, true);
-    return Grads{ops::sub(g, ops::mul(ops::exp(y), s))};
+    return Grads{ops::sub(g, ops::mul(ops::exp(sy.get()), s))};
   });
 }
 
@@ -202,9 +220,10 @@ Var cross_entropy(const Var& logits, const std::vector<std::int32_t>& targets) {
     for (std::int64_t i = 0; i < N; ++i) loss -= static_cast<double>(p[i * C + targets[i]]);
   });
   loss /= static_cast<double>(std::max<std::int64_t>(N, 1));
-  return record("cross_entropy", Tensor::scalar(loss, z.dtype()), {logits}, [logp, targets, N, C](const Tensor& g) {
+  SavedTensor saved = SavedTensor::activation(logp);
+  return record("cross_entropy", Tensor::scalar(loss, z.dtype()), {logits}, [saved, targets, N, C](const Tensor& g) {
     // d loss / d logits = (softmax - onehot) / N
-    Tensor d = ops::exp(logp);
+    Tensor d = ops::exp(saved.get());
     dispatch(d.dtype(), [&](auto zero) {
       using T = decltype(zero);
       T* p = d.data<T>();
@@ -224,18 +243,18 @@ Var mse_loss(const Var& pred, const Var& target) {
 Var half_mse_loss(const Var& pred, const Var& target) { return mul(mse_loss(pred, target), 0.5); }
 
 Var conv2d(const Var& x, const Var& w, const Var& bias, std::int64_t stride, std::int64_t padding) {
-  ops::Conv2dForward f = ops::conv2d(x.value(), w.value(), bias.defined() ? bias.value() : Tensor(),
-                                     stride, padding);
+  ops::Conv2dForward f = ops::conv2d(gemm_operand(x.value()), gemm_operand(w.value()),
+                                     bias.defined() ? bias.value() : Tensor(), stride, padding);
   Shape xs = x.shape();
-  Tensor vw = w.value();
-  Tensor col = f.col;
+  SavedTensor sw = SavedTensor::product_operand(w);
+  SavedTensor col = SavedTensor::activation(f.col);  // the unfolded input, for the weights' gradient
   bool gx = x.requires_grad();
   bool has_bias = bias.defined();
   bool gb = has_bias && bias.requires_grad();
   std::vector<Var> inputs{x, w};
   if (has_bias) inputs.push_back(bias);
-  return record("conv2d", f.out, inputs, [xs, vw, col, stride, padding, gx, has_bias, gb](const Tensor& g) {
-    ops::Conv2dGrads r = ops::conv2d_backward(g, xs, vw, col, stride, padding, gx, gb);
+  return record("conv2d", f.out, inputs, [xs, sw, col, stride, padding, gx, has_bias, gb](const Tensor& g) {
+    ops::Conv2dGrads r = ops::conv2d_backward(g, xs, sw.get(), col.get(), stride, padding, gx, gb);
     Grads grads{r.dx, r.dw};
     if (has_bias) grads.push_back(r.db);
     return grads;

@@ -69,8 +69,10 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   if (beta.defined()) inputs.push_back(beta);
   Tensor gv = affine ? gamma.value() : Tensor();
   const bool has_beta = beta.defined();
-  return record("layer_norm", out, inputs, [xhat, rstd, gv, affine, has_beta, d, rows](const Tensor& g_in) {
+  SavedTensor saved_xhat = SavedTensor::activation(xhat);  // rstd, one value per row, stays fp32
+  return record("layer_norm", out, inputs, [saved_xhat, rstd, gv, affine, has_beta, d, rows](const Tensor& g_in) {
     Tensor g = g_in.contiguous();
+    Tensor xh = saved_xhat.get();
     Grads grads;
     // d xhat = g * gamma; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
     Tensor dxhat = affine ? ops::mul(g, gv) : g;
@@ -78,7 +80,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
     dispatch(g.dtype(), [&](auto zero) {
       using T = decltype(zero);
       const T* dh = dxhat.data<T>();
-      const T* h = xhat.data<T>();
+      const T* h = xh.data<T>();
       const T* r = rstd.data<T>();
       T* o = dx.data<T>();
       for (std::int64_t i = 0; i < rows; ++i) {
@@ -95,7 +97,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
     grads.push_back(dx);
     std::vector<std::int64_t> lead;
     for (std::int64_t k = 0; k + 1 < g.dim(); ++k) lead.push_back(k);
-    if (affine) grads.push_back(ops::sum(ops::mul(g, xhat), lead, false));
+    if (affine) grads.push_back(ops::sum(ops::mul(g, xh), lead, false));
     if (has_beta) grads.push_back(ops::sum(g, lead, false));
     return grads;
   });
@@ -117,15 +119,17 @@ Var gelu(const Var& x) {
       }
     });
   });
-  return record("gelu", out, {x}, [v, c](const Tensor& g_in) {
+  SavedTensor saved = SavedTensor::input(x);
+  return record("gelu", out, {x}, [saved, c](const Tensor& g_in) {
     Tensor g = g_in.contiguous();
-    Tensor dx = Tensor::empty(v.shape(), v.dtype());
-    dispatch(v.dtype(), [&](auto zero) {
+    Tensor xv = saved.get().contiguous();
+    Tensor dx = Tensor::empty(xv.shape(), xv.dtype());
+    dispatch(xv.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      const T* p = v.data<T>();
+      const T* p = xv.data<T>();
       const T* gp = g.data<T>();
       T* o = dx.data<T>();
-      parallel_for(v.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
+      parallel_for(xv.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t i = b; i < e; ++i) {
           T a = p[i];
           T t = tanh_of(static_cast<T>(c) * (a + T(0.044715) * a * a * a));

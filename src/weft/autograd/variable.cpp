@@ -9,10 +9,14 @@ namespace weft {
 
 namespace {
 thread_local bool t_grad_enabled = true;
+thread_local bool t_bf16 = false;
 
-void accumulate(VarImpl& v, const Tensor& g) {
-  WEFT_CHECK(g.shape() == v.value.shape(), "gradient shape " + shape_to_string(g.shape()) +
-                                               " does not match value " + shape_to_string(v.value.shape()));
+void accumulate(GradMeta& v, const Tensor& g) {
+  // A leaf's value may be swapped between steps (sharded parameters); check it against
+  // the gradient so far.
+  const Shape& want = v.node ? v.shape : (v.grad.defined() ? v.grad.shape() : g.shape());
+  WEFT_CHECK(g.shape() == want, "gradient shape " + shape_to_string(g.shape()) + " does not match value " +
+                                    shape_to_string(want));
   if (!v.grad.defined()) {
     v.grad = g;
   } else {
@@ -22,8 +26,10 @@ void accumulate(VarImpl& v, const Tensor& g) {
 }  // namespace
 
 Var::Var(Tensor value, bool requires_grad) : impl_(std::make_shared<VarImpl>()) {
+  impl_->meta = std::make_shared<GradMeta>();
+  impl_->meta->shape = value.shape();
+  impl_->meta->requires_grad = requires_grad;
   impl_->value = std::move(value);
-  impl_->requires_grad = requires_grad;
 }
 
 NoGradGuard::NoGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = false; }
@@ -31,6 +37,65 @@ NoGradGuard::~NoGradGuard() { t_grad_enabled = previous_; }
 bool grad_enabled() { return t_grad_enabled; }
 EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
 EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
+
+Bf16Guard::Bf16Guard(bool on) : previous_(t_bf16) { t_bf16 = on; }
+Bf16Guard::~Bf16Guard() { t_bf16 = previous_; }
+bool bf16_enabled() { return t_bf16; }
+
+Tensor gemm_operand(const Tensor& t) { return t_bf16 && t.dtype() == DType::F32 ? ops::round_bf16(t) : t; }
+
+namespace {
+// The bf16 copies made most recently, so that an activation two operations keep (a
+// softmax's output is also the next product's operand) is stored once. An entry holds its
+// source weakly: once the fp32 tensor is gone, so is the entry. (No operation writes into
+// an activation in place, so a live source still holds the values that were packed.)
+struct PackedEntry {
+  std::weak_ptr<Storage> source;
+  std::int64_t offset = 0;
+  Shape shape, strides;
+  Tensor packed;
+};
+thread_local std::vector<PackedEntry> t_packed;
+
+Tensor pack_bf16(const Tensor& t) {
+  auto same = [&](const PackedEntry& e) {
+    return e.source.lock() == t.storage() && e.offset == t.offset() && e.shape == t.shape() && e.strides == t.strides();
+  };
+  for (const PackedEntry& e : t_packed)
+    if (same(e)) return e.packed;
+  std::erase_if(t_packed, [](const PackedEntry& e) { return e.source.expired(); });
+  if (t_packed.size() >= 4) t_packed.erase(t_packed.begin());
+  Tensor packed = t.to(DType::BF16);
+  t_packed.push_back({t.storage(), t.offset(), t.shape(), t.strides(), packed});
+  return packed;
+}
+}  // namespace
+
+SavedTensor SavedTensor::activation(const Tensor& t) {
+  SavedTensor s;
+  s.shape_ = t.shape();
+  s.stored_ = t_bf16 && t_grad_enabled && t.dtype() == DType::F32 ? pack_bf16(t) : t;
+  return s;
+}
+
+SavedTensor SavedTensor::input(const Var& v) {
+  if (!v.is_leaf()) return activation(v.value());
+  SavedTensor s;
+  s.shape_ = v.shape();
+  s.stored_ = v.value();
+  return s;
+}
+
+SavedTensor SavedTensor::product_operand(const Var& v) {
+  SavedTensor s = input(v);
+  if (v.is_leaf()) s.round_on_get_ = t_bf16 && v.dtype() == DType::F32;
+  return s;
+}
+
+Tensor SavedTensor::get() const {
+  if (stored_.dtype() == DType::BF16) return stored_.to(DType::F32);
+  return round_on_get_ ? ops::round_bf16(stored_) : stored_;
+}
 
 Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {
   if (!t_grad_enabled) return fn(x);
@@ -40,14 +105,17 @@ Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {
     y = fn(Var(x.value())).value();
   }
   Tensor input = x.value();
+  SavedTensor saved = SavedTensor::input(x);
+  const bool bf16 = t_bf16;
   // The node must exist even when x needs no gradient: fn's parameters do.
   Var x_for_record = x.requires_grad() ? x : Var(input, false);
-  auto backward = [fn, input](const Tensor& grad_out) {
+  auto backward = [fn, saved, bf16](const Tensor& grad_out) {
     EnableGradGuard grad_on;
-    Var x_again(input, true);
+    Bf16Guard precision(bf16);  // recompute with the forward pass's numerics
+    Var x_again(saved.get(), true);
     Var y_again = fn(x_again);
     y_again.backward(grad_out);
-    return std::vector<Tensor>{x_again.grad().defined() ? x_again.grad() : Tensor::zeros(input.shape(), input.dtype())};
+    return std::vector<Tensor>{x_again.grad().defined() ? x_again.grad() : Tensor::zeros(saved.shape(), DType::F32)};
   };
   Var out = record("checkpoint", y, {x_for_record}, backward);
   if (!out.requires_grad()) {
@@ -69,9 +137,9 @@ Var record(const char* name, Tensor value, const std::vector<Var>& inputs,
   if (needs) {
     auto node = std::make_shared<Node>();
     node->name = name;
-    for (const auto& in : inputs) node->inputs.push_back(in.impl());
+    for (const auto& in : inputs) node->inputs.push_back(in.impl()->meta);
     node->backward = std::move(backward);
-    out.impl()->node = std::move(node);
+    out.impl()->meta->node = std::move(node);
   }
   return out;
 }
@@ -82,19 +150,19 @@ void Var::backward() {
 }
 
 void Var::backward(const Tensor& grad_out) {
-  WEFT_CHECK(impl_->requires_grad, "backward() on a value that does not require gradients");
+  WEFT_CHECK(impl_->meta->requires_grad, "backward() on a value that does not require gradients");
   // Topological order by an iterative depth-first search (graphs of long sequences are deep).
-  // `order` owns its entries: freeing a node below must not free a value still to visit.
-  std::vector<std::shared_ptr<VarImpl>> order;
-  std::unordered_set<VarImpl*> visited;
-  std::unordered_map<VarImpl*, int> leaf_uses;  // edges into each leaf still to be processed
-  std::vector<std::pair<std::shared_ptr<VarImpl>, size_t>> stack{{impl_, 0}};
-  visited.insert(impl_.get());
+  // `order` owns its entries: freeing a node below must not free a place still to visit.
+  std::vector<std::shared_ptr<GradMeta>> order;
+  std::unordered_set<GradMeta*> visited;
+  std::unordered_map<GradMeta*, int> leaf_uses;  // edges into each leaf still to be processed
+  std::vector<std::pair<std::shared_ptr<GradMeta>, size_t>> stack{{impl_->meta, 0}};
+  visited.insert(impl_->meta.get());
   while (!stack.empty()) {
     auto& top = stack.back();
-    const std::shared_ptr<VarImpl>& v = top.first;
+    const std::shared_ptr<GradMeta>& v = top.first;
     if (v->node && top.second < v->node->inputs.size()) {
-      std::shared_ptr<VarImpl> in = v->node->inputs[top.second++];
+      std::shared_ptr<GradMeta> in = v->node->inputs[top.second++];
       if (in->requires_grad && !in->node) ++leaf_uses[in.get()];
       if (in->requires_grad && visited.insert(in.get()).second) stack.emplace_back(std::move(in), 0);
     } else {
@@ -102,13 +170,13 @@ void Var::backward(const Tensor& grad_out) {
       stack.pop_back();
     }
   }
-  accumulate(*impl_, grad_out);
-  auto used = [&](VarImpl* in) {  // one use of a leaf is done; is its gradient final?
+  accumulate(*impl_->meta, grad_out);
+  auto used = [&](GradMeta* in) {  // one use of a leaf is done; is its gradient final?
     if (in->node || !in->requires_grad) return;
     if (--leaf_uses[in] == 0 && in->on_grad_ready) in->on_grad_ready();
   };
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
-    VarImpl* v = it->get();
+    GradMeta* v = it->get();
     if (!v->node) continue;  // a leaf: its gradient stays
     std::shared_ptr<Node> node = std::move(v->node);
     Tensor g = std::move(v->grad);
@@ -120,7 +188,7 @@ void Var::backward(const Tensor& grad_out) {
     std::vector<Tensor> grads = node->backward(g);
     WEFT_CHECK(grads.size() == node->inputs.size(), std::string(node->name) + ": wrong number of gradients");
     for (size_t i = 0; i < grads.size(); ++i) {
-      VarImpl* in = node->inputs[i].get();
+      GradMeta* in = node->inputs[i].get();
       if (in->requires_grad && grads[i].defined()) accumulate(*in, grads[i]);
       used(in);
     }

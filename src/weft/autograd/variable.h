@@ -16,24 +16,32 @@
 
 namespace weft {
 
-struct VarImpl;
+struct GradMeta;
 
 struct Node {
   const char* name = "";
-  std::vector<std::shared_ptr<VarImpl>> inputs;
+  // The inputs' places in the graph. The graph holds no values: an activation lives only as
+  // long as a Var handle or a backward function that saved it (see SavedTensor).
+  std::vector<std::shared_ptr<GradMeta>> inputs;
   // Gradients of the inputs, in order, given the output's gradient. An entry may be an
   // undefined Tensor when that input needs no gradient.
   std::function<std::vector<Tensor>(const Tensor& grad_out)> backward;
 };
 
-struct VarImpl {
-  Tensor value;
+// A value's place in the graph: its gradient and the operation that produced it.
+struct GradMeta {
   Tensor grad;
   bool requires_grad = false;
+  Shape shape;                 // the value's shape, for checking gradients
   std::shared_ptr<Node> node;  // the operation that produced this value; null for leaves
   // For a leaf: called during backward() once its gradient is final for this pass (every
   // use in the graph has contributed). Data-parallel training starts communication here.
   std::function<void()> on_grad_ready;
+};
+
+struct VarImpl {
+  Tensor value;
+  std::shared_ptr<GradMeta> meta;
 };
 
 class Var {
@@ -44,12 +52,12 @@ class Var {
   bool defined() const { return impl_ != nullptr; }
   const Tensor& value() const { return impl_->value; }
   Tensor& mutable_value() { return impl_->value; }  // for in-place parameter updates
-  const Tensor& grad() const { return impl_->grad; }
-  void set_grad(Tensor g) { impl_->grad = std::move(g); }
-  void clear_grad() { impl_->grad = Tensor(); }
-  bool requires_grad() const { return impl_ && impl_->requires_grad; }
-  void set_requires_grad(bool r) { impl_->requires_grad = r; }
-  bool is_leaf() const { return impl_->node == nullptr; }
+  const Tensor& grad() const { return impl_->meta->grad; }
+  void set_grad(Tensor g) { impl_->meta->grad = std::move(g); }
+  void clear_grad() { impl_->meta->grad = Tensor(); }
+  bool requires_grad() const { return impl_ && impl_->meta->requires_grad; }
+  void set_requires_grad(bool r) { impl_->meta->requires_grad = r; }
+  bool is_leaf() const { return impl_->meta->node == nullptr; }
 
   const Shape& shape() const { return impl_->value.shape(); }
   std::int64_t size(std::int64_t d) const { return impl_->value.size(d); }
@@ -61,8 +69,8 @@ class Var {
   void backward();
   void backward(const Tensor& grad_out);
   Var detach() const { return Var(impl_->value, false); }
-  // See VarImpl::on_grad_ready (leaves only).
-  void set_grad_ready_hook(std::function<void()> hook) { impl_->on_grad_ready = std::move(hook); }
+  // See GradMeta::on_grad_ready (leaves only).
+  void set_grad_ready_hook(std::function<void()> hook) { impl_->meta->on_grad_ready = std::move(hook); }
 
   const std::shared_ptr<VarImpl>& impl() const { return impl_; }
 
@@ -95,6 +103,50 @@ class EnableGradGuard {
  private:
   bool previous_;
 };
+
+// Mixed precision: bf16 storage, fp32 compute, fp32 master weights. While a Bf16Guard(true)
+// is alive on a thread, the matrix products (linear, matmul) read their operands rounded to
+// bfloat16 and accumulate in fp32 (the numerics of a bf16 matrix unit), and every activation
+// an operation keeps for backward is stored in bf16, half the bytes. Parameters, gradients
+// and optimizer state stay fp32: the parameters are the master weights the optimizer
+// updates; their bf16 copies are made when a product reads them.
+class Bf16Guard {
+ public:
+  explicit Bf16Guard(bool on);
+  ~Bf16Guard();
+  Bf16Guard(const Bf16Guard&) = delete;
+  Bf16Guard& operator=(const Bf16Guard&) = delete;
+
+ private:
+  bool previous_;
+};
+bool bf16_enabled();
+
+// A tensor an operation keeps for its backward function. get() returns the value the
+// forward pass used, widened to fp32 if it was stored in bf16.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  Tensor get() const;
+  const Shape& shape() const { return shape_; }
+
+  // An activation (an operation's output or intermediate): stored in bf16 under mixed
+  // precision while gradients are recorded, else kept as is.
+  static SavedTensor activation(const Tensor& t);
+  // An operation's input: an activation unless it is a leaf (a parameter or input data,
+  // which lives anyway and is kept by reference).
+  static SavedTensor input(const Var& v);
+  // An operand of a matrix product. Under mixed precision the forward pass used
+  // gemm_operand(v); a leaf is kept by reference and rounded again by get().
+  static SavedTensor product_operand(const Var& v);
+
+ private:
+  Tensor stored_;
+  Shape shape_;
+  bool round_on_get_ = false;
+};
+// The value a matrix product reads: rounded to bf16 under mixed precision, else as is.
+Tensor gemm_operand(const Tensor& t);
 
 // Activation recomputation (checkpointing, Chen et al. 2016): y = fn(x) without keeping
 // fn's intermediate values; backward runs fn(x) again with gradients on and back-propagates

@@ -53,6 +53,9 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--dp", c.dp, "data-parallel ranks (under weft launch; default: all ranks of the job)");
   cmd->add_option("--strategy", c.strategy, "ddp | ps (parameter server) | fedavg (federated averaging)")
       ->capture_default_str();
+  cmd->add_option("--precision", c.precision,
+                  "fp32 | bf16: bf16 products and stored activations, fp32 master weights (less memory)")
+      ->capture_default_str();
   cmd->add_option("--servers", c.servers, "ps: parameter-server ranks (the last ones of the job)")->capture_default_str();
   cmd->add_option("--staleness", c.staleness,
                   "ps: asynchronous, a worker at most this many steps ahead of the slowest (-1: synchronous)")
@@ -140,6 +143,7 @@ int run_lm(CLI::App* cmd, const TrainConfig& t, LmConfig c, const std::string& l
   if (given(cmd, "--optimizer")) c.optimizer = t.optimizer;
   if (given(cmd, "--dp")) c.dp = t.dp;
   if (given(cmd, "--zero")) c.zero = t.zero;
+  c.precision = t.precision;
   if (given(cmd, "--momentum")) c.momentum = t.momentum;
   c.checkpoint_dir = t.checkpoint_dir;
   c.checkpoint_every = t.checkpoint_every;

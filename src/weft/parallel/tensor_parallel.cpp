@@ -279,10 +279,11 @@ Var TensorParallelGpt::head_loss(const Var& x, const std::vector<std::int32_t>& 
   double total = 0;
   for (std::int64_t i = 0; i < N; ++i) total += std::log(s[i]) + static_cast<double>(m[i]) - target[i];
   total /= static_cast<double>(N);
+  SavedTensor saved = SavedTensor::activation(e);
   return record("vocab_parallel_cross_entropy", Tensor::scalar(total), {logits},
-                [e, s, targets, vb, ve, Vl, N](const Tensor& grad) {
+                [saved, s, targets, vb, ve, Vl, N](const Tensor& grad) {
                   // d loss / d logits = (softmax - onehot) / N, on this rank's columns.
-                  Tensor dz = e.clone();
+                  Tensor dz = saved.get().clone();
                   float* p = dz.data<float>();
                   const float scale = static_cast<float>(grad.item() / static_cast<double>(N));
                   for (std::int64_t i = 0; i < N; ++i) {

@@ -75,9 +75,52 @@ Tensor map_binary(const Tensor& a, const Tensor& b, F f, const char* op) {
 
 }  // namespace
 
+namespace {
+// dst[i] = conv(src[i]) over two views of one shape.
+template <class D, class S, class C>
+void convert(Tensor& dst, const Tensor& s, C conv) {
+  D* pd = dst.data<D>();
+  const S* ps = s.data<S>();
+  if (dst.is_contiguous() && s.is_contiguous()) {
+    parallel_for(dst.numel(), 1 << 16, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) pd[i] = conv(ps[i]);
+    });
+    return;
+  }
+  strided_rows<2>(dst.shape(), {dst.strides(), s.strides()}, true, [&](auto off, std::int64_t n, auto st) {
+    for (std::int64_t i = 0; i < n; ++i) pd[off[0] + i * st[0]] = conv(ps[off[1] + i * st[1]]);
+  });
+}
+
+// Copies where either side is bf16 (storage only: rounding in, widening out).
+void copy_bf16(Tensor& dst, const Tensor& s) {
+  if (dst.dtype() == DType::BF16 && s.dtype() == DType::BF16) {
+    convert<bf16, bf16>(dst, s, [](bf16 h) { return h; });
+  } else if (dst.dtype() == DType::BF16) {
+    dispatch(s.dtype(), [&](auto zs) {
+      using S = decltype(zs);
+      convert<bf16, S>(dst, s, [](S x) { return to_bf16(static_cast<float>(x)); });
+    });
+  } else {
+    dispatch(dst.dtype(), [&](auto zd) {
+      using D = decltype(zd);
+      convert<D, bf16>(dst, s, [](bf16 h) { return static_cast<D>(from_bf16(h)); });
+    });
+  }
+}
+}  // namespace
+
+Tensor round_bf16(const Tensor& a) {
+  WEFT_CHECK(a.dtype() == DType::F32, "round_bf16: needs an f32 tensor");
+  Tensor out = Tensor::empty(a.shape(), DType::F32);
+  convert<float, float>(out, a, [](float x) { return from_bf16(to_bf16(x)); });
+  return out;
+}
+
 void copy_into(Tensor& dst, const Tensor& src) {
   WEFT_CHECK(dst.defined() && src.defined(), "copy: undefined tensor");
   Tensor s = src.expand(dst.shape());
+  if (dst.dtype() == DType::BF16 || s.dtype() == DType::BF16) return copy_bf16(dst, s);
   dispatch(dst.dtype(), [&](auto zd) {
     using D = decltype(zd);
     dispatch(s.dtype(), [&](auto zs) {

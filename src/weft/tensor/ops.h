@@ -11,6 +11,9 @@ namespace weft::ops {
 
 void copy_into(Tensor& dst, const Tensor& src);  // src broadcasts to dst's shape
 void fill(Tensor& t, double value);
+// The f32 tensor with each value rounded to the nearest bfloat16 (ties to even): what a
+// bf16 matrix unit reads.
+Tensor round_bf16(const Tensor& a);
 
 // Element-wise, NumPy broadcasting; both operands must have the same dtype.
 Tensor add(const Tensor& a, const Tensor& b);

@@ -9,6 +9,10 @@
 
 namespace weft {
 
+void throw_bf16_compute() {
+  throw InternalError("bf16 tensors are storage only: convert to f32 before computing");
+}
+
 std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
   for (auto s : shape) n *= s;

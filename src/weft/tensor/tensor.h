@@ -100,6 +100,8 @@ class Tensor {
   std::vector<float> to_float_vector() const;
 
   bool shares_storage(const Tensor& other) const { return storage_ == other.storage_; }
+  // The storage block, for caches that must not outlive it (hold it weakly).
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
   std::int64_t wrap_dim(std::int64_t d) const;
   std::int64_t wrap_dim_for_insert(std::int64_t d) const;  // range [0, dim()]
 

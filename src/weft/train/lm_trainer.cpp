@@ -27,6 +27,7 @@
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/safetensors.h"
+#include "weft/train/trainer.h"
 #include "weft/util/file.h"
 #include "weft/util/progress.h"
 #include "weft/util/units.h"
@@ -65,6 +66,7 @@ std::string LmSummary::to_json() const {
   if (!checkpoint.empty()) j["checkpoint"] = checkpoint;
   if (dp > 1) j["data_parallel"] = dp;
   j["peak_step_bytes"] = peak_step_bytes;
+  j["precision"] = precision;
   j["rank_parameters"] = rank_parameters;
   j["rank_state_bytes"] = rank_state_bytes;
   if (pp > 1 || micro_batches > 1) {
@@ -132,9 +134,11 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   if (c.zero > 0 && (c.pp > 1 || c.tp > 1 || c.micro_batches > 1))
     throw ConfigError("--zero with language models works with --dp alone, not with --pp, --tp or --micro-batches");
   if (c.zero > 0 && c.model != "gpt") throw ConfigError("--zero needs --model gpt among the language models");
+  check_precision(c.precision);
 
   parse_positional(c.positional);
   if (c.threads > 0) set_num_threads(c.threads);
+  Bf16Guard precision(c.precision == "bf16");
   const std::string text = load_corpus(c.data);
   std::unique_ptr<Tokenizer> tok;
   if (c.tokenizer == "char") tok = std::make_unique<CharTokenizer>(text); else tok = std::make_unique<WordTokenizer>(text);
@@ -145,6 +149,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     throw DataError(c.data + ": too little text for a context of " + std::to_string(c.context) + " tokens");
   }
   LmSummary s;
+  s.precision = c.precision;
   s.vocab = tok->vocab_size();
   s.train_tokens = static_cast<std::int64_t>(train_tokens.size());
   s.val_tokens = static_cast<std::int64_t>(val_tokens.size());

@@ -53,6 +53,7 @@ struct LmConfig {
   // Data-parallel replicas (each a pipeline of tensor-parallel stages); world = dp x pp x tp.
   int dp = 1;
   bool recompute = false;  // activation recomputation per transformer block
+  std::string precision = "fp32";  // fp32 | bf16 (TrainConfig::precision)
   int zero = 0;            // ZeRO stage over the data-parallel ranks (gpt, with --dp; 0: off)
   // Checkpoints (every `checkpoint_every` steps and at the end; one process or --dp):
   // the model, the optimizer state, the step and the sampler's random state.
@@ -77,6 +78,7 @@ struct LmSummary {
   int pp = 1, micro_batches = 1, tp = 1, dp = 1;
   int rank = 0;  // of this process in a pipeline job (only rank 0 prints the summary)
   std::int64_t peak_step_bytes = 0;
+  std::string precision = "fp32";
   std::int64_t rank_parameters = 0;  // parameters rank 0 trains (its shards and stages)
   std::int64_t rank_state_bytes = 0; // tensor memory rank 0 holds before the first step
                                      // (its parameters, other stages' freed)

@@ -76,6 +76,11 @@ std::map<std::string, std::string> run_info(const TrainConfig& c, int world) {
 
 }  // namespace
 
+void check_precision(const std::string& precision) {
+  if (precision != "fp32" && precision != "bf16")
+    throw ConfigError("unknown --precision '" + precision + "' (known: fp32, bf16)");
+}
+
 void validate(const TrainConfig& c) {
   make_model(c.model, *std::make_unique<Rng>(0));  // throws for an unknown name
   if (c.epochs < 1) throw ConfigError("--epochs must be at least 1, got " + std::to_string(c.epochs));
@@ -87,6 +92,7 @@ void validate(const TrainConfig& c) {
   if (c.momentum < 0 || c.momentum >= 1) throw ConfigError("--momentum must be in [0, 1)");
   if (c.weight_decay < 0) throw ConfigError("--weight-decay must be >= 0");
   if (c.threads < 0) throw ConfigError("--threads must be at least 1");
+  check_precision(c.precision);
   if (c.checkpoint_every < 0 || c.max_steps < 0 || c.limit_train < 0 || c.limit_test < 0) {
     throw ConfigError("step and sample counts must be >= 0");
   }
@@ -120,6 +126,7 @@ void validate(const TrainConfig& c) {
 std::string TrainSummary::to_json() const {
   nlohmann::json j = {{"model", model},
                       {"optimizer", optimizer},
+                      {"precision", precision},
                       {"parameters", parameters},
                       {"epochs", epochs_done},
                       {"steps", steps},
@@ -160,6 +167,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   TrainConfig c = config;
   validate(c);
   if (c.threads > 0) set_num_threads(c.threads);
+  Bf16Guard precision(c.precision == "bf16");
 
   // Data parallelism: one rank per process, started by weft launch (or mpirun, Slurm).
   const comm::ProcessInfo proc = comm::process_info_from_env();
@@ -294,6 +302,7 @@ TrainSummary train(const TrainConfig& config, std::FILE* out) {
   TrainSummary s;
   s.model = c.model;
   s.optimizer = c.optimizer;
+  s.precision = c.precision;
   s.parameters = model->num_parameters();
   s.threads = get_num_threads();
   s.ranks = world;

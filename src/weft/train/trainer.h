@@ -57,11 +57,15 @@ struct TrainConfig {
   double bucket_mb = 25.0;
   double first_bucket_mb = 1.0;
   std::string timeline;  // a Chrome-trace file per rank
+  // fp32, or bf16: mixed precision (products read bf16 operands, activations kept for
+  // backward are stored in bf16; parameters, gradients and optimizer state stay fp32).
+  std::string precision = "fp32";
 };
 
 struct TrainSummary {
   std::string model;
   std::string optimizer;
+  std::string precision = "fp32";
   std::int64_t parameters = 0;
   std::int64_t epochs_done = 0;
   std::int64_t steps = 0;
@@ -91,6 +95,8 @@ struct TrainSummary {
 
 // Validates the configuration and throws ConfigError on a bad value.
 void validate(const TrainConfig& config);
+// Throws ConfigError unless `precision` is fp32 or bf16.
+void check_precision(const std::string& precision);
 // Trains; human-readable lines go to `out` (one per epoch), progress to stderr.
 TrainSummary train(const TrainConfig& config, std::FILE* out);
 

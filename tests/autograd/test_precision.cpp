@@ -1,0 +1,114 @@
+// bfloat16 storage and mixed precision: rounding, conversions, the products' bf16 operands,
+// activations stored in half the bytes, and a graph that keeps no values of its own.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "weft/autograd/functions.h"
+#include "weft/tensor/allocator.h"
+#include "weft/tensor/linalg.h"
+#include "weft/tensor/ops.h"
+#include "weft/tensor/rng.h"
+
+using namespace weft;
+
+namespace {
+std::uint32_t bits_of(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float round_trip(float f) { return from_bf16(to_bf16(f)); }
+Rng g_rng(7);
+Tensor rnd(const Shape& s) { return rand_uniform(s, g_rng, -1.0, 1.0, DType::F32); }
+}  // namespace
+
+TEST(Bf16, RoundsToNearestEven) {
+  EXPECT_EQ(to_bf16(1.0f).bits, 0x3F80);
+  EXPECT_EQ(to_bf16(-2.0f).bits, 0xC000);
+  const float ulp = std::ldexp(1.0f, -7);  // spacing of bf16 values in [1, 2)
+  EXPECT_EQ(round_trip(1.0f + ulp / 2), 1.0f);                                  // tie: to the even 1.0
+  EXPECT_EQ(round_trip(1.0f + 3 * ulp / 2), 1.0f + 2 * ulp);                    // tie: to the even 1 + 2 ulp
+  EXPECT_EQ(round_trip(1.0f + ulp / 2 + std::ldexp(1.0f, -20)), 1.0f + ulp);    // above the tie: up
+  EXPECT_EQ(round_trip(1.0f + ulp / 2 - std::ldexp(1.0f, -20)), 1.0f);          // below: down
+  EXPECT_EQ(bits_of(round_trip(-0.0f)), bits_of(-0.0f));
+  EXPECT_TRUE(std::isinf(round_trip(std::numeric_limits<float>::infinity())));
+  EXPECT_TRUE(std::isinf(round_trip(std::numeric_limits<float>::max())));  // beyond the largest bf16
+  EXPECT_TRUE(std::isnan(round_trip(std::numeric_limits<float>::quiet_NaN())));
+  // Every bf16 value survives the round trip unchanged.
+  for (std::uint32_t b = 0; b < 0x10000; b += 97) {
+    bf16 h{static_cast<std::uint16_t>(b)};
+    float f = from_bf16(h);
+    if (!std::isnan(f)) {
+      EXPECT_EQ(to_bf16(f).bits, h.bits);
+    }
+  }
+}
+
+TEST(Bf16, TensorsConvertAndAreStorageOnly) {
+  Tensor a = rnd({6, 5});
+  Tensor h = a.transpose(0, 1).to(DType::BF16);  // from a strided view
+  EXPECT_EQ(h.dtype(), DType::BF16);
+  EXPECT_EQ(h.nbytes(), 30u * 2);
+  Tensor back = h.to(DType::F32);
+  Tensor want = ops::round_bf16(a.transpose(0, 1).contiguous());
+  EXPECT_TRUE(ops::equal(back, want));
+  for (float v : back.to_float_vector()) EXPECT_EQ(round_trip(v), v);
+  EXPECT_LE(ops::max_abs_diff(back, a.transpose(0, 1)), std::ldexp(1.0, -8));  // |x| < 1: half an ulp
+  EXPECT_TRUE(ops::equal(h.to(DType::F64).to(DType::F32), back));
+  EXPECT_THROW(ops::add(h, h), InternalError);  // no arithmetic in bf16
+}
+
+TEST(Graph, KeepsOnlyTheValuesBackwardNeeds) {
+  // add() saves nothing for backward, so a long chain of additions holds one value at a
+  // time: the graph itself keeps no values.
+  Var x(rnd({1024}), true);
+  const std::size_t before = allocator_live_bytes();
+  Var y = x;
+  for (int i = 0; i < 16; ++i) y = add(y, x);
+  EXPECT_LE(allocator_live_bytes() - before, 2 * 1024 * sizeof(float));
+  sum(y).backward();
+  for (float g : x.grad().to_float_vector()) EXPECT_EQ(g, 17.0f);
+}
+
+TEST(MixedPrecision, ProductsReadBf16Operands) {
+  Tensor xv = rnd({8, 16}), wv = rnd({4, 16}), bv = rnd({4}), gv = rnd({8, 4});
+  Var x(xv, true), w(wv, true), b(bv, true);
+  {
+    Bf16Guard bf16(true);
+    Var y = linear(x, w, b);
+    EXPECT_TRUE(ops::equal(y.value(), ops::linear(ops::round_bf16(xv), ops::round_bf16(wv), &bv)));
+    EXPECT_FALSE(ops::equal(y.value(), ops::linear(xv, wv, &bv)));
+    y.backward(gv);
+  }
+  // The gradients are those of the rounded operands, in fp32.
+  EXPECT_TRUE(ops::allclose(x.grad(), ops::matmul(gv, ops::round_bf16(wv)), 1e-6, 1e-7));
+  EXPECT_TRUE(ops::allclose(w.grad(), ops::matmul(gv.t(), ops::round_bf16(xv)), 1e-6, 1e-7));
+  EXPECT_TRUE(ops::allclose(b.grad(), ops::sum(gv, {0}, false), 1e-6, 1e-7));
+  EXPECT_FALSE(bf16_enabled());  // the guard restored the mode
+}
+
+TEST(MixedPrecision, StoresActivationsInHalfTheBytes) {
+  // softmax keeps its output for backward and the product keeps it again as an operand:
+  // fp32 shares one tensor; bf16 stores one half-size copy (not two).
+  Tensor xv = rnd({64, 256}), wv = rnd({256, 256});
+  auto saved_bytes = [&](bool bf16, Tensor* grad) {
+    Bf16Guard precision(bf16);
+    Var leaf(xv, true), w(wv, true);
+    const std::size_t before = allocator_live_bytes();
+    Var z = [&] { return matmul(softmax(tanh(mul(leaf, 2.0))), w); }();  // intermediates' handles are gone
+    const std::size_t saved = allocator_live_bytes() - before - z.value().nbytes();
+    sum(z).backward();
+    *grad = leaf.grad();
+    return saved;
+  };
+  Tensor g32, g16;
+  const std::size_t fp32 = saved_bytes(false, &g32), bf16 = saved_bytes(true, &g16);
+  const std::size_t act = 64 * 256 * sizeof(float);  // one activation in fp32
+  EXPECT_EQ(fp32, 2 * act);  // tanh's output and softmax's output
+  EXPECT_EQ(bf16, act);      // the same two, in bf16
+  // Gradients agree to bf16's precision.
+  EXPECT_LE(ops::max_abs_diff(g16, g32), 0.02 * ops::max_abs_diff(g32, ops::mul(g32, 0.0)));
+}
