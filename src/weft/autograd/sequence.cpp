@@ -67,15 +67,15 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   std::vector<Var> inputs{x};
   if (affine) inputs.push_back(gamma);
   if (beta.defined()) inputs.push_back(beta);
-  Tensor gv = affine ? gamma.value() : Tensor();
+  SavedTensor saved_gamma = affine ? SavedTensor::input(gamma) : SavedTensor();
   const bool has_beta = beta.defined();
   SavedTensor saved_xhat = SavedTensor::activation(xhat);  // rstd, one value per row, stays fp32
-  return record("layer_norm", out, inputs, [saved_xhat, rstd, gv, affine, has_beta, d, rows](const Tensor& g_in) {
+  return record("layer_norm", out, inputs, [saved_xhat, rstd, saved_gamma, affine, has_beta, d, rows](const Tensor& g_in) {
     Tensor g = g_in.contiguous();
     Tensor xh = saved_xhat.get();
     Grads grads;
     // d xhat = g * gamma; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-    Tensor dxhat = affine ? ops::mul(g, gv) : g;
+    Tensor dxhat = affine ? ops::mul(g, saved_gamma.get()) : g;
     Tensor dx = Tensor::empty(g.shape(), g.dtype());
     dispatch(g.dtype(), [&](auto zero) {
       using T = decltype(zero);

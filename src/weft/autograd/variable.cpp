@@ -82,7 +82,7 @@ SavedTensor SavedTensor::input(const Var& v) {
   if (!v.is_leaf()) return activation(v.value());
   SavedTensor s;
   s.shape_ = v.shape();
-  s.stored_ = v.value();
+  s.leaf_ = v.impl();
   return s;
 }
 
@@ -93,8 +93,15 @@ SavedTensor SavedTensor::product_operand(const Var& v) {
 }
 
 Tensor SavedTensor::get() const {
+  if (leaf_) {
+    const Tensor& v = leaf_->value;
+    WEFT_CHECK(v.shape() == shape_, "backward read a parameter whose storage was dropped (shape " +
+                                        shape_to_string(v.shape()) + ", was " + shape_to_string(shape_) +
+                                        "): gather it before backward reaches its operation");
+    return round_on_get_ ? ops::round_bf16(v) : v;
+  }
   if (stored_.dtype() == DType::BF16) return stored_.to(DType::F32);
-  return round_on_get_ ? ops::round_bf16(stored_) : stored_;
+  return stored_;
 }
 
 Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {

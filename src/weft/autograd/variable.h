@@ -134,7 +134,8 @@ class SavedTensor {
   // precision while gradients are recorded, else kept as is.
   static SavedTensor activation(const Tensor& t);
   // An operation's input: an activation unless it is a leaf (a parameter or input data,
-  // which lives anyway and is kept by reference).
+  // which lives anyway: kept by reference to the Var, whose value get() reads then, so that
+  // sharded training may drop a parameter's storage between forward and backward).
   static SavedTensor input(const Var& v);
   // An operand of a matrix product. Under mixed precision the forward pass used
   // gemm_operand(v); a leaf is kept by reference and rounded again by get().
@@ -142,6 +143,7 @@ class SavedTensor {
 
  private:
   Tensor stored_;
+  std::shared_ptr<VarImpl> leaf_;
   Shape shape_;
   bool round_on_get_ = false;
 };

@@ -158,7 +158,9 @@ Var GPT::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {
   Var h = x;
   for (std::int64_t i = begin; i < end; ++i) {
     auto& b = blocks_[static_cast<std::size_t>(i)];
+    if (block_hook_) block_hook_(i, false);
     h = config_.recompute ? checkpoint([&b](const Var& v) { return b->forward(v); }, h) : b->forward(h);
+    if (block_hook_) block_hook_(i, true);
   }
   return h;
 }

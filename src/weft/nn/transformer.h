@@ -5,6 +5,7 @@
 // token embedding.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,6 +95,9 @@ class GPT : public LanguageModel {
   std::string describe() const override;
   const GptConfig& config() const { return config_; }
   void set_recompute(bool on) { config_.recompute = on; }
+  // Called before (after = false) and after each block's forward in run_blocks; ZeRO-3
+  // gathers and drops a block's parameters there. Empty: none.
+  void set_block_hook(std::function<void(std::int64_t block, bool after)> hook) { block_hook_ = std::move(hook); }
   std::int64_t vocab() const override { return config_.vocab; }
   std::int64_t context() const override { return config_.context; }
   // The model in pieces, for pipeline stages: forward = head(run_blocks(embed(ids), 0, L)).
@@ -107,6 +111,7 @@ class GPT : public LanguageModel {
   Tensor fixed_positions_;
   std::vector<std::shared_ptr<TransformerBlock>> blocks_;
   std::shared_ptr<LayerNorm> final_;
+  std::function<void(std::int64_t, bool)> block_hook_;
 };
 
 }  // namespace weft

@@ -14,7 +14,8 @@ namespace weft::parallel {
 using Clock = std::chrono::steady_clock;
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Module& model, std::shared_ptr<comm::Communicator> comm, int stage,
-                                                 const OptimizerFactory& make_optimizer)
+                                                 const OptimizerFactory& make_optimizer,
+                                                 const std::vector<std::string>& layers)
     : model_(model), comm_(std::move(comm)), stage_(stage) {
   if (stage < 1 || stage > 3) throw ConfigError("--zero must be 1, 2 or 3, got " + std::to_string(stage));
   if (comm_) {
@@ -30,43 +31,93 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Module& model, std::shared_ptr<
   for (const Var& p : params_) {
     if (p.dtype() != dtype) throw ConfigError("ZeRO needs every parameter in one dtype");
     shapes_.push_back(p.shape());
-    offsets_.push_back(elements_);
     elements_ += p.value().numel();
   }
-  shard_elements_ = (elements_ + world_ - 1) / world_;
-  padded_ = shard_elements_ * world_;
+
+  // The units: outside the layers (everything without layers), then each layer.
+  layered_ = stage_ == 3 && !layers.empty();
+  units_.resize(layered_ ? 1 + layers.size() : 1);
+  for (std::size_t k = 0; k < params_.size(); ++k) {
+    std::size_t u = 0;
+    for (std::size_t j = 0; layered_ && j < layers.size() && u == 0; ++j)
+      if (names_[k].rfind(layers[j], 0) == 0) u = 1 + j;
+    units_[u].params.push_back(k);
+  }
+  for (std::size_t j = 0; layered_ && j < layers.size(); ++j)
+    if (units_[1 + j].params.empty()) throw ConfigError("ZeRO: no parameters under the layer prefix '" + layers[j] + "'");
+  offsets_.resize(params_.size());
+  for (Unit& u : units_) {
+    std::int64_t n = 0;
+    for (std::size_t k : u.params) {
+      offsets_[k] = padded_ + n;
+      n += shape_numel(shapes_[k]);
+    }
+    u.begin = padded_;
+    u.piece = (n + world_ - 1) / world_;
+    u.shard_offset = shard_elements_;
+    u.pending = static_cast<int>(u.params.size());
+    padded_ += u.piece * world_;
+    shard_elements_ += u.piece;
+  }
 
   Tensor flat = Tensor::zeros({padded_}, dtype);
   for (std::size_t k = 0; k < params_.size(); ++k) {
-    flat.slice(0, offsets_[k], offsets_[k] + params_[k].value().numel()).view(shapes_[k]).copy_(params_[k].value());
+    flat.slice(0, offsets_[k], offsets_[k] + shape_numel(shapes_[k])).view(shapes_[k]).copy_(params_[k].value());
   }
   if (comm_) comm_->broadcast(flat.raw_data(), padded_, comm_dtype(flat), 0)->wait();  // replicas start equal
 
-  Tensor mine = flat.slice(0, rank_ * shard_elements_, (rank_ + 1) * shard_elements_);
   if (stage_ == 3) {
-    shard_ = Var(mine.clone(), true);  // the only copy kept between steps
+    shard_ = Var(shard_of(flat, rank_), true);  // the only copy kept between steps
     release();
   } else {
     install(flat);
-    shard_ = Var(mine, true);  // a view: the optimizer updates the full buffer in place
+    // One unit: the shard is a view, and the optimizer updates the full buffer in place.
+    shard_ = Var(flat.slice(0, rank_ * shard_elements_, (rank_ + 1) * shard_elements_), true);
   }
   optimizer_ = make_optimizer({{"shard", shard_}});
+  // Layer by layer, backward reduce-scatters a layer's gradients as soon as they are final.
+  for (std::size_t u = 1; layered_ && u < units_.size(); ++u)
+    for (std::size_t k : units_[u].params)
+      params_[k].set_grad_ready_hook([this, u] {
+        if (--units_[u].pending == 0) layer_gradients_ready(u);
+      });
+}
+
+Tensor ZeroRedundancyOptimizer::shard_of(const Tensor& full, int rank) const {
+  Tensor out = Tensor::empty({shard_elements_}, full.dtype());
+  for (const Unit& u : units_) {
+    const std::int64_t from = u.begin + rank * u.piece;
+    out.slice(0, u.shard_offset, u.shard_offset + u.piece).copy_(full.slice(0, from, from + u.piece));
+  }
+  return out;
+}
+
+Tensor ZeroRedundancyOptimizer::full_of(const Tensor& by_rank) const {
+  Tensor full = Tensor::zeros({padded_}, by_rank.dtype());
+  for (int r = 0; r < world_; ++r) {
+    for (const Unit& u : units_) {
+      const std::int64_t from = r * shard_elements_ + u.shard_offset, to = u.begin + r * u.piece;
+      full.slice(0, to, to + u.piece).copy_(by_rank.slice(0, from, from + u.piece));
+    }
+  }
+  return full;
 }
 
 ZeroRedundancyOptimizer::State ZeroRedundancyOptimizer::gather_state() {
   State out;
   out.per_rank.resize(static_cast<std::size_t>(world_));
-  // Each optimizer buffer ("exp_avg.shard", ...) is one flat shard: all-gather it, then cut
-  // the full buffer into the parameters' pieces.
+  // Each optimizer buffer ("exp_avg.shard", ...) is one shard: all-gather it, put the pieces
+  // in the full layout, then cut that into the parameters.
   for (const auto& [key, shard] : optimizer_->state()) {
     const std::string prefix = key.substr(0, key.rfind('.'));
-    Tensor full = Tensor::zeros({padded_}, shard.dtype());
+    Tensor by_rank = Tensor::zeros({shard_elements_ * world_}, shard.dtype());
     Tensor mine = shard.contiguous();
-    if (comm_ && world_ > 1) comm_->allgather(mine.raw_data(), full.raw_data(), shard_elements_, comm_dtype(full))->wait();
-    else full.slice(0, 0, shard_elements_).copy_(mine);
+    if (comm_ && world_ > 1) comm_->allgather(mine.raw_data(), by_rank.raw_data(), shard_elements_, comm_dtype(by_rank))->wait();
+    else by_rank.copy_(mine);
     for (int r = 0; r < world_; ++r)
       out.per_rank[static_cast<std::size_t>(r)].emplace_back(
-          key, full.slice(0, r * shard_elements_, (r + 1) * shard_elements_).clone());
+          key, by_rank.slice(0, r * shard_elements_, (r + 1) * shard_elements_).clone());
+    Tensor full = full_of(by_rank);
     for (std::size_t k = 0; k < params_.size(); ++k) {
       const std::int64_t n = shape_numel(shapes_[k]);
       out.consolidated.emplace_back(prefix + "." + names_[k], full.slice(0, offsets_[k], offsets_[k] + n).view(shapes_[k]).clone());
@@ -90,7 +141,7 @@ void ZeroRedundancyOptimizer::load_state(const StateDict& consolidated) {
         throw CheckpointError("optimizer state '" + prefix + "." + names_[k] + "' has the wrong size");
       full.slice(0, offsets_[k], offsets_[k] + n).view(shapes_[k]).copy_(*it->second);
     }
-    mine.emplace_back(key, full.slice(0, rank_ * shard_elements_, (rank_ + 1) * shard_elements_).clone());
+    mine.emplace_back(key, shard_of(full, rank_));
   }
   optimizer_->load_state(mine);
 }
@@ -104,52 +155,117 @@ void ZeroRedundancyOptimizer::install(Tensor flat) {
   peak_parameter_bytes_ = std::max<std::int64_t>(peak_parameter_bytes_, static_cast<std::int64_t>(flat.nbytes()));
 }
 
-std::chrono::duration<double> ZeroRedundancyOptimizer::gather() {
-  if (stage_ != 3 || flat_params_.defined()) return std::chrono::duration<double>(0);
-  const auto start = Clock::now();
-  Tensor flat = Tensor::empty({padded_}, shard_.dtype());
-  if (comm_) {
-    comm_->allgather(shard_.value().raw_data(), flat.raw_data(), shard_elements_, comm_dtype(flat))->wait();
-  } else {
-    flat.copy_(shard_.value());
+void ZeroRedundancyOptimizer::gather_unit(Unit& u, bool in_step) {
+  if (u.full.defined()) return;
+  Tensor full = Tensor::empty({u.piece * world_}, shard_.dtype());
+  Tensor mine = shard_.value().slice(0, u.shard_offset, u.shard_offset + u.piece);
+  if (comm_ && u.piece > 0) comm_->allgather(mine.raw_data(), full.raw_data(), u.piece, comm_dtype(full))->wait();
+  else full.copy_(mine);
+  u.full = full;
+  for (std::size_t k : u.params) {
+    const std::int64_t at = offsets_[k] - u.begin;
+    params_[k].mutable_value() = full.slice(0, at, at + shape_numel(shapes_[k])).view(shapes_[k]);
   }
-  install(flat);
+  gathered_bytes_ += static_cast<std::int64_t>(full.nbytes());
+  if (in_step) peak_parameter_bytes_ = std::max(peak_parameter_bytes_, gathered_bytes_);
+}
+
+void ZeroRedundancyOptimizer::release_unit(Unit& u) {
+  if (!u.full.defined()) return;
+  gathered_bytes_ -= static_cast<std::int64_t>(u.full.nbytes());
+  u.full = Tensor();
+  // The parameters keep their names but no storage until they are gathered again.
+  for (std::size_t k : u.params) params_[k].mutable_value() = Tensor::empty({0}, shard_.dtype());
+}
+
+void ZeroRedundancyOptimizer::reduce_unit(Unit& u) {
+  if (u.reduced) return;
+  if (!grad_shard_.defined()) grad_shard_ = Tensor::zeros({shard_elements_}, shard_.dtype());
+  // The unit's gradients in its padded layout (zeros where a parameter got none).
+  Tensor grads = Tensor::zeros({u.piece * world_}, shard_.dtype());
+  for (std::size_t k : u.params) {
+    Var p = params_[k];
+    const std::int64_t at = offsets_[k] - u.begin;
+    if (p.grad().defined()) grads.slice(0, at, at + shape_numel(shapes_[k])).view(shapes_[k]).copy_(p.grad());
+    p.clear_grad();  // the full gradients are not kept past this point
+  }
+  Tensor mine = grad_shard_.slice(0, u.shard_offset, u.shard_offset + u.piece);
+  if (comm_ && u.piece > 0) {
+    comm_->reduce_scatter(grads.raw_data(), mine.raw_data(), u.piece, comm_dtype(grads), comm::ReduceOp::kAvg)->wait();
+  } else {
+    mine.copy_(grads);
+  }
+  u.reduced = true;
+}
+
+void ZeroRedundancyOptimizer::layer_gradients_ready(std::size_t unit) {
+  const auto start = Clock::now();
+  reduce_unit(units_[unit]);
+  release_unit(units_[unit]);
+  // Backward goes on with the layer before: its parameters, now (units_[0] stays gathered).
+  if (unit > 1) gather_unit(units_[unit - 1]);
+  backward_comm_ += Clock::now() - start;
+}
+
+void ZeroRedundancyOptimizer::before_layer(std::size_t i) {
+  if (!layered_) return;
+  WEFT_CHECK(i + 1 < units_.size(), "ZeRO: layer index out of range");
+  const auto start = Clock::now();
+  gather_unit(units_[i + 1]);
+  backward_comm_ += Clock::now() - start;
+}
+
+void ZeroRedundancyOptimizer::after_layer(std::size_t i) {
+  if (!layered_) return;
+  WEFT_CHECK(i + 1 < units_.size(), "ZeRO: layer index out of range");
+  if (grad_enabled() && i + 2 == units_.size()) return;  // backward starts with the last layer
+  release_unit(units_[i + 1]);
+}
+
+std::chrono::duration<double> ZeroRedundancyOptimizer::gather() {
+  if (stage_ != 3) return std::chrono::duration<double>(0);
+  const auto start = Clock::now();
+  gather_unit(units_[0]);  // without layers: everything
   return Clock::now() - start;
+}
+
+void ZeroRedundancyOptimizer::gather_all() {
+  if (stage_ != 3) return;
+  for (Unit& u : units_) gather_unit(u, false);
 }
 
 void ZeroRedundancyOptimizer::release() {
   if (stage_ != 3) return;
-  flat_params_ = Tensor();
-  // The parameters keep their shapes' names but no storage until the next gather().
-  for (auto& p : params_) p.mutable_value() = Tensor::empty({0}, shard_.dtype());
+  for (Unit& u : units_) release_unit(u);
 }
 
 std::chrono::duration<double> ZeroRedundancyOptimizer::finish() {
   const auto start = Clock::now();
-  // The gradients in one flat buffer (zeros where a parameter got none, and in the padding).
-  Tensor grads = Tensor::zeros({padded_}, shard_.dtype());
-  for (std::size_t k = 0; k < params_.size(); ++k) {
-    Var p = params_[k];
-    if (p.grad().defined()) {
-      grads.slice(0, offsets_[k], offsets_[k] + shape_numel(shapes_[k])).view(shapes_[k]).copy_(p.grad());
-    }
-    p.clear_grad();  // the full gradients are not kept past this point
-  }
   if (stage_ == 1) {
+    // The gradients in one flat buffer (zeros where a parameter got none, and in the padding).
+    Tensor grads = Tensor::zeros({padded_}, shard_.dtype());
+    for (std::size_t k = 0; k < params_.size(); ++k) {
+      Var p = params_[k];
+      if (p.grad().defined()) {
+        grads.slice(0, offsets_[k], offsets_[k] + shape_numel(shapes_[k])).view(shapes_[k]).copy_(p.grad());
+      }
+      p.clear_grad();  // the full gradients are not kept past this point
+    }
     if (comm_) comm_->allreduce(grads.raw_data(), padded_, comm_dtype(grads), comm::ReduceOp::kAvg)->wait();
     flat_grads_ = grads;
     shard_.set_grad(grads.slice(0, rank_ * shard_elements_, (rank_ + 1) * shard_elements_));
   } else {
-    Tensor mine = Tensor::empty({shard_elements_}, shard_.dtype());
-    if (comm_) {
-      comm_->reduce_scatter(grads.raw_data(), mine.raw_data(), shard_elements_, comm_dtype(grads), comm::ReduceOp::kAvg)
-          ->wait();
-    } else {
-      mine.copy_(grads);
-    }
-    shard_.set_grad(mine);
+    for (Unit& u : units_) reduce_unit(u);  // those backward has not reduced already
+    shard_.set_grad(grad_shard_);
+    grad_shard_ = Tensor();
   }
-  return Clock::now() - start;
+  for (Unit& u : units_) {
+    u.reduced = false;
+    u.pending = static_cast<int>(u.params.size());
+  }
+  const auto spent = std::chrono::duration<double>(Clock::now() - start) + backward_comm_;
+  backward_comm_ = std::chrono::duration<double>(0);
+  return spent;
 }
 
 double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm) {
@@ -188,7 +304,8 @@ ZeroMemory ZeroRedundancyOptimizer::memory() const {
   m.parameters = (stage_ == 3 ? shard_elements_ : padded_) * es;
   m.gradients = (stage_ == 1 ? padded_ : shard_elements_) * es;
   for (const auto& [name, t] : optimizer_->state()) m.optimizer += static_cast<std::int64_t>(t.nbytes());
-  m.peak_parameters = std::max(peak_parameter_bytes_, m.parameters);
+  // Stage 3: the full parameters gathered at once during a step; else they stay whole.
+  m.peak_parameters = stage_ == 3 ? peak_parameter_bytes_ : m.parameters;
   return m;
 }
 

@@ -14,6 +14,16 @@
 //   stage 3  between steps a rank holds only its shard of the parameters: gather() builds
 //            the full parameters (all-gather) before forward, the gradients are
 //            reduce-scattered, the shard is updated, and release() drops the full copy.
+//            Given layers (a GPT's blocks), stage 3 gathers parameters layer by layer: a
+//            layer's are all-gathered just before its forward and dropped after it, gathered
+//            again when backward reaches the layer (when the layer after it has its
+//            gradients), and dropped once the layer's gradients are reduce-scattered, which
+//            happens right there in backward. A rank then holds the parameters outside the
+//            layers (embeddings, final norm) plus one layer's.
+//
+// Layout: the parameters in units (the parameters outside every layer, then each layer; one
+// unit without layers), each unit padded to a multiple of W and cut into W pieces; a rank's
+// shard is its piece of every unit, one after another.
 //
 // With the same gradients the sharded update is the same arithmetic as the replicated one,
 // so ZeRO differs from DDP only in the order in which the collectives add the gradients
@@ -33,7 +43,9 @@
 
 namespace weft::parallel {
 
-// Bytes one rank holds between steps, and the most its full parameters took during a step.
+// Bytes one rank holds between steps, and the most full parameters it held during a step
+// (stages 1, 2: all of them; stage 3: the most gathered at once, which layer by layer is
+// those outside the layers plus one layer's).
 struct ZeroMemory {
   std::int64_t parameters = 0, gradients = 0, optimizer = 0;
   std::int64_t peak_parameters = 0;
@@ -44,18 +56,30 @@ class ZeroRedundancyOptimizer {
  public:
   using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<std::pair<std::string, Var>>)>;
 
-  // comm may be null (one process: a world of 1). Broadcasts rank 0's parameters.
+  // comm may be null (one process: a world of 1). Broadcasts rank 0's parameters. `layers`
+  // (stage 3 only) names each layer's parameters by prefix ("h0.", "h1.", ...), in forward
+  // order; the model must then call before_layer() and after_layer() around each layer.
   ZeroRedundancyOptimizer(Module& model, std::shared_ptr<comm::Communicator> comm, int stage,
-                          const OptimizerFactory& make_optimizer);
+                          const OptimizerFactory& make_optimizer, const std::vector<std::string>& layers = {});
   ZeroRedundancyOptimizer(const ZeroRedundancyOptimizer&) = delete;
   ZeroRedundancyOptimizer& operator=(const ZeroRedundancyOptimizer&) = delete;
 
-  // Stage 3: all-gather the full parameters into the model (before forward or evaluation);
-  // a no-op when they are there, and for stages 1 and 2. Returns the time it took.
+  // Stage 3: all-gather the parameters outside the layers (all of them without layers)
+  // into the model, before forward or evaluation; a no-op when they are there, and for
+  // stages 1 and 2. Returns the time it took.
   std::chrono::duration<double> gather();
+  // Stage 3: every parameter, layers included (checkpoints, sampling, saving; not counted
+  // in the peak of parameters during a step).
+  void gather_all();
   // Stage 3: drop the full parameters (after the step or an evaluation).
   void release();
-  // After backward: reduces the gradients. Returns the time spent in communication.
+  // Stage 3 with layers, called by the model around layer i's forward: gather its
+  // parameters; drop them again (when recording gradients, the last layer's stay for
+  // backward, which starts there).
+  void before_layer(std::size_t i);
+  void after_layer(std::size_t i);
+  // After backward: reduces the gradients (those of layers not yet reduced in backward).
+  // Returns the time spent in communication.
   std::chrono::duration<double> finish();
   // Updates this rank's shard; stages 1 and 2 then all-gather the parameters. Returns the
   // time of that all-gather. Every ZeRO collective blocks: none overlaps computation.
@@ -81,6 +105,22 @@ class ZeroRedundancyOptimizer {
   ZeroMemory memory() const;
 
  private:
+  // A unit of the layout: some parameters, all-gathered and reduce-scattered together.
+  struct Unit {
+    std::vector<std::size_t> params;
+    std::int64_t begin = 0;         // in the padded full buffer
+    std::int64_t piece = 0;         // elements per rank
+    std::int64_t shard_offset = 0;  // of this rank's piece in its shard
+    Tensor full;                    // gathered parameters (stage 3), else undefined
+    bool reduced = false;           // this step's gradients are reduce-scattered
+    int pending = 0;                // parameters whose gradients backward has still to finish
+  };
+  Tensor shard_of(const Tensor& full, int rank) const;  // a rank's pieces, from the full layout
+  Tensor full_of(const Tensor& by_rank) const;          // W shards, one after another -> full layout
+  void gather_unit(Unit& u, bool in_step = true);  // in_step: counts toward the peak of a step
+  void release_unit(Unit& u);
+  void reduce_unit(Unit& u);  // gradients -> this rank's piece of the averaged gradients
+  void layer_gradients_ready(std::size_t unit);
   void install(Tensor flat);  // point every parameter at its piece of a full flat buffer
 
   Module& model_;
@@ -89,13 +129,17 @@ class ZeroRedundancyOptimizer {
   std::vector<Var> params_;
   std::vector<std::string> names_;
   std::vector<Shape> shapes_;
-  std::vector<std::int64_t> offsets_;
+  std::vector<std::int64_t> offsets_;  // in the padded full buffer
+  std::vector<Unit> units_;            // [0]: outside the layers (or everything); then the layers
+  bool layered_ = false;
   std::int64_t elements_ = 0, padded_ = 0, shard_elements_ = 0;
-  Tensor flat_params_;  // full parameters (stages 1, 2; stage 3 between gather and release)
+  Tensor flat_params_;  // full parameters (stages 1, 2)
   Tensor flat_grads_;   // stage 1: the full averaged gradients
+  Tensor grad_shard_;   // stages 2, 3: this step's averaged gradients of the shard
   Var shard_;           // this rank's parameters: what the optimizer updates
   std::unique_ptr<Optimizer> optimizer_;
-  std::int64_t peak_parameter_bytes_ = 0;
+  std::int64_t gathered_bytes_ = 0, peak_parameter_bytes_ = 0;
+  std::chrono::duration<double> backward_comm_{0};
 };
 
 // For writing a checkpoint: on construction every rank gathers the full parameters (stage
@@ -105,7 +149,7 @@ class ZeroCheckpointScope {
  public:
   explicit ZeroCheckpointScope(ZeroRedundancyOptimizer* zero) : zero_(zero) {
     if (!zero_) return;
-    zero_->gather();
+    zero_->gather_all();
     state = zero_->gather_state();
   }
   ~ZeroCheckpointScope() {

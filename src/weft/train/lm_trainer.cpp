@@ -62,7 +62,7 @@ std::string LmSummary::to_json() const {
   if (resumed_from >= 0) j["resumed_from"] = resumed_from;
   if (zero > 0)
     j["zero_memory"] = {{"stage", zero}, {"parameters", zero_parameters}, {"gradients", zero_gradients},
-                        {"optimizer", zero_optimizer}};
+                        {"optimizer", zero_optimizer}, {"step_parameters", zero_step_parameters}};
   if (!checkpoint.empty()) j["checkpoint"] = checkpoint;
   if (dp > 1) j["data_parallel"] = dp;
   j["peak_step_bytes"] = peak_step_bytes;
@@ -270,8 +270,18 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   // parameters); otherwise one optimizer over the parameters this rank trains.
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<parallel::ZeroRedundancyOptimizer> zero;
+  GPT* gpt_model = dynamic_cast<GPT*>(&model);
   if (c.zero > 0) {
-    zero = std::make_unique<parallel::ZeroRedundancyOptimizer>(model, dp_group, c.zero, make_optimizer);
+    // Stage 3 gathers a GPT's parameters block by block, around each block's forward and backward.
+    std::vector<std::string> prefixes;
+    for (std::int64_t i = 0; c.zero == 3 && gpt_model && i < layers; ++i) prefixes.push_back("h" + std::to_string(i) + ".");
+    zero = std::make_unique<parallel::ZeroRedundancyOptimizer>(model, dp_group, c.zero, make_optimizer, prefixes);
+    if (!prefixes.empty()) {
+      gpt_model->set_block_hook([z = zero.get()](std::int64_t block, bool after) {
+        if (after) z->after_layer(static_cast<std::size_t>(block));
+        else z->before_layer(static_cast<std::size_t>(block));
+      });
+    }
     s.zero = c.zero;
   } else {
     optimizer = make_optimizer(trained);
@@ -502,13 +512,16 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   // Rank 0 samples and saves the whole model: first the tensor-parallel shards into every
   // stage's model, then the stages into stage 0's.
   if (zero) {
-    zero->gather();  // stage 3: the whole model for sampling and saving
+    if (gpt_model) gpt_model->set_block_hook(nullptr);  // rank 0 samples alone: no more collectives
     const auto m = zero->memory();
+    zero->gather_all();  // stage 3: the whole model for sampling and saving
     s.zero_parameters = m.parameters;
     s.zero_gradients = m.gradients;
     s.zero_optimizer = m.optimizer;
-    fmt::print(log, "ZeRO stage {} on {} rank(s), rank 0 holds between steps: parameters {}, gradients {}, optimizer state {}\n",
-               c.zero, c.dp, human_bytes(m.parameters), human_bytes(m.gradients), human_bytes(m.optimizer));
+    s.zero_step_parameters = m.peak_parameters;
+    fmt::print(log, "ZeRO stage {} on {} rank(s), rank 0 holds between steps: parameters {}, gradients {}, optimizer state {}; "
+               "parameters during a step: {}\n", c.zero, c.dp, human_bytes(m.parameters), human_bytes(m.gradients),
+               human_bytes(m.optimizer), human_bytes(m.peak_parameters));
   }
   if (tpm) {
     if (pipe) tpm->gather_parameters([&](const std::string& name) { return pipe->owner_of(name) == pipe->stage() ||

@@ -85,6 +85,7 @@ struct LmSummary {
   std::int64_t resumed_from = -1;    // the step a checkpoint resumed at (-1: none)
   int zero = 0;                      // ZeRO stage, and rank 0's bytes between steps
   std::int64_t zero_parameters = 0, zero_gradients = 0, zero_optimizer = 0;
+  std::int64_t zero_step_parameters = 0;  // most parameter bytes gathered during a step
   std::string checkpoint;            // the last checkpoint written  // most tensor memory live during a training step (rank 0)
   std::string pipe_schedule;
   double bubble = 0, bubble_formula = 0;
