@@ -16,13 +16,19 @@ using Clock = std::chrono::steady_clock;
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(Module& model, std::shared_ptr<comm::Communicator> comm, int stage,
                                                  const OptimizerFactory& make_optimizer,
                                                  const std::vector<std::string>& layers)
-    : model_(model), comm_(std::move(comm)), stage_(stage) {
+    : ZeroRedundancyOptimizer(model.named_parameters(), std::move(comm), stage, make_optimizer, layers) {}
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(const std::vector<std::pair<std::string, Var>>& params,
+                                                 std::shared_ptr<comm::Communicator> comm, int stage,
+                                                 const OptimizerFactory& make_optimizer,
+                                                 const std::vector<std::string>& layers)
+    : comm_(std::move(comm)), stage_(stage) {
   if (stage < 1 || stage > 3) throw ConfigError("--zero must be 1, 2 or 3, got " + std::to_string(stage));
   if (comm_) {
     rank_ = comm_->rank();
     world_ = comm_->size();
   }
-  for (auto& [name, p] : model.named_parameters()) {
+  for (auto& [name, p] : params) {
     names_.push_back(name);
     params_.push_back(p);
   }
@@ -268,14 +274,28 @@ std::chrono::duration<double> ZeroRedundancyOptimizer::finish() {
   return spent;
 }
 
-double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm) {
+double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm, const std::function<double(const std::string&)>& weight,
+                                               comm::Communicator* model_group) {
   double sq = 0;
   if (shard_.grad().defined()) {
     const Tensor g = shard_.grad().contiguous();
     const float* d = g.data<float>();
-    for (std::int64_t i = 0; i < g.numel(); ++i) sq += static_cast<double>(d[i]) * static_cast<double>(d[i]);
+    // Each parameter's elements in this rank's pieces, with the parameter's weight.
+    for (const Unit& u : units_) {
+      const std::int64_t lo = u.begin + rank_ * u.piece, hi = lo + u.piece;
+      for (std::size_t k : u.params) {
+        const std::int64_t b = std::max(lo, offsets_[k]), e = std::min(hi, offsets_[k] + shape_numel(shapes_[k]));
+        double s = 0;
+        for (std::int64_t i = b; i < e; ++i) {
+          const double v = d[u.shard_offset + (i - lo)];
+          s += v * v;
+        }
+        sq += (weight ? weight(names_[k]) : 1.0) * s;
+      }
+    }
   }
   if (comm_ && world_ > 1) comm_->allreduce(&sq, 1, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
+  if (model_group && model_group->size() > 1) model_group->allreduce(&sq, 1, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
   const double norm = std::sqrt(sq);
   if (max_norm > 0 && norm > max_norm && shard_.grad().defined())
     shard_.set_grad(ops::mul(shard_.grad(), max_norm / (norm + 1e-6)));

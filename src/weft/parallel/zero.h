@@ -61,6 +61,10 @@ class ZeroRedundancyOptimizer {
   // order; the model must then call before_layer() and after_layer() around each layer.
   ZeroRedundancyOptimizer(Module& model, std::shared_ptr<comm::Communicator> comm, int stage,
                           const OptimizerFactory& make_optimizer, const std::vector<std::string>& layers = {});
+  // The same over some named parameters (a pipeline stage's, a tensor-parallel slice's),
+  // sharded across `comm` (the data-parallel group).
+  ZeroRedundancyOptimizer(const std::vector<std::pair<std::string, Var>>& params, std::shared_ptr<comm::Communicator> comm,
+                          int stage, const OptimizerFactory& make_optimizer, const std::vector<std::string>& layers = {});
   ZeroRedundancyOptimizer(const ZeroRedundancyOptimizer&) = delete;
   ZeroRedundancyOptimizer& operator=(const ZeroRedundancyOptimizer&) = delete;
 
@@ -88,8 +92,11 @@ class ZeroRedundancyOptimizer {
   Optimizer& optimizer() { return *optimizer_; }
   int stage() const { return stage_; }
   // After finish(): clips the gradients by their norm over every rank's shard (the norm of the
-  // averaged full gradients); returns that norm.
-  double clip_grad_norm(double max_norm);
+  // averaged full gradients); returns that norm. Under model parallelism each parameter's
+  // squares count with weight(name) (a replicated copy 1/copies, a tied duplicate 0) and
+  // are summed over `model_group` too, the ranks holding the rest of one model copy.
+  double clip_grad_norm(double max_norm, const std::function<double(const std::string&)>& weight = {},
+                        comm::Communicator* model_group = nullptr);
 
   // Checkpoints. Every rank calls gather_state(): the optimizer state consolidated per
   // parameter (the keys an unsharded optimizer uses, so a ZeRO checkpoint resumes on any
@@ -123,7 +130,6 @@ class ZeroRedundancyOptimizer {
   void layer_gradients_ready(std::size_t unit);
   void install(Tensor flat);  // point every parameter at its piece of a full flat buffer
 
-  Module& model_;
   std::shared_ptr<comm::Communicator> comm_;
   int stage_, rank_ = 0, world_ = 1;
   std::vector<Var> params_;

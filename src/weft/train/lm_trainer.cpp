@@ -131,8 +131,6 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     throw ConfigError(std::string(c.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
   if (c.checkpoint_every < 0) throw ConfigError("--checkpoint-every must not be negative");
   if (c.zero < 0 || c.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3, got " + std::to_string(c.zero));
-  if (c.zero > 0 && (c.pp > 1 || c.tp > 1 || c.micro_batches > 1))
-    throw ConfigError("--zero with language models works with --dp alone, not with --pp, --tp or --micro-batches");
   if (c.zero > 0 && c.model != "gpt") throw ConfigError("--zero needs --model gpt among the language models");
   check_precision(c.precision);
 
@@ -273,9 +271,13 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   GPT* gpt_model = dynamic_cast<GPT*>(&model);
   if (c.zero > 0) {
     // Stage 3 gathers a GPT's parameters block by block, around each block's forward and backward.
+    // (Pipeline stages and tensor-parallel slices gather their parameters once per step.)
     std::vector<std::string> prefixes;
-    for (std::int64_t i = 0; c.zero == 3 && gpt_model && i < layers; ++i) prefixes.push_back("h" + std::to_string(i) + ".");
-    zero = std::make_unique<parallel::ZeroRedundancyOptimizer>(model, dp_group, c.zero, make_optimizer, prefixes);
+    for (std::int64_t i = 0; c.zero == 3 && gpt_model && !pipe && !tpm && i < layers; ++i)
+      prefixes.push_back("h" + std::to_string(i) + ".");
+    // Under pipeline or tensor parallelism ZeRO shards each stage's or slice's parameters
+    // over its data-parallel group.
+    zero = std::make_unique<parallel::ZeroRedundancyOptimizer>(trained, dp_group, c.zero, make_optimizer, prefixes);
     if (!prefixes.empty()) {
       gpt_model->set_block_hook([z = zero.get()](std::int64_t block, bool after) {
         if (after) z->after_layer(static_cast<std::size_t>(block));
@@ -293,7 +295,16 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   if (resume_ck) {
     const Checkpoint& ck = *resume_ck;
     if (zero) {
-      zero->load_state(ck.optimizer);  // this rank's shard of the consolidated state
+      // This rank's shard of the consolidated state (of its stage's parameters, cut to its
+      // tensor-parallel slice).
+      std::set<std::string> mine_names;
+      for (const auto& [name, p] : trained) mine_names.insert(name);
+      StateDict mine;
+      for (const auto& [key, t] : ck.optimizer) {
+        const std::string name = key.substr(key.find('.') + 1);
+        if (mine_names.count(name)) mine.emplace_back(key, tpm && tpm->is_shard(name) ? tpm->part_of(name, t) : t);
+      }
+      zero->load_state(mine);
     } else if (tpm || pipe) {
       // The buffers of this rank's parameters, cut like them.
       std::map<std::string, const Tensor*> by_key;
@@ -319,10 +330,10 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   }
   // The whole model and its optimizer state in one piece on rank 0: every stage's slices
   // all-gathered within its tensor-parallel group, then sent to stage 0.
-  auto consolidate = [&](StateDict& model_sd, StateDict& opt_sd) {
+  auto consolidate = [&](StateDict& model_sd, StateDict& opt_sd, const StateDict* zero_state) {
     std::map<std::string, Tensor> buffers;
     std::vector<std::string> prefixes;
-    for (const auto& [key, t] : opt.state()) {
+    for (const auto& [key, t] : zero_state ? *zero_state : opt.state()) {  // ZeRO: already per parameter
       buffers[key] = t;
       std::string prefix = key.substr(0, key.find('.'));
       if (std::find(prefixes.begin(), prefixes.end(), prefix) == prefixes.end()) prefixes.push_back(prefix);
@@ -362,7 +373,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     parallel::ZeroCheckpointScope zero_scope(zero.get());  // every rank takes part
     const auto& zero_state = zero_scope.state;
     StateDict model_sd, opt_sd;
-    if (tpm || pipe) consolidate(model_sd, opt_sd);
+    if (tpm || pipe) consolidate(model_sd, opt_sd, zero ? &zero_state.consolidated : nullptr);
     if (rank != 0) return;
     if (!tpm && !pipe) {
       model_sd = model.state_dict();
@@ -451,8 +462,15 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     auto update = [&](bool zero_after) {
       if (zero) {  // reduce (or reduce-scatter) the gradients, clip over the shards, update, re-gather
         zero->finish();
-        if (c.clip_grad > 0) zero->clip_grad_norm(c.clip_grad);
+        if (c.clip_grad > 0) {
+          // The norm over one model copy: a tied duplicate counts once, a replicated slice 1/tp.
+          const std::string skip = pipe ? pipe->counted_elsewhere() : "";
+          zero->clip_grad_norm(c.clip_grad, [&](const std::string& name) {
+            return name == skip ? 0.0 : stage ? stage->norm_share(name) : 1.0;
+          }, mp_group.get());
+        }
         zero->step();
+        if (zero_after) zero->gather();  // seed's schedule: the next micro-batch computes
         return;
       }
       if (dp_group) average_gradients(trained, *dp_group);
@@ -465,6 +483,7 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     };
     if (pipe) {
       const bool per_micro_batch = s.pipe_schedule == "seed";
+      if (zero) zero->gather();
       l = pipe->train_batch(ids, targets, [&] { update(per_micro_batch); });
       if (step > 0) {
         bubble_sum += pipe->last_bubble();
