@@ -112,3 +112,17 @@ TEST(MixedPrecision, StoresActivationsInHalfTheBytes) {
   // Gradients agree to bf16's precision.
   EXPECT_LE(ops::max_abs_diff(g16, g32), 0.02 * ops::max_abs_diff(g32, ops::mul(g32, 0.0)));
 }
+
+TEST(MixedPrecision, StoredCopiesFollowInPlaceUpdates) {
+  // A view of a parameter is an activation (stored in bf16); after an in-place update of the
+  // parameter (an optimizer step) the next step must store the new values, not reuse a copy.
+  Var w(rnd({4, 4}), true), x(rnd({2, 4}), true);
+  Bf16Guard bf16(true);
+  for (int step = 0; step < 2; ++step) {
+    x.clear_grad();
+    sum(matmul(x, reshape(w, {4, 4}))).backward();
+    const Tensor want = ops::matmul(Tensor::ones({2, 4}), ops::round_bf16(w.value()).t());
+    EXPECT_TRUE(ops::allclose(x.grad(), want, 1e-6, 1e-6)) << "step " << step;
+    ops::add_(w.mutable_value(), Tensor::ones({4, 4}));
+  }
+}

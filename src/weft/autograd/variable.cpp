@@ -47,8 +47,9 @@ Tensor gemm_operand(const Tensor& t) { return t_bf16 && t.dtype() == DType::F32 
 namespace {
 // The bf16 copies made most recently, so that an activation two operations keep (a
 // softmax's output is also the next product's operand) is stored once. An entry holds its
-// source weakly: once the fp32 tensor is gone, so is the entry. (No operation writes into
-// an activation in place, so a live source still holds the values that were packed.)
+// source weakly: once the fp32 tensor is gone, so is the entry. No operation writes into an
+// activation in place, and backward empties the list before anything (an optimizer step)
+// can write into a view of a parameter, so a live source holds the values that were packed.
 struct PackedEntry {
   std::weak_ptr<Storage> source;
   std::int64_t offset = 0;
@@ -114,15 +115,16 @@ Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {
   Tensor input = x.value();
   SavedTensor saved = SavedTensor::input(x);
   const bool bf16 = t_bf16;
+  const DType dtype = x.dtype();
   // The node must exist even when x needs no gradient: fn's parameters do.
   Var x_for_record = x.requires_grad() ? x : Var(input, false);
-  auto backward = [fn, saved, bf16](const Tensor& grad_out) {
+  auto backward = [fn, saved, bf16, dtype](const Tensor& grad_out) {
     EnableGradGuard grad_on;
     Bf16Guard precision(bf16);  // recompute with the forward pass's numerics
     Var x_again(saved.get(), true);
     Var y_again = fn(x_again);
     y_again.backward(grad_out);
-    return std::vector<Tensor>{x_again.grad().defined() ? x_again.grad() : Tensor::zeros(saved.shape(), DType::F32)};
+    return std::vector<Tensor>{x_again.grad().defined() ? x_again.grad() : Tensor::zeros(saved.shape(), dtype)};
   };
   Var out = record("checkpoint", y, {x_for_record}, backward);
   if (!out.requires_grad()) {
@@ -158,6 +160,7 @@ void Var::backward() {
 
 void Var::backward(const Tensor& grad_out) {
   WEFT_CHECK(impl_->meta->requires_grad, "backward() on a value that does not require gradients");
+  t_packed.clear();  // see PackedEntry
   // Topological order by an iterative depth-first search (graphs of long sequences are deep).
   // `order` owns its entries: freeing a node below must not free a place still to visit.
   std::vector<std::shared_ptr<GradMeta>> order;
