@@ -13,6 +13,7 @@ packages=(
   dataset-fashion-mnist    # real image data for training
   fortunes                 # real English text for language models
   tshark                   # decodes the simulator's pcap captures in a test
+  python3                  # test scripts read traces and JSON with it
 )
 # The reference side of the benchmarks (PyTorch) is only needed by bench/.
 if [ "${WEFT_BENCH_DEPS:-0}" = "1" ]; then

@@ -8,7 +8,7 @@
 #include "weft/autograd/functions.h"
 #include "weft/autograd/gradcheck.h"
 #include "weft/nn/recurrent.h"
-#include "weft/optim/adam.h"
+#include "cycle_task.h"
 #include "weft/tensor/ops.h"
 
 using namespace weft;
@@ -139,23 +139,7 @@ TEST(Recurrent, LanguageModelShapesCountsAndLearning) {
   // embedding 6·16, two layers of 4·16·(16 + 16) + 4·16, head 16·6 + 6
   EXPECT_EQ(lm.num_parameters(), 6 * 16 + 2 * (4 * 16 * 32 + 64) + 16 * 6 + 6);
   EXPECT_THROW(RecurrentLM(RecurrentConfig{6, 12, 16, 2, "gru"}, rng), ConfigError);
-  Adam opt(lm.named_parameters(), 1e-2);
-  Tensor ids = Tensor::empty({4, 12});
-  std::vector<std::int32_t> targets;
-  for (std::int64_t b = 0; b < 4; ++b)
-    for (std::int64_t t = 0; t < 12; ++t) {
-      ids.set({b, t}, static_cast<double>((b + t) % 6));
-      targets.push_back(static_cast<std::int32_t>((b + t + 1) % 6));
-    }
-  double first = 0, last = 0;
-  for (int step = 0; step < 150; ++step) {
-    opt.zero_grad();
-    Var loss = cross_entropy(reshape(lm.forward(Var(ids)), {48, 6}), targets);
-    loss.backward();
-    opt.step();
-    if (step == 0) first = loss.item();
-    last = loss.item();
-  }
+  const auto [first, last] = weft::testing::train_on_cycle(lm, 1e-2);
   EXPECT_GT(first, 1.0);
   EXPECT_LT(last, 0.1);
   EXPECT_EQ(lm.generate({1, 2, 3}, 5, 0.0, 0, rng), (std::vector<std::int32_t>{1, 2, 3, 4, 5, 0, 1, 2}));

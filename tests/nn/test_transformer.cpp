@@ -7,7 +7,7 @@
 #include "weft/autograd/functions.h"
 #include "weft/autograd/gradcheck.h"
 #include "weft/nn/transformer.h"
-#include "weft/optim/adam.h"
+#include "cycle_task.h"
 #include "weft/tensor/ops.h"
 
 using namespace weft;
@@ -84,23 +84,7 @@ TEST(Transformer, AttentionAndBlockGradientsCheckInDouble) {
 TEST(Transformer, TinyGptLearnsARepeatingSequence) {
   Rng rng(4);
   GPT gpt(GptConfig{6, 12, 32, 2, 4, Positional::kLearned, true}, rng);
-  Adam opt(gpt.named_parameters(), 3e-3);
-  Tensor ids = Tensor::empty({4, 12});
-  std::vector<std::int32_t> targets;
-  for (std::int64_t b = 0; b < 4; ++b)
-    for (std::int64_t t = 0; t < 12; ++t) {
-      ids.set({b, t}, static_cast<double>((b + t) % 6));
-      targets.push_back(static_cast<std::int32_t>((b + t + 1) % 6));
-    }
-  double first = 0, last = 0;
-  for (int step = 0; step < 150; ++step) {
-    opt.zero_grad();
-    Var loss = cross_entropy(reshape(gpt.forward(Var(ids)), {48, 6}), targets);
-    loss.backward();
-    opt.step();
-    if (step == 0) first = loss.item();
-    last = loss.item();
-  }
+  const auto [first, last] = weft::testing::train_on_cycle(gpt, 3e-3);
   EXPECT_GT(first, 1.0);
   EXPECT_LT(last, 0.1);
   auto out = gpt.generate({2, 3, 4}, 6, 0.0, 0, rng);  // greedy continues the cycle

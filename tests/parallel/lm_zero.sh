@@ -6,6 +6,7 @@
 # ZeRO-3 gathers a 4-block GPT block by block (also with recomputation): the same parameters,
 # with less than 40% of them whole at any time during a step, and resumes bitwise too.
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
 work=$(mktemp -d)
@@ -13,14 +14,14 @@ trap 'rm -rf "$work"' EXIT
 args=(train --model gpt --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 20 --eval-every 20
       --eval-batches 1 --sample 0 --quiet --seed 3 --optimizer sgd --lr 0.05 --dp 2)
 run() { "$weft" launch --nproc-per-node 2 -- weft "${args[@]}" "$@"; }  # 2 layers unless given
-loss() { grep -o '"train_loss":[-0-9.e]*' | tail -n 1 | cut -d: -f2; }
+loss() { json_field train_loss; }
 ddp=$(run --layers 2 --save-model "$work/dp.safetensors" | loss)
 for z in 1 2 3; do
   out=$(run --layers 2 --zero $z --save-model "$work/z.safetensors")
   echo "$out" | grep "ZeRO stage" | sed 's/^\[0\] //'
   "$compare" "$work/dp.safetensors" "$work/z.safetensors" 1e-5 | tail -n 1
   a=$(echo "$out" | loss)
-  awk -v a="$a" -v b="$ddp" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }' ||
+  close_to "$a" "$ddp" 1e-5 ||
     { echo "FAIL: loss $a vs $ddp (stage $z)"; exit 1; }
 done
 # ZeRO-3 layer by layer: 4 blocks, with and without recomputation; the same parameters as
@@ -32,10 +33,10 @@ for extra in "" "--recompute"; do
   out=$(run --layers 4 $extra --zero 3 --save-model "$work/z4.safetensors")
   "$compare" "$work/dp4.safetensors" "$work/z4.safetensors" 1e-5 | tail -n 1
   a=$(echo "$out" | loss)
-  awk -v a="$a" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }' ||
+  close_to "$a" "$ref" 1e-5 ||
     { echo "FAIL: loss $a vs $ref (stage 3, 4 layers $extra)"; exit 1; }
   shard=$(echo "$out" | grep -o '"zero_memory":{[^}]*}' | grep -o '"parameters":[0-9]*' | cut -d: -f2)
-  step=$(echo "$out" | grep -o '"step_parameters":[0-9]*' | cut -d: -f2)
+  step=$(echo "$out" | json_field step_parameters)
   echo "ZeRO 3, 4 layers $extra: full parameters during a step $step bytes of $((2 * shard))"
   [ "$step" -lt $((2 * shard * 2 / 5)) ] || { echo "FAIL: more than 40% of the parameters gathered at once"; exit 1; }
 done

@@ -6,13 +6,14 @@
 # between neighbouring ranks (0-1), the pipeline between ranks tp apart (0-2), data
 # parallelism between ranks tp x pp apart (0-4).
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(train --model gpt --layers 4 --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 20 --eval-every 20
         --eval-batches 1 --sample 0 --seed 3 --optimizer sgd --lr 0.05 --quiet --threads 1)
-loss() { grep -o '"train_loss":[-0-9.e]*' | tail -n 1 | cut -d: -f2; }
+loss() { json_field train_loss; }
 "$weft" "${common[@]}" --save-model "$work/one.safetensors" >"$work/one.txt"
 run() {  # ranks label flags...
   local n=$1 label=$2
@@ -22,7 +23,7 @@ run() {  # ranks label flags...
   "$compare" "$work/one.safetensors" "$work/mesh.safetensors" 1e-5 | tail -n 1
   a=$(echo "$out" | grep '^\[0\] {' | loss)
   b=$(loss <"$work/one.txt")
-  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }' ||
+  close_to "$a" "$b" 1e-5 ||
     { echo "FAIL: train loss $a vs $b ($label)"; exit 1; }
 }
 run 2 "data parallel 2" --dp 2

@@ -5,13 +5,14 @@
 # of the one-process bf16 run within relative 1e-3, while the fp32 run ends more than 2e-3
 # away from it (so the bf16 numerics really are in effect in each split).
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 args=(train --model gpt --layers 2 --d-model 64 --heads 4 --context 32 --batch 8 --max-steps 10 --eval-every 10
       --eval-batches 2 --sample 0 --quiet --seed 3 --threads 1 --optimizer sgd --lr 0.05)
-loss() { grep -o '"val_loss":[-0-9.e]*' | tail -n 1 | cut -d: -f2; }
+loss() { json_field val_loss; }
 one=$("$weft" "${args[@]}" --precision bf16 --save-model "$work/one.safetensors" | loss)
 f32=$("$weft" "${args[@]}" --save-model "$work/fp32.safetensors" | loss)
 echo "one process: bf16 validation loss $one, fp32 $f32"
@@ -25,7 +26,7 @@ for split in "--tp 2" "--pp 2 --micro-batches 2" "--dp 2 --zero 3"; do
   l=$(echo "$out" | loss)
   echo "$split: bf16 validation loss $l"
   "$compare" "$work/one.safetensors" "$work/s.safetensors" 1e-3 | tail -n 1
-  awk -v a="$l" -v b="$one" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-4 * b) }' ||
+  close_to "$l" "$one" 1e-4 ||
     { echo "FAIL: loss $l vs $one ($split)"; exit 1; }
 done
 echo ok

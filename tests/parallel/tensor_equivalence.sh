@@ -8,13 +8,14 @@
 # Then the traces: the collectives the seeds and Megatron-LM describe, at the counts they
 # describe, per training step.
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(train --model gpt --layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 20 --eval-every 20
         --eval-batches 1 --sample 0 --seed 3 --optimizer sgd --lr 0.05 --quiet --threads 1)
-loss() { grep -o '"train_loss":[-0-9.e]*' | tail -n 1 | cut -d: -f2; }
+loss() { json_field train_loss; }
 "$weft" "${common[@]}" --save-model "$work/one.safetensors" >"$work/one.txt"
 for tp in 2 4; do
   for attention in megatron seed; do
@@ -24,7 +25,7 @@ for tp in 2 4; do
     "$compare" "$work/one.safetensors" "$work/tp.safetensors" 1e-5 | tail -n 1
     a=$(echo "$out" | grep '^\[0\] {' | loss)
     b=$(loss <"$work/one.txt")
-    awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }' ||
+    close_to "$a" "$b" 1e-5 ||
       { echo "FAIL: train loss $a vs $b (tp $tp, $attention)"; exit 1; }
   done
 done

@@ -7,13 +7,14 @@
 # ZeRO-3 run resumes bitwise from its step-10 checkpoint, and that checkpoint resumes in
 # one process without ZeRO too.
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 args=(train --model gpt --layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 20 --eval-every 20
       --eval-batches 1 --sample 0 --quiet --seed 3 --threads 1 --optimizer sgd --lr 0.05 --clip-grad 0.05)
-loss() { grep -o '"train_loss":[-0-9.e]*' | tail -n 1 | cut -d: -f2; }
+loss() { json_field train_loss; }
 check() {  # ranks layout zero-stages...
   local n=$1 layout=$2
   shift 2
@@ -24,7 +25,7 @@ check() {  # ranks layout zero-stages...
     out=$("$weft" launch --nproc-per-node "$n" -- weft "${args[@]}" $layout --zero "$z" --save-model "$work/z.safetensors")
     echo "$layout --zero $z: $("$compare" "$work/ref.safetensors" "$work/z.safetensors" 1e-5 | tail -n 1)"
     a=$(echo "$out" | loss)
-    awk -v a="$a" -v b="$ref" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * b) }' ||
+    close_to "$a" "$ref" 1e-5 ||
       { echo "FAIL: loss $a vs $ref ($layout --zero $z)"; exit 1; }
   done
 }

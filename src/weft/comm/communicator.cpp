@@ -197,11 +197,16 @@ std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const 
   c->rank_ = info.rank;
   c->members_.resize(static_cast<size_t>(info.world));
   for (int i = 0; i < info.world; ++i) c->members_[i] = i;
+  // A job of one process that nobody launched talks only to itself: its store takes any free
+  // port, so that several such jobs (and tests) can run side by side.
+  const bool alone = info.world == 1 && info.launcher == "none" && !env_string("MASTER_PORT");
+  int port = info.master_port;
   if (info.rank == 0) {
-    c->server_ = std::make_shared<StoreServer>(is_loopback(info.master_addr) ? "127.0.0.1" : "0.0.0.0",
-                                               info.master_port, c->token_);
+    c->server_ = std::make_shared<StoreServer>(is_loopback(info.master_addr) || alone ? "127.0.0.1" : "0.0.0.0",
+                                               alone ? 0 : port, c->token_);
+    if (alone) port = c->server_->port();
   }
-  c->store_ = std::make_shared<StoreClient>(info.master_addr, info.master_port, c->token_,
+  c->store_ = std::make_shared<StoreClient>(alone ? "127.0.0.1" : info.master_addr, port, c->token_,
                                             static_cast<std::uint32_t>(info.rank), options.rendezvous_timeout_s);
   if (info.rank == 0) {
     c->session_ = generate_token().substr(0, 12);

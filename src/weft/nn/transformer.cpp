@@ -47,19 +47,29 @@ CausalSelfAttention::CausalSelfAttention(std::int64_t dim, std::int64_t heads, R
   register_module("proj", proj_);
 }
 
+Var split_heads(const Var& x, std::int64_t heads) {
+  const std::int64_t B = x.size(0), T = x.size(1), hd = x.size(2) / heads;
+  return reshape(transpose(reshape(x, {B, T, heads, hd}), 1, 2), {B * heads, T, hd});
+}
+
+Var merge_heads(const Var& x, std::int64_t batch) {
+  const std::int64_t n = x.size(0) / batch, T = x.size(1), hd = x.size(2);
+  return reshape(transpose(reshape(x, {batch, n, T, hd}), 1, 2), {batch * T, n * hd});
+}
+
+Var causal_attention_weights(const Var& q, const Var& k) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  return softmax(causal_mask(mul(matmul(q, transpose(k, 1, 2)), scale)));
+}
+
 Var CausalSelfAttention::forward(const Var& x) {
-  const std::int64_t B = x.size(0), T = x.size(1), d = dim_, H = heads_, hd = d / H;
+  const std::int64_t B = x.size(0), T = x.size(1), d = dim_, H = heads_;
   Var qkv = reshape(qkv_->forward(reshape(x, {B * T, d})), {B, T, 3 * d});
-  auto heads = [&](const Var& part) {  // [B, T, d] -> [B*H, T, hd]
-    return reshape(transpose(reshape(part, {B, T, H, hd}), 1, 2), {B * H, T, hd});
-  };
-  Var q = heads(narrow(qkv, 2, 0, d));
-  Var k = heads(narrow(qkv, 2, d, d));
-  Var v = heads(narrow(qkv, 2, 2 * d, d));
-  Var scores = mul(matmul(q, transpose(k, 1, 2)), 1.0 / std::sqrt(static_cast<double>(hd)));
-  Var att = matmul(softmax(causal_mask(scores)), v);  // [B*H, T, hd]
-  Var merged = reshape(transpose(reshape(att, {B, H, T, hd}), 1, 2), {B * T, d});
-  return reshape(proj_->forward(merged), {B, T, d});
+  Var q = split_heads(narrow(qkv, 2, 0, d), H);
+  Var k = split_heads(narrow(qkv, 2, d, d), H);
+  Var v = split_heads(narrow(qkv, 2, 2 * d, d), H);
+  Var att = matmul(causal_attention_weights(q, k), v);  // [B*H, T, hd]
+  return reshape(proj_->forward(merge_heads(att, B)), {B, T, d});
 }
 
 std::string CausalSelfAttention::describe() const {

@@ -40,6 +40,14 @@ class LayerNorm : public Module {
   Var gamma_, beta_;
 };
 
+// The pieces of multi-head attention (also used by tensor-parallel attention):
+// [B, T, n·hd] -> [B·n, T, hd], one row block per head;
+Var split_heads(const Var& x, std::int64_t heads);
+// [B·n, T, hd] -> [B·T, n·hd], the heads side by side again;
+Var merge_heads(const Var& x, std::int64_t batch);
+// causal scaled dot-product weights softmax(mask(Q K^T / sqrt(hd))): [B·n, T, T].
+Var causal_attention_weights(const Var& q, const Var& k);
+
 // Causal multi-head self-attention: softmax(Q K^T / sqrt(d_head), masked) V per head, heads
 // concatenated and projected. x: [B, T, d].
 class CausalSelfAttention : public Module {

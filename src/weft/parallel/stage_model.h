@@ -4,6 +4,7 @@
 // either, which is how pipeline and tensor parallelism combine in a mesh.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,11 +43,16 @@ class LocalGpt : public StageModel {
   GPT& model_;
 };
 
+// How much of a parameter's squared gradient norm this rank adds to the model's norm: the
+// model's norm_share, and 0 for `skip` (a duplicate counted on another rank).
+using NormWeight = std::function<double(const std::string& name)>;
+NormWeight norm_weight(const StageModel& model, const std::string& skip = "");
+
 // Gradient clipping by the norm of the whole model when its parameters are spread over
-// ranks: each rank adds norm_share x ||g||^2 of `params` (skipping `skip`, counted
-// elsewhere), `group` sums those over the ranks holding one copy of the model. Returns the
-// norm; scales every gradient of `params` when it exceeds max_norm (> 0).
-double clip_grad_norm(const std::vector<std::pair<std::string, Var>>& params, const StageModel& model,
-                      comm::Communicator* group, double max_norm, const std::string& skip = "");
+// ranks: each rank adds weight(name) x ||g||^2 of `params`, `group` sums those over the
+// ranks holding one copy of the model. Returns the norm; scales every gradient of `params`
+// when it exceeds max_norm (> 0).
+double clip_grad_norm(const std::vector<std::pair<std::string, Var>>& params, const NormWeight& weight,
+                      comm::Communicator* group, double max_norm);
 
 }  // namespace weft::parallel

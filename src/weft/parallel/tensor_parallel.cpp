@@ -151,27 +151,22 @@ Var TensorParallelGpt::replicated(const std::string& name) {
 Var TensorParallelGpt::attention(const Var& x, std::int64_t layer) {
   const GptConfig& c = model_.config();
   const std::string h = prefix(layer, "attn.");
-  const std::int64_t B = x.size(0), T = x.size(1), d = c.dim, t = size_, dl = d / t, H = c.heads, Hl = H / t, hd = d / H;
+  const std::int64_t B = x.size(0), T = x.size(1), d = c.dim, t = size_, dl = d / t, H = c.heads, Hl = H / t;
   Var a = tp_copy(x, *group_);
   Var qkv = reshape(linear(reshape(a, {B * T, d}), by_name_[h + "qkv.weight#shard"], by_name_[h + "qkv.bias#shard"]),
                     {B, T, 3 * dl});
-  auto heads = [&](const Var& part, std::int64_t nh) {  // [B, T, nh*hd] -> [B*nh, T, hd]
-    return reshape(transpose(reshape(part, {B, T, nh, hd}), 1, 2), {B * nh, T, hd});
-  };
-  Var q = narrow(qkv, 2, 0, dl), k = narrow(qkv, 2, dl, dl), v = heads(narrow(qkv, 2, 2 * dl, dl), Hl);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  Var q = narrow(qkv, 2, 0, dl), k = narrow(qkv, 2, dl, dl), v = split_heads(narrow(qkv, 2, 2 * dl, dl), Hl);
   Var probs;
   if (seed_attention_) {
     // Seed 002 chapter 8: gather every rank's slice of Q and K, score all heads, keep V local.
-    Var qf = heads(tp_gather_last(q, *group_), H), kf = heads(tp_gather_last(k, *group_), H);
-    Var all = softmax(causal_mask(mul(matmul(qf, transpose(kf, 1, 2)), scale)));  // [B*H, T, T]
+    Var all = causal_attention_weights(split_heads(tp_gather_last(q, *group_), H),
+                                       split_heads(tp_gather_last(k, *group_), H));  // [B*H, T, T]
     probs = reshape(narrow(reshape(all, {B, H, T, T}), 1, rank_ * Hl, Hl), {B * Hl, T, T});
   } else {
-    probs = softmax(causal_mask(mul(matmul(heads(q, Hl), transpose(heads(k, Hl), 1, 2)), scale)));
+    probs = causal_attention_weights(split_heads(q, Hl), split_heads(k, Hl));
   }
   Var att = matmul(probs, v);  // [B*Hl, T, hd]
-  Var merged = reshape(transpose(reshape(att, {B, Hl, T, hd}), 1, 2), {B * T, dl});
-  Var y = tp_reduce(linear(merged, by_name_[h + "proj.weight#shard"], Var()), *group_);
+  Var y = tp_reduce(linear(merge_heads(att, B), by_name_[h + "proj.weight#shard"], Var()), *group_);
   return add(reshape(y, {B, T, d}), by_name_[h + "proj.bias"]);
 }
 

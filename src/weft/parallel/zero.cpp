@@ -76,7 +76,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(const std::vector<std::pair<std
     shard_ = Var(shard_of(flat, rank_), true);  // the only copy kept between steps
     release();
   } else {
-    install(flat);
+    point_at(units_[0], flat);
     // One unit: the shard is a view, and the optimizer updates the full buffer in place.
     shard_ = Var(flat.slice(0, rank_ * shard_elements_, (rank_ + 1) * shard_elements_), true);
   }
@@ -152,13 +152,23 @@ void ZeroRedundancyOptimizer::load_state(const StateDict& consolidated) {
   optimizer_->load_state(mine);
 }
 
-void ZeroRedundancyOptimizer::install(Tensor flat) {
-  flat_params_ = flat;
-  for (std::size_t k = 0; k < params_.size(); ++k) {
-    const std::int64_t n = shape_numel(shapes_[k]);
-    params_[k].mutable_value() = flat.slice(0, offsets_[k], offsets_[k] + n).view(shapes_[k]);
+void ZeroRedundancyOptimizer::point_at(Unit& u, Tensor full) {
+  u.full = std::move(full);
+  for (std::size_t k : u.params) {
+    const std::int64_t at = offsets_[k] - u.begin;
+    params_[k].mutable_value() = u.full.slice(0, at, at + shape_numel(shapes_[k])).view(shapes_[k]);
   }
-  peak_parameter_bytes_ = std::max<std::int64_t>(peak_parameter_bytes_, static_cast<std::int64_t>(flat.nbytes()));
+}
+
+Tensor ZeroRedundancyOptimizer::take_gradients(const Unit& u) {
+  Tensor grads = Tensor::zeros({u.piece * world_}, shard_.dtype());  // zeros where a parameter got none
+  for (std::size_t k : u.params) {
+    Var p = params_[k];
+    const std::int64_t at = offsets_[k] - u.begin;
+    if (p.grad().defined()) grads.slice(0, at, at + shape_numel(shapes_[k])).view(shapes_[k]).copy_(p.grad());
+    p.clear_grad();  // the full gradients are not kept past this point
+  }
+  return grads;
 }
 
 void ZeroRedundancyOptimizer::gather_unit(Unit& u, bool in_step) {
@@ -167,11 +177,7 @@ void ZeroRedundancyOptimizer::gather_unit(Unit& u, bool in_step) {
   Tensor mine = shard_.value().slice(0, u.shard_offset, u.shard_offset + u.piece);
   if (comm_ && u.piece > 0) comm_->allgather(mine.raw_data(), full.raw_data(), u.piece, comm_dtype(full))->wait();
   else full.copy_(mine);
-  u.full = full;
-  for (std::size_t k : u.params) {
-    const std::int64_t at = offsets_[k] - u.begin;
-    params_[k].mutable_value() = full.slice(0, at, at + shape_numel(shapes_[k])).view(shapes_[k]);
-  }
+  point_at(u, full);
   gathered_bytes_ += static_cast<std::int64_t>(full.nbytes());
   if (in_step) peak_parameter_bytes_ = std::max(peak_parameter_bytes_, gathered_bytes_);
 }
@@ -187,14 +193,7 @@ void ZeroRedundancyOptimizer::release_unit(Unit& u) {
 void ZeroRedundancyOptimizer::reduce_unit(Unit& u) {
   if (u.reduced) return;
   if (!grad_shard_.defined()) grad_shard_ = Tensor::zeros({shard_elements_}, shard_.dtype());
-  // The unit's gradients in its padded layout (zeros where a parameter got none).
-  Tensor grads = Tensor::zeros({u.piece * world_}, shard_.dtype());
-  for (std::size_t k : u.params) {
-    Var p = params_[k];
-    const std::int64_t at = offsets_[k] - u.begin;
-    if (p.grad().defined()) grads.slice(0, at, at + shape_numel(shapes_[k])).view(shapes_[k]).copy_(p.grad());
-    p.clear_grad();  // the full gradients are not kept past this point
-  }
+  Tensor grads = take_gradients(u);
   Tensor mine = grad_shard_.slice(0, u.shard_offset, u.shard_offset + u.piece);
   if (comm_ && u.piece > 0) {
     comm_->reduce_scatter(grads.raw_data(), mine.raw_data(), u.piece, comm_dtype(grads), comm::ReduceOp::kAvg)->wait();
@@ -248,17 +247,8 @@ void ZeroRedundancyOptimizer::release() {
 std::chrono::duration<double> ZeroRedundancyOptimizer::finish() {
   const auto start = Clock::now();
   if (stage_ == 1) {
-    // The gradients in one flat buffer (zeros where a parameter got none, and in the padding).
-    Tensor grads = Tensor::zeros({padded_}, shard_.dtype());
-    for (std::size_t k = 0; k < params_.size(); ++k) {
-      Var p = params_[k];
-      if (p.grad().defined()) {
-        grads.slice(0, offsets_[k], offsets_[k] + shape_numel(shapes_[k])).view(shapes_[k]).copy_(p.grad());
-      }
-      p.clear_grad();  // the full gradients are not kept past this point
-    }
+    Tensor grads = take_gradients(units_[0]);  // one unit: the whole padded buffer
     if (comm_) comm_->allreduce(grads.raw_data(), padded_, comm_dtype(grads), comm::ReduceOp::kAvg)->wait();
-    flat_grads_ = grads;
     shard_.set_grad(grads.slice(0, rank_ * shard_elements_, (rank_ + 1) * shard_elements_));
   } else {
     for (Unit& u : units_) reduce_unit(u);  // those backward has not reduced already
@@ -311,9 +301,8 @@ std::chrono::duration<double> ZeroRedundancyOptimizer::step() {
   // Every rank's updated shard into every rank's full parameters (in place).
   const auto start = Clock::now();
   if (comm_) {
-    void* flat = flat_params_.raw_data();
-    const void* mine = shard_.value().raw_data();
-    comm_->allgather(mine, flat, shard_elements_, comm_dtype(flat_params_))->wait();
+    Tensor& full = units_[0].full;  // one unit
+    comm_->allgather(shard_.value().raw_data(), full.raw_data(), shard_elements_, comm_dtype(full))->wait();
   }
   return Clock::now() - start;
 }

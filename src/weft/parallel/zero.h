@@ -124,11 +124,12 @@ class ZeroRedundancyOptimizer {
   };
   Tensor shard_of(const Tensor& full, int rank) const;  // a rank's pieces, from the full layout
   Tensor full_of(const Tensor& by_rank) const;          // W shards, one after another -> full layout
+  void point_at(Unit& u, Tensor full);  // the unit's parameters become views of its full buffer
+  Tensor take_gradients(const Unit& u);  // the unit's gradients in its padded layout; drops them
   void gather_unit(Unit& u, bool in_step = true);  // in_step: counts toward the peak of a step
   void release_unit(Unit& u);
   void reduce_unit(Unit& u);  // gradients -> this rank's piece of the averaged gradients
   void layer_gradients_ready(std::size_t unit);
-  void install(Tensor flat);  // point every parameter at its piece of a full flat buffer
 
   std::shared_ptr<comm::Communicator> comm_;
   int stage_, rank_ = 0, world_ = 1;
@@ -137,10 +138,9 @@ class ZeroRedundancyOptimizer {
   std::vector<Shape> shapes_;
   std::vector<std::int64_t> offsets_;  // in the padded full buffer
   std::vector<Unit> units_;            // [0]: outside the layers (or everything); then the layers
+                                       // (stages 1, 2: one unit, always whole)
   bool layered_ = false;
   std::int64_t elements_ = 0, padded_ = 0, shard_elements_ = 0;
-  Tensor flat_params_;  // full parameters (stages 1, 2)
-  Tensor flat_grads_;   // stage 1: the full averaged gradients
   Tensor grad_shard_;   // stages 2, 3: this step's averaged gradients of the shard
   Var shard_;           // this rank's parameters: what the optimizer updates
   std::unique_ptr<Optimizer> optimizer_;

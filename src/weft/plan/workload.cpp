@@ -156,28 +156,20 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir) {
         }
       }
     };
-    for (std::int64_t mb = 0; mb < micro; ++mb) {  // forward, GPipe order
-      if (prev >= 0) {
-        write_record(w, gap, p2p_s, p2p_body("recv", prev, p2p_bytes, w));
+    // One micro-batch through this stage: receive from `from`, compute, send to `to` (-1: none).
+    auto stage_pass = [&](int from, int to, double seconds) {
+      if (from >= 0) {
+        write_record(w, gap, p2p_s, p2p_body("recv", from, p2p_bytes, w));
         gap = 0;
       }
-      layer_pass(fwd_s);
-      if (next >= 0) {
-        write_record(w, gap, p2p_s, p2p_body("send", next, p2p_bytes, w));
+      layer_pass(seconds);
+      if (to >= 0) {
+        write_record(w, gap, p2p_s, p2p_body("send", to, p2p_bytes, w));
         gap = 0;
       }
-    }
-    for (std::int64_t mb = 0; mb < micro; ++mb) {  // backward
-      if (next >= 0) {
-        write_record(w, gap, p2p_s, p2p_body("recv", next, p2p_bytes, w));
-        gap = 0;
-      }
-      layer_pass(bwd_s);
-      if (prev >= 0) {
-        write_record(w, gap, p2p_s, p2p_body("send", prev, p2p_bytes, w));
-        gap = 0;
-      }
-    }
+    };
+    for (std::int64_t mb = 0; mb < micro; ++mb) stage_pass(prev, next, fwd_s);  // forward, GPipe order
+    for (std::int64_t mb = 0; mb < micro; ++mb) stage_pass(next, prev, bwd_s);  // backward
     if (dp > 1) {
       // The gradients of this GPU's parameters over the data-parallel group.
       std::int64_t params = (stage_layers * pc.block + (pp_i == 0 || pp_i == pp - 1 ? pc.embedding : 0)) / tp;

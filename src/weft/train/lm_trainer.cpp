@@ -259,6 +259,9 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     s.bubble_formula = static_cast<double>(c.pp - 1) / static_cast<double>(c.micro_batches + c.pp - 1);
   }
   const auto trained = pipe ? pipe->own_parameters() : stage ? stage->parameters() : model.named_parameters();
+  // The gradient norm over one model copy: a tied duplicate counts once, a replicated slice 1/tp.
+  const parallel::NormWeight norm_weight =
+      stage ? parallel::norm_weight(*stage, pipe ? pipe->counted_elsewhere() : "") : parallel::NormWeight{};
   auto make_optimizer = [&](std::vector<std::pair<std::string, Var>> params) -> std::unique_ptr<Optimizer> {
     if (c.optimizer == "adamw") return std::make_unique<Adam>(params, c.lr, AdamOptions{0.9, 0.95, 1e-8, c.weight_decay, true});
     if (c.optimizer == "sgd") return std::make_unique<SGD>(params, c.lr, c.momentum, c.weight_decay);
@@ -462,35 +465,28 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
     auto update = [&](bool zero_after) {
       if (zero) {  // reduce (or reduce-scatter) the gradients, clip over the shards, update, re-gather
         zero->finish();
-        if (c.clip_grad > 0) {
-          // The norm over one model copy: a tied duplicate counts once, a replicated slice 1/tp.
-          const std::string skip = pipe ? pipe->counted_elsewhere() : "";
-          zero->clip_grad_norm(c.clip_grad, [&](const std::string& name) {
-            return name == skip ? 0.0 : stage ? stage->norm_share(name) : 1.0;
-          }, mp_group.get());
-        }
+        if (c.clip_grad > 0) zero->clip_grad_norm(c.clip_grad, norm_weight, mp_group.get());
         zero->step();
         if (zero_after) zero->gather();  // seed's schedule: the next micro-batch computes
         return;
       }
       if (dp_group) average_gradients(trained, *dp_group);
       if (c.clip_grad > 0) {
-        if (stage) parallel::clip_grad_norm(trained, *stage, mp_group.get(), c.clip_grad, pipe ? pipe->counted_elsewhere() : "");
+        if (stage) parallel::clip_grad_norm(trained, norm_weight, mp_group.get(), c.clip_grad);
         else clip_grad_norm(model.parameters(), c.clip_grad);
       }
       opt.step();
       if (zero_after) opt.zero_grad();
     };
+    if (zero) zero->gather();
     if (pipe) {
       const bool per_micro_batch = s.pipe_schedule == "seed";
-      if (zero) zero->gather();
       l = pipe->train_batch(ids, targets, [&] { update(per_micro_batch); });
       if (step > 0) {
         bubble_sum += pipe->last_bubble();
         ++bubble_steps;
       }
     } else {
-      if (zero) zero->gather();
       Var loss = stage ? stage->head_loss(stage->run_blocks(stage->embed(ids), 0, layers), targets)
                        : cross_entropy(reshape(model.forward(Var(ids)), {ids.size(0) * c.context, s.vocab}), targets);
       loss.backward();
