@@ -23,6 +23,9 @@ void add_launch_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--max-restarts", c->max_restarts, "restart all ranks up to K times when one fails")
       ->capture_default_str();
+  cmd->add_option("--bind", c->bind, "cores: bind each rank to its share of the cores (ranks beyond the cores "
+                                     "share them round-robin); none: leave the ranks free")
+      ->capture_default_str();
   cmd->add_option("command", c->command, "the command each rank runs (after --)")->required();
   cmd->callback([c, nnodes, &action] {
     action = [c, nnodes] {

@@ -555,7 +555,9 @@ std::string Communicator::choose_algorithm(Collective c, std::int64_t bytes) con
       if (bytes <= 8 * 1024) return "rabenseifner";
       if (across_hosts) return bytes <= 1024 * 1024 ? "rabenseifner" : "hierarchical";
       if (bytes <= 128 * 1024) return w <= 8 ? "direct" : "rabenseifner";
-      if (bytes <= 1024 * 1024) return "double_tree";
+      // 3 ranks: the tree's two halves beat the ring's 4 steps up to 1 MiB; 4 ranks (each
+      // bound to a core): the ring already wins from 256 KiB.
+      if (bytes <= 1024 * 1024 && (w & (w - 1)) != 0) return "double_tree";
       return "ring";
     case Collective::kBroadcast: return bytes <= 256 * 1024 ? "binomial" : "chain";
     case Collective::kReduce: return "binomial";

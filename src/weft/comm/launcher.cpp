@@ -1,6 +1,7 @@
 #include "weft/comm/launcher.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -40,6 +41,22 @@ int free_port() {
   int port = 0;
   Socket s = listen_tcp("127.0.0.1", 0, &port);
   return port;
+}
+
+// The cores this process may run on, in order (its affinity mask: a cpuset or taskset around
+// the launcher is respected).
+std::vector<int> allowed_cores() {
+  std::vector<int> cores;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int i = 0; i < CPU_SETSIZE; ++i)
+      if (CPU_ISSET(i, &set)) cores.push_back(i);
+  }
+  if (cores.empty()) {
+    for (long i = 0; i < ::sysconf(_SC_NPROCESSORS_ONLN); ++i) cores.push_back(static_cast<int>(i));
+  }
+  return cores;
 }
 
 std::string self_executable() {
@@ -91,10 +108,16 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       throw Error(std::string("cannot create pipes: ") + std::strerror(errno));
     }
     int rank = c.node_rank * c.nproc_per_node + l;
+    // Built before fork: the child only makes the system call.
+    cpu_set_t bind_set;
+    CPU_ZERO(&bind_set);
+    if (c.bind == "cores")
+      for (int core : cores_for_rank(allowed_cores(), l, c.nproc_per_node)) CPU_SET(core, &bind_set);
     pid_t pid = ::fork();
     if (pid < 0) throw Error(std::string("cannot start a worker: ") + std::strerror(errno));
     if (pid == 0) {
       ::setpgid(0, 0);
+      if (c.bind == "cores") ::sched_setaffinity(0, sizeof bind_set, &bind_set);
       ::dup2(out_pipe[1], 1);
       ::dup2(err_pipe[1], 2);
       auto set = [](const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); };
@@ -212,6 +235,15 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
 
 }  // namespace
 
+std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc) {
+  const int m = static_cast<int>(cores.size());
+  if (m == 0 || nproc < 1) return {};
+  if (nproc > m) return {cores[static_cast<std::size_t>(local % m)]};
+  std::vector<int> mine;
+  for (int i = local * m / nproc; i < (local + 1) * m / nproc; ++i) mine.push_back(cores[static_cast<std::size_t>(i)]);
+  return mine;
+}
+
 int launch(const LaunchConfig& c) {
   if (c.nproc_per_node < 1) throw ConfigError("--nproc-per-node must be at least 1");
   if (c.nnodes < 1) throw ConfigError("--nnodes must be at least 1");
@@ -223,6 +255,7 @@ int launch(const LaunchConfig& c) {
   }
   if (c.master_port < 0 || c.master_port > 65535) throw ConfigError("--master-port must be in 0..65535");
   if (c.max_restarts < 0) throw ConfigError("--max-restarts must be >= 0");
+  if (c.bind != "cores" && c.bind != "none") throw ConfigError("--bind '" + c.bind + "' is not cores or none");
   if (c.command.empty()) throw ConfigError("no command to launch (weft launch [options] -- command ...)");
 
   std::string token;
@@ -238,8 +271,7 @@ int launch(const LaunchConfig& c) {
   if (auto t = env_positive_int("WEFT_NUM_THREADS")) {
     threads = *t;
   } else {
-    long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-    threads = std::max(1, static_cast<int>(cores) / c.nproc_per_node);
+    threads = std::max(1, static_cast<int>(allowed_cores().size()) / c.nproc_per_node);
   }
   struct sigaction sa {};
   sa.sa_handler = on_signal;

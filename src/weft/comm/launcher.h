@@ -3,7 +3,8 @@
 // Sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
 // MASTER_PORT, WEFT_JOB_TOKEN (generated when absent on a single node),
 // WEFT_NUM_THREADS (the cores divided among local ranks, unless set) and
-// WEFT_RESTART_COUNT (0, then 1, 2, ... after restarts); prefixes each line a
+// WEFT_RESTART_COUNT (0, then 1, 2, ... after restarts); binds each local rank to its share
+// of the launcher's cores (--bind cores, the default; --bind none leaves them free); prefixes each line a
 // rank prints with "[rank] "; forwards SIGINT and SIGTERM; when a worker fails, stops the
 // others and either restarts all of them (--max-restarts) or returns the first failing
 // exit code (128 + signal for a signal).
@@ -30,9 +31,15 @@ struct LaunchConfig {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: a free port on a single node, 29500 across nodes
   int max_restarts = 0;
+  std::string bind = "cores";  // cores: each local rank on its share of the cores; none
   double grace_s = 5.0;  // between SIGTERM and SIGKILL when stopping workers
   std::vector<std::string> command;
 };
+
+// The cores local rank `local` of `nproc` is bound to, out of `cores` (the launcher's own,
+// in order): a contiguous block of cores/nproc when there are enough, else core local % cores
+// (ranks that share a core alternate, as mpirun --map-by core places them).
+std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc);
 
 // Validates (throws ConfigError), runs, and returns the exit code for the launcher.
 int launch(const LaunchConfig& config);
