@@ -111,6 +111,32 @@ TEST(Conv, Col2imIsTheAdjointOfIm2col) {
   EXPECT_NEAR(lhs, rhs, 1e-10);
 }
 
+TEST(Conv, Col2imOfSameConvolutionsMatchesTheDefinition) {
+  // Stride 1 with the output as large as the input ("same": k = 1, 3, 5 with pad (k-1)/2)
+  // takes a vectorized path; odd sizes put the masked columns at every edge. Sums taken in
+  // the same (i, j) order as the definition are exactly equal.
+  Rng r(9);
+  for (std::int64_t k : {1, 3, 5}) {
+    const std::int64_t pad = (k - 1) / 2, N = 2, C = 3, H = 5, W = 7;
+    Shape xs{N, C, H, W};
+    Tensor c = randn({C * k * k, N * H * W}, r, 0, 1, DType::F32);
+    Tensor want = Tensor::zeros(xs, DType::F32);
+    const float* pc = c.data<float>();
+    float* pw = want.data<float>();
+    for (std::int64_t n = 0; n < N; ++n)
+      for (std::int64_t ch = 0; ch < C; ++ch)
+        for (std::int64_t i = 0; i < k; ++i)
+          for (std::int64_t j = 0; j < k; ++j)
+            for (std::int64_t oh = 0; oh < H; ++oh)
+              for (std::int64_t ow = 0; ow < W; ++ow) {
+                const std::int64_t ih = oh - pad + i, iw = ow - pad + j;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                pw[((n * C + ch) * H + ih) * W + iw] += pc[((ch * k + i) * k + j) * N * H * W + n * H * W + oh * W + ow];
+              }
+    EXPECT_EQ(ops::max_abs_diff(ops::col2im(c, xs, k, k, 1, pad), want), 0.0) << "k " << k;
+  }
+}
+
 TEST(Pool, MaxPoolForwardAndBackward) {
   Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 5, 3,   //
                                                     4, 0, 1, 1,   //

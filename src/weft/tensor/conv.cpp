@@ -1,7 +1,9 @@
 #include "weft/tensor/conv.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
@@ -64,49 +66,87 @@ Tensor im2col(const Tensor& x_in, std::int64_t kh, std::int64_t kw, std::int64_t
   return col;
 }
 
-Tensor col2im(const Tensor& col_in, const Shape& x_shape, std::int64_t kh, std::int64_t kw,
-              std::int64_t stride, std::int64_t pad) {
-  Tensor col = col_in.contiguous();
-  const std::int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+namespace {
+// Sums the columns of samples [0, n) of `pc` (rows of length ld, sample s at column s * P)
+// into the zeroed images at px ([n, C, H, W]): one task per input plane, its contributions
+// summed in a fixed order.
+template <typename T>
+void col2im_into(const T* pc, std::int64_t ld, T* px, std::int64_t n, std::int64_t C, std::int64_t H,
+                 std::int64_t W, std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t pad) {
   const std::int64_t OH = conv_output_size(H, kh, stride, pad), OW = conv_output_size(W, kw, stride, pad);
   const std::int64_t P = OH * OW;
-  WEFT_CHECK(col.size(0) == C * kh * kw && col.size(1) == N * P, "col2im: column shape");
-  Tensor x = Tensor::zeros(x_shape, col.dtype());
-  dispatch(col.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    const T* pc = col.data<T>();
-    T* px = x.data<T>();
-    // One task per input plane (n, c): all its contributions are summed in a fixed order.
-    parallel_for(N * C, 4, [&](std::int64_t b, std::int64_t e) {
+  if (stride == 1 && OH == H && OW == W) {
+    // A "same" convolution: row (c, i, j) of a sample's columns is its plane shifted by
+    // (i - pad, j - pad), so it adds in one contiguous run over the rows that stay inside;
+    // mask[j] zeroes the columns that would wrap around a side. Same sums in the same order
+    // as the general loop below (a masked term adds an exact zero), but vectorized.
+    std::vector<T> mask(static_cast<std::size_t>(kw * P));
+    for (std::int64_t j = 0; j < kw; ++j)
+      for (std::int64_t q = 0; q < P; ++q) {
+        const std::int64_t iw = q % OW - pad + j;
+        mask[static_cast<std::size_t>(j * P + q)] = iw >= 0 && iw < W ? T(1) : T(0);
+      }
+    parallel_for(n * C, 4, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t task = b; task < e; ++task) {
-        std::int64_t n = task / C, c = task % C;
-        T* plane = px + (n * C + c) * H * W;
+        const std::int64_t s = task / C, c = task % C;
+        T* plane = px + (s * C + c) * P;
         for (std::int64_t i = 0; i < kh; ++i) {
+          const std::int64_t oh0 = std::max<std::int64_t>(0, pad - i), oh1 = std::min<std::int64_t>(OH, H + pad - i);
           for (std::int64_t j = 0; j < kw; ++j) {
-            std::int64_t r = (c * kh + i) * kw + j;
-            const T* srow = pc + r * N * P + n * P;
-            for (std::int64_t oh = 0; oh < OH; ++oh) {
-              std::int64_t ih = oh * stride - pad + i;
-              if (ih < 0 || ih >= H) continue;
-              T* drow = plane + ih * W;
-              const T* s = srow + oh * OW;
-              if (stride == 1) {
-                // iw = ow - pad + j: one contiguous run of valid columns.
-                std::int64_t lo = std::max<std::int64_t>(0, pad - j);
-                std::int64_t hi = std::min<std::int64_t>(OW, W + pad - j);
-                T* d = drow - pad + j;
-                for (std::int64_t ow = lo; ow < hi; ++ow) d[ow] += s[ow];
-              } else {
-                for (std::int64_t ow = 0; ow < OW; ++ow) {
-                  std::int64_t iw = ow * stride - pad + j;
-                  if (iw >= 0 && iw < W) drow[iw] += s[ow];
-                }
+            const T* src = pc + ((c * kh + i) * kw + j) * ld + s * P;
+            const T* m = mask.data() + j * P;
+            const std::int64_t shift = (i - pad) * W + (j - pad);  // plane index = q + shift
+            // The first and last terms may fall just outside the plane; they are masked.
+            const std::int64_t lo = std::max(oh0 * OW, -shift), hi = std::min(oh1 * OW, P - shift);
+            for (std::int64_t q = lo; q < hi; ++q) plane[q + shift] += src[q] * m[q];
+          }
+        }
+      }
+    });
+    return;
+  }
+  parallel_for(n * C, 4, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t task = b; task < e; ++task) {
+      const std::int64_t s = task / C, c = task % C;
+      T* plane = px + (s * C + c) * H * W;
+      for (std::int64_t i = 0; i < kh; ++i) {
+        for (std::int64_t j = 0; j < kw; ++j) {
+          const T* srow = pc + ((c * kh + i) * kw + j) * ld + s * P;
+          for (std::int64_t oh = 0; oh < OH; ++oh) {
+            const std::int64_t ih = oh * stride - pad + i;
+            if (ih < 0 || ih >= H) continue;
+            T* drow = plane + ih * W;
+            const T* src = srow + oh * OW;
+            if (stride == 1) {
+              // iw = ow - pad + j: one contiguous run of valid columns.
+              const std::int64_t lo = std::max<std::int64_t>(0, pad - j);
+              const std::int64_t hi = std::min<std::int64_t>(OW, W + pad - j);
+              T* d = drow - pad + j;
+              for (std::int64_t ow = lo; ow < hi; ++ow) d[ow] += src[ow];
+            } else {
+              for (std::int64_t ow = 0; ow < OW; ++ow) {
+                const std::int64_t iw = ow * stride - pad + j;
+                if (iw >= 0 && iw < W) drow[iw] += src[ow];
               }
             }
           }
         }
       }
-    });
+    }
+  });
+}
+}  // namespace
+
+Tensor col2im(const Tensor& col_in, const Shape& x_shape, std::int64_t kh, std::int64_t kw,
+              std::int64_t stride, std::int64_t pad) {
+  Tensor col = col_in.contiguous();
+  const std::int64_t N = x_shape[0], C = x_shape[1], H = x_shape[2], W = x_shape[3];
+  const std::int64_t P = conv_output_size(H, kh, stride, pad) * conv_output_size(W, kw, stride, pad);
+  WEFT_CHECK(col.size(0) == C * kh * kw && col.size(1) == N * P, "col2im: column shape");
+  Tensor x = Tensor::zeros(x_shape, col.dtype());
+  dispatch(col.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    col2im_into(col.data<T>(), N * P, x.data<T>(), N, C, H, W, kh, kw, stride, pad);
   });
   return x;
 }
@@ -163,15 +203,25 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Shape& x_shape, con
     T* pt = g.data<T>();
     parallel_for(Cout, 1, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t co = b; co < e; ++co) {
-        T acc = 0;
+        // The bias gradient in 16 interleaved partial sums (one running sum would be a chain
+        // of dependent additions), added up at the end: a fixed order, so deterministic.
+        constexpr std::int64_t kLanes = 16;
+        T lanes[kLanes] = {};
         for (std::int64_t n = 0; n < N; ++n) {
           const T* s = pg + (n * Cout + co) * P;
           T* d = pt + co * N * P + n * P;
           std::memcpy(d, s, sizeof(T) * P);
-          if (need_db)
-            for (std::int64_t p = 0; p < P; ++p) acc += s[p];
+          if (!need_db) continue;
+          std::int64_t p = 0;
+          for (; p + kLanes <= P; p += kLanes)
+            for (std::int64_t l = 0; l < kLanes; ++l) lanes[l] += s[p + l];
+          for (; p < P; ++p) lanes[p % kLanes] += s[p];
         }
-        if (need_db) r.db.data<T>()[co] = acc;
+        if (need_db) {
+          T acc = 0;
+          for (T v : lanes) acc += v;
+          r.db.data<T>()[co] = acc;
+        }
       }
     });
   });
