@@ -165,9 +165,8 @@ Program allreduce_rabenseifner(int rank, int world, std::int64_t n, const Option
   p.algorithm = "rabenseifner";
   Folding f(world);
   Chunk all{Buf::kData, 0, n};
-  p.need_scratch(n);
   const int log_p = ceil_log2(f.p);
-  const size_t final_step = (f.rem > 0 ? 1 : 0) + 3 * static_cast<size_t>(log_p);
+  const size_t final_step = (f.rem > 0 ? 1 : 0) + 2 * static_cast<size_t>(log_p);
   if (f.folded_away(rank)) {
     p.send(0, rank + 1, all);
     p.recv(final_step, rank + 1, all);

@@ -138,9 +138,8 @@ Program reduce_scatter_recursive_halving(int rank, int world, std::int64_t n, co
   p.algorithm = "recursive_halving";
   Folding f(world);
   Chunk all{Buf::kData, 0, n};
-  p.need_scratch(n);
   auto region = [&](int vlo, int vhi) { return f.real_blocks(n, vlo, vhi); };
-  const size_t last = (f.rem > 0 ? 1 : 0) + 2 * static_cast<size_t>(ceil_log2(f.p));
+  const size_t last = (f.rem > 0 ? 1 : 0) + static_cast<size_t>(ceil_log2(f.p));
   if (f.folded_away(rank)) {
     p.send(0, rank + 1, all);
     p.recv(last, rank + 1, block(n, world, rank));

@@ -45,7 +45,6 @@ int ceil_log2(int n) {
 
 std::size_t halving_reduce_scatter(Program& p, std::size_t s, const Folding& f, int v,
                                    const std::function<Chunk(int, int)>& region) {
-  auto in_scratch = [](Chunk c) { return Chunk{Buf::kScratch, c.offset, c.count}; };
   int lo = 0, hi = f.p;
   for (int mask = f.p / 2; mask >= 1; mask /= 2) {
     int mid = (lo + hi) / 2;
@@ -53,9 +52,8 @@ std::size_t halving_reduce_scatter(Program& p, std::size_t s, const Folding& f, 
     Chunk give = (v & mask) ? region(lo, mid) : region(mid, hi);
     int peer = f.real_rank(v ^ mask);
     p.send(s, peer, give);
-    p.recv(s, peer, in_scratch(keep));
-    p.reduce(s + 1, in_scratch(keep), keep);
-    s += 2;
+    p.recv_reduce(s, peer, keep);  // disjoint from what is sent: reduced as it arrives
+    s += 1;
     if (v & mask) lo = mid; else hi = mid;
   }
   return s;

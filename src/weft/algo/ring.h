@@ -44,9 +44,9 @@ std::vector<int> all_ranks(int world);
 int ceil_log2(int n);
 
 // Recursive-halving reduce-scatter among the participating ranks of `f`: `region(lo, hi)`
-// is the chunk of virtual blocks [lo, hi). Each round sends the half the partner keeps,
-// receives the half this rank keeps into scratch (at the same offsets), and reduces it in
-// the next step. Afterwards virtual rank v holds block v reduced. Returns the next step.
+// is the chunk of virtual blocks [lo, hi). Each round sends the half the partner keeps and
+// reduces the partner's half of what this rank keeps into it as it arrives (one step per
+// round). Afterwards virtual rank v holds block v reduced. Returns the next step.
 std::size_t halving_reduce_scatter(Program& p, std::size_t first_step, const Folding& f, int v,
                                    const std::function<Chunk(int, int)>& region);
 
