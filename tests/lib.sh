@@ -1,7 +1,43 @@
 # Helpers the test scripts share (sourced).
 
+# new_work_dir: sets $work to a fresh folder, removed when the script exits.
+new_work_dir() {
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+}
+
 # json_field NAME: the last value of "NAME": in the JSON summaries read from standard input.
 json_field() { grep -o "\"$1\":[-0-9.e+]*" | tail -n 1 | cut -d: -f2; }
 
+# rank0_field NAME: json_field of rank 0's summary in weft launch's output (standard input).
+rank0_field() { grep '^\[0\] {' | json_field "$1"; }
+
 # close_to A B REL: succeeds when |A - B| <= REL * |B|.
 close_to() { awk -v a="$1" -v b="$2" -v r="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; if (b < 0) b = -b; exit !(d <= r * b) }'; }
+
+# expect_same_run LABEL REF.safetensors RUN.safetensors REF_LOSS LOSS: prints LABEL and how far
+# RUN's parameters are from REF's ($compare, the checkpoint comparer, fails the script beyond
+# a relative 1e-5), and fails the script unless the losses agree within a relative 1e-5.
+expect_same_run() {
+  local label=$1 ref=$2 run=$3 ref_loss=$4 loss=$5
+  printf '%s: ' "$label"
+  "$compare" "$ref" "$run" 1e-5 | tail -n 1
+  close_to "$loss" "$ref_loss" 1e-5 || { echo "FAIL: loss $loss vs $ref_loss ($label)"; exit 1; }
+}
+
+# expect_bitwise_resume DIR LABEL COMMAND...: COMMAND (a training run of 20 steps) checkpoints
+# every 10 steps into DIR; with its step-20 checkpoint removed, as if it had died after step
+# 10, COMMAND --resume must continue from step 10 and save the very same parameters.
+# Leaves DIR/step-000000010 and the model DIR-full.safetensors.
+expect_bitwise_resume() {
+  local dir=$1 label=$2
+  shift 2
+  rm -rf "$dir"
+  "$@" --checkpoint-dir "$dir" --checkpoint-every 10 --save-model "$dir-full.safetensors" >/dev/null
+  rm -rf "$dir/step-000000020"
+  local out
+  out=$("$@" --checkpoint-dir "$dir" --resume --save-model "$dir-resumed.safetensors")
+  grep -q '"resumed_from":10' <<<"$out" || { echo "FAIL: did not resume at step 10 ($label)"; exit 1; }
+  cmp -s "$dir-full.safetensors" "$dir-resumed.safetensors" || { echo "FAIL: the resumed run differs ($label)"; exit 1; }
+  echo "$label: resumed at step 10, bitwise equal to the uninterrupted run"
+}

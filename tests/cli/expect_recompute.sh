@@ -5,8 +5,7 @@
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_work_dir
 args=(train --model gpt --layers 4 --d-model 64 --heads 4 --context 64 --batch 8 --max-steps 5 --eval-every 5
       --eval-batches 1 --sample 0 --quiet --seed 3 --threads 1)
 plain=$("$weft" "${args[@]}" --save-model "$work/a.safetensors" | tail -n 1)

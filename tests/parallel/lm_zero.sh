@@ -9,8 +9,7 @@ set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_work_dir
 args=(train --model gpt --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 20 --eval-every 20
       --eval-batches 1 --sample 0 --quiet --seed 3 --optimizer sgd --lr 0.05 --dp 2)
 run() { "$weft" launch --nproc-per-node 2 -- weft "${args[@]}" "$@"; }  # 2 layers unless given
@@ -19,10 +18,7 @@ ddp=$(run --layers 2 --save-model "$work/dp.safetensors" | loss)
 for z in 1 2 3; do
   out=$(run --layers 2 --zero $z --save-model "$work/z.safetensors")
   echo "$out" | grep "ZeRO stage" | sed 's/^\[0\] //'
-  "$compare" "$work/dp.safetensors" "$work/z.safetensors" 1e-5 | tail -n 1
-  a=$(echo "$out" | loss)
-  close_to "$a" "$ddp" 1e-5 ||
-    { echo "FAIL: loss $a vs $ddp (stage $z)"; exit 1; }
+  expect_same_run "stage $z" "$work/dp.safetensors" "$work/z.safetensors" "$ddp" "$(loss <<<"$out")"
 done
 # ZeRO-3 layer by layer: 4 blocks, with and without recomputation; the same parameters as
 # data parallelism, and at most about one block's parameters whole at a time.
@@ -31,25 +27,13 @@ for extra in "" "--recompute"; do
   ref=$(run --layers 4 $extra --save-model "$work/dp4.safetensors" | loss)
   # shellcheck disable=SC2086
   out=$(run --layers 4 $extra --zero 3 --save-model "$work/z4.safetensors")
-  "$compare" "$work/dp4.safetensors" "$work/z4.safetensors" 1e-5 | tail -n 1
-  a=$(echo "$out" | loss)
-  close_to "$a" "$ref" 1e-5 ||
-    { echo "FAIL: loss $a vs $ref (stage 3, 4 layers $extra)"; exit 1; }
+  expect_same_run "stage 3, 4 layers $extra" "$work/dp4.safetensors" "$work/z4.safetensors" "$ref" "$(loss <<<"$out")"
   shard=$(echo "$out" | grep -o '"zero_memory":{[^}]*}' | grep -o '"parameters":[0-9]*' | cut -d: -f2)
   step=$(echo "$out" | json_field step_parameters)
   echo "ZeRO 3, 4 layers $extra: full parameters during a step $step bytes of $((2 * shard))"
   [ "$step" -lt $((2 * shard * 2 / 5)) ] || { echo "FAIL: more than 40% of the parameters gathered at once"; exit 1; }
 done
-run --layers 2 --zero 2 --checkpoint-dir "$work/ck" --checkpoint-every 10 --save-model "$work/full.safetensors" >/dev/null
-rm -rf "$work/ck/step-000000020"
-run --layers 2 --zero 2 --checkpoint-dir "$work/ck" --resume --save-model "$work/resumed.safetensors" | grep -q '"resumed_from":10'
-cmp -s "$work/full.safetensors" "$work/resumed.safetensors" || { echo "FAIL: the resumed ZeRO run differs"; exit 1; }
-echo "ZeRO 2: resumed at step 10, bitwise equal"
+expect_bitwise_resume "$work/ck" "ZeRO 2" run --layers 2 --zero 2
 # Stage 3 by layers: its shards hold pieces of every layer; the checkpoint still resumes bitwise.
-run --layers 4 --zero 3 --checkpoint-dir "$work/ck3" --checkpoint-every 10 --save-model "$work/full3.safetensors" >/dev/null
-rm -rf "$work/ck3/step-000000020"
-run --layers 4 --zero 3 --checkpoint-dir "$work/ck3" --resume --save-model "$work/resumed3.safetensors" |
-  grep -q '"resumed_from":10'
-cmp -s "$work/full3.safetensors" "$work/resumed3.safetensors" || { echo "FAIL: the resumed ZeRO-3 run differs"; exit 1; }
-echo "ZeRO 3 by layers: resumed at step 10, bitwise equal"
+expect_bitwise_resume "$work/ck3" "ZeRO 3 by layers" run --layers 4 --zero 3
 echo ok

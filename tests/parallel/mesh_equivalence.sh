@@ -9,22 +9,15 @@ set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_work_dir
 common=(train --model gpt --layers 4 --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 20 --eval-every 20
         --eval-batches 1 --sample 0 --seed 3 --optimizer sgd --lr 0.05 --quiet --threads 1)
-loss() { json_field train_loss; }
-"$weft" "${common[@]}" --save-model "$work/one.safetensors" >"$work/one.txt"
+one=$("$weft" "${common[@]}" --save-model "$work/one.safetensors" | json_field train_loss)
 run() {  # ranks label flags...
   local n=$1 label=$2
   shift 2
   out=$("$weft" launch --nproc-per-node "$n" -- weft "${common[@]}" "$@" --save-model "$work/mesh.safetensors")
-  printf '%s: ' "$label"
-  "$compare" "$work/one.safetensors" "$work/mesh.safetensors" 1e-5 | tail -n 1
-  a=$(echo "$out" | grep '^\[0\] {' | loss)
-  b=$(loss <"$work/one.txt")
-  close_to "$a" "$b" 1e-5 ||
-    { echo "FAIL: train loss $a vs $b ($label)"; exit 1; }
+  expect_same_run "$label" "$work/one.safetensors" "$work/mesh.safetensors" "$one" "$(rank0_field train_loss <<<"$out")"
 }
 run 2 "data parallel 2" --dp 2
 run 8 "mesh dp 2 x pp 2 x tp 2" --dp 2 --pp 2 --tp 2 --micro-batches 2

@@ -12,11 +12,9 @@ set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_work_dir
 common=(train --model gpt --layers 8 --d-model 32 --heads 2 --context 16 --batch 8 --max-steps 20 --eval-every 20
         --eval-batches 1 --sample 0 --seed 11 --optimizer sgd --lr 0.05 --quiet --threads 1)
-loss() { json_field train_loss; }
 
 "$weft" "${common[@]}" --save-model "$work/one.safetensors" >"$work/one.txt"
 "$weft" "${common[@]}" --micro-batches 4 --schedule seed --save-model "$work/one-seed.safetensors" >"$work/one-seed.txt"
@@ -27,11 +25,8 @@ for stages in 2 4; do
     out=$("$weft" launch --nproc-per-node "$stages" -- weft "${common[@]}" --pp "$stages" --micro-batches 4 \
             --schedule "$schedule" --save-model "$work/pp.safetensors")
     echo "$out" | grep -E "pipeline( bubble)?:" | sed 's/^\[0\] //'
-    printf '%s, %s stages: ' "$schedule" "$stages"
-    "$compare" "$work/$ref.safetensors" "$work/pp.safetensors" 1e-5 | tail -n 1
-    a=$(echo "$out" | grep '^\[0\] {' | loss)
-    b=$(loss <"$work/$ref.txt")
-    close_to "$a" "$b" 1e-5 || { echo "FAIL: train loss $a vs $b ($schedule, $stages stages)"; exit 1; }
+    expect_same_run "$schedule, $stages stages" "$work/$ref.safetensors" "$work/pp.safetensors" \
+      "$(json_field train_loss <"$work/$ref.txt")" "$(rank0_field train_loss <<<"$out")"
   done
 done
 

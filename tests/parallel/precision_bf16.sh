@@ -8,8 +8,7 @@ set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_work_dir
 args=(train --model gpt --layers 2 --d-model 64 --heads 4 --context 32 --batch 8 --max-steps 10 --eval-every 10
       --eval-batches 2 --sample 0 --quiet --seed 3 --threads 1 --optimizer sgd --lr 0.05)
 loss() { json_field val_loss; }

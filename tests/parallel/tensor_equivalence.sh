@@ -11,22 +11,16 @@ set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_work_dir
 common=(train --model gpt --layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 20 --eval-every 20
         --eval-batches 1 --sample 0 --seed 3 --optimizer sgd --lr 0.05 --quiet --threads 1)
-loss() { json_field train_loss; }
-"$weft" "${common[@]}" --save-model "$work/one.safetensors" >"$work/one.txt"
+one=$("$weft" "${common[@]}" --save-model "$work/one.safetensors" | json_field train_loss)
 for tp in 2 4; do
   for attention in megatron seed; do
     out=$("$weft" launch --nproc-per-node "$tp" -- weft "${common[@]}" --tp "$tp" --tp-attention "$attention" \
             --save-model "$work/tp.safetensors")
-    printf 'tp %s, %s attention: ' "$tp" "$attention"
-    "$compare" "$work/one.safetensors" "$work/tp.safetensors" 1e-5 | tail -n 1
-    a=$(echo "$out" | grep '^\[0\] {' | loss)
-    b=$(loss <"$work/one.txt")
-    close_to "$a" "$b" 1e-5 ||
-      { echo "FAIL: train loss $a vs $b (tp $tp, $attention)"; exit 1; }
+    expect_same_run "tp $tp, $attention attention" "$work/one.safetensors" "$work/tp.safetensors" "$one" \
+      "$(rank0_field train_loss <<<"$out")"
   done
 done
 

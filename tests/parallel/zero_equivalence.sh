@@ -8,9 +8,8 @@ set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-loss() { echo "$1" | grep '^\[0\] {' | json_field train_loss; }
+new_work_dir
+loss() { rank0_field train_loss <<<"$1"; }
 for opt in sgd adamw; do
   lr=$([ "$opt" = sgd ] && echo 0.01 || echo 0.001)
   common=(train --model mlp --batch 48 --max-steps 20 --limit-train 2400 --limit-test 200 --seed 5 --optimizer "$opt"

@@ -10,8 +10,7 @@ set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
 compare=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_work_dir
 args=(train --model gpt --layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 20 --eval-every 20
       --eval-batches 1 --sample 0 --quiet --seed 3 --threads 1 --optimizer sgd --lr 0.05 --clip-grad 0.05)
 loss() { json_field train_loss; }
@@ -23,10 +22,7 @@ check() {  # ranks layout zero-stages...
   for z in "$@"; do
     # shellcheck disable=SC2086
     out=$("$weft" launch --nproc-per-node "$n" -- weft "${args[@]}" $layout --zero "$z" --save-model "$work/z.safetensors")
-    echo "$layout --zero $z: $("$compare" "$work/ref.safetensors" "$work/z.safetensors" 1e-5 | tail -n 1)"
-    a=$(echo "$out" | loss)
-    close_to "$a" "$ref" 1e-5 ||
-      { echo "FAIL: loss $a vs $ref ($layout --zero $z)"; exit 1; }
+    expect_same_run "$layout --zero $z" "$work/ref.safetensors" "$work/z.safetensors" "$ref" "$(loss <<<"$out")"
   done
 }
 check 4 "--dp 2 --tp 2" 1 3
@@ -34,14 +30,8 @@ check 4 "--dp 2 --pp 2 --micro-batches 2" 1 3
 check 8 "--dp 2 --pp 2 --tp 2 --micro-batches 2" 2
 
 pp=(--dp 2 --pp 2 --micro-batches 2 --zero 3)
-"$weft" launch --nproc-per-node 4 -- weft "${args[@]}" "${pp[@]}" --checkpoint-dir "$work/ck" --checkpoint-every 10 \
-  --save-model "$work/full.safetensors" >/dev/null
-rm -rf "$work/ck/step-000000020"
-"$weft" launch --nproc-per-node 4 -- weft "${args[@]}" "${pp[@]}" --checkpoint-dir "$work/ck" --resume \
-  --save-model "$work/resumed.safetensors" | grep -q '"resumed_from":10'
-cmp -s "$work/full.safetensors" "$work/resumed.safetensors" || { echo "FAIL: the resumed ZeRO pipeline differs"; exit 1; }
-echo "${pp[*]}: resumed at step 10, bitwise equal"
+expect_bitwise_resume "$work/ck" "${pp[*]}" "$weft" launch --nproc-per-node 4 -- weft "${args[@]}" "${pp[@]}"
 rm -rf "$work/ck/step-000000020"
 "$weft" "${args[@]}" --checkpoint-dir "$work/ck" --resume --save-model "$work/one.safetensors" | grep -q '"resumed_from":10'
-echo "the same checkpoint resumed in one process: $("$compare" "$work/full.safetensors" "$work/one.safetensors" 1e-5 | tail -n 1)"
+echo "the same checkpoint resumed in one process: $("$compare" "$work/ck-full.safetensors" "$work/one.safetensors" 1e-5 | tail -n 1)"
 echo ok

@@ -59,6 +59,18 @@ std::vector<int> allowed_cores() {
   return cores;
 }
 
+// The cores local rank `local` of `nproc` is bound to, out of `cores` (the launcher's own,
+// in order): a contiguous block of cores/nproc when there are enough, else core local % cores
+// (ranks that share a core alternate, as mpirun --map-by core places them).
+std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc) {
+  const int m = static_cast<int>(cores.size());
+  if (m == 0 || nproc < 1) return {};
+  if (nproc > m) return {cores[static_cast<std::size_t>(local % m)]};
+  std::vector<int> mine;
+  for (int i = local * m / nproc; i < (local + 1) * m / nproc; ++i) mine.push_back(cores[static_cast<std::size_t>(i)]);
+  return mine;
+}
+
 std::string self_executable() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -100,6 +112,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
                 int* failed_rank) {
   const int world = c.nproc_per_node * c.nnodes;
   std::vector<Worker> workers(static_cast<size_t>(c.nproc_per_node));
+  const std::vector<int> cores = allowed_cores();  // the launcher's own, shared out below
   std::vector<std::string> argv_s = c.command;
   if (argv_s[0] == "weft") argv_s[0] = self_executable();
   for (int l = 0; l < c.nproc_per_node; ++l) {
@@ -112,7 +125,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
     cpu_set_t bind_set;
     CPU_ZERO(&bind_set);
     if (c.bind == "cores")
-      for (int core : cores_for_rank(allowed_cores(), l, c.nproc_per_node)) CPU_SET(core, &bind_set);
+      for (int core : cores_for_rank(cores, l, c.nproc_per_node)) CPU_SET(core, &bind_set);
     pid_t pid = ::fork();
     if (pid < 0) throw Error(std::string("cannot start a worker: ") + std::strerror(errno));
     if (pid == 0) {
@@ -234,15 +247,6 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
 }
 
 }  // namespace
-
-std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc) {
-  const int m = static_cast<int>(cores.size());
-  if (m == 0 || nproc < 1) return {};
-  if (nproc > m) return {cores[static_cast<std::size_t>(local % m)]};
-  std::vector<int> mine;
-  for (int i = local * m / nproc; i < (local + 1) * m / nproc; ++i) mine.push_back(cores[static_cast<std::size_t>(i)]);
-  return mine;
-}
 
 int launch(const LaunchConfig& c) {
   if (c.nproc_per_node < 1) throw ConfigError("--nproc-per-node must be at least 1");

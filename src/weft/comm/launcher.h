@@ -36,11 +36,6 @@ struct LaunchConfig {
   std::vector<std::string> command;
 };
 
-// The cores local rank `local` of `nproc` is bound to, out of `cores` (the launcher's own,
-// in order): a contiguous block of cores/nproc when there are enough, else core local % cores
-// (ranks that share a core alternate, as mpirun --map-by core places them).
-std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc);
-
 // Validates (throws ConfigError), runs, and returns the exit code for the launcher.
 int launch(const LaunchConfig& config);
 

@@ -67,14 +67,13 @@ Tensor im2col(const Tensor& x_in, std::int64_t kh, std::int64_t kw, std::int64_t
 }
 
 namespace {
-// Sums the columns of samples [0, n) of `pc` (rows of length ld, sample s at column s * P)
-// into the zeroed images at px ([n, C, H, W]): one task per input plane, its contributions
-// summed in a fixed order.
+// Sums the columns pc ([C·kh·kw, n·P], sample s at column s·P) into the zeroed images px
+// ([n, C, H, W]): one task per input plane, its contributions summed in a fixed order.
 template <typename T>
-void col2im_into(const T* pc, std::int64_t ld, T* px, std::int64_t n, std::int64_t C, std::int64_t H,
-                 std::int64_t W, std::int64_t kh, std::int64_t kw, std::int64_t stride, std::int64_t pad) {
+void col2im_into(const T* pc, T* px, std::int64_t n, std::int64_t C, std::int64_t H, std::int64_t W, std::int64_t kh,
+                 std::int64_t kw, std::int64_t stride, std::int64_t pad) {
   const std::int64_t OH = conv_output_size(H, kh, stride, pad), OW = conv_output_size(W, kw, stride, pad);
-  const std::int64_t P = OH * OW;
+  const std::int64_t P = OH * OW, ld = n * P;
   if (stride == 1 && OH == H && OW == W) {
     // A "same" convolution: row (c, i, j) of a sample's columns is its plane shifted by
     // (i - pad, j - pad), so it adds in one contiguous run over the rows that stay inside;
@@ -146,7 +145,7 @@ Tensor col2im(const Tensor& col_in, const Shape& x_shape, std::int64_t kh, std::
   Tensor x = Tensor::zeros(x_shape, col.dtype());
   dispatch(col.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    col2im_into(col.data<T>(), N * P, x.data<T>(), N, C, H, W, kh, kw, stride, pad);
+    col2im_into(col.data<T>(), x.data<T>(), N, C, H, W, kh, kw, stride, pad);
   });
   return x;
 }
