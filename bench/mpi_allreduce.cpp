@@ -1,6 +1,7 @@
 // The reference side of bench/allreduce_vs_mpi: MPI_Allreduce (float, sum) over sizes
 // stepping x2, timed like weft comm-bench (barrier, one operation, median over the
-// repeats of the slowest rank). Prints one JSON object per size on rank 0.
+// repeats of the slowest rank; the input filled once per size). Prints one JSON object per
+// size on rank 0.
 #include <mpi.h>
 
 #include <algorithm>
@@ -21,8 +22,8 @@ int main(int argc, char** argv) {
     long long count = bytes / 4;
     std::vector<float> in(count), out(count);
     std::vector<double> times;
+    for (long long i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * 3 + i % 7);
     for (int it = 0; it < warmup + iters; ++it) {
-      for (long long i = 0; i < count; ++i) in[i] = static_cast<float>((rank + 1) * 3 + i % 7);
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
       MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);

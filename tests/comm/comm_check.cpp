@@ -219,6 +219,26 @@ void check_reproducible_and_async(Communicator& comm) {
   }
 }
 
+// An operation runs on the thread that waits for it, or on the communicator's thread once
+// started; one that is neither waited for nor started does not run.
+void check_start(Communicator& comm) {
+  const int w = comm.size();
+  const std::int64_t n = 1 << 16;
+  const auto never = std::chrono::steady_clock::time_point{};
+  std::vector<float> x(n, static_cast<float>(comm.rank() + 1));
+  auto lazy = comm.allreduce(x.data(), n, DataType::kF32, ReduceOp::kSum);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  expect(lazy->finished_at() == never, "an operation neither waited for nor started has not run");
+  lazy->start();
+  // Nothing here calls into the communicator: only its own thread can finish the operation.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (lazy->finished_at() == never && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  expect(lazy->finished_at() != never, "a started operation finishes on the communicator's thread");
+  lazy->wait();
+  expect(x[0] == static_cast<float>(w * (w + 1) / 2) && x[n - 1] == x[0], "started all-reduce result");
+}
+
 void check_p2p_and_groups(Communicator& comm) {
   const int w = comm.size(), r = comm.rank();
   // A ring exchange: send right and receive from the left at once. 16 MiB: more than any
@@ -247,6 +267,7 @@ int run_collectives(bool fake_hosts) {
   auto comm = Communicator::init();
   check_collectives(*comm);
   check_reproducible_and_async(*comm);
+  check_start(*comm);
   check_p2p_and_groups(*comm);
   std::printf("rank %d of %d (%s): %d checks, %d failures\n", comm->rank(), comm->size(), comm->transport().c_str(),
               g_checks, g_failures);

@@ -171,9 +171,12 @@ int run_comm_bench(const BenchConfig& cfg) {
         case Collective::kBarrier: comm->barrier()->wait(); break;
       }
     };
+    // The inputs are filled once: no collective changes its input, and a broadcast leaves the
+    // root's buffer as it was. (Refilling between iterations would run into the timed part
+    // of ranks that finish later, when ranks share cores.)
+    fill();
     std::vector<double> times;
     for (int it = 0; it < cfg.warmup + cfg.iters; ++it) {
-      fill();
       comm->barrier()->wait();
       auto t0 = std::chrono::steady_clock::now();
       once();

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "weft/algo/registry.h"
@@ -34,7 +35,7 @@ void Work::finish(std::exception_ptr error) {
 }
 
 void Work::wait() {
-  if (owner_ && !done_.load(std::memory_order_acquire) && !owner_->run_inline(this) && p2p_) owner_->demand_p2p();
+  if (owner_ && !done_.load(std::memory_order_acquire)) owner_->drive(this);
   if (!done_.load(std::memory_order_acquire)) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return done_.load(); });
@@ -43,9 +44,13 @@ void Work::wait() {
   if (error_) std::rethrow_exception(error_);
 }
 
+void Work::start() {
+  if (owner_ && !done_.load(std::memory_order_acquire)) owner_->start(p2p_);
+}
+
 bool Work::test() {
   if (done_.load(std::memory_order_acquire)) return true;
-  if (owner_ && p2p_) owner_->demand_p2p();  // a polled point-to-point operation must progress
+  start();  // a polled operation must progress
   return done_.load(std::memory_order_acquire);
 }
 
@@ -98,6 +103,7 @@ struct GroupLinks {
   Doorbell* bell = nullptr;
   std::vector<std::string> host_of;  // host id per group rank
   int local_world = 0;               // ranks per host when hosts hold equal contiguous blocks, else 0
+  bool shares_core = false;          // this host's ranks outnumber the cores they may run on
   int tcp = 0, shm = 0;
 };
 
@@ -304,8 +310,10 @@ void Communicator::connect_group(const std::string& prefix) {
   // 1. Publish my endpoint, gather everyone's.
   int port = 0;
   Socket listener = listen_tcp(is_loopback(info_.master_addr) ? "127.0.0.1" : "0.0.0.0", 0, &port);
-  store_->set(key_base + "ep/" + std::to_string(me),
-              store_->local_address() + "|" + std::to_string(port) + "|" + my_host + "|" + std::to_string(::getpid()));
+  std::string my_cores;
+  for (int c : allowed_cores()) my_cores += (my_cores.empty() ? "" : ",") + std::to_string(c);
+  store_->set(key_base + "ep/" + std::to_string(me), store_->local_address() + "|" + std::to_string(port) + "|" +
+                                                         my_host + "|" + std::to_string(::getpid()) + "|" + my_cores);
   std::vector<std::string> keys;
   for (int g : members_) keys.push_back(key_base + "ep/" + std::to_string(g));
   auto missing = store_->wait_all(keys, timeout);
@@ -316,17 +324,30 @@ void Communicator::connect_group(const std::string& prefix) {
                         " did not join within " + std::to_string(static_cast<int>(timeout)) + " s",
                     "rendezvous", me, ranks.front(), timeout);
   }
-  std::vector<std::string> ip(n), host(n);
+  std::vector<std::string> ip(n), host(n), cores(n);
   std::vector<int> ports(n), pids(n);
   for (int i = 0; i < n; ++i) {
     auto parts = split(*store_->get(keys[i], timeout), '|');
-    if (parts.size() != 4) throw CommError("rendezvous: malformed endpoint of rank " + std::to_string(members_[i]));
+    if (parts.size() != 5) throw CommError("rendezvous: malformed endpoint of rank " + std::to_string(members_[i]));
     ip[i] = parts[0];
     ports[i] = std::stoi(parts[1]);
     host[i] = parts[2];
     pids[i] = std::stoi(parts[3]);
+    cores[i] = parts[4];
   }
   links_->host_of = host;
+  // More ranks on this host than cores they may run on? Then some share a core, and a
+  // waiting rank yields the core at once instead of spinning on it first.
+  {
+    std::set<std::string> used;
+    int on_host = 0;
+    for (int i = 0; i < n; ++i) {
+      if (host[i] != my_host) continue;
+      ++on_host;
+      for (const auto& c : split(cores[i], ',')) used.insert(c);
+    }
+    links_->shares_core = on_host > static_cast<int>(used.size());
+  }
 
   // Ranks per host, when every host holds the same number of consecutive ranks.
   {
@@ -448,12 +469,11 @@ WorkPtr Communicator::submit(std::shared_ptr<Task> task) {
   WorkPtr w = task->work;
   w->owner_ = this;
   w->p2p_ = task->kind != Task::kCollective;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(std::move(task));
-    queued_.fetch_add(1, std::memory_order_release);
-  }
-  cv_.notify_all();
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_.push_back(std::move(task));
+  // The worker is not woken here: most operations are waited for at once, and the waiting
+  // thread runs them itself. Waking a thread that finds nothing to do costs two context
+  // switches, the better part of a small all-reduce when ranks share cores.
   return w;
 }
 
@@ -461,16 +481,15 @@ std::vector<std::shared_ptr<Communicator::Task>> Communicator::take_batch() {
   // Called with mu_ held, the queue non-empty and nothing running.
   std::vector<std::shared_ptr<Task>> batch{queue_.front()};
   queue_.pop_front();
-  queued_.fetch_sub(1, std::memory_order_relaxed);
   // Point-to-point operations issued back to back run as one step.
   if (batch[0]->kind != Task::kCollective) {
     while (!queue_.empty() && queue_.front()->kind != Task::kCollective) {
       batch.push_back(queue_.front());
       queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     p2p_demanded_ = false;
   }
+  if (queue_.empty()) started_ = false;
   running_ = true;
   return batch;
 }
@@ -483,11 +502,14 @@ void Communicator::run_batch(std::vector<std::shared_ptr<Task>>& batch) {
     error = std::current_exception();
     healthy_ = false;
   }
+  bool wake_worker;
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
+    wake_worker = stop_ || (started_ && ready_locked());
   }
-  cv_.notify_all();
+  idle_cv_.notify_all();
+  if (wake_worker) cv_.notify_all();
   for (auto& t : batch) t->work->finish(error);
 }
 
@@ -501,27 +523,32 @@ bool Communicator::ready_locked() const {
   return false;
 }
 
-bool Communicator::run_inline(Work* work) {
-  std::vector<std::shared_ptr<Task>> batch;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (running_ || queue_.empty()) return false;
-    // The next batch: the front collective, or the run of point-to-point tasks at the front.
-    bool in_batch = false;
-    for (const auto& t : queue_) {
-      if (t->work.get() == work) in_batch = true;
-      if (t->kind == Task::kCollective || queue_.front()->kind == Task::kCollective) break;
+void Communicator::drive(Work* work) {
+  for (;;) {
+    std::vector<std::shared_ptr<Task>> batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      idle_cv_.wait(lock, [&] { return !running_; });
+      bool queued = false;
+      for (const auto& t : queue_) queued = queued || t->work.get() == work;
+      if (!queued) return;  // it ran, or is finishing
+      // Everything before it runs first, in order; point-to-point tasks in front of it (or
+      // with it) run now.
+      if (queue_.front()->kind != Task::kCollective) p2p_demanded_ = true;
+      batch = take_batch();
     }
-    if (!in_batch) return false;
-    batch = take_batch();
+    run_batch(batch);
   }
-  run_batch(batch);
-  return true;
 }
 
-void Communicator::demand_p2p() {
-  std::lock_guard<std::mutex> lock(mu_);
-  p2p_demanded_ = true;
+void Communicator::start(bool p2p) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return;  // it is running (or done)
+    if (started_ && (p2p_demanded_ || !p2p)) return;  // already under way: no wake-up
+    started_ = true;
+    if (p2p) p2p_demanded_ = true;
+  }
   cv_.notify_all();
 }
 
@@ -530,7 +557,7 @@ void Communicator::worker() {
     std::vector<std::shared_ptr<Task>> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return (stop_ && !running_) || ready_locked(); });
+      cv_.wait(lock, [&] { return (stop_ && !running_) || (started_ && ready_locked()); });
       if (!ready_locked()) {
         if (queue_.empty()) return;
         p2p_demanded_ = true;  // stopping: run what is left
@@ -659,7 +686,8 @@ void Communicator::run(Task& t) {
   algo::Program program = algo::build_program(t.collective, algorithm, r, w, n, opts);
   std::vector<std::uint8_t> scratch(static_cast<std::size_t>(program.scratch) * es);
   b.scratch = scratch.data();
-  ExecContext ctx{algo::collective_name(t.collective), global_rank(), options_.timeout_s, links_->bell};
+  ExecContext ctx{algo::collective_name(t.collective), global_rank(), options_.timeout_s, links_->bell,
+                  !links_->shares_core};
   TraceRecord rec;
   rec.start_us = now_us();
   if (mpi_group_) {
@@ -710,7 +738,7 @@ void Communicator::run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch) {
     }
   }
   ExecContext ctx{batch.size() == 1 ? (batch[0]->kind == Task::kSend ? "send" : "recv") : "send/recv",
-                  global_rank(), options_.timeout_s, links_->bell};
+                  global_rank(), options_.timeout_s, links_->bell, !links_->shares_core};
   const std::int64_t start = now_us();
   if (mpi_group_) {
     mpi::execute(p, b, *mpi_group_, ctx, nullptr);

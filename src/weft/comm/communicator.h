@@ -1,10 +1,14 @@
 // Communicator: a group of ranks and the collectives and point-to-point operations
 // among them, in the spirit of PyTorch's ProcessGroup.
 //
-// Every operation is asynchronous: it returns a Work handle at once and runs on the
-// communicator's own thread, in the order it was issued (all ranks must issue the same
-// collectives in the same order). wait() blocks until it is done and rethrows its
-// CommError. Buffers must stay alive until then. Results are bitwise reproducible for a
+// Every operation is asynchronous: it returns a Work handle at once and runs in the order
+// it was issued (all ranks must issue the same collectives in the same order). wait()
+// blocks until it is done and rethrows its CommError; buffers must stay alive until then.
+// An operation runs on the thread that waits for it (no hand-off: the common case of
+// waiting at once costs no thread switch), or, once started (Work::start() or test()), on
+// the communicator's own thread while the caller does other work, as DDP overlaps its
+// gradient all-reduces with the backward pass. Like a non-blocking MPI operation, one
+// that is neither waited for nor started does not progress. Results are bitwise reproducible for a
 // given algorithm and world: every algorithm combines each element in a fixed order.
 //
 //   auto comm = Communicator::init();          // rendezvous through MASTER_ADDR:MASTER_PORT
@@ -42,10 +46,13 @@ struct GroupLinks;
 
 class Work {
  public:
-  // Rethrows the operation's CommError. When the operation has not started yet and is next
-  // in line, the waiting thread runs it itself (no hand-off between threads).
+  // Rethrows the operation's CommError. The waiting thread runs the operation itself (and
+  // those issued before it) unless the communicator's thread already has.
   void wait();
-  bool test();  // true when finished (successfully or not)
+  // Hands the operation (and those before it) to the communicator's thread, so that it
+  // progresses while this thread does something else.
+  void start();
+  bool test();  // starts it; true when finished (successfully or not)
   bool failed();
   // When the operation finished (valid once test() is true), for timelines.
   std::chrono::steady_clock::time_point finished_at();
@@ -135,9 +142,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Takes the next task (and the point-to-point tasks right after it) off the queue.
   std::vector<std::shared_ptr<Task>> take_batch();
   void run_batch(std::vector<std::shared_ptr<Task>>& batch);
-  bool run_inline(Work* work);
-  bool ready_locked() const;  // the worker may take the next batch (mu_ held)
-  void demand_p2p();
+  // Runs batches on the calling thread, in order, until `work` has run.
+  void drive(Work* work);
+  bool ready_locked() const;  // the next batch may run (mu_ held)
+  void start(bool p2p);
   void connect_group(const std::string& prefix);
   // Throws ConfigError for an unknown algorithm (or "mpi" without the MPI transport).
   void check_algorithm(algo::Collective c, const std::string& algorithm) const;
@@ -158,10 +166,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::map<std::string, int> groups_made_;
 
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;       // the worker waits here for started work
+  std::condition_variable idle_cv_;  // waiting threads wait here for the running batch
   std::deque<std::shared_ptr<Task>> queue_;
-  std::atomic<int> queued_{0};
   bool running_ = false;  // a task is executing (on the worker or on a waiting thread)
+  bool started_ = false;  // the worker may run what is queued (until the queue empties)
   bool p2p_demanded_ = false;  // a waited or polled point-to-point task is queued
   std::atomic<bool> healthy_{false};  // fully connected, and no operation has failed
   bool stop_ = false;

@@ -45,6 +45,7 @@ struct ExecContext {
   int rank = 0;           // global rank of this process
   double timeout_s = 60;  // no progress for this long fails the operation
   Doorbell* doorbell = nullptr;  // this rank's, when shared memory is in use
+  bool spin = true;  // pause a few microseconds before yielding (false: a core is shared)
 };
 
 // Bytes sent to each peer in each step, for traces: steps[s] = list of (global peer, bytes).

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "weft/comm/auth.h"
+#include "weft/comm/process.h"
 #include "weft/comm/socket.h"
 #include "weft/comm/store.h"
 #include "weft/util/env.h"
@@ -41,22 +42,6 @@ int free_port() {
   int port = 0;
   Socket s = listen_tcp("127.0.0.1", 0, &port);
   return port;
-}
-
-// The cores this process may run on, in order (its affinity mask: a cpuset or taskset around
-// the launcher is respected).
-std::vector<int> allowed_cores() {
-  std::vector<int> cores;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int i = 0; i < CPU_SETSIZE; ++i)
-      if (CPU_ISSET(i, &set)) cores.push_back(i);
-  }
-  if (cores.empty()) {
-    for (long i = 0; i < ::sysconf(_SC_NPROCESSORS_ONLN); ++i) cores.push_back(static_cast<int>(i));
-  }
-  return cores;
 }
 
 // The cores local rank `local` of `nproc` is bound to, out of `cores` (the launcher's own,

@@ -1,5 +1,8 @@
 #include "weft/comm/process.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "weft/util/env.h"
@@ -79,6 +82,20 @@ ProcessInfo process_info_from_env() {
                       std::to_string(p.local_world));
   }
   return p;
+}
+
+std::vector<int> allowed_cores() {
+  std::vector<int> cores;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int i = 0; i < CPU_SETSIZE; ++i)
+      if (CPU_ISSET(i, &set)) cores.push_back(i);
+  }
+  if (cores.empty()) {
+    for (long i = 0; i < ::sysconf(_SC_NPROCESSORS_ONLN); ++i) cores.push_back(static_cast<int>(i));
+  }
+  return cores;
 }
 
 }  // namespace weft::comm

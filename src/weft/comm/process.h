@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace weft::comm {
 
@@ -21,6 +22,10 @@ struct ProcessInfo {
 // Throws ConfigError on inconsistent or malformed variables (a rank outside the world,
 // a port that is not a number, ...).
 ProcessInfo process_info_from_env();
+
+// The cores this process may run on, in order (its affinity mask: a cpuset, taskset or a
+// launcher's binding is respected).
+std::vector<int> allowed_cores();
 
 // The first host of a Slurm host list such as "node[03-05,9],gpu1".
 std::string first_slurm_host(const std::string& list);

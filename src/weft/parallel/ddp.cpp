@@ -71,6 +71,7 @@ void DistributedDataParallel::launch(std::size_t index) {
   timings_[index].launched = Clock::now();
   timings_[index].bytes = static_cast<std::int64_t>(b.flat.nbytes());
   b.work = comm_->allreduce(b.flat.raw_data(), b.elements, comm_dtype(b.flat), comm::ReduceOp::kAvg);
+  b.work->start();  // runs on the communicator's thread while the backward pass goes on
 }
 
 std::chrono::duration<double> DistributedDataParallel::finish() {
