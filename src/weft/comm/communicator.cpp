@@ -578,14 +578,15 @@ std::string Communicator::choose_algorithm(Collective c, std::int64_t bytes) con
   const bool across_hosts = links_->tcp > 0 && links_->shm > 0 && links_->local_world > 1;
   switch (c) {
     case Collective::kAllReduce:
-      if (w <= 2) return bytes <= 32 * 1024 ? "recursive_doubling" : "ring";
-      if (bytes <= 8 * 1024) return "rabenseifner";
+      if (w <= 2) return bytes <= 1024 ? "recursive_doubling" : "ring";
+      if (bytes <= 16 * 1024) return w <= 4 ? "recursive_doubling" : "rabenseifner";
       if (across_hosts) return bytes <= 1024 * 1024 ? "rabenseifner" : "hierarchical";
-      if (bytes <= 128 * 1024) return w <= 8 ? "direct" : "rabenseifner";
-      // 3 ranks: the tree's two halves beat the ring's 4 steps up to 1 MiB; 4 ranks (each
-      // bound to a core): the ring already wins from 256 KiB.
-      if (bytes <= 1024 * 1024 && (w & (w - 1)) != 0) return "double_tree";
-      return "ring";
+      // 4 ranks on 2 cores: the ring, whose neighbours sit on different cores, wins from
+      // 32 KiB (64 KiB: 37 us, rabenseifner 45, direct 65); 8 ranks: rabenseifner's fewer
+      // steps win up to 64 KiB; 3 ranks: the tree's two halves beat the ring's 4 steps from
+      // 256 KiB to 1 MiB.
+      if ((w & (w - 1)) == 0) return w >= 8 && bytes <= 64 * 1024 ? "rabenseifner" : "ring";
+      return bytes <= 128 * 1024 || bytes > 1024 * 1024 ? "ring" : "double_tree";
     case Collective::kBroadcast: return bytes <= 256 * 1024 ? "binomial" : "chain";
     case Collective::kReduce: return "binomial";
     case Collective::kGather: return "linear";
@@ -596,6 +597,17 @@ std::string Communicator::choose_algorithm(Collective c, std::int64_t bytes) con
     case Collective::kBarrier: return "dissemination";
   }
   return "";
+}
+
+const algo::Program& Communicator::cached_program(Collective c, const std::string& algorithm, std::int64_t n,
+                                                  const algo::Options& opts) {
+  // Training issues the same few collectives over and over (DDP's buckets, a layer's
+  // all-reduce): their programs are built once.
+  ProgramKey key{static_cast<int>(c), algorithm, n, opts.root, opts.local_world};
+  auto it = programs_.find(key);
+  if (it != programs_.end()) return it->second;
+  if (programs_.size() >= 64) programs_.clear();
+  return programs_.emplace(key, algo::build_program(c, algorithm, rank_, size(), n, opts)).first->second;
 }
 
 void Communicator::run(Task& t) {
@@ -683,13 +695,13 @@ void Communicator::run(Task& t) {
       break;
   }
   const std::string algorithm = t.algorithm.empty() ? choose_algorithm(t.collective, static_cast<std::int64_t>(block_bytes)) : t.algorithm;
-  algo::Program program = algo::build_program(t.collective, algorithm, r, w, n, opts);
+  const algo::Program& program = cached_program(t.collective, algorithm, n, opts);
   std::vector<std::uint8_t> scratch(static_cast<std::size_t>(program.scratch) * es);
   b.scratch = scratch.data();
   ExecContext ctx{algo::collective_name(t.collective), global_rank(), options_.timeout_s, links_->bell,
                   !links_->shares_core};
   TraceRecord rec;
-  rec.start_us = now_us();
+  if (tracer_) rec.start_us = now_us();
   if (mpi_group_) {
     mpi::execute(program, b, *mpi_group_, ctx, tracer_ ? &rec.steps : nullptr);
     for (auto& step : rec.steps)
@@ -739,7 +751,7 @@ void Communicator::run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch) {
   }
   ExecContext ctx{batch.size() == 1 ? (batch[0]->kind == Task::kSend ? "send" : "recv") : "send/recv",
                   global_rank(), options_.timeout_s, links_->bell, !links_->shares_core};
-  const std::int64_t start = now_us();
+  const std::int64_t start = tracer_ ? now_us() : 0;
   if (mpi_group_) {
     mpi::execute(p, b, *mpi_group_, ctx, nullptr);
   } else {
@@ -796,7 +808,7 @@ void Communicator::run_mpi_native(Task& t) {
     }
   }
   TraceRecord rec;
-  rec.start_us = now_us();
+  if (tracer_) rec.start_us = now_us();
   mpi::native(t.collective, *mpi_group_, in, t.out, t.count, t.dtype, t.op, t.root);
   if (t.op == ReduceOp::kAvg &&
       (t.collective == Collective::kAllReduce || (t.collective == Collective::kReduce && rank_ == t.root) ||

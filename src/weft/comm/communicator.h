@@ -26,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "weft/algo/program.h"
@@ -150,6 +151,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Throws ConfigError for an unknown algorithm (or "mpi" without the MPI transport).
   void check_algorithm(algo::Collective c, const std::string& algorithm) const;
   void run_mpi_native(Task& t);
+  // The program of a collective on this rank, built once per distinct call.
+  const algo::Program& cached_program(algo::Collective c, const std::string& algorithm, std::int64_t n,
+                                      const algo::Options& opts);
+  using ProgramKey = std::tuple<int, std::string, std::int64_t, int, int>;
+  std::map<ProgramKey, algo::Program> programs_;  // used by the one running batch only
 
   int rank_ = 0;
   std::vector<int> members_;  // global ranks
