@@ -50,6 +50,43 @@ TEST(Schedules, EveryAlgorithmIsCorrectForWorldsOneToSeventeen) {
   EXPECT_GT(checked, 2000);
 }
 
+TEST(Schedules, OutOfPlaceAllReducesReadTheInputUntilWritten) {
+  // kData starts undefined: reading it before writing it, or reducing into it, fails.
+  int checked = 0;
+  for (const Algorithm& a : algorithms()) {
+    if (a.collective != Collective::kAllReduce) continue;
+    for (int w = 1; w <= 17; ++w) {
+      for (Options o : options_for(a.collective, a.name, w)) {
+        o.out_of_place = true;
+        for (std::int64_t n : counts_for(a.collective, w)) {
+          SymbolicResult r = verify(a.collective, a.name, w, n, o);
+          ASSERT_TRUE(r.ok) << a.name << " world " << w << " n " << n << " local " << o.local_world << ": "
+                            << r.error;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 500);
+  // The ring copies nothing in: every element is first either sent from the input or
+  // received-and-reduced with it, or overwritten.
+  for (int w : {2, 3, 4, 8}) {
+    Options o;
+    o.out_of_place = true;
+    Program p = build_program(Collective::kAllReduce, "ring", 1, w, 48 * w + 5, o);
+    for (const Step& s : p.steps)
+      for (const Op& op : s.ops) EXPECT_NE(op.kind, OpKind::kCopy) << "world " << w;
+  }
+  // A world of one only copies.
+  Options o;
+  o.out_of_place = true;
+  Program one = build_program(Collective::kAllReduce, "ring", 0, 1, 10, o);
+  ASSERT_EQ(one.steps.size(), 1u);
+  EXPECT_EQ(one.steps[0].ops[0].kind, OpKind::kCopy);
+  EXPECT_EQ(one.steps[0].ops[0].dst.count, 10);
+  EXPECT_THROW(build_program(Collective::kBroadcast, "binomial", 0, 4, 10, o), ConfigError);
+}
+
 TEST(Schedules, RingAllReduceIsBandwidthOptimal) {
   for (int w : {2, 3, 4, 8, 16}) {
     std::int64_t n = 48 * w;

@@ -1,6 +1,7 @@
 #include "weft/algo/program.h"
 
 #include <algorithm>
+#include <map>
 
 #include "weft/util/error.h"
 
@@ -32,6 +33,93 @@ void Program::compact(bool keep_empty_messages) {
     if (!t.ops.empty()) kept.push_back(std::move(t));
   }
   steps = std::move(kept);
+}
+
+namespace {
+// Disjoint, sorted element ranges [begin, end) of kData that hold their final owner's data.
+class Written {
+ public:
+  void mark(std::int64_t lo, std::int64_t hi) {
+    if (lo >= hi) return;
+    auto it = ranges_.upper_bound(lo);
+    if (it != ranges_.begin() && std::prev(it)->second >= lo) --it;
+    while (it != ranges_.end() && it->first <= hi) {
+      lo = std::min(lo, it->first);
+      hi = std::max(hi, it->second);
+      it = ranges_.erase(it);
+    }
+    ranges_[lo] = hi;
+  }
+  // The parts of [lo, hi) not written yet.
+  std::vector<std::pair<std::int64_t, std::int64_t>> missing(std::int64_t lo, std::int64_t hi) const {
+    std::vector<std::pair<std::int64_t, std::int64_t>> out;
+    auto it = ranges_.upper_bound(lo);
+    if (it != ranges_.begin() && std::prev(it)->second > lo) --it;
+    for (; it != ranges_.end() && it->first < hi && lo < hi; ++it) {
+      if (it->first > lo) out.emplace_back(lo, std::min(it->first, hi));
+      lo = std::max(lo, it->second);
+    }
+    if (lo < hi) out.emplace_back(lo, hi);
+    return out;
+  }
+
+ private:
+  std::map<std::int64_t, std::int64_t> ranges_;
+};
+}  // namespace
+
+Program read_input_first(Program p, std::int64_t n) {
+  Written written;
+  std::vector<Step> steps;
+  for (Step& step : p.steps) {
+    Step prelude;  // copies from the input, a step of their own before this one
+    auto copy_missing = [&](const Chunk& c) {
+      for (auto [lo, hi] : written.missing(c.offset, c.end())) {
+        prelude.ops.push_back({OpKind::kCopy, -1, {Buf::kInput, lo, hi - lo}, {Buf::kData, lo, hi - lo}});
+        written.mark(lo, hi);
+      }
+    };
+    auto untouched = [&](const Chunk& c) {
+      auto m = written.missing(c.offset, c.end());
+      return m.size() == 1 && m[0].first == c.offset && m[0].second == c.end();
+    };
+    // Reads a source: from the input when none of it was written, else complete it first.
+    auto source = [&](Chunk& c) {
+      if (c.buf != Buf::kData || c.count == 0) return;
+      if (untouched(c)) c.buf = Buf::kInput; else copy_missing(c);
+    };
+    std::vector<Chunk> received;
+    for (Op& op : step.ops) {
+      switch (op.kind) {
+        case OpKind::kSend: source(op.src); break;
+        case OpKind::kCopy:
+          source(op.src);
+          if (op.dst.buf == Buf::kData) written.mark(op.dst.offset, op.dst.end());
+          break;
+        case OpKind::kReduce:
+          source(op.src);
+          if (op.dst.buf == Buf::kData) copy_missing(op.dst);
+          break;
+        case OpKind::kRecv:
+          if (op.dst.buf == Buf::kData) received.push_back(op.dst);
+          break;
+        case OpKind::kRecvReduce:
+          if (op.dst.buf != Buf::kData || op.dst.count == 0) break;
+          if (untouched(op.dst)) op.src = {Buf::kInput, op.dst.offset, op.dst.count}; else copy_missing(op.dst);
+          received.push_back(op.dst);
+          break;
+      }
+    }
+    for (const Chunk& c : received) written.mark(c.offset, c.end());
+    if (!prelude.ops.empty()) steps.push_back(std::move(prelude));
+    steps.push_back(std::move(step));
+  }
+  Step last;
+  for (auto [lo, hi] : written.missing(0, n))
+    last.ops.push_back({OpKind::kCopy, -1, {Buf::kInput, lo, hi - lo}, {Buf::kData, lo, hi - lo}});
+  if (!last.ops.empty()) steps.push_back(std::move(last));
+  p.steps = std::move(steps);
+  return p;
 }
 
 const std::vector<Collective>& all_collectives() {

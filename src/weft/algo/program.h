@@ -7,7 +7,9 @@
 //
 //   kData     the collective's buffer of n elements (in and out; see Collective)
 //   kScratch  program.scratch elements of temporary space
-//   kInput    the send buffer of all-to-all (the only out-of-place collective)
+//   kInput    the send buffer of all-to-all, and of an all-reduce run out of place
+//             (Options::out_of_place: kData starts undefined and the program reads each
+//             element from kInput until it has written it; see read_input_first)
 //
 // Messages between a pair of ranks are matched in order: the k-th send from a to b meets
 // the k-th receive at b from a. The real communicator (comm) executes programs on bytes;
@@ -33,7 +35,7 @@ struct Chunk {
 enum class OpKind : std::uint8_t {
   kSend,        // send src to peer
   kRecv,        // receive from peer into dst
-  kRecvReduce,  // dst = dst (op) received
+  kRecvReduce,  // dst = dst (op) received; with a src chunk: dst = src (op) received
   kCopy,        // dst = src, locally
   kReduce,      // dst = dst (op) src, locally
 };
@@ -91,7 +93,16 @@ struct Options {
   int root = 0;          // rooted collectives
   int local_world = 0;   // hierarchical: ranks per host (0: not hierarchical)
   int segments = 4;      // pipelined chain broadcast: pieces the data is cut into
+  bool out_of_place = false;  // all-reduce: the data starts in kInput (see read_input_first)
 };
+
+// Rewrites a program whose kData initially holds n elements of input into one that finds
+// that input in kInput and kData undefined: until an element of kData has been written, it
+// is read from kInput instead (sends and local sources), and a receive-reduce into it
+// becomes dst = input (op) received. Only what a step reads and has not been written is
+// copied in (in a step of copies before that step; at the end for elements never written).
+// An out-of-place all-reduce so saves a pass over the buffer.
+Program read_input_first(Program p, std::int64_t n);
 
 // Balanced partition of n elements into `parts` blocks: block i starts here.
 std::int64_t block_begin(std::int64_t n, int parts, int i);

@@ -64,6 +64,10 @@ Program build_program(Collective c, const std::string& algorithm, int rank, int 
                       std::to_string(world) + " != 0)");
   }
   if (c == Collective::kBarrier) n = 0;
+  if (options.out_of_place) {
+    if (c != Collective::kAllReduce) throw ConfigError("out-of-place programs exist for allreduce only");
+    return read_input_first(a.build(rank, world, n, options), n);
+  }
   return a.build(rank, world, n, options);
 }
 

@@ -49,6 +49,7 @@ class Executor {
     for (int r = 0; r < world; ++r) {
       Rank& R = ranks_[r];
       R.program = builder(r, world, n, o);
+      if (o.out_of_place) R.program = read_input_first(std::move(R.program), n);
       R.data.assign(static_cast<size_t>(n), Sym{});
       R.scratch.assign(static_cast<size_t>(R.program.scratch), Sym{});
       R.knows = bit(r);
@@ -90,6 +91,11 @@ class Executor {
       case Collective::kAllReduce:
       case Collective::kReduce:
       case Collective::kReduceScatter:
+        if (o_.out_of_place) {
+          R.input.resize(static_cast<size_t>(n_));
+          for (std::int64_t i = 0; i < n_; ++i) R.input[i] = {bit(r), i};
+          break;
+        }
         for (std::int64_t i = 0; i < n_; ++i) R.data[i] = {bit(r), i};
         break;
       case Collective::kBroadcast:
@@ -140,8 +146,11 @@ class Executor {
       const Op& op = step.ops[i];
       switch (op.kind) {
         case OpKind::kSend: acc.push_back({i, op.src, false}); break;
-        case OpKind::kRecv:
-        case OpKind::kRecvReduce: acc.push_back({i, op.dst, true}); break;
+        case OpKind::kRecv: acc.push_back({i, op.dst, true}); break;
+        case OpKind::kRecvReduce:
+          acc.push_back({i, op.dst, true});
+          if (op.src.count > 0) acc.push_back({i, op.src, false});
+          break;
         case OpKind::kCopy:
         case OpKind::kReduce:
           acc.push_back({i, op.src, false});
@@ -215,9 +224,16 @@ class Executor {
                     std::to_string(m.payload.size()));
       }
       auto& dst = buffer(r, R, op.dst);
+      const bool based = op.kind == OpKind::kRecvReduce && op.src.count > 0;  // dst = src (op) received
+      if (based && op.src.count != op.dst.count) fail(r, "receive-reduce with unequal sizes");
+      std::vector<Sym> base;
+      if (based) {
+        auto& src = buffer(r, R, op.src);
+        base.assign(src.begin() + op.src.offset, src.begin() + op.src.end());
+      }
       for (std::int64_t k = 0; k < op.dst.count; ++k) {
         Sym& d = dst[op.dst.offset + k];
-        d = op.kind == OpKind::kRecv ? m.payload[k] : combine(r, d, m.payload[k]);
+        d = op.kind == OpKind::kRecv ? m.payload[k] : combine(r, based ? base[k] : d, m.payload[k]);
       }
       R.knows |= m.knows;
       R.done[i] = true;

@@ -611,7 +611,7 @@ const algo::Program& Communicator::cached_program(Collective c, const std::strin
                                                   const algo::Options& opts) {
   // Training issues the same few collectives over and over (DDP's buckets, a layer's
   // all-reduce): their programs are built once.
-  ProgramKey key{static_cast<int>(c), algorithm, n, opts.root, opts.local_world};
+  ProgramKey key{static_cast<int>(c), algorithm, n, opts.root, opts.local_world, opts.out_of_place};
   auto it = programs_.find(key);
   if (it != programs_.end()) return it->second;
   if (programs_.size() >= 64) programs_.clear();
@@ -644,7 +644,14 @@ void Communicator::run(Task& t) {
   auto copy_in = [&](std::uint8_t* dst, std::size_t bytes) { move(dst, in, bytes); };
   switch (t.collective) {
     case Collective::kAllReduce:
-      copy_in(out, block_bytes);
+      // Out of place, the program reads the input where it has not written the output yet
+      // (no copy of the whole buffer first); in place (or overlapping) calls copy.
+      if ((in + block_bytes <= out || out + block_bytes <= in) && block_bytes > 0) {
+        opts.out_of_place = true;
+        b.input = in;
+      } else {
+        copy_in(out, block_bytes);
+      }
       b.data = out;
       break;
     case Collective::kBroadcast:

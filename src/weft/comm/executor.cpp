@@ -56,6 +56,7 @@ struct Transfer {
   std::uint8_t carry[8] = {};  // a partial element of a receive-reduce
   std::size_t carry_n = 0;
   std::uint64_t applied = 0;  // payload bytes reduced into the destination
+  const std::uint8_t* base = nullptr;  // a receive-reduce with a src: dst = base (op) received
 };
 
 
@@ -110,6 +111,7 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
           Transfer t{&op, &peers.at(op.peer), b.direct.empty() ? addr(op.dst) : b.direct[i]};
           t.bytes = static_cast<std::uint64_t>(op.dst.count) * esize;
           t.pad = static_cast<std::size_t>((8 - t.bytes % 8) % 8);
+          if (op.kind == OpKind::kRecvReduce && op.src.count > 0) t.base = addr(op.src);
           recvs.push_back(t);
           break;
         }
@@ -176,6 +178,15 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
         t.done += k;
         return moved + k;
       }
+      // dst (op)= piece, or dst = base (op) piece.
+      auto combine = [&](const std::uint8_t* piece, std::size_t elements) {
+        if (t.base) {
+          reduce_from(b.dtype, b.op, t.ptr + t.applied, t.base + t.applied, piece, elements);
+        } else {
+          reduce_into(b.dtype, b.op, t.ptr + t.applied, piece, elements);
+        }
+        t.applied += elements * esize;
+      };
       std::size_t k = ch->consume_some(left, [&](const std::uint8_t* p, std::size_t n) {
         while (n > 0) {
           if (t.carry_n > 0 || n < esize) {
@@ -185,8 +196,7 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
             p += take;
             n -= take;
             if (t.carry_n == esize) {
-              reduce_into(b.dtype, b.op, t.ptr + t.applied, t.carry, 1);
-              t.applied += esize;
+              combine(t.carry, 1);
               t.carry_n = 0;
             }
             continue;
@@ -198,11 +208,10 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
             alignas(16) std::uint8_t aligned[4096];
             whole = std::min(whole, sizeof aligned / esize * esize);
             std::memcpy(aligned, p, whole);
-            reduce_into(b.dtype, b.op, t.ptr + t.applied, aligned, whole / esize);
+            combine(aligned, whole / esize);
           } else {
-            reduce_into(b.dtype, b.op, t.ptr + t.applied, p, whole / esize);
+            combine(p, whole / esize);
           }
-          t.applied += whole;
           p += whole;
           n -= whole;
         }

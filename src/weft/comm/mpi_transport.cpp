@@ -132,6 +132,7 @@ void execute(const algo::Program& program, const ExecBuffers& b, Group& group, c
     std::vector<MPI_Request> reqs;
     struct Pending {
       std::uint8_t* dst;
+      const std::uint8_t* base;  // dst = base (op) received, when set
       std::size_t temp;
       std::int64_t count;
     };
@@ -168,7 +169,8 @@ void execute(const algo::Program& program, const ExecBuffers& b, Group& group, c
           break;
         case algo::OpKind::kRecvReduce: {
           temps.emplace_back(static_cast<std::size_t>(op.dst.count) * esize);
-          reductions.push_back({addr(op.dst), temps.size() - 1, op.dst.count});
+          reductions.push_back({addr(op.dst), op.src.count > 0 ? addr(op.src) : nullptr, temps.size() - 1,
+                                op.dst.count});
           post(temps.back().data(), op.dst.count * static_cast<std::int64_t>(esize), false);
           break;
         }
@@ -176,7 +178,11 @@ void execute(const algo::Program& program, const ExecBuffers& b, Group& group, c
     }
     check(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), &ctx, "MPI_Waitall");
     for (const auto& r : reductions) {
-      reduce_into(b.dtype, b.op, r.dst, temps[r.temp].data(), static_cast<std::size_t>(r.count));
+      if (r.base) {
+        reduce_from(b.dtype, b.op, r.dst, r.base, temps[r.temp].data(), static_cast<std::size_t>(r.count));
+      } else {
+        reduce_into(b.dtype, b.op, r.dst, temps[r.temp].data(), static_cast<std::size_t>(r.count));
+      }
     }
   }
 }

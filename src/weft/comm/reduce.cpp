@@ -60,25 +60,40 @@ struct Arith<T, true> {
   using type = std::make_unsigned_t<T>;
 };
 
-template <class T>
-void combine(ReduceOp op, T* __restrict d, const T* __restrict s, std::size_t n) {
+// The loops, over restrict pointers so that they vectorize; f combines two elements.
+template <class T, class F>
+void combine_into(T* __restrict d, const T* __restrict s, std::size_t n, F f) {
+  for (std::size_t i = 0; i < n; ++i) d[i] = f(d[i], s[i]);
+}
+template <class T, class F>
+void combine_from(T* __restrict d, const T* __restrict a, const T* __restrict b, std::size_t n, F f) {
+  for (std::size_t i = 0; i < n; ++i) d[i] = f(a[i], b[i]);
+}
+
+// Calls loop(f) with the element function of `op`.
+template <class T, class Loop>
+void with_op(ReduceOp op, Loop loop) {
   using A = typename Arith<T>::type;
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-      for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<A>(d[i]) + static_cast<A>(s[i]));
-      break;
-    case ReduceOp::kProd:
-      for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<A>(d[i]) * static_cast<A>(s[i]));
-      break;
-    case ReduceOp::kMax:
-      for (std::size_t i = 0; i < n; ++i) d[i] = std::max(d[i], s[i]);
-      break;
-    case ReduceOp::kMin:
-      for (std::size_t i = 0; i < n; ++i) d[i] = std::min(d[i], s[i]);
-      break;
+    case ReduceOp::kAvg: loop([](T x, T y) { return static_cast<T>(static_cast<A>(x) + static_cast<A>(y)); }); break;
+    case ReduceOp::kProd: loop([](T x, T y) { return static_cast<T>(static_cast<A>(x) * static_cast<A>(y)); }); break;
+    case ReduceOp::kMax: loop([](T x, T y) { return std::max(x, y); }); break;
+    case ReduceOp::kMin: loop([](T x, T y) { return std::min(x, y); }); break;
   }
 }
+
+// Calls f(T{}) with the element type of `t`.
+template <class F>
+void with_type(DataType t, F f) {
+  switch (t) {
+    case DataType::kF32: f(float{}); break;
+    case DataType::kF64: f(double{}); break;
+    case DataType::kI32: f(std::int32_t{}); break;
+    case DataType::kI64: f(std::int64_t{}); break;
+  }
+}
+
 template <class T>
 void divide(T* d, std::size_t n, int by) {
   for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] / static_cast<T>(by));
@@ -86,16 +101,19 @@ void divide(T* d, std::size_t n, int by) {
 }  // namespace
 
 void reduce_into(DataType t, ReduceOp op, void* dst, const void* src, std::size_t count) {
-  switch (t) {
-    case DataType::kF32: combine(op, static_cast<float*>(dst), static_cast<const float*>(src), count); break;
-    case DataType::kF64: combine(op, static_cast<double*>(dst), static_cast<const double*>(src), count); break;
-    case DataType::kI32:
-      combine(op, static_cast<std::int32_t*>(dst), static_cast<const std::int32_t*>(src), count);
-      break;
-    case DataType::kI64:
-      combine(op, static_cast<std::int64_t*>(dst), static_cast<const std::int64_t*>(src), count);
-      break;
-  }
+  with_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    with_op<T>(op, [&](auto f) { combine_into(static_cast<T*>(dst), static_cast<const T*>(src), count, f); });
+  });
+}
+
+void reduce_from(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {
+  with_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    with_op<T>(op, [&](auto f) {
+      combine_from(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), count, f);
+    });
+  });
 }
 
 void scale_for_average(DataType t, void* data, std::size_t count, int by) {

@@ -19,6 +19,9 @@ ReduceOp parse_op(const std::string& s);     // sum avg max min prod; throws Con
 
 // dst[i] = dst[i] (op) src[i] for i < count. kAvg combines as a sum.
 void reduce_into(DataType t, ReduceOp op, void* dst, const void* src, std::size_t count);
+// dst[i] = a[i] (op) b[i] (three distinct buffers): the same bits as copying a to dst and
+// reducing b into it.
+void reduce_from(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count);
 // Divides by `by` (for kAvg after the sum); integers divide and truncate.
 void scale_for_average(DataType t, void* data, std::size_t count, int by);
 
