@@ -80,10 +80,11 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
   };
   if (step_sends) step_sends->assign(program.steps.size(), {});
 
-  // Reused from step to step (and round to round): no allocation while waiting.
-  std::vector<Transfer> sends, recvs;
-  std::vector<Transfer*> pending_sends, pending_recvs;
-  std::vector<int> busy_send, busy_recv;
+  // Reused from step to step, round to round and call to call (a thread runs one program
+  // at a time): no allocation while waiting, none per operation.
+  thread_local std::vector<Transfer> sends, recvs;
+  thread_local std::vector<Transfer*> pending_sends, pending_recvs;
+  thread_local std::vector<int> busy_send, busy_recv;
   for (std::size_t s = 0; s < program.steps.size(); ++s) {
     const algo::Step& step = program.steps[s];
     sends.clear();
