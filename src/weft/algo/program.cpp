@@ -66,6 +66,10 @@ class Written {
  private:
   std::map<std::int64_t, std::int64_t> ranges_;
 };
+
+Op copy_from_input(std::int64_t lo, std::int64_t hi) {
+  return {OpKind::kCopy, -1, {Buf::kInput, lo, hi - lo}, {Buf::kData, lo, hi - lo}};
+}
 }  // namespace
 
 Program read_input_first(Program p, std::int64_t n) {
@@ -75,7 +79,7 @@ Program read_input_first(Program p, std::int64_t n) {
     Step prelude;  // copies from the input, a step of their own before this one
     auto copy_missing = [&](const Chunk& c) {
       for (auto [lo, hi] : written.missing(c.offset, c.end())) {
-        prelude.ops.push_back({OpKind::kCopy, -1, {Buf::kInput, lo, hi - lo}, {Buf::kData, lo, hi - lo}});
+        prelude.ops.push_back(copy_from_input(lo, hi));
         written.mark(lo, hi);
       }
     };
@@ -116,7 +120,7 @@ Program read_input_first(Program p, std::int64_t n) {
   }
   Step last;
   for (auto [lo, hi] : written.missing(0, n))
-    last.ops.push_back({OpKind::kCopy, -1, {Buf::kInput, lo, hi - lo}, {Buf::kData, lo, hi - lo}});
+    last.ops.push_back(copy_from_input(lo, hi));
   if (!last.ops.empty()) steps.push_back(std::move(last));
   p.steps = std::move(steps);
   return p;

@@ -103,7 +103,7 @@ struct GroupLinks {
   Doorbell* bell = nullptr;
   std::vector<std::string> host_of;  // host id per group rank
   int local_world = 0;               // ranks per host when hosts hold equal contiguous blocks, else 0
-  bool shares_core = false;          // this host's ranks outnumber the cores they may run on
+  bool shares_core = false;          // the job's ranks on this host outnumber their cores
   int tcp = 0, shm = 0;
 };
 
@@ -260,6 +260,7 @@ std::shared_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
     c->mpi_group_ = mpi::make_group(*mpi_group_, ranks);
   } else {
     c->connect_group("g-" + compact + "-" + std::to_string(nth));
+    c->links_->shares_core = links_->shares_core;
   }
   c->thread_ = std::thread([p = c.get()] { p->worker(); });
   return c;
@@ -336,9 +337,10 @@ void Communicator::connect_group(const std::string& prefix) {
     cores[i] = parts[4];
   }
   links_->host_of = host;
-  // More ranks on this host than cores they may run on? Then some share a core, and a
-  // waiting rank yields the core at once instead of spinning on it first.
-  {
+  // More ranks of the job on this host than cores they may run on? Then some share a core,
+  // and a waiting rank yields the core at once instead of spinning on it first. A property
+  // of the job's processes, not of a group: sub-groups take the world's (new_group).
+  if (name_ == "world") {
     std::set<std::string> used;
     int on_host = 0;
     for (int i = 0; i < n; ++i) {

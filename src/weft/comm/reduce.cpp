@@ -117,12 +117,7 @@ void reduce_from(DataType t, ReduceOp op, void* dst, const void* a, const void* 
 }
 
 void scale_for_average(DataType t, void* data, std::size_t count, int by) {
-  switch (t) {
-    case DataType::kF32: divide(static_cast<float*>(data), count, by); break;
-    case DataType::kF64: divide(static_cast<double*>(data), count, by); break;
-    case DataType::kI32: divide(static_cast<std::int32_t*>(data), count, by); break;
-    case DataType::kI64: divide(static_cast<std::int64_t*>(data), count, by); break;
-  }
+  with_type(t, [&](auto tag) { divide(static_cast<decltype(tag)*>(data), count, by); });
 }
 
 }  // namespace weft::comm
