@@ -3,11 +3,31 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
 #include <functional>
+#include <string>
 
 namespace weft::cli {
 
 using Action = std::function<int()>;
+
+// Checks of a numeric flag's value, with a one-line message ("--gpus: must be positive,
+// got 0"). A value that is not a number passes here and fails its conversion.
+inline CLI::Validator at_least_zero(bool zero_allowed) {
+  return CLI::Validator(
+      [zero_allowed](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0') return "";
+        if (!std::isfinite(v)) return "must be a finite number, got " + text;
+        if (zero_allowed ? v >= 0 : v > 0) return "";
+        return std::string(zero_allowed ? "must be zero or more" : "must be positive") + ", got " + text;
+      },
+      "");
+}
+inline CLI::Validator positive() { return at_least_zero(false); }
+inline CLI::Validator non_negative() { return at_least_zero(true); }
 
 // weft train ...
 void add_train_command(CLI::App& app, Action& action);

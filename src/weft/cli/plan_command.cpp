@@ -55,6 +55,9 @@ int run_plan(const PlanFlags& f) {
   l.pp = f.pp;
   if (f.tp < 1 || f.pp < 1) throw ConfigError("--tp and --pp must be at least 1");
   l.dp = f.dp > 0 ? f.dp : (f.gpus > 0 ? static_cast<int>(f.gpus / (f.tp * f.pp)) : 1);
+  if (!f.sweep && f.gpus > 0 && f.gpus % (static_cast<std::int64_t>(f.tp) * f.pp) != 0) {
+    throw ConfigError(fmt::format("--gpus {} is not a multiple of tp {} x pp {}", f.gpus, f.tp, f.pp));
+  }
   if (!f.sweep && f.gpus > 0 && static_cast<std::int64_t>(l.tp) * l.pp * l.dp != f.gpus) {
     throw ConfigError(fmt::format("--gpus {} is not tp {} x pp {} x dp {}", f.gpus, l.tp, l.pp, l.dp));
   }
@@ -63,6 +66,10 @@ int run_plan(const PlanFlags& f) {
   if (f.zero < 0 || f.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3");
   l.micro_batch = f.micro_batch;
   if (f.micro_batch < 1) throw ConfigError("--micro-batch must be at least 1");
+  if (!f.sweep && f.global_batch > 0 && f.global_batch % (f.micro_batch * l.dp) != 0) {
+    throw ConfigError(fmt::format("--global-batch {} is not a multiple of micro-batch {} x dp {}", f.global_batch,
+                                  f.micro_batch, l.dp));
+  }
   l.micro_batches = f.global_batch > 0 ? std::max<std::int64_t>(1, f.global_batch / (f.micro_batch * l.dp)) : l.pp;
   l.recompute = f.recompute;
   l.sequence_parallel = f.sequence_parallel;
@@ -115,33 +122,33 @@ void add_plan_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("plan", "memory, compute, time, power and data for a training job at any scale");
   cmd->add_option("--model", f->model, "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b")
       ->capture_default_str();
-  cmd->add_option("--params", f->params, "a model given only by its parameter count (e.g. 7.5e9)");
-  cmd->add_option("--layers", f->layers, "override: transformer blocks");
-  cmd->add_option("--d-model", f->d_model, "override: hidden size");
-  cmd->add_option("--heads", f->heads, "override: attention heads");
-  cmd->add_option("--kv-heads", f->kv_heads, "override: key-value heads (grouped-query attention)");
-  cmd->add_option("--ffn", f->ffn, "override: feed-forward hidden size");
-  cmd->add_option("--vocab", f->vocab, "override: vocabulary size");
-  cmd->add_option("--seq", f->seq, "override: sequence length");
-  cmd->add_option("--gpus", f->gpus, "GPUs in the job (= tp x pp x dp)");
+  cmd->add_option("--params", f->params, "a model given only by its parameter count (e.g. 7.5e9)")->check(positive());
+  cmd->add_option("--layers", f->layers, "override: transformer blocks")->check(positive());
+  cmd->add_option("--d-model", f->d_model, "override: hidden size")->check(positive());
+  cmd->add_option("--heads", f->heads, "override: attention heads")->check(positive());
+  cmd->add_option("--kv-heads", f->kv_heads, "override: key-value heads (grouped-query attention)")->check(positive());
+  cmd->add_option("--ffn", f->ffn, "override: feed-forward hidden size")->check(positive());
+  cmd->add_option("--vocab", f->vocab, "override: vocabulary size")->check(positive());
+  cmd->add_option("--seq", f->seq, "override: sequence length")->check(positive());
+  cmd->add_option("--gpus", f->gpus, "GPUs in the job (= tp x pp x dp)")->check(positive());
   cmd->add_option("--tp", f->tp, "tensor-parallel size")->capture_default_str();
   cmd->add_option("--pp", f->pp, "pipeline-parallel size")->capture_default_str();
-  cmd->add_option("--dp", f->dp, "data-parallel size (default: gpus / (tp x pp))");
+  cmd->add_option("--dp", f->dp, "data-parallel size (default: gpus / (tp x pp))")->check(positive());
   cmd->add_option("--zero", f->zero, "ZeRO stage 0-3")->capture_default_str();
   cmd->add_option("--precision", f->precision, "fp32-adam | mixed-adam | megatron-dist | fp16-weights")
       ->capture_default_str();
   cmd->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch")->capture_default_str();
-  cmd->add_option("--global-batch", f->global_batch, "sequences per iteration");
+  cmd->add_option("--global-batch", f->global_batch, "sequences per iteration")->check(positive());
   cmd->add_flag("--recompute", f->recompute, "full activation recomputation");
   cmd->add_flag("--sequence-parallel", f->sequence_parallel, "Megatron sequence parallelism");
   cmd->add_option("--gpu", f->gpu, "a100-40gb | a100-80gb | h100-80gb | v100-16gb | v100-32gb")->capture_default_str();
-  cmd->add_option("--gpu-memory", f->gpu_memory_gb, "override: GPU memory in GB");
-  cmd->add_option("--watts", f->watts, "override: power per GPU in W");
+  cmd->add_option("--gpu-memory", f->gpu_memory_gb, "override: GPU memory in GB")->check(positive());
+  cmd->add_option("--watts", f->watts, "override: power per GPU in W")->check(positive());
   cmd->add_option("--tokens", f->tokens, "training tokens (for time, power and data)");
-  cmd->add_option("--tflops", f->tflops, "achieved TFLOP/s per GPU (default: --mfu x peak)");
+  cmd->add_option("--tflops", f->tflops, "achieved TFLOP/s per GPU (default: --mfu x peak)")->check(positive());
   cmd->add_option("--mfu", f->mfu, "model FLOPs utilization")->capture_default_str();
-  cmd->add_option("--price", f->price, "dollars per kWh")->capture_default_str();
-  cmd->add_option("--bytes-per-token", f->bytes_per_token, "dataset bytes per token")->capture_default_str();
+  cmd->add_option("--price", f->price, "dollars per kWh")->capture_default_str()->check(non_negative());
+  cmd->add_option("--bytes-per-token", f->bytes_per_token, "dataset bytes per token")->capture_default_str()->check(positive());
   cmd->add_option("--gpus-per-node", f->gpus_per_node, "GPUs sharing an NVLink domain")->capture_default_str();
   cmd->add_option("--nvlink-gbps", f->nvlink_gbps, "NVLink GB/s per GPU and direction")->capture_default_str();
   cmd->add_option("--rail-gbps", f->rail_gbps, "network GB/s per GPU and direction")->capture_default_str();
@@ -149,7 +156,7 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--emit-workload", f->emit_workload,
                   "write one iteration as per-rank traces into this folder (for weft sim; needs --global-batch)");
   cmd->add_flag("--sweep", f->sweep, "rank every layout that fits by estimated iteration time (needs --gpus, --global-batch)");
-  cmd->add_option("--top", f->top, "--sweep: rows to show")->capture_default_str();
+  cmd->add_option("--top", f->top, "--sweep: rows to show")->capture_default_str()->check(positive());
   cmd->callback([f, &action] { action = [f] { return run_plan(*f); }; });
 }
 
