@@ -148,7 +148,9 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--tflops", f->tflops, "achieved TFLOP/s per GPU (default: --mfu x peak)")->check(positive());
   cmd->add_option("--mfu", f->mfu, "model FLOPs utilization")->capture_default_str();
   cmd->add_option("--price", f->price, "dollars per kWh")->capture_default_str()->check(non_negative());
-  cmd->add_option("--bytes-per-token", f->bytes_per_token, "dataset bytes per token")->capture_default_str()->check(positive());
+  cmd->add_option("--bytes-per-token", f->bytes_per_token, "dataset bytes per token")
+      ->capture_default_str()
+      ->check(positive());
   cmd->add_option("--gpus-per-node", f->gpus_per_node, "GPUs sharing an NVLink domain")->capture_default_str();
   cmd->add_option("--nvlink-gbps", f->nvlink_gbps, "NVLink GB/s per GPU and direction")->capture_default_str();
   cmd->add_option("--rail-gbps", f->rail_gbps, "network GB/s per GPU and direction")->capture_default_str();

@@ -34,8 +34,11 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--step-size", c.schedule.step_size, "step schedule: steps between decays")->capture_default_str();
   cmd->add_option("--gamma", c.schedule.gamma, "step schedule: decay factor")->capture_default_str();
   cmd->add_option("--min-lr", c.schedule.min_lr, "cosine schedule: final learning rate")->capture_default_str();
-  cmd->add_option("--seed", c.seed, "seed for initialization and data order")->capture_default_str();
-  cmd->add_option("--threads", c.threads, "threads for weft and OpenBLAS (default: WEFT_NUM_THREADS or all cores)");
+  cmd->add_option("--seed", c.seed, "seed for initialization and data order")
+      ->capture_default_str()
+      ->check(non_negative());
+  cmd->add_option("--threads", c.threads, "threads for weft and OpenBLAS (default: WEFT_NUM_THREADS or all cores)")
+      ->check(positive());
   cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "write checkpoints here (every epoch)");
   cmd->add_flag("--resume", c.resume, "continue from the newest checkpoint in --checkpoint-dir");
   cmd->add_flag("--auto-resume", c.auto_resume,
@@ -50,7 +53,8 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--limit-train", c.limit_train, "use only the first N training samples")->capture_default_str();
   cmd->add_option("--limit-test", c.limit_test, "use only the first N test samples")->capture_default_str();
   cmd->add_flag("--quiet", c.quiet, "no progress display");
-  cmd->add_option("--dp", c.dp, "data-parallel ranks (under weft launch; default: all ranks of the job)");
+  cmd->add_option("--dp", c.dp, "data-parallel ranks (under weft launch; default: all ranks of the job)")
+      ->check(positive());
   cmd->add_option("--strategy", c.strategy, "ddp | ps (parameter server) | fedavg (federated averaging)")
       ->capture_default_str();
   cmd->add_option("--precision", c.precision,
@@ -60,7 +64,8 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
   cmd->add_option("--staleness", c.staleness,
                   "ps: asynchronous, a worker at most this many steps ahead of the slowest (-1: synchronous)")
       ->capture_default_str();
-  cmd->add_option("--clients", c.clients, "fedavg: clients, one per rank (default: every rank)");
+  cmd->add_option("--clients", c.clients, "fedavg: clients, one per rank (default: every rank)")
+      ->check(positive());
   cmd->add_option("--local-steps", c.local_steps, "fedavg: local steps per round")->capture_default_str();
   cmd->add_option("--non-iid", c.non_iid, "fedavg: Dirichlet concentration of the label skew (inf: IID)")
       ->capture_default_str();
@@ -79,7 +84,8 @@ void add_train_flags(CLI::App* cmd, TrainConfig& c) {
 void add_lm_flags(CLI::App* cmd, LmConfig& c, std::string& lstm_variant, std::string& rnn_activation) {
   cmd->add_option("--tokenizer", c.tokenizer, "gpt: char | word")->capture_default_str();
   cmd->add_option("--context", c.context, "gpt: tokens of context")->capture_default_str();
-  cmd->add_option("--layers", c.layers, "gpt: transformer blocks (default 4); lstm, rnn: stacked layers (default 2)");
+  cmd->add_option("--layers", c.layers, "gpt: transformer blocks (default 4); lstm, rnn: stacked layers (default 2)")
+      ->check(positive());
   cmd->add_option("--d-model", c.dim, "gpt: model width; lstm, rnn: embedding and hidden size")->capture_default_str();
   cmd->add_option("--lstm-variant", lstm_variant, "lstm: standard | seed (seed 002 chapter 6: ReLU, no biases)")
       ->capture_default_str();

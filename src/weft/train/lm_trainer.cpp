@@ -118,11 +118,17 @@ LmSummary train_lm(const LmConfig& c, std::FILE* out) {
   at_least("--sample", c.sample, 0);
   at_least("--top-k", c.top_k, 0);
   at_least("--warmup", c.warmup, 0);
+  at_least("--micro-batches", c.micro_batches, 1);
+  at_least("--chunks", c.chunks, 1);
   const bool gpt = c.model == "gpt";
   if (!gpt && c.model != "lstm" && c.model != "lstm-seed" && c.model != "rnn" && c.model != "rnn-sigmoid") {
     throw ConfigError("unknown language model '" + c.model + "' (known: gpt, lstm, lstm-seed, rnn, rnn-sigmoid)");
   }
   if (gpt && c.dim % c.heads != 0) throw ConfigError(fmt::format("--d-model {} is not divisible by --heads {}", c.dim, c.heads));
+  require_finite("--lr", c.lr);
+  require_finite("--temperature", c.temperature);
+  require_finite("--clip-grad", c.clip_grad);
+  require_finite("--weight-decay", c.weight_decay);
   if (!(c.lr > 0)) throw ConfigError("--lr must be positive");
   if (!(c.temperature >= 0)) throw ConfigError("--temperature must be 0 (greedy) or positive");
   if (!(c.clip_grad >= 0)) throw ConfigError("--clip-grad must be 0 (none) or positive");

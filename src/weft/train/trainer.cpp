@@ -83,6 +83,8 @@ void check_precision(const std::string& precision) {
 
 void validate(const TrainConfig& c) {
   make_model(c.model, *std::make_unique<Rng>(0));  // throws for an unknown name
+  require_finite("--lr", c.lr);
+  require_finite("--weight-decay", c.weight_decay);
   if (c.epochs < 1) throw ConfigError("--epochs must be at least 1, got " + std::to_string(c.epochs));
   if (c.batch < 1) throw ConfigError("--batch must be at least 1, got " + std::to_string(c.batch));
   if (!(c.lr > 0)) throw ConfigError("--lr must be positive, got " + fmt::format("{}", c.lr));

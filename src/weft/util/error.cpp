@@ -1,8 +1,17 @@
 #include "weft/util/error.h"
 
+#include <cmath>
 #include <cstring>
+#include <sstream>
 
 namespace weft {
+
+void require_finite(const char* flag, double value) {
+  if (std::isfinite(value)) return;
+  std::ostringstream text;
+  text << flag << " must be a finite number, got " << value;
+  throw ConfigError(text.str());
+}
 
 void throw_check_failure(const char* condition, const std::string& message, const char* file,
                          int line) {

@@ -56,6 +56,9 @@ class InternalError : public Error {
   using Error::Error;
 };
 
+// Throws ConfigError("FLAG must be a finite number, got V") for an infinite or NaN value.
+void require_finite(const char* flag, double value);
+
 [[noreturn]] void throw_check_failure(const char* condition, const std::string& message,
                                       const char* file, int line);
 
