@@ -146,11 +146,18 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
 
   int first_failure = 0;
   int drains = 0;
-  bool stopping = false;
+  // Stopping after a failure: the others get kSettleS to end by themselves first (a peer
+  // of the failed rank usually fails at once, and its message is often the one that
+  // explains; a SIGTERM would cut it off), then SIGTERM, then SIGKILL after grace_s.
+  constexpr double kSettleS = 1.0;
+  bool stopping = false, terminated = false;
   auto stop_start = std::chrono::steady_clock::now();
   auto stop_all = [&](int sig) {
     for (auto& w : workers)
       if (w.running) ::kill(-w.pid, sig);
+  };
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
   for (;;) {
     // Output.
@@ -197,20 +204,24 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
                        describe(status).c_str());
           stopping = true;
           stop_start = std::chrono::steady_clock::now();
-          stop_all(SIGTERM);
         }
       }
     }
-    if (g_signal != 0 && !stopping) {
-      stopping = true;
+    if (g_signal != 0 && !terminated) {
+      stopping = terminated = true;
       stop_start = std::chrono::steady_clock::now();
       stop_all(g_signal);
-      first_failure = 128 + g_signal;
-      *failed_rank = -1;
+      if (first_failure == 0) {
+        first_failure = 128 + g_signal;
+        *failed_rank = -1;
+      }
     }
-    if (stopping && std::chrono::duration<double>(std::chrono::steady_clock::now() - stop_start).count() > c.grace_s) {
-      stop_all(SIGKILL);
+    if (stopping && !terminated && seconds_since(stop_start) > kSettleS) {
+      terminated = true;
+      stop_start = std::chrono::steady_clock::now();
+      stop_all(SIGTERM);
     }
+    if (terminated && seconds_since(stop_start) > c.grace_s) stop_all(SIGKILL);
     bool any_running = false, any_output = false;
     for (auto& w : workers) {
       any_running = any_running || w.running;

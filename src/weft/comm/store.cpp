@@ -162,7 +162,7 @@ StoreClient::StoreClient(const std::string& host, int port, const std::string& t
     connect_handshake(socket_.fd(), token, Purpose::kStore, identity, std::max(1.0, d.remaining_ms() / 1000.0));
   } catch (const CommError& e) {
     throw CommError("the store at " + where_ + " refused this process (" + e.what() +
-                    "): is WEFT_JOB_TOKEN the same on every rank?");
+                    "): WEFT_JOB_TOKEN differs between the ranks, or the rank serving the store (rank 0) stopped");
   }
 }
 
