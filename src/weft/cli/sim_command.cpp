@@ -63,7 +63,9 @@ void add_sim_command(CLI::App& app, Action& action) {
   cmd->add_option("--cc", f->cc, "congestion control: dcqcn or none");
   cmd->add_option("--pfc", f->pfc, "priority flow control: on or off");
   cmd->add_option("--set", f->settings, "key=value (repeatable; see --list-keys)");
-  cmd->add_option("--seed", f->seed, "random seed")->check(non_negative())->each([f](const std::string&) { f->seed_given = true; });
+  cmd->add_option("--seed", f->seed, "random seed")->check(non_negative())->each([f](const std::string&) {
+    f->seed_given = true;
+  });
   cmd->add_option("--out", f->out, "folder for summary.json, flows.csv, links.csv, queues.csv, pfc.csv");
   cmd->add_flag("--list-keys", f->list_keys, "print every parameter with its default and exit");
   cmd->add_flag("--quiet", f->quiet, "no progress lines");

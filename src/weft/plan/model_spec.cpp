@@ -4,6 +4,18 @@
 
 namespace weft::plan {
 
+void check_shape(const TransformerSpec& m, int tp) {
+  if (m.d_model % m.heads != 0) throw ConfigError("--d-model must be divisible by --heads");
+  if (m.kv() > m.heads || m.heads % m.kv() != 0) {
+    throw ConfigError("--kv-heads " + std::to_string(m.kv()) + " must divide the " + std::to_string(m.heads) +
+                      " attention heads (grouped-query attention shares each key-value head among query heads)");
+  }
+  if (m.heads % tp != 0) {
+    throw ConfigError("--tp " + std::to_string(tp) + " must divide the " + std::to_string(m.heads) +
+                      " attention heads (tensor parallelism splits the heads among the GPUs)");
+  }
+}
+
 ParameterCount count_parameters(const TransformerSpec& m) {
   ParameterCount c;
   const std::int64_t d = m.d_model, kvd = m.kv() * m.head_dim(), f = m.ffn_size();

@@ -42,6 +42,10 @@ struct ParameterCount {
 
 ParameterCount count_parameters(const TransformerSpec& m);
 
+// Throws ConfigError when the heads do not fit the width, the key-value heads do not divide
+// the heads, or tensor parallelism of tp does not divide the heads.
+void check_shape(const TransformerSpec& m, int tp = 1);
+
 // gpt2-124m, gpt3-175b, llama3-8b, llama3-70b, llama3-405b; throws ConfigError listing them.
 TransformerSpec preset(const std::string& name);
 const std::vector<std::string>& preset_names();

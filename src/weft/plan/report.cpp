@@ -49,16 +49,7 @@ PlanReport make_plan(const PlanInput& in) {
     r.assumptions.push_back("model given by its parameter count only: no activations, parameters split evenly by "
                             "tensor and pipeline parallelism");
   } else {
-    const TransformerSpec& m = in.model;
-    if (m.d_model % m.heads != 0) throw ConfigError("--d-model must be divisible by --heads");
-    if (m.kv() > m.heads || m.heads % m.kv() != 0) {
-      throw ConfigError("--kv-heads " + std::to_string(m.kv()) + " must divide the " + std::to_string(m.heads) +
-                        " attention heads (grouped-query attention shares each key-value head among query heads)");
-    }
-    if (m.heads % l.tp != 0) {
-      throw ConfigError("--tp " + std::to_string(l.tp) + " must divide the " + std::to_string(m.heads) +
-                        " attention heads (tensor parallelism splits the heads among the GPUs)");
-    }
+    check_shape(in.model, l.tp);
     r.counts = count_parameters(in.model);
     r.parameters = static_cast<double>(r.counts.total);
     r.memory = training_memory(in.model, in.precision, l);

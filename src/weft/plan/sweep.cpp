@@ -10,6 +10,7 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus) {
   if (gpus < 1) throw ConfigError("--sweep needs --gpus");
   if (in.global_batch < 1) throw ConfigError("--sweep needs --global-batch");
   if (in.parameters) throw ConfigError("--sweep needs a model (a preset or its dimensions), not --params");
+  check_shape(in.model);
   const double flops = in.achieved_flops > 0 ? in.achieved_flops : in.mfu * in.gpu.peak_flops;
   std::vector<SweepRow> rows;
   for (int tp = 1; tp <= in.cluster.gpus_per_node; tp *= 2) {
