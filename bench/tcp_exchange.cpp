@@ -6,28 +6,30 @@
 // core, modulo their number), form a ring over 127.0.0.1; each sends TOTAL bytes (default
 // 512 MiB) to the next while receiving TOTAL from the previous, as a ring step moves data.
 // Like an all-reduce of SIZE bytes they send from a SIZE-byte array and receive into
-// another (from the caches at a few MiB, from memory at 64 MiB). Sockets as weft's TCP
-// channel sets them (non-blocking, TCP_NODELAY, 4 MiB buffers, each call moving as much as
-// the socket takes); a process with nothing to move waits in poll, so its processor time
-// is the work of moving the bytes: the kernel's copies and TCP.
+// another (from the caches at a few MiB, from memory at 64 MiB). The bytes go through
+// weft's own TCP channel (comm::TcpChannel: its socket settings, one call moving as much as
+// the socket takes) without the executor, its framing or any reduction; a process with
+// nothing to move waits in poll, so its processor time is the work of moving the bytes: the
+// kernel's copies and TCP.
 // Prints one line per process: "rank seconds cpu_seconds".
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
+
+#include "weft/comm/channel.h"
+#include "weft/comm/process.h"
+#include "weft/comm/socket.h"
+#include "weft/util/error.h"
+
+using namespace weft::comm;
 
 namespace {
 
@@ -43,48 +45,32 @@ double cpu_seconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-void tune(int fd) {
-  int one = 1, bytes = 4 << 20;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
-}
-
-void run_rank(int rank, int core, const sockaddr_in& next, int listener, std::size_t size,
-              std::size_t total) {
-  alarm(300);  // a ring whose peer never came ends instead of waiting for ever
+void run_rank(int rank, int core, int next_port, int listener, std::size_t size, std::size_t total) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(core, &set);
   sched_setaffinity(0, sizeof set, &set);
-  int out = socket(AF_INET, SOCK_STREAM, 0);
-  tune(out);
-  if (connect(out, reinterpret_cast<const sockaddr*>(&next), sizeof next) != 0) die("cannot connect");
-  int in = accept(listener, nullptr, nullptr);
-  if (in < 0) die("cannot accept");
-  tune(in);
-  std::vector<char> source(size, 1), sink(size, 0);
+  TcpChannel out(connect_tcp("127.0.0.1", next_port, Deadline::in(60)));
+  Socket accepted = accept_tcp(listener, Deadline::in(60));
+  if (!accepted.valid()) die("the previous process did not connect within 60 s");
+  TcpChannel in(std::move(accepted));
+  std::vector<std::uint8_t> source(size, 1), sink(size, 0);
   std::size_t sent = 0, got = 0;
   const double cpu0 = cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   while (sent < total || got < total) {
-    bool moved = false;
+    std::size_t moved = 0;
     if (sent < total) {
-      std::size_t at = sent % size, n = std::min(size - at, total - sent);
-      ssize_t k = send(out, source.data() + at, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (k > 0) sent += static_cast<std::size_t>(k), moved = true;
-      else if (k < 0 && errno != EAGAIN) die(std::string("send: ") + std::strerror(errno));
+      std::size_t at = sent % size, k = out.write_some(source.data() + at, std::min(size - at, total - sent));
+      sent += k, moved += k;
     }
     if (got < total) {
-      std::size_t at = got % size;
-      ssize_t k = recv(in, sink.data() + at, size - at, MSG_DONTWAIT);
-      if (k > 0) got += static_cast<std::size_t>(k), moved = true;
-      else if (k == 0) die("the peer closed the connection early");
-      else if (errno != EAGAIN) die(std::string("recv: ") + std::strerror(errno));
+      std::size_t at = got % size, k = in.read_some(sink.data() + at, size - at);
+      got += k, moved += k;
     }
-    if (!moved) {
-      pollfd fds[2] = {{out, static_cast<short>(sent < total ? POLLOUT : 0), 0},
-                       {in, static_cast<short>(got < total ? POLLIN : 0), 0}};
+    if (moved == 0) {
+      pollfd fds[2] = {{out.fd(), static_cast<short>(sent < total ? POLLOUT : 0), 0},
+                       {in.fd(), static_cast<short>(got < total ? POLLIN : 0), 0}};
       poll(fds, 2, 100);
     }
   }
@@ -108,32 +94,26 @@ int main(int argc, char** argv) {
   const std::size_t size = parse_size(argv[2], "size");
   const std::size_t total = argc == 4 ? parse_size(argv[3], "total") : std::size_t{512} << 20;
   if (world < 2 || world > 64) die("bad world: want 2..64 processes");
-  cpu_set_t allowed;
-  sched_getaffinity(0, sizeof allowed, &allowed);
-  std::vector<int> cores;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
-  std::vector<int> listeners(world);
-  std::vector<sockaddr_in> addrs(world);
-  for (std::size_t r = 0; r < world; ++r) {
-    listeners[r] = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in& a = addrs[r];
-    a = {};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (bind(listeners[r], reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        getsockname(listeners[r], reinterpret_cast<sockaddr*>(&a), &len) != 0 || listen(listeners[r], 1) != 0) {
-      die(std::string("cannot listen on loopback: ") + std::strerror(errno));
-    }
+  const std::vector<int> cores = allowed_cores();
+  std::vector<Socket> listeners;
+  std::vector<int> ports(world);
+  try {
+    for (std::size_t r = 0; r < world; ++r) listeners.push_back(listen_tcp("127.0.0.1", 0, &ports[r]));
+  } catch (const weft::Error& e) {
+    die(e.what());
   }
   std::vector<pid_t> pids;
   for (std::size_t r = 0; r < world; ++r) {
     pid_t pid = fork();
     if (pid < 0) die("cannot fork");
     if (pid == 0) {
-      run_rank(static_cast<int>(r), cores[r % cores.size()], addrs[(r + 1) % world],
-               listeners[r], size, total);
+      alarm(300);  // a ring whose peer never came ends instead of waiting for ever
+      try {
+        run_rank(static_cast<int>(r), cores[r % cores.size()], ports[(r + 1) % world], listeners[r].fd(), size,
+                 total);
+      } catch (const weft::Error& e) {
+        die(e.what());
+      }
       _exit(0);
     }
     pids.push_back(pid);
