@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace weft::algo {
@@ -94,6 +95,8 @@ struct Options {
   int local_world = 0;   // hierarchical: ranks per host (0: not hierarchical)
   int segments = 4;      // pipelined chain broadcast: pieces the data is cut into
   bool out_of_place = false;  // all-reduce: the data starts in kInput (see read_input_first)
+  // Every field, for comparing options (programs built with equal options are equal).
+  auto fields() const { return std::make_tuple(root, local_world, segments, out_of_place); }
 };
 
 // Rewrites a program whose kData initially holds n elements of input into one that finds

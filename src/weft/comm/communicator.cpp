@@ -613,7 +613,7 @@ const algo::Program& Communicator::cached_program(Collective c, const std::strin
                                                   const algo::Options& opts) {
   // Training issues the same few collectives over and over (DDP's buckets, a layer's
   // all-reduce): their programs are built once.
-  ProgramKey key{static_cast<int>(c), algorithm, n, opts.root, opts.local_world, opts.out_of_place};
+  ProgramKey key{static_cast<int>(c), algorithm, n, opts.fields()};
   auto it = programs_.find(key);
   if (it != programs_.end()) return it->second;
   if (programs_.size() >= 64) programs_.clear();

@@ -154,7 +154,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // The program of a collective on this rank, built once per distinct call.
   const algo::Program& cached_program(algo::Collective c, const std::string& algorithm, std::int64_t n,
                                       const algo::Options& opts);
-  using ProgramKey = std::tuple<int, std::string, std::int64_t, int, int, bool>;
+  using ProgramKey = std::tuple<int, std::string, std::int64_t, decltype(algo::Options{}.fields())>;
   std::map<ProgramKey, algo::Program> programs_;  // used by the one running batch only
 
   int rank_ = 0;
