@@ -14,7 +14,7 @@ using Action = std::function<int()>;
 
 // Checks of a numeric flag's value, with a one-line message ("--gpus: must be positive,
 // got 0"). A value that is not a number passes here and fails its conversion.
-inline CLI::Validator at_least_zero(bool zero_allowed) {
+inline CLI::Validator checked_number(bool zero_allowed) {
   return CLI::Validator(
       [zero_allowed](std::string& text) -> std::string {
         char* end = nullptr;
@@ -26,8 +26,8 @@ inline CLI::Validator at_least_zero(bool zero_allowed) {
       },
       "");
 }
-inline CLI::Validator positive() { return at_least_zero(false); }
-inline CLI::Validator non_negative() { return at_least_zero(true); }
+inline CLI::Validator positive() { return checked_number(false); }
+inline CLI::Validator non_negative() { return checked_number(true); }
 
 // weft train ...
 void add_train_command(CLI::App& app, Action& action);
