@@ -193,7 +193,7 @@ TEST(Schedules, BadArgumentsAreConfigErrors) {
 
 TEST(PipelineSchedules, EveryScheduleCompletesWithMatchedMessages) {
   using weft::algo::PipeSchedule;
-  for (PipeSchedule s : {PipeSchedule::kNaive, PipeSchedule::kGpipe, PipeSchedule::k1F1B, PipeSchedule::kSeed})
+  for (PipeSchedule s : {PipeSchedule::kNaive, PipeSchedule::kGpipe, PipeSchedule::k1F1B, PipeSchedule::kUpdatePerMicroBatch})
     for (int stages = 1; stages <= 8; ++stages)
       for (int micro = 1; micro <= 12; ++micro) EXPECT_NO_THROW(weft::algo::simulate_pipeline(s, stages, micro)) << stages << " " << micro;
   for (int stages = 1; stages <= 8; ++stages)
@@ -227,7 +227,7 @@ TEST(PipelineSchedules, BubblesMatchTheFormulas) {
 }
 
 TEST(PipelineSchedules, SeedScheduleUpdatesAfterEachMicroBatch) {
-  auto p = weft::algo::pipeline_program(weft::algo::PipeSchedule::kSeed, 1, 2, 4);
+  auto p = weft::algo::pipeline_program(weft::algo::PipeSchedule::kUpdatePerMicroBatch, 1, 2, 4);
   int steps = 0;
   for (std::size_t i = 0; i < p.size(); ++i)
     if (p[i].kind == weft::algo::PipeOpKind::kStep) {

@@ -98,7 +98,7 @@ TEST(Recurrent, RnnMatchesPyTorch) {
 TEST(Recurrent, SeedLstmFollowsChapterSixEquations) {
   // f, i, o = σ(·); g = ReLU(·); C = f⊙C' + i⊙g; h = o⊙ReLU(C); no biases.
   Rng rng(2);
-  LSTM lstm(2, 1, rng, LstmVariant::kSeed);
+  LSTM lstm(2, 1, rng, LstmVariant::kReluNoBias);
   EXPECT_EQ(lstm.num_parameters(), 4 * 2 + 4 * 1);
   set(lstm, "weight_ih", Tensor::from_vector(std::vector<double>{0.5, -1.0, 1.0, 0.5, 2.0, 1.0, -0.5, 1.5}, {4, 2}));
   set(lstm, "weight_hh", Tensor::from_vector(std::vector<double>{0.3, -0.2, 0.7, 1.1}, {4, 1}));
@@ -121,7 +121,7 @@ TEST(Recurrent, SeedLstmFollowsChapterSixEquations) {
 TEST(Recurrent, GradientsThroughTimeCheckInDouble) {
   Rng rng(5);
   Tensor x = randn({2, 4, 3}, rng, 0, 1, DType::F64);
-  LSTM standard(3, 4, rng), seed(3, 4, rng, LstmVariant::kSeed);
+  LSTM standard(3, 4, rng), seed(3, 4, rng, LstmVariant::kReluNoBias);
   RNN tanh_rnn(3, 4, rng), sigmoid_rnn(3, 4, rng, RnnActivation::kSigmoid);
   for (Module* m : {static_cast<Module*>(&standard), static_cast<Module*>(&seed), static_cast<Module*>(&tanh_rnn),
                     static_cast<Module*>(&sigmoid_rnn)}) {

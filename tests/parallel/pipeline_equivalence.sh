@@ -17,13 +17,13 @@ common=(train --model gpt --layers 8 --d-model 32 --heads 2 --context 16 --batch
         --eval-batches 1 --sample 0 --seed 11 --optimizer sgd --lr 0.05 --quiet --threads 1)
 
 "$weft" "${common[@]}" --save-model "$work/one.safetensors" >"$work/one.txt"
-"$weft" "${common[@]}" --micro-batches 4 --schedule seed --save-model "$work/one-seed.safetensors" >"$work/one-seed.txt"
+"$weft" "${common[@]}" --micro-batches 4 --pipeline-schedule seed --save-model "$work/one-seed.safetensors" >"$work/one-seed.txt"
 for stages in 2 4; do
   for schedule in naive gpipe 1f1b interleaved seed; do
     ref=one
     [ "$schedule" = seed ] && ref=one-seed
     out=$("$weft" launch --nproc-per-node "$stages" -- weft "${common[@]}" --pp "$stages" --micro-batches 4 \
-            --schedule "$schedule" --save-model "$work/pp.safetensors")
+            --pipeline-schedule "$schedule" --save-model "$work/pp.safetensors")
     echo "$out" | grep -E "pipeline( bubble)?:" | sed 's/^\[0\] //'
     expect_same_run "$schedule, $stages stages" "$work/$ref.safetensors" "$work/pp.safetensors" \
       "$(json_field train_loss <"$work/$ref.txt")" "$(rank0_field train_loss <<<"$out")"

@@ -7,7 +7,7 @@
 #include "weft/tensor/ops.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/safetensors.h"
-#include "weft/train/trainer.h"
+#include "weft/train/loop.h"
 #include "weft/util/file.h"
 
 using namespace weft;
@@ -131,7 +131,7 @@ TEST(Resume, IsBitwiseExact) {
   weft::testing::write_synthetic_mnist(data.path(), 300, 50);
   for (const char* model : {"mlp", "cnn"}) {
     for (const char* optimizer : {"sgd", "adam"}) {
-      TrainConfig c;
+      TrainOptions c;
       c.model = model;
       c.optimizer = optimizer;
       c.lr = std::string(optimizer) == "sgd" ? 0.01 : 0.001;
@@ -141,8 +141,8 @@ TEST(Resume, IsBitwiseExact) {
       c.seed = 3;
       c.threads = 2;
       c.quiet = true;
-      c.schedule.kind = "cosine";
-      c.schedule.warmup_steps = 3;
+      c.lr_schedule_kind = "cosine";
+      c.warmup = 3;
       TempDir straight, split, mid;
       c.checkpoint_dir = straight.path();
       train(c, stdout);
@@ -173,7 +173,7 @@ TEST(Resume, IsBitwiseExact) {
 TEST(Resume, RejectsAnotherModelAndMissingCheckpoints) {
   TempDir data, ck;
   weft::testing::write_synthetic_mnist(data.path(), 64, 10);
-  TrainConfig c;
+  TrainOptions c;
   c.model = "mlp";
   c.data = data.path();
   c.checkpoint_dir = ck.path();
@@ -190,39 +190,38 @@ TEST(Resume, RejectsAnotherModelAndMissingCheckpoints) {
 TEST(Train, LearnsTheSyntheticTask) {
   TempDir data;
   weft::testing::write_synthetic_mnist(data.path(), 600, 200);
-  TrainConfig c;
+  TrainOptions c;
   c.model = "mlp";
   c.data = data.path();
   c.epochs = 2;
   c.quiet = true;
   TrainSummary s = train(c, stdout);
-  EXPECT_GT(s.test_accuracy, 0.95);
-  EXPECT_EQ(s.steps, 2 * 10);
-  EXPECT_EQ(s.samples, 1200);
-  EXPECT_NE(s.to_json().find("\"test_accuracy\""), std::string::npos);
+  EXPECT_GT(s.json.at("test_accuracy").get<double>(), 0.95);
+  EXPECT_EQ(s.json.at("steps").get<std::int64_t>(), 2 * 10);
+  EXPECT_EQ(s.json.at("samples").get<std::int64_t>(), 1200);
 }
 
 TEST(Train, ValidatesConfiguration) {
   auto rejects = [](auto change) {
-    TrainConfig c;
+    TrainOptions c;
     change(c);
-    EXPECT_THROW(validate(c), ConfigError);
+    EXPECT_THROW(validate(with_task_defaults(c)), ConfigError);
   };
-  rejects([](TrainConfig& c) { c.batch = 0; });
-  rejects([](TrainConfig& c) { c.model = "vgg"; });
-  rejects([](TrainConfig& c) { c.optimizer = "rmsprop"; });
-  rejects([](TrainConfig& c) { c.resume = true; });
-  rejects([](TrainConfig& c) { c.lr = -1; });
-  rejects([](TrainConfig& c) { c.strategy = "gossip"; });
-  rejects([](TrainConfig& c) { c.local_steps = 0; });
-  rejects([](TrainConfig& c) { c.non_iid = 0; });
-  rejects([](TrainConfig& c) {  // the asynchronous parameter server has no checkpoints
-    c.strategy = "ps";
-    c.staleness = 1;
+  rejects([](TrainOptions& c) { c.batch = 0; });
+  rejects([](TrainOptions& c) { c.model = "vgg"; });
+  rejects([](TrainOptions& c) { c.optimizer = "rmsprop"; });
+  rejects([](TrainOptions& c) { c.resume = true; });
+  rejects([](TrainOptions& c) { c.lr = -1; });
+  rejects([](TrainOptions& c) { c.parallel.strategy = "gossip"; });
+  rejects([](TrainOptions& c) { c.parallel.local_steps = 0; });
+  rejects([](TrainOptions& c) { c.non_iid = 0; });
+  rejects([](TrainOptions& c) {  // the asynchronous parameter server has no checkpoints
+    c.parallel.strategy = "ps";
+    c.parallel.staleness = 1;
     c.checkpoint_dir = "ck";
   });
-  rejects([](TrainConfig& c) { c.staleness = 2; });  // without --strategy ps
-  rejects([](TrainConfig& c) { c.staleness = -3; });
-  TrainConfig ok;
-  EXPECT_NO_THROW(validate(ok));
+  rejects([](TrainOptions& c) { c.parallel.staleness = 2; });  // without --strategy ps
+  rejects([](TrainOptions& c) { c.parallel.staleness = -3; });
+  TrainOptions ok;
+  EXPECT_NO_THROW(validate(with_task_defaults(ok)));
 }

@@ -14,7 +14,7 @@ PipeSchedule parse_pipe_schedule(const std::string& name) {
   if (name == "gpipe") return PipeSchedule::kGpipe;
   if (name == "1f1b") return PipeSchedule::k1F1B;
   if (name == "interleaved") return PipeSchedule::kInterleaved;
-  if (name == "seed") return PipeSchedule::kSeed;
+  if (name == "seed") return PipeSchedule::kUpdatePerMicroBatch;
   throw ConfigError("unknown pipeline schedule '" + name + "' (known: naive, gpipe, 1f1b, interleaved, seed)");
 }
 
@@ -24,7 +24,7 @@ const char* pipe_schedule_name(PipeSchedule s) {
     case PipeSchedule::kGpipe: return "gpipe";
     case PipeSchedule::k1F1B: return "1f1b";
     case PipeSchedule::kInterleaved: return "interleaved";
-    case PipeSchedule::kSeed: return "seed";
+    case PipeSchedule::kUpdatePerMicroBatch: return "seed";
   }
   return "?";
 }
@@ -68,11 +68,11 @@ std::vector<PipeOp> pipeline_program(PipeSchedule schedule, int stage, int stage
       }
       break;
     case PipeSchedule::kGpipe:
-    case PipeSchedule::kSeed:
+    case PipeSchedule::kUpdatePerMicroBatch:
       for (int m = 0; m < M; ++m) forward_unit(p, s, S, 1, {m, 0});
       for (int m = 0; m < M; ++m) {
         backward_unit(p, s, S, 1, {m, 0});
-        if (schedule == PipeSchedule::kSeed) p.push_back({PipeOpKind::kStep, m, 0, -1});
+        if (schedule == PipeSchedule::kUpdatePerMicroBatch) p.push_back({PipeOpKind::kStep, m, 0, -1});
       }
       break;
     case PipeSchedule::k1F1B: {

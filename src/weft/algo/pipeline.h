@@ -24,7 +24,9 @@
 
 namespace weft::algo {
 
-enum class PipeSchedule : std::uint8_t { kNaive, kGpipe, k1F1B, kInterleaved, kSeed };
+// kUpdatePerMicroBatch ("seed" on the command line) is seed 002 chapter 8's schedule: each
+// micro-batch's forward and backward, then an update, before the next micro-batch.
+enum class PipeSchedule : std::uint8_t { kNaive, kGpipe, k1F1B, kInterleaved, kUpdatePerMicroBatch };
 PipeSchedule parse_pipe_schedule(const std::string& name);  // throws ConfigError
 const char* pipe_schedule_name(PipeSchedule s);
 

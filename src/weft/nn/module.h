@@ -3,6 +3,8 @@
 // names ("0.weight", "features.3.bias"), which are also the keys of the state dict.
 #pragma once
 
+#include <functional>
+
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,6 +44,14 @@ class Module {
   std::string summary() const;
 
   const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+
+  // Models built of repeated layers (a GPT's blocks) name the parameters of each layer by
+  // the prefix they share ("h0.", "h1.", ...), in forward order, and call a hook before
+  // (after = false) and after each layer's forward; ZeRO-3 gathers a layer's parameters
+  // there. Other models have no layers and ignore the hook.
+  using LayerHook = std::function<void(std::int64_t layer, bool after)>;
+  virtual std::vector<std::string> layer_prefixes() const { return {}; }
+  virtual void set_layer_hook(LayerHook hook) {}
 
  protected:
   // Returns a handle sharing the registered parameter.

@@ -78,7 +78,7 @@ LSTM::LSTM(std::int64_t input, std::int64_t hidden, Rng& rng, LstmVariant varian
 Var LSTM::forward(const Var& x) {
   check_input(x, input_, "LSTM");
   const std::int64_t B = x.size(0), T = x.size(1), H = hidden_;
-  const bool seed = variant_ == LstmVariant::kSeed;
+  const bool seed = variant_ == LstmVariant::kReluNoBias;
   auto act = [seed](const Var& v) { return seed ? relu(v) : tanh(v); };
   Var xw = project_inputs(x, w_ih_, bias_);
   Var h(Tensor::zeros({B, H}, x.value().dtype()));
@@ -114,7 +114,7 @@ RecurrentLM::RecurrentLM(const RecurrentConfig& c, Rng& rng) : config_(c) {
     if (c.cell == "rnn" || c.cell == "rnn-sigmoid") {
       layer = std::make_shared<RNN>(c.dim, c.dim, rng, c.cell == "rnn" ? RnnActivation::kTanh : RnnActivation::kSigmoid);
     } else {
-      layer = std::make_shared<LSTM>(c.dim, c.dim, rng, c.cell == "lstm" ? LstmVariant::kStandard : LstmVariant::kSeed);
+      layer = std::make_shared<LSTM>(c.dim, c.dim, rng, c.cell == "lstm" ? LstmVariant::kStandard : LstmVariant::kReluNoBias);
     }
     layers_.push_back(layer);
     std::string name = c.cell.substr(0, c.cell.find('-'));

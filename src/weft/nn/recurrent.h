@@ -21,7 +21,7 @@
 namespace weft {
 
 enum class RnnActivation { kTanh, kSigmoid };
-enum class LstmVariant { kStandard, kSeed };
+enum class LstmVariant { kStandard, kReluNoBias };  // kReluNoBias: seed 002 chapter 6
 
 class RNN : public Module {
  public:

@@ -189,4 +189,14 @@ std::string GPT::describe() const {
          std::to_string(config_.heads) + " heads)";
 }
 
+std::vector<std::string> GPT::layer_prefixes() const {
+  std::vector<std::string> prefixes;
+  for (std::int64_t i = 0; i < config_.layers; ++i) {
+    std::string prefix = "h";  // (see the constructor on GCC 12)
+    prefix += std::to_string(i);
+    prefixes.push_back(prefix + ".");
+  }
+  return prefixes;
+}
+
 }  // namespace weft

@@ -103,9 +103,10 @@ class GPT : public LanguageModel {
   std::string describe() const override;
   const GptConfig& config() const { return config_; }
   void set_recompute(bool on) { config_.recompute = on; }
-  // Called before (after = false) and after each block's forward in run_blocks; ZeRO-3
-  // gathers and drops a block's parameters there. Empty: none.
-  void set_block_hook(std::function<void(std::int64_t block, bool after)> hook) { block_hook_ = std::move(hook); }
+  // The blocks are the layers (Module::layer_prefixes): "h<i>." for block i; the hook runs
+  // around each block's forward in run_blocks.
+  std::vector<std::string> layer_prefixes() const override;
+  void set_layer_hook(LayerHook hook) override { block_hook_ = std::move(hook); }
   std::int64_t vocab() const override { return config_.vocab; }
   std::int64_t context() const override { return config_.context; }
   // The model in pieces, for pipeline stages: forward = head(run_blocks(embed(ids), 0, L)).

@@ -12,9 +12,12 @@ comm::DataType comm_dtype(const Tensor& t) {
 
 DistributedDataParallel::DistributedDataParallel(Module& model, std::shared_ptr<comm::Communicator> comm,
                                                  DdpOptions options)
-    : model_(model), comm_(std::move(comm)) {
+    : DistributedDataParallel(model.parameters(), std::move(comm), options) {}
+
+DistributedDataParallel::DistributedDataParallel(std::vector<Var> params, std::shared_ptr<comm::Communicator> comm,
+                                                 DdpOptions options)
+    : comm_(std::move(comm)), params_(std::move(params)) {
   if (!(options.first_bucket_mb > 0) || !(options.bucket_mb > 0)) throw ConfigError("bucket sizes must be positive");
-  params_ = model.parameters();
   // Every replica starts from rank 0's parameters.
   for (auto& p : params_) {
     Tensor& v = p.mutable_value();
@@ -92,6 +95,29 @@ std::chrono::duration<double> DistributedDataParallel::finish() {
     b.ready = 0;
   }
   return Clock::now() - start;
+}
+
+void DataParallel::prepare(ModelPart& part) {
+  if (!group_) return;
+  std::vector<Var> params;
+  for (const auto& [name, p] : part.trained) params.push_back(p);
+  ddp_ = std::make_unique<DistributedDataParallel>(std::move(params), group_, options_);
+  at_update_ = part.accumulates;
+  ddp_->set_sync(!at_update_);
+}
+
+void DataParallel::after_backward(CommStats& stats) {
+  if (!ddp_) return;
+  if (at_update_) ddp_->set_sync(true);
+  const auto start = std::chrono::steady_clock::now();
+  const auto exposed = ddp_->finish();
+  stats.spans.push_back({"wait for all-reduce", "comm", 0, start, std::chrono::steady_clock::now()});
+  if (at_update_) ddp_->set_sync(false);
+  stats.exposed_seconds += exposed.count();
+  for (const BucketTiming& t : ddp_->timings()) {
+    stats.seconds += std::chrono::duration<double>(t.finished - t.launched).count();
+    stats.spans.push_back({"allreduce " + std::to_string(t.bytes >> 10) + " KiB", "comm", 1, t.launched, t.finished});
+  }
 }
 
 }  // namespace weft::parallel

@@ -19,6 +19,7 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/nn/module.h"
+#include "weft/parallel/strategy.h"
 
 namespace weft::parallel {
 
@@ -36,6 +37,8 @@ struct BucketTiming {
 class DistributedDataParallel {
  public:
   DistributedDataParallel(Module& model, std::shared_ptr<comm::Communicator> comm, DdpOptions options = {});
+  // The same over some parameters (a pipeline stage's, a tensor-parallel slice's).
+  DistributedDataParallel(std::vector<Var> params, std::shared_ptr<comm::Communicator> comm, DdpOptions options = {});
   ~DistributedDataParallel();
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
@@ -63,7 +66,6 @@ class DistributedDataParallel {
   void on_ready(std::size_t param);
   void launch(std::size_t bucket);
 
-  Module& model_;
   std::shared_ptr<comm::Communicator> comm_;
   std::vector<Var> params_;
   std::vector<std::size_t> bucket_of_;
@@ -83,6 +85,24 @@ class NoSync {
  private:
   DistributedDataParallel& ddp_;
   bool previous_;
+};
+
+// The strategy: DDP over the mesh's data-parallel group (nothing to do on a group of one).
+// Under a pipeline (gradients accumulating over micro-batches) the buckets start at the
+// update instead of during backward, after the tied embedding's gradients are summed.
+class DataParallel : public Strategy {
+ public:
+  DataParallel(std::shared_ptr<comm::Communicator> group, DdpOptions options) : group_(std::move(group)), options_(options) {}
+  std::string name() const override { return "ddp"; }
+  void prepare(ModelPart& part) override;
+  void after_backward(CommStats& stats) override;
+  DistributedDataParallel* ddp() { return ddp_.get(); }
+
+ private:
+  std::shared_ptr<comm::Communicator> group_;
+  DdpOptions options_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  bool at_update_ = false;
 };
 
 // The communicator's element type for a tensor.

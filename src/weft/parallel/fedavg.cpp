@@ -15,3 +15,25 @@ void average_weights(Module& model, comm::Communicator& comm) {
 }
 
 }  // namespace weft::parallel
+
+namespace weft::parallel {
+
+void FederatedAveraging::prepare(ModelPart& part) {
+  model_ = &part.model;
+  if (clients_) average_weights(*model_, *clients_);  // one starting point
+}
+
+bool FederatedAveraging::end_step(std::int64_t step, bool last, CommStats& stats) {
+  last_step_ = step;
+  if (!clients_ || (step % local_steps_ != 0 && !last)) return false;
+  const auto start = std::chrono::steady_clock::now();
+  average_weights(*model_, *clients_);
+  const auto end = std::chrono::steady_clock::now();
+  const double s = std::chrono::duration<double>(end - start).count();
+  stats.seconds += s;
+  stats.exposed_seconds += s;
+  stats.spans.push_back({"average weights", "comm", 1, start, end});
+  return step % local_steps_ == 0 && eval_rounds_ > 0 && round() % eval_rounds_ == 0;
+}
+
+}  // namespace weft::parallel

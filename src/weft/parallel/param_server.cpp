@@ -1,5 +1,9 @@
 #include "weft/parallel/param_server.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include <algorithm>
 #include <map>
 #include <thread>
@@ -127,7 +131,7 @@ void ParameterServerWorker::push() {
     const void* at = static_cast<std::uint8_t*>(grads_.raw_data()) + layout_.bounds[s] * es;
     pending_.push_back(pairs_.empty() ? comm_->isend(at, layout_.size(s), comm_dtype(grads_), workers_ + s)
                                       : grad_pairs_[static_cast<std::size_t>(s)]->isend(at, layout_.size(s), comm_dtype(grads_), 1));
-    if (!pairs_.empty()) pending_.back()->test();  // start it now: the server may be waiting for it
+    pending_.back()->test();  // start it now: the server may be waiting for it while this worker does other things
   }
 }
 
@@ -304,6 +308,58 @@ double measure_link(comm::Communicator& job, int workers, bool is_worker0, std::
 double ps_cost_model_seconds(int workers, int servers, double gradient_bytes, double weight_bytes,
                              double bytes_per_second) {
   return workers * gradient_bytes / (servers * bytes_per_second) + workers * weight_bytes / (servers * bytes_per_second);
+}
+
+void ParameterServer::prepare(ModelPart& part) {
+  model_bytes_ = part.model.num_parameters() * 4;
+  if (job_->rank() == 0) link_ = measure_link(*job_, workers_, true, part.model.num_parameters());
+  worker_ = std::make_unique<ParameterServerWorker>(part.model, job_, workers_, servers_, staleness_);
+}
+
+void ParameterServer::after_backward(CommStats& stats) {
+  worker_->push();
+  const double s = worker_->comm_seconds() - counted_;  // this step's pull and push
+  counted_ = worker_->comm_seconds();
+  stats.seconds += s;
+  stats.exposed_seconds += s;
+}
+
+bool ParameterServer::apply(Optimizer& optimizer, CommStats&) {
+  optimizer.set_steps(optimizer.steps() + 1);  // the servers' update
+  return true;
+}
+
+bool ParameterServer::end_step(std::int64_t, bool, CommStats&) {
+  ++steps_;
+  return false;
+}
+
+std::optional<StateDict> ParameterServer::optimizer_state(Optimizer& optimizer, std::vector<StateDict>&) {
+  if (job_->rank() != 0) return StateDict{};
+  // The servers hold the optimizer state: worker 0 receives it, with the weights after this
+  // step's update.
+  std::vector<std::string> buffers;
+  for (const auto& [key, t] : optimizer.state()) {
+    const std::string shard = key.substr(0, key.find('.')) + ".shard";
+    if (std::find(buffers.begin(), buffers.end(), shard) == buffers.end()) buffers.push_back(shard);
+  }
+  return worker_->receive_checkpoint(buffers);
+}
+
+double ParameterServer::model_seconds() const {
+  const double bytes = static_cast<double>(model_bytes_);
+  return link_ > 0 ? ps_cost_model_seconds(workers_, servers_, bytes, bytes, link_) * static_cast<double>(std::max<std::int64_t>(steps_, 1))
+                   : 0.0;
+}
+
+std::vector<std::string> ParameterServer::report_lines() {
+  if (link_ <= 0) return {};
+  const double steps = static_cast<double>(std::max<std::int64_t>(steps_, 1));
+  return {fmt::format("parameter server, {} worker(s), {} server(s): communication {:.3f} ms per step measured; seed 003's "
+                      "model N*g/(M*BW) + N*W/(M*BW) gives {:.3f} ms (g = W = {:.2f} MB, BW = {:.2f} GB/s measured point "
+                      "to point)",
+                      workers_, servers_, 1e3 * worker_->comm_seconds() / steps, 1e3 * model_seconds() / steps,
+                      static_cast<double>(model_bytes_) / 1e6, link_ / 1e9)};
 }
 
 }  // namespace weft::parallel

@@ -24,6 +24,7 @@
 #include "weft/comm/communicator.h"
 #include "weft/nn/module.h"
 #include "weft/optim/optimizer.h"
+#include "weft/parallel/strategy.h"
 
 namespace weft::parallel {
 
@@ -100,5 +101,34 @@ double measure_link(comm::Communicator& job, int workers, bool is_worker0, std::
 // Seed 003 chapter 4's model: push N g / (M BW) + pull N W / (M BW), in seconds.
 double ps_cost_model_seconds(int workers, int servers, double gradient_bytes, double weight_bytes,
                              double bytes_per_second);
+
+// The strategy, on a worker: pull the weights before each step, push the gradients after
+// backward; the servers update (the local optimizer only counts their updates). Worker 0
+// receives the servers' state for checkpoints, and measures the link for seed 003's cost
+// model (the servers' side is serve_parameters' job).
+class ParameterServer : public Strategy {
+ public:
+  ParameterServer(std::shared_ptr<comm::Communicator> job, int workers, int servers, int staleness)
+      : job_(std::move(job)), workers_(workers), servers_(servers), staleness_(staleness) {}
+  std::string name() const override { return staleness_ >= 0 ? "ps-async" : "ps"; }
+  void prepare(ModelPart& part) override;
+  void begin_step() override { worker_->pull(); }
+  void after_backward(CommStats& stats) override;
+  bool apply(Optimizer& optimizer, CommStats& stats) override;
+  bool end_step(std::int64_t step, bool last, CommStats& stats) override;
+  void finish() override { worker_->pull(); }  // the final weights
+  std::optional<StateDict> optimizer_state(Optimizer& optimizer, std::vector<StateDict>& per_rank) override;
+  std::vector<std::string> report_lines() override;
+  // Seed 003's cost model for this run's steps, and the link it used (0 when not measured).
+  double model_seconds() const;
+  double link_bytes_per_second() const { return link_; }
+
+ private:
+  std::shared_ptr<comm::Communicator> job_;
+  int workers_, servers_, staleness_;
+  std::unique_ptr<ParameterServerWorker> worker_;
+  double link_ = 0, counted_ = 0;
+  std::int64_t model_bytes_ = 0, steps_ = 0;
+};
 
 }  // namespace weft::parallel

@@ -1,6 +1,9 @@
 #include "weft/parallel/pipeline.h"
 
 #include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
 #include <cmath>
 #include <limits>
 
@@ -79,7 +82,7 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
   stage_ = group_ ? group_->rank() : 0;
   if (options_.micro_batches < 1) throw ConfigError("--micro-batches must be at least 1");
   if (options_.schedule != algo::PipeSchedule::kInterleaved) options_.chunks = 1;
-  else if (options_.chunks < 2) throw ConfigError("--schedule interleaved needs --chunks 2 or more");
+  else if (options_.chunks < 2) throw ConfigError("the interleaved pipeline schedule needs 2 or more model chunks per stage (--chunks)");
   virtual_stages_ = stages_ * options_.chunks;
   const GptConfig& cfg = model_.config();
   const auto named = model_.parameters();
@@ -204,7 +207,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
         if (v < V - 1) program.push_back({algo::PipeOpKind::kSendAct, m, c, (stage_ + 1) % S});
       }
   }
-  const bool seed = options_.schedule == algo::PipeSchedule::kSeed;
+  const bool seed = options_.schedule == algo::PipeSchedule::kUpdatePerMicroBatch;
   struct Unit {
     Var input, output, loss;
     Tensor grad_out;
@@ -312,6 +315,108 @@ void GptPipeline::gather_parameters(const std::vector<std::pair<std::string, Var
       q.mutable_value() = buf;
     }
   }
+}
+
+void Pipeline::prepare(ModelPart& part) {
+  if (!part.stage) {
+    auto* gpt = dynamic_cast<GPT*>(&part.model);
+    if (!gpt) throw ConfigError("pipeline parallelism needs a GPT (--model gpt)");
+    local_ = std::make_unique<LocalGpt>(*gpt);
+    part.stage = local_.get();
+  }
+  pipe_ = std::make_unique<GptPipeline>(*part.stage, group_, options_);
+  part.trained = pipe_->own_parameters();
+  part.norm_weight = norm_weight(*part.stage, pipe_->counted_elsewhere());
+  part.model_group = model_group_;
+  part.accumulates = true;
+  part.holds = [p = pipe_.get()](const std::string& name) {
+    return p->owner_of(name) == p->stage() || (name == "wte.weight" && p->stage() == p->stages() - 1);
+  };
+  part_ = &part;
+}
+
+std::optional<double> Pipeline::forward_backward(const StepBatch& batch, const std::function<void(bool)>& update) {
+  const bool per_micro_batch = options_.schedule == algo::PipeSchedule::kUpdatePerMicroBatch;
+  const double loss = pipe_->train_batch(batch.inputs, batch.targets, [&] { update(per_micro_batch); });
+  if (steps_++ > 0) bubble_sum_ += pipe_->last_bubble();
+  return loss;
+}
+
+std::optional<double> Pipeline::eval_loss(const StepBatch& batch) { return pipe_->eval_batch(batch.inputs, batch.targets); }
+
+void Pipeline::finish() {
+  NamedParameters full;
+  for (const auto& [name, p] : part_->model.named_parameters()) full.emplace_back(name, p);
+  std::map<std::string, Shape> shapes(part_->layout.begin(), part_->layout.end());
+  pipe_->gather_parameters(full, shapes);
+}
+
+void Pipeline::widen(TrainState& state) {
+  // The optimizer's buffers by parameter; every stage has the same kinds of buffer.
+  std::vector<std::string> buffers;
+  std::map<std::string, Tensor> model(state.model.begin(), state.model.end()), optimizer(state.optimizer.begin(),
+                                                                                         state.optimizer.end());
+  for (const auto& [key, t] : state.optimizer) {
+    const std::string buffer = key.substr(0, key.find('.'));
+    if (std::find(buffers.begin(), buffers.end(), buffer) == buffers.end()) buffers.push_back(buffer);
+  }
+  TrainState whole;
+  whole.per_rank = std::move(state.per_rank);
+  const int stage = pipe_->stage();
+  for (const auto& [name, shape] : part_->layout) {
+    const int owner = pipe_->owner_of(name);
+    std::vector<Tensor> pieces;  // the value, then each buffer
+    if (stage == owner) {
+      pieces.push_back(model.at(name));
+      for (const std::string& b : buffers) pieces.push_back(optimizer.at(b + "." + name).contiguous());
+    }
+    if (owner != 0 && stage == owner) {
+      for (Tensor& t : pieces) group_->send(t.data<float>(), t.numel(), comm::DataType::kF32, 0);
+    } else if (owner != 0 && stage == 0) {
+      for (std::size_t k = 0; k < buffers.size() + 1; ++k) {
+        pieces.push_back(Tensor::zeros(shape));
+        group_->recv(pieces.back().data<float>(), pieces.back().numel(), comm::DataType::kF32, owner);
+      }
+    }
+    if (stage != 0) continue;
+    whole.model.emplace_back(name, pieces[0]);
+    for (std::size_t k = 0; k < buffers.size(); ++k) whole.optimizer.emplace_back(buffers[k] + "." + name, pieces[k + 1]);
+  }
+  state = std::move(whole);
+}
+
+void Pipeline::narrow(StateDict& optimizer) {
+  std::set<std::string> own;
+  for (const auto& [name, p] : part_->trained) own.insert(name);
+  StateDict mine;
+  for (auto& [key, t] : optimizer)
+    if (own.count(key.substr(key.find('.') + 1))) mine.emplace_back(key, std::move(t));
+  optimizer = std::move(mine);
+}
+
+double Pipeline::bubble() const {
+  return steps_ > 1 ? bubble_sum_ / static_cast<double>(steps_ - 1) : pipe_->last_bubble();
+}
+
+double Pipeline::bubble_formula() const {
+  const double S = pipe_->stages(), M = options_.micro_batches;
+  return (S - 1) / (M + S - 1);
+}
+
+std::vector<std::string> Pipeline::intro_lines() {
+  const bool interleaved = options_.schedule == algo::PipeSchedule::kInterleaved;
+  std::string parts;
+  const auto& b = pipe_->boundaries();
+  for (std::size_t v = 0; v + 1 < b.size(); ++v) parts += fmt::format("{}{}-{}", v ? " | " : "", b[v], b[v + 1] - 1);
+  return {fmt::format("pipeline: {} stages, {} micro-batches, schedule {}{}; blocks per {}stage: {} (balanced by {})",
+                      pipe_->stages(), options_.micro_batches, algo::pipe_schedule_name(options_.schedule),
+                      interleaved ? fmt::format(" ({} chunks per stage)", options_.chunks) : "",
+                      interleaved ? "virtual " : "", parts, options_.balance)};
+}
+
+std::vector<std::string> Pipeline::report_lines() {
+  return {fmt::format("pipeline bubble: {:.1f}% measured (mean over stages and steps), (S-1)/(M+S-1) = {:.1f}%",
+                      100 * bubble(), 100 * bubble_formula())};
 }
 
 }  // namespace weft::parallel

@@ -28,6 +28,7 @@
 #include "weft/comm/communicator.h"
 #include "weft/nn/transformer.h"
 #include "weft/parallel/stage_model.h"
+#include "weft/parallel/strategy.h"
 
 namespace weft::parallel {
 
@@ -97,6 +98,42 @@ class GptPipeline {
   Var tied_weight_;
   bool first_ = true, last_ = true;
   double busy_s_ = 0, step_s_ = 0, bubble_ = 0;
+};
+
+// The strategy: the GPT's blocks cut into stages over the mesh's pp group, each stage
+// computing with what the strategies before it left (the whole model, or tensor-parallel
+// slices). Gradients accumulate over the micro-batches; the update runs where the schedule
+// puts it. Checkpoints send every stage's state to stage 0.
+class Pipeline : public Strategy {
+ public:
+  Pipeline(std::shared_ptr<comm::Communicator> group, comm::Communicator* model_group, PipelineOptions options)
+      : group_(std::move(group)), model_group_(model_group), options_(options) {}
+  std::string name() const override { return "pipeline"; }
+  bool splits_model() const override { return true; }
+  void prepare(ModelPart& part) override;
+  std::optional<double> forward_backward(const StepBatch& batch, const std::function<void(bool)>& update) override;
+  std::optional<double> eval_loss(const StepBatch& batch) override;
+  void finish() override;
+  void widen(TrainState& state) override;
+  void narrow(StateDict& optimizer) override;
+  std::vector<std::string> intro_lines() override;
+  std::vector<std::string> report_lines() override;
+
+  GptPipeline& pipeline() { return *pipe_; }
+  // The measured bubble, mean over the steps after the first of this run; and the
+  // (S - 1) / (M + S - 1) of GPipe and 1F1B.
+  double bubble() const;
+  double bubble_formula() const;
+
+ private:
+  std::shared_ptr<comm::Communicator> group_;
+  comm::Communicator* model_group_;
+  PipelineOptions options_;
+  std::unique_ptr<LocalGpt> local_;
+  std::unique_ptr<GptPipeline> pipe_;
+  ModelPart* part_ = nullptr;
+  std::int64_t steps_ = 0;
+  double bubble_sum_ = 0;
 };
 
 }  // namespace weft::parallel

@@ -349,4 +349,52 @@ void TensorParallelGpt::gather_parameters(const std::function<bool(const std::st
   }
 }
 
+namespace {
+// The parameter an entry of a state belongs to: the entry's name ("h0.attn.weight"), or
+// for an optimizer buffer the part after "<buffer>.".
+std::string parameter_of(const std::string& key, bool optimizer) {
+  return optimizer ? key.substr(key.find('.') + 1) : key;
+}
+}  // namespace
+
+void TensorParallel::prepare(ModelPart& part) {
+  auto* gpt = dynamic_cast<GPT*>(&part.model);
+  if (!gpt) throw ConfigError("tensor parallelism needs a GPT (--model gpt)");
+  tp_ = std::make_unique<TensorParallelGpt>(*gpt, group_, seed_attention_);
+  part.stage = tp_.get();
+  part.trained = tp_->parameters();
+  part.norm_weight = norm_weight(*tp_);
+  part.model_group = model_group_;
+  part_ = &part;
+}
+
+std::optional<double> TensorParallel::forward_backward(const StepBatch& batch, const std::function<void(bool)>& update) {
+  Var loss = tp_->loss(batch.inputs, batch.targets);
+  loss.backward();
+  update(false);
+  return loss.item();
+}
+
+std::optional<double> TensorParallel::eval_loss(const StepBatch& batch) {
+  return tp_->loss(batch.inputs, batch.targets).item();
+}
+
+void TensorParallel::finish() { tp_->gather_parameters(part_->holds); }
+
+void TensorParallel::widen(TrainState& state) {
+  for (auto* dict : {&state.model, &state.optimizer}) {
+    for (auto& [key, t] : *dict) {
+      const std::string name = parameter_of(key, dict == &state.optimizer);
+      if (tp_->is_shard(name)) t = tp_->full_of(name, t);
+    }
+  }
+}
+
+void TensorParallel::narrow(StateDict& optimizer) {
+  for (auto& [key, t] : optimizer) {
+    const std::string name = parameter_of(key, true);
+    if (tp_->is_shard(name)) t = tp_->part_of(name, t);
+  }
+}
+
 }  // namespace weft::parallel

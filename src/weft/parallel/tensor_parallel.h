@@ -36,6 +36,7 @@
 #include "weft/comm/communicator.h"
 #include "weft/nn/transformer.h"
 #include "weft/parallel/stage_model.h"
+#include "weft/parallel/strategy.h"
 
 namespace weft::parallel {
 
@@ -91,6 +92,31 @@ class TensorParallelGpt : public StageModel {
   std::set<std::string> replicated_names_;
   std::map<std::string, Var> by_name_;
   Tensor fixed_positions_;
+};
+
+// The strategy: the GPT's layers sliced over the mesh's tp group (`model_group`: the ranks
+// of one model copy, for the gradient norm). Checkpoints widen the slices to whole tensors
+// (all-gathered) and narrow a whole model's state to this rank's slices.
+class TensorParallel : public Strategy {
+ public:
+  TensorParallel(std::shared_ptr<comm::Communicator> group, comm::Communicator* model_group, bool seed_attention)
+      : group_(std::move(group)), model_group_(model_group), seed_attention_(seed_attention) {}
+  std::string name() const override { return "tensor-parallel"; }
+  bool splits_model() const override { return true; }
+  void prepare(ModelPart& part) override;
+  std::optional<double> forward_backward(const StepBatch& batch, const std::function<void(bool)>& update) override;
+  std::optional<double> eval_loss(const StepBatch& batch) override;
+  void finish() override;
+  void widen(TrainState& state) override;
+  void narrow(StateDict& optimizer) override;
+  TensorParallelGpt& model() { return *tp_; }
+
+ private:
+  std::shared_ptr<comm::Communicator> group_;
+  comm::Communicator* model_group_;
+  bool seed_attention_;
+  std::unique_ptr<TensorParallelGpt> tp_;
+  const ModelPart* part_ = nullptr;
 };
 
 // The communication operators, usable on their own (tests).

@@ -1,4 +1,7 @@
 #include "weft/parallel/zero.h"
+#include "weft/util/units.h"
+
+#include <fmt/format.h>
 
 #include <cmath>
 
@@ -316,6 +319,67 @@ ZeroMemory ZeroRedundancyOptimizer::memory() const {
   // Stage 3: the full parameters gathered at once during a step; else they stay whole.
   m.peak_parameters = stage_ == 3 ? peak_parameter_bytes_ : m.parameters;
   return m;
+}
+
+void Zero::prepare(ModelPart& part) {
+  std::vector<std::string> layers;
+  if (stage_ == 3 && !part.stage) layers = part.model.layer_prefixes();
+  zero_ = std::make_unique<ZeroRedundancyOptimizer>(part.trained, group_, stage_, make_optimizer_, layers);
+  if (!layers.empty()) {
+    layered_ = &part.model;
+    part.model.set_layer_hook([z = zero_.get()](std::int64_t layer, bool after) {
+      if (after) z->after_layer(static_cast<std::size_t>(layer));
+      else z->before_layer(static_cast<std::size_t>(layer));
+    });
+  }
+  for (const auto& [name, p] : part.trained) elements_ += p.value().numel();
+}
+
+void Zero::after_backward(CommStats& stats) {
+  // Every ZeRO collective blocks: all of it is exposed.
+  const auto start = std::chrono::steady_clock::now();
+  const double s = zero_->finish().count() + gather_seconds_;
+  stats.spans.push_back({stage_ == 1 ? "all-reduce gradients" : "reduce-scatter gradients", "comm", 0, start,
+                         std::chrono::steady_clock::now()});
+  gather_seconds_ = 0;
+  stats.seconds += s;
+  stats.exposed_seconds += s;
+}
+
+bool Zero::apply(Optimizer&, CommStats& stats) {
+  const auto start = std::chrono::steady_clock::now();
+  const double s = zero_->step().count();
+  stats.seconds += s;
+  stats.exposed_seconds += s;
+  stats.spans.push_back({"update, all-gather parameters", "comm", 0, start, std::chrono::steady_clock::now()});
+  return true;
+}
+
+void Zero::finish() {
+  if (layered_) layered_->set_layer_hook(nullptr);  // rank 0 may run the model alone from here
+  zero_->gather_all();
+}
+
+std::optional<StateDict> Zero::optimizer_state(Optimizer&, std::vector<StateDict>& per_rank) {
+  zero_->gather_all();
+  auto state = zero_->gather_state();
+  per_rank = std::move(state.per_rank);
+  return std::move(state.consolidated);
+}
+
+std::int64_t Zero::replicated_bytes() const {
+  const ZeroMemory m = zero_->memory();
+  const std::int64_t per_element = zero_->shard_elements() > 0 ? m.optimizer / zero_->shard_elements() : 0;
+  return elements_ * 4 * 2 + elements_ * per_element;
+}
+
+std::vector<std::string> Zero::report_lines() {
+  const ZeroMemory m = zero_->memory();
+  return {fmt::format("ZeRO stage {} on {} rank(s), rank 0 holds between steps: parameters {}, gradients {}, optimizer "
+                      "state {}; total {} (replicated, as DDP: {}); parameters during a step: {}",
+                      stage_, group_ ? group_->size() : 1, human_bytes(m.parameters), human_bytes(m.gradients),
+                      human_bytes(m.optimizer), human_bytes(m.total()), human_bytes(replicated_bytes()),
+                      human_bytes(m.peak_parameters))};
 }
 
 }  // namespace weft::parallel

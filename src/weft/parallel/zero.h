@@ -40,6 +40,7 @@
 #include "weft/comm/communicator.h"
 #include "weft/nn/module.h"
 #include "weft/optim/optimizer.h"
+#include "weft/parallel/strategy.h"
 
 namespace weft::parallel {
 
@@ -167,6 +168,49 @@ class ZeroCheckpointScope {
 
  private:
   ZeroRedundancyOptimizer* zero_;
+};
+
+// The strategy: ZeRO over the mesh's data-parallel group (null: a world of one, which
+// still runs the sharded code). Stage 3 on a model with layers (and no model parallelism)
+// gathers layer by layer through the model's layer hook.
+class Zero : public Strategy {
+ public:
+  Zero(std::shared_ptr<comm::Communicator> group, int stage, OptimizerFactory make_optimizer)
+      : group_(std::move(group)), stage_(stage), make_optimizer_(std::move(make_optimizer)) {}
+  std::string name() const override { return "zero-" + std::to_string(stage_); }
+  void prepare(ModelPart& part) override;
+  Optimizer* optimizer() override { return &zero_->optimizer(); }
+  void begin_step() override { gather_seconds_ += zero_->gather().count(); }
+  void after_backward(CommStats& stats) override;
+  std::optional<double> clip_grad_norm(const ModelPart& part, double max_norm) override {
+    return zero_->clip_grad_norm(max_norm, part.norm_weight, part.model_group);
+  }
+  bool apply(Optimizer& optimizer, CommStats& stats) override;
+  void between_updates() override { gather_seconds_ += zero_->gather().count(); }
+  void begin_eval() override { zero_->gather(); }
+  void end_eval() override { zero_->release(); }
+  void finish() override;
+  std::optional<StateDict> optimizer_state(Optimizer& optimizer, std::vector<StateDict>& per_rank) override;
+  void end_checkpoint() override { zero_->release(); }
+  bool load_optimizer_state(const StateDict& state) override {
+    zero_->load_state(state);
+    return true;
+  }
+  std::vector<std::string> report_lines() override;
+
+  ZeroRedundancyOptimizer& zero() { return *zero_; }
+  int stage() const { return stage_; }
+  // What the same state takes replicated (DDP): parameters, gradients, optimizer buffers.
+  std::int64_t replicated_bytes() const;
+
+ private:
+  std::shared_ptr<comm::Communicator> group_;
+  int stage_;
+  OptimizerFactory make_optimizer_;
+  std::unique_ptr<ZeroRedundancyOptimizer> zero_;
+  Module* layered_ = nullptr;  // the model whose layer hook gathers (stage 3)
+  std::int64_t elements_ = 0;
+  double gather_seconds_ = 0;
 };
 
 }  // namespace weft::parallel

@@ -30,7 +30,8 @@ void Progress::update(long done, double eta_seconds, const std::string& detail) 
   if (!terminal_ && last) return;  // the caller prints a summary line at the end
   last_print_ = now;
   printed_once_ = true;
-  std::string line = fmt::format("{} {}/{}  {}  ETA {}", label_, done, total_, detail,
+  const double percent = total_ > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total_) : 100.0;
+  std::string line = fmt::format("{} {}/{} ({:.0f}%)  {}  ETA {}", label_, done, total_, percent, detail,
                                  format_duration(eta_seconds));
   if (terminal_) {
     fmt::print(out_, "\r\033[K{}", line);

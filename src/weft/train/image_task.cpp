@@ -1,0 +1,154 @@
+// Image classification (seed 002 part I, seed 000's MNIST): a model from nn/models.h on
+// Fashion-MNIST or any MNIST-format folder, cross-entropy over the classes, test accuracy
+// after each epoch. The global batch is split among the data-parallel replicas by the
+// distributed sampler; federated clients with label skew draw from their own part.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <optional>
+
+#include "weft/autograd/functions.h"
+#include "weft/data/dataloader.h"
+#include "weft/data/dataset.h"
+#include "weft/data/partition.h"
+#include "weft/nn/models.h"
+#include "weft/tensor/ops.h"
+#include "weft/train/task.h"
+#include "weft/train/timeline.h"
+#include "weft/util/error.h"
+
+namespace weft {
+
+namespace {
+
+class ImageClassification : public Task {
+ public:
+  ImageClassification(const TrainOptions& o, int replica, int replicas, std::FILE* out)
+      : o_(o), replica_(replica), replicas_(replicas) {
+    if (*o.batch % replicas != 0) {
+      throw ConfigError("--batch " + std::to_string(*o.batch) + " (the global batch) is not divisible by the " +
+                        std::to_string(replicas) + " ranks");
+    }
+    const std::string dir = resolve_data_dir(*o.data, o.data_dir);
+    train_ = load_mnist_format(dir, "train", kFashionMnistMean, kFashionMnistStd, o.limit_train);
+    if (o.evaluate) test_ = load_mnist_format(dir, "test", kFashionMnistMean, kFashionMnistStd, o.limit_test);
+    const std::int64_t per_rank = *o.batch / replicas;
+    loader_.emplace(train_, LoaderOptions{per_rank, true, false, o.seed, replicas, replica});
+    if (o.parallel.strategy == "fedavg") {
+      if (o.clients > 0 && o.clients != replicas) {
+        throw ConfigError("--clients " + std::to_string(o.clients) + " but the job has " + std::to_string(replicas) +
+                          " rank(s): one rank per client");
+      }
+      if (!std::isinf(o.non_iid)) client_data(out);
+    }
+    if (!o.sample_log.empty()) {
+      const std::string path = timeline_path(o.sample_log, replica, replicas);
+      sample_log_ = std::fopen(path.c_str(), "a");
+      if (!sample_log_) throw ConfigError("--sample-log: cannot write " + path);
+    }
+  }
+  ~ImageClassification() override {
+    if (sample_log_) std::fclose(sample_log_);
+  }
+
+  std::shared_ptr<Module> make_model(Rng& rng) const override { return weft::make_model(o_.model, rng); }
+  std::string model_tag() const override { return o_.model; }
+  std::int64_t steps_per_epoch() const override { return loader_->num_batches(); }
+  std::int64_t epochs() const override { return *o_.epochs; }
+  std::string unit() const override { return "samples"; }
+  std::string generator_name() const override { return "init"; }
+
+  parallel::StepBatch batch(std::int64_t epoch, std::int64_t index, std::int64_t step, Rng&) override {
+    if (client_loader_) {  // a federated client cycles through its own data
+      const std::int64_t g = epoch * steps_per_epoch() + index, nb = client_loader_->num_batches();
+      if (g / nb != client_epoch_) {
+        client_epoch_ = g / nb;
+        client_order_ = client_loader_->epoch_order(client_epoch_);
+      }
+      Batch b = client_loader_->batch(client_order_, g % nb);
+      return {b.images, b.labels};
+    }
+    if (epoch != order_epoch_) {
+      order_ = loader_->epoch_order(epoch);
+      order_epoch_ = epoch;
+    }
+    if (sample_log_) log_samples(epoch, index, step);
+    Batch b = loader_->batch(order_, index);
+    return {b.images, b.labels};
+  }
+
+  Var loss(Module& model, const parallel::StepBatch& batch) const override {
+    return cross_entropy(model.forward(Var(batch.inputs)), batch.targets);
+  }
+
+  // Rank r of the replicas evaluates samples r, r + replicas, ...; the counts are summed.
+  Evaluation evaluate(parallel::Strategies& strategies, comm::Communicator* replicas) override {
+    NoGradGuard no_grad;
+    strategies.begin_eval();
+    std::vector<std::int64_t> mine;
+    for (std::int64_t i = replica_; i < test_.size(); i += replicas_) mine.push_back(i);
+    DataLoader loader(test_, {1000, false, false, 0});
+    std::int64_t counts[2] = {0, static_cast<std::int64_t>(mine.size())};  // correct, seen
+    for (std::int64_t b = 0; b * 1000 < static_cast<std::int64_t>(mine.size()); ++b) {
+      Batch batch = loader.batch(mine, b);
+      auto pred = ops::argmax_rows(strategies.part().model(Var(batch.images)).value());
+      for (size_t i = 0; i < pred.size(); ++i) counts[0] += pred[i] == batch.labels[i];
+    }
+    if (replicas) replicas->allreduce(counts, 2, comm::DataType::kI64, comm::ReduceOp::kSum)->wait();
+    strategies.end_eval();
+    const double accuracy =
+        static_cast<double>(counts[0]) / static_cast<double>(std::max<std::int64_t>(counts[1], 1));
+    return {"test accuracy", fmt::format("test accuracy {:.2f}%", 100 * accuracy), "test_accuracy", accuracy};
+  }
+
+  std::string progress_line(std::int64_t epoch, std::int64_t step, bool epoch_end, double train_loss,
+                            const Evaluation* e, const std::string& rate) const override {
+    const std::string head = epoch_end ? fmt::format("epoch {}/{}", epoch + 1, epochs())
+                                       : fmt::format("step {} (epoch {}/{})", step, epoch + 1, epochs());
+    return fmt::format("{}: train loss {:.4f}{}  ({}, {} steps)", head, train_loss, e ? ", " + e->text : "", rate, step);
+  }
+
+ private:
+  void client_data(std::FILE* out) {
+    auto parts = dirichlet_partition(train_.labels, static_cast<int>(train_.num_classes), replicas_, o_.non_iid, o_.seed);
+    const auto& part = parts[static_cast<size_t>(replica_)];
+    const std::int64_t per_rank = *o_.batch / replicas_;
+    if (part.size() < static_cast<size_t>(per_rank)) {
+      throw ConfigError("client " + std::to_string(replica_) + " received only " + std::to_string(part.size()) +
+                        " samples: raise --non-iid or use fewer clients");
+    }
+    client_loader_.emplace(train_, LoaderOptions{per_rank, true, false, o_.seed + 1 + static_cast<std::uint64_t>(replica_),
+                                                 1, 0, part});
+    std::string sizes;
+    for (const auto& p : parts) sizes += (sizes.empty() ? "" : ", ") + std::to_string(p.size());
+    fmt::print(out, "federated averaging: {} clients, Dirichlet({}) label skew, samples per client: {}\n", replicas_,
+               o_.non_iid, sizes);
+  }
+
+  // "epoch step index" per sample, for audits of the data order.
+  void log_samples(std::int64_t epoch, std::int64_t index, std::int64_t step) {
+    const std::int64_t per = loader_->options().batch_size;
+    const std::int64_t end = std::min<std::int64_t>((index + 1) * per, static_cast<std::int64_t>(order_.size()));
+    for (std::int64_t i = index * per; i < end; ++i) {
+      std::fprintf(sample_log_, "%lld %lld %lld\n", static_cast<long long>(epoch), static_cast<long long>(step),
+                   static_cast<long long>(order_[static_cast<size_t>(i)]));
+    }
+    std::fflush(sample_log_);
+  }
+
+  TrainOptions o_;
+  int replica_, replicas_;
+  ImageDataset train_, test_;
+  std::optional<DataLoader> loader_, client_loader_;
+  std::vector<std::int64_t> order_, client_order_;
+  std::int64_t order_epoch_ = -1, client_epoch_ = -1;
+  std::FILE* sample_log_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_image_task(const TrainOptions& options, int replica, int replicas, std::FILE* out) {
+  return std::make_unique<ImageClassification>(options, replica, replicas, out);
+}
+
+}  // namespace weft

@@ -1,0 +1,163 @@
+// Language modeling (seed 002 chapters 6-8): a GPT, LSTM or RNN on text, next-token
+// cross-entropy at every position of random windows of the training tokens, validation loss
+// on fixed windows next to the unigram entropy, and a generated sample at the end.
+#include <fmt/format.h>
+
+#include <cctype>
+#include <set>
+
+#include "weft/autograd/functions.h"
+#include "weft/data/text.h"
+#include "weft/nn/recurrent.h"
+#include "weft/nn/transformer.h"
+#include "weft/train/task.h"
+#include "weft/util/error.h"
+
+namespace weft {
+
+namespace {
+
+// Windows of context + 1 tokens starting at the given offsets: inputs and next-token targets.
+parallel::StepBatch windows(const std::vector<std::int32_t>& tokens, const std::vector<std::int64_t>& starts,
+                            std::int64_t T) {
+  const std::int64_t B = static_cast<std::int64_t>(starts.size());
+  parallel::StepBatch batch{Tensor::empty({B, T}), std::vector<std::int32_t>(static_cast<size_t>(B * T))};
+  float* p = batch.inputs.data<float>();
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 0; t < T; ++t) {
+      const auto at = static_cast<size_t>(starts[static_cast<size_t>(b)] + t);
+      p[b * T + t] = static_cast<float>(tokens[at]);
+      batch.targets[static_cast<size_t>(b * T + t)] = tokens[at + 1];
+    }
+  return batch;
+}
+
+class LanguageModeling : public Task {
+ public:
+  LanguageModeling(const TrainOptions& o, int replica, int replicas) : o_(o), replica_(replica), replicas_(replicas) {
+    if (*o.batch % replicas != 0) {
+      throw ConfigError(fmt::format("--batch {} (the global batch) is not divisible by the {} data-parallel replicas",
+                                    *o.batch, replicas));
+    }
+    text_ = load_corpus(*o.data);
+    if (o.tokenizer == "char") tokenizer_ = std::make_unique<CharTokenizer>(text_);
+    else tokenizer_ = std::make_unique<WordTokenizer>(text_);
+    const std::vector<std::int32_t> all = tokenizer_->encode(text_);
+    const auto split = static_cast<std::ptrdiff_t>(all.size() * 9 / 10);
+    train_.assign(all.begin(), all.begin() + split);
+    val_.assign(all.begin() + split, all.end());
+    if (static_cast<std::int64_t>(val_.size()) <= o.context + 1)
+      throw DataError(*o.data + ": too little text for a context of " + std::to_string(o.context) + " tokens");
+    entropy_ = unigram_entropy(train_, tokenizer_->vocab_size());
+    // Fixed validation windows, spread evenly.
+    const std::int64_t span = static_cast<std::int64_t>(val_.size()) - o.context - 1, n = o.eval_batches * *o.batch;
+    for (std::int64_t i = 0; i < n; ++i) val_starts_.push_back(span * i / n);
+  }
+
+  std::shared_ptr<Module> make_model(Rng& rng) const override {
+    const std::int64_t vocab = tokenizer_->vocab_size();
+    if (o_.model == "gpt") {
+      return std::make_unique<GPT>(GptConfig{vocab, o_.context, o_.dim, o_.layers > 0 ? o_.layers : 4, o_.heads,
+                                             parse_positional(o_.positional), !o_.post_ln, o_.recompute},
+                                   rng);
+    }
+    return std::make_unique<RecurrentLM>(RecurrentConfig{vocab, o_.context, o_.dim, o_.layers > 0 ? o_.layers : 2, o_.model},
+                                         rng);
+  }
+  std::string model_tag() const override { return "lm-" + o_.model; }
+  std::string describe(const Module& model) const override {
+    return fmt::format("{}: {} parameters; {} tokenizer, vocabulary {}; {} training and {} validation tokens; unigram "
+                       "entropy {:.3f} nats/token",
+                       model.describe(), model.num_parameters(), o_.tokenizer, tokenizer_->vocab_size(), train_.size(),
+                       val_.size(), entropy_);
+  }
+  std::int64_t steps_per_epoch() const override { return *o_.max_steps; }
+  std::int64_t epochs() const override { return 1; }
+  std::string unit() const override { return "tokens"; }
+  std::int64_t units_per_row() const override { return o_.context; }
+  std::string generator_name() const override { return "sampler"; }
+
+  // Every rank draws the global batch's windows alike; a replica keeps its rows.
+  parallel::StepBatch batch(std::int64_t, std::int64_t, std::int64_t, Rng& rng) override {
+    std::vector<std::int64_t> starts(static_cast<size_t>(*o_.batch));
+    const auto span = static_cast<std::uint64_t>(static_cast<std::int64_t>(train_.size()) - o_.context - 1);
+    for (auto& s : starts) s = static_cast<std::int64_t>(rng.below(span));
+    const std::int64_t per = *o_.batch / replicas_;
+    return windows(train_, std::vector<std::int64_t>(starts.begin() + replica_ * per, starts.begin() + (replica_ + 1) * per),
+                   o_.context);
+  }
+
+  Var loss(Module& model, const parallel::StepBatch& batch) const override {
+    const std::int64_t N = batch.inputs.size(0) * batch.inputs.size(1);
+    return cross_entropy(reshape(model.forward(Var(batch.inputs)), {N, tokenizer_->vocab_size()}), batch.targets);
+  }
+
+  // The mean loss over the fixed windows (every rank computes all of them).
+  Evaluation evaluate(parallel::Strategies& strategies, comm::Communicator*) override {
+    strategies.begin_eval();
+    double total = 0;
+    const auto per = static_cast<std::ptrdiff_t>(*o_.batch);
+    for (std::int64_t b = 0; b < o_.eval_batches; ++b) {
+      std::vector<std::int64_t> starts(val_starts_.begin() + b * per, val_starts_.begin() + (b + 1) * per);
+      total += strategies.eval_loss(windows(val_, starts, o_.context),
+                                    [this](Module& m, const parallel::StepBatch& x) { return loss(m, x); });
+    }
+    strategies.end_eval();
+    const double value = total / static_cast<double>(o_.eval_batches);
+    return {"validation loss", fmt::format("validation loss {:.3f} (unigram entropy {:.3f})", value, entropy_), "val_loss",
+            value};
+  }
+
+  std::string progress_line(std::int64_t, std::int64_t step, bool, double train_loss, const Evaluation* e,
+                            const std::string& rate) const override {
+    return fmt::format("step {}: train loss {:.3f}{}  ({})", step, train_loss, e ? ", " + e->text : "", rate);
+  }
+
+  // A sample from the prompt, and how many of its words (three letters or more) occur in the corpus.
+  void finish(Module& model, Rng& rng, std::FILE* out, nlohmann::json& summary) override {
+    if (o_.sample <= 0) return;
+    auto& lm = dynamic_cast<LanguageModel&>(model);
+    const std::vector<std::int32_t> prompt = tokenizer_->encode(o_.prompt);
+    auto ids = lm.generate(prompt, o_.sample, o_.temperature, o_.top_k, rng);
+    const std::string sample =
+        tokenizer_->decode(std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(prompt.size()), ids.end()));
+    std::set<std::string> known;
+    for (const std::string& w : WordTokenizer::split(text_)) known.insert(w);
+    std::int64_t words = 0, hits = 0;
+    for (const std::string& w : WordTokenizer::split(sample)) {
+      if (w.size() < 3 || !std::isalpha(static_cast<unsigned char>(w[0]))) continue;
+      ++words;
+      hits += known.count(w) ? 1 : 0;
+    }
+    const double share = words ? static_cast<double>(hits) / static_cast<double>(words) : 0.0;
+    fmt::print(out, "sample (temperature {}):\n{}{}\n", o_.temperature, o_.prompt, sample);
+    fmt::print(out, "{} of the {} generated words of three letters or more occur in the corpus ({:.0f}%)\n", hits, words,
+               100 * share);
+    summary["sample_words"] = words;
+    summary["sample_known_words"] = share;
+  }
+
+  void summarize(nlohmann::json& s) const override {
+    s["vocab"] = tokenizer_->vocab_size();
+    s["train_tokens"] = train_.size();
+    s["val_tokens"] = val_.size();
+    s["unigram_entropy"] = entropy_;
+  }
+
+ private:
+  TrainOptions o_;
+  int replica_, replicas_;
+  std::string text_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::int32_t> train_, val_;
+  std::vector<std::int64_t> val_starts_;
+  double entropy_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_language_task(const TrainOptions& options, int replica, int replicas) {
+  return std::make_unique<LanguageModeling>(options, replica, replicas);
+}
+
+}  // namespace weft

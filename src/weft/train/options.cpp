@@ -1,0 +1,130 @@
+#include "weft/train/options.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "weft/nn/models.h"
+#include "weft/nn/transformer.h"
+#include "weft/util/error.h"
+
+namespace weft {
+
+namespace {
+void at_least(const char* flag, std::int64_t value, std::int64_t min) {
+  if (value < min) throw ConfigError(fmt::format("{} must be at least {}, got {}", flag, min, value));
+}
+}  // namespace
+
+bool is_language_model(const std::string& model) {
+  return model == "gpt" || model == "lstm" || model == "lstm-seed" || model == "rnn" || model == "rnn-sigmoid";
+}
+
+TrainOptions with_task_defaults(TrainOptions o) {
+  if (o.model == "lstm" && o.lstm_variant != "standard") {
+    if (o.lstm_variant != "seed")
+      throw ConfigError("unknown --lstm-variant '" + o.lstm_variant + "' (known: standard, seed)");
+    o.model = "lstm-seed";
+  }
+  if (o.model == "rnn" && o.rnn_activation != "tanh") {
+    if (o.rnn_activation != "sigmoid")
+      throw ConfigError("unknown --rnn-activation '" + o.rnn_activation + "' (known: tanh, sigmoid)");
+    o.model = "rnn-sigmoid";
+  }
+  o.parallel.pipeline.schedule = algo::parse_pipe_schedule(o.pipeline_schedule);
+  const bool text = is_language_model(o.model);
+  if (!o.data) o.data = text ? "fortunes" : "fashion-mnist";
+  if (!o.max_steps) o.max_steps = text ? 1000 : 0;
+  if (!text && !o.epochs) o.epochs = 1;
+  if (!o.eval_every) o.eval_every = text ? 200 : 0;
+  if (!o.batch) o.batch = text ? 16 : 64;
+  if (!o.lr) o.lr = text ? 3e-3 : 0.01;
+  if (!o.optimizer) o.optimizer = text ? "adamw" : "sgd";
+  if (!o.weight_decay) o.weight_decay = text ? 0.1 : 0.0;
+  if (!o.lr_schedule_kind) o.lr_schedule_kind = text ? "cosine" : "constant";
+  if (!o.warmup) o.warmup = text ? 100 : 0;
+  if (!o.min_lr) o.min_lr = text ? *o.lr / 10 : 0.0;
+  if (!o.clip_grad) o.clip_grad = text ? 1.0 : 0.0;
+  return o;
+}
+
+void check_precision(const std::string& precision) {
+  if (precision != "fp32" && precision != "bf16")
+    throw ConfigError("unknown --precision '" + precision + "' (known: fp32, bf16)");
+}
+
+void validate(const TrainOptions& o) {
+  const bool text = is_language_model(o.model);
+  if (!text) make_model(o.model, *std::make_unique<Rng>(0));  // throws for an unknown name
+  at_least("--batch", *o.batch, 1);
+  if (o.epochs) at_least("--epochs", *o.epochs, 1);
+  at_least("--max-steps", *o.max_steps, text ? 1 : 0);
+  at_least("--eval-every", *o.eval_every, text ? 1 : 0);
+  at_least("--checkpoint-every", o.checkpoint_every, 0);
+  at_least("--limit-train", o.limit_train, 0);
+  at_least("--limit-test", o.limit_test, 0);
+  at_least("--keep-checkpoints", o.keep_checkpoints, 1);
+  at_least("--warmup", *o.warmup, 0);
+  require_finite("--lr", *o.lr);
+  require_finite("--weight-decay", *o.weight_decay);
+  require_finite("--clip-grad", *o.clip_grad);
+  require_finite("--temperature", o.temperature);
+  if (!(*o.lr > 0)) throw ConfigError("--lr must be positive, got " + fmt::format("{}", *o.lr));
+  if (!(*o.weight_decay >= 0)) throw ConfigError("--weight-decay must be >= 0");
+  if (!(*o.clip_grad >= 0)) throw ConfigError("--clip-grad must be 0 (none) or positive");
+  if (o.momentum < 0 || o.momentum >= 1) throw ConfigError("--momentum must be in [0, 1)");
+  const std::string& opt = *o.optimizer;
+  if (opt != "sgd" && opt != "adamw" && (text || opt != "adam"))
+    throw ConfigError("unknown optimizer '" + opt + "'" + (text ? " for language models (known: adamw, sgd)" : " (known: sgd, adam, adamw)"));
+  if (o.threads < 0) throw ConfigError("--threads must be at least 1");
+  check_precision(o.precision);
+  if (o.scale_lr != "none" && o.scale_lr != "linear")
+    throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear");
+  if ((o.resume || o.auto_resume) && o.checkpoint_dir.empty())
+    throw ConfigError(std::string(o.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
+  if (o.clients < 0) throw ConfigError("--clients must be at least 1");
+  if (!(o.non_iid > 0)) throw ConfigError("--non-iid must be positive (or inf for IID data)");
+  parallel::validate(o.parallel);
+  if (o.parallel.strategy == "ps" && o.parallel.staleness >= 0 && (!o.checkpoint_dir.empty() || o.resume || o.auto_resume))
+    throw ConfigError("checkpoints are not supported with the asynchronous parameter server (--staleness) yet");
+  if (text) {
+    if (o.tokenizer != "char" && o.tokenizer != "word")
+      throw ConfigError("unknown tokenizer '" + o.tokenizer + "' (known: char, word)");
+    at_least("--context", o.context, 2);
+    at_least("--eval-batches", o.eval_batches, 1);
+    at_least("--layers", o.layers, 0);
+    at_least("--d-model", o.dim, 1);
+    at_least("--heads", o.heads, 1);
+    at_least("--sample", o.sample, 0);
+    at_least("--top-k", o.top_k, 0);
+    if (o.model == "gpt" && o.dim % o.heads != 0)
+      throw ConfigError(fmt::format("--d-model {} is not divisible by --heads {}", o.dim, o.heads));
+    if (!(o.temperature >= 0)) throw ConfigError("--temperature must be 0 (greedy) or positive");
+    parse_positional(o.positional);
+    if (o.model != "gpt" && (o.parallel.model_parallel() || o.parallel.mesh.dp > 1))
+      throw ConfigError("--dp, --pp, --tp and --micro-batches need --model gpt");
+    if (o.model != "gpt" && o.parallel.zero > 0) throw ConfigError("--zero needs --model gpt among the language models");
+    // Language models draw random windows of the text: no epochs, no sample subsets.
+    if (o.epochs) throw ConfigError("--epochs is not supported with --model " + o.model + ": it trains --max-steps steps");
+    if (o.limit_train > 0 || o.limit_test > 0)
+      throw ConfigError("--limit-train and --limit-test are not supported with --model " + o.model);
+    if (!o.sample_log.empty()) throw ConfigError("--sample-log is not supported with --model " + o.model);
+    if (o.parallel.strategy != "ddp")
+      throw ConfigError("--strategy " + o.parallel.strategy + " is not supported with --model " + o.model + " yet");
+  } else if (o.parallel.model_parallel()) {
+    throw ConfigError("--pp, --tp and --micro-batches need --model gpt");
+  }
+  validate(lr_schedule(o, 1));
+}
+
+Schedule lr_schedule(const TrainOptions& o, std::int64_t total_steps) {
+  Schedule s = o.lr_schedule;
+  s.kind = *o.lr_schedule_kind;
+  s.total_steps = std::max<std::int64_t>(total_steps, 1);
+  s.warmup_steps = std::min(*o.warmup, s.total_steps);
+  s.min_lr = *o.min_lr;
+  return s;
+}
+
+}  // namespace weft

@@ -1,0 +1,95 @@
+// The options of a training run, for every task (image classification, language models):
+// what to train, on what data, how long, the optimizer and its schedule, checkpoints, and
+// the parallel layout. Options whose good value depends on the task are optional: unset,
+// the task's default applies (with_task_defaults).
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "weft/optim/schedule.h"
+#include "weft/parallel/job.h"
+
+namespace weft {
+
+struct TrainOptions {
+  // The model: mlp | mlp128 | cnn | seed-cnn (images); gpt | lstm | lstm-seed | rnn |
+  // rnn-sigmoid (language models).
+  std::string model = "mlp";
+  std::optional<std::string> data;     // images: fashion-mnist (default) or a folder of IDX
+                                       // files; text: fortunes (default), a file or a folder
+  std::string data_dir;                // overrides the Debian package folder for fashion-mnist
+  std::int64_t limit_train = 0;        // images: only the first N samples (0: all)
+  std::int64_t limit_test = 0;
+  // Language models.
+  std::string tokenizer = "char";      // char | word
+  std::int64_t context = 128;
+  std::int64_t layers = 0;             // 0: the model's default (gpt 4, recurrent 2)
+  std::int64_t dim = 128;
+  std::int64_t heads = 4;
+  std::string positional = "learned";  // learned | standard | book
+  bool post_ln = false;
+  bool recompute = false;              // activation recomputation per transformer block
+  std::int64_t eval_batches = 16;      // validation batches
+  std::int64_t sample = 200;           // tokens generated at the end
+  double temperature = 0.8;
+  std::int64_t top_k = 0;
+  std::string prompt = "\n";
+  std::string lstm_variant = "standard";  // lstm: standard | seed (model lstm-seed)
+  std::string rnn_activation = "tanh";    // rnn: tanh | sigmoid (model rnn-sigmoid)
+  std::string pipeline_schedule = "1f1b";  // parallel.pipeline.schedule, by name
+
+  // How long, and how often to evaluate.
+  std::optional<std::int64_t> epochs;  // images (default 1)
+  std::optional<std::int64_t> max_steps;   // images: 0 = no limit (default); text: 1000
+  std::optional<std::int64_t> eval_every;  // steps; images: 0 = at each epoch's end; text: 200
+  bool evaluate = true;
+
+  // The optimizer.
+  std::optional<std::int64_t> batch;   // the global batch: images 64, text 16
+  std::optional<double> lr;            // images 0.01, text 3e-3
+  std::optional<std::string> optimizer;    // sgd | adam | adamw: images sgd, text adamw
+  double momentum = 0.9;
+  std::optional<double> weight_decay;  // images 0, text 0.1
+  Schedule lr_schedule;                // kind: images constant, text cosine (to lr / 10)
+  std::optional<std::string> lr_schedule_kind;
+  std::optional<std::int64_t> warmup;  // images 0, text 100
+  std::optional<double> min_lr;
+  std::optional<double> clip_grad;     // global gradient-norm limit: images 0 (none), text 1
+  std::string precision = "fp32";      // fp32 | bf16 (products and stored activations)
+  std::uint64_t seed = 0;
+  int threads = 0;                     // 0: WEFT_NUM_THREADS or the number of cores
+
+  // Checkpoints and outputs.
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_every = 0;   // steps; 0: at each epoch's end and at the end
+  int keep_checkpoints = 3;
+  bool resume = false;                 // from the newest checkpoint (which must exist)
+  bool auto_resume = false;            // from the newest checkpoint if any (restarts)
+  // On a resume with another global batch: "linear" scales the learning rate with it (seed
+  // 003: multiply the single-node rate by the number of workers); "none" keeps --lr.
+  std::string scale_lr = "none";
+  std::string save_model;              // the final parameters (safetensors; rank 0)
+  std::string sample_log;              // images: "epoch step index" per trained sample (per rank)
+  std::string timeline;                // a Chrome-trace file per rank
+  bool quiet = false;
+
+  // Parallelism (dp 0: every rank of the job), and the federated clients' data.
+  parallel::ParallelOptions parallel;
+  int clients = 0;                     // fedavg: 0 = every rank
+  double non_iid = std::numeric_limits<double>::infinity();  // fedavg: Dirichlet label skew
+};
+
+bool is_language_model(const std::string& model);
+// The options with every unset value given its task's default.
+TrainOptions with_task_defaults(TrainOptions options);
+// Throws ConfigError naming the first bad value (call on resolved options).
+void validate(const TrainOptions& options);
+// Throws ConfigError unless `precision` is fp32 or bf16.
+void check_precision(const std::string& precision);
+// The learning-rate schedule the options describe, over `total_steps`.
+Schedule lr_schedule(const TrainOptions& options, std::int64_t total_steps);
+
+}  // namespace weft

@@ -1,0 +1,65 @@
+// What differs between training an image classifier and a language model: the data, the
+// model, the loss, the evaluation and what is reported. The training loop (loop.h) is the
+// same for both; a Task answers its questions.
+//
+// The data is walked in epochs of steps_per_epoch() batches; batch(epoch, index) is this
+// replica's share of one global batch (the distributed sampler's shard of images, or this
+// replica's rows of the random text windows every rank draws alike from the run's
+// generator).
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "weft/nn/module.h"
+#include "weft/parallel/strategy.h"
+#include "weft/tensor/rng.h"
+#include "weft/train/options.h"
+
+namespace weft {
+
+struct Evaluation {
+  std::string name;    // "test accuracy", "validation loss"
+  std::string text;    // as printed: "test accuracy 87.74%"
+  std::string field;   // the summary's JSON field: test_accuracy, val_loss
+  double value = 0;
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual std::shared_ptr<Module> make_model(Rng& rng) const = 0;
+  // The name a checkpoint records and a resume checks ("cnn", "lm-gpt").
+  virtual std::string model_tag() const = 0;
+  // A line about the data and the model, printed before training (empty: none).
+  virtual std::string describe(const Module& model) const { return {}; }
+  virtual std::int64_t steps_per_epoch() const = 0;
+  virtual std::int64_t epochs() const = 0;
+  // What one sample is counted in: "samples" (images) or "tokens", and how many per row.
+  virtual std::string unit() const = 0;
+  virtual std::int64_t units_per_row() const { return 1; }
+  // The name under which a checkpoint keeps the run's generator ("init", "sampler").
+  virtual std::string generator_name() const = 0;
+
+  virtual parallel::StepBatch batch(std::int64_t epoch, std::int64_t index, std::int64_t step, Rng& rng) = 0;
+  virtual Var loss(Module& model, const parallel::StepBatch& batch) const = 0;
+  // Evaluates the model (the strategies give the whole model, or compute the loss on their
+  // parts); `replicas` sums a sharded evaluation (null: one).
+  virtual Evaluation evaluate(parallel::Strategies& strategies, comm::Communicator* replicas) = 0;
+  // The line after an evaluation: `train_loss` is the mean since the last one.
+  virtual std::string progress_line(std::int64_t epoch, std::int64_t step, bool epoch_end, double train_loss,
+                                    const Evaluation* evaluation, const std::string& rate) const = 0;
+  // After training, on rank 0 with the whole model (language models: a generated sample).
+  virtual void finish(Module& model, Rng& rng, std::FILE* out, nlohmann::json& summary) {}
+  // Fields of the JSON summary only this task has.
+  virtual void summarize(nlohmann::json& summary) const {}
+};
+
+// The task `options` (resolved) name, with its data loaded; `replica` of `replicas` is this
+// rank's place among the data-parallel replicas.
+std::unique_ptr<Task> make_task(const TrainOptions& options, int replica, int replicas, std::FILE* out);
+
+}  // namespace weft
