@@ -149,239 +149,298 @@ bool replicas_identical(Module& model, comm::Communicator* replicas) {
   return std::all_of(all.begin(), all.end(), [&](std::int64_t c) { return c == mine; });
 }
 
-}  // namespace
+// One training run on a training rank: what the loop needs between steps.
+class Run {
+ public:
+  Run(TrainOptions options, const parallel::Job& job, std::FILE* out);
+  void train();
+  TrainSummary finish();
 
-TrainSummary train(const TrainOptions& given, std::FILE* out) {
-  const auto wall_start = Clock::now();
-  TrainOptions o = with_task_defaults(given);
-  validate(o);
-  if (o.threads > 0) set_num_threads(o.threads);
-  Bf16Guard precision(o.precision == "bf16");
+ private:
+  void resume();
+  bool step(std::int64_t done);  // true: an evaluation point
+  void evaluate(bool round_only);
+  void save();
+  void report(nlohmann::json& summary);
 
-  // The job: who serves, who trains where in the mesh; one voice (rank 0) reports.
-  parallel::Job job = parallel::join_job(o.parallel);
-  if (job.serves) return serve_parameters(o, job, out);
-  const parallel::Mesh& mesh = job.mesh;
-  const int rank = job.process.rank;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(nullptr, &std::fclose);
-  if (rank != 0) {
-    devnull.reset(std::fopen("/dev/null", "w"));
-    out = devnull.get();
-    o.quiet = true;
+  TrainOptions o_;
+  const parallel::Job& job_;
+  const parallel::Mesh& mesh_;
+  const int rank_;
+  std::FILE* out_;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull_{nullptr, &std::fclose};
+  std::unique_ptr<Task> task_;
+  comm::Communicator* replicas_;
+  Rng rng_;
+  std::shared_ptr<Module> model_;
+  double lr_;
+  std::optional<Checkpoint> checkpoint_;
+  Position at_;
+  std::unique_ptr<parallel::Strategies> strategies_;
+  Schedule schedule_;
+  std::int64_t planned_ = 0;
+  std::string last_checkpoint_;
+  std::unique_ptr<Timeline> timeline_;
+  int straggle_ms_ = 0;
+  parallel::LossFn loss_fn_;
+  std::optional<Evaluation> last_eval_;
+  // Figures: the whole run, and the window since the last evaluation.
+  std::int64_t rank_state_bytes_ = 0, peak_step_bytes_ = 0, units_ = 0;
+  double train_seconds_ = 0, compute_seconds_ = 0, train_loss_ = 0;
+  std::int64_t window_steps_ = 0, window_units_ = 0;
+  double window_loss_ = 0, window_seconds_ = 0;
+  const Clock::time_point start_ = Clock::now();
+};
+
+Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
+    : o_(std::move(options)), job_(job), mesh_(job.mesh), rank_(job.process.rank), out_(out), rng_(o_.seed), lr_(*o_.lr) {
+  if (rank_ != 0) {  // one voice: rank 0 reports
+    devnull_.reset(std::fopen("/dev/null", "w"));
+    out_ = devnull_.get();
+    o_.quiet = true;
   }
-  const auto task = make_task(o, mesh.dp_rank(), mesh.shape().dp, out);
-  comm::Communicator* replicas = mesh.dp().get();
-
-  // The model (the same on every rank: one seed), resumed before the strategies split it.
-  Rng rng(o.seed);
-  std::shared_ptr<Module> model = task->make_model(rng);
-  const std::string about = task->describe(*model);
-  if (!about.empty()) fmt::print(out, "{}\n", about);
-  double lr = *o.lr;
-  const std::optional<Checkpoint> ck = checkpoint_to_resume(o, *task, out);
-  Position at;
-  if (ck) {
-    model->load_state_dict(ck->model);
-    at = resume_position(*ck, o, *task, lr, out);
+  task_ = make_task(o_, mesh_.dp_rank(), mesh_.shape().dp, out_);
+  replicas_ = mesh_.dp().get();
+  // The model: the same on every rank (one seed), resumed before the strategies split it.
+  model_ = task_->make_model(rng_);
+  const std::string about = task_->describe(*model_);
+  if (!about.empty()) fmt::print(out_, "{}\n", about);
+  checkpoint_ = checkpoint_to_resume(o_, *task_, out_);
+  if (checkpoint_) {
+    model_->load_state_dict(checkpoint_->model);
+    at_ = resume_position(*checkpoint_, o_, *task_, lr_, out_);
   }
-
-  parallel::Strategies strategies(*model);
-  const parallel::OptimizerFactory optimizer_for = [&](parallel::NamedParameters params) {
-    return make_optimizer(o, lr, std::move(params));
+  strategies_ = std::make_unique<parallel::Strategies>(*model_);
+  const parallel::OptimizerFactory optimizer_for = [this](parallel::NamedParameters params) {
+    return make_optimizer(o_, lr_, std::move(params));
   };
-  parallel::add_strategies(strategies, o.parallel, job, optimizer_for);
-  strategies.prepare(optimizer_for);
-  Optimizer& optimizer = strategies.optimizer();
-  if (ck) {
-    strategies.restore(ck->optimizer, ck->meta.optimizer_steps);
-    for (const auto& [name, state] : ck->meta.rngs) {
-      if (name == task->generator_name()) rng.set_state(state);
-      for (auto& [module_rng, r] : model->named_rngs())
-        if (module_rng == name) r->set_state(state);
-    }
-    const std::string ranks = ck->meta.info.count("ranks") ? ck->meta.info.at("ranks") : "?";
-    fmt::print(out, "resumed from {} (epoch {}, step {}{})\n", ck->path, at.epoch + 1, at.step,
-               ranks != std::to_string(mesh.size()) ? fmt::format(", written by {} rank(s), now {}", ranks, mesh.size())
-                                                     : std::string());
+  parallel::add_strategies(*strategies_, o_.parallel, job_, optimizer_for);
+  strategies_->prepare(optimizer_for);
+  if (checkpoint_) resume();
+  for (const std::string& line : strategies_->intro_lines()) fmt::print(out_, "{}\n", line);
+
+  const std::int64_t spe = task_->steps_per_epoch(), epochs = task_->epochs();
+  schedule_ = lr_schedule(o_, spe * epochs);
+  planned_ = (epochs - at_.epoch) * spe - at_.index;
+  if (*o_.max_steps > 0) planned_ = std::max<std::int64_t>(0, std::min(planned_, *o_.max_steps - at_.step));
+  if (!o_.timeline.empty()) timeline_ = std::make_unique<Timeline>(rank_);
+  straggle_ms_ = straggler_ms(rank_);
+  loss_fn_ = [this](Module& m, const parallel::StepBatch& b) { return task_->loss(m, b); };
+  rank_state_bytes_ = static_cast<std::int64_t>(allocator_live_bytes());
+}
+
+// The optimizer state (each strategy takes its part) and the generators of a checkpoint.
+void Run::resume() {
+  const Checkpoint& ck = *checkpoint_;
+  strategies_->restore(ck.optimizer, ck.meta.optimizer_steps);
+  for (const auto& [name, state] : ck.meta.rngs) {
+    if (name == task_->generator_name()) rng_.set_state(state);
+    for (auto& [module_rng, r] : model_->named_rngs())
+      if (module_rng == name) r->set_state(state);
   }
-  for (const std::string& line : strategies.intro_lines()) fmt::print(out, "{}\n", line);
+  const std::string ranks = ck.meta.info.count("ranks") ? ck.meta.info.at("ranks") : "?";
+  fmt::print(out_, "resumed from {} (epoch {}, step {}{})\n", ck.path, at_.epoch + 1, at_.step,
+             ranks != std::to_string(mesh_.size()) ? fmt::format(", written by {} rank(s), now {}", ranks, mesh_.size())
+                                                    : std::string());
+}
 
-  const std::int64_t spe = task->steps_per_epoch(), epochs = task->epochs(), max_steps = *o.max_steps;
-  const Schedule schedule = lr_schedule(o, spe * epochs);
-  std::int64_t planned = (epochs - at.epoch) * spe - at.index;
-  if (max_steps > 0) planned = std::max<std::int64_t>(0, std::min(planned, max_steps - at.step));
-
-  nlohmann::json summary = {{"model", o.model}, {"optimizer", *o.optimizer}, {"precision", o.precision},
-                            {"parameters", model->num_parameters()}, {"threads", get_num_threads()},
-                            {"ranks", mesh.size()}};
-  if (ck) summary["resumed_from"] = ck->meta.step;
-  std::int64_t rank_parameters = 0;
-  for (const auto& [name, p] : strategies.part().trained) rank_parameters += p.value().numel();
-  if (auto* z = strategies.find<parallel::Zero>(); z && z->stage() == 3) rank_parameters = z->zero().shard_elements();
-
-  std::string last_checkpoint;
-  auto save = [&](const Position& p) {
-    if (o.checkpoint_dir.empty()) return;
-    parallel::TrainState state = strategies.gather_state();  // every rank takes part
-    if (rank != 0) return;
-    CheckpointMeta meta;
-    meta.model = task->model_tag();
-    meta.step = p.step;
-    meta.epoch = p.epoch;
-    meta.batch_in_epoch = p.index;
-    meta.optimizer = *o.optimizer;
-    meta.optimizer_steps = optimizer.steps();
-    meta.rngs.emplace_back(task->generator_name(), rng.state());
-    for (auto& [name, r] : model->named_rngs()) meta.rngs.emplace_back(name, r->state());
-    meta.info = {{"batch", std::to_string(*o.batch)}, {"ranks", std::to_string(mesh.size())},
-                 {"lr", fmt::format("{}", lr)},        {"seed", std::to_string(o.seed)},
-                 {"layout", mesh.shape().describe()},  {"data", *o.data}};
-    last_checkpoint = save_checkpoint(o.checkpoint_dir, meta, state.model, state.optimizer, o.keep_checkpoints,
-                                      state.per_rank);
-  };
-
-  std::unique_ptr<Timeline> timeline;
-  if (!o.timeline.empty()) timeline = std::make_unique<Timeline>(rank);
-  const int straggle_ms = straggler_ms(rank);
-  const parallel::LossFn loss_fn = [&](Module& m, const parallel::StepBatch& b) { return task->loss(m, b); };
-  const std::int64_t rank_state_bytes = static_cast<std::int64_t>(allocator_live_bytes());
-  std::int64_t peak_step_bytes = 0, units = 0, window_steps = 0;
-  double train_seconds = 0, compute_seconds = 0, window_loss = 0, window_seconds = 0, train_loss = 0;
-  std::int64_t window_units = 0;
-  std::optional<Evaluation> last_eval;
-  Progress progress("step", static_cast<long>(planned));
-  const auto run_start = Clock::now();
-
-  // The loop.
-  model->train();
-  for (std::int64_t done = 0; done < planned; ++done) {
-    const auto t0 = Clock::now();
-    const parallel::StepBatch batch = task->batch(at.epoch, at.index, at.step, rng);
-    if (straggle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(straggle_ms));
-    const auto t1 = Clock::now();
-    optimizer.set_lr(learning_rate(schedule, lr, at.step));
-    const std::size_t live_before = allocator_live_bytes();
-    allocator_reset_peak();
-    const double comm_before = strategies.stats().exposed_seconds;
-    const double loss = strategies.step(at.step + 1, done + 1 == planned, batch, loss_fn, *o.clip_grad);
-    ++at.step;
-    peak_step_bytes = std::max<std::int64_t>(peak_step_bytes, static_cast<std::int64_t>(allocator_peak_bytes() - live_before));
-    const double step_seconds = seconds_since(t0);
-    train_seconds += step_seconds;
-    window_seconds += step_seconds;
-    compute_seconds += seconds_since(t1) - (strategies.stats().exposed_seconds - comm_before);
-    if (!std::isfinite(loss)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", loss, at.step));
-    const std::int64_t rows = batch.inputs.size(0) * task->units_per_row();
-    units += rows;
-    window_units += rows;
-    window_loss += loss;
-    ++window_steps;
-    if (timeline) {
-      timeline->add("data", "data", t0, t1);
-      for (const auto& s : strategies.stats().spans) timeline->add(s.name, s.category, s.start, s.end, s.row);
+void Run::train() {
+  Progress progress("step", static_cast<long>(planned_));
+  model_->train();
+  for (std::int64_t done = 0; done < planned_; ++done) {
+    const bool evaluate_now = step(done);
+    if (!o_.quiet) {
+      const double elapsed = seconds_since(start_);
+      progress.update(static_cast<long>(done + 1),
+                      elapsed / static_cast<double>(done + 1) * static_cast<double>(planned_ - done - 1),
+                      fmt::format("loss {:.4f}  {:.0f} {}/s", window_loss_ / static_cast<double>(std::max<std::int64_t>(window_steps_, 1)),
+                                  static_cast<double>(units_) / std::max(train_seconds_, 1e-9), task_->unit()));
     }
-    if (++at.index == spe) {
-      at.index = 0;
-      ++at.epoch;
-    }
-    const bool last = done + 1 == planned, epoch_end = at.index == 0;
-    if (!o.quiet) {
-      const double elapsed = seconds_since(run_start);
-      progress.update(static_cast<long>(done + 1), elapsed / static_cast<double>(done + 1) * static_cast<double>(planned - done - 1),
-                      fmt::format("loss {:.4f}  {:.0f} {}/s", window_loss / static_cast<double>(window_steps),
-                                  static_cast<double>(units) / std::max(train_seconds, 1e-9), task->unit()));
-    }
-    if ((o.checkpoint_every > 0 && at.step % o.checkpoint_every == 0) || epoch_end || last) save(at);
-    const bool round = strategies.round_ended();
-    const bool evaluate_now = epoch_end || last || (*o.eval_every > 0 && at.step % *o.eval_every == 0) || round;
+    const bool last = done + 1 == planned_, epoch_end = at_.index == 0;
+    if ((o_.checkpoint_every > 0 && at_.step % o_.checkpoint_every == 0) || epoch_end || last) save();
     if (!evaluate_now) continue;
     progress.finish();
-    // The mean loss since the last evaluation, over every replica.
-    double sums[2] = {window_loss, static_cast<double>(window_steps)};
-    if (replicas) replicas->allreduce(sums, 2, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
-    train_loss = sums[0] / std::max(sums[1], 1.0);
-    const std::string rate = fmt::format("{:.0f} {}/s{}", static_cast<double>(window_units * mesh.shape().dp) /
-                                                               std::max(window_seconds, 1e-9),
-                                         task->unit(), mesh.size() > 1 ? fmt::format(" on {} ranks", mesh.size()) : "");
-    std::optional<Evaluation> e;
-    if (o.evaluate) e = task->evaluate(strategies, replicas);
-    if (round && !epoch_end && !last) {
-      fmt::print(out, "round {}: {}\n", strategies.find<parallel::FederatedAveraging>()->round(), e ? e->text : "");
-    } else {
-      fmt::print(out, "{}\n", task->progress_line(epoch_end ? at.epoch - 1 : at.epoch, at.step, epoch_end, train_loss,
-                                                  e ? &*e : nullptr, rate));
-      window_loss = window_seconds = 0;
-      window_steps = window_units = 0;
-    }
-    std::fflush(out);
-    if (e) last_eval = e;
+    evaluate(!epoch_end && !last && !(*o_.eval_every > 0 && at_.step % *o_.eval_every == 0));
   }
   progress.finish();
+}
 
-  // The whole model on rank 0; reports.
-  strategies.finish();
-  for (const std::string& line : strategies.report_lines()) fmt::print(out, "{}\n", line);
-  const parallel::CommStats& comm = strategies.stats();
-  double rate = static_cast<double>(units) / std::max(train_seconds, 1e-9);
-  summary["steps"] = at.step;
-  summary["epochs"] = at.epoch;
-  summary["train_loss"] = train_loss;
-  if (last_eval) summary[last_eval->field] = last_eval->value;
-  summary["train_seconds"] = train_seconds;
+// One step: this replica's batch, the learning rate, forward, backward and update through
+// the strategies, the figures. Returns whether an evaluation is due after it.
+bool Run::step(std::int64_t done) {
+  const auto t0 = Clock::now();
+  const parallel::StepBatch batch = task_->batch(at_.epoch, at_.index, at_.step, rng_);
+  if (straggle_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(straggle_ms_));
+  const auto t1 = Clock::now();
+  strategies_->optimizer().set_lr(learning_rate(schedule_, lr_, at_.step));
+  const std::size_t live_before = allocator_live_bytes();
+  allocator_reset_peak();
+  const double exposed_before = strategies_->stats().exposed_seconds;
+  const bool last = done + 1 == planned_;
+  const double loss = strategies_->step(at_.step + 1, last, batch, loss_fn_, *o_.clip_grad);
+  ++at_.step;
+  if (!std::isfinite(loss)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", loss, at_.step));
+  peak_step_bytes_ = std::max<std::int64_t>(peak_step_bytes_, static_cast<std::int64_t>(allocator_peak_bytes() - live_before));
+  const double seconds = seconds_since(t0);
+  train_seconds_ += seconds;
+  window_seconds_ += seconds;
+  compute_seconds_ += seconds_since(t1) - (strategies_->stats().exposed_seconds - exposed_before);
+  const std::int64_t units = batch.inputs.size(0) * task_->units_per_row();
+  units_ += units;
+  window_units_ += units;
+  window_loss_ += loss;
+  ++window_steps_;
+  if (timeline_) {
+    timeline_->add("data", "data", t0, t1);
+    for (const auto& s : strategies_->stats().spans) timeline_->add(s.name, s.category, s.start, s.end, s.row);
+  }
+  if (++at_.index == task_->steps_per_epoch()) {
+    at_.index = 0;
+    ++at_.epoch;
+  }
+  return at_.index == 0 || last || (*o_.eval_every > 0 && at_.step % *o_.eval_every == 0) || strategies_->round_ended();
+}
+
+// The mean loss since the last evaluation over every replica, the task's evaluation, one
+// line. A federated round's evaluation (round_only) keeps the loss window open.
+void Run::evaluate(bool round_only) {
+  std::optional<Evaluation> e;
+  if (o_.evaluate) e = task_->evaluate(*strategies_, replicas_);
+  if (round_only) {
+    fmt::print(out_, "round {}: {}\n", strategies_->find<parallel::FederatedAveraging>()->round(), e ? e->text : "");
+  } else {
+    double sums[2] = {window_loss_, static_cast<double>(window_steps_)};
+    if (replicas_) replicas_->allreduce(sums, 2, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
+    train_loss_ = sums[0] / std::max(sums[1], 1.0);
+    const double rate = static_cast<double>(window_units_ * mesh_.shape().dp) / std::max(window_seconds_, 1e-9);
+    const std::string rate_text =
+        fmt::format("{:.0f} {}/s{}", rate, task_->unit(), mesh_.size() > 1 ? fmt::format(" on {} ranks", mesh_.size()) : "");
+    const bool epoch_end = at_.index == 0;
+    fmt::print(out_, "{}\n", task_->progress_line(epoch_end ? at_.epoch - 1 : at_.epoch, at_.step, epoch_end, train_loss_,
+                                                  e ? &*e : nullptr, rate_text));
+    window_loss_ = window_seconds_ = 0;
+    window_steps_ = window_units_ = 0;
+  }
+  std::fflush(out_);
+  if (e) last_eval_ = e;
+}
+
+// Every rank takes part in gathering the state; rank 0 writes it.
+void Run::save() {
+  if (o_.checkpoint_dir.empty()) return;
+  parallel::TrainState state = strategies_->gather_state();
+  if (rank_ != 0) return;
+  CheckpointMeta meta;
+  meta.model = task_->model_tag();
+  meta.step = at_.step;
+  meta.epoch = at_.epoch;
+  meta.batch_in_epoch = at_.index;
+  meta.optimizer = *o_.optimizer;
+  meta.optimizer_steps = strategies_->optimizer().steps();
+  meta.rngs.emplace_back(task_->generator_name(), rng_.state());
+  for (auto& [name, r] : model_->named_rngs()) meta.rngs.emplace_back(name, r->state());
+  meta.info = {{"batch", std::to_string(*o_.batch)}, {"ranks", std::to_string(mesh_.size())},
+               {"lr", fmt::format("{}", lr_)},        {"seed", std::to_string(o_.seed)},
+               {"layout", mesh_.shape().describe()},  {"data", *o_.data}};
+  last_checkpoint_ =
+      save_checkpoint(o_.checkpoint_dir, meta, state.model, state.optimizer, o_.keep_checkpoints, state.per_rank);
+}
+
+// The whole model on rank 0; the figures; the sample; the saved model.
+TrainSummary Run::finish() {
+  strategies_->finish();
+  for (const std::string& line : strategies_->report_lines()) fmt::print(out_, "{}\n", line);
+  nlohmann::json summary = {{"model", o_.model}, {"optimizer", *o_.optimizer}, {"precision", o_.precision},
+                            {"parameters", model_->num_parameters()}, {"threads", get_num_threads()},
+                            {"ranks", mesh_.size()}};
+  report(summary);
+  task_->summarize(summary);
+  if (timeline_) timeline_->write(timeline_path(o_.timeline, rank_, mesh_.size()));
+  if (rank_ == 0) {
+    task_->finish(*model_, rng_, out_, summary);
+    if (!o_.save_model.empty()) {
+      write_file_atomic(o_.save_model,
+                        encode_safetensors(model_->state_dict(), {{"format", "pt"}, {"weft_model", o_.model}}));
+    }
+  }
+  summary["wall_seconds"] = seconds_since(start_);
+  return {rank_, summary};
+}
+
+void Run::report(nlohmann::json& summary) {
+  if (checkpoint_) summary["resumed_from"] = checkpoint_->meta.step;
+  std::int64_t rank_parameters = 0;
+  for (const auto& [name, p] : strategies_->part().trained) rank_parameters += p.value().numel();
+  auto* zero = strategies_->find<parallel::Zero>();
+  if (zero && zero->stage() == 3) rank_parameters = zero->zero().shard_elements();
+  summary["steps"] = at_.step;
+  summary["epochs"] = at_.epoch;
+  summary["train_loss"] = train_loss_;
+  if (last_eval_) summary[last_eval_->field] = last_eval_->value;
+  summary["train_seconds"] = train_seconds_;
   summary["rank_parameters"] = rank_parameters;
-  summary["rank_state_bytes"] = rank_state_bytes;
-  summary["peak_step_bytes"] = peak_step_bytes;
-  if (mesh.size() > 1) {
-    // Totals over the job: every replica's rate; times of this rank.
-    std::vector<double> rates(static_cast<size_t>(mesh.shape().dp), rate);
-    if (replicas) replicas->allgather(&rate, rates.data(), 1, comm::DataType::kF64)->wait();
-    std::string per_rank;
+  summary["rank_state_bytes"] = rank_state_bytes_;
+  summary["peak_step_bytes"] = peak_step_bytes_;
+  double rate = static_cast<double>(units_) / std::max(train_seconds_, 1e-9);
+  const std::string unit = task_->unit();
+  if (mesh_.size() > 1) {
+    // Totals over the job: every replica's rate.
+    std::vector<double> rates(static_cast<size_t>(mesh_.shape().dp), rate);
+    if (replicas_) replicas_->allgather(&rate, rates.data(), 1, comm::DataType::kF64)->wait();
+    std::string per_replica;
     double total = 0;
     for (std::size_t r = 0; r < rates.size(); ++r) {
       total += rates[r];
-      per_rank += fmt::format("{}replica {}: {:.0f}", r ? ", " : "", r, rates[r]);
+      per_replica += fmt::format("{}replica {}: {:.0f}", r ? ", " : "", r, rates[r]);
     }
-    if (replicas) fmt::print(out, "throughput ({}/s): {}; total {:.0f}\n", task->unit(), per_rank, total);
-    summary["per_rank_" + task->unit() + "_per_second"] = rate;
+    if (replicas_) fmt::print(out_, "throughput ({}/s): {}; total {:.0f}\n", unit, per_replica, total);
+    summary["per_rank_" + unit + "_per_second"] = rate;
     rate = total;
-    const bool same = replicas_identical(*model, o.parallel.model_parallel() ? nullptr : replicas);
-    if (!same) fmt::print(out, "warning: the ranks' parameters differ (checksums disagree)\n");
+    const bool same = replicas_identical(*model_, o_.parallel.model_parallel() ? nullptr : replicas_);
+    if (!same) fmt::print(out_, "warning: the ranks' parameters differ (checksums disagree)\n");
+    const parallel::CommStats& comm = strategies_->stats();
     summary["replicas_identical"] = same;
-    summary["compute_seconds"] = compute_seconds;
+    summary["compute_seconds"] = compute_seconds_;
     summary["comm_seconds"] = comm.seconds;
     summary["exposed_comm_seconds"] = comm.exposed_seconds;
     summary["overlap"] = comm.seconds > 0 ? std::max(0.0, 1.0 - comm.exposed_seconds / comm.seconds) : 0.0;
   }
-  summary[task->unit() + "_per_second"] = rate;
-  summary["samples"] = units / task->units_per_row() * mesh.shape().dp;
-  if (mesh.shape().dp > 1) summary["data_parallel"] = mesh.shape().dp;
-  if (mesh.shape().tp > 1) summary["tensor_parallel"] = mesh.shape().tp;
-  if (auto* z = strategies.find<parallel::Zero>()) {
-    const parallel::ZeroMemory m = z->zero().memory();
-    summary["zero"] = z->stage();
-    summary["zero_memory"] = {{"stage", z->stage()},         {"parameters", m.parameters},
-                              {"gradients", m.gradients},     {"optimizer", m.optimizer},
-                              {"step_parameters", m.peak_parameters}, {"replicated", z->replicated_bytes()}};
+  summary[unit + "_per_second"] = rate;
+  summary["samples"] = units_ / task_->units_per_row() * mesh_.shape().dp;
+  if (mesh_.shape().dp > 1) summary["data_parallel"] = mesh_.shape().dp;
+  if (mesh_.shape().tp > 1) summary["tensor_parallel"] = mesh_.shape().tp;
+  if (zero) {
+    const parallel::ZeroMemory m = zero->zero().memory();
+    summary["zero"] = zero->stage();
+    summary["zero_memory"] = {{"stage", zero->stage()},     {"parameters", m.parameters},
+                              {"gradients", m.gradients},   {"optimizer", m.optimizer},
+                              {"step_parameters", m.peak_parameters}, {"replicated", zero->replicated_bytes()}};
   }
-  if (auto* p = strategies.find<parallel::Pipeline>()) {
-    summary["pipeline"] = {{"stages", p->pipeline().stages()}, {"micro_batches", o.parallel.pipeline.micro_batches},
-                           {"schedule", algo::pipe_schedule_name(o.parallel.pipeline.schedule)},
+  if (auto* p = strategies_->find<parallel::Pipeline>()) {
+    summary["pipeline"] = {{"stages", p->pipeline().stages()}, {"micro_batches", o_.parallel.pipeline.micro_batches},
+                           {"schedule", algo::pipe_schedule_name(o_.parallel.pipeline.schedule)},
                            {"bubble", p->bubble()}, {"bubble_formula", p->bubble_formula()}};
   }
-  if (auto* ps = strategies.find<parallel::ParameterServer>(); ps && ps->link_bytes_per_second() > 0) {
+  if (auto* ps = strategies_->find<parallel::ParameterServer>(); ps && ps->link_bytes_per_second() > 0) {
     summary["ps_model_seconds"] = ps->model_seconds();
     summary["ps_link_gbps"] = ps->link_bytes_per_second() / 1e9;
   }
-  if (!last_checkpoint.empty()) summary["checkpoint"] = last_checkpoint;
-  task->summarize(summary);
-  if (timeline) timeline->write(timeline_path(o.timeline, rank, mesh.size()));
-  if (rank == 0) {
-    task->finish(*model, rng, out, summary);
-    if (!o.save_model.empty())
-      write_file_atomic(o.save_model, encode_safetensors(model->state_dict(), {{"format", "pt"}, {"weft_model", o.model}}));
-  }
-  summary["wall_seconds"] = seconds_since(wall_start);
-  return {rank, summary};
+  if (!last_checkpoint_.empty()) summary["checkpoint"] = last_checkpoint_;
+}
+
+}  // namespace
+
+TrainSummary train(const TrainOptions& options, std::FILE* out) {
+  TrainOptions o = with_task_defaults(options);
+  validate(o);
+  if (o.threads > 0) set_num_threads(o.threads);
+  Bf16Guard precision(o.precision == "bf16");
+  // The job: who serves, who trains where in the mesh.
+  const parallel::Job job = parallel::join_job(o.parallel);
+  if (job.serves) return serve_parameters(o, job, out);
+  Run run(o, job, out);
+  run.train();
+  return run.finish();
 }
 
 }  // namespace weft
