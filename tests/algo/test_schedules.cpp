@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "weft/algo/allreduce.h"
+#include "weft/algo/collective_facts.h"
 #include "weft/algo/collectives.h"
 #include "weft/algo/symbolic.h"
 #include "weft/util/error.h"
@@ -24,9 +25,7 @@ std::vector<Options> options_for(Collective c, const std::string& algo, int w) {
       if (w % l == 0) out.push_back(Options{0, l, 4});
     return out;
   }
-  bool rooted = c == Collective::kBroadcast || c == Collective::kReduce || c == Collective::kGather ||
-                c == Collective::kScatter;
-  if (!rooted) return {Options{}};
+  if (!facts(c).rooted) return {Options{}};
   for (int root : {0, w - 1, w / 2})
     for (int seg : {1, 4}) out.push_back(Options{root, 0, seg});
   return out;
@@ -48,6 +47,33 @@ TEST(Schedules, EveryAlgorithmIsCorrectForWorldsOneToSeventeen) {
     }
   }
   EXPECT_GT(checked, 2000);
+}
+
+// The facts every user of a collective reads (communicator, comm-bench, tracer, simulator).
+TEST(CollectiveFacts, NamesRootsReductionsSizesAndBusFactors) {
+  for (Collective c : all_collectives()) {
+    EXPECT_EQ(parse_collective(facts(c).name), c);
+    // A program over data_elements(count) elements exists for every algorithm of it.
+    for (const Algorithm& a : algorithms()) {
+      if (a.collective != c) continue;
+      for (int w : {1, 3, 4}) {
+        const std::int64_t count = c == Collective::kBarrier ? 0 : 5;
+        EXPECT_NO_THROW(build_program(c, a.name, 0, w, data_elements(c, count, w), options_for(c, a.name, w)[0]))
+            << facts(c).name << "/" << a.name << " on " << w;
+      }
+    }
+    EXPECT_EQ(busbw_factor(c, 1), 0.0) << facts(c).name << ": nothing crosses a link on one rank";
+  }
+  EXPECT_TRUE(facts(Collective::kReduce).rooted && facts(Collective::kReduce).reduces);
+  EXPECT_TRUE(facts(Collective::kReduceScatter).reduces && !facts(Collective::kReduceScatter).rooted);
+  EXPECT_FALSE(facts(Collective::kAllGather).reduces || facts(Collective::kAllGather).rooted);
+  EXPECT_EQ(data_elements(Collective::kAllGather, 5, 4), 20);
+  EXPECT_EQ(data_elements(Collective::kAllReduce, 5, 4), 5);
+  EXPECT_EQ(data_elements(Collective::kBarrier, 5, 4), 0);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kAllReduce, 4), 1.5);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kReduceScatter, 4), 0.75);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kBroadcast, 4), 1.0);
+  EXPECT_DOUBLE_EQ(busbw_factor(Collective::kBarrier, 4), 0.0);
 }
 
 TEST(Schedules, OutOfPlaceAllReducesReadTheInputUntilWritten) {

@@ -1,5 +1,7 @@
 #include "weft/algo/program.h"
 
+#include "weft/algo/collective_facts.h"
+
 #include <algorithm>
 #include <map>
 
@@ -133,20 +135,7 @@ const std::vector<Collective>& all_collectives() {
   return all;
 }
 
-const char* collective_name(Collective c) {
-  switch (c) {
-    case Collective::kAllReduce: return "allreduce";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kReduce: return "reduce";
-    case Collective::kGather: return "gather";
-    case Collective::kScatter: return "scatter";
-    case Collective::kAllGather: return "allgather";
-    case Collective::kReduceScatter: return "reduce_scatter";
-    case Collective::kAllToAll: return "alltoall";
-    case Collective::kBarrier: return "barrier";
-  }
-  return "?";
-}
+const char* collective_name(Collective c) { return facts(c).name; }
 
 Collective parse_collective(const std::string& name) {
   std::string known;

@@ -1,5 +1,7 @@
 #include "weft/comm/bench.h"
 
+#include "weft/algo/collective_facts.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,16 +35,6 @@ std::int64_t parse_size(const std::string& s) {
   else if (!unit.empty()) throw ConfigError("'" + s + "' is not a size (e.g. 8, 64K, 256M, 1G)");
   if (v < 0 || v > (1LL << 40) / mult) throw ConfigError("size '" + s + "' is out of range");
   return v * mult;
-}
-
-double bus_factor(const std::string& op, int w) {
-  if (w <= 1) return 1.0;
-  double n = w;
-  if (op == "allreduce") return 2.0 * (n - 1) / n;
-  if (op == "allgather" || op == "reduce_scatter" || op == "alltoall" || op == "gather" || op == "scatter") {
-    return (n - 1) / n;
-  }
-  return 1.0;  // broadcast, reduce
 }
 
 namespace {
@@ -116,8 +108,7 @@ int run_comm_bench(const BenchConfig& cfg) {
   const int w = comm->size(), r = comm->rank();
   const std::size_t es = element_size(dt);
   const bool integer = dt == DataType::kI32 || dt == DataType::kI64;
-  const bool total_sized = coll == Collective::kAllGather || coll == Collective::kReduceScatter ||
-                           coll == Collective::kAllToAll || coll == Collective::kGather || coll == Collective::kScatter;
+  const bool total_sized = algo::data_elements(coll, 1, 2) == 2;  // a block per rank
   if (r == 0 && !cfg.json) {
     std::printf("# weft comm-bench: %s, %d ranks, transport %s, %d iterations (median of the slowest rank)\n",
                 cfg.op.c_str(), w, comm->transport().c_str(), cfg.iters);
@@ -219,7 +210,7 @@ int run_comm_bench(const BenchConfig& cfg) {
     comm->allreduce(&slowest, 1, DataType::kF64, ReduceOp::kMax, "recursive_doubling")->wait();
     comm->allreduce(&wrong, 1, DataType::kI64, ReduceOp::kSum, "recursive_doubling")->wait();
     double algbw = slowest > 0 ? static_cast<double>(bytes) / (slowest * 1e3) : 0.0;
-    double busbw = algbw * bus_factor(cfg.op, w);
+    double busbw = algbw * algo::busbw_factor(coll, w);
     std::int64_t shown = coll == Collective::kBarrier ? 0 : (total_sized ? total : count) * static_cast<std::int64_t>(es);
     if (r == 0) {
       if (cfg.json) {

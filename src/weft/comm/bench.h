@@ -24,8 +24,6 @@ struct BenchConfig {
 
 // Parses "8", "64K", "256M", "1G"; throws ConfigError.
 std::int64_t parse_size(const std::string& s);
-// The busbw factor of nccl-tests for a collective on `world` ranks.
-double bus_factor(const std::string& op, int world);
 int run_comm_bench(const BenchConfig& config);
 
 }  // namespace weft::comm

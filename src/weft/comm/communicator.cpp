@@ -1,5 +1,7 @@
 #include "weft/comm/communicator.h"
 
+#include "weft/algo/collective_facts.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -632,7 +634,7 @@ void Communicator::run(Task& t) {
   algo::Options opts;
   opts.root = t.root;
   opts.local_world = links_->local_world;
-  std::int64_t n = c;
+  const std::int64_t n = algo::data_elements(t.collective, c, w);
   ExecBuffers b;
   b.dtype = t.dtype;
   b.op = t.op;
@@ -669,7 +671,6 @@ void Communicator::run(Task& t) {
       }
       break;
     case Collective::kGather:
-      n = c * w;
       if (r == t.root) {
         move(out + r * block_bytes, in, block_bytes);
         b.data = out;
@@ -679,7 +680,6 @@ void Communicator::run(Task& t) {
       }
       break;
     case Collective::kScatter:
-      n = c * w;
       if (r == t.root) {
         move(out, in + r * block_bytes, block_bytes);
         b.data = const_cast<std::uint8_t*>(in);
@@ -689,17 +689,14 @@ void Communicator::run(Task& t) {
       }
       break;
     case Collective::kAllGather:
-      n = c * w;
       move(out + r * block_bytes, in, block_bytes);
       b.data = out;
       break;
     case Collective::kReduceScatter:
-      n = c * w;
       temp.assign(in, in + block_bytes * w);
       b.data = temp.data();
       break;
     case Collective::kAllToAll:
-      n = c * w;
       if (in == out) {
         temp.assign(in, in + block_bytes * w);
         in = temp.data();
@@ -708,7 +705,6 @@ void Communicator::run(Task& t) {
       b.data = out;
       break;
     case Collective::kBarrier:
-      n = 0;
       break;
   }
   const std::string algorithm = t.algorithm.empty() ? choose_algorithm(t.collective, static_cast<std::int64_t>(block_bytes)) : t.algorithm;
@@ -741,14 +737,11 @@ void Communicator::run(Task& t) {
     rec.group_ranks = members_;
     rec.rank = global_rank();
     rec.dtype = dtype_name(t.dtype);
-    bool reducing = t.collective == Collective::kAllReduce || t.collective == Collective::kReduce ||
-                    t.collective == Collective::kReduceScatter;
-    if (reducing) rec.reduce = op_name(t.op);
+    const algo::CollectiveFacts& f = algo::facts(t.collective);
+    if (f.reduces) rec.reduce = op_name(t.op);
     rec.count = c;
     rec.bytes = static_cast<std::int64_t>(block_bytes);
-    bool rooted = t.collective == Collective::kBroadcast || t.collective == Collective::kReduce ||
-                  t.collective == Collective::kGather || t.collective == Collective::kScatter;
-    if (rooted) rec.root = members_[t.root];
+    if (f.rooted) rec.root = members_[t.root];
     tracer_->write(rec);
   }
 }

@@ -12,33 +12,12 @@
 
 #include "weft/algo/registry.h"
 #include "weft/sim/config.h"
+#include "weft/algo/collective_facts.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
 namespace weft::sim {
 namespace {
-
-double busbw_factor(algo::Collective c, int n) {
-  double w = n;
-  switch (c) {
-    case algo::Collective::kAllReduce: return n > 1 ? 2 * (w - 1) / w : 0;
-    case algo::Collective::kBroadcast:
-    case algo::Collective::kReduce: return 1;
-    case algo::Collective::kBarrier: return 0;
-    default: return n > 1 ? (w - 1) / w : 0;
-  }
-}
-
-// Elements in the program's data buffer for a trace record's per-rank count.
-std::int64_t program_elements(algo::Collective c, std::int64_t count, int world) {
-  switch (c) {
-    case algo::Collective::kAllReduce:
-    case algo::Collective::kBroadcast:
-    case algo::Collective::kReduce: return count;
-    case algo::Collective::kBarrier: return 0;
-    default: return count * world;
-  }
-}
 
 // Appends one rank's program as steps; `agent_of` maps the program's peers to agents.
 void append_program(Agent& agent, const algo::Program& p, std::int64_t element_bytes, const std::vector<int>& agent_of,
@@ -309,7 +288,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         opts.local_world = t.gpus_per_host > 1 && gw % t.gpus_per_host == 0 ? t.gpus_per_host : 0;
         std::int64_t element = count > 0 ? bytes / count : 4;
         if (element <= 0) element = 4;
-        algo::Program p = algo::build_program(c, algorithm, index, gw, program_elements(c, count, gw), opts);
+        algo::Program p = algo::build_program(c, algorithm, index, gw, algo::data_elements(c, count, gw), opts);
         std::vector<int> agent_of(gw);
         for (int i = 0; i < gw; ++i) agent_of[i] = agent_of_global[members[i]];
         if (j.contains("steps")) check_recorded_steps(j["steps"], p, members, element, algorithm, rec.where);
@@ -323,7 +302,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
           ci = static_cast<int>(w.collectives.size());
           instance[key] = ci;
           w.collectives.push_back(
-              {op + "/" + algorithm, agent.job, gw, program_elements(c, count, gw) * element, busbw_factor(c, gw)});
+              {op + "/" + algorithm, agent.job, gw, algo::data_elements(c, count, gw) * element, algo::busbw_factor(c, gw)});
         } else {
           ci = found->second;
         }
@@ -482,7 +461,7 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
   for (int r = 0; r < world; ++r) agent_of[r] = base + r;
   for (int it = 0; it < iterations; ++it) {
     int ci = static_cast<int>(w.collectives.size());
-    w.collectives.push_back({collective + "/" + algorithm, w.agents[base].job, world, bytes, busbw_factor(c, world)});
+    w.collectives.push_back({collective + "/" + algorithm, w.agents[base].job, world, bytes, algo::busbw_factor(c, world)});
     for (int r = 0; r < world; ++r) {
       algo::Program p = algo::build_program(c, algorithm, r, world, n, opts);
       append_program(w.agents[base + r], p, 4, agent_of, ci, 0);
