@@ -31,6 +31,8 @@ inline CLI::Validator non_negative() { return checked_number(true); }
 
 // weft train ...
 void add_train_command(CLI::App& app, Action& action);
+// weft timeline merge: the per-rank timelines of a run in one file.
+void add_timeline_command(CLI::App& app, Action& action);
 // weft demo: the README's main job.
 void add_demo_command(CLI::App& app, Action& action);
 // weft launch ... -- command

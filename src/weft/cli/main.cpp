@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   weft::cli::Action action;
   weft::cli::add_train_command(app, action);
   weft::cli::add_demo_command(app, action);
+  weft::cli::add_timeline_command(app, action);
   weft::cli::add_launch_command(app, action);
   weft::cli::add_comm_bench_command(app, action);
   weft::cli::add_plan_command(app, action);

@@ -5,6 +5,7 @@
 #include "weft/cli/commands.h"
 #include "weft/comm/launcher.h"
 #include "weft/train/loop.h"
+#include "weft/train/timeline.h"
 #include "weft/util/error.h"
 
 namespace weft::cli {
@@ -120,6 +121,23 @@ void add_train_command(CLI::App& app, Action& action) {
     action = [options] {
       TrainSummary s = train(*options, stdout);
       if (s.rank == 0) fmt::print("{}\n", s.to_json());
+      return 0;
+    };
+  });
+}
+
+void add_timeline_command(CLI::App& app, Action& action) {
+  CLI::App* cmd = app.add_subcommand("timeline", "work with the timelines weft train --timeline writes");
+  cmd->require_subcommand(1);
+  CLI::App* merge = cmd->add_subcommand("merge", "merge per-rank timelines into one Chrome trace (one track per rank)");
+  auto out = std::make_shared<std::string>();
+  auto inputs = std::make_shared<std::vector<std::string>>();
+  merge->add_option("--out", *out, "the merged file")->required();
+  merge->add_option("files", *inputs, "the per-rank files (FILE-rank<r>.json)")->required();
+  merge->callback([out, inputs, &action] {
+    action = [out, inputs] {
+      merge_timelines(*inputs, *out);
+      fmt::print("{}: {} timelines merged\n", *out, inputs->size());
       return 0;
     };
   });

@@ -111,12 +111,12 @@ void DataParallel::after_backward(CommStats& stats) {
   if (at_update_) ddp_->set_sync(true);
   const auto start = std::chrono::steady_clock::now();
   const auto exposed = ddp_->finish();
-  stats.spans.push_back({"wait for all-reduce", "comm", 0, start, std::chrono::steady_clock::now()});
+  record_span("wait for all-reduce", "comm", 0, start);
   if (at_update_) ddp_->set_sync(false);
   stats.exposed_seconds += exposed.count();
   for (const BucketTiming& t : ddp_->timings()) {
     stats.seconds += std::chrono::duration<double>(t.finished - t.launched).count();
-    stats.spans.push_back({"allreduce " + std::to_string(t.bytes >> 10) + " KiB", "comm", 1, t.launched, t.finished});
+    record_span("allreduce " + std::to_string(t.bytes >> 10) + " KiB", "comm", 1, t.launched, t.finished);
   }
 }
 

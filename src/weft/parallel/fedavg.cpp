@@ -32,7 +32,7 @@ bool FederatedAveraging::end_step(std::int64_t step, bool last, CommStats& stats
   const double s = std::chrono::duration<double>(end - start).count();
   stats.seconds += s;
   stats.exposed_seconds += s;
-  stats.spans.push_back({"average weights", "comm", 1, start, end});
+  record_span("average weights", "comm", 0, start, end);
   return step % local_steps_ == 0 && eval_rounds_ > 0 && round() % eval_rounds_ == 0;
 }
 

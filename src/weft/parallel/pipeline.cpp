@@ -187,6 +187,11 @@ double GptPipeline::eval_batch(const Tensor& ids, const std::vector<std::int32_t
   return run(ids, targets, false, {});
 }
 
+namespace {
+// " (chunk c)" when stages hold several model chunks, for span names.
+std::string chunk_label_of(int chunk, int chunks) { return chunks > 1 ? fmt::format(" (chunk {})", chunk) : ""; }
+}  // namespace
+
 double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targets, bool train,
                         const std::function<void()>& update) {
   const int M = options_.micro_batches, S = stages_, V = virtual_stages_;
@@ -223,8 +228,10 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
     const int v = op.chunk * S + stage_;
     switch (op.kind) {
       case algo::PipeOpKind::kRecvAct: {
+        const auto t0 = Clock::now();
         Tensor buf = Tensor::zeros({Bm, T, d});
         group_->recv(buf.data<float>(), n, comm::DataType::kF32, op.peer);
+        if (recording_spans()) record_span(fmt::format("recv activation {} from stage {}", op.micro, op.peer), "comm", 1, t0);
         u.input = Var(buf, train);
         break;
       }
@@ -240,16 +247,21 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
           if (train) u.loss = seed ? loss : mul(loss, 1.0 / M);
         }
         busy += since(t0);
+        if (recording_spans()) record_span(fmt::format("forward {}{}", op.micro, chunk_label_of(op.chunk, options_.chunks)), "compute", 0, t0);
         break;
       }
       case algo::PipeOpKind::kSendAct: {
+        const auto t0 = Clock::now();
         keep.push_back(u.output.value().contiguous());
         sends.push_back(group_->isend(keep.back().data<float>(), n, comm::DataType::kF32, op.peer));
+        if (recording_spans()) record_span(fmt::format("send activation {} to stage {}", op.micro, op.peer), "comm", 1, t0);
         break;
       }
       case algo::PipeOpKind::kRecvGrad: {
+        const auto t0 = Clock::now();
         u.grad_out = Tensor::zeros({Bm, T, d});
         group_->recv(u.grad_out.data<float>(), n, comm::DataType::kF32, op.peer);
+        if (recording_spans()) record_span(fmt::format("recv gradient {} from stage {}", op.micro, op.peer), "comm", 1, t0);
         break;
       }
       case algo::PipeOpKind::kBackward: {
@@ -257,12 +269,15 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
         if (v == V - 1) u.loss.backward();
         else u.output.backward(u.grad_out);
         busy += since(t0);
+        if (recording_spans()) record_span(fmt::format("backward {}{}", op.micro, chunk_label_of(op.chunk, options_.chunks)), "compute", 0, t0);
         if (v == 0) units.erase({op.micro, op.chunk});
         break;
       }
       case algo::PipeOpKind::kSendGrad: {
+        const auto t0 = Clock::now();
         keep.push_back(u.input.grad().contiguous());
         sends.push_back(group_->isend(keep.back().data<float>(), n, comm::DataType::kF32, op.peer));
+        if (recording_spans()) record_span(fmt::format("send gradient {} to stage {}", op.micro, op.peer), "comm", 1, t0);
         units.erase({op.micro, op.chunk});
         break;
       }

@@ -52,7 +52,7 @@ void Strategies::update(bool more, double clip_norm) {
   bool applied = false;
   for (auto& s : all_) applied = applied || s->apply(*optimizer_, stats_);
   if (!applied) optimizer_->step();
-  stats_.spans.push_back({"optimizer", "compute", 0, t0, Clock::now()});
+  record_span("optimizer", "compute", 0, t0);
   if (more) {
     for (auto& s : all_) s->between_updates();
     optimizer_->zero_grad();
@@ -61,6 +61,8 @@ void Strategies::update(bool more, double clip_norm) {
 
 double Strategies::step(std::int64_t number, bool last, const StepBatch& batch, const LossFn& loss, double clip_norm) {
   stats_.spans.clear();
+  std::optional<SpanRecorder> recorder;
+  if (record_) recorder.emplace(stats_.spans);
   optimizer_->zero_grad();
   for (auto& s : all_) s->begin_step();
   const auto update_fn = [&](bool more) { update(more, clip_norm); };
@@ -71,8 +73,8 @@ double Strategies::step(std::int64_t number, bool last, const StepBatch& batch, 
     Var l = loss(part_.model, batch);
     const auto t1 = Clock::now();
     l.backward();
-    stats_.spans.push_back({"forward", "compute", 0, t0, t1});
-    stats_.spans.push_back({"backward", "compute", 0, t1, Clock::now()});
+    record_span("forward", "compute", 0, t0, t1);
+    record_span("backward", "compute", 0, t1);
     update(false, clip_norm);
     value = l.item();
   }

@@ -40,6 +40,7 @@
 #include "weft/comm/communicator.h"
 #include "weft/nn/module.h"
 #include "weft/optim/optimizer.h"
+#include "weft/parallel/spans.h"
 #include "weft/parallel/stage_model.h"
 
 namespace weft::parallel {
@@ -79,13 +80,6 @@ struct TrainState {
   std::vector<StateDict> per_rank;  // zero: each rank's shard as it holds it
 };
 
-// What a step did when, for timelines: a name, a category ("compute", "comm"), a row (0
-// compute, 1 communication running beside it).
-struct Span {
-  std::string name, category;
-  int row = 0;
-  std::chrono::steady_clock::time_point start, end;
-};
 // Communication of the strategies, for reports and timelines.
 struct CommStats {
   double seconds = 0;          // communication, launch to finish
@@ -182,8 +176,9 @@ class Strategies {
   std::vector<std::string> intro_lines();
   std::vector<std::string> report_lines();
 
-  // Communication so far, and the last step's spans.
+  // Communication so far, and the last step's spans (all of them while recording).
   CommStats& stats() { return stats_; }
+  void record_spans(bool on) { record_ = on; }
 
  private:
   void update(bool more, double clip_norm);
@@ -194,7 +189,7 @@ class Strategies {
   std::unique_ptr<Optimizer> own_optimizer_;
   Optimizer* optimizer_ = nullptr;
   CommStats stats_;
-  bool round_ended_ = false;
+  bool round_ended_ = false, record_ = false;
 };
 
 }  // namespace weft::parallel

@@ -61,14 +61,18 @@ Var tp_copy(const Var& x, comm::Communicator& group) {
   comm::Communicator* g = &group;
   return record("tp_copy", x.value(), {x}, [g](const Tensor& grad) {
     Tensor c = grad.contiguous().clone();
+    const auto t0 = std::chrono::steady_clock::now();
     g->allreduce(c.data<float>(), c.numel(), DataType::kF32, ReduceOp::kSum)->wait();
+    record_span("tp all-reduce (backward)", "comm", 1, t0);
     return Grads{c};
   });
 }
 
 Var tp_reduce(const Var& x, comm::Communicator& group) {
   Tensor c = x.value().contiguous().clone();
+  const auto t0 = std::chrono::steady_clock::now();
   group.allreduce(c.data<float>(), c.numel(), DataType::kF32, ReduceOp::kSum)->wait();
+  record_span("tp all-reduce (forward)", "comm", 1, t0);
   return record("tp_reduce", c, {x}, [](const Tensor& grad) { return Grads{grad}; });
 }
 
@@ -76,7 +80,9 @@ Var tp_gather_last(const Var& x, comm::Communicator& group) {
   const Tensor xc = x.value().contiguous();
   const std::int64_t n = xc.size(-1), rows = xc.numel() / std::max<std::int64_t>(n, 1), t = group.size();
   Tensor blocks = Tensor::zeros({t, rows, n});
+  const auto t0 = std::chrono::steady_clock::now();
   group.allgather(xc.data<float>(), blocks.data<float>(), xc.numel(), DataType::kF32)->wait();
+  record_span("tp all-gather (forward)", "comm", 1, t0);
   Shape shape = xc.shape();
   shape.back() = n * t;
   Tensor out = blocks.permute({1, 0, 2}).contiguous().view(shape);
@@ -85,7 +91,9 @@ Var tp_gather_last(const Var& x, comm::Communicator& group) {
     // Each rank's columns, summed over the ranks that used them: a reduce-scatter.
     Tensor blocks_grad = grad.contiguous().view({rows, t, n}).permute({1, 0, 2}).contiguous();
     Tensor mine = Tensor::zeros({rows, n});
+    const auto t0 = std::chrono::steady_clock::now();
     g->reduce_scatter(blocks_grad.data<float>(), mine.data<float>(), rows * n, DataType::kF32, ReduceOp::kSum)->wait();
+    record_span("tp reduce-scatter (backward)", "comm", 1, t0);
     return Grads{mine.view(xs)};
   });
 }
@@ -369,8 +377,12 @@ void TensorParallel::prepare(ModelPart& part) {
 }
 
 std::optional<double> TensorParallel::forward_backward(const StepBatch& batch, const std::function<void(bool)>& update) {
+  const auto t0 = std::chrono::steady_clock::now();
   Var loss = tp_->loss(batch.inputs, batch.targets);
+  const auto t1 = std::chrono::steady_clock::now();
   loss.backward();
+  record_span("forward", "compute", 0, t0, t1);
+  record_span("backward", "compute", 0, t1);
   update(false);
   return loss.item();
 }

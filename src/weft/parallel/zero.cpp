@@ -339,8 +339,7 @@ void Zero::after_backward(CommStats& stats) {
   // Every ZeRO collective blocks: all of it is exposed.
   const auto start = std::chrono::steady_clock::now();
   const double s = zero_->finish().count() + gather_seconds_;
-  stats.spans.push_back({stage_ == 1 ? "all-reduce gradients" : "reduce-scatter gradients", "comm", 0, start,
-                         std::chrono::steady_clock::now()});
+  record_span(stage_ == 1 ? "all-reduce gradients" : "reduce-scatter gradients", "comm", 0, start);
   gather_seconds_ = 0;
   stats.seconds += s;
   stats.exposed_seconds += s;
@@ -351,7 +350,7 @@ bool Zero::apply(Optimizer&, CommStats& stats) {
   const double s = zero_->step().count();
   stats.seconds += s;
   stats.exposed_seconds += s;
-  stats.spans.push_back({"update, all-gather parameters", "comm", 0, start, std::chrono::steady_clock::now()});
+  record_span("update, all-gather parameters", "comm", 0, start);
   return true;
 }
 

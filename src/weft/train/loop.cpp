@@ -223,7 +223,10 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
   schedule_ = lr_schedule(o_, spe * epochs);
   planned_ = (epochs - at_.epoch) * spe - at_.index;
   if (*o_.max_steps > 0) planned_ = std::max<std::int64_t>(0, std::min(planned_, *o_.max_steps - at_.step));
-  if (!o_.timeline.empty()) timeline_ = std::make_unique<Timeline>(rank_);
+  if (!o_.timeline.empty()) {
+    timeline_ = std::make_unique<Timeline>(rank_);
+    strategies_->record_spans(true);
+  }
   straggle_ms_ = straggler_ms(rank_);
   loss_fn_ = [this](Module& m, const parallel::StepBatch& b) { return task_->loss(m, b); };
   rank_state_bytes_ = static_cast<std::int64_t>(allocator_live_bytes());

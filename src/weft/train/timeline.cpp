@@ -2,16 +2,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include "weft/util/error.h"
 #include "weft/util/file.h"
 
 namespace weft {
 
-Timeline::Timeline(int rank) : rank_(rank), origin_(Clock::now()) {}
+namespace {
+double micros(std::chrono::nanoseconds d) { return static_cast<double>(d.count()) / 1e3; }
+}  // namespace
+
+Timeline::Timeline(int rank)
+    : rank_(rank),
+      wall_offset_us_(micros(std::chrono::system_clock::now().time_since_epoch()) - micros(Clock::now().time_since_epoch())) {}
 
 void Timeline::add(const std::string& name, const std::string& category, Clock::time_point start,
                    Clock::time_point end, int row) {
-  auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - origin_).count(); };
-  events_.push_back({name, category, us(start), us(end) - us(start), row});
+  const double begin = micros(start.time_since_epoch()) + wall_offset_us_;
+  events_.push_back({name, category, begin, micros(end - start), row});
 }
 
 void Timeline::write(const std::string& path) const {
@@ -38,6 +45,19 @@ std::string timeline_path(const std::string& file, int rank, int world) {
   std::string suffix = "-rank" + std::to_string(rank);
   if (dot == std::string::npos || (slash != std::string::npos && dot < slash)) return file + suffix;
   return file.substr(0, dot) + suffix + file.substr(dot);
+}
+
+void merge_timelines(const std::vector<std::string>& inputs, const std::string& output) {
+  if (inputs.empty()) throw ConfigError("weft timeline merge: no input files");
+  nlohmann::json events = nlohmann::json::array();
+  for (const std::string& path : inputs) {
+    nlohmann::json doc = nlohmann::json::parse(read_file(path), nullptr, false);
+    if (doc.is_discarded() || !doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array())
+      throw DataError(path + " is not a Chrome trace (a JSON object with a traceEvents array)");
+    for (auto& e : doc["traceEvents"]) events.push_back(std::move(e));
+  }
+  nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  write_file_atomic(output, doc.dump() + "\n");
 }
 
 }  // namespace weft

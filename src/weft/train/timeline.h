@@ -1,6 +1,11 @@
 // A timeline of one rank's training in the Chrome trace event format (open it in Perfetto
 // or chrome://tracing): complete events ("ph": "X") with microsecond start and duration.
-// Rows (tid): 0 compute and data, 1 communication.
+// One process per rank (pid = rank); rows (tid): 0 the step's own work (data, forward,
+// backward per micro-batch, waits, the optimizer), 1 communication beside it (buckets,
+// tensor-parallel collectives, pipeline sends and receives).
+//
+// Times are microseconds of the wall clock (the monotonic clock shifted once to it), so the
+// files of every rank of a job share one clock and merge_timelines puts them side by side.
 #pragma once
 
 #include <chrono>
@@ -26,12 +31,16 @@ class Timeline {
     int row;
   };
   int rank_;
-  Clock::time_point origin_;
+  double wall_offset_us_;  // wall clock minus monotonic clock
   std::vector<Event> events_;
 };
 
 // The file for `rank` when the job has `world` ranks: FILE itself for one rank, else
 // FILE with "-rank<r>" before its extension (timeline.json -> timeline-rank1.json).
 std::string timeline_path(const std::string& file, int rank, int world);
+
+// Writes one Chrome trace holding every event of `inputs` (each rank its own track);
+// throws DataError naming a file that is not a Chrome trace.
+void merge_timelines(const std::vector<std::string>& inputs, const std::string& output);
 
 }  // namespace weft
