@@ -4,6 +4,7 @@
 #include "weft/comm/bench.h"
 #include "weft/comm/launcher.h"
 #include "weft/util/error.h"
+#include "weft/util/size.h"
 
 namespace weft::cli {
 
@@ -64,15 +65,16 @@ void add_comm_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--transport", c->transport, "auto | shm | tcp (default: WEFT_TRANSPORT or auto)");
   cmd->add_option("--dtype", c->dtype, "f32 | f64 | i32 | i64")->capture_default_str();
   cmd->add_option("--reduce", c->reduce, "sum | avg | max | min | prod")->capture_default_str();
-  cmd->add_option("--min", sizes->first, "smallest size in bytes (8, 64K, 1M, ...)")->capture_default_str();
+  cmd->add_option("--min", sizes->first, "smallest size in bytes (8, 64K = 65536, 1MB = 10^6, 1MiB = 2^20)")
+      ->capture_default_str();
   cmd->add_option("--max", sizes->second, "largest size in bytes, stepping x2")->capture_default_str();
   cmd->add_option("--iters", c->iters, "timed repeats per size")->capture_default_str();
   cmd->add_option("--warmup", c->warmup, "untimed repeats per size")->capture_default_str();
   cmd->add_flag("--json", c->json, "print one JSON object per size");
   cmd->callback([c, sizes, &action] {
     action = [c, sizes] {
-      c->min_bytes = comm::parse_size(sizes->first);
-      c->max_bytes = comm::parse_size(sizes->second);
+      c->min_bytes = parse_size(sizes->first, "--min");
+      c->max_bytes = parse_size(sizes->second, "--max");
       return comm::run_comm_bench(*c);
     };
   });

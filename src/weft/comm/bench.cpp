@@ -1,5 +1,7 @@
 #include "weft/comm/bench.h"
 
+#include "weft/util/size.h"
+
 #include "weft/algo/collective_facts.h"
 
 #include <algorithm>
@@ -17,25 +19,6 @@
 namespace weft::comm {
 
 using algo::Collective;
-
-std::int64_t parse_size(const std::string& s) {
-  if (s.empty()) throw ConfigError("empty size");
-  std::size_t end = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &end);
-  } catch (const std::exception&) {
-    throw ConfigError("'" + s + "' is not a size (e.g. 8, 64K, 256M, 1G)");
-  }
-  std::string unit = s.substr(end);
-  long long mult = 1;
-  if (unit == "K" || unit == "k") mult = 1LL << 10;
-  else if (unit == "M" || unit == "m") mult = 1LL << 20;
-  else if (unit == "G" || unit == "g") mult = 1LL << 30;
-  else if (!unit.empty()) throw ConfigError("'" + s + "' is not a size (e.g. 8, 64K, 256M, 1G)");
-  if (v < 0 || v > (1LL << 40) / mult) throw ConfigError("size '" + s + "' is out of range");
-  return v * mult;
-}
 
 namespace {
 
@@ -93,6 +76,7 @@ int run_comm_bench(const BenchConfig& cfg) {
   const DataType dt = parse_dtype(cfg.dtype);
   const ReduceOp rop = parse_op(cfg.reduce);
   if (cfg.min_bytes < 0 || cfg.max_bytes < cfg.min_bytes) throw ConfigError("--min must be <= --max");
+  if (cfg.max_bytes > (std::int64_t{1} << 40)) throw ConfigError("--max: at most 1T (2^40 bytes) per buffer");
   if (cfg.iters < 1 || cfg.warmup < 0) throw ConfigError("--iters must be >= 1 and --warmup >= 0");
   CommOptions opts = CommOptions::from_env();
   if (!cfg.transport.empty()) {

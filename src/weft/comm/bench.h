@@ -22,8 +22,7 @@ struct BenchConfig {
   bool json = false;  // one JSON object per row instead of the table
 };
 
-// Parses "8", "64K", "256M", "1G"; throws ConfigError.
-std::int64_t parse_size(const std::string& s);
+// Runs the benchmark (every rank of a job); sizes in bytes (util/size.h parses them).
 int run_comm_bench(const BenchConfig& config);
 
 }  // namespace weft::comm

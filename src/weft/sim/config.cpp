@@ -1,5 +1,7 @@
 #include "weft/sim/config.h"
 
+#include "weft/util/size.h"
+
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -192,22 +194,7 @@ const std::vector<Entry>& entries() {
 
 }  // namespace
 
-std::int64_t parse_bytes(const std::string& text, const std::string& what) {
-  auto [v, unit] = split_number(text, what);
-  std::string u = lower(unit);
-  double scale = 0;
-  if (u.empty() || u == "b") scale = 1;
-  else if (u == "kb" || u == "k") scale = 1e3;
-  else if (u == "mb" || u == "m") scale = 1e6;
-  else if (u == "gb" || u == "g") scale = 1e9;
-  else if (u == "kib") scale = 1024.0;
-  else if (u == "mib") scale = 1024.0 * 1024;
-  else if (u == "gib") scale = 1024.0 * 1024 * 1024;
-  else throw ConfigError(what + ": unknown size unit in '" + text + "' (B, KB, MB, GB, KiB, MiB, GiB)");
-  double bytes = v * scale;
-  if (bytes > 9e18 || bytes != std::floor(bytes)) throw ConfigError(what + ": '" + text + "' is not a whole number of bytes");
-  return static_cast<std::int64_t>(bytes);
-}
+std::int64_t parse_bytes(const std::string& text, const std::string& what) { return parse_size(text, what); }
 
 Time parse_time(const std::string& text, const std::string& what) {
   auto [v, unit] = split_number(text, what);

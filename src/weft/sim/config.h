@@ -96,7 +96,7 @@ std::vector<ConfigKey> config_keys();
 std::string describe_value(const SimConfig& config, const std::string& key);
 
 // Quantities in configuration files and flags.
-std::int64_t parse_bytes(const std::string& text, const std::string& what);   // 150KB, 4MiB
+std::int64_t parse_bytes(const std::string& text, const std::string& what);   // util/size.h: 64K, 150KB, 4MiB
 Time parse_time(const std::string& text, const std::string& what);             // 50us, 1ms
 double parse_rate(const std::string& text, const std::string& what);           // 400G -> bit/s
 
