@@ -7,17 +7,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <set>
-#include <sstream>
 
 #include "weft/algo/registry.h"
 #include "weft/comm/auth.h"
 #include "weft/comm/channel.h"
 #include "weft/comm/executor.h"
+#include "weft/comm/links.h"
 #include "weft/comm/mpi_transport.h"
 #include "weft/comm/socket.h"
 #include "weft/comm/store.h"
+#include "weft/comm/selection.h"
 #include "weft/comm/trace.h"
 #include "weft/util/env.h"
 
@@ -95,20 +94,6 @@ CommOptions CommOptions::from_env() {
   return o;
 }
 
-// --- links of a group ---
-
-struct GroupLinks {
-  std::vector<PeerLink> peers;  // by group rank
-  std::vector<std::unique_ptr<Channel>> channels;
-  std::unique_ptr<ShmSegment> my_segment;
-  std::vector<std::unique_ptr<ShmSegment>> peer_segments;
-  Doorbell* bell = nullptr;
-  std::vector<std::string> host_of;  // host id per group rank
-  int local_world = 0;               // ranks per host when hosts hold equal contiguous blocks, else 0
-  bool shares_core = false;          // the job's ranks on this host outnumber their cores
-  int tcp = 0, shm = 0;
-};
-
 struct Communicator::Task {
   enum Kind { kCollective, kSend, kRecv } kind = kCollective;
   Collective collective = Collective::kAllReduce;
@@ -122,51 +107,6 @@ struct Communicator::Task {
   int peer = -1;
   WorkPtr work = std::make_shared<Work>();
 };
-
-namespace {
-
-// What identifies a host: its name and boot id. WEFT_HOST_ID overrides it (tests use it to
-// pretend that ranks of one machine run on several hosts).
-std::string host_id() {
-  if (auto forced = env_string("WEFT_HOST_ID")) return "forced/" + *forced;
-  std::string boot;
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::getline(f, boot);
-  return host_name() + "/" + boot;
-}
-
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) out.push_back(item);
-  return out;
-}
-
-std::string join_ranks(const std::vector<int>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s;
-}
-
-bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0; }
-
-const char* env_name_for(Collective c) {
-  switch (c) {
-    case Collective::kAllReduce: return "WEFT_ALLREDUCE_ALGO";
-    case Collective::kBroadcast: return "WEFT_BROADCAST_ALGO";
-    case Collective::kReduce: return "WEFT_REDUCE_ALGO";
-    case Collective::kGather: return "WEFT_GATHER_ALGO";
-    case Collective::kScatter: return "WEFT_SCATTER_ALGO";
-    case Collective::kAllGather: return "WEFT_ALLGATHER_ALGO";
-    case Collective::kReduceScatter: return "WEFT_REDUCE_SCATTER_ALGO";
-    case Collective::kAllToAll: return "WEFT_ALLTOALL_ALGO";
-    case Collective::kBarrier: return "WEFT_BARRIER_ALGO";
-  }
-  return "";
-}
-
-}  // namespace
 
 // --- construction ---
 
@@ -301,170 +241,20 @@ std::string Communicator::transport() const {
 }
 
 void Communicator::connect_group(const std::string& prefix) {
-  const int n = size();
-  const int me = global_rank();
-  links_ = std::make_unique<GroupLinks>();
-  links_->peers.resize(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) links_->peers[i].global_rank = members_[i];
-  const std::string my_host = host_id();
-  const std::string key_base = session_ + "/" + prefix + "/";
-  const double timeout = options_.rendezvous_timeout_s;
-
-  // 1. Publish my endpoint, gather everyone's.
-  int port = 0;
-  Socket listener = listen_tcp(is_loopback(info_.master_addr) ? "127.0.0.1" : "0.0.0.0", 0, &port);
-  std::string my_cores;
-  for (int c : allowed_cores()) my_cores += (my_cores.empty() ? "" : ",") + std::to_string(c);
-  store_->set(key_base + "ep/" + std::to_string(me), store_->local_address() + "|" + std::to_string(port) + "|" +
-                                                         my_host + "|" + std::to_string(::getpid()) + "|" + my_cores);
-  std::vector<std::string> keys;
-  for (int g : members_) keys.push_back(key_base + "ep/" + std::to_string(g));
-  auto missing = store_->wait_all(keys, timeout);
-  if (!missing.empty()) {
-    std::vector<int> ranks;
-    for (const auto& k : missing) ranks.push_back(std::stoi(k.substr(k.rfind('/') + 1)));
-    throw CommError("rendezvous of " + name_ + ": rank" + (ranks.size() > 1 ? "s " : " ") + join_ranks(ranks) +
-                        " did not join within " + std::to_string(static_cast<int>(timeout)) + " s",
-                    "rendezvous", me, ranks.front(), timeout);
-  }
-  std::vector<std::string> ip(n), host(n), cores(n);
-  std::vector<int> ports(n), pids(n);
-  for (int i = 0; i < n; ++i) {
-    auto parts = split(*store_->get(keys[i], timeout), '|');
-    if (parts.size() != 5) throw CommError("rendezvous: malformed endpoint of rank " + std::to_string(members_[i]));
-    ip[i] = parts[0];
-    ports[i] = std::stoi(parts[1]);
-    host[i] = parts[2];
-    pids[i] = std::stoi(parts[3]);
-    cores[i] = parts[4];
-  }
-  links_->host_of = host;
-  // More ranks of the job on this host than cores they may run on? Then some share a core,
-  // and a waiting rank yields the core at once instead of spinning on it first. A property
-  // of the job's processes, not of a group: sub-groups take the world's (new_group).
-  if (name_ == "world") {
-    std::set<std::string> used;
-    int on_host = 0;
-    for (int i = 0; i < n; ++i) {
-      if (host[i] != my_host) continue;
-      ++on_host;
-      for (const auto& c : split(cores[i], ',')) used.insert(c);
-    }
-    links_->shares_core = on_host > static_cast<int>(used.size());
-  }
-
-  // Ranks per host, when every host holds the same number of consecutive ranks.
-  {
-    int local = 0;
-    for (int i = 0; i < n; ++i) local += host[i] == my_host;
-    bool regular = n % local == 0;
-    for (int i = 0; i < n && regular; ++i) regular = host[i] == host[(i / local) * local];
-    links_->local_world = regular ? local : 0;
-  }
-
-  // 2. Choose a transport per peer.
-  std::vector<bool> use_shm(n, false);
-  for (int i = 0; i < n; ++i) {
-    if (i == rank_) continue;
-    bool same_host = host[i] == my_host;
-    if (options_.transport == "shm" && !same_host) {
-      throw ConfigError("WEFT_TRANSPORT=shm, but rank " + std::to_string(members_[i]) + " runs on another host");
-    }
-    use_shm[i] = options_.transport == "shm" || (options_.transport == "auto" && same_host);
-  }
-
-  // 3. Shared memory: my segment holds one incoming ring per local peer.
-  std::vector<int> local_index(n, -1);
-  int locals = 0;
-  for (int i = 0; i < n; ++i)
-    if (i == rank_ || use_shm[i]) local_index[i] = locals++;
-  if (locals > 1) {
-    auto seg_name = [&](int g) { return session_ + "-" + std::to_string(std::hash<std::string>{}(prefix)) + "-" +
-                                         std::to_string(g); };
-    links_->my_segment = ShmSegment::create(seg_name(me), locals, options_.shm_ring_bytes);
-    links_->bell = &links_->my_segment->doorbell();
-    store_->set(key_base + "shm/" + std::to_string(me), "1");
-    links_->peer_segments.resize(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      if (!use_shm[i]) continue;
-      if (!store_->get(key_base + "shm/" + std::to_string(members_[i]), timeout)) {
-        throw CommError("rendezvous: rank " + std::to_string(members_[i]) + " did not create its shared memory");
-      }
-      links_->peer_segments[i] = ShmSegment::open(seg_name(members_[i]));
-      ShmSegment& peer = *links_->peer_segments[i];
-      auto ch = std::make_unique<ShmChannel>(peer.ring(local_index[rank_]), peer.ring_data(local_index[rank_]),
-                                             links_->my_segment->ring(local_index[i]),
-                                             links_->my_segment->ring_data(local_index[i]),
-                                             links_->my_segment->ring_bytes(), peer.doorbell(), pids[i]);
-      links_->peers[i].channel = ch.get();
-      links_->peers[i].pid = pids[i];
-      links_->channels.push_back(std::move(ch));
-      ++links_->shm;
-    }
-  }
-
-  // 4. TCP: the lower group rank connects, the higher accepts (in a thread of its own).
-  int expected = 0;
-  for (int i = 0; i < rank_; ++i) expected += !use_shm[i] && i != rank_;
-  std::vector<Socket> accepted(n);
-  std::exception_ptr accept_error;
-  std::thread acceptor([&] {
-    try {
-      Deadline d = Deadline::in(timeout);
-      int got = 0;
-      while (got < expected) {
-        std::string peer_addr;
-        Socket s = accept_tcp(listener.fd(), d, &peer_addr);
-        if (!s.valid()) throw CommError("rendezvous of " + name_ + ": peers did not connect within the timeout");
-        std::uint32_t who;
-        try {
-          who = accept_handshake(s.fd(), token_, Purpose::kPeer, static_cast<std::uint32_t>(me), 10.0);
-        } catch (const CommError& e) {
-          std::fprintf(stderr, "weft rank %d: refused a connection from %s (%s)\n", me, peer_addr.c_str(), e.what());
-          continue;
-        }
-        auto it = std::find(members_.begin(), members_.end(), static_cast<int>(who));
-        int idx = static_cast<int>(it - members_.begin());
-        if (it == members_.end() || idx >= rank_ || use_shm[idx] || accepted[idx].valid()) {
-          std::fprintf(stderr, "weft rank %d: refused an unexpected connection from rank %u\n", me, who);
-          continue;
-        }
-        accepted[idx] = std::move(s);
-        ++got;
-      }
-    } catch (...) {
-      accept_error = std::current_exception();
-    }
-  });
-  std::exception_ptr connect_error;
-  try {
-    for (int i = rank_ + 1; i < n; ++i) {
-      if (use_shm[i]) continue;
-      Socket s = connect_tcp(ip[i], ports[i], Deadline::in(timeout));
-      connect_handshake(s.fd(), token_, Purpose::kPeer, static_cast<std::uint32_t>(me), 10.0);
-      accepted[i] = std::move(s);
-    }
-  } catch (...) {
-    connect_error = std::current_exception();
-  }
-  acceptor.join();
-  if (connect_error) std::rethrow_exception(connect_error);
-  if (accept_error) std::rethrow_exception(accept_error);
-  for (int i = 0; i < n; ++i) {
-    if (i == rank_ || use_shm[i]) continue;
-    auto ch = std::make_unique<TcpChannel>(std::move(accepted[i]));
-    links_->peers[i].channel = ch.get();
-    links_->channels.push_back(std::move(ch));
-    ++links_->tcp;
-  }
-
-  // 5. Everyone is connected: shared-memory names can go (the mappings stay).
-  store_->set(key_base + "ready/" + std::to_string(me), "1");
-  std::vector<std::string> ready;
-  for (int g : members_) ready.push_back(key_base + "ready/" + std::to_string(g));
-  missing = store_->wait_all(ready, timeout);
-  if (!missing.empty()) throw CommError("rendezvous of " + name_ + ": not every rank finished connecting");
-  if (links_->my_segment) links_->my_segment->unlink();
+  LinkRequest r;
+  r.store = store_.get();
+  r.session = session_;
+  r.prefix = prefix;
+  r.group = name_;
+  r.members = members_;
+  r.rank = rank_;
+  r.token = token_;
+  r.master_addr = info_.master_addr;
+  r.transport = options_.transport;
+  r.shm_ring_bytes = options_.shm_ring_bytes;
+  r.timeout_s = options_.rendezvous_timeout_s;
+  r.judge_core_sharing = name_ == "world";
+  links_ = connect_links(r);
 }
 
 // --- the worker ---
@@ -574,41 +364,7 @@ void Communicator::worker() {
 }
 
 std::string Communicator::choose_algorithm(Collective c, std::int64_t bytes) const {
-  if (auto a = env_string(env_name_for(c))) return *a;
-  // Measured with weft comm-bench on a 2-core machine with 2, 3 and 4 ranks over shared
-  // memory (docs/communication.md has the figures); across hosts the ring's bandwidth
-  // optimality dominates sooner, and hierarchical keeps the slow links rail-aligned.
-  const int w = size();
-  const bool across_hosts = links_->tcp > 0 && links_->shm > 0 && links_->local_world > 1;
-  switch (c) {
-    case Collective::kAllReduce:
-      if (w <= 2) return bytes <= 1024 ? "recursive_doubling" : "ring";
-      if (bytes <= 16 * 1024) return w <= 4 ? "recursive_doubling" : "rabenseifner";
-      if (across_hosts) return bytes <= 1024 * 1024 ? "rabenseifner" : "hierarchical";
-      // Over TCP alone, fewer and larger messages win: 4 ranks, 1 MiB: rabenseifner 675 us,
-      // ring 819 (level from 8 MiB); 3 ranks: double_tree 536 us, ring 765 (4 MiB: 4.0 ms
-      // against 4.9).
-      if (links_->tcp > 0 && links_->shm == 0) {
-        if ((w & (w - 1)) == 0) return bytes <= 1024 * 1024 ? "rabenseifner" : "ring";
-        return "double_tree";
-      }
-      // 4 ranks on 2 cores: the ring, whose neighbours sit on different cores, wins from
-      // 32 KiB (64 KiB: 37 us, rabenseifner 45, direct 65); 8 ranks: rabenseifner's fewer
-      // steps win up to 64 KiB; 3 ranks: the tree's two halves beat the ring's 4 steps from
-      // 256 KiB to 1 MiB.
-      if ((w & (w - 1)) == 0) return w >= 8 && bytes <= 64 * 1024 ? "rabenseifner" : "ring";
-      return bytes <= 128 * 1024 || bytes > 1024 * 1024 ? "ring" : "double_tree";
-    case Collective::kBroadcast: return bytes <= 256 * 1024 ? "binomial" : "chain";
-    case Collective::kReduce: return "binomial";
-    case Collective::kGather: return "linear";
-    case Collective::kScatter: return "linear";
-    // 4 ranks: the ring from 8 KiB in all (allgather 16 KiB: 9.6 us, recursive doubling 13.2).
-    case Collective::kAllGather: return bytes * w <= 4 * 1024 ? "recursive_doubling" : "ring";
-    case Collective::kReduceScatter: return bytes * w <= 4 * 1024 ? "recursive_halving" : "ring";
-    case Collective::kAllToAll: return "pairwise";
-    case Collective::kBarrier: return "dissemination";
-  }
-  return "";
+  return select_algorithm(c, bytes, LinkShape{size(), links_->tcp, links_->shm, links_->local_world});
 }
 
 const algo::Program& Communicator::cached_program(Collective c, const std::string& algorithm, std::int64_t n,
@@ -730,18 +486,12 @@ void Communicator::run(Task& t) {
     }
   }
   if (tracer_) {
+    StepSends steps = std::move(rec.steps);
+    const std::int64_t start = rec.start_us;
+    rec = collective_record(t.collective, algorithm, {name_, members_, global_rank()}, t.dtype, t.op, c, t.root);
+    rec.steps = std::move(steps);
+    rec.start_us = start;
     rec.end_us = now_us();
-    rec.op = algo::collective_name(t.collective);
-    rec.algorithm = algorithm;
-    rec.group = name_;
-    rec.group_ranks = members_;
-    rec.rank = global_rank();
-    rec.dtype = dtype_name(t.dtype);
-    const algo::CollectiveFacts& f = algo::facts(t.collective);
-    if (f.reduces) rec.reduce = op_name(t.op);
-    rec.count = c;
-    rec.bytes = static_cast<std::int64_t>(block_bytes);
-    if (f.rooted) rec.root = members_[t.root];
     tracer_->write(rec);
   }
 }
@@ -770,18 +520,10 @@ void Communicator::run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch) {
   if (tracer_) {
     const std::int64_t end = now_us();
     for (auto& t : batch) {
-      TraceRecord rec;
-      rec.op = t->kind == Task::kSend ? "send" : "recv";
-      rec.group = name_;
-      rec.group_ranks = members_;
-      rec.rank = global_rank();
-      rec.dtype = dtype_name(t->dtype);
-      rec.count = t->count;
-      rec.bytes = t->count * static_cast<std::int64_t>(element_size(t->dtype));
-      rec.peers = {members_[t->peer]};
+      TraceRecord rec =
+          point_to_point_record(t->kind == Task::kSend, {name_, members_, global_rank()}, t->dtype, t->count, t->peer);
       rec.start_us = start;
       rec.end_us = end;
-      if (t->kind == Task::kSend) rec.steps = {{{members_[t->peer], rec.bytes}}};
       tracer_->write(rec);
     }
   }
@@ -826,15 +568,10 @@ void Communicator::run_mpi_native(Task& t) {
     scale_for_average(t.dtype, t.out, static_cast<std::size_t>(t.count), w);
   }
   if (tracer_) {
+    const std::int64_t start = rec.start_us;
+    rec = collective_record(t.collective, "mpi", {name_, members_, global_rank()}, t.dtype, t.op, t.count, t.root);
+    rec.start_us = start;
     rec.end_us = now_us();
-    rec.op = algo::collective_name(t.collective);
-    rec.algorithm = "mpi";
-    rec.group = name_;
-    rec.group_ranks = members_;
-    rec.rank = global_rank();
-    rec.dtype = dtype_name(t.dtype);
-    rec.count = t.count;
-    rec.bytes = static_cast<std::int64_t>(block_bytes);
     tracer_->write(rec);
   }
 }

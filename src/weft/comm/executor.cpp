@@ -60,295 +60,336 @@ struct Transfer {
 };
 
 
-}  // namespace
+// One call of execute(): the program's steps, one after another. Per step, start() runs the
+// local copies and reductions and lays out the step's transfers; then progress rounds move
+// them (advance_send, advance_recv) until all complete, and while nothing moves the rank
+// waits (wait_idle: pause, yield, then sleep on the sockets or the doorbell), checking that
+// its peers live and that the timeout has not passed.
+class ProgramRun {
+ public:
+  ProgramRun(const algo::Program& program, const ExecBuffers& b, std::vector<PeerLink>& peers, const ExecContext& ctx,
+             StepSends* step_sends)
+      : program_(program), b_(b), peers_(peers), ctx_(ctx), step_sends_(step_sends),
+        esize_(b.direct.empty() ? element_size(b.dtype) : 1) {
+    if (step_sends_) step_sends_->assign(program.steps.size(), {});
+  }
 
-void execute(const algo::Program& program, const ExecBuffers& b, std::vector<PeerLink>& peers, const ExecContext& ctx,
-             StepSends* step_sends) {
-  const std::size_t esize = b.direct.empty() ? element_size(b.dtype) : 1;
-  auto addr = [&](const Chunk& c) -> std::uint8_t* {
+  void run() {
+    for (step_ = 0; step_ < program_.steps.size(); ++step_) {
+      start(program_.steps[step_]);
+      idle_rounds_ = 0;
+      last_liveness_ = {};
+      while (!pending_sends_.empty() || !pending_recvs_.empty()) {
+        if (progress_round()) {
+          idle_rounds_ = 0;
+          continue;
+        }
+        wait_idle();
+      }
+    }
+  }
+
+ private:
+  std::uint8_t* addr(const Chunk& c) const {
+    const auto es = static_cast<std::int64_t>(esize_);
     switch (c.buf) {
-      case Buf::kData: return b.data + (c.offset - b.data_origin) * static_cast<std::int64_t>(esize);
-      case Buf::kScratch: return b.scratch + c.offset * static_cast<std::int64_t>(esize);
-      case Buf::kInput: return const_cast<std::uint8_t*>(b.input) + c.offset * static_cast<std::int64_t>(esize);
+      case Buf::kData: return b_.data + (c.offset - b_.data_origin) * es;
+      case Buf::kScratch: return b_.scratch + c.offset * es;
+      case Buf::kInput: return const_cast<std::uint8_t*>(b_.input) + c.offset * es;
     }
     return nullptr;
-  };
-  auto fail = [&](const std::string& why, int peer, std::size_t step) -> CommError {
-    return CommError(ctx.op + " failed on rank " + std::to_string(ctx.rank) + " at step " + std::to_string(step) + ": " +
-                         why + " [timeout " + std::to_string(static_cast<int>(ctx.timeout_s)) + " s]",
-                     ctx.op, ctx.rank, peer, ctx.timeout_s);
-  };
-  if (step_sends) step_sends->assign(program.steps.size(), {});
+  }
 
-  // Reused from step to step, round to round and call to call (a thread runs one program
-  // at a time): no allocation while waiting, none per operation.
-  thread_local std::vector<Transfer> sends, recvs;
-  thread_local std::vector<Transfer*> pending_sends, pending_recvs;
-  thread_local std::vector<int> busy_send, busy_recv;
-  for (std::size_t s = 0; s < program.steps.size(); ++s) {
-    const algo::Step& step = program.steps[s];
-    sends.clear();
-    recvs.clear();
+  CommError fail(const std::string& why, int peer) const {
+    return CommError(ctx_.op + " failed on rank " + std::to_string(ctx_.rank) + " at step " + std::to_string(step_) + ": " +
+                         why + " [timeout " + std::to_string(static_cast<int>(ctx_.timeout_s)) + " s]",
+                     ctx_.op, ctx_.rank, peer, ctx_.timeout_s);
+  }
+
+  // Local operations at once; the step's messages as transfers, in program order per peer.
+  void start(const algo::Step& step) {
+    sends_.clear();
+    recvs_.clear();
     for (std::size_t i = 0; i < step.ops.size(); ++i) {
       const Op& op = step.ops[i];
       switch (op.kind) {
         case OpKind::kCopy:
-          std::memmove(addr(op.dst), addr(op.src), static_cast<std::size_t>(op.dst.count) * esize);
+          std::memmove(addr(op.dst), addr(op.src), static_cast<std::size_t>(op.dst.count) * esize_);
           break;
         case OpKind::kReduce:
-          reduce_into(b.dtype, b.op, addr(op.dst), addr(op.src), static_cast<std::size_t>(op.dst.count));
+          reduce_into(b_.dtype, b_.op, addr(op.dst), addr(op.src), static_cast<std::size_t>(op.dst.count));
           break;
         case OpKind::kSend: {
-          Transfer t{&op, &peers.at(op.peer), b.direct.empty() ? addr(op.src) : b.direct[i]};
-          t.bytes = static_cast<std::uint64_t>(op.src.count) * esize;
+          Transfer t{&op, &peers_.at(op.peer), b_.direct.empty() ? addr(op.src) : b_.direct[i]};
+          t.bytes = static_cast<std::uint64_t>(op.src.count) * esize_;
           t.pad = static_cast<std::size_t>((8 - t.bytes % 8) % 8);
           t.header = {kMagic, t.link->send_seq++, t.bytes};
-          sends.push_back(t);
-          if (step_sends) (*step_sends)[s].emplace_back(t.link->global_rank, static_cast<std::int64_t>(t.bytes));
+          sends_.push_back(t);
+          if (step_sends_) (*step_sends_)[step_].emplace_back(t.link->global_rank, static_cast<std::int64_t>(t.bytes));
           break;
         }
         case OpKind::kRecv:
         case OpKind::kRecvReduce: {
-          Transfer t{&op, &peers.at(op.peer), b.direct.empty() ? addr(op.dst) : b.direct[i]};
-          t.bytes = static_cast<std::uint64_t>(op.dst.count) * esize;
+          Transfer t{&op, &peers_.at(op.peer), b_.direct.empty() ? addr(op.dst) : b_.direct[i]};
+          t.bytes = static_cast<std::uint64_t>(op.dst.count) * esize_;
           t.pad = static_cast<std::size_t>((8 - t.bytes % 8) % 8);
           if (op.kind == OpKind::kRecvReduce && op.src.count > 0) t.base = addr(op.src);
-          recvs.push_back(t);
+          recvs_.push_back(t);
           break;
         }
       }
     }
-    // Messages to (and from) one peer move in program order, one at a time.
-    pending_sends.clear();
-    pending_recvs.clear();
-    for (auto& t : sends) pending_sends.push_back(&t);
-    for (auto& t : recvs) pending_recvs.push_back(&t);
+    pending_sends_.clear();
+    pending_recvs_.clear();
+    for (auto& t : sends_) pending_sends_.push_back(&t);
+    for (auto& t : recvs_) pending_recvs_.push_back(&t);
+  }
 
-    auto advance_send = [&](Transfer& t) {
-      Channel* ch = t.link->channel;
-      std::size_t moved = 0;
-      if (t.header_done < sizeof(Header)) {
-        std::size_t k = ch->write_some(reinterpret_cast<std::uint8_t*>(&t.header) + t.header_done,
-                                       sizeof(Header) - t.header_done);
-        t.header_done += k;
-        moved += k;
-        if (t.header_done < sizeof(Header)) return moved;
+  // Header, payload, padding: as far as the channel takes them. Returns the bytes moved.
+  std::size_t advance_send(Transfer& t) {
+    Channel* ch = t.link->channel;
+    std::size_t moved = 0;
+    if (t.header_done < sizeof(Header)) {
+      std::size_t k = ch->write_some(reinterpret_cast<std::uint8_t*>(&t.header) + t.header_done,
+                                     sizeof(Header) - t.header_done);
+      t.header_done += k;
+      moved += k;
+      if (t.header_done < sizeof(Header)) return moved;
+    }
+    if (t.done < t.bytes) {
+      std::size_t k = ch->write_some(t.ptr + t.done, static_cast<std::size_t>(t.bytes - t.done));
+      t.done += k;
+      moved += k;
+      if (t.done < t.bytes) return moved;
+    }
+    if (t.pad_done < t.pad) {
+      static const std::uint8_t zeros[8] = {};
+      std::size_t k = ch->write_some(zeros, t.pad - t.pad_done);
+      t.pad_done += k;
+      moved += k;
+    }
+    return moved;
+  }
+
+  // The header (checked), then the payload: copied, or reduced into its destination.
+  std::size_t advance_recv(Transfer& t) {
+    Channel* ch = t.link->channel;
+    std::size_t moved = 0;
+    if (t.header_done < sizeof(Header)) {
+      std::size_t k = ch->read_some(reinterpret_cast<std::uint8_t*>(&t.header) + t.header_done,
+                                    sizeof(Header) - t.header_done);
+      t.header_done += k;
+      moved += k;
+      if (t.header_done < sizeof(Header)) return moved;
+      std::uint32_t want_seq = t.link->recv_seq++;
+      if (t.header.magic != kMagic || t.header.seq != want_seq || t.header.bytes != t.bytes) {
+        throw fail("protocol error from rank " + std::to_string(t.link->global_rank) + ": expected message " +
+                       std::to_string(want_seq) + " of " + std::to_string(t.bytes) + " bytes",
+                   t.link->global_rank);
       }
-      if (t.done < t.bytes) {
-        std::size_t k = ch->write_some(t.ptr + t.done, static_cast<std::size_t>(t.bytes - t.done));
-        t.done += k;
-        moved += k;
-        if (t.done < t.bytes) return moved;
-      }
+    }
+    if (t.done >= t.bytes) {
       if (t.pad_done < t.pad) {
-        static const std::uint8_t zeros[8] = {};
-        std::size_t k = ch->write_some(zeros, t.pad - t.pad_done);
+        std::uint8_t skip[8];
+        std::size_t k = ch->read_some(skip, t.pad - t.pad_done);
         t.pad_done += k;
         moved += k;
       }
       return moved;
-    };
-    auto advance_recv = [&](Transfer& t) {
-      Channel* ch = t.link->channel;
-      std::size_t moved = 0;
-      if (t.header_done < sizeof(Header)) {
-        std::size_t k = ch->read_some(reinterpret_cast<std::uint8_t*>(&t.header) + t.header_done,
-                                      sizeof(Header) - t.header_done);
-        t.header_done += k;
-        moved += k;
-        if (t.header_done < sizeof(Header)) return moved;
-        std::uint32_t want_seq = t.link->recv_seq++;
-        if (t.header.magic != kMagic || t.header.seq != want_seq || t.header.bytes != t.bytes) {
-          throw fail("protocol error from rank " + std::to_string(t.link->global_rank) + ": expected message " +
-                         std::to_string(want_seq) + " of " + std::to_string(t.bytes) + " bytes",
-                     t.link->global_rank, s);
-        }
-      }
-      if (t.done >= t.bytes) {
-        if (t.pad_done < t.pad) {
-          std::uint8_t skip[8];
-          std::size_t k = ch->read_some(skip, t.pad - t.pad_done);
-          t.pad_done += k;
-          moved += k;
-        }
-        return moved;
-      }
-      std::size_t left = static_cast<std::size_t>(t.bytes - t.done);
-      if (t.op->kind == OpKind::kRecv) {
-        std::size_t k = ch->read_some(t.ptr + t.done, left);
-        t.done += k;
-        return moved + k;
-      }
-      // dst (op)= piece, or dst = base (op) piece.
-      auto combine = [&](const std::uint8_t* piece, std::size_t elements) {
-        if (t.base) {
-          reduce_from(b.dtype, b.op, t.ptr + t.applied, t.base + t.applied, piece, elements);
-        } else {
-          reduce_into(b.dtype, b.op, t.ptr + t.applied, piece, elements);
-        }
-        t.applied += elements * esize;
-      };
-      std::size_t k = ch->consume_some(left, [&](const std::uint8_t* p, std::size_t n) {
-        while (n > 0) {
-          if (t.carry_n > 0 || n < esize) {
-            std::size_t take = std::min(esize - t.carry_n, n);
-            std::memcpy(t.carry + t.carry_n, p, take);
-            t.carry_n += take;
-            p += take;
-            n -= take;
-            if (t.carry_n == esize) {
-              combine(t.carry, 1);
-              t.carry_n = 0;
-            }
-            continue;
-          }
-          std::size_t whole = n / esize * esize;
-          if (reinterpret_cast<std::uintptr_t>(p) % esize != 0) {
-            // A piece that does not start on an element boundary in memory: go through an
-            // aligned copy (a typed load from it would be undefined).
-            alignas(16) std::uint8_t aligned[4096];
-            whole = std::min(whole, sizeof aligned / esize * esize);
-            std::memcpy(aligned, p, whole);
-            combine(aligned, whole / esize);
-          } else {
-            combine(p, whole / esize);
-          }
-          p += whole;
-          n -= whole;
-        }
-      });
+    }
+    std::size_t left = static_cast<std::size_t>(t.bytes - t.done);
+    if (t.op->kind == OpKind::kRecv) {
+      std::size_t k = ch->read_some(t.ptr + t.done, left);
       t.done += k;
       return moved + k;
-    };
-    auto complete = [](const Transfer& t) {
-      return t.header_done == sizeof(Header) && t.done >= t.bytes && t.pad_done >= t.pad;
-    };
+    }
+    std::size_t k = ch->consume_some(left, [&](const std::uint8_t* p, std::size_t n) { reduce_piece(t, p, n); });
+    t.done += k;
+    return moved + k;
+  }
 
-    auto progress_round = [&]() {
-      bool progressed = false;
-      // The first unfinished transfer per peer advances; later ones to the same peer wait.
-      busy_send.clear();
-      busy_recv.clear();
-      for (auto it = pending_sends.begin(); it != pending_sends.end();) {
-        Transfer& t = **it;
-        bool blocked = false;
-        for (int p : busy_send) blocked = blocked || p == t.op->peer;
-        if (blocked) { ++it; continue; }
-        try {
-          progressed = advance_send(t) > 0 || progressed;
-        } catch (const CommError& e) {
-          throw fail(std::string(e.what()) + " (sending to rank " + std::to_string(t.link->global_rank) + ")",
-                     t.link->global_rank, s);
-        }
-        if (complete(t)) {
-          it = pending_sends.erase(it);
-          progressed = true;
-        } else {
-          busy_send.push_back(t.op->peer);
-          ++it;
-        }
-      }
-      for (auto it = pending_recvs.begin(); it != pending_recvs.end();) {
-        Transfer& t = **it;
-        bool blocked = false;
-        for (int p : busy_recv) blocked = blocked || p == t.op->peer;
-        if (blocked) { ++it; continue; }
-        try {
-          progressed = advance_recv(t) > 0 || progressed;
-        } catch (const CommError& e) {
-          if (e.op() == ctx.op) throw;
-          throw fail(std::string(e.what()) + " (receiving from rank " + std::to_string(t.link->global_rank) + ")",
-                     t.link->global_rank, s);
-        }
-        if (complete(t)) {
-          it = pending_recvs.erase(it);
-          progressed = true;
-        } else {
-          busy_recv.push_back(t.op->peer);
-          ++it;
-        }
-      }
-      return progressed;
+  // dst (op)= piece, or dst = base (op) piece, element by element: a partial element waits
+  // in the carry, and a piece not aligned in memory goes through an aligned copy (a typed
+  // load from it would be undefined).
+  void reduce_piece(Transfer& t, const std::uint8_t* p, std::size_t n) {
+    auto combine = [&](const std::uint8_t* piece, std::size_t elements) {
+      if (t.base) reduce_from(b_.dtype, b_.op, t.ptr + t.applied, t.base + t.applied, piece, elements);
+      else reduce_into(b_.dtype, b_.op, t.ptr + t.applied, piece, elements);
+      t.applied += elements * esize_;
     };
-
-    Clock::time_point last_progress, last_liveness;  // read once the step goes idle
-    unsigned idle_rounds = 0;
-    while (!pending_sends.empty() || !pending_recvs.empty()) {
-      if (progress_round()) {
-        idle_rounds = 0;
-        continue;
-      }
-      // Idle from the first round that moved nothing; the clock is read every 8th round
-      // while pausing (a read costs about as much as a round).
-      if (idle_rounds++ == 0) {
-        last_progress = Clock::now();
-        if (last_liveness == Clock::time_point{}) last_liveness = last_progress;
-      }
-      if (ctx.spin && idle_rounds % 8 != 0) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
-        continue;
-      }
-      const auto idle = Clock::now() - last_progress;
-      if (ctx.spin && idle < kBusySpin) continue;
-      if (idle < spin_before_sleep()) {
-        ::sched_yield();
-        continue;
-      }
-      // Sleep until something can move: poll TCP sockets, or wait on the doorbell.
-      std::vector<pollfd> fds;
-      bool shm = false;
-      for (Transfer* t : pending_sends) {
-        int fd = t->link->channel->fd();
-        if (fd >= 0) fds.push_back({fd, POLLOUT, 0}); else shm = true;
-      }
-      for (Transfer* t : pending_recvs) {
-        int fd = t->link->channel->fd();
-        if (fd >= 0) fds.push_back({fd, POLLIN, 0}); else shm = true;
-      }
-      if (shm && ctx.doorbell) {
-        Doorbell& bell = *ctx.doorbell;
-        std::uint32_t seen = bell.seq.load(std::memory_order_seq_cst);
-        bell.sleeping.store(1, std::memory_order_seq_cst);
-        std::atomic_thread_fence(std::memory_order_seq_cst);
-        bool moved = progress_round();
-        if (!moved) {
-          if (!fds.empty()) {
-            ::poll(fds.data(), fds.size(), 1);
-          } else {
-            bell.wait(seen, 20000);
-          }
+    while (n > 0) {
+      if (t.carry_n > 0 || n < esize_) {
+        std::size_t take = std::min(esize_ - t.carry_n, n);
+        std::memcpy(t.carry + t.carry_n, p, take);
+        t.carry_n += take;
+        p += take;
+        n -= take;
+        if (t.carry_n == esize_) {
+          combine(t.carry, 1);
+          t.carry_n = 0;
         }
-        bell.sleeping.store(0, std::memory_order_seq_cst);
-        if (moved) {
-          idle_rounds = 0;
-          continue;
-        }
-      } else if (!fds.empty()) {
-        ::poll(fds.data(), fds.size(), 100);
+        continue;
       }
-      auto now = Clock::now();
-      // A peer on shared memory that exited cannot close a socket: check its pid.
-      if (now - last_liveness > std::chrono::milliseconds(100)) {
-        last_liveness = now;
-        auto check = [&](Transfer* t) {
-          int pid = t->link->pid;
-          if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
-            throw fail("rank " + std::to_string(t->link->global_rank) + " (pid " + std::to_string(pid) + ") exited",
-                       t->link->global_rank, s);
-          }
-        };
-        for (Transfer* t : pending_sends) check(t);
-        for (Transfer* t : pending_recvs) check(t);
+      std::size_t whole = n / esize_ * esize_;
+      if (reinterpret_cast<std::uintptr_t>(p) % esize_ != 0) {
+        alignas(16) std::uint8_t aligned[4096];
+        whole = std::min(whole, sizeof aligned / esize_ * esize_);
+        std::memcpy(aligned, p, whole);
+        combine(aligned, whole / esize_);
+      } else {
+        combine(p, whole / esize_);
       }
-      if (std::chrono::duration<double>(now - last_progress).count() > ctx.timeout_s) {
-        Transfer* t = !pending_recvs.empty() ? pending_recvs.front() : pending_sends.front();
-        throw fail("no progress with rank " + std::to_string(t->link->global_rank) + " within the timeout",
-                   t->link->global_rank, s);
-      }
+      p += whole;
+      n -= whole;
     }
   }
+
+  static bool complete(const Transfer& t) {
+    return t.header_done == sizeof(Header) && t.done >= t.bytes && t.pad_done >= t.pad;
+  }
+
+  // The first unfinished transfer per peer and direction advances; later ones to the same
+  // peer wait. Returns whether anything moved.
+  template <typename Advance>
+  bool advance_pending(std::vector<Transfer*>& pending, std::vector<int>& busy, Advance advance, const char* towards) {
+    bool progressed = false;
+    busy.clear();
+    for (auto it = pending.begin(); it != pending.end();) {
+      Transfer& t = **it;
+      bool blocked = false;
+      for (int p : busy) blocked = blocked || p == t.op->peer;
+      if (blocked) {
+        ++it;
+        continue;
+      }
+      try {
+        progressed = (this->*advance)(t) > 0 || progressed;
+      } catch (const CommError& e) {
+        if (e.op() == ctx_.op) throw;
+        throw fail(std::string(e.what()) + " (" + towards + " rank " + std::to_string(t.link->global_rank) + ")",
+                   t.link->global_rank);
+      }
+      if (complete(t)) {
+        it = pending.erase(it);
+        progressed = true;
+      } else {
+        busy.push_back(t.op->peer);
+        ++it;
+      }
+    }
+    return progressed;
+  }
+
+  bool progress_round() {
+    const bool sent = advance_pending(pending_sends_, busy_send_, &ProgramRun::advance_send, "sending to");
+    const bool received = advance_pending(pending_recvs_, busy_recv_, &ProgramRun::advance_recv, "receiving from");
+    return sent || received;
+  }
+
+  // Nothing moved this round: pause, yield, or sleep until something can move; fail on a
+  // dead peer or the timeout. The clock is read every 8th round while pausing (a read costs
+  // about as much as a round).
+  void wait_idle() {
+    if (idle_rounds_++ == 0) {
+      last_progress_ = Clock::now();
+      if (last_liveness_ == Clock::time_point{}) last_liveness_ = last_progress_;
+    }
+    if (ctx_.spin && idle_rounds_ % 8 != 0) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      return;
+    }
+    const auto idle = Clock::now() - last_progress_;
+    if (ctx_.spin && idle < kBusySpin) return;
+    if (idle < spin_before_sleep()) {
+      ::sched_yield();
+      return;
+    }
+    if (sleep_until_ready()) {
+      idle_rounds_ = 0;
+      return;
+    }
+    const auto now = Clock::now();
+    if (now - last_liveness_ > std::chrono::milliseconds(100)) {
+      last_liveness_ = now;
+      check_peers_live();
+    }
+    if (std::chrono::duration<double>(now - last_progress_).count() > ctx_.timeout_s) {
+      Transfer* t = !pending_recvs_.empty() ? pending_recvs_.front() : pending_sends_.front();
+      throw fail("no progress with rank " + std::to_string(t->link->global_rank) + " within the timeout",
+                 t->link->global_rank);
+    }
+  }
+
+  // Sleeps on the TCP sockets (poll) or this rank's doorbell (shared memory) until a
+  // transfer can move or a short while passes. Returns whether a last round moved something.
+  bool sleep_until_ready() {
+    std::vector<pollfd> fds;
+    bool shm = false;
+    for (Transfer* t : pending_sends_) {
+      int fd = t->link->channel->fd();
+      if (fd >= 0) fds.push_back({fd, POLLOUT, 0}); else shm = true;
+    }
+    for (Transfer* t : pending_recvs_) {
+      int fd = t->link->channel->fd();
+      if (fd >= 0) fds.push_back({fd, POLLIN, 0}); else shm = true;
+    }
+    if (shm && ctx_.doorbell) {
+      Doorbell& bell = *ctx_.doorbell;
+      std::uint32_t seen = bell.seq.load(std::memory_order_seq_cst);
+      bell.sleeping.store(1, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const bool moved = progress_round();
+      if (!moved) {
+        if (!fds.empty()) ::poll(fds.data(), fds.size(), 1);
+        else bell.wait(seen, 20000);
+      }
+      bell.sleeping.store(0, std::memory_order_seq_cst);
+      return moved;
+    }
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
+    return false;
+  }
+
+  // A peer on shared memory that exited cannot close a socket: check its pid.
+  void check_peers_live() const {
+    auto check = [&](const Transfer* t) {
+      int pid = t->link->pid;
+      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+        throw fail("rank " + std::to_string(t->link->global_rank) + " (pid " + std::to_string(pid) + ") exited",
+                   t->link->global_rank);
+      }
+    };
+    for (const Transfer* t : pending_sends_) check(t);
+    for (const Transfer* t : pending_recvs_) check(t);
+  }
+
+  const algo::Program& program_;
+  const ExecBuffers& b_;
+  std::vector<PeerLink>& peers_;
+  const ExecContext& ctx_;
+  StepSends* step_sends_;
+  const std::size_t esize_;
+  std::size_t step_ = 0;
+  unsigned idle_rounds_ = 0;
+  Clock::time_point last_progress_, last_liveness_;  // read once a step goes idle
+  // Reused from step to step, round to round and call to call (a thread runs one program
+  // at a time): no allocation while waiting, none per operation.
+  static thread_local std::vector<Transfer> sends_, recvs_;
+  static thread_local std::vector<Transfer*> pending_sends_, pending_recvs_;
+  static thread_local std::vector<int> busy_send_, busy_recv_;
+};
+
+thread_local std::vector<Transfer> ProgramRun::sends_, ProgramRun::recvs_;
+thread_local std::vector<Transfer*> ProgramRun::pending_sends_, ProgramRun::pending_recvs_;
+thread_local std::vector<int> ProgramRun::busy_send_, ProgramRun::busy_recv_;
+
+}  // namespace
+
+void execute(const algo::Program& program, const ExecBuffers& b, std::vector<PeerLink>& peers, const ExecContext& ctx,
+             StepSends* step_sends) {
+  ProgramRun(program, b, peers, ctx, step_sends).run();
 }
 
 }  // namespace weft::comm

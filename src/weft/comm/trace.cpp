@@ -1,5 +1,7 @@
 #include "weft/comm/trace.h"
 
+#include "weft/algo/collective_facts.h"
+
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -38,6 +40,37 @@ void Tracer::write(const TraceRecord& r) {
   std::lock_guard<std::mutex> lock(mu_);
   std::ofstream f(path_, std::ios::app);
   f << j.dump() << "\n";
+}
+
+TraceRecord collective_record(algo::Collective c, const std::string& algorithm, const TraceGroup& g, DataType type,
+                              ReduceOp op, std::int64_t count, int root) {
+  const algo::CollectiveFacts& f = algo::facts(c);
+  TraceRecord rec;
+  rec.op = f.name;
+  rec.algorithm = algorithm;
+  rec.group = g.name;
+  rec.group_ranks = g.ranks;
+  rec.rank = g.rank;
+  rec.dtype = dtype_name(type);
+  if (f.reduces) rec.reduce = op_name(op);
+  rec.count = count;
+  rec.bytes = count * static_cast<std::int64_t>(element_size(type));
+  if (f.rooted) rec.root = g.ranks[static_cast<std::size_t>(root)];
+  return rec;
+}
+
+TraceRecord point_to_point_record(bool send, const TraceGroup& g, DataType type, std::int64_t count, int peer) {
+  TraceRecord rec;
+  rec.op = send ? "send" : "recv";
+  rec.group = g.name;
+  rec.group_ranks = g.ranks;
+  rec.rank = g.rank;
+  rec.dtype = dtype_name(type);
+  rec.count = count;
+  rec.bytes = count * static_cast<std::int64_t>(element_size(type));
+  rec.peers = {g.ranks[static_cast<std::size_t>(peer)]};
+  if (send) rec.steps = {{{rec.peers[0], rec.bytes}}};
+  return rec;
 }
 
 }  // namespace weft::comm

@@ -28,6 +28,20 @@ struct TraceRecord {
   StepSends steps;         // per step: (global peer, bytes) of each send
 };
 
+// The group an operation ran in, as its records name it.
+struct TraceGroup {
+  std::string name;
+  std::vector<int> ranks;  // global
+  int rank = 0;            // global rank of the writer
+};
+
+// The record of a collective of `count` elements per rank (root: a group rank), with the
+// reduction and the root where the collective has them (algo/collective_facts.h).
+TraceRecord collective_record(algo::Collective c, const std::string& algorithm, const TraceGroup& group, DataType type,
+                              ReduceOp op, std::int64_t count, int root);
+// The record of a send or receive of `count` elements to or from group rank `peer`.
+TraceRecord point_to_point_record(bool send, const TraceGroup& group, DataType type, std::int64_t count, int peer);
+
 class Tracer {
  public:
   Tracer(const std::string& dir, int global_rank);

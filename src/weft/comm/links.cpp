@@ -1,0 +1,239 @@
+#include "weft/comm/links.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "weft/comm/auth.h"
+#include "weft/comm/process.h"
+#include "weft/comm/socket.h"
+#include "weft/util/env.h"
+#include "weft/util/error.h"
+
+namespace weft::comm {
+
+std::string host_id() {
+  if (auto forced = env_string("WEFT_HOST_ID")) return "forced/" + *forced;
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  return host_name() + "/" + boot;
+}
+
+std::string join_ranks(const std::vector<int>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
+bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0; }
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) out.push_back(item);
+  return out;
+}
+
+// What a rank publishes at the rendezvous.
+struct Endpoint {
+  std::string ip, host, cores;
+  int port = 0, pid = 0;
+};
+
+std::string key_base(const LinkRequest& r) { return r.session + "/" + r.prefix + "/"; }
+
+// 1. Publish this rank's endpoint; gather everyone's.
+std::vector<Endpoint> exchange_endpoints(const LinkRequest& r, int port, const std::string& my_host) {
+  const int me = r.members[static_cast<std::size_t>(r.rank)];
+  std::string my_cores;
+  for (int c : allowed_cores()) my_cores += (my_cores.empty() ? "" : ",") + std::to_string(c);
+  r.store->set(key_base(r) + "ep/" + std::to_string(me), r.store->local_address() + "|" + std::to_string(port) + "|" +
+                                                             my_host + "|" + std::to_string(::getpid()) + "|" + my_cores);
+  std::vector<std::string> keys;
+  for (int g : r.members) keys.push_back(key_base(r) + "ep/" + std::to_string(g));
+  auto missing = r.store->wait_all(keys, r.timeout_s);
+  if (!missing.empty()) {
+    std::vector<int> ranks;
+    for (const auto& k : missing) ranks.push_back(std::stoi(k.substr(k.rfind('/') + 1)));
+    throw CommError("rendezvous of " + r.group + ": rank" + (ranks.size() > 1 ? "s " : " ") + join_ranks(ranks) +
+                        " did not join within " + std::to_string(static_cast<int>(r.timeout_s)) + " s",
+                    "rendezvous", me, ranks.front(), r.timeout_s);
+  }
+  std::vector<Endpoint> eps(r.members.size());
+  for (std::size_t i = 0; i < eps.size(); ++i) {
+    auto parts = split(*r.store->get(keys[i], r.timeout_s), '|');
+    if (parts.size() != 5) throw CommError("rendezvous: malformed endpoint of rank " + std::to_string(r.members[i]));
+    eps[i] = {parts[0], parts[2], parts[4], std::stoi(parts[1]), std::stoi(parts[3])};
+  }
+  return eps;
+}
+
+// 2. Ranks per host, and (the world group) whether the job's ranks on this host outnumber
+// the cores they may run on: then a waiting rank yields the core at once instead of
+// spinning on it first. A property of the job's processes, not of a group: sub-groups take
+// the world's.
+void note_hosts(GroupLinks& links, const LinkRequest& r, const std::vector<Endpoint>& eps, const std::string& my_host) {
+  const int n = static_cast<int>(eps.size());
+  for (const Endpoint& e : eps) links.host_of.push_back(e.host);
+  if (r.judge_core_sharing) {
+    std::set<std::string> used;
+    int on_host = 0;
+    for (const Endpoint& e : eps) {
+      if (e.host != my_host) continue;
+      ++on_host;
+      for (const auto& c : split(e.cores, ',')) used.insert(c);
+    }
+    links.shares_core = on_host > static_cast<int>(used.size());
+  }
+  // Ranks per host, when every host holds the same number of consecutive ranks.
+  int local = 0;
+  for (const Endpoint& e : eps) local += e.host == my_host;
+  bool regular = n % local == 0;
+  for (int i = 0; i < n && regular; ++i) regular = eps[i].host == eps[(i / local) * local].host;
+  links.local_world = regular ? local : 0;
+}
+
+// 3. A transport per peer: shared memory on this host (auto), or as WEFT_TRANSPORT says.
+std::vector<bool> choose_shared_memory(const LinkRequest& r, const std::vector<Endpoint>& eps, const std::string& my_host) {
+  std::vector<bool> use_shm(eps.size(), false);
+  for (std::size_t i = 0; i < eps.size(); ++i) {
+    if (static_cast<int>(i) == r.rank) continue;
+    const bool same_host = eps[i].host == my_host;
+    if (r.transport == "shm" && !same_host)
+      throw ConfigError("WEFT_TRANSPORT=shm, but rank " + std::to_string(r.members[i]) + " runs on another host");
+    use_shm[i] = r.transport == "shm" || (r.transport == "auto" && same_host);
+  }
+  return use_shm;
+}
+
+// 4. Shared memory: this rank's segment holds one incoming ring per local peer.
+void connect_shared_memory(GroupLinks& links, const LinkRequest& r, const std::vector<bool>& use_shm,
+                           const std::vector<Endpoint>& eps) {
+  const int n = static_cast<int>(eps.size()), me = r.members[static_cast<std::size_t>(r.rank)];
+  std::vector<int> local_index(eps.size(), -1);
+  int locals = 0;
+  for (int i = 0; i < n; ++i)
+    if (i == r.rank || use_shm[i]) local_index[i] = locals++;
+  if (locals <= 1) return;
+  auto seg_name = [&](int g) {
+    return r.session + "-" + std::to_string(std::hash<std::string>{}(r.prefix)) + "-" + std::to_string(g);
+  };
+  links.my_segment = ShmSegment::create(seg_name(me), locals, r.shm_ring_bytes);
+  links.bell = &links.my_segment->doorbell();
+  r.store->set(key_base(r) + "shm/" + std::to_string(me), "1");
+  links.peer_segments.resize(eps.size());
+  for (int i = 0; i < n; ++i) {
+    if (!use_shm[i]) continue;
+    if (!r.store->get(key_base(r) + "shm/" + std::to_string(r.members[i]), r.timeout_s))
+      throw CommError("rendezvous: rank " + std::to_string(r.members[i]) + " did not create its shared memory");
+    links.peer_segments[i] = ShmSegment::open(seg_name(r.members[i]));
+    ShmSegment& peer = *links.peer_segments[i];
+    auto ch = std::make_unique<ShmChannel>(peer.ring(local_index[r.rank]), peer.ring_data(local_index[r.rank]),
+                                           links.my_segment->ring(local_index[i]), links.my_segment->ring_data(local_index[i]),
+                                           links.my_segment->ring_bytes(), peer.doorbell(), eps[i].pid);
+    links.peers[i].channel = ch.get();
+    links.peers[i].pid = eps[i].pid;
+    links.channels.push_back(std::move(ch));
+    ++links.shm;
+  }
+}
+
+// 5. TCP: the lower group rank connects, the higher accepts (in a thread of its own); a
+// connection that fails the token handshake, or comes from a rank not expected, is refused.
+void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const Socket& listener, const std::vector<bool>& use_shm,
+                       const std::vector<Endpoint>& eps) {
+  const int n = static_cast<int>(eps.size()), me = r.members[static_cast<std::size_t>(r.rank)];
+  int expected = 0;
+  for (int i = 0; i < r.rank; ++i) expected += !use_shm[i];
+  std::vector<Socket> accepted(eps.size());
+  std::exception_ptr accept_error;
+  std::thread acceptor([&] {
+    try {
+      Deadline d = Deadline::in(r.timeout_s);
+      int got = 0;
+      while (got < expected) {
+        std::string peer_addr;
+        Socket s = accept_tcp(listener.fd(), d, &peer_addr);
+        if (!s.valid()) throw CommError("rendezvous of " + r.group + ": peers did not connect within the timeout");
+        std::uint32_t who;
+        try {
+          who = accept_handshake(s.fd(), r.token, Purpose::kPeer, static_cast<std::uint32_t>(me), 10.0);
+        } catch (const CommError& e) {
+          std::fprintf(stderr, "weft rank %d: refused a connection from %s (%s)\n", me, peer_addr.c_str(), e.what());
+          continue;
+        }
+        auto it = std::find(r.members.begin(), r.members.end(), static_cast<int>(who));
+        int idx = static_cast<int>(it - r.members.begin());
+        if (it == r.members.end() || idx >= r.rank || use_shm[idx] || accepted[idx].valid()) {
+          std::fprintf(stderr, "weft rank %d: refused an unexpected connection from rank %u\n", me, who);
+          continue;
+        }
+        accepted[idx] = std::move(s);
+        ++got;
+      }
+    } catch (...) {
+      accept_error = std::current_exception();
+    }
+  });
+  std::exception_ptr connect_error;
+  try {
+    for (int i = r.rank + 1; i < n; ++i) {
+      if (use_shm[i]) continue;
+      Socket s = connect_tcp(eps[i].ip, eps[i].port, Deadline::in(r.timeout_s));
+      connect_handshake(s.fd(), r.token, Purpose::kPeer, static_cast<std::uint32_t>(me), 10.0);
+      accepted[i] = std::move(s);
+    }
+  } catch (...) {
+    connect_error = std::current_exception();
+  }
+  acceptor.join();
+  if (connect_error) std::rethrow_exception(connect_error);
+  if (accept_error) std::rethrow_exception(accept_error);
+  for (int i = 0; i < n; ++i) {
+    if (i == r.rank || use_shm[i]) continue;
+    auto ch = std::make_unique<TcpChannel>(std::move(accepted[i]));
+    links.peers[i].channel = ch.get();
+    links.channels.push_back(std::move(ch));
+    ++links.tcp;
+  }
+}
+
+// 6. Everyone is connected: the shared-memory names can go (the mappings stay).
+void finish_rendezvous(GroupLinks& links, const LinkRequest& r) {
+  const int me = r.members[static_cast<std::size_t>(r.rank)];
+  r.store->set(key_base(r) + "ready/" + std::to_string(me), "1");
+  std::vector<std::string> ready;
+  for (int g : r.members) ready.push_back(key_base(r) + "ready/" + std::to_string(g));
+  if (!r.store->wait_all(ready, r.timeout_s).empty())
+    throw CommError("rendezvous of " + r.group + ": not every rank finished connecting");
+  if (links.my_segment) links.my_segment->unlink();
+}
+
+}  // namespace
+
+std::unique_ptr<GroupLinks> connect_links(const LinkRequest& r) {
+  auto links = std::make_unique<GroupLinks>();
+  links->peers.resize(r.members.size());
+  for (std::size_t i = 0; i < r.members.size(); ++i) links->peers[i].global_rank = r.members[i];
+  const std::string my_host = host_id();
+  int port = 0;
+  Socket listener = listen_tcp(is_loopback(r.master_addr) ? "127.0.0.1" : "0.0.0.0", 0, &port);
+  const std::vector<Endpoint> eps = exchange_endpoints(r, port, my_host);
+  note_hosts(*links, r, eps, my_host);
+  const std::vector<bool> use_shm = choose_shared_memory(r, eps, my_host);
+  connect_shared_memory(*links, r, use_shm, eps);
+  connect_tcp_peers(*links, r, listener, use_shm, eps);
+  finish_rendezvous(*links, r);
+  return links;
+}
+
+}  // namespace weft::comm

@@ -1,0 +1,62 @@
+// The links of one group: the rendezvous through the store and the set-up of a channel to
+// every peer, shared memory on one host and TCP across hosts (c10d's rendezvous and its
+// process group's connection step).
+//
+//   1. exchange endpoints    each rank publishes address, port, host, pid and cores; all wait
+//                            for all (missing ranks are named after the timeout)
+//   2. note the hosts        ranks per host (regular blocks), and whether the job's ranks on
+//                            this host outnumber their cores (a waiting rank then yields)
+//   3. choose transports     shared memory on the same host (WEFT_TRANSPORT=auto), else TCP
+//   4. shared memory         each rank's segment holds one incoming ring per local peer
+//   5. TCP                   the lower group rank connects, the higher accepts; both sides
+//                            prove the job token (auth.h)
+//   6. finish                everyone connected: the shared-memory names are unlinked
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weft/comm/channel.h"
+#include "weft/comm/executor.h"
+#include "weft/comm/store.h"
+
+namespace weft::comm {
+
+struct GroupLinks {
+  std::vector<PeerLink> peers;  // by group rank
+  std::vector<std::unique_ptr<Channel>> channels;
+  std::unique_ptr<ShmSegment> my_segment;
+  std::vector<std::unique_ptr<ShmSegment>> peer_segments;
+  Doorbell* bell = nullptr;
+  std::vector<std::string> host_of;  // host id per group rank
+  int local_world = 0;               // ranks per host when hosts hold equal contiguous blocks, else 0
+  bool shares_core = false;          // the job's ranks on this host outnumber their cores
+  int tcp = 0, shm = 0;
+};
+
+struct LinkRequest {
+  StoreClient* store = nullptr;
+  std::string session;          // the job's, from the store
+  std::string prefix;           // this group's keys in the store
+  std::string group;            // its name, for messages ("world", "group[0, 1]")
+  std::vector<int> members;     // global ranks
+  int rank = 0;                 // in the group
+  std::string token;            // the job token
+  std::string master_addr;      // loopback: listen on loopback only
+  std::string transport = "auto";  // auto | shm | tcp
+  std::size_t shm_ring_bytes = 1 << 20;
+  double timeout_s = 60;        // of the rendezvous
+  bool judge_core_sharing = false;  // the world group decides it for all groups
+};
+
+std::unique_ptr<GroupLinks> connect_links(const LinkRequest& request);
+
+// What identifies a host: its name and boot id (WEFT_HOST_ID overrides it: tests pretend
+// that ranks of one machine run on several hosts).
+std::string host_id();
+// "0, 2, 5"
+std::string join_ranks(const std::vector<int>& ranks);
+bool is_loopback(const std::string& address);
+
+}  // namespace weft::comm
