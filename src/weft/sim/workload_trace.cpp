@@ -1,0 +1,184 @@
+// Workloads from a trace folder written by a real run (WEFT_TRACE; docs/trace-format.md).
+#include <dirent.h>
+#include <nlohmann/json.hpp>
+
+#include <climits>
+#include <fstream>
+#include <map>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "weft/algo/collective_facts.h"
+#include "weft/algo/registry.h"
+#include "weft/sim/config.h"
+#include "weft/sim/workload_build.h"
+#include "weft/util/error.h"
+#include "weft/util/parse.h"
+
+namespace weft::sim {
+
+// The messages a record lists must be those of the program rebuilt from its algorithm:
+// otherwise the trace came from another version or was edited, and replaying it would
+// simulate traffic the run never sent.
+namespace {
+
+void check_recorded_steps(const nlohmann::json& steps, const algo::Program& p, const std::vector<int>& members,
+                          std::int64_t element, const std::string& algorithm, const std::string& where) {
+  using Sends = std::vector<std::pair<int, std::int64_t>>;
+  std::vector<Sends> want, got;
+  for (const algo::Step& s : p.steps) {
+    Sends sends;
+    for (const algo::Op& op : s.ops)
+      if (op.kind == algo::OpKind::kSend) sends.push_back({members[op.peer], op.src.count * element});
+    if (!sends.empty()) want.push_back(sends);
+  }
+  if (!steps.is_array()) throw ConfigError(where + ": 'steps' must be a list");
+  for (const auto& step : steps) {
+    Sends sends;
+    for (const auto& m : step) sends.push_back({m.at("to").get<int>(), m.at("bytes").get<std::int64_t>()});
+    if (!sends.empty()) got.push_back(sends);
+  }
+  auto sorted = [](std::vector<Sends> v) {
+    for (auto& s : v) std::sort(s.begin(), s.end());
+    return v;
+  };
+  if (sorted(want) != sorted(got))
+    throw ConfigError(where + ": the recorded messages do not match algorithm '" + algorithm + "' (" +
+                      std::to_string(got.size()) + " sending steps recorded, " + std::to_string(want.size()) +
+                      " in the program)");
+}
+
+}  // namespace
+
+void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement) {
+  std::map<int, std::string> files;
+  DIR* d = opendir(dir.c_str());
+  if (!d) throw ConfigError("trace folder " + dir + " cannot be opened");
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name.rfind("rank-", 0) == 0 && name.size() > 11 && name.substr(name.size() - 6) == ".jsonl") {
+      const auto rank = parse_integer(std::string_view(name).substr(5, name.size() - 11));
+      if (!rank || *rank < 0 || *rank > 1 << 24) throw ConfigError("trace folder " + dir + ": unexpected file name " + name);
+      files[static_cast<int>(*rank)] = dir + "/" + name;
+    }
+  }
+  closedir(d);
+  if (files.empty()) throw ConfigError("trace folder " + dir + " has no rank-<n>.jsonl files");
+  int world = files.rbegin()->first + 1;
+  if (static_cast<int>(files.size()) != world)
+    throw ConfigError("trace folder " + dir + ": ranks 0-" + std::to_string(world - 1) + " expected, " +
+                      std::to_string(files.size()) + " files found");
+  std::vector<int> gpus = placement;
+  if (gpus.empty()) {
+    if (world > static_cast<int>(t.gpus.size()))
+      throw ConfigError("trace of " + std::to_string(world) + " ranks does not fit the topology's " +
+                        std::to_string(t.gpus.size()) + " GPUs");
+    gpus.resize(world);
+    std::iota(gpus.begin(), gpus.end(), 0);
+  } else if (static_cast<int>(gpus.size()) != world) {
+    throw ConfigError("trace of " + std::to_string(world) + " ranks placed on " + std::to_string(gpus.size()) + " GPUs");
+  }
+  int base = add_job(w, "trace " + dir, gpus, 0);
+  std::vector<int> agent_of_global(world);
+  for (int r = 0; r < world; ++r) agent_of_global[r] = base + r;
+  // Files are read one line at a time and turned into steps at once (a 1024-rank iteration
+  // is hundreds of MB of JSON). Each rank's timeline starts at its first record; the ranks'
+  // offsets from the earliest one become their start times.
+  std::map<std::pair<std::string, int>, int> instance;
+  std::vector<std::int64_t> first_start(world, INT64_MAX);
+  for (const auto& [r, path] : files) {
+    Agent& agent = w.agents[base + r];
+    std::map<std::string, int> occurrence;
+    std::int64_t prev_end = INT64_MIN;
+    std::ifstream in(path);
+    std::string line;
+    int lineno = 0;
+    while (std::getline(in, line)) {
+      ++lineno;
+      if (line.empty()) continue;
+      struct {
+        nlohmann::json j;
+        std::string where;
+      } rec;
+      rec.where = path + ":" + std::to_string(lineno);
+      try {
+        rec.j = nlohmann::json::parse(line);
+      } catch (const std::exception&) {
+        throw ConfigError(rec.where + ": not a JSON object");
+      }
+      for (const char* key : {"op", "start_us", "end_us", "count", "bytes"})
+        if (!rec.j.is_object() || !rec.j.contains(key))
+          throw ConfigError(rec.where + ": missing field '" + std::string(key) + "'");
+      const nlohmann::json& j = rec.j;
+      try {
+        std::string op = j["op"].get<std::string>();
+        std::int64_t start = j["start_us"].get<std::int64_t>(), end = j["end_us"].get<std::int64_t>();
+        if (prev_end == INT64_MIN) {
+          first_start[r] = start;
+          prev_end = start;
+        }
+        Time gap = gaps && start > prev_end ? static_cast<Time>(start - prev_end) * kUs : 0;
+        prev_end = std::max(prev_end, end);
+        std::int64_t count = j["count"].get<std::int64_t>(), bytes = j["bytes"].get<std::int64_t>();
+        if (count < 0 || bytes < 0) throw ConfigError(rec.where + ": negative count or bytes");
+        if (op == "send" || op == "recv") {
+          int peer = j.at("peers").is_array() ? j["peers"].at(0).get<int>() : j["peers"].get<int>();
+          if (peer < 0 || peer >= world) throw ConfigError(rec.where + ": peer " + std::to_string(peer) + " is not a rank");
+          WorkStep s;
+          s.gap = gap;
+          (op == "send" ? s.sends : s.recvs).push_back({agent_of_global[peer], bytes});
+          agent.steps.push_back(s);
+          continue;
+        }
+        algo::Collective c = algo::parse_collective(op);
+        std::string algorithm = j.value("algorithm", "");
+        std::vector<int> members = j.at("group_ranks").get<std::vector<int>>();
+        int index = static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
+        if (index == static_cast<int>(members.size())) throw ConfigError(rec.where + ": rank " + std::to_string(r) + " is not in group_ranks");
+        for (int m : members)
+          if (m < 0 || m >= world) throw ConfigError(rec.where + ": group rank " + std::to_string(m) + " is not a rank");
+        int gw = static_cast<int>(members.size());
+        algo::Options opts;
+        if (j.contains("root")) {
+          int root = j["root"].get<int>();
+          opts.root = static_cast<int>(std::find(members.begin(), members.end(), root) - members.begin());
+          if (opts.root == gw) throw ConfigError(rec.where + ": root " + std::to_string(root) + " is not in the group");
+        }
+        opts.local_world = t.gpus_per_host > 1 && gw % t.gpus_per_host == 0 ? t.gpus_per_host : 0;
+        std::int64_t element = count > 0 ? bytes / count : 4;
+        if (element <= 0) element = 4;
+        algo::Program p = algo::build_program(c, algorithm, index, gw, algo::data_elements(c, count, gw), opts);
+        std::vector<int> agent_of(gw);
+        for (int i = 0; i < gw; ++i) agent_of[i] = agent_of_global[members[i]];
+        if (j.contains("steps")) check_recorded_steps(j["steps"], p, members, element, algorithm, rec.where);
+        // The k-th collective of a group on every member rank is one operation.
+        std::string group_key;
+        for (int m : members) group_key += std::to_string(m) + ",";
+        auto key = std::make_pair(group_key, occurrence[group_key]++);
+        auto found = instance.find(key);
+        int ci;
+        if (found == instance.end()) {
+          ci = static_cast<int>(w.collectives.size());
+          instance[key] = ci;
+          w.collectives.push_back(
+              {op + "/" + algorithm, agent.job, gw, algo::data_elements(c, count, gw) * element, algo::busbw_factor(c, gw)});
+        } else {
+          ci = found->second;
+        }
+        append_program(agent, p, element, agent_of, ci, gap);
+      } catch (const ConfigError& e) {
+        std::string msg = e.what();
+        throw ConfigError(msg.rfind(rec.where, 0) == 0 ? msg : rec.where + ": " + msg);
+      } catch (const nlohmann::json::exception& e) {
+        throw ConfigError(rec.where + ": bad field (" + std::string(e.what()) + ")");
+      }
+    }
+  }
+  std::int64_t t0 = *std::min_element(first_start.begin(), first_start.end());
+  for (int r = 0; r < world; ++r)
+    if (first_start[r] != INT64_MAX && gaps) w.agents[base + r].start = static_cast<Time>(first_start[r] - t0) * kUs;
+}
+
+}  // namespace weft::sim
