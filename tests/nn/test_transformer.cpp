@@ -90,3 +90,29 @@ TEST(Transformer, TinyGptLearnsARepeatingSequence) {
   auto out = gpt.generate({2, 3, 4}, 6, 0.0, 0, rng);  // greedy continues the cycle
   EXPECT_EQ(out, (std::vector<std::int32_t>{2, 3, 4, 5, 0, 1, 2, 3, 4}));
 }
+
+// The model says where each parameter sits (pipelines partition by it) and names its layers
+// (ZeRO-3 gathers by them); nobody else parses its parameter names.
+TEST(Transformer, GptAnswersWhereEachParameterSits) {
+  Rng rng(1);
+  GPT gpt(GptConfig{20, 8, 16, 3, 2, Positional::kLearned, true, false}, rng);
+  int embeddings = 0, norms = 0;
+  std::vector<int> per_block(3, 0);
+  for (const auto& [name, p] : gpt.named_parameters()) {
+    const GptPart part = gpt.part_of(name);
+    if (part.kind == GptPart::kEmbedding) ++embeddings;
+    if (part.kind == GptPart::kFinalNorm) ++norms;
+    if (part.kind == GptPart::kBlock) {
+      ASSERT_TRUE(part.block >= 0 && part.block < 3) << name;
+      ++per_block[static_cast<std::size_t>(part.block)];
+      EXPECT_EQ(name.rfind(gpt.layer_prefixes()[static_cast<std::size_t>(part.block)], 0), 0u) << name;
+    }
+  }
+  EXPECT_EQ(embeddings, 2);  // token and position embeddings
+  EXPECT_EQ(norms, 2);       // the final layer norm's gain and bias
+  EXPECT_EQ(per_block[0], per_block[1]);
+  EXPECT_EQ(per_block[1], per_block[2]);
+  EXPECT_EQ(gpt.part_of(GPT::tied_weight()).kind, GptPart::kEmbedding);
+  EXPECT_EQ(gpt.layer_prefixes().size(), 3u);
+  EXPECT_THROW(gpt.part_of("nonsense.weight"), InternalError);
+}

@@ -132,9 +132,11 @@ GPT::GPT(const GptConfig& c, Rng& rng) : config_(c) {
   if (c.vocab < 1 || c.context < 1 || c.dim < 1 || c.layers < 1) throw ConfigError("GPT sizes must be positive");
   tokens_ = std::make_shared<Embedding>(c.vocab, c.dim, rng);
   register_module("wte", tokens_);
+  part_of_child_["wte"] = {GptPart::kEmbedding, -1};
   if (c.positional == Positional::kLearned) {
     positions_ = std::make_shared<Embedding>(c.context, c.dim, rng);
     register_module("wpe", positions_);
+    part_of_child_["wpe"] = {GptPart::kEmbedding, -1};
   } else {
     fixed_positions_ = sinusoidal_encoding(c.context, c.dim, c.positional);
   }
@@ -143,9 +145,11 @@ GPT::GPT(const GptConfig& c, Rng& rng) : config_(c) {
     std::string name = "h";  // (not "h" + ...: GCC 12 warns falsely on that concatenation)
     name += std::to_string(i);
     register_module(name, blocks_.back());
+    part_of_child_[name] = {GptPart::kBlock, i};
   }
   final_ = std::make_shared<LayerNorm>(c.dim);
   register_module("ln_f", final_);
+  part_of_child_["ln_f"] = {GptPart::kFinalNorm, -1};
 }
 
 Var GPT::forward(const Var& ids) { return head(run_blocks(embed(ids), 0, config_.layers)); }
@@ -197,6 +201,13 @@ std::vector<std::string> GPT::layer_prefixes() const {
     prefixes.push_back(prefix + ".");
   }
   return prefixes;
+}
+
+GptPart GPT::part_of(const std::string& parameter) const {
+  // A parameter's name is its child module's name, a dot, and its name in the child.
+  auto it = part_of_child_.find(parameter.substr(0, parameter.find('.')));
+  if (it == part_of_child_.end()) throw InternalError("'" + parameter + "' is not a parameter of this GPT");
+  return it->second;
 }
 
 }  // namespace weft

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -95,6 +96,13 @@ struct GptConfig {
   bool recompute = false;  // activation recomputation per block (autograd checkpoint)
 };
 
+// Where a parameter of a GPT sits: the token and position embeddings (the first pipeline
+// stage's), block `block`, or the final layer norm (the last stage's).
+struct GptPart {
+  enum Kind : std::uint8_t { kEmbedding, kBlock, kFinalNorm } kind = kEmbedding;
+  std::int64_t block = -1;
+};
+
 class GPT : public LanguageModel {
  public:
   GPT(const GptConfig& config, Rng& rng);
@@ -106,6 +114,11 @@ class GPT : public LanguageModel {
   // The blocks are the layers (Module::layer_prefixes): "h<i>." for block i; the hook runs
   // around each block's forward in run_blocks.
   std::vector<std::string> layer_prefixes() const override;
+  // Which part a parameter (by state-dict name) belongs to; throws InternalError for a
+  // name that is not this model's.
+  GptPart part_of(const std::string& parameter) const;
+  // The token embedding, which the head reuses (tied): the first and last stage both hold it.
+  static std::string tied_weight() { return "wte.weight"; }
   void set_layer_hook(LayerHook hook) override { block_hook_ = std::move(hook); }
   std::int64_t vocab() const override { return config_.vocab; }
   std::int64_t context() const override { return config_.context; }
@@ -121,6 +134,7 @@ class GPT : public LanguageModel {
   std::vector<std::shared_ptr<TransformerBlock>> blocks_;
   std::shared_ptr<LayerNorm> final_;
   std::function<void(std::int64_t, bool)> block_hook_;
+  std::map<std::string, GptPart> part_of_child_;  // by child module name
 };
 
 }  // namespace weft

@@ -50,9 +50,7 @@ class DistributedDataParallel {
   void set_sync(bool sync) { sync_ = sync; }
   bool sync() const { return sync_; }
 
-  int buckets() const { return static_cast<int>(buckets_.size()); }
   const std::vector<BucketTiming>& timings() const { return timings_; }
-  comm::Communicator& communicator() { return *comm_; }
 
  private:
   struct Bucket {

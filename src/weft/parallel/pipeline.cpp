@@ -34,12 +34,6 @@ int parts_needed(const std::vector<double>& c, double limit, std::vector<std::in
   return parts;
 }
 
-// The block index of a parameter name ("h3.fc.weight" -> 3), or -1.
-std::int64_t block_of(const std::string& name) {
-  if (name.size() < 2 || name[0] != 'h' || !std::isdigit(static_cast<unsigned char>(name[1]))) return -1;
-  return std::stoll(name.substr(1, name.find('.') - 1));
-}
-
 }  // namespace
 
 std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int parts, double first_extra, double last_extra) {
@@ -90,10 +84,11 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
   std::vector<double> costs(static_cast<std::size_t>(cfg.layers), 0.0);
   double first_extra = 0, last_extra = static_cast<double>(cfg.vocab * cfg.dim);  // the head's projection
   for (const auto& [name, p] : named) {
-    std::int64_t b = block_of(name);
-    if (b >= 0) costs[static_cast<std::size_t>(b)] += static_cast<double>(p.value().numel());
-    else if (name.rfind("wte.", 0) == 0 || name.rfind("wpe.", 0) == 0) first_extra += static_cast<double>(p.value().numel());
-    else last_extra += static_cast<double>(p.value().numel());
+    const GptPart part = model_.gpt().part_of(name);
+    const auto n = static_cast<double>(p.value().numel());
+    if (part.kind == GptPart::kBlock) costs[static_cast<std::size_t>(part.block)] += n;
+    else if (part.kind == GptPart::kEmbedding) first_extra += n;
+    else last_extra += n;
   }
   if (options_.balance == "time") {
     // Time one block and the embedding and head on a small batch; every stage takes stage 0's
@@ -137,7 +132,7 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
   first_ = stage_ == 0;
   last_ = stage_ == stages_ - 1;
   for (const auto& [name, p] : named) {
-    bool tied = name.rfind("wte.", 0) == 0;
+    const bool tied = name == GPT::tied_weight();
     if (tied) tied_weight_ = p;
     if (owner_of(name) == stage_ || (tied && last_)) {
       own_.push_back({name, p});
@@ -151,22 +146,12 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
 }
 
 int GptPipeline::owner_of(const std::string& name) const {
-  std::int64_t b = block_of(name);
-  if (b >= 0) {
-    int v = static_cast<int>(std::upper_bound(bounds_.begin(), bounds_.end(), b) - bounds_.begin()) - 1;
+  const GptPart part = model_.gpt().part_of(name);
+  if (part.kind == GptPart::kBlock) {
+    int v = static_cast<int>(std::upper_bound(bounds_.begin(), bounds_.end(), part.block) - bounds_.begin()) - 1;
     return v % stages_;
   }
-  if (name.rfind("ln_f.", 0) == 0) return stages_ - 1;
-  return 0;  // wte, wpe
-}
-
-std::string GptPipeline::describe() const {
-  std::string s = "stage " + std::to_string(stage_) + " of " + std::to_string(stages_) + ": blocks";
-  for (std::size_t c = 0; c < ranges_.size(); ++c)
-    s += (c ? ", " : " ") + std::to_string(ranges_[c].first) + "-" + std::to_string(ranges_[c].second - 1);
-  if (first_) s += " + embeddings";
-  if (last_) s += " + final norm and head";
-  return s;
+  return part.kind == GptPart::kFinalNorm ? stages_ - 1 : 0;
 }
 
 void GptPipeline::sum_tied_gradients() {
@@ -305,9 +290,8 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
   double loss = last_ ? loss_sum / M : 0.0;
   if (group_ && S > 1) group_->allreduce(&loss, 1, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
   if (train) {
-    step_s_ = since(t_step) - update_s;  // the optimizer's time is not pipeline idle time
-    busy_s_ = busy;
-    double bubble = step_s_ > 0 ? 1 - busy / step_s_ : 0;
+    const double step_s = since(t_step) - update_s;  // the optimizer's time is not pipeline idle time
+    double bubble = step_s > 0 ? 1 - busy / step_s : 0;
     if (group_ && S > 1) group_->allreduce(&bubble, 1, comm::DataType::kF64, comm::ReduceOp::kAvg)->wait();
     bubble_ = bubble;
   }
@@ -345,7 +329,7 @@ void Pipeline::prepare(ModelPart& part) {
   part.model_group = model_group_;
   part.accumulates = true;
   part.holds = [p = pipe_.get()](const std::string& name) {
-    return p->owner_of(name) == p->stage() || (name == "wte.weight" && p->stage() == p->stages() - 1);
+    return p->owner_of(name) == p->stage() || (name == GPT::tied_weight() && p->stage() == p->stages() - 1);
   };
   part_ = &part;
 }

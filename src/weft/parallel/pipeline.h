@@ -52,9 +52,6 @@ class GptPipeline {
 
   int stage() const { return stage_; }
   int stages() const { return stages_; }
-  // Blocks [begin, end) of each of this stage's chunks.
-  const std::vector<std::pair<std::int64_t, std::int64_t>>& ranges() const { return ranges_; }
-  std::string describe() const;  // "stage 1 of 4: blocks 2-3"
   // Every virtual stage's first block, and the block count at the end.
   const std::vector<std::int64_t>& boundaries() const { return bounds_; }
   // The parameters this stage trains.
@@ -69,16 +66,14 @@ class GptPipeline {
   double eval_batch(const Tensor& ids, const std::vector<std::int32_t>& targets);
   // The parameter whose gradient norm another stage counts (the tied embedding on the last
   // stage), for clip_grad_norm; empty when none.
-  std::string counted_elsewhere() const { return stages_ > 1 && last_ && !first_ ? "wte.weight" : ""; }
+  std::string counted_elsewhere() const { return stages_ > 1 && last_ && !first_ ? GPT::tied_weight() : ""; }
   // Copies every stage's parameters into `full` (the whole model's, by name, the same list
   // on every stage; `shapes` their full shapes) on stage 0 (for sampling, saving).
   void gather_parameters(const std::vector<std::pair<std::string, Var>>& full, const std::map<std::string, Shape>& shapes);
   int owner_of(const std::string& name) const;  // the stage that trains a parameter
 
-  // The last train_batch: time computing (forward and backward) and the whole step without
-  // the optimizer; the bubble (1 - busy / step) averaged over the stages.
-  double last_busy_seconds() const { return busy_s_; }
-  double last_step_seconds() const { return step_s_; }
+  // The last train_batch's bubble: 1 - busy / step (busy: forward and backward; step: the
+  // whole step without the optimizer), averaged over the stages.
   double last_bubble() const { return bubble_; }
 
  private:
@@ -97,7 +92,7 @@ class GptPipeline {
   std::vector<std::pair<std::string, Var>> own_;
   Var tied_weight_;
   bool first_ = true, last_ = true;
-  double busy_s_ = 0, step_s_ = 0, bubble_ = 0;
+  double bubble_ = 0;
 };
 
 // The strategy: the GPT's blocks cut into stages over the mesh's pp group, each stage

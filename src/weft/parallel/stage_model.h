@@ -18,6 +18,8 @@ class StageModel {
  public:
   virtual ~StageModel() = default;
   virtual const GptConfig& config() const = 0;
+  // The whole model these pieces come from: it says where a parameter sits (GPT::part_of).
+  virtual const GPT& gpt() const = 0;
   virtual Var embed(const Tensor& ids) = 0;                                     // [B, T] -> [B, T, d]
   virtual Var run_blocks(const Var& x, std::int64_t begin, std::int64_t end) = 0;
   virtual Var head_loss(const Var& x, const std::vector<std::int32_t>& targets) = 0;  // mean cross-entropy
@@ -33,6 +35,7 @@ class LocalGpt : public StageModel {
  public:
   explicit LocalGpt(GPT& model) : model_(model) {}
   const GptConfig& config() const override { return model_.config(); }
+  const GPT& gpt() const override { return model_; }
   Var embed(const Tensor& ids) override;
   Var run_blocks(const Var& x, std::int64_t begin, std::int64_t end) override { return model_.run_blocks(x, begin, end); }
   Var head_loss(const Var& x, const std::vector<std::int32_t>& targets) override;

@@ -98,8 +98,8 @@ Var tp_gather_last(const Var& x, comm::Communicator& group) {
   });
 }
 
-TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communicator> group, bool seed_attention)
-    : model_(model), group_(std::move(group)), seed_attention_(seed_attention) {
+TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communicator> group, bool all_gather_qk)
+    : model_(model), group_(std::move(group)), all_gather_qk_(all_gather_qk) {
   size_ = group_ ? group_->size() : 1;
   rank_ = group_ ? group_->rank() : 0;
   if (!group_) throw InternalError("tensor parallelism needs a communicator");
@@ -127,7 +127,7 @@ TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communica
   }
   vocab_begin_ = part_begin(c.vocab, t, r);
   vocab_end_ = part_begin(c.vocab, t, r + 1);
-  shard("wte.weight", 0, {{vocab_begin_, vocab_end_ - vocab_begin_}});
+  shard(GPT::tied_weight(), 0, {{vocab_begin_, vocab_end_ - vocab_begin_}});
   if (by_name_.count("wpe.weight")) replicated("wpe.weight");
   else fixed_positions_ = sinusoidal_encoding(c.context, d, c.positional);
   replicated("ln_f.weight");
@@ -165,7 +165,7 @@ Var TensorParallelGpt::attention(const Var& x, std::int64_t layer) {
                     {B, T, 3 * dl});
   Var q = narrow(qkv, 2, 0, dl), k = narrow(qkv, 2, dl, dl), v = split_heads(narrow(qkv, 2, 2 * dl, dl), Hl);
   Var probs;
-  if (seed_attention_) {
+  if (all_gather_qk_) {
     // Seed 002 chapter 8: gather every rank's slice of Q and K, score all heads, keep V local.
     Var all = causal_attention_weights(split_heads(tp_gather_last(q, *group_), H),
                                        split_heads(tp_gather_last(k, *group_), H));  // [B*H, T, T]
@@ -320,7 +320,7 @@ bool TensorParallelGpt::is_shard(const std::string& name) const {
 std::vector<std::pair<std::int64_t, std::int64_t>> TensorParallelGpt::pieces_of(const Shard& sh, int r) const {
   const GptConfig& c = model_.config();
   const std::int64_t d = c.dim, dl = d / size_, fl = 4 * d / size_;
-  if (sh.name == "wte.weight") {
+  if (sh.name == GPT::tied_weight()) {
     std::int64_t b = part_begin(c.vocab, size_, r), e = part_begin(c.vocab, size_, r + 1);
     return {{b, e - b}};
   }
@@ -368,7 +368,7 @@ std::string parameter_of(const std::string& key, bool optimizer) {
 void TensorParallel::prepare(ModelPart& part) {
   auto* gpt = dynamic_cast<GPT*>(&part.model);
   if (!gpt) throw ConfigError("tensor parallelism needs a GPT (--model gpt)");
-  tp_ = std::make_unique<TensorParallelGpt>(*gpt, group_, seed_attention_);
+  tp_ = std::make_unique<TensorParallelGpt>(*gpt, group_, all_gather_qk_);
   part.stage = tp_.get();
   part.trained = tp_->parameters();
   part.norm_weight = norm_weight(*tp_);

@@ -15,7 +15,7 @@
 //                           combines max, sum of exponentials and target logit with three
 //                           all-reduces of one number per token
 //
-// With `seed_attention`, attention follows seed 002 chapter 8 instead: each rank computes
+// With `all_gather_qk`, attention follows seed 002 chapter 8 instead: each rank computes
 // its feature slices of Q, K and V, all-gathers Q and K (backward: reduce-scatters their
 // gradients), computes every head's scores and keeps V local: the same numbers, more traffic.
 //
@@ -42,12 +42,13 @@ namespace weft::parallel {
 
 class TensorParallelGpt : public StageModel {
  public:
-  TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communicator> group, bool seed_attention = false);
+  TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communicator> group, bool all_gather_qk = false);
 
   // Mean next-token cross-entropy of ids [B, T] against targets (B x T), on every rank.
   Var loss(const Tensor& ids, const std::vector<std::int32_t>& targets);
   // The pieces, for pipeline stages (StageModel).
   const GptConfig& config() const override { return model_.config(); }
+  const GPT& gpt() const override { return model_; }
   Var embed(const Tensor& ids) override;
   Var run_blocks(const Var& x, std::int64_t begin, std::int64_t end) override;
   Var head_loss(const Var& x, const std::vector<std::int32_t>& targets) override;
@@ -57,8 +58,6 @@ class TensorParallelGpt : public StageModel {
   // Writes the full parameters into the model on every rank (the shards, broadcast). With a
   // filter, only the parameters it accepts (every rank of the group must pass the same).
   void gather_parameters(const std::function<bool(const std::string&)>& only = {});
-  int rank() const { return rank_; }
-  int size() const { return size_; }
   // Checkpoints: whether a parameter is split here; the full tensor from every rank's part of
   // it (a collective over the group, e.g. for optimizer buffers); this rank's part of a full one.
   bool is_shard(const std::string& name) const;
@@ -83,7 +82,7 @@ class TensorParallelGpt : public StageModel {
 
   GPT& model_;
   std::shared_ptr<comm::Communicator> group_;
-  bool seed_attention_;
+  bool all_gather_qk_;
   int rank_ = 0, size_ = 1;
   std::int64_t vocab_begin_ = 0, vocab_end_ = 0;
   std::vector<Shard> shards_;
@@ -99,8 +98,8 @@ class TensorParallelGpt : public StageModel {
 // (all-gathered) and narrow a whole model's state to this rank's slices.
 class TensorParallel : public Strategy {
  public:
-  TensorParallel(std::shared_ptr<comm::Communicator> group, comm::Communicator* model_group, bool seed_attention)
-      : group_(std::move(group)), model_group_(model_group), seed_attention_(seed_attention) {}
+  TensorParallel(std::shared_ptr<comm::Communicator> group, comm::Communicator* model_group, bool all_gather_qk)
+      : group_(std::move(group)), model_group_(model_group), all_gather_qk_(all_gather_qk) {}
   std::string name() const override { return "tensor-parallel"; }
   bool splits_model() const override { return true; }
   void prepare(ModelPart& part) override;
@@ -114,7 +113,7 @@ class TensorParallel : public Strategy {
  private:
   std::shared_ptr<comm::Communicator> group_;
   comm::Communicator* model_group_;
-  bool seed_attention_;
+  bool all_gather_qk_;
   std::unique_ptr<TensorParallelGpt> tp_;
   const ModelPart* part_ = nullptr;
 };

@@ -22,7 +22,6 @@ class Timeline {
            int row = 0);
   // Writes the JSON file atomically.
   void write(const std::string& path) const;
-  std::size_t size() const { return events_.size(); }
 
  private:
   struct Event {
