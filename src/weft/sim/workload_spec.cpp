@@ -104,11 +104,11 @@ void add_spec(Workload& w, const std::string& spec, const Topology& t, std::uint
     add_pattern(w, "permutation", parse_bytes(parts[1], where), gpus, 0, seed, 0, where);
   } else if (parts[0] == "incast" && parts.size() == 3) {
     const auto senders = parse_integer(parts[1]);
-    if (!senders || *senders > G) throw ConfigError(where + ": '" + parts[1] + "' is not a number of senders");
+    if (!senders || *senders > (1 << 24)) throw ConfigError(where + ": '" + parts[1] + "' is not a number of senders");
     add_pattern(w, "incast", parse_bytes(parts[2], where), gpus, 0, seed, static_cast<int>(*senders), where);
   } else if (parts[0] == "flow" && parts.size() == 4) {
     const auto src = parse_integer(parts[1]), dst = parse_integer(parts[2]);
-    if (!src || !dst || *src > G || *dst > G) throw ConfigError(where + ": expected flow:SRC:DST:SIZE with GPU numbers");
+    if (!src || !dst || *src > (1 << 24) || *dst > (1 << 24)) throw ConfigError(where + ": expected flow:SRC:DST:SIZE with GPU numbers");
     add_flow(w, static_cast<int>(*src), static_cast<int>(*dst), parse_bytes(parts[3], where), 0, G, where);
   } else if (parts.size() == 3 || (parts.size() == 2 && parts[0] == "alltoall")) {
     std::string algorithm = parts.size() == 3 ? parts[1] : "pairwise";
