@@ -55,7 +55,10 @@ std::string key_base(const LinkRequest& r) { return r.session + "/" + r.prefix +
 std::vector<Endpoint> exchange_endpoints(const LinkRequest& r, int port, const std::string& my_host) {
   const int me = r.members[static_cast<std::size_t>(r.rank)];
   std::string my_cores;
-  for (int c : allowed_cores()) my_cores += (my_cores.empty() ? "" : ",") + std::to_string(c);
+  for (int c : allowed_cores()) {
+    if (!my_cores.empty()) my_cores += ',';
+    my_cores += std::to_string(c);
+  }
   r.store->set(key_base(r) + "ep/" + std::to_string(me), r.store->local_address() + "|" + std::to_string(port) + "|" +
                                                              my_host + "|" + std::to_string(::getpid()) + "|" + my_cores);
   std::vector<std::string> keys;

@@ -1,6 +1,8 @@
 #include "weft/parallel/strategy.h"
 
-#include <set>
+#include <fmt/format.h>
+
+#include <map>
 
 #include "weft/autograd/variable.h"
 #include "weft/util/error.h"
@@ -11,8 +13,8 @@ using Clock = std::chrono::steady_clock;
 
 void Strategies::add(std::unique_ptr<Strategy> strategy) {
   if (!all_.empty() && !all_.back()->splits_model())
-    throw ConfigError("'" + strategy->name() + "' cannot be combined with '" + all_.back()->name() +
-                      "': a data-parallel strategy comes last, and only one");
+    throw ConfigError(fmt::format("'{}' cannot be combined with '{}': a data-parallel strategy comes last, and only one",
+                                  strategy->name(), all_.back()->name()));
   all_.push_back(std::move(strategy));
 }
 

@@ -91,9 +91,9 @@ Var tp_gather_last(const Var& x, comm::Communicator& group) {
     // Each rank's columns, summed over the ranks that used them: a reduce-scatter.
     Tensor blocks_grad = grad.contiguous().view({rows, t, n}).permute({1, 0, 2}).contiguous();
     Tensor mine = Tensor::zeros({rows, n});
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto started = std::chrono::steady_clock::now();
     g->reduce_scatter(blocks_grad.data<float>(), mine.data<float>(), rows * n, DataType::kF32, ReduceOp::kSum)->wait();
-    record_span("tp reduce-scatter (backward)", "comm", 1, t0);
+    record_span("tp reduce-scatter (backward)", "comm", 1, started);
     return Grads{mine.view(xs)};
   });
 }

@@ -217,6 +217,9 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
   parallel::add_strategies(*strategies_, o_.parallel, job_, optimizer_for);
   strategies_->prepare(optimizer_for);
   if (checkpoint_) resume();
+  if (mesh_.size() > 1 || job_.world)
+    fmt::print(out_, "layout: {} ranks, {}; strategies: {}\n", job_.process.world, mesh_.shape().describe(),
+               strategies_->describe());
   for (const std::string& line : strategies_->intro_lines()) fmt::print(out_, "{}\n", line);
 
   const std::int64_t spe = task_->steps_per_epoch(), epochs = task_->epochs();
@@ -386,19 +389,20 @@ void Run::report(nlohmann::json& summary) {
   summary["peak_step_bytes"] = peak_step_bytes_;
   double rate = static_cast<double>(units_) / std::max(train_seconds_, 1e-9);
   const std::string unit = task_->unit();
-  if (mesh_.size() > 1) {
+  if (replicas_) {
     // Totals over the job: every replica's rate.
     std::vector<double> rates(static_cast<size_t>(mesh_.shape().dp), rate);
-    if (replicas_) replicas_->allgather(&rate, rates.data(), 1, comm::DataType::kF64)->wait();
+    replicas_->allgather(&rate, rates.data(), 1, comm::DataType::kF64)->wait();
     std::string per_replica;
     double total = 0;
     for (std::size_t r = 0; r < rates.size(); ++r) {
       total += rates[r];
       per_replica += fmt::format("{}replica {}: {:.0f}", r ? ", " : "", r, rates[r]);
     }
-    if (replicas_) fmt::print(out_, "throughput ({}/s): {}; total {:.0f}\n", unit, per_replica, total);
+    fmt::print(out_, "throughput ({}/s): {}; total {:.0f}\n", unit, per_replica, total);
     summary["per_rank_" + unit + "_per_second"] = rate;
     rate = total;
+    // (Under model parallelism each replica holds its own slice or stage: no checksum to compare.)
     const bool same = replicas_identical(*model_, o_.parallel.model_parallel() ? nullptr : replicas_);
     if (!same) fmt::print(out_, "warning: the ranks' parameters differ (checksums disagree)\n");
     const parallel::CommStats& comm = strategies_->stats();
