@@ -24,47 +24,6 @@ namespace weft::comm {
 
 using algo::Collective;
 
-// --- Work ---
-
-
-void Work::finish(std::exception_ptr error) {
-  std::lock_guard<std::mutex> lock(mu_);
-  finished_at_ = std::chrono::steady_clock::now();
-  error_ = std::move(error);
-  done_.store(true, std::memory_order_release);
-  cv_.notify_all();
-}
-
-void Work::wait() {
-  if (owner_ && !done_.load(std::memory_order_acquire)) owner_->drive(this);
-  if (!done_.load(std::memory_order_acquire)) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_.load(); });
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (error_) std::rethrow_exception(error_);
-}
-
-void Work::start() {
-  if (owner_ && !done_.load(std::memory_order_acquire)) owner_->start(p2p_);
-}
-
-bool Work::test() {
-  if (done_.load(std::memory_order_acquire)) return true;
-  start();  // a polled operation must progress
-  return done_.load(std::memory_order_acquire);
-}
-
-std::chrono::steady_clock::time_point Work::finished_at() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return finished_at_;
-}
-
-bool Work::failed() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_ && error_ != nullptr;
-}
-
 // --- options ---
 
 CommOptions CommOptions::from_env() {
@@ -94,19 +53,6 @@ CommOptions CommOptions::from_env() {
   return o;
 }
 
-struct Communicator::Task {
-  enum Kind { kCollective, kSend, kRecv } kind = kCollective;
-  Collective collective = Collective::kAllReduce;
-  std::string algorithm;
-  const void* in = nullptr;
-  void* out = nullptr;
-  std::int64_t count = 0;
-  DataType dtype = DataType::kF32;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-  int peer = -1;
-  WorkPtr work = std::make_shared<Work>();
-};
 
 // --- construction ---
 
@@ -136,7 +82,7 @@ std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const 
     if (info.local_world > 0 && world % info.local_world == 0) c->links_->local_world = info.local_world;
     c->mpi_group_ = mpi::world_group();
     if (!options.trace_dir.empty()) c->tracer_ = std::make_shared<Tracer>(options.trace_dir, rank);
-    c->thread_ = std::thread([p = c.get()] { p->worker(); });
+    c->start_queue();
     c->healthy_ = true;
     return c;
   }
@@ -166,7 +112,7 @@ std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const 
   }
   if (!options.trace_dir.empty()) c->tracer_ = std::make_shared<Tracer>(options.trace_dir, info.rank);
   c->connect_group("world");
-  c->thread_ = std::thread([p = c.get()] { p->worker(); });
+  c->start_queue();
   c->healthy_ = true;
   return c;
 }
@@ -204,17 +150,12 @@ std::shared_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
     c->connect_group("g-" + compact + "-" + std::to_string(nth));
     c->links_->shares_core = links_->shares_core;
   }
-  c->thread_ = std::thread([p = c.get()] { p->worker(); });
+  c->start_queue();
   return c;
 }
 
 Communicator::~Communicator() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  ops_.reset();  // runs what is left and stops its thread
   // Rank 0 serves the store: it stays until every rank has left, since others may still
   // need the store (to form groups, say) after rank 0 is done.
   if (name_ == "world" && store_ && healthy_) {
@@ -257,109 +198,14 @@ void Communicator::connect_group(const std::string& prefix) {
   links_ = connect_links(r);
 }
 
-// --- the worker ---
-
-WorkPtr Communicator::submit(std::shared_ptr<Task> task) {
-  WorkPtr w = task->work;
-  w->owner_ = this;
-  w->p2p_ = task->kind != Task::kCollective;
-  std::lock_guard<std::mutex> lock(mu_);
-  queue_.push_back(std::move(task));
-  // The worker is not woken here: most operations are waited for at once, and the waiting
-  // thread runs them itself. Waking a thread that finds nothing to do costs two context
-  // switches, the better part of a small all-reduce when ranks share cores.
-  return w;
-}
-
-std::vector<std::shared_ptr<Communicator::Task>> Communicator::take_batch() {
-  // Called with mu_ held, the queue non-empty and nothing running.
-  std::vector<std::shared_ptr<Task>> batch{queue_.front()};
-  queue_.pop_front();
-  // Point-to-point operations issued back to back run as one step.
-  if (batch[0]->kind != Task::kCollective) {
-    while (!queue_.empty() && queue_.front()->kind != Task::kCollective) {
-      batch.push_back(queue_.front());
-      queue_.pop_front();
-    }
-    p2p_demanded_ = false;
-  }
-  if (queue_.empty()) started_ = false;
-  running_ = true;
-  return batch;
-}
+// --- running a batch of the queue ---
 
 void Communicator::run_batch(std::vector<std::shared_ptr<Task>>& batch) {
-  std::exception_ptr error;
   try {
     if (batch[0]->kind == Task::kCollective) run(*batch[0]); else run_p2p_batch(batch);
   } catch (...) {
-    error = std::current_exception();
     healthy_ = false;
-  }
-  bool wake_worker;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    running_ = false;
-    wake_worker = stop_ || (started_ && ready_locked());
-  }
-  idle_cv_.notify_all();
-  if (wake_worker) cv_.notify_all();
-  for (auto& t : batch) t->work->finish(error);
-}
-
-bool Communicator::ready_locked() const {
-  if (queue_.empty() || running_) return false;
-  if (queue_.front()->kind == Task::kCollective || p2p_demanded_) return true;
-  // Point-to-point tasks wait until someone waits on one of them or a collective follows
-  // them, so that all the sends and receives posted together run together.
-  for (const auto& t : queue_)
-    if (t->kind == Task::kCollective) return true;
-  return false;
-}
-
-void Communicator::drive(Work* work) {
-  for (;;) {
-    std::vector<std::shared_ptr<Task>> batch;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      idle_cv_.wait(lock, [&] { return !running_; });
-      bool queued = false;
-      for (const auto& t : queue_) queued = queued || t->work.get() == work;
-      if (!queued) return;  // it ran, or is finishing
-      // Everything before it runs first, in order; point-to-point tasks in front of it (or
-      // with it) run now.
-      if (queue_.front()->kind != Task::kCollective) p2p_demanded_ = true;
-      batch = take_batch();
-    }
-    run_batch(batch);
-  }
-}
-
-void Communicator::start(bool p2p) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (queue_.empty()) return;  // it is running (or done)
-    if (started_ && (p2p_demanded_ || !p2p)) return;  // already under way: no wake-up
-    started_ = true;
-    if (p2p) p2p_demanded_ = true;
-  }
-  cv_.notify_all();
-}
-
-void Communicator::worker() {
-  for (;;) {
-    std::vector<std::shared_ptr<Task>> batch;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return (stop_ && !running_) || (started_ && ready_locked()); });
-      if (!ready_locked()) {
-        if (queue_.empty()) return;
-        p2p_demanded_ = true;  // stopping: run what is left
-        continue;
-      }
-      batch = take_batch();
-    }
-    run_batch(batch);
+    throw;
   }
 }
 
@@ -575,6 +421,12 @@ void Communicator::run_mpi_native(Task& t) {
     tracer_->write(rec);
   }
 }
+
+void Communicator::start_queue() {
+  ops_ = std::make_unique<OperationQueue>([this](std::vector<std::shared_ptr<Task>>& batch) { run_batch(batch); });
+}
+
+WorkPtr Communicator::submit(std::shared_ptr<Task> task) { return ops_->submit(std::move(task)); }
 
 // --- the public operations ---
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "weft/algo/program.h"
+#include "weft/comm/operation_queue.h"
 #include "weft/comm/process.h"
 #include "weft/comm/reduce.h"
 #include "weft/util/error.h"
@@ -45,31 +46,6 @@ class StoreClient;
 class Tracer;
 struct GroupLinks;
 
-class Work {
- public:
-  // Rethrows the operation's CommError. The waiting thread runs the operation itself (and
-  // those issued before it) unless the communicator's thread already has.
-  void wait();
-  // Hands the operation (and those before it) to the communicator's thread, so that it
-  // progresses while this thread does something else.
-  void start();
-  bool test();  // starts it; true when finished (successfully or not)
-  bool failed();
-  // When the operation finished (valid once test() is true), for timelines.
-  std::chrono::steady_clock::time_point finished_at();
-
- private:
-  friend class Communicator;
-  void finish(std::exception_ptr error);
-  Communicator* owner_ = nullptr;
-  bool p2p_ = false;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::atomic<bool> done_{false};
-  std::exception_ptr error_;
-  std::chrono::steady_clock::time_point finished_at_;
-};
-using WorkPtr = std::shared_ptr<Work>;
 
 struct CommOptions {
   double timeout_s = 60.0;          // WEFT_COMM_TIMEOUT: no progress this long fails an operation
@@ -133,20 +109,14 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::string choose_algorithm(algo::Collective c, std::int64_t bytes) const;
 
  private:
-  friend class Work;
-  struct Task;
+  using Task = Operation;
   Communicator() = default;
+  void start_queue();
   WorkPtr submit(std::shared_ptr<Task> task);
-  void worker();
+  // Runs one batch of the queue: a collective, or point-to-point operations together.
+  void run_batch(std::vector<std::shared_ptr<Task>>& batch);
   void run(Task& task);
   void run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch);
-  // Takes the next task (and the point-to-point tasks right after it) off the queue.
-  std::vector<std::shared_ptr<Task>> take_batch();
-  void run_batch(std::vector<std::shared_ptr<Task>>& batch);
-  // Runs batches on the calling thread, in order, until `work` has run.
-  void drive(Work* work);
-  bool ready_locked() const;  // the next batch may run (mu_ held)
-  void start(bool p2p);
   void connect_group(const std::string& prefix);
   // Throws ConfigError for an unknown algorithm (or "mpi" without the MPI transport).
   void check_algorithm(algo::Collective c, const std::string& algorithm) const;
@@ -171,16 +141,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::shared_ptr<mpi::Group> mpi_group_;  // set when the transport is MPI
   std::map<std::string, int> groups_made_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;       // the worker waits here for started work
-  std::condition_variable idle_cv_;  // waiting threads wait here for the running batch
-  std::deque<std::shared_ptr<Task>> queue_;
-  bool running_ = false;  // a task is executing (on the worker or on a waiting thread)
-  bool started_ = false;  // the worker may run what is queued (until the queue empties)
-  bool p2p_demanded_ = false;  // a waited or polled point-to-point task is queued
   std::atomic<bool> healthy_{false};  // fully connected, and no operation has failed
-  bool stop_ = false;
-  std::thread thread_;
+  std::unique_ptr<OperationQueue> ops_;  // last: its thread stops first
 };
 
 }  // namespace weft::comm
