@@ -26,6 +26,8 @@ void validate(const ParallelOptions& o) {
   if (o.pipeline.micro_batches < 1)
     throw ConfigError("--micro-batches must be at least 1, got " + std::to_string(o.pipeline.micro_batches));
   if (o.pipeline.chunks < 1) throw ConfigError("--chunks must be at least 1, got " + std::to_string(o.pipeline.chunks));
+  if (o.pipeline.balance != "params" && o.pipeline.balance != "time")
+    throw ConfigError("unknown --balance '" + o.pipeline.balance + "' (known: params, time)");
   if (o.tp_attention != "megatron" && o.tp_attention != "seed")
     throw ConfigError("unknown --tp-attention '" + o.tp_attention + "' (known: megatron, seed)");
   if (o.model_parallel() && o.strategy != "ddp")

@@ -74,9 +74,9 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
     : model_(model), group_(std::move(group)), options_(options) {
   stages_ = group_ ? group_->size() : 1;
   stage_ = group_ ? group_->rank() : 0;
-  if (options_.micro_batches < 1) throw ConfigError("--micro-batches must be at least 1");
+  if (options_.micro_batches < 1) throw ConfigError("a pipeline needs at least one micro-batch");
   if (options_.schedule != algo::PipeSchedule::kInterleaved) options_.chunks = 1;
-  else if (options_.chunks < 2) throw ConfigError("the interleaved pipeline schedule needs 2 or more model chunks per stage (--chunks)");
+  else if (options_.chunks < 2) throw ConfigError("the interleaved pipeline schedule needs 2 or more model chunks per stage");
   virtual_stages_ = stages_ * options_.chunks;
   const GptConfig& cfg = model_.config();
   const auto named = model_.parameters();
@@ -118,11 +118,11 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
     first_extra = t[1];
     last_extra = t[2];
   } else if (options_.balance != "params") {
-    throw ConfigError("unknown --balance '" + options_.balance + "' (known: params, time)");
+    throw ConfigError("unknown stage balance '" + options_.balance + "' (known: params, time)");
   }
   if (cfg.layers < virtual_stages_)
-    throw ConfigError("--pp " + std::to_string(stages_) + (options_.chunks > 1 ? " x --chunks " + std::to_string(options_.chunks) : "") +
-                      " needs at least " + std::to_string(virtual_stages_) + " layers; the model has " + std::to_string(cfg.layers));
+    throw ConfigError(fmt::format("{} pipeline stages ({} per rank) need at least {} layers; the model has {}", virtual_stages_,
+                                  options_.chunks, virtual_stages_, cfg.layers));
   bounds_ = balance_blocks(costs, virtual_stages_, first_extra, last_extra);
   const std::vector<std::int64_t>& bounds = bounds_;
   for (int c = 0; c < options_.chunks; ++c) {
@@ -182,7 +182,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
   const int M = options_.micro_batches, S = stages_, V = virtual_stages_;
   const std::int64_t B = ids.size(0), T = ids.size(1), d = model_.config().dim;
   if (B % M != 0)
-    throw ConfigError("--batch " + std::to_string(B) + " is not divisible by --micro-batches " + std::to_string(M));
+    throw ConfigError(fmt::format("a batch of {} sequences does not split into {} micro-batches", B, M));
   const std::int64_t Bm = B / M;
   std::vector<algo::PipeOp> program;
   if (train) {
@@ -319,7 +319,7 @@ void GptPipeline::gather_parameters(const std::vector<std::pair<std::string, Var
 void Pipeline::prepare(ModelPart& part) {
   if (!part.stage) {
     auto* gpt = dynamic_cast<GPT*>(&part.model);
-    if (!gpt) throw ConfigError("pipeline parallelism needs a GPT (--model gpt)");
+    if (!gpt) throw ConfigError("pipeline parallelism needs a GPT");
     local_ = std::make_unique<LocalGpt>(*gpt);
     part.stage = local_.get();
   }

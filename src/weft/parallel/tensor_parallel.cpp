@@ -106,7 +106,8 @@ TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communica
   const GptConfig& c = model_.config();
   const int t = size_, r = rank_;
   if (c.heads % t != 0)
-    throw ConfigError("--tp " + std::to_string(t) + " does not divide the " + std::to_string(c.heads) + " attention heads");
+    throw ConfigError(std::to_string(t) + " tensor-parallel ranks do not divide the " + std::to_string(c.heads) +
+                      " attention heads");
   for (auto& [name, p] : model_.named_parameters()) by_name_[name] = p;
   const std::int64_t d = c.dim, dl = d / t, fl = 4 * d / t;
   for (std::int64_t i = 0; i < c.layers; ++i) {
@@ -367,7 +368,7 @@ std::string parameter_of(const std::string& key, bool optimizer) {
 
 void TensorParallel::prepare(ModelPart& part) {
   auto* gpt = dynamic_cast<GPT*>(&part.model);
-  if (!gpt) throw ConfigError("tensor parallelism needs a GPT (--model gpt)");
+  if (!gpt) throw ConfigError("tensor parallelism needs a GPT");
   tp_ = std::make_unique<TensorParallelGpt>(*gpt, group_, all_gather_qk_);
   part.stage = tp_.get();
   part.trained = tp_->parameters();

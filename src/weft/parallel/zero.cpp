@@ -26,7 +26,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(const std::vector<std::pair<std
                                                  const OptimizerFactory& make_optimizer,
                                                  const std::vector<std::string>& layers)
     : comm_(std::move(comm)), stage_(stage) {
-  if (stage < 1 || stage > 3) throw ConfigError("--zero must be 1, 2 or 3, got " + std::to_string(stage));
+  if (stage < 1 || stage > 3) throw ConfigError("the ZeRO stage must be 1, 2 or 3, got " + std::to_string(stage));
   if (comm_) {
     rank_ = comm_->rank();
     world_ = comm_->size();

@@ -15,6 +15,32 @@ namespace {
 void at_least(const char* flag, std::int64_t value, std::int64_t min) {
   if (value < min) throw ConfigError(fmt::format("{} must be at least {}, got {}", flag, min, value));
 }
+// The mesh against the GPT's shape, in the flags' words (the pipeline and tensor-parallel
+// classes say the same in their own).
+void check_gpt_layout(const TrainOptions& o) {
+  if (o.model != "gpt") return;
+  const parallel::ParallelOptions& p = o.parallel;
+  if (p.mesh.tp > 1 && o.heads % p.mesh.tp != 0)
+    throw ConfigError(fmt::format("--tp {} does not divide the {} attention heads", p.mesh.tp, o.heads));
+  if (!p.pipelined()) return;
+  const bool interleaved = p.pipeline.schedule == algo::PipeSchedule::kInterleaved;
+  if (interleaved && p.pipeline.chunks < 2)
+    throw ConfigError("--pipeline-schedule interleaved needs --chunks 2 or more");
+  const int chunks = interleaved ? p.pipeline.chunks : 1;
+  const std::int64_t layers = o.layers > 0 ? o.layers : 4, stages = std::int64_t{p.mesh.pp} * chunks;
+  if (layers < stages) {
+    throw ConfigError(fmt::format("--pp {}{} needs at least {} layers; the model has {}", p.mesh.pp,
+                                  chunks > 1 ? fmt::format(" x --chunks {}", chunks) : "", stages, layers));
+  }
+  const std::int64_t dp = p.mesh.dp > 0 ? p.mesh.dp : 1;
+  if (*o.batch % dp == 0 && (*o.batch / dp) % p.pipeline.micro_batches != 0) {
+    throw ConfigError(dp == 1 ? fmt::format("--batch {} is not divisible by --micro-batches {}", *o.batch,
+                                            p.pipeline.micro_batches)
+                              : fmt::format("--batch {} on --dp {} is {} sequences per replica, not divisible by "
+                                            "--micro-batches {}", *o.batch, dp, *o.batch / dp, p.pipeline.micro_batches));
+  }
+}
+
 }  // namespace
 
 bool is_language_model(const std::string& model) {
@@ -105,6 +131,7 @@ void validate(const TrainOptions& o) {
     if (o.model != "gpt" && (o.parallel.model_parallel() || o.parallel.mesh.dp > 1))
       throw ConfigError("--dp, --pp, --tp and --micro-batches need --model gpt");
     if (o.model != "gpt" && o.parallel.zero > 0) throw ConfigError("--zero needs --model gpt among the language models");
+    check_gpt_layout(o);
     // Language models draw random windows of the text: no epochs, no sample subsets.
     if (o.epochs) throw ConfigError("--epochs is not supported with --model " + o.model + ": it trains --max-steps steps");
     if (o.limit_train > 0 || o.limit_test > 0)
