@@ -27,7 +27,7 @@ double gamma_sample(Rng& rng, double shape) {
 std::vector<std::vector<std::int64_t>> dirichlet_partition(const std::vector<std::int32_t>& labels, int classes,
                                                            int clients, double alpha, std::uint64_t seed) {
   if (clients < 1) throw ConfigError("federated averaging needs at least one client");
-  if (!(alpha > 0)) throw ConfigError("--non-iid: the Dirichlet concentration must be positive (or inf)");
+  if (!(alpha > 0)) throw ConfigError("the Dirichlet concentration must be positive (or infinite)");
   std::vector<std::vector<std::int64_t>> out(static_cast<size_t>(clients));
   const std::int64_t n = static_cast<std::int64_t>(labels.size());
   Rng rng(seed * 0x2545f4914f6cdd1dULL + 17);

@@ -14,10 +14,10 @@ void validate(const Schedule& s) {
   if (s.warmup_steps < 0) throw ConfigError("warm-up steps must be >= 0");
   if (s.kind == "step" && s.step_size < 1) throw ConfigError("step schedule needs a step size >= 1");
   if (s.kind == "step" && !(s.gamma > 0 && std::isfinite(s.gamma))) {
-    throw ConfigError("step schedule needs a finite --gamma > 0");
+    throw ConfigError("the step schedule needs a finite decay factor > 0");
   }
   if (s.kind == "cosine" && !(s.min_lr >= 0 && std::isfinite(s.min_lr))) {
-    throw ConfigError("cosine schedule needs a finite --min-lr >= 0");
+    throw ConfigError("the cosine schedule needs a finite final rate >= 0");
   }
   if (s.kind == "cosine" && s.total_steps < 1) throw ConfigError("cosine schedule needs total steps >= 1");
 }

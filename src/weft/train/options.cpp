@@ -142,7 +142,13 @@ void validate(const TrainOptions& o) {
   } else if (o.parallel.model_parallel()) {
     throw ConfigError("--pp, --tp and --micro-batches need --model gpt");
   }
-  validate(lr_schedule(o, 1));
+  const Schedule schedule = lr_schedule(o, 1);
+  if (schedule.kind == "step" && !(schedule.gamma > 0 && std::isfinite(schedule.gamma)))
+    throw ConfigError("step schedule needs a finite --gamma > 0");
+  if (schedule.kind == "step" && schedule.step_size < 1) throw ConfigError("step schedule needs --step-size 1 or more");
+  if (schedule.kind == "cosine" && !(schedule.min_lr >= 0 && std::isfinite(schedule.min_lr)))
+    throw ConfigError("cosine schedule needs a finite --min-lr >= 0");
+  validate(schedule);
 }
 
 Schedule lr_schedule(const TrainOptions& o, std::int64_t total_steps) {
