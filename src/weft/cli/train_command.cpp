@@ -29,8 +29,8 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--lr-schedule", c.lr_schedule_kind,
                   "learning-rate schedule: constant | step | cosine (default: images constant, text cosine)");
   cmd->add_option("--warmup", c.warmup, "linear warm-up steps (default: images 0, text 100)");
-  cmd->add_option("--step-size", c.lr_schedule.step_size, "step schedule: steps between decays")->capture_default_str();
-  cmd->add_option("--gamma", c.lr_schedule.gamma, "step schedule: decay factor")->capture_default_str();
+  cmd->add_option("--step-size", c.step_size, "step schedule: steps between decays")->capture_default_str();
+  cmd->add_option("--gamma", c.gamma, "step schedule: decay factor")->capture_default_str();
   cmd->add_option("--min-lr", c.min_lr, "cosine schedule: final learning rate (default: images 0, text lr / 10)");
   cmd->add_option("--clip-grad", c.clip_grad, "limit on the global gradient norm, 0: none (default: images 0, text 1)");
   cmd->add_option("--seed", c.seed, "seed for initialization and data order")

@@ -326,12 +326,8 @@ void ParameterServer::after_backward(CommStats& stats) {
 
 bool ParameterServer::apply(Optimizer& optimizer, CommStats&) {
   optimizer.set_steps(optimizer.steps() + 1);  // the servers' update
-  return true;
-}
-
-bool ParameterServer::end_step(std::int64_t, bool, CommStats&) {
   ++steps_;
-  return false;
+  return true;
 }
 
 std::optional<StateDict> ParameterServer::optimizer_state(Optimizer& optimizer, std::vector<StateDict>&) {

@@ -115,7 +115,6 @@ class ParameterServer : public Strategy {
   void begin_step() override { worker_->pull(); }
   void after_backward(CommStats& stats) override;
   bool apply(Optimizer& optimizer, CommStats& stats) override;
-  bool end_step(std::int64_t step, bool last, CommStats& stats) override;
   void finish() override { worker_->pull(); }  // the final weights
   std::optional<StateDict> optimizer_state(Optimizer& optimizer, std::vector<StateDict>& per_rank) override;
   std::vector<std::string> report_lines() override;
@@ -128,7 +127,7 @@ class ParameterServer : public Strategy {
   int workers_, servers_, staleness_;
   std::unique_ptr<ParameterServerWorker> worker_;
   double link_ = 0, counted_ = 0;
-  std::int64_t model_bytes_ = 0, steps_ = 0;
+  std::int64_t model_bytes_ = 0, steps_ = 0;  // steps: this run's updates
 };
 
 }  // namespace weft::parallel

@@ -57,11 +57,11 @@ class LanguageModeling : public Task {
   std::shared_ptr<Module> make_model(Rng& rng) const override {
     const std::int64_t vocab = tokenizer_->vocab_size();
     if (o_.model == "gpt") {
-      return std::make_unique<GPT>(GptConfig{vocab, o_.context, o_.dim, o_.layers > 0 ? o_.layers : 4, o_.heads,
+      return std::make_unique<GPT>(GptConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.heads,
                                              parse_positional(o_.positional), !o_.post_ln, o_.recompute},
                                    rng);
     }
-    return std::make_unique<RecurrentLM>(RecurrentConfig{vocab, o_.context, o_.dim, o_.layers > 0 ? o_.layers : 2, o_.model},
+    return std::make_unique<RecurrentLM>(RecurrentConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.model},
                                          rng);
   }
   std::string model_tag() const override { return "lm-" + o_.model; }

@@ -22,6 +22,7 @@
 #include "weft/train/task.h"
 #include "weft/train/timeline.h"
 #include "weft/util/file.h"
+#include "weft/util/parse.h"
 #include "weft/util/progress.h"
 
 namespace weft {
@@ -79,7 +80,18 @@ struct Position {
 // learning rate may follow the batch (--scale-lr linear).
 Position resume_position(const Checkpoint& ck, const TrainOptions& o, const Task& task, double& lr, std::FILE* out) {
   Position p{ck.meta.epoch, ck.meta.batch_in_epoch, ck.meta.step};
-  const std::int64_t old_batch = ck.meta.info.count("batch") ? std::stoll(ck.meta.info.at("batch")) : *o.batch;
+  // The run's settings as the checkpoint recorded them (meta.json: text from outside).
+  auto recorded = [&](const char* key, bool whole) -> std::optional<double> {
+    if (!ck.meta.info.count(key)) return std::nullopt;
+    const std::string& text = ck.meta.info.at(key);
+    std::optional<double> v = parse_number(text);
+    if (whole && !parse_integer(text)) v.reset();
+    if (!v || !(*v > 0))
+      throw CheckpointError(fmt::format("{}: meta.json's {} '{}' is not a positive {}", ck.path, key, text,
+                                        whole ? "whole number" : "number"));
+    return v;
+  };
+  const auto old_batch = static_cast<std::int64_t>(recorded("batch", true).value_or(static_cast<double>(*o.batch)));
   if (old_batch != *o.batch) {
     const std::int64_t consumed = p.index * old_batch;
     if (consumed % *o.batch != 0) {
@@ -89,7 +101,7 @@ Position resume_position(const Checkpoint& ck, const TrainOptions& o, const Task
     }
     p.index = consumed / *o.batch;
     if (o.scale_lr == "linear") {
-      const double base = ck.meta.info.count("lr") ? std::stod(ck.meta.info.at("lr")) : lr;
+      const double base = recorded("lr", false).value_or(lr);
       const double scaled = base * static_cast<double>(*o.batch) / static_cast<double>(old_batch);
       fmt::print(out, "learning rate scaled linearly with the global batch ({} -> {}): {} -> {}\n", old_batch, *o.batch,
                  base, scaled);
@@ -158,7 +170,7 @@ class Run {
 
  private:
   void resume();
-  bool step(std::int64_t done);  // true: an evaluation point
+  void step(bool last);
   void evaluate(bool round_only);
   void save();
   void report(nlohmann::json& summary);
@@ -186,7 +198,8 @@ class Run {
   std::optional<Evaluation> last_eval_;
   // Figures: the whole run, and the window since the last evaluation.
   std::int64_t rank_state_bytes_ = 0, peak_step_bytes_ = 0, units_ = 0;
-  double train_seconds_ = 0, compute_seconds_ = 0, train_loss_ = 0;
+  double train_seconds_ = 0, compute_seconds_ = 0;
+  std::optional<double> train_loss_;  // the last window's mean (none when nothing was trained)
   std::int64_t window_steps_ = 0, window_units_ = 0;
   double window_loss_ = 0, window_seconds_ = 0;
   const Clock::time_point start_ = Clock::now();
@@ -251,10 +264,12 @@ void Run::resume() {
 }
 
 void Run::train() {
+  if (planned_ == 0) fmt::print(out_, "nothing to train: the run already ends at step {}\n", at_.step);
   Progress progress("step", static_cast<long>(planned_));
   model_->train();
   for (std::int64_t done = 0; done < planned_; ++done) {
-    const bool evaluate_now = step(done);
+    const bool last = done + 1 == planned_;
+    step(last);
     if (!o_.quiet) {
       const double elapsed = seconds_since(start_);
       progress.update(static_cast<long>(done + 1),
@@ -262,18 +277,19 @@ void Run::train() {
                       fmt::format("loss {:.4f}  {:.0f} {}/s", window_loss_ / static_cast<double>(std::max<std::int64_t>(window_steps_, 1)),
                                   static_cast<double>(units_) / std::max(train_seconds_, 1e-9), task_->unit()));
     }
-    const bool last = done + 1 == planned_, epoch_end = at_.index == 0;
+    const bool epoch_end = at_.index == 0;
     if ((o_.checkpoint_every > 0 && at_.step % o_.checkpoint_every == 0) || epoch_end || last) save();
-    if (!evaluate_now) continue;
+    const bool scheduled = epoch_end || last || (*o_.eval_every > 0 && at_.step % *o_.eval_every == 0);
+    if (!scheduled && !strategies_->round_ended()) continue;
     progress.finish();
-    evaluate(!epoch_end && !last && !(*o_.eval_every > 0 && at_.step % *o_.eval_every == 0));
+    evaluate(!scheduled);
   }
   progress.finish();
 }
 
 // One step: this replica's batch, the learning rate, forward, backward and update through
-// the strategies, the figures. Returns whether an evaluation is due after it.
-bool Run::step(std::int64_t done) {
+// the strategies (`last`: of this run), the figures.
+void Run::step(bool last) {
   const auto t0 = Clock::now();
   const parallel::StepBatch batch = task_->batch(at_.epoch, at_.index, at_.step, rng_);
   if (straggle_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(straggle_ms_));
@@ -282,7 +298,6 @@ bool Run::step(std::int64_t done) {
   const std::size_t live_before = allocator_live_bytes();
   allocator_reset_peak();
   const double exposed_before = strategies_->stats().exposed_seconds;
-  const bool last = done + 1 == planned_;
   const double loss = strategies_->step(at_.step + 1, last, batch, loss_fn_, *o_.clip_grad);
   ++at_.step;
   if (!std::isfinite(loss)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", loss, at_.step));
@@ -304,7 +319,6 @@ bool Run::step(std::int64_t done) {
     at_.index = 0;
     ++at_.epoch;
   }
-  return at_.index == 0 || last || (*o_.eval_every > 0 && at_.step % *o_.eval_every == 0) || strategies_->round_ended();
 }
 
 // The mean loss since the last evaluation over every replica, the task's evaluation, one
@@ -318,11 +332,12 @@ void Run::evaluate(bool round_only) {
     double sums[2] = {window_loss_, static_cast<double>(window_steps_)};
     if (replicas_) replicas_->allreduce(sums, 2, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
     train_loss_ = sums[0] / std::max(sums[1], 1.0);
+    const double train_loss = *train_loss_;
     const double rate = static_cast<double>(window_units_ * mesh_.shape().dp) / std::max(window_seconds_, 1e-9);
     const std::string rate_text =
         fmt::format("{:.0f} {}/s{}", rate, task_->unit(), mesh_.size() > 1 ? fmt::format(" on {} ranks", mesh_.size()) : "");
     const bool epoch_end = at_.index == 0;
-    fmt::print(out_, "{}\n", task_->progress_line(epoch_end ? at_.epoch - 1 : at_.epoch, at_.step, epoch_end, train_loss_,
+    fmt::print(out_, "{}\n", task_->progress_line(epoch_end ? at_.epoch - 1 : at_.epoch, at_.step, epoch_end, train_loss,
                                                   e ? &*e : nullptr, rate_text));
     window_loss_ = window_seconds_ = 0;
     window_steps_ = window_units_ = 0;
@@ -381,7 +396,7 @@ void Run::report(nlohmann::json& summary) {
   if (zero && zero->stage() == 3) rank_parameters = zero->zero().shard_elements();
   summary["steps"] = at_.step;
   summary["epochs"] = at_.epoch;
-  summary["train_loss"] = train_loss_;
+  if (train_loss_) summary["train_loss"] = *train_loss_;
   if (last_eval_) summary[last_eval_->field] = last_eval_->value;
   summary["train_seconds"] = train_seconds_;
   summary["rank_parameters"] = rank_parameters;

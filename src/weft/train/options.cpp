@@ -27,7 +27,7 @@ void check_gpt_layout(const TrainOptions& o) {
   if (interleaved && p.pipeline.chunks < 2)
     throw ConfigError("--pipeline-schedule interleaved needs --chunks 2 or more");
   const int chunks = interleaved ? p.pipeline.chunks : 1;
-  const std::int64_t layers = o.layers > 0 ? o.layers : 4, stages = std::int64_t{p.mesh.pp} * chunks;
+  const std::int64_t layers = model_layers(o), stages = std::int64_t{p.mesh.pp} * chunks;
   if (layers < stages) {
     throw ConfigError(fmt::format("--pp {}{} needs at least {} layers; the model has {}", p.mesh.pp,
                                   chunks > 1 ? fmt::format(" x --chunks {}", chunks) : "", stages, layers));
@@ -152,12 +152,16 @@ void validate(const TrainOptions& o) {
 }
 
 Schedule lr_schedule(const TrainOptions& o, std::int64_t total_steps) {
-  Schedule s = o.lr_schedule;
+  Schedule s;
   s.kind = *o.lr_schedule_kind;
+  s.step_size = o.step_size;
+  s.gamma = o.gamma;
   s.total_steps = std::max<std::int64_t>(total_steps, 1);
   s.warmup_steps = std::min(*o.warmup, s.total_steps);
   s.min_lr = *o.min_lr;
   return s;
 }
+
+std::int64_t model_layers(const TrainOptions& o) { return o.layers > 0 ? o.layers : o.model == "gpt" ? 4 : 2; }
 
 }  // namespace weft

@@ -53,10 +53,11 @@ struct TrainOptions {
   std::optional<std::string> optimizer;    // sgd | adam | adamw: images sgd, text adamw
   double momentum = 0.9;
   std::optional<double> weight_decay;  // images 0, text 0.1
-  Schedule lr_schedule;                // kind: images constant, text cosine (to lr / 10)
-  std::optional<std::string> lr_schedule_kind;
+  std::optional<std::string> lr_schedule_kind;  // constant | step | cosine: images constant, text cosine
   std::optional<std::int64_t> warmup;  // images 0, text 100
-  std::optional<double> min_lr;
+  std::optional<double> min_lr;        // cosine: images 0, text lr / 10
+  std::int64_t step_size = 1;          // step: steps between decays
+  double gamma = 0.1;                  // step: the decay factor
   std::optional<double> clip_grad;     // global gradient-norm limit: images 0 (none), text 1
   std::string precision = "fp32";      // fp32 | bf16 (products and stored activations)
   std::uint64_t seed = 0;
@@ -91,5 +92,7 @@ void validate(const TrainOptions& options);
 void check_precision(const std::string& precision);
 // The learning-rate schedule the options describe, over `total_steps`.
 Schedule lr_schedule(const TrainOptions& options, std::int64_t total_steps);
+// Layers of the language model the options build (--layers, else gpt 4, recurrent 2).
+std::int64_t model_layers(const TrainOptions& options);
 
 }  // namespace weft
