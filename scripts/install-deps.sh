@@ -13,6 +13,8 @@ packages=(
   dataset-fashion-mnist    # real image data for training
   fortunes                 # real English text for language models
   tshark                   # decodes the simulator's pcap captures in a test
+  libcpp-httplib-dev       # the HTTP server and client of weft serve
+  curl                     # tests and docs talk to weft serve as users do
   python3                  # test scripts read traces and JSON with it
 )
 # The reference side of the benchmarks (PyTorch) is only needed by bench/.

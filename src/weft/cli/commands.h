@@ -43,5 +43,8 @@ void add_comm_bench_command(CLI::App& app, Action& action);
 void add_plan_command(CLI::App& app, Action& action);
 // weft sim ...
 void add_sim_command(CLI::App& app, Action& action);
+// weft predict, weft generate: inference with a saved model.
+void add_predict_command(CLI::App& app, Action& action);
+void add_generate_command(CLI::App& app, Action& action);
 
 }  // namespace weft::cli

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   weft::cli::add_comm_bench_command(app, action);
   weft::cli::add_plan_command(app, action);
   weft::cli::add_sim_command(app, action);
+  weft::cli::add_predict_command(app, action);
+  weft::cli::add_generate_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -145,3 +145,83 @@ double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t voc
 }
 
 }  // namespace weft
+
+namespace weft {
+
+namespace {
+constexpr char kHex[] = "0123456789abcdef";
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+}  // namespace
+
+std::string CharTokenizer::vocabulary() const {
+  std::string hex;
+  for (char c : chars_) {
+    const auto b = static_cast<unsigned char>(c);
+    hex += kHex[b >> 4];
+    hex += kHex[b & 15];
+  }
+  return hex;
+}
+
+std::string WordTokenizer::vocabulary() const {
+  std::string text;
+  for (const std::string& w : words_) {
+    if (!text.empty()) text += '\n';
+    if (w == "\n") text += "\\n";
+    else if (w == "\\") text += "\\\\";
+    else text += w;
+  }
+  return text;
+}
+
+std::unique_ptr<WordTokenizer> WordTokenizer::from_words(std::vector<std::string> words) {
+  std::unique_ptr<WordTokenizer> t(new WordTokenizer());
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    if (!t->ids_.emplace(words[i], static_cast<std::int32_t>(i)).second)
+      throw DataError("word vocabulary: '" + words[i] + "' appears twice");
+  }
+  t->words_ = std::move(words);
+  return t;
+}
+
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::string& vocabulary) {
+  if (kind == "char") {
+    if (vocabulary.empty() || vocabulary.size() % 2 != 0)
+      throw DataError("character vocabulary: expected an even number of hex digits");
+    std::string bytes;
+    for (std::size_t i = 0; i < vocabulary.size(); i += 2) {
+      const int hi = hex_value(vocabulary[i]), lo = hex_value(vocabulary[i + 1]);
+      if (hi < 0 || lo < 0) throw DataError("character vocabulary: '" + vocabulary.substr(i, 2) + "' is not a hex byte");
+      const auto b = static_cast<char>(hi * 16 + lo);
+      if (!bytes.empty() && static_cast<unsigned char>(b) <= static_cast<unsigned char>(bytes.back()))
+        throw DataError("character vocabulary: the bytes are not in increasing order");
+      bytes += b;
+    }
+    return std::make_unique<CharTokenizer>(bytes);
+  }
+  if (kind == "word") {
+    std::vector<std::string> words;
+    std::size_t begin = 0;
+    while (begin <= vocabulary.size()) {
+      std::size_t end = vocabulary.find('\n', begin);
+      if (end == std::string::npos) end = vocabulary.size();
+      std::string w = vocabulary.substr(begin, end - begin);
+      if (w == "\\n") w = "\n";
+      else if (w == "\\\\") w = "\\";
+      if (w.empty()) throw DataError("word vocabulary: an empty word");
+      words.push_back(std::move(w));
+      begin = end + 1;
+    }
+    if (words.size() < 3 || words[0] != "<pad>" || words[1] != "<unk>")
+      throw DataError("word vocabulary: must start with <pad> and <unk> and have at least one word");
+    return WordTokenizer::from_words(std::move(words));
+  }
+  throw DataError("unknown tokenizer '" + kind + "' (known: char, word)");
+}
+
+}  // namespace weft

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,16 @@ class Tokenizer {
   virtual std::vector<std::int32_t> encode(const std::string& text) const = 0;
   virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
   virtual std::int64_t vocab_size() const = 0;
+  virtual std::string kind() const = 0;  // "char" | "word"
+  // The vocabulary as text, which make_tokenizer turns back into the same tokenizer: a saved
+  // model carries it (char: the bytes in hex, in token order; word: one word per line, the
+  // newline token written as backslash-n and a backslash as two).
+  virtual std::string vocabulary() const = 0;
 };
+
+// The tokenizer of `kind` with a vocabulary written by Tokenizer::vocabulary(); throws
+// DataError naming the problem when the text is not one.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::string& vocabulary);
 
 // One token per byte value seen in the training text, in sorted order (seed 002 chapter 5's
 // "alley": a=0, e=1, l=2, y=3). Bytes never seen map to the first token.
@@ -34,6 +44,8 @@ class CharTokenizer : public Tokenizer {
   std::vector<std::int32_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(chars_.size()); }
+  std::string kind() const override { return "char"; }
+  std::string vocabulary() const override;
 
  private:
   std::vector<char> chars_;
@@ -48,9 +60,14 @@ class WordTokenizer : public Tokenizer {
   std::vector<std::int32_t> encode(const std::string& text) const override;
   std::string decode(const std::vector<std::int32_t>& ids) const override;
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(words_.size()); }
+  std::string kind() const override { return "word"; }
+  std::string vocabulary() const override;
   static std::vector<std::string> split(const std::string& text);
+  // The tokenizer with exactly these words (ids in order; the first two are <pad>, <unk>).
+  static std::unique_ptr<WordTokenizer> from_words(std::vector<std::string> words);
 
  private:
+  WordTokenizer() = default;
   std::vector<std::string> words_;
   std::map<std::string, std::int32_t> ids_;
 };

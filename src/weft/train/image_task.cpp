@@ -51,7 +51,7 @@ class ImageClassification : public Task {
     if (sample_log_) std::fclose(sample_log_);
   }
 
-  std::shared_ptr<Module> make_model(Rng& rng) const override { return weft::make_model(o_.model, rng); }
+  ModelRecipe recipe() const override { return {o_.model, {}, {}}; }
   std::string model_tag() const override { return o_.model; }
   std::int64_t steps_per_epoch() const override { return loader_->num_batches(); }
   std::int64_t epochs() const override { return *o_.epochs; }

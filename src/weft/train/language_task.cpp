@@ -54,15 +54,22 @@ class LanguageModeling : public Task {
     for (std::int64_t i = 0; i < n; ++i) val_starts_.push_back(span * i / n);
   }
 
-  std::shared_ptr<Module> make_model(Rng& rng) const override {
+  ModelRecipe recipe() const override {
     const std::int64_t vocab = tokenizer_->vocab_size();
+    ModelRecipe r{o_.model, {}, {}};
     if (o_.model == "gpt") {
-      return std::make_unique<GPT>(GptConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.heads,
-                                             parse_positional(o_.positional), !o_.post_ln, o_.recompute},
-                                   rng);
+      r.gpt = GptConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.heads, parse_positional(o_.positional), !o_.post_ln,
+                        o_.recompute};
+    } else {
+      r.recurrent = RecurrentConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.model};
     }
-    return std::make_unique<RecurrentLM>(RecurrentConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.model},
-                                         rng);
+    return r;
+  }
+  Metadata model_metadata() const override {
+    Metadata m = recipe().to_metadata();
+    m["weft_tokenizer"] = tokenizer_->kind();
+    m["weft_tokenizer_vocabulary"] = tokenizer_->vocabulary();
+    return m;
   }
   std::string model_tag() const override { return "lm-" + o_.model; }
   std::string describe(const Module& model) const override {

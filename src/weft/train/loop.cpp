@@ -363,6 +363,7 @@ void Run::save() {
   meta.info = {{"batch", std::to_string(*o_.batch)}, {"ranks", std::to_string(mesh_.size())},
                {"lr", fmt::format("{}", lr_)},        {"seed", std::to_string(o_.seed)},
                {"layout", mesh_.shape().describe()},  {"data", *o_.data}};
+  for (auto& [key, value] : task_->model_metadata()) meta.info[key] = value;
   last_checkpoint_ =
       save_checkpoint(o_.checkpoint_dir, meta, state.model, state.optimizer, o_.keep_checkpoints, state.per_rank);
 }
@@ -380,8 +381,9 @@ TrainSummary Run::finish() {
   if (rank_ == 0) {
     task_->finish(*model_, rng_, out_, summary);
     if (!o_.save_model.empty()) {
-      write_file_atomic(o_.save_model,
-                        encode_safetensors(model_->state_dict(), {{"format", "pt"}, {"weft_model", o_.model}}));
+      Metadata metadata = task_->model_metadata();
+      metadata["format"] = "pt";
+      write_file_atomic(o_.save_model, encode_safetensors(model_->state_dict(), metadata));
     }
   }
   summary["wall_seconds"] = seconds_since(start_);

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "weft/nn/model_recipe.h"
 #include "weft/nn/module.h"
 #include "weft/parallel/strategy.h"
 #include "weft/tensor/rng.h"
@@ -31,7 +32,12 @@ struct Evaluation {
 class Task {
  public:
   virtual ~Task() = default;
-  virtual std::shared_ptr<Module> make_model(Rng& rng) const = 0;
+  // The model's architecture; make_model builds it.
+  virtual ModelRecipe recipe() const = 0;
+  std::shared_ptr<Module> make_model(Rng& rng) const { return recipe().build(rng); }
+  // What a saved model or checkpoint records to be rebuilt for inference: the recipe, and
+  // a language model's tokenizer (weft_tokenizer, weft_tokenizer_vocabulary).
+  virtual Metadata model_metadata() const { return recipe().to_metadata(); }
   // The name a checkpoint records and a resume checks ("cnn", "lm-gpt").
   virtual std::string model_tag() const = 0;
   // A line about the data and the model, printed before training (empty: none).

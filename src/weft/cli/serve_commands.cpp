@@ -1,0 +1,138 @@
+// weft predict, weft generate: inference with a saved model (docs/serving.md).
+#include <fmt/format.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "weft/cli/commands.h"
+#include "weft/data/dataset.h"
+#include "weft/serve/classify.h"
+#include "weft/serve/generation.h"
+#include "weft/serve/model_file.h"
+#include "weft/tensor/ops.h"
+#include "weft/util/error.h"
+
+namespace weft::cli {
+
+namespace {
+
+struct PredictConfig {
+  std::string model, data = "fashion-mnist", data_dir, images;
+  std::int64_t limit = 0, batch = 1000;
+  bool json = false;
+};
+
+int run_predict(const PredictConfig& c) {
+  serve::LoadedModel m = serve::load_model(c.model);
+  if (m.recipe.is_language_model())
+    throw ConfigError(c.model + " is a language model (" + m.recipe.model + "): use weft generate");
+  Tensor images;
+  std::vector<std::int32_t> labels;
+  if (!c.images.empty()) {
+    images = serve::read_idx_images(c.images);
+  } else {
+    ImageDataset test = load_mnist_format(resolve_data_dir(c.data, c.data_dir), "test", kFashionMnistMean,
+                                          kFashionMnistStd, c.limit);
+    images = test.images;
+    labels = test.labels;
+  }
+  const std::int64_t n = images.size(0);
+  std::vector<std::int64_t> predicted;
+  std::vector<float> confidence;
+  for (std::int64_t begin = 0; begin < n; begin += c.batch) {
+    const std::int64_t end = std::min(n, begin + c.batch);
+    Tensor p = serve::class_probabilities(*m.module, images.slice(0, begin, end).contiguous());
+    for (std::int64_t label : ops::argmax_rows(p)) {
+      confidence.push_back(p.data<float>()[(static_cast<std::int64_t>(predicted.size()) - begin) * p.size(1) + label]);
+      predicted.push_back(label);
+    }
+  }
+  const auto& names = serve::fashion_mnist_classes();
+  auto name_of = [&](std::int64_t label) { return label < 10 ? names[static_cast<size_t>(label)] : std::to_string(label); };
+  if (!labels.empty()) {
+    std::int64_t correct = 0;
+    for (std::int64_t i = 0; i < n; ++i) correct += predicted[static_cast<size_t>(i)] == labels[static_cast<size_t>(i)];
+    const double accuracy = static_cast<double>(correct) / static_cast<double>(n);
+    if (c.json) {
+      fmt::print("{}\n", nlohmann::json{{"model", m.name}, {"images", n}, {"correct", correct}, {"test_accuracy", accuracy}}.dump());
+    } else {
+      fmt::print("{} ({}): test accuracy {:.2f}% ({} of {} images)\n", m.name, m.recipe.model, 100 * accuracy,
+                 correct, n);
+    }
+    return 0;
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto label = predicted[static_cast<size_t>(i)];
+    const float p = confidence[static_cast<size_t>(i)];
+    if (c.json) out.push_back({{"index", i}, {"label", label}, {"class", name_of(label)}, {"probability", p}});
+    else fmt::print("{} {} {} {:.4f}\n", i, label, name_of(label), p);
+  }
+  if (c.json) fmt::print("{}\n", out.dump());
+  return 0;
+}
+
+struct GenerateConfig {
+  std::string model, prompt;
+  serve::GenerationOptions options;
+  bool no_cache = false, json = false;
+};
+
+int run_generate(GenerateConfig c) {
+  serve::LoadedModel m = serve::load_model(c.model);
+  LanguageModel* lm = m.language_model();
+  if (!lm) throw ConfigError(c.model + " is an image model (" + m.recipe.model + "): use weft predict");
+  std::unique_ptr<serve::Decoder> decoder =
+      c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm) : serve::make_decoder(*lm);
+  serve::GenerationResult r = serve::generate(*decoder, *m.tokenizer, c.prompt, c.options);
+  if (c.json) {
+    fmt::print("{}\n", nlohmann::json{{"model", m.name},
+                                      {"prompt", c.prompt},
+                                      {"text", r.text},
+                                      {"tokens", r.tokens},
+                                      {"finish_reason", r.finish_reason},
+                                      {"prompt_tokens", r.prompt_tokens},
+                                      {"completion_tokens", r.tokens.size()}}
+                           .dump());
+  } else {
+    fmt::print("{}{}\n", c.prompt, r.text);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_predict_command(CLI::App& app, Action& action) {
+  auto c = std::make_shared<PredictConfig>();
+  CLI::App* cmd = app.add_subcommand("predict", "classify images with a saved image model (test accuracy, or an IDX file's predictions)");
+  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  cmd->add_option("--data", c->data, "fashion-mnist or an MNIST-format folder: its test accuracy")->capture_default_str();
+  cmd->add_option("--data-dir", c->data_dir, "where fashion-mnist lives (default: the Debian package's folder)");
+  cmd->add_option("--images", c->images, "an IDX file of 28x28 images [N, 28, 28]: one prediction per image");
+  cmd->add_option("--limit", c->limit, "only the first N test images (0: all)")->check(non_negative());
+  cmd->add_option("--batch", c->batch, "images per forward pass")->check(positive())->capture_default_str();
+  cmd->add_flag("--json", c->json, "print JSON");
+  cmd->callback([c, &action] { action = [c] { return run_predict(*c); }; });
+}
+
+void add_generate_command(CLI::App& app, Action& action) {
+  auto c = std::make_shared<GenerateConfig>();
+  CLI::App* cmd = app.add_subcommand("generate", "continue a prompt with a saved language model");
+  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  cmd->add_option("--prompt", c->prompt, "the text to continue")->capture_default_str();
+  cmd->add_option("--max-tokens", c->options.max_tokens, "tokens to generate")->check(non_negative())->capture_default_str();
+  cmd->add_option("--temperature", c->options.sampling.temperature, "0: greedy")->check(non_negative())->capture_default_str();
+  cmd->add_option("--top-k", c->options.sampling.top_k, "sample among the k most likely tokens (0: all)")
+      ->check(non_negative())->capture_default_str();
+  cmd->add_option("--top-p", c->options.sampling.top_p, "sample among the most likely tokens whose probability reaches p")
+      ->check(CLI::Range(1e-9, 1.0))->capture_default_str();
+  cmd->add_option("--stop", c->options.stop, "stop before this text (repeatable)");
+  cmd->add_option("--seed", c->options.sampling.seed, "the sampler's seed")->capture_default_str();
+  cmd->add_flag("--no-cache", c->no_cache, "recompute the whole window for every token (no key-value cache)");
+  cmd->add_flag("--json", c->json, "print JSON (the tokens, the finish reason)");
+  c->options.max_tokens = 200;
+  c->options.sampling.temperature = 0.8;
+  cmd->callback([c, &action] { action = [c] { return run_generate(*c); }; });
+}
+
+}  // namespace weft::cli

@@ -1,0 +1,116 @@
+#include "weft/nn/model_recipe.h"
+
+#include <algorithm>
+
+#include "weft/nn/models.h"
+#include "weft/util/error.h"
+#include "weft/util/parse.h"
+
+namespace weft {
+
+namespace {
+
+const std::vector<std::string> kRecurrentCells = {"rnn", "rnn-sigmoid", "lstm", "lstm-seed"};
+
+bool is_recurrent(const std::string& model) {
+  return std::find(kRecurrentCells.begin(), kRecurrentCells.end(), model) != kRecurrentCells.end();
+}
+
+const char* positional_name(Positional p) {
+  switch (p) {
+    case Positional::kLearned: return "learned";
+    case Positional::kStandard: return "standard";
+    case Positional::kBook: return "book";
+  }
+  return "learned";
+}
+
+class Reader {
+ public:
+  Reader(const Metadata& m, const std::string& source) : m_(m), source_(source) {}
+  const std::string& text(const std::string& key) const {
+    auto it = m_.find(key);
+    if (it == m_.end()) throw CheckpointError(source_ + ": the model's " + key + " is not recorded");
+    return it->second;
+  }
+  // A size in [1, 2^31).
+  std::int64_t size(const std::string& key) const {
+    const std::string& t = text(key);
+    std::optional<std::int64_t> v = parse_integer(t);
+    if (!v || *v < 1 || *v >= (std::int64_t{1} << 31))
+      throw CheckpointError(source_ + ": " + key + " '" + t + "' is not a positive size");
+    return *v;
+  }
+
+ private:
+  const Metadata& m_;
+  const std::string& source_;
+};
+
+}  // namespace
+
+bool ModelRecipe::is_language_model() const { return model == "gpt" || is_recurrent(model); }
+
+Metadata ModelRecipe::to_metadata() const {
+  Metadata m{{"weft_model", model}};
+  if (model == "gpt") {
+    m["weft_vocab"] = std::to_string(gpt.vocab);
+    m["weft_context"] = std::to_string(gpt.context);
+    m["weft_dim"] = std::to_string(gpt.dim);
+    m["weft_layers"] = std::to_string(gpt.layers);
+    m["weft_heads"] = std::to_string(gpt.heads);
+    m["weft_positional"] = std::string(positional_name(gpt.positional));
+    m["weft_pre_ln"] = std::string(1, gpt.pre_ln ? '1' : '0');
+  } else if (is_recurrent(model)) {
+    m["weft_vocab"] = std::to_string(recurrent.vocab);
+    m["weft_context"] = std::to_string(recurrent.context);
+    m["weft_dim"] = std::to_string(recurrent.dim);
+    m["weft_layers"] = std::to_string(recurrent.layers);
+  }
+  return m;
+}
+
+ModelRecipe ModelRecipe::from_metadata(const Metadata& metadata, const std::string& source) {
+  Reader r(metadata, source);
+  ModelRecipe recipe;
+  recipe.model = r.text("weft_model");
+  if (recipe.model == "gpt") {
+    GptConfig& g = recipe.gpt;
+    g.vocab = r.size("weft_vocab");
+    g.context = r.size("weft_context");
+    g.dim = r.size("weft_dim");
+    g.layers = r.size("weft_layers");
+    g.heads = r.size("weft_heads");
+    if (g.dim % g.heads != 0)
+      throw CheckpointError(source + ": weft_dim " + std::to_string(g.dim) + " is not divisible by weft_heads " +
+                            std::to_string(g.heads));
+    try {
+      g.positional = parse_positional(r.text("weft_positional"));
+    } catch (const ConfigError& e) {
+      throw CheckpointError(source + ": " + e.what());
+    }
+    const std::string& pre_ln = r.text("weft_pre_ln");
+    if (pre_ln != "0" && pre_ln != "1") throw CheckpointError(source + ": weft_pre_ln '" + pre_ln + "' is not 0 or 1");
+    g.pre_ln = pre_ln == "1";
+  } else if (is_recurrent(recipe.model)) {
+    RecurrentConfig& c = recipe.recurrent;
+    c.cell = recipe.model;
+    c.vocab = r.size("weft_vocab");
+    c.context = r.size("weft_context");
+    c.dim = r.size("weft_dim");
+    c.layers = r.size("weft_layers");
+  } else {
+    const auto& names = model_names();
+    if (std::find(names.begin(), names.end(), recipe.model) == names.end())
+      throw CheckpointError(source + ": unknown model '" + recipe.model + "'");
+  }
+  return recipe;
+}
+
+std::shared_ptr<Module> ModelRecipe::build(Rng& rng) const {
+  if (model == "gpt") return std::make_shared<GPT>(gpt, rng);
+  if (is_recurrent(model)) return std::make_shared<RecurrentLM>(recurrent, rng);
+  return make_model(model, rng);
+}
+
+}  // namespace weft

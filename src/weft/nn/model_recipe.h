@@ -1,0 +1,37 @@
+// What a saved model is: its name and the sizes of its architecture, kept next to its
+// parameters (the metadata of a safetensors file, the info of a checkpoint) so that a model
+// can be rebuilt for inference without the options that trained it. The keys are flat
+// strings, "weft_model" plus the sizes its kind needs:
+//   image models   weft_model = mlp | cnn | mlp128 | seed-cnn
+//   GPT            weft_model = gpt, weft_vocab, weft_context, weft_dim, weft_layers,
+//                  weft_heads, weft_positional (learned | standard | book), weft_pre_ln (0|1)
+//   recurrent      weft_model = rnn | rnn-sigmoid | lstm | lstm-seed, weft_vocab,
+//                  weft_context, weft_dim, weft_layers
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "weft/nn/module.h"
+#include "weft/nn/recurrent.h"
+#include "weft/nn/transformer.h"
+
+namespace weft {
+
+using Metadata = std::map<std::string, std::string>;
+
+struct ModelRecipe {
+  std::string model;           // the name weft train --model takes
+  GptConfig gpt;               // when model == "gpt"
+  RecurrentConfig recurrent;   // when model is a recurrent cell
+
+  bool is_language_model() const;
+  Metadata to_metadata() const;
+  // Throws CheckpointError("<source>: <problem>") for a missing or malformed key.
+  static ModelRecipe from_metadata(const Metadata& metadata, const std::string& source);
+  // A freshly initialized model of this recipe.
+  std::shared_ptr<Module> build(Rng& rng) const;
+};
+
+}  // namespace weft

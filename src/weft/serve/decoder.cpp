@@ -1,0 +1,244 @@
+#include "weft/serve/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "weft/autograd/variable.h"
+#include "weft/tensor/fast_math.h"
+#include "weft/tensor/linalg.h"
+#include "weft/tensor/ops.h"
+#include "weft/tensor/thread_pool.h"
+#include "weft/util/error.h"
+
+namespace weft::serve {
+
+namespace {
+
+class GptState : public SequenceState {
+ public:
+  std::vector<Tensor> k, v;  // per layer: [context, d], rows [0, cached) filled
+  std::int64_t cached = 0;
+};
+
+// Layer normalization of each row, as nn's LayerNorm computes it (eps 1e-5).
+Tensor layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b) {
+  const std::int64_t rows = x.size(0), d = x.size(1);
+  Tensor out = Tensor::empty({rows, d});
+  const float* p = x.data<float>();
+  const float* g = w.data<float>();
+  const float* bb = b.data<float>();
+  float* o = out.data<float>();
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const float* row = p + i * d;
+    float mean = 0, var = 0;
+    for (std::int64_t k = 0; k < d; ++k) mean += row[k];
+    mean /= static_cast<float>(d);
+    for (std::int64_t k = 0; k < d; ++k) var += (row[k] - mean) * (row[k] - mean);
+    var /= static_cast<float>(d);
+    const float r = 1.0f / std::sqrt(var + 1e-5f);
+    for (std::int64_t k = 0; k < d; ++k) o[i * d + k] = (row[k] - mean) * r * g[k] + bb[k];
+  }
+  return out;
+}
+
+// GELU, the tanh approximation nn uses, in place.
+void gelu_(Tensor& x) {
+  float* p = x.data<float>();
+  const auto c = static_cast<float>(std::sqrt(2.0 / M_PI));
+  parallel_for(x.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const float a = p[i];
+      p[i] = 0.5f * a * (1.0f + tanh_of(c * (a + 0.044715f * a * a * a)));
+    }
+  });
+}
+
+}  // namespace
+
+GptDecoder::GptDecoder(const GPT& model) : c_(model.config()) {
+  std::map<std::string, Tensor> p;
+  for (auto& [name, var] : model.named_parameters()) p[name] = var.value();
+  auto get = [&](const std::string& name) {
+    auto it = p.find(name);
+    if (it == p.end()) throw InternalError("GptDecoder: the model has no parameter " + name);
+    return it->second.contiguous();
+  };
+  wte_ = get("wte.weight");
+  if (c_.positional == Positional::kLearned) wpe_ = get("wpe.weight");
+  else positions_ = sinusoidal_encoding(c_.context, c_.dim, c_.positional);
+  for (std::int64_t i = 0; i < c_.layers; ++i) {
+    std::string h = "h";  // (not "h" + ...: GCC 12 warns falsely on that concatenation)
+    h += std::to_string(i);
+    h += '.';
+    blocks_.push_back({get(h + "ln1.weight"), get(h + "ln1.bias"), get(h + "attn.qkv.weight"), get(h + "attn.qkv.bias"),
+                       get(h + "attn.proj.weight"), get(h + "attn.proj.bias"), get(h + "ln2.weight"),
+                       get(h + "ln2.bias"), get(h + "fc.weight"), get(h + "fc.bias"), get(h + "out.weight"),
+                       get(h + "out.bias")});
+  }
+  lnf_w_ = get("ln_f.weight");
+  lnf_b_ = get("ln_f.bias");
+}
+
+std::unique_ptr<SequenceState> GptDecoder::start() const {
+  auto s = std::make_unique<GptState>();
+  for (std::int64_t l = 0; l < c_.layers; ++l) {
+    s->k.push_back(Tensor::empty({c_.context, c_.dim}));
+    s->v.push_back(Tensor::empty({c_.context, c_.dim}));
+  }
+  return s;
+}
+
+// Each new row's attention over its sequence's cache (the new keys and values written first).
+void GptDecoder::attention(const std::vector<SequenceState*>& sequences, const std::vector<std::int64_t>& first_row,
+                           const std::vector<std::int64_t>& rows, std::int64_t layer, const Tensor& qkv,
+                           Tensor& out) const {
+  const std::int64_t d = c_.dim, H = c_.heads, hd = d / H;
+  const auto S = static_cast<std::int64_t>(sequences.size());
+  const float* q_all = qkv.data<float>();
+  for (std::int64_t i = 0; i < S; ++i) {
+    auto* s = static_cast<GptState*>(sequences[static_cast<size_t>(i)]);
+    float* k = s->k[static_cast<size_t>(layer)].data<float>();
+    float* v = s->v[static_cast<size_t>(layer)].data<float>();
+    for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
+      const float* src = q_all + (first_row[static_cast<size_t>(i)] + r) * 3 * d;
+      std::copy(src + d, src + 2 * d, k + (s->cached + r) * d);
+      std::copy(src + 2 * d, src + 3 * d, v + (s->cached + r) * d);
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  float* o = out.data<float>();
+  parallel_for(S * H, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> w(static_cast<size_t>(c_.context));
+    for (std::int64_t job = begin; job < end; ++job) {
+      const std::int64_t i = job / H, h = job % H;
+      auto* s = static_cast<GptState*>(sequences[static_cast<size_t>(i)]);
+      const float* k = s->k[static_cast<size_t>(layer)].data<float>() + h * hd;
+      const float* v = s->v[static_cast<size_t>(layer)].data<float>() + h * hd;
+      for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
+        const std::int64_t row = first_row[static_cast<size_t>(i)] + r, keys = s->cached + r + 1;
+        const float* q = q_all + row * 3 * d + h * hd;
+        float top = -INFINITY;
+        for (std::int64_t j = 0; j < keys; ++j) {
+          float dot = 0;
+          for (std::int64_t e = 0; e < hd; ++e) dot += q[e] * k[j * d + e];
+          w[static_cast<size_t>(j)] = dot * scale;
+          top = std::max(top, w[static_cast<size_t>(j)]);
+        }
+        float total = 0;
+        for (std::int64_t j = 0; j < keys; ++j) total += w[static_cast<size_t>(j)] = std::exp(w[static_cast<size_t>(j)] - top);
+        float* dst = o + row * d + h * hd;
+        std::fill(dst, dst + hd, 0.0f);
+        for (std::int64_t j = 0; j < keys; ++j) {
+          const float a = w[static_cast<size_t>(j)] / total;
+          for (std::int64_t e = 0; e < hd; ++e) dst[e] += a * v[j * d + e];
+        }
+      }
+    }
+  });
+}
+
+Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
+                          const std::vector<std::vector<std::int32_t>>& tokens) {
+  WEFT_CHECK(sequences.size() == tokens.size(), "GptDecoder: one list of tokens per sequence");
+  const std::int64_t d = c_.dim;
+  const auto S = static_cast<std::int64_t>(sequences.size());
+  // What each sequence feeds: its new tokens, or (past the context) its last window again.
+  std::vector<std::vector<std::int32_t>> feed(static_cast<size_t>(S));
+  std::vector<std::int64_t> first_row(static_cast<size_t>(S)), rows(static_cast<size_t>(S));
+  for (const auto& t : tokens) {
+    WEFT_CHECK(!t.empty(), "GptDecoder: a step feeds at least one token per sequence");
+    for (std::int32_t id : t) WEFT_CHECK(id >= 0 && id < c_.vocab, "GptDecoder: a token outside the vocabulary");
+  }
+  std::int64_t R = 0;
+  for (std::int64_t i = 0; i < S; ++i) {
+    auto* s = static_cast<GptState*>(sequences[static_cast<size_t>(i)]);
+    const auto& t = tokens[static_cast<size_t>(i)];
+    s->tokens.insert(s->tokens.end(), t.begin(), t.end());
+    auto& f = feed[static_cast<size_t>(i)];
+    if (s->cached + static_cast<std::int64_t>(t.size()) > c_.context) {
+      s->cached = 0;
+      f.assign(s->tokens.end() - std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(s->tokens.size()), c_.context),
+               s->tokens.end());
+    } else {
+      f = t;
+    }
+    first_row[static_cast<size_t>(i)] = R;
+    rows[static_cast<size_t>(i)] = static_cast<std::int64_t>(f.size());
+    R += rows[static_cast<size_t>(i)];
+  }
+  // Token and position embeddings.
+  Tensor x = Tensor::empty({R, d});
+  float* xp = x.data<float>();
+  const float* pos = (wpe_.defined() ? wpe_ : positions_).data<float>();
+  for (std::int64_t i = 0; i < S; ++i) {
+    auto* s = static_cast<GptState*>(sequences[static_cast<size_t>(i)]);
+    const auto& f = feed[static_cast<size_t>(i)];
+    for (std::size_t r = 0; r < f.size(); ++r) {
+      const std::int64_t row = first_row[static_cast<size_t>(i)] + static_cast<std::int64_t>(r);
+      const float* e = wte_.data<float>() + static_cast<std::int64_t>(f[r]) * d;
+      const float* p = pos + (s->cached + static_cast<std::int64_t>(r)) * d;
+      for (std::int64_t k = 0; k < d; ++k) xp[row * d + k] = e[k] + p[k];
+    }
+  }
+  Tensor att = Tensor::empty({R, d});
+  for (std::int64_t l = 0; l < c_.layers; ++l) {
+    const Block& b = blocks_[static_cast<size_t>(l)];
+    if (c_.pre_ln) {
+      Tensor qkv = ops::linear(layer_norm_rows(x, b.ln1_w, b.ln1_b), b.qkv_w, &b.qkv_b);
+      attention(sequences, first_row, rows, l, qkv, att);
+      ops::add_(x, ops::linear(att, b.proj_w, &b.proj_b));
+      Tensor f = ops::linear(layer_norm_rows(x, b.ln2_w, b.ln2_b), b.fc_w, &b.fc_b);
+      gelu_(f);
+      ops::add_(x, ops::linear(f, b.out_w, &b.out_b));
+    } else {
+      Tensor qkv = ops::linear(x, b.qkv_w, &b.qkv_b);
+      attention(sequences, first_row, rows, l, qkv, att);
+      ops::add_(x, ops::linear(att, b.proj_w, &b.proj_b));
+      x = layer_norm_rows(x, b.ln1_w, b.ln1_b);
+      Tensor f = ops::linear(x, b.fc_w, &b.fc_b);
+      gelu_(f);
+      ops::add_(x, ops::linear(f, b.out_w, &b.out_b));
+      x = layer_norm_rows(x, b.ln2_w, b.ln2_b);
+    }
+  }
+  for (std::int64_t i = 0; i < S; ++i) static_cast<GptState*>(sequences[static_cast<size_t>(i)])->cached += rows[static_cast<size_t>(i)];
+  // The last row of each sequence through the final norm and the tied head.
+  Tensor last = Tensor::empty({S, d});
+  xp = x.data<float>();  // (post-LN made a new x)
+  for (std::int64_t i = 0; i < S; ++i) {
+    const std::int64_t row = first_row[static_cast<size_t>(i)] + rows[static_cast<size_t>(i)] - 1;
+    std::copy(xp + row * d, xp + (row + 1) * d, last.data<float>() + i * d);
+  }
+  Tensor h = layer_norm_rows(last, lnf_w_, lnf_b_);
+  return ops::linear(h, wte_, nullptr);
+}
+
+Tensor WindowDecoder::extend(const std::vector<SequenceState*>& sequences,
+                             const std::vector<std::vector<std::int32_t>>& tokens) {
+  WEFT_CHECK(sequences.size() == tokens.size(), "WindowDecoder: one list of tokens per sequence");
+  NoGradGuard no_grad;
+  model_.eval();
+  const std::int64_t V = model_.vocab();
+  Tensor logits = Tensor::empty({static_cast<std::int64_t>(sequences.size()), V});
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    auto& all = sequences[i]->tokens;
+    for (std::int32_t id : tokens[i]) WEFT_CHECK(id >= 0 && id < V, "WindowDecoder: a token outside the vocabulary");
+    all.insert(all.end(), tokens[i].begin(), tokens[i].end());
+    const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(all.size()), model_.context());
+    Tensor ids = Tensor::empty({1, T});
+    for (std::int64_t t = 0; t < T; ++t)
+      ids.data<float>()[t] = static_cast<float>(all[all.size() - static_cast<size_t>(T) + static_cast<size_t>(t)]);
+    Tensor out = model_.forward(Var(ids)).value().select(1, T - 1).select(0, 0).contiguous();
+    std::copy(out.data<float>(), out.data<float>() + V, logits.data<float>() + static_cast<std::int64_t>(i) * V);
+  }
+  return logits;
+}
+
+std::unique_ptr<Decoder> make_decoder(LanguageModel& model) {
+  if (auto* gpt = dynamic_cast<GPT*>(&model)) return std::make_unique<GptDecoder>(*gpt);
+  return std::make_unique<WindowDecoder>(model);
+}
+
+}  // namespace weft::serve

@@ -1,0 +1,90 @@
+// Incremental decoding: a language model's next-token logits for many sequences at once,
+// each sequence extended by its own tokens (a whole prompt when it starts, one token per
+// step after).
+//
+//   GptDecoder     keeps a key-value cache per sequence and layer, so a step computes only
+//                  the new positions: the prompt is prefilled once, then each token costs one
+//                  row through every layer (seed 002 chapter 7's attention, with the keys and
+//                  values of earlier positions kept). The rows of all sequences share each
+//                  layer's matrix products; attention runs per sequence over its own cache.
+//                  A sequence longer than the context slides: its last `context` tokens are
+//                  prefilled again, which is what decoding without a cache does.
+//   WindowDecoder  any language model (the recurrent ones): the model's forward over the
+//                  last `context` tokens, at every step.
+//
+// Both give the logits the model's own forward gives for the same window (within float
+// rounding), with no autograd.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "weft/nn/language_model.h"
+#include "weft/nn/transformer.h"
+#include "weft/tensor/tensor.h"
+
+namespace weft::serve {
+
+// One sequence's state between steps (its tokens and, for a GPT, its cache).
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+  std::vector<std::int32_t> tokens;  // every token fed so far
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual std::unique_ptr<SequenceState> start() const = 0;
+  // Feeds tokens[i] (one or more) to sequences[i]; returns [S, vocab]: row i is the logits
+  // of the token after sequences[i]'s last.
+  virtual Tensor extend(const std::vector<SequenceState*>& sequences,
+                        const std::vector<std::vector<std::int32_t>>& tokens) = 0;
+  virtual std::int64_t vocab() const = 0;
+  virtual std::int64_t context() const = 0;
+  // Bytes of cache one sequence holds at full context.
+  virtual std::int64_t cache_bytes_per_sequence() const { return 0; }
+};
+
+class GptDecoder : public Decoder {
+ public:
+  // Shares the model's parameters (the model must outlive the decoder).
+  explicit GptDecoder(const GPT& model);
+  std::unique_ptr<SequenceState> start() const override;
+  Tensor extend(const std::vector<SequenceState*>& sequences,
+                const std::vector<std::vector<std::int32_t>>& tokens) override;
+  std::int64_t vocab() const override { return c_.vocab; }
+  std::int64_t context() const override { return c_.context; }
+  std::int64_t cache_bytes_per_sequence() const override { return 2 * c_.layers * c_.context * c_.dim * 4; }
+
+ private:
+  struct Block {
+    Tensor ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
+  };
+  void attention(const std::vector<SequenceState*>& sequences, const std::vector<std::int64_t>& first_row,
+                 const std::vector<std::int64_t>& rows, std::int64_t layer, const Tensor& qkv, Tensor& out) const;
+
+  GptConfig c_;
+  Tensor wte_, wpe_, positions_;  // wpe_ (learned) or positions_ (fixed encodings)
+  std::vector<Block> blocks_;
+  Tensor lnf_w_, lnf_b_;
+};
+
+class WindowDecoder : public Decoder {
+ public:
+  explicit WindowDecoder(LanguageModel& model) : model_(model) {}
+  std::unique_ptr<SequenceState> start() const override { return std::make_unique<SequenceState>(); }
+  Tensor extend(const std::vector<SequenceState*>& sequences,
+                const std::vector<std::vector<std::int32_t>>& tokens) override;
+  std::int64_t vocab() const override { return model_.vocab(); }
+  std::int64_t context() const override { return model_.context(); }
+
+ private:
+  LanguageModel& model_;
+};
+
+// The decoder for a model: a GptDecoder for a GPT, else a WindowDecoder.
+std::unique_ptr<Decoder> make_decoder(LanguageModel& model);
+
+}  // namespace weft::serve

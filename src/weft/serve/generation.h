@@ -1,0 +1,66 @@
+// One request's text generation, step by step: the prompt's tokens, the sampler, the text
+// so far, and when to stop (max_tokens, or a stop sequence, which is not part of the text).
+// The decoder that computes the logits is outside (decoder.h): a batcher steps many
+// Generations at once, `generate` steps one.
+//
+// The text handed out is valid UTF-8 and final: a stream never takes back what it sent, so
+// accept() holds back the bytes that could still begin a stop sequence or complete a
+// multi-byte character, and finish() releases them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/data/text.h"
+#include "weft/serve/decoder.h"
+#include "weft/serve/sampling.h"
+
+namespace weft::serve {
+
+struct GenerationOptions {
+  std::int64_t max_tokens = 16;
+  SamplingOptions sampling;
+  std::vector<std::string> stop;  // stop sequences (empty ones are ignored)
+};
+
+class Generation {
+ public:
+  Generation(const Tokenizer& tokenizer, const std::string& prompt, const GenerationOptions& options);
+
+  // The tokens to feed the decoder next: the prompt first (a start token when it is empty),
+  // then the last chosen token.
+  const std::vector<std::int32_t>& feed() const { return feed_; }
+  // Chooses the next token from its logits; returns the text that became final (may be "").
+  std::string accept(const float* logits, std::int64_t vocab);
+  bool done() const { return !finish_reason_.empty(); }
+  const std::string& finish_reason() const { return finish_reason_; }  // "stop" | "length"
+  const std::string& text() const { return text_; }  // the final text so far
+  const std::vector<std::int32_t>& completion() const { return completion_; }
+  std::int64_t prompt_tokens() const { return prompt_tokens_; }
+
+ private:
+  std::string release(bool all);
+
+  const Tokenizer& tokenizer_;
+  GenerationOptions o_;
+  Sampler sampler_;
+  std::vector<std::int32_t> feed_, completion_;
+  std::int64_t prompt_tokens_ = 0;
+  std::int32_t previous_ = -1;  // the token before the next one (for the tokenizer's spacing)
+  std::string raw_;             // the decoded completion, stop sequences not yet cut
+  std::size_t released_ = 0;    // bytes of raw_ already turned into text_
+  std::string text_, finish_reason_;
+};
+
+struct GenerationResult {
+  std::string text, finish_reason;
+  std::vector<std::int32_t> tokens;
+  std::int64_t prompt_tokens = 0;
+};
+
+// Generates one completion with its own sequence state.
+GenerationResult generate(Decoder& decoder, const Tokenizer& tokenizer, const std::string& prompt,
+                          const GenerationOptions& options);
+
+}  // namespace weft::serve

@@ -1,0 +1,90 @@
+#include "weft/serve/model_file.h"
+
+#include <filesystem>
+
+#include "weft/train/checkpoint.h"
+#include "weft/train/safetensors.h"
+#include "weft/util/error.h"
+#include "weft/util/file.h"
+
+namespace weft::serve {
+
+namespace {
+
+struct Saved {
+  StateDict parameters;
+  Metadata metadata;
+  std::string name;
+};
+
+Saved read_saved(const std::string& path) {
+  if (!file_exists(path)) throw CheckpointError(path + " does not exist");
+  if (!is_directory(path)) {
+    SafetensorsFile f = decode_safetensors(read_file(path), path);
+    std::string name = std::filesystem::path(path).filename().string();
+    if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") name.resize(name.size() - 12);
+    return {std::move(f.tensors), std::move(f.metadata), name};
+  }
+  std::string folder = path;
+  if (!file_exists(path + "/meta.json")) {
+    std::optional<std::string> latest = latest_checkpoint(path);
+    if (!latest) throw CheckpointError(path + ": neither a checkpoint folder (meta.json) nor a folder of checkpoints");
+    folder = *latest;
+  }
+  Checkpoint c = load_checkpoint(folder);
+  return {std::move(c.model), std::move(c.meta.info), std::filesystem::path(folder).filename().string()};
+}
+
+// The recorded sizes come from a file: before anything is allocated by them, they must fit
+// the parameters the file holds (a GPT's embedding is vocab x dim and each block 12 dim^2;
+// a recurrent layer at least dim^2) and the context a sane bound.
+void check_sizes(const ModelRecipe& r, const StateDict& parameters, const std::string& path) {
+  double elements = 0;
+  for (const auto& [name, t] : parameters) elements += static_cast<double>(t.numel());
+  auto require = [&](double need, const char* what) {
+    if (need > elements)
+      throw CheckpointError(path + ": the recorded " + what + " needs more parameters than the file holds");
+  };
+  auto d = [](std::int64_t v) { return static_cast<double>(v); };
+  if (r.model == "gpt") {
+    require(d(r.gpt.vocab) * d(r.gpt.dim), "vocabulary and width");
+    require(12 * d(r.gpt.layers) * d(r.gpt.dim) * d(r.gpt.dim), "layers and width");
+    if (r.gpt.context > (1 << 20)) throw CheckpointError(path + ": the recorded context is over 2^20 tokens");
+  } else if (r.is_language_model()) {
+    require(d(r.recurrent.vocab) * d(r.recurrent.dim), "vocabulary and width");
+    require(d(r.recurrent.layers) * d(r.recurrent.dim) * d(r.recurrent.dim), "layers and width");
+    if (r.recurrent.context > (1 << 20)) throw CheckpointError(path + ": the recorded context is over 2^20 tokens");
+  }
+}
+
+}  // namespace
+
+LoadedModel load_model(const std::string& path) {
+  Saved saved = read_saved(path);
+  LoadedModel m;
+  m.source = path;
+  m.name = saved.name;
+  m.recipe = ModelRecipe::from_metadata(saved.metadata, path);
+  check_sizes(m.recipe, saved.parameters, path);
+  Rng rng(0);
+  m.module = m.recipe.build(rng);
+  m.module->load_state_dict(saved.parameters);
+  m.module->eval();
+  if (m.recipe.is_language_model()) {
+    auto kind = saved.metadata.find("weft_tokenizer");
+    auto vocabulary = saved.metadata.find("weft_tokenizer_vocabulary");
+    if (kind == saved.metadata.end() || vocabulary == saved.metadata.end())
+      throw CheckpointError(path + ": the language model's tokenizer is not recorded");
+    try {
+      m.tokenizer = make_tokenizer(kind->second, vocabulary->second);
+    } catch (const DataError& e) {
+      throw CheckpointError(path + ": " + e.what());
+    }
+    if (m.tokenizer->vocab_size() != m.language_model()->vocab())
+      throw CheckpointError(path + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
+                            " tokens but the model's vocabulary is " + std::to_string(m.language_model()->vocab()));
+  }
+  return m;
+}
+
+}  // namespace weft::serve

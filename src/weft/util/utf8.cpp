@@ -1,0 +1,64 @@
+#include "weft/util/utf8.h"
+
+namespace weft {
+
+namespace {
+
+// The length of the valid sequence starting at text[i]; 0 when invalid; -n when the n bytes
+// left are a valid beginning of a longer sequence.
+int sequence_length(std::string_view text, std::size_t i) {
+  const auto b0 = static_cast<unsigned char>(text[i]);
+  int need;
+  unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (b0 < 0x80) return 1;
+  if (b0 >= 0xC2 && b0 <= 0xDF) need = 2;
+  else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    need = 3;
+    if (b0 == 0xE0) lo = 0xA0;   // no overlong forms
+    if (b0 == 0xED) hi = 0x9F;   // no surrogates
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    need = 4;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;   // nothing above U+10FFFF
+  } else {
+    return 0;
+  }
+  for (int k = 1; k < need; ++k) {
+    if (i + static_cast<std::size_t>(k) >= text.size()) return -k;
+    const auto b = static_cast<unsigned char>(text[i + static_cast<std::size_t>(k)]);
+    const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
+    if (b < l || b > h) return 0;
+  }
+  return need;
+}
+
+}  // namespace
+
+std::size_t utf8_complete_prefix(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const int n = sequence_length(text, i);
+    if (n < 0) return i;
+    i += n == 0 ? 1 : static_cast<std::size_t>(n);
+  }
+  return i;
+}
+
+std::string valid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const int n = sequence_length(text, i);
+    if (n > 0) {
+      out.append(text.substr(i, static_cast<std::size_t>(n)));
+      i += static_cast<std::size_t>(n);
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      i += n < 0 ? static_cast<std::size_t>(-n) : 1;
+    }
+  }
+  return out;
+}
+
+}  // namespace weft

@@ -1,0 +1,19 @@
+// UTF-8 for text a model emits byte by byte: a character-level model can sample any byte, so
+// what is shown to a user is made valid here, and a stream holds back a character whose
+// bytes have not all arrived yet.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace weft {
+
+// The length of the longest prefix of `text` that does not end inside a UTF-8 sequence that
+// could still be completed by more bytes (invalid bytes count as complete: they will be
+// replaced, not waited for).
+std::size_t utf8_complete_prefix(std::string_view text);
+// `text` with every invalid or truncated sequence replaced by U+FFFD: always valid UTF-8.
+std::string valid_utf8(std::string_view text);
+
+}  // namespace weft
