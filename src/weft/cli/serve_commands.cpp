@@ -9,6 +9,8 @@
 #include "weft/serve/classify.h"
 #include "weft/serve/generation.h"
 #include "weft/serve/model_file.h"
+#include "weft/serve/server.h"
+#include "weft/util/env.h"
 #include "weft/tensor/ops.h"
 #include "weft/util/error.h"
 
@@ -133,6 +135,32 @@ void add_generate_command(CLI::App& app, Action& action) {
   c->options.max_tokens = 200;
   c->options.sampling.temperature = 0.8;
   cmd->callback([c, &action] { action = [c] { return run_generate(*c); }; });
+}
+
+void add_serve_command(CLI::App& app, Action& action) {
+  auto c = std::make_shared<serve::ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "serve a saved model over HTTP (OpenAI completions, image classification)");
+  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  cmd->add_option("--host", c->host, "the address to listen on (0.0.0.0: every interface)")->capture_default_str();
+  cmd->add_option("--port", c->port, "the port (0: any free port)")->capture_default_str();
+  cmd->add_option("--port-file", c->port_file, "write the port to this file once listening");
+  cmd->add_option("--token", c->token, "require 'Authorization: Bearer TOKEN' (default: $WEFT_SERVE_TOKEN; none)");
+  cmd->add_option("--max-batch", c->batch.max_batch, "sequences decoded together / images per forward")
+      ->capture_default_str();
+  cmd->add_option("--max-wait-ms", c->batch.max_wait_ms, "how long a new batch waits for more requests")
+      ->capture_default_str();
+  cmd->add_option("--max-body", c->max_body, "the largest request body in bytes")->capture_default_str();
+  cmd->add_option("--max-prompt-tokens", c->max_prompt_tokens, "the longest prompt (0: the model's context)")
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", c->max_tokens, "the most tokens one request may ask for")->capture_default_str();
+  cmd->add_option("--max-concurrency", c->max_concurrency, "requests in flight before 429")->capture_default_str();
+  cmd->add_option("--max-images", c->max_images, "images in one classify request")->capture_default_str();
+  cmd->callback([c, &action] {
+    action = [c] {
+      if (c->token.empty()) c->token = env_string("WEFT_SERVE_TOKEN").value_or("");
+      return serve::serve(*c, stdout);
+    };
+  });
 }
 
 }  // namespace weft::cli

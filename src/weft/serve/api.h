@@ -1,0 +1,58 @@
+// The HTTP API's requests and responses as JSON, apart from the HTTP server: OpenAI's
+// completions shape (POST /v1/completions, streamed as server-sent events) and weft's image
+// classification (POST /v1/classify). Parsing checks every field a client sends, its type
+// and its range, and throws RequestError with the HTTP status and a one-line reason.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "weft/serve/generation.h"
+#include "weft/tensor/tensor.h"
+
+namespace weft::serve {
+
+class RequestError : public std::runtime_error {
+ public:
+  RequestError(int http_status, const std::string& message, std::string field = "")
+      : std::runtime_error(message), status(http_status), param(std::move(field)) {}
+  int status;
+  std::string param;  // the field at fault, when one is
+};
+
+struct ApiLimits {
+  std::string model;                 // the served model's name (requests naming another get 404)
+  std::int64_t max_tokens = 1024;    // the most max_tokens a request may ask for
+  std::int64_t max_images = 1024;    // images in one classify request
+};
+
+struct CompletionRequest {
+  std::string prompt;
+  GenerationOptions options;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// Parses a completions body; a request without a seed gets `default_seed`.
+CompletionRequest parse_completion_request(const std::string& body, const ApiLimits& limits,
+                                           std::uint64_t default_seed);
+// {"id", "object": "text_completion", "created", "model", "choices": [...], "usage"}.
+nlohmann::json completion_response(const std::string& id, std::int64_t created, const std::string& model,
+                                   const std::string& text, const std::string& finish_reason,
+                                   std::int64_t prompt_tokens, std::int64_t completion_tokens);
+// One server-sent event's data of a stream: a text delta, and the finish reason at the end.
+nlohmann::json completion_chunk(const std::string& id, std::int64_t created, const std::string& model,
+                                const std::string& text, const std::string& finish_reason);
+// {"error": {"message", "type", "param", "code"}}: OpenAI's error shape.
+std::string error_body(int status, const std::string& message, const std::string& param = "");
+
+// Normalized images [N, 1, 28, 28] from {"images": [[784 values] | [[28 rows of 28]], ...]}
+// or {"images_base64": ["<784 bytes in base64>", ...]}, pixel values 0-255.
+Tensor parse_classify_request(const std::string& body, const ApiLimits& limits);
+nlohmann::json classify_response(const std::string& model, const Tensor& probabilities);
+
+}  // namespace weft::serve

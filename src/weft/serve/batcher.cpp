@@ -1,0 +1,262 @@
+#include "weft/serve/batcher.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "weft/serve/classify.h"
+
+namespace weft::serve {
+
+bool Ticket::next(std::string& piece, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !pieces_.empty() || finished_; });
+  if (!pieces_.empty()) {
+    piece = std::move(pieces_.front());
+    pieces_.pop_front();
+    return true;
+  }
+  piece.clear();
+  return !finished_;
+}
+
+void Ticket::wait() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return finished_; });
+}
+
+void Ticket::cancel() {
+  std::lock_guard lock(mu_);
+  cancelled_ = true;
+}
+
+bool Ticket::cancelled() const {
+  std::lock_guard lock(mu_);
+  return cancelled_;
+}
+
+void Ticket::push(std::string piece, bool finished) {
+  {
+    std::lock_guard lock(mu_);
+    pieces_.push_back(std::move(piece));
+    finished_ = finished_ || finished;
+  }
+  cv_.notify_all();
+}
+
+LmBatcher::LmBatcher(Decoder& decoder, const Tokenizer& tokenizer, BatchOptions options, Metrics& metrics)
+    : decoder_(decoder), tokenizer_(tokenizer), o_(options), metrics_(metrics) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+LmBatcher::~LmBatcher() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void LmBatcher::submit(const std::shared_ptr<Ticket>& ticket) {
+  {
+    std::lock_guard lock(mu_);
+    waiting_.push_back(ticket);
+  }
+  cv_.notify_all();
+}
+
+std::int64_t LmBatcher::waiting() const {
+  std::lock_guard lock(mu_);
+  return static_cast<std::int64_t>(waiting_.size());
+}
+
+std::int64_t LmBatcher::running() const {
+  std::lock_guard lock(mu_);
+  return running_;
+}
+
+void LmBatcher::loop() {
+  std::vector<Active> active;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !active.empty(); });
+      if (stopping_) break;
+      // An idle batcher waits a moment for company before it starts a batch.
+      if (active.empty() && static_cast<std::int64_t>(waiting_.size()) < o_.max_batch && o_.max_wait_ms > 0) {
+        cv_.wait_for(lock, std::chrono::duration<double, std::milli>(o_.max_wait_ms), [&] {
+          return stopping_ || static_cast<std::int64_t>(waiting_.size()) >= o_.max_batch;
+        });
+        if (stopping_) break;
+      }
+      // Join at the token boundary.
+      while (!waiting_.empty() && static_cast<std::int64_t>(active.size()) < o_.max_batch) {
+        std::shared_ptr<Ticket> t = std::move(waiting_.front());
+        waiting_.pop_front();
+        auto g = std::make_unique<Generation>(tokenizer_, t->prompt, t->options);
+        t->prompt_tokens = g->prompt_tokens();
+        active.push_back({std::move(t), std::move(g), decoder_.start()});
+      }
+      running_ = static_cast<std::int64_t>(active.size());
+      metrics_.set("weft_queue_depth", static_cast<double>(waiting_.size()));
+      metrics_.set("weft_running_sequences", static_cast<double>(running_));
+    }
+    step(active);
+  }
+  for (auto& a : active) {
+    a.ticket->error = "the server is shutting down";
+    a.ticket->push("", true);
+  }
+  std::lock_guard lock(mu_);
+  for (auto& t : waiting_) {
+    t->error = "the server is shutting down";
+    t->push("", true);
+  }
+}
+
+// One decoding step of every active sequence; the finished and the cancelled leave.
+void LmBatcher::step(std::vector<Active>& active) {
+  auto finish = [](Active& a) {
+    Ticket& t = *a.ticket;
+    t.text = a.generation->text();
+    t.finish_reason = a.generation->finish_reason();
+    t.completion_tokens = static_cast<std::int64_t>(a.generation->completion().size());
+  };
+  // A cancelled request, or one that asks for no tokens, leaves before the step.
+  for (auto& a : active)
+    if (a.ticket->cancelled() || a.generation->done()) {
+      finish(a);
+      a.ticket->push("", true);
+    }
+  active.erase(std::remove_if(active.begin(), active.end(),
+                              [](const Active& a) { return a.ticket->cancelled() || a.generation->done(); }),
+               active.end());
+  if (active.empty()) return;
+  std::vector<SequenceState*> states;
+  std::vector<std::vector<std::int32_t>> feeds;
+  std::int64_t rows = 0;
+  for (auto& a : active) {
+    states.push_back(a.state.get());
+    feeds.push_back(a.generation->feed());
+    rows += static_cast<std::int64_t>(a.generation->feed().size());
+  }
+  Tensor logits;
+  try {
+    logits = decoder_.extend(states, feeds);
+  } catch (const std::exception& e) {
+    for (auto& a : active) {
+      a.ticket->error = e.what();
+      a.ticket->push("", true);
+    }
+    active.clear();
+    return;
+  }
+  metrics_.observe("weft_batch_size", static_cast<double>(active.size()), "kind=\"decode\"");
+  metrics_.add("weft_generated_tokens_total", static_cast<double>(active.size()));
+  const auto now = Clock::now();
+  for (std::size_t i = 0; i < active.size(); ++i) {
+    Active& a = active[i];
+    std::string piece = a.generation->accept(logits.data<float>() + static_cast<std::int64_t>(i) * decoder_.vocab(),
+                                             decoder_.vocab());
+    if (!a.ticket->first_token) {
+      a.ticket->first_token = now;
+      metrics_.observe("weft_time_to_first_token_seconds",
+                       std::chrono::duration<double>(now - a.ticket->submitted).count());
+    }
+    if (a.generation->done()) finish(a);
+    a.ticket->push(std::move(piece), a.generation->done());
+  }
+  active.erase(std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.generation->done(); }),
+               active.end());
+  (void)rows;
+}
+
+ImageBatcher::ImageBatcher(Module& model, BatchOptions options, Metrics& metrics)
+    : model_(model), o_(options), metrics_(metrics) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+ImageBatcher::~ImageBatcher() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Tensor ImageBatcher::classify(const Tensor& images) {
+  auto job = std::make_shared<Job>();
+  job->images = images;
+  std::unique_lock lock(mu_);
+  waiting_.push_back(job);
+  cv_.notify_all();
+  done_cv_.wait(lock, [&] { return job->done; });
+  if (!job->error.empty()) throw Error(job->error);
+  return job->probabilities;
+}
+
+std::int64_t ImageBatcher::waiting() const {
+  std::lock_guard lock(mu_);
+  return static_cast<std::int64_t>(waiting_.size());
+}
+
+void ImageBatcher::loop() {
+  for (;;) {
+    std::vector<std::shared_ptr<Job>> batch;
+    std::int64_t images = 0;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !waiting_.empty(); });
+      if (stopping_) break;
+      auto count = [&] {
+        std::int64_t n = 0;
+        for (auto& j : waiting_) n += j->images.size(0);
+        return n;
+      };
+      if (count() < o_.max_batch && o_.max_wait_ms > 0)
+        cv_.wait_for(lock, std::chrono::duration<double, std::milli>(o_.max_wait_ms),
+                     [&] { return stopping_ || count() >= o_.max_batch; });
+      // Whole requests, up to max_batch images (a larger request runs alone).
+      while (!waiting_.empty() && (batch.empty() || images + waiting_.front()->images.size(0) <= o_.max_batch)) {
+        images += waiting_.front()->images.size(0);
+        batch.push_back(std::move(waiting_.front()));
+        waiting_.pop_front();
+      }
+      metrics_.set("weft_queue_depth", static_cast<double>(waiting_.size()));
+    }
+    Tensor all = Tensor::empty({images, 1, kImageSide, kImageSide});
+    std::int64_t at = 0;
+    for (auto& j : batch) {
+      const std::int64_t n = j->images.numel();
+      std::copy(j->images.data<float>(), j->images.data<float>() + n, all.data<float>() + at);
+      at += n;
+    }
+    std::string error;
+    Tensor p;
+    try {
+      p = class_probabilities(model_, all);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    metrics_.observe("weft_batch_size", static_cast<double>(images), "kind=\"images\"");
+    std::lock_guard lock(mu_);
+    std::int64_t row = 0;
+    for (auto& j : batch) {
+      const std::int64_t n = j->images.size(0);
+      if (error.empty()) j->probabilities = p.slice(0, row, row + n).contiguous();
+      j->error = error;
+      j->done = true;
+      row += n;
+    }
+    done_cv_.notify_all();
+  }
+  std::lock_guard lock(mu_);
+  for (auto& j : waiting_) {
+    j->error = "the server is shutting down";
+    j->done = true;
+  }
+  done_cv_.notify_all();
+}
+
+}  // namespace weft::serve

@@ -1,0 +1,126 @@
+// Batching of requests on one model replica.
+//
+//   LmBatcher     continuous batching (seed 003 chapter 3's data parallelism inside one
+//                 replica): one thread runs decoding steps; at every token boundary waiting
+//                 requests join the running batch (their prompts prefilled in the same step)
+//                 and finished ones leave, up to max_batch sequences. Each request keeps its
+//                 own sampler and cache, so it gets exactly the tokens it would get alone.
+//   ImageBatcher  dynamic batching: the first waiting request starts a batch that collects
+//                 others for up to max_wait, up to max_batch images, then runs one forward.
+//
+// Requests are Tickets: the HTTP threads wait on them, the batching thread fills them; a
+// cancelled ticket (the client went away) leaves the batch at the next step.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/data/text.h"
+#include "weft/serve/decoder.h"
+#include "weft/serve/generation.h"
+#include "weft/serve/metrics.h"
+
+namespace weft::serve {
+
+struct BatchOptions {
+  std::int64_t max_batch = 16;   // sequences decoded together / images per forward
+  double max_wait_ms = 2;        // how long a new batch waits for company
+};
+
+using Clock = std::chrono::steady_clock;
+
+class Ticket {
+ public:
+  Ticket(std::string prompt_text, GenerationOptions generation)
+      : prompt(std::move(prompt_text)), options(std::move(generation)) {}
+  const std::string prompt;
+  const GenerationOptions options;
+  const Clock::time_point submitted = Clock::now();
+
+  // Waits up to `timeout` for more text; false once finished and every piece was taken.
+  // A piece may be empty (a token that added no text yet).
+  bool next(std::string& piece, std::chrono::milliseconds timeout);
+  // Waits until finished (the whole text).
+  void wait();
+  void cancel();
+  bool cancelled() const;
+
+  // Valid once finished.
+  std::string text, finish_reason, error;
+  std::int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::optional<Clock::time_point> first_token;
+
+ private:
+  friend class LmBatcher;
+  void push(std::string piece, bool finished);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> pieces_;
+  bool finished_ = false, cancelled_ = false;
+};
+
+class LmBatcher {
+ public:
+  LmBatcher(Decoder& decoder, const Tokenizer& tokenizer, BatchOptions options, Metrics& metrics);
+  ~LmBatcher();
+  void submit(const std::shared_ptr<Ticket>& ticket);
+  std::int64_t waiting() const;
+  std::int64_t running() const;
+
+ private:
+  struct Active {
+    std::shared_ptr<Ticket> ticket;
+    std::unique_ptr<Generation> generation;
+    std::unique_ptr<SequenceState> state;
+  };
+  void loop();
+  void step(std::vector<Active>& active);
+
+  Decoder& decoder_;
+  const Tokenizer& tokenizer_;
+  BatchOptions o_;
+  Metrics& metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Ticket>> waiting_;
+  std::int64_t running_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+class ImageBatcher {
+ public:
+  ImageBatcher(Module& model, BatchOptions options, Metrics& metrics);
+  ~ImageBatcher();
+  // Class probabilities [N, classes] for images [N, 1, 28, 28]; blocks until computed.
+  Tensor classify(const Tensor& images);
+  std::int64_t waiting() const;
+
+ private:
+  struct Job {
+    Tensor images, probabilities;
+    std::string error;
+    bool done = false;
+  };
+  void loop();
+
+  Module& model_;
+  BatchOptions o_;
+  Metrics& metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<std::shared_ptr<Job>> waiting_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace weft::serve

@@ -1,0 +1,336 @@
+#include "weft/serve/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <openssl/crypto.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <ctime>
+#include <memory>
+
+#include "weft/serve/api.h"
+#include "weft/serve/model_file.h"
+#include "weft/util/error.h"
+#include "weft/util/file.h"
+
+namespace weft::serve {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr auto kPoll = std::chrono::milliseconds(100);
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64: request seeds from a counter
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "") {
+  res.status = status;
+  if (status == 429) res.set_header("Retry-After", "1");
+  if (status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(error_body(status, message, param), "application/json");
+}
+
+// One request in flight, counted while it lives (a stream's lives as long as the stream).
+class Admission {
+ public:
+  explicit Admission(std::atomic<std::int64_t>& counter) : counter_(counter) { ++counter_; }
+  ~Admission() { --counter_; }
+  Admission(const Admission&) = delete;
+  Admission& operator=(const Admission&) = delete;
+
+ private:
+  std::atomic<std::int64_t>& counter_;
+};
+
+class Server {
+ public:
+  Server(const ServeOptions& o, std::FILE* log) : o_(o), log_(log), model_(load_model(o.model)) {
+    limits_ = {model_.name, o.max_tokens, o.max_images};
+    if (LanguageModel* lm = model_.language_model()) {
+      decoder_ = make_decoder(*lm);
+      max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : lm->context();
+      lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
+    } else {
+      images_ = std::make_unique<ImageBatcher>(*model_.module, o.batch, metrics_);
+    }
+    declare_metrics();
+    routes();
+  }
+
+  int run() {
+    http_.new_task_queue = [n = o_.max_concurrency + 8] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
+    http_.set_payload_max_length(static_cast<size_t>(o_.max_body));
+    int port = o_.port;
+    if (port == 0) {
+      port = http_.bind_to_any_port(o_.host);
+      if (port < 0) throw ConfigError("cannot listen on " + o_.host);
+    } else if (!http_.bind_to_port(o_.host, port)) {
+      throw ConfigError(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)", o_.host, port));
+    }
+    const char* kind = lm_ ? "completions" : "image classification";
+    fmt::print(log_, "weft serve: {} ({}, {} parameters) for {} on http://{}:{}; batches of up to {}, waiting up to {} ms{}\n",
+               model_.name, model_.module->describe(), model_.module->num_parameters(), kind, o_.host, port,
+               o_.batch.max_batch, o_.batch.max_wait_ms, o_.token.empty() ? "" : "; bearer token required");
+    std::fflush(log_);
+    if (!o_.port_file.empty()) write_file_atomic(o_.port_file, std::to_string(port) + "\n");
+    const bool ok = http_.listen_after_bind();
+    fmt::print(log_, "weft serve: stopped\n");
+    std::fflush(log_);
+    return ok ? 0 : 1;
+  }
+
+  void stop() { http_.stop(); }
+
+ private:
+  void declare_metrics() {
+    metrics_.counter("weft_requests_total", "HTTP requests by endpoint and status code");
+    metrics_.histogram("weft_request_duration_seconds", "time from a request's arrival to its last byte",
+                       {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
+    metrics_.histogram("weft_time_to_first_token_seconds", "time from a completion's arrival to its first token",
+                       {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
+    metrics_.histogram("weft_batch_size", "sequences per decoding step, images per forward",
+                       {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024});
+    metrics_.counter("weft_prompt_tokens_total", "prompt tokens of completions");
+    metrics_.counter("weft_generated_tokens_total", "tokens generated");
+    metrics_.counter("weft_images_total", "images classified");
+    metrics_.gauge("weft_queue_depth", "requests waiting to join a batch");
+    metrics_.gauge("weft_running_sequences", "sequences in the running decode batch");
+    metrics_.gauge("weft_requests_in_flight", "requests being served");
+    metrics_.gauge("weft_replicas", "model replicas serving");
+    metrics_.set("weft_replicas", 1);
+  }
+
+  void count(const std::string& endpoint, int status, Clock::time_point start) {
+    metrics_.add("weft_requests_total", 1, fmt::format("endpoint=\"{}\",code=\"{}\"", endpoint, status));
+    metrics_.observe("weft_request_duration_seconds", seconds_since(start), fmt::format("endpoint=\"{}\"", endpoint));
+  }
+
+  bool authorized(const httplib::Request& req) const {
+    if (o_.token.empty() || req.path == "/healthz") return true;
+    const std::string expected = "Bearer " + o_.token;
+    const std::string got = req.get_header_value("Authorization");
+    return got.size() == expected.size() && CRYPTO_memcmp(got.data(), expected.data(), got.size()) == 0;
+  }
+
+  void routes() {
+    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
+      send_error(res, 401, "a valid bearer token is required (Authorization: Bearer <token>)");
+      count(req.path, 401, Clock::now());
+      return httplib::Server::HandlerResponse::Handled;
+    });
+    http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      std::string reason;
+      switch (res.status) {
+        case 404: reason = fmt::format("no such endpoint: {} {}", req.method, req.path); break;
+        case 413: reason = fmt::format("the body is larger than the limit of {} bytes", o_.max_body); break;
+        case 400: reason = "malformed HTTP request"; break;
+        default: reason = fmt::format("HTTP status {}", res.status);
+      }
+      send_error(res, res.status, reason);
+    });
+    http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "internal error";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      send_error(res, 500, what);
+    });
+    http_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    });
+    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      json m = {{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "weft"},
+                {"kind", model_.recipe.model}, {"parameters", model_.module->num_parameters()}};
+      if (LanguageModel* lm = model_.language_model()) m["context"] = lm->context();
+      res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+    });
+    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      metrics_.set("weft_requests_in_flight", static_cast<double>(in_flight_.load()));
+      res.set_content(metrics_.text(), "text/plain; version=0.0.4");
+    });
+    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+    http_.Post("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) { classify(req, res); });
+  }
+
+  // Parses, checks and admits a request; false (the response filled) when refused.
+  template <class Parse>
+  bool admit(const char* endpoint, httplib::Response& res, Clock::time_point start, Parse&& parse) {
+    if (in_flight_.load() >= o_.max_concurrency) {
+      send_error(res, 429, fmt::format("{} requests in flight: the limit; retry later", o_.max_concurrency));
+      count(endpoint, 429, start);
+      return false;
+    }
+    try {
+      parse();
+    } catch (const RequestError& e) {
+      send_error(res, e.status, e.what(), e.param);
+      count(endpoint, e.status, start);
+      return false;
+    }
+    return true;
+  }
+
+  void completions(const httplib::Request& req, httplib::Response& res) {
+    const auto start = Clock::now();
+    const char* endpoint = "/v1/completions";
+    CompletionRequest r;
+    const std::uint64_t number = requests_++;
+    std::int64_t prompt_tokens = 0;
+    if (!admit(endpoint, res, start, [&] {
+          if (!lm_) throw RequestError(400, "this server serves an image model: use /v1/classify");
+          r = parse_completion_request(req.body, limits_, mix(number));
+          prompt_tokens = static_cast<std::int64_t>(model_.tokenizer->encode(r.prompt).size());
+          if (prompt_tokens > max_prompt_)
+            throw RequestError(400, fmt::format("the prompt is {} tokens; the limit is {}", prompt_tokens, max_prompt_), "prompt");
+        }))
+      return;
+    auto admission = std::make_shared<Admission>(in_flight_);
+    auto ticket = std::make_shared<Ticket>(r.prompt, r.options);
+    lm_->submit(ticket);
+    metrics_.add("weft_prompt_tokens_total", static_cast<double>(prompt_tokens));
+    const std::string id = fmt::format("cmpl-{:016x}", mix(number ^ 0x5eed));
+    const std::int64_t created = std::time(nullptr);
+    if (!r.stream) {
+      ticket->wait();
+      if (!ticket->error.empty()) {
+        send_error(res, 503, ticket->error);
+        count(endpoint, 503, start);
+        return;
+      }
+      res.set_content(completion_response(id, created, model_.name, ticket->text, ticket->finish_reason,
+                                          ticket->prompt_tokens, ticket->completion_tokens)
+                          .dump(),
+                      "application/json");
+      count(endpoint, 200, start);
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, ticket, admission, id, created, start, endpoint, include_usage = r.include_usage](
+            size_t, httplib::DataSink& sink) {
+          auto event = [&](const json& data) {
+            const std::string e = "data: " + data.dump() + "\n\n";
+            return sink.write(e.data(), e.size());
+          };
+          std::string piece;
+          const bool more = ticket->next(piece, kPoll);
+          if (!piece.empty()) return event(completion_chunk(id, created, model_.name, piece, ""));
+          if (more) return sink.is_writable();  // nothing yet: a gone client ends the stream
+          if (!ticket->error.empty()) {
+            event(json::parse(error_body(503, ticket->error)));
+          } else {
+            event(completion_chunk(id, created, model_.name, "", ticket->finish_reason));
+            if (include_usage) {
+              json usage = completion_chunk(id, created, model_.name, "", "");
+              usage["choices"] = json::array();
+              usage["usage"] = {{"prompt_tokens", ticket->prompt_tokens},
+                                {"completion_tokens", ticket->completion_tokens},
+                                {"total_tokens", ticket->prompt_tokens + ticket->completion_tokens}};
+              event(usage);
+            }
+          }
+          const std::string done = "data: [DONE]\n\n";
+          sink.write(done.data(), done.size());
+          sink.done();
+          count(endpoint, 200, start);
+          return true;
+        },
+        [ticket](bool success) {
+          if (!success) ticket->cancel();  // the client went away: free its sequence
+        });
+  }
+
+  void classify(const httplib::Request& req, httplib::Response& res) {
+    const auto start = Clock::now();
+    const char* endpoint = "/v1/classify";
+    Tensor images;
+    if (!admit(endpoint, res, start, [&] {
+          if (!images_) throw RequestError(400, "this server serves a language model: use /v1/completions");
+          images = parse_classify_request(req.body, limits_);
+        }))
+      return;
+    Admission admission(in_flight_);
+    Tensor p = images_->classify(images);
+    metrics_.add("weft_images_total", static_cast<double>(images.size(0)));
+    res.set_content(classify_response(model_.name, p).dump(), "application/json");
+    count(endpoint, 200, start);
+  }
+
+  ServeOptions o_;
+  std::FILE* log_;
+  LoadedModel model_;
+  ApiLimits limits_;
+  std::int64_t max_prompt_ = 0;
+  Metrics metrics_;
+  std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<LmBatcher> lm_;
+  std::unique_ptr<ImageBatcher> images_;
+  httplib::Server http_;
+  std::atomic<std::int64_t> in_flight_{0};
+  std::atomic<std::uint64_t> requests_{0};
+  std::int64_t created_ = std::time(nullptr);
+};
+
+}  // namespace
+
+void validate(const ServeOptions& o) {
+  if (o.port < 0 || o.port > 65535) throw ConfigError(fmt::format("--port {} is not a port (0-65535)", o.port));
+  if (o.batch.max_batch < 1) throw ConfigError("--max-batch must be at least 1");
+  if (!(o.batch.max_wait_ms >= 0 && o.batch.max_wait_ms <= 10000)) throw ConfigError("--max-wait-ms must be in [0, 10000]");
+  if (o.max_body < 1024) throw ConfigError("--max-body must be at least 1K");
+  if (o.max_tokens < 1) throw ConfigError("--max-tokens must be at least 1");
+  if (o.max_prompt_tokens < 0) throw ConfigError("--max-prompt-tokens must be zero (the context) or more");
+  if (o.max_concurrency < 1 || o.max_concurrency > 4096) throw ConfigError("--max-concurrency must be in [1, 4096]");
+  if (o.max_images < 1) throw ConfigError("--max-images must be at least 1");
+  if (!o.token.empty() && o.token.size() < 16) throw ConfigError("--token must be at least 16 characters");
+}
+
+int serve(const ServeOptions& options, std::FILE* log) {
+  validate(options);
+  // SIGINT and SIGTERM are taken by one thread that stops the server; the others never see them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  Server server(options, log);
+  std::atomic<bool> running{true};
+  std::thread waiter([&] {
+    const timespec tick{0, 200'000'000};
+    while (running.load()) {
+      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
+        server.stop();
+        return;
+      }
+    }
+  });
+  int code = 1;
+  try {
+    code = server.run();
+  } catch (...) {
+    running = false;
+    waiter.join();
+    throw;
+  }
+  running = false;
+  waiter.join();
+  return code;
+}
+
+}  // namespace weft::serve

@@ -1,0 +1,44 @@
+// weft serve: one model replica behind an HTTP server (cpp-httplib).
+//
+//   POST /v1/completions   language models, OpenAI's completions API (stream: server-sent
+//                          events), continuously batched (batcher.h)
+//   POST /v1/classify      image models, dynamically batched
+//   GET  /v1/models        the served model
+//   GET  /healthz          200 while serving
+//   GET  /metrics          Prometheus text: requests, tokens, queue depth, batch sizes,
+//                          latencies, replicas
+//
+// Safe by default: it listens on 127.0.0.1 unless told otherwise, checks a bearer token when
+// one is set (everything but /healthz), limits the body, the prompt, max_tokens and the
+// requests in flight (429 with Retry-After past it), answers malformed HTTP and JSON with a
+// 4xx and a one-line reason, and frees the sequence of a client that goes away mid-stream.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "weft/serve/batcher.h"
+
+namespace weft::serve {
+
+struct ServeOptions {
+  std::string model;                 // a saved model, checkpoint folder or folder of checkpoints
+  std::string host = "127.0.0.1";
+  int port = 8000;                   // 0: any free port (see port_file)
+  std::string port_file;             // written with the bound port once listening
+  std::string token;                 // bearer token required when not empty
+  BatchOptions batch;
+  std::int64_t max_body = 1 << 20;   // bytes
+  std::int64_t max_prompt_tokens = 0;  // 0: the model's context
+  std::int64_t max_tokens = 1024;    // the most a request may ask for
+  std::int64_t max_concurrency = 64; // requests in flight
+  std::int64_t max_images = 1024;    // images per classify request
+};
+
+// Checks the options (one-line ConfigError naming the flag).
+void validate(const ServeOptions& options);
+// Serves until SIGINT or SIGTERM; returns the exit code.
+int serve(const ServeOptions& options, std::FILE* log);
+
+}  // namespace weft::serve
