@@ -11,6 +11,7 @@
 #include "weft/serve/model_file.h"
 #include "weft/serve/server.h"
 #include "weft/util/env.h"
+#include "weft/util/size.h"
 #include "weft/tensor/ops.h"
 #include "weft/util/error.h"
 
@@ -149,14 +150,16 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--max-wait-ms", c->batch.max_wait_ms, "how long a new batch waits for more requests")
       ->capture_default_str();
-  cmd->add_option("--max-body", c->max_body, "the largest request body in bytes")->capture_default_str();
+  auto max_body = std::make_shared<std::string>("1MiB");
+  cmd->add_option("--max-body", *max_body, "the largest request body (64K, 1MiB, 2MB)")->capture_default_str();
   cmd->add_option("--max-prompt-tokens", c->max_prompt_tokens, "the longest prompt (0: the model's context)")
       ->capture_default_str();
   cmd->add_option("--max-tokens", c->max_tokens, "the most tokens one request may ask for")->capture_default_str();
   cmd->add_option("--max-concurrency", c->max_concurrency, "requests in flight before 429")->capture_default_str();
   cmd->add_option("--max-images", c->max_images, "images in one classify request")->capture_default_str();
-  cmd->callback([c, &action] {
-    action = [c] {
+  cmd->callback([c, max_body, &action] {
+    action = [c, max_body] {
+      c->max_body = parse_size(*max_body, "--max-body");
       if (c->token.empty()) c->token = env_string("WEFT_SERVE_TOKEN").value_or("");
       return serve::serve(*c, stdout);
     };

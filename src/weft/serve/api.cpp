@@ -32,6 +32,13 @@ double number_field(const json& j, const char* name, double fallback, double lo,
 std::int64_t integer_field(const json& j, const char* name, std::int64_t fallback, std::int64_t lo, std::int64_t hi) {
   auto it = j.find(name);
   if (it == j.end() || it->is_null()) return fallback;
+  const bool whole_float = it->is_number_float() && std::floor(it->get<double>()) == it->get<double>();
+  if (whole_float && std::abs(it->get<double>()) < 9e15) {
+    const auto v = static_cast<std::int64_t>(it->get<double>());
+    if (v < lo || v > hi) throw RequestError(400, fmt::format("'{}' must be between {} and {}, got {}", name, lo, hi, v), name);
+    return v;
+  }
+  if (whole_float) throw RequestError(400, fmt::format("'{}' must be between {} and {}", name, lo, hi), name);
   if (!it->is_number_integer()) throw RequestError(400, fmt::format("'{}' must be an integer", name), name);
   if (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(hi))
     throw RequestError(400, fmt::format("'{}' must be between {} and {}", name, lo, hi), name);

@@ -102,6 +102,9 @@ void LmBatcher::loop() {
       metrics_.set("weft_running_sequences", static_cast<double>(running_));
     }
     step(active);
+    std::lock_guard lock(mu_);
+    running_ = static_cast<std::int64_t>(active.size());
+    metrics_.set("weft_running_sequences", static_cast<double>(running_));
   }
   for (auto& a : active) {
     a.ticket->error = "the server is shutting down";

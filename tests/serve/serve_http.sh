@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# usage: serve_http.sh WEFT
+# Inference as a user runs it: models saved by weft train (one process, a pipeline of 2
+# stages, 2 tensor-parallel ranks) load in weft generate and weft predict; the key-value
+# cache gives the tokens recomputing the window gives; weft serve answers the OpenAI
+# completions API (also streamed, read with curl -N) with the text weft generate gives,
+# requires its token, refuses bad requests with a 4xx and one line, answers 429 past its
+# concurrency, frees the sequence of a client that goes away, classifies images sent as
+# arrays or base64 as weft predict does, and stops on SIGTERM.
+set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
+weft=$1
+client="python3 $(dirname "$0")/client.py"
+new_work_dir
+server=""
+stop_server() { if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; server=""; fi; }
+trap 'stop_server; rm -rf "$work"' EXIT
+
+gpt=(train --model gpt --layers 2 --d-model 32 --heads 4 --context 32 --batch 8 --max-steps 30 --eval-every 30
+     --eval-batches 1 --sample 0 --seed 3 --quiet --threads 1)
+"$weft" "${gpt[@]}" --save-model "$work/gpt.safetensors" >/dev/null
+"$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --pp 2 --micro-batches 2 --save-model "$work/pp.safetensors" >/dev/null
+"$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --tp 2 --save-model "$work/tp.safetensors" >/dev/null
+
+# Generation with the cache equals generation without it, past the context of 32 tokens.
+for model in gpt pp tp; do
+  for t in 0 0.9; do
+    cached=$("$weft" generate "$work/$model.safetensors" --prompt "The cat" --max-tokens 60 --temperature "$t" --seed 4 --json)
+    window=$("$weft" generate "$work/$model.safetensors" --prompt "The cat" --max-tokens 60 --temperature "$t" --seed 4 --json --no-cache)
+    [ "$cached" = "$window" ] || { echo "FAIL: $model at temperature $t: the cache changed the tokens"; echo "$cached"; echo "$window"; exit 1; }
+  done
+  echo "$model: 60 tokens with the key-value cache = without it (greedy and sampled)"
+done
+# The pipeline and tensor-parallel models are the single-process model (trained alike).
+a=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 20 --temperature 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+for model in pp tp; do
+  b=$("$weft" generate "$work/$model.safetensors" --prompt "The cat" --max-tokens 20 --temperature 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+  [ "$a" = "$b" ] || { echo "FAIL: the $model-trained model generates other tokens: $b vs $a"; exit 1; }
+done
+echo "the pipeline- and tensor-parallel-trained models generate the single-process model's tokens"
+
+# Stop sequences and UTF-8.
+text=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 40 --temperature 1 --seed 2 --json)
+python3 - "$text" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1])
+r["text"].encode("utf-8")
+assert r["finish_reason"] == "length" and len(r["tokens"]) == 40, r
+PY
+stop=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 40 --temperature 1 --seed 2 --json \
+        --stop "$(python3 -c 'import json,sys; t=json.loads(sys.argv[1])["text"]; print(t[5:7])' "$text")")
+python3 - "$text" "$stop" <<'PY'
+import json, sys
+full, cut = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert cut["finish_reason"] == "stop", cut
+assert full["text"].startswith(cut["text"]) and full["text"][len(cut["text"]):].startswith(full["text"][5:7]), (full, cut)
+print(f"a stop sequence ends the text before it: {cut['text']!r}")
+PY
+
+# weft serve: the completions API.
+token=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
+"$weft" serve "$work/gpt.safetensors" --port 0 --port-file "$work/port" --token "$token" --max-concurrency 2 \
+  --max-body 64K > "$work/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+port=$(cat "$work/port")
+grep -q "on http://127.0.0.1:$port" "$work/serve.log" || { echo "FAIL: not listening on loopback"; cat "$work/serve.log"; exit 1; }
+want=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 25 --temperature 0 --json |
+       python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["text"]))')
+got=$($client "$port" "$token" complete "The cat" 25)
+[ "$got" = "$want" ] || { echo "FAIL: the server's completion $got differs from weft generate's $want"; exit 1; }
+echo "POST /v1/completions: the text weft generate gives: $got"
+curl -sN "http://127.0.0.1:$port/v1/completions" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+  -d '{"prompt": "The cat", "max_tokens": 25, "temperature": 0, "stream": true}' > "$work/stream.txt"
+python3 - "$work/stream.txt" "$want" <<'PY'
+import json, sys
+lines = [l for l in open(sys.argv[1]).read().split("\n\n") if l.strip()]
+assert lines[-1] == "data: [DONE]", lines[-1]
+chunks = [json.loads(l[6:]) for l in lines[:-1]]
+text = "".join(c["choices"][0]["text"] for c in chunks)
+assert text == json.loads(sys.argv[2]), (text, sys.argv[2])
+assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+assert all(c["choices"][0]["finish_reason"] is None for c in chunks[:-1])
+print(f"curl -N: {len(chunks)} server-sent events, the same text, then [DONE]")
+PY
+$client "$port" "$token" auth
+$client "$port" "$token" bad-requests
+$client "$port" "$token" busy
+$client "$port" "$token" disconnect
+curl -s "http://127.0.0.1:$port/metrics" -H "Authorization: Bearer $token" > "$work/metrics.txt"
+for m in weft_requests_total weft_request_duration_seconds_bucket weft_time_to_first_token_seconds_bucket \
+         weft_batch_size_bucket weft_generated_tokens_total weft_queue_depth weft_replicas; do
+  grep -q "^$m" "$work/metrics.txt" || { echo "FAIL: /metrics lacks $m"; exit 1; }
+done
+grep -q 'weft_requests_total{endpoint="/v1/completions",code="429"} 1' "$work/metrics.txt" ||
+  { echo "FAIL: the 429 is not counted"; grep requests_total "$work/metrics.txt"; exit 1; }
+echo "/metrics: requests by code, latencies, batch sizes, tokens, queue depth, replicas"
+kill -TERM "$server"
+wait "$server" || { echo "FAIL: weft serve did not exit 0 on SIGTERM"; exit 1; }
+server=""
+grep -q "weft serve: stopped" "$work/serve.log"
+
+# Image models: weft predict gives training's test accuracy; the server classifies.
+out=$("$weft" train --model mlp --epochs 1 --limit-train 2000 --limit-test 500 --seed 1 --quiet --threads 1 \
+        --save-model "$work/mlp.safetensors")
+acc=$(json_field test_accuracy <<<"$out")
+pred=$("$weft" predict "$work/mlp.safetensors" --limit 500 --json | json_field test_accuracy)
+[ "$acc" = "$pred" ] || { echo "FAIL: weft predict's accuracy $pred is not training's $acc"; exit 1; }
+echo "weft predict: test accuracy $pred, as training measured it"
+"$weft" serve "$work/mlp.safetensors" --port 0 --port-file "$work/port2" --max-batch 64 --max-wait-ms 20 > "$work/serve2.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do [ -s "$work/port2" ] && break; sleep 0.1; done
+images=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
+$client "$(cat "$work/port2")" - classify "$images" 5 > "$work/classified.txt"
+cat "$work/classified.txt"
+"$weft" predict "$work/mlp.safetensors" --images "$images" > "$work/offline-all.txt"
+head -5 "$work/offline-all.txt" | awk '{print $1, $2}' > "$work/offline.txt"
+head -5 "$work/classified.txt" | awk '{print $1, $2}' | cmp -s - "$work/offline.txt" ||
+  { echo "FAIL: the server's labels differ from weft predict's"; cat "$work/offline.txt"; exit 1; }
+echo "POST /v1/classify: weft predict's labels"
+stop_server

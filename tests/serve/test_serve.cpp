@@ -1,0 +1,338 @@
+// Inference: the recipe and tokenizer a saved model carries, the key-value cache against the
+// model's own forward, sampling, stop sequences and UTF-8, continuous batching against
+// requests served alone, the API's request checks, and the metrics text.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "weft/autograd/variable.h"
+#include "weft/data/text.h"
+#include "weft/nn/model_recipe.h"
+#include "weft/nn/transformer.h"
+#include "weft/serve/api.h"
+#include "weft/serve/batcher.h"
+#include "weft/serve/decoder.h"
+#include "weft/serve/generation.h"
+#include "weft/serve/metrics.h"
+#include "weft/serve/sampling.h"
+#include "weft/tensor/ops.h"
+#include "weft/util/error.h"
+#include "weft/util/utf8.h"
+
+namespace weft::serve {
+namespace {
+
+const std::string kAlphabet = "abcdefghijklmnopqrstuvwxyz .,!?'";
+
+GptConfig small_gpt(Positional positional = Positional::kLearned, bool pre_ln = true) {
+  return GptConfig{static_cast<std::int64_t>(kAlphabet.size()), 24, 32, 2, 4, positional, pre_ln, false};
+}
+
+// The model's own forward over `tokens`: the logits after the last one.
+std::vector<float> forward_last(GPT& model, const std::vector<std::int32_t>& tokens) {
+  NoGradGuard no_grad;
+  model.eval();
+  const auto T = static_cast<std::int64_t>(tokens.size());
+  Tensor ids = Tensor::empty({1, T});
+  for (std::int64_t t = 0; t < T; ++t) ids.data<float>()[t] = static_cast<float>(tokens[static_cast<size_t>(t)]);
+  Tensor row = model.forward(Var(ids)).value().select(1, T - 1).select(0, 0).contiguous();
+  return std::vector<float>(row.data<float>(), row.data<float>() + row.numel());
+}
+
+void expect_rows_near(const Tensor& logits, std::int64_t row, const std::vector<float>& want, double tol) {
+  const std::int64_t V = logits.size(1);
+  ASSERT_EQ(V, static_cast<std::int64_t>(want.size()));
+  for (std::int64_t v = 0; v < V; ++v) EXPECT_NEAR(logits.data<float>()[row * V + v], want[static_cast<size_t>(v)], tol) << "token " << v;
+}
+
+TEST(Utf8, HoldsBackAnIncompleteCharacterAndReplacesInvalidBytes) {
+  const std::string euro = "\xE2\x82\xAC";
+  EXPECT_EQ(utf8_complete_prefix("ab" + euro.substr(0, 2)), 2u);
+  EXPECT_EQ(utf8_complete_prefix("ab" + euro), 5u);
+  EXPECT_EQ(utf8_complete_prefix("a\xFF"), 2u);  // invalid: not waited for
+  EXPECT_EQ(valid_utf8("a\xFFz"), "a\xEF\xBF\xBDz");
+  EXPECT_EQ(valid_utf8("x" + euro.substr(0, 2)), "x\xEF\xBF\xBD");
+  EXPECT_EQ(valid_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate is not UTF-8
+  EXPECT_EQ(valid_utf8("h\xC3\xA9llo " + euro), "h\xC3\xA9llo " + euro);
+}
+
+TEST(SavedModel, TokenizersRoundTripThroughTheirVocabulary) {
+  const std::string text = "Hello, world!\nA back\\slash and the world again.\n";
+  CharTokenizer chars(text);
+  auto chars2 = make_tokenizer("char", chars.vocabulary());
+  EXPECT_EQ(chars2->encode(text), chars.encode(text));
+  EXPECT_EQ(chars2->decode(chars.encode(text)), text);
+  WordTokenizer words(text);
+  auto words2 = make_tokenizer("word", words.vocabulary());
+  EXPECT_EQ(words2->vocab_size(), words.vocab_size());
+  EXPECT_EQ(words2->encode(text), words.encode(text));
+  EXPECT_EQ(words2->decode(words.encode(text)), words.decode(words.encode(text)));
+  EXPECT_THROW(make_tokenizer("char", "4"), DataError);
+  EXPECT_THROW(make_tokenizer("char", "zz"), DataError);
+  EXPECT_THROW(make_tokenizer("char", "6261"), DataError);  // not increasing
+  EXPECT_THROW(make_tokenizer("word", "<pad>\n<unk>\nx\nx"), DataError);
+  EXPECT_THROW(make_tokenizer("bpe", "x"), DataError);
+}
+
+TEST(SavedModel, RecipeRoundTripsAndRefusesBadMetadata) {
+  ModelRecipe r{"gpt", small_gpt(Positional::kStandard, false), {}};
+  ModelRecipe back = ModelRecipe::from_metadata(r.to_metadata(), "m");
+  EXPECT_EQ(back.gpt.vocab, r.gpt.vocab);
+  EXPECT_EQ(back.gpt.heads, r.gpt.heads);
+  EXPECT_EQ(back.gpt.positional, Positional::kStandard);
+  EXPECT_FALSE(back.gpt.pre_ln);
+  Metadata m = r.to_metadata();
+  m["weft_heads"] = "5";  // 32 is not divisible by 5
+  EXPECT_THROW(ModelRecipe::from_metadata(m, "m"), CheckpointError);
+  m = r.to_metadata();
+  m["weft_dim"] = "99999999999999999999";
+  EXPECT_THROW(ModelRecipe::from_metadata(m, "m"), CheckpointError);
+  m.erase("weft_dim");
+  EXPECT_THROW(ModelRecipe::from_metadata(m, "m"), CheckpointError);
+  EXPECT_THROW(ModelRecipe::from_metadata({{"weft_model", "resnet"}}, "m"), CheckpointError);
+  EXPECT_EQ(ModelRecipe::from_metadata({{"weft_model", "cnn"}}, "m").model, "cnn");
+}
+
+// The cache's logits equal the forward's, for the prompt and for every token after it,
+// in every GPT variant, and past the context (where the window slides).
+TEST(GptDecoder, CachedLogitsEqualTheForwardsAtEveryStep) {
+  for (auto positional : {Positional::kLearned, Positional::kStandard}) {
+    for (bool pre_ln : {true, false}) {
+      Rng rng(7);
+      GPT model(small_gpt(positional, pre_ln), rng);
+      GptDecoder decoder(model);
+      auto state = decoder.start();
+      std::vector<std::int32_t> all = {3, 1, 4, 1, 5};
+      Tensor logits = decoder.extend({state.get()}, {all});
+      expect_rows_near(logits, 0, forward_last(model, all), 1e-5);
+      for (int step = 0; step < 40; ++step) {  // 45 tokens: past the context of 24
+        const auto next = static_cast<std::int32_t>((step * 7 + 2) % model.vocab());
+        all.push_back(next);
+        logits = decoder.extend({state.get()}, {{next}});
+        const std::size_t T = std::min<std::size_t>(all.size(), 24);
+        expect_rows_near(logits, 0, forward_last(model, {all.end() - static_cast<std::ptrdiff_t>(T), all.end()}), 1e-5);
+      }
+    }
+  }
+}
+
+// Sequences of different lengths in one step get what each gets alone.
+TEST(GptDecoder, ABatchOfSequencesEqualsEachAlone) {
+  Rng rng(3);
+  GPT model(small_gpt(), rng);
+  GptDecoder decoder(model);
+  auto a = decoder.start(), b = decoder.start(), c = decoder.start();
+  decoder.extend({a.get()}, {{1, 2, 3}});
+  Tensor logits = decoder.extend({a.get(), b.get(), c.get()}, {{4}, {5, 6, 7, 8, 9}, {10}});
+  expect_rows_near(logits, 0, forward_last(model, {1, 2, 3, 4}), 1e-5);
+  expect_rows_near(logits, 1, forward_last(model, {5, 6, 7, 8, 9}), 1e-5);
+  expect_rows_near(logits, 2, forward_last(model, {10}), 1e-5);
+}
+
+TEST(Sampling, GreedyTopKAndTopPAndSeeds) {
+  const std::vector<float> logits = {0.1f, 2.0f, 1.9f, -1.0f, 0.5f};
+  Sampler greedy({0, 0, 1, 0});
+  EXPECT_EQ(greedy.next(logits.data(), 5), 1);
+  Sampler top1({1.0, 1, 1, 42});
+  Sampler nucleus({1.0, 0, 1e-6, 42});
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(top1.next(logits.data(), 5), 1);
+    EXPECT_EQ(nucleus.next(logits.data(), 5), 1);
+  }
+  // Top-2 draws only the two most likely; a seed repeats its draws.
+  Sampler top2({1.0, 2, 1, 9}), again({1.0, 2, 1, 9});
+  std::set<std::int32_t> seen;
+  for (int i = 0; i < 200; ++i) {
+    const auto t = top2.next(logits.data(), 5);
+    EXPECT_EQ(t, again.next(logits.data(), 5));
+    seen.insert(t);
+  }
+  EXPECT_EQ(seen, (std::set<std::int32_t>{1, 2}));
+}
+
+TEST(Generation, StopSequencesEndTheTextAndAreHeldBackWhileTheyMightBegin) {
+  CharTokenizer tokenizer(kAlphabet);
+  GenerationOptions o;
+  o.max_tokens = 50;
+  o.sampling.temperature = 0;
+  o.stop = {"cab"};
+  Generation g(tokenizer, "x", o);
+  // Force the tokens a, b, c, a, b: "abcab" stops before "cab".
+  std::string streamed;
+  for (char ch : std::string("abcab")) {
+    std::vector<float> logits(kAlphabet.size(), 0.0f);
+    logits[static_cast<size_t>(tokenizer.encode(std::string(1, ch))[0])] = 1.0f;
+    streamed += g.accept(logits.data(), static_cast<std::int64_t>(logits.size()));
+    if (ch == 'c') {
+      EXPECT_EQ(streamed, "ab");  // "c" might begin "cab": held back
+    }
+  }
+  EXPECT_TRUE(g.done());
+  EXPECT_EQ(g.finish_reason(), "stop");
+  EXPECT_EQ(g.text(), "ab");
+  EXPECT_EQ(streamed, "ab");
+}
+
+TEST(Generation, OneAtATimeWithAndWithoutTheCacheGivesTheSameTokens) {
+  Rng rng(11);
+  GPT model(small_gpt(), rng);
+  CharTokenizer tokenizer(kAlphabet);
+  GptDecoder cached(model);
+  WindowDecoder window(model);
+  for (double temperature : {0.0, 0.9}) {
+    GenerationOptions o;
+    o.max_tokens = 40;  // past the context of 24
+    o.sampling = {temperature, 0, 0.95, 5};
+    GenerationResult a = generate(cached, tokenizer, "hello there", o);
+    GenerationResult b = generate(window, tokenizer, "hello there", o);
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_EQ(a.text, b.text);
+    EXPECT_EQ(a.tokens.size(), 40u);
+    EXPECT_EQ(a.finish_reason, "length");
+  }
+}
+
+// Requests that arrive together and at different times, with different lengths and
+// settings, each get exactly what they get alone.
+TEST(LmBatcher, ContinuousBatchingGivesEachRequestWhatItGetsAlone) {
+  Rng rng(5);
+  GPT model(small_gpt(), rng);
+  CharTokenizer tokenizer(kAlphabet);
+  GptDecoder alone_decoder(model);
+  GptDecoder batch_decoder(model);
+  Metrics metrics;
+  metrics.gauge("weft_queue_depth", "");
+  metrics.gauge("weft_running_sequences", "");
+  metrics.histogram("weft_batch_size", "", {1, 2, 4, 8});
+  metrics.counter("weft_generated_tokens_total", "");
+  metrics.histogram("weft_time_to_first_token_seconds", "", {1});
+  LmBatcher batcher(batch_decoder, tokenizer, {4, 1}, metrics);
+  std::vector<std::shared_ptr<Ticket>> tickets;
+  std::vector<GenerationResult> alone;
+  for (int i = 0; i < 10; ++i) {
+    GenerationOptions o;
+    o.max_tokens = 5 + 3 * i;
+    o.sampling = {i % 3 == 0 ? 0.0 : 0.8, i % 2 ? 5 : 0, 1.0, static_cast<std::uint64_t>(i)};
+    const std::string prompt = std::string(static_cast<size_t>(1 + i), "abcdefghij"[i]) + " is";
+    alone.push_back(generate(alone_decoder, tokenizer, prompt, o));
+    tickets.push_back(std::make_shared<Ticket>(prompt, o));
+    batcher.submit(tickets.back());
+    if (i % 4 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(3));  // some join a running batch
+  }
+  for (std::size_t i = 0; i < tickets.size(); ++i) {
+    tickets[i]->wait();
+    EXPECT_EQ(tickets[i]->text, alone[i].text) << "request " << i;
+    EXPECT_EQ(tickets[i]->completion_tokens, static_cast<std::int64_t>(alone[i].tokens.size()));
+    EXPECT_EQ(tickets[i]->finish_reason, "length");
+  }
+  EXPECT_EQ(metrics.value("weft_generated_tokens_total"), [&] {
+    double n = 0;
+    for (auto& a : alone) n += static_cast<double>(a.tokens.size());
+    return n;
+  }());
+  // The requests did share steps: not every step decoded a single sequence.
+  const std::string text = metrics.text();
+  auto number_after = [&](const std::string& key) {
+    const auto at = text.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + key.size()));
+  };
+  EXPECT_LT(number_after("weft_batch_size_bucket{kind=\"decode\",le=\"1\"} "),
+            number_after("weft_batch_size_count{kind=\"decode\"} "));
+}
+
+TEST(Api, CompletionRequestsAreCheckedFieldByField) {
+  ApiLimits limits{"m", 100, 4};
+  auto status_of = [&](const std::string& body) {
+    try {
+      parse_completion_request(body, limits, 1);
+    } catch (const RequestError& e) {
+      return e.status;
+    }
+    return 200;
+  };
+  EXPECT_EQ(status_of(R"({"prompt": "hi"})"), 200);
+  EXPECT_EQ(status_of(R"({"prompt": ["hi"], "model": "m", "max_tokens": 100, "stop": ["a", "b"], "stream": true})"), 200);
+  EXPECT_EQ(status_of("{"), 400);
+  EXPECT_EQ(status_of("[1]"), 400);
+  EXPECT_EQ(status_of(R"({})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": 5})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "model": "other"})"), 404);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": 101})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": -1})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": 18446744073709551615})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "max_tokens": 1.5})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "temperature": "hot"})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "temperature": 3})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "top_p": 0})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "stop": [1]})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "stream": "yes"})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 2})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "echo": true})"), 400);
+  CompletionRequest r = parse_completion_request(R"({"prompt": "hi", "stop": "x", "seed": 7, "top_k": 3})", limits, 1);
+  EXPECT_EQ(r.options.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(r.options.sampling.seed, 7u);
+  EXPECT_EQ(r.options.sampling.top_k, 3);
+  EXPECT_EQ(r.options.max_tokens, 16);
+}
+
+TEST(Api, ClassifyRequestsTakeArraysOrBase64AndCheckThem) {
+  ApiLimits limits{"m", 100, 2};
+  std::string flat = "[";
+  for (int i = 0; i < 784; ++i) {
+    if (i) flat += ',';
+    flat += std::to_string(i % 256);
+  }
+  flat += "]";
+  Tensor a = parse_classify_request(R"({"images": [)" + flat + "]}", limits);
+  EXPECT_EQ(a.shape(), (Shape{1, 1, 28, 28}));
+  // The same image in base64 (bytes 0..255, 0..255, 0..255, then 0..15).
+  std::string bytes;
+  for (int i = 0; i < 784; ++i) bytes += static_cast<char>(i % 256);
+  const char* table = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string b64;
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    std::uint32_t v = 0;
+    int n = 0;
+    for (; n < 3 && i + static_cast<size_t>(n) < bytes.size(); ++n) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + static_cast<size_t>(n)])) << (16 - 8 * n);
+    for (int k = 0; k < 4; ++k) b64 += k <= n ? table[(v >> (18 - 6 * k)) & 63] : '=';
+  }
+  Tensor b = parse_classify_request(R"({"images_base64": [")" + b64 + "\"]}", limits);
+  EXPECT_TRUE(ops::equal(a, b));
+  auto status_of = [&](const std::string& body) {
+    try {
+      parse_classify_request(body, limits);
+    } catch (const RequestError& e) {
+      return e.status;
+    }
+    return 200;
+  };
+  EXPECT_EQ(status_of(R"({"images": [[1, 2, 3]]})"), 400);
+  EXPECT_EQ(status_of(R"({"images": []})"), 400);
+  EXPECT_EQ(status_of(R"({"images": [)" + flat + "," + flat + "," + flat + "]}"), 413);
+  EXPECT_EQ(status_of(R"({"images_base64": ["AAAA"]})"), 400);
+  EXPECT_EQ(status_of(R"({"images_base64": ["!!!!"]})"), 400);
+  EXPECT_EQ(status_of(R"({})"), 400);
+  std::string negative = flat;
+  negative.replace(1, 1, "-1");
+  EXPECT_EQ(status_of(R"({"images": [)" + negative + "]}"), 400);
+}
+
+TEST(Metrics, PrometheusTextHasHelpTypeAndCumulativeBuckets) {
+  Metrics m;
+  m.counter("x_total", "things");
+  m.histogram("lat_seconds", "latency", {0.1, 1});
+  m.add("x_total", 2, "code=\"200\"");
+  m.observe("lat_seconds", 0.05);
+  m.observe("lat_seconds", 0.5);
+  m.observe("lat_seconds", 5);
+  const std::string t = m.text();
+  EXPECT_NE(t.find("# TYPE x_total counter\nx_total{code=\"200\"} 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("lat_seconds_bucket{le=\"0.1\"} 1\nlat_seconds_bucket{le=\"1\"} 2\nlat_seconds_bucket{le=\"+Inf\"} 3\n"),
+            std::string::npos) << t;
+  EXPECT_NE(t.find("lat_seconds_count 3\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::serve
