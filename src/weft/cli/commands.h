@@ -48,5 +48,7 @@ void add_predict_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
 // weft serve: a model over HTTP.
 void add_serve_command(CLI::App& app, Action& action);
+// weft serve-bench: load an inference server.
+void add_serve_bench_command(CLI::App& app, Action& action);
 
 }  // namespace weft::cli

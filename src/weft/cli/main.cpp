@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   weft::cli::add_predict_command(app, action);
   weft::cli::add_generate_command(app, action);
   weft::cli::add_serve_command(app, action);
+  weft::cli::add_serve_bench_command(app, action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

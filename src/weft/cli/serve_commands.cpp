@@ -8,9 +8,11 @@
 #include "weft/data/dataset.h"
 #include "weft/serve/classify.h"
 #include "weft/serve/generation.h"
+#include "weft/serve/load.h"
 #include "weft/serve/model_file.h"
 #include "weft/serve/server.h"
 #include "weft/util/env.h"
+#include "weft/util/parse.h"
 #include "weft/util/size.h"
 #include "weft/tensor/ops.h"
 #include "weft/util/error.h"
@@ -162,6 +164,47 @@ void add_serve_command(CLI::App& app, Action& action) {
       c->max_body = parse_size(*max_body, "--max-body");
       if (c->token.empty()) c->token = env_string("WEFT_SERVE_TOKEN").value_or("");
       return serve::serve(*c, stdout);
+    };
+  });
+}
+
+void add_serve_bench_command(CLI::App& app, Action& action) {
+  auto c = std::make_shared<serve::LoadOptions>();
+  auto json = std::make_shared<bool>(false);
+  auto url = std::make_shared<std::string>("http://127.0.0.1:8000");
+  CLI::App* cmd = app.add_subcommand("serve-bench", "load an inference server: throughput and latency percentiles");
+  cmd->add_option("--url", *url, "the server (http://HOST:PORT)")->capture_default_str();
+  cmd->add_option("--token", c->token, "bearer token (default: $WEFT_SERVE_TOKEN)");
+  cmd->add_option("--endpoint", c->endpoint, "completions | classify")->check(CLI::IsMember({"completions", "classify"}))
+      ->capture_default_str();
+  cmd->add_option("--prompt", c->prompts, "prompts, used in turn (repeatable)");
+  cmd->add_option("--max-tokens", c->max_tokens, "tokens per completion")->check(positive())->capture_default_str();
+  cmd->add_option("--temperature", c->temperature, "0: greedy")->check(non_negative())->capture_default_str();
+  cmd->add_option("--concurrency", c->concurrency, "closed loop: concurrent clients")->check(positive())
+      ->capture_default_str();
+  cmd->add_option("--rate", c->rate, "open loop: Poisson arrivals per second (0: closed loop)")->check(non_negative())
+      ->capture_default_str();
+  cmd->add_option("--requests", c->requests, "measured requests")->check(positive())->capture_default_str();
+  cmd->add_option("--warmup", c->warmup, "requests before the measurement")->check(non_negative())->capture_default_str();
+  cmd->add_option("--seed", c->seed, "the arrivals' seed")->capture_default_str();
+  cmd->add_flag("--json", *json, "print JSON");
+  cmd->callback([c, json, url, &action] {
+    action = [c, json, url] {
+      const std::string prefix = "http://";
+      const auto colon = url->rfind(':');
+      if (url->rfind(prefix, 0) != 0 || colon == std::string::npos || colon < prefix.size())
+        throw ConfigError("--url " + *url + " is not http://HOST:PORT");
+      c->host = url->substr(prefix.size(), colon - prefix.size());
+      std::string port = url->substr(colon + 1);
+      if (!port.empty() && port.back() == '/') port.pop_back();
+      const auto p = parse_integer(port);
+      if (!p || *p < 1 || *p > 65535) throw ConfigError("--url " + *url + ": '" + port + "' is not a port");
+      c->port = static_cast<int>(*p);
+      if (c->token.empty()) c->token = env_string("WEFT_SERVE_TOKEN").value_or("");
+      serve::LoadReport r = serve::run_load(*c);
+      if (*json) fmt::print("{}\n", r.to_json().dump());
+      else fmt::print("{}", r.table());
+      return r.errors == 0 ? 0 : 1;
     };
   });
 }

@@ -5,6 +5,7 @@
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <ctime>
@@ -69,6 +70,16 @@ class Server {
   int run() {
     http_.new_task_queue = [n = o_.max_concurrency + 8] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
     http_.set_payload_max_length(static_cast<size_t>(o_.max_body));
+    http_.set_tcp_nodelay(true);  // each server-sent event goes out at once
+    // The library listens with a backlog of 5: many clients connecting at once would wait
+    // for SYN retransmissions (a second). The listening socket is noted here and its
+    // backlog raised after the bind.
+    int listening = -1;
+    http_.set_socket_options([&listening](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      listening = sock;
+    });
     int port = o_.port;
     if (port == 0) {
       port = http_.bind_to_any_port(o_.host);
@@ -76,6 +87,7 @@ class Server {
     } else if (!http_.bind_to_port(o_.host, port)) {
       throw ConfigError(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)", o_.host, port));
     }
+    if (listening >= 0) ::listen(listening, SOMAXCONN);
     const char* kind = lm_ ? "completions" : "image classification";
     fmt::print(log_, "weft serve: {} ({}, {} parameters) for {} on http://{}:{}; batches of up to {}, waiting up to {} ms{}\n",
                model_.name, model_.module->describe(), model_.module->num_parameters(), kind, o_.host, port,
