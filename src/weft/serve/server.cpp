@@ -10,6 +10,7 @@
 #include <atomic>
 #include <ctime>
 #include <memory>
+#include <random>
 
 #include "weft/serve/api.h"
 #include "weft/serve/model_file.h"
@@ -214,7 +215,7 @@ class Server {
     auto ticket = std::make_shared<Ticket>(r.prompt, r.options);
     lm_->submit(ticket);
     metrics_.add("weft_prompt_tokens_total", static_cast<double>(prompt_tokens));
-    const std::string id = fmt::format("cmpl-{:016x}", mix(number ^ 0x5eed));
+    const std::string id = fmt::format("cmpl-{:016x}", mix(number ^ id_salt_));
     const std::int64_t created = std::time(nullptr);
     if (!r.stream) {
       ticket->wait();
@@ -296,6 +297,7 @@ class Server {
   std::atomic<std::int64_t> in_flight_{0};
   std::atomic<std::uint64_t> requests_{0};
   std::int64_t created_ = std::time(nullptr);
+  const std::uint64_t id_salt_ = std::random_device{}();  // ids differ between runs
 };
 
 }  // namespace
