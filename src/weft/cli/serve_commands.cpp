@@ -159,9 +159,24 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-tokens", c->max_tokens, "the most tokens one request may ask for")->capture_default_str();
   cmd->add_option("--max-concurrency", c->max_concurrency, "requests in flight before 429")->capture_default_str();
   cmd->add_option("--max-images", c->max_images, "images in one classify request")->capture_default_str();
-  cmd->callback([c, max_body, &action] {
-    action = [c, max_body] {
+  auto replicas = std::make_shared<std::string>("1");
+  cmd->add_option("--replicas", *replicas, "N replica processes behind one front end, or MIN:MAX to scale with the load")
+      ->capture_default_str();
+  cmd->add_option("--scale-up-load", c->scale_up_load, "--replicas MIN:MAX: outstanding requests per replica that add one")
+      ->check(positive())->capture_default_str();
+  cmd->add_option("--scale-down-after", c->scale_down_after_s,
+                  "--replicas MIN:MAX: seconds the load must fit in one fewer replica before one is drained")
+      ->check(non_negative())->capture_default_str();
+  cmd->callback([c, max_body, replicas, &action] {
+    action = [c, max_body, replicas] {
       c->max_body = parse_size(*max_body, "--max-body");
+      const auto colon = replicas->find(':');
+      const auto lo = parse_integer(replicas->substr(0, colon));
+      const auto hi = colon == std::string::npos ? lo : parse_integer(replicas->substr(colon + 1));
+      if (!lo || !hi) throw ConfigError("--replicas '" + *replicas + "' is not N or MIN:MAX");
+      if (*lo < 1 || *hi < *lo || *hi > 64) throw ConfigError("--replicas " + *replicas + ": need 1 <= MIN <= MAX <= 64");
+      c->replicas_min = static_cast<int>(*lo);
+      c->replicas_max = static_cast<int>(*hi);
       if (c->token.empty()) c->token = env_string("WEFT_SERVE_TOKEN").value_or("");
       return serve::serve(*c, stdout);
     };

@@ -44,18 +44,6 @@ int free_port() {
   return port;
 }
 
-// The cores local rank `local` of `nproc` is bound to, out of `cores` (the launcher's own,
-// in order): a contiguous block of cores/nproc when there are enough, else core local % cores
-// (ranks that share a core alternate, as mpirun --map-by core places them).
-std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc) {
-  const int m = static_cast<int>(cores.size());
-  if (m == 0 || nproc < 1) return {};
-  if (nproc > m) return {cores[static_cast<std::size_t>(local % m)]};
-  std::vector<int> mine;
-  for (int i = local * m / nproc; i < (local + 1) * m / nproc; ++i) mine.push_back(cores[static_cast<std::size_t>(i)]);
-  return mine;
-}
-
 std::string self_executable() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);

@@ -26,6 +26,11 @@ ProcessInfo process_info_from_env();
 // The cores this process may run on, in order (its affinity mask: a cpuset, taskset or a
 // launcher's binding is respected).
 std::vector<int> allowed_cores();
+// The cores process `local` of `nproc` on this node is bound to, out of `cores`: a contiguous
+// block of cores/nproc when there are enough, else core local % cores (processes that share
+// a core alternate, as mpirun --map-by core places them). weft launch binds ranks by it and
+// weft serve its replicas.
+std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc);
 
 // The first host of a Slurm host list such as "node[03-05,9],gpu1".
 std::string first_slurm_host(const std::string& list);

@@ -2,10 +2,8 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
-#include <openssl/crypto.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/socket.h>
 
 #include <atomic>
 #include <ctime>
@@ -13,6 +11,7 @@
 #include <random>
 
 #include "weft/serve/api.h"
+#include "weft/serve/http_base.h"
 #include "weft/serve/model_file.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
@@ -25,8 +24,6 @@ using nlohmann::json;
 
 constexpr auto kPoll = std::chrono::milliseconds(100);
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
 std::uint64_t mix(std::uint64_t x) {  // splitmix64: request seeds from a counter
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -34,28 +31,10 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64: request seeds from a counte
   return x ^ (x >> 31);
 }
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "") {
-  res.status = status;
-  if (status == 429) res.set_header("Retry-After", "1");
-  if (status == 401) res.set_header("WWW-Authenticate", "Bearer");
-  res.set_content(error_body(status, message, param), "application/json");
-}
-
-// One request in flight, counted while it lives (a stream's lives as long as the stream).
-class Admission {
+class Server : private MetricsHolder, public HttpBase {
  public:
-  explicit Admission(std::atomic<std::int64_t>& counter) : counter_(counter) { ++counter_; }
-  ~Admission() { --counter_; }
-  Admission(const Admission&) = delete;
-  Admission& operator=(const Admission&) = delete;
-
- private:
-  std::atomic<std::int64_t>& counter_;
-};
-
-class Server {
- public:
-  Server(const ServeOptions& o, std::FILE* log) : o_(o), log_(log), model_(load_model(o.model)) {
+  Server(const ServeOptions& o, std::FILE* log)
+      : HttpBase(o, owned_metrics_), log_(log), model_(load_model(o.model)) {
     limits_ = {model_.name, o.max_tokens, o.max_images};
     if (LanguageModel* lm = model_.language_model()) {
       decoder_ = make_decoder(*lm);
@@ -69,45 +48,14 @@ class Server {
   }
 
   int run() {
-    http_.new_task_queue = [n = o_.max_concurrency + 8] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
-    http_.set_payload_max_length(static_cast<size_t>(o_.max_body));
-    http_.set_tcp_nodelay(true);  // each server-sent event goes out at once
-    // The library listens with a backlog of 5: many clients connecting at once would wait
-    // for SYN retransmissions (a second). The listening socket is noted here and its
-    // backlog raised after the bind.
-    int listening = -1;
-    http_.set_socket_options([&listening](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-      listening = sock;
-    });
-    int port = o_.port;
-    if (port == 0) {
-      port = http_.bind_to_any_port(o_.host);
-      if (port < 0) throw ConfigError("cannot listen on " + o_.host);
-    } else if (!http_.bind_to_port(o_.host, port)) {
-      throw ConfigError(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)", o_.host, port));
-    }
-    if (listening >= 0) ::listen(listening, SOMAXCONN);
     const char* kind = lm_ ? "completions" : "image classification";
-    fmt::print(log_, "weft serve: {} ({}, {} parameters) for {} on http://{}:{}; batches of up to {}, waiting up to {} ms{}\n",
-               model_.name, model_.module->describe(), model_.module->num_parameters(), kind, o_.host, port,
-               o_.batch.max_batch, o_.batch.max_wait_ms, o_.token.empty() ? "" : "; bearer token required");
-    std::fflush(log_);
-    if (!o_.port_file.empty()) write_file_atomic(o_.port_file, std::to_string(port) + "\n");
-    const bool ok = http_.listen_after_bind();
-    fmt::print(log_, "weft serve: stopped\n");
-    std::fflush(log_);
-    return ok ? 0 : 1;
+    return listen(log_, fmt::format("{} ({}, {} parameters) for {}; batches of up to {}, waiting up to {} ms", model_.name,
+                                    model_.module->describe(), model_.module->num_parameters(), kind,
+                                    o_.batch.max_batch, o_.batch.max_wait_ms));
   }
-
-  void stop() { http_.stop(); }
 
  private:
   void declare_metrics() {
-    metrics_.counter("weft_requests_total", "HTTP requests by endpoint and status code");
-    metrics_.histogram("weft_request_duration_seconds", "time from a request's arrival to its last byte",
-                       {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
     metrics_.histogram("weft_time_to_first_token_seconds", "time from a completion's arrival to its first token",
                        {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5});
     metrics_.histogram("weft_batch_size", "sequences per decoding step, images per forward",
@@ -117,63 +65,15 @@ class Server {
     metrics_.counter("weft_images_total", "images classified");
     metrics_.gauge("weft_queue_depth", "requests waiting to join a batch");
     metrics_.gauge("weft_running_sequences", "sequences in the running decode batch");
-    metrics_.gauge("weft_requests_in_flight", "requests being served");
-    metrics_.gauge("weft_replicas", "model replicas serving");
     metrics_.set("weft_replicas", 1);
   }
 
-  void count(const std::string& endpoint, int status, Clock::time_point start) {
-    metrics_.add("weft_requests_total", 1, fmt::format("endpoint=\"{}\",code=\"{}\"", endpoint, status));
-    metrics_.observe("weft_request_duration_seconds", seconds_since(start), fmt::format("endpoint=\"{}\"", endpoint));
-  }
-
-  bool authorized(const httplib::Request& req) const {
-    if (o_.token.empty() || req.path == "/healthz") return true;
-    const std::string expected = "Bearer " + o_.token;
-    const std::string got = req.get_header_value("Authorization");
-    return got.size() == expected.size() && CRYPTO_memcmp(got.data(), expected.data(), got.size()) == 0;
-  }
-
   void routes() {
-    http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (authorized(req)) return httplib::Server::HandlerResponse::Unhandled;
-      send_error(res, 401, "a valid bearer token is required (Authorization: Bearer <token>)");
-      count(req.path, 401, Clock::now());
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      std::string reason;
-      switch (res.status) {
-        case 404: reason = fmt::format("no such endpoint: {} {}", req.method, req.path); break;
-        case 413: reason = fmt::format("the body is larger than the limit of {} bytes", o_.max_body); break;
-        case 400: reason = "malformed HTTP request"; break;
-        default: reason = fmt::format("HTTP status {}", res.status);
-      }
-      send_error(res, res.status, reason);
-    });
-    http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "internal error";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = e.what();
-      } catch (...) {
-      }
-      send_error(res, 500, what);
-    });
-    http_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content("{\"status\":\"ok\"}", "application/json");
-    });
     http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       json m = {{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "weft"},
                 {"kind", model_.recipe.model}, {"parameters", model_.module->num_parameters()}};
       if (LanguageModel* lm = model_.language_model()) m["context"] = lm->context();
       res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
-    });
-    http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      metrics_.set("weft_requests_in_flight", static_cast<double>(in_flight_.load()));
-      res.set_content(metrics_.text(), "text/plain; version=0.0.4");
     });
     http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
     http_.Post("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) { classify(req, res); });
@@ -182,11 +82,7 @@ class Server {
   // Parses, checks and admits a request; false (the response filled) when refused.
   template <class Parse>
   bool admit(const char* endpoint, httplib::Response& res, Clock::time_point start, Parse&& parse) {
-    if (in_flight_.load() >= o_.max_concurrency) {
-      send_error(res, 429, fmt::format("{} requests in flight: the limit; retry later", o_.max_concurrency));
-      count(endpoint, 429, start);
-      return false;
-    }
+    if (over_limit(endpoint, res, start)) return false;
     try {
       parse();
     } catch (const RequestError& e) {
@@ -284,17 +180,13 @@ class Server {
     count(endpoint, 200, start);
   }
 
-  ServeOptions o_;
   std::FILE* log_;
   LoadedModel model_;
   ApiLimits limits_;
   std::int64_t max_prompt_ = 0;
-  Metrics metrics_;
   std::unique_ptr<Decoder> decoder_;
   std::unique_ptr<LmBatcher> lm_;
   std::unique_ptr<ImageBatcher> images_;
-  httplib::Server http_;
-  std::atomic<std::int64_t> in_flight_{0};
   std::atomic<std::uint64_t> requests_{0};
   std::int64_t created_ = std::time(nullptr);
   const std::uint64_t id_salt_ = std::random_device{}();  // ids differ between runs
@@ -312,6 +204,10 @@ void validate(const ServeOptions& o) {
   if (o.max_concurrency < 1 || o.max_concurrency > 4096) throw ConfigError("--max-concurrency must be in [1, 4096]");
   if (o.max_images < 1) throw ConfigError("--max-images must be at least 1");
   if (!o.token.empty() && o.token.size() < 16) throw ConfigError("--token must be at least 16 characters");
+  if (o.replicas_min < 1 || o.replicas_max < o.replicas_min || o.replicas_max > 64)
+    throw ConfigError(fmt::format("--replicas {}:{}: need 1 <= MIN <= MAX <= 64", o.replicas_min, o.replicas_max));
+  if (!(o.scale_up_load > 0)) throw ConfigError("--scale-up-load must be positive");
+  if (!(o.scale_down_after_s >= 0)) throw ConfigError("--scale-down-after must be zero or more");
 }
 
 int serve(const ServeOptions& options, std::FILE* log) {
@@ -323,28 +219,9 @@ int serve(const ServeOptions& options, std::FILE* log) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  if (options.replicas_max > 1) return serve_replicated(options, log);
   Server server(options, log);
-  std::atomic<bool> running{true};
-  std::thread waiter([&] {
-    const timespec tick{0, 200'000'000};
-    while (running.load()) {
-      if (sigtimedwait(&signals, nullptr, &tick) > 0) {
-        server.stop();
-        return;
-      }
-    }
-  });
-  int code = 1;
-  try {
-    code = server.run();
-  } catch (...) {
-    running = false;
-    waiter.join();
-    throw;
-  }
-  running = false;
-  waiter.join();
-  return code;
+  return run_until_signal([&] { return server.run(); }, [&] { server.stop(); });
 }
 
 }  // namespace weft::serve

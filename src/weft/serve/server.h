@@ -34,11 +34,18 @@ struct ServeOptions {
   std::int64_t max_tokens = 1024;    // the most a request may ask for
   std::int64_t max_concurrency = 64; // requests in flight
   std::int64_t max_images = 1024;    // images per classify request
+  // Data-parallel and elastic serving (replicas.h): replicas_max > 1 runs a front end that
+  // routes to replica processes; replicas_min < replicas_max scales between them.
+  int replicas_min = 1, replicas_max = 1;
+  double scale_up_load = 8;          // outstanding requests per replica that add one
+  double scale_down_after_s = 3;     // a quiet period before a replica is drained
 };
 
 // Checks the options (one-line ConfigError naming the flag).
 void validate(const ServeOptions& options);
 // Serves until SIGINT or SIGTERM; returns the exit code.
 int serve(const ServeOptions& options, std::FILE* log);
+// The front end of replicas_max > 1 (front_end.cpp); called by serve().
+int serve_replicated(const ServeOptions& options, std::FILE* log);
 
 }  // namespace weft::serve

@@ -1,0 +1,283 @@
+// The front end of data-parallel and elastic serving: one HTTP server in front of replica
+// processes (replicas.h). It checks the token and the limits, gives every completion a seed
+// (so that a retry on another replica yields the same tokens), routes each request to the
+// replica with the least outstanding requests, and retries a request whose replica died on
+// another one; a stream that was cut resumes there, skipping the pieces already sent. No
+// accepted request is lost or answered twice.
+#include <fmt/format.h>
+
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "weft/serve/http_base.h"
+#include "weft/serve/replicas.h"
+#include "weft/util/error.h"
+
+namespace weft::serve {
+
+namespace {
+
+using nlohmann::json;
+constexpr int kAttempts = 5;
+constexpr double kWaitForReplicaS = 30;
+
+std::string random_hex(int bytes) {
+  std::random_device rd;
+  std::string s;
+  for (int i = 0; i < bytes; ++i) s += fmt::format("{:02x}", rd() & 0xFF);
+  return s;
+}
+
+// Whether a server-sent event carries a piece of text (what a resumed stream skips).
+bool is_text_event(const std::string& event) {
+  if (event.rfind("data: {", 0) != 0) return false;
+  json j = json::parse(event.substr(6), nullptr, false);
+  return j.is_object() && j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
+         j["choices"][0].is_object() && !j["choices"][0].value("text", std::string()).empty();
+}
+
+// One streamed completion relayed from a replica: the relay thread fills it, the client's
+// connection drains it.
+struct Relay {
+  std::mutex mu;
+  std::condition_variable cv;
+  int status = 0;  // the replica's status (0: not known yet)
+  std::string error_body;
+  std::deque<std::string> events;
+  bool done = false, cancelled = false;
+};
+
+class FrontEnd : private MetricsHolder, public HttpBase {
+ public:
+  FrontEnd(const ServeOptions& o, std::FILE* log) : HttpBase(o, owned_metrics_), log_(log) {
+    metrics_.counter("weft_retries_total", "requests sent again to another replica after theirs failed");
+    ReplicaOptions r;
+    r.min = o.replicas_min;
+    r.max = o.replicas_max;
+    r.token = token_;
+    r.folder = folder_;
+    r.scale_up_load = o.scale_up_load;
+    r.scale_down_after_s = o.scale_down_after_s;
+    r.command = {"serve", o.model, "--max-batch", std::to_string(o.batch.max_batch), "--max-wait-ms",
+                 fmt::format("{}", o.batch.max_wait_ms), "--max-body", std::to_string(o.max_body),
+                 "--max-prompt-tokens", std::to_string(o.max_prompt_tokens), "--max-tokens",
+                 std::to_string(o.max_tokens), "--max-concurrency", std::to_string(o.max_concurrency),
+                 "--max-images", std::to_string(o.max_images)};
+    std::filesystem::create_directories(folder_);
+    replicas_ = std::make_unique<ReplicaSet>(r, log, metrics_);
+    http_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { forward(req, res, "/v1/models"); });
+    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+    http_.Post("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) { forward(req, res, "/v1/classify"); });
+  }
+
+  ~FrontEnd() {
+    std::unique_lock lock(relays_mu_);
+    relays_cv_.wait(lock, [&] { return relays_ == 0; });
+    lock.unlock();
+    replicas_.reset();
+    std::filesystem::remove_all(folder_);
+  }
+
+  int run() {
+    replicas_->wait_ready(120);
+    return listen(log_, fmt::format("{} behind {} replica{} ({}), routed by least outstanding requests", o_.model,
+                                    o_.replicas_min == o_.replicas_max ? std::to_string(o_.replicas_max)
+                                                                       : fmt::format("{}-{}", o_.replicas_min, o_.replicas_max),
+                                    o_.replicas_max > 1 ? "s" : "",
+                                    o_.replicas_min == o_.replicas_max ? "each bound to its share of the cores"
+                                                                       : "elastic"));
+  }
+
+ private:
+  httplib::Headers upstream_headers() const { return {{"Authorization", "Bearer " + token_}}; }
+
+  // A request answered whole (classify, models, completions without stream): sent to a
+  // replica, and to another if that one fails.
+  void forward(const httplib::Request& req, httplib::Response& res, const char* endpoint, const std::string& body_in = "") {
+    const auto start = Clock::now();
+    if (over_limit(endpoint, res, start)) return;
+    Admission admission(in_flight_);
+    const std::string& body = body_in.empty() ? req.body : body_in;
+    std::set<int> tried;
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      auto lease = replicas_->acquire(tried, kWaitForReplicaS);
+      if (!lease && !tried.empty()) {
+        tried.clear();
+        lease = replicas_->acquire(tried, kWaitForReplicaS);
+      }
+      if (!lease) break;
+      httplib::Client client("127.0.0.1", lease->port());
+      client.set_read_timeout(600);
+      httplib::Result r = req.method == "GET" ? client.Get(req.path, upstream_headers())
+                                              : client.Post(req.path, upstream_headers(), body, "application/json");
+      if (!r) {
+        replicas_->suspect(lease->slot());
+        tried.insert(lease->slot());
+        metrics_.add("weft_retries_total", 1);
+        continue;
+      }
+      res.status = r->status;
+      if (r->has_header("Retry-After")) res.set_header("Retry-After", r->get_header_value("Retry-After"));
+      res.set_content(r->body, r->get_header_value("Content-Type"));
+      count(endpoint, r->status, start);
+      return;
+    }
+    send_error(res, 503, "no replica could answer; retry later");
+    count(endpoint, 503, start);
+  }
+
+  void completions(const httplib::Request& req, httplib::Response& res) {
+    const char* endpoint = "/v1/completions";
+    json j = json::parse(req.body, nullptr, false);
+    if (!j.is_object()) return forward(req, res, endpoint);  // the replica names the problem
+    if (!j.contains("seed") || j["seed"].is_null()) {
+      std::lock_guard lock(seed_mu_);
+      j["seed"] = static_cast<std::int64_t>(seeds_() & INT64_MAX);
+    }
+    const std::string body = j.dump();
+    auto stream = j.find("stream");
+    if (stream == j.end() || !stream->is_boolean() || !stream->get<bool>()) return forward(req, res, endpoint, body);
+    const auto start = Clock::now();
+    if (over_limit(endpoint, res, start)) return;
+    auto admission = std::make_shared<Admission>(in_flight_);
+    auto relay = std::make_shared<Relay>();
+    {
+      std::lock_guard lock(relays_mu_);
+      ++relays_;
+    }
+    std::thread([this, relay, body, path = req.path] {
+      run_relay(*relay, path, body);
+      std::lock_guard lock(relays_mu_);
+      --relays_;
+      relays_cv_.notify_all();
+    }).detach();
+    // Wait for the replica's answer: an error is answered whole, a stream relayed.
+    std::unique_lock lock(relay->mu);
+    relay->cv.wait(lock, [&] { return relay->status != 0 || relay->done; });
+    if (relay->status != 200) {
+      relay->cv.wait(lock, [&] { return relay->done; });
+      if (relay->status == 0) send_error(res, 503, "no replica could answer; retry later");
+      else res.status = relay->status, res.set_content(relay->error_body, "application/json");
+      count(endpoint, res.status, start);
+      return;
+    }
+    lock.unlock();
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, relay, admission, start, endpoint](size_t, httplib::DataSink& sink) {
+          std::unique_lock l(relay->mu);
+          relay->cv.wait_for(l, std::chrono::milliseconds(100), [&] { return !relay->events.empty() || relay->done; });
+          while (!relay->events.empty()) {
+            std::string e = std::move(relay->events.front());
+            relay->events.pop_front();
+            l.unlock();
+            if (!sink.write(e.data(), e.size())) return false;
+            l.lock();
+          }
+          if (relay->done) {
+            sink.done();
+            count(endpoint, 200, start);
+            return true;
+          }
+          return sink.is_writable();
+        },
+        [relay](bool success) {
+          if (success) return;
+          std::lock_guard l(relay->mu);
+          relay->cancelled = true;  // the client went away: the relay stops, and so does the replica
+        });
+  }
+
+  // Streams a completion from a replica into the relay; if the replica dies mid-stream, the
+  // same request (same seed) goes to another, whose first pieces (already sent) are skipped.
+  void run_relay(Relay& relay, const std::string& path, const std::string& body) {
+    std::int64_t sent = 0;  // text events relayed
+    std::set<int> tried;
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+      auto lease = replicas_->acquire(tried, kWaitForReplicaS);
+      if (!lease && !tried.empty()) {
+        tried.clear();
+        lease = replicas_->acquire(tried, kWaitForReplicaS);
+      }
+      if (!lease) break;
+      httplib::Client client("127.0.0.1", lease->port());
+      client.set_read_timeout(600);
+      httplib::Request up;
+      up.method = "POST";
+      up.path = path;
+      up.headers = upstream_headers();
+      up.headers.emplace("Content-Type", "application/json");
+      up.body = body;
+      int status = 0;
+      std::int64_t seen = 0;
+      bool finished = false;
+      std::string buffer;
+      up.response_handler = [&](const httplib::Response& r) {
+        status = r.status;
+        if (status != 200) return true;
+        std::lock_guard l(relay.mu);
+        relay.status = 200;
+        relay.cv.notify_all();
+        return !relay.cancelled;
+      };
+      up.content_receiver = [&](const char* data, size_t size, std::uint64_t, std::uint64_t) {
+        std::lock_guard l(relay.mu);
+        if (relay.cancelled) return false;
+        if (status != 200) {
+          relay.error_body.append(data, size);
+          return true;
+        }
+        buffer.append(data, size);
+        for (std::size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
+          std::string event = buffer.substr(0, end + 2);
+          buffer.erase(0, end + 2);
+          if (is_text_event(event) && ++seen <= sent) continue;  // sent before the retry
+          if (is_text_event(event)) ++sent;
+          if (event == "data: [DONE]\n\n") finished = true;
+          relay.events.push_back(std::move(event));
+        }
+        relay.cv.notify_all();
+        return true;
+      };
+      httplib::Result r = client.send(up);
+      std::lock_guard l(relay.mu);
+      if (relay.cancelled) break;
+      if (status != 0 && status != 200) {  // the replica refused the request: its answer is the answer
+        relay.status = status;
+        break;
+      }
+      if (r && finished) break;
+      replicas_->suspect(lease->slot());
+      tried.insert(lease->slot());
+      metrics_.add("weft_retries_total", 1);
+    }
+    std::lock_guard l(relay.mu);
+    relay.done = true;
+    relay.cv.notify_all();
+  }
+
+  std::FILE* log_;
+  std::string token_ = random_hex(24);
+  std::string folder_ = fmt::format("/tmp/weft-serve-{}-{}", ::getpid(), random_hex(4));
+  std::unique_ptr<ReplicaSet> replicas_;
+  std::mutex seed_mu_;
+  std::mt19937_64 seeds_{std::random_device{}()};
+  std::mutex relays_mu_;
+  std::condition_variable relays_cv_;
+  int relays_ = 0;
+};
+
+}  // namespace
+
+int serve_replicated(const ServeOptions& options, std::FILE* log) {
+  FrontEnd front(options, log);
+  return run_until_signal([&] { return front.run(); }, [&] { front.stop(); });
+}
+
+}  // namespace weft::serve

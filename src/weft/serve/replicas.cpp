@@ -1,0 +1,285 @@
+#include "weft/serve/replicas.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "weft/comm/process.h"
+#include "weft/util/error.h"
+#include "weft/util/file.h"
+#include "weft/util/parse.h"
+
+namespace weft::serve {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "weft";
+  buf[n] = '\0';
+  return buf;
+}
+
+std::string exit_reason(int status) {
+  if (WIFSIGNALED(status)) return fmt::format("killed by signal {}", WTERMSIG(status));
+  return fmt::format("exit code {}", WEXITSTATUS(status));
+}
+
+}  // namespace
+
+ReplicaSet::Lease::~Lease() {
+  {
+    std::lock_guard lock(set_.mu_);
+    for (auto& r : set_.replicas_)
+      if (r->slot == slot_) --r->outstanding;
+  }
+  set_.cv_.notify_all();
+}
+
+ReplicaSet::ReplicaSet(ReplicaOptions options, std::FILE* log, Metrics& metrics)
+    : o_(std::move(options)), log_(log), metrics_(metrics), cores_(comm::allowed_cores()) {
+  metrics_.counter("weft_replica_restarts_total", "replicas restarted after they died");
+  metrics_.counter("weft_scaling_events_total", "replicas added (up) or drained and stopped (down)");
+  std::lock_guard lock(mu_);
+  for (int i = 0; i < o_.min; ++i) {
+    replicas_.push_back(std::make_unique<Replica>());
+    replicas_.back()->slot = i;
+    spawn(*replicas_.back());
+  }
+  publish();
+  monitor_ = std::thread([this] { monitor(); });
+}
+
+ReplicaSet::~ReplicaSet() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  monitor_.join();
+  for (auto& r : replicas_)
+    if (r->pid > 0) ::kill(r->pid, SIGTERM);
+  const double deadline = now_s() + 10;
+  for (auto& r : replicas_) {
+    if (r->pid <= 0) continue;
+    int status = 0;
+    while (::waitpid(r->pid, &status, WNOHANG) == 0) {
+      if (now_s() > deadline) {
+        ::kill(r->pid, SIGKILL);
+        ::waitpid(r->pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+}
+
+// Starts replica r (under the lock): its own process group (a terminal's Ctrl-C reaches the
+// front end only), stopped with the front end, bound to its share of the cores when the
+// number of replicas is fixed.
+void ReplicaSet::spawn(Replica& r) {
+  r.port_file = fmt::format("{}/replica-{}-{}.port", o_.folder, r.slot, r.generation++);
+  std::vector<std::string> args = {self_executable()};
+  args.insert(args.end(), o_.command.begin(), o_.command.end());
+  for (const char* a : {"--host", "127.0.0.1", "--port", "0", "--port-file"}) args.emplace_back(a);
+  args.push_back(r.port_file);
+  cpu_set_t bind;
+  CPU_ZERO(&bind);
+  const bool fixed = o_.min == o_.max;
+  std::size_t bound = 0;
+  if (fixed)
+    for (int core : comm::cores_for_rank(cores_, r.slot, o_.max)) CPU_SET(core, &bind), ++bound;
+  const std::size_t threads = fixed ? std::max<std::size_t>(bound, 1)
+                                    : std::max<std::size_t>(cores_.size() / static_cast<std::size_t>(o_.max), 1);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error(std::string("cannot start a replica: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (bound > 0) ::sched_setaffinity(0, sizeof bind, &bind);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the front end blocks SIGTERM; a replica must not
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) ::dup2(null, 1);
+    ::setenv("WEFT_SERVE_TOKEN", o_.token.c_str(), 1);
+    ::setenv("WEFT_NUM_THREADS", std::to_string(threads).c_str(), 1);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "error: weft serve: cannot run a replica '%s': %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  r.pid = pid;
+  r.port = 0;
+  r.ready = false;
+}
+
+void ReplicaSet::wait_ready(double timeout_s) {
+  std::unique_lock lock(mu_);
+  const bool ok = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+    int ready = 0;
+    for (auto& r : replicas_) ready += r->ready;
+    return ready >= o_.min;
+  });
+  if (!ok) throw Error(fmt::format("the replicas did not start within {:.0f} s", timeout_s));
+}
+
+std::unique_ptr<ReplicaSet::Lease> ReplicaSet::acquire(const std::set<int>& exclude, double timeout_s) {
+  std::unique_lock lock(mu_);
+  Replica* best = nullptr;
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
+    best = nullptr;
+    for (auto& r : replicas_)
+      if (r->ready && !r->draining && !exclude.count(r->slot) && (!best || r->outstanding < best->outstanding))
+        best = r.get();
+    return best != nullptr || stopping_;
+  });
+  if (!best) return nullptr;
+  ++best->outstanding;
+  return std::unique_ptr<Lease>(new Lease(*this, best->slot, best->port));
+}
+
+void ReplicaSet::suspect(int slot) {
+  std::lock_guard lock(mu_);
+  for (auto& r : replicas_)
+    if (r->slot == slot) r->ready = false;  // until it answers /healthz again
+}
+
+int ReplicaSet::live() const {
+  std::lock_guard lock(mu_);
+  int n = 0;
+  for (auto& r : replicas_) n += r->ready && !r->draining;
+  return n;
+}
+
+// A replica that is not ready: its port once written, then a /healthz answer.
+void ReplicaSet::poll_ready(Replica& r) {
+  if (r.port == 0) {
+    if (!file_exists(r.port_file)) return;
+    std::string text = read_file(r.port_file);
+    while (!text.empty() && (text.back() == '\n')) text.pop_back();
+    const auto p = parse_integer(text);
+    if (!p) return;
+    r.port = static_cast<int>(*p);
+  }
+  httplib::Client client("127.0.0.1", r.port);
+  client.set_connection_timeout(0, 300'000);
+  client.set_read_timeout(1);
+  auto res = client.Get("/healthz");
+  if (res && res->status == 200) {
+    if (!r.ready) {
+      fmt::print(log_, "weft serve: replica {} (pid {}) ready on 127.0.0.1:{}\n", r.slot, r.pid, r.port);
+      std::fflush(log_);
+    }
+    r.ready = true;
+  }
+}
+
+void ReplicaSet::monitor() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    for (std::size_t i = 0; i < replicas_.size();) {
+      Replica& r = *replicas_[i];
+      int status = 0;
+      if (r.pid > 0 && ::waitpid(r.pid, &status, WNOHANG) == r.pid) {
+        r.pid = -1;
+        r.ready = false;
+        if (r.draining) {
+          fmt::print(log_, "weft serve: replica {} stopped ({} left)\n", r.slot, replicas_.size() - 1);
+          std::fflush(log_);
+          replicas_.erase(replicas_.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        fmt::print(log_, "weft serve: replica {} died ({}); restarting it\n", r.slot, exit_reason(status));
+        std::fflush(log_);
+        metrics_.add("weft_replica_restarts_total", 1);
+        spawn(r);
+      }
+      if (r.draining && r.outstanding == 0 && r.pid > 0) ::kill(r.pid, SIGTERM);
+      if (!r.ready && !r.draining && r.pid > 0) {
+        lock.unlock();  // (a health check may take a moment)
+        poll_ready(r);
+        lock.lock();
+        if (r.ready) cv_.notify_all();
+      }
+      ++i;
+    }
+    if (o_.max > o_.min) autoscale(now_s());
+    publish();
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+void ReplicaSet::autoscale(double now) {
+  int ready = 0, serving = 0;
+  std::int64_t outstanding = 0;
+  for (auto& r : replicas_) {
+    if (r->draining) continue;
+    ++serving;
+    ready += r->ready;
+    outstanding += r->outstanding;
+  }
+  const double per = ready > 0 ? static_cast<double>(outstanding) / ready : 0;
+  // Up: the load per replica stays above the threshold for a second.
+  if (serving < o_.max && ready == serving && per > o_.scale_up_load) {
+    if (over_since_ < 0) over_since_ = now;
+    if (now - over_since_ >= 1.0) {
+      int slot = 0;
+      for (bool used = true; used; ++slot) {
+        used = false;
+        for (auto& r : replicas_) used = used || r->slot == slot;
+        if (!used) break;
+      }
+      replicas_.push_back(std::make_unique<Replica>());
+      replicas_.back()->slot = slot;
+      spawn(*replicas_.back());
+      fmt::print(log_, "weft serve: scaling up to {} replica(s): {} requests outstanding, {:.1f} per replica > {}\n",
+                 serving + 1, outstanding, per, o_.scale_up_load);
+      std::fflush(log_);
+      metrics_.add("weft_scaling_events_total", 1, "direction=\"up\"");
+      over_since_ = -1;
+    }
+  } else {
+    over_since_ = -1;
+  }
+  // Down: the load fits in one fewer replica (at half the threshold) for scale_down_after_s.
+  if (serving > o_.min && ready == serving && static_cast<double>(outstanding) <= (serving - 1) * o_.scale_up_load / 2) {
+    if (under_since_ < 0) under_since_ = now;
+    if (now - under_since_ >= o_.scale_down_after_s) {
+      Replica* newest = nullptr;
+      for (auto& r : replicas_)
+        if (!r->draining && (!newest || r->slot > newest->slot)) newest = r.get();
+      newest->draining = true;
+      fmt::print(log_, "weft serve: scaling down to {} replica(s): {} requests outstanding for {:.0f} s; draining replica {}\n",
+                 serving - 1, outstanding, o_.scale_down_after_s, newest->slot);
+      std::fflush(log_);
+      metrics_.add("weft_scaling_events_total", 1, "direction=\"down\"");
+      under_since_ = -1;
+    }
+  } else {
+    under_since_ = -1;
+  }
+}
+
+void ReplicaSet::publish() {
+  int ready = 0;
+  for (auto& r : replicas_) ready += r->ready && !r->draining;
+  metrics_.set("weft_replicas", ready);
+}
+
+}  // namespace weft::serve

@@ -1,0 +1,92 @@
+// Data-parallel serving (seed 003 chapter 3: replicas of the whole model, inputs split among
+// them, no communication between them) and elastic serving (chapter 11: the number of
+// replicas follows the load). A ReplicaSet runs `weft serve` replica processes on loopback
+// ports, each bound to its share of the cores when their number is fixed, and:
+//   - hands out the live replica with the least outstanding requests (acquire);
+//   - restarts a replica that dies (its in-flight requests are retried by the front end);
+//   - with min < max, adds a replica when the outstanding requests per replica stay above
+//     scale_up_load, and drains and stops the newest when the load would fit in one fewer.
+// Every change is logged with its reason and counted in the metrics.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weft/serve/metrics.h"
+
+namespace weft::serve {
+
+struct ReplicaOptions {
+  int min = 1, max = 1;
+  std::vector<std::string> command;  // weft serve MODEL ... without --host/--port/--port-file
+  std::string token;                 // the replicas' internal bearer token (given by environment)
+  std::string folder;                // where the replicas write their port files
+  double scale_up_load = 8;          // outstanding requests per replica that add a replica
+  double scale_down_after_s = 3;     // how long the load must fit in one fewer replica
+};
+
+class ReplicaSet {
+ public:
+  ReplicaSet(ReplicaOptions options, std::FILE* log, Metrics& metrics);
+  ~ReplicaSet();  // stops every replica
+
+  // Blocks until `min` replicas answer (throws Error if one cannot start).
+  void wait_ready(double timeout_s);
+
+  // A replica to send one request to; released when the lease goes.
+  class Lease {
+   public:
+    ~Lease();
+    int slot() const { return slot_; }
+    int port() const { return port_; }
+
+   private:
+    friend class ReplicaSet;
+    Lease(ReplicaSet& set, int slot, int port) : set_(set), slot_(slot), port_(port) {}
+    ReplicaSet& set_;
+    int slot_, port_;
+  };
+  // The ready replica with the least outstanding requests, not in `exclude`; waits up to
+  // `timeout_s` for one (a restart in progress); null when none.
+  std::unique_ptr<Lease> acquire(const std::set<int>& exclude, double timeout_s);
+  // The front end reports a replica that failed a request (it may have died).
+  void suspect(int slot);
+  int live() const;
+
+ private:
+  struct Replica {
+    int slot = 0;
+    pid_t pid = -1;
+    int port = 0;
+    std::string port_file;
+    bool ready = false, draining = false;
+    std::int64_t outstanding = 0;
+    int generation = 0;
+  };
+  void spawn(Replica& r);
+  void monitor();
+  void poll_ready(Replica& r);
+  void autoscale(double now);
+  void publish();
+
+  ReplicaOptions o_;
+  std::FILE* log_;
+  Metrics& metrics_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Replica>> replicas_;
+  std::vector<int> cores_;
+  bool stopping_ = false;
+  double over_since_ = -1, under_since_ = -1;
+  std::thread monitor_;
+};
+
+}  // namespace weft::serve

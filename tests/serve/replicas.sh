@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# usage: replicas.sh WEFT
+# Data-parallel and elastic serving. 2 replicas behind one front end: a replica killed
+# (SIGKILL) under load loses no request (every one of 300 streamed completions arrives whole,
+# its tokens counted) and is restarted. Elastic 1:3: a load step of 1 -> 16 concurrent
+# clients -> 1 scales the replicas up and, once the load falls, back down to 1, each decision
+# logged and counted.
+set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
+weft=$1
+new_work_dir
+server=""
+stop_server() { if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; server=""; fi; }
+trap 'stop_server; rm -rf "$work"' EXIT
+start_server() {  # LOG ARGS...
+  local log=$1
+  shift
+  rm -f "$work/port"
+  "$weft" serve "$work/gpt.safetensors" --port 0 --port-file "$work/port" "$@" > "$log" 2>&1 &
+  server=$!
+  for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+  [ -s "$work/port" ] || { echo "FAIL: the front end did not start"; cat "$log"; exit 1; }
+  port=$(cat "$work/port")
+}
+"$weft" train --model gpt --layers 2 --d-model 32 --heads 4 --context 32 --batch 8 --max-steps 10 --eval-every 10 \
+  --eval-batches 1 --sample 0 --quiet --threads 1 --save-model "$work/gpt.safetensors" >/dev/null
+
+start_server "$work/fixed.log" --replicas 2
+"$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 8 --requests 300 --max-tokens 48 --json \
+  > "$work/bench.json" &
+bench=$!
+sleep 1
+victim=$(grep -o 'replica 1 (pid [0-9]*' "$work/fixed.log" | head -1 | grep -o '[0-9]*$')
+kill -9 "$victim"
+wait "$bench" || { echo "FAIL: requests failed after a replica was killed"; cat "$work/bench.json"; exit 1; }
+python3 - "$work/bench.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["requests"] == 300 and r["errors"] == 0, r
+assert r["tokens"] == 300 * 48, f"{r['tokens']} tokens, expected {300 * 48}: a stream was lost or doubled"
+print(f"300 streamed completions, 0 errors, {r['tokens']} tokens: none lost or doubled")
+PY
+for _ in $(seq 100); do grep -q "replica 1 (pid [0-9]*) ready" <(grep -v "pid $victim)" "$work/fixed.log") && break; sleep 0.1; done
+grep -q "replica 1 died (killed by signal 9); restarting it" "$work/fixed.log" || { echo "FAIL: no restart"; cat "$work/fixed.log"; exit 1; }
+metrics=$(curl -s "http://127.0.0.1:$port/metrics")
+grep -q '^weft_replica_restarts_total 1$' <<<"$metrics" || { echo "FAIL: the restart is not counted"; exit 1; }
+grep -q '^weft_replicas 2$' <<<"$metrics" || { echo "FAIL: not back to 2 replicas"; grep replicas <<<"$metrics"; exit 1; }
+echo "the killed replica was restarted: $(grep -c 'weft_retries_total' <<<"$metrics") retry counter, $(grep '^weft_retries_total' <<<"$metrics")"
+stop_server
+grep -q "weft serve: stopped" "$work/fixed.log"
+[ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || { echo "FAIL: replicas left running"; exit 1; }
+
+start_server "$work/elastic.log" --replicas 1:3 --scale-up-load 4 --scale-down-after 2
+"$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 1 --requests 10 --max-tokens 48 >/dev/null
+"$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 16 --requests 600 --max-tokens 48 >/dev/null
+grep -q "scaling up to 2 replica(s)" "$work/elastic.log" || { echo "FAIL: 16 clients did not scale up"; cat "$work/elastic.log"; exit 1; }
+"$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 1 --requests 10 --max-tokens 48 >/dev/null
+for _ in $(seq 200); do
+  curl -s "http://127.0.0.1:$port/metrics" | grep -q '^weft_replicas 1$' && grep -q "stopped (1 left)" "$work/elastic.log" && break
+  sleep 0.1
+done
+grep -q "scaling down to 1 replica(s)" "$work/elastic.log" || { echo "FAIL: did not scale back down"; cat "$work/elastic.log"; exit 1; }
+metrics=$(curl -s "http://127.0.0.1:$port/metrics")
+grep -q '^weft_replicas 1$' <<<"$metrics" || { echo "FAIL: not back to 1 replica"; exit 1; }
+grep '^weft_scaling_events_total' <<<"$metrics"
+grep "scaling" "$work/elastic.log"
+stop_server
