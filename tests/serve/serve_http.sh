@@ -18,7 +18,7 @@ trap 'stop_server; rm -rf "$work"' EXIT
 
 gpt=(train --model gpt --layers 2 --d-model 32 --heads 4 --context 32 --batch 8 --max-steps 30 --eval-every 30
      --eval-batches 1 --sample 0 --seed 3 --quiet --threads 1)
-"$weft" "${gpt[@]}" --save-model "$work/gpt.safetensors" >/dev/null
+val=$("$weft" "${gpt[@]}" --save-model "$work/gpt.safetensors" | json_field val_loss)
 "$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --pp 2 --micro-batches 2 --save-model "$work/pp.safetensors" >/dev/null
 "$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --tp 2 --save-model "$work/tp.safetensors" >/dev/null
 
@@ -38,6 +38,25 @@ for model in pp tp; do
   [ "$a" = "$b" ] || { echo "FAIL: the $model-trained model generates other tokens: $b vs $a"; exit 1; }
 done
 echo "the pipeline- and tensor-parallel-trained models generate the single-process model's tokens"
+
+# The validation loss through the decoder is training's (its 8 windows: --eval-batches 1 x
+# --batch 8); int8 and bf16 weights take less memory and change it a little.
+pred=$("$weft" predict "$work/gpt.safetensors" --windows 8 --json | json_field val_loss)
+close_to "$pred" "$val" 1e-4 || { echo "FAIL: weft predict's validation loss $pred is not training's $val"; exit 1; }
+echo "weft predict: validation loss $pred, training's $val"
+for q in bf16 int8; do
+  "$weft" predict "$work/gpt.safetensors" --windows 8 --quantize "$q" --json > "$work/$q.json"
+  python3 - "$work/$q.json" "$q" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert abs(r["val_loss"] - r["fp32_val_loss"]) < 0.02 * r["fp32_val_loss"], r
+assert r["weight_bytes"] < (0.4 if sys.argv[2] == "int8" else 0.6) * r["fp32_weight_bytes"], r
+print(f"{sys.argv[2]}: validation loss {r['val_loss']:.4f} (fp32 {r['fp32_val_loss']:.4f}), "
+      f"{r['weight_bytes']} bytes of weights (fp32 {r['fp32_weight_bytes']})")
+PY
+done
+int8=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 20 --temperature 0 --quantize int8 --json)
+python3 -c 'import json, sys; r = json.loads(sys.argv[1]); assert len(r["tokens"]) == 20, r' "$int8"
 
 # Stop sequences and UTF-8.
 text=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 40 --temperature 1 --seed 2 --json)

@@ -13,9 +13,12 @@
 #include "weft/serve/api.h"
 #include "weft/serve/batcher.h"
 #include "weft/serve/decoder.h"
+#include "weft/serve/evaluate.h"
+#include "weft/serve/quantize.h"
 #include "weft/serve/generation.h"
 #include "weft/serve/metrics.h"
 #include "weft/serve/sampling.h"
+#include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
 #include "weft/util/error.h"
 #include "weft/util/utf8.h"
@@ -128,6 +131,64 @@ TEST(GptDecoder, ABatchOfSequencesEqualsEachAlone) {
   expect_rows_near(logits, 0, forward_last(model, {1, 2, 3, 4}), 1e-5);
   expect_rows_near(logits, 1, forward_last(model, {5, 6, 7, 8, 9}), 1e-5);
   expect_rows_near(logits, 2, forward_last(model, {10}), 1e-5);
+}
+
+// Packed weights: bf16 within its 8 bits of mantissa, int8 within half a step of each
+// channel's scale, for every row count (the dot kernel and the widened GEMM).
+TEST(Quantize, PackedProductsAreTheFloatProductWithinTheFormatsRounding) {
+  Rng rng(1);
+  Tensor w = randn({37, 70}, rng), b = randn({37}, rng);
+  for (std::int64_t rows : {1, 3, 8, 20}) {
+    Tensor x = randn({rows, 70}, rng);
+    Tensor want = ops::linear(x, w, &b);
+    for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kInt8}) {
+      PackedLinear p(w, b, f);
+      Tensor got = p.forward(x);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t o = 0; o < 37; ++o) {
+          double bound = 1e-4;  // fp32: the same product
+          double abs_x = 0, top = 0;
+          for (std::int64_t i = 0; i < 70; ++i) {
+            abs_x += std::abs(x.data<float>()[r * 70 + i]);
+            top = std::max<double>(top, std::abs(w.data<float>()[o * 70 + i]));
+          }
+          if (f == WeightFormat::kBf16) bound += abs_x * top / 256;
+          if (f == WeightFormat::kInt8) bound += abs_x * top / 127 / 2;
+          EXPECT_NEAR(got.data<float>()[r * 37 + o], want.data<float>()[r * 37 + o], bound)
+              << weight_format_name(f) << " rows " << rows;
+        }
+    }
+  }
+  EXPECT_EQ(PackedLinear(w, b, WeightFormat::kInt8).bytes(), 37 * 70 + 37 * 4);
+  EXPECT_EQ(PackedLinear(w, b, WeightFormat::kBf16).bytes(), 37 * 70 * 2);
+  EXPECT_THROW(parse_weight_format("int4"), ConfigError);
+}
+
+// The decoder's validation loss is the forward's cross-entropy over the same windows, and
+// int8 weights change it only a little while taking under a third of the memory.
+TEST(Quantize, ValidationLossThroughTheDecoderAndWithInt8Weights) {
+  Rng rng(2);
+  GPT model(small_gpt(), rng);
+  std::vector<std::int32_t> tokens;
+  for (int i = 0; i < 200; ++i) tokens.push_back(static_cast<std::int32_t>((i * 13 + i / 7) % model.vocab()));
+  GptDecoder fp32(model), int8(model, WeightFormat::kInt8);
+  const LossReport a = next_token_loss(fp32, tokens, 3);
+  // The same windows through the model's forward.
+  const std::int64_t T = 24, span = 200 - T - 1;
+  double total = 0;
+  for (std::int64_t i = 0; i < 3; ++i) {
+    const std::int64_t start = span * i / 3;
+    NoGradGuard no_grad;
+    Tensor ids = Tensor::empty({1, T});
+    for (std::int64_t t = 0; t < T; ++t) ids.data<float>()[t] = static_cast<float>(tokens[static_cast<size_t>(start + t)]);
+    Tensor logp = ops::log_softmax(model.forward(Var(ids)).value().reshape({T, model.vocab()}));
+    for (std::int64_t t = 0; t < T; ++t) total -= logp.data<float>()[t * model.vocab() + tokens[static_cast<size_t>(start + t + 1)]];
+  }
+  EXPECT_EQ(a.tokens, 3 * T);
+  EXPECT_NEAR(a.loss, total / (3 * T), 1e-4);
+  const LossReport q = next_token_loss(int8, tokens, 3);
+  EXPECT_NEAR(q.loss, a.loss, 0.02 * a.loss);
+  EXPECT_LT(int8.weight_bytes() * 3, fp32.weight_bytes());
 }
 
 TEST(Sampling, GreedyTopKAndTopPAndSeeds) {

@@ -6,7 +6,9 @@
 
 #include "weft/cli/commands.h"
 #include "weft/data/dataset.h"
+#include "weft/data/text.h"
 #include "weft/serve/classify.h"
+#include "weft/serve/evaluate.h"
 #include "weft/serve/generation.h"
 #include "weft/serve/load.h"
 #include "weft/serve/model_file.h"
@@ -22,21 +24,50 @@ namespace weft::cli {
 namespace {
 
 struct PredictConfig {
-  std::string model, data = "fashion-mnist", data_dir, images;
-  std::int64_t limit = 0, batch = 1000;
+  std::string model, data, data_dir, images, quantize = "fp32";
+  std::int64_t limit = 0, batch = 1000, windows = 256;
   bool json = false;
 };
 
+// A language model's validation loss through its decoder, and against float32 weights when
+// they are packed smaller.
+int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
+  const serve::WeightFormat format = serve::parse_weight_format(c.quantize);
+  const std::vector<std::int32_t> tokens =
+      serve::validation_tokens(load_corpus(c.data.empty() ? "fortunes" : c.data), *m.tokenizer);
+  auto measure = [&](serve::WeightFormat f) {
+    std::unique_ptr<serve::Decoder> d = serve::make_decoder(*m.language_model(), f);
+    serve::LossReport r = serve::next_token_loss(*d, tokens, c.windows);
+    const std::int64_t bytes = d->weight_bytes() > 0 ? d->weight_bytes() : 4 * m.module->num_parameters();
+    return std::make_pair(r, bytes);
+  };
+  auto [r, bytes] = measure(format);
+  nlohmann::json out = {{"model", m.name}, {"weights", c.quantize}, {"weight_bytes", bytes}, {"val_loss", r.loss},
+                        {"tokens", r.tokens}};
+  std::string line = fmt::format("{} ({}, {} weights, {:.2f} MB): validation loss {:.4f} nats/token over {} predictions",
+                                 m.name, m.recipe.model, c.quantize, static_cast<double>(bytes) / 1e6, r.loss, r.tokens);
+  if (format != serve::WeightFormat::kF32) {
+    auto [ref, ref_bytes] = measure(serve::WeightFormat::kF32);
+    out["fp32_val_loss"] = ref.loss;
+    out["fp32_weight_bytes"] = ref_bytes;
+    line += fmt::format("; fp32 {:.4f} ({:+.4f}), {:.2f} MB ({:.2f}x the memory)", ref.loss, r.loss - ref.loss,
+                        static_cast<double>(ref_bytes) / 1e6, static_cast<double>(ref_bytes) / static_cast<double>(bytes));
+  }
+  if (c.json) fmt::print("{}\n", out.dump());
+  else fmt::print("{}\n", line);
+  return 0;
+}
+
 int run_predict(const PredictConfig& c) {
   serve::LoadedModel m = serve::load_model(c.model);
-  if (m.recipe.is_language_model())
-    throw ConfigError(c.model + " is a language model (" + m.recipe.model + "): use weft generate");
+  if (m.recipe.is_language_model()) return run_language_predict(c, m);
+  if (c.quantize != "fp32") throw ConfigError("--quantize is built for GPT models only (this is " + m.recipe.model + ")");
   Tensor images;
   std::vector<std::int32_t> labels;
   if (!c.images.empty()) {
     images = serve::read_idx_images(c.images);
   } else {
-    ImageDataset test = load_mnist_format(resolve_data_dir(c.data, c.data_dir), "test", kFashionMnistMean,
+    ImageDataset test = load_mnist_format(resolve_data_dir(c.data.empty() ? "fashion-mnist" : c.data, c.data_dir), "test", kFashionMnistMean,
                                           kFashionMnistStd, c.limit);
     images = test.images;
     labels = test.labels;
@@ -78,7 +109,7 @@ int run_predict(const PredictConfig& c) {
 }
 
 struct GenerateConfig {
-  std::string model, prompt;
+  std::string model, prompt, quantize = "fp32";
   serve::GenerationOptions options;
   bool no_cache = false, json = false;
 };
@@ -88,7 +119,7 @@ int run_generate(GenerateConfig c) {
   LanguageModel* lm = m.language_model();
   if (!lm) throw ConfigError(c.model + " is an image model (" + m.recipe.model + "): use weft predict");
   std::unique_ptr<serve::Decoder> decoder =
-      c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm) : serve::make_decoder(*lm);
+      c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm) : serve::make_decoder(*lm, serve::parse_weight_format(c.quantize));
   serve::GenerationResult r = serve::generate(*decoder, *m.tokenizer, c.prompt, c.options);
   if (c.json) {
     fmt::print("{}\n", nlohmann::json{{"model", m.name},
@@ -109,9 +140,13 @@ int run_generate(GenerateConfig c) {
 
 void add_predict_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<PredictConfig>();
-  CLI::App* cmd = app.add_subcommand("predict", "classify images with a saved image model (test accuracy, or an IDX file's predictions)");
+  CLI::App* cmd = app.add_subcommand("predict", "evaluate a saved model: an image model's test accuracy or predictions, a language model's validation loss");
   cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
-  cmd->add_option("--data", c->data, "fashion-mnist or an MNIST-format folder: its test accuracy")->capture_default_str();
+  cmd->add_option("--data", c->data, "images: fashion-mnist (default) or an MNIST-format folder; text: fortunes (default) or a file or folder");
+  cmd->add_option("--windows", c->windows, "text: validation windows (training's --eval-batches x --batch: 256)")
+      ->check(positive())->capture_default_str();
+  cmd->add_option("--quantize", c->quantize, "text (GPT): weights in fp32 | bf16 | int8, compared with fp32")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
   cmd->add_option("--data-dir", c->data_dir, "where fashion-mnist lives (default: the Debian package's folder)");
   cmd->add_option("--images", c->images, "an IDX file of 28x28 images [N, 28, 28]: one prediction per image");
   cmd->add_option("--limit", c->limit, "only the first N test images (0: all)")->check(non_negative());
@@ -134,6 +169,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--stop", c->options.stop, "stop before this text (repeatable)");
   cmd->add_option("--seed", c->options.sampling.seed, "the sampler's seed")->capture_default_str();
   cmd->add_flag("--no-cache", c->no_cache, "recompute the whole window for every token (no key-value cache)");
+  cmd->add_option("--quantize", c->quantize, "GPT weights in fp32 | bf16 | int8")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
   cmd->add_flag("--json", c->json, "print JSON (the tokens, the finish reason)");
   c->options.max_tokens = 200;
   c->options.sampling.temperature = 0.8;
@@ -159,6 +196,8 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-tokens", c->max_tokens, "the most tokens one request may ask for")->capture_default_str();
   cmd->add_option("--max-concurrency", c->max_concurrency, "requests in flight before 429")->capture_default_str();
   cmd->add_option("--max-images", c->max_images, "images in one classify request")->capture_default_str();
+  cmd->add_option("--quantize", c->quantize, "GPT weights in fp32 | bf16 | int8")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
   auto replicas = std::make_shared<std::string>("1");
   cmd->add_option("--replicas", *replicas, "N replica processes behind one front end, or MIN:MAX to scale with the load")
       ->capture_default_str();

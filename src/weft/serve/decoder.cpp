@@ -57,7 +57,7 @@ void gelu_(Tensor& x) {
 
 }  // namespace
 
-GptDecoder::GptDecoder(const GPT& model) : c_(model.config()) {
+GptDecoder::GptDecoder(const GPT& model, WeightFormat format) : c_(model.config()) {
   std::map<std::string, Tensor> p;
   for (auto& [name, var] : model.named_parameters()) p[name] = var.value();
   auto get = [&](const std::string& name) {
@@ -65,17 +65,18 @@ GptDecoder::GptDecoder(const GPT& model) : c_(model.config()) {
     if (it == p.end()) throw InternalError("GptDecoder: the model has no parameter " + name);
     return it->second.contiguous();
   };
-  wte_ = get("wte.weight");
+  head_ = PackedLinear(get("wte.weight"), Tensor(), format);
   if (c_.positional == Positional::kLearned) wpe_ = get("wpe.weight");
   else positions_ = sinusoidal_encoding(c_.context, c_.dim, c_.positional);
   for (std::int64_t i = 0; i < c_.layers; ++i) {
     std::string h = "h";  // (not "h" + ...: GCC 12 warns falsely on that concatenation)
     h += std::to_string(i);
     h += '.';
-    blocks_.push_back({get(h + "ln1.weight"), get(h + "ln1.bias"), get(h + "attn.qkv.weight"), get(h + "attn.qkv.bias"),
-                       get(h + "attn.proj.weight"), get(h + "attn.proj.bias"), get(h + "ln2.weight"),
-                       get(h + "ln2.bias"), get(h + "fc.weight"), get(h + "fc.bias"), get(h + "out.weight"),
-                       get(h + "out.bias")});
+    blocks_.push_back({get(h + "ln1.weight"), get(h + "ln1.bias"), get(h + "ln2.weight"), get(h + "ln2.bias"),
+                       PackedLinear(get(h + "attn.qkv.weight"), get(h + "attn.qkv.bias"), format),
+                       PackedLinear(get(h + "attn.proj.weight"), get(h + "attn.proj.bias"), format),
+                       PackedLinear(get(h + "fc.weight"), get(h + "fc.bias"), format),
+                       PackedLinear(get(h + "out.weight"), get(h + "out.bias"), format)});
   }
   lnf_w_ = get("ln_f.weight");
   lnf_b_ = get("ln_f.bias");
@@ -177,29 +178,30 @@ Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
     const auto& f = feed[static_cast<size_t>(i)];
     for (std::size_t r = 0; r < f.size(); ++r) {
       const std::int64_t row = first_row[static_cast<size_t>(i)] + static_cast<std::int64_t>(r);
-      const float* e = wte_.data<float>() + static_cast<std::int64_t>(f[r]) * d;
+      float* xr = xp + row * d;
+      head_.row(f[r], xr);
       const float* p = pos + (s->cached + static_cast<std::int64_t>(r)) * d;
-      for (std::int64_t k = 0; k < d; ++k) xp[row * d + k] = e[k] + p[k];
+      for (std::int64_t k = 0; k < d; ++k) xr[k] += p[k];
     }
   }
   Tensor att = Tensor::empty({R, d});
   for (std::int64_t l = 0; l < c_.layers; ++l) {
     const Block& b = blocks_[static_cast<size_t>(l)];
     if (c_.pre_ln) {
-      Tensor qkv = ops::linear(layer_norm_rows(x, b.ln1_w, b.ln1_b), b.qkv_w, &b.qkv_b);
+      Tensor qkv = b.qkv.forward(layer_norm_rows(x, b.ln1_w, b.ln1_b));
       attention(sequences, first_row, rows, l, qkv, att);
-      ops::add_(x, ops::linear(att, b.proj_w, &b.proj_b));
-      Tensor f = ops::linear(layer_norm_rows(x, b.ln2_w, b.ln2_b), b.fc_w, &b.fc_b);
+      ops::add_(x, b.proj.forward(att));
+      Tensor f = b.fc.forward(layer_norm_rows(x, b.ln2_w, b.ln2_b));
       gelu_(f);
-      ops::add_(x, ops::linear(f, b.out_w, &b.out_b));
+      ops::add_(x, b.out.forward(f));
     } else {
-      Tensor qkv = ops::linear(x, b.qkv_w, &b.qkv_b);
+      Tensor qkv = b.qkv.forward(x);
       attention(sequences, first_row, rows, l, qkv, att);
-      ops::add_(x, ops::linear(att, b.proj_w, &b.proj_b));
+      ops::add_(x, b.proj.forward(att));
       x = layer_norm_rows(x, b.ln1_w, b.ln1_b);
-      Tensor f = ops::linear(x, b.fc_w, &b.fc_b);
+      Tensor f = b.fc.forward(x);
       gelu_(f);
-      ops::add_(x, ops::linear(f, b.out_w, &b.out_b));
+      ops::add_(x, b.out.forward(f));
       x = layer_norm_rows(x, b.ln2_w, b.ln2_b);
     }
   }
@@ -211,8 +213,15 @@ Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
     const std::int64_t row = first_row[static_cast<size_t>(i)] + rows[static_cast<size_t>(i)] - 1;
     std::copy(xp + row * d, xp + (row + 1) * d, last.data<float>() + i * d);
   }
-  Tensor h = layer_norm_rows(last, lnf_w_, lnf_b_);
-  return ops::linear(h, wte_, nullptr);
+  return head_.forward(layer_norm_rows(last, lnf_w_, lnf_b_));
+}
+
+std::int64_t GptDecoder::weight_bytes() const {
+  std::int64_t bytes = head_.bytes() + 4 * (wpe_.defined() ? wpe_.numel() : 0) + 4 * 2 * c_.dim;
+  for (const Block& b : blocks_)
+    bytes += b.qkv.bytes() + b.proj.bytes() + b.fc.bytes() + b.out.bytes() +
+             4 * (4 * c_.dim + b.qkv.out_features() + b.proj.out_features() + b.fc.out_features() + b.out.out_features());
+  return bytes;
 }
 
 Tensor WindowDecoder::extend(const std::vector<SequenceState*>& sequences,
@@ -236,8 +245,10 @@ Tensor WindowDecoder::extend(const std::vector<SequenceState*>& sequences,
   return logits;
 }
 
-std::unique_ptr<Decoder> make_decoder(LanguageModel& model) {
-  if (auto* gpt = dynamic_cast<GPT*>(&model)) return std::make_unique<GptDecoder>(*gpt);
+std::unique_ptr<Decoder> make_decoder(LanguageModel& model, WeightFormat format) {
+  if (auto* gpt = dynamic_cast<GPT*>(&model)) return std::make_unique<GptDecoder>(*gpt, format);
+  if (format != WeightFormat::kF32)
+    throw ConfigError(std::string("weights in ") + weight_format_name(format) + " are built for GPT models only");
   return std::make_unique<WindowDecoder>(model);
 }
 

@@ -22,6 +22,7 @@
 
 #include "weft/nn/language_model.h"
 #include "weft/nn/transformer.h"
+#include "weft/serve/quantize.h"
 #include "weft/tensor/tensor.h"
 
 namespace weft::serve {
@@ -45,28 +46,35 @@ class Decoder {
   virtual std::int64_t context() const = 0;
   // Bytes of cache one sequence holds at full context.
   virtual std::int64_t cache_bytes_per_sequence() const { return 0; }
+  // Bytes of the weights as the decoder holds them (0: the model's own, float32).
+  virtual std::int64_t weight_bytes() const { return 0; }
 };
 
 class GptDecoder : public Decoder {
  public:
-  // Shares the model's parameters (the model must outlive the decoder).
-  explicit GptDecoder(const GPT& model);
+  // Shares the model's parameters (the model must outlive the decoder), or holds the
+  // matrices packed in `format` (bf16, int8: quantize.h); layer norms and positions stay
+  // float32.
+  explicit GptDecoder(const GPT& model, WeightFormat format = WeightFormat::kF32);
   std::unique_ptr<SequenceState> start() const override;
   Tensor extend(const std::vector<SequenceState*>& sequences,
                 const std::vector<std::vector<std::int32_t>>& tokens) override;
   std::int64_t vocab() const override { return c_.vocab; }
   std::int64_t context() const override { return c_.context; }
   std::int64_t cache_bytes_per_sequence() const override { return 2 * c_.layers * c_.context * c_.dim * 4; }
+  std::int64_t weight_bytes() const override;
 
  private:
   struct Block {
-    Tensor ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b;
+    Tensor ln1_w, ln1_b, ln2_w, ln2_b;
+    PackedLinear qkv, proj, fc, out;
   };
   void attention(const std::vector<SequenceState*>& sequences, const std::vector<std::int64_t>& first_row,
                  const std::vector<std::int64_t>& rows, std::int64_t layer, const Tensor& qkv, Tensor& out) const;
 
   GptConfig c_;
-  Tensor wte_, wpe_, positions_;  // wpe_ (learned) or positions_ (fixed encodings)
+  PackedLinear head_;             // the token embedding, tied: rows are embeddings, the product is the head
+  Tensor wpe_, positions_;        // wpe_ (learned) or positions_ (fixed encodings)
   std::vector<Block> blocks_;
   Tensor lnf_w_, lnf_b_;
 };
@@ -84,7 +92,8 @@ class WindowDecoder : public Decoder {
   LanguageModel& model_;
 };
 
-// The decoder for a model: a GptDecoder for a GPT, else a WindowDecoder.
-std::unique_ptr<Decoder> make_decoder(LanguageModel& model);
+// The decoder for a model: a GptDecoder for a GPT, else a WindowDecoder (float32 only:
+// ConfigError for another format).
+std::unique_ptr<Decoder> make_decoder(LanguageModel& model, WeightFormat format = WeightFormat::kF32);
 
 }  // namespace weft::serve

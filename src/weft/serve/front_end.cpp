@@ -67,7 +67,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
                  fmt::format("{}", o.batch.max_wait_ms), "--max-body", std::to_string(o.max_body),
                  "--max-prompt-tokens", std::to_string(o.max_prompt_tokens), "--max-tokens",
                  std::to_string(o.max_tokens), "--max-concurrency", std::to_string(o.max_concurrency),
-                 "--max-images", std::to_string(o.max_images)};
+                 "--max-images", std::to_string(o.max_images), "--quantize", o.quantize};
     std::filesystem::create_directories(folder_);
     replicas_ = std::make_unique<ReplicaSet>(r, log, metrics_);
     http_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { forward(req, res, "/v1/models"); });

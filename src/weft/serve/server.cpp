@@ -37,10 +37,11 @@ class Server : private MetricsHolder, public HttpBase {
       : HttpBase(o, owned_metrics_), log_(log), model_(load_model(o.model)) {
     limits_ = {model_.name, o.max_tokens, o.max_images};
     if (LanguageModel* lm = model_.language_model()) {
-      decoder_ = make_decoder(*lm);
+      decoder_ = make_decoder(*lm, parse_weight_format(o.quantize));
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : lm->context();
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
     } else {
+      if (o.quantize != "fp32") throw ConfigError("--quantize is built for GPT models only (this is " + model_.recipe.model + ")");
       images_ = std::make_unique<ImageBatcher>(*model_.module, o.batch, metrics_);
     }
     declare_metrics();
@@ -49,8 +50,11 @@ class Server : private MetricsHolder, public HttpBase {
 
   int run() {
     const char* kind = lm_ ? "completions" : "image classification";
-    return listen(log_, fmt::format("{} ({}, {} parameters) for {}; batches of up to {}, waiting up to {} ms", model_.name,
-                                    model_.module->describe(), model_.module->num_parameters(), kind,
+    const std::string weights = decoder_ && decoder_->weight_bytes() > 0
+                                    ? fmt::format(", {} weights {:.2f} MB", o_.quantize, static_cast<double>(decoder_->weight_bytes()) / 1e6)
+                                    : "";
+    return listen(log_, fmt::format("{} ({}, {} parameters{}) for {}; batches of up to {}, waiting up to {} ms", model_.name,
+                                    model_.module->describe(), model_.module->num_parameters(), weights, kind,
                                     o_.batch.max_batch, o_.batch.max_wait_ms));
   }
 

@@ -34,6 +34,7 @@ struct ServeOptions {
   std::int64_t max_tokens = 1024;    // the most a request may ask for
   std::int64_t max_concurrency = 64; // requests in flight
   std::int64_t max_images = 1024;    // images per classify request
+  std::string quantize = "fp32";     // GPT weights: fp32 | bf16 | int8 (quantize.h)
   // Data-parallel and elastic serving (replicas.h): replicas_max > 1 runs a front end that
   // routes to replica processes; replicas_min < replicas_max scales between them.
   int replicas_min = 1, replicas_max = 1;

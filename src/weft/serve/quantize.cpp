@@ -1,0 +1,161 @@
+#include "weft/serve/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "weft/tensor/linalg.h"
+#include "weft/tensor/thread_pool.h"
+#include "weft/util/error.h"
+
+namespace weft::serve {
+
+namespace {
+
+// From this many rows on, a product widens the weights once and runs the float32 GEMM.
+constexpr std::int64_t kRowsForGemm = 8;
+
+std::uint16_t to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);  // round to nearest even
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+inline float widen(std::uint16_t b) {
+  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float widen(std::int8_t q) { return static_cast<float>(q); }
+
+// Dot products of x with 8 consecutive weight rows (fewer at the end: `rows`), each row
+// widened from its stored type: 16 float lanes per row, so the loop vectorizes without
+// reassociation flags and the 8 chains run side by side; the lanes are summed as a tree.
+template <class W>
+void dot8(const float* x, const W* w, std::int64_t n, int rows, float* out) {
+  float acc[8][16] = {};
+  std::int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int b = 0; b < rows; ++b)
+      for (int k = 0; k < 16; ++k) acc[b][k] += x[i + k] * widen(w[b * n + i + k]);
+  for (int b = 0; b < rows; ++b) {
+    float tail = 0;
+    for (std::int64_t t = i; t < n; ++t) tail += x[t] * widen(w[b * n + t]);
+    for (int h = 8; h >= 1; h /= 2)
+      for (int k = 0; k < h; ++k) acc[b][k] += acc[b][k + h];
+    out[b] = acc[b][0] + tail;
+  }
+}
+
+template <class W>
+void packed_product(const Tensor& x, const W* w, const float* scale, const Tensor& bias, std::int64_t out,
+                    std::int64_t in, Tensor& y) {
+  const std::int64_t R = x.size(0);
+  const float* xp = x.data<float>();
+  const float* bp = bias.defined() ? bias.data<float>() : nullptr;
+  float* yp = y.data<float>();
+  // Small products run on this thread: handing them out costs more than they do.
+  const std::int64_t grain = std::max<std::int64_t>(16, (std::int64_t{1} << 17) / std::max<std::int64_t>(in * R, 1));
+  const std::int64_t blocks = (out + 7) / 8;
+  parallel_for(blocks, std::max<std::int64_t>(1, grain / 8), [&](std::int64_t begin, std::int64_t end) {
+    float d[8];
+    for (std::int64_t blk = begin; blk < end; ++blk) {
+      const std::int64_t o0 = blk * 8;
+      const int rows = static_cast<int>(std::min<std::int64_t>(8, out - o0));
+      for (std::int64_t r = 0; r < R; ++r) {
+        dot8(xp + r * in, w + o0 * in, in, rows, d);
+        for (int b = 0; b < rows; ++b)
+          yp[r * out + o0 + b] = (scale ? scale[o0 + b] : 1.0f) * d[b] + (bp ? bp[o0 + b] : 0.0f);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+WeightFormat parse_weight_format(const std::string& name) {
+  if (name == "fp32") return WeightFormat::kF32;
+  if (name == "bf16") return WeightFormat::kBf16;
+  if (name == "int8") return WeightFormat::kInt8;
+  throw ConfigError("unknown weight format '" + name + "' (known: fp32, bf16, int8)");
+}
+
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kF32: return "fp32";
+    case WeightFormat::kBf16: return "bf16";
+    case WeightFormat::kInt8: return "int8";
+  }
+  return "fp32";
+}
+
+PackedLinear::PackedLinear(const Tensor& weight, const Tensor& bias, WeightFormat format)
+    : format_(format), out_(weight.size(0)), in_(weight.size(1)), bias_(bias) {
+  const Tensor w = weight.contiguous();
+  const float* p = w.data<float>();
+  const std::int64_t n = out_ * in_;
+  switch (format) {
+    case WeightFormat::kF32:
+      f32_ = w;
+      break;
+    case WeightFormat::kBf16:
+      bf16_.resize(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) bf16_[static_cast<std::size_t>(i)] = to_bf16(p[i]);
+      break;
+    case WeightFormat::kInt8:
+      int8_.resize(static_cast<std::size_t>(n));
+      scale_.resize(static_cast<std::size_t>(out_));
+      for (std::int64_t o = 0; o < out_; ++o) {
+        float top = 0;
+        for (std::int64_t i = 0; i < in_; ++i) top = std::max(top, std::abs(p[o * in_ + i]));
+        const float s = top > 0 ? top / 127.0f : 1.0f;
+        scale_[static_cast<std::size_t>(o)] = s;
+        for (std::int64_t i = 0; i < in_; ++i)
+          int8_[static_cast<std::size_t>(o * in_ + i)] =
+              static_cast<std::int8_t>(std::clamp(std::nearbyint(p[o * in_ + i] / s), -127.0f, 127.0f));
+      }
+      break;
+  }
+}
+
+Tensor PackedLinear::forward(const Tensor& x) const {
+  WEFT_CHECK(x.dim() == 2 && x.size(1) == in_, "PackedLinear: input must be [R, in]");
+  if (format_ == WeightFormat::kF32) return ops::linear(x, f32_, bias_.defined() ? &bias_ : nullptr);
+  const Tensor xc = x.contiguous();
+  if (x.size(0) >= kRowsForGemm) {
+    // Many rows (a prefill, a large batch): widen the whole matrix once and use the GEMM.
+    Tensor w = Tensor::empty({out_, in_});
+    parallel_for(out_, 64, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t o = begin; o < end; ++o) row(o, w.data<float>() + o * in_);
+    });
+    return ops::linear(xc, w, bias_.defined() ? &bias_ : nullptr);
+  }
+  Tensor y = Tensor::empty({x.size(0), out_});
+  if (format_ == WeightFormat::kBf16) packed_product(xc, bf16_.data(), nullptr, bias_, out_, in_, y);
+  else packed_product(xc, int8_.data(), scale_.data(), bias_, out_, in_, y);
+  return y;
+}
+
+void PackedLinear::row(std::int64_t o, float* out) const {
+  for (std::int64_t i = 0; i < in_; ++i) {
+    const auto k = static_cast<std::size_t>(o * in_ + i);
+    switch (format_) {
+      case WeightFormat::kF32: out[i] = f32_.data<float>()[k]; break;
+      case WeightFormat::kBf16: out[i] = widen(bf16_[k]); break;
+      case WeightFormat::kInt8: out[i] = scale_[static_cast<std::size_t>(o)] * static_cast<float>(int8_[k]); break;
+    }
+  }
+}
+
+std::int64_t PackedLinear::bytes() const {
+  switch (format_) {
+    case WeightFormat::kF32: return out_ * in_ * 4;
+    case WeightFormat::kBf16: return out_ * in_ * 2;
+    case WeightFormat::kInt8: return out_ * in_ + out_ * 4;
+  }
+  return 0;
+}
+
+}  // namespace weft::serve

@@ -1,0 +1,41 @@
+// Weights in fewer bits for inference (seed 003 chapter 8's "fewer bits"): int8 with one
+// symmetric scale per output channel (w[o][i] ~ scale[o] * q[o][i], q in [-127, 127]), or
+// bf16 (float32 rounded to nearest even in its upper 16 bits). A PackedLinear keeps only the
+// small weights; its product reads them, widens them to float32 in registers and
+// accumulates in float32 (dequantization on the fly), so activations stay float32.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/tensor/tensor.h"
+
+namespace weft::serve {
+
+enum class WeightFormat { kF32, kBf16, kInt8 };
+WeightFormat parse_weight_format(const std::string& name);  // fp32 | bf16 | int8; ConfigError otherwise
+const char* weight_format_name(WeightFormat f);
+
+class PackedLinear {
+ public:
+  PackedLinear() = default;
+  // weight [out, in]; bias [out] or undefined.
+  PackedLinear(const Tensor& weight, const Tensor& bias, WeightFormat format);
+  // x [R, in] -> [R, out] (+ bias).
+  Tensor forward(const Tensor& x) const;
+  // Row o of the weight as float32 (an embedding lookup of a tied, packed table).
+  void row(std::int64_t o, float* out) const;
+  std::int64_t bytes() const;  // of the weights as stored (scales included), not the bias
+  std::int64_t out_features() const { return out_; }
+
+ private:
+  WeightFormat format_ = WeightFormat::kF32;
+  std::int64_t out_ = 0, in_ = 0;
+  Tensor f32_, bias_;
+  std::vector<std::uint16_t> bf16_;
+  std::vector<std::int8_t> int8_;
+  std::vector<float> scale_;
+};
+
+}  // namespace weft::serve
