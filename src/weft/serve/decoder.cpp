@@ -57,7 +57,14 @@ void gelu_(Tensor& x) {
 
 }  // namespace
 
-GptDecoder::GptDecoder(const GPT& model, WeightFormat format) : c_(model.config()) {
+GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice)
+    : c_(model.config()), slice_(std::move(slice)) {
+  const std::int64_t n = slice_.size, r = slice_.rank;
+  if (n < 1 || r < 0 || r >= n || c_.heads % n != 0)
+    throw ConfigError("a GPT with " + std::to_string(c_.heads) + " heads does not split over " + std::to_string(n) +
+                      " tensor-parallel ranks");
+  ld_ = c_.dim / n;
+  lheads_ = c_.heads / n;
   std::map<std::string, Tensor> p;
   for (auto& [name, var] : model.named_parameters()) p[name] = var.value();
   auto get = [&](const std::string& name) {
@@ -72,11 +79,36 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format) : c_(model.config(
     std::string h = "h";  // (not "h" + ...: GCC 12 warns falsely on that concatenation)
     h += std::to_string(i);
     h += '.';
+    if (n == 1) {
+      blocks_.push_back({get(h + "ln1.weight"), get(h + "ln1.bias"), get(h + "ln2.weight"), get(h + "ln2.bias"),
+                         PackedLinear(get(h + "attn.qkv.weight"), get(h + "attn.qkv.bias"), format),
+                         PackedLinear(get(h + "attn.proj.weight"), get(h + "attn.proj.bias"), format),
+                         PackedLinear(get(h + "fc.weight"), get(h + "fc.bias"), format),
+                         PackedLinear(get(h + "out.weight"), get(h + "out.bias"), format), Tensor(), Tensor()});
+      continue;
+    }
+    // This rank's rows of Q, K and V (its heads), of the MLP's first layer, and the matching
+    // columns of both output projections.
+    const std::int64_t d = c_.dim, f = 4 * d / n;
+    auto q_k_v = [&](const Tensor& t) {
+      std::vector<Tensor> parts;
+      for (std::int64_t part = 0; part < 3; ++part) parts.push_back(t.slice(0, part * d + r * ld_, part * d + (r + 1) * ld_));
+      const Shape shape = t.dim() == 1 ? Shape{3 * ld_} : Shape{3 * ld_, d};
+      Tensor out = Tensor::empty(shape);
+      const std::int64_t each = parts[0].numel();
+      for (std::int64_t part = 0; part < 3; ++part) {
+        Tensor c = parts[static_cast<size_t>(part)].contiguous();
+        std::copy(c.data<float>(), c.data<float>() + each, out.data<float>() + part * each);
+      }
+      return out;
+    };
     blocks_.push_back({get(h + "ln1.weight"), get(h + "ln1.bias"), get(h + "ln2.weight"), get(h + "ln2.bias"),
-                       PackedLinear(get(h + "attn.qkv.weight"), get(h + "attn.qkv.bias"), format),
-                       PackedLinear(get(h + "attn.proj.weight"), get(h + "attn.proj.bias"), format),
-                       PackedLinear(get(h + "fc.weight"), get(h + "fc.bias"), format),
-                       PackedLinear(get(h + "out.weight"), get(h + "out.bias"), format)});
+                       PackedLinear(q_k_v(get(h + "attn.qkv.weight")), q_k_v(get(h + "attn.qkv.bias")), format),
+                       PackedLinear(get(h + "attn.proj.weight").slice(1, r * ld_, (r + 1) * ld_).contiguous(), Tensor(), format),
+                       PackedLinear(get(h + "fc.weight").slice(0, r * f, (r + 1) * f).contiguous(),
+                                    get(h + "fc.bias").slice(0, r * f, (r + 1) * f).contiguous(), format),
+                       PackedLinear(get(h + "out.weight").slice(1, r * f, (r + 1) * f).contiguous(), Tensor(), format),
+                       get(h + "attn.proj.bias"), get(h + "out.bias")});
   }
   lnf_w_ = get("ln_f.weight");
   lnf_b_ = get("ln_f.bias");
@@ -85,8 +117,8 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format) : c_(model.config(
 std::unique_ptr<SequenceState> GptDecoder::start() const {
   auto s = std::make_unique<GptState>();
   for (std::int64_t l = 0; l < c_.layers; ++l) {
-    s->k.push_back(Tensor::empty({c_.context, c_.dim}));
-    s->v.push_back(Tensor::empty({c_.context, c_.dim}));
+    s->k.push_back(Tensor::empty({c_.context, ld_}));
+    s->v.push_back(Tensor::empty({c_.context, ld_}));
   }
   return s;
 }
@@ -95,7 +127,7 @@ std::unique_ptr<SequenceState> GptDecoder::start() const {
 void GptDecoder::attention(const std::vector<SequenceState*>& sequences, const std::vector<std::int64_t>& first_row,
                            const std::vector<std::int64_t>& rows, std::int64_t layer, const Tensor& qkv,
                            Tensor& out) const {
-  const std::int64_t d = c_.dim, H = c_.heads, hd = d / H;
+  const std::int64_t d = ld_, H = lheads_, hd = d / H;
   const auto S = static_cast<std::int64_t>(sequences.size());
   const float* q_all = qkv.data<float>();
   for (std::int64_t i = 0; i < S; ++i) {
@@ -184,24 +216,24 @@ Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
       for (std::int64_t k = 0; k < d; ++k) xr[k] += p[k];
     }
   }
-  Tensor att = Tensor::empty({R, d});
+  Tensor att = Tensor::empty({R, ld_});
   for (std::int64_t l = 0; l < c_.layers; ++l) {
     const Block& b = blocks_[static_cast<size_t>(l)];
     if (c_.pre_ln) {
       Tensor qkv = b.qkv.forward(layer_norm_rows(x, b.ln1_w, b.ln1_b));
       attention(sequences, first_row, rows, l, qkv, att);
-      ops::add_(x, b.proj.forward(att));
+      ops::add_(x, project(b.proj, b.proj_b, att));
       Tensor f = b.fc.forward(layer_norm_rows(x, b.ln2_w, b.ln2_b));
       gelu_(f);
-      ops::add_(x, b.out.forward(f));
+      ops::add_(x, project(b.out, b.out_b, f));
     } else {
       Tensor qkv = b.qkv.forward(x);
       attention(sequences, first_row, rows, l, qkv, att);
-      ops::add_(x, b.proj.forward(att));
+      ops::add_(x, project(b.proj, b.proj_b, att));
       x = layer_norm_rows(x, b.ln1_w, b.ln1_b);
       Tensor f = b.fc.forward(x);
       gelu_(f);
-      ops::add_(x, b.out.forward(f));
+      ops::add_(x, project(b.out, b.out_b, f));
       x = layer_norm_rows(x, b.ln2_w, b.ln2_b);
     }
   }
@@ -214,6 +246,14 @@ Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
     std::copy(xp + row * d, xp + (row + 1) * d, last.data<float>() + i * d);
   }
   return head_.forward(layer_norm_rows(last, lnf_w_, lnf_b_));
+}
+
+Tensor GptDecoder::project(const PackedLinear& w, const Tensor& bias, const Tensor& x) const {
+  Tensor y = w.forward(x);
+  if (slice_.size == 1) return y;  // (the bias is inside)
+  slice_.all_reduce(y);
+  ops::add_(y, bias);
+  return y;
 }
 
 std::int64_t GptDecoder::weight_bytes() const {

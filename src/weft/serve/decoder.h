@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,29 +51,42 @@ class Decoder {
   virtual std::int64_t weight_bytes() const { return 0; }
 };
 
+// This rank's share of a tensor-parallel GPT (Megatron-style, seed 002 chapter 8): heads
+// [rank·H/size, (rank+1)·H/size) of every attention and the matching slice of every MLP; the
+// projections after them give partial sums that `all_reduce` adds over the ranks in place.
+struct TensorSlice {
+  int rank = 0, size = 1;
+  std::function<void(Tensor&)> all_reduce;
+};
+
 class GptDecoder : public Decoder {
  public:
   // Shares the model's parameters (the model must outlive the decoder), or holds the
   // matrices packed in `format` (bf16, int8: quantize.h); layer norms and positions stay
   // float32.
-  explicit GptDecoder(const GPT& model, WeightFormat format = WeightFormat::kF32);
+  explicit GptDecoder(const GPT& model, WeightFormat format = WeightFormat::kF32, TensorSlice slice = {});
   std::unique_ptr<SequenceState> start() const override;
   Tensor extend(const std::vector<SequenceState*>& sequences,
                 const std::vector<std::vector<std::int32_t>>& tokens) override;
   std::int64_t vocab() const override { return c_.vocab; }
   std::int64_t context() const override { return c_.context; }
-  std::int64_t cache_bytes_per_sequence() const override { return 2 * c_.layers * c_.context * c_.dim * 4; }
+  std::int64_t cache_bytes_per_sequence() const override { return 2 * c_.layers * c_.context * ld_ * 4; }
   std::int64_t weight_bytes() const override;
 
  private:
   struct Block {
     Tensor ln1_w, ln1_b, ln2_w, ln2_b;
     PackedLinear qkv, proj, fc, out;
+    Tensor proj_b, out_b;  // sliced: the biases added once, after the sums over the ranks
   };
+  // The attention or MLP output projection, summed over the ranks when sliced.
+  Tensor project(const PackedLinear& w, const Tensor& bias, const Tensor& x) const;
   void attention(const std::vector<SequenceState*>& sequences, const std::vector<std::int64_t>& first_row,
                  const std::vector<std::int64_t>& rows, std::int64_t layer, const Tensor& qkv, Tensor& out) const;
 
   GptConfig c_;
+  TensorSlice slice_;
+  std::int64_t ld_, lheads_;      // this rank's width of the attention (d / size) and heads
   PackedLinear head_;             // the token embedding, tied: rows are embeddings, the product is the head
   Tensor wpe_, positions_;        // wpe_ (learned) or positions_ (fixed encodings)
   std::vector<Block> blocks_;

@@ -64,7 +64,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     r.scale_up_load = o.scale_up_load;
     r.scale_down_after_s = o.scale_down_after_s;
     r.command = {"serve", o.model, "--max-batch", std::to_string(o.batch.max_batch), "--max-wait-ms",
-                 fmt::format("{}", o.batch.max_wait_ms), "--max-body", std::to_string(o.max_body),
+                 fmt::format("{}", o.batch.max_wait_ms), "--max-body", std::to_string(o.max_body + 1024),  // (+ the seed it adds)
                  "--max-prompt-tokens", std::to_string(o.max_prompt_tokens), "--max-tokens",
                  std::to_string(o.max_tokens), "--max-concurrency", std::to_string(o.max_concurrency),
                  "--max-images", std::to_string(o.max_images), "--quantize", o.quantize};
@@ -96,6 +96,22 @@ class FrontEnd : private MetricsHolder, public HttpBase {
  private:
   httplib::Headers upstream_headers() const { return {{"Authorization", "Bearer " + token_}}; }
 
+  // A replica not tried yet for this request, else any (a restarted one), waiting for one.
+  std::unique_ptr<ReplicaSet::Lease> next_replica(std::set<int>& tried) {
+    auto lease = replicas_->acquire(tried, kWaitForReplicaS);
+    if (!lease && !tried.empty()) {
+      tried.clear();
+      lease = replicas_->acquire(tried, kWaitForReplicaS);
+    }
+    return lease;
+  }
+  // The request failed on this replica (it may have died): another is tried next.
+  void failed(const ReplicaSet::Lease& lease, std::set<int>& tried) {
+    replicas_->suspect(lease.slot());
+    tried.insert(lease.slot());
+    metrics_.add("weft_retries_total", 1);
+  }
+
   // A request answered whole (classify, models, completions without stream): sent to a
   // replica, and to another if that one fails.
   void forward(const httplib::Request& req, httplib::Response& res, const char* endpoint, const std::string& body_in = "") {
@@ -105,20 +121,14 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     const std::string& body = body_in.empty() ? req.body : body_in;
     std::set<int> tried;
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
-      auto lease = replicas_->acquire(tried, kWaitForReplicaS);
-      if (!lease && !tried.empty()) {
-        tried.clear();
-        lease = replicas_->acquire(tried, kWaitForReplicaS);
-      }
+      auto lease = next_replica(tried);
       if (!lease) break;
       httplib::Client client("127.0.0.1", lease->port());
       client.set_read_timeout(600);
       httplib::Result r = req.method == "GET" ? client.Get(req.path, upstream_headers())
                                               : client.Post(req.path, upstream_headers(), body, "application/json");
       if (!r) {
-        replicas_->suspect(lease->slot());
-        tried.insert(lease->slot());
-        metrics_.add("weft_retries_total", 1);
+        failed(*lease, tried);
         continue;
       }
       res.status = r->status;
@@ -200,11 +210,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     std::int64_t sent = 0;  // text events relayed
     std::set<int> tried;
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
-      auto lease = replicas_->acquire(tried, kWaitForReplicaS);
-      if (!lease && !tried.empty()) {
-        tried.clear();
-        lease = replicas_->acquire(tried, kWaitForReplicaS);
-      }
+      auto lease = next_replica(tried);
       if (!lease) break;
       httplib::Client client("127.0.0.1", lease->port());
       client.set_read_timeout(600);
@@ -253,9 +259,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
         break;
       }
       if (r && finished) break;
-      replicas_->suspect(lease->slot());
-      tried.insert(lease->slot());
-      metrics_.add("weft_retries_total", 1);
+      failed(*lease, tried);
     }
     std::lock_guard l(relay.mu);
     relay.done = true;

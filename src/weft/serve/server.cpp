@@ -11,7 +11,9 @@
 #include <random>
 
 #include "weft/serve/api.h"
+#include "weft/comm/process.h"
 #include "weft/serve/http_base.h"
+#include "weft/serve/tensor_parallel.h"
 #include "weft/serve/model_file.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
@@ -37,7 +39,7 @@ class Server : private MetricsHolder, public HttpBase {
       : HttpBase(o, owned_metrics_), log_(log), model_(load_model(o.model)) {
     limits_ = {model_.name, o.max_tokens, o.max_images};
     if (LanguageModel* lm = model_.language_model()) {
-      decoder_ = make_decoder(*lm, parse_weight_format(o.quantize));
+      decoder_ = join_decoder(*lm, parse_weight_format(o.quantize), o.tp);
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : lm->context();
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
     } else {
@@ -212,6 +214,8 @@ void validate(const ServeOptions& o) {
     throw ConfigError(fmt::format("--replicas {}:{}: need 1 <= MIN <= MAX <= 64", o.replicas_min, o.replicas_max));
   if (!(o.scale_up_load > 0)) throw ConfigError("--scale-up-load must be positive");
   if (!(o.scale_down_after_s >= 0)) throw ConfigError("--scale-down-after must be zero or more");
+  if (o.tp < 1 || o.tp > 64) throw ConfigError("--tp must be in [1, 64]");
+  if (o.tp > 1 && o.replicas_max > 1) throw ConfigError("--tp with --replicas is not built: serve one or the other");
 }
 
 int serve(const ServeOptions& options, std::FILE* log) {
@@ -224,6 +228,13 @@ int serve(const ServeOptions& options, std::FILE* log) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   if (options.replicas_max > 1) return serve_replicated(options, log);
+  if (options.tp > 1 && comm::process_info_from_env().rank != 0) {
+    // A tensor-parallel rank other than 0 computes its slice of rank 0's steps.
+    LoadedModel m = load_model(options.model);
+    if (!m.language_model()) throw ConfigError("--tp is built for GPT models only");
+    join_decoder(*m.language_model(), parse_weight_format(options.quantize), options.tp);
+    return 0;
+  }
   Server server(options, log);
   return run_until_signal([&] { return server.run(); }, [&] { server.stop(); });
 }
