@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "weft/comm/process.h"
@@ -234,42 +235,49 @@ void ReplicaSet::autoscale(double now) {
     ready += r->ready;
     outstanding += r->outstanding;
   }
-  const double per = ready > 0 ? static_cast<double>(outstanding) / ready : 0;
-  // Up: the load per replica stays above the threshold for a second.
-  if (serving < o_.max && ready == serving && per > o_.scale_up_load) {
-    if (over_since_ < 0) over_since_ = now;
-    if (now - over_since_ >= 1.0) {
-      int slot = 0;
-      for (bool used = true; used; ++slot) {
-        used = false;
-        for (auto& r : replicas_) used = used || r->slot == slot;
-        if (!used) break;
-      }
-      replicas_.push_back(std::make_unique<Replica>());
-      replicas_.back()->slot = slot;
-      spawn(*replicas_.back());
-      fmt::print(log_, "weft serve: scaling up to {} replica(s): {} requests outstanding, {:.1f} per replica > {}\n",
-                 serving + 1, outstanding, per, o_.scale_up_load);
-      std::fflush(log_);
-      metrics_.add("weft_scaling_events_total", 1, "direction=\"up\"");
-      over_since_ = -1;
+  // The load: outstanding requests averaged over about a second (a moving average in time),
+  // so that the gaps between one client's requests do not count as quiet.
+  // (The count seen at the last sample held until now.)
+  if (last_sample_ >= 0) {
+    const double w = 1 - std::exp(-(now - last_sample_) / 1.0);
+    load_ += w * (last_outstanding_ - load_);
+  }
+  last_sample_ = now;
+  last_outstanding_ = static_cast<double>(outstanding);
+  if (ready < serving || now < quiet_until_) return;  // a change in progress settles first
+  const double per = load_ / ready;
+  if (serving < o_.max && per > o_.scale_up_load) {
+    int slot = 0;
+    for (bool used = true; used; ++slot) {
+      used = false;
+      for (auto& r : replicas_) used = used || r->slot == slot;
+      if (!used) break;
     }
-  } else {
-    over_since_ = -1;
+    replicas_.push_back(std::make_unique<Replica>());
+    replicas_.back()->slot = slot;
+    spawn(*replicas_.back());
+    fmt::print(log_, "weft serve: scaling up to {} replica(s): {:.1f} requests outstanding, {:.1f} per replica > {}\n",
+               serving + 1, load_, per, o_.scale_up_load);
+    std::fflush(log_);
+    metrics_.add("weft_scaling_events_total", 1, "direction=\"up\"");
+    quiet_until_ = now + 1;
+    under_since_ = -1;
+    return;
   }
   // Down: the load fits in one fewer replica (at half the threshold) for scale_down_after_s.
-  if (serving > o_.min && ready == serving && static_cast<double>(outstanding) <= (serving - 1) * o_.scale_up_load / 2) {
+  if (serving > o_.min && load_ <= (serving - 1) * o_.scale_up_load / 2) {
     if (under_since_ < 0) under_since_ = now;
     if (now - under_since_ >= o_.scale_down_after_s) {
       Replica* newest = nullptr;
       for (auto& r : replicas_)
         if (!r->draining && (!newest || r->slot > newest->slot)) newest = r.get();
       newest->draining = true;
-      fmt::print(log_, "weft serve: scaling down to {} replica(s): {} requests outstanding for {:.0f} s; draining replica {}\n",
-                 serving - 1, outstanding, o_.scale_down_after_s, newest->slot);
+      fmt::print(log_, "weft serve: scaling down to {} replica(s): {:.1f} requests outstanding for {:.0f} s; draining replica {}\n",
+                 serving - 1, load_, o_.scale_down_after_s, newest->slot);
       std::fflush(log_);
       metrics_.add("weft_scaling_events_total", 1, "direction=\"down\"");
       under_since_ = -1;
+      quiet_until_ = now + 1;
     }
   } else {
     under_since_ = -1;

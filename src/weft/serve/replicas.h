@@ -4,8 +4,9 @@
 // ports, each bound to its share of the cores when their number is fixed, and:
 //   - hands out the live replica with the least outstanding requests (acquire);
 //   - restarts a replica that dies (its in-flight requests are retried by the front end);
-//   - with min < max, adds a replica when the outstanding requests per replica stay above
-//     scale_up_load, and drains and stops the newest when the load would fit in one fewer.
+//   - with min < max, adds a replica when the outstanding requests per replica (averaged over
+//     about a second) exceed scale_up_load, and drains and stops the newest when the load
+//     would fit in one fewer for scale_down_after_s.
 // Every change is logged with its reason and counted in the metrics.
 #pragma once
 
@@ -85,7 +86,8 @@ class ReplicaSet {
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::vector<int> cores_;
   bool stopping_ = false;
-  double over_since_ = -1, under_since_ = -1;
+  double load_ = 0, last_sample_ = -1, last_outstanding_ = 0;  // outstanding requests, averaged over ~1 s
+  double quiet_until_ = -1, under_since_ = -1;
   std::thread monitor_;
 };
 
