@@ -137,11 +137,9 @@ void LmBatcher::step(std::vector<Active>& active) {
   if (active.empty()) return;
   std::vector<SequenceState*> states;
   std::vector<std::vector<std::int32_t>> feeds;
-  std::int64_t rows = 0;
   for (auto& a : active) {
     states.push_back(a.state.get());
     feeds.push_back(a.generation->feed());
-    rows += static_cast<std::int64_t>(a.generation->feed().size());
   }
   Tensor logits;
   try {
@@ -171,7 +169,6 @@ void LmBatcher::step(std::vector<Active>& active) {
   }
   active.erase(std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.generation->done(); }),
                active.end());
-  (void)rows;
 }
 
 ImageBatcher::ImageBatcher(Module& model, BatchOptions options, Metrics& metrics)

@@ -10,11 +10,11 @@
 #include <memory>
 #include <random>
 
-#include "weft/serve/api.h"
 #include "weft/comm/process.h"
+#include "weft/serve/api.h"
 #include "weft/serve/http_base.h"
-#include "weft/serve/tensor_parallel.h"
 #include "weft/serve/model_file.h"
+#include "weft/serve/tensor_parallel.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
@@ -38,15 +38,16 @@ class Server : private MetricsHolder, public HttpBase {
   Server(const ServeOptions& o, std::FILE* log)
       : HttpBase(o, owned_metrics_), log_(log), model_(load_model(o.model)) {
     limits_ = {model_.name, o.max_tokens, o.max_images};
+    declare_metrics();  // (before the batchers' threads update them)
     if (LanguageModel* lm = model_.language_model()) {
       decoder_ = join_decoder(*lm, parse_weight_format(o.quantize), o.tp);
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : lm->context();
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
     } else {
       if (o.quantize != "fp32") throw ConfigError("--quantize is built for GPT models only (this is " + model_.recipe.model + ")");
+      if (o.tp > 1) throw ConfigError("--tp is built for GPT models only (this is " + model_.recipe.model + ")");
       images_ = std::make_unique<ImageBatcher>(*model_.module, o.batch, metrics_);
     }
-    declare_metrics();
     routes();
   }
 
