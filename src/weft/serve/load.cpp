@@ -80,7 +80,8 @@ Sample one_request(httplib::Client& client, const LoadOptions& o, std::uint64_t 
   httplib::Result r = client.send(req);
   s.latency = std::chrono::duration<double>(Clock::now() - start).count();
   if (!r) {
-    s.error = httplib::to_string(r.error());
+    s.error = r.error() == httplib::Error::Connection ? "cannot connect to the server"
+                                                      : "the request failed (" + httplib::to_string(r.error()) + ")";
   } else if (r->status != 200) {
     s.error = fmt::format("HTTP {}: {}", r->status, r->body.substr(0, 200));
   } else if (s.error.empty()) {
