@@ -13,7 +13,7 @@
 #include "weft/serve/load.h"
 #include "weft/serve/model_file.h"
 #include "weft/serve/server.h"
-#include "weft/serve/tensor_parallel.h"
+#include "weft/serve/model_parallel.h"
 #include "weft/util/env.h"
 #include "weft/util/parse.h"
 #include "weft/util/size.h"
@@ -27,7 +27,7 @@ namespace {
 struct PredictConfig {
   std::string model, data, data_dir, images, quantize = "fp32";
   std::int64_t limit = 0, batch = 1000, windows = 256;
-  int tp = 1;
+  int tp = 1, pp = 1, micro_batches = 0;
   bool json = false;
 };
 
@@ -38,20 +38,20 @@ int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
   const std::vector<std::int32_t> tokens =
       serve::validation_tokens(load_corpus(c.data.empty() ? "fortunes" : c.data), *m.tokenizer);
   auto measure = [&](serve::WeightFormat f) {
-    std::unique_ptr<serve::Decoder> d = serve::join_decoder(*m.language_model(), f, c.tp);
+    std::unique_ptr<serve::Decoder> d = serve::join_decoder(*m.language_model(), f, c.tp, c.pp, c.micro_batches);
     if (!d) return std::make_pair(serve::LossReport{}, std::int64_t{-1});  // a rank that followed rank 0
     serve::LossReport r = serve::next_token_loss(*d, tokens, c.windows);
     const std::int64_t bytes = d->weight_bytes() > 0 ? d->weight_bytes() : 4 * m.module->num_parameters();
     return std::make_pair(r, bytes);
   };
   auto [r, bytes] = measure(format);
-  if (bytes < 0) return 0;
+  if (bytes < 0) return 0;  // a model-parallel rank that followed rank 0
   nlohmann::json out = {{"model", m.name}, {"weights", c.quantize}, {"weight_bytes", bytes}, {"val_loss", r.loss},
                         {"tokens", r.tokens}};
   std::string line = fmt::format("{} ({}, {} weights, {:.2f} MB): validation loss {:.4f} nats/token over {} predictions",
                                  m.name, m.recipe.model, c.quantize, static_cast<double>(bytes) / 1e6, r.loss, r.tokens);
   if (format != serve::WeightFormat::kF32) {
-    if (c.tp > 1) throw ConfigError("--quantize compares with fp32 in one process: drop --tp");
+    if (c.tp > 1 || c.pp > 1) throw ConfigError("--quantize compares with fp32 in one process: drop --tp and --pp");
     auto [ref, ref_bytes] = measure(serve::WeightFormat::kF32);
     out["fp32_val_loss"] = ref.loss;
     out["fp32_weight_bytes"] = ref_bytes;
@@ -115,7 +115,7 @@ int run_predict(const PredictConfig& c) {
 
 struct GenerateConfig {
   std::string model, prompt, quantize = "fp32";
-  int tp = 1;
+  int tp = 1, pp = 1, micro_batches = 0;
   serve::GenerationOptions options;
   bool no_cache = false, json = false;
 };
@@ -125,8 +125,8 @@ int run_generate(GenerateConfig c) {
   LanguageModel* lm = m.language_model();
   if (!lm) throw ConfigError(c.model + " is an image model (" + m.recipe.model + "): use weft predict");
   std::unique_ptr<serve::Decoder> decoder =
-      c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm) : serve::join_decoder(*lm, serve::parse_weight_format(c.quantize), c.tp);
-  if (!decoder) return 0;  // a tensor-parallel rank that followed rank 0
+      c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm) : serve::join_decoder(*lm, serve::parse_weight_format(c.quantize), c.tp, c.pp, c.micro_batches);
+  if (!decoder) return 0;  // a model-parallel rank that followed rank 0
   serve::GenerationResult r = serve::generate(*decoder, *m.tokenizer, c.prompt, c.options);
   if (c.json) {
     fmt::print("{}\n", nlohmann::json{{"model", m.name},
@@ -156,6 +156,10 @@ void add_predict_command(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
   cmd->add_option("--tp", c->tp, "text (GPT): tensor-parallel ranks (under weft launch)")->check(CLI::Range(1, 64))
       ->capture_default_str();
+  cmd->add_option("--pp", c->pp, "GPT: pipeline stages (under weft launch)")->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--micro-batches", c->micro_batches, "--pp: micro-batches per decoding step (0: one per stage)")
+      ->check(non_negative())->capture_default_str();
   cmd->add_option("--data-dir", c->data_dir, "where fashion-mnist lives (default: the Debian package's folder)");
   cmd->add_option("--images", c->images, "an IDX file of 28x28 images [N, 28, 28]: one prediction per image");
   cmd->add_option("--limit", c->limit, "only the first N test images (0: all)")->check(non_negative());
@@ -182,6 +186,10 @@ void add_generate_command(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
   cmd->add_option("--tp", c->tp, "GPT: tensor-parallel ranks (under weft launch)")->check(CLI::Range(1, 64))
       ->capture_default_str();
+  cmd->add_option("--pp", c->pp, "GPT: pipeline stages (under weft launch)")->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--micro-batches", c->micro_batches, "--pp: micro-batches per decoding step (0: one per stage)")
+      ->check(non_negative())->capture_default_str();
   cmd->add_flag("--json", c->json, "print JSON (the tokens, the finish reason)");
   c->options.max_tokens = 200;
   c->options.sampling.temperature = 0.8;
@@ -211,6 +219,10 @@ void add_serve_command(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
   cmd->add_option("--tp", c->tp, "GPT: tensor-parallel ranks (under weft launch; rank 0 serves)")
       ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--pp", c->pp, "GPT: pipeline stages (under weft launch; rank 0 serves)")->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--micro-batches", c->micro_batches, "--pp: micro-batches per decoding step (0: one per stage)")
+      ->check(non_negative())->capture_default_str();
   auto replicas = std::make_shared<std::string>("1");
   cmd->add_option("--replicas", *replicas, "N replica processes behind one front end, or MIN:MAX to scale with the load")
       ->capture_default_str();

@@ -57,8 +57,11 @@ void gelu_(Tensor& x) {
 
 }  // namespace
 
-GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice)
-    : c_(model.config()), slice_(std::move(slice)) {
+GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice, LayerRange layers)
+    : c_(model.config()), slice_(std::move(slice)), begin_(layers.begin), end_(layers.end < 0 ? c_.layers : layers.end) {
+  if (begin_ < 0 || begin_ >= end_ || end_ > c_.layers)
+    throw ConfigError("layers [" + std::to_string(begin_) + ", " + std::to_string(end_) + ") are not a range of the " +
+                      std::to_string(c_.layers) + " blocks");
   const std::int64_t n = slice_.size, r = slice_.rank;
   if (n < 1 || r < 0 || r >= n || c_.heads % n != 0)
     throw ConfigError("a GPT with " + std::to_string(c_.heads) + " heads does not split over " + std::to_string(n) +
@@ -75,7 +78,7 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice)
   head_ = PackedLinear(get("wte.weight"), Tensor(), format);
   if (c_.positional == Positional::kLearned) wpe_ = get("wpe.weight");
   else positions_ = sinusoidal_encoding(c_.context, c_.dim, c_.positional);
-  for (std::int64_t i = 0; i < c_.layers; ++i) {
+  for (std::int64_t i = begin_; i < end_; ++i) {
     std::string h = "h";  // (not "h" + ...: GCC 12 warns falsely on that concatenation)
     h += std::to_string(i);
     h += '.';
@@ -116,7 +119,7 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice)
 
 std::unique_ptr<SequenceState> GptDecoder::start() const {
   auto s = std::make_unique<GptState>();
-  for (std::int64_t l = 0; l < c_.layers; ++l) {
+  for (std::int64_t l = begin_; l < end_; ++l) {
     s->k.push_back(Tensor::empty({c_.context, ld_}));
     s->v.push_back(Tensor::empty({c_.context, ld_}));
   }
@@ -172,24 +175,21 @@ void GptDecoder::attention(const std::vector<SequenceState*>& sequences, const s
   });
 }
 
-Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
-                          const std::vector<std::vector<std::int32_t>>& tokens) {
+GptDecoder::StepPlan GptDecoder::plan(const std::vector<SequenceState*>& sequences,
+                                      const std::vector<std::vector<std::int32_t>>& tokens) const {
   WEFT_CHECK(sequences.size() == tokens.size(), "GptDecoder: one list of tokens per sequence");
-  const std::int64_t d = c_.dim;
-  const auto S = static_cast<std::int64_t>(sequences.size());
-  // What each sequence feeds: its new tokens, or (past the context) its last window again.
-  std::vector<std::vector<std::int32_t>> feed(static_cast<size_t>(S));
-  std::vector<std::int64_t> first_row(static_cast<size_t>(S)), rows(static_cast<size_t>(S));
   for (const auto& t : tokens) {
     WEFT_CHECK(!t.empty(), "GptDecoder: a step feeds at least one token per sequence");
     for (std::int32_t id : t) WEFT_CHECK(id >= 0 && id < c_.vocab, "GptDecoder: a token outside the vocabulary");
   }
-  std::int64_t R = 0;
+  const auto S = static_cast<std::int64_t>(sequences.size());
+  StepPlan p;
+  p.feed.resize(static_cast<size_t>(S));
   for (std::int64_t i = 0; i < S; ++i) {
     auto* s = static_cast<GptState*>(sequences[static_cast<size_t>(i)]);
     const auto& t = tokens[static_cast<size_t>(i)];
     s->tokens.insert(s->tokens.end(), t.begin(), t.end());
-    auto& f = feed[static_cast<size_t>(i)];
+    auto& f = p.feed[static_cast<size_t>(i)];
     if (s->cached + static_cast<std::int64_t>(t.size()) > c_.context) {
       s->cached = 0;
       f.assign(s->tokens.end() - std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(s->tokens.size()), c_.context),
@@ -197,38 +197,46 @@ Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
     } else {
       f = t;
     }
-    first_row[static_cast<size_t>(i)] = R;
-    rows[static_cast<size_t>(i)] = static_cast<std::int64_t>(f.size());
-    R += rows[static_cast<size_t>(i)];
+    p.first_row.push_back(p.rows_total);
+    p.rows.push_back(static_cast<std::int64_t>(f.size()));
+    p.rows_total += p.rows.back();
   }
-  // Token and position embeddings.
-  Tensor x = Tensor::empty({R, d});
+  return p;
+}
+
+Tensor GptDecoder::embed(const std::vector<SequenceState*>& sequences, const StepPlan& p) const {
+  const std::int64_t d = c_.dim;
+  Tensor x = Tensor::empty({p.rows_total, d});
   float* xp = x.data<float>();
   const float* pos = (wpe_.defined() ? wpe_ : positions_).data<float>();
-  for (std::int64_t i = 0; i < S; ++i) {
-    auto* s = static_cast<GptState*>(sequences[static_cast<size_t>(i)]);
-    const auto& f = feed[static_cast<size_t>(i)];
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    auto* s = static_cast<GptState*>(sequences[i]);
+    const auto& f = p.feed[i];
     for (std::size_t r = 0; r < f.size(); ++r) {
-      const std::int64_t row = first_row[static_cast<size_t>(i)] + static_cast<std::int64_t>(r);
-      float* xr = xp + row * d;
+      float* xr = xp + (p.first_row[i] + static_cast<std::int64_t>(r)) * d;
       head_.row(f[r], xr);
-      const float* p = pos + (s->cached + static_cast<std::int64_t>(r)) * d;
-      for (std::int64_t k = 0; k < d; ++k) xr[k] += p[k];
+      const float* at = pos + (s->cached + static_cast<std::int64_t>(r)) * d;
+      for (std::int64_t k = 0; k < d; ++k) xr[k] += at[k];
     }
   }
-  Tensor att = Tensor::empty({R, ld_});
-  for (std::int64_t l = 0; l < c_.layers; ++l) {
-    const Block& b = blocks_[static_cast<size_t>(l)];
+  return x;
+}
+
+void GptDecoder::run_blocks(const std::vector<SequenceState*>& sequences, const StepPlan& p, Tensor& x) const {
+  Tensor att = Tensor::empty({p.rows_total, ld_});
+  for (std::size_t l = 0; l < blocks_.size(); ++l) {
+    const Block& b = blocks_[l];
+    const auto layer = static_cast<std::int64_t>(l);
     if (c_.pre_ln) {
       Tensor qkv = b.qkv.forward(layer_norm_rows(x, b.ln1_w, b.ln1_b));
-      attention(sequences, first_row, rows, l, qkv, att);
+      attention(sequences, p.first_row, p.rows, layer, qkv, att);
       ops::add_(x, project(b.proj, b.proj_b, att));
       Tensor f = b.fc.forward(layer_norm_rows(x, b.ln2_w, b.ln2_b));
       gelu_(f);
       ops::add_(x, project(b.out, b.out_b, f));
     } else {
       Tensor qkv = b.qkv.forward(x);
-      attention(sequences, first_row, rows, l, qkv, att);
+      attention(sequences, p.first_row, p.rows, layer, qkv, att);
       ops::add_(x, project(b.proj, b.proj_b, att));
       x = layer_norm_rows(x, b.ln1_w, b.ln1_b);
       Tensor f = b.fc.forward(x);
@@ -237,15 +245,32 @@ Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
       x = layer_norm_rows(x, b.ln2_w, b.ln2_b);
     }
   }
-  for (std::int64_t i = 0; i < S; ++i) static_cast<GptState*>(sequences[static_cast<size_t>(i)])->cached += rows[static_cast<size_t>(i)];
-  // The last row of each sequence through the final norm and the tied head.
+}
+
+void GptDecoder::finish(const std::vector<SequenceState*>& sequences, const StepPlan& p) const {
+  for (std::size_t i = 0; i < sequences.size(); ++i) static_cast<GptState*>(sequences[i])->cached += p.rows[i];
+}
+
+Tensor GptDecoder::head(const StepPlan& p, const Tensor& x) const {
+  const std::int64_t d = c_.dim;
+  const auto S = static_cast<std::int64_t>(p.rows.size());
   Tensor last = Tensor::empty({S, d});
-  xp = x.data<float>();  // (post-LN made a new x)
+  const float* xp = x.data<float>();
   for (std::int64_t i = 0; i < S; ++i) {
-    const std::int64_t row = first_row[static_cast<size_t>(i)] + rows[static_cast<size_t>(i)] - 1;
+    const std::int64_t row = p.first_row[static_cast<size_t>(i)] + p.rows[static_cast<size_t>(i)] - 1;
     std::copy(xp + row * d, xp + (row + 1) * d, last.data<float>() + i * d);
   }
   return head_.forward(layer_norm_rows(last, lnf_w_, lnf_b_));
+}
+
+Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
+                          const std::vector<std::vector<std::int32_t>>& tokens) {
+  WEFT_CHECK(begin_ == 0 && end_ == c_.layers, "GptDecoder::extend needs every layer (a pipeline stage runs pieces)");
+  const StepPlan p = plan(sequences, tokens);
+  Tensor x = embed(sequences, p);
+  run_blocks(sequences, p, x);
+  finish(sequences, p);
+  return head(p, x);
 }
 
 Tensor GptDecoder::project(const PackedLinear& w, const Tensor& bias, const Tensor& x) const {

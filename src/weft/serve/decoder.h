@@ -59,19 +59,40 @@ struct TensorSlice {
   std::function<void(Tensor&)> all_reduce;
 };
 
+// The blocks a pipeline stage holds: [begin, end) (end -1: to the last).
+struct LayerRange {
+  std::int64_t begin = 0, end = -1;
+};
+
 class GptDecoder : public Decoder {
  public:
   // Shares the model's parameters (the model must outlive the decoder), or holds the
   // matrices packed in `format` (bf16, int8: quantize.h); layer norms and positions stay
   // float32.
-  explicit GptDecoder(const GPT& model, WeightFormat format = WeightFormat::kF32, TensorSlice slice = {});
+  explicit GptDecoder(const GPT& model, WeightFormat format = WeightFormat::kF32, TensorSlice slice = {},
+                      LayerRange layers = {});
   std::unique_ptr<SequenceState> start() const override;
   Tensor extend(const std::vector<SequenceState*>& sequences,
                 const std::vector<std::vector<std::int32_t>>& tokens) override;
   std::int64_t vocab() const override { return c_.vocab; }
   std::int64_t context() const override { return c_.context; }
-  std::int64_t cache_bytes_per_sequence() const override { return 2 * c_.layers * c_.context * ld_ * 4; }
+  std::int64_t cache_bytes_per_sequence() const override { return 2 * (end_ - begin_) * c_.context * ld_ * 4; }
   std::int64_t weight_bytes() const override;
+
+  // A step in pieces, for pipeline stages: extend = plan, embed, run_blocks, finish, head.
+  // plan appends the tokens to each sequence's history and decides what it feeds (its new
+  // tokens, or its last window again past the context): every stage plans alike.
+  struct StepPlan {
+    std::vector<std::vector<std::int32_t>> feed;
+    std::vector<std::int64_t> first_row, rows;
+    std::int64_t rows_total = 0;
+  };
+  StepPlan plan(const std::vector<SequenceState*>& sequences, const std::vector<std::vector<std::int32_t>>& tokens) const;
+  Tensor embed(const std::vector<SequenceState*>& sequences, const StepPlan& plan) const;  // [rows, d]
+  void run_blocks(const std::vector<SequenceState*>& sequences, const StepPlan& plan, Tensor& x) const;  // this range
+  void finish(const std::vector<SequenceState*>& sequences, const StepPlan& plan) const;  // the caches hold the rows
+  Tensor head(const StepPlan& plan, const Tensor& x) const;  // each sequence's last row: [S, vocab]
+  std::int64_t dim() const { return c_.dim; }
 
  private:
   struct Block {
@@ -86,6 +107,7 @@ class GptDecoder : public Decoder {
 
   GptConfig c_;
   TensorSlice slice_;
+  std::int64_t begin_, end_;      // the blocks held
   std::int64_t ld_, lheads_;      // this rank's width of the attention (d / size) and heads
   PackedLinear head_;             // the token embedding, tied: rows are embeddings, the product is the head
   Tensor wpe_, positions_;        // wpe_ (learned) or positions_ (fixed encodings)

@@ -14,7 +14,7 @@
 #include "weft/serve/api.h"
 #include "weft/serve/http_base.h"
 #include "weft/serve/model_file.h"
-#include "weft/serve/tensor_parallel.h"
+#include "weft/serve/model_parallel.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
@@ -40,12 +40,13 @@ class Server : private MetricsHolder, public HttpBase {
     limits_ = {model_.name, o.max_tokens, o.max_images};
     declare_metrics();  // (before the batchers' threads update them)
     if (LanguageModel* lm = model_.language_model()) {
-      decoder_ = join_decoder(*lm, parse_weight_format(o.quantize), o.tp);
+      decoder_ = join_decoder(*lm, parse_weight_format(o.quantize), o.tp, o.pp, o.micro_batches);
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : lm->context();
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
     } else {
       if (o.quantize != "fp32") throw ConfigError("--quantize is built for GPT models only (this is " + model_.recipe.model + ")");
-      if (o.tp > 1) throw ConfigError("--tp is built for GPT models only (this is " + model_.recipe.model + ")");
+      if (o.tp > 1 || o.pp > 1)
+        throw ConfigError("--tp and --pp are built for GPT models only (this is " + model_.recipe.model + ")");
       images_ = std::make_unique<ImageBatcher>(*model_.module, o.batch, metrics_);
     }
     routes();
@@ -216,7 +217,10 @@ void validate(const ServeOptions& o) {
   if (!(o.scale_up_load > 0)) throw ConfigError("--scale-up-load must be positive");
   if (!(o.scale_down_after_s >= 0)) throw ConfigError("--scale-down-after must be zero or more");
   if (o.tp < 1 || o.tp > 64) throw ConfigError("--tp must be in [1, 64]");
-  if (o.tp > 1 && o.replicas_max > 1) throw ConfigError("--tp with --replicas is not built: serve one or the other");
+  if (o.pp < 1 || o.pp > 64) throw ConfigError("--pp must be in [1, 64]");
+  if (o.micro_batches < 0) throw ConfigError("--micro-batches must be zero (one per stage) or more");
+  if ((o.tp > 1 || o.pp > 1) && o.replicas_max > 1)
+    throw ConfigError("--tp or --pp with --replicas is not built: serve one or the other");
 }
 
 int serve(const ServeOptions& options, std::FILE* log) {
@@ -229,11 +233,11 @@ int serve(const ServeOptions& options, std::FILE* log) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
   if (options.replicas_max > 1) return serve_replicated(options, log);
-  if (options.tp > 1 && comm::process_info_from_env().rank != 0) {
-    // A tensor-parallel rank other than 0 computes its slice of rank 0's steps.
+  if ((options.tp > 1 || options.pp > 1) && comm::process_info_from_env().rank != 0) {
+    // A model-parallel rank other than 0 computes its part of rank 0's steps.
     LoadedModel m = load_model(options.model);
-    if (!m.language_model()) throw ConfigError("--tp is built for GPT models only");
-    join_decoder(*m.language_model(), parse_weight_format(options.quantize), options.tp);
+    if (!m.language_model()) throw ConfigError("--tp and --pp are built for GPT models only");
+    join_decoder(*m.language_model(), parse_weight_format(options.quantize), options.tp, options.pp, options.micro_batches);
     return 0;
   }
   Server server(options, log);

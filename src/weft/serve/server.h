@@ -35,7 +35,9 @@ struct ServeOptions {
   std::int64_t max_concurrency = 64; // requests in flight
   std::int64_t max_images = 1024;    // images per classify request
   std::string quantize = "fp32";     // GPT weights: fp32 | bf16 | int8 (quantize.h)
-  int tp = 1;                        // tensor-parallel ranks under weft launch (tensor_parallel.h)
+  int tp = 1;                        // tensor-parallel ranks under weft launch (model_parallel.h)
+  int pp = 1;                        // pipeline stages under weft launch
+  int micro_batches = 0;             // pipeline: micro-batches per decoding step (0: one per stage)
   // Data-parallel and elastic serving (replicas.h): replicas_max > 1 runs a front end that
   // routes to replica processes; replicas_min < replicas_max scales between them.
   int replicas_min = 1, replicas_max = 1;

@@ -1,0 +1,248 @@
+#include "weft/serve/model_parallel.h"
+
+#include <chrono>
+
+#include "weft/comm/process.h"
+#include "weft/util/error.h"
+
+namespace weft::serve {
+
+namespace {
+
+// A message: kind, then for a step the ended sequences and each sequence's id and tokens.
+enum Kind : std::int64_t { kStep = 1, kHeartbeat = 2, kStop = 3 };
+constexpr auto kHeartbeatEvery = std::chrono::seconds(5);
+
+struct Step {
+  std::vector<std::int64_t> ended, ids;
+  std::vector<std::vector<std::int32_t>> tokens;
+};
+
+std::vector<std::int64_t> encode(const Step& s) {
+  std::vector<std::int64_t> m = {kStep, static_cast<std::int64_t>(s.ended.size())};
+  m.insert(m.end(), s.ended.begin(), s.ended.end());
+  m.push_back(static_cast<std::int64_t>(s.ids.size()));
+  for (std::size_t i = 0; i < s.ids.size(); ++i) {
+    m.push_back(s.ids[i]);
+    m.push_back(static_cast<std::int64_t>(s.tokens[i].size()));
+    m.insert(m.end(), s.tokens[i].begin(), s.tokens[i].end());
+  }
+  return m;
+}
+
+Step decode(const std::vector<std::int64_t>& m) {
+  Step s;
+  std::size_t at = 1;
+  auto next = [&] {
+    WEFT_CHECK(at < m.size(), "model-parallel step: a truncated message");
+    return m[at++];
+  };
+  for (std::int64_t n = next(); n > 0; --n) s.ended.push_back(next());
+  for (std::int64_t n = next(); n > 0; --n) {
+    s.ids.push_back(next());
+    std::vector<std::int32_t> t(static_cast<std::size_t>(next()));
+    for (auto& token : t) token = static_cast<std::int32_t>(next());
+    s.tokens.push_back(std::move(t));
+  }
+  return s;
+}
+
+// Rank 0 sends a message (its length first); the others receive it.
+std::vector<std::int64_t> broadcast(comm::Communicator& group, std::vector<std::int64_t> message) {
+  std::int64_t n = static_cast<std::int64_t>(message.size());
+  group.broadcast(&n, 1, comm::DataType::kI64, 0)->wait();
+  message.resize(static_cast<std::size_t>(n));
+  group.broadcast(message.data(), n, comm::DataType::kI64, 0)->wait();
+  return message;
+}
+
+// One step on this rank: the ended sequences dropped, new ones started, the runner run.
+Tensor run_step(StepRunner& runner, std::map<std::int64_t, std::unique_ptr<SequenceState>>& states, const Step& s) {
+  for (std::int64_t id : s.ended) states.erase(id);
+  std::vector<SequenceState*> views;
+  for (std::int64_t id : s.ids) {
+    auto& state = states[id];
+    if (!state) state = runner.start();
+    views.push_back(state.get());
+  }
+  return runner.run(views, s.tokens);
+}
+
+class TensorParallelRunner : public StepRunner {
+ public:
+  TensorParallelRunner(const GPT& model, WeightFormat format, std::shared_ptr<comm::Communicator> group)
+      : local_(model, format, tensor_slice(group)) {}
+  std::unique_ptr<SequenceState> start() override { return local_.start(); }
+  Tensor run(const std::vector<SequenceState*>& sequences, const std::vector<std::vector<std::int32_t>>& tokens) override {
+    return local_.extend(sequences, tokens);
+  }
+  std::int64_t vocab() const override { return local_.vocab(); }
+  std::int64_t context() const override { return local_.context(); }
+  std::int64_t weight_bytes() const override { return local_.weight_bytes(); }
+
+ private:
+  GptDecoder local_;
+};
+
+class PipelineRunner : public StepRunner {
+ public:
+  PipelineRunner(const GPT& model, WeightFormat format, std::shared_ptr<comm::Communicator> group, int micro_batches)
+      : group_(std::move(group)),
+        stage_(group_->rank()),
+        stages_(group_->size()),
+        micro_batches_(micro_batches > 0 ? micro_batches : stages_),
+        local_(model, format, {}, blocks_of(model.config().layers, stage_, stages_)) {}
+
+  std::unique_ptr<SequenceState> start() override { return local_.start(); }
+  std::int64_t vocab() const override { return local_.vocab(); }
+  std::int64_t context() const override { return local_.context(); }
+  std::int64_t weight_bytes() const override { return local_.weight_bytes(); }
+
+  // Micro-batches of the step's sequences through the stages: stage 0 embeds and sends each
+  // on as soon as its blocks are done, and collects the logits from the last stage.
+  Tensor run(const std::vector<SequenceState*>& sequences, const std::vector<std::vector<std::int32_t>>& tokens) override {
+    const auto S = static_cast<std::int64_t>(sequences.size());
+    const std::int64_t M = std::min<std::int64_t>(micro_batches_, S), d = local_.dim(), V = local_.vocab();
+    const bool first = stage_ == 0, last = stage_ == stages_ - 1;
+    std::vector<comm::WorkPtr> sends;
+    std::vector<Tensor> sent;  // alive until their sends complete
+    for (std::int64_t m = 0; m < M; ++m) {
+      const auto begin = static_cast<std::ptrdiff_t>(S * m / M), end = static_cast<std::ptrdiff_t>(S * (m + 1) / M);
+      const std::vector<SequenceState*> part(sequences.begin() + begin, sequences.begin() + end);
+      const std::vector<std::vector<std::int32_t>> part_tokens(tokens.begin() + begin, tokens.begin() + end);
+      const GptDecoder::StepPlan plan = local_.plan(part, part_tokens);
+      Tensor x;
+      if (first) {
+        x = local_.embed(part, plan);
+      } else {
+        x = Tensor::empty({plan.rows_total, d});
+        group_->irecv(x.data<float>(), x.numel(), comm::DataType::kF32, stage_ - 1)->wait();
+      }
+      local_.run_blocks(part, plan, x);
+      local_.finish(part, plan);
+      Tensor out = last ? local_.head(plan, x) : x;
+      sends.push_back(group_->isend(out.data<float>(), out.numel(), comm::DataType::kF32, last ? 0 : stage_ + 1));
+      sent.push_back(std::move(out));
+    }
+    Tensor logits;
+    if (first) {
+      logits = Tensor::empty({S, V});
+      for (std::int64_t m = 0; m < M; ++m) {
+        const std::int64_t rows = S * (m + 1) / M - S * m / M;
+        group_->irecv(logits.data<float>() + (S * m / M) * V, rows * V, comm::DataType::kF32, stages_ - 1)->wait();
+      }
+    }
+    for (auto& w : sends) w->wait();
+    return logits;
+  }
+
+ private:
+  static LayerRange blocks_of(std::int64_t layers, int stage, int stages) {
+    if (layers < stages)
+      throw ConfigError("a GPT of " + std::to_string(layers) + " blocks does not split into " + std::to_string(stages) +
+                        " pipeline stages");
+    return {layers * stage / stages, layers * (stage + 1) / stages};
+  }
+
+  std::shared_ptr<comm::Communicator> group_;
+  int stage_, stages_, micro_batches_;
+  GptDecoder local_;
+};
+
+}  // namespace
+
+class DistributedState : public SequenceState {
+ public:
+  DistributedState(DistributedDecoder& owner, std::int64_t sequence) : owner_(owner), id(sequence) {}
+  ~DistributedState() override {
+    std::lock_guard lock(owner_.mu_);
+    owner_.ended_.push_back(id);
+  }
+  DistributedDecoder& owner_;
+  const std::int64_t id;
+};
+
+TensorSlice tensor_slice(const std::shared_ptr<comm::Communicator>& group) {
+  return {group->rank(), group->size(), [group](Tensor& partial) {
+            group->allreduce(partial.data<float>(), partial.numel(), comm::DataType::kF32, comm::ReduceOp::kSum)->wait();
+          }};
+}
+
+std::unique_ptr<StepRunner> tensor_parallel_runner(const GPT& model, WeightFormat format,
+                                                   std::shared_ptr<comm::Communicator> group) {
+  return std::make_unique<TensorParallelRunner>(model, format, std::move(group));
+}
+
+std::unique_ptr<StepRunner> pipeline_runner(const GPT& model, WeightFormat format,
+                                            std::shared_ptr<comm::Communicator> group, int micro_batches) {
+  return std::make_unique<PipelineRunner>(model, format, std::move(group), micro_batches);
+}
+
+DistributedDecoder::DistributedDecoder(std::unique_ptr<StepRunner> runner, std::shared_ptr<comm::Communicator> group)
+    : runner_(std::move(runner)), group_(std::move(group)) {
+  WEFT_CHECK(group_->rank() == 0, "DistributedDecoder runs on rank 0");
+  heartbeat_ = std::thread([this] { heartbeat(); });
+}
+
+DistributedDecoder::~DistributedDecoder() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  heartbeat_.join();
+  std::lock_guard lock(mu_);
+  broadcast(*group_, {kStop});
+}
+
+void DistributedDecoder::heartbeat() {
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, kHeartbeatEvery, [&] { return stopping_; })) broadcast(*group_, {kHeartbeat});
+}
+
+std::unique_ptr<SequenceState> DistributedDecoder::start() const {
+  std::lock_guard lock(mu_);
+  return std::make_unique<DistributedState>(const_cast<DistributedDecoder&>(*this), next_id_++);
+}
+
+Tensor DistributedDecoder::extend(const std::vector<SequenceState*>& sequences,
+                                  const std::vector<std::vector<std::int32_t>>& tokens) {
+  std::lock_guard lock(mu_);
+  Step s;
+  s.ended.swap(ended_);
+  for (SequenceState* state : sequences) s.ids.push_back(static_cast<DistributedState*>(state)->id);
+  s.tokens = tokens;
+  broadcast(*group_, encode(s));
+  return run_step(*runner_, states_, s);
+}
+
+void follow(StepRunner& runner, comm::Communicator& group) {
+  std::map<std::int64_t, std::unique_ptr<SequenceState>> states;
+  for (;;) {
+    const std::vector<std::int64_t> m = broadcast(group, {});
+    WEFT_CHECK(!m.empty(), "model-parallel step: an empty message");
+    if (m[0] == kStop) return;
+    if (m[0] == kStep) run_step(runner, states, decode(m));
+  }
+}
+
+std::unique_ptr<Decoder> join_decoder(LanguageModel& model, WeightFormat format, int tp, int pp, int micro_batches) {
+  if (tp == 1 && pp == 1) return make_decoder(model, format);
+  if (tp > 1 && pp > 1) throw ConfigError("--tp with --pp is not built for serving: use one of them");
+  auto* gpt = dynamic_cast<GPT*>(&model);
+  if (!gpt) throw ConfigError(std::string(tp > 1 ? "--tp" : "--pp") + " is built for GPT models only");
+  const int ranks = tp * pp;
+  const std::string flag = tp > 1 ? "--tp " + std::to_string(tp) : "--pp " + std::to_string(pp);
+  const comm::ProcessInfo info = comm::process_info_from_env();
+  if (info.world != ranks)
+    throw ConfigError(flag + " needs a job of " + std::to_string(ranks) + " ranks (weft launch --nproc-per-node " +
+                      std::to_string(ranks) + "), this one has " + std::to_string(info.world));
+  std::shared_ptr<comm::Communicator> group = comm::Communicator::init();
+  std::unique_ptr<StepRunner> runner =
+      tp > 1 ? tensor_parallel_runner(*gpt, format, group) : pipeline_runner(*gpt, format, group, micro_batches);
+  if (group->rank() == 0) return std::make_unique<DistributedDecoder>(std::move(runner), group);
+  follow(*runner, *group);
+  return nullptr;
+}
+
+}  // namespace weft::serve

@@ -1,0 +1,87 @@
+// Model-parallel decoding across the processes of a weft launch job (seed 003 chapter 7:
+// model parallelism for inference). Rank 0 serves (HTTP or the command line) through a
+// DistributedDecoder: each decoding step it broadcasts what to compute (the sequences, their
+// new tokens, the sequences that ended) and every rank runs the step on its part of the
+// model with a StepRunner:
+//
+//   tensor parallelism (--tp N, seed 002 chapter 8's split): each rank holds its heads, its
+//     slice of every MLP and the cache of its heads (GptDecoder with a TensorSlice); the
+//     output projections' partial sums are all-reduced;
+//   pipeline parallelism (--pp S): stage s holds blocks [s·L/S, (s+1)·L/S) and their caches;
+//     the step's sequences are split into micro-batches that flow stage to stage (point to
+//     point), so the stages work on different micro-batches at once; the last stage sends
+//     each micro-batch's logits back to rank 0.
+//
+// The other ranks follow rank 0's steps until it ends the job. While idle, rank 0 sends a
+// heartbeat so that the followers' wait stays within the communicator's timeout.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "weft/comm/communicator.h"
+#include "weft/serve/decoder.h"
+
+namespace weft::serve {
+
+// What one rank does with a step (every rank gets the same step).
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  virtual std::unique_ptr<SequenceState> start() = 0;  // this rank's state of a new sequence
+  // Rank 0 returns the logits [S, vocab]; the others return an empty tensor.
+  virtual Tensor run(const std::vector<SequenceState*>& sequences, const std::vector<std::vector<std::int32_t>>& tokens) = 0;
+  virtual std::int64_t vocab() const = 0;
+  virtual std::int64_t context() const = 0;
+  virtual std::int64_t weight_bytes() const = 0;  // on this rank
+};
+
+std::unique_ptr<StepRunner> tensor_parallel_runner(const GPT& model, WeightFormat format,
+                                                   std::shared_ptr<comm::Communicator> group);
+std::unique_ptr<StepRunner> pipeline_runner(const GPT& model, WeightFormat format,
+                                            std::shared_ptr<comm::Communicator> group, int micro_batches);
+
+// Rank 0's decoder: broadcasts each step, then runs its own part.
+class DistributedDecoder : public Decoder {
+ public:
+  DistributedDecoder(std::unique_ptr<StepRunner> runner, std::shared_ptr<comm::Communicator> group);
+  ~DistributedDecoder() override;  // tells the followers to stop
+  std::unique_ptr<SequenceState> start() const override;
+  Tensor extend(const std::vector<SequenceState*>& sequences,
+                const std::vector<std::vector<std::int32_t>>& tokens) override;
+  std::int64_t vocab() const override { return runner_->vocab(); }
+  std::int64_t context() const override { return runner_->context(); }
+  std::int64_t weight_bytes() const override { return runner_->weight_bytes(); }
+
+ private:
+  friend class DistributedState;
+  void heartbeat();
+
+  std::unique_ptr<StepRunner> runner_;
+  std::shared_ptr<comm::Communicator> group_;
+  mutable std::mutex mu_;  // one message at a time: the steps and the heartbeat
+  mutable std::int64_t next_id_ = 0;
+  std::vector<std::int64_t> ended_;  // sequences to drop with the next step
+  std::map<std::int64_t, std::unique_ptr<SequenceState>> states_;  // this rank's states, by id
+  bool stopping_ = false;
+  std::condition_variable cv_;
+  std::thread heartbeat_;
+};
+
+// Ranks other than 0: runs the steps rank 0 broadcasts until it ends the job.
+void follow(StepRunner& runner, comm::Communicator& group);
+
+// The decoder of a process of a job with tp x pp model-parallel ranks (1 x 1: make_decoder,
+// no job). Under weft launch with tp·pp ranks: rank 0 gets a DistributedDecoder; the others
+// follow rank 0's steps until it ends the job, then get null. Throws ConfigError when the
+// job's size does not match, the model is not a GPT, or both tp and pp are above 1.
+std::unique_ptr<Decoder> join_decoder(LanguageModel& model, WeightFormat format, int tp, int pp = 1,
+                                      int micro_batches = 0);
+
+// The slice of `group`'s rank, summing over `group`.
+TensorSlice tensor_slice(const std::shared_ptr<comm::Communicator>& group);
+
+}  // namespace weft::serve

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# usage: model_parallel.sh WEFT
+# Model-parallel inference equals one process. A GPT split over 2 and 4 ranks by tensor
+# parallelism (each rank its heads, its slice of the MLP and its heads' cache) or into 2 and
+# 4 pipeline stages (blocks and their caches; micro-batches flowing stage to stage) scores
+# the validation windows with the single-process loss (relative 1e-6: every position's
+# logits through both), and generates the same tokens, greedy and sampled, past the context.
+# Served over HTTP by weft launch --nproc-per-node 2 -- weft serve --tp 2 (and --pp 2), it
+# answers with those tokens under concurrent load, and every rank stops when the server is
+# told to.
+set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
+weft=$1
+new_work_dir
+launcher=""
+trap '[ -n "$launcher" ] && kill "$launcher" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+"$weft" train --model gpt --layers 4 --d-model 32 --heads 4 --context 32 --batch 8 --max-steps 20 --eval-every 20 \
+  --eval-batches 1 --sample 0 --seed 5 --quiet --threads 1 --save-model "$work/gpt.safetensors" >/dev/null
+
+one=$("$weft" predict "$work/gpt.safetensors" --windows 8 --json | json_field val_loss)
+generated() {  # TEMPERATURE [LAUNCH FLAGS...]: the tokens of 50 (past the context of 32)
+  local t=$1
+  shift
+  if [ $# -eq 0 ]; then
+    "$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature "$t" --seed 9 --json
+  else
+    "$weft" launch --nproc-per-node "$2" -- weft generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 \
+      --temperature "$t" --seed 9 --json "$@" | grep '^\[0\] {' | sed 's/^\[0\] //'
+  fi | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'
+}
+greedy=$(generated 0)
+sampled=$(generated 0.9)
+for layout in "--tp 2" "--tp 4" "--pp 2" "--pp 4" "--pp 2 --micro-batches 3"; do
+  read -r -a flags <<<"$layout"
+  loss=$("$weft" launch --nproc-per-node "${flags[1]}" -- weft predict "$work/gpt.safetensors" --windows 8 --json \
+           "${flags[@]}" | rank0_field val_loss)
+  close_to "$loss" "$one" 1e-6 || { echo "FAIL: $layout: validation loss $loss, one process $one"; exit 1; }
+  [ "$(generated 0 "${flags[@]}")" = "$greedy" ] || { echo "FAIL: $layout generates other greedy tokens"; exit 1; }
+  [ "$(generated 0.9 "${flags[@]}")" = "$sampled" ] || { echo "FAIL: $layout samples other tokens"; exit 1; }
+  echo "$layout: validation loss $loss (one process $one), the same 50 tokens greedy and sampled"
+done
+
+want=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature 0 --json |
+       python3 -c 'import json,sys; print(json.load(sys.stdin)["text"])')
+for layout in "--tp 2" "--pp 2"; do
+  read -r -a flags <<<"$layout"
+  rm -f "$work/port"
+  "$weft" launch --nproc-per-node 2 -- weft serve "$work/gpt.safetensors" "${flags[@]}" --port 0 --port-file "$work/port" \
+    > "$work/serve.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+  port=$(cat "$work/port")
+  text=$(curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt": "The cat", "max_tokens": 50, "temperature": 0}' |
+         python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+  [ "$text" = "$want" ] || { echo "FAIL: the $layout server completes '$text', one process '$want'"; exit 1; }
+  "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 8 --requests 64 --max-tokens 40 | head -1
+  kill -TERM "$launcher"
+  rc=0
+  wait "$launcher" || rc=$?
+  launcher=""
+  # weft launch passes the signal on and exits as torchrun does (128 + SIGTERM).
+  [ "$rc" = 0 ] || [ "$rc" = 143 ] || { echo "FAIL: weft launch exited with $rc"; cat "$work/serve.log"; exit 1; }
+  grep -q '^\[0\] weft serve: stopped' "$work/serve.log" || { echo "FAIL: rank 0 did not stop"; cat "$work/serve.log"; exit 1; }
+  ! grep -q 'error' "$work/serve.log" || { echo "FAIL: a rank reported an error"; cat "$work/serve.log"; exit 1; }
+  [ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || { echo "FAIL: ranks left running"; exit 1; }
+  echo "weft serve $layout: rank 0's completions equal one process's; both ranks stopped on SIGTERM"
+done
