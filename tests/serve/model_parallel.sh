@@ -4,7 +4,9 @@
 # parallelism (each rank its heads, its slice of the MLP and its heads' cache) or into 2 and
 # 4 pipeline stages (blocks and their caches; micro-batches flowing stage to stage) scores
 # the validation windows with the single-process loss (relative 1e-6: every position's
-# logits through both), and generates the same tokens, greedy and sampled, past the context.
+# logits through both, each logit within 1e-5), and generates the same tokens, greedy and
+# sampled, past the context; also with its two ranks started by two launchers over TCP, as on
+# two hosts.
 # Served over HTTP by weft launch --nproc-per-node 2 -- weft serve --tp 2 (and --pp 2), it
 # answers with those tokens under concurrent load, and every rank stops when the server is
 # told to.
@@ -17,7 +19,20 @@ trap '[ -n "$launcher" ] && kill "$launcher" 2>/dev/null; wait 2>/dev/null; rm -
 "$weft" train --model gpt --layers 4 --d-model 32 --heads 4 --context 32 --batch 8 --max-steps 20 --eval-every 20 \
   --eval-batches 1 --sample 0 --seed 5 --quiet --threads 1 --save-model "$work/gpt.safetensors" >/dev/null
 
-one=$("$weft" predict "$work/gpt.safetensors" --windows 8 --json | json_field val_loss)
+one=$("$weft" predict "$work/gpt.safetensors" --windows 8 --json --logits "$work/one.logits" | json_field val_loss)
+# max |a - b| over every scored row of logits (float32 files of weft predict --logits).
+logits_within() {
+  python3 - "$1" "$2" <<'PY'
+import array, sys
+a, b = array.array("f"), array.array("f")
+a.frombytes(open(sys.argv[1], "rb").read())
+b.frombytes(open(sys.argv[2], "rb").read())
+assert len(a) == len(b) and len(a) > 0, (len(a), len(b))
+diff = max(abs(x - y) for x, y in zip(a, b))
+print(f"{diff:.1e}")
+sys.exit(0 if diff <= 1e-5 else 1)
+PY
+}
 generated() {  # TEMPERATURE [LAUNCH FLAGS...]: the tokens of 50 (past the context of 32)
   local t=$1
   shift
@@ -33,12 +48,26 @@ sampled=$(generated 0.9)
 for layout in "--tp 2" "--tp 4" "--pp 2" "--pp 4" "--pp 2 --micro-batches 3"; do
   read -r -a flags <<<"$layout"
   loss=$("$weft" launch --nproc-per-node "${flags[1]}" -- weft predict "$work/gpt.safetensors" --windows 8 --json \
-           "${flags[@]}" | rank0_field val_loss)
+           --logits "$work/mp.logits" "${flags[@]}" | rank0_field val_loss)
   close_to "$loss" "$one" 1e-6 || { echo "FAIL: $layout: validation loss $loss, one process $one"; exit 1; }
+  diff=$(logits_within "$work/one.logits" "$work/mp.logits") || { echo "FAIL: $layout: logits differ by $diff"; exit 1; }
   [ "$(generated 0 "${flags[@]}")" = "$greedy" ] || { echo "FAIL: $layout generates other greedy tokens"; exit 1; }
   [ "$(generated 0.9 "${flags[@]}")" = "$sampled" ] || { echo "FAIL: $layout samples other tokens"; exit 1; }
-  echo "$layout: validation loss $loss (one process $one), the same 50 tokens greedy and sampled"
+  echo "$layout: validation loss $loss (one process $one), logits within $diff, the same 50 tokens greedy and sampled"
 done
+
+# Two launchers as two hosts (here on one machine, over TCP as between hosts): --tp 2 across them.
+token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d " \n")
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for node in 0 1; do
+  WEFT_JOB_TOKEN=$token WEFT_TRANSPORT=tcp "$weft" launch --nproc-per-node 1 --nnodes 2 --node-rank "$node" --master-port "$port" -- \
+    weft predict "$work/gpt.safetensors" --windows 8 --json --tp 2 --logits "$work/nodes.logits" > "$work/node$node.txt" 2>&1 &
+done
+wait
+loss=$(rank0_field val_loss < "$work/node0.txt")
+close_to "$loss" "$one" 1e-6 || { echo "FAIL: --tp 2 over two nodes: validation loss $loss"; cat "$work"/node*.txt; exit 1; }
+diff=$(logits_within "$work/one.logits" "$work/nodes.logits") || { echo "FAIL: two nodes: logits differ by $diff"; exit 1; }
+echo "--tp 2 over two launchers (TCP): validation loss $loss, logits within $diff"
 
 want=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature 0 --json |
        python3 -c 'import json,sys; print(json.load(sys.stdin)["text"])')

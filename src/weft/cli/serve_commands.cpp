@@ -19,13 +19,24 @@
 #include "weft/util/size.h"
 #include "weft/tensor/ops.h"
 #include "weft/util/error.h"
+#include "weft/util/file.h"
 
 namespace weft::cli {
 
 namespace {
 
+// --precision bf16 is --quantize bf16 (the training flag's name for the same weights).
+void add_precision_option(CLI::App* cmd, std::string& quantize) {
+  auto precision = std::make_shared<std::string>("fp32");
+  cmd->add_option("--precision", *precision, "GPT weights in fp32 | bf16 (as --quantize bf16)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->each([&quantize](const std::string& value) {
+        if (value == "bf16") quantize = "bf16";
+      });
+}
+
 struct PredictConfig {
-  std::string model, data, data_dir, images, quantize = "fp32";
+  std::string model, data, data_dir, images, quantize = "fp32", logits;
   std::int64_t limit = 0, batch = 1000, windows = 256;
   int tp = 1, pp = 1, micro_batches = 0;
   bool json = false;
@@ -40,7 +51,10 @@ int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
   auto measure = [&](serve::WeightFormat f) {
     std::unique_ptr<serve::Decoder> d = serve::join_decoder(*m.language_model(), f, c.tp, c.pp, c.micro_batches);
     if (!d) return std::make_pair(serve::LossReport{}, std::int64_t{-1});  // a rank that followed rank 0
-    serve::LossReport r = serve::next_token_loss(*d, tokens, c.windows);
+    std::vector<float> logits;
+    serve::LossReport r = serve::next_token_loss(*d, tokens, c.windows, c.logits.empty() ? nullptr : &logits);
+    if (!c.logits.empty() && f == format)
+      write_file_atomic(c.logits, std::string_view(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
     const std::int64_t bytes = d->weight_bytes() > 0 ? d->weight_bytes() : 4 * m.module->num_parameters();
     return std::make_pair(r, bytes);
   };
@@ -152,8 +166,10 @@ void add_predict_command(CLI::App& app, Action& action) {
   cmd->add_option("--data", c->data, "images: fashion-mnist (default) or an MNIST-format folder; text: fortunes (default) or a file or folder");
   cmd->add_option("--windows", c->windows, "text: validation windows (training's --eval-batches x --batch: 256)")
       ->check(positive())->capture_default_str();
+  cmd->add_option("--logits", c->logits, "text: write every scored row of logits to this file (float32, [context][windows][vocab])");
   cmd->add_option("--quantize", c->quantize, "text (GPT): weights in fp32 | bf16 | int8, compared with fp32")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
+  add_precision_option(cmd, c->quantize);
   cmd->add_option("--tp", c->tp, "text (GPT): tensor-parallel ranks (under weft launch)")->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--pp", c->pp, "GPT: pipeline stages (under weft launch)")->check(CLI::Range(1, 64))
@@ -184,6 +200,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_flag("--no-cache", c->no_cache, "recompute the whole window for every token (no key-value cache)");
   cmd->add_option("--quantize", c->quantize, "GPT weights in fp32 | bf16 | int8")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
+  add_precision_option(cmd, c->quantize);
   cmd->add_option("--tp", c->tp, "GPT: tensor-parallel ranks (under weft launch)")->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--pp", c->pp, "GPT: pipeline stages (under weft launch)")->check(CLI::Range(1, 64))
@@ -217,6 +234,7 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-images", c->max_images, "images in one classify request")->capture_default_str();
   cmd->add_option("--quantize", c->quantize, "GPT weights in fp32 | bf16 | int8")
       ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
+  add_precision_option(cmd, c->quantize);
   cmd->add_option("--tp", c->tp, "GPT: tensor-parallel ranks (under weft launch; rank 0 serves)")
       ->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--pp", c->pp, "GPT: pipeline stages (under weft launch; rank 0 serves)")->check(CLI::Range(1, 64))

@@ -13,7 +13,8 @@ std::vector<std::int32_t> validation_tokens(const std::string& corpus, const Tok
   return {all.begin() + split, all.end()};
 }
 
-LossReport next_token_loss(Decoder& decoder, const std::vector<std::int32_t>& tokens, std::int64_t windows) {
+LossReport next_token_loss(Decoder& decoder, const std::vector<std::int32_t>& tokens, std::int64_t windows,
+                           std::vector<float>* logits_out) {
   const std::int64_t T = decoder.context(), V = decoder.vocab();
   const std::int64_t span = static_cast<std::int64_t>(tokens.size()) - T - 1;
   if (span < 0) throw DataError("too little text for a context of " + std::to_string(T) + " tokens");
@@ -32,6 +33,7 @@ LossReport next_token_loss(Decoder& decoder, const std::vector<std::int32_t>& to
     for (std::int64_t i = 0; i < windows; ++i)
       feed[static_cast<std::size_t>(i)][0] = tokens[static_cast<std::size_t>(starts[static_cast<std::size_t>(i)] + t)];
     Tensor logits = decoder.extend(views, feed);
+    if (logits_out) logits_out->insert(logits_out->end(), logits.data<float>(), logits.data<float>() + logits.numel());
     for (std::int64_t i = 0; i < windows; ++i) {
       const float* row = logits.data<float>() + i * V;
       double top = row[0];

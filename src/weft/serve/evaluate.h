@@ -22,6 +22,8 @@ struct LossReport {
 
 // The validation tokens of `corpus` (the last 10% of its tokens, as training splits them).
 std::vector<std::int32_t> validation_tokens(const std::string& corpus, const Tokenizer& tokenizer);
-LossReport next_token_loss(Decoder& decoder, const std::vector<std::int32_t>& tokens, std::int64_t windows);
+// `logits` (when given) receives every scored row, position-major: [context][windows][vocab].
+LossReport next_token_loss(Decoder& decoder, const std::vector<std::int32_t>& tokens, std::int64_t windows,
+                           std::vector<float>* logits = nullptr);
 
 }  // namespace weft::serve
