@@ -192,12 +192,24 @@ DistributedDecoder::~DistributedDecoder() {
   cv_.notify_all();
   heartbeat_.join();
   std::lock_guard lock(mu_);
-  broadcast(*group_, {kStop});
+  if (!failed_.empty()) return;
+  try {
+    broadcast(*group_, {kStop});
+  } catch (const std::exception&) {
+    // A rank already gone: nothing left to stop.
+  }
 }
 
 void DistributedDecoder::heartbeat() {
   std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, kHeartbeatEvery, [&] { return stopping_; })) broadcast(*group_, {kHeartbeat});
+  while (!cv_.wait_for(lock, kHeartbeatEvery, [&] { return stopping_; })) {
+    try {
+      broadcast(*group_, {kHeartbeat});
+    } catch (const std::exception& e) {
+      failed_ = e.what();  // the next step reports it
+      return;
+    }
+  }
 }
 
 std::unique_ptr<SequenceState> DistributedDecoder::start() const {
@@ -208,6 +220,7 @@ std::unique_ptr<SequenceState> DistributedDecoder::start() const {
 Tensor DistributedDecoder::extend(const std::vector<SequenceState*>& sequences,
                                   const std::vector<std::vector<std::int32_t>>& tokens) {
   std::lock_guard lock(mu_);
+  if (!failed_.empty()) throw Error("a model-parallel rank is gone: " + failed_);
   Step s;
   s.ended.swap(ended_);
   for (SequenceState* state : sequences) s.ids.push_back(static_cast<DistributedState*>(state)->id);

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "weft/comm/communicator.h"
@@ -67,6 +68,7 @@ class DistributedDecoder : public Decoder {
   std::vector<std::int64_t> ended_;  // sequences to drop with the next step
   std::map<std::int64_t, std::unique_ptr<SequenceState>> states_;  // this rank's states, by id
   bool stopping_ = false;
+  std::string failed_;  // why the group failed (a heartbeat's error), if it did
   std::condition_variable cv_;
   std::thread heartbeat_;
 };
