@@ -58,6 +58,19 @@ done
 int8=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 20 --temperature 0 --quantize int8 --json)
 python3 -c 'import json, sys; r = json.loads(sys.argv[1]); assert len(r["tokens"]) == 20, r' "$int8"
 
+# A word-level model from its checkpoint folder (the fortunes hold bytes that are not UTF-8:
+# the recorded vocabulary must survive meta.json), and from a step folder.
+"$weft" train --model gpt --layers 2 --d-model 32 --heads 4 --context 16 --batch 8 --max-steps 4 --eval-every 4 \
+  --eval-batches 1 --sample 0 --quiet --threads 1 --tokenizer word --checkpoint-dir "$work/ck" --checkpoint-every 2 \
+  --save-model "$work/words.safetensors" >/dev/null
+a=$("$weft" generate "$work/ck" --prompt "the cat" --max-tokens 8 --temperature 0 --json)
+b=$("$weft" generate "$work/words.safetensors" --prompt "the cat" --max-tokens 8 --temperature 0 --json)
+[ "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens"])' "$a")" = \
+  "$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["tokens"])' "$b")" ] ||
+  { echo "FAIL: the newest checkpoint and the saved model generate differently"; echo "$a"; echo "$b"; exit 1; }
+"$weft" predict "$work/ck/step-000000002" --windows 2 --json >/dev/null
+echo "a word-level model loads from its checkpoints and its saved file alike"
+
 # Stop sequences and UTF-8.
 text=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 40 --temperature 1 --seed 2 --json)
 python3 - "$text" <<'PY'

@@ -61,12 +61,14 @@ TEST(Utf8, HoldsBackAnIncompleteCharacterAndReplacesInvalidBytes) {
 }
 
 TEST(SavedModel, TokenizersRoundTripThroughTheirVocabulary) {
-  const std::string text = "Hello, world!\nA back\\slash and the world again.\n";
+  // (\xe9 alone is not UTF-8; \xc3\xa9 is; the vocabulary must be ASCII either way.)
+  const std::string text = "Hello, world!\nA back\\slash and the world again, caf\xe9 caf\xc3\xa9.\n";
   CharTokenizer chars(text);
   auto chars2 = make_tokenizer("char", chars.vocabulary());
   EXPECT_EQ(chars2->encode(text), chars.encode(text));
   EXPECT_EQ(chars2->decode(chars.encode(text)), text);
   WordTokenizer words(text);
+  for (char ch : words.vocabulary()) EXPECT_TRUE(ch == '\n' || (ch >= 0x20 && ch < 0x7F)) << static_cast<int>(ch);
   auto words2 = make_tokenizer("word", words.vocabulary());
   EXPECT_EQ(words2->vocab_size(), words.vocab_size());
   EXPECT_EQ(words2->encode(text), words.encode(text));
@@ -75,6 +77,8 @@ TEST(SavedModel, TokenizersRoundTripThroughTheirVocabulary) {
   EXPECT_THROW(make_tokenizer("char", "zz"), DataError);
   EXPECT_THROW(make_tokenizer("char", "6261"), DataError);  // not increasing
   EXPECT_THROW(make_tokenizer("word", "<pad>\n<unk>\nx\nx"), DataError);
+  EXPECT_THROW(make_tokenizer("word", "<pad>\n<unk>\nbad\\q"), DataError);
+  EXPECT_THROW(make_tokenizer("word", "<pad>\n<unk>\nbad\\x4"), DataError);
   EXPECT_THROW(make_tokenizer("bpe", "x"), DataError);
 }
 

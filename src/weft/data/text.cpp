@@ -168,13 +168,20 @@ std::string CharTokenizer::vocabulary() const {
   return hex;
 }
 
+// Words one per line in ASCII: a newline is written \n, a backslash \\, any other byte
+// outside printable ASCII \xHH (a word may hold bytes that are not UTF-8, and the text goes
+// into JSON).
 std::string WordTokenizer::vocabulary() const {
   std::string text;
   for (const std::string& w : words_) {
     if (!text.empty()) text += '\n';
-    if (w == "\n") text += "\\n";
-    else if (w == "\\") text += "\\\\";
-    else text += w;
+    for (char ch : w) {
+      const auto b = static_cast<unsigned char>(ch);
+      if (ch == '\n') text += "\\n";
+      else if (ch == '\\') text += "\\\\";
+      else if (b < 0x20 || b >= 0x7F) text += std::string("\\x") + kHex[b >> 4] + kHex[b & 15];
+      else text += ch;
+    }
   }
   return text;
 }
@@ -210,9 +217,24 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::st
     while (begin <= vocabulary.size()) {
       std::size_t end = vocabulary.find('\n', begin);
       if (end == std::string::npos) end = vocabulary.size();
-      std::string w = vocabulary.substr(begin, end - begin);
-      if (w == "\\n") w = "\n";
-      else if (w == "\\\\") w = "\\";
+      const std::string line = vocabulary.substr(begin, end - begin);
+      std::string w;
+      for (std::size_t i = 0; i < line.size(); ++i) {
+        if (line[i] != '\\') {
+          w += line[i];
+          continue;
+        }
+        const char e = i + 1 < line.size() ? line[i + 1] : '\0';
+        if (e == 'n' || e == '\\') {
+          w += e == 'n' ? '\n' : '\\';
+          ++i;
+        } else if (e == 'x' && i + 3 < line.size() && hex_value(line[i + 2]) >= 0 && hex_value(line[i + 3]) >= 0) {
+          w += static_cast<char>(hex_value(line[i + 2]) * 16 + hex_value(line[i + 3]));
+          i += 3;
+        } else {
+          throw DataError("word vocabulary: a bad escape in '" + line + "'");
+        }
+      }
       if (w.empty()) throw DataError("word vocabulary: an empty word");
       words.push_back(std::move(w));
       begin = end + 1;

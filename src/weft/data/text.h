@@ -27,8 +27,9 @@ class Tokenizer {
   virtual std::int64_t vocab_size() const = 0;
   virtual std::string kind() const = 0;  // "char" | "word"
   // The vocabulary as text, which make_tokenizer turns back into the same tokenizer: a saved
-  // model carries it (char: the bytes in hex, in token order; word: one word per line, the
-  // newline token written as backslash-n and a backslash as two).
+  // model carries it, in printable ASCII (char: the bytes in hex, in token order; word: one
+  // word per line, a newline written as backslash-n, a backslash as two, and any other byte
+  // outside printable ASCII as backslash-x and two hex digits).
   virtual std::string vocabulary() const = 0;
 };
 
