@@ -34,12 +34,7 @@ GptConfig small_gpt(Positional positional = Positional::kLearned, bool pre_ln = 
 
 // The model's own forward over `tokens`: the logits after the last one.
 std::vector<float> forward_last(GPT& model, const std::vector<std::int32_t>& tokens) {
-  NoGradGuard no_grad;
-  model.eval();
-  const auto T = static_cast<std::int64_t>(tokens.size());
-  Tensor ids = Tensor::empty({1, T});
-  for (std::int64_t t = 0; t < T; ++t) ids.data<float>()[t] = static_cast<float>(tokens[static_cast<size_t>(t)]);
-  Tensor row = model.forward(Var(ids)).value().select(1, T - 1).select(0, 0).contiguous();
+  const Tensor row = model.next_token_logits(tokens);
   return std::vector<float>(row.data<float>(), row.data<float>() + row.numel());
 }
 
@@ -281,7 +276,7 @@ TEST(LmBatcher, ContinuousBatchingGivesEachRequestWhatItGetsAlone) {
     o.sampling = {i % 3 == 0 ? 0.0 : 0.8, i % 2 ? 5 : 0, 1.0, static_cast<std::uint64_t>(i)};
     const std::string prompt = std::string(static_cast<size_t>(1 + i), "abcdefghij"[i]) + " is";
     alone.push_back(generate(alone_decoder, tokenizer, prompt, o));
-    tickets.push_back(std::make_shared<Ticket>(prompt, o));
+    tickets.push_back(std::make_shared<Ticket>(prompt, tokenizer.encode(prompt), o));
     batcher.submit(tickets.back());
     if (i % 4 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(3));  // some join a running batch
   }

@@ -25,14 +25,25 @@ namespace weft::cli {
 
 namespace {
 
-// --precision bf16 is --quantize bf16 (the training flag's name for the same weights).
-void add_precision_option(CLI::App* cmd, std::string& quantize) {
+// The saved model to load, and how a GPT is held: --quantize (and --precision bf16, the
+// training flag's name for the same weights), --tp, --pp and --micro-batches (under weft
+// launch; rank 0 does the work).
+void add_model_options(CLI::App* cmd, std::string& model, std::string& quantize, int& tp, int& pp, int& micro_batches) {
+  cmd->add_option("model", model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  cmd->add_option("--quantize", quantize, "GPT weights in fp32 | bf16 | int8")
+      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
   auto precision = std::make_shared<std::string>("fp32");
   cmd->add_option("--precision", *precision, "GPT weights in fp32 | bf16 (as --quantize bf16)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->each([&quantize](const std::string& value) {
         if (value == "bf16") quantize = "bf16";
       });
+  cmd->add_option("--tp", tp, "GPT: tensor-parallel ranks (under weft launch; rank 0 does the work)")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--pp", pp, "GPT: pipeline stages (under weft launch; rank 0 does the work)")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--micro-batches", micro_batches, "--pp: micro-batches per decoding step (0: one per stage)")
+      ->check(non_negative())->capture_default_str();
 }
 
 struct PredictConfig {
@@ -162,20 +173,11 @@ int run_generate(GenerateConfig c) {
 void add_predict_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<PredictConfig>();
   CLI::App* cmd = app.add_subcommand("predict", "evaluate a saved model: an image model's test accuracy or predictions, a language model's validation loss");
-  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  add_model_options(cmd, c->model, c->quantize, c->tp, c->pp, c->micro_batches);
   cmd->add_option("--data", c->data, "images: fashion-mnist (default) or an MNIST-format folder; text: fortunes (default) or a file or folder");
   cmd->add_option("--windows", c->windows, "text: validation windows (training's --eval-batches x --batch: 256)")
       ->check(positive())->capture_default_str();
   cmd->add_option("--logits", c->logits, "text: write every scored row of logits to this file (float32, [context][windows][vocab])");
-  cmd->add_option("--quantize", c->quantize, "text (GPT): weights in fp32 | bf16 | int8, compared with fp32")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
-  add_precision_option(cmd, c->quantize);
-  cmd->add_option("--tp", c->tp, "text (GPT): tensor-parallel ranks (under weft launch)")->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  cmd->add_option("--pp", c->pp, "GPT: pipeline stages (under weft launch)")->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  cmd->add_option("--micro-batches", c->micro_batches, "--pp: micro-batches per decoding step (0: one per stage)")
-      ->check(non_negative())->capture_default_str();
   cmd->add_option("--data-dir", c->data_dir, "where fashion-mnist lives (default: the Debian package's folder)");
   cmd->add_option("--images", c->images, "an IDX file of 28x28 images [N, 28, 28]: one prediction per image");
   cmd->add_option("--limit", c->limit, "only the first N test images (0: all)")->check(non_negative());
@@ -187,7 +189,7 @@ void add_predict_command(CLI::App& app, Action& action) {
 void add_generate_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<GenerateConfig>();
   CLI::App* cmd = app.add_subcommand("generate", "continue a prompt with a saved language model");
-  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  add_model_options(cmd, c->model, c->quantize, c->tp, c->pp, c->micro_batches);
   cmd->add_option("--prompt", c->prompt, "the text to continue")->capture_default_str();
   cmd->add_option("--max-tokens", c->options.max_tokens, "tokens to generate")->check(non_negative())->capture_default_str();
   cmd->add_option("--temperature", c->options.sampling.temperature, "0: greedy")->check(non_negative())->capture_default_str();
@@ -198,15 +200,6 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--stop", c->options.stop, "stop before this text (repeatable)");
   cmd->add_option("--seed", c->options.sampling.seed, "the sampler's seed")->capture_default_str();
   cmd->add_flag("--no-cache", c->no_cache, "recompute the whole window for every token (no key-value cache)");
-  cmd->add_option("--quantize", c->quantize, "GPT weights in fp32 | bf16 | int8")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
-  add_precision_option(cmd, c->quantize);
-  cmd->add_option("--tp", c->tp, "GPT: tensor-parallel ranks (under weft launch)")->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  cmd->add_option("--pp", c->pp, "GPT: pipeline stages (under weft launch)")->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  cmd->add_option("--micro-batches", c->micro_batches, "--pp: micro-batches per decoding step (0: one per stage)")
-      ->check(non_negative())->capture_default_str();
   cmd->add_flag("--json", c->json, "print JSON (the tokens, the finish reason)");
   c->options.max_tokens = 200;
   c->options.sampling.temperature = 0.8;
@@ -216,7 +209,7 @@ void add_generate_command(CLI::App& app, Action& action) {
 void add_serve_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<serve::ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "serve a saved model over HTTP (OpenAI completions, image classification)");
-  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  add_model_options(cmd, c->model, c->quantize, c->tp, c->pp, c->micro_batches);
   cmd->add_option("--host", c->host, "the address to listen on (0.0.0.0: every interface)")->capture_default_str();
   cmd->add_option("--port", c->port, "the port (0: any free port)")->capture_default_str();
   cmd->add_option("--port-file", c->port_file, "write the port to this file once listening");
@@ -232,15 +225,6 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-tokens", c->max_tokens, "the most tokens one request may ask for")->capture_default_str();
   cmd->add_option("--max-concurrency", c->max_concurrency, "requests in flight before 429")->capture_default_str();
   cmd->add_option("--max-images", c->max_images, "images in one classify request")->capture_default_str();
-  cmd->add_option("--quantize", c->quantize, "GPT weights in fp32 | bf16 | int8")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
-  add_precision_option(cmd, c->quantize);
-  cmd->add_option("--tp", c->tp, "GPT: tensor-parallel ranks (under weft launch; rank 0 serves)")
-      ->check(CLI::Range(1, 64))->capture_default_str();
-  cmd->add_option("--pp", c->pp, "GPT: pipeline stages (under weft launch; rank 0 serves)")->check(CLI::Range(1, 64))
-      ->capture_default_str();
-  cmd->add_option("--micro-batches", c->micro_batches, "--pp: micro-batches per decoding step (0: one per stage)")
-      ->check(non_negative())->capture_default_str();
   auto replicas = std::make_shared<std::string>("1");
   cmd->add_option("--replicas", *replicas, "N replica processes behind one front end, or MIN:MAX to scale with the load")
       ->capture_default_str();

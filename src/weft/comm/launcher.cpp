@@ -44,14 +44,6 @@ int free_port() {
   return port;
 }
 
-std::string self_executable() {
-  char buf[4096];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "weft";
-  buf[n] = '\0';
-  return buf;
-}
-
 void flush_lines(std::string& buf, int rank, std::FILE* out, bool all) {
   std::size_t start = 0;
   for (;;) {

@@ -96,6 +96,14 @@ std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int np
   return mine;
 }
 
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "weft";
+  buf[n] = '\0';
+  return buf;
+}
+
 std::vector<int> allowed_cores() {
   std::vector<int> cores;
   cpu_set_t set;

@@ -31,6 +31,8 @@ std::vector<int> allowed_cores();
 // a core alternate, as mpirun --map-by core places them). weft launch binds ranks by it and
 // weft serve its replicas.
 std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc);
+// This program's path (/proc/self/exe), for starting more of it; "weft" if unknown.
+std::string self_executable();
 
 // The first host of a Slurm host list such as "node[03-05,9],gpu1".
 std::string first_slurm_host(const std::string& list);

@@ -134,6 +134,18 @@ std::string WordTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   return s;
 }
 
+TokenSplit split_tokens(const std::vector<std::int32_t>& all) {
+  const auto split = static_cast<std::ptrdiff_t>(all.size() * 9 / 10);
+  return {{all.begin(), all.begin() + split}, {all.begin() + split, all.end()}};
+}
+
+std::vector<std::int64_t> spread_windows(std::int64_t tokens, std::int64_t context, std::int64_t n) {
+  const std::int64_t span = tokens - context - 1;
+  std::vector<std::int64_t> starts;
+  for (std::int64_t i = 0; i < n; ++i) starts.push_back(span * i / n);
+  return starts;
+}
+
 double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab) {
   std::vector<double> count(static_cast<size_t>(std::max<std::int64_t>(vocab, 1)), 0.0);
   for (auto t : tokens)

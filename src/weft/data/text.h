@@ -73,6 +73,16 @@ class WordTokenizer : public Tokenizer {
   std::map<std::string, std::int32_t> ids_;
 };
 
+// The first 90% of a corpus's tokens train, the rest validate: the split of every language
+// model run (training, and the validation loss of a saved model).
+struct TokenSplit {
+  std::vector<std::int32_t> train, validation;
+};
+TokenSplit split_tokens(const std::vector<std::int32_t>& all);
+// The starts of `n` windows of `context` + 1 tokens spread evenly over `tokens` tokens (the
+// fixed validation windows); tokens must exceed context + 1.
+std::vector<std::int64_t> spread_windows(std::int64_t tokens, std::int64_t context, std::int64_t n);
+
 // Entropy in nats of the tokens' frequency distribution: the loss of the best model that
 // ignores context.
 double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab);

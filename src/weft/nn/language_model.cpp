@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "weft/autograd/functions.h"
+#include "weft/util/error.h"
 
 namespace weft {
 
@@ -24,20 +25,24 @@ std::int32_t sample_token(const std::vector<double>& l, double temperature, std:
   return order[pick];
 }
 
-std::vector<std::int32_t> LanguageModel::generate(std::vector<std::int32_t> prompt, std::int64_t count,
-                                                  double temperature, std::int64_t top_k, Rng& rng) {
+Tensor LanguageModel::next_token_logits(const std::vector<std::int32_t>& tokens) {
+  WEFT_CHECK(!tokens.empty(), "next_token_logits: no tokens");
   NoGradGuard no_grad;
   const bool was_training = is_training();
   eval();
-  if (prompt.empty()) prompt.push_back(0);
-  for (std::int64_t n = 0; n < count; ++n) {
-    const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(prompt.size()), context());
-    Tensor ids = Tensor::empty({1, T});
-    for (std::int64_t t = 0; t < T; ++t) ids.set({0, t}, prompt[prompt.size() - static_cast<size_t>(T) + static_cast<size_t>(t)]);
-    Tensor logits = forward(Var(ids)).value().select(1, T - 1).select(0, 0);  // [vocab]
-    prompt.push_back(sample_token(logits.to_vector(), temperature, top_k, rng));
-  }
+  const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(tokens.size()), context());
+  Tensor ids = Tensor::empty({1, T});
+  for (std::int64_t t = 0; t < T; ++t) ids.set({0, t}, tokens[tokens.size() - static_cast<size_t>(T) + static_cast<size_t>(t)]);
+  Tensor logits = forward(Var(ids)).value().select(1, T - 1).select(0, 0).contiguous();
   train(was_training);
+  return logits;
+}
+
+std::vector<std::int32_t> LanguageModel::generate(std::vector<std::int32_t> prompt, std::int64_t count,
+                                                  double temperature, std::int64_t top_k, Rng& rng) {
+  if (prompt.empty()) prompt.push_back(0);
+  for (std::int64_t n = 0; n < count; ++n)
+    prompt.push_back(sample_token(next_token_logits(prompt).to_vector(), temperature, top_k, rng));
   return prompt;
 }
 

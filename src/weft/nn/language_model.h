@@ -15,6 +15,10 @@ class LanguageModel : public Module {
   // The most tokens forward() takes at once (generation feeds the last `context()` tokens).
   virtual std::int64_t context() const = 0;
 
+  // The logits [vocab] of the token after `tokens`: forward over the last context() of them
+  // (at least one), without gradients, in evaluation mode.
+  Tensor next_token_logits(const std::vector<std::int32_t>& tokens);
+
   // Appends `count` tokens to `prompt`: greedy (temperature 0), or sampled from the softmax
   // at `temperature` among the `top_k` most likely (0: all).
   std::vector<std::int32_t> generate(std::vector<std::int32_t> prompt, std::int64_t count, double temperature,

@@ -65,16 +65,6 @@ void LmBatcher::submit(const std::shared_ptr<Ticket>& ticket) {
   cv_.notify_all();
 }
 
-std::int64_t LmBatcher::waiting() const {
-  std::lock_guard lock(mu_);
-  return static_cast<std::int64_t>(waiting_.size());
-}
-
-std::int64_t LmBatcher::running() const {
-  std::lock_guard lock(mu_);
-  return running_;
-}
-
 void LmBatcher::loop() {
   std::vector<Active> active;
   for (;;) {
@@ -93,18 +83,14 @@ void LmBatcher::loop() {
       while (!waiting_.empty() && static_cast<std::int64_t>(active.size()) < o_.max_batch) {
         std::shared_ptr<Ticket> t = std::move(waiting_.front());
         waiting_.pop_front();
-        auto g = std::make_unique<Generation>(tokenizer_, t->prompt, t->options);
-        t->prompt_tokens = g->prompt_tokens();
+        auto g = std::make_unique<Generation>(tokenizer_, t->prompt, t->prompt_tokens, t->options);
         active.push_back({std::move(t), std::move(g), decoder_.start()});
       }
-      running_ = static_cast<std::int64_t>(active.size());
       metrics_.set("weft_queue_depth", static_cast<double>(waiting_.size()));
-      metrics_.set("weft_running_sequences", static_cast<double>(running_));
+      metrics_.set("weft_running_sequences", static_cast<double>(active.size()));
     }
     step(active);
-    std::lock_guard lock(mu_);
-    running_ = static_cast<std::int64_t>(active.size());
-    metrics_.set("weft_running_sequences", static_cast<double>(running_));
+    metrics_.set("weft_running_sequences", static_cast<double>(active.size()));
   }
   for (auto& a : active) {
     a.ticket->error = "the server is shutting down";
@@ -159,8 +145,8 @@ void LmBatcher::step(std::vector<Active>& active) {
     Active& a = active[i];
     std::string piece = a.generation->accept(logits.data<float>() + static_cast<std::int64_t>(i) * decoder_.vocab(),
                                              decoder_.vocab());
-    if (!a.ticket->first_token) {
-      a.ticket->first_token = now;
+    if (a.first_token) {
+      a.first_token = false;
       metrics_.observe("weft_time_to_first_token_seconds",
                        std::chrono::duration<double>(now - a.ticket->submitted).count());
     }
@@ -194,11 +180,6 @@ Tensor ImageBatcher::classify(const Tensor& images) {
   done_cv_.wait(lock, [&] { return job->done; });
   if (!job->error.empty()) throw Error(job->error);
   return job->probabilities;
-}
-
-std::int64_t ImageBatcher::waiting() const {
-  std::lock_guard lock(mu_);
-  return static_cast<std::int64_t>(waiting_.size());
 }
 
 void ImageBatcher::loop() {

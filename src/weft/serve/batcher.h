@@ -18,7 +18,6 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,9 +38,10 @@ using Clock = std::chrono::steady_clock;
 
 class Ticket {
  public:
-  Ticket(std::string prompt_text, GenerationOptions generation)
-      : prompt(std::move(prompt_text)), options(std::move(generation)) {}
+  Ticket(std::string prompt_text, std::vector<std::int32_t> tokens, GenerationOptions generation)
+      : prompt(std::move(prompt_text)), prompt_tokens(std::move(tokens)), options(std::move(generation)) {}
   const std::string prompt;
+  const std::vector<std::int32_t> prompt_tokens;  // the prompt, encoded
   const GenerationOptions options;
   const Clock::time_point submitted = Clock::now();
 
@@ -55,8 +55,7 @@ class Ticket {
 
   // Valid once finished.
   std::string text, finish_reason, error;
-  std::int64_t prompt_tokens = 0, completion_tokens = 0;
-  std::optional<Clock::time_point> first_token;
+  std::int64_t completion_tokens = 0;
 
  private:
   friend class LmBatcher;
@@ -73,14 +72,13 @@ class LmBatcher {
   LmBatcher(Decoder& decoder, const Tokenizer& tokenizer, BatchOptions options, Metrics& metrics);
   ~LmBatcher();
   void submit(const std::shared_ptr<Ticket>& ticket);
-  std::int64_t waiting() const;
-  std::int64_t running() const;
 
  private:
   struct Active {
     std::shared_ptr<Ticket> ticket;
     std::unique_ptr<Generation> generation;
     std::unique_ptr<SequenceState> state;
+    bool first_token = true;  // the next token is its first (time to first token)
   };
   void loop();
   void step(std::vector<Active>& active);
@@ -92,7 +90,6 @@ class LmBatcher {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Ticket>> waiting_;
-  std::int64_t running_ = 0;
   bool stopping_ = false;
   std::thread thread_;
 };
@@ -103,7 +100,6 @@ class ImageBatcher {
   ~ImageBatcher();
   // Class probabilities [N, classes] for images [N, 1, 28, 28]; blocks until computed.
   Tensor classify(const Tensor& images);
-  std::int64_t waiting() const;
 
  private:
   struct Job {

@@ -5,8 +5,8 @@
 #include <map>
 #include <string>
 
+#include "weft/autograd/sequence.h"
 #include "weft/autograd/variable.h"
-#include "weft/tensor/fast_math.h"
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/thread_pool.h"
@@ -22,37 +22,15 @@ class GptState : public SequenceState {
   std::int64_t cached = 0;
 };
 
-// Layer normalization of each row, as nn's LayerNorm computes it (eps 1e-5).
+// nn's layer normalization (eps 1e-5) and GELU (the tanh approximation), on plain tensors.
 Tensor layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b) {
-  const std::int64_t rows = x.size(0), d = x.size(1);
-  Tensor out = Tensor::empty({rows, d});
-  const float* p = x.data<float>();
-  const float* g = w.data<float>();
-  const float* bb = b.data<float>();
-  float* o = out.data<float>();
-  for (std::int64_t i = 0; i < rows; ++i) {
-    const float* row = p + i * d;
-    float mean = 0, var = 0;
-    for (std::int64_t k = 0; k < d; ++k) mean += row[k];
-    mean /= static_cast<float>(d);
-    for (std::int64_t k = 0; k < d; ++k) var += (row[k] - mean) * (row[k] - mean);
-    var /= static_cast<float>(d);
-    const float r = 1.0f / std::sqrt(var + 1e-5f);
-    for (std::int64_t k = 0; k < d; ++k) o[i * d + k] = (row[k] - mean) * r * g[k] + bb[k];
-  }
-  return out;
+  NoGradGuard no_grad;
+  return layer_norm(Var(x), Var(w), Var(b)).value();
 }
 
-// GELU, the tanh approximation nn uses, in place.
-void gelu_(Tensor& x) {
-  float* p = x.data<float>();
-  const auto c = static_cast<float>(std::sqrt(2.0 / M_PI));
-  parallel_for(x.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) {
-      const float a = p[i];
-      p[i] = 0.5f * a * (1.0f + tanh_of(c * (a + 0.044715f * a * a * a)));
-    }
-  });
+Tensor gelu_of(const Tensor& x) {
+  NoGradGuard no_grad;
+  return gelu(Var(x)).value();
 }
 
 }  // namespace
@@ -231,16 +209,14 @@ void GptDecoder::run_blocks(const std::vector<SequenceState*>& sequences, const 
       Tensor qkv = b.qkv.forward(layer_norm_rows(x, b.ln1_w, b.ln1_b));
       attention(sequences, p.first_row, p.rows, layer, qkv, att);
       ops::add_(x, project(b.proj, b.proj_b, att));
-      Tensor f = b.fc.forward(layer_norm_rows(x, b.ln2_w, b.ln2_b));
-      gelu_(f);
+      const Tensor f = gelu_of(b.fc.forward(layer_norm_rows(x, b.ln2_w, b.ln2_b)));
       ops::add_(x, project(b.out, b.out_b, f));
     } else {
       Tensor qkv = b.qkv.forward(x);
       attention(sequences, p.first_row, p.rows, layer, qkv, att);
       ops::add_(x, project(b.proj, b.proj_b, att));
       x = layer_norm_rows(x, b.ln1_w, b.ln1_b);
-      Tensor f = b.fc.forward(x);
-      gelu_(f);
+      const Tensor f = gelu_of(b.fc.forward(x));
       ops::add_(x, project(b.out, b.out_b, f));
       x = layer_norm_rows(x, b.ln2_w, b.ln2_b);
     }
@@ -292,19 +268,13 @@ std::int64_t GptDecoder::weight_bytes() const {
 Tensor WindowDecoder::extend(const std::vector<SequenceState*>& sequences,
                              const std::vector<std::vector<std::int32_t>>& tokens) {
   WEFT_CHECK(sequences.size() == tokens.size(), "WindowDecoder: one list of tokens per sequence");
-  NoGradGuard no_grad;
-  model_.eval();
   const std::int64_t V = model_.vocab();
   Tensor logits = Tensor::empty({static_cast<std::int64_t>(sequences.size()), V});
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     auto& all = sequences[i]->tokens;
     for (std::int32_t id : tokens[i]) WEFT_CHECK(id >= 0 && id < V, "WindowDecoder: a token outside the vocabulary");
     all.insert(all.end(), tokens[i].begin(), tokens[i].end());
-    const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(all.size()), model_.context());
-    Tensor ids = Tensor::empty({1, T});
-    for (std::int64_t t = 0; t < T; ++t)
-      ids.data<float>()[t] = static_cast<float>(all[all.size() - static_cast<size_t>(T) + static_cast<size_t>(t)]);
-    Tensor out = model_.forward(Var(ids)).value().select(1, T - 1).select(0, 0).contiguous();
+    const Tensor out = model_.next_token_logits(all);
     std::copy(out.data<float>(), out.data<float>() + V, logits.data<float>() + static_cast<std::int64_t>(i) * V);
   }
   return logits;

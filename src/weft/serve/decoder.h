@@ -45,8 +45,6 @@ class Decoder {
                         const std::vector<std::vector<std::int32_t>>& tokens) = 0;
   virtual std::int64_t vocab() const = 0;
   virtual std::int64_t context() const = 0;
-  // Bytes of cache one sequence holds at full context.
-  virtual std::int64_t cache_bytes_per_sequence() const { return 0; }
   // Bytes of the weights as the decoder holds them (0: the model's own, float32).
   virtual std::int64_t weight_bytes() const { return 0; }
 };
@@ -76,7 +74,6 @@ class GptDecoder : public Decoder {
                 const std::vector<std::vector<std::int32_t>>& tokens) override;
   std::int64_t vocab() const override { return c_.vocab; }
   std::int64_t context() const override { return c_.context; }
-  std::int64_t cache_bytes_per_sequence() const override { return 2 * (end_ - begin_) * c_.context * ld_ * 4; }
   std::int64_t weight_bytes() const override;
 
   // A step in pieces, for pipeline stages: extend = plan, embed, run_blocks, finish, head.

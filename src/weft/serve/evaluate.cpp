@@ -8,9 +8,7 @@
 namespace weft::serve {
 
 std::vector<std::int32_t> validation_tokens(const std::string& corpus, const Tokenizer& tokenizer) {
-  const std::vector<std::int32_t> all = tokenizer.encode(corpus);
-  const auto split = static_cast<std::ptrdiff_t>(all.size() * 9 / 10);
-  return {all.begin() + split, all.end()};
+  return split_tokens(tokenizer.encode(corpus)).validation;
 }
 
 LossReport next_token_loss(Decoder& decoder, const std::vector<std::int32_t>& tokens, std::int64_t windows,
@@ -18,9 +16,12 @@ LossReport next_token_loss(Decoder& decoder, const std::vector<std::int32_t>& to
   const std::int64_t T = decoder.context(), V = decoder.vocab();
   const std::int64_t span = static_cast<std::int64_t>(tokens.size()) - T - 1;
   if (span < 0) throw DataError("too little text for a context of " + std::to_string(T) + " tokens");
-  if (windows < 1) throw ConfigError("at least one window is needed");
-  std::vector<std::int64_t> starts;
-  for (std::int64_t i = 0; i < windows; ++i) starts.push_back(span * i / windows);
+  if (windows < 1 || windows > kMaxWindows)
+    throw ConfigError("--windows " + std::to_string(windows) + " is not in [1, " + std::to_string(kMaxWindows) + "]");
+  if (windows > span + 1)
+    throw ConfigError("--windows " + std::to_string(windows) + ": the validation text holds only " +
+                      std::to_string(span + 1) + " windows of " + std::to_string(T) + " tokens");
+  const std::vector<std::int64_t> starts = spread_windows(static_cast<std::int64_t>(tokens.size()), T, windows);
   std::vector<std::unique_ptr<SequenceState>> states;
   std::vector<SequenceState*> views;
   for (std::int64_t i = 0; i < windows; ++i) {

@@ -20,8 +20,11 @@ struct LossReport {
   std::int64_t tokens = 0;  // predictions scored
 };
 
+inline constexpr std::int64_t kMaxWindows = 4096;  // each window holds a sequence's cache
+
 // The validation tokens of `corpus` (the last 10% of its tokens, as training splits them).
 std::vector<std::int32_t> validation_tokens(const std::string& corpus, const Tokenizer& tokenizer);
+// Throws ConfigError for a number of windows outside [1, kMaxWindows] or beyond the text's.
 // `logits` (when given) receives every scored row, position-major: [context][windows][vocab].
 LossReport next_token_loss(Decoder& decoder, const std::vector<std::int32_t>& tokens, std::int64_t windows,
                            std::vector<float>* logits = nullptr);

@@ -9,11 +9,11 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
-#include <random>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "weft/comm/auth.h"
 #include "weft/serve/http_base.h"
 #include "weft/serve/replicas.h"
 #include "weft/util/error.h"
@@ -25,13 +25,6 @@ namespace {
 using nlohmann::json;
 constexpr int kAttempts = 5;
 constexpr double kWaitForReplicaS = 30;
-
-std::string random_hex(int bytes) {
-  std::random_device rd;
-  std::string s;
-  for (int i = 0; i < bytes; ++i) s += fmt::format("{:02x}", rd() & 0xFF);
-  return s;
-}
 
 // Whether a server-sent event carries a piece of text (what a resumed stream skips).
 bool is_text_event(const std::string& event) {
@@ -96,45 +89,47 @@ class FrontEnd : private MetricsHolder, public HttpBase {
  private:
   httplib::Headers upstream_headers() const { return {{"Authorization", "Bearer " + token_}}; }
 
-  // A replica not tried yet for this request, else any (a restarted one), waiting for one.
-  std::unique_ptr<ReplicaSet::Lease> next_replica(std::set<int>& tried) {
-    auto lease = replicas_->acquire(tried, kWaitForReplicaS);
-    if (!lease && !tried.empty()) {
-      tried.clear();
-      lease = replicas_->acquire(tried, kWaitForReplicaS);
+  // Runs `attempt` with a client of a replica, and again with another when it returns false
+  // (the request failed there: the replica may have died), up to kAttempts; a replica not
+  // tried yet first, else any (a restarted one). False when none could answer.
+  template <class Attempt>
+  bool on_some_replica(Attempt&& attempt) {
+    std::set<int> tried;
+    for (int n = 0; n < kAttempts; ++n) {
+      auto lease = replicas_->acquire(tried, kWaitForReplicaS);
+      if (!lease && !tried.empty()) {
+        tried.clear();
+        lease = replicas_->acquire(tried, kWaitForReplicaS);
+      }
+      if (!lease) return false;
+      httplib::Client client("127.0.0.1", lease->port());
+      client.set_read_timeout(600);
+      if (attempt(client)) return true;
+      replicas_->suspect(lease->slot());
+      tried.insert(lease->slot());
+      metrics_.add("weft_retries_total", 1);
     }
-    return lease;
-  }
-  // The request failed on this replica (it may have died): another is tried next.
-  void failed(const ReplicaSet::Lease& lease, std::set<int>& tried) {
-    replicas_->suspect(lease.slot());
-    tried.insert(lease.slot());
-    metrics_.add("weft_retries_total", 1);
+    return false;
   }
 
   // A request answered whole (classify, models, completions without stream): sent to a
   // replica, and to another if that one fails.
   void forward(const httplib::Request& req, httplib::Response& res, const char* endpoint, const std::string& body_in = "") {
     const auto start = Clock::now();
-    if (over_limit(endpoint, res, start)) return;
-    Admission admission(in_flight_);
+    const AdmissionPtr admission = admit(endpoint, res, start);
+    if (!admission) return;
     const std::string& body = body_in.empty() ? req.body : body_in;
-    std::set<int> tried;
-    for (int attempt = 0; attempt < kAttempts; ++attempt) {
-      auto lease = next_replica(tried);
-      if (!lease) break;
-      httplib::Client client("127.0.0.1", lease->port());
-      client.set_read_timeout(600);
+    const bool answered = on_some_replica([&](httplib::Client& client) {
       httplib::Result r = req.method == "GET" ? client.Get(req.path, upstream_headers())
                                               : client.Post(req.path, upstream_headers(), body, "application/json");
-      if (!r) {
-        failed(*lease, tried);
-        continue;
-      }
+      if (!r) return false;
       res.status = r->status;
       if (r->has_header("Retry-After")) res.set_header("Retry-After", r->get_header_value("Retry-After"));
       res.set_content(r->body, r->get_header_value("Content-Type"));
-      count(endpoint, r->status, start);
+      return true;
+    });
+    if (answered) {
+      count(endpoint, res.status, start);
       return;
     }
     send_error(res, 503, "no replica could answer; retry later");
@@ -145,16 +140,13 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     const char* endpoint = "/v1/completions";
     json j = json::parse(req.body, nullptr, false);
     if (!j.is_object()) return forward(req, res, endpoint);  // the replica names the problem
-    if (!j.contains("seed") || j["seed"].is_null()) {
-      std::lock_guard lock(seed_mu_);
-      j["seed"] = static_cast<std::int64_t>(seeds_() & INT64_MAX);
-    }
+    if (!j.contains("seed") || j["seed"].is_null()) j["seed"] = static_cast<std::int64_t>(fresh_random() & INT64_MAX);
     const std::string body = j.dump();
     auto stream = j.find("stream");
     if (stream == j.end() || !stream->is_boolean() || !stream->get<bool>()) return forward(req, res, endpoint, body);
     const auto start = Clock::now();
-    if (over_limit(endpoint, res, start)) return;
-    auto admission = std::make_shared<Admission>(in_flight_);
+    const AdmissionPtr admission = admit(endpoint, res, start);
+    if (!admission) return;
     auto relay = std::make_shared<Relay>();
     {
       std::lock_guard lock(relays_mu_);
@@ -208,12 +200,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
   // same request (same seed) goes to another, whose first pieces (already sent) are skipped.
   void run_relay(Relay& relay, const std::string& path, const std::string& body) {
     std::int64_t sent = 0;  // text events relayed
-    std::set<int> tried;
-    for (int attempt = 0; attempt < kAttempts; ++attempt) {
-      auto lease = next_replica(tried);
-      if (!lease) break;
-      httplib::Client client("127.0.0.1", lease->port());
-      client.set_read_timeout(600);
+    on_some_replica([&](httplib::Client& client) {
       httplib::Request up;
       up.method = "POST";
       up.path = path;
@@ -243,8 +230,9 @@ class FrontEnd : private MetricsHolder, public HttpBase {
         for (std::size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
           std::string event = buffer.substr(0, end + 2);
           buffer.erase(0, end + 2);
-          if (is_text_event(event) && ++seen <= sent) continue;  // sent before the retry
-          if (is_text_event(event)) ++sent;
+          const bool text = is_text_event(event);
+          if (text && ++seen <= sent) continue;  // sent before the retry
+          if (text) ++sent;
           if (event == "data: [DONE]\n\n") finished = true;
           relay.events.push_back(std::move(event));
         }
@@ -253,25 +241,22 @@ class FrontEnd : private MetricsHolder, public HttpBase {
       };
       httplib::Result r = client.send(up);
       std::lock_guard l(relay.mu);
-      if (relay.cancelled) break;
+      if (relay.cancelled) return true;  // nothing more to send anyone
       if (status != 0 && status != 200) {  // the replica refused the request: its answer is the answer
         relay.status = status;
-        break;
+        return true;
       }
-      if (r && finished) break;
-      failed(*lease, tried);
-    }
+      return r && finished;  // else the stream was cut: the same request to another replica
+    });
     std::lock_guard l(relay.mu);
     relay.done = true;
     relay.cv.notify_all();
   }
 
   std::FILE* log_;
-  std::string token_ = random_hex(24);
-  std::string folder_ = fmt::format("/tmp/weft-serve-{}-{}", ::getpid(), random_hex(4));
+  std::string token_ = comm::generate_token();
+  std::string folder_ = fmt::format("/tmp/weft-serve-{}-{}", ::getpid(), comm::generate_token().substr(0, 8));
   std::unique_ptr<ReplicaSet> replicas_;
-  std::mutex seed_mu_;
-  std::mt19937_64 seeds_{std::random_device{}()};
   std::mutex relays_mu_;
   std::condition_variable relays_cv_;
   int relays_ = 0;

@@ -7,9 +7,13 @@
 namespace weft::serve {
 
 Generation::Generation(const Tokenizer& tokenizer, const std::string& prompt, const GenerationOptions& options)
-    : tokenizer_(tokenizer), o_(options), sampler_(options.sampling) {
+    : Generation(tokenizer, prompt, tokenizer.encode(prompt), options) {}
+
+Generation::Generation(const Tokenizer& tokenizer, const std::string& prompt, std::vector<std::int32_t> prompt_tokens,
+                       const GenerationOptions& options)
+    : tokenizer_(tokenizer), o_(options), sampler_(options.sampling), feed_(std::move(prompt_tokens)) {
   o_.stop.erase(std::remove(o_.stop.begin(), o_.stop.end(), std::string()), o_.stop.end());
-  feed_ = tokenizer.encode(prompt);
+  for (const auto& s : o_.stop) longest_stop_ = std::max(longest_stop_, s.size());
   prompt_tokens_ = static_cast<std::int64_t>(feed_.size());
   if (feed_.empty()) feed_.push_back(0);
   previous_ = prompt.empty() ? -1 : feed_.back();
@@ -31,9 +35,7 @@ std::string Generation::accept(const float* logits, std::int64_t vocab) {
   }
   previous_ = token;
   // A stop sequence ending in the new bytes ends the text where it starts.
-  std::size_t longest = 0;
-  for (const auto& s : o_.stop) longest = std::max(longest, s.size());
-  const std::size_t from = before >= longest ? before - longest + 1 : 0;
+  const std::size_t from = before >= longest_stop_ ? before - longest_stop_ + 1 : 0;
   std::size_t cut = std::string::npos;
   for (const auto& s : o_.stop) cut = std::min(cut, raw_.find(s, std::max(from, released_)));
   if (cut != std::string::npos) {

@@ -27,6 +27,9 @@ struct GenerationOptions {
 class Generation {
  public:
   Generation(const Tokenizer& tokenizer, const std::string& prompt, const GenerationOptions& options);
+  // With the prompt already encoded by `tokenizer` (a server counted its tokens).
+  Generation(const Tokenizer& tokenizer, const std::string& prompt, std::vector<std::int32_t> prompt_tokens,
+             const GenerationOptions& options);
 
   // The tokens to feed the decoder next: the prompt first (a start token when it is empty),
   // then the last chosen token.
@@ -47,6 +50,7 @@ class Generation {
   Sampler sampler_;
   std::vector<std::int32_t> feed_, completion_;
   std::int64_t prompt_tokens_ = 0;
+  std::size_t longest_stop_ = 0;
   std::int32_t previous_ = -1;  // the token before the next one (for the tokenizer's spacing)
   std::string raw_;             // the decoded completion, stop sequences not yet cut
   std::size_t released_ = 0;    // bytes of raw_ already turned into text_

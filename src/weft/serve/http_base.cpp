@@ -6,8 +6,10 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <cstring>
 #include <thread>
 
+#include "weft/comm/auth.h"
 #include "weft/serve/api.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
@@ -21,7 +23,13 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
   res.set_content(error_body(status, message, param), "application/json");
 }
 
-HttpBase::HttpBase(const ServeOptions& o, Metrics& metrics) : o_(o), metrics_(metrics) {
+HttpBase::HttpBase(const ServeOptions& o, Metrics& metrics)
+    : o_(o), metrics_(metrics), random_([] {
+        std::uint64_t seed = 0;
+        const std::string bytes = comm::random_bytes(sizeof seed);
+        std::memcpy(&seed, bytes.data(), sizeof seed);
+        return seed;
+      }()) {
   metrics_.counter("weft_requests_total", "HTTP requests by endpoint and status code");
   metrics_.histogram("weft_request_duration_seconds", "time from a request's arrival to its last byte",
                      {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
@@ -77,11 +85,17 @@ void HttpBase::count(const std::string& endpoint, int status, Clock::time_point 
                    fmt::format("endpoint=\"{}\"", endpoint));
 }
 
-bool HttpBase::over_limit(const char* endpoint, httplib::Response& res, Clock::time_point start) {
-  if (in_flight_.load() < o_.max_concurrency) return false;
+AdmissionPtr HttpBase::admit(const char* endpoint, httplib::Response& res, Clock::time_point start) {
+  auto admission = std::make_shared<Admission>(in_flight_);
+  if (admission->place() <= o_.max_concurrency) return admission;
   send_error(res, 429, fmt::format("{} requests in flight: the limit; retry later", o_.max_concurrency));
   count(endpoint, 429, start);
-  return true;
+  return nullptr;
+}
+
+std::uint64_t HttpBase::fresh_random() {
+  std::lock_guard lock(random_mu_);
+  return random_.next_u64();
 }
 
 int HttpBase::listen(std::FILE* log, const std::string& banner) {

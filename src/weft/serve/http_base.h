@@ -10,10 +10,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "weft/serve/metrics.h"
 #include "weft/serve/server.h"
+#include "weft/tensor/rng.h"
 
 namespace weft::serve {
 
@@ -22,14 +25,17 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
 // One request in flight, counted while it lives (a stream's lives as long as the stream).
 class Admission {
  public:
-  explicit Admission(std::atomic<std::int64_t>& counter) : counter_(counter) { ++counter_; }
+  explicit Admission(std::atomic<std::int64_t>& counter) : counter_(counter), place_(++counter_) {}
   ~Admission() { --counter_; }
   Admission(const Admission&) = delete;
   Admission& operator=(const Admission&) = delete;
+  std::int64_t place() const { return place_; }  // requests in flight with this one, when it came
 
  private:
   std::atomic<std::int64_t>& counter_;
+  const std::int64_t place_;
 };
+using AdmissionPtr = std::shared_ptr<Admission>;
 
 // Holds a server's metrics ahead of its HttpBase (a base constructed first).
 struct MetricsHolder {
@@ -42,8 +48,11 @@ class HttpBase {
   HttpBase(const ServeOptions& options, Metrics& metrics);
   // Counts a finished request (weft_requests_total, weft_request_duration_seconds).
   void count(const std::string& endpoint, int status, Clock::time_point start);
-  // 429 when max_concurrency requests are in flight (the response filled, counted).
-  bool over_limit(const char* endpoint, httplib::Response& res, Clock::time_point start);
+  // The request counted in flight, or null with a 429 (the response filled, counted) when it
+  // would be one more than max_concurrency.
+  AdmissionPtr admit(const char* endpoint, httplib::Response& res, Clock::time_point start);
+  // A seed for a request that gave none, or an id: random, different in every run.
+  std::uint64_t fresh_random();
   // Binds (port 0: any free one), writes the port file, prints `banner` + the address, serves
   // until stop(); returns the exit code.
   int listen(std::FILE* log, const std::string& banner);
@@ -54,6 +63,10 @@ class HttpBase {
   Metrics& metrics_;
   httplib::Server http_;
   std::atomic<std::int64_t> in_flight_{0};
+
+ private:
+  std::mutex random_mu_;
+  Rng random_;
 };
 
 // Runs `run` with SIGINT and SIGTERM taken by one thread that calls `stop`.

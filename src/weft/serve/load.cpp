@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "weft/util/error.h"
+#include "weft/util/stats.h"
 
 namespace weft::serve {
 
@@ -91,28 +92,25 @@ Sample one_request(httplib::Client& client, const LoadOptions& o, std::uint64_t 
   return s;
 }
 
-}  // namespace
-
 Percentiles percentiles(std::vector<double> v) {
   Percentiles p;
   if (v.empty()) return p;
   std::sort(v.begin(), v.end());
-  auto at = [&](double q) {  // nearest rank
-    const auto i = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
-    return v[std::min(i, v.size() - 1)];
-  };
-  p.p50 = at(0.5);
-  p.p90 = at(0.9);
-  p.p99 = at(0.99);
+  p.p50 = percentile_of_sorted(v, 0.5);
+  p.p90 = percentile_of_sorted(v, 0.9);
+  p.p99 = percentile_of_sorted(v, 0.99);
   double sum = 0;
   for (double x : v) sum += x;
   p.mean = sum / static_cast<double>(v.size());
   return p;
 }
 
+}  // namespace
+
 LoadReport run_load(const LoadOptions& o) {
-  if (o.concurrency < 1) throw ConfigError("--concurrency must be at least 1");
-  if (o.requests < 1) throw ConfigError("--requests must be at least 1");
+  if (o.concurrency < 1 || o.concurrency > 4096) throw ConfigError("--concurrency must be in [1, 4096]");
+  if (o.requests < 1 || o.requests > 10'000'000) throw ConfigError("--requests must be in [1, 10^7]");
+  if (o.warmup < 0 || o.warmup > 10'000) throw ConfigError("--warmup must be in [0, 10^4]");
   if (o.rate < 0) throw ConfigError("--rate must be zero (closed loop) or more");
   if (o.prompts.empty()) throw ConfigError("no prompts");
   // Warm-up, one client at a time.

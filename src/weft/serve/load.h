@@ -45,6 +45,5 @@ struct LoadReport {
 };
 
 LoadReport run_load(const LoadOptions& options);
-Percentiles percentiles(std::vector<double> values);
 
 }  // namespace weft::serve

@@ -26,14 +26,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string self_executable() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "weft";
-  buf[n] = '\0';
-  return buf;
-}
-
 std::string exit_reason(int status) {
   if (WIFSIGNALED(status)) return fmt::format("killed by signal {}", WTERMSIG(status));
   return fmt::format("exit code {}", WEXITSTATUS(status));
@@ -93,7 +85,7 @@ ReplicaSet::~ReplicaSet() {
 // number of replicas is fixed.
 void ReplicaSet::spawn(Replica& r) {
   r.port_file = fmt::format("{}/replica-{}-{}.port", o_.folder, r.slot, r.generation++);
-  std::vector<std::string> args = {self_executable()};
+  std::vector<std::string> args = {comm::self_executable()};
   args.insert(args.end(), o_.command.begin(), o_.command.end());
   for (const char* a : {"--host", "127.0.0.1", "--port", "0", "--port-file"}) args.emplace_back(a);
   args.push_back(r.port_file);
@@ -159,13 +151,6 @@ void ReplicaSet::suspect(int slot) {
   std::lock_guard lock(mu_);
   for (auto& r : replicas_)
     if (r->slot == slot) r->ready = false;  // until it answers /healthz again
-}
-
-int ReplicaSet::live() const {
-  std::lock_guard lock(mu_);
-  int n = 0;
-  for (auto& r : replicas_) n += r->ready && !r->draining;
-  return n;
 }
 
 // A replica that is not ready: its port once written, then a /healthz answer.

@@ -60,7 +60,6 @@ class ReplicaSet {
   std::unique_ptr<Lease> acquire(const std::set<int>& exclude, double timeout_s);
   // The front end reports a replica that failed a request (it may have died).
   void suspect(int slot);
-  int live() const;
 
  private:
   struct Replica {

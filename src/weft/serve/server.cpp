@@ -8,7 +8,6 @@
 #include <atomic>
 #include <ctime>
 #include <memory>
-#include <random>
 
 #include "weft/comm/process.h"
 #include "weft/serve/api.h"
@@ -25,13 +24,6 @@ namespace {
 using nlohmann::json;
 
 constexpr auto kPoll = std::chrono::milliseconds(100);
-
-std::uint64_t mix(std::uint64_t x) {  // splitmix64: request seeds from a counter
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 class Server : private MetricsHolder, public HttpBase {
  public:
@@ -87,39 +79,39 @@ class Server : private MetricsHolder, public HttpBase {
     http_.Post("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) { classify(req, res); });
   }
 
-  // Parses, checks and admits a request; false (the response filled) when refused.
+  // Admits, parses and checks a request; null (the response filled) when refused.
   template <class Parse>
-  bool admit(const char* endpoint, httplib::Response& res, Clock::time_point start, Parse&& parse) {
-    if (over_limit(endpoint, res, start)) return false;
+  AdmissionPtr admit_parsed(const char* endpoint, httplib::Response& res, Clock::time_point start, Parse&& parse) {
+    AdmissionPtr admission = admit(endpoint, res, start);
+    if (!admission) return nullptr;
     try {
       parse();
     } catch (const RequestError& e) {
       send_error(res, e.status, e.what(), e.param);
       count(endpoint, e.status, start);
-      return false;
+      return nullptr;
     }
-    return true;
+    return admission;
   }
 
   void completions(const httplib::Request& req, httplib::Response& res) {
     const auto start = Clock::now();
     const char* endpoint = "/v1/completions";
     CompletionRequest r;
-    const std::uint64_t number = requests_++;
-    std::int64_t prompt_tokens = 0;
-    if (!admit(endpoint, res, start, [&] {
-          if (!lm_) throw RequestError(400, "this server serves an image model: use /v1/classify");
-          r = parse_completion_request(req.body, limits_, mix(number));
-          prompt_tokens = static_cast<std::int64_t>(model_.tokenizer->encode(r.prompt).size());
-          if (prompt_tokens > max_prompt_)
-            throw RequestError(400, fmt::format("the prompt is {} tokens; the limit is {}", prompt_tokens, max_prompt_), "prompt");
-        }))
-      return;
-    auto admission = std::make_shared<Admission>(in_flight_);
-    auto ticket = std::make_shared<Ticket>(r.prompt, r.options);
+    std::vector<std::int32_t> prompt_tokens;
+    AdmissionPtr admission = admit_parsed(endpoint, res, start, [&] {
+      if (!lm_) throw RequestError(400, "this server serves an image model: use /v1/classify");
+      r = parse_completion_request(req.body, limits_, fresh_random());
+      prompt_tokens = model_.tokenizer->encode(r.prompt);
+      if (static_cast<std::int64_t>(prompt_tokens.size()) > max_prompt_)
+        throw RequestError(400, fmt::format("the prompt is {} tokens; the limit is {}", prompt_tokens.size(), max_prompt_),
+                           "prompt");
+    });
+    if (!admission) return;
+    metrics_.add("weft_prompt_tokens_total", static_cast<double>(prompt_tokens.size()));
+    auto ticket = std::make_shared<Ticket>(r.prompt, std::move(prompt_tokens), r.options);
     lm_->submit(ticket);
-    metrics_.add("weft_prompt_tokens_total", static_cast<double>(prompt_tokens));
-    const std::string id = fmt::format("cmpl-{:016x}", mix(number ^ id_salt_));
+    const std::string id = fmt::format("cmpl-{:016x}", fresh_random());
     const std::int64_t created = std::time(nullptr);
     if (!r.stream) {
       ticket->wait();
@@ -129,7 +121,7 @@ class Server : private MetricsHolder, public HttpBase {
         return;
       }
       res.set_content(completion_response(id, created, model_.name, ticket->text, ticket->finish_reason,
-                                          ticket->prompt_tokens, ticket->completion_tokens)
+                                          static_cast<std::int64_t>(ticket->prompt_tokens.size()), ticket->completion_tokens)
                           .dump(),
                       "application/json");
       count(endpoint, 200, start);
@@ -155,9 +147,10 @@ class Server : private MetricsHolder, public HttpBase {
             if (include_usage) {
               json usage = completion_chunk(id, created, model_.name, "", "");
               usage["choices"] = json::array();
-              usage["usage"] = {{"prompt_tokens", ticket->prompt_tokens},
+              const auto prompt = static_cast<std::int64_t>(ticket->prompt_tokens.size());
+              usage["usage"] = {{"prompt_tokens", prompt},
                                 {"completion_tokens", ticket->completion_tokens},
-                                {"total_tokens", ticket->prompt_tokens + ticket->completion_tokens}};
+                                {"total_tokens", prompt + ticket->completion_tokens}};
               event(usage);
             }
           }
@@ -176,12 +169,11 @@ class Server : private MetricsHolder, public HttpBase {
     const auto start = Clock::now();
     const char* endpoint = "/v1/classify";
     Tensor images;
-    if (!admit(endpoint, res, start, [&] {
-          if (!images_) throw RequestError(400, "this server serves a language model: use /v1/completions");
-          images = parse_classify_request(req.body, limits_);
-        }))
-      return;
-    Admission admission(in_flight_);
+    const AdmissionPtr admission = admit_parsed(endpoint, res, start, [&] {
+      if (!images_) throw RequestError(400, "this server serves a language model: use /v1/completions");
+      images = parse_classify_request(req.body, limits_);
+    });
+    if (!admission) return;
     Tensor p = images_->classify(images);
     metrics_.add("weft_images_total", static_cast<double>(images.size(0)));
     res.set_content(classify_response(model_.name, p).dump(), "application/json");
@@ -195,9 +187,7 @@ class Server : private MetricsHolder, public HttpBase {
   std::unique_ptr<Decoder> decoder_;
   std::unique_ptr<LmBatcher> lm_;
   std::unique_ptr<ImageBatcher> images_;
-  std::atomic<std::uint64_t> requests_{0};
   std::int64_t created_ = std::time(nullptr);
-  const std::uint64_t id_salt_ = std::random_device{}();  // ids differ between runs
 };
 
 }  // namespace

@@ -9,17 +9,11 @@
 
 #include "weft/util/error.h"
 #include "weft/util/file.h"
+#include "weft/util/stats.h"
 #include "weft/util/units.h"
 
 namespace weft::sim {
 namespace {
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  std::size_t i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(v.size()))) ;
-  return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)];
-}
 
 std::string fmt(const char* f, double v) {
   char buf[64];

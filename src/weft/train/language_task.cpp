@@ -42,16 +42,14 @@ class LanguageModeling : public Task {
     text_ = load_corpus(*o.data);
     if (o.tokenizer == "char") tokenizer_ = std::make_unique<CharTokenizer>(text_);
     else tokenizer_ = std::make_unique<WordTokenizer>(text_);
-    const std::vector<std::int32_t> all = tokenizer_->encode(text_);
-    const auto split = static_cast<std::ptrdiff_t>(all.size() * 9 / 10);
-    train_.assign(all.begin(), all.begin() + split);
-    val_.assign(all.begin() + split, all.end());
+    TokenSplit split = split_tokens(tokenizer_->encode(text_));
+    train_ = std::move(split.train);
+    val_ = std::move(split.validation);
     if (static_cast<std::int64_t>(val_.size()) <= o.context + 1)
       throw DataError(*o.data + ": too little text for a context of " + std::to_string(o.context) + " tokens");
     entropy_ = unigram_entropy(train_, tokenizer_->vocab_size());
     // Fixed validation windows, spread evenly.
-    const std::int64_t span = static_cast<std::int64_t>(val_.size()) - o.context - 1, n = o.eval_batches * *o.batch;
-    for (std::int64_t i = 0; i < n; ++i) val_starts_.push_back(span * i / n);
+    val_starts_ = spread_windows(static_cast<std::int64_t>(val_.size()), o.context, o.eval_batches * *o.batch);
   }
 
   ModelRecipe recipe() const override {
