@@ -16,6 +16,8 @@ packages=(
   libcpp-httplib-dev       # the HTTP server and client of weft serve
   curl                     # tests and docs talk to weft serve as users do
   python3                  # test scripts read traces and JSON with it
+  libjs-chart.js           # Chart.js, built into the pages of weft report
+  chromium                 # tests open the report pages in a real (headless) browser
 )
 # The reference side of the benchmarks (PyTorch) is only needed by bench/.
 if [ "${WEFT_BENCH_DEPS:-0}" = "1" ]; then

@@ -41,6 +41,8 @@ def cmake_layers(root):
 def includes(root, layer):
     public, private, where = set(), set(), {}
     for f in sorted((root / "src/weft" / layer).iterdir()):
+        if f.suffix not in (".h", ".cpp"):  # e.g. report/assets/: the page's script and style
+            continue
         for other in re.findall(r'#include "weft/([a-z]+)/', f.read_text()):
             if other == layer:
                 continue

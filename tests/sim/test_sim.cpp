@@ -395,11 +395,32 @@ TEST(SimValidation, SameSeedSameOutputFiles) {
     ASSERT_TRUE(r.finished);
     write_outputs(*r.net, dir);
   }
-  for (const char* f : {"summary.json", "flows.csv", "links.csv", "queues.csv", "pfc.csv"})
+  for (const char* f : {"summary.json", "flows.csv", "links.csv", "queues.csv", "pfc.csv", "counters.csv", "nodes.csv"})
     EXPECT_EQ(weft::read_file(a + "/" + f), weft::read_file(b + "/" + f)) << f;
   SimRun other = simulate("leaf-spine-4x4.yaml", "incast:12:1MB@15,0-11", {"lb=spray", "seed=8"});
   write_outputs(*other.net, b);
   EXPECT_NE(weft::read_file(a + "/flows.csv"), weft::read_file(b + "/flows.csv"));
+}
+
+// counters.csv: one row per queue sample, the counters never decrease, and the last row is
+// at most the run's totals (sampling stops when the last rank finishes).
+TEST(SimValidation, CounterSamplesFollowTheRun) {
+  SimRun r = simulate("single-switch.yaml", "incast:8:1MB", {});
+  ASSERT_TRUE(r.finished);
+  const auto& samples = r.net->counter_samples();
+  ASSERT_GT(samples.size(), 10u);
+  for (std::size_t i = 1; i < samples.size(); ++i) {
+    EXPECT_GT(samples[i].at, samples[i - 1].at);
+    EXPECT_GE(samples[i].counters.ecn_marks, samples[i - 1].counters.ecn_marks);
+    EXPECT_GE(samples[i].counters.bytes_delivered, samples[i - 1].counters.bytes_delivered);
+  }
+  EXPECT_LE(samples.back().counters.bytes_delivered, r.net->counters().bytes_delivered);
+  EXPECT_GT(samples.back().counters.bytes_delivered, r.net->counters().bytes_delivered / 2);
+  std::string nodes;
+  for (const auto& [name, text] : output_files(*r.net))
+    if (name == "nodes.csv") nodes = text;
+  EXPECT_EQ(nodes.rfind("node,role,gpu_rank\n", 0), 0u);
+  EXPECT_NE(nodes.find(",gpu,0\n"), std::string::npos) << nodes;
 }
 
 TEST(SimValidation, PfcWatchdogBreaksAPauseStorm) {

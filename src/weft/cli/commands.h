@@ -46,6 +46,8 @@ void add_sim_command(CLI::App& app, Action& action);
 // weft predict, weft generate: inference with a saved model.
 void add_predict_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
+// weft report: pages drawn from what train, sim and plan write.
+void add_report_command(CLI::App& app, Action& action);
 // weft serve: a model over HTTP.
 void add_serve_command(CLI::App& app, Action& action);
 // weft serve-bench: load an inference server.

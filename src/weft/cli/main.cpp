@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   weft::cli::add_comm_bench_command(app, action);
   weft::cli::add_plan_command(app, action);
   weft::cli::add_sim_command(app, action);
+  weft::cli::add_report_command(app, action);
   weft::cli::add_predict_command(app, action);
   weft::cli::add_generate_command(app, action);
   weft::cli::add_serve_command(app, action);

@@ -2,7 +2,11 @@
 
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "weft/cli/commands.h"
+#include "weft/report/plan.h"
+#include "weft/report/report.h"
 #include "weft/plan/report.h"
 #include "weft/plan/sweep.h"
 #include "weft/plan/workload.h"
@@ -20,12 +24,22 @@ struct PlanFlags {
   std::int64_t micro_batch = 1, global_batch = 0;
   bool recompute = false, sequence_parallel = false, json = false, sweep = false;
   int top = 10;
-  std::string emit_workload;
+  std::string emit_workload, report;
   std::string precision = "mixed-adam", gpu = "a100-80gb";
   double tokens = 0, tflops = 0, mfu = 0.4, price = 0.10, bytes_per_token = 4, watts = 0, gpu_memory_gb = 0;
   int gpus_per_node = 8;
   double nvlink_gbps = 300, rail_gbps = 25;  // GB/s per GPU and direction
 };
+
+// The plan's page (a note on stderr when stdout carries JSON).
+void write_plan_report(const nlohmann::json& plan, const std::string& path, bool json_out) {
+  report::Page page;
+  page.title = "weft: plan of " + plan.value("model", std::string("a model"));
+  page.footer = "Written by weft plan --report; docs/reports.md tells how to read each chart.";
+  page.sections = report::plan_sections(plan, path);
+  const std::size_t bytes = report::write_page(page, path);
+  fmt::print(json_out ? stderr : stdout, "report: {} ({:.0f} KB)\n", path, static_cast<double>(bytes) / 1e3);
+}
 
 int run_plan(const PlanFlags& f) {
   plan::PlanInput in;
@@ -87,6 +101,12 @@ int run_plan(const PlanFlags& f) {
   in.cluster.rail.bytes_per_second = f.rail_gbps * 1e9;
   if (f.sweep) {
     auto rows = plan::sweep_layouts(in, f.gpus);
+    if (!rows.empty() && (f.json || !f.report.empty())) {
+      const std::string json = plan::sweep_to_json(in, f.gpus, rows, f.top);
+      if (f.json) fmt::print("{}\n", json);
+      if (!f.report.empty()) write_plan_report(nlohmann::json::parse(json), f.report, f.json);
+      if (f.json) return 0;
+    }
     if (rows.empty()) {
       fmt::print("no layout of {} on {} GPUs fits in {:.0f} GB (try --recompute, --zero or more GPUs)\n",
                  in.model.name, f.gpus, in.gpu.memory_bytes / 1e9);
@@ -106,6 +126,7 @@ int run_plan(const PlanFlags& f) {
   }
   plan::PlanReport r = plan::make_plan(in);
   fmt::print("{}", f.json ? r.to_json() + "\n" : r.to_text());
+  if (!f.report.empty()) write_plan_report(nlohmann::json::parse(r.to_json()), f.report, f.json);
   if (!f.emit_workload.empty()) {
     plan::EmittedWorkload w = plan::emit_workload(r, f.emit_workload);
     fmt::print(f.json ? stderr : stdout,
@@ -157,6 +178,7 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_flag("--json", f->json, "print JSON");
   cmd->add_option("--emit-workload", f->emit_workload,
                   "write one iteration as per-rank traces into this folder (for weft sim; needs --global-batch)");
+  cmd->add_option("--report", f->report, "write an HTML report of the plan or the sweep (docs/reports.md)");
   cmd->add_flag("--sweep", f->sweep, "rank every layout that fits by estimated iteration time (needs --gpus, --global-batch)");
   cmd->add_option("--top", f->top, "--sweep: rows to show")->capture_default_str()->check(positive());
   cmd->callback([f, &action] { action = [f] { return run_plan(*f); }; });

@@ -3,6 +3,8 @@
 #include <memory>
 
 #include "weft/cli/commands.h"
+#include "weft/report/report.h"
+#include "weft/report/simulation.h"
 #include "weft/sim/network.h"
 #include "weft/sim/report.h"
 #include "weft/util/error.h"
@@ -12,7 +14,7 @@ namespace weft::cli {
 
 namespace {
 struct SimFlags {
-  std::string topology, workload, out, lb, cc, pfc;
+  std::string topology, workload, out, lb, cc, pfc, report;
   std::vector<std::string> settings;
   std::uint64_t seed = 0;
   bool seed_given = false, list_keys = false, quiet = false;
@@ -48,6 +50,17 @@ int run_sim(const SimFlags& f) {
   bool finished = net->run(!f.quiet);
   if (!f.out.empty()) sim::write_outputs(*net, f.out);
   sim::print_summary(*net, stdout, f.out);
+  if (!f.report.empty()) {
+    report::SimFiles files;
+    for (auto& [name, text] : sim::output_files(*net)) files[name] = std::move(text);
+    report::Page page;
+    page.title = "weft: simulation of " + topology.name;
+    page.subtitle = "weft sim --topology " + f.topology + " --workload " + f.workload;
+    page.footer = "Written by weft sim --report; docs/reports.md tells how to read each chart.";
+    page.sections = report::simulation_sections(files, topology.name, 2000);
+    const std::size_t bytes = report::write_page(page, f.report);
+    std::printf("report: %s (%.0f KB)\n", f.report.c_str(), static_cast<double>(bytes) / 1e3);
+  }
   return finished ? 0 : 3;
 }
 }  // namespace
@@ -67,6 +80,7 @@ void add_sim_command(CLI::App& app, Action& action) {
     f->seed_given = true;
   });
   cmd->add_option("--out", f->out, "folder for summary.json, flows.csv, links.csv, queues.csv, pfc.csv");
+  cmd->add_option("--report", f->report, "write an HTML report of the run (docs/reports.md)");
   cmd->add_flag("--list-keys", f->list_keys, "print every parameter with its default and exit");
   cmd->add_flag("--quiet", f->quiet, "no progress lines");
   cmd->callback([f, &action] { action = [f] { return run_sim(*f); }; });

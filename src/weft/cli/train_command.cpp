@@ -1,12 +1,15 @@
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <memory>
 
 #include "weft/cli/commands.h"
 #include "weft/comm/launcher.h"
+#include "weft/report/report.h"
 #include "weft/train/loop.h"
 #include "weft/train/timeline.h"
 #include "weft/util/error.h"
+#include "weft/util/file.h"
 
 namespace weft::cli {
 
@@ -57,6 +60,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--precision", c.precision,
                   "fp32 | bf16: bf16 products and stored activations, fp32 master weights (less memory)")
       ->capture_default_str();
+  cmd->add_option("--metrics", c.metrics,
+                  "write per-step metrics as JSON lines (rank r > 0: FILE-rank<r>.jsonl; also metrics.jsonl in "
+                  "--checkpoint-dir)");
+  cmd->add_option("--report", c.report, "write an HTML report of the run at its end (docs/reports.md)");
   cmd->add_option("--timeline", c.timeline, "write a Chrome-trace timeline (per rank: FILE-rank<r>.json)");
   // Parallelism.
   cmd->add_option("--dp", p.mesh.dp, "data-parallel replicas (under weft launch; default: what the job's ranks allow)")
@@ -111,6 +118,17 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--prompt", c.prompt, "text: what the sample continues")->capture_default_str();
 }
 
+// The run's page: its metrics (every rank's files) and timelines, when it wrote them.
+void write_train_report(const TrainOptions& o) {
+  std::vector<std::string> paths = {o.metrics.empty() ? o.checkpoint_dir + "/metrics.jsonl" : o.metrics};
+  if (!o.timeline.empty()) {
+    if (file_exists(o.timeline)) paths.push_back(o.timeline);
+    for (int r = 0; r < 100000 && file_exists(timeline_path(o.timeline, r, 2)); ++r) paths.push_back(timeline_path(o.timeline, r, 2));
+  }
+  const std::size_t bytes = report::write_page(report::make_report(paths, {}), o.report);
+  fmt::print(stderr, "report: {} ({:.0f} KB)\n", o.report, static_cast<double>(bytes) / 1e3);
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, Action& action) {
@@ -119,8 +137,15 @@ void add_train_command(CLI::App& app, Action& action) {
   add_train_flags(cmd, *options);
   cmd->callback([options, &action] {
     action = [options] {
-      TrainSummary s = train(*options, stdout);
-      if (s.rank == 0) fmt::print("{}\n", s.to_json());
+      TrainOptions o = *options;
+      // A report needs the metrics on disk: beside the page when the run has no other place.
+      if (!o.report.empty() && o.metrics.empty() && o.checkpoint_dir.empty())
+        o.metrics = std::filesystem::path(o.report).replace_extension(".metrics.jsonl").string();
+      TrainSummary s = train(o, stdout);
+      if (s.rank != 0) return 0;
+      fmt::print("{}\n", s.to_json());
+      std::fflush(stdout);
+      if (!o.report.empty()) write_train_report(o);
       return 0;
     };
   });

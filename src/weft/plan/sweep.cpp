@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <nlohmann/json.hpp>
+
 #include "weft/util/error.h"
 
 namespace weft::plan {
@@ -37,6 +39,30 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus) {
     return a.iteration.iteration_overlap_s < b.iteration.iteration_overlap_s;
   });
   return rows;
+}
+
+std::string sweep_to_json(const PlanInput& in, std::int64_t gpus, const std::vector<SweepRow>& rows, int top) {
+  nlohmann::json layouts = nlohmann::json::array();
+  for (const SweepRow& r : rows) {
+    const Layout& l = r.layout;
+    layouts.push_back({{"layout", {{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero}, {"micro_batch", l.micro_batch},
+                                   {"micro_batches", l.micro_batches}, {"recompute", l.recompute},
+                                   {"sequence_parallel", l.sequence_parallel}}},
+                       {"memory_per_gpu", {{"weights", r.memory.weights}, {"gradients", r.memory.gradients},
+                                           {"optimizer", r.memory.optimizer}, {"activations", r.memory.activations},
+                                           {"total", r.memory.total()}}},
+                       {"iteration", {{"bubble", r.iteration.bubble}, {"overlap_seconds", r.iteration.iteration_overlap_s},
+                                      {"no_overlap_seconds", r.iteration.iteration_no_overlap_s}}}});
+  }
+  const nlohmann::json j = {{"kind", "sweep"},
+                            {"model", in.model.name.empty() ? "custom" : in.model.name},
+                            {"gpus", gpus},
+                            {"global_batch", in.global_batch},
+                            {"precision", precision_name(in.precision)},
+                            {"gpu", {{"name", in.gpu.name}, {"memory_bytes", in.gpu.memory_bytes}}},
+                            {"top", top},
+                            {"layouts", layouts}};
+  return j.dump(2);
 }
 
 }  // namespace weft::plan

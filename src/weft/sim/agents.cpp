@@ -1,6 +1,7 @@
 // The agents of a workload: each runs its steps in order. A step starts after its compute
 // gap, posts its sends and completes when every send is acknowledged and every expected
 // receive has arrived; messages from one agent to another match in order.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <unistd.h>
@@ -109,28 +110,28 @@ int Network::agents_unfinished() const { return agents_left_; }
 
 bool Network::run(bool progress) {
   auto t0 = std::chrono::steady_clock::now();
-  auto last = t0;
-  std::uint64_t last_events = 0;
-  const bool tty = progress && isatty(fileno(stderr));
-  bool printed = false;
+  // Progress: the workload's bytes delivered, or the simulated time against the time limit
+  // when that is further along (a workload that never finishes).
+  std::int64_t total_bytes = 0;
+  for (const Agent& a : work_.agents)
+    for (const WorkStep& s : a.steps)
+      for (const Transfer& t : s.sends) total_bytes += t.bytes;
+  Progress bar("sim", 1000, stderr, 5.0, false);
   while (agents_left_ > 0 && !events_.empty()) {
     if (!events_.run_one()) break;
     if (events_.now() > cfg_.time_limit) break;
     if (progress && (events_.events_run() & 0xFFFF) == 0) {
-      auto t = std::chrono::steady_clock::now();
-      double dt = std::chrono::duration<double>(t - last).count();
-      if (dt >= (tty ? 0.5 : 5.0)) {
-        double rate = static_cast<double>(events_.events_run() - last_events) / dt;
-        std::fprintf(stderr, "%ssim: %.1f us simulated, %.2f M events/s, %d ranks running%s", tty ? "\r" : "",
-                     to_us(events_.now()), rate / 1e6, agents_left_, tty ? "   " : "\n");
-        std::fflush(stderr);
-        printed = true;
-        last = t;
-        last_events = events_.events_run();
-      }
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double by_bytes = total_bytes > 0 ? static_cast<double>(counters_.bytes_delivered) / static_cast<double>(total_bytes) : 0;
+      const double by_time = static_cast<double>(events_.now()) / static_cast<double>(std::max<Time>(cfg_.time_limit, 1));
+      const double done = std::min(0.999, std::max(by_bytes, by_time));
+      char detail[128];
+      std::snprintf(detail, sizeof detail, "%.1f us simulated, %.2f M events/s, %d ranks running", to_us(events_.now()),
+                    static_cast<double>(events_.events_run()) / std::max(wall, 1e-9) / 1e6, agents_left_);
+      bar.update(static_cast<long>(done * 1000), done > 0 ? wall / done * (1 - done) : -1, detail);
     }
   }
-  if (tty && printed) std::fprintf(stderr, "\n");
+  bar.finish();
   wall_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (agents_left_ == 0) return true;
   finish_ = events_.now();

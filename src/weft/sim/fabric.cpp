@@ -433,6 +433,7 @@ void Network::apply_failure(const Failure& f) {
 }
 
 void Network::sample_queues() {
+  counter_samples_.push_back(CounterSample{events_.now(), counters_});
   for (std::size_t port = 0; port < ports_.size(); ++port)
     for (int q = 0; q < 8; ++q)
       if (ports_[port].queue_bytes[q] > 0)

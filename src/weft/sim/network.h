@@ -126,6 +126,12 @@ struct Counters {
   std::int64_t bytes_sent = 0, bytes_delivered = 0;
 };
 
+// The counters at a sampling time (counters.csv: ECN marks, CNPs and pauses over time).
+struct CounterSample {
+  Time at;
+  Counters counters;
+};
+
 struct QueueSample {
   Time at;
   int port;
@@ -149,6 +155,7 @@ class Network : public EventTarget {
   const std::vector<FlowRecord>& flows() const { return flows_; }
   const std::vector<PfcEvent>& pfc_events() const { return pfc_events_; }
   const std::vector<QueueSample>& queue_samples() const { return samples_; }
+  const std::vector<CounterSample>& counter_samples() const { return counter_samples_; }
   const Counters& counters() const { return counters_; }
   Time now() const { return events_.now(); }
   Time finish_time() const { return finish_; }
@@ -258,6 +265,7 @@ class Network : public EventTarget {
   Counters counters_;
   std::vector<PfcEvent> pfc_events_;
   std::vector<QueueSample> samples_;
+  std::vector<CounterSample> counter_samples_;
   Time finish_ = 0;
   double wall_seconds_ = 0;
   std::FILE* pcap_ = nullptr;

@@ -225,13 +225,13 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
     std::fprintf(out, "%s: %s carried %.0f%% of %s's uplink bytes (%d uplink switches, fair share %.0f%%)\n", label,
                  worst->busiest_peer.c_str(), 100 * worst->share, worst->node.c_str(), worst->ports, 100 * fair);
   }
-  if (!out_dir.empty()) std::fprintf(out, "outputs in %s: summary.json flows.csv links.csv queues.csv pfc.csv\n", out_dir.c_str());
+  if (!out_dir.empty()) std::fprintf(out, "outputs in %s: summary.json flows.csv links.csv queues.csv pfc.csv counters.csv nodes.csv\n", out_dir.c_str());
 }
 
-void write_outputs(const Network& net, const std::string& dir) {
-  make_directories(dir);
+std::vector<std::pair<std::string, std::string>> output_files(const Network& net) {
+  std::vector<std::pair<std::string, std::string>> files;
   const Topology& t = net.topology();
-  write_file_atomic(dir + "/summary.json", summary_json(net).dump(2) + "\n");
+  files.emplace_back("summary.json", summary_json(net).dump(2) + "\n");
   std::string s = "flow,src_gpu,dst_gpu,src,dst,bytes,delivered_bytes,start_us,delivered_us,acked_us,fct_us,collective\n";
   char buf[512];
   for (std::size_t i = 0; i < net.flows().size(); ++i) {
@@ -244,7 +244,7 @@ void write_outputs(const Network& net, const std::string& dir) {
                   done ? fmt("%.6f", to_us(f.delivered - f.start)).c_str() : "", f.collective);
     s += buf;
   }
-  write_file_atomic(dir + "/flows.csv", s);
+  files.emplace_back("flows.csv", s);
   s = "port,from,to,tier,gbps,tx_bytes,tx_payload,utilization,ecn_marks,drops,pauses_sent,resumes_sent,pauses_received,"
       "paused_us,max_queue_bytes\n";
   Time span = std::max<Time>(net.finish_time(), 1);
@@ -265,14 +265,14 @@ void write_outputs(const Network& net, const std::string& dir) {
                   static_cast<long long>(P.pauses_received), to_us(paused), static_cast<long long>(maxq));
     s += buf;
   }
-  write_file_atomic(dir + "/links.csv", s);
+  files.emplace_back("links.csv", s);
   s = "time_us,port,queue,bytes\n";
   for (const QueueSample& q : net.queue_samples()) {
     std::snprintf(buf, sizeof buf, "%.6f,%s,%d,%lld\n", to_us(q.at), net.port_name(q.port).c_str(), q.queue,
                   static_cast<long long>(q.bytes));
     s += buf;
   }
-  write_file_atomic(dir + "/queues.csv", s);
+  files.emplace_back("queues.csv", s);
   s = "time_us,from,to,queue,frame\n";
   for (const PfcEvent& e : net.pfc_events()) {
     const Port& P = net.ports()[e.port];
@@ -280,7 +280,31 @@ void write_outputs(const Network& net, const std::string& dir) {
                   t.nodes[net.ports()[P.peer].node].name.c_str(), e.queue, e.pause ? "pause" : "resume");
     s += buf;
   }
-  write_file_atomic(dir + "/pfc.csv", s);
+  files.emplace_back("pfc.csv", s);
+  s = "time_us,ecn_marks,cnps,pfc_pauses,pfc_resumes,drops,retransmissions,timeouts,bytes_delivered\n";
+  for (const CounterSample& c : net.counter_samples()) {
+    const Counters& k = c.counters;
+    std::snprintf(buf, sizeof buf, "%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld\n", to_us(c.at),
+                  static_cast<long long>(k.ecn_marks), static_cast<long long>(k.cnps), static_cast<long long>(k.pauses),
+                  static_cast<long long>(k.resumes), static_cast<long long>(k.drops),
+                  static_cast<long long>(k.retransmissions), static_cast<long long>(k.timeouts),
+                  static_cast<long long>(k.bytes_delivered));
+    s += buf;
+  }
+  files.emplace_back("counters.csv", s);
+  s = "node,role,gpu_rank\n";
+  for (std::size_t n = 0; n < t.nodes.size(); ++n) {
+    const auto rank = std::find(t.gpus.begin(), t.gpus.end(), static_cast<int>(n));
+    s += t.nodes[n].name + "," + t.nodes[n].role + "," +
+         (rank == t.gpus.end() ? std::string() : std::to_string(rank - t.gpus.begin())) + "\n";
+  }
+  files.emplace_back("nodes.csv", s);
+  return files;
+}
+
+void write_outputs(const Network& net, const std::string& dir) {
+  make_directories(dir);
+  for (const auto& [name, text] : output_files(net)) write_file_atomic(dir + "/" + name, text);
 }
 
 }  // namespace weft::sim

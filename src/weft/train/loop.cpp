@@ -18,6 +18,7 @@
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/checkpoint.h"
+#include "weft/train/metrics.h"
 #include "weft/train/safetensors.h"
 #include "weft/train/task.h"
 #include "weft/train/timeline.h"
@@ -171,9 +172,11 @@ class Run {
  private:
   void resume();
   void step(bool last);
-  void evaluate(bool round_only);
+  std::optional<Evaluation> evaluate(bool round_only);
   void save();
   void report(nlohmann::json& summary);
+  void open_metrics();
+  void record_step(const std::optional<Evaluation>& e);
 
   TrainOptions o_;
   const parallel::Job& job_;
@@ -196,6 +199,12 @@ class Run {
   int straggle_ms_ = 0;
   parallel::LossFn loss_fn_;
   std::optional<Evaluation> last_eval_;
+  std::unique_ptr<MetricsLog> metrics_;
+  // The last step's figures (the metrics file's step record).
+  struct StepFigures {
+    double loss = 0, lr = 0, seconds = 0, compute = 0, comm = 0, exposed = 0;
+    std::int64_t units = 0, peak_bytes = 0;
+  } last_;
   // Figures: the whole run, and the window since the last evaluation.
   std::int64_t rank_state_bytes_ = 0, peak_step_bytes_ = 0, units_ = 0;
   double train_seconds_ = 0, compute_seconds_ = 0;
@@ -239,6 +248,7 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
   schedule_ = lr_schedule(o_, spe * epochs);
   planned_ = (epochs - at_.epoch) * spe - at_.index;
   if (*o_.max_steps > 0) planned_ = std::max<std::int64_t>(0, std::min(planned_, *o_.max_steps - at_.step));
+  open_metrics();
   if (!o_.timeline.empty()) {
     timeline_ = std::make_unique<Timeline>(rank_);
     strategies_->record_spans(true);
@@ -280,11 +290,67 @@ void Run::train() {
     const bool epoch_end = at_.index == 0;
     if ((o_.checkpoint_every > 0 && at_.step % o_.checkpoint_every == 0) || epoch_end || last) save();
     const bool scheduled = epoch_end || last || (*o_.eval_every > 0 && at_.step % *o_.eval_every == 0);
-    if (!scheduled && !strategies_->round_ended()) continue;
-    progress.finish();
-    evaluate(!scheduled);
+    std::optional<Evaluation> e;
+    if (scheduled || strategies_->round_ended()) {
+      progress.finish();
+      e = evaluate(!scheduled);
+    }
+    record_step(e);
   }
   progress.finish();
+}
+
+// The metrics files (--metrics FILE, and metrics.jsonl in the checkpoint folder: the run's
+// folder), each rank its own (FILE-rank<r>.jsonl beside rank 0's FILE); a resumed run
+// appends. The run record says what the run is.
+void Run::open_metrics() {
+  std::vector<std::string> paths;
+  const int world = mesh_.size();
+  auto rank_file = [&](const std::string& file) { return rank_ == 0 ? file : timeline_path(file, rank_, world); };
+  if (!o_.metrics.empty()) paths.push_back(rank_file(o_.metrics));
+  if (!o_.checkpoint_dir.empty()) paths.push_back(rank_file(o_.checkpoint_dir + "/metrics.jsonl"));
+  if (paths.empty()) return;
+  metrics_ = std::make_unique<MetricsLog>(paths, checkpoint_.has_value());
+  nlohmann::json run = {{"kind", "run"},
+                        {"model", o_.model},
+                        {"rank", rank_},
+                        {"ranks", world},
+                        {"layout", mesh_.shape().describe()},
+                        {"strategies", strategies_->describe()},
+                        {"precision", o_.precision},
+                        {"batch", *o_.batch},
+                        {"unit", task_->unit()},
+                        {"steps_per_epoch", task_->steps_per_epoch()},
+                        {"first_step", at_.step + 1},
+                        {"planned_steps", planned_},
+                        {"parameters", model_->num_parameters()}};
+  if (auto* p = strategies_->find<parallel::Pipeline>())
+    run["pipeline"] = {{"stages", p->pipeline().stages()}, {"micro_batches", o_.parallel.pipeline.micro_batches},
+                       {"schedule", algo::pipe_schedule_name(o_.parallel.pipeline.schedule)}};
+  if (checkpoint_) run["resumed_from"] = checkpoint_->meta.step;
+  metrics_->write(run);
+}
+
+// The step record of the step just taken, with the evaluation `e` made after it.
+void Run::record_step(const std::optional<Evaluation>& e) {
+  if (!metrics_) return;
+  const std::string unit = task_->unit();
+  nlohmann::json r = {{"kind", "step"},
+                      {"step", at_.step},
+                      {"epoch", static_cast<double>(at_.step) / static_cast<double>(task_->steps_per_epoch())},
+                      {"time", seconds_since(start_)},
+                      {"loss", last_.loss},
+                      {"lr", last_.lr},
+                      {unit + "_per_second", static_cast<double>(last_.units) / std::max(last_.seconds, 1e-9)},
+                      {"seconds", last_.seconds},
+                      {"compute_seconds", last_.compute},
+                      {"comm_seconds", last_.comm},
+                      {"exposed_seconds", last_.exposed},
+                      {"memory_bytes", static_cast<std::int64_t>(allocator_live_bytes())},
+                      {"peak_step_bytes", last_.peak_bytes}};
+  if (e) r[e->field] = e->value;
+  if (e && train_loss_) r["train_loss"] = *train_loss_;
+  metrics_->write(r);
 }
 
 // One step: this replica's batch, the learning rate, forward, backward and update through
@@ -294,19 +360,24 @@ void Run::step(bool last) {
   const parallel::StepBatch batch = task_->batch(at_.epoch, at_.index, at_.step, rng_);
   if (straggle_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(straggle_ms_));
   const auto t1 = Clock::now();
-  strategies_->optimizer().set_lr(learning_rate(schedule_, lr_, at_.step));
+  const double lr = learning_rate(schedule_, lr_, at_.step);
+  strategies_->optimizer().set_lr(lr);
   const std::size_t live_before = allocator_live_bytes();
   allocator_reset_peak();
-  const double exposed_before = strategies_->stats().exposed_seconds;
+  const double exposed_before = strategies_->stats().exposed_seconds, comm_before = strategies_->stats().seconds;
   const double loss = strategies_->step(at_.step + 1, last, batch, loss_fn_, *o_.clip_grad);
   ++at_.step;
   if (!std::isfinite(loss)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", loss, at_.step));
-  peak_step_bytes_ = std::max<std::int64_t>(peak_step_bytes_, static_cast<std::int64_t>(allocator_peak_bytes() - live_before));
+  const auto step_peak = static_cast<std::int64_t>(allocator_peak_bytes() - live_before);
+  peak_step_bytes_ = std::max(peak_step_bytes_, step_peak);
   const double seconds = seconds_since(t0);
   train_seconds_ += seconds;
   window_seconds_ += seconds;
-  compute_seconds_ += seconds_since(t1) - (strategies_->stats().exposed_seconds - exposed_before);
+  const double exposed = strategies_->stats().exposed_seconds - exposed_before;
+  compute_seconds_ += seconds_since(t1) - exposed;
   const std::int64_t units = batch.inputs.size(0) * task_->units_per_row();
+  last_ = {loss, lr, seconds, seconds_since(t1) - exposed, strategies_->stats().seconds - comm_before, exposed, units,
+           step_peak};
   units_ += units;
   window_units_ += units;
   window_loss_ += loss;
@@ -323,7 +394,7 @@ void Run::step(bool last) {
 
 // The mean loss since the last evaluation over every replica, the task's evaluation, one
 // line. A federated round's evaluation (round_only) keeps the loss window open.
-void Run::evaluate(bool round_only) {
+std::optional<Evaluation> Run::evaluate(bool round_only) {
   std::optional<Evaluation> e;
   if (o_.evaluate) e = task_->evaluate(*strategies_, replicas_);
   if (round_only) {
@@ -344,6 +415,7 @@ void Run::evaluate(bool round_only) {
   }
   std::fflush(out_);
   if (e) last_eval_ = e;
+  return e;
 }
 
 // Every rank takes part in gathering the state; rank 0 writes it.

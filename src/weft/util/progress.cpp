@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 namespace weft {
 
@@ -14,12 +17,31 @@ std::string format_duration(double seconds) {
   return fmt::format("{}:{:02}", s / 60, s % 60);
 }
 
-Progress::Progress(std::string label, long total, std::FILE* out, double interval_s)
+std::string progress_bar(double fraction, int width) {
+  const double f = std::isfinite(fraction) ? std::clamp(fraction, 0.0, 1.0) : 0.0;
+  const int filled = static_cast<int>(std::lround(f * width));
+  std::string bar(1, '[');
+  bar.append(static_cast<std::size_t>(filled), '#');
+  bar.append(static_cast<std::size_t>(width - filled), '-');
+  bar.push_back(']');
+  return bar;
+}
+
+namespace {
+bool drawn_in_place(std::FILE* out) {
+  if (::isatty(::fileno(out)) != 0) return true;
+  const char* e = std::getenv("WEFT_PROGRESS_TERMINAL");
+  return out == stderr && e && std::string(e) == "1";
+}
+}  // namespace
+
+Progress::Progress(std::string label, long total, std::FILE* out, double interval_s, bool show_count)
     : label_(std::move(label)),
       total_(total),
       out_(out),
       interval_s_(interval_s),
-      terminal_(::isatty(::fileno(out)) != 0) {}
+      terminal_(drawn_in_place(out)),
+      show_count_(show_count) {}
 
 void Progress::update(long done, double eta_seconds, const std::string& detail) {
   auto now = std::chrono::steady_clock::now();
@@ -30,9 +52,10 @@ void Progress::update(long done, double eta_seconds, const std::string& detail) 
   if (!terminal_ && last) return;  // the caller prints a summary line at the end
   last_print_ = now;
   printed_once_ = true;
-  const double percent = total_ > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total_) : 100.0;
-  std::string line = fmt::format("{} {}/{} ({:.0f}%)  {}  ETA {}", label_, done, total_, percent, detail,
-                                 format_duration(eta_seconds));
+  const double fraction = total_ > 0 ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;
+  const std::string count = show_count_ ? fmt::format(" {}/{}", done, total_) : std::string();
+  std::string line = fmt::format("{} {} {:.0f}%{}  {}  ETA {}", label_, progress_bar(fraction, 20), 100 * fraction, count,
+                                 detail, format_duration(eta_seconds));
   if (terminal_) {
     fmt::print(out_, "\r\033[K{}", line);
     line_open_ = true;

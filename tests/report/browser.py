@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""usage: browser.py WEFT
+
+The report pages in a real browser (headless Chromium), as a user opens them: weft writes a
+training report (two runs overlaid), a pipeline run's report with its timeline, the PFC
+cascade simulation of seed 002 chapter 11 (from `weft sim --report` and from `weft report
+FOLDER`), a plan and a sweep. Each page is opened with a probe script added in front of the
+page's own: the test fails on any console error or uncaught exception, on any chart that was
+not drawn (its canvas holds no coloured pixel, its SVG no link), and on any plotted series that
+differs from the files the run wrote (metrics.jsonl, queues.csv, pfc.csv, flows.csv,
+counters.csv, the traces).
+"""
+import csv
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+WEFT = os.path.abspath(sys.argv[1])
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+failures = []
+
+
+def check(condition, what):
+    if not condition:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def run(*args, cwd):
+    r = subprocess.run([WEFT, *args], cwd=cwd, capture_output=True, text=True, errors="replace", timeout=600)
+    if r.returncode != 0:
+        sys.exit(f"weft {' '.join(args)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r.stdout
+
+
+PROBE = r"""<script>
+window.__probe = {errors: []};
+(function () {
+  const original = console.error;
+  console.error = function () { window.__probe.errors.push(Array.from(arguments).join(' ')); original.apply(console, arguments); };
+  window.addEventListener('error', (e) => window.__probe.errors.push('uncaught: ' + e.message));
+  function coloured(canvas) {
+    const ctx = canvas.getContext('2d');
+    const d = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      if (d[i + 3] > 200 && Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 60) ++n;
+    }
+    return n;
+  }
+  window.addEventListener('load', () => setTimeout(() => {
+    const out = {errors: window.__probe.errors, charts: []};
+    out.doc = JSON.parse(document.getElementById('weft-data').textContent);
+    for (const c of window.weftCharts || []) {
+      const e = {id: c.id, type: c.type};
+      const canvas = c.chart && c.chart.canvas;
+      if (canvas) e.coloured = coloured(canvas);
+      if (c.type === 'topology') {
+        e.lines = c.chart.svg.querySelectorAll('line').length;
+        e.circles = c.chart.svg.querySelectorAll('circle').length;
+      }
+      if (c.chart && c.chart.data && c.chart.data.datasets) {
+        e.datasets = c.chart.data.datasets.map((d, i) => ({label: d.label, data: d.data,
+                                                          drawn: c.chart.getDatasetMeta(i).data.length}));
+      }
+      out.charts.push(e);
+    }
+    const pre = document.createElement('pre');
+    pre.id = 'weft-probe';
+    pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+  }, 50));
+})();
+</script>"""
+
+
+def open_page(path):
+    """Opens the page with the probe in headless Chromium; returns the probe's findings."""
+    with open(path, encoding="utf-8") as f:
+        page = f.read()
+    check("http://" not in page.split('<script id="weft-data"')[0] and "<link" not in page,
+          f"{path}: the page refers to something outside itself")
+    probed = path + ".probe.html"
+    with open(probed, "w", encoding="utf-8") as f:
+        f.write(page.replace("<head>", "<head>\n" + PROBE, 1))
+    r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1300,1800",
+                        "--virtual-time-budget=10000", "--dump-dom", "file://" + probed],
+                       capture_output=True, text=True, timeout=120)
+    m = re.search(r'<pre id="weft-probe">(.*?)</pre>', r.stdout, re.S)
+    if not m:
+        sys.exit(f"{path}: the probe did not report (chromium exit {r.returncode}):\n{r.stderr[-2000:]}")
+    found = json.loads(html.unescape(m.group(1)))
+    check(found["errors"] == [], f"{path}: console errors {found['errors']}")
+    console_errors = [l for l in r.stderr.splitlines() if ":CONSOLE" in l and "ERROR" in l.split(":CONSOLE")[0]]
+    check(console_errors == [], f"{path}: console errors on stderr {console_errors}")
+    wanted = [c["id"] for s in found["doc"]["sections"] for c in s.get("charts", [])]
+    drawn = [c["id"] for c in found["charts"]]
+    check(wanted == drawn, f"{path}: charts {wanted} but drawn {drawn}")
+    for c in found["charts"]:
+        if c["type"] == "topology":
+            check(c["lines"] > 0 and c["circles"] > 0, f"{path}: topology drawn without links or nodes")
+        else:
+            check(c.get("coloured", 0) > 20, f"{path}: chart {c['id']} has no coloured pixels ({c.get('coloured')})")
+        for d in c.get("datasets", []):
+            if d["data"]:
+                check(d["drawn"] > 0, f"{path}: chart {c['id']} series {d['label']} has data but no drawn elements")
+    print(f"{os.path.basename(path)}: {len(drawn)} charts drawn, no console errors")
+    return found
+
+
+def chart(found, chart_id):
+    for c in found["charts"]:
+        if c["id"] == chart_id:
+            return c
+    sys.exit(f"no chart {chart_id}")
+
+
+def doc_chart(found, chart_id):
+    for s in found["doc"]["sections"]:
+        for c in s.get("charts", []):
+            if c["id"] == chart_id:
+                return c
+    sys.exit(f"no chart {chart_id} in the document")
+
+
+def series(c, label):
+    for d in c["datasets"]:
+        if d["label"] == label:
+            return [(p["x"], p["y"]) for p in d["data"]]
+    sys.exit(f"chart {c['id']}: no series {label!r} (has {[d['label'] for d in c['datasets']]})")
+
+
+def records(path):
+    steps = {}
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r["kind"] == "step":
+                steps[r["step"]] = r
+    return [steps[k] for k in sorted(steps)]
+
+
+def close(a, b):
+    return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+
+
+def same_points(got, want):
+    return len(got) == len(want) and all(close(g[0], w[0]) and close(g[1], w[1]) for g, w in zip(got, want))
+
+
+def training(work):
+    common = ["train", "--model", "mlp", "--epochs", "1", "--limit-train", "3200", "--limit-test", "500",
+              "--eval-every", "10", "--quiet"]
+    run(*common, "--metrics", "sgd.metrics.jsonl", cwd=work)
+    run(*common, "--lr", "0.05", "--lr-schedule", "cosine", "--metrics", "cosine.metrics.jsonl", cwd=work)
+    run("report", "sgd.metrics.jsonl", "cosine.metrics.jsonl", "-o", "train.html", cwd=work)
+    found = open_page(os.path.join(work, "train.html"))
+    for name in ("sgd", "cosine"):
+        steps = records(os.path.join(work, name + ".metrics.jsonl"))
+        check(same_points(series(chart(found, "loss"), name), [(r["step"], r["loss"]) for r in steps]),
+              f"train.html: the loss curve of {name} differs from its metrics file")
+        check(same_points(series(chart(found, "lr"), name), [(r["step"], r["lr"]) for r in steps]),
+              f"train.html: the learning-rate curve of {name} differs from its metrics file")
+        evals = [(r["step"], 100 * r["test_accuracy"]) for r in steps if "test_accuracy" in r]
+        check(len(evals) >= 5 and same_points(series(chart(found, "validation"), name + ": test accuracy"), evals),
+              f"train.html: the accuracy points of {name} differ from its metrics file")
+        check(same_points(series(chart(found, "throughput"), name + " rank 0"),
+                          [(r["step"], r["samples_per_second"]) for r in steps]),
+              f"train.html: the throughput of {name} differs from its metrics file")
+
+    # A pipeline run: both ranks' throughput, and its timeline as lanes.
+    r = subprocess.run([WEFT, "launch", "--nproc-per-node", "2", "--", "weft", "train", "--model", "gpt", "--pp", "2",
+                        "--micro-batches", "4", "--max-steps", "6", "--layers", "2", "--d-model", "32", "--context",
+                        "16", "--eval-batches", "1", "--quiet", "--timeline", "tl.json", "--metrics",
+                        "pp.metrics.jsonl", "--report", "pp.html"], cwd=work, capture_output=True, text=True,
+                       errors="replace", timeout=600)
+    check(r.returncode == 0, f"the pipeline run failed: {r.stderr[-1000:]}")
+    found = open_page(os.path.join(work, "pp.html"))
+    rates = chart(found, "throughput")
+    check([d["label"] for d in rates["datasets"]] == ["rank 0", "rank 1"], "pp.html: not one throughput series per rank")
+    check(same_points(series(rates, "rank 1"), [(r["step"], r["tokens_per_second"])
+                                                for r in records(os.path.join(work, "pp.metrics-rank1.jsonl"))]),
+          "pp.html: rank 1's throughput differs from its metrics file")
+    lanes = doc_chart(found, "timeline")
+    events = 0
+    for rank in (0, 1):
+        with open(os.path.join(work, f"tl-rank{rank}.json")) as f:
+            events += sum(1 for e in json.load(f)["traceEvents"] if e.get("ph") == "X")
+    check(len(lanes["lanes"]) == 4, f"pp.html: {len(lanes['lanes'])} lanes, not a compute and a comm lane per rank")
+    check(len(lanes["spans"]) == events, f"pp.html: {len(lanes['spans'])} spans drawn of the traces' {events}")
+    kinds = {k["name"] for k in lanes["kinds"]}
+    check({"forward", "backward", "optimizer"} <= kinds and any(k.startswith("send") for k in kinds),
+          f"pp.html: lanes lack forward, backward, optimizer or pipeline sends: {kinds}")
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def simulation(work):
+    out = run("sim", "--topology", os.path.join(REPO, "examples/topologies/pfc-cascade.yaml"), "--workload",
+              "incast:4:4MB@4,0-3", "--cc", "none", "--out", "cascade", "--report", "cascade.html", "--quiet", cwd=work)
+    check("report: cascade.html" in out, "weft sim --report did not say where the page is")
+    run("report", "cascade", "-o", "cascade-again.html", cwd=work)
+    for page in ("cascade.html", "cascade-again.html"):
+        found = open_page(os.path.join(work, page))
+        d = os.path.join(work, "cascade")
+        # Queue occupancy: every non-zero point is a row of queues.csv, and every row of a drawn queue is drawn.
+        rows = read_csv(os.path.join(d, "queues.csv"))
+        by_queue = {}
+        for r in rows:
+            by_queue.setdefault(f"{r['port']} q{r['queue']}", []).append((float(r["time_us"]), int(r["bytes"]) / 1e3))
+        queues = chart(found, "queues")
+        busiest = max(by_queue, key=lambda k: max(b for _, b in by_queue[k]))
+        check(queues["datasets"][0]["label"] == busiest, f"{page}: the first queue drawn is not the busiest ({busiest})")
+        for dset in queues["datasets"]:
+            got = [(p["x"], p["y"]) for p in dset["data"] if p["y"] != 0]
+            check(same_points(got, by_queue[dset["label"]]), f"{page}: queue {dset['label']} differs from queues.csv")
+        # PFC lanes: pause -> resume intervals of pfc.csv, ports in the order they first paused.
+        lanes = doc_chart(found, "pfc")
+        first, open_at, spans = {}, {}, {}
+        for r in read_csv(os.path.join(d, "pfc.csv")):
+            name = f"{r['from']} → {r['to']} q{r['queue']}"
+            t = float(r["time_us"])
+            first.setdefault(name, t)
+            if r["frame"] == "pause" and name not in open_at:
+                open_at[name] = t
+            elif r["frame"] == "resume" and name in open_at:
+                spans.setdefault(name, []).append((open_at.pop(name), t))
+        order = sorted(first, key=lambda n: (first[n], n))
+        check(lanes["lanes"] == order, f"{page}: PFC lanes {lanes['lanes']} not in first-pause order {order}")
+        check(order[0].startswith("rail-c → spine-1") and order[1].startswith("spine-1 → rail-"),
+              f"{page}: the cascade does not start at rail C and spread to spine 1's ports: {order[:3]}")
+        drawn = {}
+        for lane, _, a, b in lanes["spans"]:
+            drawn.setdefault(lanes["lanes"][lane], []).append((a, b))
+        for name in order:
+            want = spans.get(name, [])
+            got = drawn.get(name, [])[: len(want)]
+            check(same_points(got, want), f"{page}: pauses of {name} differ from pfc.csv")
+        # The completion-time distribution: flows.csv's completion times, in order.
+        fct = sorted(float(r["fct_us"]) for r in read_csv(os.path.join(d, "flows.csv")) if r["fct_us"])
+        cdf = series(chart(found, "fct_cdf"), "flows")
+        check([x for x, _ in cdf] == sorted(set(fct)) and close(cdf[-1][1], 1.0), f"{page}: the FCT CDF differs from flows.csv")
+        # Congestion counters: per interval, summing to the last sample's totals.
+        counters = read_csv(os.path.join(d, "counters.csv"))
+        pauses = series(chart(found, "congestion"), "PFC pause frames")
+        check(close(sum(y for _, y in pauses), int(counters[-1]["pfc_pauses"]) - int(counters[0]["pfc_pauses"])),
+              f"{page}: the pause counts differ from counters.csv")
+        topo = chart(found, "topology")
+        check(topo["circles"] == 9 and topo["lines"] == 8, f"{page}: topology drawn with {topo['circles']} nodes, "
+                                                           f"{topo['lines']} links (want 9 and 8)")
+
+
+def plans(work):
+    args = ["plan", "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536"]
+    run(*args, "--tp", "8", "--pp", "16", "--report", "plan.html", cwd=work)
+    found = open_page(os.path.join(work, "plan.html"))
+    bars = chart(found, "memory")
+    plan = json.loads(run(*args, "--tp", "8", "--pp", "16", "--json", cwd=work))
+    for key, label in (("weights", "weights"), ("optimizer", "optimizer states"), ("activations", "activations")):
+        got = [d["data"] for d in bars["datasets"] if d["label"] == label]
+        check(got and close(got[0][0], plan["memory_per_gpu"][key] / 1e9), f"plan.html: {label} differ from the plan")
+    with open(os.path.join(work, "sweep.json"), "w") as f:
+        f.write(run(*args, "--sweep", "--json", cwd=work))
+    run("report", "sweep.json", "-o", "sweep.html", cwd=work)
+    found = open_page(os.path.join(work, "sweep.html"))
+    with open(os.path.join(work, "sweep.json")) as f:
+        sweep = json.load(f)
+    points = [p for d in chart(found, "sweep")["datasets"] for p in d["data"]]
+    check(len(points) == len(sweep["layouts"]), f"sweep.html: {len(points)} points for {len(sweep['layouts'])} layouts")
+    marked = [p["mark"] for p in points if "mark" in p]
+    check(len(marked) == min(10, len(sweep["layouts"])) and marked[0].startswith("1. "),
+          f"sweep.html: the fastest layouts are not labelled: {marked}")
+
+
+def large(work):
+    """A 1,000-step run and a 1,024-GPU simulation: pages under 5 MB, series decimated to points of the files."""
+    run("train", "--model", "mlp", "--epochs", "2", "--limit-train", "32000", "--batch", "64", "--limit-test", "500",
+        "--eval-every", "100", "--quiet", "--metrics", "long.metrics.jsonl", cwd=work)
+    steps = records(os.path.join(work, "long.metrics.jsonl"))
+    check(len(steps) == 1000, f"the long run has {len(steps)} steps")
+    run("report", "long.metrics.jsonl", "--max-points", "200", "-o", "long.html", cwd=work)
+    found = open_page(os.path.join(work, "long.html"))
+    loss = series(chart(found, "loss"), "training loss")
+    file_points = {(r["step"], r["loss"]) for r in steps}
+    check(len(loss) <= 200 and all(p in file_points for p in loss), "long.html: decimated loss points are not the file's")
+    losses = [r["loss"] for r in steps]
+    check(max(losses) in [y for _, y in loss] and min(losses) in [y for _, y in loss],
+          "long.html: decimation lost the loss curve's highest or lowest point")
+    out = run("sim", "--topology", os.path.join(REPO, "examples/topologies/a100-1024.yaml"), "--workload",
+              "permutation:1MB", "--out", "big", "--report", "big.html", "--quiet", cwd=work)
+    for page in ("long.html", "big.html"):
+        size = os.path.getsize(os.path.join(work, page))
+        check(size < 5e6, f"{page}: {size} bytes (over 5 MB)")
+        print(f"{page}: {size / 1e3:.0f} KB")
+    found = open_page(os.path.join(work, "big.html"))
+    for c in found["charts"]:
+        for d in c.get("datasets", []):
+            check(len(d["data"]) <= 2000, f"big.html: {c['id']} series {d['label']} has {len(d['data'])} points")
+    topo = chart(found, "topology")
+    nodes = len(read_csv(os.path.join(work, "big", "nodes.csv")))
+    check(topo["circles"] == nodes, f"big.html: {topo['circles']} nodes drawn of {nodes}")
+
+
+def main():
+    parts = sys.argv[2:] or ["training", "simulation", "plans", "large"]
+    with tempfile.TemporaryDirectory() as work:
+        for part in parts:
+            globals()[part](work)
+    if failures:
+        print(f"{len(failures)} failures")
+        sys.exit(1)
+    print("ok")
+
+
+main()
