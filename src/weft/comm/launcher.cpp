@@ -44,18 +44,74 @@ int free_port() {
   return port;
 }
 
-void flush_lines(std::string& buf, int rank, std::FILE* out, bool all) {
+// Rank 0's progress line when the launcher's stderr is a terminal: rank 0 draws it in place
+// (WEFT_PROGRESS_TERMINAL=1: "\r\033[K" and the line, no newline), and the launcher keeps it
+// as the terminal's last line, below every other line of every rank.
+struct TerminalLine {
+  bool tty = false;   // the launcher's stderr is a terminal
+  bool open = false;  // a progress line is on screen
+  std::string text;
+};
+TerminalLine g_line;
+
+std::string without_clears(std::string s) {
+  for (std::size_t at; (at = s.find("\033[K")) != std::string::npos;) s.erase(at, 3);
+  return s;
+}
+
+void clear_progress() {
+  if (!g_line.open) return;
+  std::fputs("\r\033[K", stderr);
+  std::fflush(stderr);
+}
+
+void draw_progress() {
+  if (!g_line.open) return;
+  std::fprintf(stderr, "[0] %s", g_line.text.c_str());
+  std::fflush(stderr);
+}
+
+void print_line(std::FILE* out, int rank, const char* text, std::size_t n) {
+  clear_progress();
+  std::fprintf(out, "[%d] %.*s\n", rank, static_cast<int>(n), text);
+  std::fflush(out);
+  draw_progress();
+}
+
+// Prints the complete lines of `buf` prefixed with the rank (all: the rest too); `progress`:
+// the buffer is rank 0's stderr on a terminal, where text after a "\r" is its progress line.
+void flush_lines(std::string& buf, int rank, std::FILE* out, bool all, bool progress) {
   std::size_t start = 0;
   for (;;) {
     std::size_t nl = buf.find('\n', start);
     if (nl == std::string::npos) break;
-    std::fprintf(out, "[%d] %.*s\n", rank, static_cast<int>(nl - start), buf.data() + start);
+    std::string line = buf.substr(start, nl - start);
     start = nl + 1;
+    const std::size_t cr = progress ? line.rfind('\r') : std::string::npos;
+    if (cr != std::string::npos) {  // the progress line ends here
+      clear_progress();
+      g_line.open = false;
+      line = without_clears(line.substr(cr + 1));
+      if (line.empty()) continue;
+    }
+    print_line(out, rank, line.data(), line.size());
   }
   buf.erase(0, start);
-  if (all && !buf.empty()) {
-    std::fprintf(out, "[%d] %s\n", rank, buf.c_str());
+  const std::size_t cr = progress ? buf.rfind('\r') : std::string::npos;
+  if (cr != std::string::npos) {  // a new state of the progress line
+    clear_progress();
+    g_line.text = without_clears(buf.substr(cr + 1));
+    g_line.open = !g_line.text.empty();
+    draw_progress();
     buf.clear();
+  }
+  if (all && !buf.empty()) {
+    print_line(out, rank, buf.data(), buf.size());
+    buf.clear();
+  }
+  if (all && progress) {
+    clear_progress();
+    g_line.open = false;
   }
   std::fflush(out);
 }
@@ -109,6 +165,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       set("WEFT_JOB_TOKEN", token);
       set("WEFT_NUM_THREADS", std::to_string(threads));
       set("WEFT_RESTART_COUNT", std::to_string(attempt));
+      if (rank == 0 && g_line.tty) set("WEFT_PROGRESS_TERMINAL", "1");  // rank 0 owns the terminal
       std::vector<char*> argv;
       for (auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
@@ -163,9 +220,9 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       std::string& acc = err ? w.err_buf : w.out_buf;
       if (n > 0) {
         acc.append(buf, static_cast<size_t>(n));
-        flush_lines(acc, w.rank, err ? stderr : stdout, false);
+        flush_lines(acc, w.rank, err ? stderr : stdout, false, err && w.rank == 0 && g_line.tty);
       } else {
-        flush_lines(acc, w.rank, err ? stderr : stdout, true);
+        flush_lines(acc, w.rank, err ? stderr : stdout, true, err && w.rank == 0 && g_line.tty);
         ::close(fds[i].fd);
         (err ? w.err_fd : w.out_fd) = -1;
       }
@@ -180,6 +237,8 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
         if (exit_code(status) != 0 && first_failure == 0 && !stopping) {
           first_failure = exit_code(status);
           *failed_rank = w.rank;
+          clear_progress();
+          g_line.open = false;
           std::fprintf(stderr, "weft launch: rank %d failed (%s); stopping the other ranks\n", w.rank,
                        describe(status).c_str());
           stopping = true;
@@ -226,6 +285,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
 
 int launch(const LaunchConfig& c) {
   if (c.nproc_per_node < 1) throw ConfigError("--nproc-per-node must be at least 1");
+  g_line.tty = ::isatty(2) != 0;
   if (c.nnodes < 1) throw ConfigError("--nnodes must be at least 1");
   if (c.min_nodes < 0 || c.min_nodes > c.nnodes)
     throw ConfigError("--nnodes MIN:MAX needs 1 <= MIN <= MAX, got " + std::to_string(c.min_nodes) + ":" + std::to_string(c.nnodes));

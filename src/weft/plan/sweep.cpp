@@ -1,10 +1,14 @@
 #include "weft/plan/sweep.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <chrono>
 
 #include <nlohmann/json.hpp>
 
 #include "weft/util/error.h"
+#include "weft/util/progress.h"
 
 namespace weft::plan {
 
@@ -15,9 +19,22 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus) {
   check_shape(in.model);
   const double flops = in.achieved_flops > 0 ? in.achieved_flops : in.mfu * in.gpu.peak_flops;
   std::vector<SweepRow> rows;
+  long tps = 0;
+  for (int tp = 1; tp <= in.cluster.gpus_per_node; tp *= 2) ++tps;
+  // A sweep of a deep model on many GPUs takes a while: a progress line on stderr.
+  Progress progress("sweep", tps * in.model.layers, stderr, 5.0, false);
+  long tried = 0;
+  const auto start = std::chrono::steady_clock::now();
   for (int tp = 1; tp <= in.cluster.gpus_per_node; tp *= 2) {
-    if (in.model.heads % tp != 0 || gpus % tp != 0) continue;
+    if (in.model.heads % tp != 0 || gpus % tp != 0) {
+      tried += in.model.layers;
+      continue;
+    }
     for (int pp = 1; pp <= in.model.layers; ++pp) {
+      ++tried;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      progress.update(tried, elapsed / static_cast<double>(tried) * static_cast<double>(tps * in.model.layers - tried),
+                      fmt::format("{} layouts fit so far", rows.size()));
       if (in.model.layers % pp != 0 || gpus % (static_cast<std::int64_t>(tp) * pp) != 0) continue;
       const int dp = static_cast<int>(gpus / (static_cast<std::int64_t>(tp) * pp));
       if (in.global_batch % dp != 0) continue;
@@ -35,6 +52,7 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus) {
       }
     }
   }
+  progress.finish();
   std::stable_sort(rows.begin(), rows.end(), [](const SweepRow& a, const SweepRow& b) {
     return a.iteration.iteration_overlap_s < b.iteration.iteration_overlap_s;
   });

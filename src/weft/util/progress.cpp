@@ -41,17 +41,17 @@ Progress::Progress(std::string label, long total, std::FILE* out, double interva
       out_(out),
       interval_s_(interval_s),
       terminal_(drawn_in_place(out)),
-      show_count_(show_count) {}
+      show_count_(show_count),
+      last_print_(std::chrono::steady_clock::now()) {}
 
 void Progress::update(long done, double eta_seconds, const std::string& detail) {
   auto now = std::chrono::steady_clock::now();
   double since = std::chrono::duration<double>(now - last_print_).count();
   double min_gap = terminal_ ? 0.1 : interval_s_;
   bool last = done >= total_;
-  if (printed_once_ && since < min_gap && !last) return;
+  if (since < min_gap && !last) return;  // the first line after min_gap too: short runs print none
   if (!terminal_ && last) return;  // the caller prints a summary line at the end
   last_print_ = now;
-  printed_once_ = true;
   const double fraction = total_ > 0 ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;
   const std::string count = show_count_ ? fmt::format(" {}/{}", done, total_) : std::string();
   std::string line = fmt::format("{} {} {:.0f}%{}  {}  ETA {}", label_, progress_bar(fraction, 20), 100 * fraction, count,

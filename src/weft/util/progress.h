@@ -32,7 +32,6 @@ class Progress {
   bool show_count_;
   bool line_open_ = false;
   std::chrono::steady_clock::time_point last_print_;
-  bool printed_once_ = false;
 };
 
 // A bar of `width` characters, `fraction` (0..1) of it filled: "[#####-----]".
