@@ -79,7 +79,7 @@ void add_sim_command(CLI::App& app, Action& action) {
   cmd->add_option("--seed", f->seed, "random seed")->check(non_negative())->each([f](const std::string&) {
     f->seed_given = true;
   });
-  cmd->add_option("--out", f->out, "folder for summary.json, flows.csv, links.csv, queues.csv, pfc.csv");
+  cmd->add_option("--out", f->out, "folder for summary.json and the CSV files (flows, links, queues, pfc, counters, nodes)");
   cmd->add_option("--report", f->report, "write an HTML report of the run (docs/reports.md)");
   cmd->add_flag("--list-keys", f->list_keys, "print every parameter with its default and exit");
   cmd->add_flag("--quiet", f->quiet, "no progress lines");

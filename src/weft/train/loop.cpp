@@ -374,10 +374,10 @@ void Run::step(bool last) {
   train_seconds_ += seconds;
   window_seconds_ += seconds;
   const double exposed = strategies_->stats().exposed_seconds - exposed_before;
-  compute_seconds_ += seconds_since(t1) - exposed;
+  const double compute = seconds_since(t1) - exposed;
+  compute_seconds_ += compute;
   const std::int64_t units = batch.inputs.size(0) * task_->units_per_row();
-  last_ = {loss, lr, seconds, seconds_since(t1) - exposed, strategies_->stats().seconds - comm_before, exposed, units,
-           step_peak};
+  last_ = {loss, lr, seconds, compute, strategies_->stats().seconds - comm_before, exposed, units, step_peak};
   units_ += units;
   window_units_ += units;
   window_loss_ += loss;
