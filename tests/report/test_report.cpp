@@ -177,4 +177,11 @@ TEST(Report, RefusesWhatItCannotDraw) {
   EXPECT_NE(error_of([&] { make_report({dir.path() + "/other.json"}, {}); }).find("other.json: not a metrics file"),
             std::string::npos);
   EXPECT_NE(error_of([] { make_report({}, {}); }).find("at least one path"), std::string::npos);
+  // Fields of the wrong type: named with the file, never an unexplained exception.
+  write_file_atomic(dir.path() + "/t.json", R"({"traceEvents":[{"ph":"X","pid":"a","tid":0,"ts":1,"dur":2}]})");
+  EXPECT_NE(error_of([&] { make_report({dir.path() + "/t.json"}, {}); }).find("t.json: not as weft writes it"),
+            std::string::npos);
+  write_file_atomic(dir.path() + "/s.json", R"({"kind":"sweep","gpu":{"memory_bytes":1e9},"layouts":[{"layout":5}]})");
+  EXPECT_NE(error_of([&] { make_report({dir.path() + "/s.json"}, {}); }).find("s.json: not as weft writes it"),
+            std::string::npos);
 }

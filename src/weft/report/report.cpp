@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 
@@ -46,8 +47,7 @@ Page make_report(const std::vector<std::string>& paths, const ReportOptions& opt
     if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
   };
   json later = json::array();  // simulations and plans, after the training runs and timeline
-  for (const std::string& path : paths) {
-    if (!file_exists(path)) throw ConfigError(path + ": no such file or folder");
+  auto read_path = [&](const std::string& path) {
     if (is_directory(path)) {
       if (is_sim_folder(path)) {
         for (json& s : simulation_sections(read_sim_folder(path), display_name(path), options.max_points)) later.push_back(s);
@@ -69,16 +69,36 @@ Page make_report(const std::vector<std::string>& paths, const ReportOptions& opt
       for (json& s : plan_sections(doc, display_name(path))) later.push_back(s);
       kind("plan");
     }
+  };
+  // A field of the wrong type in a file is named with the file: not as weft writes it.
+  auto malformed = [](const std::string& what, const json::exception& e) {
+    return DataError(what + ": not as weft writes it (" + e.what() + ")");
+  };
+  for (const std::string& path : paths) {
+    if (!file_exists(path)) throw ConfigError(path + ": no such file or folder");
+    try {
+      read_path(path);
+    } catch (const json::exception& e) {
+      throw malformed(path, e);
+    }
   }
-  if (!runs.empty()) {
-    for (std::size_t i = 0; i < runs.size(); ++i)  // names distinct on the legends
-      for (std::size_t j = 0; j < i; ++j)
-        if (runs[j].name == runs[i].name) runs[i].name = runs[i].path;
-    for (json& s : training_sections(runs, options.max_points)) sections.push_back(s);
-    kind(runs.size() > 1 ? "training runs" : "training run");
+  try {
+    if (!runs.empty()) {
+      for (std::size_t i = 0; i < runs.size(); ++i)  // names distinct on the legends
+        for (std::size_t j = 0; j < i; ++j)
+          if (runs[j].name == runs[i].name) runs[i].name = runs[i].path;
+      for (json& s : training_sections(runs, options.max_points)) sections.push_back(s);
+      kind(runs.size() > 1 ? "training runs" : "training run");
+    }
+  } catch (const json::exception& e) {
+    throw malformed(runs.size() == 1 ? runs[0].path : "the metrics files", e);
   }
   if (!traces.empty()) {
-    sections.push_back(timeline_section(traces, options.max_points * 10));
+    try {
+      sections.push_back(timeline_section(traces, options.max_points * 10));
+    } catch (const json::exception& e) {
+      throw malformed(traces.size() == 1 ? traces[0] : "the traces", e);
+    }
     kind("timeline");
   }
   for (json& s : later) sections.push_back(s);
