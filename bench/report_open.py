@@ -36,8 +36,8 @@ def weft(*args, cwd):
 
 def open_once(path):
     t0 = time.perf_counter()
-    r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1300,1800",
-                        "--dump-dom", "file://" + path], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1300,1800",
+                        "--user-data-dir=" + os.path.join(os.path.dirname(path), "chromium"), "--dump-dom", "file://" + path], capture_output=True, text=True, timeout=120)
     wall = time.perf_counter() - t0
     m = re.search(r'<pre id="probe">(.*?)</pre>', r.stdout, re.S)
     probe = json.loads(m.group(1).replace("&quot;", '"'))

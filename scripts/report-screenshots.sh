@@ -15,7 +15,7 @@ gpt=(train --model gpt --max-steps 300 --layers 2 --d-model 64 --eval-every 50 -
   --report simulation.html --quiet >/dev/null
 "$weft" plan --model gpt3-175b --gpus 1024 --global-batch 1536 --sweep --report plan.html >/dev/null
 shoot() {
-  chromium --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size="$2" \
+  chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars --window-size="$2" --user-data-dir="$work/chromium" \
     --screenshot="$repo/docs/images/report-$1.png" "file://$work/$1.html" 2>/dev/null
 }
 shoot training 1300,1250

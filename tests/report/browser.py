@@ -87,8 +87,9 @@ def open_page(path):
     probed = path + ".probe.html"
     with open(probed, "w", encoding="utf-8") as f:
         f.write(page.replace("<head>", "<head>\n" + PROBE, 1))
-    r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1300,1800",
-                        "--virtual-time-budget=10000", "--dump-dom", "file://" + probed],
+    r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1300,1800",
+                        "--virtual-time-budget=10000", "--user-data-dir=" + os.path.join(os.path.dirname(path), "chromium"),
+                        "--dump-dom", "file://" + probed],
                        capture_output=True, text=True, timeout=120)
     m = re.search(r'<pre id="weft-probe">(.*?)</pre>', r.stdout, re.S)
     if not m:
