@@ -2,7 +2,14 @@
 // hostile bytes.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -74,6 +81,93 @@ TEST(Store, SurvivesRandomBytes) {
   StoreClient ok("127.0.0.1", server.port(), kToken, 0, 5.0);
   ok.set("still", "alive");
   EXPECT_EQ(*ok.get("still", 1.0), "alive");
+}
+
+namespace {
+int threads_of_this_process() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  return -1;
+}
+
+void wait_until(const std::function<bool()>& done, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+}  // namespace
+
+// Strangers cost their slots only: half-open connections (connected, never answering the
+// handshake) beyond the bound drop the oldest, time out, start no thread, and the job's own
+// clients are served meanwhile.
+TEST(Store, HalfOpenConnectionsCostOnlyTheirSlots) {
+  StoreServer server("127.0.0.1", 0, kToken, StoreLimits{64, 1.0});
+  const int threads = threads_of_this_process();
+  std::vector<Socket> strangers;
+  for (int i = 0; i < 300; ++i) strangers.push_back(connect_tcp("127.0.0.1", server.port(), Deadline::in(5.0)));
+  wait_until([&] { return server.refused() >= 300 - 64; }, 5.0);
+  EXPECT_GE(server.refused(), 300 - 64);
+  EXPECT_LE(server.connections(), 64);
+  EXPECT_EQ(threads_of_this_process(), threads);  // no thread per connection
+  const auto t0 = std::chrono::steady_clock::now();
+  StoreClient ok("127.0.0.1", server.port(), kToken, 0, 5.0);
+  ok.set("k", "v");
+  EXPECT_EQ(*ok.get("k", 1.0), "v");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  // The strangers that were still waiting run out of time; the job's client stays.
+  wait_until([&] { return server.connections() == 1; }, 5.0);
+  EXPECT_EQ(server.connections(), 1);
+  EXPECT_EQ(server.refused(), 300);
+  EXPECT_EQ(*ok.get("k", 1.0), "v");
+}
+
+TEST(Store, ConnectThenCloseCyclesLeaveNothingBehind) {
+  StoreServer server("127.0.0.1", 0, kToken);
+  const int threads = threads_of_this_process();
+  for (int i = 0; i < 5000; ++i) Socket s = connect_tcp("127.0.0.1", server.port(), Deadline::in(5.0));
+  wait_until([&] { return server.connections() == 0; }, 5.0);
+  EXPECT_EQ(server.connections(), 0);
+  EXPECT_EQ(threads_of_this_process(), threads);
+  StoreClient ok("127.0.0.1", server.port(), kToken, 0, 5.0);
+  EXPECT_EQ(ok.add("n", 2), 2);
+}
+
+// With its descriptors exhausted (a store in a child process limited to 128), the store
+// drops the oldest stranger to make room instead of failing, and its job's client gets in.
+TEST(Store, SurvivesRunningOutOfDescriptors) {
+  int port_pipe[2];
+  ASSERT_EQ(::pipe(port_pipe), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    rlimit few{128, 128};
+    ::setrlimit(RLIMIT_NOFILE, &few);
+    StoreServer server("127.0.0.1", 0, kToken, StoreLimits{100000, 30.0});
+    const int port = server.port();
+    [[maybe_unused]] ssize_t n = ::write(port_pipe[1], &port, sizeof port);
+    ::pause();
+    ::_exit(0);
+  }
+  int port = 0;
+  ASSERT_EQ(::read(port_pipe[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  std::vector<Socket> strangers;
+  for (int i = 0; i < 400; ++i) strangers.push_back(connect_tcp("127.0.0.1", port, Deadline::in(5.0)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  bool served = false;
+  try {
+    StoreClient ok("127.0.0.1", port, kToken, 0, 10.0);
+    ok.set("k", "v");
+    served = ok.get("k", 1.0) == std::optional<std::string>("v");
+  } catch (const CommError& e) {
+    ADD_FAILURE() << e.what();
+  }
+  EXPECT_TRUE(served);
+  int status = 0;
+  EXPECT_EQ(::waitpid(child, &status, WNOHANG), 0) << "the store's process died";
+  ::kill(child, SIGKILL);
+  ::waitpid(child, &status, 0);
+  ::close(port_pipe[0]);
+  ::close(port_pipe[1]);
 }
 
 TEST(Handshake, MutualAndBounded) {

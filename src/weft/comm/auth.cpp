@@ -70,27 +70,35 @@ std::string job_token_from_env() {
   return *t;
 }
 
+AcceptStart start_accept(Purpose purpose) {
+  AcceptStart a{std::string(kMagic, sizeof kMagic), random_bytes(32)};
+  a.hello.push_back(static_cast<char>(kVersion));
+  a.hello.push_back(static_cast<char>(purpose));
+  a.hello += a.nonce;
+  return a;
+}
+
+AcceptEnd finish_accept(const std::string& token, Purpose purpose, const std::string& nonce, std::uint32_t my_identity,
+                        const std::uint8_t* reply) {
+  std::string nonce_c(reinterpret_cast<const char*>(reply), 32);
+  const std::uint32_t their_identity = read_u32(reply + 32);
+  std::string label(1, static_cast<char>(purpose));
+  Digest want = hmac_sha256(token, "connect" + label + nonce + nonce_c + u32_bytes(their_identity));
+  if (!digest_equal(want, as_digest(reply + 36))) throw CommError("bad job token");
+  Digest mine = hmac_sha256(token, "accept" + label + nonce + nonce_c + u32_bytes(my_identity) + u32_bytes(their_identity));
+  return {their_identity, u32_bytes(my_identity) + as_string(mine)};
+}
+
 std::uint32_t accept_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,
                                double timeout_s) {
   Deadline d = Deadline::in(timeout_s);
-  std::string nonce_a = random_bytes(32);
-  std::string hello(kMagic, sizeof kMagic);
-  hello.push_back(static_cast<char>(kVersion));
-  hello.push_back(static_cast<char>(purpose));
-  hello += nonce_a;
-  write_all(fd, hello.data(), hello.size(), d);
-  std::uint8_t reply[32 + 4 + 32];
+  const AcceptStart start = start_accept(purpose);
+  write_all(fd, start.hello.data(), start.hello.size(), d);
+  std::uint8_t reply[kAcceptReplyBytes];
   read_exact(fd, reply, sizeof reply, d);
-  std::string nonce_c(reinterpret_cast<const char*>(reply), 32);
-  std::uint32_t their_identity = read_u32(reply + 32);
-  std::string label(1, static_cast<char>(purpose));
-  Digest want = hmac_sha256(token, "connect" + label + nonce_a + nonce_c + u32_bytes(their_identity));
-  if (!digest_equal(want, as_digest(reply + 36))) throw CommError("bad job token");
-  Digest mine = hmac_sha256(token, "accept" + label + nonce_a + nonce_c + u32_bytes(my_identity) +
-                                       u32_bytes(their_identity));
-  std::string answer = u32_bytes(my_identity) + as_string(mine);
-  write_all(fd, answer.data(), answer.size(), d);
-  return their_identity;
+  const AcceptEnd end = finish_accept(token, purpose, start.nonce, my_identity, reply);
+  write_all(fd, end.answer.data(), end.answer.size(), d);
+  return end.their_identity;
 }
 
 std::uint32_t connect_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,

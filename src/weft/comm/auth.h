@@ -27,6 +27,21 @@ std::string job_token_from_env();
 
 enum class Purpose : std::uint8_t { kStore = 1, kPeer = 2 };
 
+// The acceptor's side in two steps, for servers that wait on many connections at once: the
+// hello to send (keep the nonce), then the connector's reply (kAcceptReplyBytes) checked and
+// the answer to send; throws CommError("bad job token") on a wrong MAC.
+struct AcceptStart {
+  std::string hello, nonce;
+};
+constexpr std::size_t kAcceptReplyBytes = 32 + 4 + 32;
+AcceptStart start_accept(Purpose purpose);
+struct AcceptEnd {
+  std::uint32_t their_identity;
+  std::string answer;
+};
+AcceptEnd finish_accept(const std::string& token, Purpose purpose, const std::string& nonce, std::uint32_t my_identity,
+                        const std::uint8_t* reply);
+
 struct Deadline;
 // Both run the handshake on a connected socket and return the peer's identity; they throw
 // CommError ("bad job token", "handshake timed out", ...) on failure.

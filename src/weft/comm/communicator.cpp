@@ -96,7 +96,7 @@ std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const 
   const bool alone = info.world == 1 && info.launcher == "none" && !env_string("MASTER_PORT");
   int port = info.master_port;
   if (info.rank == 0) {
-    c->server_ = std::make_shared<StoreServer>(is_loopback(info.master_addr) || alone ? "127.0.0.1" : "0.0.0.0",
+    c->server_ = std::make_shared<StoreServer>(alone ? "127.0.0.1" : bind_address_for(info.master_addr),
                                                alone ? 0 : port, c->token_);
     if (alone) port = c->server_->port();
   }

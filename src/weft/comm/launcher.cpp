@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "weft/comm/auth.h"
+#include "weft/comm/links.h"
 #include "weft/comm/process.h"
 #include "weft/comm/socket.h"
 #include "weft/comm/store.h"
@@ -324,7 +325,7 @@ int launch(const LaunchConfig& c) {
   std::unique_ptr<StoreServer> agent_server;
   std::unique_ptr<StoreClient> agent;
   if (elastic) {
-    if (c.node_rank == 0) agent_server = std::make_unique<StoreServer>("0.0.0.0", agent_port, token);
+    if (c.node_rank == 0) agent_server = std::make_unique<StoreServer>(bind_address_for(c.master_addr), agent_port, token);
     agent = std::make_unique<StoreClient>(c.master_addr, agent_port, token, static_cast<std::uint32_t>(1000 + c.node_rank),
                                           std::max(60.0, c.join_timeout_s * 3));
   }

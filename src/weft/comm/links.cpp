@@ -32,6 +32,7 @@ std::string join_ranks(const std::vector<int>& v) {
 }
 
 bool is_loopback(const std::string& addr) { return addr == "localhost" || addr.rfind("127.", 0) == 0; }
+std::string bind_address_for(const std::string& master_addr) { return is_loopback(master_addr) ? "127.0.0.1" : "0.0.0.0"; }
 
 namespace {
 
@@ -229,7 +230,7 @@ std::unique_ptr<GroupLinks> connect_links(const LinkRequest& r) {
   for (std::size_t i = 0; i < r.members.size(); ++i) links->peers[i].global_rank = r.members[i];
   const std::string my_host = host_id();
   int port = 0;
-  Socket listener = listen_tcp(is_loopback(r.master_addr) ? "127.0.0.1" : "0.0.0.0", 0, &port);
+  Socket listener = listen_tcp(bind_address_for(r.master_addr), 0, &port);
   const std::vector<Endpoint> eps = exchange_endpoints(r, port, my_host);
   note_hosts(*links, r, eps, my_host);
   const std::vector<bool> use_shm = choose_shared_memory(r, eps, my_host);

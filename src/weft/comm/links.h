@@ -58,5 +58,8 @@ std::string host_id();
 // "0, 2, 5"
 std::string join_ranks(const std::vector<int>& ranks);
 bool is_loopback(const std::string& address);
+// Where a job's listening sockets bind: loopback when the job's master address is loopback
+// (a single-host job is never reachable from the network), else every interface.
+std::string bind_address_for(const std::string& master_addr);
 
 }  // namespace weft::comm

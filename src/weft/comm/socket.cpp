@@ -96,26 +96,35 @@ Socket connect_tcp(const std::string& host, int port, Deadline deadline) {
   throw CommError("cannot connect to " + host + ":" + std::to_string(port) + ": " + last_error);
 }
 
+Socket try_accept(int listen_fd, std::string* peer_address, int* error) {
+  sockaddr_in sa{};
+  socklen_t len = sizeof sa;
+  *error = 0;
+  int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) *error = errno;
+    return Socket();
+  }
+  set_nonblocking(fd, false);
+  if (peer_address) {
+    char buf[INET_ADDRSTRLEN] = {0};
+    ::inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof buf);
+    *peer_address = std::string(buf) + ":" + std::to_string(ntohs(sa.sin_port));
+  }
+  set_nodelay(fd);
+  return Socket(fd);
+}
+
 Socket accept_tcp(int listen_fd, Deadline deadline, std::string* peer_address) {
   while (true) {
     pollfd p{listen_fd, POLLIN, 0};
     int rc = ::poll(&p, 1, deadline.remaining_ms());
     if (rc < 0 && errno == EINTR) continue;
     if (rc <= 0) return Socket();
-    sockaddr_in sa{};
-    socklen_t len = sizeof sa;
-    int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
-      throw CommError(std::string("accept failed: ") + std::strerror(errno));
-    }
-    if (peer_address) {
-      char buf[INET_ADDRSTRLEN] = {0};
-      ::inet_ntop(AF_INET, &sa.sin_addr, buf, sizeof buf);
-      *peer_address = std::string(buf) + ":" + std::to_string(ntohs(sa.sin_port));
-    }
-    set_nodelay(fd);
-    return Socket(fd);
+    int error = 0;
+    Socket s = try_accept(listen_fd, peer_address, &error);
+    if (s.valid()) return s;
+    if (error != 0) throw CommError(std::string("accept failed: ") + std::strerror(error));
   }
 }
 

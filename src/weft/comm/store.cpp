@@ -1,11 +1,18 @@
 #include "weft/comm/store.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <list>
 
 #include "weft/comm/auth.h"
 #include "weft/util/error.h"
@@ -17,7 +24,6 @@ namespace {
 enum Op : std::uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kErase = 5 };
 enum Status : std::uint8_t { kOk = 0, kTimeout = 1, kMissing = 2, kBad = 3 };
 constexpr std::uint32_t kMaxFrame = 256u << 20;
-constexpr double kIdleTimeout = 24 * 3600.0;
 
 void put_u32(std::string& s, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -50,106 +56,285 @@ std::string frame(std::uint8_t head, const std::string& body) {
 
 }  // namespace
 
-StoreServer::StoreServer(const std::string& addr, int port, std::string token) : token_(std::move(token)) {
-  listener_ = listen_tcp(addr, port, &port_);
-  acceptor_ = std::thread([this] { accept_loop(); });
+namespace {
+
+// One connection of the store's loop.
+struct Connection {
+  Socket socket;
+  std::string peer;
+  bool authenticated = false;
+  std::string nonce;             // of its handshake
+  std::string in, out;           // bytes read and not yet handled; bytes to write
+  Clock::time_point deadline;    // of the handshake, or of the get it waits on
+  std::optional<std::string> waiting;  // the key of a get that waits for it
+  bool dead = false;
+};
+
+}  // namespace
+
+struct StoreServer::State {
+  std::string token;
+  StoreLimits limits;
+  Socket listener, wake_read, wake_write;
+  std::atomic<bool> stop{false};
+  std::atomic<int> refused{0}, open{0};
+  std::map<std::string, std::string> data;
+  std::list<Connection> connections;
+  std::string error_note;  // an accept error already reported
+
+  void run();
+  void accept_new();
+  void drop_oldest_stranger(const char* why);
+  void refuse(Connection& c, const std::string& why);
+  void receive(Connection& c);
+  void handle(Connection& c);
+  void request(Connection& c, const std::string& f);
+  void reply(Connection& c, std::uint8_t status, const std::string& body);
+  void send(Connection& c);
+  void answer_waiters();
+};
+
+StoreServer::StoreServer(const std::string& addr, int port, std::string token, StoreLimits limits)
+    : state_(std::make_unique<State>()) {
+  state_->token = std::move(token);
+  state_->limits = limits;
+  state_->listener = listen_tcp(addr, port, &port_);
+  set_nonblocking(state_->listener.fd(), true);
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) throw CommError(std::string("pipe failed: ") + std::strerror(errno));
+  state_->wake_read = Socket(pipe_fds[0]);
+  state_->wake_write = Socket(pipe_fds[1]);
+  // As many descriptors as the system lets this process have: strangers must not exhaust them.
+  rlimit fds{};
+  if (::getrlimit(RLIMIT_NOFILE, &fds) == 0 && fds.rlim_cur < fds.rlim_max) {
+    fds.rlim_cur = fds.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &fds);
+  }
+  loop_ = std::thread([s = state_.get()] { s->run(); });
 }
 
 StoreServer::~StoreServer() {
-  stop_ = true;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : connection_fds_) ::shutdown(fd, SHUT_RDWR);
-  }
-  changed_.notify_all();
-  acceptor_.join();
-  for (auto& t : connections_) t.join();
+  state_->stop = true;
+  const char byte = 1;
+  [[maybe_unused]] ssize_t n = ::write(state_->wake_write.fd(), &byte, 1);
+  loop_.join();
 }
 
-void StoreServer::accept_loop() {
-  while (!stop_) {
-    std::string peer;
-    Socket s = accept_tcp(listener_.fd(), Deadline::in(0.1), &peer);
-    if (!s.valid()) continue;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_ || connections_.size() >= 65536) continue;
-    connection_fds_.push_back(s.fd());
-    connections_.emplace_back([this, sock = std::move(s), peer]() mutable { serve(std::move(sock), peer); });
-  }
-}
+int StoreServer::refused() const { return state_->refused.load(); }
+int StoreServer::connections() const { return state_->open.load(); }
 
-void StoreServer::serve(Socket s, std::string peer) {
-  // Forget the descriptor before the socket closes, so shutdown never hits a reused one.
-  struct Forget {
-    StoreServer* self;
-    int fd;
-    ~Forget() {
-      std::lock_guard<std::mutex> lock(self->mu_);
-      std::erase(self->connection_fds_, fd);
+void StoreServer::State::run() {
+  std::vector<pollfd> fds;
+  std::vector<Connection*> owner;
+  while (!stop) {
+    fds.clear();
+    owner.clear();
+    fds.push_back({wake_read.fd(), POLLIN, 0});
+    fds.push_back({listener.fd(), POLLIN, 0});
+    auto wake_at = Clock::now() + std::chrono::seconds(1);
+    for (Connection& c : connections) {
+      fds.push_back({c.socket.fd(), static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+      owner.push_back(&c);
+      if (!c.authenticated || c.waiting) wake_at = std::min(wake_at, c.deadline);
     }
-  } forget{this, s.fd()};
-  try {
-    accept_handshake(s.fd(), token_, Purpose::kStore, 0, 10.0);
-  } catch (const CommError& e) {
-    ++refused_;
-    if (!stop_) std::fprintf(stderr, "weft store: refused a connection from %s (%s)\n", peer.c_str(), e.what());
-    return;
-  }
-  try {
-    while (!stop_) {
-      std::uint8_t len_bytes[4];
-      read_exact(s.fd(), len_bytes, 4, Deadline::in(kIdleTimeout));
-      std::uint32_t len = static_cast<std::uint32_t>(get_uint(std::string(reinterpret_cast<char*>(len_bytes), 4), 0, 4));
-      if (len == 0 || len > kMaxFrame) throw CommError("bad frame length " + std::to_string(len));
-      std::string f(len, '\0');
-      read_exact(s.fd(), f.data(), len, Deadline::in(60.0));
-      const std::uint8_t op = static_cast<std::uint8_t>(f[0]);
-      std::string key, reply_body;
-      std::size_t after = 0;
-      std::uint8_t status = kOk;
-      if (op == kSet && parse_key(f, 1, &key, &after)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        data_[key] = f.substr(after);
-        changed_.notify_all();
-      } else if (op == kGet && f.size() >= 5 && parse_key(f, 5, &key, &after)) {
-        double timeout_s = static_cast<double>(get_uint(f, 1, 4)) / 1000.0;
-        std::unique_lock<std::mutex> lock(mu_);
-        bool found = changed_.wait_for(lock, std::chrono::duration<double>(timeout_s),
-                                       [&] { return stop_ || data_.count(key) > 0; });
-        if (found && data_.count(key)) reply_body = data_[key]; else status = kTimeout;
-      } else if (op == kAdd && f.size() >= 9 && parse_key(f, 9, &key, &after)) {
-        auto delta = static_cast<std::int64_t>(get_uint(f, 1, 8));
-        std::lock_guard<std::mutex> lock(mu_);
-        std::int64_t v = 0;
-        auto it = data_.find(key);
-        if (it != data_.end()) {
-          try {
-            v = std::stoll(it->second);
-          } catch (const std::exception&) {
-            v = 0;
-          }
-        }
-        v += delta;
-        data_[key] = std::to_string(v);
-        reply_body = data_[key];
-        changed_.notify_all();
-      } else if (op == kCheck && parse_key(f, 1, &key, &after)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        status = data_.count(key) ? kOk : kMissing;
-      } else if (op == kErase && parse_key(f, 1, &key, &after)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        data_.erase(key);
-      } else {
-        throw CommError("malformed request");
+    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake_at - Clock::now()).count();
+    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait_ms + 1, 0, 1000)));
+    if (rc < 0 && errno != EINTR) throw CommError(std::string("poll failed: ") + std::strerror(errno));
+    if (stop) break;
+    if (rc > 0 && (fds[0].revents & POLLIN)) {
+      char drain[64];
+      while (::read(wake_read.fd(), drain, sizeof drain) > 0) {
       }
-      std::string out = frame(status, reply_body);
-      write_all(s.fd(), out.data(), out.size(), Deadline::in(60.0));
     }
-  } catch (const CommError& e) {
-    if (!stop_ && std::string(e.what()) != "the peer closed the connection") {
-      ++refused_;
-      std::fprintf(stderr, "weft store: dropped the connection from %s (%s)\n", peer.c_str(), e.what());
+    for (std::size_t i = 2; i < fds.size(); ++i) {
+      Connection& c = *owner[i - 2];
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) receive(c);
+      if (!c.dead && (fds[i].revents & POLLOUT)) send(c);
     }
+    if (rc > 0 && (fds[1].revents & POLLIN)) accept_new();
+    answer_waiters();
+    const auto now = Clock::now();
+    for (Connection& c : connections) {
+      if (!c.dead && !c.authenticated && now >= c.deadline) refuse(c, "no handshake within the time allowed");
+    }
+    open -= static_cast<int>(connections.remove_if([](const Connection& c) { return c.dead; }));
+  }
+  connections.clear();
+  open = 0;
+}
+
+void StoreServer::State::accept_new() {
+  for (int burst = 0; burst < 256; ++burst) {
+    std::string peer;
+    int error = 0;
+    Socket s = try_accept(listener.fd(), &peer, &error);
+    if (!s.valid()) {
+      if (error == EMFILE || error == ENFILE) {
+        // No descriptor left: make room by dropping the oldest stranger (the next poll
+        // accepts again); with none to drop, the connection waits in the backlog.
+        if (error_note.empty()) {
+          error_note = std::strerror(error);
+          std::fprintf(stderr, "weft store: accept: %s: dropping the oldest unauthenticated connections\n",
+                       error_note.c_str());
+        }
+        drop_oldest_stranger("dropped for want of descriptors");
+      }
+      return;
+    }
+    int pending = 0;
+    for (const Connection& c : connections) pending += c.authenticated ? 0 : 1;
+    if (pending >= limits.max_pending) drop_oldest_stranger("too many unauthenticated connections");
+    set_nonblocking(s.fd(), true);
+    Connection& c = connections.emplace_back();
+    ++open;
+    c.socket = std::move(s);
+    c.peer = peer;
+    const AcceptStart start = start_accept(Purpose::kStore);
+    c.nonce = start.nonce;
+    c.out = start.hello;
+    c.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits.auth_timeout_s));
+    send(c);
+  }
+}
+
+void StoreServer::State::drop_oldest_stranger(const char* why) {
+  for (Connection& c : connections) {
+    if (!c.authenticated && !c.dead) {
+      refuse(c, why);
+      c.socket.close();  // the descriptor now, not at the end of the round
+      return;
+    }
+  }
+}
+
+void StoreServer::State::refuse(Connection& c, const std::string& why) {
+  c.dead = true;
+  const int n = ++refused;
+  if (stop) return;
+  if (n <= 10) {
+    std::fprintf(stderr, "weft store: refused a connection from %s (%s)\n", c.peer.c_str(), why.c_str());
+  } else if (n % 1000 == 0) {
+    std::fprintf(stderr, "weft store: %d connections refused so far (the latest from %s: %s)\n", n, c.peer.c_str(),
+                 why.c_str());
+  }
+}
+
+void StoreServer::State::receive(Connection& c) {
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(c.socket.fd(), buf, sizeof buf);
+    if (n > 0) {
+      c.in.append(buf, static_cast<std::size_t>(n));
+      if (!c.authenticated && c.in.size() > kAcceptReplyBytes) return refuse(c, "bytes beyond the handshake");
+      if (c.in.size() > kMaxFrame + 4u) return refuse(c, "a request beyond the frame limit");
+      continue;
+    }
+    if (n == 0) {
+      if (!c.authenticated) return refuse(c, "the peer closed the connection");
+      c.dead = true;
+      return;
+    }
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      if (!c.authenticated) return refuse(c, std::strerror(errno));
+      c.dead = true;
+      return;
+    }
+    break;
+  }
+  handle(c);
+}
+
+void StoreServer::State::handle(Connection& c) {
+  if (!c.authenticated) {
+    if (c.in.size() < kAcceptReplyBytes) return;
+    try {
+      const AcceptEnd end = finish_accept(token, Purpose::kStore, c.nonce, 0,
+                                          reinterpret_cast<const std::uint8_t*>(c.in.data()));
+      c.authenticated = true;
+      c.in.erase(0, kAcceptReplyBytes);
+      c.out += end.answer;
+    } catch (const CommError& e) {
+      return refuse(c, e.what());
+    }
+  }
+  while (!c.dead && !c.waiting && c.in.size() >= 4) {
+    const auto len = static_cast<std::uint32_t>(get_uint(c.in, 0, 4));
+    if (len == 0 || len > kMaxFrame) {
+      refuse(c, "bad frame length " + std::to_string(len));
+      return;
+    }
+    if (c.in.size() < 4u + len) break;
+    const std::string f = c.in.substr(4, len);
+    c.in.erase(0, 4u + len);
+    request(c, f);
+  }
+  send(c);
+}
+
+void StoreServer::State::request(Connection& c, const std::string& f) {
+  const std::uint8_t op = static_cast<std::uint8_t>(f[0]);
+  std::string key;
+  std::size_t after = 0;
+  if (op == kSet && parse_key(f, 1, &key, &after)) {
+    data[key] = f.substr(after);
+    reply(c, kOk, "");
+  } else if (op == kGet && f.size() >= 5 && parse_key(f, 5, &key, &after)) {
+    auto it = data.find(key);
+    if (it != data.end()) return reply(c, kOk, it->second);
+    c.waiting = key;  // answered by answer_waiters: when the key is set, or at the deadline
+    c.deadline = Clock::now() + std::chrono::milliseconds(get_uint(f, 1, 4));
+  } else if (op == kAdd && f.size() >= 9 && parse_key(f, 9, &key, &after)) {
+    std::int64_t v = 0;
+    auto it = data.find(key);
+    if (it != data.end()) {
+      try {
+        v = std::stoll(it->second);
+      } catch (const std::exception&) {
+        v = 0;
+      }
+    }
+    v = static_cast<std::int64_t>(static_cast<std::uint64_t>(v) + get_uint(f, 1, 8));  // wraps, never UB
+    data[key] = std::to_string(v);
+    reply(c, kOk, data[key]);
+  } else if (op == kCheck && parse_key(f, 1, &key, &after)) {
+    reply(c, data.count(key) ? kOk : kMissing, "");
+  } else if (op == kErase && parse_key(f, 1, &key, &after)) {
+    data.erase(key);
+    reply(c, kOk, "");
+  } else {
+    refuse(c, "malformed request");
+  }
+}
+
+void StoreServer::State::reply(Connection& c, std::uint8_t status, const std::string& body) { c.out += frame(status, body); }
+
+void StoreServer::State::send(Connection& c) {
+  while (!c.dead && !c.out.empty()) {
+    const ssize_t n = ::send(c.socket.fd(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      c.out.erase(0, static_cast<std::size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) c.dead = true;
+      return;
+    }
+  }
+}
+
+// Gets waiting on a key: answered when it exists, or with a timeout at their deadline; the
+// requests that followed them are handled then.
+void StoreServer::State::answer_waiters() {
+  const auto now = Clock::now();
+  for (Connection& c : connections) {
+    if (c.dead || !c.waiting) continue;
+    auto it = data.find(*c.waiting);
+    if (it == data.end() && now < c.deadline) continue;
+    if (it != data.end()) reply(c, kOk, it->second);
+    else reply(c, kTimeout, "");
+    c.waiting.reset();
+    handle(c);
   }
 }
 

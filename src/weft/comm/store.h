@@ -1,7 +1,7 @@
 // The key-value store of a job, served over TCP by rank 0 at MASTER_ADDR:MASTER_PORT.
 // Ranks use it to exchange endpoints at rendezvous (and later to agree on restarts).
-// Every connection is authenticated with the job token (auth.h); a refused connection is
-// logged on stderr with its address.
+// Every connection is authenticated with the job token (auth.h); refused connections are
+// logged on stderr with their address (the first ten, then one line per thousand).
 #pragma once
 
 #include <atomic>
@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -19,32 +20,34 @@
 
 namespace weft::comm {
 
+// How much a store spends on strangers: connections that have not proven the token.
+struct StoreLimits {
+  int max_pending = 1024;       // unauthenticated at once; the oldest is dropped for a new one
+  double auth_timeout_s = 10;   // to finish the handshake
+};
+
+// One thread, one poll loop over every connection: no thread per connection, a deadline on
+// each handshake, a bound on unauthenticated connections (a flood of them, half-open or
+// closed at once, costs the job nothing but their slots), and a full descriptor table
+// (EMFILE) answered by dropping the oldest stranger, never by failing.
 class StoreServer {
  public:
   // Listens on addr:port (port 0: any free port, see port()).
-  StoreServer(const std::string& addr, int port, std::string token);
+  StoreServer(const std::string& addr, int port, std::string token, StoreLimits limits = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
   int port() const { return port_; }
-  // Connections refused so far (bad token, bad bytes), for tests.
-  int refused() const { return refused_.load(); }
+  // Connections refused so far (bad token, bad bytes, no handshake in time), for tests.
+  int refused() const;
+  // Connections open now (authenticated or not), for tests.
+  int connections() const;
 
  private:
-  void accept_loop();
-  void serve(Socket s, std::string peer);
-
-  std::string token_;
-  Socket listener_;
+  struct State;
+  std::unique_ptr<State> state_;
   int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> refused_{0};
-  std::thread acceptor_;
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> data_;
-  std::vector<std::thread> connections_;
-  std::vector<int> connection_fds_;
+  std::thread loop_;
 };
 
 class StoreClient {
