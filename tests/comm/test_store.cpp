@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <fstream>
@@ -192,6 +193,49 @@ TEST(Handshake, MutualAndBounded) {
   EXPECT_THROW(accept_handshake(s.fd(), kToken, Purpose::kPeer, 7, 0.3), CommError);
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
   silent.join();
+}
+
+// Peers' handshakes side by side: connections that stay silent, or send another job's
+// token, do not hold up the peers that follow them (one at a time, each silent one would
+// cost its whole 10 s handshake time and the 3 s deadline here would pass).
+TEST(Handshake, SilentConnectionsDoNotDelayPeers) {
+  int port = 0;
+  Socket listener = listen_tcp("127.0.0.1", 0, &port);
+  std::vector<Socket> silent;
+  for (int i = 0; i < 20; ++i) silent.push_back(connect_tcp("127.0.0.1", port, Deadline::in(5.0)));
+  std::vector<std::thread> peers;
+  for (std::uint32_t id : {5u, 6u, 9u}) {  // 9: not wanted
+    peers.emplace_back([port, id] {
+      try {
+        Socket c = connect_tcp("127.0.0.1", port, Deadline::in(5.0));
+        connect_handshake(c.fd(), kToken, Purpose::kPeer, id, 5.0);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      } catch (const CommError&) {
+      }
+    });
+  }
+  peers.emplace_back([port] {
+    try {
+      Socket c = connect_tcp("127.0.0.1", port, Deadline::in(5.0));
+      connect_handshake(c.fd(), "another-job-token-0123456789abcdef", Purpose::kPeer, 5, 5.0);
+    } catch (const CommError&) {
+    }
+  });
+  std::vector<AcceptedPeer> got;
+  EXPECT_NO_THROW(got = accept_authenticated(listener.fd(), kToken, Purpose::kPeer, 1, 2,
+                                             [](std::uint32_t who) { return who == 5 || who == 6; }, 3.0, 10.0, "test"));
+  for (auto& t : peers) t.join();
+  std::vector<std::uint32_t> ids;
+  for (const AcceptedPeer& a : got) {
+    ids.push_back(a.identity);
+    ::close(a.fd);
+  }
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::uint32_t>{5, 6}));
+  // Nobody comes: the deadline, not a hang.
+  EXPECT_THROW(accept_authenticated(listener.fd(), kToken, Purpose::kPeer, 1, 1, [](std::uint32_t) { return true; }, 0.3,
+                                    10.0, "test"),
+               CommError);
 }
 
 TEST(Auth, HmacKnownAnswer) {

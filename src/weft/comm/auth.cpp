@@ -4,7 +4,14 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <list>
 
 #include "weft/comm/socket.h"
 #include "weft/util/env.h"
@@ -99,6 +106,119 @@ std::uint32_t accept_handshake(int fd, const std::string& token, Purpose purpose
   const AcceptEnd end = finish_accept(token, purpose, start.nonce, my_identity, reply);
   write_all(fd, end.answer.data(), end.answer.size(), d);
   return end.their_identity;
+}
+
+namespace {
+// A handshake in progress on a non-blocking socket.
+struct Pending {
+  Socket socket;
+  std::string peer, nonce, in, out;
+  Clock::time_point deadline;
+  std::uint32_t identity = 0;
+  bool answered = false;  // the reply checked; `out` holds the answer until it is sent
+};
+}  // namespace
+
+std::vector<AcceptedPeer> accept_authenticated(int listen_fd, const std::string& token, Purpose purpose,
+                                               std::uint32_t my_identity, int count,
+                                               const std::function<bool(std::uint32_t)>& wanted, double timeout_s,
+                                               double handshake_s, const std::string& who, int max_pending) {
+  const Deadline d = Deadline::in(timeout_s);
+  set_nonblocking(listen_fd, true);  // accepts in bursts without blocking
+  std::list<Pending> pending;
+  std::vector<AcceptedPeer> done;
+  int refused = 0;
+  auto refuse = [&](Pending& p, const std::string& why) {
+    if (!p.socket.valid()) return;
+    ++refused;
+    if (refused <= 10 || refused % 1000 == 0)
+      std::fprintf(stderr, "%s: refused a connection from %s (%s)%s\n", who.c_str(), p.peer.c_str(), why.c_str(),
+                   refused > 10 ? (" [" + std::to_string(refused) + " so far]").c_str() : "");
+    p.socket.close();
+  };
+  std::vector<pollfd> fds;
+  try {
+    while (static_cast<int>(done.size()) < count) {
+      if (d.expired()) throw CommError("peers did not connect within the timeout");
+      fds.assign(1, pollfd{listen_fd, POLLIN, 0});
+      for (Pending& p : pending)
+        fds.push_back({p.socket.fd(), static_cast<short>(POLLIN | (p.out.empty() ? 0 : POLLOUT)), 0});
+      if (::poll(fds.data(), fds.size(), std::min(d.remaining_ms(), 100)) < 0 && errno != EINTR)
+        throw CommError(std::string("poll failed: ") + std::strerror(errno));
+      if (fds[0].revents & POLLIN) {
+        for (int burst = 0; burst < 64; ++burst) {
+          std::string peer;
+          int error = 0;
+          Socket s = try_accept(listen_fd, &peer, &error);
+          if (!s.valid()) {
+            if ((error == EMFILE || error == ENFILE) && !pending.empty()) refuse(pending.front(), "dropped for want of descriptors");
+            break;
+          }
+          if (static_cast<int>(pending.size()) >= max_pending) refuse(pending.front(), "too many handshakes at once");
+          pending.remove_if([](const Pending& p) { return !p.socket.valid(); });
+          set_nonblocking(s.fd(), true);
+          Pending& p = pending.emplace_back();
+          p.socket = std::move(s);
+          p.peer = peer;
+          const AcceptStart start = start_accept(purpose);
+          p.nonce = start.nonce;
+          p.out = start.hello;
+          p.deadline = Deadline::in(handshake_s).at;
+        }
+      }
+      const auto now = Clock::now();
+      for (Pending& p : pending) {
+        const int fd = p.socket.fd();
+        while (!p.out.empty()) {  // the hello, or the answer
+          const ssize_t n = ::send(fd, p.out.data(), p.out.size(), MSG_NOSIGNAL);
+          if (n > 0) {
+            p.out.erase(0, static_cast<std::size_t>(n));
+          } else if (n < 0 && errno == EINTR) {
+            continue;
+          } else {
+            if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) refuse(p, std::strerror(errno));
+            break;
+          }
+        }
+        if (!p.socket.valid()) continue;
+        if (p.answered) {
+          if (p.out.empty()) {  // handed over
+            set_nonblocking(fd, false);
+            done.push_back({p.identity, p.socket.release()});
+          }
+          continue;
+        }
+        char buf[kAcceptReplyBytes];
+        const ssize_t n = ::recv(fd, buf, kAcceptReplyBytes - p.in.size(), 0);
+        if (n > 0) p.in.append(buf, static_cast<std::size_t>(n));
+        if (n == 0) refuse(p, "the peer closed the connection");
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) refuse(p, std::strerror(errno));
+        if (!p.socket.valid()) continue;
+        if (p.in.size() == kAcceptReplyBytes) {
+          try {
+            const AcceptEnd end = finish_accept(token, purpose, p.nonce, my_identity,
+                                                reinterpret_cast<const std::uint8_t*>(p.in.data()));
+            if (!wanted(end.their_identity)) {
+              refuse(p, "an unexpected identity " + std::to_string(end.their_identity));
+              continue;
+            }
+            p.identity = end.their_identity;
+            p.out = end.answer;
+            p.answered = true;
+          } catch (const CommError& e) {
+            refuse(p, e.what());
+          }
+        } else if (now >= p.deadline) {
+          refuse(p, "no handshake within the time allowed");
+        }
+      }
+      pending.remove_if([](const Pending& p) { return !p.socket.valid(); });
+    }
+  } catch (...) {
+    for (const AcceptedPeer& a : done) ::close(a.fd);
+    throw;
+  }
+  return done;
 }
 
 std::uint32_t connect_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,

@@ -11,7 +11,9 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace weft::comm {
 
@@ -43,6 +45,24 @@ AcceptEnd finish_accept(const std::string& token, Purpose purpose, const std::st
                         const std::uint8_t* reply);
 
 struct Deadline;
+class Socket;
+
+// Accepts connections on `listen_fd` and runs their handshakes side by side (one poll loop)
+// until `count` peers for which `wanted(identity)` holds are in, or the deadline passes
+// (CommError). A connection that stays silent, sends bad bytes or the wrong token, or names
+// an identity not wanted holds only its own slot, for at most `handshake_s`, and is logged on
+// stderr as `who` refusing it (the first ten, then one line per thousand); at most
+// `max_pending` handshakes run at once (the oldest is dropped for a new one). Returns the
+// peers' identities and their (blocking) sockets.
+struct AcceptedPeer {
+  std::uint32_t identity;
+  int fd;  // owned by the caller
+};
+std::vector<AcceptedPeer> accept_authenticated(int listen_fd, const std::string& token, Purpose purpose,
+                                               std::uint32_t my_identity, int count,
+                                               const std::function<bool(std::uint32_t)>& wanted, double timeout_s,
+                                               double handshake_s, const std::string& who, int max_pending = 1024);
+
 // Both run the handshake on a connected socket and return the peer's identity; they throw
 // CommError ("bad job token", "handshake timed out", ...) on failure.
 std::uint32_t accept_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,

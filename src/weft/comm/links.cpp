@@ -162,28 +162,23 @@ void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const Socket& li
   std::exception_ptr accept_error;
   std::thread acceptor([&] {
     try {
-      Deadline d = Deadline::in(r.timeout_s);
-      int got = 0;
-      while (got < expected) {
-        std::string peer_addr;
-        Socket s = accept_tcp(listener.fd(), d, &peer_addr);
-        if (!s.valid()) throw CommError("rendezvous of " + r.group + ": peers did not connect within the timeout");
-        std::uint32_t who;
-        try {
-          who = accept_handshake(s.fd(), r.token, Purpose::kPeer, static_cast<std::uint32_t>(me), 10.0);
-        } catch (const CommError& e) {
-          std::fprintf(stderr, "weft rank %d: refused a connection from %s (%s)\n", me, peer_addr.c_str(), e.what());
-          continue;
-        }
+      // Handshakes side by side: a silent or hostile connection holds only its own slot.
+      std::vector<bool> claimed(eps.size(), false);
+      auto wanted = [&](std::uint32_t who) {
         auto it = std::find(r.members.begin(), r.members.end(), static_cast<int>(who));
-        int idx = static_cast<int>(it - r.members.begin());
-        if (it == r.members.end() || idx >= r.rank || use_shm[idx] || accepted[idx].valid()) {
-          std::fprintf(stderr, "weft rank %d: refused an unexpected connection from rank %u\n", me, who);
-          continue;
-        }
-        accepted[idx] = std::move(s);
-        ++got;
+        const auto idx = static_cast<std::size_t>(it - r.members.begin());
+        if (it == r.members.end() || static_cast<int>(idx) >= r.rank || use_shm[idx] || claimed[idx]) return false;
+        claimed[idx] = true;
+        return true;
+      };
+      for (const AcceptedPeer& a : accept_authenticated(listener.fd(), r.token, Purpose::kPeer, static_cast<std::uint32_t>(me),
+                                                        expected, wanted, r.timeout_s, 10.0,
+                                                        "weft rank " + std::to_string(me))) {
+        const auto idx = std::find(r.members.begin(), r.members.end(), static_cast<int>(a.identity)) - r.members.begin();
+        accepted[static_cast<std::size_t>(idx)] = Socket(a.fd);
       }
+    } catch (const CommError& e) {
+      accept_error = std::make_exception_ptr(CommError("rendezvous of " + r.group + ": " + e.what()));
     } catch (...) {
       accept_error = std::current_exception();
     }

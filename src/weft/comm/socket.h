@@ -45,8 +45,9 @@ struct Deadline {
 Socket listen_tcp(const std::string& addr, int port, int* bound_port);
 // Connects, retrying until the deadline (the peer may not be listening yet).
 Socket connect_tcp(const std::string& host, int port, Deadline deadline);
-// Accepts one pending connection without waiting (the socket is blocking); an invalid socket
-// when none was pending, or on an error (*error: its errno, e.g. EMFILE; else 0).
+// Accepts one pending connection (the returned socket is blocking); on a non-blocking
+// listener it never waits. An invalid socket when none was pending, or on an error (*error:
+// its errno, e.g. EMFILE; else 0).
 Socket try_accept(int listen_fd, std::string* peer_address, int* error);
 // Accepts one connection, waiting until the deadline; returns an invalid socket on timeout.
 Socket accept_tcp(int listen_fd, Deadline deadline, std::string* peer_address = nullptr);
