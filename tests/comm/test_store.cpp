@@ -246,6 +246,11 @@ TEST(Auth, HmacKnownAnswer) {
                                   0x39, 0x83, 0x9d, 0xec, 0x58, 0xb9, 0x64, 0xec, 0x38, 0x43};
   EXPECT_EQ(0, std::memcmp(d.data(), want, 32));
   EXPECT_EQ(generate_token().size(), 64u);
+  EXPECT_NEAR(token_strength_bits(generate_token()), 256, 40);  // 64 hex digits (fewer than 16 distinct: rarely)
+  EXPECT_GE(token_strength_bits("0123456789abcdef0123456789abcdef"), kMinTokenBits);
+  EXPECT_LT(token_strength_bits("weft-weft-weft-weft"), kMinTokenBits);  // 19 chars of 5 distinct
+  EXPECT_EQ(token_strength_bits("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"), 0);
+  EXPECT_LT(token_strength_bits("password12345678"), kMinTokenBits);
   EXPECT_NE(generate_token(), generate_token());
 }
 

@@ -8,10 +8,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <list>
+#include <set>
 
 #include "weft/comm/socket.h"
 #include "weft/util/env.h"
@@ -65,6 +69,23 @@ std::string generate_token() {
     out.push_back(hex[c & 15]);
   }
   return out;
+}
+
+double token_strength_bits(const std::string& token) {
+  bool lower = false, upper = false, digit = false, other = false;
+  std::set<char> distinct;
+  for (char c : token) {
+    distinct.insert(c);
+    const auto u = static_cast<unsigned char>(c);
+    lower = lower || std::islower(u);
+    upper = upper || std::isupper(u);
+    digit = digit || std::isdigit(u);
+    other = other || !std::isalnum(u);
+  }
+  const bool hex = std::all_of(token.begin(), token.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  double alphabet = hex ? 16 : (lower ? 26 : 0) + (upper ? 26 : 0) + (digit ? 10 : 0) + (other ? 33 : 0);
+  if (distinct.size() < 16) alphabet = std::min(alphabet, static_cast<double>(distinct.size()));
+  return alphabet > 1 ? static_cast<double>(token.size()) * std::log2(alphabet) : 0.0;
 }
 
 std::string job_token_from_env() {

@@ -24,6 +24,13 @@ bool digest_equal(const Digest& a, const Digest& b);  // constant time
 std::string random_bytes(std::size_t n);
 // A new token: 32 random bytes as hex.
 std::string generate_token();
+// An estimate of a token's entropy in bits, for a warning: its length times the log2 of the
+// alphabet its characters come from (hex digits; else lower case, upper case, digits, other
+// printable), or of
+// the distinct characters it uses when they are fewer than 16 (a repeated pattern).
+// generate_token's 64 hex digits: 256 bits.
+double token_strength_bits(const std::string& token);
+constexpr double kMinTokenBits = 128;
 // The job token from WEFT_JOB_TOKEN; throws ConfigError when it is missing or too short.
 std::string job_token_from_env();
 

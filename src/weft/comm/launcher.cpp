@@ -302,6 +302,12 @@ int launch(const LaunchConfig& c) {
   std::string token;
   if (auto t = env_string("WEFT_JOB_TOKEN")) {
     token = job_token_from_env();
+    // A guessable token lets anyone who can reach the job's ports join it (docs/communication.md).
+    if (const double bits = token_strength_bits(token); bits < kMinTokenBits)
+      std::fprintf(stderr,
+                   "weft launch: warning: WEFT_JOB_TOKEN holds about %.0f bits of entropy, below %.0f: a stranger who "
+                   "records one handshake can guess it offline; use e.g. WEFT_JOB_TOKEN=$(openssl rand -hex 32)\n",
+                   bits, kMinTokenBits);
   } else if (c.nnodes > 1) {
     throw ConfigError("a job on several nodes needs WEFT_JOB_TOKEN: export the same secret on every node "
                       "(e.g. WEFT_JOB_TOKEN=$(openssl rand -hex 32))");
