@@ -10,6 +10,7 @@
 #include "weft/plan/report.h"
 #include "weft/plan/sweep.h"
 #include "weft/plan/workload.h"
+#include "weft/util/checked.h"
 #include "weft/util/error.h"
 
 namespace weft::cli {
@@ -49,17 +50,17 @@ int run_plan(const PlanFlags& f) {
   } else {
     in.model = plan::preset(f.model);
   }
-  auto override_if = [](std::int64_t v, std::int64_t& field) {
-    if (v < 0) throw ConfigError("model dimensions must be positive");
-    if (v > 0) field = v;
+  // Model dimensions are bounded far above any model built (so products of them stay exact).
+  auto override_if = [](const char* flag, std::int64_t v, std::int64_t limit, std::int64_t& field) {
+    if (v != 0) field = bounded(v, 1, limit, flag);
   };
-  override_if(f.layers, in.model.layers);
-  override_if(f.d_model, in.model.d_model);
-  override_if(f.heads, in.model.heads);
-  override_if(f.kv_heads, in.model.kv_heads);
-  override_if(f.ffn, in.model.ffn);
-  override_if(f.vocab, in.model.vocab);
-  override_if(f.seq, in.model.seq_len);
+  override_if("--layers", f.layers, 1'000'000, in.model.layers);
+  override_if("--d-model", f.d_model, 10'000'000, in.model.d_model);
+  override_if("--heads", f.heads, 1'000'000, in.model.heads);
+  override_if("--kv-heads", f.kv_heads, 1'000'000, in.model.kv_heads);
+  override_if("--ffn", f.ffn, 100'000'000, in.model.ffn);
+  override_if("--vocab", f.vocab, 1'000'000'000, in.model.vocab);
+  override_if("--seq", f.seq, 100'000'000, in.model.seq_len);
   in.precision = plan::parse_precision(f.precision);
   in.gpu = plan::gpu_preset(f.gpu);
   if (f.gpu_memory_gb > 0) in.gpu.memory_bytes = f.gpu_memory_gb * 1e9;
@@ -165,7 +166,7 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--gpu", f->gpu, "a100-40gb | a100-80gb | h100-80gb | v100-16gb | v100-32gb")->capture_default_str();
   cmd->add_option("--gpu-memory", f->gpu_memory_gb, "override: GPU memory in GB")->check(positive());
   cmd->add_option("--watts", f->watts, "override: power per GPU in W")->check(positive());
-  cmd->add_option("--tokens", f->tokens, "training tokens (for time, power and data)");
+  cmd->add_option("--tokens", f->tokens, "training tokens (for time, power and data)")->check(non_negative());
   cmd->add_option("--tflops", f->tflops, "achieved TFLOP/s per GPU (default: --mfu x peak)")->check(positive());
   cmd->add_option("--mfu", f->mfu, "model FLOPs utilization")->capture_default_str();
   cmd->add_option("--price", f->price, "dollars per kWh")->capture_default_str()->check(non_negative());

@@ -1,5 +1,6 @@
 #include "weft/plan/model_spec.h"
 
+#include "weft/util/checked.h"
 #include "weft/util/error.h"
 
 namespace weft::plan {
@@ -16,20 +17,25 @@ void check_shape(const TransformerSpec& m, int tp) {
   }
 }
 
+// Checked: model dimensions come from flags (--layers, --vocab, --ffn near 2^63 must be
+// refused, not wrapped into a negative count).
 ParameterCount count_parameters(const TransformerSpec& m) {
   ParameterCount c;
-  const std::int64_t d = m.d_model, kvd = m.kv() * m.head_dim(), f = m.ffn_size();
-  c.embedding = m.vocab * d + (m.learned_positions ? m.seq_len * d : 0);
+  const std::string what = "the parameter count of these model dimensions";
+  auto mul = [&](std::int64_t a, std::int64_t b) { return checked_mul(a, b, what); };
+  auto add = [&](std::int64_t a, std::int64_t b) { return checked_add(a, b, what); };
+  const std::int64_t d = m.d_model, kvd = mul(m.kv(), m.head_dim()), f = m.ffn_size();
+  c.embedding = add(mul(m.vocab, d), m.learned_positions ? mul(m.seq_len, d) : 0);
   // Q and O are d x d; K and V are d x (kv heads x head dim).
-  c.attention = 2 * d * d + 2 * d * kvd + (m.biases ? 2 * d + 2 * kvd : 0);
-  c.ffn = (m.gated_ffn ? 3 : 2) * d * f + (m.biases ? f + d : 0);
-  const std::int64_t norm = m.layer_norm ? 2 * d : d;
-  c.norms = 2 * norm;
-  c.block = c.attention + c.ffn + c.norms;
-  c.blocks = c.block * m.layers;
+  c.attention = add(add(mul(2, mul(d, d)), mul(2, mul(d, kvd))), m.biases ? add(mul(2, d), mul(2, kvd)) : 0);
+  c.ffn = add(mul(m.gated_ffn ? 3 : 2, mul(d, f)), m.biases ? add(f, d) : 0);
+  const std::int64_t norm = m.layer_norm ? mul(2, d) : d;
+  c.norms = mul(2, norm);
+  c.block = add(add(c.attention, c.ffn), c.norms);
+  c.blocks = mul(c.block, m.layers);
   c.final_norm = norm;
-  c.lm_head = m.tied_embeddings ? 0 : m.vocab * d;
-  c.total = c.embedding + c.blocks + c.final_norm + c.lm_head;
+  c.lm_head = m.tied_embeddings ? 0 : mul(m.vocab, d);
+  c.total = add(add(add(c.embedding, c.blocks), c.final_norm), c.lm_head);
   return c;
 }
 

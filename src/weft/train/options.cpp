@@ -7,6 +7,7 @@
 
 #include "weft/nn/models.h"
 #include "weft/nn/transformer.h"
+#include "weft/util/checked.h"
 #include "weft/util/error.h"
 
 namespace weft {
@@ -99,7 +100,7 @@ void validate(const TrainOptions& o) {
   if (!(*o.lr > 0)) throw ConfigError("--lr must be positive, got " + fmt::format("{}", *o.lr));
   if (!(*o.weight_decay >= 0)) throw ConfigError("--weight-decay must be >= 0");
   if (!(*o.clip_grad >= 0)) throw ConfigError("--clip-grad must be 0 (none) or positive");
-  if (o.momentum < 0 || o.momentum >= 1) throw ConfigError("--momentum must be in [0, 1)");
+  if (!(o.momentum >= 0 && o.momentum < 1)) throw ConfigError("--momentum must be in [0, 1)");  // NaN too
   const std::string& opt = *o.optimizer;
   if (opt != "sgd" && opt != "adamw" && (text || opt != "adam"))
     throw ConfigError("unknown optimizer '" + opt + "'" + (text ? " for language models (known: adamw, sgd)" : " (known: sgd, adam, adamw)"));
@@ -118,7 +119,8 @@ void validate(const TrainOptions& o) {
     if (o.tokenizer != "char" && o.tokenizer != "word")
       throw ConfigError("unknown tokenizer '" + o.tokenizer + "' (known: char, word)");
     at_least("--context", o.context, 2);
-    at_least("--eval-batches", o.eval_batches, 1);
+    bounded(o.eval_batches, 1, 1 << 20, "--eval-batches");
+    checked_mul(o.eval_batches, *o.batch, "--eval-batches x --batch (validation windows)");
     at_least("--layers", o.layers, 0);
     at_least("--d-model", o.dim, 1);
     at_least("--heads", o.heads, 1);
