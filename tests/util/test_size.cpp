@@ -32,3 +32,10 @@ TEST(Size, MistakesAreOneLineErrorsNamingTheFlag) {
     }
   }
 }
+
+TEST(OneLine, EscapesControlBytes) {
+  EXPECT_EQ(weft::one_line("plain text"), "plain text");
+  EXPECT_EQ(weft::one_line("a\nb\r\tc"), "a\\nb\\r\\tc");
+  EXPECT_EQ(weft::one_line(std::string("\x1b[31mred\x7f\x01", 10)), "\\x1b[31mred\\x7f\\x01");
+  EXPECT_EQ(weft::one_line("caf\xc3\xa9"), "caf\xc3\xa9");  // UTF-8 stays
+}

@@ -41,20 +41,20 @@ int main(int argc, char** argv) {
       msg = "unknown command '" + std::string(argv[1]) + "' (commands: " + known + ")";
     }
     for (char& ch : msg)
-      if (ch == '\n') ch = ' ';
-    std::fprintf(stderr, "error: %s (see 'weft --help')\n", msg.c_str());
+      if (ch == '\n') ch = ' ';  // CLI11's own messages wrap
+    std::fprintf(stderr, "error: %s (see 'weft --help')\n", weft::one_line(msg).c_str());
     return 2;
   }
   try {
     return action ? action() : 0;
   } catch (const weft::InternalError& e) {
-    std::fprintf(stderr, "error: internal: %s\n", e.what());
+    std::fprintf(stderr, "error: internal: %s\n", weft::one_line(e.what()).c_str());
   } catch (const weft::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", weft::one_line(e.what()).c_str());
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of memory\n");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    std::fprintf(stderr, "error: %s\n", weft::one_line(e.what()).c_str());
   }
   return 1;
 }

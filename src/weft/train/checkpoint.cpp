@@ -149,6 +149,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta, 
     fs::rename(tmp_path, final_path, ec);
     if (ec) throw CheckpointError("cannot rename " + tmp_path + " to " + final_path + ": " + ec.message());
   }
+  sync_directory(dir);  // the rename itself survives a power loss
   // Prune the oldest, keeping `keep`.
   auto all = list_checkpoints(dir);
   for (size_t i = 0; i + static_cast<size_t>(std::max(keep, 1)) < all.size(); ++i) fs::remove_all(all[i].second, ec);

@@ -8,6 +8,10 @@
 
 namespace weft {
 
+// `text` on one line: control bytes (CR, LF, tab, escape...) as \r, \n, \t or \xHH, so an
+// error quoting bytes from the input is still one line that cannot rewrite the terminal.
+std::string one_line(const std::string& text);
+
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}

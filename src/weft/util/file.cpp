@@ -52,6 +52,10 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     ::unlink(tmp.c_str());
     throw CheckpointError("cannot rename " + tmp + " to " + path + ": " + why);
   }
+  sync_directory(dir);
+}
+
+void sync_directory(const std::string& dir) {
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);

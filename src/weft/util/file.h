@@ -14,6 +14,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 // Reads a whole file; throws DataError naming the path when it cannot.
 std::string read_file(const std::string& path);
 bool file_exists(const std::string& path);
+// Flushes a folder's entries (renames, new files) to the disk, as write_file_atomic does for
+// the file it wrote; a folder that cannot be opened is left alone.
+void sync_directory(const std::string& dir);
 bool is_directory(const std::string& path);
 // Creates a folder and its parents (like mkdir -p); throws ConfigError when it cannot.
 void make_directories(const std::string& path);
