@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <zlib.h>
+
 #include <set>
 
 #include "../test_support.h"
@@ -92,6 +95,39 @@ TEST(Idx, RejectsMissingTruncatedAndCorruptFiles) {
   write_file_atomic(dir / "bad", gz.substr(0, gz.size() / 2));
   EXPECT_NE(error_of([&] { read_idx(dir / "bad"); }), "no error");
   EXPECT_NE(error_of([&] { read_idx(dir.path()); }).find("directory"), std::string::npos);
+}
+
+// A header that promises 2 GiB in a file of a few bytes is refused before the 2 GiB are
+// allocated: an uncompressed file by its size, a compressed one after one 64 MiB step.
+TEST(Idx, HeadersAreNotBelievedBeforeTheData) {
+  TempDir dir;
+  IdxArray liar;
+  liar.dims = {16};
+  liar.data.assign(16, 7);
+  write_idx(dir / "liar", liar);
+  std::string bytes = read_file(dir / "liar");
+  bytes[4] = '\x7f';  // dimension 0: 0x7f000010 bytes
+  write_file_atomic(dir / "liar", bytes);
+  rusage before{};
+  ::getrusage(RUSAGE_SELF, &before);
+  EXPECT_NE(error_of([&] { read_idx(dir / "liar"); }).find("truncated: header promises 2130706448 data bytes, file has 16"),
+            std::string::npos);
+  IdxArray small;
+  small.dims = {16};
+  small.data.assign(16, 7);
+  write_idx(dir / "liar.gz", small);
+  // The same lie inside a gzip stream: rewrite the stream with the lying header.
+  write_file_atomic(dir / "raw", bytes);
+  {
+    gzFile g = gzopen((dir / "liar.gz").c_str(), "wb");
+    gzwrite(g, bytes.data(), static_cast<unsigned>(bytes.size()));
+    gzclose(g);
+  }
+  EXPECT_NE(error_of([&] { read_idx(dir / "liar.gz"); }).find("truncated: header promises 2130706448"),
+            std::string::npos);
+  rusage after{};
+  ::getrusage(RUSAGE_SELF, &after);
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 512 * 1024) << "KiB of peak memory grew";  // not 2 GiB
 }
 
 TEST(Dataset, LoadsAndNormalizesMnistFormat) {

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "weft/util/error.h"
@@ -118,11 +119,26 @@ IdxArray read_idx(const std::string& path) {
     if (bytes > kMaxBytes / d) throw DataError(path + ": dimensions give an implausible size (corrupt header)");
     bytes *= d;
   }
-  a.data.resize(static_cast<size_t>(bytes));
-  std::size_t got = read_some(f.get(), a.data.data(), a.data.size(), path);
-  if (got != a.data.size()) {
-    throw DataError(path + ": truncated: header promises " + std::to_string(bytes) + " data bytes, file has " +
-                    std::to_string(got));
+  // A header is not believed before the data are there: an uncompressed file is checked
+  // against its size, and the data are read in steps of at most 64 MiB, so a header that
+  // promises gigabytes in a file of a few bytes allocates one step at most.
+  const auto truncated = [&](std::int64_t got) {
+    return DataError(path + ": truncated: header promises " + std::to_string(bytes) + " data bytes, file has " +
+                     std::to_string(got));
+  };
+  if (gzdirect(f.get())) {
+    const auto size = static_cast<std::int64_t>(std::filesystem::file_size(path));
+    const std::int64_t header = 4 + 4 * static_cast<std::int64_t>(rank);
+    if (size - header < bytes) throw truncated(std::max<std::int64_t>(0, size - header));
+  }
+  constexpr std::size_t kStep = std::size_t{64} << 20;
+  std::size_t have = 0;
+  while (have < static_cast<std::size_t>(bytes)) {
+    const std::size_t want = std::min(static_cast<std::size_t>(bytes) - have, kStep);
+    a.data.resize(have + want);
+    const std::size_t got = read_some(f.get(), a.data.data() + have, want, path);
+    have += got;
+    if (got != want) throw truncated(static_cast<std::int64_t>(have));
   }
   std::uint8_t extra;
   if (read_some(f.get(), &extra, 1, path) != 0) {
