@@ -270,14 +270,16 @@ TEST(LmBatcher, ContinuousBatchingGivesEachRequestWhatItGetsAlone) {
   LmBatcher batcher(batch_decoder, tokenizer, {4, 1}, metrics);
   std::vector<std::shared_ptr<Ticket>> tickets;
   std::vector<GenerationResult> alone;
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 10; ++i) {  // each request alone first, so that submitting takes no time
     GenerationOptions o;
     o.max_tokens = 5 + 3 * i;
     o.sampling = {i % 3 == 0 ? 0.0 : 0.8, i % 2 ? 5 : 0, 1.0, static_cast<std::uint64_t>(i)};
     const std::string prompt = std::string(static_cast<size_t>(1 + i), "abcdefghij"[i]) + " is";
     alone.push_back(generate(alone_decoder, tokenizer, prompt, o));
     tickets.push_back(std::make_shared<Ticket>(prompt, tokenizer.encode(prompt), o));
-    batcher.submit(tickets.back());
+  }
+  for (int i = 0; i < 10; ++i) {
+    batcher.submit(tickets[static_cast<std::size_t>(i)]);
     if (i % 4 == 3) std::this_thread::sleep_for(std::chrono::milliseconds(3));  // some join a running batch
   }
   for (std::size_t i = 0; i < tickets.size(); ++i) {

@@ -4,13 +4,15 @@
 #include <sched.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <thread>
@@ -115,6 +117,19 @@ void flush_lines(std::string& buf, int rank, std::FILE* out, bool all, bool prog
     g_line.open = false;
   }
   std::fflush(out);
+}
+
+// Shared-memory segments a rank created and did not unlink (it died during rendezvous):
+// their names end in "-p<pid>" (links.cpp).
+void remove_segments_of(pid_t pid) {
+  const std::string suffix = "-p" + std::to_string(pid);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("weft-", 0) == 0 && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      ::shm_unlink(("/" + name).c_str());
+  }
 }
 
 int exit_code(int status) {
@@ -235,6 +250,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       if (::waitpid(w.pid, &status, WNOHANG) == w.pid) {
         w.running = false;
         w.status = status;
+        remove_segments_of(w.pid);
         if (exit_code(status) != 0 && first_failure == 0 && !stopping) {
           first_failure = exit_code(status);
           *failed_rank = w.rank;

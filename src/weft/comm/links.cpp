@@ -128,10 +128,13 @@ void connect_shared_memory(GroupLinks& links, const LinkRequest& r, const std::v
   for (int i = 0; i < n; ++i)
     if (i == r.rank || use_shm[i]) local_index[i] = locals++;
   if (locals <= 1) return;
-  auto seg_name = [&](int g) {
-    return r.session + "-" + std::to_string(std::hash<std::string>{}(r.prefix)) + "-" + std::to_string(g);
+  // Named after the group, the rank and the creating process ("...-p<pid>"): the launcher
+  // removes the segments of a child that died before unlinking them (launcher.cpp).
+  auto seg_name = [&](int i) {
+    return r.session + "-" + std::to_string(std::hash<std::string>{}(r.prefix)) + "-" + std::to_string(r.members[i]) +
+           "-p" + std::to_string(eps[i].pid);
   };
-  links.my_segment = ShmSegment::create(seg_name(me), locals, r.shm_ring_bytes);
+  links.my_segment = ShmSegment::create(seg_name(r.rank), locals, r.shm_ring_bytes);
   links.bell = &links.my_segment->doorbell();
   r.store->set(key_base(r) + "shm/" + std::to_string(me), "1");
   links.peer_segments.resize(eps.size());
@@ -139,7 +142,7 @@ void connect_shared_memory(GroupLinks& links, const LinkRequest& r, const std::v
     if (!use_shm[i]) continue;
     if (!r.store->get(key_base(r) + "shm/" + std::to_string(r.members[i]), r.timeout_s))
       throw CommError("rendezvous: rank " + std::to_string(r.members[i]) + " did not create its shared memory");
-    links.peer_segments[i] = ShmSegment::open(seg_name(r.members[i]));
+    links.peer_segments[i] = ShmSegment::open(seg_name(i));
     ShmSegment& peer = *links.peer_segments[i];
     auto ch = std::make_unique<ShmChannel>(peer.ring(local_index[r.rank]), peer.ring_data(local_index[r.rank]),
                                            links.my_segment->ring(local_index[i]), links.my_segment->ring_data(local_index[i]),
