@@ -45,6 +45,7 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_flag("--resume", c.resume, "continue from the newest checkpoint in --checkpoint-dir");
   cmd->add_flag("--auto-resume", c.auto_resume,
                 "continue from the newest checkpoint if there is one, else start (for weft launch --max-restarts)");
+  cmd->add_flag("--allow-nonfinite", c.allow_nonfinite, "resume even from a checkpoint whose tensors hold NaN or inf");
   cmd->add_option("--scale-lr", c.scale_lr, "none | linear: on a resume with another global batch, scale --lr with it")
       ->capture_default_str();
   cmd->add_option("--sample-log", c.sample_log, "images: append 'epoch step sample' lines (per rank: FILE-rank<r>)");

@@ -22,6 +22,7 @@
 #include "weft/train/safetensors.h"
 #include "weft/train/task.h"
 #include "weft/train/timeline.h"
+#include "weft/util/checked.h"
 #include "weft/util/file.h"
 #include "weft/util/parse.h"
 #include "weft/util/progress.h"
@@ -64,6 +65,20 @@ std::optional<Checkpoint> checkpoint_to_resume(const TrainOptions& o, const Task
     return std::nullopt;
   }
   Checkpoint ck = load_checkpoint(*latest);
+  if (!o.allow_nonfinite) {
+    for (const auto* part : {&ck.model, &ck.optimizer}) {
+      for (const auto& [name, t] : *part) {
+        const Tensor values = t.to(DType::F64).contiguous();
+        const double* v = values.data<double>();
+        for (std::int64_t i = 0; i < values.numel(); ++i) {
+          if (std::isfinite(v[i])) continue;
+          throw CheckpointError(fmt::format("{}: {} '{}' holds {} (element {}): the run had diverged when it was saved; "
+                                            "resume from an earlier checkpoint, or pass --allow-nonfinite",
+                                            ck.path, part == &ck.model ? "parameter" : "optimizer state", name, v[i], i));
+        }
+      }
+    }
+  }
   if (ck.meta.model != task.model_tag())
     throw CheckpointError(ck.path + " holds model '" + ck.meta.model + "', not '" + task.model_tag() + "'");
   if (ck.meta.optimizer != *o.optimizer)
@@ -86,15 +101,16 @@ Position resume_position(const Checkpoint& ck, const TrainOptions& o, const Task
     if (!ck.meta.info.count(key)) return std::nullopt;
     const std::string& text = ck.meta.info.at(key);
     std::optional<double> v = parse_number(text);
-    if (whole && !parse_integer(text)) v.reset();
+    // Whole numbers (the batch) are bounded, so that their products with positions stay exact.
+    if (whole && !(parse_integer(text) && *parse_integer(text) <= (std::int64_t{1} << 40))) v.reset();
     if (!v || !(*v > 0))
       throw CheckpointError(fmt::format("{}: meta.json's {} '{}' is not a positive {}", ck.path, key, text,
-                                        whole ? "whole number" : "number"));
+                                        whole ? "whole number (at most 2^40)" : "number"));
     return v;
   };
   const auto old_batch = static_cast<std::int64_t>(recorded("batch", true).value_or(static_cast<double>(*o.batch)));
   if (old_batch != *o.batch) {
-    const std::int64_t consumed = p.index * old_batch;
+    const std::int64_t consumed = checked_mul(p.index, old_batch, ck.path + ": the samples done (meta.json's batch)");
     if (consumed % *o.batch != 0) {
       throw CheckpointError(fmt::format("{}: {} samples of the epoch are done, not a multiple of the new global batch {}; "
                                         "resume at an epoch boundary or with a batch that divides it",

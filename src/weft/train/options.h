@@ -75,6 +75,7 @@ struct TrainOptions {
   std::string save_model;              // the final parameters (safetensors; rank 0)
   std::string sample_log;              // images: "epoch step index" per trained sample (per rank)
   std::string timeline;                // a Chrome-trace file per rank
+  bool allow_nonfinite = false;        // resume from a checkpoint that holds NaN or inf
   std::string metrics;                 // per-step JSON lines (rank 0: FILE; rank r: FILE-rank<r>)
   std::string report;                  // an HTML report of the run, written by rank 0 at the end
   bool quiet = false;
