@@ -432,6 +432,9 @@ TEST(SimValidation, PfcWatchdogBreaksAPauseStorm) {
   SimRun stuck = simulate("single-switch.yaml", dir + "/job.yaml", {"pfc.watchdog=0", "time_limit=5ms"});
   EXPECT_FALSE(stuck.finished) << "without a watchdog the storm blocks host0 for good";
   EXPECT_EQ(stuck.net->counters().watchdog_storms, 0);
+  // The pause that never ended counts until the end of the run (it counted 0 us).
+  const double paused_us = summary_json(*stuck.net)["counters"]["pfc_paused_us"].get<double>();
+  EXPECT_GT(paused_us, 0.9 * to_us(stuck.net->finish_time())) << paused_us;
   SimRun saved = simulate("single-switch.yaml", dir + "/job.yaml", {"pfc.watchdog=200us", "time_limit=5ms"});
   EXPECT_TRUE(saved.finished);
   EXPECT_GT(saved.net->counters().watchdog_storms, 0);

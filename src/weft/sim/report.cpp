@@ -15,6 +15,17 @@
 namespace weft::sim {
 namespace {
 
+// A port's paused time on all queues up to the end of the run, pauses still on included (a
+// pause storm that never ended paused the port until the end).
+Time paused_time(const Network& net, const Port& p) {
+  Time t = 0;
+  for (int q = 0; q < 8; ++q) {
+    t += p.paused_total[q];
+    if (p.paused_since[q] != kNever && net.finish_time() > p.paused_since[q]) t += net.finish_time() - p.paused_since[q];
+  }
+  return t;
+}
+
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
@@ -113,8 +124,7 @@ nlohmann::json summary_json(const Network& net) {
                 {"fct_p99_us", percentile(fct, 0.99)},
                 {"fct_max_us", percentile(fct, 1.0)}};
   Time paused = 0;
-  for (const Port& p : net.ports())
-    for (Time q : p.paused_total) paused += q;
+  for (const Port& p : net.ports()) paused += paused_time(net, p);
   j["counters"] = {{"ecn_marks", c.ecn_marks},         {"cnps", c.cnps},
                    {"pfc_pauses", c.pauses},           {"pfc_resumes", c.resumes},
                    {"pfc_paused_us", to_us(paused)},   {"drops", c.drops},
@@ -250,12 +260,9 @@ std::vector<std::pair<std::string, std::string>> output_files(const Network& net
   Time span = std::max<Time>(net.finish_time(), 1);
   for (std::size_t p = 0; p < net.ports().size(); ++p) {
     const Port& P = net.ports()[p];
-    Time paused = 0;
+    const Time paused = paused_time(net, P);
     std::int64_t maxq = 0;
-    for (int q = 0; q < 8; ++q) {
-      paused += P.paused_total[q];
-      maxq = std::max(maxq, P.max_queue_bytes[q]);
-    }
+    for (int q = 0; q < 8; ++q) maxq = std::max(maxq, P.max_queue_bytes[q]);
     std::snprintf(buf, sizeof buf, "%zu,%s,%s,%s,%g,%lld,%lld,%.6f,%lld,%lld,%lld,%lld,%lld,%.6f,%lld\n", p,
                   t.nodes[P.node].name.c_str(), t.nodes[net.ports()[P.peer].node].name.c_str(), t.links[P.link].tier.c_str(),
                   P.bps / 1e9, static_cast<long long>(P.tx_bytes), static_cast<long long>(P.tx_payload),
