@@ -71,8 +71,11 @@ namespace {
 
 void check_keys(const YAML::Node& map, const std::string& where, std::initializer_list<const char*> allowed) {
   if (!map.IsMap()) throw ConfigError(where + ": expected a mapping");
+  std::set<std::string> seen;
   for (const auto& kv : map) {
     std::string key = kv.first.as<std::string>();
+    // yaml-cpp keeps both entries of a repeated key and reads the first: refuse it.
+    if (!seen.insert(key).second) throw ConfigError(where + ": key '" + key + "' is given twice");
     bool ok = false;
     std::string known;
     for (const char* a : allowed) {
@@ -344,7 +347,12 @@ Topology make_custom(const YAML::Node& y, const std::string& where) {
       n.host = host;
       n.local = g;
       n.ip = gpu_ip(host, g);
-      n.transit = hn["transit"] && str(hn["transit"], w) == "true";
+      if (hn["transit"]) {
+        const std::string value = str(hn["transit"], w + ".transit");
+        if (value != "true" && value != "false")
+          throw ConfigError(w + ".transit: expected true or false, got '" + value + "'");
+        n.transit = value == "true";
+      }
       t.gpus.push_back(t.add_node(n));
     }
     ++host;

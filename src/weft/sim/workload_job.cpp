@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "weft/algo/collective_facts.h"
 #include "weft/algo/registry.h"
@@ -30,16 +31,23 @@ void load_job_file(Workload& w, const std::string& path, const Topology& t, std:
     throw ConfigError(path + ": not valid YAML (line " + std::to_string(e.mark.line + 1) + ": " + e.msg + ")");
   }
   if (!y.IsMap() || !y["jobs"] || !y["jobs"].IsSequence()) throw ConfigError(path + ": expected 'jobs:' with a list of jobs");
-  for (const auto& kv : y)
+  std::set<std::string> top;
+  for (const auto& kv : y) {
     if (kv.first.as<std::string>() != "jobs" && kv.first.as<std::string>() != "failures")
       throw ConfigError(path + ": unknown key '" + kv.first.as<std::string>() + "' (jobs, failures)");
+    if (!top.insert(kv.first.as<std::string>()).second)
+      throw ConfigError(path + ": key '" + kv.first.as<std::string>() + "' is given twice");
+  }
   std::string folder = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
   int i = 0;
   for (const auto& job : y["jobs"]) {
     std::string where = path + ": jobs[" + std::to_string(i++) + "]";
     try {
       if (!job.IsMap()) throw ConfigError(where + ": expected a mapping");
+      std::set<std::string> seen;  // yaml-cpp keeps both entries of a repeated key and reads the first
       for (const auto& kv : job) {
+        if (!seen.insert(kv.first.as<std::string>()).second)
+          throw ConfigError(where + ": key '" + kv.first.as<std::string>() + "' is given twice");
         static const char* known[] = {"collective", "algorithm", "size", "gpus", "start", "iterations", "pattern",
                                       "senders", "trace", "gaps", "src", "dst", "flow", "queue"};
         std::string k = kv.first.as<std::string>();
