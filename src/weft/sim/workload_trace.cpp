@@ -5,6 +5,7 @@
 #include <climits>
 #include <fstream>
 #include <map>
+#include <memory>
 
 #include <algorithm>
 #include <numeric>
@@ -52,9 +53,14 @@ void check_recorded_steps(const nlohmann::json& steps, const algo::Program& p, c
 
 }  // namespace
 
+// The longest idle time between two operations of a rank that a trace may hold (its
+// picoseconds must fit the simulator's clock many times over).
+constexpr std::int64_t kMaxGapUs = std::int64_t{1000000} * 86400 * 11;
+
 void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement) {
   std::map<int, std::string> files;
-  DIR* d = opendir(dir.c_str());
+  std::unique_ptr<DIR, int (*)(DIR*)> folder(opendir(dir.c_str()), &closedir);  // closed on every error too
+  DIR* d = folder.get();
   if (!d) throw ConfigError("trace folder " + dir + " cannot be opened");
   while (dirent* e = readdir(d)) {
     std::string name = e->d_name;
@@ -64,7 +70,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
       files[static_cast<int>(*rank)] = dir + "/" + name;
     }
   }
-  closedir(d);
+  folder.reset();
   if (files.empty()) throw ConfigError("trace folder " + dir + " has no rank-<n>.jsonl files");
   int world = files.rbegin()->first + 1;
   if (static_cast<int>(files.size()) != world)
@@ -115,6 +121,12 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
       try {
         std::string op = j["op"].get<std::string>();
         std::int64_t start = j["start_us"].get<std::int64_t>(), end = j["end_us"].get<std::int64_t>();
+        if (start < 0 || end < start)
+          throw ConfigError(rec.where + ": start_us " + std::to_string(start) + " and end_us " + std::to_string(end) +
+                            " are not 0 <= start <= end");
+        if (prev_end != INT64_MIN && start > prev_end && start - prev_end > kMaxGapUs)
+          throw ConfigError(rec.where + ": a gap of " + std::to_string(start - prev_end) +
+                            " us after the previous operation (more than 11 days)");
         if (prev_end == INT64_MIN) {
           first_start[r] = start;
           prev_end = start;
