@@ -153,3 +153,9 @@ TEST(ThreadPool, ElementwiseResultsDoNotDependOnThreads) {
   Tensor two = ops::sigmoid(ops::add(a, b));
   EXPECT_TRUE(ops::equal(one, two));
 }
+
+TEST(Tensor, ShapesWhoseElementCountOverflowsAreRefused) {
+  const std::int64_t big = std::int64_t{1} << 40;
+  EXPECT_THROW(Tensor::empty({big, big}), weft::ConfigError);
+  EXPECT_EQ(weft::shape_numel({big, 2}), big * 2);
+}

@@ -15,7 +15,8 @@ void throw_bf16_compute() {
 
 std::int64_t shape_numel(const Shape& shape) {
   std::int64_t n = 1;
-  for (auto s : shape) n *= s;
+  for (auto s : shape)
+    if (__builtin_mul_overflow(n, s, &n)) throw ConfigError("a tensor of shape " + shape_to_string(shape) + " is too large");
   return n;
 }
 

@@ -118,12 +118,14 @@ void validate(const TrainOptions& o) {
   if (text) {
     if (o.tokenizer != "char" && o.tokenizer != "word")
       throw ConfigError("unknown tokenizer '" + o.tokenizer + "' (known: char, word)");
-    at_least("--context", o.context, 2);
+    // Model sizes are bounded far above what trains on a CPU, so that no product of them
+    // overflows and a typo cannot ask for the machine's memory layer by layer.
+    bounded(o.context, 2, 1 << 20, "--context");
     bounded(o.eval_batches, 1, 1 << 20, "--eval-batches");
     checked_mul(o.eval_batches, *o.batch, "--eval-batches x --batch (validation windows)");
-    at_least("--layers", o.layers, 0);
-    at_least("--d-model", o.dim, 1);
-    at_least("--heads", o.heads, 1);
+    bounded(o.layers, 0, 4096, "--layers");
+    bounded(o.dim, 1, 1 << 16, "--d-model");
+    bounded(o.heads, 1, 1 << 12, "--heads");
     at_least("--sample", o.sample, 0);
     at_least("--top-k", o.top_k, 0);
     if (o.model == "gpt" && o.dim % o.heads != 0)
