@@ -1,6 +1,7 @@
 #include "weft/sim/workload.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -93,7 +94,50 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
   }
 }
 
-Workload load_workload(const std::string& spec, const Topology& t, std::uint64_t seed) {
+namespace {
+
+std::string ordinal(std::size_t n) {
+  const char* suffix = (n % 100 >= 11 && n % 100 <= 13) ? "th" : n % 10 == 1 ? "st" : n % 10 == 2 ? "nd" : n % 10 == 3 ? "rd" : "th";
+  return std::to_string(n) + suffix;
+}
+
+// Messages between two agents match in order: the k-th send from a to b is the k-th receive
+// at b from a, and must carry the bytes the receive expects, or the simulation would end
+// without finishing (or finish with the wrong traffic) and blame nobody.
+void check_messages_match(const Workload& w) {
+  std::map<std::pair<int, int>, std::vector<std::int64_t>> sent, expected;  // (from, to) -> bytes in order
+  for (std::size_t a = 0; a < w.agents.size(); ++a) {
+    for (const WorkStep& s : w.agents[a].steps) {
+      for (const Transfer& t : s.sends) sent[{static_cast<int>(a), t.peer}].push_back(t.bytes);
+      for (const Transfer& t : s.recvs) expected[{t.peer, static_cast<int>(a)}].push_back(t.bytes);
+    }
+  }
+  auto name = [&](int a) {
+    const Agent& agent = w.agents[static_cast<std::size_t>(a)];
+    return (w.jobs.size() > 1 ? "job " + std::to_string(agent.job) + " " : std::string()) + "rank " + std::to_string(agent.rank);
+  };
+  for (const auto& [pair, sends] : sent) {
+    const auto& recvs = expected[pair];
+    for (std::size_t k = 0; k < std::max(sends.size(), recvs.size()); ++k) {
+      if (k < sends.size() && k < recvs.size() && sends[k] == recvs[k]) continue;
+      const std::string what = name(pair.first) + "'s " + ordinal(k + 1) + " message to " + name(pair.second);
+      if (k >= recvs.size())
+        throw ConfigError("workload: " + what + " (" + std::to_string(sends[k]) + " bytes) is never received");
+      if (k >= sends.size())
+        throw ConfigError("workload: " + name(pair.second) + " expects a " + ordinal(k + 1) + " message from " +
+                          name(pair.first) + " (" + std::to_string(recvs[k]) + " bytes) that is never sent");
+      throw ConfigError("workload: " + what + " carries " + std::to_string(sends[k]) + " bytes, the receive expects " +
+                        std::to_string(recvs[k]));
+    }
+  }
+  for (const auto& [pair, recvs] : expected) {
+    if (!recvs.empty() && !sent.count(pair))
+      throw ConfigError("workload: " + name(pair.second) + " expects " + std::to_string(recvs.size()) +
+                        " message(s) from " + name(pair.first) + " that are never sent");
+  }
+}
+
+Workload load_unchecked(const std::string& spec, const Topology& t, std::uint64_t seed) {
   Workload w;
   if (spec.empty()) throw ConfigError("--workload is empty");
   if (is_directory(spec)) {
@@ -110,6 +154,14 @@ Workload load_workload(const std::string& spec, const Topology& t, std::uint64_t
     return w;
   }
   add_spec(w, spec, t, seed);
+  return w;
+}
+
+}  // namespace
+
+Workload load_workload(const std::string& spec, const Topology& t, std::uint64_t seed) {
+  Workload w = load_unchecked(spec, t, seed);
+  check_messages_match(w);
   return w;
 }
 
