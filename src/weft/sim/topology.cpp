@@ -69,6 +69,8 @@ namespace {
 
 // --- YAML helpers: every key checked, every value with a one-line error ---
 
+constexpr std::int64_t kMaxGpus = 262144;
+
 void check_keys(const YAML::Node& map, const std::string& where, std::initializer_list<const char*> allowed) {
   if (!map.IsMap()) throw ConfigError(where + ": expected a mapping");
   std::set<std::string> seen;
@@ -210,6 +212,10 @@ Topology make_rail_fabric(const YAML::Node& y, const std::string& where, const s
   HostSpec h;
   h.hosts = integer(y, "hosts", 2, 1, 1 << 20, where);
   h.gpus_per_host = integer(y, "gpus_per_host", 1, 1, 64, where);
+  // Refused before anything is built: beyond this the routing state alone outgrows memory.
+  if (static_cast<std::int64_t>(h.hosts) * h.gpus_per_host > kMaxGpus)
+    throw ConfigError(where + ": " + std::to_string(static_cast<std::int64_t>(h.hosts) * h.gpus_per_host) +
+                      " GPUs; weft sim handles up to " + std::to_string(kMaxGpus));
   if (y["nic"]) {
     const YAML::Node& nic = y["nic"];
     check_keys(nic, where + ".nic", {"gpus_per_nic", "ports", "speed", "pcie_speed", "pcie_latency"});

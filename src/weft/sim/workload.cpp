@@ -1,5 +1,7 @@
 #include "weft/sim/workload.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -72,6 +74,9 @@ std::vector<std::string> split_fields(const std::string& s, char sep) {
   }
 }
 
+// What a workload may hold: each step of each rank costs about kBytesPerStep of memory.
+constexpr double kMaxWorkloadSteps = 50e6, kBytesPerStep = 100;
+
 void add_collective(Workload& w, const std::string& collective, const std::string& algorithm, std::int64_t bytes,
                     const std::vector<int>& gpus, int gpus_per_host, Time start, int iterations) {
   algo::Collective c = algo::parse_collective(collective);
@@ -84,7 +89,19 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
   int base = add_job(w, collective + "/" + algorithm, gpus, start);
   std::vector<int> agent_of(world);
   for (int r = 0; r < world; ++r) agent_of[r] = base + r;
+  std::int64_t steps_before = 0;
+  for (const Agent& a : w.agents) steps_before += static_cast<std::int64_t>(a.steps.size());
   for (int it = 0; it < iterations; ++it) {
+    if (it == 1) {  // the first iteration tells what all of them will hold: refuse before building them
+      std::int64_t steps = -steps_before;
+      for (const Agent& a : w.agents) steps += static_cast<std::int64_t>(a.steps.size());
+      const double total = static_cast<double>(steps) * iterations;
+      if (total > kMaxWorkloadSteps)
+        throw ConfigError(fmt::format("collective {}: {} iterations of {} steps would hold {:.3g} steps (about {:.0f} GB) "
+                                      "in memory, over the limit of {:.0f} million: use fewer iterations",
+                                      collective, iterations, steps, total, total * kBytesPerStep / 1e9,
+                                      kMaxWorkloadSteps / 1e6));
+    }
     int ci = static_cast<int>(w.collectives.size());
     w.collectives.push_back({collective + "/" + algorithm, w.agents[base].job, world, bytes, algo::busbw_factor(c, world)});
     for (int r = 0; r < world; ++r) {
