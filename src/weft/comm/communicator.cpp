@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <cstring>
 
 #include "weft/algo/registry.h"
@@ -157,8 +158,10 @@ std::shared_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
 Communicator::~Communicator() {
   ops_.reset();  // runs what is left and stops its thread
   // Rank 0 serves the store: it stays until every rank has left, since others may still
-  // need the store (to form groups, say) after rank 0 is done.
-  if (name_ == "world" && store_ && healthy_) {
+  // need the store (to form groups, say) after rank 0 is done. Not while an error unwinds
+  // the stack: the others may be blocked waiting for this rank and never leave, and the
+  // error must reach the user (and the launcher stop the job) now, not after the timeout.
+  if (name_ == "world" && store_ && healthy_ && std::uncaught_exceptions() == 0) {
     try {
       store_->add(session_ + "/left", 1);
       if (server_) {
