@@ -94,6 +94,11 @@ TEST(Idx, RejectsMissingTruncatedAndCorruptFiles) {
   std::string gz = read_file(dir / "z.gz");
   write_file_atomic(dir / "bad", gz.substr(0, gz.size() / 2));
   EXPECT_NE(error_of([&] { read_idx(dir / "bad"); }), "no error");
+  // Bytes after a complete gzip stream (zlib itself ignores them).
+  write_file_atomic(dir / "bad.gz", gz + "GARBAGE-AFTER-THE-STREAM");
+  EXPECT_NE(error_of([&] { read_idx(dir / "bad.gz"); }).find("bytes after the end of the compressed data"),
+            std::string::npos);
+  EXPECT_EQ(read_idx(dir / "z.gz").data, small_images().data);
   EXPECT_NE(error_of([&] { read_idx(dir.path()); }).find("directory"), std::string::npos);
 }
 

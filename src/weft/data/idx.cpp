@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "weft/util/error.h"
@@ -143,6 +144,21 @@ IdxArray read_idx(const std::string& path) {
   std::uint8_t extra;
   if (read_some(f.get(), &extra, 1, path) != 0) {
     throw DataError(path + ": trailing bytes after the " + std::to_string(bytes) + " data bytes the header promises");
+  }
+  // zlib ignores bytes after the gzip stream; its trailer (the last 4 bytes of the file: the
+  // uncompressed size mod 2^32) tells whether the file ends where the stream does.
+  if (!gzdirect(f.get())) {
+    std::ifstream raw(path, std::ios::binary | std::ios::ate);
+    std::uint8_t tail[4] = {};
+    if (raw.tellg() >= 4) {
+      raw.seekg(-4, std::ios::end);
+      raw.read(reinterpret_cast<char*>(tail), 4);
+    }
+    const std::uint32_t isize = std::uint32_t{tail[0]} | (std::uint32_t{tail[1]} << 8) | (std::uint32_t{tail[2]} << 16) |
+                                (std::uint32_t{tail[3]} << 24);
+    const auto total = static_cast<std::uint64_t>(4 + 4 * rank + bytes);
+    if (isize != static_cast<std::uint32_t>(total))
+      throw DataError(path + ": bytes after the end of the compressed data (the gzip trailer does not close the file)");
   }
   return a;
 }
