@@ -3,13 +3,15 @@
 #   make test     install dependencies, build, run the test suite (ctest)
 BUILD        ?= build
 BUILD_SAN    ?= build-sanitize
+BUILD_FUZZ   ?= build-fuzz
+FUZZ_SECONDS ?= 60
 JOBS         ?= $(shell nproc)
 CMAKE_FLAGS  ?=
 ifneq ($(CI),)
 CMAKE_FLAGS  += -DWEFT_WERROR=ON
 endif
 
-.PHONY: all deps build demo test test-sanitize bench-train clean
+.PHONY: all deps build demo test test-sanitize fuzz bench-train clean
 
 all: build
 
@@ -35,8 +37,17 @@ test-sanitize: deps
 	cmake --build $(BUILD_SAN) -j $(JOBS)
 	cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS) -L 'unit|comm|parallel'
 
+# The libFuzzer harnesses of fuzz/ (clang, ASan, UBSan), each for FUZZ_SECONDS from the
+# committed seed corpora; fails on any crash, leak, timeout or sanitizer report.
+fuzz:
+	@WEFT_FUZZ_DEPS=1 scripts/install-deps.sh
+	cmake -S . -B $(BUILD_FUZZ) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+	  -DWEFT_FUZZ=ON -DWEFT_BUILD_TESTS=OFF
+	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets
+	scripts/run-fuzzers.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
+
 bench-train: build
 	bench/train_throughput
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN)
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_FUZZ)

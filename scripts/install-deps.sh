@@ -23,6 +23,10 @@ packages=(
 if [ "${WEFT_BENCH_DEPS:-0}" = "1" ]; then
   packages+=(python3-torch python3-numpy)
 fi
+# make fuzz builds the libFuzzer harnesses with clang (its runtime holds libFuzzer).
+if [ "${WEFT_FUZZ_DEPS:-0}" = "1" ]; then
+  packages+=(clang)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

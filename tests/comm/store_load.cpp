@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "../process_threads.h"
 #include "weft/comm/socket.h"
 #include "weft/comm/store.h"
 #include "weft/util/error.h"
@@ -20,13 +21,7 @@
 using namespace weft::comm;
 
 namespace {
-int threads() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  return -1;
-}
+int threads() { return weft::testing::threads_of_this_process(); }
 double since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }

@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "../process_threads.h"
 #include "weft/comm/auth.h"
 #include "weft/comm/process.h"
 #include "weft/comm/socket.h"
@@ -22,6 +23,7 @@
 
 using namespace weft;
 using namespace weft::comm;
+using weft::testing::threads_of_this_process;
 
 namespace {
 const std::string kToken = "0123456789abcdef0123456789abcdef";
@@ -85,14 +87,6 @@ TEST(Store, SurvivesRandomBytes) {
 }
 
 namespace {
-int threads_of_this_process() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
-  return -1;
-}
-
 void wait_until(const std::function<bool()>& done, double seconds) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   while (!done() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(10));
