@@ -157,5 +157,7 @@ TEST(ThreadPool, ElementwiseResultsDoNotDependOnThreads) {
 TEST(Tensor, ShapesWhoseElementCountOverflowsAreRefused) {
   const std::int64_t big = std::int64_t{1} << 40;
   EXPECT_THROW(Tensor::empty({big, big}), weft::ConfigError);
+  EXPECT_THROW(Tensor::empty({big, big, big}), weft::ConfigError);  // its strides overflowed first
+  EXPECT_THROW(Tensor::empty({std::int64_t{1} << 62}), weft::ConfigError);  // bytes past 2^64
   EXPECT_EQ(weft::shape_numel({big, 2}), big * 2);
 }

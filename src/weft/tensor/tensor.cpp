@@ -34,7 +34,7 @@ Shape contiguous_strides(const Shape& shape) {
   std::int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= shape[i];
+    if (i > 0) s *= shape[i];  // the whole product is never needed (and may not fit)
   }
   return strides;
 }
@@ -57,11 +57,14 @@ Storage::~Storage() { free_bytes(data_, bytes_); }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   for (auto s : shape) WEFT_CHECK(s >= 0, "negative dimension in " + shape_to_string(shape));
+  const std::int64_t elements = shape_numel(shape);  // checked: the strides below stay in range
+  if (static_cast<std::uint64_t>(elements) > (std::uint64_t{1} << 60) / dtype_size(dtype))
+    throw ConfigError("a tensor of shape " + shape_to_string(shape) + " is too large");
   Tensor t;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
-  t.storage_ = std::make_shared<Storage>(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype));
+  t.storage_ = std::make_shared<Storage>(static_cast<std::size_t>(elements) * dtype_size(dtype));
   return t;
 }
 
