@@ -4,11 +4,13 @@
 Writes, with the built weft, the pages docs/reports.md promises open in under 2 s and stay
 under 5 MB: a 1,000-step training run (with its evaluations) and a simulation of 1,024 GPUs
 (a100-1024.yaml, a permutation of 4 MB per GPU, sampling every 10 us), plus the small
-PFC-cascade page for scale. Each page is opened REPEATS times (default 5) in headless
-Chromium; a probe script added in front of the page's own records the time from navigation
+PFC-cascade page for scale. Each page is opened once untimed (warm-up), then REPEATS times
+(default 5) in headless Chromium; a probe script added in front of the page's own records the time from navigation
 start until every chart is drawn (the page's script has run and the load event has fired).
 Prints each page's size, the median and range of that time, and the median wall time of the
-whole browser process (start-up included). Nothing else should run on the machine meanwhile.
+whole browser process (start-up included), against the goal (there is no reference tool to
+run beside it: the figure is compared with the 2 s and 5 MB of docs/reports.md). Nothing else
+should run on the machine meanwhile.
 
   python3 bench/report_open.py [REPEATS]
 """
@@ -65,6 +67,8 @@ def main():
         print(f"report_open: {REPEATS} openings per page, interleaved; headless Chromium "
               f"{subprocess.run(['chromium', '--version'], capture_output=True, text=True).stdout.strip()}")
         print(f"(the 1,024-GPU simulation's CSV files: {csv_bytes / 1e6:.1f} MB)")
+        for p in pages:  # warm-up: the first opening of each page (cold caches) is not timed
+            open_once(probed[p])
         times = {p: [] for p in pages}
         walls = {p: [] for p in pages}
         charts = {}
@@ -73,6 +77,7 @@ def main():
                 drawn, wall, charts[p] = open_once(probed[p])
                 times[p].append(drawn)
                 walls[p].append(wall)
+        print("goal: drawn within 2 s, under 5 MB")
         print(f"{'page':24} {'size':>8} {'charts':>6} {'drawn after (median, min-max)':>32} {'browser wall (median)':>22}")
         for p in pages:
             size = os.path.getsize(os.path.join(work, p))

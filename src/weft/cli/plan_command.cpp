@@ -103,9 +103,9 @@ int run_plan(const PlanFlags& f) {
   if (f.sweep) {
     auto rows = plan::sweep_layouts(in, f.gpus);
     if (!rows.empty() && (f.json || !f.report.empty())) {
-      const std::string json = plan::sweep_to_json(in, f.gpus, rows, f.top);
-      if (f.json) fmt::print("{}\n", json);
-      if (!f.report.empty()) write_plan_report(nlohmann::json::parse(json), f.report, f.json);
+      const nlohmann::json sweep = plan::sweep_to_json(in, f.gpus, rows, f.top);
+      if (f.json) fmt::print("{}\n", sweep.dump(2));
+      if (!f.report.empty()) write_plan_report(sweep, f.report, f.json);
       if (f.json) return 0;
     }
     if (rows.empty()) {
@@ -126,8 +126,8 @@ int run_plan(const PlanFlags& f) {
     return 0;
   }
   plan::PlanReport r = plan::make_plan(in);
-  fmt::print("{}", f.json ? r.to_json() + "\n" : r.to_text());
-  if (!f.report.empty()) write_plan_report(nlohmann::json::parse(r.to_json()), f.report, f.json);
+  fmt::print("{}", f.json ? r.to_json().dump() + "\n" : r.to_text());
+  if (!f.report.empty()) write_plan_report(r.to_json(), f.report, f.json);
   if (!f.emit_workload.empty()) {
     plan::EmittedWorkload w = plan::emit_workload(r, f.emit_workload);
     fmt::print(f.json ? stderr : stdout,

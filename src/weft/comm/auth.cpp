@@ -129,6 +129,17 @@ std::uint32_t accept_handshake(int fd, const std::string& token, Purpose purpose
   return end.their_identity;
 }
 
+void RefusalLog::refuse(const std::string& peer, const std::string& why, bool quiet) {
+  const int n = ++count_;
+  if (quiet) return;
+  if (n <= 10) {
+    std::fprintf(stderr, "%s: refused a connection from %s (%s)\n", who_.c_str(), peer.c_str(), why.c_str());
+  } else if (n % 1000 == 0) {
+    std::fprintf(stderr, "%s: %d connections refused so far (the latest from %s: %s)\n", who_.c_str(), n, peer.c_str(),
+                 why.c_str());
+  }
+}
+
 namespace {
 // A handshake in progress on a non-blocking socket.
 struct Pending {
@@ -148,13 +159,10 @@ std::vector<AcceptedPeer> accept_authenticated(int listen_fd, const std::string&
   set_nonblocking(listen_fd, true);  // accepts in bursts without blocking
   std::list<Pending> pending;
   std::vector<AcceptedPeer> done;
-  int refused = 0;
+  RefusalLog log(who);
   auto refuse = [&](Pending& p, const std::string& why) {
     if (!p.socket.valid()) return;
-    ++refused;
-    if (refused <= 10 || refused % 1000 == 0)
-      std::fprintf(stderr, "%s: refused a connection from %s (%s)%s\n", who.c_str(), p.peer.c_str(), why.c_str(),
-                   refused > 10 ? (" [" + std::to_string(refused) + " so far]").c_str() : "");
+    log.refuse(p.peer, why);
     p.socket.close();
   };
   std::vector<pollfd> fds;

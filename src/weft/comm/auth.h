@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -54,11 +55,26 @@ AcceptEnd finish_accept(const std::string& token, Purpose purpose, const std::st
 struct Deadline;
 class Socket;
 
+// Connections refused by `who` ("weft store", "weft rank 3"), logged on stderr with the
+// peer's address and the reason: the first ten one by one, then one line per thousand, so a
+// flood of strangers cannot flood the log.
+class RefusalLog {
+ public:
+  explicit RefusalLog(std::string who) : who_(std::move(who)) {}
+  // Counts one refusal and logs it (unless `quiet`: the server is stopping).
+  void refuse(const std::string& peer, const std::string& why, bool quiet = false);
+  int count() const { return count_.load(); }
+
+ private:
+  std::string who_;
+  std::atomic<int> count_{0};
+};
+
 // Accepts connections on `listen_fd` and runs their handshakes side by side (one poll loop)
 // until `count` peers for which `wanted(identity)` holds are in, or the deadline passes
 // (CommError). A connection that stays silent, sends bad bytes or the wrong token, or names
 // an identity not wanted holds only its own slot, for at most `handshake_s`, and is logged on
-// stderr as `who` refusing it (the first ten, then one line per thousand); at most
+// stderr as `who` refusing it (RefusalLog); at most
 // `max_pending` handshakes run at once (the oldest is dropped for a new one). Returns the
 // peers' identities and their (blocking) sockets.
 struct AcceptedPeer {

@@ -77,7 +77,8 @@ struct StoreServer::State {
   StoreLimits limits;
   Socket listener, wake_read, wake_write;
   std::atomic<bool> stop{false};
-  std::atomic<int> refused{0}, open{0};
+  RefusalLog refusals{"weft store"};
+  std::atomic<int> open{0};
   std::map<std::string, std::string> data;
   std::list<Connection> connections;
   std::string error_note;  // an accept error already reported
@@ -120,7 +121,7 @@ StoreServer::~StoreServer() {
   loop_.join();
 }
 
-int StoreServer::refused() const { return state_->refused.load(); }
+int StoreServer::refused() const { return state_->refusals.count(); }
 int StoreServer::connections() const { return state_->open.load(); }
 
 void StoreServer::State::run() {
@@ -209,14 +210,7 @@ void StoreServer::State::drop_oldest_stranger(const char* why) {
 
 void StoreServer::State::refuse(Connection& c, const std::string& why) {
   c.dead = true;
-  const int n = ++refused;
-  if (stop) return;
-  if (n <= 10) {
-    std::fprintf(stderr, "weft store: refused a connection from %s (%s)\n", c.peer.c_str(), why.c_str());
-  } else if (n % 1000 == 0) {
-    std::fprintf(stderr, "weft store: %d connections refused so far (the latest from %s: %s)\n", n, c.peer.c_str(),
-                 why.c_str());
-  }
+  refusals.refuse(c.peer, why, stop);
 }
 
 void StoreServer::State::receive(Connection& c) {

@@ -137,7 +137,7 @@ std::string PlanReport::to_text() const {
   return out;
 }
 
-std::string PlanReport::to_json() const {
+nlohmann::json PlanReport::to_json() const {
   const Layout& l = input.layout;
   nlohmann::json j = {
       {"model", input.model.name.empty() ? "custom" : input.model.name},
@@ -173,7 +173,7 @@ std::string PlanReport::to_json() const {
     j["training"] = {{"tokens", input.tokens}, {"seconds", training_seconds}, {"days", training_seconds / 86400.0},
                      {"energy_kwh", energy_kwh}, {"energy_cost", energy_cost}, {"dataset_bytes", dataset_bytes}};
   }
-  return j.dump();
+  return j;
 }
 
 }  // namespace weft::plan

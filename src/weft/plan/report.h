@@ -1,10 +1,12 @@
 // weft plan: one planned job, computed from a model, a cluster and a parallel layout, with
-// the assumptions behind every figure. Printed as a table or as JSON.
+// the assumptions behind every figure. Printed as a table or as JSON (weft report draws the JSON).
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "weft/plan/comm_model.h"
 #include "weft/plan/estimates.h"
@@ -49,7 +51,7 @@ struct PlanReport {
   std::optional<IterationEstimate> iteration;
   std::vector<std::string> assumptions;
   std::string to_text() const;
-  std::string to_json() const;
+  nlohmann::json to_json() const;
 };
 
 // Validates the input (throws ConfigError) and computes the plan.

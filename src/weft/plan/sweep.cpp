@@ -59,7 +59,7 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus) {
   return rows;
 }
 
-std::string sweep_to_json(const PlanInput& in, std::int64_t gpus, const std::vector<SweepRow>& rows, int top) {
+nlohmann::json sweep_to_json(const PlanInput& in, std::int64_t gpus, const std::vector<SweepRow>& rows, int top) {
   nlohmann::json layouts = nlohmann::json::array();
   for (const SweepRow& r : rows) {
     const Layout& l = r.layout;
@@ -72,7 +72,7 @@ std::string sweep_to_json(const PlanInput& in, std::int64_t gpus, const std::vec
                        {"iteration", {{"bubble", r.iteration.bubble}, {"overlap_seconds", r.iteration.iteration_overlap_s},
                                       {"no_overlap_seconds", r.iteration.iteration_no_overlap_s}}}});
   }
-  const nlohmann::json j = {{"kind", "sweep"},
+  return {{"kind", "sweep"},
                             {"model", in.model.name.empty() ? "custom" : in.model.name},
                             {"gpus", gpus},
                             {"global_batch", in.global_batch},
@@ -80,7 +80,6 @@ std::string sweep_to_json(const PlanInput& in, std::int64_t gpus, const std::vec
                             {"gpu", {{"name", in.gpu.name}, {"memory_bytes", in.gpu.memory_bytes}}},
                             {"top", top},
                             {"layouts", layouts}};
-  return j.dump(2);
 }
 
 }  // namespace weft::plan

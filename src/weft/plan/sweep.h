@@ -2,8 +2,9 @@
 // size) that fits in GPU memory, ranked by the estimated iteration time.
 #pragma once
 
-#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "weft/plan/report.h"
 
@@ -24,6 +25,6 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& input, std::int64_t gpus);
 // The sweep as JSON (weft plan --sweep --json; weft report draws it): "kind": "sweep", the
 // model, GPUs and GPU, "top" (the rows shown), and every layout that fits, fastest first,
 // with its memory per GPU and iteration estimate.
-std::string sweep_to_json(const PlanInput& input, std::int64_t gpus, const std::vector<SweepRow>& rows, int top);
+nlohmann::json sweep_to_json(const PlanInput& input, std::int64_t gpus, const std::vector<SweepRow>& rows, int top);
 
 }  // namespace weft::plan

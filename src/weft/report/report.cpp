@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <regex>
 
 #include "weft/report/plan.h"
 #include "weft/report/simulation.h"
@@ -22,11 +21,8 @@ namespace {
 
 // A rank's own metrics file (FILE-rank<r>.jsonl, r > 0) whose rank-0 file exists: read with it.
 bool is_other_rank_file(const std::string& path) {
-  static const std::regex rank_file(R"((.*)-rank([0-9]{1,6})(\.[^./]*)?)");
-  std::smatch m;
-  const std::string p = path;
-  if (!std::regex_match(p, m, rank_file) || std::stoi(m[2].str()) == 0) return false;
-  return file_exists(m[1].str() + m[3].str());
+  const std::optional<RankFile> r = split_rank_file(path);
+  return r && r->rank > 0 && file_exists(r->rank0_path);
 }
 
 std::string display_name(const std::string& path) {

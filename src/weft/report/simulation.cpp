@@ -12,7 +12,6 @@
 #include "weft/report/series.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
-#include "weft/util/parse.h"
 
 namespace weft::report {
 
@@ -22,20 +21,6 @@ namespace {
 
 constexpr std::size_t kQueues = 8;      // the busiest queues drawn
 constexpr std::size_t kPauseLanes = 64;  // ports drawn in the PFC lanes (the first to pause)
-
-// "10us" -> 10 (microseconds); 0 when the text is not a time.
-double time_us(const std::string& text) {
-  std::size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.' || text[i] == 'e')) ++i;
-  const std::optional<double> v = parse_number(text.substr(0, i));
-  const std::string unit = text.substr(i);
-  if (!v) return 0;
-  if (unit == "ns") return *v / 1e3;
-  if (unit == "us") return *v;
-  if (unit == "ms") return *v * 1e3;
-  if (unit == "s") return *v * 1e6;
-  return 0;
-}
 
 const std::string& file(const SimFiles& files, const std::string& name) {
   auto it = files.find(name);
@@ -284,9 +269,7 @@ json simulation_sections(const SimFiles& files, const std::string& name, std::si
   if (summary.is_discarded() || !summary.is_object() || !summary.contains("topology"))
     throw DataError(name + ": summary.json is not a weft sim summary");
   const double end_us = summary.value("simulated_us", 0.0);
-  const double interval = summary.contains("config") && summary["config"].contains("sample.interval")
-                              ? time_us(summary["config"]["sample.interval"].get<std::string>())
-                              : 0.0;
+  const double interval = summary.value("sample_interval_us", 0.0);  // 0 (older outputs): no zero-filling
   const json topo = summary["topology"], counters = summary.value("counters", json::object()),
              flows = summary.value("flows", json::object());
   json table = {{"columns", {"figure", "value"}}, {"rows", json::array()}};

@@ -85,6 +85,13 @@ std::string unit_of(const MetricsRun& r) { return r.run.value("unit", std::strin
 
 }  // namespace
 
+std::optional<RankFile> split_rank_file(const std::string& path) {
+  static const std::regex rank_file(R"((.*)-rank([0-9]{1,6})(\.[^./]*)?)");
+  std::smatch m;
+  if (!std::regex_match(path, m, rank_file)) return std::nullopt;
+  return RankFile{m[1].str() + m[3].str(), std::stoi(m[2].str())};
+}
+
 bool is_metrics_file(const std::string& path) {
   if (!file_exists(path) || is_directory(path)) return false;
   std::ifstream in(path);
@@ -108,15 +115,11 @@ MetricsRun read_metrics(const std::string& path) {
   m.ranks.emplace_back(0, std::move(steps));
   // The other ranks' files beside it.
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  const std::regex rank_file(std::regex_replace(stem, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") + "-rank([0-9]{1,6})" +
-                             std::regex_replace(ext, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)"));
   std::error_code ec;
   std::vector<std::pair<int, std::string>> others;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::smatch match;
-    const std::string name = e.path().filename().string();
-    if (std::regex_match(name, match, rank_file) && std::stoi(match[1].str()) > 0)
-      others.emplace_back(std::stoi(match[1].str()), e.path().string());
+    const std::optional<RankFile> r = split_rank_file(e.path().string());
+    if (r && r->rank > 0 && fs::path(r->rank0_path).filename() == p.filename()) others.emplace_back(r->rank, e.path().string());
   }
   std::sort(others.begin(), others.end());
   for (const auto& [rank, file] : others) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,6 +22,14 @@ struct MetricsRun {
   std::vector<std::pair<int, std::vector<nlohmann::json>>> ranks;
   const std::vector<nlohmann::json>& steps() const { return ranks.front().second; }
 };
+
+// A rank's own file of a run, FILE-rank<r>.EXT beside rank 0's FILE.EXT (weft train's naming
+// for metrics and timelines): rank 0's path and r; nullopt for any other name.
+struct RankFile {
+  std::string rank0_path;
+  int rank;
+};
+std::optional<RankFile> split_rank_file(const std::string& path);
 
 // Whether the file at `path` holds metrics records (its first line is one).
 bool is_metrics_file(const std::string& path);

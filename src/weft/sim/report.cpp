@@ -94,6 +94,7 @@ nlohmann::json summary_json(const Network& net) {
                    {"links", t.links.size()}};
   j["finished"] = net.agents_unfinished() == 0;
   j["simulated_us"] = to_us(net.finish_time());
+  j["sample_interval_us"] = to_us(net.config().sample_interval);  // queues.csv, counters.csv
   j["events"] = net.events_run();  // wall-clock figures are printed, not stored: same seed, same files
   j["peak_packets"] = net.peak_packets();
   json colls = json::array();

@@ -5,8 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <string>
+
+#include "weft/util/env.h"
 
 namespace weft {
 
@@ -30,8 +31,7 @@ std::string progress_bar(double fraction, int width) {
 namespace {
 bool drawn_in_place(std::FILE* out) {
   if (::isatty(::fileno(out)) != 0) return true;
-  const char* e = std::getenv("WEFT_PROGRESS_TERMINAL");
-  return out == stderr && e && std::string(e) == "1";
+  return out == stderr && env_string("WEFT_PROGRESS_TERMINAL") == std::optional<std::string>("1");
 }
 }  // namespace
 
