@@ -7,12 +7,22 @@ weft=$1
 dir=$2
 src=${WEFT_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
 rm -rf "$dir"
-mkdir -p "$dir/truncated" "$dir/badmagic" "$dir/ckpt-corrupt" "$dir/ckpt-mlp"
+mkdir -p "$dir/truncated" "$dir/badmagic" "$dir/ckpt-corrupt" "$dir/ckpt-mlp" "$dir/small16"
 for d in truncated badmagic; do
   cp "$src"/t10k-* "$src"/train-labels-idx1-ubyte.gz "$dir/$d/"
 done
 (gunzip -c "$src/train-images-idx3-ubyte.gz" || true) | head -c 1000000 >"$dir/truncated/train-images-idx3-ubyte"
 { printf '\x12\x34\x08\x03'; gunzip -c "$src/train-images-idx3-ubyte.gz" | tail -c +5; } >"$dir/badmagic/train-images-idx3-ubyte"
+# A well-formed data folder of 16x16 images (a user's own data of another size).
+/usr/bin/python3 - "$dir/small16" <<'PY'
+import struct, sys
+d = sys.argv[1]
+for prefix, n in (("train", 64), ("t10k", 16)):
+    with open(f"{d}/{prefix}-images-idx3-ubyte", "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 16, 16) + bytes((i * 7) % 256 for i in range(n * 256)))
+    with open(f"{d}/{prefix}-labels-idx1-ubyte", "wb") as f:
+        f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
+PY
 for d in ckpt-corrupt ckpt-mlp; do
   "$weft" train --model mlp --epochs 1 --limit-train 256 --limit-test 100 --checkpoint-dir "$dir/$d" --quiet >/dev/null
 done

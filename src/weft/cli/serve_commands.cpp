@@ -98,7 +98,7 @@ int run_predict(const PredictConfig& c) {
     images = serve::read_idx_images(c.images);
   } else {
     ImageDataset test = load_mnist_format(resolve_data_dir(c.data.empty() ? "fashion-mnist" : c.data, c.data_dir), "test", kFashionMnistMean,
-                                          kFashionMnistStd, c.limit);
+                                          kFashionMnistStd, c.limit, kModelImageSide);
     images = test.images;
     labels = test.labels;
   }

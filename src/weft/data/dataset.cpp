@@ -1,5 +1,7 @@
 #include "weft/data/dataset.h"
 
+#include <fmt/format.h>
+
 #include "weft/data/idx.h"
 #include "weft/util/file.h"
 
@@ -22,7 +24,7 @@ std::string resolve_data_dir(const std::string& data, const std::string& data_di
 }
 
 ImageDataset load_mnist_format(const std::string& dir, const std::string& split, double mean, double stddev,
-                               std::int64_t limit) {
+                               std::int64_t limit, std::int64_t side) {
   if (!is_directory(dir)) {
     throw DataError("data directory " + dir + " does not exist (install the Debian package dataset-fashion-mnist, "
                     "or pass --data-dir)");
@@ -44,6 +46,10 @@ ImageDataset load_mnist_format(const std::string& dir, const std::string& split,
                     std::to_string(labels.dims[0]) + " labels");
   }
   std::int64_t n = images.dims[0], h = images.dims[1], w = images.dims[2];
+  if (side > 0 && (h != side || w != side)) {
+    throw DataError(fmt::format("{}: images of {}x{} pixels; the model takes {}x{} (expected shape [N, {}, {}], got [{}, {}, {}])",
+                                image_path, h, w, side, side, side, side, n, h, w));
+  }
   if (limit > 0 && limit < n) n = limit;
   ImageDataset ds;
   ds.images = Tensor::empty({n, 1, h, w}, DType::F32);

@@ -24,9 +24,10 @@ inline constexpr double kFashionMnistStd = 0.3530;
 
 // Loads "<dir>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]"; split is "train" or
 // "test". Pixels become (p / 255 - mean) / std. `limit` > 0 keeps the first `limit`
-// samples. Throws DataError naming the folder or file and the problem.
+// samples. `side` > 0: the images must be side x side (what the model takes). Throws
+// DataError naming the folder or file and the problem (for a size: the expected shape).
 ImageDataset load_mnist_format(const std::string& dir, const std::string& split, double mean = kFashionMnistMean,
-                               double stddev = kFashionMnistStd, std::int64_t limit = 0);
+                               double stddev = kFashionMnistStd, std::int64_t limit = 0, std::int64_t side = 0);
 
 // The folder for a --data name: "fashion-mnist" means `data_dir` when given, else the
 // Debian package's folder; anything else is taken as a folder path.

@@ -16,6 +16,9 @@
 
 namespace weft {
 
+// The side of the square images every built-in model takes ([N, 1, 28, 28]).
+inline constexpr std::int64_t kModelImageSide = 28;
+
 // Linear layers of the given sizes with ReLU between them (not after the last).
 std::shared_ptr<Sequential> make_mlp(const std::vector<std::int64_t>& sizes, Rng& rng);
 // Throws ConfigError listing the known names when `name` is unknown.

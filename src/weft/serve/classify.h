@@ -6,12 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "weft/nn/models.h"
 #include "weft/nn/module.h"
 #include "weft/tensor/tensor.h"
 
 namespace weft::serve {
 
-inline constexpr std::int64_t kImageSide = 28;
+inline constexpr std::int64_t kImageSide = kModelImageSide;
 inline constexpr std::int64_t kImagePixels = kImageSide * kImageSide;
 
 // [N, 1, 28, 28] normalized images from N x 784 pixel values in [0, 255].

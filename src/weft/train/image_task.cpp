@@ -30,8 +30,8 @@ class ImageClassification : public Task {
                         std::to_string(replicas) + " ranks");
     }
     const std::string dir = resolve_data_dir(*o.data, o.data_dir);
-    train_ = load_mnist_format(dir, "train", kFashionMnistMean, kFashionMnistStd, o.limit_train);
-    if (o.evaluate) test_ = load_mnist_format(dir, "test", kFashionMnistMean, kFashionMnistStd, o.limit_test);
+    train_ = load_mnist_format(dir, "train", kFashionMnistMean, kFashionMnistStd, o.limit_train, kModelImageSide);
+    if (o.evaluate) test_ = load_mnist_format(dir, "test", kFashionMnistMean, kFashionMnistStd, o.limit_test, kModelImageSide);
     const std::int64_t per_rank = *o.batch / replicas;
     loader_.emplace(train_, LoaderOptions{per_rank, true, false, o.seed, replicas, replica});
     if (o.parallel.strategy == "fedavg") {
