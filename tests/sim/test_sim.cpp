@@ -82,6 +82,21 @@ TEST(SimEngine, RunsEventsInTimeOrderThenScheduleOrder) {
   EXPECT_THROW(q.schedule(29, &rec, 0), weft::InternalError);
 }
 
+TEST(SimStall, FindCycleNamesACycleInOrderAndNothingInADag) {
+  using weft::sim::find_cycle;
+  EXPECT_TRUE(find_cycle({}).empty());
+  EXPECT_TRUE(find_cycle({{1, 2}, {2}, {}}).empty());                 // a diamond is no cycle
+  EXPECT_EQ(find_cycle({{0}}), (std::vector<int>{0}));                // a self loop
+  EXPECT_EQ(find_cycle({{1}, {2}, {3}, {1}}), (std::vector<int>{1, 2, 3}));  // entered from 0
+  EXPECT_EQ(find_cycle({{}, {}, {3}, {4}, {2}}), (std::vector<int>{2, 3, 4}));
+  EXPECT_TRUE(find_cycle({{5, -1}}).empty());                         // edges out of range ignored
+  // A long chain closing on itself: no recursion to overflow.
+  std::vector<std::vector<int>> chain(200000);
+  for (int i = 0; i + 1 < 200000; ++i) chain[i] = {i + 1};
+  chain.back() = {0};
+  EXPECT_EQ(find_cycle(chain).size(), 200000u);
+}
+
 TEST(SimConfig, SettingsAcceptUnitsAndRejectMistakes) {
   SimConfig c;
   apply_setting(c, "ecn.min=5KB");

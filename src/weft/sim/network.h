@@ -21,6 +21,7 @@
 #include "weft/sim/config.h"
 #include "weft/sim/engine.h"
 #include "weft/sim/packet.h"
+#include "weft/sim/stall.h"
 #include "weft/sim/topology.h"
 #include "weft/sim/workload.h"
 
@@ -166,6 +167,8 @@ class Network : public EventTarget {
   const std::vector<std::pair<Time, Time>>& collective_times() const { return collective_times_; }
   std::string port_name(int port) const;  // "rail-0->spine-1"
   int agents_unfinished() const;
+  // What the unfinished ranks wait on, and the deadlock cycles (stall.h).
+  Stall stall() const;
 
   // Captures the frames sent on a link (both directions) into a pcap file.
   void capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path);
@@ -261,6 +264,7 @@ class Network : public EventTarget {
   std::vector<FlowRecord> flows_;
   std::vector<std::pair<Time, Time>> collective_times_;
   int agents_left_ = 0;
+  bool stopped_at_limit_ = false;
   // Outputs.
   Counters counters_;
   std::vector<PfcEvent> pfc_events_;

@@ -59,6 +59,7 @@ class PacketPool {
   }
   void release(std::uint32_t id) { free_.push_back(id); }
   Packet& operator[](std::uint32_t id) { return slots_[id]; }
+  const Packet& at(std::uint32_t id) const { return slots_[id]; }
   std::size_t capacity() const { return slots_.size(); }
   std::size_t in_use() const { return slots_.size() - free_.size(); }
 
@@ -73,6 +74,7 @@ class PacketFifo {
   bool empty() const { return size_ == 0; }
   std::size_t size() const { return size_; }
   std::uint32_t front() const { return buf_[head_]; }
+  std::uint32_t at(std::size_t i) const { return buf_[(head_ + i) & (buf_.size() - 1)]; }  // i < size()
   void push(std::uint32_t id) {
     if (size_ == buf_.size()) grow();
     buf_[(head_ + size_) & (buf_.size() - 1)] = id;

@@ -93,6 +93,22 @@ nlohmann::json summary_json(const Network& net) {
   j["topology"] = {{"name", t.name}, {"fabric", t.fabric}, {"gpus", t.gpus.size()}, {"switches", switches},
                    {"links", t.links.size()}};
   j["finished"] = net.agents_unfinished() == 0;
+  if (net.agents_unfinished() > 0) {  // what the run is stuck on
+    const Stall stall = net.stall();
+    json ranks = json::array(), cycle = json::array(), ports = json::array(), unroutable = json::array();
+    for (const RankWait& r : stall.waits) {
+      json from = json::array();
+      for (const auto& [peer, count] : r.receives) from.push_back({{"rank", agent_name(net.workload(), peer)}, {"messages", count}});
+      ranks.push_back({{"rank", agent_name(net.workload(), r.agent)}, {"step", r.step + 1}, {"steps", r.steps},
+                       {"computing", !r.started}, {"waiting_for", from}, {"unacknowledged_sends", r.unacknowledged.size()}});
+    }
+    for (int a : stall.rank_cycle) cycle.push_back(agent_name(net.workload(), a));
+    for (int p : stall.pfc_cycle) ports.push_back(net.port_name(p));
+    for (const auto& [from, to] : stall.unroutable)
+      unroutable.push_back({agent_name(net.workload(), from), agent_name(net.workload(), to)});
+    j["stall"] = {{"reason", stall.time_limit ? "time_limit" : "no_event_left"}, {"ranks", ranks}, {"deadlock", cycle},
+                  {"pfc_deadlock", {{"class", stall.pfc_queue}, {"links", ports}}}, {"unroutable", unroutable}};
+  }
   j["simulated_us"] = to_us(net.finish_time());
   j["sample_interval_us"] = to_us(net.config().sample_interval);  // queues.csv, counters.csv
   j["events"] = net.events_run();  // wall-clock figures are printed, not stored: same seed, same files
@@ -158,9 +174,13 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   if (net.agents_unfinished() == 0)
     std::fprintf(out, "finished at %.3f us simulated (wall %.2f s, %.2f M events/s, peak memory %.0f MiB)\n",
                  to_us(net.finish_time()), net.wall_seconds(), eps / 1e6, static_cast<double>(usage.ru_maxrss) / 1024);
-  else
-    std::fprintf(out, "NOT finished: %d ranks still waiting at %.3f us simulated (time limit or deadlock)\n",
-                 net.agents_unfinished(), to_us(net.finish_time()));
+  else {
+    const Stall stall = net.stall();
+    std::fprintf(out, "NOT finished: %d ranks still waiting at %.3f us simulated (%s)\n", net.agents_unfinished(),
+                 to_us(net.finish_time()),
+                 stall.time_limit ? "stopped at sim.time_limit" : "no event left: nothing can move");
+    for (const std::string& line : describe_stall(net, stall)) std::fprintf(out, "%s\n", line.c_str());
+  }
   // Collectives of the same kind, size and group size together: count, mean time, bandwidths.
   const auto& times = net.collective_times();
   struct Kind {

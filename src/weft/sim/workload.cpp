@@ -129,10 +129,7 @@ void check_messages_match(const Workload& w) {
       for (const Transfer& t : s.recvs) expected[{t.peer, static_cast<int>(a)}].push_back(t.bytes);
     }
   }
-  auto name = [&](int a) {
-    const Agent& agent = w.agents[static_cast<std::size_t>(a)];
-    return (w.jobs.size() > 1 ? "job " + std::to_string(agent.job) + " " : std::string()) + "rank " + std::to_string(agent.rank);
-  };
+  auto name = [&](int a) { return agent_name(w, a); };
   for (const auto& [pair, sends] : sent) {
     const auto& recvs = expected[pair];
     for (std::size_t k = 0; k < std::max(sends.size(), recvs.size()); ++k) {
@@ -175,6 +172,11 @@ Workload load_unchecked(const std::string& spec, const Topology& t, std::uint64_
 }
 
 }  // namespace
+
+std::string agent_name(const Workload& w, int agent) {
+  const Agent& a = w.agents[static_cast<std::size_t>(agent)];
+  return (w.jobs.size() > 1 ? "job " + std::to_string(a.job) + " " : std::string()) + "rank " + std::to_string(a.rank);
+}
 
 Workload load_workload(const std::string& spec, const Topology& t, std::uint64_t seed) {
   Workload w = load_unchecked(spec, t, seed);

@@ -63,6 +63,9 @@ struct Workload {
   std::vector<Failure> failures;
 };
 
+// "rank R", or "job J rank R" when the workload has several jobs.
+std::string agent_name(const Workload& w, int agent);
+
 // Parses a workload argument: a trace folder, a job file (.yaml/.yml), or a spec such as
 //   allreduce:ring:64MB[@0-15]   broadcast:binomial:1MB@0-7   permutation:2MB
 //   incast:8:16MB (GPUs 1..8 -> GPU 0)   alltoall:1MB@0-7   flow:0:5:1MB

@@ -1,0 +1,157 @@
+#include "weft/sim/stall.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "weft/sim/network.h"
+
+namespace weft::sim {
+
+std::vector<int> find_cycle(const std::vector<std::vector<int>>& edges) {
+  const int n = static_cast<int>(edges.size());
+  std::vector<char> state(static_cast<std::size_t>(n), 0);  // 0 unseen, 1 on the path, 2 done
+  std::vector<std::pair<int, std::size_t>> path;            // (node, next edge to follow)
+  for (int root = 0; root < n; ++root) {
+    if (state[root]) continue;
+    path.assign(1, {root, 0});
+    state[root] = 1;
+    while (!path.empty()) {
+      auto& [u, next] = path.back();
+      if (next == edges[u].size()) {
+        state[u] = 2;
+        path.pop_back();
+        continue;
+      }
+      const int v = edges[u][next++];
+      if (v < 0 || v >= n || state[v] == 2) continue;
+      if (state[v] == 1) {  // back to a node on the path: the cycle is the path from v
+        std::vector<int> cycle;
+        auto from = std::find_if(path.begin(), path.end(), [&](const auto& e) { return e.first == v; });
+        for (auto it = from; it != path.end(); ++it) cycle.push_back(it->first);
+        return cycle;
+      }
+      state[v] = 1;
+      path.push_back({v, 0});
+    }
+  }
+  return {};
+}
+
+Stall Network::stall() const {
+  Stall s;
+  s.time_limit = stopped_at_limit_;
+  const std::size_t A = agents_.size();
+  std::vector<int> wait_index(A, -1);
+  for (std::size_t a = 0; a < A; ++a) {
+    const AgentState& st = agents_[a];
+    if (st.done) continue;
+    RankWait w;
+    w.agent = static_cast<int>(a);
+    w.step = st.step;
+    w.steps = work_.agents[a].steps.size();
+    w.started = st.started && st.step_began <= events_.now() && st.pending > 0;
+    for (const auto& [peer, count] : st.waiting)
+      if (count > 0) w.receives.push_back({peer, static_cast<int>(count)});
+    std::sort(w.receives.begin(), w.receives.end());
+    wait_index[a] = static_cast<int>(s.waits.size());
+    s.waits.push_back(std::move(w));
+  }
+  // Sends not yet acknowledged, and those whose receiver is unreachable now.
+  const std::size_t G = topo_.gpus.size();
+  std::set<std::pair<int, int>> unroutable;
+  for (const FlowRecord& f : flows_) {
+    if (f.parts_left_tx <= 0 || wait_index[f.src_agent] < 0) continue;
+    s.waits[wait_index[f.src_agent]].unacknowledged.push_back(f.dst_agent);
+    const std::size_t slot = static_cast<std::size_t>(topo_.gpus[f.src_gpu]) * G + static_cast<std::size_t>(f.dst_gpu);
+    if (route_count_[slot] == 0) unroutable.insert({f.src_agent, f.dst_agent});
+  }
+  s.unroutable.assign(unroutable.begin(), unroutable.end());
+  // Ranks waiting for each other's messages.
+  std::vector<std::vector<int>> waits_for(A);
+  for (const RankWait& w : s.waits)
+    if (w.started)
+      for (const auto& [peer, count] : w.receives)
+        if (!agents_[peer].done) waits_for[w.agent].push_back(peer);
+  s.rank_cycle = find_cycle(waits_for);
+  // Paused links: egress port O waits for O' when O's receiver pauses it on a buffer that
+  // holds packets queued at O' (they came in through O's link) and O' is paused too.
+  const Time now = events_.now();
+  auto paused = [&](const Port& P, int q) { return P.paused_until[q] > now && now >= P.watchdog_until[q]; };
+  for (int q = 0; q < 8 && s.pfc_cycle.empty(); ++q) {
+    std::vector<std::vector<int>> waits_on(ports_.size());
+    bool any = false;
+    for (std::size_t o = 0; o < ports_.size(); ++o) {
+      const Port& O = ports_[o];
+      if (!paused(O, q) || O.queue[q].empty()) continue;
+      std::set<int> upstream;
+      for (std::size_t i = 0; i < O.queue[q].size(); ++i) {
+        const int in = pool_.at(O.queue[q].at(i)).port;
+        if (in >= 0 && paused(ports_[ports_[in].peer], q)) upstream.insert(ports_[in].peer);
+      }
+      for (int u : upstream) waits_on[u].push_back(static_cast<int>(o));
+      any = any || !upstream.empty();
+    }
+    if (!any) continue;
+    s.pfc_cycle = find_cycle(waits_on);
+    if (!s.pfc_cycle.empty()) s.pfc_queue = q;
+  }
+  return s;
+}
+
+std::vector<std::string> describe_stall(const Network& net, const Stall& s, std::size_t max_ranks) {
+  const Workload& w = net.workload();
+  const Topology& t = net.topology();
+  std::vector<std::string> lines;
+  auto name = [&](int a) { return agent_name(w, a); };
+  auto plural = [](std::size_t n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); };
+  for (std::size_t i = 0; i < s.waits.size() && i < max_ranks; ++i) {
+    const RankWait& r = s.waits[i];
+    std::string line = "  " + name(r.agent) + ": step " + std::to_string(r.step + 1) + " of " + std::to_string(r.steps);
+    if (!r.started) {
+      line += ", computing before it";
+    } else {
+      std::string parts;
+      for (const auto& [peer, count] : r.receives)
+        parts += (parts.empty() ? "" : ", ") + plural(static_cast<std::size_t>(count), "message", "messages") + " from " + name(peer);
+      if (!parts.empty()) line += ", waiting for " + parts;
+      if (!r.unacknowledged.empty()) {
+        std::set<int> peers(r.unacknowledged.begin(), r.unacknowledged.end());
+        std::string to;
+        for (int p : peers) to += (to.empty() ? "" : ", ") + name(p);
+        line += ", " + plural(r.unacknowledged.size(), "send", "sends") + " not acknowledged (to " + to + ")";
+      }
+    }
+    lines.push_back(line);
+  }
+  if (s.waits.size() > max_ranks) lines.push_back("  ... and " + plural(s.waits.size() - max_ranks, "more rank", "more ranks"));
+  if (!s.rank_cycle.empty()) {
+    std::string cycle;
+    for (int a : s.rank_cycle) cycle += name(a) + " -> ";
+    lines.push_back("deadlock: " + cycle + name(s.rank_cycle.front()) +
+                    " (each waits for a message from the next before it sends its own)");
+  }
+  if (!s.pfc_cycle.empty()) {
+    std::string cycle;
+    for (int p : s.pfc_cycle) cycle += net.port_name(p) + ", ";
+    lines.push_back("PFC deadlock on traffic class " + std::to_string(s.pfc_queue) + ": a cycle of paused links " + cycle +
+                    "back to " + net.port_name(s.pfc_cycle.front()) +
+                    " (each is paused by a buffer full of packets that wait for the next)");
+  }
+  for (const auto& [from, to] : s.unroutable) {
+    const FlowRecord* f = nullptr;
+    for (const FlowRecord& r : net.flows())
+      if (r.src_agent == from && r.dst_agent == to) f = &r;
+    lines.push_back("no route: " + name(from) + " (" + t.nodes[t.gpus[f->src_gpu]].name + ") cannot reach " + name(to) + " (" +
+                    t.nodes[t.gpus[f->dst_gpu]].name + "): the links or switches between them are down");
+  }
+  const std::int64_t storms = net.counters().watchdog_storms;
+  if (storms > 0)
+    lines.push_back("the PFC watchdog broke " + plural(static_cast<std::size_t>(storms), "pause storm", "pause storms") +
+                    " on the way (PFC deadlocks or stuck receivers; with --set pfc.watchdog=0 a cycle stays to be named)");
+  else if (s.time_limit && s.rank_cycle.empty() && s.pfc_cycle.empty() && s.unroutable.empty())
+    lines.push_back("no deadlock found: the run reached sim.time_limit (raise it with --set time_limit=...)");
+  return lines;
+}
+
+}  // namespace weft::sim
