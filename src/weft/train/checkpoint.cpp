@@ -162,26 +162,22 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return all.back().second;
 }
 
-Checkpoint load_checkpoint(const std::string& path) {
-  if (!is_directory(path)) throw CheckpointError("checkpoint " + path + " does not exist");
-  std::string meta_path = path + "/meta.json";
-  if (!file_exists(meta_path)) throw CheckpointError(path + " is not a complete checkpoint (no meta.json)");
-  Checkpoint c;
-  c.path = path;
+CheckpointMeta parse_checkpoint_meta(const std::string& text, const std::string& meta_path) {
   json j;
   try {
-    j = json::parse(read_file(meta_path));
+    j = json::parse(text);
   } catch (const json::exception&) {
     throw CheckpointError(meta_path + ": not valid JSON (corrupt checkpoint)");
-  } catch (const DataError& e) {
-    throw CheckpointError(e.what());
   }
   try {
     if (!j.is_object() || j.value("format", "") != kFormat) throw CheckpointError(meta_path + ": not a weft checkpoint");
     if (j.value("version", 0) != kVersion) {
       throw CheckpointError(meta_path + ": unsupported checkpoint version " + std::to_string(j.value("version", 0)));
     }
-    c.meta = meta_from_json(j);
+    CheckpointMeta m = meta_from_json(j);
+    if (j.contains("checksums"))
+      for (auto& [file, crc] : j.at("checksums").items()) m.checksums[file] = crc.get<std::string>();
+    return m;
   } catch (const json::exception& e) {
     throw CheckpointError(meta_path + ": malformed metadata (" + std::string(e.what()) + ")");
   } catch (const CheckpointError& e) {
@@ -189,6 +185,21 @@ Checkpoint load_checkpoint(const std::string& path) {
     if (what.rfind(meta_path, 0) == 0) throw;
     throw CheckpointError(meta_path + ": " + what);
   }
+}
+
+Checkpoint load_checkpoint(const std::string& path) {
+  if (!is_directory(path)) throw CheckpointError("checkpoint " + path + " does not exist");
+  std::string meta_path = path + "/meta.json";
+  if (!file_exists(meta_path)) throw CheckpointError(path + " is not a complete checkpoint (no meta.json)");
+  Checkpoint c;
+  c.path = path;
+  std::string text;
+  try {
+    text = read_file(meta_path);
+  } catch (const DataError& e) {
+    throw CheckpointError(e.what());
+  }
+  c.meta = parse_checkpoint_meta(text, meta_path);
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
     std::string p = path + "/" + file;
     std::string bytes;
@@ -197,12 +208,9 @@ Checkpoint load_checkpoint(const std::string& path) {
     } catch (const DataError& e) {
       throw CheckpointError(std::string(e.what()) + " (incomplete checkpoint)");
     }
-    std::string want;
-    try {
-      want = j.at("checksums").at(file).get<std::string>();
-    } catch (const json::exception&) {
-      throw CheckpointError(meta_path + ": no checksum for " + file);
-    }
+    auto recorded = c.meta.checksums.find(file);
+    if (recorded == c.meta.checksums.end()) throw CheckpointError(meta_path + ": no checksum for " + file);
+    const std::string& want = recorded->second;
     if (crc32_hex(bytes) != want) {
       throw CheckpointError(p + ": checksum mismatch (CRC-32 " + crc32_hex(bytes) + ", expected " + want +
                             "): the file is corrupt");

@@ -29,6 +29,7 @@ struct CheckpointMeta {
   std::int64_t optimizer_steps = 0;
   std::vector<std::pair<std::string, RngState>> rngs;
   std::map<std::string, std::string> info;  // the run's settings, for the record
+  std::map<std::string, std::string> checksums;  // file -> CRC-32 as meta.json records it (on load)
 };
 
 struct Checkpoint {
@@ -46,6 +47,9 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta, 
                             const StateDict& optimizer, int keep = 3, const std::vector<StateDict>& per_rank = {});
 // The newest complete checkpoint folder in `dir`, if any.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
+// The metadata of meta.json's text (format, version, every field checked); throws
+// CheckpointError naming `meta_path` and the problem.
+CheckpointMeta parse_checkpoint_meta(const std::string& text, const std::string& meta_path);
 // Loads and verifies one checkpoint folder; throws CheckpointError naming the file.
 Checkpoint load_checkpoint(const std::string& path);
 
