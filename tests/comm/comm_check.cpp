@@ -5,10 +5,16 @@
 //   comm_check stall         rank 1 stops (SIGSTOP); the others fail once the timeout passes
 //   comm_check token         rank 1 holds another job's token; the job fails, naming it
 //   comm_check hostile       a thread throws random bytes at the store during rendezvous
+//   comm_check properties    random cases (collective, algorithm, dtype, count, root, op,
+//                            in place or not, a random sub-group in a random order) against
+//                            a reference computed from every member's inputs; CHECK_SEED
+//                            and CHECK_CASES choose them (every rank draws the same cases)
 // Environment: CHECK_FAKE_HOSTS=H pretends the ranks run on H hosts (mixed transports).
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -33,6 +39,7 @@ namespace {
 
 int g_failures = 0;
 int g_checks = 0;
+int g_refused = 0;  // property cases an algorithm refused (on every member)
 
 void fail(const std::string& what) {
   ++g_failures;
@@ -80,6 +87,13 @@ struct Buf {
   }
   void* p() { return b.data(); }
 };
+
+std::string fmt_case(std::uint64_t seed, int c, const algo::Algorithm& a, DataType dt, ReduceOp op, std::int64_t n, int root,
+                     bool in_place, int w) {
+  return "seed " + std::to_string(seed) + " case " + std::to_string(c) + ": " + algo::collective_name(a.collective) + "/" +
+         a.name + " " + dtype_name(dt) + " " + op_name(op) + " count " + std::to_string(n) + " root " + std::to_string(root) +
+         (in_place ? " in place" : "") + " on " + std::to_string(w) + " ranks";
+}
 
 void expect(bool ok, const std::string& what) {
   ++g_checks;
@@ -263,6 +277,180 @@ void check_p2p_and_groups(Communicator& comm) {
   }
 }
 
+// A member's input element: a small integer from (seed, case, rank, i), so that every rank
+// can compute every other's and sums, products and averages are exact in every dtype.
+double property_input(std::uint64_t seed, int c, int rank, std::int64_t i, ReduceOp op) {
+  std::uint64_t h = seed * 0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(c) << 40) ^
+                    (static_cast<std::uint64_t>(rank) << 32) ^ static_cast<std::uint64_t>(i);
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 29;
+  if (op == ReduceOp::kProd) return h % 3 == 0 ? -1.0 : h % 3 == 1 ? 1.0 : 2.0;
+  return static_cast<double>(static_cast<int>(h % 17) - 8);
+}
+
+double property_reduce(const std::vector<double>& values, ReduceOp op, bool integer) {
+  double acc = values[0];
+  for (std::size_t k = 1; k < values.size(); ++k) {
+    const double v = values[k];
+    if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
+    if (op == ReduceOp::kProd) acc *= v;
+    if (op == ReduceOp::kMax) acc = std::max(acc, v);
+    if (op == ReduceOp::kMin) acc = std::min(acc, v);
+  }
+  const double n = static_cast<double>(values.size());
+  if (op == ReduceOp::kAvg) acc = integer ? std::trunc(acc / n) : acc / n;
+  return acc;
+}
+
+bool same_value(double got, double want, DataType dt) {
+  return got == want || (dt == DataType::kF32 && got == static_cast<double>(static_cast<float>(want)));
+}
+
+// Runs one case; returns the number of wrong elements.
+template <typename In, typename Reduce>
+std::int64_t property_run(Communicator& comm, const algo::Algorithm& a, DataType dt, ReduceOp op, std::int64_t n, int root,
+                          bool in_place, bool integer, const In& in_of, const Reduce& reduce_at) {
+  const int w = comm.size(), r = comm.rank();
+  (void)integer;
+  std::int64_t bad = 0;
+  switch (a.collective) {
+    case Collective::kAllReduce: {
+      Buf in(dt, n), out(dt, n);
+      for (std::int64_t i = 0; i < n; ++i) in.set(i, in_of(r, i, op));
+      if (in_place) comm.allreduce(in.p(), n, dt, op, a.name)->wait();
+      else comm.allreduce(in.p(), out.p(), n, dt, op, a.name)->wait();
+      const Buf& res = in_place ? in : out;
+      for (std::int64_t i = 0; i < n; ++i) bad += !same_value(res.get(i), reduce_at(i, op), dt);
+      break;
+    }
+    case Collective::kBroadcast: {
+      Buf in(dt, n);
+      for (std::int64_t i = 0; i < n; ++i) in.set(i, in_of(r, i, ReduceOp::kSum));
+      comm.broadcast(in.p(), n, dt, root, a.name)->wait();
+      for (std::int64_t i = 0; i < n; ++i) bad += in.get(i) != in_of(root, i, ReduceOp::kSum);
+      break;
+    }
+    case Collective::kReduce: {
+      Buf in(dt, n), out(dt, n);
+      for (std::int64_t i = 0; i < n; ++i) in.set(i, in_of(r, i, op));
+      comm.reduce(in.p(), out.p(), n, dt, op, root, a.name)->wait();
+      if (r == root)
+        for (std::int64_t i = 0; i < n; ++i) bad += !same_value(out.get(i), reduce_at(i, op), dt);
+      for (std::int64_t i = 0; i < n; ++i) bad += in.get(i) != in_of(r, i, op);  // the input is kept
+      break;
+    }
+    case Collective::kScatter: {
+      Buf in(dt, n * w), out(dt, n);
+      for (std::int64_t i = 0; i < n * w; ++i) in.set(i, in_of(r, i, ReduceOp::kSum));
+      comm.scatter(in.p(), out.p(), n, dt, root, a.name)->wait();
+      for (std::int64_t i = 0; i < n; ++i) bad += out.get(i) != in_of(root, r * n + i, ReduceOp::kSum);
+      break;
+    }
+    case Collective::kGather:
+    case Collective::kAllGather: {
+      Buf in(dt, n), out(dt, n * w);
+      for (std::int64_t i = 0; i < n; ++i) in.set(i, in_of(r, i, ReduceOp::kSum));
+      if (a.collective == Collective::kGather) comm.gather(in.p(), out.p(), n, dt, root, a.name)->wait();
+      else comm.allgather(in.p(), out.p(), n, dt, a.name)->wait();
+      if (a.collective == Collective::kAllGather || r == root)
+        for (std::int64_t i = 0; i < n * w; ++i) bad += out.get(i) != in_of(static_cast<int>(i / n), i % n, ReduceOp::kSum);
+      break;
+    }
+    case Collective::kReduceScatter: {
+      Buf in(dt, n * w), out(dt, n);
+      for (std::int64_t i = 0; i < n * w; ++i) in.set(i, in_of(r, i, op));
+      comm.reduce_scatter(in.p(), out.p(), n, dt, op, a.name)->wait();
+      for (std::int64_t i = 0; i < n; ++i) bad += !same_value(out.get(i), reduce_at(r * n + i, op), dt);
+      break;
+    }
+    case Collective::kAllToAll: {
+      Buf in(dt, n * w), out(dt, n * w);
+      for (std::int64_t i = 0; i < n * w; ++i) in.set(i, in_of(r, i, ReduceOp::kSum));
+      comm.alltoall(in.p(), out.p(), n, dt, a.name)->wait();
+      for (std::int64_t b = 0; b < w; ++b)
+        for (std::int64_t j = 0; j < n; ++j) bad += out.get(b * n + j) != in_of(static_cast<int>(b), r * n + j, ReduceOp::kSum);
+      break;
+    }
+    case Collective::kBarrier: break;
+  }
+  return bad;
+}
+
+// One random case on `comm` (a member's view), drawn from `gen` the same on every member.
+void property_case(Communicator& comm, std::uint64_t seed, int c, std::mt19937_64& gen, const std::vector<int>& world_rank) {
+  const int w = comm.size();
+  std::vector<const algo::Algorithm*> all;
+  for (const auto& a : algo::algorithms())
+    if (a.collective != Collective::kBarrier) all.push_back(&a);
+  const algo::Algorithm& a = *all[gen() % all.size()];
+  const DataType dt = std::array{DataType::kF32, DataType::kF64, DataType::kI32, DataType::kI64}[gen() % 4];
+  const bool integer = dt == DataType::kI32 || dt == DataType::kI64;
+  const ReduceOp op = std::array{ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kProd}[gen() % 5];
+  const std::int64_t n = std::array<std::int64_t, 6>{0, 1, static_cast<std::int64_t>(w), 7919,
+                                                     static_cast<std::int64_t>(gen() % 64),
+                                                     static_cast<std::int64_t>(gen() % 70000)}[gen() % 6];
+  const int root = static_cast<int>(gen() % static_cast<std::uint64_t>(w));
+  const bool in_place = gen() % 2 == 0;
+  const std::string what = fmt_case(seed, c, a, dt, op, n, root, in_place, w);
+  auto in_of = [&](int member, std::int64_t i, ReduceOp o) { return property_input(seed, c, world_rank[member], i, o); };
+  auto reduce_at = [&](std::int64_t i, ReduceOp o) {
+    std::vector<double> v;
+    for (int m = 0; m < w; ++m) v.push_back(in_of(m, i, o));
+    return property_reduce(v, o, integer);
+  };
+  std::int64_t bad = 0;
+  // An algorithm may refuse a layout (hierarchical on uneven hosts): then every member must
+  // refuse it, before any byte moves, and the communicator stays usable.
+  std::int64_t refused = 0;
+  try {
+    bad = property_run(comm, a, dt, op, n, root, in_place, integer, in_of, reduce_at);
+  } catch (const ConfigError&) {
+    refused = 1;
+  }
+  std::int64_t all_refused = refused, any_refused = refused;
+  comm.allreduce(&all_refused, 1, DataType::kI64, ReduceOp::kMin)->wait();
+  comm.allreduce(&any_refused, 1, DataType::kI64, ReduceOp::kMax)->wait();
+  g_refused += static_cast<int>(refused);
+  expect(all_refused == any_refused, what + ": refused on some members only");
+  expect(bad == 0, what + ": " + std::to_string(bad) + " wrong");
+}
+
+
+int run_properties() {
+  auto world = Communicator::init();
+  const std::uint64_t seed = std::getenv("CHECK_SEED") ? std::strtoull(std::getenv("CHECK_SEED"), nullptr, 10) : 1;
+  const int cases = std::getenv("CHECK_CASES") ? std::atoi(std::getenv("CHECK_CASES")) : 150;
+  const int W = world->size();
+  for (int c = 0; c < cases; ++c) {
+    std::mt19937_64 gen(seed * 1000003 + static_cast<std::uint64_t>(c));
+    // One case in four runs on two sub-groups: a random split of the world, each part in a
+    // random order (so group ranks differ from world ranks).
+    std::vector<int> order(W);
+    for (int i = 0; i < W; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), gen);
+    const bool split = W >= 2 && gen() % 4 == 0;
+    const int cut = split ? 1 + static_cast<int>(gen() % static_cast<std::uint64_t>(W - 1)) : W;
+    const bool first_part = std::find(order.begin(), order.end(), world->rank()) - order.begin() < cut;
+    const std::vector<int> members = first_part ? std::vector<int>(order.begin(), order.begin() + cut)
+                                                : std::vector<int>(order.begin() + cut, order.end());
+    if (!split) {
+      std::vector<int> identity(W);
+      for (int i = 0; i < W; ++i) identity[i] = i;
+      property_case(*world, seed, c, gen, identity);
+    } else {
+      auto group = world->new_group(members);
+      // Both parts draw from the same generator state: the case differs only by its members.
+      property_case(*group, seed, c, gen, members);
+    }
+  }
+  world->barrier()->wait();
+  std::printf("rank %d of %d (%s): seed %llu, %d random cases (%d refused by their algorithm), %d checks, %d failures\n",
+              world->rank(), W, world->transport().c_str(), static_cast<unsigned long long>(seed), cases, g_refused,
+              g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
 int run_collectives(bool fake_hosts) {
   auto comm = Communicator::init();
   check_collectives(*comm);
@@ -427,6 +615,7 @@ int main(int argc, char** argv) {
     if (mode == "token") return run_token();
     if (mode == "hostile") return run_hostile();
     if (mode == "trace") return run_trace();
+    if (mode == "properties") return run_properties();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

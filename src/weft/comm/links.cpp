@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -98,10 +99,13 @@ void note_hosts(GroupLinks& links, const LinkRequest& r, const std::vector<Endpo
     }
     links.shares_core = on_host > static_cast<int>(used.size());
   }
-  // Ranks per host, when every host holds the same number of consecutive ranks.
-  int local = 0;
-  for (const Endpoint& e : eps) local += e.host == my_host;
+  // Ranks per host, when every host holds the same number of consecutive ranks: the same
+  // answer on every rank (a host's own count alone would differ between hosts of 2 and 1).
+  std::map<std::string, int> per_host;
+  for (const Endpoint& e : eps) ++per_host[e.host];
+  const int local = per_host[my_host];
   bool regular = n % local == 0;
+  for (const auto& [host, count] : per_host) regular = regular && count == local;
   for (int i = 0; i < n && regular; ++i) regular = eps[i].host == eps[(i / local) * local].host;
   links.local_world = regular ? local : 0;
 }
