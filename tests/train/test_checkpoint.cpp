@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <filesystem>
 
 #include "../test_support.h"
@@ -64,6 +66,36 @@ TEST(Safetensors, RejectsMalformedFiles) {
   bad_json[8] = '[';
   EXPECT_NE(checkpoint_error([&] { decode_safetensors(bad_json, "f"); }), "no error");
   EXPECT_NE(checkpoint_error([&] { decode_safetensors(good.substr(0, good.size() - 4), "f"); }).find("outside"),
+            std::string::npos);
+}
+
+// Numbers that are not whole numbers in range are refused by name, never cast (a float
+// beyond an integer type's range converted to it is undefined behaviour).
+TEST(Safetensors, FloatAndHugeNumbersInTheHeaderAreRefused) {
+  auto file = [](const std::string& header) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+    return bytes + header + std::string(16, '\0');
+  };
+  for (const char* offsets : {"[0, -1.6]", "[0, 1e300]", "[-1, 16]", "[0, 18446744073709551615]"}) {
+    const std::string h = std::string(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": )") + offsets + "}}";
+    EXPECT_NE(checkpoint_error([&] { decode_safetensors(file(h), "f"); }).find("data_offsets"), std::string::npos) << offsets;
+  }
+  for (const char* shape : {"[4.5]", "[1e300]", "[-2]"}) {
+    const std::string h = std::string(R"({"a": {"dtype": "F32", "shape": )") + shape + R"(, "data_offsets": [0, 16]}})";
+    EXPECT_NE(checkpoint_error([&] { decode_safetensors(file(h), "f"); }).find("dimension"), std::string::npos) << shape;
+  }
+}
+
+TEST(Checkpoint, MetadataNumbersMustBeWholeNumbers) {
+  const std::string base = R"({"format": "weft-checkpoint", "version": 1, "model": "mlp", "step": STEP, "epoch": 0,
+    "batch_in_epoch": 0, "optimizer": {"name": "sgd", "steps": 0}, "rng": {}, "info": {}})";
+  auto with_step = [&](const std::string& step) { return std::regex_replace(base, std::regex("STEP"), step); };
+  EXPECT_EQ(parse_checkpoint_meta(with_step("7"), "m").step, 7);
+  for (const char* step : {"1e300", "-1", "2.5", "\"7\"", "18446744073709551615"})
+    EXPECT_NE(checkpoint_error([&] { parse_checkpoint_meta(with_step(step), "m"); }).find("step"), std::string::npos) << step;
+  EXPECT_NE(checkpoint_error([&] { parse_checkpoint_meta(R"({"format": "weft-checkpoint", "version": 1e300})", "m"); })
+                .find("unsupported checkpoint version 1e+300"),
             std::string::npos);
 }
 

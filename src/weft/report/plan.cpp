@@ -26,9 +26,9 @@ double number(const json& j, const std::string& key, const std::string& name) {
 }
 
 std::string layout_label(const json& l) {
-  std::string s = fmt::format("tp{} pp{} dp{}", l.value("tp", 1), l.value("pp", 1), l.value("dp", 1));
-  if (l.value("zero", 0) > 0) s += fmt::format(" z{}", l.value("zero", 0));
-  if (l.value("micro_batch", 1) > 1) s += fmt::format(" mb{}", l.value("micro_batch", 1));
+  std::string s = fmt::format("tp{} pp{} dp{}", l.value("tp", 1.0), l.value("pp", 1.0), l.value("dp", 1.0));
+  if (l.value("zero", 0.0) > 0) s += fmt::format(" z{}", l.value("zero", 0.0));
+  if (l.value("micro_batch", 1.0) > 1) s += fmt::format(" mb{}", l.value("micro_batch", 1.0));
   return s;
 }
 
@@ -68,7 +68,7 @@ json plan_sections(const json& doc, const std::string& name) {
     if (!doc.contains("layouts") || !doc["layouts"].is_array() || doc["layouts"].empty())
       throw DataError(name + ": a sweep without layouts");
     const auto& layouts = doc["layouts"];
-    const std::size_t top = std::min<std::size_t>(layouts.size(), static_cast<std::size_t>(std::max(1, doc.value("top", 10))));
+    const std::size_t top = std::min<std::size_t>(layouts.size(), static_cast<std::size_t>(std::clamp(doc.value("top", 10.0), 1.0, 1e6)));
     std::vector<std::pair<std::string, json>> rows;
     json chosen = json::array(), others = json::array();
     for (std::size_t i = 0; i < layouts.size(); ++i) {
@@ -94,7 +94,7 @@ json plan_sections(const json& doc, const std::string& name) {
     charts.push_back(memory_chart(rows, capacity, name));
     const json best = layouts[0];
     table["rows"].push_back({"model", model});
-    table["rows"].push_back({"GPUs", fmt::format("{} × {}", doc.value("gpus", 0), gpu.value("name", std::string("?")))});
+    table["rows"].push_back({"GPUs", fmt::format("{} × {}", doc.value("gpus", 0.0), gpu.value("name", std::string("?")))});
     table["rows"].push_back({"layouts that fit", layouts.size()});
     table["rows"].push_back({"fastest", fmt::format("{}: {:.3f} s per iteration, {:.1f} GB per GPU",
                                                     layout_label(best["layout"]), best["iteration"]["overlap_seconds"].get<double>(),
@@ -105,7 +105,7 @@ json plan_sections(const json& doc, const std::string& name) {
   const json layout = doc.value("layout", json::object());
   charts.push_back(memory_chart({{layout_label(layout), memory}}, capacity, name));
   table["rows"].push_back({"model", fmt::format("{} ({:.3g} parameters)", model, doc.value("parameters", 0.0))});
-  table["rows"].push_back({"layout", fmt::format("{} on {} GPUs ({})", layout_label(layout), layout.value("gpus", 0),
+  table["rows"].push_back({"layout", fmt::format("{} on {} GPUs ({})", layout_label(layout), layout.value("gpus", 0.0),
                                                  gpu.value("name", std::string("?")))});
   table["rows"].push_back({"memory per GPU", fmt::format("{:.1f} GB of {:.0f} GB: {}", number(memory, "total", name) / 1e9,
                                                          capacity / 1e9, memory.value("fits", false) ? "fits" : "does NOT fit")});

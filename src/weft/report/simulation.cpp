@@ -275,14 +275,14 @@ json simulation_sections(const SimFiles& files, const std::string& name, std::si
   json table = {{"columns", {"figure", "value"}}, {"rows", json::array()}};
   auto row = [&](const std::string& what, const json& v) { table["rows"].push_back({what, v}); };
   row("topology", fmt::format("{} ({} GPUs, {} switches, {} links)", topo.value("name", std::string("?")),
-                              topo.value("gpus", 0), topo.value("switches", 0), topo.value("links", 0)));
+                              topo.value("gpus", 0.0), topo.value("switches", 0.0), topo.value("links", 0.0)));
   row("simulated", fmt::format("{:.3f} µs{}", end_us, summary.value("finished", false) ? "" : " (NOT finished)"));
-  row("flows", fmt::format("{}, completion mean {:.3f} µs, p99 {:.3f} µs", flows.value("count", 0),
+  row("flows", fmt::format("{}, completion mean {:.3f} µs, p99 {:.3f} µs", flows.value("count", 0.0),
                            flows.value("fct_mean_us", 0.0), flows.value("fct_p99_us", 0.0)));
-  row("ECN marks / CNPs", fmt::format("{} / {}", counters.value("ecn_marks", 0), counters.value("cnps", 0)));
-  row("PFC pauses", fmt::format("{} ({:.3f} µs paused in all)", counters.value("pfc_pauses", 0),
+  row("ECN marks / CNPs", fmt::format("{} / {}", counters.value("ecn_marks", 0.0), counters.value("cnps", 0.0)));
+  row("PFC pauses", fmt::format("{} ({:.3f} µs paused in all)", counters.value("pfc_pauses", 0.0),
                                 counters.value("pfc_paused_us", 0.0)));
-  row("drops / retransmissions", fmt::format("{} / {}", counters.value("drops", 0), counters.value("retransmissions", 0)));
+  row("drops / retransmissions", fmt::format("{} / {}", counters.value("drops", 0.0), counters.value("retransmissions", 0.0)));
   json notes = json::array();
   const json config = summary.value("config", json::object());
   notes.push_back(fmt::format("load balancing {}, congestion control {}, PFC {}", config.value("lb", std::string("?")),

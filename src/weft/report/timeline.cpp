@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <climits>
 #include <fstream>
 #include <map>
 
 #include "weft/util/error.h"
 #include "weft/util/file.h"
+#include "weft/util/json_integer.h"
 
 namespace weft::report {
 
@@ -49,7 +51,10 @@ json timeline_section(const std::vector<std::string>& paths, std::size_t max_spa
       throw DataError(path + ": not a Chrome trace (weft train --timeline writes them)");
     for (const json& e : doc["traceEvents"]) {
       if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string()) continue;
-      const int pid = e.value("pid", 0), tid = e.value("tid", 0);
+      auto id = [&](const char* key) {  // an integer field, or 0 (never a float cast)
+        return e.contains(key) ? static_cast<int>(json_integer(e[key], INT_MIN, INT_MAX).value_or(0)) : 0;
+      };
+      const int pid = id("pid"), tid = id("tid");
       const std::string ph = e["ph"].get<std::string>();
       const json args = e.value("args", json::object());
       if (ph == "M" && args.is_object() && args.contains("name") && args["name"].is_string()) {

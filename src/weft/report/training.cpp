@@ -157,7 +157,7 @@ json training_sections(const std::vector<MetricsRun>& runs, std::size_t max_poin
                              fmt::format("{:.0f} {}/s per rank", percentile(steady_rate, 0.5), unit_of(r)),
                              fmt::format("{:.2f} ms", 1e3 * percentile(steady_seconds, 0.5))});
     if (r.run.contains("strategies"))
-      notes.push_back(fmt::format("{}: {} rank(s), {}; strategies: {}", r.name, r.run.value("ranks", 1),
+      notes.push_back(fmt::format("{}: {} rank(s), {}; strategies: {}", r.name, r.run.value("ranks", 1.0),
                                   r.run.value("layout", std::string()), r.run["strategies"].get<std::string>()));
   }
   notes.push_back("Throughput and step medians leave out the first tenth of the steps (warm-up).");

@@ -16,6 +16,7 @@
 #include "weft/sim/config.h"
 #include "weft/sim/workload_build.h"
 #include "weft/util/error.h"
+#include "weft/util/json_integer.h"
 #include "weft/util/parse.h"
 
 namespace weft::sim {
@@ -24,6 +25,14 @@ namespace weft::sim {
 // otherwise the trace came from another version or was edited, and replaying it would
 // simulate traffic the run never sent.
 namespace {
+
+// An integer field of a trace record (a float or an out-of-range number is refused).
+std::int64_t whole(const nlohmann::json& v, const char* what, std::int64_t lo = INT64_MIN, std::int64_t hi = INT64_MAX) {
+  const std::optional<std::int64_t> n = json_integer(v, lo, hi);
+  if (!n) throw ConfigError(std::string(what) + " must be a whole number" + (lo == 0 ? " >= 0" : "") + ", got " + v.dump());
+  return *n;
+}
+int rank_field(const nlohmann::json& v, const char* what) { return static_cast<int>(whole(v, what, INT_MIN, INT_MAX)); }
 
 void check_recorded_steps(const nlohmann::json& steps, const algo::Program& p, const std::vector<int>& members,
                           std::int64_t element, const std::string& algorithm, const std::string& where) {
@@ -38,7 +47,7 @@ void check_recorded_steps(const nlohmann::json& steps, const algo::Program& p, c
   if (!steps.is_array()) throw ConfigError(where + ": 'steps' must be a list");
   for (const auto& step : steps) {
     Sends sends;
-    for (const auto& m : step) sends.push_back({m.at("to").get<int>(), m.at("bytes").get<std::int64_t>()});
+    for (const auto& m : step) sends.push_back({rank_field(m.at("to"), "a step's 'to'"), whole(m.at("bytes"), "a step's 'bytes'")});
     if (!sends.empty()) got.push_back(sends);
   }
   auto sorted = [](std::vector<Sends> v) {
@@ -120,7 +129,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
       const nlohmann::json& j = rec.j;
       try {
         std::string op = j["op"].get<std::string>();
-        std::int64_t start = j["start_us"].get<std::int64_t>(), end = j["end_us"].get<std::int64_t>();
+        std::int64_t start = whole(j["start_us"], "start_us"), end = whole(j["end_us"], "end_us");
         if (start < 0 || end < start)
           throw ConfigError(rec.where + ": start_us " + std::to_string(start) + " and end_us " + std::to_string(end) +
                             " are not 0 <= start <= end");
@@ -133,10 +142,10 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         }
         Time gap = gaps && start > prev_end ? static_cast<Time>(start - prev_end) * kUs : 0;
         prev_end = std::max(prev_end, end);
-        std::int64_t count = j["count"].get<std::int64_t>(), bytes = j["bytes"].get<std::int64_t>();
+        std::int64_t count = whole(j["count"], "count"), bytes = whole(j["bytes"], "bytes");
         if (count < 0 || bytes < 0) throw ConfigError(rec.where + ": negative count or bytes");
         if (op == "send" || op == "recv") {
-          int peer = j.at("peers").is_array() ? j["peers"].at(0).get<int>() : j["peers"].get<int>();
+          int peer = rank_field(j.at("peers").is_array() ? j["peers"].at(0) : j["peers"], "peers");
           if (peer < 0 || peer >= world) throw ConfigError(rec.where + ": peer " + std::to_string(peer) + " is not a rank");
           WorkStep s;
           s.gap = gap;
@@ -146,7 +155,9 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         }
         algo::Collective c = algo::parse_collective(op);
         std::string algorithm = j.value("algorithm", "");
-        std::vector<int> members = j.at("group_ranks").get<std::vector<int>>();
+        std::vector<int> members;
+        if (!j.at("group_ranks").is_array()) throw ConfigError("group_ranks must be a list of ranks");
+        for (const auto& m : j["group_ranks"]) members.push_back(rank_field(m, "group_ranks"));
         int index = static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin());
         if (index == static_cast<int>(members.size())) throw ConfigError(rec.where + ": rank " + std::to_string(r) + " is not in group_ranks");
         for (int m : members)
@@ -154,7 +165,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         int gw = static_cast<int>(members.size());
         algo::Options opts;
         if (j.contains("root")) {
-          int root = j["root"].get<int>();
+          int root = rank_field(j["root"], "root");
           opts.root = static_cast<int>(std::find(members.begin(), members.end(), root) - members.begin());
           if (opts.root == gw) throw ConfigError(rec.where + ": root " + std::to_string(root) + " is not in the group");
         }

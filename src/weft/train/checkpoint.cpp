@@ -11,6 +11,7 @@
 
 #include "weft/train/safetensors.h"
 #include "weft/util/file.h"
+#include "weft/util/json_integer.h"
 
 namespace weft {
 
@@ -76,11 +77,16 @@ json meta_to_json(const CheckpointMeta& m) {
 CheckpointMeta meta_from_json(const json& j) {
   CheckpointMeta m;
   m.model = j.at("model").get<std::string>();
-  m.step = j.at("step").get<std::int64_t>();
-  m.epoch = j.at("epoch").get<std::int64_t>();
-  m.batch_in_epoch = j.at("batch_in_epoch").get<std::int64_t>();
+  auto whole = [](const json& v, const char* what) {
+    const std::optional<std::int64_t> n = json_integer(v, 0);
+    if (!n) throw CheckpointError(std::string(what) + " must be a whole number >= 0, got " + v.dump());
+    return *n;
+  };
+  m.step = whole(j.at("step"), "step");
+  m.epoch = whole(j.at("epoch"), "epoch");
+  m.batch_in_epoch = whole(j.at("batch_in_epoch"), "batch_in_epoch");
   m.optimizer = j.at("optimizer").at("name").get<std::string>();
-  m.optimizer_steps = j.at("optimizer").at("steps").get<std::int64_t>();
+  m.optimizer_steps = whole(j.at("optimizer").at("steps"), "optimizer steps");
   for (auto& [name, r] : j.at("rng").items()) {
     RngState st;
     auto& words = r.at("state");
@@ -92,7 +98,6 @@ CheckpointMeta meta_from_json(const json& j) {
     m.rngs.emplace_back(name, st);
   }
   for (auto& [k, v] : j.at("info").items()) m.info[k] = v.get<std::string>();
-  if (m.step < 0 || m.epoch < 0 || m.batch_in_epoch < 0) throw CheckpointError("negative step or epoch");
   return m;
 }
 
@@ -171,8 +176,9 @@ CheckpointMeta parse_checkpoint_meta(const std::string& text, const std::string&
   }
   try {
     if (!j.is_object() || j.value("format", "") != kFormat) throw CheckpointError(meta_path + ": not a weft checkpoint");
-    if (j.value("version", 0) != kVersion) {
-      throw CheckpointError(meta_path + ": unsupported checkpoint version " + std::to_string(j.value("version", 0)));
+    const std::optional<std::int64_t> version = j.contains("version") ? json_integer(j["version"]) : std::nullopt;
+    if (version != kVersion) {
+      throw CheckpointError(meta_path + ": unsupported checkpoint version " + (j.contains("version") ? j["version"].dump() : "(none)"));
     }
     CheckpointMeta m = meta_from_json(j);
     if (j.contains("checksums"))

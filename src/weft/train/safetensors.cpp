@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
+
+#include "weft/util/json_integer.h"
 
 namespace weft {
 
@@ -73,14 +76,17 @@ SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& na
       if (dt != "F32" && dt != "F64") throw fail("tensor '" + key + "' has unsupported dtype " + dt);
       Entry e{key, dt == "F32" ? DType::F32 : DType::F64, {}, 0, 0};
       for (auto& d : v["shape"]) {
-        std::int64_t s = d.get<std::int64_t>();
-        if (s < 0) throw fail("tensor '" + key + "' has a negative dimension");
-        e.shape.push_back(s);
+        const std::optional<std::int64_t> s = json_integer(d);
+        if (!s) throw fail("tensor '" + key + "' has a dimension that is not a whole number");
+        if (*s < 0) throw fail("tensor '" + key + "' has a negative dimension");
+        e.shape.push_back(*s);
       }
       auto& off = v["data_offsets"];
       if (!off.is_array() || off.size() != 2) throw fail("tensor '" + key + "' has malformed data_offsets");
-      e.begin = off[0].get<std::uint64_t>();
-      e.end = off[1].get<std::uint64_t>();
+      const std::optional<std::int64_t> begin = json_integer(off[0], 0), end = json_integer(off[1], 0);
+      if (!begin || !end) throw fail("tensor '" + key + "' has data_offsets that are not whole numbers >= 0");
+      e.begin = static_cast<std::uint64_t>(*begin);
+      e.end = static_cast<std::uint64_t>(*end);
       if (e.begin > e.end || e.end > data.size()) throw fail("tensor '" + key + "' data lies outside the file");
       std::uint64_t want = static_cast<std::uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
       if (e.end - e.begin != want) throw fail("tensor '" + key + "' has " + std::to_string(e.end - e.begin) +
