@@ -72,6 +72,7 @@ def main():
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--bf16", action="store_true", help="mixed precision: CPU autocast to bfloat16")
+    p.add_argument("--warmup", type=int, default=0, help="steps run first and left out of the rate")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -82,7 +83,9 @@ def main():
     net = GPT(len(chars), a.context, a.d_model, a.layers, a.heads)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     seconds, loss = 0.0, float("nan")
-    for step in range(a.steps):
+    for step in range(a.warmup + a.steps):
+        if step == a.warmup:
+            seconds = 0.0
         starts = torch.randint(0, len(tokens) - a.context - 1, (a.batch,))
         x = torch.stack([tokens[s: s + a.context] for s in starts])
         y = torch.stack([tokens[s + 1: s + a.context + 1] for s in starts])

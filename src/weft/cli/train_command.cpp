@@ -41,6 +41,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
       ->check(non_negative());
   cmd->add_option("--threads", c.threads, "threads for weft and OpenBLAS (default: WEFT_NUM_THREADS or all cores)")
       ->check(positive());
+  cmd->add_option("--adapt-threads", c.adapt_threads,
+                  "on: measure steps with fewer threads now and then and use them while faster (cores busy with other "
+                  "work); off: always --threads")
+      ->capture_default_str();
   cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "write checkpoints here (each epoch's end and the end)");
   cmd->add_flag("--resume", c.resume, "continue from the newest checkpoint in --checkpoint-dir");
   cmd->add_flag("--auto-resume", c.auto_resume,

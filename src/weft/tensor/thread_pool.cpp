@@ -43,8 +43,8 @@ thread_local bool t_in_pool = false;
 // A fixed set of workers; run() hands every worker one chunk index at a time.
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads) : threads_(threads) {
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  explicit ThreadPool(int threads) : threads_(threads), active_(threads) {
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
   }
   ~ThreadPool() {
     {
@@ -55,6 +55,8 @@ class ThreadPool {
     for (auto& w : workers_) w.join();
   }
   int size() const { return threads_; }
+  int active() const { return active_.load(); }
+  void set_active(int active) { active_.store(std::clamp(active, 1, threads_)); }
 
   void run(int chunks, const std::function<void(int)>& fn) {
     std::lock_guard<std::mutex> serial(run_mu_);
@@ -92,7 +94,8 @@ class ThreadPool {
     }
   }
 
-  void work() {
+  // Worker `id` (1..threads-1) takes chunks only while it is among the active threads.
+  void work(int id) {
     t_in_pool = true;
     std::uint64_t seen = 0;
     for (;;) {
@@ -102,11 +105,12 @@ class ThreadPool {
         if (stop_) return;
         seen = generation_;
       }
-      drain();
+      if (id < active_.load()) drain();
     }
   }
 
   int threads_;
+  std::atomic<int> active_;
   std::vector<std::thread> workers_;
   std::mutex run_mu_;
   std::mutex mu_;
@@ -154,13 +158,26 @@ void set_num_threads(int threads) {
 
 int get_num_threads() { return pool().size(); }
 
+void set_active_threads(int threads) {
+  ThreadPool& p = pool();
+  if (threads < 1 || threads > p.size())
+    throw ConfigError("active threads must be between 1 and " + std::to_string(p.size()) + ", got " + std::to_string(threads));
+  if (threads == p.active()) return;
+  p.set_active(threads);
+  openblas_set_num_threads(threads);
+}
+
+int get_active_threads() { return pool().active(); }
+
 void parallel_for(std::int64_t n, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<std::int64_t>(grain, 1);
   ThreadPool& p = pool();
-  std::int64_t chunks = std::min<std::int64_t>(p.size(), (n + grain - 1) / grain);
-  if (chunks <= 1 || t_in_pool) {
+  const int threads = p.active();
+  // Up to 4 chunks per thread: a thread slowed by a busy core takes fewer of them.
+  std::int64_t chunks = std::min<std::int64_t>(4 * static_cast<std::int64_t>(threads), (n + grain - 1) / grain);
+  if (threads <= 1 || chunks <= 1 || t_in_pool) {
     fn(0, n);
     return;
   }

@@ -1,8 +1,12 @@
 // The thread pool for weft's own (non-BLAS) kernels, and the single thread knob.
 //
 // set_num_threads(T) sizes this pool and OpenBLAS together; the default comes from
-// WEFT_NUM_THREADS, else the number of cores. parallel_for splits a range into at most
-// T contiguous chunks with a fixed partition, so results do not depend on scheduling.
+// WEFT_NUM_THREADS, else the number of cores. set_active_threads(A <= T) makes the kernels
+// use only A of them (a governor lowers it when cores are busy: thread_governor.h).
+// parallel_for splits a range into a fixed partition of up to 4 chunks per thread, taken
+// by the threads as they come free: a thread slowed by a busy core takes fewer of them.
+// Every kernel computes each output within one chunk, so results do not depend on the
+// partition, the scheduling or the thread count.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +16,10 @@ namespace weft {
 
 void set_num_threads(int threads);
 int get_num_threads();
+// 1 <= threads <= get_num_threads(); OpenBLAS follows. Call it between steps, from the
+// thread that runs the kernels.
+void set_active_threads(int threads);
+int get_active_threads();
 
 // Calls fn(begin, end) over [0, n) in chunks of at least `grain` elements. Runs inline
 // when the range is small, the pool has one thread, or it is called from a pool thread.

@@ -16,6 +16,7 @@
 #include "weft/parallel/pipeline.h"
 #include "weft/parallel/zero.h"
 #include "weft/tensor/allocator.h"
+#include "weft/tensor/thread_governor.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/metrics.h"
@@ -23,6 +24,7 @@
 #include "weft/train/task.h"
 #include "weft/train/timeline.h"
 #include "weft/util/checked.h"
+#include "weft/util/cpu_load.h"
 #include "weft/util/file.h"
 #include "weft/util/parse.h"
 #include "weft/util/progress.h"
@@ -193,6 +195,7 @@ class Run {
   void report(nlohmann::json& summary);
   void open_metrics();
   void record_step(const std::optional<Evaluation>& e);
+  void adapt_threads(double step_seconds);
 
   TrainOptions o_;
   const parallel::Job& job_;
@@ -216,10 +219,13 @@ class Run {
   parallel::LossFn loss_fn_;
   std::optional<Evaluation> last_eval_;
   std::unique_ptr<MetricsLog> metrics_;
+  std::optional<ThreadGovernor> governor_;  // --adapt-threads on with more than one thread
+  OtherCpuLoad other_load_;
   // The last step's figures (the metrics file's step record).
   struct StepFigures {
     double loss = 0, lr = 0, seconds = 0, compute = 0, comm = 0, exposed = 0;
     std::int64_t units = 0, peak_bytes = 0;
+    int threads = 1;
   } last_;
   // Figures: the whole run, and the window since the last evaluation.
   std::int64_t rank_state_bytes_ = 0, peak_step_bytes_ = 0, units_ = 0;
@@ -270,6 +276,7 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
     strategies_->record_spans(true);
   }
   straggle_ms_ = straggler_ms(rank_);
+  if (o_.adapt_threads == "on" && get_num_threads() > 1) governor_.emplace(get_num_threads());
   loss_fn_ = [this](Module& m, const parallel::StepBatch& b) { return task_->loss(m, b); };
   rank_state_bytes_ = static_cast<std::int64_t>(allocator_live_bytes());
 }
@@ -363,10 +370,20 @@ void Run::record_step(const std::optional<Evaluation>& e) {
                       {"comm_seconds", last_.comm},
                       {"exposed_seconds", last_.exposed},
                       {"memory_bytes", static_cast<std::int64_t>(allocator_live_bytes())},
-                      {"peak_step_bytes", last_.peak_bytes}};
+                      {"peak_step_bytes", last_.peak_bytes},
+                      {"threads", last_.threads}};
   if (e) r[e->field] = e->value;
   if (e && train_loss_) r["train_loss"] = *train_loss_;
   metrics_->write(r);
+}
+
+// The thread count for the next step, from this one's time (tensor/thread_governor.h).
+void Run::adapt_threads(double step_seconds) {
+  // Other processes' share of the cores during the step: a quarter of them counts as busy.
+  const int next = governor_->observe(step_seconds, other_load_.sample() > 0.25);
+  if (next != get_active_threads()) set_active_threads(next);
+  if (auto change = governor_->take_change())
+    fmt::print(out_, "threads: {} -> {} ({})\n", change->from, change->to, change->why);
 }
 
 // One step: this replica's batch, the learning rate, forward, backward and update through
@@ -393,7 +410,9 @@ void Run::step(bool last) {
   const double compute = seconds_since(t1) - exposed;
   compute_seconds_ += compute;
   const std::int64_t units = batch.inputs.size(0) * task_->units_per_row();
-  last_ = {loss, lr, seconds, compute, strategies_->stats().seconds - comm_before, exposed, units, step_peak};
+  last_ = {loss, lr, seconds, compute, strategies_->stats().seconds - comm_before, exposed, units, step_peak,
+           get_active_threads()};
+  if (governor_) adapt_threads(seconds);
   units_ += units;
   window_units_ += units;
   window_loss_ += loss;

@@ -105,6 +105,8 @@ void validate(const TrainOptions& o) {
   if (opt != "sgd" && opt != "adamw" && (text || opt != "adam"))
     throw ConfigError("unknown optimizer '" + opt + "'" + (text ? " for language models (known: adamw, sgd)" : " (known: sgd, adam, adamw)"));
   if (o.threads < 0) throw ConfigError("--threads must be at least 1");
+  if (o.adapt_threads != "on" && o.adapt_threads != "off")
+    throw ConfigError("--adapt-threads must be on or off, got '" + o.adapt_threads + "'");
   check_precision(o.precision);
   if (o.scale_lr != "none" && o.scale_lr != "linear")
     throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear");

@@ -62,6 +62,7 @@ struct TrainOptions {
   std::string precision = "fp32";      // fp32 | bf16 (products and stored activations)
   std::uint64_t seed = 0;
   int threads = 0;                     // 0: WEFT_NUM_THREADS or the number of cores
+  std::string adapt_threads = "on";    // on: use fewer of them while that is faster (busy cores)
 
   // Checkpoints and outputs.
   std::string checkpoint_dir;
