@@ -8,6 +8,7 @@
 #include <string>
 
 #include "weft/comm/auth.h"
+#include "weft/comm/frame_mac.h"
 #include "weft/comm/socket.h"
 #include "weft/comm/store.h"
 #include "weft/util/error.h"
@@ -20,11 +21,29 @@ StoreServer& server() {
   static StoreServer s("127.0.0.1", 0, kToken, StoreLimits{64, 0.5});
   return s;
 }
+// After a handshake the input is read as frames (u32 length, then that many bytes), each
+// sent with the tag its connection's key gives it, so that the requests reach the store's
+// parser; what does not parse as a frame goes as it is (and fails its check).
 void send_bytes(bool authenticate, const std::uint8_t* data, std::size_t size) {
   try {
     Socket s = connect_tcp("127.0.0.1", server().port(), Deadline::in(2.0));
-    if (authenticate) connect_handshake(s.fd(), kToken, Purpose::kStore, 1, 2.0);
-    write_all(s.fd(), data, size, Deadline::in(2.0));
+    std::string out(reinterpret_cast<const char*>(data), size);
+    if (authenticate) {
+      Digest session{};
+      connect_handshake(s.fd(), kToken, Purpose::kStore, 1, 2.0, &session);
+      FrameMac mac(session, true);
+      std::string sealed;
+      std::size_t at = 0;
+      while (at + 4 <= size) {
+        const std::uint32_t len = data[at] | data[at + 1] << 8 | data[at + 2] << 16 | std::uint32_t{data[at + 3]} << 24;
+        if (len > size - at - 4) break;
+        const std::string frame = out.substr(at, 4 + len);
+        sealed += frame + mac.seal(frame);
+        at += 4 + len;
+      }
+      out = sealed + out.substr(at);
+    }
+    write_all(s.fd(), out.data(), out.size(), Deadline::in(2.0));
   } catch (const weft::Error&) {
   }
 }

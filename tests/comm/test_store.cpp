@@ -16,6 +16,7 @@
 
 #include "../process_threads.h"
 #include "weft/comm/auth.h"
+#include "weft/comm/frame_mac.h"
 #include "weft/comm/process.h"
 #include "weft/comm/socket.h"
 #include "weft/comm/store.h"
@@ -84,6 +85,43 @@ TEST(Store, SurvivesRandomBytes) {
   StoreClient ok("127.0.0.1", server.port(), kToken, 0, 5.0);
   ok.set("still", "alive");
   EXPECT_EQ(*ok.get("still", 1.0), "alive");
+}
+
+// After the handshake every frame carries a tag under the connection's key: an altered,
+// replayed or reordered frame fails, and the store drops a connection that sends one.
+TEST(FrameMac, AlteredReplayedOrReorderedFramesFail) {
+  const Digest key = session_key(kToken, Purpose::kStore, std::string(32, 'a'), std::string(32, 'c'));
+  FrameMac client(key, true), server(key, false);
+  const std::string f1 = std::string("\x05\x00\x00\x00\x01", 5) + "abcd", f2 = std::string("\x05\x00\x00\x00\x01", 5) + "wxyz";
+  const std::string t1 = client.seal(f1), t2 = client.seal(f2);
+  FrameMac replay = server;
+  EXPECT_TRUE(server.check(f1, reinterpret_cast<const std::uint8_t*>(t1.data())));
+  EXPECT_FALSE(server.check(f1, reinterpret_cast<const std::uint8_t*>(t1.data())));  // replayed
+  FrameMac reorder(key, false);
+  EXPECT_FALSE(reorder.check(f2, reinterpret_cast<const std::uint8_t*>(t2.data())));  // second first
+  std::string altered = f1;
+  altered[6] ^= 1;
+  EXPECT_FALSE(replay.check(altered, reinterpret_cast<const std::uint8_t*>(t1.data())));
+  // Another connection's key (other nonces) gives other tags.
+  FrameMac other(session_key(kToken, Purpose::kStore, std::string(32, 'b'), std::string(32, 'c')), false);
+  EXPECT_FALSE(other.check(f1, reinterpret_cast<const std::uint8_t*>(t1.data())));
+}
+
+TEST(Store, DropsAConnectionWhoseFrameFailsItsCheck) {
+  StoreServer server("127.0.0.1", 0, kToken);
+  Socket s = connect_tcp("127.0.0.1", server.port(), Deadline::in(2.0));
+  Digest session{};
+  connect_handshake(s.fd(), kToken, Purpose::kStore, 0, 5.0, &session);
+  FrameMac mac(session, true);
+  // A set request ("k" = "v") whose tag was computed for other bytes.
+  const std::string f = std::string("\x07\x00\x00\x00\x01\x01\x00\x00\x00", 9) + "kv";
+  const std::string tag = mac.seal(f + "x");
+  const std::string out = f + tag;
+  write_all(s.fd(), out.data(), out.size(), Deadline::in(2.0));
+  char byte;
+  EXPECT_THROW(read_exact(s.fd(), &byte, 1, Deadline::in(5.0)), CommError);  // closed, no reply
+  StoreClient ok("127.0.0.1", server.port(), kToken, 0, 5.0);
+  EXPECT_FALSE(ok.check("k"));  // the request was not carried out
 }
 
 namespace {

@@ -114,7 +114,7 @@ AcceptEnd finish_accept(const std::string& token, Purpose purpose, const std::st
   Digest want = hmac_sha256(token, "connect" + label + nonce + nonce_c + u32_bytes(their_identity));
   if (!digest_equal(want, as_digest(reply + 36))) throw CommError("bad job token");
   Digest mine = hmac_sha256(token, "accept" + label + nonce + nonce_c + u32_bytes(my_identity) + u32_bytes(their_identity));
-  return {their_identity, u32_bytes(my_identity) + as_string(mine)};
+  return {their_identity, u32_bytes(my_identity) + as_string(mine), session_key(token, purpose, nonce, nonce_c)};
 }
 
 std::uint32_t accept_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,
@@ -250,8 +250,12 @@ std::vector<AcceptedPeer> accept_authenticated(int listen_fd, const std::string&
   return done;
 }
 
+Digest session_key(const std::string& token, Purpose purpose, const std::string& nonce_a, const std::string& nonce_c) {
+  return hmac_sha256(token, "session" + std::string(1, static_cast<char>(purpose)) + nonce_a + nonce_c);
+}
+
 std::uint32_t connect_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,
-                                double timeout_s) {
+                                double timeout_s, Digest* session) {
   Deadline d = Deadline::in(timeout_s);
   std::uint8_t hello[8 + 2 + 32];
   read_exact(fd, hello, sizeof hello, d);
@@ -271,6 +275,7 @@ std::uint32_t connect_handshake(int fd, const std::string& token, Purpose purpos
   Digest want = hmac_sha256(token, "accept" + label + nonce_a + nonce_c + u32_bytes(their_identity) +
                                        u32_bytes(my_identity));
   if (!digest_equal(want, as_digest(answer + 4))) throw CommError("the peer does not hold this job's token");
+  if (session) *session = session_key(token, purpose, nonce_a, nonce_c);
   return their_identity;
 }
 

@@ -48,6 +48,7 @@ AcceptStart start_accept(Purpose purpose);
 struct AcceptEnd {
   std::uint32_t their_identity;
   std::string answer;
+  Digest session;  // session_key of this connection
 };
 AcceptEnd finish_accept(const std::string& token, Purpose purpose, const std::string& nonce, std::uint32_t my_identity,
                         const std::uint8_t* reply);
@@ -91,6 +92,10 @@ std::vector<AcceptedPeer> accept_authenticated(int listen_fd, const std::string&
 std::uint32_t accept_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,
                                double timeout_s);
 std::uint32_t connect_handshake(int fd, const std::string& token, Purpose purpose, std::uint32_t my_identity,
-                                double timeout_s);
+                                double timeout_s, Digest* session = nullptr);
+
+// A key for what follows the handshake (the store's frame MACs, frame_mac.h), from the token
+// and both nonces: fresh for every connection, known only to its two ends.
+Digest session_key(const std::string& token, Purpose purpose, const std::string& nonce_a, const std::string& nonce_c);
 
 }  // namespace weft::comm

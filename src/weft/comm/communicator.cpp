@@ -51,6 +51,10 @@ CommOptions CommOptions::from_env() {
     o.shm_ring_bytes = static_cast<std::size_t>(*r);
   }
   if (auto d = env_string("WEFT_TRACE")) o.trace_dir = *d;
+  if (auto t = env_string("WEFT_TLS")) {
+    if (*t != "0" && *t != "1") throw ConfigError("WEFT_TLS='" + *t + "' is not 0 or 1");
+    o.tls = *t == "1";
+  }
   return o;
 }
 
@@ -178,9 +182,10 @@ Communicator::~Communicator() {
 
 std::string Communicator::transport() const {
   if (mpi_group_) return "mpi";
-  if (links_->tcp > 0 && links_->shm > 0) return "mixed";
+  const char* tcp = options_.tls ? "tls" : "tcp";
+  if (links_->tcp > 0 && links_->shm > 0) return options_.tls ? "mixed+tls" : "mixed";
   if (links_->shm > 0) return "shm";
-  if (links_->tcp > 0) return "tcp";
+  if (links_->tcp > 0) return tcp;
   return "none";
 }
 
@@ -195,6 +200,7 @@ void Communicator::connect_group(const std::string& prefix) {
   r.token = token_;
   r.master_addr = info_.master_addr;
   r.transport = options_.transport;
+  r.tls = options_.tls;
   r.shm_ring_bytes = options_.shm_ring_bytes;
   r.timeout_s = options_.rendezvous_timeout_s;
   r.judge_core_sharing = name_ == "world";

@@ -53,6 +53,7 @@ struct CommOptions {
   std::string transport = "auto";   // WEFT_TRANSPORT: auto (shm on one host, tcp across), shm, tcp, mpi
   std::size_t shm_ring_bytes = 1 << 20;  // WEFT_SHM_RING_BYTES (1 MiB measured best: it stays in cache)
   std::string trace_dir;            // WEFT_TRACE
+  bool tls = false;                 // WEFT_TLS=1: TCP data links under TLS (tls.h)
   static CommOptions from_env();
 };
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "weft/comm/auth.h"
+#include "weft/comm/tls.h"
 #include "weft/comm/process.h"
 #include "weft/comm/socket.h"
 #include "weft/util/env.h"
@@ -204,11 +205,24 @@ void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const Socket& li
   acceptor.join();
   if (connect_error) std::rethrow_exception(connect_error);
   if (accept_error) std::rethrow_exception(accept_error);
-  for (int i = 0; i < n; ++i) {
-    if (i == r.rank || use_shm[i]) continue;
-    auto ch = std::make_unique<TcpChannel>(std::move(accepted[i]));
-    links.peers[i].channel = ch.get();
-    links.channels.push_back(std::move(ch));
+  std::vector<int> peers;
+  for (int i = 0; i < n; ++i)
+    if (i != r.rank && !use_shm[i]) peers.push_back(i);
+  std::vector<std::unique_ptr<Channel>> channels;
+  if (r.tls) {  // the side that accepted a connection serves its TLS
+    std::vector<Socket> sockets;
+    std::vector<bool> server;
+    for (int i : peers) {
+      sockets.push_back(std::move(accepted[i]));
+      server.push_back(i < r.rank);
+    }
+    channels = tls_handshakes(std::move(sockets), server, r.token, r.timeout_s);
+  } else {
+    for (int i : peers) channels.push_back(std::make_unique<TcpChannel>(std::move(accepted[i])));
+  }
+  for (std::size_t k = 0; k < peers.size(); ++k) {
+    links.peers[peers[k]].channel = channels[k].get();
+    links.channels.push_back(std::move(channels[k]));
     ++links.tcp;
   }
 }

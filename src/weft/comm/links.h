@@ -48,6 +48,7 @@ struct LinkRequest {
   std::size_t shm_ring_bytes = 1 << 20;
   double timeout_s = 60;        // of the rendezvous
   bool judge_core_sharing = false;  // the world group decides it for all groups
+  bool tls = false;             // TCP links under TLS (tls.h)
 };
 
 std::unique_ptr<GroupLinks> connect_links(const LinkRequest& request);

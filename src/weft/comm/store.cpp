@@ -15,6 +15,7 @@
 #include <list>
 
 #include "weft/comm/auth.h"
+#include "weft/comm/frame_mac.h"
 #include "weft/util/error.h"
 
 namespace weft::comm {
@@ -68,6 +69,7 @@ struct Connection {
   Clock::time_point deadline;    // of the handshake, or of the get it waits on
   std::optional<std::string> waiting;  // the key of a get that waits for it
   bool dead = false;
+  FrameMac mac;                  // frames after the handshake (frame_mac.h)
 };
 
 }  // namespace
@@ -220,7 +222,7 @@ void StoreServer::State::receive(Connection& c) {
     if (n > 0) {
       c.in.append(buf, static_cast<std::size_t>(n));
       if (!c.authenticated && c.in.size() > kAcceptReplyBytes) return refuse(c, "bytes beyond the handshake");
-      if (c.in.size() > kMaxFrame + 4u) return refuse(c, "a request beyond the frame limit");
+      if (c.in.size() > kMaxFrame + 4u + kFrameTagBytes) return refuse(c, "a request beyond the frame limit");
       continue;
     }
     if (n == 0) {
@@ -248,6 +250,7 @@ void StoreServer::State::handle(Connection& c) {
       c.authenticated = true;
       c.in.erase(0, kAcceptReplyBytes);
       c.out += end.answer;
+      c.mac = FrameMac(end.session, false);
     } catch (const CommError& e) {
       return refuse(c, e.what());
     }
@@ -258,10 +261,14 @@ void StoreServer::State::handle(Connection& c) {
       refuse(c, "bad frame length " + std::to_string(len));
       return;
     }
-    if (c.in.size() < 4u + len) break;
-    const std::string f = c.in.substr(4, len);
-    c.in.erase(0, 4u + len);
-    request(c, f);
+    if (c.in.size() < 4u + len + kFrameTagBytes) break;
+    const std::string whole = c.in.substr(0, 4u + len);
+    if (!c.mac.check(whole, reinterpret_cast<const std::uint8_t*>(c.in.data()) + 4 + len)) {
+      refuse(c, "a request that failed its integrity check");
+      return;
+    }
+    c.in.erase(0, 4u + len + kFrameTagBytes);
+    request(c, whole.substr(4));
   }
   send(c);
 }
@@ -301,7 +308,10 @@ void StoreServer::State::request(Connection& c, const std::string& f) {
   }
 }
 
-void StoreServer::State::reply(Connection& c, std::uint8_t status, const std::string& body) { c.out += frame(status, body); }
+void StoreServer::State::reply(Connection& c, std::uint8_t status, const std::string& body) {
+  const std::string f = frame(status, body);
+  c.out += f + c.mac.seal(f);
+}
 
 void StoreServer::State::send(Connection& c) {
   while (!c.dead && !c.out.empty()) {
@@ -338,7 +348,9 @@ StoreClient::StoreClient(const std::string& host, int port, const std::string& t
   Deadline d = Deadline::in(timeout_s);
   socket_ = connect_tcp(host, port, d);
   try {
-    connect_handshake(socket_.fd(), token, Purpose::kStore, identity, std::max(1.0, d.remaining_ms() / 1000.0));
+    Digest session{};
+    connect_handshake(socket_.fd(), token, Purpose::kStore, identity, std::max(1.0, d.remaining_ms() / 1000.0), &session);
+    mac_ = FrameMac(session, true);
   } catch (const CommError& e) {
     throw CommError("the store at " + where_ + " refused this process (" + e.what() +
                     "): WEFT_JOB_TOKEN differs between the ranks, or the rank serving the store (rank 0) stopped");
@@ -348,17 +360,20 @@ StoreClient::StoreClient(const std::string& host, int port, const std::string& t
 std::string StoreClient::request(std::uint8_t op, const std::string& body, double timeout_s, std::uint8_t* status) {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out = frame(op, body);
+  out += mac_.seal(out);
   Deadline d = Deadline::in(timeout_s + 30.0);
   try {
     write_all(socket_.fd(), out.data(), out.size(), d);
-    std::uint8_t len_bytes[4];
-    read_exact(socket_.fd(), len_bytes, 4, d);
-    std::uint32_t len = len_bytes[0] | (len_bytes[1] << 8) | (len_bytes[2] << 16) | (std::uint32_t{len_bytes[3]} << 24);
+    std::string f(4, '\0');
+    read_exact(socket_.fd(), f.data(), 4, d);
+    const auto len = static_cast<std::uint32_t>(get_uint(f, 0, 4));
     if (len == 0 || len > kMaxFrame) throw CommError("bad reply from the store");
-    std::string f(len, '\0');
-    read_exact(socket_.fd(), f.data(), len, d);
-    *status = static_cast<std::uint8_t>(f[0]);
-    return f.substr(1);
+    f.resize(4u + len + kFrameTagBytes);
+    read_exact(socket_.fd(), f.data() + 4, len + kFrameTagBytes, d);
+    if (!mac_.check(f.substr(0, 4u + len), reinterpret_cast<const std::uint8_t*>(f.data()) + 4 + len))
+      throw CommError("a reply failed its integrity check (altered on the way?)");
+    *status = static_cast<std::uint8_t>(f[4]);
+    return f.substr(5, len - 1);
   } catch (const CommError& e) {
     throw CommError("lost the store at " + where_ + ": " + e.what());
   }

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "weft/comm/frame_mac.h"
 #include "weft/comm/socket.h"
 
 namespace weft::comm {
@@ -70,6 +71,7 @@ class StoreClient {
   Socket socket_;
   std::mutex mu_;
   std::string where_;
+  FrameMac mac_;
 };
 
 }  // namespace weft::comm
