@@ -1,5 +1,6 @@
 // Ports, switches and links of the simulated fabric: transmission, routing and load
 // balancing, shared buffers, WRED/ECN marking, PFC, failures.
+#include <fmt/format.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 
 #include "weft/sim/network.h"
 #include "weft/util/error.h"
+#include "weft/util/machine.h"
 
 namespace weft::sim {
 namespace {
@@ -476,8 +478,24 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
   }
 }
 
+double Network::estimated_bytes(const Topology& t, const Workload& w) {
+  const double slots = static_cast<double>(t.nodes.size()) * static_cast<double>(t.gpus.size());
+  double steps = 0;
+  for (const Agent& a : w.agents) steps += static_cast<double>(a.steps.size());
+  return slots * (sizeof(std::uint32_t) + sizeof(std::uint16_t) + sizeof(std::int32_t)) +
+         2.0 * static_cast<double>(t.links.size()) * sizeof(Port) + steps * 100;
+}
+
 Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
     : topo_(topology), cfg_(config), work_(std::move(workload)), rng_(config.seed) {
+  const double need = estimated_bytes(topo_, work_);
+  if (const auto have = available_memory_bytes(); have && need > 0.9 * static_cast<double>(*have)) {
+    const double routes = static_cast<double>(topo_.nodes.size()) * static_cast<double>(topo_.gpus.size()) * 10;
+    throw ConfigError(fmt::format("this simulation needs about {:.1f} GiB (routing tables for {} nodes x {} GPUs: {:.1f} GiB), "
+                                  "more than the {:.1f} GiB this machine has available: simulate a smaller fabric",
+                                  need / 1073741824.0, topo_.nodes.size(), topo_.gpus.size(), routes / 1073741824.0,
+                                  static_cast<double>(*have) / 1073741824.0));
+  }
   finalize_config(cfg_);
   build_ports();
   gpu_rank_of_node_.assign(topo_.nodes.size(), -1);

@@ -142,7 +142,12 @@ struct QueueSample {
 
 class Network : public EventTarget {
  public:
+  // Throws ConfigError with the estimate when the run would need more memory than the
+  // machine has available (estimated_bytes), before allocating it.
   Network(const Topology& topology, const SimConfig& config, Workload workload);
+  // What a run holds, roughly: the routing tables (a slot and at least one candidate port
+  // per node and destination GPU), the ports and the workload's steps.
+  static double estimated_bytes(const Topology& topology, const Workload& workload);
   ~Network() override;
 
   // Runs until every agent finished or the time limit; `progress` prints simulated time

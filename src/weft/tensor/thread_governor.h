@@ -2,7 +2,7 @@
 // cores are shared with other work, a step split across T threads waits for the slowest,
 // and a core that is half taken can make 2 threads slower than 1 (bench/contention: 4x
 // slower, single steps 25x). While other processes keep the cores busy (the caller says so
-// each step: util/cpu_load.h), the governor measures the candidates 1, 2, 4, ..., T on real
+// each step: util/machine.h), the governor measures the candidates 1, 2, 4, ..., T on real
 // steps (`window` steps each, after one settling step that is not counted; a count whose
 // step is `slow` times slower than a smaller count's median is dropped at once), keeps the
 // most threads unless fewer are at least `margin` faster by median, holds the choice for

@@ -24,7 +24,7 @@
 #include "weft/train/task.h"
 #include "weft/train/timeline.h"
 #include "weft/util/checked.h"
-#include "weft/util/cpu_load.h"
+#include "weft/util/machine.h"
 #include "weft/util/file.h"
 #include "weft/util/parse.h"
 #include "weft/util/progress.h"

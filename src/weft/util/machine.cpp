@@ -1,4 +1,4 @@
-#include "weft/util/cpu_load.h"
+#include "weft/util/machine.h"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -46,6 +46,20 @@ double OtherCpuLoad::sample() {
   own_ = own;
   at_ = now;
   return share;
+}
+
+std::optional<std::int64_t> available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return std::nullopt;
+  char line[256];
+  std::optional<std::int64_t> kib;
+  while (std::fgets(line, sizeof line, f)) {
+    long long v = 0;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &v) == 1) kib = v;
+  }
+  std::fclose(f);
+  if (!kib) return std::nullopt;
+  return *kib * 1024;
 }
 
 }  // namespace weft
