@@ -57,7 +57,8 @@ std::vector<std::int64_t> DataLoader::epoch_order(std::int64_t epoch) const {
 }
 
 Batch DataLoader::batch(const std::vector<std::int64_t>& order, std::int64_t index) const {
-  WEFT_CHECK(index >= 0 && index * options_.batch_size < static_cast<std::int64_t>(order.size()),
+  // Compared by division: index * batch may overflow for an index from outside.
+  WEFT_CHECK(index >= 0 && index < (static_cast<std::int64_t>(order.size()) + options_.batch_size - 1) / options_.batch_size,
              "batch index out of range");
   std::int64_t begin = index * options_.batch_size;
   std::int64_t end = std::min<std::int64_t>(begin + options_.batch_size, static_cast<std::int64_t>(order.size()));

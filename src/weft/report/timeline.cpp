@@ -51,8 +51,11 @@ json timeline_section(const std::vector<std::string>& paths, std::size_t max_spa
       throw DataError(path + ": not a Chrome trace (weft train --timeline writes them)");
     for (const json& e : doc["traceEvents"]) {
       if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string()) continue;
-      auto id = [&](const char* key) {  // an integer field, or 0 (never a float cast)
-        return e.contains(key) ? static_cast<int>(json_integer(e[key], INT_MIN, INT_MAX).value_or(0)) : 0;
+      auto id = [&](const char* key) {  // an integer field (never a float cast), or 0 when absent
+        if (!e.contains(key)) return 0;
+        const std::optional<std::int64_t> v = json_integer(e[key], INT_MIN, INT_MAX);
+        if (!v) throw DataError(path + ": not as weft writes it (" + key + " is not a whole number)");
+        return static_cast<int>(*v);
       };
       const int pid = id("pid"), tid = id("tid");
       const std::string ph = e["ph"].get<std::string>();

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include "weft/tensor/ops.h"
+#include "weft/tensor/thread_pool.h"
 
 namespace weft::ops {
 
@@ -27,6 +28,21 @@ BlasOperand as_blas(const Tensor& x) {
 
 }  // namespace
 
+GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n) {
+  constexpr std::int64_t kMinRows = 64, kMinCols = 128, kMaxBlocks = 16;
+  if (m >= 2 * kMinRows) {
+    const std::int64_t count = std::min(kMaxBlocks, m / kMinRows);
+    const std::int64_t size = ((m + count - 1) / count + 15) / 16 * 16;
+    return {true, size, (m + size - 1) / size};
+  }
+  if (n >= 2 * kMinCols) {
+    const std::int64_t count = std::min(kMaxBlocks, n / kMinCols);
+    const std::int64_t size = ((n + count - 1) / count + 15) / 16 * 16;
+    return {false, size, (n + size - 1) / size};
+  }
+  return {true, std::max<std::int64_t>(m, 1), 1};
+}
+
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c) {
   WEFT_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtype mismatch");
@@ -48,8 +64,25 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
   auto tb = (trans_b != B.transposed) ? CblasTrans : CblasNoTrans;
   std::int64_t ldc = n;
   if (c.dtype() == DType::F32) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, static_cast<float>(alpha), A.t.data<float>(), A.ld,
-                B.t.data<float>(), B.ld, static_cast<float>(beta), c.data<float>(), ldc);
+    // Blocks of C, one single-threaded OpenBLAS call each, run on the pool. The blocks
+    // depend only on the shape, so every element is computed the same way whatever the
+    // thread count (OpenBLAS's own threading changes the last bits of some products with
+    // it), and a thread on a busy core takes fewer blocks.
+    const GemmBlocks blocks = gemm_blocks(m, n);
+    const float* pa = A.t.data<float>();
+    const float* pb = B.t.data<float>();
+    float* pc = c.data<float>();
+    parallel_for(blocks.count, 1, [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t i = first; i < last; ++i) {
+        const std::int64_t r0 = blocks.by_rows ? i * blocks.size : 0, r1 = blocks.by_rows ? std::min(m, r0 + blocks.size) : m;
+        const std::int64_t c0 = blocks.by_rows ? 0 : i * blocks.size, c1 = blocks.by_rows ? n : std::min(n, c0 + blocks.size);
+        if (r0 >= r1 || c0 >= c1) continue;
+        const float* sa = pa + (ta == CblasNoTrans ? r0 * A.ld : r0);
+        const float* sb = pb + (tb == CblasNoTrans ? c0 : c0 * B.ld);
+        cblas_sgemm(CblasRowMajor, ta, tb, r1 - r0, c1 - c0, k, static_cast<float>(alpha), sa, A.ld, sb, B.ld,
+                    static_cast<float>(beta), pc + r0 * ldc + c0, ldc);
+      }
+    });
   } else {
     cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A.t.data<double>(), A.ld, B.t.data<double>(),
                 B.ld, beta, c.data<double>(), ldc);

@@ -1,9 +1,20 @@
-// Matrix products through OpenBLAS (cblas_sgemm / cblas_dgemm).
+// Matrix products through OpenBLAS (cblas_sgemm / cblas_dgemm). float32 products are split
+// into blocks of the output that depend only on the shape (gemm_blocks), each one
+// single-threaded OpenBLAS call, run on weft's thread pool: results do not depend on the
+// thread count, and the pool's threads share the work as they come free.
 #pragma once
 
 #include "weft/tensor/tensor.h"
 
 namespace weft::ops {
+
+// How an [m, n] product is split: row blocks of `size` rows (by_rows) or column blocks of
+// `size` columns, `count` of them; at least 64 rows or 128 columns each, at most 16.
+struct GemmBlocks {
+  bool by_rows;
+  std::int64_t size, count;
+};
+GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n);
 
 // c = alpha * op(a) * op(b) + beta * c for 2-D tensors, op = transpose when the flag is set.
 // a and b may be transposed views (either of their last two strides may be 1); c must be

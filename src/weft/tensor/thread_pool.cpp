@@ -139,7 +139,7 @@ ThreadPool& pool() {
     calm_openblas_workers();
     int t = default_threads();
     g_pool = std::make_unique<ThreadPool>(t);
-    openblas_set_num_threads(t);
+    openblas_set_num_threads(1);  // products are split on this pool (linalg.h)
   }
   return *g_pool;
 }
@@ -153,7 +153,7 @@ void set_num_threads(int threads) {
   if (g_pool && g_pool->size() == threads) return;
   g_pool.reset();
   g_pool = std::make_unique<ThreadPool>(threads);
-  openblas_set_num_threads(threads);
+  openblas_set_num_threads(1);
 }
 
 int get_num_threads() { return pool().size(); }
@@ -164,7 +164,6 @@ void set_active_threads(int threads) {
     throw ConfigError("active threads must be between 1 and " + std::to_string(p.size()) + ", got " + std::to_string(threads));
   if (threads == p.active()) return;
   p.set_active(threads);
-  openblas_set_num_threads(threads);
 }
 
 int get_active_threads() { return pool().active(); }
