@@ -13,7 +13,10 @@ namespace weft {
 
 inline float fast_exp(float x) {
   const float in = x;
-  x = x < -87.3f ? -87.3f : (x > 88.72f ? 88.72f : x);
+  // Clamped so that NaN becomes a number too (each comparison with NaN is false): the
+  // integer conversion below must never see NaN; the result for NaN comes from `in`.
+  x = x > -87.3f ? x : -87.3f;
+  x = x < 88.72f ? x : 88.72f;
   // n = round(x / ln2) with the 1.5·2^23 trick (exact without -ffast-math).
   const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
