@@ -29,7 +29,7 @@ BlasOperand as_blas(const Tensor& x) {
 }  // namespace
 
 GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n) {
-  constexpr std::int64_t kMinRows = 64, kMinCols = 128, kMaxBlocks = 16;
+  constexpr std::int64_t kMinRows = 64, kMinCols = 128, kMaxBlocks = 8;
   if (m >= 2 * kMinRows) {
     const std::int64_t count = std::min(kMaxBlocks, m / kMinRows);
     const std::int64_t size = ((m + count - 1) / count + 15) / 16 * 16;

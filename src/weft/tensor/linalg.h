@@ -9,7 +9,7 @@
 namespace weft::ops {
 
 // How an [m, n] product is split: row blocks of `size` rows (by_rows) or column blocks of
-// `size` columns, `count` of them; at least 64 rows or 128 columns each, at most 16.
+// `size` columns, `count` of them; at least 64 rows or 128 columns each, at most 8.
 struct GemmBlocks {
   bool by_rows;
   std::int64_t size, count;
