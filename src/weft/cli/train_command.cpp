@@ -39,7 +39,7 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--seed", c.seed, "seed for initialization and data order")
       ->capture_default_str()
       ->check(non_negative());
-  cmd->add_option("--threads", c.threads, "threads for weft and OpenBLAS (default: WEFT_NUM_THREADS or all cores)")
+  cmd->add_option("--threads", c.threads, "threads of weft's pool, which also runs the matrix products (default: WEFT_NUM_THREADS or all cores)")
       ->check(positive());
   cmd->add_option("--adapt-threads", c.adapt_threads,
                   "on: measure steps with fewer threads now and then and use them while faster (cores busy with other "

@@ -182,10 +182,9 @@ Communicator::~Communicator() {
 
 std::string Communicator::transport() const {
   if (mpi_group_) return "mpi";
-  const char* tcp = options_.tls ? "tls" : "tcp";
   if (links_->tcp > 0 && links_->shm > 0) return options_.tls ? "mixed+tls" : "mixed";
   if (links_->shm > 0) return "shm";
-  if (links_->tcp > 0) return tcp;
+  if (links_->tcp > 0) return options_.tls ? "tls" : "tcp";
   return "none";
 }
 

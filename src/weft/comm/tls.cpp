@@ -25,25 +25,26 @@ std::string ssl_error_text() {
   return buf;
 }
 
+// Why an SSL call failed with SSL_get_error's `e` (the system's error, or OpenSSL's).
+std::string failure_text(int e) { return e == SSL_ERROR_SYSCALL ? std::string(std::strerror(errno)) : ssl_error_text(); }
+
 // The key each connection's SSL object carries (app data) for the PSK callbacks.
-struct Key {
-  Digest bytes;
-};
+using Key = Digest;
 
 unsigned int client_psk(SSL* ssl, const char*, char* identity, unsigned int max_identity, unsigned char* psk,
                         unsigned int max_psk) {
   const auto* key = static_cast<const Key*>(SSL_get_app_data(ssl));
-  if (!key || max_psk < key->bytes.size() || max_identity <= std::strlen(kIdentity)) return 0;
+  if (!key || max_psk < key->size() || max_identity <= std::strlen(kIdentity)) return 0;
   std::strcpy(identity, kIdentity);
-  std::memcpy(psk, key->bytes.data(), key->bytes.size());
-  return static_cast<unsigned int>(key->bytes.size());
+  std::memcpy(psk, key->data(), key->size());
+  return static_cast<unsigned int>(key->size());
 }
 
 unsigned int server_psk(SSL* ssl, const char* identity, unsigned char* psk, unsigned int max_psk) {
   const auto* key = static_cast<const Key*>(SSL_get_app_data(ssl));
-  if (!key || !identity || std::strcmp(identity, kIdentity) != 0 || max_psk < key->bytes.size()) return 0;
-  std::memcpy(psk, key->bytes.data(), key->bytes.size());
-  return static_cast<unsigned int>(key->bytes.size());
+  if (!key || !identity || std::strcmp(identity, kIdentity) != 0 || max_psk < key->size()) return 0;
+  std::memcpy(psk, key->data(), key->size());
+  return static_cast<unsigned int>(key->size());
 }
 
 SSL_CTX* make_context(bool server) {
@@ -67,12 +68,10 @@ SSL_CTX* make_context(bool server) {
 }  // namespace
 
 struct TlsChannel::Impl {
-  SSL_CTX* ctx = nullptr;
-  SSL* ssl = nullptr;
+  SSL* ssl = nullptr;  // holds a reference to its context
   Key key;
   ~Impl() {
     if (ssl) SSL_free(ssl);
-    if (ctx) SSL_CTX_free(ctx);
   }
 };
 
@@ -88,7 +87,7 @@ std::size_t TlsChannel::write_some(const void* data, std::size_t n) {
   if (r == 1) return written;
   const int e = SSL_get_error(impl_->ssl, r);
   if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return 0;
-  throw CommError("TLS connection lost (" + (e == SSL_ERROR_SYSCALL ? std::string(std::strerror(errno)) : ssl_error_text()) + ")");
+  throw CommError("TLS connection lost (" + failure_text(e) + ")");
 }
 
 // Reads what the socket has, record by record. Decrypted bytes it holds back (SSL_pending)
@@ -102,8 +101,7 @@ std::size_t TlsChannel::read_some(void* data, std::size_t n) {
   if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) return 0;
   if (e == SSL_ERROR_ZERO_RETURN) throw CommError("the peer closed the connection");
   if (e == SSL_ERROR_SYSCALL && errno == 0) throw CommError("the peer closed the connection");
-  throw CommError("TLS connection lost (" + (e == SSL_ERROR_SYSCALL ? std::string(std::strerror(errno)) : ssl_error_text()) +
-                  "): a record failed its integrity check or the peer went away");
+  throw CommError("TLS connection lost (" + failure_text(e) + "): a record failed its integrity check or the peer went away");
 }
 
 std::size_t TlsChannel::consume_some(std::size_t n, const Consumer& consume) {
@@ -114,13 +112,15 @@ std::size_t TlsChannel::consume_some(std::size_t n, const Consumer& consume) {
 
 std::vector<std::unique_ptr<Channel>> tls_handshakes(std::vector<Socket> sockets, const std::vector<bool>& server,
                                                      const std::string& token, double timeout_s) {
-  const Digest key = hmac_sha256(token, "weft tls psk");
+  const Key key = hmac_sha256(token, "weft tls psk");
+  // One context per role, shared by the connections (each SSL holds a reference).
+  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> serving(make_context(true), SSL_CTX_free),
+      connecting(make_context(false), SSL_CTX_free);
   std::vector<std::unique_ptr<TlsChannel::Impl>> impls;
   for (std::size_t i = 0; i < sockets.size(); ++i) {
     auto impl = std::make_unique<TlsChannel::Impl>();
-    impl->key.bytes = key;
-    impl->ctx = make_context(server[i]);
-    impl->ssl = SSL_new(impl->ctx);
+    impl->key = key;
+    impl->ssl = SSL_new(server[i] ? serving.get() : connecting.get());
     if (!impl->ssl || SSL_set_fd(impl->ssl, sockets[i].fd()) != 1)
       throw CommError("TLS: cannot set up a connection (" + ssl_error_text() + ")");
     SSL_set_app_data(impl->ssl, &impl->key);

@@ -3,8 +3,9 @@
 // between two machines can neither read a gradient nor change one unnoticed.
 //
 // TLS 1.2 with a pre-shared key derived from the job token (HMAC-SHA256(token,
-// "weft tls psk")) and ephemeral ECDH (ECDHE-PSK-CHACHA20-POLY1305): no certificates to
-// manage, mutual authentication by the token, forward secrecy by the ephemeral key. The
+// "weft tls psk")) and ephemeral Diffie-Hellman (DHE-PSK-AES128-GCM-SHA256): no
+// certificates to manage, mutual authentication by the token, forward secrecy by the
+// ephemeral key. The
 // handshakes of all of a rank's TCP peers run side by side in one poll loop, so their
 // order cannot deadlock.
 #pragma once

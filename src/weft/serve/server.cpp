@@ -14,6 +14,7 @@
 #include "weft/serve/http_base.h"
 #include "weft/serve/model_file.h"
 #include "weft/serve/model_parallel.h"
+#include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
@@ -222,6 +223,7 @@ int serve(const ServeOptions& options, std::FILE* log) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  get_num_threads();  // the pool now: it stops OpenBLAS's workers, started before the mask
   if (options.replicas_max > 1) return serve_replicated(options, log);
   if ((options.tp > 1 || options.pp > 1) && comm::process_info_from_env().rank != 0) {
     // A model-parallel rank other than 0 computes its part of rank 0's steps.

@@ -135,7 +135,7 @@ bool Network::run(bool progress) {
   wall_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (agents_left_ == 0) return true;
   finish_ = events_.now();
-  stopped_at_limit_ = events_.now() > cfg_.time_limit;
+  stall_ = find_stall(events_.now() > cfg_.time_limit);
   return false;
 }
 

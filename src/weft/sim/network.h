@@ -143,11 +143,14 @@ struct QueueSample {
 class Network : public EventTarget {
  public:
   // Throws ConfigError with the estimate when the run would need more memory than the
-  // machine has available (estimated_bytes), before allocating it.
+  // machine has available (estimate_memory), before allocating it.
   Network(const Topology& topology, const SimConfig& config, Workload workload);
   // What a run holds, roughly: the routing tables (a slot and at least one candidate port
-  // per node and destination GPU), the ports and the workload's steps.
-  static double estimated_bytes(const Topology& topology, const Workload& workload);
+  // per node and destination GPU), then the ports and the workload's steps.
+  struct MemoryEstimate {
+    double routes, total;  // bytes
+  };
+  static MemoryEstimate estimate_memory(const Topology& topology, const Workload& workload);
   ~Network() override;
 
   // Runs until every agent finished or the time limit; `progress` prints simulated time
@@ -172,8 +175,9 @@ class Network : public EventTarget {
   const std::vector<std::pair<Time, Time>>& collective_times() const { return collective_times_; }
   std::string port_name(int port) const;  // "rail-0->spine-1"
   int agents_unfinished() const;
-  // What the unfinished ranks wait on, and the deadlock cycles (stall.h).
-  Stall stall() const;
+  // What the unfinished ranks waited on at the end, and the deadlock cycles (stall.h);
+  // empty when every rank finished.
+  const Stall& stall() const { return stall_; }
 
   // Captures the frames sent on a link (both directions) into a pcap file.
   void capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path);
@@ -269,7 +273,8 @@ class Network : public EventTarget {
   std::vector<FlowRecord> flows_;
   std::vector<std::pair<Time, Time>> collective_times_;
   int agents_left_ = 0;
-  bool stopped_at_limit_ = false;
+  Stall stall_;
+  Stall find_stall(bool time_limit) const;
   // Outputs.
   Counters counters_;
   std::vector<PfcEvent> pfc_events_;

@@ -94,7 +94,7 @@ nlohmann::json summary_json(const Network& net) {
                    {"links", t.links.size()}};
   j["finished"] = net.agents_unfinished() == 0;
   if (net.agents_unfinished() > 0) {  // what the run is stuck on
-    const Stall stall = net.stall();
+    const Stall& stall = net.stall();
     json ranks = json::array(), cycle = json::array(), ports = json::array(), unroutable = json::array();
     for (const RankWait& r : stall.waits) {
       json from = json::array();
@@ -175,7 +175,7 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
     std::fprintf(out, "finished at %.3f us simulated (wall %.2f s, %.2f M events/s, peak memory %.0f MiB)\n",
                  to_us(net.finish_time()), net.wall_seconds(), eps / 1e6, static_cast<double>(usage.ru_maxrss) / 1024);
   else {
-    const Stall stall = net.stall();
+    const Stall& stall = net.stall();
     std::fprintf(out, "NOT finished: %d ranks still waiting at %.3f us simulated (%s)\n", net.agents_unfinished(),
                  to_us(net.finish_time()),
                  stall.time_limit ? "stopped at sim.time_limit" : "no event left: nothing can move");

@@ -38,9 +38,9 @@ std::vector<int> find_cycle(const std::vector<std::vector<int>>& edges) {
   return {};
 }
 
-Stall Network::stall() const {
+Stall Network::find_stall(bool time_limit) const {
   Stall s;
-  s.time_limit = stopped_at_limit_;
+  s.time_limit = time_limit;
   const std::size_t A = agents_.size();
   std::vector<int> wait_index(A, -1);
   for (std::size_t a = 0; a < A; ++a) {
@@ -50,7 +50,7 @@ Stall Network::stall() const {
     w.agent = static_cast<int>(a);
     w.step = st.step;
     w.steps = work_.agents[a].steps.size();
-    w.started = st.started && st.step_began <= events_.now() && st.pending > 0;
+    w.started = st.started && st.pending > 0;
     for (const auto& [peer, count] : st.waiting)
       if (count > 0) w.receives.push_back({peer, static_cast<int>(count)});
     std::sort(w.receives.begin(), w.receives.end());
@@ -138,13 +138,10 @@ std::vector<std::string> describe_stall(const Network& net, const Stall& s, std:
                     "back to " + net.port_name(s.pfc_cycle.front()) +
                     " (each is paused by a buffer full of packets that wait for the next)");
   }
-  for (const auto& [from, to] : s.unroutable) {
-    const FlowRecord* f = nullptr;
-    for (const FlowRecord& r : net.flows())
-      if (r.src_agent == from && r.dst_agent == to) f = &r;
-    lines.push_back("no route: " + name(from) + " (" + t.nodes[t.gpus[f->src_gpu]].name + ") cannot reach " + name(to) + " (" +
-                    t.nodes[t.gpus[f->dst_gpu]].name + "): the links or switches between them are down");
-  }
+  auto host = [&](int a) { return t.nodes[t.gpus[w.agents[a].gpu]].name; };
+  for (const auto& [from, to] : s.unroutable)
+    lines.push_back("no route: " + name(from) + " (" + host(from) + ") cannot reach " + name(to) + " (" + host(to) +
+                    "): the links or switches between them are down");
   const std::int64_t storms = net.counters().watchdog_storms;
   if (storms > 0)
     lines.push_back("the PFC watchdog broke " + plural(static_cast<std::size_t>(storms), "pause storm", "pause storms") +

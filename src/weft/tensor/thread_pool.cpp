@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <atomic>
 #include <condition_variable>
 #include <memory>
@@ -15,28 +14,12 @@
 #include "weft/util/env.h"
 #include "weft/util/error.h"
 
-// OpenBLAS's own entry points (exported by Debian's libopenblas) to re-read its
-// environment and restart its worker threads.
-extern "C" {
-void openblas_read_env(void);
-int blas_thread_shutdown_(void);
-int blas_thread_init(void);
-}
+// OpenBLAS's own entry point (exported by Debian's libopenblas) that stops its workers.
+extern "C" int blas_thread_shutdown_(void);
 
 namespace weft {
 
 namespace {
-
-// OpenBLAS's idle workers spin for 2^28 cycles (about 0.1 s) after each GEMM before they
-// sleep. On a machine with few cores they then compete with weft's own kernels and with
-// other ranks. Unless the user chose a value, make them sleep almost at once.
-void calm_openblas_workers() {
-  if (std::getenv("OPENBLAS_THREAD_TIMEOUT") != nullptr) return;
-  ::setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
-  openblas_read_env();
-  blas_thread_shutdown_();
-  blas_thread_init();
-}
 
 thread_local bool t_in_pool = false;
 
@@ -133,14 +116,20 @@ int default_threads() {
 std::mutex g_pool_mu;
 std::unique_ptr<ThreadPool> g_pool;
 
+// A new pool; OpenBLAS runs single-threaded from then on (products are split on this pool,
+// linalg.h), and the workers it started when it was loaded are stopped: they would never
+// work, and having started before the process blocked its signals (weft serve takes SIGTERM
+// on one thread), they would take those signals and die of them.
+void make_pool(int threads) {
+  g_pool.reset();
+  g_pool = std::make_unique<ThreadPool>(threads);
+  openblas_set_num_threads(1);
+  blas_thread_shutdown_();
+}
+
 ThreadPool& pool() {
   std::lock_guard<std::mutex> lock(g_pool_mu);
-  if (!g_pool) {
-    calm_openblas_workers();
-    int t = default_threads();
-    g_pool = std::make_unique<ThreadPool>(t);
-    openblas_set_num_threads(1);  // products are split on this pool (linalg.h)
-  }
+  if (!g_pool) make_pool(default_threads());
   return *g_pool;
 }
 
@@ -149,11 +138,7 @@ ThreadPool& pool() {
 void set_num_threads(int threads) {
   if (threads < 1) throw ConfigError("thread count must be at least 1, got " + std::to_string(threads));
   std::lock_guard<std::mutex> lock(g_pool_mu);
-  if (!g_pool) calm_openblas_workers();
-  if (g_pool && g_pool->size() == threads) return;
-  g_pool.reset();
-  g_pool = std::make_unique<ThreadPool>(threads);
-  openblas_set_num_threads(1);
+  if (!g_pool || g_pool->size() != threads) make_pool(threads);
 }
 
 int get_num_threads() { return pool().size(); }
@@ -162,7 +147,6 @@ void set_active_threads(int threads) {
   ThreadPool& p = pool();
   if (threads < 1 || threads > p.size())
     throw ConfigError("active threads must be between 1 and " + std::to_string(p.size()) + ", got " + std::to_string(threads));
-  if (threads == p.active()) return;
   p.set_active(threads);
 }
 

@@ -1,9 +1,9 @@
-// The thread pool for weft's own (non-BLAS) kernels, and the single thread knob.
+// The thread pool for weft's kernels and its matrix products, and the single thread knob.
 //
 // set_num_threads(T) sizes this pool (OpenBLAS runs single-threaded: products are split on
-// this pool, linalg.h); the default comes from
-// WEFT_NUM_THREADS, else the number of cores. set_active_threads(A <= T) makes the kernels
-// use only A of them (a governor lowers it when cores are busy: thread_governor.h).
+// this pool, linalg.h); the default comes from WEFT_NUM_THREADS, else the number of cores.
+// set_active_threads(A <= T) makes the kernels use only A of them (a governor lowers it
+// when cores are busy: thread_governor.h).
 // parallel_for splits a range into a fixed partition of up to 4 chunks per thread, taken
 // by the threads as they come free: a thread slowed by a busy core takes fewer of them.
 // Every kernel computes each output within one chunk, so results do not depend on the
@@ -17,8 +17,8 @@ namespace weft {
 
 void set_num_threads(int threads);
 int get_num_threads();
-// 1 <= threads <= get_num_threads(). Call it between steps, from the
-// thread that runs the kernels.
+// 1 <= threads <= get_num_threads(). Call it between steps, from the thread that runs the
+// kernels.
 void set_active_threads(int threads);
 int get_active_threads();
 
