@@ -28,7 +28,7 @@ for h in "${harnesses[@]}"; do
     grep -E "ERROR|SUMMARY|==[0-9]+==" "$log" | head -20
     failed=1
   else
-    printf 'fuzz_%-12s %10s executions in %s s (%s/s), no crash\n' "$h" "${runs:-?}" "$seconds" "${rate:-?}"
+    printf 'fuzz_%-16s %10s executions in %s s (%s/s), no crash\n' "$h" "${runs:-?}" "$seconds" "${rate:-?}"
   fi
 done
 exit $failed
