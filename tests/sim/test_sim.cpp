@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <random>
 
 #include "weft/algo/registry.h"
 #include "weft/sim/network.h"
@@ -366,6 +367,39 @@ TEST(SimValidation, EqualHashSeedsPolarizeAndSprayingSpreads) {
   EXPECT_LE(max_over_min(spine_bytes_to(spray, "leaf-3")), 1.25);
 }
 
+TEST(SimValidation, DistinctSeedsHashIndependentlyAtEveryTier) {
+  // A permutation on the 1,024-host fat tree: every aggregation switch hashes the flows its
+  // edge switches sent up onto its 8 core ports. With independent per-switch hashes, the
+  // busiest port of each carries what independent uniform choices give (Monte Carlo below);
+  // a hash whose seeds are merely XORed in sends everything one edge port carried up one
+  // core port.
+  SimRun r = simulate("fat-tree-k16.yaml", "permutation:64KB");
+  ASSERT_TRUE(r.finished);
+  ASSERT_EQ(r.net->counters().retransmissions, 0);
+  const double flow_bytes = static_cast<double>(r.net->flows().front().bytes);
+  const Topology& t = r.net->topology();
+  std::map<int, std::vector<int>> uplinks;  // aggregation switch -> flows per core port
+  for (const Port& p : r.net->ports())
+    if (t.nodes[p.node].role == "agg" && t.nodes[r.net->ports()[p.peer].node].role == "core")
+      uplinks[p.node].push_back(static_cast<int>(std::llround(static_cast<double>(p.tx_payload) / flow_bytes)));
+  ASSERT_EQ(uplinks.size(), 128u);
+  std::mt19937_64 rng(7);
+  double seen = 0, expected = 0;
+  for (const auto& [node, counts] : uplinks) {
+    int flows = 0;
+    for (int c : counts) flows += c;
+    seen += *std::max_element(counts.begin(), counts.end());
+    const int trials = 400;
+    for (int k = 0; k < trials; ++k) {
+      std::vector<int> bins(counts.size(), 0);
+      for (int f = 0; f < flows; ++f) ++bins[rng() % bins.size()];
+      expected += static_cast<double>(*std::max_element(bins.begin(), bins.end())) / trials;
+    }
+  }
+  EXPECT_NEAR(seen / expected, 1.0, 0.12) << "mean busiest core port: " << seen / 128 << " flows, independent hashing "
+                                          << expected / 128;
+}
+
 TEST(SimValidation, SprayingBreaksFirstMiddleLastButNotWriteOnly) {
   const std::string incast = "incast:12:1MB@15,0-11";
   SimRun fml = simulate("leaf-spine-4x4.yaml", incast, {"lb=spray"});
@@ -511,6 +545,33 @@ TEST(SimValidation, FlowletsSpreadLoadAcrossSpines) {
   ASSERT_TRUE(r.finished);
   EXPECT_LE(max_over_min(spine_bytes_to(r, "leaf-3")), 1.25);
   for (const FlowRecord& f : r.net->flows()) EXPECT_EQ(f.delivered_bytes, f.bytes);
+}
+
+TEST(SimWorkload, TraceReplayKeepsTheComputeBeforeTheFirstOperation) {
+  // Two ranks mark the start of an iteration, compute 600 and 500 us, then all-reduce 1 MB
+  // (the shape a data-parallel step leaves: forward and backward, then the gradients).
+  auto write = [](const std::string& dir, bool marks) {
+    weft::make_directories(dir);
+    for (int r = 0; r < 2; ++r) {
+      std::string lines;
+      if (marks) lines += "{\"op\":\"mark\",\"name\":\"step\",\"rank\":" + std::to_string(r) + ",\"start_us\":1000,\"end_us\":1000}\n";
+      lines += "{\"op\":\"allreduce\",\"algorithm\":\"ring\",\"group_ranks\":[0,1],\"count\":262144,\"bytes\":1048576,"
+               "\"start_us\":" + std::to_string(r == 0 ? 1600 : 1500) + ",\"end_us\":1900}\n";
+      weft::write_file_atomic(dir + "/rank-" + std::to_string(r) + ".jsonl", lines);
+    }
+  };
+  const std::string with = ::testing::TempDir() + "/weft_sim_marks", without = ::testing::TempDir() + "/weft_sim_nomarks";
+  write(with, true);
+  write(without, false);
+  SimRun marked = simulate("single-switch.yaml", with), bare = simulate("single-switch.yaml", without);
+  ASSERT_TRUE(marked.finished);
+  ASSERT_TRUE(bare.finished);
+  // With the mark, each rank starts its all-reduce after its compute (the first at 500 us).
+  EXPECT_EQ(marked.net->collective_times()[0].first, 500 * kUs);
+  EXPECT_EQ(marked.net->finish_time() - bare.net->finish_time(), 500 * kUs);
+  // Without it, a rank's first operation is where its timeline starts: only the offset
+  // between the ranks (100 us) remains.
+  EXPECT_EQ(bare.net->collective_times()[0].first, 0);
 }
 
 TEST(SimWorkload, SeveralJobsShareTheFabric) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real run's traces replay in the simulator: 4 ranks run all-reduce and all-gather with
 # WEFT_TRACE, then `weft sim` replays the folder on a single-switch fabric. Every message
-# the ranks sent becomes one simulated flow, and every collective completes.
+# the ranks sent becomes one simulated flow, and every collective completes. A data-parallel
+# training run marks each step's start in its traces, and its replay keeps the compute.
 set -euo pipefail
 weft=$1
 src=$2
@@ -31,4 +32,20 @@ colls = s["collectives"]
 assert len(colls) * 4 == ops, f"{len(colls)} collectives for {ops} records of 4 ranks"
 assert all("time_us" in c and c["time_us"] > 0 for c in colls), colls
 print(f"ok: {ops} trace records, {len(colls)} collectives, {sent} messages -> {len(flows)} flows")
+PY
+
+# Training: 3 data-parallel steps of 2 ranks, each step's start marked.
+WEFT_TRACE=$dir/train "$weft" launch --nproc-per-node 2 -- \
+  "$weft" train --model mlp --epochs 1 --limit-train 640 --limit-test 100 --max-steps 3 --quiet --dp 2 >/dev/null
+"$weft" sim --topology "$src/examples/topologies/single-switch.yaml" --workload "$dir/train" --out "$dir/train-out" --quiet
+python3 - "$dir" <<'PY'
+import json, sys
+d = sys.argv[1]
+for r in (0, 1):
+    recs = [json.loads(line) for line in open(f"{d}/train/rank-{r}.jsonl")]
+    marks = [x for x in recs if x["op"] == "mark"]
+    assert len(marks) == 3 and all(m["name"] == "step" for m in marks), marks
+s = json.load(open(d + "/train-out/summary.json"))
+assert s["finished"], "training replay did not finish"
+print(f"ok: training trace replayed, {s['simulated_us']:.0f} us simulated")
 PY

@@ -217,6 +217,10 @@ void Communicator::run_batch(std::vector<std::shared_ptr<Task>>& batch) {
   }
 }
 
+void Communicator::trace_mark(const std::string& name) {
+  if (tracer_) tracer_->mark(name, global_rank());
+}
+
 std::string Communicator::choose_algorithm(Collective c, std::int64_t bytes) const {
   return select_algorithm(c, bytes, LinkShape{size(), links_->tcp, links_->shm, links_->local_world});
 }

@@ -106,6 +106,9 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // group's order). Every member must call it, in the same order as its other calls.
   std::shared_ptr<Communicator> new_group(const std::vector<int>& ranks);
 
+  // With WEFT_TRACE: marks the start of an iteration in this rank's trace (trace.h).
+  void trace_mark(const std::string& name);
+
   // The algorithm the selection table picks (after environment overrides).
   std::string choose_algorithm(algo::Collective c, std::int64_t bytes) const;
 

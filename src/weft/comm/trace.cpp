@@ -42,6 +42,14 @@ void Tracer::write(const TraceRecord& r) {
   f << j.dump() << "\n";
 }
 
+void Tracer::mark(const std::string& name, int global_rank) {
+  const std::int64_t t = now_us();
+  const nlohmann::json j = {{"op", "mark"}, {"name", name}, {"rank", global_rank}, {"start_us", t}, {"end_us", t}};
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ofstream f(path_, std::ios::app);
+  f << j.dump() << "\n";
+}
+
 TraceRecord collective_record(algo::Collective c, const std::string& algorithm, const TraceGroup& g, DataType type,
                               ReduceOp op, std::int64_t count, int root) {
   const algo::CollectiveFacts& f = algo::facts(c);

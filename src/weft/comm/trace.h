@@ -46,6 +46,9 @@ class Tracer {
  public:
   Tracer(const std::string& dir, int global_rank);
   void write(const TraceRecord& r);
+  // A point in this rank's time with no traffic ({"op": "mark", "name": ...}): where an
+  // iteration starts, so that a replay keeps the compute before its first operation.
+  void mark(const std::string& name, int global_rank);
 
  private:
   std::mutex mu_;

@@ -133,6 +133,9 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir) {
     std::string path = dir + "/rank-" + std::to_string(rank) + ".jsonl";
     w.f = std::fopen(path.c_str(), "w");
     if (!w.f) throw ConfigError("--emit-workload: cannot write " + path);
+    // The iteration starts at 0 on every rank: the replay keeps the compute before each
+    // rank's first operation (docs/trace-format.md).
+    std::fprintf(w.f, "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":%d,\"start_us\":0,\"end_us\":0}\n", rank);
     Collective tpc;
     if (tp > 1) {
       tpc.op = "allreduce";

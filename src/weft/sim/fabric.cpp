@@ -102,7 +102,12 @@ std::uint32_t Network::hash_tuple(int node, const Packet& p) const {
                          static_cast<unsigned char>(p.sport >> 8), static_cast<unsigned char>(p.sport),
                          static_cast<unsigned char>(kRocePort >> 8), static_cast<unsigned char>(kRocePort & 255),
                          17};
-  return static_cast<std::uint32_t>(crc32(seed, t, sizeof t));
+  // CRC-32 of the tuple, then the switch's seed through a non-linear mixer. CRC is affine in
+  // its initial value (crc(s1, m) ^ crc(s2, m) is one constant for every m), so seeding the
+  // CRC itself only XORs a constant into every choice: switches with "distinct" seeds would
+  // still send all the flows that share a port on one switch through one port on the next.
+  const auto crc = static_cast<std::uint32_t>(crc32(0, t, sizeof t));
+  return static_cast<std::uint32_t>(splitmix(static_cast<std::uint64_t>(seed) << 32 | crc) >> 32);
 }
 
 int Network::choose_port(int node, Packet& p) {

@@ -99,8 +99,9 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
   std::vector<int> agent_of_global(world);
   for (int r = 0; r < world; ++r) agent_of_global[r] = base + r;
   // Files are read one line at a time and turned into steps at once (a 1024-rank iteration
-  // is hundreds of MB of JSON). Each rank's timeline starts at its first record; the ranks'
-  // offsets from the earliest one become their start times.
+  // is hundreds of MB of JSON). Each rank's timeline starts at its first record (a mark
+  // where the iteration began, or its first operation); the ranks' offsets from the
+  // earliest one become their start times.
   std::map<std::pair<std::string, int>, int> instance;
   std::vector<std::int64_t> first_start(world, INT64_MAX);
   for (const auto& [r, path] : files) {
@@ -123,8 +124,9 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
       } catch (const std::exception&) {
         throw ConfigError(rec.where + ": not a JSON object");
       }
+      const bool mark = rec.j.is_object() && rec.j.contains("op") && rec.j["op"] == "mark";
       for (const char* key : {"op", "start_us", "end_us", "count", "bytes"})
-        if (!rec.j.is_object() || !rec.j.contains(key))
+        if (!rec.j.is_object() || (!rec.j.contains(key) && !(mark && (key[0] == 'c' || key[0] == 'b'))))
           throw ConfigError(rec.where + ": missing field '" + std::string(key) + "'");
       const nlohmann::json& j = rec.j;
       try {
@@ -133,6 +135,13 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         if (start < 0 || end < start)
           throw ConfigError(rec.where + ": start_us " + std::to_string(start) + " and end_us " + std::to_string(end) +
                             " are not 0 <= start <= end");
+        if (mark) {
+          // A rank's timeline starts at its first record: a mark before the first operation
+          // (where the iteration began) keeps the compute up to that operation. Later marks
+          // carry no time of their own.
+          if (prev_end == INT64_MIN) first_start[r] = prev_end = start;
+          continue;
+        }
         if (prev_end != INT64_MIN && start > prev_end && start - prev_end > kMaxGapUs)
           throw ConfigError(rec.where + ": a gap of " + std::to_string(start - prev_end) +
                             " us after the previous operation (more than 11 days)");

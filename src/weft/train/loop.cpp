@@ -390,6 +390,7 @@ void Run::adapt_threads(double step_seconds) {
 // the strategies (`last`: of this run), the figures.
 void Run::step(bool last) {
   const auto t0 = Clock::now();
+  if (job_.world) job_.world->trace_mark("step");
   const parallel::StepBatch batch = task_->batch(at_.epoch, at_.index, at_.step, rng_);
   if (straggle_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(straggle_ms_));
   const auto t1 = Clock::now();
