@@ -97,6 +97,7 @@ struct QueuePair {
   std::deque<QpMessage> rx;          // messages not yet delivered
   int since_ack = 0;
   std::uint32_t nak_for = ~0u;
+  std::uint32_t msn = 0;             // messages completed (the MSN its ACKs carry)
   Time last_cnp = 0;
   bool cnp_sent_once = false;
 };
@@ -285,6 +286,7 @@ class Network : public EventTarget {
   std::FILE* pcap_ = nullptr;
   int pcap_link_ = -1;
   void pcap_write(const Packet& p);
+  std::int64_t message_bytes(const Packet& p) const;
 };
 
 }  // namespace weft::sim

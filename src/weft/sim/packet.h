@@ -41,6 +41,7 @@ struct Packet {
   std::uint32_t payload = 0;
   std::uint32_t frame = 0;   // frame bytes (without preamble and gap)
   std::int32_t port = -1;    // the port it arrived on at the current node (-1: generated here)
+  std::uint32_t msn = 0;     // ACK/NAK: messages the responder completed on the QP (AETH MSN)
   Time sent_at = 0;
   std::uint32_t link_epoch = 0;  // the link's epoch when it went on the wire (failures)
 };

@@ -32,6 +32,16 @@ void mac(unsigned char* p, int node) {
 
 }  // namespace
 
+// The length of the message a First or Only packet starts, from its sender's messages not
+// yet acknowledged (a late duplicate of an acknowledged message: its own payload).
+std::int64_t Network::message_bytes(const Packet& p) const {
+  const std::deque<QpMessage>& unacked = qps_[p.qp].unacked;
+  auto it = std::upper_bound(unacked.begin(), unacked.end(), p.psn,
+                             [](std::uint32_t v, const QpMessage& m) { return v < m.psn_begin; });
+  if (it != unacked.begin() && p.psn < (it - 1)->psn_end) return (it - 1)->bytes;
+  return p.payload;
+}
+
 void Network::capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path) {
   int a = topo_.find(node_a), b = topo_.find(node_b);
   if (a < 0 || b < 0) throw ConfigError("pcap: unknown node '" + (a < 0 ? node_a : node_b) + "'");
@@ -106,8 +116,11 @@ void Network::pcap_write(const Packet& p) {
     }
     bth[0] = static_cast<unsigned char>(opcode);
     put16(bth + 2, 0xFFFF);  // partition key
+    if (p.type == PacketType::kCnp) bth[4] = 0x40;  // BECN: the CNP tells the sender of congestion
     put24(bth + 5, p.qp + 0x100);  // destination QP (0 and 1 are reserved for management)
-    put24(bth + 9, p.psn);
+    // An ACK carries the PSN of the last packet it acknowledges; a NAK (sequence error) the
+    // PSN the responder expects.
+    put24(bth + 9, p.type == PacketType::kAck ? p.psn - 1 : p.psn);
     if (p.type == PacketType::kData && (p.opcode == Opcode::kLast || p.opcode == Opcode::kOnly)) bth[8] = 0x80;  // ack request
     n = 14 + 20 + 8 + 12;
     if (p.type == PacketType::kData && (p.opcode == Opcode::kFirst || p.opcode == Opcode::kOnly)) {
@@ -115,11 +128,11 @@ void Network::pcap_write(const Packet& p) {
       put32(reth, 0);
       put32(reth + 4, p.psn * static_cast<std::uint32_t>(cfg_.mtu));  // virtual address (low word)
       put32(reth + 8, 0x1000 + p.qp);                                 // R_Key
-      put32(reth + 12, p.payload);
+      put32(reth + 12, static_cast<std::uint32_t>(message_bytes(p)));  // DMA length: the whole message
       n += kRethBytes;
     } else if (p.type == PacketType::kAck || p.type == PacketType::kNak) {
       f[n] = p.type == PacketType::kNak ? 0x60 : 0x1F;  // AETH syndrome: NAK (PSN sequence error) or ACK
-      put24(f + n + 1, p.psn);
+      put24(f + n + 1, p.msn);  // message sequence number
       n += 4;
     } else if (p.type == PacketType::kCnp) {
       n += 16;

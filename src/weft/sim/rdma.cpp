@@ -234,6 +234,7 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
   p.dst = to;
   p.qp = static_cast<std::uint32_t>(qp);
   p.psn = psn;
+  p.msn = qps_[qp].msn;
   p.sport = qps_[qp].sport;
   p.port = -1;
   int out = choose_port(from, p);
@@ -312,6 +313,7 @@ void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
   while (!q.rx.empty() && q.rx.front().psn_end <= q.epsn) {
     int flow = q.rx.front().flow;
     q.rx.pop_front();
+    ++q.msn;
     message_end = true;
     message_delivered(flow);
   }
