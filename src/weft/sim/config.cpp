@@ -139,9 +139,10 @@ const std::vector<Entry>& entries() {
         double_entry("ecn.pmax", &SimConfig::wred_pmax, 0, 1, "marking probability at the WRED maximum"),
         bytes_entry("drop_threshold", &SimConfig::drop_threshold, "egress queue depth above which lossy packets are dropped"),
         bool_entry("pfc", &SimConfig::pfc, "priority flow control for the RoCE queue"),
-        bytes_entry("pfc.xoff", &SimConfig::pfc_xoff, "ingress bytes per port and priority that send a pause"),
-        bytes_entry("pfc.xon", &SimConfig::pfc_xon, "ingress bytes below which a resume (quanta 0) is sent"),
-        bytes_entry("pfc.headroom", &SimConfig::pfc_headroom, "bytes accepted above xoff before dropping (0: the link's round trip of bytes + 3 frames)"),
+        bytes_entry("pfc.xoff", &SimConfig::pfc_xoff, "static ingress bytes per port and priority that send a pause (0: dynamic, pfc.alpha x free shared buffer)"),
+        double_entry("pfc.alpha", &SimConfig::pfc_alpha, 1.0 / 1024, 64, "dynamic xOFF: this fraction of the switch's free shared buffer per ingress port"),
+        bytes_entry("pfc.xon_offset", &SimConfig::pfc_xon_offset, "a resume (quanta 0) is sent once ingress bytes are this far below xOFF and the headroom is empty"),
+        bytes_entry("pfc.headroom", &SimConfig::pfc_headroom, "per ingress port, reserved out of the buffer, for what arrives after a pause (0: the link's round trip of bytes + 3 frames)"),
         int_entry("pfc.quanta", &SimConfig::pfc_quanta, 1, 0xFFFF, "pause time carried by a pause frame, in 512-bit times"),
         time_entry("pfc.watchdog", &SimConfig::pfc_watchdog, "a queue paused longer than this is declared a storm and un-paused (0: off)"),
         bytes_entry("rdma.mtu", &SimConfig::mtu, "RDMA payload bytes per packet"),
@@ -152,7 +153,8 @@ const std::vector<Entry>& entries() {
         WEFT_ENUM("rdma.retransmit", retransmit, "loss recovery of the sender", {"go-back-n", Retransmit::kGoBackN},
                   {"selective", Retransmit::kSelective}),
         int_entry("rdma.ack_every", &SimConfig::ack_every, 1, 1 << 20, "in-order packets per coalesced ACK (the last packet of a message is always ACKed)"),
-        time_entry("rdma.rto", &SimConfig::rto, "retransmission timeout"),
+        int_entry("rdma.ack_timeout", &SimConfig::ack_timeout, 1, 31, "local ACK timeout exponent: a retransmission after 4.096 us x 2^n without progress"),
+        time_entry("rdma.rto", &SimConfig::rto, "retransmission timeout instead of rdma.ack_timeout's (0: from the exponent)"),
         int_entry("rdma.qps", &SimConfig::qps_per_connection, 1, 256, "queue pairs per connection; a message is split across them"),
         WEFT_ENUM("cc", cc, "congestion control", {"dcqcn", CongestionControl::kDcqcn}, {"none", CongestionControl::kNone}),
         time_entry("cnp.interval", &SimConfig::cnp_interval, "at most one CNP per QP per interval (notification point)"),
@@ -161,8 +163,8 @@ const std::vector<Entry>& entries() {
         time_entry("dcqcn.rate_timer", &SimConfig::dcqcn_rate_timer, "rate-increase timer"),
         bytes_entry("dcqcn.byte_counter", &SimConfig::dcqcn_byte_counter, "bytes sent per rate-increase event"),
         int_entry("dcqcn.f", &SimConfig::dcqcn_f, 1, 1000, "fast-recovery steps before additive increase"),
-        rate_entry("dcqcn.rai", &SimConfig::dcqcn_rai, "additive increase step"),
-        rate_entry("dcqcn.rhai", &SimConfig::dcqcn_rhai, "hyper increase step"),
+        rate_entry("dcqcn.rai", &SimConfig::dcqcn_rai, "additive increase step (0: line rate / 1000)"),
+        rate_entry("dcqcn.rhai", &SimConfig::dcqcn_rhai, "hyper increase step (0: 10 x the additive step)"),
         rate_entry("dcqcn.min_rate", &SimConfig::dcqcn_min_rate, "lowest rate a cut reaches"),
         WEFT_ENUM("lb", lb, "load balancing at every multi-path hop", {"ecmp", LoadBalancing::kEcmp},
                   {"flowlet", LoadBalancing::kFlowlet}, {"spray", LoadBalancing::kSpray}),
@@ -171,6 +173,7 @@ const std::vector<Entry>& entries() {
         WEFT_ENUM("spray.mode", spray, "per-packet path choice", {"random", SprayMode::kRandom},
                   {"round-robin", SprayMode::kRoundRobin}, {"least-loaded", SprayMode::kLeastLoaded}),
         time_entry("flowlet.gap", &SimConfig::flowlet_gap, "idle gap that starts a new flowlet"),
+        time_entry("link.jitter", &SimConfig::link_jitter, "random extra propagation delay per frame, up to this (capped at 90% of the link's shortest frame time; 0: lockstep)"),
         time_entry("sample.interval", &SimConfig::sample_interval, "queue occupancy sampling period (0: none)"),
         time_entry("time_limit", &SimConfig::time_limit, "simulated time after which the run stops as unfinished"),
         {{"pcap", "a:b", "capture the link between nodes a and b (both directions) to DIR/link.pcap"},
@@ -242,14 +245,15 @@ void apply_setting(SimConfig& config, const std::string& assignment) {
 }
 
 void check_config(const SimConfig& config) {
-  if (config.pfc_xon > config.pfc_xoff)
-    throw ConfigError("pfc.xon (" + std::to_string(config.pfc_xon) + ") must not exceed pfc.xoff (" +
+  if (config.pfc_xoff > 0 && config.pfc_xon_offset > config.pfc_xoff)
+    throw ConfigError("pfc.xon_offset (" + std::to_string(config.pfc_xon_offset) + ") must not exceed pfc.xoff (" +
                       std::to_string(config.pfc_xoff) + ")");
   if (config.wred_min > config.wred_max) throw ConfigError("ecn.min must not exceed ecn.max");
   if (config.mtu < 256 || config.mtu > (64 << 20)) throw ConfigError("rdma.mtu must be in [256 B, 64 MiB]");
 }
 
 void finalize_config(SimConfig& c) {
+  if (c.rto == 0) c.rto = static_cast<Time>(4096) * kNs * (Time{1} << c.ack_timeout);
   if (c.coarse > 0) {
     const std::int64_t k = c.coarse;
     c.mtu = k;
@@ -257,8 +261,8 @@ void finalize_config(SimConfig& c) {
     c.rto = std::max<Time>(c.rto, 100 * kMs);
     c.wred_min = std::max(c.wred_min, 2 * k);
     c.wred_max = std::max(c.wred_max, 6 * k);
-    c.pfc_xoff = std::max(c.pfc_xoff, 8 * k);
-    c.pfc_xon = std::max(c.pfc_xon, 4 * k);
+    if (c.pfc_xoff > 0) c.pfc_xoff = std::max(c.pfc_xoff, 8 * k);
+    c.pfc_xon_offset = std::max(c.pfc_xon_offset, 2 * k);
     c.drop_threshold = std::max(c.drop_threshold, 16 * k);
     c.buffer_bytes = std::max(c.buffer_bytes, 256 * k);
   }

@@ -30,16 +30,21 @@ struct SimConfig {
 
   // Switch buffers and marking.
   std::int64_t buffer_bytes = 32LL << 20;     // shared buffer per switch
-  std::int64_t wred_min = 150'000;            // seed 002 ch. 11: 150 KB
-  std::int64_t wred_max = 3'000'000;          //                  3000 KB
-  double wred_pmax = 0.01;                    // DCQCN paper: 1 %
+  // ECN marks well below the smallest xOFF a congested port meets, so that DCQCN, not PFC,
+  // controls congestion (docs/simulator.md, "Defaults").
+  std::int64_t wred_min = 100'000;
+  std::int64_t wred_max = 400'000;
+  double wred_pmax = 0.2;
   std::int64_t drop_threshold = 4'000'000;    // per egress queue (lossy traffic)
   bool ecn = true;
 
-  // PFC (per ingress port and priority).
+  // PFC (per ingress port and priority). xOFF is dynamic, as in shared-buffer switches: a
+  // port pauses its peer when what it brought in exceeds alpha x the free shared buffer;
+  // what arrives after that fills the port's headroom, reserved out of the buffer.
   bool pfc = true;
-  std::int64_t pfc_xoff = 400'000;
-  std::int64_t pfc_xon = 100'000;
+  std::int64_t pfc_xoff = 0;                  // > 0: a static threshold instead
+  double pfc_alpha = 0.125;
+  std::int64_t pfc_xon_offset = 64'000;       // resume this far below xOFF (headroom empty)
   std::int64_t pfc_headroom = 0;              // 0: 2 x (link bytes in flight) + 3 frames
   int pfc_quanta = 0xFFFF;                    // pause quanta, 512 bit times each
   Time pfc_watchdog = 100 * kMs;              // 0: no watchdog
@@ -50,7 +55,10 @@ struct SimConfig {
   WriteMode write_mode = WriteMode::kFirstMiddleLast;
   Retransmit retransmit = Retransmit::kGoBackN;
   int ack_every = 16;                         // coalesced ACK every k in-order packets
-  Time rto = 1 * kMs;
+  // Retransmission timeout: the InfiniBand/RoCE local ACK timeout, 4.096 us x 2^exponent;
+  // 18 (1.07 s) is NCCL's NCCL_IB_TIMEOUT default. rto > 0 overrides it.
+  int ack_timeout = 18;
+  Time rto = 0;
   int qps_per_connection = 1;
 
   // Congestion control: DCQCN (Zhu et al., SIGCOMM 2015) reaction and notification points.
@@ -61,8 +69,10 @@ struct SimConfig {
   Time dcqcn_rate_timer = 55 * kUs;
   std::int64_t dcqcn_byte_counter = 10'000'000;
   int dcqcn_f = 5;
-  double dcqcn_rai = 40e6;                    // additive increase, bit/s
-  double dcqcn_rhai = 400e6;                  // hyper increase, bit/s
+  // Increase steps, bit/s; 0: the DCQCN paper's 40 Mb/s and 400 Mb/s at 40G, scaled to the
+  // NIC's line rate (100 Mb/s and 1 Gb/s at 100G).
+  double dcqcn_rai = 0;
+  double dcqcn_rhai = 0;
   double dcqcn_min_rate = 100e6;              // bit/s
 
   // Load balancing.
@@ -70,7 +80,12 @@ struct SimConfig {
   HashFunction hash = HashFunction::kCrc32;
   bool distinct_seeds = true;                 // false: every switch hashes with one seed
   SprayMode spray = SprayMode::kRandom;
-  Time flowlet_gap = 20 * kUs;
+  Time flowlet_gap = 100 * kUs;               // above the queueing delays ECN allows (docs)
+
+  // Links: each frame's propagation gets a random extra delay, uniform in [0, jitter], at
+  // most 90% of the link's shortest frame time (so a link never reorders): the hosts'
+  // clocks and serdes are not in lockstep, and ties between senders fall at random.
+  Time link_jitter = 1 * kNs;
 
   // Reports.
   Time sample_interval = 10 * kUs;            // queue occupancy samples (0: none)
@@ -85,7 +100,7 @@ struct ConfigKey {
 // Applies "key=value" (units accepted: 4096, 150KB, 4MiB, 50us, 400G); throws ConfigError
 // naming the key and listing the known keys when it is wrong.
 void apply_setting(SimConfig& config, const std::string& assignment);
-// Checks what single keys cannot: pfc.xon <= pfc.xoff, ecn.min <= ecn.max, the MTU's range.
+// Checks what single keys cannot: pfc.xon_offset <= a static pfc.xoff, ecn.min <= ecn.max, the MTU's range.
 void check_config(const SimConfig& config);
 // Scale mode (coarse > 0): the "packet" becomes a chunk of `coarse` bytes, and the
 // thresholds that are counted in packets or sized for MTU packets grow with it (ACK per

@@ -47,6 +47,7 @@ void Network::build_ports() {
       int receiver = side == 0 ? link.b : link.a;
       p.delay = link.delay + nodes[receiver].latency;
       for (int q = 0; q < 8; ++q) p.paused_since[q] = kNever;
+      p.jitter = std::min<Time>(cfg_.link_jitter, serialization(kPauseFrame, p.bps) * 9 / 10);
       node_ports_[p.node].push_back(side == 0 ? pa : pb);
     }
     link_port_[l] = pa;
@@ -227,7 +228,8 @@ void Network::tx_done(int port) {
   std::uint32_t id = P.tx_packet;
   if (P.up && pool_[id].link_epoch == P.epoch) {
     pool_[id].port = P.peer;
-    events_.schedule(events_.now() + P.delay, this, kArrive, id);
+    const Time jitter = P.jitter > 0 ? static_cast<Time>(jitter_rng_() % static_cast<std::uint64_t>(P.jitter + 1)) : 0;
+    events_.schedule(events_.now() + P.delay + jitter, this, kArrive, id);
   } else {
     ++counters_.lost_on_failure;
     pool_.release(id);
@@ -270,19 +272,20 @@ void Network::forward(int node, std::uint32_t id) {
   const int q = p.queue, in = p.port;
   const std::int64_t wire = p.frame + kWireOverhead;
   const bool lossless = cfg_.pfc && q == cfg_.roce_queue && in >= 0;
+  p.in_headroom = false;
   if (lossless) {
+    // Into the shared buffer while this port is under xOFF and the buffer has room, else
+    // into the port's headroom; past that the pause came too late and the packet is lost.
     const Port& I = ports_[in];
-    std::int64_t headroom = cfg_.pfc_headroom;
-    if (headroom == 0)  // what still arrives after the pause is sent: one round trip of the link, 3 frames
-      headroom = static_cast<std::int64_t>(I.bps * to_seconds(I.delay + ports_[I.peer].delay) / 8) +
-                 3 * static_cast<std::int64_t>(cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead);
-    if (I.ingress_bytes[q] + wire > cfg_.pfc_xoff + headroom) {
+    const bool shared = I.ingress_bytes[q] + wire <= xoff_threshold(node) && buffer_used_[node] + wire <= shared_size_[node];
+    if (!shared && I.headroom_bytes[q] + wire > I.headroom) {
       ++counters_.headroom_drops;
       ++O.drops;
       drop(id);
       return;
     }
-  } else if (O.queue_bytes[q] + wire > cfg_.drop_threshold || buffer_used_[node] + wire > cfg_.buffer_bytes) {
+    p.in_headroom = !shared;
+  } else if (O.queue_bytes[q] + wire > cfg_.drop_threshold || buffer_used_[node] + wire > shared_size_[node]) {
     ++O.drops;
     drop(id);
     return;
@@ -303,22 +306,67 @@ void Network::forward(int node, std::uint32_t id) {
   O.queue[q].push(id);
   O.queue_bytes[q] += wire;
   O.max_queue_bytes[q] = std::max(O.max_queue_bytes[q], O.queue_bytes[q]);
-  buffer_used_[node] += wire;
-  if (in >= 0) {
+  if (p.in_headroom) {
+    ports_[in].headroom_bytes[q] += wire;
+    headroom_used_[node] += wire;
+  } else {
+    buffer_used_[node] += wire;
+    if (in >= 0) ports_[in].ingress_bytes[q] += wire;
+  }
+  buffer_peak_[node] = std::max(buffer_peak_[node], buffer_used_[node] + headroom_used_[node]);
+  if (lossless) {
     Port& I = ports_[in];
-    I.ingress_bytes[q] += wire;
-    if (lossless && !I.pausing[q] && I.ingress_bytes[q] > cfg_.pfc_xoff) send_pfc(in, q, true);
+    if (!I.pausing[q] && (p.in_headroom || I.ingress_bytes[q] >= xoff_threshold(node))) send_pfc(in, q, true);
   }
   try_send(out);
 }
 
 void Network::dequeued_at_switch(int port, const Packet& p) {
   const std::int64_t wire = p.frame + kWireOverhead;
-  buffer_used_[ports_[port].node] -= wire;
+  const int node = ports_[port].node, q = p.queue;
   Port& I = ports_[p.port];
-  I.ingress_bytes[p.queue] -= wire;
-  if (I.pausing[p.queue] && !I.storming[p.queue] && I.ingress_bytes[p.queue] <= cfg_.pfc_xon)
-    send_pfc(p.port, p.queue, false);
+  if (p.in_headroom) {
+    I.headroom_bytes[q] -= wire;
+    headroom_used_[node] -= wire;
+  } else {
+    buffer_used_[node] -= wire;
+    I.ingress_bytes[q] -= wire;
+  }
+  // Resume once well under xOFF, or once empty: the dynamic xOFF may be below the offset
+  // while the buffer is full, and an empty port sees no more departures to check again.
+  if (I.pausing[q] && !I.storming[q] && I.headroom_bytes[q] == 0 &&
+      (I.ingress_bytes[q] == 0 || I.ingress_bytes[q] + cfg_.pfc_xon_offset <= xoff_threshold(node)))
+    send_pfc(p.port, q, false);
+}
+
+std::int64_t Network::xoff_threshold(int node) const {
+  if (cfg_.pfc_xoff > 0) return cfg_.pfc_xoff;
+  return static_cast<std::int64_t>(cfg_.pfc_alpha * static_cast<double>(shared_size_[node] - buffer_used_[node]));
+}
+
+// Each port's PFC headroom (what still arrives after its pause: one round trip of the link
+// and 3 frames) is reserved out of its node's buffer; the rest is shared.
+void Network::reserve_buffers() {
+  buffer_used_.assign(topo_.nodes.size(), 0);
+  headroom_used_.assign(topo_.nodes.size(), 0);
+  buffer_peak_.assign(topo_.nodes.size(), 0);
+  shared_size_.assign(topo_.nodes.size(), cfg_.buffer_bytes);
+  for (Port& P : ports_) {
+    P.headroom = cfg_.pfc_headroom;
+    if (P.headroom == 0)
+      P.headroom = static_cast<std::int64_t>(P.bps * to_seconds(P.delay + ports_[P.peer].delay) / 8) +
+                   3 * static_cast<std::int64_t>(cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead);
+    if (cfg_.pfc && topo_.nodes[P.node].kind == NodeKind::kSwitch) shared_size_[P.node] -= P.headroom;
+  }
+  for (std::size_t n = 0; n < topo_.nodes.size(); ++n) {
+    // Scale mode's chunks make headroom huge; it keeps 64 chunks of shared buffer.
+    if (cfg_.coarse > 0) shared_size_[n] = std::max(shared_size_[n], 64 * cfg_.coarse);
+    if (shared_size_[n] < 4 * (cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead) && topo_.nodes[n].kind == NodeKind::kSwitch)
+      throw ConfigError(fmt::format("switch {}: its buffer ({} bytes) does not cover the PFC headroom of its {} ports "
+                                    "({} bytes) and a few frames: raise buffer or lower pfc.headroom",
+                                    topo_.nodes[n].name, cfg_.buffer_bytes, node_ports_[n].size(),
+                                    cfg_.buffer_bytes - shared_size_[n]));
+  }
 }
 
 void Network::send_pfc(int port, int queue, bool pause) {
@@ -509,7 +557,8 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
   for (std::size_t n = 0; n < topo_.nodes.size(); ++n)
     switch_seed_[n] = static_cast<std::uint32_t>(splitmix(cfg_.seed * 1000003ull + (cfg_.distinct_seeds ? n : 0)));
   rr_counter_.assign(topo_.nodes.size(), 0);
-  buffer_used_.assign(topo_.nodes.size(), 0);
+  reserve_buffers();
+  jitter_rng_.seed(splitmix(cfg_.seed ^ 0x6A09E667F3BCC908ull));
   active_qps_.assign(topo_.nodes.size(), {});
   rr_qp_.assign(topo_.nodes.size(), 0);
   qps_created_.assign(topo_.nodes.size(), 0);

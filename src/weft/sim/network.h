@@ -49,8 +49,12 @@ struct Port {
   Time paused_total[8] = {};
   Time watchdog_until[8] = {};
   bool wake_pending[8] = {};
-  // Pausing the peer (we are the downstream receiver): bytes held here that came in here.
+  // Pausing the peer (we are the downstream receiver): bytes held here that came in here,
+  // in the node's shared buffer and in this port's PFC headroom (sized `headroom`).
   std::int64_t ingress_bytes[8] = {};
+  std::int64_t headroom_bytes[8] = {};
+  std::int64_t headroom = 0;
+  Time jitter = 0;          // largest random extra propagation delay of a frame
   bool pausing[8] = {};
   bool storming[8] = {};    // a pause storm injected here: never resumes
   // Counters.
@@ -162,6 +166,8 @@ class Network : public EventTarget {
   const SimConfig& config() const { return cfg_; }
   const Workload& workload() const { return work_; }
   const std::vector<Port>& ports() const { return ports_; }
+  // The most bytes a node held at once (shared buffer and PFC headroom together).
+  std::int64_t buffer_peak(int node) const { return buffer_peak_[static_cast<std::size_t>(node)]; }
   const std::vector<FlowRecord>& flows() const { return flows_; }
   const std::vector<PfcEvent>& pfc_events() const { return pfc_events_; }
   const std::vector<QueueSample>& queue_samples() const { return samples_; }
@@ -201,6 +207,10 @@ class Network : public EventTarget {
   void arrive(std::uint32_t id);
   void forward(int node, std::uint32_t id);
   void dequeued_at_switch(int port, const Packet& p);
+  // The ingress bytes above which a port pauses its peer: pfc.xoff, or (0) the dynamic
+  // threshold pfc.alpha x the node's free shared buffer.
+  std::int64_t xoff_threshold(int node) const;
+  void reserve_buffers();
   void send_pfc(int port, int queue, bool pause);
   void receive_pfc(int port, const Packet& p);
   void pause_expired(int port, int queue);
@@ -253,8 +263,11 @@ class Network : public EventTarget {
   std::vector<std::uint32_t> switch_seed_;
   std::vector<std::uint32_t> rr_counter_;
   std::unordered_map<std::uint64_t, std::pair<int, Time>> flowlets_;  // (node, qp) -> port, last packet
-  std::vector<std::int64_t> buffer_used_;
+  std::vector<std::int64_t> buffer_used_;  // of the shared buffer, per node
+  std::vector<std::int64_t> shared_size_;  // buffer minus the headroom its ports reserve
+  std::vector<std::int64_t> headroom_used_, buffer_peak_;  // per node: in headroom; most held at once
   std::mt19937_64 rng_;
+  std::mt19937_64 jitter_rng_;  // its own stream: jitter on or off leaves the other draws alone
   // Endpoints.
   std::vector<QueuePair> qps_;
   std::unordered_map<std::uint64_t, int> qp_index_;

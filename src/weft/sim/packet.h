@@ -44,6 +44,7 @@ struct Packet {
   std::uint32_t msn = 0;     // ACK/NAK: messages the responder completed on the QP (AETH MSN)
   Time sent_at = 0;
   std::uint32_t link_epoch = 0;  // the link's epoch when it went on the wire (failures)
+  bool in_headroom = false;  // held in its ingress port's PFC headroom, not the shared buffer
 };
 
 class PacketPool {

@@ -408,8 +408,10 @@ void Network::rate_timer(int qp, std::uint32_t epoch) {
 void Network::rate_increase(QueuePair& q) {
   const double line = line_rate(q.src);
   const int f = cfg_.dcqcn_f;
-  if (std::min(q.t_stage, q.b_stage) > f) q.target += cfg_.dcqcn_rhai;           // hyper increase
-  else if (std::max(q.t_stage, q.b_stage) > f) q.target += cfg_.dcqcn_rai;       // additive increase
+  const double rai = cfg_.dcqcn_rai > 0 ? cfg_.dcqcn_rai : line * 1e-3;
+  const double rhai = cfg_.dcqcn_rhai > 0 ? cfg_.dcqcn_rhai : 10 * rai;
+  if (std::min(q.t_stage, q.b_stage) > f) q.target += rhai;                      // hyper increase
+  else if (std::max(q.t_stage, q.b_stage) > f) q.target += rai;                  // additive increase
   q.target = std::min(q.target, line);                                            // (else fast recovery)
   q.rate = (q.target + q.rate) / 2;
   if (q.rate >= line * 0.999) {
