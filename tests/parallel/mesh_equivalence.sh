@@ -31,6 +31,8 @@ import json, sys
 groups, peers = set(), set()
 for line in open(f"{sys.argv[1]}/rank-0.jsonl"):
     rec = json.loads(line)
+    if rec["op"] == "mark":  # a step's start (docs/trace-format.md)
+        continue
     if rec["op"] in ("send", "recv"):
         peers.update(rec["peers"] if isinstance(rec["peers"], list) else [rec["peers"]])
     else:

@@ -37,6 +37,8 @@ for r in (0, 1):
     ops = {}
     for line in open(f"{sys.argv[1]}/rank-{r}.jsonl"):
         rec = json.loads(line)
+        if rec["op"] == "mark":  # a step's start (docs/trace-format.md)
+            continue
         key = (rec["op"], rec["bytes"])
         ops[key] = ops.get(key, 0) + 1
     # Megatron: 2 all-reduces per layer in forward (after attention and after the MLP) and 2 in

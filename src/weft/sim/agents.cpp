@@ -1,6 +1,7 @@
 // The agents of a workload: each runs its steps in order. A step starts after its compute
-// gap, posts its sends and completes when every send is acknowledged and every expected
-// receive has arrived; messages from one agent to another match in order.
+// gap, posts its sends and completes when every send went on the wire (or, with
+// rdma.send_done=acked, is acknowledged) and every expected receive has arrived; messages
+// from one agent to another match in order.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -98,12 +99,23 @@ void Network::message_delivered(int flow) {
   }
 }
 
+void Network::message_sent(int flow) {
+  FlowRecord& f = flows_[flow];
+  if (--f.parts_left_sent > 0) return;
+  f.sent = events_.now();
+  if (cfg_.send_done == SendDone::kSent) send_step_done(f.src_agent);
+}
+
 void Network::message_acked(int flow) {
   FlowRecord& f = flows_[flow];
   if (--f.parts_left_tx > 0) return;
   f.acked = events_.now();
-  AgentState& st = agents_[f.src_agent];
-  if (--st.pending == 0 && !st.posting) advance_agent(f.src_agent);
+  if (cfg_.send_done == SendDone::kAcked) send_step_done(f.src_agent);
+}
+
+void Network::send_step_done(int agent) {
+  AgentState& st = agents_[agent];
+  if (--st.pending == 0 && !st.posting) advance_agent(agent);
 }
 
 int Network::agents_unfinished() const { return agents_left_; }

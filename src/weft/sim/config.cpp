@@ -155,6 +155,8 @@ const std::vector<Entry>& entries() {
         int_entry("rdma.ack_every", &SimConfig::ack_every, 1, 1 << 20, "in-order packets per coalesced ACK (the last packet of a message is always ACKed)"),
         int_entry("rdma.ack_timeout", &SimConfig::ack_timeout, 1, 31, "local ACK timeout exponent: a retransmission after 4.096 us x 2^n without progress"),
         time_entry("rdma.rto", &SimConfig::rto, "retransmission timeout instead of rdma.ack_timeout's (0: from the exponent)"),
+        WEFT_ENUM("rdma.send_done", send_done, "a sending step completes when its data went on the wire (NCCL's pipelining) or when it is acknowledged",
+                  {"sent", SendDone::kSent}, {"acked", SendDone::kAcked}),
         int_entry("rdma.qps", &SimConfig::qps_per_connection, 1, 256, "queue pairs per connection; a message is split across them"),
         WEFT_ENUM("cc", cc, "congestion control", {"dcqcn", CongestionControl::kDcqcn}, {"none", CongestionControl::kNone}),
         time_entry("cnp.interval", &SimConfig::cnp_interval, "at most one CNP per QP per interval (notification point)"),

@@ -17,6 +17,7 @@ enum class CongestionControl : std::uint8_t { kDcqcn, kNone };
 enum class WriteMode : std::uint8_t { kFirstMiddleLast, kWriteOnly };
 enum class Retransmit : std::uint8_t { kGoBackN, kSelective };
 enum class HashFunction : std::uint8_t { kCrc32, kXor };
+enum class SendDone : std::uint8_t { kSent, kAcked };
 
 struct SimConfig {
   std::uint64_t seed = 1;
@@ -60,6 +61,10 @@ struct SimConfig {
   int ack_timeout = 18;
   Time rto = 0;
   int qps_per_connection = 1;
+  // When a sending step of a collective is done: when its last packet went on the wire, as in
+  // NCCL's pipelined steps (the next step waits only for the data it receives), or when the
+  // write is acknowledged, as an RDMA completion reports it.
+  SendDone send_done = SendDone::kSent;
 
   // Congestion control: DCQCN (Zhu et al., SIGCOMM 2015) reaction and notification points.
   CongestionControl cc = CongestionControl::kDcqcn;

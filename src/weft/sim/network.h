@@ -111,8 +111,8 @@ struct FlowRecord {
   int src_gpu = -1, dst_gpu = -1;  // GPU ranks
   std::int64_t bytes = 0;
   std::int64_t delivered_bytes = 0;  // payload accepted by the receiver so far
-  Time start = 0, delivered = 0, acked = 0;
-  int parts_left_rx = 0, parts_left_tx = 0;
+  Time start = 0, delivered = 0, acked = 0, sent = 0;  // sent: its last packet went on the wire
+  int parts_left_rx = 0, parts_left_tx = 0, parts_left_sent = 0;
   int collective = -1;
 };
 
@@ -245,6 +245,8 @@ class Network : public EventTarget {
   void advance_agent(int agent);
   void message_delivered(int flow);
   void message_acked(int flow);
+  void message_sent(int flow);
+  void send_step_done(int agent);
 
   const Topology& topo_;
   SimConfig cfg_;

@@ -49,14 +49,15 @@ void Network::post_message(int flow, int src_agent, int dst_agent, std::int64_t 
   FlowRecord& f = flows_[flow];
   if (f.src_gpu == f.dst_gpu) {
     // Same GPU: no network traffic.
-    f.parts_left_rx = f.parts_left_tx = 1;
+    f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = 1;
     message_delivered(flow);
+    message_sent(flow);
     message_acked(flow);
     return;
   }
   std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
   int parts = static_cast<int>(std::min<std::int64_t>(cfg_.qps_per_connection, packets));
-  f.parts_left_rx = f.parts_left_tx = parts;
+  f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = parts;
   std::int64_t given = 0;
   for (int i = 0; i < parts; ++i) {
     std::int64_t pk = packets / parts + (i < packets % parts ? 1 : 0);
@@ -182,6 +183,7 @@ std::uint32_t Network::make_data_packet(int qp) {
   if (it == q.unacked.begin()) throw InternalError("simulator: PSN without a message");
   const QpMessage& m = *(it - 1);
   std::uint32_t index = psn - m.psn_begin, count = m.psn_end - m.psn_begin;
+  if (!again && index + 1 == count) message_sent(m.flow);
   std::int64_t payload = index + 1 < count ? cfg_.mtu : m.bytes - cfg_.mtu * static_cast<std::int64_t>(count - 1);
   Opcode op = Opcode::kOnly;
   if (cfg_.write_mode == WriteMode::kFirstMiddleLast && count > 1)
