@@ -25,6 +25,10 @@ std::vector<Options> options_for(Collective c, const std::string& algo, int w) {
       if (w % l == 0) out.push_back(Options{0, l, 4});
     return out;
   }
+  if (algo == "rail_rings") {  // ranks per host that divide the world, or not (one ring)
+    for (int l : {0, 2, 3, 4, 5}) out.push_back(Options{0, l, 4});
+    return out;
+  }
   if (!facts(c).rooted) return {Options{}};
   for (int root : {0, w - 1, w / 2})
     for (int seg : {1, 4}) out.push_back(Options{root, 0, seg});

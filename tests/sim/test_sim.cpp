@@ -473,6 +473,24 @@ TEST(SimValidation, SprayingBreaksFirstMiddleLastButNotWriteOnly) {
 
 // --- failures, conservation, determinism ---
 
+TEST(SimValidation, RailRingsKeepEveryHopBetweenHostsOnOneRail) {
+  // On the rail-optimized fabric, a ring in rank order goes from GPU 7 of a host to GPU 0 of
+  // the next: rail 7 -> spine -> rail 0. The rail-aligned rings never leave a rail switch.
+  auto spine_bytes = [](const SimRun& r) {
+    std::int64_t b = 0;
+    const Topology& t = r.net->topology();
+    for (const Port& p : r.net->ports())
+      if (t.nodes[p.node].role == "spine") b += p.tx_payload;
+    return b;
+  };
+  SimRun ring = simulate("rail-optimized.yaml", "allreduce:ring:16MB");
+  SimRun rails = simulate("rail-optimized.yaml", "allreduce:rail_rings:16MB");
+  ASSERT_TRUE(ring.finished && rails.finished);
+  EXPECT_GT(spine_bytes(ring), 0);
+  EXPECT_EQ(spine_bytes(rails), 0);
+  EXPECT_LT(rails.net->finish_time() * 2, ring.net->finish_time());
+}
+
 TEST(SimValidation, LinkFailureReroutesAndTheCollectiveCompletes) {
   std::string dir = ::testing::TempDir() + "/weft_sim_failure";
   weft::make_directories(dir);

@@ -1,5 +1,7 @@
 #include "weft/algo/allreduce.h"
 
+#include <algorithm>
+
 #include "weft/algo/ring.h"
 #include "weft/util/error.h"
 
@@ -198,6 +200,35 @@ Program allreduce_rabenseifner(int rank, int world, std::int64_t n, const Option
     s += 1;
   }
   if (f.rem > 0 && rank < 2 * f.rem) p.send(final_step, rank - 1, all);
+  p.compact();
+  return p;
+}
+
+std::vector<int> rail_ring_order(int hosts, int local, int channel) {
+  std::vector<int> order;
+  order.reserve(static_cast<std::size_t>(hosts) * static_cast<std::size_t>(local));
+  for (int h = 0; h < hosts; ++h)
+    for (int i = 0; i < local; ++i) {
+      const int step = h % 2 == 0 ? i : local - 1 - i;
+      order.push_back(h * local + (channel + step) % local);
+    }
+  return order;
+}
+
+Program allreduce_rail_rings(int rank, int world, std::int64_t n, const Options& o) {
+  Program p;
+  p.algorithm = "rail_rings";
+  const int local = o.local_world;
+  const bool rails = local > 1 && world % local == 0;
+  const int channels = rails ? local : 1;
+  Chunk all{Buf::kData, 0, n};
+  for (int c = 0; c < channels; ++c) {
+    const std::vector<int> order = rails ? rail_ring_order(world / local, local, c) : all_ranks(world);
+    const int me = static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
+    const Chunk part = sub_block(all, channels, c);
+    const std::size_t s = ring_reduce_scatter(p, 0, order, me, part);
+    ring_allgather(p, s, order, me, part);
+  }
   p.compact();
   return p;
 }

@@ -17,6 +17,8 @@
 //                       all-gather (needs Options::local_world dividing the world)
 #pragma once
 
+#include <vector>
+
 #include "weft/algo/program.h"
 
 namespace weft::algo {
@@ -28,5 +30,15 @@ Program allreduce_double_tree(int rank, int world, std::int64_t n, const Options
 Program allreduce_recursive_doubling(int rank, int world, std::int64_t n, const Options& o);
 Program allreduce_rabenseifner(int rank, int world, std::int64_t n, const Options& o);
 Program allreduce_hierarchical(int rank, int world, std::int64_t n, const Options& o);
+// NCCL-style rings for rail-optimized fabrics (seed 002 ch. 13): `local_world` rings
+// (channels) over every rank, the data split among them. Channel c visits each host's ranks
+// from local rank c on, forwards on even hosts and backwards on odd ones, so every hop
+// between hosts joins two ranks of one local index: it stays on one rail (with an odd number
+// of hosts, all but the hop that closes the ring). Without ranks per host that divide the
+// world: one ring in rank order.
+Program allreduce_rail_rings(int rank, int world, std::int64_t n, const Options& o);
+// The order of channel c's ring: hosts in order, each host's local ranks from c on,
+// reversed on odd hosts.
+std::vector<int> rail_ring_order(int hosts, int local, int channel);
 
 }  // namespace weft::algo

@@ -16,6 +16,7 @@ const std::vector<Algorithm>& algorithms() {
       {C::kAllReduce, "recursive_doubling", allreduce_recursive_doubling, "log2(W) whole-buffer exchanges"},
       {C::kAllReduce, "rabenseifner", allreduce_rabenseifner, "recursive halving + recursive doubling"},
       {C::kAllReduce, "hierarchical", allreduce_hierarchical, "within hosts, then one ring per local rank across hosts"},
+      {C::kAllReduce, "rail_rings", allreduce_rail_rings, "NCCL-style: one ring per local rank, every hop between hosts on one rail"},
       {C::kBroadcast, "binomial", broadcast_binomial, "binomial tree"},
       {C::kBroadcast, "chain", broadcast_chain, "pipelined chain"},
       {C::kReduce, "binomial", reduce_binomial, "binomial tree"},
