@@ -491,6 +491,55 @@ TEST(SimValidation, RailRingsKeepEveryHopBetweenHostsOnOneRail) {
   EXPECT_LT(rails.net->finish_time() * 2, ring.net->finish_time());
 }
 
+TEST(SimOutputs, IdealCompletionTimesAndSlowdowns) {
+  // One flow alone across the fat tree (5 hops) completes in its ideal time; in an 8 -> 1
+  // incast the last flow waits for the other seven.
+  SimRun alone = simulate("fat-tree-k16.yaml", "flow:0:1000:1MB");
+  ASSERT_TRUE(alone.finished);
+  const FlowRecord& f = alone.net->flows()[0];
+  const Time ideal = alone.net->ideal_fct(f.src_gpu, f.dst_gpu, f.bytes);
+  EXPECT_NEAR(static_cast<double>(f.delivered - f.start) / static_cast<double>(ideal), 1.0, 1e-3);
+  SimRun incast = simulate("single-switch.yaml", "incast:8:4MB");
+  ASSERT_TRUE(incast.finished);
+  double worst = 0;
+  for (const FlowRecord& g : incast.net->flows())
+    worst = std::max(worst, static_cast<double>(g.delivered - g.start) / static_cast<double>(incast.net->ideal_fct(g.src_gpu, g.dst_gpu, g.bytes)));
+  EXPECT_GT(worst, 7.5);
+  auto files = output_files(*incast.net);
+  const auto flows = std::find_if(files.begin(), files.end(), [](const auto& kv) { return kv.first == "flows.csv"; });
+  ASSERT_NE(flows, files.end());
+  EXPECT_NE(flows->second.find(",ideal_fct_us,slowdown\n"), std::string::npos);
+}
+
+TEST(SimOutputs, QpTimeSeriesFollowRatesAndDcqcn) {
+  // 8 -> 1 for 2 ms, sampled every 100 us: no interval delivers more than the bottleneck's
+  // goodput, the samples account for what the flows delivered and for every CNP, and the
+  // senders' DCQCN state is recorded.
+  SimRun r = simulate("single-switch.yaml", "incast:8:1000GB",
+                      {"sample.qps=on", "sample.interval=100us", "time_limit=2ms"});
+  const auto& samples = r.net->qp_samples();
+  ASSERT_FALSE(samples.empty());
+  std::map<Time, double> gbps;
+  std::int64_t cnps = 0, sampled = 0, delivered = 0;
+  bool limited = false;
+  for (const QpSample& q : samples) {
+    gbps[q.at] += static_cast<double>(q.delivered_bytes) * 8 / 100e-6 / 1e9;
+    cnps += q.cnps;
+    sampled += q.delivered_bytes;
+    limited = limited || (q.rate > 0 && q.rate < 100e9 && q.alpha > 0);
+  }
+  EXPECT_EQ(gbps.size(), 20u);
+  for (const auto& [at, total] : gbps) EXPECT_LE(total, 100.0 * 4096 / 4178 * 1.02) << to_us(at);
+  for (const FlowRecord& f : r.net->flows()) delivered += f.delivered_bytes;
+  EXPECT_LE(sampled, delivered);
+  EXPECT_GE(static_cast<double>(sampled), 0.99 * static_cast<double>(delivered));
+  EXPECT_LE(cnps, r.net->counters().cnps);
+  EXPECT_GE(cnps + 8, r.net->counters().cnps);  // at most one per QP after the last sample
+  EXPECT_TRUE(limited);
+  auto files = output_files(*r.net);
+  EXPECT_TRUE(std::any_of(files.begin(), files.end(), [](const auto& kv) { return kv.first == "qps.csv"; }));
+}
+
 TEST(SimValidation, LinkFailureReroutesAndTheCollectiveCompletes) {
   std::string dir = ::testing::TempDir() + "/weft_sim_failure";
   weft::make_directories(dir);

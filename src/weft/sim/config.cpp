@@ -177,6 +177,7 @@ const std::vector<Entry>& entries() {
         time_entry("flowlet.gap", &SimConfig::flowlet_gap, "idle gap that starts a new flowlet"),
         time_entry("link.jitter", &SimConfig::link_jitter, "random extra propagation delay per frame, up to this (capped at 90% of the link's shortest frame time; 0: lockstep)"),
         time_entry("sample.interval", &SimConfig::sample_interval, "queue occupancy sampling period (0: none)"),
+        bool_entry("sample.qps", &SimConfig::sample_qps, "also sample each QP's delivered rate, CNPs and DCQCN state (qps.csv)"),
         time_entry("time_limit", &SimConfig::time_limit, "simulated time after which the run stops as unfinished"),
         {{"pcap", "a:b", "capture the link between nodes a and b (both directions) to DIR/link.pcap"},
          [](SimConfig& c, const std::string&, const std::string& v) { c.pcap_link = v; },

@@ -94,6 +94,7 @@ struct SimConfig {
 
   // Reports.
   Time sample_interval = 10 * kUs;            // queue occupancy samples (0: none)
+  bool sample_qps = false;                    // also each QP's delivery rate and DCQCN state
   Time time_limit = 10 * kSec;                // simulated time before giving up
   std::string pcap_link;                      // "a:b" node names: capture that link
 };

@@ -493,6 +493,40 @@ void Network::sample_queues() {
     for (int q = 0; q < 8; ++q)
       if (ports_[port].queue_bytes[q] > 0)
         samples_.push_back(QueueSample{events_.now(), static_cast<int>(port), q, ports_[port].queue_bytes[q]});
+  if (!cfg_.sample_qps) return;
+  for (std::size_t i = 0; i < qps_.size(); ++i) {
+    QueuePair& q = qps_[i];
+    const std::int64_t bytes = q.delivered_bytes - q.sampled_delivered, cnps = q.cnps_received - q.sampled_cnps;
+    if (bytes == 0 && cnps == 0 && q.rate == 0) continue;  // idle and not limited
+    qp_samples_.push_back(QpSample{events_.now(), static_cast<int>(i), bytes, cnps, q.rate, q.target, q.alpha});
+    q.sampled_delivered = q.delivered_bytes;
+    q.sampled_cnps = q.cnps_received;
+  }
+}
+
+Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
+  const std::size_t G = topo_.gpus.size();
+  int node = topo_.gpus[static_cast<std::size_t>(src_gpu)];
+  const int dst = topo_.gpus[static_cast<std::size_t>(dst_gpu)];
+  if (node == dst) return 0;
+  // The first packet is stored and forwarded at every hop; the others follow it back to back
+  // at the slowest link.
+  const std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
+  const auto first = static_cast<std::uint32_t>(kHeaderBytes + kRethBytes + std::min<std::int64_t>(bytes, cfg_.mtu));
+  const auto full = static_cast<std::uint32_t>(kHeaderBytes + cfg_.mtu);
+  const auto last = static_cast<std::uint32_t>(kHeaderBytes + (bytes - cfg_.mtu * (packets - 1)));
+  Time t = 0;
+  double slowest = 0;
+  for (std::size_t hops = 0; node != dst; ++hops) {
+    const std::size_t slot = static_cast<std::size_t>(node) * G + static_cast<std::size_t>(dst_gpu);
+    if (route_count_[slot] == 0 || hops > topo_.nodes.size()) return 0;
+    const Port& P = ports_[static_cast<std::size_t>(route_pool_[route_begin_[slot]])];
+    t += serialization(first, P.bps) + P.delay;
+    slowest = slowest == 0 ? P.bps : std::min(slowest, P.bps);
+    node = ports_[static_cast<std::size_t>(P.peer)].node;
+  }
+  if (packets > 1) t += (packets - 2) * serialization(full, slowest) + serialization(last, slowest);
+  return t;
 }
 
 std::string Network::port_name(int port) const {

@@ -102,6 +102,9 @@ struct QueuePair {
   int since_ack = 0;
   std::uint32_t nak_for = ~0u;
   std::uint32_t msn = 0;             // messages completed (the MSN its ACKs carry)
+  // Time series (sample.qps): totals, and the totals at the last sample.
+  std::int64_t delivered_bytes = 0, cnps_received = 0;
+  std::int64_t sampled_delivered = 0, sampled_cnps = 0;
   Time last_cnp = 0;
   bool cnp_sent_once = false;
 };
@@ -138,6 +141,15 @@ struct CounterSample {
   Counters counters;
 };
 
+// One QP over one sampling interval (sample.qps): what it delivered and its DCQCN state.
+struct QpSample {
+  Time at;
+  int qp;
+  std::int64_t delivered_bytes;  // during the interval
+  std::int64_t cnps;             // CNPs the sender received during the interval
+  double rate, target, alpha;    // DCQCN at the sample (rate 0: not limited)
+};
+
 struct QueueSample {
   Time at;
   int port;
@@ -172,6 +184,13 @@ class Network : public EventTarget {
   const std::vector<PfcEvent>& pfc_events() const { return pfc_events_; }
   const std::vector<QueueSample>& queue_samples() const { return samples_; }
   const std::vector<CounterSample>& counter_samples() const { return counter_samples_; }
+  const std::vector<QpSample>& qp_samples() const { return qp_samples_; }
+  const std::vector<QueuePair>& qps() const { return qps_; }
+  int gpu_rank_of(int node) const { return gpu_rank_of_node_[static_cast<std::size_t>(node)]; }
+  // The completion time of `bytes` from GPU rank src to dst on an idle fabric: each hop's
+  // first-packet store and forward and propagation, the rest at the slowest link of the
+  // path (the first of its equal-cost choices); 0 without a route.
+  Time ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const;
   const Counters& counters() const { return counters_; }
   Time now() const { return events_.now(); }
   Time finish_time() const { return finish_; }
@@ -296,6 +315,7 @@ class Network : public EventTarget {
   std::vector<PfcEvent> pfc_events_;
   std::vector<QueueSample> samples_;
   std::vector<CounterSample> counter_samples_;
+  std::vector<QpSample> qp_samples_;
   Time finish_ = 0;
   double wall_seconds_ = 0;
   std::FILE* pcap_ = nullptr;

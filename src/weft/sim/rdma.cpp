@@ -272,6 +272,7 @@ void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
     auto it = std::upper_bound(q.rx.begin(), q.rx.end(), p.psn,
                                [](std::uint32_t v, const QpMessage& m) { return v < m.psn_begin; });
     if (it != q.rx.begin()) flows_[(it - 1)->flow].delivered_bytes += p.payload;
+    q.delivered_bytes += p.payload;
     counters_.bytes_delivered += p.payload;
   };
   if (p.ce && cfg_.cc == CongestionControl::kDcqcn && (!q.cnp_sent_once || now - q.last_cnp >= cfg_.cnp_interval)) {
@@ -369,6 +370,7 @@ void Network::rto_check(int qp) {
 // --- DCQCN reaction point (Zhu et al., SIGCOMM 2015, section 3.2) ---
 
 void Network::receive_cnp(QueuePair& q, int qp) {
+  ++q.cnps_received;
   if (cfg_.cc != CongestionControl::kDcqcn) return;
   const Time now = events_.now();
   if (q.rate == 0) q.rate = q.target = line_rate(q.src);

@@ -256,23 +256,28 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
     std::fprintf(out, "%s: %s carried %.0f%% of %s's uplink bytes (%d uplink switches, fair share %.0f%%)\n", label,
                  worst->busiest_peer.c_str(), 100 * worst->share, worst->node.c_str(), worst->ports, 100 * fair);
   }
-  if (!out_dir.empty()) std::fprintf(out, "outputs in %s: summary.json flows.csv links.csv queues.csv pfc.csv counters.csv nodes.csv\n", out_dir.c_str());
+  if (!out_dir.empty())
+    std::fprintf(out, "outputs in %s: summary.json flows.csv links.csv queues.csv pfc.csv counters.csv nodes.csv%s\n", out_dir.c_str(),
+                 net.config().sample_qps ? " qps.csv" : "");
 }
 
 std::vector<std::pair<std::string, std::string>> output_files(const Network& net) {
   std::vector<std::pair<std::string, std::string>> files;
   const Topology& t = net.topology();
   files.emplace_back("summary.json", summary_json(net).dump(2) + "\n");
-  std::string s = "flow,src_gpu,dst_gpu,src,dst,bytes,delivered_bytes,start_us,delivered_us,acked_us,fct_us,collective\n";
+  std::string s = "flow,src_gpu,dst_gpu,src,dst,bytes,delivered_bytes,start_us,delivered_us,acked_us,fct_us,collective,ideal_fct_us,slowdown\n";
   char buf[512];
   for (std::size_t i = 0; i < net.flows().size(); ++i) {
     const FlowRecord& f = net.flows()[i];
     bool done = f.parts_left_rx == 0;
-    std::snprintf(buf, sizeof buf, "%zu,%d,%d,%s,%s,%lld,%lld,%.6f,%s,%s,%s,%d\n", i, f.src_gpu, f.dst_gpu,
+    const Time ideal = net.ideal_fct(f.src_gpu, f.dst_gpu, f.bytes);
+    const std::string slowdown = done && ideal > 0 ? fmt("%.4f", static_cast<double>(f.delivered - f.start) / static_cast<double>(ideal)) : "";
+    std::snprintf(buf, sizeof buf, "%zu,%d,%d,%s,%s,%lld,%lld,%.6f,%s,%s,%s,%d,%s,%s\n", i, f.src_gpu, f.dst_gpu,
                   t.nodes[t.gpus[f.src_gpu]].name.c_str(), t.nodes[t.gpus[f.dst_gpu]].name.c_str(),
                   static_cast<long long>(f.bytes), static_cast<long long>(f.delivered_bytes), to_us(f.start), done ? fmt("%.6f", to_us(f.delivered)).c_str() : "",
                   f.parts_left_tx == 0 ? fmt("%.6f", to_us(f.acked)).c_str() : "",
-                  done ? fmt("%.6f", to_us(f.delivered - f.start)).c_str() : "", f.collective);
+                  done ? fmt("%.6f", to_us(f.delivered - f.start)).c_str() : "", f.collective,
+                  ideal > 0 ? fmt("%.6f", to_us(ideal)).c_str() : "", slowdown.c_str());
     s += buf;
   }
   files.emplace_back("flows.csv", s);
@@ -320,6 +325,20 @@ std::vector<std::pair<std::string, std::string>> output_files(const Network& net
     s += buf;
   }
   files.emplace_back("counters.csv", s);
+  if (net.config().sample_qps) {
+    s = "time_us,qp,src_gpu,dst_gpu,delivered_gbps,cnps,dcqcn_rate_gbps,dcqcn_target_gbps,dcqcn_alpha\n";
+    const double interval = to_seconds(std::max<Time>(net.config().sample_interval, 1));
+    for (const QpSample& q : net.qp_samples()) {
+      const QueuePair& Q = net.qps()[static_cast<std::size_t>(q.qp)];
+      const double line = q.rate > 0 ? q.rate : 0;
+      std::snprintf(buf, sizeof buf, "%.6f,%d,%d,%d,%.4f,%lld,%s,%s,%.6f\n", to_us(q.at), q.qp,
+                    net.gpu_rank_of(Q.src), net.gpu_rank_of(Q.dst), static_cast<double>(q.delivered_bytes) * 8 / interval / 1e9,
+                    static_cast<long long>(q.cnps), line > 0 ? fmt("%.4f", line / 1e9).c_str() : "",
+                    q.target > 0 && line > 0 ? fmt("%.4f", q.target / 1e9).c_str() : "", q.alpha);
+      s += buf;
+    }
+    files.emplace_back("qps.csv", s);
+  }
   s = "node,role,gpu_rank\n";
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     const auto rank = std::find(t.gpus.begin(), t.gpus.end(), static_cast<int>(n));
