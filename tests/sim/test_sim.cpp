@@ -540,6 +540,56 @@ TEST(SimOutputs, QpTimeSeriesFollowRatesAndDcqcn) {
   EXPECT_TRUE(std::any_of(files.begin(), files.end(), [](const auto& kv) { return kv.first == "qps.csv"; }));
 }
 
+TEST(SimValidation, BitErrorsLoseFramesAndTheTransportRecovers) {
+  // BER 1e-7: a frame of b bits is lost with probability 1 - (1 - 1e-7)^b, about b x 1e-7.
+  SimRun r = simulate("single-switch.yaml", "incast:8:4MB", {"link.ber=1e-7"});
+  ASSERT_TRUE(r.finished);
+  double bits = 0;
+  for (const Port& p : r.net->ports()) bits += 8.0 * static_cast<double>(p.tx_bytes);
+  const double expected = bits * 1e-7;
+  EXPECT_GT(r.net->counters().corrupted, 0.6 * expected);
+  EXPECT_LT(r.net->counters().corrupted, 1.4 * expected);
+  EXPECT_GT(r.net->counters().retransmissions, 0);
+  for (const FlowRecord& f : r.net->flows()) EXPECT_EQ(f.delivered_bytes, f.bytes);
+  SimRun clean = simulate("single-switch.yaml", "incast:8:4MB");
+  EXPECT_EQ(clean.net->counters().corrupted, 0);
+}
+
+TEST(SimValidation, RoutingConvergenceLosesPacketsUntilRoutesChange) {
+  // A spine link toward the incast's leaf fails at 100 us: the longer the routes take to
+  // converge, the more packets are sent into the dead link.
+  std::string dir = ::testing::TempDir() + "/weft_sim_convergence";
+  weft::make_directories(dir);
+  weft::write_file_atomic(dir + "/job.yaml",
+                          "jobs:\n  - {pattern: incast, senders: 12, size: 2MB, gpus: \"15,0-11\"}\n"
+                          "failures:\n  - {at: 100us, link_down: [leaf-3, spine-0]}\n");
+  std::int64_t lost[3];
+  int i = 0;
+  for (const char* delay : {"0us", "50us", "1ms"}) {
+    SimRun r = simulate("leaf-spine-4x4.yaml", dir + "/job.yaml", {std::string("routing.convergence=") + delay});
+    ASSERT_TRUE(r.finished) << delay;
+    for (const FlowRecord& f : r.net->flows()) EXPECT_EQ(f.delivered_bytes, f.bytes);
+    lost[i++] = r.net->counters().lost_on_failure;
+  }
+  EXPECT_LT(lost[0], lost[1]);
+  EXPECT_LT(lost[1], lost[2]);
+}
+
+TEST(SimValidation, WeightedEcmpSendsLessOverDegradedLinks) {
+  // Two of leaf 0's four uplinks degraded to 10G: equal ECMP puts half the QPs on them.
+  std::string dir = ::testing::TempDir() + "/weft_sim_wcmp";
+  weft::make_directories(dir);
+  weft::write_file_atomic(dir + "/job.yaml",
+                          "jobs:\n  - {src: 0, dst: 12, size: 4MB}\n  - {src: 1, dst: 13, size: 4MB}\n"
+                          "  - {src: 2, dst: 14, size: 4MB}\n  - {src: 3, dst: 15, size: 4MB}\n"
+                          "failures:\n  - {at: 0us, degrade: [leaf-0, spine-0], speed: 10G}\n"
+                          "  - {at: 0us, degrade: [leaf-0, spine-1], speed: 10G}\n");
+  SimRun equal = simulate("leaf-spine-4x4.yaml", dir + "/job.yaml", {"rdma.qps=8"});
+  SimRun weighted = simulate("leaf-spine-4x4.yaml", dir + "/job.yaml", {"rdma.qps=8", "ecmp.weighted=on"});
+  ASSERT_TRUE(equal.finished && weighted.finished);
+  EXPECT_LT(weighted.net->finish_time() * 2, equal.net->finish_time());
+}
+
 TEST(SimValidation, LinkFailureReroutesAndTheCollectiveCompletes) {
   std::string dir = ::testing::TempDir() + "/weft_sim_failure";
   weft::make_directories(dir);

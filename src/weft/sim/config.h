@@ -91,6 +91,15 @@ struct SimConfig {
   // most 90% of the link's shortest frame time (so a link never reorders): the hosts'
   // clocks and serdes are not in lockstep, and ties between senders fall at random.
   Time link_jitter = 1 * kNs;
+  // Frames lost on the wire: a random fraction, and bit errors (a frame of b bits is lost
+  // with probability 1 - (1 - ber)^b). Both 0 by default.
+  double link_loss = 0, link_ber = 0;
+
+  // Failures: routes are recomputed this long after a link or switch changes (0: at once);
+  // until then packets routed to a failed link are lost. Weighted ECMP spreads flows over
+  // equal-cost ports in proportion to their speed (a degraded link takes less).
+  Time routing_convergence = 0;
+  bool ecmp_weighted = false;
 
   // Reports.
   Time sample_interval = 10 * kUs;            // queue occupancy samples (0: none)

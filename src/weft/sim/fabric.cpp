@@ -153,7 +153,19 @@ int Network::choose_port(int node, Packet& p) {
       return entry.first;
     }
   }
-  return c[hash_tuple(node, p) % static_cast<std::uint32_t>(n)];
+  return ecmp_pick(c, n, hash_tuple(node, p));
+}
+
+int Network::ecmp_pick(const std::int32_t* c, int n, std::uint32_t h) const {
+  if (!cfg_.ecmp_weighted) return c[h % static_cast<std::uint32_t>(n)];
+  double total = 0;
+  for (int i = 0; i < n; ++i) total += ports_[static_cast<std::size_t>(c[i])].bps;
+  double x = static_cast<double>(h) / 4294967296.0 * total;
+  for (int i = 0; i < n; ++i) {
+    x -= ports_[static_cast<std::size_t>(c[i])].bps;
+    if (x < 0) return c[i];
+  }
+  return c[n - 1];
 }
 
 void Network::try_send(int port) {
@@ -227,6 +239,16 @@ void Network::tx_done(int port) {
   P.busy = false;
   std::uint32_t id = P.tx_packet;
   if (P.up && pool_[id].link_epoch == P.epoch) {
+    if (cfg_.link_loss > 0 || cfg_.link_ber > 0) {
+      const double bits = 8.0 * (pool_[id].frame + kWireOverhead);
+      const double keep = (1 - cfg_.link_loss) * std::exp(bits * std::log1p(-cfg_.link_ber));
+      if (std::uniform_real_distribution<double>(0, 1)(loss_rng_) >= keep) {
+        ++counters_.corrupted;
+        pool_.release(id);
+        try_send(port);
+        return;
+      }
+    }
     pool_[id].port = P.peer;
     const Time jitter = P.jitter > 0 ? static_cast<Time>(jitter_rng_() % static_cast<std::uint64_t>(P.jitter + 1)) : 0;
     events_.schedule(events_.now() + P.delay + jitter, this, kArrive, id);
@@ -263,7 +285,7 @@ void Network::drop(std::uint32_t id) {
 void Network::forward(int node, std::uint32_t id) {
   Packet& p = pool_[id];
   int out = choose_port(node, p);
-  if (out < 0) {
+  if (out < 0 || !ports_[out].up) {  // no route, or a failed link the routes still use
     ++counters_.lost_on_failure;
     pool_.release(id);
     return;
@@ -483,6 +505,11 @@ void Network::apply_failure(const Failure& f) {
   }
   bool up = f.kind == Failure::Kind::kLinkUp || f.kind == Failure::Kind::kSwitchUp || f.kind == Failure::Kind::kLinkDegrade;
   for (int l : links) set_link(l, up, f.kind == Failure::Kind::kLinkDegrade ? f.bps : 0);
+  if (cfg_.routing_convergence > 0) events_.schedule(events_.now() + cfg_.routing_convergence, this, kReroute);
+  else reroute();
+}
+
+void Network::reroute() {
   compute_routes();
   for (std::size_t port = 0; port < ports_.size(); ++port) try_send(static_cast<int>(port));
 }
@@ -561,6 +588,7 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
       if (agents_left_ > 0) events_.schedule(events_.now() + cfg_.sample_interval, this, kSample);
       break;
     case kFailure: apply_failure(work_.failures[arg]); break;
+    case kReroute: reroute(); break;
     default: throw InternalError("simulator: unknown event kind");
   }
 }
@@ -593,6 +621,7 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
   rr_counter_.assign(topo_.nodes.size(), 0);
   reserve_buffers();
   jitter_rng_.seed(splitmix(cfg_.seed ^ 0x6A09E667F3BCC908ull));
+  loss_rng_.seed(splitmix(cfg_.seed ^ 0xBB67AE8584CAA73Bull));
   active_qps_.assign(topo_.nodes.size(), {});
   rr_qp_.assign(topo_.nodes.size(), 0);
   qps_created_.assign(topo_.nodes.size(), 0);

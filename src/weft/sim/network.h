@@ -132,6 +132,7 @@ struct Counters {
   std::int64_t out_of_order = 0;  // arrivals ahead of a missing PSN that the receiver had to drop or hold
   std::int64_t reordered = 0;     // Write-Only arrivals ahead of a missing PSN, placed directly
   std::int64_t watchdog_storms = 0, lost_on_failure = 0, data_packets = 0;
+  std::int64_t corrupted = 0;     // frames lost on the wire (link.loss, link.ber)
   std::int64_t bytes_sent = 0, bytes_delivered = 0;
 };
 
@@ -213,7 +214,7 @@ class Network : public EventTarget {
  private:
   enum Event : std::uint32_t {
     kTxDone, kArrive, kPauseExpire, kPauseRefresh, kEndpointWake, kRto, kAlphaTimer, kRateTimer, kStepStart,
-    kSample, kFailure
+    kSample, kFailure, kReroute
   };
 
   // fabric.cpp
@@ -289,6 +290,10 @@ class Network : public EventTarget {
   std::vector<std::int64_t> headroom_used_, buffer_peak_;  // per node: in headroom; most held at once
   std::mt19937_64 rng_;
   std::mt19937_64 jitter_rng_;  // its own stream: jitter on or off leaves the other draws alone
+  std::mt19937_64 loss_rng_;    // likewise for frames lost on the wire
+  // The equal-cost port for hash h among c[0..n): uniform, or by speed (ecmp.weighted).
+  int ecmp_pick(const std::int32_t* c, int n, std::uint32_t h) const;
+  void reroute();
   // Endpoints.
   std::vector<QueuePair> qps_;
   std::unordered_map<std::uint64_t, int> qp_index_;

@@ -136,7 +136,7 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
       probe.src = q.src;
       probe.dst = q.dst;
       probe.sport = q.sport;
-      usable = c[hash_tuple(node, probe) % static_cast<std::uint32_t>(count)] == port;
+      usable = ecmp_pick(c, count, hash_tuple(node, probe)) == port;
     }
     if (!usable) continue;
     rr_qp_[node] = idx + 1;
@@ -240,7 +240,7 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
   p.sport = qps_[qp].sport;
   p.port = -1;
   int out = choose_port(from, p);
-  if (out < 0) {
+  if (out < 0 || !ports_[out].up) {
     ++counters_.lost_on_failure;
     pool_.release(id);
     return;
