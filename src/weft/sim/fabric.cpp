@@ -54,15 +54,70 @@ void Network::build_ports() {
   }
 }
 
+RouteColumns RouteColumns::of(const Topology& t) {
+  RouteColumns r;
+  std::vector<int> degree(t.nodes.size(), 0), neighbour(t.nodes.size(), -1), link_of(t.nodes.size(), -1);
+  for (std::size_t l = 0; l < t.links.size(); ++l) {
+    const Link& L = t.links[l];
+    for (auto [n, other] : {std::pair{L.a, L.b}, std::pair{L.b, L.a}}) {
+      ++degree[static_cast<std::size_t>(n)];
+      neighbour[static_cast<std::size_t>(n)] = other;
+      link_of[static_cast<std::size_t>(n)] = static_cast<int>(l);
+    }
+  }
+  std::vector<int> column_of_anchor(t.nodes.size(), -1);
+  r.of_gpu.resize(t.gpus.size());
+  r.last_link.assign(t.gpus.size(), -1);
+  for (std::size_t d = 0; d < t.gpus.size(); ++d) {
+    const auto g = static_cast<std::size_t>(t.gpus[d]);
+    const int anchor = degree[g] == 1 ? neighbour[g] : -1;
+    if (anchor >= 0 && t.nodes[static_cast<std::size_t>(anchor)].kind == NodeKind::kSwitch) {
+      int& col = column_of_anchor[static_cast<std::size_t>(anchor)];
+      if (col < 0) {
+        col = r.count();
+        r.target.push_back(anchor);
+      }
+      r.of_gpu[d] = col;
+      r.last_link[d] = link_of[g];
+    } else {
+      r.of_gpu[d] = r.count();
+      r.target.push_back(static_cast<int>(g));
+    }
+  }
+  return r;
+}
+
+Network::Candidates Network::routes_to(int node, int dst_gpu) const {
+  const auto d = static_cast<std::size_t>(dst_gpu);
+  const auto col = static_cast<std::size_t>(columns_.of_gpu[d]);
+  if (const std::int32_t& last = anchor_port_[d]; last >= 0) {
+    // Behind an anchor switch: the GPU is cut off when its one link is down, and the
+    // anchor's port to it is the last hop.
+    if (!ports_[static_cast<std::size_t>(last)].up) return {nullptr, 0};
+    if (node == columns_.target[col]) return {&last, 1};
+  }
+  const std::size_t slot = static_cast<std::size_t>(node) * static_cast<std::size_t>(columns_.count()) + col;
+  return {route_pool_.data() + route_begin_[slot], route_count_[slot]};
+}
+
 void Network::compute_routes() {
-  const std::size_t N = topo_.nodes.size(), G = topo_.gpus.size();
-  route_begin_.assign(N * G, 0);
-  route_count_.assign(N * G, 0);
+  if (columns_.target.empty()) {
+    columns_ = RouteColumns::of(topo_);
+    anchor_port_.assign(topo_.gpus.size(), -1);
+    for (std::size_t d = 0; d < topo_.gpus.size(); ++d)
+      if (const int l = columns_.last_link[d]; l >= 0) {
+        const int pa = link_port_[static_cast<std::size_t>(l)];
+        anchor_port_[d] = ports_[static_cast<std::size_t>(pa)].node == topo_.gpus[d] ? pa + 1 : pa;
+      }
+  }
+  const std::size_t N = topo_.nodes.size(), C = static_cast<std::size_t>(columns_.count());
+  route_begin_.assign(N * C, 0);
+  route_count_.assign(N * C, 0);
   route_pool_.clear();
   std::vector<int> dist(N), frontier;
   auto may_forward = [&](int n) { return !node_is_endpoint(n) || topo_.nodes[n].transit; };
-  for (std::size_t d = 0; d < G; ++d) {
-    int target = topo_.gpus[d];
+  for (std::size_t d = 0; d < C; ++d) {
+    int target = columns_.target[d];
     std::fill(dist.begin(), dist.end(), -1);
     dist[target] = 0;
     frontier.assign(1, target);
@@ -80,7 +135,7 @@ void Network::compute_routes() {
     }
     for (std::size_t n = 0; n < N; ++n) {
       if (dist[n] <= 0) continue;
-      std::size_t slot = n * G + d;
+      std::size_t slot = n * C + d;
       route_begin_[slot] = static_cast<std::uint32_t>(route_pool_.size());
       for (int port : node_ports_[n]) {
         if (!ports_[port].up) continue;
@@ -112,11 +167,8 @@ std::uint32_t Network::hash_tuple(int node, const Packet& p) const {
 }
 
 int Network::choose_port(int node, Packet& p) {
-  const std::size_t G = topo_.gpus.size();
-  std::size_t slot = static_cast<std::size_t>(node) * G + static_cast<std::size_t>(gpu_rank_of_node_[p.dst]);
-  int n = route_count_[slot];
+  const auto [c, n] = routes_to(node, gpu_rank_of_node_[p.dst]);
   if (n == 0) return -1;
-  const std::int32_t* c = &route_pool_[route_begin_[slot]];
   if (n == 1) return c[0];
   auto least_loaded = [&]() {
     std::uint32_t start = rr_counter_[node]++;
@@ -532,7 +584,6 @@ void Network::sample_queues() {
 }
 
 Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
-  const std::size_t G = topo_.gpus.size();
   int node = topo_.gpus[static_cast<std::size_t>(src_gpu)];
   const int dst = topo_.gpus[static_cast<std::size_t>(dst_gpu)];
   if (node == dst) return 0;
@@ -545,9 +596,9 @@ Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
   Time t = 0;
   double slowest = 0;
   for (std::size_t hops = 0; node != dst; ++hops) {
-    const std::size_t slot = static_cast<std::size_t>(node) * G + static_cast<std::size_t>(dst_gpu);
-    if (route_count_[slot] == 0 || hops > topo_.nodes.size()) return 0;
-    const Port& P = ports_[static_cast<std::size_t>(route_pool_[route_begin_[slot]])];
+    const Candidates next = routes_to(node, dst_gpu);
+    if (next.n == 0 || hops > topo_.nodes.size()) return 0;
+    const Port& P = ports_[static_cast<std::size_t>(next.ports[0])];
     t += serialization(first, P.bps) + P.delay;
     slowest = slowest == 0 ? P.bps : std::min(slowest, P.bps);
     node = ports_[static_cast<std::size_t>(P.peer)].node;
@@ -594,7 +645,7 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
 }
 
 Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Workload& w) {
-  const double slots = static_cast<double>(t.nodes.size()) * static_cast<double>(t.gpus.size());
+  const double slots = static_cast<double>(t.nodes.size()) * RouteColumns::of(t).count();
   const double routes = slots * (sizeof(std::uint32_t) + sizeof(std::uint16_t) + sizeof(std::int32_t));
   double steps = 0;
   for (const Agent& a : w.agents) steps += static_cast<double>(a.steps.size());

@@ -151,6 +151,15 @@ struct QpSample {
   double rate, target, alpha;    // DCQCN at the sample (rate 0: not limited)
 };
 
+// The routing columns of a topology (Network's routes, and its memory estimate).
+struct RouteColumns {
+  std::vector<int> of_gpu;     // column of each GPU rank
+  std::vector<int> target;     // node each column routes toward
+  std::vector<int> last_link;  // per GPU rank: the link from its anchor to it (-1: own column)
+  static RouteColumns of(const Topology& t);
+  int count() const { return static_cast<int>(target.size()); }
+};
+
 struct QueueSample {
   Time at;
   int port;
@@ -220,6 +229,12 @@ class Network : public EventTarget {
   // fabric.cpp
   void build_ports();
   void compute_routes();
+  // The equal-cost next ports from `node` toward GPU rank `dst_gpu` (n 0: no route).
+  struct Candidates {
+    const std::int32_t* ports;
+    int n;
+  };
+  Candidates routes_to(int node, int dst_gpu) const;
   int choose_port(int node, Packet& p);
   void try_send(int port);
   void transmit(int port, std::uint32_t id);
@@ -277,7 +292,12 @@ class Network : public EventTarget {
   std::vector<std::vector<int>> node_ports_;
   std::vector<int> link_port_;           // link -> its port at end a (peer is end b)
   // Routes: for node n and destination GPU rank d, the candidate ports are
-  // route_pool_[route_begin_[n * G + d] + i] for i < route_count_[n * G + d].
+  // Routes are kept per column, not per GPU: a GPU with one link, to a switch, is reached
+  // through that switch (its anchor) from everywhere else, so every GPU under one switch
+  // shares the column routed toward the switch; other GPUs have a column of their own.
+  // route_pool_[route_begin_[n * C + c] + i] for i < route_count_[n * C + c], C columns.
+  RouteColumns columns_;
+  std::vector<std::int32_t> anchor_port_;  // per GPU rank: its anchor's port to it (-1: none)
   std::vector<std::uint32_t> route_begin_;
   std::vector<std::uint16_t> route_count_;
   std::vector<std::int32_t> route_pool_;

@@ -88,7 +88,6 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
   auto& list = active_qps_[node];
   if (list.empty()) return kNone;
   const Time now = events_.now();
-  const std::size_t G = topo_.gpus.size();
   Time earliest = kNever;
   std::uint32_t id = kNone;
   std::size_t n = list.size(), start = rr_qp_[node] % n;
@@ -108,10 +107,8 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
     const Port& P = ports_[port];
     if (P.paused_until[q.queue] > now && now >= P.watchdog_until[q.queue]) continue;  // its class is paused here
     // Would this QP's next packet leave through `port`?
-    std::size_t slot = static_cast<std::size_t>(node) * G + static_cast<std::size_t>(gpu_rank_of_node_[q.dst]);
-    int count = route_count_[slot];
+    const auto [c, count] = routes_to(node, gpu_rank_of_node_[q.dst]);
     if (count == 0) continue;
-    const std::int32_t* c = &route_pool_[route_begin_[slot]];
     bool usable = false;
     if (count == 1) {
       usable = c[0] == port;
@@ -252,7 +249,8 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
 }
 
 void Network::endpoint_receive(std::uint32_t id) {
-  Packet& p = pool_[id];
+  // A copy: answering (ACK, NAK, CNP) takes packets from the pool, which may move its slots.
+  const Packet p = pool_[id];
   int qp = static_cast<int>(p.qp);
   QueuePair& q = qps_[qp];
   switch (p.type) {

@@ -58,13 +58,11 @@ Stall Network::find_stall(bool time_limit) const {
     s.waits.push_back(std::move(w));
   }
   // Sends not yet acknowledged, and those whose receiver is unreachable now.
-  const std::size_t G = topo_.gpus.size();
   std::set<std::pair<int, int>> unroutable;
   for (const FlowRecord& f : flows_) {
     if (f.parts_left_tx <= 0 || wait_index[f.src_agent] < 0) continue;
     s.waits[wait_index[f.src_agent]].unacknowledged.push_back(f.dst_agent);
-    const std::size_t slot = static_cast<std::size_t>(topo_.gpus[f.src_gpu]) * G + static_cast<std::size_t>(f.dst_gpu);
-    if (route_count_[slot] == 0) unroutable.insert({f.src_agent, f.dst_agent});
+    if (routes_to(topo_.gpus[f.src_gpu], f.dst_gpu).n == 0) unroutable.insert({f.src_agent, f.dst_agent});
   }
   s.unroutable.assign(unroutable.begin(), unroutable.end());
   // Ranks waiting for each other's messages.
