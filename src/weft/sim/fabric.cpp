@@ -645,20 +645,21 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
 }
 
 Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Workload& w) {
-  const double slots = static_cast<double>(t.nodes.size()) * RouteColumns::of(t).count();
+  const int destinations = RouteColumns::of(t).count();
+  const double slots = static_cast<double>(t.nodes.size()) * destinations;
   const double routes = slots * (sizeof(std::uint32_t) + sizeof(std::uint16_t) + sizeof(std::int32_t));
   double steps = 0;
   for (const Agent& a : w.agents) steps += static_cast<double>(a.steps.size());
-  return {routes, routes + 2.0 * static_cast<double>(t.links.size()) * sizeof(Port) + steps * 100};
+  return {routes, routes + 2.0 * static_cast<double>(t.links.size()) * sizeof(Port) + steps * 100, destinations};
 }
 
 Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
     : topo_(topology), cfg_(config), work_(std::move(workload)), rng_(config.seed) {
   const MemoryEstimate need = estimate_memory(topo_, work_);
   if (const auto have = available_memory_bytes(); have && need.total > 0.9 * static_cast<double>(*have)) {
-    throw ConfigError(fmt::format("this simulation needs about {:.1f} GiB (routing tables for {} nodes x {} GPUs: {:.1f} GiB), "
+    throw ConfigError(fmt::format("this simulation needs about {:.1f} GiB (routing tables for {} nodes x {} destinations: {:.1f} GiB), "
                                   "more than the {:.1f} GiB this machine has available: simulate a smaller fabric",
-                                  need.total / 1073741824.0, topo_.nodes.size(), topo_.gpus.size(),
+                                  need.total / 1073741824.0, topo_.nodes.size(), need.destinations,
                                   need.routes / 1073741824.0, static_cast<double>(*have) / 1073741824.0));
   }
   finalize_config(cfg_);

@@ -173,9 +173,10 @@ class Network : public EventTarget {
   // machine has available (estimate_memory), before allocating it.
   Network(const Topology& topology, const SimConfig& config, Workload workload);
   // What a run holds, roughly: the routing tables (a slot and at least one candidate port
-  // per node and destination GPU), then the ports and the workload's steps.
+  // per node and routing destination, RouteColumns), then the ports and the workload's steps.
   struct MemoryEstimate {
     double routes, total;  // bytes
+    int destinations;      // routing columns
   };
   static MemoryEstimate estimate_memory(const Topology& topology, const Workload& workload);
   ~Network() override;
