@@ -167,7 +167,9 @@ std::uint32_t Network::hash_tuple(int node, const Packet& p) const {
 }
 
 int Network::choose_port(int node, Packet& p) {
-  const auto [c, n] = routes_to(node, gpu_rank_of_node_[p.dst]);
+  const Candidates next = routes_to(node, gpu_rank_of_node_[p.dst]);
+  const std::int32_t* c = next.ports;
+  const int n = next.n;
   if (n == 0) return -1;
   if (n == 1) return c[0];
   auto least_loaded = [&]() {

@@ -107,7 +107,9 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
     const Port& P = ports_[port];
     if (P.paused_until[q.queue] > now && now >= P.watchdog_until[q.queue]) continue;  // its class is paused here
     // Would this QP's next packet leave through `port`?
-    const auto [c, count] = routes_to(node, gpu_rank_of_node_[q.dst]);
+    const Candidates next = routes_to(node, gpu_rank_of_node_[q.dst]);
+    const std::int32_t* c = next.ports;
+    const int count = next.n;
     if (count == 0) continue;
     bool usable = false;
     if (count == 1) {
