@@ -292,8 +292,7 @@ class Network : public EventTarget {
   std::vector<Port> ports_;
   std::vector<std::vector<int>> node_ports_;
   std::vector<int> link_port_;           // link -> its port at end a (peer is end b)
-  // Routes: for node n and destination GPU rank d, the candidate ports are
-  // Routes are kept per column, not per GPU: a GPU with one link, to a switch, is reached
+  // Routes (routes_to) are kept per column, not per GPU: a GPU with one link, to a switch, is reached
   // through that switch (its anchor) from everywhere else, so every GPU under one switch
   // shares the column routed toward the switch; other GPUs have a column of their own.
   // route_pool_[route_begin_[n * C + c] + i] for i < route_count_[n * C + c], C columns.
