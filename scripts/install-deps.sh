@@ -23,9 +23,10 @@ packages=(
 if [ "${WEFT_BENCH_DEPS:-0}" = "1" ]; then
   packages+=(python3-torch python3-numpy)
 fi
-# make fuzz builds the libFuzzer harnesses with clang (its runtime holds libFuzzer).
+# make fuzz builds the libFuzzer harnesses with clang; libFuzzer and the sanitizer runtimes
+# are in libclang-rt-dev, which clang only recommends (and recommendations are not installed).
 if [ "${WEFT_FUZZ_DEPS:-0}" = "1" ]; then
-  packages+=(clang)
+  packages+=(clang libclang-rt-dev)
 fi
 
 missing=()
