@@ -204,6 +204,10 @@ Program allreduce_rabenseifner(int rank, int world, std::int64_t n, const Option
   return p;
 }
 
+namespace {
+
+// The order of channel c's ring: hosts in order, each host's local ranks from c on, reversed
+// on odd hosts.
 std::vector<int> rail_ring_order(int hosts, int local, int channel) {
   std::vector<int> order;
   order.reserve(static_cast<std::size_t>(hosts) * static_cast<std::size_t>(local));
@@ -214,6 +218,8 @@ std::vector<int> rail_ring_order(int hosts, int local, int channel) {
     }
   return order;
 }
+
+}  // namespace
 
 Program allreduce_rail_rings(int rank, int world, std::int64_t n, const Options& o) {
   Program p;

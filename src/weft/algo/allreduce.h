@@ -17,8 +17,6 @@
 //                       all-gather (needs Options::local_world dividing the world)
 #pragma once
 
-#include <vector>
-
 #include "weft/algo/program.h"
 
 namespace weft::algo {
@@ -37,8 +35,5 @@ Program allreduce_hierarchical(int rank, int world, std::int64_t n, const Option
 // of hosts, all but the hop that closes the ring). Without ranks per host that divide the
 // world: one ring in rank order.
 Program allreduce_rail_rings(int rank, int world, std::int64_t n, const Options& o);
-// The order of channel c's ring: hosts in order, each host's local ranks from c on,
-// reversed on odd hosts.
-std::vector<int> rail_ring_order(int hosts, int local, int channel);
 
 }  // namespace weft::algo

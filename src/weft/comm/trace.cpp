@@ -37,17 +37,18 @@ void Tracer::write(const TraceRecord& r) {
   if (!r.reduce.empty()) j["reduce"] = r.reduce;
   if (r.root >= 0) j["root"] = r.root;
   if (!r.peers.empty()) j["peers"] = r.peers;
-  std::lock_guard<std::mutex> lock(mu_);
-  std::ofstream f(path_, std::ios::app);
-  f << j.dump() << "\n";
+  append(j.dump());
 }
 
 void Tracer::mark(const std::string& name, int global_rank) {
   const std::int64_t t = now_us();
-  const nlohmann::json j = {{"op", "mark"}, {"name", name}, {"rank", global_rank}, {"start_us", t}, {"end_us", t}};
+  append(nlohmann::json{{"op", "mark"}, {"name", name}, {"rank", global_rank}, {"start_us", t}, {"end_us", t}}.dump());
+}
+
+void Tracer::append(const std::string& line) {
   std::lock_guard<std::mutex> lock(mu_);
   std::ofstream f(path_, std::ios::app);
-  f << j.dump() << "\n";
+  f << line << "\n";
 }
 
 TraceRecord collective_record(algo::Collective c, const std::string& algorithm, const TraceGroup& g, DataType type,

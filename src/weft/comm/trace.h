@@ -51,6 +51,7 @@ class Tracer {
   void mark(const std::string& name, int global_rank);
 
  private:
+  void append(const std::string& line);  // one record, whole, under the lock
   std::mutex mu_;
   std::string path_;
 };

@@ -102,7 +102,6 @@ void Network::message_delivered(int flow) {
 void Network::message_sent(int flow) {
   FlowRecord& f = flows_[flow];
   if (--f.parts_left_sent > 0) return;
-  f.sent = events_.now();
   if (cfg_.send_done == SendDone::kSent) send_step_done(f.src_agent);
 }
 

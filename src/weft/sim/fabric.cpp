@@ -52,6 +52,13 @@ void Network::build_ports() {
     }
     link_port_[l] = pa;
   }
+  // The port from each anchored GPU's switch to it (the end of its one link at the switch).
+  anchor_port_.assign(topo_.gpus.size(), -1);
+  for (std::size_t d = 0; d < topo_.gpus.size(); ++d)
+    if (const int l = columns_.last_link[d]; l >= 0) {
+      const int pa = link_port_[static_cast<std::size_t>(l)];
+      anchor_port_[d] = ports_[static_cast<std::size_t>(pa)].node == topo_.gpus[d] ? pa + 1 : pa;
+    }
 }
 
 RouteColumns RouteColumns::of(const Topology& t) {
@@ -101,15 +108,6 @@ Network::Candidates Network::routes_to(int node, int dst_gpu) const {
 }
 
 void Network::compute_routes() {
-  if (columns_.target.empty()) {
-    columns_ = RouteColumns::of(topo_);
-    anchor_port_.assign(topo_.gpus.size(), -1);
-    for (std::size_t d = 0; d < topo_.gpus.size(); ++d)
-      if (const int l = columns_.last_link[d]; l >= 0) {
-        const int pa = link_port_[static_cast<std::size_t>(l)];
-        anchor_port_[d] = ports_[static_cast<std::size_t>(pa)].node == topo_.gpus[d] ? pa + 1 : pa;
-      }
-  }
   const std::size_t N = topo_.nodes.size(), C = static_cast<std::size_t>(columns_.count());
   route_begin_.assign(N * C, 0);
   route_count_.assign(N * C, 0);
@@ -167,6 +165,11 @@ std::uint32_t Network::hash_tuple(int node, const Packet& p) const {
 }
 
 int Network::choose_port(int node, Packet& p) {
+  const int port = pick_port(node, p);
+  return port >= 0 && ports_[port].up ? port : -1;  // a failed link the routes still use: none
+}
+
+int Network::pick_port(int node, Packet& p) {
   const Candidates next = routes_to(node, gpu_rank_of_node_[p.dst]);
   const std::int32_t* c = next.ports;
   const int n = next.n;
@@ -339,7 +342,7 @@ void Network::drop(std::uint32_t id) {
 void Network::forward(int node, std::uint32_t id) {
   Packet& p = pool_[id];
   int out = choose_port(node, p);
-  if (out < 0 || !ports_[out].up) {  // no route, or a failed link the routes still use
+  if (out < 0) {
     ++counters_.lost_on_failure;
     pool_.release(id);
     return;
@@ -646,8 +649,7 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
   }
 }
 
-Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Workload& w) {
-  const int destinations = RouteColumns::of(t).count();
+Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Workload& w, int destinations) {
   const double slots = static_cast<double>(t.nodes.size()) * destinations;
   const double routes = slots * (sizeof(std::uint32_t) + sizeof(std::uint16_t) + sizeof(std::int32_t));
   double steps = 0;
@@ -656,8 +658,8 @@ Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Worklo
 }
 
 Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
-    : topo_(topology), cfg_(config), work_(std::move(workload)), rng_(config.seed) {
-  const MemoryEstimate need = estimate_memory(topo_, work_);
+    : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)), rng_(config.seed) {
+  const MemoryEstimate need = estimate_memory(topo_, work_, columns_.count());
   if (const auto have = available_memory_bytes(); have && need.total > 0.9 * static_cast<double>(*have)) {
     throw ConfigError(fmt::format("this simulation needs about {:.1f} GiB (routing tables for {} nodes x {} destinations: {:.1f} GiB), "
                                   "more than the {:.1f} GiB this machine has available: simulate a smaller fabric",

@@ -10,6 +10,7 @@
 //   report.cpp   summary, JSON/CSV outputs, pcap
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -72,6 +73,13 @@ struct QpMessage {
   int flow = -1;
 };
 
+// The message of `messages` (in PSN order) that holds `psn`; null when none does.
+inline const QpMessage* message_holding(const std::deque<QpMessage>& messages, std::uint32_t psn) {
+  auto it = std::upper_bound(messages.begin(), messages.end(), psn,
+                             [](std::uint32_t v, const QpMessage& m) { return v < m.psn_begin; });
+  return it != messages.begin() && psn < (it - 1)->psn_end ? &*(it - 1) : nullptr;
+}
+
 struct QueuePair {
   int src = -1, dst = -1;   // GPU node ids
   int src_agent = -1, dst_agent = -1;
@@ -114,7 +122,7 @@ struct FlowRecord {
   int src_gpu = -1, dst_gpu = -1;  // GPU ranks
   std::int64_t bytes = 0;
   std::int64_t delivered_bytes = 0;  // payload accepted by the receiver so far
-  Time start = 0, delivered = 0, acked = 0, sent = 0;  // sent: its last packet went on the wire
+  Time start = 0, delivered = 0, acked = 0;
   int parts_left_rx = 0, parts_left_tx = 0, parts_left_sent = 0;
   int collective = -1;
 };
@@ -178,7 +186,7 @@ class Network : public EventTarget {
     double routes, total;  // bytes
     int destinations;      // routing columns
   };
-  static MemoryEstimate estimate_memory(const Topology& topology, const Workload& workload);
+  static MemoryEstimate estimate_memory(const Topology& topology, const Workload& workload, int destinations);
   ~Network() override;
 
   // Runs until every agent finished or the time limit; `progress` prints simulated time
@@ -236,7 +244,10 @@ class Network : public EventTarget {
     int n;
   };
   Candidates routes_to(int node, int dst_gpu) const;
+  // The port a packet leaves `node` by, -1 when there is none that is up (no route, or a
+  // failed link the routes still hold until they converge).
   int choose_port(int node, Packet& p);
+  int pick_port(int node, Packet& p);  // by load balancing among the routes, up or not
   void try_send(int port);
   void transmit(int port, std::uint32_t id);
   void tx_done(int port);

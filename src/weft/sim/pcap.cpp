@@ -35,11 +35,8 @@ void mac(unsigned char* p, int node) {
 // The length of the message a First or Only packet starts, from its sender's messages not
 // yet acknowledged (a late duplicate of an acknowledged message: its own payload).
 std::int64_t Network::message_bytes(const Packet& p) const {
-  const std::deque<QpMessage>& unacked = qps_[p.qp].unacked;
-  auto it = std::upper_bound(unacked.begin(), unacked.end(), p.psn,
-                             [](std::uint32_t v, const QpMessage& m) { return v < m.psn_begin; });
-  if (it != unacked.begin() && p.psn < (it - 1)->psn_end) return (it - 1)->bytes;
-  return p.payload;
+  const QpMessage* m = message_holding(qps_[p.qp].unacked, p.psn);
+  return m ? m->bytes : p.payload;
 }
 
 void Network::capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path) {

@@ -177,10 +177,9 @@ std::uint32_t Network::make_data_packet(int qp) {
   if (again) ++counters_.retransmissions;
   bool was_idle = q.snd_una >= q.snd_max;
   q.snd_max = std::max(q.snd_max, psn + 1);
-  auto it = std::upper_bound(q.unacked.begin(), q.unacked.end(), psn,
-                             [](std::uint32_t v, const QpMessage& m) { return v < m.psn_begin; });
-  if (it == q.unacked.begin()) throw InternalError("simulator: PSN without a message");
-  const QpMessage& m = *(it - 1);
+  const QpMessage* held = message_holding(q.unacked, psn);
+  if (!held) throw InternalError("simulator: PSN without a message");
+  const QpMessage& m = *held;
   std::uint32_t index = psn - m.psn_begin, count = m.psn_end - m.psn_begin;
   if (!again && index + 1 == count) message_sent(m.flow);
   std::int64_t payload = index + 1 < count ? cfg_.mtu : m.bytes - cfg_.mtu * static_cast<std::int64_t>(count - 1);
@@ -239,7 +238,7 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
   p.sport = qps_[qp].sport;
   p.port = -1;
   int out = choose_port(from, p);
-  if (out < 0 || !ports_[out].up) {
+  if (out < 0) {
     ++counters_.lost_on_failure;
     pool_.release(id);
     return;
@@ -268,10 +267,7 @@ void Network::endpoint_receive(std::uint32_t id) {
 void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
   const Time now = events_.now();
   auto credit = [&] {
-    // The message holding this PSN (rx is in PSN order).
-    auto it = std::upper_bound(q.rx.begin(), q.rx.end(), p.psn,
-                               [](std::uint32_t v, const QpMessage& m) { return v < m.psn_begin; });
-    if (it != q.rx.begin()) flows_[(it - 1)->flow].delivered_bytes += p.payload;
+    if (const QpMessage* m = message_holding(q.rx, p.psn)) flows_[m->flow].delivered_bytes += p.payload;
     q.delivered_bytes += p.payload;
     counters_.bytes_delivered += p.payload;
   };

@@ -331,11 +331,11 @@ std::vector<std::pair<std::string, std::string>> output_files(const Network& net
     const double interval = to_seconds(std::max<Time>(net.config().sample_interval, 1));
     for (const QpSample& q : net.qp_samples()) {
       const QueuePair& Q = net.qps()[static_cast<std::size_t>(q.qp)];
-      const double line = q.rate > 0 ? q.rate : 0;
+      const bool limited = q.rate > 0;  // else at line rate: no rate or target to show
       std::snprintf(buf, sizeof buf, "%.6f,%d,%d,%d,%.4f,%lld,%s,%s,%.6f\n", to_us(q.at), q.qp,
                     net.gpu_rank_of(Q.src), net.gpu_rank_of(Q.dst), static_cast<double>(q.delivered_bytes) * 8 / interval / 1e9,
-                    static_cast<long long>(q.cnps), line > 0 ? fmt("%.4f", line / 1e9).c_str() : "",
-                    q.target > 0 && line > 0 ? fmt("%.4f", q.target / 1e9).c_str() : "", q.alpha);
+                    static_cast<long long>(q.cnps), limited ? fmt("%.4f", q.rate / 1e9).c_str() : "",
+                    limited ? fmt("%.4f", q.target / 1e9).c_str() : "", q.alpha);
       s += buf;
     }
     files.emplace_back("qps.csv", s);

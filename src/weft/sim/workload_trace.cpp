@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <string_view>
 
 #include "weft/algo/collective_facts.h"
 #include "weft/algo/registry.h"
@@ -124,10 +125,13 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
       } catch (const std::exception&) {
         throw ConfigError(rec.where + ": not a JSON object");
       }
+      // A mark is a point in time; an operation also says what it moved.
       const bool mark = rec.j.is_object() && rec.j.contains("op") && rec.j["op"] == "mark";
-      for (const char* key : {"op", "start_us", "end_us", "count", "bytes"})
-        if (!rec.j.is_object() || (!rec.j.contains(key) && !(mark && (key[0] == 'c' || key[0] == 'b'))))
+      for (const char* key : {"op", "start_us", "end_us", "count", "bytes"}) {
+        if (mark && key == std::string_view("count")) break;
+        if (!rec.j.is_object() || !rec.j.contains(key))
           throw ConfigError(rec.where + ": missing field '" + std::string(key) + "'");
+      }
       const nlohmann::json& j = rec.j;
       try {
         std::string op = j["op"].get<std::string>();

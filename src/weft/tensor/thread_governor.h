@@ -1,15 +1,16 @@
 // How many threads the kernels should use, from measured step times. On a machine whose
 // cores are shared with other work, a step split across T threads waits for the slowest,
 // and a core that is half taken can make 2 threads slower than 1 (bench/contention, with
-// OpenBLAS's own threading: 4-6x slower, single steps 25x). While other processes keep the cores busy (the caller says so
-// each step: util/machine.h), the governor measures the candidates 1, 2, 4, ..., T on real
-// steps (`window` steps each, after one settling step that is not counted; a count whose
-// step is `slow` times slower than a smaller count's median is dropped at once), keeps the
-// most threads unless fewer are at least `margin` faster by median, holds the choice for
-// `hold` steps, doubling the hold (up to `max_hold`) while the choice stays the same, or
-// `max_hold` at once when all threads were `slow` times slower, then measures again; two
-// steps `slow` times slower than the choice measured start a new measurement at once. Once the other work is gone for `window` steps it goes back to all
-// threads. On a machine nobody else uses it never measures, so it costs nothing there.
+// OpenBLAS's own threading: 4-6x slower, single steps 25x). While other processes keep the
+// cores busy (the caller says so each step: util/machine.h), the governor measures the
+// candidates 1, 2, 4, ..., T on real steps (`window` steps each, after one settling step
+// that is not counted; a count whose step is `slow` times slower than a smaller count's
+// median is dropped at once), keeps the most threads unless fewer are at least `margin`
+// faster by median, holds the choice for `hold` steps, doubling the hold (up to `max_hold`)
+// while the choice stays the same, or `max_hold` at once when all threads were `slow` times
+// slower, then measures again; two steps `slow` times slower than the choice measured start
+// a new measurement at once. Once the other work is gone for `window` steps it goes back to
+// all threads. On a machine nobody else uses it never measures, so it costs nothing there.
 // Pure: the caller applies the count (set_active_threads); results do not depend on it
 // (thread_pool.h), only the speed does.
 #pragma once
