@@ -218,7 +218,9 @@ Time parse_time(const std::string& text, const std::string& what) {
   else if (u == "s") scale = 1e12;
   else throw ConfigError(what + ": '" + text + "' needs a time unit (ps, ns, us, ms, s)");
   double ps = v * scale;
-  if (ps > 1.8e19) throw ConfigError(what + ": '" + text + "' is too long");
+  // At most 2^62 ps (53 days): a time plus a delay (the clock at the time limit plus a
+  // timeout or a convergence delay) then still fits the 64-bit clock.
+  if (ps > 4.6e18) throw ConfigError(what + ": '" + text + "' is too long (at most 53 days)");
   return static_cast<Time>(std::llround(ps));
 }
 
