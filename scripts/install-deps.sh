@@ -18,11 +18,8 @@ packages=(
   python3                  # test scripts read traces and JSON with it
   libjs-chart.js           # Chart.js, built into the pages of weft report
   chromium                 # tests open the report pages in a real (headless) browser
+  python3-torch python3-numpy  # PyTorch scripts under weft launch (tests), the benchmarks' reference
 )
-# The reference side of the benchmarks (PyTorch) is only needed by bench/.
-if [ "${WEFT_BENCH_DEPS:-0}" = "1" ]; then
-  packages+=(python3-torch python3-numpy)
-fi
 # make fuzz builds the libFuzzer harnesses with clang; libFuzzer and the sanitizer runtimes
 # are in libclang-rt-dev, which clang only recommends (and recommendations are not installed).
 if [ "${WEFT_FUZZ_DEPS:-0}" = "1" ]; then

@@ -16,7 +16,7 @@ for i in 1 2 3; do
 done
 pids=()
 for i in 1 2 3; do
-  grep -q " 1048576 \+262144 \+f32" "$work/$i.out" || { echo "FAIL: job $i did not finish"; failed=1; }
+  grep -q " 1048576 \+262144 \+float" "$work/$i.out" || { echo "FAIL: job $i did not finish"; failed=1; }
 done
 [ "$failed" = 0 ] || exit 1
 echo "three single-process jobs ran side by side"

@@ -1,80 +1,241 @@
+#include <cstdio>
 #include <memory>
 
 #include "weft/cli/commands.h"
 #include "weft/comm/bench.h"
+#include "weft/comm/auth.h"
 #include "weft/comm/launcher.h"
+#include "weft/comm/process.h"
+#include "weft/util/env.h"
 #include "weft/util/error.h"
+#include "weft/util/parse.h"
 #include "weft/util/size.h"
 
 namespace weft::cli {
 
+namespace {
+
+// "N" or "MIN:MAX" (--nnodes).
+void parse_nnodes(const std::string& text, comm::LaunchConfig& c) {
+  auto number = [&](const std::string& s) {
+    const auto v = parse_integer(s);
+    if (!v || *v < 0 || *v > 1 << 20) throw ConfigError("--nnodes: '" + text + "' is not N or MIN:MAX");
+    return static_cast<int>(*v);
+  };
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) {
+    c.nnodes = number(text);
+    return;
+  }
+  c.min_nodes = number(text.substr(0, colon));
+  c.nnodes = number(text.substr(colon + 1));
+  if (c.min_nodes < 1) throw ConfigError("--nnodes MIN:MAX needs MIN >= 1");
+}
+
+// torchrun's --nproc-per-node: a number, or auto/cpu (this machine has no GPUs weft uses:
+// the cores the launcher may run on).
+int parse_nproc(const std::string& text) {
+  if (text == "auto" || text == "cpu") return static_cast<int>(comm::allowed_cores().size());
+  if (text == "gpu") throw ConfigError("--nproc-per-node gpu: weft runs its ranks on processors (use a number, auto or cpu)");
+  const auto v = parse_integer(text);
+  if (!v || *v < 1 || *v > 4096) throw ConfigError("--nproc-per-node must be at least 1 (or auto, cpu), got '" + text + "'");
+  return static_cast<int>(*v);
+}
+
+// torchrun's --redirects/--tee: "3" for every local rank, or "0:1,1:2" per local rank
+// (1 stdout, 2 stderr, 3 both).
+std::vector<int> parse_streams(const std::string& text, int ranks, const char* flag) {
+  auto code = [&](const std::string& s) {
+    const auto v = parse_integer(s);
+    if (!v || *v < 0 || *v > 3)
+      throw ConfigError(std::string(flag) + ": '" + text + "' is not 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:CODE,...");
+    return static_cast<int>(*v);
+  };
+  if (text.find(':') == std::string::npos) return std::vector<int>(static_cast<size_t>(ranks), code(text));
+  std::vector<int> per(static_cast<size_t>(ranks), 0);
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    const std::size_t colon = item.find(':');
+    if (colon == std::string::npos) code("x");
+    const auto rank = parse_integer(item.substr(0, colon));
+    if (!rank || *rank < 0 || *rank >= ranks)
+      throw ConfigError(std::string(flag) + ": local rank '" + item.substr(0, colon) + "' is outside 0.." + std::to_string(ranks - 1));
+    per[static_cast<size_t>(*rank)] = code(item.substr(colon + 1));
+    at = comma + 1;
+  }
+  return per;
+}
+
+// HOST[:PORT] (--rdzv-endpoint; torchrun's default port is 29400).
+void parse_endpoint(const std::string& text, comm::LaunchConfig& c) {
+  const auto colon = text.rfind(':');
+  c.master_addr = text.substr(0, colon);
+  c.master_port = 29400;
+  if (colon != std::string::npos) {
+    const auto port = parse_integer(text.substr(colon + 1));
+    if (!port || *port < 0 || *port > 65535) throw ConfigError("--rdzv-endpoint: '" + text + "' is not HOST[:PORT]");
+    c.master_port = static_cast<int>(*port);
+  }
+  if (c.master_addr.empty()) throw ConfigError("--rdzv-endpoint: '" + text + "' names no host");
+}
+
+}  // namespace
+
 void add_launch_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<comm::LaunchConfig>();
-  CLI::App* cmd = app.add_subcommand("launch", "start the ranks of a job on this node (torchrun-compatible)");
-  cmd->add_option("--nproc-per-node", c->nproc_per_node, "ranks on this node")->capture_default_str();
-  auto nnodes = std::make_shared<std::string>("1");
-  cmd->add_option("--nnodes", *nnodes, "nodes in the job, or MIN:MAX to go on with fewer after a node is lost")
+  // Flags as text where they need more than CLI11's checks, and torchrun's rendezvous flags.
+  struct Extra {
+    std::string nproc = "1", nnodes = "1", redirects, tee, rdzv_backend = "static", rdzv_endpoint, rdzv_conf;
+    bool standalone = false, no_prefix = false, no_python = false;
+  };
+  auto x = std::make_shared<Extra>();
+  CLI::App* cmd = app.add_subcommand("launch", "start the ranks of a job on this node (torchrun's flags and environment)");
+  cmd->add_option("--nproc-per-node,--nproc_per_node", x->nproc, "ranks on this node: N, or auto/cpu (one per core)")
+      ->capture_default_str();
+  cmd->add_option("--nnodes", x->nnodes, "nodes in the job, or MIN:MAX to go on with fewer after a node is lost")
       ->capture_default_str();
   cmd->add_option("--join-timeout", c->join_timeout_s,
                   "--nnodes MIN:MAX: seconds an attempt waits for nodes beyond MIN")
       ->capture_default_str();
-  cmd->add_option("--node-rank", c->node_rank, "this node's index")->capture_default_str();
-  cmd->add_option("--master-addr", c->master_addr, "address of the node running rank 0")->capture_default_str();
-  cmd->add_option("--master-port", c->master_port, "port of the job's store (0: a free port, single node only)")
+  cmd->add_option("--node-rank,--node_rank", c->node_rank, "this node's index")->capture_default_str();
+  cmd->add_option("--master-addr,--master_addr", c->master_addr, "address of the node running rank 0")
       ->capture_default_str();
-  cmd->add_option("--max-restarts", c->max_restarts, "restart all ranks up to K times when one fails")
+  cmd->add_option("--master-port,--master_port", c->master_port, "port of the job's store (0: a free port, single node only)")
       ->capture_default_str();
+  cmd->add_flag("--standalone", x->standalone, "a job on this node alone, on a free port (torchrun's --standalone)");
+  cmd->add_option("--rdzv-backend,--rdzv_backend", x->rdzv_backend,
+                  "c10d or static: both meet at the rendezvous endpoint (or --master-addr/--master-port)")
+      ->capture_default_str();
+  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", x->rdzv_endpoint, "HOST[:PORT] of the rendezvous (port 29400 if left out)");
+  cmd->add_option("--rdzv-id,--rdzv_id", c->run_id, "the job's id (TORCHELASTIC_RUN_ID; the log folder's name)")
+      ->capture_default_str();
+  cmd->add_option("--rdzv-conf,--rdzv_conf", x->rdzv_conf, "last_call_timeout=SECONDS (as --join-timeout)");
+  cmd->add_option("--max-restarts,--max_restarts", c->max_restarts, "restart all ranks up to K times when one fails")
+      ->capture_default_str();
+  cmd->add_option("--role", c->role, "ROLE_NAME of the ranks")->capture_default_str();
+  cmd->add_option("--log-dir,--log_dir", c->log_dir, "folder for --redirects and --tee (default: a new temporary one)");
+  cmd->add_option("-r,--redirects", x->redirects, "send ranks' output only to files: 1 stdout, 2 stderr, 3 both, or 0:3,1:2");
+  cmd->add_option("-t,--tee", x->tee, "send ranks' output to files and the console: 1, 2, 3, or LOCAL_RANK:CODE,...");
+  cmd->add_flag("--no-prefix", x->no_prefix, "print ranks' lines without \"[rank] \" (a job of one rank never has it)");
+  cmd->add_flag("--no-python,--no_python", x->no_python, "run a .py command as it is, not with python3");
+  cmd->add_flag("-m,--module", c->module, "run the command as a Python module (python3 -m)");
   cmd->add_option("--bind", c->bind, "cores: bind each rank to its share of the cores (ranks beyond the cores "
                                      "share them round-robin); none: leave the ranks free")
       ->capture_default_str();
-  cmd->add_option("command", c->command, "the command each rank runs (after --)")->required();
-  cmd->callback([c, nnodes, &action] {
-    action = [c, nnodes] {
-      // "N" or "MIN:MAX".
-      auto number = [](const std::string& s) {
-        std::size_t used = 0;
-        int v = -1;
-        try {
-          v = std::stoi(s, &used);
-        } catch (...) {
-          used = 0;
-        }
-        if (used != s.size() || s.empty()) throw ConfigError("--nnodes: '" + s + "' is not N or MIN:MAX");
-        return v;
-      };
-      auto colon = nnodes->find(':');
-      if (colon == std::string::npos) {
-        c->nnodes = number(*nnodes);
-      } else {
-        c->min_nodes = number(nnodes->substr(0, colon));
-        c->nnodes = number(nnodes->substr(colon + 1));
-        if (c->min_nodes < 1) throw ConfigError("--nnodes MIN:MAX needs MIN >= 1");
+  auto after_dashes = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("command", *after_dashes, "the command each rank runs (after --, or its first word not an option)");
+  cmd->footer("The command follows the options (after --, or from the first word that is not an option); "
+              "a command ending in .py runs with python3, as under torchrun.");
+  cmd->callback([c, x, cmd, after_dashes, &action] {
+    action = [c, x, cmd, after_dashes] {
+      c->command = *after_dashes;
+      c->nproc_per_node = parse_nproc(x->nproc);
+      parse_nnodes(x->nnodes, *c);
+      if (x->rdzv_backend != "c10d" && x->rdzv_backend != "static")
+        throw ConfigError("--rdzv-backend '" + x->rdzv_backend + "': weft's launchers meet through its own store (c10d or static)");
+      if (!x->rdzv_endpoint.empty()) {
+        if (cmd->count("--master-addr") + cmd->count("--master-port") > 0)
+          throw ConfigError("give --rdzv-endpoint or --master-addr/--master-port, not both");
+        parse_endpoint(x->rdzv_endpoint, *c);
+      }
+      if (!x->rdzv_conf.empty()) {
+        const std::string key = "last_call_timeout=";
+        const auto v = x->rdzv_conf.rfind(key, 0) == 0 ? parse_number(x->rdzv_conf.substr(key.size())) : std::nullopt;
+        if (!v || x->rdzv_conf.find(',') != std::string::npos)
+          throw ConfigError("--rdzv-conf '" + x->rdzv_conf + "': weft knows last_call_timeout=SECONDS");
+        c->join_timeout_s = *v;
+      }
+      if (x->standalone) {
+        if (c->nnodes != 1 || c->min_nodes > 1) throw ConfigError("--standalone runs one node: leave out --nnodes");
+        if (!x->rdzv_endpoint.empty()) throw ConfigError("--standalone picks its own endpoint: leave out --rdzv-endpoint");
+        c->master_addr = "127.0.0.1";
+        c->master_port = 0;
+        if (cmd->count("--rdzv-id") == 0) c->run_id = comm::generate_token().substr(0, 12);
+      }
+      if (!x->redirects.empty()) c->redirects = parse_streams(x->redirects, c->nproc_per_node, "--redirects");
+      if (!x->tee.empty()) c->tee = parse_streams(x->tee, c->nproc_per_node, "--tee");
+      c->prefix = !x->no_prefix;
+      if (x->no_python) {
+        if (c->module) throw ConfigError("--module runs python3 -m: it cannot go with --no-python");
+        c->python.clear();
       }
       return comm::launch(*c);
     };
   });
 }
 
+std::vector<std::string> with_launch_separator(CLI::App& app, std::vector<std::string> args) {
+  if (args.empty() || args[0] != "launch") return args;
+  const CLI::App* launch = app.get_subcommand("launch");
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") break;
+    if (a.size() > 1 && a[0] == '-') {
+      const std::string name = a.substr(0, a.find('='));
+      const CLI::Option* opt = launch->get_option_no_throw(name);
+      if (!opt) throw CLI::ExtrasError({name});
+      // An option's value is the next word, unless given as --name=value.
+      if (opt->get_items_expected_min() > 0 && name.size() == a.size()) ++i;
+      continue;
+    }
+    args.insert(args.begin() + static_cast<std::ptrdiff_t>(i), "--");
+    break;
+  }
+  return args;
+}
+
 void add_comm_bench_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<comm::BenchConfig>();
-  auto sizes = std::make_shared<std::pair<std::string, std::string>>("8", "64M");
-  CLI::App* cmd = app.add_subcommand("comm-bench", "measure a collective (run under weft launch)");
-  cmd->add_option("--op", c->op, "allreduce broadcast reduce gather scatter allgather reduce_scatter alltoall barrier")
+  // Sizes as text (weft's size syntax); -g, -t: nccl-tests' threads and GPUs per process.
+  struct Extra {
+    std::string min = "8", max = "64M", step = "0";
+    int check = 1, gpus = 1, threads = 1;
+    bool list = false;
+  };
+  auto x = std::make_shared<Extra>();
+  CLI::App* cmd = app.add_subcommand("comm-bench", "measure a collective, nccl-tests style (run under weft launch)");
+  cmd->add_option("--op", c->op,
+                  "allreduce broadcast reduce gather scatter allgather reduce_scatter alltoall barrier sendrecv "
+                  "(nccl-tests' names too: all_reduce, all_gather, ...)")
       ->capture_default_str();
-  cmd->add_option("--algo", c->algorithm, "algorithm (default: the selection table's choice per size)");
+  cmd->add_option("--algo", c->algorithm, "algorithm (default: the selection table's choice per size; --list)");
   cmd->add_option("--transport", c->transport, "auto | shm | tcp (default: WEFT_TRANSPORT or auto)");
-  cmd->add_option("--dtype", c->dtype, "f32 | f64 | i32 | i64")->capture_default_str();
-  cmd->add_option("--reduce", c->reduce, "sum | avg | max | min | prod")->capture_default_str();
-  cmd->add_option("--min", sizes->first, "smallest size in bytes (8, 64K = 65536, 1MB = 10^6, 1MiB = 2^20)")
+  cmd->add_option("-d,--dtype,--datatype", c->dtype,
+                  "float half bfloat16 double int32 int64 (or f32 f16 bf16 f64 i32 i64), or all")
       ->capture_default_str();
-  cmd->add_option("--max", sizes->second, "largest size in bytes, stepping x2")->capture_default_str();
-  cmd->add_option("--iters", c->iters, "timed repeats per size")->capture_default_str();
-  cmd->add_option("--warmup", c->warmup, "untimed repeats per size")->capture_default_str();
+  cmd->add_option("-o,--reduce", c->reduce, "sum | prod | max | min | avg, or all")->capture_default_str();
+  cmd->add_option("-b,--min,--minbytes", x->min, "smallest size in bytes (8, 64K = 65536, 1MB = 10^6, 1MiB = 2^20)")
+      ->capture_default_str();
+  cmd->add_option("-e,--max,--maxbytes", x->max, "largest size in bytes")->capture_default_str();
+  cmd->add_option("-f,--stepfactor", c->step_factor, "multiply the size by this from one row to the next")
+      ->capture_default_str();
+  cmd->add_option("-i,--stepbytes", x->step, "with -f 1: add this many bytes from one row to the next");
+  cmd->add_option("-n,--iters", c->iters, "timed repeats per size")->capture_default_str();
+  cmd->add_option("-w,--warmup,--warmup_iters", c->warmup, "untimed repeats per size")->capture_default_str();
+  cmd->add_option("-c,--check", x->check, "1: check every result (#wrong); 0: do not")->capture_default_str();
+  cmd->add_option("-r,--root", c->root, "root rank of broadcast, reduce, gather and scatter")->capture_default_str();
+  cmd->add_option("-a,--average", c->average, "time over the ranks: 0 rank 0, 1 mean, 2 min, 3 max (the slowest)")
+      ->capture_default_str();
+  cmd->add_option("-g,--ngpus", x->gpus, "nccl-tests' GPUs per process: weft runs one rank per process (ignored)");
+  cmd->add_option("-t,--nthreads", x->threads, "nccl-tests' threads per process: one rank per process (ignored)");
   cmd->add_flag("--json", c->json, "print one JSON object per size");
-  cmd->callback([c, sizes, &action] {
-    action = [c, sizes] {
-      c->min_bytes = parse_size(sizes->first, "--min");
-      c->max_bytes = parse_size(sizes->second, "--max");
+  cmd->add_flag("--list", x->list, "list the collectives and their algorithms");
+  cmd->callback([c, x, &action] {
+    action = [c, x] {
+      if (x->list) {
+        comm::print_collectives();
+        return 0;
+      }
+      c->min_bytes = parse_size(x->min, "--min");
+      c->max_bytes = parse_size(x->max, "--max");
+      c->step_bytes = parse_size(x->step, "-i");
+      if (x->check != 0 && x->check != 1) throw ConfigError("-c (--check) must be 0 or 1");
+      c->check = x->check == 1;
+      if ((x->gpus != 1 || x->threads != 1) && env_string("RANK").value_or("0") == "0")
+        std::fprintf(stderr, "comm-bench: -g %d -t %d ignored: each weft rank is one process with one device "
+                             "(start more ranks with weft launch --nproc-per-node)\n", x->gpus, x->threads);
       return comm::run_comm_bench(*c);
     };
   });

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace weft::cli {
 
@@ -37,6 +38,11 @@ void add_timeline_command(CLI::App& app, Action& action);
 void add_demo_command(CLI::App& app, Action& action);
 // weft launch ... -- command
 void add_launch_command(CLI::App& app, Action& action);
+// weft launch's command starts at the first word that is not one of launch's options or
+// their values (as torchrun reads its command line): returns `args` (argv without the
+// program) with "--" put before that word, so that the command's own options stay its own.
+// Throws CLI::ExtrasError naming an option that launch does not have.
+std::vector<std::string> with_launch_separator(CLI::App& app, std::vector<std::string> args);
 // weft comm-bench ...
 void add_comm_bench_command(CLI::App& app, Action& action);
 // weft plan ...

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "weft/cli/commands.h"
 #include "weft/util/error.h"
@@ -25,8 +26,17 @@ int main(int argc, char** argv) {
   weft::cli::add_generate_command(app, action);
   weft::cli::add_serve_command(app, action);
   weft::cli::add_serve_bench_command(app, action);
+  auto is_command = [&](const std::string& name) {
+    for (const auto* sub : app.get_subcommands({}))
+      if (sub->get_name() == name) return true;
+    return false;
+  };
   try {
-    app.parse(argc, argv);
+    // weft launch's command keeps its own options (torchrun's command line).
+    std::vector<std::string> args = weft::cli::with_launch_separator(app, std::vector<std::string>(argv + 1, argv + argc));
+    std::vector<char*> words{argv[0]};
+    for (auto& a : args) words.push_back(a.data());
+    app.parse(static_cast<int>(words.size()), words.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -35,7 +45,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
-    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands().empty()) {
+    if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
       std::string known;
       for (const auto* sub : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + sub->get_name();
       msg = "unknown command '" + std::string(argv[1]) + "' (commands: " + known + ")";

@@ -32,13 +32,28 @@ namespace {
 volatile sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
 
+// Where a rank's lines go: the console (with or without "[rank] "), a log file, or both.
+struct Sink {
+  std::FILE* console = nullptr;
+  std::FILE* file = nullptr;
+  bool prefix = true;
+};
+
 struct Worker {
   pid_t pid = -1;
   int rank = 0;
   int out_fd = -1, err_fd = -1;
   std::string out_buf, err_buf;
+  Sink out, err;
   bool running = true;
   int status = 0;
+  Worker() = default;
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  ~Worker() {
+    for (std::FILE* f : {out.file, err.file})
+      if (f) std::fclose(f);
+  }
 };
 
 int free_port() {
@@ -74,16 +89,19 @@ void draw_progress() {
   std::fflush(stderr);
 }
 
-void print_line(std::FILE* out, int rank, const char* text, std::size_t n) {
+void print_line(const Sink& sink, int rank, const char* text, std::size_t n) {
+  if (sink.file) std::fprintf(sink.file, "%.*s\n", static_cast<int>(n), text);
+  if (!sink.console) return;
   clear_progress();
-  std::fprintf(out, "[%d] %.*s\n", rank, static_cast<int>(n), text);
-  std::fflush(out);
+  if (sink.prefix) std::fprintf(sink.console, "[%d] ", rank);
+  std::fprintf(sink.console, "%.*s\n", static_cast<int>(n), text);
+  std::fflush(sink.console);
   draw_progress();
 }
 
 // Prints the complete lines of `buf` prefixed with the rank (all: the rest too); `progress`:
 // the buffer is rank 0's stderr on a terminal, where text after a "\r" is its progress line.
-void flush_lines(std::string& buf, int rank, std::FILE* out, bool all, bool progress) {
+void flush_lines(std::string& buf, int rank, const Sink& out, bool all, bool progress) {
   std::size_t start = 0;
   for (;;) {
     std::size_t nl = buf.find('\n', start);
@@ -116,7 +134,7 @@ void flush_lines(std::string& buf, int rank, std::FILE* out, bool all, bool prog
     clear_progress();
     g_line.open = false;
   }
-  std::fflush(out);
+  if (out.file) std::fflush(out.file);
 }
 
 // Shared-memory segments a rank created and did not unlink (it died during rendezvous):
@@ -152,12 +170,41 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
   const std::vector<int> cores = allowed_cores();  // the launcher's own, shared out below
   std::vector<std::string> argv_s = c.command;
   if (argv_s[0] == "weft") argv_s[0] = self_executable();
+  const auto ends_with = [](const std::string& s, const char* tail) {
+    const std::size_t n = std::strlen(tail);
+    return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+  };
+  if (c.module) argv_s.insert(argv_s.begin(), {c.python, "-m"});
+  else if (!c.python.empty() && ends_with(argv_s[0], ".py")) argv_s.insert(argv_s.begin(), c.python);
+  const bool prefix = c.prefix && world > 1;
+  const std::string threads_s = std::to_string(threads);
   for (int l = 0; l < c.nproc_per_node; ++l) {
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
       throw Error(std::string("cannot create pipes: ") + std::strerror(errno));
     }
     int rank = c.node_rank * c.nproc_per_node + l;
+    Worker& wk = workers[static_cast<size_t>(l)];
+    wk.out = {stdout, nullptr, prefix};
+    wk.err = {stderr, nullptr, prefix};
+    const int redirect = l < static_cast<int>(c.redirects.size()) ? c.redirects[static_cast<size_t>(l)] : 0;
+    const int tee = l < static_cast<int>(c.tee.size()) ? c.tee[static_cast<size_t>(l)] : 0;
+    if ((redirect | tee) != 0) {
+      const std::filesystem::path dir = std::filesystem::path(c.log_dir) / c.run_id /
+                                        ("attempt_" + std::to_string(attempt)) / std::to_string(l);
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      if (ec) throw ConfigError("--log-dir: cannot create " + dir.string() + ": " + ec.message());
+      auto open_log = [&](const char* name) {
+        std::FILE* f = std::fopen((dir / name).c_str(), "we");  // not inherited by the ranks
+        if (!f) throw ConfigError("--log-dir: cannot write " + (dir / name).string() + ": " + std::strerror(errno));
+        return f;
+      };
+      if ((redirect | tee) & 1) wk.out.file = open_log("stdout.log");
+      if ((redirect | tee) & 2) wk.err.file = open_log("stderr.log");
+      if (redirect & 1) wk.out.console = nullptr;
+      if (redirect & 2) wk.err.console = nullptr;
+    }
     // Built before fork: the child only makes the system call.
     cpu_set_t bind_set;
     CPU_ZERO(&bind_set);
@@ -179,9 +226,19 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       set("MASTER_ADDR", c.master_addr);
       set("MASTER_PORT", std::to_string(port));
       set("WEFT_JOB_TOKEN", token);
-      set("WEFT_NUM_THREADS", std::to_string(threads));
+      set("WEFT_NUM_THREADS", threads_s);
       set("WEFT_RESTART_COUNT", std::to_string(attempt));
-      if (rank == 0 && g_line.tty) set("WEFT_PROGRESS_TERMINAL", "1");  // rank 0 owns the terminal
+      // What a torchrun child sees (torch.distributed.run), for scripts written for it.
+      set("GROUP_WORLD_SIZE", std::to_string(c.nnodes));
+      set("ROLE_RANK", std::to_string(rank));
+      set("ROLE_WORLD_SIZE", std::to_string(world));
+      set("ROLE_NAME", c.role);
+      set("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt));
+      set("TORCHELASTIC_MAX_RESTARTS", std::to_string(c.max_restarts));
+      set("TORCHELASTIC_RUN_ID", c.run_id);
+      set("TORCHELASTIC_USE_AGENT_STORE", "False");  // rank 0 serves torch's store itself
+      if (!std::getenv("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", threads_s);
+      if (rank == 0 && g_line.tty && wk.err.console) set("WEFT_PROGRESS_TERMINAL", "1");  // rank 0 owns the terminal
       std::vector<char*> argv;
       for (auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
@@ -191,10 +248,10 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
     }
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
-    workers[l].pid = pid;
-    workers[l].rank = rank;
-    workers[l].out_fd = out_pipe[0];
-    workers[l].err_fd = err_pipe[0];
+    wk.pid = pid;
+    wk.rank = rank;
+    wk.out_fd = out_pipe[0];
+    wk.err_fd = err_pipe[0];
   }
 
   int first_failure = 0;
@@ -234,11 +291,13 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       char buf[65536];
       ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
       std::string& acc = err ? w.err_buf : w.out_buf;
+      const Sink& sink = err ? w.err : w.out;
+      const bool progress = err && w.rank == 0 && g_line.tty && sink.console;
       if (n > 0) {
         acc.append(buf, static_cast<size_t>(n));
-        flush_lines(acc, w.rank, err ? stderr : stdout, false, err && w.rank == 0 && g_line.tty);
+        flush_lines(acc, w.rank, sink, false, progress);
       } else {
-        flush_lines(acc, w.rank, err ? stderr : stdout, true, err && w.rank == 0 && g_line.tty);
+        flush_lines(acc, w.rank, sink, true, progress);
         ::close(fds[i].fd);
         (err ? w.err_fd : w.out_fd) = -1;
       }
@@ -300,9 +359,10 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
 
 }  // namespace
 
-int launch(const LaunchConfig& c) {
+namespace {
+
+void validate(const LaunchConfig& c) {
   if (c.nproc_per_node < 1) throw ConfigError("--nproc-per-node must be at least 1");
-  g_line.tty = ::isatty(2) != 0;
   if (c.nnodes < 1) throw ConfigError("--nnodes must be at least 1");
   if (c.min_nodes < 0 || c.min_nodes > c.nnodes)
     throw ConfigError("--nnodes MIN:MAX needs 1 <= MIN <= MAX, got " + std::to_string(c.min_nodes) + ":" + std::to_string(c.nnodes));
@@ -314,7 +374,30 @@ int launch(const LaunchConfig& c) {
   if (c.max_restarts < 0) throw ConfigError("--max-restarts must be >= 0");
   if (c.bind != "cores" && c.bind != "none") throw ConfigError("--bind '" + c.bind + "' is not cores or none");
   if (c.command.empty()) throw ConfigError("no command to launch (weft launch [options] -- command ...)");
+  if (c.run_id.empty() || c.run_id == "." || c.run_id == ".." ||
+      c.run_id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != std::string::npos)
+    throw ConfigError("--rdzv-id '" + c.run_id + "': use letters, digits, '.', '_' and '-' (it names the log folder)");
+}
 
+// Output sent to files without --log-dir goes to a new temporary folder, as under torchrun.
+LaunchConfig with_log_folder(LaunchConfig c) {
+  const bool logs = std::any_of(c.redirects.begin(), c.redirects.end(), [](int v) { return v != 0; }) ||
+                    std::any_of(c.tee.begin(), c.tee.end(), [](int v) { return v != 0; });
+  if (logs && c.log_dir.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "weft-launch-XXXXXX").string();
+    if (!::mkdtemp(tmpl.data())) throw Error(std::string("cannot create a log folder: ") + std::strerror(errno));
+    c.log_dir = tmpl;
+    std::fprintf(stderr, "weft launch: ranks' logs in %s\n", tmpl.c_str());
+  }
+  return c;
+}
+
+}  // namespace
+
+int launch(const LaunchConfig& config) {
+  validate(config);
+  g_line.tty = ::isatty(2) != 0;
+  const LaunchConfig c = with_log_folder(config);
   std::string token;
   if (auto t = env_string("WEFT_JOB_TOKEN")) {
     token = job_token_from_env();

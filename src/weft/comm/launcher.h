@@ -1,13 +1,19 @@
 // weft launch: starts the local ranks of a job, torchrun-style.
 //
-// Sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR,
-// MASTER_PORT, WEFT_JOB_TOKEN (generated when absent on a single node),
-// WEFT_NUM_THREADS (the cores divided among local ranks, unless set) and
-// WEFT_RESTART_COUNT (0, then 1, 2, ... after restarts); binds each local rank to its share
-// of the launcher's cores (--bind cores, the default; --bind none leaves them free); prefixes each line a
-// rank prints with "[rank] "; forwards SIGINT and SIGTERM; when a worker fails, stops the
-// others and either restarts all of them (--max-restarts) or returns the first failing
-// exit code (128 + signal for a signal).
+// Sets what torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
+// GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, ROLE_NAME, MASTER_ADDR, MASTER_PORT,
+// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
+// TORCHELASTIC_USE_AGENT_STORE=False, OMP_NUM_THREADS unless set) and weft's own
+// (WEFT_JOB_TOKEN, generated when absent on a single node; WEFT_NUM_THREADS, the cores
+// divided among local ranks unless set; WEFT_RESTART_COUNT); runs a command ending in .py
+// with python3 (as torchrun does; --no-python runs it as it is, --module runs python3 -m);
+// binds each local rank to its share of the launcher's cores (--bind cores, the default;
+// --bind none leaves them free); prefixes each line a rank prints with "[rank] " when the
+// job has several ranks (prefix off: none); sends a rank's output to files under
+// log_dir/run_id/attempt_N/LOCAL_RANK/{stdout,stderr}.log instead of (redirects) or as well
+// as (tee) the console; forwards SIGINT and SIGTERM; when a worker fails, stops the others
+// and either restarts all of them (--max-restarts) or returns the first failing exit code
+// (128 + signal for a signal).
 //
 // Elastic membership (--nnodes MIN:MAX): the launchers agree on the nodes of each attempt
 // through a store kept by node 0's launcher at MASTER_ADDR:MASTER_PORT. An attempt starts
@@ -33,6 +39,15 @@ struct LaunchConfig {
   int max_restarts = 0;
   std::string bind = "cores";  // cores: each local rank on its share of the cores; none
   double grace_s = 5.0;  // between SIGTERM and SIGKILL when stopping workers
+  bool prefix = true;    // "[rank] " before each line (only ever for a job of several ranks)
+  std::string run_id = "none";  // TORCHELASTIC_RUN_ID (torchrun's --rdzv-id)
+  std::string role = "default";  // ROLE_NAME
+  std::string log_dir;          // where redirected or teed output goes
+  // Per local rank, which streams go to files (1 stdout, 2 stderr, 3 both): `redirects`
+  // only to the file, `tee` to the file and the console. Empty: none.
+  std::vector<int> redirects, tee;
+  std::string python = "python3";  // runs a command that is a .py script ("": run as it is)
+  bool module = false;             // run the command as python3 -m MODULE
   std::vector<std::string> command;
 };
 

@@ -59,6 +59,7 @@ MPI_Datatype mpi_type(DataType t) {
     case DataType::kF64: return MPI_DOUBLE;
     case DataType::kI32: return MPI_INT32_T;
     case DataType::kI64: return MPI_INT64_T;
+    case DataType::kF16: case DataType::kBF16: return MPI_UINT16_T;  // moved, never reduced by MPI
   }
   return MPI_BYTE;
 }
@@ -197,8 +198,12 @@ void native(algo::Collective c, Group& group, const void* in, void* out, std::in
   const int n = static_cast<int>(count);
   const MPI_Datatype dt = mpi_type(t);
   const void* send = in == out ? MPI_IN_PLACE : in;
-  ExecContext ctx{algo::collective_name(c), rank, 0, nullptr};
   using algo::Collective;
+  const bool reduces = c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter;
+  if (reduces && (t == DataType::kF16 || t == DataType::kBF16))
+    throw ConfigError(std::string("the mpi algorithm cannot reduce ") + dtype_name(t) +
+                      " (MPI has no 16-bit float type); weft's own algorithms can");
+  ExecContext ctx{algo::collective_name(c), rank, 0, nullptr};
   int rc = MPI_SUCCESS;
   switch (c) {
     case Collective::kAllReduce: rc = MPI_Allreduce(send, out, n, dt, mpi_op(op), comm); break;

@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "weft/util/error.h"
+#include "weft/util/half_float.h"
 
 namespace weft::comm {
 
@@ -11,6 +12,7 @@ std::size_t element_size(DataType t) {
   switch (t) {
     case DataType::kF32: case DataType::kI32: return 4;
     case DataType::kF64: case DataType::kI64: return 8;
+    case DataType::kF16: case DataType::kBF16: return 2;
   }
   return 4;
 }
@@ -21,6 +23,8 @@ const char* dtype_name(DataType t) {
     case DataType::kF64: return "f64";
     case DataType::kI32: return "i32";
     case DataType::kI64: return "i64";
+    case DataType::kF16: return "f16";
+    case DataType::kBF16: return "bf16";
   }
   return "?";
 }
@@ -37,9 +41,9 @@ const char* op_name(ReduceOp op) {
 }
 
 DataType parse_dtype(const std::string& s) {
-  for (DataType t : {DataType::kF32, DataType::kF64, DataType::kI32, DataType::kI64})
+  for (DataType t : {DataType::kF32, DataType::kF64, DataType::kI32, DataType::kI64, DataType::kF16, DataType::kBF16})
     if (s == dtype_name(t)) return t;
-  throw ConfigError("unknown data type '" + s + "' (known: f32, f64, i32, i64)");
+  throw ConfigError("unknown data type '" + s + "' (known: f32, f64, i32, i64, f16, bf16)");
 }
 
 ReduceOp parse_op(const std::string& s) {
@@ -83,6 +87,21 @@ void with_op(ReduceOp op, Loop loop) {
   }
 }
 
+// A 16-bit float element: combines and divides as float32, rounded back once.
+template <std::uint16_t (*Narrow)(float), float (*Widen)(std::uint16_t)>
+struct Half {
+  std::uint16_t bits;
+  Half() = default;
+  explicit Half(float f) : bits(Narrow(f)) {}
+  explicit operator float() const { return Widen(bits); }
+  friend Half operator+(Half a, Half b) { return Half(float(a) + float(b)); }
+  friend Half operator*(Half a, Half b) { return Half(float(a) * float(b)); }
+  friend Half operator/(Half a, Half b) { return Half(float(a) / float(b)); }
+  friend bool operator<(Half a, Half b) { return float(a) < float(b); }
+};
+using F16 = Half<f16_from_float, float_from_f16>;
+using BF16 = Half<bf16_from_float, float_from_bf16>;
+
 // Calls f(T{}) with the element type of `t`.
 template <class F>
 void with_type(DataType t, F f) {
@@ -91,12 +110,17 @@ void with_type(DataType t, F f) {
     case DataType::kF64: f(double{}); break;
     case DataType::kI32: f(std::int32_t{}); break;
     case DataType::kI64: f(std::int64_t{}); break;
+    case DataType::kF16: f(F16{}); break;
+    case DataType::kBF16: f(BF16{}); break;
   }
 }
 
 template <class T>
 void divide(T* d, std::size_t n, int by) {
-  for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] / static_cast<T>(by));
+  T divisor;
+  if constexpr (std::is_arithmetic_v<T>) divisor = static_cast<T>(by);
+  else divisor = T(static_cast<float>(by));
+  for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] / divisor);
 }
 }  // namespace
 

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "weft/util/half_float.h"
+
 namespace weft {
 
 enum class DType : std::uint8_t { F32, F64, BF16 };
@@ -19,20 +21,9 @@ constexpr const char* dtype_name(DType t) { return t == DType::F32 ? "f32" : t =
 struct bf16 {
   std::uint16_t bits;
 };
-// Round to nearest, ties to even; NaN stays NaN.
-inline bf16 to_bf16(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<std::uint16_t>((u >> 16) | 0x40u)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bf16{static_cast<std::uint16_t>(u >> 16)};
-}
-inline float from_bf16(bf16 h) {
-  std::uint32_t u = static_cast<std::uint32_t>(h.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// Round to nearest, ties to even; NaN stays NaN (util/half_float.h).
+inline bf16 to_bf16(float f) { return bf16{bf16_from_float(f)}; }
+inline float from_bf16(bf16 h) { return float_from_bf16(h.bits); }
 
 template <class T>
 constexpr DType dtype_of();
