@@ -12,8 +12,10 @@ trap 'rm -rf "$work"' EXIT
 export PATH="$bin_dir:$PATH"
 repo=$(cd "$(dirname "$page")/.." && pwd)
 cd "$work"
-# Pages refer to the repository's example files as examples/...
+# Pages refer to the repository's example files as examples/..., and to the build folder
+# (the one holding the weft binary) as build/.
 ln -s "$repo/examples" examples
+ln -s "$bin_dir" build
 
 mapfile -t lines <"$page"
 in_block=0

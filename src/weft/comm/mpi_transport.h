@@ -1,7 +1,9 @@
 // The MPI transport: weft's own schedules over MPI point-to-point messages, and MPI's own
 // collectives (the algorithm "mpi") for comparison. Used when WEFT_TRANSPORT=mpi under
-// mpirun. Built when CMake finds MPI (Debian's OpenMPI); otherwise every entry point
-// reports that weft was built without MPI.
+// mpirun. The backend that calls MPI is its own library (weft_comm_mpi, built when CMake
+// finds MPI; installed as weft::comm_mpi), so that MPI is on a program's link line only when
+// the program asks for it: linking that library registers the backend. Without it, every
+// entry point reports that this weft has no MPI.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 
 namespace weft::comm::mpi {
 
+// Whether the MPI backend is linked into this program.
 bool built_with_mpi();
 // Initializes MPI once (thread level: serialized); returns this process's world rank and size.
 void init(int* rank, int* world);
@@ -36,5 +39,15 @@ void execute(const algo::Program& program, const ExecBuffers& buffers, Group& gr
 // (count per rank; see communicator.h).
 void native(algo::Collective c, Group& group, const void* in, void* out, std::int64_t count, DataType t, ReduceOp op,
             int root);
+
+// The backend's entry points, one per function above; mpi_backend.cpp registers them.
+struct Backend {
+  void (*init)(int* rank, int* world);
+  std::shared_ptr<Group> (*world_group)();
+  std::shared_ptr<Group> (*make_group)(const Group& parent, const std::vector<int>& parent_ranks);
+  void (*execute)(const algo::Program&, const ExecBuffers&, Group&, const ExecContext&, StepSends*);
+  void (*native)(algo::Collective, Group&, const void* in, void* out, std::int64_t count, DataType, ReduceOp, int root);
+};
+void register_backend(const Backend& backend);
 
 }  // namespace weft::comm::mpi
