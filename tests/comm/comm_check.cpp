@@ -77,6 +77,8 @@ struct Buf {
       case DataType::kI64: reinterpret_cast<std::int64_t*>(b.data())[i] = static_cast<std::int64_t>(v); break;
       case DataType::kF16: reinterpret_cast<std::uint16_t*>(b.data())[i] = f16_from_float(static_cast<float>(v)); break;
       case DataType::kBF16: reinterpret_cast<std::uint16_t*>(b.data())[i] = bf16_from_float(static_cast<float>(v)); break;
+      case DataType::kI8: reinterpret_cast<std::int8_t*>(b.data())[i] = static_cast<std::int8_t>(v); break;
+      case DataType::kU8: b[static_cast<size_t>(i)] = static_cast<std::uint8_t>(v); break;
     }
   }
   double get(std::int64_t i) const {
@@ -87,6 +89,8 @@ struct Buf {
       case DataType::kI64: return static_cast<double>(reinterpret_cast<const std::int64_t*>(b.data())[i]);
       case DataType::kF16: return float_from_f16(reinterpret_cast<const std::uint16_t*>(b.data())[i]);
       case DataType::kBF16: return float_from_bf16(reinterpret_cast<const std::uint16_t*>(b.data())[i]);
+      case DataType::kI8: return reinterpret_cast<const std::int8_t*>(b.data())[i];
+      case DataType::kU8: return b[static_cast<size_t>(i)];
     }
     return 0;
   }
@@ -116,9 +120,11 @@ void check_collectives(Communicator& comm) {
   for (const auto& a : all) {
     const std::string tag = std::string(algo::collective_name(a.collective)) + "/" + a.name;
     // 16-bit floats: the small integers of input() are exact in them up to 8 ranks.
-    for (DataType dt : {DataType::kF32, DataType::kF64, DataType::kI32, DataType::kI64, DataType::kF16, DataType::kBF16}) {
+    for (DataType dt : {DataType::kF32, DataType::kF64, DataType::kI32, DataType::kI64, DataType::kF16, DataType::kBF16,
+                        DataType::kU8}) {
       if ((dt == DataType::kF16 || dt == DataType::kBF16) && (w > 8 || comm.transport() == "mpi")) continue;
-      const bool integer = dt == DataType::kI32 || dt == DataType::kI64;
+      if (dt == DataType::kU8 && w > 4) continue;  // input() sums stay under 256 up to 4 ranks
+      const bool integer = dt == DataType::kI32 || dt == DataType::kI64 || dt == DataType::kU8;
       const std::string dts = tag + " " + dtype_name(dt);
       switch (a.collective) {
         case Collective::kAllReduce:

@@ -93,6 +93,8 @@ void put(DataType t, void* base, std::int64_t i, double v) {
     case DataType::kI64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v); break;
     case DataType::kF16: static_cast<std::uint16_t*>(base)[i] = f16_from_float(static_cast<float>(v)); break;
     case DataType::kBF16: static_cast<std::uint16_t*>(base)[i] = bf16_from_float(static_cast<float>(v)); break;
+    case DataType::kI8: static_cast<std::int8_t*>(base)[i] = static_cast<std::int8_t>(v); break;
+    case DataType::kU8: static_cast<std::uint8_t*>(base)[i] = static_cast<std::uint8_t>(v); break;
   }
 }
 
@@ -104,6 +106,8 @@ double take(DataType t, const void* base, std::int64_t i) {
     case DataType::kI64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
     case DataType::kF16: return float_from_f16(static_cast<const std::uint16_t*>(base)[i]);
     case DataType::kBF16: return float_from_bf16(static_cast<const std::uint16_t*>(base)[i]);
+    case DataType::kI8: return static_cast<const std::int8_t*>(base)[i];
+    case DataType::kU8: return static_cast<const std::uint8_t*>(base)[i];
   }
   return 0;
 }

@@ -20,6 +20,7 @@
 #include "weft/comm/selection.h"
 #include "weft/comm/trace.h"
 #include "weft/util/env.h"
+#include "weft/util/parse.h"
 
 namespace weft::comm {
 
@@ -64,6 +65,11 @@ CommOptions CommOptions::from_env() {
 std::shared_ptr<Communicator> Communicator::init() { return init(process_info_from_env(), CommOptions::from_env()); }
 
 std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const CommOptions& options) {
+  return init(info, options, ExternalRendezvous{});
+}
+
+std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const CommOptions& options,
+                                                 const ExternalRendezvous& via) {
   std::shared_ptr<Communicator> c(new Communicator());
   c->info_ = info;
   c->options_ = options;
@@ -91,22 +97,44 @@ std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const 
     c->healthy_ = true;
     return c;
   }
-  // A job of one process needs no shared secret: it makes its own.
-  c->token_ = info.world == 1 && !env_string("WEFT_JOB_TOKEN") ? generate_token() : job_token_from_env();
   c->rank_ = info.rank;
   c->members_.resize(static_cast<size_t>(info.world));
   for (int i = 0; i < info.world; ++i) c->members_[i] = i;
-  // A job of one process that nobody launched talks only to itself: its store takes any free
-  // port, so that several such jobs (and tests) can run side by side.
-  const bool alone = info.world == 1 && info.launcher == "none" && !env_string("MASTER_PORT");
+  std::string store_addr = info.master_addr;
   int port = info.master_port;
-  if (info.rank == 0) {
-    c->server_ = std::make_shared<StoreServer>(alone ? "127.0.0.1" : bind_address_for(info.master_addr),
-                                               alone ? 0 : port, c->token_);
-    if (alone) port = c->server_->port();
+  if (via.publish) {
+    // Rank 0's store on a free port of its host; the others learn where from `via`.
+    if (info.rank == 0) {
+      c->token_ = env_string("WEFT_JOB_TOKEN") ? job_token_from_env() : generate_token();
+      c->server_ = std::make_shared<StoreServer>(bind_address_for(info.master_addr), 0, c->token_);
+      port = c->server_->port();
+      via.publish(store_addr + " " + std::to_string(port) + " " + c->token_);
+    } else {
+      const std::string where = via.lookup();
+      const auto first = where.find(' '), second = where.find(' ', first + 1);
+      const auto parsed = first == std::string::npos || second == std::string::npos
+                              ? std::nullopt : parse_integer(where.substr(first + 1, second - first - 1));
+      if (!parsed || *parsed < 1 || *parsed > 65535)
+        throw CommError("rendezvous: rank 0 published no store address ('" + where.substr(0, 64) + "')");
+      store_addr = where.substr(0, first);
+      port = static_cast<int>(*parsed);
+      c->token_ = where.substr(second + 1);
+    }
+  } else {
+    // A job of one process needs no shared secret: it makes its own.
+    c->token_ = info.world == 1 && !env_string("WEFT_JOB_TOKEN") ? generate_token() : job_token_from_env();
+    // A job of one process that nobody launched talks only to itself: its store takes any
+    // free port, so that several such jobs (and tests) can run side by side.
+    const bool alone = info.world == 1 && info.launcher == "none" && !env_string("MASTER_PORT");
+    if (alone) store_addr = "127.0.0.1";
+    if (info.rank == 0) {
+      c->server_ = std::make_shared<StoreServer>(alone ? "127.0.0.1" : bind_address_for(info.master_addr),
+                                                 alone ? 0 : port, c->token_);
+      if (alone) port = c->server_->port();
+    }
   }
-  c->store_ = std::make_shared<StoreClient>(alone ? "127.0.0.1" : info.master_addr, port, c->token_,
-                                            static_cast<std::uint32_t>(info.rank), options.rendezvous_timeout_s);
+  c->store_ = std::make_shared<StoreClient>(store_addr, port, c->token_, static_cast<std::uint32_t>(info.rank),
+                                            options.rendezvous_timeout_s);
   if (info.rank == 0) {
     c->session_ = generate_token().substr(0, 12);
     c->store_->set("session", c->session_);

@@ -57,12 +57,24 @@ struct CommOptions {
   static CommOptions from_env();
 };
 
+// A rendezvous through another program's store (the torch.distributed backend's: PyTorch's
+// store, which every rank already reached): rank 0 serves weft's store on a free port and
+// publishes where it is, with the job's token (WEFT_JOB_TOKEN, or one rank 0 makes); the
+// other ranks look it up, waiting as long as `lookup` waits. The token is then as secret as
+// that store is.
+struct ExternalRendezvous {
+  std::function<void(const std::string& value)> publish;
+  std::function<std::string()> lookup;
+};
+
 class Communicator : public std::enable_shared_from_this<Communicator> {
  public:
   // Joins the job described by the environment (process.h) and connects to every rank.
   // Throws CommError naming missing ranks when the rendezvous times out.
   static std::shared_ptr<Communicator> init(const ProcessInfo& info, const CommOptions& options);
   static std::shared_ptr<Communicator> init();  // from the environment
+  static std::shared_ptr<Communicator> init(const ProcessInfo& info, const CommOptions& options,
+                                            const ExternalRendezvous& via);
   ~Communicator();
 
   int rank() const { return rank_; }           // in this group

@@ -161,6 +161,18 @@ std::string describe(int status) {
   return "exit code " + std::to_string(exit_code(status));
 }
 
+// The folder holding the weft_torch package (the torch.distributed backend) and the
+// sitecustomize that registers it: next to the weft binary in a build tree, under the
+// library folder once installed; empty when neither exists.
+std::string python_dir() {
+  namespace fs = std::filesystem;
+  const fs::path exe = fs::path(self_executable()).parent_path();
+  std::error_code ec;
+  for (const fs::path& dir : {exe / "python", exe / ".." / WEFT_PYTHON_SUBDIR})
+    if (fs::exists(dir / "weft_torch", ec)) return fs::weakly_canonical(dir, ec).string();
+  return "";
+}
+
 // Runs one attempt; returns 0, or the first failing worker's exit code. (`c` carries this
 // attempt's node count, node rank and master address.)
 int run_attempt(const LaunchConfig& c, const std::string& token, int port, int threads, int attempt,
@@ -178,6 +190,9 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
   else if (!c.python.empty() && ends_with(argv_s[0], ".py")) argv_s.insert(argv_s.begin(), c.python);
   const bool prefix = c.prefix && world > 1;
   const std::string threads_s = std::to_string(threads);
+  std::string pythonpath = python_dir();
+  if (const char* old = std::getenv("PYTHONPATH"); old && *old)
+    pythonpath = pythonpath.empty() ? old : pythonpath + ":" + old;
   for (int l = 0; l < c.nproc_per_node; ++l) {
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -238,6 +253,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       set("TORCHELASTIC_RUN_ID", c.run_id);
       set("TORCHELASTIC_USE_AGENT_STORE", "False");  // rank 0 serves torch's store itself
       if (!std::getenv("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", threads_s);
+      if (!pythonpath.empty()) set("PYTHONPATH", pythonpath);  // init_process_group("weft")
       if (rank == 0 && g_line.tty && wk.err.console) set("WEFT_PROGRESS_TERMINAL", "1");  // rank 0 owns the terminal
       std::vector<char*> argv;
       for (auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));

@@ -5,7 +5,9 @@
 // TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID,
 // TORCHELASTIC_USE_AGENT_STORE=False, OMP_NUM_THREADS unless set) and weft's own
 // (WEFT_JOB_TOKEN, generated when absent on a single node; WEFT_NUM_THREADS, the cores
-// divided among local ranks unless set; WEFT_RESTART_COUNT); runs a command ending in .py
+// divided among local ranks unless set; WEFT_RESTART_COUNT; PYTHONPATH gains the folder of
+// the weft_torch package, whose sitecustomize registers the torch.distributed backend
+// "weft" when a rank imports torch.distributed); runs a command ending in .py
 // with python3 (as torchrun does; --no-python runs it as it is, --module runs python3 -m);
 // binds each local rank to its share of the launcher's cores (--bind cores, the default;
 // --bind none leaves them free); prefixes each line a rank prints with "[rank] " when the

@@ -45,6 +45,8 @@ MPI_Datatype mpi_type(DataType t) {
     case DataType::kI32: return MPI_INT32_T;
     case DataType::kI64: return MPI_INT64_T;
     case DataType::kF16: case DataType::kBF16: return MPI_UINT16_T;  // moved, never reduced by MPI
+    case DataType::kI8: return MPI_INT8_T;
+    case DataType::kU8: return MPI_UINT8_T;
   }
   return MPI_BYTE;
 }

@@ -3,11 +3,29 @@
 namespace weft::comm {
 
 void Work::finish(std::exception_ptr error) {
-  std::lock_guard<std::mutex> lock(mu_);
-  finished_at_ = std::chrono::steady_clock::now();
-  error_ = std::move(error);
-  done_.store(true, std::memory_order_release);
-  cv_.notify_all();
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_at_ = std::chrono::steady_clock::now();
+    error_ = error;
+    done_.store(true, std::memory_order_release);
+    callbacks.swap(callbacks_);
+    cv_.notify_all();
+  }
+  for (auto& f : callbacks) f(error);
+}
+
+void Work::on_finish(std::function<void(std::exception_ptr)> callback) {
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!done_.load(std::memory_order_acquire)) {
+      callbacks_.push_back(std::move(callback));
+      return;
+    }
+    error = error_;
+  }
+  callback(error);
 }
 
 void Work::wait() {

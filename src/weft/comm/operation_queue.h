@@ -38,6 +38,11 @@ class Work {
   bool failed();
   // When the operation finished (valid once test() is true), for timelines.
   std::chrono::steady_clock::time_point finished_at();
+  // Calls `callback` with the operation's error (null on success) once it finishes, on the
+  // thread that finishes it (at once, on this thread, if it already has): futures built on
+  // Work (the torch.distributed backend's) complete through it. It must not wait for
+  // operations of the same communicator.
+  void on_finish(std::function<void(std::exception_ptr)> callback);
 
  private:
   friend class OperationQueue;
@@ -49,6 +54,7 @@ class Work {
   std::atomic<bool> done_{false};
   std::exception_ptr error_;
   std::chrono::steady_clock::time_point finished_at_;
+  std::vector<std::function<void(std::exception_ptr)>> callbacks_;
 };
 using WorkPtr = std::shared_ptr<Work>;
 

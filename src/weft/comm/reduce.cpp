@@ -13,6 +13,7 @@ std::size_t element_size(DataType t) {
     case DataType::kF32: case DataType::kI32: return 4;
     case DataType::kF64: case DataType::kI64: return 8;
     case DataType::kF16: case DataType::kBF16: return 2;
+    case DataType::kI8: case DataType::kU8: return 1;
   }
   return 4;
 }
@@ -25,6 +26,8 @@ const char* dtype_name(DataType t) {
     case DataType::kI64: return "i64";
     case DataType::kF16: return "f16";
     case DataType::kBF16: return "bf16";
+    case DataType::kI8: return "i8";
+    case DataType::kU8: return "u8";
   }
   return "?";
 }
@@ -41,9 +44,10 @@ const char* op_name(ReduceOp op) {
 }
 
 DataType parse_dtype(const std::string& s) {
-  for (DataType t : {DataType::kF32, DataType::kF64, DataType::kI32, DataType::kI64, DataType::kF16, DataType::kBF16})
+  for (DataType t : {DataType::kF32, DataType::kF64, DataType::kI32, DataType::kI64, DataType::kF16, DataType::kBF16,
+                     DataType::kI8, DataType::kU8})
     if (s == dtype_name(t)) return t;
-  throw ConfigError("unknown data type '" + s + "' (known: f32, f64, i32, i64, f16, bf16)");
+  throw ConfigError("unknown data type '" + s + "' (known: f32, f64, i32, i64, f16, bf16, i8, u8)");
 }
 
 ReduceOp parse_op(const std::string& s) {
@@ -112,6 +116,8 @@ void with_type(DataType t, F f) {
     case DataType::kI64: f(std::int64_t{}); break;
     case DataType::kF16: f(F16{}); break;
     case DataType::kBF16: f(BF16{}); break;
+    case DataType::kI8: f(std::int8_t{}); break;
+    case DataType::kU8: f(std::uint8_t{}); break;
   }
 }
 

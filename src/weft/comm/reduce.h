@@ -8,14 +8,16 @@
 
 namespace weft::comm {
 
-// kF16 (IEEE binary16) and kBF16 (bfloat16) reduce in float32, one rounding per combine.
-enum class DataType : std::uint8_t { kF32, kF64, kI32, kI64, kF16, kBF16 };
+// kF16 (IEEE binary16) and kBF16 (bfloat16) reduce in float32, one rounding per combine;
+// kI8 and kU8 (bytes: PyTorch's int8, uint8 and bool tensors) wrap around as the wider
+// integers do.
+enum class DataType : std::uint8_t { kF32, kF64, kI32, kI64, kF16, kBF16, kI8, kU8 };
 enum class ReduceOp : std::uint8_t { kSum, kAvg, kMax, kMin, kProd };
 
 std::size_t element_size(DataType t);
 const char* dtype_name(DataType t);
 const char* op_name(ReduceOp op);
-DataType parse_dtype(const std::string& s);  // f32 f64 i32 i64 f16 bf16; throws ConfigError
+DataType parse_dtype(const std::string& s);  // f32 f64 i32 i64 f16 bf16 i8 u8; throws ConfigError
 ReduceOp parse_op(const std::string& s);     // sum avg max min prod; throws ConfigError
 
 // dst[i] = dst[i] (op) src[i] for i < count. kAvg combines as a sum.

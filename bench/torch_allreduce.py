@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""The TCP reference of bench/allreduce_vs_mpi: torch.distributed all_reduce with the gloo
-backend (Debian's python3-torch), run under `weft launch` (torchrun's environment).
+"""torch.distributed all_reduce on a backend (--backend: gloo, the TCP reference of
+bench/allreduce_vs_mpi and bench/tcp_ceiling, or weft, for bench/torch_backend), Debian's
+python3-torch, run under `weft launch` (torchrun's environment).
 Timed like weft comm-bench: barrier, one all-reduce, median over the repeats of the
 slowest rank. Prints one JSON object per size on rank 0."""
 import argparse, json, statistics, time
@@ -15,8 +16,9 @@ def main():
     p.add_argument("--max", type=int, default=64 << 20)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--backend", default="gloo")
     a = p.parse_args()
-    dist.init_process_group("gloo", init_method="env://")
+    dist.init_process_group(a.backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     size = a.min
     while size <= a.max:

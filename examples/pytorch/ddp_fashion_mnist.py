@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""A plain PyTorch DistributedDataParallel script: the CNN on Fashion-MNIST, written for
+torchrun. Under weft launch it runs unchanged on weft's communicator with --backend weft,
+or on gloo with --backend gloo (the only line that differs is init_process_group's backend).
+
+    weft launch --nproc-per-node 2 examples/pytorch/ddp_fashion_mnist.py --backend weft
+
+Rank 0 prints one JSON line: test accuracy, last loss, and samples/s over the timed steps
+(the first --warmup steps excluded)."""
+import argparse
+import gzip
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def read_idx(path):
+    with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+        data = f.read()
+    dims = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(data[3])]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * data[3]).reshape(dims)
+
+
+def load(data_dir, kind):
+    def path(stem):
+        for ext in (".gz", ""):
+            if os.path.exists(os.path.join(data_dir, stem + ext)):
+                return os.path.join(data_dir, stem + ext)
+        raise SystemExit(f"error: {data_dir} has no {stem}")
+    images = read_idx(path(f"{kind}-images-idx3-ubyte")).astype(np.float32) / 255.0
+    labels = read_idx(path(f"{kind}-labels-idx1-ubyte")).astype(np.int64)
+    return torch.from_numpy(((images - 0.2860) / 0.3530).reshape(-1, 1, 28, 28)), torch.from_numpy(labels)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--backend", default="weft")
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--batch", type=int, default=64, help="global batch, split over the ranks")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=10, help="steps left out of samples/s")
+    p.add_argument("--test", type=int, default=2000, help="test images for the accuracy")
+    a = p.parse_args()
+    dist.init_process_group(a.backend)  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    x_all, y_all = load(a.data_dir, "train")
+    net = DDP(nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                            nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10)))
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    shard = torch.randperm(x_all.shape[0], generator=torch.Generator().manual_seed(0))[rank::world]
+    per = a.batch // world
+    seconds, samples = 0.0, 0
+    for step in range(a.steps):
+        t0 = time.perf_counter()
+        b = step % (shard.shape[0] // per)
+        idx = shard[b * per:(b + 1) * per]
+        opt.zero_grad()
+        loss = loss_fn(net(x_all[idx]), y_all[idx])
+        loss.backward()
+        opt.step()
+        if step >= a.warmup:
+            seconds += time.perf_counter() - t0
+            samples += per
+    x_test, y_test = load(a.data_dir, "t10k")
+    with torch.no_grad():
+        right = (net.module(x_test[:a.test]).argmax(1) == y_test[:a.test]).sum().item()
+    rate = torch.tensor([samples / seconds if seconds > 0 else 0.0], dtype=torch.float64)
+    dist.all_reduce(rate)  # total samples/s of the job
+    if rank == 0:
+        print(json.dumps({"backend": a.backend, "ranks": world, "accuracy": right / a.test, "loss": loss.item(),
+                          "samples_per_second": rate.item()}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
