@@ -8,12 +8,13 @@
 //   publishes where, the others look it up (Communicator's ExternalRendezvous).
 // - Tensors: contiguous CPU tensors of float32/64, float16, bfloat16, int8/32/64, uint8 and
 //   bool (bool only moved, or reduced with max/min); one tensor per call (a single device).
-// - Collectives start at once on the communicator's thread and progress while Python goes
-//   on (async_op=True, DDP's overlap); Work.get_future() completes when they finish, and
-//   outputs that are lists of tensors are filled before it does. Point-to-point messages
-//   start when waited for, or when their future is asked for, so that a batch of isend/irecv
-//   runs as one exchange (weft's rule: messages issued back to back go together). Tags must
-//   match the order of the messages between two ranks (weft keeps that order).
+// - An operation runs on the thread that waits for it (a blocking call costs no thread
+//   switch), or, once its future is asked for or is_completed() polled, on the
+//   communicator's thread while Python goes on (DDP's overlap: it asks each bucket's
+//   future). The future completes when the operation finishes, list outputs filled first.
+//   Point-to-point messages issued back to back run as one exchange (weft's rule), so a
+//   batch of isend/irecv cannot deadlock. Tags must follow the order of the messages
+//   between two ranks (weft keeps that order).
 // - Reductions: sum, avg, product, min, max (bitwise and/or/xor and premultiplied sum are
 //   refused by name).
 #include <pybind11/chrono.h>
@@ -137,12 +138,11 @@ struct Completion {
 // `then` has run, and completes its future with the outputs.
 class WeftWork : public c10d::Work {
  public:
-  WeftWork(int rank, c10d::OpType type, std::vector<WorkPtr> ops, std::shared_ptr<Completion> c, bool start_now)
+  WeftWork(int rank, c10d::OpType type, std::vector<WorkPtr> ops, std::shared_ptr<Completion> c)
       : c10d::Work(rank, type), ops_(std::move(ops)), c_(std::move(c)) {
     c_->pending = static_cast<int>(ops_.size());
     if (ops_.empty()) c_->finish();
     for (auto& op : ops_) op->on_finish([c = c_](std::exception_ptr error) { c->one_finished(error); });
-    if (start_now) start();
   }
 
   bool isCompleted() override {
@@ -395,12 +395,12 @@ class ProcessGroupWeft : public c10d::ProcessGroup {
     c->outputs = std::move(outputs);
     c->then = std::move(then);
     c->keep = std::move(keep);
-    return c10::make_intrusive<WeftWork>(getRank(), type, std::move(ops), std::move(c), true);
+    return c10::make_intrusive<WeftWork>(getRank(), type, std::move(ops), std::move(c));
   }
   c10::intrusive_ptr<c10d::Work> point_to_point(c10d::OpType type, WorkPtr op, std::vector<at::Tensor> tensors) {
     auto c = std::make_shared<Completion>();
     c->outputs = std::move(tensors);
-    return c10::make_intrusive<WeftWork>(getRank(), type, std::vector<WorkPtr>{std::move(op)}, std::move(c), false);
+    return c10::make_intrusive<WeftWork>(getRank(), type, std::vector<WorkPtr>{std::move(op)}, std::move(c));
   }
   c10::intrusive_ptr<c10d::Work> exchange(c10d::OpType type, const at::Tensor& input, at::Tensor& output,
                                           const std::vector<int64_t>& in_at, const std::vector<int64_t>& out_at,

@@ -280,7 +280,7 @@ void Communicator::run(Task& t) {
   ExecBuffers b;
   b.dtype = t.dtype;
   b.op = t.op;
-  std::vector<std::uint8_t> temp;
+  std::vector<std::uint8_t>& temp = temp_;  // kept from call to call: no allocation, no page faults
   auto* out = static_cast<std::uint8_t*>(t.out);
   const auto* in = static_cast<const std::uint8_t*>(t.in);
   // memmove with possibly-null pointers when nothing is copied (empty buffers).
@@ -351,8 +351,9 @@ void Communicator::run(Task& t) {
   }
   const std::string algorithm = t.algorithm.empty() ? choose_algorithm(t.collective, static_cast<std::int64_t>(block_bytes)) : t.algorithm;
   const algo::Program& program = cached_program(t.collective, algorithm, n, opts);
-  std::vector<std::uint8_t> scratch(static_cast<std::size_t>(program.scratch) * es);
-  b.scratch = scratch.data();
+  const auto scratch_bytes = static_cast<std::size_t>(program.scratch) * es;
+  if (scratch_.size() < scratch_bytes) scratch_.resize(scratch_bytes);  // grows, kept from call to call
+  b.scratch = scratch_.data();
   ExecContext ctx{algo::collective_name(t.collective), global_rank(), options_.timeout_s, links_->bell,
                   !links_->shares_core};
   TraceRecord rec;
