@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <regex>
 
 #include <filesystem>
@@ -85,6 +87,58 @@ TEST(Safetensors, FloatAndHugeNumbersInTheHeaderAreRefused) {
     const std::string h = std::string(R"({"a": {"dtype": "F32", "shape": )") + shape + R"(, "data_offsets": [0, 16]}})";
     EXPECT_NE(checkpoint_error([&] { decode_safetensors(file(h), "f"); }).find("dimension"), std::string::npos) << shape;
   }
+}
+
+// Every dtype of the format, written and read back: floats round to nearest even once,
+// integers come back exactly, and a BF16 tensor stays bitwise the same.
+TEST(Safetensors, EveryDtypeRoundTrips) {
+  const std::vector<double> values{-3, 0, 1, 2, 100, 0.5};
+  const Tensor t = Tensor::from_vector(values, {2, 3});
+  for (const char* dt : {"F32", "F64", "F16", "BF16"}) {
+    const SafetensorsFile f = decode_safetensors(encode_safetensors({{"w", t}}, {}, {{"w", dt}}), "x");
+    EXPECT_EQ(f.dtypes.at("w"), dt);
+    EXPECT_EQ(f.tensors[0].second.shape(), t.shape());
+    EXPECT_TRUE(ops::equal(f.tensors[0].second.to(DType::F64), t)) << dt;  // these values are exact in all four
+  }
+  const Tensor whole = Tensor::from_vector(std::vector<double>{-3, 0, 1, 2, 100, 7}, {6});
+  for (const char* dt : {"I8", "I16", "I32", "I64"}) {
+    const SafetensorsFile f = decode_safetensors(encode_safetensors({{"i", whole}}, {}, {{"i", dt}}), "x");
+    EXPECT_EQ(f.dtypes.at("i"), dt);
+    EXPECT_TRUE(ops::equal(f.tensors[0].second.to(DType::F64), whole)) << dt;
+  }
+  const Tensor positive = Tensor::from_vector(std::vector<double>{0, 1, 255}, {3});
+  for (const char* dt : {"U8", "U16", "U32", "U64"})
+    EXPECT_TRUE(ops::equal(decode_safetensors(encode_safetensors({{"u", positive}}, {}, {{"u", dt}}), "x")
+                               .tensors[0].second.to(DType::F64), positive)) << dt;
+  // F16 rounds to nearest even: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10.
+  const Tensor halfway = Tensor::from_vector(std::vector<double>{1.0 + std::ldexp(1.0, -11), 70000.0}, {2});
+  const Tensor h = decode_safetensors(encode_safetensors({{"h", halfway}}, {}, {{"h", "F16"}}), "x").tensors[0].second;
+  EXPECT_EQ(h.to(DType::F64).at({0}), 1.0);
+  EXPECT_TRUE(std::isinf(h.to(DType::F64).at({1})));  // beyond F16's 65504
+  // A BF16 tensor is written as BF16 by default, bit for bit.
+  const Tensor b = t.to(DType::BF16);
+  const SafetensorsFile fb = decode_safetensors(encode_safetensors({{"b", b}}), "x");
+  EXPECT_EQ(fb.dtypes.at("b"), "BF16");
+  EXPECT_EQ(fb.tensors[0].second.dtype(), DType::BF16);
+  EXPECT_EQ(std::memcmp(fb.tensors[0].second.raw_data(), b.contiguous().raw_data(), b.nbytes()), 0);
+}
+
+TEST(Safetensors, ValuesADtypeCannotHoldAreRefused) {
+  const Tensor t = Tensor::from_vector(std::vector<double>{1.5, 300}, {2});
+  EXPECT_NE(checkpoint_error([&] { encode_safetensors({{"t", t}}, {}, {{"t", "I32"}}); }).find("cannot be stored as I32"),
+            std::string::npos);
+  EXPECT_NE(checkpoint_error([&] { encode_safetensors({{"t", Tensor::from_vector(std::vector<double>{300}, {1})}}, {}, {{"t", "U8"}}); })
+                .find("cannot be stored as U8"), std::string::npos);
+  EXPECT_NE(checkpoint_error([&] { encode_safetensors({{"t", t}}, {}, {{"t", "F8_E4M3"}}); }).find("unknown"),
+            std::string::npos);
+  // A 64-bit integer beyond 2^53 in a file is refused, not rounded.
+  std::string header = R"({"i": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})";
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xFF);
+  bytes += header;
+  const std::int64_t big = (std::int64_t{1} << 53) + 1;
+  bytes.append(reinterpret_cast<const char*>(&big), 8);
+  EXPECT_NE(checkpoint_error([&] { decode_safetensors(bytes, "f"); }).find("beyond 2^53"), std::string::npos);
 }
 
 TEST(Checkpoint, MetadataNumbersMustBeWholeNumbers) {

@@ -173,6 +173,41 @@ std::string python_dir() {
   return "";
 }
 
+// The command a rank runs: `weft` is this binary; a .py script or a module runs with python3.
+std::vector<std::string> command_line(const LaunchConfig& c) {
+  std::vector<std::string> argv = c.command;
+  if (argv[0] == "weft") argv[0] = self_executable();
+  const std::string& first = argv[0];
+  const bool script = first.size() > 3 && first.compare(first.size() - 3, 3, ".py") == 0;
+  if (c.module) argv.insert(argv.begin(), {c.python, "-m"});
+  else if (!c.python.empty() && script) argv.insert(argv.begin(), c.python);
+  return argv;
+}
+
+// Local rank `l`'s streams that --redirects or --tee send to files, opened in
+// log_dir/run_id/attempt_N/l/ (torchrun's layout); redirected ones leave the console.
+void open_logs(Worker& w, const LaunchConfig& c, int attempt, int l) {
+  const auto code = [l](const std::vector<int>& per_rank) {
+    return l < static_cast<int>(per_rank.size()) ? per_rank[static_cast<size_t>(l)] : 0;
+  };
+  const int redirect = code(c.redirects), tee = code(c.tee);
+  if ((redirect | tee) == 0) return;
+  const std::filesystem::path dir =
+      std::filesystem::path(c.log_dir) / c.run_id / ("attempt_" + std::to_string(attempt)) / std::to_string(l);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw ConfigError("--log-dir: cannot create " + dir.string() + ": " + ec.message());
+  auto open_log = [&](const char* name) {
+    std::FILE* f = std::fopen((dir / name).c_str(), "we");  // not inherited by the ranks
+    if (!f) throw ConfigError("--log-dir: cannot write " + (dir / name).string() + ": " + std::strerror(errno));
+    return f;
+  };
+  if ((redirect | tee) & 1) w.out.file = open_log("stdout.log");
+  if ((redirect | tee) & 2) w.err.file = open_log("stderr.log");
+  if (redirect & 1) w.out.console = nullptr;
+  if (redirect & 2) w.err.console = nullptr;
+}
+
 // Runs one attempt; returns 0, or the first failing worker's exit code. (`c` carries this
 // attempt's node count, node rank and master address.)
 int run_attempt(const LaunchConfig& c, const std::string& token, int port, int threads, int attempt,
@@ -180,14 +215,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
   const int world = c.nproc_per_node * c.nnodes;
   std::vector<Worker> workers(static_cast<size_t>(c.nproc_per_node));
   const std::vector<int> cores = allowed_cores();  // the launcher's own, shared out below
-  std::vector<std::string> argv_s = c.command;
-  if (argv_s[0] == "weft") argv_s[0] = self_executable();
-  const auto ends_with = [](const std::string& s, const char* tail) {
-    const std::size_t n = std::strlen(tail);
-    return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
-  };
-  if (c.module) argv_s.insert(argv_s.begin(), {c.python, "-m"});
-  else if (!c.python.empty() && ends_with(argv_s[0], ".py")) argv_s.insert(argv_s.begin(), c.python);
+  const std::vector<std::string> argv_s = command_line(c);
   const bool prefix = c.prefix && world > 1;
   const std::string threads_s = std::to_string(threads);
   std::string pythonpath = python_dir();
@@ -202,24 +230,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
     Worker& wk = workers[static_cast<size_t>(l)];
     wk.out = {stdout, nullptr, prefix};
     wk.err = {stderr, nullptr, prefix};
-    const int redirect = l < static_cast<int>(c.redirects.size()) ? c.redirects[static_cast<size_t>(l)] : 0;
-    const int tee = l < static_cast<int>(c.tee.size()) ? c.tee[static_cast<size_t>(l)] : 0;
-    if ((redirect | tee) != 0) {
-      const std::filesystem::path dir = std::filesystem::path(c.log_dir) / c.run_id /
-                                        ("attempt_" + std::to_string(attempt)) / std::to_string(l);
-      std::error_code ec;
-      std::filesystem::create_directories(dir, ec);
-      if (ec) throw ConfigError("--log-dir: cannot create " + dir.string() + ": " + ec.message());
-      auto open_log = [&](const char* name) {
-        std::FILE* f = std::fopen((dir / name).c_str(), "we");  // not inherited by the ranks
-        if (!f) throw ConfigError("--log-dir: cannot write " + (dir / name).string() + ": " + std::strerror(errno));
-        return f;
-      };
-      if ((redirect | tee) & 1) wk.out.file = open_log("stdout.log");
-      if ((redirect | tee) & 2) wk.err.file = open_log("stderr.log");
-      if (redirect & 1) wk.out.console = nullptr;
-      if (redirect & 2) wk.err.console = nullptr;
-    }
+    open_logs(wk, c, attempt, l);
     // Built before fork: the child only makes the system call.
     cpu_set_t bind_set;
     CPU_ZERO(&bind_set);

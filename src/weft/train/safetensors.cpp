@@ -1,25 +1,142 @@
 #include "weft/train/safetensors.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "weft/util/half_float.h"
 #include "weft/util/json_integer.h"
 
 namespace weft {
 
 using nlohmann::json;
 
-std::string encode_safetensors(const StateDict& tensors, const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The format's dtypes weft reads and writes, and what a tensor of each becomes in weft.
+struct FileType {
+  const char* name;
+  std::size_t bytes;
+  DType loads_as;
+  bool integer;
+};
+constexpr FileType kFileTypes[] = {
+    {"F32", 4, DType::F32, false}, {"F64", 8, DType::F64, false}, {"BF16", 2, DType::BF16, false},
+    {"F16", 2, DType::F32, false}, {"I8", 1, DType::F32, true},   {"U8", 1, DType::F32, true},
+    {"I16", 2, DType::F32, true},  {"U16", 2, DType::F32, true},  {"BOOL", 1, DType::F32, true},
+    {"I32", 4, DType::F64, true},  {"U32", 4, DType::F64, true},  {"I64", 8, DType::F64, true},
+    {"U64", 8, DType::F64, true}};
+
+const FileType* file_type(const std::string& name) {
+  for (const auto& t : kFileTypes)
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
+const char* native_type(DType t) { return t == DType::F32 ? "F32" : t == DType::F64 ? "F64" : "BF16"; }
+
+template <class T>
+T load(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// Element i of `raw` (stored as `type`, little-endian as on every machine weft runs on).
+double element(const FileType& type, const char* raw, std::size_t i) {
+  const char* p = raw + i * type.bytes;
+  const std::string_view n = type.name;
+  if (n == "F16") return float_from_f16(load<std::uint16_t>(p));
+  if (n == "I8") return load<std::int8_t>(p);
+  if (n == "U8" || n == "BOOL") return load<std::uint8_t>(p);
+  if (n == "I16") return load<std::int16_t>(p);
+  if (n == "U16") return load<std::uint16_t>(p);
+  if (n == "I32") return load<std::int32_t>(p);
+  if (n == "U32") return load<std::uint32_t>(p);
+  if (n == "I64") return static_cast<double>(load<std::int64_t>(p));
+  return static_cast<double>(load<std::uint64_t>(p));  // U64
+}
+
+// A tensor of the file's bytes, in the dtype weft holds it in.
+Tensor load_tensor(const FileType& type, const Shape& shape, const char* raw, const std::string& name,
+                   const std::function<CheckpointError(const std::string&)>& fail) {
+  Tensor t = Tensor::empty(shape, type.loads_as);
+  const std::size_t n = static_cast<std::size_t>(shape_numel(shape));
+  if (type.loads_as == DType::BF16 || std::string_view(type.name) == native_type(type.loads_as)) {
+    std::memcpy(t.raw_data(), raw, n * type.bytes);
+    return t;
+  }
+  const std::string_view tn = type.name;
+  for (std::size_t i = 0; i < n; ++i) {
+    constexpr std::int64_t kExact = std::int64_t{1} << 53;  // doubles hold every integer up to here
+    if ((tn == "I64" && (load<std::int64_t>(raw + 8 * i) > kExact || load<std::int64_t>(raw + 8 * i) < -kExact)) ||
+        (tn == "U64" && load<std::uint64_t>(raw + 8 * i) > static_cast<std::uint64_t>(kExact)))
+      throw fail("tensor '" + name + "' holds a 64-bit integer beyond 2^53, which weft's tensors cannot hold exactly");
+    const double v = element(type, raw, i);
+    if (type.loads_as == DType::F32) static_cast<float*>(t.raw_data())[i] = static_cast<float>(v);
+    else static_cast<double*>(t.raw_data())[i] = v;
+  }
+  return t;
+}
+
+template <class T>
+void store(std::string& out, T v) {
+  char b[sizeof v];
+  std::memcpy(b, &v, sizeof v);
+  out.append(b, sizeof v);
+}
+
+// Appends `t` stored as `type`; integer dtypes take whole values in their range only.
+void store_tensor(std::string& out, const Tensor& t, const FileType& type, const std::string& name) {
+  if (std::string_view(type.name) == native_type(t.dtype())) {
+    Tensor c = t.contiguous();
+    out.append(static_cast<const char*>(c.raw_data()), c.nbytes());
+    return;
+  }
+  const Tensor d = t.to(DType::F64).contiguous();
+  const double* v = static_cast<const double*>(d.raw_data());
+  const std::string_view n = type.name;
+  auto whole = [&](double x, double lo, double hi) {
+    if (!(x == std::floor(x) && x >= lo && x <= hi))
+      throw CheckpointError("tensor '" + name + "': " + std::to_string(x) + " cannot be stored as " + type.name);
+    return x;
+  };
+  for (std::int64_t i = 0; i < d.numel(); ++i) {
+    const double x = v[i];
+    if (n == "F32") store(out, static_cast<float>(x));
+    else if (n == "F64") store(out, x);
+    else if (n == "F16") store(out, f16_from_float(static_cast<float>(x)));
+    else if (n == "BF16") store(out, bf16_from_float(static_cast<float>(x)));
+    else if (n == "I8") store(out, static_cast<std::int8_t>(whole(x, -128, 127)));
+    else if (n == "U8") store(out, static_cast<std::uint8_t>(whole(x, 0, 255)));
+    else if (n == "BOOL") store(out, static_cast<std::uint8_t>(whole(x, 0, 1)));
+    else if (n == "I16") store(out, static_cast<std::int16_t>(whole(x, -32768, 32767)));
+    else if (n == "U16") store(out, static_cast<std::uint16_t>(whole(x, 0, 65535)));
+    else if (n == "I32") store(out, static_cast<std::int32_t>(whole(x, -2147483648.0, 2147483647.0)));
+    else if (n == "U32") store(out, static_cast<std::uint32_t>(whole(x, 0, 4294967295.0)));
+    else if (n == "I64") store(out, static_cast<std::int64_t>(whole(x, -9007199254740992.0, 9007199254740992.0)));
+    else store(out, static_cast<std::uint64_t>(whole(x, 0, 9007199254740992.0)));  // U64
+  }
+}
+
+}  // namespace
+
+std::string encode_safetensors(const StateDict& tensors, const std::map<std::string, std::string>& metadata,
+                               const std::map<std::string, std::string>& dtypes) {
   json header = json::object();
   std::uint64_t offset = 0;
+  std::vector<const FileType*> types;
   for (const auto& [name, t] : tensors) {
     WEFT_CHECK(name != "__metadata__", "reserved tensor name");
-    std::uint64_t n = t.nbytes();
-    header[name] = {{"dtype", t.dtype() == DType::F32 ? "F32" : "F64"},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, offset + n}}};
+    const auto want = dtypes.find(name);
+    const FileType* type = file_type(want == dtypes.end() ? native_type(t.dtype()) : want->second);
+    if (!type) throw CheckpointError("tensor '" + name + "': unknown safetensors dtype '" + want->second + "'");
+    types.push_back(type);
+    const std::uint64_t n = static_cast<std::uint64_t>(t.numel()) * type->bytes;
+    header[name] = {{"dtype", type->name}, {"shape", t.shape()}, {"data_offsets", {offset, offset + n}}};
     offset += n;
   }
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -30,10 +147,7 @@ std::string encode_safetensors(const StateDict& tensors, const std::map<std::str
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((len >> (8 * i)) & 0xff);
   out += h;
   out.reserve(out.size() + offset);
-  for (const auto& [name, t] : tensors) {
-    Tensor c = t.contiguous();
-    out.append(static_cast<const char*>(c.raw_data()), c.nbytes());
-  }
+  for (std::size_t i = 0; i < tensors.size(); ++i) store_tensor(out, tensors[i].second, *types[i], tensors[i].first);
   return out;
 }
 
@@ -54,7 +168,7 @@ SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& na
   SafetensorsFile file;
   struct Entry {
     std::string name;
-    DType dtype;
+    const FileType* type;
     Shape shape;
     std::uint64_t begin, end;
   };
@@ -72,9 +186,10 @@ SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& na
       if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {
         throw fail("entry '" + key + "' lacks dtype, shape or data_offsets");
       }
-      std::string dt = v["dtype"].get<std::string>();
-      if (dt != "F32" && dt != "F64") throw fail("tensor '" + key + "' has unsupported dtype " + dt);
-      Entry e{key, dt == "F32" ? DType::F32 : DType::F64, {}, 0, 0};
+      const std::string dt = v["dtype"].get<std::string>();
+      const FileType* type = file_type(dt);
+      if (!type) throw fail("tensor '" + key + "' has unsupported dtype " + dt);
+      Entry e{key, type, {}, 0, 0};
       for (auto& d : v["shape"]) {
         const std::optional<std::int64_t> s = json_integer(d);
         if (!s) throw fail("tensor '" + key + "' has a dimension that is not a whole number");
@@ -88,7 +203,7 @@ SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& na
       e.begin = static_cast<std::uint64_t>(*begin);
       e.end = static_cast<std::uint64_t>(*end);
       if (e.begin > e.end || e.end > data.size()) throw fail("tensor '" + key + "' data lies outside the file");
-      std::uint64_t want = static_cast<std::uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
+      std::uint64_t want = static_cast<std::uint64_t>(shape_numel(e.shape)) * e.type->bytes;
       if (e.end - e.begin != want) throw fail("tensor '" + key + "' has " + std::to_string(e.end - e.begin) +
                                               " bytes for shape " + shape_to_string(e.shape));
       entries.push_back(std::move(e));
@@ -102,9 +217,8 @@ SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& na
                                                           entries[i].name + "' overlap");
   }
   for (const auto& e : entries) {
-    Tensor t = Tensor::empty(e.shape, e.dtype);
-    std::memcpy(t.raw_data(), data.data() + e.begin, e.end - e.begin);
-    file.tensors.emplace_back(e.name, std::move(t));
+    file.tensors.emplace_back(e.name, load_tensor(*e.type, e.shape, data.data() + e.begin, e.name, fail));
+    file.dtypes[e.name] = e.type->name;
   }
   return file;
 }
