@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/yaml_config.h"
 #include "weft/comm/launcher.h"
 #include "weft/report/report.h"
 #include "weft/train/loop.h"
@@ -140,9 +141,14 @@ void add_train_command(CLI::App& app, Action& action) {
   auto options = std::make_shared<TrainOptions>();
   CLI::App* cmd = app.add_subcommand("train", "train an image classifier or a language model");
   add_train_flags(cmd, *options);
-  cmd->callback([options, &action] {
-    action = [options] {
+  auto config = std::make_shared<std::string>();
+  cmd->add_option("--config", *config, "read flags from a YAML file (keys: the long flags without dashes; the "
+                                       "command line wins); the run's resolved flags go to config.yaml in --checkpoint-dir");
+  cmd->callback([options, config, cmd, &action] {
+    action = [options, config, cmd] {
+      if (!config->empty()) apply_config_file(*cmd, *config);  // into *options, under the command line
       TrainOptions o = *options;
+      o.config_yaml = resolved_config(*cmd);
       // A report needs the metrics on disk: beside the page when the run has no other place.
       if (!o.report.empty() && o.metrics.empty() && o.checkpoint_dir.empty())
         o.metrics = std::filesystem::path(o.report).replace_extension(".metrics.jsonl").string();

@@ -472,6 +472,7 @@ void Run::save() {
                {"lr", fmt::format("{}", lr_)},        {"seed", std::to_string(o_.seed)},
                {"layout", mesh_.shape().describe()},  {"data", *o_.data}};
   for (auto& [key, value] : task_->model_metadata()) meta.info[key] = value;
+  if (!o_.config_yaml.empty()) meta.info["config"] = o_.config_yaml;
   last_checkpoint_ =
       save_checkpoint(o_.checkpoint_dir, meta, state.model, state.optimizer, o_.keep_checkpoints, state.per_rank);
 }
@@ -569,6 +570,11 @@ TrainSummary train(const TrainOptions& options, std::FILE* out) {
   Bf16Guard precision(o.precision == "bf16");
   // The job: who serves, who trains where in the mesh.
   const parallel::Job job = parallel::join_job(o.parallel);
+  // The run's folder records how it was configured (the file weft train --config reads).
+  if ((!job.world || job.world->rank() == 0) && !o.checkpoint_dir.empty() && !o.config_yaml.empty()) {
+    make_directories(o.checkpoint_dir);
+    write_file_atomic(o.checkpoint_dir + "/config.yaml", o.config_yaml);
+  }
   if (job.serves) return serve_parameters(o, job, out);
   Run run(o, job, out);
   run.train();

@@ -74,6 +74,9 @@ struct TrainOptions {
   // 003: multiply the single-node rate by the number of workers); "none" keeps --lr.
   std::string scale_lr = "none";
   std::string save_model;              // the final parameters (safetensors; rank 0)
+  std::string config_yaml;             // the resolved options as YAML (weft train --config's
+                                       // format): config.yaml in checkpoint_dir, and each
+                                       // checkpoint's meta.json (info.config)
   std::string sample_log;              // images: "epoch step index" per trained sample (per rank)
   std::string timeline;                // a Chrome-trace file per rank
   bool allow_nonfinite = false;        // resume from a checkpoint that holds NaN or inf
