@@ -29,7 +29,7 @@ echo "torchrun, 2 ranks: $(echo "$out" | grep checks)"
 for n in 2 4; do
   for b in weft gloo; do
     "$weft" launch --nproc-per-node "$n" --no-prefix "$repo/examples/pytorch/ddp_fashion_mnist.py" --backend "$b" \
-      --steps 100 --warmup 5 > "$work/$b.$n" 2> "$work/$b.$n.err" || fail "DDP on $b, $n ranks: $(tail -n 5 "$work/$b.$n.err")"
+      --steps 60 --warmup 5 > "$work/$b.$n" 2> "$work/$b.$n.err" || fail "DDP on $b, $n ranks: $(tail -n 5 "$work/$b.$n.err")"
     echo "DDP $b, $n ranks: $(cat "$work/$b.$n")"
   done
   python3 - "$work/weft.$n" "$work/gloo.$n" <<'PY'
