@@ -15,7 +15,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const weft::serve::RequestError&) {
   }
   try {
-    weft::serve::parse_classify_request(body, limits);
+    static const weft::ModelRecipe recipe = [] {
+      weft::ModelRecipe r;
+      r.model = "mlp";  // Fashion-MNIST's 1x28x28 images
+      return r;
+    }();
+    weft::serve::parse_classify_request(body, limits, recipe);
   } catch (const weft::serve::RequestError&) {
   }
   return 0;

@@ -11,6 +11,7 @@
 #include "weft/nn/model_recipe.h"
 #include "weft/nn/transformer.h"
 #include "weft/serve/api.h"
+#include "weft/serve/classify.h"
 #include "weft/serve/batcher.h"
 #include "weft/serve/decoder.h"
 #include "weft/serve/evaluate.h"
@@ -24,6 +25,18 @@
 #include "weft/util/utf8.h"
 
 namespace weft::serve {
+namespace {
+// A Fashion-MNIST image model's recipe (1x28x28, 10 classes, its normalization).
+const ModelRecipe& fashion_recipe() {
+  static const ModelRecipe r = [] {
+    ModelRecipe m;
+    m.model = "mlp";
+    return m;
+  }();
+  return r;
+}
+}  // namespace
+
 namespace {
 
 const std::string kAlphabet = "abcdefghijklmnopqrstuvwxyz .,!?'";
@@ -78,7 +91,9 @@ TEST(SavedModel, TokenizersRoundTripThroughTheirVocabulary) {
 }
 
 TEST(SavedModel, RecipeRoundTripsAndRefusesBadMetadata) {
-  ModelRecipe r{"gpt", small_gpt(Positional::kStandard, false), {}};
+  ModelRecipe r;
+  r.model = "gpt";
+  r.gpt = small_gpt(Positional::kStandard, false);
   ModelRecipe back = ModelRecipe::from_metadata(r.to_metadata(), "m");
   EXPECT_EQ(back.gpt.vocab, r.gpt.vocab);
   EXPECT_EQ(back.gpt.heads, r.gpt.heads);
@@ -339,6 +354,35 @@ TEST(Api, CompletionRequestsAreCheckedFieldByField) {
   EXPECT_EQ(r.options.max_tokens, 16);
 }
 
+// A model trained on other data takes images of its own size, channels last, normalized with
+// its recorded statistics; its classes are numbers.
+TEST(Api, ClassifyRequestsTakeTheModelsImageSize) {
+  ModelRecipe r;
+  r.model = "cnn";
+  r.image = {3, 4, 4, 13};
+  r.mean = {0.0, 0.5, 1.0};
+  r.stddev = {1.0, 0.5, 0.25};
+  std::string flat = "[";
+  for (int i = 0; i < 48; ++i) {
+    if (i) flat += ',';
+    flat += i % 3 == 0 ? "255" : "0";  // red pixels
+  }
+  flat += "]";
+  const Tensor t = parse_classify_request(R"({"images": [)" + flat + "]}", ApiLimits{"m", 100, 2}, r);
+  ASSERT_EQ(t.shape(), (Shape{1, 3, 4, 4}));
+  EXPECT_FLOAT_EQ(static_cast<float>(t.at({0, 0, 1, 2})), 1.0f);   // (1 - 0) / 1
+  EXPECT_FLOAT_EQ(static_cast<float>(t.at({0, 1, 3, 3})), -1.0f);  // (0 - 0.5) / 0.5
+  EXPECT_FLOAT_EQ(static_cast<float>(t.at({0, 2, 0, 0})), -4.0f);  // (0 - 1) / 0.25
+  EXPECT_THROW(parse_classify_request(R"({"images": [[1, 2, 3]]})", ApiLimits{"m", 100, 2}, r), RequestError);
+  EXPECT_EQ(class_name(r, 12), "12");
+  EXPECT_EQ(class_name(fashion_recipe(), 9), "Ankle boot");
+  // The recipe's image keys round-trip through a file's metadata.
+  const ModelRecipe back = ModelRecipe::from_metadata(r.to_metadata(), "m");
+  EXPECT_EQ(back.image, r.image);
+  EXPECT_EQ(back.mean, r.mean);
+  EXPECT_EQ(back.stddev, r.stddev);
+}
+
 TEST(Api, ClassifyRequestsTakeArraysOrBase64AndCheckThem) {
   ApiLimits limits{"m", 100, 2};
   std::string flat = "[";
@@ -347,7 +391,7 @@ TEST(Api, ClassifyRequestsTakeArraysOrBase64AndCheckThem) {
     flat += std::to_string(i % 256);
   }
   flat += "]";
-  Tensor a = parse_classify_request(R"({"images": [)" + flat + "]}", limits);
+  Tensor a = parse_classify_request(R"({"images": [)" + flat + "]}", limits, fashion_recipe());
   EXPECT_EQ(a.shape(), (Shape{1, 1, 28, 28}));
   // The same image in base64 (bytes 0..255, 0..255, 0..255, then 0..15).
   std::string bytes;
@@ -360,11 +404,11 @@ TEST(Api, ClassifyRequestsTakeArraysOrBase64AndCheckThem) {
     for (; n < 3 && i + static_cast<size_t>(n) < bytes.size(); ++n) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(bytes[i + static_cast<size_t>(n)])) << (16 - 8 * n);
     for (int k = 0; k < 4; ++k) b64 += k <= n ? table[(v >> (18 - 6 * k)) & 63] : '=';
   }
-  Tensor b = parse_classify_request(R"({"images_base64": [")" + b64 + "\"]}", limits);
+  Tensor b = parse_classify_request(R"({"images_base64": [")" + b64 + "\"]}", limits, fashion_recipe());
   EXPECT_TRUE(ops::equal(a, b));
   auto status_of = [&](const std::string& body) {
     try {
-      parse_classify_request(body, limits);
+      parse_classify_request(body, limits, fashion_recipe());
     } catch (const RequestError& e) {
       return e.status;
     }

@@ -7,6 +7,7 @@
 #include "weft/cli/commands.h"
 #include "weft/data/dataset.h"
 #include "weft/data/text.h"
+#include "weft/data/images.h"
 #include "weft/serve/classify.h"
 #include "weft/serve/evaluate.h"
 #include "weft/serve/generation.h"
@@ -95,10 +96,16 @@ int run_predict(const PredictConfig& c) {
   Tensor images;
   std::vector<std::int32_t> labels;
   if (!c.images.empty()) {
-    images = serve::read_idx_images(c.images);
+    images = serve::read_idx_images(c.images, m.recipe);
   } else {
-    ImageDataset test = load_mnist_format(resolve_data_dir(c.data.empty() ? "fashion-mnist" : c.data, c.data_dir), "test", kFashionMnistMean,
-                                          kFashionMnistStd, c.limit, kModelImageSide);
+    // The data's test split, normalized as the model's training data was.
+    ImageSplit test = read_image_split(resolve_data_dir(c.data.empty() ? "fashion-mnist" : c.data, c.data_dir), "test", c.limit);
+    const Shape& s = test.images.shape();
+    const ImageInput& in = m.recipe.image;
+    if (s[1] != in.channels || s[2] != in.height || s[3] != in.width)
+      throw DataError(test.source + ": images of " + serve::image_size_text(s[1], s[2], s[3]) + " pixels; the model takes " +
+                      serve::image_size_text(in.channels, in.height, in.width));
+    normalize_images(test.images, {m.recipe.mean, m.recipe.stddev});
     images = test.images;
     labels = test.labels;
   }
@@ -113,8 +120,7 @@ int run_predict(const PredictConfig& c) {
       predicted.push_back(label);
     }
   }
-  const auto& names = serve::fashion_mnist_classes();
-  auto name_of = [&](std::int64_t label) { return label < 10 ? names[static_cast<size_t>(label)] : std::to_string(label); };
+  auto name_of = [&](std::int64_t label) { return serve::class_name(m.recipe, label); };
   if (!labels.empty()) {
     std::int64_t correct = 0;
     for (std::int64_t i = 0; i < n; ++i) correct += predicted[static_cast<size_t>(i)] == labels[static_cast<size_t>(i)];
@@ -174,12 +180,13 @@ void add_predict_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<PredictConfig>();
   CLI::App* cmd = app.add_subcommand("predict", "evaluate a saved model: an image model's test accuracy or predictions, a language model's validation loss");
   add_model_options(cmd, c->model, c->quantize, c->tp, c->pp, c->micro_batches);
-  cmd->add_option("--data", c->data, "images: fashion-mnist (default) or an MNIST-format folder; text: fortunes (default) or a file or folder");
+  cmd->add_option("--data", c->data, "images: fashion-mnist (default) or a folder of IDX, NPY or CSV files; text: fortunes (default) or a file or folder");
   cmd->add_option("--windows", c->windows, "text: validation windows (training's --eval-batches x --batch: 256)")
       ->check(positive())->capture_default_str();
   cmd->add_option("--logits", c->logits, "text: write every scored row of logits to this file (float32, [context][windows][vocab])");
   cmd->add_option("--data-dir", c->data_dir, "where fashion-mnist lives (default: the Debian package's folder)");
-  cmd->add_option("--images", c->images, "an IDX file of 28x28 images [N, 28, 28]: one prediction per image");
+  cmd->add_option("--images", c->images, "an IDX file of images of the model's size ([N, H, W] or [N, H, W, C]): one "
+                                         "prediction per image");
   cmd->add_option("--limit", c->limit, "only the first N test images (0: all)")->check(non_negative());
   cmd->add_option("--batch", c->batch, "images per forward pass")->check(positive())->capture_default_str();
   cmd->add_flag("--json", c->json, "print JSON");
@@ -258,6 +265,9 @@ void add_serve_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--token", c->token, "bearer token (default: $WEFT_SERVE_TOKEN)");
   cmd->add_option("--endpoint", c->endpoint, "completions | classify")->check(CLI::IsMember({"completions", "classify"}))
       ->capture_default_str();
+  cmd->add_option("--pixels", c->pixels, "classify: values per image, the model's height x width x channels")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
   cmd->add_option("--prompt", c->prompts, "prompts, used in turn (repeatable)");
   cmd->add_option("--max-tokens", c->max_tokens, "tokens per completion")->check(positive())->capture_default_str();
   cmd->add_option("--temperature", c->temperature, "0: greedy")->check(non_negative())->capture_default_str();

@@ -20,7 +20,7 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   parallel::ParallelOptions& p = c.parallel;
   cmd->add_option("--model", c.model, "mlp | cnn | mlp128 | seed-cnn (images); gpt | lstm | rnn (text)")->capture_default_str();
   cmd->add_option("--data", c.data,
-                  "images: fashion-mnist (default) or a folder of MNIST-format IDX files; "
+                  "images: fashion-mnist (default) or a folder of IDX, NPY or CSV files (docs/training.md); "
                   "text: fortunes (default) or a text file or folder");
   cmd->add_option("--data-dir", c.data_dir, "where the fashion-mnist files are (default: the Debian package's folder)");
   cmd->add_option("--epochs", c.epochs, "images: passes over the training set (default 1)");
@@ -62,6 +62,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
                   "evaluate every N steps (default: images 0 = at each epoch's end, text 200); always at the end");
   cmd->add_option("--limit-train", c.limit_train, "images: use only the first N training samples")->capture_default_str();
   cmd->add_option("--limit-test", c.limit_test, "images: use only the first N test samples")->capture_default_str();
+  cmd->add_option("--norm-mean", c.norm_mean, "images: normalization means of pixel/255, one or one per channel "
+                                              "(default: the training set's; Fashion-MNIST's published figures)")
+      ->delimiter(',');
+  cmd->add_option("--norm-std", c.norm_std, "images: normalization standard deviations (as --norm-mean)")->delimiter(',');
   cmd->add_flag("--quiet", c.quiet, "no progress display");
   cmd->add_option("--precision", c.precision,
                   "fp32 | bf16: bf16 products and stored activations, fp32 master weights (less memory)")

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "weft/nn/models.h"
 #include "weft/util/error.h"
 #include "weft/util/parse.h"
@@ -41,6 +43,23 @@ class Reader {
       throw CheckpointError(source_ + ": " + key + " '" + t + "' is not a positive size");
     return *v;
   }
+  // One finite number, or one per channel, comma-separated.
+  std::vector<double> numbers(const std::string& key, std::int64_t channels) const {
+    const std::string& t = text(key);
+    std::vector<double> out;
+    std::size_t at = 0;
+    while (at <= t.size()) {
+      const std::size_t comma = std::min(t.find(',', at), t.size());
+      const auto v = parse_number(std::string_view(t).substr(at, comma - at));
+      if (!v) throw CheckpointError(source_ + ": " + key + " '" + t + "' is not a list of numbers");
+      out.push_back(*v);
+      at = comma + 1;
+    }
+    if (out.size() != 1 && static_cast<std::int64_t>(out.size()) != channels)
+      throw CheckpointError(source_ + ": " + key + " holds " + std::to_string(out.size()) + " values for " +
+                            std::to_string(channels) + " channels");
+    return out;
+  }
 
  private:
   const Metadata& m_;
@@ -66,6 +85,21 @@ Metadata ModelRecipe::to_metadata() const {
     m["weft_context"] = std::to_string(recurrent.context);
     m["weft_dim"] = std::to_string(recurrent.dim);
     m["weft_layers"] = std::to_string(recurrent.layers);
+  } else {
+    m["weft_channels"] = std::to_string(image.channels);
+    m["weft_height"] = std::to_string(image.height);
+    m["weft_width"] = std::to_string(image.width);
+    m["weft_classes"] = std::to_string(image.classes);
+    auto list = [](const std::vector<double>& v) {
+      std::string s;
+      for (double x : v) {
+        if (!s.empty()) s += ',';
+        s += fmt::format("{}", x);
+      }
+      return s;
+    };
+    m["weft_mean"] = list(mean);
+    m["weft_std"] = list(stddev);
   }
   return m;
 }
@@ -103,6 +137,19 @@ ModelRecipe ModelRecipe::from_metadata(const Metadata& metadata, const std::stri
     const auto& names = model_names();
     if (std::find(names.begin(), names.end(), recipe.model) == names.end())
       throw CheckpointError(source + ": unknown model '" + recipe.model + "'");
+    if (metadata.count("weft_channels")) {  // else a Fashion-MNIST model saved before these keys
+      ImageInput& in = recipe.image;
+      in.channels = r.size("weft_channels");
+      in.height = r.size("weft_height");
+      in.width = r.size("weft_width");
+      in.classes = r.size("weft_classes");
+      if (in.channels > 4096 || in.height > 65536 || in.width > 65536 || in.classes < 2 || in.classes > (1 << 20))
+        throw CheckpointError(source + ": the recorded image input or classes are out of range");
+      recipe.mean = r.numbers("weft_mean", in.channels);
+      recipe.stddev = r.numbers("weft_std", in.channels);
+      for (double sd : recipe.stddev)
+        if (!(sd > 0)) throw CheckpointError(source + ": weft_std holds a value that is not positive");
+    }
   }
   return recipe;
 }
@@ -110,7 +157,7 @@ ModelRecipe ModelRecipe::from_metadata(const Metadata& metadata, const std::stri
 std::shared_ptr<Module> ModelRecipe::build(Rng& rng) const {
   if (model == "gpt") return std::make_shared<GPT>(gpt, rng);
   if (is_recurrent(model)) return std::make_shared<RecurrentLM>(recurrent, rng);
-  return make_model(model, rng);
+  return make_model(model, rng, image);
 }
 
 }  // namespace weft

@@ -2,7 +2,10 @@
 // parameters (the metadata of a safetensors file, the info of a checkpoint) so that a model
 // can be rebuilt for inference without the options that trained it. The keys are flat
 // strings, "weft_model" plus the sizes its kind needs:
-//   image models   weft_model = mlp | cnn | mlp128 | seed-cnn
+//   image models   weft_model = mlp | cnn | mlp128 | seed-cnn, weft_channels, weft_height,
+//                  weft_width, weft_classes, weft_mean, weft_std (per channel, comma-
+//                  separated: how pixels scaled to [0, 1] were normalized); a file without
+//                  them holds a Fashion-MNIST model (1x28x28, 10 classes, 0.2860, 0.3530)
 //   GPT            weft_model = gpt, weft_vocab, weft_context, weft_dim, weft_layers,
 //                  weft_heads, weft_positional (learned | standard | book), weft_pre_ln (0|1)
 //   recurrent      weft_model = rnn | rnn-sigmoid | lstm | lstm-seed, weft_vocab,
@@ -13,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "weft/nn/models.h"
 #include "weft/nn/module.h"
 #include "weft/nn/recurrent.h"
 #include "weft/nn/transformer.h"
@@ -25,6 +29,10 @@ struct ModelRecipe {
   std::string model;           // the name weft train --model takes
   GptConfig gpt;               // when model == "gpt"
   RecurrentConfig recurrent;   // when model is a recurrent cell
+  ImageInput image;            // an image model's input and classes
+  // An image model's input normalization: x = (pixel / 255 - mean[c]) / std[c] (one value:
+  // every channel). Fashion-MNIST's training-set figures unless the data had others.
+  std::vector<double> mean{0.2860}, stddev{0.3530};
 
   bool is_language_model() const;
   Metadata to_metadata() const;

@@ -8,7 +8,7 @@ namespace weft {
 
 namespace {
 
-class FlattenImage : public Module {  // [N, 1, 28, 28] or [N, 784] -> [N, 784]
+class FlattenImage : public Module {  // [N, C, H, W] or [N, CHW] -> [N, CHW]
  public:
   Var forward(const Var& x) override { return x.dim() == 2 ? x : Flatten().forward(x); }
   std::string describe() const override { return "Flatten"; }
@@ -39,22 +39,34 @@ const std::vector<std::string>& model_names() {
   return names;
 }
 
-std::shared_ptr<Sequential> make_model(const std::string& name, Rng& rng) {
-  if (name == "mlp") return image_mlp({784, 256, 256, 10}, rng);
-  if (name == "mlp128") return image_mlp({784, 128, 10}, rng);
+std::shared_ptr<Sequential> make_model(const std::string& name, Rng& rng, const ImageInput& in) {
+  const std::int64_t c = in.channels, h = in.height, w = in.width, k = in.classes;
+  if (c < 1 || h < 1 || w < 1 || k < 2)
+    throw ConfigError("images of " + std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w) +
+                      " pixels in " + std::to_string(k) + " classes: a model needs at least 1 pixel and 2 classes");
+  auto at_least = [&](std::int64_t side) {
+    if (h < side || w < side)
+      throw ConfigError("--model " + name + " takes images of at least " + std::to_string(side) + "x" +
+                        std::to_string(side) + " pixels, the data's are " + std::to_string(h) + "x" + std::to_string(w));
+  };
+  if (name == "mlp") return image_mlp({in.pixels(), 256, 256, k}, rng);
+  if (name == "mlp128") return image_mlp({in.pixels(), 128, k}, rng);
   if (name == "cnn") {
+    at_least(4);
     return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
-        std::make_shared<Conv2d>(1, 32, 3, rng, 1, 1), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
+        std::make_shared<Conv2d>(c, 32, 3, rng, 1, 1), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
         std::make_shared<Conv2d>(32, 64, 3, rng, 1, 1), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
-        std::make_shared<Flatten>(), std::make_shared<Linear>(3136, 128, rng), std::make_shared<ReLU>(),
-        std::make_shared<Linear>(128, 10, rng)});
+        std::make_shared<Flatten>(), std::make_shared<Linear>(64 * (h / 2 / 2) * (w / 2 / 2), 128, rng),
+        std::make_shared<ReLU>(), std::make_shared<Linear>(128, k, rng)});
   }
   if (name == "seed-cnn") {
+    at_least(6);
     return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
-        std::make_shared<Conv2d>(1, 32, 3, rng), std::make_shared<ReLU>(),
+        std::make_shared<Conv2d>(c, 32, 3, rng), std::make_shared<ReLU>(),
         std::make_shared<Conv2d>(32, 64, 3, rng), std::make_shared<ReLU>(), std::make_shared<MaxPool2d>(2),
-        std::make_shared<Flatten>(), std::make_shared<Linear>(9216, 128, rng), std::make_shared<ReLU>(),
-        std::make_shared<Linear>(128, 20, rng), std::make_shared<ReLU>(), std::make_shared<Linear>(20, 10, rng)});
+        std::make_shared<Flatten>(), std::make_shared<Linear>(64 * ((h - 4) / 2) * ((w - 4) / 2), 128, rng),
+        std::make_shared<ReLU>(), std::make_shared<Linear>(128, 20, rng), std::make_shared<ReLU>(),
+        std::make_shared<Linear>(20, k, rng)});
   }
   std::string known;
   for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;

@@ -1,11 +1,13 @@
-// The built-in models, by name.
-//   mlp       784-256-256-10 with ReLU
-//   cnn       conv 1->32 3x3 pad 1, ReLU, maxpool 2, conv 32->64 3x3 pad 1, ReLU, maxpool 2,
-//             linear 3136->128, ReLU, linear 128->10
-//   mlp128    784-128-10 with ReLU (seed 002 chapter 3's MNIST network)
-//   seed-cnn  seed 003's MNIST CNN: conv 1->32 3x3, ReLU, conv 32->64 3x3, ReLU, maxpool 2,
-//             flatten, linear 9216->128, ReLU, linear 128->20, ReLU, linear 20->10
-// All take [N, 1, 28, 28] images and return [N, 10] logits.
+// The built-in image models, by name, for images of C channels, H x W pixels and K classes
+// (Fashion-MNIST: C 1, H = W = 28, K 10, the sizes in brackets):
+//   mlp       CHW(784)-256-256-K with ReLU
+//   cnn       conv C->32 3x3 pad 1, ReLU, maxpool 2, conv 32->64 3x3 pad 1, ReLU, maxpool 2,
+//             linear 64 (H/4)(W/4) (3136)->128, ReLU, linear 128->K
+//   mlp128    CHW-128-K with ReLU (seed 002 chapter 3's MNIST network)
+//   seed-cnn  seed 003's MNIST CNN: conv C->32 3x3, ReLU, conv 32->64 3x3, ReLU, maxpool 2,
+//             flatten, linear 64 ((H-4)/2)((W-4)/2) (9216)->128, ReLU, linear 128->20, ReLU,
+//             linear 20->K
+// All take [N, C, H, W] images and return [N, K] logits.
 #pragma once
 
 #include <memory>
@@ -16,13 +18,18 @@
 
 namespace weft {
 
-// The side of the square images every built-in model takes ([N, 1, 28, 28]).
-inline constexpr std::int64_t kModelImageSide = 28;
+// What an image model takes and gives: [N, channels, height, width] -> [N, classes].
+struct ImageInput {
+  std::int64_t channels = 1, height = 28, width = 28, classes = 10;  // Fashion-MNIST's
+  std::int64_t pixels() const { return channels * height * width; }
+  bool operator==(const ImageInput&) const = default;
+};
 
 // Linear layers of the given sizes with ReLU between them (not after the last).
 std::shared_ptr<Sequential> make_mlp(const std::vector<std::int64_t>& sizes, Rng& rng);
-// Throws ConfigError listing the known names when `name` is unknown.
-std::shared_ptr<Sequential> make_model(const std::string& name, Rng& rng);
+// Throws ConfigError listing the known names when `name` is unknown, or naming the
+// smallest image a model takes.
+std::shared_ptr<Sequential> make_model(const std::string& name, Rng& rng, const ImageInput& input = {});
 const std::vector<std::string>& model_names();
 
 }  // namespace weft

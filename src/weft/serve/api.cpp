@@ -71,9 +71,12 @@ void refuse_unsupported(const json& j) {
   if (j.contains("suffix") && !j["suffix"].is_null()) throw RequestError(400, "'suffix' is not supported", "suffix");
 }
 
-std::vector<float> pixels_of(const json& image, std::size_t index) {
+// One image as H x W x C numbers (flat), or H rows of W x C numbers.
+std::vector<float> pixels_of(const json& image, std::size_t index, const ImageInput& in) {
+  const auto total = static_cast<std::size_t>(in.pixels()), height = static_cast<std::size_t>(in.height);
+  const auto row_size = static_cast<std::size_t>(in.width * in.channels);
   std::vector<float> pixels;
-  pixels.reserve(kImagePixels);
+  pixels.reserve(total);
   auto add = [&](const json& v) {
     if (!v.is_number()) throw RequestError(400, fmt::format("image {}: pixel values must be numbers", index), "images");
     const double p = v.get<double>();
@@ -81,16 +84,17 @@ std::vector<float> pixels_of(const json& image, std::size_t index) {
     pixels.push_back(static_cast<float>(p));
   };
   if (!image.is_array()) throw RequestError(400, fmt::format("image {} must be an array", index), "images");
-  if (image.size() == kImageSide && image[0].is_array()) {
+  if (image.size() == height && !image.empty() && image[0].is_array()) {
     for (const auto& row : image) {
-      if (!row.is_array() || row.size() != kImageSide)
-        throw RequestError(400, fmt::format("image {}: rows must hold 28 values", index), "images");
+      if (!row.is_array() || row.size() != row_size)
+        throw RequestError(400, fmt::format("image {}: rows must hold {} values", index, row_size), "images");
       for (const auto& v : row) add(v);
     }
-  } else if (image.size() == kImagePixels) {
+  } else if (image.size() == total) {
     for (const auto& v : image) add(v);
   } else {
-    throw RequestError(400, fmt::format("image {}: expected 784 values or 28 rows of 28, got {} entries", index, image.size()), "images");
+    throw RequestError(400, fmt::format("image {}: expected {} values or {} rows of {}, got {} entries", index, total,
+                                        height, row_size, image.size()), "images");
   }
   return pixels;
 }
@@ -104,7 +108,8 @@ int base64_value(char c) {
   return -1;
 }
 
-std::vector<float> pixels_of_base64(const json& image, std::size_t index) {
+std::vector<float> pixels_of_base64(const json& image, std::size_t index, const ImageInput& in) {
+  const auto total = static_cast<std::size_t>(in.pixels());
   if (!image.is_string()) throw RequestError(400, fmt::format("images_base64[{}] must be a string", index), "images_base64");
   const std::string& s = image.get_ref<const std::string&>();
   std::vector<float> pixels;
@@ -119,11 +124,12 @@ std::vector<float> pixels_of_base64(const json& image, std::size_t index) {
     if (bits >= 8) {
       bits -= 8;
       pixels.push_back(static_cast<float>((acc >> bits) & 0xFF));
-      if (pixels.size() > kImagePixels) break;
+      if (pixels.size() > total) break;
     }
   }
-  if (pixels.size() != kImagePixels)
-    throw RequestError(400, fmt::format("images_base64[{}] must decode to 784 bytes (28x28 pixels)", index), "images_base64");
+  if (pixels.size() != total)
+    throw RequestError(400, fmt::format("images_base64[{}] must decode to {} bytes ({} pixels)", index, total,
+                                        image_size_text(in.channels, in.height, in.width)), "images_base64");
   return pixels;
 }
 
@@ -207,7 +213,7 @@ std::string error_body(int status, const std::string& message, const std::string
       .dump();
 }
 
-Tensor parse_classify_request(const std::string& body, const ApiLimits& limits) {
+Tensor parse_classify_request(const std::string& body, const ApiLimits& limits, const ModelRecipe& recipe) {
   json j = parse_object(body);
   std::vector<float> pixels;
   std::size_t count = 0;
@@ -220,22 +226,22 @@ Tensor parse_classify_request(const std::string& body, const ApiLimits& limits) 
   if (static_cast<std::int64_t>(list.size()) > limits.max_images)
     throw RequestError(413, fmt::format("{} images in one request; the limit is {}", list.size(), limits.max_images), field);
   for (const auto& image : list) {
-    std::vector<float> p = images != j.end() ? pixels_of(image, count) : pixels_of_base64(image, count);
+    std::vector<float> p = images != j.end() ? pixels_of(image, count, recipe.image)
+                                              : pixels_of_base64(image, count, recipe.image);
     pixels.insert(pixels.end(), p.begin(), p.end());
     ++count;
   }
-  return images_from_pixels(pixels);
+  return images_from_pixels(pixels, recipe);
 }
 
-json classify_response(const std::string& model, const Tensor& probabilities) {
+json classify_response(const std::string& model, const Tensor& probabilities, const ModelRecipe& recipe) {
   json predictions = json::array();
   const std::int64_t classes = probabilities.size(1);
   const std::vector<std::int64_t> labels = ops::argmax_rows(probabilities);
-  const auto& names = fashion_mnist_classes();
   for (std::size_t i = 0; i < labels.size(); ++i) {
     const float* row = probabilities.data<float>() + static_cast<std::int64_t>(i) * classes;
     json entry = {{"label", labels[i]}, {"probabilities", std::vector<float>(row, row + classes)}};
-    if (classes == static_cast<std::int64_t>(names.size())) entry["class"] = names[static_cast<size_t>(labels[i])];
+    entry["class"] = class_name(recipe, labels[i]);
     predictions.push_back(entry);
   }
   return {{"model", model}, {"predictions", predictions}};

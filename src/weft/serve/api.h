@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "weft/nn/model_recipe.h"
+
 #include "weft/serve/generation.h"
 #include "weft/tensor/tensor.h"
 
@@ -52,7 +54,8 @@ std::string error_body(int status, const std::string& message, const std::string
 
 // Normalized images [N, 1, 28, 28] from {"images": [[784 values] | [[28 rows of 28]], ...]}
 // or {"images_base64": ["<784 bytes in base64>", ...]}, pixel values 0-255.
-Tensor parse_classify_request(const std::string& body, const ApiLimits& limits);
-nlohmann::json classify_response(const std::string& model, const Tensor& probabilities);
+// The images of a /v1/classify request, for a model of `recipe`'s input and normalization.
+Tensor parse_classify_request(const std::string& body, const ApiLimits& limits, const ModelRecipe& recipe);
+nlohmann::json classify_response(const std::string& model, const Tensor& probabilities, const ModelRecipe& recipe);
 
 }  // namespace weft::serve

@@ -206,7 +206,9 @@ void ImageBatcher::loop() {
       }
       metrics_.set("weft_queue_depth", static_cast<double>(waiting_.size()));
     }
-    Tensor all = Tensor::empty({images, 1, kImageSide, kImageSide});
+    Shape shape = batch.front()->images.shape();  // every request's images are the model's size
+    shape[0] = images;
+    Tensor all = Tensor::empty(shape);
     std::int64_t at = 0;
     for (auto& j : batch) {
       const std::int64_t n = j->images.numel();

@@ -28,10 +28,10 @@ struct Sample {
   std::vector<double> gaps;
 };
 
-// An image of 784 mid-grey-to-white pixels that differs per request.
-std::string classify_body(std::uint64_t n) {
+// An image of `count` pixel values that differs per request.
+std::string classify_body(std::uint64_t n, std::int64_t count) {
   json pixels = json::array();
-  for (int i = 0; i < 784; ++i) pixels.push_back((i * 7 + static_cast<int>(n)) % 256);
+  for (std::int64_t i = 0; i < count; ++i) pixels.push_back((i * 7 + static_cast<std::int64_t>(n % 256)) % 256);
   return json{{"images", json::array({pixels})}}.dump();
 }
 
@@ -44,7 +44,7 @@ Sample one_request(httplib::Client& client, const LoadOptions& o, std::uint64_t 
   if (!o.token.empty()) req.headers.emplace("Authorization", "Bearer " + o.token);
   if (o.endpoint == "classify") {
     req.path = "/v1/classify";
-    req.body = classify_body(n);
+    req.body = classify_body(n, o.pixels);
   } else {
     req.path = "/v1/completions";
     req.body = json{{"prompt", o.prompts[n % o.prompts.size()]},

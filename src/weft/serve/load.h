@@ -19,6 +19,7 @@ struct LoadOptions {
   int port = 8000;
   std::string token;
   std::string endpoint = "completions";  // completions | classify
+  std::int64_t pixels = 784;             // classify: values per image (the model's H x W x C)
   std::vector<std::string> prompts = {"The "};
   std::int64_t max_tokens = 64;
   double temperature = 0;

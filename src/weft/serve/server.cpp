@@ -172,12 +172,12 @@ class Server : private MetricsHolder, public HttpBase {
     Tensor images;
     const AdmissionPtr admission = admit_parsed(endpoint, res, start, [&] {
       if (!images_) throw RequestError(400, "this server serves a language model: use /v1/completions");
-      images = parse_classify_request(req.body, limits_);
+      images = parse_classify_request(req.body, limits_, model_.recipe);
     });
     if (!admission) return;
     Tensor p = images_->classify(images);
     metrics_.add("weft_images_total", static_cast<double>(images.size(0)));
-    res.set_content(classify_response(model_.name, p).dump(), "application/json");
+    res.set_content(classify_response(model_.name, p, model_.recipe).dump(), "application/json");
     count(endpoint, 200, start);
   }
 

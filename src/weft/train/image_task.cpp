@@ -10,6 +10,7 @@
 #include "weft/autograd/functions.h"
 #include "weft/data/dataloader.h"
 #include "weft/data/dataset.h"
+#include "weft/data/images.h"
 #include "weft/data/partition.h"
 #include "weft/nn/models.h"
 #include "weft/tensor/ops.h"
@@ -29,9 +30,7 @@ class ImageClassification : public Task {
       throw ConfigError("--batch " + std::to_string(*o.batch) + " (the global batch) is not divisible by the " +
                         std::to_string(replicas) + " ranks");
     }
-    const std::string dir = resolve_data_dir(*o.data, o.data_dir);
-    train_ = load_mnist_format(dir, "train", kFashionMnistMean, kFashionMnistStd, o.limit_train, kModelImageSide);
-    if (o.evaluate) test_ = load_mnist_format(dir, "test", kFashionMnistMean, kFashionMnistStd, o.limit_test, kModelImageSide);
+    load_data(o);
     const std::int64_t per_rank = *o.batch / replicas;
     loader_.emplace(train_, LoaderOptions{per_rank, true, false, o.seed, replicas, replica});
     if (o.parallel.strategy == "fedavg") {
@@ -51,7 +50,14 @@ class ImageClassification : public Task {
     if (sample_log_) std::fclose(sample_log_);
   }
 
-  ModelRecipe recipe() const override { return {o_.model, {}, {}}; }
+  ModelRecipe recipe() const override {
+    ModelRecipe r;
+    r.model = o_.model;
+    r.image = input_;
+    r.mean = norm_.mean;
+    r.stddev = norm_.stddev;
+    return r;
+  }
   std::string model_tag() const override { return o_.model; }
   std::int64_t steps_per_epoch() const override { return loader_->num_batches(); }
   std::int64_t epochs() const override { return *o_.epochs; }
@@ -109,6 +115,52 @@ class ImageClassification : public Task {
   }
 
  private:
+  // The data, normalized, and the model's input and classes from it.
+  void load_data(const TrainOptions& o) {
+    const std::string dir = resolve_data_dir(*o.data, o.data_dir);
+    const bool given = !o.norm_mean.empty() || !o.norm_std.empty();
+    if (*o.data == "fashion-mnist" && !given) {  // its published figures, as always
+      train_ = load_mnist_format(dir, "train", kFashionMnistMean, kFashionMnistStd, o.limit_train);
+      if (o.evaluate) test_ = load_mnist_format(dir, "test", kFashionMnistMean, kFashionMnistStd, o.limit_test);
+      norm_ = {{kFashionMnistMean}, {kFashionMnistStd}};
+    } else {
+      ImageSplit train = read_image_split(dir, "train", o.limit_train);
+      norm_ = given ? Normalization{o.norm_mean, o.norm_std} : channel_statistics(train.images);
+      const auto channels = static_cast<std::size_t>(train.images.shape()[1]);
+      for (const auto* v : {&norm_.mean, &norm_.stddev})
+        if (v->size() != 1 && v->size() != channels)
+          throw ConfigError("--norm-mean and --norm-std take one value or one per channel (" + std::to_string(channels) + ")");
+      for (double sd : norm_.stddev)
+        if (!(sd > 0)) throw ConfigError("--norm-std must be positive");
+      train_ = dataset_of(std::move(train));
+      if (o.evaluate) {
+        ImageSplit test = read_image_split(dir, "test", o.limit_test);
+        const Shape &a = train_.images.shape(), &b = test.images.shape();
+        if (a[1] != b[1] || a[2] != b[2] || a[3] != b[3])
+          throw DataError(fmt::format("{}: test images are {}x{}x{}, the training images {}x{}x{}", test.source, b[1], b[2],
+                                      b[3], a[1], a[2], a[3]));
+        test_ = dataset_of(std::move(test));
+      }
+    }
+    std::int64_t classes = 2;
+    for (std::int32_t l : train_.labels) classes = std::max<std::int64_t>(classes, l + 1);
+    for (std::size_t i = 0; i < test_.labels.size(); ++i)
+      if (test_.labels[i] >= classes)
+        throw DataError(fmt::format("test label {} at index {} is not among the training set's {} classes", test_.labels[i], i,
+                                    classes));
+    train_.num_classes = test_.num_classes = classes;
+    const Shape& s = train_.images.shape();
+    input_ = {s[1], s[2], s[3], classes};
+  }
+
+  ImageDataset dataset_of(ImageSplit split) const {
+    normalize_images(split.images, norm_);
+    ImageDataset d;
+    d.images = std::move(split.images);
+    d.labels = std::move(split.labels);
+    return d;
+  }
+
   void client_data(std::FILE* out) {
     auto parts = dirichlet_partition(train_.labels, static_cast<int>(train_.num_classes), replicas_, o_.non_iid, o_.seed);
     const auto& part = parts[static_cast<size_t>(replica_)];
@@ -139,6 +191,8 @@ class ImageClassification : public Task {
   TrainOptions o_;
   int replica_, replicas_;
   ImageDataset train_, test_;
+  ImageInput input_;
+  Normalization norm_;
   std::optional<DataLoader> loader_, client_loader_;
   std::vector<std::int64_t> order_, client_order_;
   std::int64_t order_epoch_ = -1, client_epoch_ = -1;

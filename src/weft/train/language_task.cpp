@@ -54,7 +54,8 @@ class LanguageModeling : public Task {
 
   ModelRecipe recipe() const override {
     const std::int64_t vocab = tokenizer_->vocab_size();
-    ModelRecipe r{o_.model, {}, {}};
+    ModelRecipe r;
+    r.model = o_.model;
     if (o_.model == "gpt") {
       r.gpt = GptConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.heads, parse_positional(o_.positional), !o_.post_ln,
                         o_.recompute};

@@ -18,11 +18,14 @@ struct TrainOptions {
   // The model: mlp | mlp128 | cnn | seed-cnn (images); gpt | lstm | lstm-seed | rnn |
   // rnn-sigmoid (language models).
   std::string model = "mlp";
-  std::optional<std::string> data;     // images: fashion-mnist (default) or a folder of IDX
+  std::optional<std::string> data;     // images: fashion-mnist (default) or a folder of IDX,
                                        // files; text: fortunes (default), a file or a folder
   std::string data_dir;                // overrides the Debian package folder for fashion-mnist
   std::int64_t limit_train = 0;        // images: only the first N samples (0: all)
   std::int64_t limit_test = 0;
+  // images: x = (pixel / 255 - mean[c]) / std[c], one value or one per channel; empty:
+  // Fashion-MNIST's published figures for fashion-mnist, the training set's for other data.
+  std::vector<double> norm_mean, norm_std;
   // Language models.
   std::string tokenizer = "char";      // char | word
   std::int64_t context = 128;
