@@ -14,11 +14,13 @@ packages=(
   fortunes                 # real English text for language models
   tshark                   # decodes the simulator's pcap captures in a test
   libcpp-httplib-dev       # the HTTP server and client of weft serve
+  libsentencepiece-dev     # BPE tokenizers for language models (--tokenizer bpe)
   curl                     # tests and docs talk to weft serve as users do
   python3                  # test scripts read traces and JSON with it
   libjs-chart.js           # Chart.js, built into the pages of weft report
   chromium                 # tests open the report pages in a real (headless) browser
   python3-torch python3-numpy  # PyTorch scripts under weft launch (tests), the benchmarks' reference
+  libtorch-dev pybind11-dev    # the torch.distributed backend "weft" (bindings/torch)
 )
 # make fuzz builds the libFuzzer harnesses with clang; libFuzzer and the sanitizer runtimes
 # are in libclang-rt-dev, which clang only recommends (and recommendations are not installed).

@@ -61,3 +61,29 @@ TEST(Corpus, MissingOrEmptyIsADataError) {
   write_file_atomic(dir / "blank", " \n\n");
   EXPECT_THROW(load_corpus(dir / "blank"), DataError);
 }
+
+// SentencePiece BPE: text comes back as written (no normalization), bytes the corpus never
+// had still encode (byte fallback), the vocabulary round-trips through its base64 text, and
+// a file that is not a model is refused by name.
+TEST(BpeTokenizer, RoundTripsAnyTextAndItsVocabulary) {
+  std::string corpus;
+  for (int i = 0; i < 200; ++i)
+    corpus += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\nΚαλημέρα κόσμε, grüße\n";
+  auto bpe = BpeTokenizer::train(corpus, 600);
+  EXPECT_GT(bpe->vocab_size(), 256);
+  EXPECT_LE(bpe->vocab_size(), 600);
+  for (const std::string& text : {std::string("the lazy fox"), std::string("  two  spaces\tand a tab"),
+                                 std::string("unseen: ü€ 日本 \x01"), std::string("Καλημέρα")}) {
+    const auto ids = bpe->encode(text);
+    EXPECT_EQ(bpe->decode(ids), text);
+    for (auto id : ids) EXPECT_LT(id, bpe->vocab_size());
+  }
+  EXPECT_LT(bpe->encode("the quick brown fox").size(), std::string("the quick brown fox").size());  // pieces, not bytes
+  auto again = make_tokenizer("bpe", bpe->vocabulary());
+  EXPECT_EQ(again->vocab_size(), bpe->vocab_size());
+  EXPECT_EQ(again->encode("the quick brown fox 12"), bpe->encode("the quick brown fox 12"));
+  EXPECT_EQ(BpeTokenizer::train(corpus, 600)->vocabulary(), bpe->vocabulary());
+  EXPECT_THROW(BpeTokenizer::train(corpus, 100), DataError);  // fewer than the 256 byte pieces  // the same corpus, the same pieces
+  EXPECT_THROW(BpeTokenizer::load("not a model", "x.model"), DataError);
+  EXPECT_THROW(make_tokenizer("bpe", "!!!"), DataError);
+}

@@ -108,7 +108,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
                   "gpt: attention split megatron (by heads) | seed (seed 002 ch. 8: all-gather Q and K)")
       ->capture_default_str();
   // Language models.
-  cmd->add_option("--tokenizer", c.tokenizer, "text: char | word")->capture_default_str();
+  cmd->add_option("--tokenizer", c.tokenizer, "text: char | word | bpe (SentencePiece, trained on the corpus) | a "
+                                              "SentencePiece FILE.model")
+      ->capture_default_str();
+  cmd->add_option("--vocab-size", c.vocab_size, "text, --tokenizer bpe: pieces at most")->capture_default_str();
   cmd->add_option("--context", c.context, "text: tokens of context")->capture_default_str();
   cmd->add_option("--layers", c.layers, "gpt: transformer blocks (default 4); lstm, rnn: stacked layers (default 2)")
       ->check(positive());

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "weft/util/base64.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
@@ -255,7 +256,12 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::st
       throw DataError("word vocabulary: must start with <pad> and <unk> and have at least one word");
     return WordTokenizer::from_words(std::move(words));
   }
-  throw DataError("unknown tokenizer '" + kind + "' (known: char, word)");
+  if (kind == "bpe") {
+    const auto model = base64_decode(vocabulary);
+    if (!model) throw DataError("bpe vocabulary: not base64");
+    return BpeTokenizer::load(*model, "bpe vocabulary");
+  }
+  throw DataError("unknown tokenizer '" + kind + "' (known: char, word, bpe)");
 }
 
 }  // namespace weft

@@ -25,7 +25,7 @@ class Tokenizer {
   virtual std::vector<std::int32_t> encode(const std::string& text) const = 0;
   virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
   virtual std::int64_t vocab_size() const = 0;
-  virtual std::string kind() const = 0;  // "char" | "word"
+  virtual std::string kind() const = 0;  // "char" | "word" | "bpe"
   // The vocabulary as text, which make_tokenizer turns back into the same tokenizer: a saved
   // model carries it, in printable ASCII (char: the bytes in hex, in token order; word: one
   // word per line, a newline written as backslash-n, a backslash as two, and any other byte
@@ -71,6 +71,31 @@ class WordTokenizer : public Tokenizer {
   WordTokenizer() = default;
   std::vector<std::string> words_;
   std::map<std::string, std::int32_t> ids_;
+};
+
+// Byte-pair encoding learned by SentencePiece (Debian's libsentencepiece): trained on a
+// corpus (`vocab` pieces at most, 256 of them bytes: any byte the pieces do not cover falls
+// back to them, so every text encodes; the text is kept as written, no Unicode
+// normalization), or read from a
+// SentencePiece .model file. vocabulary() is the model file's bytes in base64.
+class BpeTokenizer : public Tokenizer {
+ public:
+  static std::unique_ptr<BpeTokenizer> train(const std::string& text, std::int64_t vocab);
+  // `model`: a .model file's bytes; throws DataError naming `source` when it is not one.
+  static std::unique_ptr<BpeTokenizer> load(const std::string& model, const std::string& source);
+  ~BpeTokenizer() override;
+  std::vector<std::int32_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<std::int32_t>& ids) const override;
+  std::int64_t vocab_size() const override;
+  std::string kind() const override { return "bpe"; }
+  std::string vocabulary() const override;
+  const std::string& model_file() const { return model_; }  // the .model file's bytes
+
+ private:
+  struct Processor;
+  BpeTokenizer() = default;
+  std::unique_ptr<Processor> sp_;
+  std::string model_;
 };
 
 // The first 90% of a corpus's tokens train, the rest validate: the split of every language

@@ -12,6 +12,8 @@
 #include "weft/nn/transformer.h"
 #include "weft/train/task.h"
 #include "weft/util/error.h"
+#include "weft/util/file.h"
+#include "weft/util/utf8.h"
 
 namespace weft {
 
@@ -41,7 +43,9 @@ class LanguageModeling : public Task {
     }
     text_ = load_corpus(*o.data);
     if (o.tokenizer == "char") tokenizer_ = std::make_unique<CharTokenizer>(text_);
-    else tokenizer_ = std::make_unique<WordTokenizer>(text_);
+    else if (o.tokenizer == "word") tokenizer_ = std::make_unique<WordTokenizer>(text_);
+    else if (o.tokenizer == "bpe") tokenizer_ = BpeTokenizer::train(text_, o.vocab_size);
+    else tokenizer_ = BpeTokenizer::load(read_file(o.tokenizer), o.tokenizer);  // a SentencePiece .model
     TokenSplit split = split_tokens(tokenizer_->encode(text_));
     train_ = std::move(split.train);
     val_ = std::move(split.validation);
@@ -125,8 +129,10 @@ class LanguageModeling : public Task {
     auto& lm = dynamic_cast<LanguageModel&>(model);
     const std::vector<std::int32_t> prompt = tokenizer_->encode(o_.prompt);
     auto ids = lm.generate(prompt, o_.sample, o_.temperature, o_.top_k, rng);
-    const std::string sample =
-        tokenizer_->decode(std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(prompt.size()), ids.end()));
+    // Byte tokens (char, or BPE's byte fallback) can stop inside a character: what is shown
+    // is valid UTF-8, with U+FFFD for any broken sequence.
+    const std::string sample = valid_utf8(
+        tokenizer_->decode(std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(prompt.size()), ids.end())));
     std::set<std::string> known;
     for (const std::string& w : WordTokenizer::split(text_)) known.insert(w);
     std::int64_t words = 0, hits = 0;

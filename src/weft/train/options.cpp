@@ -118,8 +118,10 @@ void validate(const TrainOptions& o) {
   if (o.parallel.strategy == "ps" && o.parallel.staleness >= 0 && (!o.checkpoint_dir.empty() || o.resume || o.auto_resume))
     throw ConfigError("checkpoints are not supported with the asynchronous parameter server (--staleness) yet");
   if (text) {
-    if (o.tokenizer != "char" && o.tokenizer != "word")
-      throw ConfigError("unknown tokenizer '" + o.tokenizer + "' (known: char, word)");
+    const bool model_file = o.tokenizer.size() > 6 && o.tokenizer.compare(o.tokenizer.size() - 6, 6, ".model") == 0;
+    if (o.tokenizer != "char" && o.tokenizer != "word" && o.tokenizer != "bpe" && !model_file)
+      throw ConfigError("unknown tokenizer '" + o.tokenizer + "' (known: char, word, bpe, or a SentencePiece FILE.model)");
+    bounded(o.vocab_size, 64, 1000000, "--vocab-size");
     // Model sizes are bounded far above what trains on a CPU, so that no product of them
     // overflows and a typo cannot ask for the machine's memory layer by layer.
     bounded(o.context, 2, 1 << 20, "--context");

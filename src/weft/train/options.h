@@ -27,7 +27,8 @@ struct TrainOptions {
   // Fashion-MNIST's published figures for fashion-mnist, the training set's for other data.
   std::vector<double> norm_mean, norm_std;
   // Language models.
-  std::string tokenizer = "char";      // char | word
+  std::string tokenizer = "char";      // char | word | bpe (trained on the corpus) | FILE.model
+  std::int64_t vocab_size = 1000;      // bpe: pieces at most
   std::int64_t context = 128;
   std::int64_t layers = 0;             // 0: the model's default (gpt 4, recurrent 2)
   std::int64_t dim = 128;
