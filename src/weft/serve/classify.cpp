@@ -59,7 +59,10 @@ const std::vector<std::string>& fashion_mnist_classes() {
 
 std::string class_name(const ModelRecipe& recipe, std::int64_t label) {
   const auto& names = fashion_mnist_classes();
-  if (recipe.image == ImageInput{} && label >= 0 && label < static_cast<std::int64_t>(names.size()))
+  // A model of Fashion-MNIST's input, classes and normalization was trained on it.
+  const bool fashion = recipe.image == ImageInput{} && recipe.mean == std::vector<double>{kFashionMnistMean} &&
+                       recipe.stddev == std::vector<double>{kFashionMnistStd};
+  if (fashion && label >= 0 && label < static_cast<std::int64_t>(names.size()))
     return names[static_cast<std::size_t>(label)];
   return std::to_string(label);
 }

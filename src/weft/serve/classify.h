@@ -25,7 +25,8 @@ std::string image_size_text(std::int64_t channels, std::int64_t height, std::int
 Tensor class_probabilities(Module& model, const Tensor& images);
 // The class names of Fashion-MNIST (the default data), by label.
 const std::vector<std::string>& fashion_mnist_classes();
-// A label's name: Fashion-MNIST's for a model of its input and classes, else the number.
+// A label's name: Fashion-MNIST's for a model of its input, classes and normalization, else
+// the number.
 std::string class_name(const ModelRecipe& recipe, std::int64_t label);
 
 }  // namespace weft::serve
