@@ -78,6 +78,23 @@ const at::Tensor& single(const std::vector<at::Tensor>& tensors) {
   return checked(tensors[0]);
 }
 
+// `t` holds `like`'s element type: a buffer of one read as the other would be misread.
+const at::Tensor& same_type(const at::Tensor& t, const at::Tensor& like) {
+  TORCH_CHECK(t.scalar_type() == like.scalar_type(), "weft backend: tensors of ", t.scalar_type(), " and ",
+              like.scalar_type(), " in one call");
+  return checked(t);
+}
+
+// Every tensor of a list is a contiguous CPU tensor of `like`'s type with `numel` elements
+// (the flat buffer the operation runs on assumes it).
+void check_parts(const std::vector<at::Tensor>& parts, const at::Tensor& like, int64_t numel, const char* what) {
+  for (const auto& p : parts) {
+    same_type(p, like);
+    TORCH_CHECK(p.numel() == numel, "weft backend: ", what, " tensors of ", p.numel(), " elements where the call needs ",
+                numel);
+  }
+}
+
 // Copies `parts` into one new contiguous tensor laid out back to back.
 at::Tensor flattened(const std::vector<at::Tensor>& parts) {
   std::vector<at::Tensor> flat;
@@ -247,6 +264,7 @@ class ProcessGroupWeft : public c10d::ProcessGroup {
     const at::Tensor& in = single(inputs);
     TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                 "weft backend: all_gather needs a list of ", getSize(), " output tensors");
+    check_parts(outputs[0], in, in.numel(), "all_gather's output");
     at::Tensor flat = at::empty({getSize() * in.numel()}, in.options());
     auto out = outputs[0];
     return collective(c10d::OpType::ALLGATHER,
@@ -256,8 +274,7 @@ class ProcessGroupWeft : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions&) override {
-    checked(input);
-    checked(output);
+    same_type(output, checked(input));
     TORCH_CHECK(output.numel() == input.numel() * getSize(), "weft backend: the output must hold world_size inputs");
     return collective(c10d::OpType::_ALLGATHER_BASE,
                       {comm_->allgather(input.data_ptr(), output.data_ptr(), input.numel(), data_type(input))}, {output});
@@ -270,6 +287,7 @@ class ProcessGroupWeft : public c10d::ProcessGroup {
     const bool is_root = getRank() == r;
     TORCH_CHECK(!is_root || (outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize()),
                 "weft backend: gather needs a list of ", getSize(), " output tensors on the root");
+    if (is_root) check_parts(outputs[0], in, in.numel(), "gather's output");
     at::Tensor flat = is_root ? at::empty({getSize() * in.numel()}, in.options()) : at::empty({0}, in.options());
     std::vector<at::Tensor> out = is_root ? outputs[0] : std::vector<at::Tensor>{};
     return collective(c10d::OpType::GATHER, {comm_->gather(in.data_ptr(), flat.data_ptr(), in.numel(), data_type(in), r)},
@@ -283,6 +301,7 @@ class ProcessGroupWeft : public c10d::ProcessGroup {
     const bool is_root = getRank() == r;
     TORCH_CHECK(!is_root || (inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize()),
                 "weft backend: scatter needs a list of ", getSize(), " input tensors on the root");
+    if (is_root) check_parts(inputs[0], out, out.numel(), "scatter's input");
     at::Tensor flat = is_root ? flattened(inputs[0]) : at::empty({0}, out.options());
     return collective(c10d::OpType::SCATTER,
                       {comm_->scatter(flat.data_ptr(), out.data_ptr(), out.numel(), data_type(out), r)}, outputs, {},
@@ -295,6 +314,7 @@ class ProcessGroupWeft : public c10d::ProcessGroup {
     const at::Tensor& out = single(outputs);
     TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                 "weft backend: reduce_scatter needs a list of ", getSize(), " input tensors");
+    check_parts(inputs[0], out, out.numel(), "reduce_scatter's input");
     at::Tensor flat = flattened(inputs[0]);
     return collective(c10d::OpType::REDUCE_SCATTER,
                       {comm_->reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), data_type(out),
@@ -304,8 +324,7 @@ class ProcessGroupWeft : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                       const c10d::ReduceScatterOptions& opts) override {
-    checked(input);
-    checked(output);
+    same_type(output, checked(input));
     TORCH_CHECK(input.numel() == output.numel() * getSize(), "weft backend: the input must hold world_size outputs");
     return collective(c10d::OpType::_REDUCE_SCATTER_BASE,
                       {comm_->reduce_scatter(input.data_ptr(), output.data_ptr(), output.numel(), data_type(output),
@@ -315,8 +334,7 @@ class ProcessGroupWeft : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
                                                std::vector<int64_t>& input_splits, const c10d::AllToAllOptions&) override {
-    checked(input);
-    checked(output);
+    same_type(output, checked(input));
     const int w = getSize();
     if (output_splits.empty() && input_splits.empty()) {
       TORCH_CHECK(input.numel() % w == 0 && output.numel() == input.numel(),
@@ -330,8 +348,11 @@ class ProcessGroupWeft : public c10d::ProcessGroup {
     auto offsets = [&](const std::vector<int64_t>& splits, const at::Tensor& t) {
       std::vector<int64_t> at_rows(static_cast<size_t>(w) + 1, 0);
       TORCH_CHECK(splits.empty() || static_cast<int>(splits.size()) == w, "weft backend: splits need world_size entries");
-      for (int j = 0; j < w; ++j)
-        at_rows[j + 1] = at_rows[j] + (splits.empty() ? (t.dim() > 0 ? t.size(0) / w : 0) : splits[static_cast<size_t>(j)]);
+      for (int j = 0; j < w; ++j) {
+        const int64_t rows = splits.empty() ? (t.dim() > 0 ? t.size(0) / w : 0) : splits[static_cast<size_t>(j)];
+        TORCH_CHECK(rows >= 0 && rows <= t.numel(), "weft backend: split ", rows, " is outside 0..", t.numel());
+        at_rows[j + 1] = at_rows[j] + rows;
+      }
       TORCH_CHECK(at_rows[w] * row == t.numel(), "weft backend: the splits do not add up to the tensor");
       return at_rows;
     };
@@ -347,8 +368,8 @@ class ProcessGroupWeft : public c10d::ProcessGroup {
     std::vector<WorkPtr> ops;
     const int me = getRank();
     for (int j = 0; j < w; ++j) {
-      checked(inputs[j]);
-      checked(outputs[j]);
+      same_type(inputs[j], inputs[0]);
+      same_type(outputs[j], inputs[0]);
       if (j == me) continue;
       ops.push_back(comm_->isend(inputs[j].data_ptr(), inputs[j].numel(), data_type(inputs[j]), j));
       ops.push_back(comm_->irecv(outputs[j].data_ptr(), outputs[j].numel(), data_type(outputs[j]), j));

@@ -112,6 +112,18 @@ try:
     expect(False, "BAND was accepted")
 except RuntimeError as e:
     expect("not supported" in str(e), f"error text: {e}")
+# Sizes and types a flat buffer would misread are refused before anything is sent (every
+# rank makes the same mistake, so none waits for another).
+for call, words in (
+        (lambda: dist.all_gather([torch.zeros(2) for _ in range(w)], torch.ones(3)), "all_gather's output"),
+        (lambda: dist.reduce_scatter(torch.zeros(2), [torch.ones(5) for _ in range(w)]), "reduce_scatter's input"),
+        (lambda: dist._all_gather_base(torch.zeros(2 * w, dtype=torch.float64), torch.ones(2)), "in one call"),
+        (lambda: dist.all_to_all_single(torch.zeros(w), torch.zeros(w), [1] * w, [-1] + [1] * (w - 1)), "split -1")):
+    try:
+        call()
+        expect(False, f"accepted: {words}")
+    except RuntimeError as e:
+        expect(words in str(e), f"error text: {e}")
 total = torch.tensor([checks])
 dist.all_reduce(total)
 if r == 0:

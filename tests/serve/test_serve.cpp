@@ -18,11 +18,15 @@
 #include "weft/serve/quantize.h"
 #include "weft/serve/generation.h"
 #include "weft/serve/metrics.h"
+#include "weft/serve/model_file.h"
 #include "weft/serve/sampling.h"
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
 #include "weft/util/error.h"
+#include "weft/util/file.h"
 #include "weft/util/utf8.h"
+#include "weft/train/safetensors.h"
+#include "../test_support.h"
 
 namespace weft::serve {
 namespace {
@@ -381,6 +385,30 @@ TEST(Api, ClassifyRequestsTakeTheModelsImageSize) {
   EXPECT_EQ(back.image, r.image);
   EXPECT_EQ(back.mean, r.mean);
   EXPECT_EQ(back.stddev, r.stddev);
+}
+
+// A model file's recorded image size and classes are checked against the parameters it
+// holds before a model of that size is allocated.
+TEST(SavedModel, ImageSizesBeyondTheParametersAreRefused) {
+  weft::testing::TempDir dir;
+  ModelRecipe r;
+  r.model = "mlp";
+  r.image = {1, 8, 8, 3};
+  Rng rng(0);
+  const std::string path = dir.path() + "/m.safetensors";
+  auto model = r.build(rng);
+  write_file_atomic(path, encode_safetensors(model->state_dict(), r.to_metadata()));
+  EXPECT_EQ(serve::load_model(path).recipe.image, r.image);
+  Metadata huge = r.to_metadata();
+  huge["weft_height"] = huge["weft_width"] = "60000";
+  write_file_atomic(path, encode_safetensors(model->state_dict(), huge));
+  try {
+    serve::load_model(path);
+    ADD_FAILURE() << "a 60000x60000 image model was built from an 8x8 model's parameters";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("the recorded image size needs more parameters than the file holds"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(Api, ClassifyRequestsTakeArraysOrBase64AndCheckThem) {

@@ -45,10 +45,12 @@ int parse_nproc(const std::string& text) {
 // torchrun's --redirects/--tee: "3" for every local rank, or "0:1,1:2" per local rank
 // (1 stdout, 2 stderr, 3 both).
 std::vector<int> parse_streams(const std::string& text, int ranks, const char* flag) {
+  auto refuse = [&] {
+    return ConfigError(std::string(flag) + ": '" + text + "' is not 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:CODE,...");
+  };
   auto code = [&](const std::string& s) {
     const auto v = parse_integer(s);
-    if (!v || *v < 0 || *v > 3)
-      throw ConfigError(std::string(flag) + ": '" + text + "' is not 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:CODE,...");
+    if (!v || *v < 0 || *v > 3) throw refuse();
     return static_cast<int>(*v);
   };
   if (text.find(':') == std::string::npos) return std::vector<int>(static_cast<size_t>(ranks), code(text));
@@ -58,7 +60,7 @@ std::vector<int> parse_streams(const std::string& text, int ranks, const char* f
     const std::size_t comma = std::min(text.find(',', at), text.size());
     const std::string item = text.substr(at, comma - at);
     const std::size_t colon = item.find(':');
-    if (colon == std::string::npos) code("x");
+    if (colon == std::string::npos) throw refuse();
     const auto rank = parse_integer(item.substr(0, colon));
     if (!rank || *rank < 0 || *rank >= ranks)
       throw ConfigError(std::string(flag) + ": local rank '" + item.substr(0, colon) + "' is outside 0.." + std::to_string(ranks - 1));
@@ -124,13 +126,11 @@ void add_launch_command(CLI::App& app, Action& action) {
   cmd->add_option("--bind", c->bind, "cores: bind each rank to its share of the cores (ranks beyond the cores "
                                      "share them round-robin); none: leave the ranks free")
       ->capture_default_str();
-  auto after_dashes = std::make_shared<std::vector<std::string>>();
-  cmd->add_option("command", *after_dashes, "the command each rank runs (after --, or its first word not an option)");
+  cmd->add_option("command", c->command, "the command each rank runs (after --, or its first word not an option)");
   cmd->footer("The command follows the options (after --, or from the first word that is not an option); "
               "a command ending in .py runs with python3, as under torchrun.");
-  cmd->callback([c, x, cmd, after_dashes, &action] {
-    action = [c, x, cmd, after_dashes] {
-      c->command = *after_dashes;
+  cmd->callback([c, x, cmd, &action] {
+    action = [c, x, cmd] {
       c->nproc_per_node = parse_nproc(x->nproc);
       parse_nnodes(x->nnodes, *c);
       if (x->rdzv_backend != "c10d" && x->rdzv_backend != "static")

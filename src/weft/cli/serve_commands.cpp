@@ -101,10 +101,7 @@ int run_predict(const PredictConfig& c) {
     // The data's test split, normalized as the model's training data was.
     ImageSplit test = read_image_split(resolve_data_dir(c.data.empty() ? "fashion-mnist" : c.data, c.data_dir), "test", c.limit);
     const Shape& s = test.images.shape();
-    const ImageInput& in = m.recipe.image;
-    if (s[1] != in.channels || s[2] != in.height || s[3] != in.width)
-      throw DataError(test.source + ": images of " + serve::image_size_text(s[1], s[2], s[3]) + " pixels; the model takes " +
-                      serve::image_size_text(in.channels, in.height, in.width));
+    serve::check_image_size(test.source, s[1], s[2], s[3], m.recipe);
     normalize_images(test.images, {m.recipe.mean, m.recipe.stddev});
     images = test.images;
     labels = test.labels;

@@ -99,7 +99,7 @@ void print_line(const Sink& sink, int rank, const char* text, std::size_t n) {
   draw_progress();
 }
 
-// Prints the complete lines of `buf` prefixed with the rank (all: the rest too); `progress`:
+// Prints the complete lines of `buf` to `out` (all: the rest too); `progress`:
 // the buffer is rank 0's stderr on a terminal, where text after a "\r" is its progress line.
 void flush_lines(std::string& buf, int rank, const Sink& out, bool all, bool progress) {
   std::size_t start = 0;
@@ -383,10 +383,6 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
   }
   return first_failure;
 }
-
-}  // namespace
-
-namespace {
 
 void validate(const LaunchConfig& c) {
   if (c.nproc_per_node < 1) throw ConfigError("--nproc-per-node must be at least 1");

@@ -123,9 +123,7 @@ void with_type(DataType t, F f) {
 
 template <class T>
 void divide(T* d, std::size_t n, int by) {
-  T divisor;
-  if constexpr (std::is_arithmetic_v<T>) divisor = static_cast<T>(by);
-  else divisor = T(static_cast<float>(by));
+  const T divisor(static_cast<float>(by));  // exact: worlds stay far below 2^24
   for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] / divisor);
 }
 }  // namespace

@@ -286,7 +286,7 @@ void normalize_images(Tensor& images, const Normalization& norm) {
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t ch = 0; ch < c; ++ch) {
       const std::size_t k = norm.mean.size() == 1 ? 0 : static_cast<std::size_t>(ch);
-      // The same float arithmetic as load_mnist_format: v * (1 / std) - mean / std.
+      // x * (1 / std) - mean / std, in float.
       const auto scale = static_cast<float>(1.0 / norm.stddev[k]), shift = static_cast<float>(norm.mean[k] / norm.stddev[k]);
       float* q = p + (i * c + ch) * plane;
       for (std::int64_t j = 0; j < plane; ++j) q[j] = q[j] * scale - shift;

@@ -12,6 +12,14 @@ std::string image_size_text(std::int64_t channels, std::int64_t height, std::int
   return (channels == 1 ? "" : std::to_string(channels) + "x") + std::to_string(height) + "x" + std::to_string(width);
 }
 
+void check_image_size(const std::string& source, std::int64_t channels, std::int64_t height, std::int64_t width,
+                      const ModelRecipe& recipe) {
+  const ImageInput& in = recipe.image;
+  if (channels != in.channels || height != in.height || width != in.width)
+    throw DataError(source + ": images of " + image_size_text(channels, height, width) + " pixels; the model takes " +
+                    image_size_text(in.channels, in.height, in.width));
+}
+
 Tensor images_from_pixels(const std::vector<float>& pixels, const ModelRecipe& recipe) {
   const ImageInput& in = recipe.image;
   WEFT_CHECK(static_cast<std::int64_t>(pixels.size()) % in.pixels() == 0, "images_from_pixels: a whole number of images");
@@ -31,13 +39,10 @@ Tensor images_from_pixels(const std::vector<float>& pixels, const ModelRecipe& r
 
 Tensor read_idx_images(const std::string& path, const ModelRecipe& recipe) {
   IdxArray a = read_idx(path);
-  const ImageInput& in = recipe.image;
-  const bool rank_ok = a.dims.size() == 3 || a.dims.size() == 4;
-  const std::int64_t c = a.dims.size() == 4 ? a.dims[3] : 1;
-  if (!rank_ok || a.dims[1] != in.height || a.dims[2] != in.width || c != in.channels)
-    throw DataError(path + ": images of " +
-                    (rank_ok ? image_size_text(c, a.dims[1], a.dims[2]) : std::to_string(a.dims.size()) + " dimension(s)") +
-                    " pixels; the model takes " + image_size_text(in.channels, in.height, in.width));
+  if (a.dims.size() != 3 && a.dims.size() != 4)
+    throw DataError(path + ": images must be [N, H, W] or [N, H, W, C], got " + std::to_string(a.dims.size()) +
+                    " dimension(s)");
+  check_image_size(path, a.dims.size() == 4 ? a.dims[3] : 1, a.dims[1], a.dims[2], recipe);
   std::vector<float> pixels(static_cast<std::size_t>(a.count()));
   for (std::int64_t i = 0; i < a.count(); ++i) pixels[static_cast<std::size_t>(i)] = static_cast<float>(a.value(i));
   for (float v : pixels)

@@ -21,6 +21,10 @@ Tensor images_from_pixels(const std::vector<float>& pixels, const ModelRecipe& r
 Tensor read_idx_images(const std::string& path, const ModelRecipe& recipe);
 // "1x28x28" (channels x height x width; "28x28" for one channel).
 std::string image_size_text(std::int64_t channels, std::int64_t height, std::int64_t width);
+// Throws DataError("<source>: images of HxW pixels; the model takes ...") unless images of
+// channels x height x width are the model's size.
+void check_image_size(const std::string& source, std::int64_t channels, std::int64_t height, std::int64_t width,
+                      const ModelRecipe& recipe);
 // Softmax probabilities [N, classes], the model run in evaluation mode without gradients.
 Tensor class_probabilities(Module& model, const Tensor& images);
 // The class names of Fashion-MNIST (the default data), by label.

@@ -54,6 +54,10 @@ void check_sizes(const ModelRecipe& r, const StateDict& parameters, const std::s
     require(d(r.recurrent.vocab) * d(r.recurrent.dim), "vocabulary and width");
     require(d(r.recurrent.layers) * d(r.recurrent.dim) * d(r.recurrent.dim), "layers and width");
     if (r.recurrent.context > (1 << 20)) throw CheckpointError(path + ": the recorded context is over 2^20 tokens");
+  } else {
+    // Every image model has a weight per input pixel (C <= 512) and per class at least.
+    require(d(r.image.pixels()), "image size");
+    require(d(r.image.classes), "number of classes");
   }
 }
 

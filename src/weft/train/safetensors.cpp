@@ -17,18 +17,23 @@ using nlohmann::json;
 namespace {
 
 // The format's dtypes weft reads and writes, and what a tensor of each becomes in weft.
+enum class Stored : std::uint8_t { kF32, kF64, kBF16, kF16, kI8, kU8, kI16, kU16, kBool, kI32, kU32, kI64, kU64 };
 struct FileType {
   const char* name;
+  Stored stored;
   std::size_t bytes;
   DType loads_as;
-  bool integer;
+  double lo, hi;  // the whole values an integer dtype holds (exactly, as doubles); unused for floats
 };
+constexpr double kExact = 9007199254740992.0;  // 2^53: doubles hold every integer up to here
 constexpr FileType kFileTypes[] = {
-    {"F32", 4, DType::F32, false}, {"F64", 8, DType::F64, false}, {"BF16", 2, DType::BF16, false},
-    {"F16", 2, DType::F32, false}, {"I8", 1, DType::F32, true},   {"U8", 1, DType::F32, true},
-    {"I16", 2, DType::F32, true},  {"U16", 2, DType::F32, true},  {"BOOL", 1, DType::F32, true},
-    {"I32", 4, DType::F64, true},  {"U32", 4, DType::F64, true},  {"I64", 8, DType::F64, true},
-    {"U64", 8, DType::F64, true}};
+    {"F32", Stored::kF32, 4, DType::F32, 0, 0},           {"F64", Stored::kF64, 8, DType::F64, 0, 0},
+    {"BF16", Stored::kBF16, 2, DType::BF16, 0, 0},        {"F16", Stored::kF16, 2, DType::F32, 0, 0},
+    {"I8", Stored::kI8, 1, DType::F32, -128, 127},        {"U8", Stored::kU8, 1, DType::F32, 0, 255},
+    {"I16", Stored::kI16, 2, DType::F32, -32768, 32767},  {"U16", Stored::kU16, 2, DType::F32, 0, 65535},
+    {"BOOL", Stored::kBool, 1, DType::F32, 0, 1},         {"I32", Stored::kI32, 4, DType::F64, -2147483648.0, 2147483647.0},
+    {"U32", Stored::kU32, 4, DType::F64, 0, 4294967295.0}, {"I64", Stored::kI64, 8, DType::F64, -kExact, kExact},
+    {"U64", Stored::kU64, 8, DType::F64, 0, kExact}};
 
 const FileType* file_type(const std::string& name) {
   for (const auto& t : kFileTypes)
@@ -36,7 +41,8 @@ const FileType* file_type(const std::string& name) {
   return nullptr;
 }
 
-const char* native_type(DType t) { return t == DType::F32 ? "F32" : t == DType::F64 ? "F64" : "BF16"; }
+const FileType& native_type(DType t) { return kFileTypes[t == DType::F32 ? 0 : t == DType::F64 ? 1 : 2]; }
+bool is_integer(const FileType& t) { return t.hi > t.lo; }
 
 template <class T>
 T load(const char* p) {
@@ -45,19 +51,33 @@ T load(const char* p) {
   return v;
 }
 
-// Element i of `raw` (stored as `type`, little-endian as on every machine weft runs on).
-double element(const FileType& type, const char* raw, std::size_t i) {
+// Element i of `raw` (stored as `type`, little-endian as on every machine weft runs on);
+// a 64-bit integer beyond 2^53, which a double would round, is nullopt.
+std::optional<double> element(const FileType& type, const char* raw, std::size_t i) {
   const char* p = raw + i * type.bytes;
-  const std::string_view n = type.name;
-  if (n == "F16") return float_from_f16(load<std::uint16_t>(p));
-  if (n == "I8") return load<std::int8_t>(p);
-  if (n == "U8" || n == "BOOL") return load<std::uint8_t>(p);
-  if (n == "I16") return load<std::int16_t>(p);
-  if (n == "U16") return load<std::uint16_t>(p);
-  if (n == "I32") return load<std::int32_t>(p);
-  if (n == "U32") return load<std::uint32_t>(p);
-  if (n == "I64") return static_cast<double>(load<std::int64_t>(p));
-  return static_cast<double>(load<std::uint64_t>(p));  // U64
+  switch (type.stored) {
+    case Stored::kF16: return float_from_f16(load<std::uint16_t>(p));
+    case Stored::kI8: return load<std::int8_t>(p);
+    case Stored::kU8: case Stored::kBool: return load<std::uint8_t>(p);
+    case Stored::kI16: return load<std::int16_t>(p);
+    case Stored::kU16: return load<std::uint16_t>(p);
+    case Stored::kI32: return load<std::int32_t>(p);
+    case Stored::kU32: return load<std::uint32_t>(p);
+    case Stored::kI64: {
+      const auto v = load<std::int64_t>(p);
+      if (v > static_cast<std::int64_t>(kExact) || v < -static_cast<std::int64_t>(kExact)) return std::nullopt;
+      return static_cast<double>(v);
+    }
+    case Stored::kU64: {
+      const auto v = load<std::uint64_t>(p);
+      if (v > static_cast<std::uint64_t>(kExact)) return std::nullopt;
+      return static_cast<double>(v);
+    }
+    case Stored::kF32: return load<float>(p);
+    case Stored::kF64: return load<double>(p);
+    case Stored::kBF16: return float_from_bf16(load<std::uint16_t>(p));
+  }
+  return std::nullopt;
 }
 
 // A tensor of the file's bytes, in the dtype weft holds it in.
@@ -65,19 +85,16 @@ Tensor load_tensor(const FileType& type, const Shape& shape, const char* raw, co
                    const std::function<CheckpointError(const std::string&)>& fail) {
   Tensor t = Tensor::empty(shape, type.loads_as);
   const std::size_t n = static_cast<std::size_t>(shape_numel(shape));
-  if (type.loads_as == DType::BF16 || std::string_view(type.name) == native_type(type.loads_as)) {
+  if (&type == &native_type(type.loads_as)) {
     std::memcpy(t.raw_data(), raw, n * type.bytes);
     return t;
   }
-  const std::string_view tn = type.name;
   for (std::size_t i = 0; i < n; ++i) {
-    constexpr std::int64_t kExact = std::int64_t{1} << 53;  // doubles hold every integer up to here
-    if ((tn == "I64" && (load<std::int64_t>(raw + 8 * i) > kExact || load<std::int64_t>(raw + 8 * i) < -kExact)) ||
-        (tn == "U64" && load<std::uint64_t>(raw + 8 * i) > static_cast<std::uint64_t>(kExact)))
+    const auto v = element(type, raw, i);
+    if (!v)
       throw fail("tensor '" + name + "' holds a 64-bit integer beyond 2^53, which weft's tensors cannot hold exactly");
-    const double v = element(type, raw, i);
-    if (type.loads_as == DType::F32) static_cast<float*>(t.raw_data())[i] = static_cast<float>(v);
-    else static_cast<double*>(t.raw_data())[i] = v;
+    if (type.loads_as == DType::F32) static_cast<float*>(t.raw_data())[i] = static_cast<float>(*v);
+    else static_cast<double*>(t.raw_data())[i] = *v;
   }
   return t;
 }
@@ -91,34 +108,31 @@ void store(std::string& out, T v) {
 
 // Appends `t` stored as `type`; integer dtypes take whole values in their range only.
 void store_tensor(std::string& out, const Tensor& t, const FileType& type, const std::string& name) {
-  if (std::string_view(type.name) == native_type(t.dtype())) {
+  if (&type == &native_type(t.dtype())) {
     Tensor c = t.contiguous();
     out.append(static_cast<const char*>(c.raw_data()), c.nbytes());
     return;
   }
   const Tensor d = t.to(DType::F64).contiguous();
   const double* v = static_cast<const double*>(d.raw_data());
-  const std::string_view n = type.name;
-  auto whole = [&](double x, double lo, double hi) {
-    if (!(x == std::floor(x) && x >= lo && x <= hi))
-      throw CheckpointError("tensor '" + name + "': " + std::to_string(x) + " cannot be stored as " + type.name);
-    return x;
-  };
   for (std::int64_t i = 0; i < d.numel(); ++i) {
     const double x = v[i];
-    if (n == "F32") store(out, static_cast<float>(x));
-    else if (n == "F64") store(out, x);
-    else if (n == "F16") store(out, f16_from_float(static_cast<float>(x)));
-    else if (n == "BF16") store(out, bf16_from_float(static_cast<float>(x)));
-    else if (n == "I8") store(out, static_cast<std::int8_t>(whole(x, -128, 127)));
-    else if (n == "U8") store(out, static_cast<std::uint8_t>(whole(x, 0, 255)));
-    else if (n == "BOOL") store(out, static_cast<std::uint8_t>(whole(x, 0, 1)));
-    else if (n == "I16") store(out, static_cast<std::int16_t>(whole(x, -32768, 32767)));
-    else if (n == "U16") store(out, static_cast<std::uint16_t>(whole(x, 0, 65535)));
-    else if (n == "I32") store(out, static_cast<std::int32_t>(whole(x, -2147483648.0, 2147483647.0)));
-    else if (n == "U32") store(out, static_cast<std::uint32_t>(whole(x, 0, 4294967295.0)));
-    else if (n == "I64") store(out, static_cast<std::int64_t>(whole(x, -9007199254740992.0, 9007199254740992.0)));
-    else store(out, static_cast<std::uint64_t>(whole(x, 0, 9007199254740992.0)));  // U64
+    if (is_integer(type) && !(x == std::floor(x) && x >= type.lo && x <= type.hi))
+      throw CheckpointError("tensor '" + name + "': " + std::to_string(x) + " cannot be stored as " + type.name);
+    switch (type.stored) {
+      case Stored::kF32: store(out, static_cast<float>(x)); break;
+      case Stored::kF64: store(out, x); break;
+      case Stored::kF16: store(out, f16_from_float(static_cast<float>(x))); break;
+      case Stored::kBF16: store(out, bf16_from_float(static_cast<float>(x))); break;
+      case Stored::kI8: store(out, static_cast<std::int8_t>(x)); break;
+      case Stored::kU8: case Stored::kBool: store(out, static_cast<std::uint8_t>(x)); break;
+      case Stored::kI16: store(out, static_cast<std::int16_t>(x)); break;
+      case Stored::kU16: store(out, static_cast<std::uint16_t>(x)); break;
+      case Stored::kI32: store(out, static_cast<std::int32_t>(x)); break;
+      case Stored::kU32: store(out, static_cast<std::uint32_t>(x)); break;
+      case Stored::kI64: store(out, static_cast<std::int64_t>(x)); break;
+      case Stored::kU64: store(out, static_cast<std::uint64_t>(x)); break;
+    }
   }
 }
 
@@ -132,7 +146,7 @@ std::string encode_safetensors(const StateDict& tensors, const std::map<std::str
   for (const auto& [name, t] : tensors) {
     WEFT_CHECK(name != "__metadata__", "reserved tensor name");
     const auto want = dtypes.find(name);
-    const FileType* type = file_type(want == dtypes.end() ? native_type(t.dtype()) : want->second);
+    const FileType* type = want == dtypes.end() ? &native_type(t.dtype()) : file_type(want->second);
     if (!type) throw CheckpointError("tensor '" + name + "': unknown safetensors dtype '" + want->second + "'");
     types.push_back(type);
     const std::uint64_t n = static_cast<std::uint64_t>(t.numel()) * type->bytes;
