@@ -15,11 +15,13 @@ packages=(
   tshark                   # decodes the simulator's pcap captures in a test
   libcpp-httplib-dev       # the HTTP server and client of weft serve
   libsentencepiece-dev     # BPE tokenizers for language models (--tokenizer bpe)
+  libpcre2-dev             # GPT-2's byte-level BPE splits text with a Unicode regular expression
   curl                     # tests and docs talk to weft serve as users do
   python3                  # test scripts read traces and JSON with it
   libjs-chart.js           # Chart.js, built into the pages of weft report
   chromium                 # tests open the report pages in a real (headless) browser
   python3-torch python3-numpy  # PyTorch scripts under weft launch (tests), the benchmarks' reference
+  python3-regex            # the GPT-2 reference tokenizer a test checks weft's against
   libtorch-dev pybind11-dev    # the torch.distributed backend "weft" (bindings/torch)
 )
 # make fuzz builds the libFuzzer harnesses with clang; libFuzzer and the sanitizer runtimes

@@ -159,6 +159,7 @@ int run_generate(GenerateConfig c) {
   if (c.json) {
     fmt::print("{}\n", nlohmann::json{{"model", m.name},
                                       {"prompt", c.prompt},
+                                      {"prompt_token_ids", m.tokenizer->encode(c.prompt)},
                                       {"text", r.text},
                                       {"tokens", r.tokens},
                                       {"finish_reason", r.finish_reason},

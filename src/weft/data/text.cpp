@@ -261,7 +261,8 @@ std::unique_ptr<Tokenizer> make_tokenizer(const std::string& kind, const std::st
     if (!model) throw DataError("bpe vocabulary: not base64");
     return BpeTokenizer::load(*model, "bpe vocabulary");
   }
-  throw DataError("unknown tokenizer '" + kind + "' (known: char, word, bpe)");
+  if (kind == "gpt2") return Gpt2Tokenizer::from_tokenizer_json(vocabulary, "gpt2 vocabulary");
+  throw DataError("unknown tokenizer '" + kind + "' (known: char, word, bpe, gpt2)");
 }
 
 }  // namespace weft

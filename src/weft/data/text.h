@@ -1,5 +1,5 @@
 // Text for language models: a corpus (a file, a folder of files, or the Debian fortunes),
-// and character-level and word-level tokenizers.
+// and the tokenizers: characters, words, SentencePiece BPE and GPT-2's byte-level BPE.
 #pragma once
 
 #include <cstdint>
@@ -25,12 +25,16 @@ class Tokenizer {
   virtual std::vector<std::int32_t> encode(const std::string& text) const = 0;
   virtual std::string decode(const std::vector<std::int32_t>& ids) const = 0;
   virtual std::int64_t vocab_size() const = 0;
-  virtual std::string kind() const = 0;  // "char" | "word" | "bpe"
+  virtual std::string kind() const = 0;  // "char" | "word" | "bpe" | "gpt2"
   // The vocabulary as text, which make_tokenizer turns back into the same tokenizer: a saved
   // model carries it, in printable ASCII (char: the bytes in hex, in token order; word: one
   // word per line, a newline written as backslash-n, a backslash as two, and any other byte
   // outside printable ASCII as backslash-x and two hex digits).
   virtual std::string vocabulary() const = 0;
+  // The token generation starts from when the prompt is empty, and the token that ends a
+  // text (-1: none; generation then stops at its length or a stop sequence).
+  virtual std::int32_t start_token() const { return 0; }
+  virtual std::int32_t end_token() const { return -1; }
 };
 
 // The tokenizer of `kind` with a vocabulary written by Tokenizer::vocabulary(); throws
@@ -96,6 +100,37 @@ class BpeTokenizer : public Tokenizer {
   BpeTokenizer() = default;
   std::unique_ptr<Processor> sp_;
   std::string model_;
+};
+
+// GPT-2's byte-level BPE (Radford et al. 2019), as the files that come with a GPT-2 model
+// define it: vocab.json (token -> id) and merges.txt (the merges by rank), or a Hugging Face
+// tokenizer.json of a BPE model with the ByteLevel pre-tokenizer. Text is cut into words by
+// GPT-2's pattern (contractions, runs of letters, of digits, of other symbols, each with one
+// leading space, and whitespace), each word's UTF-8 bytes are spelled with GPT-2's 256
+// printable stand-in characters, and adjacent pieces merge lowest rank first. Special tokens
+// ("<|endoftext|>", and a tokenizer.json's added tokens) match where they appear as written.
+// Invalid UTF-8 in the text is read as U+FFFD. vocabulary() is JSON in printable ASCII.
+class Gpt2Tokenizer : public Tokenizer {
+ public:
+  // The files' contents; `source` names them in errors (DataError: malformed JSON, ids out of
+  // range or repeated, a byte without its token, a merge of pieces or into a piece that the
+  // vocabulary lacks).
+  static std::unique_ptr<Gpt2Tokenizer> from_files(const std::string& vocab_json, const std::string& merges_txt,
+                                                   const std::string& source);
+  static std::unique_ptr<Gpt2Tokenizer> from_tokenizer_json(const std::string& text, const std::string& source);
+  ~Gpt2Tokenizer() override;
+  std::vector<std::int32_t> encode(const std::string& text) const override;
+  std::string decode(const std::vector<std::int32_t>& ids) const override;
+  std::int64_t vocab_size() const override;
+  std::string kind() const override { return "gpt2"; }
+  std::string vocabulary() const override;
+  std::int32_t start_token() const override;  // <|endoftext|> when the vocabulary has it
+  std::int32_t end_token() const override;
+  struct State;  // (gpt2_bpe.cpp's)
+
+ private:
+  Gpt2Tokenizer() = default;
+  std::unique_ptr<State> s_;
 };
 
 // The first 90% of a corpus's tokens train, the rest validate: the split of every language

@@ -15,7 +15,7 @@ Generation::Generation(const Tokenizer& tokenizer, const std::string& prompt, st
   o_.stop.erase(std::remove(o_.stop.begin(), o_.stop.end(), std::string()), o_.stop.end());
   for (const auto& s : o_.stop) longest_stop_ = std::max(longest_stop_, s.size());
   prompt_tokens_ = static_cast<std::int64_t>(feed_.size());
-  if (feed_.empty()) feed_.push_back(0);
+  if (feed_.empty()) feed_.push_back(tokenizer.start_token());
   previous_ = prompt.empty() ? -1 : feed_.back();
   if (o_.max_tokens <= 0) finish_reason_ = "length";
 }
@@ -25,6 +25,10 @@ std::string Generation::accept(const float* logits, std::int64_t vocab) {
   const std::int32_t token = sampler_.next(logits, vocab);
   completion_.push_back(token);
   feed_.assign(1, token);
+  if (token == tokenizer_.end_token()) {  // the model ended the text
+    finish_reason_ = "stop";
+    return release(true);
+  }
   // The new token's text: what it adds after the previous one.
   const std::size_t before = raw_.size();
   if (previous_ < 0) {

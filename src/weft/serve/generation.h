@@ -1,5 +1,6 @@
 // One request's text generation, step by step: the prompt's tokens, the sampler, the text
-// so far, and when to stop (max_tokens, or a stop sequence, which is not part of the text).
+// so far, and when to stop (max_tokens, a stop sequence, which is not part of the text, or the
+// tokenizer's end-of-text token, which is not either).
 // The decoder that computes the logits is outside (decoder.h): a batcher steps many
 // Generations at once, `generate` steps one.
 //
@@ -31,8 +32,8 @@ class Generation {
   Generation(const Tokenizer& tokenizer, const std::string& prompt, std::vector<std::int32_t> prompt_tokens,
              const GenerationOptions& options);
 
-  // The tokens to feed the decoder next: the prompt first (a start token when it is empty),
-  // then the last chosen token.
+  // The tokens to feed the decoder next: the prompt first (the tokenizer's start token when it
+  // is empty), then the last chosen token.
   const std::vector<std::int32_t>& feed() const { return feed_; }
   // Chooses the next token from its logits; returns the text that became final (may be "").
   std::string accept(const float* logits, std::int64_t vocab);

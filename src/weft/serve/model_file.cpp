@@ -1,8 +1,11 @@
 #include "weft/serve/model_file.h"
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "weft/train/checkpoint.h"
+#include "weft/train/gpt2_import.h"
 #include "weft/train/safetensors.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
@@ -61,9 +64,50 @@ void check_sizes(const ModelRecipe& r, const StateDict& parameters, const std::s
   }
 }
 
+// Whether a safetensors file's metadata names a weft model (its header only is read).
+bool records_weft_model(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  unsigned char length_bytes[8] = {};
+  if (!in.read(reinterpret_cast<char*>(length_bytes), 8)) return false;
+  std::uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec || size < 8 || length > size - 8) return false;  // decode_safetensors reports it
+  std::string header(static_cast<std::size_t>(length), '\0');
+  if (!in.read(header.data(), static_cast<std::streamsize>(length))) return false;
+  const nlohmann::json h = nlohmann::json::parse(header, nullptr, false);
+  return h.is_object() && h.contains("__metadata__") && h["__metadata__"].is_object() &&
+         h["__metadata__"].contains("weft_model");
+}
+
+// A GPT-2 in the Hugging Face layout (train/gpt2_import.h), with its own tokenizer.
+LoadedModel load_gpt2(const std::string& path) {
+  ImportedGpt2 imported = import_gpt2(path);
+  LoadedModel m;
+  m.source = path;
+  std::filesystem::path p(path);
+  if (!is_directory(path)) p = p.parent_path();
+  m.name = std::filesystem::absolute(p).lexically_normal().filename().string();
+  if (m.name.empty()) m.name = std::filesystem::absolute(p).lexically_normal().parent_path().filename().string();
+  m.recipe.model = "gpt";
+  m.recipe.gpt = imported.config;
+  Rng rng(0);
+  m.module = m.recipe.build(rng);
+  m.module->load_state_dict(imported.parameters);
+  m.module->eval();
+  m.tokenizer = std::move(imported.tokenizer);
+  return m;
+}
+
 }  // namespace
 
 LoadedModel load_model(const std::string& path) {
+  if (is_gpt2_import(path)) {
+    // A .safetensors file written by weft records its recipe; one beside a config.json
+    // without it is a Hugging Face file.
+    if (is_directory(path) || !records_weft_model(path)) return load_gpt2(path);
+  }
   Saved saved = read_saved(path);
   LoadedModel m;
   m.source = path;
