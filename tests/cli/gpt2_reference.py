@@ -7,6 +7,8 @@ written out in PyTorch (as in Hugging Face's GPT2LMHeadModel), in float64.
 
 usage: gpt2_reference.py DIR PROMPT MAX_TOKENS   prints JSON: prompt_token_ids, tokens,
        text, and min_margin (the smallest gap between the top two logits over the steps)
+       gpt2_reference.py DIR --encode FILE        FILE: a JSON list of texts; prints the JSON
+                                                  list of their token ids
 """
 import json
 import math
@@ -125,6 +127,10 @@ def forward(w, cfg, ids):
 
 
 def main():
+    if sys.argv[2] == "--encode":
+        enc = Encoder(sys.argv[1])
+        print(json.dumps([enc.encode(t) for t in json.load(open(sys.argv[3], encoding="utf-8"))]))
+        return
     folder, prompt, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
     cfg = json.load(open(os.path.join(folder, "config.json")))
     enc, w = Encoder(folder), load_weights(folder)

@@ -108,21 +108,25 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
                   "gpt: attention split megatron (by heads) | seed (seed 002 ch. 8: all-gather Q and K)")
       ->capture_default_str();
   // Language models.
-  cmd->add_option("--tokenizer", c.tokenizer, "text: char | word | bpe (SentencePiece, trained on the corpus) | a "
+  auto* tokenizer = cmd->add_option("--tokenizer", c.tokenizer, "text: char | word | bpe (SentencePiece, trained on the corpus) | a "
                                               "SentencePiece FILE.model")
       ->capture_default_str();
-  cmd->add_option("--vocab-size", c.vocab_size, "text, --tokenizer bpe: pieces at most")->capture_default_str();
+  auto* vocab = cmd->add_option("--vocab-size", c.vocab_size, "text, --tokenizer bpe: pieces at most")->capture_default_str();
   cmd->add_option("--context", c.context, "text: tokens of context")->capture_default_str();
-  cmd->add_option("--layers", c.layers, "gpt: transformer blocks (default 4); lstm, rnn: stacked layers (default 2)")
+  auto* layers = cmd->add_option("--layers", c.layers, "gpt: transformer blocks (default 4); lstm, rnn: stacked layers (default 2)")
       ->check(positive());
-  cmd->add_option("--d-model", c.dim, "gpt: model width; lstm, rnn: embedding and hidden size")->capture_default_str();
+  auto* dim = cmd->add_option("--d-model", c.dim, "gpt: model width; lstm, rnn: embedding and hidden size")->capture_default_str();
   cmd->add_option("--lstm-variant", c.lstm_variant, "lstm: standard | seed (seed 002 chapter 6: ReLU, no biases)")
       ->capture_default_str();
   cmd->add_option("--rnn-activation", c.rnn_activation, "rnn: tanh | sigmoid")->capture_default_str();
-  cmd->add_option("--heads", c.heads, "gpt: attention heads")->capture_default_str();
-  cmd->add_option("--positional", c.positional, "gpt: learned | standard | book (seed 002 chapter 7)")
+  auto* heads = cmd->add_option("--heads", c.heads, "gpt: attention heads")->capture_default_str();
+  auto* positional = cmd->add_option("--positional", c.positional, "gpt: learned | standard | book (seed 002 chapter 7)")
       ->capture_default_str();
-  cmd->add_flag("--post-ln", c.post_ln, "gpt: layer norm after each residual (the original transformer)");
+  auto* post_ln = cmd->add_flag("--post-ln", c.post_ln, "gpt: layer norm after each residual (the original transformer)");
+  cmd->add_option("--init-from", c.init_from, "gpt: start from a GPT-2 folder in the Hugging Face layout (config.json, "
+                                              "model.safetensors, vocab.json + merges.txt): its sizes and tokenizer")
+      ->excludes(tokenizer)->excludes(vocab)->excludes(layers)->excludes(dim)->excludes(heads)->excludes(positional)
+      ->excludes(post_ln);
   cmd->add_flag("--recompute", c.recompute, "gpt: recompute each block's activations in backward (less memory)");
   cmd->add_option("--eval-batches", c.eval_batches, "text: batches in each validation")->capture_default_str();
   cmd->add_option("--sample", c.sample, "text: tokens to generate at the end")->capture_default_str();

@@ -4,12 +4,14 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <optional>
 #include <set>
 
 #include "weft/autograd/functions.h"
 #include "weft/data/text.h"
 #include "weft/nn/recurrent.h"
 #include "weft/nn/transformer.h"
+#include "weft/train/gpt2_import.h"
 #include "weft/train/task.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
@@ -42,7 +44,15 @@ class LanguageModeling : public Task {
                                     *o.batch, replicas));
     }
     text_ = load_corpus(*o.data);
-    if (o.tokenizer == "char") tokenizer_ = std::make_unique<CharTokenizer>(text_);
+    if (!o.init_from.empty()) {  // a GPT-2 and its tokenizer
+      ImportedGpt2 imported = import_gpt2(o.init_from);
+      if (o.context > imported.config.context)
+        throw ConfigError(fmt::format("--context {} exceeds the {} positions of {}", o.context, imported.config.context,
+                                      o.init_from));
+      imported_ = imported.config;
+      initial_ = std::move(imported.parameters);
+      tokenizer_ = std::move(imported.tokenizer);
+    } else if (o.tokenizer == "char") tokenizer_ = std::make_unique<CharTokenizer>(text_);
     else if (o.tokenizer == "word") tokenizer_ = std::make_unique<WordTokenizer>(text_);
     else if (o.tokenizer == "bpe") tokenizer_ = BpeTokenizer::train(text_, o.vocab_size);
     else tokenizer_ = BpeTokenizer::load(read_file(o.tokenizer), o.tokenizer);  // a SentencePiece .model
@@ -60,13 +70,20 @@ class LanguageModeling : public Task {
     const std::int64_t vocab = tokenizer_->vocab_size();
     ModelRecipe r;
     r.model = o_.model;
-    if (o_.model == "gpt") {
+    if (imported_) {
+      r.gpt = *imported_;
+      r.gpt.recompute = o_.recompute;
+    } else if (o_.model == "gpt") {
       r.gpt = GptConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.heads, parse_positional(o_.positional), !o_.post_ln,
                         o_.recompute};
     } else {
       r.recurrent = RecurrentConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.model};
     }
     return r;
+  }
+  // --init-from: the imported parameters.
+  void initialize(Module& model) const override {
+    if (imported_) model.load_state_dict(initial_);
   }
   Metadata model_metadata() const override {
     Metadata m = recipe().to_metadata();
@@ -78,7 +95,7 @@ class LanguageModeling : public Task {
   std::string describe(const Module& model) const override {
     return fmt::format("{}: {} parameters; {} tokenizer, vocabulary {}; {} training and {} validation tokens; unigram "
                        "entropy {:.3f} nats/token",
-                       model.describe(), model.num_parameters(), o_.tokenizer, tokenizer_->vocab_size(), train_.size(),
+                       model.describe(), model.num_parameters(), tokenizer_->kind(), tokenizer_->vocab_size(), train_.size(),
                        val_.size(), entropy_);
   }
   std::int64_t steps_per_epoch() const override { return *o_.max_steps; }
@@ -161,6 +178,8 @@ class LanguageModeling : public Task {
   int replica_, replicas_;
   std::string text_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::optional<GptConfig> imported_;  // --init-from's model and parameters
+  StateDict initial_;
   std::vector<std::int32_t> train_, val_;
   std::vector<std::int64_t> val_starts_;
   double entropy_ = 0;

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "weft/nn/models.h"
 #include "weft/nn/transformer.h"
+#include "weft/train/gpt2_import.h"
+#include "weft/util/file.h"
 #include "weft/util/checked.h"
 #include "weft/util/error.h"
 
@@ -61,6 +64,21 @@ TrainOptions with_task_defaults(TrainOptions o) {
   }
   o.parallel.pipeline.schedule = algo::parse_pipe_schedule(o.pipeline_schedule);
   const bool text = is_language_model(o.model);
+  if (!o.init_from.empty() && o.model == "gpt") {
+    // The model's own sizes (config.json; the parameters are read when the model is built).
+    if (!is_gpt2_import(o.init_from))
+      throw ConfigError("--init-from " + o.init_from + ": not a GPT-2 folder in the Hugging Face layout (config.json "
+                        "and model.safetensors)");
+    const std::string folder = is_directory(o.init_from) ? o.init_from : std::filesystem::path(o.init_from).parent_path().string();
+    const std::string config = (std::filesystem::path(folder) / "config.json").string();
+    const GptConfig g = gpt2_config(read_file(config), config);
+    o.layers = g.layers;
+    o.dim = g.dim;
+    o.heads = g.heads;
+    o.positional = "learned";
+    o.post_ln = false;
+    if (!o.lr) o.lr = 1e-4;  // fine-tuning: far below training from scratch
+  }
   if (!o.data) o.data = text ? "fortunes" : "fashion-mnist";
   if (!o.max_steps) o.max_steps = text ? 1000 : 0;
   if (!text && !o.epochs) o.epochs = 1;
@@ -117,6 +135,7 @@ void validate(const TrainOptions& o) {
   parallel::validate(o.parallel);
   if (o.parallel.strategy == "ps" && o.parallel.staleness >= 0 && (!o.checkpoint_dir.empty() || o.resume || o.auto_resume))
     throw ConfigError("checkpoints are not supported with the asynchronous parameter server (--staleness) yet");
+  if (!o.init_from.empty() && o.model != "gpt") throw ConfigError("--init-from needs --model gpt");
   if (text) {
     const bool model_file = o.tokenizer.size() > 6 && o.tokenizer.compare(o.tokenizer.size() - 6, 6, ".model") == 0;
     if (o.tokenizer != "char" && o.tokenizer != "word" && o.tokenizer != "bpe" && !model_file)

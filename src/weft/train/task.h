@@ -34,7 +34,14 @@ class Task {
   virtual ~Task() = default;
   // The model's architecture; make_model builds it.
   virtual ModelRecipe recipe() const = 0;
-  std::shared_ptr<Module> make_model(Rng& rng) const { return recipe().build(rng); }
+  std::shared_ptr<Module> make_model(Rng& rng) const {
+    auto model = recipe().build(rng);
+    initialize(*model);
+    return model;
+  }
+  // Parameters the model starts from other than its initialization (a language model's
+  // --init-from); none by default.
+  virtual void initialize(Module& model) const {}
   // What a saved model or checkpoint records to be rebuilt for inference: the recipe, and
   // a language model's tokenizer (weft_tokenizer, weft_tokenizer_vocabulary).
   virtual Metadata model_metadata() const { return recipe().to_metadata(); }
