@@ -12,7 +12,7 @@ model hub, or `save_pretrained`) has the same files.
 
 usage: make_tiny_gpt2.py OUT_DIR [--corpus FILE] [--merges N] [--dim D] [--layers L]
                          [--heads H] [--context T] [--dtype F32|F16|BF16] [--prefix]
-                         [--shards N] [--seed S]
+                         [--shards N] [--seed S] [--model-vocab V]
 """
 import argparse
 import collections
@@ -106,6 +106,8 @@ def main():
     p.add_argument("--prefix", action="store_true", help='names with "transformer." before them, and lm_head.weight')
     p.add_argument("--shards", type=int, default=1, help="split into N files with model.safetensors.index.json")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--model-vocab", type=int, default=0,
+                   help="rows of the embedding when more than the tokenizer's tokens (padded, as some models are)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
 
@@ -121,7 +123,7 @@ def main():
     with open(os.path.join(a.out, "merges.txt"), "w", encoding="utf-8") as f:
         f.write("#version: 0.2\n" + "".join(f"{x} {y}\n" for x, y in merges))
 
-    d, L, V, T = a.dim, a.layers, len(vocab), a.context
+    d, L, V, T = a.dim, a.layers, max(len(vocab), a.model_vocab), a.context
     g = torch.Generator().manual_seed(a.seed)
     rand = lambda *shape, std=0.3: torch.randn(*shape, generator=g) * std  # noqa: E731
     pre = "transformer." if a.prefix else ""
@@ -155,7 +157,7 @@ def main():
             json.dump({"metadata": {}, "weight_map": weight_map}, f)
     config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": V, "n_positions": T,
               "n_embd": d, "n_layer": L, "n_head": a.heads, "n_inner": None, "activation_function": "gelu_new",
-              "layer_norm_epsilon": 1e-05, "bos_token_id": V - 1, "eos_token_id": V - 1,
+              "layer_norm_epsilon": 1e-05, "bos_token_id": vocab["<|endoftext|>"], "eos_token_id": vocab["<|endoftext|>"],
               "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[a.dtype]}
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)

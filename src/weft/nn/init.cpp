@@ -38,7 +38,19 @@ void xavier_normal_(Tensor& w, Rng& rng) {
   w.copy_(randn(w.shape(), rng, 0.0, std::sqrt(2.0 / (fi + fo)), w.dtype()));
 }
 
+namespace {
+thread_local bool skip_initialization = false;
+}  // namespace
+
+SkipInitialization::SkipInitialization() : previous_(skip_initialization) { skip_initialization = true; }
+SkipInitialization::~SkipInitialization() { skip_initialization = previous_; }
+bool initialization_skipped() { return skip_initialization; }
+
 void init_(Tensor& w, Init init, Rng& rng) {
+  if (skip_initialization) {
+    w.zero_();
+    return;
+  }
   switch (init) {
     case Init::kKaimingNormal: kaiming_normal_(w, rng); break;
     case Init::kXavierUniform: xavier_uniform_(w, rng); break;

@@ -6,6 +6,7 @@
 
 #include "weft/autograd/functions.h"
 #include "weft/autograd/sequence.h"
+#include "weft/nn/init.h"
 #include "weft/tensor/ops.h"
 
 namespace weft {
@@ -19,7 +20,8 @@ std::vector<std::int32_t> ids_of(const Tensor& t) {
 }  // namespace
 
 Embedding::Embedding(std::int64_t vocab, std::int64_t dim, Rng& rng, double stddev) : vocab_(vocab), dim_(dim) {
-  weight_ = register_parameter("weight", randn({vocab, dim}, rng, 0.0, stddev));
+  weight_ = register_parameter("weight", initialization_skipped() ? Tensor::zeros({vocab, dim})
+                                                                  : randn({vocab, dim}, rng, 0.0, stddev));
 }
 
 Var Embedding::forward(const Var& ids) {

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "weft/nn/init.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/gpt2_import.h"
 #include "weft/train/safetensors.h"
@@ -93,7 +94,10 @@ LoadedModel load_gpt2(const std::string& path) {
   m.recipe.model = "gpt";
   m.recipe.gpt = imported.config;
   Rng rng(0);
-  m.module = m.recipe.build(rng);
+  {
+    SkipInitialization every_parameter_is_loaded;
+    m.module = m.recipe.build(rng);
+  }
   m.module->load_state_dict(imported.parameters);
   m.module->eval();
   m.tokenizer = std::move(imported.tokenizer);
@@ -115,7 +119,10 @@ LoadedModel load_model(const std::string& path) {
   m.recipe = ModelRecipe::from_metadata(saved.metadata, path);
   check_sizes(m.recipe, saved.parameters, path);
   Rng rng(0);
-  m.module = m.recipe.build(rng);
+  {
+    SkipInitialization every_parameter_is_loaded;
+    m.module = m.recipe.build(rng);
+  }
   m.module->load_state_dict(saved.parameters);
   m.module->eval();
   if (m.recipe.is_language_model()) {
