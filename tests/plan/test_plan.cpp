@@ -1,6 +1,8 @@
 // The planner against published and seed figures.
 #include <gtest/gtest.h>
 
+#include <numeric>
+
 #include "weft/plan/estimates.h"
 #include "weft/plan/model_spec.h"
 #include "weft/util/error.h"
@@ -78,14 +80,14 @@ TEST(Plan, MegatronTableOneRowFitsOn80GB) {
   l.tp = 8, l.pp = 8, l.dp = 1536 / 64;
   l.micro_batch = 1;
   l.micro_batches = 2304 / l.dp;  // micro-batches per pipeline and iteration
-  l.recompute = true;
+  l.recompute = Recompute::kFull;
   MemoryBreakdown mem = training_memory(m, Precision::kMixedAdam, l);
   EXPECT_LT(mem.total(), 80e9) << "bytes per GPU: " << mem.total();
   EXPECT_GT(mem.total(), 30e9);  // 16 bytes x 2.3B parameters at least
   // Aggregate throughput: 148 TFLOP/s x 1,536 = 227 PFLOP/s (the table: 227.1).
   EXPECT_NEAR(148e12 * 1536 / 1e15, 227.1, 0.5);
   // Without recomputation the same layout does not fit.
-  l.recompute = false;
+  l.recompute = Recompute::kNone;
   EXPECT_GT(training_memory(m, Precision::kMixedAdam, l).total(), 80e9);
 }
 
@@ -120,15 +122,19 @@ TEST(Plan, ActivationMemoryAndKvCache) {
   l.pp = 96;  // one layer per stage
   l.micro_batches = 1;
   const double s = 2048, h = 12288, a = 96;
+  EXPECT_NEAR(layer_activation_bytes(m, l, false), s * h * (10 + 24.0 / 8 + 5 * a * s / (h * 8)), 1.0);
+  // The middle stage holds one layer of one micro-batch: exactly the formula.
+  l.first_stage_layers = 1, l.last_stage_layers = 1;
   MemoryBreakdown plain = training_memory(m, Precision::kMixedAdam, l);
-  EXPECT_NEAR(plain.activations, s * h * (10 + 24.0 / 8 + 5 * a * s / (h * 8)), 1.0);
+  EXPECT_GE(plain.activations, layer_activation_bytes(m, l, false));
   l.sequence_parallel = true;
-  EXPECT_NEAR(training_memory(m, Precision::kMixedAdam, l).activations, s * h * (34 + 5 * a * s / h) / 8, 1.0);
+  EXPECT_NEAR(layer_activation_bytes(m, l, false), s * h * (34 + 5 * a * s / h) / 8, 1.0);
   // KV cache of Llama-3 8B, 8,192 tokens, batch 1, fp16: 2 x 32 x 8 x 128 x 8192 x 2 = 1 GiB.
   EXPECT_DOUBLE_EQ(kv_cache_bytes(preset("llama3-8b"), 8192, 1), 1073741824.0);
   // Training FLOPs per token: 6 N plus attention.
   TransformerSpec g = preset("gpt3-175b");
   EXPECT_NEAR(training_flops_per_token(g, false) / (6 * 174604259328.0), 1.0, 0.03);
+  EXPECT_DOUBLE_EQ(training_flops_per_token(g, false), model_flops_per_token(g));
   EXPECT_THROW(training_memory(g, Precision::kMixedAdam, Layout{1, 200, 1}), ConfigError);
 }
 
@@ -149,22 +155,32 @@ TEST(PlanComm, AlphaBetaFormulasAndBubble) {
 TEST(PlanComm, IterationEstimateForGpt3) {
   TransformerSpec m = preset("gpt3-175b");
   Layout l;
-  l.tp = 8, l.pp = 16, l.dp = 8, l.micro_batch = 1, l.recompute = true;
+  l.tp = 8, l.pp = 16, l.dp = 8, l.micro_batch = 1, l.recompute = Recompute::kFull;
+  l.micro_batches = 1536 / 8;
   Cluster c;
-  IterationEstimate e = estimate_iteration(m, Precision::kMixedAdam, l, c, 1536, 140e12);
+  Rate rate;
+  rate.kind = RateKind::kKernel;
+  rate.hardware_flops = 140e12;
+  rate.peak_flops = 312e12;
+  IterationEstimate e = estimate_iteration(m, Precision::kMixedAdam, l, c, 1536, rate);
   const double act = 2048.0 * 12288 * 2;  // one micro-batch of hidden states, 16-bit
   const double micro = 1536 / 8;          // per pipeline
-  EXPECT_NEAR(e.tensor.bytes, 4 * 6 * micro * 2 * 7.0 / 8 * act, 1.0);  // 6 layers per stage
+  // 6 layers per stage, 2 all-reduces each forward, 2 backward, 2 in the recomputed forward.
+  EXPECT_NEAR(e.tensor.bytes, 6 * 6 * micro * 2 * 7.0 / 8 * act, 1.0);
   EXPECT_STREQ(e.tensor.link, "nvlink");
   EXPECT_NEAR(e.pipeline.bytes, 2 * micro * act / 8, 1.0);
   EXPECT_NEAR(e.bubble, 15.0 / (192 + 15), 1e-12);
   EXPECT_GT(e.data.seconds, 0);
   EXPECT_GT(e.iteration_no_overlap_s, e.iteration_overlap_s);
-  // Compute per iteration: 1,536 x 2,048 tokens x FLOPs per token / (1,024 GPUs x 140 TFLOP/s).
-  EXPECT_NEAR(e.compute_s, 1536.0 * 2048 * training_flops_per_token(m, true) / (1024 * 140e12), 1e-9);
-  // Compute dominates (about 31.5 s); the bubble adds 15/192 of it, tensor parallelism less.
-  EXPECT_NEAR(e.compute_s, 31.5, 0.1);
+  // Compute: the slowest stage (the last: 6 layers and the head) for each of the 192
+  // micro-batches; a GPU's share of a micro-batch is 2,048 / 8 tokens. A layer costs 8 x its
+  // parameters + 16 d s per token with recomputation, the head 6 V d.
+  const double d = 12288, s = 2048, layer = 8.0 * count_parameters(m).block + 16 * d * s, head = 6 * 50257 * d;
+  EXPECT_NEAR(e.compute_s, micro * (6 * layer + head) * s / 8 / 140e12, 1e-9);
+  // About 32.7 s (the first edition spread all FLOPs evenly: 31.5 s); the bubble adds 15 steps.
+  EXPECT_NEAR(e.compute_s, 32.7, 0.1);
   EXPECT_NEAR(e.bubble_s, e.compute_s * 15.0 / 192.0, 1e-9);
+  EXPECT_NEAR(e.bubble, 15.0 / (192 + 15), 1e-12);
   EXPECT_LT(e.tensor.seconds, e.compute_s);
 }
 
@@ -175,7 +191,7 @@ TEST(PlanSweep, RanksFittingLayoutsFastestFirst) {
   in.model = preset("gpt3-175b");
   in.global_batch = 1536;
   in.achieved_flops = 140e12;
-  in.layout.recompute = true;
+  in.layout.recompute = Recompute::kFull;
   auto rows = sweep_layouts(in, 1024);
   ASSERT_FALSE(rows.empty());
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -272,4 +288,160 @@ TEST(EmitWorkload, OneIterationAsTracesWithTheEstimatesBytes) {
   PlanInput no_batch = in;
   no_batch.global_batch = 0;
   EXPECT_THROW(emit_workload(make_plan(no_batch), dir), weft::ConfigError);
+}
+
+// --- The second edition: published figures and the first edition's defects ---
+
+// Megatron's distributed optimizer is ZeRO stage 1 already: --zero 1 must not divide the
+// optimizer by dp twice (7.5B at dp 64: 12 x 7.5e9 / 64 = 1.41 GB, not 22 MB).
+TEST(PlanSecondEdition, DistributedOptimizerIsShardedOnce) {
+  Layout l;
+  l.dp = 64;
+  for (int zero : {0, 1}) {
+    l.zero = zero;
+    EXPECT_NEAR(state_memory(7.5e9, Precision::kMegatronDistributed, l).optimizer / 1e9, 1.406, 0.001) << "zero " << zero;
+  }
+  l.zero = 2;  // gradients sharded too
+  EXPECT_NEAR(state_memory(7.5e9, Precision::kMegatronDistributed, l).gradients, 4 * 7.5e9 / 64, 1);
+}
+
+// Korthikanti et al. 2022: selective recomputation drops the 5 a s / h term; FlashAttention
+// stores no s x s scores either; with sequence parallelism the recomputed layer's working
+// set is the sequence-parallel one (the first edition used the other formula).
+TEST(PlanSecondEdition, ActivationFormulas) {
+  TransformerSpec m = preset("gpt3-175b");
+  Layout l;
+  l.tp = 8;
+  const double s = 2048, h = 12288, a = 96;
+  l.recompute = Recompute::kSelective;
+  EXPECT_NEAR(layer_activation_bytes(m, l, false), s * h * (10 + 24.0 / 8), 1);
+  l.sequence_parallel = true;
+  EXPECT_NEAR(layer_activation_bytes(m, l, false), s * h * 34 / 8, 1);
+  l.recompute = Recompute::kNone;
+  l.flash_attention = true;
+  EXPECT_NEAR(layer_activation_bytes(m, l, false), s * h * 34 / 8 + 4 * a * s / 8, 1);
+  l.flash_attention = false;
+  EXPECT_NEAR(layer_activation_bytes(m, l, true), 2 * s * h / 8, 1);
+  // Context parallelism over 4: every term a quarter, but each query still sees every key.
+  l.cp = 4;
+  EXPECT_NEAR(layer_activation_bytes(m, l, false), s / 4 * h * 34 / 8 + 5 * a * (s / 4) * s / 8, 1);
+  l.cp = 1;
+  // Full recomputation with sequence parallelism: 2 s b h / t per layer stored, plus one layer's
+  // sequence-parallel working set while it is recomputed.
+  l.recompute = Recompute::kFull;
+  l.pp = 16, l.micro_batches = 1;
+  MemoryBreakdown mem = training_memory(m, Precision::kMixedAdam, l);
+  const double middle = 6 * 2 * s * h / 8 + s * h * (34 + 5 * a * s / h) / 8;
+  EXPECT_GE(mem.activations, middle);
+  EXPECT_LT(mem.activations, middle + 4 * s * 50257 / 8 + s * h / 8 + 1);  // + the last stage's logits or the first's mask
+}
+
+TEST(PlanSecondEdition, StagesInterleavingAndBubble) {
+  TransformerSpec m = preset("llama3-405b");  // 126 layers
+  Layout l;
+  l.pp = 16;
+  // Even: 126 = 14 x 8 + 2 x 7, the first and last stages taking the fewer.
+  auto layers = stage_layers(m, l);
+  EXPECT_EQ(layers.front(), 7);
+  EXPECT_EQ(layers.back(), 7);
+  EXPECT_EQ(std::accumulate(layers.begin(), layers.end(), std::int64_t{0}), 126);
+  l.first_stage_layers = 7, l.last_stage_layers = 7;  // the Llama 3 paper's: 112 over 14 middle stages
+  EXPECT_EQ(stage_layers(m, l), layers);
+  l.first_stage_layers = 6, l.last_stage_layers = 6;  // 114 over 14 is not whole
+  EXPECT_THROW(stage_layers(m, l), ConfigError);
+  l.first_stage_layers = l.last_stage_layers = 0;
+  // The interleaved schedule: the bubble (p - 1) / (v m) of the compute, and the first stage's
+  // activations 1 + (p - 1) / (p v) times the non-interleaved.
+  TransformerSpec g = preset("gpt3-175b");
+  Layout a;
+  a.tp = 8, a.pp = 8, a.dp = 1, a.micro_batches = 32, a.recompute = Recompute::kSelective, a.sequence_parallel = true;
+  Rate rate;
+  rate.kind = RateKind::kKernel, rate.hardware_flops = 150e12, rate.peak_flops = 312e12;
+  IterationEstimate plain = estimate_iteration(g, Precision::kMixedAdam, a, Cluster{}, 32, rate);
+  const double plain_acts = training_memory(g, Precision::kMixedAdam, a).activations;
+  a.interleave = 3;
+  IterationEstimate inter = estimate_iteration(g, Precision::kMixedAdam, a, Cluster{}, 32, rate);
+  EXPECT_NEAR(plain.bubble_s / plain.compute_s, 7.0 / 32, 1e-12);
+  EXPECT_NEAR(inter.bubble_s / inter.compute_s, 7.0 / (3 * 32), 1e-12);
+  const double layer = layer_activation_bytes(g, a, false);
+  // The first stage: 12 layers and the embedding's dropout mask (s b h / t bytes) for 8
+  // micro-batches in flight; interleaved x (1 + 7 / 24).
+  const double mask = 2048.0 * 12288 / 8;
+  EXPECT_NEAR(training_memory(g, Precision::kMixedAdam, a).activations - plain_acts, (12 * layer + mask) * 8 * 7.0 / 24, 1e3);
+}
+
+// Narayanan et al. 2021, table 1: with its achieved TFLOP/s read end to end, the iteration
+// time is the paper's equation 3, F = 96 B s l h^2 (1 + s / 6h + V / 16 l h) (full
+// recomputation), over n GPUs at X each; the first edition added the bubble and
+// communication on top of the same rate. Rows: heads, hidden, layers, tp, pp, GPUs, batch,
+// TFLOP/s.
+TEST(PlanSecondEdition, MegatronTableOneIterationTimes) {
+  struct Row {
+    std::int64_t heads, hidden, layers;
+    int tp, pp, gpus;
+    std::int64_t batch;
+    double tflops, billions;
+  };
+  for (const Row& r : {Row{96, 12288, 80, 8, 8, 1536, 2304, 148, 145.6}, Row{128, 16384, 96, 8, 16, 1920, 2160, 155, 310.1},
+                       Row{128, 20480, 105, 8, 35, 2520, 2520, 163, 529.6}, Row{160, 25600, 128, 8, 64, 3072, 3072, 163, 1008.0}}) {
+    PlanInput in;
+    in.model = preset("gpt3-175b");
+    in.model.heads = r.heads, in.model.d_model = r.hidden, in.model.layers = r.layers, in.model.vocab = 51200;
+    EXPECT_NEAR(count_parameters(in.model).total / 1e9, r.billions, r.billions * 0.001);
+    in.layout.tp = r.tp, in.layout.pp = r.pp, in.layout.dp = r.gpus / (r.tp * r.pp);
+    in.layout.micro_batches = r.batch / in.layout.dp;
+    in.layout.recompute = Recompute::kFull;
+    in.global_batch = r.batch;
+    in.achieved_flops = r.tflops * 1e12;
+    PlanReport plan = make_plan(in);
+    const double s = 2048, h = static_cast<double>(r.hidden), l = static_cast<double>(r.layers);
+    const double F = 96.0 * static_cast<double>(r.batch) * s * l * h * h * (1 + s / (6 * h) + 51200 / (16 * l * h));
+    const double paper = F / (r.gpus * r.tflops * 1e12);
+    EXPECT_NEAR(plan.iteration->iteration_s / paper, 1.0, 0.005) << r.billions << "B: " << plan.iteration->iteration_s
+                                                                  << " s against " << paper << " s";
+    EXPECT_NEAR(plan.flops_per_gpu, r.tflops * 1e12, 1e9);  // the rate it was given, recomputation counted
+    EXPECT_NEAR(plan.hfu, r.tflops / 312, 0.001);
+  }
+}
+
+// The Llama 3 paper (2024): 405B on 16,384 H100s as TP 8, CP 1, PP 16, DP 128, 8,192-token
+// sequences, 16M tokens per batch (2,048 sequences), the first and last stages one layer
+// short (126 = 7 + 14 x 8 + 7), about 400 TFLOP/s per GPU; 15.6T tokens; 3.8e25 FLOPs.
+// With FlashAttention, sequence parallelism and the gradients and optimizer sharded the
+// layout fits in 80 GB; stored s x s scores, as the first edition assumed, do not.
+TEST(PlanSecondEdition, Llama3LayoutFitsAndItsFlops) {
+  PlanInput in;
+  in.model = preset("llama3-405b");
+  in.gpu = gpu_preset("h100-80gb");
+  in.precision = Precision::kMegatronDistributed;
+  Layout& l = in.layout;
+  l.tp = 8, l.pp = 16, l.dp = 128, l.zero = 2, l.sequence_parallel = true, l.flash_attention = true;
+  l.first_stage_layers = 7, l.last_stage_layers = 7;
+  l.micro_batches = 2048 / 128;
+  in.global_batch = 2048;
+  in.tokens = 15.6e12;
+  in.achieved_flops = 400e12;
+  PlanReport r = make_plan(in);
+  EXPECT_TRUE(r.fits) << r.memory.total() / 1e9 << " GB";
+  EXPECT_GT(r.memory.total(), 60e9);
+  EXPECT_NEAR(6 * r.parameters * in.tokens / 3.8e25, 1.0, 0.02);  // the paper's 3.8e25 (6 N T)
+  EXPECT_NEAR(r.mfu, 0.40, 0.02);  // the paper: 41% BF16 MFU at 400 TFLOP/s
+  l.flash_attention = false;
+  EXPECT_FALSE(make_plan(in).fits);
+}
+
+// Mixtral 8x7B (Jiang et al. 2024): 46.7B parameters, 12.9B active per token (2 of 8 experts).
+TEST(PlanSecondEdition, MixtralParameterCounts) {
+  ParameterCount c = count_parameters(preset("mixtral-8x7b"));
+  EXPECT_NEAR(c.total / 1e9, 46.7, 0.05);
+  EXPECT_NEAR(c.active / 1e9, 12.9, 0.05);
+  EXPECT_EQ(c.router, 4096 * 8);
+  EXPECT_EQ(c.expert, 3 * 4096 * 14336);
+  // Expert parallelism divides the experts' memory: 8-way holds one expert per layer.
+  Layout l;
+  l.dp = 8;
+  MemoryBreakdown one = training_memory(preset("mixtral-8x7b"), Precision::kMixedAdam, l);
+  l.ep = 8;
+  MemoryBreakdown spread = training_memory(preset("mixtral-8x7b"), Precision::kMixedAdam, l);
+  EXPECT_NEAR(one.parameters - spread.parameters, 32.0 * 7 * c.expert, 1);
 }

@@ -10,7 +10,7 @@ weft=$1
 src=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-plan=(--model gpt3-175b --gpus 1024 --tp 8 --pp 16 --dp 8 --global-batch 64 --tflops 140)
+plan=(--model gpt3-175b --gpus 1024 --tp 8 --pp 16 --dp 8 --global-batch 64 --tflops 140 --tflops-kind kernel)
 "$weft" plan "${plan[@]}" --json --emit-workload "$dir/gpt3" >"$dir/plan.json"
 n=$(ls "$dir/gpt3" | wc -l)
 [ "$n" -eq 1024 ] || { echo "FAIL: $n trace files, expected 1024"; exit 1; }

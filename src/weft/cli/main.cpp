@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
   }
   try {
     return action ? action() : 0;
+  } catch (const weft::ConfigError& e) {
+    // A bad value on the command line or in a config: a usage error, as the flag parser's.
+    std::fprintf(stderr, "error: %s\n", weft::one_line(e.what()).c_str());
+    return 2;
   } catch (const weft::InternalError& e) {
     std::fprintf(stderr, "error: internal: %s\n", weft::one_line(e.what()).c_str());
   } catch (const weft::Error& e) {

@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <cmath>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -7,6 +8,7 @@
 #include "weft/cli/commands.h"
 #include "weft/report/plan.h"
 #include "weft/report/report.h"
+#include "weft/plan/inference.h"
 #include "weft/plan/report.h"
 #include "weft/plan/sweep.h"
 #include "weft/plan/workload.h"
@@ -19,18 +21,33 @@ namespace {
 struct PlanFlags {
   std::string model = "gpt3-175b";
   std::int64_t layers = 0, d_model = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, seq = 0;
+  std::int64_t experts = 0, top_k = 0, expert_ffn = 0, shared_experts = -1, dense_layers = -1;
   double params = 0;
-  std::int64_t gpus = 0;
-  int tp = 1, pp = 1, dp = 0, zero = 0;
-  std::int64_t micro_batch = 1, global_batch = 0;
-  bool recompute = false, sequence_parallel = false, json = false, sweep = false;
+  double gpus = 0, global_batch = 0;  // whole numbers, accepted as 1e3 too
+  int tp = 1, pp = 1, dp = 0, cp = 1, ep = 1, zero = 0, interleave = 1;
+  std::int64_t micro_batch = 1, recompute_layers = 0, first_stage_layers = 0, last_stage_layers = 0;
+  bool recompute = false, sequence_parallel = false, flash_attention = false, json = false, sweep = false;
+  std::string recompute_granularity;
   int top = 10;
   std::string emit_workload, report;
-  std::string precision = "mixed-adam", gpu = "a100-80gb";
-  double tokens = 0, tflops = 0, mfu = 0.4, price = 0.10, bytes_per_token = 4, watts = 0, gpu_memory_gb = 0;
-  int gpus_per_node = 8;
-  double nvlink_gbps = 300, rail_gbps = 25;  // GB/s per GPU and direction
+  std::string precision = "mixed-adam", gpu = "a100-80gb", tflops_kind = "end-to-end";
+  double tokens = 0, tflops = 0, mfu = 0, gemm_efficiency = 0.8, price = 0.10, bytes_per_token = 4, watts = 0,
+         gpu_memory_gb = 0, peak_tflops = 0, memory_bandwidth_gbps = 0;
+  int gpus_per_node = 0;
+  double nvlink_gbps = 0, rail_gbps = 0;  // GB/s per GPU and direction (0: the GPU preset's)
+  // --inference
+  bool inference = false;
+  std::int64_t context = 0, prompt = 0, batch = 1;
+  std::string weight_precision = "bf16", kv_precision = "bf16";
+  double bandwidth_efficiency = 0.8;
 };
+
+// A count given as a number (1024 or 1e3): whole, in [1, limit].
+std::int64_t whole(const char* flag, double v, double limit) {
+  if (!(v >= 1 && v <= limit) || v != std::floor(v))
+    throw ConfigError(fmt::format("{} must be a whole number in 1..{:.0f}, got {}", flag, limit, v));
+  return static_cast<std::int64_t>(v);
+}
 
 // The plan's page (a note on stderr when stdout carries JSON).
 void write_plan_report(const nlohmann::json& plan, const std::string& path, bool json_out) {
@@ -50,70 +67,139 @@ int run_plan(const PlanFlags& f) {
   } else {
     in.model = plan::preset(f.model);
   }
+  const std::int64_t gpus = f.gpus > 0 ? whole("--gpus", f.gpus, 1e9) : 0;
+  const std::int64_t global_batch = f.global_batch > 0 ? whole("--global-batch", f.global_batch, 1e12) : 0;
   // Model dimensions are bounded far above any model built (so products of them stay exact).
-  auto override_if = [](const char* flag, std::int64_t v, std::int64_t limit, std::int64_t& field) {
-    if (v != 0) field = bounded(v, 1, limit, flag);
+  // A preset with a dimension changed is no longer that model: its name says so.
+  std::string changed;
+  auto override_if = [&](const char* flag, std::int64_t v, std::int64_t low, std::int64_t limit, std::int64_t& field) {
+    if (v == 0 || (low == 0 && v < 0)) return;
+    field = bounded(v, low, limit, flag);
+    changed += fmt::format("{}{} {}", changed.empty() ? "" : ", ", flag, v);
   };
-  override_if("--layers", f.layers, 1'000'000, in.model.layers);
-  override_if("--d-model", f.d_model, 10'000'000, in.model.d_model);
-  override_if("--heads", f.heads, 1'000'000, in.model.heads);
-  override_if("--kv-heads", f.kv_heads, 1'000'000, in.model.kv_heads);
-  override_if("--ffn", f.ffn, 100'000'000, in.model.ffn);
-  override_if("--vocab", f.vocab, 1'000'000'000, in.model.vocab);
-  override_if("--seq", f.seq, 100'000'000, in.model.seq_len);
+  override_if("--layers", f.layers, 1, 1'000'000, in.model.layers);
+  override_if("--d-model", f.d_model, 1, 10'000'000, in.model.d_model);
+  override_if("--heads", f.heads, 1, 1'000'000, in.model.heads);
+  override_if("--kv-heads", f.kv_heads, 1, 1'000'000, in.model.kv_heads);
+  override_if("--ffn", f.ffn, 1, 100'000'000, in.model.ffn);
+  override_if("--vocab", f.vocab, 1, 1'000'000'000, in.model.vocab);
+  override_if("--seq", f.seq, 1, 100'000'000, in.model.seq_len);
+  override_if("--experts", f.experts, 1, 1'000'000, in.model.experts);
+  override_if("--top-k", f.top_k, 1, 1'000'000, in.model.top_k);
+  override_if("--expert-ffn", f.expert_ffn, 1, 100'000'000, in.model.expert_ffn);
+  override_if("--shared-experts", f.shared_experts, 0, 1'000'000, in.model.shared_experts);
+  override_if("--dense-layers", f.dense_layers, 0, 1'000'000, in.model.dense_layers);
+  if (!changed.empty() && f.params == 0) in.model.name += " modified (" + changed + ")";
   in.precision = plan::parse_precision(f.precision);
   in.gpu = plan::gpu_preset(f.gpu);
   if (f.gpu_memory_gb > 0) in.gpu.memory_bytes = f.gpu_memory_gb * 1e9;
   if (f.watts > 0) in.gpu.watts = f.watts;
+  if (f.peak_tflops > 0) in.gpu.peak_flops = f.peak_tflops * 1e12;
+  if (f.memory_bandwidth_gbps > 0) in.gpu.memory_bandwidth = f.memory_bandwidth_gbps * 1e9;
   plan::Layout& l = in.layout;
   l.tp = f.tp;
   l.pp = f.pp;
-  if (f.tp < 1 || f.pp < 1) throw ConfigError("--tp and --pp must be at least 1");
-  l.dp = f.dp > 0 ? f.dp : (f.gpus > 0 ? static_cast<int>(f.gpus / (f.tp * f.pp)) : 1);
-  if (!f.sweep && f.gpus > 0 && f.gpus % (static_cast<std::int64_t>(f.tp) * f.pp) != 0) {
-    throw ConfigError(fmt::format("--gpus {} is not a multiple of tp {} x pp {}", f.gpus, f.tp, f.pp));
+  l.cp = f.cp;
+  l.ep = f.ep;
+  if (f.tp < 1 || f.pp < 1 || f.cp < 1 || f.ep < 1) throw ConfigError("--tp, --pp, --cp and --ep must be at least 1");
+  const std::int64_t model_gpus = static_cast<std::int64_t>(f.tp) * f.pp * f.cp;
+  l.dp = f.dp > 0 ? f.dp : (gpus > 0 ? static_cast<int>(gpus / model_gpus) : 1);
+  if (!f.sweep && gpus > 0 && gpus % model_gpus != 0) {
+    throw ConfigError(fmt::format("--gpus {} is not a multiple of tp {} x pp {}{}", gpus, f.tp, f.pp,
+                                  f.cp > 1 ? fmt::format(" x cp {}", f.cp) : ""));
   }
-  if (!f.sweep && f.gpus > 0 && static_cast<std::int64_t>(l.tp) * l.pp * l.dp != f.gpus) {
-    throw ConfigError(fmt::format("--gpus {} is not tp {} x pp {} x dp {}", f.gpus, l.tp, l.pp, l.dp));
+  if (!f.sweep && gpus > 0 && model_gpus * l.dp != gpus) {
+    throw ConfigError(fmt::format("--gpus {} is not tp {} x pp {} x dp {}{}", gpus, l.tp, l.pp, l.dp,
+                                  f.cp > 1 ? fmt::format(" x cp {}", f.cp) : ""));
   }
   if (l.dp < 1) throw ConfigError("the data-parallel size must be at least 1");
   l.zero = f.zero;
   if (f.zero < 0 || f.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3");
   l.micro_batch = f.micro_batch;
   if (f.micro_batch < 1) throw ConfigError("--micro-batch must be at least 1");
-  if (!f.sweep && f.global_batch > 0 && f.global_batch % (f.micro_batch * l.dp) != 0) {
-    throw ConfigError(fmt::format("--global-batch {} is not a multiple of micro-batch {} x dp {}", f.global_batch,
+  if (!f.sweep && global_batch > 0 && global_batch % (f.micro_batch * l.dp) != 0) {
+    throw ConfigError(fmt::format("--global-batch {} is not a multiple of micro-batch {} x dp {}", global_batch,
                                   f.micro_batch, l.dp));
   }
-  l.micro_batches = f.global_batch > 0 ? std::max<std::int64_t>(1, f.global_batch / (f.micro_batch * l.dp)) : l.pp;
-  l.recompute = f.recompute;
+  l.micro_batches = global_batch > 0 ? std::max<std::int64_t>(1, global_batch / (f.micro_batch * l.dp)) : l.pp;
+  if (!f.recompute_granularity.empty()) {
+    l.recompute = plan::parse_recompute(f.recompute_granularity);
+    if (f.recompute && l.recompute != plan::Recompute::kFull)
+      throw ConfigError("--recompute (full) contradicts --recompute-granularity " + f.recompute_granularity);
+  } else if (f.recompute) {
+    l.recompute = plan::Recompute::kFull;
+  }
+  l.recompute_layers = f.recompute_layers;
+  if (f.recompute_layers < 0) throw ConfigError("--recompute-layers must be at least 0");
+  if (f.recompute_layers > 0 && !l.full_recompute()) throw ConfigError("--recompute-layers needs full recomputation (--recompute)");
   l.sequence_parallel = f.sequence_parallel;
+  l.flash_attention = f.flash_attention;
+  l.interleave = f.interleave;
+  if (f.interleave < 1) throw ConfigError("--interleave must be at least 1");
+  if (f.interleave > 1 && f.pp < 2) throw ConfigError("--interleave needs --pp 2 or more");
+  l.first_stage_layers = f.first_stage_layers;
+  l.last_stage_layers = f.last_stage_layers;
   in.tokens = f.tokens;
   in.achieved_flops = f.tflops * 1e12;
+  in.rate_kind = plan::parse_rate_kind(f.tflops_kind);
+  if (f.tflops > 0 && f.mfu > 0) throw ConfigError("give --tflops or --mfu, not both");
   in.mfu = f.mfu;
+  in.gemm_efficiency = f.gemm_efficiency;
   in.price_per_kwh = f.price;
   in.bytes_per_token = f.bytes_per_token;
-  in.global_batch = f.global_batch;
-  if (f.gpus_per_node < 1 || !(f.nvlink_gbps > 0) || !(f.rail_gbps > 0)) {
+  in.global_batch = global_batch;
+  if (f.gpus_per_node < 0 || f.nvlink_gbps < 0 || f.rail_gbps < 0)
     throw ConfigError("--gpus-per-node, --nvlink-gbps and --rail-gbps must be positive");
+  in.cluster.gpus_per_node = f.gpus_per_node > 0 ? f.gpus_per_node : in.gpu.domain_gpus;
+  in.cluster.nvlink.bytes_per_second = f.nvlink_gbps > 0 ? f.nvlink_gbps * 1e9 : in.gpu.domain_bandwidth;
+  in.cluster.rail.bytes_per_second = f.rail_gbps > 0 ? f.rail_gbps * 1e9 : in.gpu.network_bandwidth;
+  // What the workload needs, checked before anything is printed.
+  if (f.inference) {
+    if (f.sweep || !f.emit_workload.empty() || f.params > 0 || f.tokens > 0 || global_batch > 0 || f.dp > 0 || f.cp > 1)
+      throw ConfigError("--inference sizes serving: it takes --tp, --pp, --batch, --context and --prompt, not --sweep, "
+                        "--emit-workload, --params, --tokens, --global-batch, --dp or --cp");
+    plan::InferenceInput ii;
+    ii.model = in.model;
+    ii.gpu = in.gpu;
+    ii.cluster = in.cluster;
+    ii.tp = f.tp;
+    ii.pp = f.pp;
+    ii.weight_bytes = plan::precision_bytes(f.weight_precision, "--weight-precision");
+    ii.kv_bytes = plan::precision_bytes(f.kv_precision, "--kv-precision");
+    ii.context = f.context;
+    ii.prompt = f.prompt;
+    ii.batch = f.batch;
+    ii.gemm_efficiency = f.gemm_efficiency;
+    ii.bandwidth_efficiency = f.bandwidth_efficiency;
+    if (!(f.bandwidth_efficiency > 0 && f.bandwidth_efficiency <= 1) || !(f.gemm_efficiency > 0 && f.gemm_efficiency <= 1))
+      throw ConfigError("--bandwidth-efficiency and --gemm-efficiency must be in (0, 1]");
+    const plan::InferenceReport r = plan::plan_inference(ii);
+    fmt::print("{}", f.json ? r.to_json().dump() + "\n" : r.to_text());
+    return 0;
   }
-  in.cluster.gpus_per_node = f.gpus_per_node;
-  in.cluster.nvlink.bytes_per_second = f.nvlink_gbps * 1e9;
-  in.cluster.rail.bytes_per_second = f.rail_gbps * 1e9;
+  if (!f.emit_workload.empty()) {
+    if (f.sweep) throw ConfigError("--emit-workload writes one plan's iteration, not a sweep's");
+    if (f.params > 0) throw ConfigError("--emit-workload needs a transformer model (a preset or dimensions), not --params");
+    if (global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
+  }
   if (f.sweep) {
-    auto rows = plan::sweep_layouts(in, f.gpus);
+    auto rows = plan::sweep_layouts(in, gpus);
     if (!rows.empty() && (f.json || !f.report.empty())) {
-      const nlohmann::json sweep = plan::sweep_to_json(in, f.gpus, rows, f.top);
+      const nlohmann::json sweep = plan::sweep_to_json(in, gpus, rows, f.top);
       if (f.json) fmt::print("{}\n", sweep.dump(2));
       if (!f.report.empty()) write_plan_report(sweep, f.report, f.json);
       if (f.json) return 0;
     }
     if (rows.empty()) {
+      if (f.json) {
+        fmt::print("{}\n", plan::sweep_to_json(in, gpus, rows, f.top).dump(2));
+        return 1;
+      }
       fmt::print("no layout of {} on {} GPUs fits in {:.0f} GB (try --recompute, --zero or more GPUs)\n",
-                 in.model.name, f.gpus, in.gpu.memory_bytes / 1e9);
+                 in.model.name, gpus, in.gpu.memory_bytes / 1e9);
       return 1;
     }
-    fmt::print("{} layouts of {} on {} {} GPUs fit; the fastest {}:\n", rows.size(), in.model.name, f.gpus, in.gpu.name,
+    fmt::print("{} layouts of {} on {} {} GPUs fit; the fastest {}:\n", rows.size(), in.model.name, gpus, in.gpu.name,
                std::min<std::size_t>(rows.size(), static_cast<std::size_t>(f.top)));
     fmt::print("{:>4} {:>4} {:>5} {:>4} {:>3} {:>10} {:>8} {:>10} {:>10}\n", "tp", "pp", "dp", "zero", "mb",
                "memory GB", "bubble", "iter s", "no-ovl s");
@@ -142,7 +228,7 @@ int run_plan(const PlanFlags& f) {
 void add_plan_command(CLI::App& app, Action& action) {
   auto f = std::make_shared<PlanFlags>();
   CLI::App* cmd = app.add_subcommand("plan", "memory, compute, time, power and data for a training job at any scale");
-  cmd->add_option("--model", f->model, "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b")
+  cmd->add_option("--model", f->model, "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b | mixtral-8x7b")
       ->capture_default_str();
   cmd->add_option("--params", f->params, "a model given only by its parameter count (e.g. 7.5e9)")->check(positive());
   cmd->add_option("--layers", f->layers, "override: transformer blocks")->check(positive());
@@ -152,30 +238,65 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--ffn", f->ffn, "override: feed-forward hidden size")->check(positive());
   cmd->add_option("--vocab", f->vocab, "override: vocabulary size")->check(positive());
   cmd->add_option("--seq", f->seq, "override: sequence length")->check(positive());
-  cmd->add_option("--gpus", f->gpus, "GPUs in the job (= tp x pp x dp)")->check(positive());
+  cmd->add_option("--experts", f->experts, "mixture of experts: routed experts per MoE layer")->check(positive());
+  cmd->add_option("--top-k", f->top_k, "mixture of experts: experts per token")->check(positive());
+  cmd->add_option("--expert-ffn", f->expert_ffn, "mixture of experts: an expert's hidden size (default --ffn)")->check(positive());
+  cmd->add_option("--shared-experts", f->shared_experts, "mixture of experts: experts every token uses")->check(non_negative());
+  cmd->add_option("--dense-layers", f->dense_layers, "mixture of experts: leading layers with a dense feed-forward block")
+      ->check(non_negative());
+  cmd->add_option("--gpus", f->gpus, "GPUs in the job (= tp x pp x cp x dp; 1024 or 1e3)")->check(positive());
   cmd->add_option("--tp", f->tp, "tensor-parallel size")->capture_default_str();
   cmd->add_option("--pp", f->pp, "pipeline-parallel size")->capture_default_str();
-  cmd->add_option("--dp", f->dp, "data-parallel size (default: gpus / (tp x pp))")->check(positive());
+  cmd->add_option("--dp", f->dp, "data-parallel size (default: gpus / (tp x pp x cp))")->check(positive());
+  cmd->add_option("--cp", f->cp, "context-parallel size (ring attention)")->capture_default_str();
+  cmd->add_option("--ep", f->ep, "expert-parallel size (within data x context parallel)")->capture_default_str();
   cmd->add_option("--zero", f->zero, "ZeRO stage 0-3")->capture_default_str();
   cmd->add_option("--precision", f->precision, "fp32-adam | mixed-adam | megatron-dist | fp16-weights")
       ->capture_default_str();
   cmd->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch")->capture_default_str();
   cmd->add_option("--global-batch", f->global_batch, "sequences per iteration")->check(positive());
-  cmd->add_flag("--recompute", f->recompute, "full activation recomputation");
+  cmd->add_flag("--recompute", f->recompute, "full activation recomputation (--recompute-granularity full)");
+  cmd->add_option("--recompute-granularity", f->recompute_granularity,
+                  "none | selective (the attention core, Korthikanti et al.) | full");
+  cmd->add_option("--recompute-layers", f->recompute_layers, "full recomputation of only this many layers per stage");
   cmd->add_flag("--sequence-parallel", f->sequence_parallel, "Megatron sequence parallelism");
-  cmd->add_option("--gpu", f->gpu, "a100-40gb | a100-80gb | h100-80gb | v100-16gb | v100-32gb")->capture_default_str();
+  cmd->add_flag("--flash-attention", f->flash_attention, "attention without stored s x s scores (FlashAttention)");
+  cmd->add_option("--interleave", f->interleave, "model chunks per pipeline GPU (interleaved 1F1B)")->capture_default_str();
+  cmd->add_option("--first-stage-layers", f->first_stage_layers, "uneven pipeline: layers of the first stage")
+      ->check(positive());
+  cmd->add_option("--last-stage-layers", f->last_stage_layers, "uneven pipeline: layers of the last stage")->check(positive());
+  cmd->add_option("--gpu", f->gpu,
+                  "v100-16gb | v100-32gb | a100-40gb | a100-80gb | h100-80gb | h200-141gb | b200-180gb | gb200-nvl72 | mi300x")
+      ->capture_default_str();
   cmd->add_option("--gpu-memory", f->gpu_memory_gb, "override: GPU memory in GB")->check(positive());
+  cmd->add_option("--peak-tflops", f->peak_tflops, "override: dense 16-bit peak TFLOP/s")->check(positive());
+  cmd->add_option("--memory-bandwidth", f->memory_bandwidth_gbps, "override: HBM GB/s")->check(positive());
   cmd->add_option("--watts", f->watts, "override: power per GPU in W")->check(positive());
   cmd->add_option("--tokens", f->tokens, "training tokens (for time, power and data)")->check(non_negative());
-  cmd->add_option("--tflops", f->tflops, "achieved TFLOP/s per GPU (default: --mfu x peak)")->check(positive());
-  cmd->add_option("--mfu", f->mfu, "model FLOPs utilization")->capture_default_str();
+  cmd->add_option("--tflops", f->tflops, "achieved TFLOP/s per GPU, recomputation counted (see --tflops-kind)")
+      ->check(positive());
+  cmd->add_option("--tflops-kind", f->tflops_kind, "end-to-end (whole iterations, as papers report) | kernel (while computing)")
+      ->capture_default_str();
+  cmd->add_option("--mfu", f->mfu, "end-to-end model FLOPs utilization (instead of --tflops)")->check(CLI::Range(1e-9, 1.0));
+  cmd->add_option("--gemm-efficiency", f->gemm_efficiency, "no rate given: the share of the peak a large GEMM reaches")
+      ->capture_default_str();
   cmd->add_option("--price", f->price, "dollars per kWh")->capture_default_str()->check(non_negative());
   cmd->add_option("--bytes-per-token", f->bytes_per_token, "dataset bytes per token")
       ->capture_default_str()
       ->check(positive());
-  cmd->add_option("--gpus-per-node", f->gpus_per_node, "GPUs sharing an NVLink domain")->capture_default_str();
-  cmd->add_option("--nvlink-gbps", f->nvlink_gbps, "NVLink GB/s per GPU and direction")->capture_default_str();
-  cmd->add_option("--rail-gbps", f->rail_gbps, "network GB/s per GPU and direction")->capture_default_str();
+  cmd->add_option("--gpus-per-node", f->gpus_per_node, "GPUs sharing an NVLink domain (default: the GPU's)")->check(positive());
+  cmd->add_option("--nvlink-gbps", f->nvlink_gbps, "NVLink GB/s per GPU and direction (default: the GPU's)")->check(positive());
+  cmd->add_option("--rail-gbps", f->rail_gbps, "network GB/s per GPU and direction (default: the GPU's)")->check(positive());
+  cmd->add_flag("--inference", f->inference, "size serving instead of training: weights, key-value cache, prefill and decode");
+  cmd->add_option("--context", f->context, "--inference: tokens per sequence (default: the model's sequence)")->check(positive());
+  cmd->add_option("--prompt", f->prompt, "--inference: prompt tokens (default: half the context)")->check(positive());
+  cmd->add_option("--batch", f->batch, "--inference: sequences decoded together")->capture_default_str()->check(positive());
+  cmd->add_option("--weight-precision", f->weight_precision, "--inference: fp32 | bf16 | fp16 | fp8 | int8 | int4")
+      ->capture_default_str();
+  cmd->add_option("--kv-precision", f->kv_precision, "--inference: the key-value cache's: fp32 | bf16 | fp16 | fp8 | int8")
+      ->capture_default_str();
+  cmd->add_option("--bandwidth-efficiency", f->bandwidth_efficiency, "--inference: the share of HBM bandwidth a step reaches")
+      ->capture_default_str();
   cmd->add_flag("--json", f->json, "print JSON");
   cmd->add_option("--emit-workload", f->emit_workload,
                   "write one iteration as per-rank traces into this folder (for weft sim; needs --global-batch)");

@@ -1,6 +1,7 @@
 #include "weft/plan/comm_model.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "weft/util/error.h"
 
@@ -21,55 +22,197 @@ double bubble_fraction(int stages, std::int64_t micro_batches) {
   return static_cast<double>(stages - 1) / static_cast<double>(micro_batches + stages - 1);
 }
 
-IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, const Layout& l, const Cluster& c,
-                                     std::int64_t global_batch, double flops_per_gpu) {
-  if (global_batch < 1) throw ConfigError("--global-batch must be at least 1");
-  if (!(flops_per_gpu > 0)) throw ConfigError("achieved FLOP/s must be positive");
-  IterationEstimate e;
-  const std::int64_t per_pipeline = std::max<std::int64_t>(1, global_batch / l.dp);
-  const std::int64_t micro = std::max<std::int64_t>(1, per_pipeline / l.micro_batch);
-  const double s = static_cast<double>(m.seq_len), b = static_cast<double>(l.micro_batch), h = static_cast<double>(m.d_model);
-  const std::int64_t layers_per_stage = (m.layers + l.pp - 1) / l.pp;
-  const double activation_bytes = s * b * h * 2;  // one micro-batch's hidden states, 16-bit
-  // Tensor parallelism (Megatron): 2 all-reduces of the activations per layer in forward and 2
-  // in backward (with sequence parallelism: all-gather + reduce-scatter, the same bytes); inside
-  // the NVLink domain when tp fits in a node.
-  const LinkClass& tp_link = l.tp <= c.gpus_per_node ? c.nvlink : c.rail;
-  const double tp_ops = 4.0 * static_cast<double>(layers_per_stage * micro);
-  e.tensor.link = l.tp <= c.gpus_per_node ? "nvlink" : "rail";
-  if (l.tp > 1) {
-    e.tensor.bytes = tp_ops * 2.0 * (l.tp - 1) / l.tp * activation_bytes;
-    e.tensor.seconds = tp_ops * ring_allreduce_seconds(activation_bytes, l.tp, tp_link);
+RateKind parse_rate_kind(const std::string& s) {
+  if (s == "end-to-end") return RateKind::kEndToEnd;
+  if (s == "kernel") return RateKind::kKernel;
+  throw ConfigError("unknown --tflops-kind '" + s + "' (known: end-to-end, kernel)");
+}
+
+const char* rate_kind_name(RateKind k) {
+  switch (k) {
+    case RateKind::kEndToEnd: return "end-to-end";
+    case RateKind::kKernel: return "kernel";
+    case RateKind::kPredicted: return "predicted";
   }
-  // Pipeline: each micro-batch's activations forward and gradients backward, point to point,
-  // across nodes over the rails.
+  return "?";
+}
+
+double predicted_kernel_flops(const TransformerSpec& m, const Layout& l, const Rate& rate) {
+  const double w = static_cast<double>(m.d_model) / l.tp;
+  return rate.gemm_efficiency * rate.peak_flops * w / (w + 256.0);
+}
+
+namespace {
+
+// Per token, forward and backward (recomputation included) of one layer, and of the head.
+struct TokenFlops {
+  double dense_layer = 0, moe_layer = 0, head = 0;
+};
+
+TokenFlops token_flops(const TransformerSpec& m, const Layout& l) {
+  const ParameterCount c = count_parameters(m);
+  const double d = static_cast<double>(m.d_model), s = static_cast<double>(m.seq_len);
+  // 6 x the parameters a token multiplies, plus the attention scores' 12 d s; recomputation
+  // as hardware_flops_per_token counts it.
+  const double attention = 12 * d * s;
+  double recompute_factor = 1, attention_extra = 0;
+  if (l.full_recompute()) recompute_factor = 4.0 / 3.0, attention_extra = 4 * d * s;
+  if (l.flash_attention) attention_extra += 2 * d * s;
+  else if (l.recompute == Recompute::kSelective) attention_extra += 4 * d * s;
+  if (l.full_recompute() && l.recompute_layers > 0) {
+    const double share = std::min(1.0, static_cast<double>(l.recompute_layers * l.pp) / static_cast<double>(m.layers));
+    recompute_factor = 1 + share / 3.0;
+    attention_extra = share * 4 * d * s + (l.flash_attention ? 2 * d * s : 0);
+  }
+  const double moe_active =
+      static_cast<double>(c.attention + c.norms + c.router + c.shared + m.top_k * c.expert);
+  TokenFlops f;
+  f.dense_layer = 6 * static_cast<double>(c.block) * recompute_factor + attention + attention_extra;
+  f.moe_layer = 6 * moe_active * recompute_factor + attention + attention_extra;
+  f.head = 6 * static_cast<double>(m.vocab) * d;
+  return f;
+}
+
+}  // namespace
+
+IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, const Layout& l, const Cluster& c,
+                                     std::int64_t global_batch, const Rate& rate) {
+  if (global_batch < 1) throw ConfigError("--global-batch must be at least 1");
+  if (!(rate.peak_flops > 0)) throw ConfigError("the GPU's peak FLOP/s must be positive");
+  IterationEstimate e;
+  e.basis = rate.kind;
+  const std::int64_t micro = std::max<std::int64_t>(1, l.micro_batches);
+  const double s = static_cast<double>(m.seq_len), b = static_cast<double>(l.micro_batch), h = static_cast<double>(m.d_model);
+  const double s_local = s / l.cp;
+  const std::vector<std::int64_t> layers = stage_layers(m, l);
+  const TokenFlops tf = token_flops(m, l);
+  const double tokens_mb = s_local * b / l.tp;  // a GPU's share of a micro-batch's tokens
+  e.kernel_flops = rate.kind == RateKind::kKernel ? rate.hardware_flops : predicted_kernel_flops(m, l, rate);
+  if (rate.kind == RateKind::kEndToEnd) e.kernel_flops = predicted_kernel_flops(m, l, rate);  // for the breakdown
+  if (!(e.kernel_flops > 0)) throw ConfigError("the kernel FLOP/s per GPU must be positive");
+  const bool predicted = rate.kind != RateKind::kKernel;
+
+  // Per stage: one micro-batch's forward and backward; the slowest stage sets the pace.
+  double stage_mb_s = 0, stage_memory_s = 0;
+  std::int64_t first = 0, most_layers = 0, most_moe_layers = 0;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    std::int64_t moe_layers = 0;
+    for (std::int64_t k = first; k < first + layers[i]; ++k) moe_layers += m.moe() && k >= m.dense_layers ? 1 : 0;
+    first += layers[i];
+    const double flops = (static_cast<double>(layers[i] - moe_layers) * tf.dense_layer +
+                          static_cast<double>(moe_layers) * tf.moe_layer + (i + 1 == layers.size() ? tf.head : 0)) * tokens_mb;
+    // Memory-bound operations (predicted only): each stored activation byte written and read
+    // in forward and twice that in backward, at the HBM bandwidth.
+    const double memory = predicted && rate.memory_bandwidth > 0
+                              ? 6 * static_cast<double>(layers[i]) * layer_activation_bytes(m, l, false) / rate.memory_bandwidth
+                              : 0;
+    const double t = flops / e.kernel_flops + memory;
+    if (t > stage_mb_s) stage_mb_s = t, stage_memory_s = memory;
+    most_layers = std::max(most_layers, layers[i]);
+    most_moe_layers = std::max(most_moe_layers, moe_layers);
+  }
+  e.compute_s = stage_mb_s * static_cast<double>(micro);
+  e.memory_bound_s = stage_memory_s * static_cast<double>(micro);
+  e.bubble_s = static_cast<double>(l.pp - 1) / l.interleave * stage_mb_s;
+  e.bubble = e.bubble_s / (e.compute_s + e.bubble_s);
+  const double backward_share = l.full_recompute() ? 0.75 : 2.0 / 3.0;
+  const double hidden_bytes = s_local * b * h * 2;  // a micro-batch's hidden states on a GPU's share, 16-bit
+
+  // Tensor parallelism (Megatron): 2 all-reduces per layer forward and 2 backward (with
+  // sequence parallelism all-gather + reduce-scatter: the same bytes), 2 more with full
+  // recomputation; inside the NVLink domain when tp fits; on the critical path.
+  const double per_layer_ops = l.full_recompute() ? 6.0 : 4.0;
+  if (l.tp > 1) {
+    const LinkClass& link = l.tp <= c.gpus_per_node ? c.nvlink : c.rail;
+    e.tensor.link = l.tp <= c.gpus_per_node ? "nvlink" : "rail";
+    const double ops = per_layer_ops * static_cast<double>(most_layers * micro);
+    e.tensor.bytes = ops * 2.0 * (l.tp - 1) / l.tp * hidden_bytes;
+    e.tensor.seconds = ops * ring_allreduce_seconds(hidden_bytes, l.tp, link);
+    e.tensor.exposed_s = e.tensor.seconds;
+  }
+  // Context parallelism (ring attention): each layer passes the key-value blocks around the
+  // ring, cp - 1 steps forward and twice that backward (keys, values and their gradients),
+  // overlapped with the attention it feeds.
+  if (l.cp > 1) {
+    const bool inside = static_cast<std::int64_t>(l.tp) * l.cp <= c.gpus_per_node;
+    const LinkClass& link = inside ? c.nvlink : c.rail;
+    e.context.link = inside ? "nvlink" : "rail";
+    const double kv_block = 2 * s_local * b * static_cast<double>(m.kv() * m.head_dim()) * 2 / l.tp;
+    const double sends = 3.0 * (l.cp - 1) * static_cast<double>(most_layers * micro);
+    e.context.bytes = sends * kv_block;
+    e.context.seconds = sends * (link.latency_s + kv_block / link.bytes_per_second);
+    const double attention_s = 12 * h * s * s_local * b / l.tp / e.kernel_flops * static_cast<double>(most_layers * micro);
+    e.context.exposed_s = std::max(0.0, e.context.seconds - attention_s);
+  }
+  // Expert parallelism: each MoE layer's tokens go to their experts and back, an all-to-all
+  // each way forward and backward, top_k copies of every token; inside the domain when
+  // ep x tp fits; on the critical path.
+  if (m.moe() && l.ep > 1) {
+    const bool inside = static_cast<std::int64_t>(l.tp) * l.ep <= c.gpus_per_node;
+    const LinkClass& link = inside ? c.nvlink : c.rail;
+    e.expert.link = inside ? "nvlink" : "rail";
+    const double dispatched = hidden_bytes / l.tp * static_cast<double>(m.top_k);
+    const double ops = 4.0 * static_cast<double>(most_moe_layers * micro);
+    e.expert.bytes = ops * dispatched * (l.ep - 1) / l.ep;
+    e.expert.seconds = ops * ((l.ep - 1) * link.latency_s + dispatched * (l.ep - 1) / l.ep / link.bytes_per_second);
+    e.expert.exposed_s = e.expert.seconds;
+  }
+  // Pipeline: each micro-batch's activations forward and gradients backward across each
+  // stage boundary (chunks times with interleaving), over the rails; hidden behind other
+  // micro-batches' compute but for the bubble's own.
   e.pipeline.link = "rail";
   if (l.pp > 1) {
-    e.pipeline.bytes = 2.0 * static_cast<double>(micro) * activation_bytes / l.tp;
-    e.pipeline.seconds = 2.0 * static_cast<double>(micro) * (c.rail.latency_s + activation_bytes / l.tp / c.rail.bytes_per_second);
+    const double sends = 2.0 * static_cast<double>(micro) * l.interleave;
+    e.pipeline.bytes = sends * hidden_bytes / l.tp;
+    e.pipeline.seconds = sends * (c.rail.latency_s + hidden_bytes / l.tp / c.rail.bytes_per_second);
   }
-  // Data parallelism: the gradients of this GPU's parameters, all-reduced (or reduce-scatter +
-  // all-gather with ZeRO 1 and 2: the same bytes; ZeRO 3 adds the parameter all-gathers of
-  // forward and backward: 1.5x), over the rails.
+  // Data parallelism, over data x context parallel GPUs on the rails: the gradients of this
+  // GPU's parameters reduced (reduce-scatter + all-gather under ZeRO 1/2 and Megatron's
+  // distributed optimizer: the same bytes). The reduction hides behind the last
+  // micro-batch's backward, the parameter all-gather behind the next iteration's first
+  // forward, each but its last bucket (a layer). ZeRO 3 gathers the weights for every
+  // micro-batch's forward and backward and reduce-scatters its gradients, overlapped layer
+  // by layer with that micro-batch's compute.
+  const int group = l.dp * l.cp;
   e.data.link = "rail";
-  if (l.dp > 1) {
-    ParameterCount pc = count_parameters(m);
-    const double params = static_cast<double>(layers_per_stage * pc.block + pc.embedding) / l.tp;
+  if (group > 1) {
+    const MemoryBreakdown state = training_memory(m, p, l);
+    const double params = state.parameters;
     const double grad_bytes = params * (p == Precision::kFp32Adam || p == Precision::kMegatronDistributed ? 4.0 : 2.0);
-    const double factor = l.zero >= 3 ? 1.5 : 1.0;
-    e.data.bytes = factor * 2.0 * (l.dp - 1) / l.dp * grad_bytes;
-    e.data.seconds = factor * ring_allreduce_seconds(grad_bytes, l.dp, c.rail);
+    const double half = ring_half_seconds(grad_bytes, group, c.rail);
+    const double t_bwd = backward_share * stage_mb_s, t_fwd = stage_mb_s - t_bwd;
+    const double bucket = 1.0 / static_cast<double>(std::max<std::int64_t>(most_layers, 1));
+    if (l.zero >= 3) {
+      const double per_mb = 3 * ring_half_seconds(params * 2, group, c.rail);
+      e.data.bytes = 3.0 * static_cast<double>(micro) * (group - 1) / group * params * 2;
+      e.data.seconds = per_mb * static_cast<double>(micro);
+      e.data.exposed_s = static_cast<double>(micro) * std::max(per_mb * bucket, per_mb - stage_mb_s);
+    } else {
+      e.data.bytes = 2.0 * (group - 1) / group * grad_bytes;
+      e.data.seconds = 2 * half;
+      e.data.exposed_s = std::max(half * bucket, half - t_bwd) + std::max(half * bucket, half - t_fwd);
+    }
   }
-  // Compute: FLOPs of the iteration spread over every GPU.
+  const double all_comm = e.tensor.seconds + e.context.seconds + e.expert.seconds + e.pipeline.seconds + e.data.seconds;
+  const double exposed = e.tensor.exposed_s + e.context.exposed_s + e.expert.exposed_s + e.data.exposed_s;
+  e.iteration_no_overlap_s = e.compute_s + e.bubble_s + all_comm;
+  e.iteration_overlap_s = e.compute_s + e.bubble_s + exposed;
+
+  // The iteration the plan reports, and what follows from it.
   const double tokens = static_cast<double>(global_batch) * s;
-  e.compute_s = tokens * training_flops_per_token(m, l.recompute) / (static_cast<double>(l.gpus()) * flops_per_gpu);
-  e.bubble = bubble_fraction(l.pp, micro);
-  e.bubble_s = e.compute_s * e.bubble / (1.0 - e.bubble);
-  e.iteration_no_overlap_s = e.compute_s + e.bubble_s + e.tensor.seconds + e.pipeline.seconds + e.data.seconds;
-  // Overlap: the data-parallel all-reduce runs during backward (two thirds of the compute);
-  // tensor-parallel all-reduces sit on the critical path; pipeline sends overlap other micro-batches.
-  const double hidden = std::min(e.data.seconds, e.compute_s * 2.0 / 3.0);
-  e.iteration_overlap_s = e.compute_s + e.bubble_s + e.tensor.seconds + (e.data.seconds - hidden);
+  e.model_flops = tokens * model_flops_per_token(m);
+  e.hardware_flops = tokens * hardware_flops_per_token(m, l);
+  const double gpus = l.gpus();
+  if (rate.kind == RateKind::kEndToEnd) {
+    if (rate.hardware_flops > 0) e.iteration_s = e.hardware_flops / (gpus * rate.hardware_flops);
+    else if (rate.mfu > 0) e.iteration_s = e.model_flops / (gpus * rate.mfu * rate.peak_flops);
+    else throw ConfigError("an end-to-end rate needs --tflops or --mfu");
+  } else {
+    e.iteration_s = e.iteration_overlap_s;
+  }
+  e.mfu = e.model_flops / (e.iteration_s * gpus * rate.peak_flops);
+  e.hfu = e.hardware_flops / (e.iteration_s * gpus * rate.peak_flops);
+  e.tokens_per_second = tokens / e.iteration_s;
   return e;
 }
 

@@ -3,6 +3,8 @@
 // an iteration-time estimate with and without overlap.
 #pragma once
 
+#include <string>
+
 #include "weft/plan/estimates.h"
 
 namespace weft::plan {
@@ -28,20 +30,54 @@ double bubble_fraction(int stages, std::int64_t micro_batches);
 struct DimensionTraffic {
   double bytes = 0;    // sent per GPU per iteration
   double seconds = 0;  // on its link class
+  double exposed_s = 0;  // of those, on the critical path (not hidden behind compute)
   const char* link = "";
 };
 
-struct IterationEstimate {
-  DimensionTraffic tensor, pipeline, data;
-  double compute_s = 0;   // forward and backward of every micro-batch, without the bubble
-  double bubble = 0;      // fraction
-  double bubble_s = 0;
-  double iteration_no_overlap_s = 0;
-  double iteration_overlap_s = 0;  // data-parallel traffic hidden behind backward
+// How the per-GPU rate of the plan is to be read (docs/planning.md, "One time model"):
+//   end-to-end  the achieved rate of whole iterations, as papers report it: communication,
+//               the bubble and everything else included; the iteration time follows from it
+//   kernel      the rate while computing: the iteration adds the bubble and the exposed
+//               communication
+//   predicted   no rate given: the kernel rate predicted from the GPU (GEMM efficiency against
+//               the peak for the per-GPU matrix width, memory-bound operations at the HBM
+//               bandwidth), then as kernel
+enum class RateKind { kEndToEnd, kKernel, kPredicted };
+RateKind parse_rate_kind(const std::string& s);  // end-to-end | kernel; throws ConfigError
+const char* rate_kind_name(RateKind k);
+
+struct Rate {
+  RateKind kind = RateKind::kPredicted;
+  double hardware_flops = 0;  // per GPU, recomputation counted (Narayanan et al.'s "achieved")
+  double mfu = 0;             // end-to-end model FLOPs utilization (instead of a rate)
+  double gemm_efficiency = 0.8;  // predicted: the most of the peak a large GEMM reaches
+  double peak_flops = 0, memory_bandwidth = 0;  // the GPU's (for MFU/HFU and the prediction)
 };
 
-// `global_batch` sequences per iteration; `flops_per_gpu` achieved.
+struct IterationEstimate {
+  DimensionTraffic tensor, pipeline, data, context, expert;
+  double kernel_flops = 0;  // per GPU, the compute rate of the compute model
+  double compute_s = 0;     // the slowest stage's forward and backward of every micro-batch
+  double memory_bound_s = 0;  // of compute_s: memory-bound operations (predicted only)
+  double bubble = 0;        // fraction of the iteration
+  double bubble_s = 0;
+  double iteration_no_overlap_s = 0;  // compute + bubble + every transfer
+  double iteration_overlap_s = 0;     // compute + bubble + the exposed transfers
+  // The iteration the plan uses: from the end-to-end rate, else iteration_overlap_s; and
+  // what follows from it, consistently.
+  double iteration_s = 0;
+  RateKind basis = RateKind::kPredicted;
+  double model_flops = 0, hardware_flops = 0;  // per iteration, all GPUs
+  double mfu = 0, hfu = 0;
+  double tokens_per_second = 0;
+};
+
+// `global_batch` sequences per iteration.
 IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, const Layout& l, const Cluster& c,
-                                     std::int64_t global_batch, double flops_per_gpu);
+                                     std::int64_t global_batch, const Rate& rate);
+
+// The predicted kernel rate per GPU: gemm_efficiency x peak x w / (w + 256) for per-GPU
+// matrix width w = d_model / tp (small GEMMs reach less of the peak).
+double predicted_kernel_flops(const TransformerSpec& m, const Layout& l, const Rate& rate);
 
 }  // namespace weft::plan

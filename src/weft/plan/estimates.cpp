@@ -25,16 +25,36 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none") return Recompute::kNone;
+  if (s == "selective") return Recompute::kSelective;
+  if (s == "full") return Recompute::kFull;
+  throw ConfigError("unknown recomputation '" + s + "' (known: none, selective, full)");
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
 MemoryBreakdown state_memory(double psi, Precision p, const Layout& l) {
   double w = 0, g = 0, o = 0;
+  // The optimizer's sharding group: data parallel, and context parallel (its GPUs hold the
+  // same weights).
+  const double nd = std::max(1, l.dp) * std::max(1, l.cp);
   switch (p) {
     case Precision::kFp32Adam: w = 4, g = 4, o = 8; break;
     case Precision::kMixedAdam: w = 2, g = 2, o = 12; break;
-    case Precision::kMegatronDistributed: w = 2, g = 4, o = 12.0 / std::max(1, l.dp); break;
+    // Megatron's distributed optimizer shards the optimizer over data parallel: it is ZeRO
+    // stage 1 already, and --zero 1 does not shard it twice.
+    case Precision::kMegatronDistributed: w = 2, g = 4, o = 12.0 / nd; break;
     case Precision::kFp16Weights: w = 2; break;
   }
-  const double nd = std::max(1, l.dp);
-  if (l.zero >= 1) o /= nd;
+  if (l.zero >= 1 && p != Precision::kMegatronDistributed) o /= nd;
   if (l.zero >= 2) g /= nd;
   if (l.zero >= 3) w /= nd;
   MemoryBreakdown m;
@@ -45,35 +65,101 @@ MemoryBreakdown state_memory(double psi, Precision p, const Layout& l) {
   return m;
 }
 
+std::vector<std::int64_t> stage_layers(const TransformerSpec& m, const Layout& l) {
+  const std::int64_t L = m.layers, p = l.pp;
+  if (p < 1) throw ConfigError("--pp must be at least 1");
+  if (p > L) throw ConfigError("--pp " + std::to_string(p) + " exceeds the model's " + std::to_string(L) + " layers");
+  std::vector<std::int64_t> layers(static_cast<std::size_t>(p));
+  const bool uneven = l.first_stage_layers > 0 || l.last_stage_layers > 0;
+  if (!uneven) {
+    // Evenly; the remainder goes to the middle stages, so that the first (embedding) and
+    // last (head) stages have the fewer layers.
+    const std::int64_t base = L / p, extra = L % p;
+    for (std::int64_t i = 0; i < p; ++i) layers[static_cast<std::size_t>(i)] = base;
+    std::int64_t given = 0;
+    for (std::int64_t i = 1; i < p - 1 && given < extra; ++i, ++given) ++layers[static_cast<std::size_t>(i)];
+    for (std::int64_t i : {std::int64_t{0}, p - 1})
+      if (given < extra && layers[static_cast<std::size_t>(i)] == base) ++layers[static_cast<std::size_t>(i)], ++given;
+    return layers;
+  }
+  if (p < 3) throw ConfigError("--first-stage-layers and --last-stage-layers need --pp 3 or more");
+  const std::int64_t first = l.first_stage_layers, last = l.last_stage_layers;
+  if (first < 1 || last < 1) throw ConfigError("--first-stage-layers and --last-stage-layers must both be given (1 or more)");
+  const std::int64_t middle = L - first - last;
+  if (middle < p - 2 || middle % (p - 2) != 0)
+    throw ConfigError("the " + std::to_string(middle) + " layers between the first and last stages do not divide evenly over the " +
+                      std::to_string(p - 2) + " middle stages");
+  for (auto& n : layers) n = middle / (p - 2);
+  layers.front() = first;
+  layers.back() = last;
+  return layers;
+}
+
+double layer_activation_bytes(const TransformerSpec& spec, const Layout& l, bool recomputed) {
+  const double s = static_cast<double>(spec.seq_len) / std::max(1, l.cp), s_keys = static_cast<double>(spec.seq_len);
+  const double b = static_cast<double>(l.micro_batch), h = static_cast<double>(spec.d_model);
+  const double a = static_cast<double>(spec.heads), t = l.tp;
+  if (recomputed) return 2 * s * b * h / (l.sequence_parallel ? t : 1.0);
+  const double linear = l.sequence_parallel ? s * b * h * 34 / t : s * b * h * (10 + 24 / t);
+  if (l.flash_attention) return linear + 4 * a * s * b / t;
+  if (l.recompute == Recompute::kSelective) return linear;
+  return linear + 5 * a * s * s_keys * b / t;
+}
+
 MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const Layout& l) {
-  if (l.tp < 1 || l.pp < 1 || l.dp < 1) throw ConfigError("tp, pp and dp must be at least 1");
+  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.cp < 1 || l.ep < 1) throw ConfigError("tp, pp, dp, cp and ep must be at least 1");
   if (l.zero < 0 || l.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3");
-  if (l.pp > spec.layers) throw ConfigError("--pp " + std::to_string(l.pp) + " exceeds the model's " +
-                                            std::to_string(spec.layers) + " layers");
-  ParameterCount c = count_parameters(spec);
-  const std::int64_t layers_per_stage = (spec.layers + l.pp - 1) / l.pp;
-  // The first stage: its blocks and the embedding (and the head and final norm when pp = 1).
-  double stage = static_cast<double>(layers_per_stage * c.block + c.embedding);
-  if (l.pp == 1) stage += static_cast<double>(c.lm_head + c.final_norm);
-  MemoryBreakdown m = state_memory(stage / l.tp, p, l);
-  // Activations (16-bit).
-  const double s = static_cast<double>(spec.seq_len), b = static_cast<double>(l.micro_batch);
-  const double h = static_cast<double>(spec.d_model), a = static_cast<double>(spec.heads), t = l.tp;
-  double per_layer;
-  if (l.recompute) {
-    per_layer = 2 * s * b * h / (l.sequence_parallel ? t : 1.0);
-  } else if (l.sequence_parallel) {
-    per_layer = s * b * h * (34 + 5 * a * s / h) / t;
-  } else {
-    per_layer = s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
+  if (l.interleave < 1) throw ConfigError("--interleave must be at least 1");
+  const std::vector<std::int64_t> layers = stage_layers(spec, l);
+  const ParameterCount c = count_parameters(spec);
+  const std::int64_t pp = l.pp, m_batches = std::max<std::int64_t>(l.micro_batches, 1);
+  const double s = static_cast<double>(spec.seq_len) / std::max(1, l.cp), b = static_cast<double>(l.micro_batch);
+  const double h = static_cast<double>(spec.d_model), t = l.tp;
+  // Korthikanti et al. 2022, 4.2.3: the interleaved schedule's first stage holds more.
+  const double interleave_factor = l.interleave > 1 ? 1.0 + static_cast<double>(pp - 1) / static_cast<double>(pp * l.interleave) : 1.0;
+  MemoryBreakdown best;
+  double best_total = -1;
+  std::int64_t first_layer = 0;
+  for (std::int64_t i = 0; i < pp; ++i) {
+    const std::int64_t n = layers[static_cast<std::size_t>(i)];
+    // Parameters: the stage's layers (dense, or MoE with the experts split over ep), the
+    // embedding on the first stage, the final norm and head (a copy of a tied embedding) on
+    // the last; tensor parallelism divides them all.
+    double params = 0;
+    for (std::int64_t k = first_layer; k < first_layer + n; ++k) {
+      const bool moe_layer = spec.moe() && k >= spec.dense_layers;
+      params += static_cast<double>(c.layer_without_experts(moe_layer));
+      if (moe_layer) params += static_cast<double>(c.expert_params()) / l.ep;
+    }
+    first_layer += n;
+    if (i == 0) params += static_cast<double>(c.embedding);
+    if (i == pp - 1) {
+      params += static_cast<double>(c.final_norm + c.lm_head);
+      if (spec.tied_embeddings && pp > 1) params += static_cast<double>(spec.vocab * spec.d_model);
+    }
+    MemoryBreakdown m = state_memory(params / t, p, l);
+    // Activations of the micro-batches in flight.
+    const double in_flight = static_cast<double>(std::min<std::int64_t>(pp - i, m_batches)) * interleave_factor;
+    double per_mb;
+    if (l.full_recompute()) {
+      const std::int64_t recomputed = l.recompute_layers > 0 ? std::min(l.recompute_layers, n) : n;
+      per_mb = static_cast<double>(recomputed) * layer_activation_bytes(spec, l, true) +
+               static_cast<double>(n - recomputed) * layer_activation_bytes(spec, l, false);
+    } else {
+      per_mb = static_cast<double>(n) * layer_activation_bytes(spec, l, false);
+    }
+    m.activations = per_mb * in_flight;
+    if (l.full_recompute()) m.activations += layer_activation_bytes(spec, l, false);  // the layer being recomputed
+    if (i == 0) m.activations += in_flight * s * b * h / t;  // the embedding's dropout mask (1 byte per element)
+    if (i == pp - 1) m.activations += 4 * s * b * static_cast<double>(spec.vocab) / t;  // float32 logits of one micro-batch
+    if (p == Precision::kFp16Weights) m.activations = 0;
+    m.stage = static_cast<int>(i);
+    if (m.total() > best_total) {
+      best_total = m.total();
+      best = m;
+    }
   }
-  const double in_flight = static_cast<double>(std::min<std::int64_t>(l.pp, std::max<std::int64_t>(l.micro_batches, 1)));
-  m.activations = per_layer * static_cast<double>(layers_per_stage) * in_flight;
-  if (l.recompute) {  // plus one layer's full activations while it is recomputed
-    m.activations += s * b * h * (10 + 24 / t + 5 * a * s / (h * t));
-  }
-  if (p == Precision::kFp16Weights) m.activations = 0;
-  return m;
+  return best;
 }
 
 double kv_cache_bytes(const TransformerSpec& m, std::int64_t tokens, std::int64_t batch, double bytes_per_value) {
@@ -86,10 +172,36 @@ std::int64_t min_gpus(double bytes, double gpu_bytes) {
   return static_cast<std::int64_t>(std::ceil(bytes / gpu_bytes - 1e-12));
 }
 
+double model_flops_per_token(const TransformerSpec& m) {
+  const ParameterCount c = count_parameters(m);
+  // The parameters a token multiplies: the active ones without the lookup tables, with the
+  // head (a tied head is the embedding again).
+  double n = static_cast<double>(c.active - c.embedding);
+  n += static_cast<double>(m.tied_embeddings ? m.vocab * m.d_model : 0);
+  const double attention = 12.0 * static_cast<double>(m.layers) * static_cast<double>(m.d_model) * static_cast<double>(m.seq_len);
+  return 6 * n + attention;
+}
+
+double hardware_flops_per_token(const TransformerSpec& m, const Layout& l) {
+  const double model = model_flops_per_token(m);
+  const double lds = static_cast<double>(m.layers) * static_cast<double>(m.d_model) * static_cast<double>(m.seq_len);
+  if (l.full_recompute()) {
+    // One more forward of the recomputed layers (all of them, or recompute_layers per
+    // stage): 2 x their active parameters and 4 L d s of attention; the head is not recomputed.
+    const ParameterCount c = count_parameters(m);
+    const double blocks = static_cast<double>(c.active - c.embedding - c.final_norm - c.lm_head);
+    const double share = l.recompute_layers > 0 ? std::min(1.0, static_cast<double>(l.recompute_layers * l.pp) / m.layers) : 1.0;
+    return model + share * (2 * blocks + 4 * lds) + (l.flash_attention ? 2 * lds : 0);
+  }
+  if (l.flash_attention) return model + 2 * lds;
+  if (l.recompute == Recompute::kSelective) return model + 4 * lds;
+  return model;
+}
+
 double training_flops_per_token(const TransformerSpec& m, bool recompute) {
-  const double n = static_cast<double>(count_parameters(m).total);
-  const double attention = 12.0 * static_cast<double>(m.layers * m.d_model * m.seq_len);
-  return recompute ? 8 * n + attention * 4.0 / 3.0 : 6 * n + attention;
+  Layout l;
+  l.recompute = recompute ? Recompute::kFull : Recompute::kNone;
+  return hardware_flops_per_token(m, l);
 }
 
 double training_seconds(double tokens, double parameters, double gpus, double flops_per_gpu, bool recompute) {

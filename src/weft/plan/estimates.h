@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "weft/plan/model_spec.h"
 
@@ -20,32 +21,64 @@ enum class Precision { kFp32Adam, kMixedAdam, kMegatronDistributed, kFp16Weights
 Precision parse_precision(const std::string& s);  // throws ConfigError
 const char* precision_name(Precision p);
 
+// How activations are kept for backward (Korthikanti et al. 2022):
+//   none       every activation stored
+//   selective  the attention core (the s x s scores, softmax, dropout) recomputed in backward:
+//              the 5 a s / h term of the formula below is not stored
+//   full       each layer's input only; the layer is recomputed in backward
+enum class Recompute { kNone, kSelective, kFull };
+Recompute parse_recompute(const std::string& s);  // none | selective | full; throws ConfigError
+const char* recompute_name(Recompute r);
+
 struct Layout {
   int tp = 1;  // tensor parallel
   int pp = 1;  // pipeline parallel
   int dp = 1;  // data parallel
-  int zero = 0;  // ZeRO stage 0..3, over the data-parallel group
+  int cp = 1;  // context parallel (ring attention: the sequence split over cp GPUs)
+  int ep = 1;  // expert parallel (mixture of experts: the experts split over ep of the dp GPUs)
+  int zero = 0;  // ZeRO stage 0..3, over the data-parallel (and context-parallel) group
   std::int64_t micro_batch = 1;     // sequences per micro-batch
   std::int64_t micro_batches = 1;   // per iteration and pipeline
-  bool recompute = false;           // full activation recomputation
+  Recompute recompute = Recompute::kNone;
+  std::int64_t recompute_layers = 0;  // full: recompute only this many layers per stage (0: all)
   bool sequence_parallel = false;   // Megatron sequence parallelism (with tp)
-  int gpus() const { return tp * pp * dp; }
+  bool flash_attention = false;     // attention without stored s x s scores (FlashAttention)
+  int interleave = 1;               // model chunks per pipeline GPU (the interleaved 1F1B schedule)
+  // Uneven stages: the first and last stages' layers (0: the layers spread evenly, the
+  // first and last stages taking the fewer when pp does not divide them).
+  std::int64_t first_stage_layers = 0, last_stage_layers = 0;
+  int gpus() const { return tp * pp * dp * cp; }
+  bool full_recompute() const { return recompute == Recompute::kFull; }
 };
 
+// The layers of each pipeline stage; throws ConfigError for a split that does not add up.
+std::vector<std::int64_t> stage_layers(const TransformerSpec& m, const Layout& l);
+
 struct MemoryBreakdown {
-  double parameters = 0;  // parameters on the GPU (the first pipeline stage, which is the largest)
+  double parameters = 0;  // parameters on the GPU (of the stage that needs the most memory)
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes
+  int stage = 0;          // that stage
   double total() const { return weights + gradients + optimizer + activations; }
 };
 
-// Bytes per GPU for training. Model states follow the ZeRO paper: with data parallelism Nd,
-// stage 1 shards the optimizer, stage 2 also the gradients, stage 3 also the weights.
-// Activations follow Korthikanti et al. 2022 (per layer per micro-batch, 16-bit):
-//   s b h (34 + 5 a s / h)                  no parallelism
-//   s b h (10 + 24 / t + 5 a s / (h t))     tensor parallel t
-//   s b h (34 + 5 a s / h) / t              tensor and sequence parallel
-//   2 s b h                                 full recomputation (the layer input only)
-// and the first pipeline stage holds min(pp, micro-batches) micro-batches in flight.
+// Activation bytes of one transformer layer for one micro-batch on one GPU, 16-bit
+// (Korthikanti et al. 2022, section 4; s the sequence, b the micro-batch, h the width, a
+// the heads, t the tensor-parallel size):
+//   s b h (10 + 24 / t) + 5 a s^2 b / t      tensor parallel
+//   s b h 34 / t + 5 a s^2 b / t             tensor and sequence parallel
+// selective recomputation and FlashAttention drop the 5 a s^2 b / t term (FlashAttention
+// keeps a float32 log-sum-exp per row and head: 4 a s b / t); full recomputation keeps the
+// layer input, 2 s b h (/ t with sequence parallelism). Context parallelism divides s by cp
+// in every term but one factor of the s^2 term (each GPU's queries see every key).
+double layer_activation_bytes(const TransformerSpec& m, const Layout& l, bool recomputed);
+
+// Bytes per GPU for training, for the pipeline stage that needs the most. Model states follow
+// the ZeRO paper: with data parallelism Nd, stage 1 shards the optimizer, stage 2 also the
+// gradients, stage 3 also the weights (Megatron's distributed optimizer is stage 1).
+// Activations: layer_activation_bytes per layer and micro-batch in flight (1F1B: stage i
+// holds min(pp - i, micro-batches); the interleaved schedule multiplies by
+// 1 + (pp - 1) / (pp x chunks), Korthikanti et al. 2022 section 4.2.3), plus the first
+// stage's embedding dropout mask and the last stage's float32 logits.
 MemoryBreakdown training_memory(const TransformerSpec& m, Precision p, const Layout& l);
 // Model states only, for a model given by its parameter count.
 MemoryBreakdown state_memory(double parameters, Precision p, const Layout& l);
@@ -57,8 +90,15 @@ double kv_cache_bytes(const TransformerSpec& m, std::int64_t tokens, std::int64_
 // Smallest number of GPUs of `gpu_bytes` memory that holds `bytes` (no fragmentation).
 std::int64_t min_gpus(double bytes, double gpu_bytes);
 
-// Training FLOPs per token: 6 N (forward 2 N, backward 4 N) plus the attention scores,
-// 12 L d s (PaLM, appendix B). With full recomputation, one more forward: 8 N + 16 L d s.
+// Training FLOPs per token (PaLM, appendix B): 6 N (forward 2 N, backward 4 N; N the
+// parameters a token uses, without the embedding table, which is looked up, not multiplied:
+// a tied head still counts) plus the attention scores, 12 L d s. These are the model FLOPs
+// of MFU. The hardware FLOPs of HFU add what is recomputed: full recomputation one more
+// forward (8 N + 16 L d s), selective recomputation the attention core's forward (+4 L d s),
+// FlashAttention's backward the scores (+2 L d s).
+double model_flops_per_token(const TransformerSpec& m);
+double hardware_flops_per_token(const TransformerSpec& m, const Layout& l);
+// (The first edition's name: the hardware FLOPs with or without full recomputation.)
 double training_flops_per_token(const TransformerSpec& m, bool recompute);
 // End-to-end training time in seconds (Narayanan et al. 2021, eq. 4 with recomputation):
 // (recompute ? 8 : 6) T P / (n X): T tokens, P parameters, n GPUs at X FLOP/s each.

@@ -11,6 +11,10 @@ void check_shape(const TransformerSpec& m, int tp) {
     throw ConfigError("--kv-heads " + std::to_string(m.kv()) + " must divide the " + std::to_string(m.heads) +
                       " attention heads (grouped-query attention shares each key-value head among query heads)");
   }
+  if (m.moe() && (m.top_k < 1 || m.top_k > m.experts))
+    throw ConfigError("--top-k " + std::to_string(m.top_k) + " must be in 1.." + std::to_string(m.experts) + " (the experts)");
+  if (m.dense_layers < 0 || m.dense_layers > m.layers)
+    throw ConfigError("--dense-layers must be in 0.." + std::to_string(m.layers));
   if (m.heads % tp != 0) {
     throw ConfigError("--tp " + std::to_string(tp) + " must divide the " + std::to_string(m.heads) +
                       " attention heads (tensor parallelism splits the heads among the GPUs)");
@@ -28,19 +32,34 @@ ParameterCount count_parameters(const TransformerSpec& m) {
   c.embedding = add(mul(m.vocab, d), m.learned_positions ? mul(m.seq_len, d) : 0);
   // Q and O are d x d; K and V are d x (kv heads x head dim).
   c.attention = add(add(mul(2, mul(d, d)), mul(2, mul(d, kvd))), m.biases ? add(mul(2, d), mul(2, kvd)) : 0);
-  c.ffn = add(mul(m.gated_ffn ? 3 : 2, mul(d, f)), m.biases ? add(f, d) : 0);
+  auto mlp = [&](std::int64_t hidden) { return add(mul(m.gated_ffn ? 3 : 2, mul(d, hidden)), m.biases ? add(hidden, d) : 0); };
+  c.ffn = mlp(f);
   const std::int64_t norm = m.layer_norm ? mul(2, d) : d;
   c.norms = mul(2, norm);
   c.block = add(add(c.attention, c.ffn), c.norms);
-  c.blocks = mul(c.block, m.layers);
   c.final_norm = norm;
   c.lm_head = m.tied_embeddings ? 0 : mul(m.vocab, d);
-  c.total = add(add(add(c.embedding, c.blocks), c.final_norm), c.lm_head);
+  const std::int64_t outside = add(add(c.embedding, c.final_norm), c.lm_head);
+  if (!m.moe()) {
+    c.blocks = mul(c.block, m.layers);
+    c.total = add(outside, c.blocks);
+    c.active = c.total;
+    return c;
+  }
+  c.router = mul(d, m.experts);
+  c.expert = mlp(m.expert_size());
+  c.shared = mul(m.shared_experts, c.expert);
+  c.moe_block = add(add(add(add(c.attention, c.norms), c.router), c.shared), mul(m.experts, c.expert));
+  const std::int64_t moe_active = add(add(add(add(c.attention, c.norms), c.router), c.shared), mul(m.top_k, c.expert));
+  c.blocks = add(mul(c.block, m.dense_layers), mul(c.moe_block, m.moe_layers()));
+  c.total = add(outside, c.blocks);
+  c.active = add(add(outside, mul(c.block, m.dense_layers)), mul(moe_active, m.moe_layers()));
   return c;
 }
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names{"gpt2-124m", "gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b"};
+  static const std::vector<std::string> names{"gpt2-124m",  "gpt3-175b",   "llama3-8b",
+                                              "llama3-70b", "llama3-405b", "mixtral-8x7b"};
   return names;
 }
 
@@ -65,6 +84,11 @@ TransformerSpec preset(const std::string& name) {
   if (name == "llama3-8b") return llama(32, 4096, 32, 14336);
   if (name == "llama3-70b") return llama(80, 8192, 64, 28672);
   if (name == "llama3-405b") return llama(126, 16384, 128, 53248);
+  if (name == "mixtral-8x7b") {  // Jiang et al. 2024 (Mixtral of experts), table 1: 8 experts, top 2
+    llama(32, 4096, 32, 14336);
+    m.vocab = 32000, m.seq_len = 32768, m.experts = 8, m.top_k = 2;
+    return m;
+  }
   std::string known;
   for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw ConfigError("unknown model '" + name + "' (presets: " + known + "; or give --layers --d-model --heads ...)");

@@ -1,5 +1,6 @@
-// Model specifications for planning: a parameterized decoder-only transformer with presets
-// (GPT-2 124M, GPT-3 175B, Llama-3 8B/70B/405B) and exact parameter counts.
+// Model specifications for planning: a parameterized decoder-only transformer, dense or
+// mixture-of-experts, with presets (GPT-2 124M, GPT-3 175B, Llama-3 8B/70B/405B, Mixtral
+// 8x7B) and exact parameter counts (total, and active per token for mixtures of experts).
 #pragma once
 
 #include <cstdint>
@@ -22,22 +23,43 @@ struct TransformerSpec {
   bool gated_ffn = false;         // SwiGLU: three matrices instead of two
   bool biases = true;             // GPT: biases in every linear layer
   bool layer_norm = true;         // LayerNorm (weight and bias); false: RMSNorm (weight only)
+  // Mixture of experts (Shazeer et al. 2017; Mixtral, DeepSeek): each MoE layer's
+  // feed-forward block is `experts` routed experts of hidden size expert_ffn (0: ffn), of which
+  // a router (d x experts) picks top_k per token, plus `shared_experts` every token uses; the
+  // first `dense_layers` layers keep a dense feed-forward block.
+  std::int64_t experts = 0;  // 0: a dense model
+  std::int64_t top_k = 2;
+  std::int64_t expert_ffn = 0;
+  std::int64_t shared_experts = 0;
+  std::int64_t dense_layers = 0;
 
   std::int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
   std::int64_t head_dim() const { return d_model / heads; }
   std::int64_t ffn_size() const { return ffn > 0 ? ffn : 4 * d_model; }
+  bool moe() const { return experts > 0; }
+  std::int64_t expert_size() const { return expert_ffn > 0 ? expert_ffn : ffn_size(); }
+  std::int64_t moe_layers() const { return moe() ? layers - dense_layers : 0; }
 };
 
 struct ParameterCount {
   std::int64_t embedding = 0;  // token (and learned position) tables
   std::int64_t attention = 0;  // per block
-  std::int64_t ffn = 0;        // per block
+  std::int64_t ffn = 0;        // per block (dense layers)
   std::int64_t norms = 0;      // per block
-  std::int64_t block = 0;      // attention + ffn + norms
-  std::int64_t blocks = 0;     // block x layers
+  std::int64_t block = 0;      // attention + ffn + norms (a dense layer)
+  // Mixture of experts, per MoE layer: the router, one routed expert, the shared experts;
+  // moe_block is a whole MoE layer (attention, norms, router, every expert).
+  std::int64_t router = 0, expert = 0, shared = 0, moe_block = 0;
+  std::int64_t blocks = 0;     // every layer
   std::int64_t final_norm = 0;
   std::int64_t lm_head = 0;    // 0 when tied to the embedding
   std::int64_t total = 0;
+  // Used per token: a MoE layer counts top_k routed experts (total == active for dense models).
+  std::int64_t active = 0;
+  // The parameters a GPU holds for one layer, by kind: the experts are the part expert
+  // parallelism divides.
+  std::int64_t layer_without_experts(bool moe_layer) const { return moe_layer ? moe_block - expert_params() : block; }
+  std::int64_t expert_params() const { return moe_block - attention - norms - router - shared; }
 };
 
 ParameterCount count_parameters(const TransformerSpec& m);
@@ -46,7 +68,8 @@ ParameterCount count_parameters(const TransformerSpec& m);
 // the heads, or tensor parallelism of tp does not divide the heads.
 void check_shape(const TransformerSpec& m, int tp = 1);
 
-// gpt2-124m, gpt3-175b, llama3-8b, llama3-70b, llama3-405b; throws ConfigError listing them.
+// gpt2-124m, gpt3-175b, llama3-8b, llama3-70b, llama3-405b, mixtral-8x7b; throws
+// ConfigError listing them.
 TransformerSpec preset(const std::string& name);
 const std::vector<std::string>& preset_names();
 

@@ -7,13 +7,21 @@
 
 namespace weft::plan {
 
-GpuSpec gpu_preset(const std::string& name) {
-  if (name == "a100-40gb") return {name, 40e9, 312e12, 400};
-  if (name == "a100-80gb") return {name, 80e9, 312e12, 400};
-  if (name == "h100-80gb") return {name, 80e9, 989e12, 700};
-  if (name == "v100-16gb") return {name, 16e9, 125e12, 300};
-  if (name == "v100-32gb") return {name, 32e9, 125e12, 300};
-  throw ConfigError("unknown GPU '" + name + "' (known: a100-40gb, a100-80gb, h100-80gb, v100-16gb, v100-32gb)");
+Rate PlanInput::rate() const {
+  Rate r;
+  r.peak_flops = gpu.peak_flops;
+  r.memory_bandwidth = gpu.memory_bandwidth;
+  r.gemm_efficiency = gemm_efficiency;
+  if (achieved_flops > 0) {
+    r.kind = rate_kind;
+    r.hardware_flops = achieved_flops;
+  } else if (mfu > 0) {
+    r.kind = RateKind::kEndToEnd;
+    r.mfu = mfu;
+  } else {
+    r.kind = RateKind::kPredicted;
+  }
+  return r;
 }
 
 namespace {
@@ -24,7 +32,14 @@ std::string human_bytes(double b) {
   else std::snprintf(buf, sizeof buf, "%.2f MB", b / 1e6);
   return buf;
 }
+std::string fmt_dim(const char* what, const DimensionTraffic& d) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s %s in %.3f s (%s, %.3f s exposed), ", what, human_bytes(d.bytes).c_str(), d.seconds,
+                d.link, d.exposed_s);
+  return buf;
+}
 std::string human_count(double n) {
+  if (n < 1e6) return std::to_string(static_cast<long long>(n));
   char buf[64];
   if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", n / 1e9);
   else std::snprintf(buf, sizeof buf, "%.2fM", n / 1e6);
@@ -36,55 +51,98 @@ PlanReport make_plan(const PlanInput& in) {
   PlanReport r;
   r.input = in;
   const Layout& l = in.layout;
-  if (l.tp < 1 || l.pp < 1 || l.dp < 1) throw ConfigError("--tp, --pp and --dp must be at least 1");
+  if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.cp < 1 || l.ep < 1) throw ConfigError("--tp, --pp, --dp, --cp and --ep must be at least 1");
+  if (l.ep > 1 && (l.dp * l.cp) % l.ep != 0)
+    throw ConfigError("--ep " + std::to_string(l.ep) + " must divide the data-parallel size " + std::to_string(l.dp * l.cp));
   if (in.parameters && !(*in.parameters > 0)) throw ConfigError("--params must be positive");
   if (in.tokens < 0) throw ConfigError("--tokens must be >= 0");
-  if (!(in.mfu > 0 && in.mfu <= 1)) throw ConfigError("--mfu must be in (0, 1]");
+  if (!(in.mfu >= 0 && in.mfu <= 1)) throw ConfigError("--mfu must be in (0, 1]");
   if (in.achieved_flops < 0) throw ConfigError("--tflops must be positive");
-  const double flops = in.achieved_flops > 0 ? in.achieved_flops : in.mfu * in.gpu.peak_flops;
+  if (!(in.gemm_efficiency > 0 && in.gemm_efficiency <= 1)) throw ConfigError("--gemm-efficiency must be in (0, 1]");
+  const Rate rate = in.rate();
+  const double gpus = l.gpus();
   if (in.parameters) {
-    r.parameters = *in.parameters;
+    r.parameters = r.active_parameters = *in.parameters;
     r.memory = state_memory(r.parameters / (l.tp * l.pp), in.precision, l);
-    r.flops_per_token = (l.recompute ? 8 : 6) * r.parameters;
+    r.model_flops_per_token = 6 * r.parameters;
+    r.flops_per_token = (l.full_recompute() ? 8 : 6) * r.parameters;
     r.assumptions.push_back("model given by its parameter count only: no activations, parameters split evenly by "
-                            "tensor and pipeline parallelism");
+                            "tensor and pipeline parallelism, FLOPs per token 6N (8N with full recomputation)");
   } else {
     check_shape(in.model, l.tp);
     r.counts = count_parameters(in.model);
     r.parameters = static_cast<double>(r.counts.total);
+    r.active_parameters = static_cast<double>(r.counts.active);
     r.memory = training_memory(in.model, in.precision, l);
-    r.flops_per_token = training_flops_per_token(in.model, l.recompute);
-    r.assumptions.push_back("memory is for the first pipeline stage (the embedding makes it the largest)");
-    r.assumptions.push_back("activations: Korthikanti et al. 2022, 16-bit, " +
-                            std::to_string(std::min<std::int64_t>(l.pp, l.micro_batches)) + " micro-batch(es) in flight");
-    r.assumptions.push_back("FLOPs per token: 6N + 12 L d s (PaLM, appendix B)" +
-                            std::string(l.recompute ? ", plus one forward pass for recomputation" : ""));
+    r.model_flops_per_token = model_flops_per_token(in.model);
+    r.flops_per_token = hardware_flops_per_token(in.model, l);
+    r.assumptions.push_back("memory is for the pipeline stage that needs the most (stage " + std::to_string(r.memory.stage) + ")");
+    std::string acts = std::string("activations: Korthikanti et al. 2022, 16-bit, recomputation ") + recompute_name(l.recompute);
+    if (l.flash_attention) acts += ", FlashAttention (no s x s scores stored)";
+    if (l.interleave > 1) acts += ", interleaved schedule of " + std::to_string(l.interleave) + " chunks";
+    r.assumptions.push_back(acts);
+    r.assumptions.push_back("FLOPs per token: 6N + 12 L d s (PaLM, appendix B; N the parameters a token multiplies)"
+                            ", plus what is recomputed for the hardware FLOPs");
   }
   r.fits = r.memory.total() <= in.gpu.memory_bytes;
   if (in.global_batch > 0 && !in.parameters) {
-    r.iteration = estimate_iteration(in.model, in.precision, l, in.cluster, in.global_batch, flops);
+    r.iteration = estimate_iteration(in.model, in.precision, l, in.cluster, in.global_batch, rate);
     char buf[300];
     std::snprintf(buf, sizeof buf,
                   "links: NVLink domain of %d GPUs at %.0f GB/s, rails at %.0f GB/s per GPU; tensor parallelism inside "
                   "a node, pipeline and data parallelism across; ring algorithms (alpha-beta)",
                   in.cluster.gpus_per_node, in.cluster.nvlink.bytes_per_second / 1e9, in.cluster.rail.bytes_per_second / 1e9);
     r.assumptions.push_back(buf);
-    r.assumptions.push_back("overlap: the data-parallel all-reduce hides behind backward (2/3 of the compute); "
-                            "tensor-parallel all-reduces stay on the critical path");
+    r.assumptions.push_back("overlap: data-parallel reduction behind the last micro-batch's backward and the parameter "
+                            "all-gather behind the first forward, but for one layer's bucket each; tensor- and "
+                            "expert-parallel collectives on the critical path; ring attention behind attention");
   }
   r.min_gpus_weights_only = min_gpus(2 * r.parameters, in.gpu.memory_bytes);
   r.assumptions.push_back(std::string("model states: ") + precision_name(in.precision) +
-                          (l.zero ? ", ZeRO stage " + std::to_string(l.zero) + " over " + std::to_string(l.dp) + " ranks"
+                          (l.zero ? ", ZeRO stage " + std::to_string(l.zero) + " over " + std::to_string(l.dp * l.cp) + " ranks"
                                   : ""));
+  // The rate, read one way, and everything that follows from it.
+  r.time_basis = rate_kind_name(rate.kind);
+  char buf[300];
+  if (r.iteration) {
+    const IterationEstimate& e = *r.iteration;
+    r.flops_per_gpu = e.hardware_flops / (e.iteration_s * gpus);
+    r.mfu = e.mfu;
+    r.hfu = e.hfu;
+  } else if (rate.kind == RateKind::kPredicted) {
+    if (in.parameters && in.tokens > 0)
+      throw ConfigError("a model given by --params needs --tflops or --mfu for a time (nothing to predict a rate from)");
+    r.flops_per_gpu = in.parameters ? 0 : predicted_kernel_flops(in.model, l, rate);
+  } else {
+    r.flops_per_gpu = rate.hardware_flops > 0 ? rate.hardware_flops
+                                              : rate.mfu * in.gpu.peak_flops * r.flops_per_token / r.model_flops_per_token;
+  }
+  if (!r.iteration && r.flops_per_gpu > 0) {
+    r.mfu = r.flops_per_gpu * r.model_flops_per_token / r.flops_per_token / in.gpu.peak_flops;
+    r.hfu = r.flops_per_gpu / in.gpu.peak_flops;
+  }
+  if (rate.kind == RateKind::kEndToEnd)
+    std::snprintf(buf, sizeof buf, "rate: %s end to end (communication and bubble included), as papers report it",
+                  rate.hardware_flops > 0 ? "the given TFLOP/s" : "the given MFU");
+  else if (rate.kind == RateKind::kKernel)
+    std::snprintf(buf, sizeof buf, "rate: the given TFLOP/s while computing; the iteration adds the bubble and exposed communication");
+  else
+    std::snprintf(buf, sizeof buf, "rate: predicted, GEMMs at %.2f of the peak scaled by w / (w + 256) for per-GPU width w, "
+                  "memory-bound operations at %.2f TB/s%s", in.gemm_efficiency, in.gpu.memory_bandwidth / 1e12,
+                  r.iteration ? "" : " (no --global-batch: compute only, no bubble or communication)");
+  r.assumptions.push_back(buf);
   if (in.tokens > 0) {
-    r.training_seconds = in.tokens * r.flops_per_token / (l.gpus() * flops);
-    r.energy_kwh = energy_kwh(in.gpu.watts, l.gpus(), r.training_seconds / 3600.0);
+    if (r.iteration) {
+      const double tokens_per_iteration = static_cast<double>(in.global_batch) * static_cast<double>(in.model.seq_len);
+      r.iterations = in.tokens / tokens_per_iteration;
+      r.training_seconds = r.iterations * r.iteration->iteration_s;
+    } else {
+      r.training_seconds = in.tokens * r.flops_per_token / (gpus * r.flops_per_gpu);
+    }
+    r.gpu_hours = r.training_seconds * gpus / 3600.0;
+    r.energy_kwh = energy_kwh(in.gpu.watts, gpus, r.training_seconds / 3600.0);
     r.energy_cost = r.energy_kwh * in.price_per_kwh;
     r.dataset_bytes = dataset_bytes(in.tokens, in.bytes_per_token);
-    char buf[200];
-    std::snprintf(buf, sizeof buf, "%.0f TFLOP/s achieved per GPU (%s)", flops / 1e12,
-                  in.achieved_flops > 0 ? "given" : ("MFU " + std::to_string(in.mfu).substr(0, 4) + " of peak").c_str());
-    r.assumptions.push_back(buf);
     std::snprintf(buf, sizeof buf, "power: %.0f W per GPU, all the time, $%.2f per kWh (seed 002 chapter 8's method)",
                   in.gpu.watts, in.price_per_kwh);
     r.assumptions.push_back(buf);
@@ -103,34 +161,77 @@ std::string PlanReport::to_text() const {
     out += buf;
     out += "\n";
   };
-  line("model        %s: %s parameters", input.model.name.empty() ? "custom" : input.model.name.c_str(),
-       human_count(parameters).c_str());
+  const std::string name = input.model.name.empty() ? "custom" : input.model.name;
+  if (active_parameters < parameters)
+    line("model        %s: %s parameters, %s active per token", name.c_str(), human_count(parameters).c_str(),
+         human_count(active_parameters).c_str());
+  else
+    line("model        %s: %s parameters", name.c_str(), human_count(parameters).c_str());
   if (!input.parameters) {
-    line("             per block %s (attention %s, feed-forward %s), embedding %s, head %s", human_count(counts.block).c_str(),
-         human_count(counts.attention).c_str(), human_count(counts.ffn).c_str(), human_count(counts.embedding).c_str(),
+    const TransformerSpec& m = input.model;
+    line("             %lld layers, d %lld, %lld heads (%lld key-value), feed-forward %lld, vocabulary %lld, sequence %lld",
+         static_cast<long long>(m.layers), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
+         static_cast<long long>(m.kv()), static_cast<long long>(m.ffn_size()), static_cast<long long>(m.vocab),
+         static_cast<long long>(m.seq_len));
+    if (m.moe())
+      line("             %lld experts of %lld, top %lld, %lld shared, first %lld layers dense; per MoE layer %s (router %s, "
+           "expert %s)", static_cast<long long>(m.experts), static_cast<long long>(m.expert_size()),
+           static_cast<long long>(m.top_k), static_cast<long long>(m.shared_experts), static_cast<long long>(m.dense_layers),
+           human_count(counts.moe_block).c_str(), human_count(counts.router).c_str(), human_count(counts.expert).c_str());
+    line("             per block %s (attention %s, feed-forward %s, norms %s), embedding %s, final norm %s, head %s",
+         human_count(counts.block).c_str(), human_count(counts.attention).c_str(), human_count(counts.ffn).c_str(),
+         human_count(counts.norms).c_str(), human_count(counts.embedding).c_str(), human_count(counts.final_norm).c_str(),
          counts.lm_head ? human_count(counts.lm_head).c_str() : "tied");
   }
-  line("layout       %d GPUs = tensor %d x pipeline %d x data %d; %s; ZeRO %d%s%s", l.gpus(), l.tp, l.pp, l.dp,
-       precision_name(input.precision), l.zero, l.recompute ? "; recomputation" : "",
-       l.sequence_parallel ? "; sequence parallel" : "");
+  std::string dims = "tensor " + std::to_string(l.tp) + " x pipeline " + std::to_string(l.pp) + " x data " + std::to_string(l.dp);
+  if (l.cp > 1) dims += " x context " + std::to_string(l.cp);
+  if (l.ep > 1) dims += " (experts over " + std::to_string(l.ep) + ")";
+  std::string extras;
+  if (l.recompute != Recompute::kNone) extras += std::string("; recomputation ") + recompute_name(l.recompute);
+  if (l.full_recompute() && l.recompute_layers > 0) extras += " (" + std::to_string(l.recompute_layers) + " layers per stage)";
+  if (l.sequence_parallel) extras += "; sequence parallel";
+  if (l.flash_attention) extras += "; FlashAttention";
+  if (l.interleave > 1) extras += "; interleaved x" + std::to_string(l.interleave);
+  line("layout       %d GPUs = %s; %s; ZeRO %d%s", l.gpus(), dims.c_str(), precision_name(input.precision), l.zero,
+       extras.c_str());
+  if (!input.parameters && l.pp > 1) {
+    std::string split;
+    for (std::int64_t n : stage_layers(input.model, l)) split += (split.empty() ? "" : " ") + std::to_string(n);
+    line("             layers per stage: %s", split.c_str());
+  }
   line("memory/GPU   weights %s, gradients %s, optimizer %s, activations %s", human_bytes(memory.weights).c_str(),
        human_bytes(memory.gradients).c_str(), human_bytes(memory.optimizer).c_str(), human_bytes(memory.activations).c_str());
   line("             total %s of %s (%s): %s", human_bytes(memory.total()).c_str(), human_bytes(input.gpu.memory_bytes).c_str(),
        input.gpu.name.c_str(), fits ? "fits" : "does NOT fit");
   line("             16-bit weights alone need %lld GPU(s) of this kind", static_cast<long long>(min_gpus_weights_only));
-  if (training_seconds > 0) {
-    line("compute      %.3g FLOPs per token; %.3g tokens: %.1f days on %d GPUs", flops_per_token, input.tokens,
-         training_seconds / 86400.0, l.gpus());
-    line("power        %.0f MWh, $%.0f", energy_kwh / 1000.0, energy_cost);
-    line("data         %s of training text", human_bytes(dataset_bytes).c_str());
-  }
   if (iteration) {
     const IterationEstimate& e = *iteration;
-    line("traffic/GPU  tensor %s in %.3f s (%s), pipeline %s in %.3f s (%s), data %s in %.3f s (%s) per iteration",
-         human_bytes(e.tensor.bytes).c_str(), e.tensor.seconds, e.tensor.link, human_bytes(e.pipeline.bytes).c_str(),
-         e.pipeline.seconds, e.pipeline.link, human_bytes(e.data.bytes).c_str(), e.data.seconds, e.data.link);
-    line("iteration    compute %.3f s + bubble %.1f%% (%.3f s): %.3f s without overlap, %.3f s with", e.compute_s,
-         100 * e.bubble, e.bubble_s, e.iteration_no_overlap_s, e.iteration_overlap_s);
+    auto dim = [&](const char* what, const DimensionTraffic& d) {
+      return fmt_dim(what, d);
+    };
+    std::string traffic = dim("tensor", e.tensor) + dim("pipeline", e.pipeline) + dim("data", e.data);
+    if (l.cp > 1) traffic += dim("context", e.context);
+    if (input.model.moe() && l.ep > 1) traffic += dim("expert", e.expert);
+    line("traffic/GPU  %s per iteration", traffic.substr(0, traffic.size() - 2).c_str());
+    line("iteration    compute %.3f s (at %.0f TFLOP/s per GPU) + bubble %.1f%% (%.3f s) + exposed communication: %.3f s; "
+         "%.3f s without overlap", e.compute_s, e.kernel_flops / 1e12, 100 * e.bubble, e.bubble_s, e.iteration_overlap_s,
+         e.iteration_no_overlap_s);
+    line("             the plan's iteration: %.3f s (%s), %.0f tokens/s, MFU %.1f%%, HFU %.1f%%", e.iteration_s,
+         time_basis.c_str(), e.tokens_per_second, 100 * mfu, 100 * hfu);
+  }
+  if (training_seconds > 0) {
+    if (iterations > 0)
+      line("time         %.3g tokens = %.0f iterations = %.1f days on %d GPUs (%.3g GPU-hours); %.3g FLOPs per token "
+           "(model %.3g)", input.tokens, iterations, training_seconds / 86400.0, l.gpus(), gpu_hours, flops_per_token,
+           model_flops_per_token);
+    else
+      line("time         %.3g tokens: %.1f days on %d GPUs (%.3g GPU-hours) at %.0f TFLOP/s per GPU (%s; MFU %.1f%%, "
+           "HFU %.1f%%); %.3g FLOPs per token (model %.3g)", input.tokens, training_seconds / 86400.0, l.gpus(), gpu_hours,
+           flops_per_gpu / 1e12, time_basis.c_str(), 100 * mfu, 100 * hfu, flops_per_token, model_flops_per_token);
+    line("             %.3g FLOPs in all (the 6 N T of scaling-law papers: %.3g)", input.tokens * model_flops_per_token,
+         6 * active_parameters * input.tokens);
+    line("power        %.0f MWh, $%.0f", energy_kwh / 1000.0, energy_cost);
+    line("data         %s of training text", human_bytes(dataset_bytes).c_str());
   }
   out += "assumptions\n";
   for (const auto& a : assumptions) out += "  - " + a + "\n";
@@ -139,39 +240,67 @@ std::string PlanReport::to_text() const {
 
 nlohmann::json PlanReport::to_json() const {
   const Layout& l = input.layout;
+  const TransformerSpec& ms = input.model;
   nlohmann::json j = {
-      {"model", input.model.name.empty() ? "custom" : input.model.name},
+      {"model", ms.name.empty() ? "custom" : ms.name},
       {"parameters", parameters},
-      {"layout", {{"gpus", l.gpus()}, {"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"zero", l.zero},
-                  {"recompute", l.recompute}, {"sequence_parallel", l.sequence_parallel},
-                  {"micro_batch", l.micro_batch}, {"micro_batches", l.micro_batches}}},
+      {"active_parameters", active_parameters},
+      {"layout", {{"gpus", l.gpus()}, {"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"cp", l.cp}, {"ep", l.ep},
+                  {"zero", l.zero}, {"recompute", recompute_name(l.recompute)}, {"recompute_layers", l.recompute_layers},
+                  {"sequence_parallel", l.sequence_parallel}, {"flash_attention", l.flash_attention},
+                  {"interleave", l.interleave}, {"micro_batch", l.micro_batch}, {"micro_batches", l.micro_batches},
+                  {"global_batch", input.global_batch}}},
       {"precision", precision_name(input.precision)},
       {"gpu", {{"name", input.gpu.name}, {"memory_bytes", input.gpu.memory_bytes}, {"peak_flops", input.gpu.peak_flops},
+               {"peak_fp8_flops", input.gpu.peak_fp8_flops}, {"memory_bandwidth", input.gpu.memory_bandwidth},
                {"watts", input.gpu.watts}}},
+      {"links", {{"gpus_per_node", input.cluster.gpus_per_node},
+                 {"nvlink_bytes_per_second", input.cluster.nvlink.bytes_per_second},
+                 {"nvlink_latency_s", input.cluster.nvlink.latency_s},
+                 {"rail_bytes_per_second", input.cluster.rail.bytes_per_second},
+                 {"rail_latency_s", input.cluster.rail.latency_s}}},
       {"memory_per_gpu", {{"weights", memory.weights}, {"gradients", memory.gradients}, {"optimizer", memory.optimizer},
-                          {"activations", memory.activations}, {"total", memory.total()}, {"fits", fits}}},
+                          {"activations", memory.activations}, {"total", memory.total()}, {"fits", fits},
+                          {"stage", memory.stage}}},
       {"min_gpus_weights_only", min_gpus_weights_only},
       {"flops_per_token", flops_per_token},
+      {"model_flops_per_token", model_flops_per_token},
+      {"rate", {{"basis", time_basis}, {"achieved_tflops", flops_per_gpu / 1e12}, {"mfu", mfu}, {"hfu", hfu},
+                {"given_tflops", input.achieved_flops / 1e12}, {"given_mfu", input.mfu}}},
       {"assumptions", assumptions}};
   if (!input.parameters) {
+    j["dimensions"] = {{"layers", ms.layers}, {"d_model", ms.d_model}, {"heads", ms.heads}, {"kv_heads", ms.kv()},
+                       {"ffn", ms.ffn_size()}, {"vocab", ms.vocab}, {"seq_len", ms.seq_len},
+                       {"tied_embeddings", ms.tied_embeddings}, {"gated_ffn", ms.gated_ffn},
+                       {"experts", ms.experts}, {"top_k", ms.top_k}, {"expert_ffn", ms.expert_size()},
+                       {"shared_experts", ms.shared_experts}, {"dense_layers", ms.dense_layers}};
+    // Every count: embedding + blocks + final_norm + lm_head = total.
     j["parameter_counts"] = {{"embedding", counts.embedding}, {"attention_per_block", counts.attention},
-                             {"ffn_per_block", counts.ffn}, {"block", counts.block}, {"blocks", counts.blocks},
-                             {"lm_head", counts.lm_head}, {"total", counts.total}};
+                             {"ffn_per_block", counts.ffn}, {"norms_per_block", counts.norms}, {"block", counts.block},
+                             {"moe_block", counts.moe_block}, {"router", counts.router}, {"expert", counts.expert},
+                             {"blocks", counts.blocks}, {"final_norm", counts.final_norm}, {"lm_head", counts.lm_head},
+                             {"total", counts.total}, {"active", counts.active}};
+    j["layers_per_stage"] = stage_layers(ms, l);
   }
   if (iteration) {
     const IterationEstimate& e = *iteration;
     auto dim = [](const DimensionTraffic& d) {
-      return nlohmann::json{{"bytes", d.bytes}, {"seconds", d.seconds}, {"link", d.link}};
+      return nlohmann::json{{"bytes", d.bytes}, {"seconds", d.seconds}, {"exposed_seconds", d.exposed_s}, {"link", d.link}};
     };
     j["iteration"] = {{"tensor", dim(e.tensor)},       {"pipeline", dim(e.pipeline)},
-                      {"data", dim(e.data)},           {"compute_seconds", e.compute_s},
+                      {"data", dim(e.data)},           {"context", dim(e.context)},
+                      {"expert", dim(e.expert)},       {"kernel_tflops", e.kernel_flops / 1e12},
+                      {"compute_seconds", e.compute_s}, {"memory_bound_seconds", e.memory_bound_s},
                       {"bubble", e.bubble},            {"bubble_seconds", e.bubble_s},
                       {"no_overlap_seconds", e.iteration_no_overlap_s},
-                      {"overlap_seconds", e.iteration_overlap_s}};
+                      {"overlap_seconds", e.iteration_overlap_s},
+                      {"seconds", e.iteration_s},      {"basis", rate_kind_name(e.basis)},
+                      {"tokens_per_second", e.tokens_per_second}, {"mfu", e.mfu}, {"hfu", e.hfu}};
   }
   if (training_seconds > 0) {
-    j["training"] = {{"tokens", input.tokens}, {"seconds", training_seconds}, {"days", training_seconds / 86400.0},
-                     {"energy_kwh", energy_kwh}, {"energy_cost", energy_cost}, {"dataset_bytes", dataset_bytes}};
+    j["training"] = {{"tokens", input.tokens}, {"iterations", iterations}, {"seconds", training_seconds},
+                     {"days", training_seconds / 86400.0}, {"gpu_hours", gpu_hours}, {"energy_kwh", energy_kwh},
+                     {"energy_cost", energy_cost}, {"dataset_bytes", dataset_bytes}};
   }
   return j;
 }

@@ -17,7 +17,7 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus) {
   if (in.global_batch < 1) throw ConfigError("--sweep needs --global-batch");
   if (in.parameters) throw ConfigError("--sweep needs a model (a preset or its dimensions), not --params");
   check_shape(in.model);
-  const double flops = in.achieved_flops > 0 ? in.achieved_flops : in.mfu * in.gpu.peak_flops;
+  const Rate rate = in.rate();
   std::vector<SweepRow> rows;
   long tps = 0;
   for (int tp = 1; tp <= in.cluster.gpus_per_node; tp *= 2) ++tps;
@@ -47,7 +47,7 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus) {
           l.micro_batches = in.global_batch / dp / mb;
           MemoryBreakdown m = training_memory(in.model, in.precision, l);
           if (m.total() > in.gpu.memory_bytes) continue;
-          rows.push_back({l, m, estimate_iteration(in.model, in.precision, l, in.cluster, in.global_batch, flops)});
+          rows.push_back({l, m, estimate_iteration(in.model, in.precision, l, in.cluster, in.global_batch, rate)});
         }
       }
     }

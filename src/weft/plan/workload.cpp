@@ -101,19 +101,23 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir) {
   if (in.global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
   const TransformerSpec& m = in.model;
   const Layout& l = in.layout;
+  if (l.cp > 1 || l.ep > 1) throw ConfigError("--emit-workload writes tensor, pipeline and data parallelism only (not --cp or --ep)");
   const int tp = l.tp, pp = l.pp, dp = l.dp, world = l.gpus();
   if (world > 1 << 16) throw ConfigError("--emit-workload: at most 65536 ranks");
   const std::int64_t micro = std::max<std::int64_t>(1, in.global_batch / (l.micro_batch * dp));
-  const std::int64_t layers_per_stage = (m.layers + pp - 1) / pp;
+  const std::vector<std::int64_t> layers_of_stage = stage_layers(m, l);
   const std::int64_t tokens_mb = m.seq_len * l.micro_batch;
   const std::int64_t activation_bytes = tokens_mb * m.d_model * 2;  // one micro-batch's hidden states, 16-bit
   const std::int64_t p2p_bytes = activation_bytes / tp;              // scattered over the tensor-parallel ranks
-  const double flops = in.achieved_flops > 0 ? in.achieved_flops : in.mfu * in.gpu.peak_flops;
+  if (!plan.iteration) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
+  // The compute model's kernel rate: the iteration's compute at that rate, the communication
+  // as the traces send it.
+  const double flops = plan.iteration->kernel_flops;
   // Compute per layer and micro-batch on one GPU: a layer's share of the training FLOPs,
   // a third forward and two thirds backward (with recomputation: a quarter and three quarters).
-  const double layer_s = training_flops_per_token(m, l.recompute) / static_cast<double>(m.layers) *
+  const double layer_s = hardware_flops_per_token(m, l) / static_cast<double>(m.layers) *
                          static_cast<double>(tokens_mb) / tp / flops;
-  const double fwd_s = layer_s * (l.recompute ? 0.25 : 1.0 / 3);
+  const double fwd_s = layer_s * (l.full_recompute() ? 0.25 : 1.0 / 3);
   const double bwd_s = layer_s - fwd_s;
   const Cluster& c = in.cluster;
   const LinkClass& tp_link = tp <= c.gpus_per_node ? c.nvlink : c.rail;
@@ -145,11 +149,11 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir) {
       tpc.program = algo::build_program(algo::Collective::kAllReduce, "ring", tp_i, tp, tpc.count);
     }
     const int prev = pp_i > 0 ? rank - tp : -1, next = pp_i + 1 < pp ? rank + tp : -1;
-    const std::int64_t stage_layers = std::min<std::int64_t>(layers_per_stage, m.layers - pp_i * layers_per_stage);
+    const std::int64_t stage_layer_count = layers_of_stage[static_cast<std::size_t>(pp_i)];
     double gap = 0;
     auto layer_pass = [&](double compute_s) {
       // Megatron: the attention block and the MLP block each end with an all-reduce.
-      for (std::int64_t layer = 0; layer < stage_layers; ++layer) {
+      for (std::int64_t layer = 0; layer < stage_layer_count; ++layer) {
         if (tp > 1) {
           write_record(w, gap + compute_s / 2, tp_ar_s, collective_body(tpc, w));
           write_record(w, compute_s / 2, tp_ar_s, collective_body(tpc, w));
@@ -175,7 +179,7 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir) {
     for (std::int64_t mb = 0; mb < micro; ++mb) stage_pass(next, prev, bwd_s);  // backward
     if (dp > 1) {
       // The gradients of this GPU's parameters over the data-parallel group.
-      std::int64_t params = (stage_layers * pc.block + (pp_i == 0 || pp_i == pp - 1 ? pc.embedding : 0)) / tp;
+      std::int64_t params = (stage_layer_count * pc.block + (pp_i == 0 || pp_i == pp - 1 ? pc.embedding : 0)) / tp;
       Collective dpc;
       dpc.algorithm = "ring";
       for (int i = 0; i < dp; ++i) dpc.members.push_back(i * tp * pp + pp_i * tp + tp_i);

@@ -1,0 +1,28 @@
+// The hardware a plan runs on: GPU presets (memory, dense 16-bit and 8-bit tensor peaks,
+// memory bandwidth, power, the NVLink domain and its bandwidth, the network per GPU), every
+// figure overridable from the command line. Sources in docs/planning.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace weft::plan {
+
+struct GpuSpec {
+  std::string name;
+  double memory_bytes = 80e9;
+  double peak_flops = 312e12;       // dense 16-bit (bf16/fp16) tensor FLOP/s
+  double peak_fp8_flops = 0;        // dense 8-bit tensor FLOP/s (0: no FP8 tensor cores)
+  double memory_bandwidth = 2.039e12;  // HBM bytes per second
+  double watts = 400;
+  int domain_gpus = 8;              // GPUs sharing one NVLink (or Infinity Fabric) domain
+  double domain_bandwidth = 300e9;  // per GPU and direction inside the domain
+  double network_bandwidth = 25e9;  // per GPU and direction to the rail (scale-out) network
+};
+
+// v100-16gb, v100-32gb, a100-40gb, a100-80gb, h100-80gb, h200-141gb, b200-180gb, gb200-nvl72,
+// mi300x; throws ConfigError listing them.
+GpuSpec gpu_preset(const std::string& name);
+const std::vector<std::string>& gpu_names();
+
+}  // namespace weft::plan
