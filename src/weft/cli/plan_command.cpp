@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,11 @@ struct PlanFlags {
          gpu_memory_gb = 0, peak_tflops = 0, memory_bandwidth_gbps = 0;
   int gpus_per_node = 0;
   double nvlink_gbps = 0, rail_gbps = 0;  // GB/s per GPU and direction (0: the GPU preset's)
+  // --sweep's ranges
+  std::vector<int> sweep_tp, sweep_pp, sweep_cp, sweep_ep, sweep_zero, sweep_interleave;
+  std::vector<std::int64_t> sweep_mb;
+  std::vector<std::string> sweep_recompute;
+  bool reference = false;  // a layout was given with --sweep: compare against it
   // --inference
   bool inference = false;
   std::int64_t context = 0, prompt = 0, batch = 1;
@@ -183,31 +189,64 @@ int run_plan(const PlanFlags& f) {
     if (global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
   }
   if (f.sweep) {
-    auto rows = plan::sweep_layouts(in, gpus);
-    if (!rows.empty() && (f.json || !f.report.empty())) {
-      const nlohmann::json sweep = plan::sweep_to_json(in, gpus, rows, f.top);
+    plan::SweepSpace space;
+    space.tp = f.sweep_tp, space.pp = f.sweep_pp, space.cp = f.sweep_cp, space.ep = f.sweep_ep;
+    space.zero = f.sweep_zero, space.interleave = f.sweep_interleave, space.micro_batch = f.sweep_mb;
+    for (const auto& r : f.sweep_recompute) space.recompute.push_back(plan::parse_recompute(r));
+    auto rows = plan::sweep_layouts(in, gpus, space);
+    // The layout on the command line, when one was given: where it ranks, and why.
+    std::optional<plan::SweepRow> reference;
+    bool reference_fits = true;
+    if (f.reference) {
+      if (gpus % model_gpus != 0 || global_batch % (l.dp * l.micro_batch) != 0)
+        throw ConfigError(fmt::format("the layout given with --sweep (tp {} pp {} cp {}) does not divide --gpus {} and "
+                                      "--global-batch {}", l.tp, l.pp, l.cp, gpus, global_batch));
+      reference = plan::evaluate_layout(in);
+      reference_fits = reference.has_value();
+    }
+    if (f.json || !f.report.empty()) {
+      const nlohmann::json sweep = plan::sweep_to_json(in, gpus, rows, f.top, reference);
       if (f.json) fmt::print("{}\n", sweep.dump(2));
-      if (!f.report.empty()) write_plan_report(sweep, f.report, f.json);
-      if (f.json) return 0;
+      if (!rows.empty() && !f.report.empty()) write_plan_report(sweep, f.report, f.json);
+      if (f.json) return rows.empty() ? 1 : 0;
     }
     if (rows.empty()) {
-      if (f.json) {
-        fmt::print("{}\n", plan::sweep_to_json(in, gpus, rows, f.top).dump(2));
-        return 1;
-      }
       fmt::print("no layout of {} on {} GPUs fits in {:.0f} GB (try --recompute, --zero or more GPUs)\n",
                  in.model.name, gpus, in.gpu.memory_bytes / 1e9);
       return 1;
     }
-    fmt::print("{} layouts of {} on {} {} GPUs fit; the fastest {}:\n", rows.size(), in.model.name, gpus, in.gpu.name,
-               std::min<std::size_t>(rows.size(), static_cast<std::size_t>(f.top)));
-    fmt::print("{:>4} {:>4} {:>5} {:>4} {:>3} {:>10} {:>8} {:>10} {:>10}\n", "tp", "pp", "dp", "zero", "mb",
-               "memory GB", "bubble", "iter s", "no-ovl s");
-    for (std::size_t i = 0; i < rows.size() && i < static_cast<std::size_t>(f.top); ++i) {
+    const std::size_t shown = std::min<std::size_t>(rows.size(), static_cast<std::size_t>(f.top));
+    fmt::print("{} layouts of {} on {} {} GPUs fit (ZeRO stages that change only memory shown as one row); the fastest {}, "
+               "by the iteration at the {} rate:\n",
+               rows.size(), in.model.name, gpus, in.gpu.name, shown,
+               in.rate().kind == plan::RateKind::kKernel ? "given kernel" : "predicted kernel");
+    fmt::print("{:>4} {:>4} {:>5} {:>3} {:>3} {:>5} {:>3} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}\n", "tp", "pp", "dp", "cp", "ep",
+               "zero", "mb", "recompute", "memory GB", "headroom", "bubble", "iter s", "no-ovl s");
+    for (std::size_t i = 0; i < shown; ++i) {
       const auto& row = rows[i];
-      fmt::print("{:>4} {:>4} {:>5} {:>4} {:>3} {:>10.1f} {:>7.1f}% {:>10.3f} {:>10.3f}\n", row.layout.tp, row.layout.pp,
-                 row.layout.dp, row.layout.zero, row.layout.micro_batch, row.memory.total() / 1e9,
-                 100 * row.iteration.bubble, row.iteration.iteration_overlap_s, row.iteration.iteration_no_overlap_s);
+      std::string zero = std::to_string(row.layout.zero);
+      if (!row.same_time_zero.empty()) zero += "-" + std::to_string(row.same_time_zero.back());
+      fmt::print("{:>4} {:>4} {:>5} {:>3} {:>3} {:>5} {:>3} {:>9} {:>9.1f} {:>9.1f} {:>6.1f}% {:>9.3f} {:>9.3f}\n", row.layout.tp,
+                 row.layout.pp, row.layout.dp, row.layout.cp, row.layout.ep, zero, row.layout.micro_batch,
+                 plan::recompute_name(row.layout.recompute), row.memory.total() / 1e9,
+                 (in.gpu.memory_bytes - row.memory.total()) / 1e9, 100 * row.iteration.bubble,
+                 row.iteration.iteration_overlap_s, row.iteration.iteration_no_overlap_s);
+    }
+    fmt::print("what each spends beyond the fastest (+) or saves (-), per iteration:\n");
+    for (std::size_t i = 1; i < shown; ++i)
+      fmt::print("  {:>2}. {}: {}\n", i + 1, plan::layout_label(rows[i].layout), plan::explain_difference(rows.front(), rows[i]));
+    if (f.reference) {
+      if (!reference_fits) {
+        fmt::print("your layout ({}) does not fit in {:.0f} GB\n", plan::layout_label(l), in.gpu.memory_bytes / 1e9);
+      } else {
+        std::size_t rank = 1;
+        while (rank <= rows.size() && rows[rank - 1].iteration.iteration_overlap_s < reference->iteration.iteration_overlap_s - 1e-12)
+          ++rank;
+        fmt::print("your layout ({}): {:.3f} s, rank {} of {}; the fastest is {:.1f}% faster, your layout spends {}\n", plan::layout_label(l),
+                   reference->iteration.iteration_overlap_s, rank, rows.size(),
+                   100 * (1 - rows.front().iteration.iteration_overlap_s / reference->iteration.iteration_overlap_s),
+                   plan::explain_difference(rows.front(), *reference));
+      }
     }
     return 0;
   }
@@ -303,7 +342,21 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--report", f->report, "write an HTML report of the plan or the sweep (docs/reports.md)");
   cmd->add_flag("--sweep", f->sweep, "rank every layout that fits by estimated iteration time (needs --gpus, --global-batch)");
   cmd->add_option("--top", f->top, "--sweep: rows to show")->capture_default_str()->check(positive());
-  cmd->callback([f, &action] { action = [f] { return run_plan(*f); }; });
+  cmd->add_option("--sweep-tp", f->sweep_tp, "--sweep: tensor sizes to try (comma-separated)")->delimiter(',');
+  cmd->add_option("--sweep-pp", f->sweep_pp, "--sweep: pipeline sizes to try")->delimiter(',');
+  cmd->add_option("--sweep-cp", f->sweep_cp, "--sweep: context-parallel sizes to try")->delimiter(',');
+  cmd->add_option("--sweep-ep", f->sweep_ep, "--sweep: expert-parallel sizes to try")->delimiter(',');
+  cmd->add_option("--sweep-zero", f->sweep_zero, "--sweep: ZeRO stages to try")->delimiter(',');
+  cmd->add_option("--sweep-mb", f->sweep_mb, "--sweep: micro-batch sizes to try")->delimiter(',');
+  cmd->add_option("--sweep-recompute", f->sweep_recompute, "--sweep: recomputation to try (none, selective, full)")
+      ->delimiter(',');
+  cmd->add_option("--sweep-interleave", f->sweep_interleave, "--sweep: model chunks per pipeline GPU to try")->delimiter(',');
+  cmd->callback([f, cmd, &action] {
+    // With --sweep, a layout given on the command line is the one to compare against.
+    for (const char* flag : {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--micro-batch"})
+      if (cmd->count(flag) > 0) f->reference = true;
+    action = [f] { return run_plan(*f); };
+  });
 }
 
 }  // namespace weft::cli

@@ -111,12 +111,16 @@ json plan_sections(const json& doc, const std::string& name) {
                                                          capacity / 1e9, memory.value("fits", false) ? "fits" : "does NOT fit")});
   if (doc.contains("iteration") && doc["iteration"].is_object()) {
     const json& it = doc["iteration"];
-    table["rows"].push_back({"iteration", fmt::format("{:.3f} s (bubble {:.1f}%)", it.value("overlap_seconds", 0.0),
-                                                      100 * it.value("bubble", 0.0))});
+    // (Plans of the first edition have only overlap_seconds.)
+    table["rows"].push_back({"iteration", fmt::format("{:.3f} s, {} (bubble {:.1f}%; MFU {:.1f}%, HFU {:.1f}%)",
+                                                      it.value("seconds", it.value("overlap_seconds", 0.0)),
+                                                      it.value("basis", std::string("predicted")), 100 * it.value("bubble", 0.0),
+                                                      100 * it.value("mfu", 0.0), 100 * it.value("hfu", 0.0))});
   }
   if (doc.contains("training") && doc["training"].is_object()) {
     const json& t = doc["training"];
-    table["rows"].push_back({"training", fmt::format("{:.1f} days, {:.0f} kWh", t.value("days", 0.0), t.value("energy_kwh", 0.0))});
+    table["rows"].push_back({"training", fmt::format("{:.1f} days, {:.3g} GPU-hours, {:.0f} kWh", t.value("days", 0.0),
+                                                     t.value("gpu_hours", 0.0), t.value("energy_kwh", 0.0))});
   }
   for (const json& a : doc.value("assumptions", json::array()))
     if (a.is_string()) notes.push_back(a);
