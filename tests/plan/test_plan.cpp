@@ -505,3 +505,32 @@ TEST(PlanSweep, SecondEditionRowsRangesAndReference) {
   }
   EXPECT_EQ(stage_layers(in.model, few.front().layout).front(), 7);
 }
+
+// ZeRO 3's gather and prefetch buffers (two layers of 16-bit weights and one layer's
+// gradients), the runtime and fragmentation overheads, and offload: the optimizer state in
+// host memory costs its gradient shard down and weights up each iteration, on the host link.
+TEST(PlanSecondEdition, BuffersOverheadsAndOffload) {
+  TransformerSpec m = preset("gpt3-175b");
+  Layout l;
+  l.tp = 8, l.pp = 1, l.dp = 128, l.zero = 3, l.micro_batches = 1, l.recompute = Recompute::kFull;
+  const double layer = static_cast<double>(count_parameters(m).block) / 8;
+  MemoryBreakdown z3 = training_memory(m, Precision::kMixedAdam, l);
+  EXPECT_NEAR(z3.layer_parameters, layer, 1);
+  EXPECT_NEAR(z3.buffers, 2 * layer * 2 + layer * 2, 1);
+  EXPECT_NEAR(z3.overhead, 1e9 + 0.02 * (z3.activations + z3.buffers), 1);
+  EXPECT_NEAR(z3.total(), z3.weights + z3.gradients + z3.optimizer + z3.activations + z3.buffers + z3.overhead, 1);
+  l.zero = 1;
+  const MemoryBreakdown z1 = training_memory(m, Precision::kMixedAdam, l);
+  l.offload = Offload::kOptimizer;
+  const MemoryBreakdown off = training_memory(m, Precision::kMixedAdam, l);
+  EXPECT_EQ(off.optimizer, 0);
+  EXPECT_NEAR(off.host, z1.optimizer, 1);
+  Rate rate;
+  rate.kind = RateKind::kKernel, rate.hardware_flops = 150e12, rate.peak_flops = 312e12;
+  Cluster c;
+  const IterationEstimate e = estimate_iteration(m, Precision::kMixedAdam, l, c, 128, rate);
+  const double shard = off.parameters / 128;
+  EXPECT_NEAR(e.host.bytes, shard * 6, 1);
+  EXPECT_NEAR(e.host.seconds, 2 * c.host.latency_s + shard * 6 / c.host.bytes_per_second, 1e-9);
+  EXPECT_NEAR(e.host.exposed_s, e.host.seconds, 1e-12);
+}

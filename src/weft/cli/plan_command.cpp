@@ -35,7 +35,9 @@ struct PlanFlags {
   double tokens = 0, tflops = 0, mfu = 0, gemm_efficiency = 0.8, price = 0.10, bytes_per_token = 4, watts = 0,
          gpu_memory_gb = 0, peak_tflops = 0, memory_bandwidth_gbps = 0;
   int gpus_per_node = 0;
-  double nvlink_gbps = 0, rail_gbps = 0;  // GB/s per GPU and direction (0: the GPU preset's)
+  double nvlink_gbps = 0, rail_gbps = 0, host_gbps = 0;  // GB/s per GPU and direction (0: the GPU preset's)
+  std::string offload = "none";
+  double runtime_gb = 1.0, fragmentation = 0.02;
   // --sweep's ranges
   std::vector<int> sweep_tp, sweep_pp, sweep_cp, sweep_ep, sweep_zero, sweep_interleave;
   std::vector<std::int64_t> sweep_mb;
@@ -143,6 +145,11 @@ int run_plan(const PlanFlags& f) {
   l.interleave = f.interleave;
   if (f.interleave < 1) throw ConfigError("--interleave must be at least 1");
   if (f.interleave > 1 && f.pp < 2) throw ConfigError("--interleave needs --pp 2 or more");
+  l.offload = plan::parse_offload(f.offload);
+  if (!(f.runtime_gb >= 0) || !(f.fragmentation >= 0 && f.fragmentation < 1))
+    throw ConfigError("--runtime-gb must be >= 0 and --fragmentation in [0, 1)");
+  l.runtime_bytes = f.runtime_gb * 1e9;
+  l.fragmentation = f.fragmentation;
   l.first_stage_layers = f.first_stage_layers;
   l.last_stage_layers = f.last_stage_layers;
   in.tokens = f.tokens;
@@ -159,6 +166,7 @@ int run_plan(const PlanFlags& f) {
   in.cluster.gpus_per_node = f.gpus_per_node > 0 ? f.gpus_per_node : in.gpu.domain_gpus;
   in.cluster.nvlink.bytes_per_second = f.nvlink_gbps > 0 ? f.nvlink_gbps * 1e9 : in.gpu.domain_bandwidth;
   in.cluster.rail.bytes_per_second = f.rail_gbps > 0 ? f.rail_gbps * 1e9 : in.gpu.network_bandwidth;
+  in.cluster.host.bytes_per_second = f.host_gbps > 0 ? f.host_gbps * 1e9 : in.gpu.host_bandwidth;
   // What the workload needs, checked before anything is printed.
   if (f.inference) {
     if (f.sweep || !f.emit_workload.empty() || f.params > 0 || f.tokens > 0 || global_batch > 0 || f.dp > 0 || f.cp > 1)
@@ -335,6 +343,13 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--kv-precision", f->kv_precision, "--inference: the key-value cache's: fp32 | bf16 | fp16 | fp8 | int8")
       ->capture_default_str();
   cmd->add_option("--bandwidth-efficiency", f->bandwidth_efficiency, "--inference: the share of HBM bandwidth a step reaches")
+      ->capture_default_str();
+  cmd->add_option("--offload", f->offload, "none | optimizer (ZeRO-Offload) | params (ZeRO-Infinity: weights too)")
+      ->capture_default_str();
+  cmd->add_option("--host-gbps", f->host_gbps, "host link GB/s per GPU and direction (default: the GPU's)")->check(positive());
+  cmd->add_option("--runtime-gb", f->runtime_gb, "GPU memory for the runtime (context, workspaces, NCCL buffers)")
+      ->capture_default_str();
+  cmd->add_option("--fragmentation", f->fragmentation, "share of activations and buffers lost to fragmentation")
       ->capture_default_str();
   cmd->add_flag("--json", f->json, "print JSON");
   cmd->add_option("--emit-workload", f->emit_workload,

@@ -193,8 +193,28 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
       e.data.exposed_s = std::max(half * bucket, half - t_bwd) + std::max(half * bucket, half - t_fwd);
     }
   }
-  const double all_comm = e.tensor.seconds + e.context.seconds + e.expert.seconds + e.pipeline.seconds + e.data.seconds;
-  const double exposed = e.tensor.exposed_s + e.context.exposed_s + e.expert.exposed_s + e.data.exposed_s;
+  // Offload (ZeRO-Offload, ZeRO-Infinity): the optimizer state on the host: this GPU's
+  // gradient shard goes down (float32) and its updated 16-bit weights come up each
+  // iteration, exposed; with params, the 16-bit weights also come up for every micro-batch's
+  // forward and backward, hidden behind that micro-batch's compute as far as it lasts.
+  if (l.offload != Offload::kNone) {
+    const MemoryBreakdown state = training_memory(m, p, l);
+    const double shard = state.parameters / std::max(1, l.zero >= 1 ? l.dp * l.cp : 1);
+    e.host.link = "host";
+    e.host.bytes = shard * (4 + 2);
+    e.host.seconds = 2 * c.host.latency_s + e.host.bytes / c.host.bytes_per_second;
+    e.host.exposed_s = e.host.seconds;
+    if (l.offload == Offload::kParams) {
+      const double fetch = 2 * state.parameters * 2;  // forward and backward, 16-bit
+      const double per_mb = fetch / c.host.bytes_per_second;
+      e.host.bytes += fetch * static_cast<double>(micro);
+      e.host.seconds += per_mb * static_cast<double>(micro);
+      e.host.exposed_s += std::max(0.0, per_mb - stage_mb_s) * static_cast<double>(micro);
+    }
+  }
+  const double all_comm =
+      e.tensor.seconds + e.context.seconds + e.expert.seconds + e.pipeline.seconds + e.data.seconds + e.host.seconds;
+  const double exposed = e.tensor.exposed_s + e.context.exposed_s + e.expert.exposed_s + e.data.exposed_s + e.host.exposed_s;
   e.iteration_no_overlap_s = e.compute_s + e.bubble_s + all_comm;
   e.iteration_overlap_s = e.compute_s + e.bubble_s + exposed;
 

@@ -18,6 +18,7 @@ struct Cluster {
   int gpus_per_node = 8;
   LinkClass nvlink{300e9, 3e-6};  // the NVLink/NVSwitch domain of a node (A100: 600 GB/s both ways)
   LinkClass rail{25e9, 6e-6};     // a 200 Gb/s NIC per GPU to its rail switch
+  LinkClass host{25e9, 10e-6};    // PCIe to host memory (offload)
 };
 
 // Ring all-reduce of `bytes` over `n` ranks: 2(n-1) alpha + 2(n-1)/n bytes/B.
@@ -55,7 +56,7 @@ struct Rate {
 };
 
 struct IterationEstimate {
-  DimensionTraffic tensor, pipeline, data, context, expert;
+  DimensionTraffic tensor, pipeline, data, context, expert, host;
   double kernel_flops = 0;  // per GPU, the compute rate of the compute model
   double compute_s = 0;     // the slowest stage's forward and backward of every micro-batch
   double memory_bound_s = 0;  // of compute_s: memory-bound operations (predicted only)

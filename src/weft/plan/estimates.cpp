@@ -41,6 +41,22 @@ const char* recompute_name(Recompute r) {
   return "?";
 }
 
+Offload parse_offload(const std::string& s) {
+  if (s == "none") return Offload::kNone;
+  if (s == "optimizer") return Offload::kOptimizer;
+  if (s == "params") return Offload::kParams;
+  throw ConfigError("unknown --offload '" + s + "' (known: none, optimizer, params)");
+}
+
+const char* offload_name(Offload o) {
+  switch (o) {
+    case Offload::kNone: return "none";
+    case Offload::kOptimizer: return "optimizer";
+    case Offload::kParams: return "params";
+  }
+  return "?";
+}
+
 MemoryBreakdown state_memory(double psi, Precision p, const Layout& l) {
   double w = 0, g = 0, o = 0;
   // The optimizer's sharding group: data parallel, and context parallel (its GPUs hold the
@@ -138,6 +154,14 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
       if (spec.tied_embeddings && pp > 1) params += static_cast<double>(spec.vocab * spec.d_model);
     }
     MemoryBreakdown m = state_memory(params / t, p, l);
+    // The largest layer a GPU gathers or reduces at once.
+    double layer = 0;
+    for (std::int64_t k = first_layer - n; k < first_layer; ++k) {
+      const bool moe_layer = spec.moe() && k >= spec.dense_layers;
+      layer = std::max(layer, (static_cast<double>(c.layer_without_experts(moe_layer)) +
+                               (moe_layer ? static_cast<double>(c.expert_params()) / l.ep : 0)) / t);
+    }
+    m.layer_parameters = layer;
     // Activations of the micro-batches in flight.
     const double in_flight = static_cast<double>(std::min<std::int64_t>(pp - i, m_batches)) * interleave_factor;
     double per_mb;
@@ -153,6 +177,22 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
     if (i == 0) m.activations += in_flight * s * b * h / t;  // the embedding's dropout mask (1 byte per element)
     if (i == pp - 1) m.activations += 4 * s * b * static_cast<double>(spec.vocab) / t;  // float32 logits of one micro-batch
     if (p == Precision::kFp16Weights) m.activations = 0;
+    // Buffers and overheads.
+    const double grad_bytes = p == Precision::kFp32Adam || p == Precision::kMegatronDistributed ? 4 : 2;
+    const bool replicas = l.dp * l.cp > 1 && p != Precision::kFp16Weights;
+    if (l.zero >= 3 && replicas) m.buffers = 2 * layer * 2 + layer * grad_bytes;
+    else if ((l.zero >= 1 || p == Precision::kMegatronDistributed) && replicas) m.buffers = layer * grad_bytes;
+    else if (replicas) m.buffers = 2 * 25e6;
+    if (l.offload != Offload::kNone) {
+      m.host = m.optimizer;
+      m.optimizer = 0;
+      if (l.offload == Offload::kParams) {
+        m.host += m.weights + m.gradients;
+        m.weights = m.gradients = 0;
+        m.buffers = std::max(m.buffers, 2 * layer * 2 + layer * grad_bytes);  // the layers it computes with
+      }
+    }
+    m.overhead = l.runtime_bytes + l.fragmentation * (m.activations + m.buffers);
     m.stage = static_cast<int>(i);
     if (m.total() > best_total) {
       best_total = m.total();

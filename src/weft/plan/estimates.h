@@ -30,6 +30,12 @@ enum class Recompute { kNone, kSelective, kFull };
 Recompute parse_recompute(const std::string& s);  // none | selective | full; throws ConfigError
 const char* recompute_name(Recompute r);
 
+// ZeRO-Offload / ZeRO-Infinity: the optimizer state (and with params the 16-bit weights and
+// gradients too) in host memory, moved over the host link each iteration.
+enum class Offload { kNone, kOptimizer, kParams };
+Offload parse_offload(const std::string& s);  // none | optimizer | params; throws ConfigError
+const char* offload_name(Offload o);
+
 struct Layout {
   int tp = 1;  // tensor parallel
   int pp = 1;  // pipeline parallel
@@ -47,6 +53,10 @@ struct Layout {
   // Uneven stages: the first and last stages' layers (0: the layers spread evenly, the
   // first and last stages taking the fewer when pp does not divide them).
   std::int64_t first_stage_layers = 0, last_stage_layers = 0;
+  // Memory beyond the model states and activations (docs/planning.md, "Memory per GPU").
+  Offload offload = Offload::kNone;
+  double runtime_bytes = 1e9;    // CUDA context, library workspaces, communication buffers
+  double fragmentation = 0.02;   // of activations and buffers, lost to the caching allocator
   int gpus() const { return tp * pp * dp * cp; }
   bool full_recompute() const { return recompute == Recompute::kFull; }
 };
@@ -57,8 +67,13 @@ std::vector<std::int64_t> stage_layers(const TransformerSpec& m, const Layout& l
 struct MemoryBreakdown {
   double parameters = 0;  // parameters on the GPU (of the stage that needs the most memory)
   double weights = 0, gradients = 0, optimizer = 0, activations = 0;  // bytes
+  // Gather and prefetch buffers of sharded weights, gradient-reduction buckets; the runtime
+  // context and the allocator's fragmentation.
+  double buffers = 0, overhead = 0;
+  double host = 0;        // bytes offloaded to host memory
+  double layer_parameters = 0;  // the largest layer's parameters on the GPU (for the buffers)
   int stage = 0;          // that stage
-  double total() const { return weights + gradients + optimizer + activations; }
+  double total() const { return weights + gradients + optimizer + activations + buffers + overhead; }
 };
 
 // Activation bytes of one transformer layer for one micro-batch on one GPU, 16-bit
@@ -78,7 +93,12 @@ double layer_activation_bytes(const TransformerSpec& m, const Layout& l, bool re
 // Activations: layer_activation_bytes per layer and micro-batch in flight (1F1B: stage i
 // holds min(pp - i, micro-batches); the interleaved schedule multiplies by
 // 1 + (pp - 1) / (pp x chunks), Korthikanti et al. 2022 section 4.2.3), plus the first
-// stage's embedding dropout mask and the last stage's float32 logits.
+// stage's embedding dropout mask and the last stage's float32 logits. Buffers: ZeRO 3 holds
+// the gathered 16-bit weights of two layers (the one computing and the one prefetched) and
+// one layer's unsharded gradients; sharded gradients (ZeRO 1/2, the distributed optimizer) a
+// bucket of one layer's gradients; plain data parallelism two 25 MB buckets. Overhead: the
+// runtime bytes and the fragmentation share of activations and buffers. Offload moves the
+// optimizer state (params: the weights and gradients too, leaving the buffers) to the host.
 MemoryBreakdown training_memory(const TransformerSpec& m, Precision p, const Layout& l);
 // Model states only, for a model given by its parameter count.
 MemoryBreakdown state_memory(double parameters, Precision p, const Layout& l);

@@ -18,6 +18,7 @@ struct GpuSpec {
   int domain_gpus = 8;              // GPUs sharing one NVLink (or Infinity Fabric) domain
   double domain_bandwidth = 300e9;  // per GPU and direction inside the domain
   double network_bandwidth = 25e9;  // per GPU and direction to the rail (scale-out) network
+  double host_bandwidth = 25e9;     // per GPU and direction to host memory (PCIe; GB200: NVLink-C2C)
 };
 
 // v100-16gb, v100-32gb, a100-40gb, a100-80gb, h100-80gb, h200-141gb, b200-180gb, gb200-nvl72,

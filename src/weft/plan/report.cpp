@@ -98,6 +98,13 @@ PlanReport make_plan(const PlanInput& in) {
                             "expert-parallel collectives on the critical path; ring attention behind attention");
   }
   r.min_gpus_weights_only = min_gpus(2 * r.parameters, in.gpu.memory_bytes);
+  if (!in.parameters) {
+    char overheads[200];
+    std::snprintf(overheads, sizeof overheads,
+                  "overheads: %.1f GB runtime (CUDA context, workspaces, communication buffers), %.0f%% of activations "
+                  "and buffers lost to fragmentation", l.runtime_bytes / 1e9, 100 * l.fragmentation);
+    r.assumptions.push_back(overheads);
+  }
   r.assumptions.push_back(std::string("model states: ") + precision_name(in.precision) +
                           (l.zero ? ", ZeRO stage " + std::to_string(l.zero) + " over " + std::to_string(l.dp * l.cp) + " ranks"
                                   : ""));
@@ -199,8 +206,11 @@ std::string PlanReport::to_text() const {
     for (std::int64_t n : stage_layers(input.model, l)) split += (split.empty() ? "" : " ") + std::to_string(n);
     line("             layers per stage: %s", split.c_str());
   }
-  line("memory/GPU   weights %s, gradients %s, optimizer %s, activations %s", human_bytes(memory.weights).c_str(),
-       human_bytes(memory.gradients).c_str(), human_bytes(memory.optimizer).c_str(), human_bytes(memory.activations).c_str());
+  line("memory/GPU   weights %s, gradients %s, optimizer %s, activations %s, buffers %s, runtime and fragmentation %s",
+       human_bytes(memory.weights).c_str(), human_bytes(memory.gradients).c_str(), human_bytes(memory.optimizer).c_str(),
+       human_bytes(memory.activations).c_str(), human_bytes(memory.buffers).c_str(), human_bytes(memory.overhead).c_str());
+  if (memory.host > 0)
+    line("             offloaded (%s) to host memory: %s per GPU", offload_name(l.offload), human_bytes(memory.host).c_str());
   line("             total %s of %s (%s): %s", human_bytes(memory.total()).c_str(), human_bytes(input.gpu.memory_bytes).c_str(),
        input.gpu.name.c_str(), fits ? "fits" : "does NOT fit");
   line("             16-bit weights alone need %lld GPU(s) of this kind", static_cast<long long>(min_gpus_weights_only));
@@ -212,6 +222,7 @@ std::string PlanReport::to_text() const {
     std::string traffic = dim("tensor", e.tensor) + dim("pipeline", e.pipeline) + dim("data", e.data);
     if (l.cp > 1) traffic += dim("context", e.context);
     if (input.model.moe() && l.ep > 1) traffic += dim("expert", e.expert);
+    if (l.offload != Offload::kNone) traffic += dim("host", e.host);
     line("traffic/GPU  %s per iteration", traffic.substr(0, traffic.size() - 2).c_str());
     line("iteration    compute %.3f s (at %.0f TFLOP/s per GPU) + bubble %.1f%% (%.3f s) + exposed communication: %.3f s; "
          "%.3f s without overlap", e.compute_s, e.kernel_flops / 1e12, 100 * e.bubble, e.bubble_s, e.iteration_overlap_s,
@@ -260,8 +271,8 @@ nlohmann::json PlanReport::to_json() const {
                  {"rail_bytes_per_second", input.cluster.rail.bytes_per_second},
                  {"rail_latency_s", input.cluster.rail.latency_s}}},
       {"memory_per_gpu", {{"weights", memory.weights}, {"gradients", memory.gradients}, {"optimizer", memory.optimizer},
-                          {"activations", memory.activations}, {"total", memory.total()}, {"fits", fits},
-                          {"stage", memory.stage}}},
+                          {"activations", memory.activations}, {"buffers", memory.buffers}, {"overhead", memory.overhead},
+                          {"host", memory.host}, {"total", memory.total()}, {"fits", fits}, {"stage", memory.stage}}},
       {"min_gpus_weights_only", min_gpus_weights_only},
       {"flops_per_token", flops_per_token},
       {"model_flops_per_token", model_flops_per_token},
@@ -287,7 +298,7 @@ nlohmann::json PlanReport::to_json() const {
     auto dim = [](const DimensionTraffic& d) {
       return nlohmann::json{{"bytes", d.bytes}, {"seconds", d.seconds}, {"exposed_seconds", d.exposed_s}, {"link", d.link}};
     };
-    j["iteration"] = {{"tensor", dim(e.tensor)},       {"pipeline", dim(e.pipeline)},
+    j["iteration"] = {{"tensor", dim(e.tensor)},       {"pipeline", dim(e.pipeline)}, {"host", dim(e.host)},
                       {"data", dim(e.data)},           {"context", dim(e.context)},
                       {"expert", dim(e.expert)},       {"kernel_tflops", e.kernel_flops / 1e12},
                       {"compute_seconds", e.compute_s}, {"memory_bound_seconds", e.memory_bound_s},

@@ -163,6 +163,7 @@ nlohmann::json sweep_to_json(const PlanInput& in, std::int64_t gpus, const std::
         {"same_time_zero", r.same_time_zero},
         {"memory_per_gpu", {{"weights", r.memory.weights}, {"gradients", r.memory.gradients},
                             {"optimizer", r.memory.optimizer}, {"activations", r.memory.activations},
+                            {"buffers", r.memory.buffers}, {"overhead", r.memory.overhead},
                             {"total", r.memory.total()}, {"headroom", in.gpu.memory_bytes - r.memory.total()}}},
         {"iteration", {{"bubble", r.iteration.bubble}, {"overlap_seconds", r.iteration.iteration_overlap_s},
                        {"no_overlap_seconds", r.iteration.iteration_no_overlap_s}, {"compute_seconds", r.iteration.compute_s},
