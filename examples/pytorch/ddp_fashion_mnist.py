@@ -8,6 +8,7 @@ or on gloo with --backend gloo (the only line that differs is init_process_group
 Rank 0 prints one JSON line: test accuracy, last loss, and samples/s over the timed steps
 (the first --warmup steps excluded)."""
 import argparse
+import contextlib
 import gzip
 import json
 import os
@@ -46,6 +47,8 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--warmup", type=int, default=10, help="steps left out of samples/s")
     p.add_argument("--test", type=int, default=2000, help="test images for the accuracy")
+    p.add_argument("--no-sync", action="store_true",
+                   help="skip DDP's gradient all-reduce (each rank trains alone): the ceiling no backend can beat")
     a = p.parse_args()
     dist.init_process_group(a.backend)  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -64,8 +67,9 @@ def main():
         b = step % (shard.shape[0] // per)
         idx = shard[b * per:(b + 1) * per]
         opt.zero_grad()
-        loss = loss_fn(net(x_all[idx]), y_all[idx])
-        loss.backward()
+        with net.no_sync() if a.no_sync else contextlib.nullcontext():
+            loss = loss_fn(net(x_all[idx]), y_all[idx])
+            loss.backward()
         opt.step()
         if step >= a.warmup:
             seconds += time.perf_counter() - t0

@@ -534,3 +534,19 @@ TEST(PlanSecondEdition, BuffersOverheadsAndOffload) {
   EXPECT_NEAR(e.host.seconds, 2 * c.host.latency_s + shard * 6 / c.host.bytes_per_second, 1e-9);
   EXPECT_NEAR(e.host.exposed_s, e.host.seconds, 1e-12);
 }
+
+// --fp8: the predicted rate blends the FP8 rate (GEMMs) and the 16-bit rate (attention core).
+TEST(PlanSecondEdition, Fp8PredictedRate) {
+  TransformerSpec m = preset("llama3-70b");
+  Layout l;
+  l.tp = 8;
+  Rate r;
+  r.peak_flops = 989e12, r.gemm_efficiency = 0.8;
+  const double w = 8192.0 / 8, scale = 0.8 * w / (w + 256);
+  EXPECT_NEAR(predicted_kernel_flops(m, l, r), scale * 989e12, 1e6);
+  r.fp8_peak_flops = 1979e12;
+  const double layer = static_cast<double>(count_parameters(m).blocks) / 80, ds = 8192.0 * 8192;
+  const double a = 12 * ds / (6 * layer + 12 * ds);
+  EXPECT_NEAR(predicted_kernel_flops(m, l, r), 1 / ((1 - a) / (scale * 1979e12) + a / (scale * 989e12)), 1e6);
+  EXPECT_GT(predicted_kernel_flops(m, l, r), 1.5 * scale * 989e12);
+}

@@ -27,7 +27,7 @@ struct PlanFlags {
   double gpus = 0, global_batch = 0;  // whole numbers, accepted as 1e3 too
   int tp = 1, pp = 1, dp = 0, cp = 1, ep = 1, zero = 0, interleave = 1;
   std::int64_t micro_batch = 1, recompute_layers = 0, first_stage_layers = 0, last_stage_layers = 0;
-  bool recompute = false, sequence_parallel = false, flash_attention = false, json = false, sweep = false;
+  bool recompute = false, sequence_parallel = false, flash_attention = false, json = false, sweep = false, fp8 = false;
   std::string recompute_granularity;
   int top = 10;
   std::string emit_workload, report;
@@ -158,6 +158,8 @@ int run_plan(const PlanFlags& f) {
   if (f.tflops > 0 && f.mfu > 0) throw ConfigError("give --tflops or --mfu, not both");
   in.mfu = f.mfu;
   in.gemm_efficiency = f.gemm_efficiency;
+  in.fp8 = f.fp8;
+  if (f.fp8 && (f.tflops > 0 || f.mfu > 0)) throw ConfigError("--fp8 shapes the predicted rate: give it without --tflops or --mfu");
   in.price_per_kwh = f.price;
   in.bytes_per_token = f.bytes_per_token;
   in.global_batch = global_batch;
@@ -184,6 +186,7 @@ int run_plan(const PlanFlags& f) {
     ii.prompt = f.prompt;
     ii.batch = f.batch;
     ii.gemm_efficiency = f.gemm_efficiency;
+    ii.fp8 = f.fp8;
     ii.bandwidth_efficiency = f.bandwidth_efficiency;
     if (!(f.bandwidth_efficiency > 0 && f.bandwidth_efficiency <= 1) || !(f.gemm_efficiency > 0 && f.gemm_efficiency <= 1))
       throw ConfigError("--bandwidth-efficiency and --gemm-efficiency must be in (0, 1]");
@@ -327,6 +330,7 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--mfu", f->mfu, "end-to-end model FLOPs utilization (instead of --tflops)")->check(CLI::Range(1e-9, 1.0));
   cmd->add_option("--gemm-efficiency", f->gemm_efficiency, "no rate given: the share of the peak a large GEMM reaches")
       ->capture_default_str();
+  cmd->add_flag("--fp8", f->fp8, "no rate given: GEMMs in FP8 at the GPU's FP8 peak (MFU against the 16-bit peak)");
   cmd->add_option("--price", f->price, "dollars per kWh")->capture_default_str()->check(non_negative());
   cmd->add_option("--bytes-per-token", f->bytes_per_token, "dataset bytes per token")
       ->capture_default_str()

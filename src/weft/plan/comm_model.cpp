@@ -39,7 +39,12 @@ const char* rate_kind_name(RateKind k) {
 
 double predicted_kernel_flops(const TransformerSpec& m, const Layout& l, const Rate& rate) {
   const double w = static_cast<double>(m.d_model) / l.tp;
-  return rate.gemm_efficiency * rate.peak_flops * w / (w + 256.0);
+  const double scale = rate.gemm_efficiency * w / (w + 256.0);
+  if (!(rate.fp8_peak_flops > 0)) return scale * rate.peak_flops;
+  const double d = static_cast<double>(m.d_model), s = static_cast<double>(m.seq_len);
+  const double layer_params = static_cast<double>(count_parameters(m).blocks) / static_cast<double>(m.layers);
+  const double attention = 12 * d * s / (6 * layer_params + 12 * d * s);
+  return 1.0 / ((1 - attention) / (scale * rate.fp8_peak_flops) + attention / (scale * rate.peak_flops));
 }
 
 namespace {

@@ -53,6 +53,8 @@ struct Rate {
   double mfu = 0;             // end-to-end model FLOPs utilization (instead of a rate)
   double gemm_efficiency = 0.8;  // predicted: the most of the peak a large GEMM reaches
   double peak_flops = 0, memory_bandwidth = 0;  // the GPU's (for MFU/HFU and the prediction)
+  // Predicted: the GEMMs in FP8 at this peak (0: in 16-bit); the attention core stays 16-bit.
+  double fp8_peak_flops = 0;
 };
 
 struct IterationEstimate {
@@ -78,7 +80,9 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
                                      std::int64_t global_batch, const Rate& rate);
 
 // The predicted kernel rate per GPU: gemm_efficiency x peak x w / (w + 256) for per-GPU
-// matrix width w = d_model / tp (small GEMMs reach less of the peak).
+// matrix width w = d_model / tp (small GEMMs reach less of the peak). With FP8 GEMMs, the
+// harmonic blend of the FP8 rate for the GEMMs' share of a layer's FLOPs and the 16-bit
+// rate for the attention core's (12 d s of 6 x the layer's parameters + 12 d s per token).
 double predicted_kernel_flops(const TransformerSpec& m, const Layout& l, const Rate& rate);
 
 }  // namespace weft::plan

@@ -56,6 +56,10 @@ InferenceReport plan_inference(const InferenceInput& in) {
   Rate rate;
   rate.peak_flops = in.gpu.peak_flops;
   rate.gemm_efficiency = in.gemm_efficiency;
+  if (in.fp8) {
+    if (!(in.gpu.peak_fp8_flops > 0)) throw ConfigError("--fp8: the " + in.gpu.name + " has no FP8 tensor cores");
+    rate.fp8_peak_flops = in.gpu.peak_fp8_flops;
+  }
   const double kernel = predicted_kernel_flops(m, l, rate);
   const double d = static_cast<double>(m.d_model), L = static_cast<double>(m.layers), B = static_cast<double>(in.batch);
   const double p = static_cast<double>(prompt), ctx = static_cast<double>(context);

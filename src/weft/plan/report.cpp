@@ -12,6 +12,7 @@ Rate PlanInput::rate() const {
   r.peak_flops = gpu.peak_flops;
   r.memory_bandwidth = gpu.memory_bandwidth;
   r.gemm_efficiency = gemm_efficiency;
+  if (fp8) r.fp8_peak_flops = gpu.peak_fp8_flops;
   if (achieved_flops > 0) {
     r.kind = rate_kind;
     r.hardware_flops = achieved_flops;
@@ -59,6 +60,7 @@ PlanReport make_plan(const PlanInput& in) {
   if (!(in.mfu >= 0 && in.mfu <= 1)) throw ConfigError("--mfu must be in (0, 1]");
   if (in.achieved_flops < 0) throw ConfigError("--tflops must be positive");
   if (!(in.gemm_efficiency > 0 && in.gemm_efficiency <= 1)) throw ConfigError("--gemm-efficiency must be in (0, 1]");
+  if (in.fp8 && !(in.gpu.peak_fp8_flops > 0)) throw ConfigError("--fp8: the " + in.gpu.name + " has no FP8 tensor cores");
   const Rate rate = in.rate();
   const double gpus = l.gpus();
   if (in.parameters) {
@@ -134,8 +136,8 @@ PlanReport make_plan(const PlanInput& in) {
   else if (rate.kind == RateKind::kKernel)
     std::snprintf(buf, sizeof buf, "rate: the given TFLOP/s while computing; the iteration adds the bubble and exposed communication");
   else
-    std::snprintf(buf, sizeof buf, "rate: predicted, GEMMs at %.2f of the peak scaled by w / (w + 256) for per-GPU width w, "
-                  "memory-bound operations at %.2f TB/s%s", in.gemm_efficiency, in.gpu.memory_bandwidth / 1e12,
+    std::snprintf(buf, sizeof buf, "rate: predicted, %sGEMMs at %.2f of the peak scaled by w / (w + 256) for per-GPU width w, "
+                  "memory-bound operations at %.2f TB/s%s", in.fp8 ? "FP8 " : "", in.gemm_efficiency, in.gpu.memory_bandwidth / 1e12,
                   r.iteration ? "" : " (no --global-batch: compute only, no bubble or communication)");
   r.assumptions.push_back(buf);
   if (in.tokens > 0) {
