@@ -1,6 +1,8 @@
-// What each parallel dimension sends per iteration, how long it takes on each link class
-// (alpha-beta models of the algorithms weft's collectives use), the pipeline bubble, and
-// an iteration-time estimate with and without overlap.
+// The iteration of a planned job: each pipeline stage's compute at a kernel rate (given, or
+// predicted from the GPU), the bubble of 1F1B and interleaved schedules, what each parallel
+// dimension (tensor, context, expert, pipeline, data, host offload) sends and how long it
+// takes on its link class (alpha-beta models of the algorithms weft's collectives use), how
+// much of it is exposed, and the one iteration time the plan reports, with MFU and HFU.
 #pragma once
 
 #include <string>

@@ -106,8 +106,11 @@ std::string InferenceReport::to_text() const {
     out += buf;
     out += "\n";
   };
-  line("model        %s: %.2fB parameters%s", in.model.name.c_str(), parameters / 1e9,
-       active_parameters < parameters ? (", " + std::to_string(active_parameters / 1e9).substr(0, 5) + "B active").c_str() : "");
+  if (active_parameters < parameters)
+    line("model        %s: %.2fB parameters, %.2fB active per token", in.model.name.c_str(), parameters / 1e9,
+         active_parameters / 1e9);
+  else
+    line("model        %s: %.2fB parameters", in.model.name.c_str(), parameters / 1e9);
   line("serving      %d GPU(s) = tensor %d x pipeline %d of %s; weights %.1f bytes, cache %.1f bytes per value",
        in.tp * in.pp, in.tp, in.pp, in.gpu.name.c_str(), in.weight_bytes, in.kv_bytes);
   line("memory/GPU   weights %s + cache %s (%lld sequences x %lld tokens, %.0f KB per token) = %s of %s: %s",
