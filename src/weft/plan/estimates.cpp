@@ -126,6 +126,9 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
   if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.cp < 1 || l.ep < 1) throw ConfigError("tp, pp, dp, cp and ep must be at least 1");
   if (l.zero < 0 || l.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3");
   if (l.interleave < 1) throw ConfigError("--interleave must be at least 1");
+  if (l.interleave > 1 && spec.layers < static_cast<std::int64_t>(l.pp) * l.interleave)
+    throw ConfigError("--interleave " + std::to_string(l.interleave) + " x --pp " + std::to_string(l.pp) +
+                      " chunks exceed the model's " + std::to_string(spec.layers) + " layers");
   const std::vector<std::int64_t> layers = stage_layers(spec, l);
   const ParameterCount c = count_parameters(spec);
   const std::int64_t pp = l.pp, m_batches = std::max<std::int64_t>(l.micro_batches, 1);
