@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -236,8 +237,10 @@ std::vector<std::int32_t> Gpt2Tokenizer::State::merge_word(std::string_view word
 }
 
 void Gpt2Tokenizer::State::encode_plain(std::string_view text, std::vector<std::int32_t>& out) const {
-  pcre2_match_data* match = pcre2_match_data_create_from_pattern(pattern, nullptr);
-  if (!match) throw std::bad_alloc();
+  const std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> owned(
+      pcre2_match_data_create_from_pattern(pattern, nullptr), &pcre2_match_data_free);
+  if (!owned) throw std::bad_alloc();
+  pcre2_match_data* match = owned.get();
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   std::size_t at = 0;
   while (at < text.size()) {
@@ -258,7 +261,6 @@ void Gpt2Tokenizer::State::encode_plain(std::string_view text, std::vector<std::
     out.insert(out.end(), word.begin(), word.end());
     at = end;
   }
-  pcre2_match_data_free(match);
 }
 
 Gpt2Tokenizer::~Gpt2Tokenizer() = default;
