@@ -49,6 +49,9 @@ def main():
     p.add_argument("--test", type=int, default=2000, help="test images for the accuracy")
     p.add_argument("--no-sync", action="store_true",
                    help="skip DDP's gradient all-reduce (each rank trains alone): the ceiling no backend can beat")
+    p.add_argument("--sync-only", action="store_true",
+                   help="skip DDP's gradient all-reduce but all-reduce one number per step: what keeping the ranks "
+                        "in step costs by itself, the ceiling of any synchronous backend")
     a = p.parse_args()
     dist.init_process_group(a.backend)  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -67,9 +70,11 @@ def main():
         b = step % (shard.shape[0] // per)
         idx = shard[b * per:(b + 1) * per]
         opt.zero_grad()
-        with net.no_sync() if a.no_sync else contextlib.nullcontext():
+        with net.no_sync() if a.no_sync or a.sync_only else contextlib.nullcontext():
             loss = loss_fn(net(x_all[idx]), y_all[idx])
             loss.backward()
+        if a.sync_only:
+            dist.all_reduce(torch.zeros(1))
         opt.step()
         if step >= a.warmup:
             seconds += time.perf_counter() - t0
