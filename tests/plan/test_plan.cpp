@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <tuple>
 #include <optional>
 #include <map>
 #include <set>
@@ -549,4 +550,30 @@ TEST(PlanSecondEdition, Fp8PredictedRate) {
   const double a = 12 * ds / (6 * layer + 12 * ds);
   EXPECT_NEAR(predicted_kernel_flops(m, l, r), 1 / ((1 - a) / (scale * 1979e12) + a / (scale * 989e12)), 1e6);
   EXPECT_GT(predicted_kernel_flops(m, l, r), 1.5 * scale * 989e12);
+}
+
+// --emit-workload writes micro-batches in 1F1B order: stage i of p starts with min(p-1-i, m)
+// forwards, then alternates forward and backward (the first stage of 2 with 4 micro-batches:
+// F F B F B F B B: sends of activations, receives of gradients), the last stage F B F B ...
+TEST(EmitWorkload, OneForwardOneBackwardOrder) {
+  PlanInput in;
+  in.model = preset("gpt2-124m");
+  in.layout.pp = 2, in.layout.dp = 1, in.layout.micro_batches = 4;
+  in.global_batch = 4;
+  PlanReport r = make_plan(in);
+  const std::string dir = ::testing::TempDir() + "/weft_emit_1f1b";
+  for (auto [order, first, last] :
+       {std::tuple{EmitOrder::kOneForwardOneBackward, "ssrsrsrr", "rsrsrsrs"}, std::tuple{EmitOrder::kGPipe, "ssssrrrr", "rrrrssss"}}) {
+    emit_workload(r, dir, order);
+    for (auto [rank, expected] : {std::pair{0, first}, std::pair{1, last}}) {
+      std::ifstream f(dir + "/rank-" + std::to_string(rank) + ".jsonl");
+      std::string line, seen;
+      while (std::getline(f, line)) {
+        const std::string op = nlohmann::json::parse(line)["op"];
+        if (op == "send" || op == "recv") seen += op[0];
+      }
+      EXPECT_EQ(seen, expected) << "rank " << rank;
+    }
+  }
+  EXPECT_THROW(parse_emit_order("interleaved"), weft::ConfigError);
 }

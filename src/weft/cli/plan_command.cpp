@@ -30,7 +30,7 @@ struct PlanFlags {
   bool recompute = false, sequence_parallel = false, flash_attention = false, json = false, sweep = false, fp8 = false;
   std::string recompute_granularity;
   int top = 10;
-  std::string emit_workload, report;
+  std::string emit_workload, report, emit_schedule = "1f1b";
   std::string precision = "mixed-adam", gpu = "a100-80gb", tflops_kind = "end-to-end";
   double tokens = 0, tflops = 0, mfu = 0, gemm_efficiency = 0.8, price = 0.10, bytes_per_token = 4, watts = 0,
          gpu_memory_gb = 0, peak_tflops = 0, memory_bandwidth_gbps = 0;
@@ -199,6 +199,7 @@ int run_plan(const PlanFlags& f) {
     if (f.params > 0) throw ConfigError("--emit-workload needs a transformer model (a preset or dimensions), not --params");
     if (global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
   }
+  const plan::EmitOrder emit_order = plan::parse_emit_order(f.emit_schedule);
   if (f.sweep) {
     plan::SweepSpace space;
     space.tp = f.sweep_tp, space.pp = f.sweep_pp, space.cp = f.sweep_cp, space.ep = f.sweep_ep;
@@ -265,7 +266,7 @@ int run_plan(const PlanFlags& f) {
   fmt::print("{}", f.json ? r.to_json().dump() + "\n" : r.to_text());
   if (!f.report.empty()) write_plan_report(r.to_json(), f.report, f.json);
   if (!f.emit_workload.empty()) {
-    plan::EmittedWorkload w = plan::emit_workload(r, f.emit_workload);
+    plan::EmittedWorkload w = plan::emit_workload(r, f.emit_workload, emit_order);
     fmt::print(f.json ? stderr : stdout,
                "workload: one iteration for {} ranks, {} trace records in {} (rank 0 sends {:.3g} GB; the traces' own "
                "timeline {:.3f} s)\nreplay: weft sim --topology TOPOLOGY.yaml --workload {}\n",
@@ -358,6 +359,8 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_flag("--json", f->json, "print JSON");
   cmd->add_option("--emit-workload", f->emit_workload,
                   "write one iteration as per-rank traces into this folder (for weft sim; needs --global-batch)");
+  cmd->add_option("--emit-schedule", f->emit_schedule, "--emit-workload: micro-batch order, 1f1b | gpipe")
+      ->capture_default_str();
   cmd->add_option("--report", f->report, "write an HTML report of the plan or the sweep (docs/reports.md)");
   cmd->add_flag("--sweep", f->sweep, "rank every layout that fits by estimated iteration time (needs --gpus, --global-batch)");
   cmd->add_option("--top", f->top, "--sweep: rows to show")->capture_default_str()->check(positive());

@@ -95,7 +95,13 @@ std::string p2p_body(const char* op, int peer, std::int64_t bytes, Writer& w) {
 
 }  // namespace
 
-EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir) {
+EmitOrder parse_emit_order(const std::string& s) {
+  if (s == "1f1b") return EmitOrder::kOneForwardOneBackward;
+  if (s == "gpipe") return EmitOrder::kGPipe;
+  throw ConfigError("unknown --emit-schedule '" + s + "' (known: 1f1b, gpipe)");
+}
+
+EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, EmitOrder order) {
   const PlanInput& in = plan.input;
   if (in.parameters) throw ConfigError("--emit-workload needs a transformer model (a preset or dimensions), not --params");
   if (in.global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
@@ -175,8 +181,15 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir) {
         gap = 0;
       }
     };
-    for (std::int64_t mb = 0; mb < micro; ++mb) stage_pass(prev, next, fwd_s);  // forward, GPipe order
-    for (std::int64_t mb = 0; mb < micro; ++mb) stage_pass(next, prev, bwd_s);  // backward
+    // Forward passes receive from the previous stage and send to the next; backward passes
+    // the other way.
+    const std::int64_t warm = order == EmitOrder::kGPipe ? micro : std::min<std::int64_t>(pp - 1 - pp_i, micro);
+    for (std::int64_t mb = 0; mb < warm; ++mb) stage_pass(prev, next, fwd_s);
+    for (std::int64_t mb = 0; mb < micro - warm; ++mb) {
+      stage_pass(prev, next, fwd_s);
+      stage_pass(next, prev, bwd_s);
+    }
+    for (std::int64_t mb = 0; mb < warm; ++mb) stage_pass(next, prev, bwd_s);
     if (dp > 1) {
       // The gradients of this GPU's parameters over the data-parallel group.
       std::int64_t params = (stage_layer_count * pc.block + (pp_i == 0 || pp_i == pp - 1 ? pc.embedding : 0)) / tp;

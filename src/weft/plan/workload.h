@@ -20,8 +20,14 @@ struct EmittedWorkload {
 };
 
 // Writes DIR/rank-<r>.jsonl for every rank of `plan`'s layout (ranks: tensor parallel
-// innermost, then pipeline, then data parallel; GPipe order of micro-batches). Needs a
+// innermost, then pipeline, then data parallel). Micro-batches in 1F1B order (stage i of p
+// runs min(p - 1 - i, m) forwards first, then alternates a forward and a backward, then the
+// remaining backwards: PipeDream-Flush / Megatron's schedule) or, with `gpipe`, every
+// forward then every backward. Needs a
 // transformer model and a global batch; throws ConfigError otherwise.
-EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir);
+enum class EmitOrder { kOneForwardOneBackward, kGPipe };
+EmitOrder parse_emit_order(const std::string& s);  // 1f1b | gpipe; throws ConfigError
+EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir,
+                              EmitOrder order = EmitOrder::kOneForwardOneBackward);
 
 }  // namespace weft::plan
