@@ -577,3 +577,19 @@ TEST(EmitWorkload, OneForwardOneBackwardOrder) {
   }
   EXPECT_THROW(parse_emit_order("interleaved"), weft::ConfigError);
 }
+
+// DeepSeek-V3 (DeepSeek-AI 2024): 671B parameters, 37B activated per token (without the
+// multi-token-prediction module): 61 layers (the first 3 dense), multi-head latent attention,
+// 256 routed experts of 2,048 plus one shared, top 8. MLA caches the 512-rank latent and the
+// 64-dim rotary key per token and layer: 576 values, not 2 x 128 x 128.
+TEST(PlanSecondEdition, DeepSeekV3CountsAndLatentCache) {
+  const TransformerSpec m = preset("deepseek-v3");
+  const ParameterCount c = count_parameters(m);
+  EXPECT_NEAR(c.total / 1e9, 671, 0.5);
+  EXPECT_NEAR(c.active / 1e9, 37.5, 0.5);
+  // Attention: q 7168x1536 + 1536 + 1536x128x192, kv 7168x576 + 512 + 512x128x256, o 128x128x7168.
+  EXPECT_EQ(c.attention, 7168LL * 1536 + 1536 + 1536LL * 128 * 192 + 7168LL * 576 + 512 + 512LL * 128 * 256 + 128LL * 128 * 7168);
+  EXPECT_EQ(m.kv_cache_values(), 576);
+  EXPECT_DOUBLE_EQ(kv_cache_bytes(m, 1000, 1, 2), 61.0 * 576 * 1000 * 2);
+  EXPECT_DOUBLE_EQ(m.attention_width(), 128.0 * (128 + 64 + 128) / 2);
+}

@@ -23,6 +23,7 @@ struct PlanFlags {
   std::string model = "gpt3-175b";
   std::int64_t layers = 0, d_model = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, seq = 0;
   std::int64_t experts = 0, top_k = 0, expert_ffn = 0, shared_experts = -1, dense_layers = -1;
+  std::int64_t q_lora_rank = -1, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = -1, v_head_dim = 0;
   double params = 0;
   double gpus = 0, global_batch = 0;  // whole numbers, accepted as 1e3 too
   int tp = 1, pp = 1, dp = 0, cp = 1, ep = 1, zero = 0, interleave = 1;
@@ -97,6 +98,11 @@ int run_plan(const PlanFlags& f) {
   override_if("--expert-ffn", f.expert_ffn, 1, 100'000'000, in.model.expert_ffn);
   override_if("--shared-experts", f.shared_experts, 0, 1'000'000, in.model.shared_experts);
   override_if("--dense-layers", f.dense_layers, 0, 1'000'000, in.model.dense_layers);
+  override_if("--q-lora-rank", f.q_lora_rank, 0, 1'000'000, in.model.q_lora_rank);
+  override_if("--kv-lora-rank", f.kv_lora_rank, 1, 1'000'000, in.model.kv_lora_rank);
+  override_if("--qk-nope-dim", f.qk_nope_dim, 1, 1'000'000, in.model.qk_nope_dim);
+  override_if("--qk-rope-dim", f.qk_rope_dim, 0, 1'000'000, in.model.qk_rope_dim);
+  override_if("--v-head-dim", f.v_head_dim, 1, 1'000'000, in.model.v_head_dim);
   if (!changed.empty() && f.params == 0) in.model.name += " modified (" + changed + ")";
   in.precision = plan::parse_precision(f.precision);
   in.gpu = plan::gpu_preset(f.gpu);
@@ -279,7 +285,8 @@ int run_plan(const PlanFlags& f) {
 void add_plan_command(CLI::App& app, Action& action) {
   auto f = std::make_shared<PlanFlags>();
   CLI::App* cmd = app.add_subcommand("plan", "memory, compute, time, power and data for a training job at any scale");
-  cmd->add_option("--model", f->model, "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b | mixtral-8x7b")
+  cmd->add_option("--model", f->model,
+                  "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b | mixtral-8x7b | deepseek-v3")
       ->capture_default_str();
   cmd->add_option("--params", f->params, "a model given only by its parameter count (e.g. 7.5e9)")->check(positive());
   cmd->add_option("--layers", f->layers, "override: transformer blocks")->check(positive());
@@ -295,6 +302,15 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--shared-experts", f->shared_experts, "mixture of experts: experts every token uses")->check(non_negative());
   cmd->add_option("--dense-layers", f->dense_layers, "mixture of experts: leading layers with a dense feed-forward block")
       ->check(non_negative());
+  cmd->add_option("--kv-lora-rank", f->kv_lora_rank, "multi-head latent attention: the key-value latent's rank")
+      ->check(positive());
+  cmd->add_option("--q-lora-rank", f->q_lora_rank, "multi-head latent attention: the query bottleneck's rank (0: none)")
+      ->check(non_negative());
+  cmd->add_option("--qk-nope-dim", f->qk_nope_dim, "multi-head latent attention: query/key dims per head without rotary")
+      ->check(positive());
+  cmd->add_option("--qk-rope-dim", f->qk_rope_dim, "multi-head latent attention: rotary query/key dims per head")
+      ->check(non_negative());
+  cmd->add_option("--v-head-dim", f->v_head_dim, "multi-head latent attention: value dims per head")->check(positive());
   cmd->add_option("--gpus", f->gpus, "GPUs in the job (= tp x pp x cp x dp; 1024 or 1e3)")->check(positive());
   cmd->add_option("--tp", f->tp, "tensor-parallel size")->capture_default_str();
   cmd->add_option("--pp", f->pp, "pipeline-parallel size")->capture_default_str();

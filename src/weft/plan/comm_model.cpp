@@ -41,7 +41,7 @@ double predicted_kernel_flops(const TransformerSpec& m, const Layout& l, const R
   const double w = static_cast<double>(m.d_model) / l.tp;
   const double scale = rate.gemm_efficiency * w / (w + 256.0);
   if (!(rate.fp8_peak_flops > 0)) return scale * rate.peak_flops;
-  const double d = static_cast<double>(m.d_model), s = static_cast<double>(m.seq_len);
+  const double d = m.attention_width(), s = static_cast<double>(m.seq_len);
   const double layer_params = static_cast<double>(count_parameters(m).blocks) / static_cast<double>(m.layers);
   const double attention = 12 * d * s / (6 * layer_params + 12 * d * s);
   return 1.0 / ((1 - attention) / (scale * rate.fp8_peak_flops) + attention / (scale * rate.peak_flops));
@@ -56,7 +56,7 @@ struct TokenFlops {
 
 TokenFlops token_flops(const TransformerSpec& m, const Layout& l) {
   const ParameterCount c = count_parameters(m);
-  const double d = static_cast<double>(m.d_model), s = static_cast<double>(m.seq_len);
+  const double d = m.attention_width(), s = static_cast<double>(m.seq_len);
   // 6 x the parameters a token multiplies, plus the attention scores' 12 d s; recomputation
   // as hardware_flops_per_token counts it.
   const double attention = 12 * d * s;
@@ -74,7 +74,7 @@ TokenFlops token_flops(const TransformerSpec& m, const Layout& l) {
   TokenFlops f;
   f.dense_layer = 6 * static_cast<double>(c.block) * recompute_factor + attention + attention_extra;
   f.moe_layer = 6 * moe_active * recompute_factor + attention + attention_extra;
-  f.head = 6 * static_cast<double>(m.vocab) * d;
+  f.head = 6 * static_cast<double>(m.vocab) * static_cast<double>(m.d_model);
   return f;
 }
 
@@ -142,11 +142,12 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     const bool inside = static_cast<std::int64_t>(l.tp) * l.cp <= c.gpus_per_node;
     const LinkClass& link = inside ? c.nvlink : c.rail;
     e.context.link = inside ? "nvlink" : "rail";
-    const double kv_block = 2 * s_local * b * static_cast<double>(m.kv() * m.head_dim()) * 2 / l.tp;
+    const double kv_block = s_local * b * static_cast<double>(m.kv_cache_values()) * 2 / l.tp;
     const double sends = 3.0 * (l.cp - 1) * static_cast<double>(most_layers * micro);
     e.context.bytes = sends * kv_block;
     e.context.seconds = sends * (link.latency_s + kv_block / link.bytes_per_second);
-    const double attention_s = 12 * h * s * s_local * b / l.tp / e.kernel_flops * static_cast<double>(most_layers * micro);
+    const double attention_s =
+        12 * m.attention_width() * s * s_local * b / l.tp / e.kernel_flops * static_cast<double>(most_layers * micro);
     e.context.exposed_s = std::max(0.0, e.context.seconds - attention_s);
   }
   // Expert parallelism: each MoE layer's tokens go to their experts and back, an all-to-all

@@ -206,7 +206,7 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
 }
 
 double kv_cache_bytes(const TransformerSpec& m, std::int64_t tokens, std::int64_t batch, double bytes_per_value) {
-  return 2.0 * static_cast<double>(m.layers * m.kv() * m.head_dim()) * static_cast<double>(tokens) *
+  return static_cast<double>(m.layers * m.kv_cache_values()) * static_cast<double>(tokens) *
          static_cast<double>(batch) * bytes_per_value;
 }
 
@@ -221,13 +221,13 @@ double model_flops_per_token(const TransformerSpec& m) {
   // head (a tied head is the embedding again).
   double n = static_cast<double>(c.active - c.embedding);
   n += static_cast<double>(m.tied_embeddings ? m.vocab * m.d_model : 0);
-  const double attention = 12.0 * static_cast<double>(m.layers) * static_cast<double>(m.d_model) * static_cast<double>(m.seq_len);
+  const double attention = 12.0 * static_cast<double>(m.layers) * m.attention_width() * static_cast<double>(m.seq_len);
   return 6 * n + attention;
 }
 
 double hardware_flops_per_token(const TransformerSpec& m, const Layout& l) {
   const double model = model_flops_per_token(m);
-  const double lds = static_cast<double>(m.layers) * static_cast<double>(m.d_model) * static_cast<double>(m.seq_len);
+  const double lds = static_cast<double>(m.layers) * m.attention_width() * static_cast<double>(m.seq_len);
   if (l.full_recompute()) {
     // One more forward of the recomputed layers (all of them, or recompute_layers per
     // stage): 2 x their active parameters and 4 L d s of attention; the head is not recomputed.

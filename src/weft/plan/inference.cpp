@@ -41,8 +41,10 @@ InferenceReport plan_inference(const InferenceInput& in) {
       in.pp == 1 ? r.parameters : stage_layers * per_layer + std::max(static_cast<double>(c.embedding), head);
   r.weights_per_gpu = stage_params / in.tp * in.weight_bytes;
   // The cache: a tensor-parallel GPU holds kv_heads / tp heads (at least one: a head is not split).
+  // (MLA's latent is shared by the heads: every tensor-parallel GPU keeps all of it.)
   const double kv_heads_per_gpu = std::max(1.0, static_cast<double>(m.kv()) / in.tp);
-  r.kv_per_token = 2 * stage_layers * kv_heads_per_gpu * static_cast<double>(m.head_dim()) * in.kv_bytes;
+  r.kv_per_token = m.mla() ? stage_layers * static_cast<double>(m.kv_cache_values()) * in.kv_bytes
+                           : 2 * stage_layers * kv_heads_per_gpu * static_cast<double>(m.head_dim()) * in.kv_bytes;
   r.kv_per_gpu = r.kv_per_token * static_cast<double>(context) * static_cast<double>(in.batch);
   r.total_per_gpu = r.weights_per_gpu + r.kv_per_gpu;
   r.fits = r.total_per_gpu <= in.gpu.memory_bytes;
@@ -61,7 +63,7 @@ InferenceReport plan_inference(const InferenceInput& in) {
     rate.fp8_peak_flops = in.gpu.peak_fp8_flops;
   }
   const double kernel = predicted_kernel_flops(m, l, rate);
-  const double d = static_cast<double>(m.d_model), L = static_cast<double>(m.layers), B = static_cast<double>(in.batch);
+  const double d = m.attention_width(), L = static_cast<double>(m.layers), B = static_cast<double>(in.batch);
   const double p = static_cast<double>(prompt), ctx = static_cast<double>(context);
   const double prefill_flops = B * (2 * r.active_parameters * p + 2 * L * d * p * p);
   r.prefill_s = prefill_flops / (in.tp * kernel);

@@ -13,6 +13,8 @@ void check_shape(const TransformerSpec& m, int tp) {
   }
   if (m.moe() && (m.top_k < 1 || m.top_k > m.experts))
     throw ConfigError("--top-k " + std::to_string(m.top_k) + " must be in 1.." + std::to_string(m.experts) + " (the experts)");
+  if (m.mla() && (m.qk_nope_dim < 1 || m.qk_rope_dim < 0 || m.v_head_dim < 1 || m.q_lora_rank < 0))
+    throw ConfigError("multi-head latent attention needs --qk-nope-dim and --v-head-dim (1 or more)");
   if (m.dense_layers < 0 || m.dense_layers > m.layers)
     throw ConfigError("--dense-layers must be in 0.." + std::to_string(m.layers));
   if (m.heads % tp != 0) {
@@ -32,6 +34,17 @@ ParameterCount count_parameters(const TransformerSpec& m) {
   c.embedding = add(mul(m.vocab, d), m.learned_positions ? mul(m.seq_len, d) : 0);
   // Q and O are d x d; K and V are d x (kv heads x head dim).
   c.attention = add(add(mul(2, mul(d, d)), mul(2, mul(d, kvd))), m.biases ? add(mul(2, d), mul(2, kvd)) : 0);
+  if (m.mla()) {
+    // Queries: d -> q_lora_rank (normed) -> heads x (nope + rope), or d -> heads x (nope + rope);
+    // keys and values: d -> kv_lora_rank (normed) + rope, the latent -> heads x (nope + v);
+    // output: heads x v -> d (DeepSeek-V2, section 2.1).
+    const std::int64_t H = m.heads, qk = add(m.qk_nope_dim, m.qk_rope_dim);
+    const std::int64_t q = m.q_lora_rank > 0 ? add(add(mul(d, m.q_lora_rank), m.q_lora_rank), mul(m.q_lora_rank, mul(H, qk)))
+                                             : mul(d, mul(H, qk));
+    const std::int64_t kv = add(add(mul(d, add(m.kv_lora_rank, m.qk_rope_dim)), m.kv_lora_rank),
+                                mul(m.kv_lora_rank, mul(H, add(m.qk_nope_dim, m.v_head_dim))));
+    c.attention = add(add(q, kv), mul(mul(H, m.v_head_dim), d));
+  }
   auto mlp = [&](std::int64_t hidden) { return add(mul(m.gated_ffn ? 3 : 2, mul(d, hidden)), m.biases ? add(hidden, d) : 0); };
   c.ffn = mlp(f);
   const std::int64_t norm = m.layer_norm ? mul(2, d) : d;
@@ -58,8 +71,8 @@ ParameterCount count_parameters(const TransformerSpec& m) {
 }
 
 const std::vector<std::string>& preset_names() {
-  static const std::vector<std::string> names{"gpt2-124m",  "gpt3-175b",   "llama3-8b",
-                                              "llama3-70b", "llama3-405b", "mixtral-8x7b"};
+  static const std::vector<std::string> names{"gpt2-124m",   "gpt3-175b",    "llama3-8b",  "llama3-70b",
+                                              "llama3-405b", "mixtral-8x7b", "deepseek-v3"};
   return names;
 }
 
@@ -87,6 +100,13 @@ TransformerSpec preset(const std::string& name) {
   if (name == "mixtral-8x7b") {  // Jiang et al. 2024 (Mixtral of experts), table 1: 8 experts, top 2
     llama(32, 4096, 32, 14336);
     m.vocab = 32000, m.seq_len = 32768, m.experts = 8, m.top_k = 2;
+    return m;
+  }
+  if (name == "deepseek-v3") {  // DeepSeek-AI 2024 (DeepSeek-V3 technical report), section 4.2
+    llama(61, 7168, 128, 18432);
+    m.kv_heads = 0, m.vocab = 129280, m.seq_len = 4096;
+    m.experts = 256, m.top_k = 8, m.expert_ffn = 2048, m.shared_experts = 1, m.dense_layers = 3;
+    m.q_lora_rank = 1536, m.kv_lora_rank = 512, m.qk_nope_dim = 128, m.qk_rope_dim = 64, m.v_head_dim = 128;
     return m;
   }
   std::string known;

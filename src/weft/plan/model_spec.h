@@ -32,6 +32,11 @@ struct TransformerSpec {
   std::int64_t expert_ffn = 0;
   std::int64_t shared_experts = 0;
   std::int64_t dense_layers = 0;
+  // Multi-head latent attention (DeepSeek-V2/V3): queries through a q_lora_rank bottleneck
+  // (0: none), keys and values from one kv_lora_rank latent per token (what the cache keeps,
+  // with the qk_rope_dim rotary key); per head qk_nope_dim + qk_rope_dim query/key
+  // dimensions and v_head_dim value dimensions. kv_lora_rank 0: ordinary attention.
+  std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
 
   std::int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
   std::int64_t head_dim() const { return d_model / heads; }
@@ -39,6 +44,16 @@ struct TransformerSpec {
   bool moe() const { return experts > 0; }
   std::int64_t expert_size() const { return expert_ffn > 0 ? expert_ffn : ffn_size(); }
   std::int64_t moe_layers() const { return moe() ? layers - dense_layers : 0; }
+  bool mla() const { return kv_lora_rank > 0; }
+  // The width the attention scores and values work in, d for ordinary attention:
+  // heads x (query/key dims + value dims) / 2 (the attention FLOPs are 12 L s x this per token).
+  double attention_width() const {
+    return mla() ? static_cast<double>(heads) * static_cast<double>(qk_nope_dim + qk_rope_dim + v_head_dim) / 2.0
+                 : static_cast<double>(d_model);
+  }
+  // Values the key-value cache keeps per token and layer: 2 x kv heads x head dim, or the
+  // latent and the rotary key with MLA.
+  std::int64_t kv_cache_values() const { return mla() ? kv_lora_rank + qk_rope_dim : 2 * kv() * head_dim(); }
 };
 
 struct ParameterCount {
@@ -68,8 +83,8 @@ ParameterCount count_parameters(const TransformerSpec& m);
 // the heads, or tensor parallelism of tp does not divide the heads.
 void check_shape(const TransformerSpec& m, int tp = 1);
 
-// gpt2-124m, gpt3-175b, llama3-8b, llama3-70b, llama3-405b, mixtral-8x7b; throws
-// ConfigError listing them.
+// gpt2-124m, gpt3-175b, llama3-8b, llama3-70b, llama3-405b, mixtral-8x7b, deepseek-v3;
+// throws ConfigError listing them.
 TransformerSpec preset(const std::string& name);
 const std::vector<std::string>& preset_names();
 
