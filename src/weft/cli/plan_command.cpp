@@ -177,9 +177,10 @@ int run_plan(const PlanFlags& f) {
   in.cluster.host.bytes_per_second = f.host_gbps > 0 ? f.host_gbps * 1e9 : in.gpu.host_bandwidth;
   // What the workload needs, checked before anything is printed.
   if (f.inference) {
-    if (f.sweep || !f.emit_workload.empty() || f.params > 0 || f.tokens > 0 || global_batch > 0 || f.dp > 0 || f.cp > 1)
+    if (f.sweep || !f.emit_workload.empty() || !f.report.empty() || f.params > 0 || f.tokens > 0 || global_batch > 0 ||
+        f.dp > 0 || f.cp > 1)
       throw ConfigError("--inference sizes serving: it takes --tp, --pp, --batch, --context and --prompt, not --sweep, "
-                        "--emit-workload, --params, --tokens, --global-batch, --dp or --cp");
+                        "--emit-workload, --report, --params, --tokens, --global-batch, --dp or --cp");
     plan::InferenceInput ii;
     ii.model = in.model;
     ii.gpu = in.gpu;
