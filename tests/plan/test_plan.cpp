@@ -593,3 +593,31 @@ TEST(PlanSecondEdition, DeepSeekV3CountsAndLatentCache) {
   EXPECT_DOUBLE_EQ(kv_cache_bytes(m, 1000, 1, 2), 61.0 * 576 * 1000 * 2);
   EXPECT_DOUBLE_EQ(m.attention_width(), 128.0 * (128 + 64 + 128) / 2);
 }
+
+// Korthikanti et al. 2022, abstract and section 5: sequence parallelism with selective
+// recomputation "reduces activation memory by 5x" against tensor parallelism alone, and
+// "reduces execution time overhead from activation recomputation by over 90%" against full
+// recomputation; checked on the paper's GPT configurations (t 8, s 2048): 175B (96 heads,
+// h 12,288), 530B (128, 20,480), 1T (160, 25,600).
+TEST(PlanSecondEdition, KorthikantiActivationAndRecomputeClaims) {
+  struct Config {
+    std::int64_t heads, hidden, layers;
+  };
+  for (const Config& c : {Config{96, 12288, 96}, Config{128, 20480, 105}, Config{160, 25600, 128}}) {
+    TransformerSpec m = preset("gpt3-175b");
+    m.heads = c.heads, m.d_model = c.hidden, m.layers = c.layers, m.vocab = 51200;
+    Layout tp_only;
+    tp_only.tp = 8;
+    Layout present = tp_only;
+    present.sequence_parallel = true;
+    present.recompute = Recompute::kSelective;
+    const double ratio = layer_activation_bytes(m, tp_only, false) / layer_activation_bytes(m, present, false);
+    EXPECT_GT(ratio, 4.5) << c.hidden;
+    EXPECT_LT(ratio, 6.5) << c.hidden;
+    Layout full = tp_only;
+    full.recompute = Recompute::kFull;
+    const double model = model_flops_per_token(m);
+    const double saved = 1 - (hardware_flops_per_token(m, present) - model) / (hardware_flops_per_token(m, full) - model);
+    EXPECT_GT(saved, 0.90) << c.hidden;
+  }
+}
