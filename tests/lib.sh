@@ -6,6 +6,13 @@ new_work_dir() {
   trap 'rm -rf "$work"' EXIT
 }
 
+# fail MESSAGE...: prints FAIL: MESSAGE and ends the script.
+fail() { echo "FAIL: $*"; exit 1; }
+
+# json_value NAME: field NAME of the JSON object on the last line of standard input (any
+# JSON value, printed as Python prints it).
+json_value() { python3 -c "import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
+
 # json_field NAME: the last value of "NAME": in the JSON summaries read from standard input.
 json_field() { grep -o "\"$1\":[-0-9.e+]*" | tail -n 1 | cut -d: -f2; }
 

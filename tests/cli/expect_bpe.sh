@@ -5,11 +5,9 @@
 # out of the saved model as a .model file trains a model with the same vocabulary.
 # usage: expect_bpe.sh WEFT
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-field() { python3 -c "import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
+new_work_dir
 python3 - "$work/corpus.txt" <<'PY'
 import sys
 lines = ["Καλημέρα κόσμε, the quick brown fox jumps over the lazy dog.", "Grüße aus Köln: 3 € für 2 Äpfel.",
@@ -19,7 +17,7 @@ PY
 small=(--model gpt --context 32 --d-model 64 --heads 2 --layers 2 --batch 8 --max-steps 20 --eval-every 20 --quiet)
 "$weft" train "${small[@]}" --data "$work/corpus.txt" --tokenizer bpe --vocab-size 400 --save-model "$work/bpe.safetensors" \
   > "$work/out" || fail "training with --tokenizer bpe"
-vocab=$(field vocab < "$work/out")
+vocab=$(json_value vocab < "$work/out")
 [ "$vocab" -gt 256 ] && [ "$vocab" -le 400 ] || fail "vocabulary $vocab"
 for model in bpe char; do
   if [ "$model" = char ]; then
@@ -37,7 +35,7 @@ assert meta["weft_tokenizer"] == "bpe", meta["weft_tokenizer"]
 open(sys.argv[2], "wb").write(base64.b64decode(meta["weft_tokenizer_vocabulary"]))
 PY
 "$weft" train "${small[@]}" --data "$work/corpus.txt" --tokenizer "$work/corpus.model" > "$work/out2"
-[ "$(field vocab < "$work/out2")" = "$vocab" ] || fail "the .model file gave another vocabulary"
+[ "$(json_value vocab < "$work/out2")" = "$vocab" ] || fail "the .model file gave another vocabulary"
 echo "a SentencePiece .model file trains with the same vocabulary"
 if out=$("$weft" train "${small[@]}" --data "$work/corpus.txt" --tokenizer "$work/corpus.txt.model" 2>&1); then fail "a missing .model file"; fi
 echo "$out" | grep -q "corpus.txt.model" || fail "missing .model: $out"

@@ -20,7 +20,6 @@ new_work_dir
 server=""
 stop_server() { if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; server=""; fi; }
 trap 'stop_server; rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
 
 python3 "$make_model" "$work/f32" --seed 1 >/dev/null
 python3 "$make_model" "$work/bf16" --seed 2 --dtype BF16 --prefix >/dev/null

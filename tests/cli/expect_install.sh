@@ -5,11 +5,10 @@
 # of the same program links too.
 # usage: expect_install.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 src=$1
 build=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+new_work_dir
 
 cmake --install "$build" --prefix "$work/prefix" > "$work/install.log" || fail "install: $(tail -n 5 "$work/install.log")"
 for f in bin/weft include/weft/comm/communicator.h include/weft/parallel/ddp.h lib/libweft_comm.a \

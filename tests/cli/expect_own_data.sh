@@ -7,12 +7,10 @@
 # instead of a folder, a ragged CSV row.
 # usage: expect_own_data.sh WEFT FIXTURES
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
 fix=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-field() { python3 -c "import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
+new_work_dir
 export PATH=/usr/bin:/bin:$PATH  # Debian's python3, with numpy
 
 # Learnable data: class k lights up its own patch of the image, plus noise.
@@ -50,7 +48,7 @@ echo "IDX 16x16: mlp and cnn train, predict reads them back"
 # NPY, 3 channels, 13 classes: the CNN learns it.
 "$weft" train --model cnn --data "$work/npy" --batch 32 --epochs 4 --lr 0.05 --save-model "$work/npy.safetensors" \
   --quiet > "$work/out"
-acc=$(field test_accuracy < "$work/out")
+acc=$(json_value test_accuracy < "$work/out")
 python3 -c "import sys; sys.exit(0 if $acc > 0.8 else 1)" || fail "NPY 3x12x12, 13 classes: test accuracy $acc"
 python3 - "$work/npy.safetensors" <<'PY'
 import json, struct, sys
@@ -59,14 +57,14 @@ meta = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])["__metadata__"]
 assert (meta["weft_channels"], meta["weft_height"], meta["weft_width"], meta["weft_classes"]) == ("3", "12", "12", "13"), meta
 assert len(meta["weft_mean"].split(",")) == 3 and len(meta["weft_std"].split(",")) == 3, meta
 PY
-p=$("$weft" predict "$work/npy.safetensors" --data "$work/npy" --json | field test_accuracy)
+p=$("$weft" predict "$work/npy.safetensors" --data "$work/npy" --json | json_value test_accuracy)
 [ "$p" = "$acc" ] || fail "predict's accuracy $p is not training's $acc"
 echo "NPY 3x12x12, 13 classes: test accuracy $acc (predict agrees)"
 
 # CSV, 8x8, 12 classes, a header row; given normalization.
 "$weft" train --model mlp --data "$work/csv" --batch 32 --epochs 4 --lr 0.05 --norm-mean 0.3 --norm-std 0.4 \
   --save-model "$work/csv.safetensors" --quiet > "$work/out"
-acc=$(field test_accuracy < "$work/out")
+acc=$(json_value test_accuracy < "$work/out")
 python3 -c "import sys; sys.exit(0 if $acc > 0.8 else 1)" || fail "CSV 8x8, 12 classes: test accuracy $acc"
 grep -a -q '"weft_mean":"0.3"' "$work/csv.safetensors" || fail "--norm-mean was not saved"
 echo "CSV 8x8, 12 classes: test accuracy $acc"

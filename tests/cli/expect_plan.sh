@@ -6,10 +6,9 @@
 # before anything is printed; flag and value errors exit 2 alike; --inference sizes serving.
 # usage: expect_plan.sh WEFT
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
-fail() { echo "FAIL: $*"; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_work_dir
 
 "$weft" plan --layers 2 --json | python3 -c '
 import json, sys
@@ -36,7 +35,7 @@ print(f"--gpus 1e3: {d['layout']['gpus']} GPUs; {t['iterations']:.0f} iterations
 PY
 
 # A workload without a batch: the error before any of the plan is printed.
-out=$("$weft" plan --emit-workload "$(mktemp -d)/w" 2>/dev/null) && fail "--emit-workload without --global-batch"
+out=$("$weft" plan --emit-workload "$work/w" 2>/dev/null) && fail "--emit-workload without --global-batch"
 [ -z "$out" ] || fail "--emit-workload without --global-batch printed the plan first: $out"
 echo "--emit-workload without --global-batch: refused before printing"
 

@@ -5,14 +5,13 @@
 # in its backend, reaches the same accuracy on weft as on gloo with 2 and 4 ranks.
 # usage: expect_torch_backend.sh WEFT
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 python_dir=$(cd "$(dirname "$weft")/python" && pwd)
 export PATH=/usr/bin:/bin:$PATH  # Debian's python3, with python3-torch
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
+new_work_dir
 
 for n in 2 3; do
   out=$("$weft" launch --nproc-per-node "$n" --no-prefix "$here/torch_backend_api.py" 2>&1) || fail "API on $n ranks: $out"

@@ -3,12 +3,11 @@
 # python3, PyTorch's env:// rendezvous, the TORCHELASTIC_* variables across a restart,
 # output without the rank prefix, and per-rank log files (--tee, --redirects).
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
 here=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+new_work_dir
 export PATH=/usr/bin:/bin:$PATH  # Debian's python3, with python3-torch
-fail() { echo "FAIL: $*"; exit 1; }
 
 # torchrun's spellings; the script's first attempt fails on rank 1, the restart succeeds.
 "$weft" launch --nproc_per_node 2 --max_restarts 1 --rdzv_id job-7 --no-prefix "$here/torchrun_script.py" \

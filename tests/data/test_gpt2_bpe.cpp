@@ -169,3 +169,17 @@ TEST(Gpt2Tokenizer, MalformedFilesAreNamedDataErrors) {
   expect_error("[1, 2]", good.merges, "not a JSON object");
   EXPECT_THROW(make_tokenizer("gpt2", "{}"), DataError);
 }
+
+TEST(Gpt2Tokenizer, SeveralSpecialTokensInterleaved) {
+  Files f(Merges{{"a", "b"}}, false);
+  json doc = {{"model", {{"type", "BPE"}, {"vocab", f.vocab}, {"merges", {"a b"}}}},
+              {"pre_tokenizer", {{"type", "ByteLevel"}}},
+              {"added_tokens", {{{"id", 300}, {"content", "<|endoftext|>"}}, {{"id", 301}, {"content", "<|x|>"}},
+                                {{"id", 302}, {"content", "<|x|>y"}}}}};
+  auto t = Gpt2Tokenizer::from_tokenizer_json(doc.dump(), "tokenizer.json");
+  // The earliest special wins; of two starting together, the longer.
+  EXPECT_EQ(t->encode("ab<|x|>a<|endoftext|><|x|>y<|x|>ab<|x|>"),
+            (std::vector<std::int32_t>{f.id("ab"), 301, 'a', 300, 302, 301, f.id("ab"), 301}));
+  for (std::int32_t id : t->encode("no <|specials|> here")) EXPECT_LT(id, 300);
+  EXPECT_EQ(t->decode(t->encode("ab<|x|>a<|endoftext|>")), "ab<|x|>a<|endoftext|>");
+}

@@ -258,9 +258,7 @@ int run_plan(const PlanFlags& f) {
       if (!reference_fits) {
         fmt::print("your layout ({}) does not fit in {:.0f} GB\n", plan::layout_label(l), in.gpu.memory_bytes / 1e9);
       } else {
-        std::size_t rank = 1;
-        while (rank <= rows.size() && rows[rank - 1].iteration.iteration_overlap_s < reference->iteration.iteration_overlap_s - 1e-12)
-          ++rank;
+        const std::size_t rank = plan::rank_among(rows, *reference);
         fmt::print("your layout ({}): {:.3f} s, rank {} of {}; the fastest is {:.1f}% faster, your layout spends {}\n", plan::layout_label(l),
                    reference->iteration.iteration_overlap_s, rank, rows.size(),
                    100 * (1 - rows.front().iteration.iteration_overlap_s / reference->iteration.iteration_overlap_s),

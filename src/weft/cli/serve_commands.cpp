@@ -155,11 +155,12 @@ int run_generate(GenerateConfig c) {
   std::unique_ptr<serve::Decoder> decoder =
       c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm) : serve::join_decoder(*lm, serve::parse_weight_format(c.quantize), c.tp, c.pp, c.micro_batches);
   if (!decoder) return 0;  // a model-parallel rank that followed rank 0
-  serve::GenerationResult r = serve::generate(*decoder, *m.tokenizer, c.prompt, c.options);
+  const std::vector<std::int32_t> prompt_ids = m.tokenizer->encode(c.prompt);
+  serve::GenerationResult r = serve::generate(*decoder, *m.tokenizer, c.prompt, prompt_ids, c.options);
   if (c.json) {
     fmt::print("{}\n", nlohmann::json{{"model", m.name},
                                       {"prompt", c.prompt},
-                                      {"prompt_token_ids", m.tokenizer->encode(c.prompt)},
+                                      {"prompt_token_ids", prompt_ids},
                                       {"text", r.text},
                                       {"tokens", r.tokens},
                                       {"finish_reason", r.finish_reason},

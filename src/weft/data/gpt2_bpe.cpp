@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <unordered_map>
@@ -66,11 +66,16 @@ std::vector<std::uint32_t> code_points(const std::string& s) {
   return out;
 }
 
-struct PairHash {
-  std::size_t operator()(std::uint64_t v) const { return std::hash<std::uint64_t>()(v); }
-};
 std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
+}
+
+// A merge "a b": two tokens and one space; nullopt otherwise.
+std::optional<std::pair<std::string, std::string>> split_merge(const std::string& line) {
+  const std::size_t space = line.find(' ');
+  if (space == 0 || space == std::string::npos || space + 1 == line.size() || line.find(' ', space + 1) != std::string::npos)
+    return std::nullopt;
+  return std::pair{line.substr(0, space), line.substr(space + 1)};
 }
 
 }  // namespace
@@ -83,7 +88,7 @@ struct Gpt2Tokenizer::State {
   struct Merge {
     std::int32_t rank, into;
   };
-  std::unordered_map<std::uint64_t, Merge, PairHash> merge_of;
+  std::unordered_map<std::uint64_t, Merge> merge_of;
   std::array<std::int32_t, 256> byte_token{};
   std::vector<std::pair<std::string, std::int32_t>> specials;  // longest first
   std::int32_t end_of_text = -1;
@@ -207,7 +212,7 @@ std::vector<std::int32_t> Gpt2Tokenizer::State::merge_word(std::string_view word
   struct Candidate {
     std::int32_t rank;
     std::int64_t left;
-    std::int32_t a, b;  // the pieces it was made for
+    std::int32_t a, b, into;  // the pieces it was made for, and what they merge into
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
@@ -215,7 +220,7 @@ std::vector<std::int32_t> Gpt2Tokenizer::State::merge_word(std::string_view word
     if (left < 0 || next[static_cast<std::size_t>(left)] < 0) return;
     const auto l = static_cast<std::size_t>(left), r = static_cast<std::size_t>(next[l]);
     auto it = merge_of.find(pair_key(piece[l], piece[r]));
-    if (it != merge_of.end()) heap.push({it->second.rank, left, piece[l], piece[r]});
+    if (it != merge_of.end()) heap.push({it->second.rank, left, piece[l], piece[r], it->second.into});
   };
   for (std::size_t i = 0; i + 1 < n; ++i) consider(static_cast<std::int64_t>(i));
   while (!heap.empty()) {
@@ -224,7 +229,7 @@ std::vector<std::int32_t> Gpt2Tokenizer::State::merge_word(std::string_view word
     const auto l = static_cast<std::size_t>(c.left);
     if (piece[l] != c.a || next[l] < 0 || piece[static_cast<std::size_t>(next[l])] != c.b) continue;  // stale
     const auto r = static_cast<std::size_t>(next[l]);
-    piece[l] = merge_of.at(pair_key(c.a, c.b)).into;
+    piece[l] = c.into;
     piece[r] = -1;
     next[l] = next[r];
     if (next[r] >= 0) prev[static_cast<std::size_t>(next[r])] = c.left;
@@ -283,10 +288,9 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_files(const std::string& voca
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) continue;
-    const std::size_t space = line.find(' ');
-    if (space == 0 || space == std::string::npos || space + 1 == line.size() || line.find(' ', space + 1) != std::string::npos)
-      throw DataError(source + ": merges.txt line " + std::to_string(line_number) + " is not two tokens: '" + line + "'");
-    merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+    auto merge = split_merge(line);
+    if (!merge) throw DataError(source + ": merges.txt line " + std::to_string(line_number) + " is not two tokens: '" + line + "'");
+    merges.push_back(std::move(*merge));
   }
   std::unique_ptr<Gpt2Tokenizer> t(new Gpt2Tokenizer());
   t->s_ = build_state(vocab, merges, {}, source);
@@ -314,10 +318,9 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json(const std::str
         continue;
       }
       const std::string line = m.get<std::string>();
-      const std::size_t space = line.find(' ');
-      if (space == 0 || space == std::string::npos || space + 1 == line.size())
-        throw DataError(source + ": merge '" + line + "' is not two tokens");
-      merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+      auto merge = split_merge(line);
+      if (!merge) throw DataError(source + ": merge '" + line + "' is not two tokens");
+      merges.push_back(std::move(*merge));
     }
     std::vector<std::pair<std::string, std::int64_t>> added;
     if (doc.contains("added_tokens") && doc["added_tokens"].is_array())
@@ -333,16 +336,20 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json(const std::str
 std::vector<std::int32_t> Gpt2Tokenizer::encode(const std::string& raw) const {
   const std::string text = valid_utf8(raw);
   std::vector<std::int32_t> out;
+  // Where each special token next occurs, searched again only once passed (so many
+  // occurrences of one cost no rescans of the text for the others).
+  std::vector<std::size_t> next(s_->specials.size(), 0);
+  for (std::size_t k = 0; k < next.size(); ++k) next[k] = text.find(s_->specials[k].first);
   std::size_t at = 0;
   while (at < text.size()) {
     // The earliest special token (the longest where two start together), else the rest.
     std::size_t found = std::string::npos;
     const std::pair<std::string, std::int32_t>* special = nullptr;
-    for (const auto& sp : s_->specials) {
-      const std::size_t p = text.find(sp.first, at);
-      if (p < found) {
-        found = p;
-        special = &sp;
+    for (std::size_t k = 0; k < next.size(); ++k) {
+      if (next[k] != std::string::npos && next[k] < at) next[k] = text.find(s_->specials[k].first, at);
+      if (next[k] < found) {
+        found = next[k];
+        special = &s_->specials[k];
       }
     }
     s_->encode_plain(std::string_view(text).substr(at, std::min(found, text.size()) - at), out);

@@ -47,39 +47,6 @@ double predicted_kernel_flops(const TransformerSpec& m, const Layout& l, const R
   return 1.0 / ((1 - attention) / (scale * rate.fp8_peak_flops) + attention / (scale * rate.peak_flops));
 }
 
-namespace {
-
-// Per token, forward and backward (recomputation included) of one layer, and of the head.
-struct TokenFlops {
-  double dense_layer = 0, moe_layer = 0, head = 0;
-};
-
-TokenFlops token_flops(const TransformerSpec& m, const Layout& l) {
-  const ParameterCount c = count_parameters(m);
-  const double d = m.attention_width(), s = static_cast<double>(m.seq_len);
-  // 6 x the parameters a token multiplies, plus the attention scores' 12 d s; recomputation
-  // as hardware_flops_per_token counts it.
-  const double attention = 12 * d * s;
-  double recompute_factor = 1, attention_extra = 0;
-  if (l.full_recompute()) recompute_factor = 4.0 / 3.0, attention_extra = 4 * d * s;
-  if (l.flash_attention) attention_extra += 2 * d * s;
-  else if (l.recompute == Recompute::kSelective) attention_extra += 4 * d * s;
-  if (l.full_recompute() && l.recompute_layers > 0) {
-    const double share = std::min(1.0, static_cast<double>(l.recompute_layers * l.pp) / static_cast<double>(m.layers));
-    recompute_factor = 1 + share / 3.0;
-    attention_extra = share * 4 * d * s + (l.flash_attention ? 2 * d * s : 0);
-  }
-  const double moe_active =
-      static_cast<double>(c.attention + c.norms + c.router + c.shared + m.top_k * c.expert);
-  TokenFlops f;
-  f.dense_layer = 6 * static_cast<double>(c.block) * recompute_factor + attention + attention_extra;
-  f.moe_layer = 6 * moe_active * recompute_factor + attention + attention_extra;
-  f.head = 6 * static_cast<double>(m.vocab) * static_cast<double>(m.d_model);
-  return f;
-}
-
-}  // namespace
-
 IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, const Layout& l, const Cluster& c,
                                      std::int64_t global_batch, const Rate& rate) {
   if (global_batch < 1) throw ConfigError("--global-batch must be at least 1");
@@ -92,8 +59,8 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   const std::vector<std::int64_t> layers = stage_layers(m, l);
   const TokenFlops tf = token_flops(m, l);
   const double tokens_mb = s_local * b / l.tp;  // a GPU's share of a micro-batch's tokens
+  // (An end-to-end rate is the whole iteration's: the breakdown uses the predicted kernel rate.)
   e.kernel_flops = rate.kind == RateKind::kKernel ? rate.hardware_flops : predicted_kernel_flops(m, l, rate);
-  if (rate.kind == RateKind::kEndToEnd) e.kernel_flops = predicted_kernel_flops(m, l, rate);  // for the breakdown
   if (!(e.kernel_flops > 0)) throw ConfigError("the kernel FLOP/s per GPU must be positive");
   const bool predicted = rate.kind != RateKind::kKernel;
 
@@ -102,7 +69,7 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   std::int64_t first = 0, most_layers = 0, most_moe_layers = 0;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     std::int64_t moe_layers = 0;
-    for (std::int64_t k = first; k < first + layers[i]; ++k) moe_layers += m.moe() && k >= m.dense_layers ? 1 : 0;
+    for (std::int64_t k = first; k < first + layers[i]; ++k) moe_layers += m.is_moe_layer(k) ? 1 : 0;
     first += layers[i];
     const double flops = (static_cast<double>(layers[i] - moe_layers) * tf.dense_layer +
                           static_cast<double>(moe_layers) * tf.moe_layer + (i + 1 == layers.size() ? tf.head : 0)) * tokens_mb;
@@ -180,11 +147,11 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   // micro-batch's forward and backward and reduce-scatters its gradients, overlapped layer
   // by layer with that micro-batch's compute.
   const int group = l.dp * l.cp;
+  // This GPU's parameters (of the stage that needs the most memory), for data parallelism and offload.
+  const double params = group > 1 || l.offload != Offload::kNone ? training_memory(m, p, l).parameters : 0;
   e.data.link = "rail";
   if (group > 1) {
-    const MemoryBreakdown state = training_memory(m, p, l);
-    const double params = state.parameters;
-    const double grad_bytes = params * (p == Precision::kFp32Adam || p == Precision::kMegatronDistributed ? 4.0 : 2.0);
+    const double grad_bytes = params * gradient_bytes(p);
     const double half = ring_half_seconds(grad_bytes, group, c.rail);
     const double t_bwd = backward_share * stage_mb_s, t_fwd = stage_mb_s - t_bwd;
     const double bucket = 1.0 / static_cast<double>(std::max<std::int64_t>(most_layers, 1));
@@ -204,14 +171,13 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   // iteration, exposed; with params, the 16-bit weights also come up for every micro-batch's
   // forward and backward, hidden behind that micro-batch's compute as far as it lasts.
   if (l.offload != Offload::kNone) {
-    const MemoryBreakdown state = training_memory(m, p, l);
-    const double shard = state.parameters / std::max(1, l.zero >= 1 ? l.dp * l.cp : 1);
+    const double shard = params / std::max(1, l.zero >= 1 ? l.dp * l.cp : 1);
     e.host.link = "host";
     e.host.bytes = shard * (4 + 2);
     e.host.seconds = 2 * c.host.latency_s + e.host.bytes / c.host.bytes_per_second;
     e.host.exposed_s = e.host.seconds;
     if (l.offload == Offload::kParams) {
-      const double fetch = 2 * state.parameters * 2;  // forward and backward, 16-bit
+      const double fetch = 2 * params * 2;  // forward and backward, 16-bit
       const double per_mb = fetch / c.host.bytes_per_second;
       e.host.bytes += fetch * static_cast<double>(micro);
       e.host.seconds += per_mb * static_cast<double>(micro);

@@ -57,6 +57,8 @@ const char* offload_name(Offload o) {
   return "?";
 }
 
+double gradient_bytes(Precision p) { return p == Precision::kFp32Adam || p == Precision::kMegatronDistributed ? 4 : 2; }
+
 MemoryBreakdown state_memory(double psi, Precision p, const Layout& l) {
   double w = 0, g = 0, o = 0;
   // The optimizer's sharding group: data parallel, and context parallel (its GPUs hold the
@@ -144,11 +146,14 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
     // Parameters: the stage's layers (dense, or MoE with the experts split over ep), the
     // embedding on the first stage, the final norm and head (a copy of a tied embedding) on
     // the last; tensor parallelism divides them all.
-    double params = 0;
+    // The largest layer is what a GPU gathers or reduces at once (buffers below).
+    double params = 0, layer = 0;
     for (std::int64_t k = first_layer; k < first_layer + n; ++k) {
-      const bool moe_layer = spec.moe() && k >= spec.dense_layers;
-      params += static_cast<double>(c.layer_without_experts(moe_layer));
-      if (moe_layer) params += static_cast<double>(c.expert_params()) / l.ep;
+      const bool moe_layer = spec.is_moe_layer(k);
+      const double this_layer = static_cast<double>(c.layer_without_experts(moe_layer)) +
+                                (moe_layer ? static_cast<double>(c.expert_params()) / l.ep : 0);
+      params += this_layer;
+      layer = std::max(layer, this_layer / t);
     }
     first_layer += n;
     if (i == 0) params += static_cast<double>(c.embedding);
@@ -157,13 +162,6 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
       if (spec.tied_embeddings && pp > 1) params += static_cast<double>(spec.vocab * spec.d_model);
     }
     MemoryBreakdown m = state_memory(params / t, p, l);
-    // The largest layer a GPU gathers or reduces at once.
-    double layer = 0;
-    for (std::int64_t k = first_layer - n; k < first_layer; ++k) {
-      const bool moe_layer = spec.moe() && k >= spec.dense_layers;
-      layer = std::max(layer, (static_cast<double>(c.layer_without_experts(moe_layer)) +
-                               (moe_layer ? static_cast<double>(c.expert_params()) / l.ep : 0)) / t);
-    }
     m.layer_parameters = layer;
     // Activations of the micro-batches in flight.
     const double in_flight = static_cast<double>(std::min<std::int64_t>(pp - i, m_batches)) * interleave_factor;
@@ -181,7 +179,7 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
     if (i == pp - 1) m.activations += 4 * s * b * static_cast<double>(spec.vocab) / t;  // float32 logits of one micro-batch
     if (p == Precision::kFp16Weights) m.activations = 0;
     // Buffers and overheads.
-    const double grad_bytes = p == Precision::kFp32Adam || p == Precision::kMegatronDistributed ? 4 : 2;
+    const double grad_bytes = gradient_bytes(p);
     const bool replicas = l.dp * l.cp > 1 && p != Precision::kFp16Weights;
     if (l.zero >= 3 && replicas) m.buffers = 2 * layer * 2 + layer * grad_bytes;
     else if ((l.zero >= 1 || p == Precision::kMegatronDistributed) && replicas) m.buffers = layer * grad_bytes;
@@ -215,31 +213,34 @@ std::int64_t min_gpus(double bytes, double gpu_bytes) {
   return static_cast<std::int64_t>(std::ceil(bytes / gpu_bytes - 1e-12));
 }
 
-double model_flops_per_token(const TransformerSpec& m) {
+TokenFlops token_flops(const TransformerSpec& m, const Layout& l) {
   const ParameterCount c = count_parameters(m);
-  // The parameters a token multiplies: the active ones without the lookup tables, with the
-  // head (a tied head is the embedding again).
-  double n = static_cast<double>(c.active - c.embedding);
-  n += static_cast<double>(m.tied_embeddings ? m.vocab * m.d_model : 0);
-  const double attention = 12.0 * static_cast<double>(m.layers) * m.attention_width() * static_cast<double>(m.seq_len);
-  return 6 * n + attention;
+  const double w = m.attention_width(), s = static_cast<double>(m.seq_len);
+  double recomputed = 0, attention_extra = l.flash_attention ? 2 * w * s : 0;
+  if (l.full_recompute()) {
+    recomputed = l.recompute_layers > 0
+                     ? std::min(1.0, static_cast<double>(l.recompute_layers * l.pp) / static_cast<double>(m.layers))
+                     : 1.0;
+    attention_extra += recomputed * 4 * w * s;
+  } else if (l.recompute == Recompute::kSelective && !l.flash_attention) {
+    attention_extra += 4 * w * s;
+  }
+  const double factor = 1 + recomputed / 3.0, attention = 12 * w * s + attention_extra;
+  const double moe_active = static_cast<double>(c.attention + c.norms + c.router + c.shared + m.top_k * c.expert);
+  TokenFlops f;
+  f.dense_layer = 6 * static_cast<double>(c.block) * factor + attention;
+  f.moe_layer = 6 * moe_active * factor + attention;
+  f.head = 6 * static_cast<double>(m.vocab) * static_cast<double>(m.d_model);
+  return f;
 }
 
 double hardware_flops_per_token(const TransformerSpec& m, const Layout& l) {
-  const double model = model_flops_per_token(m);
-  const double lds = static_cast<double>(m.layers) * m.attention_width() * static_cast<double>(m.seq_len);
-  if (l.full_recompute()) {
-    // One more forward of the recomputed layers (all of them, or recompute_layers per
-    // stage): 2 x their active parameters and 4 L d s of attention; the head is not recomputed.
-    const ParameterCount c = count_parameters(m);
-    const double blocks = static_cast<double>(c.active - c.embedding - c.final_norm - c.lm_head);
-    const double share = l.recompute_layers > 0 ? std::min(1.0, static_cast<double>(l.recompute_layers * l.pp) / m.layers) : 1.0;
-    return model + share * (2 * blocks + 4 * lds) + (l.flash_attention ? 2 * lds : 0);
-  }
-  if (l.flash_attention) return model + 2 * lds;
-  if (l.recompute == Recompute::kSelective) return model + 4 * lds;
-  return model;
+  const TokenFlops f = token_flops(m, l);
+  return static_cast<double>(m.layers - m.moe_layers()) * f.dense_layer + static_cast<double>(m.moe_layers()) * f.moe_layer +
+         f.head;
 }
+
+double model_flops_per_token(const TransformerSpec& m) { return hardware_flops_per_token(m, Layout{}); }
 
 double training_flops_per_token(const TransformerSpec& m, bool recompute) {
   Layout l;

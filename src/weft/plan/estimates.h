@@ -87,6 +87,9 @@ struct MemoryBreakdown {
 // in every term but one factor of the s^2 term (each GPU's queries see every key).
 double layer_activation_bytes(const TransformerSpec& m, const Layout& l, bool recomputed);
 
+// Bytes of one gradient element: 4 for fp32-adam and megatron-dist, else 2.
+double gradient_bytes(Precision p);
+
 // Bytes per GPU for training, for the pipeline stage that needs the most. Model states follow
 // the ZeRO paper: with data parallelism Nd, stage 1 shards the optimizer, stage 2 also the
 // gradients, stage 3 also the weights (Megatron's distributed optimizer is stage 1).
@@ -110,14 +113,22 @@ double kv_cache_bytes(const TransformerSpec& m, std::int64_t tokens, std::int64_
 // Smallest number of GPUs of `gpu_bytes` memory that holds `bytes` (no fragmentation).
 std::int64_t min_gpus(double bytes, double gpu_bytes);
 
-// Training FLOPs per token (PaLM, appendix B): 6 N (forward 2 N, backward 4 N; N the
-// parameters a token uses, without the embedding table, which is looked up, not multiplied:
-// a tied head still counts) plus the attention scores, 12 L d s. These are the model FLOPs
-// of MFU. The hardware FLOPs of HFU add what is recomputed: full recomputation one more
-// forward (8 N + 16 L d s), selective recomputation the attention core's forward (+4 L d s),
-// FlashAttention's backward the scores (+2 L d s).
-double model_flops_per_token(const TransformerSpec& m);
+// Training FLOPs per token, forward and backward, of one dense layer, one MoE layer and the
+// head (PaLM, appendix B): 6 x the parameters it multiplies (a MoE layer: top_k experts)
+// plus the attention scores, 12 s w (w = attention_width(): d for ordinary attention); and
+// what `l` recomputes: full recomputation one more forward of the layer (x 4/3 on the
+// parameters, + 4 s w; with recompute_layers, that share of the layers), selective
+// recomputation the attention core's forward (+ 4 s w), FlashAttention's backward the
+// scores (+ 2 s w). The head is never recomputed.
+struct TokenFlops {
+  double dense_layer = 0, moe_layer = 0, head = 0;
+};
+TokenFlops token_flops(const TransformerSpec& m, const Layout& l);
+// The whole model per token: hardware FLOPs (HFU's) with what `l` recomputes, model FLOPs
+// (MFU's) without: 6 N + 12 L s w for N the parameters a token multiplies (the head, not the
+// embedding lookup).
 double hardware_flops_per_token(const TransformerSpec& m, const Layout& l);
+double model_flops_per_token(const TransformerSpec& m);
 // (The first edition's name: the hardware FLOPs with or without full recomputation.)
 double training_flops_per_token(const TransformerSpec& m, bool recompute);
 // End-to-end training time in seconds (Narayanan et al. 2021, eq. 4 with recomputation):

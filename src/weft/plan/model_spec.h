@@ -44,6 +44,7 @@ struct TransformerSpec {
   bool moe() const { return experts > 0; }
   std::int64_t expert_size() const { return expert_ffn > 0 ? expert_ffn : ffn_size(); }
   std::int64_t moe_layers() const { return moe() ? layers - dense_layers : 0; }
+  bool is_moe_layer(std::int64_t layer) const { return moe() && layer >= dense_layers; }
   bool mla() const { return kv_lora_rank > 0; }
   // The width the attention scores and values work in, d for ordinary attention:
   // heads x (query/key dims + value dims) / 2 (the attention FLOPs are 12 L s x this per token).

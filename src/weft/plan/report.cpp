@@ -218,13 +218,10 @@ std::string PlanReport::to_text() const {
   line("             16-bit weights alone need %lld GPU(s) of this kind", static_cast<long long>(min_gpus_weights_only));
   if (iteration) {
     const IterationEstimate& e = *iteration;
-    auto dim = [&](const char* what, const DimensionTraffic& d) {
-      return fmt_dim(what, d);
-    };
-    std::string traffic = dim("tensor", e.tensor) + dim("pipeline", e.pipeline) + dim("data", e.data);
-    if (l.cp > 1) traffic += dim("context", e.context);
-    if (input.model.moe() && l.ep > 1) traffic += dim("expert", e.expert);
-    if (l.offload != Offload::kNone) traffic += dim("host", e.host);
+    std::string traffic = fmt_dim("tensor", e.tensor) + fmt_dim("pipeline", e.pipeline) + fmt_dim("data", e.data);
+    if (l.cp > 1) traffic += fmt_dim("context", e.context);
+    if (input.model.moe() && l.ep > 1) traffic += fmt_dim("expert", e.expert);
+    if (l.offload != Offload::kNone) traffic += fmt_dim("host", e.host);
     line("traffic/GPU  %s per iteration", traffic.substr(0, traffic.size() - 2).c_str());
     line("iteration    compute %.3f s (at %.0f TFLOP/s per GPU) + bubble %.1f%% (%.3f s) + exposed communication: %.3f s; "
          "%.3f s without overlap", e.compute_s, e.kernel_flops / 1e12, 100 * e.bubble, e.bubble_s, e.iteration_overlap_s,

@@ -132,6 +132,12 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus, cons
   return kept;
 }
 
+std::size_t rank_among(const std::vector<SweepRow>& rows, const SweepRow& row) {
+  std::size_t rank = 1;
+  while (rank <= rows.size() && rows[rank - 1].iteration.iteration_overlap_s < row.iteration.iteration_overlap_s - 1e-12) ++rank;
+  return rank;
+}
+
 std::string explain_difference(const SweepRow& faster, const SweepRow& slower) {
   const IterationEstimate &f = faster.iteration, &s = slower.iteration;
   std::vector<std::pair<double, std::string>> parts = {
@@ -185,9 +191,7 @@ nlohmann::json sweep_to_json(const PlanInput& in, std::int64_t gpus, const std::
                         {"layouts", layouts}};
   if (reference) {
     nlohmann::json ref = row_json(*reference);
-    std::size_t rank = 1;
-    while (rank <= rows.size() && rows[rank - 1].iteration.iteration_overlap_s < reference->iteration.iteration_overlap_s - 1e-12) ++rank;
-    ref["rank"] = rank;
+    ref["rank"] = rank_among(rows, *reference);
     if (!rows.empty()) ref["fastest_is_faster_by"] = explain_difference(rows.front(), *reference);
     out["reference"] = ref;
   }

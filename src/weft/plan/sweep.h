@@ -40,6 +40,8 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& input, std::int64_t gpus, c
 // -0.051 s, ...").
 std::string explain_difference(const SweepRow& faster, const SweepRow& slower);
 std::string layout_label(const Layout& l);
+// Where `row` ranks among `rows` (fastest first): 1 + the rows strictly faster.
+std::size_t rank_among(const std::vector<SweepRow>& rows, const SweepRow& row);
 
 // The sweep as JSON (weft plan --sweep --json; weft report draws it): "kind": "sweep", the
 // model, GPUs and GPU, "top" (the rows shown), and every layout that fits, fastest first,

@@ -130,8 +130,7 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
   const double tp_ar_s = ring_allreduce_seconds(static_cast<double>(activation_bytes), tp, tp_link);
   const double p2p_s = c.rail.latency_s + static_cast<double>(p2p_bytes) / c.rail.bytes_per_second;
   ParameterCount pc = count_parameters(m);
-  const bool fp32_grads = in.precision == Precision::kFp32Adam || in.precision == Precision::kMegatronDistributed;
-  const std::int64_t grad_element = fp32_grads ? 4 : 2;
+  const auto grad_element = static_cast<std::int64_t>(gradient_bytes(in.precision));
 
   make_directories(dir);
   EmittedWorkload out;
@@ -197,7 +196,7 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
       dpc.algorithm = "ring";
       for (int i = 0; i < dp; ++i) dpc.members.push_back(i * tp * pp + pp_i * tp + tp_i);
       dpc.element = grad_element;
-      dpc.dtype = fp32_grads ? "f32" : "bf16";
+      dpc.dtype = grad_element == 4 ? "f32" : "bf16";
       const double grad_bytes = static_cast<double>(params * grad_element);
       if (l.zero == 0) {
         dpc.op = "allreduce";

@@ -71,7 +71,12 @@ std::string Generation::release(bool all) {
 
 GenerationResult generate(Decoder& decoder, const Tokenizer& tokenizer, const std::string& prompt,
                           const GenerationOptions& options) {
-  Generation g(tokenizer, prompt, options);
+  return generate(decoder, tokenizer, prompt, tokenizer.encode(prompt), options);
+}
+
+GenerationResult generate(Decoder& decoder, const Tokenizer& tokenizer, const std::string& prompt,
+                          std::vector<std::int32_t> prompt_tokens, const GenerationOptions& options) {
+  Generation g(tokenizer, prompt, std::move(prompt_tokens), options);
   std::unique_ptr<SequenceState> state = decoder.start();
   while (!g.done()) {
     Tensor logits = decoder.extend({state.get()}, {g.feed()});

@@ -64,8 +64,11 @@ struct GenerationResult {
   std::int64_t prompt_tokens = 0;
 };
 
-// Generates one completion with its own sequence state.
+// Generates one completion with its own sequence state (from the prompt's tokens when the
+// caller has them already).
 GenerationResult generate(Decoder& decoder, const Tokenizer& tokenizer, const std::string& prompt,
                           const GenerationOptions& options);
+GenerationResult generate(Decoder& decoder, const Tokenizer& tokenizer, const std::string& prompt,
+                          std::vector<std::int32_t> prompt_tokens, const GenerationOptions& options);
 
 }  // namespace weft::serve

@@ -1,8 +1,6 @@
 #include "weft/serve/model_file.h"
 
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "weft/nn/init.h"
 #include "weft/train/checkpoint.h"
@@ -65,21 +63,21 @@ void check_sizes(const ModelRecipe& r, const StateDict& parameters, const std::s
   }
 }
 
-// Whether a safetensors file's metadata names a weft model (its header only is read).
+// Whether a safetensors file's metadata names a weft model (its header only is read; a
+// broken file is reported by whichever reader takes it).
 bool records_weft_model(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  unsigned char length_bytes[8] = {};
-  if (!in.read(reinterpret_cast<char*>(length_bytes), 8)) return false;
-  std::uint64_t length = 0;
-  for (int i = 7; i >= 0; --i) length = (length << 8) | length_bytes[i];
-  std::error_code ec;
-  const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  if (ec || size < 8 || length > size - 8) return false;  // decode_safetensors reports it
-  std::string header(static_cast<std::size_t>(length), '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(length))) return false;
-  const nlohmann::json h = nlohmann::json::parse(header, nullptr, false);
-  return h.is_object() && h.contains("__metadata__") && h["__metadata__"].is_object() &&
-         h["__metadata__"].contains("weft_model");
+  try {
+    return read_safetensors_metadata(path).count("weft_model") > 0;
+  } catch (const CheckpointError&) {
+    return false;
+  }
+}
+
+// The recipe's model, its weights left at zero: every parameter is about to be loaded.
+std::shared_ptr<Module> build_to_load(const ModelRecipe& recipe) {
+  SkipInitialization every_parameter_is_loaded;
+  Rng rng(0);
+  return recipe.build(rng);
 }
 
 // A GPT-2 in the Hugging Face layout (train/gpt2_import.h), with its own tokenizer.
@@ -89,15 +87,11 @@ LoadedModel load_gpt2(const std::string& path) {
   m.source = path;
   std::filesystem::path p(path);
   if (!is_directory(path)) p = p.parent_path();
-  m.name = std::filesystem::absolute(p).lexically_normal().filename().string();
-  if (m.name.empty()) m.name = std::filesystem::absolute(p).lexically_normal().parent_path().filename().string();
+  const std::filesystem::path folder = std::filesystem::absolute(p).lexically_normal();
+  m.name = folder.filename().empty() ? folder.parent_path().filename().string() : folder.filename().string();
   m.recipe.model = "gpt";
   m.recipe.gpt = imported.config;
-  Rng rng(0);
-  {
-    SkipInitialization every_parameter_is_loaded;
-    m.module = m.recipe.build(rng);
-  }
+  m.module = build_to_load(m.recipe);
   m.module->load_state_dict(imported.parameters);
   m.module->eval();
   m.tokenizer = std::move(imported.tokenizer);
@@ -118,11 +112,7 @@ LoadedModel load_model(const std::string& path) {
   m.name = saved.name;
   m.recipe = ModelRecipe::from_metadata(saved.metadata, path);
   check_sizes(m.recipe, saved.parameters, path);
-  Rng rng(0);
-  {
-    SkipInitialization every_parameter_is_loaded;
-    m.module = m.recipe.build(rng);
-  }
+  m.module = build_to_load(m.recipe);
   m.module->load_state_dict(saved.parameters);
   m.module->eval();
   if (m.recipe.is_language_model()) {

@@ -25,10 +25,6 @@ std::string in_folder(const std::string& folder, const std::string& name) {
   return folder.empty() ? name : (fs::path(folder) / name).string();
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // A size from config.json: a whole number in [1, limit].
 std::int64_t size_of(const json& config, const char* key, std::int64_t fallback, std::int64_t limit,
                      const std::string& source) {
@@ -90,7 +86,7 @@ std::unique_ptr<Tokenizer> tokenizer_in(const std::string& folder) {
 
 bool is_gpt2_import(const std::string& path) {
   if (is_directory(path)) return file_exists(in_folder(path, "config.json")) && !file_exists(in_folder(path, "meta.json"));
-  return ends_with(path, ".safetensors") && file_exists(in_folder(folder_of(path), "config.json"));
+  return path.ends_with(".safetensors") && file_exists(in_folder(folder_of(path), "config.json"));
 }
 
 GptConfig gpt2_config(const std::string& config_json, const std::string& source) {
@@ -202,11 +198,23 @@ StateDict gpt2_parameters(const StateDict& tensors, const GptConfig& c, const st
   return out;
 }
 
-ImportedGpt2 import_gpt2(const std::string& path) {
+GptConfig gpt2_folder_config(const std::string& path) {
   if (!file_exists(path)) throw CheckpointError(path + " does not exist");
-  const std::string folder = folder_of(path), config_path = in_folder(folder, "config.json");
-  ImportedGpt2 m;
-  m.config = gpt2_config(read_file(config_path), config_path);
+  const std::string config = in_folder(folder_of(path), "config.json");
+  if (!file_exists(config)) throw CheckpointError(config + " does not exist");
+  return gpt2_config(read_file(config), config);
+}
+
+std::unique_ptr<Tokenizer> gpt2_folder_tokenizer(const std::string& path, const GptConfig& config) {
+  const std::string folder = folder_of(path);
+  std::unique_ptr<Tokenizer> t = tokenizer_in(folder);
+  if (t->vocab_size() > config.vocab)
+    throw CheckpointError(folder + ": the tokenizer has " + std::to_string(t->vocab_size()) +
+                          " tokens, more than the model's vocab_size " + std::to_string(config.vocab));
+  return t;
+}
+
+StateDict gpt2_folder_parameters(const std::string& path, const GptConfig& config) {
   StateDict tensors;
   std::set<std::string> names;
   for (const std::string& file : parameter_files(path)) {
@@ -217,11 +225,14 @@ ImportedGpt2 import_gpt2(const std::string& path) {
       tensors.emplace_back(name, std::move(t));
     }
   }
-  m.parameters = gpt2_parameters(tensors, m.config, is_directory(path) ? folder : path);
-  m.tokenizer = tokenizer_in(folder);
-  if (m.tokenizer->vocab_size() > m.config.vocab)
-    throw CheckpointError(folder + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
-                          " tokens, more than the model's vocab_size " + std::to_string(m.config.vocab));
+  return gpt2_parameters(tensors, config, path);
+}
+
+ImportedGpt2 import_gpt2(const std::string& path) {
+  ImportedGpt2 m;
+  m.config = gpt2_folder_config(path);
+  m.parameters = gpt2_folder_parameters(path, m.config);
+  m.tokenizer = gpt2_folder_tokenizer(path, m.config);
   return m;
 }
 

@@ -35,6 +35,12 @@ bool is_gpt2_import(const std::string& path);
 
 // Throws CheckpointError naming the file and the problem.
 ImportedGpt2 import_gpt2(const std::string& path);
+// Its pieces, each read on its own (fine-tuning reads the parameters only when it builds the
+// model): config.json of the folder `path` is in (or is); the tokenizer, which may not have
+// more tokens than the configuration's vocabulary; the parameters by weft's names.
+GptConfig gpt2_folder_config(const std::string& path);
+std::unique_ptr<Tokenizer> gpt2_folder_tokenizer(const std::string& path, const GptConfig& config);
+StateDict gpt2_folder_parameters(const std::string& path, const GptConfig& config);
 
 // The pieces, for tests and tools: config.json's text -> weft's configuration, and the
 // parameters by Hugging Face's names -> by weft's (every tensor checked for presence and

@@ -44,14 +44,12 @@ class LanguageModeling : public Task {
                                     *o.batch, replicas));
     }
     text_ = load_corpus(*o.data);
-    if (!o.init_from.empty()) {  // a GPT-2 and its tokenizer
-      ImportedGpt2 imported = import_gpt2(o.init_from);
-      if (o.context > imported.config.context)
-        throw ConfigError(fmt::format("--context {} exceeds the {} positions of {}", o.context, imported.config.context,
+    if (!o.init_from.empty()) {  // a GPT-2 and its tokenizer (its parameters when the model is built)
+      imported_ = gpt2_folder_config(o.init_from);
+      if (o.context > imported_->context)
+        throw ConfigError(fmt::format("--context {} exceeds the {} positions of {}", o.context, imported_->context,
                                       o.init_from));
-      imported_ = imported.config;
-      initial_ = std::move(imported.parameters);
-      tokenizer_ = std::move(imported.tokenizer);
+      tokenizer_ = gpt2_folder_tokenizer(o.init_from, *imported_);
     } else if (o.tokenizer == "char") tokenizer_ = std::make_unique<CharTokenizer>(text_);
     else if (o.tokenizer == "word") tokenizer_ = std::make_unique<WordTokenizer>(text_);
     else if (o.tokenizer == "bpe") tokenizer_ = BpeTokenizer::train(text_, o.vocab_size);
@@ -81,9 +79,9 @@ class LanguageModeling : public Task {
     }
     return r;
   }
-  // --init-from: the imported parameters.
+  // --init-from: the folder's parameters.
   void initialize(Module& model) const override {
-    if (imported_) model.load_state_dict(initial_);
+    if (imported_) model.load_state_dict(gpt2_folder_parameters(o_.init_from, *imported_));
   }
   Metadata model_metadata() const override {
     Metadata m = recipe().to_metadata();
@@ -178,8 +176,7 @@ class LanguageModeling : public Task {
   int replica_, replicas_;
   std::string text_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::optional<GptConfig> imported_;  // --init-from's model and parameters
-  StateDict initial_;
+  std::optional<GptConfig> imported_;  // --init-from's model
   std::vector<std::int32_t> train_, val_;
   std::vector<std::int64_t> val_starts_;
   double entropy_ = 0;

@@ -4,12 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 
 #include "weft/nn/models.h"
 #include "weft/nn/transformer.h"
 #include "weft/train/gpt2_import.h"
-#include "weft/util/file.h"
 #include "weft/util/checked.h"
 #include "weft/util/error.h"
 
@@ -69,9 +67,7 @@ TrainOptions with_task_defaults(TrainOptions o) {
     if (!is_gpt2_import(o.init_from))
       throw ConfigError("--init-from " + o.init_from + ": not a GPT-2 folder in the Hugging Face layout (config.json "
                         "and model.safetensors)");
-    const std::string folder = is_directory(o.init_from) ? o.init_from : std::filesystem::path(o.init_from).parent_path().string();
-    const std::string config = (std::filesystem::path(folder) / "config.json").string();
-    const GptConfig g = gpt2_config(read_file(config), config);
+    const GptConfig g = gpt2_folder_config(o.init_from);
     o.layers = g.layers;
     o.dim = g.dim;
     o.heads = g.heads;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <functional>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -165,19 +167,59 @@ std::string encode_safetensors(const StateDict& tensors, const std::map<std::str
   return out;
 }
 
-SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& name) {
-  auto fail = [&](const std::string& why) -> CheckpointError { return CheckpointError(name + ": " + why); };
-  if (bytes.size() < 8) throw fail("too short to be a safetensors file");
+namespace {
+
+// The header's length from the file's first 8 bytes, checked against the file's size.
+std::uint64_t header_length(std::string_view first8, std::uint64_t file_size, const std::string& name) {
+  if (first8.size() < 8 || file_size < 8) throw CheckpointError(name + ": too short to be a safetensors file");
   std::uint64_t len = 0;
-  for (int i = 0; i < 8; ++i) len |= std::uint64_t{static_cast<std::uint8_t>(bytes[i])} << (8 * i);
-  if (len > bytes.size() - 8) throw fail("header length " + std::to_string(len) + " exceeds the file size");
+  for (int i = 0; i < 8; ++i) len |= std::uint64_t{static_cast<std::uint8_t>(first8[i])} << (8 * i);
+  if (len > file_size - 8) throw CheckpointError(name + ": header length " + std::to_string(len) + " exceeds the file size");
+  return len;
+}
+
+json parse_header(std::string_view text, const std::string& name) {
   json header;
   try {
-    header = json::parse(bytes.substr(8, len));
+    header = json::parse(text);
   } catch (const json::exception&) {
-    throw fail("header is not valid JSON");
+    throw CheckpointError(name + ": header is not valid JSON");
   }
-  if (!header.is_object()) throw fail("header is not a JSON object");
+  if (!header.is_object()) throw CheckpointError(name + ": header is not a JSON object");
+  return header;
+}
+
+std::map<std::string, std::string> metadata_of(const json& v, const std::string& name) {
+  if (!v.is_object()) throw CheckpointError(name + ": __metadata__ is not an object");
+  std::map<std::string, std::string> metadata;
+  for (auto& [mk, mv] : v.items()) {
+    if (!mv.is_string()) throw CheckpointError(name + ": metadata value '" + mk + "' is not a string");
+    metadata[mk] = mv.get<std::string>();
+  }
+  return metadata;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!in || ec) throw CheckpointError(path + ": cannot be read");
+  std::string first8(8, '\0');
+  in.read(first8.data(), 8);
+  first8.resize(static_cast<std::size_t>(in.gcount()));
+  const std::uint64_t len = header_length(first8, size, path);
+  std::string text(static_cast<std::size_t>(len), '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(len))) throw CheckpointError(path + ": cannot be read");
+  const json header = parse_header(text, path);
+  return header.contains("__metadata__") ? metadata_of(header["__metadata__"], path) : std::map<std::string, std::string>{};
+}
+
+SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& name) {
+  auto fail = [&](const std::string& why) -> CheckpointError { return CheckpointError(name + ": " + why); };
+  const std::uint64_t len = header_length(bytes.substr(0, 8), bytes.size(), name);
+  const json header = parse_header(bytes.substr(8, len), name);
   std::string_view data = bytes.substr(8 + len);
   SafetensorsFile file;
   struct Entry {
@@ -190,11 +232,7 @@ SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& na
   try {
     for (auto& [key, v] : header.items()) {
       if (key == "__metadata__") {
-        if (!v.is_object()) throw fail("__metadata__ is not an object");
-        for (auto& [mk, mv] : v.items()) {
-          if (!mv.is_string()) throw fail("metadata value '" + mk + "' is not a string");
-          file.metadata[mk] = mv.get<std::string>();
-        }
+        file.metadata = metadata_of(v, name);
         continue;
       }
       if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) {

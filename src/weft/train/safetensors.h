@@ -30,5 +30,8 @@ std::string encode_safetensors(const StateDict& tensors, const std::map<std::str
 // Validates the header (length, JSON, dtypes, shapes, offsets inside the data and matching
 // the shapes) and throws CheckpointError("<name>: <problem>") when anything is off.
 SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& name);
+// The metadata of the safetensors file at `path`, reading its header only (the same checks
+// on the header; CheckpointError naming the file).
+std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);
 
 }  // namespace weft
