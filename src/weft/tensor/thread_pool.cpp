@@ -43,17 +43,20 @@ class ThreadPool {
 
   void run(int chunks, const std::function<void(int)>& fn) {
     std::lock_guard<std::mutex> serial(run_mu_);
+    std::uint64_t generation;
     {
       std::lock_guard<std::mutex> lock(mu_);
       fn_ = &fn;
-      chunks_ = chunks;
-      next_.store(0);
+      chunks_.store(chunks);
       remaining_.store(chunks);
-      ++generation_;
+      generation = ++generation_;
+      // Last: a claim carries the generation, so a worker still finishing the previous
+      // run's drain cannot take (and run twice, and count twice) a chunk of this one.
+      next_.store(generation << 32, std::memory_order_release);
     }
     cv_.notify_all();
     t_in_pool = true;
-    drain();
+    drain(generation);
     t_in_pool = false;
     // Wait for the chunks the workers took.
     while (remaining_.load(std::memory_order_acquire) > 0) {
@@ -65,10 +68,14 @@ class ThreadPool {
   }
 
  private:
-  void drain() {
+  // Runs chunks of run `generation` until none is left (or another run has begun).
+  void drain(std::uint64_t generation) {
     for (;;) {
-      int i = next_.fetch_add(1);
-      if (i >= chunks_) break;
+      std::uint64_t claim = next_.load(std::memory_order_acquire);
+      if (claim >> 32 != (generation & 0xffffffffu)) break;
+      const auto i = static_cast<int>(claim & 0xffffffffu);
+      if (i >= chunks_.load()) break;
+      if (!next_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;
       (*fn_)(i);
       if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
         std::lock_guard<std::mutex> lock(mu_);
@@ -88,7 +95,7 @@ class ThreadPool {
         if (stop_) return;
         seen = generation_;
       }
-      if (id < active_.load()) drain();
+      if (id < active_.load()) drain(seen);
     }
   }
 
@@ -100,8 +107,9 @@ class ThreadPool {
   std::condition_variable cv_;
   std::condition_variable done_cv_;
   const std::function<void(int)>* fn_ = nullptr;
-  int chunks_ = 0;
-  std::atomic<int> next_{0};
+  std::atomic<int> chunks_{0};
+  // The next chunk to claim: the run's generation (low 32 bits of it) above, the chunk below.
+  std::atomic<std::uint64_t> next_{0};
   std::atomic<int> remaining_{0};
   std::uint64_t generation_ = 0;
   bool stop_ = false;
