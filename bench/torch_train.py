@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The PyTorch side of bench/train_throughput: the same models, data, batch and optimizer
 as `weft train`, timed the same way (forward, backward and update of each step; batch
-assembly included, evaluation excluded). Prints one JSON line."""
+assembly included, evaluation excluded), after --warmup untimed steps. Prints one JSON line."""
 import argparse, gzip, json, os, time
 
 import numpy as np
@@ -44,6 +44,7 @@ def main():
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=0, help="steps run first and left out of the rate")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -59,7 +60,9 @@ def main():
     order = torch.randperm(x_all.shape[0], generator=g)
     steps_per_epoch = (x_all.shape[0] + a.batch - 1) // a.batch
     train_seconds, samples = 0.0, 0
-    for step in range(a.steps):
+    for step in range(a.warmup + a.steps):
+        if step == a.warmup:
+            train_seconds, samples = 0.0, 0
         b = step % steps_per_epoch
         t0 = time.perf_counter()
         idx = order[b * a.batch:(b + 1) * a.batch]
@@ -70,7 +73,7 @@ def main():
         opt.step()
         train_seconds += time.perf_counter() - t0
         samples += x.shape[0]
-    print(json.dumps({"model": a.model, "threads": a.threads, "steps": a.steps, "samples": samples,
+    print(json.dumps({"model": a.model, "threads": a.threads, "steps": a.steps, "warmup": a.warmup, "samples": samples,
                       "train_seconds": train_seconds, "samples_per_second": samples / train_seconds,
                       "final_loss": float(loss)}))
 

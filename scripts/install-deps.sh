@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev          # GEMM (cblas_sgemm / cblas_dgemm)
+  libdnnl-dev              # oneDNN: matrix products (fp32, bf16) and convolutions where faster
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev libyaml-cpp-dev
   libssl-dev               # HMAC-SHA256 for the job token handshake

@@ -9,10 +9,13 @@
 #include "weft/autograd/functions.h"
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/linalg.h"
+#include "weft/tensor/onednn.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
+#include "../scoped_kernels.h"
 
 using namespace weft;
+using weft::testing::ScopedKernels;
 
 namespace {
 std::uint32_t bits_of(float f) {
@@ -73,21 +76,33 @@ TEST(Graph, KeepsOnlyTheValuesBackwardNeeds) {
   for (float g : x.grad().to_float_vector()) EXPECT_EQ(g, 17.0f);
 }
 
+// Products read bf16 operands: the product is that of the rounded operands accumulated in
+// float32 (a bf16 x bf16 product is exact in float32; only the order of the sums may differ
+// between libraries). With bf16 instructions (native) the incoming gradient is rounded too,
+// as the product runs in bf16 both ways; emulated, it stays float32.
 TEST(MixedPrecision, ProductsReadBf16Operands) {
   Tensor xv = rnd({8, 16}), wv = rnd({4, 16}), bv = rnd({4}), gv = rnd({8, 4});
-  Var x(xv, true), w(wv, true), b(bv, true);
-  {
-    Bf16Guard bf16(true);
-    Var y = linear(x, w, b);
-    EXPECT_TRUE(ops::equal(y.value(), ops::linear(ops::round_bf16(xv), ops::round_bf16(wv), &bv)));
-    EXPECT_FALSE(ops::equal(y.value(), ops::linear(xv, wv, &bv)));
-    y.backward(gv);
+  auto f64 = [](const Tensor& t) { return t.to(DType::F64); };
+  const Tensor fp32 = ops::linear(xv, wv, &bv);
+  for (const bool native : {false, true}) {
+    if (native && !onednn::has_bf16_instructions()) continue;
+    ScopedKernels kernels(native ? "bf16=native" : "bf16=emulated");
+    Var x(xv, true), w(wv, true), b(bv, true);
+    {
+      Bf16Guard bf16(true);
+      Var y = linear(x, w, b);
+      Tensor want = ops::linear(f64(ops::round_bf16(xv)), f64(ops::round_bf16(wv)), nullptr);
+      EXPECT_TRUE(ops::allclose(f64(y.value()), ops::add(want, f64(bv)), 1e-6, 1e-6)) << native;
+      EXPECT_FALSE(ops::allclose(y.value(), fp32, 1e-5, 1e-5)) << native;
+      y.backward(gv);
+    }
+    Tensor g = native ? ops::round_bf16(gv) : gv;
+    EXPECT_TRUE(ops::allclose(f64(x.grad()), ops::matmul(f64(g), f64(ops::round_bf16(wv))), 1e-6, 1e-6)) << native;
+    EXPECT_TRUE(ops::allclose(f64(w.grad()), ops::matmul(f64(g).t(), f64(ops::round_bf16(xv))), 1e-6, 1e-6))
+        << native;
+    EXPECT_TRUE(ops::allclose(b.grad(), ops::sum(gv, {0}, false), 1e-6, 1e-7));
+    EXPECT_FALSE(bf16_enabled());  // the guard restored the mode
   }
-  // The gradients are those of the rounded operands, in fp32.
-  EXPECT_TRUE(ops::allclose(x.grad(), ops::matmul(gv, ops::round_bf16(wv)), 1e-6, 1e-7));
-  EXPECT_TRUE(ops::allclose(w.grad(), ops::matmul(gv.t(), ops::round_bf16(xv)), 1e-6, 1e-7));
-  EXPECT_TRUE(ops::allclose(b.grad(), ops::sum(gv, {0}, false), 1e-6, 1e-7));
-  EXPECT_FALSE(bf16_enabled());  // the guard restored the mode
 }
 
 TEST(MixedPrecision, StoresActivationsInHalfTheBytes) {

@@ -6,11 +6,16 @@
 
 #include "weft/tensor/conv.h"
 #include "weft/tensor/fast_math.h"
+#include "weft/tensor/kernel_table.h"
 #include "weft/tensor/linalg.h"
+#include "weft/tensor/onednn.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
+#include "weft/util/error.h"
+#include "../scoped_kernels.h"
 
 using namespace weft;
+using weft::testing::ScopedKernels;
 
 namespace {
 Tensor naive_matmul(const Tensor& a, const Tensor& b) {
@@ -43,7 +48,117 @@ Tensor naive_conv(const Tensor& x, const Tensor& w, const Tensor& b, int64_t str
         }
   return out;
 }
+// max |a - b| relative to max |b|.
+double relative_error(const Tensor& a, const Tensor& b) {
+  const Tensor b64 = b.to(DType::F64);
+  return ops::max_abs_diff(a.to(DType::F64), b64) /
+         std::max(1e-30, ops::max_abs_diff(b64, Tensor::zeros(b64.shape(), DType::F64)));
+}
 }  // namespace
+
+// Each library the kernel table can pick agrees with float64 on the float32 products it
+// serves: small and large shapes, transposed operands, several row and column blocks, and
+// accumulation into the output (beta = 1: a linear layer's bias).
+TEST(Linalg, EveryLibraryMatchesFloat64) {
+  Rng r(11);
+  for (const char* library : {"gemm=openblas", "gemm=onednn", "gemm=auto"}) {
+    ScopedKernels use(library);
+    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{7, 5, 3}, {64, 784, 256}, {300, 128, 130},
+                           {33, 200, 600}, {2, 1, 1}}) {
+      Tensor a = randn({m, k}, r, 0, 1), b = randn({k, n}, r, 0, 1), at = randn({k, m}, r, 0, 1),
+             bt = randn({n, k}, r, 0, 1);
+      EXPECT_LT(relative_error(ops::matmul(a, b), ops::matmul(a.to(DType::F64), b.to(DType::F64))), 1e-5)
+          << library << " " << m << "x" << k << "x" << n;
+      Tensor c = Tensor::empty({m, n});
+      ops::gemm(true, true, 1.0, at, bt, 0.0, c);
+      EXPECT_LT(relative_error(c, ops::matmul(at.to(DType::F64).t(), bt.to(DType::F64).t())), 1e-5) << library;
+      Tensor bias = randn({n}, r, 0, 1);
+      EXPECT_LT(relative_error(ops::linear(a, bt, &bias),
+                               ops::add(ops::linear(a.to(DType::F64), bt.to(DType::F64), nullptr), bias.to(DType::F64))),
+                1e-5)
+          << library;
+    }
+  }
+}
+
+// bf16 products: the operands rounded to bf16, each product exact, the sums in float32.
+TEST(Linalg, Bf16ProductsAreThoseOfTheRoundedOperands) {
+  Rng r(12);
+  for (const char* mode : {"bf16=emulated", "bf16=native"}) {
+    if (std::string(mode) == "bf16=native" && !onednn::has_bf16_instructions()) continue;
+    ScopedKernels use(mode);
+    Tensor a = randn({96, 256}, r, 0, 1), b = randn({256, 160}, r, 0, 1);
+    ops::set_bf16_products(true);
+    // Emulated, the products read their operands as given: the autograd rounds them first.
+    Tensor c = ops::matmul(ops::round_bf16(a), ops::round_bf16(b));
+    Tensor c_raw = ops::matmul(a, b);
+    ops::set_bf16_products(false);
+    Tensor want = ops::matmul(ops::round_bf16(a).to(DType::F64), ops::round_bf16(b).to(DType::F64));
+    EXPECT_LT(relative_error(c, want), 1e-6) << mode;
+    if (kernels::bf16_native()) {
+      EXPECT_LT(relative_error(c_raw, want), 1e-6);  // rounded by the kernel itself
+    }
+    EXPECT_GT(relative_error(ops::matmul(a, b), want), 1e-4);  // and bf16 rounding shows
+  }
+}
+
+// Both convolution paths agree with float64 forward and backward: batches cut into slices
+// (20 = 8 + 8 + 4), one input channel and several, strides and padding.
+TEST(Conv, EveryLibraryMatchesFloat64ForwardAndBackward) {
+  Rng r(13);
+  struct Case {
+    int64_t n, c, h, o, k, stride, pad;
+  };
+  for (const char* library : {"conv=im2col", "conv=onednn", "conv=auto"}) {
+    ScopedKernels use(library);
+    for (Case t : {Case{20, 1, 12, 8, 3, 1, 1}, Case{20, 16, 9, 24, 3, 1, 1}, Case{3, 8, 11, 5, 3, 2, 0},
+                   Case{9, 3, 7, 4, 5, 2, 2}}) {
+      Tensor x = randn({t.n, t.c, t.h, t.h}, r, 0, 1), w = randn({t.o, t.c, t.k, t.k}, r, 0, 1),
+             b = randn({t.o}, r, 0, 1);
+      auto f = ops::conv2d(x, w, b, t.stride, t.pad);
+      auto f64 = ops::conv2d(x.to(DType::F64), w.to(DType::F64), b.to(DType::F64), t.stride, t.pad);
+      EXPECT_LT(relative_error(f.out, f64.out), 1e-5) << library << " c=" << t.c;
+      Tensor g = randn(f.out.shape(), r, 0, 1);
+      auto d = ops::conv2d_backward(g, x.shape(), w, f.saved, f.saved_is_col, t.stride, t.pad, true, true);
+      auto d64 = ops::conv2d_backward(g.to(DType::F64), x.shape(), w.to(DType::F64), f64.saved, f64.saved_is_col,
+                                      t.stride, t.pad, true, true);
+      EXPECT_LT(relative_error(d.dx, d64.dx), 1e-5) << library << " c=" << t.c;
+      EXPECT_LT(relative_error(d.dw, d64.dw), 1e-5) << library << " c=" << t.c;
+      EXPECT_LT(relative_error(d.db, d64.db), 1e-5) << library << " c=" << t.c;
+    }
+  }
+}
+
+// The slices of a batch depend on its size alone: at least 8 samples, at most 8 slices.
+TEST(Conv, BatchSlicesDependOnTheBatchOnly) {
+  EXPECT_EQ(ops::conv_batch_slices(1).count, 1);
+  EXPECT_EQ(ops::conv_batch_slices(20).size, 8);
+  EXPECT_EQ(ops::conv_batch_slices(20).count, 3);
+  EXPECT_EQ(ops::conv_batch_slices(64).count, 8);
+  EXPECT_EQ(ops::conv_batch_slices(1000).size, 125);
+  EXPECT_EQ(ops::conv_batch_slices(1000).count, 8);
+}
+
+TEST(KernelTable, ReadsChoicesAndRefusesMistakes) {
+  {
+    ScopedKernels use("gemm=openblas,conv=im2col");
+    EXPECT_EQ(kernels::gemm_f32(512, 512, 512), kernels::Gemm::OpenBlas);
+    EXPECT_EQ(kernels::conv_forward(), kernels::Conv::Im2col);
+    EXPECT_NE(kernels::summary().find("gemm openblas"), std::string::npos) << kernels::summary();
+  }
+  {
+    ScopedKernels use("");
+    EXPECT_EQ(kernels::gemm_f32(64, 256, 784), kernels::Gemm::OneDnn);
+    EXPECT_EQ(kernels::gemm_f32(64, 10, 256), kernels::Gemm::OpenBlas);
+    EXPECT_EQ(kernels::conv_backward_data(1), kernels::Conv::Im2col);
+    EXPECT_EQ(kernels::conv_backward_data(32), kernels::Conv::OneDnn);
+    EXPECT_EQ(kernels::bf16_native(), onednn::has_bf16_instructions());
+  }
+  for (const char* bad : {"gemm=mkl", "conv", "winograd=on", "bf16=fast"}) {
+    ScopedKernels use(bad);
+    EXPECT_THROW(kernels::gemm_f32(1, 1, 1), ConfigError) << bad;
+  }
+}
 
 TEST(Linalg, MatmulMatchesNaiveIncludingTransposedViews) {
   Rng r(5);

@@ -247,14 +247,17 @@ Var conv2d(const Var& x, const Var& w, const Var& bias, std::int64_t stride, std
                                      bias.defined() ? bias.value() : Tensor(), stride, padding);
   Shape xs = x.shape();
   SavedTensor sw = SavedTensor::product_operand(w);
-  SavedTensor col = SavedTensor::activation(f.col);  // the unfolded input, for the weights' gradient
+  // The input (or its unfolded matrix), for the weights' gradient.
+  SavedTensor saved = SavedTensor::activation(f.saved);
+  const bool saved_is_col = f.saved_is_col;
   bool gx = x.requires_grad();
   bool has_bias = bias.defined();
   bool gb = has_bias && bias.requires_grad();
   std::vector<Var> inputs{x, w};
   if (has_bias) inputs.push_back(bias);
-  return record("conv2d", f.out, inputs, [xs, sw, col, stride, padding, gx, has_bias, gb](const Tensor& g) {
-    ops::Conv2dGrads r = ops::conv2d_backward(g, xs, sw.get(), col.get(), stride, padding, gx, gb);
+  return record("conv2d", f.out, inputs, [xs, sw, saved, saved_is_col, stride, padding, gx, has_bias,
+                                                 gb](const Tensor& g) {
+    ops::Conv2dGrads r = ops::conv2d_backward(g, xs, sw.get(), saved.get(), saved_is_col, stride, padding, gx, gb);
     Grads grads{r.dx, r.dw};
     if (has_bias) grads.push_back(r.db);
     return grads;

@@ -3,6 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
 
 namespace weft {
@@ -38,8 +39,15 @@ bool grad_enabled() { return t_grad_enabled; }
 EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
 EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
 
-Bf16Guard::Bf16Guard(bool on) : previous_(t_bf16) { t_bf16 = on; }
-Bf16Guard::~Bf16Guard() { t_bf16 = previous_; }
+// The products follow: bf16 instructions where the processor has them (linalg.h).
+Bf16Guard::Bf16Guard(bool on) : previous_(t_bf16) {
+  t_bf16 = on;
+  ops::set_bf16_products(on);
+}
+Bf16Guard::~Bf16Guard() {
+  t_bf16 = previous_;
+  ops::set_bf16_products(previous_);
+}
 bool bf16_enabled() { return t_bf16; }
 
 Tensor gemm_operand(const Tensor& t) { return t_bf16 && t.dtype() == DType::F32 ? ops::round_bf16(t) : t; }

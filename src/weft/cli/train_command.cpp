@@ -67,6 +67,9 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
       ->delimiter(',');
   cmd->add_option("--norm-std", c.norm_std, "images: normalization standard deviations (as --norm-mean)")->delimiter(',');
   cmd->add_flag("--quiet", c.quiet, "no progress display");
+  cmd->add_flag("--profile", c.profile,
+                "print the share of the steps' time in each kind of work (gemm, conv, element-wise and other, "
+                "optimizer, data, communication), the first step left out");
   cmd->add_option("--precision", c.precision,
                   "fp32 | bf16: bf16 products and stored activations, fp32 master weights (less memory)")
       ->capture_default_str();

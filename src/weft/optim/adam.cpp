@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "weft/tensor/profile.h"
 #include "weft/tensor/thread_pool.h"
 
 namespace weft {
@@ -18,6 +19,7 @@ Adam::Adam(std::vector<std::pair<std::string, Var>> params, double lr, AdamOptio
 }
 
 void Adam::step() {
+  ProfileScope profile(Work::Optimizer);
   ++steps_;
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(steps_));
   const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(steps_));

@@ -1,5 +1,6 @@
 #include "weft/optim/sgd.h"
 
+#include "weft/tensor/profile.h"
 #include "weft/tensor/thread_pool.h"
 
 namespace weft {
@@ -12,6 +13,7 @@ SGD::SGD(std::vector<std::pair<std::string, Var>> params, double lr, double mome
 }
 
 void SGD::step() {
+  ProfileScope profile(Work::Optimizer);
   ++steps_;
   for (size_t k = 0; k < params_.size(); ++k) {
     Var& p = params_[k].second;

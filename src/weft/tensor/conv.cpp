@@ -5,8 +5,11 @@
 #include <limits>
 #include <vector>
 
+#include "weft/tensor/kernel_table.h"
 #include "weft/tensor/linalg.h"
+#include "weft/tensor/onednn.h"
 #include "weft/tensor/ops.h"
+#include "weft/tensor/profile.h"
 #include "weft/tensor/thread_pool.h"
 
 namespace weft::ops {
@@ -150,8 +153,56 @@ Tensor col2im(const Tensor& col_in, const Shape& x_shape, std::int64_t kh, std::
   return x;
 }
 
+BatchSlices conv_batch_slices(std::int64_t n) {
+  constexpr std::int64_t kMinSize = 8, kMaxCount = 8;
+  const std::int64_t size = std::max(kMinSize, (n + kMaxCount - 1) / kMaxCount);
+  return {size, std::max<std::int64_t>(1, (n + size - 1) / size)};
+}
+
+namespace {
+
+onednn::ConvShape dnnl_shape(const Shape& x, const Shape& w, std::int64_t n, std::int64_t stride, std::int64_t pad) {
+  return {n,    x[1],   x[2], x[3], w[0], w[2], w[3], stride, pad, conv_output_size(x[2], w[2], stride, pad),
+          conv_output_size(x[3], w[3], stride, pad)};
+}
+
+// fn(first sample, samples, slice index) for each slice of the batch, on the pool.
+template <class Fn>
+void for_each_slice(std::int64_t n, Fn fn) {
+  const BatchSlices slices = conv_batch_slices(n);
+  parallel_for(slices.count, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      const std::int64_t first = i * slices.size;
+      fn(first, std::min(slices.size, n - first), i);
+    }
+  });
+}
+
+Conv2dForward conv2d_onednn(const Tensor& x_in, const Tensor& w_in, const Tensor& bias, std::int64_t stride,
+                            std::int64_t pad) {
+  Tensor x = x_in.contiguous(), w = w_in.contiguous();
+  Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  const std::int64_t N = x.size(0), Cout = w.size(0);
+  const std::int64_t OH = conv_output_size(x.size(2), w.size(2), stride, pad);
+  const std::int64_t OW = conv_output_size(x.size(3), w.size(3), stride, pad);
+  Conv2dForward f;
+  f.out = Tensor::empty({N, Cout, OH, OW}, DType::F32);
+  const std::int64_t in_sample = x.numel() / std::max<std::int64_t>(N, 1), out_sample = Cout * OH * OW;
+  for_each_slice(N, [&](std::int64_t first, std::int64_t count, std::int64_t) {
+    onednn::conv_forward(dnnl_shape(x.shape(), w.shape(), count, stride, pad), x.data<float>() + first * in_sample,
+                         w.data<float>(), b.defined() ? b.data<float>() : nullptr,
+                         f.out.data<float>() + first * out_sample);
+  });
+  f.saved = x;
+  f.saved_is_col = false;
+  return f;
+}
+
+}  // namespace
+
 Conv2dForward conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, std::int64_t stride,
                      std::int64_t pad) {
+  ProfileScope profile(Work::Conv);
   WEFT_CHECK(x.dim() == 4 && w.dim() == 4, "conv2d: input " + shape_to_string(x.shape()) + " and weight " +
                                                shape_to_string(w.shape()) + " must be 4-D");
   WEFT_CHECK(x.size(1) == w.size(1), "conv2d: input has " + std::to_string(x.size(1)) +
@@ -159,12 +210,14 @@ Conv2dForward conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, std::
   const std::int64_t N = x.size(0), Cout = w.size(0), KH = w.size(2), KW = w.size(3);
   const std::int64_t OH = conv_output_size(x.size(2), KH, stride, pad);
   const std::int64_t OW = conv_output_size(x.size(3), KW, stride, pad);
+  if (x.dtype() == DType::F32 && N > 0 && kernels::conv_forward() == kernels::Conv::OneDnn)
+    return conv2d_onednn(x, w, bias, stride, pad);
   const std::int64_t P = OH * OW;
   Conv2dForward f;
-  f.col = im2col(x, KH, KW, stride, pad);
+  f.saved = im2col(x, KH, KW, stride, pad);
   Tensor wm = w.contiguous().view({Cout, -1});
   Tensor tmp = Tensor::empty({Cout, N * P}, x.dtype());
-  gemm(false, false, 1.0, wm, f.col, 0.0, tmp);
+  gemm(false, false, 1.0, wm, f.saved, 0.0, tmp);
   // [Cout, N*P] -> [N, Cout, P] plus bias.
   f.out = Tensor::empty({N, Cout, OH, OW}, x.dtype());
   dispatch(x.dtype(), [&](auto zero) {
@@ -185,17 +238,14 @@ Conv2dForward conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, std::
   return f;
 }
 
-Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Shape& x_shape, const Tensor& w,
-                            const Tensor& col, std::int64_t stride, std::int64_t pad, bool need_dx,
-                            bool need_db) {
-  Tensor grad_out = grad_out_in.contiguous();
+namespace {
+
+// grad_out [N, Cout, P] as the matrix [Cout, N*P], and the bias gradient when asked.
+Tensor grad_matrix(const Tensor& grad_out, bool need_db, Tensor& db) {
   const std::int64_t N = grad_out.size(0), Cout = grad_out.size(1);
   const std::int64_t P = grad_out.size(2) * grad_out.size(3);
-  const std::int64_t KH = w.size(2), KW = w.size(3);
-  // [N, Cout, P] -> [Cout, N*P]
   Tensor g = Tensor::empty({Cout, N * P}, grad_out.dtype());
-  Conv2dGrads r;
-  if (need_db) r.db = Tensor::empty({Cout}, grad_out.dtype());
+  if (need_db) db = Tensor::empty({Cout}, grad_out.dtype());
   dispatch(grad_out.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* pg = grad_out.data<T>();
@@ -219,24 +269,83 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Shape& x_shape, con
         if (need_db) {
           T acc = 0;
           for (T v : lanes) acc += v;
-          r.db.data<T>()[co] = acc;
+          db.data<T>()[co] = acc;
         }
       }
     });
   });
-  Tensor dwm = Tensor::empty({Cout, col.size(0)}, grad_out.dtype());
-  gemm(false, true, 1.0, g, col, 0.0, dwm);
-  r.dw = dwm.view(w.shape());
-  if (need_dx) {
-    Tensor wm = w.contiguous().view({Cout, -1});
-    Tensor dcol = Tensor::empty({col.size(0), N * P}, grad_out.dtype());
-    gemm(true, false, 1.0, wm, g, 0.0, dcol);
-    r.dx = col2im(dcol, x_shape, KH, KW, stride, pad);
+  return g;
+}
+
+// The input's gradient as col2im(w^T g), g from grad_matrix.
+Tensor input_grad_im2col(const Tensor& g, const Tensor& w, const Shape& x_shape, std::int64_t stride,
+                         std::int64_t pad) {
+  Tensor wm = w.contiguous().view({w.size(0), -1});
+  Tensor dcol = Tensor::empty({wm.size(1), g.size(1)}, g.dtype());
+  gemm(true, false, 1.0, wm, g, 0.0, dcol);
+  return col2im(dcol, x_shape, w.size(2), w.size(3), stride, pad);
+}
+
+Conv2dGrads conv2d_backward_onednn(const Tensor& grad_out, const Tensor& x, const Tensor& w_in, std::int64_t stride,
+                                   std::int64_t pad, bool need_dx, bool need_db) {
+  Tensor w = w_in.contiguous();
+  const std::int64_t N = x.size(0), Cout = w.size(0), wsize = w.numel();
+  const std::int64_t in_sample = x.numel() / std::max<std::int64_t>(N, 1);
+  const std::int64_t out_sample = grad_out.numel() / std::max<std::int64_t>(N, 1);
+  const BatchSlices slices = conv_batch_slices(N);
+  // Each slice's weight (and bias) gradient, then their sum in slice order.
+  std::vector<float> dw_parts(static_cast<std::size_t>(slices.count * wsize));
+  std::vector<float> db_parts(static_cast<std::size_t>(slices.count * Cout));
+  const bool dx_here = need_dx && kernels::conv_backward_data(x.size(1)) == kernels::Conv::OneDnn;
+  Conv2dGrads r;
+  if (dx_here) r.dx = Tensor::empty(x.shape(), DType::F32);
+  for_each_slice(N, [&](std::int64_t first, std::int64_t count, std::int64_t slice) {
+    const onednn::ConvShape shape = dnnl_shape(x.shape(), w.shape(), count, stride, pad);
+    const float* dy = grad_out.data<float>() + first * out_sample;
+    onednn::conv_backward_weights(shape, x.data<float>() + first * in_sample, dy, dw_parts.data() + slice * wsize,
+                                  db_parts.data() + slice * Cout);
+    if (dx_here) onednn::conv_backward_data(shape, dy, w.data<float>(), r.dx.data<float>() + first * in_sample);
+  });
+  auto sum_parts = [&](const std::vector<float>& parts, std::int64_t size, const Shape& shape) {
+    Tensor out = Tensor::empty(shape, DType::F32);
+    float* po = out.data<float>();
+    parallel_for(size, 4096, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        float acc = parts[static_cast<std::size_t>(i)];
+        for (std::int64_t sl = 1; sl < slices.count; ++sl) acc += parts[static_cast<std::size_t>(sl * size + i)];
+        po[i] = acc;
+      }
+    });
+    return out;
+  };
+  r.dw = sum_parts(dw_parts, wsize, w.shape());
+  if (need_db) r.db = sum_parts(db_parts, Cout, {Cout});
+  if (need_dx && !dx_here) {
+    Tensor unused;
+    r.dx = input_grad_im2col(grad_matrix(grad_out, false, unused), w, x.shape(), stride, pad);
   }
   return r;
 }
 
+}  // namespace
+
+Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Shape& x_shape, const Tensor& w,
+                            const Tensor& saved, bool saved_is_col, std::int64_t stride, std::int64_t pad,
+                            bool need_dx, bool need_db) {
+  ProfileScope profile(Work::Conv);
+  Tensor grad_out = grad_out_in.contiguous();
+  if (!saved_is_col) return conv2d_backward_onednn(grad_out, saved, w, stride, pad, need_dx, need_db);
+  Conv2dGrads r;
+  Tensor g = grad_matrix(grad_out, need_db, r.db);
+  Tensor dwm = Tensor::empty({grad_out.size(1), saved.size(0)}, grad_out.dtype());
+  gemm(false, true, 1.0, g, saved, 0.0, dwm);
+  r.dw = dwm.view(w.shape());
+  if (need_dx) r.dx = input_grad_im2col(g, w, x_shape, stride, pad);
+  return r;
+}
+
 MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_t stride) {
+  ProfileScope profile(Work::Conv);
   WEFT_CHECK(x_in.dim() == 4, "max_pool2d: input must be [N, C, H, W]");
   Tensor x = x_in.contiguous();
   const std::int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
@@ -298,6 +407,7 @@ MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_
 
 Tensor max_pool2d_backward(const Tensor& grad_out_in, const std::vector<std::int32_t>& argmax,
                            const Shape& x_shape) {
+  ProfileScope profile(Work::Conv);
   Tensor grad_out = grad_out_in.contiguous();
   Tensor dx = Tensor::zeros(x_shape, grad_out.dtype());
   const std::int64_t planes = x_shape[0] * x_shape[1];

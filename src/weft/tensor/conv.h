@@ -1,5 +1,9 @@
-// 2-D convolution (cross-correlation, as deep-learning frameworks define it) through
-// im2col + one GEMM over the whole batch, and 2-D max pooling. NCHW layout.
+// 2-D convolution (cross-correlation, as deep-learning frameworks define it) and 2-D max
+// pooling, NCHW layout. A float32 convolution runs on oneDNN's direct kernels in slices of
+// the batch (conv_batch_slices: fixed by the shape, one single-threaded call each on the
+// pool, the weights' gradient summed over slices in order), or through im2col + one GEMM
+// over the whole batch, as the kernel table chooses (kernel_table.h); float64 always
+// through im2col.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +24,17 @@ Tensor im2col(const Tensor& x, std::int64_t kh, std::int64_t kw, std::int64_t st
 Tensor col2im(const Tensor& col, const Shape& x_shape, std::int64_t kh, std::int64_t kw,
               std::int64_t stride, std::int64_t pad);
 
+// How a batch of n samples is sliced for oneDNN: `count` slices of `size` samples (the last
+// may be smaller); at least 8 samples a slice, at most 8 slices.
+struct BatchSlices {
+  std::int64_t size, count;
+};
+BatchSlices conv_batch_slices(std::int64_t n);
+
 struct Conv2dForward {
-  Tensor out;  // [N, Cout, OH, OW]
-  Tensor col;  // the im2col matrix, kept for the backward pass
+  Tensor out;    // [N, Cout, OH, OW]
+  Tensor saved;  // kept for the backward pass: the im2col matrix, or the input itself
+  bool saved_is_col = true;
 };
 // x [N, Cin, H, W], w [Cout, Cin, KH, KW], bias [Cout] or undefined.
 Conv2dForward conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, std::int64_t stride,
@@ -31,9 +43,10 @@ Conv2dForward conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, std::
 struct Conv2dGrads {
   Tensor dx, dw, db;  // dx and db undefined when not requested
 };
+// `saved` and `saved_is_col` as the forward pass returned them.
 Conv2dGrads conv2d_backward(const Tensor& grad_out, const Shape& x_shape, const Tensor& w,
-                            const Tensor& col, std::int64_t stride, std::int64_t pad, bool need_dx,
-                            bool need_db);
+                            const Tensor& saved, bool saved_is_col, std::int64_t stride, std::int64_t pad,
+                            bool need_dx, bool need_db);
 
 struct MaxPool2dForward {
   Tensor out;                                    // [N, C, OH, OW]

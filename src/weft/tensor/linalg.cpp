@@ -2,8 +2,14 @@
 
 #include <cblas.h>
 
+#include <vector>
+
+#include "weft/tensor/kernel_table.h"
+#include "weft/tensor/onednn.h"
 #include "weft/tensor/ops.h"
+#include "weft/tensor/profile.h"
 #include "weft/tensor/thread_pool.h"
+#include "weft/util/half_float.h"
 
 namespace weft::ops {
 
@@ -26,7 +32,27 @@ BlasOperand as_blas(const Tensor& x) {
   return {c, false, std::max<std::int64_t>(cols, 1)};
 }
 
+thread_local bool t_bf16_products = false;
+
+// The stored region of an operand (rows x cols with leading dimension ld), rounded to
+// bf16 into a dense buffer with the same orientation.
+std::vector<std::uint16_t> to_bf16_dense(const float* p, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(rows * cols));
+  parallel_for(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(cols, 1)),
+               [&](std::int64_t b, std::int64_t e) {
+                 for (std::int64_t r = b; r < e; ++r) {
+                   const float* src = p + r * ld;
+                   std::uint16_t* dst = out.data() + r * cols;
+                   for (std::int64_t j = 0; j < cols; ++j) dst[j] = bf16_from_float(src[j]);
+                 }
+               });
+  return out;
+}
+
 }  // namespace
+
+void set_bf16_products(bool on) { t_bf16_products = on; }
+bool bf16_products() { return t_bf16_products; }
 
 GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n) {
   constexpr std::int64_t kMinRows = 64, kMinCols = 128, kMaxBlocks = 8;
@@ -45,6 +71,7 @@ GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n) {
 
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c) {
+  ProfileScope profile(Work::Gemm);
   WEFT_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtype mismatch");
   WEFT_CHECK(c.dim() == 2 && c.is_contiguous(), "gemm: output must be contiguous 2-D");
   BlasOperand A = as_blas(a), B = as_blas(b);
@@ -64,23 +91,50 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
   auto tb = (trans_b != B.transposed) ? CblasTrans : CblasNoTrans;
   std::int64_t ldc = n;
   if (c.dtype() == DType::F32) {
-    // Blocks of C, one single-threaded OpenBLAS call each, run on the pool. The blocks
+    // Blocks of C, one single-threaded library call each, run on the pool. The blocks
     // depend only on the shape, so every element is computed the same way whatever the
     // thread count (OpenBLAS's own threading changes the last bits of some products with
-    // it), and a thread on a busy core takes fewer blocks.
+    // it), and a thread on a busy core takes fewer blocks. The library per block comes from
+    // the kernel table.
     const GemmBlocks blocks = gemm_blocks(m, n);
+    const bool a_t = ta == CblasTrans, b_t = tb == CblasTrans;
     const float* pa = A.t.data<float>();
     const float* pb = B.t.data<float>();
     float* pc = c.data<float>();
+    // bf16 products: both operands rounded once into dense bf16 copies.
+    const bool bf16 = t_bf16_products && kernels::bf16_native() && alpha == 1.0 && (beta == 0.0 || beta == 1.0);
+    std::vector<std::uint16_t> a16, b16;
+    std::int64_t lda16 = A.ld, ldb16 = B.ld;
+    if (bf16) {
+      lda16 = a_t ? m : k;
+      ldb16 = b_t ? k : n;
+      a16 = to_bf16_dense(pa, a_t ? k : m, lda16, A.ld);
+      b16 = to_bf16_dense(pb, b_t ? n : k, ldb16, B.ld);
+    }
     parallel_for(blocks.count, 1, [&](std::int64_t first, std::int64_t last) {
       for (std::int64_t i = first; i < last; ++i) {
         const std::int64_t r0 = blocks.by_rows ? i * blocks.size : 0, r1 = blocks.by_rows ? std::min(m, r0 + blocks.size) : m;
         const std::int64_t c0 = blocks.by_rows ? 0 : i * blocks.size, c1 = blocks.by_rows ? n : std::min(n, c0 + blocks.size);
         if (r0 >= r1 || c0 >= c1) continue;
-        const float* sa = pa + (ta == CblasNoTrans ? r0 * A.ld : r0);
-        const float* sb = pb + (tb == CblasNoTrans ? c0 : c0 * B.ld);
+        float* out = pc + r0 * ldc + c0;
+        if (bf16) {
+          // Element (i, j) of op(A) at i * row_stride + j * col_stride of the dense copy.
+          const onednn::Operand oa{a16.data() + (a_t ? r0 : r0 * lda16), a_t ? 1 : lda16, a_t ? lda16 : 1};
+          const onednn::Operand ob{b16.data() + (b_t ? c0 * ldb16 : c0), b_t ? 1 : ldb16, b_t ? ldb16 : 1};
+          onednn::matmul_bf16(r1 - r0, c1 - c0, k, oa, ob, out, ldc, beta == 1.0);
+          continue;
+        }
+        const float* sa = pa + (a_t ? r0 : r0 * A.ld);
+        const float* sb = pb + (b_t ? c0 * B.ld : c0);
+        if (alpha == 1.0 && (beta == 0.0 || beta == 1.0) &&
+            kernels::gemm_f32(r1 - r0, c1 - c0, k) == kernels::Gemm::OneDnn) {
+          const onednn::Operand oa{sa, a_t ? 1 : A.ld, a_t ? A.ld : 1};
+          const onednn::Operand ob{sb, b_t ? 1 : B.ld, b_t ? B.ld : 1};
+          onednn::matmul_f32(r1 - r0, c1 - c0, k, oa, ob, out, ldc, beta == 1.0);
+          continue;
+        }
         cblas_sgemm(CblasRowMajor, ta, tb, r1 - r0, c1 - c0, k, static_cast<float>(alpha), sa, A.ld, sb, B.ld,
-                    static_cast<float>(beta), pc + r0 * ldc + c0, ldc);
+                    static_cast<float>(beta), out, ldc);
       }
     });
   } else {
@@ -102,12 +156,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     Tensor flat = matmul(a.reshape({a.size(0) * a.size(1), a.size(2)}), b);
     return flat.view({a.size(0), a.size(1), b.size(1)});
   }
+  // A batch of products (attention's heads): one product per task, each on one thread.
+  ProfileScope profile(Work::Gemm);
   std::int64_t batch = a.size(0);
   Tensor c = Tensor::empty({batch, a.size(1), b.size(-1)}, a.dtype());
-  for (std::int64_t i = 0; i < batch; ++i) {
-    Tensor ci = c.select(0, i);
-    gemm(false, false, 1.0, a.select(0, i), b.dim() == 3 ? b.select(0, i) : b, 0.0, ci);
-  }
+  parallel_for(batch, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t i = first; i < last; ++i) {
+      Tensor ci = c.select(0, i);
+      gemm(false, false, 1.0, a.select(0, i), b.dim() == 3 ? b.select(0, i) : b, 0.0, ci);
+    }
+  });
   return c;
 }
 

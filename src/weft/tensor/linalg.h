@@ -1,6 +1,7 @@
-// Matrix products through OpenBLAS (cblas_sgemm / cblas_dgemm). float32 products are split
-// into blocks of the output that depend only on the shape (gemm_blocks), each one
-// single-threaded OpenBLAS call, run on weft's thread pool: results do not depend on the
+// Matrix products through OpenBLAS (cblas_sgemm / cblas_dgemm) and oneDNN (matmul, float32
+// and bfloat16), as the kernel table chooses per shape (kernel_table.h). float32 products
+// are split into blocks of the output that depend only on the shape (gemm_blocks), each one
+// single-threaded library call, run on weft's thread pool: results do not depend on the
 // thread count, and the pool's threads share the work as they come free.
 #pragma once
 
@@ -21,6 +22,12 @@ GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n);
 // contiguous.
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c);
+
+// While on (for the calling thread), float32 products round both operands to bfloat16 and
+// multiply them with bf16 instructions, accumulating in float32, where the kernel table
+// says the processor has them (kernel_table.h); elsewhere they stay float32 products.
+void set_bf16_products(bool on);
+bool bf16_products();
 
 // [M, K] x [K, N] -> [M, N]; batched [B, M, K] x [B, K, N] or x [K, N] -> [B, M, N].
 Tensor matmul(const Tensor& a, const Tensor& b);

@@ -160,6 +160,8 @@ void set_active_threads(int threads) {
 
 int get_active_threads() { return pool().active(); }
 
+bool in_parallel_for() { return t_in_pool; }
+
 void parallel_for(std::int64_t n, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& fn) {
   if (n <= 0) return;

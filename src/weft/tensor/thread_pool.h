@@ -27,4 +27,8 @@ int get_active_threads();
 void parallel_for(std::int64_t n, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& fn);
 
+// True on the pool's threads, and on the calling thread while it runs chunks of a
+// parallel_for.
+bool in_parallel_for();
+
 }  // namespace weft

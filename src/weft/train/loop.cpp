@@ -16,11 +16,13 @@
 #include "weft/parallel/pipeline.h"
 #include "weft/parallel/zero.h"
 #include "weft/tensor/allocator.h"
+#include "weft/tensor/kernel_table.h"
 #include "weft/tensor/thread_governor.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/checkpoint.h"
 #include "weft/train/metrics.h"
 #include "weft/train/safetensors.h"
+#include "weft/train/step_profile.h"
 #include "weft/train/task.h"
 #include "weft/train/timeline.h"
 #include "weft/util/checked.h"
@@ -215,6 +217,7 @@ class Run {
   std::int64_t planned_ = 0;
   std::string last_checkpoint_;
   std::unique_ptr<Timeline> timeline_;
+  std::optional<StepProfile> profile_;  // --profile
   int straggle_ms_ = 0;
   parallel::LossFn loss_fn_;
   std::optional<Evaluation> last_eval_;
@@ -276,6 +279,7 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
     strategies_->record_spans(true);
   }
   straggle_ms_ = straggler_ms(rank_);
+  if (o_.profile) profile_.emplace();
   if (o_.adapt_threads == "on" && get_num_threads() > 1) governor_.emplace(get_num_threads());
   loss_fn_ = [this](Module& m, const parallel::StepBatch& b) { return task_->loss(m, b); };
   rank_state_bytes_ = static_cast<std::int64_t>(allocator_live_bytes());
@@ -341,6 +345,7 @@ void Run::open_metrics() {
                         {"layout", mesh_.shape().describe()},
                         {"strategies", strategies_->describe()},
                         {"precision", o_.precision},
+                        {"kernels", kernels::summary()},
                         {"batch", *o_.batch},
                         {"unit", task_->unit()},
                         {"steps_per_epoch", task_->steps_per_epoch()},
@@ -394,6 +399,7 @@ void Run::step(bool last) {
   const parallel::StepBatch batch = task_->batch(at_.epoch, at_.index, at_.step, rng_);
   if (straggle_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(straggle_ms_));
   const auto t1 = Clock::now();
+  if (profile_) profile_->begin_step();
   const double lr = learning_rate(schedule_, lr_, at_.step);
   strategies_->optimizer().set_lr(lr);
   const std::size_t live_before = allocator_live_bytes();
@@ -410,6 +416,7 @@ void Run::step(bool last) {
   const double exposed = strategies_->stats().exposed_seconds - exposed_before;
   const double compute = seconds_since(t1) - exposed;
   compute_seconds_ += compute;
+  if (profile_) profile_->end_step(seconds, std::chrono::duration<double>(t1 - t0).count(), exposed);
   const std::int64_t units = batch.inputs.size(0) * task_->units_per_row();
   last_ = {loss, lr, seconds, compute, strategies_->stats().seconds - comm_before, exposed, units, step_peak,
            get_active_threads()};
@@ -481,10 +488,13 @@ void Run::save() {
 TrainSummary Run::finish() {
   strategies_->finish();
   for (const std::string& line : strategies_->report_lines()) fmt::print(out_, "{}\n", line);
+  if (profile_)
+    for (const std::string& line : profile_->table()) fmt::print(out_, "{}\n", line);
   nlohmann::json summary = {{"model", o_.model}, {"optimizer", *o_.optimizer}, {"precision", o_.precision},
                             {"parameters", model_->num_parameters()}, {"threads", get_num_threads()},
-                            {"ranks", mesh_.size()}};
+                            {"ranks", mesh_.size()}, {"kernels", kernels::summary()}};
   report(summary);
+  if (profile_) summary["profile"] = profile_->to_json();
   task_->summarize(summary);
   if (timeline_) timeline_->write(timeline_path(o_.timeline, rank_, mesh_.size()));
   if (rank_ == 0) {
@@ -566,6 +576,7 @@ void Run::report(nlohmann::json& summary) {
 TrainSummary train(const TrainOptions& options, std::FILE* out) {
   TrainOptions o = with_task_defaults(options);
   validate(o);
+  kernels::summary();  // WEFT_KERNELS and WEFT_CPU_ISA are checked before the run begins
   if (o.threads > 0) set_num_threads(o.threads);
   Bf16Guard precision(o.precision == "bf16");
   // The job: who serves, who trains where in the mesh.

@@ -90,6 +90,7 @@ struct TrainOptions {
   std::string metrics;                 // per-step JSON lines (rank 0: FILE; rank r: FILE-rank<r>)
   std::string report;                  // an HTML report of the run, written by rank 0 at the end
   bool quiet = false;
+  bool profile = false;                // print where the steps' time went, by kind of work
 
   // Parallelism (dp 0: every rank of the job), and the federated clients' data.
   parallel::ParallelOptions parallel;

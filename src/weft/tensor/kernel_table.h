@@ -1,0 +1,40 @@
+// Which library computes each kind of kernel, per shape and precision: the kernel table.
+//
+// The choices come from measurement on this project's reference machine (bench/kernels,
+// single-threaded calls as weft makes them; figures in docs/performance.md):
+//   float32 products: oneDNN's matmul when k >= 128 and n >= 128 (1.1-2.0x OpenBLAS there),
+//     OpenBLAS below (up to 1.2x oneDNN on thin shapes);
+//   bfloat16 products: oneDNN's matmul when the processor has AVX512-BF16 (about 2x the
+//     float32 rate), else float32 products of bf16-rounded operands on OpenBLAS;
+//   convolutions: oneDNN's direct convolution (blocked channels) forward and for the
+//     weights' gradient (1.3-2.7x im2col + OpenBLAS); the input's gradient on oneDNN when the
+//     input has at least 8 channels, else col2im of an OpenBLAS product (oneDNN's kernel for
+//     one input channel runs at under a tenth of the GEMM's rate).
+// WEFT_KERNELS overrides them, e.g. "gemm=openblas,conv=im2col,bf16=emulated":
+//   gemm=auto|openblas|onednn, conv=auto|im2col|onednn, bf16=auto|native|emulated
+// (native needs AVX512-BF16). A malformed value is a ConfigError naming it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace weft::kernels {
+
+enum class Gemm { OpenBlas, OneDnn };
+enum class Conv { Im2col, OneDnn };
+
+// The library for one float32 product [m, k] x [k, n].
+Gemm gemm_f32(std::int64_t m, std::int64_t n, std::int64_t k);
+// Whether bf16 products run as bf16 instructions (else fp32 products of rounded operands).
+bool bf16_native();
+// Convolution forward and weights' gradient; input's gradient for `in_channels` channels.
+Conv conv_forward();
+Conv conv_backward_data(std::int64_t in_channels);
+
+// One line for run summaries: the instruction set and each kernel class's library.
+std::string summary();
+
+// Re-reads WEFT_KERNELS (tests change it between cases).
+void reload();
+
+}  // namespace weft::kernels

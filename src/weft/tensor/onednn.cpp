@@ -1,0 +1,269 @@
+#include "weft/tensor/onednn.h"
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "weft/util/env.h"
+#include "weft/util/error.h"
+
+// Debian's oneDNN runs its primitives on OpenMP; weft calls each one from a single thread.
+extern "C" void omp_set_num_threads(int);
+
+namespace weft::onednn {
+
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+using Type = memory::data_type;
+
+// The instruction-set cap (WEFT_CPU_ISA) applies before oneDNN builds its first kernel.
+void set_isa_cap() {
+  const std::string cap = env_string("WEFT_CPU_ISA").value_or("");
+  if (cap.empty()) return;
+  static const std::map<std::string, dnnl::cpu_isa> caps = {
+      {"avx2", dnnl::cpu_isa::avx2},
+      {"avx512_core", dnnl::cpu_isa::avx512_core},
+      {"avx512_core_vnni", dnnl::cpu_isa::avx512_core_vnni},
+      {"avx512_core_bf16", dnnl::cpu_isa::avx512_core_bf16}};
+  auto it = caps.find(cap);
+  if (it == caps.end())
+    throw ConfigError("WEFT_CPU_ISA: unknown instruction set '" + cap +
+                      "' (avx2, avx512_core, avx512_core_vnni or avx512_core_bf16)");
+  dnnl::set_max_cpu_isa(it->second);
+}
+
+// The engine, for a calling thread whose OpenMP team is itself alone: oneDNN sizes a
+// primitive's team when it builds it, so this holds before anything is built.
+const dnnl::engine& engine() {
+  static const dnnl::engine e = [] {
+    set_isa_cap();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
+  thread_local const bool single = [] {
+    omp_set_num_threads(1);
+    return true;
+  }();
+  (void)single;
+  return e;
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+unsigned effective_isa() {
+  engine();
+  return static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+}
+
+memory::desc strided(std::int64_t rows, std::int64_t cols, Type t, std::int64_t rs, std::int64_t cs) {
+  return memory::desc({rows, cols}, t, memory::dims{rs, cs});
+}
+
+// Primitives kept per key; built under the lock, executed outside it (a primitive may run
+// on several threads at once: each call brings its own scratchpad).
+template <class Key, class Value>
+class Cache {
+ public:
+  template <class Make>
+  std::shared_ptr<const Value> get(const Key& key, Make make) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = items_[key];
+    if (!slot) slot = std::make_shared<const Value>(make());
+    return slot;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<Key, std::shared_ptr<const Value>> items_;
+};
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+void run(const dnnl::primitive& p, const dnnl::memory::desc& scratch_desc,
+         std::unordered_map<int, memory> args) {
+  auto& s = stream();
+  memory scratch(scratch_desc, engine());
+  args.emplace(DNNL_ARG_SCRATCHPAD, scratch);
+  p.execute(s, args);
+  s.wait();
+}
+
+struct MatmulPlan {
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+};
+
+using MatmulKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                             std::int64_t, std::int64_t, std::int64_t, bool>;
+
+void matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c,
+            std::int64_t ldc, bool accumulate) {
+  static Cache<MatmulKey, MatmulPlan> cache;
+  const MatmulKey key{static_cast<int>(t), m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc,
+                      accumulate};
+  auto plan = cache.get(key, [&] {
+    dnnl::primitive_attr attr = user_scratchpad();
+    if (accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    dnnl::matmul::desc d(strided(m, k, t, a.row_stride, a.col_stride), strided(k, n, t, b.row_stride, b.col_stride),
+                         strided(m, n, Type::f32, ldc, 1));
+    dnnl::matmul::primitive_desc pd(d, attr, engine());
+    return MatmulPlan{pd, dnnl::matmul(pd)};
+  });
+  const auto& e = engine();
+  run(plan->prim, plan->pd.scratchpad_desc(),
+      {{DNNL_ARG_SRC, memory(plan->pd.src_desc(), e, const_cast<void*>(a.p))},
+       {DNNL_ARG_WEIGHTS, memory(plan->pd.weights_desc(), e, const_cast<void*>(b.p))},
+       {DNNL_ARG_DST, memory(plan->pd.dst_desc(), e, c)}});
+}
+
+// A convolution's three primitives, in the layouts oneDNN picks for them (blocked channels
+// where that is faster), and the plain NCHW layouts of weft's tensors.
+struct ConvPlan {
+  memory::desc x, w, y, b;  // plain
+  dnnl::convolution_forward::primitive_desc fwd;
+  dnnl::convolution_backward_data::primitive_desc bwd_data;
+  dnnl::convolution_backward_weights::primitive_desc bwd_weights;
+  dnnl::convolution_forward fwd_prim;
+  dnnl::convolution_backward_data bwd_data_prim;
+  dnnl::convolution_backward_weights bwd_weights_prim;
+};
+
+struct ConvKey {
+  ConvShape s;
+  bool operator<(const ConvKey& o) const {
+    auto t = [](const ConvShape& v) { return std::tie(v.n, v.c, v.h, v.w, v.o, v.kh, v.kw, v.stride, v.pad, v.oh, v.ow); };
+    return t(s) < t(o.s);
+  }
+};
+
+std::shared_ptr<const ConvPlan> conv_plan(const ConvShape& s) {
+  static Cache<ConvKey, ConvPlan> cache;
+  return cache.get(ConvKey{s}, [&] {
+    const auto& e = engine();
+    memory::desc x({s.n, s.c, s.h, s.w}, Type::f32, Tag::nchw), w({s.o, s.c, s.kh, s.kw}, Type::f32, Tag::oihw),
+        y({s.n, s.o, s.oh, s.ow}, Type::f32, Tag::nchw), b({s.o}, Type::f32, Tag::x);
+    memory::desc xa({s.n, s.c, s.h, s.w}, Type::f32, Tag::any), wa({s.o, s.c, s.kh, s.kw}, Type::f32, Tag::any),
+        ya({s.n, s.o, s.oh, s.ow}, Type::f32, Tag::any);
+    const memory::dims strides{s.stride, s.stride}, pad{s.pad, s.pad};
+    const auto attr = user_scratchpad();
+    dnnl::convolution_forward::primitive_desc fwd(
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, xa,
+                                        wa, b, ya, strides, pad, pad),
+        attr, e);
+    dnnl::convolution_backward_data::primitive_desc bwd_data(
+        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, xa, wa, ya, strides, pad, pad),
+        attr, e, fwd);
+    dnnl::convolution_backward_weights::primitive_desc bwd_weights(
+        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xa, wa, b, ya, strides, pad,
+                                                 pad),
+        attr, e, fwd);
+    return ConvPlan{x, w, y, b, fwd, bwd_data, bwd_weights,
+                    dnnl::convolution_forward(fwd), dnnl::convolution_backward_data(bwd_data),
+                    dnnl::convolution_backward_weights(bwd_weights)};
+  });
+}
+
+// `user` as the primitive wants it: the same memory when the layouts agree, else a copy in
+// the primitive's layout (reordered now when `fill`).
+memory in_layout(const memory::desc& want, const memory::desc& plain, const void* p, bool fill) {
+  const auto& e = engine();
+  memory user(plain, e, const_cast<void*>(p));
+  if (want == plain) return user;
+  memory m(want, e);
+  if (fill) {
+    dnnl::reorder(user, m).execute(stream(), user, m);
+    stream().wait();
+  }
+  return m;
+}
+
+// Copies `m` back to the plain buffer p when it is not already that buffer.
+void out_of_layout(const memory& m, const memory::desc& plain, void* p) {
+  if (m.get_desc() == plain) return;
+  memory user(plain, engine(), p);
+  dnnl::reorder(m, user).execute(stream(), const_cast<memory&>(m), user);
+  stream().wait();
+}
+
+}  // namespace
+
+bool has_bf16_instructions() { return (effective_isa() & 0xe7u) == 0xe7u; }
+bool has_int8_instructions() {
+  const unsigned isa = effective_isa();
+  return (isa & 0x67u) == 0x67u || (isa & 0x407u) == 0x407u;
+}
+std::string isa_name() {
+  const unsigned isa = effective_isa();
+  if ((isa & 0x3e7u) == 0x3e7u) return "avx512_core_amx";
+  if ((isa & 0xe7u) == 0xe7u) return "avx512_core_bf16";
+  if ((isa & 0x67u) == 0x67u) return "avx512_core_vnni";
+  if ((isa & 0x27u) == 0x27u) return "avx512_core";
+  if ((isa & 0x407u) == 0x407u) return "avx2_vnni";
+  if ((isa & 0x7u) == 0x7u) return "avx2";
+  return "below avx2";
+}
+
+void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c, std::int64_t ldc,
+                bool accumulate) {
+  matmul(Type::f32, m, n, k, a, b, c, ldc, accumulate);
+}
+
+void matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c, std::int64_t ldc,
+                 bool accumulate) {
+  matmul(Type::bf16, m, n, k, a, b, c, ldc, accumulate);
+}
+
+void conv_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
+  auto plan = conv_plan(s);
+  memory mx = in_layout(plan->fwd.src_desc(), plan->x, x, true);
+  memory mw = in_layout(plan->fwd.weights_desc(), plan->w, w, true);
+  memory my = in_layout(plan->fwd.dst_desc(), plan->y, y, false);
+  std::vector<float> zero;
+  if (bias == nullptr) zero.assign(static_cast<std::size_t>(s.o), 0.0f);
+  memory mb(plan->b, engine(), const_cast<float*>(bias ? bias : zero.data()));
+  run(plan->fwd_prim, plan->fwd.scratchpad_desc(),
+      {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_BIAS, mb}, {DNNL_ARG_DST, my}});
+  out_of_layout(my, plan->y, y);
+}
+
+void conv_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx) {
+  auto plan = conv_plan(s);
+  memory mdy = in_layout(plan->bwd_data.diff_dst_desc(), plan->y, dy, true);
+  memory mw = in_layout(plan->bwd_data.weights_desc(), plan->w, w, true);
+  memory mdx = in_layout(plan->bwd_data.diff_src_desc(), plan->x, dx, false);
+  run(plan->bwd_data_prim, plan->bwd_data.scratchpad_desc(),
+      {{DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DIFF_SRC, mdx}});
+  out_of_layout(mdx, plan->x, dx);
+}
+
+void conv_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw, float* db) {
+  auto plan = conv_plan(s);
+  memory mx = in_layout(plan->bwd_weights.src_desc(), plan->x, x, true);
+  memory mdy = in_layout(plan->bwd_weights.diff_dst_desc(), plan->y, dy, true);
+  memory mdw = in_layout(plan->bwd_weights.diff_weights_desc(), plan->w, dw, false);
+  std::vector<float> unused;
+  if (db == nullptr) unused.resize(static_cast<std::size_t>(s.o));
+  memory mdb(plan->b, engine(), db ? db : unused.data());
+  run(plan->bwd_weights_prim, plan->bwd_weights.scratchpad_desc(),
+      {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_DIFF_WEIGHTS, mdw}, {DNNL_ARG_DIFF_BIAS, mdb}});
+  out_of_layout(mdw, plan->w, dw);
+}
+
+}  // namespace weft::onednn
