@@ -63,15 +63,20 @@ TEST(Linalg, EveryLibraryMatchesFloat64) {
   Rng r(11);
   for (const char* library : {"gemm=openblas", "gemm=onednn", "gemm=auto"}) {
     ScopedKernels use(library);
-    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{7, 5, 3}, {64, 784, 256}, {300, 128, 130},
-                           {33, 200, 600}, {2, 1, 1}}) {
+    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{7, 5, 3}, {64, 784, 256}, {48, 784, 256}, {48, 256, 784},
+                           {256, 48, 784}, {300, 128, 130}, {33, 200, 600}, {2, 1, 1}}) {
       Tensor a = randn({m, k}, r, 0, 1), b = randn({k, n}, r, 0, 1), at = randn({k, m}, r, 0, 1),
              bt = randn({n, k}, r, 0, 1);
       EXPECT_LT(relative_error(ops::matmul(a, b), ops::matmul(a.to(DType::F64), b.to(DType::F64))), 1e-5)
           << library << " " << m << "x" << k << "x" << n;
-      Tensor c = Tensor::empty({m, n});
-      ops::gemm(true, true, 1.0, at, bt, 0.0, c);
-      EXPECT_LT(relative_error(c, ops::matmul(at.to(DType::F64).t(), bt.to(DType::F64).t())), 1e-5) << library;
+      for (const bool ta : {false, true})
+        for (const bool tb : {false, true}) {
+          Tensor c = Tensor::empty({m, n});
+          ops::gemm(ta, tb, 1.0, ta ? at : a, tb ? bt : b, 0.0, c);
+          Tensor a64 = (ta ? at : a).to(DType::F64), b64 = (tb ? bt : b).to(DType::F64);
+          EXPECT_LT(relative_error(c, ops::matmul(ta ? a64.t() : a64, tb ? b64.t() : b64)), 1e-5)
+              << library << " " << m << "x" << k << "x" << n << " " << ta << tb;
+        }
       Tensor bias = randn({n}, r, 0, 1);
       EXPECT_LT(relative_error(ops::linear(a, bt, &bias),
                                ops::add(ops::linear(a.to(DType::F64), bt.to(DType::F64), nullptr), bias.to(DType::F64))),
@@ -153,6 +158,8 @@ TEST(KernelTable, ReadsChoicesAndRefusesMistakes) {
     EXPECT_EQ(kernels::conv_backward_data(1), kernels::Conv::Im2col);
     EXPECT_EQ(kernels::conv_backward_data(32), kernels::Conv::OneDnn);
     EXPECT_EQ(kernels::bf16_native(), onednn::has_bf16_instructions());
+    EXPECT_FALSE(kernels::bf16_native(64, 256, 784));  // the MLP's layer: rounding costs more
+    EXPECT_EQ(kernels::bf16_native(2048, 384, 128), onednn::has_bf16_instructions());
   }
   for (const char* bad : {"gemm=mkl", "conv", "winograd=on", "bf16=fast"}) {
     ScopedKernels use(bad);

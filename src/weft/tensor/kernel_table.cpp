@@ -78,6 +78,11 @@ bool bf16_native() {
   return native;
 }
 
+bool bf16_native(std::int64_t m, std::int64_t n, std::int64_t k) {
+  if (!bf16_native()) return false;
+  return overrides().bf16 == 2 || m * n * k >= (std::int64_t{1} << 24);
+}
+
 Conv conv_forward() { return overrides().conv == 1 ? Conv::Im2col : Conv::OneDnn; }
 
 Conv conv_backward_data(std::int64_t in_channels) {
@@ -90,7 +95,9 @@ std::string summary() {
   const Overrides& o = overrides();
   auto gemm = o.gemm == 1 ? "openblas" : o.gemm == 2 ? "onednn" : "onednn (k, n >= 128) / openblas";
   auto conv = o.conv == 1 ? "im2col+openblas" : "onednn";
-  auto bf16 = bf16_native() ? "native (onednn)" : "emulated (rounded operands, fp32 products)";
+  auto bf16 = !bf16_native()       ? "emulated (rounded operands, fp32 products)"
+              : o.bf16 == 2       ? "native (onednn)"
+                                  : "native (onednn) from 2^24 multiply-adds";
   return "kernels: " + onednn::isa_name() + "; gemm " + gemm + "; conv " + conv + "; bf16 " + bf16;
 }
 

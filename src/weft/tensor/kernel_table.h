@@ -4,8 +4,10 @@
 // single-threaded calls as weft makes them; figures in docs/performance.md):
 //   float32 products: oneDNN's matmul when k >= 128 and n >= 128 (1.1-2.0x OpenBLAS there),
 //     OpenBLAS below (up to 1.2x oneDNN on thin shapes);
-//   bfloat16 products: oneDNN's matmul when the processor has AVX512-BF16 (about 2x the
-//     float32 rate), else float32 products of bf16-rounded operands on OpenBLAS;
+//   bfloat16 products: oneDNN's matmul when the processor has AVX512-BF16 and the product
+//     has at least 2^24 multiply-adds (1.4-1.8x the float32 rate there; below, rounding the
+//     operands costs more than it saves: 0.6-0.8x on the MLP's layers), else float32
+//     products of bf16-rounded operands;
 //   convolutions: oneDNN's direct convolution (blocked channels) forward and for the
 //     weights' gradient (1.3-2.7x im2col + OpenBLAS); the input's gradient on oneDNN when the
 //     input has at least 8 channels, else col2im of an OpenBLAS product (oneDNN's kernel for
@@ -25,8 +27,10 @@ enum class Conv { Im2col, OneDnn };
 
 // The library for one float32 product [m, k] x [k, n].
 Gemm gemm_f32(std::int64_t m, std::int64_t n, std::int64_t k);
-// Whether bf16 products run as bf16 instructions (else fp32 products of rounded operands).
+// Whether bf16 products run as bf16 instructions (else fp32 products of rounded operands):
+// bf16_native() for the processor and WEFT_KERNELS, the second for one product's shape.
 bool bf16_native();
+bool bf16_native(std::int64_t m, std::int64_t n, std::int64_t k);
 // Convolution forward and weights' gradient; input's gradient for `in_channels` channels.
 Conv conv_forward();
 Conv conv_backward_data(std::int64_t in_channels);

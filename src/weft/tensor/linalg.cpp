@@ -102,7 +102,7 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
     const float* pb = B.t.data<float>();
     float* pc = c.data<float>();
     // bf16 products: both operands rounded once into dense bf16 copies.
-    const bool bf16 = t_bf16_products && kernels::bf16_native() && alpha == 1.0 && (beta == 0.0 || beta == 1.0);
+    const bool bf16 = t_bf16_products && kernels::bf16_native(m, n, k) && alpha == 1.0 && (beta == 0.0 || beta == 1.0);
     std::vector<std::uint16_t> a16, b16;
     std::int64_t lda16 = A.ld, ldb16 = B.ld;
     if (bf16) {

@@ -1,0 +1,144 @@
+// bench/kernels: GFLOP/s of each kernel class on the shapes weft's models use, per library
+// the kernel table can pick, next to OpenBLAS's rate on a large GEMM (the practical peak of
+// this machine for float32). Each figure is the median of REPEATS timed rounds after an
+// untimed warm-up round (kernels built, memory touched). Run through the bench/kernels
+// script, which also times the CNN's whole step.
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "weft/tensor/conv.h"
+#include "weft/tensor/kernel_table.h"
+#include "weft/tensor/linalg.h"
+#include "weft/tensor/onednn.h"
+#include "weft/tensor/rng.h"
+#include "weft/tensor/thread_pool.h"
+
+using namespace weft;
+
+namespace {
+
+int g_repeats = 5;
+
+// Median seconds of one call of fn, over rounds of about 50 ms each.
+double seconds_per_call(const std::function<void()>& fn) {
+  using Clock = std::chrono::steady_clock;
+  fn();
+  auto t0 = Clock::now();
+  int calls = 0;
+  while (std::chrono::duration<double>(Clock::now() - t0).count() < 0.05 || calls < 2) {
+    fn();
+    ++calls;
+  }
+  std::vector<double> rounds;
+  for (int r = 0; r < g_repeats; ++r) {
+    t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) fn();
+    rounds.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / calls);
+  }
+  std::sort(rounds.begin(), rounds.end());
+  return rounds[rounds.size() / 2];
+}
+
+void use(const char* choices) {
+  ::setenv("WEFT_KERNELS", choices, 1);
+  kernels::reload();
+}
+
+void row(const std::string& kind, const std::string& shape, const std::string& library, double flops,
+         double seconds, double peak) {
+  const double gf = flops / seconds / 1e9;
+  std::printf("%-11s %-34s %-12s %9.1f %8.0f%%\n", kind.c_str(), shape.c_str(), library.c_str(), gf,
+              100.0 * gf / peak);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) g_repeats = std::max(1, std::atoi(argv[1]));
+  Rng rng(1);
+  const int threads = get_num_threads();
+
+  // The practical peak: OpenBLAS's own threading on a 2048^3 product.
+  const std::int64_t big = 2048;
+  Tensor a = randn({big, big}, rng), b = randn({big, big}, rng), c = Tensor::empty({big, big});
+  auto blas_big = [&](int t) {
+    openblas_set_num_threads(t);
+    const double s = seconds_per_call([&] {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, big, big, big, 1.0f, a.data<float>(), big,
+                  b.data<float>(), big, 0.0f, c.data<float>(), big);
+    });
+    openblas_set_num_threads(1);
+    return 2.0 * big * big * big / s / 1e9;
+  };
+  const double peak1 = blas_big(1), peak = blas_big(threads);
+  std::printf("bench/kernels: %d threads, %s; median of %d rounds after a warm-up round\n", threads,
+              onednn::isa_name().c_str(), g_repeats);
+  std::printf("practical peak: OpenBLAS sgemm %lldx%lldx%lld: %.1f GFLOP/s on 1 thread, %.1f on %d\n",
+              static_cast<long long>(big), static_cast<long long>(big), static_cast<long long>(big), peak1, peak,
+              threads);
+  std::printf("%-11s %-34s %-12s %9s %9s\n", "kind", "shape", "library", "GFLOP/s", "of peak");
+
+  // Products as weft runs them (blocks on the pool), per library, and bf16.
+  struct Product {
+    std::int64_t m, k, n;
+    bool tb;
+    const char* what;
+  };
+  const Product products[] = {{64, 784, 256, true, "mlp layer 1"},
+                              {64, 256, 256, true, "mlp layer 2"},
+                              {2048, 128, 384, true, "gpt qkv"},
+                              {2048, 512, 128, true, "gpt mlp out"},
+                              {512, 2048, 128, false, "gpt dW (k = tokens)"},
+                              {128, 32, 128, false, "attention head"}};
+  for (const Product& p : products) {
+    Tensor x = randn({p.m, p.k}, rng), w = p.tb ? randn({p.n, p.k}, rng) : randn({p.k, p.n}, rng);
+    if (std::string(p.what).find("dW") != std::string::npos) x = randn({p.k, p.m}, rng);
+    const bool ta = std::string(p.what).find("dW") != std::string::npos;
+    Tensor y = Tensor::empty({p.m, p.n});
+    const std::string shape = std::to_string(p.m) + "x" + std::to_string(p.k) + "x" + std::to_string(p.n) + " " + p.what;
+    for (const char* lib : {"gemm=openblas", "gemm=onednn", "bf16=native"}) {
+      if (std::string(lib) == "bf16=native" && !onednn::has_bf16_instructions()) continue;
+      use(lib);
+      ops::set_bf16_products(std::string(lib) == "bf16=native");
+      const double s = seconds_per_call([&] { ops::gemm(ta, p.tb, 1.0, x, w, 0.0, y); });
+      ops::set_bf16_products(false);
+      row("gemm", shape, std::string(lib).substr(std::string(lib).find('=') + 1) +
+                             (std::string(lib) == "bf16=native" ? " bf16" : ""),
+          2.0 * p.m * p.k * p.n, s, peak);
+    }
+  }
+
+  // The CNN's convolutions, forward and backward, batch 64, per library.
+  struct ConvCase {
+    std::int64_t c, o, h;
+  };
+  for (ConvCase cc : {ConvCase{1, 32, 28}, ConvCase{32, 64, 14}}) {
+    const std::int64_t n = 64;
+    Tensor x = randn({n, cc.c, cc.h, cc.h}, rng), w = randn({cc.o, cc.c, 3, 3}, rng), bias = randn({cc.o}, rng);
+    const double flops = 2.0 * n * cc.o * cc.h * cc.h * cc.c * 9;
+    const std::string shape = "64x" + std::to_string(cc.c) + "x" + std::to_string(cc.h) + "^2 -> " + std::to_string(cc.o);
+    for (const char* lib : {"conv=im2col", "conv=onednn"}) {
+      use(lib);
+      ops::Conv2dForward f = ops::conv2d(x, w, bias, 1, 1);
+      Tensor g = randn(f.out.shape(), rng);
+      const double fwd = seconds_per_call([&] { f = ops::conv2d(x, w, bias, 1, 1); });
+      const bool dx = cc.c > 1;
+      const double bwd = seconds_per_call(
+          [&] { ops::conv2d_backward(g, x.shape(), w, f.saved, f.saved_is_col, 1, 1, dx, true); });
+      const std::string name = std::string(lib).substr(5);
+      row("conv fwd", shape, name, flops, fwd, peak);
+      row(dx ? "conv bwd" : "conv bwd dW", shape, name, dx ? 2 * flops : flops, bwd, peak);
+    }
+  }
+  ::unsetenv("WEFT_KERNELS");
+  kernels::reload();
+  std::printf("PEAK %.1f\n", peak);
+  return 0;
+}
