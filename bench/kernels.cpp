@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/serve/quantize.h"
 #include "weft/tensor/conv.h"
 #include "weft/tensor/kernel_table.h"
 #include "weft/tensor/linalg.h"
@@ -135,6 +136,24 @@ int main(int argc, char** argv) {
       const std::string name = std::string(lib).substr(5);
       row("conv fwd", shape, name, flops, fwd, peak);
       row(dx ? "conv bwd" : "conv bwd dW", shape, name, dx ? 2 * flops : flops, bwd, peak);
+    }
+  }
+  // Serving's linear layers with int8 weights (--quantize int8): float32 weights, int8
+  // widened to float32, int8 products on quantized activations (VNNI), per rows at once.
+  for (std::int64_t rows : {1, 16, 256, 2048}) {
+    for (auto [in, out] : {std::pair<std::int64_t, std::int64_t>{128, 512}, {512, 128}}) {
+      Tensor x = randn({rows, in}, rng), w = randn({out, in}, rng), bias = randn({out}, rng);
+      const std::string shape = std::to_string(rows) + "x" + std::to_string(in) + "x" + std::to_string(out) +
+                                (rows <= 16 ? " decode" : " prefill");
+      use("");
+      serve::PackedLinear f32(w, bias, serve::WeightFormat::kF32), q8(w, bias, serve::WeightFormat::kInt8);
+      row("linear", shape, "fp32", 2.0 * rows * in * out, seconds_per_call([&] { f32.forward(x); }), peak);
+      use("int8=emulated");
+      row("linear", shape, "int8 widened", 2.0 * rows * in * out, seconds_per_call([&] { q8.forward(x); }), peak);
+      if (onednn::has_int8_instructions()) {
+        use("int8=native");
+        row("linear", shape, "int8 vnni", 2.0 * rows * in * out, seconds_per_call([&] { q8.forward(x); }), peak);
+      }
     }
   }
   ::unsetenv("WEFT_KERNELS");

@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "weft/tensor/onednn.h"
 #include "weft/autograd/variable.h"
 #include "weft/data/text.h"
 #include "weft/nn/model_recipe.h"
@@ -26,6 +27,7 @@
 #include "weft/util/file.h"
 #include "weft/util/utf8.h"
 #include "weft/train/safetensors.h"
+#include "../scoped_kernels.h"
 #include "../test_support.h"
 
 namespace weft::serve {
@@ -152,29 +154,38 @@ TEST(GptDecoder, ABatchOfSequencesEqualsEachAlone) {
 }
 
 // Packed weights: bf16 within its 8 bits of mantissa, int8 within half a step of each
-// channel's scale, for every row count (the dot kernel and the widened GEMM).
+// channel's scale, for every row count (the dot kernel and the widened GEMM); int8 products
+// on VNNI (8 rows or more) also within half a step of the activations' scale.
 TEST(Quantize, PackedProductsAreTheFloatProductWithinTheFormatsRounding) {
   Rng rng(1);
   Tensor w = randn({37, 70}, rng), b = randn({37}, rng);
-  for (std::int64_t rows : {1, 3, 8, 20}) {
-    Tensor x = randn({rows, 70}, rng);
-    Tensor want = ops::linear(x, w, &b);
-    for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kInt8}) {
-      PackedLinear p(w, b, f);
-      Tensor got = p.forward(x);
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t o = 0; o < 37; ++o) {
-          double bound = 1e-4;  // fp32: the same product
-          double abs_x = 0, top = 0;
-          for (std::int64_t i = 0; i < 70; ++i) {
-            abs_x += std::abs(x.data<float>()[r * 70 + i]);
-            top = std::max<double>(top, std::abs(w.data<float>()[o * 70 + i]));
+  for (const bool vnni : {false, true}) {
+    if (vnni && !onednn::has_int8_instructions()) continue;
+    weft::testing::ScopedKernels use(vnni ? "int8=native" : "int8=emulated");
+    for (std::int64_t rows : {1, 3, 8, 20}) {
+      Tensor x = randn({rows, 70}, rng);
+      Tensor want = ops::linear(x, w, &b);
+      double amax = 0;
+      for (std::int64_t i = 0; i < rows * 70; ++i) amax = std::max<double>(amax, std::abs(x.data<float>()[i]));
+      for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kInt8}) {
+        PackedLinear p(w, b, f);
+        Tensor got = p.forward(x);
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t o = 0; o < 37; ++o) {
+            double bound = 1e-4;  // fp32: the same product
+            double abs_x = 0, top = 0, abs_w = 0;
+            for (std::int64_t i = 0; i < 70; ++i) {
+              abs_x += std::abs(x.data<float>()[r * 70 + i]);
+              top = std::max<double>(top, std::abs(w.data<float>()[o * 70 + i]));
+              abs_w += std::abs(w.data<float>()[o * 70 + i]);
+            }
+            if (f == WeightFormat::kBf16) bound += abs_x * top / 256;
+            if (f == WeightFormat::kInt8) bound += abs_x * top / 127 / 2;
+            if (f == WeightFormat::kInt8 && vnni && rows >= 8) bound += (abs_w + 70 * top / 127) * amax / 127 / 2;
+            EXPECT_NEAR(got.data<float>()[r * 37 + o], want.data<float>()[r * 37 + o], bound)
+                << weight_format_name(f) << " rows " << rows << " vnni " << vnni;
           }
-          if (f == WeightFormat::kBf16) bound += abs_x * top / 256;
-          if (f == WeightFormat::kInt8) bound += abs_x * top / 127 / 2;
-          EXPECT_NEAR(got.data<float>()[r * 37 + o], want.data<float>()[r * 37 + o], bound)
-              << weight_format_name(f) << " rows " << rows;
-        }
+      }
     }
   }
   EXPECT_EQ(PackedLinear(w, b, WeightFormat::kInt8).bytes(), 37 * 70 + 37 * 4);

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
+#include "weft/tensor/kernel_table.h"
 #include "weft/tensor/linalg.h"
+#include "weft/tensor/onednn.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 
@@ -73,6 +76,61 @@ void packed_product(const Tensor& x, const W* w, const float* scale, const Tenso
   });
 }
 
+// x times the int8 weights w [out, in] (scale per output channel) as an int8 product: x
+// quantized with one symmetric scale for the whole matrix (its largest magnitude / 127,
+// chosen anew for every call: dynamic quantization), int32 sums on oneDNN (VNNI), then
+// scaled back to float32 by both scales. Column blocks of at least 128 run on the pool.
+Tensor int8_product(const Tensor& x, const std::int8_t* w, const std::vector<float>& scale, const Tensor& bias,
+                    std::int64_t out, std::int64_t in) {
+  const std::int64_t R = x.size(0);
+  const float* xp = x.data<float>();
+  // Row blocks of at least 64 rows; column blocks of at least 128 columns when the rows are
+  // few. Both depend only on the shape.
+  const std::int64_t row_block = std::max<std::int64_t>(64, (R + 7) / 8);
+  const std::int64_t row_blocks = (R + row_block - 1) / row_block;
+  std::vector<float> block_max(static_cast<std::size_t>(row_blocks), 0.0f);
+  parallel_for(row_blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t b = begin; b < end; ++b) {
+      float m = 0;
+      for (std::int64_t i = b * row_block * in; i < std::min(R, (b + 1) * row_block) * in; ++i) m = std::max(m, std::fabs(xp[i]));
+      block_max[static_cast<std::size_t>(b)] = m;
+    }
+  });
+  float amax = 0;
+  for (float m : block_max) amax = std::max(amax, m);
+  if (std::isnan(amax)) amax = std::numeric_limits<float>::infinity();
+  Tensor y = Tensor::zeros({R, out});
+  if (amax > 0 && std::isfinite(amax)) {
+    const float xs = amax / 127.0f;
+    std::vector<std::int8_t> qx(static_cast<std::size_t>(R * in));
+    parallel_for(R * in, 16384, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t i = begin; i < end; ++i)
+        qx[static_cast<std::size_t>(i)] = static_cast<std::int8_t>(std::clamp(std::nearbyint(xp[i] / xs), -127.0f, 127.0f));
+    });
+    std::vector<float> cs(static_cast<std::size_t>(out));
+    for (std::int64_t o = 0; o < out; ++o) cs[static_cast<std::size_t>(o)] = xs * scale[static_cast<std::size_t>(o)];
+    const std::int64_t col_block = row_blocks > 1 ? out : std::max<std::int64_t>(128, (out + 7) / 8);
+    const std::int64_t col_blocks = (out + col_block - 1) / col_block;
+    parallel_for(row_blocks * col_blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t b = begin; b < end; ++b) {
+        const std::int64_t r0 = (b / col_blocks) * row_block, o0 = (b % col_blocks) * col_block;
+        const std::int64_t m = std::min(row_block, R - r0), n = std::min(col_block, out - o0);
+        onednn::matmul_s8(m, n, in, {qx.data() + r0 * in, in, 1}, {w + o0 * in, 1, in}, cs.data() + o0,
+                          y.data<float>() + r0 * out + o0, out);
+      }
+    });
+  } else if (!std::isfinite(amax)) {
+    y = Tensor::full({R, out}, std::nan(""));
+  }
+  if (bias.defined()) {
+    float* yp = y.data<float>();
+    const float* bp = bias.data<float>();
+    for (std::int64_t r = 0; r < R; ++r)
+      for (std::int64_t o = 0; o < out; ++o) yp[r * out + o] += bp[o];
+  }
+  return y;
+}
+
 }  // namespace
 
 WeightFormat parse_weight_format(const std::string& name) {
@@ -125,6 +183,10 @@ Tensor PackedLinear::forward(const Tensor& x) const {
   if (format_ == WeightFormat::kF32) return ops::linear(x, f32_, bias_.defined() ? &bias_ : nullptr);
   const Tensor xc = x.contiguous();
   if (x.size(0) >= kRowsForGemm) {
+    // Many rows: int8 products on quantized activations where the processor has VNNI
+    // (1.0-1.3x the float32 GEMM from 16 rows; one row runs faster as below).
+    if (format_ == WeightFormat::kInt8 && kernels::int8_native())
+      return int8_product(xc, int8_.data(), scale_, bias_, out_, in_);
     // Many rows (a prefill, a large batch): widen the whole matrix once and use the GEMM.
     Tensor w = Tensor::empty({out_, in_});
     parallel_for(out_, 64, [&](std::int64_t begin, std::int64_t end) {

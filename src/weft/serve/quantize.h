@@ -2,7 +2,10 @@
 // symmetric scale per output channel (w[o][i] ~ scale[o] * q[o][i], q in [-127, 127]), or
 // bf16 (float32 rounded to nearest even in its upper 16 bits). A PackedLinear keeps only the
 // small weights; its product reads them, widens them to float32 in registers and
-// accumulates in float32 (dequantization on the fly), so activations stay float32.
+// accumulates in float32 (dequantization on the fly), so activations stay float32 — except
+// int8 weights on a processor with VNNI (the kernel table's int8 choice): there the
+// activations are quantized too, one symmetric scale per call (dynamic quantization), and
+// the product runs in int8 with int32 sums on oneDNN.
 #pragma once
 
 #include <cstdint>

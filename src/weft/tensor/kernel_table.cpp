@@ -17,6 +17,7 @@ struct Overrides {
   int gemm = 0;  // 1 openblas, 2 onednn
   int conv = 0;  // 1 im2col, 2 onednn
   int bf16 = 0;  // 1 emulated, 2 native
+  int int8 = 0;  // 1 emulated, 2 native
 };
 
 int pick(const std::string& key, const std::string& value, const char* first, const char* second) {
@@ -34,16 +35,19 @@ Overrides parse(const std::string& text) {
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string::npos)
-      throw ConfigError("WEFT_KERNELS: '" + item + "' is not KIND=CHOICE (gemm, conv or bf16)");
+      throw ConfigError("WEFT_KERNELS: '" + item + "' is not KIND=CHOICE (gemm, conv, bf16 or int8)");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     if (key == "gemm") o.gemm = pick(key, value, "openblas", "onednn");
     else if (key == "conv") o.conv = pick(key, value, "im2col", "onednn");
     else if (key == "bf16") o.bf16 = pick(key, value, "emulated", "native");
-    else throw ConfigError("WEFT_KERNELS: unknown kernel kind '" + key + "' (gemm, conv or bf16)");
+    else if (key == "int8") o.int8 = pick(key, value, "emulated", "native");
+    else throw ConfigError("WEFT_KERNELS: unknown kernel kind '" + key + "' (gemm, conv, bf16 or int8)");
   }
   if (o.bf16 == 2 && !onednn::has_bf16_instructions())
     throw ConfigError("WEFT_KERNELS: bf16=native needs AVX512-BF16, and this processor runs " +
                       onednn::isa_name());
+  if (o.int8 == 2 && !onednn::has_int8_instructions())
+    throw ConfigError("WEFT_KERNELS: int8=native needs AVX512-VNNI, and this processor runs " + onednn::isa_name());
   return o;
 }
 
@@ -83,6 +87,13 @@ bool bf16_native(std::int64_t m, std::int64_t n, std::int64_t k) {
   return overrides().bf16 == 2 || m * n * k >= (std::int64_t{1} << 24);
 }
 
+bool int8_native() {
+  const int forced = overrides().int8;
+  if (forced != 0) return forced == 2;
+  static const bool native = onednn::has_int8_instructions();
+  return native;
+}
+
 Conv conv_forward() { return overrides().conv == 1 ? Conv::Im2col : Conv::OneDnn; }
 
 Conv conv_backward_data(std::int64_t in_channels) {
@@ -98,7 +109,8 @@ std::string summary() {
   auto bf16 = !bf16_native()       ? "emulated (rounded operands, fp32 products)"
               : o.bf16 == 2       ? "native (onednn)"
                                   : "native (onednn) from 2^24 multiply-adds";
-  return "kernels: " + onednn::isa_name() + "; gemm " + gemm + "; conv " + conv + "; bf16 " + bf16;
+  auto int8 = int8_native() ? "native (onednn, vnni)" : "emulated (widened weights, fp32 products)";
+  return "kernels: " + onednn::isa_name() + "; gemm " + gemm + "; conv " + conv + "; bf16 " + bf16 + "; int8 " + int8;
 }
 
 void reload() {

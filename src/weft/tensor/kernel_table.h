@@ -12,9 +12,14 @@
 //     weights' gradient (1.3-2.7x im2col + OpenBLAS); the input's gradient on oneDNN when the
 //     input has at least 8 channels, else col2im of an OpenBLAS product (oneDNN's kernel for
 //     one input channel runs at under a tenth of the GEMM's rate).
+//   int8 products (serving's --quantize int8): oneDNN's int8 matmul (VNNI) on dynamically
+//     quantized activations where the processor has AVX512-VNNI, else float32 products of
+//     the widened weights.
 // WEFT_KERNELS overrides them, e.g. "gemm=openblas,conv=im2col,bf16=emulated":
-//   gemm=auto|openblas|onednn, conv=auto|im2col|onednn, bf16=auto|native|emulated
-// (native needs AVX512-BF16). A malformed value is a ConfigError naming it.
+//   gemm=auto|openblas|onednn, conv=auto|im2col|onednn, bf16=auto|native|emulated,
+//   int8=auto|native|emulated
+// (bf16 native needs AVX512-BF16, int8 native VNNI). A malformed value is a ConfigError
+// naming it.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +36,8 @@ Gemm gemm_f32(std::int64_t m, std::int64_t n, std::int64_t k);
 // bf16_native() for the processor and WEFT_KERNELS, the second for one product's shape.
 bool bf16_native();
 bool bf16_native(std::int64_t m, std::int64_t n, std::int64_t k);
+// Whether int8 weights multiply int8 activations (else they are widened to float32).
+bool int8_native();
 // Convolution forward and weights' gradient; input's gradient for `in_channels` channels.
 Conv conv_forward();
 Conv conv_backward_data(std::int64_t in_channels);

@@ -133,6 +133,34 @@ void matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, O
        {DNNL_ARG_DST, memory(plan->pd.dst_desc(), e, c)}});
 }
 
+using S8Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                         std::int64_t, std::int64_t>;
+
+}  // namespace
+
+void matmul_s8(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, const float* scales, float* c,
+               std::int64_t ldc) {
+  static Cache<S8Key, MatmulPlan> cache;
+  const S8Key key{m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc};
+  auto plan = cache.get(key, [&] {
+    dnnl::primitive_attr attr = user_scratchpad();
+    attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // one scale per column
+    dnnl::matmul::desc d(strided(m, k, Type::s8, a.row_stride, a.col_stride),
+                         strided(k, n, Type::s8, b.row_stride, b.col_stride), strided(m, n, Type::f32, ldc, 1));
+    dnnl::matmul::primitive_desc pd(d, attr, engine());
+    return MatmulPlan{pd, dnnl::matmul(pd)};
+  });
+  const auto& e = engine();
+  memory::desc scales_desc({n}, Type::f32, Tag::x);
+  run(plan->prim, plan->pd.scratchpad_desc(),
+      {{DNNL_ARG_SRC, memory(plan->pd.src_desc(), e, const_cast<void*>(a.p))},
+       {DNNL_ARG_WEIGHTS, memory(plan->pd.weights_desc(), e, const_cast<void*>(b.p))},
+       {DNNL_ARG_DST, memory(plan->pd.dst_desc(), e, c)},
+       {DNNL_ARG_ATTR_OUTPUT_SCALES, memory(scales_desc, e, const_cast<float*>(scales))}});
+}
+
+namespace {
+
 // A convolution's three primitives, in the layouts oneDNN picks for them (blocked channels
 // where that is faster), and the plain NCHW layouts of weft's tensors.
 struct ConvPlan {

@@ -31,6 +31,12 @@ void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Opera
 void matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c,
                  std::int64_t ldc, bool accumulate);
 
+// c[m, n] = (a[m, k] b[k, n]) * scales[j] for column j: int8 operands (a signed, b as an
+// Operand of int8 elements), int32 accumulation (VNNI where the processor has it), a float32
+// result.
+void matmul_s8(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, const float* scales, float* c,
+               std::int64_t ldc);
+
 // A convolution's shape: input [n, c, h, w], weights [o, c, kh, kw], output [n, o, oh, ow].
 struct ConvShape {
   std::int64_t n, c, h, w, o, kh, kw, stride, pad, oh, ow;
