@@ -156,8 +156,27 @@ TEST(Gradcheck, SequenceOperations) {
   expect_gradcheck("layer_norm plain", [](auto& v) { return layer_norm(v[0], Var(), Var()); }, {rnd({4, 5})});
   expect_gradcheck("gelu", [](auto& v) { return gelu(v[0]); }, {rnd({3, 7}, -3, 3)});
   expect_gradcheck("causal softmax", [](auto& v) { return softmax(causal_mask(v[0])); }, {rnd({2, 4, 4})});
+  expect_gradcheck("fused causal softmax", [](auto& v) { return causal_softmax(v[0], 0.37); }, {rnd({2, 5, 5})});
   expect_gradcheck("narrow", [](auto& v) { return narrow(v[0], 1, 2, 3); }, {rnd({2, 6, 3})});
   expect_gradcheck("concat", [](auto& v) { return concat({v[0], v[1]}, 1); }, {rnd({2, 3}), rnd({2, 4})});
+}
+
+// The fused attention softmax gives the composed operations' values bit for bit, and their
+// gradients within rounding (its backward may accumulate with fused multiply-adds), in
+// float32 (the training type) and float64.
+TEST(Sequence, FusedCausalSoftmaxIsTheComposedOneBitForBit) {
+  Rng rng(3);
+  for (DType dt : {DType::F32, DType::F64}) {
+    Tensor x = randn({6, 17, 17}, rng, 0, 3, dt), g = randn({6, 17, 17}, rng, 0, 1, dt);
+    Var a(x, true), b(x, true);
+    const double scale = 1.0 / std::sqrt(32.0);
+    Var fused = causal_softmax(a, scale), composed = softmax(causal_mask(mul(b, scale)));
+    EXPECT_TRUE(ops::equal(fused.value(), composed.value())) << dtype_name(dt);
+    fused.backward(g);
+    composed.backward(g);
+    EXPECT_TRUE(ops::allclose(a.grad(), b.grad(), dt == DType::F32 ? 1e-5 : 1e-13, dt == DType::F32 ? 1e-7 : 1e-16))
+        << dtype_name(dt) << " " << ops::max_abs_diff(a.grad(), b.grad());
+  }
 }
 
 TEST(Sequence, LayerNormUsesThePopulationVariance) {

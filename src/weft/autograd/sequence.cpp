@@ -1,5 +1,6 @@
 #include "weft/autograd/sequence.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -160,6 +161,58 @@ Var causal_mask(const Var& scores) {
     Tensor d = g.clone();
     apply(d, 0.0);
     return Grads{d};
+  });
+}
+
+Var causal_softmax(const Var& scores, double scale) {
+  const Tensor x = scores.value().contiguous();
+  WEFT_CHECK(x.dim() >= 2 && x.size(-1) == x.size(-2), "causal_softmax: scores must be [..., T, T]");
+  const std::int64_t T_ = x.size(-1), rows = T_ == 0 ? 0 : x.numel() / T_;
+  Tensor y = Tensor::zeros(x.shape(), x.dtype());
+  const std::int64_t grain = std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(T_, 1));
+  dispatch(x.dtype(), [&](auto zero) {
+    using E = decltype(zero);
+    const E* px = x.data<E>();
+    E* py = y.data<E>();
+    parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t r = b; r < e; ++r) {
+        // Row r is query i = r mod T: keys 0..i; the rest stay zero (softmax of -infinity).
+        const std::int64_t n = r % T_ + 1;
+        const E* in = px + r * T_;
+        E* out = py + r * T_;
+        for (std::int64_t j = 0; j < n; ++j) out[j] = static_cast<E>(in[j] * scale);  // as mul(x, scale)
+        E m = *std::max_element(out, out + n);
+        for (std::int64_t j = 0; j < n; ++j) out[j] = exp_of(out[j] - m);
+        E sum = 0;
+        for (std::int64_t j = 0; j < n; ++j) sum += out[j];
+        const E inv = E(1) / sum;
+        for (std::int64_t j = 0; j < n; ++j) out[j] *= inv;
+      }
+    });
+  });
+  SavedTensor sy = SavedTensor::activation(y);
+  return record("causal_softmax", y, {scores}, [sy, scale, T_, rows, grain](const Tensor& g_in) {
+    const Tensor g = g_in.contiguous(), yv = sy.get();
+    Tensor dx = Tensor::zeros(g.shape(), g.dtype());
+    dispatch(g.dtype(), [&](auto zero) {
+      using E = decltype(zero);
+      const E* pg = g.data<E>();
+      const E* pyv = yv.data<E>();
+      E* pd = dx.data<E>();
+      parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e; ++r) {
+          const std::int64_t n = r % T_ + 1;
+          const E* gr = pg + r * T_;
+          const E* yr = pyv + r * T_;
+          E* d = pd + r * T_;
+          // softmax's backward y (g - sum(g y)), then the scale's: the masked keys add zeros.
+          E s = 0;
+          for (std::int64_t j = 0; j < n; ++j) s += gr[j] * yr[j];
+          for (std::int64_t j = 0; j < n; ++j) d[j] = static_cast<E>(static_cast<E>(yr[j] * (gr[j] - s)) * scale);
+        }
+      });
+    });
+    return Grads{dx};
   });
 }
 

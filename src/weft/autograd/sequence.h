@@ -26,6 +26,11 @@ Var gelu(const Var& x);
 // diagonal only.
 Var causal_mask(const Var& scores);
 
+// softmax(causal_mask(scores * scale)) in one pass over each row, forward and backward
+// (the three operations take ten): the same values, bit for bit, as the three composed, and
+// the same gradients within rounding.
+Var causal_softmax(const Var& scores, double scale);
+
 // Elements [start, start + length) of dimension `dim`; backward scatters into a zero tensor.
 Var narrow(const Var& x, std::int64_t dim, std::int64_t start, std::int64_t length);
 

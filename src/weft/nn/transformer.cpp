@@ -61,7 +61,7 @@ Var merge_heads(const Var& x, std::int64_t batch) {
 
 Var causal_attention_weights(const Var& q, const Var& k) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  return softmax(causal_mask(mul(matmul(q, transpose(k, 1, 2)), scale)));
+  return causal_softmax(matmul(q, transpose(k, 1, 2)), scale);
 }
 
 Var CausalSelfAttention::forward(const Var& x) {
