@@ -84,7 +84,7 @@ bool bf16_native() {
 
 bool bf16_native(std::int64_t m, std::int64_t n, std::int64_t k) {
   if (!bf16_native()) return false;
-  return overrides().bf16 == 2 || m * n * k >= (std::int64_t{1} << 24);
+  return overrides().bf16 == 2 || m * n * k >= (std::int64_t{1} << 20);
 }
 
 bool int8_native() {
@@ -108,7 +108,7 @@ std::string summary() {
   auto conv = o.conv == 1 ? "im2col+openblas" : "onednn";
   auto bf16 = !bf16_native()       ? "emulated (rounded operands, fp32 products)"
               : o.bf16 == 2       ? "native (onednn)"
-                                  : "native (onednn) from 2^24 multiply-adds";
+                                  : "native (onednn) from 2^20 multiply-adds";
   auto int8 = int8_native() ? "native (onednn, vnni)" : "emulated (widened weights, fp32 products)";
   return "kernels: " + onednn::isa_name() + "; gemm " + gemm + "; conv " + conv + "; bf16 " + bf16 + "; int8 " + int8;
 }
