@@ -95,7 +95,10 @@ Var matmul(const Var& a, const Var& b) {
   SavedTensor sa = gb ? SavedTensor::product_operand(a) : SavedTensor();
   SavedTensor sb = ga ? SavedTensor::product_operand(b) : SavedTensor();
   const std::int64_t rank_a = a.dim(), rank_b = b.dim();
-  Tensor out = ops::matmul(gemm_operand(a.value()), gemm_operand(b.value()));
+  Tensor out = rank_a == 2 && rank_b == 2
+                   ? ops::matmul(gemm_operand(a.value(), a.size(0), b.size(1), a.size(1)),
+                                 gemm_operand(b.value(), a.size(0), b.size(1), a.size(1)))
+                   : ops::matmul(gemm_operand(a.value()), gemm_operand(b.value()));
   return record("matmul", out, {a, b}, [sa, sb, ga, gb, rank_a, rank_b](const Tensor& g) {
     Tensor va = gb ? sa.get() : Tensor(), vb = ga ? sb.get() : Tensor();
     Tensor da, db;
@@ -123,7 +126,9 @@ Var linear(const Var& x, const Var& w, const Var& bias) {
   bool gx = x.requires_grad(), gw = w.requires_grad();
   bool has_bias = bias.defined();
   bool gbias = has_bias && bias.requires_grad();
-  Tensor out = ops::linear(gemm_operand(x.value()), gemm_operand(w.value()), has_bias ? &bias.value() : nullptr);
+  const std::int64_t m = x.size(0), n = w.size(0), k = x.size(1);
+  Tensor out = ops::linear(gemm_operand(x.value(), m, n, k), gemm_operand(w.value(), m, n, k),
+                           has_bias ? &bias.value() : nullptr);
   // Each operand is needed only for the other's gradient.
   SavedTensor sx = gw ? SavedTensor::product_operand(x) : SavedTensor();
   SavedTensor sw = gx ? SavedTensor::product_operand(w) : SavedTensor();

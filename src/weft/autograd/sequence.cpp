@@ -168,7 +168,7 @@ Var causal_softmax(const Var& scores, double scale) {
   const Tensor x = scores.value().contiguous();
   WEFT_CHECK(x.dim() >= 2 && x.size(-1) == x.size(-2), "causal_softmax: scores must be [..., T, T]");
   const std::int64_t T_ = x.size(-1), rows = T_ == 0 ? 0 : x.numel() / T_;
-  Tensor y = Tensor::zeros(x.shape(), x.dtype());
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
   const std::int64_t grain = std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(T_, 1));
   dispatch(x.dtype(), [&](auto zero) {
     using E = decltype(zero);
@@ -187,13 +187,14 @@ Var causal_softmax(const Var& scores, double scale) {
         for (std::int64_t j = 0; j < n; ++j) sum += out[j];
         const E inv = E(1) / sum;
         for (std::int64_t j = 0; j < n; ++j) out[j] *= inv;
+        std::fill(out + n, out + T_, E(0));
       }
     });
   });
   SavedTensor sy = SavedTensor::activation(y);
   return record("causal_softmax", y, {scores}, [sy, scale, T_, rows, grain](const Tensor& g_in) {
     const Tensor g = g_in.contiguous(), yv = sy.get();
-    Tensor dx = Tensor::zeros(g.shape(), g.dtype());
+    Tensor dx = Tensor::empty(g.shape(), g.dtype());
     dispatch(g.dtype(), [&](auto zero) {
       using E = decltype(zero);
       const E* pg = g.data<E>();
@@ -209,6 +210,7 @@ Var causal_softmax(const Var& scores, double scale) {
           E s = 0;
           for (std::int64_t j = 0; j < n; ++j) s += gr[j] * yr[j];
           for (std::int64_t j = 0; j < n; ++j) d[j] = static_cast<E>(static_cast<E>(yr[j] * (gr[j] - s)) * scale);
+          std::fill(d + n, d + T_, E(0));
         }
       });
     });

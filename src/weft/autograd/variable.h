@@ -149,6 +149,9 @@ class SavedTensor {
 };
 // The value a matrix product reads: rounded to bf16 under mixed precision, else as is.
 Tensor gemm_operand(const Tensor& t);
+// The same for a product [m, k] x [k, n]: as is when it will run on bf16 instructions,
+// which round their operands themselves (the same bits, one pass fewer).
+Tensor gemm_operand(const Tensor& t, std::int64_t m, std::int64_t n, std::int64_t k);
 
 // Activation recomputation (checkpointing, Chen et al. 2016): y = fn(x) without keeping
 // fn's intermediate values; backward runs fn(x) again with gradients on and back-propagates
