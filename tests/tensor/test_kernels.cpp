@@ -134,6 +134,29 @@ TEST(Conv, EveryLibraryMatchesFloat64ForwardAndBackward) {
   }
 }
 
+// bf16 convolutions: the operands (input, weights, incoming gradient) rounded to bf16,
+// each product exact, sums and results in float32.
+TEST(Conv, Bf16ConvolutionsAreThoseOfTheRoundedOperands) {
+  if (!onednn::has_bf16_instructions()) GTEST_SKIP() << "no AVX512-BF16 on this processor";
+  Rng r(14);
+  ScopedKernels use("bf16=native,conv=onednn");
+  auto r64 = [](const Tensor& t) { return ops::round_bf16(t).to(DType::F64); };
+  Tensor x = randn({20, 16, 9, 9}, r, 0, 1), w = randn({24, 16, 3, 3}, r, 0, 1), b = randn({24}, r, 0, 1);
+  ops::set_bf16_products(true);
+  auto f = ops::conv2d(x, w, b, 1, 1);
+  Tensor g = randn(f.out.shape(), r, 0, 1);
+  auto d = ops::conv2d_backward(g, x.shape(), w, f.saved, f.saved_is_col, 1, 1, true, true);
+  ops::set_bf16_products(false);
+  auto f64 = ops::conv2d(r64(x), r64(w), b.to(DType::F64), 1, 1);
+  auto d64 = ops::conv2d_backward(r64(g), x.shape(), r64(w), f64.saved, f64.saved_is_col, 1, 1, true, true);
+  EXPECT_LT(relative_error(f.out, f64.out), 1e-5);
+  EXPECT_LT(relative_error(d.dx, d64.dx), 1e-5);
+  EXPECT_LT(relative_error(d.dw, d64.dw), 1e-5);
+  // and the rounding shows against float32 operands
+  auto exact = ops::conv2d(x.to(DType::F64), w.to(DType::F64), b.to(DType::F64), 1, 1);
+  EXPECT_GT(relative_error(f.out, exact.out), 1e-4);
+}
+
 // The slices of a batch depend on its size alone: at least 8 samples, at most 8 slices.
 TEST(Conv, BatchSlicesDependOnTheBatchOnly) {
   EXPECT_EQ(ops::conv_batch_slices(1).count, 1);

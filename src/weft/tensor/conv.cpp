@@ -161,9 +161,19 @@ BatchSlices conv_batch_slices(std::int64_t n) {
 
 namespace {
 
-onednn::ConvShape dnnl_shape(const Shape& x, const Shape& w, std::int64_t n, std::int64_t stride, std::int64_t pad) {
-  return {n,    x[1],   x[2], x[3], w[0], w[2], w[3], stride, pad, conv_output_size(x[2], w[2], stride, pad),
-          conv_output_size(x[3], w[3], stride, pad)};
+onednn::ConvShape dnnl_shape(const Shape& x, const Shape& w, std::int64_t n, std::int64_t stride, std::int64_t pad,
+                             bool bf16) {
+  return {n,      x[1], x[2], x[3], w[0], w[2], w[3], stride, pad, conv_output_size(x[2], w[2], stride, pad),
+          conv_output_size(x[3], w[3], stride, pad), bf16};
+}
+
+// Whether this thread's convolution of these shapes runs on bf16 instructions: under bf16
+// products (linalg.h), when the kernel table would run a product of its size so (read on
+// the calling thread: the flag is the caller's).
+bool bf16_convolution(const Shape& x, const Shape& w, std::int64_t stride, std::int64_t pad) {
+  if (!bf16_products()) return false;
+  const std::int64_t oh = conv_output_size(x[2], w[2], stride, pad), ow = conv_output_size(x[3], w[3], stride, pad);
+  return kernels::bf16_native(w[0], x[0] * oh * ow, x[1] * w[2] * w[3]);
 }
 
 // fn(first sample, samples, slice index) for each slice of the batch, on the pool.
@@ -188,8 +198,9 @@ Conv2dForward conv2d_onednn(const Tensor& x_in, const Tensor& w_in, const Tensor
   Conv2dForward f;
   f.out = Tensor::empty({N, Cout, OH, OW}, DType::F32);
   const std::int64_t in_sample = x.numel() / std::max<std::int64_t>(N, 1), out_sample = Cout * OH * OW;
+  const bool bf16 = bf16_convolution(x.shape(), w.shape(), stride, pad);
   for_each_slice(N, [&](std::int64_t first, std::int64_t count, std::int64_t) {
-    onednn::conv_forward(dnnl_shape(x.shape(), w.shape(), count, stride, pad), x.data<float>() + first * in_sample,
+    onednn::conv_forward(dnnl_shape(x.shape(), w.shape(), count, stride, pad, bf16), x.data<float>() + first * in_sample,
                          w.data<float>(), b.defined() ? b.data<float>() : nullptr,
                          f.out.data<float>() + first * out_sample);
   });
@@ -299,8 +310,9 @@ Conv2dGrads conv2d_backward_onednn(const Tensor& grad_out, const Tensor& x, cons
   const bool dx_here = need_dx && kernels::conv_backward_data(x.size(1)) == kernels::Conv::OneDnn;
   Conv2dGrads r;
   if (dx_here) r.dx = Tensor::empty(x.shape(), DType::F32);
+  const bool bf16 = bf16_convolution(x.shape(), w.shape(), stride, pad);
   for_each_slice(N, [&](std::int64_t first, std::int64_t count, std::int64_t slice) {
-    const onednn::ConvShape shape = dnnl_shape(x.shape(), w.shape(), count, stride, pad);
+    const onednn::ConvShape shape = dnnl_shape(x.shape(), w.shape(), count, stride, pad, bf16);
     const float* dy = grad_out.data<float>() + first * out_sample;
     onednn::conv_backward_weights(shape, x.data<float>() + first * in_sample, dy, dw_parts.data() + slice * wsize,
                                   db_parts.data() + slice * Cout);

@@ -3,7 +3,7 @@
 // the batch (conv_batch_slices: fixed by the shape, one single-threaded call each on the
 // pool, the weights' gradient summed over slices in order), or through im2col + one GEMM
 // over the whole batch, as the kernel table chooses (kernel_table.h); float64 always
-// through im2col.
+// through im2col. Under bf16 products (linalg.h) oneDNN's convolutions read bf16 operands.
 #pragma once
 
 #include <cstdint>

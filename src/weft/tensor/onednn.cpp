@@ -176,7 +176,9 @@ struct ConvPlan {
 struct ConvKey {
   ConvShape s;
   bool operator<(const ConvKey& o) const {
-    auto t = [](const ConvShape& v) { return std::tie(v.n, v.c, v.h, v.w, v.o, v.kh, v.kw, v.stride, v.pad, v.oh, v.ow); };
+    auto t = [](const ConvShape& v) {
+      return std::tie(v.n, v.c, v.h, v.w, v.o, v.kh, v.kw, v.stride, v.pad, v.oh, v.ow, v.bf16);
+    };
     return t(s) < t(o.s);
   }
 };
@@ -187,20 +189,23 @@ std::shared_ptr<const ConvPlan> conv_plan(const ConvShape& s) {
     const auto& e = engine();
     memory::desc x({s.n, s.c, s.h, s.w}, Type::f32, Tag::nchw), w({s.o, s.c, s.kh, s.kw}, Type::f32, Tag::oihw),
         y({s.n, s.o, s.oh, s.ow}, Type::f32, Tag::nchw), b({s.o}, Type::f32, Tag::x);
-    memory::desc xa({s.n, s.c, s.h, s.w}, Type::f32, Tag::any), wa({s.o, s.c, s.kh, s.kw}, Type::f32, Tag::any),
-        ya({s.n, s.o, s.oh, s.ow}, Type::f32, Tag::any);
+    // The operands' type (bf16 or f32); results (outputs and gradients) are f32.
+    const Type in = s.bf16 ? Type::bf16 : Type::f32;
+    auto any = [](const memory::dims& d, Type t) { return memory::desc(d, t, Tag::any); };
+    const memory::dims xd{s.n, s.c, s.h, s.w}, wd{s.o, s.c, s.kh, s.kw}, yd{s.n, s.o, s.oh, s.ow};
     const memory::dims strides{s.stride, s.stride}, pad{s.pad, s.pad};
     const auto attr = user_scratchpad();
     dnnl::convolution_forward::primitive_desc fwd(
-        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, xa,
-                                        wa, b, ya, strides, pad, pad),
+        dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                        any(xd, in), any(wd, in), b, any(yd, Type::f32), strides, pad, pad),
         attr, e);
     dnnl::convolution_backward_data::primitive_desc bwd_data(
-        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, xa, wa, ya, strides, pad, pad),
+        dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, any(xd, Type::f32), any(wd, in),
+                                              any(yd, in), strides, pad, pad),
         attr, e, fwd);
     dnnl::convolution_backward_weights::primitive_desc bwd_weights(
-        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, xa, wa, b, ya, strides, pad,
-                                                 pad),
+        dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, any(xd, in),
+                                                 any(wd, Type::f32), b, any(yd, in), strides, pad, pad),
         attr, e, fwd);
     return ConvPlan{x, w, y, b, fwd, bwd_data, bwd_weights,
                     dnnl::convolution_forward(fwd), dnnl::convolution_backward_data(bwd_data),
@@ -209,7 +214,8 @@ std::shared_ptr<const ConvPlan> conv_plan(const ConvShape& s) {
 }
 
 // `user` as the primitive wants it: the same memory when the layouts agree, else a copy in
-// the primitive's layout (reordered now when `fill`).
+// the primitive's layout and type (reordered now when `fill`; to bf16 by rounding to
+// nearest even).
 memory in_layout(const memory::desc& want, const memory::desc& plain, const void* p, bool fill) {
   const auto& e = engine();
   memory user(plain, e, const_cast<void*>(p));

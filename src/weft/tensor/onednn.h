@@ -38,8 +38,11 @@ void matmul_s8(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operan
                std::int64_t ldc);
 
 // A convolution's shape: input [n, c, h, w], weights [o, c, kh, kw], output [n, o, oh, ow].
+// bf16: the float32 operands are rounded to bfloat16 and multiplied with bf16 instructions
+// (float32 sums and results), as bf16 products are.
 struct ConvShape {
   std::int64_t n, c, h, w, o, kh, kw, stride, pad, oh, ow;
+  bool bf16 = false;
   bool operator==(const ConvShape&) const = default;
 };
 // y = conv(x, w) + bias (bias may be null).
