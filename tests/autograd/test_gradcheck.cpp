@@ -91,6 +91,7 @@ TEST(Gradcheck, MaxPoolAndDropout) {
   Tensor perm = rnd({96});
   x = ops::add(ops::mul(x, 0.01), ops::mul(perm.view({2, 3, 4, 4}), 0.001));
   expect_gradcheck("max_pool2d", [](auto& v) { return max_pool2d(v[0], 2, 2); }, {x});
+  expect_gradcheck("relu_max_pool2d", [](auto& v) { return relu_max_pool2d(v[0], 2, 2); }, {x});
   expect_gradcheck("dropout", [](auto& v) {
     Rng r(99);  // the same mask on every evaluation
     return dropout(v[0], 0.3, r);
@@ -176,6 +177,26 @@ TEST(Sequence, FusedCausalSoftmaxIsTheComposedOneBitForBit) {
     composed.backward(g);
     EXPECT_TRUE(ops::allclose(a.grad(), b.grad(), dt == DType::F32 ? 1e-5 : 1e-13, dt == DType::F32 ? 1e-7 : 1e-16))
         << dtype_name(dt) << " " << ops::max_abs_diff(a.grad(), b.grad());
+  }
+}
+
+// ReLU then max pooling in one pass: the composed values and gradients bit for bit, with
+// windows all negative (no gradient), ties at zero and NaN inputs among them.
+TEST(Pooling, FusedReluMaxPoolIsTheComposedOneBitForBit) {
+  Rng rng(4);
+  for (DType dt : {DType::F32, DType::F64}) {
+    for (auto [k, s] : {std::pair<std::int64_t, std::int64_t>{2, 2}, {3, 2}}) {
+      Tensor x = randn({3, 4, 9, 9}, rng, -0.5, 1, dt);
+      x.set({0, 0, 0, 0}, std::nan(""));
+      x.set({1, 2, 4, 4}, 0.0);
+      Var a(x, true), b(x, true);
+      Var fused = relu_max_pool2d(a, k, s), composed = max_pool2d(relu(b), k, s);
+      EXPECT_TRUE(ops::equal(fused.value(), composed.value())) << dtype_name(dt) << " k " << k;
+      Tensor g = randn(fused.value().shape(), rng, 0, 1, dt);
+      fused.backward(g);
+      composed.backward(g);
+      EXPECT_TRUE(ops::equal(a.grad(), b.grad())) << dtype_name(dt) << " k " << k;
+    }
   }
 }
 

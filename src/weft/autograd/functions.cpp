@@ -269,14 +269,19 @@ Var conv2d(const Var& x, const Var& w, const Var& bias, std::int64_t stride, std
   });
 }
 
-Var max_pool2d(const Var& x, std::int64_t kernel, std::int64_t stride) {
-  ops::MaxPool2dForward f = ops::max_pool2d(x.value(), kernel, stride);
+namespace {
+Var pool(const Var& x, std::int64_t kernel, std::int64_t stride, bool relu) {
+  ops::MaxPool2dForward f = ops::max_pool2d(x.value(), kernel, stride, relu);
   Shape xs = x.shape();
   auto argmax = f.argmax;
-  return record("max_pool2d", f.out, {x}, [xs, argmax](const Tensor& g) {
+  return record(relu ? "relu_max_pool2d" : "max_pool2d", f.out, {x}, [xs, argmax](const Tensor& g) {
     return Grads{ops::max_pool2d_backward(g, *argmax, xs)};
   });
 }
+}  // namespace
+
+Var max_pool2d(const Var& x, std::int64_t kernel, std::int64_t stride) { return pool(x, kernel, stride, false); }
+Var relu_max_pool2d(const Var& x, std::int64_t kernel, std::int64_t stride) { return pool(x, kernel, stride, true); }
 
 Var dropout(const Var& x, double p, Rng& rng) {
   WEFT_CHECK(p >= 0.0 && p < 1.0, "dropout probability must be in [0, 1)");

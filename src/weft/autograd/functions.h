@@ -53,6 +53,8 @@ Var half_mse_loss(const Var& pred, const Var& target);  // mean((pred - target)^
 // Convolutional layers (NCHW).
 Var conv2d(const Var& x, const Var& w, const Var& bias, std::int64_t stride, std::int64_t padding);
 Var max_pool2d(const Var& x, std::int64_t kernel, std::int64_t stride);
+// max_pool2d(relu(x)) in one pass, the same values and gradients (ops::max_pool2d's relu).
+Var relu_max_pool2d(const Var& x, std::int64_t kernel, std::int64_t stride);
 // Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1-p).
 Var dropout(const Var& x, double p, Rng& rng);
 

@@ -29,6 +29,7 @@ MaxPool2d::MaxPool2d(std::int64_t kernel, std::int64_t stride)
     : kernel_(kernel), stride_(stride == 0 ? kernel : stride) {}
 
 Var MaxPool2d::forward(const Var& x) { return max_pool2d(x, kernel_, stride_); }
+Var MaxPool2d::forward_relu(const Var& x) { return relu_max_pool2d(x, kernel_, stride_); }
 
 std::string MaxPool2d::describe() const {
   return "MaxPool2d(" + std::to_string(kernel_) + ", stride " + std::to_string(stride_) + ")";

@@ -26,6 +26,8 @@ class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(std::int64_t kernel, std::int64_t stride = 0);  // stride 0 = kernel
   Var forward(const Var& x) override;
+  // forward(relu(x)) in one pass (Sequential uses it for a ReLU followed by this pooling).
+  Var forward_relu(const Var& x);
   std::string describe() const override;
 
  private:

@@ -1,5 +1,8 @@
 #include "weft/nn/sequential.h"
 
+#include "weft/nn/activation.h"
+#include "weft/nn/conv.h"
+
 namespace weft {
 
 Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) {
@@ -14,7 +17,16 @@ Sequential& Sequential::add(std::shared_ptr<Module> module) {
 
 Var Sequential::forward(const Var& x) {
   Var h = x;
-  for (auto& m : modules_) h = m->forward(h);
+  for (std::size_t i = 0; i < modules_.size(); ++i) {
+    // A ReLU followed by max pooling runs as one pass (the same values and gradients).
+    auto* pool = i + 1 < modules_.size() ? dynamic_cast<MaxPool2d*>(modules_[i + 1].get()) : nullptr;
+    if (pool != nullptr && dynamic_cast<ReLU*>(modules_[i].get()) != nullptr) {
+      h = pool->forward_relu(h);
+      ++i;
+      continue;
+    }
+    h = modules_[i]->forward(h);
+  }
   return h;
 }
 

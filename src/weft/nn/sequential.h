@@ -1,5 +1,6 @@
-// Sequential: applies its modules in order. Children are named "0", "1", ... so parameter
-// names match a PyTorch nn.Sequential of the same layers.
+// Sequential: applies its modules in order (a ReLU followed by a MaxPool2d as one pass, the
+// same values and gradients). Children are named "0", "1", ... so parameter names match a
+// PyTorch nn.Sequential of the same layers.
 #pragma once
 
 #include <memory>

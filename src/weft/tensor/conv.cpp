@@ -356,7 +356,20 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Shape& x_shape, con
   return r;
 }
 
-MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_t stride) {
+namespace {
+// ReLU of a pooled plane: outputs not above zero become 0 and pass no gradient.
+template <typename T>
+void relu_plane(T* out, std::int32_t* argmax, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (!(out[i] > T(0))) {
+      out[i] = T(0);
+      argmax[i] = -1;
+    }
+  }
+}
+}  // namespace
+
+MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_t stride, bool relu) {
   ProfileScope profile(Work::Conv);
   WEFT_CHECK(x_in.dim() == 4, "max_pool2d: input must be [N, C, H, W]");
   Tensor x = x_in.contiguous();
@@ -392,6 +405,7 @@ MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_
               idx[oh * OW + ow] = static_cast<std::int32_t>(best_i);
             }
           }
+          if (relu) relu_plane(dst, idx, OH * OW);
           continue;
         }
         for (std::int64_t oh = 0; oh < OH; ++oh) {
@@ -411,6 +425,7 @@ MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_
             idx[oh * OW + ow] = static_cast<std::int32_t>(best_i);
           }
         }
+        if (relu) relu_plane(dst, idx, OH * OW);
       }
     });
   });
@@ -432,7 +447,8 @@ Tensor max_pool2d_backward(const Tensor& grad_out_in, const std::vector<std::int
     parallel_for(planes, 16, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t plane = b; plane < e; ++plane) {
         for (std::int64_t o = 0; o < out_plane; ++o) {
-          pd[plane * in_plane + argmax[plane * out_plane + o]] += pg[plane * out_plane + o];
+          const std::int32_t at = argmax[plane * out_plane + o];
+          if (at >= 0) pd[plane * in_plane + at] += pg[plane * out_plane + o];
         }
       }
     });
