@@ -89,30 +89,35 @@ int main(int argc, char** argv) {
   // Products as weft runs them (blocks on the pool), per library, and bf16.
   struct Product {
     std::int64_t m, k, n;
-    bool tb;
+    bool ta, tb;  // the operands as weft stores them: A as [k, m], B as [n, k]
     const char* what;
   };
-  const Product products[] = {{64, 784, 256, true, "mlp layer 1"},
-                              {64, 256, 256, true, "mlp layer 2"},
-                              {2048, 128, 384, true, "gpt qkv"},
-                              {2048, 512, 128, true, "gpt mlp out"},
-                              {512, 2048, 128, false, "gpt dW (k = tokens)"},
-                              {128, 32, 128, false, "attention head"}};
+  const Product products[] = {{64, 784, 256, false, true, "mlp layer 1"},
+                              {64, 256, 256, false, true, "mlp layer 2"},
+                              {2048, 128, 384, false, true, "gpt qkv"},
+                              {2048, 512, 128, false, true, "gpt mlp out"},
+                              {512, 2048, 128, true, false, "gpt dW (k = tokens)"},
+                              {128, 32, 128, false, false, "attention head"}};
+  struct Library {
+    const char* choice;  // WEFT_KERNELS
+    const char* label;
+    bool bf16;
+  };
+  const Library libraries[] = {{"gemm=openblas", "openblas", false},
+                               {"gemm=onednn", "onednn", false},
+                               {"bf16=native", "native bf16", true}};
   for (const Product& p : products) {
-    Tensor x = randn({p.m, p.k}, rng), w = p.tb ? randn({p.n, p.k}, rng) : randn({p.k, p.n}, rng);
-    if (std::string(p.what).find("dW") != std::string::npos) x = randn({p.k, p.m}, rng);
-    const bool ta = std::string(p.what).find("dW") != std::string::npos;
+    Tensor x = p.ta ? randn({p.k, p.m}, rng) : randn({p.m, p.k}, rng);
+    Tensor w = p.tb ? randn({p.n, p.k}, rng) : randn({p.k, p.n}, rng);
     Tensor y = Tensor::empty({p.m, p.n});
     const std::string shape = std::to_string(p.m) + "x" + std::to_string(p.k) + "x" + std::to_string(p.n) + " " + p.what;
-    for (const char* lib : {"gemm=openblas", "gemm=onednn", "bf16=native"}) {
-      if (std::string(lib) == "bf16=native" && !onednn::has_bf16_instructions()) continue;
-      use(lib);
-      ops::set_bf16_products(std::string(lib) == "bf16=native");
-      const double s = seconds_per_call([&] { ops::gemm(ta, p.tb, 1.0, x, w, 0.0, y); });
+    for (const Library& lib : libraries) {
+      if (lib.bf16 && !onednn::has_bf16_instructions()) continue;
+      use(lib.choice);
+      ops::set_bf16_products(lib.bf16);
+      const double s = seconds_per_call([&] { ops::gemm(p.ta, p.tb, 1.0, x, w, 0.0, y); });
       ops::set_bf16_products(false);
-      row("gemm", shape, std::string(lib).substr(std::string(lib).find('=') + 1) +
-                             (std::string(lib) == "bf16=native" ? " bf16" : ""),
-          2.0 * p.m * p.k * p.n, s, peak);
+      row("gemm", shape, lib.label, 2.0 * p.m * p.k * p.n, s, peak);
     }
   }
 

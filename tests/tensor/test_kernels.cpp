@@ -11,6 +11,7 @@
 #include "weft/tensor/onednn.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
+#include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 #include "../scoped_kernels.h"
 
@@ -132,6 +133,30 @@ TEST(Conv, EveryLibraryMatchesFloat64ForwardAndBackward) {
       EXPECT_LT(relative_error(d.db, d64.db), 1e-5) << library << " c=" << t.c;
     }
   }
+}
+
+// A batch of products under bf16 products gives the same bits on 1 and 2 threads: every
+// product follows the calling thread's choice, whichever thread takes it.
+TEST(Linalg, BatchedBf16ProductsDoNotDependOnTheThreadCount) {
+  if (!onednn::has_bf16_instructions()) GTEST_SKIP() << "no AVX512-BF16 on this processor";
+  Rng r(15);
+  ScopedKernels use("bf16=native");
+  Tensor a = randn({8, 64, 48}, r, 0, 1), b = randn({8, 48, 40}, r, 0, 1);
+  const int threads = get_num_threads();
+  auto product = [&](int t) {
+    set_num_threads(t);
+    ops::set_bf16_products(true);
+    Tensor c = ops::matmul(a, b);
+    ops::set_bf16_products(false);
+    return c;
+  };
+  const Tensor one = product(1), two = product(2);
+  set_num_threads(threads);
+  EXPECT_TRUE(ops::equal(one, two)) << ops::max_abs_diff(one, two);
+  // and they are bf16 products: those of the rounded operands
+  EXPECT_LT(relative_error(two.select(0, 3), ops::matmul(ops::round_bf16(a.select(0, 3)).to(DType::F64),
+                                                         ops::round_bf16(b.select(0, 3)).to(DType::F64))),
+            1e-6);
 }
 
 // bf16 convolutions: the operands (input, weights, incoming gradient) rounded to bf16,

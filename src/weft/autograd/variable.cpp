@@ -3,7 +3,6 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "weft/tensor/kernel_table.h"
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
 
@@ -53,7 +52,7 @@ bool bf16_enabled() { return t_bf16; }
 
 Tensor gemm_operand(const Tensor& t) { return t_bf16 && t.dtype() == DType::F32 ? ops::round_bf16(t) : t; }
 Tensor gemm_operand(const Tensor& t, std::int64_t m, std::int64_t n, std::int64_t k) {
-  if (t_bf16 && ops::bf16_products() && kernels::bf16_native(m, n, k)) return t;
+  if (t_bf16 && ops::bf16_instructions_for(m, n, k)) return t;
   return gemm_operand(t);
 }
 

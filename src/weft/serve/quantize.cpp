@@ -100,8 +100,13 @@ Tensor int8_product(const Tensor& x, const std::int8_t* w, const std::vector<flo
   float amax = 0;
   for (float m : block_max) amax = std::max(amax, m);
   if (std::isnan(amax)) amax = std::numeric_limits<float>::infinity();
-  Tensor y = Tensor::zeros({R, out});
-  if (amax > 0 && std::isfinite(amax)) {
+  Tensor y;
+  if (!(amax > 0)) {
+    y = Tensor::zeros({R, out});
+  } else if (!std::isfinite(amax)) {
+    y = Tensor::full({R, out}, std::nan(""));
+  } else {
+    y = Tensor::empty({R, out});  // every element written by the products below
     const float xs = amax / 127.0f;
     std::vector<std::int8_t> qx(static_cast<std::size_t>(R * in));
     parallel_for(R * in, 16384, [&](std::int64_t begin, std::int64_t end) {
@@ -120,8 +125,6 @@ Tensor int8_product(const Tensor& x, const std::int8_t* w, const std::vector<flo
                           y.data<float>() + r0 * out + o0, out);
       }
     });
-  } else if (!std::isfinite(amax)) {
-    y = Tensor::full({R, out}, std::nan(""));
   }
   if (bias.defined()) {
     float* yp = y.data<float>();

@@ -167,13 +167,12 @@ onednn::ConvShape dnnl_shape(const Shape& x, const Shape& w, std::int64_t n, std
           conv_output_size(x[3], w[3], stride, pad), bf16};
 }
 
-// Whether this thread's convolution of these shapes runs on bf16 instructions: under bf16
-// products (linalg.h), when the kernel table would run a product of its size so (read on
-// the calling thread: the flag is the caller's).
+// Whether this thread's convolution of these shapes runs on bf16 instructions: as its
+// product [Cout, C·KH·KW] x [C·KH·KW, N·OH·OW] would (read on the calling thread: the
+// flag is the caller's).
 bool bf16_convolution(const Shape& x, const Shape& w, std::int64_t stride, std::int64_t pad) {
-  if (!bf16_products()) return false;
   const std::int64_t oh = conv_output_size(x[2], w[2], stride, pad), ow = conv_output_size(x[3], w[3], stride, pad);
-  return kernels::bf16_native(w[0], x[0] * oh * ow, x[1] * w[2] * w[3]);
+  return bf16_instructions_for(w[0], x[0] * oh * ow, x[1] * w[2] * w[3]);
 }
 
 // fn(first sample, samples, slice index) for each slice of the batch, on the pool.
@@ -314,9 +313,9 @@ Conv2dGrads conv2d_backward_onednn(const Tensor& grad_out, const Tensor& x, cons
   for_each_slice(N, [&](std::int64_t first, std::int64_t count, std::int64_t slice) {
     const onednn::ConvShape shape = dnnl_shape(x.shape(), w.shape(), count, stride, pad, bf16);
     const float* dy = grad_out.data<float>() + first * out_sample;
-    onednn::conv_backward_weights(shape, x.data<float>() + first * in_sample, dy, dw_parts.data() + slice * wsize,
-                                  db_parts.data() + slice * Cout);
-    if (dx_here) onednn::conv_backward_data(shape, dy, w.data<float>(), r.dx.data<float>() + first * in_sample);
+    onednn::conv_backward(shape, x.data<float>() + first * in_sample, dy, w.data<float>(),
+                          dx_here ? r.dx.data<float>() + first * in_sample : nullptr, dw_parts.data() + slice * wsize,
+                          db_parts.data() + slice * Cout);
   });
   auto sum_parts = [&](const std::vector<float>& parts, std::int64_t size, const Shape& shape) {
     Tensor out = Tensor::empty(shape, DType::F32);

@@ -53,6 +53,9 @@ std::vector<std::uint16_t> to_bf16_dense(const float* p, std::int64_t rows, std:
 
 void set_bf16_products(bool on) { t_bf16_products = on; }
 bool bf16_products() { return t_bf16_products; }
+bool bf16_instructions_for(std::int64_t m, std::int64_t n, std::int64_t k) {
+  return t_bf16_products && kernels::bf16_native(m, n, k);
+}
 
 GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n) {
   constexpr std::int64_t kMinRows = 64, kMinCols = 128, kMaxBlocks = 8;
@@ -101,8 +104,10 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
     const float* pa = A.t.data<float>();
     const float* pb = B.t.data<float>();
     float* pc = c.data<float>();
+    // oneDNN's products take alpha 1 and beta 0 or 1 (a sum post-op).
+    const bool onednn_ok = alpha == 1.0 && (beta == 0.0 || beta == 1.0);
     // bf16 products: both operands rounded once into dense bf16 copies.
-    const bool bf16 = t_bf16_products && kernels::bf16_native(m, n, k) && alpha == 1.0 && (beta == 0.0 || beta == 1.0);
+    const bool bf16 = onednn_ok && bf16_instructions_for(m, n, k);
     std::vector<std::uint16_t> a16, b16;
     std::int64_t lda16 = A.ld, ldb16 = B.ld;
     if (bf16) {
@@ -126,8 +131,7 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
         }
         const float* sa = pa + (a_t ? r0 : r0 * A.ld);
         const float* sb = pb + (b_t ? c0 * B.ld : c0);
-        if (alpha == 1.0 && (beta == 0.0 || beta == 1.0) &&
-            kernels::gemm_f32(r1 - r0, c1 - c0, k) == kernels::Gemm::OneDnn) {
+        if (onednn_ok && kernels::gemm_f32(r1 - r0, c1 - c0, k) == kernels::Gemm::OneDnn) {
           const onednn::Operand oa{sa, a_t ? 1 : A.ld, a_t ? A.ld : 1};
           const onednn::Operand ob{sb, b_t ? 1 : B.ld, b_t ? B.ld : 1};
           onednn::matmul_f32(r1 - r0, c1 - c0, k, oa, ob, out, ldc, beta == 1.0);
@@ -160,11 +164,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   ProfileScope profile(Work::Gemm);
   std::int64_t batch = a.size(0);
   Tensor c = Tensor::empty({batch, a.size(1), b.size(-1)}, a.dtype());
+  const bool bf16 = t_bf16_products;  // the caller's, for every thread that takes a product
   parallel_for(batch, 1, [&](std::int64_t first, std::int64_t last) {
+    const bool own = t_bf16_products;
+    t_bf16_products = bf16;
     for (std::int64_t i = first; i < last; ++i) {
       Tensor ci = c.select(0, i);
       gemm(false, false, 1.0, a.select(0, i), b.dim() == 3 ? b.select(0, i) : b, 0.0, ci);
     }
+    t_bf16_products = own;
   });
   return c;
 }

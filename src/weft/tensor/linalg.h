@@ -28,6 +28,9 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
 // says the processor has them (kernel_table.h); elsewhere they stay float32 products.
 void set_bf16_products(bool on);
 bool bf16_products();
+// Whether this thread's product [m, k] x [k, n] runs on bf16 instructions: bf16 products on
+// and the kernel table's rule for the shape. The product then rounds its operands itself.
+bool bf16_instructions_for(std::int64_t m, std::int64_t n, std::int64_t k);
 
 // [M, K] x [K, N] -> [M, N]; batched [B, M, K] x [B, K, N] or x [K, N] -> [B, M, N].
 Tensor matmul(const Tensor& a, const Tensor& b);

@@ -106,14 +106,15 @@ struct MatmulPlan {
   dnnl::matmul prim;
 };
 
+// c = a b (+ c when accumulate; times scales[j] per column when scales is given).
 using MatmulKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                             std::int64_t, std::int64_t, std::int64_t, bool>;
+                             std::int64_t, std::int64_t, std::int64_t, bool, bool>;
 
 void matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c,
-            std::int64_t ldc, bool accumulate) {
+            std::int64_t ldc, bool accumulate, const float* scales) {
   static Cache<MatmulKey, MatmulPlan> cache;
   const MatmulKey key{static_cast<int>(t), m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc,
-                      accumulate};
+                      accumulate, scales != nullptr};
   auto plan = cache.get(key, [&] {
     dnnl::primitive_attr attr = user_scratchpad();
     if (accumulate) {
@@ -121,42 +122,26 @@ void matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, O
       ops.append_sum(1.0f);
       attr.set_post_ops(ops);
     }
+    if (scales != nullptr) attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // one per column
     dnnl::matmul::desc d(strided(m, k, t, a.row_stride, a.col_stride), strided(k, n, t, b.row_stride, b.col_stride),
                          strided(m, n, Type::f32, ldc, 1));
     dnnl::matmul::primitive_desc pd(d, attr, engine());
     return MatmulPlan{pd, dnnl::matmul(pd)};
   });
   const auto& e = engine();
-  run(plan->prim, plan->pd.scratchpad_desc(),
-      {{DNNL_ARG_SRC, memory(plan->pd.src_desc(), e, const_cast<void*>(a.p))},
-       {DNNL_ARG_WEIGHTS, memory(plan->pd.weights_desc(), e, const_cast<void*>(b.p))},
-       {DNNL_ARG_DST, memory(plan->pd.dst_desc(), e, c)}});
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan->pd.src_desc(), e, const_cast<void*>(a.p))},
+                                       {DNNL_ARG_WEIGHTS, memory(plan->pd.weights_desc(), e, const_cast<void*>(b.p))},
+                                       {DNNL_ARG_DST, memory(plan->pd.dst_desc(), e, c)}};
+  if (scales != nullptr)
+    args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory({{n}, Type::f32, Tag::x}, e, const_cast<float*>(scales)));
+  run(plan->prim, plan->pd.scratchpad_desc(), std::move(args));
 }
-
-using S8Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                         std::int64_t, std::int64_t>;
 
 }  // namespace
 
 void matmul_s8(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, const float* scales, float* c,
                std::int64_t ldc) {
-  static Cache<S8Key, MatmulPlan> cache;
-  const S8Key key{m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc};
-  auto plan = cache.get(key, [&] {
-    dnnl::primitive_attr attr = user_scratchpad();
-    attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // one scale per column
-    dnnl::matmul::desc d(strided(m, k, Type::s8, a.row_stride, a.col_stride),
-                         strided(k, n, Type::s8, b.row_stride, b.col_stride), strided(m, n, Type::f32, ldc, 1));
-    dnnl::matmul::primitive_desc pd(d, attr, engine());
-    return MatmulPlan{pd, dnnl::matmul(pd)};
-  });
-  const auto& e = engine();
-  memory::desc scales_desc({n}, Type::f32, Tag::x);
-  run(plan->prim, plan->pd.scratchpad_desc(),
-      {{DNNL_ARG_SRC, memory(plan->pd.src_desc(), e, const_cast<void*>(a.p))},
-       {DNNL_ARG_WEIGHTS, memory(plan->pd.weights_desc(), e, const_cast<void*>(b.p))},
-       {DNNL_ARG_DST, memory(plan->pd.dst_desc(), e, c)},
-       {DNNL_ARG_ATTR_OUTPUT_SCALES, memory(scales_desc, e, const_cast<float*>(scales))}});
+  matmul(Type::s8, m, n, k, a, b, c, ldc, false, scales);
 }
 
 namespace {
@@ -173,19 +158,9 @@ struct ConvPlan {
   dnnl::convolution_backward_weights bwd_weights_prim;
 };
 
-struct ConvKey {
-  ConvShape s;
-  bool operator<(const ConvKey& o) const {
-    auto t = [](const ConvShape& v) {
-      return std::tie(v.n, v.c, v.h, v.w, v.o, v.kh, v.kw, v.stride, v.pad, v.oh, v.ow, v.bf16);
-    };
-    return t(s) < t(o.s);
-  }
-};
-
 std::shared_ptr<const ConvPlan> conv_plan(const ConvShape& s) {
-  static Cache<ConvKey, ConvPlan> cache;
-  return cache.get(ConvKey{s}, [&] {
+  static Cache<ConvShape, ConvPlan> cache;
+  return cache.get(s, [&] {
     const auto& e = engine();
     memory::desc x({s.n, s.c, s.h, s.w}, Type::f32, Tag::nchw), w({s.o, s.c, s.kh, s.kw}, Type::f32, Tag::oihw),
         y({s.n, s.o, s.oh, s.ow}, Type::f32, Tag::nchw), b({s.o}, Type::f32, Tag::x);
@@ -256,12 +231,12 @@ std::string isa_name() {
 
 void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c, std::int64_t ldc,
                 bool accumulate) {
-  matmul(Type::f32, m, n, k, a, b, c, ldc, accumulate);
+  matmul(Type::f32, m, n, k, a, b, c, ldc, accumulate, nullptr);
 }
 
 void matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c, std::int64_t ldc,
                  bool accumulate) {
-  matmul(Type::bf16, m, n, k, a, b, c, ldc, accumulate);
+  matmul(Type::bf16, m, n, k, a, b, c, ldc, accumulate, nullptr);
 }
 
 void conv_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {
@@ -277,27 +252,26 @@ void conv_forward(const ConvShape& s, const float* x, const float* w, const floa
   out_of_layout(my, plan->y, y);
 }
 
-void conv_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx) {
+void conv_backward(const ConvShape& s, const float* x, const float* dy, const float* w, float* dx, float* dw,
+                   float* db) {
   auto plan = conv_plan(s);
-  memory mdy = in_layout(plan->bwd_data.diff_dst_desc(), plan->y, dy, true);
-  memory mw = in_layout(plan->bwd_data.weights_desc(), plan->w, w, true);
-  memory mdx = in_layout(plan->bwd_data.diff_src_desc(), plan->x, dx, false);
-  run(plan->bwd_data_prim, plan->bwd_data.scratchpad_desc(),
-      {{DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DIFF_SRC, mdx}});
-  out_of_layout(mdx, plan->x, dx);
-}
-
-void conv_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw, float* db) {
-  auto plan = conv_plan(s);
-  memory mx = in_layout(plan->bwd_weights.src_desc(), plan->x, x, true);
+  // dy in the weights' gradient's layout, and in the input gradient's when that differs.
   memory mdy = in_layout(plan->bwd_weights.diff_dst_desc(), plan->y, dy, true);
+  memory mx = in_layout(plan->bwd_weights.src_desc(), plan->x, x, true);
   memory mdw = in_layout(plan->bwd_weights.diff_weights_desc(), plan->w, dw, false);
-  std::vector<float> unused;
-  if (db == nullptr) unused.resize(static_cast<std::size_t>(s.o));
-  memory mdb(plan->b, engine(), db ? db : unused.data());
+  memory mdb(plan->b, engine(), db);
   run(plan->bwd_weights_prim, plan->bwd_weights.scratchpad_desc(),
       {{DNNL_ARG_SRC, mx}, {DNNL_ARG_DIFF_DST, mdy}, {DNNL_ARG_DIFF_WEIGHTS, mdw}, {DNNL_ARG_DIFF_BIAS, mdb}});
   out_of_layout(mdw, plan->w, dw);
+  if (dx == nullptr) return;
+  memory mdy_data = plan->bwd_data.diff_dst_desc() == mdy.get_desc()
+                        ? mdy
+                        : in_layout(plan->bwd_data.diff_dst_desc(), plan->y, dy, true);
+  memory mw = in_layout(plan->bwd_data.weights_desc(), plan->w, w, true);
+  memory mdx = in_layout(plan->bwd_data.diff_src_desc(), plan->x, dx, false);
+  run(plan->bwd_data_prim, plan->bwd_data.scratchpad_desc(),
+      {{DNNL_ARG_DIFF_DST, mdy_data}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DIFF_SRC, mdx}});
+  out_of_layout(mdx, plan->x, dx);
 }
 
 }  // namespace weft::onednn

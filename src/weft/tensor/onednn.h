@@ -9,6 +9,7 @@
 // without the bf16 or VNNI instructions can be simulated on one that has them.
 #pragma once
 
+#include <compare>
 #include <cstdint>
 #include <string>
 
@@ -43,13 +44,13 @@ void matmul_s8(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operan
 struct ConvShape {
   std::int64_t n, c, h, w, o, kh, kw, stride, pad, oh, ow;
   bool bf16 = false;
-  bool operator==(const ConvShape&) const = default;
+  auto operator<=>(const ConvShape&) const = default;
 };
 // y = conv(x, w) + bias (bias may be null).
 void conv_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y);
-// dx = conv's adjoint applied to dy.
-void conv_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx);
-// dw = the weights' gradient, db (may be null) the bias's, for this input and dy.
-void conv_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw, float* db);
+// dw and db, the weights' and the bias's gradients for this input and dy, and, when dx is
+// not null, dx = the convolution's adjoint applied to dy (dy reordered once for both).
+void conv_backward(const ConvShape& s, const float* x, const float* dy, const float* w, float* dx, float* dw,
+                   float* db);
 
 }  // namespace weft::onednn

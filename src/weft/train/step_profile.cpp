@@ -24,11 +24,10 @@ void StepProfile::end_step(double step_seconds, double data_seconds, double expo
 
 std::vector<StepProfile::Share> StepProfile::shares() const {
   const auto counted = steps_ > 0 ? profile_seconds() : std::array<double, kWorkKinds>{};
-  const double gemm = counted[static_cast<int>(Work::Gemm)], conv = counted[static_cast<int>(Work::Conv)],
-               optimizer = counted[static_cast<int>(Work::Optimizer)];
-  const double rest = std::max(0.0, step_ - data_ - comm_ - gemm - conv - optimizer);
-  return {{"gemm", gemm},       {"conv", conv}, {"element-wise and other", rest}, {"optimizer", optimizer},
-          {"data", data_},      {"communication", comm_}};
+  auto kind = [&](Work w) { return Share{work_name(w), counted[static_cast<std::size_t>(w)]}; };
+  const Share gemm = kind(Work::Gemm), conv = kind(Work::Conv), optimizer = kind(Work::Optimizer);
+  const double rest = std::max(0.0, step_ - data_ - comm_ - gemm.seconds - conv.seconds - optimizer.seconds);
+  return {gemm, conv, {"element-wise and other", rest}, optimizer, {"data", data_}, {"communication", comm_}};
 }
 
 std::vector<std::string> StepProfile::table() const {
