@@ -51,7 +51,12 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_flag("--auto-resume", c.auto_resume,
                 "continue from the newest checkpoint if there is one, else start (for weft launch --max-restarts)");
   cmd->add_flag("--allow-nonfinite", c.allow_nonfinite, "resume even from a checkpoint whose tensors hold NaN or inf");
-  cmd->add_option("--scale-lr", c.scale_lr, "none | linear: on a resume with another global batch, scale --lr with it")
+  cmd->add_option("--scale-lr", c.scale_lr,
+                  "none | linear | sqrt: on a resume with another global batch, scale --lr with it (or its square root)")
+      ->capture_default_str();
+  cmd->add_option("--dp-shares", c.dp_shares,
+                  "how a global batch is split among data-parallel replicas: even, measured (in proportion to their "
+                  "measured speeds), or relative shares such as 2:1")
       ->capture_default_str();
   cmd->add_option("--sample-log", c.sample_log, "images: append 'epoch step sample' lines (per rank: FILE-rank<r>)");
   cmd->add_option("--save-model", c.save_model, "write the final parameters to this safetensors file");

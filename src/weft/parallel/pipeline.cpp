@@ -163,8 +163,8 @@ void GptPipeline::sum_tied_gradients() {
 }
 
 double GptPipeline::train_batch(const Tensor& ids, const std::vector<std::int32_t>& targets,
-                                const std::function<void()>& update) {
-  return run(ids, targets, true, update);
+                                const std::function<void()>& update, double weight) {
+  return run(ids, targets, true, update, weight);
 }
 
 double GptPipeline::eval_batch(const Tensor& ids, const std::vector<std::int32_t>& targets) {
@@ -178,7 +178,7 @@ std::string chunk_label_of(int chunk, int chunks) { return chunks > 1 ? fmt::for
 }  // namespace
 
 double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targets, bool train,
-                        const std::function<void()>& update) {
+                        const std::function<void()>& update, double weight) {
   const int M = options_.micro_batches, S = stages_, V = virtual_stages_;
   const std::int64_t B = ids.size(0), T = ids.size(1), d = model_.config().dim;
   if (B % M != 0)
@@ -229,7 +229,10 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
           std::vector<std::int32_t> t(targets.begin() + op.micro * Bm * T, targets.begin() + (op.micro + 1) * Bm * T);
           Var loss = model_.head_loss(u.output, t);
           loss_sum += loss.item();
-          if (train) u.loss = seed ? loss : mul(loss, 1.0 / M);
+          if (train) {  // the step's gradient: the mean over the micro-batches, times the replica's weight
+            const double scale = (seed ? 1.0 : 1.0 / M) * weight;
+            u.loss = scale == 1 ? loss : mul(loss, scale);
+          }
         }
         busy += since(t0);
         if (recording_spans()) record_span(fmt::format("forward {}{}", op.micro, chunk_label_of(op.chunk, options_.chunks)), "compute", 0, t0);
@@ -336,7 +339,7 @@ void Pipeline::prepare(ModelPart& part) {
 
 std::optional<double> Pipeline::forward_backward(const StepBatch& batch, const std::function<void(bool)>& update) {
   const bool per_micro_batch = options_.schedule == algo::PipeSchedule::kUpdatePerMicroBatch;
-  const double loss = pipe_->train_batch(batch.inputs, batch.targets, [&] { update(per_micro_batch); });
+  const double loss = pipe_->train_batch(batch.inputs, batch.targets, [&] { update(per_micro_batch); }, batch.weight);
   if (steps_++ > 0) bubble_sum_ += pipe_->last_bubble();
   return loss;
 }

@@ -61,7 +61,9 @@ class GptPipeline {
   // every micro-batch; gradients accumulate in the own parameters (tied ones summed across
   // stages). `update` runs the optimizer: once at the end, or (seed schedule) after each
   // micro-batch's backward. Returns the batch's loss, on every stage.
-  double train_batch(const Tensor& ids, const std::vector<std::int32_t>& targets, const std::function<void()>& update);
+  // `weight` scales the step's gradients (a replica's share of an uneven global batch).
+  double train_batch(const Tensor& ids, const std::vector<std::int32_t>& targets, const std::function<void()>& update,
+                     double weight = 1);
   // Forward only (evaluation): the mean loss, on every stage.
   double eval_batch(const Tensor& ids, const std::vector<std::int32_t>& targets);
   // The parameter whose gradient norm another stage counts (the tied embedding on the last
@@ -81,7 +83,8 @@ class GptPipeline {
     Var input, output, loss;
   };
   void sum_tied_gradients();
-  double run(const Tensor& ids, const std::vector<std::int32_t>& targets, bool train, const std::function<void()>& update);
+  double run(const Tensor& ids, const std::vector<std::int32_t>& targets, bool train, const std::function<void()>& update,
+             double weight = 1);
 
   StageModel& model_;
   std::shared_ptr<comm::Communicator> group_, tied_;

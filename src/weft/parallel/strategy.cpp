@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "weft/autograd/functions.h"
 #include "weft/autograd/variable.h"
 #include "weft/util/error.h"
 
@@ -74,7 +75,7 @@ double Strategies::step(std::int64_t number, bool last, const StepBatch& batch, 
     const auto t0 = Clock::now();
     Var l = loss(part_.model, batch);
     const auto t1 = Clock::now();
-    l.backward();
+    (batch.weight == 1 ? l : mul(l, batch.weight)).backward();
     record_span("forward", "compute", 0, t0, t1);
     record_span("backward", "compute", 0, t1);
     update(false, clip_norm);

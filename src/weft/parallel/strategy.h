@@ -53,6 +53,9 @@ using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(NamedParameter
 struct StepBatch {
   Tensor inputs;
   std::vector<std::int32_t> targets;
+  // The loss's gradient is scaled by this: a replica's share of an unevenly dealt global
+  // batch (data/deal.h), so that the replicas' mean gradient is the whole batch's.
+  double weight = 1;
 };
 
 // The task's loss of a batch on the whole model in this process.

@@ -381,7 +381,7 @@ std::optional<double> TensorParallel::forward_backward(const StepBatch& batch, c
   const auto t0 = std::chrono::steady_clock::now();
   Var loss = tp_->loss(batch.inputs, batch.targets);
   const auto t1 = std::chrono::steady_clock::now();
-  loss.backward();
+  (batch.weight == 1 ? loss : mul(loss, batch.weight)).backward();
   record_span("forward", "compute", 0, t0, t1);
   record_span("backward", "compute", 0, t1);
   update(false);

@@ -67,11 +67,13 @@ json meta_to_json(const CheckpointMeta& m) {
     std::memcpy(&spare_bits, &spare, 8);
     rngs[name] = {{"state", words}, {"has_spare", st.has_spare}, {"spare_bits", u64_hex(spare_bits)}};
   }
-  return {{"format", kFormat},           {"version", kVersion},
-          {"model", m.model},            {"step", m.step},
-          {"epoch", m.epoch},            {"batch_in_epoch", m.batch_in_epoch},
-          {"optimizer", {{"name", m.optimizer}, {"steps", m.optimizer_steps}}},
-          {"rng", rngs},                 {"info", m.info}};
+  json j = {{"format", kFormat},           {"version", kVersion},
+            {"model", m.model},            {"step", m.step},
+            {"epoch", m.epoch},            {"batch_in_epoch", m.batch_in_epoch},
+            {"optimizer", {{"name", m.optimizer}, {"steps", m.optimizer_steps}}},
+            {"rng", rngs},                 {"info", m.info}};
+  if (m.sample_in_epoch) j["sample_in_epoch"] = *m.sample_in_epoch;
+  return j;
 }
 
 CheckpointMeta meta_from_json(const json& j) {
@@ -85,6 +87,7 @@ CheckpointMeta meta_from_json(const json& j) {
   m.step = whole(j.at("step"), "step");
   m.epoch = whole(j.at("epoch"), "epoch");
   m.batch_in_epoch = whole(j.at("batch_in_epoch"), "batch_in_epoch");
+  if (j.contains("sample_in_epoch")) m.sample_in_epoch = whole(j.at("sample_in_epoch"), "sample_in_epoch");
   m.optimizer = j.at("optimizer").at("name").get<std::string>();
   m.optimizer_steps = whole(j.at("optimizer").at("steps"), "optimizer steps");
   for (auto& [name, r] : j.at("rng").items()) {

@@ -24,7 +24,9 @@ struct CheckpointMeta {
   std::string model;              // model name, checked on load
   std::int64_t step = 0;          // optimizer steps taken
   std::int64_t epoch = 0;         // the epoch to continue in (0-based)
-  std::int64_t batch_in_epoch = 0;  // the next batch of that epoch
+  std::int64_t batch_in_epoch = 0;  // the next batch of that epoch (of the run's global batch)
+  std::optional<std::int64_t> sample_in_epoch;  // the samples of that epoch trained (older
+                                                // checkpoints: batch_in_epoch x info's batch)
   std::string optimizer;          // "sgd", "adam", "adamw"
   std::int64_t optimizer_steps = 0;
   std::vector<std::pair<std::string, RngState>> rngs;

@@ -1,7 +1,8 @@
 // Image classification (seed 002 part I, seed 000's MNIST): a model from nn/models.h on
 // Fashion-MNIST or any MNIST-format folder, cross-entropy over the classes, test accuracy
-// after each epoch. The global batch is split among the data-parallel replicas by the
-// distributed sampler; federated clients with label skew draw from their own part.
+// after each epoch. Each global batch is the next rows of the epoch's seeded order, dealt
+// among the data-parallel replicas (task.h); federated clients with label skew draw from
+// their own part.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -25,15 +26,14 @@ namespace {
 class ImageClassification : public Task {
  public:
   ImageClassification(const TrainOptions& o, int replica, int replicas, std::FILE* out)
-      : o_(o), replica_(replica), replicas_(replicas) {
-    if (*o.batch % replicas != 0) {
-      throw ConfigError("--batch " + std::to_string(*o.batch) + " (the global batch) is not divisible by the " +
-                        std::to_string(replicas) + " ranks");
-    }
+      : Task(*o.batch, replica, replicas), o_(o), replicas_(replicas) {
     load_data(o);
-    const std::int64_t per_rank = *o.batch / replicas;
-    loader_.emplace(train_, LoaderOptions{per_rank, true, false, o.seed, replicas, replica});
+    loader_.emplace(train_, LoaderOptions{*o.batch, true, false, o.seed});
     if (o.parallel.strategy == "fedavg") {
+      if (*o.batch % replicas != 0) {  // each client trains on its own part: an even split
+        throw ConfigError("--batch " + std::to_string(*o.batch) + " (the global batch) is not divisible by the " +
+                          std::to_string(replicas) + " federated clients");
+      }
       if (o.clients > 0 && o.clients != replicas) {
         throw ConfigError("--clients " + std::to_string(o.clients) + " but the job has " + std::to_string(replicas) +
                           " rank(s): one rank per client");
@@ -59,14 +59,14 @@ class ImageClassification : public Task {
     return r;
   }
   std::string model_tag() const override { return o_.model; }
-  std::int64_t steps_per_epoch() const override { return loader_->num_batches(); }
+  std::int64_t rows_per_epoch() const override { return train_.size(); }
   std::int64_t epochs() const override { return *o_.epochs; }
   std::string unit() const override { return "samples"; }
   std::string generator_name() const override { return "init"; }
 
-  parallel::StepBatch batch(std::int64_t epoch, std::int64_t index, std::int64_t step, Rng&) override {
+  parallel::StepBatch batch(std::int64_t epoch, std::int64_t at, std::int64_t step, Rng&) override {
     if (client_loader_) {  // a federated client cycles through its own data
-      const std::int64_t g = epoch * steps_per_epoch() + index, nb = client_loader_->num_batches();
+      const std::int64_t g = epoch * steps_per_epoch() + at / global_batch_, nb = client_loader_->num_batches();
       if (g / nb != client_epoch_) {
         client_epoch_ = g / nb;
         client_order_ = client_loader_->epoch_order(client_epoch_);
@@ -78,9 +78,12 @@ class ImageClassification : public Task {
       order_ = loader_->epoch_order(epoch);
       order_epoch_ = epoch;
     }
-    if (sample_log_) log_samples(epoch, index, step);
-    Batch b = loader_->batch(order_, index);
-    return {b.images, b.labels};
+    const DealtRows mine = rows_of(rows_at(at));
+    const auto first = order_.begin() + at + mine.first;
+    const std::vector<std::int64_t> rows(first, first + mine.count);
+    if (sample_log_ && mine.share > 0) log_samples(epoch, step, rows);
+    Batch b = loader_->batch(rows, 0);
+    return {b.images, b.labels, mine.weight};
   }
 
   Var loss(Module& model, const parallel::StepBatch& batch) const override {
@@ -178,18 +181,15 @@ class ImageClassification : public Task {
   }
 
   // "epoch step index" per sample, for audits of the data order.
-  void log_samples(std::int64_t epoch, std::int64_t index, std::int64_t step) {
-    const std::int64_t per = loader_->options().batch_size;
-    const std::int64_t end = std::min<std::int64_t>((index + 1) * per, static_cast<std::int64_t>(order_.size()));
-    for (std::int64_t i = index * per; i < end; ++i) {
+  void log_samples(std::int64_t epoch, std::int64_t step, const std::vector<std::int64_t>& rows) {
+    for (std::int64_t i : rows)
       std::fprintf(sample_log_, "%lld %lld %lld\n", static_cast<long long>(epoch), static_cast<long long>(step),
-                   static_cast<long long>(order_[static_cast<size_t>(i)]));
-    }
+                   static_cast<long long>(i));
     std::fflush(sample_log_);
   }
 
   TrainOptions o_;
-  int replica_, replicas_;
+  int replicas_;
   ImageDataset train_, test_;
   ImageInput input_;
   Normalization norm_;

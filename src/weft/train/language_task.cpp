@@ -14,6 +14,7 @@
 #include "weft/train/gpt2_import.h"
 #include "weft/train/task.h"
 #include "weft/util/error.h"
+#include "weft/util/checked.h"
 #include "weft/util/file.h"
 #include "weft/util/utf8.h"
 
@@ -38,11 +39,8 @@ parallel::StepBatch windows(const std::vector<std::int32_t>& tokens, const std::
 
 class LanguageModeling : public Task {
  public:
-  LanguageModeling(const TrainOptions& o, int replica, int replicas) : o_(o), replica_(replica), replicas_(replicas) {
-    if (*o.batch % replicas != 0) {
-      throw ConfigError(fmt::format("--batch {} (the global batch) is not divisible by the {} data-parallel replicas",
-                                    *o.batch, replicas));
-    }
+  LanguageModeling(const TrainOptions& o, int replica, int replicas)
+      : Task(*o.batch, replica, replicas), o_(o) {
     text_ = load_corpus(*o.data);
     if (!o.init_from.empty()) {  // a GPT-2 and its tokenizer (its parameters when the model is built)
       imported_ = gpt2_folder_config(o.init_from);
@@ -96,20 +94,24 @@ class LanguageModeling : public Task {
                        model.describe(), model.num_parameters(), tokenizer_->kind(), tokenizer_->vocab_size(), train_.size(),
                        val_.size(), entropy_);
   }
-  std::int64_t steps_per_epoch() const override { return *o_.max_steps; }
+  std::int64_t rows_per_epoch() const override {
+    return checked_mul(*o_.max_steps, *o_.batch, "--max-steps times --batch");
+  }
   std::int64_t epochs() const override { return 1; }
   std::string unit() const override { return "tokens"; }
   std::int64_t units_per_row() const override { return o_.context; }
   std::string generator_name() const override { return "sampler"; }
 
   // Every rank draws the global batch's windows alike; a replica keeps its rows.
-  parallel::StepBatch batch(std::int64_t, std::int64_t, std::int64_t, Rng& rng) override {
+  parallel::StepBatch batch(std::int64_t, std::int64_t at, std::int64_t, Rng& rng) override {
     std::vector<std::int64_t> starts(static_cast<size_t>(*o_.batch));
     const auto span = static_cast<std::uint64_t>(static_cast<std::int64_t>(train_.size()) - o_.context - 1);
     for (auto& s : starts) s = static_cast<std::int64_t>(rng.below(span));
-    const std::int64_t per = *o_.batch / replicas_;
-    return windows(train_, std::vector<std::int64_t>(starts.begin() + replica_ * per, starts.begin() + (replica_ + 1) * per),
-                   o_.context);
+    const DealtRows mine = rows_of(rows_at(at));
+    const auto first = starts.begin() + mine.first;
+    parallel::StepBatch b = windows(train_, std::vector<std::int64_t>(first, first + mine.count), o_.context);
+    b.weight = mine.weight;
+    return b;
   }
 
   Var loss(Module& model, const parallel::StepBatch& batch) const override {
@@ -173,7 +175,6 @@ class LanguageModeling : public Task {
 
  private:
   TrainOptions o_;
-  int replica_, replicas_;
   std::string text_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<GptConfig> imported_;  // --init-from's model

@@ -22,6 +22,7 @@
 #include "weft/train/checkpoint.h"
 #include "weft/train/metrics.h"
 #include "weft/train/safetensors.h"
+#include "weft/train/share_balancer.h"
 #include "weft/train/step_profile.h"
 #include "weft/train/task.h"
 #include "weft/train/timeline.h"
@@ -59,6 +60,29 @@ int straggler_ms(int rank) {
   return who == rank ? ms : 0;
 }
 
+// WEFT_SLOWDOWN=RANK:FACTOR makes one rank compute FACTOR times slower (it sleeps FACTOR - 1
+// times each step's computation): a slower worker, for heterogeneous data parallelism.
+double slowdown_factor(int rank) {
+  const char* e = std::getenv("WEFT_SLOWDOWN");
+  if (!e) return 1;
+  int who = -1;
+  double factor = 0;
+  char extra = 0;
+  if (std::sscanf(e, "%d:%lf%c", &who, &factor, &extra) != 2 || who < 0 || !(factor >= 1 && factor <= 1000))
+    throw ConfigError(std::string("WEFT_SLOWDOWN='") + e + "' is not RANK:FACTOR (a factor from 1 to 1000)");
+  return who == rank ? factor : 1;
+}
+
+// "43:21": the rows of a global batch of `batch` each replica computes at these speeds.
+std::string shares_text(std::int64_t batch, const std::vector<double>& speeds) {
+  std::string text;
+  for (std::int64_t s : proportional_shares(batch, speeds)) {
+    if (!text.empty()) text += ':';
+    text += std::to_string(s);
+  }
+  return text;
+}
+
 // The checkpoint a run continues from (--resume, --auto-resume), checked against the run.
 std::optional<Checkpoint> checkpoint_to_resume(const TrainOptions& o, const Task& task, std::FILE* out) {
   if (!o.resume && !o.auto_resume) return std::nullopt;
@@ -90,16 +114,26 @@ std::optional<Checkpoint> checkpoint_to_resume(const TrainOptions& o, const Task
   return ck;
 }
 
-// Where the data stands: the epoch, the next batch of it, and the optimizer steps taken.
+// Where the data stands: the epoch, the samples of it trained, and the optimizer steps taken.
 struct Position {
-  std::int64_t epoch = 0, index = 0, step = 0;
+  std::int64_t epoch = 0, at = 0, step = 0;
 };
 
-// The position a checkpoint records, on this run's batch: another global batch (the same
-// per-rank batch on another number of ranks) keeps the position in samples, and the
-// learning rate may follow the batch (--scale-lr linear).
+// The steps from `p` to the run's end: the rest of its epoch and the epochs after it,
+// within --max-steps in total.
+std::int64_t steps_left(const Task& task, const Position& p, std::int64_t max_steps) {
+  std::int64_t n = 0;
+  if (p.epoch < task.epochs())
+    n = batches_left(task.rows_per_epoch(), p.at, task.global_batch()) + (task.epochs() - p.epoch - 1) * task.steps_per_epoch();
+  if (max_steps > 0) n = std::max<std::int64_t>(0, std::min(n, max_steps - p.step));
+  return n;
+}
+
+// The position a checkpoint records, in samples of the epoch, so that a run with another
+// global batch or number of ranks continues the epoch exactly (task.h); the learning rate
+// may follow the batch (--scale-lr linear or sqrt; said on `out` unless null).
 Position resume_position(const Checkpoint& ck, const TrainOptions& o, const Task& task, double& lr, std::FILE* out) {
-  Position p{ck.meta.epoch, ck.meta.batch_in_epoch, ck.meta.step};
+  Position p{ck.meta.epoch, 0, ck.meta.step};
   // The run's settings as the checkpoint recorded them (meta.json: text from outside).
   auto recorded = [&](const char* key, bool whole) -> std::optional<double> {
     if (!ck.meta.info.count(key)) return std::nullopt;
@@ -113,25 +147,21 @@ Position resume_position(const Checkpoint& ck, const TrainOptions& o, const Task
     return v;
   };
   const auto old_batch = static_cast<std::int64_t>(recorded("batch", true).value_or(static_cast<double>(*o.batch)));
-  if (old_batch != *o.batch) {
-    const std::int64_t consumed = checked_mul(p.index, old_batch, ck.path + ": the samples done (meta.json's batch)");
-    if (consumed % *o.batch != 0) {
-      throw CheckpointError(fmt::format("{}: {} samples of the epoch are done, not a multiple of the new global batch {}; "
-                                        "resume at an epoch boundary or with a batch that divides it",
-                                        ck.path, consumed, *o.batch));
-    }
-    p.index = consumed / *o.batch;
-    if (o.scale_lr == "linear") {
-      const double base = recorded("lr", false).value_or(lr);
-      const double scaled = base * static_cast<double>(*o.batch) / static_cast<double>(old_batch);
-      fmt::print(out, "learning rate scaled linearly with the global batch ({} -> {}): {} -> {}\n", old_batch, *o.batch,
-                 base, scaled);
-      lr = scaled;
-    }
+  // Checkpoints before sample_in_epoch recorded the batch index.
+  p.at = ck.meta.sample_in_epoch ? *ck.meta.sample_in_epoch
+                                 : checked_mul(ck.meta.batch_in_epoch, old_batch, ck.path + ": the samples done (meta.json's batch)");
+  if (old_batch != *o.batch && o.scale_lr != "none") {
+    const double base = recorded("lr", false).value_or(lr);
+    const double ratio = static_cast<double>(*o.batch) / static_cast<double>(old_batch);
+    const double scaled = base * (o.scale_lr == "sqrt" ? std::sqrt(ratio) : ratio);
+    if (out)
+      fmt::print(out, "learning rate scaled {} the global batch ({} -> {}): {} -> {}\n",
+                 o.scale_lr == "sqrt" ? "with the square root of" : "linearly with", old_batch, *o.batch, base, scaled);
+    lr = scaled;
   }
-  if (p.index >= task.steps_per_epoch() && p.epoch < task.epochs()) {
-    throw CheckpointError(fmt::format("{}: position {} is past the epoch's {} batches (different data or batch size?)",
-                                      ck.path, p.index, task.steps_per_epoch()));
+  if (p.at >= task.rows_per_epoch() && p.epoch < task.epochs()) {
+    throw CheckpointError(fmt::format("{}: position {} samples into the epoch is past its {} samples (different data?)",
+                                      ck.path, p.at, task.rows_per_epoch()));
   }
   return p;
 }
@@ -143,27 +173,32 @@ TrainSummary serve_parameters(const TrainOptions& o, const parallel::Job& job, s
   Rng rng(o.seed);
   auto model = task->make_model(rng);
   const std::int64_t spe = task->steps_per_epoch();
-  std::int64_t total = spe * task->epochs();
-  if (*o.max_steps > 0) total = std::min(total, *o.max_steps);
   if (job.server == 0) parallel::measure_link(*job.world, job.workers, false, model->num_parameters());
   std::optional<Checkpoint> ck;
+  Position from;  // the workers' (their Run resolves the same checkpoint)
+  double lr = *o.lr;  // the servers apply the updates: with the workers' --scale-lr
   if (o.resume || o.auto_resume) {
     if (auto latest = latest_checkpoint(o.checkpoint_dir)) {
       ck = load_checkpoint(*latest);
       model->load_state_dict(ck->model);
+      from = resume_position(*ck, o, *task, lr, nullptr);
     }
   }
+  const std::int64_t total = from.step + steps_left(*task, from, *o.max_steps);
   parallel::ServerCheckpoints saves;
   if (!o.checkpoint_dir.empty()) {  // where worker 0 saves (loop below)
-    saves.at = [&o, total, spe](std::int64_t s) {
-      return s == total || s % spe == 0 || (o.checkpoint_every > 0 && s % o.checkpoint_every == 0);
+    // When the workers save (Run::train): at epoch ends, every --checkpoint-every, at the end.
+    const std::int64_t first_end = from.step + batches_left(task->rows_per_epoch(), from.at, *o.batch);
+    saves.at = [&o, total, spe, first_end](std::int64_t s) {
+      return s == total || (s >= first_end && (s - first_end) % spe == 0) ||
+             (o.checkpoint_every > 0 && s % o.checkpoint_every == 0);
     };
   }
   const Schedule schedule = lr_schedule(o, spe * task->epochs());
   const auto report = parallel::run_parameter_server(
       *model, job.world, job.workers, o.parallel.servers, job.server, total,
-      [&](parallel::NamedParameters shard) { return make_optimizer(o, *o.lr, std::move(shard)); },
-      [&](std::int64_t s) { return learning_rate(schedule, *o.lr, s); }, o.parallel.staleness, ck ? ck->meta.step : 0,
+      [&](parallel::NamedParameters shard) { return make_optimizer(o, lr, std::move(shard)); },
+      [&](std::int64_t s) { return learning_rate(schedule, lr, s); }, o.parallel.staleness, ck ? ck->meta.step : 0,
       ck ? &ck->optimizer : nullptr, saves);
   if (o.parallel.staleness >= 0)  // the servers speak for themselves (rank 0 is a worker)
     fmt::print(stdout, "parameter server {}: asynchronous, staleness bound {}: {} updates, largest staleness seen {}\n",
@@ -198,6 +233,7 @@ class Run {
   void open_metrics();
   void record_step(const std::optional<Evaluation>& e);
   void adapt_threads(double step_seconds);
+  void rebalance();
 
   TrainOptions o_;
   const parallel::Job& job_;
@@ -219,6 +255,8 @@ class Run {
   std::unique_ptr<Timeline> timeline_;
   std::optional<StepProfile> profile_;  // --profile
   int straggle_ms_ = 0;
+  double slowdown_ = 1;
+  std::optional<ShareBalancer> balancer_;  // --dp-shares measured
   parallel::LossFn loss_fn_;
   std::optional<Evaluation> last_eval_;
   std::unique_ptr<MetricsLog> metrics_;
@@ -227,14 +265,15 @@ class Run {
   // The last step's figures (the metrics file's step record).
   struct StepFigures {
     double loss = 0, lr = 0, seconds = 0, compute = 0, comm = 0, exposed = 0;
-    std::int64_t units = 0, peak_bytes = 0;
+    std::int64_t units = 0, peak_bytes = 0, rows = 0;  // units: this replica's; rows: the global batch's
     int threads = 1;
   } last_;
   // Figures: the whole run, and the window since the last evaluation.
-  std::int64_t rank_state_bytes_ = 0, peak_step_bytes_ = 0, units_ = 0;
+  std::int64_t rank_state_bytes_ = 0, peak_step_bytes_ = 0, units_ = 0;  // units_: this replica's
+  std::int64_t rows_ = 0;  // the global batches' rows trained
   double train_seconds_ = 0, compute_seconds_ = 0;
   std::optional<double> train_loss_;  // the last window's mean (none when nothing was trained)
-  std::int64_t window_steps_ = 0, window_units_ = 0;
+  std::int64_t window_steps_ = 0, window_units_ = 0;  // window_units_: every replica's
   double window_loss_ = 0, window_seconds_ = 0;
   const Clock::time_point start_ = Clock::now();
 };
@@ -248,6 +287,15 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
   }
   task_ = make_task(o_, mesh_.dp_rank(), mesh_.shape().dp, out_);
   replicas_ = mesh_.dp().get();
+  if (const std::vector<double> shares = parse_dp_shares(o_.dp_shares); !shares.empty()) {
+    if (static_cast<int>(shares.size()) != mesh_.shape().dp)
+      throw ConfigError(fmt::format("--dp-shares {}: {} shares for {} data-parallel replicas", o_.dp_shares, shares.size(),
+                                    mesh_.shape().dp));
+    task_->set_speeds(shares);
+    fmt::print(out_, "batch shares: {} of {} rows per replica (--dp-shares {})\n", shares_text(*o_.batch, shares),
+               *o_.batch, o_.dp_shares);
+  }
+  if (o_.dp_shares == "measured" && mesh_.shape().dp > 1) balancer_.emplace();
   // The model: the same on every rank (one seed), resumed before the strategies split it.
   model_ = task_->make_model(rng_);
   const std::string about = task_->describe(*model_);
@@ -269,16 +317,15 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
                strategies_->describe());
   for (const std::string& line : strategies_->intro_lines()) fmt::print(out_, "{}\n", line);
 
-  const std::int64_t spe = task_->steps_per_epoch(), epochs = task_->epochs();
-  schedule_ = lr_schedule(o_, spe * epochs);
-  planned_ = (epochs - at_.epoch) * spe - at_.index;
-  if (*o_.max_steps > 0) planned_ = std::max<std::int64_t>(0, std::min(planned_, *o_.max_steps - at_.step));
+  schedule_ = lr_schedule(o_, task_->steps_per_epoch() * task_->epochs());
+  planned_ = steps_left(*task_, at_, *o_.max_steps);
   open_metrics();
   if (!o_.timeline.empty()) {
     timeline_ = std::make_unique<Timeline>(rank_);
     strategies_->record_spans(true);
   }
   straggle_ms_ = straggler_ms(rank_);
+  slowdown_ = slowdown_factor(rank_);
   if (o_.profile) profile_.emplace();
   if (o_.adapt_threads == "on" && get_num_threads() > 1) governor_.emplace(get_num_threads());
   loss_fn_ = [this](Module& m, const parallel::StepBatch& b) { return task_->loss(m, b); };
@@ -314,7 +361,7 @@ void Run::train() {
                       fmt::format("loss {:.4f}  {:.0f} {}/s", window_loss_ / static_cast<double>(std::max<std::int64_t>(window_steps_, 1)),
                                   static_cast<double>(units_) / std::max(train_seconds_, 1e-9), task_->unit()));
     }
-    const bool epoch_end = at_.index == 0;
+    const bool epoch_end = at_.at == 0;
     if ((o_.checkpoint_every > 0 && at_.step % o_.checkpoint_every == 0) || epoch_end || last) save();
     const bool scheduled = epoch_end || last || (*o_.eval_every > 0 && at_.step % *o_.eval_every == 0);
     std::optional<Evaluation> e;
@@ -371,6 +418,7 @@ void Run::record_step(const std::optional<Evaluation>& e) {
                       {"lr", last_.lr},
                       {unit + "_per_second", static_cast<double>(last_.units) / std::max(last_.seconds, 1e-9)},
                       {"seconds", last_.seconds},
+                      {"batch_rows", last_.rows},
                       {"compute_seconds", last_.compute},
                       {"comm_seconds", last_.comm},
                       {"exposed_seconds", last_.exposed},
@@ -396,7 +444,9 @@ void Run::adapt_threads(double step_seconds) {
 void Run::step(bool last) {
   const auto t0 = Clock::now();
   if (job_.world) job_.world->trace_mark("step");
-  const parallel::StepBatch batch = task_->batch(at_.epoch, at_.index, at_.step, rng_);
+  const std::int64_t rows = task_->rows_at(at_.at);
+  const std::int64_t mine = task_->rows_of(rows).share;  // the rows that count on this replica
+  const parallel::StepBatch batch = task_->batch(at_.epoch, at_.at, at_.step, rng_);
   if (straggle_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(straggle_ms_));
   const auto t1 = Clock::now();
   if (profile_) profile_->begin_step();
@@ -406,6 +456,10 @@ void Run::step(bool last) {
   allocator_reset_peak();
   const double exposed_before = strategies_->stats().exposed_seconds, comm_before = strategies_->stats().seconds;
   const double loss = strategies_->step(at_.step + 1, last, batch, loss_fn_, *o_.clip_grad);
+  if (slowdown_ > 1) {  // WEFT_SLOWDOWN: FACTOR - 1 more times this step's computation
+    const double busy = seconds_since(t1) - (strategies_->stats().exposed_seconds - exposed_before);
+    std::this_thread::sleep_for(std::chrono::duration<double>((slowdown_ - 1) * std::max(busy, 0.0)));
+  }
   ++at_.step;
   if (!std::isfinite(loss)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", loss, at_.step));
   const auto step_peak = static_cast<std::int64_t>(allocator_peak_bytes() - live_before);
@@ -417,22 +471,40 @@ void Run::step(bool last) {
   const double compute = seconds_since(t1) - exposed;
   compute_seconds_ += compute;
   if (profile_) profile_->end_step(seconds, std::chrono::duration<double>(t1 - t0).count(), exposed);
-  const std::int64_t units = batch.inputs.size(0) * task_->units_per_row();
-  last_ = {loss, lr, seconds, compute, strategies_->stats().seconds - comm_before, exposed, units, step_peak,
+  const std::int64_t units = mine * task_->units_per_row();
+  last_ = {loss, lr, seconds, compute, strategies_->stats().seconds - comm_before, exposed, units, step_peak, rows,
            get_active_threads()};
   if (governor_) adapt_threads(seconds);
+  if (balancer_ && balancer_->observe(compute, task_->rows_of(rows).count)) rebalance();
   units_ += units;
-  window_units_ += units;
-  window_loss_ += loss;
+  rows_ += rows;
+  window_units_ += rows * task_->units_per_row();
+  window_loss_ += loss * batch.weight;  // the replicas' mean of weighted losses: the batch's mean
   ++window_steps_;
   if (timeline_) {
     timeline_->add("data", "data", t0, t1);
     for (const auto& s : strategies_->stats().spans) timeline_->add(s.name, s.category, s.start, s.end, s.row);
   }
-  if (++at_.index == task_->steps_per_epoch()) {
-    at_.index = 0;
+  at_.at += rows;
+  if (at_.at == task_->rows_per_epoch()) {
+    at_.at = 0;
     ++at_.epoch;
   }
+}
+
+// --dp-shares measured, at the end of a window: the replicas' speeds, and the shares of the
+// batches that follow when they changed.
+void Run::rebalance() {
+  const double mine = balancer_->speed();
+  std::vector<double> speeds(static_cast<std::size_t>(mesh_.shape().dp), mine);
+  replicas_->allgather(&mine, speeds.data(), 1, comm::DataType::kF64)->wait();
+  const auto next = balancer_->decide(task_->speeds(), speeds, *o_.batch);
+  if (!next) return;
+  std::string measured;
+  for (double s : speeds) measured += fmt::format("{}{:.0f}", measured.empty() ? "" : ", ", s);
+  fmt::print(out_, "batch shares: {} -> {} (step {}: the replicas compute {} {}/s)\n", shares_text(*o_.batch, task_->speeds()),
+             shares_text(*o_.batch, *next), at_.step, measured, task_->unit() == "tokens" ? "rows" : task_->unit());
+  task_->set_speeds(*next);
 }
 
 // The mean loss since the last evaluation over every replica, the task's evaluation, one
@@ -447,10 +519,10 @@ std::optional<Evaluation> Run::evaluate(bool round_only) {
     if (replicas_) replicas_->allreduce(sums, 2, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
     train_loss_ = sums[0] / std::max(sums[1], 1.0);
     const double train_loss = *train_loss_;
-    const double rate = static_cast<double>(window_units_ * mesh_.shape().dp) / std::max(window_seconds_, 1e-9);
+    const double rate = static_cast<double>(window_units_) / std::max(window_seconds_, 1e-9);
     const std::string rate_text =
         fmt::format("{:.0f} {}/s{}", rate, task_->unit(), mesh_.size() > 1 ? fmt::format(" on {} ranks", mesh_.size()) : "");
-    const bool epoch_end = at_.index == 0;
+    const bool epoch_end = at_.at == 0;
     fmt::print(out_, "{}\n", task_->progress_line(epoch_end ? at_.epoch - 1 : at_.epoch, at_.step, epoch_end, train_loss,
                                                   e ? &*e : nullptr, rate_text));
     window_loss_ = window_seconds_ = 0;
@@ -470,7 +542,8 @@ void Run::save() {
   meta.model = task_->model_tag();
   meta.step = at_.step;
   meta.epoch = at_.epoch;
-  meta.batch_in_epoch = at_.index;
+  meta.batch_in_epoch = at_.at / *o_.batch;
+  meta.sample_in_epoch = at_.at;
   meta.optimizer = *o_.optimizer;
   meta.optimizer_steps = strategies_->optimizer().steps();
   meta.rngs.emplace_back(task_->generator_name(), rng_.state());
@@ -549,8 +622,11 @@ void Run::report(nlohmann::json& summary) {
     summary["overlap"] = comm.seconds > 0 ? std::max(0.0, 1.0 - comm.exposed_seconds / comm.seconds) : 0.0;
   }
   summary[unit + "_per_second"] = rate;
-  summary["samples"] = units_ / task_->units_per_row() * mesh_.shape().dp;
-  if (mesh_.shape().dp > 1) summary["data_parallel"] = mesh_.shape().dp;
+  summary["samples"] = rows_;
+  if (mesh_.shape().dp > 1) {
+    summary["data_parallel"] = mesh_.shape().dp;
+    summary["dp_shares"] = proportional_shares(*o_.batch, task_->speeds());
+  }
   if (mesh_.shape().tp > 1) summary["tensor_parallel"] = mesh_.shape().tp;
   if (zero) {
     const parallel::ZeroMemory m = zero->zero().memory();

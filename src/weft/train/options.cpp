@@ -10,6 +10,7 @@
 #include "weft/train/gpt2_import.h"
 #include "weft/util/checked.h"
 #include "weft/util/error.h"
+#include "weft/util/parse.h"
 
 namespace weft {
 
@@ -35,11 +36,12 @@ void check_gpt_layout(const TrainOptions& o) {
                                   chunks > 1 ? fmt::format(" x --chunks {}", chunks) : "", stages, layers));
   }
   const std::int64_t dp = p.mesh.dp > 0 ? p.mesh.dp : 1;
-  if (*o.batch % dp == 0 && (*o.batch / dp) % p.pipeline.micro_batches != 0) {
-    throw ConfigError(dp == 1 ? fmt::format("--batch {} is not divisible by --micro-batches {}", *o.batch,
-                                            p.pipeline.micro_batches)
+  // The even split (data/deal.h) gives replicas lo or hi sequences.
+  const std::int64_t lo = *o.batch / dp, hi = (*o.batch + dp - 1) / dp, m = p.pipeline.micro_batches;
+  if (lo % m != 0 || hi % m != 0) {
+    throw ConfigError(dp == 1 ? fmt::format("--batch {} is not divisible by --micro-batches {}", *o.batch, m)
                               : fmt::format("--batch {} on --dp {} is {} sequences per replica, not divisible by "
-                                            "--micro-batches {}", *o.batch, dp, *o.batch / dp, p.pipeline.micro_batches));
+                                            "--micro-batches {}", *o.batch, dp, lo % m != 0 ? lo : hi, m));
   }
 }
 
@@ -95,6 +97,21 @@ void check_precision(const std::string& precision) {
     throw ConfigError("unknown --precision '" + precision + "' (known: fp32, bf16)");
 }
 
+std::vector<double> parse_dp_shares(const std::string& text) {
+  if (text == "even" || text == "measured") return {};
+  std::vector<double> shares;
+  std::size_t from = 0;
+  while (true) {
+    const std::size_t colon = text.find(':', from);
+    const std::optional<double> v = parse_number(text.substr(from, colon == std::string::npos ? std::string::npos : colon - from));
+    if (!v || !std::isfinite(*v) || *v <= 0 || shares.size() >= (1u << 20))
+      throw ConfigError("--dp-shares '" + text + "' is not even, measured or positive numbers such as 2:1");
+    shares.push_back(*v);
+    if (colon == std::string::npos) return shares;
+    from = colon + 1;
+  }
+}
+
 void validate(const TrainOptions& o) {
   const bool text = is_language_model(o.model);
   if (!text) make_model(o.model, *std::make_unique<Rng>(0));  // throws for an unknown name
@@ -122,8 +139,13 @@ void validate(const TrainOptions& o) {
   if (o.adapt_threads != "on" && o.adapt_threads != "off")
     throw ConfigError("--adapt-threads must be on or off, got '" + o.adapt_threads + "'");
   check_precision(o.precision);
-  if (o.scale_lr != "none" && o.scale_lr != "linear")
-    throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear");
+  if (o.scale_lr != "none" && o.scale_lr != "linear" && o.scale_lr != "sqrt")
+    throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear, sqrt");
+  parse_dp_shares(o.dp_shares);
+  if (o.dp_shares != "even" && o.parallel.strategy == "fedavg")
+    throw ConfigError("--dp-shares: federated clients each train on their own data (leave it even)");
+  if (o.dp_shares == "measured" && o.parallel.model_parallel())
+    throw ConfigError("--dp-shares measured needs a data-parallel job (no --tp or --pp); give the shares instead");
   if ((o.resume || o.auto_resume) && o.checkpoint_dir.empty())
     throw ConfigError(std::string(o.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
   if (o.clients < 0) throw ConfigError("--clients must be at least 1");

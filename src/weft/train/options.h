@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "weft/optim/schedule.h"
 #include "weft/parallel/job.h"
@@ -80,6 +81,10 @@ struct TrainOptions {
   // On a resume with another global batch: "linear" scales the learning rate with it (seed
   // 003: multiply the single-node rate by the number of workers); "none" keeps --lr.
   std::string scale_lr = "none";
+  // How a global batch is dealt to the data-parallel replicas (data/deal.h): "even",
+  // "measured" (in proportion to their measured speeds, train/share_balancer.h) or the
+  // relative shares themselves, "2:1:1".
+  std::string dp_shares = "even";
   std::string save_model;              // the final parameters (safetensors; rank 0)
   std::string config_yaml;             // the resolved options as YAML (weft train --config's
                                        // format): config.yaml in checkpoint_dir, and each
@@ -103,6 +108,8 @@ bool is_language_model(const std::string& model);
 TrainOptions with_task_defaults(TrainOptions options);
 // Throws ConfigError naming the first bad value (call on resolved options).
 void validate(const TrainOptions& options);
+// --dp-shares' relative shares (empty for "even" and "measured"); ConfigError otherwise.
+std::vector<double> parse_dp_shares(const std::string& text);
 // Throws ConfigError unless `precision` is fp32 or bf16.
 void check_precision(const std::string& precision);
 // The learning-rate schedule the options describe, over `total_steps`.

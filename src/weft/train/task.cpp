@@ -1,6 +1,19 @@
 #include "weft/train/task.h"
 
+#include <cmath>
+
+#include "weft/util/error.h"
+
 namespace weft {
+
+void Task::set_speeds(std::vector<double> speeds) {
+  if (speeds.size() != speeds_.size())
+    throw ConfigError("batch shares: " + std::to_string(speeds.size()) + " given for " + std::to_string(speeds_.size()) +
+                      " data-parallel replicas");
+  for (double s : speeds)
+    if (!std::isfinite(s) || s <= 0) throw ConfigError("batch shares: each replica's share must be a positive number");
+  speeds_ = std::move(speeds);
+}
 
 std::unique_ptr<Task> make_image_task(const TrainOptions& options, int replica, int replicas, std::FILE* out);
 std::unique_ptr<Task> make_language_task(const TrainOptions& options, int replica, int replicas);

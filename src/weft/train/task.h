@@ -2,18 +2,23 @@
 // model, the loss, the evaluation and what is reported. The training loop (loop.h) is the
 // same for both; a Task answers its questions.
 //
-// The data is walked in epochs of steps_per_epoch() batches; batch(epoch, index) is this
-// replica's share of one global batch (the distributed sampler's shard of images, or this
-// replica's rows of the random text windows every rank draws alike from the run's
-// generator).
+// An epoch is rows_per_epoch() samples walked in global batches of --batch rows (the last
+// one shorter); batch(epoch, at) is this replica's part of the global batch that starts `at`
+// samples into the epoch (images: the next rows of the epoch's seeded order; text: the
+// random windows every rank draws alike from the run's generator), dealt among the replicas
+// in proportion to their speeds (data/deal.h: even by default), with the weight that makes
+// the replicas' mean gradient the whole batch's. Nothing about the replicas enters the
+// order, so a run resumed on another number of ranks continues the epoch exactly.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "weft/data/deal.h"
 #include "weft/nn/model_recipe.h"
 #include "weft/nn/module.h"
 #include "weft/parallel/strategy.h"
@@ -31,6 +36,9 @@ struct Evaluation {
 
 class Task {
  public:
+  // `replica` of `replicas`: this rank's place among the data-parallel replicas.
+  Task(std::int64_t global_batch, int replica, int replicas)
+      : global_batch_(global_batch), replica_(replica), speeds_(static_cast<std::size_t>(replicas), 1.0) {}
   virtual ~Task() = default;
   // The model's architecture; make_model builds it.
   virtual ModelRecipe recipe() const = 0;
@@ -49,7 +57,10 @@ class Task {
   virtual std::string model_tag() const = 0;
   // A line about the data and the model, printed before training (empty: none).
   virtual std::string describe(const Module& model) const { return {}; }
-  virtual std::int64_t steps_per_epoch() const = 0;
+  // The samples of one epoch (a language model's: --max-steps global batches).
+  virtual std::int64_t rows_per_epoch() const = 0;
+  std::int64_t steps_per_epoch() const { return batches_left(rows_per_epoch(), 0, global_batch_); }
+  std::int64_t global_batch() const { return global_batch_; }
   virtual std::int64_t epochs() const = 0;
   // What one sample is counted in: "samples" (images) or "tokens", and how many per row.
   virtual std::string unit() const = 0;
@@ -57,7 +68,16 @@ class Task {
   // The name under which a checkpoint keeps the run's generator ("init", "sampler").
   virtual std::string generator_name() const = 0;
 
-  virtual parallel::StepBatch batch(std::int64_t epoch, std::int64_t index, std::int64_t step, Rng& rng) = 0;
+  // The rows of the global batch at `at` samples into `epoch` (at < rows_per_epoch()).
+  std::int64_t rows_at(std::int64_t at) const { return std::min(global_batch_, rows_per_epoch() - at); }
+  // This replica's part of a global batch of `rows`, by the replicas' current speeds.
+  DealtRows rows_of(std::int64_t rows) const { return deal_rows(rows, speeds_, replica_); }
+  // The replicas' relative speeds for the batches that follow (one per replica, > 0).
+  void set_speeds(std::vector<double> speeds);
+  const std::vector<double>& speeds() const { return speeds_; }
+  // This replica's part of the global batch at `at` samples into `epoch`; `step` is the
+  // optimizer steps taken (for the sample log).
+  virtual parallel::StepBatch batch(std::int64_t epoch, std::int64_t at, std::int64_t step, Rng& rng) = 0;
   virtual Var loss(Module& model, const parallel::StepBatch& batch) const = 0;
   // Evaluates the model (the strategies give the whole model, or compute the loss on their
   // parts); `replicas` sums a sharded evaluation (null: one).
@@ -69,6 +89,13 @@ class Task {
   virtual void finish(Module& model, Rng& rng, std::FILE* out, nlohmann::json& summary) {}
   // Fields of the JSON summary only this task has.
   virtual void summarize(nlohmann::json& summary) const {}
+
+ protected:
+  const std::int64_t global_batch_;
+  const int replica_;
+
+ private:
+  std::vector<double> speeds_;
 };
 
 // The task `options` (resolved) name, with its data loaded; `replica` of `replicas` is this

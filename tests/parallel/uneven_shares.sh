@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# usage: uneven_shares.sh WEFT COMPARE
+# Global batches dealt unevenly among data-parallel replicas (data/deal.h) give the even
+# split's mathematics: the replicas' gradients are weighted by their shares.
+#  1. A checkpoint taken on 4 ranks mid-epoch resumes on 3 with the same global batch (64:
+#     22, 21 and 21 rows): every sample of the epoch is trained exactly once, and the
+#     parameters equal those of the uninterrupted 4-rank run within a relative 1e-5.
+#  2. --dp-shares 3:1 on 2 ranks (48 and 16 rows of 64) equals the even split within 1e-5,
+#     for the MLP and for a GPT (SGD: Adam divides by the gradients' own size, which magnifies
+#     the rounding of near-zero ones), and for the MLP under ZeRO-1 too.
+#  3. --dp-shares measured with one rank made 3 times slower (WEFT_SLOWDOWN) moves rows to the
+#     faster rank, and the replicas stay identical.
+set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
+weft=$1
+compare=$2
+new_work_dir
+mlp=(train --model mlp --batch 64 --epochs 1 --limit-train 1280 --limit-test 100 --seed 5 --lr 0.02 --quiet)
+
+# 1. 4 ranks for 20 steps, against 4 ranks for 7 steps and then 3 ranks.
+"$weft" launch --nproc-per-node 4 -- weft "${mlp[@]}" --save-model "$work/whole.safetensors" >/dev/null
+"$weft" launch --nproc-per-node 4 -- weft "${mlp[@]}" --max-steps 7 --checkpoint-dir "$work/ck" \
+  --sample-log "$work/samples" >/dev/null
+out=$("$weft" launch --nproc-per-node 3 -- weft "${mlp[@]}" --checkpoint-dir "$work/ck" --resume \
+  --sample-log "$work/samples" --save-model "$work/resized.safetensors")
+grep -q "written by 4 rank(s), now 3" <<<"$out" || fail "no resume from 4 ranks on 3: $out"
+grep -q '"dp_shares":\[22,21,21\]' <<<"$out" || fail "the 3 replicas did not share 64 rows as 22, 21, 21"
+cat "$work"/samples-rank* | awk '$1 == 0 { print $3 }' | sort -n | uniq -c >"$work/counts"
+[ "$(wc -l <"$work/counts")" -eq 1280 ] || fail "$(wc -l <"$work/counts") distinct samples trained, expected 1280"
+[ "$(awk '$1 != 1' "$work/counts" | wc -l)" -eq 0 ] || fail "samples trained more than once"
+printf '4 ranks, then 3 (1280 samples, each once): '
+"$compare" "$work/whole.safetensors" "$work/resized.safetensors" 1e-5 | tail -n 1
+
+# 2. Shares 3:1 against the even split.
+for zero in 0 1; do
+  even=$("$weft" launch --nproc-per-node 2 -- weft "${mlp[@]}" --max-steps 12 --zero $zero --save-model "$work/even.safetensors")
+  skew=$("$weft" launch --nproc-per-node 2 -- weft "${mlp[@]}" --max-steps 12 --zero $zero --dp-shares 3:1 \
+    --save-model "$work/skew.safetensors")
+  grep -q "batch shares: 48:16 of 64 rows per replica" <<<"$skew" || fail "no 48:16 split: $skew"
+  expect_same_run "MLP, shares 3:1 against even (zero $zero)" "$work/even.safetensors" "$work/skew.safetensors" \
+    "$(rank0_field train_loss <<<"$even")" "$(rank0_field train_loss <<<"$skew")"
+done
+corpus="$work/corpus.txt"
+for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog and runs away"; done >"$corpus"
+gpt=(train --model gpt --data "$corpus" --context 16 --layers 2 --d-model 32 --heads 2 --batch 8 --max-steps 8
+     --eval-every 8 --eval-batches 1 --sample 0 --seed 3 --optimizer sgd --lr 0.05 --quiet)
+even=$("$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --save-model "$work/gpt-even.safetensors")
+skew=$("$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --dp-shares 3:1 --save-model "$work/gpt-skew.safetensors")
+expect_same_run "GPT, shares 3:1 against even" "$work/gpt-even.safetensors" "$work/gpt-skew.safetensors" \
+  "$(rank0_field train_loss <<<"$even")" "$(rank0_field train_loss <<<"$skew")"
+
+# 3. Measured shares follow the speeds.
+out=$(WEFT_SLOWDOWN=1:3 "$weft" launch --nproc-per-node 2 -- weft "${mlp[@]}" --max-steps 20 --dp-shares measured)
+line=$(grep -o "batch shares: 32:32 -> [0-9]*:[0-9]*.*" <<<"$out" | head -n 1) || fail "no measured shares: $out"
+echo "$line"
+first=$(sed 's/.*-> \([0-9]*\):.*/\1/' <<<"$line")
+[ "$first" -ge 40 ] || fail "the faster rank 0 got only $first of 64 rows"
+grep -q '"replicas_identical":true' <<<"$out" || fail "the replicas differ after re-dealing"
+echo "ok"
