@@ -45,7 +45,13 @@ DistributedDataParallel::DistributedDataParallel(std::vector<Var> params, std::s
     b.elements += v.numel();
     bucket_of_[k] = buckets_.size() - 1;
   }
-  for (auto& b : buckets_) b.flat = Tensor::zeros({b.elements}, params_[b.params.front()].dtype());
+  for (auto& b : buckets_) {
+    b.flat = Tensor::zeros({b.elements}, params_[b.params.front()].dtype());
+    if (options.bf16_gradients && b.flat.dtype() == DType::F32) {
+      b.wire = Tensor::zeros({b.elements}, DType::BF16);
+      if (options.error_feedback) b.residual = Tensor::zeros({b.elements}, DType::F32);
+    }
+  }
   timings_.resize(buckets_.size());
   for (std::size_t k = 0; k < params_.size(); ++k) params_[k].set_grad_ready_hook([this, k] { on_ready(k); });
 }
@@ -72,9 +78,29 @@ void DistributedDataParallel::launch(std::size_t index) {
     if (p.grad().defined()) dst.copy_(p.grad()); else dst.zero_();
   }
   timings_[index].launched = Clock::now();
+  if (b.wire.defined()) {
+    compress(b);
+    timings_[index].bytes = static_cast<std::int64_t>(b.wire.nbytes());
+    b.work = comm_->allreduce(b.wire.raw_data(), b.elements, comm::DataType::kBF16, comm::ReduceOp::kAvg);
+    b.work->start();
+    return;
+  }
   timings_[index].bytes = static_cast<std::int64_t>(b.flat.nbytes());
   b.work = comm_->allreduce(b.flat.raw_data(), b.elements, comm_dtype(b.flat), comm::ReduceOp::kAvg);
   b.work->start();  // runs on the communicator's thread while the backward pass goes on
+}
+
+// The bucket's gradients (plus the error carried from the last step) rounded to bf16 into
+// the wire buffer; the error carried on is what that rounding took.
+void DistributedDataParallel::compress(Bucket& b) {
+  float* g = b.flat.data<float>();
+  bf16* w = b.wire.data<bf16>();
+  float* r = b.residual.defined() ? b.residual.data<float>() : nullptr;
+  for (std::int64_t i = 0; i < b.elements; ++i) {
+    const float v = r ? g[i] + r[i] : g[i];
+    w[i] = to_bf16(v);
+    if (r) r[i] = v - from_bf16(w[i]);
+  }
 }
 
 std::chrono::duration<double> DistributedDataParallel::finish() {
@@ -87,6 +113,7 @@ std::chrono::duration<double> DistributedDataParallel::finish() {
     Bucket& b = buckets_[i];
     b.work->wait();
     timings_[i].finished = b.work->finished_at();
+    if (b.wire.defined()) b.flat.copy_(b.wire);  // the averaged bf16 gradients, widened
     for (std::size_t j = 0; j < b.params.size(); ++j) {
       Var p = params_[b.params[j]];
       p.set_grad(b.flat.slice(0, b.offsets[j], b.offsets[j] + p.value().numel()).view(p.shape()));
