@@ -34,6 +34,7 @@ CheckpointMeta meta_for(const std::string& model, std::int64_t step) {
   m.step = step;
   m.epoch = 1;
   m.batch_in_epoch = 3;
+  m.sample_in_epoch = 200;
   m.optimizer = "sgd";
   m.optimizer_steps = step;
   Rng r(5);
@@ -146,6 +147,15 @@ TEST(Checkpoint, MetadataNumbersMustBeWholeNumbers) {
     "batch_in_epoch": 0, "optimizer": {"name": "sgd", "steps": 0}, "rng": {}, "info": {}})";
   auto with_step = [&](const std::string& step) { return std::regex_replace(base, std::regex("STEP"), step); };
   EXPECT_EQ(parse_checkpoint_meta(with_step("7"), "m").step, 7);
+  EXPECT_FALSE(parse_checkpoint_meta(with_step("7"), "m").sample_in_epoch);  // older checkpoints: absent
+  const std::string at = std::regex_replace(with_step("7"), std::regex("\"epoch\": 0,"), "\"epoch\": 0, \"sample_in_epoch\": SAMPLE,");
+  EXPECT_EQ(parse_checkpoint_meta(std::regex_replace(at, std::regex("SAMPLE"), "96"), "m").sample_in_epoch,
+            std::optional<std::int64_t>(96));
+  for (const char* sample : {"-1", "2.5", "\"9\""})
+    EXPECT_NE(checkpoint_error([&] { parse_checkpoint_meta(std::regex_replace(at, std::regex("SAMPLE"), sample), "m"); })
+                  .find("sample_in_epoch"),
+              std::string::npos)
+        << sample;
   for (const char* step : {"1e300", "-1", "2.5", "\"7\"", "18446744073709551615"})
     EXPECT_NE(checkpoint_error([&] { parse_checkpoint_meta(with_step(step), "m"); }).find("step"), std::string::npos) << step;
   EXPECT_NE(checkpoint_error([&] { parse_checkpoint_meta(R"({"format": "weft-checkpoint", "version": 1e300})", "m"); })
@@ -169,6 +179,7 @@ TEST(Checkpoint, SaveLoadAndPrune) {
   EXPECT_EQ(c.meta.model, "mlp");
   EXPECT_EQ(c.meta.step, 40);
   EXPECT_EQ(c.meta.batch_in_epoch, 3);
+  EXPECT_EQ(c.meta.sample_in_epoch, std::optional<std::int64_t>(200));
   ASSERT_EQ(c.meta.rngs.size(), 1u);
   EXPECT_EQ(c.meta.rngs[0].second.s, meta_for("mlp", 1).rngs[0].second.s);
   EXPECT_EQ(c.meta.rngs[0].second.spare, meta_for("mlp", 1).rngs[0].second.spare);
