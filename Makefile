@@ -31,16 +31,17 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The unit tests and the multi-process communication and data-parallel tests under
-# AddressSanitizer and UndefinedBehaviorSanitizer, but for the ten longest runs (make test
+# AddressSanitizer and UndefinedBehaviorSanitizer, but for the twelve longest runs (make test
 # runs them, and their code runs sanitized in shorter tests: parallel.mesh_equivalence has
 # pipelines in a mesh and ZeRO in a mesh, parallel.elastic_4_to_2 a restart,
 # parallel.ddp_equivalence.mlp the DDP path the CNN's takes, parallel.zero_equivalence,
-# parallel.zero_checkpoint and parallel.lm_checkpoint ZeRO and language models,
-# parallel.elastic_scale_lr and test_data's Deal tests the uneven shares of uneven_shares,
+# parallel.zero_checkpoint and parallel.lm_checkpoint ZeRO and language models (and ZeRO's
+# equivalence runs), parallel.elastic_scale_lr and test_data's Deal tests the uneven shares
+# of uneven_shares, parallel.ddp_equivalence.mlp the DDP path compressed_gradients adds to,
 # Resume.RejectsAnotherModelAndMissingCheckpoints and the checkpoint tests the resume path,
 # the other SimValidation tests DCQCN and flowlets, the Store tests the store's poll loop
 # that comm.store_load loads).
-SANITIZE_SKIP := parallel\.(pipeline_equivalence|restart_after_kill|ddp_equivalence\.cnn|zero_mesh|lm_zero|uneven_shares)|comm\.store_load|Resume\.IsBitwiseExact|SimValidation\.(IncastWithDcqcnSharesTheBottleneckFairly|DefaultFlowletGapDoesNotReorder)
+SANITIZE_SKIP := parallel\.(pipeline_equivalence|restart_after_kill|ddp_equivalence\.cnn|zero_mesh|lm_zero|zero_equivalence|uneven_shares|compressed_gradients)|comm\.store_load|Resume\.IsBitwiseExact|SimValidation\.(IncastWithDcqcnSharesTheBottleneckFairly|DefaultFlowletGapDoesNotReorder)
 test-sanitize: deps
 	cmake -S . -B $(BUILD_SAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD_SAN) -j $(JOBS)
