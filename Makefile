@@ -32,15 +32,15 @@ test: build
 
 # The unit tests and the multi-process communication and data-parallel tests under
 # AddressSanitizer and UndefinedBehaviorSanitizer, but for the twelve longest runs (make test
-# runs them, and their code runs sanitized in shorter tests: parallel.mesh_equivalence has
-# pipelines in a mesh and ZeRO in a mesh, parallel.elastic_4_to_2 a restart,
-# parallel.ddp_equivalence.mlp the DDP path the CNN's takes, parallel.zero_equivalence,
-# parallel.zero_checkpoint and parallel.lm_checkpoint ZeRO and language models (and ZeRO's
-# equivalence runs), parallel.elastic_scale_lr and test_data's Deal tests the uneven shares
-# of uneven_shares, parallel.ddp_equivalence.mlp the DDP path compressed_gradients adds to,
-# Resume.RejectsAnotherModelAndMissingCheckpoints and the checkpoint tests the resume path,
-# the other SimValidation tests DCQCN and flowlets, the Store tests the store's poll loop
-# that comm.store_load loads).
+# runs them, and their code runs sanitized in shorter tests): pipeline_equivalence and
+# zero_mesh (parallel.mesh_equivalence has pipelines and ZeRO in a mesh), restart_after_kill
+# (parallel.elastic_4_to_2 restarts), ddp_equivalence.cnn (ddp_equivalence.mlp, the same DDP
+# path), lm_zero and zero_equivalence (parallel.zero_checkpoint and parallel.lm_checkpoint),
+# uneven_shares (parallel.elastic_scale_lr and test_data's Deal tests), compressed_gradients
+# (ddp_equivalence.mlp's DDP path; the bf16 conversions are the tensor tests'),
+# Resume.IsBitwiseExact (Resume.RejectsAnotherModelAndMissingCheckpoints and the checkpoint
+# tests), two SimValidation runs (the other SimValidation tests: DCQCN and flowlets), and
+# comm.store_load (the Store tests of the poll loop it loads).
 SANITIZE_SKIP := parallel\.(pipeline_equivalence|restart_after_kill|ddp_equivalence\.cnn|zero_mesh|lm_zero|zero_equivalence|uneven_shares|compressed_gradients)|comm\.store_load|Resume\.IsBitwiseExact|SimValidation\.(IncastWithDcqcnSharesTheBottleneckFairly|DefaultFlowletGapDoesNotReorder)
 test-sanitize: deps
 	cmake -S . -B $(BUILD_SAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON $(CMAKE_FLAGS)

@@ -194,33 +194,3 @@ TEST(DataLoader, SeededShufflingCoversEverySampleOncePerEpoch) {
   EXPECT_THROW(DataLoader(ds, {0, true, false, 0}), ConfigError);
   EXPECT_THROW(DataLoader(ds, {-3, true, false, 0}), ConfigError);
 }
-
-TEST(DistributedSampler, DisjointShardsThatRecomposeTheSingleProcessBatches) {
-  TempDir dir;
-  weft::testing::write_synthetic_mnist(dir.path(), 96, 5);
-  ImageDataset ds = load_mnist_format(dir.path(), "train");
-  DataLoader single(ds, {24, true, false, 9, 1, 0});
-  for (int world : {2, 3, 4}) {
-    std::vector<std::vector<std::int64_t>> shards;
-    std::set<std::int64_t> all;
-    for (int r = 0; r < world; ++r) {
-      DataLoader d(ds, {24 / world, true, false, 9, world, r});
-      EXPECT_EQ(d.num_batches(), single.num_batches());
-      shards.push_back(d.epoch_order(2));
-      for (auto i : shards.back()) EXPECT_TRUE(all.insert(i).second) << "index " << i << " in two shards";
-    }
-    EXPECT_EQ(all.size(), 96u);
-    // Batch k of all ranks together is batch k of one process with a world-times larger batch.
-    auto order = single.epoch_order(2);
-    for (std::int64_t k = 0; k < single.num_batches(); ++k) {
-      std::multiset<std::int64_t> together, alone(order.begin() + k * 24, order.begin() + (k + 1) * 24);
-      for (int r = 0; r < world; ++r)
-        for (std::int64_t j = 0; j < 24 / world; ++j) together.insert(shards[r][k * (24 / world) + j]);
-      EXPECT_EQ(together, alone) << "world " << world << " batch " << k;
-    }
-  }
-  // 96 samples over 5 ranks: padded to 20 each, or 19 each with drop_last.
-  EXPECT_EQ(DataLoader(ds, {4, true, false, 9, 5, 4}).epoch_order(0).size(), 20u);
-  EXPECT_EQ(DataLoader(ds, {4, true, true, 9, 5, 4}).epoch_order(0).size(), 19u);
-  EXPECT_THROW(DataLoader(ds, {4, true, false, 9, 2, 2}), ConfigError);
-}

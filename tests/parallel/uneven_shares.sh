@@ -5,9 +5,10 @@
 #  1. A checkpoint taken on 4 ranks mid-epoch resumes on 3 with the same global batch (64:
 #     22, 21 and 21 rows): every sample of the epoch is trained exactly once, and the
 #     parameters equal those of the uninterrupted 4-rank run within a relative 1e-5.
-#  2. --dp-shares 3:1 on 2 ranks (48 and 16 rows of 64) equals the even split within 1e-5,
+#  2. --dp-shares 3:1 on 2 replicas (48 and 16 rows of 64) equals the even split within 1e-5,
 #     for the MLP and for a GPT (SGD: Adam divides by the gradients' own size, which magnifies
-#     the rounding of near-zero ones), and for the MLP under ZeRO-1 too.
+#     the rounding of near-zero ones), for the MLP under ZeRO-1 and with a parameter server,
+#     and for the GPT in 2 pipelines of 2 stages.
 #  3. --dp-shares measured with one rank made 3 times slower (WEFT_SLOWDOWN) moves rows to the
 #     faster rank, and the replicas stay identical.
 set -euo pipefail
@@ -48,6 +49,20 @@ even=$("$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --save-model "$work
 skew=$("$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --dp-shares 3:1 --save-model "$work/gpt-skew.safetensors")
 expect_same_run "GPT, shares 3:1 against even" "$work/gpt-even.safetensors" "$work/gpt-skew.safetensors" \
   "$(rank0_field train_loss <<<"$even")" "$(rank0_field train_loss <<<"$skew")"
+# The weights reach the parameter server's averaging and a pipeline's micro-batches too.
+even=$("$weft" launch --nproc-per-node 3 -- weft "${mlp[@]}" --max-steps 12 --strategy ps --save-model "$work/ps-even.safetensors")
+skew=$("$weft" launch --nproc-per-node 3 -- weft "${mlp[@]}" --max-steps 12 --strategy ps --dp-shares 3:1 \
+  --save-model "$work/ps-skew.safetensors")
+grep -q '"dp_shares":\[48,16\]' <<<"$skew" || fail "the parameter server's workers did not split 48:16"
+expect_same_run "parameter server, shares 3:1 against even" "$work/ps-even.safetensors" "$work/ps-skew.safetensors" \
+  "$(rank0_field train_loss <<<"$even")" "$(rank0_field train_loss <<<"$skew")"
+even=$("$weft" launch --nproc-per-node 4 -- weft "${gpt[@]}" --pp 2 --dp 2 --micro-batches 2 \
+  --save-model "$work/pp-even.safetensors")
+skew=$("$weft" launch --nproc-per-node 4 -- weft "${gpt[@]}" --pp 2 --dp 2 --micro-batches 2 --dp-shares 3:1 \
+  --save-model "$work/pp-skew.safetensors")
+grep -q '"dp_shares":\[6,2\]' <<<"$skew" || fail "the pipelines did not split 6:2"
+expect_same_run "pipeline x data parallel, shares 3:1 (6:2 rows) against even" "$work/pp-even.safetensors" \
+  "$work/pp-skew.safetensors" "$(rank0_field train_loss <<<"$even")" "$(rank0_field train_loss <<<"$skew")"
 
 # 3. Measured shares follow the speeds.
 out=$(WEFT_SLOWDOWN=1:3 "$weft" launch --nproc-per-node 2 -- weft "${mlp[@]}" --max-steps 20 --dp-shares measured)

@@ -10,7 +10,6 @@ namespace weft {
 
 namespace {
 thread_local bool t_grad_enabled = true;
-thread_local bool t_bf16 = false;
 
 void accumulate(GradMeta& v, const Tensor& g) {
   // A leaf's value may be swapped between steps (sharded parameters); check it against
@@ -39,21 +38,15 @@ bool grad_enabled() { return t_grad_enabled; }
 EnableGradGuard::EnableGradGuard() : previous_(t_grad_enabled) { t_grad_enabled = true; }
 EnableGradGuard::~EnableGradGuard() { t_grad_enabled = previous_; }
 
-// The products follow: bf16 instructions where the processor has them (linalg.h).
-Bf16Guard::Bf16Guard(bool on) : previous_(t_bf16) {
-  t_bf16 = on;
-  ops::set_bf16_products(on);
-}
-Bf16Guard::~Bf16Guard() {
-  t_bf16 = previous_;
-  ops::set_bf16_products(previous_);
-}
-bool bf16_enabled() { return t_bf16; }
+// Mixed precision is the products' bf16 setting (linalg.h: bf16 instructions where the
+// processor has them), which the autograd's rounding and stored activations follow.
+Bf16Guard::Bf16Guard(bool on) : previous_(ops::bf16_products()) { ops::set_bf16_products(on); }
+Bf16Guard::~Bf16Guard() { ops::set_bf16_products(previous_); }
+bool bf16_enabled() { return ops::bf16_products(); }
 
-Tensor gemm_operand(const Tensor& t) { return t_bf16 && t.dtype() == DType::F32 ? ops::round_bf16(t) : t; }
+Tensor gemm_operand(const Tensor& t) { return bf16_enabled() && t.dtype() == DType::F32 ? ops::round_bf16(t) : t; }
 Tensor gemm_operand(const Tensor& t, std::int64_t m, std::int64_t n, std::int64_t k) {
-  if (t_bf16 && ops::bf16_instructions_for(m, n, k)) return t;
-  return gemm_operand(t);
+  return ops::bf16_instructions_for(m, n, k) ? t : gemm_operand(t);
 }
 
 namespace {
@@ -87,7 +80,7 @@ Tensor pack_bf16(const Tensor& t) {
 SavedTensor SavedTensor::activation(const Tensor& t) {
   SavedTensor s;
   s.shape_ = t.shape();
-  s.stored_ = t_bf16 && t_grad_enabled && t.dtype() == DType::F32 ? pack_bf16(t) : t;
+  s.stored_ = bf16_enabled() && t_grad_enabled && t.dtype() == DType::F32 ? pack_bf16(t) : t;
   return s;
 }
 
@@ -101,7 +94,7 @@ SavedTensor SavedTensor::input(const Var& v) {
 
 SavedTensor SavedTensor::product_operand(const Var& v) {
   SavedTensor s = input(v);
-  if (v.is_leaf()) s.round_on_get_ = t_bf16 && v.dtype() == DType::F32;
+  if (v.is_leaf()) s.round_on_get_ = bf16_enabled() && v.dtype() == DType::F32;
   return s;
 }
 
@@ -126,7 +119,7 @@ Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {
   }
   Tensor input = x.value();
   SavedTensor saved = SavedTensor::input(x);
-  const bool bf16 = t_bf16;
+  const bool bf16 = bf16_enabled();
   const DType dtype = x.dtype();
   // The node must exist even when x needs no gradient: fn's parameters do.
   Var x_for_record = x.requires_grad() ? x : Var(input, false);

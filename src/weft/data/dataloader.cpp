@@ -16,20 +16,11 @@ DataLoader::DataLoader(const ImageDataset& dataset, LoaderOptions options)
   if (options_.batch_size < 1) {
     throw ConfigError("batch size must be at least 1, got " + std::to_string(options_.batch_size));
   }
-  if (options_.world < 1 || options_.rank < 0 || options_.rank >= options_.world) {
-    throw ConfigError("sampler: rank " + std::to_string(options_.rank) + " is outside the world of " +
-                      std::to_string(options_.world));
-  }
-}
-
-std::int64_t DataLoader::samples_per_rank() const {
-  std::int64_t n = options_.subset.empty() ? dataset_.size() : static_cast<std::int64_t>(options_.subset.size());
-  std::int64_t w = options_.world;
-  return options_.drop_last ? n / w : (n + w - 1) / w;
 }
 
 std::int64_t DataLoader::num_batches() const {
-  std::int64_t n = samples_per_rank(), b = options_.batch_size;
+  const std::int64_t n = options_.subset.empty() ? dataset_.size() : static_cast<std::int64_t>(options_.subset.size());
+  const std::int64_t b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -45,15 +36,7 @@ std::vector<std::int64_t> DataLoader::epoch_order(std::int64_t epoch) const {
     Rng rng(options_.seed * 0x9e3779b97f4a7c15ULL + static_cast<std::uint64_t>(epoch) + 1);
     rng.shuffle(order);
   }
-  if (options_.world == 1) return order;
-  const std::int64_t per = samples_per_rank(), w = options_.world;
-  std::vector<std::int64_t> shard;
-  shard.reserve(static_cast<size_t>(per));
-  for (std::int64_t i = 0; i < per; ++i) {
-    std::int64_t at = i * w + options_.rank;  // padded positions wrap to the start
-    shard.push_back(order[static_cast<size_t>(at % static_cast<std::int64_t>(std::max<size_t>(order.size(), 1)))]);
-  }
-  return shard;
+  return order;
 }
 
 Batch DataLoader::batch(const std::vector<std::int64_t>& order, std::int64_t index) const {

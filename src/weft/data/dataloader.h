@@ -1,13 +1,8 @@
-// DataLoader: batches of an in-memory dataset in a seeded order, optionally one rank's
-// shard of it (the distributed sampler).
+// DataLoader: batches of an in-memory dataset (or of a subset of it) in a seeded order.
 //
 // The order of epoch e is a pure function of (seed, e), so a run resumed from a checkpoint
-// at any step sees exactly the batches the uninterrupted run would have seen. With
-// `world` > 1, every rank draws the same permutation and takes every world-th index
-// starting at its rank: the shards are disjoint, and batch k of the ranks together holds
-// exactly batch k of a single process whose batch is world times larger. Without
-// drop_last, the permutation is padded (with its own first indices) to a multiple of the
-// world so that every rank has as many samples; with drop_last, the tail is dropped.
+// at any step sees exactly the batches the uninterrupted run would have seen. Data-parallel
+// replicas all draw this order and take their rows of each global batch (deal.h).
 #pragma once
 
 #include <cstdint>
@@ -27,8 +22,6 @@ struct LoaderOptions {
   bool shuffle = true;
   bool drop_last = false;
   std::uint64_t seed = 0;
-  int world = 1;  // the distributed sampler: ranks sharing the dataset
-  int rank = 0;
   std::vector<std::int64_t> subset = {};  // when not empty: only these samples (a client's data)
 };
 
@@ -37,8 +30,7 @@ class DataLoader {
   // Throws ConfigError for a batch size below 1.
   DataLoader(const ImageDataset& dataset, LoaderOptions options);
   std::int64_t num_batches() const;
-  std::int64_t samples_per_rank() const;
-  // The sample indices (this rank's shard) of epoch `epoch`, in order.
+  // The sample indices of epoch `epoch`, in order.
   std::vector<std::int64_t> epoch_order(std::int64_t epoch) const;
   // Batch `index` of a list of sample indices (an epoch's order, or any list).
   Batch batch(const std::vector<std::int64_t>& order, std::int64_t index) const;

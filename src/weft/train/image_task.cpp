@@ -173,7 +173,7 @@ class ImageClassification : public Task {
                         " samples: raise --non-iid or use fewer clients");
     }
     client_loader_.emplace(train_, LoaderOptions{per_rank, true, false, o_.seed + 1 + static_cast<std::uint64_t>(replica_),
-                                                 1, 0, part});
+                                                 part});
     std::string sizes;
     for (const auto& p : parts) sizes += (sizes.empty() ? "" : ", ") + std::to_string(p.size());
     fmt::print(out, "federated averaging: {} clients, Dirichlet({}) label skew, samples per client: {}\n", replicas_,

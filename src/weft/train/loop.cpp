@@ -444,9 +444,10 @@ void Run::adapt_threads(double step_seconds) {
 void Run::step(bool last) {
   const auto t0 = Clock::now();
   if (job_.world) job_.world->trace_mark("step");
-  const std::int64_t rows = task_->rows_at(at_.at);
-  const std::int64_t mine = task_->rows_of(rows).share;  // the rows that count on this replica
+  const std::int64_t rows = task_->rows_at(at_.at);  // the global batch's
   const parallel::StepBatch batch = task_->batch(at_.epoch, at_.at, at_.step, rng_);
+  // This replica's rows: those it computes, and those that count (a placeholder has weight 0).
+  const std::int64_t computed = batch.inputs.size(0), mine = batch.weight > 0 ? computed : 0;
   if (straggle_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(straggle_ms_));
   const auto t1 = Clock::now();
   if (profile_) profile_->begin_step();
@@ -475,7 +476,7 @@ void Run::step(bool last) {
   last_ = {loss, lr, seconds, compute, strategies_->stats().seconds - comm_before, exposed, units, step_peak, rows,
            get_active_threads()};
   if (governor_) adapt_threads(seconds);
-  if (balancer_ && balancer_->observe(compute, task_->rows_of(rows).count)) rebalance();
+  if (balancer_ && balancer_->observe(compute, computed)) rebalance();
   units_ += units;
   rows_ += rows;
   window_units_ += rows * task_->units_per_row();

@@ -70,8 +70,6 @@ class Task {
 
   // The rows of the global batch at `at` samples into `epoch` (at < rows_per_epoch()).
   std::int64_t rows_at(std::int64_t at) const { return std::min(global_batch_, rows_per_epoch() - at); }
-  // This replica's part of a global batch of `rows`, by the replicas' current speeds.
-  DealtRows rows_of(std::int64_t rows) const { return deal_rows(rows, speeds_, replica_); }
   // The replicas' relative speeds for the batches that follow (one per replica, > 0).
   void set_speeds(std::vector<double> speeds);
   const std::vector<double>& speeds() const { return speeds_; }
@@ -91,6 +89,9 @@ class Task {
   virtual void summarize(nlohmann::json& summary) const {}
 
  protected:
+  // This replica's part of a global batch of `rows`, by the replicas' current speeds.
+  DealtRows rows_of(std::int64_t rows) const { return deal_rows(rows, speeds_, replica_); }
+
   const std::int64_t global_batch_;
   const int replica_;
 
