@@ -21,6 +21,9 @@ TEST(Deal, SharesFollowTheSpeeds) {
   EXPECT_EQ(proportional_shares(64, {2, 1}), (std::vector<std::int64_t>{43, 21}));
   EXPECT_EQ(proportional_shares(64, {3, 1}), (std::vector<std::int64_t>{48, 16}));
   EXPECT_EQ(proportional_shares(10, {0.5, 0.25, 0.25}), (std::vector<std::int64_t>{5, 3, 2}));
+  // Extreme speeds from outside (--dp-shares): their sum would overflow to infinity.
+  EXPECT_EQ(proportional_shares(64, {1e308, 1e308}), (std::vector<std::int64_t>{32, 32}));
+  EXPECT_EQ(proportional_shares(64, {1e308, 3e307, 1e-300}), (std::vector<std::int64_t>{49, 15, 0}));
   // Any speeds: the shares sum to the rows, and none is more than one row off its exact share.
   const std::vector<double> speeds = {1.7, 0.3, 2.9, 1e-3, 4.1};
   const double total = std::accumulate(speeds.begin(), speeds.end(), 0.0);

@@ -12,16 +12,20 @@ namespace weft {
 std::vector<std::int64_t> proportional_shares(std::int64_t rows, const std::vector<double>& speeds) {
   if (speeds.empty()) throw ConfigError("batch shares: no ranks");
   if (rows < 0) throw ConfigError("batch shares: " + std::to_string(rows) + " rows");
-  double total = 0;
+  double largest = 0;
   for (double s : speeds) {
     if (!std::isfinite(s) || s <= 0) throw ConfigError("batch shares: a rank's speed must be a positive number");
-    total += s;
+    largest = std::max(largest, s);
   }
+  // Relative to the largest, so that the sum stays finite (speeds of 1e308 add up to inf).
+  double total = 0;
+  for (double s : speeds) total += s / largest;
   std::vector<std::int64_t> shares(speeds.size());
   std::vector<double> remainder(speeds.size());
   std::int64_t dealt = 0;
   for (std::size_t r = 0; r < speeds.size(); ++r) {
-    const double exact = static_cast<double>(rows) * speeds[r] / total;  // equal speeds: exact quotients
+    // Equal speeds: exact quotients.
+    const double exact = static_cast<double>(rows) * (speeds[r] / largest) / total;
     shares[r] = std::min<std::int64_t>(static_cast<std::int64_t>(std::floor(exact)), rows - dealt);
     remainder[r] = exact - static_cast<double>(shares[r]);
     dealt += shares[r];
