@@ -322,3 +322,34 @@ TEST(Train, ValidatesConfiguration) {
   TrainOptions ok;
   EXPECT_NO_THROW(validate(with_task_defaults(ok)));
 }
+
+TEST(Checkpoint, EncodedInOneByteString) {
+  Rng rng(1);
+  auto model = make_model("mlp", rng);
+  Checkpoint ck;
+  ck.meta = meta_for("mlp", 12);
+  ck.meta.sample_in_epoch = 768;
+  ck.meta.info["window_steps"] = "3";
+  ck.model = model->state_dict();
+  ck.optimizer = {{"momentum.1.weight", Tensor::ones({4, 3})}};
+  const Checkpoint back = decode_checkpoint(encode_checkpoint(ck), "handed");
+  EXPECT_EQ(back.meta.step, 12);
+  EXPECT_EQ(back.meta.sample_in_epoch, std::optional<std::int64_t>(768));
+  EXPECT_EQ(back.meta.info.at("window_steps"), "3");
+  ASSERT_EQ(back.model.size(), ck.model.size());
+  for (std::size_t i = 0; i < ck.model.size(); ++i) {
+    EXPECT_EQ(back.model[i].first, ck.model[i].first);
+    EXPECT_TRUE(ops::equal(back.model[i].second, ck.model[i].second));
+  }
+  ASSERT_EQ(back.optimizer.size(), 1u);
+  EXPECT_EQ(back.optimizer[0].first, "momentum.1.weight");
+  // Bytes that are not an encoded checkpoint: one error naming them.
+  EXPECT_NE(checkpoint_error([] { decode_checkpoint("garbage", "handed"); }).find("handed"), std::string::npos);
+  EXPECT_NE(checkpoint_error([] { decode_checkpoint(encode_safetensors({{"x", Tensor::ones({2})}}), "handed"); })
+                .find("no checkpoint metadata"),
+            std::string::npos);
+  EXPECT_NE(checkpoint_error([] {
+              decode_checkpoint(encode_safetensors({{"x", Tensor::ones({2})}}, {{"meta", "{}"}}), "handed");
+            }).find("handed"),
+            std::string::npos);
+}

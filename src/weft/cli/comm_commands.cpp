@@ -98,6 +98,10 @@ void add_launch_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--nnodes", x->nnodes, "nodes in the job, or MIN:MAX to go on with fewer after a node is lost")
       ->capture_default_str();
+  cmd->add_flag("--elastic", c->elastic,
+                "a live job: ranks join (weft launch --join) and leave (SIGTERM) while it runs, without restarts "
+                "(weft train continues on the new ranks; needs WEFT_JOB_TOKEN)");
+  cmd->add_option("--join", c->join, "HOST:PORT: add this launcher's ranks to the live job whose launcher printed it");
   cmd->add_option("--join-timeout", c->join_timeout_s,
                   "--nnodes MIN:MAX: seconds an attempt waits for nodes beyond MIN")
       ->capture_default_str();

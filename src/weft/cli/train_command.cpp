@@ -54,6 +54,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--scale-lr", c.scale_lr,
                   "none | linear | sqrt: on a resume with another global batch, scale --lr with it (or its square root)")
       ->capture_default_str();
+  cmd->add_option("--elastic-batch", c.elastic_batch,
+                  "fixed | linear: when a live elastic job's ranks change (weft launch --elastic), keep the global "
+                  "batch, or the rows per rank (the learning rate as --scale-lr)")
+      ->capture_default_str();
   cmd->add_option("--dp-shares", c.dp_shares,
                   "how a global batch is split among data-parallel replicas: even, measured (in proportion to their "
                   "measured speeds), or relative shares such as 2:1")

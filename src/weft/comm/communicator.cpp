@@ -150,6 +150,25 @@ std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const 
   return c;
 }
 
+std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const CommOptions& options,
+                                                 std::shared_ptr<StoreClient> store, const std::string& token,
+                                                 const std::string& session) {
+  std::shared_ptr<Communicator> c(new Communicator());
+  c->info_ = info;
+  c->options_ = options;
+  c->rank_ = info.rank;
+  c->members_.resize(static_cast<size_t>(info.world));
+  for (int i = 0; i < info.world; ++i) c->members_[i] = i;
+  c->token_ = token;
+  c->store_ = std::move(store);
+  c->session_ = session;
+  if (!options.trace_dir.empty()) c->tracer_ = std::make_shared<Tracer>(options.trace_dir, info.rank);
+  c->connect_group("world");
+  c->start_queue();
+  c->healthy_ = true;
+  return c;
+}
+
 std::shared_ptr<Communicator> Communicator::new_group(const std::vector<int>& ranks) {
   std::vector<int> global;
   int my = -1;

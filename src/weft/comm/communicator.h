@@ -75,6 +75,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   static std::shared_ptr<Communicator> init();  // from the environment
   static std::shared_ptr<Communicator> init(const ProcessInfo& info, const CommOptions& options,
                                             const ExternalRendezvous& via);
+  // A group whose ranks meet under `session` in a store another process keeps (a live
+  // elastic job's generations, membership.h), proving `token` on their links.
+  static std::shared_ptr<Communicator> init(const ProcessInfo& info, const CommOptions& options,
+                                            std::shared_ptr<StoreClient> store, const std::string& token,
+                                            const std::string& session);
   ~Communicator();
 
   int rank() const { return rank_; }           // in this group

@@ -24,6 +24,7 @@
 #include "weft/comm/store.h"
 #include "weft/util/env.h"
 #include "weft/util/error.h"
+#include "weft/util/parse.h"
 
 namespace weft::comm {
 
@@ -265,6 +266,8 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       set("TORCHELASTIC_USE_AGENT_STORE", "False");  // rank 0 serves torch's store itself
       if (!std::getenv("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", threads_s);
       if (!pythonpath.empty()) set("PYTHONPATH", pythonpath);  // init_process_group("weft")
+      if (!c.live_store.empty()) set("WEFT_ELASTIC_STORE", c.live_store);
+      if (!c.join.empty()) set("WEFT_ELASTIC_JOIN", "1");
       if (rank == 0 && g_line.tty && wk.err.console) set("WEFT_PROGRESS_TERMINAL", "1");  // rank 0 owns the terminal
       std::vector<char*> argv;
       for (auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
@@ -397,6 +400,18 @@ void validate(const LaunchConfig& c) {
   if (c.max_restarts < 0) throw ConfigError("--max-restarts must be >= 0");
   if (c.bind != "cores" && c.bind != "none") throw ConfigError("--bind '" + c.bind + "' is not cores or none");
   if (c.command.empty()) throw ConfigError("no command to launch (weft launch [options] -- command ...)");
+  if (!c.join.empty()) {
+    const auto colon = c.join.rfind(':');
+    const auto port = colon == std::string::npos ? std::nullopt : parse_integer(c.join.substr(colon + 1));
+    if (colon == 0 || !port || *port < 1 || *port > 65535) throw ConfigError("--join '" + c.join + "' is not HOST:PORT");
+  }
+  if (c.elastic && !c.join.empty()) throw ConfigError("--elastic starts a live job and --join joins one: give one of them");
+  if ((c.elastic || !c.join.empty()) && (c.nnodes > 1 || c.max_restarts > 0))
+    throw ConfigError("a live job (--elastic, --join) changes its ranks without restarts: leave out --nnodes and "
+                      "--max-restarts (other nodes join with --join)");
+  if ((c.elastic || !c.join.empty()) && !env_string("WEFT_JOB_TOKEN"))
+    throw ConfigError("a live job (--elastic, --join) needs WEFT_JOB_TOKEN: the launchers that join it prove the same "
+                      "secret (e.g. export WEFT_JOB_TOKEN=$(openssl rand -hex 32))");
   if (c.run_id.empty() || c.run_id == "." || c.run_id == ".." ||
       c.run_id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != std::string::npos)
     throw ConfigError("--rdzv-id '" + c.run_id + "': use letters, digits, '.', '_' and '-' (it names the log folder)");
@@ -447,6 +462,17 @@ int launch(const LaunchConfig& config) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
 
+  // Live: this launcher keeps the store of the job's generations for its whole life.
+  std::unique_ptr<StoreServer> live_server;
+  LaunchConfig live = c;
+  if (c.elastic) {
+    live_server = std::make_unique<StoreServer>(bind_address_for(c.master_addr), c.master_port, token);
+    live.live_store = c.master_addr + ":" + std::to_string(live_server->port());
+    std::fprintf(stderr, "weft launch: a live job: add ranks with weft launch --join %s --nproc-per-node N -- <the same "
+                         "command>\n", live.live_store.c_str());
+  } else if (!c.join.empty()) {
+    live.live_store = c.join;
+  }
   // Elastic: node 0's launcher keeps the membership store for the whole job.
   const bool elastic = c.min_nodes > 0 && c.min_nodes < c.nnodes;
   const int agent_port = c.master_port != 0 ? c.master_port : 29500;
@@ -506,7 +532,7 @@ int launch(const LaunchConfig& config) {
 
   int last_nodes = c.nnodes;
   for (int attempt = 0;; ++attempt) {
-    LaunchConfig a = c;
+    LaunchConfig a = live;
     int port = c.master_port != 0 ? c.master_port : (c.nnodes == 1 ? free_port() : 29500);
     if (elastic) {
       int round = 0;
@@ -519,6 +545,11 @@ int launch(const LaunchConfig& config) {
     }
     int failed_rank = -1;
     int code = run_attempt(a, token, port, threads, attempt, &failed_rank);
+    if (code == 0 && live_server && live_server->connections() > 0 && g_signal == 0) {
+      // This node's ranks left a live job that goes on: its store stays until the others end.
+      std::fprintf(stderr, "weft launch: this node's ranks left the live job; its store stays until the others end\n");
+      while (live_server->connections() > 0 && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     if (code == 0) return 0;
     if (g_signal != 0) return 128 + g_signal;
     if (attempt >= c.max_restarts) return code;

@@ -23,6 +23,12 @@
 // joined nodes get ranks in the order of their --node-rank. When a node is lost, its
 // peers' workers fail, their launchers restart and meet again without it: the job goes on
 // with fewer nodes (down to MIN), resuming from its latest checkpoint on the smaller world.
+//
+// Live membership (--elastic; membership.h): the launcher keeps a store for the job's whole
+// life at MASTER_ADDR:MASTER_PORT (a free port when 0, printed) and gives its address to the
+// workers (WEFT_ELASTIC_STORE); a launcher started later with --join HOST:PORT, on this node
+// or another, adds its workers to the running job (WEFT_ELASTIC_JOIN=1), and a worker that
+// gets SIGTERM or SIGINT leaves it, without a restart. Both need WEFT_JOB_TOKEN exported.
 #pragma once
 
 #include <string>
@@ -51,6 +57,9 @@ struct LaunchConfig {
   std::string python = "python3";  // runs a command that is a .py script ("": run as it is)
   bool module = false;             // run the command as python3 -m MODULE
   std::vector<std::string> command;
+  bool elastic = false;   // keep a live membership store (membership.h)
+  std::string join;       // HOST:PORT of a live job's store: add this launcher's workers to it
+  std::string live_store; // (set by launch) what the workers get as WEFT_ELASTIC_STORE
 };
 
 // Validates (throws ConfigError), runs, and returns the exit code for the launcher.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <vector>
 
 #include "weft/parallel/fedavg.h"
@@ -39,9 +40,10 @@ void validate(const ParallelOptions& o) {
     throw ConfigError("--strategy " + o.strategy + " works with data parallelism alone, not with --pp, --tp or --micro-batches");
 }
 
-Job join_job(ParallelOptions& o) {
-  Job job;
-  job.process = comm::process_info_from_env();
+namespace {
+
+// The roles and the mesh of a job of `job.process.world` ranks, whose group `connect` makes.
+Job assign_roles(ParallelOptions& o, Job job, const std::function<std::shared_ptr<comm::Communicator>()>& connect) {
   const int world = job.process.world, model_ranks = o.mesh.pp * o.mesh.tp;
   const int servers = o.strategy == "ps" ? o.servers : 0;
   const int workers = world - servers;
@@ -63,7 +65,7 @@ Job join_job(ParallelOptions& o) {
   }
   o.mesh.dp = dp;
   job.workers = workers;
-  if (world > 1) job.world = comm::Communicator::init(job.process, comm::CommOptions::from_env());
+  job.world = connect();
   job.serves = job.process.rank >= workers;
   if (job.serves) {
     job.server = job.process.rank - workers;
@@ -80,6 +82,26 @@ Job join_job(ParallelOptions& o) {
   }
   job.mesh = Mesh(trainers, o.mesh);
   return job;
+}
+
+}  // namespace
+
+Job join_job(ParallelOptions& o) {
+  Job job;
+  job.process = comm::process_info_from_env();
+  const comm::ProcessInfo process = job.process;
+  return assign_roles(o, job, [process]() -> std::shared_ptr<comm::Communicator> {
+    if (process.world == 1) return nullptr;
+    return comm::Communicator::init(process, comm::CommOptions::from_env());
+  });
+}
+
+Job join_group(ParallelOptions& o, std::shared_ptr<comm::Communicator> world) {
+  Job job;
+  job.process.rank = world->rank();
+  job.process.world = world->size();
+  job.process.launcher = "weft";
+  return assign_roles(o, job, [&world] { return world; });
 }
 
 void add_strategies(Strategies& strategies, const ParallelOptions& o, const Job& job,

@@ -230,4 +230,30 @@ Checkpoint load_checkpoint(const std::string& path) {
   return c;
 }
 
+std::string encode_checkpoint(const Checkpoint& ck) {
+  StateDict all;
+  for (const auto& [name, t] : ck.model) all.emplace_back("model/" + name, t);
+  for (const auto& [name, t] : ck.optimizer) all.emplace_back("optimizer/" + name, t);
+  return encode_safetensors(all, {{"meta", meta_to_json(ck.meta).dump()}});
+}
+
+Checkpoint decode_checkpoint(std::string_view bytes, const std::string& name) {
+  SafetensorsFile f = decode_safetensors(bytes, name);
+  auto meta = f.metadata.find("meta");
+  if (meta == f.metadata.end()) throw CheckpointError(name + ": no checkpoint metadata");
+  Checkpoint ck;
+  ck.path = name;
+  ck.meta = parse_checkpoint_meta(meta->second, name);
+  for (auto& [key, t] : f.tensors) {
+    if (key.rfind("model/", 0) == 0) {
+      ck.model.emplace_back(key.substr(6), std::move(t));
+    } else if (key.rfind("optimizer/", 0) == 0) {
+      ck.optimizer.emplace_back(key.substr(10), std::move(t));
+    } else {
+      throw CheckpointError(name + ": tensor '" + key + "' is neither model/ nor optimizer/");
+    }
+  }
+  return ck;
+}
+
 }  // namespace weft

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weft/nn/module.h"
@@ -54,5 +55,12 @@ std::optional<std::string> latest_checkpoint(const std::string& dir);
 CheckpointMeta parse_checkpoint_meta(const std::string& text, const std::string& meta_path);
 // Loads and verifies one checkpoint folder; throws CheckpointError naming the file.
 Checkpoint load_checkpoint(const std::string& path);
+
+// A checkpoint as one byte string, to hand a run's state to other processes (a live
+// elastic job's joiners): one safetensors holding the model's tensors as "model/NAME", the
+// optimizer's as "optimizer/NAME" and meta.json's text as metadata. Decoding checks it as
+// loading checks the files (CheckpointError naming `name`).
+std::string encode_checkpoint(const Checkpoint& ck);
+Checkpoint decode_checkpoint(std::string_view bytes, const std::string& name);
 
 }  // namespace weft

@@ -20,6 +20,7 @@
 #include "weft/tensor/thread_governor.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/checkpoint.h"
+#include "weft/parallel/elastic.h"
 #include "weft/train/metrics.h"
 #include "weft/train/safetensors.h"
 #include "weft/train/share_balancer.h"
@@ -217,18 +218,44 @@ bool replicas_identical(Module& model, comm::Communicator* replicas) {
   return std::all_of(all.begin(), all.end(), [&](std::int64_t c) { return c == mine; });
 }
 
+// A rank's figures of the whole run, and of the window since the last evaluation: carried
+// from one generation of a live elastic job to the next.
+struct RunTotals {
+  Clock::time_point start = Clock::now();
+  std::int64_t peak_step_bytes = 0, units = 0;  // units: this replica's
+  std::int64_t rows = 0;  // the global batches' rows trained
+  double train_seconds = 0, compute_seconds = 0;
+  std::optional<double> train_loss;  // the last window's mean (none when nothing was trained)
+  std::optional<Evaluation> last_eval;
+  std::int64_t window_steps = 0, window_units = 0;  // window_units: every replica's
+  double window_loss = 0, window_seconds = 0;
+  nlohmann::json resizes = nlohmann::json::array();  // a live job's changes so far
+  std::optional<Clock::time_point> change_agreed;     // when the change under way was agreed
+  std::optional<parallel::MembershipChange> change;             // and what it is
+};
+
 // One training run on a training rank: what the loop needs between steps.
 class Run {
  public:
-  Run(TrainOptions options, const parallel::Job& job, std::FILE* out);
-  void train();
+  // `image`: the state a live job's last generation handed over (instead of --resume's
+  // checkpoint), `totals`: this process's figures so far.
+  Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::optional<Checkpoint> image = {},
+      RunTotals totals = {});
+  // Trains to the end, or (a live job) until the ranks agree on a change of membership.
+  std::optional<parallel::MembershipChange> train(parallel::LiveMembership* live = nullptr);
+  // Collective: the run's state as a checkpoint image, given to rank `keep` of the group.
+  std::string hand_over_state(int keep);
+  RunTotals take_totals() { return std::move(t_); }
+  std::int64_t step() const { return at_.step; }
   TrainSummary finish();
+  void save();
 
  private:
   void resume();
+  void continue_handed_over();
+  CheckpointMeta checkpoint_meta() const;
   void step(bool last);
   std::optional<Evaluation> evaluate(bool round_only);
-  void save();
   void report(nlohmann::json& summary);
   void open_metrics();
   void record_step(const std::optional<Evaluation>& e);
@@ -258,7 +285,6 @@ class Run {
   double slowdown_ = 1;
   std::optional<ShareBalancer> balancer_;  // --dp-shares measured
   parallel::LossFn loss_fn_;
-  std::optional<Evaluation> last_eval_;
   std::unique_ptr<MetricsLog> metrics_;
   std::optional<ThreadGovernor> governor_;  // --adapt-threads on with more than one thread
   OtherCpuLoad other_load_;
@@ -268,18 +294,13 @@ class Run {
     std::int64_t units = 0, peak_bytes = 0, rows = 0;  // units: this replica's; rows: the global batch's
     int threads = 1;
   } last_;
-  // Figures: the whole run, and the window since the last evaluation.
-  std::int64_t rank_state_bytes_ = 0, peak_step_bytes_ = 0, units_ = 0;  // units_: this replica's
-  std::int64_t rows_ = 0;  // the global batches' rows trained
-  double train_seconds_ = 0, compute_seconds_ = 0;
-  std::optional<double> train_loss_;  // the last window's mean (none when nothing was trained)
-  std::int64_t window_steps_ = 0, window_units_ = 0;  // window_units_: every replica's
-  double window_loss_ = 0, window_seconds_ = 0;
-  const Clock::time_point start_ = Clock::now();
+  std::int64_t rank_state_bytes_ = 0;
+  RunTotals t_;
 };
 
-Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
-    : o_(std::move(options)), job_(job), mesh_(job.mesh), rank_(job.process.rank), out_(out), rng_(o_.seed), lr_(*o_.lr) {
+Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::optional<Checkpoint> image, RunTotals totals)
+    : o_(std::move(options)), job_(job), mesh_(job.mesh), rank_(job.process.rank), out_(out), rng_(o_.seed), lr_(*o_.lr),
+      t_(std::move(totals)) {
   if (rank_ != 0) {  // one voice: rank 0 reports
     devnull_.reset(std::fopen("/dev/null", "w"));
     out_ = devnull_.get();
@@ -300,7 +321,7 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
   model_ = task_->make_model(rng_);
   const std::string about = task_->describe(*model_);
   if (!about.empty()) fmt::print(out_, "{}\n", about);
-  checkpoint_ = checkpoint_to_resume(o_, *task_, out_);
+  checkpoint_ = image ? std::move(image) : checkpoint_to_resume(o_, *task_, out_);
   if (checkpoint_) {
     model_->load_state_dict(checkpoint_->model);
     at_ = resume_position(*checkpoint_, o_, *task_, lr_, out_);
@@ -312,10 +333,12 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out)
   parallel::add_strategies(*strategies_, o_.parallel, job_, optimizer_for);
   strategies_->prepare(optimizer_for);
   if (checkpoint_) resume();
+  if (checkpoint_ && checkpoint_->meta.info.count("window_mean_loss")) continue_handed_over();
   if (mesh_.size() > 1 || job_.world)
     fmt::print(out_, "layout: {} ranks, {}; strategies: {}\n", job_.process.world, mesh_.shape().describe(),
                strategies_->describe());
   for (const std::string& line : strategies_->intro_lines()) fmt::print(out_, "{}\n", line);
+  std::fflush(out_);
 
   schedule_ = lr_schedule(o_, task_->steps_per_epoch() * task_->epochs());
   planned_ = steps_left(*task_, at_, *o_.max_steps);
@@ -341,13 +364,44 @@ void Run::resume() {
     for (auto& [module_rng, r] : model_->named_rngs())
       if (module_rng == name) r->set_state(state);
   }
+  if (ck.meta.info.count("window_mean_loss")) return;  // a live job's hand-over: continue_handed_over says it
   const std::string ranks = ck.meta.info.count("ranks") ? ck.meta.info.at("ranks") : "?";
   fmt::print(out_, "resumed from {} (epoch {}, step {}{})\n", ck.path, at_.epoch + 1, at_.step,
              ranks != std::to_string(mesh_.size()) ? fmt::format(", written by {} rank(s), now {}", ranks, mesh_.size())
                                                     : std::string());
 }
 
-void Run::train() {
+// A live job's next generation, from the state the last one handed over: the loss window
+// goes on (each rank takes the mean so far), and rank 0 says what changed and how long
+// training paused for it.
+void Run::continue_handed_over() {
+  const auto& info = checkpoint_->meta.info;
+  auto number = [&](const char* key) {
+    const auto v = info.count(key) ? parse_number(info.at(key)) : std::nullopt;
+    if (!v || !(*v >= 0)) throw CommError(std::string("the state handed over has no valid ") + key);
+    return *v;
+  };
+  const auto steps = static_cast<std::int64_t>(number("window_steps"));
+  t_.window_loss = number("window_mean_loss") * static_cast<double>(steps);
+  t_.window_steps = steps;
+  if (!t_.change_agreed || !t_.change) return;  // a process that joined: rank 0 speaks
+  const double pause = seconds_since(*t_.change_agreed);
+  const auto before = static_cast<int>(number("ranks"));
+  const auto left = static_cast<std::int64_t>(t_.change->leaving.size());
+  const std::int64_t joined = mesh_.size() - (before - left);
+  t_.resizes.push_back({{"step", at_.step}, {"from", before}, {"to", mesh_.size()}, {"joined", joined}, {"left", left},
+                        {"batch", *o_.batch}, {"lr", lr_}, {"pause_seconds", pause}});
+  std::string what;
+  if (joined > 0) what = fmt::format("{} joined", joined);
+  if (left > 0) what += fmt::format("{}{} left", what.empty() ? "" : ", ", left);
+  fmt::print(out_, "resized: {} -> {} ranks at step {} ({}): batch {}, learning rate {}; training paused {:.2f} s\n",
+             before, mesh_.size(), at_.step, what, *o_.batch, lr_, pause);
+  std::fflush(out_);  // seen as it happens, also through a pipe
+  t_.change_agreed.reset();
+  t_.change.reset();
+}
+
+std::optional<parallel::MembershipChange> Run::train(parallel::LiveMembership* live) {
   if (planned_ == 0) fmt::print(out_, "nothing to train: the run already ends at step {}\n", at_.step);
   Progress progress("step", static_cast<long>(planned_));
   model_->train();
@@ -355,11 +409,11 @@ void Run::train() {
     const bool last = done + 1 == planned_;
     step(last);
     if (!o_.quiet) {
-      const double elapsed = seconds_since(start_);
+      const double elapsed = seconds_since(t_.start);
       progress.update(static_cast<long>(done + 1),
                       elapsed / static_cast<double>(done + 1) * static_cast<double>(planned_ - done - 1),
-                      fmt::format("loss {:.4f}  {:.0f} {}/s", window_loss_ / static_cast<double>(std::max<std::int64_t>(window_steps_, 1)),
-                                  static_cast<double>(units_) / std::max(train_seconds_, 1e-9), task_->unit()));
+                      fmt::format("loss {:.4f}  {:.0f} {}/s", t_.window_loss / static_cast<double>(std::max<std::int64_t>(t_.window_steps, 1)),
+                                  static_cast<double>(t_.units) / std::max(t_.train_seconds, 1e-9), task_->unit()));
     }
     const bool epoch_end = at_.at == 0;
     if ((o_.checkpoint_every > 0 && at_.step % o_.checkpoint_every == 0) || epoch_end || last) save();
@@ -370,8 +424,35 @@ void Run::train() {
       e = evaluate(!scheduled);
     }
     record_step(e);
+    if (live && !last) {
+      if (auto change = live->poll(*job_.world)) {
+        progress.finish();
+        t_.change_agreed = Clock::now();
+        t_.change = change;
+        return change;
+      }
+    }
   }
   progress.finish();
+  return std::nullopt;
+}
+
+std::string Run::hand_over_state(int keep) {
+  // The loss window over the replicas, for the next generation to continue.
+  double sums[2] = {t_.window_loss, static_cast<double>(t_.window_steps)};
+  if (replicas_) replicas_->allreduce(sums, 2, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
+  parallel::TrainState state = strategies_->gather_state();
+  std::string bytes;
+  if (rank_ == 0) {
+    Checkpoint ck;
+    ck.meta = checkpoint_meta();
+    ck.meta.info["window_mean_loss"] = fmt::format("{}", sums[0] / std::max(sums[1], 1.0));
+    ck.meta.info["window_steps"] = std::to_string(std::llround(sums[1] / mesh_.shape().dp));
+    ck.model = std::move(state.model);
+    ck.optimizer = std::move(state.optimizer);
+    bytes = encode_checkpoint(ck);
+  }
+  return parallel::hand_over(*job_.world, std::move(bytes), 0, keep);
 }
 
 // The metrics files (--metrics FILE, and metrics.jsonl in the checkpoint folder: the run's
@@ -413,7 +494,7 @@ void Run::record_step(const std::optional<Evaluation>& e) {
   nlohmann::json r = {{"kind", "step"},
                       {"step", at_.step},
                       {"epoch", static_cast<double>(at_.step) / static_cast<double>(task_->steps_per_epoch())},
-                      {"time", seconds_since(start_)},
+                      {"time", seconds_since(t_.start)},
                       {"loss", last_.loss},
                       {"lr", last_.lr},
                       {unit + "_per_second", static_cast<double>(last_.units) / std::max(last_.seconds, 1e-9)},
@@ -426,7 +507,7 @@ void Run::record_step(const std::optional<Evaluation>& e) {
                       {"peak_step_bytes", last_.peak_bytes},
                       {"threads", last_.threads}};
   if (e) r[e->field] = e->value;
-  if (e && train_loss_) r["train_loss"] = *train_loss_;
+  if (e && t_.train_loss) r["train_loss"] = *t_.train_loss;
   metrics_->write(r);
 }
 
@@ -464,24 +545,24 @@ void Run::step(bool last) {
   ++at_.step;
   if (!std::isfinite(loss)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", loss, at_.step));
   const auto step_peak = static_cast<std::int64_t>(allocator_peak_bytes() - live_before);
-  peak_step_bytes_ = std::max(peak_step_bytes_, step_peak);
+  t_.peak_step_bytes = std::max(t_.peak_step_bytes, step_peak);
   const double seconds = seconds_since(t0);
-  train_seconds_ += seconds;
-  window_seconds_ += seconds;
+  t_.train_seconds += seconds;
+  t_.window_seconds += seconds;
   const double exposed = strategies_->stats().exposed_seconds - exposed_before;
   const double compute = seconds_since(t1) - exposed;
-  compute_seconds_ += compute;
+  t_.compute_seconds += compute;
   if (profile_) profile_->end_step(seconds, std::chrono::duration<double>(t1 - t0).count(), exposed);
   const std::int64_t units = mine * task_->units_per_row();
   last_ = {loss, lr, seconds, compute, strategies_->stats().seconds - comm_before, exposed, units, step_peak, rows,
            get_active_threads()};
   if (governor_) adapt_threads(seconds);
   if (balancer_ && balancer_->observe(compute, computed)) rebalance();
-  units_ += units;
-  rows_ += rows;
-  window_units_ += rows * task_->units_per_row();
-  window_loss_ += loss * batch.weight;  // the replicas' mean of weighted losses: the batch's mean
-  ++window_steps_;
+  t_.units += units;
+  t_.rows += rows;
+  t_.window_units += rows * task_->units_per_row();
+  t_.window_loss += loss * batch.weight;  // the replicas' mean of weighted losses: the batch's mean
+  ++t_.window_steps;
   if (timeline_) {
     timeline_->add("data", "data", t0, t1);
     for (const auto& s : strategies_->stats().spans) timeline_->add(s.name, s.category, s.start, s.end, s.row);
@@ -516,21 +597,21 @@ std::optional<Evaluation> Run::evaluate(bool round_only) {
   if (round_only) {
     fmt::print(out_, "round {}: {}\n", strategies_->find<parallel::FederatedAveraging>()->round(), e ? e->text : "");
   } else {
-    double sums[2] = {window_loss_, static_cast<double>(window_steps_)};
+    double sums[2] = {t_.window_loss, static_cast<double>(t_.window_steps)};
     if (replicas_) replicas_->allreduce(sums, 2, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
-    train_loss_ = sums[0] / std::max(sums[1], 1.0);
-    const double train_loss = *train_loss_;
-    const double rate = static_cast<double>(window_units_) / std::max(window_seconds_, 1e-9);
+    t_.train_loss = sums[0] / std::max(sums[1], 1.0);
+    const double train_loss = *t_.train_loss;
+    const double rate = static_cast<double>(t_.window_units) / std::max(t_.window_seconds, 1e-9);
     const std::string rate_text =
         fmt::format("{:.0f} {}/s{}", rate, task_->unit(), mesh_.size() > 1 ? fmt::format(" on {} ranks", mesh_.size()) : "");
     const bool epoch_end = at_.at == 0;
     fmt::print(out_, "{}\n", task_->progress_line(epoch_end ? at_.epoch - 1 : at_.epoch, at_.step, epoch_end, train_loss,
                                                   e ? &*e : nullptr, rate_text));
-    window_loss_ = window_seconds_ = 0;
-    window_steps_ = window_units_ = 0;
+    t_.window_loss = t_.window_seconds = 0;
+    t_.window_steps = t_.window_units = 0;
   }
   std::fflush(out_);
-  if (e) last_eval_ = e;
+  if (e) t_.last_eval = e;
   return e;
 }
 
@@ -539,6 +620,12 @@ void Run::save() {
   if (o_.checkpoint_dir.empty()) return;
   parallel::TrainState state = strategies_->gather_state();
   if (rank_ != 0) return;
+  last_checkpoint_ =
+      save_checkpoint(o_.checkpoint_dir, checkpoint_meta(), state.model, state.optimizer, o_.keep_checkpoints, state.per_rank);
+}
+
+// Where the run stands and how it was set up (meta.json).
+CheckpointMeta Run::checkpoint_meta() const {
   CheckpointMeta meta;
   meta.model = task_->model_tag();
   meta.step = at_.step;
@@ -554,8 +641,7 @@ void Run::save() {
                {"layout", mesh_.shape().describe()},  {"data", *o_.data}};
   for (auto& [key, value] : task_->model_metadata()) meta.info[key] = value;
   if (!o_.config_yaml.empty()) meta.info["config"] = o_.config_yaml;
-  last_checkpoint_ =
-      save_checkpoint(o_.checkpoint_dir, meta, state.model, state.optimizer, o_.keep_checkpoints, state.per_rank);
+  return meta;
 }
 
 // The whole model on rank 0; the figures; the sample; the saved model.
@@ -579,25 +665,26 @@ TrainSummary Run::finish() {
       write_file_atomic(o_.save_model, encode_safetensors(model_->state_dict(), metadata));
     }
   }
-  summary["wall_seconds"] = seconds_since(start_);
+  summary["wall_seconds"] = seconds_since(t_.start);
   return {rank_, summary};
 }
 
 void Run::report(nlohmann::json& summary) {
-  if (checkpoint_) summary["resumed_from"] = checkpoint_->meta.step;
+  if (checkpoint_ && !checkpoint_->meta.info.count("window_mean_loss")) summary["resumed_from"] = checkpoint_->meta.step;
+  if (!t_.resizes.empty()) summary["resizes"] = t_.resizes;
   std::int64_t rank_parameters = 0;
   for (const auto& [name, p] : strategies_->part().trained) rank_parameters += p.value().numel();
   auto* zero = strategies_->find<parallel::Zero>();
   if (zero && zero->stage() == 3) rank_parameters = zero->zero().shard_elements();
   summary["steps"] = at_.step;
   summary["epochs"] = at_.epoch;
-  if (train_loss_) summary["train_loss"] = *train_loss_;
-  if (last_eval_) summary[last_eval_->field] = last_eval_->value;
-  summary["train_seconds"] = train_seconds_;
+  if (t_.train_loss) summary["train_loss"] = *t_.train_loss;
+  if (t_.last_eval) summary[t_.last_eval->field] = t_.last_eval->value;
+  summary["train_seconds"] = t_.train_seconds;
   summary["rank_parameters"] = rank_parameters;
   summary["rank_state_bytes"] = rank_state_bytes_;
-  summary["peak_step_bytes"] = peak_step_bytes_;
-  double rate = static_cast<double>(units_) / std::max(train_seconds_, 1e-9);
+  summary["peak_step_bytes"] = t_.peak_step_bytes;
+  double rate = static_cast<double>(t_.units) / std::max(t_.train_seconds, 1e-9);
   const std::string unit = task_->unit();
   if (replicas_) {
     // Totals over the job: every replica's rate.
@@ -617,13 +704,13 @@ void Run::report(nlohmann::json& summary) {
     if (!same) fmt::print(out_, "warning: the ranks' parameters differ (checksums disagree)\n");
     const parallel::CommStats& comm = strategies_->stats();
     summary["replicas_identical"] = same;
-    summary["compute_seconds"] = compute_seconds_;
+    summary["compute_seconds"] = t_.compute_seconds;
     summary["comm_seconds"] = comm.seconds;
     summary["exposed_comm_seconds"] = comm.exposed_seconds;
     summary["overlap"] = comm.seconds > 0 ? std::max(0.0, 1.0 - comm.exposed_seconds / comm.seconds) : 0.0;
   }
   summary[unit + "_per_second"] = rate;
-  summary["samples"] = rows_;
+  summary["samples"] = t_.rows;
   if (mesh_.shape().dp > 1) {
     summary["data_parallel"] = mesh_.shape().dp;
     summary["dp_shares"] = proportional_shares(*o_.batch, task_->speeds());
@@ -648,6 +735,72 @@ void Run::report(nlohmann::json& summary) {
   if (!last_checkpoint_.empty()) summary["checkpoint"] = last_checkpoint_;
 }
 
+// A live job's options, checked: what can change its ranks while it runs.
+void validate_live(const TrainOptions& o) {
+  if (o.parallel.strategy != "ddp" || o.parallel.model_parallel())
+    throw ConfigError("a live elastic job (weft launch --elastic) trains with data parallelism alone: --strategy ddp "
+                      "(ZeRO allowed), without --tp, --pp or --micro-batches");
+  if (o.dp_shares != "even" && o.dp_shares != "measured")
+    throw ConfigError("--dp-shares " + o.dp_shares + ": a live elastic job's replicas change; use even or measured");
+}
+
+// The global batch of a live job's new generation of `ranks` from the state handed over:
+// the same (--elastic-batch fixed), or the same rows per rank (linear).
+std::int64_t batch_after_change(const TrainOptions& o, const Checkpoint& image, int ranks) {
+  const auto batch = parse_integer(image.meta.info.at("batch")), before = parse_integer(image.meta.info.at("ranks"));
+  if (!batch || !before || *batch < 1 || *before < 1) throw CommError("the state handed over records no batch or ranks");
+  if (o.elastic_batch == "fixed") return *batch;
+  return std::max<std::int64_t>(1, std::llround(static_cast<double>(*batch) * ranks / static_cast<double>(*before)));
+}
+
+TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, std::FILE* out) {
+  if (!live.enter()) {
+    fmt::print(stderr, "the job ended before it admitted this process\n");
+    return {-1, {}};
+  }
+  const comm::CommOptions comm_options = comm::CommOptions::from_env();
+  std::string state;  // handed over by the last generation (on the rank that stays first)
+  RunTotals totals;
+  for (;;) {
+    std::shared_ptr<comm::Communicator> world = live.connect(comm_options);
+    std::optional<Checkpoint> image;
+    if (live.generation().number > 0)
+      image = decode_checkpoint(parallel::share_state(*world, std::move(state)), "the state handed over");
+    TrainOptions now = o;
+    if (image) now.batch = batch_after_change(o, *image, world->size());
+    parallel::Job job = parallel::join_group(now.parallel, world);
+    std::optional<parallel::MembershipChange> change;
+    int keep = -1;  // the first rank that stays
+    std::int64_t step = 0;
+    {
+      Run run(now, job, out, std::move(image), std::move(totals));
+      change = run.train(&live);
+      for (int r = 0; change && r < world->size() && keep < 0; ++r)
+        if (std::find(change->leaving.begin(), change->leaving.end(), r) == change->leaving.end()) keep = r;
+      if (!change || keep < 0) {  // the end, or every rank asked to leave: the job stops here
+        if (change) {
+          run.save();
+          if (world->rank() == 0)
+            fmt::print(out, "stopping after step {}: every rank was asked to leave\n", run.step());
+        }
+        if (world->rank() == 0) live.finish();
+        return run.finish();
+      }
+      state = run.hand_over_state(keep);
+      totals = run.take_totals();
+      step = run.step();
+    }
+    const int rank = world->rank();
+    live.advance(*change);
+    job = {};
+    world.reset();
+    if (std::find(change->leaving.begin(), change->leaving.end(), rank) != change->leaving.end()) {
+      fmt::print(stderr, "left the job after step {}\n", step);
+      return {-1, {}};
+    }
+  }
+}
+
 }  // namespace
 
 TrainSummary train(const TrainOptions& options, std::FILE* out) {
@@ -656,6 +809,10 @@ TrainSummary train(const TrainOptions& options, std::FILE* out) {
   kernels::summary();  // WEFT_KERNELS and WEFT_CPU_ISA are checked before the run begins
   if (o.threads > 0) set_num_threads(o.threads);
   Bf16Guard precision(o.precision == "bf16");
+  if (auto live = parallel::LiveMembership::from_env(comm::process_info_from_env().rank, comm::process_info_from_env().world)) {
+    validate_live(o);
+    return train_live(o, *live, out);
+  }
   // The job: who serves, who trains where in the mesh.
   const parallel::Job job = parallel::join_job(o.parallel);
   // The run's folder records how it was configured (the file weft train --config reads).

@@ -142,6 +142,8 @@ void validate(const TrainOptions& o) {
   if (o.scale_lr != "none" && o.scale_lr != "linear" && o.scale_lr != "sqrt")
     throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear, sqrt");
   parse_dp_shares(o.dp_shares);
+  if (o.elastic_batch != "fixed" && o.elastic_batch != "linear")
+    throw ConfigError("--elastic-batch '" + o.elastic_batch + "' is not fixed or linear");
   if (o.dp_shares != "even" && o.parallel.strategy == "fedavg")
     throw ConfigError("--dp-shares: federated clients each train on their own data (leave it even)");
   if (o.dp_shares == "measured" && o.parallel.model_parallel())

@@ -81,6 +81,9 @@ struct TrainOptions {
   // On a resume with another global batch: "linear" scales the learning rate with it (seed
   // 003: multiply the single-node rate by the number of workers); "none" keeps --lr.
   std::string scale_lr = "none";
+  // A live elastic job's global batch when its ranks change: "fixed" keeps it, "linear"
+  // keeps the rows per rank (the batch follows the world; the learning rate as --scale-lr).
+  std::string elastic_batch = "fixed";
   // How a global batch is dealt to the data-parallel replicas (data/deal.h): "even",
   // "measured" (in proportion to their measured speeds, train/share_balancer.h) or the
   // relative shares themselves, "2:1:1".

@@ -1,0 +1,122 @@
+#include "weft/parallel/elastic.h"
+
+#include <unistd.h>
+
+#include <csignal>
+
+#include "weft/comm/auth.h"
+#include "weft/util/env.h"
+#include "weft/util/error.h"
+
+namespace weft::parallel {
+
+namespace {
+
+volatile std::sig_atomic_t g_leave = 0;
+void on_leave_signal(int) { g_leave = 1; }
+
+// Unique in the job: host name and process id.
+std::string process_id() {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  std::string id = host;
+  for (char& ch : id)
+    if (ch == ' ' || ch == ':') ch = '_';
+  return (id.empty() ? "host" : id) + "-" + std::to_string(::getpid());
+}
+
+constexpr double kLookEvery = 0.1;       // s between rank 0's looks for joiners
+constexpr double kJoinTimeout = 3600;    // s a late process waits to be admitted (or for the job's end)
+constexpr std::int64_t kMostBytes = std::int64_t{1} << 40;  // a state image larger is a fault
+
+}  // namespace
+
+std::unique_ptr<LiveMembership> LiveMembership::from_env(int launch_rank, int launch_world) {
+  const auto address = comm::Membership::address_from_env();
+  if (!address) return nullptr;
+  const bool joiner = env_string("WEFT_ELASTIC_JOIN").value_or("0") == "1";
+  std::unique_ptr<LiveMembership> live(
+      new LiveMembership(*address, comm::job_token_from_env(), process_id(), joiner, launch_rank, launch_world));
+  struct sigaction sa {};
+  sa.sa_handler = on_leave_signal;
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+  return live;
+}
+
+LiveMembership::LiveMembership(const std::string& address, const std::string& token, std::string id, bool joiner,
+                               int rank, int world)
+    : membership_(address, token, std::move(id), comm::CommOptions::from_env().rendezvous_timeout_s),
+      joiner_(joiner),
+      launch_rank_(rank),
+      launch_world_(world) {}
+
+std::optional<comm::Generation> LiveMembership::enter() {
+  if (!joiner_) {
+    generation_ = membership_.start(launch_rank_, launch_world_);
+    return generation_;
+  }
+  auto g = membership_.join(kJoinTimeout);
+  if (g) generation_ = *g;
+  return g;
+}
+
+std::shared_ptr<comm::Communicator> LiveMembership::connect(const comm::CommOptions& options) {
+  return membership_.connect(generation_, options);
+}
+
+bool LiveMembership::leave_requested() { return g_leave != 0; }
+
+std::optional<MembershipChange> LiveMembership::poll(comm::Communicator& group) {
+  std::int64_t mine = leave_requested() ? 1 : 0;
+  if (group.rank() == 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - looked_).count() >= kLookEvery) {
+      waiting_ = membership_.waiting(generation_);
+      looked_ = now;
+    }
+    mine |= waiting_ << 1;
+  }
+  std::vector<std::int64_t> all(static_cast<std::size_t>(group.size()));
+  group.allgather(&mine, all.data(), 1, comm::DataType::kI64)->wait();
+  MembershipChange change;
+  for (int r = 0; r < group.size(); ++r)
+    if (all[static_cast<std::size_t>(r)] & 1) change.leaving.push_back(r);
+  change.joining = all[0] >> 1;
+  if (change.leaving.empty() && change.joining == 0) return std::nullopt;
+  return change;
+}
+
+const comm::Generation& LiveMembership::advance(const MembershipChange& change) {
+  generation_ = generation_.rank == 0 ? membership_.propose(generation_, change.leaving) : membership_.follow(generation_);
+  waiting_ = 0;
+  return generation_;
+}
+
+std::string hand_over(comm::Communicator& group, std::string bytes, int from, int to) {
+  if (from == to) return group.rank() == to ? std::move(bytes) : std::string();
+  if (group.rank() == from) {
+    const auto n = static_cast<std::int64_t>(bytes.size());
+    group.send(&n, 1, comm::DataType::kI64, to);
+    group.send(bytes.data(), n, comm::DataType::kU8, to);
+    return {};
+  }
+  if (group.rank() != to) return {};
+  std::int64_t n = 0;
+  group.recv(&n, 1, comm::DataType::kI64, from);
+  if (n < 0 || n > kMostBytes) throw CommError("state hand-over: " + std::to_string(n) + " bytes announced");
+  std::string received(static_cast<std::size_t>(n), '\0');
+  group.recv(received.data(), n, comm::DataType::kU8, from);
+  return received;
+}
+
+std::string share_state(comm::Communicator& group, std::string bytes) {
+  std::int64_t n = static_cast<std::int64_t>(bytes.size());
+  group.broadcast(&n, 1, comm::DataType::kI64, 0)->wait();
+  if (n < 0 || n > kMostBytes) throw CommError("state hand-over: " + std::to_string(n) + " bytes announced");
+  bytes.resize(static_cast<std::size_t>(n));
+  group.broadcast(bytes.data(), n, comm::DataType::kU8, 0)->wait();
+  return bytes;
+}
+
+}  // namespace weft::parallel

@@ -1,0 +1,72 @@
+// Live resizing of a data-parallel training job (seed 003 chapter 11: adaptive data
+// parallelism): the training side of comm/membership.h.
+//
+// After every step the ranks agree, in one small all-gather, whether the job changes: a rank
+// was asked to leave (SIGTERM or SIGINT: it goes at the step boundary, not mid-step) or
+// processes wait to join (rank 0 looks in the store, at most every 0.1 s). When it does,
+// rank 0 gathers the run's state as a checkpoint image (hand_over: to the first rank that
+// stays, when rank 0 itself leaves), the next generation's group is connected, and its rank
+// 0 gives the image to every member (share_state), joiners included; each continues from it
+// as from a checkpoint, on the new world. The global batch then stays (--elastic-batch
+// fixed) or follows the world (linear: the rows per rank stay), with the learning rate as
+// --scale-lr says.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "weft/comm/membership.h"
+
+namespace weft::parallel {
+
+// What the ranks agreed at a step boundary: who leaves (ranks of the current group) and how
+// many join.
+struct MembershipChange {
+  std::vector<int> leaving;
+  std::int64_t joining = 0;
+};
+
+class LiveMembership {
+ public:
+  // The job's live membership when weft launch --elastic or --join started this process
+  // (WEFT_ELASTIC_STORE); none otherwise. Catches SIGTERM and SIGINT (a request to leave).
+  static std::unique_ptr<LiveMembership> from_env(int launch_rank, int launch_world);
+
+  // The first generation this process belongs to: the launched ones' generation 0, or the
+  // one that admits a joiner (WEFT_ELASTIC_JOIN=1); none when the job ended first.
+  std::optional<comm::Generation> enter();
+  bool joined_late() const { return joiner_; }
+  const comm::Generation& generation() const { return generation_; }
+  // The current generation's group (connected once per generation).
+  std::shared_ptr<comm::Communicator> connect(const comm::CommOptions& options);
+
+  // Collective over `group` (the current generation's), at a step boundary: the change due.
+  std::optional<MembershipChange> poll(comm::Communicator& group);
+  // Whether this process was asked to leave.
+  static bool leave_requested();
+  // The generation after `change` (rank 0 publishes it, the others read it).
+  const comm::Generation& advance(const MembershipChange& change);
+  // Rank 0 at the job's end: joiners still waiting stop.
+  void finish() { membership_.finish(); }
+
+ private:
+  LiveMembership(const std::string& address, const std::string& token, std::string id, bool joiner, int rank, int world);
+  comm::Membership membership_;
+  bool joiner_ = false;
+  int launch_rank_ = 0, launch_world_ = 1;
+  comm::Generation generation_;
+  std::int64_t waiting_ = 0;
+  std::chrono::steady_clock::time_point looked_{};
+};
+
+// Collective over the old group: `from` (which holds `bytes`) gives them to `to`; returns
+// what `to` holds after (the others: empty).
+std::string hand_over(comm::Communicator& group, std::string bytes, int from, int to);
+// Collective over the new group: rank 0's `bytes` to every member.
+std::string share_state(comm::Communicator& group, std::string bytes);
+
+}  // namespace weft::parallel

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# usage: live_resize.sh WEFT COMPARE
+# A live elastic job (weft launch --elastic) changes its ranks while it trains, without a
+# restart (train/elastic.h):
+#  1. It grows 2 -> 4 ranks (a second launcher joins with --join) and shrinks 4 -> 3 (one
+#     joined rank gets SIGTERM), mid-epoch: every sample of the epoch is trained exactly once,
+#     the replicas end identical, and with the global batch fixed the parameters equal an
+#     unresized run's within a relative 1e-5.
+#  2. Under ZeRO-3 rank 0 itself leaves: its state goes to rank 1 and is re-sharded over the
+#     3 that stay; the parameters again equal the unresized run's.
+#  3. --elastic-batch linear --scale-lr sqrt: 2 -> 4 ranks doubles the global batch and
+#     multiplies the learning rate by sqrt(2).
+#  4. SIGTERM to the launcher: every rank leaves at the same step boundary, the job stops
+#     with a checkpoint of that step, and a plain run resumes from it.
+#  5. Refusals: one line each, exit 2.
+# The ranks are slowed (WEFT_STRAGGLER) so that the changes land mid-epoch.
+set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
+weft=$1
+compare=$2
+new_work_dir
+WEFT_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+export WEFT_JOB_TOKEN
+# 20 steps: in longer runs a rounding difference of the reduction orders sooner or later
+# flips a ReLU (its input near 0) and the runs part (on 3200 samples, 1 rank against 4 agree
+# within 3e-7 for 15 steps and differ by 3e-4 from step 16 on).
+mlp=(train --model mlp --batch 64 --epochs 1 --limit-train 1280 --limit-test 100 --seed 5 --optimizer sgd --lr 0.02
+     --quiet)
+launchers=()
+trap 'for p in "${launchers[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+
+# wait_for FILE PATTERN: until FILE holds PATTERN (at most 120 s).
+wait_for() {
+  for _ in $(seq 1200); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "no '$2' in $1: $(cat "$1")"
+}
+# worker_pid VAR=VALUE...: this job's training process whose environment holds every VAR=VALUE.
+worker_pid() {
+  local d
+  for d in /proc/[0-9]*; do
+    local cmd env
+    cmd=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
+    [[ $cmd == *"weft train --model mlp"* ]] || continue
+    env=$(tr '\0' '\n' <"$d/environ" 2>/dev/null) || continue
+    grep -qx "WEFT_JOB_TOKEN=$WEFT_JOB_TOKEN" <<<"$env" || continue
+    grep -q '^WEFT_ELASTIC_STORE=' <<<"$env" || continue
+    local want ok=1
+    for want in "$@"; do grep -qx "$want" <<<"$env" || ok=0; done
+    [ "$ok" = 1 ] && { echo "${d#/proc/}"; return 0; }
+  done
+  fail "no training process with $*"
+}
+# join_address FILE: the address a live launcher printed to FILE.
+join_address() { wait_for "$1" "add ranks with"; grep -o 'join [^ ]*' "$1" | head -n 1 | cut -d' ' -f2; }
+
+# 1. 2 ranks, 2 more join, one of them leaves; against an unresized 2-rank run.
+"$weft" launch --nproc-per-node 2 -- weft "${mlp[@]}" --save-model "$work/whole.safetensors" >/dev/null
+WEFT_STRAGGLER=0:250 "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --sample-log "$work/samples" \
+  --save-model "$work/live.safetensors" >"$work/out" 2>"$work/err" &
+launchers+=($!)
+first=$!
+address=$(join_address "$work/err")
+"$weft" launch --join "$address" --nproc-per-node 2 -- weft "${mlp[@]}" --sample-log "$work/samples" \
+  >"$work/join-out" 2>"$work/join-err" &
+launchers+=($!)
+joiner=$!
+wait_for "$work/out" "resized: 2 -> 4 ranks"
+kill -TERM "$(worker_pid WEFT_ELASTIC_JOIN=1 LOCAL_RANK=1)"
+wait_for "$work/out" "resized: 4 -> 3 ranks"
+wait "$first" || fail "the live job failed: $(cat "$work/out" "$work/err")"
+wait "$joiner" || fail "the joining launcher failed: $(cat "$work/join-out" "$work/join-err")"
+grep -q "left the job after step" "$work/join-err" || fail "the rank told to leave did not say so: $(cat "$work/join-err")"
+grep -q '"replicas_identical":true' "$work/out" || fail "the replicas differ after the changes"
+grep -q '"resizes":\[{' "$work/out" || fail "the summary records no resizes"
+cat "$work"/samples-rank* | awk '$1 == 0 { print $3 }' | sort -n | uniq -c >"$work/counts"
+[ "$(wc -l <"$work/counts")" -eq 1280 ] || fail "$(wc -l <"$work/counts") distinct samples trained, expected 1280"
+[ "$(awk '$1 != 1' "$work/counts" | wc -l)" -eq 0 ] || fail "samples trained more than once"
+grep -o 'resized: [^;]*; training paused [0-9.]* s' "$work/out"
+printf '2 -> 4 -> 3 ranks (1280 samples, each once): '
+"$compare" "$work/whole.safetensors" "$work/live.safetensors" 1e-5 | tail -n 1
+
+# 2. ZeRO-3 on 4 ranks; rank 0 leaves.
+zero=("${mlp[@]}" --zero 3)
+"$weft" launch --nproc-per-node 2 -- weft "${zero[@]}" --save-model "$work/zero-whole.safetensors" >/dev/null
+WEFT_STRAGGLER=1:250 "$weft" launch --elastic --nproc-per-node 4 -- weft "${zero[@]}" \
+  --save-model "$work/zero-live.safetensors" >"$work/out" 2>"$work/err" &
+launchers+=($!)
+first=$!
+wait_for "$work/out" "layout: 4 ranks"
+kill -TERM "$(worker_pid RANK=0)"
+wait "$first" || fail "the ZeRO-3 live job failed: $(cat "$work/out" "$work/err")"
+grep -q "resized: 4 -> 3 ranks" "$work/out" || fail "no 4 -> 3 change: $(cat "$work/out")"
+printf 'ZeRO-3, rank 0 leaves (4 -> 3): '
+"$compare" "$work/zero-whole.safetensors" "$work/zero-live.safetensors" 1e-5 | tail -n 1
+
+# 3. The batch follows the ranks.
+WEFT_STRAGGLER=0:250 "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --elastic-batch linear \
+  --scale-lr sqrt >"$work/out" 2>"$work/err" &
+launchers+=($!)
+first=$!
+address=$(join_address "$work/err")
+"$weft" launch --join "$address" --nproc-per-node 2 -- weft "${mlp[@]}" --elastic-batch linear --scale-lr sqrt \
+  >/dev/null 2>&1 &
+launchers+=($!)
+joiner=$!
+wait "$first" || fail "the linear-batch job failed: $(cat "$work/out" "$work/err")"
+wait "$joiner" || true
+grep -q "resized: 2 -> 4 ranks at step [0-9]* (2 joined): batch 128, learning rate 0.0282842" "$work/out" ||
+  fail "the batch and rate did not follow 2 -> 4 ranks: $(cat "$work/out")"
+echo "linear batch: $(grep -o 'resized: [^;]*' "$work/out")"
+
+# 4. The whole job asked to stop.
+WEFT_STRAGGLER=0:250 "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --checkpoint-dir "$work/ck" \
+  >"$work/out" 2>"$work/err" &
+launchers+=($!)
+first=$!
+wait_for "$work/out" "layout: 2 ranks"
+sleep 1
+kill -TERM "$first"
+code=0
+wait "$first" || code=$?
+[ "$code" -eq 143 ] || fail "the launcher ended with $code after SIGTERM, expected 143"
+step=$(grep -o 'stopping after step [0-9]*' "$work/out" | grep -o '[0-9]*$') || fail "no stop: $(cat "$work/out" "$work/err")"
+[ -d "$work/ck/step-$(printf '%09d' "$step")" ] || fail "no checkpoint of step $step: $(ls "$work/ck")"
+out=$("$weft" "${mlp[@]}" --checkpoint-dir "$work/ck" --resume --max-steps $((step + 2)))
+grep -q "\"resumed_from\":$step" <<<"$out" || fail "no resume from step $step: $out"
+echo "stopped by SIGTERM after step $step, checkpointed, resumed"
+
+# 5. Refusals.
+expect_refusal() {
+  local want=$1
+  shift
+  local code=0 out
+  out=$("$@" 2>&1) || code=$?
+  [ "$code" -eq 2 ] || fail "exit $code (expected 2) for $*: $out"
+  grep -q "$want" <<<"$out" || fail "no '$want' for $*: $out"
+}
+expect_refusal "is not HOST:PORT" "$weft" launch --join nowhere -- weft "${mlp[@]}"
+expect_refusal "leave out --nnodes" "$weft" launch --elastic --nnodes 2 -- weft "${mlp[@]}"
+expect_refusal "needs WEFT_JOB_TOKEN" env -u WEFT_JOB_TOKEN "$weft" launch --elastic -- weft "${mlp[@]}"
+expect_refusal "is not fixed or linear" "$weft" "${mlp[@]}" --elastic-batch some
+expect_refusal "data parallelism alone" "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --strategy ps
+echo "refusals: 5 one-line errors"
