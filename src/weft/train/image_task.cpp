@@ -40,11 +40,11 @@ class ImageClassification : public Task {
       }
       if (!std::isinf(o.non_iid)) client_data(out);
     }
-    if (!o.sample_log.empty()) {
-      const std::string path = timeline_path(o.sample_log, replica, replicas);
-      sample_log_ = std::fopen(path.c_str(), "a");
-      if (!sample_log_) throw ConfigError("--sample-log: cannot write " + path);
-    }
+    open_sample_log();
+  }
+  void regrouped() override {
+    replicas_ = static_cast<int>(speeds().size());
+    open_sample_log();
   }
   ~ImageClassification() override {
     if (sample_log_) std::fclose(sample_log_);
@@ -190,6 +190,14 @@ class ImageClassification : public Task {
 
   TrainOptions o_;
   int replicas_;
+  // --sample-log: this replica's file (appended to).
+  void open_sample_log() {
+    if (o_.sample_log.empty()) return;
+    if (sample_log_) std::fclose(sample_log_);
+    const std::string path = timeline_path(o_.sample_log, replica_, replicas_);
+    sample_log_ = std::fopen(path.c_str(), "a");
+    if (!sample_log_) throw ConfigError("--sample-log: cannot write " + path);
+  }
   ImageDataset train_, test_;
   ImageInput input_;
   Normalization norm_;

@@ -238,14 +238,16 @@ struct RunTotals {
 class Run {
  public:
   // `image`: the state a live job's last generation handed over (instead of --resume's
-  // checkpoint), `totals`: this process's figures so far.
+  // checkpoint), `totals`: this process's figures so far, `task`: its data, already loaded
+  // (for the same global batch).
   Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::optional<Checkpoint> image = {},
-      RunTotals totals = {});
+      RunTotals totals = {}, std::unique_ptr<Task> task = nullptr);
   // Trains to the end, or (a live job) until the ranks agree on a change of membership.
   std::optional<parallel::MembershipChange> train(parallel::LiveMembership* live = nullptr);
   // Collective: the run's state as a checkpoint image, given to rank `keep` of the group.
   std::string hand_over_state(int keep);
   RunTotals take_totals() { return std::move(t_); }
+  std::unique_ptr<Task> take_task() { return std::move(task_); }
   std::int64_t step() const { return at_.step; }
   TrainSummary finish();
   void save();
@@ -298,7 +300,8 @@ class Run {
   RunTotals t_;
 };
 
-Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::optional<Checkpoint> image, RunTotals totals)
+Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::optional<Checkpoint> image, RunTotals totals,
+         std::unique_ptr<Task> task)
     : o_(std::move(options)), job_(job), mesh_(job.mesh), rank_(job.process.rank), out_(out), rng_(o_.seed), lr_(*o_.lr),
       t_(std::move(totals)) {
   if (rank_ != 0) {  // one voice: rank 0 reports
@@ -306,7 +309,12 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
     out_ = devnull_.get();
     o_.quiet = true;
   }
-  task_ = make_task(o_, mesh_.dp_rank(), mesh_.shape().dp, out_);
+  if (task && task->global_batch() == *o_.batch) {  // the data stays loaded
+    task_ = std::move(task);
+    task_->regroup(mesh_.dp_rank(), mesh_.shape().dp);
+  } else {
+    task_ = make_task(o_, mesh_.dp_rank(), mesh_.shape().dp, out_);
+  }
   replicas_ = mesh_.dp().get();
   if (const std::vector<double> shares = parse_dp_shares(o_.dp_shares); !shares.empty()) {
     if (static_cast<int>(shares.size()) != mesh_.shape().dp)
@@ -320,7 +328,7 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   // The model: the same on every rank (one seed), resumed before the strategies split it.
   model_ = task_->make_model(rng_);
   const std::string about = task_->describe(*model_);
-  if (!about.empty()) fmt::print(out_, "{}\n", about);
+  if (!about.empty() && !t_.change) fmt::print(out_, "{}\n", about);  // (said once in a live job)
   checkpoint_ = image ? std::move(image) : checkpoint_to_resume(o_, *task_, out_);
   if (checkpoint_) {
     model_->load_state_dict(checkpoint_->model);
@@ -495,6 +503,7 @@ void Run::record_step(const std::optional<Evaluation>& e) {
                       {"step", at_.step},
                       {"epoch", static_cast<double>(at_.step) / static_cast<double>(task_->steps_per_epoch())},
                       {"time", seconds_since(t_.start)},
+                      {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
                       {"loss", last_.loss},
                       {"lr", last_.lr},
                       {unit + "_per_second", static_cast<double>(last_.units) / std::max(last_.seconds, 1e-9)},
@@ -754,6 +763,12 @@ std::int64_t batch_after_change(const TrainOptions& o, const Checkpoint& image, 
 }
 
 TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, std::FILE* out) {
+  // A process that joins late loads its data while it waits to be admitted.
+  std::unique_ptr<Task> task;
+  if (live.joined_late()) {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(std::fopen("/dev/null", "w"), &std::fclose);
+    task = make_task(o, 0, 1, quiet.get());
+  }
   if (!live.enter()) {
     fmt::print(stderr, "the job ended before it admitted this process\n");
     return {-1, {}};
@@ -773,7 +788,7 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
     int keep = -1;  // the first rank that stays
     std::int64_t step = 0;
     {
-      Run run(now, job, out, std::move(image), std::move(totals));
+      Run run(now, job, out, std::move(image), std::move(totals), std::move(task));
       change = run.train(&live);
       for (int r = 0; change && r < world->size() && keep < 0; ++r)
         if (std::find(change->leaving.begin(), change->leaving.end(), r) == change->leaving.end()) keep = r;
@@ -788,6 +803,7 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
       }
       state = run.hand_over_state(keep);
       totals = run.take_totals();
+      task = run.take_task();
       step = run.step();
     }
     const int rank = world->rank();

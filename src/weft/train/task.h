@@ -72,6 +72,13 @@ class Task {
   std::int64_t rows_at(std::int64_t at) const { return std::min(global_batch_, rows_per_epoch() - at); }
   // The replicas' relative speeds for the batches that follow (one per replica, > 0).
   void set_speeds(std::vector<double> speeds);
+  // A new place among new replicas (a live elastic job's next generation), the data kept;
+  // the speeds even again.
+  void regroup(int replica, int replicas) {
+    replica_ = replica;
+    speeds_.assign(static_cast<std::size_t>(replicas), 1.0);
+    regrouped();
+  }
   const std::vector<double>& speeds() const { return speeds_; }
   // This replica's part of the global batch at `at` samples into `epoch`; `step` is the
   // optimizer steps taken (for the sample log).
@@ -92,8 +99,11 @@ class Task {
   // This replica's part of a global batch of `rows`, by the replicas' current speeds.
   DealtRows rows_of(std::int64_t rows) const { return deal_rows(rows, speeds_, replica_); }
 
+  // After regroup: what the task keeps per replica follows.
+  virtual void regrouped() {}
+
   const std::int64_t global_batch_;
-  const int replica_;
+  int replica_;
 
  private:
   std::vector<double> speeds_;
