@@ -12,7 +12,12 @@
 #     multiplies the learning rate by sqrt(2).
 #  4. SIGTERM to the launcher: every rank leaves at the same step boundary, the job stops
 #     with a checkpoint of that step, and a plain run resumes from it.
-#  5. Refusals: one line each, exit 2.
+#  5. --grow-at 4:4,12:3: the job asks for 2 more ranks at step 4, which a launcher that
+#     only offers places (--join --nproc-per-node 0:2) starts, and lets one go at step 12;
+#     again every sample once and the unresized run's parameters.
+#  6. --grow-at noise: with a global batch of 16 the gradient noise scale soon exceeds what
+#     3 ranks would train at, and the job grows from 2 to 3 (--max-ranks 3).
+#  7. Refusals: one line each, exit 2.
 # The ranks are slowed (WEFT_STRAGGLER) so that the changes land mid-epoch.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
@@ -129,7 +134,41 @@ out=$("$weft" "${mlp[@]}" --checkpoint-dir "$work/ck" --resume --max-steps $((st
 grep -q "\"resumed_from\":$step" <<<"$out" || fail "no resume from step $step: $out"
 echo "stopped by SIGTERM after step $step, checkpointed, resumed"
 
-# 5. Refusals.
+# 5. The job's own schedule, with places offered by a second launcher.
+WEFT_STRAGGLER=0:250 "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --grow-at 4:4,12:3 \
+  --sample-log "$work/grow" --save-model "$work/grow.safetensors" >"$work/out" 2>"$work/err" &
+launchers+=($!)
+first=$!
+address=$(join_address "$work/err")
+"$weft" launch --join "$address" --nproc-per-node 0:2 -- weft "${mlp[@]}" --grow-at 4:4,12:3 --sample-log "$work/grow" \
+  >"$work/join-out" 2>"$work/join-err" &
+launchers+=($!)
+joiner=$!
+wait "$first" || fail "the scheduled job failed: $(cat "$work/out" "$work/err")"
+wait "$joiner" || fail "the launcher that offered places failed: $(cat "$work/join-out" "$work/join-err")"
+for want in "growing to 4 ranks (--grow-at 4:4): asked the launchers for 2 more" "resized: 2 -> 4 ranks" \
+  "shrinking to 3 rank(s) (--grow-at 12:3)" "resized: 4 -> 3 ranks at step 12"; do
+  grep -qF "$want" "$work/out" || fail "no '$want': $(cat "$work/out")"
+done
+cat "$work"/grow-rank* | awk '{ print $3 }' | sort -n | uniq -c >"$work/counts"
+[ "$(wc -l <"$work/counts")" -eq 1280 ] && [ "$(awk '$1 != 1' "$work/counts" | wc -l)" -eq 0 ] ||
+  fail "the scheduled job did not train each of the 1280 samples once"
+printf -- '--grow-at 4:4,12:3 (2 -> 4 -> 3 ranks): '
+"$compare" "$work/whole.safetensors" "$work/grow.safetensors" 1e-5 | tail -n 1
+
+# 6. The gradient noise scale grows the job.
+noise=(train --model mlp --batch 16 --epochs 1 --limit-train 1280 --limit-test 100 --seed 5 --quiet
+       --elastic-batch linear --grow-at noise --max-ranks 3)
+WEFT_STRAGGLER=0:50 "$weft" launch --elastic --nproc-per-node 2:3 -- weft "${noise[@]}" >"$work/out" 2>"$work/err" &
+launchers+=($!)
+first=$!
+wait "$first" || fail "the noise-scale job failed: $(cat "$work/out" "$work/err")"
+grep -q "growing to 3 ranks (--grow-at noise: gradient noise scale [0-9]*, global batch 16)" "$work/out" ||
+  fail "the noise scale did not grow the job: $(cat "$work/out")"
+grep -q "resized: 2 -> 3 ranks at step [0-9]* (1 joined): batch 24" "$work/out" || fail "no 2 -> 3: $(cat "$work/out")"
+echo "noise: $(grep -o 'growing to 3 ranks ([^)]*)' "$work/out")"
+
+# 7. Refusals.
 expect_refusal() {
   local want=$1
   shift
@@ -143,4 +182,8 @@ expect_refusal "leave out --nnodes" "$weft" launch --elastic --nnodes 2 -- weft 
 expect_refusal "needs WEFT_JOB_TOKEN" env -u WEFT_JOB_TOKEN "$weft" launch --elastic -- weft "${mlp[@]}"
 expect_refusal "is not fixed or linear" "$weft" "${mlp[@]}" --elastic-batch some
 expect_refusal "data parallelism alone" "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --strategy ps
-echo "refusals: 5 one-line errors"
+expect_refusal "is not noise or STEP:RANKS" "$weft" "${mlp[@]}" --grow-at 5:0
+expect_refusal "changes a live job's ranks" "$weft" "${mlp[@]}" --grow-at 5:4
+expect_refusal "needs --elastic-batch linear" "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --grow-at noise
+expect_refusal "needs --elastic or --join" "$weft" launch --nproc-per-node 2:4 -- weft "${mlp[@]}"
+echo "refusals: 9 one-line errors"

@@ -94,7 +94,9 @@ void add_launch_command(CLI::App& app, Action& action) {
   };
   auto x = std::make_shared<Extra>();
   CLI::App* cmd = app.add_subcommand("launch", "start the ranks of a job on this node (torchrun's flags and environment)");
-  cmd->add_option("--nproc-per-node,--nproc_per_node", x->nproc, "ranks on this node: N, or auto/cpu (one per core)")
+  cmd->add_option("--nproc-per-node,--nproc_per_node", x->nproc,
+                  "ranks on this node: N, auto/cpu (one per core), or for a live job MIN:MAX (start MIN, and up to MAX "
+                  "when the job asks for more ranks)")
       ->capture_default_str();
   cmd->add_option("--nnodes", x->nnodes, "nodes in the job, or MIN:MAX to go on with fewer after a node is lost")
       ->capture_default_str();
@@ -135,7 +137,15 @@ void add_launch_command(CLI::App& app, Action& action) {
               "a command ending in .py runs with python3, as under torchrun.");
   cmd->callback([c, x, cmd, &action] {
     action = [c, x, cmd] {
-      c->nproc_per_node = parse_nproc(x->nproc);
+      if (const auto colon = x->nproc.find(':'); colon != std::string::npos) {  // a live job's MIN:MAX
+        const auto lo = parse_integer(x->nproc.substr(0, colon)), hi = parse_integer(x->nproc.substr(colon + 1));
+        if (!lo || !hi || *lo < 0 || *hi < 1 || *lo > *hi || *hi > 4096)
+          throw ConfigError("--nproc-per-node '" + x->nproc + "' is not N or MIN:MAX (0 <= MIN <= MAX, MAX >= 1)");
+        c->nproc_per_node = static_cast<int>(*lo);
+        c->max_nproc = static_cast<int>(*hi);
+      } else {
+        c->nproc_per_node = parse_nproc(x->nproc);
+      }
       parse_nnodes(x->nnodes, *c);
       if (x->rdzv_backend != "c10d" && x->rdzv_backend != "static")
         throw ConfigError("--rdzv-backend '" + x->rdzv_backend + "': weft's launchers meet through its own store (c10d or static)");

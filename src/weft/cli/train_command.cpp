@@ -58,6 +58,11 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
                   "fixed | linear: when a live elastic job's ranks change (weft launch --elastic), keep the global "
                   "batch, or the rows per rank (the learning rate as --scale-lr)")
       ->capture_default_str();
+  cmd->add_option("--grow-at", c.grow_at,
+                  "a live job's ranks over time: STEP:RANKS,... (grow through the launchers' spare places, "
+                  "weft launch --nproc-per-node MIN:MAX; shrink by the last ranks leaving), or noise (grow while the "
+                  "gradient noise scale exceeds the global batch, up to --max-ranks)");
+  cmd->add_option("--max-ranks", c.max_ranks, "--grow-at noise: the most ranks to grow to")->capture_default_str();
   cmd->add_option("--dp-shares", c.dp_shares,
                   "how a global batch is split among data-parallel replicas: even, measured (in proportion to their "
                   "measured speeds), or relative shares such as 2:1")

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -214,7 +215,8 @@ void open_logs(Worker& w, const LaunchConfig& c, int attempt, int l) {
 int run_attempt(const LaunchConfig& c, const std::string& token, int port, int threads, int attempt,
                 int* failed_rank) {
   const int world = c.nproc_per_node * c.nnodes;
-  std::vector<Worker> workers(static_cast<size_t>(c.nproc_per_node));
+  const int most = std::max(c.nproc_per_node, c.max_nproc);  // local ranks at once (live: spares too)
+  std::deque<Worker> workers;
   const std::vector<int> cores = allowed_cores();  // the launcher's own, shared out below
   const std::vector<std::string> argv_s = command_line(c);
   const bool prefix = c.prefix && world > 1;
@@ -222,13 +224,17 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
   std::string pythonpath = python_dir();
   if (const char* old = std::getenv("PYTHONPATH"); old && *old)
     pythonpath = pythonpath.empty() ? old : pythonpath + ":" + old;
-  for (int l = 0; l < c.nproc_per_node; ++l) {
+  // Starts local rank `l` (a live job's spare: a joiner).
+  auto start_worker = [&](int l, bool joiner) {
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
       throw Error(std::string("cannot create pipes: ") + std::strerror(errno));
     }
     int rank = c.node_rank * c.nproc_per_node + l;
-    Worker& wk = workers[static_cast<size_t>(l)];
+    // A spare a live job asked for: its launch rank only names it (the job gives it its rank).
+    const int launch_world = joiner ? std::max(world, rank + 1) : world;
+    const int local_world = joiner ? most : c.nproc_per_node;
+    Worker& wk = workers.emplace_back();
     wk.out = {stdout, nullptr, prefix};
     wk.err = {stderr, nullptr, prefix};
     open_logs(wk, c, attempt, l);
@@ -236,7 +242,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
     cpu_set_t bind_set;
     CPU_ZERO(&bind_set);
     if (c.bind == "cores")
-      for (int core : cores_for_rank(cores, l, c.nproc_per_node)) CPU_SET(core, &bind_set);
+      for (int core : cores_for_rank(cores, l, most)) CPU_SET(core, &bind_set);
     pid_t pid = ::fork();
     if (pid < 0) throw Error(std::string("cannot start a worker: ") + std::strerror(errno));
     if (pid == 0) {
@@ -246,9 +252,9 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       ::dup2(err_pipe[1], 2);
       auto set = [](const char* k, const std::string& v) { ::setenv(k, v.c_str(), 1); };
       set("RANK", std::to_string(rank));
-      set("WORLD_SIZE", std::to_string(world));
+      set("WORLD_SIZE", std::to_string(launch_world));
       set("LOCAL_RANK", std::to_string(l));
-      set("LOCAL_WORLD_SIZE", std::to_string(c.nproc_per_node));
+      set("LOCAL_WORLD_SIZE", std::to_string(local_world));
       set("GROUP_RANK", std::to_string(c.node_rank));
       set("MASTER_ADDR", c.master_addr);
       set("MASTER_PORT", std::to_string(port));
@@ -258,7 +264,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       // What a torchrun child sees (torch.distributed.run), for scripts written for it.
       set("GROUP_WORLD_SIZE", std::to_string(c.nnodes));
       set("ROLE_RANK", std::to_string(rank));
-      set("ROLE_WORLD_SIZE", std::to_string(world));
+      set("ROLE_WORLD_SIZE", std::to_string(launch_world));
       set("ROLE_NAME", c.role);
       set("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt));
       set("TORCHELASTIC_MAX_RESTARTS", std::to_string(c.max_restarts));
@@ -267,7 +273,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       if (!std::getenv("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", threads_s);
       if (!pythonpath.empty()) set("PYTHONPATH", pythonpath);  // init_process_group("weft")
       if (!c.live_store.empty()) set("WEFT_ELASTIC_STORE", c.live_store);
-      if (!c.join.empty()) set("WEFT_ELASTIC_JOIN", "1");
+      if (!c.join.empty() || joiner) set("WEFT_ELASTIC_JOIN", "1");
       if (rank == 0 && g_line.tty && wk.err.console) set("WEFT_PROGRESS_TERMINAL", "1");  // rank 0 owns the terminal
       std::vector<char*> argv;
       for (auto& a : argv_s) argv.push_back(const_cast<char*>(a.c_str()));
@@ -282,7 +288,38 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
     wk.rank = rank;
     wk.out_fd = out_pipe[0];
     wk.err_fd = err_pipe[0];
+  };
+  for (int l = 0; l < c.nproc_per_node; ++l) start_worker(l, false);
+  // A live job with spare places (--nproc-per-node MIN:MAX): ranks the job asks for
+  // (live/requested, by rank 0) are started here while places are free, each launcher
+  // claiming one request at a time (live/spawned).
+  std::unique_ptr<StoreClient> live;
+  if (!c.live_store.empty() && c.max_nproc > c.nproc_per_node) {
+    const auto colon = c.live_store.rfind(':');
+    live = std::make_unique<StoreClient>(c.live_store.substr(0, colon), std::stoi(c.live_store.substr(colon + 1)), token,
+                                         static_cast<std::uint32_t>(3000 + c.node_rank), 60);
   }
+  auto last_look = std::chrono::steady_clock::now();
+  bool live_done = false;
+  auto start_requested = [&] {
+    if (!live || live_done || std::chrono::steady_clock::now() - last_look < std::chrono::milliseconds(100)) return;
+    last_look = std::chrono::steady_clock::now();
+    try {
+      live_done = live->check("live/done");
+      int running = 0;
+      for (auto& w : workers) running += w.running ? 1 : 0;
+      while (!live_done && running < most && live->add("live/spawned", 0) < live->add("live/requested", 0)) {
+        if (live->add("live/spawned", 1) > live->add("live/requested", 0)) {  // another launcher was first
+          live->add("live/spawned", -1);
+          break;
+        }
+        start_worker(static_cast<int>(workers.size()), true);
+        ++running;
+      }
+    } catch (const std::exception&) {
+      live_done = true;  // the job's store is gone: the job is over
+    }
+  };
 
   int first_failure = 0;
   int drains = 0;
@@ -300,6 +337,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
   for (;;) {
+    if (!stopping) start_requested();
     // Output.
     std::vector<pollfd> fds;
     std::vector<std::pair<Worker*, bool>> owners;
@@ -372,7 +410,9 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       any_running = any_running || w.running;
       any_output = any_output || w.out_fd >= 0 || w.err_fd >= 0;
     }
-    if (!any_running && !any_output) break;
+    const bool spares = live && !live_done && !stopping && g_signal == 0;  // places the job may still ask for
+    if (!any_running && !any_output && !spares) break;
+    if (fds.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (!any_running && any_output) {
       // Grandchildren may hold the pipes open; do not wait for them forever.
       if (++drains > 40) {
@@ -388,7 +428,13 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
 }
 
 void validate(const LaunchConfig& c) {
-  if (c.nproc_per_node < 1) throw ConfigError("--nproc-per-node must be at least 1");
+  const bool live = c.elastic || !c.join.empty();
+  if (c.max_nproc > 0 && !live)
+    throw ConfigError("--nproc-per-node MIN:MAX (places a live job may grow into) needs --elastic or --join");
+  if (c.max_nproc > 0 && c.max_nproc < c.nproc_per_node)
+    throw ConfigError("--nproc-per-node MIN:MAX needs MIN <= MAX");
+  if (c.nproc_per_node < (c.join.empty() ? 1 : 0) || (c.nproc_per_node == 0 && c.max_nproc < 1))
+    throw ConfigError("--nproc-per-node must be at least 1 (a launcher that joins a live job: 0:MAX offers places only)");
   if (c.nnodes < 1) throw ConfigError("--nnodes must be at least 1");
   if (c.min_nodes < 0 || c.min_nodes > c.nnodes)
     throw ConfigError("--nnodes MIN:MAX needs 1 <= MIN <= MAX, got " + std::to_string(c.min_nodes) + ":" + std::to_string(c.nnodes));
@@ -455,7 +501,7 @@ int launch(const LaunchConfig& config) {
   if (auto t = env_positive_int("WEFT_NUM_THREADS")) {
     threads = *t;
   } else {
-    threads = std::max(1, static_cast<int>(allowed_cores().size()) / c.nproc_per_node);
+    threads = std::max(1, static_cast<int>(allowed_cores().size()) / std::max({1, c.nproc_per_node, c.max_nproc}));
   }
   struct sigaction sa {};
   sa.sa_handler = on_signal;

@@ -29,6 +29,10 @@
 // workers (WEFT_ELASTIC_STORE); a launcher started later with --join HOST:PORT, on this node
 // or another, adds its workers to the running job (WEFT_ELASTIC_JOIN=1), and a worker that
 // gets SIGTERM or SIGINT leaves it, without a restart. Both need WEFT_JOB_TOKEN exported.
+// With --nproc-per-node MIN:MAX a launcher starts MIN ranks and keeps MAX - MIN places the
+// job may ask for (weft train --grow-at, or its noise-scale policy): it starts a rank that
+// joins for each request it claims (live/requested, live/spawned in the store), while it
+// runs fewer than MAX; ranks are bound to cores and given threads for MAX of them.
 #pragma once
 
 #include <string>
@@ -60,6 +64,7 @@ struct LaunchConfig {
   bool elastic = false;   // keep a live membership store (membership.h)
   std::string join;       // HOST:PORT of a live job's store: add this launcher's workers to it
   std::string live_store; // (set by launch) what the workers get as WEFT_ELASTIC_STORE
+  int max_nproc = 0;      // live: local ranks the job may grow to (MIN:MAX; 0: nproc_per_node)
 };
 
 // Validates (throws ConfigError), runs, and returns the exit code for the launcher.

@@ -109,6 +109,8 @@ std::optional<Generation> Membership::join(double timeout_s) {
 
 std::int64_t Membership::waiting(const Generation& g) { return store_->add(kPrefix + "joins", 0) - g.admitted; }
 
+void Membership::request(std::int64_t count) { store_->add(kPrefix + "requested", count); }
+
 Generation Membership::propose(const Generation& g, const std::vector<int>& leaving) {
   Generation next;
   next.number = g.number + 1;

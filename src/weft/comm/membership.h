@@ -15,7 +15,8 @@
 //
 // Keys (under live/): g<N> "admitted J: id id ..." (J: the join requests admitted so far);
 // latest, the newest N (a counter); g0/<rank>, the launched ranks' ids; joins, the count of
-// requests, join/<k> the k-th joiner's id; done, set when the job ends.
+// requests, join/<k> the k-th joiner's id; done, set when the job ends; requested and
+// spawned, the processes the job asked the launchers for and those they started.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +56,9 @@ class Membership {
   std::optional<Generation> join(double timeout_s);
   // Join requests not yet admitted after `g` (rank 0 asks; cheap: one store request).
   std::int64_t waiting(const Generation& g);
+  // Rank 0: asks the launchers with spare places for `count` more processes (they start
+  // them as joiners, weft launch --nproc-per-node MIN:MAX).
+  void request(std::int64_t count);
   // Rank 0: the generation after `g` without the ranks `leaving`, with every joiner waiting.
   Generation propose(const Generation& g, const std::vector<int>& leaving);
   // A member of `g` (not rank 0): the generation rank 0 proposed after it.

@@ -68,6 +68,19 @@ void DistributedDataParallel::on_ready(std::size_t param) {
   if (++b.ready == static_cast<int>(b.params.size())) launch(bucket_of_[param]);
 }
 
+namespace {
+
+// The sum of the squares of a flat gradient buffer's elements, in double.
+double squared_norm(const Tensor& flat) {
+  const Tensor f = flat.dtype() == DType::F32 ? flat : flat.to(DType::F32);
+  const float* v = f.data<float>();
+  double sum = 0;
+  for (std::int64_t i = 0; i < f.numel(); ++i) sum += static_cast<double>(v[i]) * v[i];
+  return sum;
+}
+
+}  // namespace
+
 void DistributedDataParallel::launch(std::size_t index) {
   Bucket& b = buckets_[index];
   if (b.work) return;
@@ -77,6 +90,7 @@ void DistributedDataParallel::launch(std::size_t index) {
     Tensor dst = b.flat.slice(0, b.offsets[j], b.offsets[j] + p.value().numel()).view(p.shape());
     if (p.grad().defined()) dst.copy_(p.grad()); else dst.zero_();
   }
+  if (measure_) local_sq_ += squared_norm(b.flat);
   timings_[index].launched = Clock::now();
   if (b.wire.defined()) {
     compress(b);
@@ -109,11 +123,13 @@ std::chrono::duration<double> DistributedDataParallel::finish() {
   // every rank issues the same all-reduces.
   for (std::size_t i = 0; i < buckets_.size(); ++i) launch(i);
   auto start = Clock::now();
+  double mean_sq = 0;
   for (std::size_t i = 0; i < buckets_.size(); ++i) {
     Bucket& b = buckets_[i];
     b.work->wait();
     timings_[i].finished = b.work->finished_at();
     if (b.wire.defined()) b.flat.copy_(b.wire);  // the averaged bf16 gradients, widened
+    if (measure_) mean_sq += squared_norm(b.flat);
     for (std::size_t j = 0; j < b.params.size(); ++j) {
       Var p = params_[b.params[j]];
       p.set_grad(b.flat.slice(0, b.offsets[j], b.offsets[j] + p.value().numel()).view(p.shape()));
@@ -121,6 +137,8 @@ std::chrono::duration<double> DistributedDataParallel::finish() {
     b.work.reset();
     b.ready = 0;
   }
+  if (measure_) norms_ = {local_sq_, mean_sq};
+  local_sq_ = 0;
   return Clock::now() - start;
 }
 

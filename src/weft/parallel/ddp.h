@@ -58,6 +58,15 @@ class DistributedDataParallel {
 
   const std::vector<BucketTiming>& timings() const { return timings_; }
 
+  // The squared norms of this rank's own gradient (before the all-reduce) and of the
+  // replicas' mean (after), of the last synchronized pass, when measured (one pass over the
+  // gradients each): what the gradient noise scale is estimated from (train/noise_scale.h).
+  struct GradientNorms {
+    double local_sq = 0, mean_sq = 0;
+  };
+  void measure_norms(bool on) { measure_ = on; }
+  const GradientNorms& norms() const { return norms_; }
+
  private:
   struct Bucket {
     std::vector<std::size_t> params;  // indices into params_
@@ -78,6 +87,9 @@ class DistributedDataParallel {
   std::vector<Bucket> buckets_;
   std::vector<BucketTiming> timings_;
   bool sync_ = true;
+  bool measure_ = false;
+  double local_sq_ = 0;  // this pass's, over the buckets launched so far
+  GradientNorms norms_;
 };
 
 // Scope guard: no gradient synchronization while alive (PyTorch's no_sync()).

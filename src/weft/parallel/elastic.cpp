@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 
 #include "weft/comm/auth.h"
@@ -67,21 +68,55 @@ std::shared_ptr<comm::Communicator> LiveMembership::connect(const comm::CommOpti
 
 bool LiveMembership::leave_requested() { return g_leave != 0; }
 
-std::optional<MembershipChange> LiveMembership::poll(comm::Communicator& group) {
-  std::int64_t mine = leave_requested() ? 1 : 0;
+void LiveMembership::schedule(std::int64_t step, int world, std::string why) {
+  Target t{step, world, std::move(why)};
+  auto at = std::upper_bound(targets_.begin(), targets_.end(), step, [](std::int64_t s, const Target& x) { return s < x.step; });
+  targets_.insert(at, std::move(t));
+}
+
+std::optional<std::string> LiveMembership::take_note() {
+  auto n = std::move(note_);
+  note_.reset();
+  return n;
+}
+
+std::optional<MembershipChange> LiveMembership::poll(comm::Communicator& group, std::int64_t step) {
+  // Each rank: [whether it asks to leave | rank 0: joiners waiting << 1, rank 0: the world to shrink to].
+  std::int64_t mine[2] = {leave_requested() ? 1 : 0, 0};
+  // Every rank keeps the schedule in step (whichever of them is rank 0 next acts on it).
+  std::optional<Target> due;
+  if (!targets_.empty() && targets_.front().step <= step) {
+    due = targets_.front();
+    targets_.erase(targets_.begin());
+  }
   if (group.rank() == 0) {
     const auto now = std::chrono::steady_clock::now();
+    if (due) {
+      const Target& t = *due;
+      if (t.world < group.size()) {
+        mine[1] = t.world;
+        note_ = "shrinking to " + std::to_string(t.world) + " rank(s) (" + t.why + ")";
+      } else if (t.world > group.size()) {
+        waiting_ = membership_.waiting(generation_);
+        looked_ = now;
+        const std::int64_t missing = t.world - group.size() - waiting_;
+        if (missing > 0) membership_.request(missing);
+        note_ = "growing to " + std::to_string(t.world) + " ranks (" + t.why + "): asked the launchers for " +
+                std::to_string(std::max<std::int64_t>(missing, 0)) + " more";
+      }
+    }
     if (std::chrono::duration<double>(now - looked_).count() >= kLookEvery) {
       waiting_ = membership_.waiting(generation_);
       looked_ = now;
     }
-    mine |= waiting_ << 1;
+    mine[0] |= waiting_ << 1;
   }
-  std::vector<std::int64_t> all(static_cast<std::size_t>(group.size()));
-  group.allgather(&mine, all.data(), 1, comm::DataType::kI64)->wait();
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(group.size()));
+  group.allgather(mine, all.data(), 2, comm::DataType::kI64)->wait();
+  const std::int64_t shrink_to = all[1];
   MembershipChange change;
   for (int r = 0; r < group.size(); ++r)
-    if (all[static_cast<std::size_t>(r)] & 1) change.leaving.push_back(r);
+    if ((all[2 * static_cast<std::size_t>(r)] & 1) || (shrink_to > 0 && r >= shrink_to)) change.leaving.push_back(r);
   change.joining = all[0] >> 1;
   if (change.leaving.empty() && change.joining == 0) return std::nullopt;
   return change;

@@ -3,7 +3,9 @@
 //
 // After every step the ranks agree, in one small all-gather, whether the job changes: a rank
 // was asked to leave (SIGTERM or SIGINT: it goes at the step boundary, not mid-step) or
-// processes wait to join (rank 0 looks in the store, at most every 0.1 s). When it does,
+// processes wait to join (rank 0 looks in the store, at most every 0.1 s) or the job's
+// schedule wants another number of ranks (the last ones leave; for more, the launchers with
+// spare places start them and they join). When it does,
 // rank 0 gathers the run's state as a checkpoint image (hand_over: to the first rank that
 // stays, when rank 0 itself leaves), the next generation's group is connected, and its rank
 // 0 gives the image to every member (share_state), joiners included; each continues from it
@@ -44,8 +46,15 @@ class LiveMembership {
   // The current generation's group (connected once per generation).
   std::shared_ptr<comm::Communicator> connect(const comm::CommOptions& options);
 
-  // Collective over `group` (the current generation's), at a step boundary: the change due.
-  std::optional<MembershipChange> poll(comm::Communicator& group);
+  // Rank 0: the ranks the job should have from a step on (--grow-at STEP:WORLD,...), or
+  // at once (a policy's decision); each applies once: to grow, the launchers with spare
+  // places are asked for the processes missing; to shrink, the last ranks leave. `why`
+  // says where it came from.
+  void schedule(std::int64_t step, int world, std::string why);
+  // Collective over `group` (the current generation's), after step `step`: the change due.
+  std::optional<MembershipChange> poll(comm::Communicator& group, std::int64_t step);
+  // Rank 0: what poll did that the log should say (a request for ranks), once.
+  std::optional<std::string> take_note();
   // Whether this process was asked to leave.
   static bool leave_requested();
   // The generation after `change` (rank 0 publishes it, the others read it).
@@ -60,6 +69,13 @@ class LiveMembership {
   int launch_rank_ = 0, launch_world_ = 1;
   comm::Generation generation_;
   std::int64_t waiting_ = 0;
+  struct Target {
+    std::int64_t step;
+    int world;
+    std::string why;
+  };
+  std::vector<Target> targets_;  // not yet applied, in order of step
+  std::optional<std::string> note_;
   std::chrono::steady_clock::time_point looked_{};
 };
 

@@ -44,8 +44,10 @@ class ImageClassification : public Task {
   }
   void regrouped() override {
     replicas_ = static_cast<int>(speeds().size());
+    o_.batch = global_batch_;
     open_sample_log();
   }
+  bool batch_may_change() const override { return !client_loader_; }  // (federated clients: no)
   ~ImageClassification() override {
     if (sample_log_) std::fclose(sample_log_);
   }

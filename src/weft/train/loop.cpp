@@ -22,6 +22,7 @@
 #include "weft/train/checkpoint.h"
 #include "weft/parallel/elastic.h"
 #include "weft/train/metrics.h"
+#include "weft/train/noise_scale.h"
 #include "weft/train/safetensors.h"
 #include "weft/train/share_balancer.h"
 #include "weft/train/step_profile.h"
@@ -232,6 +233,8 @@ struct RunTotals {
   nlohmann::json resizes = nlohmann::json::array();  // a live job's changes so far
   std::optional<Clock::time_point> change_agreed;     // when the change under way was agreed
   std::optional<parallel::MembershipChange> change;             // and what it is
+  NoiseScale noise;                    // --grow-at noise: the gradient noise scale
+  std::int64_t noise_quiet_until = 0;  // no new decision before this step
 };
 
 // One training run on a training rank: what the loop needs between steps.
@@ -263,6 +266,8 @@ class Run {
   void record_step(const std::optional<Evaluation>& e);
   void adapt_threads(double step_seconds);
   void rebalance();
+  void observe_noise(const parallel::StepBatch& batch, std::int64_t rows);
+  void grow_by_noise(parallel::LiveMembership& live);
 
   TrainOptions o_;
   const parallel::Job& job_;
@@ -309,9 +314,8 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
     out_ = devnull_.get();
     o_.quiet = true;
   }
-  if (task && task->global_batch() == *o_.batch) {  // the data stays loaded
+  if (task && task->regroup(*o_.batch, mesh_.dp_rank(), mesh_.shape().dp)) {  // the data stays loaded
     task_ = std::move(task);
-    task_->regroup(mesh_.dp_rank(), mesh_.shape().dp);
   } else {
     task_ = make_task(o_, mesh_.dp_rank(), mesh_.shape().dp, out_);
   }
@@ -341,6 +345,8 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   parallel::add_strategies(*strategies_, o_.parallel, job_, optimizer_for);
   strategies_->prepare(optimizer_for);
   if (checkpoint_) resume();
+  if (o_.grow_at == "noise")
+    if (auto* dp = strategies_->find<parallel::DataParallel>(); dp && dp->ddp()) dp->ddp()->measure_norms(true);
   if (checkpoint_ && checkpoint_->meta.info.count("window_mean_loss")) continue_handed_over();
   if (mesh_.size() > 1 || job_.world)
     fmt::print(out_, "layout: {} ranks, {}; strategies: {}\n", job_.process.world, mesh_.shape().describe(),
@@ -433,7 +439,13 @@ std::optional<parallel::MembershipChange> Run::train(parallel::LiveMembership* l
     }
     record_step(e);
     if (live && !last) {
-      if (auto change = live->poll(*job_.world)) {
+      if (o_.grow_at == "noise" && rank_ == 0) grow_by_noise(*live);
+      auto change = live->poll(*job_.world, at_.step);
+      if (auto note = live->take_note()) {
+        fmt::print(out_, "{}\n", *note);
+        std::fflush(out_);
+      }
+      if (change) {
         progress.finish();
         t_.change_agreed = Clock::now();
         t_.change = change;
@@ -517,6 +529,8 @@ void Run::record_step(const std::optional<Evaluation>& e) {
                       {"threads", last_.threads}};
   if (e) r[e->field] = e->value;
   if (e && t_.train_loss) r["train_loss"] = *t_.train_loss;
+  if (o_.grow_at == "noise")
+    if (auto b = t_.noise.value()) r["noise_scale"] = *b;
   metrics_->write(r);
 }
 
@@ -567,6 +581,7 @@ void Run::step(bool last) {
            get_active_threads()};
   if (governor_) adapt_threads(seconds);
   if (balancer_ && balancer_->observe(compute, computed)) rebalance();
+  if (o_.grow_at == "noise") observe_noise(batch, rows);
   t_.units += units;
   t_.rows += rows;
   t_.window_units += rows * task_->units_per_row();
@@ -581,6 +596,34 @@ void Run::step(bool last) {
     at_.at = 0;
     ++at_.epoch;
   }
+}
+
+// --grow-at noise: this step's two gradient estimates (each replica's own, the replicas'
+// mean) into the noise scale. A replica's gradient carries its weight (task.h): divided out.
+void Run::observe_noise(const parallel::StepBatch& batch, std::int64_t rows) {
+  auto* dp = strategies_->find<parallel::DataParallel>();
+  if (!dp || !dp->ddp() || !replicas_) return;
+  const auto& norms = dp->ddp()->norms();
+  const double w = batch.weight, own_rows = static_cast<double>(batch.inputs.size(0));
+  double sums[2] = {w > 0 ? norms.local_sq / (w * w) : 0.0, w > 0 ? 1.0 / own_rows : 0.0};
+  replicas_->allreduce(sums, 2, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
+  const double replicas = static_cast<double>(mesh_.shape().dp);
+  t_.noise.observe(sums[0] / replicas, sums[1] / replicas, norms.mean_sq, static_cast<double>(rows));
+}
+
+// --grow-at noise (rank 0, every 10 steps): when the gradient noise scale is larger than the
+// global batch would be on more ranks (--elastic-batch linear: the rows per rank stay), ask
+// for those ranks, up to --max-ranks; then wait 50 steps before deciding again.
+void Run::grow_by_noise(parallel::LiveMembership& live) {
+  const auto b_noise = t_.noise.value();
+  if (!b_noise || at_.step % 10 != 0 || at_.step < t_.noise_quiet_until) return;
+  const int world = mesh_.shape().dp;
+  const double per_rank = static_cast<double>(*o_.batch) / world;
+  const int target = static_cast<int>(std::min<double>(o_.max_ranks, std::floor(*b_noise / per_rank)));
+  if (target <= world) return;
+  live.schedule(at_.step, target, fmt::format("--grow-at noise: gradient noise scale {:.0f}, global batch {}", *b_noise,
+                                              *o_.batch));
+  t_.noise_quiet_until = at_.step + 50;
 }
 
 // --dp-shares measured, at the end of a window: the replicas' speeds, and the shares of the
@@ -751,6 +794,9 @@ void validate_live(const TrainOptions& o) {
                       "(ZeRO allowed), without --tp, --pp or --micro-batches");
   if (o.dp_shares != "even" && o.dp_shares != "measured")
     throw ConfigError("--dp-shares " + o.dp_shares + ": a live elastic job's replicas change; use even or measured");
+  if (o.grow_at == "noise" && (o.elastic_batch != "linear" || o.parallel.zero > 0))
+    throw ConfigError("--grow-at noise grows the global batch with the ranks: it needs --elastic-batch linear, and DDP "
+                      "(without --zero: the noise is measured on DDP's buckets)");
 }
 
 // The global batch of a live job's new generation of `ranks` from the state handed over:
@@ -773,6 +819,8 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
     fmt::print(stderr, "the job ended before it admitted this process\n");
     return {-1, {}};
   }
+  for (const RankTarget& t : parse_grow_at(o.grow_at))
+    live.schedule(t.step, t.world, fmt::format("--grow-at {}:{}", t.step, t.world));
   const comm::CommOptions comm_options = comm::CommOptions::from_env();
   std::string state;  // handed over by the last generation (on the rank that stays first)
   RunTotals totals;
@@ -829,6 +877,8 @@ TrainSummary train(const TrainOptions& options, std::FILE* out) {
     validate_live(o);
     return train_live(o, *live, out);
   }
+  if (!o.grow_at.empty())
+    throw ConfigError("--grow-at changes a live job's ranks: start it with weft launch --elastic");
   // The job: who serves, who trains where in the mesh.
   const parallel::Job job = parallel::join_job(o.parallel);
   // The run's folder records how it was configured (the file weft train --config reads).

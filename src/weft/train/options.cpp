@@ -112,6 +112,25 @@ std::vector<double> parse_dp_shares(const std::string& text) {
   }
 }
 
+std::vector<RankTarget> parse_grow_at(const std::string& text) {
+  std::vector<RankTarget> targets;
+  if (text.empty() || text == "noise") return targets;
+  std::size_t from = 0;
+  while (from <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', from), text.size());
+    const std::string item = text.substr(from, comma - from);
+    const std::size_t colon = item.find(':');
+    const auto step = colon == std::string::npos ? std::nullopt : parse_integer(item.substr(0, colon));
+    const auto world = colon == std::string::npos ? std::nullopt : parse_integer(item.substr(colon + 1));
+    if (!step || !world || *step < 0 || *world < 1 || *world > 65536 || targets.size() >= 1024 ||
+        (!targets.empty() && *step <= targets.back().step))
+      throw ConfigError("--grow-at '" + text + "' is not noise or STEP:RANKS,... (steps increasing, 1 to 65536 ranks)");
+    targets.push_back({*step, static_cast<int>(*world)});
+    from = comma + 1;
+  }
+  return targets;
+}
+
 void validate(const TrainOptions& o) {
   const bool text = is_language_model(o.model);
   if (!text) make_model(o.model, *std::make_unique<Rng>(0));  // throws for an unknown name
@@ -142,6 +161,8 @@ void validate(const TrainOptions& o) {
   if (o.scale_lr != "none" && o.scale_lr != "linear" && o.scale_lr != "sqrt")
     throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear, sqrt");
   parse_dp_shares(o.dp_shares);
+  parse_grow_at(o.grow_at);
+  if (o.max_ranks < 1) throw ConfigError("--max-ranks must be at least 1");
   if (o.elastic_batch != "fixed" && o.elastic_batch != "linear")
     throw ConfigError("--elastic-batch '" + o.elastic_batch + "' is not fixed or linear");
   if (o.dp_shares != "even" && o.parallel.strategy == "fedavg")

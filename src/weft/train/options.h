@@ -84,6 +84,12 @@ struct TrainOptions {
   // A live elastic job's global batch when its ranks change: "fixed" keeps it, "linear"
   // keeps the rows per rank (the batch follows the world; the learning rate as --scale-lr).
   std::string elastic_batch = "fixed";
+  // A live job's ranks over time: "STEP:RANKS,..." (at the first step boundary from STEP on,
+  // grow to RANKS through the launchers' spare places or shrink by the last ranks leaving),
+  // or "noise": grow while the gradient noise scale says a larger batch trains efficiently,
+  // up to max_ranks.
+  std::string grow_at;
+  int max_ranks = 64;
   // How a global batch is dealt to the data-parallel replicas (data/deal.h): "even",
   // "measured" (in proportion to their measured speeds, train/share_balancer.h) or the
   // relative shares themselves, "2:1:1".
@@ -113,6 +119,12 @@ TrainOptions with_task_defaults(TrainOptions options);
 void validate(const TrainOptions& options);
 // --dp-shares' relative shares (empty for "even" and "measured"); ConfigError otherwise.
 std::vector<double> parse_dp_shares(const std::string& text);
+// --grow-at's schedule (empty for "noise" or none); throws ConfigError.
+struct RankTarget {
+  std::int64_t step;
+  int world;
+};
+std::vector<RankTarget> parse_grow_at(const std::string& text);
 // Throws ConfigError unless `precision` is fp32 or bf16.
 void check_precision(const std::string& precision);
 // The learning-rate schedule the options describe, over `total_steps`.

@@ -72,12 +72,16 @@ class Task {
   std::int64_t rows_at(std::int64_t at) const { return std::min(global_batch_, rows_per_epoch() - at); }
   // The replicas' relative speeds for the batches that follow (one per replica, > 0).
   void set_speeds(std::vector<double> speeds);
-  // A new place among new replicas (a live elastic job's next generation), the data kept;
-  // the speeds even again.
-  void regroup(int replica, int replicas) {
+  // A new global batch and place among new replicas (a live elastic job's next
+  // generation), the data kept, the speeds even again; false (nothing changed) when the
+  // task cannot take that batch without being made again.
+  bool regroup(std::int64_t global_batch, int replica, int replicas) {
+    if (global_batch != global_batch_ && !batch_may_change()) return false;
+    global_batch_ = global_batch;
     replica_ = replica;
     speeds_.assign(static_cast<std::size_t>(replicas), 1.0);
     regrouped();
+    return true;
   }
   const std::vector<double>& speeds() const { return speeds_; }
   // This replica's part of the global batch at `at` samples into `epoch`; `step` is the
@@ -99,10 +103,11 @@ class Task {
   // This replica's part of a global batch of `rows`, by the replicas' current speeds.
   DealtRows rows_of(std::int64_t rows) const { return deal_rows(rows, speeds_, replica_); }
 
-  // After regroup: what the task keeps per replica follows.
+  // After regroup: what the task keeps per replica (and batch) follows.
   virtual void regrouped() {}
+  virtual bool batch_may_change() const { return false; }
 
-  const std::int64_t global_batch_;
+  std::int64_t global_batch_;
   int replica_;
 
  private:
