@@ -591,10 +591,13 @@ int launch(const LaunchConfig& config) {
     }
     int failed_rank = -1;
     int code = run_attempt(a, token, port, threads, attempt, &failed_rank);
-    if (code == 0 && live_server && live_server->connections() > 0 && g_signal == 0) {
+    if (code == 0 && live_server && g_signal == 0) {
       // This node's ranks left a live job that goes on: its store stays until the others end.
-      std::fprintf(stderr, "weft launch: this node's ranks left the live job; its store stays until the others end\n");
-      while (live_server->connections() > 0 && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      StoreClient self("127.0.0.1", live_server->port(), token, 4000, 10);
+      auto going_on = [&] { return !self.check("live/done") && live_server->connections() > 1; };
+      if (going_on())
+        std::fprintf(stderr, "weft launch: this node's ranks left the live job; its store stays until the others end\n");
+      while (going_on() && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (code == 0) return 0;
     if (g_signal != 0) return 128 + g_signal;
