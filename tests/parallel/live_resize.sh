@@ -8,6 +8,9 @@
 #     unresized run's within a relative 1e-5.
 #  2. Under ZeRO-3 rank 0 itself leaves: its state goes to rank 1 and is re-sharded over the
 #     3 that stay; the parameters again equal the unresized run's.
+#  2b. A rank dies (SIGKILL) in a 4-rank job: the survivors agree in the store who is left
+#     and go on as 3 from the most advanced one's state; the parameters again equal the
+#     unresized run's, and the launcher ends well.
 #  3. --elastic-batch linear --scale-lr sqrt: 2 -> 4 ranks doubles the global batch and
 #     multiplies the learning rate by sqrt(2).
 #  4. SIGTERM to the launcher: every rank leaves at the same step boundary, the job stops
@@ -100,6 +103,21 @@ wait "$first" || fail "the ZeRO-3 live job failed: $(cat "$work/out" "$work/err"
 grep -q "resized: 4 -> 3 ranks" "$work/out" || fail "no 4 -> 3 change: $(cat "$work/out")"
 printf 'ZeRO-3, rank 0 leaves (4 -> 3): '
 "$compare" "$work/zero-whole.safetensors" "$work/zero-live.safetensors" 1e-5 | tail -n 1
+
+# 2b. A rank dies.
+WEFT_STRAGGLER=0:250 "$weft" launch --elastic --nproc-per-node 4 -- weft "${mlp[@]}" \
+  --save-model "$work/failed.safetensors" >"$work/out" 2>"$work/err" &
+launchers+=($!)
+first=$!
+wait_for "$work/out" "layout: 4 ranks"
+sleep 1
+kill -KILL "$(worker_pid RANK=2)"
+wait "$first" || fail "the live job did not survive a dead rank: $(cat "$work/out" "$work/err")"
+grep -q "resized: 4 -> 3 ranks at step [0-9]* (1 failed)" "$work/out" || fail "no recovery: $(cat "$work/out" "$work/err")"
+grep -q "rank 2 failed (killed by signal Killed); the live job goes on without it" "$work/err" ||
+  fail "the launcher did not say the job goes on: $(cat "$work/err")"
+printf 'a rank killed (4 -> 3): '
+"$compare" "$work/whole.safetensors" "$work/failed.safetensors" 1e-5 | tail -n 1
 
 # 3. The batch follows the ranks.
 WEFT_STRAGGLER=0:250 "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --elastic-batch linear \

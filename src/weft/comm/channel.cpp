@@ -43,6 +43,8 @@ TcpChannel::TcpChannel(Socket s) : socket_(std::move(s)), staging_(new std::uint
   set_buffer_sizes(socket_.fd(), 4 << 20);
 }
 
+void TcpChannel::abort() { ::shutdown(socket_.fd(), SHUT_RDWR); }
+
 std::size_t TcpChannel::write_some(const void* data, std::size_t n) {
   if (n == 0) return 0;
   ssize_t w = ::send(socket_.fd(), data, n, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -169,11 +171,27 @@ ShmChannel::ShmChannel(RingHeader& out, std::uint8_t* out_data, RingHeader& in, 
     : out_(out), out_data_(out_data), in_(in), in_data_(in_data), cap_(ring_bytes), peer_bell_(peer_bell),
       peer_pid_(peer_pid) {}
 
+namespace {
+void throw_if_aborted(const RingHeader& a, const RingHeader& b) {
+  if (a.aborted.load(std::memory_order_relaxed) || b.aborted.load(std::memory_order_relaxed))
+    throw CommError("the peer gave up the operation (it failed there)");
+}
+}  // namespace
+
+void ShmChannel::abort() {
+  out_.aborted.store(1, std::memory_order_relaxed);
+  in_.aborted.store(1, std::memory_order_relaxed);
+  peer_bell_.ring();
+}
+
 std::size_t ShmChannel::write_some(const void* data, std::size_t n) {
   const std::uint64_t head = out_.head.load(std::memory_order_relaxed);
   const std::uint64_t tail = out_.tail.load(std::memory_order_acquire);
   std::size_t k = std::min<std::size_t>(n, cap_ - static_cast<std::size_t>(head - tail));
-  if (k == 0) return 0;
+  if (k == 0) {
+    throw_if_aborted(out_, in_);
+    return 0;
+  }
   std::size_t at = static_cast<std::size_t>(head % cap_);
   std::size_t first = std::min(k, cap_ - at);
   std::memcpy(out_data_ + at, data, first);
@@ -187,7 +205,10 @@ std::size_t ShmChannel::consume_some(std::size_t n, const Consumer& consume) {
   const std::uint64_t tail = in_.tail.load(std::memory_order_relaxed);
   const std::uint64_t head = in_.head.load(std::memory_order_acquire);
   std::size_t k = std::min<std::size_t>(n, static_cast<std::size_t>(head - tail));
-  if (k == 0) return 0;
+  if (k == 0) {
+    throw_if_aborted(out_, in_);
+    return 0;
+  }
   std::size_t at = static_cast<std::size_t>(tail % cap_);
   std::size_t first = std::min(k, cap_ - at);
   consume(in_data_ + at, first);

@@ -31,6 +31,9 @@ class Channel {
   virtual std::size_t consume_some(std::size_t n, const Consumer& consume) = 0;
   virtual int fd() const { return -1; }  // a descriptor to poll, for TCP
   virtual const char* kind() const = 0;
+  // This side gave up on the channel (an operation failed): the peer's waits on it fail at
+  // once instead of at their timeout.
+  virtual void abort() {}
 };
 
 class TcpChannel : public Channel {
@@ -41,6 +44,7 @@ class TcpChannel : public Channel {
   std::size_t consume_some(std::size_t n, const Consumer& consume) override;
   int fd() const override { return socket_.fd(); }
   const char* kind() const override { return "tcp"; }
+  void abort() override;
 
  private:
   Socket socket_;
@@ -61,6 +65,7 @@ struct alignas(64) Doorbell {
 struct alignas(64) RingHeader {
   alignas(64) std::atomic<std::uint64_t> head{0};  // bytes written, by the sender
   alignas(64) std::atomic<std::uint64_t> tail{0};  // bytes consumed, by the receiver
+  alignas(64) std::atomic<std::uint32_t> aborted{0};  // either side gave up (ShmChannel::abort)
 };
 
 // A rank's segment: its doorbell, its pid, and one incoming ring per local peer.
@@ -96,6 +101,7 @@ class ShmChannel : public Channel {
   std::size_t read_some(void* data, std::size_t n) override;
   std::size_t consume_some(std::size_t n, const Consumer& consume) override;
   const char* kind() const override { return "shm"; }
+  void abort() override;
   int peer_pid() const { return peer_pid_; }
 
  private:

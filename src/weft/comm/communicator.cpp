@@ -203,6 +203,7 @@ std::shared_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
     c->links_->shares_core = links_->shares_core;
   }
   c->start_queue();
+  c->healthy_ = true;
   return c;
 }
 
@@ -256,10 +257,26 @@ void Communicator::connect_group(const std::string& prefix) {
 // --- running a batch of the queue ---
 
 void Communicator::run_batch(std::vector<std::shared_ptr<Task>>& batch) {
+  // After a failed operation the group's links are in an unknown state (a peer may have
+  // sent part of a message): nothing more runs on them.
+  if (!healthy_.load()) {
+    std::lock_guard<std::mutex> lock(failure_mu_);
+    throw CommError(name_ + ": an earlier operation failed on this group" + (failure_.empty() ? "" : " (" + failure_ + ")"));
+  }
   try {
     if (batch[0]->kind == Task::kCollective) run(*batch[0]); else run_p2p_batch(batch);
-  } catch (...) {
+  } catch (const ConfigError&) {
+    throw;  // refused before any byte moved (an algorithm that does not fit the layout): still usable
+  } catch (const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lock(failure_mu_);
+      if (failure_.empty()) failure_ = e.what();
+    }
     healthy_ = false;
+    // The peers still waiting in this operation hear of it now, not at their timeout.
+    if (links_)
+      for (auto& ch : links_->channels)
+        if (ch) ch->abort();
     throw;
   }
 }

@@ -167,6 +167,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::map<std::string, int> groups_made_;
 
   std::atomic<bool> healthy_{false};  // fully connected, and no operation has failed
+  std::mutex failure_mu_;
+  std::string failure_;  // the first failed operation's error
   std::unique_ptr<OperationQueue> ops_;  // last: its thread stops first
 };
 

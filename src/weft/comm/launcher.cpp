@@ -322,6 +322,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
   };
 
   int first_failure = 0;
+  int live_failure = 0;  // the first rank of a live job that died (the job went on)
   int drains = 0;
   // Stopping after a failure: the others get kSettleS to end by themselves first (a peer
   // of the failed rank usually fails at once, and its message is often the one that
@@ -378,7 +379,15 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
         w.running = false;
         w.status = status;
         remove_segments_of(w.pid);
-        if (exit_code(status) != 0 && first_failure == 0 && !stopping) {
+        if (exit_code(status) != 0 && !c.live_store.empty() && !stopping && g_signal == 0) {
+          // A live job goes on without a rank that died (its survivors form the next
+          // generation): the launcher keeps the others running.
+          if (live_failure == 0) live_failure = exit_code(status);
+          clear_progress();
+          g_line.open = false;
+          std::fprintf(stderr, "weft launch: rank %d failed (%s); the live job goes on without it\n", w.rank,
+                       describe(status).c_str());
+        } else if (exit_code(status) != 0 && first_failure == 0 && !stopping) {
           first_failure = exit_code(status);
           *failed_rank = w.rank;
           clear_progress();
@@ -423,6 +432,12 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
         }
       }
     }
+  }
+  if (first_failure == 0 && live_failure != 0) {
+    // A live job's rank died and the job went on: a failure here only if none of this
+    // launcher's ranks ended well.
+    const bool any_ok = std::any_of(workers.begin(), workers.end(), [](const Worker& w) { return exit_code(w.status) == 0; });
+    if (!any_ok) return live_failure;
   }
   return first_failure;
 }

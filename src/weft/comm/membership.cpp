@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <sstream>
+#include <thread>
 
 #include "weft/util/env.h"
 #include "weft/util/error.h"
@@ -132,6 +133,52 @@ Generation Membership::follow(const Generation& g) {
   auto record = store_->get(generation_key(g.number + 1), timeout_s_);
   if (!record) throw CommError("live membership: rank 0 did not publish generation " + std::to_string(g.number + 1));
   return parse_generation(g.number + 1, *record, id_);
+}
+
+Generation Membership::recover(const Generation& g, std::int64_t step, double settle_s) {
+  const std::string base = generation_key(g.number) + "/alive";
+  const std::string next_key = generation_key(g.number + 1);
+  store_->set(base + "/" + std::to_string(g.rank), std::to_string(step));
+  std::int64_t seen = store_->add(base, 1);
+  auto last = std::chrono::steady_clock::now();
+  while (seen < g.size() && !store_->check(next_key)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const std::int64_t now = store_->add(base, 0);
+    if (now != seen) {
+      seen = now;
+      last = std::chrono::steady_clock::now();
+    } else if (std::chrono::duration<double>(std::chrono::steady_clock::now() - last).count() >= settle_s) {
+      break;
+    }
+  }
+  if (!store_->check(next_key) && store_->add(base + "/proposer", 1) == 1) {
+    // The survivors as they stand now; the one with the most steps (the lowest rank of them) first.
+    std::vector<std::pair<int, std::int64_t>> alive;
+    for (int r = 0; r < g.size(); ++r) {
+      const std::string key = base + "/" + std::to_string(r);
+      if (!store_->check(key)) continue;
+      const auto steps = parse_integer(store_->get(key, timeout_s_).value_or(""));
+      if (!steps) throw CommError("live membership: survivor " + std::to_string(r) + "'s record is malformed");
+      alive.emplace_back(r, *steps);
+    }
+    const auto first = std::max_element(alive.begin(), alive.end(), [](const auto& a, const auto& b) {
+      return a.second < b.second || (a.second == b.second && a.first > b.first);
+    });
+    Generation next;
+    next.number = g.number + 1;
+    next.members.push_back(g.members[static_cast<std::size_t>(first->first)]);
+    for (const auto& [r, steps] : alive)
+      if (r != first->first) next.members.push_back(g.members[static_cast<std::size_t>(r)]);
+    next.admitted = store_->add(kPrefix + "joins", 0);
+    for (std::int64_t k = g.admitted; k < next.admitted; ++k) {
+      auto id = store_->get(kPrefix + "join/" + std::to_string(k), timeout_s_);
+      if (!id) throw CommError("live membership: join request " + std::to_string(k) + " has no id");
+      next.members.push_back(*id);
+    }
+    store_->set(next_key, generation_record(next));
+    store_->add(kPrefix + "latest", 1);
+  }
+  return follow(g);
 }
 
 std::shared_ptr<Communicator> Membership::connect(const Generation& g, const CommOptions& options) const {

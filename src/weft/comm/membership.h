@@ -16,7 +16,9 @@
 // Keys (under live/): g<N> "admitted J: id id ..." (J: the join requests admitted so far);
 // latest, the newest N (a counter); g0/<rank>, the launched ranks' ids; joins, the count of
 // requests, join/<k> the k-th joiner's id; done, set when the job ends; requested and
-// spawned, the processes the job asked the launchers for and those they started.
+// spawned, the processes the job asked the launchers for and those they started;
+// g<N>/alive/<rank> (the steps of a survivor of generation N's failure), g<N>/alive and
+// g<N>/proposer (counters).
 #pragma once
 
 #include <cstdint>
@@ -63,6 +65,12 @@ class Membership {
   Generation propose(const Generation& g, const std::vector<int>& leaving);
   // A member of `g` (not rank 0): the generation rank 0 proposed after it.
   Generation follow(const Generation& g);
+  // After `g` failed (a member died): this member is alive, with `step` steps trained. The
+  // survivors say so in the store until none has come for `settle_s` (or all of g's have);
+  // the first to get there publishes the next generation: the survivor with the most steps
+  // first (its state goes on), the other survivors in their order, then the joiners waiting.
+  // A survivor that came too late finds itself left out (rank -1): it may join again.
+  Generation recover(const Generation& g, std::int64_t step, double settle_s);
   // The group of generation `g` (for its members): ranks meet in the store under g's keys.
   std::shared_ptr<Communicator> connect(const Generation& g, const CommOptions& options) const;
   // Says the job ended: joiners still waiting stop waiting.

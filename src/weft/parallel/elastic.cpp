@@ -128,6 +128,16 @@ const comm::Generation& LiveMembership::advance(const MembershipChange& change) 
   return generation_;
 }
 
+std::optional<comm::Generation> LiveMembership::recover(std::int64_t step) {
+  constexpr double kSettle = 0.5;  // s without a new survivor before the next generation forms (one later joins again)
+  generation_ = membership_.recover(generation_, step, kSettle);
+  waiting_ = 0;
+  if (generation_.rank >= 0) return generation_;
+  auto g = membership_.join(kJoinTimeout);  // too late for it: it joins again
+  if (g) generation_ = *g;
+  return g;
+}
+
 std::string hand_over(comm::Communicator& group, std::string bytes, int from, int to) {
   if (from == to) return group.rank() == to ? std::move(bytes) : std::string();
   if (group.rank() == from) {

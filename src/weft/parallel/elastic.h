@@ -30,6 +30,7 @@ namespace weft::parallel {
 struct MembershipChange {
   std::vector<int> leaving;
   std::int64_t joining = 0;
+  bool failed = false;  // the ranks "leaving" died (recover)
 };
 
 class LiveMembership {
@@ -59,6 +60,10 @@ class LiveMembership {
   static bool leave_requested();
   // The generation after `change` (rank 0 publishes it, the others read it).
   const comm::Generation& advance(const MembershipChange& change);
+  // The generation after a failure of the current one's group (a rank died), for a
+  // survivor with `step` steps trained (comm::Membership::recover; one left out joins again);
+  // none when the job ended meanwhile.
+  std::optional<comm::Generation> recover(std::int64_t step);
   // Rank 0 at the job's end: joiners still waiting stop.
   void finish() { membership_.finish(); }
 

@@ -249,6 +249,10 @@ class Run {
   std::optional<parallel::MembershipChange> train(parallel::LiveMembership* live = nullptr);
   // Collective: the run's state as a checkpoint image, given to rank `keep` of the group.
   std::string hand_over_state(int keep);
+  // After a failure of the group: whether this rank holds the whole state (DDP: every
+  // replica does; ZeRO's shards do not), and that state, taken without communicating.
+  bool holds_whole_state() { return !strategies_->find<parallel::Zero>(); }
+  std::string own_state();
   RunTotals take_totals() { return std::move(t_); }
   std::unique_ptr<Task> take_task() { return std::move(task_); }
   std::int64_t step() const { return at_.step; }
@@ -259,6 +263,7 @@ class Run {
   void resume();
   void continue_handed_over();
   CheckpointMeta checkpoint_meta() const;
+  std::string state_image(parallel::TrainState state, double window_mean, double window_steps) const;
   void step(bool last);
   std::optional<Evaluation> evaluate(bool round_only);
   void report(nlohmann::json& summary);
@@ -403,11 +408,12 @@ void Run::continue_handed_over() {
   const auto before = static_cast<int>(number("ranks"));
   const auto left = static_cast<std::int64_t>(t_.change->leaving.size());
   const std::int64_t joined = mesh_.size() - (before - left);
-  t_.resizes.push_back({{"step", at_.step}, {"from", before}, {"to", mesh_.size()}, {"joined", joined}, {"left", left},
+  t_.resizes.push_back({{"step", at_.step}, {"from", before}, {"to", mesh_.size()}, {"joined", joined},
+                        {t_.change->failed ? "failed" : "left", left},
                         {"batch", *o_.batch}, {"lr", lr_}, {"pause_seconds", pause}});
   std::string what;
   if (joined > 0) what = fmt::format("{} joined", joined);
-  if (left > 0) what += fmt::format("{}{} left", what.empty() ? "" : ", ", left);
+  if (left > 0) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", left, t_.change->failed ? "failed" : "left");
   fmt::print(out_, "resized: {} -> {} ranks at step {} ({}): batch {}, learning rate {}; training paused {:.2f} s\n",
              before, mesh_.size(), at_.step, what, *o_.batch, lr_, pause);
   std::fflush(out_);  // seen as it happens, also through a pipe
@@ -463,16 +469,24 @@ std::string Run::hand_over_state(int keep) {
   if (replicas_) replicas_->allreduce(sums, 2, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
   parallel::TrainState state = strategies_->gather_state();
   std::string bytes;
-  if (rank_ == 0) {
-    Checkpoint ck;
-    ck.meta = checkpoint_meta();
-    ck.meta.info["window_mean_loss"] = fmt::format("{}", sums[0] / std::max(sums[1], 1.0));
-    ck.meta.info["window_steps"] = std::to_string(std::llround(sums[1] / mesh_.shape().dp));
-    ck.model = std::move(state.model);
-    ck.optimizer = std::move(state.optimizer);
-    bytes = encode_checkpoint(ck);
-  }
+  if (rank_ == 0) bytes = state_image(std::move(state), sums[0] / std::max(sums[1], 1.0), sums[1] / mesh_.shape().dp);
   return parallel::hand_over(*job_.world, std::move(bytes), 0, keep);
+}
+
+std::string Run::own_state() {
+  const double steps = static_cast<double>(t_.window_steps);
+  return state_image(strategies_->gather_state(), t_.window_loss / std::max(steps, 1.0), steps);
+}
+
+// The state as a checkpoint image, with the loss window (its mean and steps) to go on.
+std::string Run::state_image(parallel::TrainState state, double window_mean, double window_steps) const {
+  Checkpoint ck;
+  ck.meta = checkpoint_meta();
+  ck.meta.info["window_mean_loss"] = fmt::format("{}", window_mean);
+  ck.meta.info["window_steps"] = std::to_string(std::llround(window_steps));
+  ck.model = std::move(state.model);
+  ck.optimizer = std::move(state.optimizer);
+  return encode_checkpoint(ck);
 }
 
 // The metrics files (--metrics FILE, and metrics.jsonl in the checkpoint folder: the run's
@@ -833,14 +847,21 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
     if (image) now.batch = batch_after_change(o, *image, world->size());
     parallel::Job job = parallel::join_group(now.parallel, world);
     std::optional<parallel::MembershipChange> change;
-    int keep = -1;  // the first rank that stays
+    bool failed = false;  // a rank died: the survivors go on from the most advanced one's state
     std::int64_t step = 0;
     {
       Run run(now, job, out, std::move(image), std::move(totals), std::move(task));
-      change = run.train(&live);
+      try {
+        change = run.train(&live);
+      } catch (const CommError& e) {
+        if (!run.holds_whole_state()) throw;  // (ZeRO: the dead rank's shard is lost)
+        fmt::print(stderr, "{}; going on without the rank(s) that failed\n", e.what());
+        failed = true;
+      }
+      int keep = -1;  // the first rank that stays
       for (int r = 0; change && r < world->size() && keep < 0; ++r)
         if (std::find(change->leaving.begin(), change->leaving.end(), r) == change->leaving.end()) keep = r;
-      if (!change || keep < 0) {  // the end, or every rank asked to leave: the job stops here
+      if (!failed && (!change || keep < 0)) {  // the end, or every rank asked to leave: the job stops here
         if (change) {
           run.save();
           if (world->rank() == 0)
@@ -849,15 +870,33 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
         if (world->rank() == 0) live.finish();
         return run.finish();
       }
-      state = run.hand_over_state(keep);
+      state = failed ? run.own_state() : run.hand_over_state(keep);
       totals = run.take_totals();
+      if (failed) totals.change_agreed = Clock::now();
       task = run.take_task();
       step = run.step();
     }
     const int rank = world->rank();
-    live.advance(*change);
+    const comm::Generation before = live.generation();
     job = {};
     world.reset();
+    if (failed) {
+      const auto after = live.recover(step);
+      if (!after) {
+        fmt::print(stderr, "the job ended before it admitted this process again\n");
+        return {-1, {}};
+      }
+      if (after->rank != 0) state.clear();  // the survivor with the most steps goes on
+      parallel::MembershipChange lost;
+      lost.failed = true;
+      for (int r = 0; r < before.size(); ++r)
+        if (std::find(after->members.begin(), after->members.end(), before.members[static_cast<std::size_t>(r)]) ==
+            after->members.end())
+          lost.leaving.push_back(r);
+      totals.change = lost;
+      continue;
+    }
+    live.advance(*change);
     if (std::find(change->leaving.begin(), change->leaving.end(), rank) != change->leaving.end()) {
       fmt::print(stderr, "left the job after step {}\n", step);
       return {-1, {}};
