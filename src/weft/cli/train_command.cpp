@@ -63,6 +63,15 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
                   "weft launch --nproc-per-node MIN:MAX; shrink by the last ranks leaving), or noise (grow while the "
                   "gradient noise scale exceeds the global batch, up to --max-ranks)");
   cmd->add_option("--max-ranks", c.max_ranks, "--grow-at noise: the most ranks to grow to")->capture_default_str();
+  cmd->add_option("--freeze-below", c.freeze_below,
+                  "image models: freeze the first N layers (no gradients; their outputs cached per sample)")
+      ->capture_default_str();
+  cmd->add_option("--freeze-converged", c.freeze_converged,
+                  "RATIO[:STEPS]: freeze a leading layer once its gradient norm stayed under RATIO times its weights' "
+                  "norm for STEPS steps (default 20)");
+  cmd->add_option("--freeze-cache-mb", c.freeze_cache_mb,
+                  "memory for the frozen layers' outputs, per rank (0: recompute them every step)")
+      ->capture_default_str();
   cmd->add_option("--dp-shares", c.dp_shares,
                   "how a global batch is split among data-parallel replicas: even, measured (in proportion to their "
                   "measured speeds), or relative shares such as 2:1")

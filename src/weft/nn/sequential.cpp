@@ -1,5 +1,7 @@
 #include "weft/nn/sequential.h"
 
+#include <algorithm>
+
 #include "weft/nn/activation.h"
 #include "weft/nn/conv.h"
 
@@ -15,11 +17,14 @@ Sequential& Sequential::add(std::shared_ptr<Module> module) {
   return *this;
 }
 
-Var Sequential::forward(const Var& x) {
+Var Sequential::forward(const Var& x) { return forward_range(x, 0, modules_.size()); }
+
+Var Sequential::forward_range(const Var& x, std::size_t begin, std::size_t end) {
   Var h = x;
-  for (std::size_t i = 0; i < modules_.size(); ++i) {
+  end = std::min(end, modules_.size());
+  for (std::size_t i = begin; i < end; ++i) {
     // A ReLU followed by max pooling runs as one pass (the same values and gradients).
-    auto* pool = i + 1 < modules_.size() ? dynamic_cast<MaxPool2d*>(modules_[i + 1].get()) : nullptr;
+    auto* pool = i + 1 < end ? dynamic_cast<MaxPool2d*>(modules_[i + 1].get()) : nullptr;
     if (pool != nullptr && dynamic_cast<ReLU*>(modules_[i].get()) != nullptr) {
       h = pool->forward_relu(h);
       ++i;

@@ -16,6 +16,8 @@ class Sequential : public Module {
   explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
   Sequential& add(std::shared_ptr<Module> module);
   Var forward(const Var& x) override;
+  // Modules [begin, end) only (a frozen prefix and the rest, train/task.h).
+  Var forward_range(const Var& x, std::size_t begin, std::size_t end);
   std::string describe() const override { return "Sequential"; }
   std::size_t size() const { return modules_.size(); }
   Module& operator[](std::size_t i) { return *modules_.at(i); }

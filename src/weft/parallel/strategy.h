@@ -56,6 +56,7 @@ struct StepBatch {
   // The loss's gradient is scaled by this: a replica's share of an unevenly dealt global
   // batch (data/deal.h), so that the replicas' mean gradient is the whole batch's.
   double weight = 1;
+  std::vector<std::int64_t> samples;  // which training samples the rows are (empty: unknown)
 };
 
 // The task's loss of a batch on the whole model in this process.
@@ -63,8 +64,12 @@ using LossFn = std::function<Var(Module& model, const StepBatch& batch)>;
 
 // What this rank holds and computes with, as the strategies shape it in prepare().
 struct ModelPart {
-  explicit ModelPart(Module& m) : model(m), trained(m.named_parameters()) {
-    for (const auto& [name, p] : trained) layout.emplace_back(name, p.shape());
+  // `frozen`: parameters nobody trains (frozen layers, train/task.h), left out of `trained`.
+  explicit ModelPart(Module& m, const std::function<bool(const std::string&)>& frozen = {}) : model(m) {
+    for (const auto& [name, p] : m.named_parameters()) {
+      layout.emplace_back(name, p.shape());
+      if (!frozen || !frozen(name)) trained.emplace_back(name, p);
+    }
   }
   Module& model;                      // the whole model as built (other stages' layers freed)
   std::vector<std::pair<std::string, Shape>> layout;  // every parameter's name and full shape, in order
@@ -142,7 +147,9 @@ class Strategy {
 
 class Strategies {
  public:
-  explicit Strategies(Module& model) : part_(model) {}
+  // `frozen` names parameters that are not trained (no gradients, no optimizer state).
+  explicit Strategies(Module& model, const std::function<bool(const std::string&)>& frozen = {})
+      : part_(model, frozen) {}
   Strategies(const Strategies&) = delete;
   Strategies& operator=(const Strategies&) = delete;
 

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <optional>
+#include <unordered_map>
 
 #include "weft/autograd/functions.h"
 #include "weft/data/dataloader.h"
@@ -85,11 +86,24 @@ class ImageClassification : public Task {
     const std::vector<std::int64_t> rows(first, first + mine.count);
     if (sample_log_ && mine.share > 0) log_samples(epoch, step, rows);
     Batch b = loader_->batch(rows, 0);
-    return {b.images, b.labels, mine.weight};
+    return {b.images, b.labels, mine.weight, rows};
   }
 
   Var loss(Module& model, const parallel::StepBatch& batch) const override {
-    return cross_entropy(model.forward(Var(batch.inputs)), batch.targets);
+    if (frozen_ == 0) return cross_entropy(model.forward(Var(batch.inputs)), batch.targets);
+    auto& layers = dynamic_cast<Sequential&>(model);
+    return cross_entropy(layers.forward_range(Var(frozen_output(layers, batch)), frozen_, layers.size()), batch.targets);
+  }
+
+  void freeze(std::size_t layers, std::int64_t cache_bytes) override {
+    if (layers != frozen_) cache_.clear();  // outputs of another layer
+    frozen_ = layers;
+    cache_budget_ = cache_bytes;
+    cache_bytes_ = 0;
+  }
+  std::size_t layers(const Module& model) const override {
+    const auto* s = dynamic_cast<const Sequential*>(&model);
+    return s ? s->size() : 0;
   }
 
   // Rank r of the replicas evaluates samples r, r + replicas, ...; the counts are summed.
@@ -192,6 +206,60 @@ class ImageClassification : public Task {
 
   TrainOptions o_;
   int replicas_;
+  // The frozen layers' output for the batch's rows: from the cache for the samples seen
+  // before, computed (without gradients) for the others, which the cache keeps while it
+  // has room.
+  Tensor frozen_output(Sequential& layers, const parallel::StepBatch& batch) const {
+    NoGradGuard no_grad;
+    const std::size_t n = batch.samples.size();
+    if (cache_budget_ <= 0 || n == 0 || static_cast<std::int64_t>(n) != batch.inputs.size(0))
+      return layers.forward_range(Var(batch.inputs), 0, frozen_).value();
+    std::vector<std::int64_t> missing;  // rows of the batch
+    for (std::size_t i = 0; i < n; ++i)
+      if (!cache_.count(batch.samples[i])) missing.push_back(static_cast<std::int64_t>(i));
+    Tensor computed;
+    if (!missing.empty()) {
+      Tensor inputs = batch.inputs;
+      if (missing.size() != n) {
+        Shape shape = batch.inputs.shape();
+        shape[0] = static_cast<std::int64_t>(missing.size());
+        inputs = Tensor::empty(shape, batch.inputs.dtype());
+        for (std::size_t j = 0; j < missing.size(); ++j)
+          inputs.slice(0, static_cast<std::int64_t>(j), static_cast<std::int64_t>(j) + 1)
+              .copy_(batch.inputs.slice(0, missing[j], missing[j] + 1));
+      }
+      computed = layers.forward_range(Var(inputs), 0, frozen_).value().contiguous();
+      for (std::size_t j = 0; j < missing.size(); ++j) {
+        Tensor row = computed.slice(0, static_cast<std::int64_t>(j), static_cast<std::int64_t>(j) + 1);
+        const auto bytes = static_cast<std::int64_t>(row.nbytes());
+        if (cache_bytes_ + bytes > cache_budget_) break;
+        cache_.emplace(batch.samples[static_cast<std::size_t>(missing[j])], row.clone());
+        cache_bytes_ += bytes;
+      }
+      if (missing.size() == n) return computed;
+    }
+    // Assemble the rows: cached ones, and the ones just computed.
+    Shape shape = (missing.empty() ? cache_.at(batch.samples[0]) : computed).shape();
+    shape[0] = static_cast<std::int64_t>(n);
+    Tensor out = Tensor::empty(shape, missing.empty() ? cache_.at(batch.samples[0]).dtype() : computed.dtype());
+    std::size_t next = 0;  // into missing
+    for (std::size_t i = 0; i < n; ++i) {
+      Tensor dst = out.slice(0, static_cast<std::int64_t>(i), static_cast<std::int64_t>(i) + 1);
+      if (next < missing.size() && missing[next] == static_cast<std::int64_t>(i)) {
+        dst.copy_(computed.slice(0, static_cast<std::int64_t>(next), static_cast<std::int64_t>(next) + 1));
+        ++next;
+      } else {
+        dst.copy_(cache_.at(batch.samples[i]));
+      }
+    }
+    return out;
+  }
+
+  std::size_t frozen_ = 0;
+  std::int64_t cache_budget_ = 0;
+  mutable std::int64_t cache_bytes_ = 0;
+  mutable std::unordered_map<std::int64_t, Tensor> cache_;  // sample -> the frozen layers' output
+
   // --sample-log: this replica's file (appended to).
   void open_sample_log() {
     if (o_.sample_log.empty()) return;

@@ -208,6 +208,15 @@ TrainSummary serve_parameters(const TrainOptions& o, const parallel::Job& job, s
   return {job.process.rank, {{"steps", report.steps}, {"comm_seconds", report.comm_seconds}}};
 }
 
+// The sum of a tensor's squared elements.
+double squared_sum(const Tensor& t) {
+  const Tensor v = t.to(DType::F64).contiguous();
+  const double* x = v.data<double>();
+  double sum = 0;
+  for (std::int64_t i = 0; i < v.numel(); ++i) sum += x[i] * x[i];
+  return sum;
+}
+
 // A CRC-32 of the parameters, compared over the replicas: they must stay bitwise equal.
 bool replicas_identical(Module& model, comm::Communicator* replicas) {
   if (!replicas) return true;
@@ -272,6 +281,9 @@ class Run {
   void adapt_threads(double step_seconds);
   void rebalance();
   void observe_noise(const parallel::StepBatch& batch, std::int64_t rows);
+  void build_strategies();
+  void freeze_converged();
+  std::int64_t frozen_parameters() const;
   void grow_by_noise(parallel::LiveMembership& live);
 
   TrainOptions o_;
@@ -307,6 +319,9 @@ class Run {
     int threads = 1;
   } last_;
   std::int64_t rank_state_bytes_ = 0;
+  std::size_t frozen_ = 0;                 // leading layers frozen
+  std::optional<FreezeRule> freeze_rule_;  // --freeze-converged
+  std::vector<std::int64_t> calm_;         // per layer: steps in a row under the ratio
   RunTotals t_;
 };
 
@@ -343,15 +358,22 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
     model_->load_state_dict(checkpoint_->model);
     at_ = resume_position(*checkpoint_, o_, *task_, lr_, out_);
   }
-  strategies_ = std::make_unique<parallel::Strategies>(*model_);
-  const parallel::OptimizerFactory optimizer_for = [this](parallel::NamedParameters params) {
-    return make_optimizer(o_, lr_, std::move(params));
-  };
-  parallel::add_strategies(*strategies_, o_.parallel, job_, optimizer_for);
-  strategies_->prepare(optimizer_for);
+  // Frozen layers: --freeze-below, and those the run resumed had frozen.
+  freeze_rule_ = parse_freeze_converged(o_.freeze_converged);
+  frozen_ = static_cast<std::size_t>(o_.freeze_below);
+  if (checkpoint_ && checkpoint_->meta.info.count("frozen_layers"))
+    frozen_ = std::max<std::size_t>(frozen_, parse_integer(checkpoint_->meta.info.at("frozen_layers")).value_or(0));
+  if (frozen_ > 0 || freeze_rule_) {
+    task_->freeze(0, 0);  // (a task whose model has no layers in sequence refuses here)
+    const std::size_t layers = task_->layers(*model_);
+    if (frozen_ + 1 > layers)
+      throw ConfigError(fmt::format("--freeze-below {}: the model has {} layers, and one at least must train", frozen_, layers));
+  }
+  build_strategies();
   if (checkpoint_) resume();
-  if (o_.grow_at == "noise")
-    if (auto* dp = strategies_->find<parallel::DataParallel>(); dp && dp->ddp()) dp->ddp()->measure_norms(true);
+  if (frozen_ > 0)
+    fmt::print(out_, "frozen: the first {} layer(s), {} parameters; their outputs cached up to {} MiB per rank\n", frozen_,
+               frozen_parameters(), o_.freeze_cache_mb);
   if (checkpoint_ && checkpoint_->meta.info.count("window_mean_loss")) continue_handed_over();
   if (mesh_.size() > 1 || job_.world)
     fmt::print(out_, "layout: {} ranks, {}; strategies: {}\n", job_.process.world, mesh_.shape().describe(),
@@ -372,6 +394,74 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   if (o_.adapt_threads == "on" && get_num_threads() > 1) governor_.emplace(get_num_threads());
   loss_fn_ = [this](Module& m, const parallel::StepBatch& b) { return task_->loss(m, b); };
   rank_state_bytes_ = static_cast<std::int64_t>(allocator_live_bytes());
+}
+
+// The strategies over the parameters not frozen (whose layers compute without gradients).
+void Run::build_strategies() {
+  const std::size_t frozen = frozen_;
+  const auto is_frozen = [frozen](const std::string& name) {
+    const auto layer = parse_integer(name.substr(0, name.find('.')));
+    return layer && *layer >= 0 && static_cast<std::size_t>(*layer) < frozen;
+  };
+  for (auto& [name, p] : model_->named_parameters()) p.set_requires_grad(!is_frozen(name));
+  if (frozen_ > 0) task_->freeze(frozen_, static_cast<std::int64_t>(o_.freeze_cache_mb * (1 << 20)));
+  strategies_ = std::make_unique<parallel::Strategies>(*model_, is_frozen);
+  const parallel::OptimizerFactory optimizer_for = [this](parallel::NamedParameters params) {
+    return make_optimizer(o_, lr_, std::move(params));
+  };
+  parallel::add_strategies(*strategies_, o_.parallel, job_, optimizer_for);
+  strategies_->prepare(optimizer_for);
+  if (o_.grow_at == "noise")
+    if (auto* dp = strategies_->find<parallel::DataParallel>(); dp && dp->ddp()) dp->ddp()->measure_norms(true);
+  if (timeline_) strategies_->record_spans(true);
+}
+
+std::int64_t Run::frozen_parameters() const {
+  std::int64_t n = 0;
+  for (const auto& [name, p] : model_->named_parameters()) n += p.requires_grad() ? 0 : p.value().numel();
+  return n;
+}
+
+// --freeze-converged, after a step: each leading layer's gradient norm against its weights'
+// (the same on every replica after the all-reduce: every rank decides alike). The layers
+// that stayed under the ratio for the window from the first unfrozen one on are frozen,
+// with the layers without parameters after them, while one with parameters still trains.
+void Run::freeze_converged() {
+  const std::size_t layers = task_->layers(*model_);
+  std::vector<double> grad_sq(layers, 0), weight_sq(layers, 0);
+  std::vector<bool> has(layers, false);
+  for (const auto& [name, p] : strategies_->part().trained) {
+    const auto layer = parse_integer(name.substr(0, name.find('.')));
+    if (!layer || *layer < 0 || static_cast<std::size_t>(*layer) >= layers) continue;
+    const auto l = static_cast<std::size_t>(*layer);
+    has[l] = true;
+    weight_sq[l] += squared_sum(p.value());
+    if (p.grad().defined()) grad_sq[l] += squared_sum(p.grad());
+  }
+  calm_.resize(layers, 0);
+  std::size_t last_trained = 0;  // the last layer with parameters: it always trains
+  for (std::size_t l = 0; l < layers; ++l)
+    if (has[l]) last_trained = l;
+  for (std::size_t l = frozen_; l < last_trained; ++l)
+    if (has[l]) calm_[l] = std::sqrt(grad_sq[l]) < freeze_rule_->ratio * std::sqrt(weight_sq[l]) ? calm_[l] + 1 : 0;
+  std::size_t next = frozen_;  // the longest run of calm layers from the first unfrozen one
+  for (std::size_t l = frozen_; l < last_trained; ++l) {
+    if (has[l] && calm_[l] < freeze_rule_->steps) break;
+    if (has[l]) next = l + 1;
+  }
+  if (next > frozen_)
+    while (next < last_trained && !has[next]) ++next;  // with the layers without parameters after it
+  if (next <= frozen_) return;
+  const parallel::TrainState state = strategies_->gather_state();
+  const std::int64_t steps = strategies_->optimizer().steps();
+  const std::size_t before = frozen_;
+  frozen_ = next;
+  build_strategies();
+  strategies_->restore(state.optimizer, steps);
+  fmt::print(out_, "freezing layers {}-{} (step {}: their gradient norms stayed under {} of their weights' for {} steps): "
+                   "{} parameters frozen in all\n",
+             before, frozen_ - 1, at_.step, freeze_rule_->ratio, freeze_rule_->steps, frozen_parameters());
+  std::fflush(out_);
 }
 
 // The optimizer state (each strategy takes its part) and the generators of a checkpoint.
@@ -596,6 +686,7 @@ void Run::step(bool last) {
   if (governor_) adapt_threads(seconds);
   if (balancer_ && balancer_->observe(compute, computed)) rebalance();
   if (o_.grow_at == "noise") observe_noise(batch, rows);
+  if (freeze_rule_) freeze_converged();
   t_.units += units;
   t_.rows += rows;
   t_.window_units += rows * task_->units_per_row();
@@ -706,6 +797,7 @@ CheckpointMeta Run::checkpoint_meta() const {
                {"lr", fmt::format("{}", lr_)},        {"seed", std::to_string(o_.seed)},
                {"layout", mesh_.shape().describe()},  {"data", *o_.data}};
   for (auto& [key, value] : task_->model_metadata()) meta.info[key] = value;
+  if (frozen_ > 0) meta.info["frozen_layers"] = std::to_string(frozen_);
   if (!o_.config_yaml.empty()) meta.info["config"] = o_.config_yaml;
   return meta;
 }
@@ -743,6 +835,7 @@ void Run::report(nlohmann::json& summary) {
   auto* zero = strategies_->find<parallel::Zero>();
   if (zero && zero->stage() == 3) rank_parameters = zero->zero().shard_elements();
   summary["steps"] = at_.step;
+  if (frozen_ > 0) summary["frozen_layers"] = frozen_;
   summary["epochs"] = at_.epoch;
   if (t_.train_loss) summary["train_loss"] = *t_.train_loss;
   if (t_.last_eval) summary[t_.last_eval->field] = t_.last_eval->value;

@@ -131,6 +131,16 @@ std::vector<RankTarget> parse_grow_at(const std::string& text) {
   return targets;
 }
 
+std::optional<FreezeRule> parse_freeze_converged(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  const std::size_t colon = text.find(':');
+  const auto ratio = parse_number(text.substr(0, colon));
+  const auto steps = colon == std::string::npos ? std::optional<std::int64_t>(20) : parse_integer(text.substr(colon + 1));
+  if (!ratio || !(*ratio > 0 && *ratio < 1e6) || !steps || *steps < 1 || *steps > 1000000)
+    throw ConfigError("--freeze-converged '" + text + "' is not RATIO[:STEPS] (a positive ratio, 1 to 1000000 steps)");
+  return FreezeRule{*ratio, *steps};
+}
+
 void validate(const TrainOptions& o) {
   const bool text = is_language_model(o.model);
   if (!text) make_model(o.model, *std::make_unique<Rng>(0));  // throws for an unknown name
@@ -162,6 +172,14 @@ void validate(const TrainOptions& o) {
     throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear, sqrt");
   parse_dp_shares(o.dp_shares);
   parse_grow_at(o.grow_at);
+  at_least("--freeze-below", o.freeze_below, 0);
+  parse_freeze_converged(o.freeze_converged);
+  if (!(o.freeze_cache_mb >= 0 && o.freeze_cache_mb <= 1e9))
+    throw ConfigError("--freeze-cache-mb must be from 0 to 1e9");
+  if ((o.freeze_below > 0 || !o.freeze_converged.empty()) &&
+      (o.parallel.strategy != "ddp" || o.parallel.zero > 0 || o.parallel.model_parallel()))
+    throw ConfigError("--freeze-below and --freeze-converged work with DDP or one process (not ZeRO, the parameter "
+                      "server, federated averaging or model parallelism)");
   if (o.max_ranks < 1) throw ConfigError("--max-ranks must be at least 1");
   if (o.elastic_batch != "fixed" && o.elastic_batch != "linear")
     throw ConfigError("--elastic-batch '" + o.elastic_batch + "' is not fixed or linear");

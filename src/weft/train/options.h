@@ -90,6 +90,13 @@ struct TrainOptions {
   // up to max_ranks.
   std::string grow_at;
   int max_ranks = 64;
+  // Layer freezing (seed 003 chapter 8; image models): the first freeze_below layers are
+  // frozen from the start; freeze_converged "RATIO[:STEPS]" freezes a leading layer once
+  // its gradient's norm stayed under RATIO times its weights' for STEPS steps (default 20);
+  // the frozen layers' outputs are cached per training sample up to freeze_cache_mb.
+  std::int64_t freeze_below = 0;
+  std::string freeze_converged;
+  double freeze_cache_mb = 1024;
   // How a global batch is dealt to the data-parallel replicas (data/deal.h): "even",
   // "measured" (in proportion to their measured speeds, train/share_balancer.h) or the
   // relative shares themselves, "2:1:1".
@@ -125,6 +132,12 @@ struct RankTarget {
   int world;
 };
 std::vector<RankTarget> parse_grow_at(const std::string& text);
+// --freeze-converged's RATIO and STEPS (none when empty); throws ConfigError.
+struct FreezeRule {
+  double ratio;
+  std::int64_t steps;
+};
+std::optional<FreezeRule> parse_freeze_converged(const std::string& text);
 // Throws ConfigError unless `precision` is fp32 or bf16.
 void check_precision(const std::string& precision);
 // The learning-rate schedule the options describe, over `total_steps`.
