@@ -72,6 +72,13 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--freeze-cache-mb", c.freeze_cache_mb,
                   "memory for the frozen layers' outputs, per rank (0: recompute them every step)")
       ->capture_default_str();
+  cmd->add_option("--offload", c.offload,
+                  "none | optimizer: keep the optimizer's state in a file, read back ahead of each update")
+      ->capture_default_str();
+  cmd->add_option("--offload-dir", c.offload_dir, "where --offload keeps its files (default: the temporary folder)");
+  cmd->add_option("--memory-limit", c.memory_limit,
+                  "the most memory a rank's model states may hold (parameters, gradients, optimizer state), e.g. 200M: "
+                  "above it the optimizer's state is offloaded");
   cmd->add_option("--dp-shares", c.dp_shares,
                   "how a global batch is split among data-parallel replicas: even, measured (in proportion to their "
                   "measured speeds), or relative shares such as 2:1")

@@ -14,8 +14,7 @@ Adam::Adam(std::vector<std::pair<std::string, Var>> params, double lr, AdamOptio
   }
   if (!(options.eps > 0)) throw ConfigError("Adam eps must be positive");
   if (options.weight_decay < 0) throw ConfigError("weight decay must be >= 0");
-  m_ = make_buffers();
-  v_ = make_buffers();
+  make_buffers({"exp_avg", "exp_avg_sq"});
 }
 
 void Adam::step() {
@@ -23,9 +22,11 @@ void Adam::step() {
   ++steps_;
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(steps_));
   const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(steps_));
+  store_->begin_pass();
   for (size_t k = 0; k < params_.size(); ++k) {
     Var& p = params_[k].second;
     if (!p.grad().defined()) continue;
+    Tensor* moments = store_->acquire(k);
     Tensor g = p.grad().contiguous();
     Tensor& w = p.mutable_value();
     WEFT_CHECK(w.is_contiguous(), "Adam needs contiguous parameters");
@@ -33,8 +34,8 @@ void Adam::step() {
       using T = decltype(zero);
       T* __restrict pw = w.data<T>();
       const T* __restrict pg = g.data<T>();
-      T* __restrict pm = m_[k].data<T>();
-      T* __restrict pv = v_[k].data<T>();
+      T* __restrict pm = moments[0].data<T>();
+      T* __restrict pv = moments[1].data<T>();
       const T lr = static_cast<T>(lr_), b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
       const T eps = static_cast<T>(options_.eps), wd = static_cast<T>(options_.weight_decay);
       const T ibc1 = static_cast<T>(1.0 / bc1), ibc2 = static_cast<T>(1.0 / bc2);
@@ -51,18 +52,13 @@ void Adam::step() {
         }
       });
     });
+    store_->release(k);
   }
+  store_->end_pass();
 }
 
-StateDict Adam::state() const {
-  StateDict s = export_buffers("exp_avg", m_);
-  for (auto& e : export_buffers("exp_avg_sq", v_)) s.push_back(std::move(e));
-  return s;
-}
+StateDict Adam::state() const { return export_buffers(); }
 
-void Adam::load_state(const StateDict& state) {
-  import_buffers("exp_avg", state, m_);
-  import_buffers("exp_avg_sq", state, v_);
-}
+void Adam::load_state(const StateDict& state) { import_buffers(state); }
 
 }  // namespace weft

@@ -27,7 +27,6 @@ class Adam : public Optimizer {
 
  private:
   AdamOptions options_;
-  std::vector<Tensor> m_, v_;
 };
 
 }  // namespace weft

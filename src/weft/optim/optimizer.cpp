@@ -16,31 +16,35 @@ void Optimizer::zero_grad() {
   for (auto& [name, p] : params_) p.clear_grad();
 }
 
-std::vector<Tensor> Optimizer::make_buffers() const {
-  std::vector<Tensor> out;
-  for (const auto& [name, p] : params_) out.push_back(Tensor::zeros(p.shape(), p.dtype()));
-  return out;
+void Optimizer::make_buffers(std::vector<std::string> names) {
+  std::vector<Tensor> like;
+  for (const auto& [name, p] : params_) like.push_back(p.value());
+  store_ = std::make_unique<StateStore>(like, static_cast<int>(names.size()));
+  buffer_names_ = std::move(names);
 }
 
-StateDict Optimizer::export_buffers(const std::string& prefix, const std::vector<Tensor>& buffers) const {
+StateDict Optimizer::export_buffers() const {
   StateDict out;
-  for (size_t i = 0; i < params_.size(); ++i) out.emplace_back(prefix + "." + params_[i].first, buffers[i].clone());
+  for (std::size_t j = 0; j < buffer_names_.size(); ++j)
+    for (size_t i = 0; i < params_.size(); ++i)
+      out.emplace_back(buffer_names_[j] + "." + params_[i].first, store_->read(i, static_cast<int>(j)));
   return out;
 }
 
-void Optimizer::import_buffers(const std::string& prefix, const StateDict& state,
-                               std::vector<Tensor>& buffers) const {
+void Optimizer::import_buffers(const StateDict& state) {
   std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : state) by_name[name] = &t;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    std::string key = prefix + "." + params_[i].first;
-    auto it = by_name.find(key);
-    if (it == by_name.end()) throw CheckpointError("optimizer state has no entry '" + key + "'");
-    if (it->second->shape() != buffers[i].shape()) {
-      throw CheckpointError("optimizer state '" + key + "' has shape " + shape_to_string(it->second->shape()) +
-                            ", expected " + shape_to_string(buffers[i].shape()));
+  for (std::size_t j = 0; j < buffer_names_.size(); ++j) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      std::string key = buffer_names_[j] + "." + params_[i].first;
+      auto it = by_name.find(key);
+      if (it == by_name.end()) throw CheckpointError("optimizer state has no entry '" + key + "'");
+      if (it->second->shape() != params_[i].second.shape()) {
+        throw CheckpointError("optimizer state '" + key + "' has shape " + shape_to_string(it->second->shape()) +
+                              ", expected " + shape_to_string(params_[i].second.shape()));
+      }
+      store_->write(i, static_cast<int>(j), *it->second);
     }
-    buffers[i].copy_(*it->second);
   }
 }
 

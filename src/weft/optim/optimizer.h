@@ -2,11 +2,13 @@
 // moment buffers, step count) round-trips through state()/load_state() for checkpoints.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "weft/nn/module.h"
+#include "weft/optim/state_store.h"
 
 namespace weft {
 
@@ -28,13 +30,22 @@ class Optimizer {
   std::int64_t steps() const { return steps_; }
   void set_steps(std::int64_t s) { steps_ = s; }
 
+  // Moves the buffers to a file in `dir`, read back ahead of each update (state_store.h).
+  void offload_state(const std::string& dir, int slots = 3) { store_->offload(dir, slots); }
+  // The buffers' bytes in memory now, and in all.
+  std::int64_t state_resident_bytes() const { return store_->resident_bytes(); }
+  std::int64_t state_total_bytes() const { return store_->total_bytes(); }
+  std::int64_t state_largest_bytes() const { return store_->largest_bytes(); }
+
  protected:
-  // One buffer per parameter, zero-initialized, named "<prefix>.<param name>".
-  std::vector<Tensor> make_buffers() const;
-  StateDict export_buffers(const std::string& prefix, const std::vector<Tensor>& buffers) const;
-  void import_buffers(const std::string& prefix, const StateDict& state, std::vector<Tensor>& buffers) const;
+  // `kinds` buffers per parameter, zero-initialized, named "<names[j]>.<param name>".
+  void make_buffers(std::vector<std::string> names);
+  StateDict export_buffers() const;
+  void import_buffers(const StateDict& state);
 
   std::vector<std::pair<std::string, Var>> params_;
+  std::unique_ptr<StateStore> store_ = std::make_unique<StateStore>();
+  std::vector<std::string> buffer_names_;
   double lr_;
   std::int64_t steps_ = 0;
 };

@@ -9,15 +9,17 @@ SGD::SGD(std::vector<std::pair<std::string, Var>> params, double lr, double mome
     : Optimizer(std::move(params), lr), momentum_(momentum), weight_decay_(weight_decay) {
   if (momentum < 0.0 || momentum >= 1.0) throw ConfigError("momentum must be in [0, 1), got " + std::to_string(momentum));
   if (weight_decay < 0.0) throw ConfigError("weight decay must be >= 0");
-  if (momentum_ > 0.0) buffers_ = make_buffers();
+  if (momentum_ > 0.0) make_buffers({"momentum"});
 }
 
 void SGD::step() {
   ProfileScope profile(Work::Optimizer);
   ++steps_;
+  store_->begin_pass();
   for (size_t k = 0; k < params_.size(); ++k) {
     Var& p = params_[k].second;
     if (!p.grad().defined()) continue;
+    Tensor* buffers = momentum_ > 0.0 ? store_->acquire(k) : nullptr;
     Tensor g = p.grad().contiguous();
     Tensor& w = p.mutable_value();
     WEFT_CHECK(w.is_contiguous(), "SGD needs contiguous parameters");
@@ -25,7 +27,7 @@ void SGD::step() {
       using T = decltype(zero);
       T* __restrict pw = w.data<T>();
       const T* __restrict pg = g.data<T>();
-      T* __restrict pb = momentum_ > 0.0 ? buffers_[k].data<T>() : nullptr;
+      T* __restrict pb = buffers ? buffers[0].data<T>() : nullptr;
       const T lr = static_cast<T>(lr_), mom = static_cast<T>(momentum_), wd = static_cast<T>(weight_decay_);
       // Separate loops for each case, so each vectorizes.
       parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
@@ -44,13 +46,13 @@ void SGD::step() {
         }
       });
     });
+    if (buffers) store_->release(k);
   }
+  store_->end_pass();
 }
 
-StateDict SGD::state() const { return momentum_ > 0.0 ? export_buffers("momentum", buffers_) : StateDict{}; }
+StateDict SGD::state() const { return export_buffers(); }
 
-void SGD::load_state(const StateDict& state) {
-  if (momentum_ > 0.0) import_buffers("momentum", state, buffers_);
-}
+void SGD::load_state(const StateDict& state) { import_buffers(state); }
 
 }  // namespace weft

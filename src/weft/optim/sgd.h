@@ -18,7 +18,6 @@ class SGD : public Optimizer {
 
  private:
   double momentum_, weight_decay_;
-  std::vector<Tensor> buffers_;
 };
 
 }  // namespace weft

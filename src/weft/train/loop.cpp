@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cmath>
 #include <optional>
 #include <thread>
@@ -33,6 +34,7 @@
 #include "weft/util/file.h"
 #include "weft/util/parse.h"
 #include "weft/util/progress.h"
+#include "weft/util/size.h"
 
 namespace weft {
 
@@ -282,6 +284,7 @@ class Run {
   void rebalance();
   void observe_noise(const parallel::StepBatch& batch, std::int64_t rows);
   void build_strategies();
+  void place_optimizer_state();
   void freeze_converged();
   std::int64_t frozen_parameters() const;
   void grow_by_noise(parallel::LiveMembership& live);
@@ -319,6 +322,7 @@ class Run {
     int threads = 1;
   } last_;
   std::int64_t rank_state_bytes_ = 0;
+  bool said_offload_ = false;
   std::size_t frozen_ = 0;                 // leading layers frozen
   std::optional<FreezeRule> freeze_rule_;  // --freeze-converged
   std::vector<std::int64_t> calm_;         // per layer: steps in a row under the ratio
@@ -414,6 +418,37 @@ void Run::build_strategies() {
   if (o_.grow_at == "noise")
     if (auto* dp = strategies_->find<parallel::DataParallel>(); dp && dp->ddp()) dp->ddp()->measure_norms(true);
   if (timeline_) strategies_->record_spans(true);
+  place_optimizer_state();
+}
+
+// --offload optimizer and --memory-limit: the optimizer's state in memory, or in a file
+// read back ahead of each update when asked or when the model states would exceed the limit.
+void Run::place_optimizer_state() {
+  Optimizer& opt = strategies_->optimizer();
+  std::int64_t params = 0;  // the trained parameters' bytes (their gradients take as many)
+  for (const auto& [name, p] : strategies_->part().trained) params += static_cast<std::int64_t>(p.value().nbytes());
+  const std::int64_t limit = o_.memory_limit.empty() ? 0 : parse_size(o_.memory_limit, "--memory-limit");
+  const bool offload = o_.offload == "optimizer" || (limit > 0 && 2 * params + opt.state_total_bytes() > limit);
+  if (offload && opt.state_total_bytes() > 0) {
+    const std::string dir = !o_.offload_dir.empty() ? o_.offload_dir : std::filesystem::temp_directory_path().string();
+    // Three parameters' buffers in memory (one updated, one read ahead, one written back),
+    // or two where three would pass the limit.
+    const bool three = limit == 0 || 2 * params + 3 * opt.state_largest_bytes() <= limit;
+    opt.offload_state(dir, three ? 3 : 2);
+    if (!said_offload_)
+      fmt::print(out_, "optimizer state offloaded to {}: {:.1f} MiB there, {:.1f} MiB in memory{}\n", dir,
+                 static_cast<double>(opt.state_total_bytes()) / (1 << 20),
+                 static_cast<double>(opt.state_resident_bytes()) / (1 << 20),
+                 o_.offload == "optimizer" ? "" : fmt::format(" (the model states exceed --memory-limit {})", o_.memory_limit));
+    said_offload_ = true;
+  }
+  const std::int64_t resident = 2 * params + opt.state_resident_bytes();
+  if (limit > 0 && resident > limit)
+    throw ConfigError(fmt::format(
+        "--memory-limit {}: this rank's model states need {:.1f} MiB in memory (parameters {:.1f} MiB, their gradients as "
+        "many, the optimizer's state {:.1f} MiB{}); weft offloads the optimizer's state, not the parameters",
+        o_.memory_limit, static_cast<double>(resident) / (1 << 20), static_cast<double>(params) / (1 << 20),
+        static_cast<double>(opt.state_resident_bytes()) / (1 << 20), offload ? " of it at a time" : ""));
 }
 
 std::int64_t Run::frozen_parameters() const {
@@ -824,6 +859,7 @@ TrainSummary Run::finish() {
     }
   }
   summary["wall_seconds"] = seconds_since(t_.start);
+  summary["peak_rss_bytes"] = peak_resident_bytes();  // the process's, to here (the model saved)
   return {rank_, summary};
 }
 
@@ -843,6 +879,8 @@ void Run::report(nlohmann::json& summary) {
   summary["rank_parameters"] = rank_parameters;
   summary["rank_state_bytes"] = rank_state_bytes_;
   summary["peak_step_bytes"] = t_.peak_step_bytes;
+  summary["optimizer_state_bytes"] = strategies_->optimizer().state_total_bytes();
+  summary["optimizer_state_resident_bytes"] = strategies_->optimizer().state_resident_bytes();
   double rate = static_cast<double>(t_.units) / std::max(t_.train_seconds, 1e-9);
   const std::string unit = task_->unit();
   if (replicas_) {

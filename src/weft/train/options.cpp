@@ -10,6 +10,8 @@
 #include "weft/train/gpt2_import.h"
 #include "weft/util/checked.h"
 #include "weft/util/error.h"
+#include "weft/util/file.h"
+#include "weft/util/size.h"
 #include "weft/util/parse.h"
 
 namespace weft {
@@ -174,6 +176,14 @@ void validate(const TrainOptions& o) {
   parse_grow_at(o.grow_at);
   at_least("--freeze-below", o.freeze_below, 0);
   parse_freeze_converged(o.freeze_converged);
+  if (o.offload != "none" && o.offload != "optimizer") {
+    throw ConfigError(o.offload == "params"
+                          ? "--offload params is not available: weft offloads the optimizer's state (--offload optimizer)"
+                          : "--offload '" + o.offload + "' is not none or optimizer");
+  }
+  if (!o.memory_limit.empty()) parse_size(o.memory_limit, "--memory-limit");
+  if (!o.offload_dir.empty() && !is_directory(o.offload_dir))
+    throw ConfigError("--offload-dir " + o.offload_dir + " is not a folder");
   if (!(o.freeze_cache_mb >= 0 && o.freeze_cache_mb <= 1e9))
     throw ConfigError("--freeze-cache-mb must be from 0 to 1e9");
   if ((o.freeze_below > 0 || !o.freeze_converged.empty()) &&

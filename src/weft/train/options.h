@@ -97,6 +97,14 @@ struct TrainOptions {
   std::int64_t freeze_below = 0;
   std::string freeze_converged;
   double freeze_cache_mb = 1024;
+  // Offload (seed 003 chapter 8; ZeRO-Offload): "optimizer" keeps the optimizer's state in a
+  // file in offload_dir (default: the temporary folder), read back ahead of each update;
+  // memory_limit (a size, "" none) bounds the model states this rank keeps in memory
+  // (parameters, gradients, optimizer state): above it the optimizer's state is offloaded,
+  // and a run whose parameters and gradients alone exceed it is refused.
+  std::string offload = "none";
+  std::string offload_dir;
+  std::string memory_limit;
   // How a global batch is dealt to the data-parallel replicas (data/deal.h): "even",
   // "measured" (in proportion to their measured speeds, train/share_balancer.h) or the
   // relative shares themselves, "2:1:1".

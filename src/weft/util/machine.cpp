@@ -62,4 +62,10 @@ std::optional<std::int64_t> available_memory_bytes() {
   return *kib * 1024;
 }
 
+std::int64_t peak_resident_bytes() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::int64_t>(u.ru_maxrss) * 1024;
+}
+
 }  // namespace weft

@@ -30,4 +30,7 @@ class OtherCpuLoad {
 // /proc/meminfo), or nothing where that cannot be read.
 std::optional<std::int64_t> available_memory_bytes();
 
+// The most memory this process has held resident so far (its peak RSS, getrusage).
+std::int64_t peak_resident_bytes();
+
 }  // namespace weft
