@@ -428,27 +428,27 @@ void Run::place_optimizer_state() {
   std::int64_t params = 0;  // the trained parameters' bytes (their gradients take as many)
   for (const auto& [name, p] : strategies_->part().trained) params += static_cast<std::int64_t>(p.value().nbytes());
   const std::int64_t limit = o_.memory_limit.empty() ? 0 : parse_size(o_.memory_limit, "--memory-limit");
-  const bool offload = o_.offload == "optimizer" || (limit > 0 && 2 * params + opt.state_total_bytes() > limit);
-  if (offload && opt.state_total_bytes() > 0) {
-    const std::string dir = !o_.offload_dir.empty() ? o_.offload_dir : std::filesystem::temp_directory_path().string();
-    // Three parameters' buffers in memory (one updated, one read ahead, one written back),
-    // or two where three would pass the limit.
-    const bool three = limit == 0 || 2 * params + 3 * opt.state_largest_bytes() <= limit;
-    opt.offload_state(dir, three ? 3 : 2);
-    if (!said_offload_)
-      fmt::print(out_, "optimizer state offloaded to {}: {:.1f} MiB there, {:.1f} MiB in memory{}\n", dir,
-                 static_cast<double>(opt.state_total_bytes()) / (1 << 20),
-                 static_cast<double>(opt.state_resident_bytes()) / (1 << 20),
-                 o_.offload == "optimizer" ? "" : fmt::format(" (the model states exceed --memory-limit {})", o_.memory_limit));
-    said_offload_ = true;
-  }
-  const std::int64_t resident = 2 * params + opt.state_resident_bytes();
-  if (limit > 0 && resident > limit)
+  const std::int64_t whole = opt.state_total_bytes(), largest = opt.state_largest_bytes();
+  // Offloaded: three parameters' buffers in memory (one updated, one read ahead, one written
+  // back), or two where three would pass the limit; only worth it below the whole state.
+  const int slots = limit == 0 || 2 * params + 3 * largest <= limit ? 3 : 2;
+  const bool asked = o_.offload == "optimizer";
+  const bool offload = whole > 0 && (asked || (limit > 0 && 2 * params + whole > limit && slots * largest < whole));
+  const std::int64_t state = offload ? slots * largest : whole;
+  if (limit > 0 && 2 * params + state > limit)
     throw ConfigError(fmt::format(
         "--memory-limit {}: this rank's model states need {:.1f} MiB in memory (parameters {:.1f} MiB, their gradients as "
         "many, the optimizer's state {:.1f} MiB{}); weft offloads the optimizer's state, not the parameters",
-        o_.memory_limit, static_cast<double>(resident) / (1 << 20), static_cast<double>(params) / (1 << 20),
-        static_cast<double>(opt.state_resident_bytes()) / (1 << 20), offload ? " of it at a time" : ""));
+        o_.memory_limit, static_cast<double>(2 * params + state) / (1 << 20), static_cast<double>(params) / (1 << 20),
+        static_cast<double>(state) / (1 << 20), offload ? " of it at a time" : ""));
+  if (!offload) return;
+  const std::string dir = !o_.offload_dir.empty() ? o_.offload_dir : std::filesystem::temp_directory_path().string();
+  opt.offload_state(dir, slots);
+  if (!said_offload_)
+    fmt::print(out_, "optimizer state offloaded to {}: {:.1f} MiB there, {:.1f} MiB in memory{}\n", dir,
+               static_cast<double>(whole) / (1 << 20), static_cast<double>(opt.state_resident_bytes()) / (1 << 20),
+               asked ? "" : fmt::format(" (the model states exceed --memory-limit {})", o_.memory_limit));
+  said_offload_ = true;
 }
 
 std::int64_t Run::frozen_parameters() const {

@@ -18,7 +18,8 @@ namespace weft {
 class NoiseScale {
  public:
   // `decay`: the weight of the past in the exponential averages.
-  explicit NoiseScale(double decay = 0.9) : decay_(decay) {}
+  NoiseScale() = default;
+  explicit NoiseScale(double decay) : decay_(decay) {}
   // One step: S and h over the replicas, |G_B|² and B. Steps with one replica (b = B) or
   // non-finite figures are left out.
   void observe(double small_sq_mean, double inverse_small_mean, double big_sq, double big_batch);
@@ -27,7 +28,7 @@ class NoiseScale {
   std::int64_t steps() const { return steps_; }
 
  private:
-  double decay_;
+  double decay_ = 0.9;
   double trace_ = 0, signal_ = 0;  // the averages of tr(Σ) and |G|² (their start-up bias cancels in the ratio)
   std::int64_t steps_ = 0;
 };
