@@ -6,6 +6,9 @@
 //   dp          DataParallel (DDP buckets), Zero 1, 2, 3 and FederatedAveraging (one local
 //               step per round) end with the reference's parameters; the replicas agree
 //               bitwise; ZeRO's consolidated optimizer state is the reference's
+//   fp16        DDP's float16 buckets: gradients beyond float16's range overflow, are
+//               all-reduced again in float32 (exact), and the scale shrinks; then gradients
+//               within range average to float16's precision
 //   resume      a ZeRO-2 state gathered after 2 steps restores into a fresh DDP composition
 //               that then takes the very steps of the uninterrupted run
 //   gpt         {TensorParallel, Pipeline, Zero 1} on a GPT over the whole job (tp 2, pp
@@ -206,6 +209,33 @@ void check_gpt_mesh(const std::shared_ptr<comm::Communicator>& world) {
 
 }  // namespace
 
+void check_f16_gradients(const std::shared_ptr<comm::Communicator>& world) {
+  const int w = world->size(), r = world->rank();
+  Var p(Tensor::zeros({4}), true);
+  DdpOptions options;
+  options.f16_gradients = true;
+  DistributedDataParallel ddp(std::vector<Var>{p}, world, options);
+  // Round 0 overflows at scale 1; round 1 (1e5 times smaller) runs at the shrunk scale and
+  // sets one from its own values, at which round 2 keeps float16's precision.
+  const float big[4] = {1e6f, -3e6f, 2.5f, 1e2f};
+  for (int round = 0; round < 3; ++round) {
+    Tensor g = Tensor::zeros({4});
+    for (int i = 0; i < 4; ++i) g.data<float>()[i] = (round == 0 ? big[i] : big[i] * 1e-5f) * static_cast<float>(r + 1);
+    p.set_grad(g);
+    ddp.finish();
+    const float mean = static_cast<float>(w + 1) / 2;  // of (r + 1) over the ranks
+    double worst = 0;
+    for (int i = 0; i < 4; ++i) {
+      const double want = (round == 0 ? big[i] : big[i] * 1e-5) * mean;
+      worst = std::max(worst, std::fabs(p.grad().data<float>()[i] - want) / std::fabs(want));
+    }
+    if (round != 1)
+      check(worst <= (round == 0 ? 1e-6 : 2e-3),
+            "fp16 round " + std::to_string(round) + ": averaged gradients off by " + std::to_string(worst));
+    check(ddp.overflows() == 1, "fp16: " + std::to_string(ddp.overflows()) + " overflows, expected 1 (the first round)");
+  }
+}
+
 int main() {
   try {
     ParallelOptions options;
@@ -223,6 +253,7 @@ int main() {
     // One local step per round of plain SGD: averaging the weights after the step is
     // averaging the gradients (with momentum it would not be).
     check_data_parallel(world, "fedavg", std::make_unique<FederatedAveraging>(world, 1, 0), sgd(0.1, 0.0));
+    check_f16_gradients(world);
     check_resume(world);
     check_gpt_mesh(world);
     std::printf("rank %d of %d: %d checks, %d failures\n", world->rank(), world->size(), g_checks, g_failures);

@@ -119,10 +119,11 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--bucket-mb", p.ddp.bucket_mb, "DDP gradient bucket size in MiB")->capture_default_str();
   cmd->add_option("--first-bucket-mb", p.ddp.first_bucket_mb, "DDP first bucket size in MiB")->capture_default_str();
   cmd->add_option("--grad-dtype", p.grad_dtype,
-                  "DDP: the gradients' type in the all-reduce, fp32 or bf16 (half the bytes, reduced in fp32)")
+                  "DDP: the gradients' type in the all-reduce: fp32, bf16 or fp16 (half the bytes, reduced in fp32; fp16 "
+                  "scaled per bucket)")
       ->capture_default_str();
   cmd->add_flag("--error-feedback", p.error_feedback,
-                "with --grad-dtype bf16: add what rounding took from each step's gradients to the next step's");
+                "with --grad-dtype bf16 or fp16: add what rounding took from each step's gradients to the next step's");
   cmd->add_option("--servers", p.servers, "ps: parameter-server ranks (the last ones of the job)")->capture_default_str();
   cmd->add_option("--staleness", p.staleness,
                   "ps: asynchronous, a worker at most this many steps ahead of the slowest (-1: synchronous)")

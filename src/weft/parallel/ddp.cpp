@@ -1,5 +1,7 @@
 #include "weft/parallel/ddp.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace weft::parallel {
@@ -47,10 +49,10 @@ DistributedDataParallel::DistributedDataParallel(std::vector<Var> params, std::s
   }
   for (auto& b : buckets_) {
     b.flat = Tensor::zeros({b.elements}, params_[b.params.front()].dtype());
-    if (options.bf16_gradients && b.flat.dtype() == DType::F32) {
-      b.wire = Tensor::zeros({b.elements}, DType::BF16);
-      if (options.error_feedback) b.residual = Tensor::zeros({b.elements}, DType::F32);
-    }
+    if (options.bf16_gradients && b.flat.dtype() == DType::F32) b.wire = Tensor::zeros({b.elements}, DType::BF16);
+    if (options.f16_gradients && b.flat.dtype() == DType::F32) b.half.resize(static_cast<std::size_t>(b.elements));
+    if ((b.wire.defined() || !b.half.empty()) && options.error_feedback)
+      b.residual = Tensor::zeros({b.elements}, DType::F32);
   }
   timings_.resize(buckets_.size());
   for (std::size_t k = 0; k < params_.size(); ++k) params_[k].set_grad_ready_hook([this, k] { on_ready(k); });
@@ -92,6 +94,13 @@ void DistributedDataParallel::launch(std::size_t index) {
   }
   if (measure_) local_sq_ += squared_norm(b.flat);
   timings_[index].launched = Clock::now();
+  if (!b.half.empty()) {
+    compress_f16(b);
+    timings_[index].bytes = b.elements * 2;
+    b.work = comm_->allreduce(b.half.data(), b.elements, comm::DataType::kF16, comm::ReduceOp::kAvg);
+    b.work->start();
+    return;
+  }
   if (b.wire.defined()) {
     compress(b);
     timings_[index].bytes = static_cast<std::int64_t>(b.wire.nbytes());
@@ -117,6 +126,39 @@ void DistributedDataParallel::compress(Bucket& b) {
   }
 }
 
+// The bucket's gradients (plus the error carried) times its scale, rounded to float16; the
+// error carried on is what that rounding took, unscaled.
+void DistributedDataParallel::compress_f16(Bucket& b) {
+  const float* g = b.flat.data<float>();
+  float* r = b.residual.defined() ? b.residual.data<float>() : nullptr;
+  const float s = b.scale, inverse = 1.0f / b.scale;
+  for (std::int64_t i = 0; i < b.elements; ++i) {
+    const float v = r ? g[i] + r[i] : g[i];
+    const std::uint16_t h = f16_from_float(v * s);
+    b.half[static_cast<std::size_t>(i)] = h;
+    if (r) r[i] = v - float_from_f16(h) * inverse;
+  }
+}
+
+bool DistributedDataParallel::widen_f16(Bucket& b) {
+  float* g = b.flat.data<float>();
+  const float inverse = 1.0f / b.scale;
+  float largest = 0;
+  for (std::int64_t i = 0; i < b.elements; ++i) {  // (the local gradients stay until all is finite)
+    const float v = float_from_f16(b.half[static_cast<std::size_t>(i)]);
+    if (!std::isfinite(v)) return false;
+    largest = std::max(largest, std::fabs(v));
+  }
+  for (std::int64_t i = 0; i < b.elements; ++i) g[i] = float_from_f16(b.half[static_cast<std::size_t>(i)]) * inverse;
+  largest *= inverse;
+  // The next scale: the largest averaged value times 8 x ranks within float16's range.
+  if (largest > 0) {
+    const double room = 65504.0 / (8.0 * comm_->size() * largest);
+    b.scale = static_cast<float>(std::ldexp(1.0, std::clamp(static_cast<int>(std::floor(std::log2(room))), -24, 24)));
+  }
+  return true;
+}
+
 std::chrono::duration<double> DistributedDataParallel::finish() {
   if (!sync_) return std::chrono::duration<double>(0);
   // Buckets whose parameters got no gradient this pass still take part (as zeros), so
@@ -129,6 +171,15 @@ std::chrono::duration<double> DistributedDataParallel::finish() {
     b.work->wait();
     timings_[i].finished = b.work->finished_at();
     if (b.wire.defined()) b.flat.copy_(b.wire);  // the averaged bf16 gradients, widened
+    if (!b.half.empty() && !widen_f16(b)) {
+      // The average overflowed float16 on every rank alike: this bucket again in float32
+      // (the local gradients are still in it), nothing carried, a smaller scale.
+      b.work = comm_->allreduce(b.flat.raw_data(), b.elements, comm::DataType::kF32, comm::ReduceOp::kAvg);
+      b.work->wait();
+      if (b.residual.defined()) b.residual.zero_();
+      b.scale /= 16;
+      ++overflows_;
+    }
     if (measure_) mean_sq += squared_norm(b.flat);
     for (std::size_t j = 0; j < b.params.size(); ++j) {
       Var p = params_[b.params[j]];

@@ -15,6 +15,11 @@
 //   float32 gradients travel as bfloat16, half the bytes, and are reduced in float32 with one
 //   rounding per combine (comm/reduce.h); with error feedback each rank adds what rounding
 //   took from its gradients to the next step's, so over the steps nothing is lost.
+//   --grad-dtype fp16: as float16, which has 3 more bits of mantissa and far less range, so
+//   each bucket is scaled first (by a power of two every rank derives alike from the last
+//   averaged gradients: their largest value times 8 x ranks stays within float16's 65504);
+//   a bucket whose average still overflowed is all-reduced again in float32 (every rank sees
+//   the same infinities and does so) and its scale cut by 16.
 #pragma once
 
 #include <chrono>
@@ -31,6 +36,7 @@ struct DdpOptions {
   double first_bucket_mb = 1.0;
   double bucket_mb = 25.0;
   bool bf16_gradients = false;  // float32 buckets all-reduced as bfloat16
+  bool f16_gradients = false;   // float32 buckets all-reduced as float16, scaled
   bool error_feedback = false;  // with bf16_gradients: carry the rounding error to the next step
 };
 
@@ -65,6 +71,8 @@ class DistributedDataParallel {
     double local_sq = 0, mean_sq = 0;
   };
   void measure_norms(bool on) { measure_ = on; }
+  // f16 gradients: buckets whose average overflowed float16 (all-reduced again in float32).
+  std::int64_t overflows() const { return overflows_; }
   const GradientNorms& norms() const { return norms_; }
 
  private:
@@ -74,12 +82,17 @@ class DistributedDataParallel {
     std::int64_t elements = 0;
     Tensor flat;
     Tensor wire, residual;  // bf16 gradients: what travels, and what rounding left behind
+    std::vector<std::uint16_t> half;  // f16 gradients: what travels (float16 bits)
+    float scale = 1;                  // f16: the bucket's scale (a power of two)
     int ready = 0;
     comm::WorkPtr work;
   };
   void on_ready(std::size_t param);
   void launch(std::size_t bucket);
   static void compress(Bucket& b);
+  static void compress_f16(Bucket& b);
+  // f16: the averaged gradients back into the bucket, and the next scale; false on overflow.
+  bool widen_f16(Bucket& b);
 
   std::shared_ptr<comm::Communicator> comm_;
   std::vector<Var> params_;
@@ -88,6 +101,7 @@ class DistributedDataParallel {
   std::vector<BucketTiming> timings_;
   bool sync_ = true;
   bool measure_ = false;
+  std::int64_t overflows_ = 0;
   double local_sq_ = 0;  // this pass's, over the buckets launched so far
   GradientNorms norms_;
 };

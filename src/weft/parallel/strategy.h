@@ -56,7 +56,7 @@ struct StepBatch {
   // The loss's gradient is scaled by this: a replica's share of an unevenly dealt global
   // batch (data/deal.h), so that the replicas' mean gradient is the whole batch's.
   double weight = 1;
-  std::vector<std::int64_t> samples;  // which training samples the rows are (empty: unknown)
+  std::vector<std::int64_t> samples{};  // which training samples the rows are (empty: unknown)
 };
 
 // The task's loss of a batch on the whole model in this process.

@@ -75,7 +75,7 @@ class ImageClassification : public Task {
         client_order_ = client_loader_->epoch_order(client_epoch_);
       }
       Batch b = client_loader_->batch(client_order_, g % nb);
-      return {b.images, b.labels};
+      return {b.images, b.labels, 1, {}};
     }
     if (epoch != order_epoch_) {
       order_ = loader_->epoch_order(epoch);

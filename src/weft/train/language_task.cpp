@@ -26,7 +26,7 @@ namespace {
 parallel::StepBatch windows(const std::vector<std::int32_t>& tokens, const std::vector<std::int64_t>& starts,
                             std::int64_t T) {
   const std::int64_t B = static_cast<std::int64_t>(starts.size());
-  parallel::StepBatch batch{Tensor::empty({B, T}), std::vector<std::int32_t>(static_cast<size_t>(B * T))};
+  parallel::StepBatch batch{Tensor::empty({B, T}), std::vector<std::int32_t>(static_cast<size_t>(B * T)), 1, {}};
   float* p = batch.inputs.data<float>();
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t t = 0; t < T; ++t) {
