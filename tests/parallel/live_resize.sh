@@ -164,6 +164,7 @@ launchers+=($!)
 joiner=$!
 wait "$first" || fail "the scheduled job failed: $(cat "$work/out" "$work/err")"
 wait "$joiner" || fail "the launcher that offered places failed: $(cat "$work/join-out" "$work/join-err")"
+grep -q "resized: 2 -> 4 ranks at step [0-9]* (2 joined)" "$work/out" || fail "the 2 ranks asked for did not join together"
 for want in "growing to 4 ranks (--grow-at 4:4): asked the launchers for 2 more" "resized: 2 -> 4 ranks" \
   "shrinking to 3 rank(s) (--grow-at 12:3)" "resized: 4 -> 3 ranks at step 12"; do
   grep -qF "$want" "$work/out" || fail "no '$want': $(cat "$work/out")"

@@ -27,6 +27,7 @@ std::string process_id() {
 }
 
 constexpr double kLookEvery = 0.1;       // s between rank 0's looks for joiners
+constexpr double kGather = 5;            // s the job waits for all the ranks it asked for, to admit them at once
 constexpr double kJoinTimeout = 3600;    // s a late process waits to be admitted (or for the job's end)
 constexpr std::int64_t kMostBytes = std::int64_t{1} << 40;  // a state image larger is a fault
 
@@ -100,7 +101,11 @@ std::optional<MembershipChange> LiveMembership::poll(comm::Communicator& group, 
         waiting_ = membership_.waiting(generation_);
         looked_ = now;
         const std::int64_t missing = t.world - group.size() - waiting_;
-        if (missing > 0) membership_.request(missing);
+        if (missing > 0) {
+          membership_.request(missing);
+          expected_ = waiting_ + missing;
+          expected_since_ = now;
+        }
         note_ = "growing to " + std::to_string(t.world) + " ranks (" + t.why + "): asked the launchers for " +
                 std::to_string(std::max<std::int64_t>(missing, 0)) + " more";
       }
@@ -109,7 +114,10 @@ std::optional<MembershipChange> LiveMembership::poll(comm::Communicator& group, 
       waiting_ = membership_.waiting(generation_);
       looked_ = now;
     }
-    mine[0] |= waiting_ << 1;
+    // While the ranks asked for are still starting, the ones already waiting wait for them.
+    const bool gathering = expected_ > 0 && waiting_ < expected_ &&
+                           std::chrono::duration<double>(now - expected_since_).count() < kGather;
+    if (!gathering) mine[0] |= waiting_ << 1;
   }
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(group.size()));
   group.allgather(mine, all.data(), 2, comm::DataType::kI64)->wait();
@@ -123,7 +131,9 @@ std::optional<MembershipChange> LiveMembership::poll(comm::Communicator& group, 
 }
 
 const comm::Generation& LiveMembership::advance(const MembershipChange& change) {
+  const std::int64_t admitted_before = generation_.admitted;
   generation_ = generation_.rank == 0 ? membership_.propose(generation_, change.leaving) : membership_.follow(generation_);
+  expected_ = std::max<std::int64_t>(0, expected_ - (generation_.admitted - admitted_before));
   waiting_ = 0;
   return generation_;
 }

@@ -80,6 +80,10 @@ class LiveMembership {
     std::string why;
   };
   std::vector<Target> targets_;  // not yet applied, in order of step
+  // Rank 0: processes asked of the launchers and not yet admitted, and since when (their
+  // joiners are admitted together while they come within kGather seconds).
+  std::int64_t expected_ = 0;
+  std::chrono::steady_clock::time_point expected_since_{};
   std::optional<std::string> note_;
   std::chrono::steady_clock::time_point looked_{};
 };
