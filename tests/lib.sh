@@ -48,3 +48,14 @@ expect_bitwise_resume() {
   cmp -s "$dir-full.safetensors" "$dir-resumed.safetensors" || { echo "FAIL: the resumed run differs ($label)"; exit 1; }
   echo "$label: resumed at step 10, bitwise equal to the uninterrupted run"
 }
+
+# expect_refusal PATTERN COMMAND...: COMMAND fails with exit code 2 (a configuration error)
+# and an output that matches PATTERN (grep), or the script fails.
+expect_refusal() {
+  local want=$1
+  shift
+  local code=0 got
+  got=$("$@" 2>&1) || code=$?
+  [ "$code" -eq 2 ] || fail "exit $code (expected 2) for $*: $got"
+  grep -q "$want" <<<"$got" || fail "no '$want' for $*: $got"
+}

@@ -69,14 +69,6 @@ out=$("$weft" "${mlp[@]}" --epochs 2 --max-steps 35 --checkpoint-dir "$work/ck" 
 grep -q "frozen: the first [0-9]* layer(s)" <<<"$out" || fail "the resume did not keep the layers frozen: $out"
 
 # 4. Refusals.
-expect_refusal() {
-  local want=$1
-  shift
-  local code=0 got
-  got=$("$@" 2>&1) || code=$?
-  [ "$code" -eq 2 ] || fail "exit $code (expected 2) for $*: $got"
-  grep -q "$want" <<<"$got" || fail "no '$want' for $*: $got"
-}
 expect_refusal "one at least must train" "$weft" "${cnn[@]}" "${two[@]}" --freeze-below 10
 for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$work/corpus.txt"
 expect_refusal "work with the image models" "$weft" train --model gpt --data "$work/corpus.txt" --context 16 --layers 1 \

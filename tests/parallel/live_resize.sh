@@ -188,14 +188,6 @@ grep -q "resized: 2 -> 3 ranks at step [0-9]* (1 joined): batch 24" "$work/out" 
 echo "noise: $(grep -o 'growing to 3 ranks ([^)]*)' "$work/out")"
 
 # 7. Refusals.
-expect_refusal() {
-  local want=$1
-  shift
-  local code=0 out
-  out=$("$@" 2>&1) || code=$?
-  [ "$code" -eq 2 ] || fail "exit $code (expected 2) for $*: $out"
-  grep -q "$want" <<<"$out" || fail "no '$want' for $*: $out"
-}
 expect_refusal "is not HOST:PORT" "$weft" launch --join nowhere -- weft "${mlp[@]}"
 expect_refusal "leave out --nnodes" "$weft" launch --elastic --nnodes 2 -- weft "${mlp[@]}"
 expect_refusal "needs WEFT_JOB_TOKEN" env -u WEFT_JOB_TOKEN "$weft" launch --elastic -- weft "${mlp[@]}"

@@ -47,14 +47,6 @@ cmp -s "$work/memory.safetensors" "$work/resumed.safetensors" || fail "the resum
 echo "checkpoint at step 3 and resume, offloaded: bitwise the in-memory run"
 
 # 3. Refusals.
-expect_refusal() {
-  local want=$1
-  shift
-  local code=0 got
-  got=$("$@" 2>&1) || code=$?
-  [ "$code" -eq 2 ] || fail "exit $code (expected 2) for $*: $got"
-  grep -q "$want" <<<"$got" || fail "no '$want' for $*: $got"
-}
 expect_refusal "weft offloads the optimizer's state, not the parameters" "$weft" "${gpt[@]}" --max-steps 2 --memory-limit 100M
 expect_refusal "offload params is not available" "$weft" "${gpt[@]}" --max-steps 2 --offload params
 expect_refusal "is not a folder" "$weft" "${gpt[@]}" --max-steps 2 --offload optimizer --offload-dir "$work/none"
