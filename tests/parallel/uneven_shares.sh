@@ -9,6 +9,7 @@
 #     for the MLP and for a GPT (SGD: Adam divides by the gradients' own size, which magnifies
 #     the rounding of near-zero ones), for the MLP under ZeRO-1 and with a parameter server,
 #     and for the GPT in 2 pipelines of 2 stages.
+#     A pipeline's stages get blocks in proportion to --stage-shares, with the same result.
 #  3. --dp-shares measured with one rank made 3 times slower (WEFT_SLOWDOWN) moves rows to the
 #     faster rank, and the replicas stay identical.
 set -euo pipefail
@@ -63,6 +64,20 @@ skew=$("$weft" launch --nproc-per-node 4 -- weft "${gpt[@]}" --pp 2 --dp 2 --mic
 grep -q '"dp_shares":\[6,2\]' <<<"$skew" || fail "the pipelines did not split 6:2"
 expect_same_run "pipeline x data parallel, shares 3:1 (6:2 rows) against even" "$work/pp-even.safetensors" \
   "$work/pp-skew.safetensors" "$(rank0_field train_loss <<<"$even")" "$(rank0_field train_loss <<<"$skew")"
+
+# Pipeline stages of different speeds: --stage-shares 3:1 gives the first stage 3 of the 4
+# blocks, and the run still equals one process.
+gpt4=(train --model gpt --data "$corpus" --context 16 --layers 4 --d-model 32 --heads 2 --batch 8 --max-steps 8
+      --eval-every 8 --eval-batches 1 --sample 0 --seed 3 --optimizer sgd --lr 0.05 --quiet)
+"$weft" "${gpt4[@]}" --save-model "$work/one.safetensors" >/dev/null
+out=$("$weft" launch --nproc-per-node 2 -- weft "${gpt4[@]}" --pp 2 --micro-batches 2 --stage-shares 3:1 \
+  --save-model "$work/stages.safetensors")
+grep -q "blocks per stage: 0-2 | 3-3 (balanced by params, stage shares 3:1)" <<<"$out" || fail "no 3:1 stages: $out"
+printf 'pipeline stages 3:1 against one process: '
+"$compare" "$work/one.safetensors" "$work/stages.safetensors" 1e-5 | tail -n 1
+code=0
+err=$("$weft" train --model mlp --stage-shares 2:1 2>&1) || code=$?
+[ "$code" -eq 2 ] && grep -q "needs --pp 2 or more" <<<"$err" || fail "--stage-shares without a pipeline: $err"
 
 # 3. Measured shares follow the speeds.
 out=$(WEFT_SLOWDOWN=1:3 "$weft" launch --nproc-per-node 2 -- weft "${mlp[@]}" --max-steps 20 --dp-shares measured)

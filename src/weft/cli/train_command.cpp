@@ -79,6 +79,9 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--memory-limit", c.memory_limit,
                   "the most memory a rank's model states may hold (parameters, gradients, optimizer state), e.g. 200M: "
                   "above it the optimizer's state is offloaded");
+  cmd->add_option("--stage-shares", c.stage_shares,
+                  "a pipeline's stages' relative speeds, such as 2:1 (the slower stage gets fewer blocks), or even")
+      ->capture_default_str();
   cmd->add_option("--dp-shares", c.dp_shares,
                   "how a global batch is split among data-parallel replicas: even, measured (in proportion to their "
                   "measured speeds), or relative shares such as 2:1")

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 #include <cmath>
+#include <thread>
 #include <limits>
 
 #include "weft/autograd/functions.h"
@@ -17,13 +18,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Parts whose largest cost is at most `limit`, greedily; returns the part count it needs.
-int parts_needed(const std::vector<double>& c, double limit, std::vector<std::int64_t>* bounds) {
+// Parts each of whose cost is at most `limit` times its speed, greedily; returns the part
+// count it needs.
+int parts_needed(const std::vector<double>& c, double limit, const std::vector<double>& speeds,
+                 std::vector<std::int64_t>* bounds) {
   int parts = 1;
   double acc = 0;
   if (bounds) bounds->assign(1, 0);
+  const auto cap = [&](int part) {
+    return speeds.empty() ? limit : limit * speeds[static_cast<std::size_t>(part) % speeds.size()];
+  };
   for (std::size_t i = 0; i < c.size(); ++i) {
-    if (acc > 0 && acc + c[i] > limit) {
+    if (acc > 0 && acc + c[i] > cap(parts - 1)) {
       ++parts;
       acc = 0;
       if (bounds) bounds->push_back(static_cast<std::int64_t>(i));
@@ -36,7 +42,8 @@ int parts_needed(const std::vector<double>& c, double limit, std::vector<std::in
 
 }  // namespace
 
-std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int parts, double first_extra, double last_extra) {
+std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int parts, double first_extra, double last_extra,
+                                         const std::vector<double>& speeds) {
   const int n = static_cast<int>(costs.size());
   if (parts < 1) throw ConfigError("pipeline: at least one stage");
   if (parts > n)
@@ -46,15 +53,20 @@ std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int p
   std::vector<double> c = costs;
   c.front() += first_extra;
   c.back() += last_extra;
-  double lo = *std::max_element(c.begin(), c.end()), hi = 0;
+  for (double s : speeds)
+    if (!(s > 0 && std::isfinite(s))) throw ConfigError("pipeline: stage speeds must be positive numbers");
+  const double slowest = speeds.empty() ? 1 : *std::min_element(speeds.begin(), speeds.end());
+  const double fastest = speeds.empty() ? 1 : *std::max_element(speeds.begin(), speeds.end());
+  double lo = *std::max_element(c.begin(), c.end()) / fastest, hi = 0;
   for (double x : c) hi += x;
+  hi /= slowest;
   for (int it = 0; it < 100; ++it) {
     double mid = (lo + hi) / 2;
-    if (parts_needed(c, mid, nullptr) <= parts) hi = mid;
+    if (parts_needed(c, mid, speeds, nullptr) <= parts) hi = mid;
     else lo = mid;
   }
   std::vector<std::int64_t> b;
-  parts_needed(c, hi, &b);
+  parts_needed(c, hi, speeds, &b);
   // Fewer parts than asked (cheap blocks): split the largest parts until there are enough,
   // so every stage has at least one block.
   while (static_cast<int>(b.size()) - 1 < parts) {
@@ -123,7 +135,9 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
   if (cfg.layers < virtual_stages_)
     throw ConfigError(fmt::format("{} pipeline stages ({} per rank) need at least {} layers; the model has {}", virtual_stages_,
                                   options_.chunks, virtual_stages_, cfg.layers));
-  bounds_ = balance_blocks(costs, virtual_stages_, first_extra, last_extra);
+  if (!options_.stage_speeds.empty() && static_cast<int>(options_.stage_speeds.size()) != stages_)
+    throw ConfigError(fmt::format("--stage-shares: {} shares for {} pipeline stages", options_.stage_speeds.size(), stages_));
+  bounds_ = balance_blocks(costs, virtual_stages_, first_extra, last_extra, options_.stage_speeds);
   const std::vector<std::int64_t>& bounds = bounds_;
   for (int c = 0; c < options_.chunks; ++c) {
     int v = c * stages_ + stage_;
@@ -152,6 +166,12 @@ int GptPipeline::owner_of(const std::string& name) const {
     return v % stages_;
   }
   return part.kind == GptPart::kFinalNorm ? stages_ - 1 : 0;
+}
+
+// WEFT_SLOWDOWN: the computation since `t0` made `slowdown` times as long (a slower rank).
+void GptPipeline::slow_down(Clock::time_point t0) const {
+  if (options_.slowdown > 1)
+    std::this_thread::sleep_for(std::chrono::duration<double>((options_.slowdown - 1) * since(t0)));
 }
 
 void GptPipeline::sum_tied_gradients() {
@@ -234,6 +254,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
             u.loss = scale == 1 ? loss : mul(loss, scale);
           }
         }
+        slow_down(t0);
         busy += since(t0);
         if (recording_spans()) record_span(fmt::format("forward {}{}", op.micro, chunk_label_of(op.chunk, options_.chunks)), "compute", 0, t0);
         break;
@@ -256,6 +277,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
         const auto t0 = Clock::now();
         if (v == V - 1) u.loss.backward();
         else u.output.backward(u.grad_out);
+        slow_down(t0);
         busy += since(t0);
         if (recording_spans()) record_span(fmt::format("backward {}{}", op.micro, chunk_label_of(op.chunk, options_.chunks)), "compute", 0, t0);
         if (v == 0) units.erase({op.micro, op.chunk});
@@ -407,13 +429,16 @@ double Pipeline::bubble_formula() const {
 
 std::vector<std::string> Pipeline::intro_lines() {
   const bool interleaved = options_.schedule == algo::PipeSchedule::kInterleaved;
+  std::string shares;  // ", stage shares 2:1"
+  for (double s : options_.stage_speeds) shares += fmt::format("{}{}", shares.empty() ? ", stage shares " : ":", s);
   std::string parts;
   const auto& b = pipe_->boundaries();
   for (std::size_t v = 0; v + 1 < b.size(); ++v) parts += fmt::format("{}{}-{}", v ? " | " : "", b[v], b[v + 1] - 1);
   return {fmt::format("pipeline: {} stages, {} micro-batches, schedule {}{}; blocks per {}stage: {} (balanced by {})",
                       pipe_->stages(), options_.micro_batches, algo::pipe_schedule_name(options_.schedule),
                       interleaved ? fmt::format(" ({} chunks per stage)", options_.chunks) : "",
-                      interleaved ? "virtual " : "", parts, options_.balance)};
+                      interleaved ? "virtual " : "", parts,
+                      options_.balance + shares)};
 }
 
 std::vector<std::string> Pipeline::report_lines() {

@@ -13,7 +13,9 @@
 //
 // The partition balances the stages by parameter count or by measured time (seed 003
 // chapter 7's load balancing): contiguous blocks, the embedding counted on the first stage
-// and the head on the last, minimizing the largest stage.
+// and the head on the last, minimizing the largest stage. Ranks of different speeds (seed
+// 003 chapter 12) get blocks in proportion to their speed: the partition minimizes the
+// largest stage's cost divided by its rank's speed (--stage-shares).
 #pragma once
 
 #include <chrono>
@@ -37,12 +39,16 @@ struct PipelineOptions {
   algo::PipeSchedule schedule = algo::PipeSchedule::k1F1B;
   int chunks = 1;                  // model chunks per stage (interleaved)
   std::string balance = "params";  // params | time
+  std::vector<double> stage_speeds{};  // each stage's rank's relative speed (empty: all equal)
+  double slowdown = 1;               // WEFT_SLOWDOWN on this rank: each micro-batch's compute this many times longer
 };
 
 // Contiguous parts of `costs` (one per block) into `parts` pieces, `first_extra` added to
-// the first and `last_extra` to the last, minimizing the largest piece. Returns the
-// boundaries: part p is blocks [b[p], b[p+1]). Throws ConfigError when parts > blocks.
-std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int parts, double first_extra, double last_extra);
+// the first and `last_extra` to the last, minimizing the largest piece's cost over its
+// speed (part p runs at speeds[p % speeds.size()]; none: all 1). Returns the boundaries:
+// part p is blocks [b[p], b[p+1]). Throws ConfigError when parts > blocks.
+std::vector<std::int64_t> balance_blocks(const std::vector<double>& costs, int parts, double first_extra, double last_extra,
+                                         const std::vector<double>& speeds = {});
 
 class GptPipeline {
  public:
@@ -83,6 +89,7 @@ class GptPipeline {
     Var input, output, loss;
   };
   void sum_tied_gradients();
+  void slow_down(std::chrono::steady_clock::time_point t0) const;
   double run(const Tensor& ids, const std::vector<std::int32_t>& targets, bool train, const std::function<void()>& update,
              double weight = 1);
 

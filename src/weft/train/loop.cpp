@@ -393,7 +393,7 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
     strategies_->record_spans(true);
   }
   straggle_ms_ = straggler_ms(rank_);
-  slowdown_ = slowdown_factor(rank_);
+  slowdown_ = o_.parallel.pipelined() ? 1 : slowdown_factor(rank_);
   if (o_.profile) profile_.emplace();
   if (o_.adapt_threads == "on" && get_num_threads() > 1) governor_.emplace(get_num_threads());
   loss_fn_ = [this](Module& m, const parallel::StepBatch& b) { return task_->loss(m, b); };
@@ -408,6 +408,8 @@ void Run::build_strategies() {
     return layer && *layer >= 0 && static_cast<std::size_t>(*layer) < frozen;
   };
   for (auto& [name, p] : model_->named_parameters()) p.set_requires_grad(!is_frozen(name));
+  o_.parallel.pipeline.stage_speeds = parse_stage_shares(o_.stage_shares);
+  o_.parallel.pipeline.slowdown = slowdown_factor(rank_);  // (a pipeline slows each micro-batch)
   if (frozen_ > 0) task_->freeze(frozen_, static_cast<std::int64_t>(o_.freeze_cache_mb * (1 << 20)));
   strategies_ = std::make_unique<parallel::Strategies>(*model_, is_frozen);
   const parallel::OptimizerFactory optimizer_for = [this](parallel::NamedParameters params) {

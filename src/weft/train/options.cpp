@@ -99,19 +99,31 @@ void check_precision(const std::string& precision) {
     throw ConfigError("unknown --precision '" + precision + "' (known: fp32, bf16)");
 }
 
-std::vector<double> parse_dp_shares(const std::string& text) {
-  if (text == "even" || text == "measured") return {};
+namespace {
+// "2:1:1": positive numbers, or ConfigError naming `flag` and what else it takes.
+std::vector<double> parse_shares(const std::string& text, const std::string& flag, const std::string& words) {
   std::vector<double> shares;
   std::size_t from = 0;
   while (true) {
     const std::size_t colon = text.find(':', from);
     const std::optional<double> v = parse_number(text.substr(from, colon == std::string::npos ? std::string::npos : colon - from));
     if (!v || !std::isfinite(*v) || *v <= 0 || shares.size() >= (1u << 20))
-      throw ConfigError("--dp-shares '" + text + "' is not even, measured or positive numbers such as 2:1");
+      throw ConfigError(flag + " '" + text + "' is not " + words + " or positive numbers such as 2:1");
     shares.push_back(*v);
     if (colon == std::string::npos) return shares;
     from = colon + 1;
   }
+}
+}  // namespace
+
+std::vector<double> parse_stage_shares(const std::string& text) {
+  if (text == "even") return {};
+  return parse_shares(text, "--stage-shares", "even");
+}
+
+std::vector<double> parse_dp_shares(const std::string& text) {
+  if (text == "even" || text == "measured") return {};
+  return parse_shares(text, "--dp-shares", "even, measured");
 }
 
 std::vector<RankTarget> parse_grow_at(const std::string& text) {
@@ -173,6 +185,8 @@ void validate(const TrainOptions& o) {
   if (o.scale_lr != "none" && o.scale_lr != "linear" && o.scale_lr != "sqrt")
     throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear, sqrt");
   parse_dp_shares(o.dp_shares);
+  if (!parse_stage_shares(o.stage_shares).empty() && o.parallel.mesh.pp < 2)
+    throw ConfigError("--stage-shares gives a pipeline's stages their shares: it needs --pp 2 or more");
   parse_grow_at(o.grow_at);
   at_least("--freeze-below", o.freeze_below, 0);
   parse_freeze_converged(o.freeze_converged);

@@ -109,6 +109,8 @@ struct TrainOptions {
   // "measured" (in proportion to their measured speeds, train/share_balancer.h) or the
   // relative shares themselves, "2:1:1".
   std::string dp_shares = "even";
+  // A pipeline's stages' relative speeds, "2:1" (or "even"): each gets blocks in proportion.
+  std::string stage_shares = "even";
   std::string save_model;              // the final parameters (safetensors; rank 0)
   std::string config_yaml;             // the resolved options as YAML (weft train --config's
                                        // format): config.yaml in checkpoint_dir, and each
@@ -134,6 +136,7 @@ TrainOptions with_task_defaults(TrainOptions options);
 void validate(const TrainOptions& options);
 // --dp-shares' relative shares (empty for "even" and "measured"); ConfigError otherwise.
 std::vector<double> parse_dp_shares(const std::string& text);
+std::vector<double> parse_stage_shares(const std::string& text);  // (empty for even)
 // --grow-at's schedule (empty for "noise" or none); throws ConfigError.
 struct RankTarget {
   std::int64_t step;
