@@ -1,5 +1,6 @@
 // Stage partitioning of the pipeline: contiguous blocks, the embedding on the first stage
 // and the head on the last, the largest stage as small as possible.
+#include <cmath>
 #include <gtest/gtest.h>
 
 #include "weft/parallel/pipeline.h"
@@ -34,4 +35,15 @@ TEST(PipelineBalance, UnevenBlocksAndTooManyStages) {
   auto c = balance_blocks({1, 1, 1, 1}, 4, 10, 0);  // every stage gets a block even when one dominates
   EXPECT_EQ(c, (std::vector<std::int64_t>{0, 1, 2, 3, 4}));
   EXPECT_THROW(balance_blocks({1, 1}, 3, 0, 0), weft::ConfigError);
+}
+
+TEST(PipelineBalance, StagesOfDifferentSpeeds) {
+  // 12 equal blocks on a rank 3 times as fast and one of speed 1: 9 and 3 (each 3 units of time).
+  EXPECT_EQ(balance_blocks(std::vector<double>(12, 1.0), 2, 0, 0, {3, 1}), (std::vector<std::int64_t>{0, 9, 12}));
+  EXPECT_EQ(balance_blocks(std::vector<double>(12, 1.0), 2, 0, 0, {1, 3}), (std::vector<std::int64_t>{0, 3, 12}));
+  // Equal speeds are the plain partition; the interleaved schedule's virtual stage v runs at speeds[v % stages].
+  EXPECT_EQ(balance_blocks(std::vector<double>(8, 1.0), 2, 0, 0, {2, 2}), balance_blocks(std::vector<double>(8, 1.0), 2, 0, 0));
+  EXPECT_EQ(balance_blocks(std::vector<double>(12, 1.0), 4, 0, 0, {2, 1}), (std::vector<std::int64_t>{0, 4, 6, 10, 12}));
+  EXPECT_THROW(balance_blocks({1, 1}, 2, 0, 0, {1, 0}), weft::ConfigError);
+  EXPECT_THROW(balance_blocks({1, 1}, 2, 0, 0, {1, std::nan("")}), weft::ConfigError);
 }
