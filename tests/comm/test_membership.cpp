@@ -20,8 +20,8 @@ TEST(Membership, GenerationsGrowAndShrink) {
   const std::string at = "127.0.0.1:" + std::to_string(server.port());
   Membership a(at, kToken, "a", 5), b(at, kToken, "b", 5), c(at, kToken, "c", 5), d(at, kToken, "d", 5);
   Generation gb;
-  std::thread tb([&] { gb = b.start(1, 2); });
-  const Generation g0 = a.start(0, 2);
+  std::thread tb([&] { gb = b.start(1, 2, "mlp"); });
+  const Generation g0 = a.start(0, 2, "mlp");
   tb.join();
   EXPECT_EQ(g0.members, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(g0.rank, 0);
@@ -30,9 +30,9 @@ TEST(Membership, GenerationsGrowAndShrink) {
 
   // Two join; rank 0 sees them waiting and admits both after the members that stay.
   std::optional<Generation> gc, gd;
-  std::thread tc([&] { gc = c.join(10); });
+  std::thread tc([&] { gc = c.join(10, "mlp"); });
   while (a.waiting(g0) < 1) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  std::thread td([&] { gd = d.join(10); });
+  std::thread td([&] { gd = d.join(10, "mlp"); });
   while (a.waiting(g0) < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   const Generation g1 = a.propose(g0, {});
   const Generation g1b = b.follow(g0);
@@ -61,13 +61,28 @@ TEST(Membership, AJoinerSeesTheJobEnd) {
   StoreServer server("127.0.0.1", 0, kToken);
   const std::string at = "127.0.0.1:" + std::to_string(server.port());
   Membership a(at, kToken, "a", 5), late(at, kToken, "late", 5);
-  a.start(0, 1);
+  a.start(0, 1, "mlp");
   std::optional<Generation> g = Generation{};
-  std::thread t([&] { g = late.join(30); });
+  std::thread t([&] { g = late.join(30, "mlp"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   a.finish();
   t.join();
   EXPECT_FALSE(g.has_value());
+}
+
+TEST(Membership, AJoinerOfAnotherJobIsRefusedBeforeItAsks) {
+  StoreServer server("127.0.0.1", 0, kToken);
+  const std::string at = "127.0.0.1:" + std::to_string(server.port());
+  Membership a(at, kToken, "a", 5), other(at, kToken, "other", 5);
+  const Generation g0 = a.start(0, 1, "model mlp with sgd");
+  try {
+    other.join(5, "model cnn with sgd");
+    FAIL() << "a joiner of another job was let in";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("the job trains model mlp with sgd; this process would train model cnn"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_EQ(a.waiting(g0), 0);  // it never asked
 }
 
 TEST(Membership, MalformedRecordsAndAddresses) {

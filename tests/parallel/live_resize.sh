@@ -13,8 +13,9 @@
 #     unresized run's, and the launcher ends well.
 #  3. --elastic-batch linear --scale-lr sqrt: 2 -> 4 ranks doubles the global batch and
 #     multiplies the learning rate by sqrt(2).
-#  4. SIGTERM to the launcher: every rank leaves at the same step boundary, the job stops
-#     with a checkpoint of that step, and a plain run resumes from it.
+#  4. A process started for another model is refused before it asks to join; SIGTERM to
+#     the launcher: every rank leaves at the same step boundary, the job stops with a
+#     checkpoint of that step, and a plain run resumes from it.
 #  5. --grow-at 4:4,12:3: the job asks for 2 more ranks at step 4, which a launcher that
 #     only offers places (--join --nproc-per-node 0:2) starts, and lets one go at step 12;
 #     again every sample once and the unresized run's parameters.
@@ -141,7 +142,10 @@ WEFT_STRAGGLER=0:250 "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[
 launchers+=($!)
 first=$!
 wait_for "$work/out" "layout: 2 ranks"
-sleep 1
+# A process started for another model is refused before it asks to join.
+expect_refusal "the job trains model mlp with sgd, fp32 precision, data fashion-mnist; this process would train model cnn" \
+  "$weft" launch --join "$(join_address "$work/err")" --nproc-per-node 1 -- weft train --model cnn --quiet
+grep -q "resized" "$work/out" && fail "the refused process changed the job: $(cat "$work/out")"
 kill -TERM "$first"
 code=0
 wait "$first" || code=$?

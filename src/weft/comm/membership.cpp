@@ -67,7 +67,8 @@ std::optional<std::string> Membership::address_from_env() {
   return a;
 }
 
-Generation Membership::start(int rank, int world) {
+Generation Membership::start(int rank, int world, const std::string& what) {
+  if (rank == 0) store_->set(kPrefix + "what", what);
   store_->set(kPrefix + "g0/" + std::to_string(rank), id_);
   std::string record;
   if (rank == 0) {
@@ -90,7 +91,11 @@ Generation Membership::start(int rank, int world) {
   return g;
 }
 
-std::optional<Generation> Membership::join(double timeout_s) {
+std::optional<Generation> Membership::join(double timeout_s, const std::string& what) {
+  const auto job = store_->get(kPrefix + "what", timeout_s_);
+  if (!job) throw CommError("live membership: the job did not say what it trains");
+  if (*job != what)
+    throw ConfigError("the job trains " + *job + "; this process would train " + what + ": join a live job with its own command");
   const std::int64_t ticket = store_->add(kPrefix + "joins", 1) - 1;
   store_->set(kPrefix + "join/" + std::to_string(ticket), id_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);

@@ -14,7 +14,7 @@
 //   follow   the other members read it
 //
 // Keys (under live/): g<N> "admitted J: id id ..." (J: the join requests admitted so far);
-// latest, the newest N (a counter); g0/<rank>, the launched ranks' ids; joins, the count of
+// latest, the newest N (a counter); what, the job's settings; g0/<rank>, the launched ranks' ids; joins, the count of
 // requests, join/<k> the k-th joiner's id; done, set when the job ends; requested and
 // spawned, the processes the job asked the launchers for and those they started;
 // g<N>/alive/<rank> (the steps of a survivor of generation N's failure), g<N>/alive and
@@ -52,10 +52,12 @@ class Membership {
   // The store of WEFT_ELASTIC_STORE, or none when the job is not elastic.
   static std::optional<std::string> address_from_env();
 
-  // Generation 0, for a process launched with the job at `rank` of `world`.
-  Generation start(int rank, int world);
+  // Generation 0, for a process launched with the job at `rank` of `world`; rank 0 records
+  // `what` the job is (its settings that every member must share).
+  Generation start(int rank, int world, const std::string& what);
   // A late process: waits until a generation admits it; none when the job ended first.
-  std::optional<Generation> join(double timeout_s);
+  // Throws ConfigError, before asking, when the job is not `what` this process would be.
+  std::optional<Generation> join(double timeout_s, const std::string& what);
   // Join requests not yet admitted after `g` (rank 0 asks; cheap: one store request).
   std::int64_t waiting(const Generation& g);
   // Rank 0: asks the launchers with spare places for `count` more processes (they start

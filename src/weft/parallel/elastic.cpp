@@ -53,12 +53,13 @@ LiveMembership::LiveMembership(const std::string& address, const std::string& to
       launch_rank_(rank),
       launch_world_(world) {}
 
-std::optional<comm::Generation> LiveMembership::enter() {
+std::optional<comm::Generation> LiveMembership::enter(const std::string& what) {
+  what_ = what;
   if (!joiner_) {
-    generation_ = membership_.start(launch_rank_, launch_world_);
+    generation_ = membership_.start(launch_rank_, launch_world_, what);
     return generation_;
   }
-  auto g = membership_.join(kJoinTimeout);
+  auto g = membership_.join(kJoinTimeout, what);
   if (g) generation_ = *g;
   return g;
 }
@@ -143,7 +144,7 @@ std::optional<comm::Generation> LiveMembership::recover(std::int64_t step) {
   generation_ = membership_.recover(generation_, step, kSettle);
   waiting_ = 0;
   if (generation_.rank >= 0) return generation_;
-  auto g = membership_.join(kJoinTimeout);  // too late for it: it joins again
+  auto g = membership_.join(kJoinTimeout, what_);  // too late for it: it joins again
   if (g) generation_ = *g;
   return g;
 }

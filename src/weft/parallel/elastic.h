@@ -41,7 +41,8 @@ class LiveMembership {
 
   // The first generation this process belongs to: the launched ones' generation 0, or the
   // one that admits a joiner (WEFT_ELASTIC_JOIN=1); none when the job ended first.
-  std::optional<comm::Generation> enter();
+  // `what`: the job's settings every member shares (a joiner that differs is refused).
+  std::optional<comm::Generation> enter(const std::string& what);
   bool joined_late() const { return joiner_; }
   const comm::Generation& generation() const { return generation_; }
   // The current generation's group (connected once per generation).
@@ -74,6 +75,7 @@ class LiveMembership {
   int launch_rank_ = 0, launch_world_ = 1;
   comm::Generation generation_;
   std::int64_t waiting_ = 0;
+  std::string what_;
   struct Target {
     std::int64_t step;
     int world;

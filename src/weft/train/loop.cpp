@@ -357,6 +357,10 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   model_ = task_->make_model(rng_);
   const std::string about = task_->describe(*model_);
   if (!about.empty() && !t_.change) fmt::print(out_, "{}\n", about);  // (said once in a live job)
+  if (image && (image->meta.model != task_->model_tag() || image->meta.optimizer != *o_.optimizer))
+    throw ConfigError(fmt::format("the job trains model '{}' with {}, this process was started for '{}' with {}: join a "
+                                  "live job with its own command",
+                                  image->meta.model, image->meta.optimizer, task_->model_tag(), *o_.optimizer));
   checkpoint_ = image ? std::move(image) : checkpoint_to_resume(o_, *task_, out_);
   if (checkpoint_) {
     model_->load_state_dict(checkpoint_->model);
@@ -962,7 +966,11 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(std::fopen("/dev/null", "w"), &std::fclose);
     task = make_task(o, 0, 1, quiet.get());
   }
-  if (!live.enter()) {
+  // What every member of the job must share (a joiner started otherwise is refused).
+  const std::string what =
+      fmt::format("model {} with {}, {} precision, data {}{}", o.model, *o.optimizer, o.precision, *o.data,
+                  o.parallel.zero > 0 ? fmt::format(", ZeRO-{}", o.parallel.zero) : std::string());
+  if (!live.enter(what)) {
     fmt::print(stderr, "the job ended before it admitted this process\n");
     return {-1, {}};
   }
