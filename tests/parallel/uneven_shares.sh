@@ -9,7 +9,9 @@
 #     for the MLP and for a GPT (SGD: Adam divides by the gradients' own size, which magnifies
 #     the rounding of near-zero ones), for the MLP under ZeRO-1 and with a parameter server,
 #     and for the GPT in 2 pipelines of 2 stages.
-#     A pipeline's stages get blocks in proportion to --stage-shares, with the same result.
+#     A pipeline's stages get blocks in proportion to --stage-shares, with the same result;
+#     tensor-parallel replicas split 3:1 as well; a pp 2 x dp 2 mesh's checkpoint resumes as
+#     pp 2 x dp 1 to the uninterrupted run's parameters.
 #  3. --dp-shares measured with one rank made 3 times slower (WEFT_SLOWDOWN) moves rows to the
 #     faster rank, and the replicas stay identical.
 set -euo pipefail
@@ -78,6 +80,24 @@ printf 'pipeline stages 3:1 against one process: '
 code=0
 err=$("$weft" train --model mlp --stage-shares 2:1 2>&1) || code=$?
 [ "$code" -eq 2 ] && grep -q "needs --pp 2 or more" <<<"$err" || fail "--stage-shares without a pipeline: $err"
+
+# Tensor parallelism: 2 replicas of 2 slices, shares 3:1 (6 and 2 rows) against even.
+even=$("$weft" launch --nproc-per-node 4 -- weft "${gpt[@]}" --tp 2 --dp 2 --save-model "$work/tp-even.safetensors")
+skew=$("$weft" launch --nproc-per-node 4 -- weft "${gpt[@]}" --tp 2 --dp 2 --dp-shares 3:1 \
+  --save-model "$work/tp-skew.safetensors")
+grep -q '"dp_shares":\[6,2\]' <<<"$skew" || fail "the tensor-parallel replicas did not split 6:2"
+expect_same_run "tensor parallel x data parallel, shares 3:1 against even" "$work/tp-even.safetensors" \
+  "$work/tp-skew.safetensors" "$(rank0_field train_loss <<<"$even")" "$(rank0_field train_loss <<<"$skew")"
+# A model-parallel mesh resumes on another one: pp 2 x dp 2 checkpointed at step 4, resumed
+# as pp 2 x dp 1, against the uninterrupted pp 2 x dp 2 run.
+"$weft" launch --nproc-per-node 4 -- weft "${gpt[@]}" --pp 2 --dp 2 --micro-batches 2 --checkpoint-dir "$work/mesh" \
+  --checkpoint-every 4 --save-model "$work/mesh-whole.safetensors" >/dev/null
+rm -rf "$work/mesh/step-000000008"
+out=$("$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --pp 2 --micro-batches 2 --checkpoint-dir "$work/mesh" --resume \
+  --save-model "$work/mesh-resumed.safetensors")
+grep -q "resumed from .*step-000000004 (epoch 1, step 4, written by 4 rank(s), now 2)" <<<"$out" || fail "no mesh resume: $out"
+printf 'pp 2 x dp 2 resumed as pp 2 x dp 1: '
+"$compare" "$work/mesh-whole.safetensors" "$work/mesh-resumed.safetensors" 1e-5 | tail -n 1
 
 # 3. Measured shares follow the speeds.
 out=$(WEFT_SLOWDOWN=1:3 "$weft" launch --nproc-per-node 2 -- weft "${mlp[@]}" --max-steps 20 --dp-shares measured)
