@@ -9,7 +9,9 @@
 #  3. --freeze-converged: leading layers whose gradients stay small freeze during the run
 #     (with a loose ratio, 0.2, all but the MLP's last), and stay bitwise what they were at
 #     that step; a resume keeps them frozen.
-#  4. Refusals: one line each, exit 2.
+#  4. A GPT's first 2 of 4 blocks frozen: they stay bitwise what they were, the other
+#     blocks and the (tied) embedding train, and DDP on 2 ranks equals one process.
+#  5. Refusals: one line each, exit 2.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -68,11 +70,27 @@ tensors same "$work/at-freeze.safetensors" "$work/converged.safetensors" 1. || f
 out=$("$weft" "${mlp[@]}" --epochs 2 --max-steps 35 --checkpoint-dir "$work/ck" --resume)
 grep -q "frozen: the first [0-9]* layer(s)" <<<"$out" || fail "the resume did not keep the layers frozen: $out"
 
-# 4. Refusals.
-expect_refusal "one at least must train" "$weft" "${cnn[@]}" "${two[@]}" --freeze-below 10
+# 4. A GPT's blocks.
 for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog"; done >"$work/corpus.txt"
-expect_refusal "work with the image models" "$weft" train --model gpt --data "$work/corpus.txt" --context 16 --layers 1 \
-  --d-model 16 --heads 2 --max-steps 2 --freeze-below 1
+gpt=(train --model gpt --data "$work/corpus.txt" --context 16 --layers 4 --d-model 32 --heads 2 --batch 8 --eval-batches 1
+     --sample 0 --seed 3 --optimizer sgd --lr 0.05 --quiet --freeze-below 2)
+"$weft" "${gpt[@]}" --max-steps 1 --eval-every 1 --save-model "$work/gpt-start.safetensors" >/dev/null
+out=$("$weft" "${gpt[@]}" --max-steps 8 --eval-every 8 --save-model "$work/gpt.safetensors")
+grep -q "frozen: the first 2 layer(s), 25408 parameters; computed without their weights' gradients" <<<"$out" ||
+  fail "no frozen blocks said: $out"
+printf 'GPT blocks 0-1 against their start: '
+tensors same "$work/gpt-start.safetensors" "$work/gpt.safetensors" h0. h1. || fail "frozen blocks changed"
+printf 'GPT blocks 2-3 and the embedding: '
+tensors different "$work/gpt-start.safetensors" "$work/gpt.safetensors" h2. h3. wte || fail "the rest did not train"
+"$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --max-steps 8 --eval-every 8 --save-model "$work/gpt-ddp.safetensors" \
+  >/dev/null
+printf 'GPT, DDP on 2 ranks against one process: '
+"$compare" "$work/gpt.safetensors" "$work/gpt-ddp.safetensors" 1e-5 | tail -n 1
+
+# 5. Refusals.
+expect_refusal "one at least must train" "$weft" "${cnn[@]}" "${two[@]}" --freeze-below 10
+expect_refusal "work with the image models and the GPT" "$weft" train --model lstm --data "$work/corpus.txt" --context 16 \
+  --layers 1 --d-model 16 --max-steps 2 --freeze-below 1
 expect_refusal "is not RATIO\[:STEPS\]" "$weft" "${mlp[@]}" --freeze-converged 0.1:0
 expect_refusal "work with DDP or one process" "$weft" "${mlp[@]}" --freeze-below 1 --zero 1
 echo "refusals: 4 one-line errors"

@@ -95,11 +95,12 @@ class ImageClassification : public Task {
     return cross_entropy(layers.forward_range(Var(frozen_output(layers, batch)), frozen_, layers.size()), batch.targets);
   }
 
-  void freeze(std::size_t layers, std::int64_t cache_bytes) override {
+  bool freeze(std::size_t layers, std::int64_t cache_bytes) override {
     if (layers != frozen_) cache_.clear();  // outputs of another layer
     frozen_ = layers;
     cache_budget_ = cache_bytes;
     cache_bytes_ = 0;
+    return cache_bytes > 0;
   }
   std::size_t layers(const Module& model) const override {
     const auto* s = dynamic_cast<const Sequential*>(&model);

@@ -14,6 +14,7 @@
 #include "weft/train/gpt2_import.h"
 #include "weft/train/task.h"
 #include "weft/util/error.h"
+#include "weft/util/parse.h"
 #include "weft/util/checked.h"
 #include "weft/util/file.h"
 #include "weft/util/utf8.h"
@@ -112,6 +113,21 @@ class LanguageModeling : public Task {
     parallel::StepBatch b = windows(train_, std::vector<std::int64_t>(first, first + mine.count), o_.context);
     b.weight = mine.weight;
     return b;
+  }
+
+  bool freeze(std::size_t layers, std::int64_t cache_bytes) override {
+    if (o_.model != "gpt") return Task::freeze(layers, cache_bytes);
+    return false;  // the blocks' inputs change with the trained embedding: nothing to keep
+  }
+  std::size_t layers(const Module& model) const override {
+    return o_.model == "gpt" ? static_cast<std::size_t>(model_layers(o_)) : 0;
+  }
+  // A GPT's block i holds the parameters "h<i>.*"; the embeddings and the final norm: none.
+  int layer_of(const std::string& parameter) const override {
+    const auto dot = parameter.find('.');
+    if (parameter.size() < 2 || parameter[0] != 'h' || dot == std::string::npos) return -1;
+    const auto n = parse_integer(parameter.substr(1, dot - 1));
+    return n && *n >= 0 && *n < (1 << 30) ? static_cast<int>(*n) : -1;
   }
 
   Var loss(Module& model, const parallel::StepBatch& batch) const override {

@@ -324,6 +324,7 @@ class Run {
   std::int64_t rank_state_bytes_ = 0;
   bool said_offload_ = false;
   std::size_t frozen_ = 0;                 // leading layers frozen
+  bool caches_ = false;                    // the task keeps the frozen layers' outputs
   std::optional<FreezeRule> freeze_rule_;  // --freeze-converged
   std::vector<std::int64_t> calm_;         // per layer: steps in a row under the ratio
   RunTotals t_;
@@ -380,8 +381,9 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   build_strategies();
   if (checkpoint_) resume();
   if (frozen_ > 0)
-    fmt::print(out_, "frozen: the first {} layer(s), {} parameters; their outputs cached up to {} MiB per rank\n", frozen_,
-               frozen_parameters(), o_.freeze_cache_mb);
+    fmt::print(out_, "frozen: the first {} layer(s), {} parameters; {}\n", frozen_, frozen_parameters(),
+               caches_ ? fmt::format("their outputs cached up to {} MiB per rank", o_.freeze_cache_mb)
+                       : std::string("computed without their weights' gradients"));
   if (checkpoint_ && checkpoint_->meta.info.count("window_mean_loss")) continue_handed_over();
   if (mesh_.size() > 1 || job_.world)
     fmt::print(out_, "layout: {} ranks, {}; strategies: {}\n", job_.process.world, mesh_.shape().describe(),
@@ -407,14 +409,15 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
 // The strategies over the parameters not frozen (whose layers compute without gradients).
 void Run::build_strategies() {
   const std::size_t frozen = frozen_;
-  const auto is_frozen = [frozen](const std::string& name) {
-    const auto layer = parse_integer(name.substr(0, name.find('.')));
-    return layer && *layer >= 0 && static_cast<std::size_t>(*layer) < frozen;
+  const Task* task = task_.get();
+  const auto is_frozen = [frozen, task](const std::string& name) {
+    const int layer = task->layer_of(name);
+    return layer >= 0 && static_cast<std::size_t>(layer) < frozen;
   };
   for (auto& [name, p] : model_->named_parameters()) p.set_requires_grad(!is_frozen(name));
   o_.parallel.pipeline.stage_speeds = parse_stage_shares(o_.stage_shares);
   o_.parallel.pipeline.slowdown = slowdown_factor(rank_);  // (a pipeline slows each micro-batch)
-  if (frozen_ > 0) task_->freeze(frozen_, static_cast<std::int64_t>(o_.freeze_cache_mb * (1 << 20)));
+  if (frozen_ > 0) caches_ = task_->freeze(frozen_, static_cast<std::int64_t>(o_.freeze_cache_mb * (1 << 20)));
   strategies_ = std::make_unique<parallel::Strategies>(*model_, is_frozen);
   const parallel::OptimizerFactory optimizer_for = [this](parallel::NamedParameters params) {
     return make_optimizer(o_, lr_, std::move(params));
@@ -472,9 +475,9 @@ void Run::freeze_converged() {
   std::vector<double> grad_sq(layers, 0), weight_sq(layers, 0);
   std::vector<bool> has(layers, false);
   for (const auto& [name, p] : strategies_->part().trained) {
-    const auto layer = parse_integer(name.substr(0, name.find('.')));
-    if (!layer || *layer < 0 || static_cast<std::size_t>(*layer) >= layers) continue;
-    const auto l = static_cast<std::size_t>(*layer);
+    const int layer = task_->layer_of(name);
+    if (layer < 0 || static_cast<std::size_t>(layer) >= layers) continue;
+    const auto l = static_cast<std::size_t>(layer);
     has[l] = true;
     weight_sq[l] += squared_sum(p.value());
     if (p.grad().defined()) grad_sq[l] += squared_sum(p.grad());

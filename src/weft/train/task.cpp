@@ -1,5 +1,7 @@
 #include "weft/train/task.h"
 
+#include "weft/util/parse.h"
+
 #include <cmath>
 
 #include "weft/util/error.h"
@@ -13,6 +15,12 @@ void Task::set_speeds(std::vector<double> speeds) {
   for (double s : speeds)
     if (!std::isfinite(s) || s <= 0) throw ConfigError("batch shares: each replica's share must be a positive number");
   speeds_ = std::move(speeds);
+}
+
+int Task::layer_of(const std::string& parameter) const {
+  const auto dot = parameter.find('.');
+  const auto n = dot == std::string::npos ? std::nullopt : parse_integer(parameter.substr(0, dot));
+  return n && *n >= 0 && *n < (1 << 30) ? static_cast<int>(*n) : -1;
 }
 
 std::unique_ptr<Task> make_image_task(const TrainOptions& options, int replica, int replicas, std::FILE* out);

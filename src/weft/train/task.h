@@ -89,15 +89,19 @@ class Task {
   virtual parallel::StepBatch batch(std::int64_t epoch, std::int64_t at, std::int64_t step, Rng& rng) = 0;
   virtual Var loss(Module& model, const parallel::StepBatch& batch) const = 0;
   // Layer freezing (seed 003 chapter 8): the model's first `layers` layers are frozen (the
-  // loop leaves their parameters out of training), and the task computes them without
-  // gradients, keeping each training sample's output of the last frozen layer (up to
-  // `cache_bytes` of them) so that later epochs skip the frozen layers altogether. Throws
-  // ConfigError when the task's model has no such layers (language models).
-  virtual void freeze(std::size_t layers, std::int64_t cache_bytes) {
-    throw ConfigError("--freeze-below and --freeze-converged work with the image models (their layers in sequence)");
+  // loop leaves their parameters out of training). An image model's task computes them
+  // without gradients and keeps each training sample's output of the last frozen layer (up
+  // to `cache_bytes` of them) so that later epochs skip the frozen layers altogether; a
+  // GPT's frozen blocks still pass gradients back to the (tied, trained) embedding, only
+  // their weights' gradients go. Returns whether outputs are cached. Throws ConfigError when
+  // the task's model has no such layers (the recurrent language models).
+  virtual bool freeze(std::size_t layers, std::int64_t cache_bytes) {
+    throw ConfigError("--freeze-below and --freeze-converged work with the image models and the GPT (layers in sequence)");
   }
-  // The layers there are (a frozen prefix must leave at least one).
+  // The layers there are (a frozen prefix must leave at least one), and the layer a
+  // parameter belongs to (-1: none, always trained).
   virtual std::size_t layers(const Module& model) const { return 0; }
+  virtual int layer_of(const std::string& parameter) const;  // (layers in sequence: "3.weight" is layer 3)
   // Evaluates the model (the strategies give the whole model, or compute the loss on their
   // parts); `replicas` sums a sharded evaluation (null: one).
   virtual Evaluation evaluate(parallel::Strategies& strategies, comm::Communicator* replicas) = 0;
