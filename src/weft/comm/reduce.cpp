@@ -126,9 +126,28 @@ void divide(T* d, std::size_t n, int by) {
   const T divisor(static_cast<float>(by));  // exact: worlds stay far below 2^24
   for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] / divisor);
 }
+// float16 sums (and averages' sums): widened and narrowed a block at a time with the
+// vector conversions, one rounding per combine as Half does.
+constexpr std::size_t kBlock = 512;
+void add_f16(std::uint16_t* d, const std::uint16_t* a, const std::uint16_t* b, std::size_t count) {
+  float x[kBlock], y[kBlock];
+  for (std::size_t at = 0; at < count; at += kBlock) {
+    const std::size_t n = std::min(kBlock, count - at);
+    floats_from_f16(a + at, x, n);
+    floats_from_f16(b + at, y, n);
+    for (std::size_t i = 0; i < n; ++i) x[i] += y[i];
+    f16_from_floats(x, d + at, n);
+  }
+}
+
 }  // namespace
 
 void reduce_into(DataType t, ReduceOp op, void* dst, const void* src, std::size_t count) {
+  if (t == DataType::kF16 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
+    add_f16(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(dst), static_cast<const std::uint16_t*>(src),
+            count);
+    return;
+  }
   with_type(t, [&](auto tag) {
     using T = decltype(tag);
     with_op<T>(op, [&](auto f) { combine_into(static_cast<T*>(dst), static_cast<const T*>(src), count, f); });
@@ -136,6 +155,11 @@ void reduce_into(DataType t, ReduceOp op, void* dst, const void* src, std::size_
 }
 
 void reduce_from(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {
+  if (t == DataType::kF16 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
+    add_f16(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(a), static_cast<const std::uint16_t*>(b),
+            count);
+    return;
+  }
   with_type(t, [&](auto tag) {
     using T = decltype(tag);
     with_op<T>(op, [&](auto f) {

@@ -132,24 +132,40 @@ void DistributedDataParallel::compress_f16(Bucket& b) {
   const float* g = b.flat.data<float>();
   float* r = b.residual.defined() ? b.residual.data<float>() : nullptr;
   const float s = b.scale, inverse = 1.0f / b.scale;
-  for (std::int64_t i = 0; i < b.elements; ++i) {
-    const float v = r ? g[i] + r[i] : g[i];
-    const std::uint16_t h = f16_from_float(v * s);
-    b.half[static_cast<std::size_t>(i)] = h;
-    if (r) r[i] = v - float_from_f16(h) * inverse;
+  constexpr std::int64_t kBlock = 512;  // converted a block at a time (util/half_float.h)
+  float v[kBlock], back[kBlock];
+  for (std::int64_t at = 0; at < b.elements; at += kBlock) {
+    const std::int64_t n = std::min(kBlock, b.elements - at);
+    for (std::int64_t i = 0; i < n; ++i) v[i] = (r ? g[at + i] + r[at + i] : g[at + i]) * s;
+    std::uint16_t* h = b.half.data() + at;
+    f16_from_floats(v, h, static_cast<std::size_t>(n));
+    if (!r) continue;
+    floats_from_f16(h, back, static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) r[at + i] = (v[i] - back[i]) * inverse;
   }
 }
 
 bool DistributedDataParallel::widen_f16(Bucket& b) {
   float* g = b.flat.data<float>();
   const float inverse = 1.0f / b.scale;
+  constexpr std::int64_t kBlock = 512;
+  float v[kBlock];
   float largest = 0;
-  for (std::int64_t i = 0; i < b.elements; ++i) {  // (the local gradients stay until all is finite)
-    const float v = float_from_f16(b.half[static_cast<std::size_t>(i)]);
-    if (!std::isfinite(v)) return false;
-    largest = std::max(largest, std::fabs(v));
+  for (std::int64_t at = 0; at < b.elements; at += kBlock) {  // (the local gradients stay until all is finite)
+    const std::int64_t n = std::min(kBlock, b.elements - at);
+    floats_from_f16(b.half.data() + at, v, static_cast<std::size_t>(n));
+    float m = 0;
+    for (std::int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(v[i]));  // (NaN: ignored by max, caught below)
+    bool finite = std::isfinite(m);
+    for (std::int64_t i = 0; i < n && finite; ++i) finite = v[i] == v[i];
+    if (!finite) return false;
+    largest = std::max(largest, m);
   }
-  for (std::int64_t i = 0; i < b.elements; ++i) g[i] = float_from_f16(b.half[static_cast<std::size_t>(i)]) * inverse;
+  for (std::int64_t at = 0; at < b.elements; at += kBlock) {
+    const std::int64_t n = std::min(kBlock, b.elements - at);
+    floats_from_f16(b.half.data() + at, g + at, static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) g[at + i] *= inverse;
+  }
   largest *= inverse;
   // The next scale: the largest averaged value times 8 x ranks within float16's range.
   if (largest > 0) {

@@ -5,6 +5,11 @@
 // to infinity as IEEE conversion does. 16 bits to float is exact.
 #pragma once
 
+#include <cstddef>
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include <cstdint>
 #include <cstring>
 
@@ -53,6 +58,26 @@ inline float float_from_f16(std::uint16_t h) {
   }
   if (exp == 31) return float_from_bits(sign | 0x7f800000u | (mant << 13));
   return float_from_bits(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+// Many at once: F16C's conversions (8 at a time) where the processor has them, which round
+// as the functions above do (they differ only in the payload a NaN keeps).
+inline void f16_from_floats(const float* in, std::uint16_t* out, std::size_t n) {
+  std::size_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+  for (; i < n; ++i) out[i] = f16_from_float(in[i]);
+}
+inline void floats_from_f16(const std::uint16_t* in, float* out, std::size_t n) {
+  std::size_t i = 0;
+#if defined(__F16C__)
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+#endif
+  for (; i < n; ++i) out[i] = float_from_f16(in[i]);
 }
 
 }  // namespace weft
