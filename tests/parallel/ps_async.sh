@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # usage: ps_async.sh WEFT COMPARE
 # The asynchronous parameter server (--staleness k): with bound 0 and plain SGD it equals the
-# synchronous one (M = 1 and 2 servers, relative 1e-5, over 6 steps: it applies each
-# worker's gradient as it arrives, so its rounding follows the arrival order, and a sample's
-# pre-activation can sit close enough to zero for that rounding to flip its ReLU, which moves
-# one row of weights by far more than rounding: over 10 steps one run of the full suite in
-# three on a loaded machine differed by 0.049); with a slow worker (WEFT_STRAGGLER)
+# synchronous one (M = 1 and 2 servers, relative 1e-5, over 10 steps; with staleness 0 the
+# server applies the gradients in worker order, whatever order they arrive in: when it
+# followed the arrival order, a rare order's rounding flipped a ReLU, and a run differed by
+# 0.049); with a slow worker (WEFT_STRAGGLER)
 # and bound 2 the fast worker runs ahead by at most 2 steps (and does run ahead), and the
 # workers end with the same final weights.
 set -euo pipefail
@@ -17,9 +16,9 @@ common=(train --model mlp --batch 48 --limit-train 2400 --limit-test 200 --seed 
         --lr 0.05 --strategy ps --quiet)
 for m in 1 2; do
   n=$((2 + m))
-  "$weft" launch --nproc-per-node $n -- weft "${common[@]}" --servers $m --max-steps 6 \
+  "$weft" launch --nproc-per-node $n -- weft "${common[@]}" --servers $m --max-steps 10 \
     --save-model "$work/sync.safetensors" >/dev/null
-  "$weft" launch --nproc-per-node $n -- weft "${common[@]}" --servers $m --max-steps 6 --staleness 0 \
+  "$weft" launch --nproc-per-node $n -- weft "${common[@]}" --servers $m --max-steps 10 --staleness 0 \
     --save-model "$work/async.safetensors" >/dev/null
   printf 'staleness 0, %s server(s), against synchronous: ' "$m"
   "$compare" "$work/sync.safetensors" "$work/async.safetensors" 1e-5 | tail -n 1

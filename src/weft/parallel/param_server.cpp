@@ -211,6 +211,12 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
       for (int w = 0; w < workers; ++w) {
         auto& rw = recv[static_cast<std::size_t>(w)];
         if (!rw || !rw->test()) continue;
+        // Staleness 0 answers nobody before every gradient of the step is in: the gradients
+        // are applied in worker order, so that the rounding never follows the arrival order.
+        const std::int64_t mine = clock[static_cast<std::size_t>(w)];
+        if (staleness == 0 &&
+            std::any_of(clock.begin(), clock.begin() + w, [mine](std::int64_t c) { return c <= mine; }))
+          continue;
         rw->wait();  // rethrows a failure
         progress = true;
         Tensor g = incoming[static_cast<std::size_t>(w)].clone();

@@ -10,7 +10,9 @@
 // Asynchronous (staleness >= 0, stale synchronous parallel, Ho et al. 2013): a server
 // applies each worker's gradient (scaled by 1/N) as soon as it arrives and answers that
 // worker with the current weights, unless the worker is more than `staleness` steps ahead of
-// the slowest one: then the answer waits until the slowest catches up. Staleness 0 gives
+// the slowest one: then the answer waits until the slowest catches up (with staleness 0,
+// which waits for every gradient of a step anyway, they are applied in worker order, so the
+// result does not depend on the order they arrive in). Staleness 0 gives
 // every worker the weights after all of the previous step's gradients (with plain SGD, the
 // synchronous result); larger bounds let fast workers run ahead. Each worker-server pair
 // talks over its own communicator, so a server serves whichever worker is ready.
