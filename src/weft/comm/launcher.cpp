@@ -20,12 +20,12 @@
 
 #include "weft/comm/auth.h"
 #include "weft/comm/links.h"
+#include "weft/comm/membership.h"
 #include "weft/comm/process.h"
 #include "weft/comm/socket.h"
 #include "weft/comm/store.h"
 #include "weft/util/env.h"
 #include "weft/util/error.h"
-#include "weft/util/parse.h"
 
 namespace weft::comm {
 
@@ -295,9 +295,8 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
   // claiming one request at a time (live/spawned).
   std::unique_ptr<StoreClient> live;
   if (!c.live_store.empty() && c.max_nproc > c.nproc_per_node) {
-    const auto colon = c.live_store.rfind(':');
-    live = std::make_unique<StoreClient>(c.live_store.substr(0, colon), std::stoi(c.live_store.substr(colon + 1)), token,
-                                         static_cast<std::uint32_t>(3000 + c.node_rank), 60);
+    const auto [host, live_port] = parse_host_port(c.live_store, "the live job's store");
+    live = std::make_unique<StoreClient>(host, live_port, token, static_cast<std::uint32_t>(3000 + c.node_rank), 60);
   }
   auto last_look = std::chrono::steady_clock::now();
   bool live_done = false;
@@ -461,11 +460,7 @@ void validate(const LaunchConfig& c) {
   if (c.max_restarts < 0) throw ConfigError("--max-restarts must be >= 0");
   if (c.bind != "cores" && c.bind != "none") throw ConfigError("--bind '" + c.bind + "' is not cores or none");
   if (c.command.empty()) throw ConfigError("no command to launch (weft launch [options] -- command ...)");
-  if (!c.join.empty()) {
-    const auto colon = c.join.rfind(':');
-    const auto port = colon == std::string::npos ? std::nullopt : parse_integer(c.join.substr(colon + 1));
-    if (colon == 0 || !port || *port < 1 || *port > 65535) throw ConfigError("--join '" + c.join + "' is not HOST:PORT");
-  }
+  if (!c.join.empty()) parse_host_port(c.join, "--join");
   if (c.elastic && !c.join.empty()) throw ConfigError("--elastic starts a live job and --join joins one: give one of them");
   if ((c.elastic || !c.join.empty()) && (c.nnodes > 1 || c.max_restarts > 0))
     throw ConfigError("a live job (--elastic, --join) changes its ranks without restarts: leave out --nnodes and "

@@ -17,16 +17,14 @@ const std::string kPrefix = "live/";
 
 std::string generation_key(std::int64_t number) { return kPrefix + "g" + std::to_string(number); }
 
-// HOST:PORT, checked (the address comes from the environment).
-std::pair<std::string, int> split_address(const std::string& address) {
-  const auto colon = address.rfind(':');
-  const auto port = colon == std::string::npos ? std::nullopt : parse_integer(address.substr(colon + 1));
-  if (!port || *port < 1 || *port > 65535 || colon == 0)
-    throw ConfigError("WEFT_ELASTIC_STORE='" + address + "' is not HOST:PORT");
-  return {address.substr(0, colon), static_cast<int>(*port)};
-}
-
 }  // namespace
+
+std::pair<std::string, int> parse_host_port(const std::string& text, const std::string& what) {
+  const auto colon = text.rfind(':');
+  const auto port = colon == std::string::npos ? std::nullopt : parse_integer(text.substr(colon + 1));
+  if (!port || *port < 1 || *port > 65535 || colon == 0) throw ConfigError(what + " '" + text + "' is not HOST:PORT");
+  return {text.substr(0, colon), static_cast<int>(*port)};
+}
 
 std::string generation_record(const Generation& g) {
   std::string r = "admitted " + std::to_string(g.admitted) + ":";
@@ -55,7 +53,7 @@ Generation parse_generation(std::int64_t number, const std::string& record, cons
 
 Membership::Membership(const std::string& address, const std::string& token, std::string id, double timeout_s)
     : token_(token), id_(std::move(id)), timeout_s_(timeout_s) {
-  const auto [host, port] = split_address(address);
+  const auto [host, port] = parse_host_port(address, "WEFT_ELASTIC_STORE");
   host_ = host;
   store_ = std::make_shared<StoreClient>(host, port, token, 0, timeout_s);
 }
@@ -63,7 +61,7 @@ Membership::Membership(const std::string& address, const std::string& token, std
 std::optional<std::string> Membership::address_from_env() {
   auto a = env_string("WEFT_ELASTIC_STORE");
   if (a && a->empty()) a.reset();
-  if (a) split_address(*a);
+  if (a) parse_host_port(*a, "WEFT_ELASTIC_STORE");
   return a;
 }
 
@@ -122,8 +120,12 @@ Generation Membership::propose(const Generation& g, const std::vector<int>& leav
   next.number = g.number + 1;
   for (int r = 0; r < g.size(); ++r)
     if (std::find(leaving.begin(), leaving.end(), r) == leaving.end()) next.members.push_back(g.members[static_cast<std::size_t>(r)]);
+  return parse_generation(next.number, publish(next, g.admitted), id_);
+}
+
+std::string Membership::publish(Generation& next, std::int64_t admitted_before) {
   next.admitted = store_->add(kPrefix + "joins", 0);
-  for (std::int64_t k = g.admitted; k < next.admitted; ++k) {
+  for (std::int64_t k = admitted_before; k < next.admitted; ++k) {
     auto id = store_->get(kPrefix + "join/" + std::to_string(k), timeout_s_);
     if (!id) throw CommError("live membership: join request " + std::to_string(k) + " has no id");
     next.members.push_back(*id);
@@ -131,7 +133,7 @@ Generation Membership::propose(const Generation& g, const std::vector<int>& leav
   const std::string record = generation_record(next);
   store_->set(generation_key(next.number), record);
   store_->add(kPrefix + "latest", 1);
-  return parse_generation(next.number, record, id_);
+  return record;
 }
 
 Generation Membership::follow(const Generation& g) {
@@ -174,14 +176,7 @@ Generation Membership::recover(const Generation& g, std::int64_t step, double se
     next.members.push_back(g.members[static_cast<std::size_t>(first->first)]);
     for (const auto& [r, steps] : alive)
       if (r != first->first) next.members.push_back(g.members[static_cast<std::size_t>(r)]);
-    next.admitted = store_->add(kPrefix + "joins", 0);
-    for (std::int64_t k = g.admitted; k < next.admitted; ++k) {
-      auto id = store_->get(kPrefix + "join/" + std::to_string(k), timeout_s_);
-      if (!id) throw CommError("live membership: join request " + std::to_string(k) + " has no id");
-      next.members.push_back(*id);
-    }
-    store_->set(next_key, generation_record(next));
-    store_->add(kPrefix + "latest", 1);
+    publish(next, g.admitted);
   }
   return follow(g);
 }

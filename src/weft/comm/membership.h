@@ -44,6 +44,9 @@ struct Generation {
 std::string generation_record(const Generation& g);
 Generation parse_generation(std::int64_t number, const std::string& record, const std::string& self);
 
+// "HOST:PORT" (a port from 1 to 65535), or ConfigError naming `what` and the text.
+std::pair<std::string, int> parse_host_port(const std::string& text, const std::string& what);
+
 class Membership {
  public:
   // Connects to `address` (HOST:PORT) with the job's token; `id` names this process (unique
@@ -79,6 +82,10 @@ class Membership {
   void finish();
 
  private:
+  // Adds every joiner waiting since `admitted_before` to `next` and publishes it as the
+  // newest generation; returns its record.
+  std::string publish(Generation& next, std::int64_t admitted_before);
+
   std::shared_ptr<StoreClient> store_;
   std::string host_, token_, id_;
   double timeout_s_;

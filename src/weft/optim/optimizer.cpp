@@ -50,15 +50,8 @@ void Optimizer::import_buffers(const StateDict& state) {
 
 double clip_grad_norm(const std::vector<Var>& params, double max_norm) {
   double sq = 0;
-  for (const Var& p : params) {
-    if (!p.grad().defined()) continue;
-    dispatch(p.grad().dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      const Tensor g = p.grad().contiguous();
-      const T* d = g.data<T>();
-      for (std::int64_t i = 0; i < g.numel(); ++i) sq += static_cast<double>(d[i]) * static_cast<double>(d[i]);
-    });
-  }
+  for (const Var& p : params)
+    if (p.grad().defined()) sq += ops::sum_of_squares(p.grad());
   const double norm = std::sqrt(sq);
   if (max_norm > 0 && norm > max_norm) {
     const double scale = max_norm / (norm + 1e-6);

@@ -40,7 +40,6 @@ class StateStore {
   // Moves the buffers to a new file in `dir`, keeping `slots` (at least 2) parameters'
   // buffers in memory. Throws Error when the file cannot be made or written.
   void offload(const std::string& dir, int slots = 3);
-  bool offloaded() const { return fd_ >= 0; }
   // The bytes of buffers in memory now (all of them, or the slots').
   std::int64_t resident_bytes() const;
   // The bytes of all the buffers.

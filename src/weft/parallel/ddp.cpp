@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "weft/tensor/ops.h"
+
 namespace weft::parallel {
 
 using Clock = std::chrono::steady_clock;
@@ -70,19 +72,6 @@ void DistributedDataParallel::on_ready(std::size_t param) {
   if (++b.ready == static_cast<int>(b.params.size())) launch(bucket_of_[param]);
 }
 
-namespace {
-
-// The sum of the squares of a flat gradient buffer's elements, in double.
-double squared_norm(const Tensor& flat) {
-  const Tensor f = flat.dtype() == DType::F32 ? flat : flat.to(DType::F32);
-  const float* v = f.data<float>();
-  double sum = 0;
-  for (std::int64_t i = 0; i < f.numel(); ++i) sum += static_cast<double>(v[i]) * v[i];
-  return sum;
-}
-
-}  // namespace
-
 void DistributedDataParallel::launch(std::size_t index) {
   Bucket& b = buckets_[index];
   if (b.work) return;
@@ -92,7 +81,7 @@ void DistributedDataParallel::launch(std::size_t index) {
     Tensor dst = b.flat.slice(0, b.offsets[j], b.offsets[j] + p.value().numel()).view(p.shape());
     if (p.grad().defined()) dst.copy_(p.grad()); else dst.zero_();
   }
-  if (measure_) local_sq_ += squared_norm(b.flat);
+  if (measure_) local_sq_ += ops::sum_of_squares(b.flat);
   timings_[index].launched = Clock::now();
   if (!b.half.empty()) {
     compress_f16(b);
@@ -196,7 +185,7 @@ std::chrono::duration<double> DistributedDataParallel::finish() {
       b.scale /= 16;
       ++overflows_;
     }
-    if (measure_) mean_sq += squared_norm(b.flat);
+    if (measure_) mean_sq += ops::sum_of_squares(b.flat);
     for (std::size_t j = 0; j < b.params.size(); ++j) {
       Var p = params_[b.params[j]];
       p.set_grad(b.flat.slice(0, b.offsets[j], b.offsets[j] + p.value().numel()).view(p.shape()));

@@ -351,6 +351,17 @@ Tensor softmax_impl(const Tensor& a) {
 Tensor softmax(const Tensor& a) { return softmax_impl<false>(a); }
 Tensor log_softmax(const Tensor& a) { return softmax_impl<true>(a); }
 
+double sum_of_squares(const Tensor& a) {
+  double sum = 0;
+  dispatch(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const Tensor c = a.contiguous();
+    const T* d = c.data<T>();
+    for (std::int64_t i = 0; i < c.numel(); ++i) sum += static_cast<double>(d[i]) * static_cast<double>(d[i]);
+  });
+  return sum;
+}
+
 double max_abs_diff(const Tensor& a, const Tensor& b) {
   WEFT_CHECK(a.shape() == b.shape(), "max_abs_diff: shapes differ " + shape_to_string(a.shape()) +
                                          " vs " + shape_to_string(b.shape()));

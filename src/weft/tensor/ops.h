@@ -53,6 +53,9 @@ std::vector<std::int64_t> argmax_rows(const Tensor& a);
 Tensor softmax(const Tensor& a);
 Tensor log_softmax(const Tensor& a);
 
+// The sum of the squared elements, accumulated in double (a squared L2 norm).
+double sum_of_squares(const Tensor& a);
+
 // Comparisons for tests and checks.
 double max_abs_diff(const Tensor& a, const Tensor& b);
 bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);

@@ -18,6 +18,7 @@
 #include "weft/parallel/zero.h"
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/kernel_table.h"
+#include "weft/tensor/ops.h"
 #include "weft/tensor/thread_governor.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/checkpoint.h"
@@ -210,15 +211,6 @@ TrainSummary serve_parameters(const TrainOptions& o, const parallel::Job& job, s
   return {job.process.rank, {{"steps", report.steps}, {"comm_seconds", report.comm_seconds}}};
 }
 
-// The sum of a tensor's squared elements.
-double squared_sum(const Tensor& t) {
-  const Tensor v = t.to(DType::F64).contiguous();
-  const double* x = v.data<double>();
-  double sum = 0;
-  for (std::int64_t i = 0; i < v.numel(); ++i) sum += x[i] * x[i];
-  return sum;
-}
-
 // A CRC-32 of the parameters, compared over the replicas: they must stay bitwise equal.
 bool replicas_identical(Module& model, comm::Communicator* replicas) {
   if (!replicas) return true;
@@ -370,8 +362,13 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   // Frozen layers: --freeze-below, and those the run resumed had frozen.
   freeze_rule_ = parse_freeze_converged(o_.freeze_converged);
   frozen_ = static_cast<std::size_t>(o_.freeze_below);
-  if (checkpoint_ && checkpoint_->meta.info.count("frozen_layers"))
-    frozen_ = std::max<std::size_t>(frozen_, parse_integer(checkpoint_->meta.info.at("frozen_layers")).value_or(0));
+  if (checkpoint_ && checkpoint_->meta.info.count("frozen_layers")) {
+    const std::string& text = checkpoint_->meta.info.at("frozen_layers");
+    const auto n = parse_integer(text);
+    if (!n || *n < 0 || *n > (1 << 20))
+      throw CheckpointError(checkpoint_->path + ": meta.json's frozen_layers '" + text + "' is not a layer count");
+    frozen_ = std::max<std::size_t>(frozen_, static_cast<std::size_t>(*n));
+  }
   if (frozen_ > 0 || freeze_rule_) {
     task_->freeze(0, 0);  // (a task whose model has no layers in sequence refuses here)
     const std::size_t layers = task_->layers(*model_);
@@ -479,8 +476,8 @@ void Run::freeze_converged() {
     if (layer < 0 || static_cast<std::size_t>(layer) >= layers) continue;
     const auto l = static_cast<std::size_t>(layer);
     has[l] = true;
-    weight_sq[l] += squared_sum(p.value());
-    if (p.grad().defined()) grad_sq[l] += squared_sum(p.grad());
+    weight_sq[l] += ops::sum_of_squares(p.value());
+    if (p.grad().defined()) grad_sq[l] += ops::sum_of_squares(p.grad());
   }
   calm_.resize(layers, 0);
   std::size_t last_trained = 0;  // the last layer with parameters: it always trains
@@ -531,7 +528,7 @@ void Run::continue_handed_over() {
   const auto& info = checkpoint_->meta.info;
   auto number = [&](const char* key) {
     const auto v = info.count(key) ? parse_number(info.at(key)) : std::nullopt;
-    if (!v || !(*v >= 0)) throw CommError(std::string("the state handed over has no valid ") + key);
+    if (!v || !(*v >= 0 && *v <= 1e15)) throw CommError(std::string("the state handed over has no valid ") + key);
     return *v;
   };
   const auto steps = static_cast<std::int64_t>(number("window_steps"));
@@ -957,7 +954,8 @@ void validate_live(const TrainOptions& o) {
 // the same (--elastic-batch fixed), or the same rows per rank (linear).
 std::int64_t batch_after_change(const TrainOptions& o, const Checkpoint& image, int ranks) {
   const auto batch = parse_integer(image.meta.info.at("batch")), before = parse_integer(image.meta.info.at("ranks"));
-  if (!batch || !before || *batch < 1 || *before < 1) throw CommError("the state handed over records no batch or ranks");
+  if (!batch || !before || *batch < 1 || *before < 1 || *batch > (std::int64_t{1} << 40) || *before > (1 << 20))
+    throw CommError("the state handed over records no batch or ranks");
   if (o.elastic_batch == "fixed") return *batch;
   return std::max<std::int64_t>(1, std::llround(static_cast<double>(*batch) * ranks / static_cast<double>(*before)));
 }
