@@ -92,5 +92,5 @@ expect_refusal "one at least must train" "$weft" "${cnn[@]}" "${two[@]}" --freez
 expect_refusal "work with the image models and the GPT" "$weft" train --model lstm --data "$work/corpus.txt" --context 16 \
   --layers 1 --d-model 16 --max-steps 2 --freeze-below 1
 expect_refusal "is not RATIO\[:STEPS\]" "$weft" "${mlp[@]}" --freeze-converged 0.1:0
-expect_refusal "work with DDP or one process" "$weft" "${mlp[@]}" --freeze-below 1 --zero 1
+expect_refusal "work with DDP, pipelines or one process" "$weft" "${mlp[@]}" --freeze-below 1 --zero 1
 echo "refusals: 4 one-line errors"

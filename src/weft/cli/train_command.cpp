@@ -64,7 +64,8 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
                   "gradient noise scale exceeds the global batch, up to --max-ranks)");
   cmd->add_option("--max-ranks", c.max_ranks, "--grow-at noise: the most ranks to grow to")->capture_default_str();
   cmd->add_option("--freeze-below", c.freeze_below,
-                  "image models: freeze the first N layers (no gradients; their outputs cached per sample)")
+                  "freeze the first N layers (image models; GPT: blocks): no weight gradients; an image model's "
+                  "frozen outputs cached per sample")
       ->capture_default_str();
   cmd->add_option("--freeze-converged", c.freeze_converged,
                   "RATIO[:STEPS]: freeze a leading layer once its gradient norm stayed under RATIO times its weights' "
@@ -72,6 +73,9 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--freeze-cache-mb", c.freeze_cache_mb,
                   "memory for the frozen layers' outputs, per rank (0: recompute them every step)")
       ->capture_default_str();
+  cmd->add_option("--merge-frozen-stages", c.merge_frozen_stages,
+                  "leave | dp: a pipeline whose leading stages froze puts their blocks on fewer stages; the ranks "
+                  "freed leave the job or become data-parallel replicas");
   cmd->add_option("--offload", c.offload,
                   "none | optimizer: keep the optimizer's state in a file, read back ahead of each update")
       ->capture_default_str();

@@ -98,8 +98,8 @@ Job join_job(ParallelOptions& o) {
 
 Job join_group(ParallelOptions& o, std::shared_ptr<comm::Communicator> world) {
   Job job;
-  job.process.rank = world->rank();
-  job.process.world = world->size();
+  job.process.rank = world ? world->rank() : 0;
+  job.process.world = world ? world->size() : 1;
   job.process.launcher = "weft";
   return assign_roles(o, job, [&world] { return world; });
 }

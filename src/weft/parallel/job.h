@@ -50,8 +50,8 @@ struct Job {
 // Joins the job the launcher (or mpirun, Slurm) started and gives this process its role;
 // throws ConfigError when the job's size does not fit the options.
 Job join_job(ParallelOptions& options);
-// The same for a group already connected (a live elastic job's generation): `world` holds
-// every rank of the job.
+// The same for a group already connected (a live elastic job's generation, or the ranks a
+// pipeline keeps after merging stages): `world` holds every rank of the job (null: one).
 Job join_group(ParallelOptions& options, std::shared_ptr<comm::Communicator> world);
 
 // The strategies `options` name, for a training rank of `job`, in wrapping order.

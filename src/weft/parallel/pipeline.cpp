@@ -137,7 +137,11 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
                                   options_.chunks, virtual_stages_, cfg.layers));
   if (!options_.stage_speeds.empty() && static_cast<int>(options_.stage_speeds.size()) != stages_)
     throw ConfigError(fmt::format("--stage-shares: {} shares for {} pipeline stages", options_.stage_speeds.size(), stages_));
-  bounds_ = balance_blocks(costs, virtual_stages_, first_extra, last_extra, options_.stage_speeds);
+  trained_bounds_ = balance_blocks(costs, virtual_stages_, first_extra, last_extra, options_.stage_speeds);
+  for (std::int64_t b = 0; b < std::min<std::int64_t>(options_.frozen_blocks, cfg.layers); ++b)
+    costs[static_cast<std::size_t>(b)] *= 2.0 / 3.0;
+  bounds_ = options_.frozen_blocks > 0 ? balance_blocks(costs, virtual_stages_, first_extra, last_extra, options_.stage_speeds)
+                                       : trained_bounds_;
   const std::vector<std::int64_t>& bounds = bounds_;
   for (int c = 0; c < options_.chunks; ++c) {
     int v = c * stages_ + stage_;
@@ -157,6 +161,12 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
     }
   }
   if (stages_ > 1 && (first_ || last_)) tied_ = group_->new_group({0, stages_ - 1});
+}
+
+int GptPipeline::stages_frozen(std::int64_t frozen) const {
+  int n = 0;
+  for (std::size_t v = 1; v < trained_bounds_.size(); ++v) n += trained_bounds_[v] <= frozen;
+  return n;
 }
 
 int GptPipeline::owner_of(const std::string& name) const {
@@ -349,7 +359,9 @@ void Pipeline::prepare(ModelPart& part) {
     part.stage = local_.get();
   }
   pipe_ = std::make_unique<GptPipeline>(*part.stage, group_, options_);
-  part.trained = pipe_->own_parameters();
+  part.trained.clear();
+  for (auto& [name, p] : pipe_->own_parameters())
+    if (!part.is_frozen(name)) part.trained.emplace_back(name, p);
   part.norm_weight = norm_weight(*part.stage, pipe_->counted_elsewhere());
   part.model_group = model_group_;
   part.accumulates = true;
@@ -389,22 +401,24 @@ void Pipeline::widen(TrainState& state) {
   const int stage = pipe_->stage();
   for (const auto& [name, shape] : part_->layout) {
     const int owner = pipe_->owner_of(name);
-    std::vector<Tensor> pieces;  // the value, then each buffer
+    // The value, then each buffer (a frozen parameter has none).
+    const std::size_t kinds = part_->is_frozen(name) ? 1 : buffers.size() + 1;
+    std::vector<Tensor> pieces;
     if (stage == owner) {
       pieces.push_back(model.at(name));
-      for (const std::string& b : buffers) pieces.push_back(optimizer.at(b + "." + name).contiguous());
+      for (std::size_t k = 1; k < kinds; ++k) pieces.push_back(optimizer.at(buffers[k - 1] + "." + name).contiguous());
     }
     if (owner != 0 && stage == owner) {
       for (Tensor& t : pieces) group_->send(t.data<float>(), t.numel(), comm::DataType::kF32, 0);
     } else if (owner != 0 && stage == 0) {
-      for (std::size_t k = 0; k < buffers.size() + 1; ++k) {
+      for (std::size_t k = 0; k < kinds; ++k) {
         pieces.push_back(Tensor::zeros(shape));
         group_->recv(pieces.back().data<float>(), pieces.back().numel(), comm::DataType::kF32, owner);
       }
     }
     if (stage != 0) continue;
     whole.model.emplace_back(name, pieces[0]);
-    for (std::size_t k = 0; k < buffers.size(); ++k) whole.optimizer.emplace_back(buffers[k] + "." + name, pieces[k + 1]);
+    for (std::size_t k = 1; k < kinds; ++k) whole.optimizer.emplace_back(buffers[k - 1] + "." + name, pieces[k]);
   }
   state = std::move(whole);
 }
@@ -434,8 +448,8 @@ std::vector<std::string> Pipeline::intro_lines() {
   std::string parts;
   const auto& b = pipe_->boundaries();
   for (std::size_t v = 0; v + 1 < b.size(); ++v) parts += fmt::format("{}{}-{}", v ? " | " : "", b[v], b[v + 1] - 1);
-  return {fmt::format("pipeline: {} stages, {} micro-batches, schedule {}{}; blocks per {}stage: {} (balanced by {})",
-                      pipe_->stages(), options_.micro_batches, algo::pipe_schedule_name(options_.schedule),
+  return {fmt::format("pipeline: {} stage{}, {} micro-batches, schedule {}{}; blocks per {}stage: {} (balanced by {})",
+                      pipe_->stages(), pipe_->stages() == 1 ? "" : "s", options_.micro_batches, algo::pipe_schedule_name(options_.schedule),
                       interleaved ? fmt::format(" ({} chunks per stage)", options_.chunks) : "",
                       interleaved ? "virtual " : "", parts,
                       options_.balance + shares)};

@@ -13,7 +13,8 @@
 //
 // The partition balances the stages by parameter count or by measured time (seed 003
 // chapter 7's load balancing): contiguous blocks, the embedding counted on the first stage
-// and the head on the last, minimizing the largest stage. Ranks of different speeds (seed
+// and the head on the last, minimizing the largest stage. A frozen block (seed 003 chapter
+// 8) counts two thirds: its backward computes the input's gradient, not its weights'. Ranks of different speeds (seed
 // 003 chapter 12) get blocks in proportion to their speed: the partition minimizes the
 // largest stage's cost divided by its rank's speed (--stage-shares).
 #pragma once
@@ -41,6 +42,7 @@ struct PipelineOptions {
   std::string balance = "params";  // params | time
   std::vector<double> stage_speeds{};  // each stage's rank's relative speed (empty: all equal)
   double slowdown = 1;               // WEFT_SLOWDOWN on this rank: each micro-batch's compute this many times longer
+  std::int64_t frozen_blocks = 0;    // the leading blocks frozen: they cost 2/3 (no weight gradients)
 };
 
 // Contiguous parts of `costs` (one per block) into `parts` pieces, `first_extra` added to
@@ -60,6 +62,10 @@ class GptPipeline {
   int stages() const { return stages_; }
   // Every virtual stage's first block, and the block count at the end.
   const std::vector<std::int64_t>& boundaries() const { return bounds_; }
+  // The stages whose blocks all fall under `frozen` in the partition that counts every
+  // block as trained (so a stage's blocks freeze together, however the frozen ones are
+  // balanced since): those adaptive model parallelism can give up.
+  int stages_frozen(std::int64_t frozen) const;
   // The parameters this stage trains.
   std::vector<std::pair<std::string, Var>> own_parameters() const { return own_; }
 
@@ -98,7 +104,7 @@ class GptPipeline {
   PipelineOptions options_;
   int stage_ = 0, stages_ = 1, virtual_stages_ = 1;
   std::vector<std::pair<std::int64_t, std::int64_t>> ranges_;  // per chunk
-  std::vector<std::int64_t> bounds_;
+  std::vector<std::int64_t> bounds_, trained_bounds_;  // trained_bounds_: as if no block were frozen
   std::vector<std::pair<std::string, Var>> own_;
   Var tied_weight_;
   bool first_ = true, last_ = true;

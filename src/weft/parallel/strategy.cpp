@@ -126,6 +126,9 @@ TrainState Strategies::gather_state() {
   for (Strategy* s : order) split = split || s->splits_model();
   if (split) {
     for (const auto& [name, p] : part_.trained) state.model.emplace_back(name, p.value().contiguous());
+    if (part_.frozen && part_.holds)  // frozen parameters this rank's stage keeps
+      for (const auto& [name, p] : part_.model.named_parameters())
+        if (part_.is_frozen(name) && part_.holds(name)) state.model.emplace_back(name, p.value().contiguous());
   } else {
     state.model = part_.model.state_dict();
   }

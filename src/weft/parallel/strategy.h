@@ -65,12 +65,14 @@ using LossFn = std::function<Var(Module& model, const StepBatch& batch)>;
 // What this rank holds and computes with, as the strategies shape it in prepare().
 struct ModelPart {
   // `frozen`: parameters nobody trains (frozen layers, train/task.h), left out of `trained`.
-  explicit ModelPart(Module& m, const std::function<bool(const std::string&)>& frozen = {}) : model(m) {
+  explicit ModelPart(Module& m, std::function<bool(const std::string&)> frozen_names = {})
+      : model(m), frozen(std::move(frozen_names)) {
     for (const auto& [name, p] : m.named_parameters()) {
       layout.emplace_back(name, p.shape());
-      if (!frozen || !frozen(name)) trained.emplace_back(name, p);
+      if (!is_frozen(name)) trained.emplace_back(name, p);
     }
   }
+  bool is_frozen(const std::string& name) const { return frozen && frozen(name); }
   Module& model;                      // the whole model as built (other stages' layers freed)
   std::vector<std::pair<std::string, Shape>> layout;  // every parameter's name and full shape, in order
   StageModel* stage = nullptr;        // a GPT's pieces (whole or sliced), when model-parallel
@@ -79,6 +81,7 @@ struct ModelPart {
   comm::Communicator* model_group = nullptr;  // the ranks holding the rest of one model copy
   bool accumulates = false;           // gradients accumulate over micro-batches before an update
   std::function<bool(const std::string&)> holds;  // whether this rank's stage keeps a parameter
+  std::function<bool(const std::string&)> frozen;  // parameters nobody trains (the same on every rank)
 };
 
 // The model and optimizer state as a checkpoint holds it (rank 0: the whole model).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -236,6 +237,7 @@ struct RunTotals {
   nlohmann::json resizes = nlohmann::json::array();  // a live job's changes so far
   std::optional<Clock::time_point> change_agreed;     // when the change under way was agreed
   std::optional<parallel::MembershipChange> change;             // and what it is
+  std::optional<std::int64_t> resumed_from;  // the step of the checkpoint the run resumed from
   NoiseScale noise;                    // --grow-at noise: the gradient noise scale
   std::int64_t noise_quiet_until = 0;  // no new decision before this step
 };
@@ -278,6 +280,7 @@ class Run {
   void build_strategies();
   void place_optimizer_state();
   void freeze_converged();
+  std::optional<parallel::MembershipChange> plan_relayout(bool frozen_changed) const;
   std::int64_t frozen_parameters() const;
   void grow_by_noise(parallel::LiveMembership& live);
 
@@ -319,6 +322,9 @@ class Run {
   bool caches_ = false;                    // the task keeps the frozen layers' outputs
   std::optional<FreezeRule> freeze_rule_;  // --freeze-converged
   std::vector<std::int64_t> calm_;         // per layer: steps in a row under the ratio
+  // A pipeline whose frozen blocks changed goes on in another layout after the step
+  // (plan_relayout).
+  std::optional<parallel::MembershipChange> relayout_;
   RunTotals t_;
 };
 
@@ -377,7 +383,8 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   }
   build_strategies();
   if (checkpoint_) resume();
-  if (frozen_ > 0)
+  if (!o_.merge_frozen_stages.empty()) relayout_ = plan_relayout(false);
+  if (frozen_ > 0 && !t_.change)
     fmt::print(out_, "frozen: the first {} layer(s), {} parameters; {}\n", frozen_, frozen_parameters(),
                caches_ ? fmt::format("their outputs cached up to {} MiB per rank", o_.freeze_cache_mb)
                        : std::string("computed without their weights' gradients"));
@@ -414,6 +421,7 @@ void Run::build_strategies() {
   for (auto& [name, p] : model_->named_parameters()) p.set_requires_grad(!is_frozen(name));
   o_.parallel.pipeline.stage_speeds = parse_stage_shares(o_.stage_shares);
   o_.parallel.pipeline.slowdown = slowdown_factor(rank_);  // (a pipeline slows each micro-batch)
+  o_.parallel.pipeline.frozen_blocks = static_cast<std::int64_t>(frozen_);
   if (frozen_ > 0) caches_ = task_->freeze(frozen_, static_cast<std::int64_t>(o_.freeze_cache_mb * (1 << 20)));
   strategies_ = std::make_unique<parallel::Strategies>(*model_, is_frozen);
   const parallel::OptimizerFactory optimizer_for = [this](parallel::NamedParameters params) {
@@ -459,26 +467,33 @@ void Run::place_optimizer_state() {
 
 std::int64_t Run::frozen_parameters() const {
   std::int64_t n = 0;
-  for (const auto& [name, p] : model_->named_parameters()) n += p.requires_grad() ? 0 : p.value().numel();
+  for (const auto& [name, shape] : strategies_->part().layout) n += strategies_->part().is_frozen(name) ? shape_numel(shape) : 0;
   return n;
 }
 
 // --freeze-converged, after a step: each leading layer's gradient norm against its weights'
-// (the same on every replica after the all-reduce: every rank decides alike). The layers
-// that stayed under the ratio for the window from the first unfrozen one on are frozen,
-// with the layers without parameters after them, while one with parameters still trains.
+// (the same on every replica after the all-reduce, summed over a pipeline's stages: every
+// rank decides alike). The layers that stayed under the ratio for the window from the first
+// unfrozen one on are frozen, with the layers without parameters after them, while one with
+// parameters still trains. A pipeline goes on in a new layout after the step.
 void Run::freeze_converged() {
   const std::size_t layers = task_->layers(*model_);
-  std::vector<double> grad_sq(layers, 0), weight_sq(layers, 0);
-  std::vector<bool> has(layers, false);
+  std::vector<double> sums(3 * layers, 0);  // per layer: gradient, weights (squared norms), has parameters
   for (const auto& [name, p] : strategies_->part().trained) {
     const int layer = task_->layer_of(name);
     if (layer < 0 || static_cast<std::size_t>(layer) >= layers) continue;
     const auto l = static_cast<std::size_t>(layer);
-    has[l] = true;
-    weight_sq[l] += ops::sum_of_squares(p.value());
-    if (p.grad().defined()) grad_sq[l] += ops::sum_of_squares(p.grad());
+    sums[2 * layers + l] = 1;
+    sums[layers + l] += ops::sum_of_squares(p.value());
+    if (p.grad().defined()) sums[l] += ops::sum_of_squares(p.grad());
   }
+  if (comm::Communicator* stages = strategies_->part().model_group)
+    stages->allreduce(sums.data(), sums.size(), comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
+  const std::vector<double> grad_sq(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(layers));
+  const std::vector<double> weight_sq(sums.begin() + static_cast<std::ptrdiff_t>(layers),
+                                      sums.begin() + static_cast<std::ptrdiff_t>(2 * layers));
+  std::vector<bool> has(layers);
+  for (std::size_t l = 0; l < layers; ++l) has[l] = sums[2 * layers + l] > 0;
   calm_.resize(layers, 0);
   std::size_t last_trained = 0;  // the last layer with parameters: it always trains
   for (std::size_t l = 0; l < layers; ++l)
@@ -493,16 +508,48 @@ void Run::freeze_converged() {
   if (next > frozen_)
     while (next < last_trained && !has[next]) ++next;  // with the layers without parameters after it
   if (next <= frozen_) return;
+  std::int64_t frozen_now = 0;  // parameters frozen after this decision
+  for (const auto& [name, shape] : strategies_->part().layout) {  // (full shapes: a stage freed the others')
+    const int layer = task_->layer_of(name);
+    frozen_now += layer >= 0 && static_cast<std::size_t>(layer) < next ? shape_numel(shape) : 0;
+  }
+  fmt::print(out_, "freezing layers {}-{} (step {}: their gradient norms stayed under {} of their weights' for {} steps): "
+                   "{} parameters frozen in all\n",
+             frozen_, next - 1, at_.step, freeze_rule_->ratio, freeze_rule_->steps, frozen_now);
+  std::fflush(out_);
+  if (auto* p = strategies_->find<parallel::Pipeline>(); p && p->pipeline().stages() > 1) {  // (each freed the others' layers)
+    frozen_ = next;
+    relayout_ = plan_relayout(true);
+    return;
+  }
   const parallel::TrainState state = strategies_->gather_state();
   const std::int64_t steps = strategies_->optimizer().steps();
-  const std::size_t before = frozen_;
   frozen_ = next;
   build_strategies();
   strategies_->restore(state.optimizer, steps);
-  fmt::print(out_, "freezing layers {}-{} (step {}: their gradient norms stayed under {} of their weights' for {} steps): "
-                   "{} parameters frozen in all\n",
-             before, frozen_ - 1, at_.step, freeze_rule_->ratio, freeze_rule_->steps, frozen_parameters());
-  std::fflush(out_);
+}
+
+// A pipeline's layout for its frozen blocks: the same stages balanced anew (a frozen block
+// costs less), or with --merge-frozen-stages one stage fewer for every stage whose blocks
+// all froze (GptPipeline::stages_frozen; seed 003 chapter 11: adaptive model parallelism),
+// the ranks that frees leaving
+// the job or (dp) the ranks re-laid out as more data-parallel replicas. None when nothing
+// changes.
+std::optional<parallel::MembershipChange> Run::plan_relayout(bool frozen_changed) const {
+  auto* pipeline = strategies_->find<parallel::Pipeline>();
+  if (!pipeline || pipeline->pipeline().stages() == 1) return std::nullopt;
+  const int stages = pipeline->pipeline().stages();
+  const int frozen_stages =
+      o_.merge_frozen_stages.empty() ? 0 : pipeline->pipeline().stages_frozen(static_cast<std::int64_t>(frozen_));
+  const int to = std::max(1, stages - frozen_stages);
+  if (to == stages && !frozen_changed) return std::nullopt;
+  const int ranks = mesh_.size(), tp = mesh_.shape().tp;
+  const int dp = o_.merge_frozen_stages == "dp" ? ranks / (to * tp) : mesh_.shape().dp;
+  parallel::MembershipChange change;
+  change.stages_from = stages;
+  change.stages_to = to;
+  for (int r = dp * to * tp; r < ranks; ++r) change.leaving.push_back(r);
+  return change;
 }
 
 // The optimizer state (each strategy takes its part) and the generators of a checkpoint.
@@ -515,6 +562,7 @@ void Run::resume() {
       if (module_rng == name) r->set_state(state);
   }
   if (ck.meta.info.count("window_mean_loss")) return;  // a live job's hand-over: continue_handed_over says it
+  t_.resumed_from = ck.meta.step;
   const std::string ranks = ck.meta.info.count("ranks") ? ck.meta.info.at("ranks") : "?";
   fmt::print(out_, "resumed from {} (epoch {}, step {}{})\n", ck.path, at_.epoch + 1, at_.step,
              ranks != std::to_string(mesh_.size()) ? fmt::format(", written by {} rank(s), now {}", ranks, mesh_.size())
@@ -537,6 +585,19 @@ void Run::continue_handed_over() {
   if (!t_.change_agreed || !t_.change) return;  // a process that joined: rank 0 speaks
   const double pause = seconds_since(*t_.change_agreed);
   const auto before = static_cast<int>(number("ranks"));
+  if (const int from = t_.change->stages_from, to = t_.change->stages_to; to > 0) {  // a pipeline laid out anew
+    t_.resizes.push_back({{"step", at_.step}, {"from", before}, {"to", mesh_.size()}, {"stages_from", from},
+                          {"stages_to", to}, {"frozen_layers", frozen_}, {"pause_seconds", pause}});
+    std::string what = to < from ? fmt::format("{} stages merged into {}", from, to) : std::string("stages balanced anew");
+    if (mesh_.size() < before) what += fmt::format(", {} rank(s) released", before - mesh_.size());
+    if (to < from && mesh_.size() == before) what += ", the ranks freed now data-parallel replicas";
+    fmt::print(out_, "pipeline after step {} (blocks 0-{} frozen): {}; now {}; training paused {:.2f} s\n", at_.step,
+               frozen_ - 1, what, mesh_.shape().describe(), pause);
+    std::fflush(out_);
+    t_.change_agreed.reset();
+    t_.change.reset();
+    return;
+  }
   const auto left = static_cast<std::int64_t>(t_.change->leaving.size());
   const std::int64_t joined = mesh_.size() - (before - left);
   t_.resizes.push_back({{"step", at_.step}, {"from", before}, {"to", mesh_.size()}, {"joined", joined},
@@ -556,6 +617,13 @@ std::optional<parallel::MembershipChange> Run::train(parallel::LiveMembership* l
   if (planned_ == 0) fmt::print(out_, "nothing to train: the run already ends at step {}\n", at_.step);
   Progress progress("step", static_cast<long>(planned_));
   model_->train();
+  const auto relayout = [&] {  // a pipeline's new layout, before the next step
+    progress.finish();
+    t_.change_agreed = Clock::now();
+    t_.change = relayout_;
+    return relayout_;
+  };
+  if (relayout_ && planned_ > 0) return relayout();
   for (std::int64_t done = 0; done < planned_; ++done) {
     const bool last = done + 1 == planned_;
     step(last);
@@ -575,6 +643,7 @@ std::optional<parallel::MembershipChange> Run::train(parallel::LiveMembership* l
       e = evaluate(!scheduled);
     }
     record_step(e);
+    if (relayout_ && !last) return relayout();
     if (live && !last) {
       if (o_.grow_at == "noise" && rank_ == 0) grow_by_noise(*live);
       auto change = live->poll(*job_.world, at_.step);
@@ -870,7 +939,7 @@ TrainSummary Run::finish() {
 }
 
 void Run::report(nlohmann::json& summary) {
-  if (checkpoint_ && !checkpoint_->meta.info.count("window_mean_loss")) summary["resumed_from"] = checkpoint_->meta.step;
+  if (t_.resumed_from) summary["resumed_from"] = *t_.resumed_from;
   if (!t_.resizes.empty()) summary["resizes"] = t_.resizes;
   std::int64_t rank_parameters = 0;
   for (const auto& [name, p] : strategies_->part().trained) rank_parameters += p.value().numel();
@@ -958,6 +1027,57 @@ std::int64_t batch_after_change(const TrainOptions& o, const Checkpoint& image, 
     throw CommError("the state handed over records no batch or ranks");
   if (o.elastic_batch == "fixed") return *batch;
   return std::max<std::int64_t>(1, std::llround(static_cast<double>(*batch) * ranks / static_cast<double>(*before)));
+}
+
+// The most micro-batches, up to `m`, that split every replica's rows of `batch` over `dp`
+// replicas (data/deal.h deals each batch / dp rows, or one more).
+int micro_batches_for(std::int64_t batch, int dp, int m) {
+  const std::int64_t lo = batch / dp, hi = (batch + dp - 1) / dp;
+  while (m > 1 && (lo % m != 0 || hi % m != 0)) --m;
+  return m;
+}
+
+// Trains on `job`. A pipeline whose frozen blocks change its layout (Run::plan_relayout)
+// hands its state to rank 0; the ranks the new layout frees leave, the others form a group
+// (the first ranks) and go on from that state in the new layout.
+TrainSummary train_in_layouts(TrainOptions o, parallel::Job job, std::FILE* out) {
+  std::optional<Checkpoint> image;
+  RunTotals totals;
+  std::unique_ptr<Task> task;
+  std::vector<std::shared_ptr<comm::Communicator>> earlier;  // the groups before: they end with the job
+  for (;;) {
+    parallel::MembershipChange change;
+    std::string state;
+    std::int64_t step = 0;
+    {
+      Run run(o, job, out, std::move(image), std::move(totals), std::move(task));
+      const auto next = run.train();
+      if (!next) return run.finish();
+      change = *next;
+      state = run.hand_over_state(0);
+      totals = run.take_totals();
+      task = run.take_task();
+      step = run.step();
+    }
+    const int stay = job.mesh.size() - static_cast<int>(change.leaving.size());
+    std::shared_ptr<comm::Communicator> world = job.world;
+    if (world && world->rank() >= stay) {
+      fmt::print(stderr, "rank {} released after step {}: the pipeline merged its frozen stages\n", world->rank(), step);
+      return {-1, {}};
+    }
+    if (world && stay < world->size()) {
+      earlier.push_back(world);
+      std::vector<int> members(static_cast<std::size_t>(stay));
+      std::iota(members.begin(), members.end(), 0);
+      world = stay > 1 ? world->new_group(members) : nullptr;
+    }
+    if (world) state = parallel::share_state(*world, std::move(state));
+    image = decode_checkpoint(state, "the state handed over");
+    o.parallel.mesh = {0, change.stages_to, o.parallel.mesh.tp};
+    const int dp = stay / (change.stages_to * o.parallel.mesh.tp);
+    o.parallel.pipeline.micro_batches = micro_batches_for(*o.batch, dp, o.parallel.pipeline.micro_batches);
+    job = parallel::join_group(o.parallel, world);
+  }
 }
 
 TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, std::FILE* out) {
@@ -1068,9 +1188,7 @@ TrainSummary train(const TrainOptions& options, std::FILE* out) {
     write_file_atomic(o.checkpoint_dir + "/config.yaml", o.config_yaml);
   }
   if (job.serves) return serve_parameters(o, job, out);
-  Run run(o, job, out);
-  run.train();
-  return run.finish();
+  return train_in_layouts(o, job, out);
 }
 
 }  // namespace weft

@@ -200,10 +200,19 @@ void validate(const TrainOptions& o) {
     throw ConfigError("--offload-dir " + o.offload_dir + " is not a folder");
   if (!(o.freeze_cache_mb >= 0 && o.freeze_cache_mb <= 1e9))
     throw ConfigError("--freeze-cache-mb must be from 0 to 1e9");
-  if ((o.freeze_below > 0 || !o.freeze_converged.empty()) &&
-      (o.parallel.strategy != "ddp" || o.parallel.zero > 0 || o.parallel.model_parallel()))
-    throw ConfigError("--freeze-below and --freeze-converged work with DDP or one process (not ZeRO, the parameter "
-                      "server, federated averaging or model parallelism)");
+  const bool freezes = o.freeze_below > 0 || !o.freeze_converged.empty();
+  if (freezes && (o.parallel.strategy != "ddp" || o.parallel.zero > 0 || o.parallel.mesh.tp > 1))
+    throw ConfigError("--freeze-below and --freeze-converged work with DDP, pipelines or one process (not ZeRO, the "
+                      "parameter server, federated averaging or tensor parallelism)");
+  if (!o.merge_frozen_stages.empty()) {
+    if (o.merge_frozen_stages != "leave" && o.merge_frozen_stages != "dp")
+      throw ConfigError("--merge-frozen-stages '" + o.merge_frozen_stages + "' is not leave or dp");
+    if (o.parallel.mesh.pp < 2 || !freezes)
+      throw ConfigError("--merge-frozen-stages merges the stages of a pipeline (--pp 2 or more) whose blocks froze "
+                        "(--freeze-below or --freeze-converged)");
+    if (o.parallel.pipeline.schedule == algo::PipeSchedule::kInterleaved)
+      throw ConfigError("--merge-frozen-stages: the interleaved schedule's stages hold blocks from all over the model");
+  }
   if (o.max_ranks < 1) throw ConfigError("--max-ranks must be at least 1");
   if (o.elastic_batch != "fixed" && o.elastic_batch != "linear")
     throw ConfigError("--elastic-batch '" + o.elastic_batch + "' is not fixed or linear");

@@ -90,13 +90,17 @@ struct TrainOptions {
   // up to max_ranks.
   std::string grow_at;
   int max_ranks = 64;
-  // Layer freezing (seed 003 chapter 8; image models): the first freeze_below layers are
+  // Layer freezing (seed 003 chapter 8; image models, GPT blocks): the first freeze_below layers are
   // frozen from the start; freeze_converged "RATIO[:STEPS]" freezes a leading layer once
   // its gradient's norm stayed under RATIO times its weights' for STEPS steps (default 20);
   // the frozen layers' outputs are cached per training sample up to freeze_cache_mb.
   std::int64_t freeze_below = 0;
   std::string freeze_converged;
   double freeze_cache_mb = 1024;
+  // Adaptive model parallelism (seed 003 chapter 11): in a pipeline, once every block of
+  // some stages is frozen, the blocks go onto fewer stages and the ranks freed "leave" the
+  // job or join data parallelism ("dp"); "" keeps the stages.
+  std::string merge_frozen_stages;
   // Offload (seed 003 chapter 8; ZeRO-Offload): "optimizer" keeps the optimizer's state in a
   // file in offload_dir (default: the temporary folder), read back ahead of each update;
   // memory_limit (a size, "" none) bounds the model states this rank keeps in memory
