@@ -10,6 +10,8 @@
 #     the rounding of near-zero ones), for the MLP under ZeRO-1 and with a parameter server,
 #     and for the GPT in 2 pipelines of 2 stages.
 #     A pipeline's stages get blocks in proportion to --stage-shares, with the same result;
+#     with --stage-shares measured and rank 1 made 4 times slower, the stages' speeds measured
+#     over steps 2-6 say so and the blocks move toward stage 0, again with the same result;
 #     tensor-parallel replicas split 3:1 as well; a pp 2 x dp 2 mesh's checkpoint resumes as
 #     pp 2 x dp 1 to the uninterrupted run's parameters.
 #  3. --dp-shares measured with one rank made 3 times slower (WEFT_SLOWDOWN) moves rows to the
@@ -77,6 +79,15 @@ out=$("$weft" launch --nproc-per-node 2 -- weft "${gpt4[@]}" --pp 2 --micro-batc
 grep -q "blocks per stage: 0-2 | 3-3 (balanced by params, stage shares 3:1)" <<<"$out" || fail "no 3:1 stages: $out"
 printf 'pipeline stages 3:1 against one process: '
 "$compare" "$work/one.safetensors" "$work/stages.safetensors" 1e-5 | tail -n 1
+out=$(WEFT_SLOWDOWN=1:4 "$weft" launch --nproc-per-node 2 -- weft "${gpt4[@]}" --pp 2 --micro-batches 2 \
+  --stage-shares measured --save-model "$work/measured.safetensors")
+line=$(grep -o "stage speeds measured over steps 2-6: 1.00:0[.][0-9]*; blocks per stage 0-1 | 2-3 -> 0-2 | 3-3" <<<"$out") ||
+  fail "the slower stage was not measured so: $out"
+grep -q "pipeline after step 6: stages balanced for speeds 1.000:0[.][0-9]*; now dp 1 x pp 2" <<<"$out" ||
+  fail "the blocks did not move: $out"
+echo "$line"
+printf 'pipeline stages by measured speeds against one process: '
+"$compare" "$work/one.safetensors" "$work/measured.safetensors" 1e-5 | tail -n 1
 code=0
 err=$("$weft" train --model mlp --stage-shares 2:1 2>&1) || code=$?
 [ "$code" -eq 2 ] && grep -q "needs --pp 2 or more" <<<"$err" || fail "--stage-shares without a pipeline: $err"

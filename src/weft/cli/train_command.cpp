@@ -84,7 +84,8 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
                   "the most memory a rank's model states may hold (parameters, gradients, optimizer state), e.g. 200M: "
                   "above it the optimizer's state is offloaded");
   cmd->add_option("--stage-shares", c.stage_shares,
-                  "a pipeline's stages' relative speeds, such as 2:1 (the slower stage gets fewer blocks), or even")
+                  "a pipeline's stages' relative speeds, such as 2:1 (the slower stage gets fewer blocks), even, or "
+                  "measured (timed over steps 2-6, the blocks moved when the speeds differ)")
       ->capture_default_str();
   cmd->add_option("--dp-shares", c.dp_shares,
                   "how a global batch is split among data-parallel replicas: even, measured (in proportion to their "

@@ -142,6 +142,9 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
     costs[static_cast<std::size_t>(b)] *= 2.0 / 3.0;
   bounds_ = options_.frozen_blocks > 0 ? balance_blocks(costs, virtual_stages_, first_extra, last_extra, options_.stage_speeds)
                                        : trained_bounds_;
+  costs_ = costs;
+  first_extra_ = first_extra;
+  last_extra_ = last_extra;
   const std::vector<std::int64_t>& bounds = bounds_;
   for (int c = 0; c < options_.chunks; ++c) {
     int v = c * stages_ + stage_;
@@ -161,6 +164,17 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
     }
   }
   if (stages_ > 1 && (first_ || last_)) tied_ = group_->new_group({0, stages_ - 1});
+}
+
+std::vector<std::int64_t> GptPipeline::partition_for(const std::vector<double>& speeds) const {
+  return balance_blocks(costs_, virtual_stages_, first_extra_, last_extra_, speeds);
+}
+
+double GptPipeline::stage_cost() const {
+  double cost = 0;
+  for (const auto& [begin, end] : ranges_)
+    for (std::int64_t b = begin; b < end; ++b) cost += costs_[static_cast<std::size_t>(b)];
+  return cost + (first_ ? first_extra_ : 0) + (last_ ? last_extra_ : 0);
 }
 
 int GptPipeline::stages_frozen(std::int64_t frozen) const {
@@ -329,6 +343,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
     double bubble = step_s > 0 ? 1 - busy / step_s : 0;
     if (group_ && S > 1) group_->allreduce(&bubble, 1, comm::DataType::kF64, comm::ReduceOp::kAvg)->wait();
     bubble_ = bubble;
+    busy_ = busy;
   }
   return loss;
 }

@@ -66,6 +66,10 @@ class GptPipeline {
   // block as trained (so a stage's blocks freeze together, however the frozen ones are
   // balanced since): those adaptive model parallelism can give up.
   int stages_frozen(std::int64_t frozen) const;
+  // The partition for stages of relative `speeds` (the same costs); this stage's cost (its
+  // blocks', with the embedding or the head), in the units the partition balances.
+  std::vector<std::int64_t> partition_for(const std::vector<double>& speeds) const;
+  double stage_cost() const;
   // The parameters this stage trains.
   std::vector<std::pair<std::string, Var>> own_parameters() const { return own_; }
 
@@ -89,6 +93,8 @@ class GptPipeline {
   // The last train_batch's bubble: 1 - busy / step (busy: forward and backward; step: the
   // whole step without the optimizer), averaged over the stages.
   double last_bubble() const { return bubble_; }
+  // The last train_batch's computation on this stage (forward and backward, not waits), s.
+  double last_busy() const { return busy_; }
 
  private:
   struct Pending {
@@ -108,7 +114,9 @@ class GptPipeline {
   std::vector<std::pair<std::string, Var>> own_;
   Var tied_weight_;
   bool first_ = true, last_ = true;
-  double bubble_ = 0;
+  double bubble_ = 0, busy_ = 0;
+  std::vector<double> costs_;  // per block, as balanced
+  double first_extra_ = 0, last_extra_ = 0;
 };
 
 // The strategy: the GPT's blocks cut into stages over the mesh's pp group, each stage

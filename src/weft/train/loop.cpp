@@ -281,6 +281,7 @@ class Run {
   void place_optimizer_state();
   void freeze_converged();
   std::optional<parallel::MembershipChange> plan_relayout(bool frozen_changed) const;
+  void measure_stage_speeds();
   std::int64_t frozen_parameters() const;
   void grow_by_noise(parallel::LiveMembership& live);
 
@@ -325,6 +326,10 @@ class Run {
   // A pipeline whose frozen blocks changed goes on in another layout after the step
   // (plan_relayout).
   std::optional<parallel::MembershipChange> relayout_;
+  // --stage-shares measured: the steps timed so far and this stage's computation in them.
+  bool measure_stages_ = false;
+  int stage_steps_ = 0;
+  double stage_busy_ = 0;
   RunTotals t_;
 };
 
@@ -384,6 +389,8 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   build_strategies();
   if (checkpoint_) resume();
   if (!o_.merge_frozen_stages.empty()) relayout_ = plan_relayout(false);
+  if (auto* p = strategies_->find<parallel::Pipeline>(); p && p->pipeline().stages() > 1)
+    measure_stages_ = o_.stage_shares == "measured";
   if (frozen_ > 0 && !t_.change)
     fmt::print(out_, "frozen: the first {} layer(s), {} parameters; {}\n", frozen_, frozen_parameters(),
                caches_ ? fmt::format("their outputs cached up to {} MiB per rank", o_.freeze_cache_mb)
@@ -552,6 +559,49 @@ std::optional<parallel::MembershipChange> Run::plan_relayout(bool frozen_changed
   return change;
 }
 
+// --stage-shares measured (seed 003 chapter 12: heterogeneous workers): each stage times
+// its computation (forward and backward of its micro-batches, not its waits) over the
+// run's steps 2-6; every rank then knows each stage's speed, its cost (in the units the
+// partition balances) over its time, the mean over the replicas, and when the partition
+// those speeds give differs, the pipeline goes on in it after the step. Once per run.
+void Run::measure_stage_speeds() {
+  constexpr int kWarmup = 1, kTimed = 5;
+  const parallel::GptPipeline& pipe = strategies_->find<parallel::Pipeline>()->pipeline();
+  if (++stage_steps_ <= kWarmup) return;
+  stage_busy_ += pipe.last_busy();
+  if (stage_steps_ < kWarmup + kTimed) return;
+  measure_stages_ = false;
+  const int stages = pipe.stages();
+  std::vector<double> sums(2 * static_cast<std::size_t>(stages), 0);  // per stage: costs, seconds
+  sums[static_cast<std::size_t>(pipe.stage())] = pipe.stage_cost();
+  sums[static_cast<std::size_t>(stages + pipe.stage())] = stage_busy_;
+  job_.world->allreduce(sums.data(), sums.size(), comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
+  std::vector<double> speeds(static_cast<std::size_t>(stages));
+  for (std::size_t s = 0; s < speeds.size(); ++s) speeds[s] = sums[s] / std::max(sums[speeds.size() + s], 1e-12);
+  const double fastest = *std::max_element(speeds.begin(), speeds.end());
+  std::string shares;
+  for (double& v : speeds) {
+    v = std::max(v / fastest, 1e-3);
+    shares += fmt::format("{}{:.2f}", shares.empty() ? "" : ":", v);
+  }
+  const std::vector<std::int64_t> bounds = pipe.partition_for(speeds);
+  const auto blocks = [](const std::vector<std::int64_t>& b) {
+    std::string text;
+    for (std::size_t v = 0; v + 1 < b.size(); ++v) text += fmt::format("{}{}-{}", v ? " | " : "", b[v], b[v + 1] - 1);
+    return text;
+  };
+  const bool moves = bounds != pipe.boundaries();
+  fmt::print(out_, "stage speeds measured over steps {}-{}: {}; {}\n", at_.step - kTimed + 1, at_.step, shares,
+             moves ? fmt::format("blocks per stage {} -> {}", blocks(pipe.boundaries()), blocks(bounds))
+                   : std::string("the blocks stay where they are"));
+  std::fflush(out_);
+  if (!moves || relayout_) return;
+  parallel::MembershipChange change;
+  change.stages_from = change.stages_to = stages;
+  change.stage_speeds = speeds;
+  relayout_ = change;
+}
+
 // The optimizer state (each strategy takes its part) and the generators of a checkpoint.
 void Run::resume() {
   const Checkpoint& ck = *checkpoint_;
@@ -588,11 +638,14 @@ void Run::continue_handed_over() {
   if (const int from = t_.change->stages_from, to = t_.change->stages_to; to > 0) {  // a pipeline laid out anew
     t_.resizes.push_back({{"step", at_.step}, {"from", before}, {"to", mesh_.size()}, {"stages_from", from},
                           {"stages_to", to}, {"frozen_layers", frozen_}, {"pause_seconds", pause}});
-    std::string what = to < from ? fmt::format("{} stages merged into {}", from, to) : std::string("stages balanced anew");
+    std::string what = to < from                          ? fmt::format("{} stages merged into {}", from, to)
+                       : !t_.change->stage_speeds.empty() ? fmt::format("stages balanced for speeds {}", o_.stage_shares)
+                                                          : std::string("stages balanced anew");
     if (mesh_.size() < before) what += fmt::format(", {} rank(s) released", before - mesh_.size());
     if (to < from && mesh_.size() == before) what += ", the ranks freed now data-parallel replicas";
-    fmt::print(out_, "pipeline after step {} (blocks 0-{} frozen): {}; now {}; training paused {:.2f} s\n", at_.step,
-               frozen_ - 1, what, mesh_.shape().describe(), pause);
+    fmt::print(out_, "pipeline after step {}{}: {}; now {}; training paused {:.2f} s\n", at_.step,
+               frozen_ > 0 ? fmt::format(" (blocks 0-{} frozen)", frozen_ - 1) : std::string(), what,
+               mesh_.shape().describe(), pause);
     std::fflush(out_);
     t_.change_agreed.reset();
     t_.change.reset();
@@ -797,6 +850,7 @@ void Run::step(bool last) {
   if (balancer_ && balancer_->observe(compute, computed)) rebalance();
   if (o_.grow_at == "noise") observe_noise(batch, rows);
   if (freeze_rule_) freeze_converged();
+  if (measure_stages_) measure_stage_speeds();
   t_.units += units;
   t_.rows += rows;
   t_.window_units += rows * task_->units_per_row();
@@ -1076,6 +1130,10 @@ TrainSummary train_in_layouts(TrainOptions o, parallel::Job job, std::FILE* out)
     o.parallel.mesh = {0, change.stages_to, o.parallel.mesh.tp};
     const int dp = stay / (change.stages_to * o.parallel.mesh.tp);
     o.parallel.pipeline.micro_batches = micro_batches_for(*o.batch, dp, o.parallel.pipeline.micro_batches);
+    if (!change.stage_speeds.empty()) {  // measured: the next layout's stages are given these
+      o.stage_shares.clear();
+      for (double v : change.stage_speeds) o.stage_shares += fmt::format("{}{:.3f}", o.stage_shares.empty() ? "" : ":", v);
+    }
     job = parallel::join_group(o.parallel, world);
   }
 }

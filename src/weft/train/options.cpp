@@ -117,8 +117,8 @@ std::vector<double> parse_shares(const std::string& text, const std::string& fla
 }  // namespace
 
 std::vector<double> parse_stage_shares(const std::string& text) {
-  if (text == "even") return {};
-  return parse_shares(text, "--stage-shares", "even");
+  if (text == "even" || text == "measured") return {};
+  return parse_shares(text, "--stage-shares", "even, measured");
 }
 
 std::vector<double> parse_dp_shares(const std::string& text) {
@@ -185,7 +185,7 @@ void validate(const TrainOptions& o) {
   if (o.scale_lr != "none" && o.scale_lr != "linear" && o.scale_lr != "sqrt")
     throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear, sqrt");
   parse_dp_shares(o.dp_shares);
-  if (!parse_stage_shares(o.stage_shares).empty() && o.parallel.mesh.pp < 2)
+  if ((!parse_stage_shares(o.stage_shares).empty() || o.stage_shares == "measured") && o.parallel.mesh.pp < 2)
     throw ConfigError("--stage-shares gives a pipeline's stages their shares: it needs --pp 2 or more");
   parse_grow_at(o.grow_at);
   at_least("--freeze-below", o.freeze_below, 0);

@@ -113,7 +113,8 @@ struct TrainOptions {
   // "measured" (in proportion to their measured speeds, train/share_balancer.h) or the
   // relative shares themselves, "2:1:1".
   std::string dp_shares = "even";
-  // A pipeline's stages' relative speeds, "2:1" (or "even"): each gets blocks in proportion.
+  // A pipeline's stages' relative speeds, "2:1" (or "even"): each gets blocks in proportion;
+  // "measured": timed over the first steps, and the blocks moved when they differ.
   std::string stage_shares = "even";
   std::string save_model;              // the final parameters (safetensors; rank 0)
   std::string config_yaml;             // the resolved options as YAML (weft train --config's
