@@ -1,5 +1,7 @@
 #include "weft/comm/communicator.h"
 
+#include <fmt/format.h>
+
 #include "weft/algo/collective_facts.h"
 
 #include <unistd.h>
@@ -56,6 +58,27 @@ CommOptions CommOptions::from_env() {
     if (*t != "0" && *t != "1") throw ConfigError("WEFT_TLS='" + *t + "' is not 0 or 1");
     o.tls = *t == "1";
   }
+  if (auto t = env_string("WEFT_STRIPE")) {
+    const bool tcp = t->rfind("tcp:", 0) == 0 && t->size() == 5 && (*t)[4] >= '2' && (*t)[4] <= '8';
+    if (*t != "off" && *t != "shm+tcp" && !tcp)
+      throw ConfigError("WEFT_STRIPE='" + *t + "' is not off, shm+tcp or tcp:N (N from 2 to 8)");
+    o.stripe = *t;
+  }
+  if (auto t = env_string("WEFT_STRIPE_SHARES")) {
+    std::size_t from = 0;
+    for (;;) {
+      const std::size_t colon = t->find(':', from);
+      const std::string piece = t->substr(from, colon == std::string::npos ? std::string::npos : colon - from);
+      char* end = nullptr;
+      const double v = std::strtod(piece.c_str(), &end);
+      if (piece.empty() || *end != '\0' || !(v > 0 && v < 1e9))
+        throw ConfigError("WEFT_STRIPE_SHARES='" + *t + "' is not positive numbers such as 3:1");
+      if (colon == std::string::npos) break;
+      from = colon + 1;
+    }
+    o.stripe_shares = *t;
+  }
+  if (auto m = env_int_in("WEFT_STRIPE_MIN", 1, std::int64_t{1} << 40)) o.stripe_min = static_cast<std::uint64_t>(*m);
   return o;
 }
 
@@ -230,6 +253,20 @@ Communicator::~Communicator() {
 
 std::string Communicator::transport() const {
   if (mpi_group_) return "mpi";
+  if (links_->striped > 0) {  // "striped shm+tcp (0.74:0.26 to rank 1)"
+    std::string text = "striped " + options_.stripe;
+    text += options_.tls ? "+tls (" : " (";
+    bool first = true;
+    for (const PeerLink& link : links_->peers) {
+      if (link.lanes.empty()) continue;
+      text += first ? "" : ", ";
+      for (std::size_t k = 0; k < link.lanes.size(); ++k) text += fmt::format("{}{:.2f}", k ? ":" : "", link.lanes[k].share);
+      text += fmt::format(" to rank {}", link.global_rank);
+      first = false;
+    }
+    text += ")";
+    return text;
+  }
   if (links_->tcp > 0 && links_->shm > 0) return options_.tls ? "mixed+tls" : "mixed";
   if (links_->shm > 0) return "shm";
   if (links_->tcp > 0) return options_.tls ? "tls" : "tcp";
@@ -249,6 +286,9 @@ void Communicator::connect_group(const std::string& prefix) {
   r.transport = options_.transport;
   r.tls = options_.tls;
   r.shm_ring_bytes = options_.shm_ring_bytes;
+  r.stripe = options_.stripe;
+  r.stripe_shares = options_.stripe_shares;
+  r.stripe_min = options_.stripe_min;
   r.timeout_s = options_.rendezvous_timeout_s;
   r.judge_core_sharing = name_ == "world";
   links_ = connect_links(r);

@@ -54,6 +54,12 @@ struct CommOptions {
   std::size_t shm_ring_bytes = 1 << 20;  // WEFT_SHM_RING_BYTES (1 MiB measured best: it stays in cache)
   std::string trace_dir;            // WEFT_TRACE
   bool tls = false;                 // WEFT_TLS=1: TCP data links under TLS (tls.h)
+  // WEFT_STRIPE: off | shm+tcp | tcp:N (2-8): more paths to a peer, a large message split
+  // over them by their measured bandwidths (links.h); WEFT_STRIPE_SHARES: the shares
+  // instead ("3:1"); WEFT_STRIPE_MIN: the smallest message split (bytes, default 1 MiB).
+  std::string stripe = "off";
+  std::string stripe_shares;
+  std::uint64_t stripe_min = 1 << 20;
   static CommOptions from_env();
 };
 

@@ -47,6 +47,9 @@ struct Transfer {
   const Op* op;
   PeerLink* link;
   std::uint8_t* ptr;         // payload (send source or receive destination)
+  Channel* channel = nullptr;  // the path it takes (a lane of the link's, when striped)
+  std::uint32_t* recv_seq = nullptr;  // that path's count of messages received
+  int path = 0;              // peer x lanes + lane: transfers on one path go in order
   std::uint64_t bytes = 0;   // payload length
   std::size_t pad = 0;       // zero bytes after the payload, so the next header stays 8-aligned
   std::size_t pad_done = 0;
@@ -122,19 +125,16 @@ class ProgramRun {
         case OpKind::kSend: {
           Transfer t{&op, &peers_.at(op.peer), b_.direct.empty() ? addr(op.src) : b_.direct[i]};
           t.bytes = static_cast<std::uint64_t>(op.src.count) * esize_;
-          t.pad = static_cast<std::size_t>((8 - t.bytes % 8) % 8);
-          t.header = {kMagic, t.link->send_seq++, t.bytes};
-          sends_.push_back(t);
           if (step_sends_) (*step_sends_)[step_].emplace_back(t.link->global_rank, static_cast<std::int64_t>(t.bytes));
+          add_parts(t, sends_, true);
           break;
         }
         case OpKind::kRecv:
         case OpKind::kRecvReduce: {
           Transfer t{&op, &peers_.at(op.peer), b_.direct.empty() ? addr(op.dst) : b_.direct[i]};
           t.bytes = static_cast<std::uint64_t>(op.dst.count) * esize_;
-          t.pad = static_cast<std::size_t>((8 - t.bytes % 8) % 8);
           if (op.kind == OpKind::kRecvReduce && op.src.count > 0) t.base = addr(op.src);
-          recvs_.push_back(t);
+          add_parts(t, recvs_, false);
           break;
         }
       }
@@ -145,9 +145,42 @@ class ProgramRun {
     for (auto& t : recvs_) pending_recvs_.push_back(&t);
   }
 
+  // A message as one transfer on the link's channel, or (striped) one per lane, each lane's
+  // part a whole number of elements in proportion to its share.
+  void add_parts(Transfer t, std::vector<Transfer>& into, bool send) const {
+    PeerLink& link = *t.link;
+    const auto one = [&](Transfer part, Channel* channel, std::uint32_t& send_seq, std::uint32_t& recv_seq, int lane) {
+      part.channel = channel;
+      part.recv_seq = &recv_seq;
+      part.path = part.op->peer * 16 + lane;
+      part.pad = static_cast<std::size_t>((8 - part.bytes % 8) % 8);
+      if (send) part.header = {kMagic, send_seq++, part.bytes};
+      into.push_back(part);
+    };
+    if (link.lanes.size() < 2 || t.bytes < link.stripe_min) {
+      one(t, link.channel, link.send_seq, link.recv_seq, 0);
+      return;
+    }
+    const std::uint64_t elements = t.bytes / esize_;
+    double cumulative = 0;
+    std::uint64_t from = 0;
+    for (std::size_t k = 0; k < link.lanes.size(); ++k) {
+      cumulative += link.lanes[k].share;
+      const std::uint64_t to = k + 1 == link.lanes.size()
+                                   ? elements
+                                   : std::min(elements, static_cast<std::uint64_t>(cumulative * static_cast<double>(elements)));
+      Transfer part = t;
+      part.ptr = t.ptr + from * esize_;
+      if (t.base) part.base = t.base + from * esize_;
+      part.bytes = (to - from) * esize_;
+      one(part, link.lanes[k].channel, link.lanes[k].send_seq, link.lanes[k].recv_seq, static_cast<int>(k));
+      from = to;
+    }
+  }
+
   // Header, payload, padding: as far as the channel takes them. Returns the bytes moved.
   std::size_t advance_send(Transfer& t) {
-    Channel* ch = t.link->channel;
+    Channel* ch = t.channel;
     std::size_t moved = 0;
     if (t.header_done < sizeof(Header)) {
       std::size_t k = ch->write_some(reinterpret_cast<std::uint8_t*>(&t.header) + t.header_done,
@@ -173,7 +206,7 @@ class ProgramRun {
 
   // The header (checked), then the payload: copied, or reduced into its destination.
   std::size_t advance_recv(Transfer& t) {
-    Channel* ch = t.link->channel;
+    Channel* ch = t.channel;
     std::size_t moved = 0;
     if (t.header_done < sizeof(Header)) {
       std::size_t k = ch->read_some(reinterpret_cast<std::uint8_t*>(&t.header) + t.header_done,
@@ -181,7 +214,7 @@ class ProgramRun {
       t.header_done += k;
       moved += k;
       if (t.header_done < sizeof(Header)) return moved;
-      std::uint32_t want_seq = t.link->recv_seq++;
+      std::uint32_t want_seq = (*t.recv_seq)++;
       if (t.header.magic != kMagic || t.header.seq != want_seq || t.header.bytes != t.bytes) {
         throw fail("protocol error from rank " + std::to_string(t.link->global_rank) + ": expected message " +
                        std::to_string(want_seq) + " of " + std::to_string(t.bytes) + " bytes",
@@ -248,8 +281,8 @@ class ProgramRun {
     return t.header_done == sizeof(Header) && t.done >= t.bytes && t.pad_done >= t.pad;
   }
 
-  // The first unfinished transfer per peer and direction advances; later ones to the same
-  // peer wait. Returns whether anything moved.
+  // The first unfinished transfer per path (a peer's channel, or lane) and direction
+  // advances; later ones on the same path wait. Returns whether anything moved.
   template <typename Advance>
   bool advance_pending(std::vector<Transfer*>& pending, std::vector<int>& busy, Advance advance, const char* towards) {
     bool progressed = false;
@@ -257,7 +290,7 @@ class ProgramRun {
     for (auto it = pending.begin(); it != pending.end();) {
       Transfer& t = **it;
       bool blocked = false;
-      for (int p : busy) blocked = blocked || p == t.op->peer;
+      for (int p : busy) blocked = blocked || p == t.path;
       if (blocked) {
         ++it;
         continue;
@@ -273,7 +306,7 @@ class ProgramRun {
         it = pending.erase(it);
         progressed = true;
       } else {
-        busy.push_back(t.op->peer);
+        busy.push_back(t.path);
         ++it;
       }
     }
@@ -328,11 +361,11 @@ class ProgramRun {
     std::vector<pollfd> fds;
     bool shm = false;
     for (Transfer* t : pending_sends_) {
-      int fd = t->link->channel->fd();
+      int fd = t->channel->fd();
       if (fd >= 0) fds.push_back({fd, POLLOUT, 0}); else shm = true;
     }
     for (Transfer* t : pending_recvs_) {
-      int fd = t->link->channel->fd();
+      int fd = t->channel->fd();
       if (fd >= 0) fds.push_back({fd, POLLIN, 0}); else shm = true;
     }
     if (shm && ctx_.doorbell) {

@@ -32,12 +32,26 @@ struct ExecBuffers {
   std::vector<std::uint8_t*> direct;
 };
 
+// One path to a peer, with its own message sequence numbers.
+struct Lane {
+  Channel* channel = nullptr;
+  double share = 1;  // of a striped message's bytes (the lanes' shares sum to 1)
+  std::uint32_t send_seq = 0;
+  std::uint32_t recv_seq = 0;
+};
+
 struct PeerLink {
   Channel* channel = nullptr;  // null for this rank itself
   int global_rank = -1;        // for messages
   int pid = 0;                 // for liveness checks on shared memory (0: unknown)
   std::uint32_t send_seq = 0;
   std::uint32_t recv_seq = 0;
+  // Striping (seed 003 chapter 4: one transfer over several paths): with more than one
+  // lane (lanes[0] is `channel`), a message of at least stripe_min bytes is cut into one
+  // part per lane, in proportion to their shares (measured bandwidths); both sides cut it
+  // alike. Each part is a message of its lane. Smaller messages take `channel` alone.
+  std::vector<Lane> lanes;
+  std::uint64_t stripe_min = 1 << 20;
 };
 
 struct ExecContext {

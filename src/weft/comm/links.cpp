@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -159,32 +161,48 @@ void connect_shared_memory(GroupLinks& links, const LinkRequest& r, const std::v
   }
 }
 
+// How many TCP connections go to group rank i: one to a peer not on shared memory (N with
+// WEFT_STRIPE=tcp:N), none to one on it (one with shm+tcp).
+int tcp_connections(const LinkRequest& r, const std::vector<bool>& use_shm, std::size_t i) {
+  if (use_shm[i]) return r.stripe == "shm+tcp" ? 1 : 0;
+  return r.stripe.rfind("tcp:", 0) == 0 ? std::stoi(r.stripe.substr(4)) : 1;
+}
+// A connection's identity in the handshake: the global rank, and which of the pair's TCP
+// connections it is in the top bits.
+constexpr int kLaneShift = 24;
+
 // 5. TCP: the lower group rank connects, the higher accepts (in a thread of its own); a
 // connection that fails the token handshake, or comes from a rank not expected, is refused.
+// A peer's first connection is its channel (unless shared memory is), the others its lanes.
 void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const Socket& listener, const std::vector<bool>& use_shm,
                        const std::vector<Endpoint>& eps) {
   const int n = static_cast<int>(eps.size()), me = r.members[static_cast<std::size_t>(r.rank)];
   int expected = 0;
-  for (int i = 0; i < r.rank; ++i) expected += !use_shm[i];
-  std::vector<Socket> accepted(eps.size());
+  for (int i = 0; i < r.rank; ++i) expected += tcp_connections(r, use_shm, static_cast<std::size_t>(i));
+  std::vector<std::vector<Socket>> accepted(eps.size());
+  for (std::size_t i = 0; i < eps.size(); ++i)
+    if (static_cast<int>(i) != r.rank) accepted[i].resize(static_cast<std::size_t>(tcp_connections(r, use_shm, i)));
   std::exception_ptr accept_error;
   std::thread acceptor([&] {
     try {
       // Handshakes side by side: a silent or hostile connection holds only its own slot.
-      std::vector<bool> claimed(eps.size(), false);
+      std::vector<std::vector<bool>> claimed(eps.size());
+      for (std::size_t i = 0; i < eps.size(); ++i) claimed[i].assign(accepted[i].size(), false);
+      const auto index_of = [&](std::uint32_t who) {
+        auto it = std::find(r.members.begin(), r.members.end(), static_cast<int>(who & ((1u << kLaneShift) - 1)));
+        return static_cast<std::size_t>(it - r.members.begin());
+      };
       auto wanted = [&](std::uint32_t who) {
-        auto it = std::find(r.members.begin(), r.members.end(), static_cast<int>(who));
-        const auto idx = static_cast<std::size_t>(it - r.members.begin());
-        if (it == r.members.end() || static_cast<int>(idx) >= r.rank || use_shm[idx] || claimed[idx]) return false;
-        claimed[idx] = true;
+        const std::size_t idx = index_of(who), lane = who >> kLaneShift;
+        if (idx >= r.members.size() || static_cast<int>(idx) >= r.rank || lane >= claimed[idx].size() || claimed[idx][lane])
+          return false;
+        claimed[idx][lane] = true;
         return true;
       };
       for (const AcceptedPeer& a : accept_authenticated(listener.fd(), r.token, Purpose::kPeer, static_cast<std::uint32_t>(me),
                                                         expected, wanted, r.timeout_s, 10.0,
-                                                        "weft rank " + std::to_string(me))) {
-        const auto idx = std::find(r.members.begin(), r.members.end(), static_cast<int>(a.identity)) - r.members.begin();
-        accepted[static_cast<std::size_t>(idx)] = Socket(a.fd);
-      }
+                                                        "weft rank " + std::to_string(me)))
+        accepted[index_of(a.identity)][a.identity >> kLaneShift] = Socket(a.fd);
     } catch (const CommError& e) {
       accept_error = std::make_exception_ptr(CommError("rendezvous of " + r.group + ": " + e.what()));
     } catch (...) {
@@ -194,10 +212,12 @@ void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const Socket& li
   std::exception_ptr connect_error;
   try {
     for (int i = r.rank + 1; i < n; ++i) {
-      if (use_shm[i]) continue;
-      Socket s = connect_tcp(eps[i].ip, eps[i].port, Deadline::in(r.timeout_s));
-      connect_handshake(s.fd(), r.token, Purpose::kPeer, static_cast<std::uint32_t>(me), 10.0);
-      accepted[i] = std::move(s);
+      for (std::size_t lane = 0; lane < accepted[static_cast<std::size_t>(i)].size(); ++lane) {
+        Socket s = connect_tcp(eps[i].ip, eps[i].port, Deadline::in(r.timeout_s));
+        const auto identity = static_cast<std::uint32_t>(me) | static_cast<std::uint32_t>(lane << kLaneShift);
+        connect_handshake(s.fd(), r.token, Purpose::kPeer, identity, 10.0);
+        accepted[static_cast<std::size_t>(i)][lane] = std::move(s);
+      }
     }
   } catch (...) {
     connect_error = std::current_exception();
@@ -205,29 +225,112 @@ void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const Socket& li
   acceptor.join();
   if (connect_error) std::rethrow_exception(connect_error);
   if (accept_error) std::rethrow_exception(accept_error);
-  std::vector<int> peers;
+  std::vector<int> peers;  // one entry per connection
   for (int i = 0; i < n; ++i)
-    if (i != r.rank && !use_shm[i]) peers.push_back(i);
+    for (std::size_t lane = 0; lane < accepted[static_cast<std::size_t>(i)].size(); ++lane) peers.push_back(i);
+  std::vector<Socket> sockets;
+  for (int i = 0; i < n; ++i)
+    for (Socket& s : accepted[static_cast<std::size_t>(i)]) sockets.push_back(std::move(s));
   std::vector<std::unique_ptr<Channel>> channels;
   if (r.tls) {  // the side that accepted a connection serves its TLS
-    std::vector<Socket> sockets;
     std::vector<bool> server;
-    for (int i : peers) {
-      sockets.push_back(std::move(accepted[i]));
-      server.push_back(i < r.rank);
-    }
+    for (int i : peers) server.push_back(i < r.rank);
     channels = tls_handshakes(std::move(sockets), server, r.token, r.timeout_s);
   } else {
-    for (int i : peers) channels.push_back(std::make_unique<TcpChannel>(std::move(accepted[i])));
+    for (Socket& s : sockets) channels.push_back(std::make_unique<TcpChannel>(std::move(s)));
   }
   for (std::size_t k = 0; k < peers.size(); ++k) {
-    links.peers[peers[k]].channel = channels[k].get();
+    PeerLink& link = links.peers[static_cast<std::size_t>(peers[k])];
+    if (!link.channel) link.channel = channels[k].get();
+    if (link.lanes.empty()) link.lanes.push_back({link.channel});
+    if (link.channel != channels[k].get()) link.lanes.push_back({channels[k].get()});
     links.channels.push_back(std::move(channels[k]));
     ++links.tcp;
   }
+  for (PeerLink& link : links.peers) {
+    if (link.lanes.size() < 2) link.lanes.clear();
+    link.stripe_min = r.stripe_min;
+  }
 }
 
-// 6. Everyone is connected: the shared-memory names can go (the mappings stay).
+// One message of `bytes` to or from group rank `peer` over `channel` alone, through the
+// executor (as the collectives move them); returns the seconds it took.
+double timed_message(GroupLinks& links, const LinkRequest& r, std::size_t peer, Channel* channel, bool send,
+                     std::uint8_t* data, std::int64_t bytes) {
+  std::vector<PeerLink> one(links.peers.size());
+  one[peer].channel = channel;
+  one[peer].global_rank = links.peers[peer].global_rank;
+  one[peer].pid = links.peers[peer].pid;
+  algo::Program program;
+  const algo::Chunk chunk{algo::Buf::kData, 0, bytes};
+  if (send) program.send(0, static_cast<int>(peer), chunk);
+  else program.recv(0, static_cast<int>(peer), chunk);
+  ExecBuffers buffers;
+  buffers.direct = {data};
+  ExecContext ctx;
+  ctx.op = "measuring the paths to rank " + std::to_string(one[peer].global_rank);
+  ctx.rank = r.members[static_cast<std::size_t>(r.rank)];
+  ctx.timeout_s = r.timeout_s;
+  ctx.doorbell = links.bell;
+  ctx.spin = !links.shares_core;
+  const auto t0 = std::chrono::steady_clock::now();
+  execute(program, buffers, one, ctx);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// 6. The lanes' shares: as given, or measured pair by pair. Of a pair the lower rank sends
+// and the higher times: per lane, a 1 MiB warm-up, then 3 times "go" from the timer and
+// 8 MiB back (the fastest counts), each a message through the executor; the timer sends the shares (each lane's bandwidth
+// over their sum) to the sender. Every rank takes its pairs in the order of (lower rank,
+// higher rank), the same order for all, so the pair due first always finds both ready.
+void measure_stripes(GroupLinks& links, const LinkRequest& r) {
+  std::vector<double> given;
+  for (std::size_t from = 0; !r.stripe_shares.empty();) {
+    const std::size_t colon = r.stripe_shares.find(':', from);
+    given.push_back(std::stod(r.stripe_shares.substr(from, colon == std::string::npos ? std::string::npos : colon - from)));
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  const auto set_shares = [](PeerLink& link, const std::vector<double>& shares) {
+    double sum = 0;
+    for (double v : shares) sum += v;
+    for (std::size_t k = 0; k < link.lanes.size(); ++k) link.lanes[k].share = shares[k] / sum;
+  };
+  constexpr std::int64_t kWarmup = 1 << 20, kProbe = 8 << 20;
+  std::vector<std::uint8_t> buffer;
+  for (std::size_t i = 0; i < links.peers.size(); ++i) {  // (pairs with lower ranks first, then higher: the global order)
+    PeerLink& link = links.peers[i];
+    if (link.lanes.empty()) continue;
+    ++links.striped;
+    if (!given.empty()) {
+      if (given.size() != link.lanes.size())
+        throw ConfigError("WEFT_STRIPE_SHARES: " + std::to_string(given.size()) + " shares for " +
+                          std::to_string(link.lanes.size()) + " paths to a peer");
+      set_shares(link, given);
+      continue;
+    }
+    buffer.assign(static_cast<std::size_t>(kProbe), 1);
+    const bool timer = static_cast<int>(i) < r.rank;
+    std::vector<double> shares(link.lanes.size());
+    for (std::size_t k = 0; k < link.lanes.size(); ++k) {
+      Channel* ch = link.lanes[k].channel;
+      timed_message(links, r, i, ch, !timer, buffer.data(), kWarmup);
+      double best = 1e300;
+      for (int repeat = 0; repeat < 3; ++repeat) {  // the fastest of 3: a busy moment slows one
+        const double go = timed_message(links, r, i, ch, timer, buffer.data(), 8);
+        best = std::min(best, go + timed_message(links, r, i, ch, !timer, buffer.data(), kProbe));
+      }
+      shares[k] = static_cast<double>(kProbe) / std::max(best, 1e-9);
+    }
+    auto* bytes = reinterpret_cast<std::uint8_t*>(shares.data());
+    timed_message(links, r, i, link.channel, timer, bytes, static_cast<std::int64_t>(shares.size() * sizeof(double)));
+    for (double v : shares)
+      if (!(v > 0 && std::isfinite(v))) throw CommError("striping: a path measured no bandwidth");
+    set_shares(link, shares);
+  }
+}
+
+// 7. Everyone is connected: the shared-memory names can go (the mappings stay).
 void finish_rendezvous(GroupLinks& links, const LinkRequest& r) {
   const int me = r.members[static_cast<std::size_t>(r.rank)];
   r.store->set(key_base(r) + "ready/" + std::to_string(me), "1");
@@ -252,6 +355,7 @@ std::unique_ptr<GroupLinks> connect_links(const LinkRequest& r) {
   const std::vector<bool> use_shm = choose_shared_memory(r, eps, my_host);
   connect_shared_memory(*links, r, use_shm, eps);
   connect_tcp_peers(*links, r, listener, use_shm, eps);
+  measure_stripes(*links, r);
   finish_rendezvous(*links, r);
   return links;
 }

@@ -10,7 +10,11 @@
 //   4. shared memory         each rank's segment holds one incoming ring per local peer
 //   5. TCP                   the lower group rank connects, the higher accepts; both sides
 //                            prove the job token (auth.h)
-//   6. finish                everyone connected: the shared-memory names are unlinked
+//   6. stripes               (WEFT_STRIPE) more paths to a peer: shared memory and TCP, or
+//                            several TCP connections; each pair measures its paths'
+//                            bandwidth (pairs in a global order, so none waits in a cycle)
+//                            and the executor splits large messages in proportion
+//   7. finish                everyone connected: the shared-memory names are unlinked
 #pragma once
 
 #include <memory>
@@ -33,6 +37,7 @@ struct GroupLinks {
   int local_world = 0;               // ranks per host when hosts hold equal contiguous blocks, else 0
   bool shares_core = false;          // the job's ranks on this host outnumber their cores
   int tcp = 0, shm = 0;
+  int striped = 0;  // peers reached over more than one path
 };
 
 struct LinkRequest {
@@ -49,6 +54,12 @@ struct LinkRequest {
   double timeout_s = 60;        // of the rendezvous
   bool judge_core_sharing = false;  // the world group decides it for all groups
   bool tls = false;             // TCP links under TLS (tls.h)
+  // Striping: "off", "shm+tcp" (a peer on this host also over TCP) or "tcp:N" (N TCP
+  // connections to each TCP peer); the lanes' shares as given ("3:1"; empty: measured);
+  // the smallest message striped.
+  std::string stripe = "off";
+  std::string stripe_shares;
+  std::uint64_t stripe_min = 1 << 20;
 };
 
 std::unique_ptr<GroupLinks> connect_links(const LinkRequest& request);
