@@ -21,7 +21,12 @@
 #     again every sample once and the unresized run's parameters.
 #  6. --grow-at noise: with a global batch of 16 the gradient noise scale soon exceeds what
 #     3 ranks would train at, and the job grows from 2 to 3 (--max-ranks 3).
-#  7. Refusals: one line each, exit 2.
+#  7. The parameter server (--strategy ps, 1 server, the last rank in every generation):
+#     --grow-at 4:4,12:3 grows 2 workers to 3 and shrinks them back; every sample once and
+#     the unresized run's parameters. SIGTERM to the server stops the job with a checkpoint
+#     (its shard of the state has nowhere to go), and a plain run resumes from it to the
+#     unresized run's parameters.
+#  8. Refusals: one line each, exit 2.
 # The ranks are slowed (WEFT_STRAGGLER) so that the changes land mid-epoch.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
@@ -191,14 +196,47 @@ grep -q "growing to 3 ranks (--grow-at noise: gradient noise scale [0-9]*, globa
 grep -q "resized: 2 -> 3 ranks at step [0-9]* (1 joined): batch 24" "$work/out" || fail "no 2 -> 3: $(cat "$work/out")"
 echo "noise: $(grep -o 'growing to 3 ranks ([^)]*)' "$work/out")"
 
-# 7. Refusals.
+# 7. The parameter server.
+ps=("${mlp[@]}" --strategy ps)
+"$weft" launch --nproc-per-node 3 -- weft "${ps[@]}" --save-model "$work/ps-whole.safetensors" >/dev/null
+WEFT_STRAGGLER=0:250 "$weft" launch --elastic --nproc-per-node 3:4 -- weft "${ps[@]}" --grow-at 4:4,12:3 \
+  --sample-log "$work/ps" --save-model "$work/ps-live.safetensors" >"$work/out" 2>"$work/err" &
+launchers+=($!)
+first=$!
+wait "$first" || fail "the live parameter-server job failed: $(cat "$work/out" "$work/err")"
+for want in "growing to 4 ranks (--grow-at 4:4): asked the launchers for 1 more" "resized: 2 -> 3 workers at step" \
+  "layout: 4 ranks, dp 3" "shrinking to 3 rank(s) (--grow-at 12:3)" "resized: 3 -> 2 workers at step 12"; do
+  grep -qF "$want" "$work/out" || fail "no '$want': $(cat "$work/out")"
+done
+cat "$work"/ps-rank* | awk '{ print $3 }' | sort -n | uniq -c >"$work/counts"
+[ "$(wc -l <"$work/counts")" -eq 1280 ] && [ "$(awk '$1 != 1' "$work/counts" | wc -l)" -eq 0 ] ||
+  fail "the parameter-server job did not train each of the 1280 samples once"
+printf 'parameter server, 2 -> 3 -> 2 workers: '
+"$compare" "$work/ps-whole.safetensors" "$work/ps-live.safetensors" 1e-5 | tail -n 1
+WEFT_STRAGGLER=0:250 "$weft" launch --elastic --nproc-per-node 3 -- weft "${ps[@]}" --checkpoint-dir "$work/ps-ck" \
+  >"$work/out" 2>"$work/err" &
+launchers+=($!)
+first=$!
+wait_for "$work/out" "layout: 3 ranks"
+sleep 1
+kill -TERM "$(worker_pid RANK=2)"
+wait "$first" || fail "the parameter-server job did not stop well: $(cat "$work/out" "$work/err")"
+step=$(grep -o 'stopping after step [0-9]*: a parameter server was asked to leave' "$work/out" | grep -o '[0-9]*:' | tr -d :) ||
+  fail "no stop: $(cat "$work/out" "$work/err")"
+"$weft" launch --nproc-per-node 3 -- weft "${ps[@]}" --checkpoint-dir "$work/ps-ck" --resume \
+  --save-model "$work/ps-resumed.safetensors" >/dev/null
+printf 'parameter server asked to leave after step %s; resumed: ' "$step"
+"$compare" "$work/ps-whole.safetensors" "$work/ps-resumed.safetensors" 1e-5 | tail -n 1
+
+# 8. Refusals.
 expect_refusal "is not HOST:PORT" "$weft" launch --join nowhere -- weft "${mlp[@]}"
 expect_refusal "leave out --nnodes" "$weft" launch --elastic --nnodes 2 -- weft "${mlp[@]}"
 expect_refusal "needs WEFT_JOB_TOKEN" env -u WEFT_JOB_TOKEN "$weft" launch --elastic -- weft "${mlp[@]}"
 expect_refusal "is not fixed or linear" "$weft" "${mlp[@]}" --elastic-batch some
-expect_refusal "data parallelism alone" "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --strategy ps
+expect_refusal "data parallelism alone" "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --strategy fedavg
+expect_refusal "parameter server is synchronous" "$weft" launch --elastic --nproc-per-node 3 -- weft "${ps[@]}" --staleness 1
 expect_refusal "is not noise or STEP:RANKS" "$weft" "${mlp[@]}" --grow-at 5:0
 expect_refusal "changes a live job's ranks" "$weft" "${mlp[@]}" --grow-at 5:4
 expect_refusal "needs --elastic-batch linear" "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --grow-at noise
 expect_refusal "needs --elastic or --join" "$weft" launch --nproc-per-node 2:4 -- weft "${mlp[@]}"
-echo "refusals: 9 one-line errors"
+echo "refusals: 10 one-line errors"

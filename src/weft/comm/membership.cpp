@@ -115,21 +115,25 @@ std::int64_t Membership::waiting(const Generation& g) { return store_->add(kPref
 
 void Membership::request(std::int64_t count) { store_->add(kPrefix + "requested", count); }
 
-Generation Membership::propose(const Generation& g, const std::vector<int>& leaving) {
+Generation Membership::propose(const Generation& g, const std::vector<int>& leaving, int keep_last) {
   Generation next;
   next.number = g.number + 1;
   for (int r = 0; r < g.size(); ++r)
     if (std::find(leaving.begin(), leaving.end(), r) == leaving.end()) next.members.push_back(g.members[static_cast<std::size_t>(r)]);
-  return parse_generation(next.number, publish(next, g.admitted), id_);
+  return parse_generation(next.number, publish(next, g.admitted, keep_last), id_);
 }
 
-std::string Membership::publish(Generation& next, std::int64_t admitted_before) {
+std::string Membership::publish(Generation& next, std::int64_t admitted_before, int keep_last) {
   next.admitted = store_->add(kPrefix + "joins", 0);
+  const auto stay = static_cast<std::ptrdiff_t>(next.members.size());
+  const std::ptrdiff_t at = stay - std::clamp<std::ptrdiff_t>(keep_last, 0, stay);
+  std::vector<std::string> joiners;
   for (std::int64_t k = admitted_before; k < next.admitted; ++k) {
     auto id = store_->get(kPrefix + "join/" + std::to_string(k), timeout_s_);
     if (!id) throw CommError("live membership: join request " + std::to_string(k) + " has no id");
-    next.members.push_back(*id);
+    joiners.push_back(*id);
   }
+  next.members.insert(next.members.begin() + at, joiners.begin(), joiners.end());
   const std::string record = generation_record(next);
   store_->set(generation_key(next.number), record);
   store_->add(kPrefix + "latest", 1);

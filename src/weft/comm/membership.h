@@ -10,7 +10,7 @@
 //            generation that admits it (or for the job's end)
 //   propose  rank 0 of a generation publishes the next one, once the group agreed on a
 //            change: the members that stay, in their order, then every joiner waiting, in
-//            the order they asked
+//            the order they asked (before the last members when they must stay last)
 //   follow   the other members read it
 //
 // Keys (under live/): g<N> "admitted J: id id ..." (J: the join requests admitted so far);
@@ -66,8 +66,9 @@ class Membership {
   // Rank 0: asks the launchers with spare places for `count` more processes (they start
   // them as joiners, weft launch --nproc-per-node MIN:MAX).
   void request(std::int64_t count);
-  // Rank 0: the generation after `g` without the ranks `leaving`, with every joiner waiting.
-  Generation propose(const Generation& g, const std::vector<int>& leaving);
+  // Rank 0: the generation after `g` without the ranks `leaving`, with every joiner waiting
+  // (before the last `keep_last` members, which stay last: a parameter server's servers).
+  Generation propose(const Generation& g, const std::vector<int>& leaving, int keep_last = 0);
   // A member of `g` (not rank 0): the generation rank 0 proposed after it.
   Generation follow(const Generation& g);
   // After `g` failed (a member died): this member is alive, with `step` steps trained. The
@@ -82,9 +83,9 @@ class Membership {
   void finish();
 
  private:
-  // Adds every joiner waiting since `admitted_before` to `next` and publishes it as the
-  // newest generation; returns its record.
-  std::string publish(Generation& next, std::int64_t admitted_before);
+  // Adds every joiner waiting since `admitted_before` to `next` (before its last
+  // `keep_last` members) and publishes it as the newest generation; returns its record.
+  std::string publish(Generation& next, std::int64_t admitted_before, int keep_last = 0);
 
   std::shared_ptr<StoreClient> store_;
   std::string host_, token_, id_;

@@ -124,8 +124,11 @@ std::optional<MembershipChange> LiveMembership::poll(comm::Communicator& group, 
   group.allgather(mine, all.data(), 2, comm::DataType::kI64)->wait();
   const std::int64_t shrink_to = all[1];
   MembershipChange change;
+  // To shrink, the last ranks before the ones kept last (servers) leave.
+  const int kept_from = group.size() - keep_last_;
   for (int r = 0; r < group.size(); ++r)
-    if ((all[2 * static_cast<std::size_t>(r)] & 1) || (shrink_to > 0 && r >= shrink_to)) change.leaving.push_back(r);
+    if ((all[2 * static_cast<std::size_t>(r)] & 1) || (shrink_to > 0 && r >= shrink_to - keep_last_ && r < kept_from))
+      change.leaving.push_back(r);
   change.joining = all[0] >> 1;
   if (change.leaving.empty() && change.joining == 0) return std::nullopt;
   return change;
@@ -133,7 +136,7 @@ std::optional<MembershipChange> LiveMembership::poll(comm::Communicator& group, 
 
 const comm::Generation& LiveMembership::advance(const MembershipChange& change) {
   const std::int64_t admitted_before = generation_.admitted;
-  generation_ = generation_.rank == 0 ? membership_.propose(generation_, change.leaving) : membership_.follow(generation_);
+  generation_ = generation_.rank == 0 ? membership_.propose(generation_, change.leaving, keep_last_) : membership_.follow(generation_);
   expected_ = std::max<std::int64_t>(0, expected_ - (generation_.admitted - admitted_before));
   waiting_ = 0;
   return generation_;

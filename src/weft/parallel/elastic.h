@@ -55,8 +55,8 @@ class LiveMembership {
 
   // Rank 0: the ranks the job should have from a step on (--grow-at STEP:WORLD,...), or
   // at once (a policy's decision); each applies once: to grow, the launchers with spare
-  // places are asked for the processes missing; to shrink, the last ranks leave. `why`
-  // says where it came from.
+  // places are asked for the processes missing; to shrink, the last ranks leave (before
+  // those kept last). `why` says where it came from.
   void schedule(std::int64_t step, int world, std::string why);
   // Collective over `group` (the current generation's), after step `step`: the change due.
   std::optional<MembershipChange> poll(comm::Communicator& group, std::int64_t step);
@@ -72,6 +72,9 @@ class LiveMembership {
   std::optional<comm::Generation> recover(std::int64_t step);
   // Rank 0 at the job's end: joiners still waiting stop.
   void finish() { membership_.finish(); }
+  // The last `n` members stay last in every generation (a parameter server's servers:
+  // joiners come before them).
+  void keep_last(int n) { keep_last_ = n; }
 
  private:
   LiveMembership(const std::string& address, const std::string& token, std::string id, bool joiner, int rank, int world);
@@ -80,6 +83,7 @@ class LiveMembership {
   int launch_rank_ = 0, launch_world_ = 1;
   comm::Generation generation_;
   std::int64_t waiting_ = 0;
+  int keep_last_ = 0;
   std::string what_;
   struct Target {
     std::int64_t step;

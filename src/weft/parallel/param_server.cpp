@@ -283,6 +283,17 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
     ++r.updates;
     const bool last_step = step + 1 == steps;
     if (checkpoints.at && checkpoints.at(step + 1) && !(last_step && checkpoints.final_after_weights)) send_checkpoint();
+    const auto next = checkpoints.stop_after && !last_step ? checkpoints.stop_after(step + 1) : ServerCheckpoints::kGoOn;
+    if (next == ServerCheckpoints::kGoOn) continue;
+    send_checkpoint();
+    if (next == ServerCheckpoints::kStop) {
+      std::vector<comm::WorkPtr> final_weights;
+      serve_weights(final_weights);
+      for (auto& wk : final_weights) wk->wait();
+    }
+    r.stopped = true;
+    r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return r;
   }
   std::vector<comm::WorkPtr> last;
   serve_weights(last);

@@ -67,6 +67,7 @@ class ParameterServerWorker {
 };
 
 struct ServerReport {
+  bool stopped = false;         // stop_after ended it (below)
   double seconds = 0;           // wall time of the serving loop
   double comm_seconds = 0;      // in pulls and pushes
   std::int64_t steps = 0;
@@ -77,9 +78,14 @@ struct ServerReport {
 // Where a server sends worker 0 a checkpoint (synchronous mode): after the update that
 // completes step `s` when at(s) is true; at the last step, after the final weights when
 // `final_after_weights` (the worker saves after its final pull), else before them.
+// A live job (parallel/elastic.h) asks stop_after(s) after each step but the last: kGoOn,
+// or the job changes here: the server sends worker 0 its state (kHandOver) and also the
+// final weights (kStop: the job ends) and returns.
 struct ServerCheckpoints {
   std::function<bool(std::int64_t)> at;
   bool final_after_weights = false;
+  enum Next { kGoOn, kHandOver, kStop };
+  std::function<Next(std::int64_t)> stop_after;
 };
 
 // Runs server `server` (0..M-1) from step `first_step` to `steps` (absolute), then sends

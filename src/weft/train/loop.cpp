@@ -172,23 +172,38 @@ Position resume_position(const Checkpoint& ck, const TrainOptions& o, const Task
   return p;
 }
 
+// The first training rank (the job's first `workers` ranks) that stays after `change`; -1
+// when none does, or when a parameter server is asked to leave (its shard of the state
+// goes nowhere): the job then stops.
+int first_staying_worker(const parallel::MembershipChange& change, int workers, int ranks) {
+  const auto leaves = [&](int r) { return std::find(change.leaving.begin(), change.leaving.end(), r) != change.leaving.end(); };
+  for (int r = workers; r < ranks; ++r)
+    if (leaves(r)) return -1;
+  for (int r = 0; r < workers; ++r)
+    if (!leaves(r)) return r;
+  return -1;
+}
+
 // A parameter-server rank: it serves the workers until their last step, and checkpoints
-// with worker 0 (which saves).
-TrainSummary serve_parameters(const TrainOptions& o, const parallel::Job& job, std::FILE* out) {
+// with worker 0 (which saves). In a live job it starts from the state the last generation
+// handed over (`image`), and after each step takes part in the ranks' agreement on a
+// change: `change` says the one agreed (none: the job ran to its end).
+TrainSummary serve_parameters(const TrainOptions& o, const parallel::Job& job, std::FILE* out,
+                              parallel::LiveMembership* live = nullptr, std::optional<Checkpoint> image = {},
+                              std::optional<parallel::MembershipChange>* change = nullptr) {
   const auto task = make_task(o, 0, job.workers, out);
   Rng rng(o.seed);
   auto model = task->make_model(rng);
   const std::int64_t spe = task->steps_per_epoch();
   if (job.server == 0) parallel::measure_link(*job.world, job.workers, false, model->num_parameters());
-  std::optional<Checkpoint> ck;
+  std::optional<Checkpoint> ck = std::move(image);
   Position from;  // the workers' (their Run resolves the same checkpoint)
   double lr = *o.lr;  // the servers apply the updates: with the workers' --scale-lr
-  if (o.resume || o.auto_resume) {
-    if (auto latest = latest_checkpoint(o.checkpoint_dir)) {
-      ck = load_checkpoint(*latest);
-      model->load_state_dict(ck->model);
-      from = resume_position(*ck, o, *task, lr, nullptr);
-    }
+  if (!ck && (o.resume || o.auto_resume))
+    if (auto latest = latest_checkpoint(o.checkpoint_dir)) ck = load_checkpoint(*latest);
+  if (ck) {
+    model->load_state_dict(ck->model);
+    from = resume_position(*ck, o, *task, lr, nullptr);
   }
   const std::int64_t total = from.step + steps_left(*task, from, *o.max_steps);
   parallel::ServerCheckpoints saves;
@@ -200,6 +215,13 @@ TrainSummary serve_parameters(const TrainOptions& o, const parallel::Job& job, s
              (o.checkpoint_every > 0 && s % o.checkpoint_every == 0);
     };
   }
+  if (live)
+    saves.stop_after = [&](std::int64_t step) {
+      *change = live->poll(*job.world, step);
+      if (!*change) return parallel::ServerCheckpoints::kGoOn;
+      return first_staying_worker(**change, job.workers, job.process.world) < 0 ? parallel::ServerCheckpoints::kStop
+                                                                               : parallel::ServerCheckpoints::kHandOver;
+    };
   const Schedule schedule = lr_schedule(o, spe * task->epochs());
   const auto report = parallel::run_parameter_server(
       *model, job.world, job.workers, o.parallel.servers, job.server, total,
@@ -256,7 +278,7 @@ class Run {
   std::string hand_over_state(int keep);
   // After a failure of the group: whether this rank holds the whole state (DDP: every
   // replica does; ZeRO's shards do not), and that state, taken without communicating.
-  bool holds_whole_state() { return !strategies_->find<parallel::Zero>(); }
+  bool holds_whole_state() { return !strategies_->find<parallel::Zero>() && !strategies_->find<parallel::ParameterServer>(); }
   std::string own_state();
   RunTotals take_totals() { return std::move(t_); }
   std::unique_ptr<Task> take_task() { return std::move(task_); }
@@ -326,6 +348,9 @@ class Run {
   // A pipeline whose frozen blocks changed goes on in another layout after the step
   // (plan_relayout).
   std::optional<parallel::MembershipChange> relayout_;
+  // A live parameter-server job's state, received from the servers as soon as a change
+  // was agreed (they send it then, unasked): the hand-over or the last checkpoint use it.
+  std::optional<parallel::TrainState> agreed_state_;
   // --stage-shares measured: the steps timed so far and this stage's computation in them.
   bool measure_stages_ = false;
   int stage_steps_ = 0;
@@ -659,8 +684,9 @@ void Run::continue_handed_over() {
   std::string what;
   if (joined > 0) what = fmt::format("{} joined", joined);
   if (left > 0) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", left, t_.change->failed ? "failed" : "left");
-  fmt::print(out_, "resized: {} -> {} ranks at step {} ({}): batch {}, learning rate {}; training paused {:.2f} s\n",
-             before, mesh_.size(), at_.step, what, *o_.batch, lr_, pause);
+  fmt::print(out_, "resized: {} -> {} {} at step {} ({}): batch {}, learning rate {}; training paused {:.2f} s\n", before,
+             mesh_.size(), job_.serves || job_.workers < job_.process.world ? "workers" : "ranks", at_.step, what, *o_.batch,
+             lr_, pause);
   std::fflush(out_);  // seen as it happens, also through a pipe
   t_.change_agreed.reset();
   t_.change.reset();
@@ -708,6 +734,7 @@ std::optional<parallel::MembershipChange> Run::train(parallel::LiveMembership* l
         progress.finish();
         t_.change_agreed = Clock::now();
         t_.change = change;
+        if (strategies_->find<parallel::ParameterServer>()) agreed_state_ = strategies_->gather_state();
         return change;
       }
     }
@@ -720,7 +747,8 @@ std::string Run::hand_over_state(int keep) {
   // The loss window over the replicas, for the next generation to continue.
   double sums[2] = {t_.window_loss, static_cast<double>(t_.window_steps)};
   if (replicas_) replicas_->allreduce(sums, 2, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
-  parallel::TrainState state = strategies_->gather_state();
+  parallel::TrainState state = agreed_state_ ? std::move(*agreed_state_) : strategies_->gather_state();
+  agreed_state_.reset();
   std::string bytes;
   if (rank_ == 0) bytes = state_image(std::move(state), sums[0] / std::max(sums[1], 1.0), sums[1] / mesh_.shape().dp);
   return parallel::hand_over(*job_.world, std::move(bytes), 0, keep);
@@ -939,7 +967,8 @@ std::optional<Evaluation> Run::evaluate(bool round_only) {
 // Every rank takes part in gathering the state; rank 0 writes it.
 void Run::save() {
   if (o_.checkpoint_dir.empty()) return;
-  parallel::TrainState state = strategies_->gather_state();
+  parallel::TrainState state = agreed_state_ ? std::move(*agreed_state_) : strategies_->gather_state();
+  agreed_state_.reset();
   if (rank_ != 0) return;
   last_checkpoint_ =
       save_checkpoint(o_.checkpoint_dir, checkpoint_meta(), state.model, state.optimizer, o_.keep_checkpoints, state.per_rank);
@@ -1063,9 +1092,11 @@ void Run::report(nlohmann::json& summary) {
 
 // A live job's options, checked: what can change its ranks while it runs.
 void validate_live(const TrainOptions& o) {
-  if (o.parallel.strategy != "ddp" || o.parallel.model_parallel())
+  if ((o.parallel.strategy != "ddp" && o.parallel.strategy != "ps") || o.parallel.model_parallel())
     throw ConfigError("a live elastic job (weft launch --elastic) trains with data parallelism alone: --strategy ddp "
-                      "(ZeRO allowed), without --tp, --pp or --micro-batches");
+                      "(ZeRO allowed) or ps, without --tp, --pp or --micro-batches");
+  if (o.parallel.strategy == "ps" && o.parallel.staleness >= 0)
+    throw ConfigError("a live elastic job's parameter server is synchronous: leave out --staleness");
   if (o.dp_shares != "even" && o.dp_shares != "measured")
     throw ConfigError("--dp-shares " + o.dp_shares + ": a live elastic job's replicas change; use even or measured");
   if (o.grow_at == "noise" && (o.elastic_batch != "linear" || o.parallel.zero > 0))
@@ -1146,9 +1177,12 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
     task = make_task(o, 0, 1, quiet.get());
   }
   // What every member of the job must share (a joiner started otherwise is refused).
+  const int servers = o.parallel.strategy == "ps" ? o.parallel.servers : 0;  // the last ranks, in every generation
   const std::string what =
-      fmt::format("model {} with {}, {} precision, data {}{}", o.model, *o.optimizer, o.precision, *o.data,
-                  o.parallel.zero > 0 ? fmt::format(", ZeRO-{}", o.parallel.zero) : std::string());
+      fmt::format("model {} with {}, {} precision, data {}{}{}", o.model, *o.optimizer, o.precision, *o.data,
+                  o.parallel.zero > 0 ? fmt::format(", ZeRO-{}", o.parallel.zero) : std::string(),
+                  servers > 0 ? fmt::format(", a parameter server of {} rank(s)", servers) : std::string());
+  live.keep_last(servers);
   if (!live.enter(what)) {
     fmt::print(stderr, "the job ended before it admitted this process\n");
     return {-1, {}};
@@ -1164,8 +1198,19 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
     if (live.generation().number > 0)
       image = decode_checkpoint(parallel::share_state(*world, std::move(state)), "the state handed over");
     TrainOptions now = o;
-    if (image) now.batch = batch_after_change(o, *image, world->size());
+    if (image) now.batch = batch_after_change(o, *image, world->size() - servers);
     parallel::Job job = parallel::join_group(now.parallel, world);
+    if (job.serves) {  // a parameter server: it serves this generation and hands its state over with the workers
+      std::optional<parallel::MembershipChange> change;
+      TrainSummary summary = serve_parameters(now, job, out, &live, std::move(image), &change);
+      const int keep = change ? first_staying_worker(*change, job.workers, world->size()) : -1;
+      if (keep < 0) return summary;
+      parallel::hand_over(*world, std::string(), 0, keep);
+      job = {};
+      world.reset();
+      live.advance(*change);
+      continue;
+    }
     std::optional<parallel::MembershipChange> change;
     bool failed = false;  // a rank died: the survivors go on from the most advanced one's state
     std::int64_t step = 0;
@@ -1178,14 +1223,15 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
         fmt::print(stderr, "{}; going on without the rank(s) that failed\n", e.what());
         failed = true;
       }
-      int keep = -1;  // the first rank that stays
-      for (int r = 0; change && r < world->size() && keep < 0; ++r)
-        if (std::find(change->leaving.begin(), change->leaving.end(), r) == change->leaving.end()) keep = r;
+      const int keep = change ? first_staying_worker(*change, job.workers, world->size()) : -1;  // the first that stays
       if (!failed && (!change || keep < 0)) {  // the end, or every rank asked to leave: the job stops here
         if (change) {
           run.save();
+          const bool server = std::any_of(change->leaving.begin(), change->leaving.end(), [&](int r) { return r >= job.workers; });
           if (world->rank() == 0)
-            fmt::print(out, "stopping after step {}: every rank was asked to leave\n", run.step());
+            fmt::print(out, "stopping after step {}: {}\n", run.step(),
+                       server ? "a parameter server was asked to leave (its shard of the state has nowhere to go)"
+                              : "every rank was asked to leave");
         }
         if (world->rank() == 0) live.finish();
         return run.finish();
