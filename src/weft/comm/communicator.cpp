@@ -260,7 +260,8 @@ std::string Communicator::transport() const {
     for (const PeerLink& link : links_->peers) {
       if (link.lanes.empty()) continue;
       text += first ? "" : ", ";
-      for (std::size_t k = 0; k < link.lanes.size(); ++k) text += fmt::format("{}{:.2f}", k ? ":" : "", link.lanes[k].share);
+      for (std::size_t k = 0; k < link.lanes.size(); ++k)
+        text += fmt::format("{}{:.2f}", k ? ":" : "", link.lanes[k].share);
       text += fmt::format(" to rank {}", link.global_rank);
       first = false;
     }

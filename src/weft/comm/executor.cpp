@@ -166,9 +166,8 @@ class ProgramRun {
     std::uint64_t from = 0;
     for (std::size_t k = 0; k < link.lanes.size(); ++k) {
       cumulative += link.lanes[k].share;
-      const std::uint64_t to = k + 1 == link.lanes.size()
-                                   ? elements
-                                   : std::min(elements, static_cast<std::uint64_t>(cumulative * static_cast<double>(elements)));
+      const auto at = static_cast<std::uint64_t>(cumulative * static_cast<double>(elements));
+      const std::uint64_t to = k + 1 == link.lanes.size() ? elements : std::min(elements, at);
       Transfer part = t;
       part.ptr = t.ptr + from * esize_;
       if (t.base) part.base = t.base + from * esize_;

@@ -194,8 +194,8 @@ void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const Socket& li
       };
       auto wanted = [&](std::uint32_t who) {
         const std::size_t idx = index_of(who), lane = who >> kLaneShift;
-        if (idx >= r.members.size() || static_cast<int>(idx) >= r.rank || lane >= claimed[idx].size() || claimed[idx][lane])
-          return false;
+        if (idx >= r.members.size() || static_cast<int>(idx) >= r.rank) return false;
+        if (lane >= claimed[idx].size() || claimed[idx][lane]) return false;
         claimed[idx][lane] = true;
         return true;
       };
@@ -280,14 +280,16 @@ double timed_message(GroupLinks& links, const LinkRequest& r, std::size_t peer, 
 
 // 6. The lanes' shares: as given, or measured pair by pair. Of a pair the lower rank sends
 // and the higher times: per lane, a 1 MiB warm-up, then 3 times "go" from the timer and
-// 8 MiB back (the fastest counts), each a message through the executor; the timer sends the shares (each lane's bandwidth
-// over their sum) to the sender. Every rank takes its pairs in the order of (lower rank,
-// higher rank), the same order for all, so the pair due first always finds both ready.
+// 8 MiB back (the fastest counts), each a message through the executor; the timer sends
+// the shares (each lane's bandwidth over their sum) to the sender. Every rank takes its
+// pairs in the order of (lower rank, higher rank), the same order for all, so the pair due
+// first always finds both ready.
 void measure_stripes(GroupLinks& links, const LinkRequest& r) {
   std::vector<double> given;
   for (std::size_t from = 0; !r.stripe_shares.empty();) {
     const std::size_t colon = r.stripe_shares.find(':', from);
-    given.push_back(std::stod(r.stripe_shares.substr(from, colon == std::string::npos ? std::string::npos : colon - from)));
+    const std::size_t length = colon == std::string::npos ? std::string::npos : colon - from;
+    given.push_back(std::stod(r.stripe_shares.substr(from, length)));
     if (colon == std::string::npos) break;
     from = colon + 1;
   }
@@ -298,7 +300,8 @@ void measure_stripes(GroupLinks& links, const LinkRequest& r) {
   };
   constexpr std::int64_t kWarmup = 1 << 20, kProbe = 8 << 20;
   std::vector<std::uint8_t> buffer;
-  for (std::size_t i = 0; i < links.peers.size(); ++i) {  // (pairs with lower ranks first, then higher: the global order)
+  // (Pairs with lower ranks first, then higher: the global order.)
+  for (std::size_t i = 0; i < links.peers.size(); ++i) {
     PeerLink& link = links.peers[i];
     if (link.lanes.empty()) continue;
     ++links.striped;

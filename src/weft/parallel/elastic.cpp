@@ -136,7 +136,8 @@ std::optional<MembershipChange> LiveMembership::poll(comm::Communicator& group, 
 
 const comm::Generation& LiveMembership::advance(const MembershipChange& change) {
   const std::int64_t admitted_before = generation_.admitted;
-  generation_ = generation_.rank == 0 ? membership_.propose(generation_, change.leaving, keep_last_) : membership_.follow(generation_);
+  generation_ = generation_.rank == 0 ? membership_.propose(generation_, change.leaving, keep_last_)
+                                      : membership_.follow(generation_);
   expected_ = std::max<std::int64_t>(0, expected_ - (generation_.admitted - admitted_before));
   waiting_ = 0;
   return generation_;

@@ -140,8 +140,9 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
   trained_bounds_ = balance_blocks(costs, virtual_stages_, first_extra, last_extra, options_.stage_speeds);
   for (std::int64_t b = 0; b < std::min<std::int64_t>(options_.frozen_blocks, cfg.layers); ++b)
     costs[static_cast<std::size_t>(b)] *= 2.0 / 3.0;
-  bounds_ = options_.frozen_blocks > 0 ? balance_blocks(costs, virtual_stages_, first_extra, last_extra, options_.stage_speeds)
-                                       : trained_bounds_;
+  bounds_ = options_.frozen_blocks > 0
+                ? balance_blocks(costs, virtual_stages_, first_extra, last_extra, options_.stage_speeds)
+                : trained_bounds_;
   costs_ = costs;
   first_extra_ = first_extra;
   last_extra_ = last_extra;

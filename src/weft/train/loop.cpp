@@ -176,7 +176,9 @@ Position resume_position(const Checkpoint& ck, const TrainOptions& o, const Task
 // when none does, or when a parameter server is asked to leave (its shard of the state
 // goes nowhere): the job then stops.
 int first_staying_worker(const parallel::MembershipChange& change, int workers, int ranks) {
-  const auto leaves = [&](int r) { return std::find(change.leaving.begin(), change.leaving.end(), r) != change.leaving.end(); };
+  const auto leaves = [&](int r) {
+    return std::find(change.leaving.begin(), change.leaving.end(), r) != change.leaving.end();
+  };
   for (int r = workers; r < ranks; ++r)
     if (leaves(r)) return -1;
   for (int r = 0; r < workers; ++r)
@@ -278,7 +280,10 @@ class Run {
   std::string hand_over_state(int keep);
   // After a failure of the group: whether this rank holds the whole state (DDP: every
   // replica does; ZeRO's shards do not), and that state, taken without communicating.
-  bool holds_whole_state() { return !strategies_->find<parallel::Zero>() && !strategies_->find<parallel::ParameterServer>(); }
+  // (the parameter server's servers hold theirs).
+  bool holds_whole_state() {
+    return !strategies_->find<parallel::Zero>() && !strategies_->find<parallel::ParameterServer>();
+  }
   std::string own_state();
   RunTotals take_totals() { return std::move(t_); }
   std::unique_ptr<Task> take_task() { return std::move(task_); }
@@ -564,9 +569,8 @@ void Run::freeze_converged() {
 // A pipeline's layout for its frozen blocks: the same stages balanced anew (a frozen block
 // costs less), or with --merge-frozen-stages one stage fewer for every stage whose blocks
 // all froze (GptPipeline::stages_frozen; seed 003 chapter 11: adaptive model parallelism),
-// the ranks that frees leaving
-// the job or (dp) the ranks re-laid out as more data-parallel replicas. None when nothing
-// changes.
+// the ranks that frees leaving the job or (dp) re-laid out as more data-parallel replicas.
+// None when nothing changes.
 std::optional<parallel::MembershipChange> Run::plan_relayout(bool frozen_changed) const {
   auto* pipeline = strategies_->find<parallel::Pipeline>();
   if (!pipeline || pipeline->pipeline().stages() == 1) return std::nullopt;
@@ -685,8 +689,7 @@ void Run::continue_handed_over() {
   if (joined > 0) what = fmt::format("{} joined", joined);
   if (left > 0) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", left, t_.change->failed ? "failed" : "left");
   fmt::print(out_, "resized: {} -> {} {} at step {} ({}): batch {}, learning rate {}; training paused {:.2f} s\n", before,
-             mesh_.size(), job_.serves || job_.workers < job_.process.world ? "workers" : "ranks", at_.step, what, *o_.batch,
-             lr_, pause);
+             mesh_.size(), job_.workers < job_.process.world ? "workers" : "ranks", at_.step, what, *o_.batch, lr_, pause);
   std::fflush(out_);  // seen as it happens, also through a pipe
   t_.change_agreed.reset();
   t_.change.reset();
@@ -1227,7 +1230,8 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
       if (!failed && (!change || keep < 0)) {  // the end, or every rank asked to leave: the job stops here
         if (change) {
           run.save();
-          const bool server = std::any_of(change->leaving.begin(), change->leaving.end(), [&](int r) { return r >= job.workers; });
+          const bool server =
+              std::any_of(change->leaving.begin(), change->leaving.end(), [&](int r) { return r >= job.workers; });
           if (world->rank() == 0)
             fmt::print(out, "stopping after step {}: {}\n", run.step(),
                        server ? "a parameter server was asked to leave (its shard of the state has nowhere to go)"
