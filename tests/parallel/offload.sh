@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # usage: offload.sh WEFT COMPARE
 # Offloading the optimizer's state (seed 003 chapter 8; optim/state_store.h), on a GPT of
-# 12.6 million parameters (Adam's state 96.5 MiB, the model states 193 MiB in all):
+# 12.6 million parameters (Adam's state 96.5 MiB, the model states 193 MiB in all), and the
+# parameters too (parallel/param_offload.h) on an MLP of 22.6 million (362 MB of states):
 #  1. --memory-limit 150M, below the model states: the optimizer's state goes to a file,
 #     the run trains to the very parameters of the in-memory run (bitwise), and its peak
 #     RSS stays under the limit plus the in-memory run's memory that is not model state
 #     (the program, data, activations: the stated fixed overhead), having saved most of the
 #     offloaded bytes.
 #  2. A checkpoint of an offloaded run resumes (offloaded again) to the same parameters.
-#  3. Refusals: a limit below the parameters and their gradients, --offload params, a
-#     missing --offload-dir; one line each, exit 2.
+#  3. --offload params --memory-limit 200M, below what offloading the optimizer's state
+#     alone needs: the run trains to the in-memory run's parameters (bitwise), with its peak
+#     RSS under the limit plus the fixed overhead; a checkpoint resumes to the same; DDP on
+#     2 ranks (the CNN) equals one process within 1e-5.
+#  4. Refusals: a limit below the parameters and their gradients, --offload params for a
+#     GPT, with --clip-grad or ZeRO, a missing --offload-dir; one line each, exit 2.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -46,9 +51,40 @@ rm -rf "$work/ck/step-000000006"  # as if it had died after step 3
 cmp -s "$work/memory.safetensors" "$work/resumed.safetensors" || fail "the resumed offloaded run differs"
 echo "checkpoint at step 3 and resume, offloaded: bitwise the in-memory run"
 
-# 3. Refusals.
-expect_refusal "weft offloads the optimizer's state, not the parameters" "$weft" "${gpt[@]}" --max-steps 2 --memory-limit 100M
-expect_refusal "offload params is not available" "$weft" "${gpt[@]}" --max-steps 2 --offload params
+# 3. The parameters too.
+mlp=(train --model mlp --hidden 2048,2048,2048,2048,2048,2048 --batch 64 --limit-train 640 --limit-test 100 --seed 3
+     --optimizer adam --lr 0.0005 --quiet)
+whole=$("$weft" "${mlp[@]}")
+"$weft" "${mlp[@]}" --save-model "$work/mlp-memory.safetensors" >/dev/null
+expect_refusal "keeps the parameters in a file too" "$weft" "${mlp[@]}" --memory-limit 200M
+limited=$("$weft" "${mlp[@]}" --memory-limit 200M --offload params --offload-dir "$work")
+grep -q "parameters offloaded to $work: 86.3 MiB there, at most 48.0 MiB in memory (7 segments of layers" <<<"$limited" ||
+  fail "no parameter offload said: $limited"
+states=$(($(field parameters "$whole") * 4 * 2 + $(field optimizer_state_bytes "$whole")))
+overhead=$(($(field peak_rss_bytes "$whole") - states))
+limit=$((200 * 1024 * 1024))
+rss=$(field peak_rss_bytes "$limited")
+echo "parameters offloaded: peak RSS in memory $(field peak_rss_bytes "$whole"), offloaded $rss (limit $limit + overhead $overhead)"
+[ "$rss" -le $((limit + overhead)) ] || fail "peak RSS $rss above the limit plus the overhead"
+[ -z "$(find "$work" -name 'weft-parameters-*')" ] || fail "the parameter file was left behind"
+"$weft" "${mlp[@]}" --offload params --offload-dir "$work" --save-model "$work/mlp-offloaded.safetensors" >/dev/null
+cmp -s "$work/mlp-memory.safetensors" "$work/mlp-offloaded.safetensors" || fail "the offloaded parameters' run differs"
+echo "parameters offloaded: bitwise the in-memory run"
+small=(train --model mlp --batch 64 --limit-train 1280 --limit-test 100 --seed 3 --optimizer adam --lr 0.001 --quiet
+       --offload params --offload-dir "$work")
+expect_bitwise_resume "$work/ck-params" "parameters offloaded, checkpoint at step 10" "$weft" "${small[@]}" --max-steps 20
+cnn=(train --model cnn --batch 64 --limit-train 640 --limit-test 100 --seed 3 --optimizer sgd --lr 0.02 --quiet)
+"$weft" "${cnn[@]}" --save-model "$work/cnn.safetensors" >/dev/null
+"$weft" launch --nproc-per-node 2 -- weft "${cnn[@]}" --offload params --offload-dir "$work" \
+  --save-model "$work/cnn-ddp.safetensors" >/dev/null
+printf 'parameters offloaded, CNN with DDP on 2 ranks against one process: '
+"$compare" "$work/cnn.safetensors" "$work/cnn-ddp.safetensors" 1e-5 | tail -n 1
+
+# 4. Refusals.
+expect_refusal "keeps the parameters in a file too" "$weft" "${gpt[@]}" --max-steps 2 --memory-limit 100M
+expect_refusal "the image models (--model mlp, cnn)" "$weft" "${gpt[@]}" --max-steps 2 --offload params
+expect_refusal "leave out --clip-grad" "$weft" "${small[@]}" --clip-grad 1
+expect_refusal "DDP or one process" "$weft" "${small[@]}" --zero 1
 expect_refusal "is not a folder" "$weft" "${gpt[@]}" --max-steps 2 --offload optimizer --offload-dir "$work/none"
 expect_refusal "is not a valid size\|--memory-limit" "$weft" "${gpt[@]}" --max-steps 2 --memory-limit lots
-echo "refusals: 4 one-line errors"
+echo "refusals: 6 one-line errors"

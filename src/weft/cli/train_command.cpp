@@ -73,11 +73,13 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--freeze-cache-mb", c.freeze_cache_mb,
                   "memory for the frozen layers' outputs, per rank (0: recompute them every step)")
       ->capture_default_str();
+  cmd->add_option("--hidden", c.hidden, "--model mlp: its hidden layers' widths, such as 1024,1024 (default 256,256)");
   cmd->add_option("--merge-frozen-stages", c.merge_frozen_stages,
                   "leave | dp: a pipeline whose leading stages froze puts their blocks on fewer stages; the ranks "
                   "freed leave the job or become data-parallel replicas");
   cmd->add_option("--offload", c.offload,
-                  "none | optimizer: keep the optimizer's state in a file, read back ahead of each update")
+                  "none | optimizer | params: keep the optimizer's state (and with params the parameters, layer by "
+                  "layer) in files, read back ahead of use")
       ->capture_default_str();
   cmd->add_option("--offload-dir", c.offload_dir, "where --offload keeps its files (default: the temporary folder)");
   cmd->add_option("--memory-limit", c.memory_limit,

@@ -68,6 +68,20 @@ class Reader {
 
 }  // namespace
 
+std::vector<std::int64_t> parse_hidden(const std::string& text) {
+  std::vector<std::int64_t> widths;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const auto v = parse_integer(text.substr(at, comma - at));
+    if (!v || *v < 1 || *v > 65536 || widths.size() >= 64)
+      throw ConfigError(fmt::format("hidden widths '{}' are not up to 64 widths from 1 to 65536, such as 1024,1024", text));
+    widths.push_back(*v);
+    at = comma + 1;
+  }
+  return widths;
+}
+
 bool ModelRecipe::is_language_model() const { return model == "gpt" || is_recurrent(model); }
 
 Metadata ModelRecipe::to_metadata() const {
@@ -90,6 +104,12 @@ Metadata ModelRecipe::to_metadata() const {
     m["weft_height"] = std::to_string(image.height);
     m["weft_width"] = std::to_string(image.width);
     m["weft_classes"] = std::to_string(image.classes);
+    std::string widths;
+    for (std::int64_t w : hidden) {
+      if (!widths.empty()) widths += ',';
+      widths += std::to_string(w);
+    }
+    if (!widths.empty()) m["weft_hidden"] = widths;
     auto list = [](const std::vector<double>& v) {
       std::string s;
       for (double x : v) {
@@ -150,6 +170,13 @@ ModelRecipe ModelRecipe::from_metadata(const Metadata& metadata, const std::stri
       for (double sd : recipe.stddev)
         if (!(sd > 0)) throw CheckpointError(source + ": weft_std holds a value that is not positive");
     }
+    if (metadata.count("weft_hidden")) {
+      try {
+        recipe.hidden = parse_hidden(metadata.at("weft_hidden"));
+      } catch (const ConfigError& e) {
+        throw CheckpointError(source + ": " + e.what());
+      }
+    }
   }
   return recipe;
 }
@@ -157,7 +184,7 @@ ModelRecipe ModelRecipe::from_metadata(const Metadata& metadata, const std::stri
 std::shared_ptr<Module> ModelRecipe::build(Rng& rng) const {
   if (model == "gpt") return std::make_shared<GPT>(gpt, rng);
   if (is_recurrent(model)) return std::make_shared<RecurrentLM>(recurrent, rng);
-  return make_model(model, rng, image);
+  return make_model(model, rng, image, hidden);
 }
 
 }  // namespace weft

@@ -5,7 +5,8 @@
 //   image models   weft_model = mlp | cnn | mlp128 | seed-cnn, weft_channels, weft_height,
 //                  weft_width, weft_classes, weft_mean, weft_std (per channel, comma-
 //                  separated: how pixels scaled to [0, 1] were normalized); a file without
-//                  them holds a Fashion-MNIST model (1x28x28, 10 classes, 0.2860, 0.3530)
+//                  them holds a Fashion-MNIST model (1x28x28, 10 classes, 0.2860, 0.3530);
+//                  weft_hidden, an MLP's hidden widths (comma-separated) when not 256,256
 //   GPT            weft_model = gpt, weft_vocab, weft_context, weft_dim, weft_layers,
 //                  weft_heads, weft_positional (learned | standard | book), weft_pre_ln (0|1)
 //   recurrent      weft_model = rnn | rnn-sigmoid | lstm | lstm-seed, weft_vocab,
@@ -25,11 +26,15 @@ namespace weft {
 
 using Metadata = std::map<std::string, std::string>;
 
+// "1024,1024": an MLP's hidden widths (1 to 64 of them, each 1 to 65536); ConfigError else.
+std::vector<std::int64_t> parse_hidden(const std::string& text);
+
 struct ModelRecipe {
   std::string model;           // the name weft train --model takes
   GptConfig gpt;               // when model == "gpt"
   RecurrentConfig recurrent;   // when model is a recurrent cell
   ImageInput image;            // an image model's input and classes
+  std::vector<std::int64_t> hidden;  // the MLP's hidden widths (empty: its default 256, 256)
   // An image model's input normalization: x = (pixel / 255 - mean[c]) / std[c] (one value:
   // every channel). Fashion-MNIST's training-set figures unless the data had others.
   std::vector<double> mean{0.2860}, stddev{0.3530};

@@ -39,7 +39,8 @@ const std::vector<std::string>& model_names() {
   return names;
 }
 
-std::shared_ptr<Sequential> make_model(const std::string& name, Rng& rng, const ImageInput& in) {
+std::shared_ptr<Sequential> make_model(const std::string& name, Rng& rng, const ImageInput& in,
+                                       const std::vector<std::int64_t>& hidden) {
   const std::int64_t c = in.channels, h = in.height, w = in.width, k = in.classes;
   if (c < 1 || h < 1 || w < 1 || k < 2)
     throw ConfigError("images of " + std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w) +
@@ -49,7 +50,13 @@ std::shared_ptr<Sequential> make_model(const std::string& name, Rng& rng, const 
       throw ConfigError("--model " + name + " takes images of at least " + std::to_string(side) + "x" +
                         std::to_string(side) + " pixels, the data's are " + std::to_string(h) + "x" + std::to_string(w));
   };
-  if (name == "mlp") return image_mlp({in.pixels(), 256, 256, k}, rng);
+  if (!hidden.empty() && name != "mlp") throw ConfigError("--hidden gives the widths of --model mlp's layers");
+  if (name == "mlp") {
+    std::vector<std::int64_t> sizes{in.pixels()};
+    for (std::int64_t width : hidden.empty() ? std::vector<std::int64_t>{256, 256} : hidden) sizes.push_back(width);
+    sizes.push_back(k);
+    return image_mlp(sizes, rng);
+  }
   if (name == "mlp128") return image_mlp({in.pixels(), 128, k}, rng);
   if (name == "cnn") {
     at_least(4);

@@ -29,7 +29,9 @@ struct ImageInput {
 std::shared_ptr<Sequential> make_mlp(const std::vector<std::int64_t>& sizes, Rng& rng);
 // Throws ConfigError listing the known names when `name` is unknown, or naming the
 // smallest image a model takes.
-std::shared_ptr<Sequential> make_model(const std::string& name, Rng& rng, const ImageInput& input = {});
+// `hidden`: the MLP's hidden layers' widths (empty: 256, 256; the other models take none).
+std::shared_ptr<Sequential> make_model(const std::string& name, Rng& rng, const ImageInput& input = {},
+                                       const std::vector<std::int64_t>& hidden = {});
 const std::vector<std::string>& model_names();
 
 }  // namespace weft

@@ -25,12 +25,14 @@ Var Sequential::forward_range(const Var& x, std::size_t begin, std::size_t end) 
   for (std::size_t i = begin; i < end; ++i) {
     // A ReLU followed by max pooling runs as one pass (the same values and gradients).
     auto* pool = i + 1 < end ? dynamic_cast<MaxPool2d*>(modules_[i + 1].get()) : nullptr;
-    if (pool != nullptr && dynamic_cast<ReLU*>(modules_[i].get()) != nullptr) {
-      h = pool->forward_relu(h);
-      ++i;
-      continue;
-    }
-    h = modules_[i]->forward(h);
+    const bool fused = pool != nullptr && dynamic_cast<ReLU*>(modules_[i].get()) != nullptr;
+    const std::size_t last = fused ? i + 1 : i;
+    if (around_)
+      for (std::size_t m = i; m <= last; ++m) around_(m, true);
+    h = fused ? pool->forward_relu(h) : modules_[i]->forward(h);
+    if (around_)
+      for (std::size_t m = i; m <= last; ++m) around_(m, false);
+    i = last;
   }
   return h;
 }

@@ -3,6 +3,7 @@
 // PyTorch nn.Sequential of the same layers.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -21,9 +22,14 @@ class Sequential : public Module {
   std::string describe() const override { return "Sequential"; }
   std::size_t size() const { return modules_.size(); }
   Module& operator[](std::size_t i) { return *modules_.at(i); }
+  // Called before (entering) and after each module a forward runs, with its index (the
+  // parameters of an offloaded model come into memory for their module: parallel/param_offload.h).
+  using Around = std::function<void(std::size_t module, bool entering)>;
+  void set_around(Around around) { around_ = std::move(around); }
 
  private:
   std::vector<std::shared_ptr<Module>> modules_;
+  Around around_;
 };
 
 }  // namespace weft

@@ -17,44 +17,31 @@ Adam::Adam(std::vector<std::pair<std::string, Var>> params, double lr, AdamOptio
   make_buffers({"exp_avg", "exp_avg_sq"});
 }
 
-void Adam::step() {
-  ProfileScope profile(Work::Optimizer);
-  ++steps_;
+void Adam::update_parameter(Tensor& w, const Tensor& g, Tensor* moments) {
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(steps_));
   const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(steps_));
-  store_->begin_pass();
-  for (size_t k = 0; k < params_.size(); ++k) {
-    Var& p = params_[k].second;
-    if (!p.grad().defined()) continue;
-    Tensor* moments = store_->acquire(k);
-    Tensor g = p.grad().contiguous();
-    Tensor& w = p.mutable_value();
-    WEFT_CHECK(w.is_contiguous(), "Adam needs contiguous parameters");
-    dispatch(w.dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      T* __restrict pw = w.data<T>();
-      const T* __restrict pg = g.data<T>();
-      T* __restrict pm = moments[0].data<T>();
-      T* __restrict pv = moments[1].data<T>();
-      const T lr = static_cast<T>(lr_), b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
-      const T eps = static_cast<T>(options_.eps), wd = static_cast<T>(options_.weight_decay);
-      const T ibc1 = static_cast<T>(1.0 / bc1), ibc2 = static_cast<T>(1.0 / bc2);
-      // AdamW scales the weight first; Adam adds the decay to the gradient instead.
-      const T keep = options_.decoupled ? T(1) - lr * wd : T(1);
-      const T l2 = options_.decoupled ? T(0) : wd;
-      parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-          T wi = pw[i] * keep;
-          T gi = pg[i] + l2 * pw[i];
-          pm[i] = b1 * pm[i] + (T(1) - b1) * gi;
-          pv[i] = b2 * pv[i] + (T(1) - b2) * gi * gi;
-          pw[i] = wi - lr * (pm[i] * ibc1) / (std::sqrt(pv[i] * ibc2) + eps);
-        }
-      });
+  dispatch(w.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* __restrict pw = w.data<T>();
+    const T* __restrict pg = g.data<T>();
+    T* __restrict pm = moments[0].data<T>();
+    T* __restrict pv = moments[1].data<T>();
+    const T lr = static_cast<T>(lr_), b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
+    const T eps = static_cast<T>(options_.eps), wd = static_cast<T>(options_.weight_decay);
+    const T ibc1 = static_cast<T>(1.0 / bc1), ibc2 = static_cast<T>(1.0 / bc2);
+    // AdamW scales the weight first; Adam adds the decay to the gradient instead.
+    const T keep = options_.decoupled ? T(1) - lr * wd : T(1);
+    const T l2 = options_.decoupled ? T(0) : wd;
+    parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        T wi = pw[i] * keep;
+        T gi = pg[i] + l2 * pw[i];
+        pm[i] = b1 * pm[i] + (T(1) - b1) * gi;
+        pv[i] = b2 * pv[i] + (T(1) - b2) * gi * gi;
+        pw[i] = wi - lr * (pm[i] * ibc1) / (std::sqrt(pv[i] * ibc2) + eps);
+      }
     });
-    store_->release(k);
-  }
-  store_->end_pass();
+  });
 }
 
 StateDict Adam::state() const { return export_buffers(); }

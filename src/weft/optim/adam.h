@@ -20,12 +20,12 @@ struct AdamOptions {
 class Adam : public Optimizer {
  public:
   Adam(std::vector<std::pair<std::string, Var>> params, double lr, AdamOptions options = {});
-  void step() override;
   std::string name() const override { return options_.decoupled ? "adamw" : "adam"; }
   StateDict state() const override;
   void load_state(const StateDict& state) override;
 
  private:
+  void update_parameter(Tensor& w, const Tensor& g, Tensor* moments) override;
   AdamOptions options_;
 };
 

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "weft/tensor/ops.h"
+#include "weft/tensor/profile.h"
 
 namespace weft {
 
@@ -11,6 +12,31 @@ Optimizer::Optimizer(std::vector<std::pair<std::string, Var>> params, double lr)
     : params_(std::move(params)), lr_(lr) {
   if (!(lr > 0.0)) throw ConfigError("learning rate must be positive, got " + std::to_string(lr));
 }
+
+void Optimizer::step() {
+  begin_updates({});
+  for (std::size_t k = 0; k < params_.size(); ++k) update(k);
+  end_updates();
+}
+
+void Optimizer::begin_updates(std::vector<std::size_t> order) {
+  ++steps_;
+  store_->begin_pass(std::move(order));
+}
+
+void Optimizer::update(std::size_t k) {
+  ProfileScope profile(Work::Optimizer);
+  Var& p = params_.at(k).second;
+  if (!p.grad().defined()) return;
+  Tensor* buffers = buffer_names_.empty() ? nullptr : store_->acquire(k);
+  Tensor g = p.grad().contiguous();
+  Tensor& w = p.mutable_value();
+  WEFT_CHECK(w.is_contiguous(), name() + " needs contiguous parameters");
+  update_parameter(w, g, buffers);
+  if (buffers) store_->release(k);
+}
+
+void Optimizer::end_updates() { store_->end_pass(); }
 
 void Optimizer::zero_grad() {
   for (auto& [name, p] : params_) p.clear_grad();
@@ -39,9 +65,9 @@ void Optimizer::import_buffers(const StateDict& state) {
       std::string key = buffer_names_[j] + "." + params_[i].first;
       auto it = by_name.find(key);
       if (it == by_name.end()) throw CheckpointError("optimizer state has no entry '" + key + "'");
-      if (it->second->shape() != params_[i].second.shape()) {
+      if (it->second->shape() != store_->shape(i)) {  // (the parameter's: its value may be offloaded)
         throw CheckpointError("optimizer state '" + key + "' has shape " + shape_to_string(it->second->shape()) +
-                              ", expected " + shape_to_string(params_[i].second.shape()));
+                              ", expected " + shape_to_string(store_->shape(i)));
       }
       store_->write(i, static_cast<int>(j), *it->second);
     }

@@ -17,7 +17,14 @@ class Optimizer {
   Optimizer(std::vector<std::pair<std::string, Var>> params, double lr);
   virtual ~Optimizer() = default;
   // Applies one update to every parameter that has a gradient.
-  virtual void step() = 0;
+  void step();
+  // The same update, one parameter at a time (a streamed step: parameter offload, where a
+  // parameter's value and gradient are in memory only in its turn): begin_updates with the
+  // order the parameters will come in, update(k) for each (k: its index in the list the
+  // optimizer was built over; one without a gradient is skipped), end_updates.
+  void begin_updates(std::vector<std::size_t> order);
+  void update(std::size_t k);
+  void end_updates();
   virtual std::string name() const = 0;
   // Named state tensors, e.g. "momentum.1.weight".
   virtual StateDict state() const = 0;
@@ -36,8 +43,13 @@ class Optimizer {
   std::int64_t state_resident_bytes() const { return store_->resident_bytes(); }
   std::int64_t state_total_bytes() const { return store_->total_bytes(); }
   std::int64_t state_largest_bytes() const { return store_->largest_bytes(); }
+  // Offloaded: the memory of the state's slots goes until the next update (state_store.h).
+  void release_state_memory() { store_->release_memory(); }
 
  protected:
+  // One parameter's update: its value `w` (contiguous), gradient `g`, and its buffers (none
+  // when the optimizer keeps none), at steps() (already counting this update).
+  virtual void update_parameter(Tensor& w, const Tensor& g, Tensor* buffers) = 0;
   // `kinds` buffers per parameter, zero-initialized, named "<names[j]>.<param name>".
   void make_buffers(std::vector<std::string> names);
   StateDict export_buffers() const;

@@ -12,43 +12,30 @@ SGD::SGD(std::vector<std::pair<std::string, Var>> params, double lr, double mome
   if (momentum_ > 0.0) make_buffers({"momentum"});
 }
 
-void SGD::step() {
-  ProfileScope profile(Work::Optimizer);
-  ++steps_;
-  store_->begin_pass();
-  for (size_t k = 0; k < params_.size(); ++k) {
-    Var& p = params_[k].second;
-    if (!p.grad().defined()) continue;
-    Tensor* buffers = momentum_ > 0.0 ? store_->acquire(k) : nullptr;
-    Tensor g = p.grad().contiguous();
-    Tensor& w = p.mutable_value();
-    WEFT_CHECK(w.is_contiguous(), "SGD needs contiguous parameters");
-    dispatch(w.dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      T* __restrict pw = w.data<T>();
-      const T* __restrict pg = g.data<T>();
-      T* __restrict pb = buffers ? buffers[0].data<T>() : nullptr;
-      const T lr = static_cast<T>(lr_), mom = static_cast<T>(momentum_), wd = static_cast<T>(weight_decay_);
-      // Separate loops for each case, so each vectorizes.
-      parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
-        if (pb && wd != T(0)) {
-          for (std::int64_t i = b; i < e; ++i) {
-            pb[i] = mom * pb[i] + (pg[i] + wd * pw[i]);
-            pw[i] -= lr * pb[i];
-          }
-        } else if (pb) {
-          for (std::int64_t i = b; i < e; ++i) {
-            pb[i] = mom * pb[i] + pg[i];
-            pw[i] -= lr * pb[i];
-          }
-        } else {
-          for (std::int64_t i = b; i < e; ++i) pw[i] -= lr * (pg[i] + wd * pw[i]);
+void SGD::update_parameter(Tensor& w, const Tensor& g, Tensor* buffers) {
+  dispatch(w.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* __restrict pw = w.data<T>();
+    const T* __restrict pg = g.data<T>();
+    T* __restrict pb = buffers ? buffers[0].data<T>() : nullptr;
+    const T lr = static_cast<T>(lr_), mom = static_cast<T>(momentum_), wd = static_cast<T>(weight_decay_);
+    // Separate loops for each case, so each vectorizes.
+    parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
+      if (pb && wd != T(0)) {
+        for (std::int64_t i = b; i < e; ++i) {
+          pb[i] = mom * pb[i] + (pg[i] + wd * pw[i]);
+          pw[i] -= lr * pb[i];
         }
-      });
+      } else if (pb) {
+        for (std::int64_t i = b; i < e; ++i) {
+          pb[i] = mom * pb[i] + pg[i];
+          pw[i] -= lr * pb[i];
+        }
+      } else {
+        for (std::int64_t i = b; i < e; ++i) pw[i] -= lr * (pg[i] + wd * pw[i]);
+      }
     });
-    if (buffers) store_->release(k);
-  }
-  store_->end_pass();
+  });
 }
 
 StateDict SGD::state() const { return export_buffers(); }

@@ -11,12 +11,12 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<std::pair<std::string, Var>> params, double lr, double momentum = 0.0,
       double weight_decay = 0.0);
-  void step() override;
   std::string name() const override { return "sgd"; }
   StateDict state() const override;
   void load_state(const StateDict& state) override;
 
  private:
+  void update_parameter(Tensor& w, const Tensor& g, Tensor* buffers) override;
   double momentum_, weight_decay_;
 };
 

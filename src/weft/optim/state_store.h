@@ -1,5 +1,6 @@
 // Where an optimizer keeps its buffers (momentum, Adam's two moments): KINDS buffers per
-// parameter, each shaped like it, zero at the start.
+// parameter, each shaped like it, zero at the start. (The parameters themselves, offloaded,
+// live in one too: parallel/param_offload.h.)
 //
 // In memory, or offloaded (seed 003 chapter 8; ZeRO-Offload): the buffers live in a file in
 // a folder given, and only SLOTS parameters' worth of them are in memory at once. An update
@@ -8,7 +9,8 @@
 // released (double-buffered, asynchronous reads and writes), so that the update seldom
 // waits for the disk. The file is removed when the store goes.
 //
-//   begin_pass()                  the reads of the first parameters start
+//   begin_pass(order)             the reads of the first parameters start (in `order`, or
+//                                 0, 1, 2, ...: a pass acquires them in that order)
 //   Tensor* b = acquire(k)        parameter k's KINDS buffers, in memory (waits for the read)
 //   release(k)                    done with them: written back in the background
 //   end_pass()                    every write done
@@ -37,20 +39,27 @@ class StateStore {
   StateStore& operator=(const StateStore&) = delete;
   StateStore(StateStore&&) = delete;
 
-  // Moves the buffers to a new file in `dir`, keeping `slots` (at least 2) parameters'
-  // buffers in memory. Throws Error when the file cannot be made or written.
-  void offload(const std::string& dir, int slots = 3);
+  // Moves the buffers to a new file in `dir` ("weft-<what>-..."), keeping `slots` (at least
+  // 2) parameters' buffers in memory. Throws Error when the file cannot be made or written.
+  void offload(const std::string& dir, int slots = 3, const std::string& what = "optimizer");
   // The bytes of buffers in memory now (all of them, or the slots').
   std::int64_t resident_bytes() const;
   // The bytes of all the buffers.
   std::int64_t total_bytes() const { return total_bytes_; }
   // The bytes of the largest parameter's buffers (what one slot holds).
   std::int64_t largest_bytes() const { return largest_bytes_; }
+  const Shape& shape(std::size_t k) const { return shapes_.at(k); }
+  std::size_t size() const { return shapes_.size(); }
 
-  void begin_pass();
+  void begin_pass(std::vector<std::size_t> order = {});
   Tensor* acquire(std::size_t k);
-  void release(std::size_t k);
+  // `changed` false: the buffers are as read, and the slot is free at once (no write).
+  void release(std::size_t k, bool changed = true);
   void end_pass();
+
+  // Offloaded, between passes: the slots' memory goes (read and write still work; the next
+  // pass makes them again).
+  void release_memory();
 
   // A copy of one buffer, and a buffer set from a tensor of its shape (checkpoints).
   Tensor read(std::size_t k, int kind) const;
@@ -75,15 +84,19 @@ class StateStore {
   int kinds_ = 0;
   std::vector<Shape> shapes_;
   std::vector<DType> dtypes_;
-  std::vector<Tensor> memory_;  // in memory: kinds per parameter
+  Tensor& held(std::size_t k, int kind) const;
+  mutable std::vector<Tensor> memory_;  // in memory: kinds per parameter (made on first use)
   std::int64_t total_bytes_ = 0, largest_bytes_ = 0;
 
   // Offloaded.
   int fd_ = -1;
-  std::string path_;
+  std::string path_, what_ = "optimizer";
+  bool shrunk_ = false;  // release_memory emptied the slots
   std::vector<std::int64_t> offsets_;
   std::vector<Slot> slots_;
-  std::size_t next_read_ = 0;  // the next parameter to read ahead
+  std::vector<std::size_t> order_;    // the pass's order of parameters
+  std::vector<std::size_t> place_;    // each parameter's place in it
+  std::size_t next_read_ = 0;  // the place of the next parameter to read ahead
   std::deque<Io> queue_;
   bool stop_ = false;
   std::string error_;          // the I/O thread's failure, rethrown by the caller

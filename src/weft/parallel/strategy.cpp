@@ -124,7 +124,12 @@ TrainState Strategies::gather_state() {
     if (auto o = s->optimizer_state(*optimizer_, state.per_rank)) state.optimizer = std::move(*o);
   bool split = false;
   for (Strategy* s : order) split = split || s->splits_model();
-  if (split) {
+  std::optional<StateDict> kept;
+  for (Strategy* s : order)
+    if (!kept) kept = s->model_state();
+  if (kept) {
+    state.model = std::move(*kept);
+  } else if (split) {
     for (const auto& [name, p] : part_.trained) state.model.emplace_back(name, p.value().contiguous());
     if (part_.frozen && part_.holds)  // frozen parameters this rank's stage keeps
       for (const auto& [name, p] : part_.model.named_parameters())

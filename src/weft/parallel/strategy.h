@@ -138,6 +138,8 @@ class Strategy {
   virtual std::optional<StateDict> optimizer_state(Optimizer& optimizer, std::vector<StateDict>& per_rank) {
     return std::nullopt;
   }
+  // The model's parameters when this strategy keeps them elsewhere (offloaded), else none.
+  virtual std::optional<StateDict> model_state() { return std::nullopt; }
   virtual void end_checkpoint() {}
   virtual void widen(TrainState& state) {}      // model-parallel: toward rank 0's whole model
   virtual void narrow(StateDict& optimizer) {}  // model-parallel: a whole model's state -> this rank's

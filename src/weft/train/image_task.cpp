@@ -59,6 +59,7 @@ class ImageClassification : public Task {
     r.image = input_;
     r.mean = norm_.mean;
     r.stddev = norm_.stddev;
+    if (!o_.hidden.empty()) r.hidden = parse_hidden(o_.hidden);
     return r;
   }
   std::string model_tag() const override { return o_.model; }
@@ -89,8 +90,11 @@ class ImageClassification : public Task {
     return {b.images, b.labels, mine.weight, rows};
   }
 
+  Var output_loss(const Var& output, const parallel::StepBatch& batch) const override {
+    return cross_entropy(output, batch.targets);
+  }
   Var loss(Module& model, const parallel::StepBatch& batch) const override {
-    if (frozen_ == 0) return cross_entropy(model.forward(Var(batch.inputs)), batch.targets);
+    if (frozen_ == 0) return output_loss(model.forward(Var(batch.inputs)), batch);
     auto& layers = dynamic_cast<Sequential&>(model);
     return cross_entropy(layers.forward_range(Var(frozen_output(layers, batch)), frozen_, layers.size()), batch.targets);
   }

@@ -15,6 +15,7 @@
 #include "weft/parallel/fedavg.h"
 #include "weft/parallel/job.h"
 #include "weft/parallel/param_server.h"
+#include "weft/parallel/param_offload.h"
 #include "weft/parallel/pipeline.h"
 #include "weft/parallel/zero.h"
 #include "weft/tensor/allocator.h"
@@ -464,7 +465,15 @@ void Run::build_strategies() {
   const parallel::OptimizerFactory optimizer_for = [this](parallel::NamedParameters params) {
     return make_optimizer(o_, lr_, std::move(params));
   };
-  parallel::add_strategies(*strategies_, o_.parallel, job_, optimizer_for);
+  if (o_.offload == "params") {  // (it is the data-parallel strategy too)
+    const std::string dir = !o_.offload_dir.empty() ? o_.offload_dir : std::filesystem::temp_directory_path().string();
+    const Task* task_for_loss = task_.get();
+    strategies_->add(std::make_unique<parallel::ParameterOffload>(
+        dir, mesh_.dp(), [task_for_loss](const Var& y, const parallel::StepBatch& b) { return task_for_loss->output_loss(y, b); },
+        optimizer_for));
+  } else {
+    parallel::add_strategies(*strategies_, o_.parallel, job_, optimizer_for);
+  }
   strategies_->prepare(optimizer_for);
   if (o_.grow_at == "noise")
     if (auto* dp = strategies_->find<parallel::DataParallel>(); dp && dp->ddp()) dp->ddp()->measure_norms(true);
@@ -475,6 +484,15 @@ void Run::build_strategies() {
 // --offload optimizer and --memory-limit: the optimizer's state in memory, or in a file
 // read back ahead of each update when asked or when the model states would exceed the limit.
 void Run::place_optimizer_state() {
+  if (auto* offload = strategies_->find<parallel::ParameterOffload>()) {
+    const std::int64_t limit = o_.memory_limit.empty() ? 0 : parse_size(o_.memory_limit, "--memory-limit");
+    const std::int64_t need = offload->resident_bytes() + strategies_->optimizer().state_resident_bytes();
+    if (limit > 0 && need > limit)
+      throw ConfigError(fmt::format("--memory-limit {}: with the parameters offloaded a rank still holds {:.1f} MiB of "
+                                    "them and their optimizer state (3 layers' worth)",
+                                    o_.memory_limit, static_cast<double>(need) / (1 << 20)));
+    return;
+  }
   Optimizer& opt = strategies_->optimizer();
   std::int64_t params = 0;  // the trained parameters' bytes (their gradients take as many)
   for (const auto& [name, p] : strategies_->part().trained) params += static_cast<std::int64_t>(p.value().nbytes());
@@ -489,7 +507,8 @@ void Run::place_optimizer_state() {
   if (limit > 0 && 2 * params + state > limit)
     throw ConfigError(fmt::format(
         "--memory-limit {}: this rank's model states need {:.1f} MiB in memory (parameters {:.1f} MiB, their gradients as "
-        "many, the optimizer's state {:.1f} MiB{}); weft offloads the optimizer's state, not the parameters",
+        "many, the optimizer's state {:.1f} MiB{}); --offload params keeps the parameters in a file too (the image "
+        "models)",
         o_.memory_limit, static_cast<double>(2 * params + state) / (1 << 20), static_cast<double>(params) / (1 << 20),
         static_cast<double>(state) / (1 << 20), offload ? " of it at a time" : ""));
   if (!offload) return;

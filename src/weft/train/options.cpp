@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "weft/nn/model_recipe.h"
 #include "weft/nn/models.h"
 #include "weft/nn/transformer.h"
 #include "weft/train/gpt2_import.h"
@@ -190,10 +191,23 @@ void validate(const TrainOptions& o) {
   parse_grow_at(o.grow_at);
   at_least("--freeze-below", o.freeze_below, 0);
   parse_freeze_converged(o.freeze_converged);
-  if (o.offload != "none" && o.offload != "optimizer") {
-    throw ConfigError(o.offload == "params"
-                          ? "--offload params is not available: weft offloads the optimizer's state (--offload optimizer)"
-                          : "--offload '" + o.offload + "' is not none or optimizer");
+  if (!o.hidden.empty()) {
+    if (o.model != "mlp") throw ConfigError("--hidden gives the widths of --model mlp's layers");
+    parse_hidden(o.hidden);
+  }
+  if (o.offload != "none" && o.offload != "optimizer" && o.offload != "params")
+    throw ConfigError("--offload '" + o.offload + "' is not none, optimizer or params");
+  if (o.offload == "params") {
+    if (is_language_model(o.model))
+      throw ConfigError("--offload params streams the layers of a model in sequence: the image models (--model mlp, cnn)");
+    if (o.parallel.strategy != "ddp" || o.parallel.zero > 0 || o.parallel.model_parallel())
+      throw ConfigError("--offload params streams the layers of one replica: DDP or one process (not ZeRO, the "
+                        "parameter server, federated averaging or model parallelism)");
+    if (*o.clip_grad > 0)
+      throw ConfigError("--offload params updates each layer as soon as its gradient is ready: leave out --clip-grad "
+                        "(a norm over the whole model would need every gradient first)");
+    if (o.freeze_below > 0 || !o.freeze_converged.empty() || !o.grow_at.empty() || o.parallel.grad_dtype != "fp32")
+      throw ConfigError("--offload params goes without freezing, --grow-at and --grad-dtype other than fp32");
   }
   if (!o.memory_limit.empty()) parse_size(o.memory_limit, "--memory-limit");
   if (!o.offload_dir.empty() && !is_directory(o.offload_dir))

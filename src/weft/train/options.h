@@ -101,6 +101,8 @@ struct TrainOptions {
   // some stages is frozen, the blocks go onto fewer stages and the ranks freed "leave" the
   // job or join data parallelism ("dp"); "" keeps the stages.
   std::string merge_frozen_stages;
+  // --model mlp's hidden widths, "1024,1024" (empty: 256,256).
+  std::string hidden;
   // Offload (seed 003 chapter 8; ZeRO-Offload): "optimizer" keeps the optimizer's state in a
   // file in offload_dir (default: the temporary folder), read back ahead of each update;
   // memory_limit (a size, "" none) bounds the model states this rank keeps in memory

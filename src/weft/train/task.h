@@ -88,6 +88,11 @@ class Task {
   // optimizer steps taken (for the sample log).
   virtual parallel::StepBatch batch(std::int64_t epoch, std::int64_t at, std::int64_t step, Rng& rng) = 0;
   virtual Var loss(Module& model, const parallel::StepBatch& batch) const = 0;
+  // The loss from the model's output for the batch (a model whose layers are streamed,
+  // parallel/param_offload.h); the tasks without one refuse.
+  virtual Var output_loss(const Var& output, const parallel::StepBatch& batch) const {
+    throw ConfigError("--offload params streams the layers of the image models");
+  }
   // Layer freezing (seed 003 chapter 8): the model's first `layers` layers are frozen (the
   // loop leaves their parameters out of training). An image model's task computes them
   // without gradients and keeps each training sample's output of the last frozen layer (up
