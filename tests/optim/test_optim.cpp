@@ -182,6 +182,31 @@ TEST(StateStore, OffloadedAdamEqualsAdamInMemory) {
   for (std::size_t i = 0; i < sa.size(); ++i) EXPECT_TRUE(ops::equal(sa[i].second, sc[i].second)) << sa[i].first;
 }
 
+// Passes in any order, with fewer entries than slots and unchanged releases (parameter
+// offload's forward and backward passes): every value comes back as written, and no pass
+// waits forever for a read (a read queued as the order ran out once never woke the I/O thread).
+TEST(StateStore, PassesInAnyOrderReadWhatWasWritten) {
+  StateStore store(std::vector<Shape>{{2009}, {657}, {25}}, DType::F32, 1);
+  store.offload(std::filesystem::temp_directory_path().string(), 3, "parameters");
+  for (std::size_t k = 0; k < 3; ++k) store.write(k, 0, Tensor::full({store.shape(k)[0]}, static_cast<float>(k)));
+  for (int step = 1; step <= 4; ++step) {
+    store.begin_pass({0, 1});  // forward: read, unchanged
+    for (std::size_t k : {0, 1}) {
+      EXPECT_EQ(store.acquire(k)[0].data<float>()[0], static_cast<float>(k + 10 * (step - 1))) << step;
+      store.release(k, false);
+    }
+    store.end_pass();
+    store.begin_pass({2, 1, 0});  // backward: each changed and written back
+    for (std::size_t k : {2, 1, 0}) {
+      Tensor* t = store.acquire(k);
+      ops::add_(t[0], Tensor::full(store.shape(k), 10.0));
+      store.release(k);
+    }
+    store.end_pass();
+  }
+  for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(store.read(k, 0).data<float>()[store.shape(k)[0] - 1], k + 40.0f);
+}
+
 TEST(StateStore, ABadFolderIsOneError) {
   auto p = one_param(1.0, 0.5);
   Adam opt(p, 0.01);

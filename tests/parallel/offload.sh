@@ -12,9 +12,10 @@
 #  3. --offload params --memory-limit 200M, below what offloading the optimizer's state
 #     alone needs: the run trains to the in-memory run's parameters (bitwise), with its peak
 #     RSS under the limit plus the fixed overhead; a checkpoint resumes to the same; DDP on
-#     2 ranks (the CNN) equals one process within 1e-5.
+#     2 ranks (the CNN) equals one process within 1e-5; the GPT above, its blocks streamed,
+#     equals its in-memory run bitwise.
 #  4. Refusals: a limit below the parameters and their gradients, --offload params for a
-#     GPT, with --clip-grad or ZeRO, a missing --offload-dir; one line each, exit 2.
+#     recurrent model, with --clip-grad or ZeRO, a missing --offload-dir; one line each, exit 2.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -79,12 +80,20 @@ cnn=(train --model cnn --batch 64 --limit-train 640 --limit-test 100 --seed 3 --
   --save-model "$work/cnn-ddp.safetensors" >/dev/null
 printf 'parameters offloaded, CNN with DDP on 2 ranks against one process: '
 "$compare" "$work/cnn.safetensors" "$work/cnn-ddp.safetensors" 1e-5 | tail -n 1
+"$weft" "${gpt[@]}" --max-steps 6 --clip-grad 0 --save-model "$work/gpt-memory.safetensors" >/dev/null
+out=$("$weft" "${gpt[@]}" --max-steps 6 --clip-grad 0 --offload params --offload-dir "$work" \
+  --save-model "$work/gpt-offloaded.safetensors")
+grep -q "parameters offloaded to $work: [0-9.]* MiB there, at most [0-9.]* MiB in memory (6 segments" <<<"$out" ||
+  fail "the GPT's blocks were not streamed: $out"
+cmp -s "$work/gpt-memory.safetensors" "$work/gpt-offloaded.safetensors" || fail "the GPT with offloaded parameters differs"
+echo "parameters offloaded, GPT (embedding, 4 blocks, head): bitwise the in-memory run"
 
 # 4. Refusals.
 expect_refusal "keeps the parameters in a file too" "$weft" "${gpt[@]}" --max-steps 2 --memory-limit 100M
-expect_refusal "the image models (--model mlp, cnn)" "$weft" "${gpt[@]}" --max-steps 2 --offload params
-expect_refusal "leave out --clip-grad" "$weft" "${small[@]}" --clip-grad 1
+expect_refusal "clip-grad 0" "$weft" "${gpt[@]}" --max-steps 2 --offload params
+expect_refusal "not a recurrent model's" "$weft" train --model lstm --data "$work/corpus.txt" --max-steps 2 --offload params
+expect_refusal "clip-grad 0" "$weft" "${small[@]}" --clip-grad 1
 expect_refusal "DDP or one process" "$weft" "${small[@]}" --zero 1
 expect_refusal "is not a folder" "$weft" "${gpt[@]}" --max-steps 2 --offload optimizer --offload-dir "$work/none"
 expect_refusal "is not a valid size\|--memory-limit" "$weft" "${gpt[@]}" --max-steps 2 --memory-limit lots
-echo "refusals: 6 one-line errors"
+echo "refusals: 7 one-line errors"

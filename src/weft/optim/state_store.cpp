@@ -34,6 +34,16 @@ void full_io(bool write, int fd, void* data, std::int64_t bytes, std::int64_t at
 
 }  // namespace
 
+StateStore::StateStore(const std::vector<Shape>& shapes, DType dtype, int kinds) : kinds_(kinds) {
+  for (const Shape& shape : shapes) {
+    shapes_.push_back(shape);
+    dtypes_.push_back(dtype);
+    const auto bytes = shape_numel(shape) * static_cast<std::int64_t>(dtype_size(dtype)) * kinds;
+    total_bytes_ += bytes;
+    largest_bytes_ = std::max(largest_bytes_, bytes);
+  }
+}
+
 StateStore::StateStore(const std::vector<Tensor>& like, int kinds) : kinds_(kinds) {
   for (const Tensor& t : like) {
     shapes_.push_back(t.shape());
@@ -101,7 +111,7 @@ std::int64_t StateStore::resident_bytes() const {
 
 void StateStore::request_reads() {
   for (Slot& s : slots_) {
-    if (next_read_ >= order_.size()) return;
+    if (next_read_ >= order_.size()) break;  // (the reads queued still need the I/O thread woken)
     if (s.state != Slot::kFree) continue;
     const std::size_t k = order_[next_read_++];
     s.param = static_cast<long>(k);

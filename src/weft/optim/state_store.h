@@ -34,6 +34,8 @@ class StateStore {
   StateStore() = default;
   // In memory: `kinds` zero buffers shaped and typed like each of `like`.
   StateStore(const std::vector<Tensor>& like, int kinds);
+  // The same for buffers of these shapes, all of `dtype`.
+  StateStore(const std::vector<Shape>& shapes, DType dtype, int kinds);
   ~StateStore();
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;

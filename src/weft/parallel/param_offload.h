@@ -1,8 +1,10 @@
 // Parameter offload (seed 003 chapter 8: what does not fit goes to host memory or disk, read
-// back ahead of use; ZeRO-Infinity's parameters on NVMe): a model of layers in sequence
-// (nn/sequential.h) keeps its trained parameters in a file, and only a few layers' worth are
-// in memory at a time. The layers are taken in segments, each a layer with parameters and
-// the ones without that follow it. A step:
+// back ahead of use; ZeRO-Infinity's parameters on NVMe): a model that runs in segments one
+// after another keeps its trained parameters in a file, and only a few segments' worth are
+// in memory at a time. The segments: of a model of layers in sequence (nn/sequential.h),
+// each layer with parameters and the ones without that follow it; of a GPT, the embedding,
+// each block, and the final norm with the head (the tied embedding, which both use, stays
+// in memory and is updated after the backward). A step:
 //
 //   forward    segment by segment without gradients, each segment's parameters read in
 //              (the next ones read ahead by a background thread) and dropped after it; the
@@ -18,8 +20,9 @@
 // backward needs only its own parameters (as they were before the step), so the step is
 // the in-memory step's, with one forward more. Not with gradient clipping by the whole
 // model's norm (every update would wait for every gradient). Evaluation streams the
-// parameters through the forward the same way (Sequential::set_around); checkpoints read
-// them from the file; at the end the model gets them back in memory (what is saved).
+// parameters through the forward the same way (eval_loss; an image model's through
+// Sequential::set_around); checkpoints read them from the file; at the end the model gets
+// them back in memory (what is saved).
 #pragma once
 
 #include <cstdint>
@@ -31,12 +34,14 @@
 
 #include "weft/comm/communicator.h"
 #include "weft/nn/sequential.h"
+#include "weft/nn/transformer.h"
 #include "weft/optim/state_store.h"
 #include "weft/parallel/strategy.h"
 
 namespace weft::parallel {
 
-// The loss of a batch from the model's output (the task's: cross-entropy for classifiers).
+// The loss of a batch from a layered model's output (the task's: cross-entropy for
+// classifiers).
 using OutputLoss = std::function<Var(const Var& output, const StepBatch& batch)>;
 
 class ParameterOffload : public Strategy {
@@ -51,6 +56,7 @@ class ParameterOffload : public Strategy {
   void prepare(ModelPart& part) override;
   Optimizer* optimizer() override { return optimizer_.get(); }
   std::optional<double> forward_backward(const StepBatch& batch, const std::function<void(bool)>& update) override;
+  std::optional<double> eval_loss(const StepBatch& batch) override;
   std::optional<StateDict> model_state() override;
   void finish() override;
   std::vector<std::string> intro_lines() override;
@@ -60,13 +66,23 @@ class ParameterOffload : public Strategy {
   std::int64_t total_bytes() const { return store_->total_bytes(); }
 
  private:
+  // The store holds one entry per segment: its parameters one after another.
   struct Segment {
-    std::size_t begin, end;              // modules [begin, end)
-    std::vector<std::size_t> params;     // indices into the trained list (and the store)
+    std::size_t begin = 0, end = 0;      // a layered model's modules [begin, end)
+    std::vector<std::size_t> params{};   // offloaded: indices into the trained list
+    std::vector<Shape> shapes{};         // theirs
+    std::int64_t numel = 0;              // their elements in all
   };
+  void segment_layers(Sequential& layers);
+  void segment_gpt(GPT& gpt);
+  // Segment s on x (the batch's inputs for the first); the last one's output is the loss.
+  Var run(std::size_t s, const Var& x, const StepBatch& batch);
   void load(const Segment& s);
   void drop(const Segment& s, bool changed);
   std::vector<std::size_t> order(bool backward, std::size_t segments = SIZE_MAX) const;
+  std::vector<std::size_t> updates_order() const;
+  // Each parameter of a segment as a view of `flat`, its whole.
+  void place(const Segment& s, const Tensor& flat);
 
   std::string dir_;
   std::shared_ptr<comm::Communicator> replicas_;
@@ -74,7 +90,9 @@ class ParameterOffload : public Strategy {
   OptimizerFactory make_optimizer_;
   ModelPart* part_ = nullptr;
   Sequential* layers_ = nullptr;
+  GPT* gpt_ = nullptr;
   std::vector<Segment> segments_;
+  std::vector<std::size_t> pinned_;     // trained parameters kept in memory (the GPT's tied embedding)
   std::vector<int> segment_of_module_;  // -1: a module before the first segment
   std::unique_ptr<StateStore> store_;   // the trained parameters' values, one kind
   std::unique_ptr<Optimizer> optimizer_;

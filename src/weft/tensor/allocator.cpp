@@ -1,5 +1,7 @@
 #include "weft/tensor/allocator.h"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -84,6 +86,18 @@ std::size_t allocator_cached_bytes() {
   std::lock_guard<std::mutex> lock(c.mu);
   return c.cached;
 }
+void allocator_release_cache() {
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    for (auto& [size, blocks] : c.free_blocks)
+      for (void* p : blocks) std::free(p);
+    c.free_blocks.clear();
+    c.cached = 0;
+  }
+  ::malloc_trim(0);  // (memory freed inside the heap goes back too)
+}
+
 std::size_t allocator_live_bytes() { return g_live.load(); }
 std::size_t allocator_peak_bytes() { return g_peak.load(); }
 void allocator_reset_peak() { g_peak.store(g_live.load()); }

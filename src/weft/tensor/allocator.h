@@ -11,6 +11,9 @@ void* allocate_bytes(std::size_t bytes);
 void free_bytes(void* p, std::size_t bytes);
 // Bytes currently held in the cache (for tests and memory reports).
 std::size_t allocator_cached_bytes();
+// Gives the cached blocks back to the system (after a large part of the memory moved out
+// for good: offloaded parameters or optimizer state).
+void allocator_release_cache();
 // Bytes currently allocated to live tensors, and the peak since the last reset.
 std::size_t allocator_live_bytes();
 std::size_t allocator_peak_bytes();

@@ -467,7 +467,7 @@ void Run::build_strategies() {
   };
   if (o_.offload == "params") {  // (it is the data-parallel strategy too)
     const std::string dir = !o_.offload_dir.empty() ? o_.offload_dir : std::filesystem::temp_directory_path().string();
-    const Task* task_for_loss = task_.get();
+    const Task* task_for_loss = task_.get();  // (an image model's loss from its output; a GPT's head has its own)
     strategies_->add(std::make_unique<parallel::ParameterOffload>(
         dir, mesh_.dp(), [task_for_loss](const Var& y, const parallel::StepBatch& b) { return task_for_loss->output_loss(y, b); },
         optimizer_for));
@@ -507,8 +507,7 @@ void Run::place_optimizer_state() {
   if (limit > 0 && 2 * params + state > limit)
     throw ConfigError(fmt::format(
         "--memory-limit {}: this rank's model states need {:.1f} MiB in memory (parameters {:.1f} MiB, their gradients as "
-        "many, the optimizer's state {:.1f} MiB{}); --offload params keeps the parameters in a file too (the image "
-        "models)",
+        "many, the optimizer's state {:.1f} MiB{}); --offload params keeps the parameters in a file too",
         o_.memory_limit, static_cast<double>(2 * params + state) / (1 << 20), static_cast<double>(params) / (1 << 20),
         static_cast<double>(state) / (1 << 20), offload ? " of it at a time" : ""));
   if (!offload) return;

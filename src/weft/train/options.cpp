@@ -198,14 +198,14 @@ void validate(const TrainOptions& o) {
   if (o.offload != "none" && o.offload != "optimizer" && o.offload != "params")
     throw ConfigError("--offload '" + o.offload + "' is not none, optimizer or params");
   if (o.offload == "params") {
-    if (is_language_model(o.model))
-      throw ConfigError("--offload params streams the layers of a model in sequence: the image models (--model mlp, cnn)");
+    if (is_language_model(o.model) && o.model != "gpt")
+      throw ConfigError("--offload params streams the image models' layers or a GPT's blocks, not a recurrent model's");
     if (o.parallel.strategy != "ddp" || o.parallel.zero > 0 || o.parallel.model_parallel())
       throw ConfigError("--offload params streams the layers of one replica: DDP or one process (not ZeRO, the "
                         "parameter server, federated averaging or model parallelism)");
     if (*o.clip_grad > 0)
-      throw ConfigError("--offload params updates each layer as soon as its gradient is ready: leave out --clip-grad "
-                        "(a norm over the whole model would need every gradient first)");
+      throw ConfigError("--offload params updates each layer as soon as its gradient is ready: --clip-grad 0 (a norm "
+                        "over the whole model would need every gradient first)");
     if (o.freeze_below > 0 || !o.freeze_converged.empty() || !o.grow_at.empty() || o.parallel.grad_dtype != "fp32")
       throw ConfigError("--offload params goes without freezing, --grow-at and --grad-dtype other than fp32");
   }
