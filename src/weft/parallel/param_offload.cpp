@@ -14,6 +14,18 @@ namespace weft::parallel {
 namespace {
 // Slots of parameters in memory: the segment computing, the one read ahead, one written back.
 constexpr int kSlots = 3;
+
+// A flag set for a scope.
+class Raised {
+ public:
+  explicit Raised(bool& flag) : flag_(flag) { flag_ = true; }
+  ~Raised() { flag_ = false; }
+  Raised(const Raised&) = delete;
+  Raised& operator=(const Raised&) = delete;
+
+ private:
+  bool& flag_;
+};
 }  // namespace
 
 ParameterOffload::~ParameterOffload() {
@@ -167,11 +179,7 @@ void ParameterOffload::drop(const Segment& s, bool changed) {
 }
 
 std::optional<double> ParameterOffload::forward_backward(const StepBatch& batch, const std::function<void(bool)>&) {
-  streaming_ = true;
-  struct Done {
-    bool& flag;
-    ~Done() { flag = false; }
-  } done{streaming_};
+  const Raised streaming(streaming_);
   // Forward without gradients, keeping each segment's input (the last one's forward runs
   // with gradients below).
   std::vector<Tensor> inputs{batch.inputs};
@@ -225,11 +233,7 @@ std::optional<double> ParameterOffload::forward_backward(const StepBatch& batch,
 
 std::optional<double> ParameterOffload::eval_loss(const StepBatch& batch) {
   NoGradGuard no_grad;
-  streaming_ = true;
-  struct Done {
-    bool& flag;
-    ~Done() { flag = false; }
-  } done{streaming_};
+  const Raised streaming(streaming_);
   Var h(batch.inputs);
   store_->begin_pass(order(false));
   for (std::size_t i = 0; i < segments_.size(); ++i) {
