@@ -79,6 +79,21 @@ CommOptions CommOptions::from_env() {
     o.stripe_shares = *t;
   }
   if (auto m = env_int_in("WEFT_STRIPE_MIN", 1, std::int64_t{1} << 40)) o.stripe_min = static_cast<std::uint64_t>(*m);
+  if (auto a = env_string("WEFT_STRIPE_ADDRS")) {
+    std::size_t from = 0;
+    for (;;) {
+      const std::size_t comma = a->find(',', from);
+      const std::string address = a->substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+      if (address.empty() || address.size() > 253 || address.find_first_of("|: ") != std::string::npos ||
+          o.stripe_addresses.size() >= 7)
+        throw ConfigError("WEFT_STRIPE_ADDRS='" + *a + "' is not up to 7 addresses of this host, comma-separated");
+      o.stripe_addresses.push_back(address);
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
+    if (o.stripe.rfind("tcp:", 0) != 0)
+      throw ConfigError("WEFT_STRIPE_ADDRS gives the addresses of WEFT_STRIPE=tcp:N's connections: set WEFT_STRIPE too");
+  }
   return o;
 }
 
@@ -289,6 +304,7 @@ void Communicator::connect_group(const std::string& prefix) {
   r.shm_ring_bytes = options_.shm_ring_bytes;
   r.stripe = options_.stripe;
   r.stripe_shares = options_.stripe_shares;
+  r.stripe_addresses = options_.stripe_addresses;
   r.stripe_min = options_.stripe_min;
   r.timeout_s = options_.rendezvous_timeout_s;
   r.judge_core_sharing = name_ == "world";

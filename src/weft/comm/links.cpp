@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -52,20 +53,27 @@ std::vector<std::string> split(const std::string& s, char sep) {
 struct Endpoint {
   std::string ip, host, cores;
   int port = 0, pid = 0;
+  std::vector<std::pair<std::string, int>> lanes{};  // WEFT_STRIPE_ADDRS: where connections 2, 3, ... go
 };
 
 std::string key_base(const LinkRequest& r) { return r.session + "/" + r.prefix + "/"; }
 
 // 1. Publish this rank's endpoint; gather everyone's.
-std::vector<Endpoint> exchange_endpoints(const LinkRequest& r, int port, const std::string& my_host) {
+std::vector<Endpoint> exchange_endpoints(const LinkRequest& r, int port, const std::vector<int>& lane_ports,
+                                         const std::string& my_host) {
   const int me = r.members[static_cast<std::size_t>(r.rank)];
-  std::string my_cores;
+  std::string my_cores, lanes;
   for (int c : allowed_cores()) {
     if (!my_cores.empty()) my_cores += ',';
     my_cores += std::to_string(c);
   }
+  for (std::size_t k = 0; k < lane_ports.size(); ++k) {
+    if (!lanes.empty()) lanes += ',';
+    lanes += r.stripe_addresses[k] + ":" + std::to_string(lane_ports[k]);
+  }
   r.store->set(key_base(r) + "ep/" + std::to_string(me), r.store->local_address() + "|" + std::to_string(port) + "|" +
-                                                             my_host + "|" + std::to_string(::getpid()) + "|" + my_cores);
+                                                             my_host + "|" + std::to_string(::getpid()) + "|" + my_cores +
+                                                             "|" + lanes);
   std::vector<std::string> keys;
   for (int g : r.members) keys.push_back(key_base(r) + "ep/" + std::to_string(g));
   auto missing = r.store->wait_all(keys, r.timeout_s);
@@ -78,9 +86,16 @@ std::vector<Endpoint> exchange_endpoints(const LinkRequest& r, int port, const s
   }
   std::vector<Endpoint> eps(r.members.size());
   for (std::size_t i = 0; i < eps.size(); ++i) {
-    auto parts = split(*r.store->get(keys[i], r.timeout_s), '|');
-    if (parts.size() != 5) throw CommError("rendezvous: malformed endpoint of rank " + std::to_string(r.members[i]));
+    const std::string record = *r.store->get(keys[i], r.timeout_s);
+    auto parts = split(record, '|');
+    if (!record.empty() && record.back() == '|') parts.emplace_back();  // (no lanes)
+    if (parts.size() != 6) throw CommError("rendezvous: malformed endpoint of rank " + std::to_string(r.members[i]));
     eps[i] = {parts[0], parts[2], parts[4], std::stoi(parts[1]), std::stoi(parts[3])};
+    for (const std::string& lane : split(parts[5], ',')) {
+      const std::size_t colon = lane.rfind(':');
+      if (colon == std::string::npos) throw CommError("rendezvous: malformed endpoint of rank " + std::to_string(r.members[i]));
+      eps[i].lanes.emplace_back(lane.substr(0, colon), std::stoi(lane.substr(colon + 1)));
+    }
   }
   return eps;
 }
@@ -174,46 +189,61 @@ constexpr int kLaneShift = 24;
 // 5. TCP: the lower group rank connects, the higher accepts (in a thread of its own); a
 // connection that fails the token handshake, or comes from a rank not expected, is refused.
 // A peer's first connection is its channel (unless shared memory is), the others its lanes.
-void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const Socket& listener, const std::vector<bool>& use_shm,
-                       const std::vector<Endpoint>& eps) {
+void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const std::vector<Socket>& listeners,
+                       const std::vector<bool>& use_shm, const std::vector<Endpoint>& eps) {
   const int n = static_cast<int>(eps.size()), me = r.members[static_cast<std::size_t>(r.rank)];
-  int expected = 0;
-  for (int i = 0; i < r.rank; ++i) expected += tcp_connections(r, use_shm, static_cast<std::size_t>(i));
   std::vector<std::vector<Socket>> accepted(eps.size());
   for (std::size_t i = 0; i < eps.size(); ++i)
     if (static_cast<int>(i) != r.rank) accepted[i].resize(static_cast<std::size_t>(tcp_connections(r, use_shm, i)));
-  std::exception_ptr accept_error;
-  std::thread acceptor([&] {
-    try {
-      // Handshakes side by side: a silent or hostile connection holds only its own slot.
-      std::vector<std::vector<bool>> claimed(eps.size());
-      for (std::size_t i = 0; i < eps.size(); ++i) claimed[i].assign(accepted[i].size(), false);
-      const auto index_of = [&](std::uint32_t who) {
-        auto it = std::find(r.members.begin(), r.members.end(), static_cast<int>(who & ((1u << kLaneShift) - 1)));
-        return static_cast<std::size_t>(it - r.members.begin());
-      };
-      auto wanted = [&](std::uint32_t who) {
-        const std::size_t idx = index_of(who), lane = who >> kLaneShift;
-        if (idx >= r.members.size() || static_cast<int>(idx) >= r.rank) return false;
-        if (lane >= claimed[idx].size() || claimed[idx][lane]) return false;
-        claimed[idx][lane] = true;
-        return true;
-      };
-      for (const AcceptedPeer& a : accept_authenticated(listener.fd(), r.token, Purpose::kPeer, static_cast<std::uint32_t>(me),
-                                                        expected, wanted, r.timeout_s, 10.0,
-                                                        "weft rank " + std::to_string(me)))
-        accepted[index_of(a.identity)][a.identity >> kLaneShift] = Socket(a.fd);
-    } catch (const CommError& e) {
-      accept_error = std::make_exception_ptr(CommError("rendezvous of " + r.group + ": " + e.what()));
-    } catch (...) {
-      accept_error = std::current_exception();
-    }
-  });
+  // Where a lower rank's connection `lane` comes in: listener `lane` when this rank has an
+  // address for it (WEFT_STRIPE_ADDRS), else the main one (0).
+  const auto listener_of = [&](std::size_t lane) { return lane < listeners.size() ? lane : 0; };
+  std::vector<int> expected(listeners.size(), 0);
+  for (int i = 0; i < r.rank; ++i)
+    for (std::size_t lane = 0; lane < accepted[static_cast<std::size_t>(i)].size(); ++lane) ++expected[listener_of(lane)];
+  std::vector<std::vector<bool>> claimed(eps.size());
+  for (std::size_t i = 0; i < eps.size(); ++i) claimed[i].assign(accepted[i].size(), false);
+  std::mutex claims;
+  std::vector<std::exception_ptr> accept_errors(listeners.size());
+  const auto index_of = [&](std::uint32_t who) {
+    auto it = std::find(r.members.begin(), r.members.end(), static_cast<int>(who & ((1u << kLaneShift) - 1)));
+    return static_cast<std::size_t>(it - r.members.begin());
+  };
+  std::vector<std::thread> acceptors;
+  for (std::size_t l = 0; l < listeners.size(); ++l) {
+    if (expected[l] == 0) continue;
+    acceptors.emplace_back([&, l] {
+      try {
+        // Handshakes side by side: a silent or hostile connection holds only its own slot.
+        auto wanted = [&](std::uint32_t who) {
+          const std::size_t idx = index_of(who), lane = who >> kLaneShift;
+          std::lock_guard<std::mutex> lock(claims);
+          if (idx >= r.members.size() || static_cast<int>(idx) >= r.rank) return false;
+          if (lane >= claimed[idx].size() || claimed[idx][lane] || listener_of(lane) != l) return false;
+          claimed[idx][lane] = true;
+          return true;
+        };
+        for (const AcceptedPeer& a : accept_authenticated(listeners[l].fd(), r.token, Purpose::kPeer,
+                                                          static_cast<std::uint32_t>(me), expected[l], wanted, r.timeout_s,
+                                                          10.0, "weft rank " + std::to_string(me))) {
+          std::lock_guard<std::mutex> lock(claims);
+          accepted[index_of(a.identity)][a.identity >> kLaneShift] = Socket(a.fd);
+        }
+      } catch (const CommError& e) {
+        accept_errors[l] = std::make_exception_ptr(CommError("rendezvous of " + r.group + ": " + e.what()));
+      } catch (...) {
+        accept_errors[l] = std::current_exception();
+      }
+    });
+  }
   std::exception_ptr connect_error;
   try {
     for (int i = r.rank + 1; i < n; ++i) {
       for (std::size_t lane = 0; lane < accepted[static_cast<std::size_t>(i)].size(); ++lane) {
-        Socket s = connect_tcp(eps[i].ip, eps[i].port, Deadline::in(r.timeout_s));
+        // The peer's address for this connection: its own for the lane, or its main one.
+        const bool own = lane > 0 && lane <= eps[i].lanes.size();
+        Socket s = connect_tcp(own ? eps[i].lanes[lane - 1].first : eps[i].ip, own ? eps[i].lanes[lane - 1].second : eps[i].port,
+                               Deadline::in(r.timeout_s));
         const auto identity = static_cast<std::uint32_t>(me) | static_cast<std::uint32_t>(lane << kLaneShift);
         connect_handshake(s.fd(), r.token, Purpose::kPeer, identity, 10.0);
         accepted[static_cast<std::size_t>(i)][lane] = std::move(s);
@@ -222,9 +252,10 @@ void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const Socket& li
   } catch (...) {
     connect_error = std::current_exception();
   }
-  acceptor.join();
+  for (std::thread& t : acceptors) t.join();
   if (connect_error) std::rethrow_exception(connect_error);
-  if (accept_error) std::rethrow_exception(accept_error);
+  for (const std::exception_ptr& e : accept_errors)
+    if (e) std::rethrow_exception(e);
   std::vector<int> peers;  // one entry per connection
   for (int i = 0; i < n; ++i)
     for (std::size_t lane = 0; lane < accepted[static_cast<std::size_t>(i)].size(); ++lane) peers.push_back(i);
@@ -352,12 +383,18 @@ std::unique_ptr<GroupLinks> connect_links(const LinkRequest& r) {
   for (std::size_t i = 0; i < r.members.size(); ++i) links->peers[i].global_rank = r.members[i];
   const std::string my_host = host_id();
   int port = 0;
-  Socket listener = listen_tcp(bind_address_for(r.master_addr), 0, &port);
-  const std::vector<Endpoint> eps = exchange_endpoints(r, port, my_host);
+  std::vector<Socket> listeners;  // the main one, then one per address of WEFT_STRIPE_ADDRS
+  listeners.push_back(listen_tcp(bind_address_for(r.master_addr), 0, &port));
+  std::vector<int> lane_ports;
+  for (const std::string& address : r.stripe_addresses) {
+    lane_ports.push_back(0);
+    listeners.push_back(listen_tcp(address, 0, &lane_ports.back()));
+  }
+  const std::vector<Endpoint> eps = exchange_endpoints(r, port, lane_ports, my_host);
   note_hosts(*links, r, eps, my_host);
   const std::vector<bool> use_shm = choose_shared_memory(r, eps, my_host);
   connect_shared_memory(*links, r, use_shm, eps);
-  connect_tcp_peers(*links, r, listener, use_shm, eps);
+  connect_tcp_peers(*links, r, listeners, use_shm, eps);
   measure_stripes(*links, r);
   finish_rendezvous(*links, r);
   return links;

@@ -59,6 +59,10 @@ struct LinkRequest {
   // the smallest message striped.
   std::string stripe = "off";
   std::string stripe_shares;
+  // This rank's own addresses for the 2nd, 3rd, ... TCP connection of each pair (tcp:N;
+  // another interface each): it listens on each, and a peer's k-th connection comes to the
+  // k-th (the others to its main address).
+  std::vector<std::string> stripe_addresses{};
   std::uint64_t stripe_min = 1 << 20;
 };
 
