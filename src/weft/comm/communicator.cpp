@@ -71,12 +71,12 @@ CommOptions CommOptions::from_env() {
       const std::string piece = t->substr(from, colon == std::string::npos ? std::string::npos : colon - from);
       char* end = nullptr;
       const double v = std::strtod(piece.c_str(), &end);
-      if (piece.empty() || *end != '\0' || !(v > 0 && v < 1e9))
-        throw ConfigError("WEFT_STRIPE_SHARES='" + *t + "' is not positive numbers such as 3:1");
+      if (piece.empty() || *end != '\0' || !(v > 0 && v < 1e9) || o.stripe_shares.size() >= 8)
+        throw ConfigError("WEFT_STRIPE_SHARES='" + *t + "' is not up to 8 positive numbers such as 3:1");
+      o.stripe_shares.push_back(v);
       if (colon == std::string::npos) break;
       from = colon + 1;
     }
-    o.stripe_shares = *t;
   }
   if (auto m = env_int_in("WEFT_STRIPE_MIN", 1, std::int64_t{1} << 40)) o.stripe_min = static_cast<std::uint64_t>(*m);
   if (auto a = env_string("WEFT_STRIPE_ADDRS")) {
@@ -268,16 +268,19 @@ Communicator::~Communicator() {
 
 std::string Communicator::transport() const {
   if (mpi_group_) return "mpi";
-  if (links_->striped > 0) {  // "striped shm+tcp (0.74:0.26 to rank 1)"
+  if (links_->striped > 0) {  // "striped shm+tcp (0.74:0.26 to rank 1 via shm, 127.0.0.1; ...)"
     std::string text = "striped " + options_.stripe;
     text += options_.tls ? "+tls (" : " (";
     bool first = true;
     for (const PeerLink& link : links_->peers) {
       if (link.lanes.empty()) continue;
-      text += first ? "" : ", ";
-      for (std::size_t k = 0; k < link.lanes.size(); ++k)
-        text += fmt::format("{}{:.2f}", k ? ":" : "", link.lanes[k].share);
-      text += fmt::format(" to rank {}", link.global_rank);
+      text += first ? "" : "; ";
+      std::string shares, via;
+      for (std::size_t k = 0; k < link.lanes.size(); ++k) {
+        shares += fmt::format("{}{:.2f}", k ? ":" : "", link.lanes[k].share);
+        via += fmt::format("{}{}", k ? ", " : "", link.lanes[k].where);
+      }
+      text += fmt::format("{} to rank {} via {}", shares, link.global_rank, via);
       first = false;
     }
     text += ")";
@@ -302,7 +305,8 @@ void Communicator::connect_group(const std::string& prefix) {
   r.transport = options_.transport;
   r.tls = options_.tls;
   r.shm_ring_bytes = options_.shm_ring_bytes;
-  r.stripe = options_.stripe;
+  r.tcp_connections = options_.stripe.rfind("tcp:", 0) == 0 ? options_.stripe[4] - '0' : 1;
+  r.shm_and_tcp = options_.stripe == "shm+tcp";
   r.stripe_shares = options_.stripe_shares;
   r.stripe_addresses = options_.stripe_addresses;
   r.stripe_min = options_.stripe_min;

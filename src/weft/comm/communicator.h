@@ -58,7 +58,7 @@ struct CommOptions {
   // over them by their measured bandwidths (links.h); WEFT_STRIPE_SHARES: the shares
   // instead ("3:1"); WEFT_STRIPE_MIN: the smallest message split (bytes, default 1 MiB).
   std::string stripe = "off";
-  std::string stripe_shares;
+  std::vector<double> stripe_shares;
   std::vector<std::string> stripe_addresses;  // WEFT_STRIPE_ADDRS: this rank's, for the 2nd, 3rd, ... connection
   std::uint64_t stripe_min = 1 << 20;
   static CommOptions from_env();

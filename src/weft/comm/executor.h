@@ -36,6 +36,7 @@ struct ExecBuffers {
 struct Lane {
   Channel* channel = nullptr;
   double share = 1;  // of a striped message's bytes (the lanes' shares sum to 1)
+  std::string where;  // the path: "shm", or the address it was made to
   std::uint32_t send_seq = 0;
   std::uint32_t recv_seq = 0;
 };

@@ -179,8 +179,8 @@ void connect_shared_memory(GroupLinks& links, const LinkRequest& r, const std::v
 // How many TCP connections go to group rank i: one to a peer not on shared memory (N with
 // WEFT_STRIPE=tcp:N), none to one on it (one with shm+tcp).
 int tcp_connections(const LinkRequest& r, const std::vector<bool>& use_shm, std::size_t i) {
-  if (use_shm[i]) return r.stripe == "shm+tcp" ? 1 : 0;
-  return r.stripe.rfind("tcp:", 0) == 0 ? std::stoi(r.stripe.substr(4)) : 1;
+  if (use_shm[i]) return r.shm_and_tcp ? 1 : 0;
+  return r.tcp_connections;
 }
 // A connection's identity in the handshake: the global rank, and which of the pair's TCP
 // connections it is in the top bits.
@@ -273,8 +273,15 @@ void connect_tcp_peers(GroupLinks& links, const LinkRequest& r, const std::vecto
   for (std::size_t k = 0; k < peers.size(); ++k) {
     PeerLink& link = links.peers[static_cast<std::size_t>(peers[k])];
     if (!link.channel) link.channel = channels[k].get();
-    if (link.lanes.empty()) link.lanes.push_back({link.channel});
-    if (link.channel != channels[k].get()) link.lanes.push_back({channels[k].get()});
+    const auto lane_of = [](Channel* channel, std::string where) {
+      Lane lane;
+      lane.channel = channel;
+      lane.where = std::move(where);
+      return lane;
+    };
+    const std::string where = listening_side_address(channels[k]->fd(), peers[k] < r.rank);
+    if (link.lanes.empty()) link.lanes.push_back(lane_of(link.channel, link.channel == channels[k].get() ? where : "shm"));
+    if (link.channel != channels[k].get()) link.lanes.push_back(lane_of(channels[k].get(), where));
     links.channels.push_back(std::move(channels[k]));
     ++links.tcp;
   }
@@ -316,14 +323,7 @@ double timed_message(GroupLinks& links, const LinkRequest& r, std::size_t peer, 
 // pairs in the order of (lower rank, higher rank), the same order for all, so the pair due
 // first always finds both ready.
 void measure_stripes(GroupLinks& links, const LinkRequest& r) {
-  std::vector<double> given;
-  for (std::size_t from = 0; !r.stripe_shares.empty();) {
-    const std::size_t colon = r.stripe_shares.find(':', from);
-    const std::size_t length = colon == std::string::npos ? std::string::npos : colon - from;
-    given.push_back(std::stod(r.stripe_shares.substr(from, length)));
-    if (colon == std::string::npos) break;
-    from = colon + 1;
-  }
+  const std::vector<double>& given = r.stripe_shares;
   const auto set_shares = [](PeerLink& link, const std::vector<double>& shares) {
     double sum = 0;
     for (double v : shares) sum += v;

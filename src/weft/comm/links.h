@@ -54,11 +54,12 @@ struct LinkRequest {
   double timeout_s = 60;        // of the rendezvous
   bool judge_core_sharing = false;  // the world group decides it for all groups
   bool tls = false;             // TCP links under TLS (tls.h)
-  // Striping: "off", "shm+tcp" (a peer on this host also over TCP) or "tcp:N" (N TCP
-  // connections to each TCP peer); the lanes' shares as given ("3:1"; empty: measured);
-  // the smallest message striped.
-  std::string stripe = "off";
-  std::string stripe_shares;
+  // Striping: N TCP connections to each TCP peer, and whether a peer on this host is
+  // reached over TCP too (shared memory and TCP); the lanes' shares as given (empty:
+  // measured); the smallest message striped.
+  int tcp_connections = 1;
+  bool shm_and_tcp = false;
+  std::vector<double> stripe_shares{};
   // This rank's own addresses for the 2nd, 3rd, ... TCP connection of each pair (tcp:N;
   // another interface each): it listens on each, and a peer's k-th connection comes to the
   // k-th (the others to its main address).

@@ -75,6 +75,16 @@ Socket listen_tcp(const std::string& addr, int port, int* bound_port) {
   return s;
 }
 
+std::string listening_side_address(int fd, bool accepted) {
+  sockaddr_in sa{};
+  socklen_t len = sizeof sa;
+  const int rc = accepted ? ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len)
+                          : ::getpeername(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  char text[INET_ADDRSTRLEN] = {};
+  if (rc != 0 || sa.sin_family != AF_INET || !::inet_ntop(AF_INET, &sa.sin_addr, text, sizeof text)) return "";
+  return text;
+}
+
 Socket connect_tcp(const std::string& host, int port, Deadline deadline) {
   std::string last_error = "timed out";
   int delay_ms = 10;

@@ -43,6 +43,9 @@ struct Deadline {
 
 // Listens on addr:port (port 0: any free port); returns the socket and the bound port.
 Socket listen_tcp(const std::string& addr, int port, int* bound_port);
+// The IPv4 address of a connected socket's side that listened: its own (`accepted`) or
+// its peer's ("" when unknown).
+std::string listening_side_address(int fd, bool accepted);
 // Connects, retrying until the deadline (the peer may not be listening yet).
 Socket connect_tcp(const std::string& host, int port, Deadline deadline);
 // Accepts one pending connection (the returned socket is blocking); on a non-blocking

@@ -126,7 +126,7 @@ void StateStore::request_reads() {
 
 void StateStore::begin_pass(std::vector<std::size_t> order) {
   if (fd_ < 0) return;
-  if (shrunk_) {  // (release_memory)
+  if (shrunk_) {  // the slots not made yet (offload) or given back (release_memory)
     std::int64_t most = 0;
     for (const Shape& s : shapes_) most = std::max(most, shape_numel(s));
     for (Slot& s : slots_)
@@ -258,9 +258,13 @@ void StateStore::write(std::size_t k, int kind, const Tensor& value) {
     held(k, kind).copy_(v);
     return;
   }
-  Tensor t = Tensor::empty(shapes_[k], dtypes_[k]);
-  t.copy_(v);
-  full_io(true, fd_, t.raw_data(), static_cast<std::int64_t>(t.nbytes()), offset(k, kind), path_, what_);
+  Tensor t = v;  // (a copy only to change the type)
+  if (v.dtype() != dtypes_[k]) {
+    t = Tensor::empty(shapes_[k], dtypes_[k]);
+    t.copy_(v);
+  }
+  WEFT_CHECK(t.shape() == shapes_[k], "state store: a buffer written in another shape");
+  full_io(true, fd_, const_cast<void*>(t.raw_data()), static_cast<std::int64_t>(t.nbytes()), offset(k, kind), path_, what_);
 }
 
 }  // namespace weft

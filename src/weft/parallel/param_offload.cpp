@@ -55,12 +55,11 @@ void ParameterOffload::prepare(ModelPart& part) {
   store_->offload(dir_, kSlots, "parameters");
   for (std::size_t s = 0; s < segments_.size(); ++s) {  // each segment to the file, then out of memory
     Tensor flat = Tensor::empty({segments_[s].numel}, DType::F32);
-    std::int64_t at = 0;
-    for (std::size_t k : segments_[s].params) {
-      Var p = part.trained[k].second;
-      const std::int64_t n = p.value().numel();
-      flat.slice(0, at, at + n).view(p.shape()).copy_(p.value());
-      at += n;
+    const std::vector<Tensor> views = pieces(segments_[s], flat);
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      Var p = part.trained[segments_[s].params[i]].second;
+      Tensor view = views[i];
+      view.copy_(p.value());
       p.mutable_value() = Tensor();
     }
     store_->write(s, 0, flat);
@@ -106,7 +105,7 @@ void ParameterOffload::segment_layers(Sequential& layers) {
 // A GPT: the embedding (the position table; the token one is tied to the head and stays
 // in memory), each block, then the final norm and the head.
 void ParameterOffload::segment_gpt(GPT& gpt) {
-  gpt_ = &gpt;
+  gpt_ = std::make_unique<LocalGpt>(gpt);
   const auto blocks = static_cast<std::size_t>(gpt.config().layers);
   segments_.assign(blocks + 2, Segment{});
   for (std::size_t k = 0; k < part_->trained.size(); ++k) {
@@ -115,7 +114,7 @@ void ParameterOffload::segment_gpt(GPT& gpt) {
       pinned_.push_back(k);
       continue;
     }
-    const GptPart at = gpt.part_of(name);
+    const GptPart at = gpt.part_of(name);  // (the whole model's)
     const std::size_t s = at.kind == GptPart::kEmbedding ? 0
                           : at.kind == GptPart::kBlock   ? 1 + static_cast<std::size_t>(at.block)
                                                          : blocks + 1;
@@ -129,10 +128,9 @@ Var ParameterOffload::run(std::size_t s, const Var& x, const StepBatch& batch) {
     Var y = layers_->forward_range(x, segments_[s].begin, segments_[s].end);
     return last ? loss_(y, batch) : y;
   }
-  if (s == 0) return gpt_->embed(x);
+  if (s == 0) return gpt_->embed(x.value());
   if (!last) return gpt_->run_blocks(x, static_cast<std::int64_t>(s) - 1, static_cast<std::int64_t>(s));
-  const std::int64_t rows = x.size(0) * x.size(1);
-  return cross_entropy(reshape(gpt_->head(x), {rows, gpt_->config().vocab}), batch.targets);
+  return gpt_->head_loss(x, batch.targets);
 }
 
 // The segments a pass reads, in its order: forward (the first `segments`) or backward; the
@@ -154,13 +152,22 @@ std::vector<std::size_t> ParameterOffload::updates_order() const {
   return out;
 }
 
-void ParameterOffload::place(const Segment& s, const Tensor& flat) {
+std::vector<Tensor> ParameterOffload::pieces(const Segment& s, const Tensor& flat) {
+  std::vector<Tensor> out;
   std::int64_t at = 0;
-  for (std::size_t i = 0; i < s.params.size(); ++i) {
-    Var p = part_->trained[s.params[i]].second;
-    const std::int64_t n = shape_numel(s.shapes[i]);
-    p.mutable_value() = flat.slice(0, at, at + n).view(s.shapes[i]);
+  for (const Shape& shape : s.shapes) {
+    const std::int64_t n = shape_numel(shape);
+    out.push_back(flat.slice(0, at, at + n).view(shape));
     at += n;
+  }
+  return out;
+}
+
+void ParameterOffload::place(const Segment& s, const Tensor& flat) {
+  const std::vector<Tensor> views = pieces(s, flat);
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    Var p = part_->trained[s.params[i]].second;
+    p.mutable_value() = views[i];
   }
 }
 
@@ -249,13 +256,8 @@ std::optional<StateDict> ParameterOffload::model_state() {
   std::map<std::string, Tensor> offloaded;
   for (std::size_t s = 0; s < segments_.size(); ++s) {
     if (segments_[s].params.empty()) continue;
-    const Tensor flat = store_->read(s, 0);
-    std::int64_t at = 0;
-    for (std::size_t i = 0; i < segments_[s].params.size(); ++i) {
-      const std::int64_t n = shape_numel(segments_[s].shapes[i]);
-      offloaded[part_->trained[segments_[s].params[i]].first] = flat.slice(0, at, at + n).view(segments_[s].shapes[i]).clone();
-      at += n;
-    }
+    const std::vector<Tensor> views = pieces(segments_[s], store_->read(s, 0));
+    for (std::size_t i = 0; i < views.size(); ++i) offloaded[part_->trained[segments_[s].params[i]].first] = views[i].clone();
   }
   StateDict out;
   for (const auto& [name, p] : part_->model.named_parameters()) {

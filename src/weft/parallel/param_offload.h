@@ -36,6 +36,7 @@
 #include "weft/nn/sequential.h"
 #include "weft/nn/transformer.h"
 #include "weft/optim/state_store.h"
+#include "weft/parallel/stage_model.h"
 #include "weft/parallel/strategy.h"
 
 namespace weft::parallel {
@@ -75,6 +76,8 @@ class ParameterOffload : public Strategy {
   };
   void segment_layers(Sequential& layers);
   void segment_gpt(GPT& gpt);
+  // The segment's parameters as views of `flat`, its whole, in order.
+  static std::vector<Tensor> pieces(const Segment& s, const Tensor& flat);
   // Segment s on x (the batch's inputs for the first); the last one's output is the loss.
   Var run(std::size_t s, const Var& x, const StepBatch& batch);
   void load(const Segment& s);
@@ -90,7 +93,7 @@ class ParameterOffload : public Strategy {
   OptimizerFactory make_optimizer_;
   ModelPart* part_ = nullptr;
   Sequential* layers_ = nullptr;
-  GPT* gpt_ = nullptr;
+  std::unique_ptr<LocalGpt> gpt_;       // a GPT's pieces (embedding, blocks, head with the loss)
   std::vector<Segment> segments_;
   std::vector<std::size_t> pinned_;     // trained parameters kept in memory (the GPT's tied embedding)
   std::vector<int> segment_of_module_;  // -1: a module before the first segment

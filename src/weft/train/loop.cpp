@@ -310,7 +310,7 @@ class Run {
   void freeze_converged();
   std::optional<parallel::MembershipChange> plan_relayout(bool frozen_changed) const;
   void measure_stage_speeds();
-  std::int64_t frozen_parameters() const;
+  std::int64_t parameters_below(std::size_t layers) const;
   void grow_by_noise(parallel::LiveMembership& live);
 
   TrainOptions o_;
@@ -423,7 +423,7 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   if (auto* p = strategies_->find<parallel::Pipeline>(); p && p->pipeline().stages() > 1)
     measure_stages_ = o_.stage_shares == "measured";
   if (frozen_ > 0 && !t_.change)
-    fmt::print(out_, "frozen: the first {} layer(s), {} parameters; {}\n", frozen_, frozen_parameters(),
+    fmt::print(out_, "frozen: the first {} layer(s), {} parameters; {}\n", frozen_, parameters_below(frozen_),
                caches_ ? fmt::format("their outputs cached up to {} MiB per rank", o_.freeze_cache_mb)
                        : std::string("computed without their weights' gradients"));
   if (checkpoint_ && checkpoint_->meta.info.count("window_mean_loss")) continue_handed_over();
@@ -484,8 +484,8 @@ void Run::build_strategies() {
 // --offload optimizer and --memory-limit: the optimizer's state in memory, or in a file
 // read back ahead of each update when asked or when the model states would exceed the limit.
 void Run::place_optimizer_state() {
+  const std::int64_t limit = o_.memory_limit.empty() ? 0 : parse_size(o_.memory_limit, "--memory-limit");
   if (auto* offload = strategies_->find<parallel::ParameterOffload>()) {
-    const std::int64_t limit = o_.memory_limit.empty() ? 0 : parse_size(o_.memory_limit, "--memory-limit");
     const std::int64_t need = offload->resident_bytes() + strategies_->optimizer().state_resident_bytes();
     if (limit > 0 && need > limit)
       throw ConfigError(fmt::format("--memory-limit {}: with the parameters offloaded a rank still holds {:.1f} MiB of "
@@ -496,7 +496,6 @@ void Run::place_optimizer_state() {
   Optimizer& opt = strategies_->optimizer();
   std::int64_t params = 0;  // the trained parameters' bytes (their gradients take as many)
   for (const auto& [name, p] : strategies_->part().trained) params += static_cast<std::int64_t>(p.value().nbytes());
-  const std::int64_t limit = o_.memory_limit.empty() ? 0 : parse_size(o_.memory_limit, "--memory-limit");
   const std::int64_t whole = opt.state_total_bytes(), largest = opt.state_largest_bytes();
   // Offloaded: three parameters' buffers in memory (one updated, one read ahead, one written
   // back), or two where three would pass the limit; only worth it below the whole state.
@@ -520,9 +519,14 @@ void Run::place_optimizer_state() {
   said_offload_ = true;
 }
 
-std::int64_t Run::frozen_parameters() const {
+// The parameters of the first `layers` layers (full shapes: a pipeline stage freed the
+// others' values).
+std::int64_t Run::parameters_below(std::size_t layers) const {
   std::int64_t n = 0;
-  for (const auto& [name, shape] : strategies_->part().layout) n += strategies_->part().is_frozen(name) ? shape_numel(shape) : 0;
+  for (const auto& [name, shape] : strategies_->part().layout) {
+    const int layer = task_->layer_of(name);
+    n += layer >= 0 && static_cast<std::size_t>(layer) < layers ? shape_numel(shape) : 0;
+  }
   return n;
 }
 
@@ -563,14 +567,9 @@ void Run::freeze_converged() {
   if (next > frozen_)
     while (next < last_trained && !has[next]) ++next;  // with the layers without parameters after it
   if (next <= frozen_) return;
-  std::int64_t frozen_now = 0;  // parameters frozen after this decision
-  for (const auto& [name, shape] : strategies_->part().layout) {  // (full shapes: a stage freed the others')
-    const int layer = task_->layer_of(name);
-    frozen_now += layer >= 0 && static_cast<std::size_t>(layer) < next ? shape_numel(shape) : 0;
-  }
   fmt::print(out_, "freezing layers {}-{} (step {}: their gradient norms stayed under {} of their weights' for {} steps): "
                    "{} parameters frozen in all\n",
-             frozen_, next - 1, at_.step, freeze_rule_->ratio, freeze_rule_->steps, frozen_now);
+             frozen_, next - 1, at_.step, freeze_rule_->ratio, freeze_rule_->steps, parameters_below(next));
   std::fflush(out_);
   if (auto* p = strategies_->find<parallel::Pipeline>(); p && p->pipeline().stages() > 1) {  // (each freed the others' layers)
     frozen_ = next;

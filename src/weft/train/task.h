@@ -91,7 +91,7 @@ class Task {
   // The loss from the model's output for the batch (a model whose layers are streamed,
   // parallel/param_offload.h); the tasks without one refuse.
   virtual Var output_loss(const Var& output, const parallel::StepBatch& batch) const {
-    throw ConfigError("--offload params streams the layers of the image models");
+    throw ConfigError("--offload params: this task's model is not one of layers in sequence");
   }
   // Layer freezing (seed 003 chapter 8): the model's first `layers` layers are frozen (the
   // loop leaves their parameters out of training). An image model's task computes them
