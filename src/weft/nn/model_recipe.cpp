@@ -79,6 +79,10 @@ std::vector<std::int64_t> parse_hidden(const std::string& text) {
     widths.push_back(*v);
     at = comma + 1;
   }
+  std::int64_t weights = 0;  // between the hidden layers (the input's and the classes' come with the data)
+  for (std::size_t i = 0; i + 1 < widths.size(); ++i) weights += widths[i] * widths[i + 1];
+  if (weights > (std::int64_t{1} << 31))
+    throw ConfigError(fmt::format("hidden widths '{}' make {} weights between the hidden layers: at most 2^31", text, weights));
   return widths;
 }
 

@@ -26,7 +26,8 @@ namespace weft {
 
 using Metadata = std::map<std::string, std::string>;
 
-// "1024,1024": an MLP's hidden widths (1 to 64 of them, each 1 to 65536); ConfigError else.
+// "1024,1024": an MLP's hidden widths (1 to 64 of them, each 1 to 65536, at most 2^31
+// weights between them); ConfigError else.
 std::vector<std::int64_t> parse_hidden(const std::string& text);
 
 struct ModelRecipe {
