@@ -42,7 +42,7 @@ struct PlanFlags {
   // --sweep's ranges
   std::vector<int> sweep_tp, sweep_pp, sweep_cp, sweep_ep, sweep_zero, sweep_interleave;
   std::vector<std::int64_t> sweep_mb;
-  std::vector<std::string> sweep_recompute;
+  std::vector<std::string> sweep_recompute, sweep_sp, sweep_flash;
   bool reference = false;  // a layout was given with --sweep: compare against it
   // --inference
   bool inference = false;
@@ -212,6 +212,16 @@ int run_plan(const PlanFlags& f) {
     space.tp = f.sweep_tp, space.pp = f.sweep_pp, space.cp = f.sweep_cp, space.ep = f.sweep_ep;
     space.zero = f.sweep_zero, space.interleave = f.sweep_interleave, space.micro_batch = f.sweep_mb;
     for (const auto& r : f.sweep_recompute) space.recompute.push_back(plan::parse_recompute(r));
+    auto on_off = [](const std::vector<std::string>& given, const char* flag) {
+      std::vector<int> out;
+      for (const auto& v : given) {
+        if (v != "on" && v != "off") throw ConfigError(fmt::format("{} takes on and off, not '{}'", flag, v));
+        out.push_back(v == "on" ? 1 : 0);
+      }
+      return out;
+    };
+    space.sequence_parallel = on_off(f.sweep_sp, "--sweep-sp");
+    space.flash_attention = on_off(f.sweep_flash, "--sweep-flash");
     auto rows = plan::sweep_layouts(in, gpus, space);
     // The layout on the command line, when one was given: where it ranks, and why.
     std::optional<plan::SweepRow> reference;
@@ -388,6 +398,8 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--sweep-recompute", f->sweep_recompute, "--sweep: recomputation to try (none, selective, full)")
       ->delimiter(',');
   cmd->add_option("--sweep-interleave", f->sweep_interleave, "--sweep: model chunks per pipeline GPU to try")->delimiter(',');
+  cmd->add_option("--sweep-sp", f->sweep_sp, "--sweep: sequence parallelism to try (on, off)")->delimiter(',');
+  cmd->add_option("--sweep-flash", f->sweep_flash, "--sweep: FlashAttention to try (on, off)")->delimiter(',');
   cmd->callback([f, cmd, &action] {
     // With --sweep, a layout given on the command line is the one to compare against.
     for (const char* flag : {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--micro-batch"})

@@ -31,6 +31,8 @@ std::string layout_label(const Layout& l) {
   s += fmt::format(" zero {} mb {}", l.zero, l.micro_batch);
   if (l.recompute != Recompute::kNone) s += std::string(" recompute ") + recompute_name(l.recompute);
   if (l.interleave > 1) s += fmt::format(" interleave {}", l.interleave);
+  if (l.sequence_parallel) s += " sp";
+  if (l.flash_attention) s += " flash";
   return s;
 }
 
@@ -54,6 +56,10 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus, cons
   const auto interleaves = or_default(space.interleave, {in.layout.interleave});
   const auto mbs = or_default(space.micro_batch, {1, 2, 4});
   const auto recomputes = or_default(space.recompute, {in.layout.recompute});
+  const auto sps = or_default(space.sequence_parallel, {in.layout.sequence_parallel ? 1 : 0});
+  const auto flashes = or_default(space.flash_attention, {in.layout.flash_attention ? 1 : 0});
+  for (const auto* switches : {&sps, &flashes})
+    for (int v : *switches) if (v != 0 && v != 1) throw ConfigError("--sweep-sp and --sweep-flash take on and off");
   for (int v : tps) if (v < 1) throw ConfigError("--sweep-tp values must be at least 1");
   for (int v : pps) if (v < 1) throw ConfigError("--sweep-pp values must be at least 1");
   const Rate rate = in.rate();
@@ -83,16 +89,27 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus, cons
               for (Recompute rc : recomputes) {
                 for (int v : interleaves) {
                   if (v > 1 && (pp < 2 || in.model.layers < static_cast<std::int64_t>(pp) * v)) continue;
-                  Layout l = in.layout;
-                  l.tp = tp, l.pp = pp, l.dp = dp, l.cp = cp, l.ep = ep, l.zero = zero, l.micro_batch = mb;
-                  l.micro_batches = in.global_batch / dp / mb;
-                  l.recompute = rc;
-                  l.recompute_layers = rc == Recompute::kFull ? in.layout.recompute_layers : 0;
-                  l.interleave = v;
-                  l.first_stage_layers = l.last_stage_layers = 0;  // spread evenly, ends lighter
-                  MemoryBreakdown m = training_memory(in.model, in.precision, l);
-                  if (m.total() > in.gpu.memory_bytes) continue;
-                  rows.push_back({l, m, estimate_iteration(in.model, in.precision, l, in.cluster, in.global_batch, rate), {}});
+                  for (int sp : sps) {
+                    if (sp && tp == 1 && sps.size() > 1) continue;  // the same layout as without
+                    for (int flash : flashes) {
+                      // With FlashAttention selective recomputation changes nothing: one row.
+                      if (flash && rc == Recompute::kSelective &&
+                          std::find(recomputes.begin(), recomputes.end(), Recompute::kNone) != recomputes.end())
+                        continue;
+                      Layout l = in.layout;
+                      l.tp = tp, l.pp = pp, l.dp = dp, l.cp = cp, l.ep = ep, l.zero = zero, l.micro_batch = mb;
+                      l.micro_batches = in.global_batch / dp / mb;
+                      l.recompute = rc;
+                      l.recompute_layers = rc == Recompute::kFull ? in.layout.recompute_layers : 0;
+                      l.interleave = v;
+                      l.sequence_parallel = sp != 0 && tp > 1;
+                      l.flash_attention = flash != 0;
+                      l.first_stage_layers = l.last_stage_layers = 0;  // spread evenly, ends lighter
+                      MemoryBreakdown m = training_memory(in.model, in.precision, l);
+                      if (m.total() > in.gpu.memory_bytes) continue;
+                      rows.push_back({l, m, estimate_iteration(in.model, in.precision, l, in.cluster, in.global_batch, rate), {}});
+                    }
+                  }
                 }
               }
             }
@@ -104,10 +121,12 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus, cons
   progress.finish();
   // Collapse ZeRO stages that change nothing but memory: the lowest stage within 0.5% of the
   // fastest of its layout stands for them.
-  std::map<std::tuple<int, int, int, int, std::int64_t, int, int>, std::vector<std::size_t>> groups;
+  std::map<std::tuple<int, int, int, int, std::int64_t, int, int, bool, bool>, std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Layout& l = rows[i].layout;
-    groups[{l.tp, l.pp, l.cp, l.ep, l.micro_batch, static_cast<int>(l.recompute), l.interleave}].push_back(i);
+    groups[{l.tp, l.pp, l.cp, l.ep, l.micro_batch, static_cast<int>(l.recompute), l.interleave, l.sequence_parallel,
+            l.flash_attention}]
+        .push_back(i);
   }
   std::vector<SweepRow> kept;
   for (auto& [key, members] : groups) {
