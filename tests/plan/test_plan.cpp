@@ -728,3 +728,78 @@ TEST(PlanSweep, RangesSequenceParallelismAndFlashAttention) {
   EXPECT_EQ(seen.size(), 4u);
   EXPECT_NE(layout_label(rows.front().layout).find("flash"), std::string::npos) << layout_label(rows.front().layout);
 }
+
+// Korthikanti et al.'s terms at the model's own widths: grouped-query attention stores
+// smaller keys and values, a gated MLP three inner activations, a model without dropout no
+// masks (2 a s^2 b of scores: the softmax output only), a MoE layer its routed copies and
+// experts, multi-head latent attention its wider heads and latents; FP8 GEMMs keep their
+// saved inputs in 8 bits and an FP8 copy of each weight and its transpose.
+TEST(PlanSecondEdition, ActivationTermsFollowTheModelsWidths) {
+  TransformerSpec m = preset("llama3-70b");  // h 8192, 64 heads, 8 key-value heads, ffn 28672, no dropout
+  Layout l;
+  l.tp = 8;
+  const double s = 8192, h = 8192, a = 64, kv = 8 * 128.0, f = 28672;
+  const double whole = s * (4 * h + 2 * h + 2 * h), divided = s * (2 * h + 2 * kv + 2 * kv + 2 * h + 6 * f);
+  EXPECT_NEAR(layer_activation_bytes(m, l, false), whole + divided / 8 + 2 * a * s * s / 8, 1);
+  l.fp8 = true;
+  const double whole8 = s * (4 * h + h + h), divided8 = s * (2 * h + 2 * kv + 2 * kv + h + 5 * f);
+  EXPECT_NEAR(layer_activation_bytes(m, l, false), whole8 + divided8 / 8 + 2 * a * s * s / 8, 1);
+  // FP8 weight copies: 2 bytes per weight of the stage on top of the 16-bit weights.
+  Layout no8 = l;
+  no8.fp8 = false;
+  const MemoryBreakdown with8 = training_memory(m, Precision::kMixedAdam, l), without8 = training_memory(m, Precision::kMixedAdam, no8);
+  EXPECT_NEAR(with8.weights - without8.weights, 2 * with8.parameters, 1);
+  EXPECT_LT(with8.activations, without8.activations);
+
+  // Mixtral: a MoE layer holds two routed copies of each token through two experts, and
+  // the router's logits.
+  TransformerSpec x = preset("mixtral-8x7b");
+  Layout one;
+  one.flash_attention = true;
+  const double dense = layer_activation_bytes(x, one, false), moe = layer_activation_bytes(x, one, false, true);
+  const double sx = 32768, hx = 4096, fx = 14336;
+  EXPECT_NEAR(moe - dense, sx * (2 * hx * 2 + 4 * 8) + sx * fx * 6, 1);
+
+  // DeepSeek-V3's multi-head latent attention: per head 192 query/key and 128 value
+  // dimensions over 128 heads, far wider than d = 7168.
+  TransformerSpec d = preset("deepseek-v3");
+  TransformerSpec plain = d;
+  plain.q_lora_rank = plain.kv_lora_rank = plain.qk_nope_dim = plain.qk_rope_dim = plain.v_head_dim = 0;
+  const double sd = 4096, hd = 7168, q = 128 * 192.0, v = 128 * 128.0;
+  const double latents = 4 * 1536.0 + 4 * 512.0 + 2 * 64.0;
+  EXPECT_NEAR(layer_activation_bytes(d, one, false) - layer_activation_bytes(plain, one, false),
+              sd * (2 * q + 2 * q + 2 * v + 2 * v - 8 * hd + latents), 1);
+
+  // GPT's shape keeps the paper's totals (dropout masks and 5 a s^2 b).
+  TransformerSpec g = preset("gpt3-175b");
+  EXPECT_NEAR(layer_activation_bytes(g, Layout{}, false), 2048.0 * 12288 * 34 + 5 * 96 * 2048.0 * 2048, 1);
+}
+
+// Offload to NVMe (ZeRO-Infinity): the state leaves host memory for the drives; the
+// gradient shard and weights move at the slower of the host link and the drives, and the
+// optimizer's step reads and writes the offloaded state once more.
+TEST(PlanSecondEdition, OffloadToNvme) {
+  TransformerSpec m = preset("gpt3-175b");
+  Layout l;
+  l.tp = 8, l.pp = 8, l.dp = 2, l.zero = 1, l.micro_batches = 32;
+  l.recompute = Recompute::kFull;
+  l.offload = Offload::kOptimizer;
+  const MemoryBreakdown host = training_memory(m, Precision::kMixedAdam, l);
+  l.offload_nvme = true;
+  const MemoryBreakdown nvme = training_memory(m, Precision::kMixedAdam, l);
+  EXPECT_GT(host.host, 0);
+  EXPECT_EQ(nvme.host, 0);
+  EXPECT_DOUBLE_EQ(nvme.nvme, host.host);
+  EXPECT_DOUBLE_EQ(nvme.total(), host.total());
+  Cluster c;
+  c.host.bytes_per_second = 25e9, c.nvme.bytes_per_second = 4e9;
+  Rate r;
+  r.kind = RateKind::kKernel, r.hardware_flops = 150e12, r.peak_flops = 312e12;
+  const IterationEstimate e = estimate_iteration(m, Precision::kMixedAdam, l, c, 64, r);
+  const double shard = nvme.parameters / 2;
+  EXPECT_NEAR(e.host.bytes, shard * 6 + 2 * nvme.nvme, 1);
+  EXPECT_NEAR(e.host.seconds, 2 * (c.host.latency_s + c.nvme.latency_s) + shard * 6 / 4e9 + 2 * nvme.nvme / 4e9, 1e-9);
+  l.offload_nvme = false;
+  const IterationEstimate in_host = estimate_iteration(m, Precision::kMixedAdam, l, c, 64, r);
+  EXPECT_NEAR(in_host.host.seconds, 2 * c.host.latency_s + shard * 6 / 25e9, 1e-9);
+}

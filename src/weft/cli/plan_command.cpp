@@ -37,7 +37,8 @@ struct PlanFlags {
          gpu_memory_gb = 0, peak_tflops = 0, memory_bandwidth_gbps = 0;
   int gpus_per_node = 0;
   double nvlink_gbps = 0, rail_gbps = 0, host_gbps = 0;  // GB/s per GPU and direction (0: the GPU preset's)
-  std::string offload = "none";
+  std::string offload = "none", offload_to = "host";
+  double nvme_gbps = 0;
   double runtime_gb = 1.0, fragmentation = 0.02;
   // --sweep's ranges
   std::vector<int> sweep_tp, sweep_pp, sweep_cp, sweep_ep, sweep_zero, sweep_interleave;
@@ -152,6 +153,10 @@ int run_plan(const PlanFlags& f) {
   if (f.interleave < 1) throw ConfigError("--interleave must be at least 1");
   if (f.interleave > 1 && f.pp < 2) throw ConfigError("--interleave needs --pp 2 or more");
   l.offload = plan::parse_offload(f.offload);
+  if (f.offload_to != "host" && f.offload_to != "nvme")
+    throw ConfigError("unknown --offload-to '" + f.offload_to + "' (known: host, nvme)");
+  if (f.offload_to == "nvme" && l.offload == plan::Offload::kNone) throw ConfigError("--offload-to nvme needs --offload optimizer or params");
+  l.offload_nvme = f.offload_to == "nvme";
   if (!(f.runtime_gb >= 0) || !(f.fragmentation >= 0 && f.fragmentation < 1))
     throw ConfigError("--runtime-gb must be >= 0 and --fragmentation in [0, 1)");
   l.runtime_bytes = f.runtime_gb * 1e9;
@@ -164,8 +169,7 @@ int run_plan(const PlanFlags& f) {
   if (f.tflops > 0 && f.mfu > 0) throw ConfigError("give --tflops or --mfu, not both");
   in.mfu = f.mfu;
   in.gemm_efficiency = f.gemm_efficiency;
-  in.fp8 = f.fp8;
-  if (f.fp8 && (f.tflops > 0 || f.mfu > 0)) throw ConfigError("--fp8 shapes the predicted rate: give it without --tflops or --mfu");
+  l.fp8 = f.fp8;  // the GEMMs' saved inputs and weight copies; with no rate given, the predicted rate too
   in.price_per_kwh = f.price;
   in.bytes_per_token = f.bytes_per_token;
   in.global_batch = global_batch;
@@ -175,6 +179,7 @@ int run_plan(const PlanFlags& f) {
   in.cluster.nvlink.bytes_per_second = f.nvlink_gbps > 0 ? f.nvlink_gbps * 1e9 : in.gpu.domain_bandwidth;
   in.cluster.rail.bytes_per_second = f.rail_gbps > 0 ? f.rail_gbps * 1e9 : in.gpu.network_bandwidth;
   in.cluster.host.bytes_per_second = f.host_gbps > 0 ? f.host_gbps * 1e9 : in.gpu.host_bandwidth;
+  if (f.nvme_gbps > 0) in.cluster.nvme.bytes_per_second = f.nvme_gbps * 1e9;
   // What the workload needs, checked before anything is printed.
   if (f.inference) {
     if (f.sweep || !f.emit_workload.empty() || !f.report.empty() || f.params > 0 || f.tokens > 0 || global_batch > 0 ||
@@ -356,7 +361,7 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--mfu", f->mfu, "end-to-end model FLOPs utilization (instead of --tflops)")->check(CLI::Range(1e-9, 1.0));
   cmd->add_option("--gemm-efficiency", f->gemm_efficiency, "no rate given: the share of the peak a large GEMM reaches")
       ->capture_default_str();
-  cmd->add_flag("--fp8", f->fp8, "no rate given: GEMMs in FP8 at the GPU's FP8 peak (MFU against the 16-bit peak)");
+  cmd->add_flag("--fp8", f->fp8, "FP8 GEMMs: saved GEMM inputs in 8 bits and FP8 weight copies; no rate given, GEMMs at the GPU's FP8 peak (MFU against the 16-bit peak)");
   cmd->add_option("--price", f->price, "dollars per kWh")->capture_default_str()->check(non_negative());
   cmd->add_option("--bytes-per-token", f->bytes_per_token, "dataset bytes per token")
       ->capture_default_str()
@@ -374,6 +379,9 @@ void add_plan_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("--bandwidth-efficiency", f->bandwidth_efficiency, "--inference: the share of HBM bandwidth a step reaches")
       ->capture_default_str();
+  cmd->add_option("--offload-to", f->offload_to, "--offload: host (memory) | nvme (ZeRO-Infinity's drives)")->capture_default_str();
+  cmd->add_option("--nvme-gbps", f->nvme_gbps, "--offload-to nvme: NVMe GB/s per GPU (default 3: a node's drives shared by its GPUs)")
+      ->check(positive());
   cmd->add_option("--offload", f->offload, "none | optimizer (ZeRO-Offload) | params (ZeRO-Infinity: weights too)")
       ->capture_default_str();
   cmd->add_option("--host-gbps", f->host_gbps, "host link GB/s per GPU and direction (default: the GPU's)")->check(positive());

@@ -75,9 +75,9 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
                           static_cast<double>(moe_layers) * tf.moe_layer + (i + 1 == layers.size() ? tf.head : 0)) * tokens_mb;
     // Memory-bound operations (predicted only): each stored activation byte written and read
     // in forward and twice that in backward, at the HBM bandwidth.
-    const double memory = predicted && rate.memory_bandwidth > 0
-                              ? 6 * static_cast<double>(layers[i]) * layer_activation_bytes(m, l, false) / rate.memory_bandwidth
-                              : 0;
+    const double stored = static_cast<double>(layers[i] - moe_layers) * layer_activation_bytes(m, l, false) +
+                          static_cast<double>(moe_layers) * layer_activation_bytes(m, l, false, true);
+    const double memory = predicted && rate.memory_bandwidth > 0 ? 6 * stored / rate.memory_bandwidth : 0;
     const double t = flops / e.kernel_flops + memory;
     if (t > stage_mb_s) stage_mb_s = t, stage_memory_s = memory;
     most_layers = std::max(most_layers, layers[i]);
@@ -169,16 +169,27 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   // Offload (ZeRO-Offload, ZeRO-Infinity): the optimizer state on the host: this GPU's
   // gradient shard goes down (float32) and its updated 16-bit weights come up each
   // iteration, exposed; with params, the 16-bit weights also come up for every micro-batch's
-  // forward and backward, hidden behind that micro-batch's compute as far as it lasts.
+  // forward and backward, hidden behind that micro-batch's compute as far as it lasts. On
+  // NVMe the same bytes move at the slower of the host link and the drives, and the
+  // optimizer's step reads and writes the offloaded state once more (the optimizer state;
+  // with params also the gradients it reads and the weights it updates), exposed.
   if (l.offload != Offload::kNone) {
     const double shard = params / std::max(1, l.zero >= 1 ? l.dp * l.cp : 1);
-    e.host.link = "host";
+    const LinkClass path = l.offload_nvme ? LinkClass{std::min(c.host.bytes_per_second, c.nvme.bytes_per_second),
+                                                      c.host.latency_s + c.nvme.latency_s}
+                                          : c.host;
+    e.host.link = l.offload_nvme ? "nvme" : "host";
     e.host.bytes = shard * (4 + 2);
-    e.host.seconds = 2 * c.host.latency_s + e.host.bytes / c.host.bytes_per_second;
+    e.host.seconds = 2 * path.latency_s + e.host.bytes / path.bytes_per_second;
+    if (l.offload_nvme) {
+      const double state = 2 * training_memory(m, p, l).nvme;  // read and written back
+      e.host.bytes += state;
+      e.host.seconds += state / c.nvme.bytes_per_second;
+    }
     e.host.exposed_s = e.host.seconds;
     if (l.offload == Offload::kParams) {
       const double fetch = 2 * params * 2;  // forward and backward, 16-bit
-      const double per_mb = fetch / c.host.bytes_per_second;
+      const double per_mb = fetch / path.bytes_per_second;
       e.host.bytes += fetch * static_cast<double>(micro);
       e.host.seconds += per_mb * static_cast<double>(micro);
       e.host.exposed_s += std::max(0.0, per_mb - stage_mb_s) * static_cast<double>(micro);

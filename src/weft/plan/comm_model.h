@@ -21,6 +21,7 @@ struct Cluster {
   LinkClass nvlink{300e9, 3e-6};  // the NVLink/NVSwitch domain of a node (A100: 600 GB/s both ways)
   LinkClass rail{25e9, 6e-6};     // a 200 Gb/s NIC per GPU to its rail switch
   LinkClass host{25e9, 10e-6};    // PCIe to host memory (offload)
+  LinkClass nvme{3e9, 100e-6};    // a GPU's share of its node's NVMe drives (ZeRO-Infinity offload)
 };
 
 // Ring all-reduce of `bytes` over `n` ranks: 2(n-1) alpha + 2(n-1)/n bytes/B.

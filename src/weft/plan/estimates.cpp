@@ -113,15 +113,39 @@ std::vector<std::int64_t> stage_layers(const TransformerSpec& m, const Layout& l
   return layers;
 }
 
-double layer_activation_bytes(const TransformerSpec& spec, const Layout& l, bool recomputed) {
+double layer_activation_bytes(const TransformerSpec& spec, const Layout& l, bool recomputed, bool moe_layer) {
   const double s = static_cast<double>(spec.seq_len) / std::max(1, l.cp), s_keys = static_cast<double>(spec.seq_len);
   const double b = static_cast<double>(l.micro_batch), h = static_cast<double>(spec.d_model);
   const double a = static_cast<double>(spec.heads), t = l.tp;
-  if (recomputed) return 2 * s * b * h / (l.sequence_parallel ? t : 1.0);
-  const double linear = l.sequence_parallel ? s * b * h * 34 / t : s * b * h * (10 + 24 / t);
+  const double sb = s * b, split = l.sequence_parallel ? t : 1.0;  // the terms tensor parallelism alone leaves whole
+  if (recomputed) return 2 * sb * h / split;
+  // A GEMM's saved input: 16-bit, or 8-bit with FP8 GEMMs.
+  const double gemm_in = l.fp8 ? 1 : 2, mask = spec.dropout ? 1 : 0;
+  // Attention widths: queries and keys, values, the output projection's input.
+  double q = h, k = static_cast<double>(spec.kv() * spec.head_dim()), v = k, o = h, latents = 0;
+  if (spec.mla()) {
+    q = k = a * static_cast<double>(spec.qk_nope_dim + spec.qk_rope_dim);
+    v = o = a * static_cast<double>(spec.v_head_dim);
+    // The latents (a norm's input and an up-projection's input each) and the rotary key.
+    latents = 2 * (spec.q_lora_rank > 0 ? 2 * spec.q_lora_rank : 0) + 2 * 2 * spec.kv_lora_rank + 2 * spec.qk_rope_dim;
+  }
+  // Norms' inputs (2 x 2 s b h), the QKV input, the MLP input, dropout masks.
+  double whole = sb * (4 * h + 2 * gemm_in * h / 2 + mask * 2 * h + latents);
+  double divided = sb * (2 * q + 2 * k + 2 * v + gemm_in * o);
+  const auto mlp_inner = [&](double f) { return spec.gated_ffn ? sb * f * (2 + 2 + gemm_in) : sb * f * (2 + gemm_in); };
+  if (moe_layer) {
+    const double routed = static_cast<double>(spec.top_k);
+    whole += sb * h * gemm_in + 4 * sb * static_cast<double>(spec.experts);  // the MLP's input and the router's logits
+    whole += routed * sb * h * gemm_in;                                       // each routed copy's input
+    divided += (routed + static_cast<double>(spec.shared_experts)) * mlp_inner(static_cast<double>(spec.expert_size()));
+  } else {
+    whole += sb * h * gemm_in;
+    divided += mlp_inner(static_cast<double>(spec.ffn_size()));
+  }
+  const double linear = whole / split + divided / t;
   if (l.flash_attention) return linear + 4 * a * s * b / t;
   if (l.recompute == Recompute::kSelective) return linear;
-  return linear + 5 * a * s * s_keys * b / t;
+  return linear + (spec.dropout ? 5 : 2) * a * s * s_keys * b / t;
 }
 
 MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const Layout& l) {
@@ -165,16 +189,16 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
     m.layer_parameters = layer;
     // Activations of the micro-batches in flight.
     const double in_flight = static_cast<double>(std::min<std::int64_t>(pp - i, m_batches)) * interleave_factor;
-    double per_mb;
-    if (l.full_recompute()) {
-      const std::int64_t recomputed = l.recompute_layers > 0 ? std::min(l.recompute_layers, n) : n;
-      per_mb = static_cast<double>(recomputed) * layer_activation_bytes(spec, l, true) +
-               static_cast<double>(n - recomputed) * layer_activation_bytes(spec, l, false);
-    } else {
-      per_mb = static_cast<double>(n) * layer_activation_bytes(spec, l, false);
+    // Full recomputation with recompute_layers keeps only the stage's first layers' inputs.
+    const std::int64_t recomputed = l.full_recompute() ? (l.recompute_layers > 0 ? std::min(l.recompute_layers, n) : n) : 0;
+    double per_mb = 0, largest = 0;
+    for (std::int64_t k = 0; k < n; ++k) {
+      const double stored = layer_activation_bytes(spec, l, false, spec.is_moe_layer(first_layer - n + k));
+      largest = std::max(largest, stored);
+      per_mb += k < recomputed ? layer_activation_bytes(spec, l, true) : stored;
     }
     m.activations = per_mb * in_flight;
-    if (l.full_recompute()) m.activations += layer_activation_bytes(spec, l, false);  // the layer being recomputed
+    if (l.full_recompute()) m.activations += largest;  // the layer being recomputed
     if (i == 0) m.activations += in_flight * s * b * h / t;  // the embedding's dropout mask (1 byte per element)
     if (i == pp - 1) m.activations += 4 * s * b * static_cast<double>(spec.vocab) / t;  // float32 logits of one micro-batch
     if (p == Precision::kFp16Weights) m.activations = 0;
@@ -184,6 +208,13 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
     if (l.zero >= 3 && replicas) m.buffers = 2 * layer * 2 + layer * grad_bytes;
     else if ((l.zero >= 1 || p == Precision::kMegatronDistributed) && replicas) m.buffers = layer * grad_bytes;
     else if (replicas) m.buffers = 2 * 25e6;
+    // FP8 GEMMs keep an 8-bit copy of each weight and of its transpose while a step runs
+    // (Transformer Engine's weight cache): of the stage's weights, or under ZeRO 3 of the
+    // two gathered layers.
+    if (l.fp8 && p != Precision::kFp16Weights) {
+      if (l.zero >= 3 && replicas) m.buffers += 2 * 2 * layer;
+      else m.weights += 2 * params / t;
+    }
     if (l.offload != Offload::kNone) {
       m.host = m.optimizer;
       m.optimizer = 0;
@@ -192,6 +223,7 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
         m.weights = m.gradients = 0;
         m.buffers = std::max(m.buffers, 2 * layer * 2 + layer * grad_bytes);  // the layers it computes with
       }
+      if (l.offload_nvme) std::swap(m.host, m.nvme);
     }
     m.overhead = l.runtime_bytes + l.fragmentation * (m.activations + m.buffers);
     m.stage = static_cast<int>(i);

@@ -49,12 +49,14 @@ struct Layout {
   std::int64_t recompute_layers = 0;  // full: recompute only this many layers per stage (0: all)
   bool sequence_parallel = false;   // Megatron sequence parallelism (with tp)
   bool flash_attention = false;     // attention without stored s x s scores (FlashAttention)
+  bool fp8 = false;                 // FP8 GEMMs: their saved inputs in 8 bits, FP8 weight copies
   int interleave = 1;               // model chunks per pipeline GPU (the interleaved 1F1B schedule)
   // Uneven stages: the first and last stages' layers (0: the layers spread evenly, the
   // first and last stages taking the fewer when pp does not divide them).
   std::int64_t first_stage_layers = 0, last_stage_layers = 0;
   // Memory beyond the model states and activations (docs/planning.md, "Memory per GPU").
   Offload offload = Offload::kNone;
+  bool offload_nvme = false;     // offloaded state on NVMe (ZeRO-Infinity) instead of host memory
   double runtime_bytes = 1e9;    // CUDA context, library workspaces, communication buffers
   double fragmentation = 0.02;   // of activations and buffers, lost to the caching allocator
   int gpus() const { return tp * pp * dp * cp; }
@@ -71,6 +73,7 @@ struct MemoryBreakdown {
   // context and the allocator's fragmentation.
   double buffers = 0, overhead = 0;
   double host = 0;        // bytes offloaded to host memory
+  double nvme = 0;        // bytes offloaded to NVMe (offload_nvme)
   double layer_parameters = 0;  // the largest layer's parameters on the GPU (for the buffers)
   int stage = 0;          // that stage
   double total() const { return weights + gradients + optimizer + activations + buffers + overhead; }
@@ -78,14 +81,27 @@ struct MemoryBreakdown {
 
 // Activation bytes of one transformer layer for one micro-batch on one GPU, 16-bit
 // (Korthikanti et al. 2022, section 4; s the sequence, b the micro-batch, h the width, a
-// the heads, t the tensor-parallel size):
+// the heads, t the tensor-parallel size). For GPT's shape (ffn 4h, as many key-value heads
+// as heads, dropout) that is
 //   s b h (10 + 24 / t) + 5 a s^2 b / t      tensor parallel
 //   s b h 34 / t + 5 a s^2 b / t             tensor and sequence parallel
-// selective recomputation and FlashAttention drop the 5 a s^2 b / t term (FlashAttention
-// keeps a float32 log-sum-exp per row and head: 4 a s b / t); full recomputation keeps the
-// layer input, 2 s b h (/ t with sequence parallelism). Context parallelism divides s by cp
-// in every term but one factor of the s^2 term (each GPU's queries see every key).
-double layer_activation_bytes(const TransformerSpec& m, const Layout& l, bool recomputed);
+// term by term (their section 4.1): the norms' inputs, the QKV and MLP inputs and the
+// dropout masks (10 s b h, divided by t only with sequence parallelism); Q and K, V, the
+// output projection's input and the MLP's inner activations (24 s b h, divided by t); the
+// scores, softmax and its dropout (5 a s^2 b / t). In general the terms follow the model's
+// widths: keys and values at kv heads x head dim (grouped-query attention), the MLP's inner
+// terms 2 s b f twice (f the hidden size; a gated MLP keeps three: gate, up and their
+// product), no masks without dropout (2 a s^2 b: the softmax output only); a MoE layer's
+// MLP for top_k + shared experts of expert_ffn, each routed copy of a token with its own
+// input, plus the router's float32 logits; multi-head latent attention with its
+// per-head query/key and value widths and the query and key-value latents (and their
+// norms' inputs), which tensor parallelism does not divide.
+// Selective recomputation and FlashAttention drop the s^2 terms (FlashAttention keeps a
+// float32 log-sum-exp per row and head: 4 a s b / t); full recomputation keeps the layer
+// input, 2 s b h (/ t with sequence parallelism). Context parallelism divides s by cp in
+// every term but one factor of the s^2 terms (each GPU's queries see every key). With FP8
+// GEMMs (Transformer Engine) the inputs saved for the GEMMs' backward are kept in 8 bits.
+double layer_activation_bytes(const TransformerSpec& m, const Layout& l, bool recomputed, bool moe_layer = false);
 
 // Bytes of one gradient element: 4 for fp32-adam and megatron-dist, else 2.
 double gradient_bytes(Precision p);
@@ -101,7 +117,8 @@ double gradient_bytes(Precision p);
 // one layer's unsharded gradients; sharded gradients (ZeRO 1/2, the distributed optimizer) a
 // bucket of one layer's gradients; plain data parallelism two 25 MB buckets. Overhead: the
 // runtime bytes and the fragmentation share of activations and buffers. Offload moves the
-// optimizer state (params: the weights and gradients too, leaving the buffers) to the host.
+// optimizer state (params: the weights and gradients too, leaving the buffers) to the host,
+// or to NVMe with offload_nvme.
 MemoryBreakdown training_memory(const TransformerSpec& m, Precision p, const Layout& l);
 // Model states only, for a model given by its parameter count.
 MemoryBreakdown state_memory(double parameters, Precision p, const Layout& l);

@@ -90,7 +90,7 @@ TransformerSpec preset(const std::string& name) {
   auto llama = [&](std::int64_t layers, std::int64_t d, std::int64_t heads, std::int64_t ffn) {
     m.layers = layers, m.d_model = d, m.heads = heads, m.kv_heads = 8, m.ffn = ffn;
     m.vocab = 128256, m.seq_len = 8192, m.tied_embeddings = false, m.learned_positions = false;
-    m.gated_ffn = true, m.biases = false, m.layer_norm = false;
+    m.gated_ffn = true, m.biases = false, m.layer_norm = false, m.dropout = false;
     return m;
   };
   // The Llama 3 herd of models (2024), table 3.

@@ -23,6 +23,7 @@ struct TransformerSpec {
   bool gated_ffn = false;         // SwiGLU: three matrices instead of two
   bool biases = true;             // GPT: biases in every linear layer
   bool layer_norm = true;         // LayerNorm (weight and bias); false: RMSNorm (weight only)
+  bool dropout = true;            // GPT: dropout after attention and the MLP (its masks are activations)
   // Mixture of experts (Shazeer et al. 2017; Mixtral, DeepSeek): each MoE layer's
   // feed-forward block is `experts` routed experts of hidden size expert_ffn (0: ffn), of which
   // a router (d x experts) picks top_k per token, plus `shared_experts` every token uses; the

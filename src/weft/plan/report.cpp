@@ -12,7 +12,7 @@ Rate PlanInput::rate() const {
   r.peak_flops = gpu.peak_flops;
   r.memory_bandwidth = gpu.memory_bandwidth;
   r.gemm_efficiency = gemm_efficiency;
-  if (fp8) r.fp8_peak_flops = gpu.peak_fp8_flops;
+  if (layout.fp8) r.fp8_peak_flops = gpu.peak_fp8_flops;
   if (achieved_flops > 0) {
     r.kind = rate_kind;
     r.hardware_flops = achieved_flops;
@@ -60,7 +60,7 @@ PlanReport make_plan(const PlanInput& in) {
   if (!(in.mfu >= 0 && in.mfu <= 1)) throw ConfigError("--mfu must be in (0, 1]");
   if (in.achieved_flops < 0) throw ConfigError("--tflops must be positive");
   if (!(in.gemm_efficiency > 0 && in.gemm_efficiency <= 1)) throw ConfigError("--gemm-efficiency must be in (0, 1]");
-  if (in.fp8 && !(in.gpu.peak_fp8_flops > 0)) throw ConfigError("--fp8: the " + in.gpu.name + " has no FP8 tensor cores");
+  if (l.fp8 && !(in.gpu.peak_fp8_flops > 0)) throw ConfigError("--fp8: the " + in.gpu.name + " has no FP8 tensor cores");
   const Rate rate = in.rate();
   const double gpus = l.gpus();
   if (in.parameters) {
@@ -79,8 +79,10 @@ PlanReport make_plan(const PlanInput& in) {
     r.model_flops_per_token = model_flops_per_token(in.model);
     r.flops_per_token = hardware_flops_per_token(in.model, l);
     r.assumptions.push_back("memory is for the pipeline stage that needs the most (stage " + std::to_string(r.memory.stage) + ")");
-    std::string acts = std::string("activations: Korthikanti et al. 2022, 16-bit, recomputation ") + recompute_name(l.recompute);
+    std::string acts = std::string("activations: Korthikanti et al. 2022's terms at the model's widths, 16-bit, recomputation ") +
+                       recompute_name(l.recompute);
     if (l.flash_attention) acts += ", FlashAttention (no s x s scores stored)";
+    if (l.fp8) acts += ", the GEMMs' saved inputs in FP8 and FP8 weight copies (2 bytes per weight)";
     if (l.interleave > 1) acts += ", interleaved schedule of " + std::to_string(l.interleave) + " chunks";
     r.assumptions.push_back(acts);
     r.assumptions.push_back("FLOPs per token: 6N + 12 L d s (PaLM, appendix B; N the parameters a token multiplies)"
@@ -137,7 +139,7 @@ PlanReport make_plan(const PlanInput& in) {
     std::snprintf(buf, sizeof buf, "rate: the given TFLOP/s while computing; the iteration adds the bubble and exposed communication");
   else
     std::snprintf(buf, sizeof buf, "rate: predicted, %sGEMMs at %.2f of the peak scaled by w / (w + 256) for per-GPU width w, "
-                  "memory-bound operations at %.2f TB/s%s", in.fp8 ? "FP8 " : "", in.gemm_efficiency, in.gpu.memory_bandwidth / 1e12,
+                  "memory-bound operations at %.2f TB/s%s", l.fp8 ? "FP8 " : "", in.gemm_efficiency, in.gpu.memory_bandwidth / 1e12,
                   r.iteration ? "" : " (no --global-batch: compute only, no bubble or communication)");
   r.assumptions.push_back(buf);
   if (in.tokens > 0) {
@@ -200,6 +202,7 @@ std::string PlanReport::to_text() const {
   if (l.full_recompute() && l.recompute_layers > 0) extras += " (" + std::to_string(l.recompute_layers) + " layers per stage)";
   if (l.sequence_parallel) extras += "; sequence parallel";
   if (l.flash_attention) extras += "; FlashAttention";
+  if (l.fp8) extras += "; FP8 GEMMs";
   if (l.interleave > 1) extras += "; interleaved x" + std::to_string(l.interleave);
   line("layout       %d GPUs = %s; %s; ZeRO %d%s", l.gpus(), dims.c_str(), precision_name(input.precision), l.zero,
        extras.c_str());
@@ -213,6 +216,8 @@ std::string PlanReport::to_text() const {
        human_bytes(memory.activations).c_str(), human_bytes(memory.buffers).c_str(), human_bytes(memory.overhead).c_str());
   if (memory.host > 0)
     line("             offloaded (%s) to host memory: %s per GPU", offload_name(l.offload), human_bytes(memory.host).c_str());
+  if (memory.nvme > 0)
+    line("             offloaded (%s) to NVMe: %s per GPU", offload_name(l.offload), human_bytes(memory.nvme).c_str());
   line("             total %s of %s (%s): %s", human_bytes(memory.total()).c_str(), human_bytes(input.gpu.memory_bytes).c_str(),
        input.gpu.name.c_str(), fits ? "fits" : "does NOT fit");
   line("             16-bit weights alone need %lld GPU(s) of this kind", static_cast<long long>(min_gpus_weights_only));
@@ -221,7 +226,7 @@ std::string PlanReport::to_text() const {
     std::string traffic = fmt_dim("tensor", e.tensor) + fmt_dim("pipeline", e.pipeline) + fmt_dim("data", e.data);
     if (l.cp > 1) traffic += fmt_dim("context", e.context);
     if (input.model.moe() && l.ep > 1) traffic += fmt_dim("expert", e.expert);
-    if (l.offload != Offload::kNone) traffic += fmt_dim("host", e.host);
+    if (l.offload != Offload::kNone) traffic += fmt_dim("offload", e.host);
     line("traffic/GPU  %s per iteration", traffic.substr(0, traffic.size() - 2).c_str());
     line("iteration    compute %.3f s (at %.0f TFLOP/s per GPU) + bubble %.1f%% (%.3f s) + exposed communication: %.3f s; "
          "%.3f s without overlap", e.compute_s, e.kernel_flops / 1e12, 100 * e.bubble, e.bubble_s, e.iteration_overlap_s,
@@ -258,7 +263,7 @@ nlohmann::json PlanReport::to_json() const {
       {"layout", {{"gpus", l.gpus()}, {"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"cp", l.cp}, {"ep", l.ep},
                   {"zero", l.zero}, {"recompute", recompute_name(l.recompute)}, {"recompute_layers", l.recompute_layers},
                   {"sequence_parallel", l.sequence_parallel}, {"flash_attention", l.flash_attention},
-                  {"interleave", l.interleave}, {"micro_batch", l.micro_batch}, {"micro_batches", l.micro_batches},
+                  {"fp8", l.fp8}, {"interleave", l.interleave}, {"micro_batch", l.micro_batch}, {"micro_batches", l.micro_batches},
                   {"global_batch", input.global_batch}}},
       {"precision", precision_name(input.precision)},
       {"gpu", {{"name", input.gpu.name}, {"memory_bytes", input.gpu.memory_bytes}, {"peak_flops", input.gpu.peak_flops},
@@ -271,7 +276,7 @@ nlohmann::json PlanReport::to_json() const {
                  {"rail_latency_s", input.cluster.rail.latency_s}}},
       {"memory_per_gpu", {{"weights", memory.weights}, {"gradients", memory.gradients}, {"optimizer", memory.optimizer},
                           {"activations", memory.activations}, {"buffers", memory.buffers}, {"overhead", memory.overhead},
-                          {"host", memory.host}, {"total", memory.total()}, {"fits", fits}, {"stage", memory.stage}}},
+                          {"host", memory.host}, {"nvme", memory.nvme}, {"total", memory.total()}, {"fits", fits}, {"stage", memory.stage}}},
       {"min_gpus_weights_only", min_gpus_weights_only},
       {"flops_per_token", flops_per_token},
       {"model_flops_per_token", model_flops_per_token},

@@ -27,7 +27,6 @@ struct PlanInput {
   RateKind rate_kind = RateKind::kEndToEnd;
   double mfu = 0;
   double gemm_efficiency = 0.8;
-  bool fp8 = false;  // predicted rate: GEMMs in FP8 (MFU stays against the 16-bit peak)
   double price_per_kwh = 0.10;
   Cluster cluster;
   std::int64_t global_batch = 0;  // sequences per iteration; 0: no iteration estimate
