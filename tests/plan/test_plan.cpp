@@ -238,8 +238,8 @@ TEST(EmitWorkload, OneIterationAsTracesWithTheEstimatesBytes) {
     ASSERT_TRUE(f.good());
     std::string line;
     int records = 0, allreduces = 0, sends = 0, recvs = 0, dp = 0;
-    double tp_bytes = 0, p2p_bytes = 0;
-    std::int64_t last_end = 0;
+    double tp_bytes = 0, p2p_bytes = 0, dp_count = 0;
+    std::int64_t last_end[2] = {0, 0};  // per stream
     bool first = true;
     while (std::getline(f, line)) {
       auto j = nlohmann::json::parse(line);
@@ -250,8 +250,10 @@ TEST(EmitWorkload, OneIterationAsTracesWithTheEstimatesBytes) {
         continue;
       }
       ++records;
-      EXPECT_GE(j["start_us"].get<std::int64_t>(), last_end);
-      last_end = j["end_us"].get<std::int64_t>();
+      const int stream = j.value("stream", 0);
+      ASSERT_TRUE(stream == 0 || stream == 1);
+      EXPECT_GE(j["start_us"].get<std::int64_t>(), last_end[stream]);
+      last_end[stream] = j["end_us"].get<std::int64_t>();
       EXPECT_EQ(j["rank"].get<int>(), rank);
       double sent = 0;
       for (const auto& step : j["steps"])
@@ -267,6 +269,8 @@ TEST(EmitWorkload, OneIterationAsTracesWithTheEstimatesBytes) {
         EXPECT_EQ(sent, weft::algo::stats(p).elements_sent * 2.0);
       } else if (op == "allreduce") {
         ++dp;
+        dp_count += j["count"].get<double>();
+        EXPECT_EQ(stream, 1);  // beside the compute
         EXPECT_EQ(j["group_ranks"], nlohmann::json({rank % 4, rank % 4 + 4, rank % 4 + 8, rank % 4 + 12}));
       } else if (op == "send") {
         ++sends;
@@ -280,7 +284,11 @@ TEST(EmitWorkload, OneIterationAsTracesWithTheEstimatesBytes) {
     EXPECT_EQ(allreduces, 6 * 2 * 2 * 4);
     EXPECT_EQ(sends, 4);  // activations forward (stage 0) or gradients backward (stage 1)
     EXPECT_EQ(recvs, 4);
-    EXPECT_EQ(dp, 1);
+    EXPECT_EQ(dp, 6);  // one bucket per layer, as its last backward finishes
+    const ParameterCount pc = count_parameters(in.model);
+    const double stage = 6.0 * static_cast<double>(pc.block) +
+                         static_cast<double>(rank == 0 ? pc.embedding : pc.final_norm + in.model.vocab * in.model.d_model);
+    EXPECT_NEAR(dp_count, stage / 2, 6);
     EXPECT_EQ(records, allreduces + sends + recvs + dp);
     EXPECT_DOUBLE_EQ(tp_bytes, r.iteration->tensor.bytes);     // the planner's tensor traffic
     EXPECT_DOUBLE_EQ(p2p_bytes, 4 * act / 2);                   // half of the pipeline traffic: one direction
@@ -802,4 +810,54 @@ TEST(PlanSecondEdition, OffloadToNvme) {
   l.offload_nvme = false;
   const IterationEstimate in_host = estimate_iteration(m, Precision::kMixedAdam, l, c, 64, r);
   EXPECT_NEAR(in_host.host.seconds, 2 * c.host.latency_s + shard * 6 / 25e9, 1e-9);
+}
+
+// Megatron's interleaved 1F1B: with p stages and v chunks, stage i runs
+// min(2 (p - 1 - i) + (v - 1) p, m v) forwards first (then one more: the steady state
+// starts with a forward); every chunk runs each micro-batch
+// forward once and backward once, its k-th backward after its k-th forward; chunks run
+// forward in order 0..v-1 and backward v-1..0 in groups of p micro-batches.
+TEST(EmitWorkload, InterleavedOrder) {
+  const int p = 4, v = 3;
+  const std::int64_t m = 8;
+  for (int stage = 0; stage < p; ++stage) {
+    const auto passes = stage_passes(EmitOrder::kOneForwardOneBackward, p, stage, m, v);
+    ASSERT_EQ(passes.size(), static_cast<std::size_t>(2 * m * v));
+    std::size_t warm = 0;
+    while (warm < passes.size() && passes[warm].forward) ++warm;
+    // The warm-up forwards, then the steady state's first forward.
+    EXPECT_EQ(warm, static_cast<std::size_t>(std::min<std::int64_t>(2 * (p - 1 - stage) + (v - 1) * p + 1, m * v)));
+    std::vector<std::int64_t> forwards(v), backwards(v);
+    for (const StagePass& s : passes) {
+      ASSERT_GE(s.chunk, 0);
+      ASSERT_LT(s.chunk, v);
+      if (s.forward) {
+        ++forwards[s.chunk];
+      } else {
+        EXPECT_LT(backwards[s.chunk]++, forwards[s.chunk]) << "stage " << stage << " chunk " << s.chunk;
+      }
+    }
+    for (int c = 0; c < v; ++c) {
+      EXPECT_EQ(forwards[c], m);
+      EXPECT_EQ(backwards[c], m);
+    }
+    EXPECT_EQ(passes.front().chunk, 0);
+    EXPECT_EQ(passes[static_cast<std::size_t>(p)].chunk, 1);  // the second group of p forwards: chunk 1
+    EXPECT_EQ(passes.back().chunk, 0);
+  }
+  // One chunk: the plain 1F1B order.
+  const auto plain = stage_passes(EmitOrder::kOneForwardOneBackward, 2, 0, 4, 1);
+  std::string seen;
+  for (const StagePass& s : plain) seen += s.forward ? 'F' : 'B';
+  EXPECT_EQ(seen, "FFBFBFBB");
+  // Emitting an interleaved layout checks what Megatron's schedule needs.
+  PlanInput in;
+  in.model = preset("gpt2-124m");
+  in.layout.pp = 4, in.layout.dp = 1, in.layout.interleave = 3, in.layout.micro_batches = 6;
+  in.global_batch = 6;
+  const std::string dir = ::testing::TempDir() + "/weft_emit_interleaved";
+  EXPECT_THROW(emit_workload(make_plan(in), dir), weft::ConfigError);  // 6 micro-batches on 4 stages
+  in.layout.micro_batches = in.global_batch = 8;
+  EXPECT_GT(emit_workload(make_plan(in), dir).records, 0);
+  EXPECT_THROW(emit_workload(make_plan(in), dir, EmitOrder::kGPipe), weft::ConfigError);
 }

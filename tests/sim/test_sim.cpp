@@ -780,6 +780,40 @@ TEST(SimWorkload, TraceReplayKeepsTheComputeBeforeTheFirstOperation) {
   EXPECT_EQ(bare.net->collective_times()[0].first, 0);
 }
 
+// A record's stream runs beside the rank's other streams: a 16 MB all-reduce on stream 1
+// issued at 100 us is still running when stream 0's all-reduce starts after its compute at
+// 1,000 us; in one stream the second waits for the first.
+TEST(SimWorkload, TraceStreamsRunBesideEachOther) {
+  auto write = [](const std::string& dir, bool streams) {
+    weft::make_directories(dir);
+    for (int r = 0; r < 2; ++r) {
+      const std::string rank = std::to_string(r);
+      std::string lines = "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":" + rank + ",\"start_us\":0,\"end_us\":0}\n";
+      const std::string ar = "{\"op\":\"allreduce\",\"algorithm\":\"ring\",\"group_ranks\":[0,1],\"rank\":" + rank;
+      lines += ar + ",\"count\":4194304,\"bytes\":16777216" + (streams ? ",\"stream\":1" : "") +
+               ",\"start_us\":100,\"end_us\":200}\n";
+      lines += ar + ",\"count\":262144,\"bytes\":1048576,\"start_us\":1000,\"end_us\":1100}\n";
+      weft::write_file_atomic(dir + "/rank-" + rank + ".jsonl", lines);
+    }
+  };
+  const std::string two = ::testing::TempDir() + "/weft_sim_streams", one = ::testing::TempDir() + "/weft_sim_one_stream";
+  write(two, true);
+  write(one, false);
+  SimRun both = simulate("single-switch.yaml", two), sequential = simulate("single-switch.yaml", one);
+  ASSERT_TRUE(both.finished);
+  ASSERT_TRUE(sequential.finished);
+  EXPECT_EQ(both.net->workload().agents.size(), 4u);  // two ranks, two streams each
+  EXPECT_EQ(weft::sim::agent_name(both.net->workload(), 3), "rank 1 stream 1");
+  const auto& t = both.net->collective_times();  // [0] the 16 MB one, [1] the 1 MB one
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].first, 100 * kUs);
+  EXPECT_EQ(t[1].first, 1000 * kUs);
+  EXPECT_GT(t[0].second, t[1].first);  // they overlap
+  const auto& s = sequential.net->collective_times();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_GT(s[1].first, s[0].second + 799 * kUs);  // after the first, and the recorded gap
+}
+
 TEST(SimWorkload, SeveralJobsShareTheFabric) {
   std::string dir = ::testing::TempDir() + "/weft_sim_jobs";
   weft::make_directories(dir);

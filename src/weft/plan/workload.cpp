@@ -2,8 +2,12 @@
 
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
+#include <map>
 #include <memory>
+#include <tuple>
 
+#include "weft/algo/collective_facts.h"
 #include "weft/algo/registry.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
@@ -11,15 +15,14 @@
 namespace weft::plan {
 namespace {
 
+// One stream of one rank's records: 0 the compute and what waits on it, 1 the data-parallel
+// communication that overlaps it.
 struct Writer {
   std::FILE* f = nullptr;
-  int rank = 0;
-  double t = 0;  // seconds on this rank's timeline
+  int rank = 0, stream = 0;
+  double t = 0;  // seconds on this stream's timeline
   std::int64_t records = 0;
   double bytes_sent = 0;
-  ~Writer() {
-    if (f) std::fclose(f);
-  }
 };
 
 std::string ranks_list(const std::vector<int>& v, const char* sep) {
@@ -61,7 +64,11 @@ void write_record(Writer& w, double gap_s, double duration_s, const std::string&
   long long start = std::llround(w.t * 1e6);
   w.t += duration_s;
   long long end = std::llround(w.t * 1e6);
-  std::fprintf(w.f, "{%s,\"rank\":%d,\"start_us\":%lld,\"end_us\":%lld}\n", body.c_str(), w.rank, start, end);
+  if (w.stream > 0)
+    std::fprintf(w.f, "{%s,\"rank\":%d,\"stream\":%d,\"start_us\":%lld,\"end_us\":%lld}\n", body.c_str(), w.rank, w.stream,
+                 start, end);
+  else
+    std::fprintf(w.f, "{%s,\"rank\":%d,\"start_us\":%lld,\"end_us\":%lld}\n", body.c_str(), w.rank, start, end);
   ++w.records;
 }
 
@@ -101,126 +108,225 @@ EmitOrder parse_emit_order(const std::string& s) {
   throw ConfigError("unknown --emit-schedule '" + s + "' (known: 1f1b, gpipe)");
 }
 
+// Megatron's interleaved 1F1B (chunks > 1): stage i runs min(2 (p - 1 - i) + (v - 1) p, m v)
+// forwards first; virtual micro-batch k is chunk (k / p) mod v forward and v - 1 - that
+// backward (their micro-batch: p (k / (p v)) + k mod p).
+std::vector<StagePass> stage_passes(EmitOrder order, int stages, int stage, std::int64_t micro, int chunks) {
+  std::vector<StagePass> out;
+  const std::int64_t p = stages;
+  if (chunks <= 1) {
+    const std::int64_t warm = order == EmitOrder::kGPipe ? micro : std::min<std::int64_t>(p - 1 - stage, micro);
+    for (std::int64_t k = 0; k < warm; ++k) out.push_back({0, true});
+    for (std::int64_t k = 0; k < micro - warm; ++k) out.push_back({0, true}), out.push_back({0, false});
+    for (std::int64_t k = 0; k < warm; ++k) out.push_back({0, false});
+    return out;
+  }
+  const std::int64_t total = micro * chunks, v = chunks;
+  const std::int64_t warm = std::min<std::int64_t>(2 * (p - 1 - stage) + (v - 1) * p, total);
+  auto forward = [&](std::int64_t k) { return StagePass{static_cast<int>((k / p) % v), true}; };
+  auto backward = [&](std::int64_t k) { return StagePass{static_cast<int>(v - 1 - (k / p) % v), false}; };
+  for (std::int64_t k = 0; k < warm; ++k) out.push_back(forward(k));
+  for (std::int64_t k = 0; k < total - warm; ++k) out.push_back(forward(warm + k)), out.push_back(backward(k));
+  for (std::int64_t k = total - warm; k < total; ++k) out.push_back(backward(k));
+  return out;
+}
+
 EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, EmitOrder order) {
   const PlanInput& in = plan.input;
   if (in.parameters) throw ConfigError("--emit-workload needs a transformer model (a preset or dimensions), not --params");
-  if (in.global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
+  if (in.global_batch < 1 || !plan.iteration) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
   const TransformerSpec& m = in.model;
   const Layout& l = in.layout;
-  if (l.cp > 1 || l.ep > 1) throw ConfigError("--emit-workload writes tensor, pipeline and data parallelism only (not --cp or --ep)");
-  const int tp = l.tp, pp = l.pp, dp = l.dp, world = l.gpus();
+  const int tp = l.tp, cp = l.cp, pp = l.pp, dp = l.dp, ep = l.ep, chunks = l.interleave, world = l.gpus();
   if (world > 1 << 16) throw ConfigError("--emit-workload: at most 65536 ranks");
+  if (ep > 1 && dp % ep != 0) throw ConfigError("--emit-workload: --ep must divide --dp (the experts spread over data-parallel ranks)");
+  if (m.seq_len % cp != 0) throw ConfigError("--emit-workload: --cp must divide the sequence of " + std::to_string(m.seq_len));
   const std::int64_t micro = std::max<std::int64_t>(1, in.global_batch / (l.micro_batch * dp));
+  if (chunks > 1) {
+    if (order == EmitOrder::kGPipe) throw ConfigError("--emit-schedule gpipe runs one chunk per stage: not with --interleave");
+    if (micro % pp != 0)
+      throw ConfigError("--emit-workload with --interleave needs the micro-batches per pipeline (" + std::to_string(micro) +
+                        ") to be a multiple of --pp (Megatron's interleaved schedule)");
+    if (m.layers % (static_cast<std::int64_t>(pp) * chunks) != 0 || l.first_stage_layers > 0)
+      throw ConfigError("--emit-workload with --interleave needs the layers to divide evenly over --pp x --interleave chunks");
+  }
   const std::vector<std::int64_t> layers_of_stage = stage_layers(m, l);
-  const std::int64_t tokens_mb = m.seq_len * l.micro_batch;
-  const std::int64_t activation_bytes = tokens_mb * m.d_model * 2;  // one micro-batch's hidden states, 16-bit
-  const std::int64_t p2p_bytes = activation_bytes / tp;              // scattered over the tensor-parallel ranks
-  if (!plan.iteration) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
+  const std::int64_t tokens_mb = m.seq_len / cp * l.micro_batch;        // one GPU's share of a micro-batch's tokens
+  const std::int64_t activation_bytes = tokens_mb * m.d_model * 2;       // its hidden states, 16-bit
+  const std::int64_t p2p_bytes = activation_bytes / tp;                  // scattered over the tensor-parallel ranks
   // The compute model's kernel rate: the iteration's compute at that rate, the communication
-  // as the traces send it.
+  // as the traces send it. A layer's forward is a third of its training FLOPs (with full
+  // recomputation a quarter: its backward runs the forward again).
   const double flops = plan.iteration->kernel_flops;
-  // Compute per layer and micro-batch on one GPU: a layer's share of the training FLOPs,
-  // a third forward and two thirds backward (with recomputation: a quarter and three quarters).
-  const double layer_s = hardware_flops_per_token(m, l) / static_cast<double>(m.layers) *
-                         static_cast<double>(tokens_mb) / tp / flops;
-  const double fwd_s = layer_s * (l.full_recompute() ? 0.25 : 1.0 / 3);
-  const double bwd_s = layer_s - fwd_s;
+  const TokenFlops tf = token_flops(m, l);
+  const double per_token_s = static_cast<double>(tokens_mb) / tp / flops;
+  const double forward_share = l.full_recompute() ? 0.25 : 1.0 / 3;
   const Cluster& c = in.cluster;
   const LinkClass& tp_link = tp <= c.gpus_per_node ? c.nvlink : c.rail;
   const double tp_ar_s = ring_allreduce_seconds(static_cast<double>(activation_bytes), tp, tp_link);
   const double p2p_s = c.rail.latency_s + static_cast<double>(p2p_bytes) / c.rail.bytes_per_second;
-  ParameterCount pc = count_parameters(m);
+  // Ring attention: each step passes a key-value block to the next context-parallel rank.
+  const std::int64_t kv_block = tokens_mb * m.kv_cache_values() * 2 / tp;
+  const LinkClass& cp_link = static_cast<std::int64_t>(tp) * cp <= c.gpus_per_node ? c.nvlink : c.rail;
+  const double kv_s = cp_link.latency_s + static_cast<double>(kv_block) / cp_link.bytes_per_second;
+  // Expert parallelism: top_k copies of each token to their experts and back.
+  const std::int64_t a2a_block = activation_bytes / tp * m.top_k / ep / 2;  // 16-bit elements per peer
+  const LinkClass& ep_link = static_cast<std::int64_t>(tp) * ep <= c.gpus_per_node ? c.nvlink : c.rail;
+  const double a2a_s = (ep - 1) * (ep_link.latency_s + static_cast<double>(a2a_block * 2) / ep_link.bytes_per_second);
+  const ParameterCount pc = count_parameters(m);
   const auto grad_element = static_cast<std::int64_t>(gradient_bytes(in.precision));
+  const bool sharded = l.zero >= 1 || in.precision == Precision::kMegatronDistributed;
+  // The global layers of a stage's chunk.
+  auto chunk_layers = [&](int stage, int chunk) {
+    if (chunks == 1) {
+      std::int64_t first = 0;
+      for (int i = 0; i < stage; ++i) first += layers_of_stage[static_cast<std::size_t>(i)];
+      return std::pair{first, layers_of_stage[static_cast<std::size_t>(stage)]};
+    }
+    const std::int64_t n = m.layers / (static_cast<std::int64_t>(pp) * chunks);
+    return std::pair{(static_cast<std::int64_t>(chunk) * pp + stage) * n, n};
+  };
 
   make_directories(dir);
   EmittedWorkload out;
   out.ranks = world;
   for (int rank = 0; rank < world; ++rank) {
-    const int tp_i = rank % tp, pp_i = rank / tp % pp, dp_i = rank / (tp * pp);
-    Writer w;
-    w.rank = rank;
-    std::string path = dir + "/rank-" + std::to_string(rank) + ".jsonl";
-    w.f = std::fopen(path.c_str(), "w");
-    if (!w.f) throw ConfigError("--emit-workload: cannot write " + path);
+    const int tp_i = rank % tp, cp_i = rank / tp % cp, pp_i = rank / (tp * cp) % pp, dp_i = rank / (tp * cp * pp);
+    auto rank_at = [&](int t, int x, int s, int d) { return t + tp * (x + cp * (s + pp * d)); };
+    const std::string path = dir + "/rank-" + std::to_string(rank) + ".jsonl";
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "w"), &std::fclose);
+    if (!file) throw ConfigError("--emit-workload: cannot write " + path);
+    Writer w{file.get(), rank, 0}, data{file.get(), rank, 1};
     // The iteration starts at 0 on every rank: the replay keeps the compute before each
     // rank's first operation (docs/trace-format.md).
     std::fprintf(w.f, "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":%d,\"start_us\":0,\"end_us\":0}\n", rank);
-    Collective tpc;
-    if (tp > 1) {
-      tpc.op = "allreduce";
-      tpc.algorithm = "ring";
-      for (int i = 0; i < tp; ++i) tpc.members.push_back(rank - tp_i + i);
-      tpc.count = activation_bytes / 2;
-      tpc.program = algo::build_program(algo::Collective::kAllReduce, "ring", tp_i, tp, tpc.count);
-    }
-    const int prev = pp_i > 0 ? rank - tp : -1, next = pp_i + 1 < pp ? rank + tp : -1;
-    const std::int64_t stage_layer_count = layers_of_stage[static_cast<std::size_t>(pp_i)];
-    double gap = 0;
-    auto layer_pass = [&](double compute_s) {
-      // Megatron: the attention block and the MLP block each end with an all-reduce.
-      for (std::int64_t layer = 0; layer < stage_layer_count; ++layer) {
-        if (tp > 1) {
-          write_record(w, gap + compute_s / 2, tp_ar_s, collective_body(tpc, w));
-          write_record(w, compute_s / 2, tp_ar_s, collective_body(tpc, w));
-          gap = 0;
-        } else {
-          gap += compute_s;
-        }
-      }
+    std::map<std::tuple<int, int, int, std::int64_t>, algo::Program> programs;  // (collective, index, size, count)
+    auto collective = [&](const char* op, algo::Collective kind, std::vector<int> members, std::int64_t count,
+                          std::int64_t element, const char* algorithm = "ring") {
+      Collective col;
+      col.op = op, col.algorithm = algorithm, col.members = std::move(members), col.count = count, col.element = element;
+      col.dtype = element == 4 ? "f32" : "bf16";
+      const int index = static_cast<int>(std::find(col.members.begin(), col.members.end(), rank) - col.members.begin());
+      const int size = static_cast<int>(col.members.size());
+      auto key = std::tuple{static_cast<int>(kind), index, size, count};
+      auto found = programs.find(key);
+      if (found == programs.end())
+        found = programs.emplace(key, algo::build_program(kind, algorithm, index, size, algo::data_elements(kind, count, size))).first;
+      col.program = found->second;
+      return col;
     };
-    // One micro-batch through this stage: receive from `from`, compute, send to `to` (-1: none).
-    auto stage_pass = [&](int from, int to, double seconds) {
-      if (from >= 0) {
-        write_record(w, gap, p2p_s, p2p_body("recv", from, p2p_bytes, w));
-        gap = 0;
+    std::vector<int> tp_group, ep_group, dp_group, expert_dp_group;
+    for (int i = 0; i < tp; ++i) tp_group.push_back(rank_at(i, cp_i, pp_i, dp_i));
+    for (int i = 0; i < ep; ++i) ep_group.push_back(rank_at(tp_i, cp_i, pp_i, dp_i / ep * ep + i));
+    for (int d = 0; d < dp; ++d)
+      for (int x = 0; x < cp; ++x) {
+        dp_group.push_back(rank_at(tp_i, x, pp_i, d));
+        if (d % ep == dp_i % ep) expert_dp_group.push_back(rank_at(tp_i, x, pp_i, d));
       }
-      layer_pass(seconds);
-      if (to >= 0) {
-        write_record(w, gap, p2p_s, p2p_body("send", to, p2p_bytes, w));
-        gap = 0;
-      }
-    };
-    // Forward passes receive from the previous stage and send to the next; backward passes
-    // the other way.
-    const std::int64_t warm = order == EmitOrder::kGPipe ? micro : std::min<std::int64_t>(pp - 1 - pp_i, micro);
-    for (std::int64_t mb = 0; mb < warm; ++mb) stage_pass(prev, next, fwd_s);
-    for (std::int64_t mb = 0; mb < micro - warm; ++mb) {
-      stage_pass(prev, next, fwd_s);
-      stage_pass(next, prev, bwd_s);
-    }
-    for (std::int64_t mb = 0; mb < warm; ++mb) stage_pass(next, prev, bwd_s);
-    if (dp > 1) {
-      // The gradients of this GPU's parameters over the data-parallel group.
-      std::int64_t params = (stage_layer_count * pc.block + (pp_i == 0 || pp_i == pp - 1 ? pc.embedding : 0)) / tp;
-      Collective dpc;
-      dpc.algorithm = "ring";
-      for (int i = 0; i < dp; ++i) dpc.members.push_back(i * tp * pp + pp_i * tp + tp_i);
-      dpc.element = grad_element;
-      dpc.dtype = grad_element == 4 ? "f32" : "bf16";
-      const double grad_bytes = static_cast<double>(params * grad_element);
-      if (l.zero == 0) {
-        dpc.op = "allreduce";
-        dpc.count = params;
-        dpc.program = algo::build_program(algo::Collective::kAllReduce, "ring", dp_i, dp, params);
-        write_record(w, gap, ring_allreduce_seconds(grad_bytes, dp, c.rail), collective_body(dpc, w));
-      } else {
-        // ZeRO: reduce-scatter the gradients, all-gather the updated parameters (count: one block).
-        std::int64_t block = (params + dp - 1) / dp;
-        dpc.op = "reduce_scatter";
-        dpc.count = block;
-        dpc.program = algo::build_program(algo::Collective::kReduceScatter, "ring", dp_i, dp, block * dp);
-        write_record(w, gap, ring_half_seconds(grad_bytes, dp, c.rail), collective_body(dpc, w));
-        dpc.op = "allgather";
-        dpc.program = algo::build_program(algo::Collective::kAllGather, "ring", dp_i, dp, block * dp);
-        write_record(w, 0, ring_half_seconds(grad_bytes, dp, c.rail), collective_body(dpc, w));
-      }
+    const Collective tpc = tp > 1 ? collective("allreduce", algo::Collective::kAllReduce, tp_group, activation_bytes / 2, 2)
+                                  : Collective{};
+    const Collective a2a =
+        ep > 1 ? collective("alltoall", algo::Collective::kAllToAll, ep_group, a2a_block, 2, "pairwise") : Collective{};
+    const int cp_next = rank_at(tp_i, (cp_i + 1) % cp, pp_i, dp_i), cp_prev = rank_at(tp_i, (cp_i + cp - 1) % cp, pp_i, dp_i);
+    double gap = 0;  // compute not yet written before the next record
+    auto record = [&](double seconds, const std::string& body) {
+      write_record(w, gap, seconds, body);
       gap = 0;
+    };
+    // Data-parallel work for stream 1, from the compute's timeline: a layer's weights
+    // gathered before it computes (ZeRO 3), its gradients reduced once its last backward is
+    // done (every backward under ZeRO 3).
+    struct DataEvent {
+      double at;
+      bool gather;
+      std::int64_t layer;
+    };
+    std::vector<DataEvent> events;
+    std::vector<std::int64_t> backwards_left(static_cast<std::size_t>(chunks), micro);
+    const auto passes = stage_passes(order, pp, pp_i, micro, chunks);
+    for (const StagePass& pass : passes) {
+      const int before = pp_i > 0 ? rank_at(tp_i, cp_i, pp_i - 1, dp_i) : pass.chunk > 0 ? rank_at(tp_i, cp_i, pp - 1, dp_i) : -1;
+      const int after = pp_i + 1 < pp ? rank_at(tp_i, cp_i, pp_i + 1, dp_i) : pass.chunk + 1 < chunks ? rank_at(tp_i, cp_i, 0, dp_i) : -1;
+      const int from = pass.forward ? before : after, to = pass.forward ? after : before;
+      if (from >= 0) record(p2p_s, p2p_body("recv", from, p2p_bytes, w));
+      const bool last_backward = !pass.forward && --backwards_left[static_cast<std::size_t>(pass.chunk)] == 0;
+      const auto [first_layer, count] = chunk_layers(pp_i, pass.chunk);
+      // The last chunk of the model ends with the head: its forward after the layers, its
+      // backward before them (never recomputed: a third forward).
+      const bool head = pp_i == pp - 1 && pass.chunk == chunks - 1;
+      const double head_s = head ? tf.head * per_token_s : 0;
+      if (!pass.forward) gap += head_s * 2 / 3;
+      for (std::int64_t i = 0; i < count; ++i) {
+        const std::int64_t layer = pass.forward ? first_layer + i : first_layer + count - 1 - i;
+        const bool moe = m.is_moe_layer(layer);
+        const double layer_s = (moe ? tf.moe_layer : tf.dense_layer) * per_token_s;
+        const double compute = layer_s * (pass.forward ? forward_share : 1 - forward_share);
+        if (l.zero >= 3) events.push_back({w.t + gap, true, layer});
+        // Megatron: the attention block and the MLP block each end with an all-reduce (a
+        // backward that recomputes the forward runs its two first); ring attention passes
+        // the key-value blocks around inside attention, backward twice (and their gradients).
+        const int reductions = !pass.forward && l.full_recompute() ? 2 : 1;
+        for (int half = 0; half < 2; ++half) {
+          gap += compute / 2;
+          if (half == 0)
+            for (int step = 0; step < (cp - 1) * (pass.forward ? 1 : 2); ++step) {
+              record(kv_s, p2p_body("send", cp_next, kv_block, w));
+              record(kv_s, p2p_body("recv", cp_prev, kv_block, w));
+            }
+          if (half == 1 && moe && ep > 1)
+            for (int k = 0; k < 2; ++k) record(a2a_s, collective_body(a2a, w));  // dispatch and combine
+          if (tp > 1)
+            for (int k = 0; k < reductions; ++k) record(tp_ar_s, collective_body(tpc, w));
+        }
+        if (!pass.forward && (l.zero >= 3 || last_backward)) events.push_back({w.t + gap, false, layer});
+      }
+      if (pass.forward) gap += head_s / 3;
+      if (to >= 0) record(p2p_s, p2p_body("send", to, p2p_bytes, w));
     }
+    // Stream 1: data parallelism over the data x context parallel ranks (the experts over
+    // the ranks holding the same experts), one bucket per layer; the first layer's bucket
+    // holds the embedding, the last's the final norm and head. Sharded states reduce-scatter
+    // the gradients and all-gather the weights the step updated: those gathers run behind
+    // the next iteration's first forward, so in the steady state they open the iteration.
+    auto bucket = [&](std::int64_t layer, bool experts) -> std::int64_t {
+      const bool moe = m.is_moe_layer(layer);
+      if (experts) return moe ? pc.expert_params() / (static_cast<std::int64_t>(tp) * ep) : 0;
+      std::int64_t n = pc.layer_without_experts(moe);
+      if (layer == 0) n += pc.embedding;
+      if (layer == m.layers - 1) n += pc.final_norm + pc.lm_head + (m.tied_embeddings && pp > 1 ? m.vocab * m.d_model : 0);
+      return n / tp;
+    };
+    auto data_op = [&](double at, bool gather, std::int64_t layer) {
+      for (bool experts : {false, true}) {
+        const std::vector<int>& group = experts ? expert_dp_group : dp_group;
+        const std::int64_t params = bucket(layer, experts);
+        const int g = static_cast<int>(group.size());
+        if (params == 0 || g < 2) continue;
+        const std::int64_t block = (params + g - 1) / g;
+        const std::int64_t element = gather ? 2 : grad_element;
+        const double bytes = static_cast<double>(params * element);
+        Collective col = !sharded && l.zero < 3 ? collective("allreduce", algo::Collective::kAllReduce, group, params, element)
+                         : gather ? collective("allgather", algo::Collective::kAllGather, group, block, element)
+                                  : collective("reduce_scatter", algo::Collective::kReduceScatter, group, block, element);
+        const double seconds = col.op == "allreduce" ? ring_allreduce_seconds(bytes, g, c.rail) : ring_half_seconds(bytes, g, c.rail);
+        // A gather is issued to finish as its layer starts (prefetched); a reduction when its
+        // gradients are done; each after the stream's previous operation.
+        const double start = gather && l.zero >= 3 ? at - seconds : at;
+        write_record(data, std::max(0.0, start - data.t), seconds, collective_body(col, data));
+      }
+    };
+    if (sharded && l.zero < 3) {
+      for (int chunk = 0; chunk < chunks; ++chunk) {
+        const auto [first_layer, count] = chunk_layers(pp_i, chunk);
+        for (std::int64_t i = 0; i < count; ++i) data_op(0, true, first_layer + i);
+      }
+    }
+    for (const DataEvent& e : events) data_op(e.at, e.gather, e.layer);
     if (std::ferror(w.f)) throw ConfigError("--emit-workload: writing " + path + " failed");
-    out.records += w.records;
+    out.records += w.records + data.records;
     if (rank == 0) {
-      out.bytes_per_rank = w.bytes_sent;
-      out.iteration_s = w.t;
+      out.bytes_per_rank = w.bytes_sent + data.bytes_sent;
+      out.iteration_s = std::max(w.t, data.t);
     }
   }
   return out;

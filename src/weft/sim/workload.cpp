@@ -175,7 +175,8 @@ Workload load_unchecked(const std::string& spec, const Topology& t, std::uint64_
 
 std::string agent_name(const Workload& w, int agent) {
   const Agent& a = w.agents[static_cast<std::size_t>(agent)];
-  return (w.jobs.size() > 1 ? "job " + std::to_string(a.job) + " " : std::string()) + "rank " + std::to_string(a.rank);
+  return (w.jobs.size() > 1 ? "job " + std::to_string(a.job) + " " : std::string()) + "rank " + std::to_string(a.rank) +
+         (a.stream > 0 ? " stream " + std::to_string(a.stream) : std::string());
 }
 
 Workload load_workload(const std::string& spec, const Topology& t, std::uint64_t seed) {

@@ -34,6 +34,7 @@ struct Agent {
   int rank = 0;
   int gpu = 0;  // GPU rank in the topology (index into Topology::gpus)
   int queue = -1;  // traffic class (priority queue) of its writes; -1: the RoCE class
+  int stream = 0;  // a trace's stream: operations of one rank that run beside its others
   Time start = 0;
   std::vector<WorkStep> steps;
 };

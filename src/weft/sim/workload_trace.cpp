@@ -96,19 +96,34 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
   } else if (static_cast<int>(gpus.size()) != world) {
     throw ConfigError("trace of " + std::to_string(world) + " ranks placed on " + std::to_string(gpus.size()) + " GPUs");
   }
-  int base = add_job(w, "trace " + dir, gpus, 0);
-  std::vector<int> agent_of_global(world);
-  for (int r = 0; r < world; ++r) agent_of_global[r] = base + r;
+  const int base = add_job(w, "trace " + dir, gpus, 0);
+  const int job = w.agents[static_cast<std::size_t>(base)].job;
+  // A record's stream (default 0) is a sequence of operations that runs beside the rank's
+  // other streams (the planner puts data-parallel reductions on stream 1): each stream of a
+  // rank is an agent of its own on the rank's GPU, made for every rank when a record first
+  // names the stream.
+  std::map<int, int> stream_base{{0, base}};
+  auto agent_index = [&](int stream, int rank) {
+    auto found = stream_base.find(stream);
+    if (found == stream_base.end()) {
+      found = stream_base.emplace(stream, static_cast<int>(w.agents.size())).first;
+      for (int q = 0; q < world; ++q) {
+        Agent a;
+        a.job = job, a.rank = q, a.gpu = gpus[static_cast<std::size_t>(q)], a.stream = stream;
+        w.agents.push_back(std::move(a));
+      }
+    }
+    return found->second + rank;
+  };
   // Files are read one line at a time and turned into steps at once (a 1024-rank iteration
-  // is hundreds of MB of JSON). Each rank's timeline starts at its first record (a mark
-  // where the iteration began, or its first operation); the ranks' offsets from the
-  // earliest one become their start times.
+  // is hundreds of MB of JSON). Each stream's timeline starts at its first record (a mark
+  // where the iteration began, or its first operation); the offsets from the earliest one
+  // become the agents' start times.
   std::map<std::pair<std::string, int>, int> instance;
-  std::vector<std::int64_t> first_start(world, INT64_MAX);
+  std::map<int, std::int64_t> first_start;  // per agent
   for (const auto& [r, path] : files) {
-    Agent& agent = w.agents[base + r];
     std::map<std::string, int> occurrence;
-    std::int64_t prev_end = INT64_MIN;
+    std::map<int, std::int64_t> prev_end;  // per stream
     std::ifstream in(path);
     std::string line;
     int lineno = 0;
@@ -134,6 +149,12 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
       }
       const nlohmann::json& j = rec.j;
       try {
+        const std::int64_t stream_field = j.contains("stream") ? whole(j["stream"], "stream", 0) : 0;
+        if (stream_field > 15) throw ConfigError(rec.where + ": stream " + std::to_string(stream_field) + " (streams are 0-15)");
+        const int stream = static_cast<int>(stream_field);
+        const int agent_at = agent_index(stream, r);
+        auto agent_of_global = [&](int rank) { return agent_index(stream, rank); };
+        std::int64_t& last = prev_end.try_emplace(stream, INT64_MIN).first->second;
         std::string op = j["op"].get<std::string>();
         std::int64_t start = whole(j["start_us"], "start_us"), end = whole(j["end_us"], "end_us");
         if (start < 0 || end < start)
@@ -143,18 +164,19 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
           // A rank's timeline starts at its first record: a mark before the first operation
           // (where the iteration began) keeps the compute up to that operation. Later marks
           // carry no time of their own.
-          if (prev_end == INT64_MIN) first_start[r] = prev_end = start;
+          if (last == INT64_MIN) first_start[agent_at] = last = start;
           continue;
         }
-        if (prev_end != INT64_MIN && start > prev_end && start - prev_end > kMaxGapUs)
-          throw ConfigError(rec.where + ": a gap of " + std::to_string(start - prev_end) +
+        if (last != INT64_MIN && start > last && start - last > kMaxGapUs)
+          throw ConfigError(rec.where + ": a gap of " + std::to_string(start - last) +
                             " us after the previous operation (more than 11 days)");
-        if (prev_end == INT64_MIN) {
-          first_start[r] = start;
-          prev_end = start;
+        if (last == INT64_MIN) {
+          first_start[agent_at] = start;
+          last = start;
         }
-        Time gap = gaps && start > prev_end ? static_cast<Time>(start - prev_end) * kUs : 0;
-        prev_end = std::max(prev_end, end);
+        Time gap = gaps && start > last ? static_cast<Time>(start - last) * kUs : 0;
+        last = std::max(last, end);
+        Agent& agent = w.agents[static_cast<std::size_t>(agent_at)];
         std::int64_t count = whole(j["count"], "count"), bytes = whole(j["bytes"], "bytes");
         if (count < 0 || bytes < 0) throw ConfigError(rec.where + ": negative count or bytes");
         if (op == "send" || op == "recv") {
@@ -162,7 +184,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
           if (peer < 0 || peer >= world) throw ConfigError(rec.where + ": peer " + std::to_string(peer) + " is not a rank");
           WorkStep s;
           s.gap = gap;
-          (op == "send" ? s.sends : s.recvs).push_back({agent_of_global[peer], bytes});
+          (op == "send" ? s.sends : s.recvs).push_back({agent_of_global(peer), bytes});
           agent.steps.push_back(s);
           continue;
         }
@@ -187,10 +209,10 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         if (element <= 0) element = 4;
         algo::Program p = algo::build_program(c, algorithm, index, gw, algo::data_elements(c, count, gw), opts);
         std::vector<int> agent_of(gw);
-        for (int i = 0; i < gw; ++i) agent_of[i] = agent_of_global[members[i]];
+        for (int i = 0; i < gw; ++i) agent_of[i] = agent_of_global(members[i]);
         if (j.contains("steps")) check_recorded_steps(j["steps"], p, members, element, algorithm, rec.where);
         // The k-th collective of a group on every member rank is one operation.
-        std::string group_key;
+        std::string group_key = std::to_string(stream) + ":";
         for (int m : members) group_key += std::to_string(m) + ",";
         auto key = std::make_pair(group_key, occurrence[group_key]++);
         auto found = instance.find(key);
@@ -203,7 +225,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         } else {
           ci = found->second;
         }
-        append_program(agent, p, element, agent_of, ci, gap);
+        append_program(w.agents[static_cast<std::size_t>(agent_at)], p, element, agent_of, ci, gap);
       } catch (const ConfigError& e) {
         std::string msg = e.what();
         throw ConfigError(msg.rfind(rec.where, 0) == 0 ? msg : rec.where + ": " + msg);
@@ -212,9 +234,10 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
       }
     }
   }
-  std::int64_t t0 = *std::min_element(first_start.begin(), first_start.end());
-  for (int r = 0; r < world; ++r)
-    if (first_start[r] != INT64_MAX && gaps) w.agents[base + r].start = static_cast<Time>(first_start[r] - t0) * kUs;
+  if (first_start.empty() || !gaps) return;
+  std::int64_t t0 = INT64_MAX;
+  for (const auto& [a, start] : first_start) t0 = std::min(t0, start);
+  for (const auto& [a, start] : first_start) w.agents[static_cast<std::size_t>(a)].start = static_cast<Time>(start - t0) * kUs;
 }
 
 }  // namespace weft::sim
