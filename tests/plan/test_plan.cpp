@@ -861,3 +861,40 @@ TEST(EmitWorkload, InterleavedOrder) {
   EXPECT_GT(emit_workload(make_plan(in), dir).records, 0);
   EXPECT_THROW(emit_workload(make_plan(in), dir, EmitOrder::kGPipe), weft::ConfigError);
 }
+
+// Narayanan et al. 2021, table 2: GPT models of 174.6B and 529.6B parameters trained with
+// ZeRO 3 alone (no model parallelism, full recomputation) on 80 GB A100s at a fixed global
+// batch: the achieved TFLOP/s per GPU fall as GPUs are added (the gathers of every layer's
+// weights do not shrink with the batch per GPU). Three inputs are fitted on three rows
+// (175B on 384 GPUs: the kernel rate, 145.2 TFLOP/s; 175B on 768 and 530B on 1,120: the
+// network's effective 18.99 GB/s per GPU and 40.4 ms per collective, DeepSpeed's per-layer
+// cost); the planner's overlap of each layer's gathers with the compute then predicts the
+// other three rows within 5% (175B on 1,536: -0.1%, 530B on 640: +4.5%, on 2,240: +2.0%).
+TEST(PlanSecondEdition, NarayananTableTwoZero3Scaling) {
+  struct Row {
+    bool large;
+    int gpus;
+    std::int64_t batch, micro_batch;
+    double tflops;
+    bool fitted;
+  };
+  for (const Row& r : {Row{false, 384, 1536, 4, 144, true}, Row{false, 768, 1536, 2, 88, true}, Row{false, 1536, 1536, 1, 44, false},
+                       Row{true, 640, 2560, 4, 138, false}, Row{true, 1120, 2240, 2, 98, true}, Row{true, 2240, 2240, 1, 48, false}}) {
+    PlanInput in;
+    in.model = preset("gpt3-175b");
+    in.model.vocab = 51200;
+    if (r.large) in.model.layers = 105, in.model.d_model = 20480, in.model.heads = 128;
+    EXPECT_NEAR(count_parameters(in.model).total / 1e9, r.large ? 529.6 : 174.6, 0.1);
+    Layout& l = in.layout;
+    l.dp = r.gpus, l.zero = 3, l.micro_batch = r.micro_batch, l.micro_batches = r.batch / (r.gpus * r.micro_batch);
+    l.recompute = Recompute::kFull;
+    in.global_batch = r.batch;
+    in.achieved_flops = 145.2e12;
+    in.rate_kind = RateKind::kKernel;
+    in.cluster.rail.bytes_per_second = 18.99e9;
+    in.cluster.collective_overhead_s = 40.4e-3;
+    const PlanReport plan = make_plan(in);
+    const double achieved = plan.hfu * 312;
+    EXPECT_NEAR(achieved / r.tflops, 1.0, r.fitted ? 0.01 : 0.05) << r.gpus << " GPUs: " << achieved << " TFLOP/s against " << r.tflops;
+  }
+}

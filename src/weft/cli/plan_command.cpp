@@ -37,6 +37,7 @@ struct PlanFlags {
          gpu_memory_gb = 0, peak_tflops = 0, memory_bandwidth_gbps = 0;
   int gpus_per_node = 0;
   double nvlink_gbps = 0, rail_gbps = 0, host_gbps = 0;  // GB/s per GPU and direction (0: the GPU preset's)
+  double collective_overhead_us = 0;
   std::string offload = "none", offload_to = "host";
   double nvme_gbps = 0;
   double runtime_gb = 1.0, fragmentation = 0.02;
@@ -178,6 +179,7 @@ int run_plan(const PlanFlags& f) {
   in.cluster.gpus_per_node = f.gpus_per_node > 0 ? f.gpus_per_node : in.gpu.domain_gpus;
   in.cluster.nvlink.bytes_per_second = f.nvlink_gbps > 0 ? f.nvlink_gbps * 1e9 : in.gpu.domain_bandwidth;
   in.cluster.rail.bytes_per_second = f.rail_gbps > 0 ? f.rail_gbps * 1e9 : in.gpu.network_bandwidth;
+  in.cluster.collective_overhead_s = f.collective_overhead_us * 1e-6;
   in.cluster.host.bytes_per_second = f.host_gbps > 0 ? f.host_gbps * 1e9 : in.gpu.host_bandwidth;
   if (f.nvme_gbps > 0) in.cluster.nvme.bytes_per_second = f.nvme_gbps * 1e9;
   // What the workload needs, checked before anything is printed.
@@ -369,6 +371,9 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--gpus-per-node", f->gpus_per_node, "GPUs sharing an NVLink domain (default: the GPU's)")->check(positive());
   cmd->add_option("--nvlink-gbps", f->nvlink_gbps, "NVLink GB/s per GPU and direction (default: the GPU's)")->check(positive());
   cmd->add_option("--rail-gbps", f->rail_gbps, "network GB/s per GPU and direction (default: the GPU's)")->check(positive());
+  cmd->add_option("--collective-overhead-us", f->collective_overhead_us,
+                  "microseconds per collective or send beyond its alpha-beta time (framework overhead; default 0)")
+      ->check(non_negative());
   cmd->add_flag("--inference", f->inference, "size serving instead of training: weights, key-value cache, prefill and decode");
   cmd->add_option("--context", f->context, "--inference: tokens per sequence (default: the model's sequence)")->check(positive());
   cmd->add_option("--prompt", f->prompt, "--inference: prompt tokens (default: half the context)")->check(positive());

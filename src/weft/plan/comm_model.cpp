@@ -99,7 +99,7 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     e.tensor.link = l.tp <= c.gpus_per_node ? "nvlink" : "rail";
     const double ops = per_layer_ops * static_cast<double>(most_layers * micro);
     e.tensor.bytes = ops * 2.0 * (l.tp - 1) / l.tp * hidden_bytes;
-    e.tensor.seconds = ops * ring_allreduce_seconds(hidden_bytes, l.tp, link);
+    e.tensor.seconds = ops * (ring_allreduce_seconds(hidden_bytes, l.tp, link) + c.collective_overhead_s);
     e.tensor.exposed_s = e.tensor.seconds;
   }
   // Context parallelism (ring attention): each layer passes the key-value blocks around the
@@ -112,7 +112,7 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     const double kv_block = s_local * b * static_cast<double>(m.kv_cache_values()) * 2 / l.tp;
     const double sends = 3.0 * (l.cp - 1) * static_cast<double>(most_layers * micro);
     e.context.bytes = sends * kv_block;
-    e.context.seconds = sends * (link.latency_s + kv_block / link.bytes_per_second);
+    e.context.seconds = sends * (link.latency_s + kv_block / link.bytes_per_second + c.collective_overhead_s);
     const double attention_s =
         12 * m.attention_width() * s * s_local * b / l.tp / e.kernel_flops * static_cast<double>(most_layers * micro);
     e.context.exposed_s = std::max(0.0, e.context.seconds - attention_s);
@@ -127,7 +127,8 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     const double dispatched = hidden_bytes / l.tp * static_cast<double>(m.top_k);
     const double ops = 4.0 * static_cast<double>(most_moe_layers * micro);
     e.expert.bytes = ops * dispatched * (l.ep - 1) / l.ep;
-    e.expert.seconds = ops * ((l.ep - 1) * link.latency_s + dispatched * (l.ep - 1) / l.ep / link.bytes_per_second);
+    e.expert.seconds =
+        ops * ((l.ep - 1) * link.latency_s + dispatched * (l.ep - 1) / l.ep / link.bytes_per_second + c.collective_overhead_s);
     e.expert.exposed_s = e.expert.seconds;
   }
   // Pipeline: each micro-batch's activations forward and gradients backward across each
@@ -137,7 +138,7 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   if (l.pp > 1) {
     const double sends = 2.0 * static_cast<double>(micro) * l.interleave;
     e.pipeline.bytes = sends * hidden_bytes / l.tp;
-    e.pipeline.seconds = sends * (c.rail.latency_s + hidden_bytes / l.tp / c.rail.bytes_per_second);
+    e.pipeline.seconds = sends * (c.rail.latency_s + hidden_bytes / l.tp / c.rail.bytes_per_second + c.collective_overhead_s);
   }
   // Data parallelism, over data x context parallel GPUs on the rails: the gradients of this
   // GPU's parameters reduced (reduce-scatter + all-gather under ZeRO 1/2 and Megatron's
@@ -152,11 +153,13 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   e.data.link = "rail";
   if (group > 1) {
     const double grad_bytes = params * gradient_bytes(p);
-    const double half = ring_half_seconds(grad_bytes, group, c.rail);
+    // One bucket per layer: each a collective of its own (the overhead per call).
+    const double buckets = static_cast<double>(std::max<std::int64_t>(most_layers, 1));
+    const double half = ring_half_seconds(grad_bytes, group, c.rail) + buckets * c.collective_overhead_s;
     const double t_bwd = backward_share * stage_mb_s, t_fwd = stage_mb_s - t_bwd;
-    const double bucket = 1.0 / static_cast<double>(std::max<std::int64_t>(most_layers, 1));
+    const double bucket = 1.0 / buckets;
     if (l.zero >= 3) {
-      const double per_mb = 3 * ring_half_seconds(params * 2, group, c.rail);
+      const double per_mb = 3 * (ring_half_seconds(params * 2, group, c.rail) + buckets * c.collective_overhead_s);
       e.data.bytes = 3.0 * static_cast<double>(micro) * (group - 1) / group * params * 2;
       e.data.seconds = per_mb * static_cast<double>(micro);
       e.data.exposed_s = static_cast<double>(micro) * std::max(per_mb * bucket, per_mb - stage_mb_s);

@@ -22,6 +22,9 @@ struct Cluster {
   LinkClass rail{25e9, 6e-6};     // a 200 Gb/s NIC per GPU to its rail switch
   LinkClass host{25e9, 10e-6};    // PCIe to host memory (offload)
   LinkClass nvme{3e9, 100e-6};    // a GPU's share of its node's NVMe drives (ZeRO-Infinity offload)
+  // Per collective or send a framework issues, on top of its alpha-beta time: launch,
+  // bookkeeping and synchronization (0: none; a calibration input, docs/planning.md).
+  double collective_overhead_s = 0;
 };
 
 // Ring all-reduce of `bytes` over `n` ranks: 2(n-1) alpha + 2(n-1)/n bytes/B.
