@@ -62,3 +62,24 @@ assert d["decode"]["bound"] == "memory" and m["fits"], d
 assert d["max_batch"] == int((80e9 - m["weights"]) // (m["kv_per_token"] * 8192)), d
 print(f"--inference: {m['total'] / 1e9:.1f} GB per GPU, up to {d['max_batch']} sequences, {d['decode']['tokens_per_second']:.0f} tokens/s")
 PY
+
+# Interconnect presets set the rails (rate and latency); --rail-gbps still overrides the
+# rate; an unknown network is one line and exit 2. NVMe offload names where the state went.
+"$weft" plan --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --global-batch 1536 --network ndr-ib --json > "$work/ndr.json"
+"$weft" plan --model gpt3-175b --gpus 1024 --tp 8 --pp 16 --global-batch 1536 --network roce-400g --rail-gbps 40 --json > "$work/roce.json"
+"$weft" plan --model gpt3-175b --gpus 64 --tp 8 --pp 8 --global-batch 64 --zero 1 --recompute --offload optimizer --offload-to nvme --nvme-gbps 4 --json > "$work/nvme.json"
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+ndr, roce, nvme = (json.load(open(f"{w}/{n}.json")) for n in ("ndr", "roce", "nvme"))
+assert ndr["links"]["rail_bytes_per_second"] == 50e9 and ndr["links"]["rail_latency_s"] == 5e-6, ndr["links"]
+assert roce["links"]["rail_bytes_per_second"] == 40e9 and roce["links"]["rail_latency_s"] == 8e-6, roce["links"]
+m = nvme["memory_per_gpu"]
+assert m["nvme"] > 0 and m["host"] == 0, m
+assert nvme["iteration"]["host"]["link"] == "nvme", nvme["iteration"]["host"]
+print(f"--network ndr-ib: rails at 50 GB/s; --offload-to nvme: {m['nvme'] / 1e9:.1f} GB per GPU on NVMe, "
+      f"{nvme['iteration']['host']['seconds']:.1f} s of transfers per iteration")
+PY
+err=$("$weft" plan --network opa 2>&1 >/dev/null) && fail "an unknown network was accepted"
+case "$err" in *"unknown network 'opa'"*) ;; *) fail "unknown network: $err" ;; esac
+echo "interconnect presets and NVMe offload"

@@ -32,7 +32,7 @@ struct PlanFlags {
   std::string recompute_granularity;
   int top = 10;
   std::string emit_workload, report, emit_schedule = "1f1b";
-  std::string precision = "mixed-adam", gpu = "a100-80gb", tflops_kind = "end-to-end";
+  std::string precision = "mixed-adam", gpu = "a100-80gb", tflops_kind = "end-to-end", network;
   double tokens = 0, tflops = 0, mfu = 0, gemm_efficiency = 0.8, price = 0.10, bytes_per_token = 4, watts = 0,
          gpu_memory_gb = 0, peak_tflops = 0, memory_bandwidth_gbps = 0;
   int gpus_per_node = 0;
@@ -178,7 +178,12 @@ int run_plan(const PlanFlags& f) {
     throw ConfigError("--gpus-per-node, --nvlink-gbps and --rail-gbps must be positive");
   in.cluster.gpus_per_node = f.gpus_per_node > 0 ? f.gpus_per_node : in.gpu.domain_gpus;
   in.cluster.nvlink.bytes_per_second = f.nvlink_gbps > 0 ? f.nvlink_gbps * 1e9 : in.gpu.domain_bandwidth;
-  in.cluster.rail.bytes_per_second = f.rail_gbps > 0 ? f.rail_gbps * 1e9 : in.gpu.network_bandwidth;
+  in.cluster.rail.bytes_per_second = in.gpu.network_bandwidth;
+  if (!f.network.empty()) {
+    const plan::NetworkSpec net = plan::network_preset(f.network);
+    in.cluster.rail = {net.bytes_per_second, net.latency_s};
+  }
+  if (f.rail_gbps > 0) in.cluster.rail.bytes_per_second = f.rail_gbps * 1e9;
   in.cluster.collective_overhead_s = f.collective_overhead_us * 1e-6;
   in.cluster.host.bytes_per_second = f.host_gbps > 0 ? f.host_gbps * 1e9 : in.gpu.host_bandwidth;
   if (f.nvme_gbps > 0) in.cluster.nvme.bytes_per_second = f.nvme_gbps * 1e9;
@@ -370,6 +375,7 @@ void add_plan_command(CLI::App& app, Action& action) {
       ->check(positive());
   cmd->add_option("--gpus-per-node", f->gpus_per_node, "GPUs sharing an NVLink domain (default: the GPU's)")->check(positive());
   cmd->add_option("--nvlink-gbps", f->nvlink_gbps, "NVLink GB/s per GPU and direction (default: the GPU's)")->check(positive());
+  cmd->add_option("--network", f->network, "the scale-out network per GPU (default: the GPU's): hdr-ib | ndr-ib | xdr-ib | roce-100g | roce-200g | roce-400g | roce-800g");
   cmd->add_option("--rail-gbps", f->rail_gbps, "network GB/s per GPU and direction (default: the GPU's)")->check(positive());
   cmd->add_option("--collective-overhead-us", f->collective_overhead_us,
                   "microseconds per collective or send beyond its alpha-beta time (framework overhead; default 0)")

@@ -28,4 +28,25 @@ GpuSpec gpu_preset(const std::string& name) {
   throw ConfigError("unknown GPU '" + name + "' (known: " + known + ")");
 }
 
+const std::vector<std::string>& network_names() {
+  static const std::vector<std::string> names{"hdr-ib", "ndr-ib", "xdr-ib", "roce-100g", "roce-200g", "roce-400g", "roce-800g"};
+  return names;
+}
+
+NetworkSpec network_preset(const std::string& name) {
+  // InfiniBand HDR/NDR/XDR at 200/400/800 Gb/s per port (IBTA), Ethernet RoCE ports at
+  // their IEEE 802.3 rates; one port per GPU. Latencies: 5 us per message on InfiniBand,
+  // 8 us on RoCE (a collective library's small-message latency across a two-tier fabric).
+  if (name == "hdr-ib") return {name, 25e9, 5e-6};
+  if (name == "ndr-ib") return {name, 50e9, 5e-6};
+  if (name == "xdr-ib") return {name, 100e9, 5e-6};
+  if (name == "roce-100g") return {name, 12.5e9, 8e-6};
+  if (name == "roce-200g") return {name, 25e9, 8e-6};
+  if (name == "roce-400g") return {name, 50e9, 8e-6};
+  if (name == "roce-800g") return {name, 100e9, 8e-6};
+  std::string known;
+  for (const auto& n : network_names()) known += (known.empty() ? "" : ", ") + n;
+  throw ConfigError("unknown network '" + name + "' (known: " + known + ")");
+}
+
 }  // namespace weft::plan

@@ -26,4 +26,17 @@ struct GpuSpec {
 GpuSpec gpu_preset(const std::string& name);
 const std::vector<std::string>& gpu_names();
 
+// The scale-out network a GPU's NIC joins: line rate per GPU and direction, and the
+// per-message latency the alpha-beta models charge (a collective library's base latency
+// across the fabric, not the wire's).
+struct NetworkSpec {
+  std::string name;
+  double bytes_per_second = 25e9;
+  double latency_s = 6e-6;
+};
+// hdr-ib, ndr-ib, xdr-ib, roce-100g, roce-200g, roce-400g, roce-800g; throws ConfigError
+// listing them.
+NetworkSpec network_preset(const std::string& name);
+const std::vector<std::string>& network_names();
+
 }  // namespace weft::plan
