@@ -898,3 +898,37 @@ TEST(PlanSecondEdition, NarayananTableTwoZero3Scaling) {
     EXPECT_NEAR(achieved / r.tflops, 1.0, r.fitted ? 0.01 : 0.05) << r.gpus << " GPUs: " << achieved << " TFLOP/s against " << r.tflops;
   }
 }
+
+// Every layout the sweep shows can be emitted as an iteration: interleaved rows only where
+// Megatron's schedule runs, context and expert parallelism in any combination that divides.
+TEST(EmitWorkload, EveryLayoutTheSweepShows) {
+  PlanInput in;
+  in.model = preset("gpt2-124m");
+  in.model.experts = 4, in.model.top_k = 2;
+  in.gpu = gpu_preset("h100-80gb");
+  in.global_batch = 16;
+  SweepSpace space;
+  space.tp = {1, 2};
+  space.pp = {1, 2, 3, 4};
+  space.cp = {1, 2};
+  space.ep = {1, 2, 4};
+  space.micro_batch = {1, 2};
+  space.interleave = {1, 2, 3};
+  const auto rows = sweep_layouts(in, 16, space);
+  ASSERT_GT(rows.size(), 50u);
+  std::set<std::string> kinds;
+  const std::string dir = ::testing::TempDir() + "/weft_emit_sweep";
+  for (const SweepRow& row : rows) {
+    PlanInput one = in;
+    one.layout = row.layout;
+    if (row.layout.interleave > 1) {
+      EXPECT_EQ(in.model.layers % (row.layout.pp * row.layout.interleave), 0);
+      EXPECT_EQ(row.layout.micro_batches % row.layout.pp, 0);
+      kinds.insert("interleaved");
+    }
+    if (row.layout.cp > 1 && row.layout.ep > 1) kinds.insert("cp+ep");
+    if (row.layout.ep > 1 && row.layout.dp % row.layout.ep != 0) kinds.insert("ep across cp");
+    EXPECT_NO_THROW(emit_workload(make_plan(one), dir)) << layout_label(row.layout);
+  }
+  EXPECT_EQ(kinds.size(), 3u);
+}

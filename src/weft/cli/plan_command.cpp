@@ -42,7 +42,7 @@ struct PlanFlags {
   double nvme_gbps = 0;
   double runtime_gb = 1.0, fragmentation = 0.02;
   // --sweep's ranges
-  std::vector<int> sweep_tp, sweep_pp, sweep_cp, sweep_ep, sweep_zero, sweep_interleave;
+  std::vector<int> sweep_tp, sweep_pp, sweep_dp, sweep_cp, sweep_ep, sweep_zero, sweep_interleave;
   std::vector<std::int64_t> sweep_mb;
   std::vector<std::string> sweep_recompute, sweep_sp, sweep_flash;
   bool reference = false;  // a layout was given with --sweep: compare against it
@@ -221,7 +221,7 @@ int run_plan(const PlanFlags& f) {
   const plan::EmitOrder emit_order = plan::parse_emit_order(f.emit_schedule);
   if (f.sweep) {
     plan::SweepSpace space;
-    space.tp = f.sweep_tp, space.pp = f.sweep_pp, space.cp = f.sweep_cp, space.ep = f.sweep_ep;
+    space.tp = f.sweep_tp, space.pp = f.sweep_pp, space.dp = f.sweep_dp, space.cp = f.sweep_cp, space.ep = f.sweep_ep;
     space.zero = f.sweep_zero, space.interleave = f.sweep_interleave, space.micro_batch = f.sweep_mb;
     for (const auto& r : f.sweep_recompute) space.recompute.push_back(plan::parse_recompute(r));
     auto on_off = [](const std::vector<std::string>& given, const char* flag) {
@@ -410,6 +410,7 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--top", f->top, "--sweep: rows to show")->capture_default_str()->check(positive());
   cmd->add_option("--sweep-tp", f->sweep_tp, "--sweep: tensor sizes to try (comma-separated)")->delimiter(',');
   cmd->add_option("--sweep-pp", f->sweep_pp, "--sweep: pipeline sizes to try")->delimiter(',');
+  cmd->add_option("--sweep-dp", f->sweep_dp, "--sweep: data-parallel sizes to try")->delimiter(',');
   cmd->add_option("--sweep-cp", f->sweep_cp, "--sweep: context-parallel sizes to try")->delimiter(',');
   cmd->add_option("--sweep-ep", f->sweep_ep, "--sweep: expert-parallel sizes to try")->delimiter(',');
   cmd->add_option("--sweep-zero", f->sweep_zero, "--sweep: ZeRO stages to try")->delimiter(',');

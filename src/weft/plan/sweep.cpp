@@ -62,6 +62,7 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus, cons
     for (int v : *switches) if (v != 0 && v != 1) throw ConfigError("--sweep-sp and --sweep-flash take on and off");
   for (int v : tps) if (v < 1) throw ConfigError("--sweep-tp values must be at least 1");
   for (int v : pps) if (v < 1) throw ConfigError("--sweep-pp values must be at least 1");
+  for (int v : space.dp) if (v < 1) throw ConfigError("--sweep-dp values must be at least 1");
   const Rate rate = in.rate();
   std::vector<SweepRow> rows;
   const long total = static_cast<long>(tps.size() * pps.size() * cps.size());
@@ -80,6 +81,7 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus, cons
         if (in.model.heads % tp != 0 || pp > in.model.layers || gpus % model_gpus != 0) continue;
         const int dp = static_cast<int>(gpus / model_gpus);
         if (in.global_batch % dp != 0) continue;
+        if (!space.dp.empty() && std::find(space.dp.begin(), space.dp.end(), dp) == space.dp.end()) continue;
         for (int ep : eps) {
           if (ep > 1 && (!in.model.moe() || (dp * cp) % ep != 0)) continue;
           for (int zero : zeros) {
@@ -88,7 +90,11 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus, cons
               if ((in.global_batch / dp) % mb != 0) continue;
               for (Recompute rc : recomputes) {
                 for (int v : interleaves) {
-                  if (v > 1 && (pp < 2 || in.model.layers < static_cast<std::int64_t>(pp) * v)) continue;
+                  // Megatron's interleaved schedule: layers in pp x v equal chunks, micro-batches a
+                  // multiple of pp.
+                  if (v > 1 && (pp < 2 || in.model.layers % (static_cast<std::int64_t>(pp) * v) != 0 ||
+                                (in.global_batch / dp / mb) % pp != 0))
+                    continue;
                   for (int sp : sps) {
                     if (sp && tp == 1 && sps.size() > 1) continue;  // the same layout as without
                     for (int flash : flashes) {

@@ -15,12 +15,15 @@ namespace weft::plan {
 
 // The values each dimension may take (empty: the default). Defaults: tensor sizes powers of
 // two up to the node that divide the heads; pipeline sizes 1..layers (stages need not
-// divide the layers: the first and last take the fewer); context and expert parallelism 1;
+// divide the layers: the first and last take the fewer); data parallelism what the GPUs
+// leave (dp: only those sizes); context and expert parallelism 1;
 // ZeRO 0-3; micro-batches of 1, 2, 4; recomputation, interleaving, sequence parallelism and
 // FlashAttention as the input's layout (sequence_parallel, flash_attention: 0 off, 1 on;
-// sequence parallelism is tried only with tensor parallelism).
+// sequence parallelism is tried only with tensor parallelism). Interleaving is tried only
+// where Megatron's schedule runs: the layers divide over pp x chunks, the micro-batches
+// per pipeline are a multiple of pp.
 struct SweepSpace {
-  std::vector<int> tp, pp, cp, ep, zero, interleave, sequence_parallel, flash_attention;
+  std::vector<int> tp, pp, dp, cp, ep, zero, interleave, sequence_parallel, flash_attention;
   std::vector<std::int64_t> micro_batch;
   std::vector<Recompute> recompute;
 };

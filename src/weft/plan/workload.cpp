@@ -139,7 +139,6 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
   const Layout& l = in.layout;
   const int tp = l.tp, cp = l.cp, pp = l.pp, dp = l.dp, ep = l.ep, chunks = l.interleave, world = l.gpus();
   if (world > 1 << 16) throw ConfigError("--emit-workload: at most 65536 ranks");
-  if (ep > 1 && dp % ep != 0) throw ConfigError("--emit-workload: --ep must divide --dp (the experts spread over data-parallel ranks)");
   if (m.seq_len % cp != 0) throw ConfigError("--emit-workload: --cp must divide the sequence of " + std::to_string(m.seq_len));
   const std::int64_t micro = std::max<std::int64_t>(1, in.global_batch / (l.micro_batch * dp));
   if (chunks > 1) {
@@ -215,14 +214,18 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
       col.program = found->second;
       return col;
     };
+    // Replicas (the dp x cp ranks of one tensor and pipeline position) numbered
+    // q = cp_i + cp dp_i: expert parallelism groups ep consecutive ones, and the ranks that
+    // hold the same experts (q mod ep alike) average those experts' gradients.
+    const int replica = cp_i + cp * dp_i;
+    auto replica_rank = [&](int q) { return rank_at(tp_i, q % cp, pp_i, q / cp); };
     std::vector<int> tp_group, ep_group, dp_group, expert_dp_group;
     for (int i = 0; i < tp; ++i) tp_group.push_back(rank_at(i, cp_i, pp_i, dp_i));
-    for (int i = 0; i < ep; ++i) ep_group.push_back(rank_at(tp_i, cp_i, pp_i, dp_i / ep * ep + i));
-    for (int d = 0; d < dp; ++d)
-      for (int x = 0; x < cp; ++x) {
-        dp_group.push_back(rank_at(tp_i, x, pp_i, d));
-        if (d % ep == dp_i % ep) expert_dp_group.push_back(rank_at(tp_i, x, pp_i, d));
-      }
+    for (int i = 0; i < ep; ++i) ep_group.push_back(replica_rank(replica / ep * ep + i));
+    for (int q = 0; q < dp * cp; ++q) {
+      dp_group.push_back(replica_rank(q));
+      if (q % ep == replica % ep) expert_dp_group.push_back(replica_rank(q));
+    }
     const Collective tpc = tp > 1 ? collective("allreduce", algo::Collective::kAllReduce, tp_group, activation_bytes / 2, 2)
                                   : Collective{};
     const Collective a2a =
