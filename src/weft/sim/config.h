@@ -13,7 +13,7 @@ namespace weft::sim {
 
 enum class LoadBalancing : std::uint8_t { kEcmp, kFlowlet, kSpray };
 enum class SprayMode : std::uint8_t { kRandom, kRoundRobin, kLeastLoaded };
-enum class CongestionControl : std::uint8_t { kDcqcn, kNone };
+enum class CongestionControl : std::uint8_t { kDcqcn, kNone, kHpcc, kSwift };
 enum class WriteMode : std::uint8_t { kFirstMiddleLast, kWriteOnly };
 enum class Retransmit : std::uint8_t { kGoBackN, kSelective };
 enum class HashFunction : std::uint8_t { kCrc32, kXor };
@@ -79,6 +79,26 @@ struct SimConfig {
   double dcqcn_rai = 0;
   double dcqcn_rhai = 0;
   double dcqcn_min_rate = 100e6;              // bit/s
+  // HPCC (Li et al., SIGCOMM 2019): switches stamp each data packet with their egress
+  // port's queue, transmitted bytes, time and speed (in-band telemetry); the receiver echoes
+  // the stamps in its ACKs; the sender's window W follows the most utilized hop:
+  // W = Wc / (U / eta) + W_AI, or Wc + W_AI for up to max_stage rounds while U < eta.
+  double hpcc_eta = 0.95;                     // target utilization
+  int hpcc_max_stage = 5;
+  Time hpcc_rtt = 10 * kUs;                   // base round trip T (W_init = line rate x T)
+  double hpcc_rai = 0;                        // additive increase as a rate, bit/s (0: line / 2000, 50 Mb/s at 100G)
+  // Swift (Kumar et al., SIGCOMM 2020): the target delay is base + per_hop x switches on the
+  // path (+ flow scaling up to fs_range for small windows); AIMD on the measured round trip.
+  Time swift_base_target = 4 * kUs;
+  Time swift_per_hop = 1 * kUs;
+  Time swift_fs_range = 0;
+  double swift_ai = 1;                        // packets per round trip
+  double swift_beta = 0.8;
+  double swift_max_mdf = 0.5;
+  // Window-controlled senders (HPCC, Swift) space paced packets by gaps drawn uniformly
+  // within +-pacing_jitter/2 of the rate's: a NIC's scheduler is not a metronome, and exact
+  // gaps lock senders in phase, so that one keeps seeing an empty queue and another a full one.
+  double pacing_jitter = 0.5;
 
   // Load balancing.
   LoadBalancing lb = LoadBalancing::kEcmp;

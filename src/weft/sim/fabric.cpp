@@ -285,6 +285,10 @@ void Network::transmit(int port, std::uint32_t id) {
   P.tx_packet = id;
   P.tx_bytes += p.frame + kWireOverhead;
   ++P.tx_frames;
+  if (cfg_.cc == CongestionControl::kHpcc && p.type == PacketType::kData && !node_is_endpoint(P.node)) {
+    IntStack& s = int_of(id);
+    if (s.n < kMaxIntHops) s.hop[s.n++] = {P.bps, events_.now(), P.tx_bytes, P.queue_bytes[p.queue]};
+  }
   if (p.type == PacketType::kData) P.tx_payload += p.payload;
   if (pcap_ && P.link == pcap_link_) pcap_write(p);
   p.link_epoch = P.epoch;
@@ -582,16 +586,29 @@ void Network::sample_queues() {
     QueuePair& q = qps_[i];
     const std::int64_t bytes = q.delivered_bytes - q.sampled_delivered, cnps = q.cnps_received - q.sampled_cnps;
     if (bytes == 0 && cnps == 0 && q.rate == 0) continue;  // idle and not limited
-    qp_samples_.push_back(QpSample{events_.now(), static_cast<int>(i), bytes, cnps, q.rate, q.target, q.alpha});
+    qp_samples_.push_back(QpSample{events_.now(), static_cast<int>(i), bytes, cnps, q.rate, q.target, q.alpha, q.window,
+                                  q.swift.rtt, q.hpcc.utilization});
     q.sampled_delivered = q.delivered_bytes;
     q.sampled_cnps = q.cnps_received;
   }
 }
 
-Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
+std::vector<int> Network::first_path(int src_gpu, int dst_gpu) const {
   int node = topo_.gpus[static_cast<std::size_t>(src_gpu)];
   const int dst = topo_.gpus[static_cast<std::size_t>(dst_gpu)];
-  if (node == dst) return 0;
+  std::vector<int> path;
+  while (node != dst) {
+    const Candidates next = routes_to(node, dst_gpu);
+    if (next.n == 0 || path.size() > topo_.nodes.size()) return {};
+    path.push_back(next.ports[0]);
+    node = ports_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(next.ports[0])].peer)].node;
+  }
+  return path;
+}
+
+Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
+  const std::vector<int> path = first_path(src_gpu, dst_gpu);
+  if (path.empty()) return 0;
   // The first packet is stored and forwarded at every hop; the others follow it back to back
   // at the slowest link.
   const std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
@@ -600,13 +617,10 @@ Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
   const auto last = static_cast<std::uint32_t>(kHeaderBytes + (bytes - cfg_.mtu * (packets - 1)));
   Time t = 0;
   double slowest = 0;
-  for (std::size_t hops = 0; node != dst; ++hops) {
-    const Candidates next = routes_to(node, dst_gpu);
-    if (next.n == 0 || hops > topo_.nodes.size()) return 0;
-    const Port& P = ports_[static_cast<std::size_t>(next.ports[0])];
+  for (int port : path) {
+    const Port& P = ports_[static_cast<std::size_t>(port)];
     t += serialization(first, P.bps) + P.delay;
     slowest = slowest == 0 ? P.bps : std::min(slowest, P.bps);
-    node = ports_[static_cast<std::size_t>(P.peer)].node;
   }
   if (packets > 1) t += (packets - 2) * serialization(full, slowest) + serialization(last, slowest);
   return t;

@@ -24,6 +24,7 @@
 #include "weft/sim/packet.h"
 #include "weft/sim/stall.h"
 #include "weft/sim/topology.h"
+#include "weft/sim/window_cc.h"
 #include "weft/sim/workload.h"
 
 namespace weft::sim {
@@ -91,6 +92,7 @@ struct QueuePair {
   std::uint32_t snd_nxt = 0, snd_una = 0, snd_max = 0;
   std::vector<std::uint32_t> retransmit;  // selective repeat: PSNs to resend first
   Time next_send = 0;
+  Time last_sent = 0;     // when its latest packet was made (pacing)
   Time last_progress = 0;
   bool rto_armed = false;
   bool active = false;
@@ -115,6 +117,12 @@ struct QueuePair {
   std::int64_t sampled_delivered = 0, sampled_cnps = 0;
   Time last_cnp = 0;
   bool cnp_sent_once = false;
+  // Window congestion control (window_cc.h): bytes that may be unacknowledged (0: no
+  // window), the state of HPCC or Swift, and the switches on the QP's path.
+  double window = 0;
+  HpccState hpcc;
+  SwiftState swift;
+  int hops = 0;
 };
 
 struct FlowRecord {
@@ -156,7 +164,10 @@ struct QpSample {
   int qp;
   std::int64_t delivered_bytes;  // during the interval
   std::int64_t cnps;             // CNPs the sender received during the interval
-  double rate, target, alpha;    // DCQCN at the sample (rate 0: not limited)
+  double rate, target, alpha;    // DCQCN at the sample (rate 0: not limited); rate: any pacing
+  double window;                 // window congestion control: bytes (0: none)
+  Time rtt;                      // Swift: the last round trip measured
+  double utilization;            // HPCC: U
 };
 
 // The routing columns of a topology (Network's routes, and its memory estimate).
@@ -210,6 +221,9 @@ class Network : public EventTarget {
   // first-packet store and forward and propagation, the rest at the slowest link of the
   // path (the first of its equal-cost choices); 0 without a route.
   Time ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const;
+  // The ports a packet from GPU rank src to dst leaves by on an idle fabric (the first of
+  // each hop's equal-cost choices); empty without a route.
+  std::vector<int> first_path(int src_gpu, int dst_gpu) const;
   const Counters& counters() const { return counters_; }
   Time now() const { return events_.now(); }
   Time finish_time() const { return finish_; }
@@ -279,6 +293,17 @@ class Network : public EventTarget {
   void receive_data(QueuePair& q, int qp, const Packet& p);
   void receive_ack(QueuePair& q, int qp, const Packet& p, bool nak);
   void receive_cnp(QueuePair& q, int qp);
+  // Window congestion control: HPCC's switches stamp a data packet as it leaves (int_of);
+  // an ACK echoes the stamps and the send time of the packet it answers (echo_); the
+  // sender's window and pacing follow (window_cc.h).
+  bool window_cc() const { return cfg_.cc == CongestionControl::kHpcc || cfg_.cc == CongestionControl::kSwift; }
+  IntStack& int_of(std::uint32_t id);
+  void window_on_ack(QueuePair& q, const Packet& ack, std::uint32_t newly_acked);
+  void window_on_loss(QueuePair& q);
+  bool window_full(const QueuePair& q) const;
+  void window_set(QueuePair& q, double window, double pacing_bps);
+  HpccParams hpcc_params(const QueuePair& q) const;
+  SwiftParams swift_params(const QueuePair& q) const;
   void send_control(int from, int to, int qp, PacketType type, std::uint32_t psn);
   void rto_check(int qp);
   void alpha_timer(int qp);
@@ -300,6 +325,11 @@ class Network : public EventTarget {
   Workload work_;
   EventQueue events_;
   PacketPool pool_;
+  std::vector<IntStack> int_;     // HPCC: each packet's telemetry, by packet id
+  struct Echo {
+    Time sent_at = 0;             // when the packet being received was sent
+    IntStack stamps;              // HPCC: its telemetry
+  } echo_;                        // what an ACK sent in answer echoes
   std::vector<Port> ports_;
   std::vector<std::vector<int>> node_ports_;
   std::vector<int> link_port_;           // link -> its port at end a (peer is end b)

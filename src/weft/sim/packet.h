@@ -47,6 +47,21 @@ struct Packet {
   bool in_headroom = false;  // held in its ingress port's PFC headroom, not the shared buffer
 };
 
+// In-band network telemetry (HPCC): what each switch egress port a data packet left
+// through said about itself, echoed back to the sender in ACKs.
+struct IntHop {
+  double bps = 0;              // the port's speed
+  Time ts = 0;                 // when the packet left
+  std::int64_t tx_bytes = 0;   // bytes the port had sent by then
+  std::int64_t qlen = 0;       // bytes queued behind it in its class
+};
+constexpr int kMaxIntHops = 8;
+constexpr std::uint32_t kIntBytes = 42;  // HPCC's INT header and five hops' records on the wire
+struct IntStack {
+  IntHop hop[kMaxIntHops];
+  int n = 0;
+};
+
 class PacketPool {
  public:
   std::uint32_t alloc() {

@@ -40,6 +40,17 @@ int Network::qp_for(int src_agent, int dst_agent, int part) {
     q.queue = static_cast<std::uint8_t>(queue < 0 ? cfg_.roce_queue : queue);
     // RoCE keeps its DSCP; another class gets the class selector of its queue (CS1 = 8 ...).
     q.dscp = static_cast<std::uint8_t>(q.queue == cfg_.roce_queue ? cfg_.roce_dscp : 8 * q.queue);
+    if (window_cc()) {
+      for (int port : first_path(work_.agents[src_agent].gpu, work_.agents[dst_agent].gpu))
+        q.hops += node_is_endpoint(ports_[static_cast<std::size_t>(port)].node) ? 0 : 1;
+      if (cfg_.cc == CongestionControl::kHpcc) {
+        q.hpcc = hpcc_start(hpcc_params(q));
+        q.window = q.hpcc.window;
+      } else {
+        q.swift = swift_start(swift_params(q), q.hops);
+        q.window = q.swift.window;
+      }
+    }
     qps_.push_back(std::move(q));
   }
   return it->second;
@@ -104,6 +115,7 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
       earliest = std::min(earliest, q.next_send);
       continue;
     }
+    if (window_full(q)) continue;  // the window's bytes are in flight; an ACK reopens it
     const Port& P = ports_[port];
     if (P.paused_until[q.queue] > now && now >= P.watchdog_until[q.queue]) continue;  // its class is paused here
     // Would this QP's next packet leave through `port`?
@@ -199,13 +211,20 @@ std::uint32_t Network::make_data_packet(int qp) {
   p.qp = static_cast<std::uint32_t>(qp);
   p.psn = psn;
   p.payload = static_cast<std::uint32_t>(payload);
-  p.frame = kHeaderBytes + p.payload + (op == Opcode::kFirst || op == Opcode::kOnly ? kRethBytes : 0);
+  p.frame = kHeaderBytes + p.payload + (op == Opcode::kFirst || op == Opcode::kOnly ? kRethBytes : 0) +
+            (cfg_.cc == CongestionControl::kHpcc ? kIntBytes : 0);
+  if (cfg_.cc == CongestionControl::kHpcc) int_of(id).n = 0;
   p.port = -2;
   p.sent_at = now;
   ++counters_.data_packets;
   counters_.bytes_sent += payload;
-  if (q.rate > 0)
-    q.next_send = now + static_cast<Time>(std::llround((p.frame + kWireOverhead) * 8e12 / q.rate));
+  q.last_sent = now;
+  if (q.rate > 0) {
+    double gap = (p.frame + kWireOverhead) * 8e12 / q.rate;
+    if (window_cc() && cfg_.pacing_jitter > 0)
+      gap *= 1 + cfg_.pacing_jitter * (std::uniform_real_distribution<double>(0, 1)(jitter_rng_) - 0.5);
+    q.next_send = now + static_cast<Time>(std::llround(gap));
+  }
   if (q.cc_timers) {
     q.byte_counter += payload;
     if (q.byte_counter >= cfg_.dcqcn_byte_counter) {
@@ -237,6 +256,8 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
   p.msn = qps_[qp].msn;
   p.sport = qps_[qp].sport;
   p.port = -1;
+  if (type == PacketType::kAck) p.sent_at = echo_.sent_at;  // the answered packet's send time
+  if (cfg_.cc == CongestionControl::kHpcc) int_of(id) = type == PacketType::kAck ? echo_.stamps : IntStack{};
   int out = choose_port(from, p);
   if (out < 0) {
     ++counters_.lost_on_failure;
@@ -252,6 +273,8 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
 void Network::endpoint_receive(std::uint32_t id) {
   // A copy: answering (ACK, NAK, CNP) takes packets from the pool, which may move its slots.
   const Packet p = pool_[id];
+  echo_.sent_at = p.sent_at;
+  if (cfg_.cc == CongestionControl::kHpcc) echo_.stamps = int_of(id);
   int qp = static_cast<int>(p.qp);
   QueuePair& q = qps_[qp];
   switch (p.type) {
@@ -316,7 +339,9 @@ void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
     message_end = true;
     message_delivered(flow);
   }
-  if (message_end || q.since_ack >= cfg_.ack_every) {
+  // Window congestion control acknowledges every packet: its signals ride on the ACKs, and a
+  // window smaller than a coalescing group would wait for an ACK that never comes.
+  if (message_end || q.since_ack >= cfg_.ack_every || window_cc()) {
     q.since_ack = 0;
     send_control(q.dst, q.src, qp, PacketType::kAck, q.epsn);
   }
@@ -324,6 +349,10 @@ void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
 
 void Network::receive_ack(QueuePair& q, int qp, const Packet& p, bool nak) {
   const std::uint32_t e = p.psn;
+  if (window_cc()) {
+    if (nak) window_on_loss(q);
+    else if (e > q.snd_una) window_on_ack(q, p, e - q.snd_una);
+  }
   if (e > q.snd_una) {
     q.snd_una = e;
     q.last_progress = events_.now();
@@ -336,6 +365,7 @@ void Network::receive_ack(QueuePair& q, int qp, const Packet& p, bool nak) {
                        q.retransmit.end());
   }
   if (q.snd_nxt < q.snd_una) q.snd_nxt = q.snd_una;
+  if (window_cc() && !nak) activate(qp);  // the window has room again, or a new rate
   if (nak && e < q.snd_max) {
     if (cfg_.retransmit == Retransmit::kGoBackN) {
       if (q.snd_nxt > e) q.snd_nxt = e;
@@ -353,6 +383,7 @@ void Network::rto_check(int qp) {
   const Time now = events_.now();
   if (now - q.last_progress >= cfg_.rto) {
     ++counters_.timeouts;
+    if (window_cc()) window_on_loss(q);
     if (cfg_.retransmit == Retransmit::kGoBackN) q.snd_nxt = q.snd_una;
     else if (std::find(q.retransmit.begin(), q.retransmit.end(), q.snd_una) == q.retransmit.end())
       q.retransmit.push_back(q.snd_una);
@@ -361,6 +392,70 @@ void Network::rto_check(int qp) {
   }
   q.rto_armed = true;
   events_.schedule(q.last_progress + cfg_.rto, this, kRto, static_cast<std::uint64_t>(qp));
+}
+
+// --- Window congestion control (window_cc.h) ---
+
+IntStack& Network::int_of(std::uint32_t id) {
+  if (int_.size() <= id) int_.resize(std::max<std::size_t>(pool_.capacity(), id + 1));
+  return int_[id];
+}
+
+bool Network::window_full(const QueuePair& q) const {
+  if (q.window <= 0 || !q.retransmit.empty()) return false;
+  const double inflight = static_cast<double>(q.snd_nxt - q.snd_una) * static_cast<double>(cfg_.mtu);
+  return inflight >= std::max(q.window, static_cast<double>(cfg_.mtu));
+}
+
+HpccParams Network::hpcc_params(const QueuePair& q) const {
+  HpccParams p;
+  p.line_bps = line_rate(q.src);
+  p.base_rtt_s = to_seconds(cfg_.hpcc_rtt);
+  p.eta = cfg_.hpcc_eta;
+  p.max_stage = cfg_.hpcc_max_stage;
+  p.w_ai = (cfg_.hpcc_rai > 0 ? cfg_.hpcc_rai : p.line_bps / 2000) / 8 * p.base_rtt_s;
+  return p;
+}
+
+SwiftParams Network::swift_params(const QueuePair& q) const {
+  SwiftParams p;
+  p.mtu = static_cast<double>(cfg_.mtu);
+  p.base_target = cfg_.swift_base_target;
+  p.per_hop = cfg_.swift_per_hop;
+  p.fs_range = cfg_.swift_fs_range;
+  p.ai = cfg_.swift_ai;
+  p.beta = cfg_.swift_beta;
+  p.max_mdf = cfg_.swift_max_mdf;
+  p.line_bps = line_rate(q.src);
+  p.max_cwnd = p.line_bps / 8 * to_seconds(swift_target(p, q.hops, p.fs_max_cwnd)) / p.mtu * 4;
+  return p;
+}
+
+void Network::window_on_ack(QueuePair& q, const Packet& ack, std::uint32_t newly_acked) {
+  if (cfg_.cc == CongestionControl::kHpcc) {
+    hpcc_on_ack(hpcc_params(q), q.hpcc, echo_.stamps, ack.psn, q.snd_nxt);
+    window_set(q, q.hpcc.window, q.hpcc.pacing_bps);
+  } else {
+    const Time now = events_.now();
+    swift_on_ack(swift_params(q), q.swift, q.hops, now - ack.sent_at, static_cast<int>(newly_acked), now);
+    window_set(q, q.swift.window, q.swift.pacing_bps);
+  }
+}
+
+void Network::window_on_loss(QueuePair& q) {
+  if (cfg_.cc != CongestionControl::kSwift) return;  // HPCC reacts to telemetry, not to losses
+  swift_on_loss(swift_params(q), q.swift, events_.now());
+  window_set(q, q.swift.window, q.swift.pacing_bps);
+}
+
+void Network::window_set(QueuePair& q, double window, double pacing_bps) {
+  q.window = window;
+  if (pacing_bps == q.rate) return;
+  q.rate = pacing_bps;
+  // The next packet may leave as the new rate allows: a gap drawn at a much lower rate would
+  // otherwise hold the sender long after its window grew.
+  const Time gap = pacing_bps > 0 ? static_cast<Time>(std::llround((cfg_.mtu + kHeaderBytes + kWireOverhead) * 8e12 / pacing_bps)) : 0;
+  q.next_send = std::min(q.next_send, q.last_sent + gap);
 }
 
 // --- DCQCN reaction point (Zhu et al., SIGCOMM 2015, section 3.2) ---

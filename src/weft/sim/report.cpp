@@ -327,15 +327,19 @@ std::vector<std::pair<std::string, std::string>> output_files(const Network& net
   }
   files.emplace_back("counters.csv", s);
   if (net.config().sample_qps) {
-    s = "time_us,qp,src_gpu,dst_gpu,delivered_gbps,cnps,dcqcn_rate_gbps,dcqcn_target_gbps,dcqcn_alpha\n";
+    s = "time_us,qp,src_gpu,dst_gpu,delivered_gbps,cnps,dcqcn_rate_gbps,dcqcn_target_gbps,dcqcn_alpha,window_bytes,rtt_us,"
+        "hpcc_utilization\n";
     const double interval = to_seconds(std::max<Time>(net.config().sample_interval, 1));
     for (const QpSample& q : net.qp_samples()) {
       const QueuePair& Q = net.qps()[static_cast<std::size_t>(q.qp)];
       const bool limited = q.rate > 0;  // else at line rate: no rate or target to show
-      std::snprintf(buf, sizeof buf, "%.6f,%d,%d,%d,%.4f,%lld,%s,%s,%.6f\n", to_us(q.at), q.qp,
+      const bool windowed = q.window > 0;
+      std::snprintf(buf, sizeof buf, "%.6f,%d,%d,%d,%.4f,%lld,%s,%s,%.6f,%s,%s,%s\n", to_us(q.at), q.qp,
                     net.gpu_rank_of(Q.src), net.gpu_rank_of(Q.dst), static_cast<double>(q.delivered_bytes) * 8 / interval / 1e9,
                     static_cast<long long>(q.cnps), limited ? fmt("%.4f", q.rate / 1e9).c_str() : "",
-                    limited ? fmt("%.4f", q.target / 1e9).c_str() : "", q.alpha);
+                    limited && !windowed ? fmt("%.4f", q.target / 1e9).c_str() : "", q.alpha,
+                    windowed ? fmt("%.0f", q.window).c_str() : "", q.rtt > 0 ? fmt("%.3f", to_us(q.rtt)).c_str() : "",
+                    net.config().cc == CongestionControl::kHpcc ? fmt("%.4f", q.utilization).c_str() : "");
       s += buf;
     }
     files.emplace_back("qps.csv", s);

@@ -1,0 +1,113 @@
+#include "weft/sim/window_cc.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace weft::sim {
+
+// --- HPCC (Li et al., SIGCOMM 2019, algorithm 1) ---
+
+HpccState hpcc_start(const HpccParams& p) {
+  HpccState s;
+  s.window = s.window_ref = p.line_bps / 8 * p.base_rtt_s;
+  return s;
+}
+
+void hpcc_on_ack(const HpccParams& p, HpccState& s, const IntStack& stamps, std::uint32_t acked,
+                 std::uint32_t snd_nxt) {
+  const double T = p.base_rtt_s, eta = p.eta;
+  // MeasureInflight: each hop's queue (the smaller of two samples, against a T's worth of
+  // its bytes) plus its transmit rate since the previous stamp, both against its speed; the
+  // most utilized hop counts, smoothed over the time its samples span.
+  if (stamps.n > 0 && stamps.n == s.last.n) {
+    double u = 0, tau = T;
+    bool measured = false;
+    for (int i = 0; i < stamps.n; ++i) {
+      const IntHop &now = stamps.hop[i], &before = s.last.hop[i];
+      const double dt = to_seconds(now.ts - before.ts);
+      if (now.ts <= before.ts || now.bps <= 0) continue;
+      const double tx_rate = static_cast<double>(now.tx_bytes - before.tx_bytes) * 8 / dt;
+      const double hop_u = static_cast<double>(std::min(now.qlen, before.qlen)) * 8 / (now.bps * T) + tx_rate / now.bps;
+      if (!measured || hop_u > u) u = hop_u, tau = dt;
+      measured = true;
+    }
+    if (measured) {
+      tau = std::min(tau, T);
+      s.utilization = (1 - tau / T) * s.utilization + tau / T * u;
+      // ComputeWind: the reference window moves once per round (an ACK past round_end).
+      const bool new_round = acked > s.round_end;
+      double w;
+      if (s.utilization >= eta || s.inc_stage >= p.max_stage) {
+        w = s.window_ref / (s.utilization / eta) + p.w_ai;
+        if (new_round) s.inc_stage = 0, s.window_ref = w;
+      } else {
+        w = s.window_ref + p.w_ai;
+        if (new_round) ++s.inc_stage, s.window_ref = w;
+      }
+      const double w_max = p.line_bps / 8 * T;
+      s.window = std::clamp(w, 64.0, w_max);
+      s.window_ref = std::min(s.window_ref, w_max);
+      if (new_round) s.round_end = snd_nxt;
+      // Paced at W / T; a full window is the line rate, not limited.
+      s.pacing_bps = s.window >= w_max * 0.999 ? 0 : s.window * 8 / T;
+    }
+  }
+  s.last = stamps;
+}
+
+// --- Swift (Kumar et al., SIGCOMM 2020, algorithm 1 and section 3.1) ---
+
+Time swift_target(const SwiftParams& p, int hops, double cwnd) {
+  double fs = 0;
+  if (p.fs_range > 0 && p.fs_max_cwnd > p.fs_min_cwnd) {
+    // alpha / sqrt(cwnd) + beta, from fs_range at fs_min_cwnd down to 0 at fs_max_cwnd.
+    const double range = static_cast<double>(p.fs_range);
+    const double alpha = range / (1 / std::sqrt(p.fs_min_cwnd) - 1 / std::sqrt(p.fs_max_cwnd));
+    const double beta = -alpha / std::sqrt(p.fs_max_cwnd);
+    fs = std::clamp(alpha / std::sqrt(std::max(cwnd, 1e-9)) + beta, 0.0, range);
+  }
+  return p.base_target + static_cast<Time>(hops) * p.per_hop + static_cast<Time>(std::llround(fs));
+}
+
+namespace {
+void swift_settle(const SwiftParams& p, SwiftState& s) {
+  s.cwnd = std::max(s.cwnd, p.min_cwnd);
+  if (p.max_cwnd > 0) s.cwnd = std::min(s.cwnd, p.max_cwnd);
+  s.window = s.cwnd * p.mtu;
+  // Below one packet the window cannot clock the sender: it is paced at cwnd per round trip.
+  s.pacing_bps = s.cwnd < 1 && s.rtt > 0 ? s.cwnd * p.mtu * 8 / to_seconds(s.rtt) : 0;
+}
+bool may_decrease(const SwiftState& s, Time now) { return !s.decreased || now - s.last_decrease >= s.rtt; }
+}  // namespace
+
+SwiftState swift_start(const SwiftParams& p, int hops) {
+  SwiftState s;
+  s.cwnd = p.line_bps / 8 * to_seconds(swift_target(p, hops, p.fs_max_cwnd)) / p.mtu;
+  swift_settle(p, s);
+  return s;
+}
+
+void swift_on_ack(const SwiftParams& p, SwiftState& s, int hops, Time delay, int acked_packets, Time now) {
+  s.rtt = delay;
+  const Time target = swift_target(p, hops, s.cwnd);
+  if (delay < target) {
+    // Additive increase: ai packets per round trip.
+    s.cwnd += s.cwnd >= 1 ? p.ai / s.cwnd * acked_packets : p.ai * acked_packets;
+  } else if (may_decrease(s, now)) {
+    const double over = static_cast<double>(delay - target) / static_cast<double>(delay);
+    s.cwnd *= std::max(1 - p.beta * over, 1 - p.max_mdf);
+    s.last_decrease = now;
+    s.decreased = true;
+  }
+  swift_settle(p, s);
+}
+
+void swift_on_loss(const SwiftParams& p, SwiftState& s, Time now) {
+  if (!may_decrease(s, now)) return;
+  s.cwnd *= 1 - p.max_mdf;
+  s.last_decrease = now;
+  s.decreased = true;
+  swift_settle(p, s);
+}
+
+}  // namespace weft::sim
