@@ -530,6 +530,34 @@ TEST(SimValidation, SwiftHoldsItsTargetDelayAtLineRate) {
   EXPECT_EQ(r.net->counters().pauses, 0);
 }
 
+TEST(SimValidation, AdaptiveRoutingSteersAroundACongestedLinkDownstream) {
+  // Leaves 0 and 1 send 4 MB from each host to one host of leaf 2 or 3 over four spines;
+  // spine-0's link down to leaf 2 runs at 10G. The congestion is one hop past the leaves'
+  // choice: their own uplinks stay empty (DCQCN slows the senders before PFC would back the
+  // queue up to them). Random spraying and adaptive routing on local queues alone keep a
+  // quarter of leaf 2's traffic on the slow link; with the next switch's queues signalled
+  // (ar.remote, the default) the leaves steer around it and leaf 2's 16 MB arrive near what
+  // its 310G of inbound links carry.
+  const std::string jobs = ::testing::TempDir() + "/weft_degraded.yaml";
+  std::string text = "jobs:\n";
+  for (int i = 0; i < 8; ++i) text += "  - {src: " + std::to_string(i) + ", dst: " + std::to_string(i + 8) + ", size: 4MB}\n";
+  text += "failures:\n  - {at: 0us, degrade: [spine-0, leaf-2], speed: 10G}\n";
+  weft::write_file_atomic(jobs, text);
+  auto finish = [&](std::vector<std::string> settings) {
+    settings.push_back("rdma.write=write-only");  // per-packet paths reorder: placed as they come
+    SimRun r = simulate("leaf-spine-4x4.yaml", jobs, settings);
+    EXPECT_TRUE(r.finished);
+    return to_us(r.net->finish_time());
+  };
+  const double remote = finish({"lb=adaptive"}), local = finish({"lb=adaptive", "ar.remote=off"});
+  const double spray = finish({"lb=spray"}), stale = finish({"lb=adaptive", "ar.signal_interval=1ms"});
+  const double bound = 16e6 * 8 / 310e9 * 1e6 * (4096 + kHeaderBytes + kWireOverhead) / 4096;
+  EXPECT_LT(remote, 1.3 * bound) << "bound " << bound << " us";
+  EXPECT_GT(local, 3 * remote);
+  EXPECT_GT(spray, 3 * remote);
+  EXPECT_GT(stale, 3 * remote);  // a signal older than the transfer is no signal
+}
+
 TEST(SimValidation, IncastWithoutPfcOrCongestionControlDrops) {
   SimRun r = simulate("single-switch.yaml", "incast:8:4MB", {"cc=none", "pfc=off"});
   ASSERT_TRUE(r.finished);  // retransmission recovers every drop

@@ -11,7 +11,8 @@
 
 namespace weft::sim {
 
-enum class LoadBalancing : std::uint8_t { kEcmp, kFlowlet, kSpray };
+enum class LoadBalancing : std::uint8_t { kEcmp, kFlowlet, kSpray, kAdaptive };
+enum class ArGranularity : std::uint8_t { kPacket, kFlowlet };
 enum class SprayMode : std::uint8_t { kRandom, kRoundRobin, kLeastLoaded };
 enum class CongestionControl : std::uint8_t { kDcqcn, kNone, kHpcc, kSwift };
 enum class WriteMode : std::uint8_t { kFirstMiddleLast, kWriteOnly };
@@ -106,6 +107,13 @@ struct SimConfig {
   bool distinct_seeds = true;                 // false: every switch hashes with one seed
   SprayMode spray = SprayMode::kRandom;
   Time flowlet_gap = 100 * kUs;               // above the queueing delays ECN allows (docs)
+  // Switch adaptive routing (lb = adaptive): each packet (or each new flowlet) takes the
+  // equal-cost port whose egress queue, plus (ar.remote) the least queue the next switch
+  // has toward the destination as it last signalled it, is smallest. The signal is at most
+  // ar.signal_interval old.
+  ArGranularity ar_granularity = ArGranularity::kPacket;
+  bool ar_remote = true;
+  Time ar_signal_interval = 1 * kUs;
 
   // Links: each frame's propagation gets a random extra delay, uniform in [0, jitter], at
   // most 90% of the link's shortest frame time (so a link never reorders): the hosts'

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "weft/sim/network.h"
 #include "weft/util/error.h"
@@ -198,19 +199,58 @@ int Network::pick_port(int node, Packet& p) {
         case SprayMode::kLeastLoaded: return least_loaded();
       }
     }
-    if (cfg_.lb == LoadBalancing::kFlowlet) {
+    if (cfg_.lb == LoadBalancing::kAdaptive && cfg_.ar_granularity == ArGranularity::kPacket) return adaptive_pick(node, p, c, n);
+    if (cfg_.lb == LoadBalancing::kFlowlet || cfg_.lb == LoadBalancing::kAdaptive) {
       std::uint64_t key = static_cast<std::uint64_t>(node) << 32 | p.qp;
       auto& entry = flowlets_[key];
       Time now = events_.now();
       bool valid = false;
       if (entry.second != 0 && now - entry.second < cfg_.flowlet_gap)
         for (int i = 0; i < n; ++i) valid = valid || c[i] == entry.first;
-      if (!valid) entry.first = least_loaded();
+      if (!valid) entry.first = cfg_.lb == LoadBalancing::kAdaptive ? adaptive_pick(node, p, c, n) : least_loaded();
       entry.second = now == 0 ? 1 : now;
       return entry.first;
     }
   }
   return ecmp_pick(c, n, hash_tuple(node, p));
+}
+
+std::int64_t Network::signalled_queue(int port, int queue) {
+  Port& P = ports_[static_cast<std::size_t>(port)];
+  const Time now = events_.now();
+  if (!P.signalled[queue] || now - P.signalled_at[queue] >= cfg_.ar_signal_interval) {
+    P.signalled[queue] = true;
+    P.signalled_at[queue] = now;
+    P.signalled_bytes[queue] = P.queue_bytes[queue];
+  }
+  return P.signalled_bytes[queue];
+}
+
+int Network::adaptive_pick(int node, const Packet& p, const std::int32_t* c, int n) {
+  // Ties (an idle fabric) fall at random, as a switch's arbiter breaks them: no two
+  // switches drift into the same order.
+  const auto start = static_cast<std::uint32_t>(rng_() % static_cast<std::uint64_t>(n));
+  const int dst_gpu = gpu_rank_of_node_[p.dst];
+  int best = -1;
+  std::int64_t best_load = 0;
+  for (int i = 0; i < n; ++i) {
+    const int port = c[(start + static_cast<std::uint32_t>(i)) % static_cast<std::uint32_t>(n)];
+    const Port& P = ports_[static_cast<std::size_t>(port)];
+    std::int64_t load = P.queue_bytes[p.queue] + (P.busy ? 1 : 0);
+    const int next = ports_[static_cast<std::size_t>(P.peer)].node;
+    if (cfg_.ar_remote && !node_is_endpoint(next)) {
+      // The next switch's least queue toward the destination, as it signalled it.
+      const Candidates onward = routes_to(next, dst_gpu);
+      std::int64_t remote = onward.n > 0 ? std::numeric_limits<std::int64_t>::max() : 0;
+      for (int k = 0; k < onward.n; ++k) remote = std::min(remote, signalled_queue(onward.ports[k], p.queue));
+      load += remote;
+    }
+    if (best < 0 || load < best_load) {
+      best = port;
+      best_load = load;
+    }
+  }
+  return best;
 }
 
 int Network::ecmp_pick(const std::int32_t* c, int n, std::uint32_t h) const {

@@ -65,6 +65,10 @@ struct Port {
   std::int64_t ecn_marks = 0, drops = 0;
   bool endpoint_wake_pending = false;
   Time endpoint_wake_at = kNever;
+  // Adaptive routing: the queue bytes this port signalled last (per class) and when.
+  std::int64_t signalled_bytes[8] = {};
+  Time signalled_at[8] = {};
+  bool signalled[8] = {};
 };
 
 // One message (part) on a queue pair.
@@ -262,6 +266,10 @@ class Network : public EventTarget {
   // failed link the routes still hold until they converge).
   int choose_port(int node, Packet& p);
   int pick_port(int node, Packet& p);  // by load balancing among the routes, up or not
+  // Adaptive routing: the candidate with the least egress queue of the packet's class, plus
+  // with ar.remote the least queue the next switch signalled toward the destination.
+  int adaptive_pick(int node, const Packet& p, const std::int32_t* c, int n);
+  std::int64_t signalled_queue(int port, int queue);
   void try_send(int port);
   void transmit(int port, std::uint32_t id);
   void tx_done(int port);

@@ -126,9 +126,9 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
     bool usable = false;
     if (count == 1) {
       usable = c[0] == port;
-    } else if (cfg_.lb == LoadBalancing::kSpray) {
+    } else if (cfg_.lb == LoadBalancing::kSpray || (cfg_.lb == LoadBalancing::kAdaptive && cfg_.ar_granularity == ArGranularity::kPacket)) {
       for (int k = 0; k < count; ++k) usable = usable || c[k] == port;
-    } else if (cfg_.lb == LoadBalancing::kFlowlet) {
+    } else if (cfg_.lb == LoadBalancing::kFlowlet || cfg_.lb == LoadBalancing::kAdaptive) {
       bool fresh = q.flowlet_port < 0 || now - q.flowlet_last >= cfg_.flowlet_gap;
       if (!fresh) {
         bool valid = false;
