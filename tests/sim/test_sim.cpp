@@ -410,6 +410,97 @@ TEST(WindowCc, SwiftGrowsBelowItsTargetAndCutsAtMostOncePerRoundTrip) {
   EXPECT_GT(swift_target(p, 0, 1), 4 * kUs);
 }
 
+TEST(WindowCc, NsccMovesByTheQuadrantOfDelayAndMark) {
+  NsccParams p;
+  p.mtu = 1000;
+  p.line_bps = 80e9;  // 10 bytes per ns
+  p.base_rtt = 10 * kUs;
+  p.target_fraction = 0.5;  // 5 us of queueing
+  p.pi = 4;
+  p.fi = 1;
+  p.gamma = 0.8;
+  p.max_md = 0.5;
+  p.delay_alpha = 1;  // the average is the last sample
+  NsccState s = nscc_start(p);
+  EXPECT_DOUBLE_EQ(s.cwnd, 100'000);  // one BDP
+  EXPECT_EQ(nscc_target(p, s), 5 * kUs);
+  s.cwnd = 50'000;
+  // No mark, no queueing: pi packets per round trip, here for a tenth of the window.
+  nscc_on_ack(p, s, 10 * kUs, false, 5'000, 0, 1 * kUs);
+  EXPECT_NEAR(s.cwnd, 50'000 + 4 * 1000.0 * 5'000 / 50'000, 1e-6);
+  // No mark, over the target: fi packets per round trip.
+  s.cwnd = 50'000;
+  nscc_on_ack(p, s, 20 * kUs, false, 5'000, 0, 2 * kUs);
+  EXPECT_NEAR(s.cwnd, 50'000 + 1 * 1000.0 * 5'000 / 50'000, 1e-6);
+  // A mark over the target: x (1 - gamma (delay - target) / delay), 10 us of delay.
+  s.cwnd = 50'000;
+  nscc_on_ack(p, s, 20 * kUs, true, 1'000, 0, 3 * kUs);
+  EXPECT_NEAR(s.cwnd, 50'000 * (1 - 0.8 * 5.0 / 10.0), 1e-6);
+  nscc_on_ack(p, s, 20 * kUs, true, 1'000, 0, 4 * kUs);  // within a base round trip: once
+  EXPECT_NEAR(s.cwnd, 30'000, 1e-6);
+  // A mark under the target: no change (another path's congestion).
+  nscc_on_ack(p, s, 12 * kUs, true, 1'000, 0, 30 * kUs);
+  EXPECT_NEAR(s.cwnd, 30'000, 1e-6);
+  // A smaller round trip becomes the base.
+  nscc_on_ack(p, s, 8 * kUs, false, 0, 0, 31 * kUs);
+  EXPECT_EQ(s.base_rtt, 8 * kUs);
+  // A trimmed packet's NACK takes its bytes off; at the end of the quick-adapt window the
+  // window falls to what the window delivered.
+  s = nscc_start(p);
+  s.cwnd = 80'000;
+  nscc_on_ack(p, s, 10 * kUs, false, 0, 40'000, 100 * kUs);  // opens a window ending at 115 us
+  nscc_on_ack(p, s, 10 * kUs, false, 12'000, 40'000, 105 * kUs);
+  const double before = s.cwnd;
+  nscc_on_nack(p, s, 1'000, 40'000, 106 * kUs);
+  EXPECT_NEAR(s.cwnd, before - 1'000, 1e-6);
+  nscc_on_ack(p, s, 10 * kUs, false, 3'000, 40'000, 116 * kUs);  // window over: quick adapt
+  EXPECT_NEAR(s.cwnd, 15'000, 1e-6);
+  EXPECT_NEAR(s.ignore, 40'000, 1e-6);
+}
+
+TEST(SimValidation, TrimmingTurnsIncastLossesIntoImmediateResends) {
+  // Eight senders at line rate into one lossy port (no PFC, no congestion control). Dropped
+  // packets at the tail of a message wait for the 1.07 s timeout; trimmed ones reach the
+  // receiver as headers in the strict-priority queue, which NACKs each at once.
+  SimRun dropped = simulate("single-switch.yaml", "incast:8:4MB",
+                            {"cc=none", "pfc=off", "rdma.retransmit=selective", "time_limit=100ms"});
+  EXPECT_FALSE(dropped.finished);
+  EXPECT_GT(dropped.net->counters().drops, 0);
+  SimRun trimmed = simulate("single-switch.yaml", "incast:8:4MB",
+                            {"cc=none", "pfc=off", "rdma.retransmit=selective", "trim=on", "time_limit=100ms"});
+  ASSERT_TRUE(trimmed.finished);
+  EXPECT_EQ(trimmed.net->counters().drops, 0);
+  EXPECT_EQ(trimmed.net->counters().timeouts, 0);
+  EXPECT_GT(trimmed.net->counters().trimmed, 1000);
+  for (const FlowRecord& f : trimmed.net->flows()) EXPECT_EQ(f.delivered_bytes, f.bytes);
+  // 32 MB through one 100G port, and the resends of what was cut.
+  const double payload_us = 32e6 * 8 / goodput(100e9, 4096) * 1e6;
+  EXPECT_LT(to_us(trimmed.net->finish_time()), 1.25 * payload_us);
+}
+
+TEST(SimValidation, NsccHoldsTheLinkWithTheQueueBetweenItsMarks) {
+  // NSCC's incast: eight long flows into one 100G port, ECN marks from 20 to 80 KB. The
+  // link runs at its payload rate; the queue stays inside the marking range (NSCC cuts only
+  // on a mark with the delay over its target) and the shares stay within 1.4 of each other.
+  SimRun r = simulate("single-switch.yaml", "incast:8:100GB",
+                      {"cc=nscc", "pfc=off", "ecn.min=20KB", "ecn.max=80KB", "time_limit=10ms", "sample.qps=on",
+                       "sample.interval=1ms"});
+  for (const auto& [at, rates] : rates_by_window(r, 2 * kMs)) {
+    const auto [lo, hi] = std::minmax_element(rates.begin(), rates.end());
+    double sum = 0;
+    for (double g : rates) sum += g;
+    EXPECT_GT(sum, 0.99 * goodput(100e9, 4096) / 1e9) << to_us(at);
+    EXPECT_LE(*hi / *lo, 1.4) << to_us(at);
+  }
+  double queued = 0;
+  int n = 0;
+  for (const QueueSample& q : r.net->queue_samples())
+    if (q.at > 2 * kMs && r.net->port_name(q.port) == "switch->host0.gpu0") queued += static_cast<double>(q.bytes), ++n;
+  EXPECT_GT(queued / n, 20e3);
+  EXPECT_LT(queued / n, 100e3);
+  EXPECT_EQ(r.net->counters().drops, 0);
+}
+
 TEST(SimValidation, HpccHoldsTheQueueNearZeroAndSharesFairly) {
   // HPCC's incast (Li et al. 2019, section 5), with the paper's 1 KB packets: eight long
   // flows into one 100G port. The senders keep the bottleneck at eta = 95% of its payload

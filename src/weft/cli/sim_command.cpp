@@ -73,7 +73,7 @@ void add_sim_command(CLI::App& app, Action& action) {
                   "trace folder (WEFT_TRACE), job file (.yaml), COLLECTIVE:ALGORITHM:SIZE[@GPUS], permutation:SIZE, "
                   "incast:N:SIZE, alltoall:SIZE, flow:SRC:DST:SIZE");
   cmd->add_option("--lb", f->lb, "load balancing: ecmp, flowlet, spray or adaptive");
-  cmd->add_option("--cc", f->cc, "congestion control: dcqcn, hpcc, swift or none");
+  cmd->add_option("--cc", f->cc, "congestion control: dcqcn, hpcc, swift, nscc or none");
   cmd->add_option("--pfc", f->pfc, "priority flow control: on or off");
   cmd->add_option("--set", f->settings, "key=value (repeatable; see --list-keys)");
   cmd->add_option("--seed", f->seed, "random seed")->check(non_negative())->each([f](const std::string&) {

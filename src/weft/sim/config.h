@@ -14,7 +14,7 @@ namespace weft::sim {
 enum class LoadBalancing : std::uint8_t { kEcmp, kFlowlet, kSpray, kAdaptive };
 enum class ArGranularity : std::uint8_t { kPacket, kFlowlet };
 enum class SprayMode : std::uint8_t { kRandom, kRoundRobin, kLeastLoaded };
-enum class CongestionControl : std::uint8_t { kDcqcn, kNone, kHpcc, kSwift };
+enum class CongestionControl : std::uint8_t { kDcqcn, kNone, kHpcc, kSwift, kNscc };
 enum class WriteMode : std::uint8_t { kFirstMiddleLast, kWriteOnly };
 enum class Retransmit : std::uint8_t { kGoBackN, kSelective };
 enum class HashFunction : std::uint8_t { kCrc32, kXor };
@@ -96,6 +96,16 @@ struct SimConfig {
   double swift_ai = 1;                        // packets per round trip
   double swift_beta = 0.8;
   double swift_max_mdf = 0.5;
+  // NSCC (Ultra Ethernet Transport 1.0): target queueing delay as a fraction of the path's
+  // base round trip; increases in packets per round trip; decrease gain and cap.
+  double nscc_target_fraction = 0.75;
+  double nscc_pi = 4, nscc_fi = 1;
+  double nscc_gamma = 0.8, nscc_max_md = 0.5;
+  // Packet trimming (Ultra Ethernet): a switch cuts the payload of a lossy data packet that
+  // finds its egress queue above trim_threshold (0: the drop threshold) and forwards the
+  // header in the strict-priority CNP queue; the receiver NACKs that PSN at once.
+  bool trim = false;
+  std::int64_t trim_threshold = 0;
   // Window-controlled senders (HPCC, Swift) space paced packets by gaps drawn uniformly
   // within +-pacing_jitter/2 of the rate's: a NIC's scheduler is not a metronome, and exact
   // gaps lock senders in phase, so that one keeps seeing an empty queue and another a full one.

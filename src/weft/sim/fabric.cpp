@@ -408,7 +408,13 @@ void Network::forward(int node, std::uint32_t id) {
       return;
     }
     p.in_headroom = !shared;
-  } else if (O.queue_bytes[q] + wire > cfg_.drop_threshold || buffer_used_[node] + wire > shared_size_[node]) {
+  } else if (O.queue_bytes[q] + wire > cfg_.drop_threshold || buffer_used_[node] + wire > shared_size_[node] ||
+             (cfg_.trim && cfg_.trim_threshold > 0 && O.queue_bytes[q] + wire > cfg_.trim_threshold && !p.trimmed)) {
+    if (cfg_.trim && trim(p)) {
+      ++O.trims;
+      forward(node, id);  // the header alone, in its own queue (it is trimmed once)
+      return;
+    }
     ++O.drops;
     drop(id);
     return;
@@ -442,6 +448,17 @@ void Network::forward(int node, std::uint32_t id) {
     if (!I.pausing[q] && (p.in_headroom || I.ingress_bytes[q] >= xoff_threshold(node))) send_pfc(in, q, true);
   }
   try_send(out);
+}
+
+bool Network::trim(Packet& p) {
+  if (p.type != PacketType::kData || p.trimmed) return false;
+  p.trimmed = true;
+  p.payload = 0;
+  p.frame = kHeaderBytes + (p.opcode == Opcode::kFirst || p.opcode == Opcode::kOnly ? kRethBytes : 0);  // its headers
+  p.queue = static_cast<std::uint8_t>(cfg_.cnp_queue);
+  p.ce = false;
+  ++counters_.trimmed;
+  return true;
 }
 
 void Network::dequeued_at_switch(int port, const Packet& p) {

@@ -62,7 +62,7 @@ struct Port {
   // Counters.
   std::int64_t tx_bytes = 0, tx_frames = 0, tx_payload = 0;
   std::int64_t pauses_sent = 0, resumes_sent = 0, pauses_received = 0;
-  std::int64_t ecn_marks = 0, drops = 0;
+  std::int64_t ecn_marks = 0, drops = 0, trims = 0;
   bool endpoint_wake_pending = false;
   Time endpoint_wake_at = kNever;
   // Adaptive routing: the queue bytes this port signalled last (per class) and when.
@@ -126,7 +126,9 @@ struct QueuePair {
   double window = 0;
   HpccState hpcc;
   SwiftState swift;
+  NsccState nscc;
   int hops = 0;
+  Time path_rtt = 0;      // NSCC's first base round trip estimate
 };
 
 struct FlowRecord {
@@ -153,6 +155,7 @@ struct Counters {
   std::int64_t reordered = 0;     // Write-Only arrivals ahead of a missing PSN, placed directly
   std::int64_t watchdog_storms = 0, lost_on_failure = 0, data_packets = 0;
   std::int64_t corrupted = 0;     // frames lost on the wire (link.loss, link.ber)
+  std::int64_t trimmed = 0;       // data packets whose payload a switch cut (packet trimming)
   std::int64_t bytes_sent = 0, bytes_delivered = 0;
 };
 
@@ -304,15 +307,21 @@ class Network : public EventTarget {
   // Window congestion control: HPCC's switches stamp a data packet as it leaves (int_of);
   // an ACK echoes the stamps and the send time of the packet it answers (echo_); the
   // sender's window and pacing follow (window_cc.h).
-  bool window_cc() const { return cfg_.cc == CongestionControl::kHpcc || cfg_.cc == CongestionControl::kSwift; }
+  bool window_cc() const {
+    return cfg_.cc == CongestionControl::kHpcc || cfg_.cc == CongestionControl::kSwift || cfg_.cc == CongestionControl::kNscc;
+  }
   IntStack& int_of(std::uint32_t id);
   void window_on_ack(QueuePair& q, const Packet& ack, std::uint32_t newly_acked);
-  void window_on_loss(QueuePair& q);
+  void window_on_loss(QueuePair& q, bool lost);  // lost: trimmed or timed out, not a sequence NAK
   bool window_full(const QueuePair& q) const;
   void window_set(QueuePair& q, double window, double pacing_bps);
   HpccParams hpcc_params(const QueuePair& q) const;
   SwiftParams swift_params(const QueuePair& q) const;
-  void send_control(int from, int to, int qp, PacketType type, std::uint32_t psn);
+  NsccParams nscc_params(const QueuePair& q) const;
+  void send_control(int from, int to, int qp, PacketType type, std::uint32_t psn, std::uint32_t trimmed_psn = ~0u);
+  // Packet trimming: cuts a lossy data packet's payload and moves it to the CNP queue;
+  // false when it cannot be trimmed (not data, or already trimmed).
+  bool trim(Packet& p);
   void rto_check(int qp);
   void alpha_timer(int qp);
   void rate_timer(int qp, std::uint32_t epoch);
@@ -336,6 +345,7 @@ class Network : public EventTarget {
   std::vector<IntStack> int_;     // HPCC: each packet's telemetry, by packet id
   struct Echo {
     Time sent_at = 0;             // when the packet being received was sent
+    bool ce = false;              // whether it arrived CE-marked (NSCC)
     IntStack stamps;              // HPCC: its telemetry
   } echo_;                        // what an ACK sent in answer echoes
   std::vector<Port> ports_;

@@ -45,6 +45,9 @@ struct Packet {
   Time sent_at = 0;
   std::uint32_t link_epoch = 0;  // the link's epoch when it went on the wire (failures)
   bool in_headroom = false;  // held in its ingress port's PFC headroom, not the shared buffer
+  bool trimmed = false;      // data: its payload was cut by a switch (packet trimming); NAK: answers one
+  bool ecn_echo = false;     // ACK: the packet it answers arrived CE-marked
+  std::uint32_t nacked_psn = 0;  // NAK of a trimmed packet: its PSN (psn is still the cumulative ACK)
 };
 
 // In-band network telemetry (HPCC): what each switch egress port a data packet left

@@ -116,8 +116,9 @@ void Network::pcap_write(const Packet& p) {
     if (p.type == PacketType::kCnp) bth[4] = 0x40;  // BECN: the CNP tells the sender of congestion
     put24(bth + 5, p.qp + 0x100);  // destination QP (0 and 1 are reserved for management)
     // An ACK carries the PSN of the last packet it acknowledges; a NAK (sequence error) the
-    // PSN the responder expects.
-    put24(bth + 9, p.type == PacketType::kAck ? p.psn - 1 : p.psn);
+    // PSN the responder expects, or for a trimmed packet (RoCE has no trimming NAK) the PSN
+    // to resend.
+    put24(bth + 9, p.type == PacketType::kAck ? p.psn - 1 : p.trimmed ? p.nacked_psn : p.psn);
     if (p.type == PacketType::kData && (p.opcode == Opcode::kLast || p.opcode == Opcode::kOnly)) bth[8] = 0x80;  // ack request
     n = 14 + 20 + 8 + 12;
     if (p.type == PacketType::kData && (p.opcode == Opcode::kFirst || p.opcode == Opcode::kOnly)) {

@@ -46,9 +46,18 @@ int Network::qp_for(int src_agent, int dst_agent, int part) {
       if (cfg_.cc == CongestionControl::kHpcc) {
         q.hpcc = hpcc_start(hpcc_params(q));
         q.window = q.hpcc.window;
-      } else {
+      } else if (cfg_.cc == CongestionControl::kSwift) {
         q.swift = swift_start(swift_params(q), q.hops);
         q.window = q.swift.window;
+      } else {
+        // A first base round trip: an MTU packet's store and forward over the path and its
+        // ACK's return; the smallest round trip measured replaces it.
+        for (int port : first_path(work_.agents[src_agent].gpu, work_.agents[dst_agent].gpu)) {
+          const Port& P = ports_[static_cast<std::size_t>(port)];
+          q.path_rtt += 2 * P.delay + static_cast<Time>(std::llround((cfg_.mtu + kHeaderBytes + kAckFrame + 2 * kWireOverhead) * 8e12 / P.bps));
+        }
+        q.nscc = nscc_start(nscc_params(q));
+        q.window = q.nscc.window;
       }
     }
     qps_.push_back(std::move(q));
@@ -241,7 +250,7 @@ std::uint32_t Network::make_data_packet(int qp) {
   return id;
 }
 
-void Network::send_control(int from, int to, int qp, PacketType type, std::uint32_t psn) {
+void Network::send_control(int from, int to, int qp, PacketType type, std::uint32_t psn, std::uint32_t trimmed_psn) {
   std::uint32_t id = pool_.alloc();
   Packet& p = pool_[id];
   p.type = type;
@@ -256,7 +265,14 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
   p.msn = qps_[qp].msn;
   p.sport = qps_[qp].sport;
   p.port = -1;
-  if (type == PacketType::kAck) p.sent_at = echo_.sent_at;  // the answered packet's send time
+  if (type == PacketType::kAck) {
+    p.sent_at = echo_.sent_at;  // the answered packet's send time and congestion mark
+    p.ecn_echo = echo_.ce;
+  }
+  if (trimmed_psn != ~0u) {
+    p.trimmed = true;
+    p.nacked_psn = trimmed_psn;
+  }
   if (cfg_.cc == CongestionControl::kHpcc) int_of(id) = type == PacketType::kAck ? echo_.stamps : IntStack{};
   int out = choose_port(from, p);
   if (out < 0) {
@@ -274,6 +290,7 @@ void Network::endpoint_receive(std::uint32_t id) {
   // A copy: answering (ACK, NAK, CNP) takes packets from the pool, which may move its slots.
   const Packet p = pool_[id];
   echo_.sent_at = p.sent_at;
+  echo_.ce = p.ce;
   if (cfg_.cc == CongestionControl::kHpcc) echo_.stamps = int_of(id);
   int qp = static_cast<int>(p.qp);
   QueuePair& q = qps_[qp];
@@ -302,6 +319,14 @@ void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
   }
   const bool accept_ahead = cfg_.write_mode == WriteMode::kWriteOnly || cfg_.retransmit == Retransmit::kSelective;
   const std::uint32_t psn = p.psn;
+  if (p.trimmed) {
+    // Its header says which PSN was cut: ask for that one again at once (unless it came).
+    if (psn >= q.epsn && !std::binary_search(q.ahead.begin(), q.ahead.end(), psn)) {
+      ++counters_.naks;
+      send_control(q.dst, q.src, qp, PacketType::kNak, q.epsn, psn);
+    }
+    return;
+  }
   if (psn < q.epsn || std::binary_search(q.ahead.begin(), q.ahead.end(), psn)) {
     ++counters_.duplicates;
     send_control(q.dst, q.src, qp, PacketType::kAck, q.epsn);
@@ -310,7 +335,9 @@ void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
   if (psn > q.epsn) {
     if (cfg_.write_mode == WriteMode::kWriteOnly) ++counters_.reordered;
     else ++counters_.out_of_order;
-    bool nak = !accept_ahead || cfg_.retransmit == Retransmit::kSelective;
+    // With trimming, a receiver that places packets as they come leaves gaps to the trims'
+    // NACKs (and the timeout): under spraying a gap is mostly a packet still on its way.
+    bool nak = !accept_ahead || (cfg_.retransmit == Retransmit::kSelective && !cfg_.trim);
     if (nak && q.nak_for != q.epsn) {
       q.nak_for = q.epsn;
       ++counters_.naks;
@@ -350,7 +377,7 @@ void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
 void Network::receive_ack(QueuePair& q, int qp, const Packet& p, bool nak) {
   const std::uint32_t e = p.psn;
   if (window_cc()) {
-    if (nak) window_on_loss(q);
+    if (nak) window_on_loss(q, p.trimmed);
     else if (e > q.snd_una) window_on_ack(q, p, e - q.snd_una);
   }
   if (e > q.snd_una) {
@@ -366,7 +393,15 @@ void Network::receive_ack(QueuePair& q, int qp, const Packet& p, bool nak) {
   }
   if (q.snd_nxt < q.snd_una) q.snd_nxt = q.snd_una;
   if (window_cc() && !nak) activate(qp);  // the window has room again, or a new rate
-  if (nak && e < q.snd_max) {
+  if (nak && p.trimmed) {
+    // A trimmed packet: resend that PSN (go-back-N: from it).
+    const std::uint32_t t = p.nacked_psn;
+    if (t >= q.snd_una && t < q.snd_max) {
+      if (cfg_.retransmit == Retransmit::kGoBackN) q.snd_nxt = std::min(q.snd_nxt, t);
+      else if (std::find(q.retransmit.begin(), q.retransmit.end(), t) == q.retransmit.end()) q.retransmit.push_back(t);
+    }
+    activate(qp);
+  } else if (nak && e < q.snd_max) {
     if (cfg_.retransmit == Retransmit::kGoBackN) {
       if (q.snd_nxt > e) q.snd_nxt = e;
     } else if (std::find(q.retransmit.begin(), q.retransmit.end(), e) == q.retransmit.end()) {
@@ -383,7 +418,7 @@ void Network::rto_check(int qp) {
   const Time now = events_.now();
   if (now - q.last_progress >= cfg_.rto) {
     ++counters_.timeouts;
-    if (window_cc()) window_on_loss(q);
+    if (window_cc()) window_on_loss(q, true);
     if (cfg_.retransmit == Retransmit::kGoBackN) q.snd_nxt = q.snd_una;
     else if (std::find(q.retransmit.begin(), q.retransmit.end(), q.snd_una) == q.retransmit.end())
       q.retransmit.push_back(q.snd_una);
@@ -431,21 +466,46 @@ SwiftParams Network::swift_params(const QueuePair& q) const {
   return p;
 }
 
+NsccParams Network::nscc_params(const QueuePair& q) const {
+  NsccParams p;
+  p.mtu = static_cast<double>(cfg_.mtu);
+  p.line_bps = line_rate(q.src);
+  p.base_rtt = q.path_rtt;
+  p.target_fraction = cfg_.nscc_target_fraction;
+  p.pi = cfg_.nscc_pi;
+  p.fi = cfg_.nscc_fi;
+  p.gamma = cfg_.nscc_gamma;
+  p.max_md = cfg_.nscc_max_md;
+  return p;
+}
+
 void Network::window_on_ack(QueuePair& q, const Packet& ack, std::uint32_t newly_acked) {
   if (cfg_.cc == CongestionControl::kHpcc) {
     hpcc_on_ack(hpcc_params(q), q.hpcc, echo_.stamps, ack.psn, q.snd_nxt);
     window_set(q, q.hpcc.window, q.hpcc.pacing_bps);
-  } else {
+  } else if (cfg_.cc == CongestionControl::kSwift) {
     const Time now = events_.now();
     swift_on_ack(swift_params(q), q.swift, q.hops, now - ack.sent_at, static_cast<int>(newly_acked), now);
     window_set(q, q.swift.window, q.swift.pacing_bps);
+  } else {
+    const Time now = events_.now();
+    const double mtu = static_cast<double>(cfg_.mtu);
+    nscc_on_ack(nscc_params(q), q.nscc, now - ack.sent_at, ack.ecn_echo, newly_acked * mtu,
+                static_cast<double>(q.snd_nxt - q.snd_una) * mtu, now);
+    window_set(q, q.nscc.window, 0);
   }
 }
 
-void Network::window_on_loss(QueuePair& q) {
-  if (cfg_.cc != CongestionControl::kSwift) return;  // HPCC reacts to telemetry, not to losses
-  swift_on_loss(swift_params(q), q.swift, events_.now());
-  window_set(q, q.swift.window, q.swift.pacing_bps);
+void Network::window_on_loss(QueuePair& q, bool lost) {
+  if (cfg_.cc == CongestionControl::kSwift) {
+    swift_on_loss(swift_params(q), q.swift, events_.now());
+    window_set(q, q.swift.window, q.swift.pacing_bps);
+  } else if (cfg_.cc == CongestionControl::kNscc && lost) {
+    const double mtu = static_cast<double>(cfg_.mtu);
+    nscc_on_nack(nscc_params(q), q.nscc, mtu, static_cast<double>(q.snd_nxt - q.snd_una) * mtu, events_.now());
+    window_set(q, q.nscc.window, 0);
+  }
+  // HPCC reacts to telemetry, not to losses.
 }
 
 void Network::window_set(QueuePair& q, double window, double pacing_bps) {

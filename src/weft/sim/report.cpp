@@ -149,6 +149,7 @@ nlohmann::json summary_json(const Network& net) {
                    {"out_of_order", c.out_of_order},   {"reordered_write_only", c.reordered}, {"naks", c.naks},
                    {"timeouts", c.timeouts},           {"duplicates", c.duplicates},
                    {"watchdog_storms", c.watchdog_storms}, {"lost_on_failure", c.lost_on_failure}, {"corrupted", c.corrupted},
+                   {"trimmed", c.trimmed},
                    {"data_packets", c.data_packets},   {"bytes_sent", c.bytes_sent},
                    {"bytes_delivered", c.bytes_delivered}};
   json imb = json::array();
@@ -229,6 +230,9 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   if (c.watchdog_storms) std::fprintf(out, "PFC watchdog: %lld pause storms broken\n", static_cast<long long>(c.watchdog_storms));
   if (c.lost_on_failure) std::fprintf(out, "failures: %lld packets lost on failed links\n", static_cast<long long>(c.lost_on_failure));
   if (c.corrupted) std::fprintf(out, "link errors: %lld frames lost on the wire\n", static_cast<long long>(c.corrupted));
+  if (c.trimmed)
+    std::fprintf(out, "trimming: %lld packets cut to their headers by switches and resent at the receiver's NACK\n",
+                 static_cast<long long>(c.trimmed));
   // The busiest fabric link (GPU-side NVLink and PCIe excluded).
   int busiest = -1;
   double util = 0;

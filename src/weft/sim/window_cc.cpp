@@ -110,4 +110,82 @@ void swift_on_loss(const SwiftParams& p, SwiftState& s, Time now) {
   swift_settle(p, s);
 }
 
+// --- NSCC (Ultra Ethernet Transport 1.0, sender-based congestion control) ---
+
+namespace {
+double bdp(const NsccParams& p, const NsccState& s) { return p.line_bps / 8 * to_seconds(s.base_rtt); }
+void nscc_settle(const NsccParams& p, NsccState& s) {
+  s.cwnd = std::clamp(s.cwnd, p.mtu, std::max(1.5 * bdp(p, s), p.mtu));
+  s.window = s.cwnd;
+}
+// Quick adapt: at the end of each window of base_rtt + target, if a trim or loss asked for
+// it, the window falls to the bytes delivered in that window, and the acknowledgements of
+// what was in flight then are not acted on. Returns true when it acted.
+bool quick_adapt(const NsccParams& p, NsccState& s, double in_flight, Time now) {
+  bool acted = false;
+  if (now > s.qa_end) {
+    if (s.qa_end != 0 && s.trigger_qa) {
+      s.cwnd = std::max(s.achieved, p.mtu);
+      s.ignore = in_flight;
+      s.trigger_qa = false;
+      s.inc_bytes = 0;
+      acted = true;
+    }
+    s.achieved = 0;
+    s.qa_end = now + s.base_rtt + nscc_target(p, s);
+  }
+  return acted;
+}
+}  // namespace
+
+NsccState nscc_start(const NsccParams& p) {
+  NsccState s;
+  s.base_rtt = p.base_rtt;
+  s.cwnd = bdp(p, s);
+  nscc_settle(p, s);
+  return s;
+}
+
+Time nscc_target(const NsccParams& p, const NsccState& s) {
+  return static_cast<Time>(std::llround(p.target_fraction * static_cast<double>(s.base_rtt)));
+}
+
+void nscc_on_ack(const NsccParams& p, NsccState& s, Time rtt, bool ecn, double acked_bytes, double in_flight, Time now) {
+  if (rtt > 0 && rtt < s.base_rtt) s.base_rtt = rtt;
+  const double delay = to_seconds(rtt > s.base_rtt ? rtt - s.base_rtt : 0);
+  s.avg_delay = p.delay_alpha * delay + (1 - p.delay_alpha) * s.avg_delay;
+  s.achieved += acked_bytes;
+  if (s.ignore > 0) {
+    // Acknowledgements of what was in flight at the last quick adapt: their signals are old.
+    s.ignore -= acked_bytes;
+    if (ecn) return nscc_settle(p, s);
+  }
+  if (quick_adapt(p, s, in_flight, now)) return nscc_settle(p, s);
+  const double target = to_seconds(nscc_target(p, s));
+  if (!ecn && delay < target) {
+    // Proportional increase: up to pi packets per round trip, less as the delay nears target.
+    s.inc_bytes += p.pi * p.mtu * (target - delay) / target * acked_bytes;
+  } else if (!ecn) {
+    s.inc_bytes += p.fi * p.mtu * acked_bytes;  // fair increase: fi packets per round trip
+  } else if (delay >= target) {
+    if (s.avg_delay > target && (!s.decreased || now - s.last_decrease > s.base_rtt)) {
+      s.cwnd *= std::max(1 - p.gamma * (s.avg_delay - target) / s.avg_delay, 1 - p.max_md);
+      s.last_decrease = now;
+      s.decreased = true;
+    }
+  }
+  // (A mark under the target delay: another path's congestion; spraying moves on.)
+  // Increases gathered over the acknowledged bytes add inc / cwnd: per round trip (a window
+  // acknowledged) that is the packets named above.
+  s.cwnd += s.inc_bytes / s.cwnd;
+  s.inc_bytes = 0;
+  nscc_settle(p, s);
+}
+
+void nscc_on_nack(const NsccParams& p, NsccState& s, double bytes, double in_flight, Time now) {
+  s.trigger_qa = true;
+  if (!quick_adapt(p, s, in_flight, now)) s.cwnd -= bytes;
+  nscc_settle(p, s);
+}
+
 }  // namespace weft::sim

@@ -10,6 +10,14 @@
 //         the target delay (base + per hop + flow scaling) the window grows by ai packets per
 //         round trip, above it shrinks by beta x (delay - target) / delay, at most max_mdf and
 //         at most once per round trip.
+//   NSCC  (Ultra Ethernet 1.0's network-signal congestion control): the queueing delay (the
+//         round trip over the smallest one seen) and the ECN echo of each ACK pick one of four
+//         moves: no mark and under the target delay, a proportional increase; no mark over
+//         it, a fair (additive) increase; a mark over it, a multiplicative decrease by
+//         gamma x (avg delay - target) / avg delay, at most once per base round trip; a mark
+//         under it, nothing (another path's congestion: spraying moves on). A trimmed packet
+//         or a loss takes its bytes off the window and triggers quick adapt: the window
+//         falls to what was delivered in the last base round trip plus target.
 //
 // Contract: on_ack and friends only read their arguments and change the state they are
 // given; `window` is in bytes, and `pacing_bps` (0: not paced) is the rate the sender spaces
@@ -78,5 +86,42 @@ void swift_on_ack(const SwiftParams& p, SwiftState& s, int hops, Time delay, int
 // A loss signal (NAK or timeout): one multiplicative decrease by max_mdf, at most once per
 // round trip.
 void swift_on_loss(const SwiftParams& p, SwiftState& s, Time now);
+
+struct NsccParams {
+  double mtu = 4096;
+  double line_bps = 100e9;
+  Time base_rtt = 4 * kUs;      // the path's round trip when idle (a first estimate)
+  double target_fraction = 0.75;  // target queueing delay as a fraction of the base round trip
+  double pi = 4;                // proportional increase: packets per round trip at no delay
+  double fi = 1;                // fair increase: packets per round trip
+  double gamma = 0.8;           // multiplicative decrease gain
+  double max_md = 0.5;          // largest decrease at once
+  double delay_alpha = 0.125;   // weight of a new sample in the average queueing delay
+};
+
+struct NsccState {
+  double cwnd = 0;              // bytes
+  Time base_rtt = 0;            // the smallest round trip seen
+  double avg_delay = 0;         // seconds of queueing, averaged
+  Time last_decrease = 0;
+  bool decreased = false;
+  double inc_bytes = 0;         // increases gathered, applied as inc_bytes / cwnd
+  // Quick adapt: bytes acknowledged in the current window of base_rtt + target, when it
+  // ends, whether a trim or loss asked for it, and how many acknowledged bytes to ignore
+  // after one (those that were in flight at its time).
+  double achieved = 0;
+  Time qa_end = 0;
+  bool trigger_qa = false;
+  double ignore = 0;
+  double window = 0;            // bytes (= cwnd)
+};
+
+NsccState nscc_start(const NsccParams& p);
+Time nscc_target(const NsccParams& p, const NsccState& s);
+// An ACK for `acked_bytes` new bytes measured the round trip `rtt`; `ecn` is its echo of a
+// congestion mark; `in_flight` bytes are unacknowledged.
+void nscc_on_ack(const NsccParams& p, NsccState& s, Time rtt, bool ecn, double acked_bytes, double in_flight, Time now);
+// A NACK for a trimmed (or lost) packet of `bytes`.
+void nscc_on_nack(const NsccParams& p, NsccState& s, double bytes, double in_flight, Time now);
 
 }  // namespace weft::sim
