@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 #include "weft/sim/network.h"
 #include "weft/util/error.h"
@@ -104,15 +105,39 @@ Network::Candidates Network::routes_to(int node, int dst_gpu) const {
     if (!ports_[static_cast<std::size_t>(last)].up) return {nullptr, 0};
     if (node == columns_.target[col]) return {&last, 1};
   }
-  const std::size_t slot = static_cast<std::size_t>(node) * static_cast<std::size_t>(columns_.count()) + col;
+  const std::int32_t row = route_row_[static_cast<std::size_t>(node)];
+  if (row < 0) {
+    // A node with one link sends everything through it, when the node beyond reaches the
+    // destination (or is it): such nodes keep no table.
+    const std::int32_t& only = only_port_[static_cast<std::size_t>(node)];
+    const Port& P = ports_[static_cast<std::size_t>(only)];
+    if (!P.up) return {nullptr, 0};
+    const int next = ports_[static_cast<std::size_t>(P.peer)].node;
+    if (next == topo_.gpus[d]) return {&only, 1};
+    if (route_row_[static_cast<std::size_t>(next)] < 0 || routes_to(next, dst_gpu).n == 0) return {nullptr, 0};
+    return {&only, 1};
+  }
+  const std::size_t slot = static_cast<std::size_t>(row) * static_cast<std::size_t>(columns_.count()) + col;
   return {route_pool_.data() + route_begin_[slot], route_count_[slot]};
 }
 
 void Network::compute_routes() {
   const std::size_t N = topo_.nodes.size(), C = static_cast<std::size_t>(columns_.count());
-  route_begin_.assign(N * C, 0);
-  route_count_.assign(N * C, 0);
+  // Tables for the nodes with several links only (switches, GPUs with NVLink and a NIC).
+  route_row_.assign(N, -1);
+  only_port_.assign(N, -1);
+  std::size_t rows = 0;
+  for (std::size_t n = 0; n < N; ++n) {
+    if (node_ports_[n].size() == 1) only_port_[n] = node_ports_[n][0];
+    else if (!node_ports_[n].empty()) route_row_[n] = static_cast<std::int32_t>(rows++);
+  }
+  route_begin_.assign(rows * C, 0);
+  route_count_.assign(rows * C, 0);
   route_pool_.clear();
+  // Equal candidate lists are stored once (an edge switch's uplinks serve every remote
+  // destination): a hash of the list to its first place in the pool.
+  std::unordered_map<std::uint64_t, std::uint32_t> stored;
+  std::vector<std::int32_t> list;
   std::vector<int> dist(N), frontier;
   auto may_forward = [&](int n) { return !node_is_endpoint(n) || topo_.nodes[n].transit; };
   for (std::size_t d = 0; d < C; ++d) {
@@ -133,15 +158,27 @@ void Network::compute_routes() {
       }
     }
     for (std::size_t n = 0; n < N; ++n) {
-      if (dist[n] <= 0) continue;
-      std::size_t slot = n * C + d;
-      route_begin_[slot] = static_cast<std::uint32_t>(route_pool_.size());
+      if (dist[n] <= 0 || route_row_[n] < 0) continue;
+      list.clear();
+      std::uint64_t h = 0x9E3779B97F4A7C15ull;
       for (int port : node_ports_[n]) {
         if (!ports_[port].up) continue;
         int v = ports_[ports_[port].peer].node;
-        if (dist[v] == dist[n] - 1 && (v == target || may_forward(v))) route_pool_.push_back(port);
+        if (dist[v] == dist[n] - 1 && (v == target || may_forward(v))) {
+          list.push_back(port);
+          h = splitmix(h ^ static_cast<std::uint64_t>(port));
+        }
       }
-      route_count_[slot] = static_cast<std::uint16_t>(route_pool_.size() - route_begin_[slot]);
+      const std::size_t slot = static_cast<std::size_t>(route_row_[n]) * C + d;
+      route_count_[slot] = static_cast<std::uint16_t>(list.size());
+      auto [it, fresh] = stored.try_emplace(h ^ list.size(), static_cast<std::uint32_t>(route_pool_.size()));
+      if (!fresh && it->second + list.size() <= route_pool_.size() &&
+          std::equal(list.begin(), list.end(), route_pool_.begin() + it->second)) {
+        route_begin_[slot] = it->second;
+        continue;
+      }
+      route_begin_[slot] = static_cast<std::uint32_t>(route_pool_.size());
+      route_pool_.insert(route_pool_.end(), list.begin(), list.end());
     }
   }
 }
@@ -721,11 +758,16 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
 }
 
 Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Workload& w, int destinations) {
-  const double slots = static_cast<double>(t.nodes.size()) * destinations;
+  // Tables for the nodes with several links (compute_routes): a slot per destination.
+  std::vector<int> degree(t.nodes.size(), 0);
+  for (const Link& l : t.links) ++degree[static_cast<std::size_t>(l.a)], ++degree[static_cast<std::size_t>(l.b)];
+  const double routed = static_cast<double>(std::count_if(degree.begin(), degree.end(), [](int k) { return k > 1; }));
+  const double slots = routed * destinations;
   const double routes = slots * (sizeof(std::uint32_t) + sizeof(std::uint16_t) + sizeof(std::int32_t));
   double steps = 0;
   for (const Agent& a : w.agents) steps += static_cast<double>(a.steps.size());
-  return {routes, routes + 2.0 * static_cast<double>(t.links.size()) * sizeof(Port) + steps * 100, destinations};
+  return {routes, routes + 2.0 * static_cast<double>(t.links.size()) * sizeof(Port) + steps * 100, destinations,
+          static_cast<int>(routed)};
 }
 
 Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
@@ -734,7 +776,7 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
   if (const auto have = available_memory_bytes(); have && need.total > 0.9 * static_cast<double>(*have)) {
     throw ConfigError(fmt::format("this simulation needs about {:.1f} GiB (routing tables for {} nodes x {} destinations: {:.1f} GiB), "
                                   "more than the {:.1f} GiB this machine has available: simulate a smaller fabric",
-                                  need.total / 1073741824.0, topo_.nodes.size(), need.destinations,
+                                  need.total / 1073741824.0, need.routed_nodes, need.destinations,
                                   need.routes / 1073741824.0, static_cast<double>(*have) / 1073741824.0));
   }
   finalize_config(cfg_);

@@ -203,6 +203,7 @@ class Network : public EventTarget {
   struct MemoryEstimate {
     double routes, total;  // bytes
     int destinations;      // routing columns
+    int routed_nodes;      // nodes with a table (more than one link)
   };
   static MemoryEstimate estimate_memory(const Topology& topology, const Workload& workload, int destinations);
   ~Network() override;
@@ -354,9 +355,12 @@ class Network : public EventTarget {
   // Routes (routes_to) are kept per column, not per GPU: a GPU with one link, to a switch, is reached
   // through that switch (its anchor) from everywhere else, so every GPU under one switch
   // shares the column routed toward the switch; other GPUs have a column of their own.
-  // route_pool_[route_begin_[n * C + c] + i] for i < route_count_[n * C + c], C columns.
+  // route_pool_[route_begin_[r * C + c] + i] for i < route_count_[r * C + c], C columns, r the
+  // node's row (nodes with one link keep none: everything leaves by that link).
   RouteColumns columns_;
   std::vector<std::int32_t> anchor_port_;  // per GPU rank: its anchor's port to it (-1: none)
+  std::vector<std::int32_t> route_row_;   // per node: its table's row, -1 for a node with one link
+  std::vector<std::int32_t> only_port_;   // per node with one link: that link's port
   std::vector<std::uint32_t> route_begin_;
   std::vector<std::uint16_t> route_count_;
   std::vector<std::int32_t> route_pool_;
