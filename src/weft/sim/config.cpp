@@ -127,6 +127,8 @@ const std::vector<Entry>& entries() {
   static const std::vector<Entry> table = [] {
     std::vector<Entry> t = {
         int_entry("seed", &SimConfig::seed, 0, 1LL << 62, "random seed: marking, spraying, hash seeds"),
+        WEFT_ENUM("mode", mode, "packet by packet, or flows at max-min fair rates (no queues, PFC, ECN or congestion control)",
+                  {"packet", SimMode::kPacket}, {"flow", SimMode::kFlow}),
         int_entry("qos.roce_dscp", &SimConfig::roce_dscp, 0, 63, "DSCP of RoCE data"),
         int_entry("qos.roce_queue", &SimConfig::roce_queue, 0, 7, "queue (priority) of RoCE data"),
         int_entry("qos.cnp_dscp", &SimConfig::cnp_dscp, 0, 63, "DSCP of CNPs"),
@@ -164,8 +166,8 @@ const std::vector<Entry>& entries() {
         int_entry("hpcc.max_stage", &SimConfig::hpcc_max_stage, 0, 1000, "HPCC additive-increase rounds before a multiplicative update"),
         time_entry("hpcc.rtt", &SimConfig::hpcc_rtt, "HPCC base round trip T (the initial window is the line rate x T)"),
         rate_entry("hpcc.rai", &SimConfig::hpcc_rai, "HPCC additive increase per round, as a rate (0: line rate / 2000)"),
-        time_entry("swift.base_target", &SimConfig::swift_base_target, "Swift target delay of a path without switches"),
-        time_entry("swift.per_hop", &SimConfig::swift_per_hop, "Swift target delay added per switch on the path"),
+        time_entry("swift.base_target", &SimConfig::swift_base_target, "Swift target queueing delay over the path's idle round trip"),
+        time_entry("swift.per_hop", &SimConfig::swift_per_hop, "Swift target queueing delay added per switch on the path"),
         time_entry("swift.fs_range", &SimConfig::swift_fs_range, "Swift flow scaling: up to this more target delay for windows under 100 packets (0: off)"),
         double_entry("swift.ai", &SimConfig::swift_ai, 0, 1000, "Swift additive increase, packets per round trip"),
         double_entry("swift.beta", &SimConfig::swift_beta, 0, 1, "Swift multiplicative decrease gain"),

@@ -19,9 +19,13 @@ enum class WriteMode : std::uint8_t { kFirstMiddleLast, kWriteOnly };
 enum class Retransmit : std::uint8_t { kGoBackN, kSelective };
 enum class HashFunction : std::uint8_t { kCrc32, kXor };
 enum class SendDone : std::uint8_t { kSent, kAcked };
+enum class SimMode : std::uint8_t { kPacket, kFlow };
 
 struct SimConfig {
   std::uint64_t seed = 1;
+  // Packet by packet, or flow by flow at max-min fair rates (fluid.cpp: for fabrics and
+  // iterations beyond packets; no queues, PFC, ECN or congestion control).
+  SimMode mode = SimMode::kPacket;
 
   // Traffic classes (seed 002 chapter 11): RoCE data in DSCP 24 -> queue 3, CNPs in
   // DSCP 48 -> strict-priority queue 7.
@@ -88,10 +92,11 @@ struct SimConfig {
   int hpcc_max_stage = 5;
   Time hpcc_rtt = 10 * kUs;                   // base round trip T (W_init = line rate x T)
   double hpcc_rai = 0;                        // additive increase as a rate, bit/s (0: line / 2000, 50 Mb/s at 100G)
-  // Swift (Kumar et al., SIGCOMM 2020): the target delay is base + per_hop x switches on the
-  // path (+ flow scaling up to fs_range for small windows); AIMD on the measured round trip.
-  Time swift_base_target = 4 * kUs;
-  Time swift_per_hop = 1 * kUs;
+  // Swift (Kumar et al., SIGCOMM 2020): the target delay is the path's idle round trip +
+  // base_target + per_hop x switches on the path (+ flow scaling up to fs_range for small
+  // windows); AIMD on the measured round trip.
+  Time swift_base_target = 1 * kUs;
+  Time swift_per_hop = 500 * kNs;
   Time swift_fs_range = 0;
   double swift_ai = 1;                        // packets per round trip
   double swift_beta = 0.8;

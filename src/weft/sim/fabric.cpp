@@ -753,6 +753,9 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
       break;
     case kFailure: apply_failure(work_.failures[arg]); break;
     case kReroute: reroute(); break;
+    case kFluidUpdate: fluid_update(static_cast<std::uint32_t>(arg)); break;
+    case kFluidDelivered: fluid_delivered(static_cast<int>(arg)); break;
+    case kFluidAcked: message_acked(static_cast<int>(arg)); break;
     default: throw InternalError("simulator: unknown event kind");
   }
 }
@@ -799,6 +802,11 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
     if (topo_.find(f.a) < 0) throw ConfigError("failure: unknown node '" + f.a + "'");
     if (!f.b.empty() && topo_.find(f.b) < 0) throw ConfigError("failure: unknown node '" + f.b + "'");
     events_.schedule(f.at, this, kFailure, i);
+  }
+  if (cfg_.mode == SimMode::kFlow) {
+    if (!work_.failures.empty()) throw ConfigError("mode=flow does not model failures: simulate them with mode=packet");
+    port_payload_rate_.resize(ports_.size());
+    for (std::size_t port = 0; port < ports_.size(); ++port) port_payload_rate_[port] = payload_rate(static_cast<int>(port));
   }
   start_agents();
   if (cfg_.sample_interval > 0) events_.schedule(cfg_.sample_interval, this, kSample);

@@ -128,7 +128,7 @@ struct QueuePair {
   SwiftState swift;
   NsccState nscc;
   int hops = 0;
-  Time path_rtt = 0;      // NSCC's first base round trip estimate
+  Time path_rtt = 0;      // the path's idle round trip (Swift's target and NSCC's first base over it)
 };
 
 struct FlowRecord {
@@ -138,6 +138,7 @@ struct FlowRecord {
   std::int64_t delivered_bytes = 0;  // payload accepted by the receiver so far
   Time start = 0, delivered = 0, acked = 0;
   int parts_left_rx = 0, parts_left_tx = 0, parts_left_sent = 0;
+  int parts = 1;
   int collective = -1;
 };
 
@@ -236,6 +237,8 @@ class Network : public EventTarget {
   Time now() const { return events_.now(); }
   Time finish_time() const { return finish_; }
   std::uint64_t events_run() const { return events_.events_run(); }
+  // Flow-level mode: how many times the rates were recomputed.
+  std::uint64_t fluid_rounds() const { return fluid_rounds_; }
   double wall_seconds() const { return wall_seconds_; }
   std::size_t peak_packets() const { return pool_.capacity(); }
   // Start and end of each collective (kNever when it did not run or finish).
@@ -254,7 +257,7 @@ class Network : public EventTarget {
  private:
   enum Event : std::uint32_t {
     kTxDone, kArrive, kPauseExpire, kPauseRefresh, kEndpointWake, kRto, kAlphaTimer, kRateTimer, kStepStart,
-    kSample, kFailure, kReroute
+    kSample, kFailure, kReroute, kFluidUpdate, kFluidDelivered, kFluidAcked
   };
 
   // fabric.cpp
@@ -328,6 +331,25 @@ class Network : public EventTarget {
   void rate_timer(int qp, std::uint32_t epoch);
   void rate_increase(QueuePair& q);
   double line_rate(int node) const;
+
+  // fluid.cpp: the flow-level mode
+  struct FluidPart {
+    int flow = -1;
+    std::uint32_t path_begin = 0, path_len = 0;  // ports in fluid_path_
+    double remaining = 0, rate = 0;              // payload bytes, bytes/s
+    Time latency = 0, ack_latency = 0;
+  };
+  double payload_rate(int port) const;  // bytes/s of payload a port carries at full speed
+  void fluid_post(int flow, int src_agent, int dst_agent, std::int64_t bytes, int parts);
+  void fluid_update(std::uint32_t epoch);
+  void fluid_delivered(int flow);
+  std::vector<FluidPart> fluid_;
+  std::vector<std::int32_t> fluid_path_;
+  std::vector<double> port_payload_rate_;
+  Time fluid_at_ = 0;
+  std::uint32_t fluid_epoch_ = 0;
+  bool fluid_update_pending_ = false;
+  std::uint64_t fluid_rounds_ = 0;
 
   // agents.cpp
   void start_agents();

@@ -41,8 +41,13 @@ int Network::qp_for(int src_agent, int dst_agent, int part) {
     // RoCE keeps its DSCP; another class gets the class selector of its queue (CS1 = 8 ...).
     q.dscp = static_cast<std::uint8_t>(q.queue == cfg_.roce_queue ? cfg_.roce_dscp : 8 * q.queue);
     if (window_cc()) {
-      for (int port : first_path(work_.agents[src_agent].gpu, work_.agents[dst_agent].gpu))
-        q.hops += node_is_endpoint(ports_[static_cast<std::size_t>(port)].node) ? 0 : 1;
+      // The path's switches, and its idle round trip: an MTU packet's store and forward over
+      // each hop and its ACK's return (NSCC's first base round trip; Swift's target over it).
+      for (int port : first_path(work_.agents[src_agent].gpu, work_.agents[dst_agent].gpu)) {
+        const Port& P = ports_[static_cast<std::size_t>(port)];
+        q.hops += node_is_endpoint(P.node) ? 0 : 1;
+        q.path_rtt += 2 * P.delay + static_cast<Time>(std::llround((cfg_.mtu + kHeaderBytes + kAckFrame + 2 * kWireOverhead) * 8e12 / P.bps));
+      }
       if (cfg_.cc == CongestionControl::kHpcc) {
         q.hpcc = hpcc_start(hpcc_params(q));
         q.window = q.hpcc.window;
@@ -50,12 +55,6 @@ int Network::qp_for(int src_agent, int dst_agent, int part) {
         q.swift = swift_start(swift_params(q), q.hops);
         q.window = q.swift.window;
       } else {
-        // A first base round trip: an MTU packet's store and forward over the path and its
-        // ACK's return; the smallest round trip measured replaces it.
-        for (int port : first_path(work_.agents[src_agent].gpu, work_.agents[dst_agent].gpu)) {
-          const Port& P = ports_[static_cast<std::size_t>(port)];
-          q.path_rtt += 2 * P.delay + static_cast<Time>(std::llround((cfg_.mtu + kHeaderBytes + kAckFrame + 2 * kWireOverhead) * 8e12 / P.bps));
-        }
         q.nscc = nscc_start(nscc_params(q));
         q.window = q.nscc.window;
       }
@@ -77,7 +76,8 @@ void Network::post_message(int flow, int src_agent, int dst_agent, std::int64_t 
   }
   std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
   int parts = static_cast<int>(std::min<std::int64_t>(cfg_.qps_per_connection, packets));
-  f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = parts;
+  f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = f.parts = parts;
+  if (cfg_.mode == SimMode::kFlow) return fluid_post(flow, src_agent, dst_agent, bytes, parts);
   std::int64_t given = 0;
   for (int i = 0; i < parts; ++i) {
     std::int64_t pk = packets / parts + (i < packets % parts ? 1 : 0);
@@ -455,7 +455,7 @@ HpccParams Network::hpcc_params(const QueuePair& q) const {
 SwiftParams Network::swift_params(const QueuePair& q) const {
   SwiftParams p;
   p.mtu = static_cast<double>(cfg_.mtu);
-  p.base_target = cfg_.swift_base_target;
+  p.base_target = q.path_rtt + cfg_.swift_base_target;
   p.per_hop = cfg_.swift_per_hop;
   p.fs_range = cfg_.swift_fs_range;
   p.ai = cfg_.swift_ai;
