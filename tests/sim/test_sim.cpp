@@ -10,6 +10,7 @@
 #include <random>
 
 #include "weft/algo/registry.h"
+#include "weft/sim/max_min.h"
 #include "weft/sim/network.h"
 #include "weft/sim/packet.h"
 #include "weft/sim/report.h"
@@ -650,6 +651,81 @@ TEST(SimValidation, AdaptiveRoutingSteersAroundACongestedLinkDownstream) {
   EXPECT_GT(local, 3 * remote);
   EXPECT_GT(spray, 3 * remote);
   EXPECT_GT(stale, 3 * remote);  // a signal older than the transfer is no signal
+}
+
+TEST(MaxMin, ProgressiveFillingGivesTheTextbookRates) {
+  // Link 0 (capacity 1) carries flows 0 and 1; link 1 (capacity 2) flows 1, 2 and 3. Link 0
+  // fills first at 1/2 each; flows 2 and 3 share what flow 1 leaves of link 1: 3/4 each.
+  FlowPaths paths;
+  const std::int32_t a[] = {0}, ab[] = {0, 1}, b[] = {1};
+  paths.add(a, 1);
+  paths.add(ab, 2);
+  paths.add(b, 1);
+  paths.add(b, 1);
+  paths.add(nullptr, 0);  // through nothing: unbounded
+  const std::vector<double> rates = max_min_rates(paths, {1.0, 2.0});
+  ASSERT_EQ(rates.size(), 5u);
+  EXPECT_DOUBLE_EQ(rates[0], 0.5);
+  EXPECT_DOUBLE_EQ(rates[1], 0.5);
+  EXPECT_DOUBLE_EQ(rates[2], 0.75);
+  EXPECT_DOUBLE_EQ(rates[3], 0.75);
+  EXPECT_TRUE(std::isinf(rates[4]));
+  // Random instances: no link over its capacity, and every flow has a saturated link on its
+  // path where no other flow has a larger rate (max-min's bottleneck condition).
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int links = 1 + static_cast<int>(rng() % 12), flows = 1 + static_cast<int>(rng() % 30);
+    std::vector<double> cap(static_cast<std::size_t>(links));
+    for (double& c : cap) c = 1 + static_cast<double>(rng() % 100);
+    FlowPaths p;
+    std::vector<std::vector<std::int32_t>> path(static_cast<std::size_t>(flows));
+    for (auto& f : path) {
+      for (int l = 0; l < links; ++l)
+        if (rng() % 3 == 0) f.push_back(l);
+      if (f.empty()) f.push_back(static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(links)));
+      p.add(f.data(), f.size());
+    }
+    const std::vector<double> r = max_min_rates(p, cap);
+    std::vector<double> used(static_cast<std::size_t>(links), 0);
+    for (int f = 0; f < flows; ++f)
+      for (std::int32_t l : path[static_cast<std::size_t>(f)]) used[static_cast<std::size_t>(l)] += r[static_cast<std::size_t>(f)];
+    for (int l = 0; l < links; ++l) EXPECT_LE(used[static_cast<std::size_t>(l)], cap[static_cast<std::size_t>(l)] * (1 + 1e-9));
+    for (int f = 0; f < flows; ++f) {
+      bool bottleneck = false;
+      for (std::int32_t l : path[static_cast<std::size_t>(f)]) {
+        const auto lu = static_cast<std::size_t>(l);
+        if (used[lu] < cap[lu] * (1 - 1e-9)) continue;
+        double largest = 0;
+        for (int g = 0; g < flows; ++g)
+          if (std::count(path[static_cast<std::size_t>(g)].begin(), path[static_cast<std::size_t>(g)].end(), l))
+            largest = std::max(largest, r[static_cast<std::size_t>(g)]);
+        bottleneck = bottleneck || r[static_cast<std::size_t>(f)] >= largest * (1 - 1e-9);
+      }
+      EXPECT_TRUE(bottleneck) << "trial " << trial << " flow " << f;
+    }
+  }
+}
+
+TEST(SimValidation, FlowLevelModeAgreesWithPacketsWhereTheRatesSettle) {
+  // The flow-level mode against packets without congestion control (PFC lossless: the
+  // senders share each link as the fluid's max-min rates do): a ring all-reduce on one
+  // switch, the fat tree's 1,024-flow permutation (ECMP collisions share core links), a
+  // 12 -> 1 incast across four spines, a hierarchical all-reduce over NVLink and rails.
+  struct Case {
+    const char* topology;
+    const char* workload;
+  };
+  for (const Case& c : {Case{"single-switch.yaml", "allreduce:ring:16MB"}, Case{"fat-tree-k16.yaml", "permutation:1MB"},
+                        Case{"leaf-spine-4x4.yaml", "incast:12:2MB@15,0-11"},
+                        Case{"rail-optimized.yaml", "allreduce:hierarchical:16MB"}}) {
+    SimRun packets = simulate(c.topology, c.workload, {"cc=none"});
+    SimRun flows = simulate(c.topology, c.workload, {"mode=flow"});
+    ASSERT_TRUE(packets.finished && flows.finished) << c.workload;
+    const double p = to_us(packets.net->finish_time()), f = to_us(flows.net->finish_time());
+    EXPECT_NEAR(f, p, 0.01 * p) << c.topology << " " << c.workload;
+    for (const FlowRecord& r : flows.net->flows()) EXPECT_EQ(r.delivered_bytes, r.bytes);
+    EXPECT_EQ(flows.net->counters().bytes_delivered, packets.net->counters().bytes_delivered);
+  }
 }
 
 TEST(SimValidation, IncastWithoutPfcOrCongestionControlDrops) {

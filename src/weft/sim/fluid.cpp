@@ -78,6 +78,7 @@ void Network::fluid_update(std::uint32_t epoch) {
   // Advance every part at its rate; count what each link carried.
   const double wire = static_cast<double>(cfg_.mtu + kHeaderBytes + kWireOverhead) / static_cast<double>(cfg_.mtu);
   std::size_t kept = 0;
+  bool completed = false;
   std::vector<std::int32_t> path;
   path.reserve(fluid_path_.size());
   for (FluidPart& part : fluid_) {
@@ -95,6 +96,7 @@ void Network::fluid_update(std::uint32_t epoch) {
       events_.schedule(now + part.latency, this, kFluidDelivered, static_cast<std::uint64_t>(part.flow));
       events_.schedule(now + part.latency + part.ack_latency, this, kFluidAcked, static_cast<std::uint64_t>(part.flow));
       message_sent(part.flow);
+      completed = true;
       continue;
     }
     // Kept: its path moves to the front of the compacted pool.
@@ -105,6 +107,13 @@ void Network::fluid_update(std::uint32_t epoch) {
   }
   fluid_.resize(kept);
   fluid_path_.swap(path);
+  if (completed) {
+    // What the completions start at this same time (the next steps' sends) joins before the
+    // rates are computed: once, after them.
+    fluid_update_pending_ = true;
+    events_.schedule(now, this, kFluidUpdate, ++fluid_epoch_);
+    return;
+  }
   ++fluid_rounds_;
   if (fluid_.empty()) return;
   // New rates, and the next completion.

@@ -6,6 +6,11 @@
 
 namespace weft::sim {
 
+void FlowPaths::add(const std::int32_t* first, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) resource.push_back(first[i]);
+  begin.push_back(static_cast<std::uint32_t>(resource.size()));
+}
+
 std::vector<double> max_min_rates(const FlowPaths& paths, const std::vector<double>& capacity) {
   const std::size_t F = paths.flows(), R = capacity.size();
   std::vector<double> rate(F, std::numeric_limits<double>::infinity());

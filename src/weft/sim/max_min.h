@@ -17,10 +17,7 @@ namespace weft::sim {
 struct FlowPaths {
   std::vector<std::uint32_t> begin{0};  // F + 1 offsets
   std::vector<std::int32_t> resource;
-  void add(const std::int32_t* first, std::size_t n) {
-    resource.insert(resource.end(), first, first + n);
-    begin.push_back(static_cast<std::uint32_t>(resource.size()));
-  }
+  void add(const std::int32_t* first, std::size_t n);
   std::size_t flows() const { return begin.size() - 1; }
 };
 

@@ -182,6 +182,8 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
                  stall.time_limit ? "stopped at sim.time_limit" : "no event left: nothing can move");
     for (const std::string& line : describe_stall(net, stall)) std::fprintf(out, "%s\n", line.c_str());
   }
+  if (net.config().mode == SimMode::kFlow)
+    std::fprintf(out, "flow-level mode: rates recomputed %llu times\n", static_cast<unsigned long long>(net.fluid_rounds()));
   // Collectives of the same kind, size and group size together: count, mean time, bandwidths.
   const auto& times = net.collective_times();
   struct Kind {
