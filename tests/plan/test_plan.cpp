@@ -458,6 +458,36 @@ TEST(PlanSecondEdition, MixtralParameterCounts) {
   EXPECT_NEAR(one.parameters - spread.parameters, 32.0 * 7 * c.expert, 1);
 }
 
+// Expert capacity (Switch Transformer, Fedus et al. 2022, section 2.2: expert capacity =
+// tokens per batch / experts x capacity factor, here x top_k routed copies): the slots are
+// computed and sent whether filled or not. At factor 1.25 a MoE layer's routed activations,
+// its all-to-all bytes and its experts' hardware FLOPs are 1.25 x the dropless ones; the
+// model FLOPs (useful work) do not change, so MFU falls where HFU does not.
+TEST(PlanSecondEdition, ExpertCapacityPadsComputeAndAllToAll) {
+  const TransformerSpec dropless = preset("mixtral-8x7b");
+  TransformerSpec capped = dropless;
+  capped.capacity_factor = 1.25;
+  EXPECT_DOUBLE_EQ(capped.routed_copies(), 2.5);
+  const ParameterCount c = count_parameters(dropless);
+  const double moe_layers = static_cast<double>(dropless.moe_layers());
+  EXPECT_NEAR(hardware_flops_per_token(capped, Layout{}) - hardware_flops_per_token(dropless, Layout{}),
+              moe_layers * 6 * 0.25 * 2 * static_cast<double>(c.expert), 1e-3 * moe_layers);
+  EXPECT_DOUBLE_EQ(model_flops_per_token(capped), model_flops_per_token(dropless));
+  Layout l;
+  l.tp = 8, l.ep = 8, l.dp = 8;
+  const double routed_a = layer_activation_bytes(capped, l, false, true) - layer_activation_bytes(capped, l, false, false);
+  const double routed_d = layer_activation_bytes(dropless, l, false, true) - layer_activation_bytes(dropless, l, false, false);
+  EXPECT_GT(routed_a, routed_d);
+  Cluster cl;
+  cl.gpus_per_node = 8, cl.nvlink.bytes_per_second = 300e9, cl.rail.bytes_per_second = 25e9;
+  Rate rate;
+  rate.peak_flops = 312e12, rate.memory_bandwidth = 2e12;
+  const IterationEstimate a = estimate_iteration(capped, Precision::kMixedAdam, l, cl, 256, rate);
+  const IterationEstimate d = estimate_iteration(dropless, Precision::kMixedAdam, l, cl, 256, rate);
+  EXPECT_NEAR(a.expert.bytes / d.expert.bytes, 1.25, 1e-12);
+  EXPECT_GT(a.expert.seconds, d.expert.seconds);
+}
+
 // The sweep: stages that do not divide the layers are tried (126 layers on 16 stages), ZeRO
 // stages that change nothing but memory collapse into one row, ranges limit the dimensions,
 // and a given layout is ranked and explained. The Llama 3 405B layout the paper used ranks

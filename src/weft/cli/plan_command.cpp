@@ -38,6 +38,7 @@ struct PlanFlags {
   int gpus_per_node = 0;
   double nvlink_gbps = 0, rail_gbps = 0, host_gbps = 0;  // GB/s per GPU and direction (0: the GPU preset's)
   double collective_overhead_us = 0;
+  double expert_capacity = -1;  // -1: the preset's
   std::string offload = "none", offload_to = "host";
   double nvme_gbps = 0;
   double runtime_gb = 1.0, fragmentation = 0.02;
@@ -100,6 +101,10 @@ int run_plan(const PlanFlags& f) {
   override_if("--expert-ffn", f.expert_ffn, 1, 100'000'000, in.model.expert_ffn);
   override_if("--shared-experts", f.shared_experts, 0, 1'000'000, in.model.shared_experts);
   override_if("--dense-layers", f.dense_layers, 0, 1'000'000, in.model.dense_layers);
+  if (f.expert_capacity >= 0) {
+    if (!in.model.moe()) throw ConfigError("--expert-capacity needs a mixture of experts (--experts)");
+    in.model.capacity_factor = f.expert_capacity;
+  }
   override_if("--q-lora-rank", f.q_lora_rank, 0, 1'000'000, in.model.q_lora_rank);
   override_if("--kv-lora-rank", f.kv_lora_rank, 1, 1'000'000, in.model.kv_lora_rank);
   override_if("--qk-nope-dim", f.qk_nope_dim, 1, 1'000'000, in.model.qk_nope_dim);
@@ -319,6 +324,10 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--seq", f->seq, "override: sequence length")->check(positive());
   cmd->add_option("--experts", f->experts, "mixture of experts: routed experts per MoE layer")->check(positive());
   cmd->add_option("--top-k", f->top_k, "mixture of experts: experts per token")->check(positive());
+  cmd->add_option("--expert-capacity", f->expert_capacity,
+                  "mixture of experts: capacity factor (each expert's slots are this x tokens x top-k / experts, "
+                  "computed and sent whether filled or not; 0: dropless)")
+      ->check(CLI::Range(0.0, 64.0));
   cmd->add_option("--expert-ffn", f->expert_ffn, "mixture of experts: an expert's hidden size (default --ffn)")->check(positive());
   cmd->add_option("--shared-experts", f->shared_experts, "mixture of experts: experts every token uses")->check(non_negative());
   cmd->add_option("--dense-layers", f->dense_layers, "mixture of experts: leading layers with a dense feed-forward block")

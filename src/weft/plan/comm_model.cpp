@@ -118,13 +118,13 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     e.context.exposed_s = std::max(0.0, e.context.seconds - attention_s);
   }
   // Expert parallelism: each MoE layer's tokens go to their experts and back, an all-to-all
-  // each way forward and backward, top_k copies of every token; inside the domain when
-  // ep x tp fits; on the critical path.
+  // each way forward and backward, top_k copies of every token (the capacity's slots with an
+  // expert capacity); inside the domain when ep x tp fits; on the critical path.
   if (m.moe() && l.ep > 1) {
     const bool inside = static_cast<std::int64_t>(l.tp) * l.ep <= c.gpus_per_node;
     const LinkClass& link = inside ? c.nvlink : c.rail;
     e.expert.link = inside ? "nvlink" : "rail";
-    const double dispatched = hidden_bytes / l.tp * static_cast<double>(m.top_k);
+    const double dispatched = hidden_bytes / l.tp * m.routed_copies();
     const double ops = 4.0 * static_cast<double>(most_moe_layers * micro);
     e.expert.bytes = ops * dispatched * (l.ep - 1) / l.ep;
     e.expert.seconds =

@@ -134,7 +134,7 @@ double layer_activation_bytes(const TransformerSpec& spec, const Layout& l, bool
   double divided = sb * (2 * q + 2 * k + 2 * v + gemm_in * o);
   const auto mlp_inner = [&](double f) { return spec.gated_ffn ? sb * f * (2 + 2 + gemm_in) : sb * f * (2 + gemm_in); };
   if (moe_layer) {
-    const double routed = static_cast<double>(spec.top_k);
+    const double routed = spec.routed_copies();
     whole += sb * h * gemm_in + 4 * sb * static_cast<double>(spec.experts);  // the MLP's input and the router's logits
     whole += routed * sb * h * gemm_in;                                       // each routed copy's input
     divided += (routed + static_cast<double>(spec.shared_experts)) * mlp_inner(static_cast<double>(spec.expert_size()));
@@ -258,7 +258,9 @@ TokenFlops token_flops(const TransformerSpec& m, const Layout& l) {
     attention_extra += 4 * w * s;
   }
   const double factor = 1 + recomputed / 3.0, attention = 12 * w * s + attention_extra;
-  const double moe_active = static_cast<double>(c.attention + c.norms + c.router + c.shared + m.top_k * c.expert);
+  // Hardware FLOPs compute every capacity slot, filled or not (model FLOPs: top_k copies).
+  const double moe_active = static_cast<double>(c.attention + c.norms + c.router + c.shared) +
+                            m.routed_copies() * static_cast<double>(c.expert);
   TokenFlops f;
   f.dense_layer = 6 * static_cast<double>(c.block) * factor + attention;
   f.moe_layer = 6 * moe_active * factor + attention;
@@ -272,7 +274,11 @@ double hardware_flops_per_token(const TransformerSpec& m, const Layout& l) {
          f.head;
 }
 
-double model_flops_per_token(const TransformerSpec& m) { return hardware_flops_per_token(m, Layout{}); }
+double model_flops_per_token(const TransformerSpec& m) {
+  TransformerSpec useful = m;
+  useful.capacity_factor = 0;  // padded capacity slots are not the model's work
+  return hardware_flops_per_token(useful, Layout{});
+}
 
 double training_flops_per_token(const TransformerSpec& m, bool recompute) {
   Layout l;

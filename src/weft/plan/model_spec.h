@@ -33,6 +33,11 @@ struct TransformerSpec {
   std::int64_t expert_ffn = 0;
   std::int64_t shared_experts = 0;
   std::int64_t dense_layers = 0;
+  // Expert capacity (GShard, Lepikhin et al. 2021; Switch Transformer, Fedus et al. 2022):
+  // each expert takes at most capacity_factor x tokens x top_k / experts tokens of a batch;
+  // its slots are computed and sent whether filled or not, and tokens beyond them are
+  // dropped. 0: dropless (every routed copy, no padding: Mixtral, MegaBlocks).
+  double capacity_factor = 0;
   // Multi-head latent attention (DeepSeek-V2/V3): queries through a q_lora_rank bottleneck
   // (0: none), keys and values from one kv_lora_rank latent per token (what the cache keeps,
   // with the qk_rope_dim rotary key); per head qk_nope_dim + qk_rope_dim query/key
@@ -43,6 +48,10 @@ struct TransformerSpec {
   std::int64_t head_dim() const { return d_model / heads; }
   std::int64_t ffn_size() const { return ffn > 0 ? ffn : 4 * d_model; }
   bool moe() const { return experts > 0; }
+  // Token copies an MoE layer computes and sends per token: top_k, or the capacity's slots.
+  double routed_copies() const {
+    return capacity_factor > 0 ? capacity_factor * static_cast<double>(top_k) : static_cast<double>(top_k);
+  }
   std::int64_t expert_size() const { return expert_ffn > 0 ? expert_ffn : ffn_size(); }
   std::int64_t moe_layers() const { return moe() ? layers - dense_layers : 0; }
   bool is_moe_layer(std::int64_t layer) const { return moe() && layer >= dense_layers; }

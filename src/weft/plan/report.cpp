@@ -184,11 +184,15 @@ std::string PlanReport::to_text() const {
          static_cast<long long>(m.layers), static_cast<long long>(m.d_model), static_cast<long long>(m.heads),
          static_cast<long long>(m.kv()), static_cast<long long>(m.ffn_size()), static_cast<long long>(m.vocab),
          static_cast<long long>(m.seq_len));
-    if (m.moe())
+    if (m.moe()) {
       line("             %lld experts of %lld, top %lld, %lld shared, first %lld layers dense; per MoE layer %s (router %s, "
            "expert %s)", static_cast<long long>(m.experts), static_cast<long long>(m.expert_size()),
            static_cast<long long>(m.top_k), static_cast<long long>(m.shared_experts), static_cast<long long>(m.dense_layers),
            human_count(counts.moe_block).c_str(), human_count(counts.router).c_str(), human_count(counts.expert).c_str());
+      if (m.capacity_factor > 0)
+        line("             expert capacity %.2f: %.2f token copies computed and sent per token (top %lld), dropped beyond",
+             m.capacity_factor, m.routed_copies(), static_cast<long long>(m.top_k));
+    }
     line("             per block %s (attention %s, feed-forward %s, norms %s), embedding %s, final norm %s, head %s",
          human_count(counts.block).c_str(), human_count(counts.attention).c_str(), human_count(counts.ffn).c_str(),
          human_count(counts.norms).c_str(), human_count(counts.embedding).c_str(), human_count(counts.final_norm).c_str(),
@@ -288,7 +292,8 @@ nlohmann::json PlanReport::to_json() const {
                        {"ffn", ms.ffn_size()}, {"vocab", ms.vocab}, {"seq_len", ms.seq_len},
                        {"tied_embeddings", ms.tied_embeddings}, {"gated_ffn", ms.gated_ffn},
                        {"experts", ms.experts}, {"top_k", ms.top_k}, {"expert_ffn", ms.expert_size()},
-                       {"shared_experts", ms.shared_experts}, {"dense_layers", ms.dense_layers}};
+                       {"shared_experts", ms.shared_experts}, {"dense_layers", ms.dense_layers},
+                       {"capacity_factor", ms.capacity_factor}};
     // Every count: embedding + blocks + final_norm + lm_head = total.
     j["parameter_counts"] = {{"embedding", counts.embedding}, {"attention_per_block", counts.attention},
                              {"ffn_per_block", counts.ffn}, {"norms_per_block", counts.norms}, {"block", counts.block},

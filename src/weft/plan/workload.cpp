@@ -168,8 +168,9 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
   const std::int64_t kv_block = tokens_mb * m.kv_cache_values() * 2 / tp;
   const LinkClass& cp_link = static_cast<std::int64_t>(tp) * cp <= c.gpus_per_node ? c.nvlink : c.rail;
   const double kv_s = cp_link.latency_s + static_cast<double>(kv_block) / cp_link.bytes_per_second;
-  // Expert parallelism: top_k copies of each token to their experts and back.
-  const std::int64_t a2a_block = activation_bytes / tp * m.top_k / ep / 2;  // 16-bit elements per peer
+  // Expert parallelism: top_k copies of each token (or the capacity's slots) to their experts and back.
+  const auto a2a_block = static_cast<std::int64_t>(  // 16-bit elements per peer
+      std::llround(static_cast<double>(activation_bytes / tp) * m.routed_copies() / static_cast<double>(ep) / 2));
   const LinkClass& ep_link = static_cast<std::int64_t>(tp) * ep <= c.gpus_per_node ? c.nvlink : c.rail;
   const double a2a_s = (ep - 1) * (ep_link.latency_s + static_cast<double>(a2a_block * 2) / ep_link.bytes_per_second);
   const ParameterCount pc = count_parameters(m);
