@@ -681,7 +681,7 @@ void Network::sample_queues() {
     const std::int64_t bytes = q.delivered_bytes - q.sampled_delivered, cnps = q.cnps_received - q.sampled_cnps;
     if (bytes == 0 && cnps == 0 && q.rate == 0) continue;  // idle and not limited
     qp_samples_.push_back(QpSample{events_.now(), static_cast<int>(i), bytes, cnps, q.rate, q.target, q.alpha, q.window,
-                                  q.swift.rtt, q.hpcc.utilization});
+                                  cfg_.cc == CongestionControl::kNscc ? q.nscc.rtt : q.swift.rtt, q.hpcc.utilization});
     q.sampled_delivered = q.delivered_bytes;
     q.sampled_cnps = q.cnps_received;
   }

@@ -174,7 +174,7 @@ struct QpSample {
   std::int64_t cnps;             // CNPs the sender received during the interval
   double rate, target, alpha;    // DCQCN at the sample (rate 0: not limited); rate: any pacing
   double window;                 // window congestion control: bytes (0: none)
-  Time rtt;                      // Swift: the last round trip measured
+  Time rtt;                      // Swift, NSCC: the last round trip measured
   double utilization;            // HPCC: U
 };
 

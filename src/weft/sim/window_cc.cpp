@@ -151,6 +151,7 @@ Time nscc_target(const NsccParams& p, const NsccState& s) {
 }
 
 void nscc_on_ack(const NsccParams& p, NsccState& s, Time rtt, bool ecn, double acked_bytes, double in_flight, Time now) {
+  s.rtt = rtt;
   if (rtt > 0 && rtt < s.base_rtt) s.base_rtt = rtt;
   const double delay = to_seconds(rtt > s.base_rtt ? rtt - s.base_rtt : 0);
   s.avg_delay = p.delay_alpha * delay + (1 - p.delay_alpha) * s.avg_delay;

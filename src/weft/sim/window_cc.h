@@ -102,6 +102,7 @@ struct NsccParams {
 struct NsccState {
   double cwnd = 0;              // bytes
   Time base_rtt = 0;            // the smallest round trip seen
+  Time rtt = 0;                 // the last one measured
   double avg_delay = 0;         // seconds of queueing, averaged
   Time last_decrease = 0;
   bool decreased = false;
