@@ -805,6 +805,8 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
   }
   if (cfg_.mode == SimMode::kFlow) {
     if (!work_.failures.empty()) throw ConfigError("mode=flow does not model failures: simulate them with mode=packet");
+    if (cfg_.lb != LoadBalancing::kEcmp)
+      throw ConfigError("mode=flow follows each message's ECMP path: lb=flowlet, spray and adaptive are modeled with mode=packet");
     port_payload_rate_.resize(ports_.size());
     for (std::size_t port = 0; port < ports_.size(); ++port) port_payload_rate_[port] = payload_rate(static_cast<int>(port));
   }
