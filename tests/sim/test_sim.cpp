@@ -728,6 +728,19 @@ TEST(SimValidation, FlowLevelModeAgreesWithPacketsWhereTheRatesSettle) {
   }
 }
 
+TEST(SimValidation, FlowToleranceTakesCloseFinishesTogether) {
+  // Recursive halving and doubling over 256 GPUs of the 3-tier fabric: with a tolerance of
+  // 1%, flows whose rest would take under 1% of their time so far complete at once; fewer
+  // rate computations, and the run ends at most 1% early.
+  SimRun exact = simulate("three-tier.yaml", "allreduce:rabenseifner:16MB", {"mode=flow"});
+  SimRun loose = simulate("three-tier.yaml", "allreduce:rabenseifner:16MB", {"mode=flow", "flow.tolerance=0.01"});
+  ASSERT_TRUE(exact.finished && loose.finished);
+  EXPECT_LT(loose.net->fluid_rounds(), exact.net->fluid_rounds() * 9 / 10);
+  EXPECT_LE(loose.net->finish_time(), exact.net->finish_time());
+  EXPECT_GT(to_us(loose.net->finish_time()), 0.99 * to_us(exact.net->finish_time()));
+  EXPECT_EQ(loose.net->counters().bytes_delivered, exact.net->counters().bytes_delivered);
+}
+
 TEST(SimValidation, IncastWithoutPfcOrCongestionControlDrops) {
   SimRun r = simulate("single-switch.yaml", "incast:8:4MB", {"cc=none", "pfc=off"});
   ASSERT_TRUE(r.finished);  // retransmission recovers every drop

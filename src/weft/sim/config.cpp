@@ -129,6 +129,8 @@ const std::vector<Entry>& entries() {
         int_entry("seed", &SimConfig::seed, 0, 1LL << 62, "random seed: marking, spraying, hash seeds"),
         WEFT_ENUM("mode", mode, "packet by packet, or flows at max-min fair rates (no queues, PFC, ECN or congestion control)",
                   {"packet", SimMode::kPacket}, {"flow", SimMode::kFlow}),
+        double_entry("flow.tolerance", &SimConfig::flow_tolerance, 0, 0.1,
+                     "mode=flow: a flow completes once its rest would take under this fraction of its time so far (0: exact)"),
         int_entry("qos.roce_dscp", &SimConfig::roce_dscp, 0, 63, "DSCP of RoCE data"),
         int_entry("qos.roce_queue", &SimConfig::roce_queue, 0, 7, "queue (priority) of RoCE data"),
         int_entry("qos.cnp_dscp", &SimConfig::cnp_dscp, 0, 63, "DSCP of CNPs"),

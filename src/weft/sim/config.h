@@ -26,6 +26,9 @@ struct SimConfig {
   // Packet by packet, or flow by flow at max-min fair rates (fluid.cpp: for fabrics and
   // iterations beyond packets; no queues, PFC, ECN or congestion control).
   SimMode mode = SimMode::kPacket;
+  // Flow-level mode: a flow whose rest would take less than this fraction of the time it has
+  // been going completes now (0: exactly when its last byte leaves).
+  double flow_tolerance = 0;
 
   // Traffic classes (seed 002 chapter 11): RoCE data in DSCP 24 -> queue 3, CNPs in
   // DSCP 48 -> strict-priority queue 7.

@@ -43,6 +43,7 @@ void Network::fluid_post(int flow, int src_agent, int dst_agent, std::int64_t by
     FluidPart part;
     part.flow = flow;
     part.remaining = static_cast<double>(part_bytes);
+    part.start = events_.now();
     part.path_begin = static_cast<std::uint32_t>(fluid_path_.size());
     const std::int64_t frame = kHeaderBytes + kRethBytes + std::min<std::int64_t>(part_bytes, cfg_.mtu);
     Time slowest_ser = 0;
@@ -91,8 +92,12 @@ void Network::fluid_update(std::uint32_t epoch) {
       P.tx_bytes += static_cast<std::int64_t>(std::llround(moved * wire));
     }
     counters_.bytes_sent += bytes;
-    // Done when less than a picosecond's worth (or a byte) is left.
-    if (part.remaining <= std::max(1.0, part.rate * 1e-12)) {
+    // Done when less than a picosecond's worth (or a byte) is left, or (flow.tolerance) when
+    // what is left would take less than that fraction of the time it has been going: its
+    // last bytes arrive early, by at most that fraction, and finishes close in time are
+    // taken together.
+    const double tolerance = cfg_.flow_tolerance * part.rate * to_seconds(now - part.start);
+    if (part.remaining <= std::max({1.0, part.rate * 1e-12, tolerance})) {
       events_.schedule(now + part.latency, this, kFluidDelivered, static_cast<std::uint64_t>(part.flow));
       events_.schedule(now + part.latency + part.ack_latency, this, kFluidAcked, static_cast<std::uint64_t>(part.flow));
       message_sent(part.flow);

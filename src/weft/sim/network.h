@@ -338,6 +338,7 @@ class Network : public EventTarget {
     std::uint32_t path_begin = 0, path_len = 0;  // ports in fluid_path_
     double remaining = 0, rate = 0;              // payload bytes, bytes/s
     Time latency = 0, ack_latency = 0;
+    Time start = 0;                              // when it entered the fluid
   };
   double payload_rate(int port) const;  // bytes/s of payload a port carries at full speed
   void fluid_post(int flow, int src_agent, int dst_agent, std::int64_t bytes, int parts);
