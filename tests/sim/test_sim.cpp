@@ -534,8 +534,8 @@ TEST(SimValidation, HpccHoldsTheQueueNearZeroAndSharesFairly) {
 
 TEST(SimValidation, PacedSendersOutOfPhaseShareTheHpccBottleneck) {
   // With exact pacing gaps the senders lock in phase: one keeps meeting an empty queue,
-  // measures a lower utilization and keeps a larger share (max/min 1.3-1.5 per 1 ms window).
-  // The default gaps vary by +-25% and the shares even out.
+  // measures a lower utilization and keeps a larger share (max/min 1.14-1.44 per 1 ms
+  // window). The default gaps vary by +-25% and the shares even out.
   auto worst = [](const std::string& jitter) {
     SimRun r = simulate("single-switch.yaml", "incast:8:100GB",
                         {"cc=hpcc", "rdma.mtu=1024", "time_limit=6ms", "sample.qps=on", "sample.interval=1ms",
