@@ -167,7 +167,7 @@ const std::vector<Entry>& entries() {
         double_entry("hpcc.eta", &SimConfig::hpcc_eta, 0.5, 1, "HPCC target utilization"),
         int_entry("hpcc.max_stage", &SimConfig::hpcc_max_stage, 0, 1000, "HPCC additive-increase rounds before a multiplicative update"),
         time_entry("hpcc.rtt", &SimConfig::hpcc_rtt, "HPCC base round trip T (the initial window is the line rate x T)"),
-        rate_entry("hpcc.rai", &SimConfig::hpcc_rai, "HPCC additive increase per round, as a rate (0: line rate / 2000)"),
+        rate_entry("hpcc.rai", &SimConfig::hpcc_rai, "HPCC additive increase per round, as a rate (default: line rate / 2000)"),
         time_entry("swift.base_target", &SimConfig::swift_base_target, "Swift target queueing delay over the path's idle round trip"),
         time_entry("swift.per_hop", &SimConfig::swift_per_hop, "Swift target queueing delay added per switch on the path"),
         time_entry("swift.fs_range", &SimConfig::swift_fs_range, "Swift flow scaling: up to this more target delay for windows under 100 packets (0: off)"),
@@ -286,6 +286,7 @@ void check_config(const SimConfig& config) {
                       std::to_string(config.pfc_xoff) + ")");
   if (config.wred_min > config.wred_max) throw ConfigError("ecn.min must not exceed ecn.max");
   if (config.mtu < 256 || config.mtu > (64 << 20)) throw ConfigError("rdma.mtu must be in [256 B, 64 MiB]");
+  if (config.hpcc_rtt == 0) throw ConfigError("hpcc.rtt must be > 0 (HPCC's windows and utilization are against it)");
 }
 
 void finalize_config(SimConfig& c) {
