@@ -17,10 +17,6 @@ namespace {
 
 constexpr std::uint32_t kNone = ~0u;
 
-Time serialization(std::uint32_t frame, double bps) {
-  return static_cast<Time>(std::llround(static_cast<double>(frame + kWireOverhead) * 8e12 / bps));
-}
-
 std::uint64_t splitmix(std::uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -74,6 +70,7 @@ RouteColumns RouteColumns::of(const Topology& t) {
       link_of[static_cast<std::size_t>(n)] = static_cast<int>(l);
     }
   }
+  r.routed_nodes = static_cast<int>(std::count_if(degree.begin(), degree.end(), [](int k) { return k > 1; }));
   std::vector<int> column_of_anchor(t.nodes.size(), -1);
   r.of_gpu.resize(t.gpus.size());
   r.last_link.assign(t.gpus.size(), -1);
@@ -687,22 +684,22 @@ void Network::sample_queues() {
   }
 }
 
-std::vector<int> Network::first_path(int src_gpu, int dst_gpu) const {
+std::vector<int> Network::path(int src_gpu, int dst_gpu, const Packet* probe) const {
   int node = topo_.gpus[static_cast<std::size_t>(src_gpu)];
   const int dst = topo_.gpus[static_cast<std::size_t>(dst_gpu)];
-  std::vector<int> path;
+  std::vector<int> ports;
   while (node != dst) {
     const Candidates next = routes_to(node, dst_gpu);
-    if (next.n == 0 || path.size() > topo_.nodes.size()) return {};
-    path.push_back(next.ports[0]);
-    node = ports_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(next.ports[0])].peer)].node;
+    if (next.n == 0 || ports.size() > topo_.nodes.size()) return {};
+    ports.push_back(probe && next.n > 1 ? ecmp_pick(next.ports, next.n, hash_tuple(node, *probe)) : next.ports[0]);
+    node = ports_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(ports.back())].peer)].node;
   }
-  return path;
+  return ports;
 }
 
 Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
-  const std::vector<int> path = first_path(src_gpu, dst_gpu);
-  if (path.empty()) return 0;
+  const std::vector<int> hops = path(src_gpu, dst_gpu);
+  if (hops.empty()) return 0;
   // The first packet is stored and forwarded at every hop; the others follow it back to back
   // at the slowest link.
   const std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
@@ -711,7 +708,7 @@ Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
   const auto last = static_cast<std::uint32_t>(kHeaderBytes + (bytes - cfg_.mtu * (packets - 1)));
   Time t = 0;
   double slowest = 0;
-  for (int port : path) {
+  for (int port : hops) {
     const Port& P = ports_[static_cast<std::size_t>(port)];
     t += serialization(first, P.bps) + P.delay;
     slowest = slowest == 0 ? P.bps : std::min(slowest, P.bps);
@@ -760,22 +757,20 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
   }
 }
 
-Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Workload& w, int destinations) {
+Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Workload& w, const RouteColumns& columns) {
   // Tables for the nodes with several links (compute_routes): a slot per destination.
-  std::vector<int> degree(t.nodes.size(), 0);
-  for (const Link& l : t.links) ++degree[static_cast<std::size_t>(l.a)], ++degree[static_cast<std::size_t>(l.b)];
-  const double routed = static_cast<double>(std::count_if(degree.begin(), degree.end(), [](int k) { return k > 1; }));
-  const double slots = routed * destinations;
+  const int destinations = columns.count();
+  const double slots = static_cast<double>(columns.routed_nodes) * destinations;
   const double routes = slots * (sizeof(std::uint32_t) + sizeof(std::uint16_t) + sizeof(std::int32_t));
   double steps = 0;
   for (const Agent& a : w.agents) steps += static_cast<double>(a.steps.size());
   return {routes, routes + 2.0 * static_cast<double>(t.links.size()) * sizeof(Port) + steps * 100, destinations,
-          static_cast<int>(routed)};
+          columns.routed_nodes};
 }
 
 Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
     : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)), rng_(config.seed) {
-  const MemoryEstimate need = estimate_memory(topo_, work_, columns_.count());
+  const MemoryEstimate need = estimate_memory(topo_, work_, columns_);
   if (const auto have = available_memory_bytes(); have && need.total > 0.9 * static_cast<double>(*have)) {
     throw ConfigError(fmt::format("this simulation needs about {:.1f} GiB (routing tables for {} nodes x {} destinations: {:.1f} GiB), "
                                   "more than the {:.1f} GiB this machine has available: simulate a smaller fabric",

@@ -17,12 +17,6 @@
 
 namespace weft::sim {
 
-namespace {
-Time ser(std::int64_t frame, double bps) {
-  return static_cast<Time>(std::llround(static_cast<double>(frame + kWireOverhead) * 8e12 / bps));
-}
-}  // namespace
-
 double Network::payload_rate(int port) const {
   const double frame = static_cast<double>(cfg_.mtu + kHeaderBytes + kWireOverhead);
   return ports_[static_cast<std::size_t>(port)].bps / 8 * static_cast<double>(cfg_.mtu) / frame;
@@ -40,6 +34,10 @@ void Network::fluid_post(int flow, int src_agent, int dst_agent, std::int64_t by
     probe.src = topo_.gpus[static_cast<std::size_t>(f.src_gpu)];
     probe.dst = topo_.gpus[static_cast<std::size_t>(f.dst_gpu)];
     probe.sport = qps_[static_cast<std::size_t>(qp)].sport;
+    const std::vector<int> hops = path(f.src_gpu, f.dst_gpu, &probe);
+    if (hops.empty())
+      throw ConfigError("flow mode: no route from " + topo_.nodes[static_cast<std::size_t>(probe.src)].name + " to " +
+                        topo_.nodes[static_cast<std::size_t>(probe.dst)].name);
     FluidPart part;
     part.flow = flow;
     part.remaining = static_cast<double>(part_bytes);
@@ -47,18 +45,12 @@ void Network::fluid_post(int flow, int src_agent, int dst_agent, std::int64_t by
     part.path_begin = static_cast<std::uint32_t>(fluid_path_.size());
     const std::int64_t frame = kHeaderBytes + kRethBytes + std::min<std::int64_t>(part_bytes, cfg_.mtu);
     Time slowest_ser = 0;
-    for (int node = probe.src; node != probe.dst;) {
-      const Candidates next = routes_to(node, f.dst_gpu);
-      if (next.n == 0 || fluid_path_.size() - part.path_begin > topo_.nodes.size())
-        throw ConfigError("flow mode: no route from " + topo_.nodes[static_cast<std::size_t>(probe.src)].name + " to " +
-                          topo_.nodes[static_cast<std::size_t>(probe.dst)].name);
-      const int port = next.n == 1 ? next.ports[0] : ecmp_pick(next.ports, next.n, hash_tuple(node, probe));
+    for (int port : hops) {
       const Port& P = ports_[static_cast<std::size_t>(port)];
       fluid_path_.push_back(port);
-      part.latency += P.delay + ser(frame, P.bps);
-      part.ack_latency += ports_[static_cast<std::size_t>(P.peer)].delay + ser(kAckFrame, P.bps);
-      slowest_ser = std::max(slowest_ser, ser(frame, P.bps));
-      node = ports_[static_cast<std::size_t>(P.peer)].node;
+      part.latency += P.delay + serialization(frame, P.bps);
+      part.ack_latency += ports_[static_cast<std::size_t>(P.peer)].delay + serialization(kAckFrame, P.bps);
+      slowest_ser = std::max(slowest_ser, serialization(frame, P.bps));
     }
     part.latency -= slowest_ser;
     part.path_len = static_cast<std::uint32_t>(fluid_path_.size() - part.path_begin);

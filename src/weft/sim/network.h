@@ -183,6 +183,7 @@ struct RouteColumns {
   std::vector<int> of_gpu;     // column of each GPU rank
   std::vector<int> target;     // node each column routes toward
   std::vector<int> last_link;  // per GPU rank: the link from its anchor to it (-1: own column)
+  int routed_nodes = 0;        // nodes with more than one link: those that keep a table
   static RouteColumns of(const Topology& t);
   int count() const { return static_cast<int>(target.size()); }
 };
@@ -206,7 +207,7 @@ class Network : public EventTarget {
     int destinations;      // routing columns
     int routed_nodes;      // nodes with a table (more than one link)
   };
-  static MemoryEstimate estimate_memory(const Topology& topology, const Workload& workload, int destinations);
+  static MemoryEstimate estimate_memory(const Topology& topology, const Workload& workload, const RouteColumns& columns);
   ~Network() override;
 
   // Runs until every agent finished or the time limit; `progress` prints simulated time
@@ -230,9 +231,10 @@ class Network : public EventTarget {
   // first-packet store and forward and propagation, the rest at the slowest link of the
   // path (the first of its equal-cost choices); 0 without a route.
   Time ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const;
-  // The ports a packet from GPU rank src to dst leaves by on an idle fabric (the first of
-  // each hop's equal-cost choices); empty without a route.
-  std::vector<int> first_path(int src_gpu, int dst_gpu) const;
+  // The ports a packet from GPU rank src to dst leaves by: each hop's ECMP choice for
+  // `probe`'s 5-tuple, or without one the first of the equal-cost ports; empty without a
+  // route (or for src == dst).
+  std::vector<int> path(int src_gpu, int dst_gpu, const Packet* probe = nullptr) const;
   const Counters& counters() const { return counters_; }
   Time now() const { return events_.now(); }
   Time finish_time() const { return finish_; }

@@ -3,6 +3,7 @@
 // only while its peak number of packets in flight grows.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -25,6 +26,11 @@ constexpr std::uint32_t kAckFrame = kHeaderBytes + 4;
 constexpr std::uint32_t kCnpFrame = kHeaderBytes + 16;
 constexpr std::uint32_t kPauseFrame = 64;
 constexpr std::uint16_t kRocePort = 4791;
+
+// The time a frame of `frame` bytes (preamble and gap added here) takes on a link of `bps`.
+inline Time serialization(std::int64_t frame, double bps) {
+  return static_cast<Time>(std::llround(static_cast<double>(frame + kWireOverhead) * 8e12 / bps));
+}
 
 struct Packet {
   PacketType type = PacketType::kData;

@@ -43,10 +43,11 @@ int Network::qp_for(int src_agent, int dst_agent, int part) {
     if (window_cc()) {
       // The path's switches, and its idle round trip: an MTU packet's store and forward over
       // each hop and its ACK's return (NSCC's first base round trip; Swift's target over it).
-      for (int port : first_path(work_.agents[src_agent].gpu, work_.agents[dst_agent].gpu)) {
+      for (int port : path(work_.agents[src_agent].gpu, work_.agents[dst_agent].gpu)) {
         const Port& P = ports_[static_cast<std::size_t>(port)];
         q.hops += node_is_endpoint(P.node) ? 0 : 1;
-        q.path_rtt += 2 * P.delay + static_cast<Time>(std::llround((cfg_.mtu + kHeaderBytes + kAckFrame + 2 * kWireOverhead) * 8e12 / P.bps));
+        // A packet's and its ACK's bytes, with both frames' preamble and gap.
+        q.path_rtt += 2 * P.delay + serialization(cfg_.mtu + kHeaderBytes + kAckFrame + kWireOverhead, P.bps);
       }
       if (cfg_.cc == CongestionControl::kHpcc) {
         q.hpcc = hpcc_start(hpcc_params(q));
@@ -56,7 +57,7 @@ int Network::qp_for(int src_agent, int dst_agent, int part) {
         q.window = q.swift.window;
       } else {
         q.nscc = nscc_start(nscc_params(q));
-        q.window = q.nscc.window;
+        q.window = q.nscc.cwnd;
       }
     }
     qps_.push_back(std::move(q));
@@ -492,7 +493,7 @@ void Network::window_on_ack(QueuePair& q, const Packet& ack, std::uint32_t newly
     const double mtu = static_cast<double>(cfg_.mtu);
     nscc_on_ack(nscc_params(q), q.nscc, now - ack.sent_at, ack.ecn_echo, newly_acked * mtu,
                 static_cast<double>(q.snd_nxt - q.snd_una) * mtu, now);
-    window_set(q, q.nscc.window, 0);
+    window_set(q, q.nscc.cwnd, 0);
   }
 }
 
@@ -503,7 +504,7 @@ void Network::window_on_loss(QueuePair& q, bool lost) {
   } else if (cfg_.cc == CongestionControl::kNscc && lost) {
     const double mtu = static_cast<double>(cfg_.mtu);
     nscc_on_nack(nscc_params(q), q.nscc, mtu, static_cast<double>(q.snd_nxt - q.snd_una) * mtu, events_.now());
-    window_set(q, q.nscc.window, 0);
+    window_set(q, q.nscc.cwnd, 0);
   }
   // HPCC reacts to telemetry, not to losses.
 }
@@ -514,7 +515,7 @@ void Network::window_set(QueuePair& q, double window, double pacing_bps) {
   q.rate = pacing_bps;
   // The next packet may leave as the new rate allows: a gap drawn at a much lower rate would
   // otherwise hold the sender long after its window grew.
-  const Time gap = pacing_bps > 0 ? static_cast<Time>(std::llround((cfg_.mtu + kHeaderBytes + kWireOverhead) * 8e12 / pacing_bps)) : 0;
+  const Time gap = pacing_bps > 0 ? serialization(cfg_.mtu + kHeaderBytes, pacing_bps) : 0;
   q.next_send = std::min(q.next_send, q.last_sent + gap);
 }
 

@@ -116,7 +116,6 @@ namespace {
 double bdp(const NsccParams& p, const NsccState& s) { return p.line_bps / 8 * to_seconds(s.base_rtt); }
 void nscc_settle(const NsccParams& p, NsccState& s) {
   s.cwnd = std::clamp(s.cwnd, p.mtu, std::max(1.5 * bdp(p, s), p.mtu));
-  s.window = s.cwnd;
 }
 // Quick adapt: at the end of each window of base_rtt + target, if a trim or loss asked for
 // it, the window falls to the bytes delivered in that window, and the acknowledgements of
@@ -128,7 +127,6 @@ bool quick_adapt(const NsccParams& p, NsccState& s, double in_flight, Time now) 
       s.cwnd = std::max(s.achieved, p.mtu);
       s.ignore = in_flight;
       s.trigger_qa = false;
-      s.inc_bytes = 0;
       acted = true;
     }
     s.achieved = 0;
@@ -163,11 +161,14 @@ void nscc_on_ack(const NsccParams& p, NsccState& s, Time rtt, bool ecn, double a
   }
   if (quick_adapt(p, s, in_flight, now)) return nscc_settle(p, s);
   const double target = to_seconds(nscc_target(p, s));
+  // An increase of `inc` bytes^2 over the acknowledged bytes adds inc / cwnd: per round trip
+  // (a window acknowledged) that is the packets named below.
+  double inc = 0;
   if (!ecn && delay < target) {
     // Proportional increase: up to pi packets per round trip, less as the delay nears target.
-    s.inc_bytes += p.pi * p.mtu * (target - delay) / target * acked_bytes;
+    inc = p.pi * p.mtu * (target - delay) / target * acked_bytes;
   } else if (!ecn) {
-    s.inc_bytes += p.fi * p.mtu * acked_bytes;  // fair increase: fi packets per round trip
+    inc = p.fi * p.mtu * acked_bytes;  // fair increase: fi packets per round trip
   } else if (delay >= target) {
     if (s.avg_delay > target && (!s.decreased || now - s.last_decrease > s.base_rtt)) {
       s.cwnd *= std::max(1 - p.gamma * (s.avg_delay - target) / s.avg_delay, 1 - p.max_md);
@@ -176,10 +177,7 @@ void nscc_on_ack(const NsccParams& p, NsccState& s, Time rtt, bool ecn, double a
     }
   }
   // (A mark under the target delay: another path's congestion; spraying moves on.)
-  // Increases gathered over the acknowledged bytes add inc / cwnd: per round trip (a window
-  // acknowledged) that is the packets named above.
-  s.cwnd += s.inc_bytes / s.cwnd;
-  s.inc_bytes = 0;
+  s.cwnd += inc / s.cwnd;
   nscc_settle(p, s);
 }
 

@@ -106,7 +106,6 @@ struct NsccState {
   double avg_delay = 0;         // seconds of queueing, averaged
   Time last_decrease = 0;
   bool decreased = false;
-  double inc_bytes = 0;         // increases gathered, applied as inc_bytes / cwnd
   // Quick adapt: bytes acknowledged in the current window of base_rtt + target, when it
   // ends, whether a trim or loss asked for it, and how many acknowledged bytes to ignore
   // after one (those that were in flight at its time).
@@ -114,7 +113,6 @@ struct NsccState {
   Time qa_end = 0;
   bool trigger_qa = false;
   double ignore = 0;
-  double window = 0;            // bytes (= cwnd)
 };
 
 NsccState nscc_start(const NsccParams& p);
