@@ -6,6 +6,7 @@
 #include "weft/algo/collective_facts.h"
 #include "weft/algo/collectives.h"
 #include "weft/algo/symbolic.h"
+#include "weft/algo/trees.h"
 #include "weft/util/error.h"
 
 using namespace weft;
@@ -23,6 +24,15 @@ std::vector<Options> options_for(Collective c, const std::string& algo, int w) {
   if (algo == "hierarchical") {
     for (int l : {1, 2, 3, 4})
       if (w % l == 0) out.push_back(Options{0, l, 4});
+    return out;
+  }
+  if (algo == "tree") {  // hosts of 1-4 ranks (or none), one segment or several
+    for (int l : {0, 2, 3, 4})
+      for (std::int64_t seg : {0, 3}) {
+        Options o{0, l, 4};
+        o.segment_elements = seg;
+        out.push_back(o);
+      }
     return out;
   }
   if (algo == "rail_rings") {  // ranks per host that divide the world, or not (one ring)
@@ -265,4 +275,65 @@ TEST(PipelineSchedules, SeedScheduleUpdatesAfterEachMicroBatch) {
       EXPECT_EQ(p[i - 1].kind, weft::algo::PipeOpKind::kSendGrad);  // right after its backward
     }
   EXPECT_EQ(steps, 4);
+}
+
+// NCCL-style trees from the host layout: every tree spans the world, chains stay within a
+// host, hops between hosts stay on one rail, and the two trees of a channel are complementary.
+TEST(Trees, HostChainTreesSpanTheWorldOnRails) {
+  for (auto [world, local] : {std::pair{16, 4}, std::pair{64, 8}, std::pair{12, 3}, std::pair{7, 0}, std::pair{8, 8}}) {
+    const std::vector<RankTree> trees = host_chain_trees(world, local);
+    const int l = local > 1 ? local : 1, hosts = world / l;
+    ASSERT_EQ(static_cast<int>(trees.size()), hosts > 1 ? 2 * l : l) << world << "/" << local;
+    std::vector<int> interior(static_cast<std::size_t>(hosts), 0);
+    for (std::size_t t = 0; t < trees.size(); ++t) {
+      const RankTree& tree = trees[t];
+      int roots = 0;
+      for (int r = 0; r < world; ++r) {
+        int up = tree.parent[r];
+        if (up < 0) {
+          ++roots;
+          continue;
+        }
+        // Following parents reaches the root within world hops (no cycle).
+        int hops = 0;
+        for (int v = r; v >= 0 && hops <= world; v = tree.parent[v]) ++hops;
+        EXPECT_LE(hops, world);
+        if (up / l != r / l) {
+          EXPECT_EQ(up % l, r % l) << "an edge between hosts leaves its rail";
+          EXPECT_EQ(r % l, static_cast<int>(t) / (hosts > 1 ? 2 : 1)) << "channel c joins hosts at local rank c";
+          if (t % 2 == 0 || hosts == 1) ++interior[static_cast<std::size_t>(up / l)];
+        }
+      }
+      EXPECT_EQ(roots, 1);
+    }
+    if (hosts >= 4) {
+      // A host with children in tree A (channel 0's first) has at most one in tree B.
+      const RankTree& b = trees[1];
+      int both = 0;
+      for (int h = 0; h < hosts; ++h) {
+        bool interior_b = false;
+        for (int r = 0; r < world; ++r)
+          if (b.parent[r] >= 0 && b.parent[r] / l == h && r / l != h) interior_b = true;
+        both += interior[static_cast<std::size_t>(h)] > 0 && interior_b ? 1 : 0;
+      }
+      EXPECT_LE(both, hosts / 2) << world << "/" << local;
+    }
+  }
+}
+
+TEST(Trees, PipelinedTreeOverlapsSegmentsAndMovesTwoBuffersPerRank) {
+  // 4 hosts of 4 ranks, 4 channels: each of the 8 trees carries 1/8 of the data, which a rank
+  // sends up once and down to each of its children (at most 3): at most 2n in all.
+  const std::int64_t n = 8 * 1024;
+  Options o{0, 4, 4};
+  auto one = verify(Collective::kAllReduce, "tree", 16, n, o);
+  ASSERT_TRUE(one.ok) << one.error;
+  o.segment_elements = 64;  // 16 segments per tree
+  auto piped = verify(Collective::kAllReduce, "tree", 16, n, o);
+  ASSERT_TRUE(piped.ok) << piped.error;
+  EXPECT_EQ(piped.max_elements_sent, one.max_elements_sent);
+  EXPECT_LE(one.max_elements_sent, 2 * n);
+  // Pipelined: 16 segments take far fewer than 16 times the steps of one (59 against 11).
+  EXPECT_LT(piped.max_steps, 16 * one.max_steps / 2);
+  EXPECT_GT(piped.max_steps, one.max_steps);
 }

@@ -3,38 +3,17 @@
 #include <algorithm>
 
 #include "weft/algo/ring.h"
+#include "weft/algo/trees.h"
 #include "weft/util/error.h"
 
 namespace weft::algo {
 
 namespace {
 
-// A balanced in-order binary tree over positions [0, world): parent, children and height.
-struct Tree {
-  std::vector<int> parent, left, right, height;
-  int root = -1;
-  explicit Tree(int world) : parent(world, -1), left(world, -1), right(world, -1), height(world, 0) {
-    root = build(0, world, -1);
-  }
-  int build(int lo, int hi, int up) {
-    if (lo >= hi) return -1;
-    int mid = (lo + hi) / 2;
-    parent[mid] = up;
-    left[mid] = build(lo, mid, mid);
-    right[mid] = build(mid + 1, hi, mid);
-    int h = 0;
-    if (left[mid] >= 0) h = std::max(h, height[left[mid]] + 1);
-    if (right[mid] >= 0) h = std::max(h, height[right[mid]] + 1);
-    height[mid] = h;
-    return mid;
-  }
-  bool is_right_child(int v) const { return parent[v] >= 0 && right[parent[v]] == v; }
-};
-
 // Reduce `region` up `tree` (positions mapped to ranks by `rank_of`) and broadcast it back
 // down. A node sends to its parent at step 2*height (+1 for a right child), so its two
 // children never write the region in the same step.
-void tree_allreduce(Program& p, const Tree& t, const std::vector<int>& rank_of, int me_pos, const Chunk& region) {
+void tree_allreduce(Program& p, const BinaryTree& t, const std::vector<int>& rank_of, int me_pos, const Chunk& region) {
   const int reduce_steps = 2 * t.height[t.root] + 1;
   const int v = me_pos;
   auto edge_step = [&](int child) { return 2 * t.height[child] + (t.is_right_child(child) ? 1 : 0); };
@@ -116,7 +95,7 @@ Program allreduce_direct(int rank, int world, std::int64_t n, const Options&) {
 Program allreduce_double_tree(int rank, int world, std::int64_t n, const Options&) {
   Program p;
   p.algorithm = "double_tree";
-  Tree t(world);
+  BinaryTree t(world);
   // Tree A over ranks in order; tree B over ranks shifted by one, so that most interior
   // nodes of one tree are leaves of the other.
   std::vector<int> a(static_cast<size_t>(world)), b(static_cast<size_t>(world));
@@ -127,6 +106,24 @@ Program allreduce_double_tree(int rank, int world, std::int64_t n, const Options
   Chunk first{Buf::kData, 0, n / 2}, second{Buf::kData, n / 2, n - n / 2};
   tree_allreduce(p, t, a, rank, first);
   tree_allreduce(p, t, b, (rank - 1 + world) % world, second);
+  p.compact();
+  return p;
+}
+
+// Elements per pipelined tree segment (1 MiB of f32), and the most segments a tree is cut into.
+constexpr std::int64_t kTreeSegmentElements = 1 << 18;
+constexpr int kMaxTreeSegments = 64;
+
+Program allreduce_tree(int rank, int world, std::int64_t n, const Options& o) {
+  Program p;
+  p.algorithm = "tree";
+  const std::vector<RankTree> trees = host_chain_trees(world, o.local_world);
+  const int parts = static_cast<int>(trees.size());
+  const std::int64_t per_tree = (n + parts - 1) / parts;
+  const std::int64_t size = o.segment_elements > 0 ? o.segment_elements : kTreeSegmentElements;
+  const int segments = static_cast<int>(std::clamp<std::int64_t>((per_tree + size - 1) / size, 1, kMaxTreeSegments));
+  const int slots = max_children(trees);
+  for (int t = 0; t < parts; ++t) pipelined_tree_allreduce(p, trees[t], rank, block(n, parts, t), segments, slots);
   p.compact();
   return p;
 }

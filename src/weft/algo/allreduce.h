@@ -9,6 +9,10 @@
 //                       block j to rank j at once, rank j reduces it, then sends it to all
 //   double_tree         two complementary binary trees, each reducing then broadcasting half
 //                       of the data (NCCL's double binary tree, without pipelining)
+//   tree                NCCL's tree from the host layout: per channel (local rank) a chain
+//                       through each host and two complementary binary trees over the hosts,
+//                       each reducing then broadcasting its share, pipelined in segments of
+//                       up to 1 MiB (see trees.h)
 //   recursive_doubling  log2(W) exchanges of the whole buffer (non-powers of two folded)
 //   rabenseifner        recursive-halving reduce-scatter then recursive-doubling all-gather:
 //                       2 log2(W) steps, about 2n elements sent per rank
@@ -25,6 +29,7 @@ Program allreduce_ring(int rank, int world, std::int64_t n, const Options& o);
 Program allreduce_relay_ring(int rank, int world, std::int64_t n, const Options& o);
 Program allreduce_direct(int rank, int world, std::int64_t n, const Options& o);
 Program allreduce_double_tree(int rank, int world, std::int64_t n, const Options& o);
+Program allreduce_tree(int rank, int world, std::int64_t n, const Options& o);
 Program allreduce_recursive_doubling(int rank, int world, std::int64_t n, const Options& o);
 Program allreduce_rabenseifner(int rank, int world, std::int64_t n, const Options& o);
 Program allreduce_hierarchical(int rank, int world, std::int64_t n, const Options& o);

@@ -95,8 +95,9 @@ struct Options {
   int local_world = 0;   // hierarchical: ranks per host (0: not hierarchical)
   int segments = 4;      // pipelined chain broadcast: pieces the data is cut into
   bool out_of_place = false;  // all-reduce: the data starts in kInput (see read_input_first)
+  std::int64_t segment_elements = 0;  // pipelined tree: elements per segment (0: its default)
   // Every field, for comparing options (programs built with equal options are equal).
-  auto fields() const { return std::make_tuple(root, local_world, segments, out_of_place); }
+  auto fields() const { return std::make_tuple(root, local_world, segments, out_of_place, segment_elements); }
 };
 
 // Rewrites a program whose kData initially holds n elements of input into one that finds

@@ -13,6 +13,7 @@ const std::vector<Algorithm>& algorithms() {
       {C::kAllReduce, "relay_ring", allreduce_relay_ring, "seed 003: reduce hop by hop, then pass the total around"},
       {C::kAllReduce, "direct", allreduce_direct, "seed 003 chapter 4 one-hop reduce-scatter + all-gather on a full mesh"},
       {C::kAllReduce, "double_tree", allreduce_double_tree, "two complementary binary trees, half the data each"},
+      {C::kAllReduce, "tree", allreduce_tree, "NCCL-style: a chain within each host, two binary trees across hosts per channel, pipelined"},
       {C::kAllReduce, "recursive_doubling", allreduce_recursive_doubling, "log2(W) whole-buffer exchanges"},
       {C::kAllReduce, "rabenseifner", allreduce_rabenseifner, "recursive halving + recursive doubling"},
       {C::kAllReduce, "hierarchical", allreduce_hierarchical, "within hosts, then one ring per local rank across hosts"},

@@ -1,0 +1,119 @@
+#include "weft/algo/trees.h"
+
+#include <algorithm>
+
+namespace weft::algo {
+
+BinaryTree::BinaryTree(int n) : parent(n, -1), left(n, -1), right(n, -1), height(n, 0) { root = build(0, n, -1); }
+
+int BinaryTree::build(int lo, int hi, int up) {
+  if (lo >= hi) return -1;
+  int mid = (lo + hi) / 2;
+  parent[mid] = up;
+  left[mid] = build(lo, mid, mid);
+  right[mid] = build(mid + 1, hi, mid);
+  int h = 0;
+  if (left[mid] >= 0) h = std::max(h, height[left[mid]] + 1);
+  if (right[mid] >= 0) h = std::max(h, height[right[mid]] + 1);
+  height[mid] = h;
+  return mid;
+}
+
+std::vector<RankTree> host_chain_trees(int world, int local_world) {
+  const int local = local_world > 1 && world % local_world == 0 ? local_world : 1;
+  const int hosts = world / local;
+  const BinaryTree over_hosts(hosts);
+  std::vector<RankTree> out;
+  for (int c = 0; c < local; ++c) {
+    for (int shift : {0, 1}) {
+      RankTree t;
+      t.parent.assign(static_cast<std::size_t>(world), -1);
+      for (int h = 0; h < hosts; ++h) {
+        // Host h sits at position (h - shift) of the binary tree over the hosts.
+        const int up_pos = over_hosts.parent[(h - shift + hosts) % hosts];
+        const int up_host = up_pos < 0 ? -1 : (up_pos + shift) % hosts;
+        for (int i = 0; i < local; ++i) {
+          const int rank = h * local + (c + i) % local;
+          t.parent[rank] = i > 0 ? h * local + (c + i - 1) % local : up_host < 0 ? -1 : up_host * local + c;
+        }
+      }
+      out.push_back(std::move(t));
+      if (hosts == 1) break;  // one host: the second tree would be the first again
+    }
+  }
+  return out;
+}
+
+namespace {
+
+struct TreeShape {
+  std::vector<std::vector<int>> children;  // in rank order
+  std::vector<int> height, depth, child_index;
+  int root = -1;
+};
+
+TreeShape shape_of(const RankTree& t) {
+  const int n = static_cast<int>(t.parent.size());
+  TreeShape s;
+  s.children.resize(n);
+  s.height.assign(n, 0);
+  s.depth.assign(n, 0);
+  s.child_index.assign(n, 0);
+  for (int r = 0; r < n; ++r) {
+    if (t.parent[r] < 0) {
+      s.root = r;
+      continue;
+    }
+    s.child_index[r] = static_cast<int>(s.children[t.parent[r]].size());
+    s.children[t.parent[r]].push_back(r);
+  }
+  // Depths from the root down, then heights from the deepest up.
+  std::vector<int> order{s.root};
+  for (std::size_t i = 0; i < order.size(); ++i)
+    for (int c : s.children[order[i]]) {
+      s.depth[c] = s.depth[order[i]] + 1;
+      order.push_back(c);
+    }
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    if (t.parent[*it] >= 0) s.height[t.parent[*it]] = std::max(s.height[t.parent[*it]], s.height[*it] + 1);
+  return s;
+}
+
+}  // namespace
+
+int max_children(const std::vector<RankTree>& trees) {
+  int most = 0;
+  for (const RankTree& t : trees) {
+    std::vector<int> count(t.parent.size(), 0);
+    for (int up : t.parent)
+      if (up >= 0) most = std::max(most, ++count[up]);
+  }
+  return most;
+}
+
+void pipelined_tree_allreduce(Program& p, const RankTree& tree, int rank, const Chunk& region, int segments,
+                              int slots) {
+  const TreeShape s = shape_of(tree);
+  const std::size_t k = static_cast<std::size_t>(std::max(slots, 1));
+  const std::size_t top = static_cast<std::size_t>(s.height[s.root]);
+  const std::size_t h = static_cast<std::size_t>(s.height[rank]), d = static_cast<std::size_t>(s.depth[rank]);
+  const int up = tree.parent[rank];
+  for (int seg = 0; seg < segments; ++seg) {
+    const Chunk piece = [&] {
+      std::int64_t b = block_begin(region.count, segments, seg);
+      return Chunk{region.buf, region.offset + b, block_begin(region.count, segments, seg + 1) - b};
+    }();
+    const std::size_t at = static_cast<std::size_t>(seg);
+    for (int c : s.children[rank]) {
+      p.recv_reduce(k * (at + static_cast<std::size_t>(s.height[c])) + static_cast<std::size_t>(s.child_index[c]), c,
+                    piece);
+    }
+    if (up >= 0) {
+      p.send(k * (at + h) + static_cast<std::size_t>(s.child_index[rank]), up, piece);
+      p.recv(k * (at + top) + d - 1, up, piece);
+    }
+    for (int c : s.children[rank]) p.send(k * (at + top) + d, c, piece);
+  }
+}
+
+}  // namespace weft::algo

@@ -1,0 +1,56 @@
+// Trees over ranks for tree collectives.
+//
+//   BinaryTree          a balanced in-order binary tree over positions [0, n)
+//   host_chain_trees    NCCL-style trees built from the host layout (seed 002 ch. 13): one
+//                       pair of complementary binary trees over the hosts per channel, and
+//                       within each host a chain through its ranks
+//   pipelined_tree_allreduce
+//                       reduce a region up one such tree and broadcast it down, cut into
+//                       segments that flow through the tree one behind another
+#pragma once
+
+#include <vector>
+
+#include "weft/algo/program.h"
+
+namespace weft::algo {
+
+// A balanced in-order binary tree over positions [0, n): parent, children and height (a
+// leaf's is 0). Positions are mapped to ranks by the caller.
+struct BinaryTree {
+  std::vector<int> parent, left, right, height;
+  int root = -1;
+  explicit BinaryTree(int n);
+  bool is_right_child(int v) const { return parent[v] >= 0 && right[parent[v]] == v; }
+
+ private:
+  int build(int lo, int hi, int up);
+};
+
+// A tree over every rank of the world: parent[r], or -1 for the root.
+struct RankTree {
+  std::vector<int> parent;
+};
+
+// 2C trees, C = local_world channels (1 when local_world is 0, 1 or does not divide the
+// world). Channel c's two trees start on each host at local rank c (its "head") and chain
+// through the host's ranks in order from there; the heads are joined across hosts by a
+// balanced binary tree over the hosts in order (the first tree of the pair) and over the
+// hosts shifted by one (the second), so most hosts interior in one tree are leaves in the
+// other. Every hop between hosts joins two ranks of one local index: it stays on one rail.
+std::vector<RankTree> host_chain_trees(int world, int local_world);
+
+// The most children any rank has in any of `trees`.
+int max_children(const std::vector<RankTree>& trees);
+
+// Appends to `p` (this rank's program) the all-reduce of `region` over `tree`, cut into
+// `segments` pieces. Going up, a rank of height h sends segment s to its parent at step
+// slots * (s + h) + (its index among the parent's children), so the children of one rank
+// never write the same segment in one step (slots >= max_children of every tree run in the
+// same program); going down, the root sends segment s at step slots * (s + H) (H: the
+// root's height) and a rank at depth d forwards it at that step + d. A rank so sends each
+// segment up before the final one can come back down.
+void pipelined_tree_allreduce(Program& p, const RankTree& tree, int rank, const Chunk& region, int segments,
+                              int slots);
+
+}  // namespace weft::algo
