@@ -110,8 +110,9 @@ Program allreduce_double_tree(int rank, int world, std::int64_t n, const Options
   return p;
 }
 
-// Elements per pipelined tree segment (1 MiB of f32), and the most segments a tree is cut into.
-constexpr std::int64_t kTreeSegmentElements = 1 << 18;
+// Elements per pipelined tree segment (256 KiB of f32, NCCL's tree chunk), and the most
+// segments a tree is cut into.
+constexpr std::int64_t kTreeSegmentElements = 1 << 16;
 constexpr int kMaxTreeSegments = 64;
 
 Program allreduce_tree(int rank, int world, std::int64_t n, const Options& o) {
@@ -123,7 +124,10 @@ Program allreduce_tree(int rank, int world, std::int64_t n, const Options& o) {
   const std::int64_t size = o.segment_elements > 0 ? o.segment_elements : kTreeSegmentElements;
   const int segments = static_cast<int>(std::clamp<std::int64_t>((per_tree + size - 1) / size, 1, kMaxTreeSegments));
   const int slots = max_children(trees);
-  for (int t = 0; t < parts; ++t) pipelined_tree_allreduce(p, trees[t], rank, block(n, parts, t), segments, slots);
+  for (int t = 0; t < parts; ++t) {  // each tree two channels of its own: up and down
+    pipelined_tree_allreduce(p, trees[t], rank, block(n, parts, t), segments, slots, static_cast<std::uint16_t>(2 * t),
+                             static_cast<std::uint16_t>(2 * t + 1));
+  }
   p.compact();
   return p;
 }
@@ -226,6 +230,7 @@ Program allreduce_rail_rings(int rank, int world, std::int64_t n, const Options&
   const int channels = rails ? local : 1;
   Chunk all{Buf::kData, 0, n};
   for (int c = 0; c < channels; ++c) {
+    p.channel = static_cast<std::uint16_t>(c);
     const std::vector<int> order = rails ? rail_ring_order(world / local, local, c) : all_ranks(world);
     const int me = static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
     const Chunk part = sub_block(all, channels, c);

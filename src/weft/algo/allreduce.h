@@ -12,7 +12,7 @@
 //   tree                NCCL's tree from the host layout: per channel (local rank) a chain
 //                       through each host and two complementary binary trees over the hosts,
 //                       each reducing then broadcasting its share, pipelined in segments of
-//                       up to 1 MiB (see trees.h)
+//                       256 KiB (see trees.h)
 //   recursive_doubling  log2(W) exchanges of the whole buffer (non-powers of two folded)
 //   rabenseifner        recursive-halving reduce-scatter then recursive-doubling all-gather:
 //                       2 log2(W) steps, about 2n elements sent per rank

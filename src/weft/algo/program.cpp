@@ -14,13 +14,21 @@ Step& Program::step(std::size_t index) {
   return steps[index];
 }
 
-void Program::send(std::size_t s, int peer, Chunk src) { step(s).ops.push_back({OpKind::kSend, peer, src, {}}); }
-void Program::recv(std::size_t s, int peer, Chunk dst) { step(s).ops.push_back({OpKind::kRecv, peer, {}, dst}); }
-void Program::recv_reduce(std::size_t s, int peer, Chunk dst) {
-  step(s).ops.push_back({OpKind::kRecvReduce, peer, {}, dst});
+void Program::send(std::size_t s, int peer, Chunk src) {
+  step(s).ops.push_back({OpKind::kSend, peer, src, {}, channel, theirs()});
 }
-void Program::copy(std::size_t s, Chunk src, Chunk dst) { step(s).ops.push_back({OpKind::kCopy, -1, src, dst}); }
-void Program::reduce(std::size_t s, Chunk src, Chunk dst) { step(s).ops.push_back({OpKind::kReduce, -1, src, dst}); }
+void Program::recv(std::size_t s, int peer, Chunk dst) {
+  step(s).ops.push_back({OpKind::kRecv, peer, {}, dst, channel, theirs()});
+}
+void Program::recv_reduce(std::size_t s, int peer, Chunk dst) {
+  step(s).ops.push_back({OpKind::kRecvReduce, peer, {}, dst, channel, theirs()});
+}
+void Program::copy(std::size_t s, Chunk src, Chunk dst) {
+  step(s).ops.push_back({OpKind::kCopy, -1, src, dst, channel, channel});
+}
+void Program::reduce(std::size_t s, Chunk src, Chunk dst) {
+  step(s).ops.push_back({OpKind::kReduce, -1, src, dst, channel, channel});
+}
 void Program::need_scratch(std::int64_t elements) { scratch = std::max(scratch, elements); }
 
 void Program::compact(bool keep_empty_messages) {

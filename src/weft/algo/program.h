@@ -46,6 +46,11 @@ struct Op {
   int peer = -1;
   Chunk src;
   Chunk dst;
+  // The channel (NCCL's term) the operation runs in, and for a message the channel it
+  // meets at the peer. An executor may run each channel's operations as a program of its
+  // own, beside the others (the simulator does, each on its own queue pairs): a program is
+  // built so that wherever two channels touch the same data, messages order the accesses.
+  std::uint16_t channel = 0, peer_channel = 0;
 };
 
 struct Step {
@@ -56,6 +61,9 @@ struct Program {
   std::string algorithm;
   std::vector<Step> steps;
   std::int64_t scratch = 0;  // elements of scratch space needed
+  // The channel the builders below tag new operations with, and the peer's (-1: the same).
+  std::uint16_t channel = 0;
+  int peer_channel = -1;
 
   // Builders used by the algorithms. A step index past the end appends steps.
   Step& step(std::size_t index);
@@ -65,6 +73,7 @@ struct Program {
   void copy(std::size_t step, Chunk src, Chunk dst);
   void reduce(std::size_t step, Chunk src, Chunk dst);
   void need_scratch(std::int64_t elements);
+  std::uint16_t theirs() const { return peer_channel < 0 ? channel : static_cast<std::uint16_t>(peer_channel); }
   // Drops empty steps and zero-length operations (except zero-length messages of a barrier,
   // which carry synchronization).
   void compact(bool keep_empty_messages = false);

@@ -21,6 +21,7 @@ struct Message {
   std::size_t op;  // index of the send in the sender's current step
   std::vector<Sym> payload;
   std::uint64_t knows;
+  std::uint16_t channel, peer_channel;  // the send's
 };
 
 struct Rank {
@@ -180,7 +181,7 @@ class Executor {
       if (op.kind == OpKind::kSend) {
         if (op.peer < 0 || op.peer >= world_ || op.peer == r) fail(r, "sends to invalid peer " + std::to_string(op.peer));
         auto& src = buffer(r, R, op.src);
-        Message m{r, i, std::vector<Sym>(src.begin() + op.src.offset, src.begin() + op.src.end()), R.knows};
+        Message m{r, i, std::vector<Sym>(src.begin() + op.src.offset, src.begin() + op.src.end()), R.knows, op.channel, op.peer_channel};
         channels_[{r, op.peer}].push_back(std::move(m));
       } else if (op.kind == OpKind::kCopy || op.kind == OpKind::kReduce) {
         if (op.src.count != op.dst.count) fail(r, "local operation with unequal sizes");
@@ -218,6 +219,11 @@ class Executor {
       }
       Message m = std::move(ch.front());
       ch.pop_front();
+      if (m.channel != op.peer_channel || m.peer_channel != op.channel) {  // channels run apart (program.h)
+        fail(r, "step " + std::to_string(R.step) + " receives in channel " + std::to_string(op.channel) + " from channel " +
+                    std::to_string(op.peer_channel) + " the message rank " + std::to_string(op.peer) + " sent in channel " +
+                    std::to_string(m.channel) + " to channel " + std::to_string(m.peer_channel));
+      }
       if (static_cast<std::int64_t>(m.payload.size()) != op.dst.count) {
         fail(r, "step " + std::to_string(R.step) + " receives " + std::to_string(op.dst.count) +
                     " elements from rank " + std::to_string(op.peer) + ", which sent " +

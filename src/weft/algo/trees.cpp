@@ -1,6 +1,7 @@
 #include "weft/algo/trees.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace weft::algo {
 
@@ -92,28 +93,39 @@ int max_children(const std::vector<RankTree>& trees) {
 }
 
 void pipelined_tree_allreduce(Program& p, const RankTree& tree, int rank, const Chunk& region, int segments,
-                              int slots) {
+                              int slots, std::uint16_t up_channel, std::uint16_t down_channel) {
   const TreeShape s = shape_of(tree);
   const std::size_t k = static_cast<std::size_t>(std::max(slots, 1));
   const std::size_t top = static_cast<std::size_t>(s.height[s.root]);
   const std::size_t h = static_cast<std::size_t>(s.height[rank]), d = static_cast<std::size_t>(s.depth[rank]);
   const int up = tree.parent[rank];
+  // The root reduces and starts the broadcast in one sequence; every other rank forwards
+  // down in a channel of its own, beside its reductions going up.
+  const std::uint16_t down = up < 0 ? up_channel : down_channel;
+  auto in = [&p](std::uint16_t mine, std::uint16_t theirs) {
+    p.channel = mine;
+    p.peer_channel = theirs;
+  };
   for (int seg = 0; seg < segments; ++seg) {
     const Chunk piece = [&] {
       std::int64_t b = block_begin(region.count, segments, seg);
       return Chunk{region.buf, region.offset + b, block_begin(region.count, segments, seg + 1) - b};
     }();
     const std::size_t at = static_cast<std::size_t>(seg);
+    in(up_channel, up_channel);
     for (int c : s.children[rank]) {
       p.recv_reduce(k * (at + static_cast<std::size_t>(s.height[c])) + static_cast<std::size_t>(s.child_index[c]), c,
                     piece);
     }
     if (up >= 0) {
       p.send(k * (at + h) + static_cast<std::size_t>(s.child_index[rank]), up, piece);
+      in(down_channel, tree.parent[up] < 0 ? up_channel : down_channel);
       p.recv(k * (at + top) + d - 1, up, piece);
     }
+    in(down, down_channel);
     for (int c : s.children[rank]) p.send(k * (at + top) + d, c, piece);
   }
+  in(up_channel, -1);
 }
 
 }  // namespace weft::algo

@@ -9,6 +9,7 @@
 //                       segments that flow through the tree one behind another
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "weft/algo/program.h"
@@ -49,8 +50,11 @@ int max_children(const std::vector<RankTree>& trees);
 // never write the same segment in one step (slots >= max_children of every tree run in the
 // same program); going down, the root sends segment s at step slots * (s + H) (H: the
 // root's height) and a rank at depth d forwards it at that step + d. A rank so sends each
-// segment up before the final one can come back down.
+// segment up before the final one can come back down. The reductions going up run in
+// `up_channel`, the forwarding down in `down_channel` (the root's in `up_channel`: it starts
+// a segment down once it has reduced it), beside each other as NCCL's tree kernel splits
+// its warps between the two directions; the data they share is ordered by the messages.
 void pipelined_tree_allreduce(Program& p, const RankTree& tree, int rank, const Chunk& region, int segments,
-                              int slots);
+                              int slots, std::uint16_t up_channel, std::uint16_t down_channel);
 
 }  // namespace weft::algo

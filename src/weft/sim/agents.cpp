@@ -38,8 +38,10 @@ void Network::step_start(int a) {
   st.started = true;
   st.step_began = now;
   if (step.collective >= 0) {
+    // A collective's time starts before the launch that precedes a rank's first step of it.
+    const bool first = st.step == 0 || work_.agents[a].steps[st.step - 1].collective != step.collective;
     auto& t = collective_times_[step.collective];
-    t.first = std::min(t.first, now);
+    t.first = std::min(t.first, now - (first ? work_.collectives[step.collective].launch : 0));
   }
   st.pending = static_cast<int>(step.sends.size() + step.recvs.size());
   st.posting = true;
@@ -89,6 +91,17 @@ void Network::message_delivered(int flow) {
   FlowRecord& f = flows_[flow];
   if (--f.parts_left_rx > 0) return;
   f.delivered = events_.now();
+  // With a GPU protocol, the receiving GPU sees the message when it sees its flag.
+  const Time ready = f.collective >= 0 ? work_.collectives[f.collective].ready : 0;
+  if (ready > 0) {
+    events_.schedule(events_.now() + ready, this, kMessageReady, static_cast<std::uint64_t>(flow));
+    return;
+  }
+  message_ready(flow);
+}
+
+void Network::message_ready(int flow) {
+  FlowRecord& f = flows_[flow];
   AgentState& st = agents_[f.dst_agent];
   auto waiting = st.waiting.find(f.src_agent);
   if (waiting != st.waiting.end() && waiting->second > 0) {

@@ -16,6 +16,7 @@ constexpr Time kPs = 1, kNs = 1000, kUs = 1000 * kNs, kMs = 1000 * kUs, kSec = 1
 constexpr Time kNever = ~Time{0};
 
 inline double to_us(Time t) { return static_cast<double>(t) / static_cast<double>(kUs); }
+inline Time from_us(double us) { return static_cast<Time>(us * static_cast<double>(kUs) + 0.5); }
 inline double to_seconds(Time t) { return static_cast<double>(t) / static_cast<double>(kSec); }
 
 // Something that receives events. `kind` and `arg` are the target's own encoding.

@@ -753,6 +753,7 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
     case kFluidUpdate: fluid_update(static_cast<std::uint32_t>(arg)); break;
     case kFluidDelivered: fluid_delivered(static_cast<int>(arg)); break;
     case kFluidAcked: message_acked(static_cast<int>(arg)); break;
+    case kMessageReady: message_ready(static_cast<int>(arg)); break;
     default: throw InternalError("simulator: unknown event kind");
   }
 }

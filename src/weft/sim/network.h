@@ -259,7 +259,7 @@ class Network : public EventTarget {
  private:
   enum Event : std::uint32_t {
     kTxDone, kArrive, kPauseExpire, kPauseRefresh, kEndpointWake, kRto, kAlphaTimer, kRateTimer, kStepStart,
-    kSample, kFailure, kReroute, kFluidUpdate, kFluidDelivered, kFluidAcked
+    kSample, kFailure, kReroute, kFluidUpdate, kFluidDelivered, kFluidAcked, kMessageReady
   };
 
   // fabric.cpp
@@ -359,6 +359,7 @@ class Network : public EventTarget {
   void step_start(int agent);
   void advance_agent(int agent);
   void message_delivered(int flow);
+  void message_ready(int flow);  // the receiving GPU sees the message (after its protocol's flag delay)
   void message_acked(int flow);
   void message_sent(int flow);
   void send_step_done(int agent);

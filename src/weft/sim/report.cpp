@@ -1,5 +1,6 @@
 #include "weft/sim/report.h"
 
+#include <fmt/format.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -118,6 +119,7 @@ nlohmann::json summary_json(const Network& net) {
   for (std::size_t i = 0; i < net.workload().collectives.size(); ++i) {
     const CollectiveInfo& ci = net.workload().collectives[i];
     json e = {{"name", ci.name}, {"job", ci.job}, {"ranks", ci.ranks}, {"bytes", ci.bytes}};
+    if (ci.predicted_us > 0) e["predicted_us"] = ci.predicted_us;  // the cost model's, for "auto"
     if (times[i].first != kNever && times[i].second >= times[i].first) {
       double s = to_seconds(times[i].second - times[i].first);
       e["start_us"] = to_us(times[i].first);
@@ -207,13 +209,17 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
     const auto& [name, bytes, ranks] = order[i];
     const Kind& k = kinds[order[i]];
     double s = k.seconds / k.count;
-    double factor = 1;
+    double factor = 1, predicted = 0;
     for (const CollectiveInfo& ci : net.workload().collectives)
-      if (ci.name == name && ci.ranks == ranks) factor = ci.busbw_factor;
+      if (ci.name == name && ci.ranks == ranks) {
+        factor = ci.busbw_factor;
+        predicted = ci.predicted_us;
+      }
     std::string times_text = k.count > 1 ? " x" + std::to_string(k.count) + ", mean" : "";
-    std::fprintf(out, "collective %s, %s on %d ranks%s: %.3f us, algbw %.2f GB/s, busbw %.2f GB/s\n", name.c_str(),
+    std::string model = predicted > 0 ? fmt::format(" (chosen by the cost model, which predicts {:.3f} us)", predicted) : "";
+    std::fprintf(out, "collective %s, %s on %d ranks%s: %.3f us, algbw %.2f GB/s, busbw %.2f GB/s%s\n", name.c_str(),
                  human_bytes(bytes).c_str(), ranks, times_text.c_str(), s * 1e6, s > 0 ? bytes / s / 1e9 : 0.0,
-                 s > 0 ? bytes / s / 1e9 * factor : 0.0);
+                 s > 0 ? bytes / s / 1e9 * factor : 0.0, model.c_str());
   }
   if (order.size() > 12) std::fprintf(out, "... %zu more kinds of collective in summary.json\n", order.size() - 12);
   auto j = summary_json(net);

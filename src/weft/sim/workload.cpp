@@ -18,16 +18,22 @@
 namespace weft::sim {
 
 // Appends one rank's program as steps; `agent_of` maps the program's peers to agents.
-void append_program(Agent& agent, const algo::Program& p, std::int64_t element_bytes, const std::vector<int>& agent_of,
-                    int collective, Time gap) {
+void append_program(Agent& agent, const algo::Program& p, std::int64_t element_bytes,
+                    const std::vector<std::vector<int>>& agents_of, int collective, Time gap,
+                    std::optional<algo::Protocol> protocol, int channel) {
+  auto bytes = [&](const algo::Chunk& c) {
+    return protocol ? algo::wire_bytes(*protocol, c.count * element_bytes) : c.count * element_bytes;
+  };
   bool first = true;
   for (const algo::Step& s : p.steps) {
     WorkStep ws;
     ws.collective = collective;
     for (const algo::Op& op : s.ops) {
-      if (op.kind == algo::OpKind::kSend) ws.sends.push_back({agent_of[op.peer], op.src.count * element_bytes});
+      if (channel >= 0 && op.channel != channel) continue;
+      const std::vector<int>& agent_of = agents_of[channel >= 0 ? op.peer_channel : 0];
+      if (op.kind == algo::OpKind::kSend) ws.sends.push_back({agent_of[op.peer], bytes(op.src)});
       else if (op.kind == algo::OpKind::kRecv || op.kind == algo::OpKind::kRecvReduce)
-        ws.recvs.push_back({agent_of[op.peer], op.dst.count * element_bytes});
+        ws.recvs.push_back({agent_of[op.peer], bytes(op.dst)});
     }
     if (ws.sends.empty() && ws.recvs.empty()) continue;  // local copies and reductions only
     if (first) ws.gap = gap;
@@ -77,18 +83,96 @@ std::vector<std::string> split_fields(const std::string& s, char sep) {
 // What a workload may hold: each step of each rank costs about kBytesPerStep of memory.
 constexpr double kMaxWorkloadSteps = 50e6, kBytesPerStep = 100;
 
-void add_collective(Workload& w, const std::string& collective, const std::string& algorithm, std::int64_t bytes,
-                    const std::vector<int>& gpus, int gpus_per_host, Time start, int iterations) {
+algo::CostInputs cost_inputs(const Topology& t, const std::vector<int>& gpus) {
+  algo::CostInputs in;
+  in.ranks = static_cast<int>(gpus.size());
+  std::vector<int> hosts;
+  double net = 0, nvlink = 0;
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    const int node = t.gpus[static_cast<std::size_t>(gpus[i])];
+    hosts.push_back(t.nodes[static_cast<std::size_t>(node)].host);
+    double my_net = 0, my_nvlink = 0;
+    for (const Link& l : t.links) {
+      if (l.a != node && l.b != node) continue;
+      const int other = l.a == node ? l.b : l.a;
+      if (l.tier == "nvlink") {
+        my_nvlink = std::max(my_nvlink, l.bps);
+      } else if (t.nodes[static_cast<std::size_t>(other)].kind == NodeKind::kNic) {
+        // A NIC shared by GPUs: its share of the NIC's fastest link out, or the PCIe link.
+        int sharing = 0;
+        double out = 0;
+        for (const Link& m : t.links) {
+          if (m.a != other && m.b != other) continue;
+          const int far = m.a == other ? m.b : m.a;
+          if (t.nodes[static_cast<std::size_t>(far)].kind == NodeKind::kGpu) ++sharing;
+          else out = std::max(out, m.bps);
+        }
+        my_net = std::max(my_net, std::min(l.bps, out / std::max(sharing, 1)));
+      } else {
+        my_net = std::max(my_net, l.bps);
+      }
+    }
+    net = i == 0 ? my_net : std::min(net, my_net);
+    nvlink = i == 0 ? my_nvlink : std::min(nvlink, my_nvlink);
+  }
+  std::sort(hosts.begin(), hosts.end());
+  in.hosts = static_cast<int>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
+  in.net_gbps = net / 8e9;
+  in.nvlink_gbps = nvlink / 8e9;
+  return in;
+}
+
+void add_collective(Workload& w, const std::string& collective, const std::string& algorithm_spec, std::int64_t bytes,
+                    const std::vector<int>& gpus, const Topology& topology, Time start, int iterations) {
   algo::Collective c = algo::parse_collective(collective);
   int world = static_cast<int>(gpus.size());
   if (world < 1) throw ConfigError("collective " + collective + ": no GPUs");
   if (bytes % 4 != 0) throw ConfigError("collective size " + std::to_string(bytes) + " bytes is not a whole number of f32 elements");
   std::int64_t n = c == algo::Collective::kBarrier ? 0 : bytes / 4;
+  // ALGORITHM, ALGORITHM/PROTOCOL, or auto.
+  std::string algorithm = algorithm_spec;
+  std::optional<algo::Protocol> protocol;
+  double predicted_us = 0;
+  if (algorithm_spec == "auto") {
+    const algo::CollectiveCost best = algo::cheapest_collective(c, bytes, cost_inputs(topology, gpus));
+    algorithm = best.algorithm;
+    protocol = best.protocol;
+    predicted_us = best.time_us;
+  } else if (const auto slash = algorithm_spec.find('/'); slash != std::string::npos) {
+    algorithm = algorithm_spec.substr(0, slash);
+    protocol = algo::parse_protocol(algorithm_spec.substr(slash + 1));
+  }
+  const std::string name = collective + "/" + algorithm + (protocol ? std::string("/") + algo::protocol_name(*protocol) : "");
+  Time launch = 0, ready = 0;
+  if (protocol) {
+    // The GPU's own costs: the launch, and seeing a message's flag after its last byte
+    // lands: NCCL's ring NVLink step latency (its network steps add the fabric's time, which
+    // the simulator models; its tree figures for simple are a 256 KB chunk's whole time).
+    launch = from_us(algo::protocol_latency(*protocol, algorithm == "tree").launch_us);
+    ready = from_us(algo::protocol_latency(*protocol, false).nvlink_step_us);
+  }
+  const int gpus_per_host = topology.gpus_per_host;
   algo::Options opts;
   opts.local_world = gpus_per_host > 1 && world % gpus_per_host == 0 ? gpus_per_host : 0;
-  int base = add_job(w, collective + "/" + algorithm, gpus, start);
-  std::vector<int> agent_of(world);
-  for (int r = 0; r < world; ++r) agent_of[r] = base + r;
+  int base = add_job(w, name, gpus, start);
+  // Each channel of the programs runs as agents of its own (one per rank, on the rank's GPU),
+  // on queue pairs of its own, as NCCL runs each channel in a thread block with its own
+  // connections; agents_of[c][r] is channel c's agent of rank r.
+  std::vector<std::vector<int>> agents_of(1, std::vector<int>(world));
+  for (int r = 0; r < world; ++r) agents_of[0][r] = base + r;
+  auto add_channels = [&](std::size_t channels) {
+    while (agents_of.size() < channels) {
+      std::vector<int> mine(world);
+      for (int r = 0; r < world; ++r) {
+        Agent a = w.agents[static_cast<std::size_t>(base + r)];
+        a.steps.clear();
+        a.stream = static_cast<int>(agents_of.size());
+        mine[r] = static_cast<int>(w.agents.size());
+        w.agents.push_back(std::move(a));
+      }
+      agents_of.push_back(std::move(mine));
+    }
+  };
   std::int64_t steps_before = 0;
   for (const Agent& a : w.agents) steps_before += static_cast<std::int64_t>(a.steps.size());
   for (int it = 0; it < iterations; ++it) {
@@ -103,10 +187,37 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
                                       kMaxWorkloadSteps / 1e6));
     }
     int ci = static_cast<int>(w.collectives.size());
-    w.collectives.push_back({collective + "/" + algorithm, w.agents[base].job, world, bytes, algo::busbw_factor(c, world)});
+    w.collectives.push_back({name, w.agents[base].job, world, bytes, algo::busbw_factor(c, world), launch, ready, predicted_us});
     for (int r = 0; r < world; ++r) {
       algo::Program p = algo::build_program(c, algorithm, r, world, n, opts);
-      append_program(w.agents[base + r], p, 4, agent_of, ci, 0);
+      std::size_t channels = 1;
+      for (const algo::Step& s : p.steps)
+        for (const algo::Op& op : s.ops)
+          channels = std::max<std::size_t>(channels, std::max(op.channel, op.peer_channel) + 1u);
+      add_channels(channels);
+      for (std::size_t ch = 0; ch < agents_of.size(); ++ch)
+        append_program(w.agents[static_cast<std::size_t>(agents_of[ch][r])], p, 4, agents_of, ci, launch, protocol,
+                       agents_of.size() > 1 ? static_cast<int>(ch) : -1);
+    }
+    if (agents_of.size() > 1 && it + 1 < iterations) {
+      // One kernel per collective: a GPU's channels all finish it before the next starts
+      // (zero-byte messages between agents of one GPU, which cost nothing).
+      for (int r = 0; r < world; ++r) {
+        WorkStep gather, release;
+        for (std::size_t ch = 1; ch < agents_of.size(); ++ch) {
+          Agent& a = w.agents[static_cast<std::size_t>(agents_of[ch][r])];
+          WorkStep arrive, leave;
+          arrive.sends.push_back({agents_of[0][r], 0});
+          leave.recvs.push_back({agents_of[0][r], 0});
+          a.steps.push_back(arrive);
+          a.steps.push_back(leave);
+          gather.recvs.push_back({agents_of[ch][r], 0});
+          release.sends.push_back({agents_of[ch][r], 0});
+        }
+        Agent& first = w.agents[static_cast<std::size_t>(agents_of[0][r])];
+        first.steps.push_back(gather);
+        first.steps.push_back(release);
+      }
     }
   }
 }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/algo/protocol.h"
 #include "weft/sim/engine.h"
 #include "weft/sim/topology.h"
 
@@ -40,11 +41,16 @@ struct Agent {
 };
 
 struct CollectiveInfo {
-  std::string name;       // e.g. "allreduce/ring"
+  std::string name;       // e.g. "allreduce/ring", or "allreduce/tree/ll128" with a protocol
   int job = 0;
   int ranks = 0;
   std::int64_t bytes = 0;  // per rank (nccl-tests "size")
   double busbw_factor = 1;
+  // With a GPU protocol (algo/protocol.h): the launch, spent before a rank's first step and
+  // counted in the collective's time, and the delay from a message's last byte landing to
+  // the receiving GPU seeing its flag. Both 0 without one.
+  Time launch = 0, ready = 0;
+  double predicted_us = 0;  // algorithm "auto": the cost model's time for its choice
 };
 
 struct Failure {
@@ -74,7 +80,13 @@ std::string agent_name(const Workload& w, int agent);
 Workload load_workload(const std::string& spec, const Topology& topology, std::uint64_t seed);
 
 // A collective over `gpus` (topology GPU ranks), expanded through algo::build_program.
+// `algorithm` is a registry name (the message-level model: no GPU protocol costs), NAME/PROTOCOL
+// (ll, ll128, simple: their wire bytes, launch and flag latencies), or "auto": the algorithm and
+// protocol the cost model (algo/protocol.h) picks for these GPUs' NICs, NVLink and hosts.
 void add_collective(Workload& w, const std::string& collective, const std::string& algorithm, std::int64_t bytes,
-                    const std::vector<int>& gpus, int gpus_per_host, Time start, int iterations = 1);
+                    const std::vector<int>& gpus, const Topology& topology, Time start, int iterations = 1);
+// The cost model's inputs for a collective over `gpus`: ranks, hosts, one GPU's NIC and
+// NVLink speed (the slowest among them).
+algo::CostInputs cost_inputs(const Topology& topology, const std::vector<int>& gpus);
 
 }  // namespace weft::sim

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,12 @@
 
 namespace weft::sim {
 
-// Appends one rank's program as steps; `agent_of` maps the program's peers to agents.
-void append_program(Agent& agent, const algo::Program& p, std::int64_t element_bytes, const std::vector<int>& agent_of,
-                    int collective, Time gap);
+// Appends one rank's program as steps (only channel `channel`'s operations, when >= 0);
+// `agent_of` maps the program's peers to agents (agents_of[c][peer] for channel c when
+// channels run apart). With a protocol, each message carries that protocol's wire bytes.
+void append_program(Agent& agent, const algo::Program& p, std::int64_t element_bytes,
+                    const std::vector<std::vector<int>>& agents_of, int collective, Time gap,
+                    std::optional<algo::Protocol> protocol = std::nullopt, int channel = -1);
 // A job of one agent per GPU; returns the index of its first agent.
 int add_job(Workload& w, const std::string& name, const std::vector<int>& gpus, Time start);
 std::vector<int> all_gpus(const Topology& t);

@@ -66,7 +66,7 @@ void load_job_file(Workload& w, const std::string& path, const Topology& t, std:
         int iterations = job["iterations"] ? job["iterations"].as<int>() : 1;
         if (iterations < 1) throw ConfigError(where + ".iterations must be >= 1");
         add_collective(w, job["collective"].as<std::string>(), job["algorithm"] ? job["algorithm"].as<std::string>() : "ring",
-                       size(), gpus, t.gpus_per_host, start, iterations);
+                       size(), gpus, t, start, iterations);
       } else if (job["pattern"]) {
         add_pattern(w, job["pattern"].as<std::string>(), size(), gpus, start, seed + static_cast<std::uint64_t>(i),
                     job["senders"] ? job["senders"].as<int>() : static_cast<int>(gpus.size()) - 1, where);

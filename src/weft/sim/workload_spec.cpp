@@ -112,7 +112,7 @@ void add_spec(Workload& w, const std::string& spec, const Topology& t, std::uint
     add_flow(w, static_cast<int>(*src), static_cast<int>(*dst), parse_bytes(parts[3], where), 0, G, where);
   } else if (parts.size() == 3 || (parts.size() == 2 && parts[0] == "alltoall")) {
     std::string algorithm = parts.size() == 3 ? parts[1] : "pairwise";
-    add_collective(w, parts[0], algorithm, parse_bytes(parts.back(), where), gpus, t.gpus_per_host, 0);
+    add_collective(w, parts[0], algorithm, parse_bytes(parts.back(), where), gpus, t, 0);
   } else {
     throw ConfigError(where + ": expected a trace folder, a job file (.yaml), COLLECTIVE:ALGORITHM:SIZE[@GPUS], "
                               "permutation:SIZE, incast:N:SIZE, alltoall:SIZE or flow:SRC:DST:SIZE");

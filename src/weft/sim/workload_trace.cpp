@@ -225,7 +225,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         } else {
           ci = found->second;
         }
-        append_program(w.agents[static_cast<std::size_t>(agent_at)], p, element, agent_of, ci, gap);
+        append_program(w.agents[static_cast<std::size_t>(agent_at)], p, element, {agent_of}, ci, gap);
       } catch (const ConfigError& e) {
         std::string msg = e.what();
         throw ConfigError(msg.rfind(rec.where, 0) == 0 ? msg : rec.where + ": " + msg);
