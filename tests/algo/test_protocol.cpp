@@ -52,5 +52,6 @@ TEST(CostModel, TreesAndLowLatencyProtocolsForSmallCallsRingsForLarge) {
   // All-gather has the ring only; broadcast is not modeled.
   EXPECT_EQ(cheapest_collective(Collective::kAllGather, 1 << 20, cluster).algorithm, "ring");
   EXPECT_THROW(cheapest_collective(Collective::kBroadcast, 1 << 20, cluster), ConfigError);
-  EXPECT_THROW(cheapest_collective(Collective::kAllReduce, 1 << 20, CostInputs{1, 1, 50, 0}), ConfigError);
+  EXPECT_THROW(cheapest_collective(Collective::kAllReduce, 1 << 20, CostInputs{4, 1, 0, 0}), ConfigError);
+  EXPECT_EQ(cheapest_collective(Collective::kAllReduce, 1 << 20, CostInputs{1, 1, 50, 0}).time_us, 0.0);
 }

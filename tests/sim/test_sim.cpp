@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 
 #include "weft/algo/registry.h"
 #include "weft/sim/max_min.h"
@@ -1323,4 +1324,87 @@ TEST(SimValidation, DwrrSharesAPortByWeight) {
   double a = static_cast<double>(r.net->flows()[0].delivered_bytes), b = static_cast<double>(r.net->flows()[1].delivered_bytes);
   EXPECT_NEAR(a / b, 3.0, 0.3) << a << " " << b;
   EXPECT_GT((a + b) * 8 / 20e-3, 0.9 * 100e9 * 4096 / 4178);
+}
+
+// --- NCCL-like execution: protocols, channels, the cost model's choice ---
+
+namespace {
+double collective_us(const SimRun& r, std::size_t i = 0) {
+  auto [start, end] = r.net->collective_times()[i];
+  return to_us(end - start);
+}
+}  // namespace
+
+TEST(SimCollectives, ProtocolsTradeLatencyForWireBytes) {
+  // 16 GPUs on one switch, a ring of 30 steps. Small: every step pays the protocol's flag
+  // delay (NCCL's NVLink step latency) after its data lands, and the call its launch, on top
+  // of the message-level run; ll's are the smallest.
+  SimRun raw = simulate("single-switch.yaml", "allreduce:ring:4KB");
+  SimRun ll = simulate("single-switch.yaml", "allreduce:ring/ll:4KB");
+  SimRun simple = simulate("single-switch.yaml", "allreduce:ring/simple:4KB");
+  ASSERT_TRUE(raw.finished && ll.finished && simple.finished);
+  const double steps = 2 * (16 - 1);
+  EXPECT_NEAR(collective_us(simple) - collective_us(raw), 8.4 + steps * 3.4, 0.5)
+      << "simple " << collective_us(simple) << " us, message level " << collective_us(raw) << " us";
+  EXPECT_LT(collective_us(ll), collective_us(simple));
+  EXPECT_EQ(ll.net->workload().collectives[0].name, "allreduce/ring/ll");
+  // Large: ll's lines carry half data and half flags, so its wire bytes double and the
+  // bandwidth halves; simple's latency no longer matters.
+  SimRun ll_big = simulate("single-switch.yaml", "allreduce:ring/ll:16MB");
+  SimRun simple_big = simulate("single-switch.yaml", "allreduce:ring/simple:16MB");
+  SimRun ll128_big = simulate("single-switch.yaml", "allreduce:ring/ll128:16MB");
+  ASSERT_TRUE(ll_big.finished && simple_big.finished && ll128_big.finished);
+  EXPECT_GT(collective_us(ll_big), 1.8 * collective_us(simple_big));
+  EXPECT_GT(collective_us(ll128_big), collective_us(simple_big) * 1.03);
+  EXPECT_NEAR(static_cast<double>(ll_big.net->counters().bytes_delivered) /
+                  static_cast<double>(simple_big.net->counters().bytes_delivered), 2.0, 1e-6);
+  // Every message still matches its receive: payload in the summary, wire bytes on the wire.
+  EXPECT_EQ(summary_json(*ll_big.net)["collectives"][0]["bytes"].get<std::int64_t>(), 16000000);
+}
+
+TEST(SimCollectives, ChannelsRunApartOnTheirOwnQueuePairsAndJoinBetweenCalls) {
+  // 16 hosts x 8 GPUs, rail-aligned rings: 8 channels, each rank an agent per channel.
+  const std::string jobs = ::testing::TempDir() + "/weft_channels.yaml";
+  weft::write_file_atomic(jobs, "jobs:\n  - {collective: allreduce, algorithm: rail_rings, size: 8MB, iterations: 2}\n");
+  SimRun r = simulate("rail-optimized.yaml", jobs);
+  ASSERT_TRUE(r.finished);
+  const Workload& w = r.net->workload();
+  ASSERT_EQ(w.agents.size(), 128u * 8);
+  // A channel's queue pairs are its own: its flows leave from its own agents only.
+  std::set<int> channels_seen;
+  for (const Agent& a : w.agents) channels_seen.insert(a.stream);
+  EXPECT_EQ(channels_seen.size(), 8u);
+  // One kernel per call: no channel of a GPU starts the second all-reduce before every
+  // message of the first has reached that GPU.
+  std::map<int, Time> first_done, second_start;
+  for (const FlowRecord& f : r.net->flows()) {
+    if (f.bytes == 0) continue;  // the joins between the calls
+    if (f.collective == 0) first_done[f.dst_gpu] = std::max(first_done[f.dst_gpu], f.delivered);
+    if (f.collective == 1) {
+      auto [it, fresh] = second_start.try_emplace(f.src_gpu, f.start);
+      if (!fresh) it->second = std::min(it->second, f.start);
+    }
+  }
+  ASSERT_EQ(second_start.size(), 128u);
+  for (const auto& [gpu, start] : second_start) EXPECT_GE(start, first_done[gpu]) << "GPU " << gpu;
+  // Run apart, the rings keep several NICs of a host busy at once: busbw over two 400G NICs'
+  // worth (8 MB is still latency-bound here: 133 GB/s; 64 MB reaches 389).
+  EXPECT_GT(summary_json(*r.net)["collectives"][0]["busbw_GBps"].get<double>(), 2 * 50.0);
+}
+
+TEST(SimCollectives, TheCostModelsChoiceIsTheFastestOfTheRunsItComparesAtSmallSizes) {
+  // 128 GPUs, 64 KB: the model picks the tree with ll; run, it is faster than the rail rings
+  // with any protocol and than the tree with simple, and within a factor 2 of the model.
+  SimRun chosen = simulate("rail-optimized.yaml", "allreduce:auto:64KB");
+  ASSERT_TRUE(chosen.finished);
+  const auto j = summary_json(*chosen.net)["collectives"][0];
+  EXPECT_EQ(j["name"].get<std::string>(), "allreduce/tree/ll");
+  const double predicted = j["predicted_us"].get<double>(), ran = collective_us(chosen);
+  EXPECT_GT(ran, predicted / 2);
+  EXPECT_LT(ran, predicted * 2);
+  for (const char* other : {"rail_rings/ll", "rail_rings/ll128", "rail_rings/simple", "tree/simple"}) {
+    SimRun r = simulate("rail-optimized.yaml", std::string("allreduce:") + other + ":64KB");
+    ASSERT_TRUE(r.finished);
+    EXPECT_LT(ran, collective_us(r)) << other;
+  }
 }

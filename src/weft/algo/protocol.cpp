@@ -85,10 +85,14 @@ CollectiveCost cost(Collective c, const std::string& algorithm, Protocol p, std:
 
 std::vector<CollectiveCost> collective_costs(Collective c, std::int64_t bytes, const CostInputs& in) {
   std::vector<CollectiveCost> out;
-  if (in.ranks < 2 || in.net_gbps <= 0) return out;
   std::vector<std::string> algorithms;
   if (c == Collective::kAllReduce) algorithms = {"rail_rings", "tree"};
   if (c == Collective::kAllGather || c == Collective::kReduceScatter) algorithms = {"ring"};
+  if (in.ranks < 2) {  // nothing moves: the ring, free
+    if (!algorithms.empty()) out.push_back({algorithms[0], Protocol::kSimple, 0, 0, 0});
+    return out;
+  }
+  if (in.net_gbps <= 0) return out;
   for (const std::string& a : algorithms)
     for (Protocol p : all_protocols()) out.push_back(cost(c, a, p, bytes, in));
   return out;
@@ -97,9 +101,8 @@ std::vector<CollectiveCost> collective_costs(Collective c, std::int64_t bytes, c
 CollectiveCost cheapest_collective(Collective c, std::int64_t bytes, const CostInputs& in) {
   const std::vector<CollectiveCost> all = collective_costs(c, bytes, in);
   if (all.empty())
-    throw ConfigError(std::string("the cost model picks algorithms for allreduce, allgather and reduce_scatter on 2 or more "
-                                  "ranks with a network speed, not for ") + collective_name(c) + " on " +
-                      std::to_string(in.ranks) + " ranks");
+    throw ConfigError(std::string("algorithm 'auto' (the cost model) covers allreduce, allgather and reduce_scatter over "
+                                  "GPUs with a network link, not ") + collective_name(c) + ": name an algorithm");
   return *std::min_element(all.begin(), all.end(),
                            [](const CollectiveCost& a, const CollectiveCost& b) { return a.time_us < b.time_us; });
 }

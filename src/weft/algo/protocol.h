@@ -62,7 +62,8 @@ struct CollectiveCost {
 };
 
 // Every algorithm and protocol the model knows for the collective (all-reduce: ring and
-// tree; all-gather and reduce-scatter: ring; others: none), `bytes` per rank.
+// tree; all-gather and reduce-scatter: ring; others: none), `bytes` per rank. On one rank,
+// only the ring, at no cost.
 std::vector<CollectiveCost> collective_costs(Collective c, std::int64_t bytes, const CostInputs& in);
 // The fastest of them; throws ConfigError for a collective the model does not cover.
 CollectiveCost cheapest_collective(Collective c, std::int64_t bytes, const CostInputs& in);
