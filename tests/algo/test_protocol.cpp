@@ -17,10 +17,10 @@ TEST(Protocols, WireBytesAreWholeLinesOfDataAndFlags) {
   for (Protocol p : all_protocols()) EXPECT_EQ(parse_protocol(protocol_name(p)), p);
   EXPECT_THROW(parse_protocol("LL"), ConfigError);
   // NCCL's constants: the ring's launch and step latencies grow from ll to simple.
-  EXPECT_DOUBLE_EQ(protocol_latency(Protocol::kSimple, false).launch_us, 8.4);
-  EXPECT_DOUBLE_EQ(protocol_latency(Protocol::kLL, false).net_step_us, 2.7);
-  EXPECT_LT(protocol_latency(Protocol::kLL, false).nvlink_step_us, protocol_latency(Protocol::kLL128, false).nvlink_step_us);
-  EXPECT_LT(protocol_latency(Protocol::kLL128, false).nvlink_step_us, protocol_latency(Protocol::kSimple, false).nvlink_step_us);
+  EXPECT_DOUBLE_EQ(protocol_latency(Protocol::kSimple, "ring").launch_us, 8.4);
+  EXPECT_DOUBLE_EQ(protocol_latency(Protocol::kLL, "ring").net_step_us, 2.7);
+  EXPECT_LT(protocol_latency(Protocol::kLL, "ring").nvlink_step_us, protocol_latency(Protocol::kLL128, "ring").nvlink_step_us);
+  EXPECT_LT(protocol_latency(Protocol::kLL128, "ring").nvlink_step_us, protocol_latency(Protocol::kSimple, "ring").nvlink_step_us);
 }
 
 TEST(CostModel, TreesAndLowLatencyProtocolsForSmallCallsRingsForLarge) {

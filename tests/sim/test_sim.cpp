@@ -1408,3 +1408,78 @@ TEST(SimCollectives, TheCostModelsChoiceIsTheFastestOfTheRunsItComparesAtSmallSi
     EXPECT_LT(ran, collective_us(r)) << other;
   }
 }
+
+namespace {
+// Payload each GPU's network port sent (its links to switches and NICs, not NVLink).
+std::int64_t max_gpu_network_payload(const SimRun& r) {
+  std::int64_t most = 0;
+  const Topology& t = r.net->topology();
+  for (const Port& p : r.net->ports()) {
+    const Node& n = t.nodes[static_cast<std::size_t>(p.node)];
+    if (n.role == "gpu" && t.links[static_cast<std::size_t>(p.link)].tier != "nvlink") most = std::max(most, p.tx_payload);
+  }
+  return most;
+}
+}  // namespace
+
+TEST(SimCollectives, InNetworkReductionSendsEachGpusDataOnce) {
+  const std::string topo = ::testing::TempDir() + "/weft_sharp_switch.yaml";
+  weft::write_file_atomic(topo, weft::read_file(example("single-switch.yaml")) + "in_network_reduction: on\n");
+  auto run = [&](const std::string& workload) {
+    SimRun r;
+    r.topology = load_topology(topo);
+    r.net = std::make_unique<Network>(r.topology, SimConfig{}, load_workload(workload, r.topology, 1));
+    r.finished = r.net->run();
+    return r;
+  };
+  // 16 GPUs on one 100G switch: the switch's reducer takes each GPU's 16 MB once and sends
+  // the total back once; the ring sends 2 x 15/16 of it. The reducers are not GPUs.
+  SimRun in = run("allreduce:in_network:16MB"), ring = run("allreduce:ring:16MB");
+  ASSERT_TRUE(in.finished && ring.finished);
+  EXPECT_EQ(in.topology.gpu_count(), 16);
+  EXPECT_EQ(summary_json(*in.net)["topology"]["gpus"].get<int>(), 16);
+  EXPECT_EQ(max_gpu_network_payload(in), 16000000);
+  EXPECT_EQ(max_gpu_network_payload(ring), 2 * 15 * 16000000 / 16);
+  EXPECT_LT(collective_us(in), 0.6 * collective_us(ring));
+  // At the line rate: 16 MB at 100G's payload rate, and the pipeline's fill.
+  EXPECT_LT(collective_us(in), 1.1 * 16e6 / (100e9 / 8 * 4096.0 / (4096 + kHeaderBytes + kWireOverhead)) * 1e6);
+  EXPECT_THROW(run("broadcast:in_network:1MB"), weft::ConfigError);
+  EXPECT_THROW(simulate("single-switch.yaml", "allreduce:in_network:1MB"), weft::ConfigError);  // no reducers
+}
+
+TEST(SimCollectives, InNetworkReductionOnRailsAndInTheNvswitch) {
+  // 16 hosts x 8 GPUs: within each host a reduce-scatter over NVLink, each GPU's eighth
+  // reduced in its rail switch, an all-gather over NVLink: a GPU's NIC sends n/8 once
+  // (the rail rings send 2 x 127/128 of n/8).
+  SimRun in = simulate("rail-optimized-sharp.yaml", "allreduce:in_network:16MB");
+  SimRun rings = simulate("rail-optimized-sharp.yaml", "allreduce:rail_rings:16MB");
+  ASSERT_TRUE(in.finished && rings.finished);
+  EXPECT_EQ(max_gpu_network_payload(in), 16000000 / 8);
+  EXPECT_GT(max_gpu_network_payload(rings), 2 * 16000000 / 8 * 127 / 128 - 4096);
+  // No byte of it crosses a spine: every share stays on its rail.
+  for (const Port& p : in.net->ports()) {
+    if (in.topology.nodes[static_cast<std::size_t>(p.node)].role == "spine") {
+      EXPECT_EQ(p.tx_payload, 0);
+    }
+  }
+  // Eight GPUs of one host reduce in their NVSwitch (NVLS): nothing leaves the host.
+  SimRun nvls = simulate("rail-optimized-sharp.yaml", "allreduce:in_network:4MB@0-7");
+  ASSERT_TRUE(nvls.finished);
+  EXPECT_EQ(max_gpu_network_payload(nvls), 0);
+  EXPECT_EQ(nvls.net->workload().agents.back().gpu, nvls.topology.reducer_of[static_cast<std::size_t>(nvls.topology.find("host0.nvswitch"))]);
+  // GPUs one per host, under different rail switches: a two-level tree, rails then a spine.
+  SimRun across = simulate("rail-optimized-sharp.yaml", "allreduce:in_network:1MB@0,9,18,27");
+  ASSERT_TRUE(across.finished);
+  std::int64_t up = 0, down = 0;  // into the spine's reducer, and from the spine to the rails
+  for (const Port& p : across.net->ports()) {
+    if (across.topology.nodes[static_cast<std::size_t>(p.node)].role != "spine") continue;
+    const Node& to = across.topology.nodes[static_cast<std::size_t>(across.net->ports()[static_cast<std::size_t>(p.peer)].node)];
+    (to.role == "reducer" ? up : down) += p.tx_payload;
+  }
+  EXPECT_EQ(up, 4 * 1000000);    // each rail reducer's partial
+  EXPECT_EQ(down, 4 * 1000000);  // the total back to each of them
+  // The cost model knows the switches reduce: at 1 MB it picks them.
+  SimRun chosen = simulate("rail-optimized-sharp.yaml", "allreduce:auto:1MB");
+  ASSERT_TRUE(chosen.finished);
+  EXPECT_EQ(chosen.net->workload().collectives[0].name.rfind("allreduce/in_network/", 0), 0u);
+}

@@ -36,11 +36,13 @@ std::int64_t wire_bytes(Protocol p, std::int64_t payload) {
   return payload;
 }
 
-ProtocolLatency protocol_latency(Protocol p, bool tree) {
+ProtocolLatency protocol_latency(Protocol p, const std::string& algorithm) {
   // NCCL's baseLat and hwLat (NVLink and NET rows), ll / ll128 / simple.
   static const ProtocolLatency ring[] = {{3.6, 0.47, 2.7}, {10.0, 1.9, 4.0}, {8.4, 3.4, 9.6}};
   static const ProtocolLatency trees[] = {{4.4, 0.52, 5.0}, {4.4, 1.2, 8.5}, {0.0, 28.0, 50.0}};
-  return (tree ? trees : ring)[static_cast<int>(p)];
+  static const ProtocolLatency collnet[] = {{4.4, 0.5, 5.0}, {4.4, 1.2, 5.0}, {0.0, 4.0, 10.7}};
+  const ProtocolLatency* table = algorithm == "tree" ? trees : algorithm == "in_network" ? collnet : ring;
+  return table[static_cast<int>(p)];
 }
 
 namespace {
@@ -51,7 +53,7 @@ double wire_share(Protocol p) {
 
 CollectiveCost cost(Collective c, const std::string& algorithm, Protocol p, std::int64_t bytes, const CostInputs& in) {
   const bool tree = algorithm == "tree";
-  const ProtocolLatency lat = protocol_latency(p, tree);
+  const ProtocolLatency lat = protocol_latency(p, algorithm);
   const int w = in.ranks, hosts = std::max(in.hosts, 1), local = std::max(in.ranks / hosts, 1);
   // The bus bandwidth of one rank: across hosts the channels spread over the host's NICs (one
   // per rank), so a rank's bus carries `local` NICs' worth, unless its NVLink, which carries
@@ -67,7 +69,16 @@ CollectiveCost cost(Collective c, const std::string& algorithm, Protocol p, std:
   // On one host every step is an NVLink step (or a NIC step without NVLink).
   const double inter = hosts > 1 || in.nvlink_gbps <= 0 ? lat.net_step_us : lat.nvlink_step_us;
   CollectiveCost out{algorithm, p, lat.launch_us, 0, 0};
-  if (tree) {
+  if (algorithm == "in_network") {
+    const double share = wire_share(p), nvlink = in.nvlink_gbps > 0 ? in.nvlink_gbps : in.net_gbps;
+    if (hosts == 1) {
+      out.latency_us += 2 * lat.nvlink_step_us;
+      out.algbw_gbps = nvlink * share;
+    } else {
+      out.latency_us += 2 * (local - 1) * lat.nvlink_step_us + 2 * lat.net_step_us;
+      out.algbw_gbps = share / (2.0 * (local - 1) / (local * nvlink) + 1.0 / (local * in.net_gbps));
+    }
+  } else if (tree) {
     out.latency_us += 2 * ((local - 1) * lat.nvlink_step_us + std::ceil(std::log2(hosts)) * inter);
     out.algbw_gbps = bus * 0.9 / 2;  // NCCL's 0.9 for the tree
   } else {
@@ -87,6 +98,7 @@ std::vector<CollectiveCost> collective_costs(Collective c, std::int64_t bytes, c
   std::vector<CollectiveCost> out;
   std::vector<std::string> algorithms;
   if (c == Collective::kAllReduce) algorithms = {"rail_rings", "tree"};
+  if (c == Collective::kAllReduce && in.in_network) algorithms.push_back("in_network");
   if (c == Collective::kAllGather || c == Collective::kReduceScatter) algorithms = {"ring"};
   if (in.ranks < 2) {  // nothing moves: the ring, free
     if (!algorithms.empty()) out.push_back({algorithms[0], Protocol::kSimple, 0, 0, 0});
@@ -94,7 +106,8 @@ std::vector<CollectiveCost> collective_costs(Collective c, std::int64_t bytes, c
   }
   if (in.net_gbps <= 0) return out;
   for (const std::string& a : algorithms)
-    for (Protocol p : all_protocols()) out.push_back(cost(c, a, p, bytes, in));
+    for (Protocol p : all_protocols())
+      if (a != "in_network" || p != Protocol::kLL128) out.push_back(cost(c, a, p, bytes, in));
   return out;
 }
 

@@ -41,29 +41,36 @@ const std::vector<Protocol>& all_protocols();
 // Bytes on the wire that carry `payload` bytes (whole lines for ll and ll128).
 std::int64_t wire_bytes(Protocol p, std::int64_t payload);
 
-// NCCL's latencies for a protocol (µs): the launch, and one step over NVLink or the network
-// (ring, or tree when `tree`).
+// NCCL's latencies for a protocol (µs): the launch, and one step over NVLink or the network,
+// for an algorithm: "tree", "in_network" (NCCL's CollNet row) or any other (the ring's).
 struct ProtocolLatency {
   double launch_us = 0, nvlink_step_us = 0, net_step_us = 0;
 };
-ProtocolLatency protocol_latency(Protocol p, bool tree);
+ProtocolLatency protocol_latency(Protocol p, const std::string& algorithm);
 
 struct CostInputs {
   int ranks = 1;
   int hosts = 1;             // ranks / hosts ranks per host
   double net_gbps = 0;       // one rank's NIC, GB/s
   double nvlink_gbps = 0;    // one rank's NVLink, GB/s (0: none; a single host then uses the NIC)
+  bool in_network = false;   // the switches reduce (SHARP, NVLS)
 };
 
 struct CollectiveCost {
-  std::string algorithm;  // an algo registry name: rail_rings (ring) or tree
+  std::string algorithm;  // rail_rings (ring), tree (algo registry names) or in_network (the simulator's)
   Protocol protocol = Protocol::kSimple;
   double latency_us = 0, algbw_gbps = 0, time_us = 0;
 };
 
-// Every algorithm and protocol the model knows for the collective (all-reduce: ring and
-// tree; all-gather and reduce-scatter: ring; others: none), `bytes` per rank. On one rank,
-// only the ring, at no cost.
+// Every algorithm and protocol the model knows for the collective (all-reduce: ring, tree
+// and, with in_network, the switches' reduction; all-gather and reduce-scatter: ring;
+// others: none), `bytes` per rank. On one rank, only the ring, at no cost.
+//   in_network  each GPU sends its share to its switch and receives the total: across hosts,
+//               a reduce-scatter and an all-gather within each host over NVLink around it
+//               (latency = launch + 2 (ranks per host - 1) NVLink steps + 2 network steps;
+//               per byte 2 (L - 1) / L over NVLink, then 1 / L over the NIC, one after the
+//               other); on one host the NVSwitch (launch + 2 NVLink steps, NVLink's speed); ll
+//               and simple only, as NCCL's CollNet.
 std::vector<CollectiveCost> collective_costs(Collective c, std::int64_t bytes, const CostInputs& in);
 // The fastest of them; throws ConfigError for a collective the model does not cover.
 CollectiveCost cheapest_collective(Collective c, std::int64_t bytes, const CostInputs& in);

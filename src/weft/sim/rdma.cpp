@@ -14,6 +14,17 @@ constexpr std::uint32_t kNone = ~0u;
 }
 
 double Network::line_rate(int node) const {
+  if (topo_.nodes[static_cast<std::size_t>(node)].role == "reducer") {
+    // A switch's reducer sends each flow at the rate of the switch's ports (multicast
+    // replication), not at its own link's sum of them.
+    double port = 0;
+    for (int mine : node_ports_[node]) {
+      const int sw = ports_[ports_[mine].peer].node;
+      for (int q : node_ports_[sw])
+        if (topo_.links[ports_[q].link].tier != "reducer") port = std::max(port, ports_[q].bps);
+    }
+    return port;
+  }
   double best = 0, any = 0;
   for (int port : node_ports_[node]) {
     any = std::max(any, ports_[port].bps);

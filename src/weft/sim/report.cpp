@@ -91,7 +91,7 @@ nlohmann::json summary_json(const Network& net) {
   json j;
   int switches = 0;
   for (const Node& n : t.nodes) switches += n.kind == NodeKind::kSwitch;
-  j["topology"] = {{"name", t.name}, {"fabric", t.fabric}, {"gpus", t.gpus.size()}, {"switches", switches},
+  j["topology"] = {{"name", t.name}, {"fabric", t.fabric}, {"gpus", t.gpu_count()}, {"switches", switches},
                    {"links", t.links.size()}};
   j["finished"] = net.agents_unfinished() == 0;
   if (net.agents_unfinished() > 0) {  // what the run is stuck on
@@ -169,7 +169,7 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   const Counters& c = net.counters();
   int switches = 0;
   for (const Node& n : t.nodes) switches += n.kind == NodeKind::kSwitch;
-  std::fprintf(out, "weft sim: %s (%zu GPUs, %d switches, %zu links)\n", t.name.c_str(), t.gpus.size(), switches,
+  std::fprintf(out, "weft sim: %s (%zu GPUs, %d switches, %zu links)\n", t.name.c_str(), static_cast<std::size_t>(t.gpu_count()), switches,
                t.links.size());
   double eps = net.wall_seconds() > 0 ? static_cast<double>(net.events_run()) / net.wall_seconds() : 0;
   rusage usage{};

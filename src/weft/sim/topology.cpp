@@ -32,6 +32,7 @@ void Topology::validate() const {
   if (gpus.empty()) throw ConfigError("topology " + name + ": no GPUs");
   std::vector<int> degree(nodes.size(), 0);
   for (const Link& l : links) {
+    if (l.tier == "reducer") continue;  // inside the switch
     ++degree[l.a];
     ++degree[l.b];
   }
@@ -63,6 +64,31 @@ void Topology::validate() const {
   }
   for (int g : gpus)
     if (!seen[g]) throw ConfigError("topology " + name + ": " + nodes[g].name + " cannot reach " + nodes[gpus[0]].name);
+}
+
+void Topology::add_reducers() {
+  if (in_network_reduction()) return;
+  first_reducer_ = static_cast<int>(gpus.size());
+  reducer_of.assign(nodes.size(), -1);
+  const std::size_t switches = nodes.size();
+  for (std::size_t s = 0; s < switches; ++s) {
+    if (nodes[s].kind != NodeKind::kSwitch) continue;
+    double total = 0;
+    for (const Link& l : links)
+      if (l.a == static_cast<int>(s) || l.b == static_cast<int>(s)) total += l.bps;
+    if (total <= 0) continue;
+    Node n;
+    n.name = nodes[s].name + ".reducer";
+    n.kind = NodeKind::kGpu;
+    n.role = "reducer";
+    const int index = static_cast<int>(gpus.size()) - first_reducer_;
+    n.ip = (10u << 24) | (254u << 16) | static_cast<std::uint32_t>(index & 0xFFFF);
+    const int id = add_node(n);
+    add_link(id, static_cast<int>(s), total, 0, "reducer");
+    reducer_of[s] = static_cast<int>(gpus.size());
+    gpus.push_back(id);
+  }
+  reducer_of.resize(nodes.size(), -1);
 }
 
 namespace {
@@ -457,6 +483,15 @@ Topology parse_topology(const std::string& yaml_text, const std::string& source_
   }
   if (!y.IsMap()) throw ConfigError(source_name + ": expected a mapping with a 'fabric' key");
   try {
+    // Every fabric may give its switches in-network reduction (SHARP, NVLS).
+    bool reduction = false;
+    if (y["in_network_reduction"]) {
+      const std::string v = str(y["in_network_reduction"], source_name + ".in_network_reduction");
+      if (v != "on" && v != "off" && v != "true" && v != "false")
+        throw ConfigError(source_name + ".in_network_reduction: '" + v + "' must be on or off");
+      reduction = v == "on" || v == "true";
+      y.remove("in_network_reduction");
+    }
     std::string fabric = y["fabric"] ? str(y["fabric"], source_name + ".fabric") : "";
     Topology t;
     if (fabric == "single-switch" || fabric == "rail-only" || fabric == "rail-optimized") {
@@ -480,6 +515,7 @@ Topology parse_topology(const std::string& yaml_text, const std::string& source_
     }
     t.name = y["name"] ? str(y["name"], source_name + ".name") : (t.name.empty() ? t.fabric : t.name);
     t.validate();
+    if (reduction) t.add_reducers();
     return t;
   } catch (const YAML::Exception& e) {
     throw ConfigError(source_name + ": " + e.msg);

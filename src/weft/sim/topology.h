@@ -41,14 +41,30 @@ struct Topology {
   std::string fabric;        // the generator used, or "custom"
   std::vector<Node> nodes;
   std::vector<Link> links;
-  std::vector<int> gpus;     // node index of GPU rank r
+  // Node index of GPU rank r: the GPUs, then (with in-network reduction) one reducer per
+  // switch, an endpoint that the workloads' GPU numbers never name.
+  std::vector<int> gpus;
   int gpus_per_host = 1;
+  // In-network reduction (SHARP on network switches, NVLS on NVSwitches): the GPU rank of each
+  // switch node's reducer, -1 where none (empty without in-network reduction).
+  std::vector<int> reducer_of;
 
   int find(const std::string& node_name) const;  // -1 when absent
   int add_node(Node n);
   void add_link(int a, int b, double bps, Time delay, const std::string& tier);
   // Checks port limits and connectivity; throws ConfigError.
   void validate() const;
+  // Gives every switch a reducer: the switch's reduction engine as an endpoint (role
+  // "reducer", named SWITCH.reducer) on a link of the switch's total port speed and no delay,
+  // which receives at each port's rate and sends each flow at a port's rate, as the switch
+  // reduces and multicasts. Not counted among the GPUs or the switch's ports.
+  void add_reducers();
+  bool in_network_reduction() const { return !reducer_of.empty(); }
+  // The GPUs among `gpus` (ranks 0 .. gpu_count() - 1), what workloads may name.
+  int gpu_count() const { return in_network_reduction() ? first_reducer_ : static_cast<int>(gpus.size()); }
+
+ private:
+  int first_reducer_ = 0;
 };
 
 Topology parse_topology(const std::string& yaml_text, const std::string& source_name);

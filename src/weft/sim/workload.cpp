@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "weft/algo/collective_facts.h"
 #include "weft/algo/registry.h"
 #include "weft/sim/config.h"
+#include "weft/sim/in_network.h"
 #include "weft/sim/workload_build.h"
 #include "weft/util/error.h"
 #include "weft/util/parse.h"
@@ -50,7 +52,7 @@ void append_program(Agent& agent, const algo::Program& p, std::int64_t element_b
 }
 
 std::vector<int> all_gpus(const Topology& t) {
-  std::vector<int> g(t.gpus.size());
+  std::vector<int> g(static_cast<std::size_t>(t.gpu_count()));
   std::iota(g.begin(), g.end(), 0);
   return g;
 }
@@ -87,13 +89,18 @@ algo::CostInputs cost_inputs(const Topology& t, const std::vector<int>& gpus) {
   algo::CostInputs in;
   in.ranks = static_cast<int>(gpus.size());
   std::vector<int> hosts;
+  std::vector<std::vector<const Link*>> links_of(t.nodes.size());
+  for (const Link& l : t.links) {
+    links_of[static_cast<std::size_t>(l.a)].push_back(&l);
+    links_of[static_cast<std::size_t>(l.b)].push_back(&l);
+  }
   double net = 0, nvlink = 0;
   for (std::size_t i = 0; i < gpus.size(); ++i) {
     const int node = t.gpus[static_cast<std::size_t>(gpus[i])];
     hosts.push_back(t.nodes[static_cast<std::size_t>(node)].host);
     double my_net = 0, my_nvlink = 0;
-    for (const Link& l : t.links) {
-      if (l.a != node && l.b != node) continue;
+    for (const Link* link : links_of[static_cast<std::size_t>(node)]) {
+      const Link& l = *link;
       const int other = l.a == node ? l.b : l.a;
       if (l.tier == "nvlink") {
         my_nvlink = std::max(my_nvlink, l.bps);
@@ -101,8 +108,8 @@ algo::CostInputs cost_inputs(const Topology& t, const std::vector<int>& gpus) {
         // A NIC shared by GPUs: its share of the NIC's fastest link out, or the PCIe link.
         int sharing = 0;
         double out = 0;
-        for (const Link& m : t.links) {
-          if (m.a != other && m.b != other) continue;
+        for (const Link* nic_link : links_of[static_cast<std::size_t>(other)]) {
+          const Link& m = *nic_link;
           const int far = m.a == other ? m.b : m.a;
           if (t.nodes[static_cast<std::size_t>(far)].kind == NodeKind::kGpu) ++sharing;
           else out = std::max(out, m.bps);
@@ -119,6 +126,7 @@ algo::CostInputs cost_inputs(const Topology& t, const std::vector<int>& gpus) {
   in.hosts = static_cast<int>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
   in.net_gbps = net / 8e9;
   in.nvlink_gbps = nvlink / 8e9;
+  in.in_network = t.in_network_reduction();
   return in;
 }
 
@@ -148,22 +156,30 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
     // The GPU's own costs: the launch, and seeing a message's flag after its last byte
     // lands: NCCL's ring NVLink step latency (its network steps add the fabric's time, which
     // the simulator models; its tree figures for simple are a 256 KB chunk's whole time).
-    launch = from_us(algo::protocol_latency(*protocol, algorithm == "tree").launch_us);
-    ready = from_us(algo::protocol_latency(*protocol, false).nvlink_step_us);
+    launch = from_us(algo::protocol_latency(*protocol, algorithm).launch_us);
+    ready = from_us(algo::protocol_latency(*protocol, "ring").nvlink_step_us);
   }
   const int gpus_per_host = topology.gpus_per_host;
   algo::Options opts;
   opts.local_world = gpus_per_host > 1 && world % gpus_per_host == 0 ? gpus_per_host : 0;
-  int base = add_job(w, name, gpus, start);
+  // The in-network all-reduce runs on the GPUs and the reducers of their switches.
+  std::optional<InNetworkAllReduce> in_network;
+  if (algorithm == "in_network") {
+    if (c != algo::Collective::kAllReduce) throw ConfigError("the in_network algorithm is an allreduce, not " + collective);
+    in_network = in_network_allreduce(topology, gpus, n);
+  }
+  const std::vector<int>& placed = in_network ? in_network->gpus : gpus;
+  const int ranks = static_cast<int>(placed.size());
+  int base = add_job(w, name, placed, start);
   // Each channel of the programs runs as agents of its own (one per rank, on the rank's GPU),
   // on queue pairs of its own, as NCCL runs each channel in a thread block with its own
   // connections; agents_of[c][r] is channel c's agent of rank r.
-  std::vector<std::vector<int>> agents_of(1, std::vector<int>(world));
-  for (int r = 0; r < world; ++r) agents_of[0][r] = base + r;
+  std::vector<std::vector<int>> agents_of(1, std::vector<int>(ranks));
+  for (int r = 0; r < ranks; ++r) agents_of[0][r] = base + r;
   auto add_channels = [&](std::size_t channels) {
     while (agents_of.size() < channels) {
-      std::vector<int> mine(world);
-      for (int r = 0; r < world; ++r) {
+      std::vector<int> mine(ranks);
+      for (int r = 0; r < ranks; ++r) {
         Agent a = w.agents[static_cast<std::size_t>(base + r)];
         a.steps.clear();
         a.stream = static_cast<int>(agents_of.size());
@@ -188,8 +204,9 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
     }
     int ci = static_cast<int>(w.collectives.size());
     w.collectives.push_back({name, w.agents[base].job, world, bytes, algo::busbw_factor(c, world), launch, ready, predicted_us});
-    for (int r = 0; r < world; ++r) {
-      algo::Program p = algo::build_program(c, algorithm, r, world, n, opts);
+    for (int r = 0; r < ranks; ++r) {
+      const algo::Program p = in_network ? in_network->programs[static_cast<std::size_t>(r)]
+                                         : algo::build_program(c, algorithm, r, world, n, opts);
       std::size_t channels = 1;
       for (const algo::Step& s : p.steps)
         for (const algo::Op& op : s.ops)
@@ -202,7 +219,7 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
     if (agents_of.size() > 1 && it + 1 < iterations) {
       // One kernel per collective: a GPU's channels all finish it before the next starts
       // (zero-byte messages between agents of one GPU, which cost nothing).
-      for (int r = 0; r < world; ++r) {
+      for (int r = 0; r < ranks; ++r) {
         WorkStep gather, release;
         for (std::size_t ch = 1; ch < agents_of.size(); ++ch) {
           Agent& a = w.agents[static_cast<std::size_t>(agents_of[ch][r])];

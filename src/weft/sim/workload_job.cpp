@@ -54,7 +54,7 @@ void load_job_file(Workload& w, const std::string& path, const Topology& t, std:
         if (std::find(std::begin(known), std::end(known), k) == std::end(known))
           throw ConfigError(where + ": unknown key '" + k + "'");
       }
-      std::vector<int> gpus = job["gpus"] ? parse_gpu_list(job["gpus"].as<std::string>(), static_cast<int>(t.gpus.size()), where)
+      std::vector<int> gpus = job["gpus"] ? parse_gpu_list(job["gpus"].as<std::string>(), t.gpu_count(), where)
                                           : all_gpus(t);
       const std::size_t first_agent = w.agents.size();
       Time start = opt_time(job, "start", where);
@@ -76,7 +76,7 @@ void load_job_file(Workload& w, const std::string& path, const Topology& t, std:
         bool gaps = !job["gaps"] || job["gaps"].as<std::string>() != "off";
         add_trace(w, dir, t, gaps, job["gpus"] ? gpus : std::vector<int>{});
       } else if (job["flow"] || job["src"]) {
-        add_flow(w, job["src"].as<int>(), job["dst"].as<int>(), size(), start, static_cast<int>(t.gpus.size()), where);
+        add_flow(w, job["src"].as<int>(), job["dst"].as<int>(), size(), start, t.gpu_count(), where);
       } else {
         throw ConfigError(where + ": a job needs collective, pattern, trace or src/dst");
       }

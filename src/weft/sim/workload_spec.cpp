@@ -96,7 +96,7 @@ void add_spec(Workload& w, const std::string& spec, const Topology& t, std::uint
     range = spec.substr(at + 1);
     if (range.empty()) throw ConfigError("--workload " + spec + ": no GPUs after '@' (e.g. @0-15)");
   }
-  const int G = static_cast<int>(t.gpus.size());
+  const int G = t.gpu_count();
   std::vector<int> gpus = at == std::string::npos ? all_gpus(t) : parse_gpu_list(range, G, "--workload " + spec);
   auto parts = split_fields(body, ':');
   const std::string where = "--workload " + spec;

@@ -88,9 +88,9 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
                       std::to_string(files.size()) + " files found");
   std::vector<int> gpus = placement;
   if (gpus.empty()) {
-    if (world > static_cast<int>(t.gpus.size()))
+    if (world > t.gpu_count())
       throw ConfigError("trace of " + std::to_string(world) + " ranks does not fit the topology's " +
-                        std::to_string(t.gpus.size()) + " GPUs");
+                        std::to_string(t.gpu_count()) + " GPUs");
     gpus.resize(world);
     std::iota(gpus.begin(), gpus.end(), 0);
   } else if (static_cast<int>(gpus.size()) != world) {

@@ -1,0 +1,226 @@
+#include "weft/sim/in_network.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <map>
+
+#include "weft/algo/registry.h"
+#include "weft/util/error.h"
+
+namespace weft::sim {
+namespace {
+
+// Elements per segment (256 KiB of f32, as the tree's) and the most segments a region is cut into.
+constexpr std::int64_t kSegmentElements = 1 << 16;
+constexpr int kMaxSegments = 64;
+
+using algo::Chunk;
+using algo::OpKind;
+
+class Builder {
+ public:
+  Builder(const Topology& t, const std::vector<int>& members) : t_(t), adj_(t.nodes.size()) {
+    for (std::size_t i = 0; i < t.links.size(); ++i) {
+      adj_[static_cast<std::size_t>(t.links[i].a)].push_back(static_cast<int>(i));
+      adj_[static_cast<std::size_t>(t.links[i].b)].push_back(static_cast<int>(i));
+    }
+    out_.gpus = members;
+    out_.programs.resize(members.size());
+  }
+
+  // The switch a GPU reaches first: over NVLink (its NVSwitch), or over the network
+  // (directly, or behind its NIC). -1 when there is none.
+  int first_switch(int member, bool nvlink) const {
+    const int node = t_.gpus[static_cast<std::size_t>(out_.gpus[static_cast<std::size_t>(member)])];
+    for (int l : adj_[static_cast<std::size_t>(node)]) {
+      const Link& link = t_.links[static_cast<std::size_t>(l)];
+      if ((link.tier == "nvlink") != nvlink || link.tier == "reducer") continue;
+      const int other = other_end(link, node);
+      if (t_.nodes[static_cast<std::size_t>(other)].kind == NodeKind::kSwitch) return other;
+      if (!nvlink && t_.nodes[static_cast<std::size_t>(other)].kind == NodeKind::kNic)
+        for (int m : adj_[static_cast<std::size_t>(other)]) {
+          const int far = other_end(t_.links[static_cast<std::size_t>(m)], other);
+          if (t_.nodes[static_cast<std::size_t>(far)].kind == NodeKind::kSwitch) return far;
+        }
+    }
+    return -1;
+  }
+
+  // A reduction tree over `members` for `region`: the reducers of their first switches, under
+  // the reducer of the switch nearest them all when there are several.
+  void reduce_in_network(const std::vector<int>& members, const Chunk& region, bool nvlink) {
+    if (members.size() < 2 || region.count == 0) return;
+    const auto up = static_cast<std::uint16_t>(2 * trees_), down = static_cast<std::uint16_t>(2 * trees_ + 1);
+    ++trees_;
+    std::map<int, std::vector<int>> groups;  // first switch -> its members
+    for (int m : members) {
+      const int sw = first_switch(m, nvlink);
+      if (sw < 0)
+        throw ConfigError("in-network all-reduce: " + t_.nodes[static_cast<std::size_t>(t_.gpus[static_cast<std::size_t>(out_.gpus[static_cast<std::size_t>(m)])])].name +
+                          " has no switch to reduce in");
+      groups[sw].push_back(m);
+    }
+    const int root_switch = groups.size() == 1 ? groups.begin()->first : nearest_switch(groups);
+    const int root = reducer(root_switch);
+    const int segments = static_cast<int>(
+        std::clamp<std::int64_t>((region.count + kSegmentElements - 1) / kSegmentElements, 1, kMaxSegments));
+    for (int s = 0; s < segments; ++s) {
+      const std::int64_t b = algo::block_begin(region.count, segments, s);
+      const Chunk piece{region.buf, region.offset + b, algo::block_begin(region.count, segments, s + 1) - b};
+      std::vector<std::pair<int, std::uint16_t>> root_children;  // (rank, the channel it receives in)
+      for (const auto& [sw, group] : groups) {
+        const bool at_root = sw == root_switch;
+        const int leaf = at_root ? root : reducer(sw);
+        for (int m : group) {
+          put(m, fresh(m), OpKind::kSend, leaf, piece, 0, up);
+          put(m, fresh(m), OpKind::kRecv, leaf, piece, 1, at_root ? up : down);
+          if (at_root) root_children.push_back({m, 1});
+        }
+        if (at_root) continue;
+        const std::size_t gather = fresh(leaf);
+        for (int m : group) put(leaf, gather, OpKind::kRecvReduce, m, piece, up, 0);
+        put(leaf, fresh(leaf), OpKind::kSend, root, piece, up, up);
+        put(leaf, fresh(leaf), OpKind::kRecv, root, piece, down, up);
+        const std::size_t scatter = fresh(leaf);
+        for (int m : group) put(leaf, scatter, OpKind::kSend, m, piece, down, 1);
+        root_children.push_back({leaf, down});
+      }
+      const std::size_t gather = fresh(root), scatter = fresh(root);
+      for (const auto& [child, theirs] : root_children) {
+        put(root, gather, OpKind::kRecvReduce, child, piece, up, theirs == 1 ? 0 : up);
+        put(root, scatter, OpKind::kSend, child, piece, up, theirs);
+      }
+    }
+  }
+
+  // Appends `p` (a program over `group`, members by index) to the members' programs in one
+  // channel, after what they hold.
+  void append(const std::vector<int>& group, int index, const algo::Program& p, std::uint16_t channel) {
+    const int me = group[static_cast<std::size_t>(index)];
+    for (const algo::Step& step : p.steps) {
+      const std::size_t at = fresh(me);
+      for (algo::Op op : step.ops) {
+        if (op.peer >= 0) op.peer = group[static_cast<std::size_t>(op.peer)];
+        op.channel = op.peer_channel = channel;
+        out_.programs[static_cast<std::size_t>(me)].step(at).ops.push_back(op);
+      }
+    }
+  }
+
+  InNetworkAllReduce take() {
+    for (algo::Program& p : out_.programs) p.compact();
+    return std::move(out_);
+  }
+
+ private:
+  static int other_end(const Link& l, int node) { return l.a == node ? l.b : l.a; }
+
+  int reducer(int sw) {
+    auto [it, fresh_one] = reducers_.try_emplace(sw, static_cast<int>(out_.gpus.size()));
+    if (fresh_one) {
+      out_.gpus.push_back(t_.reducer_of[static_cast<std::size_t>(sw)]);
+      out_.programs.emplace_back();
+    }
+    return it->second;
+  }
+
+  std::size_t fresh(int rank) { return out_.programs[static_cast<std::size_t>(rank)].steps.size(); }
+
+  void put(int rank, std::size_t step, OpKind kind, int peer, const Chunk& c, std::uint16_t channel,
+           std::uint16_t peer_channel) {
+    algo::Op op{kind, peer, kind == OpKind::kSend ? c : Chunk{}, kind == OpKind::kSend ? Chunk{} : c, channel, peer_channel};
+    out_.programs[static_cast<std::size_t>(rank)].step(step).ops.push_back(op);
+  }
+
+  // The network switch with the smallest greatest hop count to the groups' switches (then
+  // the smallest sum, then the first).
+  int nearest_switch(const std::map<int, std::vector<int>>& groups) const {
+    const std::size_t n = t_.nodes.size();
+    std::vector<int> worst(n, 0), sum(n, 0);
+    for (const auto& group : groups) {
+      std::vector<int> dist(n, -1);
+      std::deque<int> queue{group.first};
+      dist[static_cast<std::size_t>(group.first)] = 0;
+      while (!queue.empty()) {
+        const int u = queue.front();
+        queue.pop_front();
+        for (int l : adj_[static_cast<std::size_t>(u)]) {
+          const int v = other_end(t_.links[static_cast<std::size_t>(l)], u);
+          const Node& node = t_.nodes[static_cast<std::size_t>(v)];
+          if (node.kind != NodeKind::kSwitch || node.role == "nvswitch" || dist[static_cast<std::size_t>(v)] >= 0) continue;
+          dist[static_cast<std::size_t>(v)] = dist[static_cast<std::size_t>(u)] + 1;
+          queue.push_back(v);
+        }
+      }
+      for (std::size_t v = 0; v < n; ++v) {
+        worst[v] = dist[v] < 0 || worst[v] < 0 ? -1 : std::max(worst[v], dist[v]);
+        sum[v] += dist[v];
+      }
+    }
+    int best = -1;
+    for (std::size_t v = 0; v < n; ++v) {
+      if (worst[v] < 0 || t_.nodes[v].kind != NodeKind::kSwitch) continue;
+      if (best < 0 || std::pair{worst[v], sum[v]} < std::pair{worst[static_cast<std::size_t>(best)], sum[static_cast<std::size_t>(best)]})
+        best = static_cast<int>(v);
+    }
+    if (best < 0) throw ConfigError("in-network all-reduce: no switch reaches every member's switch");
+    return best;
+  }
+
+  const Topology& t_;
+  std::vector<std::vector<int>> adj_;  // links of each node
+  InNetworkAllReduce out_;
+  std::map<int, int> reducers_;  // switch node -> rank
+  int trees_ = 0;
+};
+
+}  // namespace
+
+InNetworkAllReduce in_network_allreduce(const Topology& t, const std::vector<int>& members, std::int64_t n) {
+  if (!t.in_network_reduction())
+    throw ConfigError("the in_network all-reduce needs switches that reduce: add 'in_network_reduction: on' to the topology");
+  Builder b(t, members);
+  const int world = static_cast<int>(members.size());
+  const int local = t.gpus_per_host;
+  auto host_of = [&](int m) { return t.nodes[static_cast<std::size_t>(t.gpus[static_cast<std::size_t>(members[static_cast<std::size_t>(m)])])].host; };
+  bool one_host = true, by_host = local > 1 && world % local == 0 && world > local;
+  for (int m = 0; m < world; ++m) {
+    one_host = one_host && host_of(m) == host_of(0);
+    // Each run of `local` members on one host, a different host from the run before.
+    const int first = by_host ? m / local * local : 0;
+    if (by_host) by_host = host_of(m) == host_of(first) && (first == 0 || host_of(first) != host_of(first - local));
+  }
+  const Chunk all{algo::Buf::kData, 0, n};
+  std::vector<int> everyone(static_cast<std::size_t>(world));
+  for (int m = 0; m < world; ++m) everyone[static_cast<std::size_t>(m)] = m;
+  if (one_host && world > 1 && b.first_switch(0, true) >= 0) {
+    b.reduce_in_network(everyone, all, true);  // NVLS
+  } else if (by_host) {
+    // Reduce-scatter within each host, each share reduced across hosts by the GPUs of one
+    // local index, all-gather within each host.
+    const int hosts = world / local;
+    for (int h = 0; h < hosts; ++h) {
+      std::vector<int> host(static_cast<std::size_t>(local));
+      for (int l = 0; l < local; ++l) host[static_cast<std::size_t>(l)] = h * local + l;
+      for (int l = 0; l < local; ++l)
+        b.append(host, l, algo::build_program(algo::Collective::kReduceScatter, "ring", l, local, n), 0);
+    }
+    for (int l = 0; l < local; ++l) {
+      std::vector<int> rail;
+      for (int h = 0; h < hosts; ++h) rail.push_back(h * local + l);
+      b.reduce_in_network(rail, algo::block(n, local, l), false);
+    }
+    for (int h = 0; h < hosts; ++h) {
+      std::vector<int> host(static_cast<std::size_t>(local));
+      for (int l = 0; l < local; ++l) host[static_cast<std::size_t>(l)] = h * local + l;
+      for (int l = 0; l < local; ++l)
+        b.append(host, l, algo::build_program(algo::Collective::kAllGather, "ring", l, local, n), 1);
+    }
+  } else {
+    b.reduce_in_network(everyone, all, false);
+  }
+  return b.take();
+}
+
+}  // namespace weft::sim
