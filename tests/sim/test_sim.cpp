@@ -1372,7 +1372,7 @@ TEST(SimCollectives, ChannelsRunApartOnTheirOwnQueuePairsAndJoinBetweenCalls) {
   ASSERT_EQ(w.agents.size(), 128u * 8);
   // A channel's queue pairs are its own: its flows leave from its own agents only.
   std::set<int> channels_seen;
-  for (const Agent& a : w.agents) channels_seen.insert(a.stream);
+  for (const Agent& a : w.agents) channels_seen.insert(a.channel);
   EXPECT_EQ(channels_seen.size(), 8u);
   // One kernel per call: no channel of a GPU starts the second all-reduce before every
   // message of the first has reached that GPU.
@@ -1482,4 +1482,28 @@ TEST(SimCollectives, InNetworkReductionOnRailsAndInTheNvswitch) {
   SimRun chosen = simulate("rail-optimized-sharp.yaml", "allreduce:auto:1MB");
   ASSERT_TRUE(chosen.finished);
   EXPECT_EQ(chosen.net->workload().collectives[0].name.rfind("allreduce/in_network/", 0), 0u);
+}
+
+TEST(SimCollectives, PxnKeepsCrossRailHopsOnTheRails) {
+  // The ring in rank order leaves each host from GPU 7 for GPU 0 of the next: rail 7, a
+  // spine, rail 0. With PXN each such message goes over NVLink to GPU 0 of its own host,
+  // whose NIC sends it on rail 0: nothing crosses a spine.
+  SimRun plain = simulate("rail-optimized.yaml", "allreduce:ring:16MB");
+  SimRun pxn = simulate("rail-optimized.yaml", "allreduce:ring:16MB", {"pxn=on"});
+  ASSERT_TRUE(plain.finished && pxn.finished);
+  EXPECT_EQ(pxn.net->pxn_relays(), 16);  // one sender-receiver pair per host
+  auto spine_payload = [](const SimRun& r) {
+    std::int64_t sum = 0;
+    for (const Port& p : r.net->ports())
+      if (r.topology.nodes[static_cast<std::size_t>(p.node)].role == "spine") sum += p.tx_payload;
+    return sum;
+  };
+  EXPECT_GT(spine_payload(plain), 0);
+  EXPECT_EQ(spine_payload(pxn), 0);
+  EXPECT_LT(collective_us(pxn), 0.8 * collective_us(plain))
+      << "pxn " << collective_us(pxn) << " us, plain " << collective_us(plain) << " us";
+  // Messages already on their rail are not relayed.
+  SimRun rings = simulate("rail-optimized.yaml", "allreduce:rail_rings:1MB", {"pxn=on"});
+  ASSERT_TRUE(rings.finished);
+  EXPECT_EQ(rings.net->pxn_relays(), 0);
 }

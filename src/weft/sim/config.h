@@ -123,6 +123,7 @@ struct SimConfig {
   LoadBalancing lb = LoadBalancing::kEcmp;
   HashFunction hash = HashFunction::kCrc32;
   bool distinct_seeds = true;                 // false: every switch hashes with one seed
+  bool pxn = false;                           // relay cross-rail messages through an NVLink peer (pxn.h)
   SprayMode spray = SprayMode::kRandom;
   Time flowlet_gap = 100 * kUs;               // above the queueing delays ECN allows (docs)
   // Switch adaptive routing (lb = adaptive): each packet (or each new flowlet) takes the

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "weft/sim/network.h"
+#include "weft/sim/pxn.h"
 #include "weft/util/error.h"
 #include "weft/util/machine.h"
 
@@ -771,6 +772,7 @@ Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Worklo
 
 Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
     : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)), rng_(config.seed) {
+  if (cfg_.pxn) pxn_relays_ = route_through_nvlink_peers(work_, topo_);
   const MemoryEstimate need = estimate_memory(topo_, work_, columns_);
   if (const auto have = available_memory_bytes(); have && need.total > 0.9 * static_cast<double>(*have)) {
     throw ConfigError(fmt::format("this simulation needs about {:.1f} GiB (routing tables for {} nodes x {} destinations: {:.1f} GiB), "

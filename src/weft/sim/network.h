@@ -250,6 +250,7 @@ class Network : public EventTarget {
   // What the unfinished ranks waited on at the end, and the deadlock cycles (stall.h);
   // empty when every rank finished.
   const Stall& stall() const { return stall_; }
+  int pxn_relays() const { return pxn_relays_; }
 
   // Captures the frames sent on a link (both directions) into a pcap file.
   void capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path);
@@ -353,6 +354,7 @@ class Network : public EventTarget {
   std::uint32_t fluid_epoch_ = 0;
   bool fluid_update_pending_ = false;
   std::uint64_t fluid_rounds_ = 0;
+  int pxn_relays_ = 0;  // (sender, receiver) pairs relayed through an NVLink peer
 
   // agents.cpp
   void start_agents();

@@ -186,6 +186,8 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   }
   if (net.config().mode == SimMode::kFlow)
     std::fprintf(out, "flow-level mode: rates recomputed %llu times\n", static_cast<unsigned long long>(net.fluid_rounds()));
+  if (net.config().pxn)
+    std::fprintf(out, "pxn: %d sender-receiver pairs relayed through an NVLink peer on the receiver's rail\n", net.pxn_relays());
   // Collectives of the same kind, size and group size together: count, mean time, bandwidths.
   const auto& times = net.collective_times();
   struct Kind {

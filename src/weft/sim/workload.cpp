@@ -130,6 +130,97 @@ algo::CostInputs cost_inputs(const Topology& t, const std::vector<int>& gpus) {
   return in;
 }
 
+namespace {
+
+// What a collective's algorithm field asks for: ALGORITHM (the message level), ALGORITHM/PROTOCOL,
+// or auto (the cost model's choice of both for these GPUs).
+struct CollectiveChoice {
+  std::string algorithm;
+  std::optional<algo::Protocol> protocol;
+  double predicted_us = 0;
+  Time launch = 0, ready = 0;  // CollectiveInfo's
+};
+
+CollectiveChoice choose(algo::Collective c, const std::string& spec, std::int64_t bytes, const Topology& t,
+                        const std::vector<int>& gpus) {
+  CollectiveChoice out{spec, std::nullopt, 0, 0, 0};
+  if (spec == "auto") {
+    const algo::CollectiveCost best = algo::cheapest_collective(c, bytes, cost_inputs(t, gpus));
+    out.algorithm = best.algorithm;
+    out.protocol = best.protocol;
+    out.predicted_us = best.time_us;
+  } else if (const auto slash = spec.find('/'); slash != std::string::npos) {
+    out.algorithm = spec.substr(0, slash);
+    out.protocol = algo::parse_protocol(spec.substr(slash + 1));
+  }
+  if (out.protocol) {
+    // The GPU's own costs: the launch, and seeing a message's flag after its last byte
+    // lands: NCCL's ring NVLink step latency (its network steps add the fabric's time, which
+    // the simulator models; its tree figures for simple are a 256 KB chunk's whole time).
+    out.launch = from_us(algo::protocol_latency(*out.protocol, out.algorithm).launch_us);
+    out.ready = from_us(algo::protocol_latency(*out.protocol, "ring").nvlink_step_us);
+  }
+  return out;
+}
+
+// The agents of one job's ranks, one per channel of their programs: each channel runs beside
+// the others on queue pairs of its own, as NCCL runs each channel in a thread block with its
+// own connections. of()[c][r] is channel c's agent of rank r.
+class ChannelAgents {
+ public:
+  ChannelAgents(Workload& w, int base, int ranks) : w_(w), base_(base), of_(1, std::vector<int>(ranks)) {
+    for (int r = 0; r < ranks; ++r) of_[0][static_cast<std::size_t>(r)] = base + r;
+  }
+  const std::vector<std::vector<int>>& of() const { return of_; }
+
+  // Agents for channels up to those `p` uses.
+  void cover(const algo::Program& p) {
+    std::size_t channels = 1;
+    for (const algo::Step& s : p.steps)
+      for (const algo::Op& op : s.ops) channels = std::max<std::size_t>(channels, std::max(op.channel, op.peer_channel) + 1u);
+    while (of_.size() < channels) {
+      std::vector<int> mine(of_[0].size());
+      for (std::size_t r = 0; r < mine.size(); ++r) {
+        Agent a = w_.agents[static_cast<std::size_t>(base_) + r];
+        a.steps.clear();
+        a.channel = static_cast<int>(of_.size());
+        mine[r] = static_cast<int>(w_.agents.size());
+        w_.agents.push_back(std::move(a));
+      }
+      of_.push_back(std::move(mine));
+    }
+  }
+
+  // One kernel per call: a GPU's channels all finish it before the next starts (zero-byte
+  // messages between agents of one GPU, which cost nothing).
+  void join() {
+    if (of_.size() < 2) return;
+    for (std::size_t r = 0; r < of_[0].size(); ++r) {
+      WorkStep gather, release;
+      for (std::size_t ch = 1; ch < of_.size(); ++ch) {
+        Agent& a = w_.agents[static_cast<std::size_t>(of_[ch][r])];
+        WorkStep arrive, leave;
+        arrive.sends.push_back({of_[0][r], 0});
+        leave.recvs.push_back({of_[0][r], 0});
+        a.steps.push_back(arrive);
+        a.steps.push_back(leave);
+        gather.recvs.push_back({of_[ch][r], 0});
+        release.sends.push_back({of_[ch][r], 0});
+      }
+      Agent& first = w_.agents[static_cast<std::size_t>(of_[0][r])];
+      first.steps.push_back(gather);
+      first.steps.push_back(release);
+    }
+  }
+
+ private:
+  Workload& w_;
+  int base_;
+  std::vector<std::vector<int>> of_;
+};
+
+}  // namespace
+
 void add_collective(Workload& w, const std::string& collective, const std::string& algorithm_spec, std::int64_t bytes,
                     const std::vector<int>& gpus, const Topology& topology, Time start, int iterations) {
   algo::Collective c = algo::parse_collective(collective);
@@ -137,58 +228,22 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
   if (world < 1) throw ConfigError("collective " + collective + ": no GPUs");
   if (bytes % 4 != 0) throw ConfigError("collective size " + std::to_string(bytes) + " bytes is not a whole number of f32 elements");
   std::int64_t n = c == algo::Collective::kBarrier ? 0 : bytes / 4;
-  // ALGORITHM, ALGORITHM/PROTOCOL, or auto.
-  std::string algorithm = algorithm_spec;
-  std::optional<algo::Protocol> protocol;
-  double predicted_us = 0;
-  if (algorithm_spec == "auto") {
-    const algo::CollectiveCost best = algo::cheapest_collective(c, bytes, cost_inputs(topology, gpus));
-    algorithm = best.algorithm;
-    protocol = best.protocol;
-    predicted_us = best.time_us;
-  } else if (const auto slash = algorithm_spec.find('/'); slash != std::string::npos) {
-    algorithm = algorithm_spec.substr(0, slash);
-    protocol = algo::parse_protocol(algorithm_spec.substr(slash + 1));
-  }
-  const std::string name = collective + "/" + algorithm + (protocol ? std::string("/") + algo::protocol_name(*protocol) : "");
-  Time launch = 0, ready = 0;
-  if (protocol) {
-    // The GPU's own costs: the launch, and seeing a message's flag after its last byte
-    // lands: NCCL's ring NVLink step latency (its network steps add the fabric's time, which
-    // the simulator models; its tree figures for simple are a 256 KB chunk's whole time).
-    launch = from_us(algo::protocol_latency(*protocol, algorithm).launch_us);
-    ready = from_us(algo::protocol_latency(*protocol, "ring").nvlink_step_us);
-  }
+  const CollectiveChoice choice = choose(c, algorithm_spec, bytes, topology, gpus);
+  const std::string name =
+      collective + "/" + choice.algorithm + (choice.protocol ? std::string("/") + algo::protocol_name(*choice.protocol) : "");
   const int gpus_per_host = topology.gpus_per_host;
   algo::Options opts;
   opts.local_world = gpus_per_host > 1 && world % gpus_per_host == 0 ? gpus_per_host : 0;
   // The in-network all-reduce runs on the GPUs and the reducers of their switches.
   std::optional<InNetworkAllReduce> in_network;
-  if (algorithm == "in_network") {
+  if (choice.algorithm == "in_network") {
     if (c != algo::Collective::kAllReduce) throw ConfigError("the in_network algorithm is an allreduce, not " + collective);
     in_network = in_network_allreduce(topology, gpus, n);
   }
   const std::vector<int>& placed = in_network ? in_network->gpus : gpus;
   const int ranks = static_cast<int>(placed.size());
-  int base = add_job(w, name, placed, start);
-  // Each channel of the programs runs as agents of its own (one per rank, on the rank's GPU),
-  // on queue pairs of its own, as NCCL runs each channel in a thread block with its own
-  // connections; agents_of[c][r] is channel c's agent of rank r.
-  std::vector<std::vector<int>> agents_of(1, std::vector<int>(ranks));
-  for (int r = 0; r < ranks; ++r) agents_of[0][r] = base + r;
-  auto add_channels = [&](std::size_t channels) {
-    while (agents_of.size() < channels) {
-      std::vector<int> mine(ranks);
-      for (int r = 0; r < ranks; ++r) {
-        Agent a = w.agents[static_cast<std::size_t>(base + r)];
-        a.steps.clear();
-        a.stream = static_cast<int>(agents_of.size());
-        mine[r] = static_cast<int>(w.agents.size());
-        w.agents.push_back(std::move(a));
-      }
-      agents_of.push_back(std::move(mine));
-    }
-  };
+  const int base = add_job(w, name, placed, start);
+  ChannelAgents agents(w, base, ranks);
   std::int64_t steps_before = 0;
   for (const Agent& a : w.agents) steps_before += static_cast<std::int64_t>(a.steps.size());
   for (int it = 0; it < iterations; ++it) {
@@ -202,39 +257,18 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
                                       collective, iterations, steps, total, total * kBytesPerStep / 1e9,
                                       kMaxWorkloadSteps / 1e6));
     }
-    int ci = static_cast<int>(w.collectives.size());
-    w.collectives.push_back({name, w.agents[base].job, world, bytes, algo::busbw_factor(c, world), launch, ready, predicted_us});
+    if (it > 0) agents.join();
+    const int ci = static_cast<int>(w.collectives.size());
+    w.collectives.push_back({name, w.agents[static_cast<std::size_t>(base)].job, world, bytes, algo::busbw_factor(c, world),
+                             choice.launch, choice.ready, choice.predicted_us});
     for (int r = 0; r < ranks; ++r) {
       const algo::Program p = in_network ? in_network->programs[static_cast<std::size_t>(r)]
-                                         : algo::build_program(c, algorithm, r, world, n, opts);
-      std::size_t channels = 1;
-      for (const algo::Step& s : p.steps)
-        for (const algo::Op& op : s.ops)
-          channels = std::max<std::size_t>(channels, std::max(op.channel, op.peer_channel) + 1u);
-      add_channels(channels);
-      for (std::size_t ch = 0; ch < agents_of.size(); ++ch)
-        append_program(w.agents[static_cast<std::size_t>(agents_of[ch][r])], p, 4, agents_of, ci, launch, protocol,
-                       agents_of.size() > 1 ? static_cast<int>(ch) : -1);
-    }
-    if (agents_of.size() > 1 && it + 1 < iterations) {
-      // One kernel per collective: a GPU's channels all finish it before the next starts
-      // (zero-byte messages between agents of one GPU, which cost nothing).
-      for (int r = 0; r < ranks; ++r) {
-        WorkStep gather, release;
-        for (std::size_t ch = 1; ch < agents_of.size(); ++ch) {
-          Agent& a = w.agents[static_cast<std::size_t>(agents_of[ch][r])];
-          WorkStep arrive, leave;
-          arrive.sends.push_back({agents_of[0][r], 0});
-          leave.recvs.push_back({agents_of[0][r], 0});
-          a.steps.push_back(arrive);
-          a.steps.push_back(leave);
-          gather.recvs.push_back({agents_of[ch][r], 0});
-          release.sends.push_back({agents_of[ch][r], 0});
-        }
-        Agent& first = w.agents[static_cast<std::size_t>(agents_of[0][r])];
-        first.steps.push_back(gather);
-        first.steps.push_back(release);
-      }
+                                         : algo::build_program(c, choice.algorithm, r, world, n, opts);
+      agents.cover(p);
+      const auto& of = agents.of();
+      for (std::size_t ch = 0; ch < of.size(); ++ch)
+        append_program(w.agents[static_cast<std::size_t>(of[ch][static_cast<std::size_t>(r)])], p, 4, of, ci, choice.launch,
+                       choice.protocol, of.size() > 1 ? static_cast<int>(ch) : -1);
     }
   }
 }
@@ -304,7 +338,9 @@ Workload load_unchecked(const std::string& spec, const Topology& t, std::uint64_
 std::string agent_name(const Workload& w, int agent) {
   const Agent& a = w.agents[static_cast<std::size_t>(agent)];
   return (w.jobs.size() > 1 ? "job " + std::to_string(a.job) + " " : std::string()) + "rank " + std::to_string(a.rank) +
-         (a.stream > 0 ? " stream " + std::to_string(a.stream) : std::string());
+         (a.stream > 0 ? " stream " + std::to_string(a.stream) : std::string()) +
+         (a.channel > 0 ? " channel " + std::to_string(a.channel) : std::string()) +
+         (a.relay ? " (its PXN relay on GPU " + std::to_string(a.gpu) + ")" : std::string());
 }
 
 Workload load_workload(const std::string& spec, const Topology& t, std::uint64_t seed) {

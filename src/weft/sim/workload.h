@@ -36,6 +36,8 @@ struct Agent {
   int gpu = 0;  // GPU rank in the topology (index into Topology::gpus)
   int queue = -1;  // traffic class (priority queue) of its writes; -1: the RoCE class
   int stream = 0;  // a trace's stream: operations of one rank that run beside its others
+  int channel = 0;  // a collective's channel (algo::Op::channel), run beside the others
+  bool relay = false;  // a PXN relay (pxn.h): forwards another rank's messages
   Time start = 0;
   std::vector<WorkStep> steps;
 };
