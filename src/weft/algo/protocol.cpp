@@ -76,7 +76,8 @@ CollectiveCost cost(Collective c, const std::string& algorithm, Protocol p, std:
       out.algbw_gbps = nvlink * share;
     } else {
       out.latency_us += 2 * (local - 1) * lat.nvlink_step_us + 2 * lat.net_step_us;
-      out.algbw_gbps = share / (2.0 * (local - 1) / (local * nvlink) + 1.0 / (local * in.net_gbps));
+      // The phases of successive pieces overlap: the slower of NVLink and the NIC.
+      out.algbw_gbps = share / std::max(2.0 * (local - 1) / (local * nvlink), 1.0 / (local * in.net_gbps));
     }
   } else if (tree) {
     out.latency_us += 2 * ((local - 1) * lat.nvlink_step_us + std::ceil(std::log2(hosts)) * inter);

@@ -68,9 +68,9 @@ struct CollectiveCost {
 //   in_network  each GPU sends its share to its switch and receives the total: across hosts,
 //               a reduce-scatter and an all-gather within each host over NVLink around it
 //               (latency = launch + 2 (ranks per host - 1) NVLink steps + 2 network steps;
-//               per byte 2 (L - 1) / L over NVLink, then 1 / L over the NIC, one after the
-//               other); on one host the NVSwitch (launch + 2 NVLink steps, NVLink's speed); ll
-//               and simple only, as NCCL's CollNet.
+//               per byte the slower of 2 (L - 1) / L over NVLink and 1 / L over the NIC, as
+//               the phases of successive pieces overlap); on one host the NVSwitch (launch +
+//               2 NVLink steps, NVLink's speed); ll and simple only, as NCCL's CollNet.
 std::vector<CollectiveCost> collective_costs(Collective c, std::int64_t bytes, const CostInputs& in);
 // The fastest of them; throws ConfigError for a collective the model does not cover.
 CollectiveCost cheapest_collective(Collective c, std::int64_t bytes, const CostInputs& in);

@@ -14,6 +14,10 @@ namespace {
 // Elements per segment (256 KiB of f32, as the tree's) and the most segments a region is cut into.
 constexpr std::int64_t kSegmentElements = 1 << 16;
 constexpr int kMaxSegments = 64;
+// Across hosts, pieces of the buffer whose phases overlap: at most this many, each at least
+// four segments per GPU in the network (each piece adds the steps of a reduce-scatter and an
+// all-gather within the host, and with a protocol their flag delays).
+constexpr std::int64_t kMaxPieces = 8;
 
 using algo::Chunk;
 using algo::OpKind;
@@ -48,8 +52,10 @@ class Builder {
   }
 
   // A reduction tree over `members` for `region`: the reducers of their first switches, under
-  // the reducer of the switch nearest them all when there are several.
-  void reduce_in_network(const std::vector<int>& members, const Chunk& region, bool nvlink) {
+  // the reducer of the switch nearest them all when there are several. The members send in
+  // channel `send_in` and receive in `receive_in`.
+  void reduce_in_network(const std::vector<int>& members, const Chunk& region, bool nvlink, std::uint16_t send_in = 0,
+                         std::uint16_t receive_in = 1) {
     if (members.size() < 2 || region.count == 0) return;
     const auto up = static_cast<std::uint16_t>(2 * trees_), down = static_cast<std::uint16_t>(2 * trees_ + 1);
     ++trees_;
@@ -68,48 +74,59 @@ class Builder {
     for (int s = 0; s < segments; ++s) {
       const std::int64_t b = algo::block_begin(region.count, segments, s);
       const Chunk piece{region.buf, region.offset + b, algo::block_begin(region.count, segments, s + 1) - b};
-      std::vector<std::pair<int, std::uint16_t>> root_children;  // (rank, the channel it receives in)
+      // (rank, the channels it sends and receives in)
+      std::vector<std::pair<int, std::pair<std::uint16_t, std::uint16_t>>> root_children;
       for (const auto& [sw, group] : groups) {
         const bool at_root = sw == root_switch;
         const int leaf = at_root ? root : reducer(sw);
         for (int m : group) {
-          put(m, fresh(m), OpKind::kSend, leaf, piece, 0, up);
-          put(m, fresh(m), OpKind::kRecv, leaf, piece, 1, at_root ? up : down);
-          if (at_root) root_children.push_back({m, 1});
+          put(m, fresh(m), OpKind::kSend, leaf, piece, send_in, up);
+          put(m, fresh(m), OpKind::kRecv, leaf, piece, receive_in, at_root ? up : down);
+          if (at_root) root_children.push_back({m, {send_in, receive_in}});
         }
         if (at_root) continue;
         const std::size_t gather = fresh(leaf);
-        for (int m : group) put(leaf, gather, OpKind::kRecvReduce, m, piece, up, 0);
+        for (int m : group) put(leaf, gather, OpKind::kRecvReduce, m, piece, up, send_in);
         put(leaf, fresh(leaf), OpKind::kSend, root, piece, up, up);
         put(leaf, fresh(leaf), OpKind::kRecv, root, piece, down, up);
         const std::size_t scatter = fresh(leaf);
-        for (int m : group) put(leaf, scatter, OpKind::kSend, m, piece, down, 1);
-        root_children.push_back({leaf, down});
+        for (int m : group) put(leaf, scatter, OpKind::kSend, m, piece, down, receive_in);
+        root_children.push_back({leaf, {up, down}});
       }
       const std::size_t gather = fresh(root), scatter = fresh(root);
       for (const auto& [child, theirs] : root_children) {
-        put(root, gather, OpKind::kRecvReduce, child, piece, up, theirs == 1 ? 0 : up);
-        put(root, scatter, OpKind::kSend, child, piece, up, theirs);
+        put(root, gather, OpKind::kRecvReduce, child, piece, up, theirs.first);
+        put(root, scatter, OpKind::kSend, child, piece, up, theirs.second);
       }
     }
   }
 
-  // Appends `p` (a program over `group`, members by index) to the members' programs in one
-  // channel, after what they hold.
-  void append(const std::vector<int>& group, int index, const algo::Program& p, std::uint16_t channel) {
+  // Appends `p` (a program over `group`, members by index, on elements from 0) to the
+  // members' programs in one channel, after what they hold, its elements from `offset`.
+  void append(const std::vector<int>& group, int index, const algo::Program& p, std::uint16_t channel,
+              std::int64_t offset) {
     const int me = group[static_cast<std::size_t>(index)];
     for (const algo::Step& step : p.steps) {
       const std::size_t at = fresh(me);
       for (algo::Op op : step.ops) {
         if (op.peer >= 0) op.peer = group[static_cast<std::size_t>(op.peer)];
         op.channel = op.peer_channel = channel;
+        op.src.offset += op.src.buf == algo::Buf::kData ? offset : 0;
+        op.dst.offset += op.dst.buf == algo::Buf::kData ? offset : 0;
         out_.programs[static_cast<std::size_t>(me)].step(at).ops.push_back(op);
       }
     }
   }
 
+  // Member `me`'s channel `to` waits until its channel `from` got here (a message of no bytes
+  // within the GPU, which costs nothing).
+  void signal(int me, std::uint16_t from, std::uint16_t to) {
+    put(me, fresh(me), OpKind::kSend, me, Chunk{}, from, to);
+    put(me, fresh(me), OpKind::kRecv, me, Chunk{}, to, from);
+  }
+
   InNetworkAllReduce take() {
-    for (algo::Program& p : out_.programs) p.compact();
+    for (algo::Program& p : out_.programs) p.compact(true);
     return std::move(out_);
   }
 
@@ -197,25 +214,37 @@ InNetworkAllReduce in_network_allreduce(const Topology& t, const std::vector<int
   if (one_host && world > 1 && b.first_switch(0, true) >= 0) {
     b.reduce_in_network(everyone, all, true);  // NVLS
   } else if (by_host) {
-    // Reduce-scatter within each host, each share reduced across hosts by the GPUs of one
-    // local index, all-gather within each host.
+    // Per piece of the buffer: a reduce-scatter within each host (channel 0), each share
+    // reduced across hosts by the GPUs of one local index (sent in channel 2, received in 1),
+    // an all-gather within each host (channel 3). Each channel takes the pieces in order and
+    // a piece's next phase waits for its last, so the phases of successive pieces overlap.
     const int hosts = world / local;
-    for (int h = 0; h < hosts; ++h) {
+    const int pieces = static_cast<int>(std::clamp<std::int64_t>(n / (local * kSegmentElements * 4), 1, kMaxPieces));
+    auto host_group = [&](int h) {
       std::vector<int> host(static_cast<std::size_t>(local));
       for (int l = 0; l < local; ++l) host[static_cast<std::size_t>(l)] = h * local + l;
-      for (int l = 0; l < local; ++l)
-        b.append(host, l, algo::build_program(algo::Collective::kReduceScatter, "ring", l, local, n), 0);
-    }
-    for (int l = 0; l < local; ++l) {
-      std::vector<int> rail;
-      for (int h = 0; h < hosts; ++h) rail.push_back(h * local + l);
-      b.reduce_in_network(rail, algo::block(n, local, l), false);
-    }
-    for (int h = 0; h < hosts; ++h) {
-      std::vector<int> host(static_cast<std::size_t>(local));
-      for (int l = 0; l < local; ++l) host[static_cast<std::size_t>(l)] = h * local + l;
-      for (int l = 0; l < local; ++l)
-        b.append(host, l, algo::build_program(algo::Collective::kAllGather, "ring", l, local, n), 1);
+      return host;
+    };
+    for (int p = 0; p < pieces; ++p) {
+      const Chunk piece = algo::block(n, pieces, p);
+      for (int h = 0; h < hosts; ++h)
+        for (int l = 0; l < local; ++l) {
+          b.append(host_group(h), l, algo::build_program(algo::Collective::kReduceScatter, "ring", l, local, piece.count), 0,
+                   piece.offset);
+          b.signal(h * local + l, 0, 2);
+        }
+      for (int l = 0; l < local; ++l) {
+        std::vector<int> rail;
+        for (int h = 0; h < hosts; ++h) rail.push_back(h * local + l);
+        const Chunk share = algo::block(piece.count, local, l);
+        b.reduce_in_network(rail, Chunk{share.buf, piece.offset + share.offset, share.count}, false, 2, 1);
+      }
+      for (int h = 0; h < hosts; ++h)
+        for (int l = 0; l < local; ++l) {
+          b.signal(h * local + l, 1, 3);
+          b.append(host_group(h), l, algo::build_program(algo::Collective::kAllGather, "ring", l, local, piece.count), 3,
+                   piece.offset);
+        }
     }
   } else {
     b.reduce_in_network(everyone, all, false);
