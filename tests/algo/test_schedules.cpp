@@ -337,3 +337,21 @@ TEST(Trees, PipelinedTreeOverlapsSegmentsAndMovesTwoBuffersPerRank) {
   EXPECT_LT(piped.max_steps, 16 * one.max_steps / 2);
   EXPECT_GT(piped.max_steps, one.max_steps);
 }
+
+TEST(Trees, PlacesInTheBinaryTreeMatchTheBuiltTree) {
+  for (int n : {1, 2, 3, 5, 8, 13, 64, 100, 1000}) {
+    const BinaryTree t(n);
+    for (int v = 0; v < n; ++v) {
+      const TreePlace p = place_in_binary_tree(n, v);
+      ASSERT_EQ(p.parent, t.parent[v]) << n << "/" << v;
+      EXPECT_EQ(p.left, t.left[v]);
+      EXPECT_EQ(p.right, t.right[v]);
+      EXPECT_EQ(p.height, t.height[v]);
+      EXPECT_EQ(p.root_height, t.height[t.root]);
+      EXPECT_EQ(p.right_child, t.is_right_child(v));
+      EXPECT_EQ(p.parent_height, p.parent >= 0 ? t.height[p.parent] : 0);
+      EXPECT_EQ(p.left_height, p.left >= 0 ? t.height[p.left] : 0);
+      EXPECT_EQ(p.right_height, p.right >= 0 ? t.height[p.right] : 0);
+    }
+  }
+}

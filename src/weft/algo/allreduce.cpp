@@ -1,6 +1,7 @@
 #include "weft/algo/allreduce.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "weft/algo/ring.h"
 #include "weft/algo/trees.h"
@@ -10,24 +11,27 @@ namespace weft::algo {
 
 namespace {
 
-// Reduce `region` up `tree` (positions mapped to ranks by `rank_of`) and broadcast it back
-// down. A node sends to its parent at step 2*height (+1 for a right child), so its two
-// children never write the region in the same step.
-void tree_allreduce(Program& p, const BinaryTree& t, const std::vector<int>& rank_of, int me_pos, const Chunk& region) {
-  const int reduce_steps = 2 * t.height[t.root] + 1;
-  const int v = me_pos;
-  auto edge_step = [&](int child) { return 2 * t.height[child] + (t.is_right_child(child) ? 1 : 0); };
-  auto down_step = [&](int child) {
-    return reduce_steps + 2 * (t.height[t.root] - t.height[t.parent[child]]) + (t.is_right_child(child) ? 1 : 0);
+// Reduce `region` up the balanced binary tree over `world` positions (position q is rank
+// (q + shift) mod world) and broadcast it back down. A node sends to its parent at step
+// 2*height (+1 for a right child), so its two children never write the region in the same
+// step. O(log world): the tree is not built.
+void tree_allreduce(Program& p, int world, int shift, int me_pos, const Chunk& region) {
+  const TreePlace t = place_in_binary_tree(world, me_pos);
+  auto rank_of = [&](int q) { return (q + shift) % world; };
+  const int reduce_steps = 2 * t.root_height + 1;
+  // A node's edge to its parent: up at edge_step, down at down_step.
+  auto edge_step = [](int height, bool right) { return 2 * height + (right ? 1 : 0); };
+  auto down_step = [&](int parent_height, bool right) {
+    return reduce_steps + 2 * (t.root_height - parent_height) + (right ? 1 : 0);
   };
-  for (int child : {t.left[v], t.right[v]}) {
+  for (const auto& [child, height, right] : {std::tuple{t.left, t.left_height, false}, std::tuple{t.right, t.right_height, true}}) {
     if (child < 0) continue;
-    p.recv_reduce(static_cast<size_t>(edge_step(child)), rank_of[child], region);
-    p.send(static_cast<size_t>(down_step(child)), rank_of[child], region);
+    p.recv_reduce(static_cast<size_t>(edge_step(height, right)), rank_of(child), region);
+    p.send(static_cast<size_t>(down_step(t.height, right)), rank_of(child), region);
   }
-  if (t.parent[v] >= 0) {
-    p.send(static_cast<size_t>(edge_step(v)), rank_of[t.parent[v]], region);
-    p.recv(static_cast<size_t>(down_step(v)), rank_of[t.parent[v]], region);
+  if (t.parent >= 0) {
+    p.send(static_cast<size_t>(edge_step(t.height, t.right_child)), rank_of(t.parent), region);
+    p.recv(static_cast<size_t>(down_step(t.parent_height, t.right_child)), rank_of(t.parent), region);
   }
 }
 
@@ -95,17 +99,11 @@ Program allreduce_direct(int rank, int world, std::int64_t n, const Options&) {
 Program allreduce_double_tree(int rank, int world, std::int64_t n, const Options&) {
   Program p;
   p.algorithm = "double_tree";
-  BinaryTree t(world);
   // Tree A over ranks in order; tree B over ranks shifted by one, so that most interior
   // nodes of one tree are leaves of the other.
-  std::vector<int> a(static_cast<size_t>(world)), b(static_cast<size_t>(world));
-  for (int i = 0; i < world; ++i) {
-    a[i] = i;
-    b[i] = (i + 1) % world;
-  }
   Chunk first{Buf::kData, 0, n / 2}, second{Buf::kData, n / 2, n - n / 2};
-  tree_allreduce(p, t, a, rank, first);
-  tree_allreduce(p, t, b, (rank - 1 + world) % world, second);
+  tree_allreduce(p, world, 0, rank, first);
+  tree_allreduce(p, world, 1, (rank - 1 + world) % world, second);
   p.compact();
   return p;
 }

@@ -20,6 +20,29 @@ int BinaryTree::build(int lo, int hi, int up) {
   return mid;
 }
 
+namespace {
+int height_of(int size) { return size <= 1 ? 0 : 31 - __builtin_clz(static_cast<unsigned>(size)); }
+}  // namespace
+
+TreePlace place_in_binary_tree(int n, int v) {
+  TreePlace out;
+  out.root_height = height_of(n);
+  int lo = 0, hi = n;
+  for (;;) {
+    const int mid = (lo + hi) / 2;
+    if (mid == v) {
+      out.height = height_of(hi - lo);
+      if (lo < mid) out.left = (lo + mid) / 2, out.left_height = height_of(mid - lo);
+      if (mid + 1 < hi) out.right = (mid + 1 + hi) / 2, out.right_height = height_of(hi - mid - 1);
+      return out;
+    }
+    out.parent = mid;
+    out.parent_height = height_of(hi - lo);
+    out.right_child = v > mid;
+    (v < mid ? hi : lo) = v < mid ? mid : mid + 1;
+  }
+}
+
 std::vector<RankTree> host_chain_trees(int world, int local_world) {
   const int local = local_world > 1 && world % local_world == 0 ? local_world : 1;
   const int hosts = world / local;

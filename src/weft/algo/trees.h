@@ -28,6 +28,16 @@ struct BinaryTree {
   int build(int lo, int hi, int up);
 };
 
+// One position of BinaryTree(n), found in O(log n) without building the tree: its parent
+// and children (-1: none), whether it is a right child, and the heights (a subtree of m
+// positions is floor(log2 m) high).
+struct TreePlace {
+  int parent = -1, left = -1, right = -1;
+  int height = 0, parent_height = 0, left_height = 0, right_height = 0, root_height = 0;
+  bool right_child = false;
+};
+TreePlace place_in_binary_tree(int n, int v);
+
 // A tree over every rank of the world: parent[r], or -1 for the root.
 struct RankTree {
   std::vector<int> parent;

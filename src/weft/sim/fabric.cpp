@@ -137,37 +137,46 @@ void Network::compute_routes() {
   std::unordered_map<std::uint64_t, std::uint32_t> stored;
   std::vector<std::int32_t> list;
   std::vector<int> dist(N), frontier;
-  auto may_forward = [&](int n) { return !node_is_endpoint(n) || topo_.nodes[n].transit; };
+  // The graph in one array: the node at the far end of each port that is up (-1: down), by
+  // node (first[n] .. first[n + 1]), in node_ports_ order; and the nodes that forward.
+  std::vector<std::size_t> first(N + 1, 0);
+  std::vector<int> far;
+  std::vector<char> forwards(N, 0);
+  std::vector<int> routed;  // nodes with a routing row
+  for (std::size_t n = 0; n < N; ++n) {
+    first[n] = far.size();
+    for (int port : node_ports_[n]) far.push_back(ports_[port].up ? ports_[ports_[port].peer].node : -1);
+    forwards[n] = !node_is_endpoint(static_cast<int>(n)) || topo_.nodes[n].transit ? 1 : 0;
+    if (route_row_[n] >= 0) routed.push_back(static_cast<int>(n));
+  }
+  first[N] = far.size();
   for (std::size_t d = 0; d < C; ++d) {
     int target = columns_.target[d];
     std::fill(dist.begin(), dist.end(), -1);
     dist[target] = 0;
     frontier.assign(1, target);
     for (std::size_t head = 0; head < frontier.size(); ++head) {
-      int u = frontier[head];
-      if (u != target && !may_forward(u)) continue;
-      for (int port : node_ports_[u]) {
-        if (!ports_[port].up) continue;
-        int v = ports_[ports_[port].peer].node;
-        if (dist[v] < 0) {
-          dist[v] = dist[u] + 1;
-          frontier.push_back(v);
-        }
+      const int u = frontier[head];
+      for (std::size_t i = first[u]; i < first[u + 1]; ++i) {
+        const int v = far[i];
+        if (v < 0 || dist[v] >= 0) continue;
+        dist[v] = dist[u] + 1;
+        if (forwards[v]) frontier.push_back(v);  // an endpoint is reached, not passed through
       }
     }
-    for (std::size_t n = 0; n < N; ++n) {
-      if (dist[n] <= 0 || route_row_[n] < 0) continue;
+    for (int n : routed) {
+      if (dist[n] <= 0) continue;
       list.clear();
       std::uint64_t h = 0x9E3779B97F4A7C15ull;
-      for (int port : node_ports_[n]) {
-        if (!ports_[port].up) continue;
-        int v = ports_[ports_[port].peer].node;
-        if (dist[v] == dist[n] - 1 && (v == target || may_forward(v))) {
+      for (std::size_t i = first[n]; i < first[n + 1]; ++i) {
+        const int v = far[i];
+        if (v >= 0 && dist[v] == dist[n] - 1 && (v == target || forwards[v])) {
+          const int port = node_ports_[n][i - first[n]];
           list.push_back(port);
           h = splitmix(h ^ static_cast<std::uint64_t>(port));
         }
       }
-      const std::size_t slot = static_cast<std::size_t>(route_row_[n]) * C + d;
+      const std::size_t slot = static_cast<std::size_t>(route_row_[static_cast<std::size_t>(n)]) * C + d;
       route_count_[slot] = static_cast<std::uint16_t>(list.size());
       auto [it, fresh] = stored.try_emplace(h ^ list.size(), static_cast<std::uint32_t>(route_pool_.size()));
       if (!fresh && it->second + list.size() <= route_pool_.size() &&
