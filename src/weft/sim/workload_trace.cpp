@@ -102,19 +102,23 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
   // other streams (the planner puts data-parallel reductions on stream 1): each stream of a
   // rank is an agent of its own on the rank's GPU, made for every rank when a record first
   // names the stream.
-  std::map<int, int> stream_base{{0, base}};
-  auto agent_index = [&](int stream, int rank) {
-    auto found = stream_base.find(stream);
+  // A collective whose program has several channels runs each of its channels but the
+  // first on agents of their own too (per stream and channel), released by the stream's
+  // agent when it reaches the record and joined again before its next one.
+  std::map<std::pair<int, int>, int> stream_base{{{0, 0}, base}};  // (stream, channel) -> first agent
+  auto channel_agent = [&](int stream, int channel, int rank) {
+    auto found = stream_base.find({stream, channel});
     if (found == stream_base.end()) {
-      found = stream_base.emplace(stream, static_cast<int>(w.agents.size())).first;
+      found = stream_base.emplace(std::pair{stream, channel}, static_cast<int>(w.agents.size())).first;
       for (int q = 0; q < world; ++q) {
         Agent a;
-        a.job = job, a.rank = q, a.gpu = gpus[static_cast<std::size_t>(q)], a.stream = stream;
+        a.job = job, a.rank = q, a.gpu = gpus[static_cast<std::size_t>(q)], a.stream = stream, a.channel = channel;
         w.agents.push_back(std::move(a));
       }
     }
     return found->second + rank;
   };
+  auto agent_index = [&](int stream, int rank) { return channel_agent(stream, 0, rank); };
   // Files are read one line at a time and turned into steps at once (a 1024-rank iteration
   // is hundreds of MB of JSON). Each stream's timeline starts at its first record (a mark
   // where the iteration began, or its first operation); the offsets from the earliest one
@@ -225,7 +229,34 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         } else {
           ci = found->second;
         }
-        append_program(w.agents[static_cast<std::size_t>(agent_at)], p, element, {agent_of}, ci, gap);
+        std::size_t channels = 1;
+        for (const algo::Step& s : p.steps)
+          for (const algo::Op& o : s.ops) channels = std::max<std::size_t>(channels, std::max(o.channel, o.peer_channel) + 1u);
+        if (channels == 1) {
+          append_program(w.agents[static_cast<std::size_t>(agent_at)], p, element, {agent_of}, ci, gap);
+          continue;
+        }
+        std::vector<std::vector<int>> agents_of(channels, agent_of);
+        for (std::size_t ch = 1; ch < channels; ++ch)
+          for (int i = 0; i < gw; ++i) agents_of[ch][static_cast<std::size_t>(i)] = channel_agent(stream, static_cast<int>(ch), members[static_cast<std::size_t>(i)]);
+        // Release this rank's other channels (messages of no bytes within the GPU), run, join.
+        WorkStep release, gather;
+        release.gap = gap;
+        for (std::size_t ch = 1; ch < channels; ++ch) {
+          const int mine = agents_of[ch][static_cast<std::size_t>(index)];
+          release.sends.push_back({mine, 0});
+          gather.recvs.push_back({mine, 0});
+          Agent& a = w.agents[static_cast<std::size_t>(mine)];
+          WorkStep begin, done;
+          begin.recvs.push_back({agent_at, 0});
+          done.sends.push_back({agent_at, 0});
+          a.steps.push_back(begin);
+          append_program(a, p, element, agents_of, ci, 0, std::nullopt, static_cast<int>(ch));
+          w.agents[static_cast<std::size_t>(mine)].steps.push_back(done);
+        }
+        w.agents[static_cast<std::size_t>(agent_at)].steps.push_back(release);
+        append_program(w.agents[static_cast<std::size_t>(agent_at)], p, element, agents_of, ci, 0, std::nullopt, 0);
+        w.agents[static_cast<std::size_t>(agent_at)].steps.push_back(gather);
       } catch (const ConfigError& e) {
         std::string msg = e.what();
         throw ConfigError(msg.rfind(rec.where, 0) == 0 ? msg : rec.where + ": " + msg);
