@@ -1506,6 +1506,10 @@ TEST(SimCollectives, PxnKeepsCrossRailHopsOnTheRails) {
   SimRun rings = simulate("rail-optimized.yaml", "allreduce:rail_rings:1MB", {"pxn=on"});
   ASSERT_TRUE(rings.finished);
   EXPECT_EQ(rings.net->pxn_relays(), 0);
+  // Nor messages to and from switches' reducers.
+  SimRun in = simulate("rail-optimized-sharp.yaml", "allreduce:in_network:1MB@0,9,18,27", {"pxn=on"});
+  ASSERT_TRUE(in.finished);
+  EXPECT_EQ(in.net->pxn_relays(), 0);
 }
 
 TEST(SimWorkload, TraceCollectivesRunTheirChannelsApart) {

@@ -49,6 +49,8 @@ int route_through_nvlink_peers(Workload& w, const Topology& t) {
   for (std::size_t g = 0; g < at.size(); ++g) gpu_of[{at[g].host, at[g].local}] = static_cast<int>(g);
   // The GPU that relays from GPU a to GPU b, or -1.
   auto relay_gpu = [&](int a, int b) {
+    const int gpus = static_cast<int>(at.size());
+    if (a >= gpus || b >= gpus) return -1;  // a switch's reducer: not on a rail of GPUs
     const GpuPlace &from = at[static_cast<std::size_t>(a)], &to = at[static_cast<std::size_t>(b)];
     if (from.host < 0 || from.host == to.host || !from.nvlink || from.nic_switch == to.nic_switch) return -1;
     auto peer = gpu_of.find({from.host, to.local});
