@@ -151,6 +151,7 @@ CollectiveChoice choose(algo::Collective c, const std::string& spec, std::int64_
     out.predicted_us = best.time_us;
   } else if (const auto slash = spec.find('/'); slash != std::string::npos) {
     out.algorithm = spec.substr(0, slash);
+    if (out.algorithm == "auto") throw ConfigError("'" + spec + "': auto picks the protocol too (write auto alone)");
     out.protocol = algo::parse_protocol(spec.substr(slash + 1));
   }
   if (out.protocol) {
