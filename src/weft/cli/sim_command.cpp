@@ -70,8 +70,10 @@ void add_sim_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("sim", "Simulate a job's traffic on a modeled RoCEv2 AI fabric, packet by packet");
   cmd->add_option("--topology", f->topology, "topology YAML (examples/topologies/)");
   cmd->add_option("--workload", f->workload,
-                  "trace folder (WEFT_TRACE), job file (.yaml), COLLECTIVE:ALGORITHM:SIZE[@GPUS], permutation:SIZE, "
-                  "incast:N:SIZE, alltoall:SIZE, flow:SRC:DST:SIZE");
+                  "trace folder (WEFT_TRACE), job file (.yaml), COLLECTIVE:ALGORITHM:SIZE[@GPUS] (ALGORITHM: a "
+                  "comm-bench algorithm, ALGORITHM/ll|ll128|simple with a GPU protocol's costs, auto for NCCL's "
+                  "cost model, or in_network on switches that reduce), permutation:SIZE, incast:N:SIZE, "
+                  "alltoall:SIZE, flow:SRC:DST:SIZE");
   cmd->add_option("--lb", f->lb, "load balancing: ecmp, flowlet, spray or adaptive");
   cmd->add_option("--cc", f->cc, "congestion control: dcqcn, hpcc, swift, nscc or none");
   cmd->add_option("--pfc", f->pfc, "priority flow control: on or off");
