@@ -338,6 +338,26 @@ TEST(Trees, PipelinedTreeOverlapsSegmentsAndMovesTwoBuffersPerRank) {
   EXPECT_GT(piped.max_steps, one.max_steps);
 }
 
+namespace {
+// The tree built whole, as the reference for place_in_binary_tree.
+struct BinaryTree {
+  std::vector<int> parent, left, right, height;
+  int root = -1;
+  explicit BinaryTree(int n) : parent(n, -1), left(n, -1), right(n, -1), height(n, 0) { root = build(0, n, -1); }
+  int build(int lo, int hi, int up) {
+    if (lo >= hi) return -1;
+    const int mid = (lo + hi) / 2;
+    parent[mid] = up;
+    left[mid] = build(lo, mid, mid);
+    right[mid] = build(mid + 1, hi, mid);
+    for (int c : {left[mid], right[mid]})
+      if (c >= 0) height[mid] = std::max(height[mid], height[c] + 1);
+    return mid;
+  }
+  bool is_right_child(int v) const { return parent[v] >= 0 && right[parent[v]] == v; }
+};
+}  // namespace
+
 TEST(Trees, PlacesInTheBinaryTreeMatchTheBuiltTree) {
   for (int n : {1, 2, 3, 5, 8, 13, 64, 100, 1000}) {
     const BinaryTree t(n);

@@ -160,6 +160,13 @@ std::int64_t block_begin(std::int64_t n, int parts, int i) {
   return q * i + (r * i) / parts;
 }
 
+std::size_t channel_count(const Program& p) {
+  std::size_t channels = 1;
+  for (const Step& s : p.steps)
+    for (const Op& op : s.ops) channels = std::max<std::size_t>(channels, std::max(op.channel, op.peer_channel) + 1u);
+  return channels;
+}
+
 ProgramStats stats(const Program& p) {
   ProgramStats s;
   s.steps = p.steps.size();

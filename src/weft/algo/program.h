@@ -124,6 +124,9 @@ inline Chunk block(std::int64_t n, int parts, int i, Buf buf = Buf::kData) {
   return {buf, b, block_begin(n, parts, i + 1) - b};
 }
 
+// The channels a program's operations run in or meet at a peer (at least 1).
+std::size_t channel_count(const Program& p);
+
 // Per-program traffic figures, for cost formulas and tests.
 struct ProgramStats {
   std::size_t steps = 0;

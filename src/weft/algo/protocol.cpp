@@ -27,13 +27,27 @@ Protocol parse_protocol(const std::string& name) {
   throw ConfigError("unknown protocol '" + name + "' (known: ll, ll128, simple)");
 }
 
+namespace {
+
+// A protocol's lines: data bytes in each, and the line's bytes on the wire.
+struct Line {
+  std::int64_t data, wire;
+};
+Line line_of(Protocol p) {
+  return p == Protocol::kLL ? Line{4, 8} : p == Protocol::kLL128 ? Line{120, 128} : Line{1, 1};
+}
+
+// The share of the wire that carries data.
+double wire_share(Protocol p) {
+  const Line l = line_of(p);
+  return static_cast<double>(l.data) / static_cast<double>(l.wire);
+}
+
+}  // namespace
+
 std::int64_t wire_bytes(Protocol p, std::int64_t payload) {
-  switch (p) {
-    case Protocol::kLL: return (payload + 3) / 4 * 8;
-    case Protocol::kLL128: return (payload + 119) / 120 * 128;
-    case Protocol::kSimple: return payload;
-  }
-  return payload;
+  const Line l = line_of(p);
+  return (payload + l.data - 1) / l.data * l.wire;
 }
 
 ProtocolLatency protocol_latency(Protocol p, const std::string& algorithm) {
@@ -46,10 +60,6 @@ ProtocolLatency protocol_latency(Protocol p, const std::string& algorithm) {
 }
 
 namespace {
-
-double wire_share(Protocol p) {
-  return p == Protocol::kLL ? 0.5 : p == Protocol::kLL128 ? 120.0 / 128.0 : 1.0;
-}
 
 CollectiveCost cost(Collective c, const std::string& algorithm, Protocol p, std::int64_t bytes, const CostInputs& in) {
   const bool tree = algorithm == "tree";

@@ -5,21 +5,6 @@
 
 namespace weft::algo {
 
-BinaryTree::BinaryTree(int n) : parent(n, -1), left(n, -1), right(n, -1), height(n, 0) { root = build(0, n, -1); }
-
-int BinaryTree::build(int lo, int hi, int up) {
-  if (lo >= hi) return -1;
-  int mid = (lo + hi) / 2;
-  parent[mid] = up;
-  left[mid] = build(lo, mid, mid);
-  right[mid] = build(mid + 1, hi, mid);
-  int h = 0;
-  if (left[mid] >= 0) h = std::max(h, height[left[mid]] + 1);
-  if (right[mid] >= 0) h = std::max(h, height[right[mid]] + 1);
-  height[mid] = h;
-  return mid;
-}
-
 namespace {
 int height_of(int size) { return size <= 1 ? 0 : 31 - __builtin_clz(static_cast<unsigned>(size)); }
 }  // namespace
@@ -39,14 +24,14 @@ TreePlace place_in_binary_tree(int n, int v) {
     out.parent = mid;
     out.parent_height = height_of(hi - lo);
     out.right_child = v > mid;
-    (v < mid ? hi : lo) = v < mid ? mid : mid + 1;
+    if (v < mid) hi = mid;
+    else lo = mid + 1;
   }
 }
 
 std::vector<RankTree> host_chain_trees(int world, int local_world) {
   const int local = local_world > 1 && world % local_world == 0 ? local_world : 1;
   const int hosts = world / local;
-  const BinaryTree over_hosts(hosts);
   std::vector<RankTree> out;
   for (int c = 0; c < local; ++c) {
     for (int shift : {0, 1}) {
@@ -54,7 +39,7 @@ std::vector<RankTree> host_chain_trees(int world, int local_world) {
       t.parent.assign(static_cast<std::size_t>(world), -1);
       for (int h = 0; h < hosts; ++h) {
         // Host h sits at position (h - shift) of the binary tree over the hosts.
-        const int up_pos = over_hosts.parent[(h - shift + hosts) % hosts];
+        const int up_pos = place_in_binary_tree(hosts, (h - shift + hosts) % hosts).parent;
         const int up_host = up_pos < 0 ? -1 : (up_pos + shift) % hosts;
         for (int i = 0; i < local; ++i) {
           const int rank = h * local + (c + i) % local;

@@ -1,6 +1,7 @@
 // Trees over ranks for tree collectives.
 //
-//   BinaryTree          a balanced in-order binary tree over positions [0, n)
+//   place_in_binary_tree
+//                       one position of a balanced in-order binary tree over [0, n)
 //   host_chain_trees    NCCL-style trees built from the host layout (seed 002 ch. 13): one
 //                       pair of complementary binary trees over the hosts per channel, and
 //                       within each host a chain through its ranks
@@ -16,21 +17,11 @@
 
 namespace weft::algo {
 
-// A balanced in-order binary tree over positions [0, n): parent, children and height (a
-// leaf's is 0). Positions are mapped to ranks by the caller.
-struct BinaryTree {
-  std::vector<int> parent, left, right, height;
-  int root = -1;
-  explicit BinaryTree(int n);
-  bool is_right_child(int v) const { return parent[v] >= 0 && right[parent[v]] == v; }
-
- private:
-  int build(int lo, int hi, int up);
-};
-
-// One position of BinaryTree(n), found in O(log n) without building the tree: its parent
-// and children (-1: none), whether it is a right child, and the heights (a subtree of m
-// positions is floor(log2 m) high).
+// One position of the balanced in-order binary tree over positions [0, n) (the root of
+// [lo, hi) is (lo + hi) / 2, its children the roots of [lo, mid) and [mid + 1, hi)), found in
+// O(log n) without building the tree: its parent and children (-1: none), whether it is a
+// right child, and the heights (a leaf's is 0; a subtree of m positions is floor(log2 m)
+// high). Positions are mapped to ranks by the caller.
 struct TreePlace {
   int parent = -1, left = -1, right = -1;
   int height = 0, parent_height = 0, left_height = 0, right_height = 0, root_height = 0;

@@ -93,10 +93,8 @@ void Network::message_delivered(int flow) {
   f.delivered = events_.now();
   // With a GPU protocol, the receiving GPU sees the message when it sees its flag (a switch's
   // reducer works on the data as it arrives; a relay forwards it; within a GPU there is none).
-  const bool to_gpu = f.src_gpu != f.dst_gpu && work_.agents[f.dst_agent].gpu < topo_.gpu_count() &&
-                      !work_.agents[f.dst_agent].relay;
-  const Time ready = f.collective >= 0 && to_gpu ? work_.collectives[f.collective].ready : 0;
-  if (ready > 0) {
+  const Time ready = f.collective >= 0 ? work_.collectives[f.collective].ready : 0;
+  if (ready > 0 && f.src_gpu != f.dst_gpu && f.dst_gpu < topo_.gpu_count() && !work_.agents[f.dst_agent].relay) {
     events_.schedule(events_.now() + ready, this, kMessageReady, static_cast<std::uint64_t>(flow));
     return;
   }

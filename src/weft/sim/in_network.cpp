@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <deque>
-#include <limits>
 #include <map>
 
 #include "weft/algo/registry.h"
@@ -24,31 +23,17 @@ using algo::OpKind;
 
 class Builder {
  public:
-  Builder(const Topology& t, const std::vector<int>& members) : t_(t), adj_(t.nodes.size()) {
-    for (std::size_t i = 0; i < t.links.size(); ++i) {
-      adj_[static_cast<std::size_t>(t.links[i].a)].push_back(static_cast<int>(i));
-      adj_[static_cast<std::size_t>(t.links[i].b)].push_back(static_cast<int>(i));
-    }
+  Builder(const Topology& t, const std::vector<int>& members)
+      : t_(t), adj_(t.links_by_node()), attached_(gpu_attachments(t)) {
     out_.gpus = members;
     out_.programs.resize(members.size());
   }
 
-  // The switch a GPU reaches first: over NVLink (its NVSwitch), or over the network
-  // (directly, or behind its NIC). -1 when there is none.
+  // The switch a GPU reaches first: over NVLink (its NVSwitch), or over the network. -1 when
+  // there is none.
   int first_switch(int member, bool nvlink) const {
-    const int node = t_.gpus[static_cast<std::size_t>(out_.gpus[static_cast<std::size_t>(member)])];
-    for (int l : adj_[static_cast<std::size_t>(node)]) {
-      const Link& link = t_.links[static_cast<std::size_t>(l)];
-      if ((link.tier == "nvlink") != nvlink || link.tier == "reducer") continue;
-      const int other = other_end(link, node);
-      if (t_.nodes[static_cast<std::size_t>(other)].kind == NodeKind::kSwitch) return other;
-      if (!nvlink && t_.nodes[static_cast<std::size_t>(other)].kind == NodeKind::kNic)
-        for (int m : adj_[static_cast<std::size_t>(other)]) {
-          const int far = other_end(t_.links[static_cast<std::size_t>(m)], other);
-          if (t_.nodes[static_cast<std::size_t>(far)].kind == NodeKind::kSwitch) return far;
-        }
-    }
-    return -1;
+    const GpuAttachment& a = attached_[static_cast<std::size_t>(out_.gpus[static_cast<std::size_t>(member)])];
+    return nvlink ? a.nvswitch : a.network_switch;
   }
 
   // A reduction tree over `members` for `region`: the reducers of their first switches, under
@@ -131,8 +116,6 @@ class Builder {
   }
 
  private:
-  static int other_end(const Link& l, int node) { return l.a == node ? l.b : l.a; }
-
   int reducer(int sw) {
     auto [it, fresh_one] = reducers_.try_emplace(sw, static_cast<int>(out_.gpus.size()));
     if (fresh_one) {
@@ -163,7 +146,7 @@ class Builder {
         const int u = queue.front();
         queue.pop_front();
         for (int l : adj_[static_cast<std::size_t>(u)]) {
-          const int v = other_end(t_.links[static_cast<std::size_t>(l)], u);
+          const int v = t_.other_end(l, u);
           const Node& node = t_.nodes[static_cast<std::size_t>(v)];
           if (node.kind != NodeKind::kSwitch || node.role == "nvswitch" || dist[static_cast<std::size_t>(v)] >= 0) continue;
           dist[static_cast<std::size_t>(v)] = dist[static_cast<std::size_t>(u)] + 1;
@@ -187,6 +170,7 @@ class Builder {
 
   const Topology& t_;
   std::vector<std::vector<int>> adj_;  // links of each node
+  std::vector<GpuAttachment> attached_;
   InNetworkAllReduce out_;
   std::map<int, int> reducers_;  // switch node -> rank
   int trees_ = 0;
@@ -225,12 +209,19 @@ InNetworkAllReduce in_network_allreduce(const Topology& t, const std::vector<int
       for (int l = 0; l < local; ++l) host[static_cast<std::size_t>(l)] = h * local + l;
       return host;
     };
+    // One local rank's program within a host, the same on every host.
+    auto within_host = [&](algo::Collective c, std::int64_t count) {
+      std::vector<algo::Program> of_rank;
+      for (int l = 0; l < local; ++l) of_rank.push_back(algo::build_program(c, "ring", l, local, count));
+      return of_rank;
+    };
     for (int p = 0; p < pieces; ++p) {
       const Chunk piece = algo::block(n, pieces, p);
+      const std::vector<algo::Program> scatter = within_host(algo::Collective::kReduceScatter, piece.count),
+                                       gather = within_host(algo::Collective::kAllGather, piece.count);
       for (int h = 0; h < hosts; ++h)
         for (int l = 0; l < local; ++l) {
-          b.append(host_group(h), l, algo::build_program(algo::Collective::kReduceScatter, "ring", l, local, piece.count), 0,
-                   piece.offset);
+          b.append(host_group(h), l, scatter[static_cast<std::size_t>(l)], 0, piece.offset);
           b.signal(h * local + l, 0, 2);
         }
       for (int l = 0; l < local; ++l) {
@@ -242,8 +233,7 @@ InNetworkAllReduce in_network_allreduce(const Topology& t, const std::vector<int
       for (int h = 0; h < hosts; ++h)
         for (int l = 0; l < local; ++l) {
           b.signal(h * local + l, 1, 3);
-          b.append(host_group(h), l, algo::build_program(algo::Collective::kAllGather, "ring", l, local, piece.count), 3,
-                   piece.offset);
+          b.append(host_group(h), l, gather[static_cast<std::size_t>(l)], 3, piece.offset);
         }
     }
   } else {

@@ -4,59 +4,22 @@
 #include <utility>
 
 namespace weft::sim {
-namespace {
-
-// Per GPU rank: its host, its NVLink (whether it has one), and the switch its NIC hangs off.
-struct GpuPlace {
-  int host = -1, local = -1, nic_switch = -1;
-  bool nvlink = false;
-};
-
-std::vector<GpuPlace> places(const Topology& t) {
-  std::vector<std::vector<int>> links_of(t.nodes.size());
-  for (std::size_t i = 0; i < t.links.size(); ++i) {
-    links_of[static_cast<std::size_t>(t.links[i].a)].push_back(static_cast<int>(i));
-    links_of[static_cast<std::size_t>(t.links[i].b)].push_back(static_cast<int>(i));
-  }
-  auto other = [&](int link, int node) { return t.links[static_cast<std::size_t>(link)].a == node ? t.links[static_cast<std::size_t>(link)].b : t.links[static_cast<std::size_t>(link)].a; };
-  std::vector<GpuPlace> out(static_cast<std::size_t>(t.gpu_count()));
-  for (int g = 0; g < t.gpu_count(); ++g) {
-    const int node = t.gpus[static_cast<std::size_t>(g)];
-    GpuPlace& p = out[static_cast<std::size_t>(g)];
-    p.host = t.nodes[static_cast<std::size_t>(node)].host;
-    p.local = t.nodes[static_cast<std::size_t>(node)].local;
-    for (int l : links_of[static_cast<std::size_t>(node)]) {
-      const std::string& tier = t.links[static_cast<std::size_t>(l)].tier;
-      const int o = other(l, node);
-      if (tier == "nvlink") {
-        p.nvlink = true;
-      } else if (p.nic_switch < 0 && t.nodes[static_cast<std::size_t>(o)].kind == NodeKind::kSwitch) {
-        p.nic_switch = o;
-      } else if (p.nic_switch < 0 && t.nodes[static_cast<std::size_t>(o)].kind == NodeKind::kNic) {
-        for (int m : links_of[static_cast<std::size_t>(o)])
-          if (t.nodes[static_cast<std::size_t>(other(m, o))].kind == NodeKind::kSwitch) p.nic_switch = other(m, o);
-      }
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 int route_through_nvlink_peers(Workload& w, const Topology& t) {
-  const std::vector<GpuPlace> at = places(t);
+  const std::vector<GpuAttachment> at = gpu_attachments(t);
+  auto node_of = [&](int g) -> const Node& { return t.nodes[static_cast<std::size_t>(t.gpus[static_cast<std::size_t>(g)])]; };
   std::map<std::pair<int, int>, int> gpu_of;  // (host, local) -> GPU rank
-  for (std::size_t g = 0; g < at.size(); ++g) gpu_of[{at[g].host, at[g].local}] = static_cast<int>(g);
+  for (int g = 0; g < t.gpu_count(); ++g) gpu_of[{node_of(g).host, node_of(g).local}] = g;
   // The GPU that relays from GPU a to GPU b, or -1.
   auto relay_gpu = [&](int a, int b) {
-    const int gpus = static_cast<int>(at.size());
-    if (a >= gpus || b >= gpus) return -1;  // a switch's reducer: not on a rail of GPUs
-    const GpuPlace &from = at[static_cast<std::size_t>(a)], &to = at[static_cast<std::size_t>(b)];
-    if (from.host < 0 || from.host == to.host || !from.nvlink || from.nic_switch == to.nic_switch) return -1;
-    auto peer = gpu_of.find({from.host, to.local});
+    if (a >= t.gpu_count() || b >= t.gpu_count()) return -1;  // a switch's reducer: not on a rail of GPUs
+    const GpuAttachment &from = at[static_cast<std::size_t>(a)], &to = at[static_cast<std::size_t>(b)];
+    if (node_of(a).host < 0 || node_of(a).host == node_of(b).host || from.nvlink_bps <= 0 ||
+        from.network_switch == to.network_switch)
+      return -1;
+    auto peer = gpu_of.find({node_of(a).host, node_of(b).local});
     if (peer == gpu_of.end() || peer->second == a) return -1;
-    const GpuPlace& p = at[static_cast<std::size_t>(peer->second)];
-    return p.nvlink && p.nic_switch == to.nic_switch ? peer->second : -1;
+    const GpuAttachment& p = at[static_cast<std::size_t>(peer->second)];
+    return p.nvlink_bps > 0 && p.network_switch == to.network_switch ? peer->second : -1;
   };
   std::map<std::pair<int, int>, int> relay_of;  // (sender, receiver) agents -> relay agent
   std::vector<Agent> relays;

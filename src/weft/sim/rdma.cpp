@@ -14,7 +14,7 @@ constexpr std::uint32_t kNone = ~0u;
 }
 
 double Network::line_rate(int node) const {
-  if (topo_.nodes[static_cast<std::size_t>(node)].role == "reducer") {
+  if (gpu_rank_of_node_[static_cast<std::size_t>(node)] >= topo_.gpu_count()) {
     // A switch's reducer sends each flow at the rate of the switch's ports (multicast
     // replication), not at its own link's sum of them.
     double port = 0;

@@ -71,11 +71,14 @@ void Topology::add_reducers() {
   first_reducer_ = static_cast<int>(gpus.size());
   reducer_of.assign(nodes.size(), -1);
   const std::size_t switches = nodes.size();
+  std::vector<double> total_bps(switches, 0);
+  for (const Link& l : links) {
+    total_bps[static_cast<std::size_t>(l.a)] += l.bps;
+    total_bps[static_cast<std::size_t>(l.b)] += l.bps;
+  }
   for (std::size_t s = 0; s < switches; ++s) {
     if (nodes[s].kind != NodeKind::kSwitch) continue;
-    double total = 0;
-    for (const Link& l : links)
-      if (l.a == static_cast<int>(s) || l.b == static_cast<int>(s)) total += l.bps;
+    const double total = total_bps[s];
     if (total <= 0) continue;
     Node n;
     n.name = nodes[s].name + ".reducer";
@@ -89,6 +92,51 @@ void Topology::add_reducers() {
     gpus.push_back(id);
   }
   reducer_of.resize(nodes.size(), -1);
+}
+
+std::vector<std::vector<int>> Topology::links_by_node() const {
+  std::vector<std::vector<int>> out(nodes.size());
+  for (std::size_t i = 0; i < links.size(); ++i) {
+    out[static_cast<std::size_t>(links[i].a)].push_back(static_cast<int>(i));
+    out[static_cast<std::size_t>(links[i].b)].push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
+std::vector<GpuAttachment> gpu_attachments(const Topology& t) {
+  const std::vector<std::vector<int>> links_of = t.links_by_node();
+  auto kind = [&](int node) { return t.nodes[static_cast<std::size_t>(node)].kind; };
+  std::vector<GpuAttachment> out(static_cast<std::size_t>(t.gpu_count()));
+  for (int g = 0; g < t.gpu_count(); ++g) {
+    const int node = t.gpus[static_cast<std::size_t>(g)];
+    GpuAttachment& a = out[static_cast<std::size_t>(g)];
+    for (int l : links_of[static_cast<std::size_t>(node)]) {
+      const Link& link = t.links[static_cast<std::size_t>(l)];
+      const int other = t.other_end(l, node);
+      if (link.tier == "nvlink") {
+        a.nvlink_bps = std::max(a.nvlink_bps, link.bps);
+        if (a.nvswitch < 0 && kind(other) == NodeKind::kSwitch) a.nvswitch = other;
+      } else if (kind(other) == NodeKind::kNic) {
+        // A NIC shared by GPUs: its share of the NIC's fastest link out, or the PCIe link.
+        int sharing = 0;
+        double out_bps = 0;
+        for (int m : links_of[static_cast<std::size_t>(other)]) {
+          const int far = t.other_end(m, other);
+          if (kind(far) == NodeKind::kGpu) {
+            ++sharing;
+          } else {
+            out_bps = std::max(out_bps, t.links[static_cast<std::size_t>(m)].bps);
+            if (a.network_switch < 0 && kind(far) == NodeKind::kSwitch) a.network_switch = far;
+          }
+        }
+        a.network_bps = std::max(a.network_bps, std::min(link.bps, out_bps / std::max(sharing, 1)));
+      } else {
+        a.network_bps = std::max(a.network_bps, link.bps);
+        if (a.network_switch < 0 && kind(other) == NodeKind::kSwitch) a.network_switch = other;
+      }
+    }
+  }
+  return out;
 }
 
 namespace {

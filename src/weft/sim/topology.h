@@ -62,10 +62,26 @@ struct Topology {
   bool in_network_reduction() const { return !reducer_of.empty(); }
   // The GPUs among `gpus` (ranks 0 .. gpu_count() - 1), what workloads may name.
   int gpu_count() const { return in_network_reduction() ? first_reducer_ : static_cast<int>(gpus.size()); }
+  // The links of each node (indices into links), and a link's other end.
+  std::vector<std::vector<int>> links_by_node() const;
+  int other_end(int link, int node) const {
+    const Link& l = links[static_cast<std::size_t>(link)];
+    return l.a == node ? l.b : l.a;
+  }
 
  private:
   int first_reducer_ = 0;
 };
+
+// How a GPU is attached: over NVLink (its fastest NVLink, the NVSwitch it reaches), and to
+// the network (its port's speed, a shared NIC's share of its fastest link out at most, and
+// the switch that port reaches first, directly or behind the NIC). -1 / 0 where none.
+struct GpuAttachment {
+  double nvlink_bps = 0, network_bps = 0;
+  int nvswitch = -1, network_switch = -1;
+};
+// For GPU ranks 0 .. gpu_count() - 1.
+std::vector<GpuAttachment> gpu_attachments(const Topology& t);
 
 Topology parse_topology(const std::string& yaml_text, const std::string& source_name);
 Topology load_topology(const std::string& path);

@@ -51,6 +51,29 @@ void append_program(Agent& agent, const algo::Program& p, std::int64_t element_b
   }
 }
 
+void release(Workload& w, int first, const std::vector<int>& others, Time gap) {
+  WorkStep go;
+  go.gap = gap;
+  for (int o : others) {
+    go.sends.push_back({o, 0});
+    WorkStep wait;
+    wait.recvs.push_back({first, 0});
+    w.agents[static_cast<std::size_t>(o)].steps.push_back(wait);
+  }
+  w.agents[static_cast<std::size_t>(first)].steps.push_back(go);
+}
+
+void gather(Workload& w, int first, const std::vector<int>& others) {
+  WorkStep hear;
+  for (int o : others) {
+    hear.recvs.push_back({o, 0});
+    WorkStep done;
+    done.sends.push_back({first, 0});
+    w.agents[static_cast<std::size_t>(o)].steps.push_back(done);
+  }
+  w.agents[static_cast<std::size_t>(first)].steps.push_back(hear);
+}
+
 std::vector<int> all_gpus(const Topology& t) {
   std::vector<int> g(static_cast<std::size_t>(t.gpu_count()));
   std::iota(g.begin(), g.end(), 0);
@@ -88,39 +111,14 @@ constexpr double kMaxWorkloadSteps = 50e6, kBytesPerStep = 100;
 algo::CostInputs cost_inputs(const Topology& t, const std::vector<int>& gpus) {
   algo::CostInputs in;
   in.ranks = static_cast<int>(gpus.size());
+  const std::vector<GpuAttachment> attached = gpu_attachments(t);
   std::vector<int> hosts;
-  std::vector<std::vector<const Link*>> links_of(t.nodes.size());
-  for (const Link& l : t.links) {
-    links_of[static_cast<std::size_t>(l.a)].push_back(&l);
-    links_of[static_cast<std::size_t>(l.b)].push_back(&l);
-  }
   double net = 0, nvlink = 0;
   for (std::size_t i = 0; i < gpus.size(); ++i) {
-    const int node = t.gpus[static_cast<std::size_t>(gpus[i])];
-    hosts.push_back(t.nodes[static_cast<std::size_t>(node)].host);
-    double my_net = 0, my_nvlink = 0;
-    for (const Link* link : links_of[static_cast<std::size_t>(node)]) {
-      const Link& l = *link;
-      const int other = l.a == node ? l.b : l.a;
-      if (l.tier == "nvlink") {
-        my_nvlink = std::max(my_nvlink, l.bps);
-      } else if (t.nodes[static_cast<std::size_t>(other)].kind == NodeKind::kNic) {
-        // A NIC shared by GPUs: its share of the NIC's fastest link out, or the PCIe link.
-        int sharing = 0;
-        double out = 0;
-        for (const Link* nic_link : links_of[static_cast<std::size_t>(other)]) {
-          const Link& m = *nic_link;
-          const int far = m.a == other ? m.b : m.a;
-          if (t.nodes[static_cast<std::size_t>(far)].kind == NodeKind::kGpu) ++sharing;
-          else out = std::max(out, m.bps);
-        }
-        my_net = std::max(my_net, std::min(l.bps, out / std::max(sharing, 1)));
-      } else {
-        my_net = std::max(my_net, l.bps);
-      }
-    }
-    net = i == 0 ? my_net : std::min(net, my_net);
-    nvlink = i == 0 ? my_nvlink : std::min(nvlink, my_nvlink);
+    const GpuAttachment& a = attached[static_cast<std::size_t>(gpus[i])];
+    hosts.push_back(t.nodes[static_cast<std::size_t>(t.gpus[static_cast<std::size_t>(gpus[i])])].host);
+    net = i == 0 ? a.network_bps : std::min(net, a.network_bps);
+    nvlink = i == 0 ? a.nvlink_bps : std::min(nvlink, a.nvlink_bps);
   }
   std::sort(hosts.begin(), hosts.end());
   in.hosts = static_cast<int>(std::unique(hosts.begin(), hosts.end()) - hosts.begin());
@@ -176,10 +174,7 @@ class ChannelAgents {
 
   // Agents for channels up to those `p` uses.
   void cover(const algo::Program& p) {
-    std::size_t channels = 1;
-    for (const algo::Step& s : p.steps)
-      for (const algo::Op& op : s.ops) channels = std::max<std::size_t>(channels, std::max(op.channel, op.peer_channel) + 1u);
-    while (of_.size() < channels) {
+    while (of_.size() < algo::channel_count(p)) {
       std::vector<int> mine(of_[0].size());
       for (std::size_t r = 0; r < mine.size(); ++r) {
         Agent a = w_.agents[static_cast<std::size_t>(base_) + r];
@@ -192,25 +187,14 @@ class ChannelAgents {
     }
   }
 
-  // One kernel per call: a GPU's channels all finish it before the next starts (zero-byte
-  // messages between agents of one GPU, which cost nothing).
+  // One kernel per call: a GPU's channels all finish it before the next starts.
   void join() {
     if (of_.size() < 2) return;
     for (std::size_t r = 0; r < of_[0].size(); ++r) {
-      WorkStep gather, release;
-      for (std::size_t ch = 1; ch < of_.size(); ++ch) {
-        Agent& a = w_.agents[static_cast<std::size_t>(of_[ch][r])];
-        WorkStep arrive, leave;
-        arrive.sends.push_back({of_[0][r], 0});
-        leave.recvs.push_back({of_[0][r], 0});
-        a.steps.push_back(arrive);
-        a.steps.push_back(leave);
-        gather.recvs.push_back({of_[ch][r], 0});
-        release.sends.push_back({of_[ch][r], 0});
-      }
-      Agent& first = w_.agents[static_cast<std::size_t>(of_[0][r])];
-      first.steps.push_back(gather);
-      first.steps.push_back(release);
+      std::vector<int> others;
+      for (std::size_t ch = 1; ch < of_.size(); ++ch) others.push_back(of_[ch][r]);
+      gather(w_, of_[0][r], others);
+      release(w_, of_[0][r], others);
     }
   }
 

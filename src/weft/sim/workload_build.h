@@ -19,6 +19,10 @@ namespace weft::sim {
 void append_program(Agent& agent, const algo::Program& p, std::int64_t element_bytes,
                     const std::vector<std::vector<int>>& agents_of, int collective, Time gap,
                     std::optional<algo::Protocol> protocol = std::nullopt, int channel = -1);
+// Messages of no bytes between agents on one GPU (which cost nothing), to order them: agent
+// `first` lets each of `others` go on (after `gap` of compute), or hears that each is done.
+void release(Workload& w, int first, const std::vector<int>& others, Time gap = 0);
+void gather(Workload& w, int first, const std::vector<int>& others);
 // A job of one agent per GPU; returns the index of its first agent.
 int add_job(Workload& w, const std::string& name, const std::vector<int>& gpus, Time start);
 std::vector<int> all_gpus(const Topology& t);

@@ -229,9 +229,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         } else {
           ci = found->second;
         }
-        std::size_t channels = 1;
-        for (const algo::Step& s : p.steps)
-          for (const algo::Op& o : s.ops) channels = std::max<std::size_t>(channels, std::max(o.channel, o.peer_channel) + 1u);
+        const std::size_t channels = algo::channel_count(p);
         if (channels == 1) {
           append_program(w.agents[static_cast<std::size_t>(agent_at)], p, element, {agent_of}, ci, gap);
           continue;
@@ -239,24 +237,14 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         std::vector<std::vector<int>> agents_of(channels, agent_of);
         for (std::size_t ch = 1; ch < channels; ++ch)
           for (int i = 0; i < gw; ++i) agents_of[ch][static_cast<std::size_t>(i)] = channel_agent(stream, static_cast<int>(ch), members[static_cast<std::size_t>(i)]);
-        // Release this rank's other channels (messages of no bytes within the GPU), run, join.
-        WorkStep release, gather;
-        release.gap = gap;
-        for (std::size_t ch = 1; ch < channels; ++ch) {
-          const int mine = agents_of[ch][static_cast<std::size_t>(index)];
-          release.sends.push_back({mine, 0});
-          gather.recvs.push_back({mine, 0});
-          Agent& a = w.agents[static_cast<std::size_t>(mine)];
-          WorkStep begin, done;
-          begin.recvs.push_back({agent_at, 0});
-          done.sends.push_back({agent_at, 0});
-          a.steps.push_back(begin);
-          append_program(a, p, element, agents_of, ci, 0, std::nullopt, static_cast<int>(ch));
-          w.agents[static_cast<std::size_t>(mine)].steps.push_back(done);
-        }
-        w.agents[static_cast<std::size_t>(agent_at)].steps.push_back(release);
-        append_program(w.agents[static_cast<std::size_t>(agent_at)], p, element, agents_of, ci, 0, std::nullopt, 0);
-        w.agents[static_cast<std::size_t>(agent_at)].steps.push_back(gather);
+        // Release this rank's other channels, run, join.
+        std::vector<int> others;
+        for (std::size_t ch = 1; ch < channels; ++ch) others.push_back(agents_of[ch][static_cast<std::size_t>(index)]);
+        release(w, agent_at, others, gap);
+        for (std::size_t ch = 0; ch < channels; ++ch)
+          append_program(w.agents[static_cast<std::size_t>(agents_of[ch][static_cast<std::size_t>(index)])], p, element,
+                         agents_of, ci, 0, std::nullopt, static_cast<int>(ch));
+        gather(w, agent_at, others);
       } catch (const ConfigError& e) {
         std::string msg = e.what();
         throw ConfigError(msg.rfind(rec.where, 0) == 0 ? msg : rec.where + ": " + msg);
