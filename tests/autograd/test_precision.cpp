@@ -24,8 +24,8 @@ std::uint32_t bits_of(float f) {
   return u;
 }
 float round_trip(float f) { return from_bf16(to_bf16(f)); }
-Rng g_rng(7);
-Tensor rnd(const Shape& s) { return rand_uniform(s, g_rng, -1.0, 1.0, DType::F32); }
+Rng g_precision_rng(7);
+Tensor rnd_f32(const Shape& s) { return rand_uniform(s, g_precision_rng, -1.0, 1.0, DType::F32); }
 }  // namespace
 
 TEST(Bf16, RoundsToNearestEven) {
@@ -51,7 +51,7 @@ TEST(Bf16, RoundsToNearestEven) {
 }
 
 TEST(Bf16, TensorsConvertAndAreStorageOnly) {
-  Tensor a = rnd({6, 5});
+  Tensor a = rnd_f32({6, 5});
   Tensor h = a.transpose(0, 1).to(DType::BF16);  // from a strided view
   EXPECT_EQ(h.dtype(), DType::BF16);
   EXPECT_EQ(h.nbytes(), 30u * 2);
@@ -67,7 +67,7 @@ TEST(Bf16, TensorsConvertAndAreStorageOnly) {
 TEST(Graph, KeepsOnlyTheValuesBackwardNeeds) {
   // add() saves nothing for backward, so a long chain of additions holds one value at a
   // time: the graph itself keeps no values.
-  Var x(rnd({1024}), true);
+  Var x(rnd_f32({1024}), true);
   const std::size_t before = allocator_live_bytes();
   Var y = x;
   for (int i = 0; i < 16; ++i) y = add(y, x);
@@ -81,7 +81,7 @@ TEST(Graph, KeepsOnlyTheValuesBackwardNeeds) {
 // between libraries). With bf16 instructions (native) the incoming gradient is rounded too,
 // as the product runs in bf16 both ways; emulated, it stays float32.
 TEST(MixedPrecision, ProductsReadBf16Operands) {
-  Tensor xv = rnd({8, 16}), wv = rnd({4, 16}), bv = rnd({4}), gv = rnd({8, 4});
+  Tensor xv = rnd_f32({8, 16}), wv = rnd_f32({4, 16}), bv = rnd_f32({4}), gv = rnd_f32({8, 4});
   auto f64 = [](const Tensor& t) { return t.to(DType::F64); };
   const Tensor fp32 = ops::linear(xv, wv, &bv);
   for (const bool native : {false, true}) {
@@ -108,7 +108,7 @@ TEST(MixedPrecision, ProductsReadBf16Operands) {
 TEST(MixedPrecision, StoresActivationsInHalfTheBytes) {
   // softmax keeps its output for backward and the product keeps it again as an operand:
   // fp32 shares one tensor; bf16 stores one half-size copy (not two).
-  Tensor xv = rnd({64, 256}), wv = rnd({256, 256});
+  Tensor xv = rnd_f32({64, 256}), wv = rnd_f32({256, 256});
   auto saved_bytes = [&](bool bf16, Tensor* grad) {
     Bf16Guard precision(bf16);
     Var leaf(xv, true), w(wv, true);
@@ -131,7 +131,7 @@ TEST(MixedPrecision, StoresActivationsInHalfTheBytes) {
 TEST(MixedPrecision, StoredCopiesFollowInPlaceUpdates) {
   // A view of a parameter is an activation (stored in bf16); after an in-place update of the
   // parameter (an optimizer step) the next step must store the new values, not reuse a copy.
-  Var w(rnd({4, 4}), true), x(rnd({2, 4}), true);
+  Var w(rnd_f32({4, 4}), true), x(rnd_f32({2, 4}), true);
   Bf16Guard bf16(true);
   for (int step = 0; step < 2; ++step) {
     x.clear_grad();

@@ -12,13 +12,13 @@ using namespace weft;
 using namespace weft::comm;
 
 namespace {
-const std::string kToken = "0123456789abcdef0123456789abcdef";
+const std::string kMemberToken = "0123456789abcdef0123456789abcdef";
 }
 
 TEST(Membership, GenerationsGrowAndShrink) {
-  StoreServer server("127.0.0.1", 0, kToken);
+  StoreServer server("127.0.0.1", 0, kMemberToken);
   const std::string at = "127.0.0.1:" + std::to_string(server.port());
-  Membership a(at, kToken, "a", 5), b(at, kToken, "b", 5), c(at, kToken, "c", 5), d(at, kToken, "d", 5);
+  Membership a(at, kMemberToken, "a", 5), b(at, kMemberToken, "b", 5), c(at, kMemberToken, "c", 5), d(at, kMemberToken, "d", 5);
   Generation gb;
   std::thread tb([&] { gb = b.start(1, 2, "mlp"); });
   const Generation g0 = a.start(0, 2, "mlp");
@@ -58,9 +58,9 @@ TEST(Membership, GenerationsGrowAndShrink) {
 }
 
 TEST(Membership, AJoinerSeesTheJobEnd) {
-  StoreServer server("127.0.0.1", 0, kToken);
+  StoreServer server("127.0.0.1", 0, kMemberToken);
   const std::string at = "127.0.0.1:" + std::to_string(server.port());
-  Membership a(at, kToken, "a", 5), late(at, kToken, "late", 5);
+  Membership a(at, kMemberToken, "a", 5), late(at, kMemberToken, "late", 5);
   a.start(0, 1, "mlp");
   std::optional<Generation> g = Generation{};
   std::thread t([&] { g = late.join(30, "mlp"); });
@@ -71,9 +71,9 @@ TEST(Membership, AJoinerSeesTheJobEnd) {
 }
 
 TEST(Membership, AJoinerOfAnotherJobIsRefusedBeforeItAsks) {
-  StoreServer server("127.0.0.1", 0, kToken);
+  StoreServer server("127.0.0.1", 0, kMemberToken);
   const std::string at = "127.0.0.1:" + std::to_string(server.port());
-  Membership a(at, kToken, "a", 5), other(at, kToken, "other", 5);
+  Membership a(at, kMemberToken, "a", 5), other(at, kMemberToken, "other", 5);
   const Generation g0 = a.start(0, 1, "model mlp with sgd");
   try {
     other.join(5, "model cnn with sgd");
@@ -95,7 +95,7 @@ TEST(Membership, MalformedRecordsAndAddresses) {
   EXPECT_EQ(g.rank, 2);
   EXPECT_EQ(g.admitted, 4);
   EXPECT_EQ(generation_record(g), "admitted 4: x y z");
-  EXPECT_THROW(Membership("nowhere", kToken, "a", 1), ConfigError);
-  EXPECT_THROW(Membership("host:0", kToken, "a", 1), ConfigError);
-  EXPECT_THROW(Membership(":80", kToken, "a", 1), ConfigError);
+  EXPECT_THROW(Membership("nowhere", kMemberToken, "a", 1), ConfigError);
+  EXPECT_THROW(Membership("host:0", kMemberToken, "a", 1), ConfigError);
+  EXPECT_THROW(Membership(":80", kMemberToken, "a", 1), ConfigError);
 }

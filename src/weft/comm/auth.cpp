@@ -24,7 +24,7 @@
 namespace weft::comm {
 
 namespace {
-constexpr char kMagic[8] = {'W', 'E', 'F', 'T', 'A', 'U', 'T', 'H'};
+constexpr char kAuthMagic[8] = {'W', 'E', 'F', 'T', 'A', 'U', 'T', 'H'};
 constexpr std::uint8_t kVersion = 1;
 
 std::string u32_bytes(std::uint32_t v) {
@@ -99,7 +99,7 @@ std::string job_token_from_env() {
 }
 
 AcceptStart start_accept(Purpose purpose) {
-  AcceptStart a{std::string(kMagic, sizeof kMagic), random_bytes(32)};
+  AcceptStart a{std::string(kAuthMagic, sizeof kAuthMagic), random_bytes(32)};
   a.hello.push_back(static_cast<char>(kVersion));
   a.hello.push_back(static_cast<char>(purpose));
   a.hello += a.nonce;
@@ -259,7 +259,7 @@ std::uint32_t connect_handshake(int fd, const std::string& token, Purpose purpos
   Deadline d = Deadline::in(timeout_s);
   std::uint8_t hello[8 + 2 + 32];
   read_exact(fd, hello, sizeof hello, d);
-  if (std::memcmp(hello, kMagic, sizeof kMagic) != 0 || hello[8] != kVersion) {
+  if (std::memcmp(hello, kAuthMagic, sizeof kAuthMagic) != 0 || hello[8] != kVersion) {
     throw CommError("the peer is not a weft process of this version");
   }
   if (hello[9] != static_cast<std::uint8_t>(purpose)) throw CommError("the peer serves another purpose");

@@ -22,7 +22,7 @@ namespace weft::comm {
 
 namespace {
 
-enum Op : std::uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kErase = 5 };
+enum StoreOp : std::uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCheck = 4, kErase = 5 };
 enum Status : std::uint8_t { kOk = 0, kTimeout = 1, kMissing = 2, kBad = 3 };
 constexpr std::uint32_t kMaxFrame = 256u << 20;
 
@@ -57,10 +57,9 @@ std::string frame(std::uint8_t head, const std::string& body) {
 
 }  // namespace
 
-namespace {
-
-// One connection of the store's loop.
-struct Connection {
+// One connection of the store's loop (outside the anonymous namespace: StoreServer::State
+// holds them).
+struct StoreConnection {
   Socket socket;
   std::string peer;
   bool authenticated = false;
@@ -72,8 +71,6 @@ struct Connection {
   FrameMac mac;                  // frames after the handshake (frame_mac.h)
 };
 
-}  // namespace
-
 struct StoreServer::State {
   std::string token;
   StoreLimits limits;
@@ -82,18 +79,18 @@ struct StoreServer::State {
   RefusalLog refusals{"weft store"};
   std::atomic<int> open{0};
   std::map<std::string, std::string> data;
-  std::list<Connection> connections;
+  std::list<StoreConnection> connections;
   std::string error_note;  // an accept error already reported
 
   void run();
   void accept_new();
   void drop_oldest_stranger(const char* why);
-  void refuse(Connection& c, const std::string& why);
-  void receive(Connection& c);
-  void handle(Connection& c);
-  void request(Connection& c, const std::string& f);
-  void reply(Connection& c, std::uint8_t status, const std::string& body);
-  void send(Connection& c);
+  void refuse(StoreConnection& c, const std::string& why);
+  void receive(StoreConnection& c);
+  void handle(StoreConnection& c);
+  void request(StoreConnection& c, const std::string& f);
+  void reply(StoreConnection& c, std::uint8_t status, const std::string& body);
+  void send(StoreConnection& c);
   void answer_waiters();
 };
 
@@ -128,14 +125,14 @@ int StoreServer::connections() const { return state_->open.load(); }
 
 void StoreServer::State::run() {
   std::vector<pollfd> fds;
-  std::vector<Connection*> owner;
+  std::vector<StoreConnection*> owner;
   while (!stop) {
     fds.clear();
     owner.clear();
     fds.push_back({wake_read.fd(), POLLIN, 0});
     fds.push_back({listener.fd(), POLLIN, 0});
     auto wake_at = Clock::now() + std::chrono::seconds(1);
-    for (Connection& c : connections) {
+    for (StoreConnection& c : connections) {
       fds.push_back({c.socket.fd(), static_cast<short>(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
       owner.push_back(&c);
       if (!c.authenticated || c.waiting) wake_at = std::min(wake_at, c.deadline);
@@ -150,17 +147,17 @@ void StoreServer::State::run() {
       }
     }
     for (std::size_t i = 2; i < fds.size(); ++i) {
-      Connection& c = *owner[i - 2];
+      StoreConnection& c = *owner[i - 2];
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) receive(c);
       if (!c.dead && (fds[i].revents & POLLOUT)) send(c);
     }
     if (rc > 0 && (fds[1].revents & POLLIN)) accept_new();
     answer_waiters();
     const auto now = Clock::now();
-    for (Connection& c : connections) {
+    for (StoreConnection& c : connections) {
       if (!c.dead && !c.authenticated && now >= c.deadline) refuse(c, "no handshake within the time allowed");
     }
-    open -= static_cast<int>(connections.remove_if([](const Connection& c) { return c.dead; }));
+    open -= static_cast<int>(connections.remove_if([](const StoreConnection& c) { return c.dead; }));
   }
   connections.clear();
   open = 0;
@@ -185,10 +182,10 @@ void StoreServer::State::accept_new() {
       return;
     }
     int pending = 0;
-    for (const Connection& c : connections) pending += c.authenticated ? 0 : 1;
+    for (const StoreConnection& c : connections) pending += c.authenticated ? 0 : 1;
     if (pending >= limits.max_pending) drop_oldest_stranger("too many unauthenticated connections");
     set_nonblocking(s.fd(), true);
-    Connection& c = connections.emplace_back();
+    StoreConnection& c = connections.emplace_back();
     ++open;
     c.socket = std::move(s);
     c.peer = peer;
@@ -201,7 +198,7 @@ void StoreServer::State::accept_new() {
 }
 
 void StoreServer::State::drop_oldest_stranger(const char* why) {
-  for (Connection& c : connections) {
+  for (StoreConnection& c : connections) {
     if (!c.authenticated && !c.dead) {
       refuse(c, why);
       c.socket.close();  // the descriptor now, not at the end of the round
@@ -210,12 +207,12 @@ void StoreServer::State::drop_oldest_stranger(const char* why) {
   }
 }
 
-void StoreServer::State::refuse(Connection& c, const std::string& why) {
+void StoreServer::State::refuse(StoreConnection& c, const std::string& why) {
   c.dead = true;
   refusals.refuse(c.peer, why, stop);
 }
 
-void StoreServer::State::receive(Connection& c) {
+void StoreServer::State::receive(StoreConnection& c) {
   char buf[65536];
   for (;;) {
     const ssize_t n = ::read(c.socket.fd(), buf, sizeof buf);
@@ -241,7 +238,7 @@ void StoreServer::State::receive(Connection& c) {
   handle(c);
 }
 
-void StoreServer::State::handle(Connection& c) {
+void StoreServer::State::handle(StoreConnection& c) {
   if (!c.authenticated) {
     if (c.in.size() < kAcceptReplyBytes) return;
     try {
@@ -273,7 +270,7 @@ void StoreServer::State::handle(Connection& c) {
   send(c);
 }
 
-void StoreServer::State::request(Connection& c, const std::string& f) {
+void StoreServer::State::request(StoreConnection& c, const std::string& f) {
   const std::uint8_t op = static_cast<std::uint8_t>(f[0]);
   std::string key;
   std::size_t after = 0;
@@ -308,12 +305,12 @@ void StoreServer::State::request(Connection& c, const std::string& f) {
   }
 }
 
-void StoreServer::State::reply(Connection& c, std::uint8_t status, const std::string& body) {
+void StoreServer::State::reply(StoreConnection& c, std::uint8_t status, const std::string& body) {
   const std::string f = frame(status, body);
   c.out += f + c.mac.seal(f);
 }
 
-void StoreServer::State::send(Connection& c) {
+void StoreServer::State::send(StoreConnection& c) {
   while (!c.dead && !c.out.empty()) {
     const ssize_t n = ::send(c.socket.fd(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -331,7 +328,7 @@ void StoreServer::State::send(Connection& c) {
 // requests that followed them are handled then.
 void StoreServer::State::answer_waiters() {
   const auto now = Clock::now();
-  for (Connection& c : connections) {
+  for (StoreConnection& c : connections) {
     if (c.dead || !c.waiting) continue;
     auto it = data.find(*c.waiting);
     if (it == data.end() && now < c.deadline) continue;

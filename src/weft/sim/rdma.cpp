@@ -10,7 +10,7 @@
 
 namespace weft::sim {
 namespace {
-constexpr std::uint32_t kNone = ~0u;
+constexpr std::uint32_t kNoPacket = ~0u;
 }
 
 double Network::line_rate(int node) const {
@@ -118,13 +118,13 @@ void Network::activate(int qp) {
 
 std::uint32_t Network::endpoint_pull(int node, int port) {
   auto& list = active_qps_[node];
-  if (list.empty()) return kNone;
+  if (list.empty()) return kNoPacket;
   const Time now = events_.now();
   Time earliest = kNever;
-  std::uint32_t id = kNone;
+  std::uint32_t id = kNoPacket;
   std::size_t n = list.size(), start = rr_qp_[node] % n;
   bool stale = false;
-  for (std::size_t i = 0; i < n && id == kNone; ++i) {
+  for (std::size_t i = 0; i < n && id == kNoPacket; ++i) {
     std::size_t idx = (start + i) % n;
     int qp = list[idx];
     QueuePair& q = qps_[qp];
@@ -183,7 +183,7 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
                               }),
                list.end());
   }
-  if (id == kNone && earliest != kNever) {
+  if (id == kNoPacket && earliest != kNever) {
     Port& P = ports_[port];
     if (P.endpoint_wake_at > earliest) {
       P.endpoint_wake_at = earliest;
