@@ -266,6 +266,74 @@ TEST(SimValidation, OneFlowOnAnIdlePathTakesSerializationPlusPropagationPlusSwit
   EXPECT_EQ(r.net->counters().bytes_delivered, bytes);
 }
 
+// Cut-through switching: every packet crosses the switch once its first kCutThroughBytes are
+// in. Store-and-forward holds each for its whole frame, and the egress stays one first frame
+// (RETH included, the longest) behind the ingress. No jitter: exact to the picosecond.
+TEST(SimValidation, CutThroughSwitchesForwardAtTheHeaders) {
+  const std::int64_t bytes = 1000000;
+  const double bps = 100e9, d = 500e3, L = 500e3;  // ps
+  SimRun stored = simulate("single-switch.yaml", "flow:0:1:1MB", {"link.jitter=0ns"});
+  SimRun cut = simulate("single-switch.yaml", "flow:0:1:1MB", {"link.jitter=0ns", "switching=cut-through"});
+  ASSERT_TRUE(stored.finished && cut.finished);
+  const std::int64_t packets = (bytes + 4095) / 4096;
+  double serialization = 0;
+  for (std::int64_t i = 0; i < packets; ++i) {
+    double payload = i + 1 < packets ? 4096 : static_cast<double>(bytes - 4096 * (packets - 1));
+    serialization += ser_ps(kHeaderBytes + payload + (i == 0 ? kRethBytes : 0), bps);
+  }
+  const double headers = (8 + kCutThroughBytes) * 8e12 / bps;
+  const auto& f = cut.net->flows()[0];
+  EXPECT_NEAR(static_cast<double>(f.delivered), serialization + d + L + headers + d, 1) << "ps";
+  EXPECT_NEAR(static_cast<double>(stored.net->flows()[0].delivered - f.delivered), ser_ps(kHeaderBytes + kRethBytes + 4096, bps) - headers, 1);
+  EXPECT_EQ(cut.net->counters().bytes_delivered, bytes);
+  EXPECT_EQ(cut.net->ideal_fct(f.src_gpu, f.dst_gpu, f.bytes), f.delivered - f.start);
+
+  // One packet across the five switches between pods of a fat tree: each switch saves the
+  // frame's time less the headers', and the ideal completion time says so.
+  Topology ft = make_fat_tree({4, 100e9, 500 * kNs, 500 * kNs});
+  Time one_packet[2];
+  for (int mode = 0; mode < 2; ++mode) {
+    SimConfig cfg;
+    apply_setting(cfg, "link.jitter=0ns");
+    if (mode == 1) apply_setting(cfg, "switching=cut-through");
+    Network net(ft, cfg, load_workload("flow:0:15:4KiB", ft, cfg.seed));
+    ASSERT_TRUE(net.run());
+    const auto& g = net.flows()[0];
+    one_packet[mode] = g.delivered - g.start;
+    EXPECT_EQ(net.ideal_fct(g.src_gpu, g.dst_gpu, g.bytes), one_packet[mode]) << mode;
+  }
+  const double frame = ser_ps(kHeaderBytes + kRethBytes + 4096, 100e9);
+  EXPECT_NEAR(static_cast<double>(one_packet[0] - one_packet[1]), 5 * (frame - headers), 5);
+
+  // A switch with a faster port stores and forwards what comes in on a slower link (its
+  // egress would outrun the frame); it cuts through what comes in at the fastest speed.
+  Topology mixed = parse_topology(R"(name: mixed
+fabric: custom
+speed: 100G
+switch: {latency: 500ns}
+hosts: [{name: h0}, {name: h1}]
+switches: [{name: s0}, {name: s1}]
+links:
+  - [h0, s0]
+  - {a: s0, b: s1, speed: 400G}
+  - {a: s1, b: h1, speed: 400G}
+)", "mixed");
+  SimConfig cfg;
+  apply_setting(cfg, "link.jitter=0ns");
+  apply_setting(cfg, "switching=cut-through");
+  Network net(mixed, cfg, load_workload("flow:0:1:4KiB", mixed, cfg.seed));
+  ASSERT_TRUE(net.run());
+  std::map<std::string, bool> cuts;
+  for (std::size_t p = 0; p < net.ports().size(); ++p) cuts[net.port_name(static_cast<int>(p))] = net.ports()[p].cut_through;
+  EXPECT_FALSE(cuts.at("h0->s0"));  // s0 has a 400G port
+  EXPECT_TRUE(cuts.at("s0->s1"));
+  EXPECT_FALSE(cuts.at("s1->h1"));  // to a host
+  EXPECT_TRUE(cuts.at("s1->s0"));
+  const double expected = ser_ps(kHeaderBytes + kRethBytes + 4096, 100e9) + d + L + (8 + kCutThroughBytes) * 8e12 / 400e9 + d + L +
+                          ser_ps(kHeaderBytes + kRethBytes + 4096, 400e9) + d;
+  EXPECT_NEAR(static_cast<double>(net.flows()[0].delivered - net.flows()[0].start), expected, 1);
+}
+
 TEST(SimValidation, RingAllReduceMatchesTheAlphaBetaFormula) {
   const int N = 16;
   const double S = 16e6, bps = 100e9, d = 500e3, L = 500e3;  // ps

@@ -136,6 +136,8 @@ const std::vector<Entry>& entries() {
         int_entry("qos.cnp_dscp", &SimConfig::cnp_dscp, 0, 63, "DSCP of CNPs"),
         int_entry("qos.cnp_queue", &SimConfig::cnp_queue, 0, 7, "queue of CNPs"),
         int_entry("qos.strict_from", &SimConfig::strict_queue, 0, 8, "queues >= this are strict priority; the rest share by DWRR"),
+        WEFT_ENUM("switching", switching, "switches forward a frame once all of it is in, or once its headers are (where no port of the switch is faster than the frame's link)",
+                  {"store-and-forward", Switching::kStoreAndForward}, {"cut-through", Switching::kCutThrough}),
         bytes_entry("buffer", &SimConfig::buffer_bytes, "shared packet buffer per switch"),
         bool_entry("ecn", &SimConfig::ecn, "WRED/ECN marking of ECN-capable packets"),
         bytes_entry("ecn.min", &SimConfig::wred_min, "WRED minimum: marking starts above this egress queue depth"),

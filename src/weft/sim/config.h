@@ -20,6 +20,7 @@ enum class Retransmit : std::uint8_t { kGoBackN, kSelective };
 enum class HashFunction : std::uint8_t { kCrc32, kXor };
 enum class SendDone : std::uint8_t { kSent, kAcked };
 enum class SimMode : std::uint8_t { kPacket, kFlow };
+enum class Switching : std::uint8_t { kStoreAndForward, kCutThrough };
 
 struct SimConfig {
   std::uint64_t seed = 1;
@@ -36,6 +37,12 @@ struct SimConfig {
   int cnp_dscp = 48, cnp_queue = 7;
   int strict_queue = 7;              // queues >= this are strict priority, the rest DWRR
   double dwrr_weight[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+
+  // Switching: a store-and-forward switch sends a frame on once all of it is in; a
+  // cut-through switch once its first kCutThroughBytes are (packet.h), where the frame came
+  // in on a link at least as fast as every port of the switch (a faster egress would run
+  // out of bits: such frames are stored and forwarded, as switches do).
+  Switching switching = Switching::kStoreAndForward;
 
   // Switch buffers and marking.
   std::int64_t buffer_bytes = 32LL << 20;     // shared buffer per switch

@@ -51,6 +51,15 @@ void Network::build_ports() {
     }
     link_port_[l] = pa;
   }
+  if (cfg_.switching == Switching::kCutThrough) {
+    // A switch cuts through the frames of a link at least as fast as its fastest port.
+    std::vector<double> fastest(nodes.size(), 0);
+    for (const Port& p : ports_) fastest[static_cast<std::size_t>(p.node)] = std::max(fastest[static_cast<std::size_t>(p.node)], p.bps);
+    for (Port& p : ports_) {
+      const int receiver = ports_[static_cast<std::size_t>(p.peer)].node;
+      p.cut_through = nodes[static_cast<std::size_t>(receiver)].kind == NodeKind::kSwitch && p.bps >= fastest[static_cast<std::size_t>(receiver)];
+    }
+  }
   // The port from each anchored GPU's switch to it (the end of its one link at the switch).
   anchor_port_.assign(topo_.gpus.size(), -1);
   for (std::size_t d = 0; d < topo_.gpus.size(); ++d)
@@ -376,27 +385,51 @@ void Network::transmit(int port, std::uint32_t id) {
   if (p.type == PacketType::kData) P.tx_payload += p.payload;
   if (pcap_ && P.link == pcap_link_) pcap_write(p);
   p.link_epoch = P.epoch;
-  events_.schedule(events_.now() + serialization(p.frame, P.bps), this, kTxDone, static_cast<std::uint64_t>(port));
+  const Time now = events_.now();
+  if (P.cut_through && p.type != PacketType::kPause) {
+    // Handed over once its headers are in (a frame lost on this link is lost here: its end
+    // would fail the check a cut-through switch makes, and it is not forwarded).
+    if (frame_lost(p)) {
+      P.tx_fate = Port::TxFate::kLost;
+    } else {
+      P.tx_fate = Port::TxFate::kCut;
+      p.port = P.peer;
+      events_.schedule(now + cut_through_time(P.bps) + P.delay + wire_jitter(P), this, kArrive, id);
+    }
+  }
+  events_.schedule(now + serialization(p.frame, P.bps), this, kTxDone, static_cast<std::uint64_t>(port));
+}
+
+bool Network::frame_lost(const Packet& p) {
+  if (cfg_.link_loss <= 0 && cfg_.link_ber <= 0) return false;
+  const double bits = 8.0 * (p.frame + kWireOverhead);
+  const double keep = (1 - cfg_.link_loss) * std::exp(bits * std::log1p(-cfg_.link_ber));
+  return std::uniform_real_distribution<double>(0, 1)(loss_rng_) >= keep;
+}
+
+Time Network::wire_jitter(const Port& P) {
+  return P.jitter > 0 ? static_cast<Time>(jitter_rng_() % static_cast<std::uint64_t>(P.jitter + 1)) : 0;
 }
 
 void Network::tx_done(int port) {
   Port& P = ports_[port];
   P.busy = false;
+  const Port::TxFate fate = P.tx_fate;
+  P.tx_fate = Port::TxFate::kAtEnd;
+  if (fate == Port::TxFate::kCut) {  // the next switch has it already (transmit)
+    try_send(port);
+    return;
+  }
   std::uint32_t id = P.tx_packet;
   if (P.up && pool_[id].link_epoch == P.epoch) {
-    if (cfg_.link_loss > 0 || cfg_.link_ber > 0) {
-      const double bits = 8.0 * (pool_[id].frame + kWireOverhead);
-      const double keep = (1 - cfg_.link_loss) * std::exp(bits * std::log1p(-cfg_.link_ber));
-      if (std::uniform_real_distribution<double>(0, 1)(loss_rng_) >= keep) {
-        ++counters_.corrupted;
-        pool_.release(id);
-        try_send(port);
-        return;
-      }
+    if (fate == Port::TxFate::kLost || frame_lost(pool_[id])) {
+      ++counters_.corrupted;
+      pool_.release(id);
+      try_send(port);
+      return;
     }
     pool_[id].port = P.peer;
-    const Time jitter = P.jitter > 0 ? static_cast<Time>(jitter_rng_() % static_cast<std::uint64_t>(P.jitter + 1)) : 0;
-    events_.schedule(events_.now() + P.delay + jitter, this, kArrive, id);
+    events_.schedule(events_.now() + P.delay + wire_jitter(P), this, kArrive, id);
   } else {
     ++counters_.lost_on_failure;
     pool_.release(id);
@@ -713,8 +746,8 @@ std::vector<int> Network::path(int src_gpu, int dst_gpu, const Packet* probe) co
 Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
   const std::vector<int> hops = path(src_gpu, dst_gpu);
   if (hops.empty()) return 0;
-  // The first packet is stored and forwarded at every hop; the others follow it back to back
-  // at the slowest link.
+  // The first packet is stored and forwarded at every hop (or cut through at its headers);
+  // the others follow it back to back at the slowest link.
   const std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
   const auto first = static_cast<std::uint32_t>(kHeaderBytes + kRethBytes + std::min<std::int64_t>(bytes, cfg_.mtu));
   const auto full = static_cast<std::uint32_t>(kHeaderBytes + cfg_.mtu);
@@ -723,7 +756,7 @@ Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
   double slowest = 0;
   for (int port : hops) {
     const Port& P = ports_[static_cast<std::size_t>(port)];
-    t += serialization(first, P.bps) + P.delay;
+    t += (P.cut_through ? cut_through_time(P.bps) : serialization(first, P.bps)) + P.delay;
     slowest = slowest == 0 ? P.bps : std::min(slowest, P.bps);
   }
   if (packets > 1) t += (packets - 2) * serialization(full, slowest) + serialization(last, slowest);

@@ -57,6 +57,10 @@ struct Port {
   std::int64_t headroom_bytes[8] = {};
   std::int64_t headroom = 0;
   Time jitter = 0;          // largest random extra propagation delay of a frame
+  bool cut_through = false; // the receiving switch forwards this link's frames at their headers
+  // What became of the frame on the wire now: still to be decided at its end (tx_done),
+  // handed over to the cut-through switch at its headers, or lost (decided then).
+  enum class TxFate : std::uint8_t { kAtEnd, kCut, kLost } tx_fate = TxFate::kAtEnd;
   bool pausing[8] = {};
   bool storming[8] = {};    // a pause storm injected here: never resumes
   // Counters.
@@ -283,6 +287,8 @@ class Network : public EventTarget {
   void try_send(int port);
   void transmit(int port, std::uint32_t id);
   void tx_done(int port);
+  bool frame_lost(const Packet& p);  // link.loss and link.ber, drawn once per frame and link
+  Time wire_jitter(const Port& P);
   void arrive(std::uint32_t id);
   void forward(int node, std::uint32_t id);
   void dequeued_at_switch(int port, const Packet& p);

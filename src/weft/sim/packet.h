@@ -22,6 +22,9 @@ enum class Opcode : std::uint8_t { kFirst, kMiddle, kLast, kOnly };
 constexpr std::uint32_t kHeaderBytes = 14 + 20 + 8 + 12 + 4 + 4;
 constexpr std::uint32_t kRethBytes = 16;
 constexpr std::uint32_t kWireOverhead = 8 + 12;
+// A cut-through switch forwards a frame once this much of it is in: a minimum frame, which
+// holds the Ethernet, IP, UDP and BTH headers its routing reads.
+constexpr std::uint32_t kCutThroughBytes = 64;
 constexpr std::uint32_t kAckFrame = kHeaderBytes + 4;
 constexpr std::uint32_t kCnpFrame = kHeaderBytes + 16;
 constexpr std::uint32_t kPauseFrame = 64;
@@ -30,6 +33,12 @@ constexpr std::uint16_t kRocePort = 4791;
 // The time a frame of `frame` bytes (preamble and gap added here) takes on a link of `bps`.
 inline Time serialization(std::int64_t frame, double bps) {
   return static_cast<Time>(std::llround(static_cast<double>(frame + kWireOverhead) * 8e12 / bps));
+}
+
+// The time from a frame's first bit on a link of `bps` to its first kCutThroughBytes at the
+// far end (the preamble first; propagation not included).
+inline Time cut_through_time(double bps) {
+  return static_cast<Time>(std::llround(static_cast<double>(8 + kCutThroughBytes) * 8e12 / bps));
 }
 
 struct Packet {
