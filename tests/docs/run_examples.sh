@@ -32,9 +32,11 @@ for ((i = 0; i < ${#lines[@]}; i++)); do
   [[ $next == error:* ]] && expected=$next
   count=$((count + 1))
   echo "--- \$ $cmd"
+  started=$SECONDS
   out=$(timeout 900 bash -c "$cmd" 2>&1)
   rc=$?
   echo "$out" | tail -n 5
+  echo "(exit $rc, $((SECONDS - started)) s)"
   if [[ -n $expected ]]; then
     if [[ $rc -eq 0 || $rc -ge 124 ]]; then
       echo "FAIL: expected an error ('$expected'), exit code $rc"; failures=$((failures + 1))
