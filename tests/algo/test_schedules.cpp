@@ -35,8 +35,13 @@ std::vector<Options> options_for(Collective c, const std::string& algo, int w) {
       }
     return out;
   }
-  if (algo == "rail_rings") {  // ranks per host that divide the world, or not (one ring)
-    for (int l : {0, 2, 3, 4, 5}) out.push_back(Options{0, l, 4});
+  if (algo == "rail_rings") {  // ranks per host that divide the world, or not (one ring); rings per rail
+    for (int l : {0, 2, 3, 4, 5})
+      for (int k : {1, 2, 3}) {
+        Options o{0, l, 4};
+        o.channels_per_rail = k;
+        out.push_back(o);
+      }
     return out;
   }
   if (!facts(c).rooted) return {Options{}};
@@ -203,6 +208,33 @@ Program incomplete(int rank, int world, std::int64_t n, const Options& o) {
   return p;
 }
 }  // namespace
+
+// Rings per rail (NCCL's channels per NIC): k rings on each rail's order, each carrying an
+// equal share, every hop between hosts on the sender's rail.
+TEST(Schedules, RailRingsRunSeveralChannelsPerRail) {
+  const int world = 16, local = 4;  // an even number of hosts: no hop closes a ring off its rail
+  const std::int64_t n = 3840;      // every channel's share splits into 16 equal blocks
+  for (int k : {1, 2, 3}) {
+    Options o{0, local, 4};
+    o.channels_per_rail = k;
+    for (int rank = 0; rank < world; ++rank) {
+      const Program p = build_program(Collective::kAllReduce, "rail_rings", rank, world, n, o);
+      ASSERT_EQ(channel_count(p), static_cast<std::size_t>(local * k)) << "k " << k;
+      std::vector<std::int64_t> sent(static_cast<std::size_t>(local * k), 0);
+      for (const Step& s : p.steps)
+        for (const Op& op : s.ops) {
+          if (op.kind != OpKind::kSend) continue;
+          sent[op.channel] += op.src.count;
+          if (op.peer / local != rank / local) {  // between hosts: on one rail
+            EXPECT_EQ(op.peer % local, rank % local) << "k " << k << " rank " << rank << " channel " << op.channel;
+          }
+        }
+      for (std::int64_t b : sent) EXPECT_EQ(b, sent[0]) << "k " << k << ": every channel carries an equal share";
+      // A ring of 16 moves 2 x 15/16 of its share.
+      EXPECT_EQ(sent[0] * local * k, 2 * (world - 1) * n / world) << "k " << k;
+    }
+  }
+}
 
 TEST(Schedules, ExecutorRejectsBrokenPrograms) {
   auto expect_error = [](Builder b, const std::string& fragment) {

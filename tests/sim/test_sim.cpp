@@ -35,7 +35,7 @@ SimRun simulate(const std::string& topology_file, const std::string& workload, s
   r.topology = load_topology(example(topology_file));
   SimConfig cfg;
   for (const auto& s : settings) apply_setting(cfg, s);
-  r.net = std::make_unique<Network>(r.topology, cfg, load_workload(workload, r.topology, cfg.seed));
+  r.net = std::make_unique<Network>(r.topology, cfg, load_workload(workload, r.topology, cfg.seed, cfg.channels_per_nic));
   r.finished = r.net->run();
   return r;
 }
@@ -968,6 +968,30 @@ TEST(SimValidation, SprayingBreaksFirstMiddleLastButNotWriteOnly) {
 }
 
 // --- failures, conservation, determinism ---
+
+// Channels per NIC (NCCL_NCHANNELS_PER_NET_PEER): a ring whose every hop crosses leaves
+// (GPUs 0,4,8,.. of a 4 x 4 leaf-spine) hashes each hop's one queue pair onto a spine, and
+// colliding hops slow every step; eight rings on their own queue pairs spread over the
+// spines. Over three hash seeds the all-reduce takes 0.55 of the time (measured 26.7 ms
+// against 14.7 ms in all), with the same bytes delivered.
+TEST(SimCollectives, ChannelsPerNicSpreadARingOverTheSpines) {
+  const std::string ring = "allreduce:rail_rings:16MB@0,4,8,12,1,5,9,13,2,6,10,14,3,7,11,15";
+  Time one = 0, eight = 0;
+  for (const char* seed : {"seed=1", "seed=2", "seed=3"}) {
+    SimRun a = simulate("leaf-spine-4x4.yaml", ring, {seed});
+    SimRun b = simulate("leaf-spine-4x4.yaml", ring, {seed, "nccl.channels_per_nic=8"});
+    ASSERT_TRUE(a.finished && b.finished);
+    EXPECT_EQ(a.net->counters().bytes_delivered, b.net->counters().bytes_delivered) << seed;
+    one += a.net->collective_times()[0].second - a.net->collective_times()[0].first;
+    eight += b.net->collective_times()[0].second - b.net->collective_times()[0].first;
+    std::set<int> channels;
+    for (const Agent& g : b.net->workload().agents) channels.insert(g.channel);
+    EXPECT_EQ(channels.size(), 8u) << seed;
+  }
+  EXPECT_LT(static_cast<double>(eight), 0.7 * static_cast<double>(one)) << "1 channel: " << one << " ps, 8: " << eight << " ps";
+  SimConfig cfg;
+  EXPECT_THROW(apply_setting(cfg, "nccl.channels_per_nic=0"), weft::ConfigError);
+}
 
 TEST(SimValidation, RailRingsKeepEveryHopBetweenHostsOnOneRail) {
   // On the rail-optimized fabric, a ring in rank order goes from GPU 7 of a host to GPU 0 of

@@ -225,11 +225,12 @@ Program allreduce_rail_rings(int rank, int world, std::int64_t n, const Options&
   p.algorithm = "rail_rings";
   const int local = o.local_world;
   const bool rails = local > 1 && world % local == 0;
-  const int channels = rails ? local : 1;
+  const int per_rail = std::max(1, o.channels_per_rail);
+  const int channels = (rails ? local : 1) * per_rail;
   Chunk all{Buf::kData, 0, n};
   for (int c = 0; c < channels; ++c) {
     p.channel = static_cast<std::uint16_t>(c);
-    const std::vector<int> order = rails ? rail_ring_order(world / local, local, c) : all_ranks(world);
+    const std::vector<int> order = rails ? rail_ring_order(world / local, local, c / per_rail) : all_ranks(world);
     const int me = static_cast<int>(std::find(order.begin(), order.end(), rank) - order.begin());
     const Chunk part = sub_block(all, channels, c);
     const std::size_t s = ring_reduce_scatter(p, 0, order, me, part);

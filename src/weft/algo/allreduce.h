@@ -38,7 +38,9 @@ Program allreduce_hierarchical(int rank, int world, std::int64_t n, const Option
 // from local rank c on, forwards on even hosts and backwards on odd ones, so every hop
 // between hosts joins two ranks of one local index: it stays on one rail (with an odd number
 // of hosts, all but the hop that closes the ring). Without ranks per host that divide the
-// world: one ring in rank order.
+// world: one ring in rank order. `channels_per_rail` k > 1 runs k rings on each rail's
+// order (channels c*k .. c*k+k-1 on rail c), each with its share of the data: as NCCL runs
+// several channels per NIC, each on connections of its own (in a fabric, other ECMP paths).
 Program allreduce_rail_rings(int rank, int world, std::int64_t n, const Options& o);
 
 }  // namespace weft::algo

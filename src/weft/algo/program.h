@@ -105,8 +105,9 @@ struct Options {
   int segments = 4;      // pipelined chain broadcast: pieces the data is cut into
   bool out_of_place = false;  // all-reduce: the data starts in kInput (see read_input_first)
   std::int64_t segment_elements = 0;  // pipelined tree: elements per segment (0: its default)
+  int channels_per_rail = 1;  // rail_rings: rings per rail (NCCL's channels per NIC), each its share
   // Every field, for comparing options (programs built with equal options are equal).
-  auto fields() const { return std::make_tuple(root, local_world, segments, out_of_place, segment_elements); }
+  auto fields() const { return std::make_tuple(root, local_world, segments, out_of_place, segment_elements, channels_per_rail); }
 };
 
 // Rewrites a program whose kData initially holds n elements of input into one that finds

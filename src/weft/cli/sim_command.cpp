@@ -38,7 +38,7 @@ int run_sim(const SimFlags& f) {
   for (const std::string& s : f.settings) sim::apply_setting(config, s);
   sim::finalize_config(config);
   sim::Topology topology = sim::load_topology(f.topology);
-  sim::Workload workload = sim::load_workload(f.workload, topology, config.seed);
+  sim::Workload workload = sim::load_workload(f.workload, topology, config.seed, config.channels_per_nic);
   auto net = std::make_unique<sim::Network>(topology, config, std::move(workload));
   if (!config.pcap_link.empty()) {
     if (f.out.empty()) throw ConfigError("--set pcap=A:B needs --out DIR for the capture file");

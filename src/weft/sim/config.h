@@ -131,6 +131,7 @@ struct SimConfig {
   HashFunction hash = HashFunction::kCrc32;
   bool distinct_seeds = true;                 // false: every switch hashes with one seed
   bool pxn = false;                           // relay cross-rail messages through an NVLink peer (pxn.h)
+  int channels_per_nic = 1;                   // rail_rings: rings per rail, each on its own queue pairs
   SprayMode spray = SprayMode::kRandom;
   Time flowlet_gap = 100 * kUs;               // above the queueing delays ECN allows (docs)
   // Switch adaptive routing (lb = adaptive): each packet (or each new flowlet) takes the

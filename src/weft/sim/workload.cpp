@@ -219,6 +219,7 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
   const int gpus_per_host = topology.gpus_per_host;
   algo::Options opts;
   opts.local_world = gpus_per_host > 1 && world % gpus_per_host == 0 ? gpus_per_host : 0;
+  opts.channels_per_rail = w.channels_per_nic;
   // The in-network all-reduce runs on the GPUs and the reducers of their switches.
   std::optional<InNetworkAllReduce> in_network;
   if (choice.algorithm == "in_network") {
@@ -298,8 +299,9 @@ void check_messages_match(const Workload& w) {
   }
 }
 
-Workload load_unchecked(const std::string& spec, const Topology& t, std::uint64_t seed) {
+Workload load_unchecked(const std::string& spec, const Topology& t, std::uint64_t seed, int channels_per_nic) {
   Workload w;
+  w.channels_per_nic = channels_per_nic;
   if (spec.empty()) throw ConfigError("--workload is empty");
   if (is_directory(spec)) {
     add_trace(w, spec, t, true, {});
@@ -328,8 +330,9 @@ std::string agent_name(const Workload& w, int agent) {
          (a.relay ? " (its PXN relay on GPU " + std::to_string(a.gpu) + ")" : std::string());
 }
 
-Workload load_workload(const std::string& spec, const Topology& t, std::uint64_t seed) {
-  Workload w = load_unchecked(spec, t, seed);
+Workload load_workload(const std::string& spec, const Topology& t, std::uint64_t seed, int channels_per_nic) {
+  if (channels_per_nic < 1) throw ConfigError("channels per NIC must be at least 1, got " + std::to_string(channels_per_nic));
+  Workload w = load_unchecked(spec, t, seed, channels_per_nic);
   check_messages_match(w);
   return w;
 }

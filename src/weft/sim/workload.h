@@ -66,6 +66,7 @@ struct Failure {
 };
 
 struct Workload {
+  int channels_per_nic = 1;  // rings per rail of rail_rings collectives (SimConfig::channels_per_nic)
   std::vector<std::string> jobs;
   std::vector<Agent> agents;
   std::vector<CollectiveInfo> collectives;
@@ -78,8 +79,10 @@ std::string agent_name(const Workload& w, int agent);
 // Parses a workload argument: a trace folder, a job file (.yaml/.yml), or a spec such as
 //   allreduce:ring:64MB[@0-15]   broadcast:binomial:1MB@0-7   permutation:2MB
 //   incast:8:16MB (GPUs 1..8 -> GPU 0)   alltoall:1MB@0-7   flow:0:5:1MB
+// Collectives built here run `channels_per_nic` rings per rail where the algorithm is
+// rail_rings (NCCL's channels per NIC; algo::Options::channels_per_rail).
 // Throws ConfigError with a one-line explanation.
-Workload load_workload(const std::string& spec, const Topology& topology, std::uint64_t seed);
+Workload load_workload(const std::string& spec, const Topology& topology, std::uint64_t seed, int channels_per_nic = 1);
 
 // A collective over `gpus` (topology GPU ranks), expanded through algo::build_program.
 // `algorithm` is a registry name (the message-level model: no GPU protocol costs), NAME/PROTOCOL
