@@ -332,6 +332,13 @@ links:
   const double expected = ser_ps(kHeaderBytes + kRethBytes + 4096, 100e9) + d + L + (8 + kCutThroughBytes) * 8e12 / 400e9 + d + L +
                           ser_ps(kHeaderBytes + kRethBytes + 4096, 400e9) + d;
   EXPECT_NEAR(static_cast<double>(net.flows()[0].delivered - net.flows()[0].start), expected, 1);
+
+  // A frame a lossy link corrupts is not cut through; the transport resends it.
+  SimRun lossy = simulate("single-switch.yaml", "flow:0:1:1MB", {"switching=cut-through", "link.loss=0.01"});
+  ASSERT_TRUE(lossy.finished);
+  EXPECT_GT(lossy.net->counters().corrupted, 0);
+  EXPECT_GT(lossy.net->counters().retransmissions, 0);
+  EXPECT_EQ(lossy.net->counters().bytes_delivered, bytes);
 }
 
 TEST(SimValidation, RingAllReduceMatchesTheAlphaBetaFormula) {
