@@ -77,7 +77,7 @@ struct StoreServer::State {
   Socket listener, wake_read, wake_write;
   std::atomic<bool> stop{false};
   RefusalLog refusals{"weft store"};
-  std::atomic<int> open{0};
+  std::atomic<int> open{0};  // descriptors held for connections
   std::map<std::string, std::string> data;
   std::list<StoreConnection> connections;
   std::string error_note;  // an accept error already reported
@@ -157,7 +157,10 @@ void StoreServer::State::run() {
     for (StoreConnection& c : connections) {
       if (!c.dead && !c.authenticated && now >= c.deadline) refuse(c, "no handshake within the time allowed");
     }
-    open -= static_cast<int>(connections.remove_if([](const StoreConnection& c) { return c.dead; }));
+    // A stranger dropped to make room closed its descriptor already (and left the count then).
+    open -= static_cast<int>(
+        connections.remove_if([](const StoreConnection& c) { return c.dead && c.socket.valid(); }));
+    connections.remove_if([](const StoreConnection& c) { return c.dead; });
   }
   connections.clear();
   open = 0;
@@ -182,7 +185,7 @@ void StoreServer::State::accept_new() {
       return;
     }
     int pending = 0;
-    for (const StoreConnection& c : connections) pending += c.authenticated ? 0 : 1;
+    for (const StoreConnection& c : connections) pending += (c.authenticated || c.dead) ? 0 : 1;
     if (pending >= limits.max_pending) drop_oldest_stranger("too many unauthenticated connections");
     set_nonblocking(s.fd(), true);
     StoreConnection& c = connections.emplace_back();
@@ -202,6 +205,7 @@ void StoreServer::State::drop_oldest_stranger(const char* why) {
     if (!c.authenticated && !c.dead) {
       refuse(c, why);
       c.socket.close();  // the descriptor now, not at the end of the round
+      --open;
       return;
     }
   }
