@@ -46,6 +46,13 @@ void Network::step_start(int a) {
   st.pending = static_cast<int>(step.sends.size() + step.recvs.size());
   st.posting = true;
   for (const Transfer& s : step.sends) {
+    if (s.bytes == 0 && work_.agents[static_cast<std::size_t>(s.peer)].gpu == work_.agents[a].gpu) {
+      // An order between two agents on one GPU (workload_build.h's release and gather, a
+      // Chakra dependency): no traffic and no flow record, done at once.
+      agent_hears(s.peer, a);
+      --st.pending;
+      continue;
+    }
     int flow = static_cast<int>(flows_.size());
     FlowRecord f;
     f.src_agent = a;
@@ -101,15 +108,16 @@ void Network::message_delivered(int flow) {
   message_ready(flow);
 }
 
-void Network::message_ready(int flow) {
-  FlowRecord& f = flows_[flow];
-  AgentState& st = agents_[f.dst_agent];
-  auto waiting = st.waiting.find(f.src_agent);
+void Network::message_ready(int flow) { agent_hears(flows_[flow].dst_agent, flows_[flow].src_agent); }
+
+void Network::agent_hears(int dst_agent, int src_agent) {
+  AgentState& st = agents_[dst_agent];
+  auto waiting = st.waiting.find(src_agent);
   if (waiting != st.waiting.end() && waiting->second > 0) {
     --waiting->second;
-    if (--st.pending == 0 && !st.posting) advance_agent(f.dst_agent);
+    if (--st.pending == 0 && !st.posting) advance_agent(dst_agent);
   } else {
-    ++st.arrived[f.src_agent];
+    ++st.arrived[src_agent];
   }
 }
 

@@ -368,6 +368,7 @@ class Network : public EventTarget {
   void advance_agent(int agent);
   void message_delivered(int flow);
   void message_ready(int flow);  // the receiving GPU sees the message (after its protocol's flag delay)
+  void agent_hears(int dst_agent, int src_agent);  // a message from src_agent is there for dst_agent
   void message_acked(int flow);
   void message_sent(int flow);
   void send_step_done(int agent);

@@ -128,17 +128,6 @@ algo::CostInputs cost_inputs(const Topology& t, const std::vector<int>& gpus) {
   return in;
 }
 
-namespace {
-
-// What a collective's algorithm field asks for: ALGORITHM (the message level), ALGORITHM/PROTOCOL,
-// or auto (the cost model's choice of both for these GPUs).
-struct CollectiveChoice {
-  std::string algorithm;
-  std::optional<algo::Protocol> protocol;
-  double predicted_us = 0;
-  Time launch = 0, ready = 0;  // CollectiveInfo's
-};
-
 CollectiveChoice choose(algo::Collective c, const std::string& spec, std::int64_t bytes, const Topology& t,
                         const std::vector<int>& gpus) {
   CollectiveChoice out{spec, std::nullopt, 0, 0, 0};
@@ -162,49 +151,38 @@ CollectiveChoice choose(algo::Collective c, const std::string& spec, std::int64_
   return out;
 }
 
-// The agents of one job's ranks, one per channel of their programs: each channel runs beside
-// the others on queue pairs of its own, as NCCL runs each channel in a thread block with its
-// own connections. of()[c][r] is channel c's agent of rank r.
-class ChannelAgents {
- public:
-  ChannelAgents(Workload& w, int base, int ranks) : w_(w), base_(base), of_(1, std::vector<int>(ranks)) {
-    for (int r = 0; r < ranks; ++r) of_[0][static_cast<std::size_t>(r)] = base + r;
-  }
-  const std::vector<std::vector<int>>& of() const { return of_; }
+std::string CollectiveChoice::name(algo::Collective c) const {
+  return std::string(algo::collective_name(c)) + "/" + algorithm +
+         (protocol ? std::string("/") + algo::protocol_name(*protocol) : "");
+}
 
-  // Agents for channels up to those `p` uses.
-  void cover(const algo::Program& p) {
-    while (of_.size() < algo::channel_count(p)) {
-      std::vector<int> mine(of_[0].size());
-      for (std::size_t r = 0; r < mine.size(); ++r) {
-        Agent a = w_.agents[static_cast<std::size_t>(base_) + r];
-        a.steps.clear();
-        a.channel = static_cast<int>(of_.size());
-        mine[r] = static_cast<int>(w_.agents.size());
-        w_.agents.push_back(std::move(a));
-      }
-      of_.push_back(std::move(mine));
+ChannelAgents::ChannelAgents(Workload& w, int base, int ranks) : w_(w), base_(base), of_(1, std::vector<int>(ranks)) {
+  for (int r = 0; r < ranks; ++r) of_[0][static_cast<std::size_t>(r)] = base + r;
+}
+
+void ChannelAgents::cover(const algo::Program& p) {
+  while (of_.size() < algo::channel_count(p)) {
+    std::vector<int> mine(of_[0].size());
+    for (std::size_t r = 0; r < mine.size(); ++r) {
+      Agent a = w_.agents[static_cast<std::size_t>(base_) + r];
+      a.steps.clear();
+      a.channel = static_cast<int>(of_.size());
+      mine[r] = static_cast<int>(w_.agents.size());
+      w_.agents.push_back(std::move(a));
     }
+    of_.push_back(std::move(mine));
   }
+}
 
-  // One kernel per call: a GPU's channels all finish it before the next starts.
-  void join() {
-    if (of_.size() < 2) return;
-    for (std::size_t r = 0; r < of_[0].size(); ++r) {
-      std::vector<int> others;
-      for (std::size_t ch = 1; ch < of_.size(); ++ch) others.push_back(of_[ch][r]);
-      gather(w_, of_[0][r], others);
-      release(w_, of_[0][r], others);
-    }
+void ChannelAgents::join() {
+  if (of_.size() < 2) return;
+  for (std::size_t r = 0; r < of_[0].size(); ++r) {
+    std::vector<int> others;
+    for (std::size_t ch = 1; ch < of_.size(); ++ch) others.push_back(of_[ch][r]);
+    gather(w_, of_[0][r], others);
+    release(w_, of_[0][r], others);
   }
-
- private:
-  Workload& w_;
-  int base_;
-  std::vector<std::vector<int>> of_;
-};
-
-}  // namespace
+}
 
 void add_collective(Workload& w, const std::string& collective, const std::string& algorithm_spec, std::int64_t bytes,
                     const std::vector<int>& gpus, const Topology& topology, Time start, int iterations) {
@@ -214,8 +192,7 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
   if (bytes % 4 != 0) throw ConfigError("collective size " + std::to_string(bytes) + " bytes is not a whole number of f32 elements");
   std::int64_t n = c == algo::Collective::kBarrier ? 0 : bytes / 4;
   const CollectiveChoice choice = choose(c, algorithm_spec, bytes, topology, gpus);
-  const std::string name =
-      collective + "/" + choice.algorithm + (choice.protocol ? std::string("/") + algo::protocol_name(*choice.protocol) : "");
+  const std::string name = choice.name(c);
   const int gpus_per_host = topology.gpus_per_host;
   algo::Options opts;
   opts.local_world = gpus_per_host > 1 && world % gpus_per_host == 0 ? gpus_per_host : 0;

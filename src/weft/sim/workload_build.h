@@ -23,6 +23,37 @@ void append_program(Agent& agent, const algo::Program& p, std::int64_t element_b
 // `first` lets each of `others` go on (after `gap` of compute), or hears that each is done.
 void release(Workload& w, int first, const std::vector<int>& others, Time gap = 0);
 void gather(Workload& w, int first, const std::vector<int>& others);
+// What a collective's algorithm field asks for: ALGORITHM (the message level), ALGORITHM/PROTOCOL,
+// or auto (the cost model's choice of both for these GPUs).
+struct CollectiveChoice {
+  std::string algorithm;
+  std::optional<algo::Protocol> protocol;
+  double predicted_us = 0;
+  Time launch = 0, ready = 0;  // CollectiveInfo's
+  std::string name(algo::Collective c) const;  // e.g. "allreduce/tree/ll128"
+};
+CollectiveChoice choose(algo::Collective c, const std::string& spec, std::int64_t bytes, const Topology& t,
+                        const std::vector<int>& gpus);
+
+// The agents of one job's ranks, one per channel of their programs: each channel runs beside
+// the others on queue pairs of its own, as NCCL runs each channel in a thread block with its
+// own connections. of()[c][r] is channel c's agent of rank r; channel 0's are agents
+// base..base+ranks-1, the others are made as programs need them (copies of channel 0's).
+class ChannelAgents {
+ public:
+  ChannelAgents(Workload& w, int base, int ranks);
+  const std::vector<std::vector<int>>& of() const { return of_; }
+  // Agents for channels up to those `p` uses.
+  void cover(const algo::Program& p);
+  // One kernel per call: a GPU's channels all finish it before the next starts.
+  void join();
+
+ private:
+  Workload& w_;
+  int base_;
+  std::vector<std::vector<int>> of_;
+};
+
 // A job of one agent per GPU; returns the index of its first agent.
 int add_job(Workload& w, const std::string& name, const std::vector<int>& gpus, Time start);
 std::vector<int> all_gpus(const Topology& t);
@@ -37,6 +68,10 @@ void add_spec(Workload& w, const std::string& spec, const Topology& t, std::uint
 // A trace folder's records as agents on `placement` (empty: GPUs 0..world-1); with `gaps`,
 // the recorded time between operations becomes compute gaps.
 void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement);
+// A folder of Chakra execution traces, <name>.<rank>.et (and ASTRA-sim's comm_group.json for
+// the process groups), as agents on `placement`; with `gaps`, nodes take their durations.
+bool has_chakra_traces(const std::string& dir);
+void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement);
 void load_job_file(Workload& w, const std::string& path, const Topology& t, std::uint64_t seed);
 
 }  // namespace weft::sim

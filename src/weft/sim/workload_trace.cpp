@@ -81,7 +81,8 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
     }
   }
   folder.reset();
-  if (files.empty()) throw ConfigError("trace folder " + dir + " has no rank-<n>.jsonl files");
+  if (files.empty() && has_chakra_traces(dir)) return add_chakra(w, dir, t, gaps, placement);
+  if (files.empty()) throw ConfigError("trace folder " + dir + " has no rank-<n>.jsonl files (or Chakra <name>.<rank>.et files)");
   int world = files.rbegin()->first + 1;
   if (static_cast<int>(files.size()) != world)
     throw ConfigError("trace folder " + dir + ": ranks 0-" + std::to_string(world - 1) + " expected, " +
