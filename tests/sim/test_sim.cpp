@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "weft/algo/protocol.h"
 #include "weft/algo/registry.h"
 #include "weft/sim/max_min.h"
 #include "weft/sim/network.h"
@@ -998,6 +999,34 @@ TEST(SimCollectives, ChannelsPerNicSpreadARingOverTheSpines) {
   EXPECT_LT(static_cast<double>(eight), 0.7 * static_cast<double>(one)) << "1 channel: " << one << " ps, 8: " << eight << " ps";
   SimConfig cfg;
   EXPECT_THROW(apply_setting(cfg, "nccl.channels_per_nic=0"), weft::ConfigError);
+}
+
+TEST(SimCollectives, SmallCallsRunOnFewerChannels) {
+  // NCCL's channel tuning: a channel per 32 KiB (simple), 4 KiB (ll), 5 KiB (ll128) of the
+  // call, down to one; on one-GPU hosts every channel is on the one rail.
+  EXPECT_EQ(weft::algo::channels_for_bytes(16 << 20, 8, weft::algo::Protocol::kSimple), 8);
+  EXPECT_EQ(weft::algo::channels_for_bytes(64 << 10, 8, weft::algo::Protocol::kSimple), 2);
+  EXPECT_EQ(weft::algo::channels_for_bytes((64 << 10) - 1, 8, weft::algo::Protocol::kSimple), 1);
+  EXPECT_EQ(weft::algo::channels_for_bytes(16 << 10, 8, weft::algo::Protocol::kLL), 4);
+  EXPECT_EQ(weft::algo::channels_for_bytes(16 << 10, 8, weft::algo::Protocol::kLL128), 3);
+  EXPECT_EQ(weft::algo::channels_for_bytes(100, 8, weft::algo::Protocol::kLL), 1);
+  // The channels the workload's agents run (the simulator runs what load_workload builds).
+  auto channels = [](const std::string& topology, const std::string& spec, int per_nic) {
+    const Topology t = load_topology(example(topology));
+    std::set<int> c;
+    for (const Agent& g : load_workload(spec, t, 1, per_nic).agents) c.insert(g.channel);
+    return c.size();
+  };
+  EXPECT_EQ(channels("leaf-spine-4x4.yaml", "allreduce:rail_rings:16M", 8), 8u);
+  EXPECT_EQ(channels("leaf-spine-4x4.yaml", "allreduce:rail_rings:64K", 8), 2u);
+  EXPECT_EQ(channels("leaf-spine-4x4.yaml", "allreduce:rail_rings:32K", 8), 1u);
+  EXPECT_EQ(channels("leaf-spine-4x4.yaml", "allreduce:rail_rings/ll:16K", 8), 4u);
+  // On 8-GPU hosts (8 rails) a call keeps a ring per rail: 256 KiB is 8 channels of 32 KiB.
+  EXPECT_EQ(channels("rail-optimized.yaml", "allreduce:rail_rings:256K", 4), 8u);
+  EXPECT_EQ(channels("rail-optimized.yaml", "allreduce:rail_rings:4M", 4), 32u);
+  // A small call still completes on its rings.
+  SimRun r = simulate("leaf-spine-4x4.yaml", "allreduce:rail_rings:64K", {"nccl.channels_per_nic=8"});
+  EXPECT_TRUE(r.finished);
 }
 
 TEST(SimValidation, RailRingsKeepEveryHopBetweenHostsOnOneRail) {

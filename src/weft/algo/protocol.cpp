@@ -122,6 +122,13 @@ std::vector<CollectiveCost> collective_costs(Collective c, std::int64_t bytes, c
   return out;
 }
 
+int channels_for_bytes(std::int64_t bytes, int channels, Protocol p) {
+  const std::int64_t per_channel = p == Protocol::kSimple ? 512 * 64 : p == Protocol::kLL ? 512 * 8 : 640 * 8;
+  int nc = std::max(channels, 1);
+  while (nc >= 2 && bytes < nc * per_channel) --nc;
+  return nc;
+}
+
 CollectiveCost cheapest_collective(Collective c, std::int64_t bytes, const CostInputs& in) {
   const std::vector<CollectiveCost> all = collective_costs(c, bytes, in);
   if (all.empty())

@@ -41,6 +41,12 @@ const std::vector<Protocol>& all_protocols();
 // Bytes on the wire that carry `payload` bytes (whole lines for ll and ll128).
 std::int64_t wire_bytes(Protocol p, std::int64_t payload);
 
+// How many of `channels` NCCL runs a call of `bytes` on: it gives up channels while each
+// would carry less than threads x a per-thread threshold (enqueue.cc's "ring/tree channel
+// tuning": simple 512 threads x 64 bytes = 32 KiB a channel, ll 512 x 8 = 4 KiB, ll128
+// 640 x 8 = 5 KiB; no protocol: simple's), down to one.
+int channels_for_bytes(std::int64_t bytes, int channels, Protocol p);
+
 // NCCL's latencies for a protocol (µs): the launch, and one step over NVLink or the network,
 // for an algorithm: "tree", "in_network" (NCCL's CollNet row) or any other (the ring's).
 struct ProtocolLatency {

@@ -201,7 +201,7 @@ const std::vector<Entry>& entries() {
         time_entry("ar.signal_interval", &SimConfig::ar_signal_interval, "the next switch's queues as adaptive routing sees them are at most this old"),
         WEFT_ENUM("ecmp.hash", hash, "ECMP hash of the 5-tuple", {"crc32", HashFunction::kCrc32}, {"xor", HashFunction::kXor}),
         bool_entry("ecmp.distinct_seeds", &SimConfig::distinct_seeds, "each switch hashes with its own seed (off: one seed everywhere)"),
-        int_entry("nccl.channels_per_nic", &SimConfig::channels_per_nic, 1, 32, "rail_rings collectives run this many rings per rail (NCCL's channels per NIC), each with its share of the data on queue pairs of its own"),
+        int_entry("nccl.channels_per_nic", &SimConfig::channels_per_nic, 1, 32, "rail_rings collectives run this many rings per rail (NCCL's channels per NIC), each with its share of the data on queue pairs of its own; fewer for a small call, as NCCL"),
         bool_entry("pxn", &SimConfig::pxn, "NCCL's PXN: a message to another host's GPU on another rail goes over NVLink to the sender host's GPU on that rail, whose NIC sends it"),
         WEFT_ENUM("spray.mode", spray, "per-packet path choice", {"random", SprayMode::kRandom},
                   {"round-robin", SprayMode::kRoundRobin}, {"least-loaded", SprayMode::kLeastLoaded}),

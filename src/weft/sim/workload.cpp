@@ -151,6 +151,11 @@ CollectiveChoice choose(algo::Collective c, const std::string& spec, std::int64_
   return out;
 }
 
+int rings_per_rail(const Workload& w, std::int64_t bytes, int local_world, std::optional<algo::Protocol> protocol) {
+  const int rails = std::max(local_world, 1);
+  return std::max(1, algo::channels_for_bytes(bytes, rails * w.channels_per_nic, protocol.value_or(algo::Protocol::kSimple)) / rails);
+}
+
 std::string CollectiveChoice::name(algo::Collective c) const {
   return std::string(algo::collective_name(c)) + "/" + algorithm +
          (protocol ? std::string("/") + algo::protocol_name(*protocol) : "");
@@ -196,7 +201,7 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
   const int gpus_per_host = topology.gpus_per_host;
   algo::Options opts;
   opts.local_world = gpus_per_host > 1 && world % gpus_per_host == 0 ? gpus_per_host : 0;
-  opts.channels_per_rail = w.channels_per_nic;
+  opts.channels_per_rail = rings_per_rail(w, bytes, opts.local_world, choice.protocol);
   // The in-network all-reduce runs on the GPUs and the reducers of their switches.
   std::optional<InNetworkAllReduce> in_network;
   if (choice.algorithm == "in_network") {

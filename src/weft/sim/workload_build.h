@@ -35,6 +35,11 @@ struct CollectiveChoice {
 CollectiveChoice choose(algo::Collective c, const std::string& spec, std::int64_t bytes, const Topology& t,
                         const std::vector<int>& gpus);
 
+// The rings per rail of a rail_rings collective of `bytes` (Options::channels_per_rail): the
+// workload's channels per NIC, fewer for a small call as NCCL gives up channels
+// (algo::channels_for_bytes over every rail's channels; at least one per rail).
+int rings_per_rail(const Workload& w, std::int64_t bytes, int local_world, std::optional<algo::Protocol> protocol);
+
 // The agents of one job's ranks, one per channel of their programs: each channel runs beside
 // the others on queue pairs of its own, as NCCL runs each channel in a thread block with its
 // own connections. of()[c][r] is channel c's agent of rank r; channel 0's are agents

@@ -230,6 +230,7 @@ struct CollectiveSeen {
   int index;  // into Workload::collectives
   std::int64_t type, bytes;
   int first_rank;
+  CollectiveChoice choice;  // its algorithm, protocol and their costs
 };
 
 }  // namespace
@@ -375,24 +376,24 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
           const int gw = static_cast<int>(members.size());
           const int me = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
           const CollectiveKey key{node.pg_name, occurrence[node.pg_name]++};
-          // NCCL's pick where the cost model covers the collective on these GPUs, else the
-          // registry's first algorithm for it.
-          std::vector<int> group_gpus;
-          for (int m : members) group_gpus.push_back(gpus[static_cast<std::size_t>(m)]);
-          CollectiveChoice choice;
-          try {
-            choice = choose(c, "auto", node.comm_size, t, group_gpus);
-          } catch (const ConfigError&) {
-            choice.algorithm.clear();
-          }
-          if (choice.algorithm.empty() || choice.algorithm == "in_network")  // (switch reducers: not for traces)
-            choice = choose(c, algo::algorithm_names(c).front(), node.comm_size, t, group_gpus);
           auto seen = collectives.find(key);
           if (seen == collectives.end()) {
+            // NCCL's pick where the cost model covers the collective on these GPUs, else the
+            // registry's first algorithm for it; made once, on the first rank that has it.
+            std::vector<int> group_gpus;
+            for (int m : members) group_gpus.push_back(gpus[static_cast<std::size_t>(m)]);
+            CollectiveChoice choice;
+            try {
+              choice = choose(c, "auto", node.comm_size, t, group_gpus);
+            } catch (const ConfigError&) {
+              choice.algorithm.clear();
+            }
+            if (choice.algorithm.empty() || choice.algorithm == "in_network")  // (switch reducers: not for traces)
+              choice = choose(c, algo::algorithm_names(c).front(), node.comm_size, t, group_gpus);
             const int ci = static_cast<int>(w.collectives.size());
             w.collectives.push_back({choice.name(c), job, gw, node.comm_size, algo::busbw_factor(c, gw), choice.launch,
                                      choice.ready, choice.predicted_us});
-            seen = collectives.emplace(key, CollectiveSeen{ci, node.comm_type, node.comm_size, rank}).first;
+            seen = collectives.emplace(key, CollectiveSeen{ci, node.comm_type, node.comm_size, rank, choice}).first;
           } else if (seen->second.type != node.comm_type || seen->second.bytes != node.comm_size) {
             throw ConfigError(where + ": collective " + std::to_string(key.occurrence + 1) + " of process group '" +
                               node.pg_name + "' is " + chakra_collective_name(node.comm_type) + " of " +
@@ -400,13 +401,14 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
                               chakra_collective_name(seen->second.type) + " of " + std::to_string(seen->second.bytes) +
                               " bytes on rank " + std::to_string(seen->second.first_rank));
           }
+          const CollectiveChoice& choice = seen->second.choice;
           // Whole f32 elements where the size allows, else bytes; all-to-all: whole elements per peer.
           const std::int64_t element = node.comm_size % 4 == 0 ? 4 : 1;
           std::int64_t count = c == algo::Collective::kBarrier ? 0 : node.comm_size / element;
           if (c == algo::Collective::kAllToAll) count = (count + gw - 1) / gw * gw;
           algo::Options opts;
           opts.local_world = t.gpus_per_host > 1 && gw % t.gpus_per_host == 0 ? t.gpus_per_host : 0;
-          opts.channels_per_rail = w.channels_per_nic;
+          opts.channels_per_rail = rings_per_rail(w, node.comm_size, opts.local_world, choice.protocol);
           const algo::Program p = algo::build_program(c, choice.algorithm, me, gw, count, opts);
           ChannelAgents& group = agents.group(node.pg_name, members);
           group.cover(p);
