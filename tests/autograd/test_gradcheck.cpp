@@ -78,7 +78,7 @@ TEST(Gradcheck, SoftmaxAndLosses) {
 
 TEST(Gradcheck, Convolution) {
   for (auto [stride, pad] : {std::pair<int64_t, int64_t>{1, 0}, {1, 1}, {2, 1}}) {
-    expect_gradcheck("conv2d", [&](auto& v) { return conv2d(v[0], v[1], v[2], stride, pad); },
+    expect_gradcheck("conv2d", [stride = stride, pad = pad](auto& v) { return conv2d(v[0], v[1], v[2], stride, pad); },
                      {rnd({2, 2, 5, 5}), rnd({3, 2, 3, 3}), rnd({3})});
   }
   expect_gradcheck("conv2d no bias", [](auto& v) { return conv2d(v[0], v[1], Var(), 1, 1); },

@@ -104,8 +104,12 @@ std::string InferenceReport::to_text() const {
   char buf[512];
   std::string out;
   auto line = [&](const char* fmt, auto... args) {
-    std::snprintf(buf, sizeof buf, fmt, args...);
-    out += buf;
+    if constexpr (sizeof...(args) == 0) {
+      out += fmt;  // a line without fields is printed as it is
+    } else {
+      std::snprintf(buf, sizeof buf, fmt, args...);
+      out += buf;
+    }
     out += "\n";
   };
   if (active_parameters < parameters)
