@@ -339,7 +339,8 @@ TEST(Trees, HostChainTreesSpanTheWorldOnRails) {
       EXPECT_EQ(roots, 1);
     }
     if (hosts >= 4) {
-      // A host with children in tree A (channel 0's first) has at most one in tree B.
+      // NCCL's double binary tree: a host with children in tree A (channel 0's first) has none
+      // in tree B, but for position 0 when the hosts are odd.
       const RankTree& b = trees[1];
       int both = 0;
       for (int h = 0; h < hosts; ++h) {
@@ -348,8 +349,51 @@ TEST(Trees, HostChainTreesSpanTheWorldOnRails) {
           if (b.parent[r] >= 0 && b.parent[r] / l == h && r / l != h) interior_b = true;
         both += interior[static_cast<std::size_t>(h)] > 0 && interior_b ? 1 : 0;
       }
-      EXPECT_LE(both, hosts / 2) << world << "/" << local;
+      EXPECT_LE(both, hosts % 2) << world << "/" << local;
     }
+  }
+}
+
+TEST(Trees, DoubleBinaryTreesAreComplementary) {
+  // NCCL's trees over 16 positions: 0 the root with one child (8), the odd positions leaves;
+  // the second tree mirrored; over 7, shifted by one.
+  EXPECT_EQ(double_tree_parent(16, 0, false), -1);
+  EXPECT_EQ(double_tree_parent(16, 8, false), 0);
+  EXPECT_EQ(double_tree_parent(16, 4, false), 8);
+  EXPECT_EQ(double_tree_parent(16, 12, false), 8);
+  EXPECT_EQ(double_tree_parent(16, 3, false), 2);
+  EXPECT_EQ(double_tree_parent(16, 15, true), -1);
+  EXPECT_EQ(double_tree_parent(16, 7, true), 15);
+  EXPECT_EQ(double_tree_parent(7, 1, true), -1);
+  for (int n = 1; n <= 40; ++n) {
+    for (bool second : {false, true}) {
+      std::vector<int> children(static_cast<std::size_t>(n), 0);
+      int roots = 0;
+      for (int v = 0; v < n; ++v) {
+        const int up = double_tree_parent(n, v, second);
+        if (up < 0) {
+          ++roots;
+          continue;
+        }
+        ASSERT_TRUE(up >= 0 && up < n && up != v) << n << "/" << v;
+        ++children[static_cast<std::size_t>(up)];
+        int hops = 0;  // no cycle: the root within n hops
+        for (int u = v; u >= 0 && hops <= n; u = double_tree_parent(n, u, second)) ++hops;
+        EXPECT_LE(hops, n);
+      }
+      EXPECT_EQ(roots, 1) << n;
+      for (int c : children) EXPECT_LE(c, 2) << n;
+    }
+    int both = 0;
+    for (int v = 0; v < n; ++v) {
+      bool a = false, b = false;
+      for (int u = 0; u < n; ++u) {
+        a = a || double_tree_parent(n, u, false) == v;
+        b = b || double_tree_parent(n, u, true) == v;
+      }
+      both += a && b ? 1 : 0;
+    }
+    EXPECT_LE(both, n % 2) << n;
   }
 }
 

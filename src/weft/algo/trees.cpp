@@ -29,18 +29,33 @@ TreePlace place_in_binary_tree(int n, int v) {
   }
 }
 
+int bit_tree_parent(int n, int v) {
+  if (v == 0) return -1;
+  const int bit = v & -v;
+  const int up = (v ^ bit) | (bit << 1);
+  return up >= n ? v ^ bit : up;
+}
+
+int double_tree_parent(int n, int v, bool second) {
+  if (!second) return bit_tree_parent(n, v);
+  if (n % 2 == 0) {  // mirrored
+    const int up = bit_tree_parent(n, n - 1 - v);
+    return up < 0 ? -1 : n - 1 - up;
+  }
+  const int up = bit_tree_parent(n, (v - 1 + n) % n);  // shifted by one
+  return up < 0 ? -1 : (up + 1) % n;
+}
+
 std::vector<RankTree> host_chain_trees(int world, int local_world) {
   const int local = local_world > 1 && world % local_world == 0 ? local_world : 1;
   const int hosts = world / local;
   std::vector<RankTree> out;
   for (int c = 0; c < local; ++c) {
-    for (int shift : {0, 1}) {
+    for (bool second : {false, true}) {
       RankTree t;
       t.parent.assign(static_cast<std::size_t>(world), -1);
       for (int h = 0; h < hosts; ++h) {
-        // Host h sits at position (h - shift) of the binary tree over the hosts.
-        const int up_pos = place_in_binary_tree(hosts, (h - shift + hosts) % hosts).parent;
-        const int up_host = up_pos < 0 ? -1 : (up_pos + shift) % hosts;
+        const int up_host = double_tree_parent(hosts, h, second);
         for (int i = 0; i < local; ++i) {
           const int rank = h * local + (c + i) % local;
           t.parent[rank] = i > 0 ? h * local + (c + i - 1) % local : up_host < 0 ? -1 : up_host * local + c;

@@ -2,6 +2,7 @@
 //
 //   place_in_binary_tree
 //                       one position of a balanced in-order binary tree over [0, n)
+//   double_tree_parent  NCCL's pair of complementary binary trees over positions
 //   host_chain_trees    NCCL-style trees built from the host layout (seed 002 ch. 13): one
 //                       pair of complementary binary trees over the hosts per channel, and
 //                       within each host a chain through its ranks
@@ -34,12 +35,20 @@ struct RankTree {
   std::vector<int> parent;
 };
 
+// NCCL's double binary tree over [0, n) (its trees.cc): in the first, v's parent clears v's
+// lowest set bit and sets the next (clearing it only, past the end), so 0 is the root and the
+// odd positions are the leaves; the second is the first mirrored (v -> n - 1 - v) for even n,
+// shifted by one for odd n, so every position interior in one is a leaf in the other (odd n:
+// all but position 0). Parent of v, -1 for the root.
+int bit_tree_parent(int n, int v);
+int double_tree_parent(int n, int v, bool second);
+
 // 2C trees, C = local_world channels (1 when local_world is 0, 1 or does not divide the
 // world). Channel c's two trees start on each host at local rank c (its "head") and chain
-// through the host's ranks in order from there; the heads are joined across hosts by a
-// balanced binary tree over the hosts in order (the first tree of the pair) and over the
-// hosts shifted by one (the second), so most hosts interior in one tree are leaves in the
-// other. Every hop between hosts joins two ranks of one local index: it stays on one rail.
+// through the host's ranks in order from there; the heads are joined across hosts by NCCL's
+// double binary tree over the hosts (double_tree_parent), so a host interior in one tree of
+// the pair is a leaf of the other and carries its share of the data about once up and once
+// down. Every hop between hosts joins two ranks of one local index: it stays on one rail.
 std::vector<RankTree> host_chain_trees(int world, int local_world);
 
 // The most children any rank has in any of `trees`.
