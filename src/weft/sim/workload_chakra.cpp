@@ -41,10 +41,11 @@ namespace weft::sim {
 
 namespace {
 
-// The largest trace file read (its nodes become steps held in memory) and the longest
-// node (its picoseconds must fit the simulator's clock many times over).
+// The largest trace file read, the most nodes of a folder (they become steps held in memory)
+// and the longest node (its picoseconds must fit the simulator's clock many times over).
 constexpr std::size_t kMaxChakraFileBytes = std::size_t{1} << 30;
 constexpr std::uint64_t kMaxNodeUs = std::uint64_t{1000000} * 86400 * 11;
+constexpr std::size_t kMaxChakraNodes = 20000000;  // about 2 steps of about 100 bytes each
 
 algo::Collective collective_of(std::int64_t comm_type, const std::string& where) {
   switch (static_cast<ChakraCollective>(comm_type)) {
@@ -263,6 +264,7 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
   ChakraAgents agents(w, job, gpus);
   std::map<CollectiveKey, CollectiveSeen> collectives;
   std::map<int, std::map<std::string, int>> issued;  // rank -> group -> collectives
+  std::size_t nodes_read = 0;
   for (const auto& [rank, path] : files) {
     std::string bytes;
     {
@@ -275,6 +277,12 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
     }
     bytes = read_file(path);
     const ChakraTrace trace = parse_chakra(bytes, path);
+    bytes.clear();
+    bytes.shrink_to_fit();
+    nodes_read += trace.nodes.size();
+    if (nodes_read > kMaxChakraNodes)
+      throw ConfigError("trace folder " + dir + ": more than " + std::to_string(kMaxChakraNodes / 1000000) +
+                        " million nodes (each becomes steps held in memory)");
     const std::vector<std::size_t> order = graph_order(trace, path);
     const std::size_t n = trace.nodes.size();
 
