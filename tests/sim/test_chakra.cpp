@@ -229,6 +229,10 @@ TEST(Chakra, GraphsThatCannotRunAreRefused) {
                 .find("rank 0 is not a member of process group 'g'"),
             std::string::npos);
   EXPECT_NE(error("self", {{et_p2p(1, true, 0, 0, 10)}}).find("comm_dst 0 is not another rank"), std::string::npos);
+  EXPECT_NE(error("huge", {{et_coll(1, ChakraCollective::kAllReduce, std::int64_t{1} << 62)}})
+                .find("comm_size 4611686018427387904 is not 0 to 2^61 bytes"),
+            std::string::npos);
+  EXPECT_NE(error("negative", {{et_p2p(1, true, 0, 1, -5)}, {}}).find("comm_size -5 is not 0 to 2^61 bytes"), std::string::npos);
   EXPECT_NE(error("unmatched", {{et_p2p(1, true, 0, 1, 10)}, {}}).find("is never received"), std::string::npos);
   EXPECT_NE(error("type", {{{1, ChakraNodeType::kInvalid, {}, 0, ""}}}).find("node type 0"), std::string::npos);
   EXPECT_NE(error("comm_type", {{et_coll(1, static_cast<ChakraCollective>(12), 1024)}}).find("comm_type 12"), std::string::npos);

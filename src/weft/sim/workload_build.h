@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,10 +74,14 @@ void add_spec(Workload& w, const std::string& spec, const Topology& t, std::uint
 // A trace folder's records as agents on `placement` (empty: GPUs 0..world-1); with `gaps`,
 // the recorded time between operations becomes compute gaps.
 void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement);
+// The GPUs of a trace folder's ranks (files by rank, which must be 0..world-1): `placement`,
+// or GPUs 0..world-1 when it is empty.
+std::vector<int> trace_gpus(const std::map<int, std::string>& files, const std::string& dir, const Topology& t,
+                            const std::vector<int>& placement);
 // A folder of Chakra execution traces, <name>.<rank>.et (and ASTRA-sim's comm_group.json for
 // the process groups), as agents on `placement`; with `gaps`, nodes take their durations.
-bool has_chakra_traces(const std::string& dir);
-void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement);
+// False, adding nothing, when the folder has no such files.
+bool add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement);
 void load_job_file(Workload& w, const std::string& path, const Topology& t, std::uint64_t seed);
 
 }  // namespace weft::sim

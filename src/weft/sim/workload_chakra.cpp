@@ -16,11 +16,11 @@
 // A dependency cycle, a collective the ranks do not agree on, or a send without its
 // receive is a ConfigError.
 #include <dirent.h>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
 #include <map>
 #include <memory>
 #include <queue>
@@ -46,6 +46,8 @@ namespace {
 constexpr std::size_t kMaxChakraFileBytes = std::size_t{1} << 30;
 constexpr std::uint64_t kMaxNodeUs = std::uint64_t{1000000} * 86400 * 11;
 constexpr std::size_t kMaxChakraNodes = 20000000;  // about 2 steps of about 100 bytes each
+// A message's bytes: ll's wire bytes (twice the payload) must fit in 63 bits.
+constexpr std::int64_t kMaxCommBytes = std::int64_t{1} << 61;
 
 algo::Collective collective_of(std::int64_t comm_type, const std::string& where) {
   switch (static_cast<ChakraCollective>(comm_type)) {
@@ -236,24 +238,11 @@ struct CollectiveSeen {
 
 }  // namespace
 
-bool has_chakra_traces(const std::string& dir) { return !chakra_files(dir).empty(); }
-
-void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement) {
+bool add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement) {
   const std::map<int, std::string> files = chakra_files(dir);
-  if (files.empty()) throw ConfigError("trace folder " + dir + " has no <name>.<rank>.et files");
-  const int world = files.rbegin()->first + 1;
-  if (static_cast<int>(files.size()) != world)
-    throw ConfigError("trace folder " + dir + ": Chakra traces of ranks 0-" + std::to_string(world - 1) + " expected, " +
-                      std::to_string(files.size()) + " files found");
-  std::vector<int> gpus = placement;
-  if (gpus.empty()) {
-    if (world > t.gpu_count())
-      throw ConfigError("trace of " + std::to_string(world) + " ranks does not fit the topology's " +
-                        std::to_string(t.gpu_count()) + " GPUs");
-    for (int r = 0; r < world; ++r) gpus.push_back(r);
-  } else if (static_cast<int>(gpus.size()) != world) {
-    throw ConfigError("trace of " + std::to_string(world) + " ranks placed on " + std::to_string(gpus.size()) + " GPUs");
-  }
+  if (files.empty()) return false;
+  const std::vector<int> gpus = trace_gpus(files, dir, t, placement);
+  const int world = static_cast<int>(gpus.size());
   const std::string groups_path = dir + "/comm_group.json";
   const std::map<std::string, std::vector<int>> groups = read_groups(groups_path, world);
   std::vector<int> everyone(static_cast<std::size_t>(world));
@@ -266,16 +255,12 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
   std::map<int, std::map<std::string, int>> issued;  // rank -> group -> collectives
   std::size_t nodes_read = 0;
   for (const auto& [rank, path] : files) {
-    std::string bytes;
-    {
-      std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-      if (!f) throw ConfigError("cannot open " + path);
-      std::fseek(f.get(), 0, SEEK_END);
-      const long size = std::ftell(f.get());
-      if (size < 0 || static_cast<unsigned long>(size) > kMaxChakraFileBytes)
-        throw ConfigError(path + ": " + std::to_string(size) + " bytes, more than the 1 GiB a Chakra trace may have here");
-    }
-    bytes = read_file(path);
+    std::error_code error;
+    const std::uintmax_t size = std::filesystem::file_size(path, error);
+    if (error) throw ConfigError("cannot read " + path + ": " + error.message());
+    if (size > kMaxChakraFileBytes)
+      throw ConfigError(path + ": " + std::to_string(size) + " bytes, more than the 1 GiB a Chakra trace may have here");
+    std::string bytes = read_file(path);
     const ChakraTrace trace = parse_chakra(bytes, path);
     bytes.clear();
     bytes.shrink_to_fit();
@@ -289,6 +274,7 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
     // Each node's agent (for a collective: its channel-0 agent), and the other agents that
     // wait for it.
     std::vector<int> agent_of(n);
+    std::vector<int> peer_of(n, -1);  // a send's or receive's other rank; a collective's rank in its group
     std::vector<const std::vector<int>*> members_of(n, nullptr);
     std::unordered_map<std::uint64_t, std::size_t> index;
     for (std::size_t i = 0; i < n; ++i) index[trace.nodes[i].id] = i;
@@ -297,6 +283,8 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
       const std::string where = path + ": node " + std::to_string(node.id);
       if (node.duration_us > kMaxNodeUs)
         throw ConfigError(where + ": duration_micros " + std::to_string(node.duration_us) + " (more than 11 days)");
+      if (node.comm_size < 0 || node.comm_size > kMaxCommBytes)
+        throw ConfigError(where + ": comm_size " + std::to_string(node.comm_size) + " is not 0 to 2^61 bytes");
       switch (unit_of(node, path)) {
         case Unit::kGpu: agent_of[i] = agents.unit(rank, 0); break;
         case Unit::kCpu: agent_of[i] = agents.unit(rank, 1); break;
@@ -307,8 +295,8 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
           if (peer < 0 || peer >= world || peer == rank)
             throw ConfigError(where + ": " + (send ? "comm_dst " : "comm_src ") + std::to_string(peer) +
                               " is not another rank of the " + std::to_string(world) + "-rank trace");
-          if (node.comm_size < 0) throw ConfigError(where + ": comm_size " + std::to_string(node.comm_size) + " is negative");
-          agent_of[i] = agents.p2p(rank, static_cast<int>(peer), node.comm_tag, send ? 0 : 1);
+          peer_of[i] = static_cast<int>(peer);
+          agent_of[i] = agents.p2p(rank, peer_of[i], node.comm_tag, send ? 0 : 1);
           break;
         }
         case Unit::kGroup: {
@@ -319,12 +307,13 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
               throw ConfigError(where + ": process group '" + node.pg_name + "' is not in " + groups_path);
             members = &g->second;
           }
-          if (std::find(members->begin(), members->end(), rank) == members->end())
+          const auto me = std::find(members->begin(), members->end(), rank);
+          if (me == members->end())
             throw ConfigError(where + ": rank " + std::to_string(rank) + " is not a member of process group '" +
                               node.pg_name + "'");
           members_of[i] = members;
-          agent_of[i] = agents.group(node.pg_name, *members).of()[0][static_cast<std::size_t>(
-              std::find(members->begin(), members->end(), rank) - members->begin())];
+          peer_of[i] = static_cast<int>(me - members->begin());
+          agent_of[i] = agents.group(node.pg_name, *members).of()[0][static_cast<std::size_t>(peer_of[i])];
           break;
         }
       }
@@ -369,10 +358,9 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
         case Unit::kCpu: done.gap = duration; break;
         case Unit::kSend:
         case Unit::kRecv: {
-          const int peer = static_cast<int>(node.type == static_cast<int>(ChakraNodeType::kSend) ? node.comm_dst : node.comm_src);
           const bool send = node.type == static_cast<int>(ChakraNodeType::kSend);
           WorkStep xfer;
-          const int other = agents.p2p(peer, rank, node.comm_tag, send ? 1 : 0);
+          const int other = agents.p2p(peer_of[i], rank, node.comm_tag, send ? 1 : 0);
           (send ? xfer.sends : xfer.recvs).push_back({other, node.comm_size});
           w.agents[static_cast<std::size_t>(a)].steps.push_back(std::move(xfer));
           break;
@@ -380,9 +368,8 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
         case Unit::kGroup: {
           const std::vector<int>& members = *members_of[i];
           const algo::Collective c = collective_of(node.comm_type, where);
-          if (node.comm_size < 0) throw ConfigError(where + ": comm_size " + std::to_string(node.comm_size) + " is negative");
           const int gw = static_cast<int>(members.size());
-          const int me = static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+          const int me = peer_of[i];
           const CollectiveKey key{node.pg_name, occurrence[node.pg_name]++};
           auto seen = collectives.find(key);
           if (seen == collectives.end()) {
@@ -450,6 +437,7 @@ void add_chakra(Workload& w, const std::string& dir, const Topology& t, bool gap
                           std::to_string(seen.first_rank) + " has " + std::to_string(want) + " collectives, rank " +
                           std::to_string(m) + " has " + std::to_string(issued[m][key.group]));
   }
+  return true;
 }
 
 }  // namespace weft::sim

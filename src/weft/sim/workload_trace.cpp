@@ -67,6 +67,25 @@ void check_recorded_steps(const nlohmann::json& steps, const algo::Program& p, c
 // picoseconds must fit the simulator's clock many times over).
 constexpr std::int64_t kMaxGapUs = std::int64_t{1000000} * 86400 * 11;
 
+std::vector<int> trace_gpus(const std::map<int, std::string>& files, const std::string& dir, const Topology& t,
+                            const std::vector<int>& placement) {
+  const int world = files.rbegin()->first + 1;
+  if (static_cast<int>(files.size()) != world)
+    throw ConfigError("trace folder " + dir + ": ranks 0-" + std::to_string(world - 1) + " expected, " +
+                      std::to_string(files.size()) + " files found");
+  std::vector<int> gpus = placement;
+  if (gpus.empty()) {
+    if (world > t.gpu_count())
+      throw ConfigError("trace of " + std::to_string(world) + " ranks does not fit the topology's " +
+                        std::to_string(t.gpu_count()) + " GPUs");
+    gpus.resize(world);
+    std::iota(gpus.begin(), gpus.end(), 0);
+  } else if (static_cast<int>(gpus.size()) != world) {
+    throw ConfigError("trace of " + std::to_string(world) + " ranks placed on " + std::to_string(gpus.size()) + " GPUs");
+  }
+  return gpus;
+}
+
 void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement) {
   std::map<int, std::string> files;
   std::unique_ptr<DIR, int (*)(DIR*)> folder(opendir(dir.c_str()), &closedir);  // closed on every error too
@@ -81,22 +100,10 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
     }
   }
   folder.reset();
-  if (files.empty() && has_chakra_traces(dir)) return add_chakra(w, dir, t, gaps, placement);
+  if (files.empty() && add_chakra(w, dir, t, gaps, placement)) return;
   if (files.empty()) throw ConfigError("trace folder " + dir + " has no rank-<n>.jsonl files (or Chakra <name>.<rank>.et files)");
-  int world = files.rbegin()->first + 1;
-  if (static_cast<int>(files.size()) != world)
-    throw ConfigError("trace folder " + dir + ": ranks 0-" + std::to_string(world - 1) + " expected, " +
-                      std::to_string(files.size()) + " files found");
-  std::vector<int> gpus = placement;
-  if (gpus.empty()) {
-    if (world > t.gpu_count())
-      throw ConfigError("trace of " + std::to_string(world) + " ranks does not fit the topology's " +
-                        std::to_string(t.gpu_count()) + " GPUs");
-    gpus.resize(world);
-    std::iota(gpus.begin(), gpus.end(), 0);
-  } else if (static_cast<int>(gpus.size()) != world) {
-    throw ConfigError("trace of " + std::to_string(world) + " ranks placed on " + std::to_string(gpus.size()) + " GPUs");
-  }
+  const std::vector<int> gpus = trace_gpus(files, dir, t, placement);
+  const int world = static_cast<int>(gpus.size());
   const int base = add_job(w, "trace " + dir, gpus, 0);
   const int job = w.agents[static_cast<std::size_t>(base)].job;
   // A record's stream (default 0) is a sequence of operations that runs beside the rank's
