@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "weft/tensor/allocator.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
 #include "weft/tensor/thread_pool.h"
@@ -160,4 +161,24 @@ TEST(Tensor, ShapesWhoseElementCountOverflowsAreRefused) {
   EXPECT_THROW(Tensor::empty({big, big, big}), weft::ConfigError);  // its strides overflowed first
   EXPECT_THROW(Tensor::empty({std::int64_t{1} << 62}), weft::ConfigError);  // bytes past 2^64
   EXPECT_EQ(weft::shape_numel({big, 2}), big * 2);
+}
+
+// Large blocks start on a 2 MiB boundary (for transparent huge pages), and a freed block
+// serves the next allocation of its size: the step-to-step reuse of a training loop.
+TEST(Allocator, LargeBlocksAreHugePageAlignedAndReused) {
+  const std::size_t large = kHugePageMinBytes + 12345;
+  void* first = allocate_bytes(large);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % kHugePageBytes, 0u);
+  static_cast<char*>(first)[large - 1] = 1;  // the whole block is usable
+  const std::size_t live = allocator_live_bytes();
+  free_bytes(first, large);
+  EXPECT_EQ(allocator_live_bytes(), live - (large + 63) / 64 * 64);
+  void* again = allocate_bytes(large);
+  EXPECT_EQ(again, first);
+  free_bytes(again, large);
+  void* small = allocate_bytes(100);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(small) % 64, 0u);
+  free_bytes(small, 100);
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(kHugePageMinBytes / sizeof(float))}, DType::F32);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.data<float>()) % kHugePageBytes, 0u);
 }

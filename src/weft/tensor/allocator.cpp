@@ -1,6 +1,7 @@
 #include "weft/tensor/allocator.h"
 
 #include <malloc.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -59,6 +60,13 @@ void* allocate_bytes(std::size_t bytes) {
       c.cached -= size;
       return p;
     }
+  }
+  if (size >= kHugePageMinBytes) {  // whole huge pages (at most a third more than asked)
+    const std::size_t pages = (size + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    void* p = std::aligned_alloc(kHugePageBytes, pages);
+    if (p == nullptr) throw std::bad_alloc();
+    ::madvise(p, pages, MADV_HUGEPAGE);  // advice only: without THP the pages stay small
+    return p;
   }
   void* p = std::aligned_alloc(kAlign, size);
   if (p == nullptr) throw std::bad_alloc();
