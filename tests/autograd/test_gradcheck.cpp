@@ -1,6 +1,7 @@
 // Every differentiable operation against central finite differences in double.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "weft/autograd/functions.h"
@@ -158,6 +159,8 @@ TEST(Gradcheck, SequenceOperations) {
   expect_gradcheck("gelu", [](auto& v) { return gelu(v[0]); }, {rnd({3, 7}, -3, 3)});
   expect_gradcheck("causal softmax", [](auto& v) { return softmax(causal_mask(v[0])); }, {rnd({2, 4, 4})});
   expect_gradcheck("fused causal softmax", [](auto& v) { return causal_softmax(v[0], 0.37); }, {rnd({2, 5, 5})});
+  expect_gradcheck("causal self-attention", [](auto& v) { return causal_self_attention(v[0], 2); },
+                   {rnd({2, 5, 12})});
   expect_gradcheck("narrow", [](auto& v) { return narrow(v[0], 1, 2, 3); }, {rnd({2, 6, 3})});
   expect_gradcheck("concat", [](auto& v) { return concat({v[0], v[1]}, 1); }, {rnd({2, 3}), rnd({2, 4})});
 }
@@ -248,4 +251,48 @@ TEST(Checkpoint, SameGradientsAsStoringActivations) {
   NoGradGuard no_grad;
   Var w(w0, false);
   EXPECT_FALSE(checkpoint(fn_of(w), Var(x0)).requires_grad());
+}
+
+namespace {
+// Causal self-attention composed of its parts: narrowed q, k, v, heads split into a batch,
+// the products, the fused softmax, and the heads merged back side by side.
+Var composed_attention(const Var& qkv, std::int64_t heads) {
+  const std::int64_t B = qkv.size(0), T = qkv.size(1), d = qkv.size(2) / 3, hd = d / heads;
+  auto split = [&](std::int64_t part) {
+    return reshape(transpose(reshape(narrow(qkv, 2, part * d, d), {B, T, heads, hd}), 1, 2), {B * heads, T, hd});
+  };
+  Var w = causal_softmax(matmul(split(0), transpose(split(1), 1, 2)), 1.0 / std::sqrt(static_cast<double>(hd)));
+  return reshape(transpose(reshape(matmul(w, split(2)), {B, heads, T, hd}), 1, 2), {B, T, d});
+}
+}  // namespace
+
+// The fused attention reads each head's q, k, v in place and writes its output and
+// gradients in place: the composed operations' values and gradients within rounding, in
+// float32 and float64, for one head and several, contexts of 1 and 33.
+TEST(Sequence, FusedSelfAttentionIsTheComposedOne) {
+  Rng rng(5);
+  for (DType dt : {DType::F32, DType::F64}) {
+    for (auto [B, T, heads, hd] : {std::array<std::int64_t, 4>{3, 33, 4, 8}, {2, 1, 1, 16}, {1, 17, 3, 5}}) {
+      Tensor x = randn({B, T, 3 * heads * hd}, rng, 0, 1, dt), g = randn({B, T, heads * hd}, rng, 0, 1, dt);
+      Var a(x, true), b(x, true);
+      Var fused = causal_self_attention(a, heads), composed = composed_attention(b, heads);
+      const double rtol = dt == DType::F32 ? 1e-5 : 1e-12, atol = dt == DType::F32 ? 1e-6 : 1e-14;
+      EXPECT_TRUE(ops::allclose(fused.value(), composed.value(), rtol, atol))
+          << dtype_name(dt) << " T " << T << " " << ops::max_abs_diff(fused.value(), composed.value());
+      fused.backward(g);
+      composed.backward(g);
+      EXPECT_TRUE(ops::allclose(a.grad(), b.grad(), rtol, atol))
+          << dtype_name(dt) << " T " << T << " " << ops::max_abs_diff(a.grad(), b.grad());
+    }
+  }
+  // A later query never sees an earlier one's future: changing the last position's q, k
+  // and v leaves every earlier output as it was.
+  Tensor x = randn({1, 6, 12}, rng, 0, 1);
+  Tensor y = causal_self_attention(Var(x), 2).value();
+  Tensor x2 = x.clone();
+  for (std::int64_t c = 0; c < 12; ++c) x2.set({0, 5, c}, 7.0);
+  Tensor y2 = causal_self_attention(Var(x2), 2).value();
+  EXPECT_TRUE(ops::equal(y.slice(1, 0, 5).contiguous(), y2.slice(1, 0, 5).contiguous()));
+  EXPECT_FALSE(ops::equal(y.slice(1, 5, 6).contiguous(), y2.slice(1, 5, 6).contiguous()));
+  EXPECT_THROW(causal_self_attention(Var(randn({1, 4, 10}, rng)), 2), InternalError);
 }

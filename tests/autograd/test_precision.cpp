@@ -7,11 +7,13 @@
 #include <limits>
 
 #include "weft/autograd/functions.h"
+#include "weft/autograd/sequence.h"
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/onednn.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
+#include "weft/tensor/thread_pool.h"
 #include "../scoped_kernels.h"
 
 using namespace weft;
@@ -140,4 +142,35 @@ TEST(MixedPrecision, StoredCopiesFollowInPlaceUpdates) {
     EXPECT_TRUE(ops::allclose(x.grad(), want, 1e-6, 1e-6)) << "step " << step;
     ops::add_(w.mutable_value(), Tensor::ones({4, 4}));
   }
+}
+
+// Under mixed precision the fused attention reads bf16-rounded q, k, v and attention
+// weights, as the composed products do, and stores both in bf16; its results do not depend
+// on the thread count.
+TEST(MixedPrecision, FusedAttentionReadsBf16OperandsWhateverTheThreads) {
+  Tensor xv = rnd_f32({2, 24, 3 * 32}), gv = rnd_f32({2, 24, 32});
+  auto run = [&](bool bf16, int threads, Tensor* grad) {
+    const int before = get_num_threads();
+    set_num_threads(threads);
+    Var x(xv, true);
+    Tensor y;
+    {
+      Bf16Guard precision(bf16);
+      Var out = causal_self_attention(x, 4);
+      y = out.value();
+      out.backward(gv);
+    }
+    set_num_threads(before);
+    *grad = x.grad();
+    return y;
+  };
+  Tensor g1, g2, g32;
+  const Tensor one = run(true, 1, &g1), two = run(true, 2, &g2), fp32 = run(false, 2, &g32);
+  EXPECT_TRUE(ops::equal(one, two));
+  EXPECT_TRUE(ops::equal(g1, g2));
+  EXPECT_FALSE(ops::allclose(two, fp32, 1e-6, 1e-6));  // bf16 operands change the results
+  EXPECT_TRUE(ops::allclose(two, fp32, 2e-2, 2e-2));  // by their rounding only
+  // the same as attention on the rounded operands in float32
+  Var r(ops::round_bf16(xv), true);
+  EXPECT_TRUE(ops::allclose(two, causal_self_attention(r, 4).value(), 1e-2, 1e-2));
 }

@@ -5,7 +5,9 @@
 #include <limits>
 
 #include "weft/tensor/fast_math.h"
+#include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
+#include "weft/tensor/profile.h"
 #include "weft/tensor/thread_pool.h"
 
 namespace weft {
@@ -164,6 +166,34 @@ Var causal_mask(const Var& scores) {
   });
 }
 
+namespace {
+
+// One row of softmax(causal_mask(x * scale)): query i sees keys 0..n-1 (n = i + 1); the
+// rest of the row's T entries are zero. `in` may be `out`.
+template <class E>
+void causal_softmax_row(const E* in, E* out, std::int64_t n, std::int64_t T, double scale) {
+  for (std::int64_t j = 0; j < n; ++j) out[j] = static_cast<E>(in[j] * scale);  // as mul(x, scale)
+  E m = *std::max_element(out, out + n);
+  for (std::int64_t j = 0; j < n; ++j) out[j] = exp_of(out[j] - m);
+  E sum = 0;
+  for (std::int64_t j = 0; j < n; ++j) sum += out[j];
+  const E inv = E(1) / sum;
+  for (std::int64_t j = 0; j < n; ++j) out[j] *= inv;
+  std::fill(out + n, out + T, E(0));
+}
+
+// Its backward: softmax's y (g - sum(g y)), then the scale's; the masked keys get zeros.
+// `d` may be `g`.
+template <class E>
+void causal_softmax_row_backward(const E* g, const E* y, E* d, std::int64_t n, std::int64_t T, double scale) {
+  E s = 0;
+  for (std::int64_t j = 0; j < n; ++j) s += g[j] * y[j];
+  for (std::int64_t j = 0; j < n; ++j) d[j] = static_cast<E>(static_cast<E>(y[j] * (g[j] - s)) * scale);
+  std::fill(d + n, d + T, E(0));
+}
+
+}  // namespace
+
 Var causal_softmax(const Var& scores, double scale) {
   const Tensor x = scores.value().contiguous();
   WEFT_CHECK(x.dim() >= 2 && x.size(-1) == x.size(-2), "causal_softmax: scores must be [..., T, T]");
@@ -175,20 +205,8 @@ Var causal_softmax(const Var& scores, double scale) {
     const E* px = x.data<E>();
     E* py = y.data<E>();
     parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t r = b; r < e; ++r) {
-        // Row r is query i = r mod T: keys 0..i; the rest stay zero (softmax of -infinity).
-        const std::int64_t n = r % T_ + 1;
-        const E* in = px + r * T_;
-        E* out = py + r * T_;
-        for (std::int64_t j = 0; j < n; ++j) out[j] = static_cast<E>(in[j] * scale);  // as mul(x, scale)
-        E m = *std::max_element(out, out + n);
-        for (std::int64_t j = 0; j < n; ++j) out[j] = exp_of(out[j] - m);
-        E sum = 0;
-        for (std::int64_t j = 0; j < n; ++j) sum += out[j];
-        const E inv = E(1) / sum;
-        for (std::int64_t j = 0; j < n; ++j) out[j] *= inv;
-        std::fill(out + n, out + T_, E(0));
-      }
+      // Row r is query r mod T.
+      for (std::int64_t r = b; r < e; ++r) causal_softmax_row(px + r * T_, py + r * T_, r % T_ + 1, T_, scale);
     });
   });
   SavedTensor sy = SavedTensor::activation(y);
@@ -201,18 +219,87 @@ Var causal_softmax(const Var& scores, double scale) {
       const E* pyv = yv.data<E>();
       E* pd = dx.data<E>();
       parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t r = b; r < e; ++r) {
-          const std::int64_t n = r % T_ + 1;
-          const E* gr = pg + r * T_;
-          const E* yr = pyv + r * T_;
-          E* d = pd + r * T_;
-          // softmax's backward y (g - sum(g y)), then the scale's: the masked keys add zeros.
-          E s = 0;
-          for (std::int64_t j = 0; j < n; ++j) s += gr[j] * yr[j];
-          for (std::int64_t j = 0; j < n; ++j) d[j] = static_cast<E>(static_cast<E>(yr[j] * (gr[j] - s)) * scale);
-          std::fill(d + n, d + T_, E(0));
-        }
+        for (std::int64_t r = b; r < e; ++r)
+          causal_softmax_row_backward(pg + r * T_, pyv + r * T_, pd + r * T_, r % T_ + 1, T_, scale);
       });
+    });
+    return Grads{dx};
+  });
+}
+
+namespace {
+
+// Runs fn(i) for each of `count` heads on the pool, every task with the caller's choice of
+// bf16 products (a per-thread setting, as in a batched matmul). Profiled as products (the
+// softmax between them is a small part).
+template <class Fn>
+void for_each_head(std::int64_t count, const Fn& fn) {
+  ProfileScope profile(Work::Gemm);
+  const bool bf16 = ops::bf16_products();
+  parallel_for(count, 1, [&](std::int64_t first, std::int64_t last) {
+    const bool own = ops::bf16_products();
+    ops::set_bf16_products(bf16);
+    for (std::int64_t i = first; i < last; ++i) fn(i);
+    ops::set_bf16_products(own);
+  });
+}
+
+// The causal softmax of each row of a [T, T] block, in place.
+void causal_softmax_block(Tensor& s, double scale) {
+  const std::int64_t T = s.size(0);
+  dispatch(s.dtype(), [&](auto zero) {
+    using E = decltype(zero);
+    E* p = s.data<E>();
+    for (std::int64_t r = 0; r < T; ++r) causal_softmax_row(p + r * T, p + r * T, r + 1, T, scale);
+  });
+}
+
+}  // namespace
+
+Var causal_self_attention(const Var& qkv, std::int64_t heads) {
+  const Tensor in = qkv.value().contiguous();
+  WEFT_CHECK(in.dim() == 3 && heads >= 1 && in.size(2) % (3 * heads) == 0,
+             "causal_self_attention: qkv must be [B, T, 3 d] with d divisible by the heads, got " +
+                 shape_to_string(in.shape()));
+  const std::int64_t B = in.size(0), T = in.size(1), d = in.size(2) / 3, hd = d / heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  // Head h of sample b: columns [h hd, (h + 1) hd) of q, k and v (and of the output), read
+  // and written in place, without the heads' copies.
+  auto head = [=](const Tensor& t, std::int64_t i, std::int64_t part) {
+    return t.select(0, i / heads).slice(1, part * d + i % heads * hd, part * d + (i % heads + 1) * hd);
+  };
+  const Tensor x = gemm_operand(in);  // the products' operands (bf16-rounded under mixed precision)
+  Tensor probs = Tensor::empty({B * heads, T, T}, in.dtype());
+  for_each_head(B * heads, [&](std::int64_t i) {
+    Tensor s = probs.select(0, i);
+    ops::gemm(false, true, 1.0, head(x, i, 0), head(x, i, 1), 0.0, s);  // q k^T
+    causal_softmax_block(s, scale);
+  });
+  const Tensor p = gemm_operand(probs);
+  Tensor out = Tensor::empty({B, T, d}, in.dtype());
+  for_each_head(B * heads, [&](std::int64_t i) {
+    Tensor o = head(out, i, 0);
+    ops::gemm(false, false, 1.0, p.select(0, i), head(x, i, 2), 0.0, o);  // weights v
+  });
+  SavedTensor sx = SavedTensor::activation(x), sp = SavedTensor::activation(probs);
+  return record("causal_self_attention", out, {qkv}, [sx, sp, head, B, T, d, heads, scale](const Tensor& g_in) {
+    const Tensor g = g_in.contiguous(), xv = sx.get(), pv = sp.get();
+    Tensor dx = Tensor::empty({B, T, 3 * d}, g.dtype());
+    for_each_head(B * heads, [&](std::int64_t i) {
+      const Tensor go = head(g, i, 0), pi = pv.select(0, i);
+      Tensor dv = head(dx, i, 2), dq = head(dx, i, 0), dk = head(dx, i, 1);
+      Tensor ds = Tensor::empty({T, T}, g.dtype());
+      ops::gemm(false, true, 1.0, go, head(xv, i, 2), 0.0, ds);  // d weights = g v^T
+      ops::gemm(true, false, 1.0, pi, go, 0.0, dv);               // d v = weights^T g
+      dispatch(ds.dtype(), [&](auto zero) {
+        using E = decltype(zero);
+        E* pd = ds.data<E>();
+        const E* py = pi.data<E>();
+        for (std::int64_t r = 0; r < T; ++r)
+          causal_softmax_row_backward(pd + r * T, py + r * T, pd + r * T, r + 1, T, scale);
+      });
+      ops::gemm(false, false, 1.0, ds, head(xv, i, 1), 0.0, dq);  // d q = d scores k
+      ops::gemm(true, false, 1.0, ds, head(xv, i, 0), 0.0, dk);   // d k = d scores^T q
     });
     return Grads{dx};
   });

@@ -31,6 +31,15 @@ Var causal_mask(const Var& scores);
 // the same gradients within rounding.
 Var causal_softmax(const Var& scores, double scale);
 
+// Causal multi-head self-attention from the fused projection qkv [B, T, 3 d] (q, k, v side
+// by side, each d = heads x hd): per head softmax(causal_mask(q k^T / sqrt(hd))) v, the heads
+// side by side in the output [B, T, d]. One task per (sample, head) reads its q, k and v
+// where they lie and writes its output and gradients in place: none of the heads' splitting
+// and merging copies, nor the narrowed parts' zero-filled gradients, of the composed form
+// (narrow, split_heads, matmul, causal_softmax, matmul, merge_heads), whose values it gives
+// within rounding. Saves the operands and the attention weights for backward.
+Var causal_self_attention(const Var& qkv, std::int64_t heads);
+
 // Elements [start, start + length) of dimension `dim`; backward scatters into a zero tensor.
 Var narrow(const Var& x, std::int64_t dim, std::int64_t start, std::int64_t length);
 

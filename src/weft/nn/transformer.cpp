@@ -67,11 +67,8 @@ Var causal_attention_weights(const Var& q, const Var& k) {
 Var CausalSelfAttention::forward(const Var& x) {
   const std::int64_t B = x.size(0), T = x.size(1), d = dim_, H = heads_;
   Var qkv = reshape(qkv_->forward(reshape(x, {B * T, d})), {B, T, 3 * d});
-  Var q = split_heads(narrow(qkv, 2, 0, d), H);
-  Var k = split_heads(narrow(qkv, 2, d, d), H);
-  Var v = split_heads(narrow(qkv, 2, 2 * d, d), H);
-  Var att = matmul(causal_attention_weights(q, k), v);  // [B*H, T, hd]
-  return reshape(proj_->forward(merge_heads(att, B)), {B, T, d});
+  Var att = causal_self_attention(qkv, H);  // [B, T, d], the heads side by side
+  return reshape(proj_->forward(reshape(att, {B * T, d})), {B, T, d});
 }
 
 std::string CausalSelfAttention::describe() const {

@@ -76,7 +76,8 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
           Tensor& c) {
   ProfileScope profile(Work::Gemm);
   WEFT_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtype mismatch");
-  WEFT_CHECK(c.dim() == 2 && c.is_contiguous(), "gemm: output must be contiguous 2-D");
+  WEFT_CHECK(c.dim() == 2 && c.stride(1) == 1 && c.stride(0) >= c.size(1),
+             "gemm: output must be 2-D with contiguous rows");
   BlasOperand A = as_blas(a), B = as_blas(b);
   std::int64_t m = trans_a ? a.size(1) : a.size(0);
   std::int64_t k = trans_a ? a.size(0) : a.size(1);
@@ -92,7 +93,7 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
   }
   auto ta = (trans_a != A.transposed) ? CblasTrans : CblasNoTrans;
   auto tb = (trans_b != B.transposed) ? CblasTrans : CblasNoTrans;
-  std::int64_t ldc = n;
+  const std::int64_t ldc = c.stride(0);
   if (c.dtype() == DType::F32) {
     // Blocks of C, one single-threaded library call each, run on the pool. The blocks
     // depend only on the shape, so every element is computed the same way whatever the

@@ -18,8 +18,8 @@ struct GemmBlocks {
 GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n);
 
 // c = alpha * op(a) * op(b) + beta * c for 2-D tensors, op = transpose when the flag is set.
-// a and b may be transposed views (either of their last two strides may be 1); c must be
-// contiguous.
+// a and b may be transposed views (either of their last two strides may be 1); c's rows
+// must be contiguous (a column range of a wider matrix is fine).
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c);
 
