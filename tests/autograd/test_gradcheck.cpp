@@ -6,6 +6,7 @@
 
 #include "weft/autograd/functions.h"
 #include "weft/autograd/gradcheck.h"
+#include "weft/tensor/allocator.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
 
@@ -181,6 +182,44 @@ TEST(Sequence, FusedCausalSoftmaxIsTheComposedOneBitForBit) {
     EXPECT_TRUE(ops::allclose(a.grad(), b.grad(), dt == DType::F32 ? 1e-5 : 1e-13, dt == DType::F32 ? 1e-7 : 1e-16))
         << dtype_name(dt) << " " << ops::max_abs_diff(a.grad(), b.grad());
   }
+}
+
+// A linear layer and its ReLU as one operation: the composed values and gradients bit for
+// bit, with pre-activations of exactly zero, NaN, and a layer without bias.
+TEST(Linear, FusedLinearReluIsTheComposedOneBitForBit) {
+  Rng rng(6);
+  for (DType dt : {DType::F32, DType::F64}) {
+    for (bool bias : {true, false}) {
+      Tensor x = randn({9, 7}, rng, 0, 1, dt), w = randn({5, 7}, rng, 0, 1, dt), b = randn({5}, rng, 0, 1, dt);
+      x.set({2, 3}, std::nan(""));
+      w.set({4, 0}, 0.0);
+      for (std::int64_t c = 0; c < 7; ++c) x.set({3, c}, 0.0);  // row 3: exactly the bias (or 0)
+      Var x1(x, true), w1(w, true), b1(b, true), x2(x, true), w2(w, true), b2(b, true);
+      Var fused = linear_relu(x1, w1, bias ? b1 : Var()), composed = relu(linear(x2, w2, bias ? b2 : Var()));
+      EXPECT_TRUE(ops::equal(fused.value(), composed.value())) << dtype_name(dt) << " bias " << bias;
+      Tensor g = randn(fused.value().shape(), rng, 0, 1, dt);
+      fused.backward(g);
+      composed.backward(g);
+      EXPECT_TRUE(ops::equal(w1.grad(), w2.grad())) << dtype_name(dt);
+      if (bias) {
+        EXPECT_TRUE(ops::equal(b1.grad(), b2.grad())) << dtype_name(dt);
+      }
+      // (x's gradient: NaN in row 2 on both sides, which equal() does not compare equal)
+      EXPECT_TRUE(ops::equal(x1.grad().slice(0, 3, 9).contiguous(), x2.grad().slice(0, 3, 9).contiguous()));
+    }
+  }
+  // It keeps one [N, out] tensor for backward where the composed form keeps two (the
+  // pre-activation for ReLU's mask and the ReLU's output).
+  Tensor x = randn({64, 32}, rng), w = randn({48, 32}, rng);
+  auto kept = [&](bool fused) {
+    Var xv(x, true), wv(w, true);
+    const std::size_t before = allocator_live_bytes();
+    Var y = fused ? linear_relu(xv, wv, Var()) : relu(linear(xv, wv, Var()));
+    return allocator_live_bytes() - before;
+  };
+  EXPECT_EQ(kept(false) - kept(true), 64u * 48u * sizeof(float));
+  expect_gradcheck("linear relu", [](auto& v) { return linear_relu(v[0], v[1], v[2]); },
+                   {rnd({5, 4}), rnd({3, 4}), rnd({3})});
 }
 
 // ReLU then max pooling in one pass: the composed values and gradients bit for bit, with

@@ -6,6 +6,7 @@
 #include "weft/nn/activation.h"
 #include "weft/nn/conv.h"
 #include "weft/nn/dropout.h"
+#include "weft/tensor/allocator.h"
 #include "weft/nn/init.h"
 #include "weft/nn/linear.h"
 #include "weft/nn/models.h"
@@ -81,6 +82,30 @@ TEST(Layers, DropoutTrainAndEval) {
   EXPECT_TRUE(ops::equal(d(x).value(), x.value()));
   EXPECT_EQ(d.named_rngs().size(), 1u);
   EXPECT_THROW(Dropout(1.0, 0), ConfigError);
+}
+
+// dropout is x times the mask the generator draws in order (0, or 1/(1-p) with probability
+// 1-p), values and gradients bit for bit, and keeps a byte per element for backward.
+TEST(Layers, DropoutIsTheDrawnMaskTimesTheInput) {
+  Rng data(3);
+  Tensor xv = randn({37, 129}, data);
+  xv.set({1, 2}, std::nan(""));
+  const double p = 0.3;
+  Rng draw(21), again(21);
+  Tensor mask = Tensor::empty(xv.shape());
+  for (std::int64_t i = 0; i < mask.numel(); ++i)
+    mask.data<float>()[i] = again.uniform() < p ? 0.0f : static_cast<float>(1.0 / (1.0 - p));
+  Var x(xv, true);
+  const std::size_t before = allocator_live_bytes();
+  Var y = dropout(x, p, draw);
+  EXPECT_LE(allocator_live_bytes() - before, y.value().nbytes() + 37u * 129u + 1024u);
+  const Tensor want = ops::mul(xv, mask);
+  EXPECT_TRUE(ops::equal(y.value().slice(0, 2, 37).contiguous(), want.slice(0, 2, 37).contiguous()));
+  EXPECT_TRUE(std::isnan(y.value().at({1, 2})));
+  Tensor g = randn(xv.shape(), data);
+  y.backward(g);
+  EXPECT_TRUE(ops::equal(x.grad(), ops::mul(g, mask)));
+  EXPECT_EQ(draw.uniform(), again.uniform());  // both drew one number per element
 }
 
 TEST(Layers, ActivationsAndSoftmaxModules) {

@@ -5,6 +5,7 @@
 #include "weft/tensor/conv.h"
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
+#include "weft/tensor/thread_pool.h"
 
 namespace weft {
 
@@ -122,19 +123,25 @@ Var matmul(const Var& a, const Var& b) {
   });
 }
 
-Var linear(const Var& x, const Var& w, const Var& bias) {
+namespace {
+// x w^T + bias, relu'd in place when `relu`; backward masks the incoming gradient with the
+// output's sign (relu(x) > 0 exactly where x > 0, NaN included) before linear's gradients.
+Var linear_maybe_relu(const Var& x, const Var& w, const Var& bias, bool relu) {
   bool gx = x.requires_grad(), gw = w.requires_grad();
   bool has_bias = bias.defined();
   bool gbias = has_bias && bias.requires_grad();
   const std::int64_t m = x.size(0), n = w.size(0), k = x.size(1);
   Tensor out = ops::linear(gemm_operand(x.value(), m, n, k), gemm_operand(w.value(), m, n, k),
                            has_bias ? &bias.value() : nullptr);
-  // Each operand is needed only for the other's gradient.
+  if (relu) ops::relu_(out);
+  // Each operand is needed only for the other's gradient; the output only for its sign.
   SavedTensor sx = gw ? SavedTensor::product_operand(x) : SavedTensor();
   SavedTensor sw = gx ? SavedTensor::product_operand(w) : SavedTensor();
+  SavedTensor sy = relu ? SavedTensor::activation(out) : SavedTensor();
   std::vector<Var> inputs{x, w};
   if (has_bias) inputs.push_back(bias);
-  return record("linear", out, inputs, [sx, sw, gx, gw, has_bias, gbias](const Tensor& g) {
+  return record(relu ? "linear_relu" : "linear", out, inputs, [sx, sw, sy, relu, gx, gw, has_bias, gbias](const Tensor& g_in) {
+    const Tensor g = relu ? ops::relu_backward(g_in, sy.get()) : g_in;
     Grads grads(has_bias ? 3 : 2);
     if (gx) grads[0] = ops::matmul(g, sw.get());  // [N, out] x [out, in]
     if (gw) {
@@ -146,6 +153,10 @@ Var linear(const Var& x, const Var& w, const Var& bias) {
     return grads;
   });
 }
+}  // namespace
+
+Var linear(const Var& x, const Var& w, const Var& bias) { return linear_maybe_relu(x, w, bias, false); }
+Var linear_relu(const Var& x, const Var& w, const Var& bias) { return linear_maybe_relu(x, w, bias, true); }
 
 Var sum(const Var& a) {
   Shape s = a.shape();
@@ -286,15 +297,28 @@ Var relu_max_pool2d(const Var& x, std::int64_t kernel, std::int64_t stride) { re
 Var dropout(const Var& x, double p, Rng& rng) {
   WEFT_CHECK(p >= 0.0 && p < 1.0, "dropout probability must be in [0, 1)");
   if (p == 0.0) return x;
-  Tensor mask = Tensor::empty(x.shape(), x.dtype());
-  double keep_scale = 1.0 / (1.0 - p);
-  dispatch(mask.dtype(), [&](auto zero) {
-    using T = decltype(zero);
-    T* m = mask.data<T>();
-    for (std::int64_t i = 0; i < mask.numel(); ++i) m[i] = rng.uniform() < p ? T(0) : static_cast<T>(keep_scale);
-  });
-  return record("dropout", ops::mul(x.value(), mask), {x},
-                [mask](const Tensor& g) { return Grads{ops::mul(g, mask)}; });
+  const Tensor v = x.value().contiguous();
+  const std::int64_t n = v.numel();
+  // One byte a value for backward (a float mask took four), drawn in order from rng.
+  auto keep = std::make_shared<std::vector<std::uint8_t>>(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) (*keep)[static_cast<std::size_t>(i)] = rng.uniform() < p ? 0 : 1;
+  const double keep_scale = 1.0 / (1.0 - p);
+  // x * keep_scale where kept, x * 0 elsewhere (NaN and infinities stay NaN, as x * mask did).
+  auto apply = [keep, keep_scale](const Tensor& in) {
+    Tensor out = Tensor::empty(in.shape(), in.dtype());
+    dispatch(in.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const T* a = in.data<T>();
+      T* o = out.data<T>();
+      const std::uint8_t* k = keep->data();
+      const T scale = static_cast<T>(keep_scale);
+      parallel_for(in.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) o[i] = a[i] * (k[i] ? scale : T(0));
+      });
+    });
+    return out;
+  };
+  return record("dropout", apply(v), {x}, [apply](const Tensor& g) { return Grads{apply(g.contiguous())}; });
 }
 
 }  // namespace weft

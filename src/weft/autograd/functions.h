@@ -31,6 +31,10 @@ inline Var operator/(const Var& a, const Var& b) { return div(a, b); }
 // Linear algebra.
 Var matmul(const Var& a, const Var& b);                    // 2-D, or batched 3-D
 Var linear(const Var& x, const Var& w, const Var& bias);   // x w^T + bias; bias may be undefined
+// relu(linear(x, w, bias)) as one operation: the ReLU in place on the product's output,
+// which backward keeps (once, for its sign and as the next product's operand) instead of
+// the pre-activation as well: the same values and gradients, bit for bit.
+Var linear_relu(const Var& x, const Var& w, const Var& bias);
 
 // Reductions and shapes.
 Var sum(const Var& a);
@@ -55,7 +59,8 @@ Var conv2d(const Var& x, const Var& w, const Var& bias, std::int64_t stride, std
 Var max_pool2d(const Var& x, std::int64_t kernel, std::int64_t stride);
 // max_pool2d(relu(x)) in one pass, the same values and gradients (ops::max_pool2d's relu).
 Var relu_max_pool2d(const Var& x, std::int64_t kernel, std::int64_t stride);
-// Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1-p).
+// Inverted dropout: zeroes each element with probability p and scales the rest by 1/(1-p),
+// one pass forward and one backward; the mask kept for backward is a byte per element.
 Var dropout(const Var& x, double p, Rng& rng);
 
 }  // namespace weft

@@ -18,6 +18,11 @@ Var Linear::forward(const Var& x) {
   return linear(x, weight_, bias_);
 }
 
+Var Linear::forward_relu(const Var& x) {
+  WEFT_CHECK(x.dim() == 2 && x.size(1) == in_, describe() + ": input shape " + shape_to_string(x.shape()));
+  return linear_relu(x, weight_, bias_);
+}
+
 std::string Linear::describe() const {
   return "Linear(" + std::to_string(in_) + " -> " + std::to_string(out_) + (bias_.defined() ? "" : ", no bias") + ")";
 }

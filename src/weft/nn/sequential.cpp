@@ -4,6 +4,7 @@
 
 #include "weft/nn/activation.h"
 #include "weft/nn/conv.h"
+#include "weft/nn/linear.h"
 
 namespace weft {
 
@@ -23,13 +24,17 @@ Var Sequential::forward_range(const Var& x, std::size_t begin, std::size_t end) 
   Var h = x;
   end = std::min(end, modules_.size());
   for (std::size_t i = begin; i < end; ++i) {
-    // A ReLU followed by max pooling runs as one pass (the same values and gradients).
-    auto* pool = i + 1 < end ? dynamic_cast<MaxPool2d*>(modules_[i + 1].get()) : nullptr;
-    const bool fused = pool != nullptr && dynamic_cast<ReLU*>(modules_[i].get()) != nullptr;
-    const std::size_t last = fused ? i + 1 : i;
+    // A ReLU followed by max pooling, and a linear layer followed by a ReLU, run as one
+    // operation each (the same values and gradients, bit for bit).
+    Module* next = i + 1 < end ? modules_[i + 1].get() : nullptr;
+    auto* pool = dynamic_cast<MaxPool2d*>(next);
+    auto* linear = dynamic_cast<Linear*>(modules_[i].get());
+    const bool relu_pool = pool != nullptr && dynamic_cast<ReLU*>(modules_[i].get()) != nullptr;
+    const bool linear_relu = linear != nullptr && dynamic_cast<ReLU*>(next) != nullptr;
+    const std::size_t last = relu_pool || linear_relu ? i + 1 : i;
     if (around_)
       for (std::size_t m = i; m <= last; ++m) around_(m, true);
-    h = fused ? pool->forward_relu(h) : modules_[i]->forward(h);
+    h = relu_pool ? pool->forward_relu(h) : linear_relu ? linear->forward_relu(h) : modules_[i]->forward(h);
     if (around_)
       for (std::size_t m = i; m <= last; ++m) around_(m, false);
     i = last;

@@ -220,6 +220,16 @@ void add_(Tensor& a, const Tensor& b, double alpha) {
   });
 }
 
+void relu_(Tensor& a) {
+  dispatch(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* p = a.data<T>();
+    strided_rows<1>(a.shape(), {a.strides()}, true, [&](auto off, std::int64_t n, auto st) {
+      for (std::int64_t i = 0; i < n; ++i) p[off[0] + i * st[0]] = p[off[0] + i * st[0]] > 0 ? p[off[0] + i * st[0]] : T(0);
+    });
+  });
+}
+
 void mul_(Tensor& a, double s) {
   dispatch(a.dtype(), [&](auto zero) {
     using T = decltype(zero);

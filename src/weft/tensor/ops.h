@@ -38,6 +38,7 @@ Tensor tanh_backward(const Tensor& grad, const Tensor& out);     // grad * (1 - 
 // In place: a += alpha * b (b broadcasts to a), a *= s.
 void add_(Tensor& a, const Tensor& b, double alpha = 1.0);
 void mul_(Tensor& a, double s);
+void relu_(Tensor& a);  // relu(a) in place, the same values as relu(a)
 
 // Reductions. Sums accumulate in the tensor's dtype, in a fixed order.
 Tensor sum(const Tensor& a);  // all elements, a 0-d tensor
