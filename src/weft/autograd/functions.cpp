@@ -131,8 +131,13 @@ Var linear_maybe_relu(const Var& x, const Var& w, const Var& bias, bool relu) {
   bool has_bias = bias.defined();
   bool gbias = has_bias && bias.requires_grad();
   const std::int64_t m = x.size(0), n = w.size(0), k = x.size(1);
-  Tensor out = ops::linear(gemm_operand(x.value(), m, n, k), gemm_operand(w.value(), m, n, k),
-                           has_bias ? &bias.value() : nullptr);
+  // On bf16 instructions the products read bf16 tensors as they are: the input's copy is the
+  // one its SavedTensor keeps, and backward reads the kept copies and the incoming gradient
+  // rounded once for both products (the same bits as rounding each operand per product).
+  const bool native = x.dtype() == DType::F32 && ops::bf16_instructions_for(m, n, k);
+  Tensor out = native ? ops::linear(bf16_operand(x), bf16_operand(w), has_bias ? &bias.value() : nullptr)
+                      : ops::linear(gemm_operand(x.value(), m, n, k), gemm_operand(w.value(), m, n, k),
+                                    has_bias ? &bias.value() : nullptr);
   if (relu) ops::relu_(out);
   // Each operand is needed only for the other's gradient; the output only for its sign.
   SavedTensor sx = gw ? SavedTensor::product_operand(x) : SavedTensor();
@@ -140,14 +145,21 @@ Var linear_maybe_relu(const Var& x, const Var& w, const Var& bias, bool relu) {
   SavedTensor sy = relu ? SavedTensor::activation(out) : SavedTensor();
   std::vector<Var> inputs{x, w};
   if (has_bias) inputs.push_back(bias);
-  return record(relu ? "linear_relu" : "linear", out, inputs, [sx, sw, sy, relu, gx, gw, has_bias, gbias](const Tensor& g_in) {
+  return record(relu ? "linear_relu" : "linear", out, inputs, [sx, sw, sy, relu, native, m, n, k, gx, gw, has_bias, gbias](const Tensor& g_in) {
     const Tensor g = relu ? ops::relu_backward(g_in, sy.get()) : g_in;
     Grads grads(has_bias ? 3 : 2);
-    if (gx) grads[0] = ops::matmul(g, sw.get());  // [N, out] x [out, in]
-    if (gw) {
-      Tensor vx = sx.get();
-      grads[1] = Tensor::empty({g.size(1), vx.size(1)}, vx.dtype());
-      ops::gemm(true, false, 1.0, g, vx, 0.0, grads[1]);  // [out, N] x [N, in]
+    // (as in forward, while this thread's products run on bf16 instructions)
+    const bool bf16 = native && ops::bf16_instructions_for(m, n, k);
+    const Tensor gb = bf16 ? g.to(DType::BF16) : g;
+    if (gx) {  // [N, out] x [out, in]
+      const Tensor vw = bf16 ? sw.get_bf16() : sw.get();
+      grads[0] = Tensor::empty({g.size(0), vw.size(1)}, g.dtype());
+      ops::gemm(false, false, 1.0, gb, vw, 0.0, grads[0]);
+    }
+    if (gw) {  // [out, N] x [N, in]
+      const Tensor vx = bf16 ? sx.get_bf16() : sx.get();
+      grads[1] = Tensor::empty({g.size(1), vx.size(1)}, g.dtype());
+      ops::gemm(true, false, 1.0, gb, vx, 0.0, grads[1]);
     }
     if (gbias) grads[2] = ops::sum(g, {0}, false);
     return grads;

@@ -98,16 +98,29 @@ SavedTensor SavedTensor::product_operand(const Var& v) {
   return s;
 }
 
+const Tensor& SavedTensor::leaf_value() const {
+  const Tensor& v = leaf_->value;
+  WEFT_CHECK(v.shape() == shape_, "backward read a parameter whose storage was dropped (shape " +
+                                      shape_to_string(v.shape()) + ", was " + shape_to_string(shape_) +
+                                      "): gather it before backward reaches its operation");
+  return v;
+}
+
 Tensor SavedTensor::get() const {
-  if (leaf_) {
-    const Tensor& v = leaf_->value;
-    WEFT_CHECK(v.shape() == shape_, "backward read a parameter whose storage was dropped (shape " +
-                                        shape_to_string(v.shape()) + ", was " + shape_to_string(shape_) +
-                                        "): gather it before backward reaches its operation");
-    return round_on_get_ ? ops::round_bf16(v) : v;
-  }
+  if (leaf_) return round_on_get_ ? ops::round_bf16(leaf_value()) : leaf_value();
   if (stored_.dtype() == DType::BF16) return stored_.to(DType::F32);
   return stored_;
+}
+
+Tensor SavedTensor::get_bf16() const {
+  if (leaf_) return leaf_value().to(DType::BF16);
+  return stored_.dtype() == DType::BF16 ? stored_ : stored_.to(DType::BF16);
+}
+
+Tensor bf16_operand(const Var& v) {
+  const Tensor& t = v.value();
+  if (t.dtype() != DType::F32) return t.to(DType::BF16);
+  return !v.is_leaf() && t_grad_enabled ? pack_bf16(t) : t.to(DType::BF16);
 }
 
 Var checkpoint(const std::function<Var(const Var&)>& fn, const Var& x) {

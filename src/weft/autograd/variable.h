@@ -128,6 +128,9 @@ class SavedTensor {
  public:
   SavedTensor() = default;
   Tensor get() const;
+  // The value as bf16 (a product's operand on bf16 instructions): the stored bf16 copy as
+  // it is, else rounded now (the same bits get() would widen).
+  Tensor get_bf16() const;
   const Shape& shape() const { return shape_; }
 
   // An activation (an operation's output or intermediate): stored in bf16 under mixed
@@ -142,11 +145,16 @@ class SavedTensor {
   static SavedTensor product_operand(const Var& v);
 
  private:
+  const Tensor& leaf_value() const;  // the parameter's value, checked against its shape when saved
+
   Tensor stored_;
   std::shared_ptr<VarImpl> leaf_;
   Shape shape_;
   bool round_on_get_ = false;
 };
+// A product's operand as a bf16 tensor for bf16 instructions: an activation's stored copy
+// (packed once, shared with the SavedTensor that keeps it), else rounded now.
+Tensor bf16_operand(const Var& v);
 // The value a matrix product reads: rounded to bf16 under mixed precision, else as is.
 Tensor gemm_operand(const Tensor& t);
 // The same for a product [m, k] x [k, n]: as is when it will run on bf16 instructions,

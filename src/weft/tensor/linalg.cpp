@@ -72,9 +72,53 @@ GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n) {
   return {true, std::max<std::int64_t>(m, 1), 1};
 }
 
+namespace {
+// c = op(a) op(b) + beta c for bf16 operands and a float32 c (beta 0 or 1): on bf16
+// instructions in the blocks gemm uses, each operand read where it lies; without the
+// instructions, the float32 product of the widened operands (the same values).
+void gemm_bf16_operands(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
+                        Tensor& c) {
+  WEFT_CHECK(a.dtype() == DType::BF16 && b.dtype() == DType::BF16 && c.dtype() == DType::F32 && alpha == 1.0 &&
+                 (beta == 0.0 || beta == 1.0),
+             "gemm: bf16 operands need each other, a float32 result, alpha 1 and beta 0 or 1");
+  if (!kernels::bf16_native()) {
+    gemm(trans_a, trans_b, 1.0, a.to(DType::F32), b.to(DType::F32), beta, c);
+    return;
+  }
+  const BlasOperand A = as_blas(a), B = as_blas(b);
+  const std::int64_t m = trans_a ? a.size(1) : a.size(0), k = trans_a ? a.size(0) : a.size(1);
+  const std::int64_t n = trans_b ? b.size(0) : b.size(1), kb = trans_b ? b.size(1) : b.size(0);
+  WEFT_CHECK(k == kb && c.size(0) == m && c.size(1) == n,
+             "gemm: shapes " + shape_to_string(a.shape()) + (trans_a ? "^T" : "") + " x " +
+                 shape_to_string(b.shape()) + (trans_b ? "^T" : "") + " -> " + shape_to_string(c.shape()));
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0) c.zero_();
+    return;
+  }
+  const bool a_t = trans_a != A.transposed, b_t = trans_b != B.transposed;
+  const auto* pa = reinterpret_cast<const std::uint16_t*>(A.t.data<bf16>());
+  const auto* pb = reinterpret_cast<const std::uint16_t*>(B.t.data<bf16>());
+  float* pc = c.data<float>();
+  const std::int64_t ldc = c.stride(0);
+  const GemmBlocks blocks = gemm_blocks(m, n);
+  parallel_for(blocks.count, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t i = first; i < last; ++i) {
+      const std::int64_t r0 = blocks.by_rows ? i * blocks.size : 0, r1 = blocks.by_rows ? std::min(m, r0 + blocks.size) : m;
+      const std::int64_t c0 = blocks.by_rows ? 0 : i * blocks.size, c1 = blocks.by_rows ? n : std::min(n, c0 + blocks.size);
+      if (r0 >= r1 || c0 >= c1) continue;
+      const onednn::Operand oa{pa + (a_t ? r0 : r0 * A.ld), a_t ? 1 : A.ld, a_t ? A.ld : 1};
+      const onednn::Operand ob{pb + (b_t ? c0 * B.ld : c0), b_t ? 1 : B.ld, b_t ? B.ld : 1};
+      onednn::matmul_bf16(r1 - r0, c1 - c0, k, oa, ob, pc + r0 * ldc + c0, ldc, beta == 1.0);
+    }
+  });
+}
+}  // namespace
+
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c) {
   ProfileScope profile(Work::Gemm);
+  if (a.dtype() == DType::BF16 || b.dtype() == DType::BF16) return gemm_bf16_operands(trans_a, trans_b, alpha, a, b, beta, c);
   WEFT_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtype mismatch");
   WEFT_CHECK(c.dim() == 2 && c.stride(1) == 1 && c.stride(0) >= c.size(1),
              "gemm: output must be 2-D with contiguous rows");
@@ -182,7 +226,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias) {
   WEFT_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
              "linear: input " + shape_to_string(x.shape()) + " does not match weight " +
                  shape_to_string(w.shape()));
-  Tensor y = Tensor::empty({x.size(0), w.size(0)}, x.dtype());
+  Tensor y = Tensor::empty({x.size(0), w.size(0)}, x.dtype() == DType::BF16 ? DType::F32 : x.dtype());
   double beta = 0.0;
   if (bias != nullptr) {
     WEFT_CHECK(bias->dim() == 1 && bias->size(0) == w.size(0), "linear: bias shape");

@@ -19,7 +19,9 @@ GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n);
 
 // c = alpha * op(a) * op(b) + beta * c for 2-D tensors, op = transpose when the flag is set.
 // a and b may be transposed views (either of their last two strides may be 1); c's rows
-// must be contiguous (a column range of a wider matrix is fine).
+// must be contiguous (a column range of a wider matrix is fine). bf16 operands (both a and
+// b, a float32 c, alpha 1, beta 0 or 1) run on bf16 instructions as they are, or as the
+// float32 product of their values where the processor has none.
 void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
           Tensor& c);
 
@@ -35,7 +37,8 @@ bool bf16_instructions_for(std::int64_t m, std::int64_t n, std::int64_t k);
 // [M, K] x [K, N] -> [M, N]; batched [B, M, K] x [B, K, N] or x [K, N] -> [B, M, N].
 Tensor matmul(const Tensor& a, const Tensor& b);
 
-// x [N, in] times w [out, in] transposed, plus bias [out] when given: [N, out].
+// x [N, in] times w [out, in] transposed, plus bias [out] when given: [N, out] (float32 for
+// bf16 operands).
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor* bias);
 
 }  // namespace weft::ops
