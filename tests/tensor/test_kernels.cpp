@@ -108,6 +108,41 @@ TEST(Linalg, Bf16ProductsAreThoseOfTheRoundedOperands) {
   }
 }
 
+// bf16 tensors as operands: the product of their values in float32 (on bf16 instructions,
+// or widened where the processor has none), with transposed views, beta 1, and a result
+// written into a column range of a wider matrix; the same bits as rounding float32 operands.
+TEST(Linalg, Bf16OperandsMultiplyAsTheirValues) {
+  Rng r(16);
+  for (const char* mode : {"bf16=emulated", "bf16=native"}) {
+    if (std::string(mode) == "bf16=native" && !onednn::has_bf16_instructions()) continue;
+    ScopedKernels use(mode);
+    Tensor a = randn({150, 96}, r, 0, 1), b = randn({96, 130}, r, 0, 1);
+    Tensor ab = a.to(DType::BF16), bb = b.to(DType::BF16);
+    const Tensor want = ops::matmul(ops::round_bf16(a).to(DType::F64), ops::round_bf16(b).to(DType::F64));
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const Tensor opa = ta ? ab.t().contiguous() : ab, opb = tb ? bb.t().contiguous() : bb;
+        Tensor wide = Tensor::zeros({150, 200});
+        Tensor c = wide.slice(1, 40, 170);
+        ops::gemm(ta, tb, 1.0, ta ? opa.t().contiguous().t() : opa, tb ? opb.t().contiguous().t() : opb, 0.0, c);
+        EXPECT_LT(relative_error(c.contiguous(), want), 1e-6) << mode << " " << ta << tb;
+        EXPECT_EQ(ops::sum(wide.slice(1, 0, 40)).item(), 0.0);  // the rest of the rows untouched
+        ops::gemm(ta, tb, 1.0, ta ? opa.t().contiguous().t() : opa, tb ? opb.t().contiguous().t() : opb, 1.0, c);
+        EXPECT_LT(relative_error(c.contiguous(), ops::mul(want, 2.0)), 1e-6) << mode;
+      }
+    }
+    // The same bits as the float32 operands rounded by the product itself (native) or first.
+    const Tensor bt = b.t().contiguous();
+    ops::set_bf16_products(true);
+    const Tensor rounded = kernels::bf16_native() ? ops::linear(a, bt, nullptr)
+                                                  : ops::linear(ops::round_bf16(a), ops::round_bf16(bt), nullptr);
+    ops::set_bf16_products(false);
+    EXPECT_TRUE(ops::equal(ops::linear(ab, bt.to(DType::BF16), nullptr), rounded)) << mode;
+    Tensor out = Tensor::empty({150, 130});
+    EXPECT_THROW(ops::gemm(false, false, 2.0, ab, bb, 0.0, out), InternalError);  // alpha 1 only
+  }
+}
+
 // Both convolution paths agree with float64 forward and backward: batches cut into slices
 // (20 = 8 + 8 + 4), one input channel and several, strides and padding.
 TEST(Conv, EveryLibraryMatchesFloat64ForwardAndBackward) {
