@@ -145,9 +145,19 @@ TEST(MixedPrecision, StoredCopiesFollowInPlaceUpdates) {
 }
 
 // Under mixed precision the fused attention reads bf16-rounded q, k, v and attention
-// weights, as the composed products do, and stores both in bf16; its results do not depend
-// on the thread count.
+// weights, as the composed products do, and stores both in bf16, its products on bf16
+// instructions or emulated; its results do not depend on the thread count.
+void check_bf16_attention();
+
 TEST(MixedPrecision, FusedAttentionReadsBf16OperandsWhateverTheThreads) {
+  for (const bool native : {false, true}) {
+    if (native && !onednn::has_bf16_instructions()) continue;
+    ScopedKernels kernels(native ? "bf16=native" : "bf16=emulated");
+    check_bf16_attention();
+  }
+}
+
+void check_bf16_attention() {
   Tensor xv = rnd_f32({2, 24, 3 * 32}), gv = rnd_f32({2, 24, 32});
   auto run = [&](bool bf16, int threads, Tensor* grad) {
     const int before = get_num_threads();

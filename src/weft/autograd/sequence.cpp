@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "weft/tensor/fast_math.h"
+#include "weft/tensor/kernel_table.h"
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/profile.h"
@@ -268,38 +269,47 @@ Var causal_self_attention(const Var& qkv, std::int64_t heads) {
   auto head = [=](const Tensor& t, std::int64_t i, std::int64_t part) {
     return t.select(0, i / heads).slice(1, part * d + i % heads * hd, part * d + (i % heads + 1) * hd);
   };
-  const Tensor x = gemm_operand(in);  // the products' operands (bf16-rounded under mixed precision)
+  // Under mixed precision with bf16 instructions the heads' products read bf16 tensors: q, k,
+  // v and the attention weights as the SavedTensors keep them, and in backward the incoming
+  // gradient and the scores' gradient rounded (as autocast does); without the instructions
+  // the products are float32 ones of the rounded operands.
+  const bool native = in.dtype() == DType::F32 && ops::bf16_products() && kernels::bf16_native();
+  const Tensor x = native ? bf16_operand(qkv).contiguous() : gemm_operand(in);
+  const SavedTensor sx = SavedTensor::activation(x);
   Tensor probs = Tensor::empty({B * heads, T, T}, in.dtype());
   for_each_head(B * heads, [&](std::int64_t i) {
     Tensor s = probs.select(0, i);
     ops::gemm(false, true, 1.0, head(x, i, 0), head(x, i, 1), 0.0, s);  // q k^T
     causal_softmax_block(s, scale);
   });
-  const Tensor p = gemm_operand(probs);
+  const SavedTensor sp = SavedTensor::activation(probs);
+  const Tensor p = native ? sp.get_bf16() : gemm_operand(probs);
   Tensor out = Tensor::empty({B, T, d}, in.dtype());
   for_each_head(B * heads, [&](std::int64_t i) {
     Tensor o = head(out, i, 0);
     ops::gemm(false, false, 1.0, p.select(0, i), head(x, i, 2), 0.0, o);  // weights v
   });
-  SavedTensor sx = SavedTensor::activation(x), sp = SavedTensor::activation(probs);
-  return record("causal_self_attention", out, {qkv}, [sx, sp, head, B, T, d, heads, scale](const Tensor& g_in) {
-    const Tensor g = g_in.contiguous(), xv = sx.get(), pv = sp.get();
-    Tensor dx = Tensor::empty({B, T, 3 * d}, g.dtype());
+  return record("causal_self_attention", out, {qkv}, [sx, sp, head, native, B, T, d, heads, scale](const Tensor& g_in) {
+    const Tensor g = native ? g_in.contiguous().to(DType::BF16) : g_in.contiguous();
+    const Tensor xv = native ? sx.get_bf16() : sx.get(), pv = native ? sp.get_bf16() : sp.get();
+    Tensor dx = Tensor::empty({B, T, 3 * d}, g_in.dtype());
     for_each_head(B * heads, [&](std::int64_t i) {
       const Tensor go = head(g, i, 0), pi = pv.select(0, i);
       Tensor dv = head(dx, i, 2), dq = head(dx, i, 0), dk = head(dx, i, 1);
-      Tensor ds = Tensor::empty({T, T}, g.dtype());
+      Tensor ds = Tensor::empty({T, T}, g_in.dtype());
       ops::gemm(false, true, 1.0, go, head(xv, i, 2), 0.0, ds);  // d weights = g v^T
       ops::gemm(true, false, 1.0, pi, go, 0.0, dv);               // d v = weights^T g
+      const Tensor y = native ? pi.to(DType::F32) : pi;
       dispatch(ds.dtype(), [&](auto zero) {
         using E = decltype(zero);
         E* pd = ds.data<E>();
-        const E* py = pi.data<E>();
+        const E* py = y.data<E>();
         for (std::int64_t r = 0; r < T; ++r)
           causal_softmax_row_backward(pd + r * T, py + r * T, pd + r * T, r + 1, T, scale);
       });
-      ops::gemm(false, false, 1.0, ds, head(xv, i, 1), 0.0, dq);  // d q = d scores k
-      ops::gemm(true, false, 1.0, ds, head(xv, i, 0), 0.0, dk);   // d k = d scores^T q
+      const Tensor dsv = native ? ds.to(DType::BF16) : ds;
+      ops::gemm(false, false, 1.0, dsv, head(xv, i, 1), 0.0, dq);  // d q = d scores k
+      ops::gemm(true, false, 1.0, dsv, head(xv, i, 0), 0.0, dk);   // d k = d scores^T q
     });
     return Grads{dx};
   });
