@@ -126,21 +126,28 @@ Var gelu(const Var& x) {
   SavedTensor saved = SavedTensor::input(x);
   return record("gelu", out, {x}, [saved, c](const Tensor& g_in) {
     Tensor g = g_in.contiguous();
-    Tensor xv = saved.get().contiguous();
-    Tensor dx = Tensor::empty(xv.shape(), xv.dtype());
-    dispatch(xv.dtype(), [&](auto zero) {
+    // A bf16-stored input is widened as it is read (one pass, not two).
+    const Tensor xv = saved.stored_bf16() ? saved.get_bf16().contiguous() : saved.get().contiguous();
+    Tensor dx = Tensor::empty(xv.shape(), g.dtype());
+    dispatch(g.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      const T* p = xv.data<T>();
-      const T* gp = g.data<T>();
-      T* o = dx.data<T>();
-      parallel_for(xv.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-          T a = p[i];
-          T t = tanh_of(static_cast<T>(c) * (a + T(0.044715) * a * a * a));
-          T du = static_cast<T>(c) * (T(1) + T(3 * 0.044715) * a * a);
-          o[i] = gp[i] * (T(0.5) * (T(1) + t) + T(0.5) * a * (T(1) - t * t) * du);
-        }
-      });
+      auto backward = [&](const auto* p, auto widen) {
+        const T* gp = g.data<T>();
+        T* o = dx.data<T>();
+        parallel_for(xv.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t i = b; i < e; ++i) {
+            const T a = widen(p[i]);
+            T t = tanh_of(static_cast<T>(c) * (a + T(0.044715) * a * a * a));
+            T du = static_cast<T>(c) * (T(1) + T(3 * 0.044715) * a * a);
+            o[i] = gp[i] * (T(0.5) * (T(1) + t) + T(0.5) * a * (T(1) - t * t) * du);
+          }
+        });
+      };
+      if (xv.dtype() == DType::BF16) {
+        backward(xv.data<bf16>(), [](bf16 h) { return static_cast<T>(from_bf16(h)); });
+      } else {
+        backward(xv.data<T>(), [](T same) { return same; });
+      }
     });
     return Grads{dx};
   });
@@ -299,11 +306,19 @@ Var causal_self_attention(const Var& qkv, std::int64_t heads) {
       Tensor ds = Tensor::empty({T, T}, g_in.dtype());
       ops::gemm(false, true, 1.0, go, head(xv, i, 2), 0.0, ds);  // d weights = g v^T
       ops::gemm(true, false, 1.0, pi, go, 0.0, dv);               // d v = weights^T g
-      const Tensor y = native ? pi.to(DType::F32) : pi;
       dispatch(ds.dtype(), [&](auto zero) {
         using E = decltype(zero);
         E* pd = ds.data<E>();
-        const E* py = y.data<E>();
+        if (pi.dtype() == DType::BF16) {  // the bf16 weights, widened a row at a time
+          std::vector<E> row(static_cast<std::size_t>(T));
+          const bf16* py = pi.data<bf16>();
+          for (std::int64_t r = 0; r < T; ++r) {
+            for (std::int64_t j = 0; j <= r; ++j) row[static_cast<std::size_t>(j)] = static_cast<E>(from_bf16(py[r * T + j]));
+            causal_softmax_row_backward(pd + r * T, row.data(), pd + r * T, r + 1, T, scale);
+          }
+          return;
+        }
+        const E* py = pi.data<E>();
         for (std::int64_t r = 0; r < T; ++r)
           causal_softmax_row_backward(pd + r * T, py + r * T, pd + r * T, r + 1, T, scale);
       });

@@ -131,6 +131,9 @@ class SavedTensor {
   // The value as bf16 (a product's operand on bf16 instructions): the stored bf16 copy as
   // it is, else rounded now (the same bits get() would widen).
   Tensor get_bf16() const;
+  // Whether the value is kept as a bf16 copy (an activation under mixed precision): then
+  // get_bf16() reads it without a conversion, for kernels that widen as they read.
+  bool stored_bf16() const { return !leaf_ && stored_.defined() && stored_.dtype() == DType::BF16; }
   const Shape& shape() const { return shape_; }
 
   // An activation (an operation's output or intermediate): stored in bf16 under mixed
