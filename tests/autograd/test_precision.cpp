@@ -184,3 +184,33 @@ void check_bf16_attention() {
   Var r(ops::round_bf16(xv), true);
   EXPECT_TRUE(ops::allclose(two, causal_self_attention(r, 4).value(), 1e-2, 1e-2));
 }
+
+// Under mixed precision GELU rounds its input (kept for backward) and its output (the next
+// product's operand) to bf16 in its own pass: it keeps just those two half-size copies
+// beside its output, the next product takes the output's copy, and the gradient is the one
+// of the rounded input, bit for bit.
+TEST(MixedPrecision, GeluKeepsBf16CopiesMadeInItsOwnPass) {
+  Tensor hv = rnd_f32({64, 512}), gv = rnd_f32({64, 512}), wv = rnd_f32({32, 512});
+  Var leaf(hv, true), w(wv, true);
+  std::size_t kept = 0, product_kept = 0;
+  Tensor y_value;
+  {
+    Bf16Guard on(true);
+    Var h = mul(leaf, 1.0);  // an activation, not a leaf
+    const std::size_t before = allocator_live_bytes();
+    Var y = gelu(h);
+    kept = allocator_live_bytes() - before;
+    y_value = y.value();
+    const std::size_t before_product = allocator_live_bytes();
+    Var z = linear(y, w, Var());
+    product_kept = allocator_live_bytes() - before_product - z.value().nbytes();
+    y.backward(gv);
+  }
+  EXPECT_EQ(kept, y_value.nbytes() + 2 * 64u * 512u * 2u);
+  EXPECT_LT(product_kept, 64u * 512u * 2u);  // the product made no copy of its own
+  Var r(ops::round_bf16(hv), true);
+  Var yr = gelu(r);
+  yr.backward(gv);
+  EXPECT_TRUE(ops::equal(leaf.grad(), r.grad()));
+  EXPECT_TRUE(ops::equal(y_value, gelu(Var(hv)).value()));  // the values themselves stay float32
+}

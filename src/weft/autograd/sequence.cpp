@@ -112,17 +112,41 @@ Var gelu(const Var& x) {
   Tensor v = x.value().contiguous();
   Tensor out = Tensor::empty(v.shape(), v.dtype());
   const double c = std::sqrt(2.0 / M_PI);
+  // Under mixed precision the input (kept for backward) and the output (the next product's
+  // operand) are stored as bf16: rounded here, in the same pass, instead of in two more.
+  const bool pack = bf16_enabled() && grad_enabled() && v.dtype() == DType::F32 && !x.is_leaf();
+  Tensor vb = pack ? Tensor::empty(v.shape(), DType::BF16) : Tensor();
+  Tensor ob = pack ? Tensor::empty(v.shape(), DType::BF16) : Tensor();
   dispatch(v.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = v.data<T>();
     T* o = out.data<T>();
-    parallel_for(v.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i) {
-        T a = p[i];
-        o[i] = T(0.5) * a * (T(1) + tanh_of(static_cast<T>(c) * (a + T(0.044715) * a * a * a)));
+    auto run = [&](auto keep) {
+      parallel_for(v.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) {
+          T a = p[i];
+          o[i] = T(0.5) * a * (T(1) + tanh_of(static_cast<T>(c) * (a + T(0.044715) * a * a * a)));
+          keep(i, a, o[i]);
+        }
+      });
+    };
+    if constexpr (std::is_same_v<T, float>) {
+      if (pack) {
+        bf16* in16 = vb.data<bf16>();
+        bf16* out16 = ob.data<bf16>();
+        run([&](std::int64_t i, float a, float y) {
+          in16[i] = to_bf16(a);
+          out16[i] = to_bf16(y);
+        });
+        return;
       }
-    });
+    }
+    run([](std::int64_t, T, T) {});
   });
+  if (pack) {
+    if (v.storage() == x.value().storage()) remember_bf16_copy(v, vb);
+    remember_bf16_copy(out, ob);
+  }
   SavedTensor saved = SavedTensor::input(x);
   return record("gelu", out, {x}, [saved, c](const Tensor& g_in) {
     Tensor g = g_in.contiguous();

@@ -63,16 +63,20 @@ struct PackedEntry {
 };
 thread_local std::vector<PackedEntry> t_packed;
 
+void remember_packed(const Tensor& t, const Tensor& packed) {
+  std::erase_if(t_packed, [](const PackedEntry& e) { return e.source.expired(); });
+  if (t_packed.size() >= 4) t_packed.erase(t_packed.begin());
+  t_packed.push_back({t.storage(), t.offset(), t.shape(), t.strides(), packed});
+}
+
 Tensor pack_bf16(const Tensor& t) {
   auto same = [&](const PackedEntry& e) {
     return e.source.lock() == t.storage() && e.offset == t.offset() && e.shape == t.shape() && e.strides == t.strides();
   };
   for (const PackedEntry& e : t_packed)
     if (same(e)) return e.packed;
-  std::erase_if(t_packed, [](const PackedEntry& e) { return e.source.expired(); });
-  if (t_packed.size() >= 4) t_packed.erase(t_packed.begin());
   Tensor packed = t.to(DType::BF16);
-  t_packed.push_back({t.storage(), t.offset(), t.shape(), t.strides(), packed});
+  remember_packed(t, packed);
   return packed;
 }
 }  // namespace
@@ -115,6 +119,11 @@ Tensor SavedTensor::get() const {
 Tensor SavedTensor::get_bf16() const {
   if (leaf_) return leaf_value().to(DType::BF16);
   return stored_.dtype() == DType::BF16 ? stored_ : stored_.to(DType::BF16);
+}
+
+void remember_bf16_copy(const Tensor& source, const Tensor& packed) {
+  WEFT_CHECK(packed.dtype() == DType::BF16 && packed.shape() == source.shape(), "remember_bf16_copy: not a bf16 copy");
+  if (t_grad_enabled) remember_packed(source, packed);
 }
 
 Tensor bf16_operand(const Var& v) {

@@ -155,6 +155,10 @@ class SavedTensor {
   Shape shape_;
   bool round_on_get_ = false;
 };
+// Under mixed precision: `packed` is the bf16 copy of `source` that a kernel rounded while
+// it produced or read `source`; SavedTensor::activation and bf16_operand of `source` take it
+// instead of converting again (while `source` lives and until backward).
+void remember_bf16_copy(const Tensor& source, const Tensor& packed);
 // A product's operand as a bf16 tensor for bf16 instructions: an activation's stored copy
 // (packed once, shared with the SavedTensor that keeps it), else rounded now.
 Tensor bf16_operand(const Var& v);
