@@ -9,6 +9,7 @@
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
+#include "weft/tensor/thread_pool.h"
 
 using namespace weft;
 
@@ -240,6 +241,28 @@ TEST(Pooling, FusedReluMaxPoolIsTheComposedOneBitForBit) {
       EXPECT_TRUE(ops::equal(a.grad(), b.grad())) << dtype_name(dt) << " k " << k;
     }
   }
+}
+
+// Layer norm over blocks of rows on the pool: float32 within rounding of float64, the same
+// bits whatever the thread count, gamma's and beta's gradients included.
+TEST(Sequence, LayerNormInBlocksOfRowsIsExactAndThreadIndependent) {
+  Rng rng(8);
+  Tensor x = randn({3, 50, 24}, rng, 1, 2), gm = randn({24}, rng), bt = randn({24}, rng), g = randn({3, 50, 24}, rng);
+  auto run = [&](DType dt, int threads) {
+    const int before = get_num_threads();
+    set_num_threads(threads);
+    Var xv(x.to(dt), true), gv(gm.to(dt), true), bv(bt.to(dt), true);
+    Var y = layer_norm(xv, gv, bv);
+    y.backward(g.to(dt));
+    set_num_threads(before);
+    return std::vector<Tensor>{y.value(), xv.grad(), gv.grad(), bv.grad()};
+  };
+  const auto one = run(DType::F32, 1), two = run(DType::F32, 2), ref = run(DType::F64, 2);
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    EXPECT_TRUE(ops::equal(one[i], two[i])) << i;
+    EXPECT_TRUE(ops::allclose(two[i].to(DType::F64), ref[i], 1e-4, 1e-5)) << i << " " << ops::max_abs_diff(two[i].to(DType::F64), ref[i]);
+  }
+  EXPECT_THROW(layer_norm(Var(x), Var(randn({5}, rng)), Var()), InternalError);
 }
 
 TEST(Sequence, LayerNormUsesThePopulationVariance) {

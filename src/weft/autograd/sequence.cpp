@@ -43,66 +43,128 @@ Var embedding(const Var& weight, const std::vector<std::int32_t>& ids) {
   });
 }
 
+namespace {
+constexpr std::int64_t kNormRowBlock = 64;  // rows per task; also the blocks gamma's and beta's gradients are summed in
+
+// A value as float or double, from float, double or bf16 storage.
+template <class T, class S>
+T widen_as(S v) {
+  if constexpr (std::is_same_v<S, bf16>) {
+    return static_cast<T>(from_bf16(v));
+  } else {
+    return static_cast<T>(v);
+  }
+}
+}  // namespace
+
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   Tensor xc = x.value().contiguous();
   const std::int64_t d = xc.size(-1), rows = d == 0 ? 0 : xc.numel() / d;
-  Tensor xhat = Tensor::empty(xc.shape(), xc.dtype());
+  const bool affine = gamma.defined(), has_beta = beta.defined();
+  WEFT_CHECK((!affine || gamma.value().numel() == d) && (!has_beta || beta.value().numel() == d),
+             "layer_norm: gamma and beta must have the last dimension's size");
+  Tensor xhat = Tensor::empty(xc.shape(), xc.dtype()), out = Tensor::empty(xc.shape(), xc.dtype());
   Tensor rstd = Tensor::empty({rows}, xc.dtype());
+  // Under mixed precision xhat (kept for backward) and the output (the next product's
+  // operand) are rounded to bf16 in the same pass.
+  const bool pack = bf16_enabled() && grad_enabled() && xc.dtype() == DType::F32;
+  Tensor xhat16 = pack ? Tensor::empty(xc.shape(), DType::BF16) : Tensor();
+  Tensor out16 = pack ? Tensor::empty(xc.shape(), DType::BF16) : Tensor();
+  const Tensor gv = affine ? gamma.value().contiguous() : Tensor(), bv = has_beta ? beta.value().contiguous() : Tensor();
   dispatch(xc.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = xc.data<T>();
+    const T* gp = affine ? gv.data<T>() : nullptr;
+    const T* bp = has_beta ? bv.data<T>() : nullptr;
     T* h = xhat.data<T>();
+    T* o = out.data<T>();
     T* r = rstd.data<T>();
-    for (std::int64_t i = 0; i < rows; ++i) {
-      const T* row = p + i * d;
-      T mean = 0, var = 0;
-      for (std::int64_t k = 0; k < d; ++k) mean += row[k];
-      mean /= static_cast<T>(d);
-      for (std::int64_t k = 0; k < d; ++k) var += (row[k] - mean) * (row[k] - mean);
-      var /= static_cast<T>(d);
-      r[i] = T(1) / std::sqrt(var + static_cast<T>(eps));
-      for (std::int64_t k = 0; k < d; ++k) h[i * d + k] = (row[k] - mean) * r[i];
-    }
-  });
-  Tensor out = xhat;
-  const bool affine = gamma.defined();
-  if (affine) out = ops::mul(xhat, gamma.value());
-  if (beta.defined()) out = ops::add(out, beta.value());
-  std::vector<Var> inputs{x};
-  if (affine) inputs.push_back(gamma);
-  if (beta.defined()) inputs.push_back(beta);
-  SavedTensor saved_gamma = affine ? SavedTensor::input(gamma) : SavedTensor();
-  const bool has_beta = beta.defined();
-  SavedTensor saved_xhat = SavedTensor::activation(xhat);  // rstd, one value per row, stays fp32
-  return record("layer_norm", out, inputs, [saved_xhat, rstd, saved_gamma, affine, has_beta, d, rows](const Tensor& g_in) {
-    Tensor g = g_in.contiguous();
-    Tensor xh = saved_xhat.get();
-    Grads grads;
-    // d xhat = g * gamma; dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
-    Tensor dxhat = affine ? ops::mul(g, saved_gamma.get()) : g;
-    Tensor dx = Tensor::empty(g.shape(), g.dtype());
-    dispatch(g.dtype(), [&](auto zero) {
-      using T = decltype(zero);
-      const T* dh = dxhat.data<T>();
-      const T* h = xh.data<T>();
-      const T* r = rstd.data<T>();
-      T* o = dx.data<T>();
-      for (std::int64_t i = 0; i < rows; ++i) {
-        T m1 = 0, m2 = 0;
+    bf16* h16 = pack ? xhat16.data<bf16>() : nullptr;
+    bf16* o16 = pack ? out16.data<bf16>() : nullptr;
+    parallel_for(rows, kNormRowBlock, [&](std::int64_t first, std::int64_t last) {
+      for (std::int64_t i = first; i < last; ++i) {
+        const T* row = p + i * d;
+        T mean = 0, var = 0;
+        for (std::int64_t k = 0; k < d; ++k) mean += row[k];
+        mean /= static_cast<T>(d);
+        for (std::int64_t k = 0; k < d; ++k) var += (row[k] - mean) * (row[k] - mean);
+        var /= static_cast<T>(d);
+        r[i] = T(1) / std::sqrt(var + static_cast<T>(eps));
         for (std::int64_t k = 0; k < d; ++k) {
-          m1 += dh[i * d + k];
-          m2 += dh[i * d + k] * h[i * d + k];
+          const T xh = (row[k] - mean) * r[i];
+          h[i * d + k] = xh;
+          T y = affine ? xh * gp[k] : xh;
+          if (has_beta) y += bp[k];
+          o[i * d + k] = y;
         }
-        m1 /= static_cast<T>(d);
-        m2 /= static_cast<T>(d);
-        for (std::int64_t k = 0; k < d; ++k) o[i * d + k] = r[i] * (dh[i * d + k] - m1 - h[i * d + k] * m2);
+        if constexpr (std::is_same_v<T, float>) {
+          if (h16 != nullptr)
+            for (std::int64_t k = 0; k < d; ++k) {
+              h16[i * d + k] = to_bf16(h[i * d + k]);
+              o16[i * d + k] = to_bf16(o[i * d + k]);
+            }
+        }
       }
     });
-    grads.push_back(dx);
-    std::vector<std::int64_t> lead;
-    for (std::int64_t k = 0; k + 1 < g.dim(); ++k) lead.push_back(k);
-    if (affine) grads.push_back(ops::sum(ops::mul(g, xh), lead, false));
-    if (has_beta) grads.push_back(ops::sum(g, lead, false));
+  });
+  if (pack) {
+    remember_bf16_copy(xhat, xhat16);
+    remember_bf16_copy(out, out16);
+  }
+  std::vector<Var> inputs{x};
+  if (affine) inputs.push_back(gamma);
+  if (has_beta) inputs.push_back(beta);
+  SavedTensor saved_gamma = affine ? SavedTensor::input(gamma) : SavedTensor();
+  SavedTensor saved_xhat = SavedTensor::activation(xhat);  // rstd, one value per row, stays fp32
+  return record("layer_norm", out, inputs, [saved_xhat, rstd, saved_gamma, affine, has_beta, d, rows](const Tensor& g_in) {
+    const Tensor g = g_in.contiguous();
+    const Tensor xh = saved_xhat.stored_bf16() ? saved_xhat.get_bf16() : saved_xhat.get().contiguous();
+    const Tensor gam = affine ? saved_gamma.get().contiguous() : Tensor();
+    Tensor dx = Tensor::empty(g.shape(), g.dtype());
+    // gamma's and beta's gradients: sums over the rows, per block of rows, then the blocks in order.
+    const std::int64_t blocks = (rows + kNormRowBlock - 1) / kNormRowBlock;
+    Tensor parts = Tensor::zeros({2, std::max<std::int64_t>(blocks, 1), d}, g.dtype());
+    dispatch(g.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const T* gp = g.data<T>();
+      const T* gm = affine ? gam.data<T>() : nullptr;
+      const T* r = rstd.data<T>();
+      T* o = dx.data<T>();
+      T* pg = parts.data<T>();
+      T* pb = pg + std::max<std::int64_t>(blocks, 1) * d;
+      auto run = [&](const auto* h) {
+        parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+          for (std::int64_t b = b0; b < b1; ++b) {
+            for (std::int64_t i = b * kNormRowBlock; i < std::min(rows, (b + 1) * kNormRowBlock); ++i) {
+              // d xhat = g gamma; dx = rstd (d xhat - mean(d xhat) - xhat mean(d xhat xhat))
+              T m1 = 0, m2 = 0;
+              for (std::int64_t k = 0; k < d; ++k) {
+                const T dh = gm ? gp[i * d + k] * gm[k] : gp[i * d + k];
+                const T hk = widen_as<T>(h[i * d + k]);
+                m1 += dh;
+                m2 += dh * hk;
+                pg[b * d + k] += gp[i * d + k] * hk;
+                pb[b * d + k] += gp[i * d + k];
+              }
+              m1 /= static_cast<T>(d);
+              m2 /= static_cast<T>(d);
+              for (std::int64_t k = 0; k < d; ++k) {
+                const T dh = gm ? gp[i * d + k] * gm[k] : gp[i * d + k];
+                o[i * d + k] = r[i] * (dh - m1 - widen_as<T>(h[i * d + k]) * m2);
+              }
+            }
+          }
+        });
+      };
+      if (xh.dtype() == DType::BF16) {
+        run(xh.data<bf16>());
+      } else {
+        run(xh.data<T>());
+      }
+    });
+    Grads grads{dx};
+    if (affine) grads.push_back(ops::sum(parts.select(0, 0), {0}, false));
+    if (has_beta) grads.push_back(ops::sum(parts.select(0, 1), {0}, false));
     return grads;
   });
 }

@@ -15,7 +15,9 @@ namespace weft {
 Var embedding(const Var& weight, const std::vector<std::int32_t>& ids);
 
 // Over the last dimension: (x - mean) / sqrt(var + eps) * gamma + beta, population variance.
-// gamma and beta [d] may be undefined (no affine part).
+// gamma and beta [d] may be undefined (no affine part). One pass per row each way, rows in
+// blocks on the pool; gamma's and beta's gradients summed per block, then the blocks in
+// order (independent of the thread count).
 Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps = 1e-5);
 
 // GELU, tanh approximation (GPT-2): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
