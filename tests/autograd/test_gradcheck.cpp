@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include "weft/autograd/functions.h"
 #include "weft/autograd/gradcheck.h"
@@ -263,6 +264,30 @@ TEST(Sequence, LayerNormInBlocksOfRowsIsExactAndThreadIndependent) {
     EXPECT_TRUE(ops::allclose(two[i].to(DType::F64), ref[i], 1e-4, 1e-5)) << i << " " << ops::max_abs_diff(two[i].to(DType::F64), ref[i]);
   }
   EXPECT_THROW(layer_norm(Var(x), Var(randn({5}, rng)), Var()), InternalError);
+}
+
+// GELU (tanh approximation) against its formula in long double, from -30 to 30 and at
+// infinities and NaN: float within 3e-7 of the largest of |x| and 1, double within 1e-15.
+TEST(Sequence, GeluIsTheTanhApproximation) {
+  std::vector<double> xs{-std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+  for (double v = -30; v <= 30; v += 0.0625) xs.push_back(v);
+  for (DType dt : {DType::F32, DType::F64}) {
+    const Tensor x = Tensor::from_vector(xs, {static_cast<std::int64_t>(xs.size())}).to(dt);
+    const Tensor y = gelu(Var(x)).value().to(DType::F64);
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const long double a = xs[i];
+      const long double want = std::isinf(a) ? (a > 0 ? a : 0.0L)
+                                             : 0.5L * a * (1 + std::tanh(std::sqrt(2.0L / M_PI) * (a + 0.044715L * a * a * a)));
+      const double got = y.at({static_cast<std::int64_t>(i)});
+      if (std::isinf(a) && a > 0) {
+        EXPECT_TRUE(std::isinf(got) && got > 0);
+        continue;
+      }
+      const double tol = (dt == DType::F32 ? 3e-7 : 1e-15) * std::max(1.0L, std::fabs(a));
+      EXPECT_NEAR(got, static_cast<double>(want), tol) << dtype_name(dt) << " x " << xs[i];
+    }
+    EXPECT_TRUE(std::isnan(gelu(Var(Tensor::from_vector(std::vector<double>{std::nan("")}, {1}).to(dt))).value().at({0})));
+  }
 }
 
 TEST(Sequence, LayerNormUsesThePopulationVariance) {

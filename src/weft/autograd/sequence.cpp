@@ -187,6 +187,16 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   });
 }
 
+namespace {
+// GELU's gate (1 + tanh(u)) / 2 with u = c (a + 0.044715 a^3), as the logistic function
+// 1 / (1 + e^(-2u)) (the same value: one exponential and one division): GELU(a) = a gate;
+// its derivative gate + 2 a gate (1 - gate) du/da.
+template <class T>
+T gelu_gate(T a, T c) {
+  return T(1) / (T(1) + exp_of(T(-2) * c * (a + T(0.044715) * a * a * a)));
+}
+}  // namespace
+
 Var gelu(const Var& x) {
   // The tanh approximation (GPT-2): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
   Tensor v = x.value().contiguous();
@@ -205,7 +215,8 @@ Var gelu(const Var& x) {
       parallel_for(v.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t i = b; i < e; ++i) {
           T a = p[i];
-          o[i] = T(0.5) * a * (T(1) + tanh_of(static_cast<T>(c) * (a + T(0.044715) * a * a * a)));
+          const T gate = gelu_gate(a, static_cast<T>(c));
+          o[i] = gate == T(0) ? T(0) : a * gate;  // (GELU(-inf) = 0, not -inf x 0)
           keep(i, a, o[i]);
         }
       });
@@ -241,9 +252,9 @@ Var gelu(const Var& x) {
         parallel_for(xv.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
           for (std::int64_t i = b; i < e; ++i) {
             const T a = widen(p[i]);
-            T t = tanh_of(static_cast<T>(c) * (a + T(0.044715) * a * a * a));
-            T du = static_cast<T>(c) * (T(1) + T(3 * 0.044715) * a * a);
-            o[i] = gp[i] * (T(0.5) * (T(1) + t) + T(0.5) * a * (T(1) - t * t) * du);
+            const T sg = gelu_gate(a, static_cast<T>(c));
+            const T du = static_cast<T>(c) * (T(1) + T(3 * 0.044715) * a * a);
+            o[i] = gp[i] * (sg + T(2) * a * sg * (T(1) - sg) * du);
           }
         });
       };
