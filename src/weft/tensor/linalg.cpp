@@ -81,6 +81,8 @@ void gemm_bf16_operands(bool trans_a, bool trans_b, double alpha, const Tensor& 
   WEFT_CHECK(a.dtype() == DType::BF16 && b.dtype() == DType::BF16 && c.dtype() == DType::F32 && alpha == 1.0 &&
                  (beta == 0.0 || beta == 1.0),
              "gemm: bf16 operands need each other, a float32 result, alpha 1 and beta 0 or 1");
+  WEFT_CHECK(c.dim() == 2 && c.stride(1) == 1 && c.stride(0) >= c.size(1),
+             "gemm: output must be 2-D with contiguous rows");
   if (!kernels::bf16_native()) {
     gemm(trans_a, trans_b, 1.0, a.to(DType::F32), b.to(DType::F32), beta, c);
     return;
