@@ -1,5 +1,5 @@
 // WEFT_KERNELS set for one scope: the kernel table re-reads it, and again the previous
-// value when the scope ends.
+// value when the scope ends; and a test body run in each bf16 mode.
 #pragma once
 
 #include <cstdlib>
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "weft/tensor/kernel_table.h"
+#include "weft/tensor/onednn.h"
 
 namespace weft::testing {
 
@@ -28,5 +29,16 @@ class ScopedKernels {
  private:
   std::optional<std::string> previous_;
 };
+
+// fn(native) with WEFT_KERNELS=bf16=emulated (native false), then bf16=native (true) where
+// the processor has bf16 instructions.
+template <class Fn>
+void for_each_bf16_mode(const Fn& fn) {
+  for (const bool native : {false, true}) {
+    if (native && !onednn::has_bf16_instructions()) continue;
+    ScopedKernels use(native ? "bf16=native" : "bf16=emulated");
+    fn(native);
+  }
+}
 
 }  // namespace weft::testing

@@ -17,6 +17,7 @@
 #include "../scoped_kernels.h"
 
 using namespace weft;
+using weft::testing::for_each_bf16_mode;
 using weft::testing::ScopedKernels;
 
 namespace {
@@ -86,9 +87,7 @@ TEST(MixedPrecision, ProductsReadBf16Operands) {
   Tensor xv = rnd_f32({8, 16}), wv = rnd_f32({4, 16}), bv = rnd_f32({4}), gv = rnd_f32({8, 4});
   auto f64 = [](const Tensor& t) { return t.to(DType::F64); };
   const Tensor fp32 = ops::linear(xv, wv, &bv);
-  for (const bool native : {false, true}) {
-    if (native && !onednn::has_bf16_instructions()) continue;
-    ScopedKernels kernels(native ? "bf16=native" : "bf16=emulated");
+  for_each_bf16_mode([&](bool native) {
     Var x(xv, true), w(wv, true), b(bv, true);
     {
       Bf16Guard bf16(true);
@@ -104,7 +103,7 @@ TEST(MixedPrecision, ProductsReadBf16Operands) {
         << native;
     EXPECT_TRUE(ops::allclose(b.grad(), ops::sum(gv, {0}, false), 1e-6, 1e-7));
     EXPECT_FALSE(bf16_enabled());  // the guard restored the mode
-  }
+  });
 }
 
 TEST(MixedPrecision, StoresActivationsInHalfTheBytes) {
@@ -147,42 +146,34 @@ TEST(MixedPrecision, StoredCopiesFollowInPlaceUpdates) {
 // Under mixed precision the fused attention reads bf16-rounded q, k, v and attention
 // weights, as the composed products do, and stores both in bf16, its products on bf16
 // instructions or emulated; its results do not depend on the thread count.
-void check_bf16_attention();
-
 TEST(MixedPrecision, FusedAttentionReadsBf16OperandsWhateverTheThreads) {
-  for (const bool native : {false, true}) {
-    if (native && !onednn::has_bf16_instructions()) continue;
-    ScopedKernels kernels(native ? "bf16=native" : "bf16=emulated");
-    check_bf16_attention();
-  }
-}
-
-void check_bf16_attention() {
-  Tensor xv = rnd_f32({2, 24, 3 * 32}), gv = rnd_f32({2, 24, 32});
-  auto run = [&](bool bf16, int threads, Tensor* grad) {
-    const int before = get_num_threads();
-    set_num_threads(threads);
-    Var x(xv, true);
-    Tensor y;
-    {
-      Bf16Guard precision(bf16);
-      Var out = causal_self_attention(x, 4);
-      y = out.value();
-      out.backward(gv);
-    }
-    set_num_threads(before);
-    *grad = x.grad();
-    return y;
-  };
-  Tensor g1, g2, g32;
-  const Tensor one = run(true, 1, &g1), two = run(true, 2, &g2), fp32 = run(false, 2, &g32);
-  EXPECT_TRUE(ops::equal(one, two));
-  EXPECT_TRUE(ops::equal(g1, g2));
-  EXPECT_FALSE(ops::allclose(two, fp32, 1e-6, 1e-6));  // bf16 operands change the results
-  EXPECT_TRUE(ops::allclose(two, fp32, 2e-2, 2e-2));  // by their rounding only
-  // the same as attention on the rounded operands in float32
-  Var r(ops::round_bf16(xv), true);
-  EXPECT_TRUE(ops::allclose(two, causal_self_attention(r, 4).value(), 1e-2, 1e-2));
+  for_each_bf16_mode([](bool native) {
+    Tensor xv = rnd_f32({2, 24, 3 * 32}), gv = rnd_f32({2, 24, 32});
+    auto run = [&](bool bf16, int threads, Tensor* grad) {
+      const int before = get_num_threads();
+      set_num_threads(threads);
+      Var x(xv, true);
+      Tensor y;
+      {
+        Bf16Guard precision(bf16);
+        Var out = causal_self_attention(x, 4);
+        y = out.value();
+        out.backward(gv);
+      }
+      set_num_threads(before);
+      *grad = x.grad();
+      return y;
+    };
+    Tensor g1, g2, g32;
+    const Tensor one = run(true, 1, &g1), two = run(true, 2, &g2), fp32 = run(false, 2, &g32);
+    EXPECT_TRUE(ops::equal(one, two)) << native;
+    EXPECT_TRUE(ops::equal(g1, g2)) << native;
+    EXPECT_FALSE(ops::allclose(two, fp32, 1e-6, 1e-6)) << native;  // bf16 operands change the results
+    EXPECT_TRUE(ops::allclose(two, fp32, 2e-2, 2e-2)) << native;    // by their rounding only
+    // the same as attention on the rounded operands in float32
+    Var r(ops::round_bf16(xv), true);
+    EXPECT_TRUE(ops::allclose(two, causal_self_attention(r, 4).value(), 1e-2, 1e-2)) << native;
+  });
 }
 
 // Under mixed precision GELU rounds its input (kept for backward) and its output (the next

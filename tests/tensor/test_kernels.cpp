@@ -16,6 +16,7 @@
 #include "../scoped_kernels.h"
 
 using namespace weft;
+using weft::testing::for_each_bf16_mode;
 using weft::testing::ScopedKernels;
 
 namespace {
@@ -90,9 +91,7 @@ TEST(Linalg, EveryLibraryMatchesFloat64) {
 // bf16 products: the operands rounded to bf16, each product exact, the sums in float32.
 TEST(Linalg, Bf16ProductsAreThoseOfTheRoundedOperands) {
   Rng r(12);
-  for (const char* mode : {"bf16=emulated", "bf16=native"}) {
-    if (std::string(mode) == "bf16=native" && !onednn::has_bf16_instructions()) continue;
-    ScopedKernels use(mode);
+  for_each_bf16_mode([&](bool native) {
     Tensor a = randn({96, 256}, r, 0, 1), b = randn({256, 160}, r, 0, 1);
     ops::set_bf16_products(true);
     // Emulated, the products read their operands as given: the autograd rounds them first.
@@ -100,12 +99,12 @@ TEST(Linalg, Bf16ProductsAreThoseOfTheRoundedOperands) {
     Tensor c_raw = ops::matmul(a, b);
     ops::set_bf16_products(false);
     Tensor want = ops::matmul(ops::round_bf16(a).to(DType::F64), ops::round_bf16(b).to(DType::F64));
-    EXPECT_LT(relative_error(c, want), 1e-6) << mode;
-    if (kernels::bf16_native()) {
+    EXPECT_LT(relative_error(c, want), 1e-6) << native;
+    if (native) {
       EXPECT_LT(relative_error(c_raw, want), 1e-6);  // rounded by the kernel itself
     }
     EXPECT_GT(relative_error(ops::matmul(a, b), want), 1e-4);  // and bf16 rounding shows
-  }
+  });
 }
 
 // bf16 tensors as operands: the product of their values in float32 (on bf16 instructions,
@@ -113,34 +112,40 @@ TEST(Linalg, Bf16ProductsAreThoseOfTheRoundedOperands) {
 // written into a column range of a wider matrix; the same bits as rounding float32 operands.
 TEST(Linalg, Bf16OperandsMultiplyAsTheirValues) {
   Rng r(16);
-  for (const char* mode : {"bf16=emulated", "bf16=native"}) {
-    if (std::string(mode) == "bf16=native" && !onednn::has_bf16_instructions()) continue;
-    ScopedKernels use(mode);
+  // The operand gemm receives for op(operand) = x: x or x^T, stored row by row or as a
+  // transposed view.
+  auto operand = [](const Tensor& x, bool trans, bool view) {
+    const Tensor stored = trans ? x.t().contiguous() : x;
+    return view ? stored.t().contiguous().t() : stored;
+  };
+  for_each_bf16_mode([&](bool native) {
     Tensor a = randn({150, 96}, r, 0, 1), b = randn({96, 130}, r, 0, 1);
     Tensor ab = a.to(DType::BF16), bb = b.to(DType::BF16);
     const Tensor want = ops::matmul(ops::round_bf16(a).to(DType::F64), ops::round_bf16(b).to(DType::F64));
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
-        const Tensor opa = ta ? ab.t().contiguous() : ab, opb = tb ? bb.t().contiguous() : bb;
-        Tensor wide = Tensor::zeros({150, 200});
-        Tensor c = wide.slice(1, 40, 170);
-        ops::gemm(ta, tb, 1.0, ta ? opa.t().contiguous().t() : opa, tb ? opb.t().contiguous().t() : opb, 0.0, c);
-        EXPECT_LT(relative_error(c.contiguous(), want), 1e-6) << mode << " " << ta << tb;
-        EXPECT_EQ(ops::sum(wide.slice(1, 0, 40)).item(), 0.0);  // the rest of the rows untouched
-        ops::gemm(ta, tb, 1.0, ta ? opa.t().contiguous().t() : opa, tb ? opb.t().contiguous().t() : opb, 1.0, c);
-        EXPECT_LT(relative_error(c.contiguous(), ops::mul(want, 2.0)), 1e-6) << mode;
+        for (bool view : {false, true}) {
+          const Tensor opa = operand(ab, ta, view), opb = operand(bb, tb, !view);
+          Tensor wide = Tensor::zeros({150, 200});
+          Tensor c = wide.slice(1, 40, 170);
+          ops::gemm(ta, tb, 1.0, opa, opb, 0.0, c);
+          EXPECT_LT(relative_error(c.contiguous(), want), 1e-6) << native << " " << ta << tb << view;
+          EXPECT_EQ(ops::sum(wide.slice(1, 0, 40)).item(), 0.0);  // the rest of the rows untouched
+          ops::gemm(ta, tb, 1.0, opa, opb, 1.0, c);
+          EXPECT_LT(relative_error(c.contiguous(), ops::mul(want, 2.0)), 1e-6) << native;
+        }
       }
     }
     // The same bits as the float32 operands rounded by the product itself (native) or first.
     const Tensor bt = b.t().contiguous();
     ops::set_bf16_products(true);
-    const Tensor rounded = kernels::bf16_native() ? ops::linear(a, bt, nullptr)
-                                                  : ops::linear(ops::round_bf16(a), ops::round_bf16(bt), nullptr);
+    const Tensor rounded = native ? ops::linear(a, bt, nullptr)
+                                  : ops::linear(ops::round_bf16(a), ops::round_bf16(bt), nullptr);
     ops::set_bf16_products(false);
-    EXPECT_TRUE(ops::equal(ops::linear(ab, bt.to(DType::BF16), nullptr), rounded)) << mode;
+    EXPECT_TRUE(ops::equal(ops::linear(ab, bt.to(DType::BF16), nullptr), rounded)) << native;
     Tensor out = Tensor::empty({150, 130});
     EXPECT_THROW(ops::gemm(false, false, 2.0, ab, bb, 0.0, out), InternalError);  // alpha 1 only
-  }
+  });
 }
 
 // Both convolution paths agree with float64 forward and backward: batches cut into slices

@@ -58,6 +58,16 @@ T sum8(std::int64_t n, const F& value) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+// fn(data) with t's values as stored: bf16 (a kept copy) or T.
+template <class T, class Fn>
+void with_stored(const Tensor& t, const Fn& fn) {
+  if (t.dtype() == DType::BF16) {
+    fn(t.data<bf16>());
+  } else {
+    fn(t.data<T>());
+  }
+}
+
 // A value as float or double, from float, double or bf16 storage.
 template <class T, class S>
 T widen_as(S v) {
@@ -79,7 +89,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   Tensor rstd = Tensor::empty({rows}, xc.dtype());
   // Under mixed precision xhat (kept for backward) and the output (the next product's
   // operand) are rounded to bf16 in the same pass.
-  const bool pack = bf16_enabled() && grad_enabled() && xc.dtype() == DType::F32;
+  const bool pack = keeps_bf16(xc);
   Tensor xhat16 = pack ? Tensor::empty(xc.shape(), DType::BF16) : Tensor();
   Tensor out16 = pack ? Tensor::empty(xc.shape(), DType::BF16) : Tensor();
   const Tensor gv = affine ? gamma.value().contiguous() : Tensor(), bv = has_beta ? beta.value().contiguous() : Tensor();
@@ -174,11 +184,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
           }
         });
       };
-      if (xh.dtype() == DType::BF16) {
-        run(xh.data<bf16>());
-      } else {
-        run(xh.data<T>());
-      }
+      with_stored<T>(xh, run);
     });
     Grads grads{dx};
     if (affine) grads.push_back(ops::sum(parts.select(0, 0), {0}, false));
@@ -204,7 +210,7 @@ Var gelu(const Var& x) {
   const double c = std::sqrt(2.0 / M_PI);
   // Under mixed precision the input (kept for backward) and the output (the next product's
   // operand) are stored as bf16: rounded here, in the same pass, instead of in two more.
-  const bool pack = bf16_enabled() && grad_enabled() && v.dtype() == DType::F32 && !x.is_leaf();
+  const bool pack = keeps_bf16(v) && !x.is_leaf();
   Tensor vb = pack ? Tensor::empty(v.shape(), DType::BF16) : Tensor();
   Tensor ob = pack ? Tensor::empty(v.shape(), DType::BF16) : Tensor();
   dispatch(v.dtype(), [&](auto zero) {
@@ -246,23 +252,18 @@ Var gelu(const Var& x) {
     Tensor dx = Tensor::empty(xv.shape(), g.dtype());
     dispatch(g.dtype(), [&](auto zero) {
       using T = decltype(zero);
-      auto backward = [&](const auto* p, auto widen) {
-        const T* gp = g.data<T>();
-        T* o = dx.data<T>();
+      const T* gp = g.data<T>();
+      T* o = dx.data<T>();
+      with_stored<T>(xv, [&](const auto* p) {
         parallel_for(xv.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
           for (std::int64_t i = b; i < e; ++i) {
-            const T a = widen(p[i]);
+            const T a = widen_as<T>(p[i]);
             const T sg = gelu_gate(a, static_cast<T>(c));
             const T du = static_cast<T>(c) * (T(1) + T(3 * 0.044715) * a * a);
             o[i] = gp[i] * (sg + T(2) * a * sg * (T(1) - sg) * du);
           }
         });
-      };
-      if (xv.dtype() == DType::BF16) {
-        backward(xv.data<bf16>(), [](bf16 h) { return static_cast<T>(from_bf16(h)); });
-      } else {
-        backward(xv.data<T>(), [](T same) { return same; });
-      }
+      });
     });
     return Grads{dx};
   });
@@ -428,7 +429,7 @@ Var causal_self_attention(const Var& qkv, std::int64_t heads) {
           std::vector<E> row(static_cast<std::size_t>(T));
           const bf16* py = pi.data<bf16>();
           for (std::int64_t r = 0; r < T; ++r) {
-            for (std::int64_t j = 0; j <= r; ++j) row[static_cast<std::size_t>(j)] = static_cast<E>(from_bf16(py[r * T + j]));
+            for (std::int64_t j = 0; j <= r; ++j) row[static_cast<std::size_t>(j)] = widen_as<E>(py[r * T + j]);
             causal_softmax_row_backward(pd + r * T, row.data(), pd + r * T, r + 1, T, scale);
           }
           return;

@@ -81,10 +81,12 @@ Tensor pack_bf16(const Tensor& t) {
 }
 }  // namespace
 
+bool keeps_bf16(const Tensor& t) { return bf16_enabled() && t_grad_enabled && t.dtype() == DType::F32; }
+
 SavedTensor SavedTensor::activation(const Tensor& t) {
   SavedTensor s;
   s.shape_ = t.shape();
-  s.stored_ = bf16_enabled() && t_grad_enabled && t.dtype() == DType::F32 ? pack_bf16(t) : t;
+  s.stored_ = keeps_bf16(t) ? pack_bf16(t) : t;
   return s;
 }
 

@@ -155,6 +155,9 @@ class SavedTensor {
   Shape shape_;
   bool round_on_get_ = false;
 };
+// Whether an activation `t` is kept as a bf16 copy (mixed precision, gradients recorded,
+// float32): what SavedTensor::activation does, for kernels that make the copy themselves.
+bool keeps_bf16(const Tensor& t);
 // Under mixed precision: `packed` is the bf16 copy of `source` that a kernel rounded while
 // it produced or read `source`; SavedTensor::activation and bf16_operand of `source` take it
 // instead of converting again (while `source` lives and until backward).

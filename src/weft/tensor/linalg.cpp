@@ -34,21 +34,6 @@ BlasOperand as_blas(const Tensor& x) {
 
 thread_local bool t_bf16_products = false;
 
-// The stored region of an operand (rows x cols with leading dimension ld), rounded to
-// bf16 into a dense buffer with the same orientation.
-std::vector<std::uint16_t> to_bf16_dense(const float* p, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
-  std::vector<std::uint16_t> out(static_cast<std::size_t>(rows * cols));
-  parallel_for(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(cols, 1)),
-               [&](std::int64_t b, std::int64_t e) {
-                 for (std::int64_t r = b; r < e; ++r) {
-                   const float* src = p + r * ld;
-                   std::uint16_t* dst = out.data() + r * cols;
-                   for (std::int64_t j = 0; j < cols; ++j) dst[j] = bf16_from_float(src[j]);
-                 }
-               });
-  return out;
-}
-
 }  // namespace
 
 void set_bf16_products(bool on) { t_bf16_products = on; }
@@ -73,6 +58,27 @@ GemmBlocks gemm_blocks(std::int64_t m, std::int64_t n) {
 }
 
 namespace {
+// The sizes of op(a) [m, k] x op(b) [k, n] -> c [m, n], checked against each other and c's
+// layout (2-D, contiguous rows).
+struct ProductDims {
+  std::int64_t m, n, k;
+};
+ProductDims product_dims(bool trans_a, bool trans_b, const Tensor& a, const Tensor& b, const Tensor& c) {
+  WEFT_CHECK(c.dim() == 2 && c.stride(1) == 1 && c.stride(0) >= c.size(1),
+             "gemm: output must be 2-D with contiguous rows");
+  WEFT_CHECK(a.dim() == 2 && b.dim() == 2, "gemm operands must be 2-D, got " + shape_to_string(a.shape()) + " and " +
+                                               shape_to_string(b.shape()));
+  const ProductDims d{trans_a ? a.size(1) : a.size(0), trans_b ? b.size(0) : b.size(1), trans_a ? a.size(0) : a.size(1)};
+  const std::int64_t kb = trans_b ? b.size(1) : b.size(0);
+  WEFT_CHECK(d.k == kb && c.size(0) == d.m && c.size(1) == d.n,
+             "gemm: shapes " + shape_to_string(a.shape()) + (trans_a ? "^T" : "") + " x " +
+                 shape_to_string(b.shape()) + (trans_b ? "^T" : "") + " -> " + shape_to_string(c.shape()));
+  return d;
+}
+
+// A float32 operand rounded to bf16 in the orientation it is stored in (as as_blas reads it).
+Tensor bf16_copy(const BlasOperand& x) { return x.transposed ? x.t.t().to(DType::BF16).t() : x.t.to(DType::BF16); }
+
 // c = op(a) op(b) + beta c for bf16 operands and a float32 c (beta 0 or 1): on bf16
 // instructions in the blocks gemm uses, each operand read where it lies; without the
 // instructions, the float32 product of the widened operands (the same values).
@@ -81,23 +87,18 @@ void gemm_bf16_operands(bool trans_a, bool trans_b, double alpha, const Tensor& 
   WEFT_CHECK(a.dtype() == DType::BF16 && b.dtype() == DType::BF16 && c.dtype() == DType::F32 && alpha == 1.0 &&
                  (beta == 0.0 || beta == 1.0),
              "gemm: bf16 operands need each other, a float32 result, alpha 1 and beta 0 or 1");
-  WEFT_CHECK(c.dim() == 2 && c.stride(1) == 1 && c.stride(0) >= c.size(1),
-             "gemm: output must be 2-D with contiguous rows");
   if (!kernels::bf16_native()) {
     gemm(trans_a, trans_b, 1.0, a.to(DType::F32), b.to(DType::F32), beta, c);
     return;
   }
-  const BlasOperand A = as_blas(a), B = as_blas(b);
-  const std::int64_t m = trans_a ? a.size(1) : a.size(0), k = trans_a ? a.size(0) : a.size(1);
-  const std::int64_t n = trans_b ? b.size(0) : b.size(1), kb = trans_b ? b.size(1) : b.size(0);
-  WEFT_CHECK(k == kb && c.size(0) == m && c.size(1) == n,
-             "gemm: shapes " + shape_to_string(a.shape()) + (trans_a ? "^T" : "") + " x " +
-                 shape_to_string(b.shape()) + (trans_b ? "^T" : "") + " -> " + shape_to_string(c.shape()));
+  const ProductDims dims = product_dims(trans_a, trans_b, a, b, c);
+  const std::int64_t m = dims.m, n = dims.n, k = dims.k;  // (named: lambdas below use them)
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (beta == 0) c.zero_();
     return;
   }
+  const BlasOperand A = as_blas(a), B = as_blas(b);
   const bool a_t = trans_a != A.transposed, b_t = trans_b != B.transposed;
   const auto* pa = reinterpret_cast<const std::uint16_t*>(A.t.data<bf16>());
   const auto* pb = reinterpret_cast<const std::uint16_t*>(B.t.data<bf16>());
@@ -109,6 +110,7 @@ void gemm_bf16_operands(bool trans_a, bool trans_b, double alpha, const Tensor& 
       const std::int64_t r0 = blocks.by_rows ? i * blocks.size : 0, r1 = blocks.by_rows ? std::min(m, r0 + blocks.size) : m;
       const std::int64_t c0 = blocks.by_rows ? 0 : i * blocks.size, c1 = blocks.by_rows ? n : std::min(n, c0 + blocks.size);
       if (r0 >= r1 || c0 >= c1) continue;
+      // Element (i, j) of op(A) at i * row_stride + j * col_stride.
       const onednn::Operand oa{pa + (a_t ? r0 : r0 * A.ld), a_t ? 1 : A.ld, a_t ? A.ld : 1};
       const onednn::Operand ob{pb + (b_t ? c0 * B.ld : c0), b_t ? 1 : B.ld, b_t ? B.ld : 1};
       onednn::matmul_bf16(r1 - r0, c1 - c0, k, oa, ob, pc + r0 * ldc + c0, ldc, beta == 1.0);
@@ -122,16 +124,9 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
   ProfileScope profile(Work::Gemm);
   if (a.dtype() == DType::BF16 || b.dtype() == DType::BF16) return gemm_bf16_operands(trans_a, trans_b, alpha, a, b, beta, c);
   WEFT_CHECK(a.dtype() == b.dtype() && a.dtype() == c.dtype(), "gemm: dtype mismatch");
-  WEFT_CHECK(c.dim() == 2 && c.stride(1) == 1 && c.stride(0) >= c.size(1),
-             "gemm: output must be 2-D with contiguous rows");
+  const ProductDims dims = product_dims(trans_a, trans_b, a, b, c);
+  const std::int64_t m = dims.m, n = dims.n, k = dims.k;  // (named: lambdas below use them)
   BlasOperand A = as_blas(a), B = as_blas(b);
-  std::int64_t m = trans_a ? a.size(1) : a.size(0);
-  std::int64_t k = trans_a ? a.size(0) : a.size(1);
-  std::int64_t kb = trans_b ? b.size(1) : b.size(0);
-  std::int64_t n = trans_b ? b.size(0) : b.size(1);
-  WEFT_CHECK(k == kb && c.size(0) == m && c.size(1) == n,
-             "gemm: shapes " + shape_to_string(a.shape()) + (trans_a ? "^T" : "") + " x " +
-                 shape_to_string(b.shape()) + (trans_b ? "^T" : "") + " -> " + shape_to_string(c.shape()));
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (beta == 0) c.zero_(); else mul_(c, beta);
@@ -154,28 +149,14 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
     // oneDNN's products take alpha 1 and beta 0 or 1 (a sum post-op).
     const bool onednn_ok = alpha == 1.0 && (beta == 0.0 || beta == 1.0);
     // bf16 products: both operands rounded once into dense bf16 copies.
-    const bool bf16 = onednn_ok && bf16_instructions_for(m, n, k);
-    std::vector<std::uint16_t> a16, b16;
-    std::int64_t lda16 = A.ld, ldb16 = B.ld;
-    if (bf16) {
-      lda16 = a_t ? m : k;
-      ldb16 = b_t ? k : n;
-      a16 = to_bf16_dense(pa, a_t ? k : m, lda16, A.ld);
-      b16 = to_bf16_dense(pb, b_t ? n : k, ldb16, B.ld);
-    }
+    if (onednn_ok && bf16_instructions_for(m, n, k))
+      return gemm_bf16_operands(trans_a, trans_b, alpha, bf16_copy(A), bf16_copy(B), beta, c);
     parallel_for(blocks.count, 1, [&](std::int64_t first, std::int64_t last) {
       for (std::int64_t i = first; i < last; ++i) {
         const std::int64_t r0 = blocks.by_rows ? i * blocks.size : 0, r1 = blocks.by_rows ? std::min(m, r0 + blocks.size) : m;
         const std::int64_t c0 = blocks.by_rows ? 0 : i * blocks.size, c1 = blocks.by_rows ? n : std::min(n, c0 + blocks.size);
         if (r0 >= r1 || c0 >= c1) continue;
         float* out = pc + r0 * ldc + c0;
-        if (bf16) {
-          // Element (i, j) of op(A) at i * row_stride + j * col_stride of the dense copy.
-          const onednn::Operand oa{a16.data() + (a_t ? r0 : r0 * lda16), a_t ? 1 : lda16, a_t ? lda16 : 1};
-          const onednn::Operand ob{b16.data() + (b_t ? c0 * ldb16 : c0), b_t ? 1 : ldb16, b_t ? ldb16 : 1};
-          onednn::matmul_bf16(r1 - r0, c1 - c0, k, oa, ob, out, ldc, beta == 1.0);
-          continue;
-        }
         const float* sa = pa + (a_t ? r0 : r0 * A.ld);
         const float* sb = pb + (b_t ? c0 * B.ld : c0);
         if (onednn_ok && kernels::gemm_f32(r1 - r0, c1 - c0, k) == kernels::Gemm::OneDnn) {
