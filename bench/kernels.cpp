@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "weft/tensor/onednn.h"
 #include "weft/tensor/rng.h"
 #include "weft/tensor/thread_pool.h"
+#include "weft/tensor/xsmm.h"
 
 using namespace weft;
 
@@ -86,18 +88,22 @@ int main(int argc, char** argv) {
               threads);
   std::printf("%-11s %-34s %-12s %9s %9s\n", "kind", "shape", "library", "GFLOP/s", "of peak");
 
-  // Products as weft runs them (blocks on the pool), per library, and bf16.
+  // Products as weft runs them (blocks on the pool; attention's heads 64 at a time, one per
+  // task, as causal_self_attention runs them), per library, and bf16.
   struct Product {
     std::int64_t m, k, n;
     bool ta, tb;  // the operands as weft stores them: A as [k, m], B as [n, k]
     const char* what;
+    std::int64_t heads = 1;
   };
   const Product products[] = {{64, 784, 256, false, true, "mlp layer 1"},
                               {64, 256, 256, false, true, "mlp layer 2"},
                               {2048, 128, 384, false, true, "gpt qkv"},
                               {2048, 512, 128, false, true, "gpt mlp out"},
                               {512, 2048, 128, true, false, "gpt dW (k = tokens)"},
-                              {128, 32, 128, false, false, "attention head"}};
+                              {128, 32, 128, false, true, "64 heads q k^T", 64},
+                              {128, 128, 32, false, false, "64 heads weights v", 64},
+                              {128, 128, 32, true, false, "64 heads d v", 64}};
   struct Library {
     const char* choice;  // WEFT_KERNELS
     const char* label;
@@ -105,19 +111,31 @@ int main(int argc, char** argv) {
   };
   const Library libraries[] = {{"gemm=openblas", "openblas", false},
                                {"gemm=onednn", "onednn", false},
-                               {"bf16=native", "native bf16", true}};
+                               {"gemm=libxsmm", "libxsmm", false},
+                               {"gemm=onednn,bf16=native", "onednn bf16", true},
+                               {"gemm=libxsmm,bf16=native", "libxsmm bf16", true}};
   for (const Product& p : products) {
-    Tensor x = p.ta ? randn({p.k, p.m}, rng) : randn({p.m, p.k}, rng);
-    Tensor w = p.tb ? randn({p.n, p.k}, rng) : randn({p.k, p.n}, rng);
-    Tensor y = Tensor::empty({p.m, p.n});
+    Tensor x = p.ta ? randn({p.heads, p.k, p.m}, rng) : randn({p.heads, p.m, p.k}, rng);
+    Tensor w = p.tb ? randn({p.heads, p.n, p.k}, rng) : randn({p.heads, p.k, p.n}, rng);
+    Tensor y = Tensor::empty({p.heads, p.m, p.n});
     const std::string shape = std::to_string(p.m) + "x" + std::to_string(p.k) + "x" + std::to_string(p.n) + " " + p.what;
     for (const Library& lib : libraries) {
       if (lib.bf16 && !onednn::has_bf16_instructions()) continue;
+      if (std::strstr(lib.choice, "libxsmm") != nullptr && !(lib.bf16 ? xsmm::has_bf16_kernels() : xsmm::has_f32_kernels()))
+        continue;
       use(lib.choice);
       ops::set_bf16_products(lib.bf16);
-      const double s = seconds_per_call([&] { ops::gemm(p.ta, p.tb, 1.0, x, w, 0.0, y); });
+      const double s = seconds_per_call([&] {
+        parallel_for(p.heads, 1, [&](std::int64_t first, std::int64_t last) {
+          ops::set_bf16_products(lib.bf16);
+          for (std::int64_t h = first; h < last; ++h) {
+            Tensor yh = y.select(0, h);
+            ops::gemm(p.ta, p.tb, 1.0, x.select(0, h), w.select(0, h), 0.0, yh);
+          }
+        });
+      });
       ops::set_bf16_products(false);
-      row("gemm", shape, lib.label, 2.0 * p.m * p.k * p.n, s, peak);
+      row("gemm", shape, lib.label, 2.0 * p.m * p.k * p.n * p.heads, s, peak);
     }
   }
 

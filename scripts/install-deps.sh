@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev          # GEMM (cblas_sgemm / cblas_dgemm)
   libdnnl-dev              # oneDNN: matrix products (fp32, bf16) and convolutions where faster
+  libxsmm-dev              # libxsmm: JIT kernels for the products of layers and attention heads
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev zlib1g-dev libyaml-cpp-dev
   libssl-dev               # HMAC-SHA256 for the job token handshake

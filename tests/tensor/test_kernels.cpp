@@ -12,6 +12,7 @@
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
 #include "weft/tensor/thread_pool.h"
+#include "weft/tensor/xsmm.h"
 #include "weft/util/error.h"
 #include "../scoped_kernels.h"
 
@@ -63,10 +64,10 @@ double relative_error(const Tensor& a, const Tensor& b) {
 // accumulation into the output (beta = 1: a linear layer's bias).
 TEST(Linalg, EveryLibraryMatchesFloat64) {
   Rng r(11);
-  for (const char* library : {"gemm=openblas", "gemm=onednn", "gemm=auto"}) {
+  for (const char* library : {"gemm=openblas", "gemm=onednn", "gemm=libxsmm", "gemm=auto"}) {
     ScopedKernels use(library);
     for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{7, 5, 3}, {64, 784, 256}, {48, 784, 256}, {48, 256, 784},
-                           {256, 48, 784}, {300, 128, 130}, {33, 200, 600}, {2, 1, 1}}) {
+                           {256, 48, 784}, {300, 128, 130}, {33, 200, 600}, {2, 1, 1}, {70, 1030, 9}}) {
       Tensor a = randn({m, k}, r, 0, 1), b = randn({k, n}, r, 0, 1), at = randn({k, m}, r, 0, 1),
              bt = randn({n, k}, r, 0, 1);
       EXPECT_LT(relative_error(ops::matmul(a, b), ops::matmul(a.to(DType::F64), b.to(DType::F64))), 1e-5)
@@ -105,6 +106,63 @@ TEST(Linalg, Bf16ProductsAreThoseOfTheRoundedOperands) {
     }
     EXPECT_GT(relative_error(ops::matmul(a, b), want), 1e-4);  // and bf16 rounding shows
   });
+}
+
+// bf16 products on each library the table can pick (libxsmm with its operands packed in
+// pairs of rows, oneDNN), against float64 products of the same values: k sliced (over 512),
+// odd (libxsmm leaves it to oneDNN), blocks of rows and of columns, a transposed a.
+TEST(Linalg, Bf16ProductsOnEveryLibraryMatchFloat64) {
+  if (!kernels::bf16_native()) GTEST_SKIP() << "no bf16 instructions";
+  Rng r(17);
+  for (const char* library : {"gemm=onednn", "gemm=libxsmm", "gemm=auto"}) {
+    ScopedKernels use(library);
+    for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{7, 6, 3}, {128, 32, 128}, {64, 1030, 300},
+                           {48, 128, 784}, {300, 2048, 96}, {33, 201, 40}}) {
+      const Tensor a = randn({m, k}, r, 0, 1).to(DType::BF16), at = randn({k, m}, r, 0, 1).to(DType::BF16);
+      const Tensor b = randn({k, n}, r, 0, 1).to(DType::BF16), bt = randn({n, k}, r, 0, 1).to(DType::BF16);
+      for (const bool ta : {false, true})
+        for (const bool tb : {false, true}) {
+          Tensor c = Tensor::empty({m, n});
+          ops::gemm(ta, tb, 1.0, ta ? at : a, tb ? bt : b, 0.0, c);
+          const Tensor a64 = (ta ? at : a).to(DType::F64), b64 = (tb ? bt : b).to(DType::F64);
+          // Each product exact, the float32 sums' rounding growing with k.
+          EXPECT_LT(relative_error(c, ops::matmul(ta ? a64.t() : a64, tb ? b64.t() : b64)), k > 512 ? 1e-5 : 1e-6)
+              << library << " " << m << "x" << k << "x" << n << " " << ta << tb;
+        }
+    }
+  }
+}
+
+// The packing libxsmm's bf16 products read, and the transposes, element for element.
+TEST(Xsmm, PairsAndTransposesMoveEveryElement) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{8, 8}, {2, 1}, {37, 70}, {128, 32}, {64, 129}}) {
+    std::vector<std::uint16_t> in16(static_cast<size_t>(rows * (cols + 3)));
+    std::vector<std::uint32_t> in32(in16.size());
+    for (size_t i = 0; i < in16.size(); ++i) in16[i] = static_cast<std::uint16_t>(i * 7 + 1), in32[i] = static_cast<std::uint32_t>(i * 13 + 5);
+    const int64_t ld = cols + 3;
+    std::vector<std::uint16_t> out16(static_cast<size_t>(rows * cols));
+    std::vector<std::uint32_t> out32(out16.size());
+    xsmm::transpose_16(rows, cols, in16.data(), ld, out16.data());
+    xsmm::transpose_32(rows, cols, in32.data(), ld, out32.data());
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        ASSERT_EQ(out16[j * rows + i], in16[i * ld + j]) << rows << "x" << cols;
+        ASSERT_EQ(out32[j * rows + i], in32[i * ld + j]) << rows << "x" << cols;
+      }
+    if (rows % 2 != 0) continue;
+    // b [rows, cols] row-major, and the same matrix stored transposed: rows 2i and 2i + 1 side by side.
+    std::vector<std::uint16_t> t(static_cast<size_t>(cols * rows));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) t[j * rows + i] = in16[i * ld + j];
+    std::vector<std::uint16_t> p1(out16.size()), p2(out16.size());
+    xsmm::pack_bf16_pairs(rows, cols, in16.data(), ld, 1, p1.data());
+    xsmm::pack_bf16_pairs(rows, cols, t.data(), 1, rows, p2.data());
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        ASSERT_EQ(p1[(i / 2) * 2 * cols + 2 * j + i % 2], in16[i * ld + j]) << rows << "x" << cols;
+        ASSERT_EQ(p2[(i / 2) * 2 * cols + 2 * j + i % 2], in16[i * ld + j]) << rows << "x" << cols;
+      }
+  }
 }
 
 // bf16 tensors as operands: the product of their values in float32 (on bf16 instructions,
@@ -241,14 +299,29 @@ TEST(KernelTable, ReadsChoicesAndRefusesMistakes) {
   }
   {
     ScopedKernels use("");
+    const bool xsmm = xsmm::has_f32_kernels();
     EXPECT_EQ(kernels::gemm_f32(64, 256, 784), kernels::Gemm::OneDnn);
-    EXPECT_EQ(kernels::gemm_f32(64, 10, 256), kernels::Gemm::OpenBlas);
+    EXPECT_EQ(kernels::gemm_f32(64, 10, 256), xsmm ? kernels::Gemm::Xsmm : kernels::Gemm::OpenBlas);
+    EXPECT_EQ(kernels::gemm_f32(128, 32, 128), xsmm ? kernels::Gemm::Xsmm : kernels::Gemm::OpenBlas);
     EXPECT_EQ(kernels::conv_backward_data(1), kernels::Conv::Im2col);
     EXPECT_EQ(kernels::conv_backward_data(32), kernels::Conv::OneDnn);
     EXPECT_EQ(kernels::bf16_native(), onednn::has_bf16_instructions());
-    EXPECT_FALSE(kernels::bf16_native(128, 128, 32));  // an attention head: rounding costs more
+    // An attention head: on libxsmm's bf16 kernels, or a float32 product where only oneDNN's
+    // would take it (its small products run slower than rounding costs).
+    EXPECT_EQ(kernels::bf16_native(128, 128, 32), xsmm::has_bf16_kernels());
     EXPECT_EQ(kernels::bf16_native(64, 256, 784), onednn::has_bf16_instructions());
     EXPECT_EQ(kernels::bf16_native(2048, 384, 128), onednn::has_bf16_instructions());
+    if (xsmm::has_bf16_kernels()) {
+      EXPECT_EQ(kernels::gemm_bf16(128, 32, 128, true), kernels::Gemm::Xsmm);
+      EXPECT_EQ(kernels::gemm_bf16(32, 32, 1024, true), kernels::Gemm::OneDnn);   // transposing a costs more
+      EXPECT_EQ(kernels::gemm_bf16(64, 64, 63, false), kernels::Gemm::OneDnn);    // libxsmm takes pairs of k
+      EXPECT_EQ(kernels::gemm_bf16(2048, 384, 128, false), kernels::Gemm::OneDnn);  // as fast, no packing
+    }
+  }
+  {
+    ScopedKernels use("gemm=onednn");
+    EXPECT_EQ(kernels::gemm_f32(64, 10, 256), kernels::Gemm::OneDnn);
+    EXPECT_EQ(kernels::gemm_bf16(128, 32, 128, false), kernels::Gemm::OneDnn);
   }
   for (const char* bad : {"gemm=mkl", "conv", "winograd=on", "bf16=fast"}) {
     ScopedKernels use(bad);

@@ -1,10 +1,12 @@
 #include "weft/tensor/kernel_table.h"
 
 #include <atomic>
+#include <initializer_list>
 #include <mutex>
 #include <sstream>
 
 #include "weft/tensor/onednn.h"
+#include "weft/tensor/xsmm.h"
 #include "weft/util/env.h"
 #include "weft/util/error.h"
 
@@ -14,17 +16,23 @@ namespace {
 
 // 0 = auto (the measured rule), else the forced choice.
 struct Overrides {
-  int gemm = 0;  // 1 openblas, 2 onednn
+  int gemm = 0;  // 1 openblas, 2 onednn, 3 libxsmm
   int conv = 0;  // 1 im2col, 2 onednn
   int bf16 = 0;  // 1 emulated, 2 native
   int int8 = 0;  // 1 emulated, 2 native
 };
 
-int pick(const std::string& key, const std::string& value, const char* first, const char* second) {
+// The index of `value` among the choices (1 for the first), 0 for auto.
+int pick(const std::string& key, const std::string& value, std::initializer_list<const char*> choices) {
   if (value == "auto") return 0;
-  if (value == first) return 1;
-  if (value == second) return 2;
-  throw ConfigError("WEFT_KERNELS: " + key + "=" + value + " is not auto, " + first + " or " + second);
+  int index = 1;
+  std::string names = "auto";
+  for (const char* c : choices) {
+    if (value == c) return index;
+    names += (index == static_cast<int>(choices.size()) ? " or " : ", ") + std::string(c);
+    ++index;
+  }
+  throw ConfigError("WEFT_KERNELS: " + key + "=" + value + " is not " + names);
 }
 
 Overrides parse(const std::string& text) {
@@ -37,14 +45,17 @@ Overrides parse(const std::string& text) {
     if (eq == std::string::npos)
       throw ConfigError("WEFT_KERNELS: '" + item + "' is not KIND=CHOICE (gemm, conv, bf16 or int8)");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-    if (key == "gemm") o.gemm = pick(key, value, "openblas", "onednn");
-    else if (key == "conv") o.conv = pick(key, value, "im2col", "onednn");
-    else if (key == "bf16") o.bf16 = pick(key, value, "emulated", "native");
-    else if (key == "int8") o.int8 = pick(key, value, "emulated", "native");
+    if (key == "gemm") o.gemm = pick(key, value, {"openblas", "onednn", "libxsmm"});
+    else if (key == "conv") o.conv = pick(key, value, {"im2col", "onednn"});
+    else if (key == "bf16") o.bf16 = pick(key, value, {"emulated", "native"});
+    else if (key == "int8") o.int8 = pick(key, value, {"emulated", "native"});
     else throw ConfigError("WEFT_KERNELS: unknown kernel kind '" + key + "' (gemm, conv, bf16 or int8)");
   }
   if (o.bf16 == 2 && !onednn::has_bf16_instructions())
     throw ConfigError("WEFT_KERNELS: bf16=native needs AVX512-BF16, and this processor runs " +
+                      onednn::isa_name());
+  if (o.gemm == 3 && !xsmm::has_f32_kernels())
+    throw ConfigError("WEFT_KERNELS: gemm=libxsmm needs AVX2 or AVX-512, and this processor runs " +
                       onednn::isa_name());
   if (o.int8 == 2 && !onednn::has_int8_instructions())
     throw ConfigError("WEFT_KERNELS: int8=native needs AVX512-VNNI, and this processor runs " + onednn::isa_name());
@@ -71,8 +82,19 @@ const Overrides& overrides() {
 Gemm gemm_f32(std::int64_t m, std::int64_t n, std::int64_t k) {
   (void)m;
   const int forced = overrides().gemm;
-  if (forced != 0) return forced == 1 ? Gemm::OpenBlas : Gemm::OneDnn;
-  return k >= 128 && n >= 128 ? Gemm::OneDnn : Gemm::OpenBlas;
+  if (forced != 0) return forced == 1 ? Gemm::OpenBlas : forced == 2 ? Gemm::OneDnn : Gemm::Xsmm;
+  if (k >= 128 && n >= 128) return Gemm::OneDnn;
+  return xsmm::has_f32_kernels() ? Gemm::Xsmm : Gemm::OpenBlas;
+}
+
+Gemm gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, bool a_transposed) {
+  const int forced = overrides().gemm;
+  if (k % 2 != 0 || !xsmm::has_bf16_kernels() || (forced != 0 && forced != 3)) return Gemm::OneDnn;
+  if (forced == 3) return Gemm::Xsmm;
+  // libxsmm packs b (and copies a transposed a) for each product: past 2^22 multiply-adds
+  // oneDNN's kernels run as fast or faster, and past k = 512 a transposed a costs more to
+  // copy than oneDNN's slower product of it.
+  return m * n * k < (std::int64_t{1} << 22) && !(a_transposed && k > 512) ? Gemm::Xsmm : Gemm::OneDnn;
 }
 
 bool bf16_native() {
@@ -84,7 +106,7 @@ bool bf16_native() {
 
 bool bf16_native(std::int64_t m, std::int64_t n, std::int64_t k) {
   if (!bf16_native()) return false;
-  return overrides().bf16 == 2 || m * n * k >= (std::int64_t{1} << 20);
+  return overrides().bf16 == 2 || gemm_bf16(m, n, k, false) == Gemm::Xsmm || m * n * k >= (std::int64_t{1} << 20);
 }
 
 bool int8_native() {
@@ -104,9 +126,14 @@ Conv conv_backward_data(std::int64_t in_channels) {
 
 std::string summary() {
   const Overrides& o = overrides();
-  auto gemm = o.gemm == 1 ? "openblas" : o.gemm == 2 ? "onednn" : "onednn (k, n >= 128) / openblas";
+  auto gemm = o.gemm == 1                  ? "openblas"
+              : o.gemm == 2                ? "onednn"
+              : o.gemm == 3                ? "libxsmm"
+              : xsmm::has_f32_kernels()    ? "onednn (k, n >= 128) / libxsmm"
+                                           : "onednn (k, n >= 128) / openblas";
   auto conv = o.conv == 1 ? "im2col+openblas" : "onednn";
   auto bf16 = !bf16_native()       ? "emulated (rounded operands, fp32 products)"
+              : gemm_bf16(2, 2, 2, false) == Gemm::Xsmm ? "native (libxsmm below 2^22 multiply-adds, onednn above)"
               : o.bf16 == 2       ? "native (onednn)"
                                   : "native (onednn) from 2^20 multiply-adds";
   auto int8 = int8_native() ? "native (onednn, vnni)" : "emulated (widened weights, fp32 products)";

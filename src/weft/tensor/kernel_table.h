@@ -31,11 +31,14 @@
 
 namespace weft::kernels {
 
-enum class Gemm { OpenBlas, OneDnn };
+enum class Gemm { OpenBlas, OneDnn, Xsmm };
 enum class Conv { Im2col, OneDnn };
 
 // The library for one float32 product [m, k] x [k, n].
 Gemm gemm_f32(std::int64_t m, std::int64_t n, std::int64_t k);
+// The library for one bf16 product (operands rounded to bfloat16, float32 sums): libxsmm or
+// oneDNN.
+Gemm gemm_bf16(std::int64_t m, std::int64_t n, std::int64_t k, bool a_transposed);
 // Whether bf16 products run as bf16 instructions (else fp32 products of rounded operands):
 // bf16_native() for the processor and WEFT_KERNELS, the second for one product's shape.
 bool bf16_native();

@@ -9,6 +9,7 @@
 #include "weft/tensor/ops.h"
 #include "weft/tensor/profile.h"
 #include "weft/tensor/thread_pool.h"
+#include "weft/tensor/xsmm.h"
 #include "weft/util/half_float.h"
 
 namespace weft::ops {
@@ -105,11 +106,29 @@ void gemm_bf16_operands(bool trans_a, bool trans_b, double alpha, const Tensor& 
   float* pc = c.data<float>();
   const std::int64_t ldc = c.stride(0);
   const GemmBlocks blocks = gemm_blocks(m, n);
+  const bool xsmm = kernels::gemm_bf16(m, n, k, a_t) == kernels::Gemm::Xsmm;
+  // libxsmm reads b in pairs of rows, packed once for every block.
+  const Tensor pairs = xsmm ? Tensor::empty({k * n}, DType::BF16) : Tensor();
+  auto* pp = xsmm ? reinterpret_cast<std::uint16_t*>(pairs.data<bf16>()) : nullptr;
+  if (xsmm) xsmm::pack_bf16_pairs(k, n, pb, b_t ? 1 : B.ld, b_t ? B.ld : 1, pp);
   parallel_for(blocks.count, 1, [&](std::int64_t first, std::int64_t last) {
+    std::vector<std::uint16_t> rows_of_a;  // a block of op(a) made row-major (a stored transposed)
     for (std::int64_t i = first; i < last; ++i) {
       const std::int64_t r0 = blocks.by_rows ? i * blocks.size : 0, r1 = blocks.by_rows ? std::min(m, r0 + blocks.size) : m;
       const std::int64_t c0 = blocks.by_rows ? 0 : i * blocks.size, c1 = blocks.by_rows ? n : std::min(n, c0 + blocks.size);
       if (r0 >= r1 || c0 >= c1) continue;
+      if (xsmm) {
+        const std::uint16_t* ra = pa + r0 * A.ld;
+        std::int64_t lda = A.ld;
+        if (a_t) {
+          rows_of_a.resize(static_cast<std::size_t>((r1 - r0) * k));
+          xsmm::transpose_16(k, r1 - r0, pa + r0, A.ld, rows_of_a.data());
+          ra = rows_of_a.data();
+          lda = k;
+        }
+        xsmm::matmul_bf16(r1 - r0, c1 - c0, k, ra, lda, pp, n, c0, pc + r0 * ldc + c0, ldc, beta == 1.0);
+        continue;
+      }
       // Element (i, j) of op(A) at i * row_stride + j * col_stride.
       const onednn::Operand oa{pa + (a_t ? r0 : r0 * A.ld), a_t ? 1 : A.ld, a_t ? A.ld : 1};
       const onednn::Operand ob{pb + (b_t ? c0 * B.ld : c0), b_t ? 1 : B.ld, b_t ? B.ld : 1};
@@ -151,6 +170,21 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
     // bf16 products: both operands rounded once into dense bf16 copies.
     if (onednn_ok && bf16_instructions_for(m, n, k))
       return gemm_bf16_operands(trans_a, trans_b, alpha, bf16_copy(A), bf16_copy(B), beta, c);
+    // The library, from the kernel table for the shape of a block.
+    const kernels::Gemm lib =
+        onednn_ok ? kernels::gemm_f32(blocks.by_rows ? std::min(m, blocks.size) : m,
+                                      blocks.by_rows ? n : std::min(n, blocks.size), k)
+                  : kernels::Gemm::OpenBlas;
+    // libxsmm reads b row-major: a transposed b is copied so once for every block.
+    Tensor b_rows;
+    const float* xb = pb;
+    std::int64_t xldb = B.ld;
+    if (lib == kernels::Gemm::Xsmm && b_t) {
+      b_rows = Tensor::empty({k, n}, DType::F32);
+      xsmm::transpose_32(n, k, pb, B.ld, b_rows.data<float>());
+      xb = b_rows.data<float>();
+      xldb = n;
+    }
     parallel_for(blocks.count, 1, [&](std::int64_t first, std::int64_t last) {
       for (std::int64_t i = first; i < last; ++i) {
         const std::int64_t r0 = blocks.by_rows ? i * blocks.size : 0, r1 = blocks.by_rows ? std::min(m, r0 + blocks.size) : m;
@@ -159,7 +193,11 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
         float* out = pc + r0 * ldc + c0;
         const float* sa = pa + (a_t ? r0 : r0 * A.ld);
         const float* sb = pb + (b_t ? c0 * B.ld : c0);
-        if (onednn_ok && kernels::gemm_f32(r1 - r0, c1 - c0, k) == kernels::Gemm::OneDnn) {
+        if (lib == kernels::Gemm::Xsmm) {
+          xsmm::matmul_f32(r1 - r0, c1 - c0, k, sa, A.ld, a_t, xb + c0, xldb, out, ldc, beta == 1.0);
+          continue;
+        }
+        if (lib == kernels::Gemm::OneDnn) {
           const onednn::Operand oa{sa, a_t ? 1 : A.ld, a_t ? A.ld : 1};
           const onednn::Operand ob{sb, b_t ? 1 : B.ld, b_t ? B.ld : 1};
           onednn::matmul_f32(r1 - r0, c1 - c0, k, oa, ob, out, ldc, beta == 1.0);
