@@ -12,7 +12,7 @@ new_work_dir
 short=(--epochs 1 --limit-train 4000 --limit-test 1000 --batch 32 --lr 0.02 --momentum 0.9 --quiet --threads 2)
 
 for model in cnn mlp; do
-  for k in "conv=im2col,gemm=openblas" "conv=onednn,gemm=onednn" ""; do
+  for k in "conv=im2col,gemm=openblas" "conv=onednn,gemm=onednn" "gemm=libxsmm" ""; do
     out=$(WEFT_KERNELS=$k "$weft" train --model "$model" "${short[@]}" | tail -n 1)
     acc=$(echo "$out" | json_value test_accuracy)
     echo "$model [$k]: test accuracy $acc; $(echo "$out" | json_value kernels)"

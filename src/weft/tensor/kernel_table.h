@@ -2,14 +2,17 @@
 //
 // The choices come from measurement on this project's reference machine (bench/kernels,
 // single-threaded calls as weft makes them; figures in docs/performance.md):
-//   float32 products: oneDNN's matmul when k >= 128 and n >= 128 (1.1-2.0x OpenBLAS there),
-//     OpenBLAS below (up to 1.2x oneDNN on thin shapes);
-//   bfloat16 products: oneDNN's matmul when the processor has AVX512-BF16 and the product
-//     has at least 2^20 multiply-adds (1.6-1.7x the float32 rate on the GPT's layers; the
-//     MLP trains at 94,000 samples/s against 59,000 with emulated products), else float32
-//     products of bf16-rounded operands (attention's 128x32x128 heads: OpenBLAS 72 GFLOP/s,
-//     bf16 54);
-//   bf16 convolutions (under bf16 products, the same size rule): oneDNN's bf16 kernels, the
+//   float32 products: oneDNN's matmul when k >= 128 and n >= 128 (1.9x OpenBLAS on the GPT's
+//     layers, 1.8x on the MLP's first; libxsmm as fast on the first, half as fast on the
+//     second, where it needs b transposed), libxsmm's JIT kernels below (attention's heads,
+//     64 at once: 1.4-2.0x oneDNN, 1.8-2.3x OpenBLAS), OpenBLAS there on processors libxsmm
+//     has no kernels for;
+//   bfloat16 products: on processors with AVX512-BF16, libxsmm below 2^22 multiply-adds with
+//     an even k (b packed in pairs of rows; a transposed a copied, so not past k = 512), where
+//     oneDNN's small products are slow (heads: 1.3-1.6x oneDNN's bf16), oneDNN's matmul
+//     above (as fast as libxsmm, no packing; 1.5x the float32 rate on the GPT's layers);
+//     without the instructions, float32 products of bf16-rounded operands;
+//   bf16 convolutions (under bf16 products, on processors with AVX512-BF16): oneDNN's bf16 kernels, the
 //     operands reordered to bf16 (the CNN with --precision bf16: 5,763 samples/s against
 //     4,908 with fp32 convolutions of rounded operands);
 //   convolutions: oneDNN's direct convolution (blocked channels) forward and for the
@@ -20,10 +23,11 @@
 //     quantized activations where the processor has AVX512-VNNI, else float32 products of
 //     the widened weights.
 // WEFT_KERNELS overrides them, e.g. "gemm=openblas,conv=im2col,bf16=emulated":
-//   gemm=auto|openblas|onednn, conv=auto|im2col|onednn, bf16=auto|native|emulated,
+//   gemm=auto|openblas|onednn|libxsmm, conv=auto|im2col|onednn, bf16=auto|native|emulated,
 //   int8=auto|native|emulated
-// (bf16 native needs AVX512-BF16, int8 native VNNI). A malformed value is a ConfigError
-// naming it.
+// (gemm picks the float32 library; for bf16 products gemm=libxsmm forces libxsmm wherever k is
+// even and any other choice forces oneDNN; bf16 native needs AVX512-BF16, int8 native VNNI).
+// A malformed value is a ConfigError naming it.
 #pragma once
 
 #include <cstdint>
