@@ -2,16 +2,16 @@
 //
 // The choices come from measurement on this project's reference machine (bench/kernels,
 // single-threaded calls as weft makes them; figures in docs/performance.md):
-//   float32 products: oneDNN's matmul when k >= 128 and n >= 128 (1.9x OpenBLAS on the GPT's
-//     layers, 1.8x on the MLP's first; libxsmm as fast on the first, half as fast on the
-//     second, where it needs b transposed), libxsmm's JIT kernels below (attention's heads,
-//     64 at once: 1.4-2.0x oneDNN, 1.8-2.3x OpenBLAS), OpenBLAS there on processors libxsmm
-//     has no kernels for;
+//   float32 products: oneDNN's matmul when k >= 128 and n >= 128 (2.0x OpenBLAS on the GPT's
+//     layers, 1.6x on the MLP's first; libxsmm within 3% on the GPT's, slower on the MLP's,
+//     where it copies the transposed weights first), libxsmm's JIT kernels below
+//     (attention's heads, 64 at once: 1.5-1.8x oneDNN, 1.9-2.3x OpenBLAS), OpenBLAS there on
+//     processors libxsmm has no kernels for;
 //   bfloat16 products: on processors with AVX512-BF16, libxsmm below 2^22 multiply-adds with
 //     an even k (b packed in pairs of rows; a transposed a copied, so not past k = 512), where
-//     oneDNN's small products are slow (heads: 1.3-1.6x oneDNN's bf16), oneDNN's matmul
-//     above (as fast as libxsmm, no packing; 1.5x the float32 rate on the GPT's layers);
-//     without the instructions, float32 products of bf16-rounded operands;
+//     oneDNN's small products are slow (heads: 1.4-1.5x oneDNN's bf16), oneDNN's matmul
+//     above (within 5% of libxsmm, no packing; 1.4-1.6x the float32 rate on the GPT's
+//     layers); without the instructions, float32 products of bf16-rounded operands;
 //   bf16 convolutions (under bf16 products, on processors with AVX512-BF16): oneDNN's bf16 kernels, the
 //     operands reordered to bf16 (the CNN with --precision bf16: 5,763 samples/s against
 //     4,908 with fp32 convolutions of rounded operands);
