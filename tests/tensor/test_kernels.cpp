@@ -110,14 +110,15 @@ TEST(Linalg, Bf16ProductsAreThoseOfTheRoundedOperands) {
 
 // bf16 products on each library the table can pick (libxsmm with its operands packed in
 // pairs of rows, oneDNN), against float64 products of the same values: k sliced (over 512),
-// odd (libxsmm leaves it to oneDNN), blocks of rows and of columns, a transposed a.
+// odd (libxsmm leaves it to oneDNN), blocks of rows and of columns, n sliced (over 512), a
+// transposed a.
 TEST(Linalg, Bf16ProductsOnEveryLibraryMatchFloat64) {
   if (!kernels::bf16_native()) GTEST_SKIP() << "no bf16 instructions";
   Rng r(17);
   for (const char* library : {"gemm=onednn", "gemm=libxsmm", "gemm=auto"}) {
     ScopedKernels use(library);
     for (auto [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{7, 6, 3}, {128, 32, 128}, {64, 1030, 300},
-                           {48, 128, 784}, {300, 2048, 96}, {33, 201, 40}}) {
+                           {48, 128, 784}, {300, 2048, 96}, {33, 201, 40}, {256, 64, 600}}) {
       const Tensor a = randn({m, k}, r, 0, 1).to(DType::BF16), at = randn({k, m}, r, 0, 1).to(DType::BF16);
       const Tensor b = randn({k, n}, r, 0, 1).to(DType::BF16), bt = randn({n, k}, r, 0, 1).to(DType::BF16);
       for (const bool ta : {false, true})
