@@ -133,6 +133,7 @@ std::string summary() {
                                            : "onednn (k, n >= 128) / openblas";
   auto conv = o.conv == 1 ? "im2col+openblas" : "onednn";
   auto bf16 = !bf16_native()       ? "emulated (rounded operands, fp32 products)"
+              : o.gemm == 3 && gemm_bf16(2, 2, 2, false) == Gemm::Xsmm ? "native (libxsmm; onednn for an odd k)"
               : gemm_bf16(2, 2, 2, false) == Gemm::Xsmm ? "native (libxsmm below 2^22 multiply-adds, onednn above)"
               : o.bf16 == 2       ? "native (onednn)"
                                   : "native (onednn) from 2^20 multiply-adds";

@@ -46,12 +46,14 @@ void for_each_slice(std::int64_t total, std::int64_t whole, std::int64_t slice, 
 
 libxsmm_blasint blas(std::int64_t v) { return static_cast<libxsmm_blasint>(v); }
 
-// out[c * rows + r] = in[r * ld + c] for r < rows, c < cols.
+// out[c * rows + r] = in[r * ld + c] for the rows and columns outside the whole blocks
+// (elements copied as bytes: the buffers may hold another type, as bf16 pairs do).
 template <class T>
 void transpose_edges(std::int64_t rows, std::int64_t cols, std::int64_t full_rows, std::int64_t full_cols, const T* in,
                      std::int64_t ld, T* out) {
   for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = (r < full_rows ? full_cols : 0); c < cols; ++c) out[c * rows + r] = in[r * ld + c];
+    for (std::int64_t c = (r < full_rows ? full_cols : 0); c < cols; ++c)
+      std::memcpy(out + c * rows + r, in + r * ld + c, sizeof(T));
 }
 
 // An 8x8 block of 2-byte elements: three rounds of interleaving (16-, 32-, 64-bit).
