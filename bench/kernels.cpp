@@ -127,11 +127,13 @@ int main(int argc, char** argv) {
       ops::set_bf16_products(lib.bf16);
       const double s = seconds_per_call([&] {
         parallel_for(p.heads, 1, [&](std::int64_t first, std::int64_t last) {
+          const bool own = ops::bf16_products();  // (a pool thread's, given back after)
           ops::set_bf16_products(lib.bf16);
           for (std::int64_t h = first; h < last; ++h) {
             Tensor yh = y.select(0, h);
             ops::gemm(p.ta, p.tb, 1.0, x.select(0, h), w.select(0, h), 0.0, yh);
           }
+          ops::set_bf16_products(own);
         });
       });
       ops::set_bf16_products(false);

@@ -400,35 +400,34 @@ Var causal_self_attention(const Var& qkv, std::int64_t heads) {
   const Tensor x = native ? bf16_operand(qkv).contiguous() : gemm_operand(in);
   const SavedTensor sx = SavedTensor::activation(x);
   Tensor out = Tensor::empty({B, T, d}, in.dtype());
-  SavedTensor sp;
+  auto weights = [&](std::int64_t i, Tensor& s) {  // head i's attention weights into s [T, T]
+    ops::gemm(false, true, 1.0, head(x, i, 0), head(x, i, 1), 0.0, s);  // q k^T
+    causal_softmax_block(s, scale);
+  };
+  auto weighted_values = [&](std::int64_t i, const Tensor& p) {  // head i's output from its weights p
+    Tensor o = head(out, i, 0);
+    ops::gemm(false, false, 1.0, p, head(x, i, 2), 0.0, o);  // weights v
+  };
+  Tensor probs = Tensor::empty({B * heads, T, T}, native ? DType::BF16 : in.dtype());
   if (native) {
     // One task per head from scores to output: the float32 weights stay in cache, rounded
     // into the bf16 tensor backward keeps as they are made.
-    const Tensor probs = Tensor::empty({B * heads, T, T}, DType::BF16);
     for_each_head(B * heads, [&](std::int64_t i) {
       Tensor s = Tensor::empty({T, T}, DType::F32);
-      ops::gemm(false, true, 1.0, head(x, i, 0), head(x, i, 1), 0.0, s);  // q k^T
-      causal_softmax_block(s, scale);
+      weights(i, s);
       Tensor pi = probs.select(0, i);
       pi.copy_(s);
-      Tensor o = head(out, i, 0);
-      ops::gemm(false, false, 1.0, pi, head(x, i, 2), 0.0, o);  // weights v
+      weighted_values(i, pi);
     });
-    sp = SavedTensor::activation(probs);
   } else {
-    Tensor probs = Tensor::empty({B * heads, T, T}, in.dtype());
     for_each_head(B * heads, [&](std::int64_t i) {
       Tensor s = probs.select(0, i);
-      ops::gemm(false, true, 1.0, head(x, i, 0), head(x, i, 1), 0.0, s);  // q k^T
-      causal_softmax_block(s, scale);
+      weights(i, s);
     });
-    sp = SavedTensor::activation(probs);
     const Tensor p = gemm_operand(probs);
-    for_each_head(B * heads, [&](std::int64_t i) {
-      Tensor o = head(out, i, 0);
-      ops::gemm(false, false, 1.0, p.select(0, i), head(x, i, 2), 0.0, o);  // weights v
-    });
+    for_each_head(B * heads, [&](std::int64_t i) { weighted_values(i, p.select(0, i)); });
   }
+  const SavedTensor sp = SavedTensor::activation(probs);
   return record("causal_self_attention", out, {qkv}, [sx, sp, head, native, B, T, d, heads, scale](const Tensor& g_in) {
     const Tensor g = native ? g_in.contiguous().to(DType::BF16) : g_in.contiguous();
     const Tensor xv = native ? sx.get_bf16() : sx.get(), pv = native ? sp.get_bf16() : sp.get();

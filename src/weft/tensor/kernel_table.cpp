@@ -132,11 +132,12 @@ std::string summary() {
               : xsmm::has_f32_kernels()    ? "onednn (k, n >= 128) / libxsmm"
                                            : "onednn (k, n >= 128) / openblas";
   auto conv = o.conv == 1 ? "im2col+openblas" : "onednn";
-  auto bf16 = !bf16_native()       ? "emulated (rounded operands, fp32 products)"
-              : o.gemm == 3 && gemm_bf16(2, 2, 2, false) == Gemm::Xsmm ? "native (libxsmm; onednn for an odd k)"
-              : gemm_bf16(2, 2, 2, false) == Gemm::Xsmm ? "native (libxsmm below 2^22 multiply-adds, onednn above)"
-              : o.bf16 == 2       ? "native (onednn)"
-                                  : "native (onednn) from 2^20 multiply-adds";
+  const bool small_on_xsmm = gemm_bf16(2, 2, 2, false) == Gemm::Xsmm;  // (libxsmm present, not forced off)
+  auto bf16 = !bf16_native()                ? "emulated (rounded operands, fp32 products)"
+              : small_on_xsmm && o.gemm == 3 ? "native (libxsmm; onednn for an odd k)"
+              : small_on_xsmm                ? "native (libxsmm below 2^22 multiply-adds, onednn above)"
+              : o.bf16 == 2                  ? "native (onednn)"
+                                             : "native (onednn) from 2^20 multiply-adds";
   auto int8 = int8_native() ? "native (onednn, vnni)" : "emulated (widened weights, fp32 products)";
   return "kernels: " + onednn::isa_name() + "; gemm " + gemm + "; conv " + conv + "; bf16 " + bf16 + "; int8 " + int8;
 }

@@ -12,7 +12,8 @@
 //     oneDNN's small products are slow (heads: 1.4-1.5x oneDNN's bf16), oneDNN's matmul
 //     above (within 5% of libxsmm, no packing; 1.4-1.6x the float32 rate on the GPT's
 //     layers); without the instructions, float32 products of bf16-rounded operands;
-//   bf16 convolutions (under bf16 products, on processors with AVX512-BF16): oneDNN's bf16 kernels, the
+//   bf16 convolutions (under bf16 products, where a product of the convolution's shape would
+//     run on bf16 instructions by the rule above): oneDNN's bf16 kernels, the
 //     operands reordered to bf16 (the CNN with --precision bf16: 5,763 samples/s against
 //     4,908 with fp32 convolutions of rounded operands);
 //   convolutions: oneDNN's direct convolution (blocked channels) forward and for the

@@ -44,6 +44,22 @@ void for_each_slice(std::int64_t total, std::int64_t whole, std::int64_t slice, 
   for (std::int64_t first = 0; first < total; first += step) fn(first, std::min(step, total - first));
 }
 
+// One libxsmm call per tile of c's columns and of k: make(nn, kk, beta) dispatches the
+// tile's kernel (beta 1 where the tile adds to c: accumulating, or a later slice of k), then
+// call(kernel, n0, k0) runs it; a shape libxsmm declines is an InternalError naming it.
+template <class Make, class Call>
+void for_each_tile(std::int64_t m, std::int64_t n, std::int64_t k, bool accumulate, const char* what, const Make& make,
+                   const Call& call) {
+  for_each_slice(n, kWholeN, kSliceN, [&](std::int64_t n0, std::int64_t nn) {
+    for_each_slice(k, kWholeK, kSliceK, [&](std::int64_t k0, std::int64_t kk) {
+      const auto f = make(nn, kk, (accumulate || k0 > 0) ? 1.0f : 0.0f);
+      WEFT_CHECK(f != nullptr, std::string("libxsmm: no ") + what + " kernel for " + std::to_string(m) + "x" +
+                                   std::to_string(nn) + "x" + std::to_string(kk));
+      call(f, n0, k0);
+    });
+  });
+}
+
 libxsmm_blasint blas(std::int64_t v) { return static_cast<libxsmm_blasint>(v); }
 
 // out[c * rows + r] = in[r * ld + c] for the rows and columns outside the whole blocks
@@ -120,16 +136,14 @@ void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, 
   const int flags = a_transposed ? LIBXSMM_GEMM_FLAG_TRANS_B : 0;
   const float alpha = 1.0f;
   const libxsmm_blasint xa = blas(ldb), xb = blas(lda), xc = blas(ldc);
-  for_each_slice(n, kWholeN, kSliceN, [&](std::int64_t n0, std::int64_t nn) {
-    for_each_slice(k, kWholeK, kSliceK, [&](std::int64_t k0, std::int64_t kk) {
-      const float beta = (accumulate || k0 > 0) ? 1.0f : 0.0f;
-      const libxsmm_smmfunction f =
-          libxsmm_smmdispatch(blas(nn), blas(m), blas(kk), &xa, &xb, &xc, &alpha, &beta, &flags, nullptr);
-      WEFT_CHECK(f != nullptr, "libxsmm: no float32 kernel for " + std::to_string(m) + "x" + std::to_string(nn) +
-                                   "x" + std::to_string(kk));
-      f(b + k0 * ldb + n0, a + (a_transposed ? k0 * lda : k0), c + n0);
-    });
-  });
+  for_each_tile(
+      m, n, k, accumulate, "float32",
+      [&](std::int64_t nn, std::int64_t kk, float beta) {
+        return libxsmm_smmdispatch(blas(nn), blas(m), blas(kk), &xa, &xb, &xc, &alpha, &beta, &flags, nullptr);
+      },
+      [&](libxsmm_smmfunction f, std::int64_t n0, std::int64_t k0) {
+        f(b + k0 * ldb + n0, a + (a_transposed ? k0 * lda : k0), c + n0);
+      });
 }
 
 void matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint16_t* a, std::int64_t lda,
@@ -140,17 +154,15 @@ void matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, const std::uint
   const int flags = LIBXSMM_GEMM_FLAG_VNNI_A;
   const float alpha = 1.0f;
   const libxsmm_blasint xa = blas(n_packed), xb = blas(lda), xc = blas(ldc);
-  for_each_slice(n, kWholeN, kSliceN, [&](std::int64_t n0, std::int64_t nn) {
-    for_each_slice(k, kWholeK, kSliceK, [&](std::int64_t k0, std::int64_t kk) {
-      const float beta = (accumulate || k0 > 0) ? 1.0f : 0.0f;
-      const libxsmm_bsmmfunction f =
-          libxsmm_bsmmdispatch(blas(nn), blas(m), blas(kk), &xa, &xb, &xc, &alpha, &beta, &flags, nullptr);
-      WEFT_CHECK(f != nullptr, "libxsmm: no bf16 kernel for " + std::to_string(m) + "x" + std::to_string(nn) + "x" +
-                                   std::to_string(kk));
-      const auto* pb = b_pairs + k0 * n_packed + 2 * (col + n0);  // pair row k0 / 2
-      f(reinterpret_cast<const libxsmm_bfloat16*>(pb), reinterpret_cast<const libxsmm_bfloat16*>(a + k0), c + n0);
-    });
-  });
+  for_each_tile(
+      m, n, k, accumulate, "bf16",
+      [&](std::int64_t nn, std::int64_t kk, float beta) {
+        return libxsmm_bsmmdispatch(blas(nn), blas(m), blas(kk), &xa, &xb, &xc, &alpha, &beta, &flags, nullptr);
+      },
+      [&](libxsmm_bsmmfunction f, std::int64_t n0, std::int64_t k0) {
+        const auto* pb = b_pairs + k0 * n_packed + 2 * (col + n0);  // pair row k0 / 2
+        f(reinterpret_cast<const libxsmm_bfloat16*>(pb), reinterpret_cast<const libxsmm_bfloat16*>(a + k0), c + n0);
+      });
 }
 
 void pack_bf16_pairs(std::int64_t k, std::int64_t n, const std::uint16_t* b, std::int64_t row_stride,
