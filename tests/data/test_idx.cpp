@@ -44,6 +44,34 @@ TEST(Idx, RoundTripRawAndGzip) {
   }
 }
 
+// A run limited to its first samples reads only those: the header's dimensions as the file
+// states them, the first items' data; a raw file shorter than its header still fails (its
+// size is checked), a compressed one cut after the items read does not (never read).
+TEST(Idx, FirstItemsOnly) {
+  TempDir dir;
+  for (const char* name : {"a-idx3-ubyte", "a-idx3-ubyte.gz"}) {
+    write_idx(dir / name, small_images());
+    IdxArray b = read_idx(dir / name, 2);
+    EXPECT_EQ(b.dims, (std::vector<std::int64_t>{3, 2, 2}));
+    EXPECT_EQ(b.items, 2);
+    EXPECT_EQ(b.count(), 8);
+    const std::vector<std::uint8_t> all = small_images().data;
+    EXPECT_EQ(b.data, std::vector<std::uint8_t>(all.begin(), all.begin() + 8));
+    EXPECT_EQ(read_idx(dir / name, 3).data, small_images().data);  // all of them: read as a whole
+    EXPECT_EQ(read_idx(dir / name, 9).count(), 12);
+  }
+  std::string raw = read_file(dir / "a-idx3-ubyte");
+  write_file_atomic(dir / "cut", raw.substr(0, raw.size() - 1));
+  EXPECT_NE(error_of([&] { read_idx(dir / "cut", 1); }).find("truncated"), std::string::npos);
+  {
+    gzFile g = gzopen((dir / "cut.gz").c_str(), "wb");
+    gzwrite(g, raw.data(), static_cast<unsigned>(raw.size() - 4));  // the last item short
+    gzclose(g);
+  }
+  EXPECT_EQ(read_idx(dir / "cut.gz", 2).count(), 8);
+  EXPECT_NE(error_of([&] { read_idx(dir / "cut.gz"); }).find("truncated"), std::string::npos);
+}
+
 TEST(Idx, MultiByteTypesAreBigEndian) {
   TempDir dir;
   IdxArray a;

@@ -33,8 +33,8 @@ ImageDataset load_mnist_format(const std::string& dir, const std::string& split,
   std::string prefix = split == "train" ? "train" : "t10k";
   std::string image_path = find_file(dir, prefix + "-images-idx3-ubyte");
   std::string label_path = find_file(dir, prefix + "-labels-idx1-ubyte");
-  IdxArray images = read_idx(image_path);
-  IdxArray labels = read_idx(label_path);
+  IdxArray images = read_idx(image_path, limit);
+  IdxArray labels = read_idx(label_path, limit);
   if (images.type != 0x08 || images.dims.size() != 3) {
     throw DataError(image_path + ": expected unsigned-byte images of rank 3 (count, rows, columns)");
   }

@@ -60,8 +60,8 @@ std::size_t idx_type_size(std::uint8_t type) {
 }
 
 std::int64_t IdxArray::count() const {
-  std::int64_t n = 1;
-  for (auto d : dims) n *= d;
+  std::int64_t n = dims.empty() ? 0 : items >= 0 ? items : dims[0];
+  for (std::size_t i = 1; i < dims.size(); ++i) n *= dims[i];
   return n;
 }
 
@@ -88,7 +88,7 @@ double IdxArray::value(std::int64_t i) const {
   }
 }
 
-IdxArray read_idx(const std::string& path) {
+IdxArray read_idx(const std::string& path, std::int64_t first) {
   if (!file_exists(path)) throw DataError(path + ": no such file");
   if (is_directory(path)) throw DataError(path + ": is a directory, expected an IDX file");
   std::unique_ptr<gzFile_s, GzCloser> f(gzopen(path.c_str(), "rb"));
@@ -132,15 +132,21 @@ IdxArray read_idx(const std::string& path) {
     const std::int64_t header = 4 + 4 * static_cast<std::int64_t>(rank);
     if (size - header < bytes) throw truncated(std::max<std::int64_t>(0, size - header));
   }
+  std::int64_t wanted = bytes;  // of the data
+  if (first > 0 && first < a.dims[0]) {
+    a.items = first;
+    wanted = bytes / a.dims[0] * first;
+  }
   constexpr std::size_t kStep = std::size_t{64} << 20;
   std::size_t have = 0;
-  while (have < static_cast<std::size_t>(bytes)) {
-    const std::size_t want = std::min(static_cast<std::size_t>(bytes) - have, kStep);
+  while (have < static_cast<std::size_t>(wanted)) {
+    const std::size_t want = std::min(static_cast<std::size_t>(wanted) - have, kStep);
     a.data.resize(have + want);
     const std::size_t got = read_some(f.get(), a.data.data() + have, want, path);
     have += got;
     if (got != want) throw truncated(static_cast<std::int64_t>(have));
   }
+  if (a.items >= 0) return a;  // the rest is not read
   std::uint8_t extra;
   if (read_some(f.get(), &extra, 1, path) != 0) {
     throw DataError(path + ": trailing bytes after the " + std::to_string(bytes) + " data bytes the header promises");

@@ -73,7 +73,7 @@ ImageSplit from_idx(const std::string& dir, const std::string& split, std::int64
   if (images.empty() || labels.empty())
     throw DataError("data directory " + dir + " has no " + stem + "-images-idx3-ubyte or " + stem +
                     "-labels-idx1-ubyte (or .gz)");
-  const IdxArray x = read_idx(images), y = read_idx(labels);
+  const IdxArray x = read_idx(images, limit), y = read_idx(labels, limit);
   if (y.dims.size() != 1) throw DataError(labels + ": labels must be [N]");
   Shape4 s = image_shape(x.dims, y.dims[0], images, labels);
   if (limit > 0 && limit < s.n) s.n = limit;

@@ -1,53 +1,109 @@
 #include "weft/sim/engine.h"
 
+#include <algorithm>
+
 #include "weft/util/error.h"
 
 namespace weft::sim {
 
+namespace {
+
+constexpr std::size_t kSlotMask = EventQueue::kBuckets - 1;
+constexpr std::size_t kKeptPerSlot = 256;
+
+// std::push_heap and friends keep the greatest first: order by "after" for a min-heap.
+template <class E>
+bool after(const E& a, const E& b) {
+  return b.before(a);
+}
+
+}  // namespace
+
+EventQueue::EventQueue() : wheel_(kBuckets), occupied_(kBuckets / 64, 0) {}
+
+void EventQueue::place(const Event& e) {
+  const std::uint64_t b = e.at >> kBucketShift;
+  if (b - bucket_ < kBuckets) {
+    const std::size_t slot = b & kSlotMask;
+    wheel_[slot].push_back(e);
+    occupied_[slot / 64] |= std::uint64_t{1} << (slot % 64);
+    ++on_wheel_;
+  } else {
+    far_.push_back(e);
+    std::push_heap(far_.begin(), far_.end(), after<Event>);
+  }
+}
+
 void EventQueue::schedule(Time at, EventTarget* target, std::uint32_t kind, std::uint64_t arg) {
   if (at < now_) throw InternalError("simulator: event scheduled in the past");
-  heap_.push_back(Event{at, next_order_++, target, arg, kind});
-  sift_up(heap_.size() - 1);
+  const Event e{at, next_order_++, target, arg, kind};
+  ++size_;
+  if ((at >> kBucketShift) == bucket_) {
+    late_.push_back(e);
+    std::push_heap(late_.begin(), late_.end(), after<Event>);
+  } else {
+    place(e);
+  }
+}
+
+void EventQueue::advance() {
+  current_.clear();
+  cursor_ = 0;
+  std::uint64_t next;
+  if (on_wheel_ == 0) {
+    next = far_.front().at >> kBucketShift;  // the wheel is empty: jump to the far events
+  } else {
+    // The first occupied slot after the current one, going round the wheel once.
+    const std::size_t start = (bucket_ + 1) & kSlotMask;
+    std::size_t word = start / 64;
+    std::uint64_t bits = occupied_[word] & (~std::uint64_t{0} << (start % 64));
+    std::size_t scanned = 0;
+    while (bits == 0) {
+      word = (word + 1) % occupied_.size();
+      bits = occupied_[word];
+      if (++scanned > occupied_.size()) throw InternalError("simulator: event wheel lost its events");
+    }
+    const std::size_t slot = word * 64 + static_cast<std::size_t>(__builtin_ctzll(bits));
+    next = bucket_ + ((slot - bucket_) & kSlotMask);
+  }
+  bucket_ = next;
+  // The wheel now reaches kBuckets past the new bucket: far events within it move on.
+  while (!far_.empty() && (far_.front().at >> kBucketShift) - bucket_ < kBuckets) {
+    std::pop_heap(far_.begin(), far_.end(), after<Event>);
+    const Event e = far_.back();
+    far_.pop_back();
+    place(e);
+  }
+  const std::size_t slot = bucket_ & kSlotMask;
+  current_.swap(wheel_[slot]);
+  // A slot keeps the storage of an ordinary bucket; a burst's (thousands of timers due at
+  // once) is given back, or the wheel would come to hold one per slot.
+  if (wheel_[slot].capacity() > kKeptPerSlot) std::vector<Event>().swap(wheel_[slot]);
+  occupied_[slot / 64] &= ~(std::uint64_t{1} << (slot % 64));
+  on_wheel_ -= current_.size();
+  std::sort(current_.begin(), current_.end(), [](const Event& a, const Event& b) { return a.before(b); });
 }
 
 bool EventQueue::run_one() {
-  if (heap_.empty()) return false;
-  Event e = heap_.front();
-  heap_.front() = heap_.back();
-  heap_.pop_back();
-  if (!heap_.empty()) sift_down(0);
+  if (size_ == 0) return false;
+  if (cursor_ == current_.size() && late_.empty()) advance();
+  Event e;
+  if (!late_.empty() && (cursor_ == current_.size() || late_.front().before(current_[cursor_]))) {
+    std::pop_heap(late_.begin(), late_.end(), after<Event>);
+    e = late_.back();
+    late_.pop_back();
+  } else {
+    e = current_[cursor_++];
+  }
+  --size_;
+  if (cursor_ + kLookahead < current_.size()) {
+    const Event& soon = current_[cursor_ + kLookahead];
+    soon.target->prefetch(soon.kind, soon.arg);
+  }
   now_ = e.at;
   ++events_run_;
   e.target->on_event(e.kind, e.arg);
   return true;
-}
-
-void EventQueue::sift_up(std::size_t i) {
-  Event e = heap_[i];
-  while (i > 0) {
-    std::size_t parent = (i - 1) / 4;
-    if (!e.before(heap_[parent])) break;
-    heap_[i] = heap_[parent];
-    i = parent;
-  }
-  heap_[i] = e;
-}
-
-void EventQueue::sift_down(std::size_t i) {
-  Event e = heap_[i];
-  const std::size_t n = heap_.size();
-  for (;;) {
-    std::size_t first = 4 * i + 1;
-    if (first >= n) break;
-    std::size_t best = first;
-    std::size_t last = first + 4 < n ? first + 4 : n;
-    for (std::size_t c = first + 1; c < last; ++c)
-      if (heap_[c].before(heap_[best])) best = c;
-    if (!heap_[best].before(e)) break;
-    heap_[i] = heap_[best];
-    i = best;
-  }
-  heap_[i] = e;
 }
 
 }  // namespace weft::sim

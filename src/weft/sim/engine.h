@@ -2,8 +2,17 @@
 //
 // Time is an integer count of picoseconds. An event is (time, order, target, kind, arg);
 // events at the same time run in the order they were scheduled, so a run is a pure
-// function of its inputs and seed. The queue is a 4-ary min-heap of small plain structs:
-// scheduling never allocates once the heap has grown to the run's working size.
+// function of its inputs and seed.
+//
+// The queue is a calendar (a timing wheel): time is cut into buckets of 2^kBucketShift ps,
+// and the next kBuckets buckets each hold their events unsorted; the earliest bucket is
+// sorted when its turn comes and run front to back (events scheduled into it meanwhile wait
+// in a small heap beside it), events past the wheel wait in a heap and move onto the wheel
+// as it turns. A packet-level run schedules nearly all its events within a few microseconds
+// of now, so scheduling is an append and running is a walk along a sorted array, and the
+// events a few places ahead are known: the engine asks their targets to prefetch what they
+// will touch (EventTarget::prefetch) while the current one runs. Same order as one heap by
+// (time, order); scheduling never allocates once the buckets have grown to the run's size.
 #pragma once
 
 #include <cstdint>
@@ -24,13 +33,20 @@ class EventTarget {
  public:
   virtual ~EventTarget() = default;
   virtual void on_event(std::uint32_t kind, std::uint64_t arg) = 0;
+  // A hint that this event runs soon: start loading what it will read. Changes nothing.
+  virtual void prefetch(std::uint32_t /*kind*/, std::uint64_t /*arg*/) const {}
 };
 
 class EventQueue {
  public:
+  static constexpr int kBucketShift = 13;        // 8.192 ns a bucket
+  static constexpr std::size_t kBuckets = 1 << 12;  // the wheel: 33.6 us ahead
+  static constexpr std::size_t kLookahead = 6;   // events ahead whose targets prefetch
+
+  EventQueue();
   void schedule(Time at, EventTarget* target, std::uint32_t kind, std::uint64_t arg = 0);
-  bool empty() const { return heap_.empty(); }
-  std::size_t size() const { return heap_.size(); }
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
   Time now() const { return now_; }
   // Runs the earliest event; returns false when there is none.
   bool run_one();
@@ -45,10 +61,20 @@ class EventQueue {
     std::uint32_t kind;
     bool before(const Event& o) const { return at < o.at || (at == o.at && order < o.order); }
   };
-  void sift_up(std::size_t i);
-  void sift_down(std::size_t i);
+  // Moves to the next bucket that holds events (or, with the wheel empty, to the first far
+  // event's), brings far events onto the wheel and sorts the new current bucket.
+  void advance();
+  void place(const Event& e);  // onto the wheel or into the far heap, by its bucket
 
-  std::vector<Event> heap_;
+  std::vector<Event> current_;   // the current bucket, sorted; run from cursor_
+  std::size_t cursor_ = 0;
+  std::vector<Event> late_;      // heap: scheduled into the current bucket after its sort
+  std::vector<std::vector<Event>> wheel_;
+  std::vector<std::uint64_t> occupied_;  // a bit per wheel slot that holds events
+  std::size_t on_wheel_ = 0;
+  std::vector<Event> far_;       // heap: events at or past the wheel's end
+  std::uint64_t bucket_ = 0;     // the current bucket's number (time >> kBucketShift)
+  std::size_t size_ = 0;
   std::uint64_t next_order_ = 0;
   std::uint64_t events_run_ = 0;
   Time now_ = 0;

@@ -60,6 +60,7 @@ void Network::build_ports() {
       p.cut_through = nodes[static_cast<std::size_t>(receiver)].kind == NodeKind::kSwitch && p.bps >= fastest[static_cast<std::size_t>(receiver)];
     }
   }
+  port_up_.assign(ports_.size(), 1);
   // The port from each anchored GPU's switch to it (the end of its one link at the switch).
   anchor_port_.assign(topo_.gpus.size(), -1);
   for (std::size_t d = 0; d < topo_.gpus.size(); ++d)
@@ -109,7 +110,7 @@ Network::Candidates Network::routes_to(int node, int dst_gpu) const {
   if (const std::int32_t& last = anchor_port_[d]; last >= 0) {
     // Behind an anchor switch: the GPU is cut off when its one link is down, and the
     // anchor's port to it is the last hop.
-    if (!ports_[static_cast<std::size_t>(last)].up) return {nullptr, 0};
+    if (!port_up_[static_cast<std::size_t>(last)]) return {nullptr, 0};
     if (node == columns_.target[col]) return {&last, 1};
   }
   const std::int32_t row = route_row_[static_cast<std::size_t>(node)];
@@ -328,27 +329,27 @@ void Network::try_send(int port) {
     id = P.control.pop();
   } else {
     for (int q = 7; q >= cfg_.strict_queue && id == kNone; --q)
-      if (!P.queue[q].empty() && !paused(q)) id = P.queue[q].pop();
+      if (P.holds(q) && !paused(q)) id = P.dequeue(q);
     if (id == kNone) {
       // Deficit round robin over the remaining queues, by configured weight.
       int eligible = 0, only = -1;
       for (int q = 0; q < cfg_.strict_queue && q < 8; ++q)
-        if (!P.queue[q].empty() && !paused(q)) {
+        if (P.holds(q) && !paused(q)) {
           ++eligible;
           only = q;
         }
       if (eligible == 1) {
-        id = P.queue[only].pop();
+        id = P.dequeue(only);
       } else if (eligible > 1) {
         for (int guard = 0; guard < 10000 && id == kNone; ++guard) {
           int q = P.dwrr_next;
-          if (!P.queue[q].empty() && !paused(q)) {
+          if (P.holds(q) && !paused(q)) {
             std::uint32_t head = P.queue[q].front();
             double size = pool_[head].frame + kWireOverhead;
             if (P.deficit[q] >= size) {
               P.deficit[q] -= size;
-              id = P.queue[q].pop();
-              if (P.queue[q].empty()) P.deficit[q] = 0;
+              id = P.dequeue(q);
+              if (!P.holds(q)) P.deficit[q] = 0;
               break;
             }
             P.deficit[q] += cfg_.dwrr_weight[q] * static_cast<double>(cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead);
@@ -394,7 +395,7 @@ void Network::transmit(int port, std::uint32_t id) {
     } else {
       P.tx_fate = Port::TxFate::kCut;
       p.port = P.peer;
-      events_.schedule(now + cut_through_time(P.bps) + P.delay + wire_jitter(P), this, kArrive, id);
+      events_.schedule(now + cut_through_time(P.bps) + P.delay + wire_jitter(P), this, kArrive, arrival(id, P.peer));
     }
   }
   events_.schedule(now + serialization(p.frame, P.bps), this, kTxDone, static_cast<std::uint64_t>(port));
@@ -429,7 +430,7 @@ void Network::tx_done(int port) {
       return;
     }
     pool_[id].port = P.peer;
-    events_.schedule(events_.now() + P.delay + wire_jitter(P), this, kArrive, id);
+    events_.schedule(events_.now() + P.delay + wire_jitter(P), this, kArrive, arrival(id, P.peer));
   } else {
     ++counters_.lost_on_failure;
     pool_.release(id);
@@ -509,7 +510,7 @@ void Network::forward(int node, std::uint32_t id) {
       ++counters_.ecn_marks;
     }
   }
-  O.queue[q].push(id);
+  O.enqueue(q, id);
   O.queue_bytes[q] += wire;
   O.max_queue_bytes[q] = std::max(O.max_queue_bytes[q], O.queue_bytes[q]);
   if (p.in_headroom) {
@@ -658,12 +659,13 @@ void Network::set_link(int link, bool up, double bps) {
     if (bps > 0) P.bps = bps;
     if (P.up == up) continue;
     P.up = up;
+    port_up_[static_cast<std::size_t>(port)] = up;
     if (up) continue;
     ++P.epoch;
     // Everything queued for this link is lost; release its buffer accounting.
     for (int q = 0; q < 8; ++q) {
-      while (!P.queue[q].empty()) {
-        std::uint32_t id = P.queue[q].pop();
+      while (P.holds(q)) {
+        std::uint32_t id = P.dequeue(q);
         Packet& p = pool_[id];
         P.queue_bytes[q] -= p.frame + kWireOverhead;
         if (p.port >= 0) dequeued_at_switch(port, p);
@@ -801,6 +803,17 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
     case kFluidAcked: message_acked(static_cast<int>(arg)); break;
     case kMessageReady: message_ready(static_cast<int>(arg)); break;
     default: throw InternalError("simulator: unknown event kind");
+  }
+}
+
+// A frame's arrival reads the packet and the port it comes in by (both in its event's
+// argument); a transmission's end reads its port.
+void Network::prefetch(std::uint32_t kind, std::uint64_t arg) const {
+  if (kind == kArrive) {
+    __builtin_prefetch(&pool_.at(static_cast<std::uint32_t>(arg)));
+    __builtin_prefetch(&ports_[arg >> 32]);
+  } else if (kind == kTxDone) {
+    __builtin_prefetch(&ports_[arg]);
   }
 }
 

@@ -30,15 +30,24 @@
 namespace weft::sim {
 
 struct Port {
+  // What every frame reads (the first cache line), then the queues, then the rest.
   int node = -1;
   int peer = -1;            // the port at the other end of the link
   int link = -1;
+  std::uint32_t epoch = 0;  // bumped when the link goes down: packets on the wire are lost
   double bps = 0;
   Time delay = 0;           // propagation + the receiving node's switching latency
-  bool up = true;
-  std::uint32_t epoch = 0;  // bumped when the link goes down: packets on the wire are lost
-  bool busy = false;
+  Time jitter = 0;          // largest random extra propagation delay of a frame
   std::uint32_t tx_packet = 0;
+  bool up = true;
+  bool busy = false;
+  bool cut_through = false; // the receiving switch forwards this link's frames at their headers
+  // What became of the frame on the wire now: still to be decided at its end (tx_done),
+  // handed over to the cut-through switch at its headers, or lost (decided then).
+  enum class TxFate : std::uint8_t { kAtEnd, kCut, kLost } tx_fate = TxFate::kAtEnd;
+  std::uint8_t backlog = 0; // bit q: queue[q] holds packets
+  bool endpoint_wake_pending = false;
+  std::int64_t tx_bytes = 0, tx_frames = 0, tx_payload = 0;
   PacketFifo control;       // PFC frames: ahead of everything, never paused
   PacketFifo queue[8];
   std::int64_t queue_bytes[8] = {};
@@ -56,23 +65,27 @@ struct Port {
   std::int64_t ingress_bytes[8] = {};
   std::int64_t headroom_bytes[8] = {};
   std::int64_t headroom = 0;
-  Time jitter = 0;          // largest random extra propagation delay of a frame
-  bool cut_through = false; // the receiving switch forwards this link's frames at their headers
-  // What became of the frame on the wire now: still to be decided at its end (tx_done),
-  // handed over to the cut-through switch at its headers, or lost (decided then).
-  enum class TxFate : std::uint8_t { kAtEnd, kCut, kLost } tx_fate = TxFate::kAtEnd;
   bool pausing[8] = {};
   bool storming[8] = {};    // a pause storm injected here: never resumes
   // Counters.
-  std::int64_t tx_bytes = 0, tx_frames = 0, tx_payload = 0;
   std::int64_t pauses_sent = 0, resumes_sent = 0, pauses_received = 0;
   std::int64_t ecn_marks = 0, drops = 0, trims = 0;
-  bool endpoint_wake_pending = false;
   Time endpoint_wake_at = kNever;
   // Adaptive routing: the queue bytes this port signalled last (per class) and when.
   std::int64_t signalled_bytes[8] = {};
   Time signalled_at[8] = {};
   bool signalled[8] = {};
+
+  bool holds(int q) const { return (backlog >> q) & 1u; }
+  void enqueue(int q, std::uint32_t id) {
+    queue[q].push(id);
+    backlog = static_cast<std::uint8_t>(backlog | (1u << q));
+  }
+  std::uint32_t dequeue(int q) {
+    const std::uint32_t id = queue[q].pop();
+    if (queue[q].empty()) backlog = static_cast<std::uint8_t>(backlog & ~(1u << q));
+    return id;
+  }
 };
 
 // One message (part) on a queue pair.
@@ -260,6 +273,7 @@ class Network : public EventTarget {
   void capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path);
 
   void on_event(std::uint32_t kind, std::uint64_t arg) override;
+  void prefetch(std::uint32_t kind, std::uint64_t arg) const override;
 
  private:
   enum Event : std::uint32_t {
@@ -290,6 +304,8 @@ class Network : public EventTarget {
   bool frame_lost(const Packet& p);  // link.loss and link.ber, drawn once per frame and link
   Time wire_jitter(const Port& P);
   void arrive(std::uint32_t id);
+  // An arrival event's argument: the packet, and the port it comes in by (for prefetch).
+  static std::uint64_t arrival(std::uint32_t id, int port) { return id | (static_cast<std::uint64_t>(port) << 32); }
   void forward(int node, std::uint32_t id);
   void dequeued_at_switch(int port, const Packet& p);
   // The ingress bytes above which a port pauses its peer: pfc.xoff, or (0) the dynamic
@@ -394,6 +410,7 @@ class Network : public EventTarget {
   // node's row (nodes with one link keep none: everything leaves by that link).
   RouteColumns columns_;
   std::vector<std::int32_t> anchor_port_;  // per GPU rank: its anchor's port to it (-1: none)
+  std::vector<std::uint8_t> port_up_;      // per port: Port::up, packed (read by every route)
   std::vector<std::int32_t> route_row_;   // per node: its table's row, -1 for a node with one link
   std::vector<std::int32_t> only_port_;   // per node with one link: that link's port
   std::vector<std::uint32_t> route_begin_;

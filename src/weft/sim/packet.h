@@ -130,7 +130,7 @@ class PacketFifo {
     head_ = 0;
   }
   std::vector<std::uint32_t> buf_;
-  std::size_t head_ = 0, size_ = 0;
+  std::uint32_t head_ = 0, size_ = 0;
 };
 
 }  // namespace weft::sim

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "weft/util/error.h"
@@ -276,11 +277,18 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
                  net.config().sample_qps ? " qps.csv" : "");
 }
 
-std::vector<std::pair<std::string, std::string>> output_files(const Network& net) {
-  std::vector<std::pair<std::string, std::string>> files;
+void emit_outputs(const Network& net, OutputSink& out) {
   const Topology& t = net.topology();
-  files.emplace_back("summary.json", summary_json(net).dump(2) + "\n");
-  std::string s = "flow,src_gpu,dst_gpu,src,dst,bytes,delivered_bytes,start_us,delivered_us,acked_us,fct_us,collective,ideal_fct_us,slowdown\n";
+  OutputSink* w = &out;
+  bool opened = false;
+  auto open = [&](const char* name, std::string_view header) {
+    if (opened) out.close();
+    out.open(name);
+    opened = true;
+    out.write(header);
+  };
+  open("summary.json", summary_json(net).dump(2) + "\n");
+  open("flows.csv", "flow,src_gpu,dst_gpu,src,dst,bytes,delivered_bytes,start_us,delivered_us,acked_us,fct_us,collective,ideal_fct_us,slowdown\n");
   char buf[512];
   for (std::size_t i = 0; i < net.flows().size(); ++i) {
     const FlowRecord& f = net.flows()[i];
@@ -293,11 +301,11 @@ std::vector<std::pair<std::string, std::string>> output_files(const Network& net
                   f.parts_left_tx == 0 ? fmt("%.6f", to_us(f.acked)).c_str() : "",
                   done ? fmt("%.6f", to_us(f.delivered - f.start)).c_str() : "", f.collective,
                   ideal > 0 ? fmt("%.6f", to_us(ideal)).c_str() : "", slowdown.c_str());
-    s += buf;
+    w->write(buf);
   }
-  files.emplace_back("flows.csv", s);
-  s = "port,from,to,tier,gbps,tx_bytes,tx_payload,utilization,ecn_marks,drops,pauses_sent,resumes_sent,pauses_received,"
-      "paused_us,max_queue_bytes\n";
+  
+  open("links.csv", "port,from,to,tier,gbps,tx_bytes,tx_payload,utilization,ecn_marks,drops,pauses_sent,resumes_sent,pauses_received,"
+      "paused_us,max_queue_bytes\n");
   Time span = std::max<Time>(net.finish_time(), 1);
   for (std::size_t p = 0; p < net.ports().size(); ++p) {
     const Port& P = net.ports()[p];
@@ -311,25 +319,25 @@ std::vector<std::pair<std::string, std::string>> output_files(const Network& net
                   static_cast<long long>(P.ecn_marks),
                   static_cast<long long>(P.drops), static_cast<long long>(P.pauses_sent), static_cast<long long>(P.resumes_sent),
                   static_cast<long long>(P.pauses_received), to_us(paused), static_cast<long long>(maxq));
-    s += buf;
+    w->write(buf);
   }
-  files.emplace_back("links.csv", s);
-  s = "time_us,port,queue,bytes\n";
+  
+  open("queues.csv", "time_us,port,queue,bytes\n");
   for (const QueueSample& q : net.queue_samples()) {
     std::snprintf(buf, sizeof buf, "%.6f,%s,%d,%lld\n", to_us(q.at), net.port_name(q.port).c_str(), q.queue,
                   static_cast<long long>(q.bytes));
-    s += buf;
+    w->write(buf);
   }
-  files.emplace_back("queues.csv", s);
-  s = "time_us,from,to,queue,frame\n";
+  
+  open("pfc.csv", "time_us,from,to,queue,frame\n");
   for (const PfcEvent& e : net.pfc_events()) {
     const Port& P = net.ports()[e.port];
     std::snprintf(buf, sizeof buf, "%.6f,%s,%s,%d,%s\n", to_us(e.at), t.nodes[P.node].name.c_str(),
                   t.nodes[net.ports()[P.peer].node].name.c_str(), e.queue, e.pause ? "pause" : "resume");
-    s += buf;
+    w->write(buf);
   }
-  files.emplace_back("pfc.csv", s);
-  s = "time_us,ecn_marks,cnps,pfc_pauses,pfc_resumes,drops,retransmissions,timeouts,bytes_delivered\n";
+  
+  open("counters.csv", "time_us,ecn_marks,cnps,pfc_pauses,pfc_resumes,drops,retransmissions,timeouts,bytes_delivered\n");
   for (const CounterSample& c : net.counter_samples()) {
     const Counters& k = c.counters;
     std::snprintf(buf, sizeof buf, "%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld\n", to_us(c.at),
@@ -337,12 +345,12 @@ std::vector<std::pair<std::string, std::string>> output_files(const Network& net
                   static_cast<long long>(k.resumes), static_cast<long long>(k.drops),
                   static_cast<long long>(k.retransmissions), static_cast<long long>(k.timeouts),
                   static_cast<long long>(k.bytes_delivered));
-    s += buf;
+    w->write(buf);
   }
-  files.emplace_back("counters.csv", s);
+  
   if (net.config().sample_qps) {
-    s = "time_us,qp,src_gpu,dst_gpu,delivered_gbps,cnps,dcqcn_rate_gbps,dcqcn_target_gbps,dcqcn_alpha,window_bytes,rtt_us,"
-        "hpcc_utilization\n";
+    open("qps.csv", "time_us,qp,src_gpu,dst_gpu,delivered_gbps,cnps,dcqcn_rate_gbps,dcqcn_target_gbps,dcqcn_alpha,window_bytes,rtt_us,"
+        "hpcc_utilization\n");
     const double interval = to_seconds(std::max<Time>(net.config().sample_interval, 1));
     for (const QpSample& q : net.qp_samples()) {
       const QueuePair& Q = net.qps()[static_cast<std::size_t>(q.qp)];
@@ -354,23 +362,39 @@ std::vector<std::pair<std::string, std::string>> output_files(const Network& net
                     limited && !windowed ? fmt("%.4f", q.target / 1e9).c_str() : "", q.alpha,
                     windowed ? fmt("%.0f", q.window).c_str() : "", q.rtt > 0 ? fmt("%.3f", to_us(q.rtt)).c_str() : "",
                     net.config().cc == CongestionControl::kHpcc ? fmt("%.4f", q.utilization).c_str() : "");
-      s += buf;
+      w->write(buf);
     }
-    files.emplace_back("qps.csv", s);
   }
-  s = "node,role,gpu_rank\n";
+  open("nodes.csv", "node,role,gpu_rank\n");
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
-    const auto rank = std::find(t.gpus.begin(), t.gpus.end(), static_cast<int>(n));
-    s += t.nodes[n].name + "," + t.nodes[n].role + "," +
-         (rank == t.gpus.end() ? std::string() : std::to_string(rank - t.gpus.begin())) + "\n";
+    const int rank = net.gpu_rank_of(static_cast<int>(n));
+    w->write(t.nodes[n].name + "," + t.nodes[n].role + "," + (rank < 0 ? std::string() : std::to_string(rank)) + "\n");
   }
-  files.emplace_back("nodes.csv", s);
-  return files;
+  out.close();
+}
+
+std::vector<std::pair<std::string, std::string>> output_files(const Network& net) {
+  struct Texts : OutputSink {
+    std::vector<std::pair<std::string, std::string>> files;
+    void open(const std::string& name) override { files.emplace_back(name, std::string()); }
+    void write(std::string_view bytes) override { files.back().second += bytes; }
+    void close() override {}
+  } texts;
+  emit_outputs(net, texts);
+  return std::move(texts.files);
 }
 
 void write_outputs(const Network& net, const std::string& dir) {
   make_directories(dir);
-  for (const auto& [name, text] : output_files(net)) write_file_atomic(dir + "/" + name, text);
+  struct Files : OutputSink {
+    std::string dir;
+    std::unique_ptr<AtomicFileWriter> file;
+    void open(const std::string& name) override { file = std::make_unique<AtomicFileWriter>(dir + "/" + name); }
+    void write(std::string_view bytes) override { file->write(bytes); }
+    void close() override { file->commit(); }
+  } files;
+  files.dir = dir;
+  emit_outputs(net, files);
 }
 
 }  // namespace weft::sim

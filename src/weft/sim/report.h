@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -15,11 +16,21 @@ namespace weft::sim {
 
 nlohmann::json summary_json(const Network& net);
 void print_summary(const Network& net, std::FILE* out, const std::string& out_dir);
-// The files a run writes, by name, with their text: summary.json, flows.csv, links.csv,
-// queues.csv, pfc.csv, counters.csv (ECN marks, CNPs, pauses... at each sampling time),
-// nodes.csv (each node's role and GPU rank; docs/simulator.md describes every column).
+// The files a run writes: summary.json, flows.csv, links.csv, queues.csv, pfc.csv,
+// counters.csv (ECN marks, CNPs, pauses... at each sampling time), qps.csv (with
+// sample.qps), nodes.csv (each node's role and GPU rank; docs/simulator.md describes every
+// column). emit_outputs hands them to a sink one after another, row by row (a large run's
+// flows.csv is hundreds of MB); output_files keeps them as texts by name; write_outputs
+// writes them into `dir` (created when missing), each file replaced atomically.
+class OutputSink {
+ public:
+  virtual ~OutputSink() = default;
+  virtual void open(const std::string& name) = 0;
+  virtual void write(std::string_view bytes) = 0;
+  virtual void close() = 0;
+};
+void emit_outputs(const Network& net, OutputSink& out);
 std::vector<std::pair<std::string, std::string>> output_files(const Network& net);
-// Writes output_files into `dir` (created when missing).
 void write_outputs(const Network& net, const std::string& dir);
 
 }  // namespace weft::sim

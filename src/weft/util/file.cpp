@@ -33,26 +33,54 @@ void write_all(int fd, std::string_view bytes, const std::string& path) {
 }  // namespace
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
-  std::filesystem::path target(path);
-  std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw CheckpointError("cannot create " + tmp + ": " + errno_text());
-  try {
-    write_all(fd, bytes, tmp);
-    if (::fsync(fd) != 0) throw CheckpointError("cannot fsync " + tmp + ": " + errno_text());
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+  AtomicFileWriter w(path);
+  w.write(bytes);
+  w.commit();
+}
+
+namespace {
+constexpr std::size_t kWriterBuffer = 1 << 20;
+}
+
+AtomicFileWriter::AtomicFileWriter(const std::string& path)
+    : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw CheckpointError("cannot create " + tmp_ + ": " + errno_text());
+  buffer_.reserve(kWriterBuffer);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
   }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+}
+
+void AtomicFileWriter::flush() {
+  write_all(fd_, buffer_, tmp_);
+  buffer_.clear();
+}
+
+void AtomicFileWriter::write(std::string_view bytes) {
+  if (fd_ < 0) throw InternalError("write after commit: " + path_);
+  if (buffer_.size() + bytes.size() > kWriterBuffer) flush();
+  if (bytes.size() >= kWriterBuffer) write_all(fd_, bytes, tmp_);
+  else buffer_.append(bytes);
+}
+
+void AtomicFileWriter::commit() {
+  if (fd_ < 0) throw InternalError("committed twice: " + path_);
+  flush();
+  if (::fsync(fd_) != 0) throw CheckpointError("cannot fsync " + tmp_ + ": " + errno_text());
+  ::close(fd_);
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     std::string why = errno_text();
-    ::unlink(tmp.c_str());
-    throw CheckpointError("cannot rename " + tmp + " to " + path + ": " + why);
+    ::unlink(tmp_.c_str());
+    throw CheckpointError("cannot rename " + tmp_ + " to " + path_ + ": " + why);
   }
-  sync_directory(dir);
+  std::filesystem::path target(path_);
+  sync_directory(target.has_parent_path() ? target.parent_path().string() : ".");
 }
 
 void sync_directory(const std::string& dir) {

@@ -11,6 +11,26 @@
 namespace weft {
 
 void write_file_atomic(const std::string& path, std::string_view bytes);
+
+// The same replacement for a file written piece by piece (a table of millions of rows need
+// not be held whole): write() appends through a buffer, commit() flushes, fsyncs, renames
+// and syncs the folder; without commit() the temporary file is removed and the target is
+// left as it was.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  void write(std::string_view bytes);
+  void commit();
+
+ private:
+  void flush();
+  std::string path_, tmp_;
+  int fd_ = -1;
+  std::string buffer_;
+};
 // Reads a whole file; throws DataError naming the path when it cannot.
 std::string read_file(const std::string& path);
 bool file_exists(const std::string& path);
