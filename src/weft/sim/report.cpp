@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -16,6 +17,39 @@
 
 namespace weft::sim {
 namespace {
+
+// One CSV row built cell by cell: integers and fixed-point numbers through std::to_chars.
+class CsvRow {
+ public:
+  void start() { text_.clear(); }
+  CsvRow& text(std::string_view s) {
+    separate();
+    text_.append(s);
+    return *this;
+  }
+  CsvRow& integer(long long v) {
+    char b[24];
+    return text(std::string_view(b, static_cast<std::size_t>(std::to_chars(b, b + sizeof b, v).ptr - b)));
+  }
+  CsvRow& fixed(double v, int digits) {
+    char b[400];  // the largest double, fixed, with its digits
+    const auto r = std::to_chars(b, b + sizeof b, v, std::chars_format::fixed, digits);
+    return text(std::string_view(b, static_cast<std::size_t>(r.ptr - b)));
+  }
+  std::string_view end() {
+    text_ += '\n';
+    first_ = true;
+    return text_;
+  }
+
+ private:
+  void separate() {
+    if (!first_) text_ += ',';
+    first_ = false;
+  }
+  std::string text_;
+  bool first_ = true;
+};
 
 // A port's paused time on all queues up to the end of the run, pauses still on included (a
 // pause storm that never ended paused the port until the end).
@@ -289,20 +323,27 @@ void emit_outputs(const Network& net, OutputSink& out) {
   };
   open("summary.json", summary_json(net).dump(2) + "\n");
   open("flows.csv", "flow,src_gpu,dst_gpu,src,dst,bytes,delivered_bytes,start_us,delivered_us,acked_us,fct_us,collective,ideal_fct_us,slowdown\n");
-  char buf[512];
+  // (Millions of rows in a large run: formatted with to_chars, which prints a double in
+  // fixed notation exactly as printf's %.6f does, several times faster.)
+  CsvRow row;
   for (std::size_t i = 0; i < net.flows().size(); ++i) {
     const FlowRecord& f = net.flows()[i];
-    bool done = f.parts_left_rx == 0;
+    const bool done = f.parts_left_rx == 0;
     const Time ideal = net.ideal_fct(f.src_gpu, f.dst_gpu, f.bytes);
-    const std::string slowdown = done && ideal > 0 ? fmt("%.4f", static_cast<double>(f.delivered - f.start) / static_cast<double>(ideal)) : "";
-    std::snprintf(buf, sizeof buf, "%zu,%d,%d,%s,%s,%lld,%lld,%.6f,%s,%s,%s,%d,%s,%s\n", i, f.src_gpu, f.dst_gpu,
-                  t.nodes[t.gpus[f.src_gpu]].name.c_str(), t.nodes[t.gpus[f.dst_gpu]].name.c_str(),
-                  static_cast<long long>(f.bytes), static_cast<long long>(f.delivered_bytes), to_us(f.start), done ? fmt("%.6f", to_us(f.delivered)).c_str() : "",
-                  f.parts_left_tx == 0 ? fmt("%.6f", to_us(f.acked)).c_str() : "",
-                  done ? fmt("%.6f", to_us(f.delivered - f.start)).c_str() : "", f.collective,
-                  ideal > 0 ? fmt("%.6f", to_us(ideal)).c_str() : "", slowdown.c_str());
-    w->write(buf);
+    row.start();
+    row.integer(static_cast<long long>(i)).integer(f.src_gpu).integer(f.dst_gpu);
+    row.text(t.nodes[t.gpus[f.src_gpu]].name).text(t.nodes[t.gpus[f.dst_gpu]].name);
+    row.integer(f.bytes).integer(f.delivered_bytes).fixed(to_us(f.start), 6);
+    if (done) row.fixed(to_us(f.delivered), 6); else row.text("");
+    if (f.parts_left_tx == 0) row.fixed(to_us(f.acked), 6); else row.text("");
+    if (done) row.fixed(to_us(f.delivered - f.start), 6); else row.text("");
+    row.integer(f.collective);
+    if (ideal > 0) row.fixed(to_us(ideal), 6); else row.text("");
+    if (done && ideal > 0) row.fixed(static_cast<double>(f.delivered - f.start) / static_cast<double>(ideal), 4);
+    else row.text("");
+    w->write(row.end());
   }
+  char buf[512];
   
   open("links.csv", "port,from,to,tier,gbps,tx_bytes,tx_payload,utilization,ecn_marks,drops,pauses_sent,resumes_sent,pauses_received,"
       "paused_us,max_queue_bytes\n");
