@@ -90,14 +90,10 @@ TEST(SimEngine, RunsEventsInTimeOrderThenScheduleOrder) {
 // seconds ahead), many at one time, some scheduled by running events into the bucket being
 // run, the next ones and far ones; and long gaps the wheel jumps.
 TEST(SimEngine, CalendarRunsTheSameOrderAsOneHeap) {
-  struct Ref {
-    Time at;
-    std::uint64_t order;
-  };
   struct Driver : EventTarget {
     EventQueue* q = nullptr;
     std::mt19937_64 rng{7};
-    std::vector<Ref> scheduled;  // by id
+    std::vector<Time> scheduled;  // by id, which is also the scheduling order
     std::vector<std::uint64_t> seen;
     int budget = 60000;
     Time pick(Time now) {
@@ -111,7 +107,7 @@ TEST(SimEngine, CalendarRunsTheSameOrderAsOneHeap) {
       }
     }
     void add(Time at) {
-      scheduled.push_back({at, scheduled.size()});
+      scheduled.push_back(at);
       q->schedule(at, this, 0, scheduled.size() - 1);
     }
     void on_event(std::uint32_t, std::uint64_t arg) override {
@@ -129,10 +125,7 @@ TEST(SimEngine, CalendarRunsTheSameOrderAsOneHeap) {
   ASSERT_EQ(d.seen.size(), d.scheduled.size());
   std::vector<std::uint64_t> want(d.scheduled.size());
   for (std::size_t i = 0; i < want.size(); ++i) want[i] = i;
-  std::sort(want.begin(), want.end(), [&](std::uint64_t a, std::uint64_t b) {
-    const Ref &x = d.scheduled[a], &y = d.scheduled[b];
-    return x.at != y.at ? x.at < y.at : x.order < y.order;
-  });
+  std::stable_sort(want.begin(), want.end(), [&](std::uint64_t a, std::uint64_t b) { return d.scheduled[a] < d.scheduled[b]; });
   // (Events scheduled later cannot run before their scheduling event; sorting the whole set
   // gives the same sequence because every event is scheduled at or after the time it is made.)
   EXPECT_EQ(d.seen, want);

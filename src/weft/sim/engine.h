@@ -12,7 +12,8 @@
 // of now, so scheduling is an append and running is a walk along a sorted array, and the
 // events a few places ahead are known: the engine asks their targets to prefetch what they
 // will touch (EventTarget::prefetch) while the current one runs. Same order as one heap by
-// (time, order); scheduling never allocates once the buckets have grown to the run's size.
+// (time, order); scheduling allocates only while buckets grow to the run's size (and for a
+// burst larger than a bucket keeps).
 #pragma once
 
 #include <cstdint>

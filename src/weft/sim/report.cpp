@@ -21,7 +21,10 @@ namespace {
 // One CSV row built cell by cell: integers and fixed-point numbers through std::to_chars.
 class CsvRow {
  public:
-  void start() { text_.clear(); }
+  void start() {
+    text_.clear();
+    first_ = true;
+  }
   CsvRow& text(std::string_view s) {
     separate();
     text_.append(s);
@@ -38,7 +41,6 @@ class CsvRow {
   }
   std::string_view end() {
     text_ += '\n';
-    first_ = true;
     return text_;
   }
 
@@ -313,7 +315,6 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
 
 void emit_outputs(const Network& net, OutputSink& out) {
   const Topology& t = net.topology();
-  OutputSink* w = &out;
   bool opened = false;
   auto open = [&](const char* name, std::string_view header) {
     if (opened) out.close();
@@ -341,10 +342,9 @@ void emit_outputs(const Network& net, OutputSink& out) {
     if (ideal > 0) row.fixed(to_us(ideal), 6); else row.text("");
     if (done && ideal > 0) row.fixed(static_cast<double>(f.delivered - f.start) / static_cast<double>(ideal), 4);
     else row.text("");
-    w->write(row.end());
+    out.write(row.end());
   }
   char buf[512];
-  
   open("links.csv", "port,from,to,tier,gbps,tx_bytes,tx_payload,utilization,ecn_marks,drops,pauses_sent,resumes_sent,pauses_received,"
       "paused_us,max_queue_bytes\n");
   Time span = std::max<Time>(net.finish_time(), 1);
@@ -360,24 +360,21 @@ void emit_outputs(const Network& net, OutputSink& out) {
                   static_cast<long long>(P.ecn_marks),
                   static_cast<long long>(P.drops), static_cast<long long>(P.pauses_sent), static_cast<long long>(P.resumes_sent),
                   static_cast<long long>(P.pauses_received), to_us(paused), static_cast<long long>(maxq));
-    w->write(buf);
+    out.write(buf);
   }
-  
   open("queues.csv", "time_us,port,queue,bytes\n");
   for (const QueueSample& q : net.queue_samples()) {
     std::snprintf(buf, sizeof buf, "%.6f,%s,%d,%lld\n", to_us(q.at), net.port_name(q.port).c_str(), q.queue,
                   static_cast<long long>(q.bytes));
-    w->write(buf);
+    out.write(buf);
   }
-  
   open("pfc.csv", "time_us,from,to,queue,frame\n");
   for (const PfcEvent& e : net.pfc_events()) {
     const Port& P = net.ports()[e.port];
     std::snprintf(buf, sizeof buf, "%.6f,%s,%s,%d,%s\n", to_us(e.at), t.nodes[P.node].name.c_str(),
                   t.nodes[net.ports()[P.peer].node].name.c_str(), e.queue, e.pause ? "pause" : "resume");
-    w->write(buf);
+    out.write(buf);
   }
-  
   open("counters.csv", "time_us,ecn_marks,cnps,pfc_pauses,pfc_resumes,drops,retransmissions,timeouts,bytes_delivered\n");
   for (const CounterSample& c : net.counter_samples()) {
     const Counters& k = c.counters;
@@ -386,9 +383,8 @@ void emit_outputs(const Network& net, OutputSink& out) {
                   static_cast<long long>(k.resumes), static_cast<long long>(k.drops),
                   static_cast<long long>(k.retransmissions), static_cast<long long>(k.timeouts),
                   static_cast<long long>(k.bytes_delivered));
-    w->write(buf);
+    out.write(buf);
   }
-  
   if (net.config().sample_qps) {
     open("qps.csv", "time_us,qp,src_gpu,dst_gpu,delivered_gbps,cnps,dcqcn_rate_gbps,dcqcn_target_gbps,dcqcn_alpha,window_bytes,rtt_us,"
         "hpcc_utilization\n");
@@ -403,13 +399,13 @@ void emit_outputs(const Network& net, OutputSink& out) {
                     limited && !windowed ? fmt("%.4f", q.target / 1e9).c_str() : "", q.alpha,
                     windowed ? fmt("%.0f", q.window).c_str() : "", q.rtt > 0 ? fmt("%.3f", to_us(q.rtt)).c_str() : "",
                     net.config().cc == CongestionControl::kHpcc ? fmt("%.4f", q.utilization).c_str() : "");
-      w->write(buf);
+      out.write(buf);
     }
   }
   open("nodes.csv", "node,role,gpu_rank\n");
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     const int rank = net.gpu_rank_of(static_cast<int>(n));
-    w->write(t.nodes[n].name + "," + t.nodes[n].role + "," + (rank < 0 ? std::string() : std::to_string(rank)) + "\n");
+    out.write(t.nodes[n].name + "," + t.nodes[n].role + "," + (rank < 0 ? std::string() : std::to_string(rank)) + "\n");
   }
   out.close();
 }

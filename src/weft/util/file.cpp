@@ -46,7 +46,6 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path)
     : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw CheckpointError("cannot create " + tmp_ + ": " + errno_text());
-  buffer_.reserve(kWriterBuffer);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
