@@ -17,6 +17,12 @@ void Network::start_agents() {
   agents_.assign(work_.agents.size(), AgentState{});
   collective_times_.assign(work_.collectives.size(), {kNever, 0});
   agents_left_ = 0;
+  // One flow record per send: reserved at once, so that millions of records (a traced
+  // iteration) are not copied as the table grows.
+  std::size_t sends = 0;
+  for (const Agent& agent : work_.agents)
+    for (const WorkStep& step : agent.steps) sends += step.sends.size();
+  flows_.reserve(flows_.size() + sends);
   for (std::size_t a = 0; a < work_.agents.size(); ++a) {
     const Agent& agent = work_.agents[a];
     if (agent.gpu < 0 || agent.gpu >= static_cast<int>(topo_.gpus.size()))

@@ -173,12 +173,13 @@ nlohmann::json summary_json(const Network& net) {
   double mean = 0;
   for (double v : fct) mean += v;
   if (!fct.empty()) mean /= static_cast<double>(fct.size());
+  std::sort(fct.begin(), fct.end());  // once, for the three percentiles (millions of flows)
   j["flows"] = {{"count", net.flows().size()},
                 {"completed", fct.size()},
                 {"fct_mean_us", mean},
-                {"fct_p50_us", percentile(fct, 0.5)},
-                {"fct_p99_us", percentile(fct, 0.99)},
-                {"fct_max_us", percentile(fct, 1.0)}};
+                {"fct_p50_us", percentile_of_sorted(fct, 0.5)},
+                {"fct_p99_us", percentile_of_sorted(fct, 0.99)},
+                {"fct_max_us", percentile_of_sorted(fct, 1.0)}};
   Time paused = 0;
   for (const Port& p : net.ports()) paused += paused_time(net, p);
   j["counters"] = {{"ecn_marks", c.ecn_marks},         {"cnps", c.cnps},
