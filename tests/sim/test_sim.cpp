@@ -454,6 +454,105 @@ double goodput(double line, double mtu, double extra = 0) {
   return line * mtu / (mtu + kHeaderBytes + extra + kWireOverhead);
 }
 
+TEST(VirtualOutputQueues, ServeTheirInputsInTurnAndCountTheirBytes) {
+  VirtualOutputQueues v;
+  v.resize(3);
+  EXPECT_TRUE(v.empty());
+  v.push(2, 20, 100);
+  v.push(2, 21, 100);
+  v.push(0, 1, 50);
+  v.push(2, 22, 100);
+  EXPECT_EQ(v.bytes(2), 300);
+  EXPECT_EQ(v.bytes(0), 50);
+  EXPECT_TRUE(v.empty(1));
+  // From input 0 on: 0, then 2 (1 is empty), then 2 again once 0 is empty; each in its order.
+  std::vector<std::uint32_t> served;
+  while (!v.empty()) {
+    const std::uint32_t id = v.front();
+    served.push_back(v.pop(id == 1 ? 50 : id == 10 ? 70 : 100));
+    EXPECT_EQ(served.back(), id);
+    if (served.size() == 2) v.push(1, 10, 70);  // joins while 2 waits: served before 2's next
+  }
+  EXPECT_EQ(served, (std::vector<std::uint32_t>{1, 20, 10, 21, 22}));
+  EXPECT_EQ(v.bytes(0) + v.bytes(1) + v.bytes(2), 0);
+
+  // More inputs than one word of the index: the turn goes on past 64 and wraps around.
+  VirtualOutputQueues wide;
+  wide.resize(70);
+  for (int input : {65, 3, 69, 64}) wide.push(input, static_cast<std::uint32_t>(input), 1);
+  wide.push(3, 103, 1);
+  std::vector<std::uint32_t> order;
+  while (!wide.empty()) order.push_back(wide.pop(1));
+  EXPECT_EQ(order, (std::vector<std::uint32_t>{3, 64, 65, 69, 103}));
+}
+
+// Each GPU's delivered rate (Gb/s) over the sampling windows after `from`.
+std::map<int, double> rate_by_sender(const SimRun& r, Time from) {
+  std::map<int, double> bytes;
+  Time span = 0, last = 0;
+  for (const QpSample& q : r.net->qp_samples())
+    if (q.at > from) {
+      bytes[r.net->gpu_rank_of(r.net->qps()[static_cast<std::size_t>(q.qp)].src)] += static_cast<double>(q.delivered_bytes);
+      last = std::max(last, q.at);
+    }
+  span = last - from;
+  std::map<int, double> gbps;
+  for (const auto& [gpu, b] : bytes) gbps[gpu] = b * 8 / to_seconds(span) / 1e9;
+  return gbps;
+}
+
+TEST(SimValidation, VirtualOutputQueuesShareAPortByIngressNotByFlow) {
+  // The parking lot: three flows from s0 and one from h3 into h4's port at s1, 100 ms.
+  // Output-queued with DCQCN, the port's queue marks every flow alike: four shares of the
+  // payload rate (98.0 Gb/s). With VOQs each ingress gets half the port and marks only its
+  // own queue: h3 keeps 49, the three behind s0 share the other half.
+  const std::string workload = "incast:4:1000GB@4,0,1,2,3";
+  const std::vector<std::string> common = {"time_limit=100ms", "sample.qps=on", "sample.interval=20ms"};
+  auto run = [&](const std::string& queuing, const std::string& cc) {
+    std::vector<std::string> settings = common;
+    settings.push_back("queuing=" + queuing);
+    settings.push_back("cc=" + cc);
+    SimRun r = simulate("parking-lot.yaml", workload, settings);
+    EXPECT_EQ(r.net->counters().drops, 0);
+    return rate_by_sender(r, 20 * kMs);
+  };
+  const double payload = goodput(100, 4096);
+  auto oq = run("output", "dcqcn");
+  for (int g = 0; g < 4; ++g) EXPECT_NEAR(oq[g], payload / 4, 0.12 * payload / 4) << "output-queued, GPU " << g;
+  auto voq = run("voq", "dcqcn");
+  EXPECT_NEAR(voq[3], payload / 2, 0.02 * payload / 2);
+  for (int g = 0; g < 3; ++g) EXPECT_NEAR(voq[g], payload / 6, 0.12 * payload / 6) << "VOQ, GPU " << g;
+  // Without congestion control PFC alone shares the port by ingress, whichever the queues:
+  // its pauses hold each ingress at xOFF, and the port drains the two alike.
+  for (const std::string queuing : {"output", "voq"}) {
+    auto pfc = run(queuing, "none");
+    EXPECT_NEAR(pfc[3], payload / 2, 0.02 * payload / 2) << queuing;
+    for (int g = 0; g < 3; ++g) EXPECT_NEAR(pfc[g], payload / 6, 0.05 * payload / 6) << queuing << ", GPU " << g;
+  }
+}
+
+TEST(SimValidation, RingShiftDeadlocksOutputQueuesButNotVirtualOutputQueues) {
+  // examples/jobs/ring-shift.yaml on ring-5.yaml, PFC without congestion control: each ring
+  // link carries a flow passing through and one starting there. Output-queued switches
+  // pause each other around the ring for good; served in turn, each ring ingress drains at
+  // half its link whenever its egress may send, and every flow gets that half.
+  const std::string jobs = std::string(WEFT_SOURCE_DIR) + "/examples/jobs/ring-shift.yaml";
+  const std::vector<std::string> common = {"cc=none", "pfc.watchdog=0", "time_limit=20ms"};
+  auto settings = [&](const std::string& queuing) {
+    std::vector<std::string> s = common;
+    s.push_back("queuing=" + queuing);
+    return s;
+  };
+  SimRun oq = simulate("ring-5.yaml", jobs, settings("output"));
+  EXPECT_FALSE(oq.finished);
+  EXPECT_FALSE(oq.net->stall().pfc_cycle.empty());
+  SimRun voq = simulate("ring-5.yaml", jobs, settings("voq"));
+  ASSERT_TRUE(voq.finished);
+  // Two 64 MB flows per link at 100G, headers included: 2 x 64 MB / payload rate.
+  const double expected_us = 2 * 64e6 * 8 / (goodput(100e9, 4096)) * 1e6;
+  EXPECT_NEAR(to_seconds(voq.net->finish_time()) * 1e6, expected_us, 0.01 * expected_us);
+}
+
 TEST(WindowCc, HpccCutsByTheMostUtilizedHopAndGrowsInStages) {
   HpccParams p;
   p.line_bps = 100e9;

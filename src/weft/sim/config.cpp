@@ -138,6 +138,8 @@ const std::vector<Entry>& entries() {
         int_entry("qos.strict_from", &SimConfig::strict_queue, 0, 8, "queues >= this are strict priority; the rest share by DWRR"),
         WEFT_ENUM("switching", switching, "switches forward a frame once all of it is in, or once its headers are (where no port of the switch is faster than the frame's link)",
                   {"store-and-forward", Switching::kStoreAndForward}, {"cut-through", Switching::kCutThrough}),
+        WEFT_ENUM("queuing", queuing, "a switch queues by egress port and class (output), or by ingress port too (voq: virtual output queues served in turn, ECN on each one's depth)",
+                  {"output", Queuing::kOutput}, {"voq", Queuing::kVirtualOutput}),
         bytes_entry("buffer", &SimConfig::buffer_bytes, "shared packet buffer per switch"),
         bool_entry("ecn", &SimConfig::ecn, "WRED/ECN marking of ECN-capable packets"),
         bytes_entry("ecn.min", &SimConfig::wred_min, "WRED minimum: marking starts above this egress queue depth"),

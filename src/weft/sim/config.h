@@ -21,6 +21,7 @@ enum class HashFunction : std::uint8_t { kCrc32, kXor };
 enum class SendDone : std::uint8_t { kSent, kAcked };
 enum class SimMode : std::uint8_t { kPacket, kFlow };
 enum class Switching : std::uint8_t { kStoreAndForward, kCutThrough };
+enum class Queuing : std::uint8_t { kOutput, kVirtualOutput };
 
 struct SimConfig {
   std::uint64_t seed = 1;
@@ -43,6 +44,10 @@ struct SimConfig {
   // in on a link at least as fast as every port of the switch (a faster egress would run
   // out of bits: such frames are stored and forwarded, as switches do).
   Switching switching = Switching::kStoreAndForward;
+  // Queuing at a switch egress: one FIFO per traffic class (output-queued, the shared-buffer
+  // switch), or virtual output queues, one per ingress port, served in turn with ECN marked
+  // on each one's own depth (voq.h).
+  Queuing queuing = Queuing::kOutput;
 
   // Switch buffers and marking.
   std::int64_t buffer_bytes = 32LL << 20;     // shared buffer per switch

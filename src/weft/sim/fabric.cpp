@@ -61,6 +61,15 @@ void Network::build_ports() {
     }
   }
   port_up_.assign(ports_.size(), 1);
+  port_slot_.assign(ports_.size(), -1);
+  for (const std::vector<int>& own : node_ports_)
+    for (std::size_t i = 0; i < own.size(); ++i) port_slot_[static_cast<std::size_t>(own[i])] = static_cast<int>(i);
+  if (cfg_.queuing == Queuing::kVirtualOutput) {
+    // Per switch port and class, a queue per port of the switch, and one for a packet with
+    // no ingress port (none today: a switch forwards what arrives; reducers are endpoints).
+    // Sized when a class first queues a packet there (most ports carry one or two classes).
+    voqs_.assign(ports_.size() * 8, {});
+  }
   // The port from each anchored GPU's switch to it (the end of its one link at the switch).
   anchor_port_.assign(topo_.gpus.size(), -1);
   for (std::size_t d = 0; d < topo_.gpus.size(); ++d)
@@ -329,7 +338,7 @@ void Network::try_send(int port) {
     id = P.control.pop();
   } else {
     for (int q = 7; q >= cfg_.strict_queue && id == kNone; --q)
-      if (P.holds(q) && !paused(q)) id = P.dequeue(q);
+      if (P.holds(q) && !paused(q)) id = dequeue(port, q);
     if (id == kNone) {
       // Deficit round robin over the remaining queues, by configured weight.
       int eligible = 0, only = -1;
@@ -339,16 +348,16 @@ void Network::try_send(int port) {
           only = q;
         }
       if (eligible == 1) {
-        id = P.dequeue(only);
+        id = dequeue(port, only);
       } else if (eligible > 1) {
         for (int guard = 0; guard < 10000 && id == kNone; ++guard) {
           int q = P.dwrr_next;
           if (P.holds(q) && !paused(q)) {
-            std::uint32_t head = P.queue[q].front();
+            std::uint32_t head = queue_head(port, q);
             double size = pool_[head].frame + kWireOverhead;
             if (P.deficit[q] >= size) {
               P.deficit[q] -= size;
-              id = P.dequeue(q);
+              id = dequeue(port, q);
               if (!P.holds(q)) P.deficit[q] = 0;
               break;
             }
@@ -498,7 +507,9 @@ void Network::forward(int node, std::uint32_t id) {
     return;
   }
   if (cfg_.ecn && p.ect && !p.ce) {
-    std::int64_t depth = O.queue_bytes[q];
+    // A VOQ switch marks on the depth of the packet's own virtual output queue.
+    const VirtualOutputQueues* v = voq_in_use(out, q);
+    std::int64_t depth = v ? v->bytes(voq_input(node, in)) : O.queue_bytes[q];
     bool mark = false;
     if (depth >= cfg_.wred_max) mark = true;
     else if (depth > cfg_.wred_min)
@@ -510,7 +521,7 @@ void Network::forward(int node, std::uint32_t id) {
       ++counters_.ecn_marks;
     }
   }
-  O.enqueue(q, id);
+  enqueue(out, q, id);
   O.queue_bytes[q] += wire;
   O.max_queue_bytes[q] = std::max(O.max_queue_bytes[q], O.queue_bytes[q]);
   if (p.in_headroom) {
@@ -526,6 +537,38 @@ void Network::forward(int node, std::uint32_t id) {
     if (!I.pausing[q] && (p.in_headroom || I.ingress_bytes[q] >= xoff_threshold(node))) send_pfc(in, q, true);
   }
   try_send(out);
+}
+
+void Network::enqueue(int port, int q, std::uint32_t id) {
+  Port& P = ports_[static_cast<std::size_t>(port)];
+  if (VirtualOutputQueues* v = voq_in_use(port, q)) {
+    const Packet& p = pool_[id];
+    v->push(voq_input(P.node, p.port), id, p.frame + kWireOverhead);
+    P.backlog = static_cast<std::uint8_t>(P.backlog | (1u << q));
+    return;
+  }
+  P.enqueue(q, id);
+}
+
+VirtualOutputQueues* Network::voq_in_use(int port, int q) {
+  VirtualOutputQueues* v = voq_of(port, q);
+  if (v && v->inputs() == 0) v->resize(voq_input(ports_[static_cast<std::size_t>(port)].node, -1) + 1);
+  return v;
+}
+
+std::uint32_t Network::queue_head(int port, int q) {
+  if (const VirtualOutputQueues* v = voq_of(port, q)) return v->front();
+  return ports_[static_cast<std::size_t>(port)].queue[q].front();
+}
+
+std::uint32_t Network::dequeue(int port, int q) {
+  Port& P = ports_[static_cast<std::size_t>(port)];
+  if (VirtualOutputQueues* v = voq_of(port, q)) {
+    const std::uint32_t id = v->pop(pool_[v->front()].frame + kWireOverhead);
+    if (v->empty()) P.backlog = static_cast<std::uint8_t>(P.backlog & ~(1u << q));
+    return id;
+  }
+  return P.dequeue(q);
 }
 
 bool Network::trim(Packet& p) {
@@ -665,7 +708,7 @@ void Network::set_link(int link, bool up, double bps) {
     // Everything queued for this link is lost; release its buffer accounting.
     for (int q = 0; q < 8; ++q) {
       while (P.holds(q)) {
-        std::uint32_t id = P.dequeue(q);
+        std::uint32_t id = dequeue(port, q);
         Packet& p = pool_[id];
         P.queue_bytes[q] -= p.frame + kWireOverhead;
         if (p.port >= 0) dequeued_at_switch(port, p);

@@ -24,6 +24,7 @@
 #include "weft/sim/packet.h"
 #include "weft/sim/stall.h"
 #include "weft/sim/topology.h"
+#include "weft/sim/voq.h"
 #include "weft/sim/window_cc.h"
 #include "weft/sim/workload.h"
 
@@ -307,6 +308,24 @@ class Network : public EventTarget {
   // An arrival event's argument: the packet, and the port it comes in by (for prefetch).
   static std::uint64_t arrival(std::uint32_t id, int port) { return id | (static_cast<std::uint64_t>(port) << 32); }
   void forward(int node, std::uint32_t id);
+  // A port's class queue, whichever way the switch queues (queuing=output or voq): the
+  // packet's entry, the next packet out (requires P.holds(q)) and its removal; the byte
+  // counts of the class (Port::queue_bytes) are the caller's.
+  const VirtualOutputQueues* voq_of(int port, int q) const {
+    return voqs_.empty() || topo_.nodes[static_cast<std::size_t>(ports_[static_cast<std::size_t>(port)].node)].kind != NodeKind::kSwitch
+               ? nullptr : &voqs_[static_cast<std::size_t>(port) * 8 + static_cast<std::size_t>(q)];
+  }
+  VirtualOutputQueues* voq_of(int port, int q) {
+    return const_cast<VirtualOutputQueues*>(static_cast<const Network*>(this)->voq_of(port, q));
+  }
+  VirtualOutputQueues* voq_in_use(int port, int q);  // voq_of, sized on first use
+  void enqueue(int port, int q, std::uint32_t id);
+  std::uint32_t queue_head(int port, int q);
+  std::uint32_t dequeue(int port, int q);
+  // The VOQ a packet that came in by port `in` waits in (-1: made by the switch itself).
+  int voq_input(int node, int in) const {
+    return in >= 0 ? port_slot_[static_cast<std::size_t>(in)] : static_cast<int>(node_ports_[static_cast<std::size_t>(node)].size());
+  }
   void dequeued_at_switch(int port, const Packet& p);
   // The ingress bytes above which a port pauses its peer: pfc.xoff, or (0) the dynamic
   // threshold pfc.alpha x the node's free shared buffer.
@@ -402,6 +421,8 @@ class Network : public EventTarget {
   } echo_;                        // what an ACK sent in answer echoes
   std::vector<Port> ports_;
   std::vector<std::vector<int>> node_ports_;
+  std::vector<int> port_slot_;            // per port: its index in its node's node_ports_
+  std::vector<VirtualOutputQueues> voqs_;  // queuing=voq: per port x class (switch ports only)
   std::vector<int> link_port_;           // link -> its port at end a (peer is end b)
   // Routes (routes_to) are kept per column, not per GPU: a GPU with one link, to a switch, is reached
   // through that switch (its anchor) from everywhere else, so every GPU under one switch

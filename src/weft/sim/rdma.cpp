@@ -293,7 +293,7 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
     return;
   }
   Port& O = ports_[out];
-  O.enqueue(p.queue, id);
+  enqueue(out, p.queue, id);
   O.queue_bytes[p.queue] += p.frame + kWireOverhead;
   try_send(out);
 }

@@ -81,11 +81,17 @@ Stall Network::find_stall(bool time_limit) const {
     bool any = false;
     for (std::size_t o = 0; o < ports_.size(); ++o) {
       const Port& O = ports_[o];
-      if (!paused(O, q) || O.queue[q].empty()) continue;
+      if (!paused(O, q) || !O.holds(q)) continue;
       std::set<int> upstream;
-      for (std::size_t i = 0; i < O.queue[q].size(); ++i) {
-        const int in = pool_.at(O.queue[q].at(i)).port;
+      auto came_in_by = [&](int in) {
         if (in >= 0 && paused(ports_[ports_[in].peer], q)) upstream.insert(ports_[in].peer);
+      };
+      if (const VirtualOutputQueues* v = voq_of(static_cast<int>(o), q)) {
+        const auto& own = node_ports_[static_cast<std::size_t>(O.node)];
+        for (int i = 0; i < v->inputs(); ++i)
+          if (!v->empty(i) && static_cast<std::size_t>(i) < own.size()) came_in_by(own[static_cast<std::size_t>(i)]);
+      } else {
+        for (std::size_t i = 0; i < O.queue[q].size(); ++i) came_in_by(pool_.at(O.queue[q].at(i)).port);
       }
       for (int u : upstream) waits_on[u].push_back(static_cast<int>(o));
       any = any || !upstream.empty();
