@@ -11,7 +11,7 @@ ifneq ($(CI),)
 CMAKE_FLAGS  += -DWEFT_WERROR=ON
 endif
 
-.PHONY: all deps build demo test test-sanitize fuzz bench-train clean
+.PHONY: all deps build demo test test-sanitize fuzz fuzz-sanitized bench-train clean
 
 all: build
 
@@ -61,6 +61,13 @@ fuzz:
 	  -DWEFT_FUZZ=ON -DWEFT_BUILD_TESTS=OFF
 	cmake --build $(BUILD_FUZZ) -j $(JOBS) --target fuzz_targets
 	scripts/run-fuzzers.sh $(BUILD_FUZZ) $(FUZZ_SECONDS)
+
+# The same harnesses as built by test-sanitize (clang builds them there, on code that counts
+# its edges for libFuzzer), each for FUZZ_SECONDS: what CI runs after the sanitized tests,
+# without a third build of everything.
+fuzz-sanitized:
+	@test -x $(BUILD_SAN)/fuzz_idx || { echo "error: no fuzz harnesses in $(BUILD_SAN): run make test-sanitize first" >&2; exit 2; }
+	scripts/run-fuzzers.sh $(BUILD_SAN) $(FUZZ_SECONDS)
 
 bench-train: build
 	bench/train_throughput
