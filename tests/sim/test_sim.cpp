@@ -489,15 +489,14 @@ TEST(VirtualOutputQueues, ServeTheirInputsInTurnAndCountTheirBytes) {
 // Each GPU's delivered rate (Gb/s) over the sampling windows after `from`.
 std::map<int, double> rate_by_sender(const SimRun& r, Time from) {
   std::map<int, double> bytes;
-  Time span = 0, last = 0;
+  Time last = from;
   for (const QpSample& q : r.net->qp_samples())
     if (q.at > from) {
       bytes[r.net->gpu_rank_of(r.net->qps()[static_cast<std::size_t>(q.qp)].src)] += static_cast<double>(q.delivered_bytes);
       last = std::max(last, q.at);
     }
-  span = last - from;
   std::map<int, double> gbps;
-  for (const auto& [gpu, b] : bytes) gbps[gpu] = b * 8 / to_seconds(span) / 1e9;
+  for (const auto& [gpu, b] : bytes) gbps[gpu] = b * 8 / to_seconds(last - from) / 1e9;
   return gbps;
 }
 

@@ -142,7 +142,7 @@ const std::vector<Entry>& entries() {
                   {"output", Queuing::kOutput}, {"voq", Queuing::kVirtualOutput}),
         bytes_entry("buffer", &SimConfig::buffer_bytes, "shared packet buffer per switch"),
         bool_entry("ecn", &SimConfig::ecn, "WRED/ECN marking of ECN-capable packets"),
-        bytes_entry("ecn.min", &SimConfig::wred_min, "WRED minimum: marking starts above this egress queue depth"),
+        bytes_entry("ecn.min", &SimConfig::wred_min, "WRED minimum: marking starts above this egress queue depth (with queuing=voq, the packet's VOQ's)"),
         bytes_entry("ecn.max", &SimConfig::wred_max, "WRED maximum: every packet marked above this depth"),
         double_entry("ecn.pmax", &SimConfig::wred_pmax, 0, 1, "marking probability at the WRED maximum"),
         bytes_entry("drop_threshold", &SimConfig::drop_threshold, "egress queue depth above which lossy packets are dropped"),

@@ -65,9 +65,8 @@ void Network::build_ports() {
   for (const std::vector<int>& own : node_ports_)
     for (std::size_t i = 0; i < own.size(); ++i) port_slot_[static_cast<std::size_t>(own[i])] = static_cast<int>(i);
   if (cfg_.queuing == Queuing::kVirtualOutput) {
-    // Per switch port and class, a queue per port of the switch, and one for a packet with
-    // no ingress port (none today: a switch forwards what arrives; reducers are endpoints).
-    // Sized when a class first queues a packet there (most ports carry one or two classes).
+    // Per switch port and class, a queue per port of the switch, sized when the class first
+    // queues a packet there (most ports carry one or two classes).
     voqs_.assign(ports_.size() * 8, {});
   }
   // The port from each anchored GPU's switch to it (the end of its one link at the switch).
@@ -509,7 +508,7 @@ void Network::forward(int node, std::uint32_t id) {
   if (cfg_.ecn && p.ect && !p.ce) {
     // A VOQ switch marks on the depth of the packet's own virtual output queue.
     const VirtualOutputQueues* v = voq_in_use(out, q);
-    std::int64_t depth = v ? v->bytes(voq_input(node, in)) : O.queue_bytes[q];
+    std::int64_t depth = v ? v->bytes(voq_input(in)) : O.queue_bytes[q];
     bool mark = false;
     if (depth >= cfg_.wred_max) mark = true;
     else if (depth > cfg_.wred_min)
@@ -543,16 +542,21 @@ void Network::enqueue(int port, int q, std::uint32_t id) {
   Port& P = ports_[static_cast<std::size_t>(port)];
   if (VirtualOutputQueues* v = voq_in_use(port, q)) {
     const Packet& p = pool_[id];
-    v->push(voq_input(P.node, p.port), id, p.frame + kWireOverhead);
-    P.backlog = static_cast<std::uint8_t>(P.backlog | (1u << q));
+    v->push(voq_input(p.port), id, p.frame + kWireOverhead);
+    P.set_holds(q, true);
     return;
   }
   P.enqueue(q, id);
 }
 
+int Network::voq_input(int in) const {
+  if (in < 0) throw InternalError("simulator: a switch queued a packet that came in by no port");
+  return port_slot_[static_cast<std::size_t>(in)];
+}
+
 VirtualOutputQueues* Network::voq_in_use(int port, int q) {
   VirtualOutputQueues* v = voq_of(port, q);
-  if (v && v->inputs() == 0) v->resize(voq_input(ports_[static_cast<std::size_t>(port)].node, -1) + 1);
+  if (v && v->inputs() == 0) v->resize(static_cast<int>(node_ports_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(port)].node)].size()));
   return v;
 }
 
@@ -565,7 +569,7 @@ std::uint32_t Network::dequeue(int port, int q) {
   Port& P = ports_[static_cast<std::size_t>(port)];
   if (VirtualOutputQueues* v = voq_of(port, q)) {
     const std::uint32_t id = v->pop(pool_[v->front()].frame + kWireOverhead);
-    if (v->empty()) P.backlog = static_cast<std::uint8_t>(P.backlog & ~(1u << q));
+    if (v->empty()) P.set_holds(q, false);
     return id;
   }
   return P.dequeue(q);

@@ -78,13 +78,16 @@ struct Port {
   bool signalled[8] = {};
 
   bool holds(int q) const { return (backlog >> q) & 1u; }
+  void set_holds(int q, bool holds) {
+    backlog = static_cast<std::uint8_t>(holds ? backlog | (1u << q) : backlog & ~(1u << q));
+  }
   void enqueue(int q, std::uint32_t id) {
     queue[q].push(id);
-    backlog = static_cast<std::uint8_t>(backlog | (1u << q));
+    set_holds(q, true);
   }
   std::uint32_t dequeue(int q) {
     const std::uint32_t id = queue[q].pop();
-    if (queue[q].empty()) backlog = static_cast<std::uint8_t>(backlog & ~(1u << q));
+    if (queue[q].empty()) set_holds(q, false);
     return id;
   }
 };
@@ -322,10 +325,10 @@ class Network : public EventTarget {
   void enqueue(int port, int q, std::uint32_t id);
   std::uint32_t queue_head(int port, int q);
   std::uint32_t dequeue(int port, int q);
-  // The VOQ a packet that came in by port `in` waits in (-1: made by the switch itself).
-  int voq_input(int node, int in) const {
-    return in >= 0 ? port_slot_[static_cast<std::size_t>(in)] : static_cast<int>(node_ports_[static_cast<std::size_t>(node)].size());
-  }
+  // The VOQ a packet that came in by port `in` waits in: the port's place among its
+  // switch's. (Every packet a switch queues came in by a port: a switch makes none, and
+  // in-network reducers are endpoints on links of their switches.)
+  int voq_input(int in) const;
   void dequeued_at_switch(int port, const Packet& p);
   // The ingress bytes above which a port pauses its peer: pfc.xoff, or (0) the dynamic
   // threshold pfc.alpha x the node's free shared buffer.

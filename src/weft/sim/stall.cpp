@@ -89,7 +89,7 @@ Stall Network::find_stall(bool time_limit) const {
       if (const VirtualOutputQueues* v = voq_of(static_cast<int>(o), q)) {
         const auto& own = node_ports_[static_cast<std::size_t>(O.node)];
         for (int i = 0; i < v->inputs(); ++i)
-          if (!v->empty(i) && static_cast<std::size_t>(i) < own.size()) came_in_by(own[static_cast<std::size_t>(i)]);
+          if (!v->empty(i)) came_in_by(own[static_cast<std::size_t>(i)]);
       } else {
         for (std::size_t i = 0; i < O.queue[q].size(); ++i) came_in_by(pool_.at(O.queue[q].at(i)).port);
       }
