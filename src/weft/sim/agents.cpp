@@ -2,9 +2,15 @@
 // gap, posts its sends and completes when every send went on the wire (or, with
 // rdma.send_done=acked, is acknowledged) and every expected receive has arrived; messages
 // from one agent to another match in order.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cstdio>
+#include <exception>
+#include <limits>
+#include <thread>
 #include <unistd.h>
 
 #include "weft/sim/network.h"
@@ -13,63 +19,119 @@
 
 namespace weft::sim {
 
+// A send between two agents on one GPU with no bytes is an order between them (workload_build.h's
+// release and gather, a Chakra dependency): no traffic and no flow record.
+static bool is_order(const Workload& w, int from, const Transfer& s) {
+  return s.bytes == 0 && w.agents[static_cast<std::size_t>(s.peer)].gpu == w.agents[static_cast<std::size_t>(from)].gpu;
+}
+
+void Network::make_flow_records() {
+  step_base_.assign(work_.agents.size() + 1, 0);
+  for (std::size_t a = 0; a < work_.agents.size(); ++a) step_base_[a + 1] = step_base_[a] + work_.agents[a].steps.size();
+  first_flow_.assign(step_base_.back() + 1, 0);
+  std::size_t sends = 0;
+  for (std::size_t a = 0; a < work_.agents.size(); ++a)
+    for (std::size_t st = 0; st < work_.agents[a].steps.size(); ++st) {
+      first_flow_[step_base_[a] + st] = static_cast<int>(sends);
+      for (const Transfer& s : work_.agents[a].steps[st].sends) sends += is_order(work_, static_cast<int>(a), s) ? 0 : 1;
+    }
+  first_flow_.back() = static_cast<int>(sends);
+  if (sends > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw ConfigError(fmt::format("workload: {} sends, more than the {} flows a run can record", sends, std::numeric_limits<int>::max()));
+  flows_.assign(sends, FlowRecord{});
+  for (std::size_t a = 0; a < work_.agents.size(); ++a) {
+    const Agent& agent = work_.agents[a];
+    for (std::size_t st = 0; st < agent.steps.size(); ++st) {
+      int flow = first_flow_[step_base_[a] + st];
+      for (const Transfer& s : agent.steps[st].sends) {
+        if (is_order(work_, static_cast<int>(a), s)) continue;
+        FlowRecord& f = flows_[static_cast<std::size_t>(flow++)];
+        f.src_agent = static_cast<int>(a);
+        f.dst_agent = s.peer;
+        f.src_gpu = agent.gpu;
+        f.dst_gpu = work_.agents[static_cast<std::size_t>(s.peer)].gpu;
+        f.bytes = s.bytes;
+        f.start = kNever;  // not posted yet
+        f.collective = agent.steps[st].collective;
+        // Not done: each part is counted off when it is posted.
+        f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = 1;
+      }
+    }
+  }
+}
+
+void Network::make_queue_pairs() {
+  for (std::size_t a = 0; a < work_.agents.size(); ++a) {
+    const Agent& agent = work_.agents[a];
+    for (std::size_t st = 0; st < agent.steps.size(); ++st) {
+      int flow = first_flow_[step_base_[a] + st];
+      for (const Transfer& s : agent.steps[st].sends) {
+        if (is_order(work_, static_cast<int>(a), s)) continue;
+        const int this_flow = flow++;
+        if (agent.gpu == work_.agents[static_cast<std::size_t>(s.peer)].gpu) continue;  // no network traffic
+        for_each_part(s.bytes, [&](int i, int, std::int64_t pk, std::int64_t part_bytes) {
+          QueuePair& q = qps_[static_cast<std::size_t>(qp_for(static_cast<int>(a), s.peer, i))];
+          if (cfg_.mode == SimMode::kFlow) return;
+          QpMessage m{q.psn_planned, q.psn_planned + static_cast<std::uint32_t>(pk), part_bytes, this_flow};
+          q.psn_planned = m.psn_end;
+          q.rx.push_back(m);
+        });
+      }
+    }
+  }
+}
+
 void Network::start_agents() {
   agents_.assign(work_.agents.size(), AgentState{});
   collective_times_.assign(work_.collectives.size(), {kNever, 0});
-  agents_left_ = 0;
-  // One flow record per send: reserved at once, so that millions of records (a traced
-  // iteration) are not copied as the table grows.
-  std::size_t sends = 0;
-  for (const Agent& agent : work_.agents)
-    for (const WorkStep& step : agent.steps) sends += step.sends.size();
-  flows_.reserve(flows_.size() + sends);
   for (std::size_t a = 0; a < work_.agents.size(); ++a) {
     const Agent& agent = work_.agents[a];
     if (agent.gpu < 0 || agent.gpu >= static_cast<int>(topo_.gpus.size()))
       throw ConfigError("workload: rank " + std::to_string(agent.rank) + " is placed on GPU " + std::to_string(agent.gpu) +
                         ", but the topology has " + std::to_string(topo_.gpus.size()) + " GPUs");
-    if (agent.steps.empty()) {
-      agents_[a].done = true;
-      continue;
-    }
-    ++agents_left_;
-    events_.schedule(agent.start + agent.steps[0].gap, this, kStepStart, a);
+    for (const WorkStep& step : agent.steps)
+      for (const Transfer& t : step.sends)
+        if (t.peer < 0 || t.peer >= static_cast<int>(work_.agents.size()))
+          throw ConfigError("workload: rank " + std::to_string(agent.rank) + " sends to an unknown rank");
+  }
+  make_flow_records();
+  make_queue_pairs();
+  for (std::size_t a = 0; a < work_.agents.size(); ++a)
+    if (work_.agents[a].steps.empty()) agents_[a].done = true;
+    else ++agents_started_;
+  agents_left_ = agents_started_;
+}
+
+void Network::schedule_agent_starts() {
+  for (std::size_t a = 0; a < work_.agents.size(); ++a) {
+    const Agent& agent = work_.agents[a];
+    if (!agent.steps.empty()) schedule(agent.start + agent.steps[0].gap, agent_node(static_cast<int>(a)), kStepStart, a);
   }
 }
 
 void Network::step_start(int a) {
   AgentState& st = agents_[a];
   const WorkStep& step = work_.agents[a].steps[st.step];
-  const Time now = events_.now();
+  const Time now = clock();
   st.started = true;
   st.step_began = now;
   if (step.collective >= 0) {
     // A collective's time starts before the launch that precedes a rank's first step of it.
     const bool first = st.step == 0 || work_.agents[a].steps[st.step - 1].collective != step.collective;
-    auto& t = collective_times_[step.collective];
+    auto& t = sh().collective_times[static_cast<std::size_t>(step.collective)];
     t.first = std::min(t.first, now - (first ? work_.collectives[step.collective].launch : 0));
   }
   st.pending = static_cast<int>(step.sends.size() + step.recvs.size());
   st.posting = true;
+  int flow = first_flow_[step_base_[static_cast<std::size_t>(a)] + st.step];
   for (const Transfer& s : step.sends) {
-    if (s.bytes == 0 && work_.agents[static_cast<std::size_t>(s.peer)].gpu == work_.agents[a].gpu) {
-      // An order between two agents on one GPU (workload_build.h's release and gather, a
-      // Chakra dependency): no traffic and no flow record, done at once.
+    if (is_order(work_, a, s)) {  // done at once
       agent_hears(s.peer, a);
       --st.pending;
       continue;
     }
-    int flow = static_cast<int>(flows_.size());
-    FlowRecord f;
-    f.src_agent = a;
-    f.dst_agent = s.peer;
-    f.src_gpu = work_.agents[a].gpu;
-    f.dst_gpu = work_.agents[s.peer].gpu;
-    f.bytes = s.bytes;
-    f.start = now;
-    f.collective = step.collective;
-    flows_.push_back(f);
-    post_message(flow, a, s.peer, s.bytes);
+    flows_[static_cast<std::size_t>(flow)].start = now;
+    post_message(flow++, a, s.peer, s.bytes);
   }
   for (const Transfer& r : step.recvs) {
     auto arrived = st.arrived.find(r.peer);
@@ -87,28 +149,31 @@ void Network::step_start(int a) {
 void Network::advance_agent(int a) {
   AgentState& st = agents_[a];
   const Agent& agent = work_.agents[a];
-  const Time now = events_.now();
+  const Time now = clock();
   int coll = agent.steps[st.step].collective;
-  if (coll >= 0) collective_times_[coll].second = std::max(collective_times_[coll].second, now);
+  if (coll >= 0) {
+    auto& t = sh().collective_times[static_cast<std::size_t>(coll)];
+    t.second = std::max(t.second, now);
+  }
   ++st.step;
   if (st.step >= agent.steps.size()) {
     st.done = true;
-    --agents_left_;
-    finish_ = std::max(finish_, now);
+    ++sh().agents_done;
+    sh().finish = std::max(sh().finish, now);
     return;
   }
-  events_.schedule(now + agent.steps[st.step].gap, this, kStepStart, static_cast<std::uint64_t>(a));
+  schedule(now + agent.steps[st.step].gap, agent_node(a), kStepStart, static_cast<std::uint64_t>(a));
 }
 
 void Network::message_delivered(int flow) {
   FlowRecord& f = flows_[flow];
   if (--f.parts_left_rx > 0) return;
-  f.delivered = events_.now();
+  f.delivered = clock();
   // With a GPU protocol, the receiving GPU sees the message when it sees its flag (a switch's
   // reducer works on the data as it arrives; a relay forwards it; within a GPU there is none).
   const Time ready = f.collective >= 0 ? work_.collectives[f.collective].ready : 0;
   if (ready > 0 && f.src_gpu != f.dst_gpu && f.dst_gpu < topo_.gpu_count() && !work_.agents[f.dst_agent].relay) {
-    events_.schedule(events_.now() + ready, this, kMessageReady, static_cast<std::uint64_t>(flow));
+    schedule(clock() + ready, agent_node(f.dst_agent), kMessageReady, static_cast<std::uint64_t>(flow));
     return;
   }
   message_ready(flow);
@@ -136,7 +201,7 @@ void Network::message_sent(int flow) {
 void Network::message_acked(int flow) {
   FlowRecord& f = flows_[flow];
   if (--f.parts_left_tx > 0) return;
-  f.acked = events_.now();
+  f.acked = clock();
   if (cfg_.send_done == SendDone::kAcked) send_step_done(f.src_agent);
 }
 
@@ -147,8 +212,40 @@ void Network::send_step_done(int agent) {
 
 int Network::agents_unfinished() const { return agents_left_; }
 
+Counters& Counters::operator+=(const Counters& o) {
+  ecn_marks += o.ecn_marks;
+  cnps += o.cnps;
+  pauses += o.pauses;
+  resumes += o.resumes;
+  drops += o.drops;
+  headroom_drops += o.headroom_drops;
+  retransmissions += o.retransmissions;
+  naks += o.naks;
+  timeouts += o.timeouts;
+  duplicates += o.duplicates;
+  out_of_order += o.out_of_order;
+  reordered += o.reordered;
+  watchdog_storms += o.watchdog_storms;
+  lost_on_failure += o.lost_on_failure;
+  data_packets += o.data_packets;
+  corrupted += o.corrupted;
+  trimmed += o.trimmed;
+  bytes_sent += o.bytes_sent;
+  bytes_delivered += o.bytes_delivered;
+  return *this;
+}
+
+// The run: windows of at most window_ (the smallest link delay) from the earliest pending
+// event, each shard running its nodes' events of the window (on threads of their own when
+// there are several), then the events sent across shards delivered; events of the whole
+// fabric run between windows, after the nodes' events of their time (the flow-level mode
+// computes its rates once the sends of that time are posted). The run ends at the end of
+// the window in which the last rank finished, at the time limit, or when no event is left.
 bool Network::run(bool progress) {
-  auto t0 = std::chrono::steady_clock::now();
+  if (ran_) throw InternalError("simulator: a network runs once");
+  ran_ = true;
+  begin_run();
+  const auto t0 = std::chrono::steady_clock::now();
   // Progress: the workload's bytes delivered, or the simulated time against the time limit
   // when that is further along (a workload that never finishes).
   std::int64_t total_bytes = 0;
@@ -156,26 +253,172 @@ bool Network::run(bool progress) {
     for (const WorkStep& s : a.steps)
       for (const Transfer& t : s.sends) total_bytes += t.bytes;
   Progress bar("sim", 1000, stderr, 5.0, false);
-  while (agents_left_ > 0 && !events_.empty()) {
-    if (!events_.run_one()) break;
-    if (events_.now() > cfg_.time_limit) break;
-    if (progress && (events_.events_run() & 0xFFFF) == 0) {
-      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const double by_bytes = total_bytes > 0 ? static_cast<double>(counters_.bytes_delivered) / static_cast<double>(total_bytes) : 0;
-      const double by_time = static_cast<double>(events_.now()) / static_cast<double>(std::max<Time>(cfg_.time_limit, 1));
-      const double done = std::min(0.999, std::max(by_bytes, by_time));
-      char detail[128];
-      std::snprintf(detail, sizeof detail, "%.1f us simulated, %.2f M events/s, %d ranks running", to_us(events_.now()),
-                    static_cast<double>(events_.events_run()) / std::max(wall, 1e-9) / 1e6, agents_left_);
-      bar.update(static_cast<long>(done * 1000), done > 0 ? wall / done * (1 - done) : -1, detail);
+  const std::size_t T = shards_.size();
+  // Workers for shards 1..T-1; this thread runs shard 0 and the coordinator.
+  std::barrier sync(static_cast<std::ptrdiff_t>(T));
+  bool stop = false;
+  std::vector<std::exception_ptr> errors(T);
+  auto window = [&](std::size_t i) {
+    current_ = shards_[i].get();
+    try {
+      run_window(*shards_[i]);
+    } catch (...) {
+      errors[i] = std::current_exception();
     }
+  };
+  auto deliver = [&](std::size_t i) {
+    try {
+      deliver_mail(*shards_[i]);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> workers;
+  for (std::size_t i = 1; i < T; ++i)
+    workers.emplace_back([&, i] {
+      for (;;) {
+        sync.arrive_and_wait();  // a window is set, or the run is over
+        if (stop) return;
+        window(i);
+        sync.arrive_and_wait();
+        deliver(i);
+        sync.arrive_and_wait();
+      }
+    });
+  auto rethrow = [&] {
+    for (auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  };
+  bool time_limit = false;
+  std::uint64_t events_at_report = 0;
+  try {
+    for (;;) {
+      current_ = &coord_;
+      int done = coord_.agents_done;
+      for (const auto& sp : shards_) done += sp->agents_done;
+      agents_left_ = agents_started_ - done;
+      peak_packets_ = std::max(peak_packets_, pool_.in_use());
+      if (agents_left_ == 0) break;
+      Time t_node = kNever;
+      for (const auto& sp : shards_) t_node = std::min(t_node, sp->queue.next_time());
+      const Time t_fabric = coord_.queue.next_time();
+      const Time t = std::min(t_node, t_fabric);
+      if (t == kNever) break;  // nothing left to happen: a stall
+      if (t > cfg_.time_limit) {
+        time_limit = true;
+        break;
+      }
+      if (t_fabric < t_node) {
+        while (coord_.queue.next_time() == t_fabric) coord_.queue.run_one();
+        continue;
+      }
+      window_end_ = std::min({t_node + window_, after(t_fabric), after(cfg_.time_limit)});
+      if (T == 1) {
+        window(0);
+        // (one thread: a fabric event scheduled meanwhile cuts the window)
+      } else {
+        sync.arrive_and_wait();
+        window(0);
+        sync.arrive_and_wait();
+        deliver(0);
+        sync.arrive_and_wait();
+      }
+      rethrow();
+      if (progress) {
+        std::uint64_t events = coord_.queue.events_run();
+        for (const auto& sp : shards_) events += sp->queue.events_run();
+        if (events - events_at_report >= 0x10000) {
+          events_at_report = events;
+          Time at = 0;
+          for (const auto& sp : shards_) at = std::max(at, sp->queue.now());
+          std::int64_t delivered = coord_.counters.bytes_delivered;
+          for (const auto& sp : shards_) delivered += sp->counters.bytes_delivered;
+          const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          const double by_bytes = total_bytes > 0 ? static_cast<double>(delivered) / static_cast<double>(total_bytes) : 0;
+          const double by_time = static_cast<double>(at) / static_cast<double>(std::max<Time>(cfg_.time_limit, 1));
+          const double part = std::min(0.999, std::max(by_bytes, by_time));
+          char detail[128];
+          std::snprintf(detail, sizeof detail, "%.1f us simulated, %.2f M events/s, %d ranks running", to_us(at),
+                        static_cast<double>(events) / std::max(wall, 1e-9) / 1e6, agents_left_);
+          bar.update(static_cast<long>(part * 1000), part > 0 ? wall / part * (1 - part) : -1, detail);
+        }
+      }
+    }
+  } catch (...) {
+    stop = true;
+    if (T > 1) sync.arrive_and_wait();
+    for (auto& w : workers) w.join();
+    current_ = &coord_;
+    throw;
   }
+  stop = true;
+  if (T > 1) sync.arrive_and_wait();
+  for (auto& w : workers) w.join();
+  current_ = &coord_;
   bar.finish();
   wall_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  merge_shards();
   if (agents_left_ == 0) return true;
-  finish_ = events_.now();
-  stall_ = find_stall(events_.now() > cfg_.time_limit);
+  finish_ = time_limit ? cfg_.time_limit : end_time_;  // simulated up to the limit; or until nothing was left
+  stall_ = find_stall(time_limit);
   return false;
+}
+
+void Network::run_window(Shard& s) {
+  // (window_end_ is read each time: with one thread a fabric event scheduled by this
+  // window's events cuts it at its time.)
+  while (s.queue.run_one(window_end_)) {
+  }
+}
+
+void Network::deliver_mail(Shard& s) {
+  for (const auto& from : shards_) {
+    std::vector<Mail>& box = from->outbox[static_cast<std::size_t>(s.index)];
+    for (const Mail& m : box) s.queue.schedule(m.at, m.key, m.node, this, m.kind, m.arg);
+    box.clear();
+  }
+}
+
+void Network::schedule(Time at, int node, std::uint32_t kind, std::uint64_t arg) {
+  Shard& me = sh();
+  const int acting = me.queue.node();
+  const std::uint64_t key = static_cast<std::uint64_t>(acting + 1) << 40 | seq_[static_cast<std::size_t>(acting + 1)]++;
+  if (node < 0) {
+    if (&me != &coord_ && shards_.size() > 1) throw InternalError("simulator: a fabric event scheduled by a node with several threads");
+    coord_.queue.schedule(at, key, -1, this, kind, arg);
+    window_end_ = std::min(window_end_, after(at));
+    return;
+  }
+  const int to = node_shard_[static_cast<std::size_t>(node)];
+  if (to == me.index) me.queue.schedule(at, key, node, this, kind, arg);
+  else if (&me == &coord_) shards_[static_cast<std::size_t>(to)]->queue.schedule(at, key, node, this, kind, arg);
+  else me.outbox[static_cast<std::size_t>(to)].push_back(Mail{at, key, arg, kind, node});
+}
+
+void Network::merge_shards() {
+  counters_ = Counters{};
+  std::vector<PfcEvent> pfc;
+  collective_times_.assign(work_.collectives.size(), {kNever, 0});
+  finish_ = 0;
+  events_run_ = 0;
+  end_time_ = 0;
+  auto merge = [&](Shard& s) {
+    counters_ += s.counters;
+    pfc.insert(pfc.end(), s.pfc_events.begin(), s.pfc_events.end());
+    for (std::size_t c = 0; c < collective_times_.size(); ++c) {
+      collective_times_[c].first = std::min(collective_times_[c].first, s.collective_times[c].first);
+      collective_times_[c].second = std::max(collective_times_[c].second, s.collective_times[c].second);
+    }
+    finish_ = std::max(finish_, s.finish);
+    events_run_ += s.queue.events_run();
+    end_time_ = std::max(end_time_, s.queue.now());
+  };
+  merge(coord_);
+  for (const auto& sp : shards_) merge(*sp);
+  std::stable_sort(pfc.begin(), pfc.end(), [](const PfcEvent& a, const PfcEvent& b) {
+    return a.at != b.at ? a.at < b.at : a.port != b.port ? a.port < b.port : a.queue < b.queue;
+  });
+  pfc_events_ = std::move(pfc);
 }
 
 }  // namespace weft::sim

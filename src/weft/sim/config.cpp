@@ -1,4 +1,5 @@
 #include "weft/sim/config.h"
+#include "weft/sim/packet.h"
 
 #include "weft/util/size.h"
 
@@ -127,6 +128,8 @@ const std::vector<Entry>& entries() {
   static const std::vector<Entry> table = [] {
     std::vector<Entry> t = {
         int_entry("seed", &SimConfig::seed, 0, 1LL << 62, "random seed: marking, spraying, hash seeds"),
+        int_entry("threads", &SimConfig::threads, 0, PacketPool::kMaxStores - 1,
+                  "threads that run the nodes' events (0: one per processor); the results do not depend on it"),
         WEFT_ENUM("mode", mode, "packet by packet, or flows at max-min fair rates (no queues, PFC, ECN or congestion control)",
                   {"packet", SimMode::kPacket}, {"flow", SimMode::kFlow}),
         double_entry("flow.tolerance", &SimConfig::flow_tolerance, 0, 0.1,

@@ -35,8 +35,16 @@ void EventQueue::place(const Event& e) {
 }
 
 void EventQueue::schedule(Time at, EventTarget* target, std::uint32_t kind, std::uint64_t arg) {
+  insert(Event{at, next_order_++, target, arg, kind, -1});
+}
+
+void EventQueue::schedule(Time at, std::uint64_t key, int node, EventTarget* target, std::uint32_t kind, std::uint64_t arg) {
+  insert(Event{at, key, target, arg, kind, node});
+}
+
+void EventQueue::insert(const Event& e) {
+  const Time at = e.at;
   if (at < now_) throw InternalError("simulator: event scheduled in the past");
-  const Event e{at, next_order_++, target, arg, kind};
   ++size_;
   if ((at >> kBucketShift) == bucket_) {
     late_.push_back(e);
@@ -46,9 +54,7 @@ void EventQueue::schedule(Time at, EventTarget* target, std::uint32_t kind, std:
   }
 }
 
-void EventQueue::advance() {
-  current_.clear();
-  cursor_ = 0;
+std::uint64_t EventQueue::next_bucket() const {
   std::uint64_t next;
   if (on_wheel_ == 0) {
     next = far_.front().at >> kBucketShift;  // the wheel is empty: jump to the far events
@@ -66,6 +72,29 @@ void EventQueue::advance() {
     const std::size_t slot = word * 64 + static_cast<std::size_t>(__builtin_ctzll(bits));
     next = bucket_ + ((slot - bucket_) & kSlotMask);
   }
+  return next;
+}
+
+Time EventQueue::next_time() const {
+  if (size_ == 0) return kNever;
+  if (cursor_ < current_.size() || !late_.empty()) {
+    Time t = kNever;
+    if (cursor_ < current_.size()) t = current_[cursor_].at;
+    if (!late_.empty()) t = std::min(t, late_.front().at);
+    return t;
+  }
+  const std::uint64_t b = next_bucket();
+  if (b - bucket_ < kBuckets && on_wheel_ > 0) {
+    Time t = kNever;
+    for (const Event& e : wheel_[b & kSlotMask]) t = std::min(t, e.at);
+    return t;
+  }
+  return far_.front().at;
+}
+
+void EventQueue::advance(std::uint64_t next) {
+  current_.clear();
+  cursor_ = 0;
   bucket_ = next;
   // The wheel now reaches kBuckets past the new bucket: far events within it move on.
   while (!far_.empty() && (far_.front().at >> kBucketShift) - bucket_ < kBuckets) {
@@ -84,15 +113,21 @@ void EventQueue::advance() {
   std::sort(current_.begin(), current_.end(), [](const Event& a, const Event& b) { return a.before(b); });
 }
 
-bool EventQueue::run_one() {
+bool EventQueue::run_one(Time before) {
   if (size_ == 0) return false;
-  if (cursor_ == current_.size() && late_.empty()) advance();
+  if (cursor_ == current_.size() && late_.empty()) {
+    const std::uint64_t next = next_bucket();
+    if ((next << kBucketShift) >= before) return false;  // all of it at or after `before`
+    advance(next);
+  }
   Event e;
   if (!late_.empty() && (cursor_ == current_.size() || late_.front().before(current_[cursor_]))) {
+    if (late_.front().at >= before) return false;
     std::pop_heap(late_.begin(), late_.end(), after<Event>);
     e = late_.back();
     late_.pop_back();
   } else {
+    if (current_[cursor_].at >= before) return false;
     e = current_[cursor_++];
   }
   --size_;
@@ -101,6 +136,7 @@ bool EventQueue::run_one() {
     soon.target->prefetch(soon.kind, soon.arg);
   }
   now_ = e.at;
+  node_ = e.node;
   ++events_run_;
   e.target->on_event(e.kind, e.arg);
   return true;

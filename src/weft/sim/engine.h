@@ -1,8 +1,11 @@
 // The discrete-event engine of the fabric simulator.
 //
-// Time is an integer count of picoseconds. An event is (time, order, target, kind, arg);
-// events at the same time run in the order they were scheduled, so a run is a pure
-// function of its inputs and seed.
+// Time is an integer count of picoseconds. An event is (time, key, target, kind, arg, node);
+// events run by time, and events at the same time by key, so a run is a pure function of
+// its inputs and seed. The key is the caller's (the fabric gives each event the scheduling
+// node's number and that node's count of events scheduled, an order that does not depend
+// on which thread runs which node); schedule() without one keys events in the order they
+// are scheduled. `node` is carried for the target (which node the event acts on).
 //
 // The queue is a calendar (a timing wheel): time is cut into buckets of 2^kBucketShift ps,
 // and the next kBuckets buckets each hold their events unsorted; the earliest bucket is
@@ -12,8 +15,10 @@
 // of now, so scheduling is an append and running is a walk along a sorted array, and the
 // events a few places ahead are known: the engine asks their targets to prefetch what they
 // will touch (EventTarget::prefetch) while the current one runs. Same order as one heap by
-// (time, order); scheduling allocates only while buckets grow to the run's size (and for a
-// burst larger than a bucket keeps).
+// (time, key); scheduling allocates only while buckets grow to the run's size (and for a
+// burst larger than a bucket keeps). run_one(before) runs only events earlier than
+// `before`: the fabric's parallel engine runs each thread's queue to the end of a time
+// window, and next_time() tells where the next window starts.
 #pragma once
 
 #include <cstdint>
@@ -45,26 +50,36 @@ class EventQueue {
   static constexpr std::size_t kLookahead = 6;   // events ahead whose targets prefetch
 
   EventQueue();
+  // Keyed in the order of scheduling (after every event already scheduled so).
   void schedule(Time at, EventTarget* target, std::uint32_t kind, std::uint64_t arg = 0);
+  // With the caller's key and node; an earlier key runs first among events at one time.
+  void schedule(Time at, std::uint64_t key, int node, EventTarget* target, std::uint32_t kind, std::uint64_t arg);
   bool empty() const { return size_ == 0; }
   std::size_t size() const { return size_; }
   Time now() const { return now_; }
-  // Runs the earliest event; returns false when there is none.
-  bool run_one();
+  int node() const { return node_; }  // the node of the event running (or run last)
+  // The earliest event's time, kNever when there is none. Runs nothing.
+  Time next_time() const;
+  // Runs the earliest event if it is earlier than `before`; returns whether it ran one.
+  bool run_one(Time before = kNever);
   std::uint64_t events_run() const { return events_run_; }
 
  private:
   struct Event {
     Time at;
-    std::uint64_t order;
+    std::uint64_t key;
     EventTarget* target;
     std::uint64_t arg;
     std::uint32_t kind;
-    bool before(const Event& o) const { return at < o.at || (at == o.at && order < o.order); }
+    std::int32_t node;
+    bool before(const Event& o) const { return at < o.at || (at == o.at && key < o.key); }
   };
-  // Moves to the next bucket that holds events (or, with the wheel empty, to the first far
-  // event's), brings far events onto the wheel and sorts the new current bucket.
-  void advance();
+  // The next bucket that holds events (or, with the wheel empty, the first far event's);
+  // requires the current bucket to be run and some event left.
+  std::uint64_t next_bucket() const;
+  // Moves to bucket `next`, brings far events onto the wheel and sorts the new current bucket.
+  void advance(std::uint64_t next);
+  void insert(const Event& e);
   void place(const Event& e);  // onto the wheel or into the far heap, by its bucket
 
   std::vector<Event> current_;   // the current bucket, sorted; run from cursor_
@@ -79,6 +94,7 @@ class EventQueue {
   std::uint64_t next_order_ = 0;
   std::uint64_t events_run_ = 0;
   Time now_ = 0;
+  int node_ = -1;
 };
 
 }  // namespace weft::sim

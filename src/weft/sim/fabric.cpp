@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 #include <unordered_map>
 
 #include "weft/sim/network.h"
@@ -256,7 +257,7 @@ int Network::pick_port(int node, Packet& p) {
   if (p.type == PacketType::kData) {
     if (cfg_.lb == LoadBalancing::kSpray) {
       switch (cfg_.spray) {
-        case SprayMode::kRandom: return c[rng_() % static_cast<std::uint64_t>(n)];
+        case SprayMode::kRandom: return c[rng_[static_cast<std::size_t>(node)].choice() % static_cast<std::uint64_t>(n)];
         case SprayMode::kRoundRobin: return c[rr_counter_[node]++ % static_cast<std::uint32_t>(n)];
         case SprayMode::kLeastLoaded: return least_loaded();
       }
@@ -264,8 +265,8 @@ int Network::pick_port(int node, Packet& p) {
     if (cfg_.lb == LoadBalancing::kAdaptive && cfg_.ar_granularity == ArGranularity::kPacket) return adaptive_pick(node, p, c, n);
     if (cfg_.lb == LoadBalancing::kFlowlet || cfg_.lb == LoadBalancing::kAdaptive) {
       std::uint64_t key = static_cast<std::uint64_t>(node) << 32 | p.qp;
-      auto& entry = flowlets_[key];
-      Time now = events_.now();
+      auto& entry = sh().flowlets[key];
+      Time now = clock();
       bool valid = false;
       if (entry.second != 0 && now - entry.second < cfg_.flowlet_gap)
         for (int i = 0; i < n; ++i) valid = valid || c[i] == entry.first;
@@ -279,7 +280,7 @@ int Network::pick_port(int node, Packet& p) {
 
 std::int64_t Network::signalled_queue(int port, int queue) {
   Port& P = ports_[static_cast<std::size_t>(port)];
-  const Time now = events_.now();
+  const Time now = clock();
   if (!P.signalled[queue] || now - P.signalled_at[queue] >= cfg_.ar_signal_interval) {
     P.signalled[queue] = true;
     P.signalled_at[queue] = now;
@@ -291,7 +292,7 @@ std::int64_t Network::signalled_queue(int port, int queue) {
 int Network::adaptive_pick(int node, const Packet& p, const std::int32_t* c, int n) {
   // Ties (an idle fabric) fall at random, as a switch's arbiter breaks them: no two
   // switches drift into the same order.
-  const auto start = static_cast<std::uint32_t>(rng_() % static_cast<std::uint64_t>(n));
+  const auto start = static_cast<std::uint32_t>(rng_[static_cast<std::size_t>(node)].choice() % static_cast<std::uint64_t>(n));
   const int dst_gpu = gpu_rank_of_node_[p.dst];
   int best = -1;
   std::int64_t best_load = 0;
@@ -330,7 +331,7 @@ int Network::ecmp_pick(const std::int32_t* c, int n, std::uint32_t h) const {
 void Network::try_send(int port) {
   Port& P = ports_[port];
   if (P.busy || !P.up) return;
-  const Time now = events_.now();
+  const Time now = clock();
   auto paused = [&](int q) { return P.paused_until[q] > now && now >= P.watchdog_until[q]; };
   std::uint32_t id = kNone;
   if (!P.control.empty()) {
@@ -389,35 +390,35 @@ void Network::transmit(int port, std::uint32_t id) {
   ++P.tx_frames;
   if (cfg_.cc == CongestionControl::kHpcc && p.type == PacketType::kData && !node_is_endpoint(P.node)) {
     IntStack& s = int_of(id);
-    if (s.n < kMaxIntHops) s.hop[s.n++] = {P.bps, events_.now(), P.tx_bytes, P.queue_bytes[p.queue]};
+    if (s.n < kMaxIntHops) s.hop[s.n++] = {P.bps, clock(), P.tx_bytes, P.queue_bytes[p.queue]};
   }
   if (p.type == PacketType::kData) P.tx_payload += p.payload;
   if (pcap_ && P.link == pcap_link_) pcap_write(p);
   p.link_epoch = P.epoch;
-  const Time now = events_.now();
+  const Time now = clock();
   if (P.cut_through && p.type != PacketType::kPause) {
     // Handed over once its headers are in (a frame lost on this link is lost here: its end
     // would fail the check a cut-through switch makes, and it is not forwarded).
-    if (frame_lost(p)) {
+    if (frame_lost(P.node, p)) {
       P.tx_fate = Port::TxFate::kLost;
     } else {
       P.tx_fate = Port::TxFate::kCut;
       p.port = P.peer;
-      events_.schedule(now + cut_through_time(P.bps) + P.delay + wire_jitter(P), this, kArrive, arrival(id, P.peer));
+      schedule(now + cut_through_time(P.bps) + P.delay + wire_jitter(P), ports_[P.peer].node, kArrive, arrival(id, P.peer));
     }
   }
-  events_.schedule(now + serialization(p.frame, P.bps), this, kTxDone, static_cast<std::uint64_t>(port));
+  schedule(now + serialization(p.frame, P.bps), P.node, kTxDone, static_cast<std::uint64_t>(port));
 }
 
-bool Network::frame_lost(const Packet& p) {
+bool Network::frame_lost(int node, const Packet& p) {
   if (cfg_.link_loss <= 0 && cfg_.link_ber <= 0) return false;
   const double bits = 8.0 * (p.frame + kWireOverhead);
   const double keep = (1 - cfg_.link_loss) * std::exp(bits * std::log1p(-cfg_.link_ber));
-  return std::uniform_real_distribution<double>(0, 1)(loss_rng_) >= keep;
+  return std::uniform_real_distribution<double>(0, 1)(rng_[static_cast<std::size_t>(node)].loss) >= keep;
 }
 
 Time Network::wire_jitter(const Port& P) {
-  return P.jitter > 0 ? static_cast<Time>(jitter_rng_() % static_cast<std::uint64_t>(P.jitter + 1)) : 0;
+  return P.jitter > 0 ? static_cast<Time>(rng_[static_cast<std::size_t>(P.node)].jitter() % static_cast<std::uint64_t>(P.jitter + 1)) : 0;
 }
 
 void Network::tx_done(int port) {
@@ -431,17 +432,17 @@ void Network::tx_done(int port) {
   }
   std::uint32_t id = P.tx_packet;
   if (P.up && pool_[id].link_epoch == P.epoch) {
-    if (fate == Port::TxFate::kLost || frame_lost(pool_[id])) {
-      ++counters_.corrupted;
-      pool_.release(id);
+    if (fate == Port::TxFate::kLost || frame_lost(P.node, pool_[id])) {
+      ++sh().counters.corrupted;
+      pool_.release(sh().index, id);
       try_send(port);
       return;
     }
     pool_[id].port = P.peer;
-    events_.schedule(events_.now() + P.delay + wire_jitter(P), this, kArrive, arrival(id, P.peer));
+    schedule(clock() + P.delay + wire_jitter(P), ports_[P.peer].node, kArrive, arrival(id, P.peer));
   } else {
-    ++counters_.lost_on_failure;
-    pool_.release(id);
+    ++sh().counters.lost_on_failure;
+    pool_.release(sh().index, id);
   }
   try_send(port);
 }
@@ -450,13 +451,13 @@ void Network::arrive(std::uint32_t id) {
   Packet& p = pool_[id];
   const Port& P = ports_[p.port];
   if (!P.up || p.link_epoch != P.epoch) {
-    ++counters_.lost_on_failure;
-    pool_.release(id);
+    ++sh().counters.lost_on_failure;
+    pool_.release(sh().index, id);
     return;
   }
   if (p.type == PacketType::kPause) {
     receive_pfc(p.port, p);
-    pool_.release(id);
+    pool_.release(sh().index, id);
     return;
   }
   int node = P.node;
@@ -465,16 +466,16 @@ void Network::arrive(std::uint32_t id) {
 }
 
 void Network::drop(std::uint32_t id) {
-  ++counters_.drops;
-  pool_.release(id);
+  ++sh().counters.drops;
+  pool_.release(sh().index, id);
 }
 
 void Network::forward(int node, std::uint32_t id) {
   Packet& p = pool_[id];
   int out = choose_port(node, p);
   if (out < 0) {
-    ++counters_.lost_on_failure;
-    pool_.release(id);
+    ++sh().counters.lost_on_failure;
+    pool_.release(sh().index, id);
     return;
   }
   Port& O = ports_[out];
@@ -488,7 +489,7 @@ void Network::forward(int node, std::uint32_t id) {
     const Port& I = ports_[in];
     const bool shared = I.ingress_bytes[q] + wire <= xoff_threshold(node) && buffer_used_[node] + wire <= shared_size_[node];
     if (!shared && I.headroom_bytes[q] + wire > I.headroom) {
-      ++counters_.headroom_drops;
+      ++sh().counters.headroom_drops;
       ++O.drops;
       drop(id);
       return;
@@ -512,12 +513,12 @@ void Network::forward(int node, std::uint32_t id) {
     bool mark = false;
     if (depth >= cfg_.wred_max) mark = true;
     else if (depth > cfg_.wred_min)
-      mark = std::uniform_real_distribution<double>(0, 1)(rng_) <
+      mark = std::uniform_real_distribution<double>(0, 1)(rng_[static_cast<std::size_t>(node)].choice) <
              cfg_.wred_pmax * static_cast<double>(depth - cfg_.wred_min) / static_cast<double>(cfg_.wred_max - cfg_.wred_min);
     if (mark) {
       p.ce = true;
       ++O.ecn_marks;
-      ++counters_.ecn_marks;
+      ++sh().counters.ecn_marks;
     }
   }
   enqueue(out, q, id);
@@ -582,7 +583,7 @@ bool Network::trim(Packet& p) {
   p.frame = kHeaderBytes + (p.opcode == Opcode::kFirst || p.opcode == Opcode::kOnly ? kRethBytes : 0);  // its headers
   p.queue = static_cast<std::uint8_t>(cfg_.cnp_queue);
   p.ce = false;
-  ++counters_.trimmed;
+  ++sh().counters.trimmed;
   return true;
 }
 
@@ -638,7 +639,7 @@ void Network::send_pfc(int port, int queue, bool pause) {
   Port& P = ports_[port];
   bool transition = P.pausing[queue] != pause;
   P.pausing[queue] = pause;
-  std::uint32_t id = pool_.alloc();
+  std::uint32_t id = pool_.alloc(sh().index);
   Packet& f = pool_[id];
   f.type = PacketType::kPause;
   f.queue = static_cast<std::uint8_t>(queue);
@@ -648,15 +649,15 @@ void Network::send_pfc(int port, int queue, bool pause) {
   P.control.push(id);
   if (pause) {
     ++P.pauses_sent;
-    ++counters_.pauses;
+    ++sh().counters.pauses;
     Time duration = static_cast<Time>(std::llround(cfg_.pfc_quanta * 512.0 * 1e12 / P.bps));
-    events_.schedule(events_.now() + std::max<Time>(duration / 2, 1), this, kPauseRefresh,
+    schedule(clock() + std::max<Time>(duration / 2, 1), P.node, kPauseRefresh,
                      static_cast<std::uint64_t>(port) * 8 + static_cast<std::uint64_t>(queue));
   } else {
     ++P.resumes_sent;
-    ++counters_.resumes;
+    ++sh().counters.resumes;
   }
-  if (transition) pfc_events_.push_back(PfcEvent{events_.now(), port, queue, pause});
+  if (transition) sh().pfc_events.push_back(PfcEvent{clock(), port, queue, pause});
   try_send(port);
 }
 
@@ -664,7 +665,7 @@ void Network::receive_pfc(int port, const Packet& f) {
   // The frame arrived on `port`: the peer asks this side to stop (or resume) sending.
   Port& P = ports_[port];
   const int q = f.queue;
-  const Time now = events_.now();
+  const Time now = clock();
   auto end_pause = [&] {
     if (P.paused_since[q] != kNever) P.paused_total[q] += now - P.paused_since[q];
     P.paused_since[q] = kNever;
@@ -680,19 +681,19 @@ void Network::receive_pfc(int port, const Packet& f) {
   if (P.paused_since[q] == kNever) P.paused_since[q] = now;
   if (cfg_.pfc_watchdog > 0 && now - P.paused_since[q] >= cfg_.pfc_watchdog) {
     // A pause storm: the queue has not moved for the watchdog time. Break it.
-    ++counters_.watchdog_storms;
+    ++sh().counters.watchdog_storms;
     end_pause();
     P.watchdog_until[q] = now + cfg_.pfc_watchdog;
     try_send(port);
     return;
   }
   P.paused_until[q] = now + static_cast<Time>(std::llround(f.psn * 512.0 * 1e12 / P.bps));
-  events_.schedule(P.paused_until[q], this, kPauseExpire, static_cast<std::uint64_t>(port) * 8 + static_cast<std::uint64_t>(q));
+  schedule(P.paused_until[q], P.node, kPauseExpire, static_cast<std::uint64_t>(port) * 8 + static_cast<std::uint64_t>(q));
 }
 
 void Network::pause_expired(int port, int queue) {
   Port& P = ports_[port];
-  const Time now = events_.now();
+  const Time now = clock();
   if (P.paused_until[queue] != now || P.paused_since[queue] == kNever) return;  // extended or resumed since
   P.paused_total[queue] += now - P.paused_since[queue];
   P.paused_since[queue] = kNever;
@@ -716,14 +717,14 @@ void Network::set_link(int link, bool up, double bps) {
         Packet& p = pool_[id];
         P.queue_bytes[q] -= p.frame + kWireOverhead;
         if (p.port >= 0) dequeued_at_switch(port, p);
-        ++counters_.lost_on_failure;
-        pool_.release(id);
+        ++sh().counters.lost_on_failure;
+        pool_.release(sh().index, id);
       }
-      if (P.paused_since[q] != kNever) P.paused_total[q] += events_.now() - P.paused_since[q];
+      if (P.paused_since[q] != kNever) P.paused_total[q] += clock() - P.paused_since[q];
       P.paused_since[q] = kNever;
       P.paused_until[q] = 0;
     }
-    while (!P.control.empty()) pool_.release(P.control.pop());
+    while (!P.control.empty()) pool_.release(sh().index, P.control.pop());
   }
 }
 
@@ -749,7 +750,7 @@ void Network::apply_failure(const Failure& f) {
   }
   bool up = f.kind == Failure::Kind::kLinkUp || f.kind == Failure::Kind::kSwitchUp || f.kind == Failure::Kind::kLinkDegrade;
   for (int l : links) set_link(l, up, f.kind == Failure::Kind::kLinkDegrade ? f.bps : 0);
-  if (cfg_.routing_convergence > 0) events_.schedule(events_.now() + cfg_.routing_convergence, this, kReroute);
+  if (cfg_.routing_convergence > 0) schedule(clock() + cfg_.routing_convergence, -1, kReroute);
   else reroute();
 }
 
@@ -759,20 +760,22 @@ void Network::reroute() {
 }
 
 void Network::sample_queues() {
-  counter_samples_.push_back(CounterSample{events_.now(), counters_});
+  Counters now_counters;
+  for (Shard* s : all_shards()) now_counters += s->counters;
+  counter_samples_.push_back(CounterSample{clock(), now_counters});
   // Flows in the flow-level mode queue nowhere: nothing to look for in 600,000 ports of a
   // 100,000-GPU fabric every 10 us.
   if (cfg_.mode != SimMode::kFlow)
     for (std::size_t port = 0; port < ports_.size(); ++port)
       for (int q = 0; q < 8; ++q)
         if (ports_[port].queue_bytes[q] > 0)
-          samples_.push_back(QueueSample{events_.now(), static_cast<int>(port), q, ports_[port].queue_bytes[q]});
+          samples_.push_back(QueueSample{clock(), static_cast<int>(port), q, ports_[port].queue_bytes[q]});
   if (!cfg_.sample_qps) return;
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     QueuePair& q = qps_[i];
     const std::int64_t bytes = q.delivered_bytes - q.sampled_delivered, cnps = q.cnps_received - q.sampled_cnps;
     if (bytes == 0 && cnps == 0 && q.rate == 0) continue;  // idle and not limited
-    qp_samples_.push_back(QpSample{events_.now(), static_cast<int>(i), bytes, cnps, q.rate, q.target, q.alpha, q.window,
+    qp_samples_.push_back(QpSample{clock(), static_cast<int>(i), bytes, cnps, q.rate, q.target, q.alpha, q.window,
                                   cfg_.cc == CongestionControl::kNscc ? q.nscc.rtt : q.swift.rtt, q.hpcc.utilization});
     q.sampled_delivered = q.delivered_bytes;
     q.sampled_cnps = q.cnps_received;
@@ -828,7 +831,7 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
     }
     case kEndpointWake: {
       Port& P = ports_[arg];
-      if (P.endpoint_wake_at == events_.now()) {
+      if (P.endpoint_wake_at == clock()) {
         P.endpoint_wake_pending = false;
         P.endpoint_wake_at = kNever;
         try_send(static_cast<int>(arg));
@@ -841,7 +844,7 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
     case kStepStart: step_start(static_cast<int>(arg)); break;
     case kSample:
       sample_queues();
-      if (agents_left_ > 0) events_.schedule(events_.now() + cfg_.sample_interval, this, kSample);
+      if (agents_left_ > 0) schedule(clock() + cfg_.sample_interval, -1, kSample);
       break;
     case kFailure: apply_failure(work_.failures[arg]); break;
     case kReroute: reroute(); break;
@@ -876,7 +879,8 @@ Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Worklo
 }
 
 Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
-    : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)), rng_(config.seed) {
+    : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)) {
+  current_ = &coord_;
   if (cfg_.pxn) pxn_relays_ = route_through_nvlink_peers(work_, topo_);
   const MemoryEstimate need = estimate_memory(topo_, work_, columns_);
   if (const auto have = available_memory_bytes(); have && need.total > 0.9 * static_cast<double>(*have)) {
@@ -895,8 +899,33 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
     switch_seed_[n] = static_cast<std::uint32_t>(splitmix(cfg_.seed * 1000003ull + (cfg_.distinct_seeds ? n : 0)));
   rr_counter_.assign(topo_.nodes.size(), 0);
   reserve_buffers();
-  jitter_rng_.seed(splitmix(cfg_.seed ^ 0x6A09E667F3BCC908ull));
-  loss_rng_.seed(splitmix(cfg_.seed ^ 0xBB67AE8584CAA73Bull));
+  // Each node's streams, seeded from the run's seed and the node's number.
+  rng_.resize(topo_.nodes.size());
+  for (std::size_t n = 0; n < topo_.nodes.size(); ++n) {
+    rng_[n].choice.state = splitmix(cfg_.seed ^ splitmix(3 * n + 1));
+    rng_[n].jitter.state = splitmix(cfg_.seed ^ 0x6A09E667F3BCC908ull ^ splitmix(3 * n + 2));
+    rng_[n].loss.state = splitmix(cfg_.seed ^ 0xBB67AE8584CAA73Bull ^ splitmix(3 * n + 3));
+  }
+  // Nodes joined by a link without delay (an NVSwitch to its GPUs) run together; between
+  // the others no node reaches another sooner than the smallest delay of their links: the
+  // window (at most 1 us, so that a run ends soon after its last rank).
+  atom_.resize(topo_.nodes.size());
+  for (std::size_t n = 0; n < atom_.size(); ++n) atom_[n] = static_cast<int>(n);
+  auto root = [&](int n) {
+    while (atom_[static_cast<std::size_t>(n)] != n) n = atom_[static_cast<std::size_t>(n)] = atom_[static_cast<std::size_t>(atom_[static_cast<std::size_t>(n)])];
+    return n;
+  };
+  for (const Port& P : ports_)
+    if (P.delay == 0) {
+      const int a = root(P.node), b = root(ports_[static_cast<std::size_t>(P.peer)].node);
+      if (a != b) atom_[static_cast<std::size_t>(std::max(a, b))] = std::min(a, b);
+    }
+  for (std::size_t n = 0; n < atom_.size(); ++n) atom_[n] = root(static_cast<int>(n));
+  window_ = kUs;
+  for (const Port& P : ports_)
+    if (atom_[static_cast<std::size_t>(P.node)] != atom_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(P.peer)].node)])
+      window_ = std::min(window_, P.delay);
+  seq_.assign(topo_.nodes.size() + 1, 0);
   active_qps_.assign(topo_.nodes.size(), {});
   rr_qp_.assign(topo_.nodes.size(), 0);
   qps_created_.assign(topo_.nodes.size(), 0);
@@ -904,7 +933,6 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
     const Failure& f = work_.failures[i];
     if (topo_.find(f.a) < 0) throw ConfigError("failure: unknown node '" + f.a + "'");
     if (!f.b.empty() && topo_.find(f.b) < 0) throw ConfigError("failure: unknown node '" + f.b + "'");
-    events_.schedule(f.at, this, kFailure, i);
   }
   if (cfg_.mode == SimMode::kFlow) {
     if (!work_.failures.empty()) throw ConfigError("mode=flow does not model failures: simulate them with mode=packet");
@@ -914,7 +942,79 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
     for (std::size_t port = 0; port < ports_.size(); ++port) port_payload_rate_[port] = payload_rate(static_cast<int>(port));
   }
   start_agents();
-  if (cfg_.sample_interval > 0) events_.schedule(cfg_.sample_interval, this, kSample);
+}
+
+void Network::share_nodes(int threads) {
+  node_shard_.assign(topo_.nodes.size(), 0);
+  if (threads <= 1) return;
+  // GPUs in rank order cut into equal runs; then, breadth first from the GPUs, each other
+  // node joins the least loaded (by ports) of the shards of its neighbours met before it.
+  // A fat tree's pods stay whole and its core switches are dealt out.
+  std::vector<std::int64_t> load(static_cast<std::size_t>(threads), 0);
+  std::vector<int> level(topo_.nodes.size(), -1);
+  std::vector<int> frontier;
+  const std::size_t G = topo_.gpus.size();
+  for (std::size_t r = 0; r < G; ++r) {
+    const int n = topo_.gpus[r];
+    const int s = static_cast<int>(r * static_cast<std::size_t>(threads) / G);
+    node_shard_[static_cast<std::size_t>(n)] = s;
+    level[static_cast<std::size_t>(n)] = 0;
+    load[static_cast<std::size_t>(s)] += static_cast<std::int64_t>(node_ports_[static_cast<std::size_t>(n)].size());
+    frontier.push_back(n);
+  }
+  for (int depth = 1; !frontier.empty(); ++depth) {
+    std::vector<int> next;
+    for (int n : frontier)
+      for (int port : node_ports_[static_cast<std::size_t>(n)]) {
+        const int m = ports_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(port)].peer)].node;
+        if (level[static_cast<std::size_t>(m)] >= 0) continue;
+        level[static_cast<std::size_t>(m)] = depth;
+        next.push_back(m);
+      }
+    for (int m : next) {
+      int best = -1;
+      for (int port : node_ports_[static_cast<std::size_t>(m)]) {
+        const int k = ports_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(port)].peer)].node;
+        if (level[static_cast<std::size_t>(k)] < 0 || level[static_cast<std::size_t>(k)] >= depth) continue;
+        const int s = node_shard_[static_cast<std::size_t>(k)];
+        if (best < 0 || load[static_cast<std::size_t>(s)] < load[static_cast<std::size_t>(best)]) best = s;
+      }
+      node_shard_[static_cast<std::size_t>(m)] = best < 0 ? 0 : best;
+      load[static_cast<std::size_t>(node_shard_[static_cast<std::size_t>(m)])] +=
+          static_cast<std::int64_t>(node_ports_[static_cast<std::size_t>(m)].size());
+    }
+    frontier = std::move(next);
+  }
+  // Nodes joined without delay go where the first of them went.
+  for (std::size_t n = 0; n < atom_.size(); ++n) node_shard_[n] = node_shard_[static_cast<std::size_t>(atom_[n])];
+}
+
+void Network::begin_run() {
+  int threads = cfg_.threads > 0 ? cfg_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads > 1) {
+    // What reads or changes another node's state at once runs on one thread.
+    if (cfg_.mode == SimMode::kFlow) single_thread_reason_ = "the flow-level mode sets every flow's rate at once";
+    else if (cfg_.lb == LoadBalancing::kAdaptive && cfg_.ar_remote) single_thread_reason_ = "ar.remote reads the next switch's queues at once";
+    else if (pcap_) single_thread_reason_ = "a pcap capture reads the senders' queue pairs";
+    if (!single_thread_reason_.empty()) threads = 1;
+  }
+  threads = std::min<int>(threads, static_cast<int>(topo_.nodes.size()));
+  share_nodes(threads);
+  pool_.reset(threads + 1, cfg_.cc == CongestionControl::kHpcc);
+  shards_.clear();
+  for (int i = 0; i < threads; ++i) {
+    shards_.push_back(std::make_unique<Shard>());
+    shards_.back()->index = i;
+  }
+  coord_.index = threads;
+  for (Shard* s : all_shards()) {
+    s->outbox.assign(static_cast<std::size_t>(threads), {});
+    s->collective_times.assign(work_.collectives.size(), {kNever, 0});
+  }
+  current_ = &coord_;
+  for (std::size_t i = 0; i < work_.failures.size(); ++i) schedule(work_.failures[i].at, -1, kFailure, i);
+  schedule_agent_starts();
+  if (cfg_.sample_interval > 0) schedule(cfg_.sample_interval, -1, kSample);
 }
 
 Network::~Network() {

@@ -41,7 +41,7 @@ void Network::fluid_post(int flow, int src_agent, int dst_agent, std::int64_t by
     FluidPart part;
     part.flow = flow;
     part.remaining = static_cast<double>(part_bytes);
-    part.start = events_.now();
+    part.start = clock();
     part.path_begin = static_cast<std::uint32_t>(fluid_path_.size());
     const std::int64_t frame = kHeaderBytes + kRethBytes + std::min<std::int64_t>(part_bytes, cfg_.mtu);
     Time slowest_ser = 0;
@@ -58,14 +58,14 @@ void Network::fluid_post(int flow, int src_agent, int dst_agent, std::int64_t by
   }
   if (!fluid_update_pending_) {
     fluid_update_pending_ = true;
-    events_.schedule(events_.now(), this, kFluidUpdate, ++fluid_epoch_);
+    schedule(clock(), -1, kFluidUpdate, ++fluid_epoch_);
   }
 }
 
 void Network::fluid_update(std::uint32_t epoch) {
   if (epoch != fluid_epoch_) return;  // a later change rescheduled it
   fluid_update_pending_ = false;
-  const Time now = events_.now();
+  const Time now = clock();
   const double dt = to_seconds(now - fluid_at_);
   fluid_at_ = now;
   // Advance every part at its rate; count what each link carried.
@@ -83,15 +83,15 @@ void Network::fluid_update(std::uint32_t epoch) {
       P.tx_payload += bytes;
       P.tx_bytes += static_cast<std::int64_t>(std::llround(moved * wire));
     }
-    counters_.bytes_sent += bytes;
+    sh().counters.bytes_sent += bytes;
     // Done when less than a picosecond's worth (or a byte) is left, or (flow.tolerance) when
     // what is left would take less than that fraction of the time it has been going: its
     // last bytes arrive early, by at most that fraction, and finishes close in time are
     // taken together.
     const double tolerance = cfg_.flow_tolerance * part.rate * to_seconds(now - part.start);
     if (part.remaining <= std::max({1.0, part.rate * 1e-12, tolerance})) {
-      events_.schedule(now + part.latency, this, kFluidDelivered, static_cast<std::uint64_t>(part.flow));
-      events_.schedule(now + part.latency + part.ack_latency, this, kFluidAcked, static_cast<std::uint64_t>(part.flow));
+      schedule(now + part.latency, -1, kFluidDelivered, static_cast<std::uint64_t>(part.flow));
+      schedule(now + part.latency + part.ack_latency, -1, kFluidAcked, static_cast<std::uint64_t>(part.flow));
       message_sent(part.flow);
       completed = true;
       continue;
@@ -108,7 +108,7 @@ void Network::fluid_update(std::uint32_t epoch) {
     // What the completions start at this same time (the next steps' sends) joins before the
     // rates are computed: once, after them.
     fluid_update_pending_ = true;
-    events_.schedule(now, this, kFluidUpdate, ++fluid_epoch_);
+    schedule(now, -1, kFluidUpdate, ++fluid_epoch_);
     return;
   }
   ++fluid_rounds_;
@@ -126,7 +126,7 @@ void Network::fluid_update(std::uint32_t epoch) {
   }
   const Time at = now + std::max<Time>(1, static_cast<Time>(std::ceil(next * 1e12)));
   fluid_update_pending_ = true;
-  events_.schedule(at, this, kFluidUpdate, ++fluid_epoch_);
+  schedule(at, -1, kFluidUpdate, ++fluid_epoch_);
 }
 
 void Network::fluid_delivered(int flow) {
@@ -134,7 +134,7 @@ void Network::fluid_delivered(int flow) {
   // Parts are equal but the last, which takes the rest: whichever arrives last credits it.
   const std::int64_t bytes = f.parts_left_rx == 1 ? f.bytes - f.delivered_bytes : f.bytes / f.parts;
   f.delivered_bytes += bytes;
-  counters_.bytes_delivered += bytes;
+  sh().counters.bytes_delivered += bytes;
   message_delivered(flow);
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <memory>
 #include <random>
 #include <string>
 #include <unordered_map>
@@ -114,6 +115,7 @@ struct QueuePair {
   // Sender.
   std::deque<QpMessage> unacked;   // messages not yet fully acknowledged
   std::uint32_t psn_assigned = 0;  // next PSN to give a new message
+  std::uint32_t psn_planned = 0;   // (set-up: the receiver's list of messages, rx)
   std::uint32_t snd_nxt = 0, snd_una = 0, snd_max = 0;
   std::vector<std::uint32_t> retransmit;  // selective repeat: PSNs to resend first
   Time next_send = 0;
@@ -179,6 +181,7 @@ struct Counters {
   std::int64_t corrupted = 0;     // frames lost on the wire (link.loss, link.ber)
   std::int64_t trimmed = 0;       // data packets whose payload a switch cut (packet trimming)
   std::int64_t bytes_sent = 0, bytes_delivered = 0;
+  Counters& operator+=(const Counters& o);
 };
 
 // The counters at a sampling time (counters.csv: ECN marks, CNPs and pauses over time).
@@ -257,13 +260,20 @@ class Network : public EventTarget {
   // route (or for src == dst).
   std::vector<int> path(int src_gpu, int dst_gpu, const Packet* probe = nullptr) const;
   const Counters& counters() const { return counters_; }
-  Time now() const { return events_.now(); }
   Time finish_time() const { return finish_; }
-  std::uint64_t events_run() const { return events_.events_run(); }
+  std::uint64_t events_run() const { return events_run_; }
+  // Threads the run used (sim.threads; one where the run's model needs one, see run()).
+  int threads() const { return static_cast<int>(shards_.size()); }
+  // The longest time window of the parallel engine: the smallest delay of a link between
+  // nodes that are not joined by links without delay.
+  Time window() const { return window_; }
+  // Why the run used one thread where more were asked for (empty otherwise).
+  const std::string& single_thread_reason() const { return single_thread_reason_; }
   // Flow-level mode: how many times the rates were recomputed.
   std::uint64_t fluid_rounds() const { return fluid_rounds_; }
   double wall_seconds() const { return wall_seconds_; }
-  std::size_t peak_packets() const { return pool_.capacity(); }
+  // The most packets alive at the end of a time window (the same for any number of threads).
+  std::size_t peak_packets() const { return peak_packets_; }
   // Start and end of each collective (kNever when it did not run or finish).
   const std::vector<std::pair<Time, Time>>& collective_times() const { return collective_times_; }
   std::string port_name(int port) const;  // "rail-0->spine-1"
@@ -280,6 +290,90 @@ class Network : public EventTarget {
   void prefetch(std::uint32_t kind, std::uint64_t arg) const override;
 
  private:
+  // The parallel engine. Nodes are shared out among threads (shards); each shard runs the
+  // events of its nodes from its own queue, in time windows no longer than the smallest
+  // link delay: nothing a node does reaches another node sooner, so the shards run a
+  // window side by side and swap what they sent each other at its end. Events run by
+  // (time, key), the key being the scheduling node's number and its count of events
+  // scheduled, and every random draw comes from the drawing node's own streams, so a run
+  // is the same for any number of threads. Events that act on the whole fabric (samples,
+  // failures, rerouting, the flow-level mode's rates) run between windows, before the
+  // nodes' events of their time. Each shard keeps its own counters and logs, merged at
+  // the end.
+  struct Mail {
+    Time at;
+    std::uint64_t key;
+    std::uint64_t arg;
+    std::uint32_t kind;
+    std::int32_t node;
+  };
+  struct Echo {
+    Time sent_at = 0;             // when the packet being received was sent
+    bool ce = false;              // whether it arrived CE-marked (NSCC)
+    IntStack stamps;              // HPCC: its telemetry
+  };
+  struct Shard {
+    int index = 0;                // its packet store and place in shards_ (the coordinator: the last store)
+    EventQueue queue;
+    Counters counters;
+    Echo echo;                    // what an ACK sent in answer echoes
+    std::vector<PfcEvent> pfc_events;
+    std::unordered_map<std::uint64_t, std::pair<int, Time>> flowlets;  // (node, qp) -> port, last packet
+    std::vector<std::pair<Time, Time>> collective_times;
+    Time finish = 0;              // when its last rank finished
+    int agents_done = 0;
+    std::vector<std::vector<Mail>> outbox;  // per shard: events for its nodes, delivered at the window's end
+  };
+  // A node's random streams: its switch's or NIC's arbitration draws (spraying, adaptive
+  // routing ties, ECN marks), its links' jitter, and its links' frame losses.
+  struct RandomStream {  // SplitMix64: eight bytes a stream, for three streams a node
+    using result_type = std::uint64_t;
+    std::uint64_t state = 0;
+    static constexpr result_type min() { return 0; }
+    static constexpr result_type max() { return ~result_type{0}; }
+    result_type operator()() {
+      std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return z ^ (z >> 31);
+    }
+  };
+  struct NodeRng {
+    RandomStream choice, jitter, loss;
+  };
+  static inline thread_local Shard* current_ = nullptr;
+  Shard& sh() const { return *current_; }
+  Time clock() const { return current_->queue.now(); }
+  static Time after(Time t) { return t == kNever ? kNever : t + 1; }  // the end of a window that takes in time t
+  // Schedules an event on `node` (-1: the whole fabric's, run between windows).
+  void schedule(Time at, int node, std::uint32_t kind, std::uint64_t arg = 0);
+  int agent_node(int agent) const { return topo_.gpus[static_cast<std::size_t>(work_.agents[static_cast<std::size_t>(agent)].gpu)]; }
+  int qp_node(int qp) const { return qps_[static_cast<std::size_t>(qp)].src; }
+  void share_nodes(int threads);      // node_shard_: a balanced cut of the fabric
+  void begin_run();                   // the threads, shards, and the first events
+  void schedule_agent_starts();
+  std::vector<Shard*> all_shards() {
+    std::vector<Shard*> all{&coord_};
+    for (auto& s : shards_) all.push_back(s.get());
+    return all;
+  }
+  bool ran_ = false;
+  void run_window(Shard& s);
+  void deliver_mail(Shard& s);
+  void merge_shards();                // counters_, pfc_events_, collective_times_, finish_
+  std::vector<std::unique_ptr<Shard>> shards_;
+  Shard coord_;                       // the events between windows, and set-up
+  std::vector<int> node_shard_;
+  std::vector<int> atom_;             // per node: the first node of those joined to it without delay
+  std::vector<std::uint64_t> seq_;    // per node + 1: events it scheduled (index 0: the coordinator)
+  std::vector<NodeRng> rng_;          // per node
+  Time window_ = 0;                   // the longest window: the smallest delay between atoms
+  Time window_end_ = kNever;          // the running window's end (one thread: cut by a fabric event)
+  Time end_time_ = 0;
+  std::uint64_t events_run_ = 0;
+  std::size_t peak_packets_ = 0;
+  std::string single_thread_reason_;
+  std::string capture_a_, capture_b_; // the captured link's nodes share a thread
   enum Event : std::uint32_t {
     kTxDone, kArrive, kPauseExpire, kPauseRefresh, kEndpointWake, kRto, kAlphaTimer, kRateTimer, kStepStart,
     kSample, kFailure, kReroute, kFluidUpdate, kFluidDelivered, kFluidAcked, kMessageReady
@@ -305,7 +399,7 @@ class Network : public EventTarget {
   void try_send(int port);
   void transmit(int port, std::uint32_t id);
   void tx_done(int port);
-  bool frame_lost(const Packet& p);  // link.loss and link.ber, drawn once per frame and link
+  bool frame_lost(int node, const Packet& p);  // drawn from the sending node's stream  // link.loss and link.ber, drawn once per frame and link
   Time wire_jitter(const Port& P);
   void arrive(std::uint32_t id);
   // An arrival event's argument: the packet, and the port it comes in by (for prefetch).
@@ -345,6 +439,20 @@ class Network : public EventTarget {
   void sample_queues();
 
   // rdma.cpp
+  // How a message of `bytes` is cut over a connection's QPs: f(i, parts, packets, bytes)
+  // for each part i.
+  template <class F>
+  void for_each_part(std::int64_t bytes, F&& f) const {
+    const std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
+    const int parts = static_cast<int>(std::min<std::int64_t>(cfg_.qps_per_connection, packets));
+    std::int64_t given = 0;
+    for (int i = 0; i < parts; ++i) {
+      const std::int64_t pk = packets / parts + (i < packets % parts ? 1 : 0);
+      const std::int64_t part_bytes = i + 1 == parts ? bytes - given : std::min(bytes - given, pk * cfg_.mtu);
+      given += part_bytes;
+      f(i, parts, pk, part_bytes);
+    }
+  }
   int qp_for(int src_agent, int dst_agent, int part);
   void post_message(int flow, int src_agent, int dst_agent, std::int64_t bytes);
   void activate(int qp);
@@ -414,14 +522,7 @@ class Network : public EventTarget {
   const Topology& topo_;
   SimConfig cfg_;
   Workload work_;
-  EventQueue events_;
   PacketPool pool_;
-  std::vector<IntStack> int_;     // HPCC: each packet's telemetry, by packet id
-  struct Echo {
-    Time sent_at = 0;             // when the packet being received was sent
-    bool ce = false;              // whether it arrived CE-marked (NSCC)
-    IntStack stamps;              // HPCC: its telemetry
-  } echo_;                        // what an ACK sent in answer echoes
   std::vector<Port> ports_;
   std::vector<std::vector<int>> node_ports_;
   std::vector<int> port_slot_;            // per port: its index in its node's node_ports_
@@ -443,13 +544,9 @@ class Network : public EventTarget {
   std::vector<int> gpu_rank_of_node_;
   std::vector<std::uint32_t> switch_seed_;
   std::vector<std::uint32_t> rr_counter_;
-  std::unordered_map<std::uint64_t, std::pair<int, Time>> flowlets_;  // (node, qp) -> port, last packet
   std::vector<std::int64_t> buffer_used_;  // of the shared buffer, per node
   std::vector<std::int64_t> shared_size_;  // buffer minus the headroom its ports reserve
   std::vector<std::int64_t> headroom_used_, buffer_peak_;  // per node: in headroom; most held at once
-  std::mt19937_64 rng_;
-  std::mt19937_64 jitter_rng_;  // its own stream: jitter on or off leaves the other draws alone
-  std::mt19937_64 loss_rng_;    // likewise for frames lost on the wire
   // The equal-cost port for hash h among c[0..n): uniform, or by speed (ecmp.weighted).
   int ecmp_pick(const std::int32_t* c, int n, std::uint32_t h) const;
   void reroute();
@@ -459,6 +556,10 @@ class Network : public EventTarget {
   std::vector<std::vector<int>> active_qps_;   // per GPU node
   std::vector<std::size_t> rr_qp_;              // per GPU node: round-robin cursor
   std::vector<int> qps_created_;                // per GPU node
+  // Every QP the workload's sends use, made before the run in the order of the ranks'
+  // steps (the n-th QP of a GPU gets the n-th UDP source port), each receiver's messages
+  // listed in the order its sender will post them.
+  void make_queue_pairs();
   // Agents.
   struct AgentState {
     std::size_t step = 0;
@@ -469,12 +570,19 @@ class Network : public EventTarget {
     std::unordered_map<int, std::int64_t> waiting;   // receives of the current step from peer
   };
   std::vector<AgentState> agents_;
+  // A record per send that moves data, made before the run in the order of the ranks'
+  // steps (its start is kNever until posted); first_flow_[step_base_[a] + s] is the first
+  // of rank a's step s.
   std::vector<FlowRecord> flows_;
+  std::vector<std::size_t> step_base_;
+  std::vector<int> first_flow_;
+  void make_flow_records();
   std::vector<std::pair<Time, Time>> collective_times_;
   int agents_left_ = 0;
+  int agents_started_ = 0;
   Stall stall_;
   Stall find_stall(bool time_limit) const;
-  // Outputs.
+  // Outputs (merged from the shards at the end of the run).
   Counters counters_;
   std::vector<PfcEvent> pfc_events_;
   std::vector<QueueSample> samples_;

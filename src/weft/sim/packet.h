@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "weft/sim/engine.h"
@@ -80,27 +82,78 @@ struct IntStack {
   int n = 0;
 };
 
+// Packets by id, in stores: one per thread of the parallel engine (and one for the events
+// between its windows). A thread allocates from its own free list, else a new slot of its
+// own store; a packet released by any thread goes onto that thread's free list. A store
+// grows by segments of 4,096 packets whose addresses never change, listed in a directory
+// made at its full size, so one thread reads a packet another made while that one goes on
+// growing its store. An id is its store's number over the slot's, and id / 4,096 is the
+// segment's place in the directory. With telemetry on, each slot also holds an IntStack.
 class PacketPool {
  public:
-  std::uint32_t alloc() {
-    if (free_.empty()) {
-      slots_.emplace_back();
-      return static_cast<std::uint32_t>(slots_.size() - 1);
-    }
-    std::uint32_t id = free_.back();
-    free_.pop_back();
-    slots_[id] = Packet{};
+  static constexpr int kSlotBits = 26;  // 67 million packets a store
+  static constexpr std::uint32_t kSlotMask = (1u << kSlotBits) - 1;
+  static constexpr int kMaxStores = 1 << (32 - kSlotBits);
+
+  explicit PacketPool(int stores = 1, bool telemetry = false) { reset(stores, telemetry); }
+  void reset(int stores, bool telemetry) {
+    stores_.clear();
+    stores_.resize(static_cast<std::size_t>(stores));
+    const std::size_t dir = static_cast<std::size_t>(stores) << (kSlotBits - kSegmentBits);
+    packets_ = std::make_unique<Packet*[]>(dir);
+    stacks_ = telemetry ? std::make_unique<IntStack*[]>(dir) : nullptr;
+  }
+  int stores() const { return static_cast<int>(stores_.size()); }
+  std::uint32_t alloc(int store) {
+    Store& s = stores_[static_cast<std::size_t>(store)];
+    if (s.free.empty()) return grow(store);
+    const std::uint32_t id = s.free.back();
+    s.free.pop_back();
+    (*this)[id] = Packet{};
     return id;
   }
-  void release(std::uint32_t id) { free_.push_back(id); }
-  Packet& operator[](std::uint32_t id) { return slots_[id]; }
-  const Packet& at(std::uint32_t id) const { return slots_[id]; }
-  std::size_t capacity() const { return slots_.size(); }
-  std::size_t in_use() const { return slots_.size() - free_.size(); }
+  void release(int store, std::uint32_t id) { stores_[static_cast<std::size_t>(store)].free.push_back(id); }
+  Packet& operator[](std::uint32_t id) { return packets_[id >> kSegmentBits][id & kSegmentMask]; }
+  const Packet& at(std::uint32_t id) const { return packets_[id >> kSegmentBits][id & kSegmentMask]; }
+  IntStack& telemetry(std::uint32_t id) { return stacks_[id >> kSegmentBits][id & kSegmentMask]; }
+  // Slots ever made, and packets alive (made and not released); only while no thread runs.
+  std::size_t capacity() const {
+    std::size_t n = 0;
+    for (const Store& s : stores_) n += s.size;
+    return n;
+  }
+  std::size_t in_use() const {
+    std::size_t n = capacity();
+    for (const Store& s : stores_) n -= s.free.size();
+    return n;
+  }
 
  private:
-  std::vector<Packet> slots_;
-  std::vector<std::uint32_t> free_;
+  static constexpr int kSegmentBits = 12;
+  static constexpr std::uint32_t kSegmentMask = (1u << kSegmentBits) - 1;
+  struct Store {
+    std::vector<std::unique_ptr<Packet[]>> packets;  // its segments (owned; the directory points into them)
+    std::vector<std::unique_ptr<IntStack[]>> stacks;
+    std::uint32_t size = 0;
+    std::vector<std::uint32_t> free;
+  };
+  std::uint32_t grow(int store) {
+    Store& s = stores_[static_cast<std::size_t>(store)];
+    if (s.size > kSlotMask) throw std::length_error("simulator: more than 67 million packets alive on one thread");
+    const std::uint32_t id = static_cast<std::uint32_t>(store) << kSlotBits | s.size++;
+    if ((id & kSegmentMask) == 0) {
+      s.packets.push_back(std::make_unique<Packet[]>(std::size_t{1} << kSegmentBits));
+      packets_[id >> kSegmentBits] = s.packets.back().get();
+      if (stacks_) {
+        s.stacks.push_back(std::make_unique<IntStack[]>(std::size_t{1} << kSegmentBits));
+        stacks_[id >> kSegmentBits] = s.stacks.back().get();
+      }
+    }
+    return id;
+  }
+  std::vector<Store> stores_;
+  std::unique_ptr<Packet*[]> packets_;    // the directory: segment pointers by id / 4,096
+  std::unique_ptr<IntStack*[]> stacks_;
 };
 
 // A FIFO of packet ids that reuses its storage (a ring buffer that doubles when full).

@@ -138,7 +138,7 @@ void Network::pcap_write(const Packet& p) {
   }
   // Captured: the whole frame without FCS (payload and ICRC as zeros).
   n = p.type == PacketType::kPause ? 60 : p.frame - 4;
-  Time now = events_.now();
+  Time now = clock();
   std::uint32_t rec[4] = {static_cast<std::uint32_t>(now / kSec), static_cast<std::uint32_t>(now % kSec / kNs),
                           static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(n)};
   std::fwrite(rec, sizeof rec, 1, pcap_);

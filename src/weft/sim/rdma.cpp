@@ -36,6 +36,11 @@ double Network::line_rate(int node) const {
 int Network::qp_for(int src_agent, int dst_agent, int part) {
   std::uint64_t key = (static_cast<std::uint64_t>(src_agent) << 32 | static_cast<std::uint32_t>(dst_agent)) * 257 +
                       static_cast<std::uint64_t>(part);
+  if (ran_) {  // every QP was made before the run (make_queue_pairs): only looked up, from any thread
+    const auto found = qp_index_.find(key);
+    if (found == qp_index_.end()) throw InternalError("simulator: a send without its queue pair");
+    return found->second;
+  }
   auto [it, fresh] = qp_index_.try_emplace(key, static_cast<int>(qps_.size()));
   if (fresh) {
     QueuePair q;
@@ -86,23 +91,19 @@ void Network::post_message(int flow, int src_agent, int dst_agent, std::int64_t 
     message_acked(flow);
     return;
   }
-  std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
-  int parts = static_cast<int>(std::min<std::int64_t>(cfg_.qps_per_connection, packets));
+  const std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
+  const int parts = static_cast<int>(std::min<std::int64_t>(cfg_.qps_per_connection, packets));
   f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = f.parts = parts;
   if (cfg_.mode == SimMode::kFlow) return fluid_post(flow, src_agent, dst_agent, bytes, parts);
-  std::int64_t given = 0;
-  for (int i = 0; i < parts; ++i) {
-    std::int64_t pk = packets / parts + (i < packets % parts ? 1 : 0);
-    std::int64_t part_bytes = i + 1 == parts ? bytes - given : std::min(bytes - given, pk * cfg_.mtu);
-    given += part_bytes;
-    int qp = qp_for(src_agent, dst_agent, i);
-    QueuePair& q = qps_[qp];
+  // (The receiver lists the message already: make_queue_pairs.)
+  for_each_part(bytes, [&](int i, int, std::int64_t pk, std::int64_t part_bytes) {
+    const int qp = qp_for(src_agent, dst_agent, i);
+    QueuePair& q = qps_[static_cast<std::size_t>(qp)];
     QpMessage m{q.psn_assigned, q.psn_assigned + static_cast<std::uint32_t>(pk), part_bytes, flow};
     q.psn_assigned = m.psn_end;
     q.unacked.push_back(m);
-    q.rx.push_back(m);
     activate(qp);
-  }
+  });
 }
 
 bool Network::qp_has_data(const QueuePair& q) const { return q.snd_nxt < q.psn_assigned || !q.retransmit.empty(); }
@@ -119,7 +120,7 @@ void Network::activate(int qp) {
 std::uint32_t Network::endpoint_pull(int node, int port) {
   auto& list = active_qps_[node];
   if (list.empty()) return kNoPacket;
-  const Time now = events_.now();
+  const Time now = clock();
   Time earliest = kNever;
   std::uint32_t id = kNoPacket;
   std::size_t n = list.size(), start = rr_qp_[node] % n;
@@ -188,7 +189,7 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
     if (P.endpoint_wake_at > earliest) {
       P.endpoint_wake_at = earliest;
       P.endpoint_wake_pending = true;
-      events_.schedule(earliest, this, kEndpointWake, static_cast<std::uint64_t>(port));
+      schedule(earliest, node, kEndpointWake, static_cast<std::uint64_t>(port));
     }
   }
   return id;
@@ -196,7 +197,7 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
 
 std::uint32_t Network::make_data_packet(int qp) {
   QueuePair& q = qps_[qp];
-  const Time now = events_.now();
+  const Time now = clock();
   std::uint32_t psn;
   bool again;
   if (!q.retransmit.empty()) {
@@ -207,7 +208,7 @@ std::uint32_t Network::make_data_packet(int qp) {
     psn = q.snd_nxt++;
     again = psn < q.snd_max;
   }
-  if (again) ++counters_.retransmissions;
+  if (again) ++sh().counters.retransmissions;
   bool was_idle = q.snd_una >= q.snd_max;
   q.snd_max = std::max(q.snd_max, psn + 1);
   const QpMessage* held = message_holding(q.unacked, psn);
@@ -219,7 +220,7 @@ std::uint32_t Network::make_data_packet(int qp) {
   Opcode op = Opcode::kOnly;
   if (cfg_.write_mode == WriteMode::kFirstMiddleLast && count > 1)
     op = index == 0 ? Opcode::kFirst : index + 1 == count ? Opcode::kLast : Opcode::kMiddle;
-  std::uint32_t id = pool_.alloc();
+  std::uint32_t id = pool_.alloc(sh().index);
   Packet& p = pool_[id];
   p.type = PacketType::kData;
   p.opcode = op;
@@ -237,13 +238,13 @@ std::uint32_t Network::make_data_packet(int qp) {
   if (cfg_.cc == CongestionControl::kHpcc) int_of(id).n = 0;
   p.port = -2;
   p.sent_at = now;
-  ++counters_.data_packets;
-  counters_.bytes_sent += payload;
+  ++sh().counters.data_packets;
+  sh().counters.bytes_sent += payload;
   q.last_sent = now;
   if (q.rate > 0) {
     double gap = (p.frame + kWireOverhead) * 8e12 / q.rate;
     if (window_cc() && cfg_.pacing_jitter > 0)
-      gap *= 1 + cfg_.pacing_jitter * (std::uniform_real_distribution<double>(0, 1)(jitter_rng_) - 0.5);
+      gap *= 1 + cfg_.pacing_jitter * (std::uniform_real_distribution<double>(0, 1)(rng_[static_cast<std::size_t>(q.src)].jitter) - 0.5);
     q.next_send = now + static_cast<Time>(std::llround(gap));
   }
   if (q.cc_timers) {
@@ -257,13 +258,13 @@ std::uint32_t Network::make_data_packet(int qp) {
   if (was_idle) q.last_progress = now;
   if (!q.rto_armed) {
     q.rto_armed = true;
-    events_.schedule(now + cfg_.rto, this, kRto, static_cast<std::uint64_t>(qp));
+    schedule(now + cfg_.rto, q.src, kRto, static_cast<std::uint64_t>(qp));
   }
   return id;
 }
 
 void Network::send_control(int from, int to, int qp, PacketType type, std::uint32_t psn, std::uint32_t trimmed_psn) {
-  std::uint32_t id = pool_.alloc();
+  std::uint32_t id = pool_.alloc(sh().index);
   Packet& p = pool_[id];
   p.type = type;
   bool cnp = type == PacketType::kCnp;
@@ -278,18 +279,18 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
   p.sport = qps_[qp].sport;
   p.port = -1;
   if (type == PacketType::kAck) {
-    p.sent_at = echo_.sent_at;  // the answered packet's send time and congestion mark
-    p.ecn_echo = echo_.ce;
+    p.sent_at = sh().echo.sent_at;  // the answered packet's send time and congestion mark
+    p.ecn_echo = sh().echo.ce;
   }
   if (trimmed_psn != ~0u) {
     p.trimmed = true;
     p.nacked_psn = trimmed_psn;
   }
-  if (cfg_.cc == CongestionControl::kHpcc) int_of(id) = type == PacketType::kAck ? echo_.stamps : IntStack{};
+  if (cfg_.cc == CongestionControl::kHpcc) int_of(id) = type == PacketType::kAck ? sh().echo.stamps : IntStack{};
   int out = choose_port(from, p);
   if (out < 0) {
-    ++counters_.lost_on_failure;
-    pool_.release(id);
+    ++sh().counters.lost_on_failure;
+    pool_.release(sh().index, id);
     return;
   }
   Port& O = ports_[out];
@@ -301,9 +302,9 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
 void Network::endpoint_receive(std::uint32_t id) {
   // A copy: answering (ACK, NAK, CNP) takes packets from the pool, which may move its slots.
   const Packet p = pool_[id];
-  echo_.sent_at = p.sent_at;
-  echo_.ce = p.ce;
-  if (cfg_.cc == CongestionControl::kHpcc) echo_.stamps = int_of(id);
+  sh().echo.sent_at = p.sent_at;
+  sh().echo.ce = p.ce;
+  if (cfg_.cc == CongestionControl::kHpcc) sh().echo.stamps = int_of(id);
   int qp = static_cast<int>(p.qp);
   QueuePair& q = qps_[qp];
   switch (p.type) {
@@ -313,20 +314,20 @@ void Network::endpoint_receive(std::uint32_t id) {
     case PacketType::kCnp: receive_cnp(q, qp); break;
     case PacketType::kPause: break;
   }
-  pool_.release(id);
+  pool_.release(sh().index, id);
 }
 
 void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
-  const Time now = events_.now();
+  const Time now = clock();
   auto credit = [&] {
     if (const QpMessage* m = message_holding(q.rx, p.psn)) flows_[m->flow].delivered_bytes += p.payload;
     q.delivered_bytes += p.payload;
-    counters_.bytes_delivered += p.payload;
+    sh().counters.bytes_delivered += p.payload;
   };
   if (p.ce && cfg_.cc == CongestionControl::kDcqcn && (!q.cnp_sent_once || now - q.last_cnp >= cfg_.cnp_interval)) {
     q.cnp_sent_once = true;
     q.last_cnp = now;
-    ++counters_.cnps;
+    ++sh().counters.cnps;
     send_control(q.dst, q.src, qp, PacketType::kCnp, 0);
   }
   const bool accept_ahead = cfg_.write_mode == WriteMode::kWriteOnly || cfg_.retransmit == Retransmit::kSelective;
@@ -334,25 +335,25 @@ void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
   if (p.trimmed) {
     // Its header says which PSN was cut: ask for that one again at once (unless it came).
     if (psn >= q.epsn && !std::binary_search(q.ahead.begin(), q.ahead.end(), psn)) {
-      ++counters_.naks;
+      ++sh().counters.naks;
       send_control(q.dst, q.src, qp, PacketType::kNak, q.epsn, psn);
     }
     return;
   }
   if (psn < q.epsn || std::binary_search(q.ahead.begin(), q.ahead.end(), psn)) {
-    ++counters_.duplicates;
+    ++sh().counters.duplicates;
     send_control(q.dst, q.src, qp, PacketType::kAck, q.epsn);
     return;
   }
   if (psn > q.epsn) {
-    if (cfg_.write_mode == WriteMode::kWriteOnly) ++counters_.reordered;
-    else ++counters_.out_of_order;
+    if (cfg_.write_mode == WriteMode::kWriteOnly) ++sh().counters.reordered;
+    else ++sh().counters.out_of_order;
     // With trimming, a receiver that places packets as they come leaves gaps to the trims'
     // NACKs (and the timeout): under spraying a gap is mostly a packet still on its way.
     bool nak = !accept_ahead || (cfg_.retransmit == Retransmit::kSelective && !cfg_.trim);
     if (nak && q.nak_for != q.epsn) {
       q.nak_for = q.epsn;
-      ++counters_.naks;
+      ++sh().counters.naks;
       send_control(q.dst, q.src, qp, PacketType::kNak, q.epsn);
     }
     if (!accept_ahead) return;  // First/Middle/Last must arrive in order: dropped
@@ -394,7 +395,7 @@ void Network::receive_ack(QueuePair& q, int qp, const Packet& p, bool nak) {
   }
   if (e > q.snd_una) {
     q.snd_una = e;
-    q.last_progress = events_.now();
+    q.last_progress = clock();
     while (!q.unacked.empty() && q.unacked.front().psn_end <= q.snd_una) {
       int flow = q.unacked.front().flow;
       q.unacked.pop_front();
@@ -427,9 +428,9 @@ void Network::rto_check(int qp) {
   QueuePair& q = qps_[qp];
   q.rto_armed = false;
   if (q.snd_una >= q.snd_max) return;  // nothing outstanding; re-armed by the next send
-  const Time now = events_.now();
+  const Time now = clock();
   if (now - q.last_progress >= cfg_.rto) {
-    ++counters_.timeouts;
+    ++sh().counters.timeouts;
     if (window_cc()) window_on_loss(q, true);
     if (cfg_.retransmit == Retransmit::kGoBackN) q.snd_nxt = q.snd_una;
     else if (std::find(q.retransmit.begin(), q.retransmit.end(), q.snd_una) == q.retransmit.end())
@@ -438,14 +439,13 @@ void Network::rto_check(int qp) {
     activate(qp);
   }
   q.rto_armed = true;
-  events_.schedule(q.last_progress + cfg_.rto, this, kRto, static_cast<std::uint64_t>(qp));
+  schedule(q.last_progress + cfg_.rto, q.src, kRto, static_cast<std::uint64_t>(qp));
 }
 
 // --- Window congestion control (window_cc.h) ---
 
 IntStack& Network::int_of(std::uint32_t id) {
-  if (int_.size() <= id) int_.resize(std::max<std::size_t>(pool_.capacity(), id + 1));
-  return int_[id];
+  return pool_.telemetry(id);
 }
 
 bool Network::window_full(const QueuePair& q) const {
@@ -493,14 +493,14 @@ NsccParams Network::nscc_params(const QueuePair& q) const {
 
 void Network::window_on_ack(QueuePair& q, const Packet& ack, std::uint32_t newly_acked) {
   if (cfg_.cc == CongestionControl::kHpcc) {
-    hpcc_on_ack(hpcc_params(q), q.hpcc, echo_.stamps, ack.psn, q.snd_nxt);
+    hpcc_on_ack(hpcc_params(q), q.hpcc, sh().echo.stamps, ack.psn, q.snd_nxt);
     window_set(q, q.hpcc.window, q.hpcc.pacing_bps);
   } else if (cfg_.cc == CongestionControl::kSwift) {
-    const Time now = events_.now();
+    const Time now = clock();
     swift_on_ack(swift_params(q), q.swift, q.hops, now - ack.sent_at, static_cast<int>(newly_acked), now);
     window_set(q, q.swift.window, q.swift.pacing_bps);
   } else {
-    const Time now = events_.now();
+    const Time now = clock();
     const double mtu = static_cast<double>(cfg_.mtu);
     nscc_on_ack(nscc_params(q), q.nscc, now - ack.sent_at, ack.ecn_echo, newly_acked * mtu,
                 static_cast<double>(q.snd_nxt - q.snd_una) * mtu, now);
@@ -510,11 +510,11 @@ void Network::window_on_ack(QueuePair& q, const Packet& ack, std::uint32_t newly
 
 void Network::window_on_loss(QueuePair& q, bool lost) {
   if (cfg_.cc == CongestionControl::kSwift) {
-    swift_on_loss(swift_params(q), q.swift, events_.now());
+    swift_on_loss(swift_params(q), q.swift, clock());
     window_set(q, q.swift.window, q.swift.pacing_bps);
   } else if (cfg_.cc == CongestionControl::kNscc && lost) {
     const double mtu = static_cast<double>(cfg_.mtu);
-    nscc_on_nack(nscc_params(q), q.nscc, mtu, static_cast<double>(q.snd_nxt - q.snd_una) * mtu, events_.now());
+    nscc_on_nack(nscc_params(q), q.nscc, mtu, static_cast<double>(q.snd_nxt - q.snd_una) * mtu, clock());
     window_set(q, q.nscc.cwnd, 0);
   }
   // HPCC reacts to telemetry, not to losses.
@@ -535,7 +535,7 @@ void Network::window_set(QueuePair& q, double window, double pacing_bps) {
 void Network::receive_cnp(QueuePair& q, int qp) {
   ++q.cnps_received;
   if (cfg_.cc != CongestionControl::kDcqcn) return;
-  const Time now = events_.now();
+  const Time now = clock();
   if (q.rate == 0) q.rate = q.target = line_rate(q.src);
   // The target drops to the current rate only if the rate rose since the last cut; back-to-
   // back cuts keep the old target, so fast recovery returns toward it (ConnectX behaviour
@@ -547,11 +547,11 @@ void Network::receive_cnp(QueuePair& q, int qp) {
   q.byte_counter = 0;
   q.t_stage = q.b_stage = 0;
   ++q.rate_epoch;
-  events_.schedule(now + cfg_.dcqcn_rate_timer, this, kRateTimer,
+  schedule(now + cfg_.dcqcn_rate_timer, q.src, kRateTimer,
                    static_cast<std::uint64_t>(qp) << 32 | q.rate_epoch);
   if (!q.cc_timers) {
     q.cc_timers = true;
-    events_.schedule(now + cfg_.dcqcn_alpha_timer, this, kAlphaTimer, static_cast<std::uint64_t>(qp));
+    schedule(now + cfg_.dcqcn_alpha_timer, q.src, kAlphaTimer, static_cast<std::uint64_t>(qp));
   }
 }
 
@@ -560,7 +560,7 @@ void Network::alpha_timer(int qp) {
   if (!q.cc_timers) return;
   if (!q.cnp_since_alpha) q.alpha *= 1 - cfg_.dcqcn_g;
   q.cnp_since_alpha = false;
-  events_.schedule(events_.now() + cfg_.dcqcn_alpha_timer, this, kAlphaTimer, static_cast<std::uint64_t>(qp));
+  schedule(clock() + cfg_.dcqcn_alpha_timer, q.src, kAlphaTimer, static_cast<std::uint64_t>(qp));
 }
 
 void Network::rate_timer(int qp, std::uint32_t epoch) {
@@ -569,7 +569,7 @@ void Network::rate_timer(int qp, std::uint32_t epoch) {
   ++q.t_stage;
   rate_increase(q);
   if (q.cc_timers)
-    events_.schedule(events_.now() + cfg_.dcqcn_rate_timer, this, kRateTimer, static_cast<std::uint64_t>(qp) << 32 | epoch);
+    schedule(clock() + cfg_.dcqcn_rate_timer, q.src, kRateTimer, static_cast<std::uint64_t>(qp) << 32 | epoch);
 }
 
 void Network::rate_increase(QueuePair& q) {

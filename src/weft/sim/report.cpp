@@ -222,6 +222,10 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
                  stall.time_limit ? "stopped at sim.time_limit" : "no event left: nothing can move");
     for (const std::string& line : describe_stall(net, stall)) std::fprintf(out, "%s\n", line.c_str());
   }
+  if (net.threads() > 1)
+    std::fprintf(out, "parallel engine: %d threads, time windows of up to %.3f us\n", net.threads(), to_us(net.window()));
+  else if (!net.single_thread_reason().empty())
+    std::fprintf(out, "parallel engine: one thread (%s)\n", net.single_thread_reason().c_str());
   if (net.config().mode == SimMode::kFlow)
     std::fprintf(out, "flow-level mode: rates recomputed %llu times\n", static_cast<unsigned long long>(net.fluid_rounds()));
   if (net.config().pxn)

@@ -74,7 +74,7 @@ Stall Network::find_stall(bool time_limit) const {
   s.rank_cycle = find_cycle(waits_for);
   // Paused links: egress port O waits for O' when O's receiver pauses it on a buffer that
   // holds packets queued at O' (they came in through O's link) and O' is paused too.
-  const Time now = events_.now();
+  const Time now = finish_;  // where the run stopped
   auto paused = [&](const Port& P, int q) { return P.paused_until[q] > now && now >= P.watchdog_until[q]; };
   for (int q = 0; q < 8 && s.pfc_cycle.empty(); ++q) {
     std::vector<std::vector<int>> waits_on(ports_.size());
