@@ -267,6 +267,10 @@ class Network : public EventTarget {
   // The longest time window of the parallel engine: the smallest delay of a link between
   // nodes that are not joined by links without delay.
   Time window() const { return window_; }
+  // Time windows run, and of them those the threads ran side by side (the others, holding
+  // few events, one thread ran shard after shard).
+  std::uint64_t windows() const { return windows_; }
+  std::uint64_t windows_side_by_side() const { return windows_side_by_side_; }
   // Why the run used one thread where more were asked for (empty otherwise).
   const std::string& single_thread_reason() const { return single_thread_reason_; }
   // Flow-level mode: how many times the rates were recomputed.
@@ -371,6 +375,7 @@ class Network : public EventTarget {
   Time window_end_ = kNever;          // the running window's end (one thread: cut by a fabric event)
   Time end_time_ = 0;
   std::uint64_t events_run_ = 0;
+  std::uint64_t windows_ = 0, windows_side_by_side_ = 0;
   std::size_t peak_packets_ = 0;
   std::string single_thread_reason_;
   std::string capture_a_, capture_b_; // the captured link's nodes share a thread

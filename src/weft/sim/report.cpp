@@ -223,7 +223,9 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
     for (const std::string& line : describe_stall(net, stall)) std::fprintf(out, "%s\n", line.c_str());
   }
   if (net.threads() > 1)
-    std::fprintf(out, "parallel engine: %d threads, time windows of up to %.3f us\n", net.threads(), to_us(net.window()));
+    std::fprintf(out, "parallel engine: %d threads, time windows of up to %.3f us, %llu of %llu windows side by side\n", net.threads(),
+                 to_us(net.window()), static_cast<unsigned long long>(net.windows_side_by_side()),
+                 static_cast<unsigned long long>(net.windows()));
   else if (!net.single_thread_reason().empty())
     std::fprintf(out, "parallel engine: one thread (%s)\n", net.single_thread_reason().c_str());
   if (net.config().mode == SimMode::kFlow)
