@@ -1389,6 +1389,24 @@ TEST(SimParallel, AnyNumberOfThreadsGivesTheSameOutputFiles) {
   }
 }
 
+// A run stopped at its time limit records the sends its ranks posted, and no other (the
+// records are made before the run, in the order of the ranks' steps).
+TEST(SimOutputs, AStoppedRunRecordsOnlyThePostedSends) {
+  SimRun all = simulate("single-switch.yaml", "allreduce:ring:16MB");
+  ASSERT_TRUE(all.finished);
+  const std::size_t sends = all.net->flows().size();
+  EXPECT_EQ(sends, 16u * 30u);  // 16 ranks, 2 x 15 steps of one send
+  SimRun stopped = simulate("single-switch.yaml", "allreduce:ring:16MB", {"time_limit=300us"});
+  ASSERT_FALSE(stopped.finished);
+  EXPECT_EQ(stopped.net->finish_time(), 300 * kUs);
+  const auto& flows = stopped.net->flows();
+  EXPECT_GT(flows.size(), 0u);
+  EXPECT_LT(flows.size(), sends);
+  for (const FlowRecord& f : flows) EXPECT_LE(f.start, 300 * kUs);
+  // A rank's unacknowledged sends are of the steps it began (one send a step), not the later.
+  for (const RankWait& w : stopped.net->stall().waits) EXPECT_LE(w.unacknowledged.size(), w.step + 1) << w.agent;
+}
+
 // What reads another node's state at once (the flow-level mode, remote adaptive routing, a
 // pcap capture) runs on one thread, and says so.
 TEST(SimParallel, WhatCannotBeSplitRunsOnOneThread) {

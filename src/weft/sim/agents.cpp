@@ -375,6 +375,8 @@ bool Network::run(bool progress) {
   merge_shards();
   if (agents_left_ == 0) return true;
   finish_ = time_limit ? cfg_.time_limit : end_time_;  // simulated up to the limit; or until nothing was left
+  // The records of sends never posted go (they were made before the run, in step order).
+  flows_.erase(std::remove_if(flows_.begin(), flows_.end(), [](const FlowRecord& f) { return f.start == kNever; }), flows_.end());
   stall_ = find_stall(time_limit);
   return false;
 }
