@@ -407,7 +407,8 @@ void Network::transmit(int port, std::uint32_t id) {
       schedule(now + cut_through_time(P.bps) + P.delay + wire_jitter(P), ports_[P.peer].node, kArrive, arrival(id, P.peer));
     }
   }
-  schedule(now + serialization(p.frame, P.bps), P.node, kTxDone, static_cast<std::uint64_t>(port));
+  // (The packet rides in the event's upper half for prefetch: tx_done reads it.)
+  schedule(now + serialization(p.frame, P.bps), P.node, kTxDone, static_cast<std::uint32_t>(port) | static_cast<std::uint64_t>(id) << 32);
 }
 
 bool Network::frame_lost(int node, const Packet& p) {
@@ -821,7 +822,7 @@ std::string Network::port_name(int port) const {
 
 void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
   switch (kind) {
-    case kTxDone: tx_done(static_cast<int>(arg)); break;
+    case kTxDone: tx_done(static_cast<int>(static_cast<std::uint32_t>(arg))); break;
     case kArrive: arrive(static_cast<std::uint32_t>(arg)); break;
     case kPauseExpire: pause_expired(static_cast<int>(arg / 8), static_cast<int>(arg % 8)); break;
     case kPauseRefresh: {
@@ -863,7 +864,8 @@ void Network::prefetch(std::uint32_t kind, std::uint64_t arg) const {
     __builtin_prefetch(&pool_.at(static_cast<std::uint32_t>(arg)));
     __builtin_prefetch(&ports_[arg >> 32]);
   } else if (kind == kTxDone) {
-    __builtin_prefetch(&ports_[arg]);
+    __builtin_prefetch(&ports_[static_cast<std::uint32_t>(arg)]);
+    __builtin_prefetch(&pool_.at(static_cast<std::uint32_t>(arg >> 32)));
   }
 }
 
