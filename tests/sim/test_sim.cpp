@@ -750,7 +750,7 @@ TEST(SimValidation, HpccHoldsTheQueueNearZeroAndSharesFairly) {
   EXPECT_LT(queued / std::max(n, 1), 3 * (1024 + kHeaderBytes + kIntBytes + kWireOverhead));
   // The first round trip: every sender starts with a full BDP (line rate x T).
   std::int64_t peak = 0;
-  for (const Port& p : r.net->ports()) peak = std::max(peak, p.max_queue_bytes[3]);
+  for (const Port& p : r.net->ports()) peak = std::max(peak, p.c[3].max_queue_bytes);
   EXPECT_LE(peak, 7 * 125'000);
   EXPECT_EQ(r.net->counters().pauses, 0);
   EXPECT_EQ(r.net->counters().cnps, 0);
@@ -1002,7 +1002,7 @@ TEST(SimValidation, LosslessTrafficStaysWithinTheSwitchBuffer) {
         peak = std::max(peak, r.net->buffer_peak(static_cast<int>(n)));
       }
     for (const Port& p : r.net->ports())
-      for (std::int64_t q : p.max_queue_bytes) EXPECT_LE(q, buffer);
+      for (const Port::Class& k : p.c) EXPECT_LE(k.max_queue_bytes, buffer);
     EXPECT_GT(peak, buffer / 8) << "the incast fills the buffer: " << peak << " " << cc;
     EXPECT_EQ(r.net->counters().drops, 0) << cc;
     EXPECT_GT(r.net->counters().pauses, 0) << cc;

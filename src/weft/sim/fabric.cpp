@@ -46,7 +46,7 @@ void Network::build_ports() {
       p.bps = link.bps;
       int receiver = side == 0 ? link.b : link.a;
       p.delay = link.delay + nodes[receiver].latency;
-      for (int q = 0; q < 8; ++q) p.paused_since[q] = kNever;
+      for (int q = 0; q < 8; ++q) p.c[q].paused_since = kNever;
       p.jitter = std::min<Time>(cfg_.link_jitter, serialization(kPauseFrame, p.bps) * 9 / 10);
       node_ports_[p.node].push_back(side == 0 ? pa : pb);
     }
@@ -246,7 +246,7 @@ int Network::pick_port(int node, Packet& p) {
     for (int i = 0; i < n; ++i) {
       int port = c[(start + static_cast<std::uint32_t>(i)) % static_cast<std::uint32_t>(n)];
       const Port& P = ports_[port];
-      std::int64_t load = P.queue_bytes[p.queue] + (P.busy ? 1 : 0);
+      std::int64_t load = P.c[p.queue].queue_bytes + (P.busy ? 1 : 0);
       if (best < 0 || load < best_load) {
         best = port;
         best_load = load;
@@ -281,12 +281,12 @@ int Network::pick_port(int node, Packet& p) {
 std::int64_t Network::signalled_queue(int port, int queue) {
   Port& P = ports_[static_cast<std::size_t>(port)];
   const Time now = clock();
-  if (!P.signalled[queue] || now - P.signalled_at[queue] >= cfg_.ar_signal_interval) {
-    P.signalled[queue] = true;
-    P.signalled_at[queue] = now;
-    P.signalled_bytes[queue] = P.queue_bytes[queue];
+  if (!P.c[queue].signalled || now - P.c[queue].signalled_at >= cfg_.ar_signal_interval) {
+    P.c[queue].signalled = true;
+    P.c[queue].signalled_at = now;
+    P.c[queue].signalled_bytes = P.c[queue].queue_bytes;
   }
-  return P.signalled_bytes[queue];
+  return P.c[queue].signalled_bytes;
 }
 
 int Network::adaptive_pick(int node, const Packet& p, const std::int32_t* c, int n) {
@@ -299,7 +299,7 @@ int Network::adaptive_pick(int node, const Packet& p, const std::int32_t* c, int
   for (int i = 0; i < n; ++i) {
     const int port = c[(start + static_cast<std::uint32_t>(i)) % static_cast<std::uint32_t>(n)];
     const Port& P = ports_[static_cast<std::size_t>(port)];
-    std::int64_t load = P.queue_bytes[p.queue] + (P.busy ? 1 : 0);
+    std::int64_t load = P.c[p.queue].queue_bytes + (P.busy ? 1 : 0);
     const int next = ports_[static_cast<std::size_t>(P.peer)].node;
     if (cfg_.ar_remote && !node_is_endpoint(next)) {
       // The next switch's least queue toward the destination, as it signalled it.
@@ -332,7 +332,7 @@ void Network::try_send(int port) {
   Port& P = ports_[port];
   if (P.busy || !P.up) return;
   const Time now = clock();
-  auto paused = [&](int q) { return P.paused_until[q] > now && now >= P.watchdog_until[q]; };
+  auto paused = [&](int q) { return P.c[q].paused_until > now && now >= P.c[q].watchdog_until; };
   std::uint32_t id = kNone;
   if (!P.control.empty()) {
     id = P.control.pop();
@@ -355,13 +355,13 @@ void Network::try_send(int port) {
           if (P.holds(q) && !paused(q)) {
             std::uint32_t head = queue_head(port, q);
             double size = pool_[head].frame + kWireOverhead;
-            if (P.deficit[q] >= size) {
-              P.deficit[q] -= size;
+            if (P.c[q].deficit >= size) {
+              P.c[q].deficit -= size;
               id = dequeue(port, q);
-              if (!P.holds(q)) P.deficit[q] = 0;
+              if (!P.holds(q)) P.c[q].deficit = 0;
               break;
             }
-            P.deficit[q] += cfg_.dwrr_weight[q] * static_cast<double>(cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead);
+            P.c[q].deficit += cfg_.dwrr_weight[q] * static_cast<double>(cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead);
           }
           P.dwrr_next = (q + 1) % std::max(1, std::min(cfg_.strict_queue, 8));
         }
@@ -372,7 +372,7 @@ void Network::try_send(int port) {
       // Left a queue (endpoint_pull marks its fresh packets with port -2).
       Packet& p = pool_[id];
       std::int64_t wire = p.frame + kWireOverhead;
-      P.queue_bytes[p.queue] -= wire;
+      P.c[p.queue].queue_bytes -= wire;
       if (p.port >= 0) dequeued_at_switch(port, p);
     }
   }
@@ -390,7 +390,7 @@ void Network::transmit(int port, std::uint32_t id) {
   ++P.tx_frames;
   if (cfg_.cc == CongestionControl::kHpcc && p.type == PacketType::kData && !node_is_endpoint(P.node)) {
     IntStack& s = int_of(id);
-    if (s.n < kMaxIntHops) s.hop[s.n++] = {P.bps, clock(), P.tx_bytes, P.queue_bytes[p.queue]};
+    if (s.n < kMaxIntHops) s.hop[s.n++] = {P.bps, clock(), P.tx_bytes, P.c[p.queue].queue_bytes};
   }
   if (p.type == PacketType::kData) P.tx_payload += p.payload;
   if (pcap_ && P.link == pcap_link_) pcap_write(p);
@@ -488,16 +488,16 @@ void Network::forward(int node, std::uint32_t id) {
     // Into the shared buffer while this port is under xOFF and the buffer has room, else
     // into the port's headroom; past that the pause came too late and the packet is lost.
     const Port& I = ports_[in];
-    const bool shared = I.ingress_bytes[q] + wire <= xoff_threshold(node) && buffer_used_[node] + wire <= shared_size_[node];
-    if (!shared && I.headroom_bytes[q] + wire > I.headroom) {
+    const bool shared = I.c[q].ingress_bytes + wire <= xoff_threshold(node) && buffer_used_[node] + wire <= shared_size_[node];
+    if (!shared && I.c[q].headroom_bytes + wire > I.headroom) {
       ++sh().counters.headroom_drops;
       ++O.drops;
       drop(id);
       return;
     }
     p.in_headroom = !shared;
-  } else if (O.queue_bytes[q] + wire > cfg_.drop_threshold || buffer_used_[node] + wire > shared_size_[node] ||
-             (cfg_.trim && cfg_.trim_threshold > 0 && O.queue_bytes[q] + wire > cfg_.trim_threshold && !p.trimmed)) {
+  } else if (O.c[q].queue_bytes + wire > cfg_.drop_threshold || buffer_used_[node] + wire > shared_size_[node] ||
+             (cfg_.trim && cfg_.trim_threshold > 0 && O.c[q].queue_bytes + wire > cfg_.trim_threshold && !p.trimmed)) {
     if (cfg_.trim && trim(p)) {
       ++O.trims;
       forward(node, id);  // the header alone, in its own queue (it is trimmed once)
@@ -510,7 +510,7 @@ void Network::forward(int node, std::uint32_t id) {
   if (cfg_.ecn && p.ect && !p.ce) {
     // A VOQ switch marks on the depth of the packet's own virtual output queue.
     const VirtualOutputQueues* v = voq_in_use(out, q);
-    std::int64_t depth = v ? v->bytes(voq_input(in)) : O.queue_bytes[q];
+    std::int64_t depth = v ? v->bytes(voq_input(in)) : O.c[q].queue_bytes;
     bool mark = false;
     if (depth >= cfg_.wred_max) mark = true;
     else if (depth > cfg_.wred_min)
@@ -523,19 +523,19 @@ void Network::forward(int node, std::uint32_t id) {
     }
   }
   enqueue(out, q, id);
-  O.queue_bytes[q] += wire;
-  O.max_queue_bytes[q] = std::max(O.max_queue_bytes[q], O.queue_bytes[q]);
+  O.c[q].queue_bytes += wire;
+  O.c[q].max_queue_bytes = std::max(O.c[q].max_queue_bytes, O.c[q].queue_bytes);
   if (p.in_headroom) {
-    ports_[in].headroom_bytes[q] += wire;
+    ports_[in].c[q].headroom_bytes += wire;
     headroom_used_[node] += wire;
   } else {
     buffer_used_[node] += wire;
-    if (in >= 0) ports_[in].ingress_bytes[q] += wire;
+    if (in >= 0) ports_[in].c[q].ingress_bytes += wire;
   }
   buffer_peak_[node] = std::max(buffer_peak_[node], buffer_used_[node] + headroom_used_[node]);
   if (lossless) {
     Port& I = ports_[in];
-    if (!I.pausing[q] && (p.in_headroom || I.ingress_bytes[q] >= xoff_threshold(node))) send_pfc(in, q, true);
+    if (!I.c[q].pausing && (p.in_headroom || I.c[q].ingress_bytes >= xoff_threshold(node))) send_pfc(in, q, true);
   }
   try_send(out);
 }
@@ -564,7 +564,7 @@ VirtualOutputQueues* Network::voq_in_use(int port, int q) {
 
 std::uint32_t Network::queue_head(int port, int q) {
   if (const VirtualOutputQueues* v = voq_of(port, q)) return v->front();
-  return ports_[static_cast<std::size_t>(port)].queue[q].front();
+  return ports_[static_cast<std::size_t>(port)].c[q].queue.front();
 }
 
 std::uint32_t Network::dequeue(int port, int q) {
@@ -593,16 +593,16 @@ void Network::dequeued_at_switch(int port, const Packet& p) {
   const int node = ports_[port].node, q = p.queue;
   Port& I = ports_[p.port];
   if (p.in_headroom) {
-    I.headroom_bytes[q] -= wire;
+    I.c[q].headroom_bytes -= wire;
     headroom_used_[node] -= wire;
   } else {
     buffer_used_[node] -= wire;
-    I.ingress_bytes[q] -= wire;
+    I.c[q].ingress_bytes -= wire;
   }
   // Resume once well under xOFF, or once empty: the dynamic xOFF may be below the offset
   // while the buffer is full, and an empty port sees no more departures to check again.
-  if (I.pausing[q] && !I.storming[q] && I.headroom_bytes[q] == 0 &&
-      (I.ingress_bytes[q] == 0 || I.ingress_bytes[q] + cfg_.pfc_xon_offset <= xoff_threshold(node)))
+  if (I.c[q].pausing && !I.c[q].storming && I.c[q].headroom_bytes == 0 &&
+      (I.c[q].ingress_bytes == 0 || I.c[q].ingress_bytes + cfg_.pfc_xon_offset <= xoff_threshold(node)))
     send_pfc(p.port, q, false);
 }
 
@@ -638,8 +638,8 @@ void Network::reserve_buffers() {
 
 void Network::send_pfc(int port, int queue, bool pause) {
   Port& P = ports_[port];
-  bool transition = P.pausing[queue] != pause;
-  P.pausing[queue] = pause;
+  bool transition = P.c[queue].pausing != pause;
+  P.c[queue].pausing = pause;
   std::uint32_t id = pool_.alloc(sh().index);
   Packet& f = pool_[id];
   f.type = PacketType::kPause;
@@ -668,9 +668,9 @@ void Network::receive_pfc(int port, const Packet& f) {
   const int q = f.queue;
   const Time now = clock();
   auto end_pause = [&] {
-    if (P.paused_since[q] != kNever) P.paused_total[q] += now - P.paused_since[q];
-    P.paused_since[q] = kNever;
-    P.paused_until[q] = now;
+    if (P.c[q].paused_since != kNever) P.c[q].paused_total += now - P.c[q].paused_since;
+    P.c[q].paused_since = kNever;
+    P.c[q].paused_until = now;
   };
   if (f.psn == 0) {
     end_pause();
@@ -678,26 +678,26 @@ void Network::receive_pfc(int port, const Packet& f) {
     return;
   }
   ++P.pauses_received;
-  if (now < P.watchdog_until[q]) return;  // the watchdog ignores this queue's pauses for now
-  if (P.paused_since[q] == kNever) P.paused_since[q] = now;
-  if (cfg_.pfc_watchdog > 0 && now - P.paused_since[q] >= cfg_.pfc_watchdog) {
+  if (now < P.c[q].watchdog_until) return;  // the watchdog ignores this queue's pauses for now
+  if (P.c[q].paused_since == kNever) P.c[q].paused_since = now;
+  if (cfg_.pfc_watchdog > 0 && now - P.c[q].paused_since >= cfg_.pfc_watchdog) {
     // A pause storm: the queue has not moved for the watchdog time. Break it.
     ++sh().counters.watchdog_storms;
     end_pause();
-    P.watchdog_until[q] = now + cfg_.pfc_watchdog;
+    P.c[q].watchdog_until = now + cfg_.pfc_watchdog;
     try_send(port);
     return;
   }
-  P.paused_until[q] = now + static_cast<Time>(std::llround(f.psn * 512.0 * 1e12 / P.bps));
-  schedule(P.paused_until[q], P.node, kPauseExpire, static_cast<std::uint64_t>(port) * 8 + static_cast<std::uint64_t>(q));
+  P.c[q].paused_until = now + static_cast<Time>(std::llround(f.psn * 512.0 * 1e12 / P.bps));
+  schedule(P.c[q].paused_until, P.node, kPauseExpire, static_cast<std::uint64_t>(port) * 8 + static_cast<std::uint64_t>(q));
 }
 
 void Network::pause_expired(int port, int queue) {
   Port& P = ports_[port];
   const Time now = clock();
-  if (P.paused_until[queue] != now || P.paused_since[queue] == kNever) return;  // extended or resumed since
-  P.paused_total[queue] += now - P.paused_since[queue];
-  P.paused_since[queue] = kNever;
+  if (P.c[queue].paused_until != now || P.c[queue].paused_since == kNever) return;  // extended or resumed since
+  P.c[queue].paused_total += now - P.c[queue].paused_since;
+  P.c[queue].paused_since = kNever;
   try_send(port);
 }
 
@@ -716,14 +716,14 @@ void Network::set_link(int link, bool up, double bps) {
       while (P.holds(q)) {
         std::uint32_t id = dequeue(port, q);
         Packet& p = pool_[id];
-        P.queue_bytes[q] -= p.frame + kWireOverhead;
+        P.c[q].queue_bytes -= p.frame + kWireOverhead;
         if (p.port >= 0) dequeued_at_switch(port, p);
         ++sh().counters.lost_on_failure;
         pool_.release(sh().index, id);
       }
-      if (P.paused_since[q] != kNever) P.paused_total[q] += clock() - P.paused_since[q];
-      P.paused_since[q] = kNever;
-      P.paused_until[q] = 0;
+      if (P.c[q].paused_since != kNever) P.c[q].paused_total += clock() - P.c[q].paused_since;
+      P.c[q].paused_since = kNever;
+      P.c[q].paused_until = 0;
     }
     while (!P.control.empty()) pool_.release(sh().index, P.control.pop());
   }
@@ -744,7 +744,7 @@ void Network::apply_failure(const Failure& f) {
   if (f.kind == Failure::Kind::kPauseStorm) {
     for (int l : links) {
       int port = ports_[link_port_[l]].node == a ? link_port_[l] : link_port_[l] + 1;
-      ports_[port].storming[cfg_.roce_queue] = true;
+      ports_[port].c[cfg_.roce_queue].storming = true;
       send_pfc(port, cfg_.roce_queue, true);
     }
     return;
@@ -769,8 +769,8 @@ void Network::sample_queues() {
   if (cfg_.mode != SimMode::kFlow)
     for (std::size_t port = 0; port < ports_.size(); ++port)
       for (int q = 0; q < 8; ++q)
-        if (ports_[port].queue_bytes[q] > 0)
-          samples_.push_back(QueueSample{clock(), static_cast<int>(port), q, ports_[port].queue_bytes[q]});
+        if (ports_[port].c[q].queue_bytes > 0)
+          samples_.push_back(QueueSample{clock(), static_cast<int>(port), q, ports_[port].c[q].queue_bytes});
   if (!cfg_.sample_qps) return;
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     QueuePair& q = qps_[i];
@@ -827,7 +827,7 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
     case kPauseExpire: pause_expired(static_cast<int>(arg / 8), static_cast<int>(arg % 8)); break;
     case kPauseRefresh: {
       int port = static_cast<int>(arg / 8), q = static_cast<int>(arg % 8);
-      if (ports_[port].pausing[q] && ports_[port].up) send_pfc(port, q, true);
+      if (ports_[port].c[q].pausing && ports_[port].up) send_pfc(port, q, true);
       break;
     }
     case kEndpointWake: {

@@ -51,44 +51,48 @@ struct Port {
   bool endpoint_wake_pending = false;
   std::int64_t tx_bytes = 0, tx_frames = 0, tx_payload = 0;
   PacketFifo control;       // PFC frames: ahead of everything, never paused
-  PacketFifo queue[8];
-  std::int64_t queue_bytes[8] = {};
-  std::int64_t max_queue_bytes[8] = {};
-  double deficit[8] = {};
   int dwrr_next = 0;
-  // Being paused by the peer (we are the upstream sender).
-  Time paused_until[8] = {};
-  Time paused_since[8] = {};
-  Time paused_total[8] = {};
-  Time watchdog_until[8] = {};
-  bool wake_pending[8] = {};
-  // Pausing the peer (we are the downstream receiver): bytes held here that came in here,
-  // in the node's shared buffer and in this port's PFC headroom (sized `headroom`).
-  std::int64_t ingress_bytes[8] = {};
-  std::int64_t headroom_bytes[8] = {};
   std::int64_t headroom = 0;
-  bool pausing[8] = {};
-  bool storming[8] = {};    // a pause storm injected here: never resumes
   // Counters.
   std::int64_t pauses_sent = 0, resumes_sent = 0, pauses_received = 0;
   std::int64_t ecn_marks = 0, drops = 0, trims = 0;
   Time endpoint_wake_at = kNever;
-  // Adaptive routing: the queue bytes this port signalled last (per class) and when.
-  std::int64_t signalled_bytes[8] = {};
-  Time signalled_at[8] = {};
-  bool signalled[8] = {};
+  // Each traffic class's state together, what a frame of the class reads in its first cache
+  // line: the queue, its bytes, and whether the peer pauses it.
+  struct alignas(64) Class {
+    PacketFifo queue;
+    std::int64_t queue_bytes = 0;
+    std::int64_t max_queue_bytes = 0;
+    // Being paused by the peer (we are the upstream sender).
+    Time paused_until = 0;
+    Time watchdog_until = 0;
+    // Pausing the peer (we are the downstream receiver): bytes held here that came in here,
+    // in the node's shared buffer and in this port's PFC headroom (sized `headroom`).
+    std::int64_t ingress_bytes = 0;
+    std::int64_t headroom_bytes = 0;
+    bool pausing = false;
+    bool storming = false;  // a pause storm injected here: never resumes
+    bool wake_pending = false;
+    bool signalled = false;
+    double deficit = 0;
+    Time paused_since = 0;
+    Time paused_total = 0;
+    // Adaptive routing: the queue bytes this port signalled last and when.
+    std::int64_t signalled_bytes = 0;
+    Time signalled_at = 0;
+  } c[8];
 
   bool holds(int q) const { return (backlog >> q) & 1u; }
   void set_holds(int q, bool holds) {
     backlog = static_cast<std::uint8_t>(holds ? backlog | (1u << q) : backlog & ~(1u << q));
   }
   void enqueue(int q, std::uint32_t id) {
-    queue[q].push(id);
+    c[q].queue.push(id);
     set_holds(q, true);
   }
   std::uint32_t dequeue(int q) {
-    const std::uint32_t id = queue[q].pop();
-    if (queue[q].empty()) set_holds(q, false);
+    const std::uint32_t id = c[q].queue.pop();
+    if (c[q].queue.empty()) set_holds(q, false);
     return id;
   }
 };

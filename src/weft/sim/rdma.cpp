@@ -139,7 +139,7 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
     }
     if (window_full(q)) continue;  // the window's bytes are in flight; an ACK reopens it
     const Port& P = ports_[port];
-    if (P.paused_until[q.queue] > now && now >= P.watchdog_until[q.queue]) continue;  // its class is paused here
+    if (P.c[q.queue].paused_until > now && now >= P.c[q.queue].watchdog_until) continue;  // its class is paused here
     // Would this QP's next packet leave through `port`?
     const Candidates next = routes_to(node, gpu_rank_of_node_[q.dst]);
     const std::int32_t* c = next.ports;
@@ -295,7 +295,7 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
   }
   Port& O = ports_[out];
   enqueue(out, p.queue, id);
-  O.queue_bytes[p.queue] += p.frame + kWireOverhead;
+  O.c[p.queue].queue_bytes += p.frame + kWireOverhead;
   try_send(out);
 }
 

@@ -58,8 +58,8 @@ class CsvRow {
 Time paused_time(const Network& net, const Port& p) {
   Time t = 0;
   for (int q = 0; q < 8; ++q) {
-    t += p.paused_total[q];
-    if (p.paused_since[q] != kNever && net.finish_time() > p.paused_since[q]) t += net.finish_time() - p.paused_since[q];
+    t += p.c[q].paused_total;
+    if (p.c[q].paused_since != kNever && net.finish_time() > p.c[q].paused_since) t += net.finish_time() - p.c[q].paused_since;
   }
   return t;
 }
@@ -359,7 +359,7 @@ void emit_outputs(const Network& net, OutputSink& out) {
     const Port& P = net.ports()[p];
     const Time paused = paused_time(net, P);
     std::int64_t maxq = 0;
-    for (int q = 0; q < 8; ++q) maxq = std::max(maxq, P.max_queue_bytes[q]);
+    for (int q = 0; q < 8; ++q) maxq = std::max(maxq, P.c[q].max_queue_bytes);
     std::snprintf(buf, sizeof buf, "%zu,%s,%s,%s,%g,%lld,%lld,%.6f,%lld,%lld,%lld,%lld,%lld,%.6f,%lld\n", p,
                   t.nodes[P.node].name.c_str(), t.nodes[net.ports()[P.peer].node].name.c_str(), t.links[P.link].tier.c_str(),
                   P.bps / 1e9, static_cast<long long>(P.tx_bytes), static_cast<long long>(P.tx_payload),

@@ -75,7 +75,7 @@ Stall Network::find_stall(bool time_limit) const {
   // Paused links: egress port O waits for O' when O's receiver pauses it on a buffer that
   // holds packets queued at O' (they came in through O's link) and O' is paused too.
   const Time now = finish_;  // where the run stopped
-  auto paused = [&](const Port& P, int q) { return P.paused_until[q] > now && now >= P.watchdog_until[q]; };
+  auto paused = [&](const Port& P, int q) { return P.c[q].paused_until > now && now >= P.c[q].watchdog_until; };
   for (int q = 0; q < 8 && s.pfc_cycle.empty(); ++q) {
     std::vector<std::vector<int>> waits_on(ports_.size());
     bool any = false;
@@ -91,7 +91,7 @@ Stall Network::find_stall(bool time_limit) const {
         for (int i = 0; i < v->inputs(); ++i)
           if (!v->empty(i)) came_in_by(own[static_cast<std::size_t>(i)]);
       } else {
-        for (std::size_t i = 0; i < O.queue[q].size(); ++i) came_in_by(pool_.at(O.queue[q].at(i)).port);
+        for (std::size_t i = 0; i < O.c[q].queue.size(); ++i) came_in_by(pool_.at(O.c[q].queue.at(i)).port);
       }
       for (int u : upstream) waits_on[u].push_back(static_cast<int>(o));
       any = any || !upstream.empty();
