@@ -828,9 +828,9 @@ TEST(SimValidation, SwiftHoldsItsTargetDelayAtLineRate) {
                     {"cc=swift", "time_limit=10ms", "sample.qps=on", "sample.interval=100us", std::string("swift.fs_range=") + fs_range});
   };
   SimRun r = run("0"), scaled = run("5us");
-  auto shares_by_ms = [](const SimRun& run) {
+  auto shares_by_ms = [](const SimRun& sim) {
     std::map<Time, std::vector<double>> shares;
-    for (const QpSample& q : run.net->qp_samples()) {
+    for (const QpSample& q : sim.net->qp_samples()) {
       if (q.at <= 2 * kMs) continue;
       shares[(q.at - 1) / kMs].resize(8);
       shares[(q.at - 1) / kMs][static_cast<std::size_t>(q.qp)] += static_cast<double>(q.delivered_bytes);
@@ -1376,7 +1376,9 @@ TEST(SimParallel, AnyNumberOfThreadsGivesTheSameOutputFiles) {
       EXPECT_EQ(net.threads(), threads) << cases[c].workload;
       // The fat tree's windows are large enough to run side by side (the others' mostly not:
       // one thread runs their shards in turn).
-      if (threads > 1 && c == 1) EXPECT_GT(net.windows_side_by_side(), net.windows() / 4);
+      if (threads > 1 && c == 1) {
+        EXPECT_GT(net.windows_side_by_side(), net.windows() / 4);
+      }
       const std::string out = dir + "/" + std::to_string(c) + "-" + std::to_string(threads);
       write_outputs(net, out);
       for (const char* f : {"summary.json", "flows.csv", "links.csv", "queues.csv", "pfc.csv", "counters.csv", "nodes.csv", "qps.csv"}) {
