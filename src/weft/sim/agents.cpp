@@ -409,6 +409,7 @@ void Network::schedule(Time at, int node, std::uint32_t kind, std::uint64_t arg)
   const int to = node_shard_[static_cast<std::size_t>(node)];
   if (to == me.index) me.queue.schedule(at, key, node, this, kind, arg);
   else if (&me == &coord_) shards_[static_cast<std::size_t>(to)]->queue.schedule(at, key, node, this, kind, arg);
+  else if (at < window_end_) throw InternalError("simulator: an event for another thread's node within the window");
   else me.outbox[static_cast<std::size_t>(to)].push_back(Mail{at, key, arg, kind, node});
 }
 
