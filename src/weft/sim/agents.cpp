@@ -25,54 +25,40 @@ static bool is_order(const Workload& w, int from, const Transfer& s) {
   return s.bytes == 0 && w.agents[static_cast<std::size_t>(s.peer)].gpu == w.agents[static_cast<std::size_t>(from)].gpu;
 }
 
-void Network::make_flow_records() {
-  step_base_.assign(work_.agents.size() + 1, 0);
-  for (std::size_t a = 0; a < work_.agents.size(); ++a) step_base_[a + 1] = step_base_[a] + work_.agents[a].steps.size();
-  first_flow_.assign(step_base_.back() + 1, 0);
-  std::size_t sends = 0;
-  for (std::size_t a = 0; a < work_.agents.size(); ++a)
-    for (std::size_t st = 0; st < work_.agents[a].steps.size(); ++st) {
-      first_flow_[step_base_[a] + st] = static_cast<int>(sends);
-      for (const Transfer& s : work_.agents[a].steps[st].sends) sends += is_order(work_, static_cast<int>(a), s) ? 0 : 1;
-    }
-  first_flow_.back() = static_cast<int>(sends);
-  if (sends > static_cast<std::size_t>(std::numeric_limits<int>::max()))
-    throw ConfigError(fmt::format("workload: {} sends, more than the {} flows a run can record", sends, std::numeric_limits<int>::max()));
-  flows_.assign(sends, FlowRecord{});
+void Network::make_sends() {
+  std::size_t sends = 0, steps = 0;
+  for (const Agent& agent : work_.agents) {
+    steps += agent.steps.size();
+    for (const WorkStep& step : agent.steps) sends += step.sends.size();
+  }
+  flows_.reserve(sends);
+  step_base_.reserve(work_.agents.size());
+  first_flow_.reserve(steps);
   for (std::size_t a = 0; a < work_.agents.size(); ++a) {
     const Agent& agent = work_.agents[a];
-    for (std::size_t st = 0; st < agent.steps.size(); ++st) {
-      int flow = first_flow_[step_base_[a] + st];
-      for (const Transfer& s : agent.steps[st].sends) {
+    step_base_.push_back(first_flow_.size());
+    for (const WorkStep& step : agent.steps) {
+      first_flow_.push_back(static_cast<int>(flows_.size()));
+      for (const Transfer& s : step.sends) {
         if (is_order(work_, static_cast<int>(a), s)) continue;
-        FlowRecord& f = flows_[static_cast<std::size_t>(flow++)];
+        if (flows_.size() == static_cast<std::size_t>(std::numeric_limits<int>::max()))
+          throw ConfigError(fmt::format("workload: more than the {} sends a run can record", std::numeric_limits<int>::max()));
+        const int flow = static_cast<int>(flows_.size());
+        FlowRecord& f = flows_.emplace_back();
         f.src_agent = static_cast<int>(a);
         f.dst_agent = s.peer;
         f.src_gpu = agent.gpu;
         f.dst_gpu = work_.agents[static_cast<std::size_t>(s.peer)].gpu;
         f.bytes = s.bytes;
         f.start = kNever;  // not posted yet
-        f.collective = agent.steps[st].collective;
+        f.collective = step.collective;
         // Not done: each part is counted off when it is posted.
         f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = 1;
-      }
-    }
-  }
-}
-
-void Network::make_queue_pairs() {
-  for (std::size_t a = 0; a < work_.agents.size(); ++a) {
-    const Agent& agent = work_.agents[a];
-    for (std::size_t st = 0; st < agent.steps.size(); ++st) {
-      int flow = first_flow_[step_base_[a] + st];
-      for (const Transfer& s : agent.steps[st].sends) {
-        if (is_order(work_, static_cast<int>(a), s)) continue;
-        const int this_flow = flow++;
-        if (agent.gpu == work_.agents[static_cast<std::size_t>(s.peer)].gpu) continue;  // no network traffic
-        for_each_part(s.bytes, [&](int i, int, std::int64_t pk, std::int64_t part_bytes) {
+        if (f.src_gpu == f.dst_gpu) continue;  // no network traffic, no QP
+        for_each_part(s.bytes, [&](int i, std::int64_t pk, std::int64_t part_bytes) {
           QueuePair& q = qps_[static_cast<std::size_t>(qp_for(static_cast<int>(a), s.peer, i))];
           if (cfg_.mode == SimMode::kFlow) return;
-          QpMessage m{q.psn_planned, q.psn_planned + static_cast<std::uint32_t>(pk), part_bytes, this_flow};
+          QpMessage m{q.psn_planned, q.psn_planned + static_cast<std::uint32_t>(pk), part_bytes, flow};
           q.psn_planned = m.psn_end;
           q.rx.push_back(m);
         });
@@ -94,8 +80,7 @@ void Network::start_agents() {
         if (t.peer < 0 || t.peer >= static_cast<int>(work_.agents.size()))
           throw ConfigError("workload: rank " + std::to_string(agent.rank) + " sends to an unknown rank");
   }
-  make_flow_records();
-  make_queue_pairs();
+  make_sends();
   for (std::size_t a = 0; a < work_.agents.size(); ++a)
     if (work_.agents[a].steps.empty()) agents_[a].done = true;
     else ++agents_started_;
@@ -258,21 +243,17 @@ bool Network::run(bool progress) {
   std::barrier sync(static_cast<std::ptrdiff_t>(T));
   bool stop = false;
   std::vector<std::exception_ptr> errors(T);
-  auto window = [&](std::size_t i) {
+  // A shard's part of a window, its error kept for this thread to throw after the window.
+  auto guarded = [&](std::size_t i, void (Network::*part)(Shard&)) {
     current_ = shards_[i].get();
     try {
-      run_window(*shards_[i]);
+      (this->*part)(*shards_[i]);
     } catch (...) {
       errors[i] = std::current_exception();
     }
   };
-  auto deliver = [&](std::size_t i) {
-    try {
-      deliver_mail(*shards_[i]);
-    } catch (...) {
-      errors[i] = std::current_exception();
-    }
-  };
+  auto window = [&](std::size_t i) { guarded(i, &Network::run_window); };
+  auto deliver = [&](std::size_t i) { guarded(i, &Network::deliver_mail); };
   std::vector<std::thread> workers;
   for (std::size_t i = 1; i < T; ++i)
     workers.emplace_back([&, i] {
@@ -340,8 +321,7 @@ bool Network::run(bool progress) {
       last_window_events = shard_events - shard_events_before;
       shard_events_before = shard_events;
       if (progress) {
-        std::uint64_t events = coord_.queue.events_run();
-        for (const auto& sp : shards_) events += sp->queue.events_run();
+        const std::uint64_t events = coord_.queue.events_run() + shard_events;
         if (events - events_at_report >= 0x10000) {
           events_at_report = events;
           Time at = 0;

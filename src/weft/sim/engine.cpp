@@ -83,13 +83,10 @@ Time EventQueue::next_time() const {
     if (!late_.empty()) t = std::min(t, late_.front().at);
     return t;
   }
-  const std::uint64_t b = next_bucket();
-  if (b - bucket_ < kBuckets && on_wheel_ > 0) {
-    Time t = kNever;
-    for (const Event& e : wheel_[b & kSlotMask]) t = std::min(t, e.at);
-    return t;
-  }
-  return far_.front().at;
+  if (on_wheel_ == 0) return far_.front().at;
+  Time t = kNever;  // the next occupied bucket's earliest (its events are not sorted yet)
+  for (const Event& e : wheel_[next_bucket() & kSlotMask]) t = std::min(t, e.at);
+  return t;
 }
 
 void EventQueue::advance(std::uint64_t next) {

@@ -332,18 +332,17 @@ void Network::try_send(int port) {
   Port& P = ports_[port];
   if (P.busy || !P.up) return;
   const Time now = clock();
-  auto paused = [&](int q) { return P.c[q].paused_until > now && now >= P.c[q].watchdog_until; };
   std::uint32_t id = kNone;
   if (!P.control.empty()) {
     id = P.control.pop();
   } else {
     for (int q = 7; q >= cfg_.strict_queue && id == kNone; --q)
-      if (P.holds(q) && !paused(q)) id = dequeue(port, q);
+      if (P.holds(q) && !P.c[q].paused(now)) id = dequeue(port, q);
     if (id == kNone) {
       // Deficit round robin over the remaining queues, by configured weight.
       int eligible = 0, only = -1;
       for (int q = 0; q < cfg_.strict_queue && q < 8; ++q)
-        if (P.holds(q) && !paused(q)) {
+        if (P.holds(q) && !P.c[q].paused(now)) {
           ++eligible;
           only = q;
         }
@@ -352,7 +351,7 @@ void Network::try_send(int port) {
       } else if (eligible > 1) {
         for (int guard = 0; guard < 10000 && id == kNone; ++guard) {
           int q = P.dwrr_next;
-          if (P.holds(q) && !paused(q)) {
+          if (P.holds(q) && !P.c[q].paused(now)) {
             std::uint32_t head = queue_head(port, q);
             double size = pool_[head].frame + kWireOverhead;
             if (P.c[q].deficit >= size) {
@@ -801,7 +800,7 @@ Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
   if (hops.empty()) return 0;
   // The first packet is stored and forwarded at every hop (or cut through at its headers);
   // the others follow it back to back at the slowest link.
-  const std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
+  const std::int64_t packets = packets_of(bytes);
   const auto first = static_cast<std::uint32_t>(kHeaderBytes + kRethBytes + std::min<std::int64_t>(bytes, cfg_.mtu));
   const auto full = static_cast<std::uint32_t>(kHeaderBytes + cfg_.mtu);
   const auto last = static_cast<std::uint32_t>(kHeaderBytes + (bytes - cfg_.mtu * (packets - 1)));

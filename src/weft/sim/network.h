@@ -80,6 +80,8 @@ struct Port {
     // Adaptive routing: the queue bytes this port signalled last and when.
     std::int64_t signalled_bytes = 0;
     Time signalled_at = 0;
+    // The peer's pause holds the class at `now` (unless the watchdog ignores it).
+    bool paused(Time now) const { return paused_until > now && now >= watchdog_until; }
   } c[8];
 
   bool holds(int q) const { return (backlog >> q) & 1u; }
@@ -300,12 +302,13 @@ class Network : public EventTarget {
  private:
   // The parallel engine. Nodes are shared out among threads (shards); each shard runs the
   // events of its nodes from its own queue, in time windows no longer than the smallest
-  // link delay: nothing a node does reaches another node sooner, so the shards run a
+  // delay of a link between nodes not joined by links without delay (those share a
+  // shard): nothing a node does reaches another shard's node sooner, so the shards run a
   // window side by side and swap what they sent each other at its end. Events run by
   // (time, key), the key being the scheduling node's number and its count of events
   // scheduled, and every random draw comes from the drawing node's own streams, so a run
   // is the same for any number of threads. Events that act on the whole fabric (samples,
-  // failures, rerouting, the flow-level mode's rates) run between windows, before the
+  // failures, rerouting, the flow-level mode's rates) run between windows, after the
   // nodes' events of their time. Each shard keeps its own counters and logs, merged at
   // the end.
   struct Mail {
@@ -356,7 +359,6 @@ class Network : public EventTarget {
   // Schedules an event on `node` (-1: the whole fabric's, run between windows).
   void schedule(Time at, int node, std::uint32_t kind, std::uint64_t arg = 0);
   int agent_node(int agent) const { return topo_.gpus[static_cast<std::size_t>(work_.agents[static_cast<std::size_t>(agent)].gpu)]; }
-  int qp_node(int qp) const { return qps_[static_cast<std::size_t>(qp)].src; }
   void share_nodes(int threads);      // node_shard_: a balanced cut of the fabric
   void begin_run();                   // the threads, shards, and the first events
   void schedule_agent_starts();
@@ -382,7 +384,6 @@ class Network : public EventTarget {
   std::uint64_t windows_ = 0, windows_side_by_side_ = 0;
   std::size_t peak_packets_ = 0;
   std::string single_thread_reason_;
-  std::string capture_a_, capture_b_; // the captured link's nodes share a thread
   enum Event : std::uint32_t {
     kTxDone, kArrive, kPauseExpire, kPauseRefresh, kEndpointWake, kRto, kAlphaTimer, kRateTimer, kStepStart,
     kSample, kFailure, kReroute, kFluidUpdate, kFluidDelivered, kFluidAcked, kMessageReady
@@ -408,7 +409,7 @@ class Network : public EventTarget {
   void try_send(int port);
   void transmit(int port, std::uint32_t id);
   void tx_done(int port);
-  bool frame_lost(int node, const Packet& p);  // drawn from the sending node's stream  // link.loss and link.ber, drawn once per frame and link
+  bool frame_lost(int node, const Packet& p);  // link.loss and link.ber, drawn once per frame from the sending node's stream
   Time wire_jitter(const Port& P);
   void arrive(std::uint32_t id);
   // An arrival event's argument: the packet, and the port it comes in by (for prefetch).
@@ -448,18 +449,22 @@ class Network : public EventTarget {
   void sample_queues();
 
   // rdma.cpp
-  // How a message of `bytes` is cut over a connection's QPs: f(i, parts, packets, bytes)
-  // for each part i.
+  // A message of `bytes` is cut into MTU packets over up to rdma.qps QPs of its connection:
+  // how many parts, and f(i, packets, bytes) for each part i.
+  std::int64_t packets_of(std::int64_t bytes) const { return std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu); }
+  int parts_of(std::int64_t bytes) const {
+    return static_cast<int>(std::min<std::int64_t>(cfg_.qps_per_connection, packets_of(bytes)));
+  }
   template <class F>
   void for_each_part(std::int64_t bytes, F&& f) const {
-    const std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
-    const int parts = static_cast<int>(std::min<std::int64_t>(cfg_.qps_per_connection, packets));
+    const std::int64_t packets = packets_of(bytes);
+    const int parts = parts_of(bytes);
     std::int64_t given = 0;
     for (int i = 0; i < parts; ++i) {
       const std::int64_t pk = packets / parts + (i < packets % parts ? 1 : 0);
       const std::int64_t part_bytes = i + 1 == parts ? bytes - given : std::min(bytes - given, pk * cfg_.mtu);
       given += part_bytes;
-      f(i, parts, pk, part_bytes);
+      f(i, pk, part_bytes);
     }
   }
   int qp_for(int src_agent, int dst_agent, int part);
@@ -565,10 +570,6 @@ class Network : public EventTarget {
   std::vector<std::vector<int>> active_qps_;   // per GPU node
   std::vector<std::size_t> rr_qp_;              // per GPU node: round-robin cursor
   std::vector<int> qps_created_;                // per GPU node
-  // Every QP the workload's sends use, made before the run in the order of the ranks'
-  // steps (the n-th QP of a GPU gets the n-th UDP source port), each receiver's messages
-  // listed in the order its sender will post them.
-  void make_queue_pairs();
   // Agents.
   struct AgentState {
     std::size_t step = 0;
@@ -579,13 +580,14 @@ class Network : public EventTarget {
     std::unordered_map<int, std::int64_t> waiting;   // receives of the current step from peer
   };
   std::vector<AgentState> agents_;
-  // A record per send that moves data, made before the run in the order of the ranks'
-  // steps (its start is kNever until posted); first_flow_[step_base_[a] + s] is the first
-  // of rank a's step s.
+  // A record per send that moves data and the QPs it uses, made before the run in the order
+  // of the ranks' steps: a record's start is kNever until posted; the n-th QP of a GPU gets
+  // the n-th UDP source port; each receiver lists its messages in the order its sender will
+  // post them. first_flow_[step_base_[a] + s] is the first record of rank a's step s.
   std::vector<FlowRecord> flows_;
   std::vector<std::size_t> step_base_;
   std::vector<int> first_flow_;
-  void make_flow_records();
+  void make_sends();
   std::vector<std::pair<Time, Time>> collective_times_;
   int agents_left_ = 0;
   int agents_started_ = 0;

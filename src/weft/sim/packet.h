@@ -103,7 +103,6 @@ class PacketPool {
     packets_ = std::make_unique<Packet*[]>(dir);
     stacks_ = telemetry ? std::make_unique<IntStack*[]>(dir) : nullptr;
   }
-  int stores() const { return static_cast<int>(stores_.size()); }
   std::uint32_t alloc(int store) {
     Store& s = stores_[static_cast<std::size_t>(store)];
     if (s.free.empty()) return grow(store);

@@ -36,7 +36,7 @@ double Network::line_rate(int node) const {
 int Network::qp_for(int src_agent, int dst_agent, int part) {
   std::uint64_t key = (static_cast<std::uint64_t>(src_agent) << 32 | static_cast<std::uint32_t>(dst_agent)) * 257 +
                       static_cast<std::uint64_t>(part);
-  if (ran_) {  // every QP was made before the run (make_queue_pairs): only looked up, from any thread
+  if (ran_) {  // every QP was made before the run (make_sends): only looked up, from any thread
     const auto found = qp_index_.find(key);
     if (found == qp_index_.end()) throw InternalError("simulator: a send without its queue pair");
     return found->second;
@@ -91,12 +91,11 @@ void Network::post_message(int flow, int src_agent, int dst_agent, std::int64_t 
     message_acked(flow);
     return;
   }
-  const std::int64_t packets = std::max<std::int64_t>(1, (bytes + cfg_.mtu - 1) / cfg_.mtu);
-  const int parts = static_cast<int>(std::min<std::int64_t>(cfg_.qps_per_connection, packets));
+  const int parts = parts_of(bytes);
   f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = f.parts = parts;
   if (cfg_.mode == SimMode::kFlow) return fluid_post(flow, src_agent, dst_agent, bytes, parts);
-  // (The receiver lists the message already: make_queue_pairs.)
-  for_each_part(bytes, [&](int i, int, std::int64_t pk, std::int64_t part_bytes) {
+  // (The receiver lists the message already: make_sends.)
+  for_each_part(bytes, [&](int i, std::int64_t pk, std::int64_t part_bytes) {
     const int qp = qp_for(src_agent, dst_agent, i);
     QueuePair& q = qps_[static_cast<std::size_t>(qp)];
     QpMessage m{q.psn_assigned, q.psn_assigned + static_cast<std::uint32_t>(pk), part_bytes, flow};
@@ -139,7 +138,7 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
     }
     if (window_full(q)) continue;  // the window's bytes are in flight; an ACK reopens it
     const Port& P = ports_[port];
-    if (P.c[q.queue].paused_until > now && now >= P.c[q.queue].watchdog_until) continue;  // its class is paused here
+    if (P.c[q.queue].paused(now)) continue;  // its class is paused here
     // Would this QP's next packet leave through `port`?
     const Candidates next = routes_to(node, gpu_rank_of_node_[q.dst]);
     const std::int32_t* c = next.ports;

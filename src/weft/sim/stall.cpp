@@ -75,16 +75,15 @@ Stall Network::find_stall(bool time_limit) const {
   // Paused links: egress port O waits for O' when O's receiver pauses it on a buffer that
   // holds packets queued at O' (they came in through O's link) and O' is paused too.
   const Time now = finish_;  // where the run stopped
-  auto paused = [&](const Port& P, int q) { return P.c[q].paused_until > now && now >= P.c[q].watchdog_until; };
   for (int q = 0; q < 8 && s.pfc_cycle.empty(); ++q) {
     std::vector<std::vector<int>> waits_on(ports_.size());
     bool any = false;
     for (std::size_t o = 0; o < ports_.size(); ++o) {
       const Port& O = ports_[o];
-      if (!paused(O, q) || !O.holds(q)) continue;
+      if (!O.c[q].paused(now) || !O.holds(q)) continue;
       std::set<int> upstream;
       auto came_in_by = [&](int in) {
-        if (in >= 0 && paused(ports_[ports_[in].peer], q)) upstream.insert(ports_[in].peer);
+        if (in >= 0 && ports_[ports_[in].peer].c[q].paused(now)) upstream.insert(ports_[in].peer);
       };
       if (const VirtualOutputQueues* v = voq_of(static_cast<int>(o), q)) {
         const auto& own = node_ports_[static_cast<std::size_t>(O.node)];
