@@ -128,9 +128,9 @@ bool EventQueue::run_one(Time before) {
     e = current_[cursor_++];
   }
   --size_;
-  if (cursor_ + kLookahead < current_.size()) {
-    const Event& soon = current_[cursor_ + kLookahead];
-    soon.target->prefetch(soon.kind, soon.arg);
+  for (std::size_t stage = 0; stage < kPrefetchStages; ++stage) {
+    const std::size_t ahead = cursor_ + (kPrefetchStages - stage) * kLookahead;
+    if (ahead < current_.size()) current_[ahead].target->prefetch(current_[ahead].kind, current_[ahead].arg, static_cast<int>(stage));
   }
   now_ = e.at;
   node_ = e.node;

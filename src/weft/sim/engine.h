@@ -14,7 +14,9 @@
 // as it turns. A packet-level run schedules nearly all its events within a few microseconds
 // of now, so scheduling is an append and running is a walk along a sorted array, and the
 // events a few places ahead are known: the engine asks their targets to prefetch what they
-// will touch (EventTarget::prefetch) while the current one runs. Same order as one heap by
+// will touch (EventTarget::prefetch) while the current one runs, in stages: what the event
+// names (stage 0, kPrefetchStages x kLookahead events ahead), then what that leads to
+// (stage 1, kLookahead events later, when stage 0's lines are in), and so on. Same order as one heap by
 // (time, key); scheduling allocates only while buckets grow to the run's size (and for a
 // burst larger than a bucket keeps). run_one(before) runs only events earlier than
 // `before`: the fabric's parallel engine runs each thread's queue to the end of a time
@@ -39,15 +41,17 @@ class EventTarget {
  public:
   virtual ~EventTarget() = default;
   virtual void on_event(std::uint32_t kind, std::uint64_t arg) = 0;
-  // A hint that this event runs soon: start loading what it will read. Changes nothing.
-  virtual void prefetch(std::uint32_t /*kind*/, std::uint64_t /*arg*/) const {}
+  // A hint that this event runs soon: start loading what it will read (stage 0: what the
+  // event names; each later stage: what the stage before loaded leads to). Changes nothing.
+  virtual void prefetch(std::uint32_t /*kind*/, std::uint64_t /*arg*/, int /*stage*/) const {}
 };
 
 class EventQueue {
  public:
   static constexpr int kBucketShift = 13;        // 8.192 ns a bucket
   static constexpr std::size_t kBuckets = 1 << 12;  // the wheel: 33.6 us ahead
-  static constexpr std::size_t kLookahead = 6;   // events ahead whose targets prefetch
+  static constexpr std::size_t kLookahead = 4;   // events between prefetch stages
+  static constexpr std::size_t kPrefetchStages = 3;
 
   EventQueue();
   // Keyed in the order of scheduling (after every event already scheduled so).

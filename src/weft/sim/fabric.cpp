@@ -43,11 +43,14 @@ void Network::build_ports() {
       p.node = side == 0 ? link.a : link.b;
       p.peer = side == 0 ? pb : pa;
       p.link = static_cast<int>(l);
+      p.endpoint = nodes[static_cast<std::size_t>(p.node)].kind == NodeKind::kGpu;
       p.bps = link.bps;
       int receiver = side == 0 ? link.b : link.a;
       p.delay = link.delay + nodes[receiver].latency;
       for (int q = 0; q < 8; ++q) p.c[q].paused_since = kNever;
       p.jitter = std::min<Time>(cfg_.link_jitter, serialization(kPauseFrame, p.bps) * 9 / 10);
+      p.jittered = p.jitter > 0;
+      p.peer_node = receiver;
       node_ports_[p.node].push_back(side == 0 ? pa : pb);
     }
     link_port_[l] = pa;
@@ -135,10 +138,12 @@ Network::Candidates Network::routes_to(int node, int dst_gpu) const {
     return {&only, 1};
   }
   const std::size_t slot = static_cast<std::size_t>(row) * static_cast<std::size_t>(columns_.count()) + col;
-  return {route_pool_.data() + route_begin_[slot], route_count_[slot]};
+  const RouteSlot& r = route_slots_[slot];
+  return {route_pool_.data() + r.begin, static_cast<int>(r.count)};
 }
 
 void Network::compute_routes() {
+  ++route_generation_;
   const std::size_t N = topo_.nodes.size(), C = static_cast<std::size_t>(columns_.count());
   // Tables for the nodes with several links only (switches, GPUs with NVLink and a NIC).
   route_row_.assign(N, -1);
@@ -148,8 +153,7 @@ void Network::compute_routes() {
     if (node_ports_[n].size() == 1) only_port_[n] = node_ports_[n][0];
     else if (!node_ports_[n].empty()) route_row_[n] = static_cast<std::int32_t>(rows++);
   }
-  route_begin_.assign(rows * C, 0);
-  route_count_.assign(rows * C, 0);
+  route_slots_.assign(rows * C, RouteSlot{});
   route_pool_.clear();
   // Equal candidate lists are stored once (an edge switch's uplinks serve every remote
   // destination): a hash of the list to its first place in the pool.
@@ -196,14 +200,14 @@ void Network::compute_routes() {
         }
       }
       const std::size_t slot = static_cast<std::size_t>(route_row_[static_cast<std::size_t>(n)]) * C + d;
-      route_count_[slot] = static_cast<std::uint16_t>(list.size());
+      route_slots_[slot].count = static_cast<std::uint32_t>(list.size());
       auto [it, fresh] = stored.try_emplace(h ^ list.size(), static_cast<std::uint32_t>(route_pool_.size()));
       if (!fresh && it->second + list.size() <= route_pool_.size() &&
           std::equal(list.begin(), list.end(), route_pool_.begin() + it->second)) {
-        route_begin_[slot] = it->second;
+        route_slots_[slot].begin = it->second;
         continue;
       }
-      route_begin_[slot] = static_cast<std::uint32_t>(route_pool_.size());
+      route_slots_[slot].begin = static_cast<std::uint32_t>(route_pool_.size());
       route_pool_.insert(route_pool_.end(), list.begin(), list.end());
     }
   }
@@ -211,7 +215,7 @@ void Network::compute_routes() {
 
 std::uint32_t Network::hash_tuple(int node, const Packet& p) const {
   std::uint32_t seed = switch_seed_[node];
-  std::uint32_t sip = topo_.nodes[p.src].ip, dip = topo_.nodes[p.dst].ip;
+  std::uint32_t sip = node_ip_[static_cast<std::size_t>(p.src)], dip = node_ip_[static_cast<std::size_t>(p.dst)];
   if (cfg_.hash == HashFunction::kXor) return sip ^ dip ^ (static_cast<std::uint32_t>(p.sport) << 16 | kRocePort) ^ 17u ^ seed;
   unsigned char t[13] = {static_cast<unsigned char>(sip >> 24), static_cast<unsigned char>(sip >> 16),
                          static_cast<unsigned char>(sip >> 8),  static_cast<unsigned char>(sip),
@@ -246,7 +250,7 @@ int Network::pick_port(int node, Packet& p) {
     for (int i = 0; i < n; ++i) {
       int port = c[(start + static_cast<std::uint32_t>(i)) % static_cast<std::uint32_t>(n)];
       const Port& P = ports_[port];
-      std::int64_t load = P.c[p.queue].queue_bytes + (P.busy ? 1 : 0);
+      std::int64_t load = P.c[p.queue].queue_bytes + (P.busy(clock()) ? 1 : 0);
       if (best < 0 || load < best_load) {
         best = port;
         best_load = load;
@@ -299,7 +303,7 @@ int Network::adaptive_pick(int node, const Packet& p, const std::int32_t* c, int
   for (int i = 0; i < n; ++i) {
     const int port = c[(start + static_cast<std::uint32_t>(i)) % static_cast<std::uint32_t>(n)];
     const Port& P = ports_[static_cast<std::size_t>(port)];
-    std::int64_t load = P.c[p.queue].queue_bytes + (P.busy ? 1 : 0);
+    std::int64_t load = P.c[p.queue].queue_bytes + (P.busy(clock()) ? 1 : 0);
     const int next = ports_[static_cast<std::size_t>(P.peer)].node;
     if (cfg_.ar_remote && !node_is_endpoint(next)) {
       // The next switch's least queue toward the destination, as it signalled it.
@@ -330,11 +334,15 @@ int Network::ecmp_pick(const std::int32_t* c, int n, std::uint32_t h) const {
 
 void Network::try_send(int port) {
   Port& P = ports_[port];
-  if (P.busy || !P.up) return;
+  if (!P.up) return;
   const Time now = clock();
+  if (P.busy(now)) {
+    wake_at_end(port);
+    return;
+  }
   std::uint32_t id = kNone;
-  if (!P.control.empty()) {
-    id = P.control.pop();
+  if (P.holds(Port::kControlBit)) {
+    id = P.pop_control();
   } else {
     for (int q = 7; q >= cfg_.strict_queue && id == kNone; --q)
       if (P.holds(q) && !P.c[q].paused(now)) id = dequeue(port, q);
@@ -365,7 +373,7 @@ void Network::try_send(int port) {
           P.dwrr_next = (q + 1) % std::max(1, std::min(cfg_.strict_queue, 8));
         }
       }
-      if (id == kNone && node_is_endpoint(P.node)) id = endpoint_pull(P.node, port);
+      if (id == kNone && P.endpoint) id = endpoint_pull(P.node, port);
     }
     if (id != kNone && pool_[id].type != PacketType::kPause && pool_[id].port != -2) {
       // Left a queue (endpoint_pull marks its fresh packets with port -2).
@@ -382,32 +390,38 @@ void Network::try_send(int port) {
 void Network::transmit(int port, std::uint32_t id) {
   Port& P = ports_[port];
   Packet& p = pool_[id];
+  const Time now = clock();
   p.port = -1;
-  P.busy = true;
-  P.tx_packet = id;
+  P.free_at = now + serialization(p.frame, P.bps);
   P.tx_bytes += p.frame + kWireOverhead;
-  ++P.tx_frames;
-  if (cfg_.cc == CongestionControl::kHpcc && p.type == PacketType::kData && !node_is_endpoint(P.node)) {
+  if (cfg_.cc == CongestionControl::kHpcc && p.type == PacketType::kData && !P.endpoint) {
     IntStack& s = int_of(id);
     if (s.n < kMaxIntHops) s.hop[s.n++] = {P.bps, clock(), P.tx_bytes, P.c[p.queue].queue_bytes};
   }
   if (p.type == PacketType::kData) P.tx_payload += p.payload;
   if (pcap_ && P.link == pcap_link_) pcap_write(p);
   p.link_epoch = P.epoch;
-  const Time now = clock();
-  if (P.cut_through && p.type != PacketType::kPause) {
-    // Handed over once its headers are in (a frame lost on this link is lost here: its end
-    // would fail the check a cut-through switch makes, and it is not forwarded).
-    if (frame_lost(P.node, p)) {
-      P.tx_fate = Port::TxFate::kLost;
-    } else {
-      P.tx_fate = Port::TxFate::kCut;
-      p.port = P.peer;
-      schedule(now + cut_through_time(P.bps) + P.delay + wire_jitter(P), ports_[P.peer].node, kArrive, arrival(id, P.peer));
-    }
+  // The frame reaches the peer after its last bit and the link's delay, or, cut through,
+  // after its headers (a frame lost on the wire is lost here: a cut-through switch fails
+  // its check at the end and does not forward it). A link that fails meanwhile changes
+  // its epoch, and the arrival finds the frame lost (arrive).
+  if (frame_lost(P.node, p)) {
+    ++sh().counters.corrupted;
+    pool_.release(sh().index, id);
+  } else {
+    const bool cut = P.cut_through && p.type != PacketType::kPause;
+    p.port = P.peer;
+    schedule((cut ? now + cut_through_time(P.bps) : P.free_at) + P.delay + wire_jitter(P), P.peer_node, kArrive,
+             arrival(id, P.peer));
   }
-  // (The packet rides in the event's upper half for prefetch: tx_done reads it.)
-  schedule(now + serialization(p.frame, P.bps), P.node, kTxDone, static_cast<std::uint32_t>(port) | static_cast<std::uint64_t>(id) << 32);
+  wake_at_end(port);
+}
+
+void Network::wake_at_end(int port) {
+  Port& P = ports_[port];
+  if (P.wake_pending || !(P.endpoint || P.holds_anything())) return;
+  P.wake_pending = true;
+  schedule(P.free_at, P.node, kTxDone, static_cast<std::uint32_t>(port));
 }
 
 bool Network::frame_lost(int node, const Packet& p) {
@@ -418,32 +432,11 @@ bool Network::frame_lost(int node, const Packet& p) {
 }
 
 Time Network::wire_jitter(const Port& P) {
-  return P.jitter > 0 ? static_cast<Time>(rng_[static_cast<std::size_t>(P.node)].jitter() % static_cast<std::uint64_t>(P.jitter + 1)) : 0;
+  return P.jittered ? static_cast<Time>(rng_[static_cast<std::size_t>(P.node)].jitter() % static_cast<std::uint64_t>(P.jitter + 1)) : 0;
 }
 
 void Network::tx_done(int port) {
-  Port& P = ports_[port];
-  P.busy = false;
-  const Port::TxFate fate = P.tx_fate;
-  P.tx_fate = Port::TxFate::kAtEnd;
-  if (fate == Port::TxFate::kCut) {  // the next switch has it already (transmit)
-    try_send(port);
-    return;
-  }
-  std::uint32_t id = P.tx_packet;
-  if (P.up && pool_[id].link_epoch == P.epoch) {
-    if (fate == Port::TxFate::kLost || frame_lost(P.node, pool_[id])) {
-      ++sh().counters.corrupted;
-      pool_.release(sh().index, id);
-      try_send(port);
-      return;
-    }
-    pool_[id].port = P.peer;
-    schedule(clock() + P.delay + wire_jitter(P), ports_[P.peer].node, kArrive, arrival(id, P.peer));
-  } else {
-    ++sh().counters.lost_on_failure;
-    pool_.release(sh().index, id);
-  }
+  ports_[port].wake_pending = false;
   try_send(port);
 }
 
@@ -547,7 +540,7 @@ void Network::enqueue(int port, int q, std::uint32_t id) {
     P.set_holds(q, true);
     return;
   }
-  P.enqueue(q, id);
+  P.enqueue(pool_, q, id);
 }
 
 int Network::voq_input(int in) const {
@@ -573,7 +566,7 @@ std::uint32_t Network::dequeue(int port, int q) {
     if (v->empty()) P.set_holds(q, false);
     return id;
   }
-  return P.dequeue(q);
+  return P.dequeue(pool_, q);
 }
 
 bool Network::trim(Packet& p) {
@@ -646,7 +639,7 @@ void Network::send_pfc(int port, int queue, bool pause) {
   f.psn = pause ? static_cast<std::uint32_t>(cfg_.pfc_quanta) : 0;
   f.frame = kPauseFrame;
   f.src = f.dst = P.node;
-  P.control.push(id);
+  P.push_control(id);
   if (pause) {
     ++P.pauses_sent;
     ++sh().counters.pauses;
@@ -708,6 +701,7 @@ void Network::set_link(int link, bool up, double bps) {
     if (P.up == up) continue;
     P.up = up;
     port_up_[static_cast<std::size_t>(port)] = up;
+    ++route_generation_;
     if (up) continue;
     ++P.epoch;
     // Everything queued for this link is lost; release its buffer accounting.
@@ -724,7 +718,7 @@ void Network::set_link(int link, bool up, double bps) {
       P.c[q].paused_since = kNever;
       P.c[q].paused_until = 0;
     }
-    while (!P.control.empty()) pool_.release(sh().index, P.control.pop());
+    while (P.holds(Port::kControlBit)) pool_.release(sh().index, P.pop_control());
   }
 }
 
@@ -821,7 +815,7 @@ std::string Network::port_name(int port) const {
 
 void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
   switch (kind) {
-    case kTxDone: tx_done(static_cast<int>(static_cast<std::uint32_t>(arg))); break;
+    case kTxDone: tx_done(static_cast<int>(arg)); break;
     case kArrive: arrive(static_cast<std::uint32_t>(arg)); break;
     case kPauseExpire: pause_expired(static_cast<int>(arg / 8), static_cast<int>(arg % 8)); break;
     case kPauseRefresh: {
@@ -857,22 +851,56 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
 }
 
 // A frame's arrival reads the packet and the port it comes in by (both in its event's
-// argument); a transmission's end reads its port.
-void Network::prefetch(std::uint32_t kind, std::uint64_t arg) const {
-  if (kind == kArrive) {
-    __builtin_prefetch(&pool_.at(static_cast<std::uint32_t>(arg)));
-    __builtin_prefetch(&ports_[arg >> 32]);
-  } else if (kind == kTxDone) {
-    __builtin_prefetch(&ports_[static_cast<std::uint32_t>(arg)]);
-    __builtin_prefetch(&pool_.at(static_cast<std::uint32_t>(arg >> 32)));
+// argument); then, at a switch, its routes toward the packet's destination, and the port
+// that ECMP picks from them; at its destination, its queue pair. A transmission's end
+// reads its port.
+void Network::prefetch(std::uint32_t kind, std::uint64_t arg, int stage) const {
+  if (kind == kTxDone) {
+    if (stage == 0) __builtin_prefetch(&ports_[arg]);
+    return;
   }
+  if (kind != kArrive) return;
+  const Packet& p = pool_.at(static_cast<std::uint32_t>(arg));
+  const Port& in = ports_[arg >> 32];
+  if (stage == 0) {
+    __builtin_prefetch(&p);
+    __builtin_prefetch(&in);
+    return;
+  }
+  if (p.type == PacketType::kPause) return;
+  if (in.node == p.dst) {
+    if (stage == 1 && p.qp < qps_.size()) {
+      __builtin_prefetch(&qps_[p.qp].epsn);
+      __builtin_prefetch(&qps_[p.qp].snd_una);
+    }
+    return;
+  }
+  const std::int32_t row = route_row_[static_cast<std::size_t>(in.node)];
+  const int d = gpu_rank_of_node_[static_cast<std::size_t>(p.dst)];
+  if (row < 0 || d < 0) return;
+  const auto col = static_cast<std::size_t>(columns_.of_gpu[static_cast<std::size_t>(d)]);
+  const std::int32_t last = anchor_port_[static_cast<std::size_t>(d)];
+  const bool last_hop = last >= 0 && in.node == columns_.target[col];
+  const std::size_t slot = static_cast<std::size_t>(row) * static_cast<std::size_t>(columns_.count()) + col;
+  if (stage == 1) {
+    if (!last_hop) __builtin_prefetch(&route_slots_[slot]);
+    __builtin_prefetch(&in.c[p.queue]);
+    return;
+  }
+  if (!last_hop && ((cfg_.lb != LoadBalancing::kEcmp && p.type == PacketType::kData) || cfg_.ecmp_weighted)) return;
+  const RouteSlot& r = route_slots_[slot];
+  if (!last_hop && r.count == 0) return;
+  const std::int32_t* c = route_pool_.data() + r.begin;
+  const int out = last_hop ? last : r.count == 1 ? c[0] : ecmp_pick(c, static_cast<int>(r.count), hash_tuple(in.node, p));
+  __builtin_prefetch(&ports_[static_cast<std::size_t>(out)]);
+  __builtin_prefetch(&ports_[static_cast<std::size_t>(out)].c[p.queue]);
 }
 
 Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Workload& w, const RouteColumns& columns) {
   // Tables for the nodes with several links (compute_routes): a slot per destination.
   const int destinations = columns.count();
   const double slots = static_cast<double>(columns.routed_nodes) * destinations;
-  const double routes = slots * (sizeof(std::uint32_t) + sizeof(std::uint16_t) + sizeof(std::int32_t));
+  const double routes = slots * (sizeof(RouteSlot) + sizeof(std::int32_t));
   double steps = 0;
   for (const Agent& a : w.agents) steps += static_cast<double>(a.steps.size());
   return {routes, routes + 2.0 * static_cast<double>(t.links.size()) * sizeof(Port) + steps * 100, destinations,
@@ -898,6 +926,8 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
   switch_seed_.resize(topo_.nodes.size());
   for (std::size_t n = 0; n < topo_.nodes.size(); ++n)
     switch_seed_[n] = static_cast<std::uint32_t>(splitmix(cfg_.seed * 1000003ull + (cfg_.distinct_seeds ? n : 0)));
+  node_ip_.resize(topo_.nodes.size());
+  for (std::size_t n = 0; n < topo_.nodes.size(); ++n) node_ip_[n] = topo_.nodes[n].ip;
   rr_counter_.assign(topo_.nodes.size(), 0);
   reserve_buffers();
   // Each node's streams, seeded from the run's seed and the node's number.

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -32,35 +33,44 @@
 namespace weft::sim {
 
 struct Port {
-  // What every frame reads (the first cache line), then the queues, then the rest.
+  // What every frame reads and writes, in the first cache line; then the rest; then each
+  // traffic class's state, what a frame of the class touches in one line.
   int node = -1;
   int peer = -1;            // the port at the other end of the link
-  int link = -1;
+  int peer_node = -1;       // and its node
   std::uint32_t epoch = 0;  // bumped when the link goes down: packets on the wire are lost
+  bool up : 1 = true;
+  // The frame on the wire ends at `free_at` (busy until then). A transmission's end is an
+  // event only when something waits for the port then (`wake_pending`): a switch port with
+  // frames queued, or a GPU's port, which pulls its next frame from its queue pairs.
+  bool wake_pending : 1 = false;
+  bool endpoint : 1 = false;     // the port of a GPU
+  bool cut_through : 1 = false;  // the receiving switch forwards this link's frames at their headers
+  bool endpoint_wake_pending : 1 = false;
+  bool jittered : 1 = false;     // jitter > 0
+  std::uint16_t backlog = 0;  // bit q < 8: queue q holds packets; bit kControlBit: `control` does
+  Time free_at = 0;
   double bps = 0;
   Time delay = 0;           // propagation + the receiving node's switching latency
-  Time jitter = 0;          // largest random extra propagation delay of a frame
-  std::uint32_t tx_packet = 0;
-  bool up = true;
-  bool busy = false;
-  bool cut_through = false; // the receiving switch forwards this link's frames at their headers
-  // What became of the frame on the wire now: still to be decided at its end (tx_done),
-  // handed over to the cut-through switch at its headers, or lost (decided then).
-  enum class TxFate : std::uint8_t { kAtEnd, kCut, kLost } tx_fate = TxFate::kAtEnd;
-  std::uint8_t backlog = 0; // bit q: queue[q] holds packets
-  bool endpoint_wake_pending = false;
-  std::int64_t tx_bytes = 0, tx_frames = 0, tx_payload = 0;
+  std::int64_t tx_bytes = 0, tx_payload = 0;
+
   PacketFifo control;       // PFC frames: ahead of everything, never paused
+  Time jitter = 0;          // largest random extra propagation delay of a frame
+  int link = -1;
   int dwrr_next = 0;
   std::int64_t headroom = 0;
   // Counters.
   std::int64_t pauses_sent = 0, resumes_sent = 0, pauses_received = 0;
   std::int64_t ecn_marks = 0, drops = 0, trims = 0;
   Time endpoint_wake_at = kNever;
-  // Each traffic class's state together, what a frame of the class reads in its first cache
-  // line: the queue, its bytes, and whether the peer pauses it.
+
   struct alignas(64) Class {
-    PacketFifo queue;
+    // The first line: the queue, its bytes, whether the peer pauses it, and what came in here.
+    PacketList queue;
+    bool pausing = false;
+    bool storming = false;  // a pause storm injected here: never resumes
+    bool wake_pending = false;
+    bool signalled = false;
     std::int64_t queue_bytes = 0;
     std::int64_t max_queue_bytes = 0;
     // Being paused by the peer (we are the upstream sender).
@@ -70,10 +80,7 @@ struct Port {
     // in the node's shared buffer and in this port's PFC headroom (sized `headroom`).
     std::int64_t ingress_bytes = 0;
     std::int64_t headroom_bytes = 0;
-    bool pausing = false;
-    bool storming = false;  // a pause storm injected here: never resumes
-    bool wake_pending = false;
-    bool signalled = false;
+    // Then what only some configurations read.
     double deficit = 0;
     Time paused_since = 0;
     Time paused_total = 0;
@@ -84,20 +91,35 @@ struct Port {
     bool paused(Time now) const { return paused_until > now && now >= watchdog_until; }
   } c[8];
 
+  static constexpr int kControlBit = 8;
   bool holds(int q) const { return (backlog >> q) & 1u; }
+  bool busy(Time now) const { return free_at > now; }
+  // Whether anything waits here: a queued packet or a PFC frame.
+  bool holds_anything() const { return backlog != 0; }
   void set_holds(int q, bool holds) {
-    backlog = static_cast<std::uint8_t>(holds ? backlog | (1u << q) : backlog & ~(1u << q));
+    backlog = static_cast<std::uint16_t>(holds ? backlog | (1u << q) : backlog & ~(1u << q));
   }
-  void enqueue(int q, std::uint32_t id) {
-    c[q].queue.push(id);
+  void enqueue(PacketPool& pool, int q, std::uint32_t id) {
+    c[q].queue.push(pool, id);
     set_holds(q, true);
   }
-  std::uint32_t dequeue(int q) {
-    const std::uint32_t id = c[q].queue.pop();
+  std::uint32_t dequeue(const PacketPool& pool, int q) {
+    const std::uint32_t id = c[q].queue.pop(pool);
     if (c[q].queue.empty()) set_holds(q, false);
     return id;
   }
+  void push_control(std::uint32_t id) {
+    control.push(id);
+    set_holds(kControlBit, true);
+  }
+  std::uint32_t pop_control() {
+    const std::uint32_t id = control.pop();
+    if (control.empty()) set_holds(kControlBit, false);
+    return id;
+  }
 };
+static_assert(offsetof(Port, control) == 64, "a port's first cache line holds what every frame reads");
+static_assert(offsetof(Port::Class, deficit) == 64, "a class's first line holds its queue and buffer state");
 
 // One message (part) on a queue pair.
 struct QpMessage {
@@ -131,6 +153,10 @@ struct QueuePair {
   bool active = false;
   int flowlet_port = -1;
   Time flowlet_last = 0;
+  // The port its packets leave by while the routes stay as they were at route_generation
+  // (Network::fixed_port).
+  std::uint32_t route_generation = 0;
+  int route_port = -1;
   // DCQCN reaction point (rate 0: not rate limited).
   double rate = 0, target = 0, alpha = 1;
   std::int64_t byte_counter = 0;
@@ -247,7 +273,7 @@ class Network : public EventTarget {
   const Topology& topology() const { return topo_; }
   const SimConfig& config() const { return cfg_; }
   const Workload& workload() const { return work_; }
-  const std::vector<Port>& ports() const { return ports_; }
+  const std::vector<Port, HugePageAllocator<Port>>& ports() const { return ports_; }
   // The most bytes a node held at once (shared buffer and PFC headroom together).
   std::int64_t buffer_peak(int node) const { return buffer_peak_[static_cast<std::size_t>(node)]; }
   const std::vector<FlowRecord>& flows() const { return flows_; }
@@ -255,7 +281,7 @@ class Network : public EventTarget {
   const std::vector<QueueSample>& queue_samples() const { return samples_; }
   const std::vector<CounterSample>& counter_samples() const { return counter_samples_; }
   const std::vector<QpSample>& qp_samples() const { return qp_samples_; }
-  const std::vector<QueuePair>& qps() const { return qps_; }
+  const std::vector<QueuePair, HugePageAllocator<QueuePair>>& qps() const { return qps_; }
   int gpu_rank_of(int node) const { return gpu_rank_of_node_[static_cast<std::size_t>(node)]; }
   // The completion time of `bytes` from GPU rank src to dst on an idle fabric: each hop's
   // first-packet store and forward and propagation, the rest at the slowest link of the
@@ -297,7 +323,7 @@ class Network : public EventTarget {
   void capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path);
 
   void on_event(std::uint32_t kind, std::uint64_t arg) override;
-  void prefetch(std::uint32_t kind, std::uint64_t arg) const override;
+  void prefetch(std::uint32_t kind, std::uint64_t arg, int stage) const override;
 
  private:
   // The parallel engine. Nodes are shared out among threads (shards); each shard runs the
@@ -398,6 +424,11 @@ class Network : public EventTarget {
     int n;
   };
   Candidates routes_to(int node, int dst_gpu) const;
+  // The port of `node` by which the packets of `q` leave, when the routes fix it (one
+  // candidate, or ECMP's hash of the QP's tuple); kUnroutable, or kChosenPerPacket
+  // (spraying, flowlets, adaptive routing).
+  static constexpr int kUnroutable = -1, kChosenPerPacket = -2;
+  int fixed_port(int node, const QueuePair& q) const;
   // The port a packet leaves `node` by, -1 when there is none that is up (no route, or a
   // failed link the routes still hold until they converge).
   int choose_port(int node, Packet& p);
@@ -409,6 +440,8 @@ class Network : public EventTarget {
   void try_send(int port);
   void transmit(int port, std::uint32_t id);
   void tx_done(int port);
+  // Schedules the end of the port's transmission as an event if something waits for it.
+  void wake_at_end(int port);
   bool frame_lost(int node, const Packet& p);  // link.loss and link.ber, drawn once per frame from the sending node's stream
   Time wire_jitter(const Port& P);
   void arrive(std::uint32_t id);
@@ -537,7 +570,7 @@ class Network : public EventTarget {
   SimConfig cfg_;
   Workload work_;
   PacketPool pool_;
-  std::vector<Port> ports_;
+  std::vector<Port, HugePageAllocator<Port>> ports_;
   std::vector<std::vector<int>> node_ports_;
   std::vector<int> port_slot_;            // per port: its index in its node's node_ports_
   std::vector<VirtualOutputQueues> voqs_;  // queuing=voq: per port x class (switch ports only)
@@ -545,18 +578,22 @@ class Network : public EventTarget {
   // Routes (routes_to) are kept per column, not per GPU: a GPU with one link, to a switch, is reached
   // through that switch (its anchor) from everywhere else, so every GPU under one switch
   // shares the column routed toward the switch; other GPUs have a column of their own.
-  // route_pool_[route_begin_[r * C + c] + i] for i < route_count_[r * C + c], C columns, r the
-  // node's row (nodes with one link keep none: everything leaves by that link).
+  // route_pool_[route_slots_[r * C + c].begin + i] for i < its count, C columns, r the node's
+  // row (nodes with one link keep none: everything leaves by that link).
   RouteColumns columns_;
   std::vector<std::int32_t> anchor_port_;  // per GPU rank: its anchor's port to it (-1: none)
   std::vector<std::uint8_t> port_up_;      // per port: Port::up, packed (read by every route)
+  std::uint32_t route_generation_ = 1;  // bumped when routes or links change (QueuePair::route_port)
   std::vector<std::int32_t> route_row_;   // per node: its table's row, -1 for a node with one link
   std::vector<std::int32_t> only_port_;   // per node with one link: that link's port
-  std::vector<std::uint32_t> route_begin_;
-  std::vector<std::uint16_t> route_count_;
-  std::vector<std::int32_t> route_pool_;
+  struct RouteSlot {  // where a node's candidates toward a column start, and how many (one load)
+    std::uint32_t begin = 0, count = 0;
+  };
+  std::vector<RouteSlot, HugePageAllocator<RouteSlot>> route_slots_;
+  std::vector<std::int32_t, HugePageAllocator<std::int32_t>> route_pool_;
   std::vector<int> gpu_rank_of_node_;
   std::vector<std::uint32_t> switch_seed_;
+  std::vector<std::uint32_t> node_ip_;  // per node: Node::ip (read by every ECMP hash)
   std::vector<std::uint32_t> rr_counter_;
   std::vector<std::int64_t> buffer_used_;  // of the shared buffer, per node
   std::vector<std::int64_t> shared_size_;  // buffer minus the headroom its ports reserve
@@ -565,7 +602,7 @@ class Network : public EventTarget {
   int ecmp_pick(const std::int32_t* c, int n, std::uint32_t h) const;
   void reroute();
   // Endpoints.
-  std::vector<QueuePair> qps_;
+  std::vector<QueuePair, HugePageAllocator<QueuePair>> qps_;
   std::unordered_map<std::uint64_t, int> qp_index_;
   std::vector<std::vector<int>> active_qps_;   // per GPU node
   std::vector<std::size_t> rr_qp_;              // per GPU node: round-robin cursor

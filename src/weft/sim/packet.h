@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "weft/sim/engine.h"
+#include "weft/sim/huge_pages.h"
 
 namespace weft::sim {
 
@@ -43,13 +45,16 @@ inline Time cut_through_time(double bps) {
   return static_cast<Time>(std::llround(static_cast<double>(8 + kCutThroughBytes) * 8e12 / bps));
 }
 
-struct Packet {
+struct alignas(64) Packet {  // one cache line
   PacketType type = PacketType::kData;
   Opcode opcode = Opcode::kOnly;
   std::uint8_t queue = 0;    // priority queue (from DSCP)
   std::uint8_t dscp = 0;
-  bool ect = false;          // ECN-capable transport
-  bool ce = false;           // congestion experienced
+  bool ect : 1 = false;          // ECN-capable transport
+  bool ce : 1 = false;           // congestion experienced
+  bool in_headroom : 1 = false;  // held in its ingress port's PFC headroom, not the shared buffer
+  bool trimmed : 1 = false;      // data: its payload was cut by a switch (packet trimming); NAK: answers one
+  bool ecn_echo : 1 = false;     // ACK: the packet it answers arrived CE-marked
   std::uint16_t sport = 0;   // UDP source port (QP entropy)
   std::int32_t src = -1;     // GPU node ids
   std::int32_t dst = -1;
@@ -61,11 +66,10 @@ struct Packet {
   std::uint32_t msn = 0;     // ACK/NAK: messages the responder completed on the QP (AETH MSN)
   Time sent_at = 0;
   std::uint32_t link_epoch = 0;  // the link's epoch when it went on the wire (failures)
-  bool in_headroom = false;  // held in its ingress port's PFC headroom, not the shared buffer
-  bool trimmed = false;      // data: its payload was cut by a switch (packet trimming); NAK: answers one
-  bool ecn_echo = false;     // ACK: the packet it answers arrived CE-marked
   std::uint32_t nacked_psn = 0;  // NAK of a trimmed packet: its PSN (psn is still the cumulative ACK)
+  std::uint32_t next = 0;        // the packet behind it in its port's queue (PacketList)
 };
+static_assert(sizeof(Packet) == 64);
 
 // In-band network telemetry (HPCC): what each switch egress port a data packet left
 // through said about itself, echoed back to the sender in ACKs.
@@ -85,9 +89,9 @@ struct IntStack {
 // Packets by id, in stores: one per thread of the parallel engine (and one for the events
 // between its windows). A thread allocates from its own free list, else a new slot of its
 // own store; a packet released by any thread goes onto that thread's free list. A store
-// grows by segments of 4,096 packets whose addresses never change, listed in a directory
-// made at its full size, so one thread reads a packet another made while that one goes on
-// growing its store. An id is its store's number over the slot's, and id / 4,096 is the
+// grows by segments of 32,768 packets (2 MiB, in huge pages) whose addresses never change,
+// listed in a directory made at its full size, so one thread reads a packet another made while that one goes on
+// growing its store. An id is its store's number over the slot's, and id / 32,768 is the
 // segment's place in the directory. With telemetry on, each slot also holds an IntStack.
 class PacketPool {
  public:
@@ -128,11 +132,22 @@ class PacketPool {
   }
 
  private:
-  static constexpr int kSegmentBits = 12;
+  static constexpr int kSegmentBits = 15;  // 2 MiB of packets a segment, in huge pages
   static constexpr std::uint32_t kSegmentMask = (1u << kSegmentBits) - 1;
+  struct ReleaseHuge {
+    void operator()(void* p) const noexcept { release_huge(p); }
+  };
+  template <class T>
+  static std::unique_ptr<T[], ReleaseHuge> segment() {
+    void* raw = allocate_huge(sizeof(T) << kSegmentBits);
+    static_assert(std::is_trivially_destructible_v<T>);  // released without destructors
+    T* first = static_cast<T*>(raw);
+    std::uninitialized_value_construct_n(first, std::size_t{1} << kSegmentBits);
+    return std::unique_ptr<T[], ReleaseHuge>(first);
+  }
   struct Store {
-    std::vector<std::unique_ptr<Packet[]>> packets;  // its segments (owned; the directory points into them)
-    std::vector<std::unique_ptr<IntStack[]>> stacks;
+    std::vector<std::unique_ptr<Packet[], ReleaseHuge>> packets;  // its segments (owned; the directory points into them)
+    std::vector<std::unique_ptr<IntStack[], ReleaseHuge>> stacks;
     std::uint32_t size = 0;
     std::vector<std::uint32_t> free;
   };
@@ -141,18 +156,49 @@ class PacketPool {
     if (s.size > kSlotMask) throw std::length_error("simulator: more than 67 million packets alive on one thread");
     const std::uint32_t id = static_cast<std::uint32_t>(store) << kSlotBits | s.size++;
     if ((id & kSegmentMask) == 0) {
-      s.packets.push_back(std::make_unique<Packet[]>(std::size_t{1} << kSegmentBits));
+      s.packets.push_back(segment<Packet>());
       packets_[id >> kSegmentBits] = s.packets.back().get();
       if (stacks_) {
-        s.stacks.push_back(std::make_unique<IntStack[]>(std::size_t{1} << kSegmentBits));
+        s.stacks.push_back(segment<IntStack>());
         stacks_[id >> kSegmentBits] = s.stacks.back().get();
       }
     }
     return id;
   }
   std::vector<Store> stores_;
-  std::unique_ptr<Packet*[]> packets_;    // the directory: segment pointers by id / 4,096
+  std::unique_ptr<Packet*[]> packets_;    // the directory: segment pointers by id / 32,768
   std::unique_ptr<IntStack*[]> stacks_;
+};
+
+// A FIFO of packets linked through their `next` (a packet waits in one list at a time): no
+// storage of its own, so taking the head reads only the packet that leaves, and adding one
+// writes only the packet before it.
+class PacketList {
+ public:
+  bool empty() const { return size_ == 0; }
+  std::uint32_t size() const { return size_; }
+  std::uint32_t front() const { return head_; }  // size() > 0
+  void push(PacketPool& pool, std::uint32_t id) {
+    if (size_ == 0) head_ = id;
+    else pool[tail_].next = id;
+    tail_ = id;
+    ++size_;
+  }
+  std::uint32_t pop(const PacketPool& pool) {  // size() > 0
+    const std::uint32_t id = head_;
+    head_ = pool.at(id).next;
+    --size_;
+    return id;
+  }
+  // f(id) for each packet, front first.
+  template <class F>
+  void for_each(const PacketPool& pool, F f) const {
+    std::uint32_t id = head_;
+    for (std::uint32_t n = 0; n < size_; ++n, id = pool.at(id).next) f(id);
+  }
+
+ private:
+  std::uint32_t head_ = 0, tail_ = 0, size_ = 0;
 };
 
 // A FIFO of packet ids that reuses its storage (a ring buffer that doubles when full).

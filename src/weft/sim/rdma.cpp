@@ -140,35 +140,33 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
     const Port& P = ports_[port];
     if (P.c[q.queue].paused(now)) continue;  // its class is paused here
     // Would this QP's next packet leave through `port`?
-    const Candidates next = routes_to(node, gpu_rank_of_node_[q.dst]);
-    const std::int32_t* c = next.ports;
-    const int count = next.n;
-    if (count == 0) continue;
-    bool usable = false;
-    if (count == 1) {
-      usable = c[0] == port;
-    } else if (cfg_.lb == LoadBalancing::kSpray || (cfg_.lb == LoadBalancing::kAdaptive && cfg_.ar_granularity == ArGranularity::kPacket)) {
-      for (int k = 0; k < count; ++k) usable = usable || c[k] == port;
-    } else if (cfg_.lb == LoadBalancing::kFlowlet || cfg_.lb == LoadBalancing::kAdaptive) {
-      bool fresh = q.flowlet_port < 0 || now - q.flowlet_last >= cfg_.flowlet_gap;
-      if (!fresh) {
-        bool valid = false;
-        for (int k = 0; k < count; ++k) valid = valid || c[k] == q.flowlet_port;
-        fresh = !valid;
-      }
-      if (fresh)
+    if (q.route_generation != route_generation_) {
+      q.route_generation = route_generation_;
+      q.route_port = fixed_port(node, q);
+    }
+    if (q.route_port == kUnroutable) continue;
+    bool usable = q.route_port == port;
+    if (q.route_port == kChosenPerPacket) {
+      const Candidates next = routes_to(node, gpu_rank_of_node_[q.dst]);
+      const std::int32_t* c = next.ports;
+      const int count = next.n;
+      if (cfg_.lb == LoadBalancing::kSpray || (cfg_.lb == LoadBalancing::kAdaptive && cfg_.ar_granularity == ArGranularity::kPacket)) {
         for (int k = 0; k < count; ++k) usable = usable || c[k] == port;
-      else usable = q.flowlet_port == port;
-      if (usable) {
-        q.flowlet_port = port;
-        q.flowlet_last = now;
+      } else {  // flowlets (of adaptive routing too)
+        bool fresh = q.flowlet_port < 0 || now - q.flowlet_last >= cfg_.flowlet_gap;
+        if (!fresh) {
+          bool valid = false;
+          for (int k = 0; k < count; ++k) valid = valid || c[k] == q.flowlet_port;
+          fresh = !valid;
+        }
+        if (fresh)
+          for (int k = 0; k < count; ++k) usable = usable || c[k] == port;
+        else usable = q.flowlet_port == port;
+        if (usable) {
+          q.flowlet_port = port;
+          q.flowlet_last = now;
+        }
       }
-    } else {
-      Packet probe;
-      probe.src = q.src;
-      probe.dst = q.dst;
-      probe.sport = q.sport;
-      usable = ecmp_pick(c, count, hash_tuple(node, probe)) == port;
     }
     if (!usable) continue;
     rr_qp_[node] = idx + 1;
@@ -192,6 +190,18 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
     }
   }
   return id;
+}
+
+int Network::fixed_port(int node, const QueuePair& q) const {
+  const Candidates next = routes_to(node, gpu_rank_of_node_[q.dst]);
+  if (next.n == 0) return kUnroutable;
+  if (next.n == 1) return next.ports[0];
+  if (cfg_.lb != LoadBalancing::kEcmp) return kChosenPerPacket;
+  Packet probe;
+  probe.src = q.src;
+  probe.dst = q.dst;
+  probe.sport = q.sport;
+  return ecmp_pick(next.ports, next.n, hash_tuple(node, probe));
 }
 
 std::uint32_t Network::make_data_packet(int qp) {

@@ -90,7 +90,7 @@ Stall Network::find_stall(bool time_limit) const {
         for (int i = 0; i < v->inputs(); ++i)
           if (!v->empty(i)) came_in_by(own[static_cast<std::size_t>(i)]);
       } else {
-        for (std::size_t i = 0; i < O.c[q].queue.size(); ++i) came_in_by(pool_.at(O.c[q].queue.at(i)).port);
+        O.c[q].queue.for_each(pool_, [&](std::uint32_t id) { came_in_by(pool_.at(id).port); });
       }
       for (int u : upstream) waits_on[u].push_back(static_cast<int>(o));
       any = any || !upstream.empty();
