@@ -49,7 +49,7 @@ void Network::build_ports() {
       p.delay = link.delay + nodes[receiver].latency;
       for (int q = 0; q < 8; ++q) p.c[q].paused_since = kNever;
       p.jitter = std::min<Time>(cfg_.link_jitter, serialization(kPauseFrame, p.bps) * 9 / 10);
-      p.jittered = p.jitter > 0;
+      p.jitter_ps = static_cast<std::uint32_t>(std::min<Time>(p.jitter, ~std::uint32_t{0}));
       p.peer_node = receiver;
       node_ports_[p.node].push_back(side == 0 ? pa : pb);
     }
@@ -432,7 +432,9 @@ bool Network::frame_lost(int node, const Packet& p) {
 }
 
 Time Network::wire_jitter(const Port& P) {
-  return P.jittered ? static_cast<Time>(rng_[static_cast<std::size_t>(P.node)].jitter() % static_cast<std::uint64_t>(P.jitter + 1)) : 0;
+  if (P.jitter_ps == 0) return 0;
+  const Time most = P.jitter_ps != ~std::uint32_t{0} ? P.jitter_ps : P.jitter;
+  return static_cast<Time>(rng_[static_cast<std::size_t>(P.node)].jitter() % static_cast<std::uint64_t>(most + 1));
 }
 
 void Network::tx_done(int port) {
@@ -853,10 +855,38 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
 // A frame's arrival reads the packet and the port it comes in by (both in its event's
 // argument); then, at a switch, its routes toward the packet's destination, and the port
 // that ECMP picks from them; at its destination, its queue pair. A transmission's end
-// reads its port.
+// reads its port; at a switch the packet at the head of its busiest class's queue, and
+// where that came in; at a GPU the queue pair it will take its next packet from.
 void Network::prefetch(std::uint32_t kind, std::uint64_t arg, int stage) const {
   if (kind == kTxDone) {
-    if (stage == 0) __builtin_prefetch(&ports_[arg]);
+    const Port& P = ports_[arg];
+    if (stage == 0) {
+      __builtin_prefetch(&P);
+    } else if (const unsigned classes = P.backlog & 0xffu; !P.endpoint && classes != 0) {
+      const Port::Class& c = P.c[31 - __builtin_clz(classes)];  // the first served of the strict ones
+      if (c.queue.empty()) return;  // (its packets wait in virtual output queues)
+      if (stage == 1) {
+        __builtin_prefetch(&pool_.at(c.queue.front()));
+        __builtin_prefetch(&rng_[static_cast<std::size_t>(P.node)]);
+      } else if (const Packet& head = pool_.at(c.queue.front()); head.port >= 0) {
+        __builtin_prefetch(&ports_[static_cast<std::size_t>(head.port)].c[head.queue]);
+      }
+    } else if (P.endpoint) {
+      const std::vector<int>& list = active_qps_[static_cast<std::size_t>(P.node)];
+      if (list.empty()) return;
+      const std::size_t next = rr_qp_[static_cast<std::size_t>(P.node)] % list.size();
+      if (stage == 1) {
+        __builtin_prefetch(&list[next]);
+        __builtin_prefetch(&P.c[cfg_.roce_queue]);
+        __builtin_prefetch(&rng_[static_cast<std::size_t>(P.node)]);
+      } else {
+        const QueuePair& q = qps_[static_cast<std::size_t>(list[next])];
+        __builtin_prefetch(&q);
+        __builtin_prefetch(&q.snd_nxt);
+        __builtin_prefetch(&q.next_send);
+        __builtin_prefetch(&q.rate);
+      }
+    }
     return;
   }
   if (kind != kArrive) return;
@@ -885,6 +915,7 @@ void Network::prefetch(std::uint32_t kind, std::uint64_t arg, int stage) const {
   if (stage == 1) {
     if (!last_hop) __builtin_prefetch(&route_slots_[slot]);
     __builtin_prefetch(&in.c[p.queue]);
+    __builtin_prefetch(&rng_[static_cast<std::size_t>(in.node)]);
     return;
   }
   if (!last_hop && ((cfg_.lb != LoadBalancing::kEcmp && p.type == PacketType::kData) || cfg_.ecmp_weighted)) return;

@@ -47,8 +47,8 @@ struct Port {
   bool endpoint : 1 = false;     // the port of a GPU
   bool cut_through : 1 = false;  // the receiving switch forwards this link's frames at their headers
   bool endpoint_wake_pending : 1 = false;
-  bool jittered : 1 = false;     // jitter > 0
   std::uint16_t backlog = 0;  // bit q < 8: queue q holds packets; bit kControlBit: `control` does
+  std::uint32_t jitter_ps = 0;  // `jitter` when under 2^32 - 1 ps, else 2^32 - 1 (read `jitter`)
   Time free_at = 0;
   double bps = 0;
   Time delay = 0;           // propagation + the receiving node's switching latency

@@ -125,7 +125,7 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
   std::size_t n = list.size(), start = rr_qp_[node] % n;
   bool stale = false;
   for (std::size_t i = 0; i < n && id == kNoPacket; ++i) {
-    std::size_t idx = (start + i) % n;
+    const std::size_t idx = start + i < n ? start + i : start + i - n;
     int qp = list[idx];
     QueuePair& q = qps_[qp];
     if (!qp_has_data(q)) {
