@@ -456,6 +456,60 @@ double goodput(double line, double mtu, double extra = 0) {
   return line * mtu / (mtu + kHeaderBytes + extra + kWireOverhead);
 }
 
+TEST(PacketList, KeepsItsPacketsInOrderThroughTheirLinks) {
+  PacketPool pool;
+  pool.reset(1, false);
+  PacketList a, b;
+  std::vector<std::uint32_t> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(pool.alloc(0));
+  for (int i = 0; i < 5; ++i) (i % 2 ? b : a).push(pool, ids[static_cast<std::size_t>(i)]);
+  EXPECT_EQ(a.size(), 3u);
+  EXPECT_EQ(b.size(), 2u);
+  EXPECT_EQ(a.front(), ids[0]);
+  std::vector<std::uint32_t> walked;
+  a.for_each(pool, [&](std::uint32_t id) { walked.push_back(id); });
+  EXPECT_EQ(walked, (std::vector<std::uint32_t>{ids[0], ids[2], ids[4]}));
+  EXPECT_EQ(a.pop(pool), ids[0]);
+  EXPECT_EQ(a.pop(pool), ids[2]);
+  a.push(pool, ids[0]);  // a packet that left may wait again, behind the rest
+  EXPECT_EQ(a.pop(pool), ids[4]);
+  EXPECT_EQ(a.pop(pool), ids[0]);
+  EXPECT_TRUE(a.empty());
+  a.push(pool, ids[2]);  // an emptied list starts again from its new packet
+  EXPECT_EQ(a.front(), ids[2]);
+  EXPECT_EQ(b.pop(pool), ids[1]);
+  EXPECT_EQ(b.pop(pool), ids[3]);
+  EXPECT_TRUE(b.empty());
+}
+
+TEST(HugePages, LargeArraysStartOnHugePageBoundariesAndSmallOnesAsUsual) {
+  std::vector<std::uint64_t, HugePageAllocator<std::uint64_t>> big(kHugePage / 8 + 1, 7), small(100, 3);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(big.data()) % kHugePage, 0u);
+  EXPECT_EQ(big.back(), 7u);
+  EXPECT_EQ(small.back(), 3u);
+  big.resize(3 * kHugePage / 8);  // grows into a new block, the values kept
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(big.data()) % kHugePage, 0u);
+  EXPECT_EQ(big[kHugePage / 8], 7u);
+  EXPECT_EQ(big.back(), 0u);
+  HugePageAllocator<std::uint64_t> alloc;
+  EXPECT_THROW((void)alloc.allocate(~std::size_t{0} / 4), std::bad_array_new_length);
+}
+
+TEST(SimEngine, ASwitchPortsTransmissionEndIsAnEventOnlyWhenAFrameWaits) {
+  // One 1 MB flow across one switch, links of one speed, in lockstep (no jitter), frames of
+  // one size (WRITE Only, each with its RETH): each frame reaches the switch as the one
+  // before leaves it, so the switch's port never holds a frame and its ends of transmission
+  // are no events. A frame costs the GPU's end of transmission and two arrivals; the ACKs,
+  // one per 16 packets, add theirs. (With a transmission's end an event at every hop it cost
+  // four; with WRITE First/Middle/Last the First's 16 more bytes keep every later frame
+  // waiting 1.3 ns at the switch, and each of its ends is an event.)
+  SimRun r = simulate("single-switch.yaml", "flow:1:0:1MB", {"sample.interval=0", "link.jitter=0ns", "rdma.write=write-only"});
+  ASSERT_TRUE(r.finished);
+  const double packets = std::ceil(1e6 / 4096);
+  EXPECT_LT(static_cast<double>(r.net->events_run()), 3.4 * packets) << r.net->events_run() << " events";
+  EXPECT_GT(static_cast<double>(r.net->events_run()), 3.0 * packets) << r.net->events_run() << " events";
+}
+
 TEST(VirtualOutputQueues, ServeTheirInputsInTurnAndCountTheirBytes) {
   VirtualOutputQueues v;
   v.resize(3);
