@@ -69,7 +69,6 @@ struct Port {
     PacketList queue;
     bool pausing = false;
     bool storming = false;  // a pause storm injected here: never resumes
-    bool wake_pending = false;
     bool signalled = false;
     std::int64_t queue_bytes = 0;
     std::int64_t max_queue_bytes = 0;
