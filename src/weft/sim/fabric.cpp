@@ -761,11 +761,14 @@ void Network::sample_queues() {
   counter_samples_.push_back(CounterSample{clock(), now_counters});
   // Flows in the flow-level mode queue nowhere: nothing to look for in 600,000 ports of a
   // 100,000-GPU fabric every 10 us.
+  // A class with bytes queued holds packets: the port's backlog bits say which to read.
   if (cfg_.mode != SimMode::kFlow)
     for (std::size_t port = 0; port < ports_.size(); ++port)
-      for (int q = 0; q < 8; ++q)
+      for (unsigned classes = ports_[port].backlog & 0xffu; classes != 0; classes &= classes - 1) {
+        const int q = __builtin_ctz(classes);
         if (ports_[port].c[q].queue_bytes > 0)
           samples_.push_back(QueueSample{clock(), static_cast<int>(port), q, ports_[port].c[q].queue_bytes});
+      }
   if (!cfg_.sample_qps) return;
   for (std::size_t i = 0; i < qps_.size(); ++i) {
     QueuePair& q = qps_[i];
