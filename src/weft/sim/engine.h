@@ -16,11 +16,11 @@
 // events a few places ahead are known: the engine asks their targets to prefetch what they
 // will touch (EventTarget::prefetch) while the current one runs, in stages: what the event
 // names (stage 0, kPrefetchStages x kLookahead events ahead), then what that leads to
-// (stage 1, kLookahead events later, when stage 0's lines are in), and so on. Same order as one heap by
-// (time, key); scheduling allocates only while buckets grow to the run's size (and for a
-// burst larger than a bucket keeps). run_one(before) runs only events earlier than
-// `before`: the fabric's parallel engine runs each thread's queue to the end of a time
-// window, and next_time() tells where the next window starts.
+// (stage 1, kLookahead events later, when stage 0's lines are in), and so on. Same order
+// as one heap by (time, key); scheduling allocates only while buckets grow to the run's
+// size (and for a burst larger than a bucket keeps). run_one(before) runs only events
+// earlier than `before`: the fabric's parallel engine runs each thread's queue to the end
+// of a time window, and next_time() tells where the next window starts.
 #pragma once
 
 #include <cstdint>

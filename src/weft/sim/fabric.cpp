@@ -132,13 +132,12 @@ Network::Candidates Network::routes_to(int node, int dst_gpu) const {
     const std::int32_t& only = only_port_[static_cast<std::size_t>(node)];
     const Port& P = ports_[static_cast<std::size_t>(only)];
     if (!P.up) return {nullptr, 0};
-    const int next = ports_[static_cast<std::size_t>(P.peer)].node;
+    const int next = P.peer_node;
     if (next == topo_.gpus[d]) return {&only, 1};
     if (route_row_[static_cast<std::size_t>(next)] < 0 || routes_to(next, dst_gpu).n == 0) return {nullptr, 0};
     return {&only, 1};
   }
-  const std::size_t slot = static_cast<std::size_t>(row) * static_cast<std::size_t>(columns_.count()) + col;
-  const RouteSlot& r = route_slots_[slot];
+  const RouteSlot& r = route_slot(row, dst_gpu);
   return {route_pool_.data() + r.begin, static_cast<int>(r.count)};
 }
 
@@ -168,7 +167,7 @@ void Network::compute_routes() {
   std::vector<int> routed;  // nodes with a routing row
   for (std::size_t n = 0; n < N; ++n) {
     first[n] = far.size();
-    for (int port : node_ports_[n]) far.push_back(ports_[port].up ? ports_[ports_[port].peer].node : -1);
+    for (int port : node_ports_[n]) far.push_back(ports_[port].up ? ports_[port].peer_node : -1);
     forwards[n] = !node_is_endpoint(static_cast<int>(n)) || topo_.nodes[n].transit ? 1 : 0;
     if (route_row_[n] >= 0) routed.push_back(static_cast<int>(n));
   }
@@ -249,8 +248,7 @@ int Network::pick_port(int node, Packet& p) {
     std::int64_t best_load = 0;
     for (int i = 0; i < n; ++i) {
       int port = c[(start + static_cast<std::uint32_t>(i)) % static_cast<std::uint32_t>(n)];
-      const Port& P = ports_[port];
-      std::int64_t load = P.c[p.queue].queue_bytes + (P.busy(clock()) ? 1 : 0);
+      const std::int64_t load = ports_[port].load(p.queue, clock());
       if (best < 0 || load < best_load) {
         best = port;
         best_load = load;
@@ -258,7 +256,7 @@ int Network::pick_port(int node, Packet& p) {
     }
     return best;
   };
-  if (p.type == PacketType::kData) {
+  if (!ecmp_decides(p.type)) {  // data under spraying, adaptive routing or flowlets
     if (cfg_.lb == LoadBalancing::kSpray) {
       switch (cfg_.spray) {
         case SprayMode::kRandom: return c[rng_[static_cast<std::size_t>(node)].choice() % static_cast<std::uint64_t>(n)];
@@ -303,8 +301,8 @@ int Network::adaptive_pick(int node, const Packet& p, const std::int32_t* c, int
   for (int i = 0; i < n; ++i) {
     const int port = c[(start + static_cast<std::uint32_t>(i)) % static_cast<std::uint32_t>(n)];
     const Port& P = ports_[static_cast<std::size_t>(port)];
-    std::int64_t load = P.c[p.queue].queue_bytes + (P.busy(clock()) ? 1 : 0);
-    const int next = ports_[static_cast<std::size_t>(P.peer)].node;
+    std::int64_t load = P.load(p.queue, clock());
+    const int next = P.peer_node;
     if (cfg_.ar_remote && !node_is_endpoint(next)) {
       // The next switch's least queue toward the destination, as it signalled it.
       const Candidates onward = routes_to(next, dst_gpu);
@@ -815,7 +813,7 @@ Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
 }
 
 std::string Network::port_name(int port) const {
-  return topo_.nodes[ports_[port].node].name + "->" + topo_.nodes[ports_[ports_[port].peer].node].name;
+  return topo_.nodes[ports_[port].node].name + "->" + topo_.nodes[ports_[port].peer_node].name;
 }
 
 void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
@@ -911,21 +909,16 @@ void Network::prefetch(std::uint32_t kind, std::uint64_t arg, int stage) const {
   const std::int32_t row = route_row_[static_cast<std::size_t>(in.node)];
   const int d = gpu_rank_of_node_[static_cast<std::size_t>(p.dst)];
   if (row < 0 || d < 0) return;
-  const auto col = static_cast<std::size_t>(columns_.of_gpu[static_cast<std::size_t>(d)]);
-  const std::int32_t last = anchor_port_[static_cast<std::size_t>(d)];
-  const bool last_hop = last >= 0 && in.node == columns_.target[col];
-  const std::size_t slot = static_cast<std::size_t>(row) * static_cast<std::size_t>(columns_.count()) + col;
   if (stage == 1) {
-    if (!last_hop) __builtin_prefetch(&route_slots_[slot]);
+    __builtin_prefetch(&route_slot(row, d));
     __builtin_prefetch(&in.c[p.queue]);
     __builtin_prefetch(&rng_[static_cast<std::size_t>(in.node)]);
     return;
   }
-  if (!last_hop && ((cfg_.lb != LoadBalancing::kEcmp && p.type == PacketType::kData) || cfg_.ecmp_weighted)) return;
-  const RouteSlot& r = route_slots_[slot];
-  if (!last_hop && r.count == 0) return;
-  const std::int32_t* c = route_pool_.data() + r.begin;
-  const int out = last_hop ? last : r.count == 1 ? c[0] : ecmp_pick(c, static_cast<int>(r.count), hash_tuple(in.node, p));
+  // The port forward() will take when ECMP (unweighted) or the only route decides it.
+  const Candidates next = routes_to(in.node, d);
+  if (next.n == 0 || (next.n > 1 && (!ecmp_decides(p.type) || cfg_.ecmp_weighted))) return;
+  const int out = next.n == 1 ? next.ports[0] : ecmp_pick(next.ports, next.n, hash_tuple(in.node, p));
   __builtin_prefetch(&ports_[static_cast<std::size_t>(out)]);
   __builtin_prefetch(&ports_[static_cast<std::size_t>(out)].c[p.queue]);
 }

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdlib>
 #include <new>
 
 namespace weft::sim {

@@ -93,6 +93,9 @@ struct Port {
   static constexpr int kControlBit = 8;
   bool holds(int q) const { return (backlog >> q) & 1u; }
   bool busy(Time now) const { return free_at > now; }
+  // How loaded class q looks to a switch choosing among ports: its bytes, and one more
+  // while a frame is on the wire.
+  std::int64_t load(int q, Time now) const { return c[q].queue_bytes + (busy(now) ? 1 : 0); }
   // Whether anything waits here: a queued packet or a PFC frame.
   bool holds_anything() const { return backlog != 0; }
   void set_holds(int q, bool holds) {
@@ -428,6 +431,9 @@ class Network : public EventTarget {
   // (spraying, flowlets, adaptive routing).
   static constexpr int kUnroutable = -1, kChosenPerPacket = -2;
   int fixed_port(int node, const QueuePair& q) const;
+  // Whether ECMP's hash picks the port of a packet of `type` among several routes: always
+  // for ACKs, CNPs and the like, for data unless spraying, flowlets or adaptive routing do.
+  bool ecmp_decides(PacketType type) const { return type != PacketType::kData || cfg_.lb == LoadBalancing::kEcmp; }
   // The port a packet leaves `node` by, -1 when there is none that is up (no route, or a
   // failed link the routes still hold until they converge).
   int choose_port(int node, Packet& p);
@@ -589,6 +595,10 @@ class Network : public EventTarget {
     std::uint32_t begin = 0, count = 0;
   };
   std::vector<RouteSlot, HugePageAllocator<RouteSlot>> route_slots_;
+  const RouteSlot& route_slot(std::int32_t row, int dst_gpu) const {
+    return route_slots_[static_cast<std::size_t>(row) * static_cast<std::size_t>(columns_.count()) +
+                        static_cast<std::size_t>(columns_.of_gpu[static_cast<std::size_t>(dst_gpu)])];
+  }
   std::vector<std::int32_t, HugePageAllocator<std::int32_t>> route_pool_;
   std::vector<int> gpu_rank_of_node_;
   std::vector<std::uint32_t> switch_seed_;

@@ -19,7 +19,7 @@ double Network::line_rate(int node) const {
     // replication), not at its own link's sum of them.
     double port = 0;
     for (int mine : node_ports_[node]) {
-      const int sw = ports_[ports_[mine].peer].node;
+      const int sw = ports_[mine].peer_node;
       for (int q : node_ports_[sw])
         if (topo_.links[ports_[q].link].tier != "reducer") port = std::max(port, ports_[q].bps);
     }
@@ -196,7 +196,7 @@ int Network::fixed_port(int node, const QueuePair& q) const {
   const Candidates next = routes_to(node, gpu_rank_of_node_[q.dst]);
   if (next.n == 0) return kUnroutable;
   if (next.n == 1) return next.ports[0];
-  if (cfg_.lb != LoadBalancing::kEcmp) return kChosenPerPacket;
+  if (!ecmp_decides(PacketType::kData)) return kChosenPerPacket;
   Packet probe;
   probe.src = q.src;
   probe.dst = q.dst;

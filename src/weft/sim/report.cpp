@@ -91,7 +91,7 @@ std::vector<Imbalance> imbalances(const Network& net) {
   for (std::size_t p = 0; p < net.ports().size(); ++p) {
     const Port& P = net.ports()[p];
     const Node& n = t.nodes[P.node];
-    const Node& peer = t.nodes[net.ports()[P.peer].node];
+    const Node& peer = t.nodes[P.peer_node];
     // Only paths up the tree (rail/leaf/edge -> spine/agg -> super-spine/core) are
     // alternatives for the same traffic.
     if (n.kind != NodeKind::kSwitch || tier_rank(peer.role) <= tier_rank(n.role)) continue;
@@ -101,7 +101,7 @@ std::vector<Imbalance> imbalances(const Network& net) {
   for (const auto& [key, ports] : groups) {
     // Distinct peers: parallel links to one peer count together.
     std::map<int, std::int64_t> by_peer;
-    for (int p : ports) by_peer[net.ports()[net.ports()[p].peer].node] += net.ports()[p].tx_payload;
+    for (int p : ports) by_peer[net.ports()[p].peer_node] += net.ports()[p].tx_payload;
     if (by_peer.size() < 2) continue;
     std::int64_t total = 0, best = -1;
     int best_peer = -1;
@@ -361,7 +361,7 @@ void emit_outputs(const Network& net, OutputSink& out) {
     std::int64_t maxq = 0;
     for (int q = 0; q < 8; ++q) maxq = std::max(maxq, P.c[q].max_queue_bytes);
     std::snprintf(buf, sizeof buf, "%zu,%s,%s,%s,%g,%lld,%lld,%.6f,%lld,%lld,%lld,%lld,%lld,%.6f,%lld\n", p,
-                  t.nodes[P.node].name.c_str(), t.nodes[net.ports()[P.peer].node].name.c_str(), t.links[P.link].tier.c_str(),
+                  t.nodes[P.node].name.c_str(), t.nodes[P.peer_node].name.c_str(), t.links[P.link].tier.c_str(),
                   P.bps / 1e9, static_cast<long long>(P.tx_bytes), static_cast<long long>(P.tx_payload),
                   std::min(1.0, static_cast<double>(P.tx_bytes) * 8 / (P.bps * to_seconds(span))),
                   static_cast<long long>(P.ecn_marks),
