@@ -130,11 +130,16 @@ struct QpMessage {
   int flow = -1;
 };
 
-// The message of `messages` (in PSN order) that holds `psn`; null when none does.
+// The message of `messages` (in PSN order) that holds `psn`; null when none does. The first
+// and the last are asked first: a receiver's next PSN is nearly always in its oldest message,
+// a sender's in its newest, and a queue pair's list can hold every message of a long run.
 inline const QpMessage* message_holding(const std::deque<QpMessage>& messages, std::uint32_t psn) {
+  if (messages.empty() || psn < messages.front().psn_begin) return nullptr;
+  if (psn < messages.front().psn_end) return &messages.front();
+  if (psn >= messages.back().psn_begin) return psn < messages.back().psn_end ? &messages.back() : nullptr;
   auto it = std::upper_bound(messages.begin(), messages.end(), psn,
                              [](std::uint32_t v, const QpMessage& m) { return v < m.psn_begin; });
-  return it != messages.begin() && psn < (it - 1)->psn_end ? &*(it - 1) : nullptr;
+  return psn < (it - 1)->psn_end ? &*(it - 1) : nullptr;
 }
 
 struct QueuePair {
