@@ -3,7 +3,8 @@
 # A run that cannot finish says why, on stdout and in summary.json: a workload whose ranks
 # each wait for the other's message names the cycle of ranks; a PFC deadlock (a ring with a
 # cyclic buffer dependency, watchdog off) names the cycle of paused links; a host cut off
-# by a failed link is named as unreachable. Each exits 3 (not finished), never hangs.
+# by a failed link is named as unreachable. Each exits 3 (not finished), never hangs, and
+# says how long it ran (wall time, events/s, peak memory) as a finished run does.
 set -u
 weft=$1
 src=$2
@@ -25,7 +26,8 @@ expect() {  # expect NAME REGEX... -- ARGS
 }
 json() { /usr/bin/python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$work/$1/summary.json" "$2"; }
 
-expect trace "no event left|stopped at sim.time_limit" "rank 0: step 1 of 2, waiting for 1 message from rank 1" \
+expect trace "no event left|stopped at sim.time_limit" "^stopped after wall [0-9.]+ s, [0-9.]+ M events/s, peak memory [0-9]+ MiB$" \
+  "rank 0: step 1 of 2, waiting for 1 message from rank 1" \
   "^deadlock: rank 0 -> rank 1 -> rank 0 " -- \
   --topology "$src/examples/topologies/single-switch.yaml" --workload "$src/tests/sim/bad/trace-deadlock" --set time_limit=1ms
 [ "$(json trace 'd["stall"]["deadlock"]')" = "['rank 0', 'rank 1']" ] || fail "summary.json: $(json trace 'd["stall"]')"
