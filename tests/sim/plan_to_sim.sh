@@ -5,7 +5,7 @@
 # (examples/topologies/a100-1024.yaml) in scale mode (4 MiB chunks). Every record is checked
 # against its algorithm's program on the way in; the simulated iteration must finish and
 # land within 10% of the planner's own estimate without overlap (GPipe, as emitted).
-# COARSE=0 runs it at packet level (4 KB MTU packets, about an hour on two threads of this
+# COARSE=0 runs it at packet level (4 KB MTU packets, about half an hour on two threads of this
 # machine: THREADS=2), where it must land within 5% of the planner's estimate with overlap.
 set -euo pipefail
 weft=$1
