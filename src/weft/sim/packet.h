@@ -92,7 +92,8 @@ struct IntStack {
 // grows by segments of 32,768 packets (2 MiB, in huge pages) whose addresses never change,
 // listed in a directory made at its full size, so one thread reads a packet another made
 // while that one goes on growing its store. An id is its store's number over the slot's,
-// and id / 32,768 is the segment's place in the directory. With telemetry on, each slot also holds an IntStack.
+// and id / 32,768 is the segment's place in the directory. With telemetry on, each slot
+// also holds an IntStack.
 class PacketPool {
  public:
   static constexpr int kSlotBits = 26;  // 67 million packets a store

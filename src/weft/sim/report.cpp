@@ -212,17 +212,17 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   double eps = net.wall_seconds() > 0 ? static_cast<double>(net.events_run()) / net.wall_seconds() : 0;
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  const double peak_mib = static_cast<double>(usage.ru_maxrss) / 1024;
+  // How fast it ran, said alike whether it finished or not.
+  const std::string speed = fmt::format("wall {:.2f} s, {:.2f} M events/s, peak memory {:.0f} MiB", net.wall_seconds(),
+                                        eps / 1e6, static_cast<double>(usage.ru_maxrss) / 1024);
   if (net.agents_unfinished() == 0)
-    std::fprintf(out, "finished at %.3f us simulated (wall %.2f s, %.2f M events/s, peak memory %.0f MiB)\n",
-                 to_us(net.finish_time()), net.wall_seconds(), eps / 1e6, peak_mib);
+    std::fprintf(out, "finished at %.3f us simulated (%s)\n", to_us(net.finish_time()), speed.c_str());
   else {
     const Stall& stall = net.stall();
     std::fprintf(out, "NOT finished: %d ranks still waiting at %.3f us simulated (%s)\n", net.agents_unfinished(),
                  to_us(net.finish_time()),
                  stall.time_limit ? "stopped at sim.time_limit" : "no event left: nothing can move");
-    std::fprintf(out, "stopped after wall %.2f s, %.2f M events/s, peak memory %.0f MiB\n", net.wall_seconds(), eps / 1e6,
-                 peak_mib);
+    std::fprintf(out, "stopped after %s\n", speed.c_str());
     for (const std::string& line : describe_stall(net, stall)) std::fprintf(out, "%s\n", line.c_str());
   }
   if (net.threads() > 1)
