@@ -2,7 +2,7 @@
 # weft as a library: `cmake --install` into a fresh prefix, then the example project outside
 # the tree (examples/library) builds against it with find_package(weft) and runs under weft
 # launch; MPI is not on its link line unless it asks for weft::comm_mpi; a pkg-config build
-# of the same program links too.
+# of the same program links too; neither is handed -march or -mtune.
 # usage: expect_install.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
@@ -16,6 +16,10 @@ for f in bin/weft include/weft/comm/communicator.h include/weft/parallel/ddp.h l
   [ -e "$work/prefix/$f" ] || fail "not installed: $f"
 done
 [ ! -e "$work/prefix/include/weft/cli" ] || fail "the command line's private headers were installed"
+# What users' programs are handed carries no instruction sets of the build machine.
+if grep -rEl -- '-march|-mtune' "$work/prefix/lib/pkgconfig" "$work/prefix/lib/cmake/weft"; then
+  fail "the installed pkg-config or CMake files pass -march or -mtune on"
+fi
 
 # CMake, without MPI.
 cmake -S "$src/examples/library" -B "$work/plain" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -324,7 +324,7 @@ Var dropout(const Var& x, double p, Rng& rng) {
       T* o = out.data<T>();
       const std::uint8_t* k = keep->data();
       const T scale = static_cast<T>(keep_scale);
-      parallel_for(in.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
+      parallel_loop(in.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t i = b; i < e; ++i) o[i] = a[i] * (k[i] ? scale : T(0));
       });
     });

@@ -103,7 +103,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
     T* r = rstd.data<T>();
     bf16* h16 = pack ? xhat16.data<bf16>() : nullptr;
     bf16* o16 = pack ? out16.data<bf16>() : nullptr;
-    parallel_for(rows, kNormRowBlock, [&](std::int64_t first, std::int64_t last) {
+    parallel_loop(rows, kNormRowBlock, [&](std::int64_t first, std::int64_t last) {
       for (std::int64_t i = first; i < last; ++i) {
         const T* row = p + i * d;
         const T mean = sum8<T>(d, [&](std::int64_t k) { return row[k]; }) / static_cast<T>(d);
@@ -158,7 +158,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
       T* pg = parts.data<T>();
       T* pb = pg + std::max<std::int64_t>(blocks, 1) * d;
       auto run = [&](const auto* h) {
-        parallel_for(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
+        parallel_loop(blocks, 1, [&](std::int64_t b0, std::int64_t b1) {
           for (std::int64_t b = b0; b < b1; ++b) {
             std::vector<T> dh(static_cast<std::size_t>(d)), hk(static_cast<std::size_t>(d));
             T* pgb = pg + b * d;
@@ -218,7 +218,7 @@ Var gelu(const Var& x) {
     const T* p = v.data<T>();
     T* o = out.data<T>();
     auto run = [&](auto keep) {
-      parallel_for(v.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
+      parallel_loop(v.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t i = b; i < e; ++i) {
           T a = p[i];
           const T gate = gelu_gate(a, static_cast<T>(c));
@@ -255,7 +255,7 @@ Var gelu(const Var& x) {
       const T* gp = g.data<T>();
       T* o = dx.data<T>();
       with_stored<T>(xv, [&](const auto* p) {
-        parallel_for(xv.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
+        parallel_loop(xv.numel(), 16384, [&](std::int64_t b, std::int64_t e) {
           for (std::int64_t i = b; i < e; ++i) {
             const T a = widen_as<T>(p[i]);
             const T sg = gelu_gate(a, static_cast<T>(c));
@@ -328,7 +328,7 @@ Var causal_softmax(const Var& scores, double scale) {
     using E = decltype(zero);
     const E* px = x.data<E>();
     E* py = y.data<E>();
-    parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(rows, grain, [&](std::int64_t b, std::int64_t e) {
       // Row r is query r mod T.
       for (std::int64_t r = b; r < e; ++r) causal_softmax_row(px + r * T_, py + r * T_, r % T_ + 1, T_, scale);
     });
@@ -342,7 +342,7 @@ Var causal_softmax(const Var& scores, double scale) {
       const E* pg = g.data<E>();
       const E* pyv = yv.data<E>();
       E* pd = dx.data<E>();
-      parallel_for(rows, grain, [&](std::int64_t b, std::int64_t e) {
+      parallel_loop(rows, grain, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t r = b; r < e; ++r)
           causal_softmax_row_backward(pg + r * T_, pyv + r * T_, pd + r * T_, r % T_ + 1, T_, scale);
       });
@@ -374,7 +374,9 @@ void causal_softmax_block(Tensor& s, double scale) {
   dispatch(s.dtype(), [&](auto zero) {
     using E = decltype(zero);
     E* p = s.data<E>();
-    for (std::int64_t r = 0; r < T; ++r) causal_softmax_row(p + r * T, p + r * T, r + 1, T, scale);
+    dispatched([&] {
+      for (std::int64_t r = 0; r < T; ++r) causal_softmax_row(p + r * T, p + r * T, r + 1, T, scale);
+    });
   });
 }
 
@@ -444,15 +446,20 @@ Var causal_self_attention(const Var& qkv, std::int64_t heads) {
         if (pi.dtype() == DType::BF16) {  // the bf16 weights, widened a row at a time
           std::vector<E> row(static_cast<std::size_t>(T));
           const bf16* py = pi.data<bf16>();
-          for (std::int64_t r = 0; r < T; ++r) {
-            for (std::int64_t j = 0; j <= r; ++j) row[static_cast<std::size_t>(j)] = widen_as<E>(py[r * T + j]);
-            causal_softmax_row_backward(pd + r * T, row.data(), pd + r * T, r + 1, T, scale);
-          }
+          E* pr = row.data();
+          dispatched([&] {
+            for (std::int64_t r = 0; r < T; ++r) {
+              for (std::int64_t j = 0; j <= r; ++j) pr[j] = widen_as<E>(py[r * T + j]);
+              causal_softmax_row_backward(pd + r * T, pr, pd + r * T, r + 1, T, scale);
+            }
+          });
           return;
         }
         const E* py = pi.data<E>();
-        for (std::int64_t r = 0; r < T; ++r)
-          causal_softmax_row_backward(pd + r * T, py + r * T, pd + r * T, r + 1, T, scale);
+        dispatched([&] {
+          for (std::int64_t r = 0; r < T; ++r)
+            causal_softmax_row_backward(pd + r * T, py + r * T, pd + r * T, r + 1, T, scale);
+        });
       });
       const Tensor dsv = native ? ds.to(DType::BF16) : ds;
       ops::gemm(false, false, 1.0, dsv, head(xv, i, 1), 0.0, dq);  // d q = d scores k

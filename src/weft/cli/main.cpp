@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "weft/cli/commands.h"
+#include "weft/util/cpu.h"
 #include "weft/util/error.h"
 
 int main(int argc, char** argv) {
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    weft::cpu::loop_level();  // WEFT_CPU_ISA checked before any command runs
     return action ? action() : 0;
   } catch (const weft::ConfigError& e) {
     // A bad value on the command line or in a config: a usage error, as the flag parser's.

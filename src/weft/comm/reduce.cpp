@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "weft/util/dispatch.h"
 #include "weft/util/error.h"
 #include "weft/util/half_float.h"
 
@@ -144,32 +145,38 @@ void add_f16(std::uint16_t* d, const std::uint16_t* a, const std::uint16_t* b, s
 
 void reduce_into(DataType t, ReduceOp op, void* dst, const void* src, std::size_t count) {
   if (t == DataType::kF16 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
-    add_f16(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(dst), static_cast<const std::uint16_t*>(src),
-            count);
-    return;
-  }
-  with_type(t, [&](auto tag) {
-    using T = decltype(tag);
-    with_op<T>(op, [&](auto f) { combine_into(static_cast<T*>(dst), static_cast<const T*>(src), count, f); });
-  });
-}
-
-void reduce_from(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {
-  if (t == DataType::kF16 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
-    add_f16(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(a), static_cast<const std::uint16_t*>(b),
-            count);
+    dispatched([&] {
+      add_f16(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(dst),
+              static_cast<const std::uint16_t*>(src), count);
+    });
     return;
   }
   with_type(t, [&](auto tag) {
     using T = decltype(tag);
     with_op<T>(op, [&](auto f) {
-      combine_from(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), count, f);
+      dispatched([&] { combine_into(static_cast<T*>(dst), static_cast<const T*>(src), count, f); });
+    });
+  });
+}
+
+void reduce_from(DataType t, ReduceOp op, void* dst, const void* a, const void* b, std::size_t count) {
+  if (t == DataType::kF16 && (op == ReduceOp::kSum || op == ReduceOp::kAvg)) {
+    dispatched([&] {
+      add_f16(static_cast<std::uint16_t*>(dst), static_cast<const std::uint16_t*>(a), static_cast<const std::uint16_t*>(b),
+              count);
+    });
+    return;
+  }
+  with_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    with_op<T>(op, [&](auto f) {
+      dispatched([&] { combine_from(static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), count, f); });
     });
   });
 }
 
 void scale_for_average(DataType t, void* data, std::size_t count, int by) {
-  with_type(t, [&](auto tag) { divide(static_cast<decltype(tag)*>(data), count, by); });
+  with_type(t, [&](auto tag) { dispatched([&] { divide(static_cast<decltype(tag)*>(data), count, by); }); });
 }
 
 }  // namespace weft::comm

@@ -32,7 +32,7 @@ void Adam::update_parameter(Tensor& w, const Tensor& g, Tensor* moments) {
     // AdamW scales the weight first; Adam adds the decay to the gradient instead.
     const T keep = options_.decoupled ? T(1) - lr * wd : T(1);
     const T l2 = options_.decoupled ? T(0) : wd;
-    parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {
         T wi = pw[i] * keep;
         T gi = pg[i] + l2 * pw[i];

@@ -20,7 +20,7 @@ void SGD::update_parameter(Tensor& w, const Tensor& g, Tensor* buffers) {
     T* __restrict pb = buffers ? buffers[0].data<T>() : nullptr;
     const T lr = static_cast<T>(lr_), mom = static_cast<T>(momentum_), wd = static_cast<T>(weight_decay_);
     // Separate loops for each case, so each vectorizes.
-    parallel_for(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
       if (pb && wd != T(0)) {
         for (std::int64_t i = b; i < e; ++i) {
           pb[i] = mom * pb[i] + (pg[i] + wd * pw[i]);

@@ -123,7 +123,7 @@ void GptDecoder::attention(const std::vector<SequenceState*>& sequences, const s
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   float* o = out.data<float>();
-  parallel_for(S * H, 1, [&](std::int64_t begin, std::int64_t end) {
+  parallel_loop(S * H, 1, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> w(static_cast<size_t>(c_.context));
     for (std::int64_t job = begin; job < end; ++job) {
       const std::int64_t i = job / H, h = job % H;

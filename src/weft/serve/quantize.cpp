@@ -62,7 +62,7 @@ void packed_product(const Tensor& x, const W* w, const float* scale, const Tenso
   // Small products run on this thread: handing them out costs more than they do.
   const std::int64_t grain = std::max<std::int64_t>(16, (std::int64_t{1} << 17) / std::max<std::int64_t>(in * R, 1));
   const std::int64_t blocks = (out + 7) / 8;
-  parallel_for(blocks, std::max<std::int64_t>(1, grain / 8), [&](std::int64_t begin, std::int64_t end) {
+  parallel_loop(blocks, std::max<std::int64_t>(1, grain / 8), [&](std::int64_t begin, std::int64_t end) {
     float d[8];
     for (std::int64_t blk = begin; blk < end; ++blk) {
       const std::int64_t o0 = blk * 8;
@@ -90,7 +90,7 @@ Tensor int8_product(const Tensor& x, const std::int8_t* w, const std::vector<flo
   const std::int64_t row_block = std::max<std::int64_t>(64, (R + 7) / 8);
   const std::int64_t row_blocks = (R + row_block - 1) / row_block;
   std::vector<float> block_max(static_cast<std::size_t>(row_blocks), 0.0f);
-  parallel_for(row_blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+  parallel_loop(row_blocks, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t b = begin; b < end; ++b) {
       float m = 0;
       for (std::int64_t i = b * row_block * in; i < std::min(R, (b + 1) * row_block) * in; ++i) m = std::max(m, std::fabs(xp[i]));
@@ -109,7 +109,7 @@ Tensor int8_product(const Tensor& x, const std::int8_t* w, const std::vector<flo
     y = Tensor::empty({R, out});  // every element written by the products below
     const float xs = amax / 127.0f;
     std::vector<std::int8_t> qx(static_cast<std::size_t>(R * in));
-    parallel_for(R * in, 16384, [&](std::int64_t begin, std::int64_t end) {
+    parallel_loop(R * in, 16384, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t i = begin; i < end; ++i)
         qx[static_cast<std::size_t>(i)] = static_cast<std::int8_t>(std::clamp(std::nearbyint(xp[i] / xs), -127.0f, 127.0f));
     });
@@ -194,7 +194,7 @@ Tensor PackedLinear::forward(const Tensor& x) const {
       return int8_product(xc, int8_.data(), scale_, bias_, out_, in_);
     // Many rows (a prefill, a large batch): widen the whole matrix once and use the GEMM.
     Tensor w = Tensor::empty({out_, in_});
-    parallel_for(out_, 64, [&](std::int64_t begin, std::int64_t end) {
+    parallel_loop(out_, 64, [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t o = begin; o < end; ++o) row(o, w.data<float>() + o * in_);
     });
     return ops::linear(xc, w, bias_.defined() ? &bias_ : nullptr);

@@ -35,7 +35,7 @@ Tensor im2col(const Tensor& x_in, std::int64_t kh, std::int64_t kw, std::int64_t
     const T* px = x.data<T>();
     T* pc = col.data<T>();
     // One task per (row of col, sample): row r = (c, i, j).
-    parallel_for(C * kh * kw * N, 16, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(C * kh * kw * N, 16, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t task = b; task < e; ++task) {
         std::int64_t r = task / N, n = task % N;
         std::int64_t c = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
@@ -88,7 +88,7 @@ void col2im_into(const T* pc, T* px, std::int64_t n, std::int64_t C, std::int64_
         const std::int64_t iw = q % OW - pad + j;
         mask[static_cast<std::size_t>(j * P + q)] = iw >= 0 && iw < W ? T(1) : T(0);
       }
-    parallel_for(n * C, 4, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(n * C, 4, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t task = b; task < e; ++task) {
         const std::int64_t s = task / C, c = task % C;
         T* plane = px + (s * C + c) * P;
@@ -107,7 +107,7 @@ void col2im_into(const T* pc, T* px, std::int64_t n, std::int64_t C, std::int64_
     });
     return;
   }
-  parallel_for(n * C, 4, [&](std::int64_t b, std::int64_t e) {
+  parallel_loop(n * C, 4, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t task = b; task < e; ++task) {
       const std::int64_t s = task / C, c = task % C;
       T* plane = px + (s * C + c) * H * W;
@@ -235,7 +235,7 @@ Conv2dForward conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, std::
     const T* pt = tmp.data<T>();
     T* po = f.out.data<T>();
     const T* pb = bias.defined() ? bias.contiguous().data<T>() : nullptr;
-    parallel_for(N * Cout, 8, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(N * Cout, 8, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t task = b; task < e; ++task) {
         std::int64_t n = task / Cout, co = task % Cout;
         const T* s = pt + co * N * P + n * P;
@@ -260,7 +260,7 @@ Tensor grad_matrix(const Tensor& grad_out, bool need_db, Tensor& db) {
     using T = decltype(zero);
     const T* pg = grad_out.data<T>();
     T* pt = g.data<T>();
-    parallel_for(Cout, 1, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(Cout, 1, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t co = b; co < e; ++co) {
         // The bias gradient in 16 interleaved partial sums (one running sum would be a chain
         // of dependent additions), added up at the end: a fixed order, so deterministic.
@@ -320,7 +320,7 @@ Conv2dGrads conv2d_backward_onednn(const Tensor& grad_out, const Tensor& x, cons
   auto sum_parts = [&](const std::vector<float>& parts, std::int64_t size, const Shape& shape) {
     Tensor out = Tensor::empty(shape, DType::F32);
     float* po = out.data<float>();
-    parallel_for(size, 4096, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(size, 4096, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {
         float acc = parts[static_cast<std::size_t>(i)];
         for (std::int64_t sl = 1; sl < slices.count; ++sl) acc += parts[static_cast<std::size_t>(sl * size + i)];
@@ -382,7 +382,7 @@ MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_
     const T* px = x.data<T>();
     T* po = f.out.data<T>();
     std::int32_t* pa = f.argmax->data();
-    parallel_for(N * C, 16, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(N * C, 16, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t plane = b; plane < e; ++plane) {
         const T* src = px + plane * H * W;
         T* dst = po + plane * OH * OW;
@@ -443,7 +443,7 @@ Tensor max_pool2d_backward(const Tensor& grad_out_in, const std::vector<std::int
     using T = decltype(zero);
     const T* pg = grad_out.data<T>();
     T* pd = dx.data<T>();
-    parallel_for(planes, 16, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(planes, 16, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t plane = b; plane < e; ++plane) {
         for (std::int64_t o = 0; o < out_plane; ++o) {
           const std::int32_t at = argmax[plane * out_plane + o];

@@ -7,6 +7,7 @@
 
 #include "weft/tensor/onednn.h"
 #include "weft/tensor/xsmm.h"
+#include "weft/util/cpu.h"
 #include "weft/util/env.h"
 #include "weft/util/error.h"
 
@@ -139,7 +140,9 @@ std::string summary() {
               : o.bf16 == 2                  ? "native (onednn)"
                                              : "native (onednn) from 2^20 multiply-adds";
   auto int8 = int8_native() ? "native (onednn, vnni)" : "emulated (widened weights, fp32 products)";
-  return "kernels: " + onednn::isa_name() + "; gemm " + gemm + "; conv " + conv + "; bf16 " + bf16 + "; int8 " + int8;
+  const std::string loops = std::string(cpu::level_name(cpu::loop_level())) + " (built for " + cpu::build_baseline() + ")";
+  return "kernels: " + onednn::isa_name() + "; loops " + loops + "; gemm " + gemm + "; conv " + conv + "; bf16 " + bf16 +
+         "; int8 " + int8;
 }
 
 void reload() {

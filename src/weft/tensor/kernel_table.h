@@ -54,7 +54,8 @@ bool int8_native();
 Conv conv_forward();
 Conv conv_backward_data(std::int64_t in_channels);
 
-// One line for run summaries: the instruction set and each kernel class's library.
+// One line for run summaries: the libraries' instruction set, the level of weft's own loops
+// (util/cpu.h) and each kernel class's library.
 std::string summary();
 
 // Re-reads WEFT_KERNELS (tests change it between cases).

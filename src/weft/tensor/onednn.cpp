@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "weft/util/env.h"
+#include "weft/util/cpu.h"
 #include "weft/util/error.h"
 
 // Debian's oneDNN runs its primitives on OpenMP; weft calls each one from a single thread.
@@ -23,20 +23,17 @@ using dnnl::memory;
 using Tag = memory::format_tag;
 using Type = memory::data_type;
 
-// The instruction-set cap (WEFT_CPU_ISA) applies before oneDNN builds its first kernel.
+// The instruction-set cap (WEFT_CPU_ISA, read and checked by util/cpu.h) applies before
+// oneDNN builds its first kernel.
 void set_isa_cap() {
-  const std::string cap = env_string("WEFT_CPU_ISA").value_or("");
-  if (cap.empty()) return;
   static const std::map<std::string, dnnl::cpu_isa> caps = {
+      {"sse41", dnnl::cpu_isa::sse41},
       {"avx2", dnnl::cpu_isa::avx2},
       {"avx512_core", dnnl::cpu_isa::avx512_core},
       {"avx512_core_vnni", dnnl::cpu_isa::avx512_core_vnni},
       {"avx512_core_bf16", dnnl::cpu_isa::avx512_core_bf16}};
-  auto it = caps.find(cap);
-  if (it == caps.end())
-    throw ConfigError("WEFT_CPU_ISA: unknown instruction set '" + cap +
-                      "' (avx2, avx512_core, avx512_core_vnni or avx512_core_bf16)");
-  dnnl::set_max_cpu_isa(it->second);
+  const auto it = caps.find(cpu::isa_cap());
+  if (it != caps.end()) dnnl::set_max_cpu_isa(it->second);
 }
 
 // The engine, for a calling thread whose OpenMP team is itself alone: oneDNN sizes a
@@ -226,7 +223,9 @@ std::string isa_name() {
   if ((isa & 0x27u) == 0x27u) return "avx512_core";
   if ((isa & 0x407u) == 0x407u) return "avx2_vnni";
   if ((isa & 0x7u) == 0x7u) return "avx2";
-  return "below avx2";
+  if ((isa & 0x3u) == 0x3u) return "avx";
+  if ((isa & 0x1u) == 0x1u) return "sse41";
+  return "below sse41";
 }
 
 void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c, std::int64_t ldc,

@@ -4,9 +4,9 @@
 // the calling thread (weft splits work on its own pool, so a result depends only on the
 // shape, never on the thread count); the primitives are built once per shape and kept.
 //
-// The processor's instruction sets are read once; WEFT_CPU_ISA (avx2, avx512_core,
-// avx512_core_vnni, avx512_core_bf16) caps what oneDNN may use, so that a processor
-// without the bf16 or VNNI instructions can be simulated on one that has them.
+// The processor's instruction sets are read once; WEFT_CPU_ISA (sse41, avx2, avx512_core,
+// avx512_core_vnni, avx512_core_bf16: util/cpu.h) caps what oneDNN may use, so that a
+// processor without the bf16 or VNNI instructions can be simulated on one that has them.
 #pragma once
 
 #include <compare>

@@ -30,7 +30,7 @@ Tensor map_unary(const Tensor& a, F f) {
     using T = decltype(zero);
     const T* pa = ac.data<T>();
     T* po = out.data<T>();
-    parallel_for(out.numel(), kElementwiseGrain, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(out.numel(), kElementwiseGrain, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) po[i] = f(pa[i]);
     });
   });
@@ -48,7 +48,7 @@ Tensor map_binary(const Tensor& a, const Tensor& b, F f, const char* op) {
       const T* pa = a.data<T>();
       const T* pb = b.data<T>();
       T* po = out.data<T>();
-      parallel_for(out.numel(), kElementwiseGrain, [&](std::int64_t s, std::int64_t e) {
+      parallel_loop(out.numel(), kElementwiseGrain, [&](std::int64_t s, std::int64_t e) {
         for (std::int64_t i = s; i < e; ++i) po[i] = f(pa[i], pb[i]);
       });
     });
@@ -82,7 +82,7 @@ void convert(Tensor& dst, const Tensor& s, C conv) {
   D* pd = dst.data<D>();
   const S* ps = s.data<S>();
   if (dst.is_contiguous() && s.is_contiguous()) {
-    parallel_for(dst.numel(), 1 << 16, [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(dst.numel(), 1 << 16, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) pd[i] = conv(ps[i]);
     });
     return;
@@ -132,7 +132,9 @@ void copy_into(Tensor& dst, const Tensor& src) {
         if constexpr (std::is_same_v<D, S>) {
           std::memcpy(pd, ps, static_cast<std::size_t>(n) * sizeof(D));
         } else {
-          for (std::int64_t i = 0; i < n; ++i) pd[i] = static_cast<D>(ps[i]);
+          dispatched([&] {
+            for (std::int64_t i = 0; i < n; ++i) pd[i] = static_cast<D>(ps[i]);
+          });
         }
         return;
       }
@@ -209,7 +211,7 @@ void add_(Tensor& a, const Tensor& b, double alpha) {
     T* pa = a.data<T>();
     const T* pb = eb.data<T>();
     if (a.is_contiguous() && eb.is_contiguous()) {
-      parallel_for(a.numel(), kElementwiseGrain, [&](std::int64_t s, std::int64_t e) {
+      parallel_loop(a.numel(), kElementwiseGrain, [&](std::int64_t s, std::int64_t e) {
         for (std::int64_t i = s; i < e; ++i) pa[i] += al * pb[i];
       });
       return;
@@ -334,7 +336,7 @@ Tensor softmax_impl(const Tensor& a) {
     using T = decltype(zero);
     const T* p = c.data<T>();
     T* o = out.data<T>();
-    parallel_for(rows, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(cols, 1)),
+    parallel_loop(rows, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(cols, 1)),
                  [&](std::int64_t b, std::int64_t e) {
                    for (std::int64_t r = b; r < e; ++r) {
                      const T* x = p + r * cols;

@@ -1,5 +1,6 @@
 // Internal: the loop every element-wise kernel uses. Walks a shape in row-major order
-// over K operands with their own strides, handing the kernel one innermost row at a time.
+// over K operands with their own strides, handing the kernel one innermost row at a time,
+// compiled for each level of weft's dispatched loops (util/dispatch.h).
 #pragma once
 
 #include <array>
@@ -42,9 +43,9 @@ void strided_rows(const Shape& shape, const std::array<Shape, K>& strides, bool 
     }
   };
   if (parallel) {
-    parallel_for(rows, std::max<std::int64_t>(1, kElementwiseGrain / std::max<std::int64_t>(last, 1)), run);
+    parallel_loop(rows, std::max<std::int64_t>(1, kElementwiseGrain / std::max<std::int64_t>(last, 1)), run);
   } else {
-    run(0, rows);
+    dispatched(run, std::int64_t{0}, rows);
   }
 }
 

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "weft/util/dispatch.h"
+
 namespace weft {
 
 void set_num_threads(int threads);
@@ -26,6 +28,13 @@ int get_active_threads();
 // when the range is small, the pool has one thread, or it is called from a pool thread.
 void parallel_for(std::int64_t n, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& fn);
+
+// parallel_for whose chunks run at the level of weft's dispatched loops (util/dispatch.h):
+// body(begin, end) is compiled for each level. For loops over elements.
+template <class Body>
+void parallel_loop(std::int64_t n, std::int64_t grain, const Body& body) {
+  parallel_for(n, grain, [&body](std::int64_t begin, std::int64_t end) { dispatched(body, begin, end); });
+}
 
 // True on the pool's threads, and on the calling thread while it runs chunks of a
 // parallel_for.

@@ -6,12 +6,13 @@
 #pragma once
 
 #include <cstddef>
-#if defined(__F16C__)
+#include <cstdint>
+#include <cstring>
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
-#include <cstdint>
-#include <cstring>
+#include "weft/util/cpu.h"
 
 namespace weft {
 
@@ -60,22 +61,48 @@ inline float float_from_f16(std::uint16_t h) {
   return float_from_bits(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-// Many at once: F16C's conversions (8 at a time) where the processor has them, which round
-// as the functions above do (they differ only in the payload a NaN keeps).
-inline void f16_from_floats(const float* in, std::uint16_t* out, std::size_t n) {
+// Many at once: F16C's conversions (8 at a time) where the processor has them (a build for
+// them, or weft's dispatched loops at the avx2 level or above: util/cpu.h), which round as
+// the functions above do (they differ only in the payload a NaN keeps).
+namespace detail {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define WEFT_F16C_TARGET __attribute__((target("avx,f16c")))
+// Converts the first n - n % 8 elements; returns how many.
+WEFT_F16C_TARGET inline std::size_t f16_from_floats_f16c(const float* in, std::uint16_t* out, std::size_t n) {
   std::size_t i = 0;
-#if defined(__F16C__)
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                      _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return i;
+}
+WEFT_F16C_TARGET inline std::size_t floats_from_f16_f16c(const std::uint16_t* in, float* out, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+  return i;
+}
+#undef WEFT_F16C_TARGET
+inline bool use_f16c() {
+#if defined(__F16C__)
+  return true;
+#else
+  return cpu::loop_level() != cpu::Level::kBaseline;
+#endif
+}
+#endif
+}  // namespace detail
+
+inline void f16_from_floats(const float* in, std::uint16_t* out, std::size_t n) {
+  std::size_t i = 0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (detail::use_f16c()) i = detail::f16_from_floats_f16c(in, out, n);
 #endif
   for (; i < n; ++i) out[i] = f16_from_float(in[i]);
 }
 inline void floats_from_f16(const std::uint16_t* in, float* out, std::size_t n) {
   std::size_t i = 0;
-#if defined(__F16C__)
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (detail::use_f16c()) i = detail::floats_from_f16_f16c(in, out, n);
 #endif
   for (; i < n; ++i) out[i] = float_from_f16(in[i]);
 }
