@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "weft/tensor/fast_math.h"
+#include "weft/tensor/fixed_sum.h"
 #include "weft/tensor/kernel_table.h"
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/ops.h"
@@ -45,18 +46,6 @@ Var embedding(const Var& weight, const std::vector<std::int32_t>& ids) {
 
 namespace {
 constexpr std::int64_t kNormRowBlock = 64;  // rows per task; also the blocks gamma's and beta's gradients are summed in
-
-// The sum of n values in 8 interleaved partial sums added in a fixed order at the end: a
-// loop the compiler vectorizes, with the same result whatever runs it.
-template <class T, class F>
-T sum8(std::int64_t n, const F& value) {
-  T part[8] = {};
-  std::int64_t k = 0;
-  for (; k + 8 <= n; k += 8)
-    for (int j = 0; j < 8; ++j) part[j] += value(k + j);
-  for (int j = 0; k < n; ++k, ++j) part[j] += value(k);
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
 
 // fn(data) with t's values as stored: bf16 (a kept copy) or T.
 template <class T, class Fn>

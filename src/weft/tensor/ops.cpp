@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "weft/tensor/fast_math.h"
+#include "weft/tensor/fixed_sum.h"
 #include "weft/tensor/strided.h"
 #include "weft/tensor/thread_pool.h"
 
@@ -369,7 +370,9 @@ double sum_of_squares(const Tensor& a) {
     using T = decltype(zero);
     const Tensor c = a.contiguous();
     const T* d = c.data<T>();
-    for (std::int64_t i = 0; i < c.numel(); ++i) sum += static_cast<double>(d[i]) * static_cast<double>(d[i]);
+    dispatched([&] {
+      sum = sum8<double>(c.numel(), [d](std::int64_t i) { return static_cast<double>(d[i]) * static_cast<double>(d[i]); });
+    });
   });
   return sum;
 }

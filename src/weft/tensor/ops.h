@@ -54,7 +54,8 @@ std::vector<std::int64_t> argmax_rows(const Tensor& a);
 Tensor softmax(const Tensor& a);
 Tensor log_softmax(const Tensor& a);
 
-// The sum of the squared elements, accumulated in double (a squared L2 norm).
+// The sum of the squared elements, accumulated in double in a fixed order (a squared L2
+// norm: tensor/fixed_sum.h).
 double sum_of_squares(const Tensor& a);
 
 // Comparisons for tests and checks.
