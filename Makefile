@@ -1,6 +1,8 @@
 # weft: the two commands of the README, and a few more for developers.
-#   make demo     install dependencies, build, train the demo model
-#   make test     install dependencies, build, run the test suite (ctest)
+#   make demo       install dependencies, build weft alone, train the demo model
+#   make test       install dependencies, build, run the test suite (ctest, but the long tier)
+#   make test-long  the long tier: the reference-accuracy runs and the longest end-to-end
+#                   checks at full size (ctest label "long"; CI runs both)
 BUILD        ?= build
 BUILD_SAN    ?= build-sanitize
 BUILD_FUZZ   ?= build-fuzz
@@ -11,7 +13,7 @@ ifneq ($(CI),)
 CMAKE_FLAGS  += -DWEFT_WERROR=ON
 endif
 
-.PHONY: all deps build demo test test-sanitize fuzz fuzz-sanitized bench-train clean
+.PHONY: all deps configure build demo test test-long test-sanitize fuzz fuzz-sanitized bench-train clean
 
 all: build
 
@@ -21,14 +23,21 @@ deps:
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 
-build: deps $(BUILD)/build.ninja
+configure: deps $(BUILD)/build.ninja
+
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The demo needs the weft program only, not the tests.
+demo: configure
+	cmake --build $(BUILD) -j $(JOBS) --target weft
 	$(BUILD)/weft demo
 
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE '^long$$'
+
+test-long: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L '^long$$'
 
 # The unit tests and the multi-process communication and data-parallel tests under
 # AddressSanitizer and UndefinedBehaviorSanitizer, but for the seventeen longest runs (make test

@@ -38,19 +38,7 @@ PY
 }
 
 prompt="Hello world, it's 3.14 naïve café — 日本  ok<|endoftext|>The"
-for model in f32 bf16 f16; do
-  python3 "$reference" "$work/$model" "$prompt" 24 > "$work/$model.ref"
-  "$weft" generate "$work/$model" --prompt "$prompt" --max-tokens 24 --temperature 0 --json > "$work/$model.out"
-  same "$work/$model.ref" "$work/$model.out" "$model"
-done
-"$weft" generate "$work/f32/model.safetensors" --prompt "$prompt" --max-tokens 24 --temperature 0 --json --no-cache \
-  > "$work/nocache.out"
-same "$work/f32.ref" "$work/nocache.out" "f32, the file named, no key-value cache"
-python3 "$reference" "$work/bf16" "" 12 > "$work/empty.ref"
-"$weft" generate "$work/bf16" --prompt "" --max-tokens 12 --temperature 0 --json > "$work/empty.out"
-same "$work/empty.ref" "$work/empty.out" "bf16, an empty prompt (starts from <|endoftext|>)"
-
-# Tokenization of random texts: letters, digits, marks, spaces, newlines, contractions, emoji.
+# Every reference figure below, in one process (PyTorch loaded once).
 python3 - "$work/texts.json" <<'PY'
 import json, random, sys
 random.seed(5)
@@ -58,7 +46,28 @@ pieces = ["a", "The", " cat", "'s", "'ll", "  ", "\n", "\n\n", "\t", "42", "3.5"
           "日本語", "Καλη", "🙂", "<|endoftext|>", " ", "x", "don't", "$", "\u00a0", "\u2028", "IV", "ǅ"]
 json.dump(["".join(random.choice(pieces) for _ in range(random.randint(0, 14))) for _ in range(60)], open(sys.argv[1], "w"))
 PY
-python3 "$reference" "$work/f32" --encode "$work/texts.json" > "$work/ids.ref"
+python3 - "$work" "$prompt" > "$work/jobs.json" <<'PY'
+import json, sys
+w, prompt = sys.argv[1], sys.argv[2]
+jobs = [{"args": [f"{w}/{m}", prompt, "24"], "out": f"{w}/{m}.ref"} for m in ("f32", "bf16", "f16")]
+jobs += [{"args": [f"{w}/bf16", "", "12"], "out": f"{w}/empty.ref"},
+         {"args": [f"{w}/f32", "--encode", f"{w}/texts.json"], "out": f"{w}/ids.ref"},
+         {"args": [f"{w}/f16", "The answer is", "10"], "out": f"{w}/serve.ref"}]
+print(json.dumps(jobs))
+PY
+python3 "$reference" --jobs "$work/jobs.json"
+
+for model in f32 bf16 f16; do
+  "$weft" generate "$work/$model" --prompt "$prompt" --max-tokens 24 --temperature 0 --json > "$work/$model.out"
+  same "$work/$model.ref" "$work/$model.out" "$model"
+done
+"$weft" generate "$work/f32/model.safetensors" --prompt "$prompt" --max-tokens 24 --temperature 0 --json --no-cache \
+  > "$work/nocache.out"
+same "$work/f32.ref" "$work/nocache.out" "f32, the file named, no key-value cache"
+"$weft" generate "$work/bf16" --prompt "" --max-tokens 12 --temperature 0 --json > "$work/empty.out"
+same "$work/empty.ref" "$work/empty.out" "bf16, an empty prompt (starts from <|endoftext|>)"
+
+# Tokenization of random texts: letters, digits, marks, spaces, newlines, contractions, emoji.
 python3 - "$weft" "$work/f32" "$work/texts.json" "$work/ids.ref" <<'PY'
 import json, subprocess, sys
 weft, model, texts, ref = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
@@ -76,7 +85,6 @@ rm -f "$work/port"
 server=$!
 for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
 [ -s "$work/port" ] || { cat "$work/serve.log"; fail "weft serve did not start on the GPT-2 folder"; }
-python3 "$reference" "$work/f16" "The answer is" 10 > "$work/serve.ref"
 curl -sf "http://127.0.0.1:$(cat "$work/port")/v1/completions" -H 'Content-Type: application/json' \
   -d '{"model": "f16", "prompt": "The answer is", "max_tokens": 10, "temperature": 0}' > "$work/serve.out" ||
   fail "the completions request failed"

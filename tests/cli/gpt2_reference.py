@@ -9,6 +9,10 @@ usage: gpt2_reference.py DIR PROMPT MAX_TOKENS   prints JSON: prompt_token_ids, 
        text, and min_margin (the smallest gap between the top two logits over the steps)
        gpt2_reference.py DIR --encode FILE        FILE: a JSON list of texts; prints the JSON
                                                   list of their token ids
+       gpt2_reference.py --jobs FILE              FILE: a JSON list of jobs, each the
+                                                  arguments above and "out", the file to
+                                                  write its JSON to (one process: PyTorch is
+                                                  loaded once)
 """
 import json
 import math
@@ -126,12 +130,12 @@ def forward(w, cfg, ids):
     return ln(x, "ln_f") @ w["wte.weight"].T
 
 
-def main():
-    if sys.argv[2] == "--encode":
-        enc = Encoder(sys.argv[1])
-        print(json.dumps([enc.encode(t) for t in json.load(open(sys.argv[3], encoding="utf-8"))]))
-        return
-    folder, prompt, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def run(args):
+    """The JSON text of one job: [DIR, PROMPT, MAX_TOKENS] or [DIR, "--encode", FILE]."""
+    if args[1] == "--encode":
+        enc = Encoder(args[0])
+        return json.dumps([enc.encode(t) for t in json.load(open(args[2], encoding="utf-8"))])
+    folder, prompt, count = args[0], args[1], int(args[2])
     cfg = json.load(open(os.path.join(folder, "config.json")))
     enc, w = Encoder(folder), load_weights(folder)
     prompt_ids = enc.encode(prompt)
@@ -148,7 +152,16 @@ def main():
         if t == eos:
             break
     text = enc.decode([t for t in tokens if t != eos])
-    print(json.dumps({"prompt_token_ids": prompt_ids, "tokens": tokens, "text": text, "min_margin": margin}))
+    return json.dumps({"prompt_token_ids": prompt_ids, "tokens": tokens, "text": text, "min_margin": margin})
+
+
+def main():
+    if sys.argv[1] == "--jobs":
+        for job in json.load(open(sys.argv[2], encoding="utf-8")):
+            with open(job["out"], "w", encoding="utf-8") as f:
+                f.write(run(job["args"]) + "\n")
+        return
+    print(run(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -294,7 +294,7 @@ Var conv2d(const Var& x, const Var& w, const Var& bias, std::int64_t stride, std
 
 namespace {
 Var pool(const Var& x, std::int64_t kernel, std::int64_t stride, bool relu) {
-  ops::MaxPool2dForward f = ops::max_pool2d(x.value(), kernel, stride, relu);
+  ops::MaxPool2dForward f = ops::max_pool2d(x.value(), kernel, stride, relu, grad_enabled());
   Shape xs = x.shape();
   auto argmax = f.argmax;
   return record(relu ? "relu_max_pool2d" : "max_pool2d", f.out, {x}, [xs, argmax](const Tensor& g) {

@@ -368,7 +368,7 @@ void relu_plane(T* out, std::int32_t* argmax, std::int64_t n) {
 }
 }  // namespace
 
-MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_t stride, bool relu) {
+MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_t stride, bool relu, bool indices) {
   ProfileScope profile(Work::Conv);
   WEFT_CHECK(x_in.dim() == 4, "max_pool2d: input must be [N, C, H, W]");
   Tensor x = x_in.contiguous();
@@ -376,17 +376,18 @@ MaxPool2dForward max_pool2d(const Tensor& x_in, std::int64_t kernel, std::int64_
   const std::int64_t OH = conv_output_size(H, kernel, stride, 0), OW = conv_output_size(W, kernel, stride, 0);
   MaxPool2dForward f;
   f.out = Tensor::empty({N, C, OH, OW}, x.dtype());
-  f.argmax = std::make_shared<std::vector<std::int32_t>>(static_cast<size_t>(N * C * OH * OW));
+  if (indices) f.argmax = std::make_shared<std::vector<std::int32_t>>(static_cast<size_t>(N * C * OH * OW));
   dispatch(x.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* px = x.data<T>();
     T* po = f.out.data<T>();
-    std::int32_t* pa = f.argmax->data();
+    std::int32_t* pa = indices ? f.argmax->data() : nullptr;
     parallel_loop(N * C, 16, [&](std::int64_t b, std::int64_t e) {
+      std::vector<std::int32_t> scratch(pa ? 0 : static_cast<std::size_t>(OH * OW));  // (the indices unkept)
       for (std::int64_t plane = b; plane < e; ++plane) {
         const T* src = px + plane * H * W;
         T* dst = po + plane * OH * OW;
-        std::int32_t* idx = pa + plane * OH * OW;
+        std::int32_t* idx = pa ? pa + plane * OH * OW : scratch.data();
         if (kernel == 2 && stride == 2) {  // the common case, unrolled; same order and ties
           for (std::int64_t oh = 0; oh < OH; ++oh) {
             for (std::int64_t ow = 0; ow < OW; ++ow) {

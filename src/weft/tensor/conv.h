@@ -53,8 +53,10 @@ struct MaxPool2dForward {
   std::shared_ptr<std::vector<std::int32_t>> argmax;  // per output: index within its input plane
 };
 // With relu, the pooling of relu(x) in one pass (max commutes with ReLU): an output at or
-// below zero is 0 and its argmax -1 (no gradient), as ReLU's backward would give.
-MaxPool2dForward max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, bool relu = false);
+// below zero is 0 and its argmax -1 (no gradient), as ReLU's backward would give. Without
+// `indices` (no backward to come: evaluation), argmax is left null and not allocated.
+MaxPool2dForward max_pool2d(const Tensor& x, std::int64_t kernel, std::int64_t stride, bool relu = false,
+                            bool indices = true);
 // An argmax of -1 passes no gradient.
 Tensor max_pool2d_backward(const Tensor& grad_out, const std::vector<std::int32_t>& argmax,
                            const Shape& x_shape);

@@ -23,6 +23,17 @@ namespace {
 
 thread_local bool t_in_pool = false;
 
+// OpenBLAS starts its worker threads when it is loaded, and they spin on sched_yield for a
+// while, waiting for work that never comes (weft runs OpenBLAS single-threaded and splits
+// products on its own pool: make_pool). They are stopped as the program starts rather than
+// at the pool's first use: a one-step run spent about 60 ms of processor time on them, and a
+// test suite starts thousands of such processes.
+[[maybe_unused]] const bool g_openblas_threads_stopped = [] {
+  openblas_set_num_threads(1);
+  blas_thread_shutdown_();
+  return true;
+}();
+
 // A fixed set of workers; run() hands every worker one chunk index at a time.
 class ThreadPool {
  public:
