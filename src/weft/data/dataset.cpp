@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "weft/data/idx.h"
+#include "weft/util/dispatch.h"
 #include "weft/util/file.h"
 
 namespace weft {
@@ -56,7 +57,10 @@ ImageDataset load_mnist_format(const std::string& dir, const std::string& split,
   float* p = ds.images.data<float>();
   const float scale = static_cast<float>(1.0 / (255.0 * stddev));
   const float shift = static_cast<float>(mean / stddev);
-  for (std::int64_t i = 0; i < n * h * w; ++i) p[i] = static_cast<float>(images.data[i]) * scale - shift;
+  const std::uint8_t* raw = images.data.data();
+  dispatched([&] {
+    for (std::int64_t i = 0; i < n * h * w; ++i) p[i] = static_cast<float>(raw[i]) * scale - shift;
+  });
   ds.labels.resize(static_cast<size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     std::uint8_t l = labels.data[i];

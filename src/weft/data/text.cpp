@@ -34,12 +34,13 @@ std::string load_corpus(const std::string& path_in) {
   }
   std::string text;
   for (const auto& f : files) {
-    std::string raw = read_file(f), line;
+    const std::string raw = read_file(f);
+    text.reserve(text.size() + raw.size() + 1);
     std::size_t at = 0;
     while (at <= raw.size()) {
-      std::size_t nl = raw.find('\n', at);
-      line = raw.substr(at, nl == std::string::npos ? std::string::npos : nl - at);
-      text += (line == "%" ? "" : line);
+      const std::size_t nl = raw.find('\n', at);
+      const std::size_t len = (nl == std::string::npos ? raw.size() : nl) - at;
+      if (!(len == 1 && raw[at] == '%')) text.append(raw, at, len);  // (fortune's separator lines: empty)
       text += '\n';
       if (nl == std::string::npos) break;
       at = nl + 1;
@@ -63,9 +64,8 @@ CharTokenizer::CharTokenizer(const std::string& text) {
 }
 
 std::vector<std::int32_t> CharTokenizer::encode(const std::string& text) const {
-  std::vector<std::int32_t> out;
-  out.reserve(text.size());
-  for (unsigned char c : text) out.push_back(std::max(index_[c], 0));
+  std::vector<std::int32_t> out(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) out[i] = std::max(index_[static_cast<unsigned char>(text[i])], 0);
   return out;
 }
 
@@ -135,9 +135,11 @@ std::string WordTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   return s;
 }
 
-TokenSplit split_tokens(const std::vector<std::int32_t>& all) {
+TokenSplit split_tokens(std::vector<std::int32_t> all) {
   const auto split = static_cast<std::ptrdiff_t>(all.size() * 9 / 10);
-  return {{all.begin(), all.begin() + split}, {all.begin() + split, all.end()}};
+  std::vector<std::int32_t> validation(all.begin() + split, all.end());
+  all.resize(static_cast<std::size_t>(split));
+  return {std::move(all), std::move(validation)};
 }
 
 std::vector<std::int64_t> spread_windows(std::int64_t tokens, std::int64_t context, std::int64_t n) {
@@ -148,12 +150,13 @@ std::vector<std::int64_t> spread_windows(std::int64_t tokens, std::int64_t conte
 }
 
 double unigram_entropy(const std::vector<std::int32_t>& tokens, std::int64_t vocab) {
-  std::vector<double> count(static_cast<size_t>(std::max<std::int64_t>(vocab, 1)), 0.0);
+  std::vector<std::int64_t> count(static_cast<size_t>(std::max<std::int64_t>(vocab, 1)), 0);
   for (auto t : tokens)
-    if (t >= 0 && t < vocab) count[static_cast<size_t>(t)] += 1;
-  double n = static_cast<double>(tokens.size()), h = 0;
-  for (double c : count)
-    if (c > 0) h -= c / n * std::log(c / n);
+    if (t >= 0 && t < vocab) ++count[static_cast<size_t>(t)];
+  const double n = static_cast<double>(tokens.size());
+  double h = 0;
+  for (const std::int64_t c : count)
+    if (c > 0) h -= static_cast<double>(c) / n * std::log(static_cast<double>(c) / n);
   return h;
 }
 

@@ -138,7 +138,7 @@ class Gpt2Tokenizer : public Tokenizer {
 struct TokenSplit {
   std::vector<std::int32_t> train, validation;
 };
-TokenSplit split_tokens(const std::vector<std::int32_t>& all);
+TokenSplit split_tokens(std::vector<std::int32_t> all);
 // The starts of `n` windows of `context` + 1 tokens spread evenly over `tokens` tokens (the
 // fixed validation windows); tokens must exceed context + 1.
 std::vector<std::int64_t> spread_windows(std::int64_t tokens, std::int64_t context, std::int64_t n);
