@@ -77,13 +77,13 @@ struct Registers {
 const Registers& registers() {
   static const Registers r = [] {
     Registers out;
-    const unsigned max = __get_cpuid_max(0, nullptr);
+    const auto max = static_cast<unsigned>(__get_cpuid_max(0, nullptr));  // (int in clang's cpuid.h)
     if (max >= 1) __cpuid(1, out.leaf1[0], out.leaf1[1], out.leaf1[2], out.leaf1[3]);
     if (max >= 7) {
       __cpuid_count(7, 0, out.leaf7[0], out.leaf7[1], out.leaf7[2], out.leaf7[3]);
       if (out.leaf7[0] >= 1) __cpuid_count(7, 1, out.leaf7_1[0], out.leaf7_1[1], out.leaf7_1[2], out.leaf7_1[3]);
     }
-    if (__get_cpuid_max(0x80000000, nullptr) >= 0x80000001)
+    if (static_cast<unsigned>(__get_cpuid_max(0x80000000, nullptr)) >= 0x80000001u)
       __cpuid(0x80000001, out.ext1[0], out.ext1[1], out.ext1[2], out.ext1[3]);
     if (out.leaf1[2] & (1u << 27)) {  // OSXSAVE: XGETBV reads which registers the OS saves
       unsigned lo, hi;
