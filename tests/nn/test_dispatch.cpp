@@ -37,8 +37,10 @@ class ScopedCpuIsa {
     cpu::reload();
   }
   ~ScopedCpuIsa() {
-    if (previous_) ::setenv("WEFT_CPU_ISA", previous_->c_str(), 1);
-    else ::unsetenv("WEFT_CPU_ISA");
+    if (previous_)
+      ::setenv("WEFT_CPU_ISA", previous_->c_str(), 1);
+    else
+      ::unsetenv("WEFT_CPU_ISA");
     cpu::reload();
   }
 
@@ -56,14 +58,15 @@ void expect_same_bits_at_every_level(const std::function<Outputs()>& fn) {
     ASSERT_EQ(cpu::loop_level(), cpu::Level::kBaseline);
     baseline = fn();
   }
-  if (cpu::processor_level() < cpu::Level::kAvx2) GTEST_SKIP() << "this processor has no AVX2: one level only";
+  if (cpu::processor_level() < cpu::Level::kAvx2)
+    GTEST_SKIP() << "this processor has no AVX2: one level only";
   ScopedCpuIsa isa("avx2");
   ASSERT_EQ(cpu::loop_level(), cpu::Level::kAvx2);
   const Outputs wide = fn();
   ASSERT_EQ(wide.size(), baseline.size());
   for (std::size_t i = 0; i < wide.size(); ++i)
-    EXPECT_TRUE(ops::equal(wide[i], baseline[i])) << "output " << i << " differs by up to "
-                                                  << ops::max_abs_diff(wide[i], baseline[i]);
+    EXPECT_TRUE(ops::equal(wide[i], baseline[i]))
+        << "output " << i << " differs by up to " << ops::max_abs_diff(wide[i], baseline[i]);
 }
 
 // Every parameter and its gradient, after one step of `opt`.
@@ -88,7 +91,8 @@ std::vector<std::int32_t> tokens(std::int64_t n, std::int64_t vocab) {
 Tensor ids_of(const std::vector<std::int32_t>& t, std::int64_t rows) {
   const auto cols = static_cast<std::int64_t>(t.size()) / rows;
   Tensor ids = Tensor::empty({rows, cols});
-  for (std::int64_t i = 0; i < rows * cols; ++i) ids.set({i / cols, i % cols}, t[static_cast<std::size_t>(i)]);
+  for (std::int64_t i = 0; i < rows * cols; ++i)
+    ids.set({i / cols, i % cols}, t[static_cast<std::size_t>(i)]);
   return ids;
 }
 
@@ -105,7 +109,9 @@ TEST(Dispatch, TheGptStepIsBitwiseTheSameAtEveryLevel) {
       const Tensor ids = ids_of(std::vector<std::int32_t>(next.begin(), next.end() - 1), 2);
       const std::vector<std::int32_t> targets(next.begin() + 1, next.end());
       Bf16Guard precision(bf16);
-      return step_outputs(gpt, opt, [&] { return cross_entropy(reshape(gpt.forward(Var(ids)), {32, 40}), targets); });
+      return step_outputs(gpt, opt, [&] {
+        return cross_entropy(reshape(gpt.forward(Var(ids)), {32, 40}), targets);
+      });
     });
   }
 }
@@ -116,8 +122,11 @@ TEST(Dispatch, TheCnnAndLstmStepsAreBitwiseTheSameAtEveryLevel) {
     auto cnn = make_model("cnn", rng);
     SGD opt(cnn->named_parameters(), 0.01, 0.9, 1e-4);
     Tensor images = Tensor::empty({4, 1, 28, 28});
-    for (std::int64_t i = 0; i < images.numel(); ++i) images.data<float>()[i] = static_cast<float>(rng.uniform());
-    return step_outputs(*cnn, opt, [&] { return cross_entropy(cnn->forward(Var(images)), {1, 7, 3, 9}); });
+    for (std::int64_t i = 0; i < images.numel(); ++i)
+      images.data<float>()[i] = static_cast<float>(rng.uniform());
+    return step_outputs(*cnn, opt, [&] {
+      return cross_entropy(cnn->forward(Var(images)), {1, 7, 3, 9});
+    });
   });
   expect_same_bits_at_every_level([] {
     Rng rng(6);
@@ -127,7 +136,9 @@ TEST(Dispatch, TheCnnAndLstmStepsAreBitwiseTheSameAtEveryLevel) {
     const auto next = tokens(2 * t + 1, v);
     const Tensor ids = ids_of(std::vector<std::int32_t>(next.begin(), next.end() - 1), 2);
     const std::vector<std::int32_t> targets(next.begin() + 1, next.end());
-    return step_outputs(lstm, opt, [&] { return cross_entropy(reshape(lstm.forward(Var(ids)), {2 * t, v}), targets); });
+    return step_outputs(lstm, opt, [&] {
+      return cross_entropy(reshape(lstm.forward(Var(ids)), {2 * t, v}), targets);
+    });
   });
 }
 
@@ -137,16 +148,28 @@ TEST(Dispatch, ElementWiseKernelsAreBitwiseTheSameAtEveryLevelOnEveryKindOfValue
   std::vector<float> values;
   Rng rng(7);
   for (int i = 0; i < 1021; ++i) values.push_back(static_cast<float>((rng.uniform() - 0.5) * 20.0));
-  for (float v : {100.0f, -100.0f, 88.0f, -88.0f, 1e-40f, -1e-40f, std::numeric_limits<float>::infinity(),
-                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f})
+  for (float v : {100.0f, -100.0f, 88.0f, -88.0f, 1e-40f, -1e-40f,
+                  std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f})
     values.push_back(v);
   const auto n = static_cast<std::int64_t>(values.size());
   const Tensor a = Tensor::from_vector(values, {n});
   const Tensor rows = ops::mul(a.slice(0, 0, 1024).reshape({32, 32}), 0.5);
   expect_same_bits_at_every_level([&] {
-    Outputs out{ops::exp(a), ops::tanh(a), ops::sigmoid(a), ops::relu(a), ops::square(a), ops::add(a, a),
-                ops::mul(a, 3.0), ops::div(a, ops::add(a, 1.5)), ops::softmax(rows), ops::log_softmax(rows),
-                ops::sum(rows, {0}, false), ops::add(rows, rows.slice(0, 0, 1)), ops::round_bf16(a), a.to(DType::F64)};
+    Outputs out{ops::exp(a),
+                ops::tanh(a),
+                ops::sigmoid(a),
+                ops::relu(a),
+                ops::square(a),
+                ops::add(a, a),
+                ops::mul(a, 3.0),
+                ops::div(a, ops::add(a, 1.5)),
+                ops::softmax(rows),
+                ops::log_softmax(rows),
+                ops::sum(rows, {0}, false),
+                ops::add(rows, rows.slice(0, 0, 1)),
+                ops::round_bf16(a),
+                a.to(DType::F64)};
     // float16 conversions many at once (F16C at AVX2), NaN's payload aside.
     std::vector<std::uint16_t> half(values.size());
     f16_from_floats(values.data(), half.data(), values.size());

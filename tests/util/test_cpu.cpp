@@ -26,8 +26,10 @@ class ScopedEnv {
     cpu::reload();
   }
   ~ScopedEnv() {
-    if (previous_) ::setenv(name_, previous_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (previous_)
+      ::setenv(name_, previous_->c_str(), 1);
+    else
+      ::unsetenv(name_);
     cpu::reload();
   }
 
@@ -44,14 +46,17 @@ std::string cpuinfo_flags() {
     if (line.rfind("flags", 0) == 0) return line.substr(line.find(':') + 1) + " ";
   return "";
 }
-bool cpuinfo_has(const std::string& flag) { return cpuinfo_flags().find(" " + flag + " ") != std::string::npos; }
+bool cpuinfo_has(const std::string& flag) {
+  return cpuinfo_flags().find(" " + flag + " ") != std::string::npos;
+}
 
 TEST(Cpu, InstructionSetsAgreeWithTheKernel) {
   if (cpuinfo_flags().empty()) GTEST_SKIP() << "no /proc/cpuinfo";
   // (A virtual machine's kernel may list fewer than CPUID gives: sse4a and abm, Linux's name
   // for lzcnt, were missing from /proc/cpuinfo on a KVM guest whose CPUID had them.)
-  for (const char* f : {"sse4_2", "popcnt", "avx", "avx2", "fma", "bmi2", "f16c", "movbe", "avx512f", "avx512bw",
-                        "avx512_vnni", "avx512_bf16", "avx512_fp16", "lahf_lm"})
+  for (const char* f :
+       {"sse4_2", "popcnt", "avx", "avx2", "fma", "bmi2", "f16c", "movbe", "avx512f", "avx512bw",
+        "avx512_vnni", "avx512_bf16", "avx512_fp16", "lahf_lm"})
     EXPECT_EQ(cpu::has(f), cpuinfo_has(f)) << f;
   EXPECT_EQ(cpu::has("sse3"), cpuinfo_has("pni"));  // (Linux's name for it)
   EXPECT_FALSE(cpu::has("avx9"));
@@ -74,12 +79,15 @@ TEST(Cpu, TheLoopsRunAtTheProcessorsLevelUnderTheCap) {
     cpu::loop_level();
     FAIL() << "an unknown WEFT_CPU_ISA was accepted";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("WEFT_CPU_ISA: unknown instruction set 'avx9'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("WEFT_CPU_ISA: unknown instruction set 'avx9'"),
+              std::string::npos)
+        << e.what();
   }
 }
 
 TEST(Cpu, TheBaselineCheckNamesWhatIsMissing) {
-  EXPECT_TRUE(cpu::missing_baseline().empty()) << "this test runs, so the processor has the build's baseline";
+  EXPECT_TRUE(cpu::missing_baseline().empty())
+      << "this test runs, so the processor has the build's baseline";
   EXPECT_STREQ(cpu::build_baseline(), WEFT_TEST_BASELINE);
   // An instruction set this processor lacks: every processor lacks one of these two.
   const char* absent = cpu::has("avx512_fp16") ? "sse4a" : "avx512_fp16";
@@ -107,8 +115,10 @@ void expect_constants_at(cpu::Level level) {
     for (int i = 0; i < 8; ++i) eight[i] = b[i];
   });
   asm volatile("" : : "r"(four), "r"(eight) : "memory");
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(static_cast<double>(four[i]), i < 2 ? 1.0 : 0.0) << "element " << i;
-  for (int i = 0; i < 8; ++i) EXPECT_EQ(static_cast<double>(eight[i]), i < 4 ? 3.0 : 0.0) << "element " << i;
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(static_cast<double>(four[i]), i < 2 ? 1.0 : 0.0) << "element " << i;
+  for (int i = 0; i < 8; ++i)
+    EXPECT_EQ(static_cast<double>(eight[i]), i < 4 ? 3.0 : 0.0) << "element " << i;
 }
 
 TEST(Compiler, ConstantVectorsKeepTheirZerosAtEveryDispatchLevel) {
@@ -128,8 +138,9 @@ TEST(Dispatch, TheBodyRunsOnceWithItsArguments) {
     if (level > cpu::processor_level()) continue;
     int calls = 0;
     std::int64_t seen = 0;
-    dispatched_at(level, [&](std::int64_t a, std::int64_t b) { ++calls, seen = a * 10 + b; }, std::int64_t{4},
-                  std::int64_t{2});
+    dispatched_at(
+        level, [&](std::int64_t a, std::int64_t b) { ++calls, seen = a * 10 + b; }, std::int64_t{4},
+        std::int64_t{2});
     EXPECT_EQ(calls, 1);
     EXPECT_EQ(seen, 42);
   }

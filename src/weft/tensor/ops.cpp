@@ -338,24 +338,24 @@ Tensor softmax_impl(const Tensor& a) {
     const T* p = c.data<T>();
     T* o = out.data<T>();
     parallel_loop(rows, std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(cols, 1)),
-                 [&](std::int64_t b, std::int64_t e) {
-                   for (std::int64_t r = b; r < e; ++r) {
-                     const T* x = p + r * cols;
-                     T* y = o + r * cols;
-                     T m = *std::max_element(x, x + cols);
-                     // e^(x - max) into y (vectorized), then normalize.
-                     T s = 0;
-                     for (std::int64_t i = 0; i < cols; ++i) y[i] = exp_of(x[i] - m);
-                     for (std::int64_t i = 0; i < cols; ++i) s += y[i];
-                     if constexpr (kLog) {
-                       T lse = m + std::log(s);
-                       for (std::int64_t i = 0; i < cols; ++i) y[i] = x[i] - lse;
-                     } else {
-                       T inv = T(1) / s;
-                       for (std::int64_t i = 0; i < cols; ++i) y[i] *= inv;
-                     }
-                   }
-                 });
+                  [&](std::int64_t b, std::int64_t e) {
+                    for (std::int64_t r = b; r < e; ++r) {
+                      const T* x = p + r * cols;
+                      T* y = o + r * cols;
+                      T m = *std::max_element(x, x + cols);
+                      // e^(x - max) into y (vectorized), then normalize.
+                      T s = 0;
+                      for (std::int64_t i = 0; i < cols; ++i) y[i] = exp_of(x[i] - m);
+                      for (std::int64_t i = 0; i < cols; ++i) s += y[i];
+                      if constexpr (kLog) {
+                        T lse = m + std::log(s);
+                        for (std::int64_t i = 0; i < cols; ++i) y[i] = x[i] - lse;
+                      } else {
+                        T inv = T(1) / s;
+                        for (std::int64_t i = 0; i < cols; ++i) y[i] *= inv;
+                      }
+                    }
+                  });
   });
   return out;
 }

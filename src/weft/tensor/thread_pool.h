@@ -33,7 +33,8 @@ void parallel_for(std::int64_t n, std::int64_t grain,
 // body(begin, end) is compiled for each level. For loops over elements.
 template <class Body>
 void parallel_loop(std::int64_t n, std::int64_t grain, const Body& body) {
-  parallel_for(n, grain, [&body](std::int64_t begin, std::int64_t end) { dispatched(body, begin, end); });
+  parallel_for(n, grain,
+               [&body](std::int64_t begin, std::int64_t end) { dispatched(body, begin, end); });
 }
 
 // True on the pool's threads, and on the calling thread while it runs chunks of a

@@ -36,32 +36,55 @@ struct Feature {
 };
 // /proc/cpuinfo's names, but sse3 and lzcnt (pni and abm there).
 constexpr Feature kFeatures[] = {
-    {"sse3", 1, 0, kEcx, 0, kNone},          {"pclmulqdq", 1, 0, kEcx, 1, kNone},
-    {"ssse3", 1, 0, kEcx, 9, kNone},         {"fma", 1, 0, kEcx, 12, kYmm},
-    {"cx16", 1, 0, kEcx, 13, kNone},         {"sse4_1", 1, 0, kEcx, 19, kNone},
-    {"sse4_2", 1, 0, kEcx, 20, kNone},       {"movbe", 1, 0, kEcx, 22, kNone},
-    {"popcnt", 1, 0, kEcx, 23, kNone},       {"aes", 1, 0, kEcx, 25, kNone},
-    {"avx", 1, 0, kEcx, 28, kYmm},           {"f16c", 1, 0, kEcx, 29, kYmm},
-    {"rdrand", 1, 0, kEcx, 30, kNone},       {"bmi1", 7, 0, kEbx, 3, kNone},
-    {"avx2", 7, 0, kEbx, 5, kYmm},           {"bmi2", 7, 0, kEbx, 8, kNone},
-    {"avx512f", 7, 0, kEbx, 16, kZmm},       {"avx512dq", 7, 0, kEbx, 17, kZmm},
-    {"adx", 7, 0, kEbx, 19, kNone},          {"avx512ifma", 7, 0, kEbx, 21, kZmm},
-    {"avx512cd", 7, 0, kEbx, 28, kZmm},      {"sha_ni", 7, 0, kEbx, 29, kNone},
-    {"avx512bw", 7, 0, kEbx, 30, kZmm},      {"avx512vl", 7, 0, kEbx, 31, kZmm},
-    {"avx512vbmi", 7, 0, kEcx, 1, kZmm},     {"avx512_vbmi2", 7, 0, kEcx, 6, kZmm},
-    {"gfni", 7, 0, kEcx, 8, kNone},          {"vaes", 7, 0, kEcx, 9, kYmm},
-    {"vpclmulqdq", 7, 0, kEcx, 10, kYmm},    {"avx512_vnni", 7, 0, kEcx, 11, kZmm},
-    {"avx512_bitalg", 7, 0, kEcx, 12, kZmm}, {"avx512_vpopcntdq", 7, 0, kEcx, 14, kZmm},
-    {"avx512_vp2intersect", 7, 0, kEdx, 8, kZmm}, {"avx512_fp16", 7, 0, kEdx, 23, kZmm},
-    {"amx_tile", 7, 0, kEdx, 24, kTile},     {"avx_vnni", 7, 1, kEax, 4, kYmm},
-    {"avx512_bf16", 7, 1, kEax, 5, kZmm},    {"lahf_lm", 0x80000001, 0, kEcx, 0, kNone},
-    {"lzcnt", 0x80000001, 0, kEcx, 5, kNone}, {"sse4a", 0x80000001, 0, kEcx, 6, kNone},
+    {"sse3", 1, 0, kEcx, 0, kNone},
+    {"pclmulqdq", 1, 0, kEcx, 1, kNone},
+    {"ssse3", 1, 0, kEcx, 9, kNone},
+    {"fma", 1, 0, kEcx, 12, kYmm},
+    {"cx16", 1, 0, kEcx, 13, kNone},
+    {"sse4_1", 1, 0, kEcx, 19, kNone},
+    {"sse4_2", 1, 0, kEcx, 20, kNone},
+    {"movbe", 1, 0, kEcx, 22, kNone},
+    {"popcnt", 1, 0, kEcx, 23, kNone},
+    {"aes", 1, 0, kEcx, 25, kNone},
+    {"avx", 1, 0, kEcx, 28, kYmm},
+    {"f16c", 1, 0, kEcx, 29, kYmm},
+    {"rdrand", 1, 0, kEcx, 30, kNone},
+    {"bmi1", 7, 0, kEbx, 3, kNone},
+    {"avx2", 7, 0, kEbx, 5, kYmm},
+    {"bmi2", 7, 0, kEbx, 8, kNone},
+    {"avx512f", 7, 0, kEbx, 16, kZmm},
+    {"avx512dq", 7, 0, kEbx, 17, kZmm},
+    {"adx", 7, 0, kEbx, 19, kNone},
+    {"avx512ifma", 7, 0, kEbx, 21, kZmm},
+    {"avx512cd", 7, 0, kEbx, 28, kZmm},
+    {"sha_ni", 7, 0, kEbx, 29, kNone},
+    {"avx512bw", 7, 0, kEbx, 30, kZmm},
+    {"avx512vl", 7, 0, kEbx, 31, kZmm},
+    {"avx512vbmi", 7, 0, kEcx, 1, kZmm},
+    {"avx512_vbmi2", 7, 0, kEcx, 6, kZmm},
+    {"gfni", 7, 0, kEcx, 8, kNone},
+    {"vaes", 7, 0, kEcx, 9, kYmm},
+    {"vpclmulqdq", 7, 0, kEcx, 10, kYmm},
+    {"avx512_vnni", 7, 0, kEcx, 11, kZmm},
+    {"avx512_bitalg", 7, 0, kEcx, 12, kZmm},
+    {"avx512_vpopcntdq", 7, 0, kEcx, 14, kZmm},
+    {"avx512_vp2intersect", 7, 0, kEdx, 8, kZmm},
+    {"avx512_fp16", 7, 0, kEdx, 23, kZmm},
+    {"amx_tile", 7, 0, kEdx, 24, kTile},
+    {"avx_vnni", 7, 1, kEax, 4, kYmm},
+    {"avx512_bf16", 7, 1, kEax, 5, kZmm},
+    {"lahf_lm", 0x80000001, 0, kEcx, 0, kNone},
+    {"lzcnt", 0x80000001, 0, kEcx, 5, kNone},
+    {"sse4a", 0x80000001, 0, kEcx, 6, kNone},
 };
 
 // The x86-64 micro-architecture levels, each the one before and these.
-constexpr const char* kLevelV2[] = {"cx16", "lahf_lm", "popcnt", "sse3", "ssse3", "sse4_1", "sse4_2", nullptr};
-constexpr const char* kLevelV3[] = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "lzcnt", "movbe", nullptr};
-constexpr const char* kLevelV4[] = {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl", nullptr};
+constexpr const char* kLevelV2[] = {"cx16",  "lahf_lm", "popcnt", "sse3",
+                                    "ssse3", "sse4_1",  "sse4_2", nullptr};
+constexpr const char* kLevelV3[] = {"avx", "avx2",  "bmi1",  "bmi2", "f16c",
+                                    "fma", "lzcnt", "movbe", nullptr};
+constexpr const char* kLevelV4[] = {"avx512f",  "avx512bw", "avx512cd",
+                                    "avx512dq", "avx512vl", nullptr};
 
 const Feature* find(const char* name) {
   for (const Feature& f : kFeatures)
@@ -77,11 +100,13 @@ struct Registers {
 const Registers& registers() {
   static const Registers r = [] {
     Registers out;
-    const auto max = static_cast<unsigned>(__get_cpuid_max(0, nullptr));  // (int in clang's cpuid.h)
+    const auto max =
+        static_cast<unsigned>(__get_cpuid_max(0, nullptr));  // (int in clang's cpuid.h)
     if (max >= 1) __cpuid(1, out.leaf1[0], out.leaf1[1], out.leaf1[2], out.leaf1[3]);
     if (max >= 7) {
       __cpuid_count(7, 0, out.leaf7[0], out.leaf7[1], out.leaf7[2], out.leaf7[3]);
-      if (out.leaf7[0] >= 1) __cpuid_count(7, 1, out.leaf7_1[0], out.leaf7_1[1], out.leaf7_1[2], out.leaf7_1[3]);
+      if (out.leaf7[0] >= 1)
+        __cpuid_count(7, 1, out.leaf7_1[0], out.leaf7_1[1], out.leaf7_1[2], out.leaf7_1[3]);
     }
     if (static_cast<unsigned>(__get_cpuid_max(0x80000000, nullptr)) >= 0x80000001u)
       __cpuid(0x80000001, out.ext1[0], out.ext1[1], out.ext1[2], out.ext1[3]);
@@ -97,7 +122,9 @@ const Registers& registers() {
 
 bool has(const Feature& f) {
   const Registers& r = registers();
-  const unsigned* regs = f.leaf == 1 ? r.leaf1 : f.leaf == 7 ? (f.subleaf == 0 ? r.leaf7 : r.leaf7_1) : r.ext1;
+  const unsigned* regs = f.leaf == 1   ? r.leaf1
+                         : f.leaf == 7 ? (f.subleaf == 0 ? r.leaf7 : r.leaf7_1)
+                                       : r.ext1;
   return (regs[f.reg] >> f.bit & 1u) && (r.xcr0 & f.state) == f.state;
 }
 
@@ -147,7 +174,8 @@ bool add_missing_level(Missing& out, const char* name) {
 Missing find_missing() {
   Missing out;
   for (const char* const* f = detail::kBuildFeatures; *f; ++f) add_missing(out, *f);
-  add_missing_level(out, detail::kBuildBaseline);  // (the compiler names no macro for some of a level's)
+  add_missing_level(out,
+                    detail::kBuildBaseline);  // (the compiler names no macro for some of a level's)
   const char* p = std::getenv("WEFT_CPU_BASELINE");
   while (p != nullptr && *p != '\0') {
     const char* end = std::strchr(p, ',');
@@ -168,7 +196,8 @@ Missing find_missing() {
 }
 
 constexpr const char* kBaselineHelp =
-    "(x86-64-v2, x86-64-v3, x86-64-v4, or an instruction set as /proc/cpuinfo names it: avx2, avx512f, ...)";
+    "(x86-64-v2, x86-64-v3, x86-64-v4, or an instruction set as /proc/cpuinfo names it: avx2, "
+    "avx512f, ...)";
 
 // WEFT_CPU_ISA: oneDNN's name for the cap, and the level it allows weft's loops.
 struct Cap {
@@ -180,7 +209,8 @@ Cap read_cap() {
   if (v == nullptr || *v == '\0') return {"", Level::kAvx2};
   const std::string s = v;
   if (s == "sse41") return {s, Level::kBaseline};
-  if (s == "avx2" || s == "avx512_core" || s == "avx512_core_vnni" || s == "avx512_core_bf16") return {s, Level::kAvx2};
+  if (s == "avx2" || s == "avx512_core" || s == "avx512_core_vnni" || s == "avx512_core_bf16")
+    return {s, Level::kAvx2};
   throw ConfigError("WEFT_CPU_ISA: unknown instruction set '" + s +
                     "' (sse41, avx2, avx512_core, avx512_core_vnni or avx512_core_bf16)");
 }
@@ -191,8 +221,10 @@ std::atomic<int> g_loop_level{-1};
 
 const char* level_name(Level level) {
   switch (level) {
-    case Level::kBaseline: return "baseline";
-    case Level::kAvx2: return "avx2";
+    case Level::kBaseline:
+      return "baseline";
+    case Level::kAvx2:
+      return "avx2";
   }
   return "?";
 }
@@ -225,8 +257,8 @@ const char* build_baseline() { return detail::kBuildBaseline; }
 std::vector<std::string> missing_baseline() {
   const Missing m = find_missing();
   if (m.unknown[0] != '\0')
-    throw ConfigError(std::string("WEFT_CPU_BASELINE: unknown level or instruction set '") + m.unknown + "' " +
-                      kBaselineHelp);
+    throw ConfigError(std::string("WEFT_CPU_BASELINE: unknown level or instruction set '") +
+                      m.unknown + "' " + kBaselineHelp);
   return std::vector<std::string>(m.names, m.names + m.count);
 }
 
@@ -243,17 +275,19 @@ namespace {
 __attribute__((constructor(101))) void check_baseline_before_main() {
   const weft::cpu::Missing m = weft::cpu::find_missing();
   if (m.unknown[0] != '\0') {
-    std::fprintf(stderr, "error: WEFT_CPU_BASELINE: unknown level or instruction set '%s' %s\n", m.unknown,
-                 weft::cpu::kBaselineHelp);
+    std::fprintf(stderr, "error: WEFT_CPU_BASELINE: unknown level or instruction set '%s' %s\n",
+                 m.unknown, weft::cpu::kBaselineHelp);
     std::_Exit(2);
   }
   if (m.count == 0) return;
   std::fputs("error: this processor lacks ", stderr);
   for (int i = 0; i < m.count; ++i) std::fprintf(stderr, "%s%s", i ? ", " : "", m.names[i]);
   const char* extra = std::getenv("WEFT_CPU_BASELINE");
-  std::fprintf(stderr, ", which this build of weft needs (baseline %s%s%s); build weft on it, or for an older "
-               "baseline (cmake -DWEFT_BASELINE=x86-64)\n", weft::cpu::build_baseline(),
-               extra ? ", WEFT_CPU_BASELINE " : "", extra ? extra : "");
+  std::fprintf(
+      stderr,
+      ", which this build of weft needs (baseline %s%s%s); build weft on it, or for an older "
+      "baseline (cmake -DWEFT_BASELINE=x86-64)\n",
+      weft::cpu::build_baseline(), extra ? ", WEFT_CPU_BASELINE " : "", extra ? extra : "");
   std::_Exit(2);
 }
 
