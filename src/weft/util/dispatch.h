@@ -9,8 +9,8 @@
 // Each level computes the same floating-point operations in the same order: weft is compiled
 // without contraction into fused multiply-adds (CMakeLists.txt: -ffp-contract=off), and the
 // compilers vectorize no floating-point sum that would reorder it. The levels' results are
-// therefore bitwise the same; only the width of the vectors differs (tests/util's
-// Dispatch tests).
+// therefore bitwise the same; only the width of the vectors differs (Dispatch tests in
+// tests/nn/test_dispatch.cpp and tests/util/test_cpu.cpp).
 //
 // One level above the baseline: AVX2 (x86-64-v3). An AVX-512 level was measured and left out:
 // against AVX2 it ran the GPT 3% faster and the CNN 8% slower (512-bit vectors), or the GPT 7%
