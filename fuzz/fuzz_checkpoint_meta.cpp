@@ -9,8 +9,8 @@
 #include <string>
 
 #include "weft/data/text.h"
+#include "weft/io/checkpoint.h"
 #include "weft/nn/model_recipe.h"
-#include "weft/train/checkpoint.h"
 #include "weft/util/error.h"
 #include "weft/util/parse.h"
 

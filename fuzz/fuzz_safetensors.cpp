@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "weft/train/safetensors.h"
+#include "weft/io/safetensors.h"
 #include "weft/util/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

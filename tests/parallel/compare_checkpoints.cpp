@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <map>
 
-#include "weft/train/checkpoint.h"
-#include "weft/train/safetensors.h"
+#include "weft/io/checkpoint.h"
+#include "weft/io/safetensors.h"
 #include "weft/util/file.h"
 
 namespace {

@@ -7,10 +7,10 @@
 #include <filesystem>
 
 #include "../test_support.h"
+#include "weft/io/checkpoint.h"
+#include "weft/io/safetensors.h"
 #include "weft/nn/models.h"
 #include "weft/tensor/ops.h"
-#include "weft/train/checkpoint.h"
-#include "weft/train/safetensors.h"
 #include "weft/train/loop.h"
 #include "weft/util/file.h"
 

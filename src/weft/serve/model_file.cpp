@@ -2,10 +2,10 @@
 
 #include <filesystem>
 
+#include "weft/io/checkpoint.h"
+#include "weft/io/gpt2_import.h"
+#include "weft/io/safetensors.h"
 #include "weft/nn/init.h"
-#include "weft/train/checkpoint.h"
-#include "weft/train/gpt2_import.h"
-#include "weft/train/safetensors.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
@@ -80,7 +80,7 @@ std::shared_ptr<Module> build_to_load(const ModelRecipe& recipe) {
   return recipe.build(rng);
 }
 
-// A GPT-2 in the Hugging Face layout (train/gpt2_import.h), with its own tokenizer.
+// A GPT-2 in the Hugging Face layout (io/gpt2_import.h), with its own tokenizer.
 LoadedModel load_gpt2(const std::string& path) {
   ImportedGpt2 imported = import_gpt2(path);
   LoadedModel m;

@@ -9,14 +9,14 @@
 
 #include "weft/autograd/functions.h"
 #include "weft/data/text.h"
+#include "weft/io/gpt2_import.h"
 #include "weft/nn/recurrent.h"
 #include "weft/nn/transformer.h"
-#include "weft/train/gpt2_import.h"
 #include "weft/train/task.h"
-#include "weft/util/error.h"
-#include "weft/util/parse.h"
 #include "weft/util/checked.h"
+#include "weft/util/error.h"
 #include "weft/util/file.h"
+#include "weft/util/parse.h"
 #include "weft/util/utf8.h"
 
 namespace weft {

@@ -5,15 +5,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "weft/io/gpt2_import.h"
 #include "weft/nn/model_recipe.h"
 #include "weft/nn/models.h"
 #include "weft/nn/transformer.h"
-#include "weft/train/gpt2_import.h"
 #include "weft/util/checked.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
-#include "weft/util/size.h"
 #include "weft/util/parse.h"
+#include "weft/util/size.h"
 
 namespace weft {
 

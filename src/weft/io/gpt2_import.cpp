@@ -1,12 +1,12 @@
-#include "weft/train/gpt2_import.h"
+#include "weft/io/gpt2_import.h"
 
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "weft/io/safetensors.h"
 #include "weft/tensor/ops.h"
-#include "weft/train/safetensors.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 

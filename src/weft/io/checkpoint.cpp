@@ -1,4 +1,4 @@
-#include "weft/train/checkpoint.h"
+#include "weft/io/checkpoint.h"
 
 #include <zlib.h>
 
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "weft/train/safetensors.h"
+#include "weft/io/safetensors.h"
 #include "weft/util/file.h"
 #include "weft/util/json_integer.h"
 

@@ -1,4 +1,4 @@
-#include "weft/train/safetensors.h"
+#include "weft/io/safetensors.h"
 
 #include <algorithm>
 #include <cmath>
