@@ -12,6 +12,16 @@
 namespace weft {
 
 namespace {
+// A whole nn::Linear as the block's product.
+class WholeLinear : public BlockLinear {
+ public:
+  explicit WholeLinear(Linear& layer) : layer_(&layer) {}
+  Var forward(const Var& x) const override { return layer_->forward(x); }
+
+ private:
+  Linear* layer_;
+};
+
 std::vector<std::int32_t> ids_of(const Tensor& t) {
   std::vector<std::int32_t> ids;
   for (double v : t.to_vector()) ids.push_back(static_cast<std::int32_t>(v));
@@ -65,17 +75,19 @@ Var causal_attention_weights(const Var& q, const Var& k) {
 }
 
 Var CausalSelfAttention::forward(const Var& x) {
-  const std::int64_t B = x.size(0), T = x.size(1), d = dim_, H = heads_;
-  Var qkv = reshape(qkv_->forward(reshape(x, {B * T, d})), {B, T, 3 * d});
-  Var att = causal_self_attention(qkv, H);  // [B, T, d], the heads side by side
-  return reshape(proj_->forward(reshape(att, {B * T, d})), {B, T, d});
+  const std::int64_t B = x.size(0), T = x.size(1), d = dim_;
+  DecoderBlockParts parts;
+  parts.products[static_cast<std::size_t>(Product::kQkv)] = std::make_shared<WholeLinear>(*qkv_);
+  parts.products[static_cast<std::size_t>(Product::kProj)] = std::make_shared<WholeLinear>(*proj_);
+  return reshape(attention_sublayer(reshape(x, {B * T, d}), parts, CausalAttention(B, T, heads_), 0), {B, T, d});
 }
 
 std::string CausalSelfAttention::describe() const {
   return "CausalSelfAttention(" + std::to_string(dim_) + ", " + std::to_string(heads_) + " heads)";
 }
 
-TransformerBlock::TransformerBlock(std::int64_t dim, std::int64_t heads, Rng& rng, bool pre_ln) : pre_ln_(pre_ln) {
+TransformerBlock::TransformerBlock(std::int64_t dim, std::int64_t heads, Rng& rng, bool pre_ln)
+    : pre_ln_(pre_ln), heads_(heads) {
   ln1_ = std::make_shared<LayerNorm>(dim);
   attn_ = std::make_shared<CausalSelfAttention>(dim, heads, rng);
   ln2_ = std::make_shared<LayerNorm>(dim);
@@ -88,17 +100,19 @@ TransformerBlock::TransformerBlock(std::int64_t dim, std::int64_t heads, Rng& rn
   register_module("out", out_);
 }
 
+DecoderBlockParts TransformerBlock::parts() const {
+  return {ln1_->weight(),
+          ln1_->bias(),
+          ln2_->weight(),
+          ln2_->bias(),
+          {std::make_shared<WholeLinear>(attn_->qkv()), std::make_shared<WholeLinear>(attn_->proj()),
+           std::make_shared<WholeLinear>(*fc_), std::make_shared<WholeLinear>(*out_)}};
+}
+
 Var TransformerBlock::forward(const Var& x) {
   const std::int64_t B = x.size(0), T = x.size(1), d = x.size(2);
-  auto mlp = [&](const Var& h) {
-    return reshape(out_->forward(gelu(fc_->forward(reshape(h, {B * T, d})))), {B, T, d});
-  };
-  if (pre_ln_) {
-    Var h = add(x, attn_->forward(ln1_->forward(x)));
-    return add(h, mlp(ln2_->forward(h)));
-  }
-  Var h = ln1_->forward(add(x, attn_->forward(x)));
-  return ln2_->forward(add(h, mlp(h)));
+  const Var rows = decoder_block(reshape(x, {B * T, d}), parts(), CausalAttention(B, T, heads_), 0, pre_ln_);
+  return reshape(rows, {B, T, d});
 }
 
 Positional parse_positional(const std::string& s) {
@@ -168,14 +182,9 @@ Var GPT::embed(const Var& ids) {
 
 Var GPT::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {
   WEFT_CHECK(0 <= begin && begin <= end && end <= config_.layers, "GPT: block range out of bounds");
-  Var h = x;
-  for (std::int64_t i = begin; i < end; ++i) {
-    auto& b = blocks_[static_cast<std::size_t>(i)];
-    if (block_hook_) block_hook_(i, false);
-    h = config_.recompute ? checkpoint([&b](const Var& v) { return b->forward(v); }, h) : b->forward(h);
-    if (block_hook_) block_hook_(i, true);
-  }
-  return h;
+  return run_block_range(
+      x, begin, end, config_.recompute,
+      [this](const Var& v, std::int64_t i) { return blocks_[static_cast<std::size_t>(i)]->forward(v); }, block_hook_);
 }
 
 Var GPT::head(const Var& x) {

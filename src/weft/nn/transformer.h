@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/nn/decoder_block.h"
 #include "weft/nn/language_model.h"
 #include "weft/nn/linear.h"
 #include "weft/nn/module.h"
@@ -34,6 +35,8 @@ class LayerNorm : public Module {
   explicit LayerNorm(std::int64_t dim, double eps = 1e-5);
   Var forward(const Var& x) override;
   std::string describe() const override { return "LayerNorm(" + std::to_string(dim_) + ")"; }
+  const Var& weight() const { return gamma_; }
+  const Var& bias() const { return beta_; }
 
  private:
   std::int64_t dim_;
@@ -50,26 +53,32 @@ Var merge_heads(const Var& x, std::int64_t batch);
 Var causal_attention_weights(const Var& q, const Var& k);
 
 // Causal multi-head self-attention: softmax(Q K^T / sqrt(d_head), masked) V per head, heads
-// concatenated and projected. x: [B, T, d].
+// concatenated and projected (the block's attention sublayer, decoder_block.h). x: [B, T, d].
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(std::int64_t dim, std::int64_t heads, Rng& rng);
   Var forward(const Var& x) override;
   std::string describe() const override;
+  Linear& qkv() const { return *qkv_; }
+  Linear& proj() const { return *proj_; }
 
  private:
   std::int64_t dim_, heads_;
   std::shared_ptr<Linear> qkv_, proj_;
 };
 
+// The block of decoder_block.h over this module's parameters (h<i>.ln1, .attn.qkv,
+// .attn.proj, .ln2, .fc, .out), whole, with autograd.
 class TransformerBlock : public Module {
  public:
   TransformerBlock(std::int64_t dim, std::int64_t heads, Rng& rng, bool pre_ln = true);
   Var forward(const Var& x) override;  // [B, T, d] -> [B, T, d]
   std::string describe() const override { return pre_ln_ ? "TransformerBlock(pre-LN)" : "TransformerBlock(post-LN)"; }
+  DecoderBlockParts parts() const;
 
  private:
   bool pre_ln_;
+  std::int64_t heads_;
   std::shared_ptr<LayerNorm> ln1_, ln2_;
   std::shared_ptr<CausalSelfAttention> attn_;
   std::shared_ptr<Linear> fc_, out_;

@@ -27,25 +27,6 @@ std::string prefix(std::int64_t layer, const char* rest = "") {
   return s;
 }
 
-// Copies the pieces (offset, length) along `dim` (0 or 1) of a 1-D or 2-D tensor, concatenated.
-Tensor take(const Tensor& full, int dim, const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces) {
-  std::vector<Tensor> parts;
-  for (auto [off, len] : pieces) parts.push_back(full.slice(dim, off, off + len).contiguous());
-  if (parts.size() == 1) return parts[0].clone();
-  Shape shape = full.shape();
-  std::int64_t total = 0;
-  for (auto [off, len] : pieces) total += len;
-  shape[static_cast<std::size_t>(dim)] = total;
-  Tensor out = Tensor::zeros(shape, full.dtype());
-  std::int64_t at = 0;
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    Tensor dst = out.slice(dim, at, at + pieces[i].second);
-    dst.copy_(parts[i]);
-    at += pieces[i].second;
-  }
-  return out;
-}
-
 void put(Tensor& full, int dim, const std::vector<std::pair<std::int64_t, std::int64_t>>& pieces, const Tensor& part) {
   std::int64_t at = 0;
   for (auto [off, len] : pieces) {
@@ -56,47 +37,6 @@ void put(Tensor& full, int dim, const std::vector<std::pair<std::int64_t, std::i
 }
 
 }  // namespace
-
-Var tp_copy(const Var& x, comm::Communicator& group) {
-  comm::Communicator* g = &group;
-  return record("tp_copy", x.value(), {x}, [g](const Tensor& grad) {
-    Tensor c = grad.contiguous().clone();
-    const auto t0 = std::chrono::steady_clock::now();
-    g->allreduce(c.data<float>(), c.numel(), DataType::kF32, ReduceOp::kSum)->wait();
-    record_span("tp all-reduce (backward)", "comm", 1, t0);
-    return Grads{c};
-  });
-}
-
-Var tp_reduce(const Var& x, comm::Communicator& group) {
-  Tensor c = x.value().contiguous().clone();
-  const auto t0 = std::chrono::steady_clock::now();
-  group.allreduce(c.data<float>(), c.numel(), DataType::kF32, ReduceOp::kSum)->wait();
-  record_span("tp all-reduce (forward)", "comm", 1, t0);
-  return record("tp_reduce", c, {x}, [](const Tensor& grad) { return Grads{grad}; });
-}
-
-Var tp_gather_last(const Var& x, comm::Communicator& group) {
-  const Tensor xc = x.value().contiguous();
-  const std::int64_t n = xc.size(-1), rows = xc.numel() / std::max<std::int64_t>(n, 1), t = group.size();
-  Tensor blocks = Tensor::zeros({t, rows, n});
-  const auto t0 = std::chrono::steady_clock::now();
-  group.allgather(xc.data<float>(), blocks.data<float>(), xc.numel(), DataType::kF32)->wait();
-  record_span("tp all-gather (forward)", "comm", 1, t0);
-  Shape shape = xc.shape();
-  shape.back() = n * t;
-  Tensor out = blocks.permute({1, 0, 2}).contiguous().view(shape);
-  comm::Communicator* g = &group;
-  return record("tp_gather_last", out, {x}, [g, rows, n, t, xs = xc.shape()](const Tensor& grad) {
-    // Each rank's columns, summed over the ranks that used them: a reduce-scatter.
-    Tensor blocks_grad = grad.contiguous().view({rows, t, n}).permute({1, 0, 2}).contiguous();
-    Tensor mine = Tensor::zeros({rows, n});
-    const auto started = std::chrono::steady_clock::now();
-    g->reduce_scatter(blocks_grad.data<float>(), mine.data<float>(), rows * n, DataType::kF32, ReduceOp::kSum)->wait();
-    record_span("tp reduce-scatter (backward)", "comm", 1, started);
-    return Grads{mine.view(xs)};
-  });
-}
 
 TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communicator> group, bool all_gather_qk)
     : model_(model), group_(std::move(group)), all_gather_qk_(all_gather_qk) {
@@ -109,42 +49,47 @@ TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communica
     throw ConfigError(std::to_string(t) + " tensor-parallel ranks do not divide the " + std::to_string(c.heads) +
                       " attention heads");
   for (auto& [name, p] : model_.named_parameters()) by_name_[name] = p;
-  const std::int64_t d = c.dim, dl = d / t, fl = 4 * d / t;
   for (std::int64_t i = 0; i < c.layers; ++i) {
     const std::string h = prefix(i);
-    replicated(h + "ln1.weight");
-    replicated(h + "ln1.bias");
-    std::vector<std::pair<std::int64_t, std::int64_t>> qkv{{r * dl, dl}, {d + r * dl, dl}, {2 * d + r * dl, dl}};
-    shard(h + "attn.qkv.weight", 0, qkv);
-    shard(h + "attn.qkv.bias", 0, qkv);
-    shard(h + "attn.proj.weight", 1, {{r * dl, dl}});
-    replicated(h + "attn.proj.bias");
-    replicated(h + "ln2.weight");
-    replicated(h + "ln2.bias");
-    shard(h + "fc.weight", 0, {{r * fl, fl}});
-    shard(h + "fc.bias", 0, {{r * fl, fl}});
-    shard(h + "out.weight", 1, {{r * fl, fl}});
-    replicated(h + "out.bias");
+    DecoderBlockParts& b = blocks_.emplace_back();
+    b.ln1_weight = replicated(h + "ln1.weight");
+    b.ln1_bias = replicated(h + "ln1.bias");
+    b.ln2_weight = replicated(h + "ln2.weight");
+    b.ln2_bias = replicated(h + "ln2.bias");
+    for (Product p : kProducts) {
+      const std::string name = h + product_name(p);
+      const Slicing s = product_slicing(p);
+      const int dim = sliced_dim(s);
+      const std::int64_t n = by_name_.at(name + ".weight").size(dim);
+      auto pieces = [s, n, t](int rank) { return slice_pieces(s, n, rank, t); };
+      Var w = shard(name + ".weight", dim, pieces);
+      Var bias = slices_bias(s) ? shard(name + ".bias", 0, pieces) : replicated(name + ".bias");
+      b.products[static_cast<std::size_t>(p)] =
+          s == Slicing::kInputs ? std::shared_ptr<const BlockLinear>(std::make_shared<RowParallelLinear>(w, bias, *group_))
+                                : std::make_shared<ColumnParallelLinear>(w, bias, *group_);
+    }
   }
-  vocab_begin_ = part_begin(c.vocab, t, r);
-  vocab_end_ = part_begin(c.vocab, t, r + 1);
-  shard(GPT::tied_weight(), 0, {{vocab_begin_, vocab_end_ - vocab_begin_}});
+  const std::int64_t V = c.vocab;
+  vocab_begin_ = part_begin(V, t, r);
+  vocab_end_ = part_begin(V, t, r + 1);
+  wte_part_ = shard(GPT::tied_weight(), 0, [V, t](int rank) {
+    return Pieces{{part_begin(V, t, rank), part_begin(V, t, rank + 1) - part_begin(V, t, rank)}};
+  });
   if (by_name_.count("wpe.weight")) replicated("wpe.weight");
-  else fixed_positions_ = sinusoidal_encoding(c.context, d, c.positional);
+  else fixed_positions_ = sinusoidal_encoding(c.context, c.dim, c.positional);
   replicated("ln_f.weight");
   replicated("ln_f.bias");
 }
 
-Var TensorParallelGpt::shard(const std::string& name, int dim, std::vector<std::pair<std::int64_t, std::int64_t>> pieces) {
+Var TensorParallelGpt::shard(const std::string& name, int dim, std::function<Pieces(int r)> pieces) {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) throw InternalError("tensor parallelism: no parameter " + name);
-  Var part(take(it->second.value(), dim, pieces), true);
+  Var part(take_pieces(it->second.value(), dim, pieces(rank_)), true);
   shards_.push_back({name, it->second, part, it->second.shape(), dim, std::move(pieces)});
   Var full = it->second;
   full.mutable_value() = Tensor();  // this rank keeps its slice only
   params_.push_back({name, part});
   replicated_.push_back(false);
-  by_name_[name + "#shard"] = part;
   return part;
 }
 
@@ -157,48 +102,38 @@ Var TensorParallelGpt::replicated(const std::string& name) {
   return it->second;
 }
 
-Var TensorParallelGpt::attention(const Var& x, std::int64_t layer) {
-  const GptConfig& c = model_.config();
-  const std::string h = prefix(layer, "attn.");
-  const std::int64_t B = x.size(0), T = x.size(1), d = c.dim, t = size_, dl = d / t, H = c.heads, Hl = H / t;
-  Var a = tp_copy(x, *group_);
-  Var qkv = reshape(linear(reshape(a, {B * T, d}), by_name_[h + "qkv.weight#shard"], by_name_[h + "qkv.bias#shard"]),
-                    {B, T, 3 * dl});
-  Var q = narrow(qkv, 2, 0, dl), k = narrow(qkv, 2, dl, dl), v = split_heads(narrow(qkv, 2, 2 * dl, dl), Hl);
-  Var probs;
-  if (all_gather_qk_) {
-    // Seed 002 chapter 8: gather every rank's slice of Q and K, score all heads, keep V local.
+namespace {
+// Seed 002 chapter 8's attention: every rank's slice of Q and K gathered, the scores of all
+// heads computed, those of this rank's heads kept (V stays local): the same numbers as the
+// rank's own heads' attention, more traffic.
+class GatheredQkAttention : public BlockAttention {
+ public:
+  GatheredQkAttention(std::int64_t batch, std::int64_t length, std::int64_t heads, comm::Communicator& group)
+      : batch_(batch), length_(length), heads_(heads), group_(&group) {}
+  Var attend(const Var& qkv, std::int64_t) const override {
+    const std::int64_t B = batch_, T = length_, H = heads_, t = group_->size(), Hl = H / t, w = qkv.size(1) / 3;
+    Var rows = reshape(qkv, {B, T, 3 * w});
+    Var q = narrow(rows, 2, 0, w), k = narrow(rows, 2, w, w), v = split_heads(narrow(rows, 2, 2 * w, w), Hl);
     Var all = causal_attention_weights(split_heads(tp_gather_last(q, *group_), H),
                                        split_heads(tp_gather_last(k, *group_), H));  // [B*H, T, T]
-    probs = reshape(narrow(reshape(all, {B, H, T, T}), 1, rank_ * Hl, Hl), {B * Hl, T, T});
-  } else {
-    probs = causal_attention_weights(split_heads(q, Hl), split_heads(k, Hl));
+    Var probs = reshape(narrow(reshape(all, {B, H, T, T}), 1, group_->rank() * Hl, Hl), {B * Hl, T, T});
+    return merge_heads(matmul(probs, v), B);  // [B*T, w]
   }
-  Var att = matmul(probs, v);  // [B*Hl, T, hd]
-  Var y = tp_reduce(linear(merge_heads(att, B), by_name_[h + "proj.weight#shard"], Var()), *group_);
-  return add(reshape(y, {B, T, d}), by_name_[h + "proj.bias"]);
-}
 
-Var TensorParallelGpt::mlp(const Var& x, std::int64_t layer) {
-  const std::string h = prefix(layer);
-  const std::int64_t B = x.size(0), T = x.size(1), d = model_.config().dim;
-  Var b = tp_copy(x, *group_);
-  Var hidden = gelu(linear(reshape(b, {B * T, d}), by_name_[h + "fc.weight#shard"], by_name_[h + "fc.bias#shard"]));
-  Var y = tp_reduce(linear(hidden, by_name_[h + "out.weight#shard"], Var()), *group_);
-  return add(reshape(y, {B, T, d}), by_name_[h + "out.bias"]);
-}
+ private:
+  std::int64_t batch_, length_, heads_;
+  comm::Communicator* group_;
+};
+}  // namespace
 
 Var TensorParallelGpt::block(const Var& x, std::int64_t layer) {
-  const std::string h = prefix(layer);
-  auto ln = [&](const Var& v, const char* which) {
-    return layer_norm(v, by_name_[h + which + ".weight"], by_name_[h + which + ".bias"]);
-  };
-  if (model_.config().pre_ln) {
-    Var a = add(x, attention(ln(x, "ln1"), layer));
-    return add(a, mlp(ln(a, "ln2"), layer));
-  }
-  Var a = ln(add(x, attention(x, layer)), "ln1");
-  return ln(add(a, mlp(a, layer)), "ln2");
+  const GptConfig& c = model_.config();
+  const std::int64_t B = x.size(0), T = x.size(1), d = c.dim;
+  const Var rows = reshape(x, {B * T, d});
+  const auto& parts = blocks_[static_cast<std::size_t>(layer)];
+  const Var y = all_gather_qk_ ? decoder_block(rows, parts, GatheredQkAttention(B, T, c.heads, *group_), layer, c.pre_ln)
+                               : decoder_block(rows, parts, CausalAttention(B, T, c.heads / size_), layer, c.pre_ln);
+  return reshape(y, {B, T, d});
 }
 
 Var TensorParallelGpt::loss(const Tensor& ids, const std::vector<std::int32_t>& targets) {
@@ -206,10 +141,8 @@ Var TensorParallelGpt::loss(const Tensor& ids, const std::vector<std::int32_t>& 
 }
 
 Var TensorParallelGpt::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {
-  Var h = x;
-  for (std::int64_t i = begin; i < end; ++i)
-    h = model_.config().recompute ? checkpoint([this, i](const Var& v) { return block(v, i); }, h) : block(h, i);
-  return h;
+  return run_block_range(x, begin, end, model_.config().recompute,
+                         [this](const Var& v, std::int64_t i) { return block(v, i); });
 }
 
 Var TensorParallelGpt::embed(const Tensor& ids) {
@@ -223,7 +156,7 @@ Var TensorParallelGpt::embed(const Tensor& ids) {
     Tensor ic = ids.contiguous();
     for (std::int64_t i = 0; i < N; ++i) tok[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(ic.data<float>()[i]);
   }
-  Var wte = by_name_["wte.weight#shard"];
+  Var wte = wte_part_;
   Tensor emb = Tensor::zeros({N, d});
   {
     Tensor w = wte.value().contiguous();
@@ -256,7 +189,7 @@ Var TensorParallelGpt::head_loss(const Var& x, const std::vector<std::int32_t>& 
   const std::int64_t B = x.size(0), T = x.size(1), d = model_.config().dim, N = B * T;
   const std::int64_t vb = vocab_begin_, ve = vocab_end_, Vl = ve - vb;
   comm::Communicator* g = group_.get();
-  Var wte = by_name_["wte.weight#shard"];
+  Var wte = wte_part_;
   Var hfin = layer_norm(x, by_name_["ln_f.weight"], by_name_["ln_f.bias"]);
   // The tied head: this rank's slice of the logits, [N, Vl].
   Var logits = matmul(reshape(tp_copy(hfin, *group_), {N, d}), transpose(wte, 0, 1));
@@ -317,24 +250,11 @@ bool TensorParallelGpt::is_shard(const std::string& name) const {
   return false;
 }
 
-// Rank r's pieces of a split parameter, computed the way the constructor cut them.
-std::vector<std::pair<std::int64_t, std::int64_t>> TensorParallelGpt::pieces_of(const Shard& sh, int r) const {
-  const GptConfig& c = model_.config();
-  const std::int64_t d = c.dim, dl = d / size_, fl = 4 * d / size_;
-  if (sh.name == GPT::tied_weight()) {
-    std::int64_t b = part_begin(c.vocab, size_, r), e = part_begin(c.vocab, size_, r + 1);
-    return {{b, e - b}};
-  }
-  if (sh.name.find("qkv") != std::string::npos) return {{r * dl, dl}, {d + r * dl, dl}, {2 * d + r * dl, dl}};
-  if (sh.name.find("proj") != std::string::npos) return {{r * dl, dl}};
-  return {{r * fl, fl}};
-}
-
 Tensor TensorParallelGpt::full_of(const std::string& name, const Tensor& mine) {
   const Shard& sh = shard_named(name);
   Tensor full = Tensor::zeros(sh.full_shape);
   for (int r = 0; r < size_; ++r) {
-    const auto pieces = pieces_of(sh, r);
+    const Pieces pieces = sh.pieces(r);
     Shape shape = sh.full_shape;
     std::int64_t len = 0;
     for (auto [o, l] : pieces) len += l;
@@ -348,7 +268,7 @@ Tensor TensorParallelGpt::full_of(const std::string& name, const Tensor& mine) {
 
 Tensor TensorParallelGpt::part_of(const std::string& name, const Tensor& full) const {
   const Shard& sh = shard_named(name);
-  return take(full, sh.dim, pieces_of(sh, rank_));
+  return take_pieces(full, sh.dim, sh.pieces(rank_));
 }
 
 void TensorParallelGpt::gather_parameters(const std::function<bool(const std::string&)>& only) {

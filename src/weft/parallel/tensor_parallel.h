@@ -19,6 +19,9 @@
 // its feature slices of Q, K and V, all-gathers Q and K (backward: reduce-scatters their
 // gradients), computes every head's scores and keeps V local: the same numbers, more traffic.
 //
+// The blocks are decoder_block.h's, with parallel_linear.h's products and the attention of
+// the rank's heads (or, with all_gather_qk, every rank's Q and K).
+//
 // Every rank builds the whole model with the same seed (so the shards are slices of one
 // process's parameters), then frees the full copies of the weights it shards; layer norms,
 // position embeddings and the row-parallel biases stay replicated (every rank computes the
@@ -34,7 +37,9 @@
 #include <vector>
 
 #include "weft/comm/communicator.h"
+#include "weft/nn/decoder_block.h"
 #include "weft/nn/transformer.h"
+#include "weft/parallel/parallel_linear.h"
 #include "weft/parallel/stage_model.h"
 #include "weft/parallel/strategy.h"
 
@@ -70,14 +75,12 @@ class TensorParallelGpt : public StageModel {
     Var full, part;       // the full parameter's value is freed; gather_parameters rebuilds it
     Shape full_shape;
     int dim = 0;          // 0: rows, 1: columns
-    std::vector<std::pair<std::int64_t, std::int64_t>> pieces;  // (offset, length) along dim, concatenated
+    // Rank r's pieces (offset, length) along dim, concatenated.
+    std::function<Pieces(int r)> pieces;
   };
-  Var shard(const std::string& name, int dim, std::vector<std::pair<std::int64_t, std::int64_t>> pieces);
+  Var shard(const std::string& name, int dim, std::function<Pieces(int r)> pieces);
   const Shard& shard_named(const std::string& name) const;
-  std::vector<std::pair<std::int64_t, std::int64_t>> pieces_of(const Shard& s, int rank) const;
   Var replicated(const std::string& name);
-  Var attention(const Var& x, std::int64_t layer);
-  Var mlp(const Var& x, std::int64_t layer);
   Var block(const Var& x, std::int64_t layer);
 
   GPT& model_;
@@ -86,10 +89,12 @@ class TensorParallelGpt : public StageModel {
   int rank_ = 0, size_ = 1;
   std::int64_t vocab_begin_ = 0, vocab_end_ = 0;
   std::vector<Shard> shards_;
+  std::vector<DecoderBlockParts> blocks_;
+  Var wte_part_;  // this rank's rows of the token embedding
   std::vector<std::pair<std::string, Var>> params_;
   std::vector<bool> replicated_;  // per params_ entry
   std::set<std::string> replicated_names_;
-  std::map<std::string, Var> by_name_;
+  std::map<std::string, Var> by_name_;  // the whole model's parameters
   Tensor fixed_positions_;
 };
 
@@ -117,10 +122,5 @@ class TensorParallel : public Strategy {
   std::unique_ptr<TensorParallelGpt> tp_;
   const ModelPart* part_ = nullptr;
 };
-
-// The communication operators, usable on their own (tests).
-Var tp_copy(const Var& x, comm::Communicator& group);     // identity; backward all-reduces ("f")
-Var tp_reduce(const Var& x, comm::Communicator& group);   // all-reduce; backward identity ("g")
-Var tp_gather_last(const Var& x, comm::Communicator& group);  // all-gather along the last dim; backward reduce-scatter
 
 }  // namespace weft::parallel

@@ -22,15 +22,100 @@ class GptState : public SequenceState {
   std::int64_t cached = 0;
 };
 
-// nn's layer normalization (eps 1e-5) and GELU (the tanh approximation), on plain tensors.
+// nn's layer normalization (eps 1e-5), on plain tensors.
 Tensor layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b) {
   NoGradGuard no_grad;
   return layer_norm(Var(x), Var(w), Var(b)).value();
 }
 
-Tensor gelu_of(const Tensor& x) {
-  NoGradGuard no_grad;
-  return gelu(Var(x)).value();
+// A block's product, packed; a row-sliced one's partial products summed over the ranks by
+// `all_reduce`, then its bias added.
+class PackedProduct : public BlockLinear {
+ public:
+  PackedProduct(PackedLinear packed, Tensor bias_after, std::function<void(Tensor&)> all_reduce)
+      : packed_(std::move(packed)), bias_after_(std::move(bias_after)), all_reduce_(std::move(all_reduce)) {}
+  Var forward(const Var& x) const override {
+    Tensor y = packed_.forward(x.value());
+    if (bias_after_.defined()) {
+      all_reduce_(y);
+      ops::add_(y, bias_after_);
+    }
+    return Var(y);
+  }
+  std::int64_t bytes() const {  // the weights as packed, the bias in float32
+    return packed_.bytes() + 4 * packed_.out_features();
+  }
+
+ private:
+  PackedLinear packed_;
+  Tensor bias_after_;
+  std::function<void(Tensor&)> all_reduce_;
+};
+
+// Each new row's attention over its sequence's cache (the new keys and values written first):
+// `width` = this rank's heads x the head size.
+class CachedAttention : public BlockAttention {
+ public:
+  CachedAttention(const std::vector<SequenceState*>& sequences, const GptDecoder::StepPlan& plan, std::int64_t width,
+                  std::int64_t heads, std::int64_t context)
+      : sequences_(sequences), plan_(plan), width_(width), heads_(heads), context_(context) {}
+  Var attend(const Var& qkv, std::int64_t layer) const override;
+
+ private:
+  const std::vector<SequenceState*>& sequences_;
+  const GptDecoder::StepPlan& plan_;
+  std::int64_t width_, heads_, context_;
+};
+
+Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
+  const std::int64_t d = width_, H = heads_, hd = d / H;
+  const auto S = static_cast<std::int64_t>(sequences_.size());
+  const auto& first_row = plan_.first_row;
+  const auto& rows = plan_.rows;
+  const Tensor qkv = qkv_rows.value().contiguous();
+  const float* q_all = qkv.data<float>();
+  for (std::int64_t i = 0; i < S; ++i) {
+    auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
+    float* k = s->k[static_cast<size_t>(layer)].data<float>();
+    float* v = s->v[static_cast<size_t>(layer)].data<float>();
+    for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
+      const float* src = q_all + (first_row[static_cast<size_t>(i)] + r) * 3 * d;
+      std::copy(src + d, src + 2 * d, k + (s->cached + r) * d);
+      std::copy(src + 2 * d, src + 3 * d, v + (s->cached + r) * d);
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  Tensor out = Tensor::empty({plan_.rows_total, d});
+  float* o = out.data<float>();
+  parallel_loop(S * H, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> w(static_cast<size_t>(context_));
+    for (std::int64_t job = begin; job < end; ++job) {
+      const std::int64_t i = job / H, h = job % H;
+      auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
+      const float* k = s->k[static_cast<size_t>(layer)].data<float>() + h * hd;
+      const float* v = s->v[static_cast<size_t>(layer)].data<float>() + h * hd;
+      for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
+        const std::int64_t row = first_row[static_cast<size_t>(i)] + r, keys = s->cached + r + 1;
+        const float* q = q_all + row * 3 * d + h * hd;
+        float top = -INFINITY;
+        for (std::int64_t j = 0; j < keys; ++j) {
+          float dot = 0;
+          for (std::int64_t e = 0; e < hd; ++e) dot += q[e] * k[j * d + e];
+          w[static_cast<size_t>(j)] = dot * scale;
+          top = std::max(top, w[static_cast<size_t>(j)]);
+        }
+        float total = 0;
+        for (std::int64_t j = 0; j < keys; ++j) total += w[static_cast<size_t>(j)] = std::exp(w[static_cast<size_t>(j)] - top);
+        float* dst = o + row * d + h * hd;
+        std::fill(dst, dst + hd, 0.0f);
+        for (std::int64_t j = 0; j < keys; ++j) {
+          const float a = w[static_cast<size_t>(j)] / total;
+          for (std::int64_t e = 0; e < hd; ++e) dst[e] += a * v[j * d + e];
+        }
+      }
+    }
+  });
+  return Var(out);
 }
 
 }  // namespace
@@ -60,36 +145,27 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
     std::string h = "h";  // (not "h" + ...: GCC 12 warns falsely on that concatenation)
     h += std::to_string(i);
     h += '.';
-    if (n == 1) {
-      blocks_.push_back({get(h + "ln1.weight"), get(h + "ln1.bias"), get(h + "ln2.weight"), get(h + "ln2.bias"),
-                         PackedLinear(get(h + "attn.qkv.weight"), get(h + "attn.qkv.bias"), format),
-                         PackedLinear(get(h + "attn.proj.weight"), get(h + "attn.proj.bias"), format),
-                         PackedLinear(get(h + "fc.weight"), get(h + "fc.bias"), format),
-                         PackedLinear(get(h + "out.weight"), get(h + "out.bias"), format), Tensor(), Tensor()});
-      continue;
+    DecoderBlockParts& b = blocks_.emplace_back();
+    b.ln1_weight = Var(get(h + "ln1.weight"));
+    b.ln1_bias = Var(get(h + "ln1.bias"));
+    b.ln2_weight = Var(get(h + "ln2.weight"));
+    b.ln2_bias = Var(get(h + "ln2.bias"));
+    block_bytes_ += 4 * 4 * c_.dim;
+    for (Product product : kProducts) {
+      // Whole, or this rank's slice (its heads of Q, K and V, its part of the MLP, the
+      // matching columns of both output projections), cut as tensor-parallel training cuts.
+      const std::string name = h + product_name(product);
+      const Slicing s = product_slicing(product);
+      const Tensor w = get(name + ".weight"), bias = get(name + ".bias");
+      const bool sums = n > 1 && !slices_bias(s);
+      auto packed = std::make_shared<PackedProduct>(
+          PackedLinear(n == 1 ? w : product_slice(w, s, static_cast<int>(r), static_cast<int>(n)),
+                       sums ? Tensor() : n == 1 ? bias : product_slice(bias, s, static_cast<int>(r), static_cast<int>(n)),
+                       format),
+          sums ? bias : Tensor(), slice_.all_reduce);
+      block_bytes_ += packed->bytes();
+      b.products[static_cast<std::size_t>(product)] = std::move(packed);
     }
-    // This rank's rows of Q, K and V (its heads), of the MLP's first layer, and the matching
-    // columns of both output projections.
-    const std::int64_t d = c_.dim, f = 4 * d / n;
-    auto q_k_v = [&](const Tensor& t) {
-      std::vector<Tensor> parts;
-      for (std::int64_t part = 0; part < 3; ++part) parts.push_back(t.slice(0, part * d + r * ld_, part * d + (r + 1) * ld_));
-      const Shape shape = t.dim() == 1 ? Shape{3 * ld_} : Shape{3 * ld_, d};
-      Tensor out = Tensor::empty(shape);
-      const std::int64_t each = parts[0].numel();
-      for (std::int64_t part = 0; part < 3; ++part) {
-        Tensor c = parts[static_cast<size_t>(part)].contiguous();
-        std::copy(c.data<float>(), c.data<float>() + each, out.data<float>() + part * each);
-      }
-      return out;
-    };
-    blocks_.push_back({get(h + "ln1.weight"), get(h + "ln1.bias"), get(h + "ln2.weight"), get(h + "ln2.bias"),
-                       PackedLinear(q_k_v(get(h + "attn.qkv.weight")), q_k_v(get(h + "attn.qkv.bias")), format),
-                       PackedLinear(get(h + "attn.proj.weight").slice(1, r * ld_, (r + 1) * ld_).contiguous(), Tensor(), format),
-                       PackedLinear(get(h + "fc.weight").slice(0, r * f, (r + 1) * f).contiguous(),
-                                    get(h + "fc.bias").slice(0, r * f, (r + 1) * f).contiguous(), format),
-                       PackedLinear(get(h + "out.weight").slice(1, r * f, (r + 1) * f).contiguous(), Tensor(), format),
-                       get(h + "attn.proj.bias"), get(h + "out.bias")});
   }
   lnf_w_ = get("ln_f.weight");
   lnf_b_ = get("ln_f.bias");
@@ -102,55 +178,6 @@ std::unique_ptr<SequenceState> GptDecoder::start() const {
     s->v.push_back(Tensor::empty({c_.context, ld_}));
   }
   return s;
-}
-
-// Each new row's attention over its sequence's cache (the new keys and values written first).
-void GptDecoder::attention(const std::vector<SequenceState*>& sequences, const std::vector<std::int64_t>& first_row,
-                           const std::vector<std::int64_t>& rows, std::int64_t layer, const Tensor& qkv,
-                           Tensor& out) const {
-  const std::int64_t d = ld_, H = lheads_, hd = d / H;
-  const auto S = static_cast<std::int64_t>(sequences.size());
-  const float* q_all = qkv.data<float>();
-  for (std::int64_t i = 0; i < S; ++i) {
-    auto* s = static_cast<GptState*>(sequences[static_cast<size_t>(i)]);
-    float* k = s->k[static_cast<size_t>(layer)].data<float>();
-    float* v = s->v[static_cast<size_t>(layer)].data<float>();
-    for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
-      const float* src = q_all + (first_row[static_cast<size_t>(i)] + r) * 3 * d;
-      std::copy(src + d, src + 2 * d, k + (s->cached + r) * d);
-      std::copy(src + 2 * d, src + 3 * d, v + (s->cached + r) * d);
-    }
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  float* o = out.data<float>();
-  parallel_loop(S * H, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> w(static_cast<size_t>(c_.context));
-    for (std::int64_t job = begin; job < end; ++job) {
-      const std::int64_t i = job / H, h = job % H;
-      auto* s = static_cast<GptState*>(sequences[static_cast<size_t>(i)]);
-      const float* k = s->k[static_cast<size_t>(layer)].data<float>() + h * hd;
-      const float* v = s->v[static_cast<size_t>(layer)].data<float>() + h * hd;
-      for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
-        const std::int64_t row = first_row[static_cast<size_t>(i)] + r, keys = s->cached + r + 1;
-        const float* q = q_all + row * 3 * d + h * hd;
-        float top = -INFINITY;
-        for (std::int64_t j = 0; j < keys; ++j) {
-          float dot = 0;
-          for (std::int64_t e = 0; e < hd; ++e) dot += q[e] * k[j * d + e];
-          w[static_cast<size_t>(j)] = dot * scale;
-          top = std::max(top, w[static_cast<size_t>(j)]);
-        }
-        float total = 0;
-        for (std::int64_t j = 0; j < keys; ++j) total += w[static_cast<size_t>(j)] = std::exp(w[static_cast<size_t>(j)] - top);
-        float* dst = o + row * d + h * hd;
-        std::fill(dst, dst + hd, 0.0f);
-        for (std::int64_t j = 0; j < keys; ++j) {
-          const float a = w[static_cast<size_t>(j)] / total;
-          for (std::int64_t e = 0; e < hd; ++e) dst[e] += a * v[j * d + e];
-        }
-      }
-    }
-  });
 }
 
 GptDecoder::StepPlan GptDecoder::plan(const std::vector<SequenceState*>& sequences,
@@ -201,26 +228,12 @@ Tensor GptDecoder::embed(const std::vector<SequenceState*>& sequences, const Ste
 }
 
 void GptDecoder::run_blocks(const std::vector<SequenceState*>& sequences, const StepPlan& p, Tensor& x) const {
-  Tensor att = Tensor::empty({p.rows_total, ld_});
-  for (std::size_t l = 0; l < blocks_.size(); ++l) {
-    const Block& b = blocks_[l];
-    const auto layer = static_cast<std::int64_t>(l);
-    if (c_.pre_ln) {
-      Tensor qkv = b.qkv.forward(layer_norm_rows(x, b.ln1_w, b.ln1_b));
-      attention(sequences, p.first_row, p.rows, layer, qkv, att);
-      ops::add_(x, project(b.proj, b.proj_b, att));
-      const Tensor f = gelu_of(b.fc.forward(layer_norm_rows(x, b.ln2_w, b.ln2_b)));
-      ops::add_(x, project(b.out, b.out_b, f));
-    } else {
-      Tensor qkv = b.qkv.forward(x);
-      attention(sequences, p.first_row, p.rows, layer, qkv, att);
-      ops::add_(x, project(b.proj, b.proj_b, att));
-      x = layer_norm_rows(x, b.ln1_w, b.ln1_b);
-      const Tensor f = gelu_of(b.fc.forward(x));
-      ops::add_(x, project(b.out, b.out_b, f));
-      x = layer_norm_rows(x, b.ln2_w, b.ln2_b);
-    }
-  }
+  NoGradGuard no_grad;
+  const CachedAttention attention(sequences, p, ld_, lheads_, c_.context);
+  Var h(x);
+  for (std::size_t l = 0; l < blocks_.size(); ++l)
+    h = decoder_block(h, blocks_[l], attention, static_cast<std::int64_t>(l), c_.pre_ln);
+  x = h.value();
 }
 
 void GptDecoder::finish(const std::vector<SequenceState*>& sequences, const StepPlan& p) const {
@@ -249,20 +262,8 @@ Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
   return head(p, x);
 }
 
-Tensor GptDecoder::project(const PackedLinear& w, const Tensor& bias, const Tensor& x) const {
-  Tensor y = w.forward(x);
-  if (slice_.size == 1) return y;  // (the bias is inside)
-  slice_.all_reduce(y);
-  ops::add_(y, bias);
-  return y;
-}
-
 std::int64_t GptDecoder::weight_bytes() const {
-  std::int64_t bytes = head_.bytes() + 4 * (wpe_.defined() ? wpe_.numel() : 0) + 4 * 2 * c_.dim;
-  for (const Block& b : blocks_)
-    bytes += b.qkv.bytes() + b.proj.bytes() + b.fc.bytes() + b.out.bytes() +
-             4 * (4 * c_.dim + b.qkv.out_features() + b.proj.out_features() + b.fc.out_features() + b.out.out_features());
-  return bytes;
+  return head_.bytes() + 4 * (wpe_.defined() ? wpe_.numel() : 0) + 4 * 2 * c_.dim + block_bytes_;
 }
 
 Tensor WindowDecoder::extend(const std::vector<SequenceState*>& sequences,

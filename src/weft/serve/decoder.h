@@ -12,6 +12,9 @@
 //   WindowDecoder  any language model (the recurrent ones): the model's forward over the
 //                  last `context` tokens, at every step.
 //
+// GptDecoder runs nn/decoder_block.h's block, with packed products (quantize.h; sliced by
+// decoder_block.h's table under tensor parallelism) and attention against the cache.
+//
 // Both give the logits the model's own forward gives for the same window (within float
 // rounding), with no autograd.
 #pragma once
@@ -21,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "weft/nn/decoder_block.h"
 #include "weft/nn/language_model.h"
 #include "weft/nn/transformer.h"
 #include "weft/serve/quantize.h"
@@ -92,23 +96,14 @@ class GptDecoder : public Decoder {
   std::int64_t dim() const { return c_.dim; }
 
  private:
-  struct Block {
-    Tensor ln1_w, ln1_b, ln2_w, ln2_b;
-    PackedLinear qkv, proj, fc, out;
-    Tensor proj_b, out_b;  // sliced: the biases added once, after the sums over the ranks
-  };
-  // The attention or MLP output projection, summed over the ranks when sliced.
-  Tensor project(const PackedLinear& w, const Tensor& bias, const Tensor& x) const;
-  void attention(const std::vector<SequenceState*>& sequences, const std::vector<std::int64_t>& first_row,
-                 const std::vector<std::int64_t>& rows, std::int64_t layer, const Tensor& qkv, Tensor& out) const;
-
   GptConfig c_;
   TensorSlice slice_;
   std::int64_t begin_, end_;      // the blocks held
   std::int64_t ld_, lheads_;      // this rank's width of the attention (d / size) and heads
   PackedLinear head_;             // the token embedding, tied: rows are embeddings, the product is the head
   Tensor wpe_, positions_;        // wpe_ (learned) or positions_ (fixed encodings)
-  std::vector<Block> blocks_;
+  std::vector<DecoderBlockParts> blocks_;
+  std::int64_t block_bytes_ = 0;  // of the blocks' weights as held (layer norms and biases in float32)
   Tensor lnf_w_, lnf_b_;
 };
 
