@@ -5,9 +5,12 @@ The layering rule, checked on the code:
   1. every #include "weft/<layer>/..." in src/weft/<L>/ names a layer that docs/architecture.md
      ("Which layer may include which") allows L to include;
   2. CMakeLists.txt's weft_layer(L ...) links exactly the layers L includes: PUBLIC_LAYERS
-     those its headers include, PRIVATE_LAYERS those only its sources include.
---self-check copies the tree, adds a forbidden include (tensor including comm) and
-requires the check to fail on it, naming the file.
+     those its headers include, PRIVATE_LAYERS those only its sources include;
+  3. train/ reaches communication only through parallel/: its code names nothing of comm::,
+     calls no collective or point-to-point operation itself, and asks the strategies
+     questions (Strategies' typed answers) instead of looking one up by type (find<...>).
+--self-check copies the tree, adds a forbidden include (tensor including comm) and a
+collective call in train/, and requires the check to fail on both, naming the files.
 """
 import pathlib
 import re
@@ -51,8 +54,35 @@ def includes(root, layer):
     return public, private - public, where
 
 
-def check(root):
+# Rule 3: what train/'s code may not say (comments aside).
+TRAIN_FORBIDDEN = [
+    (re.compile(r"\bcomm::"), "names comm::"),
+    (re.compile(r"(->|\.)(allreduce|allgather|broadcast|reduce_scatter|alltoall|barrier|send|recv|isend|irecv|"
+                r"new_group)\(|->(gather|scatter|reduce)\("), "calls a collective"),
+    (re.compile(r"\bfind<"), "looks a strategy up by type"),
+]
+
+
+def code_of(text):
+    """The text without // comments and string literals."""
+    text = re.sub(r'"(\\.|[^"\\])*"', '""', text)
+    return re.sub(r"//[^\n]*", "", text)
+
+
+def train_calls(root):
     problems = []
+    for f in sorted((root / "src/weft/train").iterdir()):
+        if f.suffix not in (".h", ".cpp"):
+            continue
+        for n, line in enumerate(code_of(f.read_text()).splitlines(), 1):
+            for pattern, what in TRAIN_FORBIDDEN:
+                if pattern.search(line):
+                    problems.append(f"{f.relative_to(root)}:{n} {what}: {line.strip()}")
+    return problems
+
+
+def check(root):
+    problems = train_calls(root)
     table = allowed_table(root)
     cmake = cmake_layers(root)
     for d in sorted((root / "src/weft").iterdir()):
@@ -87,13 +117,17 @@ def main():
             shutil.copy(root / "CMakeLists.txt", copy)
             bad = copy / "src/weft/tensor/ops.cpp"
             bad.write_text('#include "weft/comm/communicator.h"\n' + bad.read_text())
+            call = copy / "src/weft/train/loop.cpp"
+            call.write_text(call.read_text() + "\nvoid f(weft::parallel::Job& j) { j.world->barrier(); }\n")
             problems = check(copy)
-            hit = [p for p in problems if "src/weft/tensor/ops.cpp includes weft/comm/" in p]
             print("\n".join(problems))
-            if not hit:
+            if not [p for p in problems if "src/weft/tensor/ops.cpp includes weft/comm/" in p]:
                 print("FAIL: a forbidden include (tensor -> comm) went unnoticed")
                 return 1
-            print("ok: the forbidden include is caught")
+            if not [p for p in problems if "src/weft/train/loop.cpp" in p and "calls a collective" in p]:
+                print("FAIL: a collective called in train/ went unnoticed")
+                return 1
+            print("ok: the forbidden include and the collective call in train/ are caught")
             return 0
     problems = check(root)
     for p in problems:

@@ -64,12 +64,8 @@ class DistributedDataParallel {
 
   const std::vector<BucketTiming>& timings() const { return timings_; }
 
-  // The squared norms of this rank's own gradient (before the all-reduce) and of the
-  // replicas' mean (after), of the last synchronized pass, when measured (one pass over the
-  // gradients each): what the gradient noise scale is estimated from (train/noise_scale.h).
-  struct GradientNorms {
-    double local_sq = 0, mean_sq = 0;
-  };
+  // The gradient norms of the last synchronized pass (strategy.h), when measured (one pass
+  // over the gradients each).
   void measure_norms(bool on) { measure_ = on; }
   // f16 gradients: buckets whose average overflowed float16 (all-reduced again in float32).
   std::int64_t overflows() const { return overflows_; }
@@ -128,6 +124,11 @@ class DataParallel : public Strategy {
   std::string name() const override { return "ddp"; }
   void prepare(ModelPart& part) override;
   void after_backward(CommStats& stats) override;
+  bool measure_gradient_norms() override {
+    if (ddp_) ddp_->measure_norms(true);
+    return ddp_ != nullptr;
+  }
+  const GradientNorms* gradient_norms() const override { return ddp_ ? &ddp_->norms() : nullptr; }
   DistributedDataParallel* ddp() { return ddp_.get(); }
 
  private:

@@ -33,6 +33,11 @@ constexpr std::int64_t kMostBytes = std::int64_t{1} << 40;  // a state image lar
 
 }  // namespace
 
+std::unique_ptr<LiveMembership> LiveMembership::from_env() {
+  const comm::ProcessInfo p = comm::process_info_from_env();
+  return from_env(p.rank, p.world);
+}
+
 std::unique_ptr<LiveMembership> LiveMembership::from_env(int launch_rank, int launch_world) {
   const auto address = comm::Membership::address_from_env();
   if (!address) return nullptr;

@@ -43,6 +43,7 @@ class LiveMembership {
   // The job's live membership when weft launch --elastic or --join started this process
   // (WEFT_ELASTIC_STORE); none otherwise. Catches SIGTERM and SIGINT (a request to leave).
   static std::unique_ptr<LiveMembership> from_env(int launch_rank, int launch_world);
+  static std::unique_ptr<LiveMembership> from_env();  // the launcher's rank and world (comm/process.h)
 
   // The first generation this process belongs to: the launched ones' generation 0, or the
   // one that admits a joiner (WEFT_ELASTIC_JOIN=1); none when the job ended first.
@@ -52,6 +53,7 @@ class LiveMembership {
   const comm::Generation& generation() const { return generation_; }
   // The current generation's group (connected once per generation).
   std::shared_ptr<comm::Communicator> connect(const comm::CommOptions& options);
+  std::shared_ptr<comm::Communicator> connect() { return connect(comm::CommOptions::from_env()); }
 
   // Rank 0: the ranks the job should have from a step on (--grow-at STEP:WORLD,...), or
   // at once (a policy's decision); each applies once: to grow, the launchers with spare

@@ -33,7 +33,7 @@ bool FederatedAveraging::end_step(std::int64_t step, bool last, CommStats& stats
   stats.seconds += s;
   stats.exposed_seconds += s;
   record_span("average weights", "comm", 0, start, end);
-  return step % local_steps_ == 0 && eval_rounds_ > 0 && round() % eval_rounds_ == 0;
+  return step % local_steps_ == 0 && eval_rounds_ > 0 && *round() % eval_rounds_ == 0;
 }
 
 }  // namespace weft::parallel

@@ -23,7 +23,7 @@ class FederatedAveraging : public Strategy {
   std::string name() const override { return "fedavg"; }
   void prepare(ModelPart& part) override;
   bool end_step(std::int64_t step, bool last, CommStats& stats) override;
-  std::int64_t round() const { return last_step_ / local_steps_; }
+  std::optional<std::int64_t> round() const override { return last_step_ / local_steps_; }
 
  private:
   std::shared_ptr<comm::Communicator> clients_;

@@ -1,5 +1,6 @@
 #include "weft/parallel/job.h"
 
+#include <numeric>
 #include <fmt/format.h>
 
 #include <functional>
@@ -123,6 +124,12 @@ void add_strategies(Strategies& strategies, const ParallelOptions& o, const Job&
     ddp.error_feedback = o.error_feedback;
     strategies.add(std::make_unique<DataParallel>(mesh.dp(), ddp));
   }
+}
+
+std::shared_ptr<comm::Communicator> first_ranks(const std::shared_ptr<comm::Communicator>& world, int ranks) {
+  std::vector<int> members(static_cast<std::size_t>(ranks));
+  std::iota(members.begin(), members.end(), 0);
+  return ranks > 1 ? world->new_group(members) : nullptr;
 }
 
 }  // namespace weft::parallel

@@ -54,6 +54,10 @@ Job join_job(ParallelOptions& options);
 // pipeline keeps after merging stages): `world` holds every rank of the job (null: one).
 Job join_group(ParallelOptions& options, std::shared_ptr<comm::Communicator> world);
 
+// The first `ranks` ranks of `world` as a group of their own (collective over `world`;
+// null for one rank): the ranks a pipeline keeps after merging stages.
+std::shared_ptr<comm::Communicator> first_ranks(const std::shared_ptr<comm::Communicator>& world, int ranks);
+
 // The strategies `options` name, for a training rank of `job`, in wrapping order.
 void add_strategies(Strategies& strategies, const ParallelOptions& options, const Job& job,
                     const OptimizerFactory& make_optimizer);

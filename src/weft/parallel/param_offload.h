@@ -64,6 +64,7 @@ class ParameterOffload : public Strategy {
 
   // The bytes of parameters in memory at most (the slots'), and of all of them.
   std::int64_t resident_bytes() const { return store_->resident_bytes(); }
+  std::optional<std::int64_t> resident_parameter_bytes() const override { return resident_bytes(); }
   std::int64_t total_bytes() const { return store_->total_bytes(); }
 
  private:

@@ -1,3 +1,5 @@
+#include <nlohmann/json.hpp>
+
 #include "weft/parallel/param_server.h"
 
 #include <fmt/format.h>
@@ -373,6 +375,12 @@ std::vector<std::string> ParameterServer::report_lines() {
                       "to point)",
                       workers_, servers_, 1e3 * worker_->comm_seconds() / steps, 1e3 * model_seconds() / steps,
                       static_cast<double>(model_bytes_) / 1e6, link_ / 1e9)};
+}
+
+void ParameterServer::summarize(nlohmann::json& summary) const {
+  if (link_ <= 0) return;
+  summary["ps_model_seconds"] = model_seconds();
+  summary["ps_link_gbps"] = link_ / 1e9;
 }
 
 }  // namespace weft::parallel

@@ -126,6 +126,9 @@ class ParameterServer : public Strategy {
   void finish() override { worker_->pull(); }  // the final weights
   std::optional<StateDict> optimizer_state(Optimizer& optimizer, std::vector<StateDict>& per_rank) override;
   std::vector<std::string> report_lines() override;
+  void summarize(nlohmann::json& summary) const override;  // "ps_model_seconds", "ps_link_gbps"
+  bool shards_state() const override { return true; }
+  bool servers_hold_state() const override { return true; }
   // Seed 003's cost model for this run's steps, and the link it used (0 when not measured).
   double model_seconds() const;
   double link_bytes_per_second() const { return link_; }

@@ -1,3 +1,5 @@
+#include <nlohmann/json.hpp>
+
 #include "weft/parallel/pipeline.h"
 
 #include <algorithm>
@@ -474,6 +476,12 @@ std::vector<std::string> Pipeline::intro_lines() {
 std::vector<std::string> Pipeline::report_lines() {
   return {fmt::format("pipeline bubble: {:.1f}% measured (mean over stages and steps), (S-1)/(M+S-1) = {:.1f}%",
                       100 * bubble(), 100 * bubble_formula())};
+}
+
+void Pipeline::summarize(nlohmann::json& summary) const {
+  summary["pipeline"] = {{"stages", pipe_->stages()}, {"micro_batches", options_.micro_batches},
+                         {"schedule", algo::pipe_schedule_name(options_.schedule)},
+                         {"bubble", bubble()}, {"bubble_formula", bubble_formula()}};
 }
 
 }  // namespace weft::parallel

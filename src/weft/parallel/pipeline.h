@@ -138,6 +138,8 @@ class Pipeline : public Strategy {
   std::vector<std::string> intro_lines() override;
   std::vector<std::string> report_lines() override;
 
+  void summarize(nlohmann::json& summary) const override;  // "pipeline": stages, schedule, bubble
+  const GptPipeline* pipeline() const override { return pipe_.get(); }
   GptPipeline& pipeline() { return *pipe_; }
   // The measured bubble, mean over the steps after the first of this run; and the
   // (S - 1) / (M + S - 1) of GPipe and 1F1B.

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+
+#include <nlohmann/json.hpp>
 
 #include "weft/autograd/functions.h"
 #include "weft/autograd/variable.h"
@@ -33,6 +36,56 @@ std::string Strategies::describe() const {
   std::string d;
   for (const auto& s : all_) d += (d.empty() ? "" : " + ") + s->name();
   return d.empty() ? "single" : d;
+}
+
+bool Strategies::holds_whole_state() const {
+  return std::none_of(all_.begin(), all_.end(), [](const auto& s) { return s->shards_state(); });
+}
+
+bool Strategies::servers_hold_state() const {
+  return std::any_of(all_.begin(), all_.end(), [](const auto& s) { return s->servers_hold_state(); });
+}
+
+const GptPipeline* Strategies::pipeline() const {
+  for (const auto& s : all_)
+    if (const GptPipeline* p = s->pipeline()) return p;
+  return nullptr;
+}
+
+bool Strategies::measure_gradient_norms() {
+  bool any = false;
+  for (auto& s : all_) any = s->measure_gradient_norms() || any;
+  return any;
+}
+
+const GradientNorms* Strategies::gradient_norms() const {
+  for (const auto& s : all_)
+    if (const GradientNorms* n = s->gradient_norms()) return n;
+  return nullptr;
+}
+
+std::optional<std::int64_t> Strategies::round() const {
+  for (const auto& s : all_)
+    if (auto r = s->round()) return r;
+  return std::nullopt;
+}
+
+std::optional<std::int64_t> Strategies::resident_parameter_bytes() const {
+  for (const auto& s : all_)
+    if (auto b = s->resident_parameter_bytes()) return b;
+  return std::nullopt;
+}
+
+std::int64_t Strategies::rank_parameter_elements() const {
+  for (const auto& s : all_)
+    if (auto n = s->rank_parameter_elements()) return *n;
+  std::int64_t n = 0;
+  for (const auto& [name, p] : part_.trained) n += p.value().numel();
+  return n;
+}
+
+void Strategies::summarize(nlohmann::json& summary) const {
+  for (const auto& s : all_) s->summarize(summary);
 }
 
 void Strategies::update(bool more, double clip_norm) {

@@ -37,6 +37,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "weft/comm/communicator.h"
 #include "weft/nn/module.h"
 #include "weft/optim/optimizer.h"
@@ -45,7 +47,16 @@
 
 namespace weft::parallel {
 
+class GptPipeline;
+
 using NamedParameters = std::vector<std::pair<std::string, Var>>;
+
+// The squared norms of this rank's own gradient (before the replicas' all-reduce) and of the
+// replicas' mean (after), of the last synchronized pass: what the gradient noise scale is
+// estimated from (train/noise_scale.h).
+struct GradientNorms {
+  double local_sq = 0, mean_sq = 0;
+};
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(NamedParameters)>;
 
 // One batch of a step on this rank: inputs (images [B, C, H, W] or token ids [B, T]) and a
@@ -148,6 +159,26 @@ class Strategy {
   // Lines for the run's output (rank 0 prints them): before training, and after it.
   virtual std::vector<std::string> intro_lines() { return {}; }
   virtual std::vector<std::string> report_lines() { return {}; }
+  // The run's summary: this strategy's figures (ZeRO's memory, a pipeline's bubble, ...).
+  virtual void summarize(nlohmann::json& summary) const {}
+
+  // What the training loop asks (through Strategies, never by the strategy's type):
+  // this rank holds only a part of the state (ZeRO's shards; the servers hold a parameter
+  // server's);
+  virtual bool shards_state() const { return false; }
+  // the state comes from the servers, who send it when a live job's change is agreed (ps);
+  virtual bool servers_hold_state() const { return false; }
+  // the pipeline's stages and their partition (none without one);
+  virtual const GptPipeline* pipeline() const { return nullptr; }
+  // DDP's gradient norms, measured from the next step on once asked (false: no DDP here);
+  virtual bool measure_gradient_norms() { return false; }
+  virtual const GradientNorms* gradient_norms() const { return nullptr; }
+  // the federated round the last step was in;
+  virtual std::optional<std::int64_t> round() const { return std::nullopt; }
+  // the bytes of parameters kept in memory when they live in a file (param-offload);
+  virtual std::optional<std::int64_t> resident_parameter_bytes() const { return std::nullopt; }
+  // the parameter elements this rank holds when it holds a shard of them (zero-3).
+  virtual std::optional<std::int64_t> rank_parameter_elements() const { return std::nullopt; }
 };
 
 class Strategies {
@@ -164,6 +195,8 @@ class Strategies {
   // Shapes the part, then builds the optimizer over the trained parameters unless a
   // strategy owns one.
   void prepare(const OptimizerFactory& make_optimizer);
+  // The strategy of type S, if one was added (tests, and the strategies' own composition;
+  // the training loop asks the questions below instead).
   template <typename S>
   S* find() const {
     for (const auto& s : all_)
@@ -171,6 +204,17 @@ class Strategies {
     return nullptr;
   }
   const ModelPart& part() const { return part_; }
+
+  // The strategies' answers (Strategy's questions): the first that has one.
+  bool holds_whole_state() const;
+  bool servers_hold_state() const;
+  const GptPipeline* pipeline() const;  // null: no pipeline
+  bool measure_gradient_norms();
+  const GradientNorms* gradient_norms() const;
+  std::optional<std::int64_t> round() const;
+  std::optional<std::int64_t> resident_parameter_bytes() const;
+  std::int64_t rank_parameter_elements() const;  // the trained parameters' elements this rank holds
+  void summarize(nlohmann::json& summary) const;
   Optimizer& optimizer() { return *optimizer_; }
   std::string describe() const;  // "tensor-parallel + pipeline + zero-2", or "single"
 

@@ -1,3 +1,5 @@
+#include <nlohmann/json.hpp>
+
 #include "weft/parallel/zero.h"
 #include "weft/util/units.h"
 
@@ -379,6 +381,14 @@ std::vector<std::string> Zero::report_lines() {
                       stage_, group_ ? group_->size() : 1, human_bytes(m.parameters), human_bytes(m.gradients),
                       human_bytes(m.optimizer), human_bytes(m.total()), human_bytes(replicated_bytes()),
                       human_bytes(m.peak_parameters))};
+}
+
+void Zero::summarize(nlohmann::json& summary) const {
+  const ZeroMemory m = zero_->memory();
+  summary["zero"] = stage_;
+  summary["zero_memory"] = {{"stage", stage_},        {"parameters", m.parameters},
+                            {"gradients", m.gradients}, {"optimizer", m.optimizer},
+                            {"step_parameters", m.peak_parameters}, {"replicated", replicated_bytes()}};
 }
 
 }  // namespace weft::parallel

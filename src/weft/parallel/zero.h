@@ -197,6 +197,11 @@ class Zero : public Strategy {
     return true;
   }
   std::vector<std::string> report_lines() override;
+  void summarize(nlohmann::json& summary) const override;  // "zero", "zero_memory"
+  bool shards_state() const override { return true; }
+  std::optional<std::int64_t> rank_parameter_elements() const override {
+    return stage_ == 3 ? std::optional<std::int64_t>(zero_->shard_elements()) : std::nullopt;
+  }
 
   ZeroRedundancyOptimizer& zero() { return *zero_; }
   int stage() const { return stage_; }

@@ -112,7 +112,7 @@ class ImageClassification : public Task {
   }
 
   // Rank r of the replicas evaluates samples r, r + replicas, ...; the counts are summed.
-  Evaluation evaluate(parallel::Strategies& strategies, comm::Communicator* replicas) override {
+  Evaluation evaluate(parallel::Strategies& strategies, const parallel::RankGroup& replicas) override {
     NoGradGuard no_grad;
     strategies.begin_eval();
     std::vector<std::int64_t> mine;
@@ -124,7 +124,7 @@ class ImageClassification : public Task {
       auto pred = ops::argmax_rows(strategies.part().model(Var(batch.images)).value());
       for (size_t i = 0; i < pred.size(); ++i) counts[0] += pred[i] == batch.labels[i];
     }
-    if (replicas) replicas->allreduce(counts, 2, comm::DataType::kI64, comm::ReduceOp::kSum)->wait();
+    replicas.sum(counts, 2);
     strategies.end_eval();
     const double accuracy =
         static_cast<double>(counts[0]) / static_cast<double>(std::max<std::int64_t>(counts[1], 1));

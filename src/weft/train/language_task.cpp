@@ -136,7 +136,7 @@ class LanguageModeling : public Task {
   }
 
   // The mean loss over the fixed windows (every rank computes all of them).
-  Evaluation evaluate(parallel::Strategies& strategies, comm::Communicator*) override {
+  Evaluation evaluate(parallel::Strategies& strategies, const parallel::RankGroup&) override {
     strategies.begin_eval();
     double total = 0;
     const auto per = static_cast<std::ptrdiff_t>(*o_.batch);

@@ -21,6 +21,7 @@
 #include "weft/data/deal.h"
 #include "weft/nn/model_recipe.h"
 #include "weft/nn/module.h"
+#include "weft/parallel/rank_group.h"
 #include "weft/parallel/strategy.h"
 #include "weft/tensor/rng.h"
 #include "weft/train/options.h"
@@ -109,7 +110,7 @@ class Task {
   virtual int layer_of(const std::string& parameter) const;  // (layers in sequence: "3.weight" is layer 3)
   // Evaluates the model (the strategies give the whole model, or compute the loss on their
   // parts); `replicas` sums a sharded evaluation (null: one).
-  virtual Evaluation evaluate(parallel::Strategies& strategies, comm::Communicator* replicas) = 0;
+  virtual Evaluation evaluate(parallel::Strategies& strategies, const parallel::RankGroup& replicas) = 0;
   // The line after an evaluation: `train_loss` is the mean since the last one.
   virtual std::string progress_line(std::int64_t epoch, std::int64_t step, bool epoch_end, double train_loss,
                                     const Evaluation* evaluation, const std::string& rate) const = 0;
