@@ -31,11 +31,6 @@ struct MembershipChange {
   std::vector<int> leaving;
   std::int64_t joining = 0;
   bool failed = false;  // the ranks "leaving" died (recover)
-  // A pipeline laid out anew (train/loop.cpp) for its frozen blocks or its stages' measured
-  // speeds (relative; empty: not measured): its stages before and after (0: no such
-  // change); the ranks "leaving" are those the new layout frees.
-  int stages_from = 0, stages_to = 0;
-  std::vector<double> stage_speeds{};
 };
 
 class LiveMembership {

@@ -126,11 +126,12 @@ void Run::continue_handed_over() {
   if (!t_.change_agreed || !t_.change) return;  // a process that joined: rank 0 speaks
   const double pause = seconds_since(*t_.change_agreed);
   const auto before = static_cast<int>(number("ranks"));
-  if (const int from = t_.change->stages_from, to = t_.change->stages_to; to > 0) {  // a pipeline laid out anew
+  if (const auto* relayout = std::get_if<Relayout>(&*t_.change)) {  // a pipeline laid out anew
+    const int from = relayout->stages_from, to = relayout->stages_to;
     t_.resizes.push_back({{"step", at_.step}, {"from", before}, {"to", mesh_.size()}, {"stages_from", from},
                           {"stages_to", to}, {"frozen_layers", frozen_}, {"pause_seconds", pause}});
     std::string what = to < from                          ? fmt::format("{} stages merged into {}", from, to)
-                       : !t_.change->stage_speeds.empty() ? fmt::format("stages balanced for speeds {}", o_.stage_shares)
+                       : !relayout->stage_speeds.empty() ? fmt::format("stages balanced for speeds {}", o_.stage_shares)
                                                           : std::string("stages balanced anew");
     if (mesh_.size() < before) what += fmt::format(", {} rank(s) released", before - mesh_.size());
     if (to < from && mesh_.size() == before) what += ", the ranks freed now data-parallel replicas";
@@ -142,14 +143,15 @@ void Run::continue_handed_over() {
     t_.change.reset();
     return;
   }
-  const auto left = static_cast<std::int64_t>(t_.change->leaving.size());
+  const auto& change = std::get<parallel::MembershipChange>(*t_.change);
+  const auto left = static_cast<std::int64_t>(change.leaving.size());
   const std::int64_t joined = mesh_.size() - (before - left);
   t_.resizes.push_back({{"step", at_.step}, {"from", before}, {"to", mesh_.size()}, {"joined", joined},
-                        {t_.change->failed ? "failed" : "left", left},
+                        {change.failed ? "failed" : "left", left},
                         {"batch", *o_.batch}, {"lr", lr_}, {"pause_seconds", pause}});
   std::string what;
   if (joined > 0) what = fmt::format("{} joined", joined);
-  if (left > 0) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", left, t_.change->failed ? "failed" : "left");
+  if (left > 0) what += fmt::format("{}{} {}", what.empty() ? "" : ", ", left, change.failed ? "failed" : "left");
   fmt::print(out_, "resized: {} -> {} {} at step {} ({}): batch {}, learning rate {}; training paused {:.2f} s\n", before,
              mesh_.size(), job_.workers < job_.process.world ? "workers" : "ranks", at_.step, what, *o_.batch, lr_, pause);
   std::fflush(out_);  // seen as it happens, also through a pipe
@@ -245,7 +247,7 @@ TrainSummary train_live(const TrainOptions& o, parallel::LiveMembership& live, s
     {
       Run run(now, job, out, std::move(image), std::move(totals), std::move(task));
       try {
-        change = run.train(&live);
+        if (auto stop = run.train(&live)) change = std::get<parallel::MembershipChange>(*stop);  // (no pipelines live)
       } catch (const CommError& e) {
         if (!run.holds_whole_state()) throw;  // (ZeRO: the dead rank's shard is lost)
         fmt::print(stderr, "{}; going on without the rank(s) that failed\n", e.what());

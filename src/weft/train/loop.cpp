@@ -52,20 +52,20 @@ TrainSummary train_in_layouts(TrainOptions o, parallel::Job job, std::FILE* out)
   std::unique_ptr<Task> task;
   std::vector<decltype(job.world)> earlier;  // the groups before: they end with the job
   for (;;) {
-    parallel::MembershipChange change;
+    Relayout change;
     std::string state;
     std::int64_t step = 0;
     {
       Run run(o, job, out, std::move(image), std::move(totals), std::move(task));
       const auto next = run.train();
       if (!next) return run.finish();
-      change = *next;
+      change = std::get<Relayout>(*next);  // (a job that is not live changes only its layout)
       state = run.hand_over_state(0);
       totals = run.take_totals();
       task = run.take_task();
       step = run.step();
     }
-    const int stay = job.mesh.size() - static_cast<int>(change.leaving.size());
+    const int stay = job.mesh.size() - static_cast<int>(change.freed.size());
     auto world = job.world;
     if (world && world->rank() >= stay) {
       fmt::print(stderr, "rank {} released after step {}: the pipeline merged its frozen stages\n", world->rank(), step);

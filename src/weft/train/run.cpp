@@ -32,34 +32,6 @@
 
 namespace weft {
 
-namespace {
-
-// WEFT_STRAGGLER=RANK:MS makes one rank sleep MS milliseconds per step: a slow worker, to
-// see what asynchronous parameter servers and overlap do about it.
-int straggler_ms(int rank) {
-  const char* e = std::getenv("WEFT_STRAGGLER");
-  if (!e) return 0;
-  int who = -1, ms = 0;
-  char extra = 0;
-  if (std::sscanf(e, "%d:%d%c", &who, &ms, &extra) != 2 || who < 0 || ms < 0)
-    throw ConfigError(std::string("WEFT_STRAGGLER='") + e + "' is not RANK:MILLISECONDS");
-  return who == rank ? ms : 0;
-}
-
-// WEFT_SLOWDOWN=RANK:FACTOR makes one rank compute FACTOR times slower (it sleeps FACTOR - 1
-// times each step's computation): a slower worker, for heterogeneous data parallelism.
-double slowdown_factor(int rank) {
-  const char* e = std::getenv("WEFT_SLOWDOWN");
-  if (!e) return 1;
-  int who = -1;
-  double factor = 0;
-  char extra = 0;
-  if (std::sscanf(e, "%d:%lf%c", &who, &factor, &extra) != 2 || who < 0 || !(factor >= 1 && factor <= 1000))
-    throw ConfigError(std::string("WEFT_SLOWDOWN='") + e + "' is not RANK:FACTOR (a factor from 1 to 1000)");
-  return who == rank ? factor : 1;
-}
-
-}  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, double lr, parallel::NamedParameters params) {
   if (*o.optimizer == "sgd") return std::make_unique<SGD>(params, lr, o.momentum, *o.weight_decay);
@@ -68,16 +40,6 @@ std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, double lr, para
   a.decoupled = *o.optimizer == "adamw";
   if (is_language_model(o.model)) a.beta2 = 0.95;  // the usual choice for transformers (GPT-3)
   return std::make_unique<Adam>(params, lr, a);
-}
-
-// "43:21": the rows of a global batch of `batch` each replica computes at these speeds.
-std::string shares_text(std::int64_t batch, const std::vector<double>& speeds) {
-  std::string text;
-  for (std::int64_t s : proportional_shares(batch, speeds)) {
-    if (!text.empty()) text += ':';
-    text += std::to_string(s);
-  }
-  return text;
 }
 
 Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::optional<Checkpoint> image, RunTotals totals,
@@ -103,7 +65,6 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
     fmt::print(out_, "batch shares: {} of {} rows per replica (--dp-shares {})\n", shares_text(*o_.batch, shares),
                *o_.batch, o_.dp_shares);
   }
-  if (o_.dp_shares == "measured" && mesh_.shape().dp > 1) balancer_.emplace();
   // The model: the same on every rank (one seed), resumed before the strategies split it.
   model_ = task_->make_model(rng_);
   const std::string about = task_->describe(*model_);
@@ -151,19 +112,27 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   schedule_ = lr_schedule(o_, task_->steps_per_epoch() * task_->epochs());
   planned_ = steps_left(*task_, at_, *o_.max_steps);
   open_metrics();
-  if (!o_.timeline.empty()) {
-    timeline_ = std::make_unique<Timeline>(rank_);
-    strategies_->record_spans(true);
-  }
-  straggle_ms_ = straggler_ms(rank_);
-  slowdown_ = o_.parallel.pipelined() ? 1 : slowdown_factor(rank_);
-  if (o_.profile) profile_.emplace();
-  if (o_.adapt_threads == "on" && get_num_threads() > 1) governor_.emplace(get_num_threads());
+  add_step_hooks();
   loss_fn_ = [this](Module& m, const parallel::StepBatch& b) { return task_->loss(m, b); };
   rank_state_bytes_ = static_cast<std::int64_t>(allocator_live_bytes());
 }
 
 // The strategies over the parameters not frozen (whose layers compute without gradients).
+// What watches the steps (step_hooks.h), in the order they are called.
+void Run::add_step_hooks() {
+  if (auto faults = FaultInjection::from_env(rank_, o_.parallel.pipelined())) hooks_.push_back(std::move(faults));
+  if (o_.profile) hooks_.push_back(std::unique_ptr<ProfileHook>(profile_ = new ProfileHook()));
+  if (o_.adapt_threads == "on" && get_num_threads() > 1)
+    hooks_.push_back(std::make_unique<ThreadGovernorHook>(get_num_threads(), out_));
+  if (o_.dp_shares == "measured" && mesh_.shape().dp > 1)
+    hooks_.push_back(std::make_unique<ShareBalancingHook>(*task_, replicas_, *o_.batch, out_));
+  if (o_.grow_at == "noise") hooks_.push_back(std::make_unique<NoiseScaleHook>(strategies_, replicas_, t_.noise));
+  if (!o_.timeline.empty()) {
+    hooks_.push_back(std::unique_ptr<TimelineHook>(timeline_ = new TimelineHook(rank_)));
+    strategies_->record_spans(true);
+  }
+}
+
 void Run::build_strategies() {
   const std::size_t frozen = frozen_;
   const Task* task = task_.get();
@@ -250,15 +219,15 @@ void Run::resume() {
                                                     : std::string());
 }
 
-std::optional<parallel::MembershipChange> Run::train(parallel::LiveMembership* live) {
+std::optional<RunBreak> Run::train(parallel::LiveMembership* live) {
   if (planned_ == 0) fmt::print(out_, "nothing to train: the run already ends at step {}\n", at_.step);
   Progress progress("step", static_cast<long>(planned_));
   model_->train();
   const auto relayout = [&] {  // a pipeline's new layout, before the next step
     progress.finish();
     t_.change_agreed = Clock::now();
-    t_.change = relayout_;
-    return relayout_;
+    t_.change = *relayout_;
+    return RunBreak(*relayout_);
   };
   if (relayout_ && planned_ > 0) return relayout();
   for (std::int64_t done = 0; done < planned_; ++done) {
@@ -291,7 +260,7 @@ std::optional<parallel::MembershipChange> Run::train(parallel::LiveMembership* l
       if (change) {
         progress.finish();
         t_.change_agreed = Clock::now();
-        t_.change = change;
+        t_.change = *change;
         if (strategies_->servers_hold_state()) agreed_state_ = strategies_->gather_state();
         return change;
       }
@@ -310,19 +279,16 @@ void Run::step(bool last) {
   const parallel::StepBatch batch = task_->batch(at_.epoch, at_.at, at_.step, rng_);
   // This replica's rows: those it computes, and those that count (a placeholder has weight 0).
   const std::int64_t computed = batch.inputs.size(0), mine = batch.weight > 0 ? computed : 0;
-  if (straggle_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(straggle_ms_));
+  for (auto& hook : hooks_) hook->before_compute();
   const auto t1 = Clock::now();
-  if (profile_) profile_->begin_step();
   const double lr = learning_rate(schedule_, lr_, at_.step);
   strategies_->optimizer().set_lr(lr);
   const std::size_t live_before = allocator_live_bytes();
   allocator_reset_peak();
   const double exposed_before = strategies_->stats().exposed_seconds, comm_before = strategies_->stats().seconds;
   const double loss = strategies_->step(at_.step + 1, last, batch, loss_fn_, *o_.clip_grad);
-  if (slowdown_ > 1) {  // WEFT_SLOWDOWN: FACTOR - 1 more times this step's computation
-    const double busy = seconds_since(t1) - (strategies_->stats().exposed_seconds - exposed_before);
-    std::this_thread::sleep_for(std::chrono::duration<double>((slowdown_ - 1) * std::max(busy, 0.0)));
-  }
+  const double busy = seconds_since(t1) - (strategies_->stats().exposed_seconds - exposed_before);
+  for (auto& hook : hooks_) hook->after_compute(busy);
   ++at_.step;
   if (!std::isfinite(loss)) throw Error(fmt::format("loss became {} at step {}: lower the learning rate", loss, at_.step));
   const auto step_peak = static_cast<std::int64_t>(allocator_peak_bytes() - live_before);
@@ -333,24 +299,18 @@ void Run::step(bool last) {
   const double exposed = strategies_->stats().exposed_seconds - exposed_before;
   const double compute = seconds_since(t1) - exposed;
   t_.compute_seconds += compute;
-  if (profile_) profile_->end_step(seconds, std::chrono::duration<double>(t1 - t0).count(), exposed);
   const std::int64_t units = mine * task_->units_per_row();
   last_ = {loss, lr, seconds, compute, strategies_->stats().seconds - comm_before, exposed, units, step_peak, rows,
            get_active_threads()};
-  if (governor_) adapt_threads(seconds);
-  if (balancer_ && balancer_->observe(compute, computed)) rebalance();
-  if (o_.grow_at == "noise") observe_noise(batch, rows);
-  if (freeze_rule_) freeze_converged();
+  const StepFacts facts{at_.step, &batch, rows, t0, t1, seconds, compute, exposed, &strategies_->stats()};
+  for (auto& hook : hooks_) hook->after_step(facts);
+  if (freeze_rule_) freeze_converged();  // (they may rebuild the strategies: after the hooks)
   if (measure_stages_) measure_stage_speeds();
   t_.units += units;
   t_.rows += rows;
   t_.window_units += rows * task_->units_per_row();
   t_.window_loss += loss * batch.weight;  // the replicas' mean of weighted losses: the batch's mean
   ++t_.window_steps;
-  if (timeline_) {
-    timeline_->add("data", "data", t0, t1);
-    for (const auto& s : strategies_->stats().spans) timeline_->add(s.name, s.category, s.start, s.end, s.row);
-  }
   at_.at += rows;
   if (at_.at == task_->rows_per_epoch()) {
     at_.at = 0;

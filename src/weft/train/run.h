@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,7 @@
 #include "weft/train/options.h"
 #include "weft/train/resume.h"
 #include "weft/train/share_balancer.h"
+#include "weft/train/step_hooks.h"
 #include "weft/train/step_profile.h"
 #include "weft/train/task.h"
 #include "weft/train/timeline.h"
@@ -44,11 +46,20 @@ inline double seconds_since(Clock::time_point t) { return std::chrono::duration<
 // The optimizer --optimizer names over `params`, at learning rate `lr`.
 std::unique_ptr<Optimizer> make_optimizer(const TrainOptions& o, double lr, parallel::NamedParameters params);
 
-// "43:21": the rows of a global batch of `batch` each replica computes at these speeds.
-std::string shares_text(std::int64_t batch, const std::vector<double>& speeds);
-
 // A rank's figures of the whole run, and of the window since the last evaluation: carried
 // from one generation of a live elastic job to the next.
+// A pipeline laid out anew after a step (seed 003 chapter 11: adaptive model parallelism),
+// for its frozen blocks or its stages' measured speeds (train_in_layouts in loop.cpp).
+struct Relayout {
+  int stages_from = 0, stages_to = 0;
+  std::vector<double> stage_speeds{};  // measured, relative (empty: not measured)
+  std::vector<int> freed{};            // the ranks the new layout frees (the job's last)
+};
+
+// Why a run stops before its planned end: a live job's membership changes (elastic.h), or
+// the pipeline goes on in another layout.
+using RunBreak = std::variant<parallel::MembershipChange, Relayout>;
+
 struct RunTotals {
   Clock::time_point start = Clock::now();
   std::int64_t peak_step_bytes = 0, units = 0;  // units: this replica's
@@ -60,7 +71,7 @@ struct RunTotals {
   double window_loss = 0, window_seconds = 0;
   nlohmann::json resizes = nlohmann::json::array();  // a live job's changes so far
   std::optional<Clock::time_point> change_agreed;     // when the change under way was agreed
-  std::optional<parallel::MembershipChange> change;             // and what it is
+  std::optional<RunBreak> change;                     // and what it is
   std::optional<std::int64_t> resumed_from;  // the step of the checkpoint the run resumed from
   NoiseScale noise;                    // --grow-at noise: the gradient noise scale
   std::int64_t noise_quiet_until = 0;  // no new decision before this step
@@ -75,7 +86,7 @@ class Run {
   Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::optional<Checkpoint> image = {},
       RunTotals totals = {}, std::unique_ptr<Task> task = nullptr);
   // Trains to the end, or (a live job) until the ranks agree on a change of membership.
-  std::optional<parallel::MembershipChange> train(parallel::LiveMembership* live = nullptr);
+  std::optional<RunBreak> train(parallel::LiveMembership* live = nullptr);
   // Collective: the run's state as a checkpoint image, given to rank `keep` of the group.
   std::string hand_over_state(int keep);
   // After a failure of the group: whether this rank holds the whole state (DDP: every
@@ -99,13 +110,11 @@ class Run {
   void report(nlohmann::json& summary);
   void open_metrics();
   void record_step(const std::optional<Evaluation>& e);
-  void adapt_threads(double step_seconds);
-  void rebalance();
-  void observe_noise(const parallel::StepBatch& batch, std::int64_t rows);
+  void add_step_hooks();
   void build_strategies();
   void place_optimizer_state();
   void freeze_converged();
-  std::optional<parallel::MembershipChange> plan_relayout(bool frozen_changed) const;
+  std::optional<Relayout> plan_relayout(bool frozen_changed) const;
   void measure_stage_speeds();
   std::int64_t parameters_below(std::size_t layers) const;
   void grow_by_noise(parallel::LiveMembership& live);
@@ -127,15 +136,11 @@ class Run {
   Schedule schedule_;
   std::int64_t planned_ = 0;
   std::string last_checkpoint_;
-  std::unique_ptr<Timeline> timeline_;
-  std::optional<StepProfile> profile_;  // --profile
-  int straggle_ms_ = 0;
-  double slowdown_ = 1;
-  std::optional<ShareBalancer> balancer_;  // --dp-shares measured
+  std::vector<std::unique_ptr<StepHook>> hooks_;  // what watches the steps (step_hooks.h)
+  TimelineHook* timeline_ = nullptr;  // --timeline (one of hooks_)
+  ProfileHook* profile_ = nullptr;    // --profile (one of hooks_)
   parallel::LossFn loss_fn_;
   std::unique_ptr<MetricsLog> metrics_;
-  std::optional<ThreadGovernor> governor_;  // --adapt-threads on with more than one thread
-  OtherCpuLoad other_load_;
   // The last step's figures (the metrics file's step record).
   struct StepFigures {
     double loss = 0, lr = 0, seconds = 0, compute = 0, comm = 0, exposed = 0;
@@ -150,7 +155,7 @@ class Run {
   std::vector<std::int64_t> calm_;         // per layer: steps in a row under the ratio
   // A pipeline whose frozen blocks changed goes on in another layout after the step
   // (plan_relayout).
-  std::optional<parallel::MembershipChange> relayout_;
+  std::optional<Relayout> relayout_;
   // A live parameter-server job's state, received from the servers as soon as a change
   // was agreed (they send it then, unasked): the hand-over or the last checkpoint use it.
   std::optional<parallel::TrainState> agreed_state_;

@@ -142,14 +142,14 @@ TrainSummary Run::finish() {
   strategies_->finish();
   for (const std::string& line : strategies_->report_lines()) fmt::print(out_, "{}\n", line);
   if (profile_)
-    for (const std::string& line : profile_->table()) fmt::print(out_, "{}\n", line);
+    for (const std::string& line : profile_->profile().table()) fmt::print(out_, "{}\n", line);
   nlohmann::json summary = {{"model", o_.model}, {"optimizer", *o_.optimizer}, {"precision", o_.precision},
                             {"parameters", model_->num_parameters()}, {"threads", get_num_threads()},
                             {"ranks", mesh_.size()}, {"kernels", kernels::summary()}};
   report(summary);
-  if (profile_) summary["profile"] = profile_->to_json();
+  if (profile_) summary["profile"] = profile_->profile().to_json();
   task_->summarize(summary);
-  if (timeline_) timeline_->write(timeline_path(o_.timeline, rank_, mesh_.size()));
+  if (timeline_) timeline_->timeline().write(timeline_path(o_.timeline, rank_, mesh_.size()));
   if (rank_ == 0) {
     task_->finish(*model_, rng_, out_, summary);
     if (!o_.save_model.empty()) {

@@ -32,41 +32,6 @@
 
 namespace weft {
 
-// The thread count for the next step, from this one's time (tensor/thread_governor.h).
-void Run::adapt_threads(double step_seconds) {
-  // Other processes' share of the cores during the step: a quarter of them counts as busy.
-  const int next = governor_->observe(step_seconds, other_load_.sample() > 0.25);
-  if (next != get_active_threads()) set_active_threads(next);
-  if (auto change = governor_->take_change())
-    fmt::print(out_, "threads: {} -> {} ({})\n", change->from, change->to, change->why);
-}
-
-// --dp-shares measured, at the end of a window: the replicas' speeds, and the shares of the
-// batches that follow when they changed.
-void Run::rebalance() {
-  const double mine = balancer_->speed();
-  const std::vector<double> speeds = replicas_.gather(mine);
-  const auto next = balancer_->decide(task_->speeds(), speeds, *o_.batch);
-  if (!next) return;
-  std::string measured;
-  for (double s : speeds) measured += fmt::format("{}{:.0f}", measured.empty() ? "" : ", ", s);
-  fmt::print(out_, "batch shares: {} -> {} (step {}: the replicas compute {} {}/s)\n", shares_text(*o_.batch, task_->speeds()),
-             shares_text(*o_.batch, *next), at_.step, measured, task_->unit() == "tokens" ? "rows" : task_->unit());
-  task_->set_speeds(*next);
-}
-
-// --grow-at noise: this step's two gradient estimates (each replica's own, the replicas'
-// mean) into the noise scale. A replica's gradient carries its weight (task.h): divided out.
-void Run::observe_noise(const parallel::StepBatch& batch, std::int64_t rows) {
-  const parallel::GradientNorms* norms = strategies_->gradient_norms();
-  if (!norms || !replicas_) return;
-  const double w = batch.weight, own_rows = static_cast<double>(batch.inputs.size(0));
-  double sums[2] = {w > 0 ? norms->local_sq / (w * w) : 0.0, w > 0 ? 1.0 / own_rows : 0.0};
-  replicas_.sum(sums, 2);
-  const double replicas = static_cast<double>(mesh_.shape().dp);
-  t_.noise.observe(sums[0] / replicas, sums[1] / replicas, norms->mean_sq, static_cast<double>(rows));
-}
-
 // --grow-at noise (rank 0, every 10 steps): when the gradient noise scale is larger than the
 // global batch would be on more ranks (--elastic-batch linear: the rows per rank stay), ask
 // for those ranks, up to --max-ranks; then wait 50 steps before deciding again.
@@ -150,7 +115,7 @@ void Run::freeze_converged() {
 // all froze (GptPipeline::stages_frozen; seed 003 chapter 11: adaptive model parallelism),
 // the ranks that frees leaving the job or (dp) re-laid out as more data-parallel replicas.
 // None when nothing changes.
-std::optional<parallel::MembershipChange> Run::plan_relayout(bool frozen_changed) const {
+std::optional<Relayout> Run::plan_relayout(bool frozen_changed) const {
   const parallel::GptPipeline* pipeline = strategies_->pipeline();
   if (!pipeline || pipeline->stages() == 1) return std::nullopt;
   const int stages = pipeline->stages();
@@ -160,10 +125,10 @@ std::optional<parallel::MembershipChange> Run::plan_relayout(bool frozen_changed
   if (to == stages && !frozen_changed) return std::nullopt;
   const int ranks = mesh_.size(), tp = mesh_.shape().tp;
   const int dp = o_.merge_frozen_stages == "dp" ? ranks / (to * tp) : mesh_.shape().dp;
-  parallel::MembershipChange change;
+  Relayout change;
   change.stages_from = stages;
   change.stages_to = to;
-  for (int r = dp * to * tp; r < ranks; ++r) change.leaving.push_back(r);
+  for (int r = dp * to * tp; r < ranks; ++r) change.freed.push_back(r);
   return change;
 }
 
@@ -204,7 +169,7 @@ void Run::measure_stage_speeds() {
                    : std::string("the blocks stay where they are"));
   std::fflush(out_);
   if (!moves || relayout_) return;
-  parallel::MembershipChange change;
+  Relayout change;
   change.stages_from = change.stages_to = stages;
   change.stage_speeds = speeds;
   relayout_ = change;

@@ -31,4 +31,13 @@ std::optional<std::vector<double>> ShareBalancer::decide(const std::vector<doubl
   return std::nullopt;
 }
 
+std::string shares_text(std::int64_t batch, const std::vector<double>& speeds) {
+  std::string text;
+  for (std::int64_t s : proportional_shares(batch, speeds)) {
+    if (!text.empty()) text += ':';
+    text += std::to_string(s);
+  }
+  return text;
+}
+
 }  // namespace weft

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace weft {
@@ -37,5 +38,8 @@ class ShareBalancer {
   double seconds_ = 0, speed_ = 0;
   std::int64_t rows_ = 0;
 };
+
+// "43:21": the rows of a global batch of `batch` each replica computes at these speeds.
+std::string shares_text(std::int64_t batch, const std::vector<double>& speeds);
 
 }  // namespace weft
