@@ -17,18 +17,18 @@ namespace {
 
 // "N" or "MIN:MAX" (--nnodes).
 void parse_nnodes(const std::string& text, comm::LaunchConfig& c) {
-  auto number = [&](const std::string& s) {
+  auto number = [&](std::string_view s) {
     const auto v = parse_integer(s);
     if (!v || *v < 0 || *v > 1 << 20) throw ConfigError("--nnodes: '" + text + "' is not N or MIN:MAX");
     return static_cast<int>(*v);
   };
-  const auto colon = text.find(':');
-  if (colon == std::string::npos) {
+  const auto range = split_pair(text);
+  if (!range) {
     c.nnodes = number(text);
     return;
   }
-  c.min_nodes = number(text.substr(0, colon));
-  c.nnodes = number(text.substr(colon + 1));
+  c.min_nodes = number(range->first);
+  c.nnodes = number(range->second);
   if (c.min_nodes < 1) throw ConfigError("--nnodes MIN:MAX needs MIN >= 1");
 }
 
@@ -48,24 +48,23 @@ std::vector<int> parse_streams(const std::string& text, int ranks, const char* f
   auto refuse = [&] {
     return ConfigError(std::string(flag) + ": '" + text + "' is not 0-3 (1 stdout, 2 stderr, 3 both) or LOCAL_RANK:CODE,...");
   };
-  auto code = [&](const std::string& s) {
+  auto code = [&](std::string_view s) {
     const auto v = parse_integer(s);
     if (!v || *v < 0 || *v > 3) throw refuse();
     return static_cast<int>(*v);
   };
   if (text.find(':') == std::string::npos) return std::vector<int>(static_cast<size_t>(ranks), code(text));
   std::vector<int> per(static_cast<size_t>(ranks), 0);
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    const std::size_t colon = item.find(':');
-    if (colon == std::string::npos) throw refuse();
-    const auto rank = parse_integer(item.substr(0, colon));
+  const auto items = split_list(text, ',', 4096);
+  if (!items) throw refuse();
+  for (std::string_view item : *items) {
+    const auto pair = split_pair(item);
+    if (!pair) throw refuse();
+    const auto rank = parse_integer(pair->first);
     if (!rank || *rank < 0 || *rank >= ranks)
-      throw ConfigError(std::string(flag) + ": local rank '" + item.substr(0, colon) + "' is outside 0.." + std::to_string(ranks - 1));
-    per[static_cast<size_t>(*rank)] = code(item.substr(colon + 1));
-    at = comma + 1;
+      throw ConfigError(std::string(flag) + ": local rank '" + std::string(pair->first) + "' is outside 0.." +
+                        std::to_string(ranks - 1));
+    per[static_cast<size_t>(*rank)] = code(pair->second);
   }
   return per;
 }
@@ -137,12 +136,12 @@ void add_launch_command(CLI::App& app, Action& action) {
               "a command ending in .py runs with python3, as under torchrun.");
   cmd->callback([c, x, cmd, &action] {
     action = [c, x, cmd] {
-      if (const auto colon = x->nproc.find(':'); colon != std::string::npos) {  // a live job's MIN:MAX
-        const auto lo = parse_integer(x->nproc.substr(0, colon)), hi = parse_integer(x->nproc.substr(colon + 1));
-        if (!lo || !hi || *lo < 0 || *hi < 1 || *lo > *hi || *hi > 4096)
+      if (x->nproc.find(':') != std::string::npos) {  // a live job's MIN:MAX
+        const auto range = parse_integer_pair(x->nproc);
+        if (!range || range->first < 0 || range->second < 1 || range->first > range->second || range->second > 4096)
           throw ConfigError("--nproc-per-node '" + x->nproc + "' is not N or MIN:MAX (0 <= MIN <= MAX, MAX >= 1)");
-        c->nproc_per_node = static_cast<int>(*lo);
-        c->max_nproc = static_cast<int>(*hi);
+        c->nproc_per_node = static_cast<int>(range->first);
+        c->max_nproc = static_cast<int>(range->second);
       } else {
         c->nproc_per_node = parse_nproc(x->nproc);
       }

@@ -242,9 +242,9 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->callback([c, max_body, replicas, &action] {
     action = [c, max_body, replicas] {
       c->max_body = parse_size(*max_body, "--max-body");
-      const auto colon = replicas->find(':');
-      const auto lo = parse_integer(replicas->substr(0, colon));
-      const auto hi = colon == std::string::npos ? lo : parse_integer(replicas->substr(colon + 1));
+      const auto range = split_pair(*replicas);
+      const auto lo = parse_integer(range ? range->first : std::string_view(*replicas));
+      const auto hi = range ? parse_integer(range->second) : lo;
       if (!lo || !hi) throw ConfigError("--replicas '" + *replicas + "' is not N or MIN:MAX");
       if (*lo < 1 || *hi < *lo || *hi > 64) throw ConfigError("--replicas " + *replicas + ": need 1 <= MIN <= MAX <= 64");
       c->replicas_min = static_cast<int>(*lo);

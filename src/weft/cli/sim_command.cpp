@@ -9,6 +9,7 @@
 #include "weft/sim/report.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
+#include "weft/util/parse.h"
 
 namespace weft::cli {
 
@@ -42,10 +43,10 @@ int run_sim(const SimFlags& f) {
   auto net = std::make_unique<sim::Network>(topology, config, std::move(workload));
   if (!config.pcap_link.empty()) {
     if (f.out.empty()) throw ConfigError("--set pcap=A:B needs --out DIR for the capture file");
-    auto colon = config.pcap_link.find(':');
-    if (colon == std::string::npos) throw ConfigError("pcap: expected two node names, A:B");
+    const auto link = split_pair(config.pcap_link);
+    if (!link) throw ConfigError("pcap: expected two node names, A:B");
     make_directories(f.out);
-    net->capture(config.pcap_link.substr(0, colon), config.pcap_link.substr(colon + 1), f.out + "/link.pcap");
+    net->capture(std::string(link->first), std::string(link->second), f.out + "/link.pcap");
   }
   bool finished = net->run(!f.quiet);
   if (!f.out.empty()) sim::write_outputs(*net, f.out);

@@ -65,32 +65,19 @@ CommOptions CommOptions::from_env() {
     o.stripe = *t;
   }
   if (auto t = env_string("WEFT_STRIPE_SHARES")) {
-    std::size_t from = 0;
-    for (;;) {
-      const std::size_t colon = t->find(':', from);
-      const std::string piece = t->substr(from, colon == std::string::npos ? std::string::npos : colon - from);
-      char* end = nullptr;
-      const double v = std::strtod(piece.c_str(), &end);
-      if (piece.empty() || *end != '\0' || !(v > 0 && v < 1e9) || o.stripe_shares.size() >= 8)
-        throw ConfigError("WEFT_STRIPE_SHARES='" + *t + "' is not up to 8 positive numbers such as 3:1");
-      o.stripe_shares.push_back(v);
-      if (colon == std::string::npos) break;
-      from = colon + 1;
-    }
+    const auto shares = parse_number_list(*t, ':', 8);
+    if (!shares || std::any_of(shares->begin(), shares->end(), [](double v) { return !(v > 0 && v < 1e9); }))
+      throw ConfigError("WEFT_STRIPE_SHARES='" + *t + "' is not up to 8 positive numbers such as 3:1");
+    o.stripe_shares = *shares;
   }
   if (auto m = env_int_in("WEFT_STRIPE_MIN", 1, std::int64_t{1} << 40)) o.stripe_min = static_cast<std::uint64_t>(*m);
   if (auto a = env_string("WEFT_STRIPE_ADDRS")) {
-    std::size_t from = 0;
-    for (;;) {
-      const std::size_t comma = a->find(',', from);
-      const std::string address = a->substr(from, comma == std::string::npos ? std::string::npos : comma - from);
-      if (address.empty() || address.size() > 253 || address.find_first_of("|: ") != std::string::npos ||
-          o.stripe_addresses.size() >= 7)
-        throw ConfigError("WEFT_STRIPE_ADDRS='" + *a + "' is not up to 7 addresses of this host, comma-separated");
-      o.stripe_addresses.push_back(address);
-      if (comma == std::string::npos) break;
-      from = comma + 1;
-    }
+    const auto addresses = split_list(*a, ',', 7);
+    if (!addresses || std::any_of(addresses->begin(), addresses->end(), [](std::string_view address) {
+          return address.empty() || address.size() > 253 || address.find_first_of("|: ") != std::string_view::npos;
+        }))
+      throw ConfigError("WEFT_STRIPE_ADDRS='" + *a + "' is not up to 7 addresses of this host, comma-separated");
+    o.stripe_addresses.assign(addresses->begin(), addresses->end());
     if (o.stripe.rfind("tcp:", 0) != 0)
       throw ConfigError("WEFT_STRIPE_ADDRS gives the addresses of WEFT_STRIPE=tcp:N's connections: set WEFT_STRIPE too");
   }

@@ -46,15 +46,9 @@ class Reader {
   // One finite number, or one per channel, comma-separated.
   std::vector<double> numbers(const std::string& key, std::int64_t channels) const {
     const std::string& t = text(key);
-    std::vector<double> out;
-    std::size_t at = 0;
-    while (at <= t.size()) {
-      const std::size_t comma = std::min(t.find(',', at), t.size());
-      const auto v = parse_number(std::string_view(t).substr(at, comma - at));
-      if (!v) throw CheckpointError(source_ + ": " + key + " '" + t + "' is not a list of numbers");
-      out.push_back(*v);
-      at = comma + 1;
-    }
+    const auto list = parse_number_list(t, ',');
+    if (!list) throw CheckpointError(source_ + ": " + key + " '" + t + "' is not a list of numbers");
+    const std::vector<double>& out = *list;
     if (out.size() != 1 && static_cast<std::int64_t>(out.size()) != channels)
       throw CheckpointError(source_ + ": " + key + " holds " + std::to_string(out.size()) + " values for " +
                             std::to_string(channels) + " channels");
@@ -69,16 +63,10 @@ class Reader {
 }  // namespace
 
 std::vector<std::int64_t> parse_hidden(const std::string& text) {
-  std::vector<std::int64_t> widths;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const auto v = parse_integer(text.substr(at, comma - at));
-    if (!v || *v < 1 || *v > 65536 || widths.size() >= 64)
-      throw ConfigError(fmt::format("hidden widths '{}' are not up to 64 widths from 1 to 65536, such as 1024,1024", text));
-    widths.push_back(*v);
-    at = comma + 1;
-  }
+  const auto list = parse_integer_list(text, ',', 64);
+  if (!list || std::any_of(list->begin(), list->end(), [](std::int64_t v) { return v < 1 || v > 65536; }))
+    throw ConfigError(fmt::format("hidden widths '{}' are not up to 64 widths from 1 to 65536, such as 1024,1024", text));
+  const std::vector<std::int64_t>& widths = *list;
   std::int64_t weights = 0;  // between the hidden layers (the input's and the classes' come with the data)
   for (std::size_t i = 0; i + 1 < widths.size(); ++i) weights += widths[i] * widths[i + 1];
   if (weights > (std::int64_t{1} << 31))

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -95,14 +96,8 @@ int add_job(Workload& w, const std::string& name, const std::vector<int>& gpus, 
 }
 
 std::vector<std::string> split_fields(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  for (;;) {
-    std::size_t next = s.find(sep, pos);
-    out.push_back(s.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
-    if (next == std::string::npos) return out;
-    pos = next + 1;
-  }
+  const auto fields = split_list(s, sep, std::numeric_limits<std::size_t>::max());
+  return {fields->begin(), fields->end()};
 }
 
 // What a workload may hold: each step of each rank costs about kBytesPerStep of memory.

@@ -10,6 +10,7 @@
 #include "weft/util/cpu.h"
 #include "weft/util/env.h"
 #include "weft/util/error.h"
+#include "weft/util/parse.h"
 
 namespace weft::kernels {
 
@@ -38,14 +39,14 @@ int pick(const std::string& key, const std::string& value, std::initializer_list
 
 Overrides parse(const std::string& text) {
   Overrides o;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
+  const auto items = split_list(text, ',', 64);
+  if (!items) throw ConfigError("WEFT_KERNELS: '" + text + "' has more than 64 items");
+  for (std::string_view item : *items) {
     if (item.empty()) continue;
-    const auto eq = item.find('=');
-    if (eq == std::string::npos)
-      throw ConfigError("WEFT_KERNELS: '" + item + "' is not KIND=CHOICE (gemm, conv, bf16 or int8)");
-    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    const auto pair = split_pair(item, '=');
+    if (!pair)
+      throw ConfigError("WEFT_KERNELS: '" + std::string(item) + "' is not KIND=CHOICE (gemm, conv, bf16 or int8)");
+    const std::string key(pair->first), value(pair->second);
     if (key == "gemm") o.gemm = pick(key, value, {"openblas", "onednn", "libxsmm"});
     else if (key == "conv") o.conv = pick(key, value, {"im2col", "onednn"});
     else if (key == "bf16") o.bf16 = pick(key, value, {"emulated", "native"});

@@ -103,17 +103,10 @@ void check_precision(const std::string& precision) {
 namespace {
 // "2:1:1": positive numbers, or ConfigError naming `flag` and what else it takes.
 std::vector<double> parse_shares(const std::string& text, const std::string& flag, const std::string& words) {
-  std::vector<double> shares;
-  std::size_t from = 0;
-  while (true) {
-    const std::size_t colon = text.find(':', from);
-    const std::optional<double> v = parse_number(text.substr(from, colon == std::string::npos ? std::string::npos : colon - from));
-    if (!v || !std::isfinite(*v) || *v <= 0 || shares.size() >= (1u << 20))
-      throw ConfigError(flag + " '" + text + "' is not " + words + " or positive numbers such as 2:1");
-    shares.push_back(*v);
-    if (colon == std::string::npos) return shares;
-    from = colon + 1;
-  }
+  const auto shares = parse_number_list(text, ':');
+  if (!shares || std::any_of(shares->begin(), shares->end(), [](double v) { return v <= 0; }))
+    throw ConfigError(flag + " '" + text + "' is not " + words + " or positive numbers such as 2:1");
+  return *shares;
 }
 }  // namespace
 
@@ -130,27 +123,26 @@ std::vector<double> parse_dp_shares(const std::string& text) {
 std::vector<RankTarget> parse_grow_at(const std::string& text) {
   std::vector<RankTarget> targets;
   if (text.empty() || text == "noise") return targets;
-  std::size_t from = 0;
-  while (from <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', from), text.size());
-    const std::string item = text.substr(from, comma - from);
-    const std::size_t colon = item.find(':');
-    const auto step = colon == std::string::npos ? std::nullopt : parse_integer(item.substr(0, colon));
-    const auto world = colon == std::string::npos ? std::nullopt : parse_integer(item.substr(colon + 1));
-    if (!step || !world || *step < 0 || *world < 1 || *world > 65536 || targets.size() >= 1024 ||
-        (!targets.empty() && *step <= targets.back().step))
-      throw ConfigError("--grow-at '" + text + "' is not noise or STEP:RANKS,... (steps increasing, 1 to 65536 ranks)");
-    targets.push_back({*step, static_cast<int>(*world)});
-    from = comma + 1;
+  const auto bad = [&] {
+    return ConfigError("--grow-at '" + text + "' is not noise or STEP:RANKS,... (steps increasing, 1 to 65536 ranks)");
+  };
+  const auto items = split_list(text, ',', 1024);
+  if (!items) throw bad();
+  for (std::string_view item : *items) {
+    const auto target = parse_integer_pair(item);
+    if (!target) throw bad();
+    const auto [step, world] = *target;
+    if (step < 0 || world < 1 || world > 65536 || (!targets.empty() && step <= targets.back().step)) throw bad();
+    targets.push_back({step, static_cast<int>(world)});
   }
   return targets;
 }
 
 std::optional<FreezeRule> parse_freeze_converged(const std::string& text) {
   if (text.empty()) return std::nullopt;
-  const std::size_t colon = text.find(':');
-  const auto ratio = parse_number(text.substr(0, colon));
-  const auto steps = colon == std::string::npos ? std::optional<std::int64_t>(20) : parse_integer(text.substr(colon + 1));
+  const auto parts = split_pair(text);
+  const auto ratio = parse_number(parts ? parts->first : std::string_view(text));
+  const auto steps = parts ? parse_integer(parts->second) : std::optional<std::int64_t>(20);
   if (!ratio || !(*ratio > 0 && *ratio < 1e6) || !steps || *steps < 1 || *steps > 1000000)
     throw ConfigError("--freeze-converged '" + text + "' is not RATIO[:STEPS] (a positive ratio, 1 to 1000000 steps)");
   return FreezeRule{*ratio, *steps};

@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <limits>
 #include <thread>
 #include <vector>
 
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
+#include "weft/util/parse.h"
 
 namespace weft {
 
@@ -17,11 +19,11 @@ namespace {
 int straggler_ms(int rank) {
   const char* e = std::getenv("WEFT_STRAGGLER");
   if (!e) return 0;
-  int who = -1, ms = 0;
-  char extra = 0;
-  if (std::sscanf(e, "%d:%d%c", &who, &ms, &extra) != 2 || who < 0 || ms < 0)
+  const auto pair = parse_integer_pair(e);
+  constexpr std::int64_t kMost = std::numeric_limits<int>::max();
+  if (!pair || pair->first < 0 || pair->first > kMost || pair->second < 0 || pair->second > kMost)
     throw ConfigError(std::string("WEFT_STRAGGLER='") + e + "' is not RANK:MILLISECONDS");
-  return who == rank ? ms : 0;
+  return pair->first == rank ? static_cast<int>(pair->second) : 0;
 }
 
 }  // namespace
@@ -29,12 +31,12 @@ int straggler_ms(int rank) {
 double slowdown_factor(int rank) {
   const char* e = std::getenv("WEFT_SLOWDOWN");
   if (!e) return 1;
-  int who = -1;
-  double factor = 0;
-  char extra = 0;
-  if (std::sscanf(e, "%d:%lf%c", &who, &factor, &extra) != 2 || who < 0 || !(factor >= 1 && factor <= 1000))
+  const auto pair = split_pair(e);
+  const auto who = pair ? parse_integer(pair->first) : std::nullopt;
+  const auto factor = pair ? parse_number(pair->second) : std::nullopt;
+  if (!who || *who < 0 || *who > std::numeric_limits<int>::max() || !factor || !(*factor >= 1 && *factor <= 1000))
     throw ConfigError(std::string("WEFT_SLOWDOWN='") + e + "' is not RANK:FACTOR (a factor from 1 to 1000)");
-  return who == rank ? factor : 1;
+  return *who == rank ? *factor : 1;
 }
 
 std::unique_ptr<FaultInjection> FaultInjection::from_env(int rank, bool pipelined) {
