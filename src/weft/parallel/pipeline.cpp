@@ -195,10 +195,9 @@ int GptPipeline::owner_of(const std::string& name) const {
   return part.kind == GptPart::kFinalNorm ? stages_ - 1 : 0;
 }
 
-// WEFT_SLOWDOWN: the computation since `t0` made `slowdown` times as long (a slower rank).
+// The computation since `t0`, to the options' after_compute.
 void GptPipeline::slow_down(Clock::time_point t0) const {
-  if (options_.slowdown > 1)
-    std::this_thread::sleep_for(std::chrono::duration<double>((options_.slowdown - 1) * since(t0)));
+  if (options_.after_compute) options_.after_compute(since(t0));
 }
 
 void GptPipeline::sum_tied_gradients() {

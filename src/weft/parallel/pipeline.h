@@ -41,7 +41,9 @@ struct PipelineOptions {
   int chunks = 1;                  // model chunks per stage (interleaved)
   std::string balance = "params";  // params | time
   std::vector<double> stage_speeds{};  // each stage's rank's relative speed (empty: all equal)
-  double slowdown = 1;               // WEFT_SLOWDOWN on this rank: each micro-batch's compute this many times longer
+  // Called after each micro-batch's computation with its seconds (the run's step hooks: a
+  // test's slower rank); none by default.
+  std::function<void(double seconds)> after_compute{};
   std::int64_t frozen_blocks = 0;    // the leading blocks frozen: they cost 2/3 (no weight gradients)
 };
 

@@ -94,6 +94,7 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
     if (frozen_ + 1 > layers)
       throw ConfigError(fmt::format("--freeze-below {}: the model has {} layers, and one at least must train", frozen_, layers));
   }
+  faults_ = FaultInjection::from_env(rank_);
   build_strategies();
   if (checkpoint_) resume();
   if (!o_.merge_frozen_stages.empty()) relayout_ = plan_relayout(false);
@@ -120,15 +121,15 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
 // The strategies over the parameters not frozen (whose layers compute without gradients).
 // What watches the steps (step_hooks.h), in the order they are called.
 void Run::add_step_hooks() {
-  if (auto faults = FaultInjection::from_env(rank_, o_.parallel.pipelined())) hooks_.push_back(std::move(faults));
-  if (o_.profile) hooks_.push_back(std::unique_ptr<ProfileHook>(profile_ = new ProfileHook()));
+  if (faults_) hooks_.push_back(faults_);
+  if (o_.profile) hooks_.push_back(std::shared_ptr<ProfileHook>(profile_ = new ProfileHook()));
   if (o_.adapt_threads == "on" && get_num_threads() > 1)
     hooks_.push_back(std::make_unique<ThreadGovernorHook>(get_num_threads(), out_));
   if (o_.dp_shares == "measured" && mesh_.shape().dp > 1)
     hooks_.push_back(std::make_unique<ShareBalancingHook>(*task_, replicas_, *o_.batch, out_));
   if (o_.grow_at == "noise") hooks_.push_back(std::make_unique<NoiseScaleHook>(strategies_, replicas_, t_.noise));
   if (!o_.timeline.empty()) {
-    hooks_.push_back(std::unique_ptr<TimelineHook>(timeline_ = new TimelineHook(rank_)));
+    hooks_.push_back(std::shared_ptr<TimelineHook>(timeline_ = new TimelineHook(rank_)));
     strategies_->record_spans(true);
   }
 }
@@ -142,7 +143,10 @@ void Run::build_strategies() {
   };
   for (auto& [name, p] : model_->named_parameters()) p.set_requires_grad(!is_frozen(name));
   o_.parallel.pipeline.stage_speeds = parse_stage_shares(o_.stage_shares);
-  o_.parallel.pipeline.slowdown = slowdown_factor(rank_);  // (a pipeline slows each micro-batch)
+  if (faults_ && o_.parallel.pipelined()) {  // a pipeline slows each micro-batch
+    faults_->per_micro_batch();
+    o_.parallel.pipeline.after_compute = [faults = faults_.get()](double seconds) { faults->slow_by(seconds); };
+  }
   o_.parallel.pipeline.frozen_blocks = static_cast<std::int64_t>(frozen_);
   if (frozen_ > 0) caches_ = task_->freeze(frozen_, static_cast<std::int64_t>(o_.freeze_cache_mb * (1 << 20)));
   strategies_ = std::make_unique<parallel::Strategies>(*model_, is_frozen);

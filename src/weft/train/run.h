@@ -136,7 +136,8 @@ class Run {
   Schedule schedule_;
   std::int64_t planned_ = 0;
   std::string last_checkpoint_;
-  std::vector<std::unique_ptr<StepHook>> hooks_;  // what watches the steps (step_hooks.h)
+  std::vector<std::shared_ptr<StepHook>> hooks_;  // what watches the steps (step_hooks.h)
+  std::shared_ptr<FaultInjection> faults_;       // WEFT_STRAGGLER, WEFT_SLOWDOWN (one of hooks_)
   TimelineHook* timeline_ = nullptr;  // --timeline (one of hooks_)
   ProfileHook* profile_ = nullptr;    // --profile (one of hooks_)
   parallel::LossFn loss_fn_;

@@ -26,8 +26,7 @@ int straggler_ms(int rank) {
   return pair->first == rank ? static_cast<int>(pair->second) : 0;
 }
 
-}  // namespace
-
+// WEFT_SLOWDOWN's factor for this rank (1: none).
 double slowdown_factor(int rank) {
   const char* e = std::getenv("WEFT_SLOWDOWN");
   if (!e) return 1;
@@ -39,9 +38,11 @@ double slowdown_factor(int rank) {
   return *who == rank ? *factor : 1;
 }
 
-std::unique_ptr<FaultInjection> FaultInjection::from_env(int rank, bool pipelined) {
+}  // namespace
+
+std::unique_ptr<FaultInjection> FaultInjection::from_env(int rank) {
   const int ms = straggler_ms(rank);
-  const double slowdown = pipelined ? 1 : slowdown_factor(rank);  // (a pipeline slows each micro-batch)
+  const double slowdown = slowdown_factor(rank);
   if (ms == 0 && slowdown == 1) return nullptr;
   return std::unique_ptr<FaultInjection>(new FaultInjection(ms, slowdown));
 }
@@ -51,7 +52,11 @@ void FaultInjection::before_compute() {
 }
 
 void FaultInjection::after_compute(double busy_seconds) {
-  if (slowdown_ > 1)  // FACTOR - 1 more times this step's computation
+  if (!per_micro_batch_) slow_by(busy_seconds);
+}
+
+void FaultInjection::slow_by(double busy_seconds) const {
+  if (slowdown_ > 1)  // FACTOR - 1 more times the computation
     std::this_thread::sleep_for(std::chrono::duration<double>((slowdown_ - 1) * std::max(busy_seconds, 0.0)));
 }
 

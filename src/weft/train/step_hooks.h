@@ -48,22 +48,25 @@ class StepHook {
 };
 
 // For tests of what slow workers do (asynchronous parameter servers, overlap, share
-// balancing): WEFT_STRAGGLER=RANK:MS makes a rank sleep MS milliseconds before each step's
-// computation; WEFT_SLOWDOWN=RANK:FACTOR makes it compute FACTOR times slower (it sleeps
-// FACTOR - 1 times each step's computation; a pipeline slows each micro-batch itself,
-// `slowdown_factor`). None when neither names this rank. ConfigError on a malformed value.
+// balancing, a pipeline's stage speeds): WEFT_STRAGGLER=RANK:MS makes a rank sleep MS
+// milliseconds before each step's computation; WEFT_SLOWDOWN=RANK:FACTOR makes it compute
+// FACTOR times slower (it sleeps FACTOR - 1 times each step's computation, or with
+// `per_micro_batch` each micro-batch's: a pipeline calls `slow_by`). None when neither names
+// this rank. ConfigError on a malformed value.
 class FaultInjection : public StepHook {
  public:
-  static std::unique_ptr<FaultInjection> from_env(int rank, bool pipelined);
+  static std::unique_ptr<FaultInjection> from_env(int rank);
   void before_compute() override;
   void after_compute(double busy_seconds) override;
+  void per_micro_batch() { per_micro_batch_ = true; }
+  void slow_by(double busy_seconds) const;
 
  private:
   FaultInjection(int straggle_ms, double slowdown) : straggle_ms_(straggle_ms), slowdown_(slowdown) {}
   int straggle_ms_;
   double slowdown_;
+  bool per_micro_batch_ = false;
 };
-double slowdown_factor(int rank);  // WEFT_SLOWDOWN's factor for this rank (1: none)
 
 // --adapt-threads on: the thread count for the next step, from this one's time and the other
 // processes' load (tensor/thread_governor.h); a change said on `out`.
