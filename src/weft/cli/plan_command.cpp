@@ -71,16 +71,14 @@ void write_plan_report(const nlohmann::json& plan, const std::string& path, bool
   fmt::print(json_out ? stderr : stdout, "report: {} ({:.0f} KB)\n", path, static_cast<double>(bytes) / 1e3);
 }
 
-int run_plan(const PlanFlags& f) {
-  plan::PlanInput in;
+// The model: a preset, with dimensions changed by flags, or a parameter count.
+void set_model(const PlanFlags& f, plan::PlanInput& in) {
   if (f.params > 0) {
     in.parameters = f.params;
     in.model.name = fmt::format("{:.3g} parameters", f.params);
   } else {
     in.model = plan::preset(f.model);
   }
-  const std::int64_t gpus = f.gpus > 0 ? whole("--gpus", f.gpus, 1e9) : 0;
-  const std::int64_t global_batch = f.global_batch > 0 ? whole("--global-batch", f.global_batch, 1e12) : 0;
   // Model dimensions are bounded far above any model built (so products of them stay exact).
   // A preset with a dimension changed is no longer that model: its name says so.
   std::string changed;
@@ -111,12 +109,20 @@ int run_plan(const PlanFlags& f) {
   override_if("--qk-rope-dim", f.qk_rope_dim, 0, 1'000'000, in.model.qk_rope_dim);
   override_if("--v-head-dim", f.v_head_dim, 1, 1'000'000, in.model.v_head_dim);
   if (!changed.empty() && f.params == 0) in.model.name += " modified (" + changed + ")";
+}
+
+// The GPU: a preset, its figures changed by flags.
+void set_gpu(const PlanFlags& f, plan::PlanInput& in) {
   in.precision = plan::parse_precision(f.precision);
   in.gpu = plan::gpu_preset(f.gpu);
   if (f.gpu_memory_gb > 0) in.gpu.memory_bytes = f.gpu_memory_gb * 1e9;
   if (f.watts > 0) in.gpu.watts = f.watts;
   if (f.peak_tflops > 0) in.gpu.peak_flops = f.peak_tflops * 1e12;
   if (f.memory_bandwidth_gbps > 0) in.gpu.memory_bandwidth = f.memory_bandwidth_gbps * 1e9;
+}
+
+// The layout over `gpus` GPUs (0: not given) for `global_batch` sequences (0: not given).
+void set_layout(const PlanFlags& f, std::int64_t gpus, std::int64_t global_batch, plan::PlanInput& in) {
   plan::Layout& l = in.layout;
   l.tp = f.tp;
   l.pp = f.pp;
@@ -179,6 +185,10 @@ int run_plan(const PlanFlags& f) {
   in.price_per_kwh = f.price;
   in.bytes_per_token = f.bytes_per_token;
   in.global_batch = global_batch;
+}
+
+// The cluster: GPUs per node, NVLink, the rails (a network preset or a rate), host and NVMe.
+void set_cluster(const PlanFlags& f, plan::PlanInput& in) {
   if (f.gpus_per_node < 0 || f.nvlink_gbps < 0 || f.rail_gbps < 0)
     throw ConfigError("--gpus-per-node, --nvlink-gbps and --rail-gbps must be positive");
   in.cluster.gpus_per_node = f.gpus_per_node > 0 ? f.gpus_per_node : in.gpu.domain_gpus;
@@ -192,108 +202,127 @@ int run_plan(const PlanFlags& f) {
   in.cluster.collective_overhead_s = f.collective_overhead_us * 1e-6;
   in.cluster.host.bytes_per_second = f.host_gbps > 0 ? f.host_gbps * 1e9 : in.gpu.host_bandwidth;
   if (f.nvme_gbps > 0) in.cluster.nvme.bytes_per_second = f.nvme_gbps * 1e9;
-  // What the workload needs, checked before anything is printed.
-  if (f.inference) {
-    if (f.sweep || !f.emit_workload.empty() || !f.report.empty() || f.params > 0 || f.tokens > 0 || global_batch > 0 ||
-        f.dp > 0 || f.cp > 1)
-      throw ConfigError("--inference sizes serving: it takes --tp, --pp, --batch, --context and --prompt, not --sweep, "
-                        "--emit-workload, --report, --params, --tokens, --global-batch, --dp or --cp");
-    plan::InferenceInput ii;
-    ii.model = in.model;
-    ii.gpu = in.gpu;
-    ii.cluster = in.cluster;
-    ii.tp = f.tp;
-    ii.pp = f.pp;
-    ii.weight_bytes = plan::precision_bytes(f.weight_precision, "--weight-precision");
-    ii.kv_bytes = plan::precision_bytes(f.kv_precision, "--kv-precision");
-    ii.context = f.context;
-    ii.prompt = f.prompt;
-    ii.batch = f.batch;
-    ii.gemm_efficiency = f.gemm_efficiency;
-    ii.fp8 = f.fp8;
-    ii.bandwidth_efficiency = f.bandwidth_efficiency;
-    if (!(f.bandwidth_efficiency > 0 && f.bandwidth_efficiency <= 1) || !(f.gemm_efficiency > 0 && f.gemm_efficiency <= 1))
-      throw ConfigError("--bandwidth-efficiency and --gemm-efficiency must be in (0, 1]");
-    const plan::InferenceReport r = plan::plan_inference(ii);
-    fmt::print("{}", f.json ? r.to_json().dump() + "\n" : r.to_text());
-    return 0;
+}
+
+// --inference: serving's memory and times for the model, GPU and cluster of `in`.
+int run_inference(const PlanFlags& f, const plan::PlanInput& in, std::int64_t global_batch) {
+  if (f.sweep || !f.emit_workload.empty() || !f.report.empty() || f.params > 0 || f.tokens > 0 || global_batch > 0 ||
+      f.dp > 0 || f.cp > 1)
+    throw ConfigError("--inference sizes serving: it takes --tp, --pp, --batch, --context and --prompt, not --sweep, "
+                      "--emit-workload, --report, --params, --tokens, --global-batch, --dp or --cp");
+  plan::InferenceInput ii;
+  ii.model = in.model;
+  ii.gpu = in.gpu;
+  ii.cluster = in.cluster;
+  ii.tp = f.tp;
+  ii.pp = f.pp;
+  ii.weight_bytes = plan::precision_bytes(f.weight_precision, "--weight-precision");
+  ii.kv_bytes = plan::precision_bytes(f.kv_precision, "--kv-precision");
+  ii.context = f.context;
+  ii.prompt = f.prompt;
+  ii.batch = f.batch;
+  ii.gemm_efficiency = f.gemm_efficiency;
+  ii.fp8 = f.fp8;
+  ii.bandwidth_efficiency = f.bandwidth_efficiency;
+  if (!(f.bandwidth_efficiency > 0 && f.bandwidth_efficiency <= 1) || !(f.gemm_efficiency > 0 && f.gemm_efficiency <= 1))
+    throw ConfigError("--bandwidth-efficiency and --gemm-efficiency must be in (0, 1]");
+  const plan::InferenceReport r = plan::plan_inference(ii);
+  fmt::print("{}", f.json ? r.to_json().dump() + "\n" : r.to_text());
+  return 0;
+}
+
+// --sweep: every layout of `space` on `gpus` GPUs that fits, the fastest first; the layout
+// given on the command line placed among them (--reference).
+int run_sweep(const PlanFlags& f, const plan::PlanInput& in, std::int64_t gpus, std::int64_t global_batch) {
+  const plan::Layout& l = in.layout;
+  const std::int64_t model_gpus = static_cast<std::int64_t>(f.tp) * f.pp * f.cp;
+  plan::SweepSpace space;
+  space.tp = f.sweep_tp, space.pp = f.sweep_pp, space.dp = f.sweep_dp, space.cp = f.sweep_cp, space.ep = f.sweep_ep;
+  space.zero = f.sweep_zero, space.interleave = f.sweep_interleave, space.micro_batch = f.sweep_mb;
+  for (const auto& r : f.sweep_recompute) space.recompute.push_back(plan::parse_recompute(r));
+  auto on_off = [](const std::vector<std::string>& given, const char* flag) {
+    std::vector<int> out;
+    for (const auto& v : given) {
+      if (v != "on" && v != "off") throw ConfigError(fmt::format("{} takes on and off, not '{}'", flag, v));
+      out.push_back(v == "on" ? 1 : 0);
+    }
+    return out;
+  };
+  space.sequence_parallel = on_off(f.sweep_sp, "--sweep-sp");
+  space.flash_attention = on_off(f.sweep_flash, "--sweep-flash");
+  auto rows = plan::sweep_layouts(in, gpus, space);
+  // The layout on the command line, when one was given: where it ranks, and why.
+  std::optional<plan::SweepRow> reference;
+  bool reference_fits = true;
+  if (f.reference) {
+    if (gpus % model_gpus != 0 || global_batch % (l.dp * l.micro_batch) != 0)
+      throw ConfigError(fmt::format("the layout given with --sweep (tp {} pp {} cp {}) does not divide --gpus {} and "
+                                    "--global-batch {}", l.tp, l.pp, l.cp, gpus, global_batch));
+    reference = plan::evaluate_layout(in);
+    reference_fits = reference.has_value();
   }
+  if (f.json || !f.report.empty()) {
+    const nlohmann::json sweep = plan::sweep_to_json(in, gpus, rows, f.top, reference);
+    if (f.json) fmt::print("{}\n", sweep.dump(2));
+    if (!rows.empty() && !f.report.empty()) write_plan_report(sweep, f.report, f.json);
+    if (f.json) return rows.empty() ? 1 : 0;
+  }
+  if (rows.empty()) {
+    fmt::print("no layout of {} on {} GPUs fits in {:.0f} GB (try --recompute, --zero or more GPUs)\n",
+               in.model.name, gpus, in.gpu.memory_bytes / 1e9);
+    return 1;
+  }
+  const std::size_t shown = std::min<std::size_t>(rows.size(), static_cast<std::size_t>(f.top));
+  fmt::print("{} layouts of {} on {} {} GPUs fit (ZeRO stages that change only memory shown as one row); the fastest {}, "
+             "by the iteration at the {} rate:\n",
+             rows.size(), in.model.name, gpus, in.gpu.name, shown,
+             in.rate().kind == plan::RateKind::kKernel ? "given kernel" : "predicted kernel");
+  fmt::print("{:>4} {:>4} {:>5} {:>3} {:>3} {:>5} {:>3} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}\n", "tp", "pp", "dp", "cp", "ep",
+             "zero", "mb", "recompute", "memory GB", "headroom", "bubble", "iter s", "no-ovl s");
+  for (std::size_t i = 0; i < shown; ++i) {
+    const auto& row = rows[i];
+    std::string zero = std::to_string(row.layout.zero);
+    if (!row.same_time_zero.empty()) zero += "-" + std::to_string(row.same_time_zero.back());
+    fmt::print("{:>4} {:>4} {:>5} {:>3} {:>3} {:>5} {:>3} {:>9} {:>9.1f} {:>9.1f} {:>6.1f}% {:>9.3f} {:>9.3f}\n", row.layout.tp,
+               row.layout.pp, row.layout.dp, row.layout.cp, row.layout.ep, zero, row.layout.micro_batch,
+               plan::recompute_name(row.layout.recompute), row.memory.total() / 1e9,
+               (in.gpu.memory_bytes - row.memory.total()) / 1e9, 100 * row.iteration.bubble,
+               row.iteration.iteration_overlap_s, row.iteration.iteration_no_overlap_s);
+  }
+  fmt::print("what each spends beyond the fastest (+) or saves (-), per iteration:\n");
+  for (std::size_t i = 1; i < shown; ++i)
+    fmt::print("  {:>2}. {}: {}\n", i + 1, plan::layout_label(rows[i].layout), plan::explain_difference(rows.front(), rows[i]));
+  if (f.reference) {
+    if (!reference_fits) {
+      fmt::print("your layout ({}) does not fit in {:.0f} GB\n", plan::layout_label(l), in.gpu.memory_bytes / 1e9);
+    } else {
+      const std::size_t rank = plan::rank_among(rows, *reference);
+      fmt::print("your layout ({}): {:.3f} s, rank {} of {}; the fastest is {:.1f}% faster, your layout spends {}\n", plan::layout_label(l),
+                 reference->iteration.iteration_overlap_s, rank, rows.size(),
+                 100 * (1 - rows.front().iteration.iteration_overlap_s / reference->iteration.iteration_overlap_s),
+                 plan::explain_difference(rows.front(), *reference));
+    }
+  }
+  return 0;
+}
+
+int run_plan(const PlanFlags& f) {
+  plan::PlanInput in;
+  const std::int64_t gpus = f.gpus > 0 ? whole("--gpus", f.gpus, 1e9) : 0;
+  const std::int64_t global_batch = f.global_batch > 0 ? whole("--global-batch", f.global_batch, 1e12) : 0;
+  set_model(f, in);
+  set_gpu(f, in);
+  set_layout(f, gpus, global_batch, in);
+  set_cluster(f, in);
+  // What the workload needs, checked before anything is printed.
+  if (f.inference) return run_inference(f, in, global_batch);
   if (!f.emit_workload.empty()) {
     if (f.sweep) throw ConfigError("--emit-workload writes one plan's iteration, not a sweep's");
     if (f.params > 0) throw ConfigError("--emit-workload needs a transformer model (a preset or dimensions), not --params");
     if (global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
   }
   const plan::EmitOrder emit_order = plan::parse_emit_order(f.emit_schedule);
-  if (f.sweep) {
-    plan::SweepSpace space;
-    space.tp = f.sweep_tp, space.pp = f.sweep_pp, space.dp = f.sweep_dp, space.cp = f.sweep_cp, space.ep = f.sweep_ep;
-    space.zero = f.sweep_zero, space.interleave = f.sweep_interleave, space.micro_batch = f.sweep_mb;
-    for (const auto& r : f.sweep_recompute) space.recompute.push_back(plan::parse_recompute(r));
-    auto on_off = [](const std::vector<std::string>& given, const char* flag) {
-      std::vector<int> out;
-      for (const auto& v : given) {
-        if (v != "on" && v != "off") throw ConfigError(fmt::format("{} takes on and off, not '{}'", flag, v));
-        out.push_back(v == "on" ? 1 : 0);
-      }
-      return out;
-    };
-    space.sequence_parallel = on_off(f.sweep_sp, "--sweep-sp");
-    space.flash_attention = on_off(f.sweep_flash, "--sweep-flash");
-    auto rows = plan::sweep_layouts(in, gpus, space);
-    // The layout on the command line, when one was given: where it ranks, and why.
-    std::optional<plan::SweepRow> reference;
-    bool reference_fits = true;
-    if (f.reference) {
-      if (gpus % model_gpus != 0 || global_batch % (l.dp * l.micro_batch) != 0)
-        throw ConfigError(fmt::format("the layout given with --sweep (tp {} pp {} cp {}) does not divide --gpus {} and "
-                                      "--global-batch {}", l.tp, l.pp, l.cp, gpus, global_batch));
-      reference = plan::evaluate_layout(in);
-      reference_fits = reference.has_value();
-    }
-    if (f.json || !f.report.empty()) {
-      const nlohmann::json sweep = plan::sweep_to_json(in, gpus, rows, f.top, reference);
-      if (f.json) fmt::print("{}\n", sweep.dump(2));
-      if (!rows.empty() && !f.report.empty()) write_plan_report(sweep, f.report, f.json);
-      if (f.json) return rows.empty() ? 1 : 0;
-    }
-    if (rows.empty()) {
-      fmt::print("no layout of {} on {} GPUs fits in {:.0f} GB (try --recompute, --zero or more GPUs)\n",
-                 in.model.name, gpus, in.gpu.memory_bytes / 1e9);
-      return 1;
-    }
-    const std::size_t shown = std::min<std::size_t>(rows.size(), static_cast<std::size_t>(f.top));
-    fmt::print("{} layouts of {} on {} {} GPUs fit (ZeRO stages that change only memory shown as one row); the fastest {}, "
-               "by the iteration at the {} rate:\n",
-               rows.size(), in.model.name, gpus, in.gpu.name, shown,
-               in.rate().kind == plan::RateKind::kKernel ? "given kernel" : "predicted kernel");
-    fmt::print("{:>4} {:>4} {:>5} {:>3} {:>3} {:>5} {:>3} {:>9} {:>9} {:>9} {:>7} {:>9} {:>9}\n", "tp", "pp", "dp", "cp", "ep",
-               "zero", "mb", "recompute", "memory GB", "headroom", "bubble", "iter s", "no-ovl s");
-    for (std::size_t i = 0; i < shown; ++i) {
-      const auto& row = rows[i];
-      std::string zero = std::to_string(row.layout.zero);
-      if (!row.same_time_zero.empty()) zero += "-" + std::to_string(row.same_time_zero.back());
-      fmt::print("{:>4} {:>4} {:>5} {:>3} {:>3} {:>5} {:>3} {:>9} {:>9.1f} {:>9.1f} {:>6.1f}% {:>9.3f} {:>9.3f}\n", row.layout.tp,
-                 row.layout.pp, row.layout.dp, row.layout.cp, row.layout.ep, zero, row.layout.micro_batch,
-                 plan::recompute_name(row.layout.recompute), row.memory.total() / 1e9,
-                 (in.gpu.memory_bytes - row.memory.total()) / 1e9, 100 * row.iteration.bubble,
-                 row.iteration.iteration_overlap_s, row.iteration.iteration_no_overlap_s);
-    }
-    fmt::print("what each spends beyond the fastest (+) or saves (-), per iteration:\n");
-    for (std::size_t i = 1; i < shown; ++i)
-      fmt::print("  {:>2}. {}: {}\n", i + 1, plan::layout_label(rows[i].layout), plan::explain_difference(rows.front(), rows[i]));
-    if (f.reference) {
-      if (!reference_fits) {
-        fmt::print("your layout ({}) does not fit in {:.0f} GB\n", plan::layout_label(l), in.gpu.memory_bytes / 1e9);
-      } else {
-        const std::size_t rank = plan::rank_among(rows, *reference);
-        fmt::print("your layout ({}): {:.3f} s, rank {} of {}; the fastest is {:.1f}% faster, your layout spends {}\n", plan::layout_label(l),
-                   reference->iteration.iteration_overlap_s, rank, rows.size(),
-                   100 * (1 - rows.front().iteration.iteration_overlap_s / reference->iteration.iteration_overlap_s),
-                   plan::explain_difference(rows.front(), *reference));
-      }
-    }
-    return 0;
-  }
+  if (f.sweep) return run_sweep(f, in, gpus, global_batch);
   plan::PlanReport r = plan::make_plan(in);
   fmt::print("{}", f.json ? r.to_json().dump() + "\n" : r.to_text());
   if (!f.report.empty()) write_plan_report(r.to_json(), f.report, f.json);
@@ -306,11 +335,8 @@ int run_plan(const PlanFlags& f) {
   }
   return 0;
 }
-}  // namespace
-
-void add_plan_command(CLI::App& app, Action& action) {
-  auto f = std::make_shared<PlanFlags>();
-  CLI::App* cmd = app.add_subcommand("plan", "memory, compute, time, power and data for a training job at any scale");
+// The model: a preset, its dimensions, mixture of experts, latent attention.
+void add_plan_model_flags(CLI::App* cmd, PlanFlags* f) {
   cmd->add_option("--model", f->model,
                   "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b | mixtral-8x7b | deepseek-v3")
       ->capture_default_str();
@@ -341,6 +367,10 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--qk-rope-dim", f->qk_rope_dim, "multi-head latent attention: rotary query/key dims per head")
       ->check(non_negative());
   cmd->add_option("--v-head-dim", f->v_head_dim, "multi-head latent attention: value dims per head")->check(positive());
+}
+
+// The layout: GPUs, parallel sizes, ZeRO, batches, recomputation, pipeline shape.
+void add_plan_layout_flags(CLI::App* cmd, PlanFlags* f) {
   cmd->add_option("--gpus", f->gpus, "GPUs in the job (= tp x pp x cp x dp; 1024 or 1e3)")->check(positive());
   cmd->add_option("--tp", f->tp, "tensor-parallel size")->capture_default_str();
   cmd->add_option("--pp", f->pp, "pipeline-parallel size")->capture_default_str();
@@ -362,6 +392,10 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--first-stage-layers", f->first_stage_layers, "uneven pipeline: layers of the first stage")
       ->check(positive());
   cmd->add_option("--last-stage-layers", f->last_stage_layers, "uneven pipeline: layers of the last stage")->check(positive());
+}
+
+// The hardware and the run: the GPU, rates, power, the cluster's links.
+void add_plan_hardware_flags(CLI::App* cmd, PlanFlags* f) {
   cmd->add_option("--gpu", f->gpu,
                   "v100-16gb | v100-32gb | a100-40gb | a100-80gb | h100-80gb | h200-141gb | b200-180gb | gb200-nvl72 | mi300x")
       ->capture_default_str();
@@ -389,6 +423,10 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--collective-overhead-us", f->collective_overhead_us,
                   "microseconds per collective or send beyond its alpha-beta time (framework overhead; default 0)")
       ->check(non_negative());
+}
+
+// Serving, offloading, memory overheads and the outputs: JSON, workloads, reports, sweeps.
+void add_plan_output_flags(CLI::App* cmd, PlanFlags* f) {
   cmd->add_flag("--inference", f->inference, "size serving instead of training: weights, key-value cache, prefill and decode");
   cmd->add_option("--context", f->context, "--inference: tokens per sequence (default: the model's sequence)")->check(positive());
   cmd->add_option("--prompt", f->prompt, "--inference: prompt tokens (default: half the context)")->check(positive());
@@ -429,6 +467,17 @@ void add_plan_command(CLI::App& app, Action& action) {
   cmd->add_option("--sweep-interleave", f->sweep_interleave, "--sweep: model chunks per pipeline GPU to try")->delimiter(',');
   cmd->add_option("--sweep-sp", f->sweep_sp, "--sweep: sequence parallelism to try (on, off)")->delimiter(',');
   cmd->add_option("--sweep-flash", f->sweep_flash, "--sweep: FlashAttention to try (on, off)")->delimiter(',');
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, Action& action) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand("plan", "memory, compute, time, power and data for a training job at any scale");
+  add_plan_model_flags(cmd, f.get());
+  add_plan_layout_flags(cmd, f.get());
+  add_plan_hardware_flags(cmd, f.get());
+  add_plan_output_flags(cmd, f.get());
   cmd->callback([f, cmd, &action] {
     // With --sweep, a layout given on the command line is the one to compare against.
     for (const char* flag : {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--micro-batch"})

@@ -16,8 +16,8 @@ namespace weft::cli {
 
 namespace {
 
-void add_train_flags(CLI::App* cmd, TrainOptions& c) {
-  parallel::ParallelOptions& p = c.parallel;
+// What trains and how: the model, the data, the optimizer and its schedule, threads.
+void add_training_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--model", c.model, "mlp | cnn | mlp128 | seed-cnn (images); gpt | lstm | rnn (text)")->capture_default_str();
   cmd->add_option("--data", c.data,
                   "images: fashion-mnist (default) or a folder of IDX, NPY or CSV files (docs/training.md); "
@@ -46,6 +46,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
                   "on: measure steps with fewer threads now and then and use them while faster (cores busy with other "
                   "work); off: always --threads")
       ->capture_default_str();
+}
+
+// Checkpoints, resuming, and what adapts while the run goes (growth, freezing, offloading, shares).
+void add_adaptive_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--checkpoint-dir", c.checkpoint_dir, "write checkpoints here (each epoch's end and the end)");
   cmd->add_flag("--resume", c.resume, "continue from the newest checkpoint in --checkpoint-dir");
   cmd->add_flag("--auto-resume", c.auto_resume,
@@ -93,6 +97,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
                   "how a global batch is split among data-parallel replicas: even, measured (in proportion to their "
                   "measured speeds), or relative shares such as 2:1")
       ->capture_default_str();
+}
+
+// What the run writes and how long it goes.
+void add_output_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--sample-log", c.sample_log, "images: append 'epoch step sample' lines (per rank: FILE-rank<r>)");
   cmd->add_option("--save-model", c.save_model, "write the final parameters to this safetensors file");
   cmd->add_option("--checkpoint-every", c.checkpoint_every, "also checkpoint every N steps")->capture_default_str();
@@ -118,7 +126,11 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
                   "--checkpoint-dir)");
   cmd->add_option("--report", c.report, "write an HTML report of the run at its end (docs/reports.md)");
   cmd->add_option("--timeline", c.timeline, "write a Chrome-trace timeline (per rank: FILE-rank<r>.json)");
-  // Parallelism.
+}
+
+// Parallelism: the layout and the strategies' settings.
+void add_parallel_flags(CLI::App* cmd, TrainOptions& c) {
+  parallel::ParallelOptions& p = c.parallel;
   cmd->add_option("--dp", p.mesh.dp, "data-parallel replicas (under weft launch; default: what the job's ranks allow)")
       ->check(positive());
   cmd->add_option("--strategy", p.strategy, "ddp | ps (parameter server) | fedavg (federated averaging)")
@@ -156,7 +168,10 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--tp-attention", p.tp_attention,
                   "gpt: attention split megatron (by heads) | seed (seed 002 ch. 8: all-gather Q and K)")
       ->capture_default_str();
-  // Language models.
+}
+
+// Language models: the tokenizer, the model's sizes, sampling.
+void add_language_flags(CLI::App* cmd, TrainOptions& c) {
   auto* tokenizer = cmd->add_option("--tokenizer", c.tokenizer, "text: char | word | bpe (SentencePiece, trained on the corpus) | a "
                                               "SentencePiece FILE.model")
       ->capture_default_str();
@@ -182,6 +197,14 @@ void add_train_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--temperature", c.temperature, "text: sampling temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", c.top_k, "text: sample among the k most likely tokens (0: all)")->capture_default_str();
   cmd->add_option("--prompt", c.prompt, "text: what the sample continues")->capture_default_str();
+}
+
+void add_train_flags(CLI::App* cmd, TrainOptions& c) {
+  add_training_flags(cmd, c);
+  add_adaptive_flags(cmd, c);
+  add_output_flags(cmd, c);
+  add_parallel_flags(cmd, c);
+  add_language_flags(cmd, c);
 }
 
 // The run's page: its metrics (every rank's files) and timelines, when it wrote them.

@@ -148,9 +148,10 @@ std::optional<FreezeRule> parse_freeze_converged(const std::string& text) {
   return FreezeRule{*ratio, *steps};
 }
 
-void validate(const TrainOptions& o) {
-  const bool text = is_language_model(o.model);
-  if (!text) make_model(o.model, *std::make_unique<Rng>(0));  // throws for an unknown name
+namespace {
+
+// How long, how fast, with what: the run's sizes, the optimizer, threads and precision.
+void validate_run(const TrainOptions& o, bool text) {
   at_least("--batch", *o.batch, 1);
   if (o.epochs) at_least("--epochs", *o.epochs, 1);
   at_least("--max-steps", *o.max_steps, text ? 1 : 0);
@@ -177,6 +178,10 @@ void validate(const TrainOptions& o) {
   check_precision(o.precision);
   if (o.scale_lr != "none" && o.scale_lr != "linear" && o.scale_lr != "sqrt")
     throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear, sqrt");
+}
+
+// What adapts while the run goes: shares, growth, freezing, offloading, merged stages.
+void validate_adaptive(const TrainOptions& o) {
   parse_dp_shares(o.dp_shares);
   if ((!parse_stage_shares(o.stage_shares).empty() || o.stage_shares == "measured") && o.parallel.mesh.pp < 2)
     throw ConfigError("--stage-shares gives a pipeline's stages their shares: it needs --pp 2 or more");
@@ -226,6 +231,10 @@ void validate(const TrainOptions& o) {
     throw ConfigError("--dp-shares: federated clients each train on their own data (leave it even)");
   if (o.dp_shares == "measured" && o.parallel.model_parallel())
     throw ConfigError("--dp-shares measured needs a data-parallel job (no --tp or --pp); give the shares instead");
+}
+
+// The job: resuming, federated clients, the layout.
+void validate_job(const TrainOptions& o) {
   if ((o.resume || o.auto_resume) && o.checkpoint_dir.empty())
     throw ConfigError(std::string(o.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
   if (o.clients < 0) throw ConfigError("--clients must be at least 1");
@@ -234,39 +243,43 @@ void validate(const TrainOptions& o) {
   if (o.parallel.strategy == "ps" && o.parallel.staleness >= 0 && (!o.checkpoint_dir.empty() || o.resume || o.auto_resume))
     throw ConfigError("checkpoints are not supported with the asynchronous parameter server (--staleness) yet");
   if (!o.init_from.empty() && o.model != "gpt") throw ConfigError("--init-from needs --model gpt");
-  if (text) {
-    const bool model_file = o.tokenizer.size() > 6 && o.tokenizer.compare(o.tokenizer.size() - 6, 6, ".model") == 0;
-    if (o.tokenizer != "char" && o.tokenizer != "word" && o.tokenizer != "bpe" && !model_file)
-      throw ConfigError("unknown tokenizer '" + o.tokenizer + "' (known: char, word, bpe, or a SentencePiece FILE.model)");
-    bounded(o.vocab_size, 64, 1000000, "--vocab-size");
-    // Model sizes are bounded far above what trains on a CPU, so that no product of them
-    // overflows and a typo cannot ask for the machine's memory layer by layer.
-    bounded(o.context, 2, 1 << 20, "--context");
-    bounded(o.eval_batches, 1, 1 << 20, "--eval-batches");
-    checked_mul(o.eval_batches, *o.batch, "--eval-batches x --batch (validation windows)");
-    bounded(o.layers, 0, 4096, "--layers");
-    bounded(o.dim, 1, 1 << 16, "--d-model");
-    bounded(o.heads, 1, 1 << 12, "--heads");
-    at_least("--sample", o.sample, 0);
-    at_least("--top-k", o.top_k, 0);
-    if (o.model == "gpt" && o.dim % o.heads != 0)
-      throw ConfigError(fmt::format("--d-model {} is not divisible by --heads {}", o.dim, o.heads));
-    if (!(o.temperature >= 0)) throw ConfigError("--temperature must be 0 (greedy) or positive");
-    parse_positional(o.positional);
-    if (o.model != "gpt" && (o.parallel.model_parallel() || o.parallel.mesh.dp > 1))
-      throw ConfigError("--dp, --pp, --tp and --micro-batches need --model gpt");
-    if (o.model != "gpt" && o.parallel.zero > 0) throw ConfigError("--zero needs --model gpt among the language models");
-    check_gpt_layout(o);
-    // Language models draw random windows of the text: no epochs, no sample subsets.
-    if (o.epochs) throw ConfigError("--epochs is not supported with --model " + o.model + ": it trains --max-steps steps");
-    if (o.limit_train > 0 || o.limit_test > 0)
-      throw ConfigError("--limit-train and --limit-test are not supported with --model " + o.model);
-    if (!o.sample_log.empty()) throw ConfigError("--sample-log is not supported with --model " + o.model);
-    if (o.parallel.strategy != "ddp")
-      throw ConfigError("--strategy " + o.parallel.strategy + " is not supported with --model " + o.model + " yet");
-  } else if (o.parallel.model_parallel()) {
-    throw ConfigError("--pp, --tp and --micro-batches need --model gpt");
-  }
+}
+
+// A language model's tokenizer, sizes and sampling, and what it does not take.
+void validate_language_model(const TrainOptions& o) {
+  const bool model_file = o.tokenizer.size() > 6 && o.tokenizer.compare(o.tokenizer.size() - 6, 6, ".model") == 0;
+  if (o.tokenizer != "char" && o.tokenizer != "word" && o.tokenizer != "bpe" && !model_file)
+    throw ConfigError("unknown tokenizer '" + o.tokenizer + "' (known: char, word, bpe, or a SentencePiece FILE.model)");
+  bounded(o.vocab_size, 64, 1000000, "--vocab-size");
+  // Model sizes are bounded far above what trains on a CPU, so that no product of them
+  // overflows and a typo cannot ask for the machine's memory layer by layer.
+  bounded(o.context, 2, 1 << 20, "--context");
+  bounded(o.eval_batches, 1, 1 << 20, "--eval-batches");
+  checked_mul(o.eval_batches, *o.batch, "--eval-batches x --batch (validation windows)");
+  bounded(o.layers, 0, 4096, "--layers");
+  bounded(o.dim, 1, 1 << 16, "--d-model");
+  bounded(o.heads, 1, 1 << 12, "--heads");
+  at_least("--sample", o.sample, 0);
+  at_least("--top-k", o.top_k, 0);
+  if (o.model == "gpt" && o.dim % o.heads != 0)
+    throw ConfigError(fmt::format("--d-model {} is not divisible by --heads {}", o.dim, o.heads));
+  if (!(o.temperature >= 0)) throw ConfigError("--temperature must be 0 (greedy) or positive");
+  parse_positional(o.positional);
+  if (o.model != "gpt" && (o.parallel.model_parallel() || o.parallel.mesh.dp > 1))
+    throw ConfigError("--dp, --pp, --tp and --micro-batches need --model gpt");
+  if (o.model != "gpt" && o.parallel.zero > 0) throw ConfigError("--zero needs --model gpt among the language models");
+  check_gpt_layout(o);
+  // Language models draw random windows of the text: no epochs, no sample subsets.
+  if (o.epochs) throw ConfigError("--epochs is not supported with --model " + o.model + ": it trains --max-steps steps");
+  if (o.limit_train > 0 || o.limit_test > 0)
+    throw ConfigError("--limit-train and --limit-test are not supported with --model " + o.model);
+  if (!o.sample_log.empty()) throw ConfigError("--sample-log is not supported with --model " + o.model);
+  if (o.parallel.strategy != "ddp")
+    throw ConfigError("--strategy " + o.parallel.strategy + " is not supported with --model " + o.model + " yet");
+}
+
+// The learning-rate schedule's settings.
+void validate_schedule(const TrainOptions& o) {
   const Schedule schedule = lr_schedule(o, 1);
   if (schedule.kind == "step" && !(schedule.gamma > 0 && std::isfinite(schedule.gamma)))
     throw ConfigError("step schedule needs a finite --gamma > 0");
@@ -274,6 +287,22 @@ void validate(const TrainOptions& o) {
   if (schedule.kind == "cosine" && !(schedule.min_lr >= 0 && std::isfinite(schedule.min_lr)))
     throw ConfigError("cosine schedule needs a finite --min-lr >= 0");
   validate(schedule);
+}
+
+}  // namespace
+
+void validate(const TrainOptions& o) {
+  const bool text = is_language_model(o.model);
+  if (!text) make_model(o.model, *std::make_unique<Rng>(0));  // throws for an unknown name
+  validate_run(o, text);
+  validate_adaptive(o);
+  validate_job(o);
+  if (text) {
+    validate_language_model(o);
+  } else if (o.parallel.model_parallel()) {
+    throw ConfigError("--pp, --tp and --micro-batches need --model gpt");
+  }
+  validate_schedule(o);
 }
 
 Schedule lr_schedule(const TrainOptions& o, std::int64_t total_steps) {
