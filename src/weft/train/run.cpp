@@ -98,7 +98,6 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
   build_strategies();
   if (checkpoint_) resume();
   if (!o_.merge_frozen_stages.empty()) relayout_ = plan_relayout(false);
-  if (const auto* p = strategies_->pipeline(); p && p->stages() > 1) measure_stages_ = o_.stage_shares == "measured";
   if (frozen_ > 0 && !t_.change)
     fmt::print(out_, "frozen: the first {} layer(s), {} parameters; {}\n", frozen_, parameters_below(frozen_),
                caches_ ? fmt::format("their outputs cached up to {} MiB per rank", o_.freeze_cache_mb)
@@ -128,6 +127,9 @@ void Run::add_step_hooks() {
   if (o_.dp_shares == "measured" && mesh_.shape().dp > 1)
     hooks_.push_back(std::make_unique<ShareBalancingHook>(*task_, replicas_, *o_.batch, out_));
   if (o_.grow_at == "noise") hooks_.push_back(std::make_unique<NoiseScaleHook>(strategies_, replicas_, t_.noise));
+  if (freeze_rule_) hooks_.push_back(std::make_shared<ConvergedFreezing>(*freeze_rule_, strategies_, *task_, *model_, frozen_));
+  if (o_.stage_shares == "measured")
+    hooks_.push_back(std::make_shared<StageSpeeds>(strategies_, parallel::RankGroup(job_.world.get()), out_));
   if (!o_.timeline.empty()) {
     hooks_.push_back(std::shared_ptr<TimelineHook>(timeline_ = new TimelineHook(rank_)));
     strategies_->record_spans(true);
@@ -308,8 +310,8 @@ void Run::step(bool last) {
            get_active_threads()};
   const StepFacts facts{at_.step, &batch, rows, t0, t1, seconds, compute, exposed, &strategies_->stats()};
   for (auto& hook : hooks_) hook->after_step(facts);
-  if (freeze_rule_) freeze_converged();  // (they may rebuild the strategies: after the hooks)
-  if (measure_stages_) measure_stage_speeds();
+  for (auto& hook : hooks_)  // (a change may rebuild the strategies: once every hook saw the step)
+    if (auto request = hook->take_layout_request()) apply(*request);
   t_.units += units;
   t_.rows += rows;
   t_.window_units += rows * task_->units_per_row();

@@ -113,9 +113,8 @@ class Run {
   void add_step_hooks();
   void build_strategies();
   void place_optimizer_state();
-  void freeze_converged();
+  void apply(const LayoutRequest& request);
   std::optional<Relayout> plan_relayout(bool frozen_changed) const;
-  void measure_stage_speeds();
   std::int64_t parameters_below(std::size_t layers) const;
   void grow_by_noise(parallel::LiveMembership& live);
 
@@ -153,17 +152,12 @@ class Run {
   std::size_t frozen_ = 0;                 // leading layers frozen
   bool caches_ = false;                    // the task keeps the frozen layers' outputs
   std::optional<FreezeRule> freeze_rule_;  // --freeze-converged
-  std::vector<std::int64_t> calm_;         // per layer: steps in a row under the ratio
   // A pipeline whose frozen blocks changed goes on in another layout after the step
   // (plan_relayout).
   std::optional<Relayout> relayout_;
   // A live parameter-server job's state, received from the servers as soon as a change
   // was agreed (they send it then, unasked): the hand-over or the last checkpoint use it.
   std::optional<parallel::TrainState> agreed_state_;
-  // --stage-shares measured: the steps timed so far and this stage's computation in them.
-  bool measure_stages_ = false;
-  int stage_steps_ = 0;
-  double stage_busy_ = 0;
   RunTotals t_;
 };
 

@@ -58,56 +58,30 @@ std::int64_t Run::parameters_below(std::size_t layers) const {
   return n;
 }
 
-// --freeze-converged, after a step: each leading layer's gradient norm against its weights'
-// (the same on every replica after the all-reduce, summed over a pipeline's stages: every
-// rank decides alike). The layers that stayed under the ratio for the window from the first
-// unfrozen one on are frozen, with the layers without parameters after them, while one with
-// parameters still trains. A pipeline goes on in a new layout after the step.
-void Run::freeze_converged() {
-  const std::size_t layers = task_->layers(*model_);
-  std::vector<double> sums(3 * layers, 0);  // per layer: gradient, weights (squared norms), has parameters
-  for (const auto& [name, p] : strategies_->part().trained) {
-    const int layer = task_->layer_of(name);
-    if (layer < 0 || static_cast<std::size_t>(layer) >= layers) continue;
-    const auto l = static_cast<std::size_t>(layer);
-    sums[2 * layers + l] = 1;
-    sums[layers + l] += ops::sum_of_squares(p.value());
-    if (p.grad().defined()) sums[l] += ops::sum_of_squares(p.grad());
+// What a hook asked after a step (step_hooks.h): layers frozen (a pipeline goes on in a new
+// layout, else the strategies are rebuilt over the parameters still trained, the optimizer's
+// state kept), or a pipeline's stages re-balanced for their measured speeds.
+void Run::apply(const LayoutRequest& request) {
+  if (const std::size_t next = request.freeze_below; next > frozen_) {
+    fmt::print(out_, "freezing layers {}-{} (step {}: their gradient norms stayed under {} of their weights' for {} "
+                     "steps): {} parameters frozen in all\n",
+               frozen_, next - 1, at_.step, freeze_rule_->ratio, freeze_rule_->steps, parameters_below(next));
+    std::fflush(out_);
+    if (const auto* p = strategies_->pipeline(); p && p->stages() > 1) {  // (each freed the others' layers)
+      frozen_ = next;
+      relayout_ = plan_relayout(true);
+    } else {
+      const parallel::TrainState state = strategies_->gather_state();
+      const std::int64_t steps = strategies_->optimizer().steps();
+      frozen_ = next;
+      build_strategies();
+      strategies_->restore(state.optimizer, steps);
+    }
   }
-  parallel::RankGroup(strategies_->part().model_group).sum(sums);
-  const std::vector<double> grad_sq(sums.begin(), sums.begin() + static_cast<std::ptrdiff_t>(layers));
-  const std::vector<double> weight_sq(sums.begin() + static_cast<std::ptrdiff_t>(layers),
-                                      sums.begin() + static_cast<std::ptrdiff_t>(2 * layers));
-  std::vector<bool> has(layers);
-  for (std::size_t l = 0; l < layers; ++l) has[l] = sums[2 * layers + l] > 0;
-  calm_.resize(layers, 0);
-  std::size_t last_trained = 0;  // the last layer with parameters: it always trains
-  for (std::size_t l = 0; l < layers; ++l)
-    if (has[l]) last_trained = l;
-  for (std::size_t l = frozen_; l < last_trained; ++l)
-    if (has[l]) calm_[l] = std::sqrt(grad_sq[l]) < freeze_rule_->ratio * std::sqrt(weight_sq[l]) ? calm_[l] + 1 : 0;
-  std::size_t next = frozen_;  // the longest run of calm layers from the first unfrozen one
-  for (std::size_t l = frozen_; l < last_trained; ++l) {
-    if (has[l] && calm_[l] < freeze_rule_->steps) break;
-    if (has[l]) next = l + 1;
+  if (!request.stage_speeds.empty() && !relayout_) {
+    const int stages = strategies_->pipeline()->stages();
+    relayout_ = Relayout{stages, stages, request.stage_speeds, {}};
   }
-  if (next > frozen_)
-    while (next < last_trained && !has[next]) ++next;  // with the layers without parameters after it
-  if (next <= frozen_) return;
-  fmt::print(out_, "freezing layers {}-{} (step {}: their gradient norms stayed under {} of their weights' for {} steps): "
-                   "{} parameters frozen in all\n",
-             frozen_, next - 1, at_.step, freeze_rule_->ratio, freeze_rule_->steps, parameters_below(next));
-  std::fflush(out_);
-  if (const auto* p = strategies_->pipeline(); p && p->stages() > 1) {  // (each freed the others' layers)
-    frozen_ = next;
-    relayout_ = plan_relayout(true);
-    return;
-  }
-  const parallel::TrainState state = strategies_->gather_state();
-  const std::int64_t steps = strategies_->optimizer().steps();
-  frozen_ = next;
-  build_strategies();
-  strategies_->restore(state.optimizer, steps);
 }
 
 // A pipeline's layout for its frozen blocks: the same stages balanced anew (a frozen block
@@ -130,49 +104,6 @@ std::optional<Relayout> Run::plan_relayout(bool frozen_changed) const {
   change.stages_to = to;
   for (int r = dp * to * tp; r < ranks; ++r) change.freed.push_back(r);
   return change;
-}
-
-// --stage-shares measured (seed 003 chapter 12: heterogeneous workers): each stage times
-// its computation (forward and backward of its micro-batches, not its waits) over the
-// run's steps 2-6; every rank then knows each stage's speed, its cost (in the units the
-// partition balances) over its time, the mean over the replicas, and when the partition
-// those speeds give differs, the pipeline goes on in it after the step. Once per run.
-void Run::measure_stage_speeds() {
-  constexpr int kWarmup = 1, kTimed = 5;
-  const parallel::GptPipeline& pipe = *strategies_->pipeline();
-  if (++stage_steps_ <= kWarmup) return;
-  stage_busy_ += pipe.last_busy();
-  if (stage_steps_ < kWarmup + kTimed) return;
-  measure_stages_ = false;
-  const int stages = pipe.stages();
-  std::vector<double> sums(2 * static_cast<std::size_t>(stages), 0);  // per stage: costs, seconds
-  sums[static_cast<std::size_t>(pipe.stage())] = pipe.stage_cost();
-  sums[static_cast<std::size_t>(stages + pipe.stage())] = stage_busy_;
-  parallel::RankGroup(job_.world.get()).sum(sums);
-  std::vector<double> speeds(static_cast<std::size_t>(stages));
-  for (std::size_t s = 0; s < speeds.size(); ++s) speeds[s] = sums[s] / std::max(sums[speeds.size() + s], 1e-12);
-  const double fastest = *std::max_element(speeds.begin(), speeds.end());
-  std::string shares;
-  for (double& v : speeds) {
-    v = std::max(v / fastest, 1e-3);
-    shares += fmt::format("{}{:.2f}", shares.empty() ? "" : ":", v);
-  }
-  const std::vector<std::int64_t> bounds = pipe.partition_for(speeds);
-  const auto blocks = [](const std::vector<std::int64_t>& b) {
-    std::string text;
-    for (std::size_t v = 0; v + 1 < b.size(); ++v) text += fmt::format("{}{}-{}", v ? " | " : "", b[v], b[v + 1] - 1);
-    return text;
-  };
-  const bool moves = bounds != pipe.boundaries();
-  fmt::print(out_, "stage speeds measured over steps {}-{}: {}; {}\n", at_.step - kTimed + 1, at_.step, shares,
-             moves ? fmt::format("blocks per stage {} -> {}", blocks(pipe.boundaries()), blocks(bounds))
-                   : std::string("the blocks stay where they are"));
-  std::fflush(out_);
-  if (!moves || relayout_) return;
-  Relayout change;
-  change.stages_from = change.stages_to = stages;
-  change.stage_speeds = speeds;
-  relayout_ = change;
 }
 
 }  // namespace weft

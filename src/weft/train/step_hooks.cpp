@@ -2,11 +2,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "weft/parallel/pipeline.h"
+#include "weft/tensor/ops.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 #include "weft/util/parse.h"
@@ -100,6 +105,86 @@ void TimelineHook::after_step(const StepFacts& facts) {
 void ProfileHook::after_step(const StepFacts& facts) {
   profile_.end_step(facts.seconds, std::chrono::duration<double>(facts.computing - facts.started).count(),
                     facts.exposed_seconds);
+}
+
+void ConvergedFreezing::after_step(const StepFacts&) {
+  const std::size_t layers = task_.layers(model_), frozen = frozen_;
+  std::vector<double> sums(3 * layers, 0);  // per layer: gradient, weights (squared norms), has parameters
+  for (const auto& [name, p] : strategies_->part().trained) {
+    const int layer = task_.layer_of(name);
+    if (layer < 0 || static_cast<std::size_t>(layer) >= layers) continue;
+    const auto l = static_cast<std::size_t>(layer);
+    sums[2 * layers + l] = 1;
+    sums[layers + l] += ops::sum_of_squares(p.value());
+    if (p.grad().defined()) sums[l] += ops::sum_of_squares(p.grad());
+  }
+  parallel::RankGroup(strategies_->part().model_group).sum(sums);
+  std::vector<bool> has(layers);
+  for (std::size_t l = 0; l < layers; ++l) has[l] = sums[2 * layers + l] > 0;
+  calm_.resize(layers, 0);
+  std::size_t last_trained = 0;  // the last layer with parameters: it always trains
+  for (std::size_t l = 0; l < layers; ++l)
+    if (has[l]) last_trained = l;
+  for (std::size_t l = frozen; l < last_trained; ++l)
+    if (has[l]) calm_[l] = std::sqrt(sums[l]) < rule_.ratio * std::sqrt(sums[layers + l]) ? calm_[l] + 1 : 0;
+  std::size_t next = frozen;  // the longest run of calm layers from the first unfrozen one
+  for (std::size_t l = frozen; l < last_trained; ++l) {
+    if (has[l] && calm_[l] < rule_.steps) break;
+    if (has[l]) next = l + 1;
+  }
+  if (next > frozen)
+    while (next < last_trained && !has[next]) ++next;  // with the layers without parameters after it
+  next_ = next > frozen ? next : 0;
+}
+
+std::optional<LayoutRequest> ConvergedFreezing::take_layout_request() {
+  if (next_ == 0) return std::nullopt;
+  LayoutRequest r;
+  r.freeze_below = std::exchange(next_, 0);
+  return r;
+}
+
+void StageSpeeds::after_step(const StepFacts& facts) {
+  constexpr int kWarmup = 1, kTimed = 5;
+  const parallel::GptPipeline* pipe = strategies_->pipeline();
+  if (done_ || !pipe || pipe->stages() < 2) return;
+  if (++steps_ <= kWarmup) return;
+  busy_ += pipe->last_busy();
+  if (steps_ < kWarmup + kTimed) return;
+  done_ = true;
+  const int stages = pipe->stages();
+  std::vector<double> sums(2 * static_cast<std::size_t>(stages), 0);  // per stage: costs, seconds
+  sums[static_cast<std::size_t>(pipe->stage())] = pipe->stage_cost();
+  sums[static_cast<std::size_t>(stages + pipe->stage())] = busy_;
+  world_.sum(sums);
+  std::vector<double> speeds(static_cast<std::size_t>(stages));
+  for (std::size_t s = 0; s < speeds.size(); ++s) speeds[s] = sums[s] / std::max(sums[speeds.size() + s], 1e-12);
+  const double fastest = *std::max_element(speeds.begin(), speeds.end());
+  std::string shares;
+  for (double& v : speeds) {
+    v = std::max(v / fastest, 1e-3);
+    shares += fmt::format("{}{:.2f}", shares.empty() ? "" : ":", v);
+  }
+  const std::vector<std::int64_t> bounds = pipe->partition_for(speeds);
+  const auto blocks = [](const std::vector<std::int64_t>& b) {
+    std::string text;
+    for (std::size_t v = 0; v + 1 < b.size(); ++v) text += fmt::format("{}{}-{}", v ? " | " : "", b[v], b[v + 1] - 1);
+    return text;
+  };
+  const bool moves = bounds != pipe->boundaries();
+  fmt::print(out_, "stage speeds measured over steps {}-{}: {}; {}\n", facts.step - kTimed + 1, facts.step, shares,
+             moves ? fmt::format("blocks per stage {} -> {}", blocks(pipe->boundaries()), blocks(bounds))
+                   : std::string("the blocks stay where they are"));
+  std::fflush(out_);
+  if (moves) speeds_ = speeds;
+}
+
+std::optional<LayoutRequest> StageSpeeds::take_layout_request() {
+  if (speeds_.empty()) return std::nullopt;
+  LayoutRequest r;
+  r.stage_speeds = std::move(speeds_);
+  speeds_.clear();
+  return r;
 }
 
 }  // namespace weft

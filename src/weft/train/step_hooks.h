@@ -5,9 +5,11 @@
 //   after_step      the step's figures
 // The hooks here: a straggler and a slower worker for tests (FaultInjection), the thread
 // governor (--adapt-threads), share balancing (--dp-shares measured), the gradient noise
-// scale (--grow-at noise), the timeline (--timeline) and the per-kernel profile (--profile).
-// Converged freezing and the stages' measured speeds change the layout, and stay the run's
-// (run_watchers.cpp).
+// scale (--grow-at noise), converged freezing, the stages' speeds, the timeline (--timeline)
+// and the per-kernel profile (--profile).
+// Converged freezing (--freeze-converged) and the stages' measured speeds (--stage-shares
+// measured) decide that the layout changes: they ask, and the run carries it out after the
+// step (run_watchers.cpp: the strategies rebuilt, or the pipeline in a new layout).
 #pragma once
 
 #include <chrono>
@@ -16,11 +18,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "weft/parallel/rank_group.h"
 #include "weft/parallel/strategy.h"
 #include "weft/tensor/thread_governor.h"
 #include "weft/train/noise_scale.h"
+#include "weft/train/options.h"
 #include "weft/train/share_balancer.h"
 #include "weft/train/step_profile.h"
 #include "weft/train/task.h"
@@ -39,12 +43,20 @@ struct StepFacts {
   const parallel::CommStats* comm = nullptr;  // the strategies' figures and the step's spans
 };
 
+// A change of layout a hook asks for after a step.
+struct LayoutRequest {
+  std::size_t freeze_below = 0;        // freeze the layers below this one (0: no change)
+  std::vector<double> stage_speeds{};  // re-balance the pipeline's stages for these speeds (empty: no change)
+};
+
 class StepHook {
  public:
   virtual ~StepHook() = default;
   virtual void before_compute() {}
   virtual void after_compute(double busy_seconds) {}
   virtual void after_step(const StepFacts& facts) {}
+  // Once every hook saw the step: the change this one asks for, if any (asked once).
+  virtual std::optional<LayoutRequest> take_layout_request() { return std::nullopt; }
 };
 
 // For tests of what slow workers do (asynchronous parameter servers, overlap, share
@@ -110,6 +122,51 @@ class NoiseScaleHook : public StepHook {
   const std::unique_ptr<parallel::Strategies>& strategies_;
   parallel::RankGroup replicas_;
   NoiseScale& noise_;
+};
+
+// --freeze-converged RATIO:STEPS: each leading layer's gradient norm against its weights' (the
+// same on every replica after the all-reduce, summed over a pipeline's stages by
+// `model_group`: every rank decides alike). The layers that stayed under the ratio for STEPS
+// steps in a row from the first unfrozen one on are asked frozen, with the layers without
+// parameters after them, while one with parameters still trains. `frozen`: the run's count.
+class ConvergedFreezing : public StepHook {
+ public:
+  ConvergedFreezing(FreezeRule rule, const std::unique_ptr<parallel::Strategies>& strategies, const Task& task,
+                    const Module& model, const std::size_t& frozen)
+      : rule_(rule), strategies_(strategies), task_(task), model_(model), frozen_(frozen) {}
+  void after_step(const StepFacts& facts) override;
+  std::optional<LayoutRequest> take_layout_request() override;
+
+ private:
+  FreezeRule rule_;
+  const std::unique_ptr<parallel::Strategies>& strategies_;
+  const Task& task_;
+  const Module& model_;
+  const std::size_t& frozen_;
+  std::vector<std::int64_t> calm_;  // per layer: steps in a row under the ratio
+  std::size_t next_ = 0;            // the layers to freeze below (0: none asked)
+};
+
+// --stage-shares measured (seed 003 chapter 12: heterogeneous workers): each stage times its
+// computation (forward and backward of its micro-batches, not its waits) over the run's
+// steps 2-6; every rank then knows each stage's speed, its cost (in the units the partition
+// balances) over its time, summed over `world`; when the partition those speeds give
+// differs, the hook asks for it. Once per run; said on `out`.
+class StageSpeeds : public StepHook {
+ public:
+  StageSpeeds(const std::unique_ptr<parallel::Strategies>& strategies, parallel::RankGroup world, std::FILE* out)
+      : strategies_(strategies), world_(world), out_(out) {}
+  void after_step(const StepFacts& facts) override;
+  std::optional<LayoutRequest> take_layout_request() override;
+
+ private:
+  const std::unique_ptr<parallel::Strategies>& strategies_;
+  parallel::RankGroup world_;
+  std::FILE* out_;
+  int steps_ = 0;
+  double busy_ = 0;
+  bool done_ = false;
+  std::vector<double> speeds_;  // asked for (empty: nothing)
 };
 
 // --timeline: the data wait and the strategies' spans of each step (timeline.h).
