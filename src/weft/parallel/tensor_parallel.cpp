@@ -54,9 +54,11 @@ TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communica
     DecoderBlockParts& b = blocks_.emplace_back();
     b.ln1_weight = replicated(h + "ln1.weight");
     b.ln1_bias = replicated(h + "ln1.bias");
-    b.ln2_weight = replicated(h + "ln2.weight");
-    b.ln2_bias = replicated(h + "ln2.bias");
-    for (Product p : kProducts) {
+    for (Product p : kProducts) {  // (in the model's order: the MLP's norm before its products)
+      if (p == Product::kFc) {
+        b.ln2_weight = replicated(h + "ln2.weight");
+        b.ln2_bias = replicated(h + "ln2.bias");
+      }
       const std::string name = h + product_name(p);
       const Slicing s = product_slicing(p);
       const int dim = sliced_dim(s);
