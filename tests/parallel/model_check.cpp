@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "rank_checks.h"
 #include "weft/autograd/functions.h"
 #include "weft/autograd/sequence.h"
 #include "weft/nn/transformer.h"
@@ -34,15 +35,12 @@
 
 using namespace weft;
 using namespace weft::parallel;
+using weft::testing::check;
+using weft::testing::g_checks;
+using weft::testing::g_failures;
 
 namespace {
 
-int g_checks = 0, g_failures = 0;
-
-void check(bool ok, const std::string& what) {
-  ++g_checks;
-  if (!ok && ++g_failures <= 20) std::fprintf(stderr, "FAIL: %s\n", what.c_str());
-}
 
 constexpr std::int64_t kB = 2, kT = 12, kV = 40;
 

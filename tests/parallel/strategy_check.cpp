@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "rank_checks.h"
 #include "weft/autograd/functions.h"
 #include "weft/nn/models.h"
 #include "weft/nn/transformer.h"
@@ -34,15 +35,12 @@
 
 using namespace weft;
 using namespace weft::parallel;
+using weft::testing::check;
+using weft::testing::g_checks;
+using weft::testing::g_failures;
 
 namespace {
 
-int g_checks = 0, g_failures = 0;
-
-void check(bool ok, const std::string& what) {
-  ++g_checks;
-  if (!ok && ++g_failures <= 20) std::fprintf(stderr, "FAIL: %s\n", what.c_str());
-}
 
 OptimizerFactory sgd(double lr, double momentum = 0.9) {
   return [lr, momentum](NamedParameters p) { return std::make_unique<SGD>(std::move(p), lr, momentum, 0.0); };
