@@ -7,7 +7,6 @@
 
 #include <fmt/format.h>
 #include <cmath>
-#include <thread>
 #include <limits>
 
 #include "weft/autograd/functions.h"
@@ -196,7 +195,7 @@ int GptPipeline::owner_of(const std::string& name) const {
 }
 
 // The computation since `t0`, to the options' after_compute.
-void GptPipeline::slow_down(Clock::time_point t0) const {
+void GptPipeline::computed_since(Clock::time_point t0) const {
   if (options_.after_compute) options_.after_compute(since(t0));
 }
 
@@ -280,7 +279,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
             u.loss = scale == 1 ? loss : mul(loss, scale);
           }
         }
-        slow_down(t0);
+        computed_since(t0);
         busy += since(t0);
         if (recording_spans()) record_span(fmt::format("forward {}{}", op.micro, chunk_label_of(op.chunk, options_.chunks)), "compute", 0, t0);
         break;
@@ -303,7 +302,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
         const auto t0 = Clock::now();
         if (v == V - 1) u.loss.backward();
         else u.output.backward(u.grad_out);
-        slow_down(t0);
+        computed_since(t0);
         busy += since(t0);
         if (recording_spans()) record_span(fmt::format("backward {}{}", op.micro, chunk_label_of(op.chunk, options_.chunks)), "compute", 0, t0);
         if (v == 0) units.erase({op.micro, op.chunk});

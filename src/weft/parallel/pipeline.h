@@ -103,7 +103,7 @@ class GptPipeline {
     Var input, output, loss;
   };
   void sum_tied_gradients();
-  void slow_down(std::chrono::steady_clock::time_point t0) const;
+  void computed_since(std::chrono::steady_clock::time_point t0) const;  // to options.after_compute
   double run(const Tensor& ids, const std::vector<std::int32_t>& targets, bool train, const std::function<void()>& update,
              double weight = 1);
 

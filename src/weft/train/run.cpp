@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <numeric>
 #include <optional>
-#include <thread>
 
 #include "weft/io/checkpoint.h"
 #include "weft/io/safetensors.h"
