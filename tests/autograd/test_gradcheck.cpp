@@ -164,6 +164,13 @@ TEST(Gradcheck, SequenceOperations) {
   expect_gradcheck("fused causal softmax", [](auto& v) { return causal_softmax(v[0], 0.37); }, {rnd({2, 5, 5})});
   expect_gradcheck("causal self-attention", [](auto& v) { return causal_self_attention(v[0], 2); },
                    {rnd({2, 5, 12})});
+  expect_gradcheck("grouped-query attention", [](auto& v) { return causal_self_attention(v[0], 4, 2); },
+                   {rnd({2, 5, 24})});
+  expect_gradcheck("multi-query attention, sliding window", [](auto& v) { return causal_self_attention(v[0], 2, 1, 2); },
+                   {rnd({1, 6, 12})});
+  expect_gradcheck("rms_norm", [](auto& v) { return rms_norm(v[0], v[1]); }, {rnd({2, 3, 6}), rnd({6})});
+  expect_gradcheck("swiglu", [](auto& v) { return swiglu(v[0]); }, {rnd({3, 8}, -3, 3)});
+  expect_gradcheck("rotary", [](auto& v) { return rotary(v[0], {0, 3, 7}, 2, {1.0, 0.1}); }, {rnd({3, 10})});
   expect_gradcheck("narrow", [](auto& v) { return narrow(v[0], 1, 2, 3); }, {rnd({2, 6, 3})});
   expect_gradcheck("concat", [](auto& v) { return concat({v[0], v[1]}, 1); }, {rnd({2, 3}), rnd({2, 4})});
 }
@@ -382,4 +389,101 @@ TEST(Sequence, FusedSelfAttentionIsTheComposedOne) {
   EXPECT_TRUE(ops::equal(y.slice(1, 0, 5).contiguous(), y2.slice(1, 0, 5).contiguous()));
   EXPECT_FALSE(ops::equal(y.slice(1, 5, 6).contiguous(), y2.slice(1, 5, 6).contiguous()));
   EXPECT_THROW(causal_self_attention(Var(randn({1, 4, 10}, rng)), 2), InternalError);
+}
+
+// Grouped-query attention is multi-head attention with each key-value head repeated for its
+// group of query heads: the same output, and the repeated heads' gradients summed.
+TEST(Sequence, GroupedQueryAttentionIsRepeatedKeysAndValues) {
+  Rng rng(11);
+  const std::int64_t B = 2, T = 9, H = 6, KV = 2, hd = 4, G = H / KV;
+  for (std::int64_t window : {0, 3}) {
+    Tensor x = randn({B, T, (H + 2 * KV) * hd}, rng, 0, 1, DType::F64), g = randn({B, T, H * hd}, rng, 0, 1, DType::F64);
+    Tensor wide = Tensor::zeros({B, T, 3 * H * hd}, DType::F64);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t e = 0; e < hd; ++e) {
+            wide.set({b, t, h * hd + e}, x.at({b, t, h * hd + e}));
+            wide.set({b, t, (H + h) * hd + e}, x.at({b, t, (H + h / G) * hd + e}));
+            wide.set({b, t, (2 * H + h) * hd + e}, x.at({b, t, (H + KV + h / G) * hd + e}));
+          }
+    Var a(x, true), b(wide, true);
+    Var grouped = causal_self_attention(a, H, KV, window), full = causal_self_attention(b, H, 0, window);
+    EXPECT_TRUE(ops::allclose(grouped.value(), full.value(), 1e-12, 1e-14)) << window;
+    grouped.backward(g);
+    full.backward(g);
+    for (std::int64_t bb = 0; bb < B; ++bb)
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t k = 0; k < KV; ++k)
+          for (std::int64_t e = 0; e < hd; ++e) {
+            double dk = 0, dv = 0;
+            for (std::int64_t m = 0; m < G; ++m) {
+              dk += b.grad().at({bb, t, (H + k * G + m) * hd + e});
+              dv += b.grad().at({bb, t, (2 * H + k * G + m) * hd + e});
+            }
+            EXPECT_NEAR(a.grad().at({bb, t, (H + k) * hd + e}), dk, 1e-12);
+            EXPECT_NEAR(a.grad().at({bb, t, (H + KV + k) * hd + e}), dv, 1e-12);
+          }
+  }
+}
+
+// A sliding window of w keys: a window as long as the sequence changes nothing; a window of
+// one key gives each query its own value; with w = 3 a query's output does not depend on
+// keys four or more places back.
+TEST(Sequence, SlidingWindowAttentionSeesOnlyItsWindow) {
+  Rng rng(12);
+  const std::int64_t T = 7, H = 2, hd = 3;
+  Tensor x = randn({1, T, 3 * H * hd}, rng, 0, 1, DType::F64);
+  EXPECT_TRUE(ops::equal(causal_self_attention(Var(x), H, 0, T).value(), causal_self_attention(Var(x), H).value()));
+  Tensor own = causal_self_attention(Var(x), H, 0, 1).value();
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t c = 0; c < H * hd; ++c) EXPECT_NEAR(own.at({0, t, c}), x.at({0, t, 2 * H * hd + c}), 1e-12);
+  Tensor changed = x.clone();
+  for (std::int64_t c = 0; c < 3 * H * hd; ++c) changed.set({0, 0, c}, 5.0);
+  Tensor y = causal_self_attention(Var(x), H, 0, 3).value(), y2 = causal_self_attention(Var(changed), H, 0, 3).value();
+  EXPECT_FALSE(ops::equal(y.slice(1, 2, 3).contiguous(), y2.slice(1, 2, 3).contiguous()));
+  EXPECT_TRUE(ops::equal(y.slice(1, 3, T).contiguous(), y2.slice(1, 3, T).contiguous()));
+  EXPECT_THROW(causal_self_attention(Var(randn({1, 4, 20}, rng)), 3, 2), InternalError);  // 3 heads, 2 groups
+}
+
+// Rotary embeddings turn each pair by position x frequency: position 0 is the identity, a
+// pair's length is kept, the values after the rotated heads pass, and the dot product of a
+// rotated query and key depends only on how far apart their positions are.
+TEST(Sequence, RotaryEmbeddingsDependOnRelativePosition) {
+  Rng rng(13);
+  const std::vector<double> freq{1.0, 0.3, 0.01};
+  Tensor q = randn({1, 6}, rng, 0, 1, DType::F64), k = randn({1, 6}, rng, 0, 1, DType::F64);
+  auto at = [&](const Tensor& row, std::int32_t pos) { return rotary(Var(row), {pos}, 1, freq).value(); };
+  EXPECT_TRUE(ops::allclose(at(q, 0), q, 0, 1e-15));
+  auto dot = [](const Tensor& a, const Tensor& b) {
+    double s = 0;
+    for (std::int64_t i = 0; i < a.numel(); ++i) s += a.data<double>()[i] * b.data<double>()[i];
+    return s;
+  };
+  EXPECT_NEAR(dot(at(q, 5), at(q, 5)), dot(q, q), 1e-12);
+  EXPECT_NEAR(dot(at(q, 9), at(k, 4)), dot(at(q, 15), at(k, 10)), 1e-12);
+  EXPECT_GT(std::abs(dot(at(q, 9), at(k, 4)) - dot(at(q, 9), at(k, 6))), 1e-6);
+  Tensor rows = randn({2, 10}, rng, 0, 1, DType::F64);
+  Tensor turned = rotary(Var(rows), {3, 4}, 1, freq).value();
+  EXPECT_TRUE(ops::equal(turned.slice(1, 6, 10).contiguous(), rows.slice(1, 6, 10).contiguous()));
+  EXPECT_THROW(rotary(Var(rows), {3}, 1, freq), InternalError);  // one position for two rows
+}
+
+// RMS normalization is layer normalization of an input whose mean is already zero.
+TEST(Sequence, RmsNormIsLayerNormWithoutTheMean) {
+  Rng rng(14);
+  Tensor x = randn({4, 8}, rng, 0, 1, DType::F64), gamma = randn({8}, rng, 0, 1, DType::F64);
+  for (std::int64_t r = 0; r < 4; ++r) {
+    double m = 0;
+    for (std::int64_t c = 0; c < 8; ++c) m += x.at({r, c}) / 8;
+    for (std::int64_t c = 0; c < 8; ++c) x.set({r, c}, x.at({r, c}) - m);
+  }
+  EXPECT_TRUE(ops::allclose(rms_norm(Var(x), Var(gamma), 1e-5).value(), layer_norm(Var(x), Var(gamma), Var(), 1e-5).value(),
+                            1e-12, 1e-12));
+  Tensor y = rms_norm(Var(x), Var(), 0.0).value();
+  for (std::int64_t r = 0; r < 4; ++r) {
+    double ms = 0;
+    for (std::int64_t c = 0; c < 8; ++c) ms += y.at({r, c}) * y.at({r, c}) / 8;
+    EXPECT_NEAR(ms, 1.0, 1e-12);
+  }
 }

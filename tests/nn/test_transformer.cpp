@@ -2,6 +2,8 @@
 // parameter counts, tied weights, gradients, and that a tiny GPT learns a sequence.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "weft/autograd/functions.h"
@@ -26,7 +28,7 @@ TEST(Transformer, BookAndStandardPositionalEncodings) {
   Tensor standard = sinusoidal_encoding(10, 2, Positional::kStandard, DType::F64);
   EXPECT_NEAR(standard.at({4, 0}), std::sin(4.0), 1e-12);
   EXPECT_NEAR(standard.at({4, 1}), std::cos(4.0), 1e-12);
-  EXPECT_THROW(parse_positional("rotary"), ConfigError);
+  EXPECT_THROW(parse_positional("alibi"), ConfigError);
 }
 
 TEST(Transformer, GptShapesParametersAndTying) {
@@ -64,9 +66,26 @@ TEST(Transformer, AttentionAndBlockGradientsCheckInDouble) {
   // The composition (projections, head split, scaled scores, causal mask, softmax, merge;
   // layer norms, GELU, residuals) against finite differences, in double, through the input.
   Rng rng(3);
-  CausalSelfAttention attn(8, 2, rng);
-  TransformerBlock block(8, 2, rng, true), post(8, 2, rng, false);
-  for (Module* m : {static_cast<Module*>(&attn), static_cast<Module*>(&block), static_cast<Module*>(&post)}) {
+  BlockConfig pre_cfg;
+  pre_cfg.dim = 8;
+  pre_cfg.heads = 2;
+  BlockConfig post_cfg = pre_cfg;
+  post_cfg.pre_ln = false;
+  // The Llama family's block: RMSNorm, SwiGLU, rotary embeddings, two query heads per
+  // key-value head, no biases, a sliding window.
+  BlockConfig llama_cfg = pre_cfg;
+  llama_cfg.heads = 4;
+  llama_cfg.kv_heads = 2;
+  llama_cfg.norm = Norm::kRms;
+  llama_cfg.mlp = Activation::kSwiGlu;
+  llama_cfg.hidden = 12;
+  llama_cfg.bias = llama_cfg.qkv_bias = false;
+  llama_cfg.rope_theta = 10000;
+  llama_cfg.window = 3;
+  CausalSelfAttention attn(pre_cfg, rng);
+  TransformerBlock block(pre_cfg, rng), post(post_cfg, rng), llama(llama_cfg, rng);
+  for (Module* m : {static_cast<Module*>(&attn), static_cast<Module*>(&block), static_cast<Module*>(&post),
+                    static_cast<Module*>(&llama)}) {
     for (auto& p : m->parameters()) {
       Var q = p;
       q.mutable_value() = q.value().to(DType::F64);
@@ -79,6 +98,39 @@ TEST(Transformer, AttentionAndBlockGradientsCheckInDouble) {
   EXPECT_TRUE(b.ok) << b.message;
   GradcheckResult c = gradcheck([&](const std::vector<Var>& v) { return post.forward(v[0]); }, {x});
   EXPECT_TRUE(c.ok) << c.message;
+  GradcheckResult l = gradcheck([&](const std::vector<Var>& v) { return llama.forward(v[0]); }, {x});
+  EXPECT_TRUE(l.ok) << l.message;
+  EXPECT_EQ(llama.parameters().size(), 6u);  // two norm weights, four products without biases
+}
+
+TEST(Transformer, LlamaShapedGptLearnsARepeatingSequence) {
+  Rng rng(4);
+  GptConfig c{6, 12, 32, 2, 4, Positional::kRotary, true};
+  c.norm = Norm::kRms;
+  c.mlp = Activation::kSwiGlu;
+  c.kv_heads = 2;
+  c.bias = c.qkv_bias = false;
+  c.tied_head = false;
+  GPT gpt(c, rng);
+  std::vector<std::string> names;
+  for (auto& [name, p] : gpt.named_parameters()) names.push_back(name);
+  EXPECT_EQ(names.back(), "lm_head.weight");
+  EXPECT_EQ(std::count(names.begin(), names.end(), "wpe.weight"), 0);
+  EXPECT_EQ(gpt.part_of("lm_head.weight").kind, GptPart::kFinalNorm);
+  const auto [first, last] = weft::testing::train_on_cycle(gpt, 3e-3);
+  EXPECT_GT(first, 1.0);
+  EXPECT_LT(last, 0.1);
+  auto out = gpt.generate({2, 3, 4}, 6, 0.0, 0, rng);
+  EXPECT_EQ(out, (std::vector<std::int32_t>{2, 3, 4, 5, 0, 1, 2, 3, 4}));
+  // A key-value head count that does not group the heads, an odd head size under rotary
+  // embeddings: one-line configuration errors.
+  GptConfig bad = c;
+  bad.kv_heads = 3;
+  EXPECT_THROW(GPT(bad, rng), ConfigError);
+  bad = c;
+  bad.dim = 36;
+  bad.heads = 4;  // head size 9
+  EXPECT_THROW(GPT(bad, rng), ConfigError);
 }
 
 TEST(Transformer, TinyGptLearnsARepeatingSequence) {

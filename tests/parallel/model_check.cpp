@@ -1,11 +1,15 @@
 // The golden test of the model written once (nn/decoder_block.h): a fixed GPT's logits and
 // loss through every way weft runs it, against one reference, the model's own forward in one
 // process. Run on 2 ranks under `weft launch` by ctest, for a pre-LN GPT with learned
-// positions and a post-LN one with sinusoidal positions:
+// positions, a post-LN one with sinusoidal positions, a Llama-shaped one (RMSNorm, SwiGLU,
+// rotary positions, 4 heads over 2 key-value heads, no biases, an untied head) and a
+// Qwen-2/Mistral-shaped one (biases on Q, K and V only, a tied head, one key-value head, a
+// sliding window of 5 keys):
 //   tp2          tensor-parallel training's pieces (TensorParallelGpt: vocabulary-parallel
 //                embedding, column/row-parallel products, each rank's heads): the logits,
 //                each rank's vocabulary slice all-gathered, and its loss through the strategy
-//   tp2-qk       the same with seed 002's attention (every rank's Q and K gathered)
+//   tp2-qk       the same with seed 002's attention (every rank's Q and K gathered; for
+//                grouped-query heads or a window, a configuration error instead)
 //   pp2          pipeline stages (block 0 on rank 0, block 1 on rank 1, the activations
 //                sent between): the logits, and the loss through the Pipeline strategy
 //   decode       the key-value-cache decoder: a prompt prefilled, then one token per step,
@@ -44,13 +48,45 @@ namespace {
 
 constexpr std::int64_t kB = 2, kT = 12, kV = 40;
 
-GptConfig fixed_gpt(bool pre_ln) {
-  return GptConfig{kV, kT, 32, 2, 4, pre_ln ? Positional::kLearned : Positional::kStandard, pre_ln, false};
+enum class Kind { kPreLn, kPostLn, kLlama, kQwenMistral };
+
+std::string kind_name(Kind k) {
+  switch (k) {
+    case Kind::kPreLn: return "pre-LN";
+    case Kind::kPostLn: return "post-LN";
+    case Kind::kLlama: return "llama";
+    case Kind::kQwenMistral: return "qwen-mistral";
+  }
+  return "";
 }
 
-GPT fixed_model(bool pre_ln) {
+GptConfig fixed_gpt(Kind kind) {
+  const bool post = kind == Kind::kPostLn;
+  GptConfig c{kV, kT, 32, 2, 4, post ? Positional::kStandard : Positional::kLearned, !post, false};
+  if (kind == Kind::kLlama || kind == Kind::kQwenMistral) {
+    c.positional = Positional::kRotary;
+    c.rope_theta = 500000;
+    c.norm = Norm::kRms;
+    c.norm_eps = 1e-6;
+    c.mlp = Activation::kSwiGlu;
+    c.hidden = 48;
+    c.bias = false;
+  }
+  if (kind == Kind::kLlama) {
+    c.kv_heads = 2;
+    c.qkv_bias = false;
+    c.tied_head = false;
+  }
+  if (kind == Kind::kQwenMistral) {
+    c.kv_heads = 2;  // (one per rank under tensor parallelism)
+    c.window = 5;
+  }
+  return c;
+}
+
+GPT fixed_model(Kind kind) {
   Rng rng(11);
-  return GPT(fixed_gpt(pre_ln), rng);
+  return GPT(fixed_gpt(kind), rng);
 }
 
 // Fixed token ids [B, T] and their next tokens.
@@ -99,11 +135,12 @@ OptimizerFactory sgd() {
 Tensor tensor_parallel_logits(TensorParallelGpt& tp, comm::Communicator& group, const StepBatch& b) {
   NoGradGuard no_grad;
   const Var h = tp.run_blocks(tp.embed(b.inputs), 0, tp.config().layers);
-  Var wte;
   std::map<std::string, Var> own;
   for (auto& [name, p] : tp.parameters()) own[name] = p;
-  const Var hf = layer_norm(reshape(h, {kB * kT, tp.config().dim}), own.at("ln_f.weight"), own.at("ln_f.bias"));
-  const Tensor mine = matmul(hf, transpose(own.at(GPT::tied_weight()), 0, 1)).value().contiguous();  // [N, V/2]
+  const GptConfig& c = tp.config();
+  const Var hf = block_norm(reshape(h, {kB * kT, c.dim}), own.at("ln_f.weight"),
+                            own.count("ln_f.bias") ? own.at("ln_f.bias") : Var(), c.block());
+  const Tensor mine = matmul(hf, transpose(own.at(tp.gpt().head_weight()), 0, 1)).value().contiguous();  // [N, V/2]
   Tensor all = Tensor::empty({2, kB * kT, kV / 2});
   group.allgather(mine.data<float>(), all.data<float>(), mine.numel(), comm::DataType::kF32)->wait();
   return all.permute({1, 0, 2}).contiguous().reshape({kB * kT, kV});
@@ -164,11 +201,12 @@ Tensor with_prefill_rows(Tensor decoded, const Tensor& want) {
   return decoded;
 }
 
-void check_model(const std::shared_ptr<comm::Communicator>& world, bool pre_ln) {
-  const std::string kind = pre_ln ? "pre-LN" : "post-LN";
+void check_model(const std::shared_ptr<comm::Communicator>& world, Kind model_kind) {
+  const std::string kind = kind_name(model_kind);
+  const auto fixed = [model_kind] { return fixed_model(model_kind); };
   const StepBatch batch = fixed_batch();
   // The reference: the model's own forward in this process.
-  GPT reference = fixed_model(pre_ln);
+  GPT reference = fixed();
   Tensor want;
   double want_loss = 0;
   {
@@ -179,16 +217,26 @@ void check_model(const std::shared_ptr<comm::Communicator>& world, bool pre_ln) 
   // Tensor parallelism, both attentions: the pieces' logits, the strategy's loss.
   for (bool gather_qk : {false, true}) {
     const std::string way = kind + (gather_qk ? " tp2-qk" : " tp2");
-    GPT model = fixed_model(pre_ln);
+    GPT model = fixed();
     Mesh mesh(world, MeshShape{1, 1, 2});
     Strategies tp(model);
     tp.add(std::make_unique<TensorParallel>(mesh.tp(), mesh.model().get(), gather_qk));
+    if (gather_qk && (model_kind == Kind::kLlama || model_kind == Kind::kQwenMistral)) {
+      bool refused = false;
+      try {
+        tp.prepare(sgd());
+      } catch (const ConfigError&) {
+        refused = true;
+      }
+      check(refused, way + ": seed attention took grouped-query heads");
+      continue;
+    }
     tp.prepare(sgd());
     check_loss(way, tp.eval_loss(batch, kLmLoss), want_loss);
     check_logits(way, tensor_parallel_logits(tp.find<TensorParallel>()->model(), *mesh.tp(), batch), want, 1e-6);
   }
   {
-    GPT model = fixed_model(pre_ln);
+    GPT model = fixed();
     check_logits(kind + " pp2", pipeline_logits(model, *world, batch), want, 1e-6);
     Mesh mesh(world, MeshShape{1, 2, 1});
     Strategies pp(model);
@@ -198,7 +246,7 @@ void check_model(const std::shared_ptr<comm::Communicator>& world, bool pre_ln) 
     if (world->rank() == 1) check_loss(kind + " pp2", loss, want_loss);
   }
   // Decoding with the cache: whole, in fewer bits, sliced over the ranks, in two stages.
-  const GPT model = fixed_model(pre_ln);
+  const GPT model = fixed();
   const std::vector<std::pair<serve::WeightFormat, double>> formats{
       {serve::WeightFormat::kF32, 1e-6}, {serve::WeightFormat::kBf16, 1e-2}, {serve::WeightFormat::kInt8, 4e-2}};
   for (auto [format, tolerance] : formats) {
@@ -243,7 +291,7 @@ int main() {
       std::fprintf(stderr, "model_check runs on 2 ranks: weft launch --nproc-per-node 2 -- model_check\n");
       return 2;
     }
-    for (bool pre_ln : {true, false}) check_model(job.world, pre_ln);
+    for (Kind kind : {Kind::kPreLn, Kind::kPostLn, Kind::kLlama, Kind::kQwenMistral}) check_model(job.world, kind);
     std::printf("rank %d of 2: %d checks, %d failures\n", job.world->rank(), g_checks, g_failures);
     return g_failures ? 1 : 0;
   } catch (const std::exception& e) {

@@ -115,15 +115,75 @@ TEST(SavedModel, RecipeRoundTripsAndRefusesBadMetadata) {
   EXPECT_THROW(ModelRecipe::from_metadata(m, "m"), CheckpointError);
   EXPECT_THROW(ModelRecipe::from_metadata({{"weft_model", "resnet"}}, "m"), CheckpointError);
   EXPECT_EQ(ModelRecipe::from_metadata({{"weft_model", "cnn"}}, "m").model, "cnn");
+  // A file saved before the block's kind was recorded holds a GPT-2-shaped model.
+  m = r.to_metadata();
+  for (const char* key : {"weft_norm", "weft_norm_eps", "weft_mlp", "weft_mlp_width", "weft_kv_heads", "weft_bias",
+                          "weft_qkv_bias", "weft_tied_head", "weft_window"})
+    m.erase(key);
+  back = ModelRecipe::from_metadata(m, "m");
+  EXPECT_EQ(back.gpt.norm, Norm::kLayer);
+  EXPECT_TRUE(back.gpt.tied_head && back.gpt.bias);
+  EXPECT_EQ(back.gpt.block().mlp_width(), 4 * r.gpt.dim);
+}
+
+// A Llama-shaped model's recipe keeps every block option, the rotary scaling included, and
+// refuses values that are not options.
+TEST(SavedModel, LlamaRecipeRoundTrips) {
+  ModelRecipe r;
+  r.model = "gpt";
+  r.gpt = small_gpt(Positional::kRotary, true);
+  r.gpt.norm = Norm::kRms;
+  r.gpt.norm_eps = 1e-6;
+  r.gpt.mlp = Activation::kSwiGlu;
+  r.gpt.hidden = 40;
+  r.gpt.kv_heads = 2;
+  r.gpt.bias = false;
+  r.gpt.tied_head = false;
+  r.gpt.window = 6;
+  r.gpt.rope_theta = 500000;
+  r.gpt.rope_scaling = {RopeScaling::kLlama3, 8, 1, 4, 64};
+  const ModelRecipe back = ModelRecipe::from_metadata(r.to_metadata(), "m");
+  const GptConfig& g = back.gpt;
+  EXPECT_EQ(g.positional, Positional::kRotary);
+  EXPECT_EQ(g.norm, Norm::kRms);
+  EXPECT_DOUBLE_EQ(g.norm_eps, 1e-6);
+  EXPECT_EQ(g.mlp, Activation::kSwiGlu);
+  EXPECT_EQ(g.hidden, 40);
+  EXPECT_EQ(g.kv_heads, 2);
+  EXPECT_FALSE(g.bias);
+  EXPECT_TRUE(g.qkv_bias);
+  EXPECT_FALSE(g.tied_head);
+  EXPECT_EQ(g.window, 6);
+  EXPECT_DOUBLE_EQ(g.rope_theta, 500000);
+  EXPECT_EQ(g.rope_scaling.kind, RopeScaling::kLlama3);
+  EXPECT_DOUBLE_EQ(g.rope_scaling.factor, 8);
+  EXPECT_EQ(g.rope_scaling.original_context, 64);
+  for (auto [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"weft_norm", "batch"}, {"weft_mlp", "relu"}, {"weft_kv_heads", "3"}, {"weft_bias", "yes"},
+           {"weft_rope_theta", "-1"}, {"weft_rope_scaling", "dynamic"}, {"weft_window", "-2"}}) {
+    Metadata m = r.to_metadata();
+    m[key] = value;
+    EXPECT_THROW(ModelRecipe::from_metadata(m, "m"), CheckpointError) << key << " = " << value;
+  }
 }
 
 // The cache's logits equal the forward's, for the prompt and for every token after it,
-// in every GPT variant, and past the context (where the window slides).
+// in every GPT variant (the Llama-shaped one with grouped-query heads and a sliding
+// window of 7 keys too), and past the context (where the window slides).
 TEST(GptDecoder, CachedLogitsEqualTheForwardsAtEveryStep) {
-  for (auto positional : {Positional::kLearned, Positional::kStandard}) {
+  for (auto positional : {Positional::kLearned, Positional::kStandard, Positional::kRotary}) {
     for (bool pre_ln : {true, false}) {
       Rng rng(7);
-      GPT model(small_gpt(positional, pre_ln), rng);
+      GptConfig c = small_gpt(positional, pre_ln);
+      if (positional == Positional::kRotary) {
+        c.norm = Norm::kRms;
+        c.mlp = Activation::kSwiGlu;
+        c.kv_heads = 1;
+        c.bias = c.qkv_bias = false;
+        c.tied_head = false;
+        c.window = pre_ln ? 7 : 0;
+      }
+      GPT model(c, rng);
       GptDecoder decoder(model);
       auto state = decoder.start();
       std::vector<std::int32_t> all = {3, 1, 4, 1, 5};

@@ -68,7 +68,10 @@ T widen_as(S v) {
 }
 }  // namespace
 
-Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
+namespace {
+// Layer normalization (centered: the mean taken off first) or RMS normalization (not: the
+// root mean square only), one pass per row each way.
+Var normalize(const Var& x, const Var& gamma, const Var& beta, double eps, bool centered) {
   Tensor xc = x.value().contiguous();
   const std::int64_t d = xc.size(-1), rows = d == 0 ? 0 : xc.numel() / d;
   const bool affine = gamma.defined(), has_beta = beta.defined();
@@ -95,7 +98,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
     parallel_loop(rows, kNormRowBlock, [&](std::int64_t first, std::int64_t last) {
       for (std::int64_t i = first; i < last; ++i) {
         const T* row = p + i * d;
-        const T mean = sum8<T>(d, [&](std::int64_t k) { return row[k]; }) / static_cast<T>(d);
+        const T mean = centered ? sum8<T>(d, [&](std::int64_t k) { return row[k]; }) / static_cast<T>(d) : T(0);
         const T var = sum8<T>(d, [&](std::int64_t k) { return (row[k] - mean) * (row[k] - mean); }) / static_cast<T>(d);
         const T rs = T(1) / std::sqrt(var + static_cast<T>(eps));
         r[i] = rs;
@@ -130,7 +133,8 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
   if (has_beta) inputs.push_back(beta);
   SavedTensor saved_gamma = affine ? SavedTensor::input(gamma) : SavedTensor();
   SavedTensor saved_xhat = SavedTensor::activation(xhat);  // rstd, one value per row, stays fp32
-  return record("layer_norm", out, inputs, [saved_xhat, rstd, saved_gamma, affine, has_beta, d, rows](const Tensor& g_in) {
+  return record(centered ? "layer_norm" : "rms_norm", out, inputs,
+                [saved_xhat, rstd, saved_gamma, affine, has_beta, centered, d, rows](const Tensor& g_in) {
     const Tensor g = g_in.contiguous();
     const Tensor xh = saved_xhat.stored_bf16() ? saved_xhat.get_bf16() : saved_xhat.get().contiguous();
     const Tensor gam = affine ? saved_gamma.get().contiguous() : Tensor();
@@ -153,7 +157,8 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
             T* pgb = pg + b * d;
             T* pbb = pb + b * d;
             for (std::int64_t i = b * kNormRowBlock; i < std::min(rows, (b + 1) * kNormRowBlock); ++i) {
-              // d xhat = g gamma; dx = rstd (d xhat - mean(d xhat) - xhat mean(d xhat xhat))
+              // d xhat = g gamma; dx = rstd (d xhat - mean(d xhat) - xhat mean(d xhat xhat)),
+              // without mean(d xhat) when not centered
               const T* gi = gp + i * d;
               for (std::int64_t k = 0; k < d; ++k) hk[k] = widen_as<T>(h[i * d + k]);
               if (gm) {
@@ -165,7 +170,7 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
                 pgb[k] += gi[k] * hk[k];
                 pbb[k] += gi[k];
               }
-              const T m1 = sum8<T>(d, [&](std::int64_t k) { return dh[k]; }) / static_cast<T>(d);
+              const T m1 = centered ? sum8<T>(d, [&](std::int64_t k) { return dh[k]; }) / static_cast<T>(d) : T(0);
               const T m2 = sum8<T>(d, [&](std::int64_t k) { return dh[k] * hk[k]; }) / static_cast<T>(d);
               T* oi = o + i * d;
               for (std::int64_t k = 0; k < d; ++k) oi[k] = r[i] * (dh[k] - m1 - hk[k] * m2);
@@ -181,6 +186,13 @@ Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
     return grads;
   });
 }
+}  // namespace
+
+Var layer_norm(const Var& x, const Var& gamma, const Var& beta, double eps) {
+  return normalize(x, gamma, beta, eps, true);
+}
+
+Var rms_norm(const Var& x, const Var& gamma, double eps) { return normalize(x, gamma, Var(), eps, false); }
 
 namespace {
 // GELU's gate (1 + tanh(u)) / 2 with u = c (a + 0.044715 a^3), as the logistic function
@@ -258,6 +270,89 @@ Var gelu(const Var& x) {
   });
 }
 
+Var swiglu(const Var& x) {
+  const Tensor v = x.value().contiguous();
+  const std::int64_t w = v.dim() == 0 ? 0 : v.size(-1), f = w / 2, rows = w == 0 ? 0 : v.numel() / w;
+  WEFT_CHECK(v.dim() >= 1 && w % 2 == 0, "swiglu: the last dimension must hold the gate and the up halves");
+  Shape shape = v.shape();
+  shape.back() = f;
+  Tensor out = Tensor::empty(shape, v.dtype());
+  dispatch(v.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* p = v.data<T>();
+    T* o = out.data<T>();
+    parallel_loop(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(w, 1)), [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t r = b; r < e; ++r)
+        for (std::int64_t k = 0; k < f; ++k) {
+          const T a = p[r * w + k], s = T(1) / (T(1) + exp_of(-a));
+          o[r * f + k] = a * s * p[r * w + f + k];  // SiLU(gate) x up
+        }
+    });
+  });
+  SavedTensor saved = SavedTensor::input(x);
+  return record("swiglu", out, {x}, [saved, w, f, rows](const Tensor& g_in) {
+    const Tensor g = g_in.contiguous(), xv = saved.get().contiguous();
+    Tensor dx = Tensor::empty(xv.shape(), g.dtype());
+    dispatch(g.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const T* gp = g.data<T>();
+      const T* p = xv.data<T>();
+      T* o = dx.data<T>();
+      parallel_loop(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(w, 1)), [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e; ++r)
+          for (std::int64_t k = 0; k < f; ++k) {
+            const T a = p[r * w + k], up = p[r * w + f + k], s = T(1) / (T(1) + exp_of(-a)), gk = gp[r * f + k];
+            o[r * w + k] = gk * up * s * (T(1) + a * (T(1) - s));  // d SiLU(a) = s (1 + a (1 - s))
+            o[r * w + f + k] = gk * a * s;
+          }
+      });
+    });
+    return Grads{dx};
+  });
+}
+
+Var rotary(const Var& rows, const std::vector<std::int32_t>& positions, std::int64_t heads,
+           const std::vector<double>& inverse_frequencies) {
+  const Tensor v = rows.value().contiguous();
+  const auto half = static_cast<std::int64_t>(inverse_frequencies.size()), hd = 2 * half;
+  const std::int64_t n = v.dim() == 2 ? v.size(0) : 0, w = v.dim() == 2 ? v.size(1) : 0;
+  WEFT_CHECK(v.dim() == 2 && half >= 1 && static_cast<std::int64_t>(positions.size()) == n && heads >= 0 &&
+                 heads * hd <= w,
+             "rotary: rows must be [N, width] with a position each and `heads` heads of the frequencies' size");
+  // cos and sin of each row's angles, [N, half] each, in double (then the tensor's type).
+  std::vector<double> cs(static_cast<std::size_t>(2 * n * half));
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t j = 0; j < half; ++j) {
+      const double angle = positions[static_cast<std::size_t>(r)] * inverse_frequencies[static_cast<std::size_t>(j)];
+      cs[static_cast<std::size_t>(2 * (r * half + j))] = std::cos(angle);
+      cs[static_cast<std::size_t>(2 * (r * half + j) + 1)] = std::sin(angle);
+    }
+  // Each head's pairs (j, j + half) turned by the row's angle (sign +1), or back (-1).
+  auto turn = [=](const Tensor& in, double sign) {
+    Tensor out = in.clone();
+    dispatch(in.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      const T* p = in.data<T>();
+      T* o = out.data<T>();
+      parallel_loop(n, std::max<std::int64_t>(1, 8192 / std::max<std::int64_t>(w, 1)), [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t r = b; r < e; ++r)
+          for (std::int64_t h = 0; h < heads; ++h) {
+            const T* x = p + r * w + h * hd;
+            T* y = o + r * w + h * hd;
+            for (std::int64_t j = 0; j < half; ++j) {
+              const T c = static_cast<T>(cs[static_cast<std::size_t>(2 * (r * half + j))]);
+              const T s = static_cast<T>(sign * cs[static_cast<std::size_t>(2 * (r * half + j) + 1)]);
+              y[j] = x[j] * c - x[j + half] * s;
+              y[j + half] = x[j + half] * c + x[j] * s;
+            }
+          }
+      });
+    });
+    return out;
+  };
+  return record("rotary", turn(v, 1.0), {rows}, [turn](const Tensor& g) { return Grads{turn(g.contiguous(), -1.0)}; });
+}
+
 Var causal_mask(const Var& scores) {
   Tensor out = scores.value().clone();
   WEFT_CHECK(out.dim() >= 2 && out.size(-1) == out.size(-2), "causal_mask: scores must be [..., T, T]");
@@ -281,29 +376,37 @@ Var causal_mask(const Var& scores) {
 
 namespace {
 
-// One row of softmax(causal_mask(x * scale)): query i sees keys 0..n-1 (n = i + 1); the
-// rest of the row's T entries are zero. `in` may be `out`.
+// One row of softmax(causal_mask(x * scale)): query i sees keys first..n-1 (n = i + 1;
+// first 0, or i + 1 - window under a sliding window); the rest of the row's T entries are
+// zero. `in` may be `out`.
 template <class E>
-void causal_softmax_row(const E* in, E* out, std::int64_t n, std::int64_t T, double scale) {
-  for (std::int64_t j = 0; j < n; ++j) out[j] = static_cast<E>(in[j] * scale);  // as mul(x, scale)
-  E m = *std::max_element(out, out + n);
-  for (std::int64_t j = 0; j < n; ++j) out[j] = exp_of(out[j] - m);
+void causal_softmax_row(const E* in, E* out, std::int64_t first, std::int64_t n, std::int64_t T, double scale) {
+  for (std::int64_t j = first; j < n; ++j) out[j] = static_cast<E>(in[j] * scale);  // as mul(x, scale)
+  E m = *std::max_element(out + first, out + n);
+  for (std::int64_t j = first; j < n; ++j) out[j] = exp_of(out[j] - m);
   E sum = 0;
-  for (std::int64_t j = 0; j < n; ++j) sum += out[j];
+  for (std::int64_t j = first; j < n; ++j) sum += out[j];
   const E inv = E(1) / sum;
-  for (std::int64_t j = 0; j < n; ++j) out[j] *= inv;
+  for (std::int64_t j = first; j < n; ++j) out[j] *= inv;
+  std::fill(out, out + first, E(0));
   std::fill(out + n, out + T, E(0));
 }
 
 // Its backward: softmax's y (g - sum(g y)), then the scale's; the masked keys get zeros.
 // `d` may be `g`.
 template <class E>
-void causal_softmax_row_backward(const E* g, const E* y, E* d, std::int64_t n, std::int64_t T, double scale) {
+void causal_softmax_row_backward(const E* g, const E* y, E* d, std::int64_t first, std::int64_t n, std::int64_t T,
+                                 double scale) {
   E s = 0;
-  for (std::int64_t j = 0; j < n; ++j) s += g[j] * y[j];
-  for (std::int64_t j = 0; j < n; ++j) d[j] = static_cast<E>(static_cast<E>(y[j] * (g[j] - s)) * scale);
+  for (std::int64_t j = first; j < n; ++j) s += g[j] * y[j];
+  for (std::int64_t j = first; j < n; ++j) d[j] = static_cast<E>(static_cast<E>(y[j] * (g[j] - s)) * scale);
+  std::fill(d, d + first, E(0));
   std::fill(d + n, d + T, E(0));
 }
+
+// The first key query r sees: 0, or under a sliding window of `window` keys (0: none) the
+// window's first.
+std::int64_t first_key(std::int64_t r, std::int64_t window) { return window > 0 ? std::max<std::int64_t>(0, r + 1 - window) : 0; }
 
 }  // namespace
 
@@ -319,7 +422,7 @@ Var causal_softmax(const Var& scores, double scale) {
     E* py = y.data<E>();
     parallel_loop(rows, grain, [&](std::int64_t b, std::int64_t e) {
       // Row r is query r mod T.
-      for (std::int64_t r = b; r < e; ++r) causal_softmax_row(px + r * T_, py + r * T_, r % T_ + 1, T_, scale);
+      for (std::int64_t r = b; r < e; ++r) causal_softmax_row(px + r * T_, py + r * T_, 0, r % T_ + 1, T_, scale);
     });
   });
   SavedTensor sy = SavedTensor::activation(y);
@@ -333,7 +436,7 @@ Var causal_softmax(const Var& scores, double scale) {
       E* pd = dx.data<E>();
       parallel_loop(rows, grain, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t r = b; r < e; ++r)
-          causal_softmax_row_backward(pg + r * T_, pyv + r * T_, pd + r * T_, r % T_ + 1, T_, scale);
+          causal_softmax_row_backward(pg + r * T_, pyv + r * T_, pd + r * T_, 0, r % T_ + 1, T_, scale);
       });
     });
     return Grads{dx};
@@ -357,31 +460,37 @@ void for_each_head(std::int64_t count, const Fn& fn) {
   });
 }
 
-// The causal softmax of each row of a [T, T] block, in place.
-void causal_softmax_block(Tensor& s, double scale) {
+// The causal softmax (under a sliding window of `window` keys, 0: none) of each row of a
+// [T, T] block, in place.
+void causal_softmax_block(Tensor& s, double scale, std::int64_t window) {
   const std::int64_t T = s.size(0);
   dispatch(s.dtype(), [&](auto zero) {
     using E = decltype(zero);
     E* p = s.data<E>();
     dispatched([&] {
-      for (std::int64_t r = 0; r < T; ++r) causal_softmax_row(p + r * T, p + r * T, r + 1, T, scale);
+      for (std::int64_t r = 0; r < T; ++r) causal_softmax_row(p + r * T, p + r * T, first_key(r, window), r + 1, T, scale);
     });
   });
 }
 
 }  // namespace
 
-Var causal_self_attention(const Var& qkv, std::int64_t heads) {
+Var causal_self_attention(const Var& qkv, std::int64_t heads, std::int64_t kv_heads, std::int64_t window) {
   const Tensor in = qkv.value().contiguous();
-  WEFT_CHECK(in.dim() == 3 && heads >= 1 && in.size(2) % (3 * heads) == 0,
-             "causal_self_attention: qkv must be [B, T, 3 d] with d divisible by the heads, got " +
-                 shape_to_string(in.shape()));
-  const std::int64_t B = in.size(0), T = in.size(1), d = in.size(2) / 3, hd = d / heads;
+  if (kv_heads == 0) kv_heads = heads;
+  WEFT_CHECK(in.dim() == 3 && heads >= 1 && kv_heads >= 1 && heads % kv_heads == 0 &&
+                 in.size(2) % (heads + 2 * kv_heads) == 0 && window >= 0,
+             "causal_self_attention: qkv must be [B, T, (heads + 2 kv_heads) hd] with the heads a multiple of the "
+             "key-value heads, got " + shape_to_string(in.shape()));
+  const std::int64_t B = in.size(0), T = in.size(1), hd = in.size(2) / (heads + 2 * kv_heads), d = heads * hd;
+  const std::int64_t kd = kv_heads * hd, group = heads / kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  // Head h of sample b: columns [h hd, (h + 1) hd) of q, k and v (and of the output), read
-  // and written in place, without the heads' copies.
+  // Query head i (sample i / heads, head h = i % heads) and its key-value head h / group:
+  // columns of q, k or v (and of the output, laid out as q), read and written in place,
+  // without the heads' copies.
   auto head = [=](const Tensor& t, std::int64_t i, std::int64_t part) {
-    return t.select(0, i / heads).slice(1, part * d + i % heads * hd, part * d + (i % heads + 1) * hd);
+    const std::int64_t h = i % heads, at = part == 0 ? h * hd : d + (part - 1) * kd + h / group * hd;
+    return t.select(0, i / heads).slice(1, at, at + hd);
   };
   // Under mixed precision with bf16 instructions the heads' products read bf16 tensors: q, k,
   // v and the attention weights as the SavedTensors keep them, and in backward the incoming
@@ -393,7 +502,7 @@ Var causal_self_attention(const Var& qkv, std::int64_t heads) {
   Tensor out = Tensor::empty({B, T, d}, in.dtype());
   auto weights = [&](std::int64_t i, Tensor& s) {  // head i's attention weights into s [T, T]
     ops::gemm(false, true, 1.0, head(x, i, 0), head(x, i, 1), 0.0, s);  // q k^T
-    causal_softmax_block(s, scale);
+    causal_softmax_block(s, scale, window);
   };
   auto weighted_values = [&](std::int64_t i, const Tensor& p) {  // head i's output from its weights p
     Tensor o = head(out, i, 0);
@@ -419,40 +528,48 @@ Var causal_self_attention(const Var& qkv, std::int64_t heads) {
     for_each_head(B * heads, [&](std::int64_t i) { weighted_values(i, p.select(0, i)); });
   }
   const SavedTensor sp = SavedTensor::activation(probs);
-  return record("causal_self_attention", out, {qkv}, [sx, sp, head, native, B, T, d, heads, scale](const Tensor& g_in) {
+  return record("causal_self_attention", out, {qkv},
+                [sx, sp, head, native, B, T, d, kd, heads, kv_heads, group, window, scale](const Tensor& g_in) {
     const Tensor g = native ? g_in.contiguous().to(DType::BF16) : g_in.contiguous();
     const Tensor xv = native ? sx.get_bf16() : sx.get(), pv = native ? sp.get_bf16() : sp.get();
-    Tensor dx = Tensor::empty({B, T, 3 * d}, g_in.dtype());
-    for_each_head(B * heads, [&](std::int64_t i) {
-      const Tensor go = head(g, i, 0), pi = pv.select(0, i);
-      Tensor dv = head(dx, i, 2), dq = head(dx, i, 0), dk = head(dx, i, 1);
-      Tensor ds = Tensor::empty({T, T}, g_in.dtype());
-      ops::gemm(false, true, 1.0, go, head(xv, i, 2), 0.0, ds);  // d weights = g v^T
-      ops::gemm(true, false, 1.0, pi, go, 0.0, dv);               // d v = weights^T g
-      dispatch(ds.dtype(), [&](auto zero) {
-        using E = decltype(zero);
-        E* pd = ds.data<E>();
-        if (pi.dtype() == DType::BF16) {  // the bf16 weights, widened a row at a time
-          std::vector<E> row(static_cast<std::size_t>(T));
-          const bf16* py = pi.data<bf16>();
-          E* pr = row.data();
+    Tensor dx = Tensor::empty({B, T, d + 2 * kd}, g_in.dtype());
+    // One task per key-value head: its query heads in order, each adding to the shared
+    // keys' and values' gradients (the first writes them).
+    for_each_head(B * kv_heads, [&](std::int64_t j) {
+      for (std::int64_t member = 0; member < group; ++member) {
+        const std::int64_t i = j / kv_heads * heads + j % kv_heads * group + member;
+        const double into = member == 0 ? 0.0 : 1.0;
+        const Tensor go = head(g, i, 0), pi = pv.select(0, i);
+        Tensor dv = head(dx, i, 2), dq = head(dx, i, 0), dk = head(dx, i, 1);
+        Tensor ds = Tensor::empty({T, T}, g_in.dtype());
+        ops::gemm(false, true, 1.0, go, head(xv, i, 2), 0.0, ds);  // d weights = g v^T
+        ops::gemm(true, false, 1.0, pi, go, into, dv);              // d v += weights^T g
+        dispatch(ds.dtype(), [&](auto zero) {
+          using E = decltype(zero);
+          E* pd = ds.data<E>();
+          if (pi.dtype() == DType::BF16) {  // the bf16 weights, widened a row at a time
+            std::vector<E> row(static_cast<std::size_t>(T));
+            const bf16* py = pi.data<bf16>();
+            E* pr = row.data();
+            dispatched([&] {
+              for (std::int64_t r = 0; r < T; ++r) {
+                const std::int64_t first = first_key(r, window);
+                for (std::int64_t k = first; k <= r; ++k) pr[k] = widen_as<E>(py[r * T + k]);
+                causal_softmax_row_backward(pd + r * T, pr, pd + r * T, first, r + 1, T, scale);
+              }
+            });
+            return;
+          }
+          const E* py = pi.data<E>();
           dispatched([&] {
-            for (std::int64_t r = 0; r < T; ++r) {
-              for (std::int64_t j = 0; j <= r; ++j) pr[j] = widen_as<E>(py[r * T + j]);
-              causal_softmax_row_backward(pd + r * T, pr, pd + r * T, r + 1, T, scale);
-            }
+            for (std::int64_t r = 0; r < T; ++r)
+              causal_softmax_row_backward(pd + r * T, py + r * T, pd + r * T, first_key(r, window), r + 1, T, scale);
           });
-          return;
-        }
-        const E* py = pi.data<E>();
-        dispatched([&] {
-          for (std::int64_t r = 0; r < T; ++r)
-            causal_softmax_row_backward(pd + r * T, py + r * T, pd + r * T, r + 1, T, scale);
         });
-      });
-      const Tensor dsv = native ? ds.to(DType::BF16) : ds;
-      ops::gemm(false, false, 1.0, dsv, head(xv, i, 1), 0.0, dq);  // d q = d scores k
-      ops::gemm(true, false, 1.0, dsv, head(xv, i, 0), 0.0, dk);   // d k = d scores^T q
+        const Tensor dsv = native ? ds.to(DType::BF16) : ds;
+        ops::gemm(false, false, 1.0, dsv, head(xv, i, 1), 0.0, dq);  // d q = d scores k
+        ops::gemm(true, false, 1.0, dsv, head(xv, i, 0), into, dk);  // d k += d scores^T q
+      }
     });
     return Grads{dx};
   });

@@ -1,6 +1,7 @@
 #include "weft/nn/model_recipe.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -18,15 +19,6 @@ bool is_recurrent(const std::string& model) {
   return std::find(kRecurrentCells.begin(), kRecurrentCells.end(), model) != kRecurrentCells.end();
 }
 
-const char* positional_name(Positional p) {
-  switch (p) {
-    case Positional::kLearned: return "learned";
-    case Positional::kStandard: return "standard";
-    case Positional::kBook: return "book";
-  }
-  return "learned";
-}
-
 class Reader {
  public:
   Reader(const Metadata& m, const std::string& source) : m_(m), source_(source) {}
@@ -42,6 +34,41 @@ class Reader {
     if (!v || *v < 1 || *v >= (std::int64_t{1} << 31))
       throw CheckpointError(source_ + ": " + key + " '" + t + "' is not a positive size");
     return *v;
+  }
+  bool has(const std::string& key) const { return m_.count(key) != 0; }
+  // A size in [0, 2^31), or `otherwise` when the key is absent.
+  std::int64_t count_or(const std::string& key, std::int64_t otherwise) const {
+    if (!has(key)) return otherwise;
+    const std::string& t = text(key);
+    std::optional<std::int64_t> v = parse_integer(t);
+    if (!v || *v < 0 || *v >= (std::int64_t{1} << 31))
+      throw CheckpointError(source_ + ": " + key + " '" + t + "' is not a size");
+    return *v;
+  }
+  // 0 or 1, or `otherwise` when absent.
+  bool flag_or(const std::string& key, bool otherwise) const {
+    if (!has(key)) return otherwise;
+    const std::string& t = text(key);
+    if (t != "0" && t != "1") throw CheckpointError(source_ + ": " + key + " '" + t + "' is not 0 or 1");
+    return t == "1";
+  }
+  // A finite number > 0, or `otherwise` when absent.
+  double positive_or(const std::string& key, double otherwise) const {
+    if (!has(key)) return otherwise;
+    const auto list = parse_number_list(text(key), ',');
+    if (!list || list->size() != 1 || !((*list)[0] > 0) || !std::isfinite((*list)[0]))
+      throw CheckpointError(source_ + ": " + key + " '" + text(key) + "' is not a number > 0");
+    return (*list)[0];
+  }
+  // One of `names` (its index), or `otherwise` when absent.
+  int choice_or(const std::string& key, const std::vector<std::string>& names, int otherwise) const {
+    if (!has(key)) return otherwise;
+    const std::string& t = text(key);
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (names[i] == t) return static_cast<int>(i);
+    std::string known;
+    for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+    throw CheckpointError(source_ + ": " + key + " '" + t + "' is not one of " + known);
   }
   // One finite number, or one per channel, comma-separated.
   std::vector<double> numbers(const std::string& key, std::int64_t channels) const {
@@ -86,6 +113,27 @@ Metadata ModelRecipe::to_metadata() const {
     m["weft_heads"] = std::to_string(gpt.heads);
     m["weft_positional"] = std::string(positional_name(gpt.positional));
     m["weft_pre_ln"] = std::string(1, gpt.pre_ln ? '1' : '0');
+    // The block's kind (absent in files saved before the Llama family: GPT-2's).
+    m["weft_norm"] = gpt.norm == Norm::kRms ? "rms" : "layer";
+    m["weft_norm_eps"] = fmt::format("{}", gpt.norm_eps);
+    m["weft_mlp"] = gpt.mlp == Activation::kSwiGlu ? "swiglu" : "gelu";
+    m["weft_mlp_width"] = std::to_string(gpt.block().mlp_width());
+    m["weft_kv_heads"] = std::to_string(gpt.block().key_value_heads());
+    m["weft_bias"] = gpt.bias ? "1" : "0";
+    m["weft_qkv_bias"] = gpt.qkv_bias ? "1" : "0";
+    m["weft_tied_head"] = gpt.tied_head ? "1" : "0";
+    m["weft_window"] = std::to_string(gpt.window);
+    if (gpt.positional == Positional::kRotary) {
+      m["weft_rope_theta"] = fmt::format("{}", gpt.rope_theta);
+      const RopeScaling& rs = gpt.rope_scaling;
+      if (rs.kind != RopeScaling::kNone) {
+        m["weft_rope_scaling"] = rs.kind == RopeScaling::kLinear ? "linear" : "llama3";
+        m["weft_rope_factor"] = fmt::format("{}", rs.factor);
+        m["weft_rope_low_frequency_factor"] = fmt::format("{}", rs.low_frequency_factor);
+        m["weft_rope_high_frequency_factor"] = fmt::format("{}", rs.high_frequency_factor);
+        m["weft_rope_original_context"] = std::to_string(rs.original_context);
+      }
+    }
   } else if (is_recurrent(model)) {
     m["weft_vocab"] = std::to_string(recurrent.vocab);
     m["weft_context"] = std::to_string(recurrent.context);
@@ -138,6 +186,29 @@ ModelRecipe ModelRecipe::from_metadata(const Metadata& metadata, const std::stri
     const std::string& pre_ln = r.text("weft_pre_ln");
     if (pre_ln != "0" && pre_ln != "1") throw CheckpointError(source + ": weft_pre_ln '" + pre_ln + "' is not 0 or 1");
     g.pre_ln = pre_ln == "1";
+    g.norm = r.choice_or("weft_norm", {"layer", "rms"}, 0) == 1 ? Norm::kRms : Norm::kLayer;
+    g.norm_eps = r.positive_or("weft_norm_eps", 1e-5);
+    g.mlp = r.choice_or("weft_mlp", {"gelu", "swiglu"}, 0) == 1 ? Activation::kSwiGlu : Activation::kGelu;
+    g.hidden = r.count_or("weft_mlp_width", 0);
+    g.kv_heads = r.count_or("weft_kv_heads", 0);
+    g.bias = r.flag_or("weft_bias", true);
+    g.qkv_bias = r.flag_or("weft_qkv_bias", true);
+    g.tied_head = r.flag_or("weft_tied_head", true);
+    g.window = r.count_or("weft_window", 0);
+    g.rope_theta = r.positive_or("weft_rope_theta", 10000);
+    if (r.has("weft_rope_scaling")) {
+      RopeScaling& rs = g.rope_scaling;
+      rs.kind = r.choice_or("weft_rope_scaling", {"linear", "llama3"}, 0) == 0 ? RopeScaling::kLinear : RopeScaling::kLlama3;
+      rs.factor = r.positive_or("weft_rope_factor", 1);
+      rs.low_frequency_factor = r.positive_or("weft_rope_low_frequency_factor", 1);
+      rs.high_frequency_factor = r.positive_or("weft_rope_high_frequency_factor", 4);
+      rs.original_context = r.count_or("weft_rope_original_context", 8192);
+    }
+    try {
+      g.validate();
+    } catch (const ConfigError& e) {
+      throw CheckpointError(source + ": " + e.what());
+    }
   } else if (is_recurrent(recipe.model)) {
     RecurrentConfig& c = recipe.recurrent;
     c.cell = recipe.model;

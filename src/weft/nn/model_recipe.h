@@ -8,7 +8,13 @@
 //                  them holds a Fashion-MNIST model (1x28x28, 10 classes, 0.2860, 0.3530);
 //                  weft_hidden, an MLP's hidden widths (comma-separated) when not 256,256
 //   GPT            weft_model = gpt, weft_vocab, weft_context, weft_dim, weft_layers,
-//                  weft_heads, weft_positional (learned | standard | book), weft_pre_ln (0|1)
+//                  weft_heads, weft_positional (learned | standard | book | rotary), weft_pre_ln
+//                  (0|1); the block's kind: weft_norm (layer | rms), weft_norm_eps, weft_mlp
+//                  (gelu | swiglu), weft_mlp_width, weft_kv_heads, weft_bias, weft_qkv_bias,
+//                  weft_tied_head (0|1), weft_window, weft_rope_theta, and Llama 3.1's
+//                  weft_rope_scaling (linear | llama3), weft_rope_factor,
+//                  weft_rope_low_frequency_factor, weft_rope_high_frequency_factor,
+//                  weft_rope_original_context (each absent: GPT-2's)
 //   recurrent      weft_model = rnn | rnn-sigmoid | lstm | lstm-seed, weft_vocab,
 //                  weft_context, weft_dim, weft_layers
 #pragma once

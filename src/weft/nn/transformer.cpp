@@ -44,17 +44,20 @@ std::string Embedding::describe() const {
   return "Embedding(" + std::to_string(vocab_) + ", " + std::to_string(dim_) + ")";
 }
 
-LayerNorm::LayerNorm(std::int64_t dim, double eps) : dim_(dim), eps_(eps) {
+LayerNorm::LayerNorm(std::int64_t dim, double eps, Norm kind) : dim_(dim), eps_(eps), kind_(kind) {
   gamma_ = register_parameter("weight", Tensor::ones({dim}));
-  beta_ = register_parameter("bias", Tensor::zeros({dim}));
+  if (kind == Norm::kLayer) beta_ = register_parameter("bias", Tensor::zeros({dim}));
 }
 
-Var LayerNorm::forward(const Var& x) { return layer_norm(x, gamma_, beta_, eps_); }
+Var LayerNorm::forward(const Var& x) {
+  return kind_ == Norm::kRms ? rms_norm(x, gamma_, eps_) : layer_norm(x, gamma_, beta_, eps_);
+}
 
-CausalSelfAttention::CausalSelfAttention(std::int64_t dim, std::int64_t heads, Rng& rng) : dim_(dim), heads_(heads) {
-  if (heads < 1 || dim % heads != 0) throw ConfigError("the model size must be divisible by the number of heads");
-  qkv_ = std::make_shared<Linear>(dim, 3 * dim, rng, true, Init::kXavierNormal);
-  proj_ = std::make_shared<Linear>(dim, dim, rng, true, Init::kXavierNormal);
+CausalSelfAttention::CausalSelfAttention(const BlockConfig& c, Rng& rng) : c_(c) {
+  c.validate();
+  const std::int64_t hd = c.head_dim();
+  qkv_ = std::make_shared<Linear>(c.dim, (c.heads + 2 * c.key_value_heads()) * hd, rng, c.qkv_bias, Init::kXavierNormal);
+  proj_ = std::make_shared<Linear>(c.heads * hd, c.dim, rng, c.bias, Init::kXavierNormal);
   register_module("qkv", qkv_);
   register_module("proj", proj_);
 }
@@ -75,24 +78,28 @@ Var causal_attention_weights(const Var& q, const Var& k) {
 }
 
 Var CausalSelfAttention::forward(const Var& x) {
-  const std::int64_t B = x.size(0), T = x.size(1), d = dim_;
+  const std::int64_t B = x.size(0), T = x.size(1), d = c_.dim;
   DecoderBlockParts parts;
   parts.products[static_cast<std::size_t>(Product::kQkv)] = std::make_shared<WholeLinear>(*qkv_);
   parts.products[static_cast<std::size_t>(Product::kProj)] = std::make_shared<WholeLinear>(*proj_);
-  return reshape(attention_sublayer(reshape(x, {B * T, d}), parts, CausalAttention(B, T, heads_), 0), {B, T, d});
+  const CausalAttention attention(B, T, c_.heads, c_.kv_heads, c_.window);
+  return reshape(attention_sublayer(reshape(x, {B * T, d}), parts, attention, 0, c_), {B, T, d});
 }
 
 std::string CausalSelfAttention::describe() const {
-  return "CausalSelfAttention(" + std::to_string(dim_) + ", " + std::to_string(heads_) + " heads)";
+  std::string s = "CausalSelfAttention(" + std::to_string(c_.dim) + ", " + std::to_string(c_.heads) + " heads";
+  if (c_.key_value_heads() != c_.heads) s += ", " + std::to_string(c_.key_value_heads()) + " key-value heads";
+  return s + ")";
 }
 
-TransformerBlock::TransformerBlock(std::int64_t dim, std::int64_t heads, Rng& rng, bool pre_ln)
-    : pre_ln_(pre_ln), heads_(heads) {
-  ln1_ = std::make_shared<LayerNorm>(dim);
-  attn_ = std::make_shared<CausalSelfAttention>(dim, heads, rng);
-  ln2_ = std::make_shared<LayerNorm>(dim);
-  fc_ = std::make_shared<Linear>(dim, 4 * dim, rng, true, Init::kXavierNormal);
-  out_ = std::make_shared<Linear>(4 * dim, dim, rng, true, Init::kXavierNormal);
+TransformerBlock::TransformerBlock(const BlockConfig& c, Rng& rng) : c_(c) {
+  c.validate();
+  const std::int64_t f = c.mlp_width();
+  ln1_ = std::make_shared<LayerNorm>(c.dim, c.norm_eps, c.norm);
+  attn_ = std::make_shared<CausalSelfAttention>(c, rng);
+  ln2_ = std::make_shared<LayerNorm>(c.dim, c.norm_eps, c.norm);
+  fc_ = std::make_shared<Linear>(c.dim, c.mlp == Activation::kSwiGlu ? 2 * f : f, rng, c.bias, Init::kXavierNormal);
+  out_ = std::make_shared<Linear>(f, c.dim, rng, c.bias, Init::kXavierNormal);
   register_module("ln1", ln1_);
   register_module("attn", attn_);
   register_module("ln2", ln2_);
@@ -111,15 +118,50 @@ DecoderBlockParts TransformerBlock::parts() const {
 
 Var TransformerBlock::forward(const Var& x) {
   const std::int64_t B = x.size(0), T = x.size(1), d = x.size(2);
-  const Var rows = decoder_block(reshape(x, {B * T, d}), parts(), CausalAttention(B, T, heads_), 0, pre_ln_);
-  return reshape(rows, {B, T, d});
+  const CausalAttention attention(B, T, c_.heads, c_.kv_heads, c_.window);
+  return reshape(decoder_block(reshape(x, {B * T, d}), parts(), attention, 0, c_), {B, T, d});
 }
 
 Positional parse_positional(const std::string& s) {
   if (s == "learned") return Positional::kLearned;
   if (s == "standard") return Positional::kStandard;
   if (s == "book") return Positional::kBook;
-  throw ConfigError("unknown positional encoding '" + s + "' (known: learned, standard, book)");
+  if (s == "rotary") return Positional::kRotary;
+  throw ConfigError("unknown positional encoding '" + s + "' (known: learned, standard, book, rotary)");
+}
+
+const char* positional_name(Positional p) {
+  switch (p) {
+    case Positional::kLearned: return "learned";
+    case Positional::kStandard: return "standard";
+    case Positional::kBook: return "book";
+    case Positional::kRotary: return "rotary";
+  }
+  return "learned";
+}
+
+BlockConfig GptConfig::block() const {
+  BlockConfig b;
+  b.dim = dim;
+  b.heads = heads;
+  b.kv_heads = kv_heads;
+  b.hidden = hidden;
+  b.pre_ln = pre_ln;
+  b.norm = norm;
+  b.norm_eps = norm_eps;
+  b.mlp = mlp;
+  b.bias = bias;
+  b.qkv_bias = qkv_bias;
+  b.rope_theta = positional == Positional::kRotary ? rope_theta : 0.0;
+  b.rope_scaling = rope_scaling;
+  b.window = window;
+  return b;
+}
+
+void GptConfig::validate() const {
+  if (vocab < 1 || context < 1 || dim < 1 || layers < 1) throw ConfigError("GPT sizes must be positive");
+  if (positional == Positional::kRotary && !(rope_theta > 0)) throw ConfigError("rope theta must be > 0");
+  block().validate();
 }
 
 Tensor sinusoidal_encoding(std::int64_t positions, std::int64_t dim, Positional kind, DType dtype) {
@@ -142,7 +184,7 @@ Tensor sinusoidal_encoding(std::int64_t positions, std::int64_t dim, Positional 
 }
 
 GPT::GPT(const GptConfig& c, Rng& rng) : config_(c) {
-  if (c.vocab < 1 || c.context < 1 || c.dim < 1 || c.layers < 1) throw ConfigError("GPT sizes must be positive");
+  c.validate();
   tokens_ = std::make_shared<Embedding>(c.vocab, c.dim, rng);
   register_module("wte", tokens_);
   part_of_child_["wte"] = {GptPart::kEmbedding, -1};
@@ -150,19 +192,25 @@ GPT::GPT(const GptConfig& c, Rng& rng) : config_(c) {
     positions_ = std::make_shared<Embedding>(c.context, c.dim, rng);
     register_module("wpe", positions_);
     part_of_child_["wpe"] = {GptPart::kEmbedding, -1};
-  } else {
+  } else if (c.positional != Positional::kRotary) {
     fixed_positions_ = sinusoidal_encoding(c.context, c.dim, c.positional);
   }
+  const BlockConfig block = c.block();
   for (std::int64_t i = 0; i < c.layers; ++i) {
-    blocks_.push_back(std::make_shared<TransformerBlock>(c.dim, c.heads, rng, c.pre_ln));
+    blocks_.push_back(std::make_shared<TransformerBlock>(block, rng));
     std::string name = "h";  // (not "h" + ...: GCC 12 warns falsely on that concatenation)
     name += std::to_string(i);
     register_module(name, blocks_.back());
     part_of_child_[name] = {GptPart::kBlock, i};
   }
-  final_ = std::make_shared<LayerNorm>(c.dim);
+  final_ = std::make_shared<LayerNorm>(c.dim, c.norm_eps, c.norm);
   register_module("ln_f", final_);
   part_of_child_["ln_f"] = {GptPart::kFinalNorm, -1};
+  if (!c.tied_head) {
+    lm_head_ = std::make_shared<Linear>(c.dim, c.vocab, rng, false, Init::kXavierNormal);
+    register_module("lm_head", lm_head_);
+    part_of_child_["lm_head"] = {GptPart::kFinalNorm, -1};
+  }
 }
 
 Var GPT::forward(const Var& ids) { return head(run_blocks(embed(ids), 0, config_.layers)); }
@@ -177,6 +225,7 @@ Var GPT::embed(const Var& ids) {
     Tensor pos = Tensor::arange(T).view({1, T});
     return add(x, positions_->forward(Var(pos)));
   }
+  if (!fixed_positions_.defined()) return x;  // rotary: the blocks turn queries and keys
   return add(x, Var(fixed_positions_.slice(0, 0, T).contiguous()));
 }
 
@@ -189,16 +238,24 @@ Var GPT::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {
 
 Var GPT::head(const Var& x) {
   const std::int64_t B = x.size(0), T = x.size(1), d = config_.dim;
-  Var h = final_->forward(x);
-  // The head shares the token embedding: logits = h E^T.
-  Var logits = matmul(reshape(h, {B * T, d}), transpose(tokens_->weight(), 0, 1));
+  Var h = reshape(final_->forward(x), {B * T, d});
+  // A tied head shares the token embedding: logits = h E^T.
+  Var logits = lm_head_ ? lm_head_->forward(h) : matmul(h, transpose(tokens_->weight(), 0, 1));
   return reshape(logits, {B, T, config_.vocab});
 }
 
 std::string GPT::describe() const {
-  return "GPT(vocab " + std::to_string(config_.vocab) + ", context " + std::to_string(config_.context) + ", d " +
-         std::to_string(config_.dim) + ", " + std::to_string(config_.layers) + " layers, " +
-         std::to_string(config_.heads) + " heads)";
+  const GptConfig& c = config_;
+  std::string s = "GPT(vocab " + std::to_string(c.vocab) + ", context " + std::to_string(c.context) + ", d " +
+                  std::to_string(c.dim) + ", " + std::to_string(c.layers) + " layers, " + std::to_string(c.heads) +
+                  " heads";
+  if (c.block().key_value_heads() != c.heads) s += ", " + std::to_string(c.block().key_value_heads()) + " key-value heads";
+  if (c.norm == Norm::kRms) s += ", RMSNorm";
+  if (c.mlp == Activation::kSwiGlu) s += ", SwiGLU " + std::to_string(c.block().mlp_width());
+  if (c.positional == Positional::kRotary) s += ", rotary";
+  if (c.window > 0) s += ", window " + std::to_string(c.window);
+  if (!c.tied_head) s += ", untied head";
+  return s + ")";
 }
 
 std::vector<std::string> GPT::layer_prefixes() const {

@@ -2,7 +2,9 @@
 // encoding, blocks of causal multi-head self-attention and a feed-forward network with
 // residual connections and layer normalization (pre-LN as GPT-2/3, or post-LN as the book
 // and the original Transformer), a final layer norm, and a language-model head tied to the
-// token embedding.
+// token embedding. The same model, configured as the Llama family (GptConfig's block
+// options): rotary positions in the blocks instead of added ones, RMSNorm, SwiGLU,
+// grouped-query attention, no biases, and an untied head (`lm_head`).
 #pragma once
 
 #include <functional>
@@ -30,17 +32,22 @@ class Embedding : public Module {
   Var weight_;
 };
 
+// LayerNorm (parameters "weight" and "bias"), or with Norm::kRms RMSNorm ("weight" only;
+// bias() undefined).
 class LayerNorm : public Module {
  public:
-  explicit LayerNorm(std::int64_t dim, double eps = 1e-5);
+  explicit LayerNorm(std::int64_t dim, double eps = 1e-5, Norm kind = Norm::kLayer);
   Var forward(const Var& x) override;
-  std::string describe() const override { return "LayerNorm(" + std::to_string(dim_) + ")"; }
+  std::string describe() const override {
+    return (kind_ == Norm::kRms ? "RMSNorm(" : "LayerNorm(") + std::to_string(dim_) + ")";
+  }
   const Var& weight() const { return gamma_; }
   const Var& bias() const { return beta_; }
 
  private:
   std::int64_t dim_;
   double eps_;
+  Norm kind_;
   Var gamma_, beta_;
 };
 
@@ -53,17 +60,18 @@ Var merge_heads(const Var& x, std::int64_t batch);
 Var causal_attention_weights(const Var& q, const Var& k);
 
 // Causal multi-head self-attention: softmax(Q K^T / sqrt(d_head), masked) V per head, heads
-// concatenated and projected (the block's attention sublayer, decoder_block.h). x: [B, T, d].
+// concatenated and projected (the block's attention sublayer, decoder_block.h, with the
+// config's key-value heads, rotary embeddings and window). x: [B, T, d].
 class CausalSelfAttention : public Module {
  public:
-  CausalSelfAttention(std::int64_t dim, std::int64_t heads, Rng& rng);
+  CausalSelfAttention(const BlockConfig& config, Rng& rng);
   Var forward(const Var& x) override;
   std::string describe() const override;
   Linear& qkv() const { return *qkv_; }
   Linear& proj() const { return *proj_; }
 
  private:
-  std::int64_t dim_, heads_;
+  BlockConfig c_;
   std::shared_ptr<Linear> qkv_, proj_;
 };
 
@@ -71,14 +79,13 @@ class CausalSelfAttention : public Module {
 // .attn.proj, .ln2, .fc, .out), whole, with autograd.
 class TransformerBlock : public Module {
  public:
-  TransformerBlock(std::int64_t dim, std::int64_t heads, Rng& rng, bool pre_ln = true);
+  TransformerBlock(const BlockConfig& config, Rng& rng);
   Var forward(const Var& x) override;  // [B, T, d] -> [B, T, d]
-  std::string describe() const override { return pre_ln_ ? "TransformerBlock(pre-LN)" : "TransformerBlock(post-LN)"; }
+  std::string describe() const override { return c_.pre_ln ? "TransformerBlock(pre-LN)" : "TransformerBlock(post-LN)"; }
   DecoderBlockParts parts() const;
 
  private:
-  bool pre_ln_;
-  std::int64_t heads_;
+  BlockConfig c_;
   std::shared_ptr<LayerNorm> ln1_, ln2_;
   std::shared_ptr<CausalSelfAttention> attn_;
   std::shared_ptr<Linear> fc_, out_;
@@ -90,8 +97,10 @@ class TransformerBlock : public Module {
 //   book      seed 002 chapter 7: element j = sin (j even) or cos (j odd) of
 //             pos / 10000^(2j/d), positions from 1 (the notes explain how it differs)
 //   learned   a trained table, as GPT-2/3
-enum class Positional { kLearned, kStandard, kBook };
+//   rotary    none added: the blocks turn the queries and keys (RoPE, GptConfig::rope_theta)
+enum class Positional { kLearned, kStandard, kBook, kRotary };
 Positional parse_positional(const std::string& s);  // throws ConfigError
+const char* positional_name(Positional p);
 Tensor sinusoidal_encoding(std::int64_t positions, std::int64_t dim, Positional kind, DType dtype = DType::F32);
 
 struct GptConfig {
@@ -103,10 +112,26 @@ struct GptConfig {
   Positional positional = Positional::kLearned;
   bool pre_ln = true;
   bool recompute = false;  // activation recomputation per block (autograd checkpoint)
+  // The block's kind (BlockConfig): GPT-2's by default; the Llama family's with kRms,
+  // kSwiGlu, key-value heads, no biases, an untied head and rotary positions.
+  Norm norm = Norm::kLayer;
+  double norm_eps = 1e-5;
+  Activation mlp = Activation::kGelu;
+  std::int64_t kv_heads = 0;  // 0: heads
+  std::int64_t hidden = 0;    // the MLP's width; 0: 4 dim
+  bool bias = true, qkv_bias = true;
+  bool tied_head = true;      // the head reuses the token embedding; else its own "lm_head.weight"
+  double rope_theta = 10000;  // under Positional::kRotary
+  RopeScaling rope_scaling = {};
+  std::int64_t window = 0;    // sliding-window attention (0: none)
+
+  BlockConfig block() const;  // the blocks' configuration
+  // One line naming what is wrong (ConfigError), or nothing.
+  void validate() const;
 };
 
 // Where a parameter of a GPT sits: the token and position embeddings (the first pipeline
-// stage's), block `block`, or the final layer norm (the last stage's).
+// stage's), block `block`, or the final layer norm and an untied head (the last stage's).
 struct GptPart {
   enum Kind : std::uint8_t { kEmbedding, kBlock, kFinalNorm } kind = kEmbedding;
   std::int64_t block = -1;
@@ -126,15 +151,17 @@ class GPT : public LanguageModel {
   // Which part a parameter (by state-dict name) belongs to; throws InternalError for a
   // name that is not this model's.
   GptPart part_of(const std::string& parameter) const;
-  // The token embedding, which the head reuses (tied): the first and last stage both hold it.
+  // The token embedding, which a tied head reuses: the first and last stage both hold it.
   static std::string tied_weight() { return "wte.weight"; }
+  // The weight of the head: tied_weight(), or the untied head's "lm_head.weight" ([vocab, d]).
+  std::string head_weight() const { return config_.tied_head ? tied_weight() : "lm_head.weight"; }
   void set_layer_hook(LayerHook hook) override { block_hook_ = std::move(hook); }
   std::int64_t vocab() const override { return config_.vocab; }
   std::int64_t context() const override { return config_.context; }
   // The model in pieces, for pipeline stages: forward = head(run_blocks(embed(ids), 0, L)).
   Var embed(const Var& ids);                                          // [B, T] -> [B, T, d]
   Var run_blocks(const Var& x, std::int64_t begin, std::int64_t end);  // blocks [begin, end)
-  Var head(const Var& x);  // final layer norm and the tied projection: [B, T, d] -> [B, T, vocab]
+  Var head(const Var& x);  // final norm and the head's projection: [B, T, d] -> [B, T, vocab]
 
  private:
   GptConfig config_;
@@ -142,6 +169,7 @@ class GPT : public LanguageModel {
   Tensor fixed_positions_;
   std::vector<std::shared_ptr<TransformerBlock>> blocks_;
   std::shared_ptr<LayerNorm> final_;
+  std::shared_ptr<Linear> lm_head_;  // untied only
   std::function<void(std::int64_t, bool)> block_hook_;
   std::map<std::string, GptPart> part_of_child_;  // by child module name
 };

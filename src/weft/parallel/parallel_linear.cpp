@@ -16,7 +16,8 @@ using comm::ReduceOp;
 Var ColumnParallelLinear::forward(const Var& x) const { return linear(tp_copy(x, *group_), weight_, bias_); }
 
 Var RowParallelLinear::forward(const Var& x) const {
-  return add(tp_reduce(linear(x, weight_, Var()), *group_), bias_);
+  const Var sum = tp_reduce(linear(x, weight_, Var()), *group_);
+  return bias_.defined() ? add(sum, bias_) : sum;
 }
 
 Var tp_copy(const Var& x, comm::Communicator& group) {

@@ -110,7 +110,7 @@ void ParameterOffload::segment_gpt(GPT& gpt) {
   segments_.assign(blocks + 2, Segment{});
   for (std::size_t k = 0; k < part_->trained.size(); ++k) {
     const std::string& name = part_->trained[k].first;
-    if (name == GPT::tied_weight()) {
+    if (gpt.config().tied_head && name == GPT::tied_weight()) {
       pinned_.push_back(k);
       continue;
     }

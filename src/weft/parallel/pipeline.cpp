@@ -154,8 +154,9 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
   }
   first_ = stage_ == 0;
   last_ = stage_ == stages_ - 1;
+  const bool tied_head = model_.config().tied_head;
   for (const auto& [name, p] : named) {
-    const bool tied = name == GPT::tied_weight();
+    const bool tied = tied_head && name == GPT::tied_weight();
     if (tied) tied_weight_ = p;
     if (owner_of(name) == stage_ || (tied && last_)) {
       own_.push_back({name, p});
@@ -165,7 +166,7 @@ GptPipeline::GptPipeline(StageModel& model, std::shared_ptr<comm::Communicator> 
       q.mutable_value() = Tensor();
     }
   }
-  if (stages_ > 1 && (first_ || last_)) tied_ = group_->new_group({0, stages_ - 1});
+  if (tied_head && stages_ > 1 && (first_ || last_)) tied_ = group_->new_group({0, stages_ - 1});
 }
 
 std::vector<std::int64_t> GptPipeline::partition_for(const std::vector<double>& speeds) const {
@@ -382,7 +383,7 @@ void Pipeline::prepare(ModelPart& part) {
   part.model_group = model_group_;
   part.accumulates = true;
   part.holds = [p = pipe_.get()](const std::string& name) {
-    return p->owner_of(name) == p->stage() || (name == GPT::tied_weight() && p->stage() == p->stages() - 1);
+    return p->owner_of(name) == p->stage() || (name == p->tied_name() && p->stage() == p->stages() - 1);
   };
   part_ = &part;
 }

@@ -86,7 +86,9 @@ class GptPipeline {
   double eval_batch(const Tensor& ids, const std::vector<std::int32_t>& targets);
   // The parameter whose gradient norm another stage counts (the tied embedding on the last
   // stage), for clip_grad_norm; empty when none.
-  std::string counted_elsewhere() const { return stages_ > 1 && last_ && !first_ ? GPT::tied_weight() : ""; }
+  std::string counted_elsewhere() const { return stages_ > 1 && last_ && !first_ ? tied_name() : ""; }
+  // The token embedding when the head reuses it (held by the first and the last stage), else empty.
+  std::string tied_name() const { return model_.config().tied_head ? GPT::tied_weight() : ""; }
   // Copies every stage's parameters into `full` (the whole model's, by name, the same list
   // on every stage; `shapes` their full shapes) on stage 0 (for sampling, saving).
   void gather_parameters(const std::vector<std::pair<std::string, Var>>& full, const std::map<std::string, Shape>& shapes);

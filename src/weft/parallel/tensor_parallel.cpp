@@ -44,28 +44,36 @@ TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communica
   rank_ = group_ ? group_->rank() : 0;
   if (!group_) throw InternalError("tensor parallelism needs a communicator");
   const GptConfig& c = model_.config();
+  const BlockConfig block = c.block();
   const int t = size_, r = rank_;
-  if (c.heads % t != 0)
+  if (c.heads % t != 0 || block.key_value_heads() % t != 0)
     throw ConfigError(std::to_string(t) + " tensor-parallel ranks do not divide the " + std::to_string(c.heads) +
-                      " attention heads");
+                      " attention heads" +
+                      (block.key_value_heads() != c.heads
+                           ? " and the " + std::to_string(block.key_value_heads()) + " key-value heads"
+                           : std::string()));
+  if (all_gather_qk_ && (block.key_value_heads() != c.heads || c.window > 0))
+    throw ConfigError("seed attention (all-gathered Q and K) needs as many key-value heads as heads and no window");
   for (auto& [name, p] : model_.named_parameters()) by_name_[name] = p;
+  const bool norm_bias = c.norm == Norm::kLayer;
   for (std::int64_t i = 0; i < c.layers; ++i) {
     const std::string h = prefix(i);
     DecoderBlockParts& b = blocks_.emplace_back();
     b.ln1_weight = replicated(h + "ln1.weight");
-    b.ln1_bias = replicated(h + "ln1.bias");
+    if (norm_bias) b.ln1_bias = replicated(h + "ln1.bias");
     for (Product p : kProducts) {  // (in the model's order: the MLP's norm before its products)
       if (p == Product::kFc) {
         b.ln2_weight = replicated(h + "ln2.weight");
-        b.ln2_bias = replicated(h + "ln2.bias");
+        if (norm_bias) b.ln2_bias = replicated(h + "ln2.bias");
       }
       const std::string name = h + product_name(p);
       const Slicing s = product_slicing(p);
       const int dim = sliced_dim(s);
-      const std::int64_t n = by_name_.at(name + ".weight").size(dim);
-      auto pieces = [s, n, t](int rank) { return slice_pieces(s, n, rank, t); };
+      auto pieces = [parts = product_parts(p, block), t](int rank) { return slice_pieces(parts, rank, t); };
+      pieces(0);  // (a ConfigError here, where a product does not split, before anything is cut)
       Var w = shard(name + ".weight", dim, pieces);
-      Var bias = slices_bias(s) ? shard(name + ".bias", 0, pieces) : replicated(name + ".bias");
+      Var bias;
+      if (has_bias(p, block)) bias = slices_bias(s) ? shard(name + ".bias", 0, pieces) : replicated(name + ".bias");
       b.products[static_cast<std::size_t>(p)] =
           s == Slicing::kInputs ? std::shared_ptr<const BlockLinear>(std::make_shared<RowParallelLinear>(w, bias, *group_))
                                 : std::make_shared<ColumnParallelLinear>(w, bias, *group_);
@@ -74,13 +82,15 @@ TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communica
   const std::int64_t V = c.vocab;
   vocab_begin_ = part_begin(V, t, r);
   vocab_end_ = part_begin(V, t, r + 1);
-  wte_part_ = shard(GPT::tied_weight(), 0, [V, t](int rank) {
+  auto vocabulary_rows = [V, t](int rank) {
     return Pieces{{part_begin(V, t, rank), part_begin(V, t, rank + 1) - part_begin(V, t, rank)}};
-  });
+  };
+  wte_part_ = shard(GPT::tied_weight(), 0, vocabulary_rows);
   if (by_name_.count("wpe.weight")) replicated("wpe.weight");
-  else fixed_positions_ = sinusoidal_encoding(c.context, c.dim, c.positional);
+  else if (c.positional != Positional::kRotary) fixed_positions_ = sinusoidal_encoding(c.context, c.dim, c.positional);
   replicated("ln_f.weight");
-  replicated("ln_f.bias");
+  if (norm_bias) replicated("ln_f.bias");
+  head_part_ = c.tied_head ? wte_part_ : shard(model_.head_weight(), 0, vocabulary_rows);
 }
 
 Var TensorParallelGpt::shard(const std::string& name, int dim, std::function<Pieces(int r)> pieces) {
@@ -111,7 +121,9 @@ namespace {
 class GatheredQkAttention : public BlockAttention {
  public:
   GatheredQkAttention(std::int64_t batch, std::int64_t length, std::int64_t heads, comm::Communicator& group)
-      : batch_(batch), length_(length), heads_(heads), group_(&group) {}
+      : BlockAttention(heads / group.size(), heads / group.size()), batch_(batch), length_(length), heads_(heads),
+        group_(&group), local_(batch, length, heads / group.size()) {}
+  std::vector<std::int32_t> positions(std::int64_t rows) const override { return local_.positions(rows); }
   Var attend(const Var& qkv, std::int64_t) const override {
     const std::int64_t B = batch_, T = length_, H = heads_, t = group_->size(), Hl = H / t, w = qkv.size(1) / 3;
     Var rows = reshape(qkv, {B, T, 3 * w});
@@ -125,6 +137,7 @@ class GatheredQkAttention : public BlockAttention {
  private:
   std::int64_t batch_, length_, heads_;
   comm::Communicator* group_;
+  CausalAttention local_;  // (the rows' positions)
 };
 }  // namespace
 
@@ -133,8 +146,12 @@ Var TensorParallelGpt::block(const Var& x, std::int64_t layer) {
   const std::int64_t B = x.size(0), T = x.size(1), d = c.dim;
   const Var rows = reshape(x, {B * T, d});
   const auto& parts = blocks_[static_cast<std::size_t>(layer)];
-  const Var y = all_gather_qk_ ? decoder_block(rows, parts, GatheredQkAttention(B, T, c.heads, *group_), layer, c.pre_ln)
-                               : decoder_block(rows, parts, CausalAttention(B, T, c.heads / size_), layer, c.pre_ln);
+  const BlockConfig block = c.block();
+  const Var y = all_gather_qk_
+                    ? decoder_block(rows, parts, GatheredQkAttention(B, T, c.heads, *group_), layer, block)
+                    : decoder_block(rows, parts,
+                                    CausalAttention(B, T, c.heads / size_, block.key_value_heads() / size_, c.window),
+                                    layer, block);
   return reshape(y, {B, T, d});
 }
 
@@ -181,7 +198,7 @@ Var TensorParallelGpt::embed(const Tensor& ids) {
     std::vector<std::int32_t> pos(static_cast<std::size_t>(T));
     for (std::int64_t i = 0; i < T; ++i) pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
     x = add(x, reshape(embedding(by_name_["wpe.weight"], pos), {1, T, d}));
-  } else {
+  } else if (fixed_positions_.defined()) {
     x = add(x, Var(fixed_positions_.slice(0, 0, T).contiguous()));
   }
   return x;
@@ -191,10 +208,10 @@ Var TensorParallelGpt::head_loss(const Var& x, const std::vector<std::int32_t>& 
   const std::int64_t B = x.size(0), T = x.size(1), d = model_.config().dim, N = B * T;
   const std::int64_t vb = vocab_begin_, ve = vocab_end_, Vl = ve - vb;
   comm::Communicator* g = group_.get();
-  Var wte = wte_part_;
-  Var hfin = layer_norm(x, by_name_["ln_f.weight"], by_name_["ln_f.bias"]);
-  // The tied head: this rank's slice of the logits, [N, Vl].
-  Var logits = matmul(reshape(tp_copy(hfin, *group_), {N, d}), transpose(wte, 0, 1));
+  const GptConfig& c = model_.config();
+  Var hfin = block_norm(x, by_name_["ln_f.weight"], c.norm == Norm::kLayer ? by_name_["ln_f.bias"] : Var(), c.block());
+  // The head (tied or not): this rank's slice of the logits, [N, Vl].
+  Var logits = matmul(reshape(tp_copy(hfin, *group_), {N, d}), transpose(head_part_, 0, 1));
   // Vocabulary-parallel cross-entropy: max, sum of exponentials and target logit per token,
   // each summed (or maxed) over the ranks.
   Tensor z = logits.value().contiguous();

@@ -90,7 +90,8 @@ class TensorParallelGpt : public StageModel {
   std::int64_t vocab_begin_ = 0, vocab_end_ = 0;
   std::vector<Shard> shards_;
   std::vector<DecoderBlockParts> blocks_;
-  Var wte_part_;  // this rank's rows of the token embedding
+  Var wte_part_;   // this rank's rows of the token embedding
+  Var head_part_;  // and of the head's weight (wte_part_ when tied)
   std::vector<std::pair<std::string, Var>> params_;
   std::vector<bool> replicated_;  // per params_ entry
   std::set<std::string> replicated_names_;

@@ -18,57 +18,65 @@ namespace {
 
 class GptState : public SequenceState {
  public:
-  std::vector<Tensor> k, v;  // per layer: [context, d], rows [0, cached) filled
+  std::vector<Tensor> k, v;  // per layer: [context, key-value heads held x hd], rows [0, cached) filled
   std::int64_t cached = 0;
 };
-
-// nn's layer normalization (eps 1e-5), on plain tensors.
-Tensor layer_norm_rows(const Tensor& x, const Tensor& w, const Tensor& b) {
-  NoGradGuard no_grad;
-  return layer_norm(Var(x), Var(w), Var(b)).value();
-}
 
 // A block's product, packed; a row-sliced one's partial products summed over the ranks by
 // `all_reduce`, then its bias added.
 class PackedProduct : public BlockLinear {
  public:
-  PackedProduct(PackedLinear packed, Tensor bias_after, std::function<void(Tensor&)> all_reduce)
-      : packed_(std::move(packed)), bias_after_(std::move(bias_after)), all_reduce_(std::move(all_reduce)) {}
+  // `sums`: a row-sliced product's partial products, summed by all_reduce, then bias_after
+  // (if any) added.
+  PackedProduct(PackedLinear packed, bool sums, Tensor bias_after, std::function<void(Tensor&)> all_reduce)
+      : packed_(std::move(packed)), sums_(sums), bias_after_(std::move(bias_after)), all_reduce_(std::move(all_reduce)) {}
   Var forward(const Var& x) const override {
     Tensor y = packed_.forward(x.value());
-    if (bias_after_.defined()) {
-      all_reduce_(y);
-      ops::add_(y, bias_after_);
-    }
+    if (sums_) all_reduce_(y);
+    if (bias_after_.defined()) ops::add_(y, bias_after_);
     return Var(y);
   }
   std::int64_t bytes() const {  // the weights as packed, the bias in float32
-    return packed_.bytes() + 4 * packed_.out_features();
+    return packed_.bytes() + (bias_after_.defined() ? 4 * bias_after_.numel() : 0);
   }
 
  private:
   PackedLinear packed_;
+  bool sums_;
   Tensor bias_after_;
   std::function<void(Tensor&)> all_reduce_;
 };
 
-// Each new row's attention over its sequence's cache (the new keys and values written first):
-// `width` = this rank's heads x the head size.
+// Each new row's attention over its sequence's cache (the new keys and values written
+// first): `heads` query and `kv_heads` key-value heads of `hd` held (this rank's), query head
+// h reading key-value head h / (heads / kv_heads); under a sliding window, the last
+// `window` keys only.
 class CachedAttention : public BlockAttention {
  public:
-  CachedAttention(const std::vector<SequenceState*>& sequences, const GptDecoder::StepPlan& plan, std::int64_t width,
-                  std::int64_t heads, std::int64_t context)
-      : sequences_(sequences), plan_(plan), width_(width), heads_(heads), context_(context) {}
+  CachedAttention(const std::vector<SequenceState*>& sequences, const GptDecoder::StepPlan& plan, std::int64_t heads,
+                  std::int64_t kv_heads, std::int64_t hd, std::int64_t context, std::int64_t window)
+      : BlockAttention(heads, kv_heads), sequences_(sequences), plan_(plan), hd_(hd), context_(context), window_(window) {}
   Var attend(const Var& qkv, std::int64_t layer) const override;
+  std::vector<std::int32_t> positions(std::int64_t rows) const override;
 
  private:
   const std::vector<SequenceState*>& sequences_;
   const GptDecoder::StepPlan& plan_;
-  std::int64_t width_, heads_, context_;
+  std::int64_t hd_, context_, window_;
 };
 
+std::vector<std::int32_t> CachedAttention::positions(std::int64_t rows) const {
+  WEFT_CHECK(rows == plan_.rows_total, "CachedAttention: rows are not the step's");
+  std::vector<std::int32_t> p;
+  for (std::size_t i = 0; i < sequences_.size(); ++i) {
+    const std::int64_t cached = static_cast<GptState*>(sequences_[i])->cached;
+    for (std::int64_t r = 0; r < plan_.rows[i]; ++r) p.push_back(static_cast<std::int32_t>(cached + r));
+  }
+  return p;
+}
+
 Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
-  const std::int64_t d = width_, H = heads_, hd = d / H;
+  const std::int64_t H = heads(), KV = kv_heads(), hd = hd_, d = H * hd, kd = KV * hd, w = d + 2 * kd, group = H / KV;
   const auto S = static_cast<std::int64_t>(sequences_.size());
   const auto& first_row = plan_.first_row;
   const auto& rows = plan_.rows;
@@ -79,38 +87,40 @@ Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
     float* k = s->k[static_cast<size_t>(layer)].data<float>();
     float* v = s->v[static_cast<size_t>(layer)].data<float>();
     for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
-      const float* src = q_all + (first_row[static_cast<size_t>(i)] + r) * 3 * d;
-      std::copy(src + d, src + 2 * d, k + (s->cached + r) * d);
-      std::copy(src + 2 * d, src + 3 * d, v + (s->cached + r) * d);
+      const float* src = q_all + (first_row[static_cast<size_t>(i)] + r) * w;
+      std::copy(src + d, src + d + kd, k + (s->cached + r) * kd);
+      std::copy(src + d + kd, src + w, v + (s->cached + r) * kd);
     }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   Tensor out = Tensor::empty({plan_.rows_total, d});
   float* o = out.data<float>();
   parallel_loop(S * H, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> w(static_cast<size_t>(context_));
+    std::vector<float> wt(static_cast<size_t>(context_));
     for (std::int64_t job = begin; job < end; ++job) {
       const std::int64_t i = job / H, h = job % H;
       auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
-      const float* k = s->k[static_cast<size_t>(layer)].data<float>() + h * hd;
-      const float* v = s->v[static_cast<size_t>(layer)].data<float>() + h * hd;
+      const float* k = s->k[static_cast<size_t>(layer)].data<float>() + h / group * hd;
+      const float* v = s->v[static_cast<size_t>(layer)].data<float>() + h / group * hd;
       for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
         const std::int64_t row = first_row[static_cast<size_t>(i)] + r, keys = s->cached + r + 1;
-        const float* q = q_all + row * 3 * d + h * hd;
+        const std::int64_t first = window_ > 0 ? std::max<std::int64_t>(0, keys - window_) : 0;
+        const float* q = q_all + row * w + h * hd;
         float top = -INFINITY;
-        for (std::int64_t j = 0; j < keys; ++j) {
+        for (std::int64_t j = first; j < keys; ++j) {
           float dot = 0;
-          for (std::int64_t e = 0; e < hd; ++e) dot += q[e] * k[j * d + e];
-          w[static_cast<size_t>(j)] = dot * scale;
-          top = std::max(top, w[static_cast<size_t>(j)]);
+          for (std::int64_t e = 0; e < hd; ++e) dot += q[e] * k[j * kd + e];
+          wt[static_cast<size_t>(j)] = dot * scale;
+          top = std::max(top, wt[static_cast<size_t>(j)]);
         }
         float total = 0;
-        for (std::int64_t j = 0; j < keys; ++j) total += w[static_cast<size_t>(j)] = std::exp(w[static_cast<size_t>(j)] - top);
+        for (std::int64_t j = first; j < keys; ++j)
+          total += wt[static_cast<size_t>(j)] = std::exp(wt[static_cast<size_t>(j)] - top);
         float* dst = o + row * d + h * hd;
         std::fill(dst, dst + hd, 0.0f);
-        for (std::int64_t j = 0; j < keys; ++j) {
-          const float a = w[static_cast<size_t>(j)] / total;
-          for (std::int64_t e = 0; e < hd; ++e) dst[e] += a * v[j * d + e];
+        for (std::int64_t j = first; j < keys; ++j) {
+          const float a = wt[static_cast<size_t>(j)] / total;
+          for (std::int64_t e = 0; e < hd; ++e) dst[e] += a * v[j * kd + e];
         }
       }
     }
@@ -121,16 +131,17 @@ Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
 }  // namespace
 
 GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice, LayerRange layers)
-    : c_(model.config()), slice_(std::move(slice)), begin_(layers.begin), end_(layers.end < 0 ? c_.layers : layers.end) {
+    : c_(model.config()), block_(c_.block()), slice_(std::move(slice)), begin_(layers.begin),
+      end_(layers.end < 0 ? c_.layers : layers.end) {
   if (begin_ < 0 || begin_ >= end_ || end_ > c_.layers)
     throw ConfigError("layers [" + std::to_string(begin_) + ", " + std::to_string(end_) + ") are not a range of the " +
                       std::to_string(c_.layers) + " blocks");
-  const std::int64_t n = slice_.size, r = slice_.rank;
-  if (n < 1 || r < 0 || r >= n || c_.heads % n != 0)
-    throw ConfigError("a GPT with " + std::to_string(c_.heads) + " heads does not split over " + std::to_string(n) +
-                      " tensor-parallel ranks");
-  ld_ = c_.dim / n;
+  const std::int64_t n = slice_.size, r = slice_.rank, kv = block_.key_value_heads();
+  if (n < 1 || r < 0 || r >= n || c_.heads % n != 0 || kv % n != 0)
+    throw ConfigError("a GPT with " + std::to_string(c_.heads) + " heads and " + std::to_string(kv) +
+                      " key-value heads does not split over " + std::to_string(n) + " tensor-parallel ranks");
   lheads_ = c_.heads / n;
+  lkv_heads_ = kv / n;
   std::map<std::string, Tensor> p;
   for (auto& [name, var] : model.named_parameters()) p[name] = var.value();
   auto get = [&](const std::string& name) {
@@ -138,44 +149,48 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
     if (it == p.end()) throw InternalError("GptDecoder: the model has no parameter " + name);
     return it->second.contiguous();
   };
-  head_ = PackedLinear(get("wte.weight"), Tensor(), format);
+  const bool norm_bias = c_.norm == Norm::kLayer;
+  embedding_ = PackedLinear(get(GPT::tied_weight()), Tensor(), format);
+  if (!c_.tied_head) head_ = PackedLinear(get(model.head_weight()), Tensor(), format);
   if (c_.positional == Positional::kLearned) wpe_ = get("wpe.weight");
-  else positions_ = sinusoidal_encoding(c_.context, c_.dim, c_.positional);
+  else if (c_.positional != Positional::kRotary) positions_ = sinusoidal_encoding(c_.context, c_.dim, c_.positional);
   for (std::int64_t i = begin_; i < end_; ++i) {
     std::string h = "h";  // (not "h" + ...: GCC 12 warns falsely on that concatenation)
     h += std::to_string(i);
     h += '.';
     DecoderBlockParts& b = blocks_.emplace_back();
     b.ln1_weight = Var(get(h + "ln1.weight"));
-    b.ln1_bias = Var(get(h + "ln1.bias"));
     b.ln2_weight = Var(get(h + "ln2.weight"));
-    b.ln2_bias = Var(get(h + "ln2.bias"));
-    block_bytes_ += 4 * 4 * c_.dim;
+    if (norm_bias) {
+      b.ln1_bias = Var(get(h + "ln1.bias"));
+      b.ln2_bias = Var(get(h + "ln2.bias"));
+    }
+    block_bytes_ += 4 * (norm_bias ? 4 : 2) * c_.dim;
     for (Product product : kProducts) {
       // Whole, or this rank's slice (its heads of Q, K and V, its part of the MLP, the
       // matching columns of both output projections), cut as tensor-parallel training cuts.
       const std::string name = h + product_name(product);
-      const Slicing s = product_slicing(product);
-      const Tensor w = get(name + ".weight"), bias = get(name + ".bias");
-      const bool sums = n > 1 && !slices_bias(s);
-      auto packed = std::make_shared<PackedProduct>(
-          PackedLinear(n == 1 ? w : product_slice(w, s, static_cast<int>(r), static_cast<int>(n)),
-                       sums ? Tensor() : n == 1 ? bias : product_slice(bias, s, static_cast<int>(r), static_cast<int>(n)),
-                       format),
-          sums ? bias : Tensor(), slice_.all_reduce);
-      block_bytes_ += packed->bytes();
+      const bool sliced = n > 1, sums = sliced && !slices_bias(product_slicing(product));
+      auto cut = [&](const Tensor& t) {
+        return sliced ? product_slice(t, product, block_, static_cast<int>(r), static_cast<int>(n)) : t;
+      };
+      const Tensor w = get(name + ".weight"), bias = has_bias(product, block_) ? get(name + ".bias") : Tensor();
+      const Tensor packed_bias = bias.defined() && !sums ? cut(bias) : Tensor();
+      auto packed = std::make_shared<PackedProduct>(PackedLinear(cut(w), packed_bias, format), sums,
+                                                    sums ? bias : Tensor(), slice_.all_reduce);
+      block_bytes_ += packed->bytes() + (packed_bias.defined() ? 4 * packed_bias.numel() : 0);
       b.products[static_cast<std::size_t>(product)] = std::move(packed);
     }
   }
   lnf_w_ = get("ln_f.weight");
-  lnf_b_ = get("ln_f.bias");
+  if (norm_bias) lnf_b_ = get("ln_f.bias");
 }
 
 std::unique_ptr<SequenceState> GptDecoder::start() const {
   auto s = std::make_unique<GptState>();
   for (std::int64_t l = begin_; l < end_; ++l) {
-    s->k.push_back(Tensor::empty({c_.context, ld_}));
-    s->v.push_back(Tensor::empty({c_.context, ld_}));
+    s->k.push_back(Tensor::empty({c_.context, lkv_heads_ * block_.head_dim()}));
+    s->v.push_back(Tensor::empty({c_.context, lkv_heads_ * block_.head_dim()}));
   }
   return s;
 }
@@ -213,13 +228,15 @@ Tensor GptDecoder::embed(const std::vector<SequenceState*>& sequences, const Ste
   const std::int64_t d = c_.dim;
   Tensor x = Tensor::empty({p.rows_total, d});
   float* xp = x.data<float>();
-  const float* pos = (wpe_.defined() ? wpe_ : positions_).data<float>();
+  const Tensor& table = wpe_.defined() ? wpe_ : positions_;  // (none under rotary embeddings)
+  const float* pos = table.defined() ? table.data<float>() : nullptr;
   for (std::size_t i = 0; i < sequences.size(); ++i) {
     auto* s = static_cast<GptState*>(sequences[i]);
     const auto& f = p.feed[i];
     for (std::size_t r = 0; r < f.size(); ++r) {
       float* xr = xp + (p.first_row[i] + static_cast<std::int64_t>(r)) * d;
-      head_.row(f[r], xr);
+      embedding_.row(f[r], xr);
+      if (pos == nullptr) continue;
       const float* at = pos + (s->cached + static_cast<std::int64_t>(r)) * d;
       for (std::int64_t k = 0; k < d; ++k) xr[k] += at[k];
     }
@@ -229,10 +246,10 @@ Tensor GptDecoder::embed(const std::vector<SequenceState*>& sequences, const Ste
 
 void GptDecoder::run_blocks(const std::vector<SequenceState*>& sequences, const StepPlan& p, Tensor& x) const {
   NoGradGuard no_grad;
-  const CachedAttention attention(sequences, p, ld_, lheads_, c_.context);
+  const CachedAttention attention(sequences, p, lheads_, lkv_heads_, block_.head_dim(), c_.context, c_.window);
   Var h(x);
   for (std::size_t l = 0; l < blocks_.size(); ++l)
-    h = decoder_block(h, blocks_[l], attention, static_cast<std::int64_t>(l), c_.pre_ln);
+    h = decoder_block(h, blocks_[l], attention, static_cast<std::int64_t>(l), block_);
   x = h.value();
 }
 
@@ -249,7 +266,9 @@ Tensor GptDecoder::head(const StepPlan& p, const Tensor& x) const {
     const std::int64_t row = p.first_row[static_cast<size_t>(i)] + p.rows[static_cast<size_t>(i)] - 1;
     std::copy(xp + row * d, xp + (row + 1) * d, last.data<float>() + i * d);
   }
-  return head_.forward(layer_norm_rows(last, lnf_w_, lnf_b_));
+  NoGradGuard no_grad;
+  const Tensor normed = block_norm(Var(last), Var(lnf_w_), Var(lnf_b_), block_).value();
+  return (c_.tied_head ? embedding_ : head_).forward(normed);
 }
 
 Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
@@ -263,7 +282,8 @@ Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
 }
 
 std::int64_t GptDecoder::weight_bytes() const {
-  return head_.bytes() + 4 * (wpe_.defined() ? wpe_.numel() : 0) + 4 * 2 * c_.dim + block_bytes_;
+  return embedding_.bytes() + (c_.tied_head ? 0 : head_.bytes()) + 4 * (wpe_.defined() ? wpe_.numel() : 0) +
+         4 * (lnf_b_.defined() ? 2 : 1) * c_.dim + block_bytes_;
 }
 
 Tensor WindowDecoder::extend(const std::vector<SequenceState*>& sequences,

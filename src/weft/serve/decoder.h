@@ -97,10 +97,12 @@ class GptDecoder : public Decoder {
 
  private:
   GptConfig c_;
+  BlockConfig block_;
   TensorSlice slice_;
-  std::int64_t begin_, end_;      // the blocks held
-  std::int64_t ld_, lheads_;      // this rank's width of the attention (d / size) and heads
-  PackedLinear head_;             // the token embedding, tied: rows are embeddings, the product is the head
+  std::int64_t begin_, end_;         // the blocks held
+  std::int64_t lheads_, lkv_heads_;  // this rank's query and key-value heads
+  PackedLinear embedding_;           // the token embedding: its rows; tied, its product is the head
+  PackedLinear head_;                // an untied head
   Tensor wpe_, positions_;        // wpe_ (learned) or positions_ (fixed encodings)
   std::vector<DecoderBlockParts> blocks_;
   std::int64_t block_bytes_ = 0;  // of the blocks' weights as held (layer norms and biases in float32)
