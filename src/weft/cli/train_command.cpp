@@ -18,7 +18,7 @@ namespace {
 
 // What trains and how: the model, the data, the optimizer and its schedule, threads.
 void add_training_flags(CLI::App* cmd, TrainOptions& c) {
-  cmd->add_option("--model", c.model, "mlp | cnn | mlp128 | seed-cnn (images); gpt | lstm | rnn (text)")->capture_default_str();
+  cmd->add_option("--model", c.model, "mlp | cnn | mlp128 | seed-cnn (images); gpt | llama | lstm | rnn (text)")->capture_default_str();
   cmd->add_option("--data", c.data,
                   "images: fashion-mnist (default) or a folder of IDX, NPY or CSV files (docs/training.md); "
                   "text: fortunes (default) or a text file or folder");
@@ -184,13 +184,22 @@ void add_language_flags(CLI::App* cmd, TrainOptions& c) {
       ->capture_default_str();
   cmd->add_option("--rnn-activation", c.rnn_activation, "rnn: tanh | sigmoid")->capture_default_str();
   auto* heads = cmd->add_option("--heads", c.heads, "gpt: attention heads")->capture_default_str();
-  auto* positional = cmd->add_option("--positional", c.positional, "gpt: learned | standard | book (seed 002 chapter 7)")
-      ->capture_default_str();
+  auto* positional = cmd->add_option("--positional", c.positional,
+                                     "gpt, llama: learned | standard | book (seed 002 chapter 7) | rotary (default: gpt "
+                                     "learned, llama rotary)");
   auto* post_ln = cmd->add_flag("--post-ln", c.post_ln, "gpt: layer norm after each residual (the original transformer)");
+  auto* kv_heads = cmd->add_option("--kv-heads", c.kv_heads,
+                                   "gpt, llama: key-value heads of grouped-query attention (a divisor of --heads; default: "
+                                   "--heads)");
+  auto* mlp_width = cmd->add_option("--mlp-width", c.mlp_width,
+                                    "gpt, llama: the MLP's width (default: gpt 4 x --d-model, llama 8/3 x --d-model "
+                                    "rounded up to a multiple of 8)");
+  auto* rope_theta = cmd->add_option("--rope-theta", c.rope_theta, "gpt, llama: rotary embeddings' base (default 10000)");
+  auto* window = cmd->add_option("--window", c.window, "gpt, llama: sliding-window attention over this many keys (0: all)");
   cmd->add_option("--init-from", c.init_from, "gpt: start from a GPT-2 folder in the Hugging Face layout (config.json, "
                                               "model.safetensors, vocab.json + merges.txt): its sizes and tokenizer")
       ->excludes(tokenizer)->excludes(vocab)->excludes(layers)->excludes(dim)->excludes(heads)->excludes(positional)
-      ->excludes(post_ln);
+      ->excludes(post_ln)->excludes(kv_heads)->excludes(mlp_width)->excludes(rope_theta)->excludes(window);
   cmd->add_flag("--recompute", c.recompute, "gpt: recompute each block's activations in backward (less memory)");
   cmd->add_option("--eval-batches", c.eval_batches, "text: batches in each validation")->capture_default_str();
   cmd->add_option("--sample", c.sample, "text: tokens to generate at the end")->capture_default_str();

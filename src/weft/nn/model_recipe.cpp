@@ -101,11 +101,23 @@ std::vector<std::int64_t> parse_hidden(const std::string& text) {
   return widths;
 }
 
-bool ModelRecipe::is_language_model() const { return model == "gpt" || is_recurrent(model); }
+bool is_transformer_model(const std::string& model) { return model == "gpt" || model == "llama"; }
+
+GptConfig llama_config(GptConfig c) {
+  c.positional = Positional::kRotary;
+  c.norm = Norm::kRms;
+  c.mlp = Activation::kSwiGlu;
+  if (c.hidden == 0) c.hidden = (8 * c.dim / 3 + 7) / 8 * 8;
+  c.bias = c.qkv_bias = false;
+  c.tied_head = false;
+  return c;
+}
+
+bool ModelRecipe::is_language_model() const { return is_transformer_model(model) || is_recurrent(model); }
 
 Metadata ModelRecipe::to_metadata() const {
   Metadata m{{"weft_model", model}};
-  if (model == "gpt") {
+  if (is_transformer_model(model)) {
     m["weft_vocab"] = std::to_string(gpt.vocab);
     m["weft_context"] = std::to_string(gpt.context);
     m["weft_dim"] = std::to_string(gpt.dim);
@@ -168,7 +180,7 @@ ModelRecipe ModelRecipe::from_metadata(const Metadata& metadata, const std::stri
   Reader r(metadata, source);
   ModelRecipe recipe;
   recipe.model = r.text("weft_model");
-  if (recipe.model == "gpt") {
+  if (is_transformer_model(recipe.model)) {
     GptConfig& g = recipe.gpt;
     g.vocab = r.size("weft_vocab");
     g.context = r.size("weft_context");
@@ -245,7 +257,7 @@ ModelRecipe ModelRecipe::from_metadata(const Metadata& metadata, const std::stri
 }
 
 std::shared_ptr<Module> ModelRecipe::build(Rng& rng) const {
-  if (model == "gpt") return std::make_shared<GPT>(gpt, rng);
+  if (is_transformer_model(model)) return std::make_shared<GPT>(gpt, rng);
   if (is_recurrent(model)) return std::make_shared<RecurrentLM>(recurrent, rng);
   return make_model(model, rng, image, hidden);
 }

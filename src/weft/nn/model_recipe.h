@@ -7,7 +7,7 @@
 //                  separated: how pixels scaled to [0, 1] were normalized); a file without
 //                  them holds a Fashion-MNIST model (1x28x28, 10 classes, 0.2860, 0.3530);
 //                  weft_hidden, an MLP's hidden widths (comma-separated) when not 256,256
-//   GPT            weft_model = gpt, weft_vocab, weft_context, weft_dim, weft_layers,
+//   GPT            weft_model = gpt | llama, weft_vocab, weft_context, weft_dim, weft_layers,
 //                  weft_heads, weft_positional (learned | standard | book | rotary), weft_pre_ln
 //                  (0|1); the block's kind: weft_norm (layer | rms), weft_norm_eps, weft_mlp
 //                  (gelu | swiglu), weft_mlp_width, weft_kv_heads, weft_bias, weft_qkv_bias,
@@ -32,13 +32,22 @@ namespace weft {
 
 using Metadata = std::map<std::string, std::string>;
 
+// Whether `model` names the decoder-only transformer (nn/transformer.h's GPT class): "gpt"
+// (GPT-2's block by default) or "llama" (the Llama family's: llama_config).
+bool is_transformer_model(const std::string& model);
+
+// The Llama family's defaults on a GPT configuration: rotary positions (theta 10000),
+// RMSNorm (eps 1e-5), SwiGLU of width 8/3 d rounded up to a multiple of 8 unless `c.hidden`
+// is set, no biases, an untied head.
+GptConfig llama_config(GptConfig c);
+
 // "1024,1024": an MLP's hidden widths (1 to 64 of them, each 1 to 65536, at most 2^31
 // weights between them); ConfigError else.
 std::vector<std::int64_t> parse_hidden(const std::string& text);
 
 struct ModelRecipe {
   std::string model;           // the name weft train --model takes
-  GptConfig gpt;               // when model == "gpt"
+  GptConfig gpt;               // when is_transformer_model(model)
   RecurrentConfig recurrent;   // when model is a recurrent cell
   ImageInput image;            // an image model's input and classes
   std::vector<std::int64_t> hidden;  // the MLP's hidden widths (empty: its default 256, 256)

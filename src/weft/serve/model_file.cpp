@@ -38,7 +38,7 @@ Saved read_saved(const std::string& path) {
 }
 
 // The recorded sizes come from a file: before anything is allocated by them, they must fit
-// the parameters the file holds (a GPT's embedding is vocab x dim and each block 12 dim^2;
+// the parameters the file holds (a GPT's embedding is vocab x dim and each block its products' weights;
 // a recurrent layer at least dim^2) and the context a sane bound.
 void check_sizes(const ModelRecipe& r, const StateDict& parameters, const std::string& path) {
   double elements = 0;
@@ -48,9 +48,12 @@ void check_sizes(const ModelRecipe& r, const StateDict& parameters, const std::s
       throw CheckpointError(path + ": the recorded " + what + " needs more parameters than the file holds");
   };
   auto d = [](std::int64_t v) { return static_cast<double>(v); };
-  if (r.model == "gpt") {
+  if (is_transformer_model(r.model)) {
+    const BlockConfig b = r.gpt.block();
+    const double attention = d(b.dim) * d(b.head_dim()) * d(2 * b.heads + 2 * b.key_value_heads());
+    const double mlp = d(b.mlp == Activation::kSwiGlu ? 3 : 2) * d(b.dim) * d(b.mlp_width());
     require(d(r.gpt.vocab) * d(r.gpt.dim), "vocabulary and width");
-    require(12 * d(r.gpt.layers) * d(r.gpt.dim) * d(r.gpt.dim), "layers and width");
+    require(d(r.gpt.layers) * (attention + mlp), "layers and width");
     if (r.gpt.context > (1 << 20)) throw CheckpointError(path + ": the recorded context is over 2^20 tokens");
   } else if (r.is_language_model()) {
     require(d(r.recurrent.vocab) * d(r.recurrent.dim), "vocabulary and width");

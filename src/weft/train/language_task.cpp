@@ -70,9 +70,8 @@ class LanguageModeling : public Task {
     if (imported_) {
       r.gpt = *imported_;
       r.gpt.recompute = o_.recompute;
-    } else if (o_.model == "gpt") {
-      r.gpt = GptConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.heads, parse_positional(o_.positional), !o_.post_ln,
-                        o_.recompute};
+    } else if (is_transformer_model(o_.model)) {
+      r.gpt = transformer_config(o_, vocab);
     } else {
       r.recurrent = RecurrentConfig{vocab, o_.context, o_.dim, model_layers(o_), o_.model};
     }
@@ -116,11 +115,11 @@ class LanguageModeling : public Task {
   }
 
   bool freeze(std::size_t layers, std::int64_t cache_bytes) override {
-    if (o_.model != "gpt") return Task::freeze(layers, cache_bytes);
+    if (!is_transformer_model(o_.model)) return Task::freeze(layers, cache_bytes);
     return false;  // the blocks' inputs change with the trained embedding: nothing to keep
   }
   std::size_t layers(const Module& model) const override {
-    return o_.model == "gpt" ? static_cast<std::size_t>(model_layers(o_)) : 0;
+    return is_transformer_model(o_.model) ? static_cast<std::size_t>(model_layers(o_)) : 0;
   }
   // A GPT's block i holds the parameters "h<i>.*"; the embeddings and the final norm: none.
   int layer_of(const std::string& parameter) const override {

@@ -24,10 +24,14 @@ void at_least(const char* flag, std::int64_t value, std::int64_t min) {
 // The mesh against the GPT's shape, in the flags' words (the pipeline and tensor-parallel
 // classes say the same in their own).
 void check_gpt_layout(const TrainOptions& o) {
-  if (o.model != "gpt") return;
+  if (!is_transformer_model(o.model)) return;
   const parallel::ParallelOptions& p = o.parallel;
   if (p.mesh.tp > 1 && o.heads % p.mesh.tp != 0)
     throw ConfigError(fmt::format("--tp {} does not divide the {} attention heads", p.mesh.tp, o.heads));
+  if (p.mesh.tp > 1 && o.kv_heads > 0 && o.kv_heads % p.mesh.tp != 0)
+    throw ConfigError(fmt::format("--tp {} does not divide the {} key-value heads (--kv-heads)", p.mesh.tp, o.kv_heads));
+  if (p.mesh.tp > 1 && p.tp_attention == "seed" && ((o.kv_heads > 0 && o.kv_heads != o.heads) || o.window > 0))
+    throw ConfigError("--tp-attention seed gathers every head's Q and K: it needs --kv-heads equal to --heads and no --window");
   if (!p.pipelined()) return;
   const bool interleaved = p.pipeline.schedule == algo::PipeSchedule::kInterleaved;
   if (interleaved && p.pipeline.chunks < 2)
@@ -51,7 +55,7 @@ void check_gpt_layout(const TrainOptions& o) {
 }  // namespace
 
 bool is_language_model(const std::string& model) {
-  return model == "gpt" || model == "lstm" || model == "lstm-seed" || model == "rnn" || model == "rnn-sigmoid";
+  return is_transformer_model(model) || model == "lstm" || model == "lstm-seed" || model == "rnn" || model == "rnn-sigmoid";
 }
 
 TrainOptions with_task_defaults(TrainOptions o) {
@@ -195,7 +199,7 @@ void validate_adaptive(const TrainOptions& o) {
   if (o.offload != "none" && o.offload != "optimizer" && o.offload != "params")
     throw ConfigError("--offload '" + o.offload + "' is not none, optimizer or params");
   if (o.offload == "params") {
-    if (is_language_model(o.model) && o.model != "gpt")
+    if (is_language_model(o.model) && !is_transformer_model(o.model))
       throw ConfigError("--offload params streams the image models' layers or a GPT's blocks, not a recurrent model's");
     if (o.parallel.strategy != "ddp" || o.parallel.zero > 0 || o.parallel.model_parallel())
       throw ConfigError("--offload params streams the layers of one replica: DDP or one process (not ZeRO, the "
@@ -245,6 +249,26 @@ void validate_job(const TrainOptions& o) {
   if (!o.init_from.empty() && o.model != "gpt") throw ConfigError("--init-from needs --model gpt");
 }
 
+// A transformer's shape: the heads against the width and the key-value heads, the MLP's
+// width, rotary embeddings, the window (each bounded so that no product of them overflows).
+void validate_transformer(const TrainOptions& o) {
+  if (o.dim % o.heads != 0) throw ConfigError(fmt::format("--d-model {} is not divisible by --heads {}", o.dim, o.heads));
+  bounded(o.kv_heads, 0, o.heads, "--kv-heads");
+  if (o.kv_heads > 0 && o.heads % o.kv_heads != 0)
+    throw ConfigError(fmt::format("--heads {} is not a multiple of --kv-heads {}", o.heads, o.kv_heads));
+  bounded(o.mlp_width, 0, 1 << 20, "--mlp-width");
+  bounded(o.window, 0, 1 << 20, "--window");
+  const Positional positional = parse_positional(o.positional.value_or(o.model == "llama" ? "rotary" : "learned"));
+  if (o.rope_theta) {
+    require_finite("--rope-theta", *o.rope_theta);
+    if (positional != Positional::kRotary) throw ConfigError("--rope-theta needs rotary positions (--positional rotary)");
+    if (!(*o.rope_theta > 1)) throw ConfigError("--rope-theta must be above 1");
+  }
+  if (positional == Positional::kRotary && (o.dim / o.heads) % 2 != 0)
+    throw ConfigError(fmt::format("rotary positions need an even head size: --d-model {} over --heads {} is {}", o.dim,
+                                  o.heads, o.dim / o.heads));
+}
+
 // A language model's tokenizer, sizes and sampling, and what it does not take.
 void validate_language_model(const TrainOptions& o) {
   const bool model_file = o.tokenizer.size() > 6 && o.tokenizer.compare(o.tokenizer.size() - 6, 6, ".model") == 0;
@@ -261,13 +285,19 @@ void validate_language_model(const TrainOptions& o) {
   bounded(o.heads, 1, 1 << 12, "--heads");
   at_least("--sample", o.sample, 0);
   at_least("--top-k", o.top_k, 0);
-  if (o.model == "gpt" && o.dim % o.heads != 0)
-    throw ConfigError(fmt::format("--d-model {} is not divisible by --heads {}", o.dim, o.heads));
   if (!(o.temperature >= 0)) throw ConfigError("--temperature must be 0 (greedy) or positive");
-  parse_positional(o.positional);
-  if (o.model != "gpt" && (o.parallel.model_parallel() || o.parallel.mesh.dp > 1))
-    throw ConfigError("--dp, --pp, --tp and --micro-batches need --model gpt");
-  if (o.model != "gpt" && o.parallel.zero > 0) throw ConfigError("--zero needs --model gpt among the language models");
+  if (is_transformer_model(o.model)) {
+    validate_transformer(o);
+  } else {
+    for (auto [flag, given] : {std::pair<const char*, bool>{"--positional", o.positional.has_value()},
+                               {"--kv-heads", o.kv_heads != 0}, {"--mlp-width", o.mlp_width != 0},
+                               {"--rope-theta", o.rope_theta.has_value()}, {"--window", o.window != 0}})
+      if (given) throw ConfigError(std::string(flag) + " shapes a transformer (--model gpt or llama), not --model " + o.model);
+  }
+  if (!is_transformer_model(o.model) && (o.parallel.model_parallel() || o.parallel.mesh.dp > 1))
+    throw ConfigError("--dp, --pp, --tp and --micro-batches need --model gpt or llama");
+  if (!is_transformer_model(o.model) && o.parallel.zero > 0)
+    throw ConfigError("--zero needs --model gpt or llama among the language models");
   check_gpt_layout(o);
   // Language models draw random windows of the text: no epochs, no sample subsets.
   if (o.epochs) throw ConfigError("--epochs is not supported with --model " + o.model + ": it trains --max-steps steps");
@@ -316,6 +346,24 @@ Schedule lr_schedule(const TrainOptions& o, std::int64_t total_steps) {
   return s;
 }
 
-std::int64_t model_layers(const TrainOptions& o) { return o.layers > 0 ? o.layers : o.model == "gpt" ? 4 : 2; }
+std::int64_t model_layers(const TrainOptions& o) {
+  return o.layers > 0 ? o.layers : is_transformer_model(o.model) ? 4 : 2;
+}
+
+GptConfig transformer_config(const TrainOptions& o, std::int64_t vocab) {
+  const bool llama = o.model == "llama";
+  GptConfig c{vocab, o.context, o.dim, model_layers(o), o.heads,
+              parse_positional(o.positional.value_or(llama ? "rotary" : "learned")), !o.post_ln, o.recompute};
+  c.kv_heads = o.kv_heads;
+  c.hidden = o.mlp_width;
+  if (llama) {
+    const Positional positional = c.positional;
+    c = llama_config(c);
+    c.positional = positional;
+  }
+  c.rope_theta = o.rope_theta.value_or(10000);
+  c.window = o.window;
+  return c;
+}
 
 }  // namespace weft

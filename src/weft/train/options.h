@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/nn/transformer.h"
 #include "weft/optim/schedule.h"
 #include "weft/parallel/job.h"
 
@@ -37,8 +38,15 @@ struct TrainOptions {
   std::int64_t layers = 0;             // 0: the model's default (gpt 4, recurrent 2)
   std::int64_t dim = 128;
   std::int64_t heads = 4;
-  std::string positional = "learned";  // learned | standard | book
+  std::optional<std::string> positional;  // learned | standard | book | rotary (default: gpt learned, llama rotary)
   bool post_ln = false;
+  // The block (gpt and llama; nn/decoder_block.h): grouped-query attention's key-value
+  // heads (0: as many as heads), the MLP's width (0: gpt 4 d, llama 8/3 d), rotary
+  // embeddings' base (default 10000), a sliding attention window (0: none).
+  std::int64_t kv_heads = 0;
+  std::int64_t mlp_width = 0;
+  std::optional<double> rope_theta;
+  std::int64_t window = 0;
   bool recompute = false;              // activation recomputation per transformer block
   std::int64_t eval_batches = 16;      // validation batches
   std::int64_t sample = 200;           // tokens generated at the end
@@ -160,7 +168,9 @@ std::optional<FreezeRule> parse_freeze_converged(const std::string& text);
 void check_precision(const std::string& precision);
 // The learning-rate schedule the options describe, over `total_steps`.
 Schedule lr_schedule(const TrainOptions& options, std::int64_t total_steps);
-// Layers of the language model the options build (--layers, else gpt 4, recurrent 2).
+// Layers of the language model the options build (--layers, else gpt and llama 4, recurrent 2).
 std::int64_t model_layers(const TrainOptions& options);
+// The transformer (--model gpt or llama) the options build for a vocabulary of `vocab`.
+GptConfig transformer_config(const TrainOptions& options, std::int64_t vocab);
 
 }  // namespace weft
