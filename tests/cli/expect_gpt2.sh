@@ -123,8 +123,8 @@ exec(edit)
 json.dump(c, open(os.path.join(d, "config.json"), "w"))
 PY
 }
-broken llama 'c["model_type"] = "llama"'
-refuse "another model type" "a 'llama' model; weft imports GPT-2 (model_type gpt2)" "$work/llama"
+broken bert 'c["model_type"] = "bert"'
+refuse "another model type" "a 'bert' model; weft imports gpt2, llama, mistral and qwen2 (model_type)" "$work/bert"
 broken relu 'c["activation_function"] = "relu"'
 refuse "another activation" "activation_function 'relu'" "$work/relu"
 broken deeper 'c["n_layer"] = 3'

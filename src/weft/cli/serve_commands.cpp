@@ -142,7 +142,7 @@ int run_predict(const PredictConfig& c) {
 }
 
 struct GenerateConfig {
-  std::string model, prompt, quantize = "fp32";
+  std::string model, prompt, quantize = "fp32", logits;
   int tp = 1, pp = 1, micro_batches = 0;
   serve::GenerationOptions options;
   bool no_cache = false, json = false;
@@ -155,8 +155,15 @@ int run_generate(GenerateConfig c) {
   std::unique_ptr<serve::Decoder> decoder =
       c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm) : serve::join_decoder(*lm, serve::parse_weight_format(c.quantize), c.tp, c.pp, c.micro_batches);
   if (!decoder) return 0;  // a model-parallel rank that followed rank 0
+  std::unique_ptr<AtomicFileWriter> logits;  // (opened before the work: a path that cannot be written fails first)
+  if (!c.logits.empty()) logits = std::make_unique<AtomicFileWriter>(c.logits);
+  c.options.keep_logits = logits != nullptr;
   const std::vector<std::int32_t> prompt_ids = m.tokenizer->encode(c.prompt);
   serve::GenerationResult r = serve::generate(*decoder, *m.tokenizer, c.prompt, prompt_ids, c.options);
+  if (logits) {
+    logits->write(std::string_view(reinterpret_cast<const char*>(r.logits.data()), r.logits.size() * sizeof(float)));
+    logits->commit();
+  }
   if (c.json) {
     fmt::print("{}\n", nlohmann::json{{"model", m.name},
                                       {"prompt", c.prompt},
@@ -207,6 +214,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--seed", c->options.sampling.seed, "the sampler's seed")->capture_default_str();
   cmd->add_flag("--no-cache", c->no_cache, "recompute the whole window for every token (no key-value cache)");
   cmd->add_flag("--json", c->json, "print JSON (the tokens, the finish reason)");
+  cmd->add_option("--logits", c->logits, "write the logits each token was chosen from to this file (float32, "
+                                         "[tokens][vocab])");
   c->options.max_tokens = 200;
   c->options.sampling.temperature = 0.8;
   cmd->callback([c, &action] { action = [c] { return run_generate(*c); }; });

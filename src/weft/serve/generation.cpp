@@ -78,11 +78,13 @@ GenerationResult generate(Decoder& decoder, const Tokenizer& tokenizer, const st
                           std::vector<std::int32_t> prompt_tokens, const GenerationOptions& options) {
   Generation g(tokenizer, prompt, std::move(prompt_tokens), options);
   std::unique_ptr<SequenceState> state = decoder.start();
+  std::vector<float> kept;
   while (!g.done()) {
     Tensor logits = decoder.extend({state.get()}, {g.feed()});
+    if (options.keep_logits) kept.insert(kept.end(), logits.data<float>(), logits.data<float>() + decoder.vocab());
     g.accept(logits.data<float>(), decoder.vocab());
   }
-  return {g.text(), g.finish_reason(), g.completion(), g.prompt_tokens()};
+  return {g.text(), g.finish_reason(), g.completion(), g.prompt_tokens(), std::move(kept)};
 }
 
 }  // namespace weft::serve

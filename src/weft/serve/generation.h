@@ -23,6 +23,7 @@ struct GenerationOptions {
   std::int64_t max_tokens = 16;
   SamplingOptions sampling;
   std::vector<std::string> stop;  // stop sequences (empty ones are ignored)
+  bool keep_logits = false;       // generate(): return each step's logits
 };
 
 class Generation {
@@ -62,6 +63,7 @@ struct GenerationResult {
   std::string text, finish_reason;
   std::vector<std::int32_t> tokens;
   std::int64_t prompt_tokens = 0;
+  std::vector<float> logits;  // with keep_logits: [steps][vocab], the logits each token was chosen from
 };
 
 // Generates one completion with its own sequence state (from the prompt's tokens when the

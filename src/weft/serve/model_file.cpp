@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "weft/io/checkpoint.h"
-#include "weft/io/gpt2_import.h"
+#include "weft/io/hf_import.h"
 #include "weft/io/safetensors.h"
 #include "weft/nn/init.h"
 #include "weft/util/error.h"
@@ -83,16 +83,16 @@ std::shared_ptr<Module> build_to_load(const ModelRecipe& recipe) {
   return recipe.build(rng);
 }
 
-// A GPT-2 in the Hugging Face layout (io/gpt2_import.h), with its own tokenizer.
-LoadedModel load_gpt2(const std::string& path) {
-  ImportedGpt2 imported = import_gpt2(path);
+// A model in the Hugging Face layout (io/hf_import.h: GPT-2 or the Llama family), with its own tokenizer.
+LoadedModel load_hf(const std::string& path) {
+  ImportedHf imported = import_hf(path);
   LoadedModel m;
   m.source = path;
   std::filesystem::path p(path);
   if (!is_directory(path)) p = p.parent_path();
   const std::filesystem::path folder = std::filesystem::absolute(p).lexically_normal();
   m.name = folder.filename().empty() ? folder.parent_path().filename().string() : folder.filename().string();
-  m.recipe.model = "gpt";
+  m.recipe.model = imported.model;
   m.recipe.gpt = imported.config;
   m.module = build_to_load(m.recipe);
   m.module->load_state_dict(imported.parameters);
@@ -104,10 +104,10 @@ LoadedModel load_gpt2(const std::string& path) {
 }  // namespace
 
 LoadedModel load_model(const std::string& path) {
-  if (is_gpt2_import(path)) {
+  if (is_hf_import(path)) {
     // A .safetensors file written by weft records its recipe; one beside a config.json
     // without it is a Hugging Face file.
-    if (is_directory(path) || !records_weft_model(path)) return load_gpt2(path);
+    if (is_directory(path) || !records_weft_model(path)) return load_hf(path);
   }
   Saved saved = read_saved(path);
   LoadedModel m;

@@ -9,7 +9,7 @@
 
 #include "weft/autograd/functions.h"
 #include "weft/data/text.h"
-#include "weft/io/gpt2_import.h"
+#include "weft/io/hf_import.h"
 #include "weft/nn/recurrent.h"
 #include "weft/nn/transformer.h"
 #include "weft/train/task.h"
@@ -44,11 +44,11 @@ class LanguageModeling : public Task {
       : Task(*o.batch, replica, replicas), o_(o) {
     text_ = load_corpus(*o.data);
     if (!o.init_from.empty()) {  // a GPT-2 and its tokenizer (its parameters when the model is built)
-      imported_ = gpt2_folder_config(o.init_from);
+      imported_ = hf_folder_config(o.init_from);
       if (o.context > imported_->context)
         throw ConfigError(fmt::format("--context {} exceeds the {} positions of {}", o.context, imported_->context,
                                       o.init_from));
-      tokenizer_ = gpt2_folder_tokenizer(o.init_from, *imported_);
+      tokenizer_ = hf_folder_tokenizer(o.init_from, *imported_);
     } else if (o.tokenizer == "char") tokenizer_ = std::make_unique<CharTokenizer>(text_);
     else if (o.tokenizer == "word") tokenizer_ = std::make_unique<WordTokenizer>(text_);
     else if (o.tokenizer == "bpe") tokenizer_ = BpeTokenizer::train(text_, o.vocab_size);
@@ -79,7 +79,7 @@ class LanguageModeling : public Task {
   }
   // --init-from: the folder's parameters.
   void initialize(Module& model) const override {
-    if (imported_) model.load_state_dict(gpt2_folder_parameters(o_.init_from, *imported_));
+    if (imported_) model.load_state_dict(hf_folder_parameters(o_.init_from, *imported_));
   }
   Metadata model_metadata() const override {
     Metadata m = recipe().to_metadata();

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "weft/io/gpt2_import.h"
+#include "weft/io/hf_import.h"
 #include "weft/nn/model_recipe.h"
 #include "weft/nn/models.h"
 #include "weft/nn/transformer.h"
@@ -71,16 +71,19 @@ TrainOptions with_task_defaults(TrainOptions o) {
   }
   o.parallel.pipeline.schedule = algo::parse_pipe_schedule(o.pipeline_schedule);
   const bool text = is_language_model(o.model);
-  if (!o.init_from.empty() && o.model == "gpt") {
+  if (!o.init_from.empty() && is_transformer_model(o.model)) {
     // The model's own sizes (config.json; the parameters are read when the model is built).
-    if (!is_gpt2_import(o.init_from))
-      throw ConfigError("--init-from " + o.init_from + ": not a GPT-2 folder in the Hugging Face layout (config.json "
+    if (!is_hf_import(o.init_from))
+      throw ConfigError("--init-from " + o.init_from + ": not a model folder in the Hugging Face layout (config.json "
                         "and model.safetensors)");
-    const GptConfig g = gpt2_folder_config(o.init_from);
+    const GptConfig g = hf_folder_config(o.init_from);
+    if (hf_model_name(g) != o.model)
+      throw ConfigError("--init-from " + o.init_from + " holds a " + (g.positional == Positional::kRotary ? "Llama-family" : "GPT-2") +
+                        " model: use --model " + hf_model_name(g));
     o.layers = g.layers;
     o.dim = g.dim;
     o.heads = g.heads;
-    o.positional = "learned";
+    o.positional = positional_name(g.positional);
     o.post_ln = false;
     if (!o.lr) o.lr = 1e-4;  // fine-tuning: far below training from scratch
   }
@@ -246,7 +249,7 @@ void validate_job(const TrainOptions& o) {
   parallel::validate(o.parallel);
   if (o.parallel.strategy == "ps" && o.parallel.staleness >= 0 && (!o.checkpoint_dir.empty() || o.resume || o.auto_resume))
     throw ConfigError("checkpoints are not supported with the asynchronous parameter server (--staleness) yet");
-  if (!o.init_from.empty() && o.model != "gpt") throw ConfigError("--init-from needs --model gpt");
+  if (!o.init_from.empty() && !is_transformer_model(o.model)) throw ConfigError("--init-from needs --model gpt or llama");
 }
 
 // A transformer's shape: the heads against the width and the key-value heads, the MLP's

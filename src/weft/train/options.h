@@ -30,7 +30,7 @@ struct TrainOptions {
   std::vector<double> norm_mean, norm_std;
   // Language models.
   std::string tokenizer = "char";      // char | word | bpe (trained on the corpus) | FILE.model
-  // gpt: start from a GPT-2 folder in the Hugging Face layout (io/gpt2_import.h): its
+  // gpt: start from a GPT-2 folder in the Hugging Face layout (io/hf_import.h): its
   // sizes and tokenizer replace --layers, --d-model, --heads and --tokenizer.
   std::string init_from;
   std::int64_t vocab_size = 1000;      // bpe: pieces at most

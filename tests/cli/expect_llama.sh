@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Llama-family models in the Hugging Face layout, checked against a reference written apart
+# from weft (tests/cli/llama_reference.py: the forward passes of Hugging Face's Llama, Mistral
+# and Qwen 2 in PyTorch, float64; the byte-level BPE of tests/cli/gpt2_reference.py). Three
+# tiny random folders (examples/llama/make_tiny_llama.py):
+#   llama    float32, 4 heads over 2 key-value heads, an untied head, rope_theta 500000 with
+#            Llama 3.1's rope_scaling (past its original context of 16)
+#   qwen2    bfloat16 in 2 shards, biases on Q, K and V, a tied head
+#   mistral  float16 in 3 shards, a sliding window of 6 keys
+# For each, weft generate (greedy; 40 tokens, past the window and the original context) gives
+# the reference's prompt ids and tokens, and every step's logits within 1e-5 of the largest
+# (float32 against float64): with the key-value cache, without it, over 2 tensor-parallel
+# ranks and over 2 pipeline stages; with int8 weights, the logits within 5% of the largest.
+# weft serve gives the reference's completion, and so do --tp 2 and --pp 2 servers under
+# weft launch. Folders the import does not compute are refused in one line; weft train
+# --model llama --init-from fine-tunes one.
+# usage: expect_llama.sh WEFT
+set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
+export PATH=/usr/bin:/bin:$PATH  # Debian's python3, with torch and regex
+weft=$1
+here=$(cd "$(dirname "$0")" && pwd)
+make_model="$here/../../examples/llama/make_tiny_llama.py"
+reference="$here/llama_reference.py"
+new_work_dir
+server=""
+stop_server() { if [ -n "$server" ]; then kill -TERM "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; server=""; fi; }
+trap 'stop_server; rm -rf "$work"' EXIT
+
+python3 "$make_model" "$work/llama" --family llama --seed 3 >/dev/null
+python3 "$make_model" "$work/qwen2" --family qwen2 --seed 4 --dtype BF16 --shards 2 >/dev/null
+python3 "$make_model" "$work/mistral" --family mistral --seed 5 --dtype F16 --shards 3 >/dev/null
+prompt="The cat sat on the mat, and then"
+for model in llama qwen2 mistral; do
+  python3 "$reference" "$work/$model" "$prompt" 40 > "$work/$model.ref" &
+done
+wait
+
+# same REFERENCE WEFT.json LOGITS TOLERANCE LABEL: prompt ids and tokens equal (skipped when
+# TOLERANCE is above 1e-5: rounded weights may pick another token where two are close); each
+# step's logits within TOLERANCE x the largest reference logit.
+same() {
+  python3 - "$@" <<'PY'
+import array, json, sys
+ref_path, got_path, logits_path, tol, label = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), sys.argv[5]
+ref = json.load(open(ref_path))
+got = json.loads(open(got_path).read().strip().splitlines()[-1].removeprefix("[0] "))
+assert ref["min_margin"] > 1e-3, f"{label}: the reference's top two logits come within {ref['min_margin']}: pick another seed"
+assert got["prompt_token_ids"] == ref["prompt_token_ids"], f"{label}: prompt ids differ"
+exact = tol <= 1e-5
+if exact:
+    assert got["tokens"] == ref["tokens"], f"{label}: tokens differ:\n reference {ref['tokens']}\n weft      {got['tokens']}"
+a = array.array("f")
+a.frombytes(open(logits_path, "rb").read())
+V = len(ref["logits"][0])
+steps = len(a) // V if exact else 1  # (rounded weights: the first step only, the same prompt)
+assert len(a) == V * len(got["tokens"]) and steps >= 1, (len(a), V)
+largest = max(abs(v) for row in ref["logits"][:steps] for v in row)
+diff = max(abs(a[s * V + j] - v) for s in range(steps) for j, v in enumerate(ref["logits"][s]))
+assert diff <= tol * largest, f"{label}: logits off by {diff:.3g} (largest {largest:.3g}, allowed {tol * largest:.3g})"
+print(f"{label}: {len(got['tokens'])} tokens{' as the reference' if exact else ''}, logits within {diff / largest:.1e} of the largest")
+PY
+}
+for model in llama qwen2 mistral; do
+  gen=(generate "$work/$model" --prompt "$prompt" --max-tokens 40 --temperature 0 --json)
+  "$weft" "${gen[@]}" --logits "$work/a.logits" > "$work/a.out"
+  same "$work/$model.ref" "$work/a.out" "$work/a.logits" 1e-5 "$model"
+  "$weft" "${gen[@]}" --no-cache --logits "$work/a.logits" > "$work/a.out"
+  same "$work/$model.ref" "$work/a.out" "$work/a.logits" 1e-5 "$model, no key-value cache"
+  for layout in "--tp 2" "--pp 2"; do
+    read -r -a flags <<<"$layout"
+    "$weft" launch --nproc-per-node 2 -- weft "${gen[@]}" "${flags[@]}" --logits "$work/a.logits" | grep '^\[0\] {' > "$work/a.out"
+    same "$work/$model.ref" "$work/a.out" "$work/a.logits" 1e-5 "$model, $layout"
+  done
+  "$weft" "${gen[@]}" --quantize int8 --logits "$work/a.logits" > "$work/a.out"
+  same "$work/$model.ref" "$work/a.out" "$work/a.logits" 5e-2 "$model, int8 weights"
+done
+
+# weft serve: one process, then 2 tensor-parallel ranks and 2 pipeline stages under weft launch.
+want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["text"])' "$work/mistral.ref")
+for layout in "" "--tp 2" "--pp 2"; do
+  read -r -a flags <<<"$layout"
+  rm -f "$work/port"
+  if [ -z "$layout" ]; then
+    "$weft" serve "$work/mistral" --port 0 --port-file "$work/port" > "$work/serve.log" 2>&1 &
+  else
+    "$weft" launch --nproc-per-node 2 -- weft serve "$work/mistral" "${flags[@]}" --port 0 --port-file "$work/port" \
+      > "$work/serve.log" 2>&1 &
+  fi
+  server=$!
+  for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+  [ -s "$work/port" ] || { cat "$work/serve.log"; fail "weft serve $layout did not start on the Mistral folder"; }
+  text=$(curl -sf "http://127.0.0.1:$(cat "$work/port")/v1/completions" -H 'Content-Type: application/json' \
+           -d "$(python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1], "max_tokens": 40, "temperature": 0}))' "$prompt")" |
+         python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])') || fail "the completions request failed ($layout)"
+  [ "$text" = "$want" ] || fail "weft serve $layout completes '$text', the reference '$want'"
+  stop_server
+  echo "weft serve ${layout:-(one process)}: the reference's completion"
+done
+
+# Refusals: one line, naming the problem, non-zero exit.
+refuse() {  # LABEL EXPECTED-TEXT DIR
+  local out
+  if out=$("$weft" generate "$3" --prompt "a" --max-tokens 1 2>&1); then fail "$1: no error"; fi
+  [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "$1: more than one line: $out"
+  grep -qF -- "$2" <<<"$out" || fail "$1: expected '$2' in: $out"
+  echo "refused ($1): $out"
+}
+broken() {  # NAME PYTHON-EDIT: a copy of the llama folder with its config (c) or files changed
+  rm -rf "$work/$1" && cp -r "$work/llama" "$work/$1"
+  python3 - "$work/$1" "$2" <<'PY'
+import json, os, sys
+d, edit = sys.argv[1], sys.argv[2]
+c = json.load(open(os.path.join(d, "config.json")))
+exec(edit)
+json.dump(c, open(os.path.join(d, "config.json"), "w"))
+PY
+}
+broken gelu 'c["hidden_act"] = "gelu"'
+refuse "another activation" "hidden_act 'gelu'" "$work/gelu"
+broken yarn 'c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}'
+refuse "another rope scaling" "rope_scaling 'yarn' is not supported" "$work/yarn"
+broken groups 'c["num_key_value_heads"] = 3'
+refuse "key-value heads that do not group" "num_attention_heads 4 is not a multiple of num_key_value_heads 3" "$work/groups"
+broken headdim 'c["head_dim"] = 16'
+refuse "another head size" "head_dim must be hidden_size / num_attention_heads" "$work/headdim"
+broken biased 'c["attention_bias"] = True'
+refuse "attention biases" "attention_bias true is not supported" "$work/biased"
+broken tied 'c["tie_word_embeddings"] = True'
+refuse "a head the file does not tie" "lm_head.weight differs from embed_tokens.weight" "$work/tied"
+broken narrow 'c["intermediate_size"] = 96'
+refuse "another MLP width" "'model.layers.0.mlp.gate_proj.weight' is [128, 48], expected [96, 48]" "$work/narrow"
+
+# Fine-tuning: --model llama --init-from starts from the folder (at a negligible learning
+# rate the saved model still generates the reference's tokens); --model gpt is refused.
+ft=(--model llama --init-from "$work/llama" --context 32 --batch 8 --sample 0 --quiet --threads 1)
+"$weft" train "${ft[@]}" --lr 1e-12 --max-steps 1 --eval-every 1 --eval-batches 2 --save-model "$work/start.safetensors" >/dev/null
+"$weft" generate "$work/start.safetensors" --prompt "$prompt" --max-tokens 40 --temperature 0 --json --logits "$work/a.logits" \
+  > "$work/a.out"
+same "$work/llama.ref" "$work/a.out" "$work/a.logits" 1e-5 "llama fine-tuned at lr 1e-12, saved by weft"
+expect_refusal "holds a Llama-family model: use --model llama" "$weft" train --model gpt --init-from "$work/llama" --max-steps 1
+echo ok
