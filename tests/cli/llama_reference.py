@@ -7,11 +7,20 @@ Qwen2ForCausalLM written out in PyTorch, in float64: RMSNorm, rotary embeddings 
 rope_theta, Llama 3.1's rope_scaling), grouped-query attention (keys and values repeated),
 Mistral's sliding window, SwiGLU, a tied or untied head.
 
+The tokenizer is vocab.json + merges.txt, or a tokenizer.json of a byte-level BPE (with an
+unk_token for bytes the vocabulary lacks, as Hugging Face's BPE model maps them). A GPT-2
+folder (model_type gpt2) is run by gpt2_reference.py's forward pass.
+
 usage: llama_reference.py DIR PROMPT MAX_TOKENS   prints JSON: prompt_token_ids, tokens, text,
        min_margin (the smallest gap between the top two logits over the steps) and logits
        (each step's, the ones its token was chosen from)
-       llama_reference.py DIR --score FILE        FILE: a JSON list of token-id windows;
-                                                  prints the mean next-token cross-entropy
+       llama_reference.py DIR --score CORPUS CONTEXT WINDOWS
+                                                  the validation loss weft reports: CORPUS read
+                                                  as weft reads a text file (fortune's "%"
+                                                  lines dropped), tokenized, its last 10% cut
+                                                  into WINDOWS windows of CONTEXT + 1 tokens
+                                                  spread evenly; prints JSON: loss (the mean
+                                                  next-token cross-entropy), tokens
 """
 import json
 import math
@@ -21,7 +30,41 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_reference  # noqa: E402
 from gpt2_reference import Encoder, load_weights  # noqa: E402
+
+
+class JsonEncoder(Encoder):
+    """A byte-level BPE from tokenizer.json: model.vocab, model.merges, model.unk_token."""
+
+    def __init__(self, path):
+        model = json.load(open(path, encoding="utf-8"))["model"]
+        self.encoder = dict(model["vocab"])
+        self.decoder = {v: k for k, v in self.encoder.items()}
+        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+        self.ranks = dict(zip(merges, range(len(merges))))
+        self.byte_encoder = gpt2_reference.bytes_to_unicode()
+        self.byte_decoder = {v: k for k, v in self.byte_encoder.items()}
+        self.unk = model.get("unk_token")
+
+    def encode(self, text):
+        ids = []
+        for w in gpt2_reference.PATTERN.findall(text):
+            for p in self.bpe("".join(self.byte_encoder[b] for b in w.encode("utf-8"))):
+                ids.append(self.encoder[p] if p in self.encoder else self.encoder[self.unk])
+        return ids
+
+
+def tokenizer(folder):
+    if os.path.exists(os.path.join(folder, "vocab.json")):
+        return Encoder(folder)
+    return JsonEncoder(os.path.join(folder, "tokenizer.json"))
+
+
+def weft_corpus(path):
+    """A text file as weft's load_corpus reads it: each line kept but fortune's "%" separators."""
+    raw = open(path, "rb").read().decode("utf-8", errors="surrogateescape")
+    return "".join(("" if line == "%" else line) + "\n" for line in raw.split("\n"))
 
 
 def inverse_frequencies(cfg, hd):
@@ -51,6 +94,8 @@ def rotate_half(x):
 
 
 def forward(w, cfg, ids):
+    if cfg.get("model_type") == "gpt2":
+        return gpt2_reference.forward(w, cfg, ids)
     d, H = cfg["hidden_size"], cfg["num_attention_heads"]
     K = cfg.get("num_key_value_heads", H)
     hd, T, eps = d // H, len(ids), cfg.get("rms_norm_eps", 1e-6)
@@ -91,22 +136,28 @@ def main():
     folder = sys.argv[1]
     cfg = json.load(open(os.path.join(folder, "config.json")))
     w = load_weights(folder)
+    enc = tokenizer(folder)
     if sys.argv[2] == "--score":
+        context, windows = int(sys.argv[4]), int(sys.argv[5])
+        text = weft_corpus(sys.argv[3])
+        ids = enc.encode(text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace"))
+        val = ids[len(ids) * 9 // 10:]
+        span = len(val) - context - 1
         total, count = 0.0, 0
-        for window in json.load(open(sys.argv[3])):
+        for i in range(windows):
+            window = val[span * i // windows:][:context + 1]
             logits = forward(w, cfg, window[:-1])
             total += float(torch.nn.functional.cross_entropy(logits, torch.tensor(window[1:]), reduction="sum"))
             count += len(window) - 1
         print(json.dumps({"loss": total / count, "tokens": count}))
         return
     prompt, count = sys.argv[2], int(sys.argv[3])
-    enc = Encoder(folder)
     prompt_ids = enc.encode(prompt)
     eos = enc.encoder.get("<|endoftext|>")
     ids = list(prompt_ids) or [eos]
     tokens, margin, steps = [], math.inf, []
     for _ in range(count):
-        logits = forward(w, cfg, ids[-cfg["max_position_embeddings"]:])[-1]
+        logits = forward(w, cfg, ids[-cfg.get("max_position_embeddings", cfg.get("n_positions", 1024)):])[-1]
         top = torch.topk(logits, 2).values
         margin = min(margin, float(top[0] - top[1]))
         steps.append(logits.tolist())

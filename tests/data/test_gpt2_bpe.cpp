@@ -183,3 +183,24 @@ TEST(Gpt2Tokenizer, SeveralSpecialTokensInterleaved) {
   for (std::int32_t id : t->encode("no <|specials|> here")) EXPECT_LT(id, 300);
   EXPECT_EQ(t->decode(t->encode("ab<|x|>a<|endoftext|>")), "ab<|x|>a<|endoftext|>");
 }
+
+// A character tokenizer as a Hugging Face tokenizer.json reads back as a byte-level BPE that
+// gives the same ids for any text (a byte it never saw: the unk_token, id 0, as before) and
+// decodes them to the same bytes; a gpt2 tokenizer's own comes back whole; a word tokenizer
+// has no such form.
+TEST(HfTokenizerJson, CharTokenizerRoundTripsTokenForToken) {
+  const CharTokenizer chars("The cat sat on the mat.\nA dog, too! 42");
+  auto back = Gpt2Tokenizer::from_tokenizer_json(hf_tokenizer_json(chars), "tokenizer.json");
+  EXPECT_EQ(back->vocab_size(), chars.vocab_size());
+  for (const std::string text : {"The mat.", "  tac ehT\n\n", "A cat, 24 dogs!", "zqx~ unseen bytes", ""}) {
+    EXPECT_EQ(back->encode(text), chars.encode(text)) << text;
+    EXPECT_EQ(back->decode(chars.encode(text)), chars.decode(chars.encode(text))) << text;
+  }
+  const auto gpt2 = Gpt2Tokenizer::from_tokenizer_json(hf_tokenizer_json(*back), "again");
+  EXPECT_EQ(gpt2->encode("The dog sat."), back->encode("The dog sat."));
+  EXPECT_THROW(hf_tokenizer_json(WordTokenizer("the cat sat")), DataError);
+  // An unk_token the vocabulary lacks is a named error.
+  nlohmann::json doc = nlohmann::json::parse(hf_tokenizer_json(chars));
+  doc["model"]["unk_token"] = "<unk>";
+  EXPECT_THROW(Gpt2Tokenizer::from_tokenizer_json(doc.dump(), "t"), DataError);
+}

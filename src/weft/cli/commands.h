@@ -52,6 +52,7 @@ void add_sim_command(CLI::App& app, Action& action);
 // weft predict, weft generate: inference with a saved model.
 void add_predict_command(CLI::App& app, Action& action);
 void add_generate_command(CLI::App& app, Action& action);
+void add_export_command(CLI::App& app, Action& action);  // weft export (serve_commands.cpp)
 // weft report: pages drawn from what train, sim and plan write.
 void add_report_command(CLI::App& app, Action& action);
 // weft serve: a model over HTTP.

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   weft::cli::add_report_command(app, action);
   weft::cli::add_predict_command(app, action);
   weft::cli::add_generate_command(app, action);
+  weft::cli::add_export_command(app, action);
   weft::cli::add_serve_command(app, action);
   weft::cli::add_serve_bench_command(app, action);
   auto is_command = [&](const std::string& name) {

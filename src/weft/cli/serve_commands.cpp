@@ -8,6 +8,7 @@
 #include "weft/data/dataset.h"
 #include "weft/data/text.h"
 #include "weft/data/images.h"
+#include "weft/io/hf_export.h"
 #include "weft/serve/classify.h"
 #include "weft/serve/evaluate.h"
 #include "weft/serve/generation.h"
@@ -182,6 +183,31 @@ int run_generate(GenerateConfig c) {
 
 }  // namespace
 
+struct ExportConfig {
+  std::string model, format, out, dtype = "f32";
+};
+
+// A saved transformer as a Hugging Face folder (io/hf_export.h).
+int run_export(const ExportConfig& c) {
+  if (c.format != "hf") throw ConfigError("--format '" + c.format + "' is not hf");
+  const std::string dtype = c.dtype == "f32" ? "F32" : c.dtype == "bf16" ? "BF16" : "";
+  if (dtype.empty()) throw ConfigError("--dtype '" + c.dtype + "' is not f32 or bf16");
+  serve::LoadedModel m = serve::load_model(c.model);
+  if (!is_transformer_model(m.recipe.model))
+    throw ConfigError(c.model + " is a " + m.recipe.model + " model: only transformers (gpt, llama) export to --format hf");
+  hf_model_type(m.recipe.gpt);  // (a shape without a Hugging Face form, refused before the tokenizer is converted)
+  std::string tokenizer;
+  try {
+    tokenizer = hf_tokenizer_json(*m.tokenizer);
+  } catch (const DataError& e) {
+    throw ConfigError(c.model + ": " + e.what());
+  }
+  write_hf_folder(c.out, m.recipe.gpt, m.module->state_dict(), tokenizer, dtype, m.tokenizer->end_token());
+  fmt::print("{}: {} ({}) written as a Hugging Face folder: config.json, model.safetensors ({}), tokenizer.json\n", c.out,
+             m.name, hf_model_type(m.recipe.gpt), c.dtype);
+  return 0;
+}
+
 void add_predict_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<PredictConfig>();
   CLI::App* cmd = app.add_subcommand("predict", "evaluate a saved model: an image model's test accuracy or predictions, a language model's validation loss");
@@ -219,6 +245,17 @@ void add_generate_command(CLI::App& app, Action& action) {
   c->options.max_tokens = 200;
   c->options.sampling.temperature = 0.8;
   cmd->callback([c, &action] { action = [c] { return run_generate(*c); }; });
+}
+
+void add_export_command(CLI::App& app, Action& action) {
+  auto c = std::make_shared<ExportConfig>();
+  CLI::App* cmd = app.add_subcommand("export", "write a saved transformer in another format (a Hugging Face folder)");
+  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  cmd->add_option("--format", c->format, "hf: a Hugging Face folder (config.json, model.safetensors, tokenizer.json)")
+      ->required();
+  cmd->add_option("--out", c->out, "the folder to write (new, or empty)")->required();
+  cmd->add_option("--dtype", c->dtype, "the weights' type: f32 | bf16")->capture_default_str();
+  cmd->callback([c, &action] { action = [c] { return run_export(*c); }; });
 }
 
 void add_serve_command(CLI::App& app, Action& action) {

@@ -92,6 +92,7 @@ struct Gpt2Tokenizer::State {
   std::array<std::int32_t, 256> byte_token{};
   std::vector<std::pair<std::string, std::int32_t>> specials;  // longest first
   std::int32_t end_of_text = -1;
+  std::string unknown;  // the token a byte without its own stands for ("": every byte has one)
   pcre2_code* pattern = nullptr;
 
   ~State() {
@@ -117,8 +118,9 @@ std::int32_t id_of(const Gpt2Tokenizer::State& s, const std::string& token, cons
 // The State is built in one place from a vocabulary, merges and special tokens, checked.
 static std::unique_ptr<Gpt2Tokenizer::State> build_state(const json& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                                                          const std::vector<std::pair<std::string, std::int64_t>>& added,
-                                                         const std::string& source) {
+                                                         const std::string& source, const std::string& unknown = "") {
   auto s = std::make_unique<Gpt2Tokenizer::State>();
+  s->unknown = unknown;
   if (!vocab.is_object() || vocab.empty()) throw DataError(source + ": the vocabulary is not a JSON object of tokens");
   std::vector<std::pair<std::string, std::int64_t>> entries;
   for (const auto& [token, id] : vocab.items()) {
@@ -164,10 +166,13 @@ static std::unique_ptr<Gpt2Tokenizer::State> build_state(const json& vocab, cons
     }
     s->bytes[id] = all_bytes ? out : s->tokens[id];
   }
+  const std::int32_t unknown_id = unknown.empty() ? -1 : id_of(*s, unknown, source, "unk_token");
   for (int b = 0; b < 256; ++b) {
     std::string stand_in;
     append_utf8(stand_in, cps[static_cast<std::size_t>(b)]);
-    s->byte_token[static_cast<std::size_t>(b)] = id_of(*s, stand_in, source, "the token of byte " + std::to_string(b) + ",");
+    s->byte_token[static_cast<std::size_t>(b)] =
+        unknown_id >= 0 && !s->ids.count(stand_in) ? unknown_id
+                                                   : id_of(*s, stand_in, source, "the token of byte " + std::to_string(b) + ",");
   }
 
   s->merges = merges;
@@ -325,8 +330,10 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json(const std::str
     std::vector<std::pair<std::string, std::int64_t>> added;
     if (doc.contains("added_tokens") && doc["added_tokens"].is_array())
       for (const json& a : doc["added_tokens"]) added.emplace_back(a.at("content").get<std::string>(), a.at("id").get<std::int64_t>());
+    std::string unknown;
+    if (model.contains("unk_token") && !model["unk_token"].is_null()) unknown = model["unk_token"].get<std::string>();
     std::unique_ptr<Gpt2Tokenizer> t(new Gpt2Tokenizer());
-    t->s_ = build_state(model.at("vocab"), merges, added, source);
+    t->s_ = build_state(model.at("vocab"), merges, added, source, unknown);
     return t;
   } catch (const json::exception& e) {
     throw DataError(source + ": not a tokenizer.json of a BPE model (" + std::string(e.what()) + ")");
@@ -392,10 +399,40 @@ std::string Gpt2Tokenizer::vocabulary() const {
   }
   json merges = json::array();
   for (const auto& [a, b] : s_->merges) merges.push_back(a + " " + b);
-  json doc = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}},
+  json model = {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}};
+  if (!s_->unknown.empty()) model["unk_token"] = s_->unknown;
+  json doc = {{"model", model},
               {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
               {"added_tokens", added}};
   return doc.dump(-1, ' ', true);
+}
+
+std::string hf_tokenizer_json(const Tokenizer& tokenizer) {
+  json doc;
+  if (tokenizer.kind() == "gpt2") {
+    doc = json::parse(tokenizer.vocabulary());
+  } else if (tokenizer.kind() == "char") {
+    // Each byte's stand-in character is its token; a byte the tokenizer never saw becomes
+    // id 0, as CharTokenizer maps it.
+    const auto cps = byte_code_points();
+    json vocab = json::object();
+    std::string first;
+    for (std::int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+      const std::string byte = tokenizer.decode({id});
+      std::string stand_in;
+      append_utf8(stand_in, cps[static_cast<unsigned char>(byte.at(0))]);
+      vocab[stand_in] = id;
+      if (id == 0) first = stand_in;
+    }
+    doc = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}, {"unk_token", first}}},
+           {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+           {"added_tokens", json::array()}};
+  } else {
+    throw DataError("a " + tokenizer.kind() + " tokenizer has no Hugging Face byte-level BPE form (char and gpt2 do)");
+  }
+  doc["version"] = "1.0";
+  doc["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  return doc.dump(2, ' ', true);
 }
 
 }  // namespace weft
