@@ -40,11 +40,11 @@ def bytes_to_unicode():
     return dict(zip(bs, map(chr, cs)))
 
 
-def learn_merges(text, count):
+def learn_merges(text, count, pattern=PATTERN):
     """Byte-level BPE: the most frequent adjacent pair of each round merges (ties: the pair
-    that sorts first)."""
+    that sorts first); words cut by `pattern` (GPT-2's by default)."""
     stand_in = bytes_to_unicode()
-    words = collections.Counter("".join(stand_in[b] for b in w.encode("utf-8")) for w in PATTERN.findall(text))
+    words = collections.Counter("".join(stand_in[b] for b in w.encode("utf-8")) for w in pattern.findall(text))
     split = {w: list(w) for w in words}
     merges = []
     for _ in range(count):

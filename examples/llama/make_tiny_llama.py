@@ -5,7 +5,11 @@
     model.safetensors   the parameters by Hugging Face's names ("model.layers.0.self_attn.
                         q_proj.weight", ...), or shards with model.safetensors.index.json
     vocab.json          a byte-level BPE vocabulary (256 byte tokens, the merges' tokens and
-    merges.txt          <|endoftext|>), learned here from a corpus (as make_tiny_gpt2.py does)
+    merges.txt          <|endoftext|>), learned here from a corpus (as make_tiny_gpt2.py does);
+                        or with --tokenizer llama3, tokenizer.json as Llama 3's is made: words
+                        cut by Llama 3's pattern (a Split before ByteLevel), ignore_merges,
+                        and its special tokens <|begin_of_text|>, <|end_of_text|>, <|eot_id|>,
+                        <|start_header_id|>, <|end_header_id|>
 
 The families differ as their configuration classes do:
     llama    grouped-query attention (--kv-heads), no biases, an untied head, rope_theta
@@ -20,17 +24,23 @@ a reference, not for reading the text it generates. A real folder (from the mode
 usage: make_tiny_llama.py OUT_DIR [--family llama|qwen2|mistral] [--dim D] [--layers L]
                           [--heads H] [--kv-heads K] [--mlp-width F] [--context T]
                           [--window W] [--dtype F32|F16|BF16] [--shards N] [--seed S]
-                          [--corpus FILE] [--merges N]
+                          [--corpus FILE] [--merges N] [--tokenizer gpt2|llama3]
 """
 import argparse
 import json
 import os
 import sys
 
+import regex
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpt2"))
 from make_tiny_gpt2 import bytes_to_unicode, learn_merges, write_safetensors  # noqa: E402
+
+# Llama 3's pre-tokenizer pattern (its tokenizer.json's Split).
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
 
 
 def main():
@@ -49,20 +59,38 @@ def main():
     p.add_argument("--dtype", choices=["F32", "F16", "BF16"], default="F32")
     p.add_argument("--shards", type=int, default=1, help="split into N files with model.safetensors.index.json")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--tokenizer", choices=["gpt2", "llama3"], default="gpt2")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
 
     text = open(a.corpus, encoding="utf-8", errors="replace").read()[:60000]
-    merges = learn_merges(text, a.merges)
+    llama3 = a.tokenizer == "llama3"
+    merges = learn_merges(text, a.merges, regex.compile(LLAMA3_PATTERN)) if llama3 else learn_merges(text, a.merges)
     stand_in = bytes_to_unicode()
     vocab = {stand_in[b]: i for i, b in enumerate(sorted(stand_in))}
     for x, y in merges:
         vocab.setdefault(x + y, len(vocab))
-    vocab["<|endoftext|>"] = len(vocab)
-    with open(os.path.join(a.out, "vocab.json"), "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False)
-    with open(os.path.join(a.out, "merges.txt"), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n" + "".join(f"{x} {y}\n" for x, y in merges))
+    if llama3:
+        added = [{"id": len(vocab) + i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                  "normalized": False, "special": True} for i, t in enumerate(LLAMA3_SPECIALS)]
+        doc = {"version": "1.0", "added_tokens": added, "normalizer": None,
+               "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                   {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", "invert": False},
+                   {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+               "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+               "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                         "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                         "vocab": vocab, "merges": [f"{x} {y}" for x, y in merges]}}
+        with open(os.path.join(a.out, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False)
+        for t in LLAMA3_SPECIALS:
+            vocab[t] = len(vocab)
+    else:
+        vocab["<|endoftext|>"] = len(vocab)
+        with open(os.path.join(a.out, "vocab.json"), "w", encoding="utf-8") as f:
+            json.dump(vocab, f, ensure_ascii=False)
+        with open(os.path.join(a.out, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n" + "".join(f"{x} {y}\n" for x, y in merges))
 
     d, L, V, H, K, F = a.dim, a.layers, len(vocab), a.heads, a.kv_heads, a.mlp_width
     hd = d // H
@@ -101,7 +129,7 @@ def main():
             weight_map.update({n: file for n in part})
         with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {}, "weight_map": weight_map}, f)
-    eos = vocab["<|endoftext|>"]
+    eos = vocab["<|eot_id|>" if llama3 else "<|endoftext|>"]
     config = {"model_type": a.family, "vocab_size": V, "hidden_size": d, "intermediate_size": F,
               "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": K,
               "max_position_embeddings": a.context, "hidden_act": "silu", "rms_norm_eps": 1e-6,

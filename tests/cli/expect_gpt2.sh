@@ -136,7 +136,7 @@ refuse "heads that do not divide" "n_embd 48 is not divisible by n_head 5" "$wor
 broken pickle 'os.rename(os.path.join(d, "model.safetensors"), os.path.join(d, "pytorch_model.bin"))'
 refuse "a pickle" "holds pytorch_model.bin" "$work/pickle"
 broken notokenizer 'os.remove(os.path.join(d, "merges.txt"))'
-refuse "no tokenizer" "no tokenizer (vocab.json and merges.txt, or tokenizer.json)" "$work/notokenizer"
+refuse "no tokenizer" "no tokenizer (vocab.json and merges.txt, tokenizer.json, or tokenizer.model)" "$work/notokenizer"
 broken badjson 'open(os.path.join(d, "vocab.json"), "w").write("{")'
 refuse "a broken vocab.json" "vocab.json is not valid JSON" "$work/badjson"
 broken truncated 'open(os.path.join(d, "model.safetensors"), "r+b").truncate(1000)'

@@ -8,9 +8,10 @@
 #     folder as from weft's own file.
 #   - A GPT-2-shaped GPT exports in bfloat16; the reference generates from the folder the
 #     tokens weft generates from it.
+#   - A GPT on a SentencePiece tokenizer exports with its tokenizer.model, and the folder
+#     generates the weft file's tokens.
 #   - What has no Hugging Face form is refused in one line before anything is written: a
-#     post-LN GPT, a recurrent model, a SentencePiece tokenizer, another format, a folder that
-#     is not empty.
+#     post-LN GPT, a recurrent model, another format, a folder that is not empty.
 # usage: expect_hf_export.sh WEFT
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
@@ -67,14 +68,20 @@ PY
   --save-model "$work/lstm.safetensors" >/dev/null
 "$weft" train --model gpt --tokenizer bpe --vocab-size 400 --layers 1 --d-model 16 --heads 2 "${common[@]}" --max-steps 1 \
   --eval-every 1 --save-model "$work/bpe.safetensors" >/dev/null
-expect_refusal "a bpe tokenizer has no Hugging Face byte-level BPE form" "$weft" export "$work/bpe.safetensors" --format hf \
-  --out "$work/d"
+"$weft" export "$work/bpe.safetensors" --format hf --out "$work/bpe-hf" >/dev/null
+[ -s "$work/bpe-hf/tokenizer.model" ] || fail "the SentencePiece model's folder has no tokenizer.model"
+for model in "$work/bpe.safetensors" "$work/bpe-hf"; do
+  "$weft" generate "$model" --prompt "The meaning of" --max-tokens 20 --temperature 0 --json |
+    python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["prompt_token_ids"], j["tokens"], repr(j["text"]))'
+done > "$work/both.txt"
+[ "$(sed -n 1p "$work/both.txt")" = "$(sed -n 2p "$work/both.txt")" ] || { cat "$work/both.txt"; fail "tokenizer.model: other tokens"; }
+echo "SentencePiece: the folder (tokenizer.model) generates the weft file's tokens, from the same prompt ids"
 expect_refusal "post-LN blocks has no Hugging Face form" "$weft" export "$work/post.safetensors" --format hf --out "$work/a"
 expect_refusal "only transformers (gpt, llama) export" "$weft" export "$work/lstm.safetensors" --format hf --out "$work/b"
 expect_refusal "format 'onnx' is not hf" "$weft" export "$work/gpt.safetensors" --format onnx --out "$work/c"
 expect_refusal "exists and is not an empty folder" "$weft" export "$work/gpt.safetensors" --format hf --out "$work/llama-hf"
-[ ! -e "$work/a" ] && [ ! -e "$work/b" ] && [ ! -e "$work/c" ] && [ ! -e "$work/d" ] || fail "a refused export left a folder"
+[ ! -e "$work/a" ] && [ ! -e "$work/b" ] && [ ! -e "$work/c" ] || fail "a refused export left a folder"
 cmp -s <(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["model_type"])' "$work/llama-hf/config.json") <(echo llama) ||
   fail "the refused export touched the existing folder"
-echo "refused: a SentencePiece tokenizer, post-LN, a recurrent model, another format, a folder that is not empty (left as it was)"
+echo "refused: post-LN, a recurrent model, another format, a folder that is not empty (left as it was)"
 echo ok

@@ -21,12 +21,15 @@ usage: llama_reference.py DIR PROMPT MAX_TOKENS   prints JSON: prompt_token_ids,
                                                   into WINDOWS windows of CONTEXT + 1 tokens
                                                   spread evenly; prints JSON: loss (the mean
                                                   next-token cross-entropy), tokens
+       llama_reference.py DIR --encode FILE       FILE: a JSON list of texts; prints the JSON
+                                                  list of their token ids
 """
 import json
 import math
 import os
 import sys
 
+import regex
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -35,24 +38,50 @@ from gpt2_reference import Encoder, load_weights  # noqa: E402
 
 
 class JsonEncoder(Encoder):
-    """A byte-level BPE from tokenizer.json: model.vocab, model.merges, model.unk_token."""
+    """A byte-level BPE from tokenizer.json, as Hugging Face's tokenizers runs one: its added
+    tokens split out first, words cut by GPT-2's pattern or the file's Split pattern, a word
+    the vocabulary holds whole taken whole under ignore_merges, a missing piece the
+    unk_token."""
 
     def __init__(self, path):
-        model = json.load(open(path, encoding="utf-8"))["model"]
+        doc = json.load(open(path, encoding="utf-8"))
+        model = doc["model"]
         self.encoder = dict(model["vocab"])
+        self.specials = {a["content"]: a["id"] for a in doc.get("added_tokens", [])}
+        self.encoder.update(self.specials)
         self.decoder = {v: k for k, v in self.encoder.items()}
         merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model["merges"]]
         self.ranks = dict(zip(merges, range(len(merges))))
         self.byte_encoder = gpt2_reference.bytes_to_unicode()
         self.byte_decoder = {v: k for k, v in self.byte_encoder.items()}
         self.unk = model.get("unk_token")
+        self.ignore_merges = model.get("ignore_merges", False)
+        pre = doc.get("pre_tokenizer") or {}
+        self.pattern = gpt2_reference.PATTERN
+        if pre.get("type") == "Sequence":
+            self.pattern = regex.compile(pre["pretokenizers"][0]["pattern"]["Regex"])
 
-    def encode(self, text):
+    def encode_plain(self, text):
         ids = []
-        for w in gpt2_reference.PATTERN.findall(text):
-            for p in self.bpe("".join(self.byte_encoder[b] for b in w.encode("utf-8"))):
+        for w in self.pattern.findall(text):
+            word = "".join(self.byte_encoder[b] for b in w.encode("utf-8"))
+            pieces = [word] if self.ignore_merges and word in self.encoder else self.bpe(word)
+            for p in pieces:
                 ids.append(self.encoder[p] if p in self.encoder else self.encoder[self.unk])
         return ids
+
+    def encode(self, text):
+        if not self.specials:
+            return self.encode_plain(text)
+        parts = regex.split("(" + "|".join(regex.escape(t) for t in sorted(self.specials, key=len, reverse=True)) + ")", text)
+        ids = []
+        for k, part in enumerate(parts):
+            ids += [self.specials[part]] if k % 2 else self.encode_plain(part)
+        return ids
+
+    def decode(self, ids):
+        text = "".join(self.decoder[i] for i in ids)
+        return bytearray(self.byte_decoder.get(c, 0x3f) for c in text).decode("utf-8", errors="replace")
 
 
 def tokenizer(folder):
@@ -137,6 +166,9 @@ def main():
     cfg = json.load(open(os.path.join(folder, "config.json")))
     w = load_weights(folder)
     enc = tokenizer(folder)
+    if sys.argv[2] == "--encode":
+        print(json.dumps([enc.encode(t) for t in json.load(open(sys.argv[3], encoding="utf-8"))]))
+        return
     if sys.argv[2] == "--score":
         context, windows = int(sys.argv[4]), int(sys.argv[5])
         text = weft_corpus(sys.argv[3])
@@ -153,7 +185,7 @@ def main():
         return
     prompt, count = sys.argv[2], int(sys.argv[3])
     prompt_ids = enc.encode(prompt)
-    eos = enc.encoder.get("<|endoftext|>")
+    eos = cfg.get("eos_token_id", enc.encoder.get("<|endoftext|>"))
     ids = list(prompt_ids) or [eos]
     tokens, margin, steps = [], math.inf, []
     for _ in range(count):

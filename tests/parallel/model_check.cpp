@@ -114,6 +114,7 @@ double max_abs(const Tensor& t) {
 void check_logits(const std::string& way, const Tensor& got, const Tensor& want, double tolerance) {
   const Tensor g = got.contiguous().reshape({kB * kT, kV}), w = want.contiguous().reshape({kB * kT, kV});
   const double diff = ops::max_abs_diff(g, w), scale = max_abs(w);
+  if (tolerance > 1e-6) std::printf("%s: logits within %.2f%% of the largest\n", way.c_str(), 100 * diff / scale);
   check(diff <= tolerance * scale, way + ": logits off by " + std::to_string(diff) + " (largest " +
                                        std::to_string(scale) + ", allowed " + std::to_string(tolerance * scale) + ")");
 }

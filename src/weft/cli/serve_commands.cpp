@@ -196,15 +196,19 @@ int run_export(const ExportConfig& c) {
   if (!is_transformer_model(m.recipe.model))
     throw ConfigError(c.model + " is a " + m.recipe.model + " model: only transformers (gpt, llama) export to --format hf");
   hf_model_type(m.recipe.gpt);  // (a shape without a Hugging Face form, refused before the tokenizer is converted)
-  std::string tokenizer;
-  try {
-    tokenizer = hf_tokenizer_json(*m.tokenizer);
-  } catch (const DataError& e) {
-    throw ConfigError(c.model + ": " + e.what());
+  HfTokenizerFile tokenizer;
+  if (const auto* sentencepiece = dynamic_cast<const BpeTokenizer*>(m.tokenizer.get())) {
+    tokenizer = {"tokenizer.model", sentencepiece->model_file()};
+  } else {
+    try {
+      tokenizer = {"tokenizer.json", hf_tokenizer_json(*m.tokenizer)};
+    } catch (const DataError& e) {
+      throw ConfigError(c.model + ": " + e.what());
+    }
   }
   write_hf_folder(c.out, m.recipe.gpt, m.module->state_dict(), tokenizer, dtype, m.tokenizer->end_token());
-  fmt::print("{}: {} ({}) written as a Hugging Face folder: config.json, model.safetensors ({}), tokenizer.json\n", c.out,
-             m.name, hf_model_type(m.recipe.gpt), c.dtype);
+  fmt::print("{}: {} ({}) written as a Hugging Face folder: config.json, model.safetensors ({}), {}\n", c.out, m.name,
+             hf_model_type(m.recipe.gpt), c.dtype, tokenizer.name);
   return 0;
 }
 

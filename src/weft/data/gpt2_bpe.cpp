@@ -93,6 +93,9 @@ struct Gpt2Tokenizer::State {
   std::vector<std::pair<std::string, std::int32_t>> specials;  // longest first
   std::int32_t end_of_text = -1;
   std::string unknown;  // the token a byte without its own stands for ("": every byte has one)
+  std::string split;    // the pre-tokenizer's pattern (GPT-2's, or a tokenizer.json's Split)
+  bool ignore_merges = false;  // a word the vocabulary holds whole is that token (Llama 3)
+  std::array<std::string, 256> stand_in;  // each byte's stand-in character, in UTF-8
   pcre2_code* pattern = nullptr;
 
   ~State() {
@@ -118,9 +121,12 @@ std::int32_t id_of(const Gpt2Tokenizer::State& s, const std::string& token, cons
 // The State is built in one place from a vocabulary, merges and special tokens, checked.
 static std::unique_ptr<Gpt2Tokenizer::State> build_state(const json& vocab, const std::vector<std::pair<std::string, std::string>>& merges,
                                                          const std::vector<std::pair<std::string, std::int64_t>>& added,
-                                                         const std::string& source, const std::string& unknown = "") {
+                                                         const std::string& source, const std::string& unknown = "",
+                                                         const std::string& split = kPattern, bool ignore_merges = false) {
   auto s = std::make_unique<Gpt2Tokenizer::State>();
   s->unknown = unknown;
+  s->split = split;
+  s->ignore_merges = ignore_merges;
   if (!vocab.is_object() || vocab.empty()) throw DataError(source + ": the vocabulary is not a JSON object of tokens");
   std::vector<std::pair<std::string, std::int64_t>> entries;
   for (const auto& [token, id] : vocab.items()) {
@@ -168,7 +174,7 @@ static std::unique_ptr<Gpt2Tokenizer::State> build_state(const json& vocab, cons
   }
   const std::int32_t unknown_id = unknown.empty() ? -1 : id_of(*s, unknown, source, "unk_token");
   for (int b = 0; b < 256; ++b) {
-    std::string stand_in;
+    std::string& stand_in = s->stand_in[static_cast<std::size_t>(b)];
     append_utf8(stand_in, cps[static_cast<std::size_t>(b)]);
     s->byte_token[static_cast<std::size_t>(b)] =
         unknown_id >= 0 && !s->ids.count(stand_in) ? unknown_id
@@ -196,9 +202,11 @@ static std::unique_ptr<Gpt2Tokenizer::State> build_state(const json& vocab, cons
 
   int error = 0;
   PCRE2_SIZE offset = 0;
-  s->pattern = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                             &error, &offset, nullptr);
-  if (!s->pattern) throw InternalError("GPT-2's pattern does not compile (PCRE2 error " + std::to_string(error) + ")");
+  s->pattern = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(split.c_str()), split.size(), PCRE2_UTF | PCRE2_UCP, &error,
+                             &offset, nullptr);
+  if (!s->pattern)
+    throw DataError(source + ": the pre-tokenizer's pattern does not compile (PCRE2 error " + std::to_string(error) +
+                    " at " + std::to_string(offset) + ")");
   pcre2_jit_compile(s->pattern, PCRE2_JIT_COMPLETE);  // faster when the JIT is there; works without
   return s;
 }
@@ -207,6 +215,11 @@ std::vector<std::int32_t> Gpt2Tokenizer::State::merge_word(std::string_view word
   // The word's bytes as a linked list of pieces; the heap holds candidate pairs by (rank,
   // position of the left piece), each checked against the list when popped.
   const std::size_t n = word.size();
+  if (ignore_merges && n > 1) {
+    std::string whole;
+    for (char c : word) whole += stand_in[static_cast<unsigned char>(c)];
+    if (auto it = ids.find(whole); it != ids.end()) return {it->second};
+  }
   std::vector<std::int32_t> piece(n);
   std::vector<std::int64_t> prev(n), next(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -313,9 +326,24 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json(const std::str
     const json& model = doc.at("model");
     if (model.value("type", std::string("BPE")) != "BPE")
       throw DataError(source + ": a " + model.value("type", std::string()) + " model, not a byte-level BPE (GPT-2's)");
+    // The pre-tokenizer: GPT-2's (ByteLevel with its pattern), or a Split by a pattern of the
+    // file's own followed by ByteLevel without one (Llama 3's, Qwen 2's).
     const json& pre = doc.contains("pre_tokenizer") ? doc["pre_tokenizer"] : json();
-    if (!pre.is_object() || pre.value("type", std::string()) != "ByteLevel" || !pre.value("use_regex", true))
-      throw DataError(source + ": the pre-tokenizer is not GPT-2's (ByteLevel with its pattern)");
+    std::string split = kPattern;
+    auto byte_level = [](const json& p, bool regex) {
+      return p.is_object() && p.value("type", std::string()) == "ByteLevel" && p.value("use_regex", true) == regex;
+    };
+    if (pre.is_object() && pre.value("type", std::string()) == "Sequence" && pre.contains("pretokenizers") &&
+        pre["pretokenizers"].is_array() && pre["pretokenizers"].size() == 2 && byte_level(pre["pretokenizers"][1], false)) {
+      const json& s = pre["pretokenizers"][0];
+      if (s.value("type", std::string()) != "Split" || !s.contains("pattern") || !s["pattern"].contains("Regex") ||
+          s.value("behavior", std::string()) != "Isolated" || s.value("invert", false))
+        throw DataError(source + ": the pre-tokenizer's first step is not a Split by a Regex, Isolated");
+      split = s["pattern"]["Regex"].get<std::string>();
+    } else if (!byte_level(pre, true)) {
+      throw DataError(source + ": the pre-tokenizer is neither GPT-2's (ByteLevel with its pattern) nor a Split by a "
+                               "pattern then ByteLevel (Llama 3's, Qwen 2's)");
+    }
     std::vector<std::pair<std::string, std::string>> merges;
     for (const json& m : model.at("merges")) {
       if (m.is_array() && m.size() == 2) {
@@ -333,7 +361,7 @@ std::unique_ptr<Gpt2Tokenizer> Gpt2Tokenizer::from_tokenizer_json(const std::str
     std::string unknown;
     if (model.contains("unk_token") && !model["unk_token"].is_null()) unknown = model["unk_token"].get<std::string>();
     std::unique_ptr<Gpt2Tokenizer> t(new Gpt2Tokenizer());
-    t->s_ = build_state(model.at("vocab"), merges, added, source, unknown);
+    t->s_ = build_state(model.at("vocab"), merges, added, source, unknown, split, model.value("ignore_merges", false));
     return t;
   } catch (const json::exception& e) {
     throw DataError(source + ": not a tokenizer.json of a BPE model (" + std::string(e.what()) + ")");
@@ -401,9 +429,14 @@ std::string Gpt2Tokenizer::vocabulary() const {
   for (const auto& [a, b] : s_->merges) merges.push_back(a + " " + b);
   json model = {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}};
   if (!s_->unknown.empty()) model["unk_token"] = s_->unknown;
-  json doc = {{"model", model},
-              {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-              {"added_tokens", added}};
+  if (s_->ignore_merges) model["ignore_merges"] = true;
+  json pre = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  if (s_->split != kPattern)
+    pre = {{"type", "Sequence"},
+           {"pretokenizers",
+            {{{"type", "Split"}, {"pattern", {{"Regex", s_->split}}}, {"behavior", "Isolated"}, {"invert", false}},
+             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  json doc = {{"model", model}, {"pre_tokenizer", pre}, {"added_tokens", added}};
   return doc.dump(-1, ' ', true);
 }
 
@@ -428,7 +461,8 @@ std::string hf_tokenizer_json(const Tokenizer& tokenizer) {
            {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
            {"added_tokens", json::array()}};
   } else {
-    throw DataError("a " + tokenizer.kind() + " tokenizer has no Hugging Face byte-level BPE form (char and gpt2 do)");
+    throw DataError("a " + tokenizer.kind() + " tokenizer has no Hugging Face byte-level BPE form (char and gpt2 have; a "
+                    "SentencePiece one is written as its tokenizer.model)");
   }
   doc["version"] = "1.0";
   doc["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};

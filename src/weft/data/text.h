@@ -136,7 +136,8 @@ class Gpt2Tokenizer : public Tokenizer {
 // A tokenizer as a Hugging Face tokenizer.json of a byte-level BPE, which
 // Gpt2Tokenizer::from_tokenizer_json reads back token for token: a gpt2 tokenizer's own, or
 // a char tokenizer's bytes (each byte's stand-in its token, no merges, a byte it never saw the
-// unk_token, id 0, as CharTokenizer maps it). DataError for a word or SentencePiece one.
+// unk_token, id 0, as CharTokenizer maps it). DataError for a word or SentencePiece one (a
+// SentencePiece model goes as its own tokenizer.model).
 std::string hf_tokenizer_json(const Tokenizer& tokenizer);
 
 // The first 90% of a corpus's tokens train, the rest validate: the split of every language

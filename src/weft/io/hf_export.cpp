@@ -148,7 +148,7 @@ StateDict hf_tensors(const GptConfig& c, const StateDict& parameters) {
 }
 
 void write_hf_folder(const std::string& dir, const GptConfig& c, const StateDict& parameters,
-                     const std::string& tokenizer_json, const std::string& dtype, std::int32_t eos) {
+                     const HfTokenizerFile& tokenizer, const std::string& dtype, std::int32_t eos) {
   if (dtype != "F32" && dtype != "BF16") throw ConfigError("--dtype '" + dtype + "' is not f32 or bf16");
   const std::string config = hf_config_json(c, eos, dtype);  // (refuses a shape without a form before anything is written)
   std::error_code ec;
@@ -160,7 +160,9 @@ void write_hf_folder(const std::string& dir, const GptConfig& c, const StateDict
   for (const auto& [name, t] : tensors) dtypes[name] = dtype;
   const std::filesystem::path d(dir);
   write_file_atomic((d / "model.safetensors").string(), encode_safetensors(tensors, {{"format", "pt"}}, dtypes));
-  write_file_atomic((d / "tokenizer.json").string(), tokenizer_json);
+  if (tokenizer.name != "tokenizer.json" && tokenizer.name != "tokenizer.model")
+    throw InternalError("write_hf_folder: a tokenizer file named " + tokenizer.name);
+  write_file_atomic((d / tokenizer.name).string(), tokenizer.bytes);
   write_file_atomic((d / "config.json").string(), config + "\n");
 }
 

@@ -71,16 +71,17 @@ std::vector<std::string> parameter_files(const std::string& path) {
 
 std::unique_ptr<Tokenizer> tokenizer_in(const std::string& folder) {
   const std::string vocab = in_folder(folder, "vocab.json"), merges = in_folder(folder, "merges.txt"),
-                    combined = in_folder(folder, "tokenizer.json");
+                    combined = in_folder(folder, "tokenizer.json"), sentencepiece = in_folder(folder, "tokenizer.model");
   try {
     if (file_exists(vocab) && file_exists(merges))
       return Gpt2Tokenizer::from_files(read_file(vocab), read_file(merges), in_folder(folder, "vocab.json and merges.txt"));
     if (file_exists(combined)) return Gpt2Tokenizer::from_tokenizer_json(read_file(combined), combined);
+    if (file_exists(sentencepiece)) return BpeTokenizer::load(read_file(sentencepiece), sentencepiece);
   } catch (const DataError& e) {
     throw CheckpointError(e.what());
   }
   throw CheckpointError((folder.empty() ? std::string(".") : folder) +
-                        ": no tokenizer (vocab.json and merges.txt, or tokenizer.json)");
+                        ": no tokenizer (vocab.json and merges.txt, tokenizer.json, or tokenizer.model)");
 }
 
 }  // namespace

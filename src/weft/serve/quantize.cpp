@@ -76,11 +76,12 @@ void packed_product(const Tensor& x, const W* w, const float* scale, const Tenso
   });
 }
 
-// x times the int8 weights w [out, in] (scale per output channel) as an int8 product: x
-// quantized with one symmetric scale for the whole matrix (its largest magnitude / 127,
-// chosen anew for every call: dynamic quantization), int32 sums on oneDNN (VNNI), then
-// scaled back to float32 by both scales. Row blocks (and, for few rows, column blocks) run
-// on the pool. Infinite or NaN activations give NaN outputs.
+// x times the int8 weights w [out, in] (scale per output channel) as an int8 product: each
+// row of x quantized with its own symmetric scale (its largest magnitude / 127, chosen anew
+// for every call: dynamic per-token quantization, so that one row of large activations does
+// not cost the others their precision), int32 sums on oneDNN (VNNI) scaled by the weights'
+// scales, then each row by its own. Row blocks (and, for few rows, column blocks) run on the
+// pool. A row with an infinite or NaN activation gives NaN outputs; a row of zeros, zeros.
 Tensor int8_product(const Tensor& x, const std::int8_t* w, const std::vector<float>& scale, const Tensor& bias,
                     std::int64_t out, std::int64_t in) {
   const std::int64_t R = x.size(0);
@@ -89,43 +90,37 @@ Tensor int8_product(const Tensor& x, const std::int8_t* w, const std::vector<flo
   // few. Both depend only on the shape.
   const std::int64_t row_block = std::max<std::int64_t>(64, (R + 7) / 8);
   const std::int64_t row_blocks = (R + row_block - 1) / row_block;
-  std::vector<float> block_max(static_cast<std::size_t>(row_blocks), 0.0f);
-  parallel_loop(row_blocks, 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t b = begin; b < end; ++b) {
+  std::vector<float> row_scale(static_cast<std::size_t>(R));
+  std::vector<std::int8_t> qx(static_cast<std::size_t>(R * in));
+  parallel_loop(R, 16, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t r = begin; r < end; ++r) {
+      const float* xr = xp + r * in;
       float m = 0;
-      for (std::int64_t i = b * row_block * in; i < std::min(R, (b + 1) * row_block) * in; ++i) m = std::max(m, std::fabs(xp[i]));
-      block_max[static_cast<std::size_t>(b)] = m;
+      for (std::int64_t i = 0; i < in; ++i) m = std::max(m, std::fabs(xr[i]));
+      if (std::isnan(m)) m = std::numeric_limits<float>::infinity();
+      const float xs = std::isfinite(m) && m > 0 ? m / 127.0f : 0.0f;
+      row_scale[static_cast<std::size_t>(r)] = std::isfinite(m) ? xs : std::nanf("");
+      std::int8_t* q = qx.data() + r * in;
+      for (std::int64_t i = 0; i < in; ++i)
+        q[i] = xs > 0 ? static_cast<std::int8_t>(std::clamp(std::nearbyint(xr[i] / xs), -127.0f, 127.0f)) : 0;
     }
   });
-  float amax = 0;
-  for (float m : block_max) amax = std::max(amax, m);
-  if (std::isnan(amax)) amax = std::numeric_limits<float>::infinity();
-  Tensor y;
-  if (!(amax > 0)) {
-    y = Tensor::zeros({R, out});
-  } else if (!std::isfinite(amax)) {
-    y = Tensor::full({R, out}, std::nan(""));
-  } else {
-    y = Tensor::empty({R, out});  // every element written by the products below
-    const float xs = amax / 127.0f;
-    std::vector<std::int8_t> qx(static_cast<std::size_t>(R * in));
-    parallel_loop(R * in, 16384, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t i = begin; i < end; ++i)
-        qx[static_cast<std::size_t>(i)] = static_cast<std::int8_t>(std::clamp(std::nearbyint(xp[i] / xs), -127.0f, 127.0f));
-    });
-    std::vector<float> cs(static_cast<std::size_t>(out));
-    for (std::int64_t o = 0; o < out; ++o) cs[static_cast<std::size_t>(o)] = xs * scale[static_cast<std::size_t>(o)];
-    const std::int64_t col_block = row_blocks > 1 ? out : std::max<std::int64_t>(128, (out + 7) / 8);
-    const std::int64_t col_blocks = (out + col_block - 1) / col_block;
-    parallel_for(row_blocks * col_blocks, 1, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t b = begin; b < end; ++b) {
-        const std::int64_t r0 = (b / col_blocks) * row_block, o0 = (b % col_blocks) * col_block;
-        const std::int64_t m = std::min(row_block, R - r0), n = std::min(col_block, out - o0);
-        onednn::matmul_s8(m, n, in, {qx.data() + r0 * in, in, 1}, {w + o0 * in, 1, in}, cs.data() + o0,
-                          y.data<float>() + r0 * out + o0, out);
+  Tensor y = Tensor::empty({R, out});  // every element written by the products below
+  const std::int64_t col_block = row_blocks > 1 ? out : std::max<std::int64_t>(128, (out + 7) / 8);
+  const std::int64_t col_blocks = (out + col_block - 1) / col_block;
+  parallel_for(row_blocks * col_blocks, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t b = begin; b < end; ++b) {
+      const std::int64_t r0 = (b / col_blocks) * row_block, o0 = (b % col_blocks) * col_block;
+      const std::int64_t m = std::min(row_block, R - r0), n = std::min(col_block, out - o0);
+      onednn::matmul_s8(m, n, in, {qx.data() + r0 * in, in, 1}, {w + o0 * in, 1, in}, scale.data() + o0,
+                        y.data<float>() + r0 * out + o0, out);
+      for (std::int64_t r = r0; r < r0 + m; ++r) {
+        const float xs = row_scale[static_cast<std::size_t>(r)];
+        float* yr = y.data<float>() + r * out + o0;
+        for (std::int64_t o = 0; o < n; ++o) yr[o] = std::isnan(xs) ? xs : yr[o] * xs;
       }
-    });
-  }
+    }
+  });
   if (bias.defined()) {
     float* yp = y.data<float>();
     const float* bp = bias.data<float>();

@@ -4,8 +4,8 @@
 // small weights; its product reads them, widens them to float32 in registers and
 // accumulates in float32 (dequantization on the fly), so activations stay float32 — except
 // int8 weights on a processor with VNNI (the kernel table's int8 choice): there the
-// activations are quantized too, one symmetric scale per call (dynamic quantization), and
-// the product runs in int8 with int32 sums on oneDNN.
+// activations are quantized too, one symmetric scale per row (dynamic per-token
+// quantization), and the product runs in int8 with int32 sums on oneDNN.
 #pragma once
 
 #include <cstdint>
