@@ -63,7 +63,42 @@ void row(const std::string& kind, const std::string& shape, const std::string& l
 
 }  // namespace
 
+// `kernel_bench peak`: the machine's measured GEMM peak on all threads, for the model
+// benchmarks' share of it (bench/model_step): the fastest 2048^3 float32 product of OpenBLAS
+// (its own threading) and weft's oneDNN and libxsmm choices ("PEAK_F32 <GFLOP/s>"), and of the
+// bf16 choices where the processor has bf16 instructions ("PEAK_BF16 <GFLOP/s>", else 0).
+int print_peaks() {
+  Rng rng(1);
+  const std::int64_t big = 2048;
+  Tensor a = randn({big, big}, rng), b = randn({big, big}, rng), c = Tensor::empty({big, big});
+  const double flops = 2.0 * big * big * big;
+  openblas_set_num_threads(get_num_threads());
+  double f32 = flops / 1e9 / seconds_per_call([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, big, big, big, 1.0f, a.data<float>(), big, b.data<float>(),
+                big, 0.0f, c.data<float>(), big);
+  });
+  openblas_set_num_threads(1);
+  double bf16 = 0;
+  for (const char* choice : {"gemm=onednn", "gemm=libxsmm", "gemm=onednn,bf16=native", "gemm=libxsmm,bf16=native"}) {
+    const bool half = std::strstr(choice, "bf16") != nullptr;
+    if (half && !onednn::has_bf16_instructions()) continue;
+    if (std::strstr(choice, "libxsmm") != nullptr && !(half ? xsmm::has_bf16_kernels() : xsmm::has_f32_kernels())) continue;
+    use(choice);
+    ops::set_bf16_products(half);
+    const double rate = flops / 1e9 / seconds_per_call([&] { ops::gemm(false, false, 1.0, a, b, 0.0, c); });
+    ops::set_bf16_products(false);
+    (half ? bf16 : f32) = std::max(half ? bf16 : f32, rate);
+  }
+  use("");
+  std::printf("PEAK_F32 %.1f\nPEAK_BF16 %.1f\n", f32, bf16);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "peak") == 0) {
+    g_repeats = 3;
+    return print_peaks();
+  }
   if (argc > 1) g_repeats = std::max(1, std::atoi(argv[1]));
   Rng rng(1);
   const int threads = get_num_threads();

@@ -24,6 +24,7 @@ packages=(
   chromium                 # tests open the report pages in a real (headless) browser
   python3-torch python3-numpy  # PyTorch scripts under weft launch (tests), the benchmarks' reference
   python3-regex            # the GPT-2 reference tokenizer a test checks weft's against
+  python3-jinja2           # the chat templates weft renders, rendered by Jinja itself in a test
   libtorch-dev pybind11-dev    # the torch.distributed backend "weft" (bindings/torch)
 )
 # make fuzz builds the libFuzzer harnesses with clang; libFuzzer and the sanitizer runtimes

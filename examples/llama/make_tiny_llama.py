@@ -9,7 +9,8 @@
                         or with --tokenizer llama3, tokenizer.json as Llama 3's is made: words
                         cut by Llama 3's pattern (a Split before ByteLevel), ignore_merges,
                         and its special tokens <|begin_of_text|>, <|end_of_text|>, <|eot_id|>,
-                        <|start_header_id|>, <|end_header_id|>
+                        <|start_header_id|>, <|end_header_id|>; and tokenizer_config.json with
+                        Llama 3's chat template
 
 The families differ as their configuration classes do:
     llama    grouped-query attention (--kv-heads), no biases, an untied head, rope_theta
@@ -41,6 +42,12 @@ from make_tiny_gpt2 import bytes_to_unicode, learn_merges, write_safetensors  # 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
                   r"\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>"]
+# Meta-Llama-3-8B-Instruct's chat template, as its tokenizer_config.json holds it.
+LLAMA3_CHAT = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+               "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + "
+               "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+               "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+               "{% endif %}")
 
 
 def main():
@@ -85,6 +92,9 @@ def main():
             json.dump(doc, f, ensure_ascii=False)
         for t in LLAMA3_SPECIALS:
             vocab[t] = len(vocab)
+        with open(os.path.join(a.out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": LLAMA3_CHAT,
+                       "tokenizer_class": "PreTrainedTokenizerFast"}, f, indent=2)
     else:
         vocab["<|endoftext|>"] = len(vocab)
         with open(os.path.join(a.out, "vocab.json"), "w", encoding="utf-8") as f:

@@ -8,8 +8,10 @@
 #   qwen2    bfloat16 in 2 shards, biases on Q, K and V, a tied head
 #   mistral  float16 in 3 shards, a sliding window of 6 keys
 #   llama3   as llama, with a tokenizer.json made as Llama 3's is (its Split pattern before
-#            ByteLevel, ignore_merges, special tokens); 60 random texts tokenize as the
-#            reference does
+#            ByteLevel, ignore_merges, special tokens) and Llama 3's chat template; 60 random
+#            texts tokenize as the reference does; a conversation's prompt is Jinja's, and
+#            weft generate --chat and /v1/chat/completions (whole, streamed) give the
+#            reference's tokens for it
 # For each, weft generate (greedy; 40 tokens, past the window and the original context) gives
 # the reference's prompt ids and tokens, and every step's logits within 1e-5 of the largest
 # (float32 against float64): with the key-value cache, without it, over 2 tensor-parallel
@@ -120,6 +122,57 @@ for layout in "" "--tp 2" "--pp 2"; do
   stop_server
   echo "weft serve ${layout:-(one process)}: the reference's completion"
 done
+
+# Chat: the llama3 folder's tokenizer_config.json holds Llama 3's chat template. Jinja itself
+# (Debian's python3-jinja2, as transformers' apply_chat_template sets it up) renders the
+# conversation; weft generate --chat gives that prompt and the reference's tokens for it; weft
+# serve's /v1/chat/completions (whole and streamed) gives the reference's text.
+python3 - "$work/llama3" > "$work/chat_prompt.txt" <<'PY'
+import json, os, sys, jinja2
+c = json.load(open(os.path.join(sys.argv[1], "tokenizer_config.json")))
+env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "  What is a cat?  "}]
+sys.stdout.write(env.from_string(c["chat_template"]).render(messages=messages, add_generation_prompt=True,
+                                                            bos_token=c["bos_token"], eos_token=c["eos_token"]))
+PY
+python3 "$reference" "$work/llama3" --prompt-file "$work/chat_prompt.txt" 24 > "$work/chat.ref"
+"$weft" generate "$work/llama3" --chat --system "Be brief." --prompt "  What is a cat?  " --max-tokens 24 --temperature 0 \
+  --json --logits "$work/a.logits" > "$work/chat.out"
+python3 - "$work/chat_prompt.txt" "$work/chat.out" <<'PY'
+import json, sys
+want, got = open(sys.argv[1]).read(), json.loads(open(sys.argv[2]).read())["prompt"]
+assert got == want, f"weft's chat prompt:\n{got!r}\nJinja's:\n{want!r}"
+print(f"chat template: weft renders Jinja's prompt ({len(want)} characters)")
+PY
+same "$work/chat.ref" "$work/chat.out" "$work/a.logits" 1e-5 "llama3, --chat"
+rm -f "$work/port"
+"$weft" serve "$work/llama3" --port 0 --port-file "$work/port" > "$work/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+[ -s "$work/port" ] || { cat "$work/serve.log"; fail "weft serve did not start on the llama3 folder"; }
+chat_body='{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "  What is a cat?  "}], "max_tokens": 24, "temperature": 0'
+curl -sf "http://127.0.0.1:$(cat "$work/port")/v1/chat/completions" -d "$chat_body}" > "$work/chat.json" ||
+  fail "the chat completions request failed"
+curl -sfN "http://127.0.0.1:$(cat "$work/port")/v1/chat/completions" -d "$chat_body, \"stream\": true}" > "$work/chat.sse" ||
+  fail "the streamed chat completions request failed"
+stop_server
+python3 - "$work/chat.ref" "$work/chat.json" "$work/chat.sse" <<'PY'
+import json, sys
+ref, whole = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert whole["object"] == "chat.completion", whole
+message = whole["choices"][0]["message"]
+assert message["role"] == "assistant" and message["content"] == ref["text"], (message, ref["text"])
+events = [l[6:] for l in open(sys.argv[3]).read().split("\n\n") if l.startswith("data: ")]
+assert events[-1] == "[DONE]", events[-1]
+chunks = [json.loads(e) for e in events[:-1]]
+assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+assert text == ref["text"], (text, ref["text"])
+assert chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
+print(f"weft serve /v1/chat/completions: the reference's text, whole and in {len(chunks)} streamed chunks")
+PY
+expect_refusal "the model has no chat template" "$weft" generate "$work/llama" --chat --prompt "Hi"
 
 # Refusals: one line, naming the problem, non-zero exit.
 refuse() {  # LABEL EXPECTED-TEXT DIR

@@ -21,6 +21,7 @@ usage: llama_reference.py DIR PROMPT MAX_TOKENS   prints JSON: prompt_token_ids,
                                                   into WINDOWS windows of CONTEXT + 1 tokens
                                                   spread evenly; prints JSON: loss (the mean
                                                   next-token cross-entropy), tokens
+       llama_reference.py DIR --prompt-file FILE MAX_TOKENS   the same, the prompt read from FILE
        llama_reference.py DIR --encode FILE       FILE: a JSON list of texts; prints the JSON
                                                   list of their token ids
 """
@@ -183,6 +184,9 @@ def main():
             count += len(window) - 1
         print(json.dumps({"loss": total / count, "tokens": count}))
         return
+    if sys.argv[2] == "--prompt-file":  # (a prompt whose last characters are newlines, which a shell would cut)
+        del sys.argv[2]
+        sys.argv[2] = open(sys.argv[2], encoding="utf-8").read()
     prompt, count = sys.argv[2], int(sys.argv[3])
     prompt_ids = enc.encode(prompt)
     eos = cfg.get("eos_token_id", enc.encoder.get("<|endoftext|>"))

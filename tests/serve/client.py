@@ -91,6 +91,17 @@ elif check == "bad-requests":
         ("a body over the limit", "/v1/completions", b'{"prompt": "' + b"a" * 300000 + b'"}', 413),
         ("classify on a language model", "/v1/classify", {"images": [[0] * 784]}, 400),
         ("an unknown endpoint", "/v2/whatever", {}, 404),
+        # Chat completions: the checks of every message, and a model without a chat template.
+        ("chat without messages", "/v1/chat/completions", {"max_tokens": 3}, 400),
+        ("chat with no message", "/v1/chat/completions", {"messages": []}, 400),
+        ("chat with another role", "/v1/chat/completions", {"messages": [{"role": "robot", "content": "a"}]}, 400),
+        ("chat with a number content", "/v1/chat/completions", {"messages": [{"role": "user", "content": 7}]}, 400),
+        ("chat with an image part", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400),
+        ("chat with tools", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]}, 400),
+        ("chat on a model without a chat template", "/v1/chat/completions",
+         {"messages": [{"role": "user", "content": "a"}]}, 400),
     ]
     for what, path, body, want in cases:
         status, _, got = request("POST", path, body)

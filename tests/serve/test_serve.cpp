@@ -541,3 +541,57 @@ TEST(Metrics, PrometheusTextHasHelpTypeAndCumulativeBuckets) {
 
 }  // namespace
 }  // namespace weft::serve
+
+#include "weft/serve/chat_template.h"
+
+using weft::serve::ChatTemplate;
+using weft::serve::ChatTemplateError;
+
+// The chat templates of Llama 3, Qwen 2 and Mistral (as their tokenizer_config.json holds
+// them) render the prompts Hugging Face's apply_chat_template gives, and their checks raise
+// with their own messages; whitespace follows trim_blocks and lstrip_blocks; what the subset
+// lacks is refused when the template is read.
+TEST(ChatTemplate, RendersTheTemplatesOfLlama3Qwen2AndMistral) {
+  using nlohmann::json;
+  const ChatTemplate llama3(
+      R"({% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %})");
+  const json chat = {{"messages", {{{"role", "system"}, {"content", "You are kind."}}, {{"role", "user"}, {"content", " Hi! "}}}},
+                     {"add_generation_prompt", true}, {"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"}};
+  EXPECT_EQ(llama3.render(chat),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nYou are kind.<|eot_id|><|start_header_id|>user"
+            "<|end_header_id|>\n\nHi!<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+
+  const ChatTemplate qwen2(
+      R"({% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %})");
+  EXPECT_EQ(qwen2.render({{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"add_generation_prompt", true}}),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(qwen2.render(chat).rfind("<|im_start|>system\nYou are kind.<|im_end|>\n", 0), 0u);
+
+  const ChatTemplate mistral(
+      R"({{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %})");
+  const json turns = {{"messages", {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Hello"}},
+                                    {{"role", "user"}, {"content", "Bye"}}}},
+                      {"bos_token", "<s>"}, {"eos_token", "</s>"}};
+  EXPECT_EQ(mistral.render(turns), "<s>[INST] Hi [/INST]Hello</s>[INST] Bye [/INST]");
+  try {
+    mistral.render({{"messages", {{{"role", "assistant"}, {"content", "x"}}}}, {"bos_token", "<s>"}});
+    ADD_FAILURE() << "no exception";
+  } catch (const ChatTemplateError& e) {
+    EXPECT_STREQ(e.what(), "Conversation roles must alternate user/assistant/user/assistant/...");
+  }
+
+  // trim_blocks and lstrip_blocks; '-' strips; expressions keep their spaces.
+  const ChatTemplate lines("{% for m in messages %}\n  {{ m.role }}: {{ m.content }}\n{% endfor %}\n  {% if true %}x{% endif %}\n"
+                           "{{- '|' -}}   \n {{ 7 // 2 }},{{ -7 % 3 }},{{ 'a' ~ 1 }},{{ [1, 2] | length }},{{ 'b' in 'abc' }},"
+                           "{{ none is none }},{{ x is defined }}");
+  EXPECT_EQ(lines.render({{"messages", {{{"role", "user"}, {"content", "Hi"}}, {{"role", "assistant"}, {"content", "Yo"}}}}}),
+            "  user: Hi\n  assistant: Yo\nx|3,2,a1,2,True,True,False");
+
+  // (Jinja's own renderings, trim_blocks and lstrip_blocks on.)
+  EXPECT_EQ(ChatTemplate("{% if true %}  {% endif %}|").render(json::object()), "  |");
+  EXPECT_EQ(ChatTemplate("a\n  {% if true %}\n  b\n  {% endif %}\nc").render(json::object()), "a\n  b\nc");
+  EXPECT_EQ(ChatTemplate("  {# c #}\nx{{ 1 }}  \n").render(json::object()), "x1  ");
+  for (const char* bad : {"{{ messages | tojson }}", "{% macro f() %}{% endmacro %}", "{% set ns = namespace(a=1) %}",
+                          "{{ x.strip() }}", "{% if x %}no end", "{{ 'open }}", "{% endfor %}"})
+    EXPECT_THROW(ChatTemplate{bad}, ChatTemplateError) << bad;
+}

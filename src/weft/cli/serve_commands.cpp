@@ -143,16 +143,29 @@ int run_predict(const PredictConfig& c) {
 }
 
 struct GenerateConfig {
-  std::string model, prompt, quantize = "fp32", logits;
+  std::string model, prompt, quantize = "fp32", logits, system;
   int tp = 1, pp = 1, micro_batches = 0;
   serve::GenerationOptions options;
-  bool no_cache = false, json = false;
+  bool no_cache = false, json = false, chat = false;
 };
 
 int run_generate(GenerateConfig c) {
   serve::LoadedModel m = serve::load_model(c.model);
   LanguageModel* lm = m.language_model();
   if (!lm) throw ConfigError(c.model + " is an image model (" + m.recipe.model + "): use weft predict");
+  if (!c.system.empty() && !c.chat) throw ConfigError("--system is a chat's first message: it needs --chat");
+  const std::string typed = c.prompt;
+  if (c.chat) {  // the prompt is the user's message, put in the model's chat template
+    nlohmann::json messages = nlohmann::json::array();
+    if (!c.system.empty()) messages.push_back({{"role", "system"}, {"content", c.system}});
+    messages.push_back({{"role", "user"}, {"content", c.prompt}});
+    try {
+      c.prompt = m.chat_prompt(messages);
+    } catch (const serve::ChatTemplateError& e) {
+      throw ConfigError(c.model + ": " + e.what());
+    }
+    if (!m.eos_token.empty()) c.options.stop.push_back(m.eos_token);
+  }
   std::unique_ptr<serve::Decoder> decoder =
       c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm) : serve::join_decoder(*lm, serve::parse_weight_format(c.quantize), c.tp, c.pp, c.micro_batches);
   if (!decoder) return 0;  // a model-parallel rank that followed rank 0
@@ -168,6 +181,7 @@ int run_generate(GenerateConfig c) {
   if (c.json) {
     fmt::print("{}\n", nlohmann::json{{"model", m.name},
                                       {"prompt", c.prompt},
+                                      {"chat", c.chat},
                                       {"prompt_token_ids", prompt_ids},
                                       {"text", r.text},
                                       {"tokens", r.tokens},
@@ -175,8 +189,10 @@ int run_generate(GenerateConfig c) {
                                       {"prompt_tokens", r.prompt_tokens},
                                       {"completion_tokens", r.tokens.size()}}
                            .dump());
+  } else if (c.chat) {
+    fmt::print("{}\n", r.text);
   } else {
-    fmt::print("{}{}\n", c.prompt, r.text);
+    fmt::print("{}{}\n", typed, r.text);
   }
   return 0;
 }
@@ -246,6 +262,9 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_flag("--json", c->json, "print JSON (the tokens, the finish reason)");
   cmd->add_option("--logits", c->logits, "write the logits each token was chosen from to this file (float32, "
                                          "[tokens][vocab])");
+  cmd->add_flag("--chat", c->chat, "--prompt is a user's message: put it in the model's chat template (tokenizer_config.json) "
+                                   "and stop at its end-of-turn token");
+  cmd->add_option("--system", c->system, "--chat: a system message before it");
   c->options.max_tokens = 200;
   c->options.sampling.temperature = 0.8;
   cmd->callback([c, &action] { action = [c] { return run_generate(*c); }; });

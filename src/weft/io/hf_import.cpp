@@ -415,8 +415,46 @@ StateDict hf_folder_parameters(const std::string& path, const GptConfig& config)
   return hf_parameters(tensors, config, path);
 }
 
+HfChat hf_folder_chat(const std::string& path) {
+  const std::string file = in_folder(folder_of(path), "tokenizer_config.json");
+  HfChat chat;
+  if (!file_exists(file)) return chat;
+  json c;
+  try {
+    c = json::parse(read_file(file));
+  } catch (const json::exception&) {
+    throw CheckpointError(file + ": not valid JSON");
+  }
+  if (!c.is_object()) throw CheckpointError(file + ": not a JSON object");
+  auto token = [&](const char* key) -> std::string {
+    if (!c.contains(key) || c[key].is_null()) return "";
+    const json& t = c[key];
+    if (t.is_string()) return t.get<std::string>();
+    if (t.is_object() && t.contains("content") && t["content"].is_string()) return t["content"].get<std::string>();
+    throw CheckpointError(file + ": " + key + " is not a string or {\"content\": ...}");
+  };
+  chat.bos_token = token("bos_token");
+  chat.eos_token = token("eos_token");
+  if (c.contains("chat_template") && !c["chat_template"].is_null()) {
+    const json& t = c["chat_template"];
+    if (t.is_string()) {
+      chat.chat_template = t.get<std::string>();
+    } else if (t.is_array()) {
+      for (const json& named : t)
+        if (named.is_object() && named.value("name", std::string()) == "default" && named.contains("template") &&
+            named["template"].is_string())
+          chat.chat_template = named["template"].get<std::string>();
+      if (chat.chat_template.empty()) throw CheckpointError(file + ": chat_template lists no \"default\" template");
+    } else {
+      throw CheckpointError(file + ": chat_template is not a string or a list of named templates");
+    }
+  }
+  return chat;
+}
+
 ImportedHf import_hf(const std::string& path) {
   ImportedHf m;
+  m.chat = hf_folder_chat(path);
   m.config = hf_folder_config(path);
   m.model = hf_model_name(m.config);
   m.parameters = hf_folder_parameters(path, m.config);

@@ -31,7 +31,14 @@
 
 namespace weft {
 
+// tokenizer_config.json's chat settings: the chat template's Jinja source (empty: none) and
+// the BOS and EOS tokens' text.
+struct HfChat {
+  std::string chat_template, bos_token, eos_token;
+};
+
 struct ImportedHf {
+  HfChat chat;
   GptConfig config;
   std::string model;  // weft's name for it: gpt (GPT-2) or llama (the Llama family)
   StateDict parameters;  // by weft's names (GPT's state dict), float32
@@ -51,6 +58,10 @@ ImportedHf import_hf(const std::string& path);
 // model): config.json of the folder `path` is in (or is); the tokenizer, which may not have
 // more tokens than the configuration's vocabulary; the parameters by weft's names.
 GptConfig hf_folder_config(const std::string& path);
+// tokenizer_config.json's chat settings, when the folder has one (chat_template a string or
+// a list of named templates, of which "default" is taken; a token a string or {"content"});
+// CheckpointError for a malformed file.
+HfChat hf_folder_chat(const std::string& path);
 std::unique_ptr<Tokenizer> hf_folder_tokenizer(const std::string& path, const GptConfig& config);
 StateDict hf_folder_parameters(const std::string& path, const GptConfig& config);
 

@@ -135,22 +135,18 @@ std::vector<float> pixels_of_base64(const json& image, std::size_t index, const 
 
 }  // namespace
 
-CompletionRequest parse_completion_request(const std::string& body, const ApiLimits& limits,
-                                           std::uint64_t default_seed) {
-  json j = parse_object(body);
+namespace {
+// The fields completions and chat completions share: the model, sampling, length, streaming
+// and stop sequences (`max_tokens_key`: chat's max_completion_tokens may stand for it).
+void parse_generation_fields(const json& j, const ApiLimits& limits, std::uint64_t default_seed, CompletionRequest& r,
+                             std::int64_t default_max_tokens) {
   if (auto m = j.find("model"); m != j.end() && !m->is_null()) {
     if (!m->is_string()) throw RequestError(400, "'model' must be a string", "model");
     if (m->get<std::string>() != limits.model)
       throw RequestError(404, fmt::format("the model '{}' does not exist (this server serves '{}')", m->get<std::string>(), limits.model), "model");
   }
   refuse_unsupported(j);
-  CompletionRequest r;
-  auto p = j.find("prompt");
-  if (p == j.end()) throw RequestError(400, "'prompt' is required", "prompt");
-  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) r.prompt = (*p)[0].get<std::string>();
-  else if (p->is_string()) r.prompt = p->get<std::string>();
-  else throw RequestError(400, "'prompt' must be a string (or an array of one string)", "prompt");
-  r.options.max_tokens = integer_field(j, "max_tokens", 16, 0, limits.max_tokens);
+  r.options.max_tokens = integer_field(j, "max_tokens", default_max_tokens, 0, limits.max_tokens);
   r.options.sampling.temperature = number_field(j, "temperature", 1.0, 0, 2);
   r.options.sampling.top_p = number_field(j, "top_p", 1.0, 1e-9, 1);
   r.options.sampling.top_k = integer_field(j, "top_k", 0, 0, std::int64_t{1} << 31);
@@ -173,7 +169,90 @@ CompletionRequest parse_completion_request(const std::string& body, const ApiLim
       throw RequestError(400, "'stop' must be a string or an array of up to 4 strings", "stop");
     }
   }
+}
+}  // namespace
+
+CompletionRequest parse_completion_request(const std::string& body, const ApiLimits& limits,
+                                           std::uint64_t default_seed) {
+  json j = parse_object(body);
+  CompletionRequest r;
+  parse_generation_fields(j, limits, default_seed, r, 16);
+  auto p = j.find("prompt");
+  if (p == j.end()) throw RequestError(400, "'prompt' is required", "prompt");
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) r.prompt = (*p)[0].get<std::string>();
+  else if (p->is_string()) r.prompt = p->get<std::string>();
+  else throw RequestError(400, "'prompt' must be a string (or an array of one string)", "prompt");
   return r;
+}
+
+ChatRequest parse_chat_request(const std::string& body, const ApiLimits& limits, std::uint64_t default_seed) {
+  json j = parse_object(body);
+  ChatRequest r;
+  if (j.contains("max_completion_tokens") && !j.contains("max_tokens")) j["max_tokens"] = j["max_completion_tokens"];
+  j.erase("max_completion_tokens");
+  parse_generation_fields(j, limits, default_seed, r, limits.max_tokens);
+  for (const char* unsupported : {"tools", "tool_choice", "functions", "function_call", "response_format"})
+    if (j.contains(unsupported) && !j[unsupported].is_null())
+      throw RequestError(400, fmt::format("'{}' is not supported", unsupported), unsupported);
+  auto m = j.find("messages");
+  if (m == j.end() || !m->is_array() || m->empty() || m->size() > 4096)
+    throw RequestError(400, "'messages' must be an array of 1 to 4096 messages", "messages");
+  r.messages = json::array();
+  for (std::size_t i = 0; i < m->size(); ++i) {
+    const json& msg = (*m)[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!msg.is_object() || !msg.contains("role") || !msg["role"].is_string())
+      throw RequestError(400, where + " must be an object with a 'role' string", "messages");
+    const std::string role = msg["role"].get<std::string>();
+    if (role != "system" && role != "user" && role != "assistant" && role != "developer")
+      throw RequestError(400, where + ": the role '" + role + "' is not system, developer, user or assistant", "messages");
+    std::string content;
+    const json c = msg.contains("content") ? msg["content"] : json();
+    if (c.is_string()) {
+      content = c.get<std::string>();
+    } else if (c.is_array()) {  // content parts: text only
+      for (const json& part : c) {
+        if (!part.is_object() || part.value("type", std::string()) != "text" || !part.contains("text") || !part["text"].is_string())
+          throw RequestError(400, where + ": only text content parts are supported", "messages");
+        content += part["text"].get<std::string>();
+      }
+    } else {
+      throw RequestError(400, where + ": 'content' must be a string or an array of text parts", "messages");
+    }
+    r.messages.push_back({{"role", role == "developer" ? "system" : role}, {"content", content}});
+  }
+  return r;
+}
+
+json chat_response(const std::string& id, std::int64_t created, const std::string& model, const std::string& text,
+                   const std::string& finish_reason, std::int64_t prompt_tokens, std::int64_t completion_tokens) {
+  return {{"id", id},
+          {"object", "chat.completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0},
+                                    {"message", {{"role", "assistant"}, {"content", text}}},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", finish_reason}}})},
+          {"usage",
+           {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}}}};
+}
+
+json chat_chunk(const std::string& id, std::int64_t created, const std::string& model, const std::string& text,
+                const std::string& finish_reason, bool first) {
+  json delta = json::object();
+  if (first) delta["role"] = "assistant";
+  if (!text.empty() || first) delta["content"] = text;
+  return {{"id", id},
+          {"object", "chat.completion.chunk"},
+          {"created", created},
+          {"model", model},
+          {"choices", json::array({{{"index", 0},
+                                    {"delta", delta},
+                                    {"logprobs", nullptr},
+                                    {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
 }
 
 json completion_response(const std::string& id, std::int64_t created, const std::string& model,

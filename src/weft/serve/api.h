@@ -39,6 +39,24 @@ struct CompletionRequest {
   bool include_usage = false;  // stream_options.include_usage
 };
 
+// A chat completions body (POST /v1/chat/completions): the completion's fields (max_tokens
+// or max_completion_tokens, default the server's limit) and the conversation, each message
+// {"role": system | developer | user | assistant, "content": a string or text parts}, kept
+// as {"role", "content"} for the chat template (developer as system). Tools and response
+// formats are refused by name.
+struct ChatRequest : CompletionRequest {
+  nlohmann::json messages;
+};
+ChatRequest parse_chat_request(const std::string& body, const ApiLimits& limits, std::uint64_t default_seed);
+// {"object": "chat.completion", "choices": [{"message": {"role": "assistant", "content"}}], "usage"}.
+nlohmann::json chat_response(const std::string& id, std::int64_t created, const std::string& model,
+                             const std::string& text, const std::string& finish_reason, std::int64_t prompt_tokens,
+                             std::int64_t completion_tokens);
+// A stream's chunk: {"object": "chat.completion.chunk", "choices": [{"delta": {...}}]}; the
+// first carries the role.
+nlohmann::json chat_chunk(const std::string& id, std::int64_t created, const std::string& model, const std::string& text,
+                          const std::string& finish_reason, bool first);
+
 // Parses a completions body; a request without a seed gets `default_seed`.
 CompletionRequest parse_completion_request(const std::string& body, const ApiLimits& limits,
                                            std::uint64_t default_seed);

@@ -30,8 +30,13 @@ constexpr double kWaitForReplicaS = 30;
 bool is_text_event(const std::string& event) {
   if (event.rfind("data: {", 0) != 0) return false;
   json j = json::parse(event.substr(6), nullptr, false);
-  return j.is_object() && j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
-         j["choices"][0].is_object() && !j["choices"][0].value("text", std::string()).empty();
+  if (!j.is_object() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].empty() ||
+      !j["choices"][0].is_object())
+    return false;
+  const json& choice = j["choices"][0];
+  if (!choice.value("text", std::string()).empty()) return true;  // a completion's text
+  return choice.contains("delta") && choice["delta"].is_object() &&
+         !choice["delta"].value("content", std::string()).empty();  // a chat completion's
 }
 
 // One streamed completion relayed from a replica: the relay thread fills it, the client's
@@ -65,6 +70,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     replicas_ = std::make_unique<ReplicaSet>(r, log, metrics_);
     http_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { forward(req, res, "/v1/models"); });
     http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+    http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
     http_.Post("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) { forward(req, res, "/v1/classify"); });
   }
 
@@ -136,8 +142,9 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     count(endpoint, 503, start);
   }
 
+  // A completion or a chat completion (the replica renders its chat template).
   void completions(const httplib::Request& req, httplib::Response& res) {
-    const char* endpoint = "/v1/completions";
+    const char* endpoint = req.path == "/v1/chat/completions" ? "/v1/chat/completions" : "/v1/completions";
     json j = json::parse(req.body, nullptr, false);
     if (!j.is_object()) return forward(req, res, endpoint);  // the replica names the problem
     if (!j.contains("seed") || j["seed"].is_null()) j["seed"] = static_cast<std::int64_t>(fresh_random() & INT64_MAX);

@@ -98,10 +98,26 @@ LoadedModel load_hf(const std::string& path) {
   m.module->load_state_dict(imported.parameters);
   m.module->eval();
   m.tokenizer = std::move(imported.tokenizer);
+  m.bos_token = imported.chat.bos_token;
+  m.eos_token = imported.chat.eos_token;
+  if (!imported.chat.chat_template.empty()) {
+    try {
+      m.chat = std::make_shared<const ChatTemplate>(imported.chat.chat_template);
+      m.chat_error.clear();
+    } catch (const ChatTemplateError& e) {
+      m.chat_error = std::string("the model's chat template is not one weft reads: ") + e.what();
+    }
+  }
   return m;
 }
 
 }  // namespace
+
+std::string LoadedModel::chat_prompt(const nlohmann::json& messages) const {
+  if (!chat) throw ChatTemplateError(chat_error);
+  return chat->render({{"messages", messages}, {"add_generation_prompt", true}, {"bos_token", bos_token},
+                       {"eos_token", eos_token}});
+}
 
 LoadedModel load_model(const std::string& path) {
   if (is_hf_import(path)) {

@@ -11,6 +11,7 @@
 #include "weft/data/text.h"
 #include "weft/nn/language_model.h"
 #include "weft/nn/model_recipe.h"
+#include "weft/serve/chat_template.h"
 
 namespace weft::serve {
 
@@ -20,7 +21,14 @@ struct LoadedModel {
   ModelRecipe recipe;
   std::shared_ptr<Module> module;           // in evaluation mode
   std::unique_ptr<Tokenizer> tokenizer;     // language models only
+  // A Hugging Face folder's chat template (tokenizer_config.json), with its BOS and EOS
+  // tokens' text; or, when it has none or it does not parse, why (chat_error).
+  std::shared_ptr<const ChatTemplate> chat;
+  std::string bos_token, eos_token, chat_error = "the model has no chat template";
   LanguageModel* language_model() const { return dynamic_cast<LanguageModel*>(module.get()); }
+  // The prompt of a conversation (messages: [{"role", "content"}, ...]) by the chat template,
+  // with the generation prompt after it; ChatTemplateError naming the problem.
+  std::string chat_prompt(const nlohmann::json& messages) const;
 };
 
 // Throws CheckpointError (or DataError) naming the path and the problem.

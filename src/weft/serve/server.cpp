@@ -76,7 +76,9 @@ class Server : private MetricsHolder, public HttpBase {
       if (LanguageModel* lm = model_.language_model()) m["context"] = lm->context();
       res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
     });
-    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
+    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
+    http_.Post("/v1/chat/completions",
+               [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, true); });
     http_.Post("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) { classify(req, res); });
   }
 
@@ -95,14 +97,27 @@ class Server : private MetricsHolder, public HttpBase {
     return admission;
   }
 
-  void completions(const httplib::Request& req, httplib::Response& res) {
+  // A completion (`chat`: a chat completion, its prompt made by the model's chat template and
+  // its generation stopped at the EOS token's text), answered whole or streamed.
+  void completions(const httplib::Request& req, httplib::Response& res, bool chat) {
     const auto start = Clock::now();
-    const char* endpoint = "/v1/completions";
+    const char* endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
     CompletionRequest r;
     std::vector<std::int32_t> prompt_tokens;
     AdmissionPtr admission = admit_parsed(endpoint, res, start, [&] {
       if (!lm_) throw RequestError(400, "this server serves an image model: use /v1/classify");
-      r = parse_completion_request(req.body, limits_, fresh_random());
+      if (chat) {
+        ChatRequest c = parse_chat_request(req.body, limits_, fresh_random());
+        try {
+          c.prompt = model_.chat_prompt(c.messages);
+        } catch (const ChatTemplateError& e) {
+          throw RequestError(400, e.what(), "messages");
+        }
+        if (!model_.eos_token.empty()) c.options.stop.push_back(model_.eos_token);
+        r = c;
+      } else {
+        r = parse_completion_request(req.body, limits_, fresh_random());
+      }
       prompt_tokens = model_.tokenizer->encode(r.prompt);
       if (static_cast<std::int64_t>(prompt_tokens.size()) > max_prompt_)
         throw RequestError(400, fmt::format("the prompt is {} tokens; the limit is {}", prompt_tokens.size(), max_prompt_),
@@ -112,7 +127,7 @@ class Server : private MetricsHolder, public HttpBase {
     metrics_.add("weft_prompt_tokens_total", static_cast<double>(prompt_tokens.size()));
     auto ticket = std::make_shared<Ticket>(r.prompt, std::move(prompt_tokens), r.options);
     lm_->submit(ticket);
-    const std::string id = fmt::format("cmpl-{:016x}", fresh_random());
+    const std::string id = (chat ? "chatcmpl-" : "cmpl-") + fmt::format("{:016x}", fresh_random());
     const std::int64_t created = std::time(nullptr);
     if (!r.stream) {
       ticket->wait();
@@ -121,8 +136,11 @@ class Server : private MetricsHolder, public HttpBase {
         count(endpoint, 503, start);
         return;
       }
-      res.set_content(completion_response(id, created, model_.name, ticket->text, ticket->finish_reason,
-                                          static_cast<std::int64_t>(ticket->prompt_tokens.size()), ticket->completion_tokens)
+      const auto prompt = static_cast<std::int64_t>(ticket->prompt_tokens.size());
+      res.set_content((chat ? chat_response(id, created, model_.name, ticket->text, ticket->finish_reason, prompt,
+                                            ticket->completion_tokens)
+                            : completion_response(id, created, model_.name, ticket->text, ticket->finish_reason, prompt,
+                                                  ticket->completion_tokens))
                           .dump(),
                       "application/json");
       count(endpoint, 200, start);
@@ -131,22 +149,28 @@ class Server : private MetricsHolder, public HttpBase {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, ticket, admission, id, created, start, endpoint, include_usage = r.include_usage](
-            size_t, httplib::DataSink& sink) {
+        [this, ticket, admission, id, created, start, endpoint, include_usage = r.include_usage, chat,
+         first = std::make_shared<bool>(true)](size_t, httplib::DataSink& sink) {
           auto event = [&](const json& data) {
             const std::string e = "data: " + data.dump() + "\n\n";
             return sink.write(e.data(), e.size());
           };
+          auto chunk = [&](const std::string& text, const std::string& finish) {
+            const bool opening = *first;
+            *first = false;
+            return chat ? chat_chunk(id, created, model_.name, text, finish, opening)
+                        : completion_chunk(id, created, model_.name, text, finish);
+          };
           std::string piece;
           const bool more = ticket->next(piece, kPoll);
-          if (!piece.empty()) return event(completion_chunk(id, created, model_.name, piece, ""));
+          if (!piece.empty()) return event(chunk(piece, ""));
           if (more) return sink.is_writable();  // nothing yet: a gone client ends the stream
           if (!ticket->error.empty()) {
             event(json::parse(error_body(503, ticket->error)));
           } else {
-            event(completion_chunk(id, created, model_.name, "", ticket->finish_reason));
+            event(chunk("", ticket->finish_reason));
             if (include_usage) {
-              json usage = completion_chunk(id, created, model_.name, "", "");
+              json usage = chunk("", "");
               usage["choices"] = json::array();
               const auto prompt = static_cast<std::int64_t>(ticket->prompt_tokens.size());
               usage["usage"] = {{"prompt_tokens", prompt},
