@@ -8,7 +8,6 @@
 #include "weft/data/dataset.h"
 #include "weft/data/text.h"
 #include "weft/data/images.h"
-#include "weft/io/hf_export.h"
 #include "weft/serve/classify.h"
 #include "weft/serve/evaluate.h"
 #include "weft/serve/generation.h"
@@ -208,23 +207,10 @@ int run_export(const ExportConfig& c) {
   if (c.format != "hf") throw ConfigError("--format '" + c.format + "' is not hf");
   const std::string dtype = c.dtype == "f32" ? "F32" : c.dtype == "bf16" ? "BF16" : "";
   if (dtype.empty()) throw ConfigError("--dtype '" + c.dtype + "' is not f32 or bf16");
-  serve::LoadedModel m = serve::load_model(c.model);
-  if (!is_transformer_model(m.recipe.model))
-    throw ConfigError(c.model + " is a " + m.recipe.model + " model: only transformers (gpt, llama) export to --format hf");
-  hf_model_type(m.recipe.gpt);  // (a shape without a Hugging Face form, refused before the tokenizer is converted)
-  HfTokenizerFile tokenizer;
-  if (const auto* sentencepiece = dynamic_cast<const BpeTokenizer*>(m.tokenizer.get())) {
-    tokenizer = {"tokenizer.model", sentencepiece->model_file()};
-  } else {
-    try {
-      tokenizer = {"tokenizer.json", hf_tokenizer_json(*m.tokenizer)};
-    } catch (const DataError& e) {
-      throw ConfigError(c.model + ": " + e.what());
-    }
-  }
-  write_hf_folder(c.out, m.recipe.gpt, m.module->state_dict(), tokenizer, dtype, m.tokenizer->end_token());
+  const serve::LoadedModel m = serve::load_model(c.model);
+  const serve::HfExport written = serve::export_hf(m, c.out, dtype);
   fmt::print("{}: {} ({}) written as a Hugging Face folder: config.json, model.safetensors ({}), {}\n", c.out, m.name,
-             hf_model_type(m.recipe.gpt), c.dtype, tokenizer.name);
+             written.model_type, c.dtype, written.tokenizer_file);
   return 0;
 }
 

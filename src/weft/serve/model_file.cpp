@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "weft/io/checkpoint.h"
+#include "weft/io/hf_export.h"
 #include "weft/io/hf_import.h"
 #include "weft/io/safetensors.h"
 #include "weft/nn/init.h"
@@ -149,6 +150,25 @@ LoadedModel load_model(const std::string& path) {
                             " tokens but the model's vocabulary is " + std::to_string(m.language_model()->vocab()));
   }
   return m;
+}
+
+HfExport export_hf(const LoadedModel& m, const std::string& out, const std::string& dtype) {
+  if (!is_transformer_model(m.recipe.model))
+    throw ConfigError(m.source + " is a " + m.recipe.model + " model: only transformers (gpt, llama) export to --format hf");
+  HfExport result{hf_model_type(m.recipe.gpt), ""};  // (a shape without a form, refused before the tokenizer is converted)
+  HfTokenizerFile tokenizer;
+  if (const auto* sentencepiece = dynamic_cast<const BpeTokenizer*>(m.tokenizer.get())) {
+    tokenizer = {"tokenizer.model", sentencepiece->model_file()};
+  } else {
+    try {
+      tokenizer = {"tokenizer.json", hf_tokenizer_json(*m.tokenizer)};
+    } catch (const DataError& e) {
+      throw ConfigError(m.source + ": " + e.what());
+    }
+  }
+  write_hf_folder(out, m.recipe.gpt, m.module->state_dict(), tokenizer, dtype, m.tokenizer->end_token());
+  result.tokenizer_file = tokenizer.name;
+  return result;
 }
 
 }  // namespace weft::serve

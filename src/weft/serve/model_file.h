@@ -34,4 +34,13 @@ struct LoadedModel {
 // Throws CheckpointError (or DataError) naming the path and the problem.
 LoadedModel load_model(const std::string& path);
 
+// Writes a loaded transformer as a Hugging Face folder `out` (io/hf_export.h), its weights in
+// `dtype` ("F32" or "BF16"), its tokenizer as tokenizer.json (char, gpt2) or tokenizer.model
+// (SentencePiece). ConfigError, before anything is written, for a model or tokenizer without
+// such a form or an `out` that is not new or empty.
+struct HfExport {
+  std::string model_type, tokenizer_file;  // "llama", "tokenizer.json", ...
+};
+HfExport export_hf(const LoadedModel& m, const std::string& out, const std::string& dtype);
+
 }  // namespace weft::serve
