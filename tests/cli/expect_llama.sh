@@ -45,11 +45,16 @@ pieces = ["a", "The", " cat", "'s", "'LL", "  ", "\n", "\r\n", "\t", "42", "1234
           "日本語", "🙂", "<|eot_id|>", "<|begin_of_text|>", " ", "x", "don't", "$", "\u00a0", "IV"]
 json.dump(["".join(random.choice(pieces) for _ in range(random.randint(0, 14))) for _ in range(60)], open(sys.argv[1], "w"))
 PY
-python3 "$reference" "$work/llama3" --encode "$work/texts.json" > "$work/ids.ref" &
-for model in llama qwen2 mistral llama3; do
-  python3 "$reference" "$work/$model" "$prompt" 40 > "$work/$model.ref" &
-done
-wait
+# The reference's figures, in one process (PyTorch loaded once), while weft tokenizes below.
+python3 - "$work" "$prompt" > "$work/jobs.json" <<'PY'
+import json, sys
+w, prompt = sys.argv[1], sys.argv[2]
+jobs = [{"args": [f"{w}/{m}", prompt, "40"], "out": f"{w}/{m}.ref"} for m in ("llama", "qwen2", "mistral", "llama3")]
+jobs.append({"args": [f"{w}/llama3", "--encode", f"{w}/texts.json"], "out": f"{w}/ids.ref"})
+print(json.dumps(jobs))
+PY
+python3 "$reference" --jobs "$work/jobs.json" &
+reference_jobs=$!
 
 # same REFERENCE WEFT.json LOGITS TOLERANCE LABEL: prompt ids and tokens equal (skipped when
 # TOLERANCE is above 1e-5: rounded weights may pick another token where two are close); each
@@ -76,14 +81,22 @@ assert diff <= tol * largest, f"{label}: logits off by {diff:.3g} (largest {larg
 print(f"{label}: {len(got['tokens'])} tokens{' as the reference' if exact else ''}, logits within {diff / largest:.1e} of the largest")
 PY
 }
-python3 - "$weft" "$work/llama3" "$work/texts.json" "$work/ids.ref" <<'PY'
+python3 - "$weft" "$work/llama3" "$work/texts.json" > "$work/ids.weft" <<'PY'
 import json, subprocess, sys
-weft, model, texts, ref = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3])), json.load(open(sys.argv[4]))
-for text, want in zip(texts, ref):
+weft, model, texts = sys.argv[1], sys.argv[2], json.load(open(sys.argv[3]))
+ids = []
+for text in texts:
     out = subprocess.run([weft, "generate", model, "--prompt", text, "--max-tokens", "0", "--json"], check=True,
                          capture_output=True, text=True).stdout
-    got = json.loads(out)["prompt_token_ids"]
-    assert got == want, f"{text!r}:\n reference {want}\n weft      {got}"
+    ids.append(json.loads(out)["prompt_token_ids"])
+print(json.dumps(ids))
+PY
+wait "$reference_jobs"
+python3 - "$work/texts.json" "$work/ids.ref" "$work/ids.weft" <<'PY'
+import json, sys
+texts, ref, got = (json.load(open(f)) for f in sys.argv[1:4])
+for text, want, have in zip(texts, ref, got):
+    assert have == want, f"{text!r}:\n reference {want}\n weft      {have}"
 print(f"llama3 tokenizer: {len(texts)} random texts tokenize as the reference does")
 PY
 for model in llama qwen2 mistral llama3; do

@@ -24,6 +24,9 @@ usage: llama_reference.py DIR PROMPT MAX_TOKENS   prints JSON: prompt_token_ids,
        llama_reference.py DIR --prompt-file FILE MAX_TOKENS   the same, the prompt read from FILE
        llama_reference.py DIR --encode FILE       FILE: a JSON list of texts; prints the JSON
                                                   list of their token ids
+       llama_reference.py --jobs FILE             FILE: a JSON list of jobs, each the arguments
+                                                  above ("args") and "out", the file to write
+                                                  its JSON to (PyTorch loaded once)
 """
 import json
 import math
@@ -162,17 +165,18 @@ def forward(w, cfg, ids):
     return rms(x, "model.norm.weight") @ head.T
 
 
-def main():
-    folder = sys.argv[1]
+def run(args):
+    """The JSON text of one job (the arguments of the usage above)."""
+    args = list(args)
+    folder = args[0]
     cfg = json.load(open(os.path.join(folder, "config.json")))
     w = load_weights(folder)
     enc = tokenizer(folder)
-    if sys.argv[2] == "--encode":
-        print(json.dumps([enc.encode(t) for t in json.load(open(sys.argv[3], encoding="utf-8"))]))
-        return
-    if sys.argv[2] == "--score":
-        context, windows = int(sys.argv[4]), int(sys.argv[5])
-        text = weft_corpus(sys.argv[3])
+    if args[1] == "--encode":
+        return json.dumps([enc.encode(t) for t in json.load(open(args[2], encoding="utf-8"))])
+    if args[1] == "--score":
+        context, windows = int(args[3]), int(args[4])
+        text = weft_corpus(args[2])
         ids = enc.encode(text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="replace"))
         val = ids[len(ids) * 9 // 10:]
         span = len(val) - context - 1
@@ -182,12 +186,11 @@ def main():
             logits = forward(w, cfg, window[:-1])
             total += float(torch.nn.functional.cross_entropy(logits, torch.tensor(window[1:]), reduction="sum"))
             count += len(window) - 1
-        print(json.dumps({"loss": total / count, "tokens": count}))
-        return
-    if sys.argv[2] == "--prompt-file":  # (a prompt whose last characters are newlines, which a shell would cut)
-        del sys.argv[2]
-        sys.argv[2] = open(sys.argv[2], encoding="utf-8").read()
-    prompt, count = sys.argv[2], int(sys.argv[3])
+        return json.dumps({"loss": total / count, "tokens": count})
+    if args[1] == "--prompt-file":  # (a prompt whose last characters are newlines, which a shell would cut)
+        del args[1]
+        args[1] = open(args[1], encoding="utf-8").read()
+    prompt, count = args[1], int(args[2])
     prompt_ids = enc.encode(prompt)
     eos = cfg.get("eos_token_id", enc.encoder.get("<|endoftext|>"))
     ids = list(prompt_ids) or [eos]
@@ -203,8 +206,17 @@ def main():
         if t == eos:
             break
     text = enc.decode([t for t in tokens if t != eos])
-    print(json.dumps({"prompt_token_ids": prompt_ids, "tokens": tokens, "text": text, "min_margin": margin,
-                      "logits": steps}))
+    return json.dumps({"prompt_token_ids": prompt_ids, "tokens": tokens, "text": text, "min_margin": margin,
+                       "logits": steps})
+
+
+def main():
+    if sys.argv[1] == "--jobs":  # one process for many jobs: PyTorch is loaded once
+        for job in json.load(open(sys.argv[2], encoding="utf-8")):
+            with open(job["out"], "w", encoding="utf-8") as f:
+                f.write(run(job["args"]) + "\n")
+        return
+    print(run(sys.argv[1:]))
 
 
 if __name__ == "__main__":
