@@ -16,10 +16,24 @@ namespace weft::serve {
 
 namespace {
 
+// A sequence's key-value cache: per layer [rows, key-value heads held x hd], rows [0, cached)
+// filled. It grows with the sequence (doubling, up to the context), so that a model with a
+// long context costs a short conversation little.
 class GptState : public SequenceState {
  public:
-  std::vector<Tensor> k, v;  // per layer: [context, key-value heads held x hd], rows [0, cached) filled
+  std::vector<Tensor> k, v;
   std::int64_t cached = 0;
+  // Room for `rows` rows in every layer, the filled ones kept.
+  void reserve(std::int64_t rows, std::int64_t context) {
+    if (k.empty() || k[0].size(0) >= rows) return;
+    const std::int64_t room = std::min(context, std::max<std::int64_t>({rows, 2 * k[0].size(0), 64}));
+    for (auto* cache : {&k, &v})
+      for (Tensor& t : *cache) {
+        Tensor grown = Tensor::empty({room, t.size(1)});
+        std::copy(t.data<float>(), t.data<float>() + cached * t.size(1), grown.data<float>());
+        t = grown;
+      }
+  }
 };
 
 // A block's product, packed; a row-sliced one's partial products summed over the ranks by
@@ -189,8 +203,8 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
 std::unique_ptr<SequenceState> GptDecoder::start() const {
   auto s = std::make_unique<GptState>();
   for (std::int64_t l = begin_; l < end_; ++l) {
-    s->k.push_back(Tensor::empty({c_.context, lkv_heads_ * block_.head_dim()}));
-    s->v.push_back(Tensor::empty({c_.context, lkv_heads_ * block_.head_dim()}));
+    s->k.push_back(Tensor::empty({0, lkv_heads_ * block_.head_dim()}));
+    s->v.push_back(Tensor::empty({0, lkv_heads_ * block_.head_dim()}));
   }
   return s;
 }
@@ -217,6 +231,7 @@ GptDecoder::StepPlan GptDecoder::plan(const std::vector<SequenceState*>& sequenc
     } else {
       f = t;
     }
+    s->reserve(s->cached + static_cast<std::int64_t>(f.size()), c_.context);
     p.first_row.push_back(p.rows_total);
     p.rows.push_back(static_cast<std::int64_t>(f.size()));
     p.rows_total += p.rows.back();
