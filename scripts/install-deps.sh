@@ -33,6 +33,10 @@ if [ "${WEFT_FUZZ_DEPS:-0}" = "1" ]; then
   packages+=(clang libclang-rt-dev)
 fi
 
+# Node.js runs the official OpenAI SDK against weft serve in a test (Debian's, where the
+# machine has none).
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || packages+=(nodejs npm)
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -40,7 +44,21 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# The official OpenAI SDK for Node (npm registry), pinned, into build-deps/npm (git-ignored):
+# tests talk to weft serve with it as users' programs do.
+install_openai_sdk() {
+  local dir version=4.104.0
+  dir="$(cd "$(dirname "$0")/.." && pwd)/build-deps/npm"
+  if [ -f "$dir/node_modules/openai/package.json" ] && grep -q "\"version\": \"$version\"" "$dir/node_modules/openai/package.json"; then
+    return 0
+  fi
+  echo "install-deps: installing the openai npm package $version into $dir"
+  mkdir -p "$dir"
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "openai@$version" >/dev/null
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
+  install_openai_sdk
   exit 0
 fi
 
@@ -54,3 +72,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_openai_sdk

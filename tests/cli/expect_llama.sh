@@ -168,7 +168,20 @@ curl -sf "http://127.0.0.1:$(cat "$work/port")/v1/chat/completions" -d "$chat_bo
   fail "the chat completions request failed"
 curl -sfN "http://127.0.0.1:$(cat "$work/port")/v1/chat/completions" -d "$chat_body, \"stream\": true}" > "$work/chat.sse" ||
   fail "the streamed chat completions request failed"
+# The official OpenAI SDK for Node (installed by scripts/install-deps.sh), as users' programs call it.
+sdk="$here/../../build-deps/npm/node_modules"
+[ -d "$sdk/openai" ] || fail "no OpenAI SDK in build-deps/npm: run scripts/install-deps.sh"
+python3 -c 'import json; print(json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "  What is a cat?  "}]))' \
+  > "$work/messages.json"
+node "$here/../serve/openai_chat.mjs" "$sdk" "http://127.0.0.1:$(cat "$work/port")/v1" "$work/messages.json" 24 \
+  > "$work/sdk.json" || fail "the OpenAI SDK's chat requests failed"
 stop_server
+python3 - "$work/chat.ref" "$work/sdk.json" <<'PY'
+import json, sys
+ref, sdk = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert sdk["whole"] == ref["text"] and sdk["streamed"] == ref["text"], (sdk, ref["text"])
+print(f"OpenAI SDK (Node): chat.completions.create gives the reference's text, whole and in {sdk['chunks']} streamed chunks")
+PY
 python3 - "$work/chat.ref" "$work/chat.json" "$work/chat.sse" <<'PY'
 import json, sys
 ref, whole = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
