@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # usage: precision_bf16.sh WEFT COMPARE
-# Mixed precision in every split: a GPT trained 10 steps with --precision bf16 on 2 ranks
+# Mixed precision in every split: a GPT, and a Llama-shaped model (--model llama, 2 key-value
+# heads), trained 10 steps with --precision bf16 on 2 ranks
 # (tensor parallel, pipeline, data parallel with ZeRO-3) ends with the parameters and loss
 # of the one-process bf16 run within relative 1e-3 (2e-3 with bf16 instructions), while the
 # fp32 run ends more than 2e-3 away from it (so the bf16 numerics really are in effect in
@@ -11,8 +12,8 @@ set -euo pipefail
 weft=$1
 compare=$2
 new_work_dir
-args=(train --model gpt --layers 2 --d-model 64 --heads 4 --context 32 --batch 8 --max-steps 10 --eval-every 10
-      --eval-batches 2 --sample 0 --quiet --seed 3 --threads 1 --optimizer sgd --lr 0.05)
+common=(train --layers 2 --d-model 64 --heads 4 --context 32 --batch 8 --max-steps 10 --eval-every 10
+        --eval-batches 2 --sample 0 --quiet --seed 3 --threads 1 --optimizer sgd --lr 0.05)
 loss() { json_field val_loss; }
 # check MODE TOLERANCE: bf16 products emulated (fp32 products of rounded operands) or
 # native (bf16 instructions, the incoming gradients rounded too: a split's different sums
@@ -36,10 +37,15 @@ check() {
       { echo "FAIL: loss $l vs $one ($1 $split)"; exit 1; }
   done
 }
-check emulated 1e-3
-if grep -q avx512_bf16 /proc/cpuinfo; then
-  check native 2e-3
-else
-  echo "native: this processor has no AVX512-BF16 (checked emulated only)"
-fi
+for model in "gpt" "llama --kv-heads 2"; do
+  read -r -a shape <<<"--model $model"
+  args=("${common[@]}" "${shape[@]}")
+  echo "--model $model:"
+  check emulated 1e-3
+  if grep -q avx512_bf16 /proc/cpuinfo; then
+    check native 2e-3
+  else
+    echo "native: this processor has no AVX512-BF16 (checked emulated only)"
+  fi
+done
 echo ok
