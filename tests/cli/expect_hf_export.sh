@@ -6,6 +6,7 @@
 #     text with and scores with the validation loss training reported (relative 1e-5); weft
 #     predict on the folder reports it too, and weft generate gives the same tokens from the
 #     folder as from weft's own file.
+#   - weft train --model-config takes the exported config.json as a new run's shape.
 #   - A GPT-2-shaped GPT exports in bfloat16; the reference generates from the folder the
 #     tokens weft generates from it.
 #   - A GPT on a SentencePiece tokenizer exports with its tokenizer.model, and the folder
@@ -44,6 +45,15 @@ for model in "$work/llama.safetensors" "$work/llama-hf"; do
 done > "$work/both.txt"
 [ "$(sed -n 1p "$work/both.txt")" = "$(sed -n 2p "$work/both.txt")" ] || { cat "$work/both.txt"; fail "the folder generates other tokens"; }
 echo "llama: the folder generates the weft file's 40 tokens, from the same prompt ids"
+
+# --model-config: the folder's config.json as the shape of a new run (the same parameters).
+fresh=$("$weft" train --model llama --model-config "$work/llama-hf/config.json" "${common[@]}" --max-steps 1 --eval-every 1 |
+        json_field parameters)
+first=$(grep -o '"parameters":[0-9]*' <<<"$out" | head -n 1 | cut -d: -f2)
+[ "$fresh" = "$first" ] || fail "--model-config built $fresh parameters, the exported model has $first"
+expect_refusal "describes a Llama-family model: use --model llama" "$weft" train --model gpt --model-config \
+  "$work/llama-hf/config.json" --max-steps 1
+echo "--model-config: a new run of the exported config.json's shape ($fresh parameters)"
 
 # A GPT-2-shaped GPT in bfloat16: the reference generates what weft generates from the folder.
 "$weft" train --model gpt --layers 2 --d-model 32 --heads 4 "${common[@]}" --max-steps 30 --eval-every 30 \

@@ -196,10 +196,16 @@ void add_language_flags(CLI::App* cmd, TrainOptions& c) {
                                     "rounded up to a multiple of 8)");
   auto* rope_theta = cmd->add_option("--rope-theta", c.rope_theta, "gpt, llama: rotary embeddings' base (default 10000)");
   auto* window = cmd->add_option("--window", c.window, "gpt, llama: sliding-window attention over this many keys (0: all)");
+  auto* model_config = cmd->add_option("--model-config", c.model_config,
+                                       "gpt, llama: the shape of a Hugging Face config.json (sizes, heads, MLP, norm, rotary, "
+                                       "window), trained from scratch with the tokenizer's vocabulary");
+  model_config->excludes(layers)->excludes(dim)->excludes(heads)->excludes(positional)->excludes(post_ln)
+      ->excludes(kv_heads)->excludes(mlp_width)->excludes(rope_theta)->excludes(window);
   cmd->add_option("--init-from", c.init_from, "gpt: start from a GPT-2 folder in the Hugging Face layout (config.json, "
                                               "model.safetensors, vocab.json + merges.txt): its sizes and tokenizer")
       ->excludes(tokenizer)->excludes(vocab)->excludes(layers)->excludes(dim)->excludes(heads)->excludes(positional)
-      ->excludes(post_ln)->excludes(kv_heads)->excludes(mlp_width)->excludes(rope_theta)->excludes(window);
+      ->excludes(post_ln)->excludes(kv_heads)->excludes(mlp_width)->excludes(rope_theta)->excludes(window)
+      ->excludes(model_config);
   cmd->add_flag("--recompute", c.recompute, "gpt: recompute each block's activations in backward (less memory)");
   cmd->add_option("--eval-batches", c.eval_batches, "text: batches in each validation")->capture_default_str();
   cmd->add_option("--sample", c.sample, "text: tokens to generate at the end")->capture_default_str();

@@ -415,6 +415,11 @@ StateDict hf_folder_parameters(const std::string& path, const GptConfig& config)
   return hf_parameters(tensors, config, path);
 }
 
+GptConfig hf_config_file(const std::string& path) {
+  if (!file_exists(path) || is_directory(path)) throw CheckpointError(path + " is not a file");
+  return hf_config(read_file(path), path);
+}
+
 HfChat hf_folder_chat(const std::string& path) {
   const std::string file = in_folder(folder_of(path), "tokenizer_config.json");
   HfChat chat;

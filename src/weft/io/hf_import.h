@@ -58,6 +58,8 @@ ImportedHf import_hf(const std::string& path);
 // model): config.json of the folder `path` is in (or is); the tokenizer, which may not have
 // more tokens than the configuration's vocabulary; the parameters by weft's names.
 GptConfig hf_folder_config(const std::string& path);
+// A config.json file on its own (CheckpointError naming it when it is missing or wrong).
+GptConfig hf_config_file(const std::string& path);
 // tokenizer_config.json's chat settings, when the folder has one (chat_template a string or
 // a list of named templates, of which "default" is taken; a token a string or {"content"});
 // CheckpointError for a malformed file.

@@ -250,6 +250,14 @@ void validate_job(const TrainOptions& o) {
   if (o.parallel.strategy == "ps" && o.parallel.staleness >= 0 && (!o.checkpoint_dir.empty() || o.resume || o.auto_resume))
     throw ConfigError("checkpoints are not supported with the asynchronous parameter server (--staleness) yet");
   if (!o.init_from.empty() && !is_transformer_model(o.model)) throw ConfigError("--init-from needs --model gpt or llama");
+  if (!o.model_config.empty()) {
+    if (!is_transformer_model(o.model)) throw ConfigError("--model-config needs --model gpt or llama");
+    const GptConfig g = hf_config_file(o.model_config);
+    if (hf_model_name(g) != o.model)
+      throw ConfigError("--model-config " + o.model_config + " describes a " +
+                        (g.positional == Positional::kRotary ? "Llama-family" : "GPT-2") + " model: use --model " +
+                        hf_model_name(g));
+  }
 }
 
 // A transformer's shape: the heads against the width and the key-value heads, the MLP's
@@ -354,6 +362,13 @@ std::int64_t model_layers(const TrainOptions& o) {
 }
 
 GptConfig transformer_config(const TrainOptions& o, std::int64_t vocab) {
+  if (!o.model_config.empty()) {  // the file's shape, this run's vocabulary and window
+    GptConfig c = hf_config_file(o.model_config);
+    c.vocab = vocab;
+    c.context = o.context;
+    c.recompute = o.recompute;
+    return c;
+  }
   const bool llama = o.model == "llama";
   GptConfig c{vocab, o.context, o.dim, model_layers(o), o.heads,
               parse_positional(o.positional.value_or(llama ? "rotary" : "learned")), !o.post_ln, o.recompute};

@@ -33,6 +33,10 @@ struct TrainOptions {
   // gpt: start from a GPT-2 folder in the Hugging Face layout (io/hf_import.h): its
   // sizes and tokenizer replace --layers, --d-model, --heads and --tokenizer.
   std::string init_from;
+  // gpt, llama: the shape of a Hugging Face config.json (its sizes, heads, MLP, norm, rotary
+  // settings, window, head tying), trained from scratch; the vocabulary is the tokenizer's and
+  // the context --context.
+  std::string model_config;
   std::int64_t vocab_size = 1000;      // bpe: pieces at most
   std::int64_t context = 128;
   std::int64_t layers = 0;             // 0: the model's default (gpt 4, recurrent 2)
