@@ -59,3 +59,41 @@ expect_refusal() {
   [ "$code" -eq 2 ] || fail "exit $code (expected 2) for $*: $got"
   grep -q "$want" <<<"$got" || fail "no '$want' for $*: $got"
 }
+
+# refused_folder LABEL EXPECTED-TEXT DIR: weft generate on the model folder DIR ($weft) fails
+# with one line that holds EXPECTED-TEXT.
+refused_folder() {
+  local out
+  if out=$("$weft" generate "$3" --prompt "a" --max-tokens 1 2>&1); then fail "$1: no error"; fi
+  [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "$1: more than one line: $out"
+  grep -qF -- "$2" <<<"$out" || fail "$1: expected '$2' in: $out"
+  echo "refused ($1): $out"
+}
+
+# broken_folder FROM NAME PYTHON-EDIT: $work/NAME, a copy of the model folder FROM whose
+# config.json (the dict c) or files (in the folder d) PYTHON-EDIT changes.
+broken_folder() {
+  rm -rf "$work/$2" && cp -r "$1" "$work/$2"
+  python3 - "$work/$2" "$3" <<'PY'
+import json, os, sys
+d, edit = sys.argv[1], sys.argv[2]
+c = json.load(open(os.path.join(d, "config.json")))
+exec(edit)
+json.dump(c, open(os.path.join(d, "config.json"), "w"))
+PY
+}
+
+# same_generation A B LABEL TOKENS: the models A and B ($weft) continue a prompt greedily with
+# the same prompt ids, tokens and text.
+same_generation() {
+  local a b
+  a=$("$weft" generate "$1" --prompt "The meaning of" --max-tokens "$4" --temperature 0 --json)
+  b=$("$weft" generate "$2" --prompt "The meaning of" --max-tokens "$4" --temperature 0 --json)
+  python3 - "$a" "$b" "$3" <<'PY' || fail "$3: other tokens"
+import json, sys
+a, b = (json.loads(t) for t in sys.argv[1:3])
+for key in ("prompt_token_ids", "tokens", "text"):
+    assert a[key] == b[key], f"{key}:\n {a[key]!r}\n {b[key]!r}"
+print(f"{sys.argv[3]}: the same {len(a['tokens'])} tokens from the same prompt ids")
+PY
+}

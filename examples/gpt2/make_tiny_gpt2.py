@@ -93,6 +93,23 @@ def write_safetensors(path, tensors, dtype, metadata=None):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def write_model(out, tensors, dtype, shards):
+    """The parameters as model.safetensors, or in `shards` files with model.safetensors.index.json."""
+    meta = {"format": "pt"}
+    if shards <= 1:
+        write_safetensors(os.path.join(out, "model.safetensors"), tensors, dtype, meta)
+        return
+    names = list(tensors)
+    weight_map = {}
+    for s in range(shards):
+        part = names[s::shards]
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        write_safetensors(os.path.join(out, file), {n: tensors[n] for n in part}, dtype, meta)
+        weight_map.update({n: file for n in part})
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out")
@@ -142,19 +159,7 @@ def main():
     tensors.update({pre + "ln_f.weight": 1 + rand(d, std=0.1), pre + "ln_f.bias": rand(d, std=0.1)})
     if a.prefix:
         tensors["lm_head.weight"] = tensors[pre + "wte.weight"]  # tied
-    meta = {"format": "pt"}
-    if a.shards <= 1:
-        write_safetensors(os.path.join(a.out, "model.safetensors"), tensors, a.dtype, meta)
-    else:
-        names = list(tensors)
-        weight_map = {}
-        for s in range(a.shards):
-            part = names[s::a.shards]
-            file = f"model-{s + 1:05d}-of-{a.shards:05d}.safetensors"
-            write_safetensors(os.path.join(a.out, file), {n: tensors[n] for n in part}, a.dtype, meta)
-            weight_map.update({n: file for n in part})
-        with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
-            json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    write_model(a.out, tensors, a.dtype, a.shards)
     config = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": V, "n_positions": T,
               "n_embd": d, "n_layer": L, "n_head": a.heads, "n_inner": None, "activation_function": "gelu_new",
               "layer_norm_epsilon": 1e-05, "bos_token_id": vocab["<|endoftext|>"], "eos_token_id": vocab["<|endoftext|>"],

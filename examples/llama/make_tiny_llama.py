@@ -36,7 +36,7 @@ import regex
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpt2"))
-from make_tiny_gpt2 import bytes_to_unicode, learn_merges, write_safetensors  # noqa: E402
+from make_tiny_gpt2 import bytes_to_unicode, learn_merges, write_model  # noqa: E402
 
 # Llama 3's pre-tokenizer pattern (its tokenizer.json's Split).
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -126,19 +126,7 @@ def main():
     tensors["model.norm.weight"] = 1 + rand(d, std=0.1)
     if not tied:
         tensors["lm_head.weight"] = rand(V, d, std=w_in * 4)
-    meta = {"format": "pt"}
-    if a.shards <= 1:
-        write_safetensors(os.path.join(a.out, "model.safetensors"), tensors, a.dtype, meta)
-    else:
-        names = list(tensors)
-        weight_map = {}
-        for s in range(a.shards):
-            part = names[s::a.shards]
-            file = f"model-{s + 1:05d}-of-{a.shards:05d}.safetensors"
-            write_safetensors(os.path.join(a.out, file), {n: tensors[n] for n in part}, a.dtype, meta)
-            weight_map.update({n: file for n in part})
-        with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
-            json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    write_model(a.out, tensors, a.dtype, a.shards)
     eos = vocab["<|eot_id|>" if llama3 else "<|endoftext|>"]
     config = {"model_type": a.family, "vocab_size": V, "hidden_size": d, "intermediate_size": F,
               "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": K,

@@ -106,23 +106,8 @@ stop_server
 echo "a weft model file beside config.json loads as weft's"
 
 # Refusals: one line, naming the problem, non-zero exit.
-refuse() {  # LABEL EXPECTED-TEXT DIR
-  local out
-  if out=$("$weft" generate "$3" --prompt "a" --max-tokens 1 2>&1); then fail "$1: no error"; fi
-  [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "$1: more than one line: $out"
-  grep -qF -- "$2" <<<"$out" || fail "$1: expected '$2' in: $out"
-  echo "refused ($1): $out"
-}
-broken() {  # NAME PYTHON-EDIT: a copy of f32 with config (c) or files changed
-  rm -rf "$work/$1" && cp -r "$work/f32" "$work/$1" && rm -f "$work/$1/weft.safetensors"
-  python3 - "$work/$1" "$2" <<'PY'
-import json, os, sys
-d, edit = sys.argv[1], sys.argv[2]
-c = json.load(open(os.path.join(d, "config.json")))
-exec(edit)
-json.dump(c, open(os.path.join(d, "config.json"), "w"))
-PY
-}
+refuse() { refused_folder "$@"; }
+broken() { broken_folder "$work/f32" "$1" "$2" && rm -f "$work/$1/weft.safetensors"; }  # (a copy of f32)
 broken bert 'c["model_type"] = "bert"'
 refuse "another model type" "a 'bert' model; weft imports gpt2, llama, mistral and qwen2 (model_type)" "$work/bert"
 broken relu 'c["activation_function"] = "relu"'

@@ -39,12 +39,7 @@ close_to "$scored" "$trained" 1e-5 || fail "the reference scores the exported Ll
 predicted=$("$weft" predict "$work/llama-hf" --data "$work/corpus.txt" --windows 16 --json | json_field val_loss)
 close_to "$predicted" "$trained" 1e-5 || fail "weft predict on the folder: $predicted, training reported $trained"
 echo "llama (dp 2 x tp 2, ZeRO-1): validation loss $trained in training, $scored by the reference, $predicted by weft predict on the folder"
-for model in "$work/llama.safetensors" "$work/llama-hf"; do
-  "$weft" generate "$model" --prompt "The meaning of" --max-tokens 40 --temperature 0 --json |
-    python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["prompt_token_ids"], j["tokens"], repr(j["text"]))'
-done > "$work/both.txt"
-[ "$(sed -n 1p "$work/both.txt")" = "$(sed -n 2p "$work/both.txt")" ] || { cat "$work/both.txt"; fail "the folder generates other tokens"; }
-echo "llama: the folder generates the weft file's 40 tokens, from the same prompt ids"
+same_generation "$work/llama.safetensors" "$work/llama-hf" "llama: the folder and the weft file" 40
 
 # --model-config: the folder's config.json as the shape of a new run (the same parameters).
 fresh=$("$weft" train --model llama --model-config "$work/llama-hf/config.json" "${common[@]}" --max-steps 1 --eval-every 1 |
@@ -80,12 +75,7 @@ PY
   --eval-every 1 --save-model "$work/bpe.safetensors" >/dev/null
 "$weft" export "$work/bpe.safetensors" --format hf --out "$work/bpe-hf" >/dev/null
 [ -s "$work/bpe-hf/tokenizer.model" ] || fail "the SentencePiece model's folder has no tokenizer.model"
-for model in "$work/bpe.safetensors" "$work/bpe-hf"; do
-  "$weft" generate "$model" --prompt "The meaning of" --max-tokens 20 --temperature 0 --json |
-    python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["prompt_token_ids"], j["tokens"], repr(j["text"]))'
-done > "$work/both.txt"
-[ "$(sed -n 1p "$work/both.txt")" = "$(sed -n 2p "$work/both.txt")" ] || { cat "$work/both.txt"; fail "tokenizer.model: other tokens"; }
-echo "SentencePiece: the folder (tokenizer.model) generates the weft file's tokens, from the same prompt ids"
+same_generation "$work/bpe.safetensors" "$work/bpe-hf" "SentencePiece: the folder (tokenizer.model) and the weft file" 20
 expect_refusal "post-LN blocks has no Hugging Face form" "$weft" export "$work/post.safetensors" --format hf --out "$work/a"
 expect_refusal "only transformers (gpt, llama) export" "$weft" export "$work/lstm.safetensors" --format hf --out "$work/b"
 expect_refusal "format 'onnx' is not hf" "$weft" export "$work/gpt.safetensors" --format onnx --out "$work/c"

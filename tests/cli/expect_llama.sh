@@ -201,23 +201,8 @@ PY
 expect_refusal "the model has no chat template" "$weft" generate "$work/llama" --chat --prompt "Hi"
 
 # Refusals: one line, naming the problem, non-zero exit.
-refuse() {  # LABEL EXPECTED-TEXT DIR
-  local out
-  if out=$("$weft" generate "$3" --prompt "a" --max-tokens 1 2>&1); then fail "$1: no error"; fi
-  [ "$(echo "$out" | wc -l)" -eq 1 ] || fail "$1: more than one line: $out"
-  grep -qF -- "$2" <<<"$out" || fail "$1: expected '$2' in: $out"
-  echo "refused ($1): $out"
-}
-broken() {  # NAME PYTHON-EDIT: a copy of the llama folder with its config (c) or files changed
-  rm -rf "$work/$1" && cp -r "$work/llama" "$work/$1"
-  python3 - "$work/$1" "$2" <<'PY'
-import json, os, sys
-d, edit = sys.argv[1], sys.argv[2]
-c = json.load(open(os.path.join(d, "config.json")))
-exec(edit)
-json.dump(c, open(os.path.join(d, "config.json"), "w"))
-PY
-}
+refuse() { refused_folder "$@"; }
+broken() { broken_folder "$work/llama" "$1" "$2"; }  # (a copy of the llama folder)
 broken gelu 'c["hidden_act"] = "gelu"'
 refuse "another activation" "hidden_act 'gelu'" "$work/gelu"
 broken yarn 'c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}'

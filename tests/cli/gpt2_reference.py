@@ -155,13 +155,18 @@ def run(args):
     return json.dumps({"prompt_token_ids": prompt_ids, "tokens": tokens, "text": text, "min_margin": margin})
 
 
-def main():
+def main_with(run):
+    """Runs the job the command line names, or (--jobs FILE) each job of FILE, with `run`."""
     if sys.argv[1] == "--jobs":
         for job in json.load(open(sys.argv[2], encoding="utf-8")):
             with open(job["out"], "w", encoding="utf-8") as f:
                 f.write(run(job["args"]) + "\n")
         return
     print(run(sys.argv[1:]))
+
+
+def main():
+    main_with(run)
 
 
 if __name__ == "__main__":

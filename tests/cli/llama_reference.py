@@ -210,14 +210,5 @@ def run(args):
                        "logits": steps})
 
 
-def main():
-    if sys.argv[1] == "--jobs":  # one process for many jobs: PyTorch is loaded once
-        for job in json.load(open(sys.argv[2], encoding="utf-8")):
-            with open(job["out"], "w", encoding="utf-8") as f:
-                f.write(run(job["args"]) + "\n")
-        return
-    print(run(sys.argv[1:]))
-
-
 if __name__ == "__main__":
-    main()
+    gpt2_reference.main_with(run)  # (--jobs: one process for many jobs, PyTorch loaded once)
