@@ -594,4 +594,18 @@ TEST(ChatTemplate, RendersTheTemplatesOfLlama3Qwen2AndMistral) {
   for (const char* bad : {"{{ messages | tojson }}", "{% macro f() %}{% endmacro %}", "{% set ns = namespace(a=1) %}",
                           "{{ x.strip() }}", "{% if x %}no end", "{{ 'open }}", "{% endfor %}"})
     EXPECT_THROW(ChatTemplate{bad}, ChatTemplateError) << bad;
+  // A hostile template's nesting is refused, not followed down the stack.
+  std::string deep_if, deep_paren = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
+  for (int i = 0; i < 100000; ++i) deep_if += "{% if true %}";
+  EXPECT_THROW(ChatTemplate{deep_if}, ChatTemplateError);
+  EXPECT_THROW(ChatTemplate{deep_paren}, ChatTemplateError);
+  std::string nots = "{{ ";
+  for (int i = 0; i < 100000; ++i) nots += "not -";
+  EXPECT_THROW(ChatTemplate{nots + "1 }}"}, ChatTemplateError);
+  // A long chain is read in linear time, and one longer than a tag may be refused.
+  std::string chain = "{{ 1", longer = "{{ 1";
+  for (int i = 0; i < 1000; ++i) chain += " + 1";
+  for (int i = 0; i < 3000; ++i) longer += " + 1";
+  EXPECT_EQ(ChatTemplate(chain + " }}").render(json::object()), "1001");
+  EXPECT_THROW(ChatTemplate{longer + " }}"}, ChatTemplateError);
 }

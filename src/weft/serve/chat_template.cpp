@@ -105,10 +105,19 @@ std::vector<Token> lex(const std::string& s) {
   return out;
 }
 
+constexpr int kMaxDepth = 64;  // nested parentheses, brackets and blocks: a hostile template cannot exhaust the stack
+
 class Parser {
  public:
-  explicit Parser(const std::string& s) : t_(lex(s)) {}
-  Expr expression() { return or_expr(); }
+  explicit Parser(const std::string& s) : t_(lex(s)) {
+    if (t_.size() > 4096) throw ChatTemplateError("chat template: a tag of more than 4096 tokens");
+  }
+  Expr expression() {
+    if (++depth_ > kMaxDepth) throw ChatTemplateError("chat template: expressions nested more than 64 deep");
+    Expr e = or_expr();
+    --depth_;
+    return e;
+  }
   bool at_end() const { return t_[at_].kind == Token::kEnd; }
   const Token& peek() const { return t_[at_]; }
   std::string name() {
@@ -134,7 +143,7 @@ class Parser {
     Expr l = and_expr();
     while (take("or")) {
       Expr r = and_expr();
-      l = [l, r](const Scope& s) { json a = l(s); return truthy(a) ? a : r(s); };
+      l = [l = std::move(l), r = std::move(r)](const Scope& s) { json a = l(s); return truthy(a) ? a : r(s); };
     }
     return l;
   }
@@ -142,14 +151,15 @@ class Parser {
     Expr l = not_expr();
     while (take("and")) {
       Expr r = not_expr();
-      l = [l, r](const Scope& s) { json a = l(s); return truthy(a) ? r(s) : a; };
+      l = [l = std::move(l), r = std::move(r)](const Scope& s) { json a = l(s); return truthy(a) ? r(s) : a; };
     }
     return l;
   }
   Expr not_expr() {
     if (take("not")) {
+      if (++depth_ > kMaxDepth) throw ChatTemplateError("chat template: expressions nested more than 64 deep");
       Expr e = not_expr();
-      return [e](const Scope& s) { return json(!truthy(e(s))); };
+      return [e = std::move(e)](const Scope& s) { return json(!truthy(e(s))); };
     }
     return comparison();
   }
@@ -171,7 +181,7 @@ class Parser {
         else if (test == "none") f = [](const json& v) { return v.is_null(); };
         else if (test == "string") f = [](const json& v) { return v.is_string(); };
         else throw ChatTemplateError("chat template: the test 'is " + test + "' is not supported");
-        l = [l, f, negated](const Scope& s) { return json(f(l(s)) != negated); };
+        l = [l = std::move(l), f, negated](const Scope& s) { return json(f(l(s)) != negated); };
         continue;
       }
       std::string op;
@@ -186,7 +196,7 @@ class Parser {
       }
       if (op.empty()) return l;
       Expr r = additive();
-      l = [l, r, op](const Scope& s) {
+      l = [l = std::move(l), r = std::move(r), op](const Scope& s) {
         const json a = l(s), b = r(s);
         if (op == "==") return json(a == b);
         if (op == "!=") return json(a != b);
@@ -212,7 +222,7 @@ class Parser {
         }
       if (op.empty()) return l;
       Expr r = multiplicative();
-      l = [l, r, op](const Scope& s) {
+      l = [l = std::move(l), r = std::move(r), op](const Scope& s) {
         const json a = l(s), b = r(s);
         if (op == "~") return json(text_of(a) + text_of(b));
         if (op == "+" && a.is_string() && b.is_string()) return json(a.get<std::string>() + b.get<std::string>());
@@ -240,7 +250,7 @@ class Parser {
         }
       if (op.empty()) return l;
       Expr r = unary();
-      l = [l, r, op](const Scope& s) {
+      l = [l = std::move(l), r = std::move(r), op](const Scope& s) {
         const json a = l(s), b = r(s);
         if (!a.is_number() || !b.is_number()) throw ChatTemplateError("chat template: '" + op + "' of values that are not numbers");
         const bool ints = a.is_number_integer() && b.is_number_integer();
@@ -260,8 +270,9 @@ class Parser {
   }
   Expr unary() {
     if (take("-")) {
+      if (++depth_ > kMaxDepth) throw ChatTemplateError("chat template: expressions nested more than 64 deep");
       Expr e = unary();
-      return [e](const Scope& s) {
+      return [e = std::move(e)](const Scope& s) {
         const json v = e(s);
         if (v.is_number_integer()) return json(-v.get<std::int64_t>());
         if (v.is_number()) return json(-v.get<double>());
@@ -272,16 +283,16 @@ class Parser {
   }
   Expr filter(Expr e) {
     const std::string f = name();
-    if (f == "trim") return [e](const Scope& s) { return json(trimmed(text_of(e(s)))); };
-    if (f == "string") return [e](const Scope& s) { return json(text_of(e(s))); };
+    if (f == "trim") return [e = std::move(e)](const Scope& s) { return json(trimmed(text_of(e(s)))); };
+    if (f == "string") return [e = std::move(e)](const Scope& s) { return json(text_of(e(s))); };
     if (f == "lower" || f == "upper")
-      return [e, f](const Scope& s) {
+      return [e = std::move(e), f](const Scope& s) {
         std::string v = text_of(e(s));
         for (char& c : v) c = static_cast<char>(f == "lower" ? std::tolower(static_cast<unsigned char>(c)) : std::toupper(static_cast<unsigned char>(c)));
         return json(v);
       };
     if (f == "length")
-      return [e](const Scope& s) {
+      return [e = std::move(e)](const Scope& s) {
         const json v = e(s);
         if (v.is_string()) return json(static_cast<std::int64_t>(v.get<std::string>().size()));
         if (v.is_array() || v.is_object()) return json(static_cast<std::int64_t>(v.size()));
@@ -294,14 +305,14 @@ class Parser {
       if (take(".")) {
         const std::string key = name();
         if (peek().text == "(") throw ChatTemplateError("chat template: method calls ('." + key + "()') are not supported");
-        e = [e, key](const Scope& s) {
+        e = [e = std::move(e), key](const Scope& s) {
           const json v = e(s);
           return v.is_object() && v.contains(key) ? v[key] : kUndefined;
         };
       } else if (take("[")) {
         Expr index = expression();
         expect("]");
-        e = [e, index](const Scope& s) {
+        e = [e = std::move(e), index = std::move(index)](const Scope& s) {
           const json v = e(s), i = index(s);
           if (v.is_object() && i.is_string()) return v.contains(i.get<std::string>()) ? v[i.get<std::string>()] : kUndefined;
           if (v.is_array() && i.is_number_integer()) {
@@ -374,6 +385,7 @@ class Parser {
 
   std::vector<Token> t_;
   std::size_t at_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace jinja
@@ -454,7 +466,8 @@ std::vector<Segment> segments(const std::string& src) {
 
 // Parses segments [at, ...) into `block` until a statement in `stops` (returned, or "" at the end).
 std::string parse_block(const std::vector<Segment>& segs, std::size_t& at, Node& block,
-                        const std::vector<std::string>& stops) {
+                        const std::vector<std::string>& stops, int depth = 0) {
+  if (depth > kMaxDepth) throw ChatTemplateError("chat template: blocks nested more than 64 deep");
   while (at < segs.size()) {
     const Segment& s = segs[at++];
     if (s.kind == Segment::kText) {
@@ -488,7 +501,7 @@ std::string parse_block(const std::vector<Segment>& segs, std::size_t& at, Node&
       cond.end();
       while (true) {
         auto branch = std::make_unique<Node>();
-        stop = parse_block(segs, at, *branch, {"elif", "else", "endif"});
+        stop = parse_block(segs, at, *branch, {"elif", "else", "endif"}, depth + 1);
         n->parts.push_back(std::move(branch));
         if (stop.empty()) throw ChatTemplateError("chat template: an if without endif");
         Parser st(segs[at++].body);
@@ -506,7 +519,8 @@ std::string parse_block(const std::vector<Segment>& segs, std::size_t& at, Node&
       n->conditions.push_back(p.expression());
       p.end();
       auto body = std::make_unique<Node>();
-      if (parse_block(segs, at, *body, {"endfor"}).empty()) throw ChatTemplateError("chat template: a for without endfor");
+      if (parse_block(segs, at, *body, {"endfor"}, depth + 1).empty())
+        throw ChatTemplateError("chat template: a for without endfor");
       ++at;
       n->parts.push_back(std::move(body));
     } else if (word == "set") {
