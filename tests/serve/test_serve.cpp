@@ -608,4 +608,10 @@ TEST(ChatTemplate, RendersTheTemplatesOfLlama3Qwen2AndMistral) {
   for (int i = 0; i < 3000; ++i) longer += " + 1";
   EXPECT_EQ(ChatTemplate(chain + " }}").render(json::object()), "1001");
   EXPECT_THROW(ChatTemplate{longer + " }}"}, ChatTemplateError);
+  // Loops are bounded in turns and in the text they make.
+  EXPECT_THROW(ChatTemplate("{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}")
+                   .render(json::object()),
+               ChatTemplateError);
+  EXPECT_THROW(ChatTemplate("{% for i in range(20000) %}{{ m }}{% endfor %}").render({{"m", std::string(1000, 'x')}}),
+               ChatTemplateError);
 }

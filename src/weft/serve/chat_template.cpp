@@ -539,14 +539,18 @@ std::string parse_block(const std::vector<Segment>& segs, std::size_t& at, Node&
 }
 
 constexpr std::int64_t kMaxIterations = 100000;
+constexpr std::size_t kMaxOutput = std::size_t{16} << 20;
 
 void run(const Node& n, Scope& scope, std::string& out, std::int64_t& iterations) {
   switch (n.kind) {
     case Node::kBlock:
       for (const auto& p : n.parts) run(*p, scope, out, iterations);
       return;
-    case Node::kText: out += n.text; return;
-    case Node::kOutput: out += text_of(n.conditions[0](scope)); return;
+    case Node::kText:
+    case Node::kOutput:
+      out += n.kind == Node::kText ? n.text : text_of(n.conditions[0](scope));
+      if (out.size() > kMaxOutput) throw ChatTemplateError("chat template: a prompt of more than 16 MiB");
+      return;
     case Node::kSet: scope.frames.back()[n.text] = n.conditions[0](scope); return;
     case Node::kIf:
       for (std::size_t b = 0; b < n.parts.size(); ++b) {

@@ -37,7 +37,8 @@ class ChatTemplate {
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
   // The text for `context` (an object: messages, add_generation_prompt, bos_token, eos_token,
-  // ...); throws ChatTemplateError (raise_exception, a type error, a loop past 100,000 turns).
+  // ...); throws ChatTemplateError (raise_exception, a type error, a loop past 100,000 turns, a
+  // prompt over 16 MiB).
   std::string render(const nlohmann::json& context) const;
 
   struct Node;
