@@ -139,20 +139,29 @@ def run(args):
     cfg = json.load(open(os.path.join(folder, "config.json")))
     enc, w = Encoder(folder), load_weights(folder)
     prompt_ids = enc.encode(prompt)
-    ids = list(prompt_ids) or [enc.encoder["<|endoftext|>"]]
-    tokens, margin = [], math.inf
     eos = enc.encoder.get("<|endoftext|>")
+    tokens, margin, _ = greedy(lambda ids: forward(w, cfg, ids), prompt_ids, count, cfg["n_positions"], eos)
+    text = enc.decode([t for t in tokens if t != eos])
+    return json.dumps({"prompt_token_ids": prompt_ids, "tokens": tokens, "text": text, "min_margin": margin})
+
+
+def greedy(logits_of, prompt_ids, count, context, eos):
+    """Continues prompt_ids (or, when empty, eos) greedily for up to `count` tokens, stopping
+    at eos, over the last `context` tokens each step: the tokens, the smallest gap between the
+    top two logits, and each step's logits."""
+    ids = list(prompt_ids) or [eos]
+    tokens, margin, steps = [], math.inf, []
     for _ in range(count):
-        logits = forward(w, cfg, ids[-cfg["n_positions"]:])[-1]
+        logits = logits_of(ids[-context:])[-1]
         top = torch.topk(logits, 2).values
         margin = min(margin, float(top[0] - top[1]))
+        steps.append(logits.tolist())
         t = int(logits.argmax())
         tokens.append(t)
         ids.append(t)
         if t == eos:
             break
-    text = enc.decode([t for t in tokens if t != eos])
-    return json.dumps({"prompt_token_ids": prompt_ids, "tokens": tokens, "text": text, "min_margin": margin})
+    return tokens, margin, steps
 
 
 def main_with(run):

@@ -193,18 +193,8 @@ def run(args):
     prompt, count = args[1], int(args[2])
     prompt_ids = enc.encode(prompt)
     eos = cfg.get("eos_token_id", enc.encoder.get("<|endoftext|>"))
-    ids = list(prompt_ids) or [eos]
-    tokens, margin, steps = [], math.inf, []
-    for _ in range(count):
-        logits = forward(w, cfg, ids[-cfg.get("max_position_embeddings", cfg.get("n_positions", 1024)):])[-1]
-        top = torch.topk(logits, 2).values
-        margin = min(margin, float(top[0] - top[1]))
-        steps.append(logits.tolist())
-        t = int(logits.argmax())
-        tokens.append(t)
-        ids.append(t)
-        if t == eos:
-            break
+    context = cfg.get("max_position_embeddings", cfg.get("n_positions", 1024))
+    tokens, margin, steps = gpt2_reference.greedy(lambda ids: forward(w, cfg, ids), prompt_ids, count, context, eos)
     text = enc.decode([t for t in tokens if t != eos])
     return json.dumps({"prompt_token_ids": prompt_ids, "tokens": tokens, "text": text, "min_margin": margin,
                        "logits": steps})

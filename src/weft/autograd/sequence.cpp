@@ -277,11 +277,12 @@ Var swiglu(const Var& x) {
   Shape shape = v.shape();
   shape.back() = f;
   Tensor out = Tensor::empty(shape, v.dtype());
+  const std::int64_t grain = std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(w, 1));  // rows per task
   dispatch(v.dtype(), [&](auto zero) {
     using T = decltype(zero);
     const T* p = v.data<T>();
     T* o = out.data<T>();
-    parallel_loop(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(w, 1)), [&](std::int64_t b, std::int64_t e) {
+    parallel_loop(rows, grain, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t r = b; r < e; ++r)
         for (std::int64_t k = 0; k < f; ++k) {
           const T a = p[r * w + k], s = T(1) / (T(1) + exp_of(-a));
@@ -290,7 +291,7 @@ Var swiglu(const Var& x) {
     });
   });
   SavedTensor saved = SavedTensor::input(x);
-  return record("swiglu", out, {x}, [saved, w, f, rows](const Tensor& g_in) {
+  return record("swiglu", out, {x}, [saved, w, f, rows, grain](const Tensor& g_in) {
     const Tensor g = g_in.contiguous(), xv = saved.get().contiguous();
     Tensor dx = Tensor::empty(xv.shape(), g.dtype());
     dispatch(g.dtype(), [&](auto zero) {
@@ -298,7 +299,7 @@ Var swiglu(const Var& x) {
       const T* gp = g.data<T>();
       const T* p = xv.data<T>();
       T* o = dx.data<T>();
-      parallel_loop(rows, std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(w, 1)), [&](std::int64_t b, std::int64_t e) {
+      parallel_loop(rows, grain, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t r = b; r < e; ++r)
           for (std::int64_t k = 0; k < f; ++k) {
             const T a = p[r * w + k], up = p[r * w + f + k], s = T(1) / (T(1) + exp_of(-a)), gk = gp[r * f + k];

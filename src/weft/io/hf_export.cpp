@@ -120,26 +120,28 @@ StateDict hf_tensors(const GptConfig& c, const StateDict& parameters) {
     return out;
   }
   const BlockConfig b = c.block();
-  const std::int64_t q = c.heads * b.head_dim(), kv = b.key_value_heads() * b.head_dim(), f = b.mlp_width();
+  // A fused product's rows cut into Hugging Face's separate ones, by the block's own parts
+  // (nn/decoder_block.h: Q, K, V; gate, up).
+  auto unstack = [&](const Tensor& t, Product product, const std::vector<std::string>& names) {
+    std::int64_t at = 0;
+    const std::vector<std::int64_t> parts = product_parts(product, b);
+    for (std::size_t k = 0; k < parts.size(); ++k) {
+      out.emplace_back(names[k], rows(t, at, parts[k]));
+      at += parts[k];
+    }
+  };
   out.emplace_back("model.embed_tokens.weight", get("wte.weight"));
   for (std::int64_t i = 0; i < c.layers; ++i) {
     const std::string w = block(i), h = "model.layers." + std::to_string(i) + ".", a = h + "self_attn.";
     out.emplace_back(h + "input_layernorm.weight", get(w + "ln1.weight"));
-    const Tensor qkv = get(w + "attn.qkv.weight");
-    out.emplace_back(a + "q_proj.weight", rows(qkv, 0, q));
-    out.emplace_back(a + "k_proj.weight", rows(qkv, q, kv));
-    out.emplace_back(a + "v_proj.weight", rows(qkv, q + kv, kv));
-    if (c.qkv_bias) {
-      const Tensor bias = get(w + "attn.qkv.bias");
-      out.emplace_back(a + "q_proj.bias", rows(bias, 0, q));
-      out.emplace_back(a + "k_proj.bias", rows(bias, q, kv));
-      out.emplace_back(a + "v_proj.bias", rows(bias, q + kv, kv));
+    for (const char* kind : {"weight", "bias"}) {
+      if (std::string(kind) == "bias" && !c.qkv_bias) continue;
+      unstack(get(w + "attn.qkv." + kind), Product::kQkv,
+              {a + "q_proj." + kind, a + "k_proj." + kind, a + "v_proj." + kind});
     }
     out.emplace_back(a + "o_proj.weight", get(w + "attn.proj.weight"));
     out.emplace_back(h + "post_attention_layernorm.weight", get(w + "ln2.weight"));
-    const Tensor fc = get(w + "fc.weight");
-    out.emplace_back(h + "mlp.gate_proj.weight", rows(fc, 0, f));
-    out.emplace_back(h + "mlp.up_proj.weight", rows(fc, f, f));
+    unstack(get(w + "fc.weight"), Product::kFc, {h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"});
     out.emplace_back(h + "mlp.down_proj.weight", get(w + "out.weight"));
   }
   out.emplace_back("model.norm.weight", get("ln_f.weight"));

@@ -389,7 +389,7 @@ GptConfig hf_folder_config(const std::string& path) {
   if (!file_exists(path)) throw CheckpointError(path + " does not exist");
   const std::string config = in_folder(folder_of(path), "config.json");
   if (!file_exists(config)) throw CheckpointError(config + " does not exist");
-  return hf_config(read_file(config), config);
+  return hf_config_file(config);
 }
 
 std::unique_ptr<Tokenizer> hf_folder_tokenizer(const std::string& path, const GptConfig& config) {

@@ -104,7 +104,6 @@ std::vector<std::int64_t> parse_hidden(const std::string& text) {
 bool is_transformer_model(const std::string& model) { return model == "gpt" || model == "llama"; }
 
 GptConfig llama_config(GptConfig c) {
-  c.positional = Positional::kRotary;
   c.norm = Norm::kRms;
   c.mlp = Activation::kSwiGlu;
   if (c.hidden == 0) c.hidden = (8 * c.dim / 3 + 7) / 8 * 8;

@@ -36,9 +36,9 @@ using Metadata = std::map<std::string, std::string>;
 // (GPT-2's block by default) or "llama" (the Llama family's: llama_config).
 bool is_transformer_model(const std::string& model);
 
-// The Llama family's defaults on a GPT configuration: rotary positions (theta 10000),
-// RMSNorm (eps 1e-5), SwiGLU of width 8/3 d rounded up to a multiple of 8 unless `c.hidden`
-// is set, no biases, an untied head.
+// The Llama family's block on a GPT configuration: RMSNorm (eps 1e-5), SwiGLU of width 8/3 d
+// rounded up to a multiple of 8 unless `c.hidden` is set, no biases, an untied head (the
+// positions stay the caller's: --model llama's default is rotary).
 GptConfig llama_config(GptConfig c);
 
 // "1024,1024": an MLP's hidden widths (1 to 64 of them, each 1 to 65536, at most 2^31

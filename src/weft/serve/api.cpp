@@ -136,8 +136,8 @@ std::vector<float> pixels_of_base64(const json& image, std::size_t index, const 
 }  // namespace
 
 namespace {
-// The fields completions and chat completions share: the model, sampling, length, streaming
-// and stop sequences (`max_tokens_key`: chat's max_completion_tokens may stand for it).
+// The fields completions and chat completions share: the model, sampling, length (max_tokens,
+// `default_max_tokens` when absent), streaming and stop sequences.
 void parse_generation_fields(const json& j, const ApiLimits& limits, std::uint64_t default_seed, CompletionRequest& r,
                              std::int64_t default_max_tokens) {
   if (auto m = j.find("model"); m != j.end() && !m->is_null()) {

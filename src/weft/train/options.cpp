@@ -374,11 +374,7 @@ GptConfig transformer_config(const TrainOptions& o, std::int64_t vocab) {
               parse_positional(o.positional.value_or(llama ? "rotary" : "learned")), !o.post_ln, o.recompute};
   c.kv_heads = o.kv_heads;
   c.hidden = o.mlp_width;
-  if (llama) {
-    const Positional positional = c.positional;
-    c = llama_config(c);
-    c.positional = positional;
-  }
+  if (llama) c = llama_config(c);
   c.rope_theta = o.rope_theta.value_or(10000);
   c.window = o.window;
   return c;
