@@ -3,7 +3,7 @@
 bench/allreduce_vs_mpi and bench/tcp_ceiling, or weft, for bench/torch_backend), Debian's
 python3-torch, run under `weft launch` (torchrun's environment).
 Timed like weft comm-bench: barrier, one all-reduce, median over the repeats of the
-slowest rank. Prints one JSON object per size on rank 0."""
+slowest rank (--late RANK:US: that rank starts each repeat late, as comm-bench --late). Prints one JSON object per size on rank 0."""
 import argparse, json, statistics, time
 
 import torch
@@ -17,9 +17,12 @@ def main():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--backend", default="gloo")
+    p.add_argument("--late", default="", help="RANK:US: that rank starts every repeat US microseconds after the "
+                   "others (the others' times include the wait), like weft comm-bench --late")
     a = p.parse_args()
     dist.init_process_group(a.backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
+    late_rank, late_s = (int(a.late.split(":")[0]), int(a.late.split(":")[1]) / 1e6) if a.late else (-1, 0)
     size = a.min
     while size <= a.max:
         count = size // 4
@@ -29,6 +32,8 @@ def main():
         for it in range(a.warmup + a.iters):
             y = x.clone()
             dist.barrier()
+            if rank == late_rank:
+                time.sleep(late_s)
             t0 = time.perf_counter()
             dist.all_reduce(y)
             us = (time.perf_counter() - t0) * 1e6

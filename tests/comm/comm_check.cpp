@@ -28,6 +28,7 @@
 
 #include "weft/algo/registry.h"
 #include "weft/comm/communicator.h"
+#include "weft/comm/executor.h"
 #include "weft/comm/socket.h"
 #include "weft/comm/store.h"
 #include "weft/util/half_float.h"
@@ -503,6 +504,56 @@ int run_kill(int sig) {
   }
 }
 
+// A late peer puts the others to sleep (wait_policy.h), and one that dies while they sleep
+// is noticed as a death, not at the timeout:
+//  1. the last rank comes 300 ms late to each of 3 all-reduces: the sums are right, and
+//     every other rank slept in each (and paused or yielded far less than a 300 ms wait
+//     polled throughout would: under 1,000,000 times in all, against tens of millions);
+//  2. the last rank comes 300 ms late to a fourth and exits instead of joining: the others
+//     fail with the rank's death or its closed connection, naming the op and the rank
+//     (exit code 3), before the timeout.
+int run_late() {
+  if (std::string(std::getenv("RANK")) != "0") ::signal(SIGTERM, SIG_IGN);
+  auto comm = Communicator::init();
+  const int me = comm->rank(), world = comm->size(), late = world - 1;
+  long slept = 0, spun = 0;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> x(1024, static_cast<float>(me + 1));
+    comm->barrier()->wait();
+    const WaitCounts before = wait_counts();
+    if (me == late) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    comm->allreduce(x.data(), static_cast<std::int64_t>(x.size()), DataType::kF32, ReduceOp::kSum)->wait();
+    const WaitCounts after = wait_counts();
+    expect(std::all_of(x.begin(), x.end(), [&](float v) { return v == static_cast<float>(world * (world + 1) / 2); }),
+           "the late all-reduce's sum");
+    if (me != late) {
+      expect(after.sleeps > before.sleeps, "a rank waiting 300 ms for a late peer sleeps");
+      slept += after.sleeps - before.sleeps;
+      spun += (after.pauses - before.pauses) + (after.yields - before.yields);
+    }
+  }
+  if (me != late) {
+    expect(spun < 1000000, "paused or yielded " + std::to_string(spun) + " times in 3 waits of 300 ms");
+    std::printf("rank %d: slept %ld times, paused or yielded %ld times in 3 all-reduces with a peer 300 ms late\n", me,
+                slept, spun);
+  }
+  if (g_failures > 0) return 1;
+  comm->barrier()->wait();
+  if (me == late) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::_Exit(0);
+  }
+  std::vector<float> x(1024, 1.0f);
+  try {
+    comm->allreduce(x.data(), static_cast<std::int64_t>(x.size()), DataType::kF32, ReduceOp::kSum)->wait();
+    std::printf("rank %d: the all-reduce finished without rank %d\n", me, late);
+    return 1;
+  } catch (const CommError& e) {
+    std::printf("rank %d: CommError: op=%s peer=%d: %s\n", me, e.op().c_str(), e.peer(), e.what());
+    return 3;
+  }
+}
+
 int run_token() {
   ::signal(SIGTERM, SIG_IGN);
   if (std::getenv("RANK") && std::string(std::getenv("RANK")) == "1") {
@@ -629,6 +680,7 @@ int main(int argc, char** argv) {
     if (mode == "hostile") return run_hostile();
     if (mode == "trace") return run_trace();
     if (mode == "properties") return run_properties();
+    if (mode == "late") return run_late();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

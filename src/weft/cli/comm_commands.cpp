@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -203,7 +204,7 @@ void add_comm_bench_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<comm::BenchConfig>();
   // Sizes as text (weft's size syntax); -g, -t: nccl-tests' threads and GPUs per process.
   struct Extra {
-    std::string min = "8", max = "64M", step = "0";
+    std::string min = "8", max = "64M", step = "0", late;
     int check = 1, gpus = 1, threads = 1;
     bool list = false;
   };
@@ -233,6 +234,8 @@ void add_comm_bench_command(CLI::App& app, Action& action) {
       ->capture_default_str();
   cmd->add_option("-g,--ngpus", x->gpus, "nccl-tests' GPUs per process: weft runs one rank per process (ignored)");
   cmd->add_option("-t,--nthreads", x->threads, "nccl-tests' threads per process: one rank per process (ignored)");
+  cmd->add_option("--late", x->late, "RANK:US: that rank starts every repeat US microseconds after the others "
+                                     "(a straggler; the others' times include the wait)");
   cmd->add_flag("--json", c->json, "print one JSON object per size");
   cmd->add_flag("--list", x->list, "list the collectives and their algorithms");
   cmd->callback([c, x, &action] {
@@ -246,6 +249,14 @@ void add_comm_bench_command(CLI::App& app, Action& action) {
       c->step_bytes = parse_size(x->step, "-i");
       if (x->check != 0 && x->check != 1) throw ConfigError("-c (--check) must be 0 or 1");
       c->check = x->check == 1;
+      if (!x->late.empty()) {
+        const auto parts = parse_number_list(x->late, ':', 2);
+        if (!parts || parts->size() != 2 || (*parts)[0] < 0 || (*parts)[0] != std::floor((*parts)[0]) ||
+            (*parts)[0] > 1e6 || (*parts)[1] < 0 || (*parts)[1] > 1e7 || (*parts)[1] != std::floor((*parts)[1]))
+          throw ConfigError("--late '" + x->late + "' is not RANK:MICROSECONDS (whole numbers, at most 10000000 us)");
+        c->late_rank = static_cast<int>((*parts)[0]);
+        c->late_us = static_cast<std::int64_t>((*parts)[1]);
+      }
       if ((x->gpus != 1 || x->threads != 1) && env_string("RANK").value_or("0") == "0")
         std::fprintf(stderr, "comm-bench: -g %d -t %d ignored: each weft rank is one process with one device "
                              "(start more ranks with weft launch --nproc-per-node)\n", x->gpus, x->threads);

@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <thread>
 #include <vector>
 
+#include "weft/comm/executor.h"
 #include "weft/algo/collective_facts.h"
 #include "weft/algo/program.h"
 #include "weft/algo/registry.h"
@@ -305,6 +307,7 @@ class Bench {
     std::vector<double> times;
     for (int it = 0; it < cfg_.warmup + cfg_.iters; ++it) {
       comm_->barrier()->wait();
+      if (r_ == cfg_.late_rank) std::this_thread::sleep_for(std::chrono::microseconds(cfg_.late_us));
       const auto t0 = std::chrono::steady_clock::now();
       once(in_place);
       const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -350,6 +353,9 @@ void print_header(const BenchConfig& cfg, Communicator& comm) {
   const char* combine[] = {"rank 0's", "the mean of the ranks'", "the least of the ranks'", "the slowest rank's"};
   std::printf("# weft comm-bench %s: %d ranks, transport %s; time: %s median over %d iterations after %d warm-up\n",
               cfg.op.c_str(), comm.size(), comm.transport().c_str(), combine[cfg.average], cfg.iters, cfg.warmup);
+  if (cfg.late_rank >= 0)
+    std::printf("# rank %d starts every repeat %lld us after the others (the others' times include the wait)\n",
+                cfg.late_rank, static_cast<long long>(cfg.late_us));
   const bool factor = cfg.step_bytes == 0 || cfg.step_factor > 1;
   std::printf("# nThread 1 nGpus 1 minBytes %lld maxBytes %lld step: %lld(%s) warmup iters: %d iters: %d agg iters: 1 "
               "validation: %d graph: 0\n#\n# Using devices\n",
@@ -404,6 +410,8 @@ void validate(const BenchConfig& cfg) {
   if (cfg.step_bytes < 0) throw ConfigError("-i (step bytes) must be >= 0");
   if (cfg.step_factor == 1 && cfg.step_bytes == 0) throw ConfigError("-f 1 needs a step in bytes (-i)");
   if (cfg.average < 0 || cfg.average > 3) throw ConfigError("-a must be 0 (rank 0), 1 (mean), 2 (min) or 3 (max)");
+  if (cfg.late_rank >= 0 && (cfg.late_us < 0 || cfg.late_us > 10000000))
+    throw ConfigError("--late: the delay must be 0 to 10000000 microseconds");
 }
 
 }  // namespace
@@ -444,6 +452,8 @@ int run_comm_bench(const BenchConfig& cfg) {
   }
   auto comm = Communicator::init(process_info_from_env(), opts);
   const int w = comm->size(), r = comm->rank();
+  if (cfg.late_rank >= w)
+    throw ConfigError("--late: rank " + std::to_string(cfg.late_rank) + " is outside 0.." + std::to_string(w - 1));
   if (op.rooted() && (cfg.root < 0 || cfg.root >= w))
     throw ConfigError("--root (-r) " + std::to_string(cfg.root) + " is outside 0.." + std::to_string(w - 1));
   print_header(cfg, *comm);
@@ -509,6 +519,11 @@ int run_comm_bench(const BenchConfig& cfg) {
     } else {
       std::printf("# Avg bus bandwidth    : %g %s\n#\n", avg, !min_bw ? "" : bw_failed ? "FAILED" : "OK");
     }
+    // How rank 0's waits for its peers went (wait_policy.h): pauses of the core, yields of
+    // it (and those that kept it off the core for over a millisecond), sleeps.
+    const WaitCounts waits = wait_counts();
+    std::printf("# Waits of rank 0      : %ld pauses, %ld yields (%ld long, %ld to other programs), %ld sleeps\n#\n",
+                waits.pauses, waits.yields, waits.long_yields, waits.yields_to_strangers, waits.sleeps);
     std::fflush(stdout);
   }
   if (total_wrong > 0 && r == 0)

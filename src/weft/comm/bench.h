@@ -31,6 +31,10 @@ struct BenchConfig {
   int root = 0;       // of broadcast, reduce, gather, scatter
   int average = 3;    // ranks' times combined: 0 rank 0's, 1 the mean, 2 the least, 3 the most
   bool json = false;  // one JSON object per row instead of the table
+  // --late RANK:US: that rank starts each repeat this many microseconds after the barrier
+  // (a straggler); the others' times include the wait, its own do not.
+  int late_rank = -1;
+  std::int64_t late_us = 0;
 };
 
 // Runs the benchmark (every rank of a job); sizes in bytes (util/size.h parses them).

@@ -56,7 +56,7 @@ class TcpChannel : public Channel {
 // Wakes a sleeping rank. One per rank, in that rank's shared segment.
 struct alignas(64) Doorbell {
   std::atomic<std::uint32_t> seq{0};
-  std::atomic<std::uint32_t> sleeping{0};
+  std::atomic<std::uint32_t> sleeping{0};  // threads of the rank asleep on it (a rank may run groups on several)
   void ring();
   // Sleeps until rung or the timeout passes, unless `seq` already moved past `seen`.
   void wait(std::uint32_t seen, int timeout_us);

@@ -53,6 +53,8 @@ CommOptions CommOptions::from_env() {
   if (auto r = env_int_in("WEFT_SHM_RING_BYTES", 4096, std::int64_t{1} << 30)) {
     o.shm_ring_bytes = static_cast<std::size_t>(*r);
   }
+  if (auto u = env_int_in("WEFT_SPIN_US", 0, 1000000)) o.wait.pause_us = std::chrono::microseconds(*u);
+  if (auto u = env_int_in("WEFT_YIELD_US", 0, 1000000)) o.wait.yield_us = std::chrono::microseconds(*u);
   if (auto d = env_string("WEFT_TRACE")) o.trace_dir = *d;
   if (auto t = env_string("WEFT_TLS")) {
     if (*t != "0" && *t != "1") throw ConfigError("WEFT_TLS='" + *t + "' is not 0 or 1");
@@ -226,6 +228,7 @@ std::shared_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
   } else {
     c->connect_group("g-" + compact + "-" + std::to_string(nth));
     c->links_->shares_core = links_->shares_core;
+    c->links_->ranks_on_host = links_->ranks_on_host;
   }
   c->start_queue();
   c->healthy_ = true;
@@ -297,6 +300,7 @@ void Communicator::connect_group(const std::string& prefix) {
   r.stripe_shares = options_.stripe_shares;
   r.stripe_addresses = options_.stripe_addresses;
   r.stripe_min = options_.stripe_min;
+  r.wait = options_.wait;
   r.timeout_s = options_.rendezvous_timeout_s;
   r.judge_core_sharing = name_ == "world";
   links_ = connect_links(r);
@@ -335,6 +339,13 @@ void Communicator::trace_mark(const std::string& name) {
 
 std::string Communicator::choose_algorithm(Collective c, std::int64_t bytes) const {
   return select_algorithm(c, bytes, LinkShape{size(), links_->tcp, links_->shm, links_->local_world});
+}
+
+WaitSettings Communicator::wait_settings() const {
+  WaitSettings w = options_.wait;
+  w.shares_core = links_->shares_core;
+  w.ranks_on_host = links_->ranks_on_host;
+  return w;
 }
 
 const algo::Program& Communicator::cached_program(Collective c, const std::string& algorithm, std::int64_t n,
@@ -439,7 +450,7 @@ void Communicator::run(Task& t) {
   if (scratch_.size() < scratch_bytes) scratch_.resize(scratch_bytes);  // grows, kept from call to call
   b.scratch = scratch_.data();
   ExecContext ctx{algo::collective_name(t.collective), global_rank(), options_.timeout_s, links_->bell,
-                  !links_->shares_core};
+                  wait_settings()};
   TraceRecord rec;
   if (tracer_) rec.start_us = now_us();
   if (mpi_group_) {
@@ -481,7 +492,7 @@ void Communicator::run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch) {
     }
   }
   ExecContext ctx{batch.size() == 1 ? (batch[0]->kind == Task::kSend ? "send" : "recv") : "send/recv",
-                  global_rank(), options_.timeout_s, links_->bell, !links_->shares_core};
+                  global_rank(), options_.timeout_s, links_->bell, wait_settings()};
   const std::int64_t start = tracer_ ? now_us() : 0;
   if (mpi_group_) {
     mpi::execute(p, b, *mpi_group_, ctx, nullptr);

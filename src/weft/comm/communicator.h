@@ -33,6 +33,7 @@
 #include "weft/comm/operation_queue.h"
 #include "weft/comm/process.h"
 #include "weft/comm/reduce.h"
+#include "weft/comm/wait_policy.h"
 #include "weft/util/error.h"
 
 namespace weft::comm {
@@ -61,6 +62,10 @@ struct CommOptions {
   std::vector<double> stripe_shares;
   std::vector<std::string> stripe_addresses;  // WEFT_STRIPE_ADDRS: this rank's, for the 2nd, 3rd, ... connection
   std::uint64_t stripe_min = 1 << 20;
+  // How a waiting rank spends its core (wait_policy.h): WEFT_SPIN_US, the most it pauses
+  // (microseconds, default 50); WEFT_YIELD_US, how long it yields when the job's ranks
+  // outnumber the cores (default 2000).
+  WaitSettings wait;
   static CommOptions from_env();
 };
 
@@ -149,6 +154,8 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Throws ConfigError for an unknown algorithm (or "mpi" without the MPI transport).
   void check_algorithm(algo::Collective c, const std::string& algorithm) const;
   void run_mpi_native(Task& t);
+  // The options' waiting, with whether this host's ranks share cores.
+  WaitSettings wait_settings() const;
   // The program of a collective on this rank, built once per distinct call.
   const algo::Program& cached_program(algo::Collective c, const std::string& algorithm, std::int64_t n,
                                       const algo::Options& opts);

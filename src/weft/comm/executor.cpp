@@ -9,6 +9,7 @@
 
 #include "weft/util/env.h"
 #include "weft/util/error.h"
+#include "weft/util/machine.h"
 
 namespace weft::comm {
 
@@ -21,21 +22,6 @@ using algo::Op;
 using algo::OpKind;
 
 constexpr std::uint32_t kMagic = 0x31544657;  // "WFT1"
-// Polling, yielding the core between rounds, lasts this long (WEFT_SPIN_US, default 2 ms)
-// before the rank sleeps. Yielding lets another rank on the same core run meanwhile (more
-// ranks than cores), so the peer this rank waits for gets the core at once, while a sleep
-// would cost a kernel wake-up per step. Measured with 4 ranks on 2 cores: 100 us gave
-// 0.38 GB/s at 64 KiB, 2 ms 1.05 GB/s. An idle rank still sleeps after 2 ms.
-std::chrono::microseconds spin_before_sleep() {
-  static const auto spin = std::chrono::microseconds(env_int_in("WEFT_SPIN_US", 0, 1000000).value_or(2000));
-  return spin;
-}
-// For the first few microseconds it only pauses the core (a message is often that close),
-// unless the rank shares its core with another rank: then the peer it waits for may need
-// that very core, and pausing only delays it (4 ranks on 2 cores, 8-byte all-reduce: 22 us
-// with the pause, 8 us without).
-constexpr auto kBusySpin = std::chrono::microseconds(5);
-
 struct Header {
   std::uint32_t magic;
   std::uint32_t seq;
@@ -84,7 +70,7 @@ class ProgramRun {
       last_liveness_ = {};
       while (!pending_sends_.empty() || !pending_recvs_.empty()) {
         if (progress_round()) {
-          idle_rounds_ = 0;
+          wait_ended();
           continue;
         }
         wait_idle();
@@ -318,40 +304,72 @@ class ProgramRun {
     return sent || received;
   }
 
-  // Nothing moved this round: pause, yield, or sleep until something can move; fail on a
-  // dead peer or the timeout. The clock is read every 8th round while pausing (a read costs
+  // Nothing moved this round: pause, yield or sleep (WaitPolicy decides); fail on a dead
+  // peer or the timeout. While pausing the clock is read every 8th round (a read costs
   // about as much as a round).
   void wait_idle() {
     if (idle_rounds_++ == 0) {
       last_progress_ = Clock::now();
       if (last_liveness_ == Clock::time_point{}) last_liveness_ = last_progress_;
+      paused_ = !ctx_.wait.shares_core && policy_.pause_budget(ctx_.wait) > WaitPolicy::Duration::zero();
     }
-    if (ctx_.spin && idle_rounds_ % 8 != 0) {
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
-      return;
-    }
-    const auto idle = Clock::now() - last_progress_;
-    if (ctx_.spin && idle < kBusySpin) return;
-    if (idle < spin_before_sleep()) {
-      ::sched_yield();
-      return;
-    }
-    if (sleep_until_ready()) {
-      idle_rounds_ = 0;
+    if (paused_ && idle_rounds_ % 8 != 0) {
+      pause();
       return;
     }
     const auto now = Clock::now();
-    if (now - last_liveness_ > std::chrono::milliseconds(100)) {
-      last_liveness_ = now;
+    switch (policy_.next(ctx_.wait, now - last_progress_, now)) {
+      case WaitPolicy::Action::kPause:
+        pause();
+        return;
+      case WaitPolicy::Action::kYield: {
+        paused_ = false;
+        ++counts_.yields;
+        ::sched_yield();
+        const auto after = Clock::now();
+        bool strangers = false;
+        if (after - now > WaitPolicy::kLongYield) {
+          ++counts_.long_yields;
+          const std::optional<int> runnable = runnable_threads();
+          strangers = !runnable || *runnable > ctx_.wait.ranks_on_host;
+          if (strangers) ++counts_.yields_to_strangers;
+        }
+        policy_.yielded(after - now, after, strangers);
+        return;
+      }
+      case WaitPolicy::Action::kSleep:
+        break;
+    }
+    paused_ = false;
+    ++counts_.sleeps;
+    if (sleep_until_ready()) {
+      wait_ended();
+      return;
+    }
+    const auto later = Clock::now();
+    if (later - last_liveness_ > std::chrono::milliseconds(100)) {
+      last_liveness_ = later;
       check_peers_live();
     }
-    if (std::chrono::duration<double>(now - last_progress_).count() > ctx_.timeout_s) {
+    if (std::chrono::duration<double>(later - last_progress_).count() > ctx_.timeout_s) {
       Transfer* t = !pending_recvs_.empty() ? pending_recvs_.front() : pending_sends_.front();
       throw fail("no progress with rank " + std::to_string(t->link->global_rank) + " within the timeout",
                  t->link->global_rank);
     }
+  }
+
+  void pause() {
+    ++counts_.pauses;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+
+  // Something moved after idle rounds: the policy learns how long the wait was.
+  void wait_ended() {
+    if (idle_rounds_ == 0) return;
+    policy_.ended(ctx_.wait, Clock::now() - last_progress_);
+    idle_rounds_ = 0;
   }
 
   // Sleeps on the TCP sockets (poll) or this rank's doorbell (shared memory) until a
@@ -370,14 +388,14 @@ class ProgramRun {
     if (shm && ctx_.doorbell) {
       Doorbell& bell = *ctx_.doorbell;
       std::uint32_t seen = bell.seq.load(std::memory_order_seq_cst);
-      bell.sleeping.store(1, std::memory_order_seq_cst);
+      bell.sleeping.fetch_add(1, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       const bool moved = progress_round();
       if (!moved) {
         if (!fds.empty()) ::poll(fds.data(), fds.size(), 1);
         else bell.wait(seen, 20000);
       }
-      bell.sleeping.store(0, std::memory_order_seq_cst);
+      bell.sleeping.fetch_sub(1, std::memory_order_seq_cst);
       return moved;
     }
     if (!fds.empty()) ::poll(fds.data(), fds.size(), 100);
@@ -405,17 +423,25 @@ class ProgramRun {
   const std::size_t esize_;
   std::size_t step_ = 0;
   unsigned idle_rounds_ = 0;
+  bool paused_ = false;  // this wait is still in its pausing phase
   Clock::time_point last_progress_, last_liveness_;  // read once a step goes idle
   // Reused from step to step, round to round and call to call (a thread runs one program
   // at a time): no allocation while waiting, none per operation.
   static thread_local std::vector<Transfer> sends_, recvs_;
   static thread_local std::vector<Transfer*> pending_sends_, pending_recvs_;
   static thread_local std::vector<int> busy_send_, busy_recv_;
+
+ public:
+  // The thread's wait policy (it learns from call to call) and what its waits did.
+  static thread_local WaitPolicy policy_;
+  static thread_local WaitCounts counts_;
 };
 
 thread_local std::vector<Transfer> ProgramRun::sends_, ProgramRun::recvs_;
 thread_local std::vector<Transfer*> ProgramRun::pending_sends_, ProgramRun::pending_recvs_;
 thread_local std::vector<int> ProgramRun::busy_send_, ProgramRun::busy_recv_;
+thread_local WaitPolicy ProgramRun::policy_;
+thread_local WaitCounts ProgramRun::counts_;
 
 }  // namespace
 
@@ -423,5 +449,7 @@ void execute(const algo::Program& program, const ExecBuffers& b, std::vector<Pee
              StepSends* step_sends) {
   ProgramRun(program, b, peers, ctx, step_sends).run();
 }
+
+WaitCounts wait_counts() { return ProgramRun::counts_; }
 
 }  // namespace weft::comm

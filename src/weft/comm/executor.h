@@ -16,6 +16,7 @@
 
 #include "weft/algo/program.h"
 #include "weft/comm/channel.h"
+#include "weft/comm/wait_policy.h"
 #include "weft/comm/reduce.h"
 
 namespace weft::comm {
@@ -60,8 +61,11 @@ struct ExecContext {
   int rank = 0;           // global rank of this process
   double timeout_s = 60;  // no progress for this long fails the operation
   Doorbell* doorbell = nullptr;  // this rank's, when shared memory is in use
-  bool spin = true;  // pause a few microseconds before yielding (false: a core is shared)
+  WaitSettings wait;              // how a rank waits for its peers (wait_policy.h)
 };
+
+// What this thread's waits did so far (wait_policy.h).
+WaitCounts wait_counts();
 
 // Bytes sent to each peer in each step, for traces: steps[s] = list of (global peer, bytes).
 using StepSends = std::vector<std::vector<std::pair<int, std::int64_t>>>;

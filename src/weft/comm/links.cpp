@@ -116,6 +116,7 @@ void note_hosts(GroupLinks& links, const LinkRequest& r, const std::vector<Endpo
       for (const auto& c : split(e.cores, ',')) used.insert(c);
     }
     links.shares_core = on_host > static_cast<int>(used.size());
+    links.ranks_on_host = on_host;
   }
   // Ranks per host, when every host holds the same number of consecutive ranks: the same
   // answer on every rank (a host's own count alone would differ between hosts of 2 and 1).
@@ -310,7 +311,9 @@ double timed_message(GroupLinks& links, const LinkRequest& r, std::size_t peer, 
   ctx.rank = r.members[static_cast<std::size_t>(r.rank)];
   ctx.timeout_s = r.timeout_s;
   ctx.doorbell = links.bell;
-  ctx.spin = !links.shares_core;
+  ctx.wait = r.wait;
+  ctx.wait.shares_core = links.shares_core;
+  ctx.wait.ranks_on_host = links.ranks_on_host;
   const auto t0 = std::chrono::steady_clock::now();
   execute(program, buffers, one, ctx);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

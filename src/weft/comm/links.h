@@ -36,6 +36,7 @@ struct GroupLinks {
   std::vector<std::string> host_of;  // host id per group rank
   int local_world = 0;               // ranks per host when hosts hold equal contiguous blocks, else 0
   bool shares_core = false;          // the job's ranks on this host outnumber their cores
+  int ranks_on_host = 1;             // the job's ranks on this host
   int tcp = 0, shm = 0;
   int striped = 0;  // peers reached over more than one path
 };
@@ -65,6 +66,7 @@ struct LinkRequest {
   // k-th (the others to its main address).
   std::vector<std::string> stripe_addresses{};
   std::uint64_t stripe_min = 1 << 20;
+  WaitSettings wait{};  // how the paths' measurements wait (shares_core: as judged here)
 };
 
 std::unique_ptr<GroupLinks> connect_links(const LinkRequest& request);

@@ -5,10 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-
-#include <algorithm>
+#include <condition_variable>
 #include <map>
-#include <thread>
+#include <memory>
+#include <mutex>
 
 #include "weft/algo/program.h"
 #include "weft/parallel/ddp.h"
@@ -199,17 +199,38 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
       sends.push_back(pairs[static_cast<std::size_t>(w)].weights->isend(sent.back().raw_data(), n, dt, 0));
       sends.back()->test();
     };
+    // The loop sleeps until a worker's gradients arrive: each receive, once started, counts
+    // its arrival here (instead of the loop polling the receives).
+    struct Arrivals {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::uint64_t count = 0;
+    };
+    auto arrivals = std::make_shared<Arrivals>();
+    auto post_receive = [&](int w) {
+      comm::WorkPtr& rw = recv[static_cast<std::size_t>(w)];
+      rw = pairs[static_cast<std::size_t>(w)].grads->irecv(incoming[static_cast<std::size_t>(w)].raw_data(), n, dt, 0);
+      rw->test();  // started: it progresses on the communicator's thread
+      rw->on_finish([arrivals](const std::exception_ptr&) {
+        {
+          std::lock_guard<std::mutex> lock(arrivals->mu);
+          ++arrivals->count;
+        }
+        arrivals->cv.notify_all();
+      });
+    };
     for (int w = 0; w < workers; ++w) {
       answer(w);  // the initial weights
-      if (steps > 0) {
-        recv[static_cast<std::size_t>(w)] =
-            pairs[static_cast<std::size_t>(w)].grads->irecv(incoming[static_cast<std::size_t>(w)].raw_data(), n, dt, 0);
-        recv[static_cast<std::size_t>(w)]->test();
-      }
+      if (steps > 0) post_receive(w);
     }
     std::int64_t remaining = steps * workers;
     while (remaining > 0) {
       bool progress = false;
+      std::uint64_t arrived_before;
+      {
+        std::lock_guard<std::mutex> lock(arrivals->mu);
+        arrived_before = arrivals->count;
+      }
       for (int w = 0; w < workers; ++w) {
         auto& rw = recv[static_cast<std::size_t>(w)];
         if (!rw || !rw->test()) continue;
@@ -230,8 +251,7 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
         --remaining;
         if (++clock[static_cast<std::size_t>(w)] < steps) {
           owed[static_cast<std::size_t>(w)] = true;
-          rw = pairs[static_cast<std::size_t>(w)].grads->irecv(incoming[static_cast<std::size_t>(w)].raw_data(), n, dt, 0);
-          rw->test();  // post it now
+          post_receive(w);
         } else {
           rw.reset();
         }
@@ -253,7 +273,11 @@ ServerReport run_parameter_server(Module& model, std::shared_ptr<comm::Communica
         sends.erase(sends.begin(), sends.begin() + static_cast<std::ptrdiff_t>(done));
         sent.erase(sent.begin(), sent.begin() + static_cast<std::ptrdiff_t>(done));
       }
-      if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(20));
+      if (!progress) {
+        // Nothing to do until another gradient arrives (the bound only guards the loop).
+        std::unique_lock<std::mutex> lock(arrivals->mu);
+        arrivals->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return arrivals->count != arrived_before; });
+      }
     }
     for (int w = 0; w < workers; ++w) answer(w);  // the final weights, the same for everyone
     for (auto& wk : sends) wk->wait();

@@ -62,6 +62,17 @@ std::optional<std::int64_t> available_memory_bytes() {
   return *kib * 1024;
 }
 
+std::optional<int> runnable_threads() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (!f) return std::nullopt;
+  double a = 0, b = 0, c = 0;
+  int running = 0, total = 0;
+  const bool ok = std::fscanf(f, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) == 5;
+  std::fclose(f);
+  if (!ok || running < 1) return std::nullopt;
+  return running;
+}
+
 std::int64_t peak_resident_bytes() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);

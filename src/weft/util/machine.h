@@ -30,6 +30,10 @@ class OtherCpuLoad {
 // /proc/meminfo), or nothing where that cannot be read.
 std::optional<std::int64_t> available_memory_bytes();
 
+// How many threads of the whole machine are running or ready to run at this instant (the
+// fourth field of /proc/loadavg, the reader included), or nothing where that cannot be read.
+std::optional<int> runnable_threads();
+
 // The most memory this process has held resident so far (its peak RSS, getrusage).
 std::int64_t peak_resident_bytes();
 
