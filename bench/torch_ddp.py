@@ -23,9 +23,13 @@ def main():
     p.add_argument("--batch", type=int, default=64, help="global batch")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=0, help="steps left out of samples/s")
+    p.add_argument("--late", default="", metavar="RANK:US",
+                   help="that rank sleeps US microseconds in each step (a straggler, as WEFT_STRAGGLER)")
     a = p.parse_args()
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
+    late_rank, late_s = (int(a.late.split(":")[0]), int(a.late.split(":")[1]) / 1e6) if a.late else (-1, 0.0)
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     images = read_idx(find(a.data_dir, "train-images-idx3-ubyte"))
@@ -42,14 +46,17 @@ def main():
     for step in range(a.steps):
         b = step % (shard.shape[0] // per)
         t0 = time.perf_counter()
+        if rank == late_rank:
+            time.sleep(late_s)
         idx = shard[b * per:(b + 1) * per]
         x, y = x_all[idx], y_all[idx]
         opt.zero_grad()
         loss = loss_fn(net(x), y)
         loss.backward()
         opt.step()
-        seconds += time.perf_counter() - t0
-        samples += x.shape[0]
+        if step >= a.warmup:
+            seconds += time.perf_counter() - t0
+            samples += x.shape[0]
     rate = torch.tensor([samples / seconds], dtype=torch.float64)
     dist.all_reduce(rate)
     if rank == 0:

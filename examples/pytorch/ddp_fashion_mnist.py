@@ -42,6 +42,8 @@ def load(data_dir, kind):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--backend", default="weft")
+    p.add_argument("--model", default="cnn", choices=["cnn", "mlp"],
+                   help="cnn (422k parameters) or mlp (784-96-10, 76k parameters: each step is mostly waiting)")
     p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--batch", type=int, default=64, help="global batch, split over the ranks")
     p.add_argument("--steps", type=int, default=300)
@@ -49,6 +51,8 @@ def main():
     p.add_argument("--test", type=int, default=2000, help="test images for the accuracy")
     p.add_argument("--no-sync", action="store_true",
                    help="skip DDP's gradient all-reduce (each rank trains alone): the ceiling no backend can beat")
+    p.add_argument("--late", default="", metavar="RANK:US",
+                   help="that rank sleeps US microseconds before each step (a straggler)")
     p.add_argument("--sync-only", action="store_true",
                    help="skip DDP's gradient all-reduce but all-reduce one number per step: what keeping the ranks "
                         "in step costs by itself, the ceiling of any synchronous backend")
@@ -57,9 +61,14 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     x_all, y_all = load(a.data_dir, "train")
-    net = DDP(nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                            nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10)))
+    late_rank, late_s = (int(a.late.split(":")[0]), int(a.late.split(":")[1]) / 1e6) if a.late else (-1, 0.0)
+    if a.model == "cnn":
+        body = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                             nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+    else:
+        body = nn.Sequential(nn.Flatten(), nn.Linear(784, 96), nn.ReLU(), nn.Linear(96, 10))
+    net = DDP(body)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     shard = torch.randperm(x_all.shape[0], generator=torch.Generator().manual_seed(0))[rank::world]
@@ -67,6 +76,8 @@ def main():
     seconds, samples = 0.0, 0
     for step in range(a.steps):
         t0 = time.perf_counter()
+        if rank == late_rank:
+            time.sleep(late_s)
         b = step % (shard.shape[0] // per)
         idx = shard[b * per:(b + 1) * per]
         opt.zero_grad()

@@ -63,7 +63,7 @@ struct CommOptions {
   std::vector<std::string> stripe_addresses;  // WEFT_STRIPE_ADDRS: this rank's, for the 2nd, 3rd, ... connection
   std::uint64_t stripe_min = 1 << 20;
   // How a waiting rank spends its core (wait_policy.h): WEFT_SPIN_US, the most it pauses
-  // (microseconds, default 50); WEFT_YIELD_US, how long it yields when the job's ranks
+  // (microseconds, default 200); WEFT_YIELD_US, how long it yields when the job's ranks
   // outnumber the cores (default 2000).
   WaitSettings wait;
   static CommOptions from_env();

@@ -22,9 +22,12 @@
 //           and, having used no processor time, the scheduler runs it before a busy
 //           neighbour.
 //
-// With 2 CPU-bound processes beside 2 ranks on 2 cores, 2 ms of yielding before sleeping
-// (the policy before this one) made a 64 MiB all-reduce take 190-250 ms, sleeping after 5 us
-// of pausing 48-52 ms (issue "collectives that stay fast on a busy machine").
+// Measured on 2 cores, 64 MiB all-reduces over shared memory, medians of interleaved runs
+// (issue "collectives that stay fast on a busy machine"): with a CPU-bound process per core
+// beside 2 ranks, 2 ms of yielding before sleeping (the policy before this one) took
+// 234-244 ms, this policy 21.7 ms (48 ms with a 50 us most pause: the most is 200 us); on
+// the idle machine 8.88 ms before, 8.79 ms now (10.1 ms with a 50 us most: the 1 MiB
+// ring drains in about 100 us, and a waiter that slept sooner lost the wake-up's time).
 #pragma once
 
 #include <chrono>
@@ -32,7 +35,7 @@
 namespace weft::comm {
 
 struct WaitSettings {
-  std::chrono::microseconds pause_us{50};   // WEFT_SPIN_US: the most a wait pauses the core
+  std::chrono::microseconds pause_us{200};  // WEFT_SPIN_US: the most a wait pauses the core
   std::chrono::microseconds yield_us{2000};  // WEFT_YIELD_US: yielding, with shared cores
   bool shares_core = false;  // the job's ranks on this host outnumber their cores
   int ranks_on_host = 1;     // the job's ranks on this host
