@@ -61,34 +61,45 @@ TEST(WaitPolicy, NoPauseAtAllWhenTheSettingIsZero) {
   EXPECT_EQ(p.pause_budget(s), microseconds(0));
 }
 
-TEST(WaitPolicy, ALongYieldToAnotherProgramStopsYieldingForAWhileThatGrows) {
+TEST(WaitPolicy, LongYieldsToAnotherProgramStopYieldingForAWhileThatGrows) {
   WaitPolicy p;
   const WaitSettings s = shared_cores();
   // A long yield while only the job's own ranks were ready: they had the core; keep yielding.
   p.yielded(milliseconds(3), kStart, false);
-  EXPECT_EQ(p.next(s, microseconds(10), kStart), Action::kYield);
-  // Another program took the slice: sleep for the next 100 ms.
+  p.yielded(milliseconds(3), kStart + milliseconds(4), false);
+  EXPECT_EQ(p.next(s, microseconds(10), kStart + milliseconds(5)), Action::kYield);
+  // One long yield to another program may be a passing thread: keep yielding.
   p.yielded(milliseconds(4), kStart, true);
-  EXPECT_EQ(p.next(s, microseconds(10), kStart + milliseconds(99)), Action::kSleep);
-  EXPECT_EQ(p.next(s, microseconds(10), kStart + milliseconds(100)), Action::kYield);
-  // Again at once: 200 ms; and so on, up to a second.
-  const auto t1 = kStart + milliseconds(100);
-  p.yielded(milliseconds(4), t1, true);
-  EXPECT_EQ(p.next(s, microseconds(10), t1 + milliseconds(199)), Action::kSleep);
-  EXPECT_EQ(p.next(s, microseconds(10), t1 + milliseconds(200)), Action::kYield);
-  auto t = t1 + milliseconds(200);
-  for (int i = 0; i < 10; ++i) {
-    p.yielded(milliseconds(4), t, true);
-    t += milliseconds(1000);
-  }
+  EXPECT_EQ(p.next(s, microseconds(10), kStart + milliseconds(1)), Action::kYield);
+  // A second within 50 ms: sleep for the next 100 ms.
+  auto t = kStart + milliseconds(50);
   p.yielded(milliseconds(4), t, true);
+  EXPECT_EQ(p.next(s, microseconds(10), t + milliseconds(99)), Action::kSleep);
+  EXPECT_EQ(p.next(s, microseconds(10), t + milliseconds(100)), Action::kYield);
+  // Two more as soon as it yields again: 200 ms; and so on, up to a second.
+  t += milliseconds(100);
+  p.yielded(milliseconds(4), t, true);
+  EXPECT_EQ(p.next(s, microseconds(10), t + milliseconds(1)), Action::kYield);
+  t += milliseconds(4);
+  p.yielded(milliseconds(4), t, true);
+  EXPECT_EQ(p.next(s, microseconds(10), t + milliseconds(199)), Action::kSleep);
+  EXPECT_EQ(p.next(s, microseconds(10), t + milliseconds(200)), Action::kYield);
+  for (int i = 0; i < 10; ++i) {
+    t += milliseconds(40);
+    p.yielded(milliseconds(4), t, true);
+  }
   EXPECT_EQ(p.next(s, microseconds(10), t + milliseconds(999)), Action::kSleep);
   EXPECT_EQ(p.next(s, microseconds(10), t + milliseconds(1000)), Action::kYield);
   // A short yield (the core came back at once) starts the count over: 100 ms again.
-  const auto t2 = t + milliseconds(1000);
-  p.yielded(microseconds(20), t2, false);
-  p.yielded(milliseconds(4), t2, true);
-  EXPECT_EQ(p.next(s, microseconds(10), t2 + milliseconds(100)), Action::kYield);
+  t += milliseconds(1000);
+  p.yielded(microseconds(20), t, false);
+  p.yielded(milliseconds(4), t + milliseconds(1), true);
+  EXPECT_EQ(p.next(s, microseconds(10), t + milliseconds(2) + milliseconds(100)), Action::kYield);
+  // Two long yields to other programs far apart (over 50 ms): no pause from yielding.
+  WaitPolicy q;
+  q.yielded(milliseconds(4), kStart, true);
+  q.yielded(milliseconds(4), kStart + milliseconds(51), true);
+  EXPECT_EQ(q.next(s, microseconds(10), kStart + milliseconds(52)), Action::kYield);
 }
 
 }  // namespace

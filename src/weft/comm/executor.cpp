@@ -6,8 +6,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
-#include "weft/util/env.h"
 #include "weft/util/error.h"
 #include "weft/util/machine.h"
 

@@ -34,6 +34,11 @@ void WaitPolicy::yielded(Duration took, TimePoint now, bool strangers) {
   if (took <= kLongYield) {
     no_yield_for_ = kFirstNoYield;
   } else if (strangers) {
+    // A second such yield soon after the first: another program keeps taking the core (one
+    // alone may be a passing thread: the launcher printing, a kernel worker).
+    const bool again = last_strange_yield_ != TimePoint{} && now - last_strange_yield_ <= kStrikeWindow;
+    last_strange_yield_ = now;
+    if (!again) return;
     no_yield_until_ = now + no_yield_for_;
     no_yield_for_ = std::min(kMostNoYield, no_yield_for_ * 2);
   }

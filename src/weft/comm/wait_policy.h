@@ -16,8 +16,9 @@
 //           kept the rank off the core for over a millisecond, with more threads ready to
 //           run on the machine than the job has ranks on it, means another program took a
 //           time slice: yielding would hand every wait's core to it for a whole slice (a
-//           4-byte all-reduce then took 4 ms), so the policy sleeps instead for a while
-//           (100 ms, doubled at each such yield in a row up to a second), then tries again.
+//           4-byte all-reduce then took 4 ms). At the second such yield within 50 ms (one
+//           alone may be a passing thread) the policy sleeps instead for a while (100 ms,
+//           doubled at each such pair in a row up to a second), then tries again.
 //   sleep   on what the peer wakes: a sleeping rank is woken as soon as the bytes come
 //           and, having used no processor time, the scheduler runs it before a busy
 //           neighbour.
@@ -51,6 +52,7 @@ class WaitPolicy {
   static constexpr Duration kLongYield = std::chrono::milliseconds(1);
   static constexpr Duration kFirstNoYield = std::chrono::milliseconds(100);
   static constexpr Duration kMostNoYield = std::chrono::seconds(1);
+  static constexpr Duration kStrikeWindow = std::chrono::milliseconds(50);
 
   // What to do after `idle` without progress, at `now`.
   Action next(const WaitSettings& s, Duration idle, TimePoint now) const;
@@ -67,6 +69,7 @@ class WaitPolicy {
   Duration budget_{Duration::max()};  // max(): not adapted yet (the settings' pause)
   TimePoint no_yield_until_{};
   Duration no_yield_for_{kFirstNoYield};  // the next pause from yielding
+  TimePoint last_strange_yield_{};        // the last long yield to another program
 };
 
 // Counts of what a thread's waits did, since it started (tests read them: a late peer
