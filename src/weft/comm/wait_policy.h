@@ -8,8 +8,8 @@
 //           in the budget's second half, or past it but within pause_us, doubles it (or
 //           more, to cover that wait); one that lasted longer than pause_us halves it, so
 //           a rank whose peers come late (a straggler, a pipeline bubble, a busy machine)
-//           soon stops burning the core that the peer, or a neighbour, needs. Not when the job's ranks
-//           outnumber the host's cores: then the peer may need this very core.
+//           soon stops burning the core that the peer, or a neighbour, needs. Not when the
+//           job's ranks outnumber the host's cores: then the peer may need this very core.
 //   yield   only when the job's ranks outnumber the cores: the core then likely goes to
 //           the peer this rank waits for (4 ranks on 2 cores: 8-byte all-reduces 20 us
 //           against 140 us when sleeping at once), for WaitSettings::yield_us. A yield that
