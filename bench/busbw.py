@@ -1,7 +1,8 @@
-"""Shared by bench/allreduce_vs_mpi and bench/tcp_ceiling: run a command, and read the JSON
-lines that weft comm-bench --json and the MPI and gloo harnesses print (one per size, maybe
-behind weft launch's "[rank] " prefix) into {bytes: busbw in GB/s}."""
-import json, os, subprocess, sys
+"""Shared by bench/allreduce_vs_mpi, bench/tcp_ceiling and others: run a command, and read
+the JSON lines that weft comm-bench --json and the MPI and gloo harnesses print (one per size,
+maybe behind weft launch's "[rank] " prefix) into {bytes: busbw in GB/s}; the --late flag of
+the PyTorch harnesses."""
+import argparse, json, os, subprocess, sys
 
 
 def run(cmd, env=None):
@@ -23,6 +24,14 @@ def rows(text):
                 sys.exit(f"error: wrong results at {r['bytes']} bytes")
             res[r["bytes"]] = r["busbw_gbps"]
     return res
+
+
+def late_arg(text):
+    """argparse type of --late RANK:US (a straggler): (rank, seconds)."""
+    rank, _, us = text.partition(":")
+    if not (rank.isdigit() and us.isdigit()):
+        raise argparse.ArgumentTypeError(f"'{text}' is not RANK:MICROSECONDS (whole numbers)")
+    return int(rank), int(us) / 1e6
 
 
 def busbw(cmd):

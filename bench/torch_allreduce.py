@@ -9,6 +9,8 @@ import argparse, json, statistics, time
 import torch
 import torch.distributed as dist
 
+from busbw import late_arg
+
 
 def main():
     p = argparse.ArgumentParser()
@@ -17,12 +19,12 @@ def main():
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--backend", default="gloo")
-    p.add_argument("--late", default="", help="RANK:US: that rank starts every repeat US microseconds after the "
+    p.add_argument("--late", type=late_arg, default=(-1, 0.0), metavar="RANK:US", help="RANK:US: that rank starts every repeat US microseconds after the "
                    "others (the others' times include the wait), like weft comm-bench --late")
     a = p.parse_args()
     dist.init_process_group(a.backend, init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
-    late_rank, late_s = (int(a.late.split(":")[0]), int(a.late.split(":")[1]) / 1e6) if a.late else (-1, 0)
+    late_rank, late_s = a.late
     size = a.min
     while size <= a.max:
         count = size // 4

@@ -11,6 +11,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from busbw import late_arg  # noqa: E402
 from torch_train import find, model, read_idx  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -24,12 +25,12 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--warmup", type=int, default=0, help="steps left out of samples/s")
-    p.add_argument("--late", default="", metavar="RANK:US",
+    p.add_argument("--late", type=late_arg, default=(-1, 0.0), metavar="RANK:US",
                    help="that rank sleeps US microseconds in each step (a straggler, as WEFT_STRAGGLER)")
     a = p.parse_args()
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
-    late_rank, late_s = (int(a.late.split(":")[0]), int(a.late.split(":")[1]) / 1e6) if a.late else (-1, 0.0)
+    late_rank, late_s = a.late
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     images = read_idx(find(a.data_dir, "train-images-idx3-ubyte"))

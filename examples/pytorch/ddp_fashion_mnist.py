@@ -39,6 +39,13 @@ def load(data_dir, kind):
     return torch.from_numpy(((images - 0.2860) / 0.3530).reshape(-1, 1, 28, 28)), torch.from_numpy(labels)
 
 
+def late_arg(text):
+    rank, _, us = text.partition(":")
+    if not (rank.isdigit() and us.isdigit()):
+        raise argparse.ArgumentTypeError(f"'{text}' is not RANK:MICROSECONDS (whole numbers)")
+    return int(rank), int(us) / 1e6
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--backend", default="weft")
@@ -51,7 +58,7 @@ def main():
     p.add_argument("--test", type=int, default=2000, help="test images for the accuracy")
     p.add_argument("--no-sync", action="store_true",
                    help="skip DDP's gradient all-reduce (each rank trains alone): the ceiling no backend can beat")
-    p.add_argument("--late", default="", metavar="RANK:US",
+    p.add_argument("--late", type=late_arg, default=(-1, 0.0), metavar="RANK:US",
                    help="that rank sleeps US microseconds before each step (a straggler)")
     p.add_argument("--sync-only", action="store_true",
                    help="skip DDP's gradient all-reduce but all-reduce one number per step: what keeping the ranks "
@@ -61,7 +68,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     x_all, y_all = load(a.data_dir, "train")
-    late_rank, late_s = (int(a.late.split(":")[0]), int(a.late.split(":")[1]) / 1e6) if a.late else (-1, 0.0)
+    late_rank, late_s = a.late
     if a.model == "cnn":
         body = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                              nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),

@@ -11,11 +11,11 @@
 #include <thread>
 #include <vector>
 
-#include "weft/comm/executor.h"
 #include "weft/algo/collective_facts.h"
 #include "weft/algo/program.h"
 #include "weft/algo/registry.h"
 #include "weft/comm/communicator.h"
+#include "weft/comm/executor.h"
 #include "weft/comm/mpi_transport.h"
 #include "weft/comm/process.h"
 #include "weft/util/env.h"

@@ -227,8 +227,7 @@ std::shared_ptr<Communicator> Communicator::new_group(const std::vector<int>& ra
     c->mpi_group_ = mpi::make_group(*mpi_group_, ranks);
   } else {
     c->connect_group("g-" + compact + "-" + std::to_string(nth));
-    c->links_->shares_core = links_->shares_core;
-    c->links_->ranks_on_host = links_->ranks_on_host;
+    c->links_->wait = links_->wait;
   }
   c->start_queue();
   c->healthy_ = true;
@@ -341,13 +340,6 @@ std::string Communicator::choose_algorithm(Collective c, std::int64_t bytes) con
   return select_algorithm(c, bytes, LinkShape{size(), links_->tcp, links_->shm, links_->local_world});
 }
 
-WaitSettings Communicator::wait_settings() const {
-  WaitSettings w = options_.wait;
-  w.shares_core = links_->shares_core;
-  w.ranks_on_host = links_->ranks_on_host;
-  return w;
-}
-
 const algo::Program& Communicator::cached_program(Collective c, const std::string& algorithm, std::int64_t n,
                                                   const algo::Options& opts) {
   // Training issues the same few collectives over and over (DDP's buckets, a layer's
@@ -450,7 +442,7 @@ void Communicator::run(Task& t) {
   if (scratch_.size() < scratch_bytes) scratch_.resize(scratch_bytes);  // grows, kept from call to call
   b.scratch = scratch_.data();
   ExecContext ctx{algo::collective_name(t.collective), global_rank(), options_.timeout_s, links_->bell,
-                  wait_settings()};
+                  links_->wait};
   TraceRecord rec;
   if (tracer_) rec.start_us = now_us();
   if (mpi_group_) {
@@ -492,7 +484,7 @@ void Communicator::run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch) {
     }
   }
   ExecContext ctx{batch.size() == 1 ? (batch[0]->kind == Task::kSend ? "send" : "recv") : "send/recv",
-                  global_rank(), options_.timeout_s, links_->bell, wait_settings()};
+                  global_rank(), options_.timeout_s, links_->bell, links_->wait};
   const std::int64_t start = tracer_ ? now_us() : 0;
   if (mpi_group_) {
     mpi::execute(p, b, *mpi_group_, ctx, nullptr);

@@ -154,8 +154,6 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Throws ConfigError for an unknown algorithm (or "mpi" without the MPI transport).
   void check_algorithm(algo::Collective c, const std::string& algorithm) const;
   void run_mpi_native(Task& t);
-  // The options' waiting, with whether this host's ranks share cores.
-  WaitSettings wait_settings() const;
   // The program of a collective on this rank, built once per distinct call.
   const algo::Program& cached_program(algo::Collective c, const std::string& algorithm, std::int64_t n,
                                       const algo::Options& opts);

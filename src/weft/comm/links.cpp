@@ -115,8 +115,8 @@ void note_hosts(GroupLinks& links, const LinkRequest& r, const std::vector<Endpo
       ++on_host;
       for (const auto& c : split(e.cores, ',')) used.insert(c);
     }
-    links.shares_core = on_host > static_cast<int>(used.size());
-    links.ranks_on_host = on_host;
+    links.wait.shares_core = on_host > static_cast<int>(used.size());
+    links.wait.ranks_on_host = on_host;
   }
   // Ranks per host, when every host holds the same number of consecutive ranks: the same
   // answer on every rank (a host's own count alone would differ between hosts of 2 and 1).
@@ -311,9 +311,7 @@ double timed_message(GroupLinks& links, const LinkRequest& r, std::size_t peer, 
   ctx.rank = r.members[static_cast<std::size_t>(r.rank)];
   ctx.timeout_s = r.timeout_s;
   ctx.doorbell = links.bell;
-  ctx.wait = r.wait;
-  ctx.wait.shares_core = links.shares_core;
-  ctx.wait.ranks_on_host = links.ranks_on_host;
+  ctx.wait = links.wait;
   const auto t0 = std::chrono::steady_clock::now();
   execute(program, buffers, one, ctx);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -382,6 +380,7 @@ void finish_rendezvous(GroupLinks& links, const LinkRequest& r) {
 
 std::unique_ptr<GroupLinks> connect_links(const LinkRequest& r) {
   auto links = std::make_unique<GroupLinks>();
+  links->wait = r.wait;
   links->peers.resize(r.members.size());
   for (std::size_t i = 0; i < r.members.size(); ++i) links->peers[i].global_rank = r.members[i];
   const std::string my_host = host_id();

@@ -35,8 +35,10 @@ struct GroupLinks {
   Doorbell* bell = nullptr;
   std::vector<std::string> host_of;  // host id per group rank
   int local_world = 0;               // ranks per host when hosts hold equal contiguous blocks, else 0
-  bool shares_core = false;          // the job's ranks on this host outnumber their cores
-  int ranks_on_host = 1;             // the job's ranks on this host
+  // How the group's ranks wait (wait_policy.h): the request's settings, with whether the
+  // job's ranks on this host outnumber their cores and how many they are (judged by the
+  // world group, copied to its sub-groups).
+  WaitSettings wait{};
   int tcp = 0, shm = 0;
   int striped = 0;  // peers reached over more than one path
 };
@@ -66,7 +68,7 @@ struct LinkRequest {
   // k-th (the others to its main address).
   std::vector<std::string> stripe_addresses{};
   std::uint64_t stripe_min = 1 << 20;
-  WaitSettings wait{};  // how the paths' measurements wait (shares_core: as judged here)
+  WaitSettings wait{};  // WEFT_SPIN_US, WEFT_YIELD_US (the rest is judged here)
 };
 
 std::unique_ptr<GroupLinks> connect_links(const LinkRequest& request);
