@@ -21,8 +21,8 @@ import os
 import struct
 import sys
 
+import numpy as np
 import regex  # GPT-2's pattern needs Unicode classes (\p{L}, \p{N})
-import torch
 
 PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 
@@ -42,22 +42,25 @@ def bytes_to_unicode():
 
 def learn_merges(text, count, pattern=PATTERN):
     """Byte-level BPE: the most frequent adjacent pair of each round merges (ties: the pair
-    that sorts first); words cut by `pattern` (GPT-2's by default)."""
+    that sorts first); words cut by `pattern` (GPT-2's by default). The pair counts are kept
+    up to date word by word: a merge recounts only the words that hold its pair."""
     stand_in = bytes_to_unicode()
     words = collections.Counter("".join(stand_in[b] for b in w.encode("utf-8")) for w in pattern.findall(text))
     split = {w: list(w) for w in words}
+    pairs = collections.Counter()
+    holders = collections.defaultdict(set)  # pair -> the words that hold it
+    for w, freq in words.items():
+        for pair in zip(split[w], split[w][1:]):
+            pairs[pair] += freq
+            holders[pair].add(w)
     merges = []
     for _ in range(count):
-        pairs = collections.Counter()
-        for w, freq in words.items():
-            pieces = split[w]
-            for a, b in zip(pieces, pieces[1:]):
-                pairs[(a, b)] += freq
         if not pairs:
             break
-        best = max(pairs.items(), key=lambda kv: (kv[1], [-ord(c) for c in kv[0][0] + " " + kv[0][1]]))[0]
+        top = max(pairs.values())
+        best = max((p for p, n in pairs.items() if n == top), key=lambda p: [-ord(c) for c in p[0] + " " + p[1]])
         merges.append(best)
-        for w in words:
+        for w in holders.pop(best):
             pieces, out, i = split[w], [], 0
             while i < len(pieces):
                 if i + 1 < len(pieces) and (pieces[i], pieces[i + 1]) == best:
@@ -66,22 +69,33 @@ def learn_merges(text, count, pattern=PATTERN):
                 else:
                     out.append(pieces[i])
                     i += 1
+            for pair in zip(pieces, pieces[1:]):
+                pairs[pair] -= words[w]
+                if pairs[pair] == 0:
+                    del pairs[pair]
+                    holders.pop(pair, None)
+            for pair in zip(out, out[1:]):
+                pairs[pair] += words[w]
+                holders[pair].add(w)
             split[w] = out
     return merges
 
 
 def tensor_bytes(t, dtype):
+    """A float32 array's little-endian bytes in `dtype` (bfloat16: rounded to nearest even)."""
+    t = np.ascontiguousarray(t, dtype=np.float32)
     if dtype == "F32":
-        return t.to(torch.float32).contiguous().numpy().tobytes()
+        return t.astype("<f4").tobytes()
     if dtype == "F16":
-        return t.to(torch.float16).contiguous().numpy().tobytes()
-    return t.to(torch.bfloat16).contiguous().view(torch.int16).numpy().tobytes()  # BF16
+        return t.astype("<f2").tobytes()
+    bits = t.view(np.uint32).astype(np.uint64)  # BF16: the upper half, rounded
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype("<u2").tobytes()
 
 
 def write_safetensors(path, tensors, dtype, metadata=None):
     header, blobs, offset = {}, [], 0
     for name, t in tensors.items():
-        data = tensor_bytes(t, dtype if t.is_floating_point() else "F32")
+        data = tensor_bytes(t, dtype)
         header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
@@ -141,15 +155,15 @@ def main():
         f.write("#version: 0.2\n" + "".join(f"{x} {y}\n" for x, y in merges))
 
     d, L, V, T = a.dim, a.layers, max(len(vocab), a.model_vocab), a.context
-    g = torch.Generator().manual_seed(a.seed)
-    rand = lambda *shape, std=0.3: torch.randn(*shape, generator=g) * std  # noqa: E731
+    g = np.random.default_rng(a.seed)
+    rand = lambda *shape, std=0.3: (g.standard_normal(shape) * std).astype(np.float32)  # noqa: E731
     pre = "transformer." if a.prefix else ""
     tensors = {pre + "wte.weight": rand(V, d), pre + "wpe.weight": rand(T, d, std=0.1)}
     for i in range(L):
         h = f"{pre}h.{i}."
         tensors.update({
             h + "ln_1.weight": 1 + rand(d, std=0.1), h + "ln_1.bias": rand(d, std=0.1),
-            h + "attn.bias": torch.tril(torch.ones(T, T)).view(1, 1, T, T),  # the causal mask older files carry
+            h + "attn.bias": np.tril(np.ones((T, T), np.float32)).reshape(1, 1, T, T),  # the causal mask older files carry
             h + "attn.c_attn.weight": rand(d, 3 * d), h + "attn.c_attn.bias": rand(3 * d, std=0.1),
             h + "attn.c_proj.weight": rand(d, d), h + "attn.c_proj.bias": rand(d, std=0.1),
             h + "ln_2.weight": 1 + rand(d, std=0.1), h + "ln_2.bias": rand(d, std=0.1),

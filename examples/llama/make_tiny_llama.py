@@ -32,8 +32,8 @@ import json
 import os
 import sys
 
+import numpy as np
 import regex
-import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpt2"))
 from make_tiny_gpt2 import bytes_to_unicode, learn_merges, write_model  # noqa: E402
@@ -105,8 +105,8 @@ def main():
     d, L, V, H, K, F = a.dim, a.layers, len(vocab), a.heads, a.kv_heads, a.mlp_width
     hd = d // H
     tied = a.family == "qwen2"
-    g = torch.Generator().manual_seed(a.seed)
-    rand = lambda *shape, std=0.3: torch.randn(*shape, generator=g) * std  # noqa: E731
+    g = np.random.default_rng(a.seed)
+    rand = lambda *shape, std=0.3: (g.standard_normal(shape) * std).astype(np.float32)  # noqa: E731
     # Products at 1/sqrt(fan-in), as trained models keep their activations in range.
     w_in, w_down = d ** -0.5, F ** -0.5
     tensors = {"model.embed_tokens.weight": rand(V, d, std=1.0)}

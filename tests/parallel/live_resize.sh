@@ -52,18 +52,18 @@ wait_for() {
   fail "no '$2' in $1: $(cat "$1")"
 }
 # worker_pid VAR=VALUE...: this job's training process whose environment holds every VAR=VALUE.
+# (pgrep narrows the search to the training processes first: reading every process of a
+# busy machine took seconds, in which the job could end.)
 worker_pid() {
-  local d
-  for d in /proc/[0-9]*; do
-    local cmd env
-    cmd=$(tr '\0' ' ' <"$d/cmdline" 2>/dev/null) || continue
-    [[ $cmd == *"weft train --model mlp"* ]] || continue
-    env=$(tr '\0' '\n' <"$d/environ" 2>/dev/null) || continue
+  local pid
+  for pid in $(pgrep -f "weft train --model mlp"); do
+    local env
+    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
     grep -qx "WEFT_JOB_TOKEN=$WEFT_JOB_TOKEN" <<<"$env" || continue
     grep -q '^WEFT_ELASTIC_STORE=' <<<"$env" || continue
     local want ok=1
     for want in "$@"; do grep -qx "$want" <<<"$env" || ok=0; done
-    [ "$ok" = 1 ] && { echo "${d#/proc/}"; return 0; }
+    [ "$ok" = 1 ] && { echo "$pid"; return 0; }
   done
   fail "no training process with $*"
 }

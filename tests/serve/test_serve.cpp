@@ -72,6 +72,13 @@ TEST(Utf8, HoldsBackAnIncompleteCharacterAndReplacesInvalidBytes) {
   EXPECT_EQ(valid_utf8("x" + euro.substr(0, 2)), "x\xEF\xBF\xBD");
   EXPECT_EQ(valid_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate is not UTF-8
   EXPECT_EQ(valid_utf8("h\xC3\xA9llo " + euro), "h\xC3\xA9llo " + euro);
+  // One U+FFFD for each maximal subpart, as Python's errors="replace" (and so Hugging Face's
+  // decoding) gives: a lead byte and the continuation bytes it could still take.
+  const std::string fffd = "\xEF\xBF\xBD";
+  EXPECT_EQ(valid_utf8(euro.substr(0, 2) + "z"), fffd + "z");
+  EXPECT_EQ(valid_utf8("\xF0\x9F\x98" "A\x9F\x98"), fffd + "A" + fffd + fffd);
+  EXPECT_EQ(valid_utf8("\xF4\x90\x80"), fffd + fffd + fffd);  // above U+10FFFF: the lead alone
+  EXPECT_EQ(utf8_complete_prefix(euro.substr(0, 2) + "z"), 3u);
 }
 
 TEST(SavedModel, TokenizersRoundTripThroughTheirVocabulary) {

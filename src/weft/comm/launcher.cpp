@@ -329,9 +329,14 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
   constexpr double kSettleS = 1.0;
   bool stopping = false, terminated = false;
   auto stop_start = std::chrono::steady_clock::now();
+  // A stopped rank (SIGSTOP, a shell's Ctrl-Z) acts on a signal only once continued: SIGCONT
+  // after it, as a shell's kill does, so that it ends now rather than at the SIGKILL.
   auto stop_all = [&](int sig) {
-    for (auto& w : workers)
-      if (w.running) ::kill(-w.pid, sig);
+    for (auto& w : workers) {
+      if (!w.running) continue;
+      ::kill(-w.pid, sig);
+      if (sig != SIGKILL) ::kill(-w.pid, SIGCONT);
+    }
   };
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -539,8 +544,10 @@ int launch(const LaunchConfig& config) {
     agent = std::make_unique<StoreClient>(c.master_addr, agent_port, token, static_cast<std::uint32_t>(1000 + c.node_rank),
                                           std::max(60.0, c.join_timeout_s * 3));
   }
-  // Joins the next round of the membership; returns this attempt's configuration.
-  auto join_round = [&](int& round_out) {
+  // Joins the next round of the membership; returns this attempt's configuration, and the
+  // port of the workers' store, which the round's first node picks free and publishes (a
+  // port computed from the agent's could be another program's).
+  auto join_round = [&](int& round_out, int& store_port_out) {
     for (;;) {
       const std::int64_t round = agent->add("round", 0);
       const std::string r = "round/" + std::to_string(round) + "/";
@@ -581,6 +588,10 @@ int launch(const LaunchConfig& config) {
       a.node_rank = static_cast<int>(std::find(ids.begin(), ids.end(), c.node_rank) - ids.begin());
       auto addr = agent->get(r + "addr/" + std::to_string(ids[0]), 60);
       a.master_addr = addr ? *addr : c.master_addr;
+      if (a.node_rank == 0) agent->set(r + "store_port", std::to_string(free_port()));
+      auto store_port = agent->get(r + "store_port", 60);
+      if (!store_port) throw CommError("weft launch: the first node of round " + std::to_string(round) + " vanished");
+      store_port_out = std::stoi(*store_port);
       round_out = static_cast<int>(round);
       return a;
     }
@@ -592,8 +603,7 @@ int launch(const LaunchConfig& config) {
     int port = c.master_port != 0 ? c.master_port : (c.nnodes == 1 ? free_port() : 29500);
     if (elastic) {
       int round = 0;
-      a = join_round(round);
-      port = agent_port + 1 + round % 1000;  // the workers' store: a fresh port per round
+      a = join_round(round, port);
       if (attempt == 0 || a.nnodes != last_nodes)
         std::fprintf(stderr, "weft launch: %s with %d node(s) (this one is node %d)\n",
                      attempt == 0 ? "starting" : "continuing", a.nnodes, a.node_rank);

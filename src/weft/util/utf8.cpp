@@ -4,12 +4,15 @@ namespace weft {
 
 namespace {
 
-// The length of the valid sequence starting at text[i]; 0 when invalid; -n when the n bytes
-// left are a valid beginning of a longer sequence.
-int sequence_length(std::string_view text, std::size_t i) {
+// The length of the valid sequence starting at text[i]; 0 when invalid, with *skip set to
+// the bytes one U+FFFD stands for (the maximal subpart: the lead byte and the continuation
+// bytes that were still possible, as Python's errors="replace" and the Unicode standard's
+// practice count them); -n when the n bytes left are a valid beginning of a longer sequence.
+int sequence_length(std::string_view text, std::size_t i, std::size_t* skip) {
   const auto b0 = static_cast<unsigned char>(text[i]);
   int need;
   unsigned char lo = 0x80, hi = 0xBF;  // the range of the second byte
+  *skip = 1;
   if (b0 < 0x80) return 1;
   if (b0 >= 0xC2 && b0 <= 0xDF) need = 2;
   else if (b0 >= 0xE0 && b0 <= 0xEF) {
@@ -27,7 +30,10 @@ int sequence_length(std::string_view text, std::size_t i) {
     if (i + static_cast<std::size_t>(k) >= text.size()) return -k;
     const auto b = static_cast<unsigned char>(text[i + static_cast<std::size_t>(k)]);
     const unsigned char l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
-    if (b < l || b > h) return 0;
+    if (b < l || b > h) {
+      *skip = static_cast<std::size_t>(k);
+      return 0;
+    }
   }
   return need;
 }
@@ -37,9 +43,10 @@ int sequence_length(std::string_view text, std::size_t i) {
 std::size_t utf8_complete_prefix(std::string_view text) {
   std::size_t i = 0;
   while (i < text.size()) {
-    const int n = sequence_length(text, i);
+    std::size_t skip = 0;
+    const int n = sequence_length(text, i, &skip);
     if (n < 0) return i;
-    i += n == 0 ? 1 : static_cast<std::size_t>(n);
+    i += n == 0 ? skip : static_cast<std::size_t>(n);
   }
   return i;
 }
@@ -49,13 +56,14 @@ std::string valid_utf8(std::string_view text) {
   out.reserve(text.size());
   std::size_t i = 0;
   while (i < text.size()) {
-    const int n = sequence_length(text, i);
+    std::size_t skip = 0;
+    const int n = sequence_length(text, i, &skip);
     if (n > 0) {
       out.append(text.substr(i, static_cast<std::size_t>(n)));
       i += static_cast<std::size_t>(n);
     } else {
-      out += "\xEF\xBF\xBD";  // U+FFFD
-      i += n < 0 ? static_cast<std::size_t>(-n) : 1;
+      out += "\xEF\xBF\xBD";  // U+FFFD for the maximal subpart, or the truncated end
+      i += n < 0 ? static_cast<std::size_t>(-n) : skip;
     }
   }
   return out;

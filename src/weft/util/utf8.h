@@ -13,7 +13,8 @@ namespace weft {
 // could still be completed by more bytes (invalid bytes count as complete: they will be
 // replaced, not waited for).
 std::size_t utf8_complete_prefix(std::string_view text);
-// `text` with every invalid or truncated sequence replaced by U+FFFD: always valid UTF-8.
+// `text` with every invalid or truncated sequence replaced by U+FFFD, one for each maximal
+// subpart (as Python's bytes.decode(errors="replace") does): always valid UTF-8.
 std::string valid_utf8(std::string_view text);
 
 }  // namespace weft
