@@ -4,9 +4,9 @@
 # parallelism (each rank its heads, its slice of the MLP and its heads' cache) or into 2 and
 # 4 pipeline stages (blocks and their caches; micro-batches flowing stage to stage) scores
 # the validation windows with the single-process loss (relative 1e-6: every position's
-# logits through both, each logit within 1e-5), and generates the same tokens, greedy and
-# sampled, past the context; also with its two ranks started by two launchers over TCP, as on
-# two hosts.
+# logits through both, each logit within 1e-5), and generates the same tokens past the
+# context, greedy (and sampled, once for each kind of split); also with its two ranks
+# started by two launchers over TCP, as on two hosts.
 # Served over HTTP by weft launch --nproc-per-node 2 -- weft serve --tp 2 (and --pp 2), it
 # answers with those tokens under concurrent load, and every rank stops when the server is
 # told to.
