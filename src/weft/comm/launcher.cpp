@@ -547,7 +547,7 @@ int launch(const LaunchConfig& config) {
   // Joins the next round of the membership; returns this attempt's configuration, and the
   // port of the workers' store, which the round's first node picks free and publishes (a
   // port computed from the agent's could be another program's).
-  auto join_round = [&](int& round_out, int& store_port_out) {
+  auto join_round = [&](int& store_port_out) {
     for (;;) {
       const std::int64_t round = agent->add("round", 0);
       const std::string r = "round/" + std::to_string(round) + "/";
@@ -592,7 +592,6 @@ int launch(const LaunchConfig& config) {
       auto store_port = agent->get(r + "store_port", 60);
       if (!store_port) throw CommError("weft launch: the first node of round " + std::to_string(round) + " vanished");
       store_port_out = std::stoi(*store_port);
-      round_out = static_cast<int>(round);
       return a;
     }
   };
@@ -602,8 +601,7 @@ int launch(const LaunchConfig& config) {
     LaunchConfig a = live;
     int port = c.master_port != 0 ? c.master_port : (c.nnodes == 1 ? free_port() : 29500);
     if (elastic) {
-      int round = 0;
-      a = join_round(round, port);
+      a = join_round(port);
       if (attempt == 0 || a.nnodes != last_nodes)
         std::fprintf(stderr, "weft launch: %s with %d node(s) (this one is node %d)\n",
                      attempt == 0 ? "starting" : "continuing", a.nnodes, a.node_rank);
