@@ -145,6 +145,26 @@ TEST(ThreadPool, CoversRangeOnceForAnyThreadCount) {
   set_num_threads(2);
 }
 
+// Back-to-back runs whose chunk counts change: a worker still finishing one run's chunks
+// must never take a chunk of the next (it would run twice, and the run could return while
+// it still runs).
+TEST(ThreadPool, BackToBackRunsOfChangingSizesRunEachChunkOnce) {
+  set_num_threads(2);
+  std::vector<std::atomic<int>> hits(64);
+  std::atomic<int> running{0};
+  for (int run = 0; run < 200000; ++run) {
+    const std::int64_t n = run % 2 ? 8 : 2;
+    for (std::int64_t i = 0; i < n; ++i) hits[i] = 0;
+    parallel_for(n, 1, [&](std::int64_t b, std::int64_t e) {
+      running++;
+      for (auto i = b; i < e; ++i) hits[i]++;
+      running--;
+    });
+    ASSERT_EQ(running.load(), 0) << "run " << run << " returned while a chunk ran";
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "run " << run << ", element " << i;
+  }
+}
+
 TEST(ThreadPool, ElementwiseResultsDoNotDependOnThreads) {
   Rng r(3);
   Tensor a = randn({300, 700}, r), b = randn({700}, r);
