@@ -11,6 +11,7 @@
 #include "weft/io/safetensors.h"
 #include "weft/nn/models.h"
 #include "weft/tensor/ops.h"
+#include "weft/train/flag_scope.h"
 #include "weft/train/loop.h"
 #include "weft/util/file.h"
 
@@ -321,6 +322,59 @@ TEST(Train, ValidatesConfiguration) {
   rejects([](TrainOptions& c) { c.parallel.staleness = -3; });
   TrainOptions ok;
   EXPECT_NO_THROW(validate(with_task_defaults(ok)));
+}
+
+// A flag given to a run it does not shape is refused, naming what it needs (flag_scope.h);
+// the same flag is taken by a run it shapes.
+TEST(TrainOptions, FlagsThatDoNotShapeTheRunAreRefused) {
+  const auto refused = [](const std::string& flag, auto change) {
+    TrainOptions c;
+    change(c);
+    return !flag_applies(flag, with_task_defaults(c));
+  };
+  const auto none = [](TrainOptions&) {};
+  EXPECT_TRUE(refused("--non-iid", none));
+  EXPECT_FALSE(refused("--non-iid", [](TrainOptions& c) { c.parallel.strategy = "fedavg"; }));
+  EXPECT_TRUE(refused("--gamma", none));  // the image models' schedule is constant
+  EXPECT_FALSE(refused("--gamma", [](TrainOptions& c) { c.lr_schedule_kind = "step"; }));
+  EXPECT_TRUE(refused("--min-lr", none));
+  EXPECT_FALSE(refused("--min-lr", [](TrainOptions& c) { c.model = "gpt"; }));  // cosine by default
+  EXPECT_TRUE(refused("--recompute", [](TrainOptions& c) { c.model = "cnn"; }));
+  EXPECT_TRUE(refused("--momentum", [](TrainOptions& c) { c.optimizer = "adamw"; }));
+  EXPECT_TRUE(refused("--lstm-variant", [](TrainOptions& c) { c.model = "rnn"; }));
+  EXPECT_FALSE(refused("--lstm-variant", [](TrainOptions& c) { c.model = "lstm"; c.lstm_variant = "seed"; }));
+  EXPECT_TRUE(refused("--chunks", [](TrainOptions& c) { c.model = "gpt"; c.parallel.mesh.pp = 2; }));
+  EXPECT_FALSE(refused("--chunks", [](TrainOptions& c) {
+    c.model = "gpt";
+    c.parallel.mesh.pp = 2;
+    c.pipeline_schedule = "interleaved";
+  }));
+  EXPECT_FALSE(refused("--lr", none));  // shapes every run
+  TrainOptions fedavg;
+  fedavg.parallel.strategy = "fedavg";
+  EXPECT_NO_THROW(check_flags_apply({"--lr", "--non-iid", "--local-steps"}, with_task_defaults(fedavg)));
+  try {
+    check_flags_apply({"--lr", "--servers"}, with_task_defaults(fedavg));
+    ADD_FAILURE() << "--servers taken by a federated run";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--servers does not apply to this run: it is for --strategy ps, and the run has --strategy fedavg");
+  }
+}
+
+// The learning-rate schedule ends where the run ends: its epochs, or --max-steps first.
+TEST(TrainOptions, ScheduleHorizonIsTheRunsLastStep) {
+  TrainOptions c;
+  c.lr_schedule_kind = "cosine";
+  c.max_steps = 100;
+  EXPECT_EQ(lr_schedule(with_task_defaults(c), 938).total_steps, 100);
+  c.max_steps = 5000;
+  EXPECT_EQ(lr_schedule(with_task_defaults(c), 938).total_steps, 938);
+  c.max_steps = 0;  // images: no limit
+  EXPECT_EQ(lr_schedule(with_task_defaults(c), 938).total_steps, 938);
+  c.lr_schedule_kind = "step";  // a step schedule has no default step size
+  EXPECT_THROW(validate(with_task_defaults(c)), ConfigError);
+  c.step_size = 300;
+  EXPECT_NO_THROW(validate(with_task_defaults(c)));
 }
 
 TEST(Checkpoint, EncodedInOneByteString) {

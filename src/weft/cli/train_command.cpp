@@ -7,6 +7,7 @@
 #include "weft/cli/yaml_config.h"
 #include "weft/comm/launcher.h"
 #include "weft/report/report.h"
+#include "weft/train/flag_scope.h"
 #include "weft/train/loop.h"
 #include "weft/train/timeline.h"
 #include "weft/util/error.h"
@@ -33,7 +34,7 @@ void add_training_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--lr-schedule", c.lr_schedule_kind,
                   "learning-rate schedule: constant | step | cosine (default: images constant, text cosine)");
   cmd->add_option("--warmup", c.warmup, "linear warm-up steps (default: images 0, text 100)");
-  cmd->add_option("--step-size", c.step_size, "step schedule: steps between decays")->capture_default_str();
+  cmd->add_option("--step-size", c.step_size, "step schedule: steps between decays (required with --lr-schedule step)");
   cmd->add_option("--gamma", c.gamma, "step schedule: decay factor")->capture_default_str();
   cmd->add_option("--min-lr", c.min_lr, "cosine schedule: final learning rate (default: images 0, text lr / 10)");
   cmd->add_option("--clip-grad", c.clip_grad, "limit on the global gradient norm, 0: none (default: images 0, text 1)");
@@ -239,6 +240,8 @@ void add_train_command(CLI::App& app, Action& action) {
   auto options = std::make_shared<TrainOptions>();
   CLI::App* cmd = app.add_subcommand("train", "train an image classifier or a language model");
   add_train_flags(cmd, *options);
+  for (const std::string& flag : scoped_flags())  // the scope table names only real flags
+    if (!cmd->get_option_no_throw(flag)) throw std::logic_error("flag_scope.cpp names " + flag + ", not a flag of weft train");
   auto config = std::make_shared<std::string>();
   cmd->add_option("--config", *config, "read flags from a YAML file (keys: the long flags without dashes; the "
                                        "command line wins); the run's resolved flags go to config.yaml in --checkpoint-dir");
@@ -246,7 +249,11 @@ void add_train_command(CLI::App& app, Action& action) {
     action = [options, config, cmd] {
       if (!config->empty()) apply_config_file(*cmd, *config);  // into *options, under the command line
       TrainOptions o = *options;
-      o.config_yaml = resolved_config(*cmd);
+      // A flag that does not shape this run is an error; the saved configuration keeps the
+      // flags that do (so that it reads back).
+      const TrainOptions resolved = with_task_defaults(o);
+      check_flags_apply(given_options(*cmd), resolved);
+      o.config_yaml = resolved_config(*cmd, [&](const std::string& key) { return flag_applies("--" + key, resolved); });
       // A report needs the metrics on disk: beside the page when the run has no other place.
       if (!o.report.empty() && o.metrics.empty() && o.checkpoint_dir.empty())
         o.metrics = std::filesystem::path(o.report).replace_extension(".metrics.jsonl").string();

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <set>
 #include <vector>
 
 #include "weft/util/error.h"
@@ -46,8 +47,11 @@ void apply_config_file(CLI::App& app, const std::string& path) {
   }
   if (root.IsNull()) return;
   if (!root.IsMap()) throw ConfigError(path + ": not a mapping of flags to values");
+  std::set<std::string> seen;
   for (const auto& kv : root) {
     const std::string key = kv.first.as<std::string>();
+    if (!seen.insert(key).second)
+      throw ConfigError(path + ": '" + key + "' is given twice (line " + std::to_string(kv.first.Mark().line + 1) + ")");
     CLI::Option* opt = nullptr;
     for (CLI::Option* o : app.get_options())
       if (key_of(o) == key) opt = o;
@@ -65,12 +69,12 @@ void apply_config_file(CLI::App& app, const std::string& path) {
   }
 }
 
-std::string resolved_config(const CLI::App& app) {
+std::string resolved_config(const CLI::App& app, const std::function<bool(const std::string& key)>& keep) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   for (const CLI::Option* opt : app.get_options()) {
     const std::string key = key_of(opt);
-    if (key.empty()) continue;
+    if (key.empty() || (keep && !keep(key))) continue;
     if (opt->get_type_size() == 0) {  // a flag
       out << YAML::Key << key << YAML::Value << (opt->count() > 0 && opt->as<bool>());
       continue;
@@ -87,6 +91,17 @@ std::string resolved_config(const CLI::App& app) {
   }
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+std::vector<std::string> given_options(const CLI::App& app) {
+  std::vector<std::string> given;
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string key = key_of(opt);
+    if (key.empty() || opt->count() == 0) continue;
+    if (opt->get_type_size() == 0 && !opt->as<bool>()) continue;  // a flag set to false
+    given.push_back("--" + key);
+  }
+  return given;
 }
 
 }  // namespace weft::cli

@@ -20,6 +20,8 @@ void validate(const ParallelOptions& o) {
     throw ConfigError("unknown strategy '" + o.strategy + "' (known: ddp, ps, fedavg)");
   if (o.zero < 0 || o.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3, got " + std::to_string(o.zero));
   if (o.zero > 0 && o.strategy != "ddp") throw ConfigError("--zero works with --strategy ddp, not " + o.strategy);
+  if (!(o.ddp.bucket_mb > 0 && o.ddp.bucket_mb <= 1e6) || !(o.ddp.first_bucket_mb > 0 && o.ddp.first_bucket_mb <= 1e6))
+    throw ConfigError("--bucket-mb and --first-bucket-mb must be above 0 and at most 1e6 MiB");  // NaN and inf too
   if (o.servers < 1) throw ConfigError("--servers must be at least 1");
   if (o.staleness < -1) throw ConfigError("--staleness must be -1 (synchronous) or at least 0");
   if (o.staleness >= 0 && o.strategy != "ps") throw ConfigError("--staleness needs --strategy ps");

@@ -59,6 +59,14 @@ bool is_language_model(const std::string& model) {
 }
 
 TrainOptions with_task_defaults(TrainOptions o) {
+  if (!is_language_model(o.model)) {
+    const auto& images = model_names();
+    if (std::find(images.begin(), images.end(), o.model) == images.end()) {
+      std::string known;
+      for (const auto& n : images) known += n + ", ";
+      throw ConfigError("unknown model '" + o.model + "' (known: " + known + "gpt, llama, lstm, rnn)");
+    }
+  }
   if (o.model == "lstm" && o.lstm_variant != "standard") {
     if (o.lstm_variant != "seed")
       throw ConfigError("unknown --lstm-variant '" + o.lstm_variant + "' (known: standard, seed)");
@@ -195,10 +203,7 @@ void validate_adaptive(const TrainOptions& o) {
   parse_grow_at(o.grow_at);
   at_least("--freeze-below", o.freeze_below, 0);
   parse_freeze_converged(o.freeze_converged);
-  if (!o.hidden.empty()) {
-    if (o.model != "mlp") throw ConfigError("--hidden gives the widths of --model mlp's layers");
-    parse_hidden(o.hidden);
-  }
+  if (!o.hidden.empty()) parse_hidden(o.hidden);
   if (o.offload != "none" && o.offload != "optimizer" && o.offload != "params")
     throw ConfigError("--offload '" + o.offload + "' is not none, optimizer or params");
   if (o.offload == "params") {
@@ -297,24 +302,12 @@ void validate_language_model(const TrainOptions& o) {
   at_least("--sample", o.sample, 0);
   at_least("--top-k", o.top_k, 0);
   if (!(o.temperature >= 0)) throw ConfigError("--temperature must be 0 (greedy) or positive");
-  if (is_transformer_model(o.model)) {
-    validate_transformer(o);
-  } else {
-    for (auto [flag, given] : {std::pair<const char*, bool>{"--positional", o.positional.has_value()},
-                               {"--kv-heads", o.kv_heads != 0}, {"--mlp-width", o.mlp_width != 0},
-                               {"--rope-theta", o.rope_theta.has_value()}, {"--window", o.window != 0}})
-      if (given) throw ConfigError(std::string(flag) + " shapes a transformer (--model gpt or llama), not --model " + o.model);
-  }
+  if (is_transformer_model(o.model)) validate_transformer(o);  // (a transformer's flags elsewhere: flag_scope.h)
   if (!is_transformer_model(o.model) && (o.parallel.model_parallel() || o.parallel.mesh.dp > 1))
     throw ConfigError("--dp, --pp, --tp and --micro-batches need --model gpt or llama");
   if (!is_transformer_model(o.model) && o.parallel.zero > 0)
     throw ConfigError("--zero needs --model gpt or llama among the language models");
   check_gpt_layout(o);
-  // Language models draw random windows of the text: no epochs, no sample subsets.
-  if (o.epochs) throw ConfigError("--epochs is not supported with --model " + o.model + ": it trains --max-steps steps");
-  if (o.limit_train > 0 || o.limit_test > 0)
-    throw ConfigError("--limit-train and --limit-test are not supported with --model " + o.model);
-  if (!o.sample_log.empty()) throw ConfigError("--sample-log is not supported with --model " + o.model);
   if (o.parallel.strategy != "ddp")
     throw ConfigError("--strategy " + o.parallel.strategy + " is not supported with --model " + o.model + " yet");
 }
@@ -324,6 +317,8 @@ void validate_schedule(const TrainOptions& o) {
   const Schedule schedule = lr_schedule(o, 1);
   if (schedule.kind == "step" && !(schedule.gamma > 0 && std::isfinite(schedule.gamma)))
     throw ConfigError("step schedule needs a finite --gamma > 0");
+  if (schedule.kind == "step" && !o.step_size)
+    throw ConfigError("--lr-schedule step needs --step-size: the steps between decays by --gamma");
   if (schedule.kind == "step" && schedule.step_size < 1) throw ConfigError("step schedule needs --step-size 1 or more");
   if (schedule.kind == "cosine" && !(schedule.min_lr >= 0 && std::isfinite(schedule.min_lr)))
     throw ConfigError("cosine schedule needs a finite --min-lr >= 0");
@@ -334,7 +329,6 @@ void validate_schedule(const TrainOptions& o) {
 
 void validate(const TrainOptions& o) {
   const bool text = is_language_model(o.model);
-  if (!text) make_model(o.model, *std::make_unique<Rng>(0));  // throws for an unknown name
   validate_run(o, text);
   validate_adaptive(o);
   validate_job(o);
@@ -349,8 +343,10 @@ void validate(const TrainOptions& o) {
 Schedule lr_schedule(const TrainOptions& o, std::int64_t total_steps) {
   Schedule s;
   s.kind = *o.lr_schedule_kind;
-  s.step_size = o.step_size;
+  s.step_size = o.step_size.value_or(1);
   s.gamma = o.gamma;
+  // The horizon is where the run ends: its epochs, or --max-steps when that comes first.
+  if (o.max_steps && *o.max_steps > 0) total_steps = std::min(total_steps, *o.max_steps);
   s.total_steps = std::max<std::int64_t>(total_steps, 1);
   s.warmup_steps = std::min(*o.warmup, s.total_steps);
   s.min_lr = *o.min_lr;

@@ -76,7 +76,7 @@ struct TrainOptions {
   std::optional<std::string> lr_schedule_kind;  // constant | step | cosine: images constant, text cosine
   std::optional<std::int64_t> warmup;  // images 0, text 100
   std::optional<double> min_lr;        // cosine: images 0, text lr / 10
-  std::int64_t step_size = 1;          // step: steps between decays
+  std::optional<std::int64_t> step_size;  // step: steps between decays (no default: a user's choice)
   double gamma = 0.1;                  // step: the decay factor
   std::optional<double> clip_grad;     // global gradient-norm limit: images 0 (none), text 1
   std::string precision = "fp32";      // fp32 | bf16 (products and stored activations)
