@@ -155,5 +155,5 @@ for args in "--context 32 --d-model 64|--d-model excludes --init-from" \
   grep -qF -- "${args#*|}" <<<"$out" || fail "train ${args%%|*}: $out"
 done
 if out=$("$weft" train --init-from "$work/f32" --max-steps 1 2>&1); then fail "--init-from without --model gpt"; fi
-grep -qF -- "--init-from needs --model gpt" <<<"$out" || fail "--init-from without --model gpt: $out"
+grep -qF -- "--init-from does not apply to this run: it is for --model gpt or llama" <<<"$out" || fail "--init-from without --model gpt: $out"
 echo "fine-tuning refuses the flags the folder decides, and a window beyond its positions"

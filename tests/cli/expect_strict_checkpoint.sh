@@ -22,6 +22,8 @@ data[start:start + 4] = struct.pack("<f", float("nan"))
 open(path, "wb").write(data)
 meta = json.load(open(folder + "/meta.json"))
 meta["checksums"]["model.safetensors"] = "%08x" % zlib.crc32(bytes(data))
+meta.pop("meta_crc32")  # meta.json's own checksum: over its other fields, compact
+meta["meta_crc32"] = "%08x" % zlib.crc32(json.dumps(meta, sort_keys=True, separators=(",", ":")).encode())
 json.dump(meta, open(folder + "/meta.json", "w"))
 print("poisoned", name)
 PY
@@ -36,10 +38,12 @@ rc=$?
 # The NaN weight makes the loss NaN: the run stops there, as a diverged run does.
 echo "$out" | grep -q "resumed from" || { echo "FAIL: --allow-nonfinite did not resume ($rc)"; echo "$out"; exit 1; }
 python3 - "$(ls -d "$work"/ck/step-* | tail -1)" <<'PY'
-import json, sys
+import json, sys, zlib
 p = sys.argv[1] + "/meta.json"
 m = json.load(open(p))
 m["info"]["batch"] = "9223372036854775807"
+m.pop("meta_crc32")
+m["meta_crc32"] = "%08x" % zlib.crc32(json.dumps(m, sort_keys=True, separators=(",", ":")).encode())
 json.dump(m, open(p, "w"))
 PY
 out=$("$weft" "${args[@]}" --max-steps 8 --resume --allow-nonfinite --batch 32 2>&1)

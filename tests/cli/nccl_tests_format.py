@@ -94,8 +94,14 @@ def check_rows(name, parsed, op, w, in_place=True, total_sized=False):
 
 
 # Every type and reduction of all-reduce, out of place and in place, 2 ranks.
-p, _ = bench(2, "-b", "8", "-e", "64K", "-f", "32", "-d", "all", "-o", "all", "-n", "2", "-w", "1")
+p, text = bench(2, "-b", "8", "-e", "64K", "-f", "32", "-d", "all", "-o", "all", "-n", "2", "-w", "1")
 rows = check_rows("allreduce", p, "allreduce", 2)
+# nccl-tests' 13 columns exactly (parsers count them from either end); weft's algorithm per
+# size in a comment line after the footer.
+check(all(not r["extra"] for r in rows), f"allreduce: columns beyond nccl-tests': {rows[0]['extra']}")
+algorithms = re.search(r"^# Algorithms\s*: (.+)$", text, re.M)
+check(algorithms is not None and re.fullmatch(r"(\d+(-\d+)? B \w+)(; \d+(-\d+)? B \w+)*", algorithms.group(1)),
+      f"allreduce: no '# Algorithms' line naming each size's algorithm: {algorithms and algorithms.group(0)}")
 check({r["type"] for r in rows} == set(ELEMENT), f"allreduce: types {sorted({r['type'] for r in rows})}")
 check({r["redop"] for r in rows} == {"sum", "prod", "max", "min", "avg"}, "allreduce: -o all")
 check(all(r["root"] == -1 for r in rows), "allreduce: root is -1 for a collective without one")

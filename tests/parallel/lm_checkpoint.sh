@@ -6,7 +6,8 @@
 # sampler's random state and the learning-rate schedule all come back. In one process, with
 # --dp 2, --pp 2, --tp 2 and --pp 2 --tp 2 (the checkpoint holds the whole model, gathered
 # from the slices and stages). A checkpoint written by 4 ranks (pp 2 x tp 2) resumes in one
-# process within a relative 1e-5 of the one-process run.
+# process within a relative 1e-5 of the one-process run. A finished run goes on to a larger
+# --max-steps.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -21,6 +22,13 @@ for layout in "${layouts[@]}"; do
   expect_bitwise_resume "$work/ck$ranks" "${extra[*]:-one process}" \
     "$weft" launch --nproc-per-node "$ranks" -- weft "${args[@]}" "${extra[@]}"
 done
+# A finished run extended: its 20 steps done, --max-steps 30 --resume trains steps 21 to 30.
+more=("${args[@]}")
+for i in "${!more[@]}"; do [ "${more[$i]}" != "--max-steps" ] || more[$((i + 1))]=30; done
+out=$("$weft" "${more[@]}" --checkpoint-dir "$work/ck1" --resume)
+grep -q '"resumed_from":20' <<<"$out" && [ "$(json_value steps <<<"$out")" = 30 ] ||
+  { echo "FAIL: a finished 20-step run was not extended to 30 steps: $out"; exit 1; }
+echo "a finished 20-step run extended to 30 steps"
 rm -rf "$work/ck4/step-000000020"
 "$weft" "${args[@]}" --checkpoint-dir "$work/ck4" --resume --save-model "$work/elastic.safetensors" >/dev/null
 printf 'the pp 2 x tp 2 checkpoint resumed in one process: '

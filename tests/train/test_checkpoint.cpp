@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -215,6 +216,13 @@ TEST(Checkpoint, DetectsCorruption) {
   std::string msg = checkpoint_error([&] { load_checkpoint(path); });
   EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
   EXPECT_NE(msg.find(file), std::string::npos) << msg;
+  // meta.json's own fields are checked too (before the tensors): one changed digit of the step.
+  std::string meta = read_file(path + "/meta.json");
+  const std::size_t step = meta.find("\"step\": 5");
+  ASSERT_NE(step, std::string::npos) << meta;
+  meta[step + 8] = '6';
+  write_file_atomic(path + "/meta.json", meta);
+  EXPECT_NE(checkpoint_error([&] { load_checkpoint(path); }).find("meta.json: checksum mismatch"), std::string::npos);
   write_file_atomic(path + "/meta.json", "{not json");
   EXPECT_NE(checkpoint_error([&] { load_checkpoint(path); }).find("not valid JSON"), std::string::npos);
   write_file_atomic(path + "/meta.json", "{\"format\": \"weft-checkpoint\", \"version\": 1}");
@@ -243,22 +251,24 @@ TEST(Resume, IsBitwiseExact) {
       c.warmup = 3;
       TempDir straight, split, mid;
       c.checkpoint_dir = straight.path();
+      c.checkpoint_every = 4;
+      c.keep_checkpoints = 100;
       train(c, stdout);
-      // 1 epoch, then resume for the second.
-      c.checkpoint_dir = split.path();
-      c.max_steps = 10;  // = one epoch of 300 / 32
-      train(c, stdout);
-      c.max_steps = 0;
+      // The run cut off after its first epoch (its checkpoints up to step 10, one epoch of
+      // 300 / 32), and in the middle of it (up to step 4), then resumed: the schedule's
+      // horizon stays the run's.
       c.resume = true;
-      train(c, stdout);
-      // Stop in the middle of the first epoch, then resume.
-      c.checkpoint_dir = mid.path();
-      c.resume = false;
-      c.max_steps = 4;
-      train(c, stdout);
-      c.max_steps = 0;
-      c.resume = true;
-      train(c, stdout);
+      for (const auto& [folder, last] : {std::pair{&split, 10}, {&mid, 4}}) {
+        std::filesystem::copy(straight.path(), folder->path(), std::filesystem::copy_options::recursive |
+                                                                 std::filesystem::copy_options::overwrite_existing);
+        for (const auto& entry : std::filesystem::directory_iterator(folder->path()))
+          if (entry.path().filename().string().rfind("step-", 0) == 0 &&
+              std::stoll(entry.path().filename().string().substr(5)) > last)
+            std::filesystem::remove_all(entry.path());
+        ASSERT_EQ(std::filesystem::path(*latest_checkpoint(folder->path())).filename(), fmt::format("step-{:09}", last));
+        c.checkpoint_dir = folder->path();
+        train(c, stdout);
+      }
       std::string a = read_file(*latest_checkpoint(straight.path()) + "/model.safetensors");
       EXPECT_EQ(a, read_file(*latest_checkpoint(split.path()) + "/model.safetensors")) << model << " " << optimizer;
       EXPECT_EQ(a, read_file(*latest_checkpoint(mid.path()) + "/model.safetensors")) << model << " " << optimizer;

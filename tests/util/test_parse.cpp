@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "weft/util/parse.h"
+#include "weft/util/spelling.h"
 
 using namespace weft;
 
@@ -29,4 +30,16 @@ TEST(Parse, PairsSplitAtTheFirstSeparator) {
   const auto p = *split_pair("a:b:c");
   EXPECT_EQ(p.first, "a");
   EXPECT_EQ(p.second, "b:c");
+}
+
+TEST(Spelling, NearestFlagWithinAThirdOfTheWord) {
+  EXPECT_EQ(weft::edit_distance("", "abc"), 3u);
+  EXPECT_EQ(weft::edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(weft::edit_distance("--lr", "--rl"), 1u);  // a swap of neighbours counts 1
+  const std::vector<std::string> flags = {"--lr", "--layers", "--max-steps", "--momentum"};
+  EXPECT_EQ(weft::closest_spelling("--lrr", flags), "--lr");
+  EXPECT_EQ(weft::closest_spelling("--max-step", flags), "--max-steps");
+  EXPECT_EQ(weft::closest_spelling("--momentun", flags), "--momentum");
+  EXPECT_EQ(weft::closest_spelling("--batch-size", flags), std::nullopt);  // nothing near
+  EXPECT_EQ(weft::closest_spelling("--x", {}), std::nullopt);
 }

@@ -30,6 +30,11 @@ inline CLI::Validator checked_number(bool zero_allowed) {
 inline CLI::Validator positive() { return checked_number(false); }
 inline CLI::Validator non_negative() { return checked_number(true); }
 
+// A parse error of `command` in the user's words: an unknown flag with the one probably
+// meant ("unknown flag --lrr for weft train (did you mean --lr?)"), a flag given twice;
+// CLI11's own message otherwise.
+std::string parse_error_words(const CLI::App& command, const CLI::ParseError& e);
+
 // weft train ...
 void add_train_command(CLI::App& app, Action& action);
 // weft timeline merge: the per-rank timelines of a run in one file.

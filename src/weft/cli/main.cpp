@@ -47,14 +47,19 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
+    std::string help = "weft --help";
     if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
       std::string known;
       for (const auto* sub : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + sub->get_name();
       msg = "unknown command '" + std::string(argv[1]) + "' (commands: " + known + ")";
+    } else if (argc > 1 && is_command(argv[1])) {
+      const CLI::App* command = app.get_subcommand(argv[1]);
+      help = "weft " + command->get_name() + " --help";
+      msg = weft::cli::parse_error_words(*command, e);
     }
     for (char& ch : msg)
       if (ch == '\n') ch = ' ';  // CLI11's own messages wrap
-    std::fprintf(stderr, "error: %s (see 'weft --help')\n", weft::one_line(msg).c_str());
+    std::fprintf(stderr, "error: %s (see '%s')\n", weft::one_line(msg).c_str(), help.c_str());
     return 2;
   }
   try {

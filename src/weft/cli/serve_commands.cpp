@@ -236,7 +236,9 @@ void add_generate_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("generate", "continue a prompt with a saved language model");
   add_model_options(cmd, c->model, c->quantize, c->tp, c->pp, c->micro_batches);
   cmd->add_option("--prompt", c->prompt, "the text to continue")->capture_default_str();
-  cmd->add_option("--max-tokens", c->options.max_tokens, "tokens to generate")->check(non_negative())->capture_default_str();
+  cmd->add_option("--max-tokens", c->options.max_tokens, "tokens to generate (at most 2^20)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20))
+      ->capture_default_str();
   cmd->add_option("--temperature", c->options.sampling.temperature, "0: greedy")->check(non_negative())->capture_default_str();
   cmd->add_option("--top-k", c->options.sampling.top_k, "sample among the k most likely tokens (0: all)")
       ->check(non_negative())->capture_default_str();

@@ -212,7 +212,7 @@ void add_language_flags(CLI::App* cmd, TrainOptions& c) {
   cmd->add_option("--sample", c.sample, "text: tokens to generate at the end")->capture_default_str();
   cmd->add_option("--temperature", c.temperature, "text: sampling temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", c.top_k, "text: sample among the k most likely tokens (0: all)")->capture_default_str();
-  cmd->add_option("--prompt", c.prompt, "text: what the sample continues")->capture_default_str();
+  cmd->add_option("--prompt", c.prompt, "text: what the sample continues (default: a new line)");
 }
 
 void add_train_flags(CLI::App* cmd, TrainOptions& c) {

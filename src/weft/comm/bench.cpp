@@ -369,11 +369,39 @@ void print_header(const BenchConfig& cfg, Communicator& comm) {
   }
   std::printf("#\n# %10s  %12s  %8s  %6s  %6s            out-of-place                       in-place          \n", "", "",
               "", "", "");
-  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s  %s\n", "size", "count", "type",
-              "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "algorithm");
+  std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type",
+              "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "",
               "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
 }
+
+// The algorithm each row ran, for a comment line after nccl-tests' footer (a parser of
+// nccl-tests' rows counts their columns, from either end: the rows keep them exactly):
+// consecutive rows that ran the same one as a range of sizes, "1024 B recursive_doubling;
+// 2048-1048576 B ring".
+class AlgorithmRuns {
+ public:
+  void add(std::int64_t bytes, const std::string& algorithm) {
+    if (runs_.empty() || runs_.back().algorithm != algorithm) runs_.push_back({bytes, bytes, algorithm});
+    runs_.back().last = bytes;
+  }
+  std::string text() const {
+    std::string out;
+    for (const Run& r : runs_) {
+      out += out.empty() ? "" : "; ";
+      out += r.first == r.last ? std::to_string(r.first) : std::to_string(r.first) + "-" + std::to_string(r.last);
+      out += " B " + r.algorithm;
+    }
+    return out;
+  }
+
+ private:
+  struct Run {
+    std::int64_t first, last;
+    std::string algorithm;
+  };
+  std::vector<Run> runs_;
+};
 
 std::string side_text(const Side& s, bool barrier) {
   if (!s.measured) return "      N/A     N/A     N/A     N/A";
@@ -459,6 +487,7 @@ int run_comm_bench(const BenchConfig& cfg) {
   print_header(cfg, *comm);
 
   Bench bench(cfg, op, comm);
+  AlgorithmRuns ran;
   std::int64_t total_wrong = 0;
   double bw_sum = 0;
   int bw_count = 0;
@@ -499,9 +528,10 @@ int run_comm_bench(const BenchConfig& cfg) {
                         static_cast<long long>(shown), static_cast<long long>(count), dtype_name(t), redop, root,
                         algorithm.c_str(), side_json(oop, op.barrier()).c_str(), in_place.c_str());
           } else {
-            std::printf("%12lld  %12lld  %8s  %6s  %6d%s%s  %s\n", static_cast<long long>(shown),
+            std::printf("%12lld  %12lld  %8s  %6s  %6d%s%s\n", static_cast<long long>(shown),
                         static_cast<long long>(count), op.barrier() ? "none" : nccl_type_name(t), redop, root,
-                        side_text(oop, op.barrier()).c_str(), side_text(ip, op.barrier()).c_str(), algorithm.c_str());
+                        side_text(oop, op.barrier()).c_str(), side_text(ip, op.barrier()).c_str());
+            ran.add(shown, algorithm);
           }
           std::fflush(stdout);
         }
@@ -519,6 +549,7 @@ int run_comm_bench(const BenchConfig& cfg) {
     } else {
       std::printf("# Avg bus bandwidth    : %g %s\n#\n", avg, !min_bw ? "" : bw_failed ? "FAILED" : "OK");
     }
+    std::printf("# Algorithms           : %s\n#\n", ran.text().c_str());
     // How rank 0's waits for its peers went (wait_policy.h): pauses of the core, yields of
     // it (and those that kept it off the core for over a millisecond), sleeps.
     const WaitCounts waits = wait_counts();

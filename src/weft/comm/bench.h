@@ -3,7 +3,8 @@
 // out-of-place and the in-place run: time (median over the repeats, combined over the ranks
 // as -a says: the slowest by default), algbw and busbw (GB/s, as nccl-tests defines them)
 // and #wrong (elements that differ from the expected result), then nccl-tests' footer
-// ("# Out of bounds values", "# Avg bus bandwidth"). The exit code is 1 when a result was
+// ("# Out of bounds values", "# Avg bus bandwidth"), and in a comment line after it the
+// algorithm each size ran (the rows keep nccl-tests' columns exactly). The exit code is 1 when a result was
 // wrong, or when NCCL_TESTS_MIN_BW is set and the average bus bandwidth is below 0.9 of it.
 #pragma once
 

@@ -90,7 +90,8 @@ class ProgramRun {
   }
 
   CommError fail(const std::string& why, int peer) const {
-    return CommError(ctx_.op + " failed on rank " + std::to_string(ctx_.rank) + " at step " + std::to_string(step_) + ": " +
+    return CommError(ctx_.op + " failed on rank " + std::to_string(ctx_.rank) + " in step " + std::to_string(step_ + 1) +
+                         " of its " + std::to_string(program_.steps.size()) + "-step schedule: " +
                          why + " [timeout " + std::to_string(static_cast<int>(ctx_.timeout_s)) + " s]",
                      ctx_.op, ctx_.rank, peer, ctx_.timeout_s);
   }

@@ -383,7 +383,10 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
         w.running = false;
         w.status = status;
         remove_segments_of(w.pid);
-        if (exit_code(status) != 0 && !c.live_store.empty() && !stopping && g_signal == 0) {
+        // Exit code 2 is a usage error (a flag or a configuration refused): every rank runs
+        // the same command, so none could go on.
+        const bool usage_error = exit_code(status) == 2;
+        if (exit_code(status) != 0 && !usage_error && !c.live_store.empty() && !stopping && g_signal == 0) {
           // A live job goes on without a rank that died (its survivors form the next
           // generation): the launcher keeps the others running.
           if (live_failure == 0) live_failure = exit_code(status);

@@ -143,6 +143,7 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta, 
     j["checksums"][name] = crc32_hex(bytes);
     write_file_atomic(tmp_path + "/" + name, bytes);
   }
+  j["meta_crc32"] = crc32_hex(j.dump());  // meta.json's own fields (the tokenizer, the position) too
   write_file_atomic(tmp_path + "/meta.json", j.dump(2) + "\n");
 
   if (fs::exists(final_path)) {  // the same step saved again (e.g. after a resume)
@@ -182,6 +183,13 @@ CheckpointMeta parse_checkpoint_meta(const std::string& text, const std::string&
     const std::optional<std::int64_t> version = j.contains("version") ? json_integer(j["version"]) : std::nullopt;
     if (version != kVersion) {
       throw CheckpointError(meta_path + ": unsupported checkpoint version " + (j.contains("version") ? j["version"].dump() : "(none)"));
+    }
+    if (j.contains("meta_crc32")) {  // (checkpoints written before it have none)
+      const std::string want = j.at("meta_crc32").get<std::string>();
+      j.erase("meta_crc32");
+      if (crc32_hex(j.dump()) != want)
+        throw CheckpointError(meta_path + ": checksum mismatch (CRC-32 " + crc32_hex(j.dump()) + ", expected " + want +
+                              "): the file was changed or is corrupt");
     }
     CheckpointMeta m = meta_from_json(j);
     if (j.contains("checksums"))

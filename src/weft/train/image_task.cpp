@@ -5,7 +5,9 @@
 // their own part.
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <unordered_map>
 
@@ -203,10 +205,13 @@ class ImageClassification : public Task {
 
   // "epoch step index" per sample, for audits of the data order.
   void log_samples(std::int64_t epoch, std::int64_t step, const std::vector<std::int64_t>& rows) {
+    bool written = true;
     for (std::int64_t i : rows)
-      std::fprintf(sample_log_, "%lld %lld %lld\n", static_cast<long long>(epoch), static_cast<long long>(step),
-                   static_cast<long long>(i));
-    std::fflush(sample_log_);
+      written &= std::fprintf(sample_log_, "%lld %lld %lld\n", static_cast<long long>(epoch),
+                              static_cast<long long>(step), static_cast<long long>(i)) > 0;
+    if (!written || std::fflush(sample_log_) != 0)
+      throw Error("--sample-log: cannot write " + timeline_path(o_.sample_log, replica_, replicas_) + ": " +
+                  std::strerror(errno));
   }
 
   TrainOptions o_;

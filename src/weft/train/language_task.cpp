@@ -98,6 +98,7 @@ class LanguageModeling : public Task {
     return checked_mul(*o_.max_steps, *o_.batch, "--max-steps times --batch");
   }
   std::int64_t epochs() const override { return 1; }
+  bool epoch_is_the_run() const override { return true; }
   std::string unit() const override { return "tokens"; }
   std::int64_t units_per_row() const override { return o_.context; }
   std::string generator_name() const override { return "sampler"; }

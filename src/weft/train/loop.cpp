@@ -88,11 +88,26 @@ TrainSummary train_in_layouts(TrainOptions o, parallel::Job job, std::FILE* out)
   }
 }
 
+// Every path the run will write, checked before its first step (a run must not end by
+// failing to save what it trained).
+void check_outputs(const TrainOptions& o) {
+  for (const auto& [path, flag] : {std::pair{&o.save_model, "--save-model"}, {&o.report, "--report"},
+                                   {&o.timeline, "--timeline"}, {&o.sample_log, "--sample-log"}})
+    if (!path->empty()) check_output_file(*path, flag);
+  if (!o.metrics.empty()) {  // (its folder is made: metrics.h)
+    if (is_directory(o.metrics)) throw ConfigError("--metrics " + o.metrics + " is a folder, not a file");
+    const std::string folder = std::filesystem::path(o.metrics).parent_path().string();
+    check_output_folder(folder.empty() ? "." : folder, "--metrics");
+  }
+  if (!o.checkpoint_dir.empty()) check_output_folder(o.checkpoint_dir, "--checkpoint-dir");
+}
+
 }  // namespace
 
 TrainSummary train(const TrainOptions& options, std::FILE* out) {
   TrainOptions o = with_task_defaults(options);
   validate(o);
+  check_outputs(o);
   kernels::summary();  // WEFT_KERNELS and WEFT_CPU_ISA are checked before the run begins
   if (o.threads > 0) set_num_threads(o.threads);
   Bf16Guard precision(o.precision == "bf16");

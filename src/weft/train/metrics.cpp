@@ -1,5 +1,7 @@
 #include "weft/train/metrics.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "weft/util/error.h"
@@ -14,14 +16,16 @@ MetricsLog::MetricsLog(const std::vector<std::string>& paths, bool append) {
     std::FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
     if (!f) throw ConfigError("cannot write the metrics file " + path);
     files_.emplace_back(f, &std::fclose);
+    paths_.push_back(path);
   }
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
   const std::string line = record.dump() + "\n";
-  for (auto& f : files_) {
-    std::fwrite(line.data(), 1, line.size(), f.get());
-    std::fflush(f.get());
+  for (std::size_t i = 0; i < files_.size(); ++i) {
+    std::FILE* f = files_[i].get();
+    if (std::fwrite(line.data(), 1, line.size(), f) != line.size() || std::fflush(f) != 0)
+      throw Error("cannot write the metrics file " + paths_[i] + ": " + std::strerror(errno));
   }
 }
 

@@ -20,10 +20,12 @@ class MetricsLog {
  public:
   // Opens every file in `paths` (creating its folder); `append` keeps what they hold.
   MetricsLog(const std::vector<std::string>& paths, bool append);
-  // Writes `record` as one line to every file.
+  // Writes `record` as one line to every file; Error naming the file when a write fails
+  // (a full disk: the run stops rather than go on without its record).
   void write(const nlohmann::json& record);
 
  private:
+  std::vector<std::string> paths_;
   std::vector<std::unique_ptr<std::FILE, int (*)(std::FILE*)>> files_;
 };
 

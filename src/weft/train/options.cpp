@@ -254,9 +254,7 @@ void validate_job(const TrainOptions& o) {
   parallel::validate(o.parallel);
   if (o.parallel.strategy == "ps" && o.parallel.staleness >= 0 && (!o.checkpoint_dir.empty() || o.resume || o.auto_resume))
     throw ConfigError("checkpoints are not supported with the asynchronous parameter server (--staleness) yet");
-  if (!o.init_from.empty() && !is_transformer_model(o.model)) throw ConfigError("--init-from needs --model gpt or llama");
-  if (!o.model_config.empty()) {
-    if (!is_transformer_model(o.model)) throw ConfigError("--model-config needs --model gpt or llama");
+  if (!o.model_config.empty() && is_transformer_model(o.model)) {  // (other models: flag_scope.h)
     const GptConfig g = hf_config_file(o.model_config);
     if (hf_model_name(g) != o.model)
       throw ConfigError("--model-config " + o.model_config + " describes a " +
@@ -299,7 +297,7 @@ void validate_language_model(const TrainOptions& o) {
   bounded(o.layers, 0, 4096, "--layers");
   bounded(o.dim, 1, 1 << 16, "--d-model");
   bounded(o.heads, 1, 1 << 12, "--heads");
-  at_least("--sample", o.sample, 0);
+  bounded(o.sample, 0, 1 << 20, "--sample");
   at_least("--top-k", o.top_k, 0);
   if (!(o.temperature >= 0)) throw ConfigError("--temperature must be 0 (greedy) or positive");
   if (is_transformer_model(o.model)) validate_transformer(o);  // (a transformer's flags elsewhere: flag_scope.h)

@@ -74,6 +74,10 @@ Position resume_position(const Checkpoint& ck, const TrainOptions& o, const Task
                  o.scale_lr == "sqrt" ? "with the square root of" : "linearly with", old_batch, *o.batch, base, scaled);
     lr = scaled;
   }
+  if (task.epoch_is_the_run()) {  // from its step, in this run's batches
+    if (p.step >= task.steps_per_epoch()) return Position{task.epochs(), 0, p.step};
+    return Position{0, checked_mul(p.step, task.global_batch(), ck.path + ": the samples done (its step)"), p.step};
+  }
   if (p.at >= task.rows_per_epoch() && p.epoch < task.epochs()) {
     throw CheckpointError(fmt::format("{}: position {} samples into the epoch is past its {} samples (different data?)",
                                       ck.path, p.at, task.rows_per_epoch()));

@@ -122,7 +122,7 @@ void Run::add_step_hooks() {
   if (faults_) hooks_.push_back(faults_);
   if (o_.profile) hooks_.push_back(std::shared_ptr<ProfileHook>(profile_ = new ProfileHook()));
   if (o_.adapt_threads == "on" && get_num_threads() > 1)
-    hooks_.push_back(std::make_unique<ThreadGovernorHook>(get_num_threads(), out_));
+    hooks_.push_back(std::make_unique<ThreadGovernorHook>(get_num_threads(), o_.quiet ? nullptr : out_));
   if (o_.dp_shares == "measured" && mesh_.shape().dp > 1)
     hooks_.push_back(std::make_unique<ShareBalancingHook>(*task_, replicas_, *o_.batch, out_));
   if (o_.grow_at == "noise") hooks_.push_back(std::make_unique<NoiseScaleHook>(strategies_, replicas_, t_.noise));
@@ -277,6 +277,17 @@ std::optional<RunBreak> Run::train(parallel::LiveMembership* live) {
 
 // One step: this replica's batch, the learning rate, forward, backward and update through
 // the strategies (`last`: of this run), the figures.
+// A failed collective says which training step it was in (the collective's own message
+// counts the steps of its schedule).
+template <class Fn>
+double Run::step_naming_failures(const Fn& fn) const {
+  try {
+    return fn();
+  } catch (const CommError& e) {
+    throw CommError(fmt::format("training step {}: {}", at_.step + 1, e.what()), e.op(), e.rank(), e.peer(), e.timeout_s());
+  }
+}
+
 void Run::step(bool last) {
   const auto t0 = Clock::now();
   parallel::RankGroup(job_.world.get()).trace_mark("step");
@@ -291,7 +302,7 @@ void Run::step(bool last) {
   const std::size_t live_before = allocator_live_bytes();
   allocator_reset_peak();
   const double exposed_before = strategies_->stats().exposed_seconds, comm_before = strategies_->stats().seconds;
-  const double loss = strategies_->step(at_.step + 1, last, batch, loss_fn_, *o_.clip_grad);
+  const double loss = step_naming_failures([&] { return strategies_->step(at_.step + 1, last, batch, loss_fn_, *o_.clip_grad); });
   const double busy = seconds_since(t1) - (strategies_->stats().exposed_seconds - exposed_before);
   for (auto& hook : hooks_) hook->after_compute(busy);
   ++at_.step;

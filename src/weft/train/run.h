@@ -106,6 +106,8 @@ class Run {
   CheckpointMeta checkpoint_meta() const;
   std::string state_image(parallel::TrainState state, double window_mean, double window_steps) const;
   void step(bool last);
+  template <class Fn>
+  double step_naming_failures(const Fn& fn) const;
   std::optional<Evaluation> evaluate(bool round_only);
   void report(nlohmann::json& summary);
   void open_metrics();

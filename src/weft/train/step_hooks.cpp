@@ -69,7 +69,7 @@ void ThreadGovernorHook::after_step(const StepFacts& facts) {
   // Other processes' share of the cores during the step: a quarter of them counts as busy.
   const int next = governor_.observe(facts.seconds, other_load_.sample() > 0.25);
   if (next != get_active_threads()) set_active_threads(next);
-  if (auto change = governor_.take_change())
+  if (auto change = governor_.take_change(); change && out_)
     fmt::print(out_, "threads: {} -> {} ({})\n", change->from, change->to, change->why);
 }
 

@@ -84,6 +84,7 @@ class FaultInjection : public StepHook {
 // processes' load (tensor/thread_governor.h); a change said on `out`.
 class ThreadGovernorHook : public StepHook {
  public:
+  // Changes of the thread count are said on `out` (none: nullptr, --quiet).
   ThreadGovernorHook(int threads, std::FILE* out) : governor_(threads), out_(out) {}
   void after_step(const StepFacts& facts) override;
 

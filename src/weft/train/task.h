@@ -63,6 +63,10 @@ class Task {
   std::int64_t steps_per_epoch() const { return batches_left(rows_per_epoch(), 0, global_batch_); }
   std::int64_t global_batch() const { return global_batch_; }
   virtual std::int64_t epochs() const = 0;
+  // True when the data is drawn rather than walked (a language model's random windows): the
+  // one epoch is the run's --max-steps steps, and a resumed run goes on from its step
+  // whatever --max-steps (and --batch) it now has.
+  virtual bool epoch_is_the_run() const { return false; }
   // What one sample is counted in: "samples" (images) or "tokens", and how many per row.
   virtual std::string unit() const = 0;
   virtual std::int64_t units_per_row() const { return 1; }

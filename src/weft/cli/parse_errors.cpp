@@ -1,0 +1,30 @@
+#include <string>
+#include <vector>
+
+#include "weft/cli/commands.h"
+#include "weft/util/spelling.h"
+
+namespace weft::cli {
+
+std::string parse_error_words(const CLI::App& command, const CLI::ParseError& e) {
+  const std::string what = e.what();
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    const std::vector<std::string> extras = command.remaining();
+    if (extras.empty()) return what;
+    const std::string& first = extras.front();
+    if (first.rfind("--", 0) != 0) return "unexpected argument '" + first + "'";
+    const std::string flag = first.substr(0, first.find('='));
+    std::vector<std::string> flags;
+    for (const CLI::Option* opt : command.get_options())
+      for (const std::string& name : opt->get_lnames()) flags.push_back("--" + name);
+    const auto meant = closest_spelling(flag, flags);
+    return "unknown flag " + flag + " for weft " + command.get_name() + (meant ? " (did you mean " + *meant + "?)" : "");
+  }
+  // CLI11: "--lr: At Most 1 required but received 2".
+  const std::size_t at_most = what.find(": At Most 1 required but received ");
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && at_most != std::string::npos)
+    return what.substr(0, at_most) + " is given " + what.substr(at_most + 34) + " times: give it once";
+  return what;
+}
+
+}  // namespace weft::cli
