@@ -21,8 +21,8 @@ for i in $(seq 1 200); do echo "the quick brown fox $i jumps over the lazy dog";
 gpt=(train --model gpt --data "$work/corpus.txt" --context 16 --d-model 32 --heads 2 --batch 12 --eval-batches 1 --sample 0
      --seed 3 --optimizer sgd --lr 0.05 --quiet --micro-batches 2)
 
-# losses FILE...: each step and its loss, the mean over the metrics files (the ranks'; a
-# replica records its own rows' loss, a pipeline stage the batch's).
+# losses FILE...: each step and its loss, the mean over the metrics files (the ranks'; each
+# records the global batch's).
 losses() { /usr/bin/python3 -c 'import json, sys
 steps = {}
 for f in sys.argv[1:]:
@@ -47,6 +47,13 @@ out=$("$weft" launch --nproc-per-node 2 -- weft "${four[@]}" --pp 2 --metrics "$
 grep -q "stages balanced anew; now dp 1 x pp 2 x tp 1" <<<"$out" || fail "the pipeline did not go on in 2 stages: $out"
 printf '2 stages kept against one process: '
 "$compare" "$work/one.safetensors" "$work/kept.safetensors" 1e-5 | tail -n 1
+# A stage's sends, receives and waits for its neighbour are its exposed communication.
+/usr/bin/python3 - "$work/kept.jsonl" <<'PY' || fail "the pipeline's steps report no communication"
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "step" and r["step"] <= 4]
+assert steps and all(r["comm_seconds"] > 0 and abs(r["exposed_seconds"] - r["comm_seconds"]) < 1e-9 for r in steps), steps
+print(f"pipeline communication: {sum(r['comm_seconds'] for r in steps) * 1e3:.2f} ms over its first {len(steps)} steps, all exposed")
+PY
 for mode in leave dp; do
   "$weft" launch --nproc-per-node 2 -- weft "${four[@]}" --pp 2 --merge-frozen-stages "$mode" --metrics "$work/$mode.jsonl" \
     --save-model "$work/$mode.safetensors" >"$work/$mode.out" 2>"$work/$mode.err" || fail "the launch failed: $(cat "$work/$mode.err")"

@@ -9,7 +9,10 @@ namespace weft::cli {
 std::string parse_error_words(const CLI::App& command, const CLI::ParseError& e) {
   const std::string what = e.what();
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
-    const std::vector<std::string> extras = command.remaining();
+    // The words the parser left (or, for an error thrown before parsing, the message's).
+    std::vector<std::string> extras = command.remaining();
+    if (extras.empty() && what.find(": ") != std::string::npos)
+      extras.push_back(what.substr(what.find(": ") + 2, what.find(' ', what.find(": ") + 2) - what.find(": ") - 2));
     if (extras.empty()) return what;
     const std::string& first = extras.front();
     if (first.rfind("--", 0) != 0) return "unexpected argument '" + first + "'";

@@ -251,7 +251,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
   std::map<std::pair<int, int>, Unit> units;
   std::vector<comm::WorkPtr> sends;
   std::vector<Tensor> keep;  // send buffers stay alive until their sends completed
-  double loss_sum = 0, busy = 0, update_s = 0;
+  double loss_sum = 0, busy = 0, update_s = 0, comm_s = 0;  // comm_s: sends, receives and their waits
   const auto t_step = Clock::now();
   const std::int64_t n = Bm * T * d;
   for (const algo::PipeOp& op : program) {
@@ -262,6 +262,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
         const auto t0 = Clock::now();
         Tensor buf = Tensor::zeros({Bm, T, d});
         group_->recv(buf.data<float>(), n, comm::DataType::kF32, op.peer);
+        comm_s += since(t0);
         if (recording_spans()) record_span(fmt::format("recv activation {} from stage {}", op.micro, op.peer), "comm", 1, t0);
         u.input = Var(buf, train);
         break;
@@ -289,6 +290,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
         const auto t0 = Clock::now();
         keep.push_back(u.output.value().contiguous());
         sends.push_back(group_->isend(keep.back().data<float>(), n, comm::DataType::kF32, op.peer));
+        comm_s += since(t0);
         if (recording_spans()) record_span(fmt::format("send activation {} to stage {}", op.micro, op.peer), "comm", 1, t0);
         break;
       }
@@ -296,6 +298,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
         const auto t0 = Clock::now();
         u.grad_out = Tensor::zeros({Bm, T, d});
         group_->recv(u.grad_out.data<float>(), n, comm::DataType::kF32, op.peer);
+        comm_s += since(t0);
         if (recording_spans()) record_span(fmt::format("recv gradient {} from stage {}", op.micro, op.peer), "comm", 1, t0);
         break;
       }
@@ -313,6 +316,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
         const auto t0 = Clock::now();
         keep.push_back(u.input.grad().contiguous());
         sends.push_back(group_->isend(keep.back().data<float>(), n, comm::DataType::kF32, op.peer));
+        comm_s += since(t0);
         if (recording_spans()) record_span(fmt::format("send gradient {} to stage {}", op.micro, op.peer), "comm", 1, t0);
         units.erase({op.micro, op.chunk});
         break;
@@ -320,7 +324,11 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
       case algo::PipeOpKind::kStep:
         // Seed 002's schedule: this micro-batch's update, right after its backward. The
         // update's collectives run on other communicators: first let the sends go.
-        for (auto& w : sends) w->wait();
+        {
+          const auto t0 = Clock::now();
+          for (auto& w : sends) w->wait();
+          comm_s += since(t0);
+        }
         {
           const auto t0 = Clock::now();
           sum_tied_gradients();
@@ -330,7 +338,11 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
         break;
     }
   }
-  for (auto& w : sends) w->wait();
+  {
+    const auto t0 = Clock::now();
+    for (auto& w : sends) w->wait();
+    comm_s += since(t0);
+  }
   if (train && !seed) {
     const auto t0 = Clock::now();
     sum_tied_gradients();
@@ -346,6 +358,7 @@ double GptPipeline::run(const Tensor& ids, const std::vector<std::int32_t>& targ
     if (group_ && S > 1) group_->allreduce(&bubble, 1, comm::DataType::kF64, comm::ReduceOp::kAvg)->wait();
     bubble_ = bubble;
     busy_ = busy;
+    comm_ = comm_s;
   }
   return loss;
 }
@@ -392,7 +405,16 @@ std::optional<double> Pipeline::forward_backward(const StepBatch& batch, const s
   const bool per_micro_batch = options_.schedule == algo::PipeSchedule::kUpdatePerMicroBatch;
   const double loss = pipe_->train_batch(batch.inputs, batch.targets, [&] { update(per_micro_batch); }, batch.weight);
   if (steps_++ > 0) bubble_sum_ += pipe_->last_bubble();
+  comm_ = pipe_->last_comm();
   return loss;
+}
+
+bool Pipeline::end_step(std::int64_t, bool, CommStats& stats) {
+  // The stages' sends and receives are on the step's path: every second of them exposed.
+  stats.seconds += comm_;
+  stats.exposed_seconds += comm_;
+  comm_ = 0;
+  return false;
 }
 
 std::optional<double> Pipeline::eval_loss(const StepBatch& batch) { return pipe_->eval_batch(batch.inputs, batch.targets); }

@@ -99,6 +99,8 @@ class GptPipeline {
   double last_bubble() const { return bubble_; }
   // The last train_batch's computation on this stage (forward and backward, not waits), s.
   double last_busy() const { return busy_; }
+  // The last train_batch's time in sends, receives and the waits for them on this stage, s.
+  double last_comm() const { return comm_; }
 
  private:
   struct Pending {
@@ -118,7 +120,7 @@ class GptPipeline {
   std::vector<std::pair<std::string, Var>> own_;
   Var tied_weight_;
   bool first_ = true, last_ = true;
-  double bubble_ = 0, busy_ = 0;
+  double bubble_ = 0, busy_ = 0, comm_ = 0;
   std::vector<double> costs_;  // per block, as balanced
   double first_extra_ = 0, last_extra_ = 0;
 };
@@ -136,6 +138,7 @@ class Pipeline : public Strategy {
   void prepare(ModelPart& part) override;
   std::optional<double> forward_backward(const StepBatch& batch, const std::function<void(bool)>& update) override;
   std::optional<double> eval_loss(const StepBatch& batch) override;
+  bool end_step(std::int64_t step, bool last, CommStats& stats) override;  // its sends and receives
   void finish() override;
   void widen(TrainState& state) override;
   void narrow(StateDict& optimizer) override;
@@ -158,7 +161,7 @@ class Pipeline : public Strategy {
   std::unique_ptr<GptPipeline> pipe_;
   ModelPart* part_ = nullptr;
   std::int64_t steps_ = 0;
-  double bubble_sum_ = 0;
+  double bubble_sum_ = 0, comm_ = 0;
 };
 
 }  // namespace weft::parallel

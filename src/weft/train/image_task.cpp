@@ -21,6 +21,7 @@
 #include "weft/train/task.h"
 #include "weft/train/timeline.h"
 #include "weft/util/error.h"
+#include "weft/util/file.h"
 
 namespace weft {
 
@@ -275,6 +276,7 @@ class ImageClassification : public Task {
     if (o_.sample_log.empty()) return;
     if (sample_log_) std::fclose(sample_log_);
     const std::string path = timeline_path(o_.sample_log, replica_, replicas_);
+    make_parent_directories(path);
     sample_log_ = std::fopen(path.c_str(), "a");
     if (!sample_log_) throw ConfigError("--sample-log: cannot write " + path);
   }

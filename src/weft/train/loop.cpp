@@ -92,13 +92,8 @@ TrainSummary train_in_layouts(TrainOptions o, parallel::Job job, std::FILE* out)
 // failing to save what it trained).
 void check_outputs(const TrainOptions& o) {
   for (const auto& [path, flag] : {std::pair{&o.save_model, "--save-model"}, {&o.report, "--report"},
-                                   {&o.timeline, "--timeline"}, {&o.sample_log, "--sample-log"}})
+                                   {&o.timeline, "--timeline"}, {&o.sample_log, "--sample-log"}, {&o.metrics, "--metrics"}})
     if (!path->empty()) check_output_file(*path, flag);
-  if (!o.metrics.empty()) {  // (its folder is made: metrics.h)
-    if (is_directory(o.metrics)) throw ConfigError("--metrics " + o.metrics + " is a folder, not a file");
-    const std::string folder = std::filesystem::path(o.metrics).parent_path().string();
-    check_output_folder(folder.empty() ? "." : folder, "--metrics");
-  }
   if (!o.checkpoint_dir.empty()) check_output_folder(o.checkpoint_dir, "--checkpoint-dir");
 }
 

@@ -277,6 +277,8 @@ std::optional<RunBreak> Run::train(parallel::LiveMembership* live) {
 
 // One step: this replica's batch, the learning rate, forward, backward and update through
 // the strategies (`last`: of this run), the figures.
+bool Run::steps_in_lockstep() const { return !(o_.parallel.strategy == "ps" && o_.parallel.staleness >= 0); }
+
 // A failed collective says which training step it was in (the collective's own message
 // counts the steps of its schedule).
 template <class Fn>
@@ -316,8 +318,16 @@ void Run::step(bool last) {
   const double compute = seconds_since(t1) - exposed;
   t_.compute_seconds += compute;
   const std::int64_t units = mine * task_->units_per_row();
-  last_ = {loss, lr, seconds, compute, strategies_->stats().seconds - comm_before, exposed, units, step_peak, rows,
-           get_active_threads()};
+  // The metrics' per-step loss: the global batch's, the replicas' mean of weighted losses (as
+  // the printed train loss), one number more per step; an asynchronous parameter server's
+  // workers are at different steps and record their own (the run record says which).
+  double step_loss = loss * batch.weight;
+  if (metrics_ && steps_in_lockstep()) {
+    replicas_.sum(&step_loss, 1);
+    step_loss /= replicas_.size();
+  }
+  last_ = {steps_in_lockstep() ? step_loss : loss, lr, seconds, compute, strategies_->stats().seconds - comm_before,
+           exposed, units, step_peak, rows, get_active_threads()};
   const StepFacts facts{at_.step, &batch, rows, t0, t1, seconds, compute, exposed, &strategies_->stats()};
   for (auto& hook : hooks_) hook->after_step(facts);
   for (auto& hook : hooks_)  // (a change may rebuild the strategies: once every hook saw the step)

@@ -108,6 +108,7 @@ class Run {
   void step(bool last);
   template <class Fn>
   double step_naming_failures(const Fn& fn) const;
+  bool steps_in_lockstep() const;  // every replica takes each step together (not the asynchronous PS)
   std::optional<Evaluation> evaluate(bool round_only);
   void report(nlohmann::json& summary);
   void open_metrics();

@@ -69,6 +69,7 @@ void Run::open_metrics() {
                         {"batch", *o_.batch},
                         {"unit", task_->unit()},
                         {"steps_per_epoch", task_->steps_per_epoch()},
+                        {"step_loss", steps_in_lockstep() ? "global batch" : "this worker's batch"},
                         {"first_step", at_.step + 1},
                         {"planned_steps", planned_},
                         {"parameters", model_->num_parameters()}};
@@ -155,6 +156,7 @@ TrainSummary Run::finish() {
     if (!o_.save_model.empty()) {
       Metadata metadata = task_->model_metadata();
       metadata["format"] = "pt";
+      make_parent_directories(o_.save_model);
       write_file_atomic(o_.save_model, encode_safetensors(model_->state_dict(), metadata));
     }
   }

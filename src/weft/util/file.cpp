@@ -121,26 +121,34 @@ void make_directories(const std::string& path) {
 
 namespace {
 void check_writable_folder(const std::string& folder, const std::string& flag, const std::string& path) {
-  if (!is_directory(folder)) throw ConfigError(flag + " " + path + ": the folder " + folder + " does not exist");
   if (::access(folder.c_str(), W_OK | X_OK) != 0)
     throw ConfigError(flag + " " + path + ": cannot write in the folder " + folder + " (" + std::strerror(errno) + ")");
 }
-}  // namespace
 
-void check_output_file(const std::string& path, const std::string& flag) {
-  if (is_directory(path)) throw ConfigError(flag + " " + path + " is a folder, not a file");
-  const std::string folder = std::filesystem::path(path).parent_path().string();
-  check_writable_folder(folder.empty() ? "." : folder, flag, path);
-}
-
-void check_output_folder(const std::string& path, const std::string& flag) {
+// `folder` exists and can be written in, or its nearest existing ancestor can (`path`, as
+// the user gave it, for the message).
+void check_creatable_folder(const std::string& folder, const std::string& flag, const std::string& path) {
   std::error_code ec;
-  std::filesystem::path p = std::filesystem::absolute(path, ec).lexically_normal();
+  std::filesystem::path p = std::filesystem::absolute(folder, ec).lexically_normal();
   const auto exists = [&ec](const std::filesystem::path& q) { return std::filesystem::exists(q, ec); };
   while (!p.empty() && !exists(p) && p != p.parent_path()) p = p.parent_path();
   if (exists(p) && !is_directory(p.string()))
     throw ConfigError(flag + " " + path + ": " + p.string() + " is a file, not a folder");
   check_writable_folder(p.string(), flag, path);
+}
+}  // namespace
+
+void check_output_folder(const std::string& path, const std::string& flag) { check_creatable_folder(path, flag, path); }
+
+void check_output_file(const std::string& path, const std::string& flag) {
+  if (is_directory(path)) throw ConfigError(flag + " " + path + " is a folder, not a file");
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  check_creatable_folder(folder.empty() ? "." : folder, flag, path);
+}
+
+void make_parent_directories(const std::string& path) {
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  if (!folder.empty()) make_directories(folder);
 }
 
 }  // namespace weft

@@ -41,10 +41,12 @@ bool is_directory(const std::string& path);
 // Creates a folder and its parents (like mkdir -p); throws ConfigError when it cannot.
 void make_directories(const std::string& path);
 // Output paths checked before the work that fills them, so that no run ends by losing
-// what it made: a file whose folder exists and can be written in (and that is not itself
-// a folder); a folder that exists and can be written in, or whose nearest existing
-// ancestor can. ConfigError naming `flag` and the path otherwise.
-void check_output_file(const std::string& path, const std::string& flag);
+// what it made: a folder that exists and can be written in, or whose nearest existing
+// ancestor can (the writer makes the rest: make_directories); a file that is not a folder
+// and whose folder is such a folder (make_parent_directories). ConfigError naming `flag`
+// and the path otherwise.
 void check_output_folder(const std::string& path, const std::string& flag);
+void check_output_file(const std::string& path, const std::string& flag);
+void make_parent_directories(const std::string& path);
 
 }  // namespace weft
