@@ -183,6 +183,23 @@ TEST(Tensor, ShapesWhoseElementCountOverflowsAreRefused) {
   EXPECT_EQ(weft::shape_numel({big, 2}), big * 2);
 }
 
+// At step boundaries the cache gives back what sat unused for a whole step, and keeps the
+// blocks a step takes again.
+TEST(Allocator, StepBoundariesGiveBackIdleBlocks) {
+  allocator_release_cache();
+  const std::size_t reused = 3 << 20, idle = 5 << 20;  // two sizes no other test holds
+  free_bytes(allocate_bytes(idle), idle);                // set-up's, never taken again
+  allocator_trim_idle();                                 // (it was in no list at the last boundary)
+  EXPECT_EQ(allocator_cached_bytes(), idle);
+  for (int step = 0; step < 3; ++step) {
+    free_bytes(allocate_bytes(reused), reused);  // each step takes this size and gives it back
+    allocator_trim_idle();
+    EXPECT_EQ(allocator_cached_bytes(), reused) << "step " << step;  // the idle block went at the first
+  }
+  allocator_release_cache();
+  EXPECT_EQ(allocator_cached_bytes(), 0u);
+}
+
 // Large blocks start on a 2 MiB boundary (for transparent huge pages), and a freed block
 // serves the next allocation of its size: the step-to-step reuse of a training loop.
 TEST(Allocator, LargeBlocksAreHugePageAlignedAndReused) {

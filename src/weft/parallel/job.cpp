@@ -118,7 +118,7 @@ void add_strategies(Strategies& strategies, const ParallelOptions& o, const Job&
   } else if (o.strategy == "fedavg") {
     strategies.add(std::make_unique<FederatedAveraging>(mesh.dp(), o.local_steps, o.eval_rounds));
   } else if (o.zero > 0) {
-    strategies.add(std::make_unique<Zero>(mesh.dp(), o.zero, make_optimizer));
+    strategies.add(std::make_unique<Zero>(mesh.dp(), o.zero, make_optimizer, o.whole_model_at_end));
   } else if (mesh.dp()) {
     DdpOptions ddp = o.ddp;
     ddp.bf16_gradients = o.grad_dtype == "bf16";

@@ -30,6 +30,7 @@ struct ParallelOptions {
   int staleness = -1;                // ps: asynchronous with this bound; -1 synchronous
   std::int64_t local_steps = 1;      // fedavg: steps per round
   std::int64_t eval_rounds = 0;      // fedavg: an evaluation every this many rounds
+  bool whole_model_at_end = true;    // zero 3: gather the parameters after the last step (zero.h)
 
   bool pipelined() const { return mesh.pp > 1 || pipeline.micro_batches > 1; }
   bool model_parallel() const { return pipelined() || mesh.tp > 1; }

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "weft/parallel/ddp.h"
+#include "weft/tensor/allocator.h"
 #include "weft/util/error.h"
 
 namespace weft::parallel {
@@ -79,7 +80,8 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(const std::vector<std::pair<std
 
   if (stage_ == 3) {
     shard_ = Var(shard_of(flat, rank_), true);  // the only copy kept between steps
-    release();
+    // The model's own full parameters go: no unit is gathered yet.
+    for (Var& p : params_) p.mutable_value() = Tensor::empty({0}, dtype);
   } else {
     point_at(units_[0], flat);
     // One unit: the shard is a view, and the optimizer updates the full buffer in place.
@@ -327,6 +329,9 @@ void Zero::prepare(ModelPart& part) {
   std::vector<std::string> layers;
   if (stage_ == 3 && !part.stage) layers = part.model.layer_prefixes();
   zero_ = std::make_unique<ZeroRedundancyOptimizer>(part.trained, group_, stage_, make_optimizer_, layers);
+  // The model's own parameter tensors, replaced by the flat buffer (stages 1, 2) or the
+  // shard (3), and the set-up's copies: given back, not kept in the allocator's cache.
+  allocator_release_cache();
   if (!layers.empty()) {
     layered_ = &part.model;
     part.model.set_layer_hook([z = zero_.get()](std::int64_t layer, bool after) {
@@ -357,6 +362,7 @@ bool Zero::apply(Optimizer&, CommStats& stats) {
 }
 
 void Zero::finish() {
+  if (!whole_model_at_end_) return;  // (the parameters stay sharded)
   if (layered_) layered_->set_layer_hook(nullptr);  // rank 0 may run the model alone from here
   zero_->gather_all();
 }

@@ -175,8 +175,12 @@ class ZeroCheckpointScope {
 // gathers layer by layer through the model's layer hook.
 class Zero : public Strategy {
  public:
-  Zero(std::shared_ptr<comm::Communicator> group, int stage, OptimizerFactory make_optimizer)
-      : group_(std::move(group)), stage_(stage), make_optimizer_(std::move(make_optimizer)) {}
+  // `whole_model_at_end`: stage 3 gathers the parameters after the last step (what rank 0
+  // saves or samples from); without it they stay sharded (the run's peak memory is the
+  // steps', and the ranks hold no replica to compare).
+  Zero(std::shared_ptr<comm::Communicator> group, int stage, OptimizerFactory make_optimizer, bool whole_model_at_end = true)
+      : group_(std::move(group)), stage_(stage), make_optimizer_(std::move(make_optimizer)),
+        whole_model_at_end_(whole_model_at_end) {}
   std::string name() const override { return "zero-" + std::to_string(stage_); }
   void prepare(ModelPart& part) override;
   Optimizer* optimizer() override { return &zero_->optimizer(); }
@@ -212,6 +216,7 @@ class Zero : public Strategy {
   std::shared_ptr<comm::Communicator> group_;
   int stage_;
   OptimizerFactory make_optimizer_;
+  bool whole_model_at_end_;
   std::unique_ptr<ZeroRedundancyOptimizer> zero_;
   Module* layered_ = nullptr;  // the model whose layer hook gathers (stage 3)
   std::int64_t elements_ = 0;

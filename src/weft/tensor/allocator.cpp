@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -17,10 +18,14 @@ namespace {
 constexpr std::size_t kAlign = 64;
 constexpr std::size_t kCacheMinBytes = 16 * 1024;
 constexpr std::size_t kCacheMaxTotal = std::size_t{2} << 30;  // never cache more than 2 GiB
+constexpr std::size_t kTrimHeapBytes = std::size_t{64} << 20;   // trims that free this much trim the heap too
 
 struct Cache {
   std::mutex mu;
   std::unordered_map<std::size_t, std::vector<void*>> free_blocks;
+  // Per size, the fewest blocks the free list held since the last step boundary: that many
+  // sat unused for the whole interval (allocator_trim_idle).
+  std::unordered_map<std::size_t, std::size_t> low_water;
   std::size_t cached = 0;
   ~Cache() {
     for (auto& [size, blocks] : free_blocks)
@@ -58,6 +63,8 @@ void* allocate_bytes(std::size_t bytes) {
       void* p = it->second.back();
       it->second.pop_back();
       c.cached -= size;
+      std::size_t& low = c.low_water[size];
+      low = std::min(low, it->second.size());
       return p;
     }
   }
@@ -101,9 +108,30 @@ void allocator_release_cache() {
     for (auto& [size, blocks] : c.free_blocks)
       for (void* p : blocks) std::free(p);
     c.free_blocks.clear();
+    c.low_water.clear();
     c.cached = 0;
   }
   ::malloc_trim(0);  // (memory freed inside the heap goes back too)
+}
+
+std::size_t allocator_trim_idle() {
+  Cache& c = cache();
+  std::size_t freed = 0;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    for (auto& [size, blocks] : c.free_blocks) {
+      std::size_t& low = c.low_water[size];
+      for (std::size_t i = 0; i < std::min(low, blocks.size()); ++i) {
+        std::free(blocks.back());
+        blocks.pop_back();
+        freed += size;
+      }
+      low = blocks.size();
+    }
+    c.cached -= freed;
+  }
+  if (freed >= kTrimHeapBytes) ::malloc_trim(0);
+  return freed;
 }
 
 std::size_t allocator_live_bytes() { return g_live.load(); }

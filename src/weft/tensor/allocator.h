@@ -20,8 +20,13 @@ void free_bytes(void* p, std::size_t bytes);
 // Bytes currently held in the cache (for tests and memory reports).
 std::size_t allocator_cached_bytes();
 // Gives the cached blocks back to the system (after a large part of the memory moved out
-// for good: offloaded parameters or optimizer state).
+// for good: offloaded parameters, optimizer state, ZeRO's sharded parameters).
 void allocator_release_cache();
+// At a step boundary: gives back the cached blocks that sat unused since the previous one
+// (a block of a size the steps take again stays; one freed by set-up, or by a step whose
+// sizes changed, goes after a whole step unused). Returns the bytes given back. Without it
+// the cache kept up to 2 GiB of blocks no step would take, in the process's memory.
+std::size_t allocator_trim_idle();
 // Bytes currently allocated to live tensors, and the peak since the last reset.
 std::size_t allocator_live_bytes();
 std::size_t allocator_peak_bytes();

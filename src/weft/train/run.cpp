@@ -94,6 +94,8 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
       throw ConfigError(fmt::format("--freeze-below {}: the model has {} layers, and one at least must train", frozen_, layers));
   }
   faults_ = FaultInjection::from_env(rank_);
+  // ZeRO-3's parameters gathered after the last step only for what rank 0 does with them.
+  o_.parallel.whole_model_at_end = !o_.save_model.empty() || (is_language_model(o_.model) && o_.sample > 0);
   build_strategies();
   if (checkpoint_) resume();
   if (!o_.merge_frozen_stages.empty()) relayout_ = plan_relayout(false);
@@ -291,6 +293,7 @@ double Run::step_naming_failures(const Fn& fn) const {
 }
 
 void Run::step(bool last) {
+  allocator_trim_idle();  // what the last step left unused goes back (allocator.h)
   const auto t0 = Clock::now();
   parallel::RankGroup(job_.world.get()).trace_mark("step");
   const std::int64_t rows = task_->rows_at(at_.at);  // the global batch's
