@@ -16,6 +16,7 @@
 #     equals its in-memory run bitwise.
 #  4. Refusals: a limit below the parameters and their gradients, --offload params for a
 #     recurrent model, with --clip-grad or ZeRO, a missing --offload-dir; one line each, exit 2.
+#     Under ZeRO the limit counts the rank's shards.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -96,4 +97,11 @@ expect_refusal "clip-grad 0" "$weft" "${small[@]}" --clip-grad 1
 expect_refusal "DDP or one process" "$weft" "${small[@]}" --zero 1
 expect_refusal "is not a folder" "$weft" "${gpt[@]}" --max-steps 2 --offload optimizer --offload-dir "$work/none"
 expect_refusal "is not a valid size\|--memory-limit" "$weft" "${gpt[@]}" --max-steps 2 --memory-limit lots
-echo "refusals: 7 one-line errors"
+# Under ZeRO the limit counts what a rank holds: ZeRO-1 on 2 ranks still holds every
+# parameter and gradient (refused, naming what divides them), ZeRO-3 half of every model
+# state (96.5 of 193 MiB: under 100M).
+expect_refusal "more ranks (or --zero 3) divide them further" "$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" \
+  --max-steps 1 --zero 1 --memory-limit 100M
+"$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --max-steps 1 --zero 3 --memory-limit 100M >/dev/null ||
+  fail "ZeRO-3's shards were not what --memory-limit counted"
+echo "refusals: 8 one-line errors; ZeRO-3's shards fit a limit the whole model states do not"

@@ -184,21 +184,30 @@ void Run::place_optimizer_state() {
     return;
   }
   Optimizer& opt = strategies_->optimizer();
-  std::int64_t params = 0;  // the trained parameters' bytes (their gradients take as many)
-  for (const auto& [name, p] : strategies_->part().trained) params += static_cast<std::int64_t>(p.value().nbytes());
+  // What this rank holds of the trained parameters (ZeRO-3: its shard) and of their gradients
+  // (ZeRO-2 and -3: its shard), in fp32.
+  const std::int64_t params = strategies_->rank_parameter_elements() * 4;
+  std::int64_t full = 0;
+  for (const auto& [name, p] : strategies_->part().trained) full += p.value().numel();
+  const int dp = std::max(mesh_.shape().dp, 1);
+  const std::int64_t grads = (o_.parallel.zero >= 2 ? (full + dp - 1) / dp : full) * 4;
   const std::int64_t whole = opt.state_total_bytes(), largest = opt.state_largest_bytes();
   // Offloaded: three parameters' buffers in memory (one updated, one read ahead, one written
   // back), or two where three would pass the limit; only worth it below the whole state.
-  const int slots = limit == 0 || 2 * params + 3 * largest <= limit ? 3 : 2;
+  const int slots = limit == 0 || params + grads + 3 * largest <= limit ? 3 : 2;
   const bool asked = o_.offload == "optimizer";
-  const bool offload = whole > 0 && (asked || (limit > 0 && 2 * params + whole > limit && slots * largest < whole));
+  const bool offload = whole > 0 && (asked || (limit > 0 && params + grads + whole > limit && slots * largest < whole));
   const std::int64_t state = offload ? slots * largest : whole;
-  if (limit > 0 && 2 * params + state > limit)
+  if (limit > 0 && params + grads + state > limit) {
+    const bool can_offload_params = o_.parallel.strategy == "ddp" && o_.parallel.zero == 0 && !o_.parallel.model_parallel();
     throw ConfigError(fmt::format(
-        "--memory-limit {}: this rank's model states need {:.1f} MiB in memory (parameters {:.1f} MiB, their gradients as "
-        "many, the optimizer's state {:.1f} MiB{}); --offload params keeps the parameters in a file too",
-        o_.memory_limit, static_cast<double>(2 * params + state) / (1 << 20), static_cast<double>(params) / (1 << 20),
-        static_cast<double>(state) / (1 << 20), offload ? " of it at a time" : ""));
+        "--memory-limit {}: this rank's model states need {:.1f} MiB in memory (parameters {:.1f} MiB, their gradients "
+        "{:.1f} MiB, the optimizer's state {:.1f} MiB{}); {}",
+        o_.memory_limit, static_cast<double>(params + grads + state) / (1 << 20), static_cast<double>(params) / (1 << 20),
+        static_cast<double>(grads) / (1 << 20), static_cast<double>(state) / (1 << 20), offload ? " of it at a time" : "",
+        can_offload_params ? "--offload params keeps the parameters in a file too"
+                           : "more ranks (or --zero 3) divide them further"));
+  }
   if (!offload) return;
   const std::string dir = !o_.offload_dir.empty() ? o_.offload_dir : std::filesystem::temp_directory_path().string();
   opt.offload_state(dir, slots);
