@@ -94,8 +94,10 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
       throw ConfigError(fmt::format("--freeze-below {}: the model has {} layers, and one at least must train", frozen_, layers));
   }
   faults_ = FaultInjection::from_env(rank_);
-  // ZeRO-3's parameters gathered after the last step only for what rank 0 does with them.
-  o_.parallel.whole_model_at_end = !o_.save_model.empty() || (is_language_model(o_.model) && o_.sample > 0);
+  // ZeRO-3's parameters gathered after the last step only for what rank 0 does with them,
+  // and for the model-parallel strategies, which then bring their slices and stages to it.
+  o_.parallel.whole_model_at_end =
+      !o_.save_model.empty() || (is_language_model(o_.model) && o_.sample > 0) || o_.parallel.model_parallel();
   build_strategies();
   if (checkpoint_) resume();
   if (!o_.merge_frozen_stages.empty()) relayout_ = plan_relayout(false);
