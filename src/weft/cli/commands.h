@@ -34,6 +34,9 @@ inline CLI::Validator non_negative() { return checked_number(true); }
 // meant ("unknown flag --lrr for weft train (did you mean --lr?)"), a flag given twice;
 // CLI11's own message otherwise.
 std::string parse_error_words(const CLI::App& command, const CLI::ParseError& e);
+// Every numeric option of `app` and its subcommands refuses an empty value (CLI11 would
+// leave the option at its default: `weft plan --gpus ""` planned for the default count).
+void refuse_empty_numbers(CLI::App& app);
 
 // weft train ...
 void add_train_command(CLI::App& app, Action& action);

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   weft::cli::add_export_command(app, action);
   weft::cli::add_serve_command(app, action);
   weft::cli::add_serve_bench_command(app, action);
+  weft::cli::refuse_empty_numbers(app);
   auto is_command = [&](const std::string& name) {
     for (const auto* sub : app.get_subcommands({}))
       if (sub->get_name() == name) return true;

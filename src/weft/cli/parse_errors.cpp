@@ -30,4 +30,13 @@ std::string parse_error_words(const CLI::App& command, const CLI::ParseError& e)
   return what;
 }
 
+void refuse_empty_numbers(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0 || type.rfind("FLOAT", 0) == 0)
+      opt->check(CLI::Validator([](std::string& text) { return text.empty() ? std::string("an empty value is not a number") : ""; }, ""));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) refuse_empty_numbers(*sub);
+}
+
 }  // namespace weft::cli
