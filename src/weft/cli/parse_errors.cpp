@@ -11,8 +11,10 @@ std::string parse_error_words(const CLI::App& command, const CLI::ParseError& e)
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
     // The words the parser left (or, for an error thrown before parsing, the message's).
     std::vector<std::string> extras = command.remaining();
-    if (extras.empty() && what.find(": ") != std::string::npos)
-      extras.push_back(what.substr(what.find(": ") + 2, what.find(' ', what.find(": ") + 2) - what.find(": ") - 2));
+    if (const std::size_t colon = what.find(": "); extras.empty() && colon != std::string::npos) {
+      const std::size_t start = colon + 2;
+      extras.push_back(what.substr(start, what.find(' ', start) - start));
+    }
     if (extras.empty()) return what;
     const std::string& first = extras.front();
     if (first.rfind("--", 0) != 0) return "unexpected argument '" + first + "'";
@@ -24,9 +26,10 @@ std::string parse_error_words(const CLI::App& command, const CLI::ParseError& e)
     return "unknown flag " + flag + " for weft " + command.get_name() + (meant ? " (did you mean " + *meant + "?)" : "");
   }
   // CLI11: "--lr: At Most 1 required but received 2".
-  const std::size_t at_most = what.find(": At Most 1 required but received ");
-  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && at_most != std::string::npos)
-    return what.substr(0, at_most) + " is given " + what.substr(at_most + 34) + " times: give it once";
+  const std::string at_most = ": At Most 1 required but received ";
+  const std::size_t at = what.find(at_most);
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) && at != std::string::npos)
+    return what.substr(0, at) + " is given " + what.substr(at + at_most.size()) + " times: give it once";
   return what;
 }
 

@@ -288,8 +288,6 @@ std::optional<RunBreak> Run::train(parallel::LiveMembership* live) {
   return std::nullopt;
 }
 
-// One step: this replica's batch, the learning rate, forward, backward and update through
-// the strategies (`last`: of this run), the figures.
 bool Run::steps_in_lockstep() const { return !(o_.parallel.strategy == "ps" && o_.parallel.staleness >= 0); }
 
 // A failed collective says which training step it was in (the collective's own message
@@ -303,6 +301,8 @@ double Run::step_naming_failures(const Fn& fn) const {
   }
 }
 
+// One step: this replica's batch, the learning rate, forward, backward and update through
+// the strategies (`last`: of this run), the figures.
 void Run::step(bool last) {
   allocator_trim_idle();  // what the last step left unused goes back (allocator.h)
   const auto t0 = Clock::now();
