@@ -141,8 +141,10 @@
   };
   function scatterChart(box, c) {
     const canvas = el('canvas', {}, box);
+    // Sorted by x: with parsing off Chart.js takes a dataset's x range from its first and last
+    // points, and a point outside that range was not drawn.
     const datasets = c.series.map((s, i) => ({
-      label: s.name, data: s.points, parsing: false, backgroundColor: s.color || color(i),
+      label: s.name, data: s.points.slice().sort((a, b) => a.x - b.x), parsing: false, backgroundColor: s.color || color(i),
       pointRadius: s.radius || 3, pointStyle: s.style || 'circle',
     }));
     return new Chart(canvas, {
