@@ -109,6 +109,13 @@ def open_page(path):
             check(c["lines"] > 0 and c["circles"] > 0, f"{path}: topology drawn without links or nodes")
         else:
             check(c.get("coloured", 0) > 20, f"{path}: chart {c['id']} has no coloured pixels ({c.get('coloured')})")
+        # A chart of one constant value on an axis it can be read from: at most 4 times the
+        # value wide (Chart.js's own range, v - 1 to v + 1, drew a learning rate of 0.01 as 0).
+        ys = {p["y"] for d in c.get("datasets", []) for p in d["data"] if isinstance(p, dict) and p.get("y") is not None}
+        if "scales" in c and len(ys) == 1 and next(iter(ys)) != 0:
+            v = next(iter(ys))
+            check(c["scales"]["y"][1] - c["scales"]["y"][0] <= 4 * abs(v),
+                  f"{path}: chart {c['id']}: the constant {v} on an axis {c['scales']['y']}")
         for d in c.get("datasets", []):
             if d["data"]:
                 check(d["drawn"] > 0, f"{path}: chart {c['id']} series {d['label']} has data but no drawn elements")

@@ -55,6 +55,13 @@
       fill: false,
       parsing: false,
     }));
+    // A constant series (a learning rate that never changes): Chart.js would span v - 1 to
+    // v + 1 and draw 0.01 as 0; the axis runs from 0 to twice the value instead.
+    const ys = c.series.flatMap((s) => s.y).filter((v) => Number.isFinite(v));
+    const constant = ys.length > 0 && ys.every((v) => v === ys[0]) && ys[0] !== 0 && !c.log_y;
+    const y = {type: c.log_y ? 'logarithmic' : 'linear', title: {display: true, text: c.y},
+               beginAtZero: !c.log_y && !!c.from_zero};
+    if (constant) Object.assign(y, ys[0] > 0 ? {min: 0, max: 2 * ys[0]} : {min: 2 * ys[0], max: 0});
     return new Chart(canvas, {
       type: 'line',
       data: {datasets: datasets},
@@ -62,11 +69,7 @@
         animation: false, responsive: true, maintainAspectRatio: false, normalized: true,
         interaction: {mode: 'nearest', intersect: false},
         plugins: {legend: {display: c.series.length > 1 || !!c.legend}},
-        scales: {
-          x: {type: 'linear', title: {display: true, text: c.x}},
-          y: {type: c.log_y ? 'logarithmic' : 'linear', title: {display: true, text: c.y},
-              beginAtZero: !c.log_y && !!c.from_zero},
-        },
+        scales: {x: {type: 'linear', title: {display: true, text: c.x}}, y: y},
       },
     });
   }
