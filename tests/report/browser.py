@@ -67,7 +67,7 @@ window.__probe = {errors: []};
         e.scales = {x: [c.chart.scales.x.min, c.chart.scales.x.max], y: [c.chart.scales.y.min, c.chart.scales.y.max]};
       }
       if (c.chart && c.chart.data && c.chart.data.datasets) {
-        e.datasets = c.chart.data.datasets.map((d, i) => ({label: d.label, data: d.data,
+        e.datasets = c.chart.data.datasets.map((d, i) => ({label: d.label, data: d.data, color: d.borderColor || d.backgroundColor,
                                                           drawn: c.chart.getDatasetMeta(i).data.length}));
       }
       out.charts.push(e);
@@ -189,6 +189,14 @@ def training(work):
         check(same_points(series(chart(found, "throughput"), name + " rank 0"),
                           [(r["step"], r["samples_per_second"]) for r in steps]),
               f"train.html: the throughput of {name} differs from its metrics file")
+    # Each run keeps one colour on every chart, and the two runs differ.
+    colours = {}
+    for c in found["charts"]:
+        for d in c.get("datasets", []):
+            run_name = d["label"].split(":")[0].split(" ")[0]
+            colours.setdefault(run_name, set()).add(d["color"])
+    check(all(len(v) == 1 for v in colours.values()) and colours["sgd"] != colours["cosine"],
+          f"train.html: the runs' colours change between charts: {colours}")
 
     # A pipeline run: both ranks' throughput, and its timeline as lanes.
     r = subprocess.run([WEFT, "launch", "--nproc-per-node", "2", "--", "weft", "train", "--model", "gpt", "--pp", "2",

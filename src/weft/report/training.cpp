@@ -182,45 +182,60 @@ json training_sections(const std::vector<MetricsRun>& runs, std::size_t max_poin
                          "step", "ms");
   json memory = line_chart("memory", "Memory", "bytes the rank holds after each step, and the step's peak above them",
                            "step", "MB");
+  // Several runs: each keeps one colour on every chart (its second and third kinds of
+  // series dashed and dotted); one run: each kind of series its own colour.
+  static const char* const kRunColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                                           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  std::size_t run_index = 0;
+  const auto in_run_colour = [&](json s, const char* style = nullptr) {
+    if (several) {
+      s["color"] = kRunColors[run_index % std::size(kRunColors)];
+      if (style) s[style] = true;
+    }
+    return s;
+  };
   std::string eval_label, rate_unit;
   for (const MetricsRun& r : runs) {
     const auto& steps = r.steps();
     column(steps, "loss", 1, x, y);
-    loss["series"].push_back(line_series(name_of(r, several ? "" : "training loss"), x, y, max_points));
+    loss["series"].push_back(in_run_colour(line_series(name_of(r, several ? "" : "training loss"), x, y, max_points)));
     column(steps, "val_loss", 1, x, y);
     if (!x.empty()) {
-      json s = line_series(name_of(r, "validation"), x, y, max_points);
+      json s = in_run_colour(line_series(name_of(r, "validation"), x, y, max_points));
       s["dashed"] = true;
       s["points"] = true;
       loss["series"].push_back(s);
-      eval["series"].push_back(line_series(name_of(r, "validation loss"), x, y, max_points));
+      eval["series"].push_back(in_run_colour(line_series(name_of(r, "validation loss"), x, y, max_points)));
       eval["series"].back()["points"] = true;
       eval_label = "validation loss";
     }
     column(steps, "test_accuracy", 100, x, y);
     if (!x.empty()) {
-      eval["series"].push_back(line_series(name_of(r, "test accuracy"), x, y, max_points));
+      eval["series"].push_back(in_run_colour(line_series(name_of(r, "test accuracy"), x, y, max_points)));
       eval["series"].back()["points"] = true;
       eval_label = eval_label.empty() ? "test accuracy (%)" : "accuracy (%) / loss";
     }
     column(steps, "lr", 1, x, y);
-    lr["series"].push_back(line_series(name_of(r, several ? "" : "learning rate"), x, y, max_points));
+    lr["series"].push_back(in_run_colour(line_series(name_of(r, several ? "" : "learning rate"), x, y, max_points)));
     const std::string unit = unit_of(r);
     rate_unit = rate_unit.empty() || rate_unit == unit ? unit : "samples or tokens";
     for (const auto& [rank, rank_steps] : r.ranks) {
       column(rank_steps, unit + "_per_second", 1, x, y);
-      rate["series"].push_back(line_series(fmt::format("{}rank {}", several ? r.name + " " : "", rank), x, y, max_points));
+      rate["series"].push_back(
+          in_run_colour(line_series(fmt::format("{}rank {}", several ? r.name + " " : "", rank), x, y, max_points)));
     }
     for (const char* part : {"compute", "comm", "exposed"}) {
       column(steps, std::string(part) + "_seconds", 1e3, x, y);
       if (x.empty()) continue;
       const std::string label = std::string(part) == "comm" ? "communication" : part;
-      time["series"].push_back(line_series(name_of(r, label), x, y, max_points));
+      const char* style = std::string(part) == "comm" ? "dashed" : std::string(part) == "exposed" ? "dotted" : nullptr;
+      time["series"].push_back(in_run_colour(line_series(name_of(r, label), x, y, max_points), style));
     }
     column(steps, "memory_bytes", 1e-6, x, y);
-    memory["series"].push_back(line_series(name_of(r, "held"), x, y, max_points));
+    memory["series"].push_back(in_run_colour(line_series(name_of(r, "held"), x, y, max_points)));
     column(steps, "peak_step_bytes", 1e-6, x, y);
-    memory["series"].push_back(line_series(name_of(r, "step peak"), x, y, max_points));
+    memory["series"].push_back(in_run_colour(line_series(name_of(r, "step peak"), x, y, max_points), "dashed"));
+    ++run_index;
   }
   eval["y"] = eval_label;
   rate["y"] = rate_unit + "/s";

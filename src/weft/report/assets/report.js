@@ -48,7 +48,7 @@
       borderColor: s.color || color(i),
       backgroundColor: s.color || color(i),
       borderWidth: 1.5,
-      borderDash: s.dashed ? [6, 3] : [],
+      borderDash: s.dashed ? [6, 3] : s.dotted ? [2, 2] : [],
       pointRadius: s.points ? 3 : 0,
       showLine: !s.points_only,
       stepped: s.stepped ? 'before' : false,
