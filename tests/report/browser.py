@@ -116,6 +116,11 @@ def open_page(path):
             v = next(iter(ys))
             check(c["scales"]["y"][1] - c["scales"]["y"][0] <= 4 * abs(v),
                   f"{path}: chart {c['id']}: the constant {v} on an axis {c['scales']['y']}")
+        # Positive values within 1% of each other on an axis from 0 (a range of a few
+        # thousandths had drawn flows of the same rate far apart).
+        if "scales" in c and ys and min(ys) > 0 and max(ys) - min(ys) <= 0.01 * max(ys):
+            check(c["scales"]["y"][0] == 0, f"{path}: chart {c['id']}: values within 1% of each other on an axis "
+                                            f"{c['scales']['y']}")
         for d in c.get("datasets", []):
             if d["data"]:
                 check(d["drawn"] > 0, f"{path}: chart {c['id']} series {d['label']} has data but no drawn elements")

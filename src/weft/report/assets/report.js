@@ -39,6 +39,19 @@
     });
   }
 
+  // The y range of values that hardly vary. One constant value (a learning rate that never
+  // changes): Chart.js would span v - 1 to v + 1 and draw 0.01 as 0; the axis runs from 0 to
+  // twice the value. Positive values within 1% of each other (flows that got the same rate):
+  // a range of a few thousandths would make them look apart; the axis starts at 0.
+  function honestRange(values) {
+    const ys = values.filter((v) => Number.isFinite(v));
+    if (ys.length === 0) return {};
+    const lo = Math.min(...ys), hi = Math.max(...ys);
+    if (lo === hi && lo !== 0) return lo > 0 ? {min: 0, max: 2 * lo} : {min: 2 * lo, max: 0};
+    if (lo > 0 && hi - lo <= 0.01 * hi) return {beginAtZero: true};
+    return {};
+  }
+
   // Chart.js: lines over a numeric x axis (series of x and y arrays).
   function lineChart(box, c) {
     const canvas = el('canvas', {}, box);
@@ -55,13 +68,9 @@
       fill: false,
       parsing: false,
     }));
-    // A constant series (a learning rate that never changes): Chart.js would span v - 1 to
-    // v + 1 and draw 0.01 as 0; the axis runs from 0 to twice the value instead.
-    const ys = c.series.flatMap((s) => s.y).filter((v) => Number.isFinite(v));
-    const constant = ys.length > 0 && ys.every((v) => v === ys[0]) && ys[0] !== 0 && !c.log_y;
     const y = {type: c.log_y ? 'logarithmic' : 'linear', title: {display: true, text: c.y},
                beginAtZero: !c.log_y && !!c.from_zero};
-    if (constant) Object.assign(y, ys[0] > 0 ? {min: 0, max: 2 * ys[0]} : {min: 2 * ys[0], max: 0});
+    if (!c.log_y) Object.assign(y, honestRange(c.series.flatMap((s) => s.y)));
     return new Chart(canvas, {
       type: 'line',
       data: {datasets: datasets},
@@ -159,7 +168,8 @@
         plugins: {tooltip: {callbacks: {label: (t) => (t.raw.label ? t.raw.label + ': ' : '') +
                                                    fmt(t.raw.x) + ', ' + fmt(t.raw.y)}}},
         scales: {x: {type: c.log_x ? 'logarithmic' : 'linear', title: {display: true, text: c.x}},
-                 y: {type: c.log_y ? 'logarithmic' : 'linear', title: {display: true, text: c.y}}},
+                 y: Object.assign({type: c.log_y ? 'logarithmic' : 'linear', title: {display: true, text: c.y}},
+                                  c.log_y ? {} : honestRange(c.series.flatMap((s) => s.points.map((p) => p.y))))},
       },
     });
   }
