@@ -182,14 +182,12 @@ json training_sections(const std::vector<MetricsRun>& runs, std::size_t max_poin
                          "step", "ms");
   json memory = line_chart("memory", "Memory", "bytes the rank holds after each step, and the step's peak above them",
                            "step", "MB");
-  // Several runs: each keeps one colour on every chart (its second and third kinds of
-  // series dashed and dotted); one run: each kind of series its own colour.
-  static const char* const kRunColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-                                           "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  // Several runs: each keeps one colour on every chart, the page's colour of its index (its
+  // second and third kinds of series dashed and dotted); one run: each kind of series its own.
   std::size_t run_index = 0;
   const auto in_run_colour = [&](json s, const char* style = nullptr) {
     if (several) {
-      s["color"] = kRunColors[run_index % std::size(kRunColors)];
+      s["run"] = run_index;
       if (style) s[style] = true;
     }
     return s;

@@ -58,8 +58,8 @@
     const datasets = c.series.map((s, i) => ({
       label: s.name,
       data: s.x.map((x, j) => ({x: x, y: s.y[j]})),
-      borderColor: s.color || color(i),
-      backgroundColor: s.color || color(i),
+      borderColor: s.color || color(s.run !== undefined ? s.run : i),  // (a run's series: its colour)
+      backgroundColor: s.color || color(s.run !== undefined ? s.run : i),
       borderWidth: 1.5,
       borderDash: s.dashed ? [6, 3] : s.dotted ? [2, 2] : [],
       pointRadius: s.points ? 3 : 0,
