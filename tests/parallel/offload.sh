@@ -104,4 +104,6 @@ expect_refusal "more ranks (or --zero 3) divide them further" "$weft" launch --n
   --max-steps 1 --zero 1 --memory-limit 100M
 "$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --max-steps 1 --zero 3 --memory-limit 100M >/dev/null ||
   fail "ZeRO-3's shards were not what --memory-limit counted"
-echo "refusals: 8 one-line errors; ZeRO-3's shards fit a limit the whole model states do not"
+expect_refusal "need 96.5 MiB in memory (parameters 24.1 MiB, their gradients 24.1 MiB" \
+  "$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --max-steps 1 --zero 3 --memory-limit 90M
+echo "refusals: 9 one-line errors; ZeRO-3's shards fit a limit the whole model states do not"

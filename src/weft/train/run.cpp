@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <optional>
 
@@ -189,8 +190,11 @@ void Run::place_optimizer_state() {
   // What this rank holds of the trained parameters (ZeRO-3: its shard) and of their gradients
   // (ZeRO-2 and -3: its shard), in fp32.
   const std::int64_t params = strategies_->rank_parameter_elements() * 4;
+  // (From the full shapes: ZeRO-3's parameters hold no values between steps.)
+  const parallel::ModelPart& part = strategies_->part();
+  const std::map<std::string, Shape> shapes(part.layout.begin(), part.layout.end());
   std::int64_t full = 0;
-  for (const auto& [name, p] : strategies_->part().trained) full += p.value().numel();
+  for (const auto& [name, p] : part.trained) full += shape_numel(shapes.at(name));
   const int dp = std::max(mesh_.shape().dp, 1);
   const std::int64_t grads = (o_.parallel.zero >= 2 ? (full + dp - 1) / dp : full) * 4;
   const std::int64_t whole = opt.state_total_bytes(), largest = opt.state_largest_bytes();
@@ -207,8 +211,9 @@ void Run::place_optimizer_state() {
         "{:.1f} MiB, the optimizer's state {:.1f} MiB{}); {}",
         o_.memory_limit, static_cast<double>(params + grads + state) / (1 << 20), static_cast<double>(params) / (1 << 20),
         static_cast<double>(grads) / (1 << 20), static_cast<double>(state) / (1 << 20), offload ? " of it at a time" : "",
-        can_offload_params ? "--offload params keeps the parameters in a file too"
-                           : "more ranks (or --zero 3) divide them further"));
+        can_offload_params        ? "--offload params keeps the parameters in a file too"
+        : o_.parallel.zero == 3 ? "more ranks divide them further"
+                                : "more ranks (or --zero 3) divide them further"));
   }
   if (!offload) return;
   const std::string dir = !o_.offload_dir.empty() ? o_.offload_dir : std::filesystem::temp_directory_path().string();
