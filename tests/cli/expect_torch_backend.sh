@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The torch.distributed backend "weft": every call against its expected values on 3 ranks
 # under weft launch and on 2 under PyTorch's own torchrun (one script; each launcher and
-# each world size once); then PyTorch's DistributedDataParallel, a plain DDP script (the CNN
+# each world size once); ranks that call different operations refused, on both sides where
+# both receive (torch_mismatch.py); then PyTorch's DistributedDataParallel, a plain DDP script (the CNN
 # on Fashion-MNIST) that differs only in its backend, reaches the same accuracy on weft as on
 # gloo with 2 ranks (and with 4: the long tier's part).
 # usage: expect_torch_backend.sh WEFT [api|ddp4]   (api: the calls and DDP on 2 ranks, the default)
@@ -26,6 +27,10 @@ out=$(PYTHONPATH="$python_dir" torchrun --standalone --nproc_per_node 2 --redire
       --log_dir "$work/torchrun" "$here/torch_backend_api.py" 2>&1) || fail "under torchrun: $out"
 echo "$out" | grep -q "torch backend: [0-9]* checks on 2 ranks" || fail "under torchrun: $out"
 echo "torchrun, 2 ranks: $(echo "$out" | grep checks)"
+# Ranks that call different operations are refused, with one line naming both sides.
+out=$("$weft" launch --nproc-per-node 2 --no-prefix "$here/torch_mismatch.py" 2>&1) || fail "mismatches: $out"
+echo "$out" | grep -q "mismatches: 8 refusals in 5 cases" || fail "mismatches: $out"
+echo "weft launch, 2 ranks: $(echo "$out" | grep mismatches)"
 fi
 
 for n in $ranks; do

@@ -291,6 +291,44 @@ void check_p2p_and_groups(Communicator& comm) {
   }
 }
 
+// Ranks that call different operations refuse each other's messages with one line naming
+// both sides, even where the byte counts agree: on a group of ranks 0 and 1 (each case its
+// own group: a refused operation ends its group), rank 1 all-reduces 10 f64 against rank
+// 0's 20 f32, then i32 against f32, then MAX against SUM. Both ranks receive in each, so
+// both refuse.
+void check_mismatches_refused(Communicator& comm) {
+  const int r = comm.rank();
+  if (comm.size() < 2 || r > 1 || comm.transport() == "mpi") return;  // (MPI's messages carry no header)
+  std::vector<int> pair = {0, 1};
+  struct Case {
+    DataType dtype;
+    std::int64_t count;
+    ReduceOp op;
+    const char* mine;
+  };
+  const Case rank0[] = {{DataType::kF32, 20, ReduceOp::kSum, "allreduce (sum) of 20 f32"},
+                        {DataType::kF32, 8, ReduceOp::kSum, "of 8 f32"},
+                        {DataType::kF32, 6, ReduceOp::kSum, "allreduce (sum) of 6 f32"}};
+  const Case rank1[] = {{DataType::kF64, 10, ReduceOp::kSum, "allreduce (sum) of 10 f64"},
+                        {DataType::kI32, 8, ReduceOp::kSum, "of 8 i32"},
+                        {DataType::kF32, 6, ReduceOp::kMax, "allreduce (max) of 6 f32"}};
+  for (int k = 0; k < 3; ++k) {
+    auto g = comm.new_group(pair);
+    const Case& me = r == 0 ? rank0[k] : rank1[k];
+    const Case& other = r == 0 ? rank1[k] : rank0[k];
+    std::vector<std::uint8_t> buf(static_cast<std::size_t>(me.count) * element_size(me.dtype), 1);
+    std::string error;
+    try {
+      g->allreduce(buf.data(), me.count, me.dtype, me.op)->wait();
+    } catch (const CommError& e) {
+      error = e.what();
+    }
+    expect(error.find(me.mine) != std::string::npos && error.find(other.mine) != std::string::npos &&
+               error.find('\n') == std::string::npos,
+           std::string("mismatch case ") + std::to_string(k) + " refused with both sides named, got: " + error);
+  }
+}
+
 // A member's input element: a small integer from (seed, case, rank, i), so that every rank
 // can compute every other's and sums, products and averages are exact in every dtype.
 double property_input(std::uint64_t seed, int c, int rank, std::int64_t i, ReduceOp op) {
@@ -471,6 +509,7 @@ int run_collectives(bool fake_hosts) {
   check_reproducible_and_async(*comm);
   check_start(*comm);
   check_p2p_and_groups(*comm);
+  check_mismatches_refused(*comm);
   std::printf("rank %d of %d (%s): %d checks, %d failures\n", comm->rank(), comm->size(), comm->transport().c_str(),
               g_checks, g_failures);
   (void)fake_hosts;

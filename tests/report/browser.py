@@ -66,6 +66,8 @@ window.__probe = {errors: []};
       if (c.chart && c.chart.scales && c.chart.scales.x && c.chart.scales.y && c.type !== 'bar') {
         e.scales = {x: [c.chart.scales.x.min, c.chart.scales.x.max], y: [c.chart.scales.y.min, c.chart.scales.y.max]};
       }
+      if (c.chart && c.chart.$weftMarks) e.marks = c.chart.$weftMarks;
+      if (c.chart && c.chart.$weftOffScale) e.off_scale = c.chart.$weftOffScale;
       if (c.chart && c.chart.data && c.chart.data.datasets) {
         e.datasets = c.chart.data.datasets.map((d, i) => ({label: d.label, data: d.data, color: d.borderColor || d.backgroundColor,
                                                           drawn: c.chart.getDatasetMeta(i).data.length}));
@@ -124,13 +126,21 @@ def open_page(path):
         for d in c.get("datasets", []):
             if d["data"]:
                 check(d["drawn"] > 0, f"{path}: chart {c['id']} series {d['label']} has data but no drawn elements")
-            # Every plotted point inside the axes' ranges (a point outside is not drawn).
+            # Every plotted point inside the axes' ranges (a point outside is not drawn), or
+            # above an axis that ends below it and labelled there with its value.
             if "scales" in c:
                 (x0, x1), (y0, y1) = c["scales"]["x"], c["scales"]["y"]
+                labelled = {(q["x"], q["y"]) for q in c.get("off_scale", [])}
                 outside = [p for p in d["data"] if isinstance(p, dict) and p.get("x") is not None and p.get("y") is not None
-                           and not (x0 <= p["x"] <= x1 and y0 <= p["y"] <= y1)]
+                           and not (x0 <= p["x"] <= x1 and y0 <= p["y"] <= y1)
+                           and not (x0 <= p["x"] <= x1 and p["y"] > y1 and (p["x"], p["y"]) in labelled)]
                 check(not outside, f"{path}: chart {c['id']} series {d['label']}: {len(outside)} points outside the axes "
                                    f"x {x0}..{x1}, y {y0}..{y1}, such as {outside[:2]}")
+        # Labels beside points overlap no other label.
+        marks = c.get("marks", [])
+        overlapping = [(a["mark"], b["mark"]) for i, a in enumerate(marks) for b in marks[i + 1:]
+                       if a["left"] < b["right"] and b["left"] < a["right"] and a["top"] < b["bottom"] and b["top"] < a["bottom"]]
+        check(not overlapping, f"{path}: chart {c['id']}: labels overlap: {overlapping[:3]}")
     print(f"{os.path.basename(path)}: {len(drawn)} charts drawn, no console errors")
     return found
 
@@ -227,6 +237,31 @@ def training(work):
     check({"forward", "backward", "optimizer"} <= kinds and any(k.startswith("send") for k in kinds),
           f"pp.html: lanes lack forward, backward, optimizer or pipeline sends: {kinds}")
 
+    # An image model's run beside a language model's: accuracy (%) and validation loss on
+    # charts of their own, and samples/s and tokens/s too.
+    run("report", "sgd.metrics.jsonl", "pp.metrics.jsonl", "-o", "mixed.html", cwd=work)
+    found = open_page(os.path.join(work, "mixed.html"))
+    check(all(d["label"].endswith("test accuracy") for d in chart(found, "validation")["datasets"]) and
+          all(d["label"].endswith("validation loss") for d in chart(found, "validation_loss")["datasets"]),
+          "mixed.html: accuracy and validation loss share a chart")
+    for unit, run_name in (("samples", "sgd"), ("tokens", "pp")):
+        rates = doc_chart(found, "throughput_" + unit)
+        check(rates["y"] == unit + "/s" and all(s["name"].startswith(run_name + " ") for s in rates["series"]),
+              f"mixed.html: the {unit}/s chart holds {[s['name'] for s in rates['series']]}")
+
+    # A first step 86 times the others': the step-time axis ends near the steady steps, and the
+    # first step is labelled at the top with its value (it had flattened every other step).
+    with open(os.path.join(work, "spike.metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"kind": "run", "model": "mlp", "unit": "samples"}) + "\n")
+        for step in range(1, 51):
+            f.write(json.dumps({"kind": "step", "step": step, "loss": 1.0, "seconds": 0.43 if step == 1 else 0.005,
+                                "samples_per_second": 1000, "compute_seconds": 0.43 if step == 1 else 0.005}) + "\n")
+    run("report", "spike.metrics.jsonl", "-o", "spike.html", cwd=work)
+    found = open_page(os.path.join(work, "spike.html"))
+    times = chart(found, "step_time")
+    check(times["scales"]["y"][1] < 10 and {(p["x"], p["y"]) for p in times.get("off_scale", [])} == {(1, 430.0)},
+          f"spike.html: step time axis {times['scales']['y']}, labelled above it: {times.get('off_scale')}")
+
 
 def read_csv(path):
     with open(path) as f:
@@ -297,6 +332,12 @@ def plans(work):
     for key, label in (("weights", "weights"), ("optimizer", "optimizer states"), ("activations", "activations")):
         got = [d["data"] for d in bars["datasets"] if d["label"] == label]
         check(got and close(got[0][0], plan["memory_per_gpu"][key] / 1e9), f"plan.html: {label} differ from the plan")
+    # The bar's stack is the table's total (it had left 2.1 GB of buffers and overhead out).
+    stack = sum(d["data"][0] for d in bars["datasets"])
+    table = {row[0]: row[1] for s in found["doc"]["sections"] if "table" in s for row in s["table"]["rows"]}
+    said = float(re.match(r"([0-9.]+) GB", table["memory per GPU"]).group(1))
+    check(abs(stack - said) <= 0.05 and close(stack, plan["memory_per_gpu"]["total"] / 1e9),
+          f"plan.html: the memory bar stacks to {stack:.2f} GB, the table says {said} GB")
     with open(os.path.join(work, "sweep.json"), "w") as f:
         f.write(run(*args, "--sweep", "--json", cwd=work))
     run("report", "sweep.json", "-o", "sweep.html", cwd=work)
@@ -308,6 +349,13 @@ def plans(work):
     marked = [p["mark"] for p in points if "mark" in p]
     check(len(marked) == min(10, len(sweep["layouts"])) and any(m.startswith("1. ") for m in marked),
           f"sweep.html: the fastest layouts are not labelled: {marked}")
+    placed = sorted(m["mark"] for m in chart(found, "sweep").get("marks", []))
+    check(placed == sorted(marked), f"sweep.html: labels drawn {placed}, points marked {sorted(marked)}")
+    bars = chart(found, "memory")
+    for i, layout in enumerate(sweep["layouts"][:len(bars["datasets"][0]["data"])]):
+        stack = sum(d["data"][i] for d in bars["datasets"])
+        check(close(stack, layout["memory_per_gpu"]["total"] / 1e9),
+              f"sweep.html: layout {i + 1}'s memory bar stacks to {stack} GB of its {layout['memory_per_gpu']['total'] / 1e9}")
 
 
 def large(work):

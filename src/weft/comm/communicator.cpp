@@ -240,10 +240,12 @@ Communicator::~Communicator() {
   // need the store (to form groups, say) after rank 0 is done. Not while an error unwinds
   // the stack: the others may be blocked waiting for this rank and never leave, and the
   // error must reach the user (and the launcher stop the job) now, not after the timeout.
-  if (name_ == "world" && store_ && healthy_ && std::uncaught_exceptions() == 0) {
+  // A rank whose group failed an operation (a refused mismatch, say) and ends normally
+  // still says it left: its peer may have succeeded and wait for it.
+  if (name_ == "world" && store_ && std::uncaught_exceptions() == 0) {
     try {
       store_->add(session_ + "/left", 1);
-      if (server_) {
+      if (server_ && healthy_) {
         auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(options_.rendezvous_timeout_s);
         while (store_->add(session_ + "/left", 0) < size() && std::chrono::steady_clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -442,7 +444,7 @@ void Communicator::run(Task& t) {
   if (scratch_.size() < scratch_bytes) scratch_.resize(scratch_bytes);  // grows, kept from call to call
   b.scratch = scratch_.data();
   ExecContext ctx{algo::collective_name(t.collective), global_rank(), options_.timeout_s, links_->bell,
-                  links_->wait};
+                  links_->wait, collective_signature(t.collective, t.dtype, t.op, c, t.root)};
   TraceRecord rec;
   if (tracer_) rec.start_us = now_us();
   if (mpi_group_) {
@@ -482,9 +484,10 @@ void Communicator::run_p2p_batch(std::vector<std::shared_ptr<Task>>& batch) {
       p.recv(0, t->peer, algo::Chunk{algo::Buf::kData, 0, bytes});
       b.direct.push_back(static_cast<std::uint8_t*>(t->out));
     }
+    b.direct_signatures.push_back(point_to_point_signature(t->dtype, t->count));
   }
   ExecContext ctx{batch.size() == 1 ? (batch[0]->kind == Task::kSend ? "send" : "recv") : "send/recv",
-                  global_rank(), options_.timeout_s, links_->bell, links_->wait};
+                  global_rank(), options_.timeout_s, links_->bell, links_->wait, {}};
   const std::int64_t start = tracer_ ? now_us() : 0;
   if (mpi_group_) {
     mpi::execute(p, b, *mpi_group_, ctx, nullptr);

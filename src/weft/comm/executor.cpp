@@ -21,13 +21,14 @@ using algo::Chunk;
 using algo::Op;
 using algo::OpKind;
 
-constexpr std::uint32_t kMagic = 0x31544657;  // "WFT1"
+constexpr std::uint32_t kMagic = 0x32544657;  // "WFT2"
 struct Header {
   std::uint32_t magic;
   std::uint32_t seq;
   std::uint64_t bytes;
+  MessageSignature signature;
 };
-static_assert(sizeof(Header) == 16);
+static_assert(sizeof(Header) == 32);
 
 struct Transfer {
   const Op* op;
@@ -46,6 +47,7 @@ struct Transfer {
   std::size_t carry_n = 0;
   std::uint64_t applied = 0;  // payload bytes reduced into the destination
   const std::uint8_t* base = nullptr;  // a receive-reduce with a src: dst = base (op) received
+  MessageSignature signature{};  // this side's operation
 };
 
 
@@ -89,6 +91,12 @@ class ProgramRun {
     return nullptr;
   }
 
+  // A message of another operation: no timeout involved.
+  CommError refuse(const std::string& why, int peer) const {
+    return CommError(ctx_.op + " failed on rank " + std::to_string(ctx_.rank) + ": " + why, ctx_.op, ctx_.rank, peer,
+                     ctx_.timeout_s);
+  }
+
   CommError fail(const std::string& why, int peer) const {
     return CommError(ctx_.op + " failed on rank " + std::to_string(ctx_.rank) + " in step " + std::to_string(step_ + 1) +
                          " of its " + std::to_string(program_.steps.size()) + "-step schedule: " +
@@ -112,6 +120,7 @@ class ProgramRun {
         case OpKind::kSend: {
           Transfer t{&op, &peers_.at(op.peer), b_.direct.empty() ? addr(op.src) : b_.direct[i]};
           t.bytes = static_cast<std::uint64_t>(op.src.count) * esize_;
+          t.signature = signature_of(i);
           if (step_sends_) (*step_sends_)[step_].emplace_back(t.link->global_rank, static_cast<std::int64_t>(t.bytes));
           add_parts(t, sends_, true);
           break;
@@ -120,6 +129,7 @@ class ProgramRun {
         case OpKind::kRecvReduce: {
           Transfer t{&op, &peers_.at(op.peer), b_.direct.empty() ? addr(op.dst) : b_.direct[i]};
           t.bytes = static_cast<std::uint64_t>(op.dst.count) * esize_;
+          t.signature = signature_of(i);
           if (op.kind == OpKind::kRecvReduce && op.src.count > 0) t.base = addr(op.src);
           add_parts(t, recvs_, false);
           break;
@@ -132,6 +142,10 @@ class ProgramRun {
     for (auto& t : recvs_) pending_recvs_.push_back(&t);
   }
 
+  MessageSignature signature_of(std::size_t op) const {
+    return op < b_.direct_signatures.size() ? b_.direct_signatures[op] : ctx_.signature;
+  }
+
   // A message as one transfer on the link's channel, or (striped) one per lane, each lane's
   // part a whole number of elements in proportion to its share.
   void add_parts(Transfer t, std::vector<Transfer>& into, bool send) const {
@@ -141,7 +155,7 @@ class ProgramRun {
       part.recv_seq = &recv_seq;
       part.path = part.op->peer * 16 + lane;
       part.pad = static_cast<std::size_t>((8 - part.bytes % 8) % 8);
-      if (send) part.header = {kMagic, send_seq++, part.bytes};
+      if (send) part.header = {kMagic, send_seq++, part.bytes, part.signature};
       into.push_back(part);
     };
     if (link.lanes.size() < 2 || t.bytes < link.stripe_min) {
@@ -201,6 +215,12 @@ class ProgramRun {
       moved += k;
       if (t.header_done < sizeof(Header)) return moved;
       std::uint32_t want_seq = (*t.recv_seq)++;
+      if (t.header.magic == kMagic && !signatures_agree(t.header.signature, t.signature)) {
+        throw refuse("rank " + std::to_string(t.link->global_rank) + " sent a message of " +
+                       describe(t.header.signature) + ", this rank runs " + describe(t.signature) +
+                       ": every rank must call the same operation with the same count, type, reduction and root",
+                   t.link->global_rank);
+      }
       if (t.header.magic != kMagic || t.header.seq != want_seq || t.header.bytes != t.bytes) {
         throw fail("protocol error from rank " + std::to_string(t.link->global_rank) + ": expected message " +
                        std::to_string(want_seq) + " of " + std::to_string(t.bytes) + " bytes",

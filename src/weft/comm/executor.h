@@ -3,11 +3,13 @@
 // For each step, local copies and reductions run first (a verified program never lets
 // them touch what the step's messages touch), then every send and receive advances in
 // pieces as far as its channel allows, round after round, until all complete. A message is
-// a 16-byte header (magic, sequence number, length), checked on arrival, then the bytes;
+// a 32-byte header (magic, sequence number, length, signature), checked on arrival, then the bytes;
 // a receive-reduce combines each piece straight from the channel into its destination.
 // When nothing moves, the rank spins briefly, then sleeps on poll() (TCP) or on its
 // doorbell (shared memory). No progress for the timeout, a dead peer, or a bad header
-// throws CommError naming the operation and the peer.
+// throws CommError naming the operation and the peer. The header also carries the
+// operation's signature (message_signature.h): a message of another operation, type,
+// reduction, count or root is refused before its bytes are taken.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@
 
 #include "weft/algo/program.h"
 #include "weft/comm/channel.h"
+#include "weft/comm/message_signature.h"
 #include "weft/comm/wait_policy.h"
 #include "weft/comm/reduce.h"
 
@@ -29,8 +32,9 @@ struct ExecBuffers {
   DataType dtype = DataType::kF32;
   ReduceOp op = ReduceOp::kSum;
   // Point-to-point batches: op i of the program's single step moves bytes at direct[i]
-  // (counts are then in bytes).
+  // (counts are then in bytes), signed direct_signatures[i].
   std::vector<std::uint8_t*> direct;
+  std::vector<MessageSignature> direct_signatures;
 };
 
 // One path to a peer, with its own message sequence numbers.
@@ -62,6 +66,7 @@ struct ExecContext {
   double timeout_s = 60;  // no progress for this long fails the operation
   Doorbell* doorbell = nullptr;  // this rank's, when shared memory is in use
   WaitSettings wait;              // how a rank waits for its peers (wait_policy.h)
+  MessageSignature signature{};   // every message's but point-to-point batches'
 };
 
 // What this thread's waits did so far (wait_policy.h).

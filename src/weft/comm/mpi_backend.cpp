@@ -186,7 +186,7 @@ void mpi_native(algo::Collective c, Group& group, const void* in, void* out, std
   if (reduces && (t == DataType::kF16 || t == DataType::kBF16))
     throw ConfigError(std::string("the mpi algorithm cannot reduce ") + dtype_name(t) +
                       " (MPI has no 16-bit float type); weft's own algorithms can");
-  ExecContext ctx{algo::collective_name(c), rank, 0, nullptr, {}};
+  ExecContext ctx{algo::collective_name(c), rank, 0, nullptr, {}, {}};
   int rc = MPI_SUCCESS;
   switch (c) {
     case Collective::kAllReduce: rc = MPI_Allreduce(send, out, n, dt, mpi_op(op), comm); break;

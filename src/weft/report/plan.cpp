@@ -15,7 +15,8 @@ namespace {
 const std::vector<std::pair<std::string, std::string>>& parts() {
   static const std::vector<std::pair<std::string, std::string>> p = {
       {"weights", "weights"}, {"gradients", "gradients"}, {"optimizer", "optimizer states"},
-      {"activations", "activations"}, {"kv_cache", "KV cache"}};
+      {"activations", "activations"}, {"buffers", "buffers"}, {"overhead", "runtime and fragmentation"},
+      {"kv_cache", "KV cache"}};
   return p;
 }
 

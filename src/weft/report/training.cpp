@@ -83,6 +83,27 @@ json line_chart(const std::string& id, const std::string& title, const std::stri
 
 std::string unit_of(const MetricsRun& r) { return r.run.value("unit", std::string("samples")); }
 
+// A few warm-up steps far above the rest (a first step of 430 ms against 5 ms) would flatten
+// every other step against the axis: the axis then ends a little above the steady steps'
+// highest value (the first tenth of each series left out, as the medians do), and the chart
+// says which steps run off its top (the page labels them with their values).
+void off_scale_above(json& chart) {
+  double steady = 0, highest = 0;
+  for (const json& s : chart["series"]) {
+    const auto& ys = s["y"];
+    for (std::size_t i = 0; i < ys.size(); ++i) {
+      const double v = ys[i].get<double>();
+      highest = std::max(highest, v);
+      if (i >= ys.size() / 10) steady = std::max(steady, v);
+    }
+  }
+  if (steady <= 0 || highest <= 2 * steady) return;
+  chart["y_max"] = steady * 1.15;
+  chart["how"] = chart["how"].get<std::string>() +
+                 fmt::format("; steps above {:.3g} {} (warm-up) run off the top, labelled with their values",
+                             steady * 1.15, chart["y"].get<std::string>());
+}
+
 }  // namespace
 
 std::optional<RankFile> split_rank_file(const std::string& path) {
@@ -173,9 +194,22 @@ json training_sections(const std::vector<MetricsRun>& runs, std::size_t max_poin
   std::vector<double> x, y;
   json loss = line_chart("loss", "Loss", "the training loss of each step; validation (dashed) where evaluated", "step",
                          "loss");
-  json eval = line_chart("validation", "Validation", "the evaluation made after those steps", "step", "");
+  // Accuracy (%) and validation loss have charts of their own: one axis for both would
+  // read a loss of 0.5 as an accuracy of 0.5 %.
+  json eval = line_chart("validation", "Test accuracy", "the evaluation made after those steps", "step",
+                         "test accuracy (%)");
+  json eval_loss = line_chart("validation_loss", "Validation loss", "the evaluation made after those steps", "step",
+                              "validation loss");
   json lr = line_chart("lr", "Learning rate", "the rate each step used (schedule and warm-up)", "step", "learning rate");
-  json rate = line_chart("throughput", "Throughput per rank", "each rank's own rate on each step", "step", "");
+  // One throughput chart per unit (samples/s and tokens/s are not one axis).
+  std::vector<std::string> units;
+  for (const MetricsRun& r : runs)
+    if (std::find(units.begin(), units.end(), unit_of(r)) == units.end()) units.push_back(unit_of(r));
+  std::map<std::string, json> rates;
+  for (const std::string& unit : units)
+    rates[unit] = line_chart(units.size() == 1 ? "throughput" : "throughput_" + unit,
+                             units.size() == 1 ? "Throughput per rank" : "Throughput per rank (" + unit + ")",
+                             "each rank's own rate on each step", "step", unit + "/s");
   json time = line_chart("step_time", "Step time: compute, communication, exposed",
                          "per step on rank 0: compute; communication (launch to finish, overlapped or not); "
                          "exposed: the communication the step waited for",
@@ -192,7 +226,6 @@ json training_sections(const std::vector<MetricsRun>& runs, std::size_t max_poin
     }
     return s;
   };
-  std::string eval_label, rate_unit;
   for (const MetricsRun& r : runs) {
     const auto& steps = r.steps();
     column(steps, "loss", 1, x, y);
@@ -203,23 +236,20 @@ json training_sections(const std::vector<MetricsRun>& runs, std::size_t max_poin
       s["dashed"] = true;
       s["points"] = true;
       loss["series"].push_back(s);
-      eval["series"].push_back(in_run_colour(line_series(name_of(r, "validation loss"), x, y, max_points)));
-      eval["series"].back()["points"] = true;
-      eval_label = "validation loss";
+      eval_loss["series"].push_back(in_run_colour(line_series(name_of(r, "validation loss"), x, y, max_points)));
+      eval_loss["series"].back()["points"] = true;
     }
     column(steps, "test_accuracy", 100, x, y);
     if (!x.empty()) {
       eval["series"].push_back(in_run_colour(line_series(name_of(r, "test accuracy"), x, y, max_points)));
       eval["series"].back()["points"] = true;
-      eval_label = eval_label.empty() ? "test accuracy (%)" : "accuracy (%) / loss";
     }
     column(steps, "lr", 1, x, y);
     lr["series"].push_back(in_run_colour(line_series(name_of(r, several ? "" : "learning rate"), x, y, max_points)));
     const std::string unit = unit_of(r);
-    rate_unit = rate_unit.empty() || rate_unit == unit ? unit : "samples or tokens";
     for (const auto& [rank, rank_steps] : r.ranks) {
       column(rank_steps, unit + "_per_second", 1, x, y);
-      rate["series"].push_back(
+      rates[unit]["series"].push_back(
           in_run_colour(line_series(fmt::format("{}rank {}", several ? r.name + " " : "", rank), x, y, max_points)));
     }
     for (const char* part : {"compute", "comm", "exposed"}) {
@@ -235,12 +265,12 @@ json training_sections(const std::vector<MetricsRun>& runs, std::size_t max_poin
     memory["series"].push_back(in_run_colour(line_series(name_of(r, "step peak"), x, y, max_points), "dashed"));
     ++run_index;
   }
-  eval["y"] = eval_label;
-  rate["y"] = rate_unit + "/s";
+  off_scale_above(time);
   json charts = json::array({loss});
   if (!eval["series"].empty()) charts.push_back(eval);
+  if (!eval_loss["series"].empty()) charts.push_back(eval_loss);
   charts.push_back(lr);
-  charts.push_back(rate);
+  for (const std::string& unit : units) charts.push_back(rates[unit]);
   charts.push_back(time);
   charts.push_back(memory);
   for (json& c : charts) c["legend"] = true;

@@ -71,9 +71,11 @@
     const y = {type: c.log_y ? 'logarithmic' : 'linear', title: {display: true, text: c.y},
                beginAtZero: !c.log_y && !!c.from_zero};
     if (!c.log_y) Object.assign(y, honestRange(c.series.flatMap((s) => s.y)));
+    if (c.y_max !== undefined) Object.assign(y, {min: 0, max: c.y_max});
     return new Chart(canvas, {
       type: 'line',
       data: {datasets: datasets},
+      plugins: c.y_max !== undefined ? [offScale] : [],
       options: {
         animation: false, responsive: true, maintainAspectRatio: false, normalized: true,
         interaction: {mode: 'nearest', intersect: false},
@@ -82,6 +84,36 @@
       },
     });
   }
+
+  // Points above an axis that ends below them (a chart with y_max: warm-up steps far above
+  // the rest) are named at the top edge with their values; chart.$weftOffScale lists them.
+  const offScale = {
+    id: 'weftOffScale',
+    afterDatasetsDraw(chart) {
+      const ctx = chart.ctx, area = chart.chartArea, max = chart.scales.y.max;
+      const placed = [];
+      ctx.save();
+      ctx.font = '11px sans-serif';
+      ctx.fillStyle = '#b00020';
+      ctx.textBaseline = 'top';
+      chart.data.datasets.forEach((d) => {
+        d.data.forEach((p) => {
+          if (!(p.y > max)) return;
+          const x = chart.scales.x.getPixelForValue(p.x);
+          const text = '↑ ' + fmt(p.y);
+          const w = ctx.measureText(text).width;
+          // Beside the labels already placed on this edge, not over them.
+          let row = 0;
+          while (placed.some((q) => q.row === row && Math.abs(q.left - x) < Math.max(q.width, w) + 4)) ++row;
+          const left = Math.min(Math.max(x, area.left), area.right - w);
+          ctx.fillText(text, left, area.top + 2 + row * 13);
+          placed.push({x: p.x, y: p.y, row: row, left: x, width: w});
+        });
+      });
+      ctx.restore();
+      chart.$weftOffScale = placed.map((q) => ({x: q.x, y: q.y}));
+    },
+  };
 
   // A dashed horizontal line across the plot at `limit.value`, named at its right end.
   const limitLine = {
@@ -130,25 +162,54 @@
     });
   }
 
-  // Chart.js: points; points with a `mark` carry their label beside them.
+  // Chart.js: points; points with a `mark` carry their label beside them, each where it
+  // covers no point and no label placed before it (right, left, above, below, then further
+  // out, with a leader line from the point); chart.$weftMarks lists the boxes drawn.
   const markLabels = {
     id: 'weftMarks',
     afterDatasetsDraw(chart) {
-      const ctx = chart.ctx;
+      const ctx = chart.ctx, area = chart.chartArea, h = 12;
+      const boxes = [], dots = [];
+      chart.data.datasets.forEach((d, i) => chart.getDatasetMeta(i).data.forEach((at) => {
+        const r = (d.pointRadius || 3) + 1;
+        dots.push({left: at.x - r, right: at.x + r, top: at.y - r, bottom: at.y + r});
+      }));
+      const apart = (b, o) => !(b.left < o.right && o.left < b.right && b.top < o.bottom && o.top < b.bottom);
+      const free = (b) => b.left >= area.left && b.right <= area.right && b.top >= area.top && b.bottom <= area.bottom &&
+                          boxes.every((o) => apart(b, o)) && dots.every((o) => apart(b, o));
       ctx.save();
       ctx.font = '11px sans-serif';
-      ctx.fillStyle = '#1d2330';
+      ctx.textBaseline = 'top';
       chart.data.datasets.forEach((d, i) => {
         const meta = chart.getDatasetMeta(i);
         d.data.forEach((p, j) => {
           const at = meta.data[j];
           if (!p.mark || !at) return;
           const w = ctx.measureText(p.mark).width;
-          const left = at.x + 6 + w > chart.chartArea.right;
-          ctx.fillText(p.mark, left ? at.x - 6 - w : at.x + 6, at.y - 6);
+          let chosen = null;
+          for (let ring = 0; ring < 8 && !chosen; ++ring) {
+            const gap = 6 + ring * 14;
+            for (const [dx, dy] of [[gap, -h / 2], [-gap - w, -h / 2], [-w / 2, -gap - h], [-w / 2, gap],
+                                    [gap, -gap - h], [-gap - w, -gap - h], [gap, gap], [-gap - w, gap]]) {
+              const b = {left: at.x + dx, top: at.y + dy, right: at.x + dx + w, bottom: at.y + dy + h};
+              if (free(b)) { chosen = b; break; }
+            }
+          }
+          if (!chosen) return;  // no room anywhere near: unlabelled (the memory chart names the same layouts)
+          if (Math.hypot((chosen.left + chosen.right) / 2 - at.x, (chosen.top + chosen.bottom) / 2 - at.y) > 6 + w / 2 + h) {
+            ctx.strokeStyle = '#9aa3b5';
+            ctx.beginPath();
+            ctx.moveTo(at.x, at.y);
+            ctx.lineTo(Math.min(Math.max(at.x, chosen.left), chosen.right), Math.min(Math.max(at.y, chosen.top), chosen.bottom));
+            ctx.stroke();
+          }
+          ctx.fillStyle = '#1d2330';
+          ctx.fillText(p.mark, chosen.left, chosen.top);
+          boxes.push(Object.assign({mark: p.mark}, chosen));
         });
       });
       ctx.restore();
+      chart.$weftMarks = boxes;
     },
   };
   function scatterChart(box, c) {

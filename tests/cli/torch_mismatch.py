@@ -1,0 +1,52 @@
+"""Ranks that call different operations of the "weft" backend, even of equal byte counts,
+are refused with one line naming both sides (the message header's signature), never left
+with garbage. Each case runs on its own group of both ranks (a refused operation ends its
+group). Run under `weft launch --nproc-per-node 2`; rank 0 prints 'mismatches: N refused'."""
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("weft")
+r, w = dist.get_rank(), dist.get_world_size()
+assert w == 2, "two ranks"
+ones = torch.ones
+# (case, what rank 0 calls, what rank 1 calls, the ranks that refuse, words of the refusal)
+cases = [
+    # 80 bytes both: each rank receives the other's message, and both refuse.
+    ("20 f32 against 10 f64", lambda g: dist.all_reduce(ones(20), group=g),
+     lambda g: dist.all_reduce(ones(10, dtype=torch.float64), group=g), {0, 1},
+     ["allreduce (sum) of 20 f32", "allreduce (sum) of 10 f64"]),
+    ("f32 against i32", lambda g: dist.all_reduce(ones(8), group=g),
+     lambda g: dist.all_reduce(ones(8, dtype=torch.int32), group=g), {0, 1}, ["of 8 f32", "of 8 i32"]),
+    ("SUM against MAX", lambda g: dist.all_reduce(ones(6), group=g),
+     lambda g: dist.all_reduce(ones(6), op=dist.ReduceOp.MAX, group=g), {0, 1},
+     ["allreduce (sum) of 6 f32", "allreduce (max) of 6 f32"]),
+    # Rank 0 only sends in its broadcast: rank 1 refuses the message, rank 0's call returns
+    # (it hears of it at its next operation with rank 1).
+    ("broadcast against all_reduce", lambda g: dist.broadcast(torch.arange(4.0), 0, group=g),
+     lambda g: dist.all_reduce(torch.arange(4.0), group=g), {1},
+     ["broadcast from rank 0 of 4 f32", "allreduce (sum) of 4 f32"]),
+    ("a send of 20 f32 against a receive of 10 f64", lambda g: dist.send(ones(20), 1, group=g),
+     lambda g: dist.recv(torch.zeros(10, dtype=torch.float64), 0, group=g), {1},
+     ["send/recv of 20 f32", "send/recv of 10 f64"]),
+]
+refused = 0
+for case, call0, call1, refusing, words in cases:
+    group = dist.new_group([0, 1])
+    try:
+        (call0 if r == 0 else call1)(group)
+        assert r not in refusing, f"rank {r}, {case}: the call returned"
+    except RuntimeError as e:
+        text = str(e).strip()
+        assert r in refusing, f"rank {r}, {case}: refused unexpectedly: {text}"
+        for word in words:
+            assert word in text, f"rank {r}, {case}: '{word}' not in: {text}"
+        assert "\n" not in text, f"rank {r}, {case}: more than one line: {text}"
+        refused += 1
+# The world group still works, and the ranks together refused what they should.
+total = torch.tensor([refused])
+dist.all_reduce(total)
+want = sum(len(c[3]) for c in cases)
+assert total.item() == want, f"{total.item()} refusals, expected {want}"
+if r == 0:
+    print(f"mismatches: {total.item()} refusals in {len(cases)} cases", flush=True)
+dist.destroy_process_group()
