@@ -13,6 +13,7 @@
 
 #include "weft/parallel/ddp.h"
 #include "weft/tensor/allocator.h"
+#include "weft/util/dispatch.h"
 #include "weft/util/error.h"
 
 namespace weft::parallel {
@@ -47,7 +48,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(const std::vector<std::pair<std
   }
 
   // The units: outside the layers (everything without layers), then each layer.
-  layered_ = stage_ == 3 && !layers.empty();
+  layered_ = stage_ >= 2 && !layers.empty();
   units_.resize(layered_ ? 1 + layers.size() : 1);
   for (std::size_t k = 0; k < params_.size(); ++k) {
     std::size_t u = 0;
@@ -55,7 +56,9 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(const std::vector<std::pair<std
       if (names_[k].rfind(layers[j], 0) == 0) u = 1 + j;
     units_[u].params.push_back(k);
   }
-  for (std::size_t j = 0; layered_ && j < layers.size(); ++j)
+  // (Stage 3 gathers a layer when backward leaves the one after it: each needs parameters.
+  // Under stage 2 a layer without trained parameters, all frozen say, is an empty unit.)
+  for (std::size_t j = 0; layered_ && stage_ == 3 && j < layers.size(); ++j)
     if (units_[1 + j].params.empty()) throw ConfigError("ZeRO: no parameters under the layer prefix '" + layers[j] + "'");
   offsets_.resize(params_.size());
   for (Unit& u : units_) {
@@ -72,9 +75,15 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(const std::vector<std::pair<std
     shard_elements_ += u.piece;
   }
 
+  // Each parameter into the flat buffer, its own tensor given back to the system at once:
+  // the set-up holds the parameters once, not twice (its peak had been the run's).
   Tensor flat = Tensor::zeros({padded_}, dtype);
   for (std::size_t k = 0; k < params_.size(); ++k) {
-    flat.slice(0, offsets_[k], offsets_[k] + shape_numel(shapes_[k])).view(shapes_[k]).copy_(params_[k].value());
+    Tensor at = flat.slice(0, offsets_[k], offsets_[k] + shape_numel(shapes_[k])).view(shapes_[k]);
+    at.copy_(params_[k].value());
+    const bool large = params_[k].value().nbytes() >= (std::size_t{1} << 20);
+    params_[k].mutable_value() = stage_ == 3 ? Tensor::empty({0}, dtype) : at;
+    if (large) allocator_release_cache();
   }
   if (comm_) comm_->broadcast(flat.raw_data(), padded_, comm_dtype(flat), 0)->wait();  // replicas start equal
 
@@ -82,13 +91,19 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(const std::vector<std::pair<std
     shard_ = Var(shard_of(flat, rank_), true);  // the only copy kept between steps
     // The model's own full parameters go: no unit is gathered yet.
     for (Var& p : params_) p.mutable_value() = Tensor::empty({0}, dtype);
-  } else {
+  } else if (units_.size() == 1) {
     point_at(units_[0], flat);
     // One unit: the shard is a view, and the optimizer updates the full buffer in place.
     shard_ = Var(flat.slice(0, rank_ * shard_elements_, (rank_ + 1) * shard_elements_), true);
+  } else {
+    // Stage 2 by layers: the full parameters stay (each unit a view of the one buffer);
+    // the shard is this rank's piece of every unit, all-gathered back after the update.
+    for (Unit& u : units_) point_at(u, flat.slice(0, u.begin, u.begin + u.piece * world_));
+    shard_ = Var(shard_of(flat, rank_), true);
   }
   optimizer_ = make_optimizer({{"shard", shard_}});
-  // Layer by layer, backward reduce-scatters a layer's gradients as soon as they are final.
+  // Layer by layer, backward reduce-scatters a layer's gradients as soon as they are final,
+  // and the full gradients of that layer go: a rank never holds every full gradient at once.
   for (std::size_t u = 1; layered_ && u < units_.size(); ++u)
     for (std::size_t k : units_[u].params)
       params_[k].set_grad_ready_hook([this, u] {
@@ -213,14 +228,16 @@ void ZeroRedundancyOptimizer::reduce_unit(Unit& u) {
 void ZeroRedundancyOptimizer::layer_gradients_ready(std::size_t unit) {
   const auto start = Clock::now();
   reduce_unit(units_[unit]);
-  release_unit(units_[unit]);
-  // Backward goes on with the layer before: its parameters, now (units_[0] stays gathered).
-  if (unit > 1) gather_unit(units_[unit - 1]);
+  if (stage_ == 3) {
+    release_unit(units_[unit]);
+    // Backward goes on with the layer before: its parameters, now (units_[0] stays gathered).
+    if (unit > 1) gather_unit(units_[unit - 1]);
+  }
   backward_comm_ += Clock::now() - start;
 }
 
 void ZeroRedundancyOptimizer::before_layer(std::size_t i) {
-  if (!layered_) return;
+  if (!layered_ || stage_ != 3) return;
   WEFT_CHECK(i + 1 < units_.size(), "ZeRO: layer index out of range");
   const auto start = Clock::now();
   gather_unit(units_[i + 1]);
@@ -228,7 +245,7 @@ void ZeroRedundancyOptimizer::before_layer(std::size_t i) {
 }
 
 void ZeroRedundancyOptimizer::after_layer(std::size_t i) {
-  if (!layered_) return;
+  if (!layered_ || stage_ != 3) return;
   WEFT_CHECK(i + 1 < units_.size(), "ZeRO: layer index out of range");
   if (grad_enabled() && i + 2 == units_.size()) return;  // backward starts with the last layer
   release_unit(units_[i + 1]);
@@ -294,22 +311,41 @@ double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm, const std::funct
   if (comm_ && world_ > 1) comm_->allreduce(&sq, 1, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
   if (model_group && model_group->size() > 1) model_group->allreduce(&sq, 1, comm::DataType::kF64, comm::ReduceOp::kSum)->wait();
   const double norm = std::sqrt(sq);
-  if (max_norm > 0 && norm > max_norm && shard_.grad().defined())
-    shard_.set_grad(ops::mul(shard_.grad(), max_norm / (norm + 1e-6)));
+  if (max_norm > 0 && norm > max_norm && shard_.grad().defined()) {
+    // This step's own buffer, scaled in place (not copied), with ops::mul's arithmetic (in
+    // double, then rounded): the same values as clip_grad_norm's.
+    Tensor g = shard_.grad();
+    const double scale = max_norm / (norm + 1e-6);
+    dispatch(g.dtype(), [&](auto zero) {
+      using T = decltype(zero);
+      T* d = g.data<T>();
+      for (std::int64_t i = 0, n = g.numel(); i < n; ++i) d[i] = static_cast<T>(d[i] * scale);
+    });
+  }
   return norm;
 }
 
 std::chrono::duration<double> ZeroRedundancyOptimizer::step() {
   optimizer_->step();
+  // The averaged gradients are used: held to the next step's, they were a second shard of
+  // gradients (stages 2, 3) or, stage 1, the whole all-reduced buffer its shard is a view of.
+  shard_.clear_grad();
   if (stage_ == 3) {
     release();
     return std::chrono::duration<double>(0);
   }
-  // Every rank's updated shard into every rank's full parameters (in place).
+  // Every rank's updated shard into every rank's full parameters (in place with one unit;
+  // by layers, each unit's pieces into its part of the buffer).
   const auto start = Clock::now();
-  if (comm_) {
-    Tensor& full = units_[0].full;  // one unit
-    comm_->allgather(shard_.value().raw_data(), full.raw_data(), shard_elements_, comm_dtype(full))->wait();
+  if (units_.size() == 1) {
+    Tensor& full = units_[0].full;
+    if (comm_) comm_->allgather(shard_.value().raw_data(), full.raw_data(), shard_elements_, comm_dtype(full))->wait();
+    return Clock::now() - start;
+  }
+  for (Unit& u : units_) {
+    Tensor mine = shard_.value().slice(0, u.shard_offset, u.shard_offset + u.piece).contiguous();
+    if (comm_ && u.piece > 0) comm_->allgather(mine.raw_data(), u.full.raw_data(), u.piece, comm_dtype(u.full))->wait();
+    else u.full.copy_(mine);
   }
   return Clock::now() - start;
 }
@@ -319,7 +355,7 @@ ZeroMemory ZeroRedundancyOptimizer::memory() const {
   const std::int64_t es = static_cast<std::int64_t>(dtype_size(shard_.dtype()));
   m.parameters = (stage_ == 3 ? shard_elements_ : padded_) * es;
   m.gradients = (stage_ == 1 ? padded_ : shard_elements_) * es;
-  for (const auto& [name, t] : optimizer_->state()) m.optimizer += static_cast<std::int64_t>(t.nbytes());
+  m.optimizer = optimizer_->state_total_bytes();  // (state() would copy every buffer)
   // Stage 3: the full parameters gathered at once during a step; else they stay whole.
   m.peak_parameters = stage_ == 3 ? peak_parameter_bytes_ : m.parameters;
   return m;
@@ -327,12 +363,12 @@ ZeroMemory ZeroRedundancyOptimizer::memory() const {
 
 void Zero::prepare(ModelPart& part) {
   std::vector<std::string> layers;
-  if (stage_ == 3 && !part.stage) layers = part.model.layer_prefixes();
+  if (stage_ >= 2 && !part.stage) layers = part.model.layer_prefixes();
   zero_ = std::make_unique<ZeroRedundancyOptimizer>(part.trained, group_, stage_, make_optimizer_, layers);
   // The model's own parameter tensors, replaced by the flat buffer (stages 1, 2) or the
   // shard (3), and the set-up's copies: given back, not kept in the allocator's cache.
   allocator_release_cache();
-  if (!layers.empty()) {
+  if (stage_ == 3 && !layers.empty()) {
     layered_ = &part.model;
     part.model.set_layer_hook([z = zero_.get()](std::int64_t layer, bool after) {
       if (after) z->after_layer(static_cast<std::size_t>(layer));

@@ -9,8 +9,10 @@
 //
 //   stage 1  after backward: all-reduce (average) the gradients; update the shard;
 //            all-gather the updated shards into every rank's full parameters.
-//   stage 2  after backward: reduce-scatter (average) the gradients, so each rank keeps
-//            only its shard's; update; all-gather the parameters.
+//   stage 2  reduce-scatter (average) the gradients, so each rank keeps only its shard's;
+//            update; all-gather the parameters. Given layers, backward reduce-scatters a
+//            layer's gradients as soon as they are final and drops that layer's full
+//            gradients, so a rank never holds them all (the rest after backward).
 //   stage 3  between steps a rank holds only its shard of the parameters: gather() builds
 //            the full parameters (all-gather) before forward, the gradients are
 //            reduce-scattered, the shard is updated, and release() drops the full copy.
@@ -58,8 +60,9 @@ class ZeroRedundancyOptimizer {
   using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(std::vector<std::pair<std::string, Var>>)>;
 
   // comm may be null (one process: a world of 1). Broadcasts rank 0's parameters. `layers`
-  // (stage 3 only) names each layer's parameters by prefix ("h0.", "h1.", ...), in forward
-  // order; the model must then call before_layer() and after_layer() around each layer.
+  // (stages 2 and 3) names each layer's parameters by prefix ("h0.", "h1.", ...), in forward
+  // order; under stage 3 the model must then call before_layer() and after_layer() around
+  // each layer.
   ZeroRedundancyOptimizer(Module& model, std::shared_ptr<comm::Communicator> comm, int stage,
                           const OptimizerFactory& make_optimizer, const std::vector<std::string>& layers = {});
   // The same over some named parameters (a pipeline stage's, a tensor-parallel slice's),
@@ -139,7 +142,7 @@ class ZeroRedundancyOptimizer {
   std::vector<Shape> shapes_;
   std::vector<std::int64_t> offsets_;  // in the padded full buffer
   std::vector<Unit> units_;            // [0]: outside the layers (or everything); then the layers
-                                       // (stages 1, 2: one unit, always whole)
+                                       // (stage 1: one unit; stages 1, 2: always whole)
   bool layered_ = false;
   std::int64_t elements_ = 0, padded_ = 0, shard_elements_ = 0;
   Tensor grad_shard_;   // stages 2, 3: this step's averaged gradients of the shard
