@@ -4,20 +4,21 @@
 The report pages in a real browser (headless Chromium), as a user opens them: weft writes a
 training report (two runs overlaid), a pipeline run's report with its timeline, the PFC
 cascade simulation of seed 002 chapter 11 (from `weft sim --report` and from `weft report
-FOLDER`), a plan and a sweep. Each page is opened with a probe script added in front of the
-page's own: the test fails on any console error or uncaught exception, on any chart that was
+FOLDER`), a plan and a sweep. Each page is opened, in one Chromium driven over the DevTools
+protocol, with a probe script added in front of the page's own: the test fails on any console error or uncaught exception, on any chart that was
 not drawn (its canvas holds no coloured pixel, its SVG no link), and on any plotted series that
 differs from the files the run wrote (metrics.jsonl, queues.csv, pfc.csv, flows.csv,
 counters.csv, the traces).
 """
 import csv
-import html
 import json
 import os
 import re
+import select
 import subprocess
 import sys
 import tempfile
+import time
 
 WEFT = os.path.abspath(sys.argv[1])
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -83,6 +84,99 @@ window.__probe = {errors: []};
 </script>"""
 
 
+class Browser:
+    """One headless Chromium for every page, driven over the DevTools protocol on a pipe
+    (--remote-debugging-pipe: commands on its fd 3, replies and events on its fd 4, each a
+    JSON message ended by a NUL byte). Starting Chromium costs about 2 s of CPU; a page in
+    a running one, a fraction of that."""
+
+    def __init__(self, work):
+        to_chrome, self.commands = os.pipe()
+        self.replies, from_chrome = os.pipe()
+
+        def on_fds_3_and_4():  # (copies first: the pipes may be fds 3 and 4 already, and close on exec)
+            a, b = os.dup(to_chrome), os.dup(from_chrome)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.log = open(os.path.join(work, "chromium.log"), "w")
+        self.process = subprocess.Popen(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--remote-debugging-pipe", "--user-data-dir=" + os.path.join(work, "chromium"), "about:blank"],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log, preexec_fn=on_fds_3_and_4, close_fds=False)
+        os.close(to_chrome)
+        os.close(from_chrome)
+        self.next_id = 0
+        self.buffer = b""
+        self.events = []
+
+    def _read(self, deadline):
+        while b"\0" not in self.buffer:
+            if time.monotonic() > deadline:
+                sys.exit("Chromium did not answer within 120 s")
+            ready, _, _ = select.select([self.replies], [], [], 1.0)
+            if ready:
+                chunk = os.read(self.replies, 1 << 20)
+                if not chunk:
+                    sys.exit(f"Chromium ended (exit {self.process.poll()})")
+                self.buffer += chunk
+        message, self.buffer = self.buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def call(self, method, params=None, session=None):
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        os.write(self.commands, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + 120
+        while True:
+            reply = self._read(deadline)
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    sys.exit(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def probe(self, url):
+        """Opens url in a new tab of 1300 x 1800; returns the probe's report and the page's
+        uncaught exceptions and console errors the protocol saw."""
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self.events = []
+        self.call("Emulation.setDeviceMetricsOverride", {"width": 1300, "height": 1800, "deviceScaleFactor": 1,
+                                                         "mobile": False}, session=session)
+        self.call("Runtime.enable", session=session)
+        self.call("Page.navigate", {"url": url}, session=session)
+        deadline = time.monotonic() + 60
+        text = None
+        while text is None and time.monotonic() < deadline:
+            got = self.call("Runtime.evaluate", {"expression": "(document.getElementById('weft-probe') || {}).textContent",
+                                                 "returnByValue": True}, session=session)
+            text = got.get("result", {}).get("value")
+            if text is None:
+                time.sleep(0.05)
+        errors = [(e["params"]["exceptionDetails"].get("exception") or {}).get("description")
+                  or e["params"]["exceptionDetails"].get("text", "") for e in self.events
+                  if e.get("method") == "Runtime.exceptionThrown" and e.get("sessionId") == session]
+        errors += [" ".join(str(a.get("value", a.get("description", ""))) for a in e["params"]["args"])
+                   for e in self.events if e.get("method") == "Runtime.consoleAPICalled"
+                   and e.get("sessionId") == session and e["params"]["type"] == "error"]
+        self.call("Target.closeTarget", {"targetId": target})
+        return text, errors
+
+    def close(self):
+        try:
+            self.call("Browser.close")
+        except SystemExit:
+            pass
+        self.process.wait(timeout=30)
+        self.log.close()
+
+
+browser = None
+
+
 def open_page(path):
     """Opens the page with the probe in headless Chromium; returns the probe's findings."""
     with open(path, encoding="utf-8") as f:
@@ -92,17 +186,12 @@ def open_page(path):
     probed = path + ".probe.html"
     with open(probed, "w", encoding="utf-8") as f:
         f.write(page.replace("<head>", "<head>\n" + PROBE, 1))
-    r = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1300,1800",
-                        "--virtual-time-budget=10000", "--user-data-dir=" + os.path.join(os.path.dirname(path), "chromium"),
-                        "--dump-dom", "file://" + probed],
-                       capture_output=True, text=True, timeout=120)
-    m = re.search(r'<pre id="weft-probe">(.*?)</pre>', r.stdout, re.S)
-    if not m:
-        sys.exit(f"{path}: the probe did not report (chromium exit {r.returncode}):\n{r.stderr[-2000:]}")
-    found = json.loads(html.unescape(m.group(1)))
+    text, console_errors = browser.probe("file://" + probed)
+    if text is None:
+        sys.exit(f"{path}: the probe did not report within 60 s")
+    found = json.loads(text)
+    check(console_errors == [], f"{path}: console errors or uncaught exceptions {console_errors}")
     check(found["errors"] == [], f"{path}: console errors {found['errors']}")
-    console_errors = [l for l in r.stderr.splitlines() if ":CONSOLE" in l and "ERROR" in l.split(":CONSOLE")[0]]
-    check(console_errors == [], f"{path}: console errors on stderr {console_errors}")
     wanted = [c["id"] for s in found["doc"]["sections"] for c in s.get("charts", [])]
     drawn = [c["id"] for c in found["charts"]]
     check(wanted == drawn, f"{path}: charts {wanted} but drawn {drawn}")
@@ -388,10 +477,15 @@ def large(work):
 
 
 def main():
+    global browser
     parts = sys.argv[2:] or ["training", "simulation", "plans", "large"]
     with tempfile.TemporaryDirectory() as work:
-        for part in parts:
-            globals()[part](work)
+        browser = Browser(work)
+        try:
+            for part in parts:
+                globals()[part](work)
+        finally:
+            browser.close()
     if failures:
         print(f"{len(failures)} failures")
         sys.exit(1)
