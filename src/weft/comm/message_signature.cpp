@@ -1,27 +1,15 @@
 #include "weft/comm/message_signature.h"
 
+#include "weft/algo/collective_facts.h"
+
 namespace weft::comm {
-
-namespace {
-
-bool reduces(algo::Collective c) {
-  return c == algo::Collective::kAllReduce || c == algo::Collective::kReduce ||
-         c == algo::Collective::kReduceScatter;
-}
-
-bool rooted(algo::Collective c) {
-  return c == algo::Collective::kBroadcast || c == algo::Collective::kReduce || c == algo::Collective::kGather ||
-         c == algo::Collective::kScatter;
-}
-
-}  // namespace
 
 MessageSignature collective_signature(algo::Collective c, DataType dtype, ReduceOp op, std::int64_t count, int root) {
   MessageSignature s;
   s.kind = static_cast<std::uint8_t>(1 + static_cast<int>(c));
   s.dtype = static_cast<std::uint8_t>(dtype);
-  if (reduces(c)) s.op = static_cast<std::uint8_t>(op);
-  if (rooted(c)) s.root = root;
+  if (algo::facts(c).reduces) s.op = static_cast<std::uint8_t>(op);
+  if (algo::facts(c).rooted) s.root = root;
   s.count = static_cast<std::uint64_t>(count);
   return s;
 }
