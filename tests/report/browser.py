@@ -5,10 +5,12 @@ The report pages in a real browser (headless Chromium), as a user opens them: we
 training report (two runs overlaid), a pipeline run's report with its timeline, the PFC
 cascade simulation of seed 002 chapter 11 (from `weft sim --report` and from `weft report
 FOLDER`), a plan and a sweep. Each page is opened, in one Chromium driven over the DevTools
-protocol, with a probe script added in front of the page's own: the test fails on any console error or uncaught exception, on any chart that was
-not drawn (its canvas holds no coloured pixel, its SVG no link), and on any plotted series that
-differs from the files the run wrote (metrics.jsonl, queues.csv, pfc.csv, flows.csv,
-counters.csv, the traces).
+protocol, with a probe script added in front of the page's own: the test fails on any console
+error or uncaught exception, on any chart that was not drawn (its canvas holds no coloured
+pixel, its SVG no link), on any plotted series that differs from the files the run wrote
+(metrics.jsonl, queues.csv, pfc.csv, flows.csv, counters.csv, the traces), and on charts
+that mislead (an axis that hides a point or a constant, labels over labels, a bar stack
+other than its table's total).
 """
 import csv
 import json

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "weft/algo/collective_facts.h"
 #include "weft/comm/mpi_transport.h"
 #include "weft/util/error.h"
 
@@ -182,8 +183,7 @@ void mpi_native(algo::Collective c, Group& group, const void* in, void* out, std
   const MPI_Datatype dt = mpi_type(t);
   const void* send = in == out ? MPI_IN_PLACE : in;
   using algo::Collective;
-  const bool reduces = c == Collective::kAllReduce || c == Collective::kReduce || c == Collective::kReduceScatter;
-  if (reduces && (t == DataType::kF16 || t == DataType::kBF16))
+  if (algo::facts(c).reduces && (t == DataType::kF16 || t == DataType::kBF16))
     throw ConfigError(std::string("the mpi algorithm cannot reduce ") + dtype_name(t) +
                       " (MPI has no 16-bit float type); weft's own algorithms can");
   ExecContext ctx{algo::collective_name(c), rank, 0, nullptr, {}, {}};

@@ -142,7 +142,8 @@ class ZeroRedundancyOptimizer {
   std::vector<Shape> shapes_;
   std::vector<std::int64_t> offsets_;  // in the padded full buffer
   std::vector<Unit> units_;            // [0]: outside the layers (or everything); then the layers
-                                       // (stage 1: one unit; stages 1, 2: always whole)
+                                       // (stage 1: one unit; under stages 1 and 2 every unit's
+                                       // full parameters stay)
   bool layered_ = false;
   std::int64_t elements_ = 0, padded_ = 0, shard_elements_ = 0;
   Tensor grad_shard_;   // stages 2, 3: this step's averaged gradients of the shard

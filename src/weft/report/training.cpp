@@ -83,6 +83,10 @@ json line_chart(const std::string& id, const std::string& title, const std::stri
 
 std::string unit_of(const MetricsRun& r) { return r.run.value("unit", std::string("samples")); }
 
+// Of n steps (or points of a series), the first ones that are warm-up: the first tenth,
+// left out of the steady-state medians and of the steady steps' range.
+std::size_t warm_up_count(std::size_t n) { return n / 10; }
+
 // A few warm-up steps far above the rest (a first step of 430 ms against 5 ms) would flatten
 // every other step against the axis: the axis then ends a little above the steady steps'
 // highest value (the first tenth of each series left out, as the medians do), and the chart
@@ -94,7 +98,7 @@ void off_scale_above(json& chart) {
     for (std::size_t i = 0; i < ys.size(); ++i) {
       const double v = ys[i].get<double>();
       highest = std::max(highest, v);
-      if (i >= ys.size() / 10) steady = std::max(steady, v);
+      if (i >= warm_up_count(ys.size())) steady = std::max(steady, v);
     }
   }
   if (steady <= 0 || highest <= 2 * steady) return;
@@ -168,8 +172,8 @@ json training_sections(const std::vector<MetricsRun>& runs, std::size_t max_poin
       if (std::isfinite(field(s, "test_accuracy"))) eval = fmt::format("test accuracy {:.2f}%", 100 * field(s, "test_accuracy"));
       if (std::isfinite(field(s, "val_loss"))) eval = fmt::format("validation loss {:.4f}", field(s, "val_loss"));
     }
-    // Steady state: the first tenth of the steps (warm-up) left out of the medians.
-    const std::size_t skip = steps.size() / 10;
+    // Steady state: the warm-up steps left out of the medians.
+    const std::size_t skip = warm_up_count(steps.size());
     std::vector<double> steady_rate(rate.begin() + static_cast<std::ptrdiff_t>(skip), rate.end());
     std::vector<double> steady_seconds(seconds.begin() + static_cast<std::ptrdiff_t>(skip), seconds.end());
     table["rows"].push_back({r.name, r.run.value("model", std::string("?")), r.run.value("layout", std::string("?")),

@@ -102,12 +102,12 @@
           const x = chart.scales.x.getPixelForValue(p.x);
           const text = '↑ ' + fmt(p.y);
           const w = ctx.measureText(text).width;
-          // Beside the labels already placed on this edge, not over them.
-          let row = 0;
-          while (placed.some((q) => q.row === row && Math.abs(q.left - x) < Math.max(q.width, w) + 4)) ++row;
+          // Beside the labels already placed on this edge (where they were drawn), not over them.
           const left = Math.min(Math.max(x, area.left), area.right - w);
+          let row = 0;
+          while (placed.some((q) => q.row === row && left < q.left + q.width + 4 && q.left < left + w + 4)) ++row;
           ctx.fillText(text, left, area.top + 2 + row * 13);
-          placed.push({x: p.x, y: p.y, row: row, left: x, width: w});
+          placed.push({x: p.x, y: p.y, row: row, left: left, width: w});
         });
       });
       ctx.restore();
