@@ -4,6 +4,7 @@
 
 #include "weft/autograd/functions.h"
 #include "weft/autograd/sequence.h"
+#include "weft/nn/decoder_ends.h"
 #include "weft/util/error.h"
 
 namespace weft {
@@ -150,9 +151,7 @@ Var CausalAttention::attend(const Var& qkv, std::int64_t) const {
 
 std::vector<std::int32_t> CausalAttention::positions(std::int64_t rows) const {
   WEFT_CHECK(rows == batch_ * length_, "CausalAttention: rows are not the batch's sequences");
-  std::vector<std::int32_t> p(static_cast<std::size_t>(rows));
-  for (std::int64_t i = 0; i < rows; ++i) p[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % length_);
-  return p;
+  return sequence_positions(batch_, length_);
 }
 
 Var run_block_range(const Var& x, std::int64_t begin, std::int64_t end, bool recompute,

@@ -22,6 +22,26 @@ class WholeLinear : public BlockLinear {
   Linear* layer_;
 };
 
+// The whole token embedding's rows, with autograd.
+class WholeTokenRows : public TokenRows {
+ public:
+  explicit WholeTokenRows(Var weight) : weight_(std::move(weight)) {}
+  Var rows(const std::vector<std::int32_t>& ids) const override { return embedding(weight_, ids); }
+
+ private:
+  Var weight_;
+};
+
+// A head tied to the token embedding E: logits = h E^T.
+class TiedHead : public BlockLinear {
+ public:
+  explicit TiedHead(Var table) : table_(std::move(table)) {}
+  Var forward(const Var& x) const override { return matmul(x, transpose(table_, 0, 1)); }
+
+ private:
+  Var table_;
+};
+
 std::vector<std::int32_t> ids_of(const Tensor& t) {
   std::vector<std::int32_t> ids;
   for (double v : t.to_vector()) ids.push_back(static_cast<std::int32_t>(v));
@@ -215,18 +235,21 @@ GPT::GPT(const GptConfig& c, Rng& rng) : config_(c) {
 
 Var GPT::forward(const Var& ids) { return head(run_blocks(embed(ids), 0, config_.layers)); }
 
+DecoderEnds GPT::ends() const {
+  DecoderEnds e{std::make_shared<WholeTokenRows>(tokens_->weight()),
+                positions_ ? positions_->weight() : fixed_positions_.defined() ? Var(fixed_positions_) : Var(),
+                final_->weight(), final_->bias(),
+                lm_head_ ? std::shared_ptr<const BlockLinear>(std::make_shared<WholeLinear>(*lm_head_))
+                         : std::make_shared<TiedHead>(tokens_->weight())};
+  return e;
+}
+
 Var GPT::embed(const Var& ids) {
   WEFT_CHECK(ids.dim() == 2, "GPT: token ids must be [B, T]");
-  const std::int64_t T = ids.size(1);
+  const std::int64_t B = ids.size(0), T = ids.size(1);
   if (T > config_.context) throw ConfigError("GPT: " + std::to_string(T) + " tokens exceed the context of " +
                                              std::to_string(config_.context));
-  Var x = tokens_->forward(ids);  // [B, T, d]
-  if (positions_) {
-    Tensor pos = Tensor::arange(T).view({1, T});
-    return add(x, positions_->forward(Var(pos)));
-  }
-  if (!fixed_positions_.defined()) return x;  // rotary: the blocks turn queries and keys
-  return add(x, Var(fixed_positions_.slice(0, 0, T).contiguous()));
+  return reshape(decoder_embed(ids_of(ids.value()), sequence_positions(B, T), ends()), {B, T, config_.dim});
 }
 
 Var GPT::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {
@@ -237,11 +260,8 @@ Var GPT::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {
 }
 
 Var GPT::head(const Var& x) {
-  const std::int64_t B = x.size(0), T = x.size(1), d = config_.dim;
-  Var h = reshape(final_->forward(x), {B * T, d});
-  // A tied head shares the token embedding: logits = h E^T.
-  Var logits = lm_head_ ? lm_head_->forward(h) : matmul(h, transpose(tokens_->weight(), 0, 1));
-  return reshape(logits, {B, T, config_.vocab});
+  const std::int64_t B = x.size(0), T = x.size(1);
+  return reshape(decoder_head(reshape(x, {B * T, config_.dim}), ends(), config_.block()), {B, T, config_.vocab});
 }
 
 std::string GPT::describe() const {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "weft/nn/decoder_block.h"
+#include "weft/nn/decoder_ends.h"
 #include "weft/nn/language_model.h"
 #include "weft/nn/linear.h"
 #include "weft/nn/module.h"
@@ -162,6 +163,8 @@ class GPT : public LanguageModel {
   Var embed(const Var& ids);                                          // [B, T] -> [B, T, d]
   Var run_blocks(const Var& x, std::int64_t begin, std::int64_t end);  // blocks [begin, end)
   Var head(const Var& x);  // final norm and the head's projection: [B, T, d] -> [B, T, vocab]
+  // The embedding and the head of decoder_ends.h over this model's parameters.
+  DecoderEnds ends() const;
 
  private:
   GptConfig config_;

@@ -36,6 +36,53 @@ void put(Tensor& full, int dim, const std::vector<std::pair<std::int64_t, std::i
   }
 }
 
+// The vocabulary-parallel token embedding: this rank's rows of the table (ids outside them
+// give zeros), summed over the ranks; backward adds each row's gradient into this rank's rows.
+class VocabParallelRows : public TokenRows {
+ public:
+  VocabParallelRows(Var part, std::int64_t begin, comm::Communicator& group)
+      : part_(std::move(part)), begin_(begin), group_(&group) {}
+  Var rows(const std::vector<std::int32_t>& ids) const override {
+    const auto N = static_cast<std::int64_t>(ids.size());
+    const std::int64_t vb = begin_, ve = begin_ + part_.size(0), d = part_.size(1);
+    Tensor emb = Tensor::zeros({N, d});
+    const Tensor w = part_.value().contiguous();
+    for (std::int64_t i = 0; i < N; ++i) {
+      const std::int64_t id = ids[static_cast<std::size_t>(i)];
+      if (id >= vb && id < ve)
+        std::copy(w.data<float>() + (id - vb) * d, w.data<float>() + (id - vb + 1) * d, emb.data<float>() + i * d);
+    }
+    group_->allreduce(emb.data<float>(), emb.numel(), DataType::kF32, ReduceOp::kSum)->wait();
+    return record("vocab_parallel_embedding", emb, {part_}, [ids, vb, ve, d, shape = w.shape()](const Tensor& grad) {
+      Tensor gw = Tensor::zeros(shape);
+      const Tensor gc = grad.contiguous();
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] >= vb && ids[i] < ve)
+          for (std::int64_t k = 0; k < d; ++k)
+            gw.data<float>()[(ids[i] - vb) * d + k] += gc.data<float>()[static_cast<std::int64_t>(i) * d + k];
+      return Grads{gw};
+    });
+  }
+
+ private:
+  Var part_;
+  std::int64_t begin_;
+  comm::Communicator* group_;
+};
+
+// The vocabulary-parallel head: this rank's rows of the head's weight (the token embedding's
+// when tied) give its slice of the logits; the input is replicated, so backward all-reduces
+// its gradient.
+class VocabParallelHead : public BlockLinear {
+ public:
+  VocabParallelHead(Var part, comm::Communicator& group) : part_(std::move(part)), group_(&group) {}
+  Var forward(const Var& x) const override { return matmul(tp_copy(x, *group_), transpose(part_, 0, 1)); }
+
+ private:
+  Var part_;
+  comm::Communicator* group_;
+};
+
 }  // namespace
 
 TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communicator> group, bool all_gather_qk)
@@ -86,11 +133,16 @@ TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communica
     return Pieces{{part_begin(V, t, rank), part_begin(V, t, rank + 1) - part_begin(V, t, rank)}};
   };
   wte_part_ = shard(GPT::tied_weight(), 0, vocabulary_rows);
-  if (by_name_.count("wpe.weight")) replicated("wpe.weight");
-  else if (c.positional != Positional::kRotary) fixed_positions_ = sinusoidal_encoding(c.context, c.dim, c.positional);
+  Var positions;  // (none under rotary embeddings)
+  if (by_name_.count("wpe.weight")) positions = replicated("wpe.weight");
+  else if (c.positional != Positional::kRotary) positions = Var(sinusoidal_encoding(c.context, c.dim, c.positional));
   replicated("ln_f.weight");
   if (norm_bias) replicated("ln_f.bias");
   head_part_ = c.tied_head ? wte_part_ : shard(model_.head_weight(), 0, vocabulary_rows);
+  ends_ = {std::make_shared<VocabParallelRows>(wte_part_, vocab_begin_, *group_),
+           positions,
+           by_name_["ln_f.weight"], norm_bias ? by_name_["ln_f.bias"] : Var(),
+           std::make_shared<VocabParallelHead>(head_part_, *group_)};
 }
 
 Var TensorParallelGpt::shard(const std::string& name, int dim, std::function<Pieces(int r)> pieces) {
@@ -165,43 +217,11 @@ Var TensorParallelGpt::run_blocks(const Var& x, std::int64_t begin, std::int64_t
 }
 
 Var TensorParallelGpt::embed(const Tensor& ids) {
-  const GptConfig& c = model_.config();
-  const std::int64_t B = ids.size(0), T = ids.size(1), d = c.dim, N = B * T;
-  const std::int64_t vb = vocab_begin_, ve = vocab_end_;
-  comm::Communicator* g = group_.get();
-  // Vocabulary-parallel embedding: this rank's rows, zeros elsewhere, summed over the ranks.
-  std::vector<std::int32_t> tok(static_cast<std::size_t>(N));
-  {
-    Tensor ic = ids.contiguous();
-    for (std::int64_t i = 0; i < N; ++i) tok[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(ic.data<float>()[i]);
-  }
-  Var wte = wte_part_;
-  Tensor emb = Tensor::zeros({N, d});
-  {
-    Tensor w = wte.value().contiguous();
-    for (std::int64_t i = 0; i < N; ++i) {
-      std::int64_t id = tok[static_cast<std::size_t>(i)];
-      if (id >= vb && id < ve) std::copy(w.data<float>() + (id - vb) * d, w.data<float>() + (id - vb + 1) * d, emb.data<float>() + i * d);
-    }
-    g->allreduce(emb.data<float>(), emb.numel(), DataType::kF32, ReduceOp::kSum)->wait();
-  }
-  Var x = record("vocab_parallel_embedding", emb, {wte}, [tok, vb, ve, d, shape = wte.shape()](const Tensor& grad) {
-    Tensor gw = Tensor::zeros(shape);
-    Tensor gc = grad.contiguous();
-    for (std::size_t i = 0; i < tok.size(); ++i)
-      if (tok[i] >= vb && tok[i] < ve)
-        for (std::int64_t k = 0; k < d; ++k) gw.data<float>()[(tok[i] - vb) * d + k] += gc.data<float>()[static_cast<std::int64_t>(i) * d + k];
-    return Grads{gw};
-  });
-  x = reshape(x, {B, T, d});
-  if (by_name_.count("wpe.weight")) {
-    std::vector<std::int32_t> pos(static_cast<std::size_t>(T));
-    for (std::int64_t i = 0; i < T; ++i) pos[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
-    x = add(x, reshape(embedding(by_name_["wpe.weight"], pos), {1, T, d}));
-  } else if (fixed_positions_.defined()) {
-    x = add(x, Var(fixed_positions_.slice(0, 0, T).contiguous()));
-  }
-  return x;
+  const std::int64_t B = ids.size(0), T = ids.size(1);
+  std::vector<std::int32_t> tok(static_cast<std::size_t>(B * T));
+  const Tensor ic = ids.contiguous();
+  for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<std::int32_t>(ic.data<float>()[i]);
+  return reshape(decoder_embed(tok, sequence_positions(B, T), ends_), {B, T, model_.config().dim});
 }
 
 Var TensorParallelGpt::head_loss(const Var& x, const std::vector<std::int32_t>& targets) {
@@ -209,9 +229,7 @@ Var TensorParallelGpt::head_loss(const Var& x, const std::vector<std::int32_t>& 
   const std::int64_t vb = vocab_begin_, ve = vocab_end_, Vl = ve - vb;
   comm::Communicator* g = group_.get();
   const GptConfig& c = model_.config();
-  Var hfin = block_norm(x, by_name_["ln_f.weight"], c.norm == Norm::kLayer ? by_name_["ln_f.bias"] : Var(), c.block());
-  // The head (tied or not): this rank's slice of the logits, [N, Vl].
-  Var logits = matmul(reshape(tp_copy(hfin, *group_), {N, d}), transpose(head_part_, 0, 1));
+  const Var logits = decoder_head(reshape(x, {N, d}), ends_, c.block());  // this rank's slice, [N, Vl]
   // Vocabulary-parallel cross-entropy: max, sum of exponentials and target logit per token,
   // each summed (or maxed) over the ranks.
   Tensor z = logits.value().contiguous();

@@ -92,11 +92,11 @@ class TensorParallelGpt : public StageModel {
   std::vector<DecoderBlockParts> blocks_;
   Var wte_part_;   // this rank's rows of the token embedding
   Var head_part_;  // and of the head's weight (wte_part_ when tied)
+  DecoderEnds ends_;  // the vocabulary-parallel embedding and head
   std::vector<std::pair<std::string, Var>> params_;
   std::vector<bool> replicated_;  // per params_ entry
   std::set<std::string> replicated_names_;
   std::map<std::string, Var> by_name_;  // the whole model's parameters
-  Tensor fixed_positions_;
 };
 
 // The strategy: the GPT's layers sliced over the mesh's tp group (`model_group`: the ranks

@@ -42,24 +42,51 @@ class PackedProduct : public BlockLinear {
  public:
   // `sums`: a row-sliced product's partial products, summed by all_reduce, then bias_after
   // (if any) added.
-  PackedProduct(PackedLinear packed, bool sums, Tensor bias_after, std::function<void(Tensor&)> all_reduce)
+  PackedProduct(std::shared_ptr<const PackedLinear> packed, bool sums = false, Tensor bias_after = {},
+                std::function<void(Tensor&)> all_reduce = {})
       : packed_(std::move(packed)), sums_(sums), bias_after_(std::move(bias_after)), all_reduce_(std::move(all_reduce)) {}
   Var forward(const Var& x) const override {
-    Tensor y = packed_.forward(x.value());
+    Tensor y = packed_->forward(x.value());
     if (sums_) all_reduce_(y);
     if (bias_after_.defined()) ops::add_(y, bias_after_);
     return Var(y);
   }
   std::int64_t bytes() const {  // the weights as packed, the bias in float32
-    return packed_.bytes() + (bias_after_.defined() ? 4 * bias_after_.numel() : 0);
+    return packed_->bytes() + (bias_after_.defined() ? 4 * bias_after_.numel() : 0);
   }
 
  private:
-  PackedLinear packed_;
+  std::shared_ptr<const PackedLinear> packed_;
   bool sums_;
   Tensor bias_after_;
   std::function<void(Tensor&)> all_reduce_;
 };
+
+// The token embedding's rows, from its packed table (as float32).
+class PackedRows : public TokenRows {
+ public:
+  PackedRows(std::shared_ptr<const PackedLinear> table, std::int64_t dim) : table_(std::move(table)), dim_(dim) {}
+  Var rows(const std::vector<std::int32_t>& ids) const override {
+    Tensor x = Tensor::empty({static_cast<std::int64_t>(ids.size()), dim_});
+    for (std::size_t i = 0; i < ids.size(); ++i) table_->row(ids[i], x.data<float>() + static_cast<std::int64_t>(i) * dim_);
+    return Var(x);
+  }
+
+ private:
+  std::shared_ptr<const PackedLinear> table_;
+  std::int64_t dim_;
+};
+
+// The position of each row a step feeds: its sequence's cached rows, then its new ones.
+std::vector<std::int32_t> step_positions(const std::vector<SequenceState*>& sequences, const GptDecoder::StepPlan& plan) {
+  std::vector<std::int32_t> p;
+  p.reserve(static_cast<std::size_t>(plan.rows_total));
+  for (std::size_t i = 0; i < sequences.size(); ++i) {
+    const std::int64_t cached = static_cast<GptState*>(sequences[i])->cached;
+    for (std::int64_t r = 0; r < plan.rows[i]; ++r) p.push_back(static_cast<std::int32_t>(cached + r));
+  }
+  return p;
+}
 
 // Each new row's attention over its sequence's cache (the new keys and values written
 // first): `heads` query and `kv_heads` key-value heads of `hd` held (this rank's), query head
@@ -81,12 +108,7 @@ class CachedAttention : public BlockAttention {
 
 std::vector<std::int32_t> CachedAttention::positions(std::int64_t rows) const {
   WEFT_CHECK(rows == plan_.rows_total, "CachedAttention: rows are not the step's");
-  std::vector<std::int32_t> p;
-  for (std::size_t i = 0; i < sequences_.size(); ++i) {
-    const std::int64_t cached = static_cast<GptState*>(sequences_[i])->cached;
-    for (std::int64_t r = 0; r < plan_.rows[i]; ++r) p.push_back(static_cast<std::int32_t>(cached + r));
-  }
-  return p;
+  return step_positions(sequences_, plan_);
 }
 
 Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
@@ -164,10 +186,23 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
     return it->second.contiguous();
   };
   const bool norm_bias = c_.norm == Norm::kLayer;
-  embedding_ = PackedLinear(get(GPT::tied_weight()), Tensor(), format);
-  if (!c_.tied_head) head_ = PackedLinear(get(model.head_weight()), Tensor(), format);
-  if (c_.positional == Positional::kLearned) wpe_ = get("wpe.weight");
-  else if (c_.positional != Positional::kRotary) positions_ = sinusoidal_encoding(c_.context, c_.dim, c_.positional);
+  // The ends: the token table packed (tied, it is the head too), positions and the final
+  // norm in float32.
+  const auto table = std::make_shared<const PackedLinear>(get(GPT::tied_weight()), Tensor(), format);
+  const auto head =
+      c_.tied_head ? table : std::make_shared<const PackedLinear>(get(model.head_weight()), Tensor(), format);
+  ends_.tokens = std::make_shared<PackedRows>(table, c_.dim);
+  ends_.head = std::make_shared<PackedProduct>(head);
+  ends_bytes_ = table->bytes() + (c_.tied_head ? 0 : head->bytes());
+  if (c_.positional == Positional::kLearned) {
+    ends_.positions = Var(get("wpe.weight"));
+    ends_bytes_ += 4 * ends_.positions.value().numel();
+  } else if (c_.positional != Positional::kRotary) {
+    ends_.positions = Var(sinusoidal_encoding(c_.context, c_.dim, c_.positional));
+  }
+  ends_.final_weight = Var(get("ln_f.weight"));
+  if (norm_bias) ends_.final_bias = Var(get("ln_f.bias"));
+  ends_bytes_ += 4 * (norm_bias ? 2 : 1) * c_.dim;
   for (std::int64_t i = begin_; i < end_; ++i) {
     std::string h = "h";  // (not "h" + ...: GCC 12 warns falsely on that concatenation)
     h += std::to_string(i);
@@ -190,14 +225,12 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
       };
       const Tensor w = get(name + ".weight"), bias = has_bias(product, block_) ? get(name + ".bias") : Tensor();
       const Tensor packed_bias = bias.defined() && !sums ? cut(bias) : Tensor();
-      auto packed = std::make_shared<PackedProduct>(PackedLinear(cut(w), packed_bias, format), sums,
-                                                    sums ? bias : Tensor(), slice_.all_reduce);
+      auto packed = std::make_shared<PackedProduct>(std::make_shared<const PackedLinear>(cut(w), packed_bias, format),
+                                                    sums, sums ? bias : Tensor(), slice_.all_reduce);
       block_bytes_ += packed->bytes() + (packed_bias.defined() ? 4 * packed_bias.numel() : 0);
       b.products[static_cast<std::size_t>(product)] = std::move(packed);
     }
   }
-  lnf_w_ = get("ln_f.weight");
-  if (norm_bias) lnf_b_ = get("ln_f.bias");
 }
 
 std::unique_ptr<SequenceState> GptDecoder::start() const {
@@ -240,23 +273,11 @@ GptDecoder::StepPlan GptDecoder::plan(const std::vector<SequenceState*>& sequenc
 }
 
 Tensor GptDecoder::embed(const std::vector<SequenceState*>& sequences, const StepPlan& p) const {
-  const std::int64_t d = c_.dim;
-  Tensor x = Tensor::empty({p.rows_total, d});
-  float* xp = x.data<float>();
-  const Tensor& table = wpe_.defined() ? wpe_ : positions_;  // (none under rotary embeddings)
-  const float* pos = table.defined() ? table.data<float>() : nullptr;
-  for (std::size_t i = 0; i < sequences.size(); ++i) {
-    auto* s = static_cast<GptState*>(sequences[i]);
-    const auto& f = p.feed[i];
-    for (std::size_t r = 0; r < f.size(); ++r) {
-      float* xr = xp + (p.first_row[i] + static_cast<std::int64_t>(r)) * d;
-      embedding_.row(f[r], xr);
-      if (pos == nullptr) continue;
-      const float* at = pos + (s->cached + static_cast<std::int64_t>(r)) * d;
-      for (std::int64_t k = 0; k < d; ++k) xr[k] += at[k];
-    }
-  }
-  return x;
+  NoGradGuard no_grad;
+  std::vector<std::int32_t> ids;
+  ids.reserve(static_cast<std::size_t>(p.rows_total));
+  for (const auto& f : p.feed) ids.insert(ids.end(), f.begin(), f.end());
+  return decoder_embed(ids, step_positions(sequences, p), ends_).value();
 }
 
 void GptDecoder::run_blocks(const std::vector<SequenceState*>& sequences, const StepPlan& p, Tensor& x) const {
@@ -282,8 +303,7 @@ Tensor GptDecoder::head(const StepPlan& p, const Tensor& x) const {
     std::copy(xp + row * d, xp + (row + 1) * d, last.data<float>() + i * d);
   }
   NoGradGuard no_grad;
-  const Tensor normed = block_norm(Var(last), Var(lnf_w_), Var(lnf_b_), block_).value();
-  return (c_.tied_head ? embedding_ : head_).forward(normed);
+  return decoder_head(Var(last), ends_, block_).value();
 }
 
 Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
@@ -297,8 +317,7 @@ Tensor GptDecoder::extend(const std::vector<SequenceState*>& sequences,
 }
 
 std::int64_t GptDecoder::weight_bytes() const {
-  return embedding_.bytes() + (c_.tied_head ? 0 : head_.bytes()) + 4 * (wpe_.defined() ? wpe_.numel() : 0) +
-         4 * (lnf_b_.defined() ? 2 : 1) * c_.dim + block_bytes_;
+  return ends_bytes_ + block_bytes_;
 }
 
 Tensor WindowDecoder::extend(const std::vector<SequenceState*>& sequences,

@@ -12,8 +12,9 @@
 //   WindowDecoder  any language model (the recurrent ones): the model's forward over the
 //                  last `context` tokens, at every step.
 //
-// GptDecoder runs nn/decoder_block.h's block, with packed products (quantize.h; sliced by
-// decoder_block.h's table under tensor parallelism) and attention against the cache.
+// GptDecoder runs nn/decoder_block.h's block and nn/decoder_ends.h's embedding and head, with
+// packed products (quantize.h; the blocks' sliced by decoder_block.h's table under tensor
+// parallelism) and attention against the cache.
 //
 // Both give the logits the model's own forward gives for the same window (within float
 // rounding), with no autograd.
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "weft/nn/decoder_block.h"
+#include "weft/nn/decoder_ends.h"
 #include "weft/nn/language_model.h"
 #include "weft/nn/transformer.h"
 #include "weft/serve/quantize.h"
@@ -101,12 +103,10 @@ class GptDecoder : public Decoder {
   TensorSlice slice_;
   std::int64_t begin_, end_;         // the blocks held
   std::int64_t lheads_, lkv_heads_;  // this rank's query and key-value heads
-  PackedLinear embedding_;           // the token embedding: its rows; tied, its product is the head
-  PackedLinear head_;                // an untied head
-  Tensor wpe_, positions_;        // wpe_ (learned) or positions_ (fixed encodings)
+  DecoderEnds ends_;                 // the token table and the head packed
+  std::int64_t ends_bytes_ = 0;      // of the ends' weights as held
   std::vector<DecoderBlockParts> blocks_;
   std::int64_t block_bytes_ = 0;  // of the blocks' weights as held (layer norms and biases in float32)
-  Tensor lnf_w_, lnf_b_;
 };
 
 class WindowDecoder : public Decoder {
