@@ -15,7 +15,8 @@ packages=(
   dataset-fashion-mnist    # real image data for training
   fortunes                 # real English text for language models
   tshark                   # decodes the simulator's pcap captures in a test
-  libcpp-httplib-dev       # the HTTP server and client of weft serve
+  libcpp-httplib-dev       # the HTTP client of weft serve-bench and of the replicas' front end
+  libboost-dev             # Boost.Asio and Boost.Beast: the event loop and request parser of weft serve
   libsentencepiece-dev     # BPE tokenizers for language models (--tokenizer bpe)
   libpcre2-dev             # GPT-2's byte-level BPE splits text with a Unicode regular expression
   curl                     # tests and docs talk to weft serve as users do

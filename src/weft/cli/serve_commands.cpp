@@ -296,6 +296,21 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--scale-down-after", c->scale_down_after_s,
                   "--replicas MIN:MAX: seconds the load must fit in one fewer replica before one is drained")
       ->check(non_negative())->capture_default_str();
+  cmd->add_option("--header-timeout", c->header_timeout_s,
+                  "seconds a request's headers may take from its first byte (then 408 and the connection closes)")
+      ->check(positive())->capture_default_str();
+  cmd->add_option("--idle-timeout", c->idle_timeout_s, "seconds a connection may wait idle for its next request")
+      ->check(positive())->capture_default_str();
+  cmd->add_option("--max-connections", c->max_connections,
+                  "client connections open at once (at most what the process may open); more are closed as they come")
+      ->check(CLI::Range(std::int64_t{16}, std::int64_t{1} << 20))->capture_default_str();
+  cmd->add_option("--max-connections-per-address", c->max_connections_per_address,
+                  "client connections from one address (0: no limit); more are closed as they come")
+      ->check(non_negative())->capture_default_str();
+  cmd->add_option("--drain-seconds", c->drain_seconds,
+                  "at SIGTERM or SIGINT: how long requests in flight may go on before streams end (finish_reason "
+                  "\"abort\") and the server exits")
+      ->check(non_negative())->capture_default_str();
   cmd->callback([c, max_body, replicas, &action] {
     action = [c, max_body, replicas] {
       c->max_body = parse_size(*max_body, "--max-body");

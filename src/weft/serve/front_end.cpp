@@ -5,6 +5,7 @@
 // another one; a stream that was cut resumes there, skipping the pieces already sent. No
 // accepted request is lost or answered twice.
 #include <fmt/format.h>
+#include <httplib.h>
 
 #include <condition_variable>
 #include <deque>
@@ -68,10 +69,10 @@ class FrontEnd : private MetricsHolder, public HttpBase {
                  "--max-images", std::to_string(o.max_images), "--quantize", o.quantize};
     std::filesystem::create_directories(folder_);
     replicas_ = std::make_unique<ReplicaSet>(r, log, metrics_);
-    http_.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) { forward(req, res, "/v1/models"); });
-    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
-    http_.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res); });
-    http_.Post("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) { forward(req, res, "/v1/classify"); });
+    http_.Get("/v1/models", [this](const http::Request& req, http::Response& res) { forward(req, res, "/v1/models"); });
+    http_.Post("/v1/completions", [this](const http::Request& req, http::Response& res) { completions(req, res); });
+    http_.Post("/v1/chat/completions", [this](const http::Request& req, http::Response& res) { completions(req, res); });
+    http_.Post("/v1/classify", [this](const http::Request& req, http::Response& res) { forward(req, res, "/v1/classify"); });
   }
 
   ~FrontEnd() {
@@ -120,7 +121,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
 
   // A request answered whole (classify, models, completions without stream): sent to a
   // replica, and to another if that one fails.
-  void forward(const httplib::Request& req, httplib::Response& res, const char* endpoint, const std::string& body_in = "") {
+  void forward(const http::Request& req, http::Response& res, const char* endpoint, const std::string& body_in = "") {
     const auto start = Clock::now();
     const AdmissionPtr admission = admit(endpoint, res, start);
     if (!admission) return;
@@ -143,7 +144,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
   }
 
   // A completion or a chat completion (the replica renders its chat template).
-  void completions(const httplib::Request& req, httplib::Response& res) {
+  void completions(const http::Request& req, http::Response& res) {
     const char* endpoint = req.path == "/v1/chat/completions" ? "/v1/chat/completions" : "/v1/completions";
     json j = json::parse(req.body, nullptr, false);
     if (!j.is_object()) return forward(req, res, endpoint);  // the replica names the problem
@@ -179,7 +180,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, relay, admission, start, endpoint](size_t, httplib::DataSink& sink) {
+        [this, relay, admission, start, endpoint](size_t, http::DataSink& sink) {
           std::unique_lock l(relay->mu);
           relay->cv.wait_for(l, std::chrono::milliseconds(100), [&] { return !relay->events.empty() || relay->done; });
           while (!relay->events.empty()) {

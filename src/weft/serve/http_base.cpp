@@ -4,7 +4,6 @@
 #include <openssl/crypto.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/socket.h>
 
 #include <cstring>
 #include <thread>
@@ -16,15 +15,28 @@
 
 namespace weft::serve {
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param) {
+void send_error(http::Response& res, int status, const std::string& message, const std::string& param) {
   res.status = status;
   if (status == 429) res.set_header("Retry-After", "1");
   if (status == 401) res.set_header("WWW-Authenticate", "Bearer");
   res.set_content(error_body(status, message, param), "application/json");
 }
 
+namespace {
+http::Limits limits_of(const ServeOptions& o) {
+  http::Limits l;
+  l.max_body = o.max_body;
+  l.header_timeout_s = o.header_timeout_s;
+  l.idle_timeout_s = o.idle_timeout_s;
+  l.max_connections = o.max_connections;
+  l.max_per_address = o.max_connections_per_address;
+  l.workers = static_cast<int>(o.max_concurrency + 8);  // requests over the limit still need a thread to hear their 429
+  return l;
+}
+}  // namespace
+
 HttpBase::HttpBase(const ServeOptions& o, Metrics& metrics)
-    : o_(o), metrics_(metrics), random_([] {
+    : o_(o), metrics_(metrics), http_(limits_of(o)), random_([] {
         std::uint64_t seed = 0;
         const std::string bytes = comm::random_bytes(sizeof seed);
         std::memcpy(&seed, bytes.data(), sizeof seed);
@@ -35,48 +47,28 @@ HttpBase::HttpBase(const ServeOptions& o, Metrics& metrics)
                      {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
   metrics_.gauge("weft_requests_in_flight", "requests being served");
   metrics_.gauge("weft_replicas", "model replicas serving");
-  // Requests over the limit still need a thread to hear their 429.
-  http_.new_task_queue = [n = o.max_concurrency + 8] { return new httplib::ThreadPool(static_cast<size_t>(n)); };
-  http_.set_payload_max_length(static_cast<size_t>(o.max_body));
-  http_.set_tcp_nodelay(true);  // each server-sent event goes out at once
-  http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (o_.token.empty() || req.path == "/healthz") return httplib::Server::HandlerResponse::Unhandled;
+  metrics_.gauge("weft_connections", "client connections open");
+  http_.set_pre_routing_handler([this](const http::Request& req, http::Response& res) {
+    if (o_.token.empty() || req.path == "/healthz" || req.path == "/health") return false;
     const std::string expected = "Bearer " + o_.token;
     const std::string got = req.get_header_value("Authorization");
-    if (got.size() == expected.size() && CRYPTO_memcmp(got.data(), expected.data(), got.size()) == 0)
-      return httplib::Server::HandlerResponse::Unhandled;
+    if (got.size() == expected.size() && CRYPTO_memcmp(got.data(), expected.data(), got.size()) == 0) return false;
     send_error(res, 401, "a valid bearer token is required (Authorization: Bearer <token>)");
     count(req.path, 401, Clock::now());
-    return httplib::Server::HandlerResponse::Handled;
+    return true;
   });
-  http_.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string reason;
-    switch (res.status) {
-      case 404: reason = fmt::format("no such endpoint: {} {}", req.method, req.path); break;
-      case 413: reason = fmt::format("the body is larger than the limit of {} bytes", o_.max_body); break;
-      case 400: reason = "malformed HTTP request"; break;
-      default: reason = fmt::format("HTTP status {}", res.status);
-    }
-    send_error(res, res.status, reason);
-  });
-  http_.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "internal error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    send_error(res, 500, what);
-  });
-  http_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("{\"status\":\"ok\"}", "application/json");
-  });
-  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    metrics_.set("weft_requests_in_flight", static_cast<double>(in_flight_.load()));
-    res.set_content(metrics_.text(), "text/plain; version=0.0.4");
-  });
+  http_.set_error_body([](int status, const std::string& reason) { return error_body(status, reason); });
+  for (const char* path : {"/healthz", "/health"})
+    http_.Get(path, [](const http::Request&, http::Response& res) { res.set_content("{\"status\":\"ok\"}", "application/json"); },
+              true);
+  http_.Get(
+      "/metrics",
+      [this](const http::Request&, http::Response& res) {
+        metrics_.set("weft_requests_in_flight", static_cast<double>(in_flight_.load()));
+        metrics_.set("weft_connections", static_cast<double>(http_.connections()));
+        res.set_content(metrics_.text(), "text/plain; version=0.0.4");
+      },
+      true);
 }
 
 void HttpBase::count(const std::string& endpoint, int status, Clock::time_point start) {
@@ -85,7 +77,7 @@ void HttpBase::count(const std::string& endpoint, int status, Clock::time_point 
                    fmt::format("endpoint=\"{}\"", endpoint));
 }
 
-AdmissionPtr HttpBase::admit(const char* endpoint, httplib::Response& res, Clock::time_point start) {
+AdmissionPtr HttpBase::admit(const char* endpoint, http::Response& res, Clock::time_point start) {
   auto admission = std::make_shared<Admission>(in_flight_);
   if (admission->place() <= o_.max_concurrency) return admission;
   send_error(res, 429, fmt::format("{} requests in flight: the limit; retry later", o_.max_concurrency));
@@ -99,31 +91,15 @@ std::uint64_t HttpBase::fresh_random() {
 }
 
 int HttpBase::listen(std::FILE* log, const std::string& banner) {
-  // The library listens with a backlog of 5: many clients connecting at once would wait for
-  // SYN retransmissions (a second). The listening socket is noted here and its backlog
-  // raised after the bind.
-  int listening = -1;
-  http_.set_socket_options([&listening](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    listening = sock;
-  });
-  int port = o_.port;
-  if (port == 0) {
-    port = http_.bind_to_any_port(o_.host);
-    if (port < 0) throw ConfigError("cannot listen on " + o_.host);
-  } else if (!http_.bind_to_port(o_.host, port)) {
-    throw ConfigError(fmt::format("cannot listen on {}:{} (in use, or not an address of this machine)", o_.host, port));
-  }
-  if (listening >= 0) ::listen(listening, SOMAXCONN);
+  const int port = http_.bind(o_.host, o_.port);
   fmt::print(log, "weft serve: {} on http://{}:{}{}\n", banner, o_.host, port,
              o_.token.empty() ? "" : "; bearer token required");
   std::fflush(log);
   if (!o_.port_file.empty()) write_file_atomic(o_.port_file, std::to_string(port) + "\n");
-  const bool ok = http_.listen_after_bind();
+  http_.run();
   fmt::print(log, "weft serve: stopped\n");
   std::fflush(log);
-  return ok ? 0 : 1;
+  return 0;
 }
 
 int run_until_signal(const std::function<int()>& run, const std::function<void()>& stop) {

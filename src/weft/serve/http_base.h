@@ -1,10 +1,8 @@
-// What weft's HTTP servers (one replica's, and the front end of several) share: the worker
-// threads, the body limit, the bearer-token check (all but /healthz), OpenAI-shaped JSON
-// errors for what the library refuses, request counts and durations, listening with a full
-// backlog, and running until SIGINT or SIGTERM.
+// What weft's HTTP servers (one replica's, and the front end of several) share: the event-loop
+// server (http_server.h) with the options' limits, the bearer-token check (all but /healthz),
+// OpenAI-shaped JSON errors for what the server refuses, request counts and durations, and
+// running until SIGINT or SIGTERM.
 #pragma once
-
-#include <httplib.h>
 
 #include <atomic>
 #include <chrono>
@@ -14,13 +12,14 @@
 #include <mutex>
 #include <string>
 
+#include "weft/serve/http_server.h"
 #include "weft/serve/metrics.h"
 #include "weft/serve/server.h"
 #include "weft/tensor/rng.h"
 
 namespace weft::serve {
 
-void send_error(httplib::Response& res, int status, const std::string& message, const std::string& param = "");
+void send_error(http::Response& res, int status, const std::string& message, const std::string& param = "");
 
 // One request in flight, counted while it lives (a stream's lives as long as the stream).
 class Admission {
@@ -50,18 +49,18 @@ class HttpBase {
   void count(const std::string& endpoint, int status, Clock::time_point start);
   // The request counted in flight, or null with a 429 (the response filled, counted) when it
   // would be one more than max_concurrency.
-  AdmissionPtr admit(const char* endpoint, httplib::Response& res, Clock::time_point start);
+  AdmissionPtr admit(const char* endpoint, http::Response& res, Clock::time_point start);
   // A seed for a request that gave none, or an id: random, different in every run.
   std::uint64_t fresh_random();
   // Binds (port 0: any free one), writes the port file, prints `banner` + the address, serves
-  // until stop(); returns the exit code.
+  // until stop() and its drain are over; returns the exit code.
   int listen(std::FILE* log, const std::string& banner);
-  void stop() { http_.stop(); }
+  void stop() { http_.stop(o_.drain_seconds); }
 
  protected:
   const ServeOptions& o_;
   Metrics& metrics_;
-  httplib::Server http_;
+  http::Server http_;
   std::atomic<std::int64_t> in_flight_{0};
 
  private:

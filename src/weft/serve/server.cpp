@@ -1,7 +1,6 @@
 #include "weft/serve/server.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -70,21 +69,21 @@ class Server : private MetricsHolder, public HttpBase {
   }
 
   void routes() {
-    http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    http_.Get("/v1/models", [this](const http::Request&, http::Response& res) {
       json m = {{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "weft"},
                 {"kind", model_.recipe.model}, {"parameters", model_.module->num_parameters()}};
       if (LanguageModel* lm = model_.language_model()) m["context"] = lm->context();
       res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
     });
-    http_.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, false); });
+    http_.Post("/v1/completions", [this](const http::Request& req, http::Response& res) { completions(req, res, false); });
     http_.Post("/v1/chat/completions",
-               [this](const httplib::Request& req, httplib::Response& res) { completions(req, res, true); });
-    http_.Post("/v1/classify", [this](const httplib::Request& req, httplib::Response& res) { classify(req, res); });
+               [this](const http::Request& req, http::Response& res) { completions(req, res, true); });
+    http_.Post("/v1/classify", [this](const http::Request& req, http::Response& res) { classify(req, res); });
   }
 
   // Admits, parses and checks a request; null (the response filled) when refused.
   template <class Parse>
-  AdmissionPtr admit_parsed(const char* endpoint, httplib::Response& res, Clock::time_point start, Parse&& parse) {
+  AdmissionPtr admit_parsed(const char* endpoint, http::Response& res, Clock::time_point start, Parse&& parse) {
     AdmissionPtr admission = admit(endpoint, res, start);
     if (!admission) return nullptr;
     try {
@@ -99,7 +98,7 @@ class Server : private MetricsHolder, public HttpBase {
 
   // A completion (`chat`: a chat completion, its prompt made by the model's chat template and
   // its generation stopped at the EOS token's text), answered whole or streamed.
-  void completions(const httplib::Request& req, httplib::Response& res, bool chat) {
+  void completions(const http::Request& req, http::Response& res, bool chat) {
     const auto start = Clock::now();
     const char* endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
     CompletionRequest r;
@@ -150,7 +149,7 @@ class Server : private MetricsHolder, public HttpBase {
     res.set_chunked_content_provider(
         "text/event-stream",
         [this, ticket, admission, id, created, start, endpoint, include_usage = r.include_usage, chat,
-         first = std::make_shared<bool>(true)](size_t, httplib::DataSink& sink) {
+         first = std::make_shared<bool>(true)](size_t, http::DataSink& sink) {
           auto event = [&](const json& data) {
             const std::string e = "data: " + data.dump() + "\n\n";
             return sink.write(e.data(), e.size());
@@ -190,7 +189,7 @@ class Server : private MetricsHolder, public HttpBase {
         });
   }
 
-  void classify(const httplib::Request& req, httplib::Response& res) {
+  void classify(const http::Request& req, http::Response& res) {
     const auto start = Clock::now();
     const char* endpoint = "/v1/classify";
     Tensor images;

@@ -1,4 +1,5 @@
-// weft serve: one model replica behind an HTTP server (cpp-httplib).
+// weft serve: one model replica behind an HTTP server (http_server.h: an event loop, so that
+// no client, however slow, holds a thread).
 //
 //   POST /v1/completions   language models, OpenAI's completions API (stream: server-sent
 //                          events), continuously batched (batcher.h)
@@ -43,6 +44,14 @@ struct ServeOptions {
   int replicas_min = 1, replicas_max = 1;
   double scale_up_load = 8;          // outstanding requests per replica that add one
   double scale_down_after_s = 3;     // a quiet period before a replica is drained
+  // The front door (http_server.h): a request's headers within header_timeout_s of its first
+  // byte; a connection idle between requests closed after idle_timeout_s; connections in all
+  // and from one address; at a stop, how long requests in flight may go on.
+  double header_timeout_s = 10;
+  double idle_timeout_s = 30;
+  std::int64_t max_connections = 16384;
+  std::int64_t max_connections_per_address = 1024;  // 0: no limit
+  double drain_seconds = 10;
 };
 
 // Checks the options (one-line ConfigError naming the flag).
