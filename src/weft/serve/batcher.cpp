@@ -24,6 +24,11 @@ void Ticket::wait() {
   cv_.wait(lock, [&] { return finished_; });
 }
 
+bool Ticket::wait_for(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return finished_; });
+}
+
 void Ticket::cancel() {
   std::lock_guard lock(mu_);
   cancelled_ = true;
@@ -108,7 +113,7 @@ void LmBatcher::step(std::vector<Active>& active) {
   auto finish = [](Active& a) {
     Ticket& t = *a.ticket;
     t.text = a.generation->text();
-    t.finish_reason = a.generation->finish_reason();
+    t.finish_reason = a.generation->done() ? a.generation->finish_reason() : "abort";
     t.completion_tokens = static_cast<std::int64_t>(a.generation->completion().size());
   };
   // A cancelled request, or one that asks for no tokens, leaves before the step.

@@ -9,7 +9,8 @@
 //                 others for up to max_wait, up to max_batch images, then runs one forward.
 //
 // Requests are Tickets: the HTTP threads wait on them, the batching thread fills them; a
-// cancelled ticket (the client went away) leaves the batch at the next step.
+// cancelled ticket (the client went away, or the server stops) leaves the batch at the next
+// step.
 #pragma once
 
 #include <chrono>
@@ -50,6 +51,10 @@ class Ticket {
   bool next(std::string& piece, std::chrono::milliseconds timeout);
   // Waits until finished (the whole text).
   void wait();
+  // Waits up to `timeout`; true once finished.
+  bool wait_for(std::chrono::milliseconds timeout);
+  // Ends the generation at the next decoding step (its client went away, or the server stops:
+  // finish_reason "abort" with the text so far).
   void cancel();
   bool cancelled() const;
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weft/comm/auth.h"
+#include "weft/serve/api.h"
 #include "weft/serve/http_base.h"
 #include "weft/serve/replicas.h"
 #include "weft/util/error.h"
@@ -48,8 +49,20 @@ struct Relay {
   int status = 0;  // the replica's status (0: not known yet)
   std::string error_body;
   std::deque<std::string> events;
-  bool done = false, cancelled = false;
+  std::string last_text_event;  // (its id, created and model name the abort chunk at a stop)
+  bool done = false, cancelled = false, finished = false;  // finished: the replica's [DONE] relayed
 };
+
+// The last chunk of a stream the front end ends itself at a stop: the last piece's chunk
+// with no text and finish_reason "abort".
+std::string abort_event(const std::string& last_text_event, bool chat) {
+  json j = json::parse(last_text_event.size() > 6 ? last_text_event.substr(6) : std::string(), nullptr, false);
+  const std::string id = j.is_object() ? j.value("id", std::string("cmpl-aborted")) : "cmpl-aborted";
+  const std::int64_t created = j.is_object() ? j.value("created", std::int64_t{0}) : std::int64_t{0};
+  const std::string model = j.is_object() ? j.value("model", std::string()) : std::string();
+  const json chunk = chat ? chat_chunk(id, created, model, "", "abort", false) : completion_chunk(id, created, model, "", "abort");
+  return "data: " + chunk.dump() + "\n\n";
+}
 
 class FrontEnd : private MetricsHolder, public HttpBase {
  public:
@@ -126,15 +139,36 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     const AdmissionPtr admission = admit(endpoint, res, start);
     if (!admission) return;
     const std::string& body = body_in.empty() ? req.body : body_in;
+    bool abandoned = false;  // the client left, or the stop's drain is over
     const bool answered = on_some_replica([&](httplib::Client& client) {
+      // Stops the replica's request (which then cancels its generation) once its client left.
+      std::atomic<bool> replied{false};
+      std::thread watch([&] {
+        while (!replied.load()) {
+          if (req.client_gone() || http_.draining()) {
+            abandoned = true;
+            client.stop();
+            return;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      });
       httplib::Result r = req.method == "GET" ? client.Get(req.path, upstream_headers())
                                               : client.Post(req.path, upstream_headers(), body, "application/json");
+      replied = true;
+      watch.join();
+      if (abandoned) return true;
       if (!r) return false;
       res.status = r->status;
       if (r->has_header("Retry-After")) res.set_header("Retry-After", r->get_header_value("Retry-After"));
       res.set_content(r->body, r->get_header_value("Content-Type"));
       return true;
     });
+    if (abandoned) {
+      if (req.client_gone()) return count(endpoint, 499, start);
+      send_error(res, 503, "the server stopped before the request finished");
+      return count(endpoint, 503, start);
+    }
     if (answered) {
       count(endpoint, res.status, start);
       return;
@@ -180,8 +214,22 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, relay, admission, start, endpoint](size_t, http::DataSink& sink) {
+        [this, relay, admission, start, endpoint, chat = std::string(endpoint) == "/v1/chat/completions"](
+            size_t, http::DataSink& sink) {
           std::unique_lock l(relay->mu);
+          if (sink.draining() && !relay->finished) {
+            // The stop's drain is over: what came is sent, then the stream ends whole.
+            relay->cancelled = true;
+            std::string rest;
+            for (std::string& e : relay->events) rest += e;
+            relay->events.clear();
+            rest += abort_event(relay->last_text_event, chat) + "data: [DONE]\n\n";
+            l.unlock();
+            if (!sink.write(rest.data(), rest.size())) return false;
+            sink.done();
+            count(endpoint, 200, start);
+            return true;
+          }
           relay->cv.wait_for(l, std::chrono::milliseconds(100), [&] { return !relay->events.empty() || relay->done; });
           while (!relay->events.empty()) {
             std::string e = std::move(relay->events.front());
@@ -240,8 +288,11 @@ class FrontEnd : private MetricsHolder, public HttpBase {
           buffer.erase(0, end + 2);
           const bool text = is_text_event(event);
           if (text && ++seen <= sent) continue;  // sent before the retry
-          if (text) ++sent;
-          if (event == "data: [DONE]\n\n") finished = true;
+          if (text) {
+            ++sent;
+            relay.last_text_event = event;
+          }
+          if (event == "data: [DONE]\n\n") finished = relay.finished = true;
           relay.events.push_back(std::move(event));
         }
         relay.cv.notify_all();

@@ -58,6 +58,7 @@ namespace {
 constexpr std::size_t kMaxQueuedStream = 1 << 20;  // a stream's bytes queued before its writer waits
 constexpr std::size_t kReadChunk = 16 << 10;
 constexpr double kLingerS = 2;                       // reading what a refused client still sends
+constexpr double kCloseWaitS = 0.5;                  // waiting for a client's close after the last response
 constexpr double kCloseAfterDrainS = 2;              // streams' last chunks, after the drain
 
 struct Route {
@@ -405,19 +406,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void response_written() {
     response_queued_ = false;
-    if (lingering_ || !keep_alive_ || s_.stopping) return linger();
+    if (lingering_) return linger(kLingerS);
+    if (!keep_alive_ || s_.stopping) return linger(kCloseWaitS);
     next_request();
   }
 
   // After the last response: what the client still sends is read and dropped for a while (so
   // that a refused client sees the answer instead of a reset), then the connection closes.
-  void linger() {
+  void linger(double s) {
     error_code ignored;
     socket_.shutdown(tcp::socket::shutdown_send, ignored);
     state_ = State::kHandling;
     lingering_ = true;
     const std::uint64_t generation = ++timer_generation_;
-    timer_.expires_after(seconds(kLingerS));
+    timer_.expires_after(seconds(s));
     timer_.async_wait([self = shared_from_this(), generation](error_code ec) {
       if (!ec && generation == self->timer_generation_) self->close();
     });
@@ -633,5 +635,7 @@ void Server::stop(double drain_seconds) {
 }
 
 std::int64_t Server::connections() const { return impl_->open_count.load(); }
+
+bool Server::draining() const { return impl_->drained.load(); }
 
 }  // namespace weft::serve::http

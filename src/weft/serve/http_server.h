@@ -111,6 +111,8 @@ class Server {
   void stop(double drain_seconds = 0);
   // Connections open now (tests, metrics).
   std::int64_t connections() const;
+  // True once stop()'s drain time is over: handlers end their work now, whole.
+  bool draining() const;
 
   struct Impl;  // the event loop and its connections (http_server.cpp)
 

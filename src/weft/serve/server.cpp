@@ -129,7 +129,17 @@ class Server : private MetricsHolder, public HttpBase {
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + fmt::format("{:016x}", fresh_random());
     const std::int64_t created = std::time(nullptr);
     if (!r.stream) {
-      ticket->wait();
+      // A client that leaves cancels its generation; past the stop's drain, it ends with the
+      // text so far (finish_reason "abort").
+      while (!ticket->wait_for(kPoll)) {
+        if (req.client_gone()) {
+          ticket->cancel();
+          ticket->wait();
+          count(endpoint, 499, start);
+          return;
+        }
+        if (http_.draining()) ticket->cancel();
+      }
       if (!ticket->error.empty()) {
         send_error(res, 503, ticket->error);
         count(endpoint, 503, start);
@@ -160,6 +170,7 @@ class Server : private MetricsHolder, public HttpBase {
             return chat ? chat_chunk(id, created, model_.name, text, finish, opening)
                         : completion_chunk(id, created, model_.name, text, finish);
           };
+          if (sink.draining()) ticket->cancel();  // the stop's drain is over: end with finish_reason "abort"
           std::string piece;
           const bool more = ticket->next(piece, kPoll);
           if (!piece.empty()) return event(chunk(piece, ""));

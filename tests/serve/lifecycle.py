@@ -1,0 +1,170 @@
+"""usage: lifecycle.py WEFT
+
+weft serve's life cycle (docs/serving.md, "Stopping"), one process and a front end with 2
+replicas:
+  1. a client that leaves a completion that is not streamed cancels its generation: the
+     sequence leaves the batch and no more tokens are generated;
+  2. SIGTERM with --drain-seconds 30: new connections are refused, the stream in flight ends
+     as it would have (finish_reason "length", [DONE]), and the server exits right after;
+  3. SIGTERM with --drain-seconds 0.5 and a long stream: the stream ends whole after the
+     drain, with a last chunk of finish_reason "abort" and [DONE], and the server exits.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+weft = sys.argv[1]
+work = tempfile.mkdtemp()
+model = os.path.join(work, "gpt.safetensors")
+subprocess.run([weft, "train", "--model", "gpt", "--layers", "2", "--d-model", "32", "--heads", "4", "--context", "32",
+                "--batch", "8", "--max-steps", "2", "--eval-every", "2", "--eval-batches", "1", "--sample", "0",
+                "--quiet", "--threads", "1", "--save-model", model], check=True, stdout=subprocess.DEVNULL)
+
+
+def start(*flags):
+    port_file = os.path.join(work, "port")
+    if os.path.exists(port_file):
+        os.remove(port_file)
+    p = subprocess.Popen([weft, "serve", model, "--port", "0", "--port-file", port_file, "--max-tokens", "200000",
+                          *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while not os.path.exists(port_file):
+        if p.poll() is not None or time.time() > deadline:
+            sys.exit("FAIL: the server did not start: " + p.stderr.read().decode())
+        time.sleep(0.05)
+    return p, int(open(port_file).read())
+
+
+def send(port, body):
+    s = socket.create_connection(("127.0.0.1", port), timeout=60)
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+              str(len(data)).encode() + b"\r\n\r\n" + data)
+    return s
+
+
+def metric(port, name):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    text = b""
+    while True:
+        more = s.recv(65536)
+        if not more:
+            break
+        text += more
+    s.close()
+    total = 0.0
+    for line in text.decode().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            total += float(line.split()[-1])
+    return total
+
+
+def read_stream(s):
+    """The data of each event until the server closes the connection."""
+    got = b""
+    while True:
+        more = s.recv(65536)
+        if not more:
+            break
+        got += more
+    return [line[6:] for line in got.decode(errors="replace").split("\n") if line.startswith("data: ")]
+
+
+def stop(p, drain_limit):
+    t = time.time()
+    try:
+        p.wait(timeout=drain_limit)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        sys.exit(f"FAIL: the server did not exit within {drain_limit} s of SIGTERM")
+    assert p.returncode == 0, p.returncode
+    return time.time() - t
+
+
+for label, flags, metrics_of in (("one process", [], lambda port: port), ("2 replicas", ["--replicas", "2"], None)):
+    # 1. A client that leaves a completion that is not streamed.
+    p, port = start(*flags)
+    if label == "one process":
+        s = send(port, {"prompt": "The", "max_tokens": 200000})
+        deadline = time.time() + 10
+        while metric(port, "weft_running_sequences") < 1:
+            assert time.time() < deadline, "the completion never started"
+            time.sleep(0.05)
+        s.close()
+        deadline = time.time() + 5
+        while metric(port, "weft_running_sequences") > 0 or metric(port, "weft_requests_in_flight") > 0:
+            assert time.time() < deadline, "the generation of a client that left goes on"
+            time.sleep(0.05)
+        tokens = metric(port, "weft_generated_tokens_total")
+        time.sleep(0.3)
+        assert metric(port, "weft_generated_tokens_total") == tokens, "tokens are still generated"
+        assert tokens < 200000, tokens
+        print(f"{label}: a client that left its completion (not streamed) cancelled it after {tokens:.0f} tokens")
+    else:
+        # Through the front end: the replica that generated stops computing (its CPU time stays put).
+        def replicas_cpu_seconds():
+            total = 0.0
+            for task in os.listdir(f"/proc/{p.pid}/task"):
+                for child in open(f"/proc/{p.pid}/task/{task}/children").read().split():
+                    fields = open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()
+                    total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return total
+        s = send(port, {"prompt": "The", "max_tokens": 200000})
+        time.sleep(0.5)
+        busy = replicas_cpu_seconds()
+        time.sleep(0.5)
+        busy = replicas_cpu_seconds() - busy
+        s.close()
+        time.sleep(0.3)
+        after = replicas_cpu_seconds()
+        time.sleep(0.5)
+        after = replicas_cpu_seconds() - after
+        assert busy > 0.2 and after < 0.1, (busy, after)
+        print(f"{label}: a client that left its completion (not streamed) cancelled it: the replicas computed "
+              f"{busy:.2f} s in 0.5 s before, {after:.2f} s after")
+
+    # 2. SIGTERM with time to drain: the stream in flight ends as it would have.
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=30)
+    p, port = start(*flags, "--drain-seconds", "30")
+    s = send(port, {"prompt": "The", "max_tokens": 3000, "stream": True})
+    first = s.recv(4096)
+    assert first.startswith(b"HTTP/1.1 200"), first[:200]
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        refused = False
+    except OSError:
+        refused = True
+    events = read_stream(s)
+    s.close()
+    took = stop(p, 30)
+    last = json.loads(events[-2])
+    assert refused, "a new connection was accepted after SIGTERM"
+    assert events[-1] == "[DONE]" and last["choices"][0]["finish_reason"] == "length", events[-3:]
+    print(f"{label}: SIGTERM with a stream in flight: new connections refused, the stream finished "
+          f"(finish_reason length, [DONE]), the server exited {took:.2f} s after it")
+
+    # 3. SIGTERM with a stream longer than the drain.
+    p, port = start(*flags, "--drain-seconds", "0.5")
+    s = send(port, {"prompt": "The", "max_tokens": 200000, "stream": True})
+    assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    t = time.time()
+    p.send_signal(signal.SIGTERM)
+    events = read_stream(s)
+    ended = time.time() - t
+    s.close()
+    took = stop(p, 30)
+    last = json.loads(events[-2])
+    assert events[-1] == "[DONE]" and last["choices"][0]["finish_reason"] == "abort", events[-3:]
+    assert ended < 0.5 + 2, f"the stream ended {ended:.1f} s after SIGTERM with --drain-seconds 0.5"
+    print(f"{label}: SIGTERM past --drain-seconds 0.5: the stream ended whole after {ended:.2f} s "
+          f"(finish_reason abort, [DONE]); the server exited {took:.2f} s later")
+print("life cycle: every check passed")
