@@ -7,7 +7,8 @@ replicas:
   2. SIGTERM with --drain-seconds 30: new connections are refused, the stream in flight ends
      as it would have (finish_reason "length", [DONE]), and the server exits right after;
   3. SIGTERM with --drain-seconds 0.5 and a long stream: the stream ends whole after the
-     drain, with a last chunk of finish_reason "abort" and [DONE], and the server exits.
+     drain, with a last chunk of finish_reason "abort" and [DONE], and the server exits;
+  4. closed-loop clients exactly as many as --max-concurrency: none is refused (429).
 """
 import json
 import os
@@ -87,7 +88,7 @@ def stop(p, drain_limit):
     return time.time() - t
 
 
-for label, flags, metrics_of in (("one process", [], lambda port: port), ("2 replicas", ["--replicas", "2"], None)):
+for label, flags in (("one process", ["--max-concurrency", "4"]), ("2 replicas", ["--replicas", "2", "--max-concurrency", "4"])):
     # 1. A client that leaves a completion that is not streamed.
     p, port = start(*flags)
     if label == "one process":
@@ -128,6 +129,15 @@ for label, flags, metrics_of in (("one process", [], lambda port: port), ("2 rep
         assert busy > 0.2 and after < 0.1, (busy, after)
         print(f"{label}: a client that left its completion (not streamed) cancelled it: the replicas computed "
               f"{busy:.2f} s in 0.5 s before, {after:.2f} s after")
+
+    # 4. As many closed-loop clients as the limit: a client's next request never finds its
+    # last one still counted.
+    bench = subprocess.run([weft, "serve-bench", "--url", f"http://127.0.0.1:{port}", "--concurrency", "4",
+                            "--requests", "200", "--max-tokens", "4", "--json"], capture_output=True, text=True)
+    assert bench.returncode == 0, bench.stderr
+    errors = json.loads(bench.stdout.strip().splitlines()[-1])["errors"]
+    assert errors == 0, f"{errors} of 200 requests refused with 4 clients at --max-concurrency 4: {bench.stdout}"
+    print(f"{label}: 4 closed-loop clients at --max-concurrency 4: 200 streamed requests, none refused")
 
     # 2. SIGTERM with time to drain: the stream in flight ends as it would have.
     p.send_signal(signal.SIGTERM)

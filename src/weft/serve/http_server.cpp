@@ -201,7 +201,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<StreamState> stream() const { return stream_; }
   Server::Impl& server() { return s_; }
 
-  void answer(Response& res) {
+  // The response, whole, or (`stream`) its head: its chunks follow from run_stream.
+  void answer(Response& res, bool stream = false) {
     std::string head = status_line(res.status);
     for (const auto& [name, value] : res.headers) {
       if (beast::iequals(name, "Content-Length") || beast::iequals(name, "Transfer-Encoding") ||
@@ -211,7 +212,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     if (s_.stopping) keep_alive_ = false;
     head += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
-    if (res.provider_) {
+    if (stream) {
       head += "Transfer-Encoding: chunked\r\n\r\n";
       queue(std::move(head), false);
       return;
@@ -467,11 +468,9 @@ class ChunkSink : public DataSink {
     std::lock_guard lock(st_->mu);
     return !st_->gone;
   }
-  void done() override {
-    if (finished_) return;
-    finished_ = true;
-    c_->post_bytes("0\r\n\r\n", true, false);
-  }
+  // (The last chunk is sent by run_stream once the provider, and what it holds, is released:
+  // a client's next request must not find this one still counted.)
+  void done() override { finished_ = true; }
   bool draining() const override { return c_->server().drained.load(); }
   bool finished() const { return finished_; }
 
@@ -486,12 +485,15 @@ class ChunkSink : public DataSink {
 
 void Connection::run_stream(Response& res) {
   auto self = shared_from_this();
-  net::post(s_.loop, [self, head = res]() mutable {
-    if (self->state_ != State::kClosed) self->answer(head);
+  Response head;  // the status and headers, without the provider (and what it holds)
+  head.status = res.status;
+  head.headers = res.headers;
+  net::post(s_.loop, [self, head = std::move(head)]() mutable {
+    if (self->state_ != State::kClosed) self->answer(head, true);
   });
   ChunkSink sink(self, stream_, s_.limits.write_timeout_s);
   bool ok = true;
-  for (std::size_t offset = 0; !sink.finished();) {
+  for (const std::size_t offset = 0; !sink.finished();) {  // (offset: cpp-httplib's; weft's providers keep their own place)
     try {
       ok = res.provider_(offset, sink) && sink.is_writable();
     } catch (const std::exception&) {
@@ -499,8 +501,10 @@ void Connection::run_stream(Response& res) {
     }
     if (!ok) break;
   }
-  if (!ok) post_close();
-  if (res.releaser_) res.releaser_(ok && sink.finished());
+  ContentProvider().swap(res.provider_);  // its captures (the request's admission) released
+  if (ok) post_bytes("0\r\n\r\n", true, false);
+  else post_close();
+  if (res.releaser_) res.releaser_(ok);
 }
 
 void Server::Impl::accept() {
