@@ -4,7 +4,8 @@
 # (SIGKILL) under load loses no request (every one of 300 streamed completions arrives whole,
 # its tokens counted) and is restarted. Elastic 1:3: a load step of 1 -> 16 concurrent
 # clients -> 1 scales the replicas up and, once the load falls, back down to 1, each decision
-# logged and counted.
+# logged and counted. Elastic 1:2: five cycles of load and quiet scale up and down five times,
+# each new replica ready on a port of its own.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -64,4 +65,22 @@ metrics=$(curl -s "http://127.0.0.1:$port/metrics")
 grep -q '^weft_replicas 1$' <<<"$metrics" || { echo "FAIL: not back to 1 replica"; exit 1; }
 grep '^weft_scaling_events_total' <<<"$metrics"
 grep "scaling" "$work/elastic.log"
+stop_server
+
+# Five cycles: a replica scaled up after one was drained must start (a fresh port file).
+replicas() { curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_replicas ' | cut -d' ' -f2; }
+start_server "$work/cycles.log" --replicas 1:2 --scale-up-load 1 --scale-down-after 1
+for cycle in 1 2 3 4 5; do
+  "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 4 --requests 100000 --max-tokens 48 >/dev/null 2>&1 &
+  bench=$!
+  for _ in $(seq 300); do [ "$(replicas)" = 2 ] && break; sleep 0.1; done
+  kill "$bench" 2>/dev/null || true
+  wait "$bench" 2>/dev/null || true
+  [ "$(replicas)" = 2 ] || { echo "FAIL: cycle $cycle: no second replica ready"; cat "$work/cycles.log"; exit 1; }
+  for _ in $(seq 300); do [ "$(replicas)" = 1 ] && [ "$(grep -c 'stopped (1 left)' "$work/cycles.log")" = "$cycle" ] && break; sleep 0.1; done
+  [ "$(grep -c 'stopped (1 left)' "$work/cycles.log")" = "$cycle" ] || { echo "FAIL: cycle $cycle: no scale-down"; cat "$work/cycles.log"; exit 1; }
+done
+ports=$(grep -o 'replica 1 (pid [0-9]*) ready on 127.0.0.1:[0-9]*' "$work/cycles.log" | sort -u | wc -l)
+[ "$ports" = 5 ] || { echo "FAIL: $ports replicas became ready in 5 cycles"; cat "$work/cycles.log"; exit 1; }
+echo "elastic 1:2: 5 cycles of load and quiet: scaled up and down 5 times, each new replica ready"
 stop_server

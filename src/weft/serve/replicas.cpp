@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+
+#include <cstdio>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -84,7 +86,10 @@ ReplicaSet::~ReplicaSet() {
 // front end only), stopped with the front end, bound to its share of the cores when the
 // number of replicas is fixed.
 void ReplicaSet::spawn(Replica& r) {
-  r.port_file = fmt::format("{}/replica-{}-{}.port", o_.folder, r.slot, r.generation++);
+  // A port file no earlier process wrote: a replica started again in a slot (restarted, or
+  // scaled up after that slot was drained) must not be found at its predecessor's port.
+  if (!r.port_file.empty()) std::remove(r.port_file.c_str());
+  r.port_file = fmt::format("{}/replica-{}-{}.port", o_.folder, r.slot, spawned_++);
   std::vector<std::string> args = {comm::self_executable()};
   args.insert(args.end(), o_.command.begin(), o_.command.end());
   for (const char* a : {"--host", "127.0.0.1", "--port", "0", "--port-file"}) args.emplace_back(a);
@@ -185,6 +190,7 @@ void ReplicaSet::monitor() {
       if (r.pid > 0 && ::waitpid(r.pid, &status, WNOHANG) == r.pid) {
         r.pid = -1;
         r.ready = false;
+        std::remove(r.port_file.c_str());
         if (r.draining) {
           fmt::print(log_, "weft serve: replica {} stopped ({} left)\n", r.slot, replicas_.size() - 1);
           std::fflush(log_);

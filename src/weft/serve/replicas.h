@@ -69,7 +69,6 @@ class ReplicaSet {
     std::string port_file;
     bool ready = false, draining = false;
     std::int64_t outstanding = 0;
-    int generation = 0;
   };
   void spawn(Replica& r);
   void monitor();
@@ -84,6 +83,7 @@ class ReplicaSet {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::vector<int> cores_;
+  std::int64_t spawned_ = 0;  // replica processes started: each writes a port file of its own
   bool stopping_ = false;
   double load_ = 0, last_sample_ = -1, last_outstanding_ = 0;  // outstanding requests, averaged over ~1 s
   double quiet_until_ = -1, under_since_ = -1;
