@@ -8,7 +8,8 @@ replicas:
      as it would have (finish_reason "length", [DONE]), and the server exits right after;
   3. SIGTERM with --drain-seconds 0.5 and a long stream: the stream ends whole after the
      drain, with a last chunk of finish_reason "abort" and [DONE], and the server exits;
-  4. closed-loop clients exactly as many as --max-concurrency: none is refused (429).
+  4. closed-loop clients exactly as many as --max-concurrency: none is refused (429); /metrics
+     (the front end's: its replicas' summed) counts their tokens and times to first token.
 """
 import json
 import os
@@ -138,6 +139,15 @@ for label, flags in (("one process", ["--max-concurrency", "4"]), ("2 replicas",
     errors = json.loads(bench.stdout.strip().splitlines()[-1])["errors"]
     assert errors == 0, f"{errors} of 200 requests refused with 4 clients at --max-concurrency 4: {bench.stdout}"
     print(f"{label}: 4 closed-loop clients at --max-concurrency 4: 200 streamed requests, none refused")
+    # The front end's /metrics shows the replicas' figures (scraped every second).
+    deadline = time.time() + 5
+    while metric(port, "weft_time_to_first_token_seconds_count") < 204:
+        assert time.time() < deadline, "the /metrics of the server lacks the completions' figures"
+        time.sleep(0.2)
+    tokens = metric(port, "weft_generated_tokens_total")
+    assert tokens >= 204 * 4 and metric(port, "weft_batch_size_count") > 0, tokens
+    print(f"{label}: /metrics: {tokens:.0f} tokens generated, "
+          f"{metric(port, 'weft_time_to_first_token_seconds_count'):.0f} times to first token")
 
     # 2. SIGTERM with time to drain: the stream in flight ends as it would have.
     p.send_signal(signal.SIGTERM)

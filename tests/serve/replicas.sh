@@ -74,13 +74,22 @@ for cycle in 1 2 3 4 5; do
   "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 4 --requests 100000 --max-tokens 48 >/dev/null 2>&1 &
   bench=$!
   for _ in $(seq 300); do [ "$(replicas)" = 2 ] && break; sleep 0.1; done
+  if [ "$cycle" = 5 ]; then
+    sleep 1.2  # (a scrape of both replicas)
+    before=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_generated_tokens_total ' | cut -d' ' -f2)
+  fi
   kill "$bench" 2>/dev/null || true
   wait "$bench" 2>/dev/null || true
   [ "$(replicas)" = 2 ] || { echo "FAIL: cycle $cycle: no second replica ready"; cat "$work/cycles.log"; exit 1; }
   for _ in $(seq 300); do [ "$(replicas)" = 1 ] && [ "$(grep -c 'stopped (1 left)' "$work/cycles.log")" = "$cycle" ] && break; sleep 0.1; done
   [ "$(grep -c 'stopped (1 left)' "$work/cycles.log")" = "$cycle" ] || { echo "FAIL: cycle $cycle: no scale-down"; cat "$work/cycles.log"; exit 1; }
 done
+sleep 1.2
+after=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_generated_tokens_total ' | cut -d' ' -f2)
+awk -v a="$after" -v b="$before" 'BEGIN { exit !(a >= b && b > 0) }' ||
+  { echo "FAIL: the tokens counted went from $before to $after as a replica stopped"; exit 1; }
 ports=$(grep -o 'replica 1 (pid [0-9]*) ready on 127.0.0.1:[0-9]*' "$work/cycles.log" | sort -u | wc -l)
 [ "$ports" = 5 ] || { echo "FAIL: $ports replicas became ready in 5 cycles"; cat "$work/cycles.log"; exit 1; }
-echo "elastic 1:2: 5 cycles of load and quiet: scaled up and down 5 times, each new replica ready"
+echo "elastic 1:2: 5 cycles of load and quiet: scaled up and down 5 times, each new replica ready; the front end's"\
+  "token count never went back ($after at the end)"
 stop_server

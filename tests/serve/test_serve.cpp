@@ -18,6 +18,7 @@
 #include "weft/serve/evaluate.h"
 #include "weft/serve/generation.h"
 #include "weft/serve/metrics.h"
+#include "weft/serve/metrics_merge.h"
 #include "weft/serve/model_file.h"
 #include "weft/serve/quantize.h"
 #include "weft/serve/sampling.h"
@@ -544,6 +545,52 @@ TEST(Metrics, PrometheusTextHasHelpTypeAndCumulativeBuckets) {
   EXPECT_NE(t.find("lat_seconds_bucket{le=\"0.1\"} 1\nlat_seconds_bucket{le=\"1\"} 2\nlat_seconds_bucket{le=\"+Inf\"} 3\n"),
             std::string::npos) << t;
   EXPECT_NE(t.find("lat_seconds_count 3\n"), std::string::npos);
+}
+
+
+// The front end shows its replicas' metrics as one server's: samples summed, buckets in
+// order, a stopped replica's counters and histograms kept (never going back), its gauges gone.
+TEST(MetricsMerge, SumsReplicasAndKeepsAStoppedOnesCounters) {
+  auto replica = [](double tokens, double queue, std::vector<double> ttft) {
+    Metrics m;
+    m.counter("weft_generated_tokens_total", "tokens generated");
+    m.gauge("weft_queue_depth", "requests waiting");
+    m.histogram("weft_time_to_first_token_seconds", "ttft", {0.01, 0.1, 1});
+    m.counter("weft_requests_total", "requests");
+    m.add("weft_generated_tokens_total", tokens);
+    m.set("weft_queue_depth", queue);
+    m.add("weft_requests_total", 1, "endpoint=\"/v1/completions\",code=\"200\"");
+    for (double t : ttft) m.observe("weft_time_to_first_token_seconds", t);
+    return parse_exposition(m.text());
+  };
+  const Exposition a = replica(100, 2, {0.005, 0.5}), b = replica(40, 1, {0.05});
+  auto not_front_end = [](const std::string& family) { return family != "weft_requests_total"; };
+  Exposition total;
+  add_exposition(total, a, not_front_end);
+  add_exposition(total, b, not_front_end);
+  EXPECT_EQ(total.samples.at("weft_generated_tokens_total"), 140);
+  EXPECT_EQ(total.samples.at("weft_queue_depth"), 3);
+  EXPECT_EQ(total.samples.at("weft_time_to_first_token_seconds_count"), 3);
+  EXPECT_EQ(total.samples.at("weft_time_to_first_token_seconds_bucket{le=\"0.1\"}"), 2);
+  EXPECT_EQ(total.samples.at("weft_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 3);
+  EXPECT_EQ(total.families.count("weft_requests_total"), 0u);  // the front end's own
+  const std::string text = exposition_text(total);
+  EXPECT_NE(text.find("# TYPE weft_time_to_first_token_seconds histogram\n"), std::string::npos);
+  EXPECT_LT(text.find("le=\"0.01\""), text.find("le=\"0.1\""));  // buckets in their order
+  EXPECT_LT(text.find("le=\"1\""), text.find("le=\"+Inf\""));
+  EXPECT_EQ(parse_exposition(text).samples, total.samples);  // it reads back
+  // Replica b stops: its counters and histograms stay, its gauges go.
+  Exposition retired;
+  add_exposition(retired, b, not_front_end, true);
+  Exposition shown = retired;
+  add_exposition(shown, a, not_front_end);
+  EXPECT_EQ(shown.samples.at("weft_generated_tokens_total"), 140);
+  EXPECT_EQ(shown.samples.at("weft_queue_depth"), 2);
+  EXPECT_EQ(shown.samples.at("weft_time_to_first_token_seconds_count"), 3);
+  // Lines that are not samples of declared families are skipped.
+  const Exposition junk = parse_exposition("garbage\nweft_unknown 3\n# TYPE x counter\nx notanumber\nx 2\n");
+  EXPECT_EQ(junk.samples.size(), 1u);
+  EXPECT_EQ(junk.samples.at("x"), 2);
 }
 
 }  // namespace

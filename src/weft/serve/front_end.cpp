@@ -17,6 +17,7 @@
 #include "weft/comm/auth.h"
 #include "weft/serve/api.h"
 #include "weft/serve/http_base.h"
+#include "weft/serve/metrics_merge.h"
 #include "weft/serve/replicas.h"
 #include "weft/util/error.h"
 
@@ -82,6 +83,11 @@ class FrontEnd : private MetricsHolder, public HttpBase {
                  "--max-images", std::to_string(o.max_images), "--quantize", o.quantize};
     std::filesystem::create_directories(folder_);
     replicas_ = std::make_unique<ReplicaSet>(r, log, metrics_);
+    more_metrics_ = [this] {
+      std::lock_guard lock(scrape_mu_);
+      return replica_metrics_;
+    };
+    scraper_ = std::thread([this] { scrape(); });
     http_.Get("/v1/models", [this](const http::Request& req, http::Response& res) { forward(req, res, "/v1/models"); });
     http_.Post("/v1/completions", [this](const http::Request& req, http::Response& res) { completions(req, res); });
     http_.Post("/v1/chat/completions", [this](const http::Request& req, http::Response& res) { completions(req, res); });
@@ -89,6 +95,12 @@ class FrontEnd : private MetricsHolder, public HttpBase {
   }
 
   ~FrontEnd() {
+    {
+      std::lock_guard l(scrape_mu_);
+      scraping_ = false;
+    }
+    scrape_cv_.notify_all();
+    scraper_.join();
     std::unique_lock lock(relays_mu_);
     relays_cv_.wait(lock, [&] { return relays_ == 0; });
     lock.unlock();
@@ -312,6 +324,43 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     relay.cv.notify_all();
   }
 
+  // Every second: the replicas' metrics (tokens, time to first token, batches, queues), summed
+  // into what /metrics shows after the front end's own; a stopped replica's counters kept.
+  void scrape() {
+    std::set<std::string> own;
+    for (const auto& [family, type] : parse_exposition(metrics_.text()).families) own.insert(family);
+    auto keep = [&own](const std::string& family) { return !own.count(family); };
+    std::map<int, Exposition> live;  // by pid
+    Exposition retired;
+    std::unique_lock lock(scrape_mu_);
+    while (scraping_) {
+      lock.unlock();
+      std::set<int> running;
+      for (const ReplicaSet::Running& r : replicas_->running()) {
+        running.insert(r.pid);
+        if (!r.ready || r.port == 0) continue;
+        httplib::Client client("127.0.0.1", r.port);
+        client.set_connection_timeout(0, 300'000);
+        client.set_read_timeout(1);
+        if (auto got = client.Get("/metrics", upstream_headers()); got && got->status == 200)
+          live[r.pid] = parse_exposition(got->body);
+      }
+      for (auto it = live.begin(); it != live.end();) {
+        if (running.count(it->first)) {
+          ++it;
+          continue;
+        }
+        add_exposition(retired, it->second, keep, true);
+        it = live.erase(it);
+      }
+      Exposition shown = retired;
+      for (const auto& [pid, e] : live) add_exposition(shown, e, keep);
+      lock.lock();
+      replica_metrics_ = exposition_text(shown);
+      scrape_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return !scraping_; });
+    }
+  }
+
   std::FILE* log_;
   std::string token_ = comm::generate_token();
   std::string folder_ = fmt::format("/tmp/weft-serve-{}-{}", ::getpid(), comm::generate_token().substr(0, 8));
@@ -319,6 +368,11 @@ class FrontEnd : private MetricsHolder, public HttpBase {
   std::mutex relays_mu_;
   std::condition_variable relays_cv_;
   int relays_ = 0;
+  std::mutex scrape_mu_;
+  std::condition_variable scrape_cv_;
+  bool scraping_ = true;
+  std::string replica_metrics_;
+  std::thread scraper_;
 };
 
 }  // namespace

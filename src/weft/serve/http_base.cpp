@@ -66,7 +66,7 @@ HttpBase::HttpBase(const ServeOptions& o, Metrics& metrics)
       [this](const http::Request&, http::Response& res) {
         metrics_.set("weft_requests_in_flight", static_cast<double>(in_flight_.load()));
         metrics_.set("weft_connections", static_cast<double>(http_.connections()));
-        res.set_content(metrics_.text(), "text/plain; version=0.0.4");
+        res.set_content(metrics_.text() + (more_metrics_ ? more_metrics_() : std::string()), "text/plain; version=0.0.4");
       },
       true);
 }

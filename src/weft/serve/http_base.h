@@ -62,6 +62,8 @@ class HttpBase {
   Metrics& metrics_;
   http::Server http_;
   std::atomic<std::int64_t> in_flight_{0};
+  // More of /metrics after the server's own (the front end: its replicas'); must not block.
+  std::function<std::string()> more_metrics_;
 
  private:
   std::mutex random_mu_;

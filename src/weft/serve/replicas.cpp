@@ -158,6 +158,14 @@ void ReplicaSet::suspect(int slot) {
     if (r->slot == slot) r->ready = false;  // until it answers /healthz again
 }
 
+std::vector<ReplicaSet::Running> ReplicaSet::running() const {
+  std::lock_guard lock(mu_);
+  std::vector<Running> out;
+  for (const auto& r : replicas_)
+    if (r->pid > 0) out.push_back({static_cast<int>(r->pid), r->port, r->ready});
+  return out;
+}
+
 // A replica that is not ready: its port once written, then a /healthz answer.
 void ReplicaSet::poll_ready(Replica& r) {
   if (r.port == 0) {

@@ -60,6 +60,12 @@ class ReplicaSet {
   std::unique_ptr<Lease> acquire(const std::set<int>& exclude, double timeout_s);
   // The front end reports a replica that failed a request (it may have died).
   void suspect(int slot);
+  // Every replica process running: its pid, its port (0: not known yet), whether it answers.
+  struct Running {
+    int pid = 0, port = 0;
+    bool ready = false;
+  };
+  std::vector<Running> running() const;
 
  private:
   struct Replica {
