@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <optional>
 
 #include "weft/serve/classify.h"
 #include "weft/tensor/ops.h"
+#include "weft/util/utf8.h"
 
 namespace weft::serve {
 
@@ -54,21 +57,35 @@ bool bool_field(const json& j, const char* name) {
   return it->get<bool>();
 }
 
-// Fields of the OpenAI API this server does not implement: accepted only at their defaults.
-void refuse_unsupported(const json& j) {
-  auto at_default = [&](const char* name, const json& value) {
-    auto it = j.find(name);
-    if (it != j.end() && !it->is_null() && *it != value)
-      throw RequestError(400, fmt::format("'{}' is not supported (only {})", name, value.dump()), name);
-  };
-  at_default("n", 1);
-  at_default("best_of", 1);
-  at_default("echo", false);
-  at_default("presence_penalty", 0);
-  at_default("frequency_penalty", 0);
-  if (j.contains("logprobs") && !j["logprobs"].is_null())
-    throw RequestError(400, "'logprobs' is not supported", "logprobs");
-  if (j.contains("suffix") && !j["suffix"].is_null()) throw RequestError(400, "'suffix' is not supported", "suffix");
+// A field no endpoint of OpenAI's API (as weft serves it) knows: refused with OpenAI's words,
+// so that a misspelt field is not silently ignored.
+void refuse_unknown(const json& j, std::initializer_list<const char*> known) {
+  for (const auto& [key, value] : j.items()) {
+    bool ok = false;
+    for (const char* k : known) ok = ok || key == k;
+    if (!ok) throw RequestError(400, fmt::format("Unrecognized request argument supplied: {}", key), key);
+  }
+}
+
+// {"50256": -100, ...}: token ids (below the vocabulary) and biases in [-100, 100].
+std::vector<std::pair<std::int32_t, double>> logit_bias_field(const json& j, const ApiLimits& limits) {
+  std::vector<std::pair<std::int32_t, double>> out;
+  auto it = j.find("logit_bias");
+  if (it == j.end() || it->is_null()) return out;
+  if (!it->is_object() || it->size() > 1024)
+    throw RequestError(400, "'logit_bias' must be an object of up to 1024 token ids and biases", "logit_bias");
+  for (const auto& [key, value] : it->items()) {
+    char* end = nullptr;
+    const long long id = std::strtoll(key.c_str(), &end, 10);
+    if (key.empty() || *end != '\0' || id < 0 || (limits.vocab > 0 && id >= limits.vocab))
+      throw RequestError(400, fmt::format("'logit_bias': '{}' is not a token id of this model's {} tokens", key, limits.vocab),
+                         "logit_bias");
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
+      throw RequestError(400, fmt::format("'logit_bias': the bias of token {} must be a number in [-100, 100]", key),
+                         "logit_bias");
+    out.emplace_back(static_cast<std::int32_t>(id), value.get<double>());
+  }
+  return out;
 }
 
 // One image as H x W x C numbers (flat), or H rows of W x C numbers.
@@ -145,8 +162,13 @@ void parse_generation_fields(const json& j, const ApiLimits& limits, std::uint64
     if (m->get<std::string>() != limits.model)
       throw RequestError(404, fmt::format("the model '{}' does not exist (this server serves '{}')", m->get<std::string>(), limits.model), "model");
   }
-  refuse_unsupported(j);
+  if (auto u = j.find("user"); u != j.end() && !u->is_null() && !u->is_string())
+    throw RequestError(400, "'user' must be a string", "user");
   r.options.max_tokens = integer_field(j, "max_tokens", default_max_tokens, 0, limits.max_tokens);
+  r.n = integer_field(j, "n", 1, 1, kMaxChoices);
+  r.options.presence_penalty = number_field(j, "presence_penalty", 0, -2, 2);
+  r.options.frequency_penalty = number_field(j, "frequency_penalty", 0, -2, 2);
+  r.options.logit_bias = logit_bias_field(j, limits);
   r.options.sampling.temperature = number_field(j, "temperature", 1.0, 0, 2);
   r.options.sampling.top_p = number_field(j, "top_p", 1.0, 1e-9, 1);
   r.options.sampling.top_k = integer_field(j, "top_k", 0, 0, std::int64_t{1} << 31);
@@ -172,26 +194,82 @@ void parse_generation_fields(const json& j, const ApiLimits& limits, std::uint64
 }
 }  // namespace
 
+namespace {
+// A list of token ids (each below the vocabulary), or nothing when `v` is not one.
+std::optional<std::vector<std::int32_t>> token_ids(const json& v, const ApiLimits& limits) {
+  if (!v.is_array() || v.empty() || !v[0].is_number()) return std::nullopt;
+  std::vector<std::int32_t> ids;
+  for (const json& e : v) {
+    if (!e.is_number_integer() || e.get<std::int64_t>() < 0 || (limits.vocab > 0 && e.get<std::int64_t>() >= limits.vocab))
+      throw RequestError(400, fmt::format("'prompt': token ids must be integers in [0, {})", limits.vocab), "prompt");
+    ids.push_back(static_cast<std::int32_t>(e.get<std::int64_t>()));
+  }
+  return ids;
+}
+}  // namespace
+
 CompletionRequest parse_completion_request(const std::string& body, const ApiLimits& limits,
-                                           std::uint64_t default_seed) {
+                                           std::uint64_t default_seed, const Tokenizer* tokenizer) {
   json j = parse_object(body);
+  refuse_unknown(j, {"model", "prompt", "suffix", "max_tokens", "temperature", "top_p", "top_k", "n", "best_of", "stream",
+                     "stream_options", "logprobs", "echo", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
+                     "user", "seed"});
+  if (j.contains("suffix") && !j["suffix"].is_null()) throw RequestError(400, "'suffix' is not supported", "suffix");
   CompletionRequest r;
   parse_generation_fields(j, limits, default_seed, r, 16);
+  r.best_of = integer_field(j, "best_of", r.n, 1, kMaxChoices);
+  if (r.best_of < r.n) throw RequestError(400, "'best_of' must be at least 'n'", "best_of");
+  if (r.stream && r.best_of > r.n) throw RequestError(400, "'best_of' cannot be used with 'stream'", "best_of");
+  r.echo = bool_field(j, "echo");
+  r.options.top_logprobs = integer_field(j, "logprobs", -1, 0, 5);
+  if (r.echo && r.options.top_logprobs >= 0)
+    throw RequestError(400, "the prompt's logprobs ('echo' with 'logprobs') are not supported", "echo");
+  r.options.rank = r.best_of > r.n;
   auto p = j.find("prompt");
   if (p == j.end()) throw RequestError(400, "'prompt' is required", "prompt");
-  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) r.prompt = (*p)[0].get<std::string>();
-  else if (p->is_string()) r.prompt = p->get<std::string>();
-  else throw RequestError(400, "'prompt' must be a string (or an array of one string)", "prompt");
+  auto add_ids = [&](std::vector<std::int32_t> ids) {
+    if (tokenizer == nullptr) throw RequestError(400, "this model takes prompts as text", "prompt");
+    Prompt one;
+    one.text = tokenizer->decode(ids);
+    one.tokens = std::move(ids);
+    one.as_tokens = true;
+    r.prompts.push_back(std::move(one));
+  };
+  if (p->is_string()) {
+    r.prompts.push_back({p->get<std::string>(), {}, false});
+  } else if (auto ids = token_ids(*p, limits)) {
+    add_ids(std::move(*ids));
+  } else if (p->is_array() && !p->empty() && static_cast<std::int64_t>(p->size()) <= kMaxPrompts) {
+    for (const json& e : *p) {
+      if (e.is_string()) r.prompts.push_back({e.get<std::string>(), {}, false});
+      else if (auto many = token_ids(e, limits)) add_ids(std::move(*many));
+      else throw RequestError(400, "'prompt' must be a string, an array of strings, token ids, or arrays of token ids", "prompt");
+    }
+  } else {
+    throw RequestError(400, fmt::format("'prompt' must be a string, token ids, or an array of 1 to {} of either",
+                                        kMaxPrompts), "prompt");
+  }
+  if (static_cast<std::int64_t>(r.prompts.size()) * r.best_of > kMaxSequences)
+    throw RequestError(400, fmt::format("{} prompts x {} sequences each: the most in one request is {}", r.prompts.size(),
+                                        r.best_of, kMaxSequences), "n");
   return r;
 }
 
 ChatRequest parse_chat_request(const std::string& body, const ApiLimits& limits, std::uint64_t default_seed) {
   json j = parse_object(body);
   ChatRequest r;
+  refuse_unknown(j, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n",
+                     "stream", "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
+                     "top_logprobs", "user", "seed", "tools", "tool_choice", "functions", "function_call",
+                     "response_format", "parallel_tool_calls"});
   if (j.contains("max_completion_tokens") && !j.contains("max_tokens")) j["max_tokens"] = j["max_completion_tokens"];
   j.erase("max_completion_tokens");
   parse_generation_fields(j, limits, default_seed, r, limits.max_tokens);
-  for (const char* unsupported : {"tools", "tool_choice", "functions", "function_call", "response_format"})
+  const std::int64_t top = integer_field(j, "top_logprobs", 0, 0, 20);
+  if (bool_field(j, "logprobs")) r.options.top_logprobs = top;
+  else if (j.contains("top_logprobs") && !j["top_logprobs"].is_null())
+    throw RequestError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  for (const char* unsupported : {"tools", "tool_choice", "functions", "function_call", "response_format", "parallel_tool_calls"})
     if (j.contains(unsupported) && !j[unsupported].is_null())
       throw RequestError(400, fmt::format("'{}' is not supported", unsupported), unsupported);
   auto m = j.find("messages");
@@ -224,62 +302,101 @@ ChatRequest parse_chat_request(const std::string& body, const ApiLimits& limits,
   return r;
 }
 
-json chat_response(const std::string& id, std::int64_t created, const std::string& model, const std::string& text,
-                   const std::string& finish_reason, std::int64_t prompt_tokens, std::int64_t completion_tokens) {
-  return {{"id", id},
-          {"object", "chat.completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", json::array({{{"index", 0},
-                                    {"message", {{"role", "assistant"}, {"content", text}}},
-                                    {"logprobs", nullptr},
-                                    {"finish_reason", finish_reason}}})},
-          {"usage",
-           {{"prompt_tokens", prompt_tokens},
-            {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}}};
+namespace {
+json usage_of(std::int64_t prompt_tokens, std::int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+json finish_of(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
+// A token's text as valid UTF-8, and its bytes.
+json token_bytes(const std::string& text) {
+  json b = json::array();
+  for (unsigned char c : text) b.push_back(c);
+  return b;
+}
+}  // namespace
+
+json chat_response(const std::string& id, std::int64_t created, const std::string& model, const std::vector<Choice>& choices,
+                   std::int64_t prompt_tokens, std::int64_t completion_tokens) {
+  json list = json::array();
+  for (const Choice& c : choices)
+    list.push_back({{"index", c.index},
+                    {"message", {{"role", "assistant"}, {"content", c.text}}},
+                    {"logprobs", c.logprobs},
+                    {"finish_reason", c.finish_reason}});
+  return {{"id", id}, {"object", "chat.completion"}, {"created", created}, {"model", model},
+          {"choices", list}, {"usage", usage_of(prompt_tokens, completion_tokens)}};
 }
 
-json chat_chunk(const std::string& id, std::int64_t created, const std::string& model, const std::string& text,
-                const std::string& finish_reason, bool first) {
+json chat_chunk(const std::string& id, std::int64_t created, const std::string& model, const Choice& c, bool first) {
   json delta = json::object();
   if (first) delta["role"] = "assistant";
-  if (!text.empty() || first) delta["content"] = text;
+  if (!c.text.empty() || first) delta["content"] = c.text;
   return {{"id", id},
           {"object", "chat.completion.chunk"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({{{"index", 0},
+          {"choices", json::array({{{"index", c.index},
                                     {"delta", delta},
-                                    {"logprobs", nullptr},
-                                    {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
+                                    {"logprobs", c.logprobs},
+                                    {"finish_reason", finish_of(c.finish_reason)}}})}};
+}
+
+json chat_chunk(const std::string& id, std::int64_t created, const std::string& model, const std::string& text,
+                const std::string& finish_reason, bool first) {
+  return chat_chunk(id, created, model, Choice{0, text, finish_reason, nullptr}, first);
 }
 
 json completion_response(const std::string& id, std::int64_t created, const std::string& model,
-                         const std::string& text, const std::string& finish_reason, std::int64_t prompt_tokens,
-                         std::int64_t completion_tokens) {
+                         const std::vector<Choice>& choices, std::int64_t prompt_tokens, std::int64_t completion_tokens) {
+  json list = json::array();
+  for (const Choice& c : choices)
+    list.push_back({{"text", c.text}, {"index", c.index}, {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}});
+  return {{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", model},
+          {"choices", list}, {"usage", usage_of(prompt_tokens, completion_tokens)}};
+}
+
+json completion_chunk(const std::string& id, std::int64_t created, const std::string& model, const Choice& c) {
   return {{"id", id},
           {"object", "text_completion"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}})},
-          {"usage",
-           {{"prompt_tokens", prompt_tokens},
-            {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}}};
+          {"choices", json::array({{{"text", c.text},
+                                    {"index", c.index},
+                                    {"logprobs", c.logprobs},
+                                    {"finish_reason", finish_of(c.finish_reason)}}})}};
 }
 
 json completion_chunk(const std::string& id, std::int64_t created, const std::string& model, const std::string& text,
                       const std::string& finish_reason) {
-  return {{"id", id},
-          {"object", "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices",
-           json::array({{{"text", text},
-                         {"index", 0},
-                         {"logprobs", nullptr},
-                         {"finish_reason", finish_reason.empty() ? json(nullptr) : json(finish_reason)}}})}};
+  return completion_chunk(id, created, model, Choice{0, text, finish_reason, nullptr});
+}
+
+json chat_logprobs(const std::vector<TokenLogprob>& tokens, const Tokenizer& tokenizer) {
+  json content = json::array();
+  for (const TokenLogprob& t : tokens) {
+    json top = json::array();
+    for (const auto& [id, lp] : t.top) {
+      const std::string text = tokenizer.decode({id});
+      top.push_back({{"token", valid_utf8(text)}, {"logprob", lp}, {"bytes", token_bytes(text)}});
+    }
+    content.push_back({{"token", valid_utf8(t.text)}, {"logprob", t.logprob}, {"bytes", token_bytes(t.text)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json completion_logprobs(const std::vector<TokenLogprob>& tokens, const Tokenizer& tokenizer, std::int64_t offset) {
+  json text = json::array(), logprob = json::array(), top = json::array(), offsets = json::array();
+  for (const TokenLogprob& t : tokens) {
+    text.push_back(valid_utf8(t.text));
+    logprob.push_back(t.logprob);
+    json most = json::object();
+    for (const auto& [id, lp] : t.top) most[valid_utf8(tokenizer.decode({id}))] = lp;
+    top.push_back(most);
+    offsets.push_back(offset + t.offset);
+  }
+  return {{"tokens", text}, {"token_logprobs", logprob}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
 
 std::string error_body(int status, const std::string& message, const std::string& param) {

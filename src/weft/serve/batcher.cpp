@@ -7,11 +7,12 @@
 
 namespace weft::serve {
 
-bool Ticket::next(std::string& piece, std::chrono::milliseconds timeout) {
+bool Ticket::next(std::string& piece, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* tokens) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !pieces_.empty() || finished_; });
   if (!pieces_.empty()) {
-    piece = std::move(pieces_.front());
+    piece = std::move(pieces_.front().first);
+    if (tokens) tokens->insert(tokens->end(), pieces_.front().second.begin(), pieces_.front().second.end());
     pieces_.pop_front();
     return true;
   }
@@ -39,10 +40,10 @@ bool Ticket::cancelled() const {
   return cancelled_;
 }
 
-void Ticket::push(std::string piece, bool finished) {
+void Ticket::push(std::string piece, bool finished, std::vector<TokenLogprob> tokens) {
   {
     std::lock_guard lock(mu_);
-    pieces_.push_back(std::move(piece));
+    pieces_.emplace_back(std::move(piece), std::move(tokens));
     finished_ = finished_ || finished;
   }
   cv_.notify_all();
@@ -115,6 +116,8 @@ void LmBatcher::step(std::vector<Active>& active) {
     t.text = a.generation->text();
     t.finish_reason = a.generation->done() ? a.generation->finish_reason() : "abort";
     t.completion_tokens = static_cast<std::int64_t>(a.generation->completion().size());
+    t.logprobs = a.generation->logprobs();
+    t.cumulative_logprob = a.generation->cumulative_logprob();
   };
   // A cancelled request, or one that asks for no tokens, leaves before the step.
   for (auto& a : active)
@@ -148,15 +151,18 @@ void LmBatcher::step(std::vector<Active>& active) {
   const auto now = Clock::now();
   for (std::size_t i = 0; i < active.size(); ++i) {
     Active& a = active[i];
+    const std::size_t had = a.generation->logprobs().size();
     std::string piece = a.generation->accept(logits.data<float>() + static_cast<std::int64_t>(i) * decoder_.vocab(),
                                              decoder_.vocab());
+    std::vector<TokenLogprob> tokens(a.generation->logprobs().begin() + static_cast<std::ptrdiff_t>(had),
+                                     a.generation->logprobs().end());
     if (a.first_token) {
       a.first_token = false;
       metrics_.observe("weft_time_to_first_token_seconds",
                        std::chrono::duration<double>(now - a.ticket->submitted).count());
     }
     if (a.generation->done()) finish(a);
-    a.ticket->push(std::move(piece), a.generation->done());
+    a.ticket->push(std::move(piece), a.generation->done(), std::move(tokens));
   }
   active.erase(std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.generation->done(); }),
                active.end());

@@ -47,8 +47,9 @@ class Ticket {
   const Clock::time_point submitted = Clock::now();
 
   // Waits up to `timeout` for more text; false once finished and every piece was taken.
-  // A piece may be empty (a token that added no text yet).
-  bool next(std::string& piece, std::chrono::milliseconds timeout);
+  // A piece may be empty (a token that added no text yet). With `tokens`, the tokens the
+  // piece came with (GenerationOptions::top_logprobs >= 0) are appended there.
+  bool next(std::string& piece, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* tokens = nullptr);
   // Waits until finished (the whole text).
   void wait();
   // Waits up to `timeout`; true once finished.
@@ -61,14 +62,16 @@ class Ticket {
   // Valid once finished.
   std::string text, finish_reason, error;
   std::int64_t completion_tokens = 0;
+  std::vector<TokenLogprob> logprobs;  // with top_logprobs >= 0
+  double cumulative_logprob = 0;       // with top_logprobs >= 0 or rank
 
  private:
   friend class LmBatcher;
-  void push(std::string piece, bool finished);
+  void push(std::string piece, bool finished, std::vector<TokenLogprob> tokens = {});
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> pieces_;
+  std::deque<std::pair<std::string, std::vector<TokenLogprob>>> pieces_;
   bool finished_ = false, cancelled_ = false;
 };
 

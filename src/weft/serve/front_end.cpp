@@ -89,6 +89,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     };
     scraper_ = std::thread([this] { scrape(); });
     http_.Get("/v1/models", [this](const http::Request& req, http::Response& res) { forward(req, res, "/v1/models"); });
+    http_.Get("/v1/models/", [this](const http::Request& req, http::Response& res) { forward(req, res, "/v1/models/{id}"); });
     http_.Post("/v1/completions", [this](const http::Request& req, http::Response& res) { completions(req, res); });
     http_.Post("/v1/chat/completions", [this](const http::Request& req, http::Response& res) { completions(req, res); });
     http_.Post("/v1/classify", [this](const http::Request& req, http::Response& res) { forward(req, res, "/v1/classify"); });
@@ -268,6 +269,10 @@ class FrontEnd : private MetricsHolder, public HttpBase {
   // same request (same seed) goes to another, whose first pieces (already sent) are skipped.
   void run_relay(Relay& relay, const std::string& path, const std::string& body) {
     std::int64_t sent = 0;  // text events relayed
+    const json request = json::parse(body, nullptr, false);
+    const bool several = request.is_object() && ((request.contains("n") && request["n"].is_number() && request["n"] != 1) ||
+                                                 (request.contains("prompt") && request["prompt"].is_array() &&
+                                                  !request["prompt"].empty() && !request["prompt"][0].is_number()));
     on_some_replica([&](httplib::Client& client) {
       httplib::Request up;
       up.method = "POST";
@@ -317,7 +322,19 @@ class FrontEnd : private MetricsHolder, public HttpBase {
         relay.status = status;
         return true;
       }
-      return r && finished;  // else the stream was cut: the same request to another replica
+      if (!r || !finished) {
+        // The stream was cut. One choice resumes on another replica (the same seed gives the
+        // same pieces, those sent skipped); several choices' pieces interleave as they come,
+        // so such a stream, once begun, ends with an error instead.
+        if (several && sent > 0) {
+          relay.events.push_back("data: " + json::parse(error_body(503, "the replica serving this stream failed")).dump() +
+                                 "\n\n" + "data: [DONE]\n\n");
+          relay.finished = true;
+          return true;
+        }
+        return false;
+      }
+      return true;
     });
     std::lock_guard l(relay.mu);
     relay.done = true;

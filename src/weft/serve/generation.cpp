@@ -1,6 +1,7 @@
 #include "weft/serve/generation.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "weft/util/utf8.h"
 
@@ -22,11 +23,47 @@ Generation::Generation(const Tokenizer& tokenizer, const std::string& prompt, st
 
 std::string Generation::accept(const float* logits, std::int64_t vocab) {
   if (done()) return {};
-  const std::int32_t token = sampler_.next(logits, vocab);
+  const float* chosen_from = logits;
+  if (!o_.logit_bias.empty() || !counts_.empty()) {
+    adjusted_.assign(logits, logits + vocab);
+    for (const auto& [t, bias] : o_.logit_bias)
+      if (t >= 0 && t < vocab) adjusted_[static_cast<std::size_t>(t)] += static_cast<float>(bias);
+    for (const auto& [t, n] : counts_)
+      adjusted_[static_cast<std::size_t>(t)] -=
+          static_cast<float>(o_.presence_penalty + o_.frequency_penalty * static_cast<double>(n));
+    chosen_from = adjusted_.data();
+  }
+  const std::int32_t token = sampler_.next(chosen_from, vocab);
+  if (o_.presence_penalty != 0 || o_.frequency_penalty != 0) ++counts_[token];
+  TokenLogprob lp;
+  if (o_.top_logprobs >= 0 || o_.rank) {
+    // log softmax of the model's logits, in double
+    double top = logits[0];
+    for (std::int64_t i = 1; i < vocab; ++i) top = std::max(top, static_cast<double>(logits[i]));
+    double total = 0;
+    for (std::int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i]) - top);
+    const double lse = top + std::log(total);
+    lp.token = token;
+    lp.logprob = static_cast<double>(logits[token]) - lse;
+    cumulative_logprob_ += lp.logprob;
+    if (o_.top_logprobs > 0) {
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(vocab));
+      for (std::int64_t i = 0; i < vocab; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+      const auto k = static_cast<std::ptrdiff_t>(std::min<std::int64_t>(o_.top_logprobs, vocab));
+      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
+        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      });
+      for (std::ptrdiff_t i = 0; i < k; ++i) lp.top.emplace_back(ids[static_cast<std::size_t>(i)], static_cast<double>(logits[ids[static_cast<std::size_t>(i)]]) - lse);
+    }
+  }
   completion_.push_back(token);
   feed_.assign(1, token);
   if (token == tokenizer_.end_token()) {  // the model ended the text
     finish_reason_ = "stop";
+    if (o_.top_logprobs >= 0) {
+      lp.offset = static_cast<std::int64_t>(raw_.size());
+      logprobs_.push_back(std::move(lp));
+    }
     return release(true);
   }
   // The new token's text: what it adds after the previous one.
@@ -38,6 +75,11 @@ std::string Generation::accept(const float* logits, std::int64_t vocab) {
     raw_ += pair.substr(std::min(alone.size(), pair.size()));
   }
   previous_ = token;
+  if (o_.top_logprobs >= 0) {
+    lp.offset = static_cast<std::int64_t>(before);
+    lp.text = raw_.substr(before);
+    logprobs_.push_back(std::move(lp));
+  }
   // A stop sequence ending in the new bytes ends the text where it starts.
   const std::size_t from = before >= longest_stop_ ? before - longest_stop_ + 1 : 0;
   std::size_t cut = std::string::npos;

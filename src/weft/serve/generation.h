@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/data/text.h"
@@ -24,6 +26,26 @@ struct GenerationOptions {
   SamplingOptions sampling;
   std::vector<std::string> stop;  // stop sequences (empty ones are ignored)
   bool keep_logits = false;       // generate(): return each step's logits
+  // Before sampling (OpenAI's logit_bias, presence and frequency penalties): a token's logit
+  // plus its bias, less presence_penalty if it was generated before and frequency_penalty
+  // times how often.
+  std::vector<std::pair<std::int32_t, double>> logit_bias;
+  double presence_penalty = 0, frequency_penalty = 0;
+  // Each chosen token's log-probability (and that of the `top_logprobs` most likely) under the
+  // model's own distribution (its logits before the bias and penalties, at temperature 1);
+  // -1: none kept. `rank` keeps only their sum (best_of).
+  std::int64_t top_logprobs = -1;
+  bool rank = false;
+};
+
+// A chosen token: its text (the bytes it added), where that text starts in the completion,
+// its log-probability, and the most likely tokens' (id and log-probability, most likely first).
+struct TokenLogprob {
+  std::int32_t token = 0;
+  std::string text;
+  std::int64_t offset = 0;
+  double logprob = 0;
+  std::vector<std::pair<std::int32_t, double>> top;
 };
 
 class Generation {
@@ -43,6 +65,9 @@ class Generation {
   const std::string& text() const { return text_; }  // the final text so far
   const std::vector<std::int32_t>& completion() const { return completion_; }
   std::int64_t prompt_tokens() const { return prompt_tokens_; }
+  // With top_logprobs >= 0: every chosen token's (TokenLogprob); with it or rank: their sum.
+  const std::vector<TokenLogprob>& logprobs() const { return logprobs_; }
+  double cumulative_logprob() const { return cumulative_logprob_; }
 
  private:
   std::string release(bool all);
@@ -57,6 +82,10 @@ class Generation {
   std::string raw_;             // the decoded completion, stop sequences not yet cut
   std::size_t released_ = 0;    // bytes of raw_ already turned into text_
   std::string text_, finish_reason_;
+  std::vector<float> adjusted_;                 // the logits after the bias and penalties
+  std::map<std::int32_t, std::int64_t> counts_;  // generated tokens (the penalties)
+  std::vector<TokenLogprob> logprobs_;
+  double cumulative_logprob_ = 0;
 };
 
 struct GenerationResult {

@@ -142,9 +142,15 @@ struct Server::Impl {
     }
   }
 
+  // The route of `path`: one of that path, else one of a path ending in '/' that `path`
+  // continues by one more segment ("/v1/models/" for "/v1/models/gpt").
   const Route* route(const std::string& method, const std::string& path) const {
     for (const Route& r : routes)
       if (r.method == method && r.path == path) return &r;
+    for (const Route& r : routes)
+      if (r.method == method && r.path.back() == '/' && path.size() > r.path.size() && path.rfind(r.path, 0) == 0 &&
+          path.find('/', r.path.size()) == std::string::npos)
+        return &r;
     return nullptr;
   }
 

@@ -94,8 +94,9 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Routes by method and exact path. An inline handler runs on the event loop: it must not
-  // block (a health check, the metrics).
+  // Routes by method and path: the exact path, or for a path ending in '/', any one more
+  // segment after it (Request::path has it). An inline handler runs on the event loop: it
+  // must not block (a health check, the metrics).
   void Get(const std::string& path, Handler handler, bool run_inline = false);
   void Post(const std::string& path, Handler handler);
   // Runs before routing on every request; true when it answered (e.g. a 401).

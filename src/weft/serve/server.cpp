@@ -29,7 +29,7 @@ class Server : private MetricsHolder, public HttpBase {
  public:
   Server(const ServeOptions& o, std::FILE* log)
       : HttpBase(o, owned_metrics_), log_(log), model_(load_model(o.model)) {
-    limits_ = {model_.name, o.max_tokens, o.max_images};
+    limits_ = {model_.name, o.max_tokens, o.max_images, model_.tokenizer ? model_.tokenizer->vocab_size() : 0};
     declare_metrics();  // (before the batchers' threads update them)
     if (LanguageModel* lm = model_.language_model()) {
       decoder_ = join_decoder(*lm, parse_weight_format(o.quantize), o.tp, o.pp, o.micro_batches);
@@ -70,15 +70,26 @@ class Server : private MetricsHolder, public HttpBase {
 
   void routes() {
     http_.Get("/v1/models", [this](const http::Request&, http::Response& res) {
-      json m = {{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "weft"},
-                {"kind", model_.recipe.model}, {"parameters", model_.module->num_parameters()}};
-      if (LanguageModel* lm = model_.language_model()) m["context"] = lm->context();
-      res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
+      res.set_content(json{{"object", "list"}, {"data", json::array({model_object()})}}.dump(), "application/json");
+    });
+    http_.Get("/v1/models/", [this](const http::Request& req, http::Response& res) {
+      const std::string wanted = req.path.substr(std::string("/v1/models/").size());
+      if (wanted != model_.name)
+        return send_error(res, 404, fmt::format("the model '{}' does not exist (this server serves '{}')", wanted, model_.name),
+                          "model");
+      res.set_content(model_object().dump(), "application/json");
     });
     http_.Post("/v1/completions", [this](const http::Request& req, http::Response& res) { completions(req, res, false); });
     http_.Post("/v1/chat/completions",
                [this](const http::Request& req, http::Response& res) { completions(req, res, true); });
     http_.Post("/v1/classify", [this](const http::Request& req, http::Response& res) { classify(req, res); });
+  }
+
+  json model_object() const {
+    json m = {{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "weft"},
+              {"kind", model_.recipe.model}, {"parameters", model_.module->num_parameters()}};
+    if (const LanguageModel* lm = model_.language_model()) m["context"] = lm->context();
+    return m;
   }
 
   // Admits, parses and checks a request; null (the response filled) when refused.
@@ -96,98 +107,168 @@ class Server : private MetricsHolder, public HttpBase {
     return admission;
   }
 
+  // One sequence a request generates: its prompt (index into the request's) and its ticket.
+  struct Sequence {
+    std::size_t prompt = 0;
+    std::shared_ptr<Ticket> ticket;
+  };
+
   // A completion (`chat`: a chat completion, its prompt made by the model's chat template and
-  // its generation stopped at the EOS token's text), answered whole or streamed.
+  // its generation stopped at the EOS token's text), answered whole or streamed: for each
+  // prompt, best_of sequences (seeds seed, seed + 1, ...), the n most likely returned.
   void completions(const http::Request& req, http::Response& res, bool chat) {
     const auto start = Clock::now();
     const char* endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
     CompletionRequest r;
-    std::vector<std::int32_t> prompt_tokens;
     AdmissionPtr admission = admit_parsed(endpoint, res, start, [&] {
       if (!lm_) throw RequestError(400, "this server serves an image model: use /v1/classify");
       if (chat) {
         ChatRequest c = parse_chat_request(req.body, limits_, fresh_random());
+        Prompt prompt;
         try {
-          c.prompt = model_.chat_prompt(c.messages);
+          prompt.text = model_.chat_prompt(c.messages);
         } catch (const ChatTemplateError& e) {
           throw RequestError(400, e.what(), "messages");
         }
         if (!model_.eos_token.empty()) c.options.stop.push_back(model_.eos_token);
         r = c;
+        r.prompts = {prompt};
       } else {
-        r = parse_completion_request(req.body, limits_, fresh_random());
+        r = parse_completion_request(req.body, limits_, fresh_random(), model_.tokenizer.get());
       }
-      prompt_tokens = model_.tokenizer->encode(r.prompt);
-      if (static_cast<std::int64_t>(prompt_tokens.size()) > max_prompt_)
-        throw RequestError(400, fmt::format("the prompt is {} tokens; the limit is {}", prompt_tokens.size(), max_prompt_),
-                           "prompt");
+      for (Prompt& p : r.prompts) {
+        if (!p.as_tokens) p.tokens = model_.tokenizer->encode(p.text);
+        if (static_cast<std::int64_t>(p.tokens.size()) > max_prompt_)
+          throw RequestError(400, fmt::format("the prompt is {} tokens; the limit is {}", p.tokens.size(), max_prompt_),
+                             "prompt");
+      }
     });
     if (!admission) return;
-    metrics_.add("weft_prompt_tokens_total", static_cast<double>(prompt_tokens.size()));
-    auto ticket = std::make_shared<Ticket>(r.prompt, std::move(prompt_tokens), r.options);
-    lm_->submit(ticket);
+    std::vector<Sequence> sequences;
+    std::int64_t prompt_tokens = 0;
+    for (std::size_t i = 0; i < r.prompts.size(); ++i) {
+      prompt_tokens += static_cast<std::int64_t>(r.prompts[i].tokens.size());
+      for (std::int64_t k = 0; k < r.best_of; ++k) {
+        GenerationOptions options = r.options;
+        options.sampling.seed += static_cast<std::uint64_t>(k);
+        sequences.push_back({i, std::make_shared<Ticket>(r.prompts[i].text, r.prompts[i].tokens, options)});
+        lm_->submit(sequences.back().ticket);
+      }
+    }
+    metrics_.add("weft_prompt_tokens_total", static_cast<double>(prompt_tokens));
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + fmt::format("{:016x}", fresh_random());
     const std::int64_t created = std::time(nullptr);
+    auto logprobs_of = [this, chat, &r](const std::vector<TokenLogprob>& tokens, std::int64_t offset) -> json {
+      if (r.options.top_logprobs < 0) return nullptr;
+      return chat ? chat_logprobs(tokens, *model_.tokenizer) : completion_logprobs(tokens, *model_.tokenizer, offset);
+    };
     if (!r.stream) {
-      // A client that leaves cancels its generation; past the stop's drain, it ends with the
+      // A client that leaves cancels its generations; past the stop's drain, they end with the
       // text so far (finish_reason "abort").
-      while (!ticket->wait_for(kPoll)) {
-        if (req.client_gone()) {
-          ticket->cancel();
-          ticket->wait();
-          count(endpoint, 499, start);
+      for (const Sequence& q : sequences) {
+        while (!q.ticket->wait_for(kPoll)) {
+          if (req.client_gone()) {
+            for (const Sequence& other : sequences) other.ticket->cancel();
+            for (const Sequence& other : sequences) other.ticket->wait();
+            count(endpoint, 499, start);
+            return;
+          }
+          if (http_.draining())
+            for (const Sequence& other : sequences) other.ticket->cancel();
+        }
+      }
+      std::int64_t completion_tokens = 0;
+      for (const Sequence& q : sequences) {
+        if (!q.ticket->error.empty()) {
+          send_error(res, 503, q.ticket->error);
+          count(endpoint, 503, start);
           return;
         }
-        if (http_.draining()) ticket->cancel();
+        completion_tokens += q.ticket->completion_tokens;
       }
-      if (!ticket->error.empty()) {
-        send_error(res, 503, ticket->error);
-        count(endpoint, 503, start);
-        return;
+      std::vector<Choice> choices;
+      for (std::size_t i = 0; i < r.prompts.size(); ++i) {
+        std::vector<const Ticket*> mine;
+        for (const Sequence& q : sequences)
+          if (q.prompt == i) mine.push_back(q.ticket.get());
+        if (r.best_of > r.n)  // the n most likely of best_of
+          std::stable_sort(mine.begin(), mine.end(),
+                           [](const Ticket* a, const Ticket* b) { return a->cumulative_logprob > b->cumulative_logprob; });
+        const std::string echoed = r.echo ? r.prompts[i].text : std::string();
+        for (std::int64_t k = 0; k < r.n; ++k) {
+          const Ticket& t = *mine[static_cast<std::size_t>(k)];
+          choices.push_back({static_cast<std::int64_t>(i) * r.n + k, echoed + t.text, t.finish_reason,
+                             logprobs_of(t.logprobs, static_cast<std::int64_t>(echoed.size()))});
+        }
       }
-      const auto prompt = static_cast<std::int64_t>(ticket->prompt_tokens.size());
-      res.set_content((chat ? chat_response(id, created, model_.name, ticket->text, ticket->finish_reason, prompt,
-                                            ticket->completion_tokens)
-                            : completion_response(id, created, model_.name, ticket->text, ticket->finish_reason, prompt,
-                                                  ticket->completion_tokens))
-                          .dump(),
+      res.set_content((chat ? chat_response(id, created, model_.name, choices, prompt_tokens, completion_tokens)
+                            : completion_response(id, created, model_.name, choices, prompt_tokens, completion_tokens))
+                          .dump(-1, ' ', false, json::error_handler_t::replace),
                       "application/json");
       count(endpoint, 200, start);
       return;
     }
+    // Streamed (best_of = n): each sequence's pieces as chunks of its choice, in turn.
+    struct StreamState {
+      std::vector<bool> opened, finished;
+    };
+    auto state = std::make_shared<StreamState>();
+    state->opened.assign(sequences.size(), false);
+    state->finished.assign(sequences.size(), false);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, ticket, admission, id, created, start, endpoint, include_usage = r.include_usage, chat,
-         first = std::make_shared<bool>(true)](size_t, http::DataSink& sink) {
+        [this, sequences, state, admission, id, created, start, endpoint, chat, prompts = r.prompts, n = r.n, echo = r.echo,
+         include_usage = r.include_usage, logprobs_of, prompt_tokens](size_t, http::DataSink& sink) {
           auto event = [&](const json& data) {
-            const std::string e = "data: " + data.dump() + "\n\n";
+            const std::string e = "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
             return sink.write(e.data(), e.size());
           };
-          auto chunk = [&](const std::string& text, const std::string& finish) {
-            const bool opening = *first;
-            *first = false;
-            return chat ? chat_chunk(id, created, model_.name, text, finish, opening)
-                        : completion_chunk(id, created, model_.name, text, finish);
+          auto chunk = [&](std::size_t q, Choice c) {
+            const bool opening = !state->opened[q];
+            state->opened[q] = true;
+            return chat ? chat_chunk(id, created, model_.name, c, opening) : completion_chunk(id, created, model_.name, c);
           };
-          if (sink.draining()) ticket->cancel();  // the stop's drain is over: end with finish_reason "abort"
-          std::string piece;
-          const bool more = ticket->next(piece, kPoll);
-          if (!piece.empty()) return event(chunk(piece, ""));
-          if (more) return sink.is_writable();  // nothing yet: a gone client ends the stream
-          if (!ticket->error.empty()) {
-            event(json::parse(error_body(503, ticket->error)));
-          } else {
-            event(chunk("", ticket->finish_reason));
-            if (include_usage) {
-              json usage = chunk("", "");
-              usage["choices"] = json::array();
-              const auto prompt = static_cast<std::int64_t>(ticket->prompt_tokens.size());
-              usage["usage"] = {{"prompt_tokens", prompt},
-                                {"completion_tokens", ticket->completion_tokens},
-                                {"total_tokens", prompt + ticket->completion_tokens}};
-              event(usage);
+          if (sink.draining())  // the stop's drain is over: end with finish_reason "abort"
+            for (const Sequence& q : sequences) q.ticket->cancel();
+          const auto wait = std::chrono::milliseconds(sequences.size() > 1 ? 5 : kPoll.count());
+          bool any = false;
+          for (std::size_t q = 0; q < sequences.size(); ++q) {
+            if (state->finished[q]) continue;
+            const Ticket& t = *sequences[q].ticket;
+            const std::int64_t index = static_cast<std::int64_t>(sequences[q].prompt) * n +
+                                       static_cast<std::int64_t>(q % static_cast<std::size_t>(n));
+            const std::string echoed = echo ? prompts[sequences[q].prompt].text : std::string();
+            if (!state->opened[q] && !echoed.empty() && !event(chunk(q, {index, echoed, "", nullptr}))) return false;
+            std::string piece;
+            std::vector<TokenLogprob> tokens;
+            const bool more = sequences[q].ticket->next(piece, wait, &tokens);
+            if (!piece.empty() || !tokens.empty()) {
+              any = true;
+              if (!event(chunk(q, {index, piece, "", logprobs_of(tokens, static_cast<std::int64_t>(echoed.size()))})))
+                return false;
+              continue;
             }
+            if (more) continue;
+            state->finished[q] = true;
+            any = true;
+            if (!t.error.empty()) {
+              event(json::parse(error_body(503, t.error)));
+              continue;
+            }
+            if (!event(chunk(q, {index, "", t.finish_reason, nullptr}))) return false;
+          }
+          if (!any) return sink.is_writable();  // nothing yet: a gone client ends the stream
+          if (std::find(state->finished.begin(), state->finished.end(), false) != state->finished.end()) return true;
+          if (include_usage) {
+            std::int64_t completion_tokens = 0;
+            for (const Sequence& q : sequences) completion_tokens += q.ticket->completion_tokens;
+            json usage = chat ? chat_chunk(id, created, model_.name, "", "", false) : completion_chunk(id, created, model_.name, "", "");
+            usage["choices"] = json::array();
+            usage["usage"] = {{"prompt_tokens", prompt_tokens},
+                              {"completion_tokens", completion_tokens},
+                              {"total_tokens", prompt_tokens + completion_tokens}};
+            event(usage);
           }
           const std::string done = "data: [DONE]\n\n";
           sink.write(done.data(), done.size());
@@ -195,8 +276,9 @@ class Server : private MetricsHolder, public HttpBase {
           count(endpoint, 200, start);
           return true;
         },
-        [ticket](bool success) {
-          if (!success) ticket->cancel();  // the client went away: free its sequence
+        [sequences](bool success) {
+          if (!success)
+            for (const Sequence& q : sequences) q.ticket->cancel();  // the client went away: free its sequences
         });
   }
 
