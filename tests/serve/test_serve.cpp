@@ -428,13 +428,40 @@ TEST(Api, CompletionRequestsAreCheckedFieldByField) {
   EXPECT_EQ(status_of(R"({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "stop": [1]})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "stream": "yes"})"), 400);
-  EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 2})"), 400);
-  EXPECT_EQ(status_of(R"({"prompt": "hi", "echo": true})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 2, "best_of": 3, "logprobs": 5, "echo": true})"), 400);  // echo + logprobs
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 2, "best_of": 3, "logprobs": 5})"), 200);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 17})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 3, "best_of": 2})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "best_of": 2, "stream": true})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "logprobs": 6})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": ["a", "b", "c", "d", "e"], "best_of": 16})"), 400);  // 80 sequences
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "logit_bias": {"3": 100, "4": -100}})"), 200);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "logit_bias": {"3": 101}})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "logit_bias": {"x": 1}})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "presence_penalty": 2.5})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "suffix": "x"})"), 400);
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "temprature": 0})"), 400);  // unknown: refused, not ignored
+  EXPECT_EQ(status_of(R"({"prompt": [1, 2]})"), 400);                 // token ids need the tokenizer
   CompletionRequest r = parse_completion_request(R"({"prompt": "hi", "stop": "x", "seed": 7, "top_k": 3})", limits, 1);
   EXPECT_EQ(r.options.stop, std::vector<std::string>{"x"});
   EXPECT_EQ(r.options.sampling.seed, 7u);
   EXPECT_EQ(r.options.sampling.top_k, 3);
   EXPECT_EQ(r.options.max_tokens, 16);
+  EXPECT_EQ(r.options.top_logprobs, -1);
+  // Prompts as token ids (decoded by the tokenizer, checked against the vocabulary) and arrays.
+  const auto tokenizer = std::make_unique<CharTokenizer>("abc");
+  ApiLimits small{"m", 100, 4, tokenizer->vocab_size()};
+  r = parse_completion_request(R"({"prompt": [[0, 1], "ab"], "n": 2, "logprobs": 0})", small, 1, tokenizer.get());
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_TRUE(r.prompts[0].as_tokens);
+  EXPECT_EQ(r.prompts[0].tokens, (std::vector<std::int32_t>{0, 1}));
+  EXPECT_EQ(r.prompts[0].text, tokenizer->decode({0, 1}));
+  EXPECT_EQ(r.prompts[1].text, "ab");
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.options.top_logprobs, 0);
+  EXPECT_THROW(parse_completion_request(R"({"prompt": [0, 99]})", small, 1, tokenizer.get()), RequestError);
+  EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "logit_bias": {"99": 1}})", small, 1, tokenizer.get()),
+               RequestError);
 }
 
 // A model trained on other data takes images of its own size, channels last, normalized with
@@ -547,6 +574,40 @@ TEST(Metrics, PrometheusTextHasHelpTypeAndCumulativeBuckets) {
   EXPECT_NE(t.find("lat_seconds_count 3\n"), std::string::npos);
 }
 
+
+// Logprobs are the model's own (before the bias and penalties); the bias and the penalties
+// change the choice.
+TEST(Generation, LogprobsBiasAndPenalties) {
+  const CharTokenizer tokenizer("abcd");
+  const std::int64_t V = tokenizer.vocab_size();
+  std::vector<float> logits(static_cast<std::size_t>(V), -5.0f);
+  for (std::int64_t i = 0; i < 4 && i < V; ++i) logits[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  double lse = 0;
+  for (float l : logits) lse += std::exp(static_cast<double>(l));
+  lse = std::log(lse);
+  GenerationOptions o;
+  o.max_tokens = 3;
+  o.sampling.temperature = 0;
+  o.top_logprobs = 2;
+  Generation plain(tokenizer, "a", o);
+  plain.accept(logits.data(), V);
+  ASSERT_EQ(plain.logprobs().size(), 1u);
+  EXPECT_EQ(plain.logprobs()[0].token, 3);
+  EXPECT_NEAR(plain.logprobs()[0].logprob, 3 - lse, 1e-9);
+  ASSERT_EQ(plain.logprobs()[0].top.size(), 2u);
+  EXPECT_EQ(plain.logprobs()[0].top[1].first, 2);
+  EXPECT_NEAR(plain.cumulative_logprob(), 3 - lse, 1e-9);
+  o.logit_bias = {{0, 10.0}};
+  Generation biased(tokenizer, "a", o);
+  biased.accept(logits.data(), V);
+  EXPECT_EQ(biased.logprobs()[0].token, 0);
+  EXPECT_NEAR(biased.logprobs()[0].logprob, 0 - lse, 1e-9);  // the model's own, not the biased one's
+  o.logit_bias.clear();
+  o.frequency_penalty = 2;
+  Generation penalized(tokenizer, "a", o);
+  for (int i = 0; i < 2; ++i) penalized.accept(logits.data(), V);
+  EXPECT_EQ(penalized.completion(), (std::vector<std::int32_t>{3, 2}));  // 3 - 2 < 2
+}
 
 // The front end shows its replicas' metrics as one server's: samples summed, buckets in
 // order, a stopped replica's counters and histograms kept (never going back), its gauges gone.
