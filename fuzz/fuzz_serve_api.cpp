@@ -1,5 +1,5 @@
-// libFuzzer harness: the request bodies of weft serve (POST /v1/completions and
-// /v1/classify). Every body is parsed or refused with a RequestError (HTTP 4xx).
+// libFuzzer harness: the request bodies of weft serve (POST /v1/completions,
+// /v1/chat/completions and /v1/classify). Every body is parsed or refused with a RequestError (HTTP 4xx).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -10,8 +10,14 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string body(reinterpret_cast<const char*>(data), size);
   weft::serve::ApiLimits limits{"model", 256, 8};
+  static const weft::CharTokenizer tokenizer("abcdefghijklmnopqrstuvwxyz ");
+  limits.vocab = tokenizer.vocab_size();
   try {
-    weft::serve::parse_completion_request(body, limits, 64);
+    weft::serve::parse_completion_request(body, limits, 64, &tokenizer);
+  } catch (const weft::serve::RequestError&) {
+  }
+  try {
+    weft::serve::parse_chat_request(body, limits, 64);
   } catch (const weft::serve::RequestError&) {
   }
   try {

@@ -10,7 +10,7 @@ seconds=$2
 shift 2
 repo=$(cd "$(dirname "$0")/.." && pwd)
 harnesses=("$@")
-[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors topology serve_api idx store trace checkpoint_meta handshake gpt2_tokenizer chakra)
+[ ${#harnesses[@]} -gt 0 ] || harnesses=(safetensors topology serve_api idx store trace checkpoint_meta handshake gpt2_tokenizer chakra http_server)
 export LSAN_OPTIONS="suppressions=$repo/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

@@ -197,13 +197,19 @@ TEST(GptDecoder, CachedLogitsEqualTheForwardsAtEveryStep) {
       std::vector<std::int32_t> all = {3, 1, 4, 1, 5};
       Tensor logits = decoder.extend({state.get()}, {all});
       expect_rows_near(logits, 0, forward_last(model, all), 1e-5);
-      for (int step = 0; step < 40; ++step) {  // 45 tokens: past the context of 24
+      // 45 tokens: past the context of 24, the window slides by half (the last 12 tokens
+      // once 25 would not fit), at tokens 25 and 38.
+      std::size_t start = 0;
+      int slides = 0;
+      for (int step = 0; step < 40; ++step) {
         const auto next = static_cast<std::int32_t>((step * 7 + 2) % model.vocab());
         all.push_back(next);
         logits = decoder.extend({state.get()}, {{next}});
-        const std::size_t T = std::min<std::size_t>(all.size(), 24);
-        expect_rows_near(logits, 0, forward_last(model, {all.end() - static_cast<std::ptrdiff_t>(T), all.end()}), 1e-5);
+        if (all.size() - start > 24) start = all.size() - 12, ++slides;
+        EXPECT_EQ(state->window_start, static_cast<std::int64_t>(start));
+        expect_rows_near(logits, 0, forward_last(model, {all.begin() + static_cast<std::ptrdiff_t>(start), all.end()}), 1e-5);
       }
+      EXPECT_EQ(slides, 2);
     }
   }
 }

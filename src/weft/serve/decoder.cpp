@@ -257,10 +257,9 @@ GptDecoder::StepPlan GptDecoder::plan(const std::vector<SequenceState*>& sequenc
     const auto& t = tokens[static_cast<size_t>(i)];
     s->tokens.insert(s->tokens.end(), t.begin(), t.end());
     auto& f = p.feed[static_cast<size_t>(i)];
-    if (s->cached + static_cast<std::int64_t>(t.size()) > c_.context) {
-      s->cached = 0;
-      f.assign(s->tokens.end() - std::min<std::ptrdiff_t>(static_cast<std::ptrdiff_t>(s->tokens.size()), c_.context),
-               s->tokens.end());
+    if (slide_window(*s, static_cast<std::int64_t>(t.size()), c_.context)) {
+      s->cached = 0;  // the new window prefilled
+      f.assign(s->tokens.begin() + s->window_start, s->tokens.end());
     } else {
       f = t;
     }
@@ -320,16 +319,25 @@ std::int64_t GptDecoder::weight_bytes() const {
   return ends_bytes_ + block_bytes_;
 }
 
+bool slide_window(SequenceState& s, std::int64_t fed, std::int64_t context) {
+  const auto total = static_cast<std::int64_t>(s.tokens.size());
+  if (total - s.window_start <= context) return false;
+  s.window_start = total - std::min(context, std::max(context / 2, fed));
+  return true;
+}
+
 Tensor WindowDecoder::extend(const std::vector<SequenceState*>& sequences,
                              const std::vector<std::vector<std::int32_t>>& tokens) {
   WEFT_CHECK(sequences.size() == tokens.size(), "WindowDecoder: one list of tokens per sequence");
   const std::int64_t V = model_.vocab();
   Tensor logits = Tensor::empty({static_cast<std::int64_t>(sequences.size()), V});
   for (std::size_t i = 0; i < sequences.size(); ++i) {
-    auto& all = sequences[i]->tokens;
+    SequenceState& s = *sequences[i];
     for (std::int32_t id : tokens[i]) WEFT_CHECK(id >= 0 && id < V, "WindowDecoder: a token outside the vocabulary");
-    all.insert(all.end(), tokens[i].begin(), tokens[i].end());
-    const Tensor out = model_.next_token_logits(all);
+    s.tokens.insert(s.tokens.end(), tokens[i].begin(), tokens[i].end());
+    slide_window(s, static_cast<std::int64_t>(tokens[i].size()), model_.context());
+    const Tensor out =
+        model_.next_token_logits(std::vector<std::int32_t>(s.tokens.begin() + s.window_start, s.tokens.end()));
     std::copy(out.data<float>(), out.data<float>() + V, logits.data<float>() + static_cast<std::int64_t>(i) * V);
   }
   return logits;

@@ -7,10 +7,10 @@
 //                  row through every layer (seed 002 chapter 7's attention, with the keys and
 //                  values of earlier positions kept). The rows of all sequences share each
 //                  layer's matrix products; attention runs per sequence over its own cache.
-//                  A sequence longer than the context slides: its last `context` tokens are
-//                  prefilled again, which is what decoding without a cache does.
+//                  A sequence longer than the context slides by half (slide_window): its
+//                  last context / 2 tokens are prefilled again, then it goes on from the cache.
 //   WindowDecoder  any language model (the recurrent ones): the model's forward over the
-//                  last `context` tokens, at every step.
+//                  sequence's window (slide_window), at every step.
 //
 // GptDecoder runs nn/decoder_block.h's block and nn/decoder_ends.h's embedding and head, with
 // packed products (quantize.h; the blocks' sliced by decoder_block.h's table under tensor
@@ -39,7 +39,17 @@ class SequenceState {
  public:
   virtual ~SequenceState() = default;
   std::vector<std::int32_t> tokens;  // every token fed so far
+  std::int64_t window_start = 0;     // the first token of the window the model sees (slide_window)
 };
+
+// Past the context a sequence's window slides by half, as llama.cpp's context shift does:
+// once its tokens from window_start on (the `fed` new ones appended) exceed `context`, the
+// window restarts at the last max(context / 2, fed) tokens (at most `context`). True when it
+// slid. So GptDecoder prefills the new window once and then goes on from its cache for up to
+// context / 2 tokens (a token past the context costs about what one before it does, where
+// recomputing the last `context` tokens at every token cost 10x more), and WindowDecoder
+// computes the same windows, so the two give the same logits.
+bool slide_window(SequenceState& state, std::int64_t fed, std::int64_t context);
 
 class Decoder {
  public:

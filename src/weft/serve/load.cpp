@@ -38,6 +38,8 @@ std::string classify_body(std::uint64_t n, std::int64_t count) {
 // One request, timed from `start` (its scheduled arrival).
 Sample one_request(httplib::Client& client, const LoadOptions& o, std::uint64_t n, Clock::time_point start) {
   Sample s;
+  auto last = start;   // (outside the branch: the receiver runs in client.send below)
+  std::string buffer;
   httplib::Request req;
   req.method = "POST";
   req.headers = {{"Content-Type", "application/json"}};
@@ -54,8 +56,6 @@ Sample one_request(httplib::Client& client, const LoadOptions& o, std::uint64_t 
                     {"stream", true},
                     {"stream_options", {{"include_usage", true}}}}
                    .dump();
-    auto last = start;
-    std::string buffer;
     req.content_receiver = [&](const char* data, size_t size, std::uint64_t, std::uint64_t) {
       buffer.append(data, size);
       std::size_t end;

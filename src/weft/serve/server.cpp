@@ -158,8 +158,10 @@ class Server : private MetricsHolder, public HttpBase {
     metrics_.add("weft_prompt_tokens_total", static_cast<double>(prompt_tokens));
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + fmt::format("{:016x}", fresh_random());
     const std::int64_t created = std::time(nullptr);
-    auto logprobs_of = [this, chat, &r](const std::vector<TokenLogprob>& tokens, std::int64_t offset) -> json {
-      if (r.options.top_logprobs < 0) return nullptr;
+    // (By value: a stream's provider calls it after this function has returned.)
+    auto logprobs_of = [this, chat, top = r.options.top_logprobs](const std::vector<TokenLogprob>& tokens,
+                                                                  std::int64_t offset) -> json {
+      if (top < 0) return nullptr;
       return chat ? chat_logprobs(tokens, *model_.tokenizer) : completion_logprobs(tokens, *model_.tokenizer, offset);
     };
     if (!r.stream) {
