@@ -198,7 +198,10 @@ assert text == ref["text"], (text, ref["text"])
 assert chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
 print(f"weft serve /v1/chat/completions: the reference's text, whole and in {len(chunks)} streamed chunks")
 PY
-expect_refusal "the model has no chat template" "$weft" generate "$work/llama" --chat --prompt "Hi"
+# A folder without a chat template of its own chats in ChatML.
+chatml=$("$weft" generate "$work/llama" --chat --prompt "Hi" --max-tokens 2 --temperature 0 --json)
+python3 -c 'import json, sys; r = json.loads(sys.argv[1]); assert r["prompt"] == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", r' "$chatml" ||
+  fail "a folder without a chat template did not get ChatML: $chatml"
 
 # Refusals: one line, naming the problem, non-zero exit.
 refuse() { refused_folder "$@"; }

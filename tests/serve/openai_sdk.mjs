@@ -1,7 +1,8 @@
 // The official OpenAI SDK for Node (scripts/install-deps.sh puts it in build-deps/npm) against
-// weft serve's completions API, as a user's program calls it: models.retrieve, n and
-// best_of, logprobs, echo, prompts as token ids and arrays, logit_bias, the penalties, a
-// stream of two choices, and an unknown field refused.
+// weft serve's completions and chat completions, as a user's program calls them:
+// models.retrieve, n and best_of, logprobs, echo, prompts as token ids and arrays,
+// logit_bias, the penalties, a stream of two choices, chat whole and streamed (ChatML) with n
+// and logprobs, and errors (an unknown model, an unknown field, tools, best_of with stream).
 // usage: node openai_sdk.mjs SDK_DIR BASE_URL
 import { createRequire } from "node:module";
 import assert from "node:assert/strict";
@@ -85,6 +86,34 @@ assert.deepEqual(texts, two.choices.map((c) => c.text));
 assert.deepEqual(finished, ["length", "length"]);
 assert.equal(lpTokens, 12);
 console.log("a stream of 2 choices with logprobs: the same texts as the whole answer");
+
+// Chat (ChatML: the template of a model without one of its own), whole and streamed alike,
+// with n and logprobs.
+const messages = [{ role: "system", content: "Be brief." }, { role: "user", content: "Hi" }];
+const chat = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0, n: 2,
+                                                    logprobs: true, top_logprobs: 2 });
+assert.equal(chat.object, "chat.completion");
+assert.equal(chat.choices.length, 2);
+for (const c of chat.choices) {
+  assert.equal(c.message.role, "assistant");
+  assert.equal(c.message.content, chat.choices[0].message.content);  // greedy: the same text
+  assert.ok(c.logprobs.content.length >= 1 && c.logprobs.content.length <= 6);
+  for (const t of c.logprobs.content) {
+    assert.ok(t.logprob <= 0 && Array.isArray(t.bytes) && t.top_logprobs.length === 2);
+    assert.ok(t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob);
+  }
+}
+let streamed = "", role = null;
+for await (const chunk of await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0,
+                                                                  stream: true })) {
+  role ??= chunk.choices[0]?.delta?.role ?? null;
+  streamed += chunk.choices[0]?.delta?.content ?? "";
+}
+assert.equal(role, "assistant");
+assert.equal(streamed, chat.choices[0].message.content);
+await assert.rejects(client.chat.completions.create({ model, messages, tools: [{ type: "function", function: { name: "f" } }] }),
+                     (e) => e.status === 400 && /tools/.test(e.message));
+console.log(`chat (ChatML), n 2, logprobs: ${JSON.stringify(chat.choices[0].message.content)}, the same streamed; tools: 400`);
 
 // An unknown field is refused, not ignored.
 await assert.rejects(client.completions.create({ model, prompt: "The", max_tokens: 1, temprature: 0 }),

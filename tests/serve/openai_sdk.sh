@@ -12,7 +12,7 @@ new_work_dir
 server=""
 stop_server() { if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; server=""; fi; }
 trap 'stop_server; rm -rf "$work"' EXIT
-"$weft" train --model gpt --layers 2 --d-model 32 --heads 4 --context 32 --batch 8 --max-steps 5 --eval-every 5 \
+"$weft" train --model gpt --layers 2 --d-model 32 --heads 4 --context 128 --batch 8 --max-steps 5 --eval-every 5 \
   --eval-batches 1 --sample 0 --seed 3 --quiet --threads 1 --save-model "$work/gpt.safetensors" >/dev/null
 for replicas in 1 2; do
   rm -f "$work/port"

@@ -470,6 +470,20 @@ TEST(Api, CompletionRequestsAreCheckedFieldByField) {
                RequestError);
 }
 
+// A chat request's n sequences: as many as its choices (best_of is the completions API's).
+TEST(Api, ChatRequestsGenerateOneSequencePerChoice) {
+  ApiLimits limits{"m", 100, 4};
+  const ChatRequest r = parse_chat_request(
+      R"({"messages": [{"role": "user", "content": "hi"}], "n": 3, "logprobs": true, "top_logprobs": 2})", limits, 1);
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.best_of, 3);
+  EXPECT_EQ(r.options.top_logprobs, 2);
+  EXPECT_THROW(parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", limits, 1),
+               RequestError);
+  EXPECT_THROW(parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}], "best_of": 2})", limits, 1),
+               RequestError);  // not a chat field
+}
+
 // A model trained on other data takes images of its own size, channels last, normalized with
 // its recorded statistics; its classes are numbers.
 TEST(Api, ClassifyRequestsTakeTheModelsImageSize) {

@@ -166,6 +166,7 @@ void parse_generation_fields(const json& j, const ApiLimits& limits, std::uint64
     throw RequestError(400, "'user' must be a string", "user");
   r.options.max_tokens = integer_field(j, "max_tokens", default_max_tokens, 0, limits.max_tokens);
   r.n = integer_field(j, "n", 1, 1, kMaxChoices);
+  r.best_of = r.n;  // (completions may ask for more)
   r.options.presence_penalty = number_field(j, "presence_penalty", 0, -2, 2);
   r.options.frequency_penalty = number_field(j, "frequency_penalty", 0, -2, 2);
   r.options.logit_bias = logit_bias_field(j, limits);

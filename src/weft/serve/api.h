@@ -48,7 +48,7 @@ struct CompletionRequest {
   std::vector<Prompt> prompts;  // completions: 1 to kMaxPrompts; chat: set from the conversation
   GenerationOptions options;    // (options.top_logprobs: the logprobs asked for, -1 none)
   std::int64_t n = 1;           // choices per prompt
-  std::int64_t best_of = 1;     // sequences generated per prompt, the n most likely returned
+  std::int64_t best_of = 1;     // sequences generated per prompt (>= n), the n most likely returned
   bool echo = false;            // completions: the prompt before the text
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage

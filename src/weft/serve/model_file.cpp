@@ -114,17 +114,39 @@ LoadedModel load_hf(const std::string& path) {
 
 }  // namespace
 
+// ChatML (as Qwen's and many others' templates write it): the chat template of a language
+// model that has none of its own.
+const char* const kChatMl =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
 std::string LoadedModel::chat_prompt(const nlohmann::json& messages) const {
   if (!chat) throw ChatTemplateError(chat_error);
   return chat->render({{"messages", messages}, {"add_generation_prompt", true}, {"bos_token", bos_token},
                        {"eos_token", eos_token}});
 }
 
+namespace {
+// A language model without a chat template of its own (or a folder without one) gets ChatML,
+// its generation stopped at "<|im_end|>"; one whose own template does not parse keeps the error.
+void give_chatml_if_none(LoadedModel& m) {
+  if (m.chat || !m.language_model() || m.chat_error != "the model has no chat template") return;
+  m.chat = std::make_shared<const ChatTemplate>(kChatMl);
+  m.chat_error.clear();
+  m.eos_token = "<|im_end|>";
+  m.chat_is_default = true;
+}
+}  // namespace
+
 LoadedModel load_model(const std::string& path) {
   if (is_hf_import(path)) {
     // A .safetensors file written by weft records its recipe; one beside a config.json
     // without it is a Hugging Face file.
-    if (is_directory(path) || !records_weft_model(path)) return load_hf(path);
+    if (is_directory(path) || !records_weft_model(path)) {
+      LoadedModel hf = load_hf(path);
+      give_chatml_if_none(hf);
+      return hf;
+    }
   }
   Saved saved = read_saved(path);
   LoadedModel m;
@@ -149,6 +171,7 @@ LoadedModel load_model(const std::string& path) {
       throw CheckpointError(path + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
                             " tokens but the model's vocabulary is " + std::to_string(m.language_model()->vocab()));
   }
+  give_chatml_if_none(m);
   return m;
 }
 

@@ -22,9 +22,11 @@ struct LoadedModel {
   std::shared_ptr<Module> module;           // in evaluation mode
   std::unique_ptr<Tokenizer> tokenizer;     // language models only
   // A Hugging Face folder's chat template (tokenizer_config.json), with its BOS and EOS
-  // tokens' text; or, when it has none or it does not parse, why (chat_error).
+  // tokens' text; ChatML (EOS "<|im_end|>") for a language model without one of its own
+  // (chat_is_default); none, with why (chat_error), for one whose own does not parse.
   std::shared_ptr<const ChatTemplate> chat;
   std::string bos_token, eos_token, chat_error = "the model has no chat template";
+  bool chat_is_default = false;
   LanguageModel* language_model() const { return dynamic_cast<LanguageModel*>(module.get()); }
   // The prompt of a conversation (messages: [{"role", "content"}, ...]) by the chat template,
   // with the generation prompt after it; ChatTemplateError naming the problem.
