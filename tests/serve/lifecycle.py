@@ -9,7 +9,9 @@ replicas:
   3. SIGTERM with --drain-seconds 0.5 and a long stream: the stream ends whole after the
      drain, with a last chunk of finish_reason "abort" and [DONE], and the server exits;
   4. closed-loop clients exactly as many as --max-concurrency: none is refused (429); /metrics
-     (the front end's: its replicas' summed) counts their tokens and times to first token.
+     (the front end's: its replicas' summed) counts their tokens and times to first token;
+  5. --request-timeout 0.5: a completion of 200000 tokens, whole or streamed, ends soon after
+     with its text so far (finish_reason "abort").
 """
 import json
 import os
@@ -76,6 +78,29 @@ def read_stream(s):
             break
         got += more
     return [line[6:] for line in got.decode(errors="replace").split("\n") if line.startswith("data: ")]
+
+
+def read_until(s, done):
+    got = b""
+    while not done(got):
+        more = s.recv(65536)
+        if not more:
+            break
+        got += more
+    return got
+
+
+def read_stream_until_done(s):
+    got = read_until(s, lambda g: b"data: [DONE]" in g)
+    return [line[6:] for line in got.decode(errors="replace").split("\n") if line.startswith("data: ")]
+
+
+def read_body(s):
+    """The body of a response with a Content-Length."""
+    got = read_until(s, lambda g: b"\r\n\r\n" in g)
+    head, _, body = got.partition(b"\r\n\r\n")
+    length = int([line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")][0])
+    return body + read_until(s, lambda g: len(body) + len(g) >= length)
 
 
 def stop(p, drain_limit):
@@ -187,4 +212,22 @@ for label, flags in (("one process", ["--max-concurrency", "4"]), ("2 replicas",
     assert ended < 0.5 + 2, f"the stream ended {ended:.1f} s after SIGTERM with --drain-seconds 0.5"
     print(f"{label}: SIGTERM past --drain-seconds 0.5: the stream ended whole after {ended:.2f} s "
           f"(finish_reason abort, [DONE]); the server exited {took:.2f} s later")
+    # 5. --request-timeout: a completion past it ends with its text so far.
+    p, port = start(*flags, "--request-timeout", "0.5")
+    for stream in (False, True):
+        t = time.time()
+        s = send(port, {"prompt": "The", "max_tokens": 200000, "stream": stream})
+        if stream:
+            events = read_stream_until_done(s)
+            reason = json.loads(events[-2])["choices"][0]["finish_reason"]
+        else:
+            body = read_body(s)
+            reason = json.loads(body)["choices"][0]["finish_reason"]
+        took = time.time() - t
+        s.close()
+        assert reason == "abort" and took < 0.5 + 2, (reason, took)
+        print(f"{label}: --request-timeout 0.5: a {'streamed' if stream else 'whole'} completion of 200000 tokens "
+              f"ended after {took:.2f} s (finish_reason abort)")
+    p.send_signal(signal.SIGTERM)
+    stop(p, 30)
 print("life cycle: every check passed")

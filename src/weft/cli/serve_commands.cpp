@@ -307,6 +307,10 @@ void add_serve_command(CLI::App& app, Action& action) {
   cmd->add_option("--max-connections-per-address", c->max_connections_per_address,
                   "client connections from one address (0: no limit); more are closed as they come")
       ->check(non_negative())->capture_default_str();
+  cmd->add_option("--request-timeout", c->request_timeout_s,
+                  "seconds a completion may generate; then it ends with its text so far (finish_reason \"abort\"); "
+                  "0: no limit")
+      ->check(non_negative())->capture_default_str();
   cmd->add_option("--drain-seconds", c->drain_seconds,
                   "at SIGTERM or SIGINT: how long requests in flight may go on before streams end (finish_reason "
                   "\"abort\") and the server exits")

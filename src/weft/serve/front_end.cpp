@@ -80,7 +80,8 @@ class FrontEnd : private MetricsHolder, public HttpBase {
                  fmt::format("{}", o.batch.max_wait_ms), "--max-body", std::to_string(o.max_body + 1024),  // (+ the seed it adds)
                  "--max-prompt-tokens", std::to_string(o.max_prompt_tokens), "--max-tokens",
                  std::to_string(o.max_tokens), "--max-concurrency", std::to_string(o.max_concurrency),
-                 "--max-images", std::to_string(o.max_images), "--quantize", o.quantize};
+                 "--max-images", std::to_string(o.max_images), "--quantize", o.quantize, "--request-timeout",
+                 fmt::format("{}", o.request_timeout_s)};
     std::filesystem::create_directories(folder_);
     replicas_ = std::make_unique<ReplicaSet>(r, log, metrics_);
     more_metrics_ = [this] {

@@ -85,6 +85,11 @@ class Server : private MetricsHolder, public HttpBase {
     http_.Post("/v1/classify", [this](const http::Request& req, http::Response& res) { classify(req, res); });
   }
 
+  // Past --request-timeout a completion ends with its text so far (finish_reason "abort").
+  bool past_time_limit(Clock::time_point start) const {
+    return o_.request_timeout_s > 0 && std::chrono::duration<double>(Clock::now() - start).count() > o_.request_timeout_s;
+  }
+
   json model_object() const {
     json m = {{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "weft"},
               {"kind", model_.recipe.model}, {"parameters", model_.module->num_parameters()}};
@@ -175,7 +180,7 @@ class Server : private MetricsHolder, public HttpBase {
             count(endpoint, 499, start);
             return;
           }
-          if (http_.draining())
+          if (http_.draining() || past_time_limit(start))
             for (const Sequence& other : sequences) other.ticket->cancel();
         }
       }
@@ -231,7 +236,7 @@ class Server : private MetricsHolder, public HttpBase {
             state->opened[q] = true;
             return chat ? chat_chunk(id, created, model_.name, c, opening) : completion_chunk(id, created, model_.name, c);
           };
-          if (sink.draining())  // the stop's drain is over: end with finish_reason "abort"
+          if (sink.draining() || past_time_limit(start))  // end with finish_reason "abort"
             for (const Sequence& q : sequences) q.ticket->cancel();
           const auto wait = std::chrono::milliseconds(sequences.size() > 1 ? 5 : kPoll.count());
           bool any = false;
@@ -328,6 +333,7 @@ void validate(const ServeOptions& o) {
   if (o.tp < 1 || o.tp > 64) throw ConfigError("--tp must be in [1, 64]");
   if (o.pp < 1 || o.pp > 64) throw ConfigError("--pp must be in [1, 64]");
   if (o.micro_batches < 0) throw ConfigError("--micro-batches must be zero (one per stage) or more");
+  if (!(o.request_timeout_s >= 0)) throw ConfigError("--request-timeout must be zero (none) or more");
   if ((o.tp > 1 || o.pp > 1) && o.replicas_max > 1)
     throw ConfigError("--tp or --pp with --replicas is not built: serve one or the other");
 }

@@ -52,6 +52,9 @@ struct ServeOptions {
   std::int64_t max_connections = 16384;
   std::int64_t max_connections_per_address = 1024;  // 0: no limit
   double drain_seconds = 10;
+  // A completion still generating after this many seconds ends with its text so far
+  // (finish_reason "abort"); 0: no limit.
+  double request_timeout_s = 600;
 };
 
 // Checks the options (one-line ConfigError naming the flag).
