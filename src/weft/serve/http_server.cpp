@@ -173,11 +173,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     next_request();
   }
 
-  // Whether it waits for (or between) requests with nothing of one received: closed at a stop.
-  bool idle() const { return state_ == State::kReading && !started_; }
-  bool closed() const { return state_ == State::kClosed; }
-
-  // After the response in progress (if any), close.
+  // At a stop: a connection between requests (or in the middle of receiving one) closes now,
+  // one with a request in flight after its response.
   void finish_then_close() {
     keep_alive_ = false;
     if (state_ == State::kReading) close();
@@ -204,7 +201,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void post_close() {
     net::post(s_.loop, [self = shared_from_this()] { self->close(); });
   }
-  std::shared_ptr<StreamState> stream() const { return stream_; }
   Server::Impl& server() { return s_; }
 
   // The response, whole, or (`stream`) its head: its chunks follow from run_stream.
