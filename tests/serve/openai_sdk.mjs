@@ -1,6 +1,6 @@
 // The official OpenAI SDK for Node (scripts/install-deps.sh puts it in build-deps/npm) against
 // weft serve's completions and chat completions, as a user's program calls them:
-// models.retrieve, n and best_of, logprobs, echo, prompts as token ids and arrays,
+// models.retrieve, n and best_of, logprobs, echo (with the prompt's logprobs), prompts as token ids and arrays,
 // logit_bias, the penalties, a stream of two choices, chat whole and streamed (ChatML) with n
 // and logprobs, and errors (an unknown model, an unknown field, tools, best_of with stream).
 // usage: node openai_sdk.mjs SDK_DIR BASE_URL
@@ -57,6 +57,20 @@ const ids = await client.completions.create({ model, prompt: [20, 21, 22], max_t
 assert.equal(ids.usage.prompt_tokens, 3);
 await assert.rejects(client.completions.create({ model, prompt: [1, 100000], max_tokens: 1 }), (e) => e.status === 400);
 console.log(`echo, two prompts, token ids: ${JSON.stringify(many.choices.map((c) => c.text))}`);
+
+// echo with logprobs: the prompt's tokens scored (the first has none), each as the same model
+// scores that token when it is generated after the same prefix (forced by logit_bias).
+const scored = await client.completions.create({ model, prompt: [40, 41, 42, 43], max_tokens: 0, echo: true, logprobs: 1 });
+const lp = scored.choices[0].logprobs;
+assert.equal(lp.tokens.length, 4);
+assert.equal(lp.token_logprobs[0], null);
+assert.equal(lp.tokens.join(""), scored.choices[0].text);
+const forced = await client.completions.create({ model, prompt: [40, 41, 42], max_tokens: 1, logprobs: 1,
+                                                 logit_bias: { 43: 100 } });
+assert.ok(Math.abs(forced.choices[0].logprobs.token_logprobs[0] - lp.token_logprobs[3]) < 1e-5,
+          `${forced.choices[0].logprobs.token_logprobs[0]} vs ${lp.token_logprobs[3]}`);
+console.log(`echo with logprobs: the prompt's tokens ${JSON.stringify(lp.token_logprobs.map((x) => x && x.toFixed(4)))}; ` +
+            "the last equals that token's when generated");
 
 // logit_bias: +100 on one token makes it every choice; the frequency penalty stops greedy repeats.
 const token = 40;

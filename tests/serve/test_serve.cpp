@@ -214,6 +214,24 @@ TEST(GptDecoder, CachedLogitsEqualTheForwardsAtEveryStep) {
   }
 }
 
+// A prompt's scoring (echo with logprobs): the logits after every token equal the model's own
+// forward over that prefix, for the cache decoder (fp32 and int8) and the window decoder.
+TEST(GptDecoder, PromptLogitsAreTheForwardsAfterEveryToken) {
+  Rng rng(5);
+  GPT model(small_gpt(), rng);
+  const std::vector<std::int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+  GptDecoder fp32(model), int8(model, WeightFormat::kInt8);
+  WindowDecoder window(model);
+  const Tensor a = fp32.prompt_logits(prompt), b = int8.prompt_logits(prompt), c = window.prompt_logits(prompt);
+  ASSERT_EQ(a.size(0), static_cast<std::int64_t>(prompt.size()));
+  for (std::size_t t = 0; t < prompt.size(); ++t) {
+    const std::vector<float> want = forward_last(model, {prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(t) + 1});
+    expect_rows_near(a, static_cast<std::int64_t>(t), want, 1e-5);
+    expect_rows_near(c, static_cast<std::int64_t>(t), want, 1e-5);
+    expect_rows_near(b, static_cast<std::int64_t>(t), want, 0.05);  // int8 weights
+  }
+}
+
 // Sequences of different lengths in one step get what each gets alone.
 TEST(GptDecoder, ABatchOfSequencesEqualsEachAlone) {
   Rng rng(3);
@@ -434,7 +452,9 @@ TEST(Api, CompletionRequestsAreCheckedFieldByField) {
   EXPECT_EQ(status_of(R"({"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "stop": [1]})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "stream": "yes"})"), 400);
-  EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 2, "best_of": 3, "logprobs": 5, "echo": true})"), 400);  // echo + logprobs
+  EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 2, "best_of": 3, "logprobs": 5, "echo": true})"), 200);
+  EXPECT_TRUE(parse_completion_request(R"({"prompt": "hi", "logprobs": 0, "echo": true})", limits, 1)
+                  .options.prompt_logprobs);  // the prompt's logprobs too
   EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 2, "best_of": 3, "logprobs": 5})"), 200);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 17})"), 400);
   EXPECT_EQ(status_of(R"({"prompt": "hi", "n": 3, "best_of": 2})"), 400);

@@ -223,8 +223,7 @@ CompletionRequest parse_completion_request(const std::string& body, const ApiLim
   if (r.stream && r.best_of > r.n) throw RequestError(400, "'best_of' cannot be used with 'stream'", "best_of");
   r.echo = bool_field(j, "echo");
   r.options.top_logprobs = integer_field(j, "logprobs", -1, 0, 5);
-  if (r.echo && r.options.top_logprobs >= 0)
-    throw RequestError(400, "the prompt's logprobs ('echo' with 'logprobs') are not supported", "echo");
+  r.options.prompt_logprobs = r.echo && r.options.top_logprobs >= 0;
   r.options.rank = r.best_of > r.n;
   auto p = j.find("prompt");
   if (p == j.end()) throw RequestError(400, "'prompt' is required", "prompt");
@@ -391,11 +390,16 @@ json completion_logprobs(const std::vector<TokenLogprob>& tokens, const Tokenize
   json text = json::array(), logprob = json::array(), top = json::array(), offsets = json::array();
   for (const TokenLogprob& t : tokens) {
     text.push_back(valid_utf8(t.text));
+    offsets.push_back(offset + t.offset);
+    if (std::isnan(t.logprob)) {  // a prompt's first token
+      logprob.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
     logprob.push_back(t.logprob);
     json most = json::object();
     for (const auto& [id, lp] : t.top) most[valid_utf8(tokenizer.decode({id}))] = lp;
     top.push_back(most);
-    offsets.push_back(offset + t.offset);
   }
   return {{"tokens", text}, {"token_logprobs", logprob}, {"top_logprobs", top}, {"text_offset", offsets}};
 }

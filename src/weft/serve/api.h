@@ -49,7 +49,7 @@ struct CompletionRequest {
   GenerationOptions options;    // (options.top_logprobs: the logprobs asked for, -1 none)
   std::int64_t n = 1;           // choices per prompt
   std::int64_t best_of = 1;     // sequences generated per prompt (>= n), the n most likely returned
-  bool echo = false;            // completions: the prompt before the text
+  bool echo = false;            // completions: the prompt before the text (with logprobs, its tokens' too)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };
@@ -83,8 +83,8 @@ nlohmann::json chat_chunk(const std::string& id, std::int64_t created, const std
                           const std::string& finish_reason, bool first);
 // Logprobs blocks of chosen tokens: a chat choice's {"content": [{"token", "logprob", "bytes",
 // "top_logprobs"}]}, a completion choice's {"tokens", "token_logprobs", "top_logprobs",
-// "text_offset"} (offsets from `offset`: the prompt's length when it is echoed). Token texts
-// are made valid UTF-8; "bytes" has their bytes.
+// "text_offset"} (offsets from `offset`; a token without a log-probability, NaN: a prompt's
+// first, null). Token texts are made valid UTF-8; "bytes" has their bytes.
 nlohmann::json chat_logprobs(const std::vector<TokenLogprob>& tokens, const Tokenizer& tokenizer);
 nlohmann::json completion_logprobs(const std::vector<TokenLogprob>& tokens, const Tokenizer& tokenizer,
                                    std::int64_t offset);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <limits>
 
 #include "weft/serve/classify.h"
 
@@ -48,6 +49,35 @@ void Ticket::push(std::string piece, bool finished, std::vector<TokenLogprob> to
   }
   cv_.notify_all();
 }
+
+namespace {
+// The log-probabilities of a prompt's tokens (the first has none: NaN), with their texts and
+// where each starts in the prompt's text, from the decoder's logits after every token.
+std::vector<TokenLogprob> score_prompt(Decoder& decoder, const Tokenizer& tokenizer, const std::vector<std::int32_t>& ids,
+                                       std::int64_t top) {
+  std::vector<TokenLogprob> out;
+  if (ids.empty()) return out;
+  const Tensor logits = decoder.prompt_logits(ids);
+  const std::int64_t V = decoder.vocab();
+  std::string text;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    TokenLogprob lp;
+    if (i == 0) {
+      lp.token = ids[0];
+      lp.logprob = std::numeric_limits<double>::quiet_NaN();
+    } else {
+      lp = token_logprob(logits.data<float>() + static_cast<std::int64_t>(i - 1) * V, V, ids[i], top);
+    }
+    // The token's text: what it adds after the one before (the tokenizer's spacing).
+    lp.text = i == 0 ? tokenizer.decode({ids[0]})
+                     : tokenizer.decode({ids[i - 1], ids[i]}).substr(tokenizer.decode({ids[i - 1]}).size());
+    lp.offset = static_cast<std::int64_t>(text.size());
+    text += lp.text;
+    out.push_back(std::move(lp));
+  }
+  return out;
+}
+}  // namespace
 
 LmBatcher::LmBatcher(Decoder& decoder, const Tokenizer& tokenizer, BatchOptions options, Metrics& metrics)
     : decoder_(decoder), tokenizer_(tokenizer), o_(options), metrics_(metrics) {
@@ -119,6 +149,18 @@ void LmBatcher::step(std::vector<Active>& active) {
     t.logprobs = a.generation->logprobs();
     t.cumulative_logprob = a.generation->cumulative_logprob();
   };
+  // A prompt whose tokens' logprobs are asked for is scored before its first step.
+  for (auto& a : active) {
+    if (a.scored || !a.ticket->options.prompt_logprobs) continue;
+    a.scored = true;
+    try {
+      a.ticket->prompt_logprobs =
+          score_prompt(decoder_, tokenizer_, a.ticket->prompt_tokens, std::max<std::int64_t>(a.ticket->options.top_logprobs, 0));
+    } catch (const std::exception& e) {
+      a.ticket->error = e.what();
+      a.ticket->cancel();
+    }
+  }
   // A cancelled request, or one that asks for no tokens, leaves before the step.
   for (auto& a : active)
     if (a.ticket->cancelled() || a.generation->done()) {

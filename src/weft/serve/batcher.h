@@ -64,6 +64,9 @@ class Ticket {
   std::int64_t completion_tokens = 0;
   std::vector<TokenLogprob> logprobs;  // with top_logprobs >= 0
   double cumulative_logprob = 0;       // with top_logprobs >= 0 or rank
+  // With options.prompt_logprobs: the prompt's tokens (GenerationOptions), set before the
+  // first piece is pushed.
+  std::vector<TokenLogprob> prompt_logprobs;
 
  private:
   friend class LmBatcher;
@@ -87,6 +90,7 @@ class LmBatcher {
     std::unique_ptr<Generation> generation;
     std::unique_ptr<SequenceState> state;
     bool first_token = true;  // the next token is its first (time to first token)
+    bool scored = false;      // its prompt's logprobs computed (when asked for)
   };
   void loop();
   void step(std::vector<Active>& active);

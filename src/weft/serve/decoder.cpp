@@ -319,6 +319,37 @@ std::int64_t GptDecoder::weight_bytes() const {
   return ends_bytes_ + block_bytes_;
 }
 
+Tensor Decoder::prompt_logits(const std::vector<std::int32_t>&) {
+  throw ConfigError("the prompt's logprobs are not computed by this decoder (--tp, --pp)");
+}
+
+Tensor GptDecoder::prompt_logits(const std::vector<std::int32_t>& tokens) {
+  WEFT_CHECK(begin_ == 0 && end_ == c_.layers, "GptDecoder::prompt_logits needs every layer");
+  WEFT_CHECK(!tokens.empty() && static_cast<std::int64_t>(tokens.size()) <= c_.context,
+             "GptDecoder::prompt_logits: 1 to context tokens");
+  std::unique_ptr<SequenceState> state = start();
+  const std::vector<SequenceState*> sequences = {state.get()};
+  const StepPlan p = plan(sequences, {tokens});
+  Tensor x = embed(sequences, p);
+  run_blocks(sequences, p, x);
+  NoGradGuard no_grad;
+  return decoder_head(Var(x), ends_, block_).value();  // every row's, not the last one's
+}
+
+Tensor WindowDecoder::prompt_logits(const std::vector<std::int32_t>& tokens) {
+  WEFT_CHECK(!tokens.empty() && static_cast<std::int64_t>(tokens.size()) <= model_.context(),
+             "WindowDecoder::prompt_logits: 1 to context tokens");
+  NoGradGuard no_grad;
+  const bool was_training = model_.is_training();
+  model_.eval();
+  const auto T = static_cast<std::int64_t>(tokens.size());
+  Tensor ids = Tensor::empty({1, T});
+  for (std::int64_t t = 0; t < T; ++t) ids.set({0, t}, tokens[static_cast<std::size_t>(t)]);
+  Tensor logits = model_.forward(Var(ids)).value().select(0, 0).contiguous();  // [T, vocab]
+  model_.train(was_training);
+  return logits;
+}
+
 bool slide_window(SequenceState& s, std::int64_t fed, std::int64_t context) {
   const auto total = static_cast<std::int64_t>(s.tokens.size());
   if (total - s.window_start <= context) return false;

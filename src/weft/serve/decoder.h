@@ -63,6 +63,9 @@ class Decoder {
   virtual std::int64_t context() const = 0;
   // Bytes of the weights as the decoder holds them (0: the model's own, float32).
   virtual std::int64_t weight_bytes() const { return 0; }
+  // The logits after every token of `tokens` (at most the context): [T, vocab], row t the
+  // prediction of token t + 1 (a prompt's scoring). ConfigError where a decoder has no such path.
+  virtual Tensor prompt_logits(const std::vector<std::int32_t>& tokens);
 };
 
 // This rank's share of a tensor-parallel GPT (Megatron-style, seed 002 chapter 8): heads
@@ -91,6 +94,7 @@ class GptDecoder : public Decoder {
   std::int64_t vocab() const override { return c_.vocab; }
   std::int64_t context() const override { return c_.context; }
   std::int64_t weight_bytes() const override;
+  Tensor prompt_logits(const std::vector<std::int32_t>& tokens) override;  // the head over every row
 
   // A step in pieces, for pipeline stages: extend = plan, embed, run_blocks, finish, head.
   // plan appends the tokens to each sequence's history and decides what it feeds (its new
@@ -127,6 +131,7 @@ class WindowDecoder : public Decoder {
                 const std::vector<std::vector<std::int32_t>>& tokens) override;
   std::int64_t vocab() const override { return model_.vocab(); }
   std::int64_t context() const override { return model_.context(); }
+  Tensor prompt_logits(const std::vector<std::int32_t>& tokens) override;  // the model's forward
 
  private:
   LanguageModel& model_;

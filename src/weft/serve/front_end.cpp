@@ -2,8 +2,9 @@
 // processes (replicas.h). It checks the token and the limits, gives every completion a seed
 // (so that a retry on another replica yields the same tokens), routes each request to the
 // replica with the least outstanding requests, and retries a request whose replica died on
-// another one; a stream that was cut resumes there, skipping the pieces already sent. No
-// accepted request is lost or answered twice.
+// another one; a stream of one choice that was cut resumes there, skipping the pieces already
+// sent (one of several choices ends with an error event instead). No accepted request is lost
+// or answered twice. Its /metrics adds its replicas' (scraped each second).
 #include <fmt/format.h>
 #include <httplib.h>
 

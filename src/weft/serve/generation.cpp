@@ -37,24 +37,8 @@ std::string Generation::accept(const float* logits, std::int64_t vocab) {
   if (o_.presence_penalty != 0 || o_.frequency_penalty != 0) ++counts_[token];
   TokenLogprob lp;
   if (o_.top_logprobs >= 0 || o_.rank) {
-    // log softmax of the model's logits, in double
-    double top = logits[0];
-    for (std::int64_t i = 1; i < vocab; ++i) top = std::max(top, static_cast<double>(logits[i]));
-    double total = 0;
-    for (std::int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i]) - top);
-    const double lse = top + std::log(total);
-    lp.token = token;
-    lp.logprob = static_cast<double>(logits[token]) - lse;
+    lp = token_logprob(logits, vocab, token, std::max<std::int64_t>(o_.top_logprobs, 0));
     cumulative_logprob_ += lp.logprob;
-    if (o_.top_logprobs > 0) {
-      std::vector<std::int32_t> ids(static_cast<std::size_t>(vocab));
-      for (std::int64_t i = 0; i < vocab; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
-      const auto k = static_cast<std::ptrdiff_t>(std::min<std::int64_t>(o_.top_logprobs, vocab));
-      std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
-        return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-      });
-      for (std::ptrdiff_t i = 0; i < k; ++i) lp.top.emplace_back(ids[static_cast<std::size_t>(i)], static_cast<double>(logits[ids[static_cast<std::size_t>(i)]]) - lse);
-    }
   }
   completion_.push_back(token);
   feed_.assign(1, token);
@@ -109,6 +93,30 @@ std::string Generation::release(bool all) {
   released_ = end;
   text_ += piece;
   return piece;
+}
+
+TokenLogprob token_logprob(const float* logits, std::int64_t vocab, std::int32_t token, std::int64_t top) {
+  double most = logits[0];
+  for (std::int64_t i = 1; i < vocab; ++i) most = std::max(most, static_cast<double>(logits[i]));
+  double total = 0;
+  for (std::int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i]) - most);
+  const double lse = most + std::log(total);
+  TokenLogprob lp;
+  lp.token = token;
+  lp.logprob = static_cast<double>(logits[token]) - lse;
+  if (top > 0) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(vocab));
+    for (std::int64_t i = 0; i < vocab; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+    const auto k = static_cast<std::ptrdiff_t>(std::min(top, vocab));
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](std::int32_t a, std::int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (std::ptrdiff_t i = 0; i < k; ++i) {
+      const std::int32_t id = ids[static_cast<std::size_t>(i)];
+      lp.top.emplace_back(id, static_cast<double>(logits[id]) - lse);
+    }
+  }
+  return lp;
 }
 
 GenerationResult generate(Decoder& decoder, const Tokenizer& tokenizer, const std::string& prompt,

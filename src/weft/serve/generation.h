@@ -36,6 +36,9 @@ struct GenerationOptions {
   // -1: none kept. `rank` keeps only their sum (best_of).
   std::int64_t top_logprobs = -1;
   bool rank = false;
+  // The prompt's tokens' log-probabilities too (completions' echo with logprobs): each
+  // token's under the logits after the tokens before it; the first has none (NaN).
+  bool prompt_logprobs = false;
 };
 
 // A chosen token: its text (the bytes it added), where that text starts in the completion,
@@ -87,6 +90,10 @@ class Generation {
   std::vector<TokenLogprob> logprobs_;
   double cumulative_logprob_ = 0;
 };
+
+// The log-probability of `token` under logits (log softmax, in double) and the `top` most
+// likely tokens' (most likely first; ties: the lower id); text and offset left empty.
+TokenLogprob token_logprob(const float* logits, std::int64_t vocab, std::int32_t token, std::int64_t top);
 
 struct GenerationResult {
   std::string text, finish_reason;

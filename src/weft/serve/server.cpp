@@ -141,6 +141,8 @@ class Server : private MetricsHolder, public HttpBase {
       } else {
         r = parse_completion_request(req.body, limits_, fresh_random(), model_.tokenizer.get());
       }
+      if (r.options.prompt_logprobs && (o_.tp > 1 || o_.pp > 1))
+        throw RequestError(400, "the prompt's logprobs ('echo' with 'logprobs') are not computed under --tp or --pp", "echo");
       for (Prompt& p : r.prompts) {
         if (!p.as_tokens) p.tokens = model_.tokenizer->encode(p.text);
         if (static_cast<std::int64_t>(p.tokens.size()) > max_prompt_)
@@ -168,6 +170,16 @@ class Server : private MetricsHolder, public HttpBase {
                                                                   std::int64_t offset) -> json {
       if (top < 0) return nullptr;
       return chat ? chat_logprobs(tokens, *model_.tokenizer) : completion_logprobs(tokens, *model_.tokenizer, offset);
+    };
+    // A whole choice's tokens: the prompt's (echo with logprobs) from 0, then the generated ones
+    // after the echoed text.
+    auto choice_tokens = [](const Ticket& t, std::int64_t echoed) {
+      std::vector<TokenLogprob> all = t.prompt_logprobs;
+      for (TokenLogprob lp : t.logprobs) {
+        lp.offset += echoed;
+        all.push_back(std::move(lp));
+      }
+      return all;
     };
     if (!r.stream) {
       // A client that leaves cancels its generations; past the stop's drain, they end with the
@@ -205,7 +217,7 @@ class Server : private MetricsHolder, public HttpBase {
         for (std::int64_t k = 0; k < r.n; ++k) {
           const Ticket& t = *mine[static_cast<std::size_t>(k)];
           choices.push_back({static_cast<std::int64_t>(i) * r.n + k, echoed + t.text, t.finish_reason,
-                             logprobs_of(t.logprobs, static_cast<std::int64_t>(echoed.size()))});
+                             logprobs_of(choice_tokens(t, static_cast<std::int64_t>(echoed.size())), 0)});
         }
       }
       res.set_content((chat ? chat_response(id, created, model_.name, choices, prompt_tokens, completion_tokens)
@@ -246,10 +258,14 @@ class Server : private MetricsHolder, public HttpBase {
             const std::int64_t index = static_cast<std::int64_t>(sequences[q].prompt) * n +
                                        static_cast<std::int64_t>(q % static_cast<std::size_t>(n));
             const std::string echoed = echo ? prompts[sequences[q].prompt].text : std::string();
-            if (!state->opened[q] && !echoed.empty() && !event(chunk(q, {index, echoed, "", nullptr}))) return false;
             std::string piece;
             std::vector<TokenLogprob> tokens;
             const bool more = sequences[q].ticket->next(piece, wait, &tokens);
+            // The echoed prompt first, once the ticket has said something (its prompt's
+            // logprobs are set by then).
+            if (!state->opened[q] && !echoed.empty() && (more ? !piece.empty() || !tokens.empty() : true) &&
+                !event(chunk(q, {index, echoed, "", logprobs_of(t.prompt_logprobs, 0)})))
+              return false;
             if (!piece.empty() || !tokens.empty()) {
               any = true;
               if (!event(chunk(q, {index, piece, "", logprobs_of(tokens, static_cast<std::int64_t>(echoed.size()))})))
