@@ -155,7 +155,7 @@ try:
         assert a <= b + 50, f"{what} took {a:.1f} ms under attack against {b:.1f} ms idle (allowed: 50 ms more)"
     assert slow_stats["closed"] >= 100 and slow_stats["408"] == slow_stats["closed"], slow_stats
     worst = max(slow_stats["seconds"])
-    assert worst < 2 + 1.5, f"a slowloris connection lived {worst:.1f} s past --header-timeout 2"
+    assert worst < 2 + 3, f"a slowloris connection lived {worst:.1f} s with --header-timeout 2"
     print(f"slowloris: {slow_stats['closed']} connections closed with 408 after at most {worst:.1f} s "
           "(--header-timeout 2)")
     for s in idle_socks:
@@ -168,15 +168,24 @@ try:
         s.bind(("127.0.0.70", 0))
         s.connect(("127.0.0.1", port))
         socks.append(s)
-    time.sleep(0.3)
-    refused = 0
     for s in socks:
         s.setblocking(False)
-        try:
-            if s.recv(1) == b"":
-                refused += 1
-        except BlockingIOError:
-            pass
+
+    def closed_by_server():
+        count = 0
+        for s in socks:
+            try:
+                count += s.recv(1) == b""
+            except BlockingIOError:
+                pass
+        return count
+
+    # Until the server has taken every connection (the kernel completes them before it does).
+    deadline = time.time() + 30
+    while not (closed_by_server() >= 20 and metric("weft_connections") - 1 >= PER_ADDRESS):
+        assert time.time() < deadline, (closed_by_server(), metric("weft_connections"))
+        time.sleep(0.1)
+    refused = closed_by_server()
     status, _, _ = request("GET", "/healthz")
     other, _, _ = request("GET", "/healthz", source="127.0.0.71")
     assert refused == 20 and status == 200 and other == 200, (refused, status, other)
