@@ -28,30 +28,20 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_lib import metric_in, read_until, start_server, train_tiny_gpt  # noqa: E402
+
 weft = sys.argv[1]
 work = tempfile.mkdtemp()
-model = os.path.join(work, "gpt.safetensors")
-subprocess.run([weft, "train", "--model", "gpt", "--layers", "2", "--d-model", "32", "--heads", "4", "--context", "32",
-                "--batch", "8", "--max-steps", "2", "--eval-every", "2", "--eval-batches", "1", "--sample", "0",
-                "--quiet", "--threads", "1", "--save-model", model], check=True, stdout=subprocess.DEVNULL)
+model = train_tiny_gpt(weft, work)
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 if hard < 11000:
     sys.exit(f"FAIL: this machine lets a process open {hard} files; the test needs 11,000")
 
 PER_ADDRESS = 300
-port_file = os.path.join(work, "port")
-server = subprocess.Popen([weft, "serve", model, "--port", "0", "--port-file", port_file, "--header-timeout", "2",
-                           "--max-connections-per-address", str(PER_ADDRESS)],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+server, port = start_server(weft, model, work, "--header-timeout", "2", "--max-connections-per-address", str(PER_ADDRESS))
 try:
-    deadline = time.time() + 30
-    while not os.path.exists(port_file):
-        if server.poll() is not None or time.time() > deadline:
-            sys.exit("FAIL: the server did not start: " + server.stderr.read().decode())
-        time.sleep(0.05)
-    port = int(open(port_file).read())
-
     def request(method, path, body=None, source="127.0.0.1", headers=None, timeout=10):
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(source, 0))
         h = dict(headers or {})
@@ -65,11 +55,7 @@ try:
         return out
 
     def metric(name):
-        _, _, text = request("GET", "/metrics")
-        for line in text.decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.split()[-1])
-        return 0.0
+        return metric_in(request("GET", "/metrics")[2].decode(), name)
 
     def rss_mb():
         with open(f"/proc/{server.pid}/status") as f:
@@ -262,12 +248,7 @@ try:
     s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
               b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
               b"GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    data = b""
-    while True:
-        more = s.recv(65536)
-        if not more:
-            break
-        data += more
+    data = read_until(s)
     s.close()
     statuses = [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", data)]
     assert statuses == [200, 200, 404] and b'"object":"list"' in data, data[:500]

@@ -22,26 +22,16 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_lib import metric_in, read_until, start_server, train_tiny_gpt  # noqa: E402
+
 weft = sys.argv[1]
 work = tempfile.mkdtemp()
-model = os.path.join(work, "gpt.safetensors")
-subprocess.run([weft, "train", "--model", "gpt", "--layers", "2", "--d-model", "32", "--heads", "4", "--context", "32",
-                "--batch", "8", "--max-steps", "2", "--eval-every", "2", "--eval-batches", "1", "--sample", "0",
-                "--quiet", "--threads", "1", "--save-model", model], check=True, stdout=subprocess.DEVNULL)
+model = train_tiny_gpt(weft, work)
 
 
 def start(*flags):
-    port_file = os.path.join(work, "port")
-    if os.path.exists(port_file):
-        os.remove(port_file)
-    p = subprocess.Popen([weft, "serve", model, "--port", "0", "--port-file", port_file, "--max-tokens", "200000",
-                          *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 60
-    while not os.path.exists(port_file):
-        if p.poll() is not None or time.time() > deadline:
-            sys.exit("FAIL: the server did not start: " + p.stderr.read().decode())
-        time.sleep(0.05)
-    return p, int(open(port_file).read())
+    return start_server(weft, model, work, "--max-tokens", "200000", *flags)
 
 
 def send(port, body):
@@ -55,43 +45,14 @@ def send(port, body):
 def metric(port, name):
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    text = b""
-    while True:
-        more = s.recv(65536)
-        if not more:
-            break
-        text += more
+    text = read_until(s)
     s.close()
-    total = 0.0
-    for line in text.decode().splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            total += float(line.split()[-1])
-    return total
+    return metric_in(text.decode(), name)
 
 
-def read_stream(s):
-    """The data of each event until the server closes the connection."""
-    got = b""
-    while True:
-        more = s.recv(65536)
-        if not more:
-            break
-        got += more
-    return [line[6:] for line in got.decode(errors="replace").split("\n") if line.startswith("data: ")]
-
-
-def read_until(s, done):
-    got = b""
-    while not done(got):
-        more = s.recv(65536)
-        if not more:
-            break
-        got += more
-    return got
-
-
-def read_stream_until_done(s):
-    got = read_until(s, lambda g: b"data: [DONE]" in g)
+def read_stream(s, done=lambda got: False):
+    """The data of each event until `done` or the server closes the connection."""
+    got = read_until(s, done)
     return [line[6:] for line in got.decode(errors="replace").split("\n") if line.startswith("data: ")]
 
 
@@ -218,7 +179,7 @@ for label, flags in (("one process", ["--max-concurrency", "4"]), ("2 replicas",
         t = time.time()
         s = send(port, {"prompt": "The", "max_tokens": 200000, "stream": stream})
         if stream:
-            events = read_stream_until_done(s)
+            events = read_stream(s, lambda g: b"data: [DONE]" in g)
             reason = json.loads(events[-2])["choices"][0]["finish_reason"]
         else:
             body = read_body(s)
