@@ -18,6 +18,13 @@ Var decoder_head(const Var& x, const DecoderEnds& ends, const BlockConfig& c) {
   return ends.head->forward(block_norm(x, ends.final_weight, ends.final_bias, c));
 }
 
+std::vector<std::int32_t> token_ids_of(const Tensor& ids) {
+  std::vector<std::int32_t> out;
+  out.reserve(static_cast<std::size_t>(ids.numel()));
+  for (double v : ids.to_vector()) out.push_back(static_cast<std::int32_t>(v));
+  return out;
+}
+
 std::vector<std::int32_t> sequence_positions(std::int64_t batch, std::int64_t length) {
   std::vector<std::int32_t> p(static_cast<std::size_t>(batch * length));
   for (std::size_t i = 0; i < p.size(); ++i) p[i] = static_cast<std::int32_t>(static_cast<std::int64_t>(i) % length);

@@ -49,6 +49,9 @@ Var decoder_embed(const std::vector<std::int32_t>& ids, const std::vector<std::i
 // The head of rows x [N, d] -> [N, the head's outputs] (the vocabulary, or this rank's slice of it).
 Var decoder_head(const Var& x, const DecoderEnds& ends, const BlockConfig& c);
 
+// The token ids a tensor of them holds (as numbers, any shape), in order.
+std::vector<std::int32_t> token_ids_of(const Tensor& ids);
+
 // The positions of `batch` whole sequences of `length` rows each, rows sequence by sequence:
 // 0, 1, ..., length - 1, 0, 1, ...
 std::vector<std::int32_t> sequence_positions(std::int64_t batch, std::int64_t length);

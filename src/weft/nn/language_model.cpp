@@ -25,17 +25,22 @@ std::int32_t sample_token(const std::vector<double>& l, double temperature, std:
   return order[pick];
 }
 
-Tensor LanguageModel::next_token_logits(const std::vector<std::int32_t>& tokens) {
-  WEFT_CHECK(!tokens.empty(), "next_token_logits: no tokens");
+Tensor LanguageModel::window_logits(const std::vector<std::int32_t>& tokens) {
+  WEFT_CHECK(!tokens.empty(), "window_logits: no tokens");
   NoGradGuard no_grad;
   const bool was_training = is_training();
   eval();
   const std::int64_t T = std::min<std::int64_t>(static_cast<std::int64_t>(tokens.size()), context());
   Tensor ids = Tensor::empty({1, T});
   for (std::int64_t t = 0; t < T; ++t) ids.set({0, t}, tokens[tokens.size() - static_cast<size_t>(T) + static_cast<size_t>(t)]);
-  Tensor logits = forward(Var(ids)).value().select(1, T - 1).select(0, 0).contiguous();
+  Tensor logits = forward(Var(ids)).value().select(0, 0).contiguous();
   train(was_training);
   return logits;
+}
+
+Tensor LanguageModel::next_token_logits(const std::vector<std::int32_t>& tokens) {
+  const Tensor all = window_logits(tokens);
+  return all.select(0, all.size(0) - 1).contiguous();
 }
 
 std::vector<std::int32_t> LanguageModel::generate(std::vector<std::int32_t> prompt, std::int64_t count,

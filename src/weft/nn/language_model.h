@@ -15,8 +15,10 @@ class LanguageModel : public Module {
   // The most tokens forward() takes at once (generation feeds the last `context()` tokens).
   virtual std::int64_t context() const = 0;
 
-  // The logits [vocab] of the token after `tokens`: forward over the last context() of them
-  // (at least one), without gradients, in evaluation mode.
+  // The logits [T, vocab] after each of the last T = min(size, context()) of `tokens` (at
+  // least one): forward over them, without gradients, in evaluation mode.
+  Tensor window_logits(const std::vector<std::int32_t>& tokens);
+  // The logits [vocab] of the token after `tokens`: window_logits' last row.
   Tensor next_token_logits(const std::vector<std::int32_t>& tokens);
 
   // Appends `count` tokens to `prompt`: greedy (temperature 0), or sampled from the softmax

@@ -42,11 +42,6 @@ class TiedHead : public BlockLinear {
   Var table_;
 };
 
-std::vector<std::int32_t> ids_of(const Tensor& t) {
-  std::vector<std::int32_t> ids;
-  for (double v : t.to_vector()) ids.push_back(static_cast<std::int32_t>(v));
-  return ids;
-}
 }  // namespace
 
 Embedding::Embedding(std::int64_t vocab, std::int64_t dim, Rng& rng, double stddev) : vocab_(vocab), dim_(dim) {
@@ -57,7 +52,7 @@ Embedding::Embedding(std::int64_t vocab, std::int64_t dim, Rng& rng, double stdd
 Var Embedding::forward(const Var& ids) {
   Shape out = ids.shape();
   out.push_back(dim_);
-  return reshape(embedding(weight_, ids_of(ids.value())), out);
+  return reshape(embedding(weight_, token_ids_of(ids.value())), out);
 }
 
 std::string Embedding::describe() const {
@@ -249,7 +244,7 @@ Var GPT::embed(const Var& ids) {
   const std::int64_t B = ids.size(0), T = ids.size(1);
   if (T > config_.context) throw ConfigError("GPT: " + std::to_string(T) + " tokens exceed the context of " +
                                              std::to_string(config_.context));
-  return reshape(decoder_embed(ids_of(ids.value()), sequence_positions(B, T), ends()), {B, T, config_.dim});
+  return reshape(decoder_embed(token_ids_of(ids.value()), sequence_positions(B, T), ends()), {B, T, config_.dim});
 }
 
 Var GPT::run_blocks(const Var& x, std::int64_t begin, std::int64_t end) {

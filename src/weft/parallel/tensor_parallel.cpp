@@ -136,12 +136,10 @@ TensorParallelGpt::TensorParallelGpt(GPT& model, std::shared_ptr<comm::Communica
   Var positions;  // (none under rotary embeddings)
   if (by_name_.count("wpe.weight")) positions = replicated("wpe.weight");
   else if (c.positional != Positional::kRotary) positions = Var(sinusoidal_encoding(c.context, c.dim, c.positional));
-  replicated("ln_f.weight");
-  if (norm_bias) replicated("ln_f.bias");
+  const Var final_weight = replicated("ln_f.weight");
+  const Var final_bias = norm_bias ? replicated("ln_f.bias") : Var();
   head_part_ = c.tied_head ? wte_part_ : shard(model_.head_weight(), 0, vocabulary_rows);
-  ends_ = {std::make_shared<VocabParallelRows>(wte_part_, vocab_begin_, *group_),
-           positions,
-           by_name_["ln_f.weight"], norm_bias ? by_name_["ln_f.bias"] : Var(),
+  ends_ = {std::make_shared<VocabParallelRows>(wte_part_, vocab_begin_, *group_), positions, final_weight, final_bias,
            std::make_shared<VocabParallelHead>(head_part_, *group_)};
 }
 
@@ -218,10 +216,7 @@ Var TensorParallelGpt::run_blocks(const Var& x, std::int64_t begin, std::int64_t
 
 Var TensorParallelGpt::embed(const Tensor& ids) {
   const std::int64_t B = ids.size(0), T = ids.size(1);
-  std::vector<std::int32_t> tok(static_cast<std::size_t>(B * T));
-  const Tensor ic = ids.contiguous();
-  for (std::size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<std::int32_t>(ic.data<float>()[i]);
-  return reshape(decoder_embed(tok, sequence_positions(B, T), ends_), {B, T, model_.config().dim});
+  return reshape(decoder_embed(token_ids_of(ids), sequence_positions(B, T), ends_), {B, T, model_.config().dim});
 }
 
 Var TensorParallelGpt::head_loss(const Var& x, const std::vector<std::int32_t>& targets) {

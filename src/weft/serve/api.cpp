@@ -3,11 +3,12 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstdlib>
+#include <cstdint>
 #include <optional>
 
 #include "weft/serve/classify.h"
 #include "weft/tensor/ops.h"
+#include "weft/util/parse.h"
 #include "weft/util/utf8.h"
 
 namespace weft::serve {
@@ -75,9 +76,8 @@ std::vector<std::pair<std::int32_t, double>> logit_bias_field(const json& j, con
   if (!it->is_object() || it->size() > 1024)
     throw RequestError(400, "'logit_bias' must be an object of up to 1024 token ids and biases", "logit_bias");
   for (const auto& [key, value] : it->items()) {
-    char* end = nullptr;
-    const long long id = std::strtoll(key.c_str(), &end, 10);
-    if (key.empty() || *end != '\0' || id < 0 || (limits.vocab > 0 && id >= limits.vocab))
+    const std::int64_t id = parse_integer(key).value_or(-1);
+    if (id < 0 || id > INT32_MAX || (limits.vocab > 0 && id >= limits.vocab))
       throw RequestError(400, fmt::format("'logit_bias': '{}' is not a token id of this model's {} tokens", key, limits.vocab),
                          "logit_bias");
     if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100))
@@ -201,7 +201,8 @@ std::optional<std::vector<std::int32_t>> token_ids(const json& v, const ApiLimit
   if (!v.is_array() || v.empty() || !v[0].is_number()) return std::nullopt;
   std::vector<std::int32_t> ids;
   for (const json& e : v) {
-    if (!e.is_number_integer() || e.get<std::int64_t>() < 0 || (limits.vocab > 0 && e.get<std::int64_t>() >= limits.vocab))
+    if (!e.is_number_integer() || e.get<std::int64_t>() < 0 || e.get<std::int64_t>() > INT32_MAX ||
+        (limits.vocab > 0 && e.get<std::int64_t>() >= limits.vocab))
       throw RequestError(400, fmt::format("'prompt': token ids must be integers in [0, {})", limits.vocab), "prompt");
     ids.push_back(static_cast<std::int32_t>(e.get<std::int64_t>()));
   }
@@ -302,14 +303,15 @@ ChatRequest parse_chat_request(const std::string& body, const ApiLimits& limits,
   return r;
 }
 
-namespace {
 json usage_of(std::int64_t prompt_tokens, std::int64_t completion_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
+
+namespace {
 json finish_of(const std::string& reason) { return reason.empty() ? json(nullptr) : json(reason); }
-// A token's text as valid UTF-8, and its bytes.
+// The bytes of a token's text (chat's "bytes": the text itself may not be valid UTF-8).
 json token_bytes(const std::string& text) {
   json b = json::array();
   for (unsigned char c : text) b.push_back(c);

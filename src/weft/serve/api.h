@@ -102,6 +102,8 @@ nlohmann::json completion_chunk(const std::string& id, std::int64_t created, con
                                 const Choice& choice);
 nlohmann::json completion_chunk(const std::string& id, std::int64_t created, const std::string& model,
                                 const std::string& text, const std::string& finish_reason);
+// {"prompt_tokens", "completion_tokens", "total_tokens"}: a response's (or a stream's last event's) usage.
+nlohmann::json usage_of(std::int64_t prompt_tokens, std::int64_t completion_tokens);
 // {"error": {"message", "type", "param", "code"}}: OpenAI's error shape.
 std::string error_body(int status, const std::string& message, const std::string& param = "");
 

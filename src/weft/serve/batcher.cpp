@@ -68,9 +68,7 @@ std::vector<TokenLogprob> score_prompt(Decoder& decoder, const Tokenizer& tokeni
     } else {
       lp = token_logprob(logits.data<float>() + static_cast<std::int64_t>(i - 1) * V, V, ids[i], top);
     }
-    // The token's text: what it adds after the one before (the tokenizer's spacing).
-    lp.text = i == 0 ? tokenizer.decode({ids[0]})
-                     : tokenizer.decode({ids[i - 1], ids[i]}).substr(tokenizer.decode({ids[i - 1]}).size());
+    lp.text = token_text(tokenizer, i == 0 ? -1 : ids[i - 1], ids[i]);
     lp.offset = static_cast<std::int64_t>(text.size());
     text += lp.text;
     out.push_back(std::move(lp));

@@ -339,15 +339,7 @@ Tensor GptDecoder::prompt_logits(const std::vector<std::int32_t>& tokens) {
 Tensor WindowDecoder::prompt_logits(const std::vector<std::int32_t>& tokens) {
   WEFT_CHECK(!tokens.empty() && static_cast<std::int64_t>(tokens.size()) <= model_.context(),
              "WindowDecoder::prompt_logits: 1 to context tokens");
-  NoGradGuard no_grad;
-  const bool was_training = model_.is_training();
-  model_.eval();
-  const auto T = static_cast<std::int64_t>(tokens.size());
-  Tensor ids = Tensor::empty({1, T});
-  for (std::int64_t t = 0; t < T; ++t) ids.set({0, t}, tokens[static_cast<std::size_t>(t)]);
-  Tensor logits = model_.forward(Var(ids)).value().select(0, 0).contiguous();  // [T, vocab]
-  model_.train(was_training);
-  return logits;
+  return model_.window_logits(tokens);
 }
 
 bool slide_window(SequenceState& s, std::int64_t fed, std::int64_t context) {

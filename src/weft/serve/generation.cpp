@@ -52,12 +52,7 @@ std::string Generation::accept(const float* logits, std::int64_t vocab) {
   }
   // The new token's text: what it adds after the previous one.
   const std::size_t before = raw_.size();
-  if (previous_ < 0) {
-    raw_ += tokenizer_.decode({token});
-  } else {
-    const std::string pair = tokenizer_.decode({previous_, token}), alone = tokenizer_.decode({previous_});
-    raw_ += pair.substr(std::min(alone.size(), pair.size()));
-  }
+  raw_ += token_text(tokenizer_, previous_, token);
   previous_ = token;
   if (o_.top_logprobs >= 0) {
     lp.offset = static_cast<std::int64_t>(before);
@@ -93,6 +88,12 @@ std::string Generation::release(bool all) {
   released_ = end;
   text_ += piece;
   return piece;
+}
+
+std::string token_text(const Tokenizer& tokenizer, std::int32_t previous, std::int32_t token) {
+  if (previous < 0) return tokenizer.decode({token});
+  const std::string pair = tokenizer.decode({previous, token}), alone = tokenizer.decode({previous});
+  return pair.substr(std::min(alone.size(), pair.size()));
 }
 
 TokenLogprob token_logprob(const float* logits, std::int64_t vocab, std::int32_t token, std::int64_t top) {

@@ -91,6 +91,9 @@ class Generation {
   double cumulative_logprob_ = 0;
 };
 
+// The text `token` adds after `previous` (-1: none), as the tokenizer spaces the pair.
+std::string token_text(const Tokenizer& tokenizer, std::int32_t previous, std::int32_t token);
+
 // The log-probability of `token` under logits (log softmax, in double) and the `top` most
 // likely tokens' (most likely first; ties: the lower id); text and offset left empty.
 TokenLogprob token_logprob(const float* logits, std::int64_t vocab, std::int32_t token, std::int64_t top);

@@ -288,9 +288,7 @@ class Server : private MetricsHolder, public HttpBase {
             for (const Sequence& q : sequences) completion_tokens += q.ticket->completion_tokens;
             json usage = chat ? chat_chunk(id, created, model_.name, "", "", false) : completion_chunk(id, created, model_.name, "", "");
             usage["choices"] = json::array();
-            usage["usage"] = {{"prompt_tokens", prompt_tokens},
-                              {"completion_tokens", completion_tokens},
-                              {"total_tokens", prompt_tokens + completion_tokens}};
+            usage["usage"] = usage_of(prompt_tokens, completion_tokens);
             event(usage);
           }
           const std::string done = "data: [DONE]\n\n";
