@@ -81,12 +81,22 @@ try:
     idle = latencies()
     print(f"idle server: /healthz {idle[0]:.1f} ms, a one-token completion {idle[1]:.1f} ms (medians of 15)")
 
+    # The clients' ports: the many connections take theirs below the ephemeral range (32768
+    # and up on Linux), so that tests running beside this one still find the free ports they
+    # pick there (10,000 ephemeral ports taken made another test's listen fail).
+    IDLE_PORTS, CAP_PORTS = 20000, 21000
+
+    def client_socket(address, port):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((address, port))
+        return s
+
     # 1. 10,000 idle connections and 100 slowloris ones.
     idle_socks = []
     for a in range(40):
         for _ in range(250):
-            s = socket.socket()
-            s.bind((f"127.0.0.{10 + a}", 0))
+            s = client_socket(f"127.0.0.{10 + a}", IDLE_PORTS + len(idle_socks) % 250)
             s.connect(("127.0.0.1", port))
             idle_socks.append(s)
     stop = threading.Event()
@@ -150,8 +160,7 @@ try:
     # 2. The cap per address.
     socks = []
     for _ in range(PER_ADDRESS + 20):
-        s = socket.socket()
-        s.bind(("127.0.0.70", 0))
+        s = client_socket("127.0.0.70", CAP_PORTS + len(socks))
         s.connect(("127.0.0.1", port))
         socks.append(s)
     for s in socks:
