@@ -40,8 +40,18 @@ ReplicaSet::Lease::~Lease() {
     std::lock_guard lock(set_.mu_);
     for (auto& r : set_.replicas_)
       if (r->slot == slot_) --r->outstanding;
+    set_.count_outstanding();
   }
   set_.cv_.notify_all();
+}
+
+// The load is sampled at every change, not only when the monitor looks: the monitor would
+// otherwise read it just after the lease ends that woke it, and see a busy set as idle.
+void ReplicaSet::count_outstanding() {
+  std::int64_t outstanding = 0;
+  for (auto& r : replicas_)
+    if (!r->draining) outstanding += r->outstanding;
+  load_.set(now_s(), static_cast<double>(outstanding));
 }
 
 ReplicaSet::ReplicaSet(ReplicaOptions options, std::FILE* log, Metrics& metrics)
@@ -64,6 +74,7 @@ ReplicaSet::~ReplicaSet() {
     stopping_ = true;
   }
   cv_.notify_all();
+  monitor_cv_.notify_all();
   monitor_.join();
   for (auto& r : replicas_)
     if (r->pid > 0) ::kill(r->pid, SIGTERM);
@@ -149,6 +160,7 @@ std::unique_ptr<ReplicaSet::Lease> ReplicaSet::acquire(const std::set<int>& excl
   });
   if (!best) return nullptr;
   ++best->outstanding;
+  count_outstanding();
   return std::unique_ptr<Lease>(new Lease(*this, best->slot, best->port));
 }
 
@@ -221,30 +233,20 @@ void ReplicaSet::monitor() {
     }
     if (o_.max > o_.min) autoscale(now_s());
     publish();
-    cv_.wait_for(lock, std::chrono::milliseconds(100));
+    monitor_cv_.wait_for(lock, std::chrono::milliseconds(100));
   }
 }
 
 void ReplicaSet::autoscale(double now) {
   int ready = 0, serving = 0;
-  std::int64_t outstanding = 0;
   for (auto& r : replicas_) {
     if (r->draining) continue;
     ++serving;
     ready += r->ready;
-    outstanding += r->outstanding;
   }
-  // The load: outstanding requests averaged over about a second (a moving average in time),
-  // so that the gaps between one client's requests do not count as quiet.
-  // (The count seen at the last sample held until now.)
-  if (last_sample_ >= 0) {
-    const double w = 1 - std::exp(-(now - last_sample_) / 1.0);
-    load_ += w * (last_outstanding_ - load_);
-  }
-  last_sample_ = now;
-  last_outstanding_ = static_cast<double>(outstanding);
+  const double load = load_.at(now);
   if (ready < serving || now < quiet_until_) return;  // a change in progress settles first
-  const double per = load_ / ready;
+  const double per = load / ready;
   if (serving < o_.max && per > o_.scale_up_load) {
     int slot = 0;
     for (bool used = true; used; ++slot) {
@@ -256,7 +258,7 @@ void ReplicaSet::autoscale(double now) {
     replicas_.back()->slot = slot;
     spawn(*replicas_.back());
     fmt::print(log_, "weft serve: scaling up to {} replica(s): {:.1f} requests outstanding, {:.1f} per replica > {}\n",
-               serving + 1, load_, per, o_.scale_up_load);
+               serving + 1, load, per, o_.scale_up_load);
     std::fflush(log_);
     metrics_.add("weft_scaling_events_total", 1, "direction=\"up\"");
     quiet_until_ = now + 1;
@@ -264,15 +266,16 @@ void ReplicaSet::autoscale(double now) {
     return;
   }
   // Down: the load fits in one fewer replica (at half the threshold) for scale_down_after_s.
-  if (serving > o_.min && load_ <= (serving - 1) * o_.scale_up_load / 2) {
+  if (serving > o_.min && load <= (serving - 1) * o_.scale_up_load / 2) {
     if (under_since_ < 0) under_since_ = now;
     if (now - under_since_ >= o_.scale_down_after_s) {
       Replica* newest = nullptr;
       for (auto& r : replicas_)
         if (!r->draining && (!newest || r->slot > newest->slot)) newest = r.get();
       newest->draining = true;
+      count_outstanding();
       fmt::print(log_, "weft serve: scaling down to {} replica(s): {:.1f} requests outstanding for {:.0f} s; draining replica {}\n",
-                 serving - 1, load_, o_.scale_down_after_s, newest->slot);
+                 serving - 1, load, o_.scale_down_after_s, newest->slot);
       std::fflush(log_);
       metrics_.add("weft_scaling_events_total", 1, "direction=\"down\"");
       under_since_ = -1;

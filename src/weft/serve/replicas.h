@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "weft/serve/metrics.h"
+#include "weft/util/stats.h"
 
 namespace weft::serve {
 
@@ -81,17 +82,20 @@ class ReplicaSet {
   void poll_ready(Replica& r);
   void autoscale(double now);
   void publish();
+  void count_outstanding();  // under the lock, after a change of a serving replica's count
+
 
   ReplicaOptions o_;
   std::FILE* log_;
   Metrics& metrics_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;          // a replica became ready, or the set stops
+  std::condition_variable monitor_cv_;  // the set stops (a lease's end must not wake the monitor)
   std::vector<std::unique_ptr<Replica>> replicas_;
   std::vector<int> cores_;
   std::int64_t spawned_ = 0;  // replica processes started: each writes a port file of its own
   bool stopping_ = false;
-  double load_ = 0, last_sample_ = -1, last_outstanding_ = 0;  // outstanding requests, averaged over ~1 s
+  TimeAverage load_{1.0};  // serving replicas' outstanding requests, averaged over ~1 s
   double quiet_until_ = -1, under_since_ = -1;
   std::thread monitor_;
 };

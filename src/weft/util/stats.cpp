@@ -16,4 +16,19 @@ double percentile(std::vector<double> values, double p) {
   return percentile_of_sorted(values, p);
 }
 
+void TimeAverage::advance(double now) {
+  if (last_ >= 0 && now > last_) average_ += (1 - std::exp(-(now - last_) / tau_s_)) * (value_ - average_);
+  if (last_ < 0 || now > last_) last_ = now;
+}
+
+void TimeAverage::set(double now, double value) {
+  advance(now);
+  value_ = value;
+}
+
+double TimeAverage::at(double now) {
+  advance(now);
+  return average_;
+}
+
 }  // namespace weft
