@@ -3,7 +3,6 @@
 // this machine for float32). Each figure is the median of REPEATS timed rounds after an
 // untimed warm-up round (kernels built, memory touched). Run through the bench/kernels
 // script, which also times the CNN's whole step.
-#include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +14,7 @@
 #include <vector>
 
 #include "weft/serve/quantize.h"
+#include "weft/tensor/blas.h"
 #include "weft/tensor/conv.h"
 #include "weft/tensor/kernel_table.h"
 #include "weft/tensor/linalg.h"
@@ -72,12 +72,11 @@ int print_peaks() {
   const std::int64_t big = 2048;
   Tensor a = randn({big, big}, rng), b = randn({big, big}, rng), c = Tensor::empty({big, big});
   const double flops = 2.0 * big * big * big;
-  openblas_set_num_threads(get_num_threads());
+  blas::set_threads(get_num_threads());
   double f32 = flops / 1e9 / seconds_per_call([&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, big, big, big, 1.0f, a.data<float>(), big, b.data<float>(),
-                big, 0.0f, c.data<float>(), big);
+    blas::sgemm(false, false, big, big, big, 1.0f, a.data<float>(), big, b.data<float>(), big, 0.0f, c.data<float>(), big);
   });
-  openblas_set_num_threads(1);
+  blas::set_threads(1);
   double bf16 = 0;
   for (const char* choice : {"gemm=onednn", "gemm=libxsmm", "gemm=onednn,bf16=native", "gemm=libxsmm,bf16=native"}) {
     const bool half = std::strstr(choice, "bf16") != nullptr;
@@ -107,12 +106,12 @@ int main(int argc, char** argv) {
   const std::int64_t big = 2048;
   Tensor a = randn({big, big}, rng), b = randn({big, big}, rng), c = Tensor::empty({big, big});
   auto blas_big = [&](int t) {
-    openblas_set_num_threads(t);
+    blas::set_threads(t);
     const double s = seconds_per_call([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, big, big, big, 1.0f, a.data<float>(), big,
-                  b.data<float>(), big, 0.0f, c.data<float>(), big);
+      blas::sgemm(false, false, big, big, big, 1.0f, a.data<float>(), big, b.data<float>(), big, 0.0f, c.data<float>(),
+                  big);
     });
-    openblas_set_num_threads(1);
+    blas::set_threads(1);
     return 2.0 * big * big * big / s / 1e9;
   };
   const double peak1 = blas_big(1), peak = blas_big(threads);

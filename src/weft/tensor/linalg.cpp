@@ -1,9 +1,8 @@
 #include "weft/tensor/linalg.h"
 
-#include <cblas.h>
-
 #include <vector>
 
+#include "weft/tensor/blas.h"
 #include "weft/tensor/kernel_table.h"
 #include "weft/tensor/onednn.h"
 #include "weft/tensor/ops.h"
@@ -151,8 +150,7 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
     if (beta == 0) c.zero_(); else mul_(c, beta);
     return;
   }
-  auto ta = (trans_a != A.transposed) ? CblasTrans : CblasNoTrans;
-  auto tb = (trans_b != B.transposed) ? CblasTrans : CblasNoTrans;
+  const bool a_t = trans_a != A.transposed, b_t = trans_b != B.transposed;
   const std::int64_t ldc = c.stride(0);
   if (c.dtype() == DType::F32) {
     // Blocks of C, one single-threaded library call each, run on the pool. The blocks
@@ -161,7 +159,6 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
     // it), and a thread on a busy core takes fewer blocks. The library per block comes from
     // the kernel table.
     const GemmBlocks blocks = gemm_blocks(m, n);
-    const bool a_t = ta == CblasTrans, b_t = tb == CblasTrans;
     const float* pa = A.t.data<float>();
     const float* pb = B.t.data<float>();
     float* pc = c.data<float>();
@@ -203,13 +200,13 @@ void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tenso
           onednn::matmul_f32(r1 - r0, c1 - c0, k, oa, ob, out, ldc, beta == 1.0);
           continue;
         }
-        cblas_sgemm(CblasRowMajor, ta, tb, r1 - r0, c1 - c0, k, static_cast<float>(alpha), sa, A.ld, sb, B.ld,
+        blas::sgemm(a_t, b_t, r1 - r0, c1 - c0, k, static_cast<float>(alpha), sa, A.ld, sb, B.ld,
                     static_cast<float>(beta), out, ldc);
       }
     });
   } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, A.t.data<double>(), A.ld, B.t.data<double>(),
-                B.ld, beta, c.data<double>(), ldc);
+    blas::dgemm(a_t, b_t, m, n, k, alpha, A.t.data<double>(), A.ld, B.t.data<double>(), B.ld, beta,
+                c.data<double>(), ldc);
   }
 }
 

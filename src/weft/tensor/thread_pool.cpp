@@ -1,6 +1,5 @@
 #include "weft/tensor/thread_pool.h"
 
-#include <cblas.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,25 +13,11 @@
 #include "weft/util/env.h"
 #include "weft/util/error.h"
 
-// OpenBLAS's own entry point (exported by Debian's libopenblas) that stops its workers.
-extern "C" int blas_thread_shutdown_(void);
-
 namespace weft {
 
 namespace {
 
 thread_local bool t_in_pool = false;
-
-// OpenBLAS starts its worker threads when it is loaded, and they spin on sched_yield for a
-// while, waiting for work that never comes (weft runs OpenBLAS single-threaded and splits
-// products on its own pool: make_pool). They are stopped as the program starts rather than
-// at the pool's first use: a one-step run spent about 60 ms of processor time on them, and a
-// test suite starts thousands of such processes.
-[[maybe_unused]] const bool g_openblas_threads_stopped = [] {
-  openblas_set_num_threads(1);
-  blas_thread_shutdown_();
-  return true;
-}();
 
 // A fixed set of workers; run() hands every worker one chunk index at a time.
 class ThreadPool {
@@ -140,15 +125,11 @@ int default_threads() {
 std::mutex g_pool_mu;
 std::unique_ptr<ThreadPool> g_pool;
 
-// A new pool; OpenBLAS runs single-threaded from then on (products are split on this pool,
-// linalg.h), and the workers it started when it was loaded are stopped: they would never
-// work, and having started before the process blocked its signals (weft serve takes SIGTERM
-// on one thread), they would take those signals and die of them.
+// A new pool. (OpenBLAS runs single-threaded, its workers stopped as it loads: products are
+// split on this pool, linalg.h and blas.h.)
 void make_pool(int threads) {
   g_pool.reset();
   g_pool = std::make_unique<ThreadPool>(threads);
-  openblas_set_num_threads(1);
-  blas_thread_shutdown_();
 }
 
 ThreadPool& pool() {
