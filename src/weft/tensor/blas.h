@@ -1,8 +1,9 @@
 // OpenBLAS's products (Debian's pthread build), loaded the first time a product asks for it
 // rather than as every weft program starts: its 14,000 symbol relocations (the kernel tables
-// of every processor it supports) cost each process about 5-10 ms of processor time at start,
-// and most of weft's processes (launchers, front ends, the simulator, the planner, ranks whose
-// products all go to oneDNN or libxsmm) never multiply through it.
+// of every processor it supports) and its workers' start made `weft --version` take 44 ms of
+// processor time, 24-32 ms without it (2 cores, AMD EPYC), and most of weft's processes
+// (launchers, front ends, the simulator, the planner, ranks whose products all go to oneDNN
+// or libxsmm) never multiply through it.
 //
 // The library's own worker threads are stopped as it loads and it runs single-threaded
 // (weft splits products on its own pool, thread_pool.h); they start with every signal
