@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstring>
 
 #include "weft/comm/process.h"

@@ -84,7 +84,6 @@ class ReplicaSet {
   void publish();
   void count_outstanding();  // under the lock, after a change of a serving replica's count
 
-
   ReplicaOptions o_;
   std::FILE* log_;
   Metrics& metrics_;
