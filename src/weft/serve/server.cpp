@@ -361,7 +361,6 @@ int serve(const ServeOptions& options, std::FILE* log) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  get_num_threads();  // the pool now: it stops OpenBLAS's workers, started before the mask
   if (options.replicas_max > 1) return serve_replicated(options, log);
   if ((options.tp > 1 || options.pp > 1) && comm::process_info_from_env().rank != 0) {
     // A model-parallel rank other than 0 computes its part of rank 0's steps.

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <string>
+#include <vector>
 
 #include "weft/util/error.h"
 
@@ -27,9 +28,10 @@ struct Library {
 // The pthread build weft was built against (the directory CMake found), else whichever
 // libopenblas the system's alternatives name.
 void* open_library(std::string& why) {
-  const std::string soname = "libopenblas.so.0";
-  const std::string built = std::string(WEFT_OPENBLAS_DIR).empty() ? soname : std::string(WEFT_OPENBLAS_DIR) + "/" + soname;
-  for (const std::string& path : {built, soname}) {
+  const std::string soname = "libopenblas.so.0", dir = WEFT_OPENBLAS_DIR;
+  std::vector<std::string> paths = {soname};
+  if (!dir.empty()) paths.insert(paths.begin(), dir + "/" + soname);
+  for (const std::string& path : paths) {
     if (void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return handle;
     const char* error = ::dlerror();
     why = error ? error : path;
@@ -44,26 +46,34 @@ F symbol(void* handle, const char* name) {
   return reinterpret_cast<F>(p);
 }
 
+// Every signal blocked on this thread while it lives (the threads it starts inherit that).
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &before_);
+  }
+  ~SignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &before_, nullptr); }
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t before_;
+};
+
 Library load() {
-  sigset_t all, before;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &before);  // its workers start with every signal blocked
-  Library lib;
+  const SignalsBlocked blocked;  // OpenBLAS's workers start as it loads
   std::string why;
   void* handle = open_library(why);
-  try {
-    if (!handle) throw Error("cannot load OpenBLAS for a matrix product: " + why);
-    lib.sgemm = symbol<decltype(lib.sgemm)>(handle, "cblas_sgemm");
-    lib.dgemm = symbol<decltype(lib.dgemm)>(handle, "cblas_dgemm");
-    lib.set_num_threads = symbol<decltype(lib.set_num_threads)>(handle, "openblas_set_num_threads");
-    lib.thread_shutdown = symbol<decltype(lib.thread_shutdown)>(handle, "blas_thread_shutdown_");
-  } catch (...) {
-    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
-    throw;
-  }
+  if (!handle) throw Error("cannot load OpenBLAS for a matrix product: " + why);
+  Library lib;
+  lib.sgemm = symbol<decltype(lib.sgemm)>(handle, "cblas_sgemm");
+  lib.dgemm = symbol<decltype(lib.dgemm)>(handle, "cblas_dgemm");
+  lib.set_num_threads = symbol<decltype(lib.set_num_threads)>(handle, "openblas_set_num_threads");
+  lib.thread_shutdown = symbol<decltype(lib.thread_shutdown)>(handle, "blas_thread_shutdown_");
   lib.set_num_threads(1);
   lib.thread_shutdown();
-  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   return lib;
 }
 
