@@ -93,3 +93,31 @@ ports=$(grep -o 'replica 1 (pid [0-9]*) ready on 127.0.0.1:[0-9]*' "$work/cycles
 echo "elastic 1:2: 5 cycles of load and quiet: scaled up and down 5 times, each new replica ready; the front end's"\
   "token count never went back ($after at the end)"
 stop_server
+
+# A replica that cannot start (its model file is gone): as the front end starts, it fails at
+# once naming the replica, under the replica's own error; a scale-up that cannot start is
+# tried again after 1 s, then 2 s, ..., not in a loop, while the running replica serves on.
+code=0
+out=$(timeout 60 "$weft" serve "$work/missing.safetensors" --port 0 --replicas 1:2 2>&1) || code=$?
+[ "$code" = 1 ] || fail "exit $code for a missing model behind replicas: $out"
+grep -q "missing.safetensors does not exist" <<<"$out" || fail "no replica's error: $out"
+grep -q "^error: replica 0 could not start (exit code 1); its error is above$" <<<"$out" || fail "no start failure: $out"
+[ "$(grep -c 'does not exist' <<<"$out")" = 1 ] || fail "the replica was started again: $out"
+cp "$work/gpt.safetensors" "$work/gone.safetensors"
+rm -f "$work/port"
+"$weft" serve "$work/gone.safetensors" --port 0 --port-file "$work/port" --replicas 1:2 --scale-up-load 1 \
+  > "$work/gone.log" 2>&1 &
+server=$!
+for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+port=$(cat "$work/port")
+rm "$work/gone.safetensors"
+"$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 4 --requests 2000 --max-tokens 48 --json > "$work/gone.json" ||
+  fail "the running replica stopped serving: $(cat "$work/gone.json" "$work/gone.log")"
+for _ in $(seq 50); do grep -q "trying again in 2 s" "$work/gone.log" && break; sleep 0.1; done
+grep -q "replica 1 could not start (exit code 1); trying again in 1 s" "$work/gone.log" &&
+  grep -q "replica 1 could not start (exit code 1); trying again in 2 s" "$work/gone.log" ||
+  fail "no retries with a growing wait: $(cat "$work/gone.log")"
+tries=$(grep -c "could not start" "$work/gone.log")
+[ "$tries" -le 4 ] || fail "$tries failed starts: started in a loop: $(cat "$work/gone.log")"
+stop_server
+echo "a replica that cannot start: the front end refuses at start-up; a scale-up is tried again after 1 s, 2 s ($tries tries)"

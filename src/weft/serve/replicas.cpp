@@ -34,14 +34,13 @@ std::string exit_reason(int status) {
 
 }  // namespace
 
+// (No one waits for a lease's end: acquire waits for a ready replica, the monitor for its
+// next round.)
 ReplicaSet::Lease::~Lease() {
-  {
-    std::lock_guard lock(set_.mu_);
-    for (auto& r : set_.replicas_)
-      if (r->slot == slot_) --r->outstanding;
-    set_.count_outstanding();
-  }
-  set_.cv_.notify_all();
+  std::lock_guard lock(set_.mu_);
+  for (auto& r : set_.replicas_)
+    if (r->slot == slot_) --r->outstanding;
+  set_.count_outstanding();
 }
 
 // The load is sampled at every change, not only when the monitor looks: the monitor would
@@ -135,6 +134,7 @@ void ReplicaSet::spawn(Replica& r) {
   r.pid = pid;
   r.port = 0;
   r.ready = false;
+  r.served = false;
 }
 
 void ReplicaSet::wait_ready(double timeout_s) {
@@ -142,9 +142,11 @@ void ReplicaSet::wait_ready(double timeout_s) {
   const bool ok = cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] {
     int ready = 0;
     for (auto& r : replicas_) ready += r->ready;
-    return ready >= o_.min;
+    return ready >= o_.min || !start_failure_.empty();
   });
+  if (!start_failure_.empty()) throw Error(start_failure_);
   if (!ok) throw Error(fmt::format("the replicas did not start within {:.0f} s", timeout_s));
+  starting_ = false;
 }
 
 std::unique_ptr<ReplicaSet::Lease> ReplicaSet::acquire(const std::set<int>& exclude, double timeout_s) {
@@ -216,17 +218,46 @@ void ReplicaSet::monitor() {
           replicas_.erase(replicas_.begin() + static_cast<std::ptrdiff_t>(i));
           continue;
         }
-        fmt::print(log_, "weft serve: replica {} died ({}); restarting it\n", r.slot, exit_reason(status));
-        std::fflush(log_);
-        metrics_.add("weft_replica_restarts_total", 1);
-        spawn(r);
+        if (!r.served) {  // it never answered: it cannot start
+          ++r.failed_starts;
+          if (starting_) {
+            start_failure_ = fmt::format("replica {} could not start ({}); its error is above", r.slot, exit_reason(status));
+            cv_.notify_all();
+            ++i;
+            continue;
+          }
+          const double wait = std::min(30.0, static_cast<double>(1 << std::min(r.failed_starts - 1, 5)));
+          fmt::print(log_, "weft serve: replica {} could not start ({}); trying again in {:.0f} s\n", r.slot,
+                     exit_reason(status), wait);
+          std::fflush(log_);
+          r.respawn_at = now_s() + wait;
+        } else {
+          fmt::print(log_, "weft serve: replica {} died ({}); restarting it\n", r.slot, exit_reason(status));
+          std::fflush(log_);
+          metrics_.add("weft_replica_restarts_total", 1);
+          spawn(r);
+        }
+      }
+      if (r.pid < 0 && r.respawn_at >= 0) {
+        if (r.draining) {  // scaled down while it waited to be tried again
+          replicas_.erase(replicas_.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        if (now_s() >= r.respawn_at) {
+          r.respawn_at = -1;
+          spawn(r);
+        }
       }
       if (r.draining && r.outstanding == 0 && r.pid > 0) ::kill(r.pid, SIGTERM);
       if (!r.ready && !r.draining && r.pid > 0) {
         lock.unlock();  // (a health check may take a moment)
         poll_ready(r);
         lock.lock();
-        if (r.ready) cv_.notify_all();
+        if (r.ready) {
+          r.served = true;
+          r.failed_starts = 0;
+          cv_.notify_all();
+        }
       }
       ++i;
     }

@@ -3,7 +3,10 @@
 // replicas follows the load). A ReplicaSet runs `weft serve` replica processes on loopback
 // ports, each bound to its share of the cores when their number is fixed, and:
 //   - hands out the live replica with the least outstanding requests (acquire);
-//   - restarts a replica that dies (its in-flight requests are retried by the front end);
+//   - restarts a replica that dies (its in-flight requests are retried by the front end); one
+//     that dies before it ever answered could not start (a missing model file, say: its own
+//     error is in the log): as the set starts, wait_ready fails with that at once; later it
+//     is tried again after 1 s, doubled at each failure in a row up to 30 s;
 //   - with min < max, adds a replica when the outstanding requests per replica (averaged over
 //     about a second) exceed scale_up_load, and drains and stops the newest when the load
 //     would fit in one fewer for scale_down_after_s.
@@ -75,6 +78,9 @@ class ReplicaSet {
     int port = 0;
     std::string port_file;
     bool ready = false, draining = false;
+    bool served = false;      // this process answered once: a death before that is a failed start
+    int failed_starts = 0;    // in a row
+    double respawn_at = -1;   // a failed start is tried again then (-1: not waiting)
     std::int64_t outstanding = 0;
   };
   void spawn(Replica& r);
@@ -94,6 +100,8 @@ class ReplicaSet {
   std::vector<int> cores_;
   std::int64_t spawned_ = 0;  // replica processes started: each writes a port file of its own
   bool stopping_ = false;
+  bool starting_ = true;        // until wait_ready saw MIN replicas answer
+  std::string start_failure_;  // a replica that could not start while starting_
   TimeAverage load_{1.0};  // serving replicas' outstanding requests, averaged over ~1 s
   double quiet_until_ = -1, under_since_ = -1;
   std::thread monitor_;
