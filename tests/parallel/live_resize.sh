@@ -232,7 +232,7 @@ printf 'parameter server asked to leave after step %s; resumed: ' "$step"
 expect_refusal "is not HOST:PORT" "$weft" launch --join nowhere -- weft "${mlp[@]}"
 expect_refusal "leave out --nnodes" "$weft" launch --elastic --nnodes 2 -- weft "${mlp[@]}"
 expect_refusal "needs WEFT_JOB_TOKEN" env -u WEFT_JOB_TOKEN "$weft" launch --elastic -- weft "${mlp[@]}"
-expect_refusal "is not fixed or linear" "$weft" "${mlp[@]}" --elastic-batch some
+expect_refusal "elastic-batch: unknown value .some. (known: fixed, linear)" "$weft" "${mlp[@]}" --elastic-batch some
 expect_refusal "data parallelism alone" "$weft" launch --elastic --nproc-per-node 2 -- weft "${mlp[@]}" --strategy fedavg
 expect_refusal "parameter server is synchronous" "$weft" launch --elastic --nproc-per-node 3 -- weft "${ps[@]}" --staleness 1
 expect_refusal "is not noise or STEP:RANKS" "$weft" "${mlp[@]}" --grow-at 5:0

@@ -85,7 +85,7 @@ expect_bitwise_resume "$work/ck" "merged 2 -> 1 stages, resumed" \
   "$weft" launch --nproc-per-node 2 -- weft "${gpt[@]}" --layers 4 --max-steps 20 --pp 2 --freeze-below 2 --merge-frozen-stages leave
 
 # 4. Refusals.
-expect_refusal "is not leave or dp" "$weft" "${six[@]}" --merge-frozen-stages drop
+expect_refusal "merge-frozen-stages: unknown value .drop. (known: leave, dp)" "$weft" "${six[@]}" --merge-frozen-stages drop
 expect_refusal "merges the stages of a pipeline" "$weft" "${six[@]}" --merge-frozen-stages leave
 expect_refusal "merges the stages of a pipeline" "$weft" "${gpt[@]}" --layers 4 --pp 2 --merge-frozen-stages leave
 expect_refusal "interleaved schedule" "$weft" "${six[@]}" --pp 2 --pipeline-schedule interleaved --chunks 2 \

@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <regex>
+#include <set>
 
 #include <filesystem>
 
@@ -12,7 +14,7 @@
 #include "weft/io/safetensors.h"
 #include "weft/nn/models.h"
 #include "weft/tensor/ops.h"
-#include "weft/train/flag_scope.h"
+#include "weft/train/train_flags.h"
 #include "weft/train/loop.h"
 #include "weft/util/file.h"
 
@@ -334,7 +336,7 @@ TEST(Train, ValidatesConfiguration) {
   EXPECT_NO_THROW(validate(with_task_defaults(ok)));
 }
 
-// A flag given to a run it does not shape is refused, naming what it needs (flag_scope.h);
+// A flag given to a run it does not shape is refused, naming what it needs (train_flags.h);
 // the same flag is taken by a run it shapes.
 TEST(TrainOptions, FlagsThatDoNotShapeTheRunAreRefused) {
   const auto refused = [](const std::string& flag, auto change) {
@@ -369,6 +371,50 @@ TEST(TrainOptions, FlagsThatDoNotShapeTheRunAreRefused) {
   } catch (const ConfigError& e) {
     EXPECT_STREQ(e.what(), "--servers does not apply to this run: it is for --strategy ps, and the run has --strategy fedavg");
   }
+}
+
+// A library caller's options get the command line's checks, from the same table: each value
+// that differs from the initial one against its flag's bounds or choices, in the flag's words.
+TEST(TrainFlags, ValuesAreCheckedAgainstTheTable) {
+  const auto error = [](auto change) {
+    TrainOptions c;
+    change(c);
+    try {
+      validate(with_task_defaults(c));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error([](TrainOptions& c) { c.batch = 0; }), "--batch: must be at least 1, got 0");
+  EXPECT_EQ(error([](TrainOptions& c) { c.momentum = 1; }), "--momentum: must be in [0, 1), got 1");
+  EXPECT_EQ(error([](TrainOptions& c) { c.lr = std::numeric_limits<double>::infinity(); }),
+            "--lr: must be a finite number, got inf");
+  EXPECT_EQ(error([](TrainOptions& c) { c.precision = "fp16"; }), "--precision: unknown value 'fp16' (known: fp32, bf16)");
+  EXPECT_EQ(error([](TrainOptions& c) { c.parallel.zero = 4; }), "--zero: must be in [0, 3], got 4");
+  EXPECT_EQ(error([](TrainOptions& c) { c.threads = -1; }), "--threads: must be at least 1, got -1");
+  EXPECT_EQ(error([](TrainOptions&) {}), "");  // the initial values mean "the default"
+  EXPECT_EQ(error([](TrainOptions& c) { c.momentum = 0.5; c.parallel.zero = 2; c.model = "gpt"; }), "");
+}
+
+// Every flag of the table is in exactly one group, named once, with help; a flag it excludes
+// or whose runs it names is one of its flags, and the docs' tables list every flag.
+TEST(TrainFlags, TheTableIsWhole) {
+  const auto& table = train_flags();
+  std::set<std::string> names;
+  for (const auto& f : table) {
+    EXPECT_TRUE(names.insert(f.name).second) << f.name << " twice";
+    EXPECT_FALSE(f.help.empty()) << f.name;
+    EXPECT_FALSE(f.group.empty()) << f.name;
+    EXPECT_EQ(f.applies == nullptr, f.needs.empty()) << f.name;
+  }
+  std::string all;
+  for (const std::string& g : flag_groups(table)) all += flags_markdown(table, g);
+  for (const auto& f : table) {
+    for (const std::string& other : f.excludes) EXPECT_TRUE(names.count(other)) << f.name << " excludes " << other;
+    EXPECT_NE(all.find("| `" + f.name + "` |"), std::string::npos) << f.name;
+  }
+  EXPECT_GE(table.size(), 90u);
 }
 
 // The learning-rate schedule ends where the run ends: its epochs, or --max-steps first.

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/flag_parser.h"
 #include "weft/comm/bench.h"
 #include "weft/comm/auth.h"
 #include "weft/comm/launcher.h"
@@ -83,60 +84,82 @@ void parse_endpoint(const std::string& text, comm::LaunchConfig& c) {
   if (c.master_addr.empty()) throw ConfigError("--rdzv-endpoint: '" + text + "' names no host");
 }
 
+// weft launch's flags: torchrun's, with its spellings (--nproc_per_node), and weft's own for
+// live jobs; the flags read as text are parsed in the action.
+struct LaunchFlags {
+  comm::LaunchConfig c;
+  std::string nproc = "1", nnodes = "1", redirects, tee, rdzv_backend = "static", rdzv_endpoint, rdzv_conf;
+  bool standalone = false, no_prefix = false, no_python = false;
+};
+
+const FlagTable<LaunchFlags>& launch_flags() {
+  using F = Flag<LaunchFlags>;
+#define AT(member) [](LaunchFlags& o) -> FieldRef { return &o.member; }
+  static const FlagTable<LaunchFlags> table = [] {
+    FlagTable<LaunchFlags> t;
+    const auto add = [&t](std::string group, F f) {
+      f.group = std::move(group);
+      t.push_back(std::move(f));
+    };
+    const std::string job = "the job", meet = "rendezvous", out = "the ranks' output and command";
+    add(job, F("--nproc-per-node", AT(nproc), "ranks on this node: N, auto or cpu (one per core), or for a live job MIN:MAX "
+                                              "(start MIN, and up to MAX when the job asks for more ranks)")
+                 .also_named({"--nproc_per_node"}));
+    add(job, F("--nnodes", AT(nnodes), "nodes in the job, or MIN:MAX to go on with fewer after a node is lost"));
+    add(job, F("--node-rank", AT(c.node_rank), "this node's index").also_named({"--node_rank"}).at_least(0));
+    add(job, F("--max-restarts", AT(c.max_restarts), "restart all ranks up to K times when one fails")
+                 .also_named({"--max_restarts"}).at_least(0));
+    add(job, F("--elastic", AT(c.elastic), "a live job: ranks join (weft launch --join) and leave (SIGTERM) while it runs, "
+                                           "without restarts (weft train continues on the new ranks; needs WEFT_JOB_TOKEN)"));
+    add(job, F("--join", AT(c.join), "HOST:PORT: add this launcher's ranks to the live job whose launcher printed it"));
+    add(job, F("--join-timeout", AT(c.join_timeout_s), "--nnodes MIN:MAX: seconds an attempt waits for nodes beyond MIN")
+                 .above(0));
+    add(job, F("--bind", AT(c.bind), "cores: bind each rank to its share of the cores (ranks beyond the cores share them "
+                                     "round-robin); none: leave the ranks free")
+                 .one_of({"cores", "none"}));
+    add(meet, F("--master-addr", AT(c.master_addr), "address of the node running rank 0").also_named({"--master_addr"}));
+    add(meet, F("--master-port", AT(c.master_port), "port of the job's store (0: a free port, single node only)")
+                  .also_named({"--master_port"}).in(0, 65535));
+    add(meet, F("--standalone", AT(standalone), "a job on this node alone, on a free port (torchrun's --standalone)"));
+    add(meet, F("--rdzv-backend", AT(rdzv_backend), "both meet at the rendezvous endpoint (or --master-addr/--master-port) "
+                                                    "through weft's own store")
+                  .also_named({"--rdzv_backend"}).one_of({"c10d", "static"}));
+    add(meet, F("--rdzv-endpoint", AT(rdzv_endpoint), "HOST[:PORT] of the rendezvous (port 29400 if left out)")
+                  .also_named({"--rdzv_endpoint"}));
+    add(meet, F("--rdzv-id", AT(c.run_id), "the job's id (TORCHELASTIC_RUN_ID; the log folder's name)")
+                  .also_named({"--rdzv_id"}));
+    add(meet, F("--rdzv-conf", AT(rdzv_conf), "last_call_timeout=SECONDS (as --join-timeout)").also_named({"--rdzv_conf"}));
+    add(out, F("--role", AT(c.role), "ROLE_NAME of the ranks"));
+    add(out, F("--log-dir", AT(c.log_dir), "folder for --redirects and --tee").also_named({"--log_dir"})
+                 .defaults("a new temporary one"));
+    add(out, F("--redirects", AT(redirects), "send ranks' output only to files: 1 stdout, 2 stderr, 3 both, or 0:3,1:2")
+                 .also_named({"-r"}));
+    add(out, F("--tee", AT(tee), "send ranks' output to files and the console: 1, 2, 3, or LOCAL_RANK:CODE,...")
+                 .also_named({"-t"}));
+    add(out, F("--no-prefix", AT(no_prefix), "print ranks' lines without \"[rank] \" (a job of one rank never has it)"));
+    add(out, F("--no-python", AT(no_python), "run a .py command as it is, not with python3").also_named({"--no_python"}));
+    add(out, F("--module", AT(c.module), "run the command as a Python module (python3 -m)").also_named({"-m"}));
+    return t;
+  }();
+#undef AT
+  return table;
+}
+
 }  // namespace
 
+FlagDocs launch_flag_docs() { return flag_docs(launch_flags()); }
+
 void add_launch_command(CLI::App& app, Action& action) {
-  auto c = std::make_shared<comm::LaunchConfig>();
-  // Flags as text where they need more than CLI11's checks, and torchrun's rendezvous flags.
-  struct Extra {
-    std::string nproc = "1", nnodes = "1", redirects, tee, rdzv_backend = "static", rdzv_endpoint, rdzv_conf;
-    bool standalone = false, no_prefix = false, no_python = false;
-  };
-  auto x = std::make_shared<Extra>();
+  auto flags = std::make_shared<LaunchFlags>();
+  comm::LaunchConfig* c = &flags->c;
+  LaunchFlags* x = flags.get();
   CLI::App* cmd = app.add_subcommand("launch", "start the ranks of a job on this node (torchrun's flags and environment)");
-  cmd->add_option("--nproc-per-node,--nproc_per_node", x->nproc,
-                  "ranks on this node: N, auto/cpu (one per core), or for a live job MIN:MAX (start MIN, and up to MAX "
-                  "when the job asks for more ranks)")
-      ->capture_default_str();
-  cmd->add_option("--nnodes", x->nnodes, "nodes in the job, or MIN:MAX to go on with fewer after a node is lost")
-      ->capture_default_str();
-  cmd->add_flag("--elastic", c->elastic,
-                "a live job: ranks join (weft launch --join) and leave (SIGTERM) while it runs, without restarts "
-                "(weft train continues on the new ranks; needs WEFT_JOB_TOKEN)");
-  cmd->add_option("--join", c->join, "HOST:PORT: add this launcher's ranks to the live job whose launcher printed it");
-  cmd->add_option("--join-timeout", c->join_timeout_s,
-                  "--nnodes MIN:MAX: seconds an attempt waits for nodes beyond MIN")
-      ->capture_default_str();
-  cmd->add_option("--node-rank,--node_rank", c->node_rank, "this node's index")->capture_default_str();
-  cmd->add_option("--master-addr,--master_addr", c->master_addr, "address of the node running rank 0")
-      ->capture_default_str();
-  cmd->add_option("--master-port,--master_port", c->master_port, "port of the job's store (0: a free port, single node only)")
-      ->capture_default_str();
-  cmd->add_flag("--standalone", x->standalone, "a job on this node alone, on a free port (torchrun's --standalone)");
-  cmd->add_option("--rdzv-backend,--rdzv_backend", x->rdzv_backend,
-                  "c10d or static: both meet at the rendezvous endpoint (or --master-addr/--master-port)")
-      ->capture_default_str();
-  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", x->rdzv_endpoint, "HOST[:PORT] of the rendezvous (port 29400 if left out)");
-  cmd->add_option("--rdzv-id,--rdzv_id", c->run_id, "the job's id (TORCHELASTIC_RUN_ID; the log folder's name)")
-      ->capture_default_str();
-  cmd->add_option("--rdzv-conf,--rdzv_conf", x->rdzv_conf, "last_call_timeout=SECONDS (as --join-timeout)");
-  cmd->add_option("--max-restarts,--max_restarts", c->max_restarts, "restart all ranks up to K times when one fails")
-      ->capture_default_str();
-  cmd->add_option("--role", c->role, "ROLE_NAME of the ranks")->capture_default_str();
-  cmd->add_option("--log-dir,--log_dir", c->log_dir, "folder for --redirects and --tee (default: a new temporary one)");
-  cmd->add_option("-r,--redirects", x->redirects, "send ranks' output only to files: 1 stdout, 2 stderr, 3 both, or 0:3,1:2");
-  cmd->add_option("-t,--tee", x->tee, "send ranks' output to files and the console: 1, 2, 3, or LOCAL_RANK:CODE,...");
-  cmd->add_flag("--no-prefix", x->no_prefix, "print ranks' lines without \"[rank] \" (a job of one rank never has it)");
-  cmd->add_flag("--no-python,--no_python", x->no_python, "run a .py command as it is, not with python3");
-  cmd->add_flag("-m,--module", c->module, "run the command as a Python module (python3 -m)");
-  cmd->add_option("--bind", c->bind, "cores: bind each rank to its share of the cores (ranks beyond the cores "
-                                     "share them round-robin); none: leave the ranks free")
-      ->capture_default_str();
+  add_flags(cmd, launch_flags(), *flags);
   cmd->add_option("command", c->command, "the command each rank runs (after --, or its first word not an option)");
   cmd->footer("The command follows the options (after --, or from the first word that is not an option); "
               "a command ending in .py runs with python3, as under torchrun.");
-  cmd->callback([c, x, cmd, &action] {
-    action = [c, x, cmd] {
+  cmd->callback([flags, c, x, cmd, &action] {
+    action = [flags, c, x, cmd] {
       if (x->nproc.find(':') != std::string::npos) {  // a live job's MIN:MAX
         const auto range = parse_integer_pair(x->nproc);
         if (!range || range->first < 0 || range->second < 1 || range->first > range->second || range->second > 4096)
@@ -147,8 +170,6 @@ void add_launch_command(CLI::App& app, Action& action) {
         c->nproc_per_node = parse_nproc(x->nproc);
       }
       parse_nnodes(x->nnodes, *c);
-      if (x->rdzv_backend != "c10d" && x->rdzv_backend != "static")
-        throw ConfigError("--rdzv-backend '" + x->rdzv_backend + "': weft's launchers meet through its own store (c10d or static)");
       if (!x->rdzv_endpoint.empty()) {
         if (cmd->count("--master-addr") + cmd->count("--master-port") > 0)
           throw ConfigError("give --rdzv-endpoint or --master-addr/--master-port, not both");

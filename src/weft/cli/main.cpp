@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/flag_parser.h"
 #include "weft/util/cpu.h"
 #include "weft/util/error.h"
 
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   weft::cli::add_export_command(app, action);
   weft::cli::add_serve_command(app, action);
   weft::cli::add_serve_bench_command(app, action);
+  weft::cli::add_flags_command(app, action);
   weft::cli::refuse_empty_numbers(app);
   auto is_command = [&](const std::string& name) {
     for (const auto* sub : app.get_subcommands({}))

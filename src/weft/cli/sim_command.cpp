@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/flag_parser.h"
 #include "weft/report/report.h"
 #include "weft/report/simulation.h"
 #include "weft/sim/network.h"
@@ -17,9 +18,40 @@ namespace {
 struct SimFlags {
   std::string topology, workload, out, lb, cc, pfc, report;
   std::vector<std::string> settings;
-  std::uint64_t seed = 0;
-  bool seed_given = false, list_keys = false, quiet = false;
+  std::optional<std::int64_t> seed;
+  bool list_keys = false, quiet = false;
 };
+
+// weft sim's flags; the fabric's parameters are sim/config.h's keys (--set KEY=VALUE).
+const FlagTable<SimFlags>& sim_flags() {
+  using F = Flag<SimFlags>;
+#define AT(member) [](SimFlags& o) -> FieldRef { return &o.member; }
+  static const FlagTable<SimFlags> table = [] {
+    FlagTable<SimFlags> t;
+    const auto add = [&t](std::string group, F f) {
+      f.group = std::move(group);
+      t.push_back(std::move(f));
+    };
+    const std::string what = "what runs on what", fabric = "the fabric", out = "output";
+    add(what, F("--topology", AT(topology), "topology YAML (examples/topologies/)"));
+    add(what, F("--workload", AT(workload),
+                "trace folder (WEFT_TRACE), job file (.yaml), COLLECTIVE:ALGORITHM:SIZE[@GPUS] (ALGORITHM: a comm-bench "
+                "algorithm, ALGORITHM/ll|ll128|simple with a GPU protocol's costs, auto for NCCL's cost model, or "
+                "in_network on switches that reduce), permutation:SIZE, incast:N:SIZE, alltoall:SIZE, flow:SRC:DST:SIZE"));
+    add(fabric, F("--lb", AT(lb), "load balancing: ecmp, flowlet, spray or adaptive (the key lb)"));
+    add(fabric, F("--cc", AT(cc), "congestion control: dcqcn, hpcc, swift, nscc or none (the key cc)"));
+    add(fabric, F("--pfc", AT(pfc), "priority flow control: on or off (the key pfc)"));
+    add(fabric, F("--set", AT(settings), "KEY=VALUE, repeatable: any parameter of --list-keys"));
+    add(fabric, F("--seed", AT(seed), "random seed (the key seed)").defaults("0").at_least(0));
+    add(out, F("--out", AT(out), "folder for summary.json and the CSV files (flows, links, queues, pfc, counters, nodes)"));
+    add(out, F("--report", AT(report), "write an HTML report of the run (docs/reports.md)"));
+    add(out, F("--list-keys", AT(list_keys), "print every parameter with its default and exit"));
+    add(out, F("--quiet", AT(quiet), "no progress lines"));
+    return t;
+  }();
+#undef AT
+  return table;
+}
 
 int run_sim(const SimFlags& f) {
   sim::SimConfig config;
@@ -35,7 +67,7 @@ int run_sim(const SimFlags& f) {
   if (!f.lb.empty()) sim::apply_setting(config, "lb=" + f.lb);
   if (!f.cc.empty()) sim::apply_setting(config, "cc=" + f.cc);
   if (!f.pfc.empty()) sim::apply_setting(config, "pfc=" + f.pfc);
-  if (f.seed_given) sim::apply_setting(config, "seed=" + std::to_string(f.seed));
+  if (f.seed) sim::apply_setting(config, "seed=" + std::to_string(*f.seed));
   for (const std::string& s : f.settings) sim::apply_setting(config, s);
   sim::finalize_config(config);
   sim::Topology topology = sim::load_topology(f.topology);
@@ -66,26 +98,12 @@ int run_sim(const SimFlags& f) {
 }
 }  // namespace
 
+FlagDocs sim_flag_docs() { return flag_docs(sim_flags()); }
+
 void add_sim_command(CLI::App& app, Action& action) {
   auto f = std::make_shared<SimFlags>();
   CLI::App* cmd = app.add_subcommand("sim", "Simulate a job's traffic on a modeled RoCEv2 AI fabric, packet by packet");
-  cmd->add_option("--topology", f->topology, "topology YAML (examples/topologies/)");
-  cmd->add_option("--workload", f->workload,
-                  "trace folder (WEFT_TRACE), job file (.yaml), COLLECTIVE:ALGORITHM:SIZE[@GPUS] (ALGORITHM: a "
-                  "comm-bench algorithm, ALGORITHM/ll|ll128|simple with a GPU protocol's costs, auto for NCCL's "
-                  "cost model, or in_network on switches that reduce), permutation:SIZE, incast:N:SIZE, "
-                  "alltoall:SIZE, flow:SRC:DST:SIZE");
-  cmd->add_option("--lb", f->lb, "load balancing: ecmp, flowlet, spray or adaptive");
-  cmd->add_option("--cc", f->cc, "congestion control: dcqcn, hpcc, swift, nscc or none");
-  cmd->add_option("--pfc", f->pfc, "priority flow control: on or off");
-  cmd->add_option("--set", f->settings, "key=value (repeatable; see --list-keys)");
-  cmd->add_option("--seed", f->seed, "random seed")->check(non_negative())->each([f](const std::string&) {
-    f->seed_given = true;
-  });
-  cmd->add_option("--out", f->out, "folder for summary.json and the CSV files (flows, links, queues, pfc, counters, nodes)");
-  cmd->add_option("--report", f->report, "write an HTML report of the run (docs/reports.md)");
-  cmd->add_flag("--list-keys", f->list_keys, "print every parameter with its default and exit");
-  cmd->add_flag("--quiet", f->quiet, "no progress lines");
+  add_flags(cmd, sim_flags(), *f);
   cmd->callback([f, &action] { action = [f] { return run_sim(*f); }; });
 }
 

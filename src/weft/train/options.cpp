@@ -9,6 +9,7 @@
 #include "weft/nn/model_recipe.h"
 #include "weft/nn/models.h"
 #include "weft/nn/transformer.h"
+#include "weft/train/train_flags.h"
 #include "weft/util/checked.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
@@ -110,11 +111,6 @@ TrainOptions with_task_defaults(TrainOptions o) {
   return o;
 }
 
-void check_precision(const std::string& precision) {
-  if (precision != "fp32" && precision != "bf16")
-    throw ConfigError("unknown --precision '" + precision + "' (known: fp32, bf16)");
-}
-
 namespace {
 // "2:1:1": positive numbers, or ConfigError naming `flag` and what else it takes.
 std::vector<double> parse_shares(const std::string& text, const std::string& flag, const std::string& words) {
@@ -167,32 +163,11 @@ namespace {
 
 // How long, how fast, with what: the run's sizes, the optimizer, threads and precision.
 void validate_run(const TrainOptions& o, bool text) {
-  at_least("--batch", *o.batch, 1);
-  if (o.epochs) at_least("--epochs", *o.epochs, 1);
-  at_least("--max-steps", *o.max_steps, text ? 1 : 0);
-  at_least("--eval-every", *o.eval_every, text ? 1 : 0);
-  at_least("--checkpoint-every", o.checkpoint_every, 0);
-  at_least("--limit-train", o.limit_train, 0);
-  at_least("--limit-test", o.limit_test, 0);
-  at_least("--keep-checkpoints", o.keep_checkpoints, 1);
-  at_least("--warmup", *o.warmup, 0);
-  require_finite("--lr", *o.lr);
-  require_finite("--weight-decay", *o.weight_decay);
-  require_finite("--clip-grad", *o.clip_grad);
-  require_finite("--temperature", o.temperature);
-  if (!(*o.lr > 0)) throw ConfigError("--lr must be positive, got " + fmt::format("{}", *o.lr));
-  if (!(*o.weight_decay >= 0)) throw ConfigError("--weight-decay must be >= 0");
-  if (!(*o.clip_grad >= 0)) throw ConfigError("--clip-grad must be 0 (none) or positive");
-  if (!(o.momentum >= 0 && o.momentum < 1)) throw ConfigError("--momentum must be in [0, 1)");  // NaN too
-  const std::string& opt = *o.optimizer;
-  if (opt != "sgd" && opt != "adamw" && (text || opt != "adam"))
-    throw ConfigError("unknown optimizer '" + opt + "'" + (text ? " for language models (known: adamw, sgd)" : " (known: sgd, adam, adamw)"));
-  if (o.threads < 0) throw ConfigError("--threads must be at least 1");
-  if (o.adapt_threads != "on" && o.adapt_threads != "off")
-    throw ConfigError("--adapt-threads must be on or off, got '" + o.adapt_threads + "'");
-  check_precision(o.precision);
-  if (o.scale_lr != "none" && o.scale_lr != "linear" && o.scale_lr != "sqrt")
-    throw ConfigError("--scale-lr '" + o.scale_lr + "' is not one of none, linear, sqrt");
+  // (Each flag's own bounds and choices: train_flags.cpp, checked by validate.)
+  if (text) at_least("--max-steps", *o.max_steps, 1);
+  if (text) at_least("--eval-every", *o.eval_every, 1);
+  if (text && *o.optimizer == "adam")
+    throw ConfigError("unknown optimizer 'adam' for language models (known: adamw, sgd)");
 }
 
 // What adapts while the run goes: shares, growth, freezing, offloading, merged stages.
@@ -201,11 +176,8 @@ void validate_adaptive(const TrainOptions& o) {
   if ((!parse_stage_shares(o.stage_shares).empty() || o.stage_shares == "measured") && o.parallel.mesh.pp < 2)
     throw ConfigError("--stage-shares gives a pipeline's stages their shares: it needs --pp 2 or more");
   parse_grow_at(o.grow_at);
-  at_least("--freeze-below", o.freeze_below, 0);
   parse_freeze_converged(o.freeze_converged);
   if (!o.hidden.empty()) parse_hidden(o.hidden);
-  if (o.offload != "none" && o.offload != "optimizer" && o.offload != "params")
-    throw ConfigError("--offload '" + o.offload + "' is not none, optimizer or params");
   if (o.offload == "params") {
     if (is_language_model(o.model) && !is_transformer_model(o.model))
       throw ConfigError("--offload params streams the image models' layers or a GPT's blocks, not a recurrent model's");
@@ -221,24 +193,17 @@ void validate_adaptive(const TrainOptions& o) {
   if (!o.memory_limit.empty()) parse_size(o.memory_limit, "--memory-limit");
   if (!o.offload_dir.empty() && !is_directory(o.offload_dir))
     throw ConfigError("--offload-dir " + o.offload_dir + " is not a folder");
-  if (!(o.freeze_cache_mb >= 0 && o.freeze_cache_mb <= 1e9))
-    throw ConfigError("--freeze-cache-mb must be from 0 to 1e9");
   const bool freezes = o.freeze_below > 0 || !o.freeze_converged.empty();
   if (freezes && (o.parallel.strategy != "ddp" || o.parallel.zero > 0 || o.parallel.mesh.tp > 1))
     throw ConfigError("--freeze-below and --freeze-converged work with DDP, pipelines or one process (not ZeRO, the "
                       "parameter server, federated averaging or tensor parallelism)");
   if (!o.merge_frozen_stages.empty()) {
-    if (o.merge_frozen_stages != "leave" && o.merge_frozen_stages != "dp")
-      throw ConfigError("--merge-frozen-stages '" + o.merge_frozen_stages + "' is not leave or dp");
     if (o.parallel.mesh.pp < 2 || !freezes)
       throw ConfigError("--merge-frozen-stages merges the stages of a pipeline (--pp 2 or more) whose blocks froze "
                         "(--freeze-below or --freeze-converged)");
     if (o.parallel.pipeline.schedule == algo::PipeSchedule::kInterleaved)
       throw ConfigError("--merge-frozen-stages: the interleaved schedule's stages hold blocks from all over the model");
   }
-  if (o.max_ranks < 1) throw ConfigError("--max-ranks must be at least 1");
-  if (o.elastic_batch != "fixed" && o.elastic_batch != "linear")
-    throw ConfigError("--elastic-batch '" + o.elastic_batch + "' is not fixed or linear");
   if (o.dp_shares != "even" && o.parallel.strategy == "fedavg")
     throw ConfigError("--dp-shares: federated clients each train on their own data (leave it even)");
   if (o.dp_shares == "measured" && o.parallel.model_parallel())
@@ -249,12 +214,11 @@ void validate_adaptive(const TrainOptions& o) {
 void validate_job(const TrainOptions& o) {
   if ((o.resume || o.auto_resume) && o.checkpoint_dir.empty())
     throw ConfigError(std::string(o.resume ? "--resume" : "--auto-resume") + " needs --checkpoint-dir");
-  if (o.clients < 0) throw ConfigError("--clients must be at least 1");
   if (!(o.non_iid > 0)) throw ConfigError("--non-iid must be positive (or inf for IID data)");
   parallel::validate(o.parallel);
   if (o.parallel.strategy == "ps" && o.parallel.staleness >= 0 && (!o.checkpoint_dir.empty() || o.resume || o.auto_resume))
     throw ConfigError("checkpoints are not supported with the asynchronous parameter server (--staleness) yet");
-  if (!o.model_config.empty() && is_transformer_model(o.model)) {  // (other models: flag_scope.h)
+  if (!o.model_config.empty() && is_transformer_model(o.model)) {  // (other models: train_flags.h)
     const GptConfig g = hf_config_file(o.model_config);
     if (hf_model_name(g) != o.model)
       throw ConfigError("--model-config " + o.model_config + " describes a " +
@@ -270,13 +234,9 @@ void validate_transformer(const TrainOptions& o) {
   bounded(o.kv_heads, 0, o.heads, "--kv-heads");
   if (o.kv_heads > 0 && o.heads % o.kv_heads != 0)
     throw ConfigError(fmt::format("--heads {} is not a multiple of --kv-heads {}", o.heads, o.kv_heads));
-  bounded(o.mlp_width, 0, 1 << 20, "--mlp-width");
-  bounded(o.window, 0, 1 << 20, "--window");
   const Positional positional = parse_positional(o.positional.value_or(o.model == "llama" ? "rotary" : "learned"));
   if (o.rope_theta) {
-    require_finite("--rope-theta", *o.rope_theta);
     if (positional != Positional::kRotary) throw ConfigError("--rope-theta needs rotary positions (--positional rotary)");
-    if (!(*o.rope_theta > 1)) throw ConfigError("--rope-theta must be above 1");
   }
   if (positional == Positional::kRotary && (o.dim / o.heads) % 2 != 0)
     throw ConfigError(fmt::format("rotary positions need an even head size: --d-model {} over --heads {} is {}", o.dim,
@@ -288,19 +248,10 @@ void validate_language_model(const TrainOptions& o) {
   const bool model_file = o.tokenizer.size() > 6 && o.tokenizer.compare(o.tokenizer.size() - 6, 6, ".model") == 0;
   if (o.tokenizer != "char" && o.tokenizer != "word" && o.tokenizer != "bpe" && !model_file)
     throw ConfigError("unknown tokenizer '" + o.tokenizer + "' (known: char, word, bpe, or a SentencePiece FILE.model)");
-  bounded(o.vocab_size, 64, 1000000, "--vocab-size");
-  // Model sizes are bounded far above what trains on a CPU, so that no product of them
-  // overflows and a typo cannot ask for the machine's memory layer by layer.
-  bounded(o.context, 2, 1 << 20, "--context");
-  bounded(o.eval_batches, 1, 1 << 20, "--eval-batches");
+  // (Model sizes are bounded far above what trains on a CPU, so that no product of them
+  // overflows and a typo cannot ask for the machine's memory layer by layer: train_flags.cpp.)
   checked_mul(o.eval_batches, *o.batch, "--eval-batches x --batch (validation windows)");
-  bounded(o.layers, 0, 4096, "--layers");
-  bounded(o.dim, 1, 1 << 16, "--d-model");
-  bounded(o.heads, 1, 1 << 12, "--heads");
-  bounded(o.sample, 0, 1 << 20, "--sample");
-  at_least("--top-k", o.top_k, 0);
-  if (!(o.temperature >= 0)) throw ConfigError("--temperature must be 0 (greedy) or positive");
-  if (is_transformer_model(o.model)) validate_transformer(o);  // (a transformer's flags elsewhere: flag_scope.h)
+  if (is_transformer_model(o.model)) validate_transformer(o);  // (a transformer's flags elsewhere: train_flags.h)
   if (!is_transformer_model(o.model) && (o.parallel.model_parallel() || o.parallel.mesh.dp > 1))
     throw ConfigError("--dp, --pp, --tp and --micro-batches need --model gpt or llama");
   if (!is_transformer_model(o.model) && o.parallel.zero > 0)
@@ -313,19 +264,15 @@ void validate_language_model(const TrainOptions& o) {
 // The learning-rate schedule's settings.
 void validate_schedule(const TrainOptions& o) {
   const Schedule schedule = lr_schedule(o, 1);
-  if (schedule.kind == "step" && !(schedule.gamma > 0 && std::isfinite(schedule.gamma)))
-    throw ConfigError("step schedule needs a finite --gamma > 0");
   if (schedule.kind == "step" && !o.step_size)
     throw ConfigError("--lr-schedule step needs --step-size: the steps between decays by --gamma");
-  if (schedule.kind == "step" && schedule.step_size < 1) throw ConfigError("step schedule needs --step-size 1 or more");
-  if (schedule.kind == "cosine" && !(schedule.min_lr >= 0 && std::isfinite(schedule.min_lr)))
-    throw ConfigError("cosine schedule needs a finite --min-lr >= 0");
   validate(schedule);
 }
 
 }  // namespace
 
 void validate(const TrainOptions& o) {
+  check_values(train_flags(), o);  // each flag's bounds and choices
   const bool text = is_language_model(o.model);
   validate_run(o, text);
   validate_adaptive(o);

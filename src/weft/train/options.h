@@ -131,6 +131,7 @@ struct TrainOptions {
   // "measured": timed over the first steps, and the blocks moved when they differ.
   std::string stage_shares = "even";
   std::string save_model;              // the final parameters (safetensors; rank 0)
+  std::string config_file;             // weft train --config: the YAML file the flags came from
   std::string config_yaml;             // the resolved options as YAML (weft train --config's
                                        // format): config.yaml in checkpoint_dir, and each
                                        // checkpoint's meta.json (info.config)
@@ -168,8 +169,6 @@ struct FreezeRule {
   std::int64_t steps;
 };
 std::optional<FreezeRule> parse_freeze_converged(const std::string& text);
-// Throws ConfigError unless `precision` is fp32 or bf16.
-void check_precision(const std::string& precision);
 // The learning-rate schedule the options describe, over `total_steps`.
 Schedule lr_schedule(const TrainOptions& options, std::int64_t total_steps);
 // Layers of the language model the options build (--layers, else gpt and llama 4, recurrent 2).

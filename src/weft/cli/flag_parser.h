@@ -1,0 +1,72 @@
+// A command's flags on the parser, made from its table (util/flag_table.h): each flag an
+// option of CLI11 bound to its field, its help line made from the table (help, choices,
+// bounds, default, the runs it shapes, the environment variable), shown under its group, its
+// value checked against the table's bounds or choices as it is parsed ("--batch: must be at
+// least 1, got 0"), the flags it excludes refused together. A default that is the field's
+// initial value is captured, so that --help shows it and the run's configuration writes it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "weft/util/flag_table.h"
+
+namespace weft::cli {
+
+inline CLI::Option* bind_flag(CLI::App* cmd, const std::string& name, bool& value, const std::string& help) {
+  return cmd->add_flag(name, value, help);
+}
+inline CLI::Option* bind_flag(CLI::App* cmd, const std::string& name, std::vector<double>& value, const std::string& help) {
+  return cmd->add_option(name, value, help)->delimiter(',');
+}
+template <class T>
+CLI::Option* bind_flag(CLI::App* cmd, const std::string& name, T& value, const std::string& help) {
+  return cmd->add_option(name, value, help);
+}
+
+// The --help section title of a group ("language models": "Language models").
+inline std::string group_title(std::string group) {
+  if (!group.empty()) group[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(group[0])));
+  return group;
+}
+
+// Adds every flag of `table` to `cmd`, bound to the fields of `o` (which must outlive parsing).
+template <class O>
+void add_flags(CLI::App* cmd, const FlagTable<O>& table, O& o) {
+  O initial{};
+  for (const Flag<O>& f : table) {
+    std::string names = f.name;  // CLI11's form: "-r,--redirects"
+    for (const std::string& a : f.aliases) names = a.size() == 2 ? a + "," + names : names + "," + a;
+    CLI::Option* opt = std::visit([&](auto* field) { return bind_flag(cmd, names, *field, help_line(f)); }, f.field(o));
+    opt->group(group_title(f.group));
+    const FieldRef start = f.field(initial);
+    if (f.default_text.empty() && !std::holds_alternative<bool*>(start) && !value_text(start).empty())
+      opt->capture_default_str();
+    if (f.lo || f.hi || f.finite || !f.choices.empty()) {
+      const FlagInfo info = f;
+      opt->check(CLI::Validator([info](std::string& text) { return value_error(info, text); }, ""));
+    }
+  }
+  for (const Flag<O>& f : table)
+    for (const std::string& other : f.excludes) cmd->get_option(f.name)->excludes(cmd->get_option(other));
+}
+
+// A command's flags for the docs: its groups, and a group's Markdown table.
+struct FlagDocs {
+  std::vector<std::string> groups;
+  std::function<std::string(const std::string& group)> markdown;
+};
+template <class O>
+FlagDocs flag_docs(const FlagTable<O>& table) {
+  return {flag_groups(table), [&table](const std::string& group) { return flags_markdown(table, group); }};
+}
+FlagDocs launch_flag_docs();  // comm_commands.cpp
+FlagDocs sim_flag_docs();     // sim_command.cpp
+
+// weft flags COMMAND [GROUP]: a command's flags as the docs' Markdown tables.
+void add_flags_command(CLI::App& app, std::function<int()>& action);
+
+}  // namespace weft::cli
