@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "weft/util/error.h"
 #include "weft/util/flag_table.h"
 
 namespace weft::cli {
@@ -40,6 +41,21 @@ void add_flags(CLI::App* cmd, const FlagTable<O>& table, O& o) {
   for (const Flag<O>& f : table) {
     std::string names = f.name;  // CLI11's form: "-r,--redirects"
     for (const std::string& a : f.aliases) names = a.size() == 2 ? a + "," + names : names + "," + a;
+    if (f.parse) {  // text turned into the options as it is parsed; its bounds checked after (check_values)
+      auto set = [parse = f.parse, &o](const std::string& text) {
+        try {
+          parse(o, text);
+        } catch (const ConfigError& e) {
+          throw CLI::ValidationError(e.what());
+        }
+      };
+      CLI::Option* opt = cmd->add_option_function<std::string>(names, set, help_line(f))->group(group_title(f.group));
+      if (!f.choices.empty()) {
+        const FlagInfo info = f;
+        opt->check(CLI::Validator([info](std::string& text) { return value_error(info, text); }, ""));
+      }
+      continue;
+    }
     CLI::Option* opt = std::visit([&](auto* field) { return bind_flag(cmd, names, *field, help_line(f)); }, f.field(o));
     opt->group(group_title(f.group));
     const FieldRef start = f.field(initial);
@@ -65,6 +81,9 @@ FlagDocs flag_docs(const FlagTable<O>& table) {
 }
 FlagDocs launch_flag_docs();  // comm_commands.cpp
 FlagDocs sim_flag_docs();     // sim_command.cpp
+FlagDocs serve_flag_docs();   // serve_commands.cpp
+FlagDocs predict_flag_docs();
+FlagDocs generate_flag_docs();
 
 // weft flags COMMAND [GROUP]: a command's flags as the docs' Markdown tables.
 void add_flags_command(CLI::App& app, std::function<int()>& action);

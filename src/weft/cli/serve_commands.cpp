@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/flag_parser.h"
 #include "weft/data/dataset.h"
 #include "weft/data/text.h"
 #include "weft/data/images.h"
@@ -14,6 +15,7 @@
 #include "weft/serve/load.h"
 #include "weft/serve/model_file.h"
 #include "weft/serve/server.h"
+#include "weft/serve/serve_flags.h"
 #include "weft/serve/model_parallel.h"
 #include "weft/util/env.h"
 #include "weft/util/parse.h"
@@ -26,33 +28,41 @@ namespace weft::cli {
 
 namespace {
 
-// The saved model to load, and how a GPT is held: --quantize (and --precision bf16, the
-// training flag's name for the same weights), --tp, --pp and --micro-batches (under weft
-// launch; rank 0 does the work).
-void add_model_options(CLI::App* cmd, std::string& model, std::string& quantize, int& tp, int& pp, int& micro_batches) {
-  cmd->add_option("model", model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
-  cmd->add_option("--quantize", quantize, "GPT weights in fp32 | bf16 | int8")
-      ->check(CLI::IsMember({"fp32", "bf16", "int8"}))->capture_default_str();
-  auto precision = std::make_shared<std::string>("fp32");
-  cmd->add_option("--precision", *precision, "GPT weights in fp32 | bf16 (as --quantize bf16)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->each([&quantize](const std::string& value) {
-        if (value == "bf16") quantize = "bf16";
-      });
-  cmd->add_option("--tp", tp, "GPT: tensor-parallel ranks (under weft launch; rank 0 does the work)")
-      ->check(CLI::Range(1, 64))->capture_default_str();
-  cmd->add_option("--pp", pp, "GPT: pipeline stages (under weft launch; rank 0 does the work)")
-      ->check(CLI::Range(1, 64))->capture_default_str();
-  cmd->add_option("--micro-batches", micro_batches, "--pp: micro-batches per decoding step (0: one per stage)")
-      ->check(non_negative())->capture_default_str();
-}
-
 struct PredictConfig {
   std::string model, data, data_dir, images, quantize = "fp32", logits;
   std::int64_t limit = 0, batch = 1000, windows = 256;
   int tp = 1, pp = 1, micro_batches = 0;
   bool json = false;
 };
+
+#define AT(member) [](Options& o) -> FieldRef { return &o.member; }
+
+// weft predict's flags.
+const FlagTable<PredictConfig>& predict_flags() {
+  using Options = PredictConfig;
+  using F = Flag<Options>;
+  static const FlagTable<Options> table = [] {
+    FlagTable<Options> t;
+    serve::add_model_flags(t, "the model");
+    const auto add = [&t](F f) {
+      f.group = "the data";
+      t.push_back(std::move(f));
+    };
+    add(F("--data", AT(data), "images: fashion-mnist or a folder of IDX, NPY or CSV files; text: fortunes or a file or "
+                              "folder")
+            .defaults("images fashion-mnist, text fortunes"));
+    add(F("--windows", AT(windows), "text: validation windows (training's --eval-batches x --batch)").at_least(1));
+    add(F("--logits", AT(logits), "text: write every scored row of logits to this file (float32, [context][windows][vocab])"));
+    add(F("--data-dir", AT(data_dir), "where fashion-mnist lives").defaults("/usr/share/datasets/fashion-mnist"));
+    add(F("--images", AT(images), "an IDX file of images of the model's size ([N, H, W] or [N, H, W, C]): one prediction "
+                                  "per image"));
+    add(F("--limit", AT(limit), "only the first N test images (0: all)").at_least(0));
+    add(F("--batch", AT(batch), "images per forward pass").at_least(1));
+    add(F("--json", AT(json), "print JSON"));
+    return t;
+  }();
+  return table;
+}
 
 // A language model's validation loss through its decoder, and against float32 weights when
 // they are packed smaller.
@@ -144,9 +154,47 @@ int run_predict(const PredictConfig& c) {
 struct GenerateConfig {
   std::string model, prompt, quantize = "fp32", logits, system;
   int tp = 1, pp = 1, micro_batches = 0;
-  serve::GenerationOptions options;
+  serve::GenerationOptions options = [] {
+    serve::GenerationOptions g;
+    g.max_tokens = 200;
+    g.sampling.temperature = 0.8;
+    return g;
+  }();
   bool no_cache = false, json = false, chat = false;
 };
+
+// weft generate's flags.
+const FlagTable<GenerateConfig>& generate_flags() {
+  using Options = GenerateConfig;
+  using F = Flag<Options>;
+  static const FlagTable<Options> table = [] {
+    FlagTable<Options> t;
+    serve::add_model_flags(t, "the model");
+    const auto add = [&t](std::string group, F f) {
+      f.group = std::move(group);
+      t.push_back(std::move(f));
+    };
+    const std::string text = "the text", sampling = "sampling", out = "output";
+    add(text, F("--prompt", AT(prompt), "the text to continue"));
+    add(text, F("--chat", AT(chat), "--prompt is a user's message: put it in the model's chat template "
+                                    "(tokenizer_config.json) and stop at its end-of-turn token"));
+    add(text, F("--system", AT(system), "--chat: a system message before it"));
+    add(text, F("--max-tokens", AT(options.max_tokens), "tokens to generate").in(0, 1 << 20));
+    add(text, F("--stop", AT(options.stop), "stop before this text (repeatable)"));
+    add(sampling, F("--temperature", AT(options.sampling.temperature), "0: greedy").at_least(0));
+    add(sampling, F("--top-k", AT(options.sampling.top_k), "sample among the k most likely tokens (0: all)").at_least(0));
+    add(sampling, F("--top-p", AT(options.sampling.top_p), "sample among the most likely tokens whose probability reaches p")
+                      .in(1e-9, 1));
+    add(sampling, F("--seed", AT(options.sampling.seed), "the sampler's seed"));
+    add(out, F("--no-cache", AT(no_cache), "recompute the whole window for every token (no key-value cache)"));
+    add(out, F("--json", AT(json), "print JSON (the tokens, the finish reason)"));
+    add(out, F("--logits", AT(logits), "write the logits each token was chosen from to this file (float32, [tokens][vocab])"));
+    return t;
+  }();
+  return table;
+}
+
+#undef AT
 
 int run_generate(GenerateConfig c) {
   serve::LoadedModel m = serve::load_model(c.model);
@@ -217,44 +265,16 @@ int run_export(const ExportConfig& c) {
 void add_predict_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<PredictConfig>();
   CLI::App* cmd = app.add_subcommand("predict", "evaluate a saved model: an image model's test accuracy or predictions, a language model's validation loss");
-  add_model_options(cmd, c->model, c->quantize, c->tp, c->pp, c->micro_batches);
-  cmd->add_option("--data", c->data, "images: fashion-mnist (default) or a folder of IDX, NPY or CSV files; text: fortunes (default) or a file or folder");
-  cmd->add_option("--windows", c->windows, "text: validation windows (training's --eval-batches x --batch: 256)")
-      ->check(positive())->capture_default_str();
-  cmd->add_option("--logits", c->logits, "text: write every scored row of logits to this file (float32, [context][windows][vocab])");
-  cmd->add_option("--data-dir", c->data_dir, "where fashion-mnist lives (default: the Debian package's folder)");
-  cmd->add_option("--images", c->images, "an IDX file of images of the model's size ([N, H, W] or [N, H, W, C]): one "
-                                         "prediction per image");
-  cmd->add_option("--limit", c->limit, "only the first N test images (0: all)")->check(non_negative());
-  cmd->add_option("--batch", c->batch, "images per forward pass")->check(positive())->capture_default_str();
-  cmd->add_flag("--json", c->json, "print JSON");
+  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  add_flags(cmd, predict_flags(), *c);
   cmd->callback([c, &action] { action = [c] { return run_predict(*c); }; });
 }
 
 void add_generate_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<GenerateConfig>();
   CLI::App* cmd = app.add_subcommand("generate", "continue a prompt with a saved language model");
-  add_model_options(cmd, c->model, c->quantize, c->tp, c->pp, c->micro_batches);
-  cmd->add_option("--prompt", c->prompt, "the text to continue")->capture_default_str();
-  cmd->add_option("--max-tokens", c->options.max_tokens, "tokens to generate (at most 2^20)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 20))
-      ->capture_default_str();
-  cmd->add_option("--temperature", c->options.sampling.temperature, "0: greedy")->check(non_negative())->capture_default_str();
-  cmd->add_option("--top-k", c->options.sampling.top_k, "sample among the k most likely tokens (0: all)")
-      ->check(non_negative())->capture_default_str();
-  cmd->add_option("--top-p", c->options.sampling.top_p, "sample among the most likely tokens whose probability reaches p")
-      ->check(CLI::Range(1e-9, 1.0))->capture_default_str();
-  cmd->add_option("--stop", c->options.stop, "stop before this text (repeatable)");
-  cmd->add_option("--seed", c->options.sampling.seed, "the sampler's seed")->capture_default_str();
-  cmd->add_flag("--no-cache", c->no_cache, "recompute the whole window for every token (no key-value cache)");
-  cmd->add_flag("--json", c->json, "print JSON (the tokens, the finish reason)");
-  cmd->add_option("--logits", c->logits, "write the logits each token was chosen from to this file (float32, "
-                                         "[tokens][vocab])");
-  cmd->add_flag("--chat", c->chat, "--prompt is a user's message: put it in the model's chat template (tokenizer_config.json) "
-                                   "and stop at its end-of-turn token");
-  cmd->add_option("--system", c->system, "--chat: a system message before it");
-  c->options.max_tokens = 200;
-  c->options.sampling.temperature = 0.8;
+  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  add_flags(cmd, generate_flags(), *c);
   cmd->callback([c, &action] { action = [c] { return run_generate(*c); }; });
 }
 
@@ -269,62 +289,17 @@ void add_export_command(CLI::App& app, Action& action) {
   cmd->callback([c, &action] { action = [c] { return run_export(*c); }; });
 }
 
+FlagDocs serve_flag_docs() { return flag_docs(serve::serve_flags()); }
+FlagDocs predict_flag_docs() { return flag_docs(predict_flags()); }
+FlagDocs generate_flag_docs() { return flag_docs(generate_flags()); }
+
 void add_serve_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<serve::ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "serve a saved model over HTTP (OpenAI completions, image classification)");
-  add_model_options(cmd, c->model, c->quantize, c->tp, c->pp, c->micro_batches);
-  cmd->add_option("--host", c->host, "the address to listen on (0.0.0.0: every interface)")->capture_default_str();
-  cmd->add_option("--port", c->port, "the port (0: any free port)")->capture_default_str();
-  cmd->add_option("--port-file", c->port_file, "write the port to this file once listening");
-  cmd->add_option("--token", c->token, "require 'Authorization: Bearer TOKEN' (default: $WEFT_SERVE_TOKEN; none)");
-  cmd->add_option("--max-batch", c->batch.max_batch, "sequences decoded together / images per forward")
-      ->capture_default_str();
-  cmd->add_option("--max-wait-ms", c->batch.max_wait_ms, "how long a new batch waits for more requests")
-      ->capture_default_str();
-  auto max_body = std::make_shared<std::string>("1MiB");
-  cmd->add_option("--max-body", *max_body, "the largest request body (64K, 1MiB, 2MB)")->capture_default_str();
-  cmd->add_option("--max-prompt-tokens", c->max_prompt_tokens, "the longest prompt (0: the model's context)")
-      ->capture_default_str();
-  cmd->add_option("--max-tokens", c->max_tokens, "the most tokens one request may ask for")->capture_default_str();
-  cmd->add_option("--max-concurrency", c->max_concurrency, "requests in flight before 429")->capture_default_str();
-  cmd->add_option("--max-images", c->max_images, "images in one classify request")->capture_default_str();
-  auto replicas = std::make_shared<std::string>("1");
-  cmd->add_option("--replicas", *replicas, "N replica processes behind one front end, or MIN:MAX to scale with the load")
-      ->capture_default_str();
-  cmd->add_option("--scale-up-load", c->scale_up_load, "--replicas MIN:MAX: outstanding requests per replica that add one")
-      ->check(positive())->capture_default_str();
-  cmd->add_option("--scale-down-after", c->scale_down_after_s,
-                  "--replicas MIN:MAX: seconds the load must fit in one fewer replica before one is drained")
-      ->check(non_negative())->capture_default_str();
-  cmd->add_option("--header-timeout", c->header_timeout_s,
-                  "seconds a request's headers may take from its first byte (then 408 and the connection closes)")
-      ->check(positive())->capture_default_str();
-  cmd->add_option("--idle-timeout", c->idle_timeout_s, "seconds a connection may wait idle for its next request")
-      ->check(positive())->capture_default_str();
-  cmd->add_option("--max-connections", c->max_connections,
-                  "client connections open at once (at most what the process may open); more are closed as they come")
-      ->check(CLI::Range(std::int64_t{16}, std::int64_t{1} << 20))->capture_default_str();
-  cmd->add_option("--max-connections-per-address", c->max_connections_per_address,
-                  "client connections from one address (0: no limit); more are closed as they come")
-      ->check(non_negative())->capture_default_str();
-  cmd->add_option("--request-timeout", c->request_timeout_s,
-                  "seconds a completion may generate; then it ends with its text so far (finish_reason \"abort\"); "
-                  "0: no limit")
-      ->check(non_negative())->capture_default_str();
-  cmd->add_option("--drain-seconds", c->drain_seconds,
-                  "at SIGTERM or SIGINT: how long requests in flight may go on before streams end (finish_reason "
-                  "\"abort\") and the server exits")
-      ->check(non_negative())->capture_default_str();
-  cmd->callback([c, max_body, replicas, &action] {
-    action = [c, max_body, replicas] {
-      c->max_body = parse_size(*max_body, "--max-body");
-      const auto range = split_pair(*replicas);
-      const auto lo = parse_integer(range ? range->first : std::string_view(*replicas));
-      const auto hi = range ? parse_integer(range->second) : lo;
-      if (!lo || !hi) throw ConfigError("--replicas '" + *replicas + "' is not N or MIN:MAX");
-      if (*lo < 1 || *hi < *lo || *hi > 64) throw ConfigError("--replicas " + *replicas + ": need 1 <= MIN <= MAX <= 64");
-      c->replicas_min = static_cast<int>(*lo);
-      c->replicas_max = static_cast<int>(*hi);
+  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  add_flags(cmd, serve::serve_flags(), *c);
+  cmd->callback([c, &action] {
+    action = [c] {
       if (c->token.empty()) c->token = env_string("WEFT_SERVE_TOKEN").value_or("");
       return serve::serve(*c, stdout);
     };

@@ -1,4 +1,5 @@
 #include "weft/serve/server.h"
+#include "weft/serve/serve_flags.h"
 
 #include <fmt/format.h>
 #include <pthread.h>
@@ -331,23 +332,10 @@ class Server : private MetricsHolder, public HttpBase {
 }  // namespace
 
 void validate(const ServeOptions& o) {
-  if (o.port < 0 || o.port > 65535) throw ConfigError(fmt::format("--port {} is not a port (0-65535)", o.port));
-  if (o.batch.max_batch < 1) throw ConfigError("--max-batch must be at least 1");
-  if (!(o.batch.max_wait_ms >= 0 && o.batch.max_wait_ms <= 10000)) throw ConfigError("--max-wait-ms must be in [0, 10000]");
-  if (o.max_body < 1024) throw ConfigError("--max-body must be at least 1K");
-  if (o.max_tokens < 1) throw ConfigError("--max-tokens must be at least 1");
-  if (o.max_prompt_tokens < 0) throw ConfigError("--max-prompt-tokens must be zero (the context) or more");
-  if (o.max_concurrency < 1 || o.max_concurrency > 4096) throw ConfigError("--max-concurrency must be in [1, 4096]");
-  if (o.max_images < 1) throw ConfigError("--max-images must be at least 1");
+  check_values(serve_flags(), o);  // each flag's bounds and choices
   if (!o.token.empty() && o.token.size() < 16) throw ConfigError("--token must be at least 16 characters");
   if (o.replicas_min < 1 || o.replicas_max < o.replicas_min || o.replicas_max > 64)
     throw ConfigError(fmt::format("--replicas {}:{}: need 1 <= MIN <= MAX <= 64", o.replicas_min, o.replicas_max));
-  if (!(o.scale_up_load > 0)) throw ConfigError("--scale-up-load must be positive");
-  if (!(o.scale_down_after_s >= 0)) throw ConfigError("--scale-down-after must be zero or more");
-  if (o.tp < 1 || o.tp > 64) throw ConfigError("--tp must be in [1, 64]");
-  if (o.pp < 1 || o.pp > 64) throw ConfigError("--pp must be in [1, 64]");
-  if (o.micro_batches < 0) throw ConfigError("--micro-batches must be zero (one per stage) or more");
-  if (!(o.request_timeout_s >= 0)) throw ConfigError("--request-timeout must be zero (none) or more");
   if ((o.tp > 1 || o.pp > 1) && o.replicas_max > 1)
     throw ConfigError("--tp or --pp with --replicas is not built: serve one or the other");
 }

@@ -43,7 +43,11 @@ struct FlagInfo {
 // The flag of options `O`: its declaration and how to reach its value.
 template <class O>
 struct Flag : FlagInfo {
-  std::function<FieldRef(O&)> field;
+  std::function<FieldRef(O&)> field;               // null for a flag that only `parse` sets
+  // A flag given as text that another form holds ("1MiB" as bytes, "2:4" as two counts): sets
+  // the options from the text, or throws ConfigError naming the flag. The bounds then apply to
+  // `field` once it is set (check_values), not to the text.
+  std::function<void(O&, const std::string&)> parse;
   bool (*applies)(const O&) = nullptr;             // null: every run
   std::string (*run_has)(const O&) = nullptr;      // what a run it does not apply to has instead
 
@@ -51,6 +55,7 @@ struct Flag : FlagInfo {
     name = std::move(flag_name);
     help = std::move(what);
   }
+  Flag&& parsed_by(std::function<void(O&, const std::string&)> fn) && { parse = std::move(fn); return std::move(*this); }
   Flag&& also_named(std::vector<std::string> names) && { aliases = std::move(names); return std::move(*this); }
   Flag&& defaults(std::string text) && { default_text = std::move(text); return std::move(*this); }
   Flag&& at_least(double v) && { lo = v; return std::move(*this); }
@@ -102,7 +107,7 @@ void check_values(const FlagTable<O>& table, const O& o) {
   O& given = const_cast<O&>(o);  // read only: the accessor hands out a pointer
   O initial{};
   for (const Flag<O>& f : table) {
-    if (!f.lo && !f.hi && !f.finite && f.choices.empty()) continue;
+    if (!f.field || (!f.lo && !f.hi && !f.finite && f.choices.empty())) continue;
     const FieldRef ref = f.field(given);
     if (!value_set(ref) || value_text(ref) == value_text(f.field(initial))) continue;
     check_value(f, ref);
@@ -144,7 +149,7 @@ std::string flags_markdown(const FlagTable<O>& table, const std::string& group) 
   for (const Flag<O>& f : table) {
     if (!group.empty() && f.group != group) continue;
     flags.push_back(&f);
-    initials.push_back(value_text(f.field(initial)));
+    initials.push_back(f.field ? value_text(f.field(initial)) : "");
   }
   return flags_markdown(flags, initials);
 }

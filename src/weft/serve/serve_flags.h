@@ -1,0 +1,44 @@
+// weft serve's flags, declared once (util/flag_table.h): the model and how it is held, the
+// address, the front door's limits, replicas. The command line's parser, --help and the docs'
+// option list are made from the table, and validate(ServeOptions) checks a library caller's
+// options against its bounds and choices. add_model_flags is the part every command that loads
+// a saved model shares (weft serve, predict, generate).
+#pragma once
+
+#include <string>
+
+#include "weft/serve/server.h"
+#include "weft/util/error.h"
+#include "weft/util/flag_table.h"
+
+namespace weft::serve {
+
+// Every flag of weft serve, in the order --help shows them.
+const FlagTable<ServeOptions>& serve_flags();
+
+// How a saved GPT is held: --quantize (and --precision bf16, the training flag's name for the
+// same weights), --tp, --pp and --micro-batches (under weft launch; rank 0 does the work), for
+// any options `O` with the fields quantize, tp, pp and micro_batches.
+template <class O>
+void add_model_flags(FlagTable<O>& t, const std::string& group) {
+  const auto add = [&](Flag<O> f) {
+    f.group = group;
+    t.push_back(std::move(f));
+  };
+  add(Flag<O>("--quantize", [](O& o) -> FieldRef { return &o.quantize; }, "GPT weights").one_of({"fp32", "bf16", "int8"}));
+  add(Flag<O>("--precision", nullptr, "GPT weights (bf16: as --quantize bf16)")
+          .parsed_by([](O& o, const std::string& v) {
+            if (v == "bf16") o.quantize = "bf16";
+          })
+          .defaults("fp32")
+          .one_of({"fp32", "bf16"}));
+  add(Flag<O>("--tp", [](O& o) -> FieldRef { return &o.tp; }, "GPT: tensor-parallel ranks (under weft launch; rank 0 does the work)")
+          .in(1, 64));
+  add(Flag<O>("--pp", [](O& o) -> FieldRef { return &o.pp; }, "GPT: pipeline stages (under weft launch; rank 0 does the work)")
+          .in(1, 64));
+  add(Flag<O>("--micro-batches", [](O& o) -> FieldRef { return &o.micro_batches; },
+              "--pp: micro-batches per decoding step (0: one per stage)")
+          .at_least(0));
+}
+
+}  // namespace weft::serve
