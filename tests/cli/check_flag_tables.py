@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""weft train's, launch's, sim's, serve's, predict's and generate's flags come from tables: --help shows exactly a table's flags, a --config
+"""weft train's, launch's, sim's, serve's, predict's, generate's and plan's flags come from tables: --help shows exactly a table's flags, a --config
 YAML file takes the table's keys (and refuses others), the run's resolved configuration holds
 only table keys and reads back, and the docs' option lists are the table's (scripts/docs-flags.py).
 Usage: check_flag_tables.py WEFT REPO WORKDIR"""
@@ -24,14 +24,14 @@ def help_flags(command):
     """The long names of a command's options, as --help lists them ("-r,--redirects": --redirects)."""
     names = []
     for line in run(command, "--help").stdout.splitlines():
-        m = re.match(r"\s+((?:-\w,)?--[a-z0-9_-]+(?:,--[a-z0-9_-]+)*)", line)
+        m = re.match(r"  ((?:-\w,)?--[a-z0-9_-]+(?:,--[a-z0-9_-]+)*)", line)
         if m:
             names.append(next(n for n in m.group(1).split(",") if n.startswith("--")))
     return [n for n in names if n != "--help"]
 
 
 tables = {}
-for command, least in (("train", 90), ("launch", 20), ("sim", 10), ("serve", 20), ("predict", 10), ("generate", 15)):
+for command, least in (("train", 90), ("launch", 20), ("sim", 10), ("serve", 20), ("predict", 10), ("generate", 15), ("plan", 70)):
     table = re.findall(r"^\| `(--[a-z0-9-]+)`", run("flags", command).stdout, re.M)
     tables[command] = table
     if len(table) < least or len(set(table)) != len(table):

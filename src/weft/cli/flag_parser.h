@@ -20,8 +20,13 @@ namespace weft::cli {
 inline CLI::Option* bind_flag(CLI::App* cmd, const std::string& name, bool& value, const std::string& help) {
   return cmd->add_flag(name, value, help);
 }
-inline CLI::Option* bind_flag(CLI::App* cmd, const std::string& name, std::vector<double>& value, const std::string& help) {
-  return cmd->add_option(name, value, help)->delimiter(',');
+inline CLI::Option* bind_flag(CLI::App* cmd, const std::string& name, std::vector<std::string>& value,
+                              const std::string& help) {
+  return cmd->add_option(name, value, help);  // texts may hold commas: the flag given again (comma_list: split)
+}
+template <class T>
+CLI::Option* bind_flag(CLI::App* cmd, const std::string& name, std::vector<T>& value, const std::string& help) {
+  return cmd->add_option(name, value, help)->delimiter(',');  // "1,2,4" or the flag given again
 }
 template <class T>
 CLI::Option* bind_flag(CLI::App* cmd, const std::string& name, T& value, const std::string& help) {
@@ -58,6 +63,7 @@ void add_flags(CLI::App* cmd, const FlagTable<O>& table, O& o) {
     }
     CLI::Option* opt = std::visit([&](auto* field) { return bind_flag(cmd, names, *field, help_line(f)); }, f.field(o));
     opt->group(group_title(f.group));
+    if (f.comma_list) opt->delimiter(',');
     const FieldRef start = f.field(initial);
     if (f.default_text.empty() && !std::holds_alternative<bool*>(start) && !value_text(start).empty())
       opt->capture_default_str();
@@ -84,6 +90,7 @@ FlagDocs sim_flag_docs();     // sim_command.cpp
 FlagDocs serve_flag_docs();   // serve_commands.cpp
 FlagDocs predict_flag_docs();
 FlagDocs generate_flag_docs();
+FlagDocs plan_flag_docs();     // plan_command.cpp
 
 // weft flags COMMAND [GROUP]: a command's flags as the docs' Markdown tables.
 void add_flags_command(CLI::App& app, std::function<int()>& action);

@@ -18,7 +18,8 @@ namespace {
 // The commands whose flags come from a table.
 std::map<std::string, FlagDocs> documented_commands() {
   return {{"train", flag_docs(train_flags())}, {"launch", launch_flag_docs()}, {"sim", sim_flag_docs()}, {"serve", serve_flag_docs()},
-          {"predict", predict_flag_docs()}, {"generate", generate_flag_docs()}};
+          {"predict", predict_flag_docs()}, {"generate", generate_flag_docs()},
+          {"plan", plan_flag_docs()}};
 }
 
 int print_flags(const std::string& command, const std::string& group) {

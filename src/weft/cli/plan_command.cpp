@@ -7,13 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "weft/cli/commands.h"
+#include "weft/cli/flag_parser.h"
 #include "weft/report/plan.h"
 #include "weft/report/report.h"
 #include "weft/plan/inference.h"
 #include "weft/plan/report.h"
 #include "weft/plan/sweep.h"
 #include "weft/plan/workload.h"
-#include "weft/util/checked.h"
 #include "weft/util/error.h"
 
 namespace weft::cli {
@@ -79,35 +79,35 @@ void set_model(const PlanFlags& f, plan::PlanInput& in) {
   } else {
     in.model = plan::preset(f.model);
   }
-  // Model dimensions are bounded far above any model built (so products of them stay exact).
-  // A preset with a dimension changed is no longer that model: its name says so.
+  // A preset with a dimension changed is no longer that model: its name says so. (Each
+  // dimension's bounds: the flag table.)
   std::string changed;
-  auto override_if = [&](const char* flag, std::int64_t v, std::int64_t low, std::int64_t limit, std::int64_t& field) {
-    if (v == 0 || (low == 0 && v < 0)) return;
-    field = bounded(v, low, limit, flag);
+  auto override_if = [&](const char* flag, std::int64_t v, std::int64_t low, std::int64_t& field) {
+    if (v == 0 || (low == 0 && v < 0)) return;  // not given
+    field = v;
     changed += fmt::format("{}{} {}", changed.empty() ? "" : ", ", flag, v);
   };
-  override_if("--layers", f.layers, 1, 1'000'000, in.model.layers);
-  override_if("--d-model", f.d_model, 1, 10'000'000, in.model.d_model);
-  override_if("--heads", f.heads, 1, 1'000'000, in.model.heads);
-  override_if("--kv-heads", f.kv_heads, 1, 1'000'000, in.model.kv_heads);
-  override_if("--ffn", f.ffn, 1, 100'000'000, in.model.ffn);
-  override_if("--vocab", f.vocab, 1, 1'000'000'000, in.model.vocab);
-  override_if("--seq", f.seq, 1, 100'000'000, in.model.seq_len);
-  override_if("--experts", f.experts, 1, 1'000'000, in.model.experts);
-  override_if("--top-k", f.top_k, 1, 1'000'000, in.model.top_k);
-  override_if("--expert-ffn", f.expert_ffn, 1, 100'000'000, in.model.expert_ffn);
-  override_if("--shared-experts", f.shared_experts, 0, 1'000'000, in.model.shared_experts);
-  override_if("--dense-layers", f.dense_layers, 0, 1'000'000, in.model.dense_layers);
+  override_if("--layers", f.layers, 1, in.model.layers);
+  override_if("--d-model", f.d_model, 1, in.model.d_model);
+  override_if("--heads", f.heads, 1, in.model.heads);
+  override_if("--kv-heads", f.kv_heads, 1, in.model.kv_heads);
+  override_if("--ffn", f.ffn, 1, in.model.ffn);
+  override_if("--vocab", f.vocab, 1, in.model.vocab);
+  override_if("--seq", f.seq, 1, in.model.seq_len);
+  override_if("--experts", f.experts, 1, in.model.experts);
+  override_if("--top-k", f.top_k, 1, in.model.top_k);
+  override_if("--expert-ffn", f.expert_ffn, 1, in.model.expert_ffn);
+  override_if("--shared-experts", f.shared_experts, 0, in.model.shared_experts);
+  override_if("--dense-layers", f.dense_layers, 0, in.model.dense_layers);
   if (f.expert_capacity >= 0) {
     if (!in.model.moe()) throw ConfigError("--expert-capacity needs a mixture of experts (--experts)");
     in.model.capacity_factor = f.expert_capacity;
   }
-  override_if("--q-lora-rank", f.q_lora_rank, 0, 1'000'000, in.model.q_lora_rank);
-  override_if("--kv-lora-rank", f.kv_lora_rank, 1, 1'000'000, in.model.kv_lora_rank);
-  override_if("--qk-nope-dim", f.qk_nope_dim, 1, 1'000'000, in.model.qk_nope_dim);
-  override_if("--qk-rope-dim", f.qk_rope_dim, 0, 1'000'000, in.model.qk_rope_dim);
-  override_if("--v-head-dim", f.v_head_dim, 1, 1'000'000, in.model.v_head_dim);
+  override_if("--q-lora-rank", f.q_lora_rank, 0, in.model.q_lora_rank);
+  override_if("--kv-lora-rank", f.kv_lora_rank, 1, in.model.kv_lora_rank);
+  override_if("--qk-nope-dim", f.qk_nope_dim, 1, in.model.qk_nope_dim);
+  override_if("--qk-rope-dim", f.qk_rope_dim, 0, in.model.qk_rope_dim);
+  override_if("--v-head-dim", f.v_head_dim, 1, in.model.v_head_dim);
   if (!changed.empty() && f.params == 0) in.model.name += " modified (" + changed + ")";
 }
 
@@ -128,7 +128,6 @@ void set_layout(const PlanFlags& f, std::int64_t gpus, std::int64_t global_batch
   l.pp = f.pp;
   l.cp = f.cp;
   l.ep = f.ep;
-  if (f.tp < 1 || f.pp < 1 || f.cp < 1 || f.ep < 1) throw ConfigError("--tp, --pp, --cp and --ep must be at least 1");
   const std::int64_t model_gpus = static_cast<std::int64_t>(f.tp) * f.pp * f.cp;
   l.dp = f.dp > 0 ? f.dp : (gpus > 0 ? static_cast<int>(gpus / model_gpus) : 1);
   if (!f.sweep && gpus > 0 && gpus % model_gpus != 0) {
@@ -141,9 +140,7 @@ void set_layout(const PlanFlags& f, std::int64_t gpus, std::int64_t global_batch
   }
   if (l.dp < 1) throw ConfigError("the data-parallel size must be at least 1");
   l.zero = f.zero;
-  if (f.zero < 0 || f.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3");
   l.micro_batch = f.micro_batch;
-  if (f.micro_batch < 1) throw ConfigError("--micro-batch must be at least 1");
   if (!f.sweep && global_batch > 0 && global_batch % (f.micro_batch * l.dp) != 0) {
     throw ConfigError(fmt::format("--global-batch {} is not a multiple of micro-batch {} x dp {}", global_batch,
                                   f.micro_batch, l.dp));
@@ -157,20 +154,14 @@ void set_layout(const PlanFlags& f, std::int64_t gpus, std::int64_t global_batch
     l.recompute = plan::Recompute::kFull;
   }
   l.recompute_layers = f.recompute_layers;
-  if (f.recompute_layers < 0) throw ConfigError("--recompute-layers must be at least 0");
   if (f.recompute_layers > 0 && !l.full_recompute()) throw ConfigError("--recompute-layers needs full recomputation (--recompute)");
   l.sequence_parallel = f.sequence_parallel;
   l.flash_attention = f.flash_attention;
   l.interleave = f.interleave;
-  if (f.interleave < 1) throw ConfigError("--interleave must be at least 1");
   if (f.interleave > 1 && f.pp < 2) throw ConfigError("--interleave needs --pp 2 or more");
   l.offload = plan::parse_offload(f.offload);
-  if (f.offload_to != "host" && f.offload_to != "nvme")
-    throw ConfigError("unknown --offload-to '" + f.offload_to + "' (known: host, nvme)");
   if (f.offload_to == "nvme" && l.offload == plan::Offload::kNone) throw ConfigError("--offload-to nvme needs --offload optimizer or params");
   l.offload_nvme = f.offload_to == "nvme";
-  if (!(f.runtime_gb >= 0) || !(f.fragmentation >= 0 && f.fragmentation < 1))
-    throw ConfigError("--runtime-gb must be >= 0 and --fragmentation in [0, 1)");
   l.runtime_bytes = f.runtime_gb * 1e9;
   l.fragmentation = f.fragmentation;
   l.first_stage_layers = f.first_stage_layers;
@@ -189,8 +180,6 @@ void set_layout(const PlanFlags& f, std::int64_t gpus, std::int64_t global_batch
 
 // The cluster: GPUs per node, NVLink, the rails (a network preset or a rate), host and NVMe.
 void set_cluster(const PlanFlags& f, plan::PlanInput& in) {
-  if (f.gpus_per_node < 0 || f.nvlink_gbps < 0 || f.rail_gbps < 0)
-    throw ConfigError("--gpus-per-node, --nvlink-gbps and --rail-gbps must be positive");
   in.cluster.gpus_per_node = f.gpus_per_node > 0 ? f.gpus_per_node : in.gpu.domain_gpus;
   in.cluster.nvlink.bytes_per_second = f.nvlink_gbps > 0 ? f.nvlink_gbps * 1e9 : in.gpu.domain_bandwidth;
   in.cluster.rail.bytes_per_second = in.gpu.network_bandwidth;
@@ -335,149 +324,178 @@ int run_plan(const PlanFlags& f) {
   }
   return 0;
 }
-// The model: a preset, its dimensions, mixture of experts, latent attention.
-void add_plan_model_flags(CLI::App* cmd, PlanFlags* f) {
-  cmd->add_option("--model", f->model,
-                  "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b | mixtral-8x7b | deepseek-v3")
-      ->capture_default_str();
-  cmd->add_option("--params", f->params, "a model given only by its parameter count (e.g. 7.5e9)")->check(positive());
-  cmd->add_option("--layers", f->layers, "override: transformer blocks")->check(positive());
-  cmd->add_option("--d-model", f->d_model, "override: hidden size")->check(positive());
-  cmd->add_option("--heads", f->heads, "override: attention heads")->check(positive());
-  cmd->add_option("--kv-heads", f->kv_heads, "override: key-value heads (grouped-query attention)")->check(positive());
-  cmd->add_option("--ffn", f->ffn, "override: feed-forward hidden size")->check(positive());
-  cmd->add_option("--vocab", f->vocab, "override: vocabulary size")->check(positive());
-  cmd->add_option("--seq", f->seq, "override: sequence length")->check(positive());
-  cmd->add_option("--experts", f->experts, "mixture of experts: routed experts per MoE layer")->check(positive());
-  cmd->add_option("--top-k", f->top_k, "mixture of experts: experts per token")->check(positive());
-  cmd->add_option("--expert-capacity", f->expert_capacity,
-                  "mixture of experts: capacity factor (each expert's slots are this x tokens x top-k / experts, "
-                  "computed and sent whether filled or not; 0: dropless)")
-      ->check(CLI::Range(0.0, 64.0));
-  cmd->add_option("--expert-ffn", f->expert_ffn, "mixture of experts: an expert's hidden size (default --ffn)")->check(positive());
-  cmd->add_option("--shared-experts", f->shared_experts, "mixture of experts: experts every token uses")->check(non_negative());
-  cmd->add_option("--dense-layers", f->dense_layers, "mixture of experts: leading layers with a dense feed-forward block")
-      ->check(non_negative());
-  cmd->add_option("--kv-lora-rank", f->kv_lora_rank, "multi-head latent attention: the key-value latent's rank")
-      ->check(positive());
-  cmd->add_option("--q-lora-rank", f->q_lora_rank, "multi-head latent attention: the query bottleneck's rank (0: none)")
-      ->check(non_negative());
-  cmd->add_option("--qk-nope-dim", f->qk_nope_dim, "multi-head latent attention: query/key dims per head without rotary")
-      ->check(positive());
-  cmd->add_option("--qk-rope-dim", f->qk_rope_dim, "multi-head latent attention: rotary query/key dims per head")
-      ->check(non_negative());
-  cmd->add_option("--v-head-dim", f->v_head_dim, "multi-head latent attention: value dims per head")->check(positive());
+#define AT(member) [](PlanFlags& o) -> FieldRef { return &o.member; }
+using F = Flag<PlanFlags>;
+
+// Adds flags to the table under one group.
+struct Group {
+  FlagTable<PlanFlags>& table;
+  std::string name;
+  void operator()(F f) {
+    f.group = name;
+    table.push_back(std::move(f));
+  }
+};
+
+// The model: a preset, its dimensions, mixture of experts, latent attention (bounded far above
+// any model built, so that products of them stay exact).
+void add_model(FlagTable<PlanFlags>& t) {
+  Group add{t, "the model"};
+  add(F("--model", AT(model), "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b | mixtral-8x7b | deepseek-v3"));
+  add(F("--params", AT(params), "a model given only by its parameter count (e.g. 7.5e9)").above(0));
+  add(F("--layers", AT(layers), "override: transformer blocks").in(1, 1e6));
+  add(F("--d-model", AT(d_model), "override: hidden size").in(1, 1e7));
+  add(F("--heads", AT(heads), "override: attention heads").in(1, 1e6));
+  add(F("--kv-heads", AT(kv_heads), "override: key-value heads (grouped-query attention)").in(1, 1e6));
+  add(F("--ffn", AT(ffn), "override: feed-forward hidden size").in(1, 1e8));
+  add(F("--vocab", AT(vocab), "override: vocabulary size").in(1, 1e9));
+  add(F("--seq", AT(seq), "override: sequence length").in(1, 1e8));
+  add(F("--experts", AT(experts), "mixture of experts: routed experts per MoE layer").in(1, 1e6));
+  add(F("--top-k", AT(top_k), "mixture of experts: experts per token").in(1, 1e6));
+  add(F("--expert-capacity", AT(expert_capacity),
+        "mixture of experts: capacity factor (each expert's slots are this x tokens x top-k / experts, computed and sent "
+        "whether filled or not; 0: dropless)")
+          .defaults("the preset's").in(0, 64));
+  add(F("--expert-ffn", AT(expert_ffn), "mixture of experts: an expert's hidden size").defaults("--ffn").in(1, 1e8));
+  add(F("--shared-experts", AT(shared_experts), "mixture of experts: experts every token uses").defaults("the preset's")
+          .in(0, 1e6));
+  add(F("--dense-layers", AT(dense_layers), "mixture of experts: leading layers with a dense feed-forward block")
+          .defaults("the preset's").in(0, 1e6));
+  add(F("--kv-lora-rank", AT(kv_lora_rank), "multi-head latent attention: the key-value latent's rank").in(1, 1e6));
+  add(F("--q-lora-rank", AT(q_lora_rank), "multi-head latent attention: the query bottleneck's rank (0: none)")
+          .defaults("the preset's").in(0, 1e6));
+  add(F("--qk-nope-dim", AT(qk_nope_dim), "multi-head latent attention: query/key dims per head without rotary").in(1, 1e6));
+  add(F("--qk-rope-dim", AT(qk_rope_dim), "multi-head latent attention: rotary query/key dims per head")
+          .defaults("the preset's").in(0, 1e6));
+  add(F("--v-head-dim", AT(v_head_dim), "multi-head latent attention: value dims per head").in(1, 1e6));
 }
 
 // The layout: GPUs, parallel sizes, ZeRO, batches, recomputation, pipeline shape.
-void add_plan_layout_flags(CLI::App* cmd, PlanFlags* f) {
-  cmd->add_option("--gpus", f->gpus, "GPUs in the job (= tp x pp x cp x dp; 1024 or 1e3)")->check(positive());
-  cmd->add_option("--tp", f->tp, "tensor-parallel size")->capture_default_str();
-  cmd->add_option("--pp", f->pp, "pipeline-parallel size")->capture_default_str();
-  cmd->add_option("--dp", f->dp, "data-parallel size (default: gpus / (tp x pp x cp))")->check(positive());
-  cmd->add_option("--cp", f->cp, "context-parallel size (ring attention)")->capture_default_str();
-  cmd->add_option("--ep", f->ep, "expert-parallel size (within data x context parallel)")->capture_default_str();
-  cmd->add_option("--zero", f->zero, "ZeRO stage 0-3")->capture_default_str();
-  cmd->add_option("--precision", f->precision, "fp32-adam | mixed-adam | megatron-dist | fp16-weights")
-      ->capture_default_str();
-  cmd->add_option("--micro-batch", f->micro_batch, "sequences per micro-batch")->capture_default_str();
-  cmd->add_option("--global-batch", f->global_batch, "sequences per iteration")->check(positive());
-  cmd->add_flag("--recompute", f->recompute, "full activation recomputation (--recompute-granularity full)");
-  cmd->add_option("--recompute-granularity", f->recompute_granularity,
-                  "none | selective (the attention core, Korthikanti et al.) | full");
-  cmd->add_option("--recompute-layers", f->recompute_layers, "full recomputation of only this many layers per stage");
-  cmd->add_flag("--sequence-parallel", f->sequence_parallel, "Megatron sequence parallelism");
-  cmd->add_flag("--flash-attention", f->flash_attention, "attention without stored s x s scores (FlashAttention)");
-  cmd->add_option("--interleave", f->interleave, "model chunks per pipeline GPU (interleaved 1F1B)")->capture_default_str();
-  cmd->add_option("--first-stage-layers", f->first_stage_layers, "uneven pipeline: layers of the first stage")
-      ->check(positive());
-  cmd->add_option("--last-stage-layers", f->last_stage_layers, "uneven pipeline: layers of the last stage")->check(positive());
+void add_layout(FlagTable<PlanFlags>& t) {
+  Group add{t, "the layout"};
+  add(F("--gpus", AT(gpus), "GPUs in the job (= tp x pp x cp x dp; 1024 or 1e3)").in(1, 1e9));
+  add(F("--tp", AT(tp), "tensor-parallel size").at_least(1));
+  add(F("--pp", AT(pp), "pipeline-parallel size").at_least(1));
+  add(F("--dp", AT(dp), "data-parallel size").defaults("gpus / (tp x pp x cp)").at_least(1));
+  add(F("--cp", AT(cp), "context-parallel size (ring attention)").at_least(1));
+  add(F("--ep", AT(ep), "expert-parallel size (within data x context parallel)").at_least(1));
+  add(F("--zero", AT(zero), "ZeRO stage").in(0, 3));
+  add(F("--precision", AT(precision), "the numbers held per parameter")
+          .one_of({"fp32-adam", "mixed-adam", "megatron-dist", "fp16-weights"}));
+  add(F("--micro-batch", AT(micro_batch), "sequences per micro-batch").at_least(1));
+  add(F("--global-batch", AT(global_batch), "sequences per iteration").in(1, 1e12));
+  add(F("--recompute", AT(recompute), "full activation recomputation (--recompute-granularity full)"));
+  add(F("--recompute-granularity", AT(recompute_granularity),
+        "none, selective (the attention core, Korthikanti et al.) or full")
+          .defaults("none").one_of({"none", "selective", "full"}));
+  add(F("--recompute-layers", AT(recompute_layers), "full recomputation of only this many layers per stage (0: all)")
+          .at_least(0));
+  add(F("--sequence-parallel", AT(sequence_parallel), "Megatron sequence parallelism"));
+  add(F("--flash-attention", AT(flash_attention), "attention without stored s x s scores (FlashAttention)"));
+  add(F("--interleave", AT(interleave), "model chunks per pipeline GPU (interleaved 1F1B)").at_least(1));
+  add(F("--first-stage-layers", AT(first_stage_layers), "uneven pipeline: layers of the first stage").at_least(1));
+  add(F("--last-stage-layers", AT(last_stage_layers), "uneven pipeline: layers of the last stage").at_least(1));
 }
 
 // The hardware and the run: the GPU, rates, power, the cluster's links.
-void add_plan_hardware_flags(CLI::App* cmd, PlanFlags* f) {
-  cmd->add_option("--gpu", f->gpu,
-                  "v100-16gb | v100-32gb | a100-40gb | a100-80gb | h100-80gb | h200-141gb | b200-180gb | gb200-nvl72 | mi300x")
-      ->capture_default_str();
-  cmd->add_option("--gpu-memory", f->gpu_memory_gb, "override: GPU memory in GB")->check(positive());
-  cmd->add_option("--peak-tflops", f->peak_tflops, "override: dense 16-bit peak TFLOP/s")->check(positive());
-  cmd->add_option("--memory-bandwidth", f->memory_bandwidth_gbps, "override: HBM GB/s")->check(positive());
-  cmd->add_option("--watts", f->watts, "override: power per GPU in W")->check(positive());
-  cmd->add_option("--tokens", f->tokens, "training tokens (for time, power and data)")->check(non_negative());
-  cmd->add_option("--tflops", f->tflops, "achieved TFLOP/s per GPU, recomputation counted (see --tflops-kind)")
-      ->check(positive());
-  cmd->add_option("--tflops-kind", f->tflops_kind, "end-to-end (whole iterations, as papers report) | kernel (while computing)")
-      ->capture_default_str();
-  cmd->add_option("--mfu", f->mfu, "end-to-end model FLOPs utilization (instead of --tflops)")->check(CLI::Range(1e-9, 1.0));
-  cmd->add_option("--gemm-efficiency", f->gemm_efficiency, "no rate given: the share of the peak a large GEMM reaches")
-      ->capture_default_str();
-  cmd->add_flag("--fp8", f->fp8, "FP8 GEMMs: saved GEMM inputs in 8 bits and FP8 weight copies; no rate given, GEMMs at the GPU's FP8 peak (MFU against the 16-bit peak)");
-  cmd->add_option("--price", f->price, "dollars per kWh")->capture_default_str()->check(non_negative());
-  cmd->add_option("--bytes-per-token", f->bytes_per_token, "dataset bytes per token")
-      ->capture_default_str()
-      ->check(positive());
-  cmd->add_option("--gpus-per-node", f->gpus_per_node, "GPUs sharing an NVLink domain (default: the GPU's)")->check(positive());
-  cmd->add_option("--nvlink-gbps", f->nvlink_gbps, "NVLink GB/s per GPU and direction (default: the GPU's)")->check(positive());
-  cmd->add_option("--network", f->network, "the scale-out network per GPU (default: the GPU's): hdr-ib | ndr-ib | xdr-ib | roce-100g | roce-200g | roce-400g | roce-800g");
-  cmd->add_option("--rail-gbps", f->rail_gbps, "network GB/s per GPU and direction (default: the GPU's)")->check(positive());
-  cmd->add_option("--collective-overhead-us", f->collective_overhead_us,
-                  "microseconds per collective or send beyond its alpha-beta time (framework overhead; default 0)")
-      ->check(non_negative());
+void add_hardware(FlagTable<PlanFlags>& t) {
+  Group add{t, "the hardware and the run"};
+  add(F("--gpu", AT(gpu), "v100-16gb | v100-32gb | a100-40gb | a100-80gb | h100-80gb | h200-141gb | b200-180gb | "
+                          "gb200-nvl72 | mi300x"));
+  add(F("--gpu-memory", AT(gpu_memory_gb), "override: GPU memory in GB").above(0));
+  add(F("--peak-tflops", AT(peak_tflops), "override: dense 16-bit peak TFLOP/s").above(0));
+  add(F("--memory-bandwidth", AT(memory_bandwidth_gbps), "override: HBM GB/s").above(0));
+  add(F("--watts", AT(watts), "override: power per GPU in W").above(0));
+  add(F("--tokens", AT(tokens), "training tokens (for time, power and data)").at_least(0));
+  add(F("--tflops", AT(tflops), "achieved TFLOP/s per GPU, recomputation counted (see --tflops-kind)").above(0));
+  add(F("--tflops-kind", AT(tflops_kind), "end-to-end (whole iterations, as papers report) or kernel (while computing)")
+          .one_of({"end-to-end", "kernel"}));
+  add(F("--mfu", AT(mfu), "end-to-end model FLOPs utilization (instead of --tflops)").in(1e-9, 1));
+  add(F("--gemm-efficiency", AT(gemm_efficiency), "no rate given: the share of the peak a large GEMM reaches").above(0));
+  add(F("--fp8", AT(fp8), "FP8 GEMMs: saved GEMM inputs in 8 bits and FP8 weight copies; no rate given, GEMMs at the "
+                          "GPU's FP8 peak (MFU against the 16-bit peak)"));
+  add(F("--price", AT(price), "dollars per kWh").at_least(0));
+  add(F("--bytes-per-token", AT(bytes_per_token), "dataset bytes per token").above(0));
+  add(F("--gpus-per-node", AT(gpus_per_node), "GPUs sharing an NVLink domain").defaults("the GPU's").at_least(1));
+  add(F("--nvlink-gbps", AT(nvlink_gbps), "NVLink GB/s per GPU and direction").defaults("the GPU's").above(0));
+  add(F("--network", AT(network), "the scale-out network per GPU: hdr-ib | ndr-ib | xdr-ib | roce-100g | roce-200g | "
+                                  "roce-400g | roce-800g")
+          .defaults("the GPU's"));
+  add(F("--rail-gbps", AT(rail_gbps), "network GB/s per GPU and direction").defaults("the GPU's").above(0));
+  add(F("--collective-overhead-us", AT(collective_overhead_us),
+        "microseconds per collective or send beyond its alpha-beta time (framework overhead)")
+          .at_least(0));
 }
 
-// Serving, offloading, memory overheads and the outputs: JSON, workloads, reports, sweeps.
-void add_plan_output_flags(CLI::App* cmd, PlanFlags* f) {
-  cmd->add_flag("--inference", f->inference, "size serving instead of training: weights, key-value cache, prefill and decode");
-  cmd->add_option("--context", f->context, "--inference: tokens per sequence (default: the model's sequence)")->check(positive());
-  cmd->add_option("--prompt", f->prompt, "--inference: prompt tokens (default: half the context)")->check(positive());
-  cmd->add_option("--batch", f->batch, "--inference: sequences decoded together")->capture_default_str()->check(positive());
-  cmd->add_option("--weight-precision", f->weight_precision, "--inference: fp32 | bf16 | fp16 | fp8 | int8 | int4")
-      ->capture_default_str();
-  cmd->add_option("--kv-precision", f->kv_precision, "--inference: the key-value cache's: fp32 | bf16 | fp16 | fp8 | int8")
-      ->capture_default_str();
-  cmd->add_option("--bandwidth-efficiency", f->bandwidth_efficiency, "--inference: the share of HBM bandwidth a step reaches")
-      ->capture_default_str();
-  cmd->add_option("--offload-to", f->offload_to, "--offload: host (memory) | nvme (ZeRO-Infinity's drives)")->capture_default_str();
-  cmd->add_option("--nvme-gbps", f->nvme_gbps, "--offload-to nvme: NVMe GB/s per GPU (default 3: a node's drives shared by its GPUs)")
-      ->check(positive());
-  cmd->add_option("--offload", f->offload, "none | optimizer (ZeRO-Offload) | params (ZeRO-Infinity: weights too)")
-      ->capture_default_str();
-  cmd->add_option("--host-gbps", f->host_gbps, "host link GB/s per GPU and direction (default: the GPU's)")->check(positive());
-  cmd->add_option("--runtime-gb", f->runtime_gb, "GPU memory for the runtime (context, workspaces, NCCL buffers)")
-      ->capture_default_str();
-  cmd->add_option("--fragmentation", f->fragmentation, "share of activations and buffers lost to fragmentation")
-      ->capture_default_str();
-  cmd->add_flag("--json", f->json, "print JSON");
-  cmd->add_option("--emit-workload", f->emit_workload,
-                  "write one iteration as per-rank traces into this folder (for weft sim; needs --global-batch)");
-  cmd->add_option("--emit-schedule", f->emit_schedule, "--emit-workload: micro-batch order, 1f1b | gpipe")
-      ->capture_default_str();
-  cmd->add_option("--report", f->report, "write an HTML report of the plan or the sweep (docs/reports.md)");
-  cmd->add_flag("--sweep", f->sweep, "rank every layout that fits by estimated iteration time (needs --gpus, --global-batch)");
-  cmd->add_option("--top", f->top, "--sweep: rows to show")->capture_default_str()->check(positive());
-  cmd->add_option("--sweep-tp", f->sweep_tp, "--sweep: tensor sizes to try (comma-separated)")->delimiter(',');
-  cmd->add_option("--sweep-pp", f->sweep_pp, "--sweep: pipeline sizes to try")->delimiter(',');
-  cmd->add_option("--sweep-dp", f->sweep_dp, "--sweep: data-parallel sizes to try")->delimiter(',');
-  cmd->add_option("--sweep-cp", f->sweep_cp, "--sweep: context-parallel sizes to try")->delimiter(',');
-  cmd->add_option("--sweep-ep", f->sweep_ep, "--sweep: expert-parallel sizes to try")->delimiter(',');
-  cmd->add_option("--sweep-zero", f->sweep_zero, "--sweep: ZeRO stages to try")->delimiter(',');
-  cmd->add_option("--sweep-mb", f->sweep_mb, "--sweep: micro-batch sizes to try")->delimiter(',');
-  cmd->add_option("--sweep-recompute", f->sweep_recompute, "--sweep: recomputation to try (none, selective, full)")
-      ->delimiter(',');
-  cmd->add_option("--sweep-interleave", f->sweep_interleave, "--sweep: model chunks per pipeline GPU to try")->delimiter(',');
-  cmd->add_option("--sweep-sp", f->sweep_sp, "--sweep: sequence parallelism to try (on, off)")->delimiter(',');
-  cmd->add_option("--sweep-flash", f->sweep_flash, "--sweep: FlashAttention to try (on, off)")->delimiter(',');
+// Serving, offloading and memory overheads.
+void add_serving_and_memory(FlagTable<PlanFlags>& t) {
+  Group add{t, "serving, offload and memory"};
+  add(F("--inference", AT(inference), "size serving instead of training: weights, key-value cache, prefill and decode"));
+  add(F("--context", AT(context), "--inference: tokens per sequence").defaults("the model's sequence").at_least(1));
+  add(F("--prompt", AT(prompt), "--inference: prompt tokens").defaults("half the context").at_least(1));
+  add(F("--batch", AT(batch), "--inference: sequences decoded together").at_least(1));
+  add(F("--weight-precision", AT(weight_precision), "--inference: the weights'")
+          .one_of({"fp32", "bf16", "fp16", "fp8", "int8", "int4"}));
+  add(F("--kv-precision", AT(kv_precision), "--inference: the key-value cache's").one_of({"fp32", "bf16", "fp16", "fp8", "int8"}));
+  add(F("--bandwidth-efficiency", AT(bandwidth_efficiency), "--inference: the share of HBM bandwidth a step reaches")
+          .above(0));
+  add(F("--offload", AT(offload), "ZeRO-Offload (optimizer) or ZeRO-Infinity (params: weights too)")
+          .one_of({"none", "optimizer", "params"}));
+  add(F("--offload-to", AT(offload_to), "--offload: host memory, or nvme (ZeRO-Infinity's drives)").one_of({"host", "nvme"}));
+  add(F("--nvme-gbps", AT(nvme_gbps), "--offload-to nvme: NVMe GB/s per GPU").defaults("3: a node's drives shared by its GPUs")
+          .above(0));
+  add(F("--host-gbps", AT(host_gbps), "host link GB/s per GPU and direction").defaults("the GPU's").above(0));
+  add(F("--runtime-gb", AT(runtime_gb), "GPU memory for the runtime (context, workspaces, NCCL buffers)").at_least(0));
+  add(F("--fragmentation", AT(fragmentation), "share of activations and buffers lost to fragmentation").in_open(0, 1));
+}
+
+// The outputs: JSON, workloads, reports, sweeps.
+void add_outputs(FlagTable<PlanFlags>& t) {
+  Group add{t, "output and sweeps"};
+  add(F("--json", AT(json), "print JSON"));
+  add(F("--emit-workload", AT(emit_workload),
+        "write one iteration as per-rank traces into this folder (for weft sim; needs --global-batch)"));
+  add(F("--emit-schedule", AT(emit_schedule), "--emit-workload: micro-batch order").one_of({"1f1b", "gpipe"}));
+  add(F("--report", AT(report), "write an HTML report of the plan or the sweep (docs/reports.md)"));
+  add(F("--sweep", AT(sweep), "rank every layout that fits by estimated iteration time (needs --gpus, --global-batch)"));
+  add(F("--top", AT(top), "--sweep: rows to show").at_least(1));
+  add(F("--sweep-tp", AT(sweep_tp), "--sweep: tensor sizes to try (comma-separated)"));
+  add(F("--sweep-pp", AT(sweep_pp), "--sweep: pipeline sizes to try"));
+  add(F("--sweep-dp", AT(sweep_dp), "--sweep: data-parallel sizes to try"));
+  add(F("--sweep-cp", AT(sweep_cp), "--sweep: context-parallel sizes to try"));
+  add(F("--sweep-ep", AT(sweep_ep), "--sweep: expert-parallel sizes to try"));
+  add(F("--sweep-zero", AT(sweep_zero), "--sweep: ZeRO stages to try"));
+  add(F("--sweep-mb", AT(sweep_mb), "--sweep: micro-batch sizes to try"));
+  add(F("--sweep-recompute", AT(sweep_recompute), "--sweep: recomputation to try").comma_separated()
+          .one_of({"none", "selective", "full"}));
+  add(F("--sweep-interleave", AT(sweep_interleave), "--sweep: model chunks per pipeline GPU to try"));
+  add(F("--sweep-sp", AT(sweep_sp), "--sweep: sequence parallelism to try").comma_separated().one_of({"on", "off"}));
+  add(F("--sweep-flash", AT(sweep_flash), "--sweep: FlashAttention to try").comma_separated().one_of({"on", "off"}));
+}
+
+#undef AT
+
+const FlagTable<PlanFlags>& plan_flags() {
+  static const FlagTable<PlanFlags> table = [] {
+    FlagTable<PlanFlags> t;
+    add_model(t);
+    add_layout(t);
+    add_hardware(t);
+    add_serving_and_memory(t);
+    add_outputs(t);
+    return t;
+  }();
+  return table;
 }
 
 }  // namespace
 
+FlagDocs plan_flag_docs() { return flag_docs(plan_flags()); }
+
 void add_plan_command(CLI::App& app, Action& action) {
   auto f = std::make_shared<PlanFlags>();
   CLI::App* cmd = app.add_subcommand("plan", "memory, compute, time, power and data for a training job at any scale");
-  add_plan_model_flags(cmd, f.get());
-  add_plan_layout_flags(cmd, f.get());
-  add_plan_hardware_flags(cmd, f.get());
-  add_plan_output_flags(cmd, f.get());
+  add_flags(cmd, plan_flags(), *f);
   cmd->callback([f, cmd, &action] {
     // With --sweep, a layout given on the command line is the one to compare against.
     for (const char* flag : {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--micro-batch"})

@@ -50,6 +50,8 @@ std::string value_text(const FieldRef& ref) {
                           return text;
                         },
                         [](const std::vector<std::string>* v) { return fmt::format("{}", fmt::join(*v, ",")); },
+                        [](const std::vector<int>* v) { return fmt::format("{}", fmt::join(*v, ",")); },
+                        [](const std::vector<std::int64_t>* v) { return fmt::format("{}", fmt::join(*v, ",")); },
                         [](const auto* v) { return std::to_string(*v); },
                     },
                     ref);
@@ -62,6 +64,8 @@ bool value_set(const FieldRef& ref) {
                         [](const std::optional<std::int64_t>* v) { return v->has_value(); },
                         [](const std::vector<double>* v) { return !v->empty(); },
                         [](const std::vector<std::string>* v) { return !v->empty(); },
+                        [](const std::vector<int>* v) { return !v->empty(); },
+                        [](const std::vector<std::int64_t>* v) { return !v->empty(); },
                         [](const auto*) { return true; },
                     },
                     ref);

@@ -22,7 +22,8 @@ namespace weft {
 // Where a flag's value lives in the command's options.
 using FieldRef = std::variant<bool*, int*, std::int64_t*, std::uint64_t*, double*, std::string*,
                               std::optional<std::int64_t>*, std::optional<double>*, std::optional<std::string>*,
-                              std::vector<double>*, std::vector<std::string>*>;
+                              std::vector<double>*, std::vector<std::string>*, std::vector<int>*,
+                              std::vector<std::int64_t>*>;
 
 // What every flag declares, whatever options it belongs to.
 struct FlagInfo {
@@ -34,7 +35,8 @@ struct FlagInfo {
   std::optional<double> lo, hi;  // bounds of a number, inclusive unless open
   bool lo_open = false, hi_open = false;
   bool finite = false;       // a number that must be finite (bounds imply it)
-  std::vector<std::string> choices;  // the words a text flag takes
+  std::vector<std::string> choices;  // the words a text flag takes (each word of a list)
+  bool comma_list = false;   // a list of texts also given as "a,b" (numbers' lists always are)
   std::string needs;         // the runs it shapes, in the flags' words ("--strategy fedavg"); "" for every run
   std::vector<std::string> excludes;  // flags it cannot be given with
   std::string env;           // an environment variable that also sets the value
@@ -63,6 +65,7 @@ struct Flag : FlagInfo {
   Flag&& in(double a, double b) && { lo = a; hi = b; return std::move(*this); }
   Flag&& in_open(double a, double b) && { lo = a; hi = b; hi_open = true; return std::move(*this); }
   Flag&& finite_value() && { finite = true; return std::move(*this); }
+  Flag&& comma_separated() && { comma_list = true; return std::move(*this); }
   Flag&& one_of(std::vector<std::string> words) && { choices = std::move(words); return std::move(*this); }
   Flag&& excluding(std::vector<std::string> flags) && { excludes = std::move(flags); return std::move(*this); }
   Flag&& from_env(std::string variable) && { env = std::move(variable); return std::move(*this); }
