@@ -62,6 +62,14 @@ refused = run("train", "--config", str(bad), ok=False)
 if refused.returncode == 0 or "'learning-rate' is not a flag of weft train" not in refused.stderr:
     failures.append(f"a key outside the table was taken: {refused.stderr.strip()}")
 
+# Every WEFT_ variable the sources name is in the environment table (weft flags env).
+declared = set(re.findall(r"^\| `(WEFT_[A-Z0-9_]+)`", run("flags", "env").stdout, re.M))
+named = set()
+for source in (repo / "src").rglob("*.[ch]*"):
+    named |= set(re.findall(r'"(WEFT_[A-Z0-9_]+)"', source.read_text(errors="replace")))
+if named - declared or len(declared) < 30:
+    failures.append(f"environment variables the sources name but the table does not: {sorted(named - declared)}")
+
 docs = subprocess.run([sys.executable, str(repo / "scripts/docs-flags.py"), weft, str(repo / "docs"), "--check"],
                       capture_output=True, text=True)
 if docs.returncode != 0:

@@ -9,6 +9,7 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/flag_parser.h"
 #include "weft/train/train_flags.h"
+#include "weft/util/environment.h"
 #include "weft/util/error.h"
 
 namespace weft::cli {
@@ -22,8 +23,17 @@ std::map<std::string, FlagDocs> documented_commands() {
           {"plan", plan_flag_docs()}};
 }
 
+// The environment variables, as one more "command" whose groups are the table's.
+FlagDocs environment_docs() {
+  FlagDocs docs;
+  for (const EnvVariable& v : environment_variables())
+    if (std::find(docs.groups.begin(), docs.groups.end(), v.group) == docs.groups.end()) docs.groups.push_back(v.group);
+  docs.markdown = [](const std::string& group) { return environment_markdown(group); };
+  return docs;
+}
+
 int print_flags(const std::string& command, const std::string& group) {
-  const FlagDocs docs = documented_commands().at(command);
+  const FlagDocs docs = command == "env" ? environment_docs() : documented_commands().at(command);
   if (!group.empty()) {
     if (std::find(docs.groups.begin(), docs.groups.end(), group) == docs.groups.end())
       throw ConfigError(fmt::format("weft {} has no group of flags '{}' (groups: {})", command, group, fmt::join(docs.groups, ", ")));
@@ -42,7 +52,9 @@ void add_flags_command(CLI::App& app, Action& action) {
   auto group = std::make_shared<std::string>();
   std::vector<std::string> names;
   for (const auto& [name, docs] : documented_commands()) names.push_back(name);
-  CLI::App* cmd = app.add_subcommand("flags", "print a command's flags as Markdown tables, as the docs list them");
+  names.push_back("env");  // the environment variables
+  CLI::App* cmd = app.add_subcommand("flags", "print a command's flags (env: the environment variables) as Markdown "
+                                              "tables, as the docs list them");
   cmd->add_option("command", *command, fmt::format("the command: {}", fmt::join(names, ", ")))
       ->required()
       ->check(CLI::IsMember(names));

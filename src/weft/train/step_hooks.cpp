@@ -13,6 +13,7 @@
 #include "weft/parallel/pipeline.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/thread_pool.h"
+#include "weft/util/env.h"
 #include "weft/util/error.h"
 #include "weft/util/parse.h"
 
@@ -22,24 +23,24 @@ namespace {
 
 // WEFT_STRAGGLER's milliseconds for this rank (0: none).
 int straggler_ms(int rank) {
-  const char* e = std::getenv("WEFT_STRAGGLER");
+  const auto e = env_string("WEFT_STRAGGLER");
   if (!e) return 0;
-  const auto pair = parse_integer_pair(e);
+  const auto pair = parse_integer_pair(*e);
   constexpr std::int64_t kMost = std::numeric_limits<int>::max();
   if (!pair || pair->first < 0 || pair->first > kMost || pair->second < 0 || pair->second > kMost)
-    throw ConfigError(std::string("WEFT_STRAGGLER='") + e + "' is not RANK:MILLISECONDS");
+    throw ConfigError("WEFT_STRAGGLER='" + *e + "' is not RANK:MILLISECONDS");
   return pair->first == rank ? static_cast<int>(pair->second) : 0;
 }
 
 // WEFT_SLOWDOWN's factor for this rank (1: none).
 double slowdown_factor(int rank) {
-  const char* e = std::getenv("WEFT_SLOWDOWN");
+  const auto e = env_string("WEFT_SLOWDOWN");
   if (!e) return 1;
-  const auto pair = split_pair(e);
+  const auto pair = split_pair(*e);
   const auto who = pair ? parse_integer(pair->first) : std::nullopt;
   const auto factor = pair ? parse_number(pair->second) : std::nullopt;
   if (!who || *who < 0 || *who > std::numeric_limits<int>::max() || !factor || !(*factor >= 1 && *factor <= 1000))
-    throw ConfigError(std::string("WEFT_SLOWDOWN='") + e + "' is not RANK:FACTOR (a factor from 1 to 1000)");
+    throw ConfigError("WEFT_SLOWDOWN='" + *e + "' is not RANK:FACTOR (a factor from 1 to 1000)");
   return *who == rank ? *factor : 1;
 }
 

@@ -1,12 +1,16 @@
 #include "weft/util/env.h"
 
 #include <cstdlib>
+#include <string_view>
 
+#include "weft/util/environment.h"
 #include "weft/util/error.h"
 
 namespace weft {
 
 std::optional<std::string> env_string(const char* name) {
+  if (std::string_view(name).rfind("WEFT_", 0) == 0 && !find_environment_variable(name))
+    throw InternalError(std::string(name) + " is read but not declared in util/environment.cpp");
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return std::nullopt;
   return std::string(v);

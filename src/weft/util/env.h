@@ -7,6 +7,8 @@
 
 namespace weft {
 
+// The variable's value (nullopt when unset or empty). A WEFT_ variable must be declared in
+// util/environment.cpp (InternalError otherwise).
 std::optional<std::string> env_string(const char* name);
 // Parses a positive integer from the environment; throws ConfigError naming the
 // variable when it is set but not a positive integer.
