@@ -211,7 +211,7 @@ void check_f16_gradients(const std::shared_ptr<comm::Communicator>& world) {
   const int w = world->size(), r = world->rank();
   Var p(Tensor::zeros({4}), true);
   DdpOptions options;
-  options.f16_gradients = true;
+  options.grad_dtype = "fp16";
   DistributedDataParallel ddp(std::vector<Var>{p}, world, options);
   // Round 0 overflows at scale 1; round 1 (1e5 times smaller) runs at the shrunk scale and
   // sets one from its own values, at which round 2 keeps float16's precision.

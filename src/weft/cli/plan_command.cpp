@@ -325,13 +325,13 @@ int run_plan(const PlanFlags& f) {
   return 0;
 }
 #define AT(member) [](PlanFlags& o) -> FieldRef { return &o.member; }
-using F = Flag<PlanFlags>;
+using PlanFlag = Flag<PlanFlags>;
 
 // Adds flags to the table under one group.
-struct Group {
+struct PlanGroup {
   FlagTable<PlanFlags>& table;
   std::string name;
-  void operator()(F f) {
+  void operator()(PlanFlag f) {
     f.group = name;
     table.push_back(std::move(f));
   }
@@ -340,137 +340,137 @@ struct Group {
 // The model: a preset, its dimensions, mixture of experts, latent attention (bounded far above
 // any model built, so that products of them stay exact).
 void add_model(FlagTable<PlanFlags>& t) {
-  Group add{t, "the model"};
-  add(F("--model", AT(model), "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b | mixtral-8x7b | deepseek-v3"));
-  add(F("--params", AT(params), "a model given only by its parameter count (e.g. 7.5e9)").above(0));
-  add(F("--layers", AT(layers), "override: transformer blocks").in(1, 1e6));
-  add(F("--d-model", AT(d_model), "override: hidden size").in(1, 1e7));
-  add(F("--heads", AT(heads), "override: attention heads").in(1, 1e6));
-  add(F("--kv-heads", AT(kv_heads), "override: key-value heads (grouped-query attention)").in(1, 1e6));
-  add(F("--ffn", AT(ffn), "override: feed-forward hidden size").in(1, 1e8));
-  add(F("--vocab", AT(vocab), "override: vocabulary size").in(1, 1e9));
-  add(F("--seq", AT(seq), "override: sequence length").in(1, 1e8));
-  add(F("--experts", AT(experts), "mixture of experts: routed experts per MoE layer").in(1, 1e6));
-  add(F("--top-k", AT(top_k), "mixture of experts: experts per token").in(1, 1e6));
-  add(F("--expert-capacity", AT(expert_capacity),
+  PlanGroup add{t, "the model"};
+  add(PlanFlag("--model", AT(model), "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b | mixtral-8x7b | deepseek-v3"));
+  add(PlanFlag("--params", AT(params), "a model given only by its parameter count (e.g. 7.5e9)").above(0));
+  add(PlanFlag("--layers", AT(layers), "override: transformer blocks").in(1, 1e6));
+  add(PlanFlag("--d-model", AT(d_model), "override: hidden size").in(1, 1e7));
+  add(PlanFlag("--heads", AT(heads), "override: attention heads").in(1, 1e6));
+  add(PlanFlag("--kv-heads", AT(kv_heads), "override: key-value heads (grouped-query attention)").in(1, 1e6));
+  add(PlanFlag("--ffn", AT(ffn), "override: feed-forward hidden size").in(1, 1e8));
+  add(PlanFlag("--vocab", AT(vocab), "override: vocabulary size").in(1, 1e9));
+  add(PlanFlag("--seq", AT(seq), "override: sequence length").in(1, 1e8));
+  add(PlanFlag("--experts", AT(experts), "mixture of experts: routed experts per MoE layer").in(1, 1e6));
+  add(PlanFlag("--top-k", AT(top_k), "mixture of experts: experts per token").in(1, 1e6));
+  add(PlanFlag("--expert-capacity", AT(expert_capacity),
         "mixture of experts: capacity factor (each expert's slots are this x tokens x top-k / experts, computed and sent "
         "whether filled or not; 0: dropless)")
           .defaults("the preset's").in(0, 64));
-  add(F("--expert-ffn", AT(expert_ffn), "mixture of experts: an expert's hidden size").defaults("--ffn").in(1, 1e8));
-  add(F("--shared-experts", AT(shared_experts), "mixture of experts: experts every token uses").defaults("the preset's")
+  add(PlanFlag("--expert-ffn", AT(expert_ffn), "mixture of experts: an expert's hidden size").defaults("--ffn").in(1, 1e8));
+  add(PlanFlag("--shared-experts", AT(shared_experts), "mixture of experts: experts every token uses").defaults("the preset's")
           .in(0, 1e6));
-  add(F("--dense-layers", AT(dense_layers), "mixture of experts: leading layers with a dense feed-forward block")
+  add(PlanFlag("--dense-layers", AT(dense_layers), "mixture of experts: leading layers with a dense feed-forward block")
           .defaults("the preset's").in(0, 1e6));
-  add(F("--kv-lora-rank", AT(kv_lora_rank), "multi-head latent attention: the key-value latent's rank").in(1, 1e6));
-  add(F("--q-lora-rank", AT(q_lora_rank), "multi-head latent attention: the query bottleneck's rank (0: none)")
+  add(PlanFlag("--kv-lora-rank", AT(kv_lora_rank), "multi-head latent attention: the key-value latent's rank").in(1, 1e6));
+  add(PlanFlag("--q-lora-rank", AT(q_lora_rank), "multi-head latent attention: the query bottleneck's rank (0: none)")
           .defaults("the preset's").in(0, 1e6));
-  add(F("--qk-nope-dim", AT(qk_nope_dim), "multi-head latent attention: query/key dims per head without rotary").in(1, 1e6));
-  add(F("--qk-rope-dim", AT(qk_rope_dim), "multi-head latent attention: rotary query/key dims per head")
+  add(PlanFlag("--qk-nope-dim", AT(qk_nope_dim), "multi-head latent attention: query/key dims per head without rotary").in(1, 1e6));
+  add(PlanFlag("--qk-rope-dim", AT(qk_rope_dim), "multi-head latent attention: rotary query/key dims per head")
           .defaults("the preset's").in(0, 1e6));
-  add(F("--v-head-dim", AT(v_head_dim), "multi-head latent attention: value dims per head").in(1, 1e6));
+  add(PlanFlag("--v-head-dim", AT(v_head_dim), "multi-head latent attention: value dims per head").in(1, 1e6));
 }
 
 // The layout: GPUs, parallel sizes, ZeRO, batches, recomputation, pipeline shape.
 void add_layout(FlagTable<PlanFlags>& t) {
-  Group add{t, "the layout"};
-  add(F("--gpus", AT(gpus), "GPUs in the job (= tp x pp x cp x dp; 1024 or 1e3)").in(1, 1e9));
-  add(F("--tp", AT(tp), "tensor-parallel size").at_least(1));
-  add(F("--pp", AT(pp), "pipeline-parallel size").at_least(1));
-  add(F("--dp", AT(dp), "data-parallel size").defaults("gpus / (tp x pp x cp)").at_least(1));
-  add(F("--cp", AT(cp), "context-parallel size (ring attention)").at_least(1));
-  add(F("--ep", AT(ep), "expert-parallel size (within data x context parallel)").at_least(1));
-  add(F("--zero", AT(zero), "ZeRO stage").in(0, 3));
-  add(F("--precision", AT(precision), "the numbers held per parameter")
+  PlanGroup add{t, "the layout"};
+  add(PlanFlag("--gpus", AT(gpus), "GPUs in the job (= tp x pp x cp x dp; 1024 or 1e3)").in(1, 1e9));
+  add(PlanFlag("--tp", AT(tp), "tensor-parallel size").at_least(1));
+  add(PlanFlag("--pp", AT(pp), "pipeline-parallel size").at_least(1));
+  add(PlanFlag("--dp", AT(dp), "data-parallel size").defaults("gpus / (tp x pp x cp)").at_least(1));
+  add(PlanFlag("--cp", AT(cp), "context-parallel size (ring attention)").at_least(1));
+  add(PlanFlag("--ep", AT(ep), "expert-parallel size (within data x context parallel)").at_least(1));
+  add(PlanFlag("--zero", AT(zero), "ZeRO stage").in(0, 3));
+  add(PlanFlag("--precision", AT(precision), "the numbers held per parameter")
           .one_of({"fp32-adam", "mixed-adam", "megatron-dist", "fp16-weights"}));
-  add(F("--micro-batch", AT(micro_batch), "sequences per micro-batch").at_least(1));
-  add(F("--global-batch", AT(global_batch), "sequences per iteration").in(1, 1e12));
-  add(F("--recompute", AT(recompute), "full activation recomputation (--recompute-granularity full)"));
-  add(F("--recompute-granularity", AT(recompute_granularity),
+  add(PlanFlag("--micro-batch", AT(micro_batch), "sequences per micro-batch").at_least(1));
+  add(PlanFlag("--global-batch", AT(global_batch), "sequences per iteration").in(1, 1e12));
+  add(PlanFlag("--recompute", AT(recompute), "full activation recomputation (--recompute-granularity full)"));
+  add(PlanFlag("--recompute-granularity", AT(recompute_granularity),
         "none, selective (the attention core, Korthikanti et al.) or full")
           .defaults("none").one_of({"none", "selective", "full"}));
-  add(F("--recompute-layers", AT(recompute_layers), "full recomputation of only this many layers per stage (0: all)")
+  add(PlanFlag("--recompute-layers", AT(recompute_layers), "full recomputation of only this many layers per stage (0: all)")
           .at_least(0));
-  add(F("--sequence-parallel", AT(sequence_parallel), "Megatron sequence parallelism"));
-  add(F("--flash-attention", AT(flash_attention), "attention without stored s x s scores (FlashAttention)"));
-  add(F("--interleave", AT(interleave), "model chunks per pipeline GPU (interleaved 1F1B)").at_least(1));
-  add(F("--first-stage-layers", AT(first_stage_layers), "uneven pipeline: layers of the first stage").at_least(1));
-  add(F("--last-stage-layers", AT(last_stage_layers), "uneven pipeline: layers of the last stage").at_least(1));
+  add(PlanFlag("--sequence-parallel", AT(sequence_parallel), "Megatron sequence parallelism"));
+  add(PlanFlag("--flash-attention", AT(flash_attention), "attention without stored s x s scores (FlashAttention)"));
+  add(PlanFlag("--interleave", AT(interleave), "model chunks per pipeline GPU (interleaved 1F1B)").at_least(1));
+  add(PlanFlag("--first-stage-layers", AT(first_stage_layers), "uneven pipeline: layers of the first stage").at_least(1));
+  add(PlanFlag("--last-stage-layers", AT(last_stage_layers), "uneven pipeline: layers of the last stage").at_least(1));
 }
 
 // The hardware and the run: the GPU, rates, power, the cluster's links.
 void add_hardware(FlagTable<PlanFlags>& t) {
-  Group add{t, "the hardware and the run"};
-  add(F("--gpu", AT(gpu), "v100-16gb | v100-32gb | a100-40gb | a100-80gb | h100-80gb | h200-141gb | b200-180gb | "
+  PlanGroup add{t, "the hardware and the run"};
+  add(PlanFlag("--gpu", AT(gpu), "v100-16gb | v100-32gb | a100-40gb | a100-80gb | h100-80gb | h200-141gb | b200-180gb | "
                           "gb200-nvl72 | mi300x"));
-  add(F("--gpu-memory", AT(gpu_memory_gb), "override: GPU memory in GB").above(0));
-  add(F("--peak-tflops", AT(peak_tflops), "override: dense 16-bit peak TFLOP/s").above(0));
-  add(F("--memory-bandwidth", AT(memory_bandwidth_gbps), "override: HBM GB/s").above(0));
-  add(F("--watts", AT(watts), "override: power per GPU in W").above(0));
-  add(F("--tokens", AT(tokens), "training tokens (for time, power and data)").at_least(0));
-  add(F("--tflops", AT(tflops), "achieved TFLOP/s per GPU, recomputation counted (see --tflops-kind)").above(0));
-  add(F("--tflops-kind", AT(tflops_kind), "end-to-end (whole iterations, as papers report) or kernel (while computing)")
+  add(PlanFlag("--gpu-memory", AT(gpu_memory_gb), "override: GPU memory in GB").above(0));
+  add(PlanFlag("--peak-tflops", AT(peak_tflops), "override: dense 16-bit peak TFLOP/s").above(0));
+  add(PlanFlag("--memory-bandwidth", AT(memory_bandwidth_gbps), "override: HBM GB/s").above(0));
+  add(PlanFlag("--watts", AT(watts), "override: power per GPU in W").above(0));
+  add(PlanFlag("--tokens", AT(tokens), "training tokens (for time, power and data)").at_least(0));
+  add(PlanFlag("--tflops", AT(tflops), "achieved TFLOP/s per GPU, recomputation counted (see --tflops-kind)").above(0));
+  add(PlanFlag("--tflops-kind", AT(tflops_kind), "end-to-end (whole iterations, as papers report) or kernel (while computing)")
           .one_of({"end-to-end", "kernel"}));
-  add(F("--mfu", AT(mfu), "end-to-end model FLOPs utilization (instead of --tflops)").in(1e-9, 1));
-  add(F("--gemm-efficiency", AT(gemm_efficiency), "no rate given: the share of the peak a large GEMM reaches").above(0));
-  add(F("--fp8", AT(fp8), "FP8 GEMMs: saved GEMM inputs in 8 bits and FP8 weight copies; no rate given, GEMMs at the "
+  add(PlanFlag("--mfu", AT(mfu), "end-to-end model FLOPs utilization (instead of --tflops)").in(1e-9, 1));
+  add(PlanFlag("--gemm-efficiency", AT(gemm_efficiency), "no rate given: the share of the peak a large GEMM reaches").above(0));
+  add(PlanFlag("--fp8", AT(fp8), "FP8 GEMMs: saved GEMM inputs in 8 bits and FP8 weight copies; no rate given, GEMMs at the "
                           "GPU's FP8 peak (MFU against the 16-bit peak)"));
-  add(F("--price", AT(price), "dollars per kWh").at_least(0));
-  add(F("--bytes-per-token", AT(bytes_per_token), "dataset bytes per token").above(0));
-  add(F("--gpus-per-node", AT(gpus_per_node), "GPUs sharing an NVLink domain").defaults("the GPU's").at_least(1));
-  add(F("--nvlink-gbps", AT(nvlink_gbps), "NVLink GB/s per GPU and direction").defaults("the GPU's").above(0));
-  add(F("--network", AT(network), "the scale-out network per GPU: hdr-ib | ndr-ib | xdr-ib | roce-100g | roce-200g | "
+  add(PlanFlag("--price", AT(price), "dollars per kWh").at_least(0));
+  add(PlanFlag("--bytes-per-token", AT(bytes_per_token), "dataset bytes per token").above(0));
+  add(PlanFlag("--gpus-per-node", AT(gpus_per_node), "GPUs sharing an NVLink domain").defaults("the GPU's").at_least(1));
+  add(PlanFlag("--nvlink-gbps", AT(nvlink_gbps), "NVLink GB/s per GPU and direction").defaults("the GPU's").above(0));
+  add(PlanFlag("--network", AT(network), "the scale-out network per GPU: hdr-ib | ndr-ib | xdr-ib | roce-100g | roce-200g | "
                                   "roce-400g | roce-800g")
           .defaults("the GPU's"));
-  add(F("--rail-gbps", AT(rail_gbps), "network GB/s per GPU and direction").defaults("the GPU's").above(0));
-  add(F("--collective-overhead-us", AT(collective_overhead_us),
+  add(PlanFlag("--rail-gbps", AT(rail_gbps), "network GB/s per GPU and direction").defaults("the GPU's").above(0));
+  add(PlanFlag("--collective-overhead-us", AT(collective_overhead_us),
         "microseconds per collective or send beyond its alpha-beta time (framework overhead)")
           .at_least(0));
 }
 
 // Serving, offloading and memory overheads.
 void add_serving_and_memory(FlagTable<PlanFlags>& t) {
-  Group add{t, "serving, offload and memory"};
-  add(F("--inference", AT(inference), "size serving instead of training: weights, key-value cache, prefill and decode"));
-  add(F("--context", AT(context), "--inference: tokens per sequence").defaults("the model's sequence").at_least(1));
-  add(F("--prompt", AT(prompt), "--inference: prompt tokens").defaults("half the context").at_least(1));
-  add(F("--batch", AT(batch), "--inference: sequences decoded together").at_least(1));
-  add(F("--weight-precision", AT(weight_precision), "--inference: the weights'")
+  PlanGroup add{t, "serving, offload and memory"};
+  add(PlanFlag("--inference", AT(inference), "size serving instead of training: weights, key-value cache, prefill and decode"));
+  add(PlanFlag("--context", AT(context), "--inference: tokens per sequence").defaults("the model's sequence").at_least(1));
+  add(PlanFlag("--prompt", AT(prompt), "--inference: prompt tokens").defaults("half the context").at_least(1));
+  add(PlanFlag("--batch", AT(batch), "--inference: sequences decoded together").at_least(1));
+  add(PlanFlag("--weight-precision", AT(weight_precision), "--inference: the weights'")
           .one_of({"fp32", "bf16", "fp16", "fp8", "int8", "int4"}));
-  add(F("--kv-precision", AT(kv_precision), "--inference: the key-value cache's").one_of({"fp32", "bf16", "fp16", "fp8", "int8"}));
-  add(F("--bandwidth-efficiency", AT(bandwidth_efficiency), "--inference: the share of HBM bandwidth a step reaches")
+  add(PlanFlag("--kv-precision", AT(kv_precision), "--inference: the key-value cache's").one_of({"fp32", "bf16", "fp16", "fp8", "int8"}));
+  add(PlanFlag("--bandwidth-efficiency", AT(bandwidth_efficiency), "--inference: the share of HBM bandwidth a step reaches")
           .above(0));
-  add(F("--offload", AT(offload), "ZeRO-Offload (optimizer) or ZeRO-Infinity (params: weights too)")
+  add(PlanFlag("--offload", AT(offload), "ZeRO-Offload (optimizer) or ZeRO-Infinity (params: weights too)")
           .one_of({"none", "optimizer", "params"}));
-  add(F("--offload-to", AT(offload_to), "--offload: host memory, or nvme (ZeRO-Infinity's drives)").one_of({"host", "nvme"}));
-  add(F("--nvme-gbps", AT(nvme_gbps), "--offload-to nvme: NVMe GB/s per GPU").defaults("3: a node's drives shared by its GPUs")
+  add(PlanFlag("--offload-to", AT(offload_to), "--offload: host memory, or nvme (ZeRO-Infinity's drives)").one_of({"host", "nvme"}));
+  add(PlanFlag("--nvme-gbps", AT(nvme_gbps), "--offload-to nvme: NVMe GB/s per GPU").defaults("3: a node's drives shared by its GPUs")
           .above(0));
-  add(F("--host-gbps", AT(host_gbps), "host link GB/s per GPU and direction").defaults("the GPU's").above(0));
-  add(F("--runtime-gb", AT(runtime_gb), "GPU memory for the runtime (context, workspaces, NCCL buffers)").at_least(0));
-  add(F("--fragmentation", AT(fragmentation), "share of activations and buffers lost to fragmentation").in_open(0, 1));
+  add(PlanFlag("--host-gbps", AT(host_gbps), "host link GB/s per GPU and direction").defaults("the GPU's").above(0));
+  add(PlanFlag("--runtime-gb", AT(runtime_gb), "GPU memory for the runtime (context, workspaces, NCCL buffers)").at_least(0));
+  add(PlanFlag("--fragmentation", AT(fragmentation), "share of activations and buffers lost to fragmentation").in_open(0, 1));
 }
 
 // The outputs: JSON, workloads, reports, sweeps.
 void add_outputs(FlagTable<PlanFlags>& t) {
-  Group add{t, "output and sweeps"};
-  add(F("--json", AT(json), "print JSON"));
-  add(F("--emit-workload", AT(emit_workload),
+  PlanGroup add{t, "output and sweeps"};
+  add(PlanFlag("--json", AT(json), "print JSON"));
+  add(PlanFlag("--emit-workload", AT(emit_workload),
         "write one iteration as per-rank traces into this folder (for weft sim; needs --global-batch)"));
-  add(F("--emit-schedule", AT(emit_schedule), "--emit-workload: micro-batch order").one_of({"1f1b", "gpipe"}));
-  add(F("--report", AT(report), "write an HTML report of the plan or the sweep (docs/reports.md)"));
-  add(F("--sweep", AT(sweep), "rank every layout that fits by estimated iteration time (needs --gpus, --global-batch)"));
-  add(F("--top", AT(top), "--sweep: rows to show").at_least(1));
-  add(F("--sweep-tp", AT(sweep_tp), "--sweep: tensor sizes to try (comma-separated)"));
-  add(F("--sweep-pp", AT(sweep_pp), "--sweep: pipeline sizes to try"));
-  add(F("--sweep-dp", AT(sweep_dp), "--sweep: data-parallel sizes to try"));
-  add(F("--sweep-cp", AT(sweep_cp), "--sweep: context-parallel sizes to try"));
-  add(F("--sweep-ep", AT(sweep_ep), "--sweep: expert-parallel sizes to try"));
-  add(F("--sweep-zero", AT(sweep_zero), "--sweep: ZeRO stages to try"));
-  add(F("--sweep-mb", AT(sweep_mb), "--sweep: micro-batch sizes to try"));
-  add(F("--sweep-recompute", AT(sweep_recompute), "--sweep: recomputation to try").comma_separated()
+  add(PlanFlag("--emit-schedule", AT(emit_schedule), "--emit-workload: micro-batch order").one_of({"1f1b", "gpipe"}));
+  add(PlanFlag("--report", AT(report), "write an HTML report of the plan or the sweep (docs/reports.md)"));
+  add(PlanFlag("--sweep", AT(sweep), "rank every layout that fits by estimated iteration time (needs --gpus, --global-batch)"));
+  add(PlanFlag("--top", AT(top), "--sweep: rows to show").at_least(1));
+  add(PlanFlag("--sweep-tp", AT(sweep_tp), "--sweep: tensor sizes to try (comma-separated)"));
+  add(PlanFlag("--sweep-pp", AT(sweep_pp), "--sweep: pipeline sizes to try"));
+  add(PlanFlag("--sweep-dp", AT(sweep_dp), "--sweep: data-parallel sizes to try"));
+  add(PlanFlag("--sweep-cp", AT(sweep_cp), "--sweep: context-parallel sizes to try"));
+  add(PlanFlag("--sweep-ep", AT(sweep_ep), "--sweep: expert-parallel sizes to try"));
+  add(PlanFlag("--sweep-zero", AT(sweep_zero), "--sweep: ZeRO stages to try"));
+  add(PlanFlag("--sweep-mb", AT(sweep_mb), "--sweep: micro-batch sizes to try"));
+  add(PlanFlag("--sweep-recompute", AT(sweep_recompute), "--sweep: recomputation to try").comma_separated()
           .one_of({"none", "selective", "full"}));
-  add(F("--sweep-interleave", AT(sweep_interleave), "--sweep: model chunks per pipeline GPU to try"));
-  add(F("--sweep-sp", AT(sweep_sp), "--sweep: sequence parallelism to try").comma_separated().one_of({"on", "off"}));
-  add(F("--sweep-flash", AT(sweep_flash), "--sweep: FlashAttention to try").comma_separated().one_of({"on", "off"}));
+  add(PlanFlag("--sweep-interleave", AT(sweep_interleave), "--sweep: model chunks per pipeline GPU to try"));
+  add(PlanFlag("--sweep-sp", AT(sweep_sp), "--sweep: sequence parallelism to try").comma_separated().one_of({"on", "off"}));
+  add(PlanFlag("--sweep-flash", AT(sweep_flash), "--sweep: FlashAttention to try").comma_separated().one_of({"on", "off"}));
 }
 
 #undef AT

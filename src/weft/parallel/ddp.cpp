@@ -51,8 +51,8 @@ DistributedDataParallel::DistributedDataParallel(std::vector<Var> params, std::s
   }
   for (auto& b : buckets_) {
     b.flat = Tensor::zeros({b.elements}, params_[b.params.front()].dtype());
-    if (options.bf16_gradients && b.flat.dtype() == DType::F32) b.wire = Tensor::zeros({b.elements}, DType::BF16);
-    if (options.f16_gradients && b.flat.dtype() == DType::F32) b.half.resize(static_cast<std::size_t>(b.elements));
+    if (options.grad_dtype == "bf16" && b.flat.dtype() == DType::F32) b.wire = Tensor::zeros({b.elements}, DType::BF16);
+    if (options.grad_dtype == "fp16" && b.flat.dtype() == DType::F32) b.half.resize(static_cast<std::size_t>(b.elements));
     if ((b.wire.defined() || !b.half.empty()) && options.error_feedback)
       b.residual = Tensor::zeros({b.elements}, DType::F32);
   }

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "weft/comm/communicator.h"
@@ -35,9 +36,10 @@ namespace weft::parallel {
 struct DdpOptions {
   double first_bucket_mb = 1.0;
   double bucket_mb = 25.0;
-  bool bf16_gradients = false;  // float32 buckets all-reduced as bfloat16
-  bool f16_gradients = false;   // float32 buckets all-reduced as float16, scaled
-  bool error_feedback = false;  // with bf16_gradients: carry the rounding error to the next step
+  // The gradients' type on the wire: fp32, bf16 (float32 buckets all-reduced as bfloat16) or
+  // fp16 (as float16, scaled per bucket).
+  std::string grad_dtype = "fp32";
+  bool error_feedback = false;  // with bf16 or fp16: carry the rounding error to the next step
 };
 
 // Timings of the last synchronized backward pass, for timelines and overlap figures.

@@ -34,11 +34,12 @@ void validate(const ParallelOptions& o) {
     throw ConfigError("unknown --balance '" + o.pipeline.balance + "' (known: params, time)");
   if (o.tp_attention != "megatron" && o.tp_attention != "seed")
     throw ConfigError("unknown --tp-attention '" + o.tp_attention + "' (known: megatron, seed)");
-  if (o.grad_dtype != "fp32" && o.grad_dtype != "bf16" && o.grad_dtype != "fp16")
-    throw ConfigError("unknown --grad-dtype '" + o.grad_dtype + "' (known: fp32, bf16, fp16)");
-  if (o.grad_dtype != "fp32" && (o.strategy != "ddp" || o.zero > 0))
-    throw ConfigError("--grad-dtype " + o.grad_dtype + " works with DDP (--strategy ddp without --zero)");
-  if (o.error_feedback && o.grad_dtype == "fp32") throw ConfigError("--error-feedback needs --grad-dtype bf16 or fp16");
+  const std::string& wire = o.ddp.grad_dtype;
+  if (wire != "fp32" && wire != "bf16" && wire != "fp16")
+    throw ConfigError("unknown --grad-dtype '" + wire + "' (known: fp32, bf16, fp16)");
+  if (wire != "fp32" && (o.strategy != "ddp" || o.zero > 0))
+    throw ConfigError("--grad-dtype " + wire + " works with DDP (--strategy ddp without --zero)");
+  if (o.ddp.error_feedback && wire == "fp32") throw ConfigError("--error-feedback needs --grad-dtype bf16 or fp16");
   if (o.model_parallel() && o.strategy != "ddp")
     throw ConfigError("--strategy " + o.strategy + " works with data parallelism alone, not with --pp, --tp or --micro-batches");
 }
@@ -120,11 +121,7 @@ void add_strategies(Strategies& strategies, const ParallelOptions& o, const Job&
   } else if (o.zero > 0) {
     strategies.add(std::make_unique<Zero>(mesh.dp(), o.zero, make_optimizer, o.whole_model_at_end));
   } else if (mesh.dp()) {
-    DdpOptions ddp = o.ddp;
-    ddp.bf16_gradients = o.grad_dtype == "bf16";
-    ddp.f16_gradients = o.grad_dtype == "fp16";
-    ddp.error_feedback = o.error_feedback;
-    strategies.add(std::make_unique<DataParallel>(mesh.dp(), ddp));
+    strategies.add(std::make_unique<DataParallel>(mesh.dp(), o.ddp));
   }
 }
 

@@ -22,8 +22,6 @@ struct ParallelOptions {
   std::string strategy = "ddp";      // how replicas agree: ddp | ps | fedavg
   int zero = 0;                      // ZeRO stage over the data-parallel group (0: off)
   DdpOptions ddp;
-  std::string grad_dtype = "fp32";   // ddp: the gradients' type on the wire (fp32 | bf16)
-  bool error_feedback = false;       // ddp with bf16 gradients: carry the rounding error over
   PipelineOptions pipeline{1, algo::PipeSchedule::k1F1B, 2, "params"};  // micro_batches > 1 with pp 1: in one process
   std::string tp_attention = "megatron";  // megatron | seed (seed 002 chapter 8)
   int servers = 1;                   // ps: server ranks, the last ones of the job

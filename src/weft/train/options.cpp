@@ -187,7 +187,7 @@ void validate_adaptive(const TrainOptions& o) {
     if (*o.clip_grad > 0)
       throw ConfigError("--offload params updates each layer as soon as its gradient is ready: --clip-grad 0 (a norm "
                         "over the whole model would need every gradient first)");
-    if (o.freeze_below > 0 || !o.freeze_converged.empty() || !o.grow_at.empty() || o.parallel.grad_dtype != "fp32")
+    if (o.freeze_below > 0 || !o.freeze_converged.empty() || !o.grow_at.empty() || o.parallel.ddp.grad_dtype != "fp32")
       throw ConfigError("--offload params goes without freezing, --grow-at and --grad-dtype other than fp32");
   }
   if (!o.memory_limit.empty()) parse_size(o.memory_limit, "--memory-limit");

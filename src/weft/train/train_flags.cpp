@@ -214,10 +214,10 @@ void add_parallel(FlagTable<Options>& t) {
   add(F("--bucket-mb", AT(parallel.ddp.bucket_mb), "DDP gradient bucket size in MiB").above(0).finite_value(), kDdpBuckets);
   add(F("--first-bucket-mb", AT(parallel.ddp.first_bucket_mb), "DDP first bucket size in MiB").above(0).finite_value(),
       kDdpBuckets);
-  add(F("--grad-dtype", AT(parallel.grad_dtype), "DDP: the gradients' type in the all-reduce (bf16, fp16: half the bytes, "
+  add(F("--grad-dtype", AT(parallel.ddp.grad_dtype), "DDP: the gradients' type in the all-reduce (bf16, fp16: half the bytes, "
                                                  "reduced in fp32; fp16 scaled per bucket)")
           .one_of({"fp32", "bf16", "fp16"}));
-  add(F("--error-feedback", AT(parallel.error_feedback),
+  add(F("--error-feedback", AT(parallel.ddp.error_feedback),
         "with --grad-dtype bf16 or fp16: add what rounding took from each step's gradients to the next step's"));
   add(F("--servers", AT(parallel.servers), "parameter-server ranks (the last ones of the job)").at_least(1), kParameterServer);
   add(F("--staleness", AT(parallel.staleness), "asynchronous, a worker at most this many steps ahead of the slowest "
