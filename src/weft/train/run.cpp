@@ -115,7 +115,6 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
 
   schedule_ = lr_schedule(o_, task_->steps_per_epoch() * task_->epochs());
   planned_ = steps_left(*task_, at_, *o_.max_steps);
-  open_metrics();
   add_step_hooks();
   loss_fn_ = [this](Module& m, const parallel::StepBatch& b) { return task_->loss(m, b); };
   rank_state_bytes_ = static_cast<std::int64_t>(allocator_live_bytes());
@@ -124,6 +123,7 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
 // The strategies over the parameters not frozen (whose layers compute without gradients).
 // What watches the steps (step_hooks.h), in the order they are called.
 void Run::add_step_hooks() {
+  if (auto metrics = metrics_hook()) hooks_.push_back(std::move(metrics));  // (first: its sum before the others')
   if (faults_) hooks_.push_back(faults_);
   if (o_.profile) hooks_.push_back(std::shared_ptr<ProfileHook>(profile_ = new ProfileHook()));
   if (o_.adapt_threads == "on" && get_num_threads() > 1)
@@ -271,7 +271,9 @@ std::optional<RunBreak> Run::train(parallel::LiveMembership* live) {
       progress.finish();
       e = evaluate(!scheduled);
     }
-    record_step(e);
+    const StepOutcome outcome{e, e ? t_.train_loss : std::nullopt,
+                              o_.grow_at == "noise" ? t_.noise.value() : std::nullopt};
+    for (auto& hook : hooks_) hook->after_evaluation(outcome);
     if (relayout_ && !last) return relayout();
     if (live && !last) {
       if (o_.grow_at == "noise" && rank_ == 0) grow_by_noise(*live);
@@ -337,17 +339,8 @@ void Run::step(bool last) {
   const double compute = seconds_since(t1) - exposed;
   t_.compute_seconds += compute;
   const std::int64_t units = mine * task_->units_per_row();
-  // The metrics' per-step loss: the global batch's, the replicas' mean of weighted losses (as
-  // the printed train loss), one number more per step; an asynchronous parameter server's
-  // workers are at different steps and record their own (the run record says which).
-  double step_loss = loss * batch.weight;
-  if (metrics_ && steps_in_lockstep()) {
-    replicas_.sum(&step_loss, 1);
-    step_loss /= replicas_.size();
-  }
-  last_ = {steps_in_lockstep() ? step_loss : loss, lr, seconds, compute, strategies_->stats().seconds - comm_before,
-           exposed, units, step_peak, rows, get_active_threads()};
-  const StepFacts facts{at_.step, &batch, rows, t0, t1, seconds, compute, exposed, &strategies_->stats()};
+  const StepFacts facts{at_.step, &batch, rows, t0, t1, seconds, compute, exposed, &strategies_->stats(), loss, lr,
+                        strategies_->stats().seconds - comm_before, units, step_peak, get_active_threads()};
   for (auto& hook : hooks_) hook->after_step(facts);
   for (auto& hook : hooks_)  // (a change may rebuild the strategies: once every hook saw the step)
     if (auto request = hook->take_layout_request()) apply(*request);

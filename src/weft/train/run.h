@@ -111,8 +111,7 @@ class Run {
   bool steps_in_lockstep() const;  // every replica takes each step together (not the asynchronous PS)
   std::optional<Evaluation> evaluate(bool round_only);
   void report(nlohmann::json& summary);
-  void open_metrics();
-  void record_step(const std::optional<Evaluation>& e);
+  std::unique_ptr<MetricsHook> metrics_hook();
   void add_step_hooks();
   void build_strategies();
   void place_optimizer_state();
@@ -143,13 +142,6 @@ class Run {
   TimelineHook* timeline_ = nullptr;  // --timeline (one of hooks_)
   ProfileHook* profile_ = nullptr;    // --profile (one of hooks_)
   parallel::LossFn loss_fn_;
-  std::unique_ptr<MetricsLog> metrics_;
-  // The last step's figures (the metrics file's step record).
-  struct StepFigures {
-    double loss = 0, lr = 0, seconds = 0, compute = 0, comm = 0, exposed = 0;
-    std::int64_t units = 0, peak_bytes = 0, rows = 0;  // units: this replica's; rows: the global batch's
-    int threads = 1;
-  } last_;
   std::int64_t rank_state_bytes_ = 0;
   bool said_offload_ = false;
   std::size_t frozen_ = 0;                 // leading layers frozen

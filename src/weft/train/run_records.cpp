@@ -60,15 +60,14 @@ bool replicas_identical(Module& model, const parallel::RankGroup& replicas) {
 
 // The metrics files (--metrics FILE, and metrics.jsonl in the checkpoint folder: the run's
 // folder), each rank its own (FILE-rank<r>.jsonl beside rank 0's FILE); a resumed run
-// appends. The run record says what the run is.
-void Run::open_metrics() {
+// appends. The run record says what the run is. None when the run writes no metrics.
+std::unique_ptr<MetricsHook> Run::metrics_hook() {
   std::vector<std::string> paths;
   const int world = mesh_.size();
   auto rank_file = [&](const std::string& file) { return rank_ == 0 ? file : timeline_path(file, rank_, world); };
   if (!o_.metrics.empty()) paths.push_back(rank_file(o_.metrics));
   if (!o_.checkpoint_dir.empty()) paths.push_back(rank_file(o_.checkpoint_dir + "/metrics.jsonl"));
-  if (paths.empty()) return;
-  metrics_ = std::make_unique<MetricsLog>(paths, checkpoint_.has_value());
+  if (paths.empty()) return nullptr;
   nlohmann::json run = {{"kind", "run"},
                         {"model", o_.model},
                         {"rank", rank_},
@@ -88,34 +87,8 @@ void Run::open_metrics() {
     run["pipeline"] = {{"stages", p->stages()}, {"micro_batches", o_.parallel.pipeline.micro_batches},
                        {"schedule", algo::pipe_schedule_name(o_.parallel.pipeline.schedule)}};
   if (checkpoint_) run["resumed_from"] = checkpoint_->meta.step;
-  metrics_->write(run);
-}
-
-// The step record of the step just taken, with the evaluation `e` made after it.
-void Run::record_step(const std::optional<Evaluation>& e) {
-  if (!metrics_) return;
-  const std::string unit = task_->unit();
-  nlohmann::json r = {{"kind", "step"},
-                      {"step", at_.step},
-                      {"epoch", static_cast<double>(at_.step) / static_cast<double>(task_->steps_per_epoch())},
-                      {"time", seconds_since(t_.start)},
-                      {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-                      {"loss", last_.loss},
-                      {"lr", last_.lr},
-                      {unit + "_per_second", static_cast<double>(last_.units) / std::max(last_.seconds, 1e-9)},
-                      {"seconds", last_.seconds},
-                      {"batch_rows", last_.rows},
-                      {"compute_seconds", last_.compute},
-                      {"comm_seconds", last_.comm},
-                      {"exposed_seconds", last_.exposed},
-                      {"memory_bytes", static_cast<std::int64_t>(allocator_live_bytes())},
-                      {"peak_step_bytes", last_.peak_bytes},
-                      {"threads", last_.threads}};
-  if (e) r[e->field] = e->value;
-  if (e && t_.train_loss) r["train_loss"] = *t_.train_loss;
-  if (o_.grow_at == "noise")
-    if (auto b = t_.noise.value()) r["noise_scale"] = *b;
-  metrics_->write(r);
+  return std::make_unique<MetricsHook>(std::make_unique<MetricsLog>(paths, checkpoint_.has_value()), run, replicas_,
+                                       steps_in_lockstep(), task_->unit(), task_->steps_per_epoch(), t_.start);
 }
 
 // Every rank takes part in gathering the state; rank 0 writes it.

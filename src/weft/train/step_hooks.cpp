@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "weft/parallel/pipeline.h"
+#include "weft/tensor/allocator.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/env.h"
@@ -18,6 +19,47 @@
 #include "weft/util/parse.h"
 
 namespace weft {
+
+MetricsHook::MetricsHook(std::unique_ptr<MetricsLog> log, const nlohmann::json& run_record, parallel::RankGroup replicas,
+                         bool lockstep, std::string unit, std::int64_t steps_per_epoch,
+                         std::chrono::steady_clock::time_point start)
+    : log_(std::move(log)), replicas_(replicas), lockstep_(lockstep), unit_(std::move(unit)),
+      steps_per_epoch_(steps_per_epoch), start_(start) {
+  log_->write(run_record);
+}
+
+void MetricsHook::after_step(const StepFacts& f) {
+  double loss = f.loss;
+  if (lockstep_) {  // the global batch's: the replicas' mean of weighted losses, as the printed train loss
+    loss *= f.batch->weight;
+    replicas_.sum(&loss, 1);
+    loss /= replicas_.size();
+  }
+  record_ = {{"kind", "step"},
+             {"step", f.step},
+             {"epoch", static_cast<double>(f.step) / static_cast<double>(steps_per_epoch_)},
+             {"loss", loss},
+             {"lr", f.lr},
+             {unit_ + "_per_second", static_cast<double>(f.units) / std::max(f.seconds, 1e-9)},
+             {"seconds", f.seconds},
+             {"batch_rows", f.rows},
+             {"compute_seconds", f.compute_seconds},
+             {"comm_seconds", f.comm_seconds},
+             {"exposed_seconds", f.exposed_seconds},
+             {"peak_step_bytes", f.peak_bytes},
+             {"threads", f.threads}};
+}
+
+void MetricsHook::after_evaluation(const StepOutcome& outcome) {
+  nlohmann::json r = record_;
+  r["time"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  r["unix_time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  r["memory_bytes"] = static_cast<std::int64_t>(allocator_live_bytes());
+  if (outcome.evaluation) r[outcome.evaluation->field] = outcome.evaluation->value;
+  if (outcome.evaluation && outcome.train_loss) r["train_loss"] = *outcome.train_loss;
+  if (outcome.noise_scale) r["noise_scale"] = *outcome.noise_scale;
+  log_->write(r);
+}
 
 namespace {
 

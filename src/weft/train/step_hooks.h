@@ -3,7 +3,9 @@
 //   before_compute  the batch is ready, the step's computation about to start
 //   after_compute   forward, backward and update are done, before the step is timed
 //   after_step      the step's figures
-// The hooks here: a straggler and a slower worker for tests (FaultInjection), the thread
+//   after_evaluation  the step's evaluation (if one was made after it), before the next step
+// The hooks here: the metrics files (--metrics), a straggler and a slower worker
+// (FaultInjection), the thread
 // governor (--adapt-threads), share balancing (--dp-shares measured), the gradient noise
 // scale (--grow-at noise), converged freezing, the stages' speeds, the timeline (--timeline)
 // and the per-kernel profile (--profile).
@@ -23,6 +25,7 @@
 #include "weft/parallel/rank_group.h"
 #include "weft/parallel/strategy.h"
 #include "weft/tensor/thread_governor.h"
+#include "weft/train/metrics.h"
 #include "weft/train/noise_scale.h"
 #include "weft/train/options.h"
 #include "weft/train/share_balancer.h"
@@ -41,6 +44,17 @@ struct StepFacts {
   double seconds = 0, compute_seconds = 0, exposed_seconds = 0;  // the step; its computation (waits
                                                                  // excluded); communication it waited for
   const parallel::CommStats* comm = nullptr;  // the strategies' figures and the step's spans
+  double loss = 0, lr = 0;                // this replica's loss (batch->weight weighs it), the rate
+  double comm_seconds = 0;                // the strategies' communication in the step
+  std::int64_t units = 0, peak_bytes = 0;  // this replica's samples or tokens; the step's allocation peak
+  int threads = 1;                        // the pool's threads in the step
+};
+
+// What the run knows once a step's evaluation (if any) was made.
+struct StepOutcome {
+  std::optional<Evaluation> evaluation;  // made after this step (none: not this step)
+  std::optional<double> train_loss;      // with an evaluation: the mean loss since the last one
+  std::optional<double> noise_scale;     // --grow-at noise: the estimate so far
 };
 
 // A change of layout a hook asks for after a step.
@@ -55,8 +69,31 @@ class StepHook {
   virtual void before_compute() {}
   virtual void after_compute(double busy_seconds) {}
   virtual void after_step(const StepFacts& facts) {}
+  virtual void after_evaluation(const StepOutcome& outcome) {}
   // Once every hook saw the step: the change this one asks for, if any (asked once).
   virtual std::optional<LayoutRequest> take_layout_request() { return std::nullopt; }
+};
+
+// --metrics FILE (and metrics.jsonl in --checkpoint-dir: each rank its own file, metrics.h):
+// the run's record when the hook is made, then one record per step with the evaluation made
+// after it. A step's loss is the global batch's (the replicas' mean of weighted losses, summed
+// over `replicas` in after_step) when the replicas step together (`lockstep`), else this
+// worker's own (an asynchronous parameter server's workers are at different steps).
+class MetricsHook : public StepHook {
+ public:
+  MetricsHook(std::unique_ptr<MetricsLog> log, const nlohmann::json& run_record, parallel::RankGroup replicas,
+              bool lockstep, std::string unit, std::int64_t steps_per_epoch, std::chrono::steady_clock::time_point start);
+  void after_step(const StepFacts& facts) override;
+  void after_evaluation(const StepOutcome& outcome) override;
+
+ private:
+  std::unique_ptr<MetricsLog> log_;
+  parallel::RankGroup replicas_;
+  bool lockstep_;
+  std::string unit_;
+  std::int64_t steps_per_epoch_;
+  std::chrono::steady_clock::time_point start_;
+  nlohmann::json record_;  // the last step's, written with its evaluation
 };
 
 // For tests of what slow workers do (asynchronous parameter servers, overlap, share
