@@ -97,48 +97,44 @@ const FlagTable<LaunchFlags>& launch_flags() {
 #define AT(member) [](LaunchFlags& o) -> FieldRef { return &o.member; }
   static const FlagTable<LaunchFlags> table = [] {
     FlagTable<LaunchFlags> t;
-    const auto add = [&t](std::string group, F f) {
-      f.group = std::move(group);
-      t.push_back(std::move(f));
-    };
-    const std::string job = "the job", meet = "rendezvous", out = "the ranks' output and command";
-    add(job, F("--nproc-per-node", AT(nproc), "ranks on this node: N, auto or cpu (one per core), or for a live job MIN:MAX "
+    const FlagGroup<LaunchFlags> job{t, "the job"}, meet{t, "rendezvous"}, out{t, "the ranks' output and command"};
+    job(F("--nproc-per-node", AT(nproc), "ranks on this node: N, auto or cpu (one per core), or for a live job MIN:MAX "
                                               "(start MIN, and up to MAX when the job asks for more ranks)")
                  .also_named({"--nproc_per_node"}));
-    add(job, F("--nnodes", AT(nnodes), "nodes in the job, or MIN:MAX to go on with fewer after a node is lost"));
-    add(job, F("--node-rank", AT(c.node_rank), "this node's index").also_named({"--node_rank"}).at_least(0));
-    add(job, F("--max-restarts", AT(c.max_restarts), "restart all ranks up to K times when one fails")
+    job(F("--nnodes", AT(nnodes), "nodes in the job, or MIN:MAX to go on with fewer after a node is lost"));
+    job(F("--node-rank", AT(c.node_rank), "this node's index").also_named({"--node_rank"}).at_least(0));
+    job(F("--max-restarts", AT(c.max_restarts), "restart all ranks up to K times when one fails")
                  .also_named({"--max_restarts"}).at_least(0));
-    add(job, F("--elastic", AT(c.elastic), "a live job: ranks join (weft launch --join) and leave (SIGTERM) while it runs, "
+    job(F("--elastic", AT(c.elastic), "a live job: ranks join (weft launch --join) and leave (SIGTERM) while it runs, "
                                            "without restarts (weft train continues on the new ranks; needs WEFT_JOB_TOKEN)"));
-    add(job, F("--join", AT(c.join), "HOST:PORT: add this launcher's ranks to the live job whose launcher printed it"));
-    add(job, F("--join-timeout", AT(c.join_timeout_s), "--nnodes MIN:MAX: seconds an attempt waits for nodes beyond MIN")
+    job(F("--join", AT(c.join), "HOST:PORT: add this launcher's ranks to the live job whose launcher printed it"));
+    job(F("--join-timeout", AT(c.join_timeout_s), "--nnodes MIN:MAX: seconds an attempt waits for nodes beyond MIN")
                  .above(0));
-    add(job, F("--bind", AT(c.bind), "cores: bind each rank to its share of the cores (ranks beyond the cores share them "
+    job(F("--bind", AT(c.bind), "cores: bind each rank to its share of the cores (ranks beyond the cores share them "
                                      "round-robin); none: leave the ranks free")
                  .one_of({"cores", "none"}));
-    add(meet, F("--master-addr", AT(c.master_addr), "address of the node running rank 0").also_named({"--master_addr"}));
-    add(meet, F("--master-port", AT(c.master_port), "port of the job's store (0: a free port, single node only)")
+    meet(F("--master-addr", AT(c.master_addr), "address of the node running rank 0").also_named({"--master_addr"}));
+    meet(F("--master-port", AT(c.master_port), "port of the job's store (0: a free port, single node only)")
                   .also_named({"--master_port"}).in(0, 65535));
-    add(meet, F("--standalone", AT(standalone), "a job on this node alone, on a free port (torchrun's --standalone)"));
-    add(meet, F("--rdzv-backend", AT(rdzv_backend), "both meet at the rendezvous endpoint (or --master-addr/--master-port) "
+    meet(F("--standalone", AT(standalone), "a job on this node alone, on a free port (torchrun's --standalone)"));
+    meet(F("--rdzv-backend", AT(rdzv_backend), "both meet at the rendezvous endpoint (or --master-addr/--master-port) "
                                                     "through weft's own store")
                   .also_named({"--rdzv_backend"}).one_of({"c10d", "static"}));
-    add(meet, F("--rdzv-endpoint", AT(rdzv_endpoint), "HOST[:PORT] of the rendezvous (port 29400 if left out)")
+    meet(F("--rdzv-endpoint", AT(rdzv_endpoint), "HOST[:PORT] of the rendezvous (port 29400 if left out)")
                   .also_named({"--rdzv_endpoint"}));
-    add(meet, F("--rdzv-id", AT(c.run_id), "the job's id (TORCHELASTIC_RUN_ID; the log folder's name)")
+    meet(F("--rdzv-id", AT(c.run_id), "the job's id (TORCHELASTIC_RUN_ID; the log folder's name)")
                   .also_named({"--rdzv_id"}));
-    add(meet, F("--rdzv-conf", AT(rdzv_conf), "last_call_timeout=SECONDS (as --join-timeout)").also_named({"--rdzv_conf"}));
-    add(out, F("--role", AT(c.role), "ROLE_NAME of the ranks"));
-    add(out, F("--log-dir", AT(c.log_dir), "folder for --redirects and --tee").also_named({"--log_dir"})
+    meet(F("--rdzv-conf", AT(rdzv_conf), "last_call_timeout=SECONDS (as --join-timeout)").also_named({"--rdzv_conf"}));
+    out(F("--role", AT(c.role), "ROLE_NAME of the ranks"));
+    out(F("--log-dir", AT(c.log_dir), "folder for --redirects and --tee").also_named({"--log_dir"})
                  .defaults("a new temporary one"));
-    add(out, F("--redirects", AT(redirects), "send ranks' output only to files: 1 stdout, 2 stderr, 3 both, or 0:3,1:2")
+    out(F("--redirects", AT(redirects), "send ranks' output only to files: 1 stdout, 2 stderr, 3 both, or 0:3,1:2")
                  .also_named({"-r"}));
-    add(out, F("--tee", AT(tee), "send ranks' output to files and the console: 1, 2, 3, or LOCAL_RANK:CODE,...")
+    out(F("--tee", AT(tee), "send ranks' output to files and the console: 1, 2, 3, or LOCAL_RANK:CODE,...")
                  .also_named({"-t"}));
-    add(out, F("--no-prefix", AT(no_prefix), "print ranks' lines without \"[rank] \" (a job of one rank never has it)"));
-    add(out, F("--no-python", AT(no_python), "run a .py command as it is, not with python3").also_named({"--no_python"}));
-    add(out, F("--module", AT(c.module), "run the command as a Python module (python3 -m)").also_named({"-m"}));
+    out(F("--no-prefix", AT(no_prefix), "print ranks' lines without \"[rank] \" (a job of one rank never has it)"));
+    out(F("--no-python", AT(no_python), "run a .py command as it is, not with python3").also_named({"--no_python"}));
+    out(F("--module", AT(c.module), "run the command as a Python module (python3 -m)").also_named({"-m"}));
     return t;
   }();
 #undef AT

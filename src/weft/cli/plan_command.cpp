@@ -327,20 +327,10 @@ int run_plan(const PlanFlags& f) {
 #define AT(member) [](PlanFlags& o) -> FieldRef { return &o.member; }
 using PlanFlag = Flag<PlanFlags>;
 
-// Adds flags to the table under one group.
-struct PlanGroup {
-  FlagTable<PlanFlags>& table;
-  std::string name;
-  void operator()(PlanFlag f) {
-    f.group = name;
-    table.push_back(std::move(f));
-  }
-};
-
 // The model: a preset, its dimensions, mixture of experts, latent attention (bounded far above
 // any model built, so that products of them stay exact).
 void add_model(FlagTable<PlanFlags>& t) {
-  PlanGroup add{t, "the model"};
+  FlagGroup<PlanFlags> add{t, "the model"};
   add(PlanFlag("--model", AT(model), "gpt2-124m | gpt3-175b | llama3-8b | llama3-70b | llama3-405b | mixtral-8x7b | deepseek-v3"));
   add(PlanFlag("--params", AT(params), "a model given only by its parameter count (e.g. 7.5e9)").above(0));
   add(PlanFlag("--layers", AT(layers), "override: transformer blocks").in(1, 1e6));
@@ -372,7 +362,7 @@ void add_model(FlagTable<PlanFlags>& t) {
 
 // The layout: GPUs, parallel sizes, ZeRO, batches, recomputation, pipeline shape.
 void add_layout(FlagTable<PlanFlags>& t) {
-  PlanGroup add{t, "the layout"};
+  FlagGroup<PlanFlags> add{t, "the layout"};
   add(PlanFlag("--gpus", AT(gpus), "GPUs in the job (= tp x pp x cp x dp; 1024 or 1e3)").in(1, 1e9));
   add(PlanFlag("--tp", AT(tp), "tensor-parallel size").at_least(1));
   add(PlanFlag("--pp", AT(pp), "pipeline-parallel size").at_least(1));
@@ -399,7 +389,7 @@ void add_layout(FlagTable<PlanFlags>& t) {
 
 // The hardware and the run: the GPU, rates, power, the cluster's links.
 void add_hardware(FlagTable<PlanFlags>& t) {
-  PlanGroup add{t, "the hardware and the run"};
+  FlagGroup<PlanFlags> add{t, "the hardware and the run"};
   add(PlanFlag("--gpu", AT(gpu), "v100-16gb | v100-32gb | a100-40gb | a100-80gb | h100-80gb | h200-141gb | b200-180gb | "
                           "gb200-nvl72 | mi300x"));
   add(PlanFlag("--gpu-memory", AT(gpu_memory_gb), "override: GPU memory in GB").above(0));
@@ -429,7 +419,7 @@ void add_hardware(FlagTable<PlanFlags>& t) {
 
 // Serving, offloading and memory overheads.
 void add_serving_and_memory(FlagTable<PlanFlags>& t) {
-  PlanGroup add{t, "serving, offload and memory"};
+  FlagGroup<PlanFlags> add{t, "serving, offload and memory"};
   add(PlanFlag("--inference", AT(inference), "size serving instead of training: weights, key-value cache, prefill and decode"));
   add(PlanFlag("--context", AT(context), "--inference: tokens per sequence").defaults("the model's sequence").at_least(1));
   add(PlanFlag("--prompt", AT(prompt), "--inference: prompt tokens").defaults("half the context").at_least(1));
@@ -451,7 +441,7 @@ void add_serving_and_memory(FlagTable<PlanFlags>& t) {
 
 // The outputs: JSON, workloads, reports, sweeps.
 void add_outputs(FlagTable<PlanFlags>& t) {
-  PlanGroup add{t, "output and sweeps"};
+  FlagGroup<PlanFlags> add{t, "output and sweeps"};
   add(PlanFlag("--json", AT(json), "print JSON"));
   add(PlanFlag("--emit-workload", AT(emit_workload),
         "write one iteration as per-rank traces into this folder (for weft sim; needs --global-batch)"));

@@ -44,10 +44,7 @@ const FlagTable<PredictConfig>& predict_flags() {
   static const FlagTable<Options> table = [] {
     FlagTable<Options> t;
     serve::add_model_flags(t, "the model");
-    const auto add = [&t](F f) {
-      f.group = "the data";
-      t.push_back(std::move(f));
-    };
+    const FlagGroup<Options> add{t, "the data"};
     add(F("--data", AT(data), "images: fashion-mnist or a folder of IDX, NPY or CSV files; text: fortunes or a file or "
                               "folder")
             .defaults("images fashion-mnist, text fortunes"));
@@ -170,25 +167,21 @@ const FlagTable<GenerateConfig>& generate_flags() {
   static const FlagTable<Options> table = [] {
     FlagTable<Options> t;
     serve::add_model_flags(t, "the model");
-    const auto add = [&t](std::string group, F f) {
-      f.group = std::move(group);
-      t.push_back(std::move(f));
-    };
-    const std::string text = "the text", sampling = "sampling", out = "output";
-    add(text, F("--prompt", AT(prompt), "the text to continue"));
-    add(text, F("--chat", AT(chat), "--prompt is a user's message: put it in the model's chat template "
+    const FlagGroup<Options> text{t, "the text"}, sampling{t, "sampling"}, out{t, "output"};
+    text(F("--prompt", AT(prompt), "the text to continue"));
+    text(F("--chat", AT(chat), "--prompt is a user's message: put it in the model's chat template "
                                     "(tokenizer_config.json) and stop at its end-of-turn token"));
-    add(text, F("--system", AT(system), "--chat: a system message before it"));
-    add(text, F("--max-tokens", AT(options.max_tokens), "tokens to generate").in(0, 1 << 20));
-    add(text, F("--stop", AT(options.stop), "stop before this text (repeatable)"));
-    add(sampling, F("--temperature", AT(options.sampling.temperature), "0: greedy").at_least(0));
-    add(sampling, F("--top-k", AT(options.sampling.top_k), "sample among the k most likely tokens (0: all)").at_least(0));
-    add(sampling, F("--top-p", AT(options.sampling.top_p), "sample among the most likely tokens whose probability reaches p")
+    text(F("--system", AT(system), "--chat: a system message before it"));
+    text(F("--max-tokens", AT(options.max_tokens), "tokens to generate").in(0, 1 << 20));
+    text(F("--stop", AT(options.stop), "stop before this text (repeatable)"));
+    sampling(F("--temperature", AT(options.sampling.temperature), "0: greedy").at_least(0));
+    sampling(F("--top-k", AT(options.sampling.top_k), "sample among the k most likely tokens (0: all)").at_least(0));
+    sampling(F("--top-p", AT(options.sampling.top_p), "sample among the most likely tokens whose probability reaches p")
                       .in(1e-9, 1));
-    add(sampling, F("--seed", AT(options.sampling.seed), "the sampler's seed"));
-    add(out, F("--no-cache", AT(no_cache), "recompute the whole window for every token (no key-value cache)"));
-    add(out, F("--json", AT(json), "print JSON (the tokens, the finish reason)"));
-    add(out, F("--logits", AT(logits), "write the logits each token was chosen from to this file (float32, [tokens][vocab])"));
+    sampling(F("--seed", AT(options.sampling.seed), "the sampler's seed"));
+    out(F("--no-cache", AT(no_cache), "recompute the whole window for every token (no key-value cache)"));
+    out(F("--json", AT(json), "print JSON (the tokens, the finish reason)"));
+    out(F("--logits", AT(logits), "write the logits each token was chosen from to this file (float32, [tokens][vocab])"));
     return t;
   }();
   return table;

@@ -28,25 +28,21 @@ const FlagTable<SimFlags>& sim_flags() {
 #define AT(member) [](SimFlags& o) -> FieldRef { return &o.member; }
   static const FlagTable<SimFlags> table = [] {
     FlagTable<SimFlags> t;
-    const auto add = [&t](std::string group, F f) {
-      f.group = std::move(group);
-      t.push_back(std::move(f));
-    };
-    const std::string what = "what runs on what", fabric = "the fabric", out = "output";
-    add(what, F("--topology", AT(topology), "topology YAML (examples/topologies/)"));
-    add(what, F("--workload", AT(workload),
+    const FlagGroup<SimFlags> what{t, "what runs on what"}, fabric{t, "the fabric"}, out{t, "output"};
+    what(F("--topology", AT(topology), "topology YAML (examples/topologies/)"));
+    what(F("--workload", AT(workload),
                 "trace folder (WEFT_TRACE), job file (.yaml), COLLECTIVE:ALGORITHM:SIZE[@GPUS] (ALGORITHM: a comm-bench "
                 "algorithm, ALGORITHM/ll|ll128|simple with a GPU protocol's costs, auto for NCCL's cost model, or "
                 "in_network on switches that reduce), permutation:SIZE, incast:N:SIZE, alltoall:SIZE, flow:SRC:DST:SIZE"));
-    add(fabric, F("--lb", AT(lb), "load balancing: ecmp, flowlet, spray or adaptive (the key lb)"));
-    add(fabric, F("--cc", AT(cc), "congestion control: dcqcn, hpcc, swift, nscc or none (the key cc)"));
-    add(fabric, F("--pfc", AT(pfc), "priority flow control: on or off (the key pfc)"));
-    add(fabric, F("--set", AT(settings), "KEY=VALUE, repeatable: any parameter of --list-keys"));
-    add(fabric, F("--seed", AT(seed), "random seed (the key seed)").defaults("0").at_least(0));
-    add(out, F("--out", AT(out), "folder for summary.json and the CSV files (flows, links, queues, pfc, counters, nodes)"));
-    add(out, F("--report", AT(report), "write an HTML report of the run (docs/reports.md)"));
-    add(out, F("--list-keys", AT(list_keys), "print every parameter with its default and exit"));
-    add(out, F("--quiet", AT(quiet), "no progress lines"));
+    fabric(F("--lb", AT(lb), "load balancing: ecmp, flowlet, spray or adaptive (the key lb)"));
+    fabric(F("--cc", AT(cc), "congestion control: dcqcn, hpcc, swift, nscc or none (the key cc)"));
+    fabric(F("--pfc", AT(pfc), "priority flow control: on or off (the key pfc)"));
+    fabric(F("--set", AT(settings), "KEY=VALUE, repeatable: any parameter of --list-keys"));
+    fabric(F("--seed", AT(seed), "random seed (the key seed)").defaults("0").at_least(0));
+    out(F("--out", AT(out), "folder for summary.json and the CSV files (flows, links, queues, pfc, counters, nodes)"));
+    out(F("--report", AT(report), "write an HTML report of the run (docs/reports.md)"));
+    out(F("--list-keys", AT(list_keys), "print every parameter with its default and exit"));
+    out(F("--quiet", AT(quiet), "no progress lines"));
     return t;
   }();
 #undef AT

@@ -23,20 +23,14 @@ void parse_replicas(ServeOptions& o, const std::string& text) {
 
 FlagTable<ServeOptions> make_table() {
   FlagTable<ServeOptions> t;
-  const auto group = [&t](std::string name) {
-    return [&t, name](F f) {
-      f.group = name;
-      t.push_back(std::move(f));
-    };
-  };
   add_model_flags(t, "the model");
-  auto address = group("the address");
+  FlagGroup<ServeOptions> address{t, "the address"};
   address(F("--host", AT(host), "the address to listen on (0.0.0.0: every interface)"));
   address(F("--port", AT(port), "the port (0: any free port)").in(0, 65535));
   address(F("--port-file", AT(port_file), "write the port to this file once listening"));
   address(F("--token", AT(token), "require 'Authorization: Bearer TOKEN' (at least 16 characters)")
               .defaults("none").from_env("WEFT_SERVE_TOKEN"));
-  auto limits = group("batches and limits");
+  FlagGroup<ServeOptions> limits{t, "batches and limits"};
   limits(F("--max-batch", AT(batch.max_batch), "sequences decoded together / images per forward").at_least(1));
   limits(F("--max-wait-ms", AT(batch.max_wait_ms), "how long a new batch waits for more requests").in(0, 10000));
   limits(F("--max-body", AT(max_body), "the largest request body in bytes (64K, 1MiB, 2MB)")
@@ -50,7 +44,7 @@ FlagTable<ServeOptions> make_table() {
   limits(F("--request-timeout", AT(request_timeout_s),
            "seconds a completion may generate; then it ends with its text so far (finish_reason \"abort\"); 0: no limit")
              .at_least(0));
-  auto door = group("connections");
+  FlagGroup<ServeOptions> door{t, "connections"};
   door(F("--header-timeout", AT(header_timeout_s),
          "seconds a request's headers may take from its first byte (then 408 and the connection closes)")
            .above(0));
@@ -65,7 +59,7 @@ FlagTable<ServeOptions> make_table() {
          "at SIGTERM or SIGINT: how long requests in flight may go on before streams end (finish_reason \"abort\") and "
          "the server exits")
            .at_least(0));
-  auto replicas = group("replicas");
+  FlagGroup<ServeOptions> replicas{t, "replicas"};
   replicas(F("--replicas", AT(replicas_max), "N replica processes behind one front end, or MIN:MAX to scale with the load")
                .parsed_by(parse_replicas)
                .defaults("1")

@@ -21,10 +21,7 @@ const FlagTable<ServeOptions>& serve_flags();
 // any options `O` with the fields quantize, tp, pp and micro_batches.
 template <class O>
 void add_model_flags(FlagTable<O>& t, const std::string& group) {
-  const auto add = [&](Flag<O> f) {
-    f.group = group;
-    t.push_back(std::move(f));
-  };
+  const FlagGroup<O> add{t, group};
   add(Flag<O>("--quantize", [](O& o) -> FieldRef { return &o.quantize; }, "GPT weights").one_of({"fp32", "bf16", "int8"}));
   add(Flag<O>("--precision", nullptr, "GPT weights (bf16: as --quantize bf16)")
           .parsed_by([](O& o, const std::string& v) {

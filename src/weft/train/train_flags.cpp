@@ -81,19 +81,14 @@ const Scope kImageFreezing{[](const Options& o) { return image(o) && freezes(o);
 constexpr double kMaxCount = 1 << 20;  // bounds far above what trains on a CPU, so that no product overflows
 
 // Adds flags to the table under one group, scoped to the runs they shape when a scope is given.
-struct Group {
-  FlagTable<Options>& table;
-  std::string name;
-  void operator()(F f) {
-    f.group = name;
-    table.push_back(std::move(f));
-  }
-  void operator()(F f, const Scope& s) { (*this)(std::move(f).only_for(s.is, s.needs, s.run_has)); }
+struct Group : FlagGroup<Options> {
+  using FlagGroup<Options>::operator();
+  void operator()(F f, const Scope& s) const { (*this)(std::move(f).only_for(s.is, s.needs, s.run_has)); }
 };
 
 // What trains and how: the model, the data, the optimizer and its schedule, threads, precision.
 void add_training(FlagTable<Options>& t) {
-  Group add{t, "training"};
+  Group add{{t, "training"}};
   add(F("--model", AT(model), "mlp | cnn | mlp128 | seed-cnn (images); gpt | llama | lstm | rnn (text)"));
   add(F("--data", AT(data), "images: fashion-mnist or a folder of IDX, NPY or CSV files (docs/training.md); text: "
                             "fortunes or a text file or folder")
@@ -128,7 +123,7 @@ void add_training(FlagTable<Options>& t) {
 
 // Checkpoints, resuming, and what adapts while the run goes (growth, freezing, offloading, shares).
 void add_adaptive(FlagTable<Options>& t) {
-  Group add{t, "checkpoints and adapting"};
+  Group add{{t, "checkpoints and adapting"}};
   add(F("--checkpoint-dir", AT(checkpoint_dir), "write checkpoints here (each epoch's end and the end)"));
   add(F("--checkpoint-every", AT(checkpoint_every), "also checkpoint every N steps (0: only at epochs' ends and the end)")
           .at_least(0), kCheckpoints);
@@ -179,7 +174,7 @@ void add_adaptive(FlagTable<Options>& t) {
 
 // What the run writes and how long it goes.
 void add_output(FlagTable<Options>& t) {
-  Group add{t, "output"};
+  Group add{{t, "output"}};
   add(F("--max-steps", AT(max_steps), "stop after N steps in total (images 0: no limit)").defaults("images 0, text 1000").at_least(0));
   add(F("--eval-every", AT(eval_every), "evaluate every N steps (images 0: at each epoch's end); always at the end")
           .defaults("images 0, text 200").at_least(0));
@@ -203,7 +198,7 @@ void add_output(FlagTable<Options>& t) {
 
 // Parallelism: the layout and the strategies' settings.
 void add_parallel(FlagTable<Options>& t) {
-  Group add{t, "parallelism"};
+  Group add{{t, "parallelism"}};
   add(F("--dp", AT(parallel.mesh.dp), "data-parallel replicas (under weft launch)")
           .defaults("what the job's ranks allow").at_least(1));
   add(F("--strategy", AT(parallel.strategy), "ddp, ps (parameter server) or fedavg (federated averaging)")
@@ -246,7 +241,7 @@ void add_parallel(FlagTable<Options>& t) {
 
 // Language models: the tokenizer, the model's sizes, sampling.
 void add_language(FlagTable<Options>& t) {
-  Group add{t, "language models"};
+  Group add{{t, "language models"}};
   const std::vector<std::string> model_shape = {"--layers", "--d-model", "--heads", "--positional", "--post-ln",
                                                 "--kv-heads", "--mlp-width", "--rope-theta", "--window"};
   std::vector<std::string> init_excludes = model_shape;

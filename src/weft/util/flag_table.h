@@ -81,6 +81,17 @@ struct Flag : FlagInfo {
 template <class O>
 using FlagTable = std::vector<Flag<O>>;
 
+// Adds flags to a table under one group: FlagGroup<O> add{table, "the model"}; add(Flag<O>(...)).
+template <class O>
+struct FlagGroup {
+  FlagTable<O>& table;
+  std::string name;
+  void operator()(Flag<O> f) const {
+    f.group = name;
+    table.push_back(std::move(f));
+  }
+};
+
 // The value at `ref` as a flag's text ("0.01", "on" for a set switch, "1,2" for a list; "" when
 // an optional is unset).
 std::string value_text(const FieldRef& ref);
