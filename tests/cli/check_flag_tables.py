@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""weft train's, launch's, sim's, serve's, predict's, generate's and plan's flags come from tables: --help shows exactly a table's flags, a --config
+"""weft train's, launch's, sim's, serve's, predict's, generate's, plan's, comm-bench's and serve-bench's flags come from tables: --help shows exactly a table's flags, a --config
 YAML file takes the table's keys (and refuses others), the run's resolved configuration holds
 only table keys and reads back, and the docs' option lists are the table's (scripts/docs-flags.py).
 Usage: check_flag_tables.py WEFT REPO WORKDIR"""
@@ -31,7 +31,7 @@ def help_flags(command):
 
 
 tables = {}
-for command, least in (("train", 90), ("launch", 20), ("sim", 10), ("serve", 20), ("predict", 10), ("generate", 15), ("plan", 70)):
+for command, least in (("train", 90), ("launch", 20), ("sim", 10), ("serve", 20), ("predict", 10), ("generate", 15), ("plan", 70), ("comm-bench", 19), ("serve-bench", 13)):
     table = re.findall(r"^\| `(--[a-z0-9-]+)`", run("flags", command).stdout, re.M)
     tables[command] = table
     if len(table) < least or len(set(table)) != len(table):

@@ -217,46 +217,63 @@ std::vector<std::string> with_launch_separator(CLI::App& app, std::vector<std::s
   return args;
 }
 
+// weft comm-bench's flags: nccl-tests' (their short names and spellings too) and weft's own;
+// sizes as text in weft's size syntax.
+struct BenchFlags : comm::BenchConfig {
+  std::string min = "8", max = "64M", step = "0", late;
+  int check_level = 1, gpus = 1, threads = 1;  // -c; -g, -t: nccl-tests' GPUs and threads per process
+  bool list = false;
+};
+
+const FlagTable<BenchFlags>& bench_flags() {
+  using F = Flag<BenchFlags>;
+#define AT(member) [](BenchFlags& o) -> FieldRef { return &o.member; }
+  static const FlagTable<BenchFlags> table = [] {
+    FlagTable<BenchFlags> t;
+    const FlagGroup<BenchFlags> what{t, "what is measured"}, sizes{t, "sizes and repeats"}, out{t, "output"};
+    what(F("--op", AT(op), "allreduce broadcast reduce gather scatter allgather reduce_scatter alltoall barrier sendrecv "
+                           "(nccl-tests' names too: all_reduce, all_gather, ...)"));
+    what(F("--algo", AT(algorithm), "the algorithm (--list)").defaults("the selection table's choice per size"));
+    what(F("--transport", AT(transport), "auto | shm | tcp | mpi").defaults("WEFT_TRANSPORT or auto"));
+    what(F("--dtype", AT(dtype), "float half bfloat16 double int32 int64 (or f32 f16 bf16 f64 i32 i64), or all")
+             .also_named({"-d", "--datatype"}));
+    what(F("--reduce", AT(reduce), "sum | prod | max | min | avg, or all").also_named({"-o"}));
+    what(F("--root", AT(root), "root rank of broadcast, reduce, gather and scatter").also_named({"-r"}).at_least(0));
+    what(F("--late", AT(late), "RANK:US: that rank starts every repeat US microseconds after the others (a straggler; the "
+                               "others' times include the wait)"));
+    sizes(F("--min", AT(min), "smallest size in bytes (8, 64K = 65536, 1MB = 10^6, 1MiB = 2^20)")
+              .also_named({"-b", "--minbytes"}));
+    sizes(F("--max", AT(max), "largest size in bytes").also_named({"-e", "--maxbytes"}));
+    sizes(F("--stepfactor", AT(step_factor), "multiply the size by this from one row to the next").also_named({"-f"})
+              .at_least(1));
+    sizes(F("--stepbytes", AT(step), "with -f 1: add this many bytes from one row to the next").also_named({"-i"}));
+    sizes(F("--iters", AT(iters), "timed repeats per size").also_named({"-n"}).at_least(1));
+    sizes(F("--warmup", AT(warmup), "untimed repeats per size").also_named({"-w", "--warmup_iters"}).at_least(0));
+    sizes(F("--check", AT(check_level), "1: check every result (#wrong); 0: do not").also_named({"-c"}).in(0, 1));
+    sizes(F("--average", AT(average), "time over the ranks: 0 rank 0, 1 mean, 2 min, 3 max (the slowest)")
+              .also_named({"-a"}).in(0, 3));
+    sizes(F("--ngpus", AT(gpus), "nccl-tests' GPUs per process: weft runs one rank per process (ignored)")
+              .also_named({"-g"}));
+    sizes(F("--nthreads", AT(threads), "nccl-tests' threads per process: one rank per process (ignored)")
+              .also_named({"-t"}));
+    out(F("--json", AT(json), "print one JSON object per size"));
+    out(F("--list", AT(list), "list the collectives and their algorithms"));
+    return t;
+  }();
+#undef AT
+  return table;
+}
+
+FlagDocs comm_bench_flag_docs() { return flag_docs(bench_flags()); }
+
 void add_comm_bench_command(CLI::App& app, Action& action) {
-  auto c = std::make_shared<comm::BenchConfig>();
-  // Sizes as text (weft's size syntax); -g, -t: nccl-tests' threads and GPUs per process.
-  struct Extra {
-    std::string min = "8", max = "64M", step = "0", late;
-    int check = 1, gpus = 1, threads = 1;
-    bool list = false;
-  };
-  auto x = std::make_shared<Extra>();
+  auto flags = std::make_shared<BenchFlags>();
+  comm::BenchConfig* c = flags.get();
+  BenchFlags* x = flags.get();
   CLI::App* cmd = app.add_subcommand("comm-bench", "measure a collective, nccl-tests style (run under weft launch)");
-  cmd->add_option("--op", c->op,
-                  "allreduce broadcast reduce gather scatter allgather reduce_scatter alltoall barrier sendrecv "
-                  "(nccl-tests' names too: all_reduce, all_gather, ...)")
-      ->capture_default_str();
-  cmd->add_option("--algo", c->algorithm, "algorithm (default: the selection table's choice per size; --list)");
-  cmd->add_option("--transport", c->transport, "auto | shm | tcp (default: WEFT_TRANSPORT or auto)");
-  cmd->add_option("-d,--dtype,--datatype", c->dtype,
-                  "float half bfloat16 double int32 int64 (or f32 f16 bf16 f64 i32 i64), or all")
-      ->capture_default_str();
-  cmd->add_option("-o,--reduce", c->reduce, "sum | prod | max | min | avg, or all")->capture_default_str();
-  cmd->add_option("-b,--min,--minbytes", x->min, "smallest size in bytes (8, 64K = 65536, 1MB = 10^6, 1MiB = 2^20)")
-      ->capture_default_str();
-  cmd->add_option("-e,--max,--maxbytes", x->max, "largest size in bytes")->capture_default_str();
-  cmd->add_option("-f,--stepfactor", c->step_factor, "multiply the size by this from one row to the next")
-      ->capture_default_str();
-  cmd->add_option("-i,--stepbytes", x->step, "with -f 1: add this many bytes from one row to the next");
-  cmd->add_option("-n,--iters", c->iters, "timed repeats per size")->capture_default_str();
-  cmd->add_option("-w,--warmup,--warmup_iters", c->warmup, "untimed repeats per size")->capture_default_str();
-  cmd->add_option("-c,--check", x->check, "1: check every result (#wrong); 0: do not")->capture_default_str();
-  cmd->add_option("-r,--root", c->root, "root rank of broadcast, reduce, gather and scatter")->capture_default_str();
-  cmd->add_option("-a,--average", c->average, "time over the ranks: 0 rank 0, 1 mean, 2 min, 3 max (the slowest)")
-      ->capture_default_str();
-  cmd->add_option("-g,--ngpus", x->gpus, "nccl-tests' GPUs per process: weft runs one rank per process (ignored)");
-  cmd->add_option("-t,--nthreads", x->threads, "nccl-tests' threads per process: one rank per process (ignored)");
-  cmd->add_option("--late", x->late, "RANK:US: that rank starts every repeat US microseconds after the others "
-                                     "(a straggler; the others' times include the wait)");
-  cmd->add_flag("--json", c->json, "print one JSON object per size");
-  cmd->add_flag("--list", x->list, "list the collectives and their algorithms");
-  cmd->callback([c, x, &action] {
-    action = [c, x] {
+  add_flags(cmd, bench_flags(), *flags);
+  cmd->callback([flags, c, x, &action] {
+    action = [flags, c, x] {
       if (x->list) {
         comm::print_collectives();
         return 0;
@@ -264,8 +281,7 @@ void add_comm_bench_command(CLI::App& app, Action& action) {
       c->min_bytes = parse_size(x->min, "--min");
       c->max_bytes = parse_size(x->max, "--max");
       c->step_bytes = parse_size(x->step, "-i");
-      if (x->check != 0 && x->check != 1) throw ConfigError("-c (--check) must be 0 or 1");
-      c->check = x->check == 1;
+      c->check = x->check_level == 1;
       if (!x->late.empty()) {
         const auto parts = parse_number_list(x->late, ':', 2);
         if (!parts || parts->size() != 2 || (*parts)[0] < 0 || (*parts)[0] != std::floor((*parts)[0]) ||

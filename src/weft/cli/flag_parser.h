@@ -91,6 +91,8 @@ FlagDocs serve_flag_docs();   // serve_commands.cpp
 FlagDocs predict_flag_docs();
 FlagDocs generate_flag_docs();
 FlagDocs plan_flag_docs();     // plan_command.cpp
+FlagDocs comm_bench_flag_docs();   // comm_commands.cpp
+FlagDocs serve_bench_flag_docs();  // serve_commands.cpp
 
 // weft flags COMMAND [GROUP]: a command's flags as the docs' Markdown tables.
 void add_flags_command(CLI::App& app, std::function<int()>& action);

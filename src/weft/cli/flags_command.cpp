@@ -20,7 +20,7 @@ namespace {
 std::map<std::string, FlagDocs> documented_commands() {
   return {{"train", flag_docs(train_flags())}, {"launch", launch_flag_docs()}, {"sim", sim_flag_docs()}, {"serve", serve_flag_docs()},
           {"predict", predict_flag_docs()}, {"generate", generate_flag_docs()},
-          {"plan", plan_flag_docs()}};
+          {"plan", plan_flag_docs()}, {"comm-bench", comm_bench_flag_docs()}, {"serve-bench", serve_bench_flag_docs()}};
 }
 
 // The environment variables, as one more "command" whose groups are the table's.

@@ -299,31 +299,46 @@ void add_serve_command(CLI::App& app, Action& action) {
   });
 }
 
+// weft serve-bench's flags: the load (serve/load.h), the server and the output.
+struct ServeBenchFlags : serve::LoadOptions {
+  std::string url = "http://127.0.0.1:8000";
+  bool json = false;
+};
+
+const FlagTable<ServeBenchFlags>& serve_bench_flags() {
+  using F = Flag<ServeBenchFlags>;
+#define AT(member) [](ServeBenchFlags& o) -> FieldRef { return &o.member; }
+  static const FlagTable<ServeBenchFlags> table = [] {
+    FlagTable<ServeBenchFlags> t;
+    const FlagGroup<ServeBenchFlags> server{t, "the server"}, load{t, "the load"}, asked{t, "the requests"};
+    server(F("--url", AT(url), "the server (http://HOST:PORT)"));
+    server(F("--token", AT(token), "bearer token").defaults("none").from_env("WEFT_SERVE_TOKEN"));
+    server(F("--endpoint", AT(endpoint), "the API to load").one_of({"completions", "classify"}));
+    load(F("--concurrency", AT(concurrency), "closed loop: concurrent clients").at_least(1));
+    load(F("--rate", AT(rate), "open loop: Poisson arrivals per second (0: closed loop)").at_least(0));
+    load(F("--requests", AT(requests), "measured requests").at_least(1));
+    load(F("--warmup", AT(warmup), "requests before the measurement").at_least(0));
+    load(F("--seed", AT(seed), "the arrivals' seed"));
+    asked(F("--prompt", AT(prompts), "prompts, used in turn (repeatable)"));
+    asked(F("--max-tokens", AT(max_tokens), "tokens per completion").at_least(1));
+    asked(F("--temperature", AT(temperature), "0: greedy").at_least(0));
+    asked(F("--pixels", AT(pixels), "classify: values per image, the model's height x width x channels").in(1, 1 << 24));
+    asked(F("--json", AT(json), "print JSON"));
+    return t;
+  }();
+#undef AT
+  return table;
+}
+
+FlagDocs serve_bench_flag_docs() { return flag_docs(serve_bench_flags()); }
+
 void add_serve_bench_command(CLI::App& app, Action& action) {
-  auto c = std::make_shared<serve::LoadOptions>();
-  auto json = std::make_shared<bool>(false);
-  auto url = std::make_shared<std::string>("http://127.0.0.1:8000");
+  auto c = std::make_shared<ServeBenchFlags>();
   CLI::App* cmd = app.add_subcommand("serve-bench", "load an inference server: throughput and latency percentiles");
-  cmd->add_option("--url", *url, "the server (http://HOST:PORT)")->capture_default_str();
-  cmd->add_option("--token", c->token, "bearer token (default: $WEFT_SERVE_TOKEN)");
-  cmd->add_option("--endpoint", c->endpoint, "completions | classify")->check(CLI::IsMember({"completions", "classify"}))
-      ->capture_default_str();
-  cmd->add_option("--pixels", c->pixels, "classify: values per image, the model's height x width x channels")
-      ->capture_default_str()
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 24));
-  cmd->add_option("--prompt", c->prompts, "prompts, used in turn (repeatable)");
-  cmd->add_option("--max-tokens", c->max_tokens, "tokens per completion")->check(positive())->capture_default_str();
-  cmd->add_option("--temperature", c->temperature, "0: greedy")->check(non_negative())->capture_default_str();
-  cmd->add_option("--concurrency", c->concurrency, "closed loop: concurrent clients")->check(positive())
-      ->capture_default_str();
-  cmd->add_option("--rate", c->rate, "open loop: Poisson arrivals per second (0: closed loop)")->check(non_negative())
-      ->capture_default_str();
-  cmd->add_option("--requests", c->requests, "measured requests")->check(positive())->capture_default_str();
-  cmd->add_option("--warmup", c->warmup, "requests before the measurement")->check(non_negative())->capture_default_str();
-  cmd->add_option("--seed", c->seed, "the arrivals' seed")->capture_default_str();
-  cmd->add_flag("--json", *json, "print JSON");
-  cmd->callback([c, json, url, &action] {
-    action = [c, json, url] {
+  add_flags(cmd, serve_bench_flags(), *c);
+  cmd->callback([c, &action] {
+    action = [c] {
+      const std::string* url = &c->url;
       const std::string prefix = "http://";
       const auto colon = url->rfind(':');
       if (url->rfind(prefix, 0) != 0 || colon == std::string::npos || colon < prefix.size())
@@ -336,7 +351,7 @@ void add_serve_bench_command(CLI::App& app, Action& action) {
       c->port = static_cast<int>(*p);
       if (c->token.empty()) c->token = env_string("WEFT_SERVE_TOKEN").value_or("");
       serve::LoadReport r = serve::run_load(*c);
-      if (*json) fmt::print("{}\n", r.to_json().dump());
+      if (c->json) fmt::print("{}\n", r.to_json().dump());
       else fmt::print("{}", r.table());
       return r.errors == 0 ? 0 : 1;
     };
