@@ -5,7 +5,7 @@
 // variable that also sets what it sets. From the one table come the parser's options and their
 // checks (cli/flag_parser.h), --help, the keys of a --config YAML file (the long flags without
 // their dashes), the check of a library caller's options (check_values) and the docs' option
-// lists (flags_markdown, printed by `weft flags COMMAND --markdown`, which docs.flags compares
+// lists (flags_markdown, printed by `weft flags COMMAND [GROUP]`, which docs.flags compares
 // with the pages). The table itself has no parser in it: util stays below the command line.
 #pragma once
 
