@@ -3,8 +3,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <cmath>
-#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -12,23 +10,6 @@
 namespace weft::cli {
 
 using Action = std::function<int()>;
-
-// Checks of a numeric flag's value, with a one-line message ("--gpus: must be positive,
-// got 0"). A value that is not a number passes here and fails its conversion.
-inline CLI::Validator checked_number(bool zero_allowed) {
-  return CLI::Validator(
-      [zero_allowed](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (end == text.c_str() || *end != '\0') return "";
-        if (!std::isfinite(v)) return "must be a finite number, got " + text;
-        if (zero_allowed ? v >= 0 : v > 0) return "";
-        return std::string(zero_allowed ? "must be zero or more" : "must be positive") + ", got " + text;
-      },
-      "");
-}
-inline CLI::Validator positive() { return checked_number(false); }
-inline CLI::Validator non_negative() { return checked_number(true); }
 
 // A parse error of `command` in the user's words: an unknown flag with the one probably
 // meant ("unknown flag --lrr for weft train (did you mean --lr?)"), a flag given twice;
