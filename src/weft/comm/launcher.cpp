@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <random>
 #include <chrono>
 #include <deque>
 #include <cstdio>
@@ -58,7 +59,30 @@ struct Worker {
   }
 };
 
+// A port for a single-node job's store, free now and closed again before rank 0 binds it.
+// It is picked at random below the kernel's ephemeral range (ip_local_port_range), where the
+// kernel gives no port to another program's connection or port-0 listener in the meantime
+// (a kernel-chosen port was once taken so under a busy test suite, and the ranks were
+// refused); a port in use is passed over. The kernel's choice when none is found.
 int free_port() {
+  int ephemeral_lo = 32768;
+  if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    int lo = 0, hi = 0;
+    if (std::fscanf(f, "%d %d", &lo, &hi) == 2 && lo > 2048) ephemeral_lo = lo;
+    std::fclose(f);
+  }
+  const int span = std::min(10000, ephemeral_lo - 1024);
+  std::mt19937 rng(std::random_device{}());
+  const int start = static_cast<int>(rng() % static_cast<unsigned>(span));
+  for (int i = 0; i < 64; ++i) {
+    const int port = ephemeral_lo - span + (start + i * 7919) % span;
+    try {
+      int bound = 0;
+      Socket s = listen_tcp("127.0.0.1", port, &bound);
+      return bound;
+    } catch (const CommError&) {  // in use: the next
+    }
+  }
   int port = 0;
   Socket s = listen_tcp("127.0.0.1", 0, &port);
   return port;
