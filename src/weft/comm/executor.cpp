@@ -216,6 +216,7 @@ class ProgramRun {
       if (t.header_done < sizeof(Header)) return moved;
       std::uint32_t want_seq = (*t.recv_seq)++;
       if (t.header.magic == kMagic && !signatures_agree(t.header.signature, t.signature)) {
+        refused_ = true;
         throw refuse("rank " + std::to_string(t.link->global_rank) + " sent a message of " +
                        describe(t.header.signature) + ", this rank runs " + describe(t.signature) +
                        ": every rank must call the same operation with the same count, type, reduction and root",
@@ -320,7 +321,20 @@ class ProgramRun {
   }
 
   bool progress_round() {
-    const bool sent = advance_pending(pending_sends_, busy_send_, &ProgramRun::advance_send, "sending to");
+    bool sent = false;
+    try {
+      sent = advance_pending(pending_sends_, busy_send_, &ProgramRun::advance_send, "sending to");
+    } catch (const CommError&) {
+      // A peer that refused this operation (another operation's message) closed its end:
+      // what it had sent before, still to be read here, says so, and this rank refuses in the
+      // same words instead of reporting a lost connection.
+      try {
+        advance_pending(pending_recvs_, busy_recv_, &ProgramRun::advance_recv, "receiving from");
+      } catch (const CommError&) {
+        if (refused_) throw;
+      }
+      throw;
+    }
     const bool received = advance_pending(pending_recvs_, busy_recv_, &ProgramRun::advance_recv, "receiving from");
     return sent || received;
   }
@@ -445,6 +459,7 @@ class ProgramRun {
   std::size_t step_ = 0;
   unsigned idle_rounds_ = 0;
   bool paused_ = false;  // this wait is still in its pausing phase
+  bool refused_ = false;  // a peer's message was another operation's
   Clock::time_point last_progress_, last_liveness_;  // read once a step goes idle
   // Reused from step to step, round to round and call to call (a thread runs one program
   // at a time): no allocation while waiting, none per operation.
