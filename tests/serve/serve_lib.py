@@ -1,9 +1,23 @@
 """What the Python tests of weft serve share (hostile_clients.py, lifecycle.py): a tiny GPT
 trained for them, a server started on a free port, and reading raw HTTP from a socket."""
+import atexit
 import os
 import subprocess
 import sys
 import time
+
+
+def _stop_at_exit(p):
+    """A server a failing test left running is stopped when the test ends (SIGTERM: a front end
+    stops its replicas; SIGKILL after 15 s)."""
+    def stop():
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    atexit.register(stop)
 
 
 def train_tiny_gpt(weft, work):
@@ -23,6 +37,7 @@ def start_server(weft, model, work, *flags):
         os.remove(port_file)
     p = subprocess.Popen([weft, "serve", model, "--port", "0", "--port-file", port_file, *flags],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _stop_at_exit(p)
     deadline = time.time() + 60
     while not os.path.exists(port_file):
         if p.poll() is not None or time.time() > deadline:
