@@ -85,10 +85,11 @@ void parse_endpoint(const std::string& text, comm::LaunchConfig& c) {
 }
 
 // weft launch's flags: torchrun's, with its spellings (--nproc_per_node), and weft's own for
-// live jobs; the flags read as text are parsed in the action.
-struct LaunchFlags {
-  comm::LaunchConfig c;
-  std::string nproc = "1", nnodes = "1", redirects, tee, rdzv_backend = "static", rdzv_endpoint, rdzv_conf;
+// live jobs; the flags read as text (the _text ones) are parsed in the action into the
+// launch configuration they extend.
+struct LaunchFlags : comm::LaunchConfig {
+  std::string nproc_text = "1", nnodes_text = "1", redirects_text, tee_text;
+  std::string rdzv_backend = "static", rdzv_endpoint, rdzv_conf;
   bool standalone = false, no_prefix = false, no_python = false;
 };
 
@@ -98,23 +99,23 @@ const FlagTable<LaunchFlags>& launch_flags() {
   static const FlagTable<LaunchFlags> table = [] {
     FlagTable<LaunchFlags> t;
     const FlagGroup<LaunchFlags> job{t, "the job"}, meet{t, "rendezvous"}, out{t, "the ranks' output and command"};
-    job(F("--nproc-per-node", AT(nproc), "ranks on this node: N, auto or cpu (one per core), or for a live job MIN:MAX "
+    job(F("--nproc-per-node", AT(nproc_text), "ranks on this node: N, auto or cpu (one per core), or for a live job MIN:MAX "
                                               "(start MIN, and up to MAX when the job asks for more ranks)")
                  .also_named({"--nproc_per_node"}));
-    job(F("--nnodes", AT(nnodes), "nodes in the job, or MIN:MAX to go on with fewer after a node is lost"));
-    job(F("--node-rank", AT(c.node_rank), "this node's index").also_named({"--node_rank"}).at_least(0));
-    job(F("--max-restarts", AT(c.max_restarts), "restart all ranks up to K times when one fails")
+    job(F("--nnodes", AT(nnodes_text), "nodes in the job, or MIN:MAX to go on with fewer after a node is lost"));
+    job(F("--node-rank", AT(node_rank), "this node's index").also_named({"--node_rank"}).at_least(0));
+    job(F("--max-restarts", AT(max_restarts), "restart all ranks up to K times when one fails")
                  .also_named({"--max_restarts"}).at_least(0));
-    job(F("--elastic", AT(c.elastic), "a live job: ranks join (weft launch --join) and leave (SIGTERM) while it runs, "
+    job(F("--elastic", AT(elastic), "a live job: ranks join (weft launch --join) and leave (SIGTERM) while it runs, "
                                            "without restarts (weft train continues on the new ranks; needs WEFT_JOB_TOKEN)"));
-    job(F("--join", AT(c.join), "HOST:PORT: add this launcher's ranks to the live job whose launcher printed it"));
-    job(F("--join-timeout", AT(c.join_timeout_s), "--nnodes MIN:MAX: seconds an attempt waits for nodes beyond MIN")
+    job(F("--join", AT(join), "HOST:PORT: add this launcher's ranks to the live job whose launcher printed it"));
+    job(F("--join-timeout", AT(join_timeout_s), "--nnodes MIN:MAX: seconds an attempt waits for nodes beyond MIN")
                  .above(0));
-    job(F("--bind", AT(c.bind), "cores: bind each rank to its share of the cores (ranks beyond the cores share them "
+    job(F("--bind", AT(bind), "cores: bind each rank to its share of the cores (ranks beyond the cores share them "
                                      "round-robin); none: leave the ranks free")
                  .one_of({"cores", "none"}));
-    meet(F("--master-addr", AT(c.master_addr), "address of the node running rank 0").also_named({"--master_addr"}));
-    meet(F("--master-port", AT(c.master_port), "port of the job's store (0: a free port, single node only)")
+    meet(F("--master-addr", AT(master_addr), "address of the node running rank 0").also_named({"--master_addr"}));
+    meet(F("--master-port", AT(master_port), "port of the job's store (0: a free port, single node only)")
                   .also_named({"--master_port"}).in(0, 65535));
     meet(F("--standalone", AT(standalone), "a job on this node alone, on a free port (torchrun's --standalone)"));
     meet(F("--rdzv-backend", AT(rdzv_backend), "both meet at the rendezvous endpoint (or --master-addr/--master-port) "
@@ -122,19 +123,19 @@ const FlagTable<LaunchFlags>& launch_flags() {
                   .also_named({"--rdzv_backend"}).one_of({"c10d", "static"}));
     meet(F("--rdzv-endpoint", AT(rdzv_endpoint), "HOST[:PORT] of the rendezvous (port 29400 if left out)")
                   .also_named({"--rdzv_endpoint"}));
-    meet(F("--rdzv-id", AT(c.run_id), "the job's id (TORCHELASTIC_RUN_ID; the log folder's name)")
+    meet(F("--rdzv-id", AT(run_id), "the job's id (TORCHELASTIC_RUN_ID; the log folder's name)")
                   .also_named({"--rdzv_id"}));
     meet(F("--rdzv-conf", AT(rdzv_conf), "last_call_timeout=SECONDS (as --join-timeout)").also_named({"--rdzv_conf"}));
-    out(F("--role", AT(c.role), "ROLE_NAME of the ranks"));
-    out(F("--log-dir", AT(c.log_dir), "folder for --redirects and --tee").also_named({"--log_dir"})
+    out(F("--role", AT(role), "ROLE_NAME of the ranks"));
+    out(F("--log-dir", AT(log_dir), "folder for --redirects and --tee").also_named({"--log_dir"})
                  .defaults("a new temporary one"));
-    out(F("--redirects", AT(redirects), "send ranks' output only to files: 1 stdout, 2 stderr, 3 both, or 0:3,1:2")
+    out(F("--redirects", AT(redirects_text), "send ranks' output only to files: 1 stdout, 2 stderr, 3 both, or 0:3,1:2")
                  .also_named({"-r"}));
-    out(F("--tee", AT(tee), "send ranks' output to files and the console: 1, 2, 3, or LOCAL_RANK:CODE,...")
+    out(F("--tee", AT(tee_text), "send ranks' output to files and the console: 1, 2, 3, or LOCAL_RANK:CODE,...")
                  .also_named({"-t"}));
     out(F("--no-prefix", AT(no_prefix), "print ranks' lines without \"[rank] \" (a job of one rank never has it)"));
     out(F("--no-python", AT(no_python), "run a .py command as it is, not with python3").also_named({"--no_python"}));
-    out(F("--module", AT(c.module), "run the command as a Python module (python3 -m)").also_named({"-m"}));
+    out(F("--module", AT(module), "run the command as a Python module (python3 -m)").also_named({"-m"}));
     return t;
   }();
 #undef AT
@@ -146,53 +147,51 @@ const FlagTable<LaunchFlags>& launch_flags() {
 FlagDocs launch_flag_docs() { return flag_docs(launch_flags()); }
 
 void add_launch_command(CLI::App& app, Action& action) {
-  auto flags = std::make_shared<LaunchFlags>();
-  comm::LaunchConfig* c = &flags->c;
-  LaunchFlags* x = flags.get();
+  auto f = std::make_shared<LaunchFlags>();
   CLI::App* cmd = app.add_subcommand("launch", "start the ranks of a job on this node (torchrun's flags and environment)");
-  add_flags(cmd, launch_flags(), *flags);
-  cmd->add_option("command", c->command, "the command each rank runs (after --, or its first word not an option)");
+  add_flags(cmd, launch_flags(), *f);
+  cmd->add_option("command", f->command, "the command each rank runs (after --, or its first word not an option)");
   cmd->footer("The command follows the options (after --, or from the first word that is not an option); "
               "a command ending in .py runs with python3, as under torchrun.");
-  cmd->callback([flags, c, x, cmd, &action] {
-    action = [flags, c, x, cmd] {
-      if (x->nproc.find(':') != std::string::npos) {  // a live job's MIN:MAX
-        const auto range = parse_integer_pair(x->nproc);
+  cmd->callback([f, cmd, &action] {
+    action = [f, cmd] {
+      if (f->nproc_text.find(':') != std::string::npos) {  // a live job's MIN:MAX
+        const auto range = parse_integer_pair(f->nproc_text);
         if (!range || range->first < 0 || range->second < 1 || range->first > range->second || range->second > 4096)
-          throw ConfigError("--nproc-per-node '" + x->nproc + "' is not N or MIN:MAX (0 <= MIN <= MAX, MAX >= 1)");
-        c->nproc_per_node = static_cast<int>(range->first);
-        c->max_nproc = static_cast<int>(range->second);
+          throw ConfigError("--nproc-per-node '" + f->nproc_text + "' is not N or MIN:MAX (0 <= MIN <= MAX, MAX >= 1)");
+        f->nproc_per_node = static_cast<int>(range->first);
+        f->max_nproc = static_cast<int>(range->second);
       } else {
-        c->nproc_per_node = parse_nproc(x->nproc);
+        f->nproc_per_node = parse_nproc(f->nproc_text);
       }
-      parse_nnodes(x->nnodes, *c);
-      if (!x->rdzv_endpoint.empty()) {
+      parse_nnodes(f->nnodes_text, *f);
+      if (!f->rdzv_endpoint.empty()) {
         if (cmd->count("--master-addr") + cmd->count("--master-port") > 0)
           throw ConfigError("give --rdzv-endpoint or --master-addr/--master-port, not both");
-        parse_endpoint(x->rdzv_endpoint, *c);
+        parse_endpoint(f->rdzv_endpoint, *f);
       }
-      if (!x->rdzv_conf.empty()) {
+      if (!f->rdzv_conf.empty()) {
         const std::string key = "last_call_timeout=";
-        const auto v = x->rdzv_conf.rfind(key, 0) == 0 ? parse_number(x->rdzv_conf.substr(key.size())) : std::nullopt;
-        if (!v || x->rdzv_conf.find(',') != std::string::npos)
-          throw ConfigError("--rdzv-conf '" + x->rdzv_conf + "': weft knows last_call_timeout=SECONDS");
-        c->join_timeout_s = *v;
+        const auto v = f->rdzv_conf.rfind(key, 0) == 0 ? parse_number(f->rdzv_conf.substr(key.size())) : std::nullopt;
+        if (!v || f->rdzv_conf.find(',') != std::string::npos)
+          throw ConfigError("--rdzv-conf '" + f->rdzv_conf + "': weft knows last_call_timeout=SECONDS");
+        f->join_timeout_s = *v;
       }
-      if (x->standalone) {
-        if (c->nnodes != 1 || c->min_nodes > 1) throw ConfigError("--standalone runs one node: leave out --nnodes");
-        if (!x->rdzv_endpoint.empty()) throw ConfigError("--standalone picks its own endpoint: leave out --rdzv-endpoint");
-        c->master_addr = "127.0.0.1";
-        c->master_port = 0;
-        if (cmd->count("--rdzv-id") == 0) c->run_id = comm::generate_token().substr(0, 12);
+      if (f->standalone) {
+        if (f->nnodes != 1 || f->min_nodes > 1) throw ConfigError("--standalone runs one node: leave out --nnodes");
+        if (!f->rdzv_endpoint.empty()) throw ConfigError("--standalone picks its own endpoint: leave out --rdzv-endpoint");
+        f->master_addr = "127.0.0.1";
+        f->master_port = 0;
+        if (cmd->count("--rdzv-id") == 0) f->run_id = comm::generate_token().substr(0, 12);
       }
-      if (!x->redirects.empty()) c->redirects = parse_streams(x->redirects, c->nproc_per_node, "--redirects");
-      if (!x->tee.empty()) c->tee = parse_streams(x->tee, c->nproc_per_node, "--tee");
-      c->prefix = !x->no_prefix;
-      if (x->no_python) {
-        if (c->module) throw ConfigError("--module runs python3 -m: it cannot go with --no-python");
-        c->python.clear();
+      if (!f->redirects_text.empty()) f->redirects = parse_streams(f->redirects_text, f->nproc_per_node, "--redirects");
+      if (!f->tee_text.empty()) f->tee = parse_streams(f->tee_text, f->nproc_per_node, "--tee");
+      f->prefix = !f->no_prefix;
+      if (f->no_python) {
+        if (f->module) throw ConfigError("--module runs python3 -m: it cannot go with --no-python");
+        f->python.clear();
       }
-      return comm::launch(*c);
+      return comm::launch(*f);
     };
   });
 }
@@ -267,33 +266,31 @@ const FlagTable<BenchFlags>& bench_flags() {
 FlagDocs comm_bench_flag_docs() { return flag_docs(bench_flags()); }
 
 void add_comm_bench_command(CLI::App& app, Action& action) {
-  auto flags = std::make_shared<BenchFlags>();
-  comm::BenchConfig* c = flags.get();
-  BenchFlags* x = flags.get();
+  auto f = std::make_shared<BenchFlags>();
   CLI::App* cmd = app.add_subcommand("comm-bench", "measure a collective, nccl-tests style (run under weft launch)");
-  add_flags(cmd, bench_flags(), *flags);
-  cmd->callback([flags, c, x, &action] {
-    action = [flags, c, x] {
-      if (x->list) {
+  add_flags(cmd, bench_flags(), *f);
+  cmd->callback([f, &action] {
+    action = [f] {
+      if (f->list) {
         comm::print_collectives();
         return 0;
       }
-      c->min_bytes = parse_size(x->min, "--min");
-      c->max_bytes = parse_size(x->max, "--max");
-      c->step_bytes = parse_size(x->step, "-i");
-      c->check = x->check_level == 1;
-      if (!x->late.empty()) {
-        const auto parts = parse_number_list(x->late, ':', 2);
+      f->min_bytes = parse_size(f->min, "--min");
+      f->max_bytes = parse_size(f->max, "--max");
+      f->step_bytes = parse_size(f->step, "-i");
+      f->check = f->check_level == 1;
+      if (!f->late.empty()) {
+        const auto parts = parse_number_list(f->late, ':', 2);
         if (!parts || parts->size() != 2 || (*parts)[0] < 0 || (*parts)[0] != std::floor((*parts)[0]) ||
             (*parts)[0] > 1e6 || (*parts)[1] < 0 || (*parts)[1] > 1e7 || (*parts)[1] != std::floor((*parts)[1]))
-          throw ConfigError("--late '" + x->late + "' is not RANK:MICROSECONDS (whole numbers, at most 10000000 us)");
-        c->late_rank = static_cast<int>((*parts)[0]);
-        c->late_us = static_cast<std::int64_t>((*parts)[1]);
+          throw ConfigError("--late '" + f->late + "' is not RANK:MICROSECONDS (whole numbers, at most 10000000 us)");
+        f->late_rank = static_cast<int>((*parts)[0]);
+        f->late_us = static_cast<std::int64_t>((*parts)[1]);
       }
-      if ((x->gpus != 1 || x->threads != 1) && env_string("RANK").value_or("0") == "0")
+      if ((f->gpus != 1 || f->threads != 1) && env_string("RANK").value_or("0") == "0")
         std::fprintf(stderr, "comm-bench: -g %d -t %d ignored: each weft rank is one process with one device "
-                             "(start more ranks with weft launch --nproc-per-node)\n", x->gpus, x->threads);
-      return comm::run_comm_bench(*c);
+                             "(start more ranks with weft launch --nproc-per-node)\n", f->gpus, f->threads);
+      return comm::run_comm_bench(*f);
     };
   });
 }

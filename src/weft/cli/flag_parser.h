@@ -2,7 +2,8 @@
 // option of CLI11 bound to its field, its help line made from the table (help, choices,
 // bounds, default, the runs it shapes, the environment variable), shown under its group, its
 // value checked against the table's bounds or choices as it is parsed ("--batch: must be at
-// least 1, got 0"), the flags it excludes refused together. A default that is the field's
+// least 1, got 0"), the flags it excludes refused together, its environment variable taken
+// when it is not given. A default that is the field's
 // initial value is captured, so that --help shows it and the run's configuration writes it.
 #pragma once
 
@@ -64,6 +65,7 @@ void add_flags(CLI::App* cmd, const FlagTable<O>& table, O& o) {
     CLI::Option* opt = std::visit([&](auto* field) { return bind_flag(cmd, names, *field, help_line(f)); }, f.field(o));
     opt->group(group_title(f.group));
     if (f.comma_list) opt->delimiter(',');
+    if (!f.env.empty()) opt->envname(f.env);
     const FieldRef start = f.field(initial);
     if (f.default_text.empty() && !std::holds_alternative<bool*>(start) && !value_text(start).empty())
       opt->capture_default_str();
@@ -83,7 +85,7 @@ struct FlagDocs {
 };
 template <class O>
 FlagDocs flag_docs(const FlagTable<O>& table) {
-  return {flag_groups(table), [&table](const std::string& group) { return flags_markdown(table, group); }};
+  return {groups_in_order(table), [&table](const std::string& group) { return flags_markdown(table, group); }};
 }
 FlagDocs launch_flag_docs();  // comm_commands.cpp
 FlagDocs sim_flag_docs();     // sim_command.cpp

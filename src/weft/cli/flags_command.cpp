@@ -25,11 +25,7 @@ std::map<std::string, FlagDocs> documented_commands() {
 
 // The environment variables, as one more "command" whose groups are the table's.
 FlagDocs environment_docs() {
-  FlagDocs docs;
-  for (const EnvVariable& v : environment_variables())
-    if (std::find(docs.groups.begin(), docs.groups.end(), v.group) == docs.groups.end()) docs.groups.push_back(v.group);
-  docs.markdown = [](const std::string& group) { return environment_markdown(group); };
-  return docs;
+  return {groups_in_order(environment_variables()), [](const std::string& group) { return environment_markdown(group); }};
 }
 
 int print_flags(const std::string& command, const std::string& group) {

@@ -17,7 +17,6 @@
 #include "weft/serve/server.h"
 #include "weft/serve/serve_flags.h"
 #include "weft/serve/model_parallel.h"
-#include "weft/util/env.h"
 #include "weft/util/parse.h"
 #include "weft/util/size.h"
 #include "weft/tensor/ops.h"
@@ -27,6 +26,11 @@
 namespace weft::cli {
 
 namespace {
+
+// The saved model a command loads (weft predict, generate, export, serve).
+void add_model_argument(CLI::App* cmd, std::string& model) {
+  cmd->add_option("model", model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+}
 
 struct PredictConfig {
   std::string model, data, data_dir, images, quantize = "fp32", logits;
@@ -258,7 +262,7 @@ int run_export(const ExportConfig& c) {
 void add_predict_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<PredictConfig>();
   CLI::App* cmd = app.add_subcommand("predict", "evaluate a saved model: an image model's test accuracy or predictions, a language model's validation loss");
-  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  add_model_argument(cmd, c->model);
   add_flags(cmd, predict_flags(), *c);
   cmd->callback([c, &action] { action = [c] { return run_predict(*c); }; });
 }
@@ -266,7 +270,7 @@ void add_predict_command(CLI::App& app, Action& action) {
 void add_generate_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<GenerateConfig>();
   CLI::App* cmd = app.add_subcommand("generate", "continue a prompt with a saved language model");
-  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  add_model_argument(cmd, c->model);
   add_flags(cmd, generate_flags(), *c);
   cmd->callback([c, &action] { action = [c] { return run_generate(*c); }; });
 }
@@ -274,7 +278,7 @@ void add_generate_command(CLI::App& app, Action& action) {
 void add_export_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<ExportConfig>();
   CLI::App* cmd = app.add_subcommand("export", "write a saved transformer in another format (a Hugging Face folder)");
-  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  add_model_argument(cmd, c->model);
   cmd->add_option("--format", c->format, "hf: a Hugging Face folder (config.json, model.safetensors, tokenizer.json)")
       ->required();
   cmd->add_option("--out", c->out, "the folder to write (new, or empty)")->required();
@@ -289,11 +293,10 @@ FlagDocs generate_flag_docs() { return flag_docs(generate_flags()); }
 void add_serve_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<serve::ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "serve a saved model over HTTP (OpenAI completions, image classification)");
-  cmd->add_option("model", c->model, "a --save-model file, a checkpoint folder, or a folder of checkpoints")->required();
+  add_model_argument(cmd, c->model);
   add_flags(cmd, serve::serve_flags(), *c);
   cmd->callback([c, &action] {
     action = [c] {
-      if (c->token.empty()) c->token = env_string("WEFT_SERVE_TOKEN").value_or("");
       return serve::serve(*c, stdout);
     };
   });
@@ -338,18 +341,17 @@ void add_serve_bench_command(CLI::App& app, Action& action) {
   add_flags(cmd, serve_bench_flags(), *c);
   cmd->callback([c, &action] {
     action = [c] {
-      const std::string* url = &c->url;
+      const std::string& url = c->url;
       const std::string prefix = "http://";
-      const auto colon = url->rfind(':');
-      if (url->rfind(prefix, 0) != 0 || colon == std::string::npos || colon < prefix.size())
-        throw ConfigError("--url " + *url + " is not http://HOST:PORT");
-      c->host = url->substr(prefix.size(), colon - prefix.size());
-      std::string port = url->substr(colon + 1);
+      const auto colon = url.rfind(':');
+      if (url.rfind(prefix, 0) != 0 || colon == std::string::npos || colon < prefix.size())
+        throw ConfigError("--url " + url + " is not http://HOST:PORT");
+      c->host = url.substr(prefix.size(), colon - prefix.size());
+      std::string port = url.substr(colon + 1);
       if (!port.empty() && port.back() == '/') port.pop_back();
       const auto p = parse_integer(port);
-      if (!p || *p < 1 || *p > 65535) throw ConfigError("--url " + *url + ": '" + port + "' is not a port");
+      if (!p || *p < 1 || *p > 65535) throw ConfigError("--url " + url + ": '" + port + "' is not a port");
       c->port = static_cast<int>(*p);
-      if (c->token.empty()) c->token = env_string("WEFT_SERVE_TOKEN").value_or("");
       serve::LoadReport r = serve::run_load(*c);
       if (c->json) fmt::print("{}\n", r.to_json().dump());
       else fmt::print("{}", r.table());

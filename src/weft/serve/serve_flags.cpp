@@ -1,5 +1,6 @@
 #include "weft/serve/serve_flags.h"
 
+#include "weft/util/error.h"
 #include "weft/util/parse.h"
 #include "weft/util/size.h"
 

@@ -8,7 +8,6 @@
 #include <string>
 
 #include "weft/serve/server.h"
-#include "weft/util/error.h"
 #include "weft/util/flag_table.h"
 
 namespace weft::serve {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "weft/util/flag_table.h"
+
 namespace weft {
 
 namespace {
@@ -69,12 +71,7 @@ std::string environment_markdown(const std::string& group) {
   for (const EnvVariable& v : environment_variables()) {
     if (!group.empty() && v.group != group) continue;
     if (md.empty()) md = "| variable | value | meaning |\n|---|---|---|\n";
-    std::string value;
-    for (char c : v.value) {
-      if (c == '|') value += '\\';
-      value += c;
-    }
-    md += fmt::format("| `{}` | {} | {} |\n", v.name, value, v.help);
+    md += fmt::format("| `{}` | {} | {} |\n", v.name, markdown_cell(v.value), markdown_cell(v.help));
   }
   return md;
 }

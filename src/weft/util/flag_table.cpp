@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
 #include "weft/util/error.h"
 
@@ -12,12 +13,14 @@ namespace weft {
 
 namespace {
 
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+template <class T>
+struct IsVector : std::false_type {};
+template <class T>
+struct IsVector<std::vector<T>> : std::true_type {};
 
 std::string number_text(double v) { return fmt::format("{}", v); }
 
@@ -34,41 +37,28 @@ std::string choice_words(const FlagInfo& f) { return fmt::format("{}", fmt::join
 }  // namespace
 
 std::string value_text(const FieldRef& ref) {
-  return std::visit(Overloaded{
-                        [](bool* v) { return std::string(*v ? "on" : "off"); },
-                        [](const std::string* v) { return *v; },
-                        [](const std::optional<std::string>* v) { return v->value_or(""); },
-                        [](const double* v) { return number_text(*v); },
-                        [](const std::optional<double>* v) { return *v ? number_text(**v) : std::string(); },
-                        [](const std::optional<std::int64_t>* v) { return *v ? std::to_string(**v) : std::string(); },
-                        [](const std::vector<double>* v) {
-                          std::string text;
-                          for (double x : *v) {
-                            if (!text.empty()) text += ',';
-                            text += number_text(x);
-                          }
-                          return text;
-                        },
-                        [](const std::vector<std::string>* v) { return fmt::format("{}", fmt::join(*v, ",")); },
-                        [](const std::vector<int>* v) { return fmt::format("{}", fmt::join(*v, ",")); },
-                        [](const std::vector<std::int64_t>* v) { return fmt::format("{}", fmt::join(*v, ",")); },
-                        [](const auto* v) { return std::to_string(*v); },
-                    },
-                    ref);
+  return std::visit(
+      [](const auto* v) -> std::string {
+        using T = std::decay_t<decltype(*v)>;
+        if constexpr (std::is_same_v<T, bool>) return *v ? "on" : "off";
+        else if constexpr (std::is_same_v<T, std::string>) return *v;
+        else if constexpr (std::is_same_v<T, double>) return number_text(*v);
+        else if constexpr (IsOptional<T>::value) return *v ? fmt::format("{}", **v) : std::string();
+        else if constexpr (IsVector<T>::value) return fmt::format("{}", fmt::join(*v, ","));
+        else return std::to_string(*v);
+      },
+      ref);
 }
 
 bool value_set(const FieldRef& ref) {
-  return std::visit(Overloaded{
-                        [](const std::optional<std::string>* v) { return v->has_value(); },
-                        [](const std::optional<double>* v) { return v->has_value(); },
-                        [](const std::optional<std::int64_t>* v) { return v->has_value(); },
-                        [](const std::vector<double>* v) { return !v->empty(); },
-                        [](const std::vector<std::string>* v) { return !v->empty(); },
-                        [](const std::vector<int>* v) { return !v->empty(); },
-                        [](const std::vector<std::int64_t>* v) { return !v->empty(); },
-                        [](const auto*) { return true; },
-                    },
-                    ref);
+  return std::visit(
+      [](const auto* v) {
+        using T = std::decay_t<decltype(*v)>;
+        if constexpr (IsOptional<T>::value) return v->has_value();
+        else if constexpr (IsVector<T>::value) return !v->empty();
+        else return true;
+      },
+      ref);
 }
 
 std::string value_error(const FlagInfo& f, const std::string& text) {
@@ -97,8 +87,13 @@ void throw_not_applicable(const FlagInfo& f, const std::string& run_has) {
   throw ConfigError(fmt::format("{} does not apply to this run: it is for {}, and the run has {}", f.name, f.needs, run_has));
 }
 
-std::string default_words(const FlagInfo& f, const std::string& initial) {
-  return f.default_text.empty() ? initial : f.default_text;
+std::string markdown_cell(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|') out += '\\';
+    out += c == '\n' ? ' ' : c;
+  }
+  return out;
 }
 
 namespace {
@@ -120,22 +115,15 @@ std::string help_line(const FlagInfo& f) { return described(f, true, ""); }
 
 std::string flags_markdown(const std::vector<const FlagInfo*>& flags, const std::vector<std::string>& initials) {
   if (flags.empty()) return "";
-  const auto cell = [](std::string text) {
-    std::string out;
-    for (char c : text) {
-      if (c == '|') out += '\\';
-      out += c == '\n' ? ' ' : c;
-    }
-    return out;
-  };
   std::string md = "| flag | default | meaning |\n|---|---|---|\n";
   for (std::size_t i = 0; i < flags.size(); ++i) {
     const FlagInfo& f = *flags[i];
     const std::string meaning = described(f, false, "`");
-    const std::string def = default_words(f, initials[i]).empty() ? "none" : default_words(f, initials[i]);
+    const std::string& given = f.default_text.empty() ? initials[i] : f.default_text;
+    const std::string def = given.empty() ? "none" : given;
     std::string names = "`" + f.name + "`";
     for (const std::string& a : f.aliases) names += ", `" + a + "`";
-    md += fmt::format("| {} | {} | {} |\n", names, cell(def), cell(meaning));
+    md += fmt::format("| {} | {} | {} |\n", names, markdown_cell(def), markdown_cell(meaning));
   }
   return md;
 }

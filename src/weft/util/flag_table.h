@@ -39,7 +39,7 @@ struct FlagInfo {
   bool comma_list = false;   // a list of texts also given as "a,b" (numbers' lists always are)
   std::string needs;         // the runs it shapes, in the flags' words ("--strategy fedavg"); "" for every run
   std::vector<std::string> excludes;  // flags it cannot be given with
-  std::string env;           // an environment variable that also sets the value
+  std::string env;           // an environment variable the parser takes when the flag is not given
 };
 
 // The flag of options `O`: its declaration and how to reach its value.
@@ -92,6 +92,17 @@ struct FlagGroup {
   }
 };
 
+// `text` as a Markdown table's cell: '|' escaped, new lines as spaces.
+std::string markdown_cell(const std::string& text);
+// The `group` fields of `items` (flags, environment variables), each once, in order.
+template <class Items>
+std::vector<std::string> groups_in_order(const Items& items) {
+  std::vector<std::string> groups;
+  for (const auto& item : items)
+    if (std::find(groups.begin(), groups.end(), item.group) == groups.end()) groups.push_back(item.group);
+  return groups;
+}
+
 // The value at `ref` as a flag's text ("0.01", "on" for a set switch, "1,2" for a list; "" when
 // an optional is unset).
 std::string value_text(const FieldRef& ref);
@@ -102,8 +113,6 @@ bool value_set(const FieldRef& ref);
 // least 1, got 0"), or "" when nothing is (a value that is not a number passes here: the
 // parser refuses it).
 std::string value_error(const FlagInfo& flag, const std::string& text);
-// The flag's default in words: default_text, or `initial` (the field's initial value), or "".
-std::string default_words(const FlagInfo& flag, const std::string& initial);
 // The help line the parser shows: the help, the choices, the bounds, the runs it shapes, the
 // environment variable.
 std::string help_line(const FlagInfo& flag);
@@ -168,13 +177,5 @@ std::string flags_markdown(const FlagTable<O>& table, const std::string& group) 
   return flags_markdown(flags, initials);
 }
 
-// The table's groups, in the order they first appear.
-template <class O>
-std::vector<std::string> flag_groups(const FlagTable<O>& table) {
-  std::vector<std::string> groups;
-  for (const Flag<O>& f : table)
-    if (std::find(groups.begin(), groups.end(), f.group) == groups.end()) groups.push_back(f.group);
-  return groups;
-}
 
 }  // namespace weft
