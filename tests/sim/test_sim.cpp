@@ -1017,6 +1017,36 @@ TEST(SimValidation, FlowLevelModeAgreesWithPacketsWhereTheRatesSettle) {
   }
 }
 
+TEST(SimValidation, FlowLevelModeGivesAFlowThatStartsWhileOthersRunItsRateAtOnce) {
+  // Flows that start apart: a second flow on other links 3 us after the first, a third that
+  // shares the first's receiver 100 us in; collectives whose steps start as the previous
+  // ones' messages arrive (a ring on leaf-spine, double binary trees on the rails). Each
+  // flow's delivery, and each run's end, within 5% of packets without congestion control
+  // (where the rates settle; here all within 1%).
+  const std::string jobs = ::testing::TempDir() + "/weft_staggered.yaml";
+  weft::write_file_atomic(jobs,
+                          "jobs:\n  - {src: 0, dst: 1, size: 4MB}\n  - {src: 2, dst: 3, size: 4MB, start: 3us}\n"
+                          "  - {src: 4, dst: 1, size: 2MB, start: 100us}\n");
+  SimRun packets = simulate("single-switch.yaml", jobs, {"cc=none"});
+  SimRun flows = simulate("single-switch.yaml", jobs, {"mode=flow"});
+  ASSERT_TRUE(packets.finished && flows.finished);
+  ASSERT_EQ(packets.net->flows().size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    const FlowRecord &p = packets.net->flows()[i], &f = flows.net->flows()[i];
+    EXPECT_NEAR(to_us(f.delivered), to_us(p.delivered), 0.01 * to_us(p.delivered - p.start)) << "flow " << i;
+  }
+  struct Case {
+    const char* topology;
+    const char* workload;
+  };
+  for (const Case& c : {Case{"leaf-spine-4x4.yaml", "allreduce:ring:64MB"}, Case{"rail-optimized.yaml", "allreduce:double_tree:16MB"}}) {
+    SimRun p = simulate(c.topology, c.workload, {"cc=none"});
+    SimRun f = simulate(c.topology, c.workload, {"mode=flow"});
+    ASSERT_TRUE(p.finished && f.finished) << c.workload;
+    EXPECT_NEAR(to_us(f.net->finish_time()), to_us(p.net->finish_time()), 0.01 * to_us(p.net->finish_time())) << c.topology << " " << c.workload;
+  }
+}
+
 TEST(SimValidation, FlowToleranceTakesCloseFinishesTogether) {
   // Recursive halving and doubling over 256 GPUs of the 3-tier fabric: with a tolerance of
   // 1%, flows whose rest would take under 1% of their time so far complete at once; fewer
@@ -1028,6 +1058,20 @@ TEST(SimValidation, FlowToleranceTakesCloseFinishesTogether) {
   EXPECT_LE(loose.net->finish_time(), exact.net->finish_time());
   EXPECT_GT(to_us(loose.net->finish_time()), 0.99 * to_us(exact.net->finish_time()));
   EXPECT_EQ(loose.net->counters().bytes_delivered, exact.net->counters().bytes_delivered);
+}
+
+TEST(SimValidation, FlowBatchTakesChangesCloseInTimeTogether) {
+  // Recursive halving and doubling over 256 GPUs: each step's messages start as the previous
+  // step's arrive, a few hundred nanoseconds apart. With flow.batch=1us a start waits at most
+  // 1 us for the rates, computed once for the starts meanwhile: fewer computations, and the
+  // run ends no earlier and at most 1 us per step (16 steps) later.
+  SimRun exact = simulate("three-tier.yaml", "allreduce:rabenseifner:16MB", {"mode=flow"});
+  SimRun batched = simulate("three-tier.yaml", "allreduce:rabenseifner:16MB", {"mode=flow", "flow.batch=1us"});
+  ASSERT_TRUE(exact.finished && batched.finished);
+  EXPECT_LT(batched.net->fluid_rounds(), exact.net->fluid_rounds() * 9 / 10);
+  EXPECT_GE(batched.net->finish_time(), exact.net->finish_time());
+  EXPECT_LE(batched.net->finish_time(), exact.net->finish_time() + 16 * kUs);
+  EXPECT_EQ(batched.net->counters().bytes_delivered, exact.net->counters().bytes_delivered);
 }
 
 TEST(SimValidation, IncastWithoutPfcOrCongestionControlDrops) {
@@ -1137,6 +1181,48 @@ TEST(SimValidation, EqualHashSeedsPolarizeAndSprayingSpreads) {
   SimRun spray = simulate("leaf-spine-4x4.yaml", incast, {"lb=spray", "rdma.write=write-only"});
   ASSERT_TRUE(spray.finished);
   EXPECT_LE(max_over_min(spine_bytes_to(spray, "leaf-3")), 1.25);
+}
+
+std::string summary_text(const SimRun& r) {
+  char* buffer = nullptr;
+  std::size_t length = 0;
+  std::FILE* f = open_memstream(&buffer, &length);
+  print_summary(*r.net, f, "");
+  std::fclose(f);
+  std::string text(buffer, length);
+  std::free(buffer);
+  return text;
+}
+
+TEST(SimValidation, PolarizationIsCalledOnlyWhenTheFlowsAreEnoughToTell) {
+  // Equal seeds and a low-entropy hash: each of leaves 0-2 puts its 4 flows on one spine of
+  // 4, which uniform hashing does with chance 4 x (1/4)^4 per leaf, 3 x that over the three
+  // leaves (under 5%): hash polarization. A 128 -> 1 incast on the fat tree: each edge
+  // switch hashes one flow, all of whose bytes take one uplink, as any hash would put them:
+  // the summary names the most lopsided group without calling it polarization.
+  SimRun polarized = simulate("leaf-spine-4x4.yaml", "incast:12:2MB@15,0-11", {"ecmp.hash=xor", "ecmp.distinct_seeds=off"});
+  ASSERT_TRUE(polarized.finished);
+  const std::string p = summary_text(polarized);
+  EXPECT_NE(p.find("hash polarization: spine-"), std::string::npos) << p;
+  EXPECT_NE(p.find("4 of its 4 flows there: random hashing does that with chance 0.047"), std::string::npos) << p;
+  int groups = 0;
+  const nlohmann::json summary = summary_json(*polarized.net);
+  for (const auto& g : summary["load_balance"]) {
+    if (g["toward"] != "spine") continue;
+    ++groups;
+    EXPECT_EQ(g["flows"], 4);
+    EXPECT_EQ(g["busiest_flows"], 4);
+    EXPECT_NEAR(g["chance"].get<double>(), 4.0 / 256, 1e-12);
+  }
+  EXPECT_EQ(groups, 3);
+
+  SimRun incast = simulate("fat-tree-k16.yaml", "incast:128:1MB");
+  ASSERT_TRUE(incast.finished);
+  const std::string i = summary_text(incast);
+  EXPECT_EQ(i.find("hash polarization"), std::string::npos) << i;
+  EXPECT_NE(i.find("uplink bytes (8 uplink switches, fair share 12%; 1 flow, as lopsided as random hashing may leave them)"),
+            std::string::npos)
+      << i;
 }
 
 TEST(SimValidation, DistinctSeedsHashIndependentlyAtEveryTier) {

@@ -50,5 +50,20 @@ TEST(TimeAverage, AnEarlierTimeChangesNothing) {
   EXPECT_NEAR(a.at(7), 2 * (1 - std::exp(-2.0)), 1e-12);
 }
 
+TEST(BinomialUpperTail, AgreesWithTheSumOfTheProbabilities) {
+  // Small cases by hand: 4 fair coins, at least 3 heads = 5/16; 4 trials of 1/4 all
+  // succeeding = 1/256; the edges.
+  EXPECT_NEAR(binomial_upper_tail(4, 0.5, 3), 5.0 / 16, 1e-15);
+  EXPECT_NEAR(binomial_upper_tail(4, 0.25, 4), 1.0 / 256, 1e-15);
+  EXPECT_EQ(binomial_upper_tail(4, 0.25, 0), 1);
+  EXPECT_EQ(binomial_upper_tail(4, 0.25, 5), 0);
+  EXPECT_EQ(binomial_upper_tail(4, 0.0, 1), 0);
+  EXPECT_EQ(binomial_upper_tail(4, 1.0, 4), 1);
+  // Large n against the normal tail: 1e6 trials of 1/2, at least the mean + 3 sigma.
+  EXPECT_NEAR(binomial_upper_tail(1000000, 0.5, 501500), 0.00135, 0.00005);
+  // Below the mode nearly everything: P(X >= 1) for n = 100, p = 1/2.
+  EXPECT_NEAR(binomial_upper_tail(100, 0.5, 1), 1.0, 1e-15);
+}
+
 }  // namespace
 }  // namespace weft

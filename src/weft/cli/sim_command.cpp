@@ -1,6 +1,8 @@
 // weft sim: a training job's traffic on a modeled RoCEv2 fabric, packet by packet.
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include "weft/cli/commands.h"
 #include "weft/cli/flag_parser.h"
@@ -66,15 +68,25 @@ int run_sim(const SimFlags& f) {
   if (f.seed) sim::apply_setting(config, "seed=" + std::to_string(*f.seed));
   for (const std::string& s : f.settings) sim::apply_setting(config, s);
   sim::finalize_config(config);
-  sim::Topology topology = sim::load_topology(f.topology);
-  sim::Workload workload = sim::load_workload(f.workload, topology, config.seed, config.channels_per_nic);
-  auto net = std::make_unique<sim::Network>(topology, config, std::move(workload));
+  // Everything that can be refused is refused before the work: the output paths, the
+  // capture's link, then the fabric and the configuration (Network::check_setup), and only
+  // then the workload is built (a collective over many ranks takes seconds and gigabytes).
+  std::optional<std::pair<std::string_view, std::string_view>> capture;
   if (!config.pcap_link.empty()) {
     if (f.out.empty()) throw ConfigError("--set pcap=A:B needs --out DIR for the capture file");
-    const auto link = split_pair(config.pcap_link);
-    if (!link) throw ConfigError("pcap: expected two node names, A:B");
+    capture = split_pair(config.pcap_link);
+    if (!capture) throw ConfigError("pcap: expected two node names, A:B");
+  }
+  if (!f.out.empty()) check_output_folder(f.out, "--out");
+  if (!f.report.empty()) check_output_file(f.report, "--report");
+  sim::Topology topology = sim::load_topology(f.topology);
+  if (capture) topology.link_between(std::string(capture->first), std::string(capture->second), "pcap");
+  sim::Network::check_setup(topology, config, sim::Workload{});
+  sim::Workload workload = sim::load_workload(f.workload, topology, config.seed, config.channels_per_nic);
+  auto net = std::make_unique<sim::Network>(topology, config, std::move(workload));
+  if (capture) {
     make_directories(f.out);
-    net->capture(std::string(link->first), std::string(link->second), f.out + "/link.pcap");
+    net->capture(std::string(capture->first), std::string(capture->second), f.out + "/link.pcap");
   }
   bool finished = net->run(!f.quiet);
   if (!f.out.empty()) sim::write_outputs(*net, f.out);

@@ -134,6 +134,8 @@ const std::vector<Entry>& entries() {
                   {"packet", SimMode::kPacket}, {"flow", SimMode::kFlow}),
         double_entry("flow.tolerance", &SimConfig::flow_tolerance, 0, 0.1,
                      "mode=flow: a flow completes once its rest would take under this fraction of its time so far (0: exact)"),
+        time_entry("flow.batch", &SimConfig::flow_batch,
+                   "mode=flow: a flow that starts waits at most this long for its rate, computed once for the changes meanwhile (0: exact)"),
         int_entry("qos.roce_dscp", &SimConfig::roce_dscp, 0, 63, "DSCP of RoCE data"),
         int_entry("qos.roce_queue", &SimConfig::roce_queue, 0, 7, "queue (priority) of RoCE data"),
         int_entry("qos.cnp_dscp", &SimConfig::cnp_dscp, 0, 63, "DSCP of CNPs"),
@@ -296,6 +298,9 @@ void check_config(const SimConfig& config) {
   if (config.wred_min > config.wred_max) throw ConfigError("ecn.min must not exceed ecn.max");
   if (config.mtu < 256 || config.mtu > (64 << 20)) throw ConfigError("rdma.mtu must be in [256 B, 64 MiB]");
   if (config.hpcc_rtt == 0) throw ConfigError("hpcc.rtt must be > 0 (HPCC's windows and utilization are against it)");
+  if (config.mode != SimMode::kFlow && (config.flow_tolerance > 0 || config.flow_batch > 0))
+    throw ConfigError(std::string(config.flow_tolerance > 0 ? "flow.tolerance" : "flow.batch") +
+                      " applies to the flow-level mode: add --set mode=flow");
 }
 
 void finalize_config(SimConfig& c) {

@@ -34,6 +34,9 @@ struct SimConfig {
   // Flow-level mode: a flow whose rest would take less than this fraction of the time it has
   // been going completes now (0: exactly when its last byte leaves).
   double flow_tolerance = 0;
+  // Flow-level mode: a change (a flow starting or ending) waits at most this long for the
+  // changes after it, and the rates are computed once for them all (0: at each change).
+  Time flow_batch = 0;
 
   // Traffic classes (seed 002 chapter 11): RoCE data in DSCP 24 -> queue 3, CNPs in
   // DSCP 48 -> strict-priority queue 7.

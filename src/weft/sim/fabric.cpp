@@ -603,29 +603,50 @@ std::int64_t Network::xoff_threshold(int node) const {
   return static_cast<std::int64_t>(cfg_.pfc_alpha * static_cast<double>(shared_size_[node] - buffer_used_[node]));
 }
 
-// Each port's PFC headroom (what still arrives after its pause: one round trip of the link
-// and 3 frames) is reserved out of its node's buffer; the rest is shared.
+namespace {
+
+// A port's PFC headroom: what still arrives after its pause, one round trip of the link
+// (both directions' propagation and switching) and 3 frames; pfc.headroom when given.
+std::int64_t pfc_headroom(const SimConfig& c, double bps, Time round_trip) {
+  if (c.pfc_headroom > 0) return c.pfc_headroom;
+  return static_cast<std::int64_t>(bps * to_seconds(round_trip) / 8) +
+         3 * static_cast<std::int64_t>(c.mtu + kHeaderBytes + kRethBytes + kWireOverhead);
+}
+
+// Each node's shared buffer: its buffer less its ports' PFC headroom on switches (with PFC),
+// at least 64 chunks in scale mode. Throws ConfigError for a switch left without room for a
+// few frames.
+std::vector<std::int64_t> shared_buffer_sizes(const Topology& t, const SimConfig& c) {
+  std::vector<std::int64_t> shared(t.nodes.size(), c.buffer_bytes);
+  std::vector<int> ports(t.nodes.size(), 0);
+  for (const Link& l : t.links) {
+    const Time round_trip = 2 * l.delay + t.nodes[static_cast<std::size_t>(l.a)].latency + t.nodes[static_cast<std::size_t>(l.b)].latency;
+    const std::int64_t headroom = pfc_headroom(c, l.bps, round_trip);
+    for (const int n : {l.a, l.b}) {
+      ++ports[static_cast<std::size_t>(n)];
+      if (c.pfc && t.nodes[static_cast<std::size_t>(n)].kind == NodeKind::kSwitch) shared[static_cast<std::size_t>(n)] -= headroom;
+    }
+  }
+  for (std::size_t n = 0; n < t.nodes.size(); ++n) {
+    // Scale mode's chunks make headroom huge; it keeps 64 chunks of shared buffer.
+    if (c.coarse > 0) shared[n] = std::max(shared[n], 64 * c.coarse);
+    if (shared[n] < 4 * (c.mtu + kHeaderBytes + kRethBytes + kWireOverhead) && t.nodes[n].kind == NodeKind::kSwitch)
+      throw ConfigError(fmt::format("switch {}: its buffer ({} bytes) does not cover the PFC headroom of its {} ports "
+                                    "({} bytes) and a few frames: raise buffer or lower pfc.headroom",
+                                    t.nodes[n].name, c.buffer_bytes, ports[n], c.buffer_bytes - shared[n]));
+  }
+  return shared;
+}
+
+}  // namespace
+
+// Each port's PFC headroom is reserved out of its node's buffer; the rest is shared.
 void Network::reserve_buffers() {
   buffer_used_.assign(topo_.nodes.size(), 0);
   headroom_used_.assign(topo_.nodes.size(), 0);
   buffer_peak_.assign(topo_.nodes.size(), 0);
-  shared_size_.assign(topo_.nodes.size(), cfg_.buffer_bytes);
-  for (Port& P : ports_) {
-    P.headroom = cfg_.pfc_headroom;
-    if (P.headroom == 0)
-      P.headroom = static_cast<std::int64_t>(P.bps * to_seconds(P.delay + ports_[P.peer].delay) / 8) +
-                   3 * static_cast<std::int64_t>(cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead);
-    if (cfg_.pfc && topo_.nodes[P.node].kind == NodeKind::kSwitch) shared_size_[P.node] -= P.headroom;
-  }
-  for (std::size_t n = 0; n < topo_.nodes.size(); ++n) {
-    // Scale mode's chunks make headroom huge; it keeps 64 chunks of shared buffer.
-    if (cfg_.coarse > 0) shared_size_[n] = std::max(shared_size_[n], 64 * cfg_.coarse);
-    if (shared_size_[n] < 4 * (cfg_.mtu + kHeaderBytes + kRethBytes + kWireOverhead) && topo_.nodes[n].kind == NodeKind::kSwitch)
-      throw ConfigError(fmt::format("switch {}: its buffer ({} bytes) does not cover the PFC headroom of its {} ports "
-                                    "({} bytes) and a few frames: raise buffer or lower pfc.headroom",
-                                    topo_.nodes[n].name, cfg_.buffer_bytes, node_ports_[n].size(),
-                                    cfg_.buffer_bytes - shared_size_[n]));
-  }
+  shared_size_ = shared_buffer_sizes(topo_, cfg_);
+  for (Port& P : ports_) P.headroom = pfc_headroom(cfg_, P.bps, P.delay + ports_[static_cast<std::size_t>(P.peer)].delay);
 }
 
 void Network::send_pfc(int port, int queue, bool pause) {
@@ -934,18 +955,28 @@ Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Worklo
           columns.routed_nodes};
 }
 
-Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
-    : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)) {
-  current_ = &coord_;
-  if (cfg_.pxn) pxn_relays_ = route_through_nvlink_peers(work_, topo_);
-  const MemoryEstimate need = estimate_memory(topo_, work_, columns_);
+void Network::check_setup(const Topology& t, const SimConfig& c, const Workload& w) {
+  const MemoryEstimate need = estimate_memory(t, w, RouteColumns::of(t));
   if (const auto have = available_memory_bytes(); have && need.total > 0.9 * static_cast<double>(*have)) {
     throw ConfigError(fmt::format("this simulation needs about {:.1f} GiB (routing tables for {} nodes x {} destinations: {:.1f} GiB), "
                                   "more than the {:.1f} GiB this machine has available: simulate a smaller fabric",
                                   need.total / 1073741824.0, need.routed_nodes, need.destinations,
                                   need.routes / 1073741824.0, static_cast<double>(*have) / 1073741824.0));
   }
+  shared_buffer_sizes(t, c);
+  if (c.mode == SimMode::kFlow) {
+    if (!w.failures.empty()) throw ConfigError("mode=flow does not model failures: simulate them with mode=packet");
+    if (c.lb != LoadBalancing::kEcmp)
+      throw ConfigError("mode=flow follows each message's ECMP path: lb=flowlet, spray and adaptive are modeled with mode=packet");
+  }
+}
+
+Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
+    : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)) {
+  current_ = &coord_;
+  if (cfg_.pxn) pxn_relays_ = route_through_nvlink_peers(work_, topo_);
   finalize_config(cfg_);
+  check_setup(topo_, cfg_, work_);
   build_ports();
   gpu_rank_of_node_.assign(topo_.nodes.size(), -1);
   for (std::size_t r = 0; r < topo_.gpus.size(); ++r) gpu_rank_of_node_[topo_.gpus[r]] = static_cast<int>(r);
@@ -993,9 +1024,6 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
     if (!f.b.empty() && topo_.find(f.b) < 0) throw ConfigError("failure: unknown node '" + f.b + "'");
   }
   if (cfg_.mode == SimMode::kFlow) {
-    if (!work_.failures.empty()) throw ConfigError("mode=flow does not model failures: simulate them with mode=packet");
-    if (cfg_.lb != LoadBalancing::kEcmp)
-      throw ConfigError("mode=flow follows each message's ECMP path: lb=flowlet, spray and adaptive are modeled with mode=packet");
     port_payload_rate_.resize(ports_.size());
     for (std::size_t port = 0; port < ports_.size(); ++port) port_payload_rate_[port] = payload_rate(static_cast<int>(port));
   }

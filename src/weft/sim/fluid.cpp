@@ -1,9 +1,9 @@
 // The flow-level mode (mode = flow): messages as fluid flows at max-min fair rates over
 // their paths instead of packets, for fabrics and iterations too large to simulate packet
 // by packet. A message part takes its ECMP path (the switches' hash of its 5-tuple, as a
-// packet of it would); whenever the set of flows changes the rates are recomputed over
-// every link's payload rate (max_min.h), and each flow advances at its rate until the next
-// change. A part is on the wire when its last byte leaves the fluid, delivered a path's
+// packet of it would); whenever a part starts or ends, the rates of the parts it shares
+// links with (transitively) are recomputed over the links' payload rates (fluid_model.h),
+// and each part advances at its rate until the next change. A part is on the wire when its last byte leaves the fluid, delivered a path's
 // latency later (each hop's propagation and one packet's store and forward, but the
 // bottleneck's, which the fluid already counts), acknowledged an ACK's return later. No
 // queues, no PFC, no ECN, no congestion control: the rates are what an ideal congestion
@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "weft/sim/max_min.h"
 #include "weft/sim/network.h"
 #include "weft/util/error.h"
 
@@ -23,6 +22,8 @@ double Network::payload_rate(int port) const {
 }
 
 void Network::fluid_post(int flow, int src_agent, int dst_agent, std::int64_t bytes, int parts) {
+  if (!fluid_)
+    fluid_ = std::make_unique<FluidModel>(port_payload_rate_, cfg_.flow_tolerance, [this](int part, double moved) { fluid_moved(part, moved); });
   const FlowRecord& f = flows_[static_cast<std::size_t>(flow)];
   std::int64_t given = 0;
   for (int i = 0; i < parts; ++i) {
@@ -38,95 +39,65 @@ void Network::fluid_post(int flow, int src_agent, int dst_agent, std::int64_t by
     if (hops.empty())
       throw ConfigError("flow mode: no route from " + topo_.nodes[static_cast<std::size_t>(probe.src)].name + " to " +
                         topo_.nodes[static_cast<std::size_t>(probe.dst)].name);
-    FluidPart part;
-    part.flow = flow;
-    part.remaining = static_cast<double>(part_bytes);
-    part.start = clock();
-    part.path_begin = static_cast<std::uint32_t>(fluid_path_.size());
+    FluidPartInfo info;
+    info.flow = flow;
     const std::int64_t frame = kHeaderBytes + kRethBytes + std::min<std::int64_t>(part_bytes, cfg_.mtu);
     Time slowest_ser = 0;
     for (int port : hops) {
       const Port& P = ports_[static_cast<std::size_t>(port)];
-      fluid_path_.push_back(port);
-      part.latency += P.delay + serialization(frame, P.bps);
-      part.ack_latency += ports_[static_cast<std::size_t>(P.peer)].delay + serialization(kAckFrame, P.bps);
+      info.latency += P.delay + serialization(frame, P.bps);
+      info.ack_latency += ports_[static_cast<std::size_t>(P.peer)].delay + serialization(kAckFrame, P.bps);
       slowest_ser = std::max(slowest_ser, serialization(frame, P.bps));
     }
-    part.latency -= slowest_ser;
-    part.path_len = static_cast<std::uint32_t>(fluid_path_.size() - part.path_begin);
-    fluid_.push_back(part);
+    info.latency -= slowest_ser;
+    const int id = fluid_->add(hops.data(), hops.size(), static_cast<double>(part_bytes), clock());
+    if (static_cast<std::size_t>(id) >= fluid_info_.size()) fluid_info_.resize(static_cast<std::size_t>(id) + 1);
+    fluid_info_[static_cast<std::size_t>(id)] = info;
   }
-  if (!fluid_update_pending_) {
-    fluid_update_pending_ = true;
-    schedule(clock(), -1, kFluidUpdate, ++fluid_epoch_);
+  // The new parts change the rates now (or, with flow.batch, once the changes within that
+  // time have come): an update pending later, for the next completion, gives way to it.
+  fluid_schedule_update(clock() + cfg_.flow_batch);
+}
+
+void Network::fluid_schedule_update(Time at) {
+  if (fluid_update_pending_ && fluid_update_at_ <= at) return;
+  fluid_update_pending_ = true;
+  fluid_update_at_ = at;
+  schedule(at, -1, kFluidUpdate, ++fluid_epoch_);
+}
+
+// What a part moved, counted on every port of its path.
+void Network::fluid_moved(int part, double moved) {
+  const double wire = static_cast<double>(cfg_.mtu + kHeaderBytes + kWireOverhead) / static_cast<double>(cfg_.mtu);
+  const auto bytes = static_cast<std::int64_t>(std::llround(moved));
+  const auto on_wire = static_cast<std::int64_t>(std::llround(moved * wire));
+  const std::int32_t* hops = fluid_->path(part);
+  for (std::uint32_t i = 0; i < fluid_->path_length(part); ++i) {
+    Port& P = ports_[static_cast<std::size_t>(hops[i])];
+    P.tx_payload += bytes;
+    P.tx_bytes += on_wire;
   }
+  sh().counters.bytes_sent += bytes;
 }
 
 void Network::fluid_update(std::uint32_t epoch) {
   if (epoch != fluid_epoch_) return;  // a later change rescheduled it
   fluid_update_pending_ = false;
   const Time now = clock();
-  const double dt = to_seconds(now - fluid_at_);
-  fluid_at_ = now;
-  // Advance every part at its rate; count what each link carried.
-  const double wire = static_cast<double>(cfg_.mtu + kHeaderBytes + kWireOverhead) / static_cast<double>(cfg_.mtu);
-  std::size_t kept = 0;
-  bool completed = false;
-  std::vector<std::int32_t> path;
-  path.reserve(fluid_path_.size());
-  for (FluidPart& part : fluid_) {
-    const double moved = std::min(part.remaining, part.rate * dt);
-    part.remaining -= moved;
-    const auto bytes = static_cast<std::int64_t>(std::llround(moved));
-    for (std::uint32_t i = 0; i < part.path_len; ++i) {
-      Port& P = ports_[static_cast<std::size_t>(fluid_path_[part.path_begin + i])];
-      P.tx_payload += bytes;
-      P.tx_bytes += static_cast<std::int64_t>(std::llround(moved * wire));
-    }
-    sh().counters.bytes_sent += bytes;
-    // Done when less than a picosecond's worth (or a byte) is left, or (flow.tolerance) when
-    // what is left would take less than that fraction of the time it has been going: its
-    // last bytes arrive early, by at most that fraction, and finishes close in time are
-    // taken together.
-    const double tolerance = cfg_.flow_tolerance * part.rate * to_seconds(now - part.start);
-    if (part.remaining <= std::max({1.0, part.rate * 1e-12, tolerance})) {
-      schedule(now + part.latency, -1, kFluidDelivered, static_cast<std::uint64_t>(part.flow));
-      schedule(now + part.latency + part.ack_latency, -1, kFluidAcked, static_cast<std::uint64_t>(part.flow));
-      message_sent(part.flow);
-      completed = true;
-      continue;
-    }
-    // Kept: its path moves to the front of the compacted pool.
-    const std::uint32_t begin = static_cast<std::uint32_t>(path.size());
-    path.insert(path.end(), fluid_path_.begin() + part.path_begin, fluid_path_.begin() + part.path_begin + part.path_len);
-    part.path_begin = begin;
-    fluid_[kept++] = part;
-  }
-  fluid_.resize(kept);
-  fluid_path_.swap(path);
-  if (completed) {
+  const int done = fluid_->complete(now, [&](int part) {
+    const FluidPartInfo info = fluid_info_[static_cast<std::size_t>(part)];
+    schedule(now + info.latency, -1, kFluidDelivered, static_cast<std::uint64_t>(info.flow));
+    schedule(now + info.latency + info.ack_latency, -1, kFluidAcked, static_cast<std::uint64_t>(info.flow));
+    message_sent(info.flow);
+  });
+  if (done > 0) {
     // What the completions start at this same time (the next steps' sends) joins before the
     // rates are computed: once, after them.
-    fluid_update_pending_ = true;
-    schedule(now, -1, kFluidUpdate, ++fluid_epoch_);
+    fluid_schedule_update(now);
     return;
   }
-  ++fluid_rounds_;
-  if (fluid_.empty()) return;
-  // New rates, and the next completion.
-  FlowPaths paths;
-  paths.begin.reserve(fluid_.size() + 1);
-  paths.resource.reserve(fluid_path_.size());
-  for (const FluidPart& part : fluid_) paths.add(fluid_path_.data() + part.path_begin, part.path_len);
-  const std::vector<double> rates = max_min_rates(paths, port_payload_rate_);
-  double next = 1e300;
-  for (std::size_t i = 0; i < fluid_.size(); ++i) {
-    fluid_[i].rate = rates[i];
-    next = std::min(next, fluid_[i].remaining / rates[i]);
-  }
-  const Time at = now + std::max<Time>(1, static_cast<Time>(std::ceil(next * 1e12)));
-  fluid_update_pending_ = true;
-  schedule(at, -1, kFluidUpdate, ++fluid_epoch_);
+  fluid_->recompute(now);
+  if (const Time next = fluid_->next_finish(); next != kNever) fluid_schedule_update(next);
 }
 
 void Network::fluid_delivered(int flow) {

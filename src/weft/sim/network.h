@@ -23,6 +23,7 @@
 
 #include "weft/sim/config.h"
 #include "weft/sim/engine.h"
+#include "weft/sim/fluid_model.h"
 #include "weft/sim/packet.h"
 #include "weft/sim/stall.h"
 #include "weft/sim/topology.h"
@@ -271,6 +272,12 @@ class Network : public EventTarget {
     int routed_nodes;      // nodes with a table (more than one link)
   };
   static MemoryEstimate estimate_memory(const Topology& topology, const Workload& workload, const RouteColumns& columns);
+  // The checks of a fabric and a finalized configuration that need no workload: the memory
+  // of the routing tables and ports, each switch's buffer against its ports' PFC headroom,
+  // what the flow-level mode models. The constructor runs them (with the workload's steps in
+  // the estimate); a caller runs them first to refuse a run before building its workload.
+  // Throws ConfigError.
+  static void check_setup(const Topology& topology, const SimConfig& config, const Workload& workload);
   ~Network() override;
 
   // Runs until every agent finished or the time limit; `progress` prints simulated time
@@ -313,7 +320,9 @@ class Network : public EventTarget {
   // Why the run used one thread where more were asked for (empty otherwise).
   const std::string& single_thread_reason() const { return single_thread_reason_; }
   // Flow-level mode: how many times the rates were recomputed.
-  std::uint64_t fluid_rounds() const { return fluid_rounds_; }
+  // The flow-level mode's rate computations, and the parts they set in all.
+  std::uint64_t fluid_rounds() const { return fluid_ ? fluid_->recomputations() : 0; }
+  std::uint64_t fluid_parts_recomputed() const { return fluid_ ? fluid_->parts_recomputed() : 0; }
   double wall_seconds() const { return wall_seconds_; }
   // The most packets alive at the end of a time window (the same for any number of threads).
   std::size_t peak_packets() const { return peak_packets_; }
@@ -544,25 +553,23 @@ class Network : public EventTarget {
   void rate_increase(QueuePair& q);
   double line_rate(int node) const;
 
-  // fluid.cpp: the flow-level mode
-  struct FluidPart {
+  // fluid.cpp: the flow-level mode, the fluid's glue to the fabric and the agents
+  struct FluidPartInfo {
     int flow = -1;
-    std::uint32_t path_begin = 0, path_len = 0;  // ports in fluid_path_
-    double remaining = 0, rate = 0;              // payload bytes, bytes/s
     Time latency = 0, ack_latency = 0;
-    Time start = 0;                              // when it entered the fluid
   };
   double payload_rate(int port) const;  // bytes/s of payload a port carries at full speed
   void fluid_post(int flow, int src_agent, int dst_agent, std::int64_t bytes, int parts);
   void fluid_update(std::uint32_t epoch);
+  void fluid_schedule_update(Time at);  // at `at` unless one is pending by then
+  void fluid_moved(int part, double bytes);
   void fluid_delivered(int flow);
-  std::vector<FluidPart> fluid_;
-  std::vector<std::int32_t> fluid_path_;
+  std::unique_ptr<FluidModel> fluid_;
+  std::vector<FluidPartInfo> fluid_info_;  // by the fluid's part id
   std::vector<double> port_payload_rate_;
-  Time fluid_at_ = 0;
   std::uint32_t fluid_epoch_ = 0;
   bool fluid_update_pending_ = false;
-  std::uint64_t fluid_rounds_ = 0;
+  Time fluid_update_at_ = 0;
   int pxn_relays_ = 0;  // (sender, receiver) pairs relayed through an NVLink peer
 
   // agents.cpp

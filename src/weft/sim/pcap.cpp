@@ -40,16 +40,7 @@ std::int64_t Network::message_bytes(const Packet& p) const {
 }
 
 void Network::capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path) {
-  int a = topo_.find(node_a), b = topo_.find(node_b);
-  if (a < 0 || b < 0) throw ConfigError("pcap: unknown node '" + (a < 0 ? node_a : node_b) + "'");
-  for (std::size_t l = 0; l < topo_.links.size(); ++l) {
-    const Link& L = topo_.links[l];
-    if ((L.a == a && L.b == b) || (L.a == b && L.b == a)) {
-      pcap_link_ = static_cast<int>(l);
-      break;
-    }
-  }
-  if (pcap_link_ < 0) throw ConfigError("pcap: there is no link between " + node_a + " and " + node_b);
+  pcap_link_ = topo_.link_between(node_a, node_b, "pcap");
   pcap_ = std::fopen(pcap_path.c_str(), "wb");
   if (!pcap_) throw ConfigError("pcap: cannot write " + pcap_path);
   unsigned char h[24] = {};

@@ -79,11 +79,39 @@ int tier_rank(const std::string& role) {
   return 0;  // gpu, nic, nvswitch
 }
 
+// The chance under which a lopsided group of uplinks is called hash polarization.
+constexpr double kPolarizationChance = 0.05;
+
 struct Imbalance {
   std::string node, peer_role, busiest_peer;
-  int ports = 0;
-  double share = 0;  // of the group's bytes
+  int ports = 0;           // distinct peers
+  double share = 0;        // the busiest peer's share of the group's bytes
+  long long flows = -1;    // queue pairs whose ECMP choice the group made (-1: not ECMP)
+  long long busiest_flows = 0;  // of them, the busiest peer's
+  // How likely hashing each of `flows` to a port uniformly at random gives some peer at
+  // least as many as the busiest peer got: a union bound over the peers, at most 1.
+  double chance = 1;
 };
+
+// Each port's queue pairs under ECMP: the ports a packet of each QP's 5-tuple takes (the
+// path the fluid mode and the switches' hash give it); empty for other load balancing.
+std::vector<long long> ecmp_flows_per_port(const Network& net) {
+  if (net.config().lb != LoadBalancing::kEcmp) return {};
+  const Topology& t = net.topology();
+  std::vector<int> rank_of(t.nodes.size(), -1);
+  for (std::size_t r = 0; r < t.gpus.size(); ++r) rank_of[static_cast<std::size_t>(t.gpus[r])] = static_cast<int>(r);
+  std::vector<long long> flows(net.ports().size(), 0);
+  for (const QueuePair& q : net.qps()) {
+    if (q.src < 0 || q.dst < 0) continue;
+    Packet probe;
+    probe.src = q.src;
+    probe.dst = q.dst;
+    probe.sport = q.sport;
+    for (int port : net.path(rank_of[static_cast<std::size_t>(q.src)], rank_of[static_cast<std::size_t>(q.dst)], &probe))
+      ++flows[static_cast<std::size_t>(port)];
+  }
+  return flows;
+}
 
 std::vector<Imbalance> imbalances(const Network& net) {
   const Topology& t = net.topology();
@@ -97,24 +125,41 @@ std::vector<Imbalance> imbalances(const Network& net) {
     if (n.kind != NodeKind::kSwitch || tier_rank(peer.role) <= tier_rank(n.role)) continue;
     groups[{P.node, peer.role}].push_back(static_cast<int>(p));
   }
+  const std::vector<long long> flows = ecmp_flows_per_port(net);
   std::vector<Imbalance> out;
   for (const auto& [key, ports] : groups) {
     // Distinct peers: parallel links to one peer count together.
-    std::map<int, std::int64_t> by_peer;
-    for (int p : ports) by_peer[net.ports()[p].peer_node] += net.ports()[p].tx_payload;
+    struct Peer {
+      std::int64_t bytes = 0;
+      long long flows = 0;
+      int ports = 0;
+    };
+    std::map<int, Peer> by_peer;
+    for (int p : ports) {
+      Peer& peer = by_peer[net.ports()[p].peer_node];
+      peer.bytes += net.ports()[p].tx_payload;
+      peer.flows += flows.empty() ? 0 : flows[static_cast<std::size_t>(p)];
+      ++peer.ports;
+    }
     if (by_peer.size() < 2) continue;
-    std::int64_t total = 0, best = -1;
-    int best_peer = -1;
-    for (const auto& [peer, bytes] : by_peer) {
-      total += bytes;
-      if (bytes > best) {
-        best = bytes;
-        best_peer = peer;
-      }
+    std::int64_t total = 0;
+    long long total_flows = 0;
+    const std::pair<const int, Peer>* best = nullptr;
+    for (const auto& entry : by_peer) {
+      total += entry.second.bytes;
+      total_flows += entry.second.flows;
+      if (!best || entry.second.bytes > best->second.bytes) best = &entry;
     }
     if (total == 0) continue;
-    out.push_back({t.nodes[key.first].name, key.second, t.nodes[best_peer].name, static_cast<int>(by_peer.size()),
-                   static_cast<double>(best) / static_cast<double>(total)});
+    Imbalance i{t.nodes[key.first].name, key.second, t.nodes[best->first].name, static_cast<int>(by_peer.size()),
+                static_cast<double>(best->second.bytes) / static_cast<double>(total)};
+    if (!flows.empty()) {
+      i.flows = total_flows;
+      i.busiest_flows = best->second.flows;
+      const double p = static_cast<double>(best->second.ports) / static_cast<double>(ports.size());
+      i.chance = std::min(1.0, static_cast<double>(by_peer.size()) * binomial_upper_tail(total_flows, p, best->second.flows));
+    }
+    out.push_back(std::move(i));
   }
   return out;
 }
@@ -193,8 +238,15 @@ nlohmann::json summary_json(const Network& net) {
                    {"data_packets", c.data_packets},   {"bytes_sent", c.bytes_sent},
                    {"bytes_delivered", c.bytes_delivered}};
   json imb = json::array();
-  for (const Imbalance& i : imbalances(net))
-    imb.push_back({{"switch", i.node}, {"toward", i.peer_role}, {"ports", i.ports}, {"busiest", i.busiest_peer}, {"share", i.share}});
+  for (const Imbalance& i : imbalances(net)) {
+    json entry = {{"switch", i.node}, {"toward", i.peer_role}, {"ports", i.ports}, {"busiest", i.busiest_peer}, {"share", i.share}};
+    if (i.flows >= 0) {
+      entry["flows"] = i.flows;
+      entry["busiest_flows"] = i.busiest_flows;
+      entry["chance"] = i.chance;
+    }
+    imb.push_back(std::move(entry));
+  }
   j["load_balance"] = imb;
   json cfg;
   for (const ConfigKey& k : config_keys()) cfg[k.key] = describe_value(net.config(), k.key);
@@ -232,7 +284,8 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   else if (!net.single_thread_reason().empty())
     std::fprintf(out, "parallel engine: one thread (%s)\n", net.single_thread_reason().c_str());
   if (net.config().mode == SimMode::kFlow)
-    std::fprintf(out, "flow-level mode: rates recomputed %llu times\n", static_cast<unsigned long long>(net.fluid_rounds()));
+    std::fprintf(out, "flow-level mode: rates recomputed %llu times, for %llu message parts in all\n",
+                 static_cast<unsigned long long>(net.fluid_rounds()), static_cast<unsigned long long>(net.fluid_parts_recomputed()));
   if (net.config().pxn)
     std::fprintf(out, "pxn: %d sender-receiver pairs relayed through an NVLink peer on the receiver's rail\n", net.pxn_relays());
   // Collectives of the same kind, size and group size together: count, mean time, bandwidths.
@@ -306,17 +359,33 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
     }
   }
   if (busiest >= 0) std::fprintf(out, "busiest link: %s, %.0f%% utilized\n", net.port_name(busiest).c_str(), 100 * util);
-  // Load balance: the most lopsided group of parallel paths.
+  // Load balance: the most lopsided group of parallel paths up the tree. Under ECMP it is
+  // called hash polarization only when random hashing would make any of the groups that
+  // lopsided less than 5% of the time (the group's chance times the number of groups): a
+  // group of a few flows is lopsided by chance (one flow puts all its bytes on one uplink).
   const Imbalance* worst = nullptr;
+  const Imbalance* unlikeliest = nullptr;
+  int uplink_groups = 0;
   auto imb = imbalances(net);
   for (const Imbalance& i : imb)
-    if (i.peer_role == "spine" || i.peer_role == "super-spine" || i.peer_role == "agg" || i.peer_role == "core")
+    if (i.peer_role == "spine" || i.peer_role == "super-spine" || i.peer_role == "agg" || i.peer_role == "core") {
+      ++uplink_groups;
       if (!worst || i.share * i.ports > worst->share * worst->ports) worst = &i;
-  if (worst) {
-    double fair = 1.0 / worst->ports;
-    const char* label = worst->share > 1.5 * fair ? "hash polarization" : "load balance";
-    std::fprintf(out, "%s: %s carried %.0f%% of %s's uplink bytes (%d uplink switches, fair share %.0f%%)\n", label,
-                 worst->busiest_peer.c_str(), 100 * worst->share, worst->node.c_str(), worst->ports, 100 * fair);
+      if (i.flows >= 0 && (!unlikeliest || i.chance < unlikeliest->chance)) unlikeliest = &i;
+    }
+  const bool polarized = unlikeliest && unlikeliest->share * unlikeliest->ports > 1.5 &&
+                         unlikeliest->chance * uplink_groups < kPolarizationChance;
+  if (const Imbalance* shown = polarized ? unlikeliest : worst) {
+    const double fair = 1.0 / shown->ports;
+    std::string flows;
+    if (polarized)
+      flows = fmt::format("; {} of its {} flows there: random hashing does that with chance {:.2g}", shown->busiest_flows,
+                          shown->flows, std::min(1.0, shown->chance * uplink_groups));
+    else if (shown->flows >= 0)
+      flows = fmt::format("; {} flow{}, as lopsided as random hashing may leave them", shown->flows, shown->flows == 1 ? "" : "s");
+    std::fprintf(out, "%s: %s carried %.0f%% of %s's uplink bytes (%d uplink switches, fair share %.0f%%%s)\n",
+                 polarized ? "hash polarization" : "load balance", shown->busiest_peer.c_str(), 100 * shown->share,
+                 shown->node.c_str(), shown->ports, 100 * fair, flows.c_str());
   }
   if (!out_dir.empty())
     std::fprintf(out, "outputs in %s: summary.json flows.csv links.csv queues.csv pfc.csv counters.csv nodes.csv%s\n", out_dir.c_str(),

@@ -13,14 +13,23 @@
 namespace weft::sim {
 
 int Topology::find(const std::string& node_name) const {
-  for (std::size_t i = 0; i < nodes.size(); ++i)
-    if (nodes[i].name == node_name) return static_cast<int>(i);
-  return -1;
+  const auto found = index_.find(node_name);
+  return found == index_.end() ? -1 : found->second;
 }
 
 int Topology::add_node(Node n) {
+  const int id = static_cast<int>(nodes.size());
+  index_.emplace(n.name, id);  // the first of a repeated name, as a scan would find
   nodes.push_back(std::move(n));
-  return static_cast<int>(nodes.size()) - 1;
+  return id;
+}
+
+int Topology::link_between(const std::string& a, const std::string& b, const std::string& what) const {
+  const int ia = find(a), ib = find(b);
+  if (ia < 0 || ib < 0) throw ConfigError(what + ": unknown node '" + (ia < 0 ? a : b) + "'");
+  for (std::size_t l = 0; l < links.size(); ++l)
+    if ((links[l].a == ia && links[l].b == ib) || (links[l].a == ib && links[l].b == ia)) return static_cast<int>(l);
+  throw ConfigError(what + ": there is no link between " + a + " and " + b);
 }
 
 void Topology::add_link(int a, int b, double bps, Time delay, const std::string& tier) {
@@ -144,6 +153,14 @@ namespace {
 // --- YAML helpers: every key checked, every value with a one-line error ---
 
 constexpr std::int64_t kMaxGpus = 262144;
+
+// Every fabric is refused past kMaxGpus before anything is built: beyond it the routing state
+// alone outgrows memory (docs/simulator.md, "Limits").
+void check_gpu_count(std::int64_t gpus, const std::string& where, const std::string& how) {
+  if (gpus > kMaxGpus)
+    throw ConfigError(where + ": " + how + " gives " + std::to_string(gpus) + " GPUs; weft sim handles up to " +
+                      std::to_string(kMaxGpus));
+}
 
 void check_keys(const YAML::Node& map, const std::string& where, std::initializer_list<const char*> allowed) {
   if (!map.IsMap()) throw ConfigError(where + ": expected a mapping");
@@ -286,10 +303,8 @@ Topology make_rail_fabric(const YAML::Node& y, const std::string& where, const s
   HostSpec h;
   h.hosts = integer(y, "hosts", 2, 1, 1 << 20, where);
   h.gpus_per_host = integer(y, "gpus_per_host", 1, 1, 64, where);
-  // Refused before anything is built: beyond this the routing state alone outgrows memory.
-  if (static_cast<std::int64_t>(h.hosts) * h.gpus_per_host > kMaxGpus)
-    throw ConfigError(where + ": " + std::to_string(static_cast<std::int64_t>(h.hosts) * h.gpus_per_host) +
-                      " GPUs; weft sim handles up to " + std::to_string(kMaxGpus));
+  check_gpu_count(static_cast<std::int64_t>(h.hosts) * h.gpus_per_host, where,
+                  std::to_string(h.hosts) + " hosts of " + std::to_string(h.gpus_per_host) + " GPUs");
   if (y["nic"]) {
     const YAML::Node& nic = y["nic"];
     check_keys(nic, where + ".nic", {"gpus_per_nic", "ports", "speed", "pcie_speed", "pcie_latency"});
@@ -418,6 +433,7 @@ Topology make_custom(const YAML::Node& y, const std::string& where) {
     check_keys(hn, w, {"name", "gpus", "transit"});
     std::string name = hn["name"] ? str(hn["name"], w + ".name") : "host" + std::to_string(host);
     int gpus = integer(hn, "gpus", 1, 1, 64, w);
+    check_gpu_count(static_cast<std::int64_t>(t.gpus.size()) + gpus, where + ".hosts", "the host list");
     for (int g = 0; g < gpus; ++g) {
       Node n;
       n.name = gpus == 1 ? name : name + ".gpu" + std::to_string(g);
@@ -486,6 +502,8 @@ Topology make_custom(const YAML::Node& y, const std::string& where) {
 
 Topology make_fat_tree(const FatTreeSpec& spec) {
   if (spec.k < 2 || spec.k % 2 != 0) throw ConfigError("fat-tree: k must be even and >= 2, got " + std::to_string(spec.k));
+  check_gpu_count(static_cast<std::int64_t>(spec.k) * spec.k * spec.k / 4, "fat-tree",
+                  "k = " + std::to_string(spec.k) + " (k^3/4 hosts)");
   Topology t;
   t.fabric = "fat-tree";
   t.name = "fat-tree-k" + std::to_string(spec.k);

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "weft/sim/engine.h"
@@ -49,8 +50,12 @@ struct Topology {
   // switch node's reducer, -1 where none (empty without in-network reduction).
   std::vector<int> reducer_of;
 
+  // Nodes are added by add_node, which indexes their names: find is a hash look-up.
   int find(const std::string& node_name) const;  // -1 when absent
   int add_node(Node n);
+  // The first link joining the nodes named a and b; ConfigError starting with `what` when a
+  // name is unknown or no link joins them.
+  int link_between(const std::string& a, const std::string& b, const std::string& what) const;
   void add_link(int a, int b, double bps, Time delay, const std::string& tier);
   // Checks port limits and connectivity; throws ConfigError.
   void validate() const;
@@ -71,6 +76,7 @@ struct Topology {
 
  private:
   int first_reducer_ = 0;
+  std::unordered_map<std::string, int> index_;  // node name -> index
 };
 
 // How a GPU is attached: over NVLink (its fastest NVLink, the NVSwitch it reaches), and to
