@@ -361,6 +361,12 @@ bool Network::run(bool progress) {
   return false;
 }
 
+std::vector<std::uint64_t> Network::events_per_thread() const {
+  std::vector<std::uint64_t> events;
+  for (const auto& sp : shards_) events.push_back(sp->queue.events_run());
+  return events;
+}
+
 void Network::run_window(Shard& s) {
   // (window_end_ is read each time: with one thread a fabric event scheduled by this
   // window's events cuts it at its time.)

@@ -317,6 +317,9 @@ class Network : public EventTarget {
   // few events, one thread ran shard after shard).
   std::uint64_t windows() const { return windows_; }
   std::uint64_t windows_side_by_side() const { return windows_side_by_side_; }
+  // The events each thread's nodes ran (the partition's balance: the run takes about as long
+  // as its busiest thread).
+  std::vector<std::uint64_t> events_per_thread() const;
   // Why the run used one thread where more were asked for (empty otherwise).
   const std::string& single_thread_reason() const { return single_thread_reason_; }
   // Flow-level mode: how many times the rates were recomputed.

@@ -277,10 +277,22 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
     std::fprintf(out, "stopped after %s\n", speed.c_str());
     for (const std::string& line : describe_stall(net, stall)) std::fprintf(out, "%s\n", line.c_str());
   }
-  if (net.threads() > 1)
-    std::fprintf(out, "parallel engine: %d threads, time windows of up to %.3f us, %llu of %llu windows side by side\n", net.threads(),
-                 to_us(net.window()), static_cast<unsigned long long>(net.windows_side_by_side()),
-                 static_cast<unsigned long long>(net.windows()));
+  if (net.threads() > 1) {
+    const std::vector<std::uint64_t> events = net.events_per_thread();
+    std::uint64_t busiest = 0, all = 0;
+    std::string each;
+    for (std::uint64_t e : events) {
+      busiest = std::max(busiest, e);
+      all += e;
+      each += fmt::format("{}{:.2f}M", each.empty() ? "" : ", ", static_cast<double>(e) / 1e6);
+    }
+    const double balance = all > 0 ? static_cast<double>(busiest) * static_cast<double>(events.size()) / static_cast<double>(all) : 1;
+    std::fprintf(out,
+                 "parallel engine: %d threads, time windows of up to %.3f us, %llu of %llu windows side by side; events per "
+                 "thread %s (the busiest %.2fx the mean)\n",
+                 net.threads(), to_us(net.window()), static_cast<unsigned long long>(net.windows_side_by_side()),
+                 static_cast<unsigned long long>(net.windows()), each.c_str(), balance);
+  }
   else if (!net.single_thread_reason().empty())
     std::fprintf(out, "parallel engine: one thread (%s)\n", net.single_thread_reason().c_str());
   if (net.config().mode == SimMode::kFlow)
