@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# usage: run_examples.sh BIN_DIR PAGE.md
+# usage: run_examples.sh BIN_DIR PAGE.md [shown-output]
 # Runs every command of a user page as written: each line "$ ..." inside a ```console
 # block, in a fresh folder, with BIN_DIR first on PATH (so "weft" is the built binary).
 # A command must succeed, unless the page shows "error: ..." as its first line of output:
-# then it must fail with that message.
+# then it must fail with that message. With "shown-output" (pages whose commands print the
+# same thing on every machine), every line the page shows under a command must be a line of
+# what it printed, but for the machine's speed (wall time, events/s, peak memory, available
+# memory); a shown line ending in "..." is a line's beginning.
 set -u
 bin_dir=$(cd "$1" && pwd)
 page=$2
+shown_output=${3:-}
+# What differs between machines and runs, blanked on both sides.
+normalize() {
+  sed -E 's/wall [0-9.]+ s, [0-9.]+ M events\/s, peak memory [0-9]+ MiB/wall _ s, _ M events\/s, peak memory _ MiB/;
+          s/the [0-9.]+ GiB this machine has available/the _ GiB this machine has available/'
+}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PATH="$bin_dir:$PATH"
@@ -37,6 +46,21 @@ for ((i = 0; i < ${#lines[@]}; i++)); do
   rc=$?
   echo "$out" | tail -n 5
   echo "(exit $rc, $((SECONDS - started)) s)"
+  if [[ -n $shown_output ]]; then
+    printed=$(normalize <<<"$out")
+    for ((j = i + 1; j < ${#lines[@]}; j++)); do
+      shown=${lines[$j]}
+      [[ $shown == '$ '* || $shown == '```'* ]] && break
+      [[ $shown == error:* ]] && continue
+      want=$(normalize <<<"$shown")
+      if [[ $want == *... ]]; then
+        grep -qF -- "${want%...}" <<<"$printed" && continue
+      else
+        grep -qxF -- "$want" <<<"$printed" && continue
+      fi
+      echo "FAIL: the page shows a line the command did not print: $shown"; failures=$((failures + 1))
+    done
+  fi
   if [[ -n $expected ]]; then
     if [[ $rc -eq 0 || $rc -ge 124 ]]; then
       echo "FAIL: expected an error ('$expected'), exit code $rc"; failures=$((failures + 1))

@@ -1047,6 +1047,19 @@ TEST(SimValidation, FlowLevelModeGivesAFlowThatStartsWhileOthersRunItsRateAtOnce
   }
 }
 
+TEST(SimValidation, FlowLevelModeCountsTheBytesOfFlowsInFlightAtTheTimeLimit) {
+  // One 4 MB flow stopped at 100 us: its bytes so far are on its links and in the counters
+  // (100 us at the link's payload rate), though its rate never changed.
+  SimRun r = simulate("single-switch.yaml", "flow:0:1:4MB", {"mode=flow", "time_limit=100us"});
+  ASSERT_FALSE(r.finished);
+  const double payload = 100e9 / 8 * 4096 / (4096 + kHeaderBytes + kWireOverhead);  // bytes/s at 100G
+  EXPECT_NEAR(static_cast<double>(r.net->counters().bytes_sent), payload * 100e-6, payload * 100e-6 * 1e-6);
+  std::int64_t first_hop = 0;
+  for (const Port& p : r.net->ports())
+    if (r.net->topology().nodes[static_cast<std::size_t>(p.node)].name == "host0.gpu0") first_hop += p.tx_payload;
+  EXPECT_EQ(first_hop, r.net->counters().bytes_sent);
+}
+
 TEST(SimValidation, FlowToleranceTakesCloseFinishesTogether) {
   // Recursive halving and doubling over 256 GPUs of the 3-tier fabric: with a tolerance of
   // 1%, flows whose rest would take under 1% of their time so far complete at once; fewer

@@ -206,4 +206,9 @@ Time FluidModel::next_finish() {
   return finish_.empty() ? kNever : finish_.top().at;
 }
 
+void FluidModel::settle_all(Time now) {
+  for (std::size_t part = 0; part < parts_.size(); ++part)
+    if (parts_[part].live && now > parts_[part].since) settle(static_cast<int>(part), now);
+}
+
 }  // namespace weft::sim

@@ -38,6 +38,8 @@ class FluidModel {
   bool recompute(Time now);
   // When the next part finishes at its current rate (kNever when none is moving).
   Time next_finish();
+  // Counts what every live part moved by `now` (a run that ends with parts in flight).
+  void settle_all(Time now);
 
   const std::int32_t* path(int part) const { return path_.data() + parts_[static_cast<std::size_t>(part)].path_begin; }
   std::uint32_t path_length(int part) const { return parts_[static_cast<std::size_t>(part)].path_len; }

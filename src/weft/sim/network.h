@@ -3,11 +3,16 @@
 // that turn a workload into RDMA writes. One Network is one simulation run.
 //
 //   fabric.cpp   ports, transmission, routing and load balancing, switch buffers,
-//                WRED/ECN, PFC pause/resume with watchdog, failures
+//                WRED/ECN, PFC pause/resume with watchdog, failures, the set-up checks
 //   rdma.cpp     queue pairs: segmentation, PSNs, ACK/NAK, go-back-N or selective
-//                retransmission, CNPs, the DCQCN reaction point
-//   agents.cpp   workload steps, message matching, completion records
-//   report.cpp   summary, JSON/CSV outputs, pcap
+//                retransmission, CNPs, the DCQCN reaction point, HPCC, Swift, NSCC
+//   agents.cpp   the run (time windows, the threads' shards and mail), workload steps,
+//                message matching, completion records
+//   fluid.cpp    the flow-level mode's glue to fluid_model.h
+//   stall.cpp    why a run did not finish
+//   pcap.cpp     the link capture
+// Beside it, not members: report.cpp (summary, JSON/CSV outputs), pxn.cpp (PXN relays),
+// in_network.cpp (in-network reduction), window_cc.cpp (the window controls' state).
 #pragma once
 
 #include <algorithm>
