@@ -6,8 +6,8 @@
 //                WRED/ECN, PFC pause/resume with watchdog, failures, the set-up checks
 //   rdma.cpp     queue pairs: segmentation, PSNs, ACK/NAK, go-back-N or selective
 //                retransmission, CNPs, the DCQCN reaction point, HPCC, Swift, NSCC
-//   agents.cpp   the run (time windows, the threads' shards and mail), workload steps,
-//                message matching, completion records
+//   run.cpp      the run: time windows, the threads' shards and their mail, the merge
+//   agents.cpp   workload steps, message matching, completion records
 //   fluid.cpp    the flow-level mode's glue to fluid_model.h
 //   stall.cpp    why a run did not finish
 //   pcap.cpp     the link capture
