@@ -3,11 +3,11 @@
 // by packet. A message part takes its ECMP path (the switches' hash of its 5-tuple, as a
 // packet of it would); whenever a part starts or ends, the rates of the parts it shares
 // links with (transitively) are recomputed over the links' payload rates (fluid_model.h),
-// and each part advances at its rate until the next change. A part is on the wire when its last byte leaves the fluid, delivered a path's
-// latency later (each hop's propagation and one packet's store and forward, but the
-// bottleneck's, which the fluid already counts), acknowledged an ACK's return later. No
-// queues, no PFC, no ECN, no congestion control: the rates are what an ideal congestion
-// control would settle on, at once.
+// and each part advances at its rate until the next change. A part is on the wire when its
+// last byte leaves the fluid, delivered a path's latency later (each hop's propagation and
+// one packet's store and forward, but the bottleneck's, which the fluid already counts),
+// acknowledged an ACK's return later. No queues, no PFC, no ECN, no congestion control: the
+// rates are what an ideal congestion control would settle on, at once.
 #include <algorithm>
 #include <cmath>
 
