@@ -33,6 +33,13 @@ for opt in sgd adamw; do
       full=$(( (269322 + w - 1) / w * w * 4 ))
       if [ $z -eq 3 ]; then want=$((full / w)); else want=$full; fi
       [ "$paramb" -eq "$want" ] || { echo "FAIL: parameters $paramb bytes, expected $want (stage $z)"; exit 1; }
+      # The model's parameters, and what DDP would hold (fp32 parameters and gradients and
+      # the optimizer's buffers), counted before stage 3 takes the parameters' storage.
+      count=$(echo "$summary" | grep -o '"parameters":[0-9]*' | head -n 1 | cut -d: -f2)
+      [ "$count" -eq 269322 ] || { echo "FAIL: the summary counts $count parameters (stage $z)"; exit 1; }
+      replicated=$(echo "$summary" | grep -o '"replicated":[0-9]*' | cut -d: -f2)
+      [ "$replicated" -eq $((269322 * (8 + per))) ] ||
+        { echo "FAIL: replicated $replicated bytes, expected $((269322 * (8 + per))) (stage $z)"; exit 1; }
     done
   done
 done

@@ -364,6 +364,8 @@ ZeroMemory ZeroRedundancyOptimizer::memory() const {
 void Zero::prepare(ModelPart& part) {
   std::vector<std::string> layers;
   if (stage_ >= 2 && !part.stage) layers = part.model.layer_prefixes();
+  // (counted first: stage 3 leaves the parameters without storage)
+  for (const auto& [name, p] : part.trained) elements_ += p.value().numel();
   zero_ = std::make_unique<ZeroRedundancyOptimizer>(part.trained, group_, stage_, make_optimizer_, layers);
   // The model's own parameter tensors, replaced by the flat buffer (stages 1, 2) or the
   // shard (3), and the set-up's copies: given back, not kept in the allocator's cache.
@@ -375,7 +377,6 @@ void Zero::prepare(ModelPart& part) {
       else z->before_layer(static_cast<std::size_t>(layer));
     });
   }
-  for (const auto& [name, p] : part.trained) elements_ += p.value().numel();
 }
 
 void Zero::after_backward(CommStats& stats) {

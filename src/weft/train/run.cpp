@@ -155,6 +155,8 @@ void Run::build_strategies() {
   }
   o_.parallel.pipeline.frozen_blocks = static_cast<std::int64_t>(frozen_);
   if (frozen_ > 0) caches_ = task_->freeze(frozen_, static_cast<std::int64_t>(o_.freeze_cache_mb * (1 << 20)));
+  // (counted before the strategies: ZeRO-3 leaves the model's own parameters without storage)
+  parameters_ = model_->num_parameters();
   strategies_ = std::make_unique<parallel::Strategies>(*model_, is_frozen);
   const parallel::OptimizerFactory optimizer_for = [this](parallel::NamedParameters params) {
     return make_optimizer(o_, lr_, std::move(params));

@@ -130,6 +130,7 @@ class Run {
   parallel::RankGroup replicas_;
   Rng rng_;
   std::shared_ptr<Module> model_;
+  std::int64_t parameters_ = 0;  // the model's, as built (summary.json's "parameters")
   double lr_;
   std::optional<Checkpoint> checkpoint_;
   Position at_;

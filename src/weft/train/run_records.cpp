@@ -82,7 +82,7 @@ std::unique_ptr<MetricsHook> Run::metrics_hook() {
                         {"step_loss", steps_in_lockstep() ? "global batch" : "this worker's batch"},
                         {"first_step", at_.step + 1},
                         {"planned_steps", planned_},
-                        {"parameters", model_->num_parameters()}};
+                        {"parameters", parameters_}};
   if (const auto* p = strategies_->pipeline())
     run["pipeline"] = {{"stages", p->stages()}, {"micro_batches", o_.parallel.pipeline.micro_batches},
                        {"schedule", algo::pipe_schedule_name(o_.parallel.pipeline.schedule)}};
@@ -129,7 +129,7 @@ TrainSummary Run::finish() {
   if (profile_)
     for (const std::string& line : profile_->profile().table()) fmt::print(out_, "{}\n", line);
   nlohmann::json summary = {{"model", o_.model}, {"optimizer", *o_.optimizer}, {"precision", o_.precision},
-                            {"parameters", model_->num_parameters()}, {"threads", get_num_threads()},
+                            {"parameters", parameters_}, {"threads", get_num_threads()},
                             {"ranks", mesh_.size()}, {"kernels", kernels::summary()}};
   report(summary);
   if (profile_) summary["profile"] = profile_->profile().to_json();
