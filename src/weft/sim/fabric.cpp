@@ -813,6 +813,15 @@ std::vector<int> Network::path(int src_gpu, int dst_gpu, const Packet* probe) co
   return ports;
 }
 
+std::vector<int> Network::qp_path(int qp) const {
+  const QueuePair& q = qps_[static_cast<std::size_t>(qp)];
+  Packet probe;
+  probe.src = q.src;
+  probe.dst = q.dst;
+  probe.sport = q.sport;
+  return path(gpu_rank_of_node_[static_cast<std::size_t>(q.src)], gpu_rank_of_node_[static_cast<std::size_t>(q.dst)], &probe);
+}
+
 Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
   const std::vector<int> hops = path(src_gpu, dst_gpu);
   if (hops.empty()) return 0;
@@ -956,7 +965,11 @@ Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Worklo
 }
 
 void Network::check_setup(const Topology& t, const SimConfig& c, const Workload& w) {
-  const MemoryEstimate need = estimate_memory(t, w, RouteColumns::of(t));
+  check_setup(t, c, w, RouteColumns::of(t));
+}
+
+void Network::check_setup(const Topology& t, const SimConfig& c, const Workload& w, const RouteColumns& columns) {
+  const MemoryEstimate need = estimate_memory(t, w, columns);
   if (const auto have = available_memory_bytes(); have && need.total > 0.9 * static_cast<double>(*have)) {
     throw ConfigError(fmt::format("this simulation needs about {:.1f} GiB (routing tables for {} nodes x {} destinations: {:.1f} GiB), "
                                   "more than the {:.1f} GiB this machine has available: simulate a smaller fabric",
@@ -976,7 +989,7 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
   current_ = &coord_;
   if (cfg_.pxn) pxn_relays_ = route_through_nvlink_peers(work_, topo_);
   finalize_config(cfg_);
-  check_setup(topo_, cfg_, work_);
+  check_setup(topo_, cfg_, work_, columns_);
   build_ports();
   gpu_rank_of_node_.assign(topo_.nodes.size(), -1);
   for (std::size_t r = 0; r < topo_.gpus.size(); ++r) gpu_rank_of_node_[topo_.gpus[r]] = static_cast<int>(r);

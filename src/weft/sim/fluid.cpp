@@ -29,16 +29,11 @@ void Network::fluid_post(int flow, int src_agent, int dst_agent, std::int64_t by
   for (int i = 0; i < parts; ++i) {
     const std::int64_t part_bytes = i + 1 == parts ? bytes - given : bytes / parts;
     given += part_bytes;
-    const int qp = qp_for(src_agent, dst_agent, i);
-    // The path a packet of this QP takes: each hop's ECMP choice for its 5-tuple.
-    Packet probe;
-    probe.src = topo_.gpus[static_cast<std::size_t>(f.src_gpu)];
-    probe.dst = topo_.gpus[static_cast<std::size_t>(f.dst_gpu)];
-    probe.sport = qps_[static_cast<std::size_t>(qp)].sport;
-    const std::vector<int> hops = path(f.src_gpu, f.dst_gpu, &probe);
+    // The path a packet of this part's QP takes: each hop's ECMP choice for its 5-tuple.
+    const std::vector<int> hops = qp_path(qp_for(src_agent, dst_agent, i));
     if (hops.empty())
-      throw ConfigError("flow mode: no route from " + topo_.nodes[static_cast<std::size_t>(probe.src)].name + " to " +
-                        topo_.nodes[static_cast<std::size_t>(probe.dst)].name);
+      throw ConfigError("flow mode: no route from " + topo_.nodes[static_cast<std::size_t>(topo_.gpus[static_cast<std::size_t>(f.src_gpu)])].name +
+                        " to " + topo_.nodes[static_cast<std::size_t>(topo_.gpus[static_cast<std::size_t>(f.dst_gpu)])].name);
     FluidPartInfo info;
     info.flow = flow;
     const std::int64_t frame = kHeaderBytes + kRethBytes + std::min<std::int64_t>(part_bytes, cfg_.mtu);

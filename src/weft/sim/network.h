@@ -283,6 +283,9 @@ class Network : public EventTarget {
   // the estimate); a caller runs them first to refuse a run before building its workload.
   // Throws ConfigError.
   static void check_setup(const Topology& topology, const SimConfig& config, const Workload& workload);
+  // The same with the topology's route columns already made.
+  static void check_setup(const Topology& topology, const SimConfig& config, const Workload& workload,
+                          const RouteColumns& columns);
   ~Network() override;
 
   // Runs until every agent finished or the time limit; `progress` prints simulated time
@@ -310,6 +313,8 @@ class Network : public EventTarget {
   // `probe`'s 5-tuple, or without one the first of the equal-cost ports; empty without a
   // route (or for src == dst).
   std::vector<int> path(int src_gpu, int dst_gpu, const Packet* probe = nullptr) const;
+  // The ports a packet of queue pair `qp` leaves by under ECMP (its 5-tuple's choices).
+  std::vector<int> qp_path(int qp) const;
   const Counters& counters() const { return counters_; }
   Time finish_time() const { return finish_; }
   std::uint64_t events_run() const { return events_run_; }

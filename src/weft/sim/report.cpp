@@ -97,18 +97,10 @@ struct Imbalance {
 // path the fluid mode and the switches' hash give it); empty for other load balancing.
 std::vector<long long> ecmp_flows_per_port(const Network& net) {
   if (net.config().lb != LoadBalancing::kEcmp) return {};
-  const Topology& t = net.topology();
-  std::vector<int> rank_of(t.nodes.size(), -1);
-  for (std::size_t r = 0; r < t.gpus.size(); ++r) rank_of[static_cast<std::size_t>(t.gpus[r])] = static_cast<int>(r);
   std::vector<long long> flows(net.ports().size(), 0);
-  for (const QueuePair& q : net.qps()) {
-    if (q.src < 0 || q.dst < 0) continue;
-    Packet probe;
-    probe.src = q.src;
-    probe.dst = q.dst;
-    probe.sport = q.sport;
-    for (int port : net.path(rank_of[static_cast<std::size_t>(q.src)], rank_of[static_cast<std::size_t>(q.dst)], &probe))
-      ++flows[static_cast<std::size_t>(port)];
+  for (std::size_t qp = 0; qp < net.qps().size(); ++qp) {
+    if (net.qps()[qp].src < 0 || net.qps()[qp].dst < 0) continue;
+    for (int port : net.qp_path(static_cast<int>(qp))) ++flows[static_cast<std::size_t>(port)];
   }
   return flows;
 }
@@ -164,9 +156,9 @@ std::vector<Imbalance> imbalances(const Network& net) {
   return out;
 }
 
-}  // namespace
-
-nlohmann::json summary_json(const Network& net) {
+// The summary with the groups of uplinks already measured (imbalances: the ECMP path of
+// every queue pair), which print_summary shares with its own line.
+nlohmann::json summary_json_with(const Network& net, const std::vector<Imbalance>& imbalance_groups) {
   using nlohmann::json;
   const Topology& t = net.topology();
   const Counters& c = net.counters();
@@ -238,7 +230,7 @@ nlohmann::json summary_json(const Network& net) {
                    {"data_packets", c.data_packets},   {"bytes_sent", c.bytes_sent},
                    {"bytes_delivered", c.bytes_delivered}};
   json imb = json::array();
-  for (const Imbalance& i : imbalances(net)) {
+  for (const Imbalance& i : imbalance_groups) {
     json entry = {{"switch", i.node}, {"toward", i.peer_role}, {"ports", i.ports}, {"busiest", i.busiest_peer}, {"share", i.share}};
     if (i.flows >= 0) {
       entry["flows"] = i.flows;
@@ -253,6 +245,10 @@ nlohmann::json summary_json(const Network& net) {
   j["config"] = cfg;
   return j;
 }
+
+}  // namespace
+
+nlohmann::json summary_json(const Network& net) { return summary_json_with(net, imbalances(net)); }
 
 void print_summary(const Network& net, std::FILE* out, const std::string& out_dir) {
   const Topology& t = net.topology();
@@ -336,7 +332,8 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
                  s > 0 ? bytes / s / 1e9 * factor : 0.0, model.c_str());
   }
   if (order.size() > 12) std::fprintf(out, "... %zu more kinds of collective in summary.json\n", order.size() - 12);
-  auto j = summary_json(net);
+  const std::vector<Imbalance> imb = imbalances(net);
+  auto j = summary_json_with(net, imb);
   std::fprintf(out, "flows: %zu, completion mean %.3f us, p99 %.3f us, max %.3f us\n", net.flows().size(),
                j["flows"]["fct_mean_us"].get<double>(), j["flows"]["fct_p99_us"].get<double>(),
                j["flows"]["fct_max_us"].get<double>());
@@ -378,7 +375,6 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   const Imbalance* worst = nullptr;
   const Imbalance* unlikeliest = nullptr;
   int uplink_groups = 0;
-  auto imb = imbalances(net);
   for (const Imbalance& i : imb)
     if (i.peer_role == "spine" || i.peer_role == "super-spine" || i.peer_role == "agg" || i.peer_role == "core") {
       ++uplink_groups;
