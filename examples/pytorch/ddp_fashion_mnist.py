@@ -98,13 +98,15 @@ def main():
             seconds += time.perf_counter() - t0
             samples += per
     x_test, y_test = load(a.data_dir, "t10k")
-    with torch.no_grad():
-        right = (net.module(x_test[:a.test]).argmax(1) == y_test[:a.test]).sum().item()
+    with torch.no_grad():  # (in chunks of 100: 2,000 images at once take 11x longer on PyTorch 1.13's CPU convolution)
+        right = sum((net.module(x_test[i:min(i + 100, a.test)]).argmax(1) == y_test[i:min(i + 100, a.test)]).sum().item()
+                    for i in range(0, a.test, 100))
     rate = torch.tensor([samples / seconds if seconds > 0 else 0.0], dtype=torch.float64)
     dist.all_reduce(rate)  # total samples/s of the job
     if rank == 0:
         print(json.dumps({"backend": a.backend, "ranks": world, "accuracy": right / a.test, "loss": loss.item(),
                           "samples_per_second": rate.item()}), flush=True)
+    dist.barrier()  # every rank done with the group before any tears it down (pytorch#75097: gloo can hang otherwise)
     dist.destroy_process_group()
 
 

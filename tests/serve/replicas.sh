@@ -4,7 +4,7 @@
 # (SIGKILL) under load loses no request (every one of 300 streamed completions arrives whole,
 # its tokens counted) and is restarted. Elastic 1:3: a load step of 1 -> 16 concurrent
 # clients -> 1 scales the replicas up and, once the load falls, back down to 1, each decision
-# logged and counted. Elastic 1:2: five cycles of load and quiet scale up and down five times,
+# logged and counted. Elastic 1:2: three cycles of load and quiet scale up and down three times,
 # each new replica ready on a port of its own.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
@@ -67,14 +67,14 @@ grep '^weft_scaling_events_total' <<<"$metrics"
 grep "scaling" "$work/elastic.log"
 stop_server
 
-# Five cycles: a replica scaled up after one was drained must start (a fresh port file).
+# Three cycles: a replica scaled up after one was drained must start (a fresh port file).
 replicas() { curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_replicas ' | cut -d' ' -f2; }
 start_server "$work/cycles.log" --replicas 1:2 --scale-up-load 1 --scale-down-after 1
-for cycle in 1 2 3 4 5; do
+for cycle in 1 2 3; do
   "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 4 --requests 100000 --max-tokens 48 >/dev/null 2>&1 &
   bench=$!
   for _ in $(seq 300); do [ "$(replicas)" = 2 ] && break; sleep 0.1; done
-  if [ "$cycle" = 5 ]; then
+  if [ "$cycle" = 3 ]; then
     sleep 1.2  # (a scrape of both replicas)
     before=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_generated_tokens_total ' | cut -d' ' -f2)
   fi
@@ -89,8 +89,8 @@ after=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_generated_tokens_
 awk -v a="$after" -v b="$before" 'BEGIN { exit !(a >= b && b > 0) }' ||
   { echo "FAIL: the tokens counted went from $before to $after as a replica stopped"; exit 1; }
 ports=$(grep -o 'replica 1 (pid [0-9]*) ready on 127.0.0.1:[0-9]*' "$work/cycles.log" | sort -u | wc -l)
-[ "$ports" = 5 ] || { echo "FAIL: $ports replicas became ready in 5 cycles"; cat "$work/cycles.log"; exit 1; }
-echo "elastic 1:2: 5 cycles of load and quiet: scaled up and down 5 times, each new replica ready; the front end's"\
+[ "$ports" = 3 ] || { echo "FAIL: $ports replicas became ready in 3 cycles"; cat "$work/cycles.log"; exit 1; }
+echo "elastic 1:2: 3 cycles of load and quiet: scaled up and down 3 times, each new replica ready; the front end's"\
   "token count never went back ($after at the end)"
 stop_server
 
@@ -111,9 +111,12 @@ server=$!
 for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
 port=$(cat "$work/port")
 rm "$work/gone.safetensors"
-"$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 4 --requests 2000 --max-tokens 48 --json > "$work/gone.json" ||
-  fail "the running replica stopped serving: $(cat "$work/gone.json" "$work/gone.log")"
-for _ in $(seq 50); do grep -q "trying again in 2 s" "$work/gone.log" && break; sleep 0.1; done
+# Load in rounds of 200 requests, each of which must succeed, until the second try is logged.
+for round in $(seq 30); do
+  "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 4 --requests 200 --max-tokens 48 --json > "$work/gone.json" ||
+    fail "the running replica stopped serving: $(cat "$work/gone.json" "$work/gone.log")"
+  grep -q "trying again in 2 s" "$work/gone.log" && break
+done
 grep -q "replica 1 could not start (exit code 1); trying again in 1 s" "$work/gone.log" &&
   grep -q "replica 1 could not start (exit code 1); trying again in 2 s" "$work/gone.log" ||
   fail "no retries with a growing wait: $(cat "$work/gone.log")"
