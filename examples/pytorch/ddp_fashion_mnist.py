@@ -106,7 +106,12 @@ def main():
     if rank == 0:
         print(json.dumps({"backend": a.backend, "ranks": world, "accuracy": right / a.test, "loss": loss.item(),
                           "samples_per_second": rate.item()}), flush=True)
-    dist.barrier()  # every rank done with the group before any tears it down (pytorch#75097: gloo can hang otherwise)
+    # Every rank done with its collectives, then the model dropped while the group lives, then
+    # the group: PyTorch 1.13 can deadlock when the DDP model takes the gloo group down with it
+    # as main returns (the group's worker thread, freeing a tensor, waits for the lock on
+    # Python that the main thread, joining that worker, holds).
+    dist.barrier()
+    del net, opt
     dist.destroy_process_group()
 
 
