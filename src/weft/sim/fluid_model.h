@@ -31,8 +31,9 @@ class FluidModel {
   // A part of `bytes` over the ports path[0 .. n) from `now`, at rate 0 until recompute().
   // Returns its id (ids of done parts are reused).
   int add(const std::int32_t* path, std::size_t n, double bytes, Time now);
-  // Removes the parts done by `now` and calls done(id) for each (their bytes settled), in
-  // order of finish then id; done may add parts. Returns how many were done.
+  // Removes the parts done by `now` and calls done(id) for each (their bytes settled): those
+  // at their exact finish first, then those the tolerance lets end early, each in order of
+  // time then id; done may add parts. Returns how many were done.
   int complete(Time now, const std::function<void(int part)>& done);
   // New rates for the parts the changes since the last call reach; false when none changed.
   bool recompute(Time now);

@@ -332,7 +332,6 @@ class Network : public EventTarget {
   std::vector<std::uint64_t> events_per_thread() const;
   // Why the run used one thread where more were asked for (empty otherwise).
   const std::string& single_thread_reason() const { return single_thread_reason_; }
-  // Flow-level mode: how many times the rates were recomputed.
   // The flow-level mode's rate computations, and the parts they set in all.
   std::uint64_t fluid_rounds() const { return fluid_ ? fluid_->recomputations() : 0; }
   std::uint64_t fluid_parts_recomputed() const { return fluid_ ? fluid_->parts_recomputed() : 0; }

@@ -9,12 +9,12 @@ double binomial_upper_tail(long long n, double p, long long k) {
   if (k <= 0) return 1;
   if (k > n || p <= 0) return 0;
   if (p >= 1) return 1;
-  const double nn = static_cast<double>(n), lp = std::log(p), lq = std::log1p(-p);
+  const double nn = static_cast<double>(n), lp = std::log(p), lq = std::log1p(-p), ln_n_factorial = std::lgamma(nn + 1);
   const double mode = std::floor((nn + 1) * p);
   double sum = 0;
   for (long long i = k; i <= n; ++i) {
     const double x = static_cast<double>(i);
-    const double term = std::exp(std::lgamma(nn + 1) - std::lgamma(x + 1) - std::lgamma(nn - x + 1) + x * lp + (nn - x) * lq);
+    const double term = std::exp(ln_n_factorial - std::lgamma(x + 1) - std::lgamma(nn - x + 1) + x * lp + (nn - x) * lq);
     sum += term;
     if (x > mode && term < 1e-17 * sum) break;
   }
