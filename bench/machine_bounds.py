@@ -3,9 +3,14 @@
 What this machine can do at best, for the serving benchmark's bounds (bench/serve):
   - memory bandwidth: a STREAM-like copy of 512 MiB arrays (numpy.copyto, which releases the
     GIL; N threads each copy a slice), bytes read plus bytes written per second, the best of 5;
+  - read bandwidth: the same 512 MiB read once, as a float32 matrix [131072, 1024] times a
+    vector (numpy on OpenBLAS's GEMV, its own threads: it reads each element once, as a
+    decoding step reads its weights), bytes read per second, the best of 5. On AMD's
+    processors reads and writes take separate paths from memory, so a copy's two directions
+    add up to more than one direction can carry;
   - GEMM rate: float32 products of 2048 x 2048 matrices (numpy on OpenBLAS, its own threads),
     2 n^3 FLOPs each, the best of 5.
-Prints JSON: {"bandwidth_gb_s", "gemm_gflops", "threads"}.
+Prints JSON: {"bandwidth_gb_s", "read_gb_s", "gemm_gflops", "threads"}.
 """
 import json
 import os
@@ -19,7 +24,6 @@ threads = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.a
 n = (512 << 20) // 4
 src = np.ones(n, dtype=np.float32)
 dst = np.empty_like(src)
-np.copyto(dst, src)  # pages touched before timing
 cuts = [n * i // threads for i in range(threads + 1)]
 
 
@@ -27,24 +31,31 @@ def copy_slice(i):
     np.copyto(dst[cuts[i]:cuts[i + 1]], src[cuts[i]:cuts[i + 1]])
 
 
-best_copy = float("inf")
-for _ in range(5):
+def copy():
     workers = [threading.Thread(target=copy_slice, args=(i,)) for i in range(threads)]
-    t = time.perf_counter()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    best_copy = min(best_copy, time.perf_counter() - t)
-bandwidth = 2 * src.nbytes / best_copy / 1e9
 
+
+def best_of_5(fn):
+    """The shortest of 5 timed calls of fn, after one untimed call."""
+    fn()
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+bandwidth = 2 * src.nbytes / best_of_5(copy) / 1e9
+matrix = src.reshape(-1, 1024)
+vector = np.ones(1024, dtype=np.float32)
+read = src.nbytes / best_of_5(lambda: matrix @ vector) / 1e9
 m = 2048
 a = np.random.default_rng(0).standard_normal((m, m), dtype=np.float32)
 b = np.random.default_rng(1).standard_normal((m, m), dtype=np.float32)
-a @ b
-best_gemm = float("inf")
-for _ in range(5):
-    t = time.perf_counter()
-    a @ b
-    best_gemm = min(best_gemm, time.perf_counter() - t)
-print(json.dumps({"bandwidth_gb_s": bandwidth, "gemm_gflops": 2 * m ** 3 / best_gemm / 1e9, "threads": threads}))
+gemm = 2 * m ** 3 / best_of_5(lambda: a @ b) / 1e9
+print(json.dumps({"bandwidth_gb_s": bandwidth, "read_gb_s": read, "gemm_gflops": gemm, "threads": threads}))

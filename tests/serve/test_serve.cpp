@@ -247,7 +247,7 @@ TEST(GptDecoder, ABatchOfSequencesEqualsEachAlone) {
 
 // Packed weights: bf16 within its 8 bits of mantissa, int8 within half a step of each
 // channel's scale, for every row count (the dot kernel and the widened GEMM); int8 products
-// on VNNI (8 rows or more) also within half a step of the activations' scale.
+// on VNNI (any row count) also within half a step of the activations' scale.
 TEST(Quantize, PackedProductsAreTheFloatProductWithinTheFormatsRounding) {
   Rng rng(1);
   Tensor w = randn({37, 70}, rng), b = randn({37}, rng);
@@ -273,16 +273,97 @@ TEST(Quantize, PackedProductsAreTheFloatProductWithinTheFormatsRounding) {
             }
             if (f == WeightFormat::kBf16) bound += abs_x * top / 256;
             if (f == WeightFormat::kInt8) bound += abs_x * top / 127 / 2;
-            if (f == WeightFormat::kInt8 && vnni && rows >= 8) bound += (abs_w + 70 * top / 127) * amax / 127 / 2;
+            if (f == WeightFormat::kInt8 && vnni) bound += (abs_w + 70 * top / 127) * amax / 127 / 2;
             EXPECT_NEAR(got.data<float>()[r * 37 + o], want.data<float>()[r * 37 + o], bound)
                 << weight_format_name(f) << " rows " << rows << " vnni " << vnni;
           }
       }
     }
   }
-  EXPECT_EQ(PackedLinear(w, b, WeightFormat::kInt8).bytes(), 37 * 70 + 37 * 4);
+  {
+    weft::testing::ScopedKernels use("int8=emulated");
+    EXPECT_EQ(PackedLinear(w, b, WeightFormat::kInt8).bytes(), 37 * 70 + 37 * 4);  // rows and scales
+  }
+  if (onednn::has_int8_instructions()) {
+    weft::testing::ScopedKernels use("int8=native");
+    // Two panels of 16 channels x 72 inputs (70 padded to 4), 5 rows, scales.
+    EXPECT_EQ(PackedLinear(w, b, WeightFormat::kInt8).bytes(), 32 * 72 + 5 * 70 + 37 * 4);
+  }
   EXPECT_EQ(PackedLinear(w, b, WeightFormat::kBf16).bytes(), 37 * 70 * 2);
   EXPECT_THROW(parse_weight_format("int4"), ConfigError);
+}
+
+// Int8 weights in VNNI panels: every product is the exact integer sum of x w times
+// the channel's and the row's scales plus the bias, whatever the rows, the channels asked for (whole panels, the rows past
+// the last panel), the input length (padded to 4) and the kernel's width; a row's result
+// does not depend on the rows multiplied with it.
+TEST(Quantize, VnniPanelsGiveTheExactIntegerProduct) {
+  std::vector<int> widths;
+  for (int width : {512, 256})
+    if (vnni_runs(width)) widths.push_back(width);
+  if (widths.empty()) GTEST_SKIP() << "no VNNI on this processor";
+  Rng rng(7);
+  for (auto [out, in] : {std::pair<std::int64_t, std::int64_t>{37, 70}, {64, 768}, {16, 3}, {5, 9}}) {
+    std::vector<std::int8_t> w(static_cast<std::size_t>(out * in));
+    for (auto& v : w) v = static_cast<std::int8_t>(static_cast<int>(rng.below(255)) - 127);
+    std::vector<float> scale(static_cast<std::size_t>(out));
+    for (auto& v : scale) v = 0.001f + static_cast<float>(rng.below(1000)) * 1e-5f;
+    std::vector<float> bias(static_cast<std::size_t>(out));
+    for (auto& v : bias) v = static_cast<float>(rng.below(2001)) * 1e-3f - 1.0f;
+    const Int8Panels panels(w.data(), out, in);
+    for (std::int64_t o = 0; o < out; ++o)
+      for (std::int64_t i = 0; i < in; ++i) ASSERT_EQ(panels.at(o, i), w[static_cast<std::size_t>(o * in + i)]);
+    const std::int64_t ldx = panels.padded_in() + 8;
+    for (std::int64_t rows : {1, 3, 8, 13, 70}) {
+      std::vector<std::int8_t> x(static_cast<std::size_t>(rows * ldx), 0);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t i = 0; i < in; ++i)
+          x[static_cast<std::size_t>(r * ldx + i)] = static_cast<std::int8_t>(static_cast<int>(rng.below(255)) - 127);
+      std::vector<std::int32_t> x_sums(static_cast<std::size_t>(rows));
+      std::vector<float> x_scales(static_cast<std::size_t>(rows));
+      for (std::int64_t r = 0; r < rows; ++r) {
+        for (std::int64_t i = 0; i < in; ++i) x_sums[static_cast<std::size_t>(r)] += x[static_cast<std::size_t>(r * ldx + i)];
+        x_scales[static_cast<std::size_t>(r)] = 0.5f + static_cast<float>(r) * 0.01f;
+      }
+      std::vector<float> want(static_cast<std::size_t>(rows * out));
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t o = 0; o < out; ++o) {
+          std::int64_t sum = 0;
+          for (std::int64_t i = 0; i < in; ++i)
+            sum += x[static_cast<std::size_t>(r * ldx + i)] * w[static_cast<std::size_t>(o * in + i)];
+          const float v = static_cast<float>(sum) * scale[static_cast<std::size_t>(o)] * x_scales[static_cast<std::size_t>(r)];
+          want[static_cast<std::size_t>(r * out + o)] = v + bias[static_cast<std::size_t>(o)];
+        }
+      for (int width : widths) {
+        std::vector<float> y(static_cast<std::size_t>(rows * out), -1);
+        panels.product(x.data(), rows, ldx, x_sums.data(), x_scales.data(), scale.data(), bias.data(), y.data(), out, 0,
+                       out, width);
+        EXPECT_EQ(y, want) << out << "x" << in << ", " << rows << " rows, " << width << " bits";
+        // The channels from the second panel on, one row at a time.
+        if (out > 16) {
+          std::vector<float> part(static_cast<std::size_t>(out), -1);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            panels.product(x.data() + r * ldx, 1, ldx, x_sums.data() + r, x_scales.data() + r, scale.data(), bias.data(),
+                           part.data(), out, 16, out, width);
+            for (std::int64_t o = 16; o < out; ++o)
+              ASSERT_EQ(part[static_cast<std::size_t>(o)], want[static_cast<std::size_t>(r * out + o)]) << o;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_THROW(Int8Panels(std::vector<std::int8_t>(64).data(), 16, 4)
+                   .product(nullptr, 1, 4, nullptr, nullptr, nullptr, nullptr, nullptr, 16, 8, 16, widths[0]),
+               InternalError);
+  // Through a layer: a row alone and among 19 others gives the same bits.
+  weft::testing::ScopedKernels use("int8=native");
+  Tensor wf = randn({96, 64}, rng), bf = randn({96}, rng), x = randn({20, 64}, rng);
+  PackedLinear q(wf, bf, WeightFormat::kInt8);
+  const Tensor all = q.forward(x);
+  for (std::int64_t r : {0, 7, 19}) {
+    const Tensor one = q.forward(x.slice(0, r, r + 1).contiguous());
+    for (std::int64_t o = 0; o < 96; ++o) ASSERT_EQ(one.data<float>()[o], all.data<float>()[r * 96 + o]) << r << " " << o;
+  }
 }
 
 // The decoder's validation loss is the forward's cross-entropy over the same windows, and

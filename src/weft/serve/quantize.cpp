@@ -5,9 +5,7 @@
 #include <cstring>
 #include <limits>
 
-#include "weft/tensor/kernel_table.h"
 #include "weft/tensor/linalg.h"
-#include "weft/tensor/onednn.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 
@@ -76,22 +74,19 @@ void packed_product(const Tensor& x, const W* w, const float* scale, const Tenso
   });
 }
 
-// x times the int8 weights w [out, in] (scale per output channel) as an int8 product: each
-// row of x quantized with its own symmetric scale (its largest magnitude / 127, chosen anew
-// for every call: dynamic per-token quantization, so that one row of large activations does
-// not cost the others their precision), int32 sums on oneDNN (VNNI) scaled by the weights'
-// scales, then each row by its own. Row blocks (and, for few rows, column blocks) run on the
-// pool. A row with an infinite or NaN activation gives NaN outputs; a row of zeros, zeros.
-Tensor int8_product(const Tensor& x, const std::int8_t* w, const std::vector<float>& scale, const Tensor& bias,
-                    std::int64_t out, std::int64_t in) {
-  const std::int64_t R = x.size(0);
+// x times the int8 weights in VNNI panels (scale per output channel) as an int8 product:
+// each row of x quantized with its own symmetric scale (its largest magnitude / 127, chosen
+// anew for every call: dynamic per-token quantization, so that one row of large activations
+// does not cost the others their precision), exact int32 sums scaled by the weights' scales, then each row by its own. Blocks of rows and of
+// channels run on the pool. A row with an infinite or NaN activation gives NaN outputs; a
+// row of zeros, zeros.
+Tensor int8_product(const Tensor& x, const Int8Panels& w, int width, const std::vector<float>& scale,
+                    const Tensor& bias) {
+  const std::int64_t R = x.size(0), in = w.in(), in4 = w.padded_in(), out = w.out();
   const float* xp = x.data<float>();
-  // Row blocks of at least 64 rows; column blocks of at least 128 columns when the rows are
-  // few. Both depend only on the shape.
-  const std::int64_t row_block = std::max<std::int64_t>(64, (R + 7) / 8);
-  const std::int64_t row_blocks = (R + row_block - 1) / row_block;
   std::vector<float> row_scale(static_cast<std::size_t>(R));
-  std::vector<std::int8_t> qx(static_cast<std::size_t>(R * in));
+  std::vector<std::int32_t> row_sum(static_cast<std::size_t>(R));
+  std::vector<std::int8_t> qx(static_cast<std::size_t>(R * in4), 0);
   parallel_loop(R, 16, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t r = begin; r < end; ++r) {
       const float* xr = xp + r * in;
@@ -100,33 +95,31 @@ Tensor int8_product(const Tensor& x, const std::int8_t* w, const std::vector<flo
       if (std::isnan(m)) m = std::numeric_limits<float>::infinity();
       const float xs = std::isfinite(m) && m > 0 ? m / 127.0f : 0.0f;
       row_scale[static_cast<std::size_t>(r)] = std::isfinite(m) ? xs : std::nanf("");
-      std::int8_t* q = qx.data() + r * in;
-      for (std::int64_t i = 0; i < in; ++i)
-        q[i] = xs > 0 ? static_cast<std::int8_t>(std::clamp(std::nearbyint(xr[i] / xs), -127.0f, 127.0f)) : 0;
+      std::int8_t* q = qx.data() + r * in4;
+      std::int32_t sum = 0;
+      if (xs > 0)
+        for (std::int64_t i = 0; i < in; ++i) {
+          q[i] = static_cast<std::int8_t>(std::clamp(std::nearbyint(xr[i] / xs), -127.0f, 127.0f));
+          sum += q[i];
+        }
+      row_sum[static_cast<std::size_t>(r)] = sum;
     }
   });
   Tensor y = Tensor::empty({R, out});  // every element written by the products below
-  const std::int64_t col_block = row_blocks > 1 ? out : std::max<std::int64_t>(128, (out + 7) / 8);
+  // Blocks of at most 64 rows and of 64-channel multiples (the kernels' 4 panels), about 8 of
+  // them when the rows are few; both depend only on the shape.
+  const std::int64_t row_block = 64, row_blocks = (R + row_block - 1) / row_block;
+  const std::int64_t col_block =
+      row_blocks > 1 ? (out + 63) / 64 * 64 : std::max<std::int64_t>(64, ((out + 7) / 8 + 63) / 64 * 64);
   const std::int64_t col_blocks = (out + col_block - 1) / col_block;
+  const float* bp = bias.defined() ? bias.data<float>() : nullptr;
   parallel_for(row_blocks * col_blocks, 1, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t b = begin; b < end; ++b) {
       const std::int64_t r0 = (b / col_blocks) * row_block, o0 = (b % col_blocks) * col_block;
-      const std::int64_t m = std::min(row_block, R - r0), n = std::min(col_block, out - o0);
-      onednn::matmul_s8(m, n, in, {qx.data() + r0 * in, in, 1}, {w + o0 * in, 1, in}, scale.data() + o0,
-                        y.data<float>() + r0 * out + o0, out);
-      for (std::int64_t r = r0; r < r0 + m; ++r) {
-        const float xs = row_scale[static_cast<std::size_t>(r)];
-        float* yr = y.data<float>() + r * out + o0;
-        for (std::int64_t o = 0; o < n; ++o) yr[o] = std::isnan(xs) ? xs : yr[o] * xs;
-      }
+      w.product(qx.data() + r0 * in4, std::min(row_block, R - r0), in4, row_sum.data() + r0, row_scale.data() + r0,
+                scale.data(), bp, y.data<float>() + r0 * out, out, o0, std::min(out, o0 + col_block), width);
     }
   });
-  if (bias.defined()) {
-    float* yp = y.data<float>();
-    const float* bp = bias.data<float>();
-    for (std::int64_t r = 0; r < R; ++r)
-      for (std::int64_t o = 0; o < out; ++o) yp[r * out + o] += bp[o];
-  }
   return y;
 }
 
@@ -173,6 +166,11 @@ PackedLinear::PackedLinear(const Tensor& weight, const Tensor& bias, WeightForma
           int8_[static_cast<std::size_t>(o * in_ + i)] =
               static_cast<std::int8_t>(std::clamp(std::nearbyint(p[o * in_ + i] / s), -127.0f, 127.0f));
       }
+      vnni_ = vnni_width();
+      if (vnni_ != 0) {
+        panels_ = Int8Panels(int8_.data(), out_, in_);
+        std::vector<std::int8_t>().swap(int8_);
+      }
       break;
   }
 }
@@ -181,12 +179,8 @@ Tensor PackedLinear::forward(const Tensor& x) const {
   WEFT_CHECK(x.dim() == 2 && x.size(1) == in_, "PackedLinear: input must be [R, in]");
   if (format_ == WeightFormat::kF32) return ops::linear(x, f32_, bias_.defined() ? &bias_ : nullptr);
   const Tensor xc = x.contiguous();
+  if (vnni_ != 0) return int8_product(xc, panels_, vnni_, scale_, bias_);
   if (x.size(0) >= kRowsForGemm) {
-    // Many rows: int8 products on quantized activations where the processor has VNNI
-    // (bench/kernels, against widening the weights: 1.8-3.5x at 16 rows, 0.9-1.6x at 256 to
-    // 2,048; one row runs faster as below).
-    if (format_ == WeightFormat::kInt8 && kernels::int8_native())
-      return int8_product(xc, int8_.data(), scale_, bias_, out_, in_);
     // Many rows (a prefill, a large batch): widen the whole matrix once and use the GEMM.
     Tensor w = Tensor::empty({out_, in_});
     parallel_loop(out_, 64, [&](std::int64_t begin, std::int64_t end) {
@@ -206,7 +200,9 @@ void PackedLinear::row(std::int64_t o, float* out) const {
     switch (format_) {
       case WeightFormat::kF32: out[i] = f32_.data<float>()[k]; break;
       case WeightFormat::kBf16: out[i] = widen(bf16_[k]); break;
-      case WeightFormat::kInt8: out[i] = scale_[static_cast<std::size_t>(o)] * static_cast<float>(int8_[k]); break;
+      case WeightFormat::kInt8:
+        out[i] = scale_[static_cast<std::size_t>(o)] * static_cast<float>(vnni_ != 0 ? panels_.at(o, i) : int8_[k]);
+        break;
     }
   }
 }
@@ -215,7 +211,7 @@ std::int64_t PackedLinear::bytes() const {
   switch (format_) {
     case WeightFormat::kF32: return out_ * in_ * 4;
     case WeightFormat::kBf16: return out_ * in_ * 2;
-    case WeightFormat::kInt8: return out_ * in_ + out_ * 4;
+    case WeightFormat::kInt8: return (vnni_ != 0 ? panels_.bytes() : out_ * in_) + out_ * 4;
   }
   return 0;
 }

@@ -3,15 +3,17 @@
 // bf16 (float32 rounded to nearest even in its upper 16 bits). A PackedLinear keeps only the
 // small weights; its product reads them, widens them to float32 in registers and
 // accumulates in float32 (dequantization on the fly), so activations stay float32 — except
-// int8 weights on a processor with VNNI (the kernel table's int8 choice): there the
-// activations are quantized too, one symmetric scale per row (dynamic per-token
-// quantization), and the product runs in int8 with int32 sums on oneDNN.
+// int8 weights on a processor with VNNI (the kernel table's int8 choice when the layer is
+// built): there the weights are kept in VNNI panels (serve/int8_panels.h), the activations
+// are quantized too, one symmetric scale per row (dynamic per-token quantization), and the
+// product runs in int8 with exact int32 sums, for any number of rows.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "weft/serve/int8_panels.h"
 #include "weft/tensor/tensor.h"
 
 namespace weft::serve {
@@ -29,7 +31,7 @@ class PackedLinear {
   Tensor forward(const Tensor& x) const;
   // Row o of the weight as float32 (an embedding lookup of a tied, packed table).
   void row(std::int64_t o, float* out) const;
-  std::int64_t bytes() const;  // of the weights as stored (scales included), not the bias
+  std::int64_t bytes() const;  // of the weights as stored (scales and padding included), not the bias
   std::int64_t out_features() const { return out_; }
 
  private:
@@ -37,7 +39,9 @@ class PackedLinear {
   std::int64_t out_ = 0, in_ = 0;
   Tensor f32_, bias_;
   std::vector<std::uint16_t> bf16_;
-  std::vector<std::int8_t> int8_;
+  std::vector<std::int8_t> int8_;  // row-major, without a VNNI kernel
+  Int8Panels panels_;              // with one: vnni_ is its width
+  int vnni_ = 0;
   std::vector<float> scale_;
 };
 

@@ -60,7 +60,7 @@ Overrides parse(const std::string& text) {
     throw ConfigError("WEFT_KERNELS: gemm=libxsmm needs AVX2 or AVX-512, and this processor runs " +
                       onednn::isa_name());
   if (o.int8 == 2 && !onednn::has_int8_instructions())
-    throw ConfigError("WEFT_KERNELS: int8=native needs AVX512-VNNI, and this processor runs " + onednn::isa_name());
+    throw ConfigError("WEFT_KERNELS: int8=native needs AVX512-VNNI or AVX-VNNI, and this processor runs " + onednn::isa_name());
   return o;
 }
 
@@ -140,7 +140,7 @@ std::string summary() {
               : small_on_xsmm                ? "native (libxsmm below 2^22 multiply-adds, onednn above)"
               : o.bf16 == 2                  ? "native (onednn)"
                                              : "native (onednn) from 2^20 multiply-adds";
-  auto int8 = int8_native() ? "native (onednn, vnni)" : "emulated (widened weights, fp32 products)";
+  auto int8 = int8_native() ? "native (weft's vnni panels)" : "emulated (widened weights, fp32 products)";
   const std::string loops = std::string(cpu::level_name(cpu::loop_level())) + " (built for " + cpu::build_baseline() + ")";
   return "kernels: " + onednn::isa_name() + "; loops " + loops + "; gemm " + gemm + "; conv " + conv + "; bf16 " + bf16 +
          "; int8 " + int8;

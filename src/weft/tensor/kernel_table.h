@@ -20,14 +20,15 @@
 //     weights' gradient (1.3-2.7x im2col + OpenBLAS); the input's gradient on oneDNN when the
 //     input has at least 8 channels, else col2im of an OpenBLAS product (oneDNN's kernel for
 //     one input channel runs at under a tenth of the GEMM's rate).
-//   int8 products (serving's --quantize int8): oneDNN's int8 matmul (VNNI) on dynamically
-//     quantized activations where the processor has AVX512-VNNI, else float32 products of
-//     the widened weights.
+//   int8 products (serving's --quantize int8): weft's VNNI kernel (serve/int8_panels.h) on
+//     dynamically quantized activations where the processor has AVX512-VNNI or AVX-VNNI,
+//     else float32 products of the widened weights.
 // WEFT_KERNELS overrides them, e.g. "gemm=openblas,conv=im2col,bf16=emulated":
 //   gemm=auto|openblas|onednn|libxsmm, conv=auto|im2col|onednn, bf16=auto|native|emulated,
 //   int8=auto|native|emulated
 // (gemm picks the float32 library; for bf16 products gemm=libxsmm forces libxsmm wherever k is
-// even and any other choice forces oneDNN; bf16 native needs AVX512-BF16, int8 native VNNI).
+// even and any other choice forces oneDNN; bf16 native needs AVX512-BF16, int8 native VNNI;
+// int8 takes effect when a layer is packed, at load).
 // A malformed value is a ConfigError naming it.
 #pragma once
 

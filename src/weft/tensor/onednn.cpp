@@ -103,15 +103,15 @@ struct MatmulPlan {
   dnnl::matmul prim;
 };
 
-// c = a b (+ c when accumulate; times scales[j] per column when scales is given).
+// c = a b (+ c when accumulate).
 using MatmulKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                             std::int64_t, std::int64_t, std::int64_t, bool, bool>;
+                             std::int64_t, std::int64_t, std::int64_t, bool>;
 
 void matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c,
-            std::int64_t ldc, bool accumulate, const float* scales) {
+            std::int64_t ldc, bool accumulate) {
   static Cache<MatmulKey, MatmulPlan> cache;
   const MatmulKey key{static_cast<int>(t), m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc,
-                      accumulate, scales != nullptr};
+                      accumulate};
   auto plan = cache.get(key, [&] {
     dnnl::primitive_attr attr = user_scratchpad();
     if (accumulate) {
@@ -119,7 +119,6 @@ void matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, O
       ops.append_sum(1.0f);
       attr.set_post_ops(ops);
     }
-    if (scales != nullptr) attr.set_output_scales(1 << 1, {DNNL_RUNTIME_F32_VAL});  // one per column
     dnnl::matmul::desc d(strided(m, k, t, a.row_stride, a.col_stride), strided(k, n, t, b.row_stride, b.col_stride),
                          strided(m, n, Type::f32, ldc, 1));
     dnnl::matmul::primitive_desc pd(d, attr, engine());
@@ -129,17 +128,10 @@ void matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, O
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan->pd.src_desc(), e, const_cast<void*>(a.p))},
                                        {DNNL_ARG_WEIGHTS, memory(plan->pd.weights_desc(), e, const_cast<void*>(b.p))},
                                        {DNNL_ARG_DST, memory(plan->pd.dst_desc(), e, c)}};
-  if (scales != nullptr)
-    args.emplace(DNNL_ARG_ATTR_OUTPUT_SCALES, memory({{n}, Type::f32, Tag::x}, e, const_cast<float*>(scales)));
   run(plan->prim, plan->pd.scratchpad_desc(), std::move(args));
 }
 
 }  // namespace
-
-void matmul_s8(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, const float* scales, float* c,
-               std::int64_t ldc) {
-  matmul(Type::s8, m, n, k, a, b, c, ldc, false, scales);
-}
 
 namespace {
 
@@ -230,12 +222,12 @@ std::string isa_name() {
 
 void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c, std::int64_t ldc,
                 bool accumulate) {
-  matmul(Type::f32, m, n, k, a, b, c, ldc, accumulate, nullptr);
+  matmul(Type::f32, m, n, k, a, b, c, ldc, accumulate);
 }
 
 void matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c, std::int64_t ldc,
                  bool accumulate) {
-  matmul(Type::bf16, m, n, k, a, b, c, ldc, accumulate, nullptr);
+  matmul(Type::bf16, m, n, k, a, b, c, ldc, accumulate);
 }
 
 void conv_forward(const ConvShape& s, const float* x, const float* w, const float* bias, float* y) {

@@ -17,7 +17,7 @@ namespace weft::onednn {
 
 // What the processor offers, under the WEFT_CPU_ISA cap.
 bool has_bf16_instructions();   // AVX512-BF16: bf16 products at twice the fp32 rate
-bool has_int8_instructions();   // AVX512-VNNI
+bool has_int8_instructions();   // AVX512-VNNI or AVX-VNNI (int8 products: serve/int8_panels.h)
 std::string isa_name();         // oneDNN's name for the instruction set in use
 
 // c[m, n] = a[m, k] b[k, n] (+ c when accumulate). An operand's element (i, j) is at
@@ -31,12 +31,6 @@ void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Opera
 // The same with bfloat16 operands (bits, as util/half_float.h) and a float32 result.
 void matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c,
                  std::int64_t ldc, bool accumulate);
-
-// c[m, n] = (a[m, k] b[k, n]) * scales[j] for column j: int8 operands (a signed, b as an
-// Operand of int8 elements), int32 accumulation (VNNI where the processor has it), a float32
-// result.
-void matmul_s8(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, const float* scales, float* c,
-               std::int64_t ldc);
 
 // A convolution's shape: input [n, c, h, w], weights [o, c, kh, kw], output [n, o, oh, ow].
 // bf16: the float32 operands are rounded to bfloat16 and multiplied with bf16 instructions

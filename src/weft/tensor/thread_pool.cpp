@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,52 @@ namespace weft {
 namespace {
 
 thread_local bool t_in_pool = false;
+
+// How long a pool thread pauses the core for the next run (a worker) or for the workers'
+// last chunks (the caller) before it sleeps on a condition variable. Waking a sleeping
+// thread takes tens of microseconds on a virtual machine, longer than the products of a
+// decoding step (a 768 x 2,304 int8 layer reads 1.8 MB: about 45 us), so without a pause the
+// second thread joined a product after the first had done it (bench/README.md, "decoding
+// near the machine's limit"). Adaptive, as comm's waits (comm/wait_policy.h): a wait that
+// lasted longer than WEFT_POOL_SPIN_US (100 us) halves the next pause (down to 1 us), so a
+// pool idle between steps, or one whose threads a busy machine keeps off their cores, soon
+// stops spinning; one that ended within it makes the pause cover twice that wait.
+class Pause {
+ public:
+  // Pauses until done() or the pause runs out; whether done() came. After a false, the
+  // caller sleeps and then calls woke().
+  template <class Done>
+  bool until(const Done& done) {
+    start_ = std::chrono::steady_clock::now();
+    if (most().count() == 0) return done();
+    for (int i = 0;; ++i) {
+      if (done()) {
+        woke();
+        return true;
+      }
+      if ((i & 63) == 63 && std::chrono::steady_clock::now() - start_ > budget_) return false;
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+  // The wait that until() began has ended.
+  void woke() {
+    const auto waited = std::chrono::steady_clock::now() - start_;
+    if (waited > most())
+      budget_ = std::max<std::chrono::nanoseconds>(std::chrono::microseconds(1), budget_ / 2);
+    else
+      budget_ = std::min<std::chrono::nanoseconds>(most(), std::max<std::chrono::nanoseconds>(2 * budget_, 2 * waited));
+  }
+
+ private:
+  static std::chrono::microseconds most() {
+    static const std::chrono::microseconds us{env_int_in("WEFT_POOL_SPIN_US", 0, 1000000).value_or(100)};
+    return us;
+  }
+  std::chrono::nanoseconds budget_{most()};
+  std::chrono::steady_clock::time_point start_{};
+};
 
 // A fixed set of workers; run() hands every worker one chunk index at a time.
 class ThreadPool {
@@ -59,9 +106,12 @@ class ThreadPool {
     drain(generation);
     t_in_pool = false;
     // Wait for the chunks the workers took.
-    while (remaining_.load(std::memory_order_acquire) > 0) {
-      std::unique_lock<std::mutex> lock(mu_);
-      done_cv_.wait(lock, [&] { return remaining_.load() == 0; });
+    if (!caller_pause_.until([&] { return remaining_.load(std::memory_order_acquire) == 0; })) {
+      while (remaining_.load(std::memory_order_acquire) > 0) {
+        std::unique_lock<std::mutex> lock(mu_);
+        done_cv_.wait(lock, [&] { return remaining_.load() == 0; });
+      }
+      caller_pause_.woke();
     }
     std::lock_guard<std::mutex> lock(mu_);
     fn_.store(nullptr);
@@ -88,13 +138,17 @@ class ThreadPool {
   void work(int id) {
     t_in_pool = true;
     std::uint64_t seen = 0;
+    Pause pause;
     for (;;) {
+      // The next run's claims carry its generation.
+      const bool came = pause.until([&] { return (next_.load(std::memory_order_acquire) >> 32) != (seen & 0xffffffffu); });
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [&] { return stop_ || (generation_ != seen && fn_ != nullptr); });
         if (stop_) return;
         seen = generation_;
       }
+      if (!came) pause.woke();
       if (id < active_.load()) drain(seen);
     }
   }
@@ -103,6 +157,7 @@ class ThreadPool {
   std::atomic<int> active_;
   std::vector<std::thread> workers_;
   std::mutex run_mu_;
+  Pause caller_pause_;  // under run_mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable done_cv_;

@@ -8,6 +8,8 @@
 // by the threads as they come free: a thread slowed by a busy core takes fewer of them.
 // Every kernel computes each output within one chunk, so results do not depend on the
 // partition, the scheduling or the thread count.
+// Between runs a worker pauses its core a moment for the next one before it sleeps, and the
+// caller the same for the workers' last chunks (WEFT_POOL_SPIN_US, adaptive: thread_pool.cpp).
 #pragma once
 
 #include <cstdint>

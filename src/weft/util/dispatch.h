@@ -15,7 +15,8 @@
 // One level above the baseline: AVX2 (x86-64-v3). An AVX-512 level was measured and left out:
 // against AVX2 it ran the GPT 3% faster and the CNN 8% slower (512-bit vectors), or the GPT 7%
 // slower (256-bit), and GCC 12 miscompiles constant vectors wherever AVX-512 is enabled
-// (tests/util/test_compiler.cpp). oneDNN and libxsmm use AVX-512 where the processor has it.
+// (tests/util/test_compiler.cpp). oneDNN and libxsmm use AVX-512 where the processor has it,
+// and so do serving's int8 kernels (serve/int8_panels.cpp: intrinsics, not vectorized loops).
 #pragma once
 
 #include "weft/util/cpu.h"
