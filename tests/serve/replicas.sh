@@ -2,7 +2,8 @@
 # usage: replicas.sh WEFT
 # Data-parallel and elastic serving. 2 replicas behind one front end: a replica killed
 # (SIGKILL) under load loses no request (every one of 300 streamed completions arrives whole,
-# its tokens counted) and is restarted. Elastic 1:3: a load step of 1 -> 16 concurrent
+# its tokens counted) and is restarted; streams of several choices cut the same way resume
+# whole. Elastic 1:3: a load step of 1 -> 16 concurrent
 # clients -> 1 scales the replicas up and, once the load falls, back down to 1, each decision
 # logged and counted. Elastic 1:2: three cycles of load and quiet scale up and down three times,
 # each new replica ready on a port of its own.
@@ -50,6 +51,66 @@ echo "the killed replica was restarted; $(grep '^weft_retries_total' <<<"$metric
 stop_server
 grep -q "weft serve: stopped" "$work/fixed.log"
 [ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || { echo "FAIL: replicas left running"; exit 1; }
+
+# Streams of several choices whose replica is killed resume on the other: every stream ends
+# whole, and each choice is the same text in all of them (the same request, each choice with
+# its own seed), none cut, doubled or taken from another choice.
+start_server "$work/choices.log" --replicas 2
+python3 - "$port" "$work/choices.log" <<'PY'
+import json, os, re, signal, sys, threading, time, urllib.request
+port, log = int(sys.argv[1]), sys.argv[2]
+body = json.dumps({"prompt": "The ", "n": 3, "max_tokens": 96, "temperature": 1.0, "seed": 7, "stream": True}).encode()
+results, failures = [], []
+
+def stream():
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    texts, finished, done = {}, {}, False
+    with urllib.request.urlopen(req, timeout=60) as r:
+        for line in r.read().decode().split("\n\n"):
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                event = json.loads(line[6:])
+                if "error" in event:
+                    failures.append(event)
+                for c in event.get("choices", []):
+                    texts[c["index"]] = texts.get(c["index"], "") + c.get("text", "")
+                    if c.get("finish_reason"):
+                        finished[c["index"]] = finished.get(c["index"], 0) + 1
+    results.append((texts, finished, done))
+
+def worker():
+    for _ in range(10):
+        stream()
+
+def retries():
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    return float(re.search(r"^weft_retries_total (\S+)$", metrics, re.M).group(1))
+
+workers = [threading.Thread(target=worker) for _ in range(6)]
+start = time.monotonic()
+for w in workers:
+    w.start()
+while len(results) < 6:  # (all 6 clients streaming: each has finished one)
+    time.sleep(0.01)
+victim = int(re.search(r"replica 1 \(pid (\d+)", open(log).read()).group(1))
+os.kill(victim, signal.SIGKILL)
+at_kill = len(results)
+for w in workers:
+    w.join()
+print(f"killed replica 1 after {at_kill} of 60 streams ({time.monotonic() - start:.1f} s in all)")
+assert not failures, failures[:2]
+assert len(results) == 60 and all(done for _, _, done in results), "a stream did not end with [DONE]"
+first = results[0][0]
+assert sorted(first) == [0, 1, 2] and len(set(first.values())) == 3, first
+for texts, finished, _ in results:
+    assert texts == first, f"a choice differs: {texts} against {first}"
+    assert finished == {0: 1, 1: 1, 2: 1}, f"finish events per choice: {finished}"
+assert retries() >= 1, "no stream was cut (the replica was killed after they ended)"
+print(f"60 streams of 3 choices, {retries():.0f} resumed on the other replica: every choice whole and the same")
+PY
+stop_server
 
 start_server "$work/elastic.log" --replicas 1:3 --scale-up-load 4 --scale-down-after 2
 "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 1 --requests 10 --max-tokens 48 >/dev/null

@@ -2,15 +2,15 @@
 // processes (replicas.h). It checks the token and the limits, gives every completion a seed
 // (so that a retry on another replica yields the same tokens), routes each request to the
 // replica with the least outstanding requests, and retries a request whose replica died on
-// another one; a stream of one choice that was cut resumes there, skipping the pieces already
-// sent (one of several choices ends with an error event instead). No accepted request is lost
-// or answered twice. Its /metrics adds its replicas' (scraped each second).
+// another one; a stream that was cut resumes there, each of its choices skipping the events
+// already sent. No accepted request is lost or answered twice. Its /metrics adds its replicas' (scraped each second).
 #include <fmt/format.h>
 #include <httplib.h>
 
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -30,17 +30,24 @@ using nlohmann::json;
 constexpr int kAttempts = 5;
 constexpr double kWaitForReplicaS = 30;
 
-// Whether a server-sent event carries a piece of text (what a resumed stream skips).
-bool is_text_event(const std::string& event) {
-  if (event.rfind("data: {", 0) != 0) return false;
+// A server-sent event of a stream: the choice it belongs to (-1: none, as the usage chunk and
+// [DONE]), and whether it carries a piece of text.
+struct StreamEvent {
+  std::int64_t choice = -1;
+  bool text = false;
+};
+StreamEvent read_event(const std::string& event) {
+  if (event.rfind("data: {", 0) != 0) return {};
   json j = json::parse(event.substr(6), nullptr, false);
   if (!j.is_object() || !j.contains("choices") || !j["choices"].is_array() || j["choices"].empty() ||
       !j["choices"][0].is_object())
-    return false;
+    return {};
   const json& choice = j["choices"][0];
-  if (!choice.value("text", std::string()).empty()) return true;  // a completion's text
-  return choice.contains("delta") && choice["delta"].is_object() &&
-         !choice["delta"].value("content", std::string()).empty();  // a chat completion's
+  StreamEvent e;
+  e.choice = choice.contains("index") && choice["index"].is_number_integer() ? choice["index"].get<std::int64_t>() : 0;
+  e.text = !choice.value("text", std::string()).empty() ||  // a completion's text, or a chat completion's
+           (choice.contains("delta") && choice["delta"].is_object() && !choice["delta"].value("content", std::string()).empty());
+  return e;
 }
 
 // One streamed completion relayed from a replica: the relay thread fills it, the client's
@@ -268,13 +275,11 @@ class FrontEnd : private MetricsHolder, public HttpBase {
   }
 
   // Streams a completion from a replica into the relay; if the replica dies mid-stream, the
-  // same request (same seed) goes to another, whose first pieces (already sent) are skipped.
+  // same request (same seed) goes to another, where each choice's first events (already sent)
+  // are skipped. A choice's events are the same on every replica: its own seed gives its
+  // tokens, whatever the other choices do; only their interleaving differs.
   void run_relay(Relay& relay, const std::string& path, const std::string& body) {
-    std::int64_t sent = 0;  // text events relayed
-    const json request = json::parse(body, nullptr, false);
-    const bool several = request.is_object() && ((request.contains("n") && request["n"].is_number() && request["n"] != 1) ||
-                                                 (request.contains("prompt") && request["prompt"].is_array() &&
-                                                  !request["prompt"].empty() && !request["prompt"][0].is_number()));
+    std::map<std::int64_t, std::int64_t> sent;  // events relayed, per choice
     on_some_replica([&](httplib::Client& client) {
       httplib::Request up;
       up.method = "POST";
@@ -283,7 +288,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
       up.headers.emplace("Content-Type", "application/json");
       up.body = body;
       int status = 0;
-      std::int64_t seen = 0;
+      std::map<std::int64_t, std::int64_t> seen;  // this attempt's events, per choice
       bool finished = false;
       std::string buffer;
       up.response_handler = [&](const httplib::Response& r) {
@@ -305,12 +310,12 @@ class FrontEnd : private MetricsHolder, public HttpBase {
         for (std::size_t end; (end = buffer.find("\n\n")) != std::string::npos;) {
           std::string event = buffer.substr(0, end + 2);
           buffer.erase(0, end + 2);
-          const bool text = is_text_event(event);
-          if (text && ++seen <= sent) continue;  // sent before the retry
-          if (text) {
-            ++sent;
-            relay.last_text_event = event;
+          const StreamEvent e = read_event(event);
+          if (e.choice >= 0) {
+            if (++seen[e.choice] <= sent[e.choice]) continue;  // sent before the retry
+            ++sent[e.choice];
           }
+          if (e.text) relay.last_text_event = event;
           if (event == "data: [DONE]\n\n") finished = relay.finished = true;
           relay.events.push_back(std::move(event));
         }
@@ -324,18 +329,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
         relay.status = status;
         return true;
       }
-      if (!r || !finished) {
-        // The stream was cut. One choice resumes on another replica (the same seed gives the
-        // same pieces, those sent skipped); several choices' pieces interleave as they come,
-        // so such a stream, once begun, ends with an error instead.
-        if (several && sent > 0) {
-          relay.events.push_back("data: " + json::parse(error_body(503, "the replica serving this stream failed")).dump() +
-                                 "\n\n" + "data: [DONE]\n\n");
-          relay.finished = true;
-          return true;
-        }
-        return false;
-      }
+      if (!r || !finished) return false;  // the stream was cut: it resumes on another replica
       return true;
     });
     std::lock_guard l(relay.mu);
