@@ -20,6 +20,7 @@
 #include "weft/util/parse.h"
 #include "weft/util/size.h"
 #include "weft/tensor/ops.h"
+#include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
@@ -194,6 +195,7 @@ const FlagTable<GenerateConfig>& generate_flags() {
 #undef AT
 
 int run_generate(GenerateConfig c) {
+  set_pool_pause(serve::kDecodingPoolPause);
   serve::LoadedModel m = serve::load_model(c.model);
   LanguageModel* lm = m.language_model();
   if (!lm) throw ConfigError(c.model + " is an image model (" + m.recipe.model + "): use weft predict");

@@ -9,6 +9,7 @@
 // multi-byte character, and finish() releases them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -20,6 +21,11 @@
 #include "weft/serve/sampling.h"
 
 namespace weft::serve {
+
+// How long the thread pool's threads pause for the next run in a decoding process (weft serve,
+// weft generate: tensor/thread_pool.h's set_pool_pause): a step's products are shorter than a
+// sleeping thread's wake-up (bench/README.md, session 41).
+inline constexpr std::chrono::microseconds kDecodingPoolPause{100};
 
 struct GenerationOptions {
   std::int64_t max_tokens = 16;

@@ -342,6 +342,7 @@ void validate(const ServeOptions& o) {
 
 int serve(const ServeOptions& options, std::FILE* log) {
   validate(options);
+  set_pool_pause(kDecodingPoolPause);
   // SIGINT and SIGTERM are taken by one thread that stops the server; the others never see them.
   sigset_t signals;
   sigemptyset(&signals);

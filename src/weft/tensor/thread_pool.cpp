@@ -21,14 +21,28 @@ namespace {
 thread_local bool t_in_pool = false;
 
 // How long a pool thread pauses the core for the next run (a worker) or for the workers'
-// last chunks (the caller) before it sleeps on a condition variable. Waking a sleeping
-// thread takes tens of microseconds on a virtual machine, longer than the products of a
-// decoding step (a 768 x 2,304 int8 layer reads 1.8 MB: about 45 us), so without a pause the
-// second thread joined a product after the first had done it (bench/README.md, "decoding
-// near the machine's limit"). Adaptive, as comm's waits (comm/wait_policy.h): a wait that
-// lasted longer than WEFT_POOL_SPIN_US (100 us) halves the next pause (down to 1 us), so a
-// pool idle between steps, or one whose threads a busy machine keeps off their cores, soon
-// stops spinning; one that ended within it makes the pause cover twice that wait.
+// last chunks (the caller) before it sleeps on a condition variable, in a process that asked
+// for it (set_pool_pause: weft serve and weft generate). Waking a sleeping thread takes tens of
+// microseconds on a virtual machine, longer than the products of a decoding step (a 768 x
+// 2,304 int8 layer reads 1.8 MB: about 45 us), so without a pause the second thread joined a
+// product after the first had done it (bench/README.md, session 41). Training does not ask
+// (yet): 80 steps of the GPT took 5.96 s with pauses against 6.47 s on the idle machine, but
+// 10.01 s against 9.59 s beside a busy process (medians of interleaved runs), and a shared
+// machine is where training's waits must give the core away (the issue "collectives that stay
+// fast on a busy machine"). Adaptive, as
+// comm's waits (comm/wait_policy.h): a wait that lasted longer than the most pause halves the
+// next one (down to 1 us), so a pool idle between requests, or one whose threads a busy
+// machine keeps off their cores, soon stops spinning; one that ended within it makes the
+// pause cover twice that wait.
+std::atomic<std::int64_t> g_most_pause_us{-1};  // -1: WEFT_POOL_SPIN_US, else 0
+
+std::chrono::microseconds most_pause() {
+  static const std::int64_t from_env = env_int_in("WEFT_POOL_SPIN_US", 0, 1000000).value_or(-1);
+  if (from_env >= 0) return std::chrono::microseconds(from_env);
+  const std::int64_t set = g_most_pause_us.load(std::memory_order_relaxed);
+  return std::chrono::microseconds(set < 0 ? 0 : set);
+}
+
 class Pause {
  public:
   // Pauses until done() or the pause runs out; whether done() came. After a false, the
@@ -36,7 +50,8 @@ class Pause {
   template <class Done>
   bool until(const Done& done) {
     start_ = std::chrono::steady_clock::now();
-    if (most().count() == 0) return done();
+    if (most_pause().count() == 0) return done();
+    budget_ = std::min<std::chrono::nanoseconds>(budget_, most_pause());
     for (int i = 0;; ++i) {
       if (done()) {
         woke();
@@ -51,18 +66,14 @@ class Pause {
   // The wait that until() began has ended.
   void woke() {
     const auto waited = std::chrono::steady_clock::now() - start_;
-    if (waited > most())
+    if (waited > most_pause())
       budget_ = std::max<std::chrono::nanoseconds>(std::chrono::microseconds(1), budget_ / 2);
     else
-      budget_ = std::min<std::chrono::nanoseconds>(most(), std::max<std::chrono::nanoseconds>(2 * budget_, 2 * waited));
+      budget_ = std::min<std::chrono::nanoseconds>(most_pause(), std::max<std::chrono::nanoseconds>(2 * budget_, 2 * waited));
   }
 
  private:
-  static std::chrono::microseconds most() {
-    static const std::chrono::microseconds us{env_int_in("WEFT_POOL_SPIN_US", 0, 1000000).value_or(100)};
-    return us;
-  }
-  std::chrono::nanoseconds budget_{most()};
+  std::chrono::nanoseconds budget_{std::chrono::seconds(1)};  // (capped by the most pause)
   std::chrono::steady_clock::time_point start_{};
 };
 
@@ -70,6 +81,7 @@ class Pause {
 class ThreadPool {
  public:
   explicit ThreadPool(int threads) : threads_(threads), active_(threads) {
+    most_pause();  // (WEFT_POOL_SPIN_US read now, not by a worker as the process exits)
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { work(i); });
   }
   ~ThreadPool() {
@@ -194,6 +206,8 @@ ThreadPool& pool() {
 }
 
 }  // namespace
+
+void set_pool_pause(std::chrono::microseconds most) { g_most_pause_us.store(most.count()); }
 
 void set_num_threads(int threads) {
   if (threads < 1) throw ConfigError("thread count must be at least 1, got " + std::to_string(threads));

@@ -8,10 +8,12 @@
 // by the threads as they come free: a thread slowed by a busy core takes fewer of them.
 // Every kernel computes each output within one chunk, so results do not depend on the
 // partition, the scheduling or the thread count.
-// Between runs a worker pauses its core a moment for the next one before it sleeps, and the
-// caller the same for the workers' last chunks (WEFT_POOL_SPIN_US, adaptive: thread_pool.cpp).
+// A process may ask the pool's threads to pause their cores a moment between runs before they
+// sleep (set_pool_pause: serving's decoding steps; WEFT_POOL_SPIN_US overrides it either way;
+// adaptive: thread_pool.cpp).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 
@@ -20,6 +22,9 @@
 namespace weft {
 
 void set_num_threads(int threads);
+// The most a pool thread pauses for the next run, or for the workers' last chunks, before it
+// sleeps (0, the default: at once). WEFT_POOL_SPIN_US, when set, wins.
+void set_pool_pause(std::chrono::microseconds most);
 int get_num_threads();
 // 1 <= threads <= get_num_threads(). Call it between steps, from the thread that runs the
 // kernels.

@@ -18,7 +18,7 @@ std::vector<EnvVariable> make_table() {
   auto run = group("every command");
   run("WEFT_NUM_THREADS", "1 to 4096", "threads of weft's pool (as weft train --threads); weft launch gives each rank its share of the cores");
   run("WEFT_POOL_SPIN_US", "0 to 1000000",
-      "the most microseconds a thread of weft's pool pauses for the next product before it sleeps (100; adaptive; 0: sleeps at once)");
+      "the most microseconds a thread of weft's pool pauses for the next run before it sleeps (weft serve and generate: 100, other commands 0; adaptive)");
   run("WEFT_CPU_ISA", "sse41 | avx2 | avx512_core | avx512_core_vnni | avx512_core_bf16",
       "caps the instruction set weft's kernels and libraries use (oneDNN's names)");
   run("WEFT_CPU_BASELINE", "x86-64-v2 | x86-64-v3 | x86-64-v4 | an instruction set, comma-separated",
