@@ -36,21 +36,6 @@ class GptState : public SequenceState {
   }
 };
 
-// The dot product of a and b in 16 lanes summed as a tree: the loop vectorizes (a sum in
-// order would not, its adds waiting on each other: a decoding step's attention took a third
-// of its time so), and every instruction width sums in the same order.
-inline float dot_in_lanes(const float* a, const float* b, std::int64_t n) {
-  float lane[16] = {};
-  std::int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) lane[l] += a[i + l] * b[i + l];
-  for (int h = 8; h >= 1; h /= 2)
-    for (int l = 0; l < h; ++l) lane[l] += lane[l + h];
-  float tail = 0;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  return lane[0] + tail;
-}
-
 // A block's product, packed; a row-sliced one's partial products summed over the ranks by
 // `all_reduce`, then its bias added.
 class PackedProduct : public BlockLinear {
@@ -159,7 +144,9 @@ Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
         const float* q = q_all + row * w + h * hd;
         float top = -INFINITY;
         for (std::int64_t j = first; j < keys; ++j) {
-          wt[static_cast<size_t>(j)] = dot_in_lanes(q, k + j * kd, hd) * scale;
+          float dot = 0;
+          for (std::int64_t e = 0; e < hd; ++e) dot += q[e] * k[j * kd + e];
+          wt[static_cast<size_t>(j)] = dot * scale;
           top = std::max(top, wt[static_cast<size_t>(j)]);
         }
         float total = 0;

@@ -173,6 +173,7 @@ int vnni_width() { return kernels::int8_native() ? processor_width() : 0; }
 
 Int8Panels::Int8Panels(const std::int8_t* w, std::int64_t out, std::int64_t in)
     : out_(out), in_(in), in4_((in + 3) / 4 * 4), full_(out / kChannels * kChannels) {
+  WEFT_CHECK(in > 0 && in <= kMostInputs && out >= 0, "Int8Panels: " + std::to_string(in) + " inputs");
   panels_.assign(static_cast<std::size_t>(full_ * in4_), 128);
   for (std::int64_t o = 0; o < full_; ++o)
     for (std::int64_t i = 0; i < in; ++i)

@@ -29,8 +29,12 @@ bool vnni_runs(int width);
 
 class Int8Panels {
  public:
+  // The most inputs a product sums exactly in int32: (w + 128) x summed over them wraps
+  // around, but 128 times the activations' sum, and the difference, stay within int32.
+  static constexpr std::int64_t kMostInputs = std::int64_t{1} << 17;
+
   Int8Panels() = default;
-  // w [out, in], row-major.
+  // w [out, in], row-major; in at most kMostInputs.
   Int8Panels(const std::int8_t* w, std::int64_t out, std::int64_t in);
 
   std::int64_t out() const { return out_; }

@@ -77,9 +77,9 @@ void packed_product(const Tensor& x, const W* w, const float* scale, const Tenso
 // x times the int8 weights in VNNI panels (scale per output channel) as an int8 product:
 // each row of x quantized with its own symmetric scale (its largest magnitude / 127, chosen
 // anew for every call: dynamic per-token quantization, so that one row of large activations
-// does not cost the others their precision), exact int32 sums scaled by the weights' scales, then each row by its own. Blocks of rows and of
-// channels run on the pool. A row with an infinite or NaN activation gives NaN outputs; a
-// row of zeros, zeros.
+// does not cost the others their precision), exact int32 sums scaled by the weights' scales,
+// then each row by its own. Blocks of rows and of channels run on the pool. A row with an
+// infinite or NaN activation gives NaN outputs; a row of zeros, zeros.
 Tensor int8_product(const Tensor& x, const Int8Panels& w, int width, const std::vector<float>& scale,
                     const Tensor& bias) {
   const std::int64_t R = x.size(0), in = w.in(), in4 = w.padded_in(), out = w.out();
@@ -166,7 +166,7 @@ PackedLinear::PackedLinear(const Tensor& weight, const Tensor& bias, WeightForma
           int8_[static_cast<std::size_t>(o * in_ + i)] =
               static_cast<std::int8_t>(std::clamp(std::nearbyint(p[o * in_ + i] / s), -127.0f, 127.0f));
       }
-      vnni_ = vnni_width();
+      vnni_ = in_ <= Int8Panels::kMostInputs ? vnni_width() : 0;
       if (vnni_ != 0) {
         panels_ = Int8Panels(int8_.data(), out_, in_);
         std::vector<std::int8_t>().swap(int8_);

@@ -29,12 +29,11 @@ thread_local bool t_in_pool = false;
 // (yet): 80 steps of the GPT took 5.96 s with pauses against 6.47 s on the idle machine, but
 // 10.01 s against 9.59 s beside a busy process (medians of interleaved runs), and a shared
 // machine is where training's waits must give the core away (the issue "collectives that stay
-// fast on a busy machine"). Adaptive, as
-// comm's waits (comm/wait_policy.h): a wait that lasted longer than the most pause halves the
-// next one (down to 1 us), so a pool idle between requests, or one whose threads a busy
-// machine keeps off their cores, soon stops spinning; one that ended within it makes the
-// pause cover twice that wait.
-std::atomic<std::int64_t> g_most_pause_us{-1};  // -1: WEFT_POOL_SPIN_US, else 0
+// fast on a busy machine"). Adaptive, as comm's waits (comm/wait_policy.h): a wait that
+// lasted longer than the most pause halves the next one (down to 1 us), so a pool idle
+// between requests, or one whose threads a busy machine keeps off their cores, soon stops
+// spinning; one that ended within it makes the pause cover twice that wait.
+std::atomic<std::int64_t> g_most_pause_us{-1};  // set_pool_pause's; -1 until it is called (0)
 
 std::chrono::microseconds most_pause() {
   static const std::int64_t from_env = env_int_in("WEFT_POOL_SPIN_US", 0, 1000000).value_or(-1);
