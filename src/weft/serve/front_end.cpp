@@ -3,7 +3,8 @@
 // (so that a retry on another replica yields the same tokens), routes each request to the
 // replica with the least outstanding requests, and retries a request whose replica died on
 // another one; a stream that was cut resumes there, each of its choices skipping the events
-// already sent. No accepted request is lost or answered twice. Its /metrics adds its replicas' (scraped each second).
+// already sent. No accepted request is lost or answered twice. Its /metrics adds its
+// replicas' (scraped each second).
 #include <fmt/format.h>
 #include <httplib.h>
 

@@ -36,10 +36,10 @@ inline std::int32_t four_bytes(const std::int8_t* p) {
   return v;
 }
 
-// What turns a row's int32 sums into its outputs: y = float(sum - offset) * scale[o] * x_scale
-// (+ bias[o]), offset 128 times the row's sum of activations (the panels' 128s).
+// What turns a row's int32 sums into its outputs: y = float(sum - 128 x_sum) * scale[o] *
+// x_scale (+ bias[o]), x_sum the row's sum of activations (what the panels' 128s added).
 struct Epilogue {
-  const std::int32_t* offsets;  // per row
+  const std::int32_t* x_sums;   // per row
   const float* x_scales;        // per row
   const float* scale;           // per channel, from the first channel of the call
   const float* bias;            // the same, or null
@@ -69,7 +69,7 @@ WEFT_TARGET_VNNI512 void rows_512(const std::uint8_t* panel, std::int64_t panel_
     }
   }
   for (int r = 0; r < RB; ++r) {
-    const __m512i offset = _mm512_set1_epi32(e.offsets[r]);
+    const __m512i offset = _mm512_set1_epi32(128 * e.x_sums[r]);
     const __m512 xs = _mm512_set1_ps(e.x_scales[r]);
     for (int p = 0; p < NP; ++p) {
       // (The masked form: GCC 12's _mm512_cvtepi32_ps starts from an undefined vector, which
@@ -99,7 +99,7 @@ WEFT_TARGET_VNNI256 void rows_256(const std::uint8_t* panel, std::int64_t, std::
     }
   }
   for (int r = 0; r < RB; ++r) {
-    const __m256i offset = _mm256_set1_epi32(e.offsets[r]);
+    const __m256i offset = _mm256_set1_epi32(128 * e.x_sums[r]);
     const __m256 xs = _mm256_set1_ps(e.x_scales[r]);
     for (int h = 0; h < 2; ++h) {
       __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][h], offset));
@@ -206,15 +206,13 @@ void Int8Panels::product(const std::int8_t* x, std::int64_t rows, std::int64_t l
   }
   o_end = std::min(o_end, full_);
 #if WEFT_HAS_VNNI_KERNELS
-  std::vector<std::int32_t> offsets(static_cast<std::size_t>(rows));
-  for (std::int64_t r = 0; r < rows; ++r) offsets[static_cast<std::size_t>(r)] = 128 * x_sums[r];
   const std::int64_t panel_bytes = in4_ * kChannels, steps = in4_ / 4;
   for (std::int64_t o0 = o_begin; o0 < o_end;) {
     const std::uint8_t* panel = panels_.data() + (o0 / kChannels) * panel_bytes;
     const int np = panels_at_once(width, rows, (o_end - o0) / kChannels);
     int rows_taken = 0;
     for (std::int64_t r0 = 0; r0 < rows; r0 += rows_taken) {
-      const Epilogue e{offsets.data() + r0, x_scales + r0, scale + o0, bias != nullptr ? bias + o0 : nullptr};
+      const Epilogue e{x_sums + r0, x_scales + r0, scale + o0, bias != nullptr ? bias + o0 : nullptr};
       pick(width, rows - r0, np, &rows_taken)(panel, panel_bytes, steps, x + r0 * ldx, ldx, e, y + r0 * ldy + o0, ldy);
     }
     o0 += np * kChannels;

@@ -4,9 +4,9 @@
 // The weights w [out, in] (int8, one scale per output channel, as serve/quantize.h makes
 // them) are stored once, at load, as panels of 16 output channels: panel p holds, for every
 // 4 inputs i..i+3, the 16 channels' 4 bytes side by side ([out/16][in/4][16][4], zeros past
-// the inputs' end); the last out % 16 channels stay rows, multiplied by integer loops. One VNNI instruction then multiplies 4 activation bytes (broadcast) with a
-// panel's 64 bytes and adds to the 16 channels' int32 sums; nothing is copied or reordered
-// per call, so a decoding step reads each weight byte once (a product of oneDNN's, called
+// the inputs' end); the last out % 16 channels stay rows, multiplied by integer loops. One
+// VNNI instruction then multiplies 4 activation bytes (broadcast) with a panel's 64 bytes and
+// adds to the 16 channels' int32 sums; nothing is copied or reordered per call, so a decoding step reads each weight byte once (a product of oneDNN's, called
 // with the row-major weights, reorders them on every call).
 //
 // VNNI multiplies unsigned bytes by signed ones: the panels hold the weights plus 128, the
