@@ -52,3 +52,20 @@ TEST(AtomicFileWriter, PiecesLandInOrderAndOnlyOnCommit) {
   EXPECT_EQ(files_in(dir.path()), 1);
   EXPECT_THROW(AtomicFileWriter(dir / "no-such-folder/x"), weft::CheckpointError);
 }
+
+// read_file reads a file whole in one buffer of its size, and on to the end where stat's size
+// is not the file's (procfs says 0).
+TEST(ReadFile, ReadsEveryByteWhateverStatSays) {
+  TempDir dir;
+  const std::string empty = dir.path() + "/empty", big = dir.path() + "/big";
+  weft::write_file_atomic(empty, "");
+  EXPECT_EQ(weft::read_file(empty), "");
+  std::string bytes(3 * 1024 * 1024 + 17, '\0');
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 % 251);
+  weft::write_file_atomic(big, bytes);
+  EXPECT_EQ(weft::read_file(big), bytes);
+  const std::string status = weft::read_file("/proc/self/status");  // stat: size 0
+  EXPECT_NE(status.find("\nPid:"), std::string::npos);
+  EXPECT_THROW(weft::read_file(dir.path()), weft::DataError);
+  EXPECT_THROW(weft::read_file(dir.path() + "/none"), weft::DataError);
+}

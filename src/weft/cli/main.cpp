@@ -3,6 +3,7 @@
 // "error: ..." with a non-zero exit code.
 #include <cstdio>
 #include <exception>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -10,8 +11,13 @@
 #include "weft/cli/flag_parser.h"
 #include "weft/util/cpu.h"
 #include "weft/util/error.h"
+#include "weft/util/huge_page_malloc.h"
 
 int main(int argc, char** argv) {
+  // The commands that hold models, data or a simulated fabric restart once with huge pages for
+  // malloc's large blocks (util/huge_page_malloc.h); the others end before it would pay.
+  static const std::set<std::string> kLargeMemory{"train", "demo", "launch", "serve", "generate", "export", "predict", "sim"};
+  if (argc > 1 && kLargeMemory.count(argv[1]) > 0) weft::restart_with_huge_page_malloc(argv);
   CLI::App app{"weft: distributed deep-learning training, the AI fabric that carries it, and planning"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "weft 0.1.0");
