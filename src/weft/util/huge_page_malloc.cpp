@@ -25,8 +25,15 @@ std::string transparent_huge_page_mode() {
 
 void restart_with_huge_page_malloc(char** argv) {
   const std::string value = tunables_with_huge_page_malloc(std::getenv("GLIBC_TUNABLES"), transparent_huge_page_mode());
-  if (value.empty() || ::setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
-  ::execv("/proc/self/exe", argv);
+  if (value.empty()) return;
+  // The program's own path, not /proc/self/exe: the process's name (ps, top, pgrep) comes
+  // from the file executed.
+  char path[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n <= 0 || static_cast<std::size_t>(n) >= sizeof path - 1) return;
+  path[n] = '\0';
+  if (::setenv("GLIBC_TUNABLES", value.c_str(), 1) != 0) return;
+  ::execv(path, argv);
   // (exec failed: no /proc, say; the process goes on with small pages, and its children
   // inherit the variable, harmless.)
 }

@@ -22,8 +22,8 @@ std::string tunables_with_huge_page_malloc(const char* current, std::string_view
 // The bracketed word of the kernel's transparent_hugepage/enabled ("" if unreadable).
 std::string transparent_huge_page_mode();
 
-// First thing in main: re-executes the program (/proc/self/exe, the same arguments and
-// environment but for GLIBC_TUNABLES) when tunables_with_huge_page_malloc has a value; goes
+// First thing in main: re-executes the program (the file /proc/self/exe names, with the same
+// arguments and environment but for GLIBC_TUNABLES) when tunables_with_huge_page_malloc has a value; goes
 // on as it is when the exec fails. The restart costs a program start (about 20 ms).
 void restart_with_huge_page_malloc(char** argv);
 
