@@ -9,14 +9,19 @@ set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
 new_work_dir
-short=(--epochs 1 --limit-train 4000 --limit-test 1000 --batch 32 --lr 0.02 --momentum 0.9 --quiet --threads 2)
+short=(--epochs 1 --limit-train 2400 --limit-test 1000 --batch 32 --lr 0.02 --momentum 0.9 --quiet --threads 2)
 
+# (2,400 samples: 75 steps, 0.75-0.77 on this machine; every library within 0.03 of the first.)
 for model in cnn mlp; do
+  first=""
   for k in "conv=im2col,gemm=openblas" "conv=onednn,gemm=onednn" "gemm=libxsmm" ""; do
     out=$(WEFT_KERNELS=$k "$weft" train --model "$model" "${short[@]}" | tail -n 1)
     acc=$(echo "$out" | json_value test_accuracy)
     echo "$model [$k]: test accuracy $acc; $(echo "$out" | json_value kernels)"
     awk -v a="$acc" 'BEGIN { exit !(a >= 0.72) }' || fail "$model with '$k' reached only $acc"
+    first=${first:-$acc}
+    awk -v a="$acc" -v b="$first" 'BEGIN { d = a - b; exit !(d <= 0.03 && d >= -0.03) }' ||
+      fail "$model with '$k' reached $acc, the first library $first"
   done
 done
 
