@@ -22,9 +22,11 @@ out=$("$weft" launch --nproc-per-node 3 --no-prefix "$here/torch_backend_api.py"
 echo "$out" | grep -q "torch backend: [0-9]* checks on 3 ranks" || fail "API on 3 ranks: $out"
 echo "weft launch, 3 ranks: $out"
 # (Debian's torchrun 1.13 fails on its own default --redirects/--tee "0" under Python 3.11,
-# whose IntFlag no longer lists the zero member: a per-rank value avoids it.)
+# whose IntFlag no longer lists the zero member: a per-rank value avoids it. Its agent looks
+# at the workers every --monitor_interval, 5 s by default: the run then ended up to 5 s after
+# its ranks.)
 out=$(PYTHONPATH="$python_dir" torchrun --standalone --nproc_per_node 2 --redirects 0:1,1:1 --tee 0:1,1:1 \
-      --log_dir "$work/torchrun" "$here/torch_backend_api.py" 2>&1) || fail "under torchrun: $out"
+      --monitor_interval 0.2 --log_dir "$work/torchrun" "$here/torch_backend_api.py" 2>&1) || fail "under torchrun: $out"
 echo "$out" | grep -q "torch backend: [0-9]* checks on 2 ranks" || fail "under torchrun: $out"
 echo "torchrun, 2 ranks: $(echo "$out" | grep checks)"
 # Ranks that call different operations are refused, with one line naming both sides.
