@@ -1,10 +1,11 @@
 // Transparent huge pages for malloc's large blocks (a corpus's tokens in a std::vector, a
 // file read into a std::string, the libraries' buffers): glibc advises them to the kernel
 // only under its tunable glibc.malloc.hugetlb=1, which it reads from the environment before
-// main, so weft restarts itself once with it set. The first touch of a 4 KiB page cost 13.8 us
-// on the virtual machines weft is developed on (a 2 MiB page 0.43 us per 4 KiB): a small GPT's
-// set-up took 120 ms of processor time, 95 ms with the tunable; the test suite 702 s, 597 s
-// (tensor storage has its own advice: tensor/allocator.h).
+// main, so weft restarts itself once with it set. The first touch of a 4 KiB page cost 13-17
+// us on the virtual machines weft is developed on (0.4-7.5 us per 4 KiB in a 2 MiB page): a
+// GPT of 12.6M parameters that checkpoints and resumes took 1.79x the processor time without
+// (bench/huge_page_malloc); a 2-layer GPT's step gains what the restart costs (tensor storage
+// has its own advice: tensor/allocator.h).
 #pragma once
 
 #include <string>
