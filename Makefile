@@ -35,8 +35,8 @@ demo: configure
 
 # The tests' own processes (Python and PyTorch, the compilers, the browser, the test programs)
 # run with malloc's huge pages, as weft's commands give themselves and their children
-# (docs/performance.md): on this machine the suite took 702 s of processor time without,
-# 597 s with. A GLIBC_TUNABLES of the caller's is kept; tests/cli/expect_huge_page_malloc.sh
+# (docs/performance.md): on this machine, back to back, the suite took 659 s of processor
+# time and 415.5 s without, 600 s and 380.0 s with. A GLIBC_TUNABLES of the caller's is kept; tests/cli/expect_huge_page_malloc.sh
 # checks weft's own restart without it.
 TEST_TUNABLES = GLIBC_TUNABLES="$${GLIBC_TUNABLES:+$$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 
