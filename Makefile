@@ -35,8 +35,8 @@ demo: configure
 
 # The tests' own processes (Python and PyTorch, the compilers, the browser, the test programs)
 # run with malloc's huge pages, as weft's commands give themselves and their children
-# (docs/performance.md): on this machine, back to back, the suite took 659 s of processor
-# time and 415.5 s without, 600 s and 380.0 s with. A GLIBC_TUNABLES of the caller's is kept; tests/cli/expect_huge_page_malloc.sh
+# (docs/performance.md): on this machine, two back-to-back pairs, the suite took 659 and 682 s
+# of processor time without, 600 and 633 s with (wall 415.5 and 427.0 s, 380.0 and 400.7 s). A GLIBC_TUNABLES of the caller's is kept; tests/cli/expect_huge_page_malloc.sh
 # checks weft's own restart without it.
 TEST_TUNABLES = GLIBC_TUNABLES="$${GLIBC_TUNABLES:+$$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 
