@@ -36,8 +36,9 @@ demo: configure
 # The tests' own processes (Python and PyTorch, the compilers, the browser, the test programs)
 # run with malloc's huge pages, as weft's commands give themselves and their children
 # (docs/performance.md): on this machine, two back-to-back pairs, the suite took 659 and 682 s
-# of processor time without, 600 and 633 s with (wall 415.5 and 427.0 s, 380.0 and 400.7 s). A GLIBC_TUNABLES of the caller's is kept; tests/cli/expect_huge_page_malloc.sh
-# checks weft's own restart without it.
+# of processor time without, 600 and 633 s with (wall 415.5 and 427.0 s, 380.0 and 400.7 s).
+# A GLIBC_TUNABLES of the caller's is kept; tests/cli/expect_huge_page_malloc.sh checks
+# weft's own restart without it.
 TEST_TUNABLES = GLIBC_TUNABLES="$${GLIBC_TUNABLES:+$$GLIBC_TUNABLES:}glibc.malloc.hugetlb=1"
 
 test: build
