@@ -11,6 +11,7 @@
 #include "weft/report/plan.h"
 #include "weft/report/report.h"
 #include "weft/plan/inference.h"
+#include "weft/plan/published_runs.h"
 #include "weft/plan/report.h"
 #include "weft/plan/sweep.h"
 #include "weft/plan/workload.h"
@@ -33,6 +34,9 @@ struct PlanFlags {
   int top = 10;
   std::string emit_workload, report, emit_schedule = "1f1b";
   std::string precision = "mixed-adam", gpu = "a100-80gb", tflops_kind = "end-to-end", network;
+  double attention_efficiency = 0.5;
+  std::string grad_reduce = "overlapped";
+  bool zero3_regather = false;
   double tokens = 0, tflops = 0, mfu = 0, gemm_efficiency = 0.8, price = 0.10, bytes_per_token = 4, watts = 0,
          gpu_memory_gb = 0, peak_tflops = 0, memory_bandwidth_gbps = 0;
   int gpus_per_node = 0;
@@ -47,6 +51,9 @@ struct PlanFlags {
   std::vector<std::int64_t> sweep_mb;
   std::vector<std::string> sweep_recompute, sweep_sp, sweep_flash;
   bool reference = false;  // a layout was given with --sweep: compare against it
+  // --published
+  bool published = false;
+  std::string published_with;  // a flag given beside --published (it takes only --json)
   // --inference
   bool inference = false;
   std::int64_t context = 0, prompt = 0, batch = 1;
@@ -171,6 +178,11 @@ void set_layout(const PlanFlags& f, std::int64_t gpus, std::int64_t global_batch
   if (f.tflops > 0 && f.mfu > 0) throw ConfigError("give --tflops or --mfu, not both");
   in.mfu = f.mfu;
   in.gemm_efficiency = f.gemm_efficiency;
+  in.attention_efficiency = f.attention_efficiency;
+  l.grad_reduce_after_backward = f.grad_reduce == "after-backward";
+  if (f.zero3_regather && (f.zero < 3 || !l.full_recompute()))
+    throw ConfigError("--zero3-regather gathers the weights for a recomputed forward: it needs --zero 3 and full recomputation");
+  l.zero3_gather_for_recompute = f.zero3_regather;
   l.fp8 = f.fp8;  // the GEMMs' saved inputs and weight copies; with no rate given, the predicted rate too
   in.price_per_kwh = f.price;
   in.bytes_per_token = f.bytes_per_token;
@@ -179,16 +191,16 @@ void set_layout(const PlanFlags& f, std::int64_t gpus, std::int64_t global_batch
 
 // The cluster: GPUs per node, NVLink, the rails (a network preset or a rate), host and NVMe.
 void set_cluster(const PlanFlags& f, plan::PlanInput& in) {
-  in.cluster.gpus_per_node = f.gpus_per_node > 0 ? f.gpus_per_node : in.gpu.domain_gpus;
-  in.cluster.nvlink.bytes_per_second = f.nvlink_gbps > 0 ? f.nvlink_gbps * 1e9 : in.gpu.domain_bandwidth;
-  in.cluster.rail.bytes_per_second = in.gpu.network_bandwidth;
+  in.cluster = plan::cluster_for(in.gpu);
+  if (f.gpus_per_node > 0) in.cluster.gpus_per_node = f.gpus_per_node;
+  if (f.nvlink_gbps > 0) in.cluster.nvlink.bytes_per_second = f.nvlink_gbps * 1e9;
   if (!f.network.empty()) {
     const plan::NetworkSpec net = plan::network_preset(f.network);
     in.cluster.rail = {net.bytes_per_second, net.latency_s};
   }
   if (f.rail_gbps > 0) in.cluster.rail.bytes_per_second = f.rail_gbps * 1e9;
   in.cluster.collective_overhead_s = f.collective_overhead_us * 1e-6;
-  in.cluster.host.bytes_per_second = f.host_gbps > 0 ? f.host_gbps * 1e9 : in.gpu.host_bandwidth;
+  if (f.host_gbps > 0) in.cluster.host.bytes_per_second = f.host_gbps * 1e9;
   if (f.nvme_gbps > 0) in.cluster.nvme.bytes_per_second = f.nvme_gbps * 1e9;
 }
 
@@ -294,7 +306,17 @@ int run_sweep(const PlanFlags& f, const plan::PlanInput& in, std::int64_t gpus, 
   return 0;
 }
 
+// --published: the planner's predictions of published training runs.
+int run_published(const PlanFlags& f) {
+  if (!f.published_with.empty())
+    throw ConfigError("--published predicts the papers' own runs: it takes only --json, not " + f.published_with);
+  const std::vector<plan::PublishedPrediction> p = plan::predict_published_runs();
+  fmt::print("{}", f.json ? plan::published_runs_json(p).dump() + "\n" : plan::published_runs_text(p));
+  return 0;
+}
+
 int run_plan(const PlanFlags& f) {
+  if (f.published) return run_published(f);
   plan::PlanInput in;
   const std::int64_t gpus = f.gpus > 0 ? whole("--gpus", f.gpus) : 0;
   const std::int64_t global_batch = f.global_batch > 0 ? whole("--global-batch", f.global_batch) : 0;
@@ -400,7 +422,19 @@ void add_hardware(FlagTable<PlanFlags>& t) {
   add(PlanFlag("--tflops-kind", AT(tflops_kind), "end-to-end (whole iterations, as papers report) or kernel (while computing)")
           .one_of({"end-to-end", "kernel"}));
   add(PlanFlag("--mfu", AT(mfu), "end-to-end model FLOPs utilization (instead of --tflops)").in(1e-9, 1));
-  add(PlanFlag("--gemm-efficiency", AT(gemm_efficiency), "no rate given: the share of the peak a large GEMM reaches").above(0));
+  add(PlanFlag("--gemm-efficiency", AT(gemm_efficiency),
+        "no rate given: the share of the peak a large GEMM's full tiles reach (the software's; weft plan --published fits "
+        "it for published systems)")
+          .above(0));
+  add(PlanFlag("--attention-efficiency", AT(attention_efficiency),
+        "no rate given: FlashAttention's share of the peak (FlashAttention-2 on an H100: 0.35)")
+          .in(1e-3, 1));
+  add(PlanFlag("--grad-reduce", AT(grad_reduce),
+        "the data-parallel gradient reduction: overlapped with the backward, or after the last backward (Megatron-LM's "
+        "own DDP in 2021)")
+          .one_of({"overlapped", "after-backward"}));
+  add(PlanFlag("--zero3-regather", AT(zero3_regather),
+        "ZeRO 3 gathers the weights again for a recomputed forward (DeepSpeed; FSDP recomputes inside the backward's gather)"));
   add(PlanFlag("--fp8", AT(fp8), "FP8 GEMMs: saved GEMM inputs in 8 bits and FP8 weight copies; no rate given, GEMMs at the "
                           "GPU's FP8 peak (MFU against the 16-bit peak)"));
   add(PlanFlag("--price", AT(price), "dollars per kWh").at_least(0));
@@ -442,6 +476,9 @@ void add_serving_and_memory(FlagTable<PlanFlags>& t) {
 void add_outputs(FlagTable<PlanFlags>& t) {
   FlagGroup<PlanFlags> add{t, "output and sweeps"};
   add(PlanFlag("--json", AT(json), "print JSON"));
+  add(PlanFlag("--published", AT(published),
+        "predict the training runs papers published (Megatron-LM 2021 and 2022, DeepSpeed ZeRO-3, Llama 3) and set the "
+        "predictions beside the papers' times (takes only --json)"));
   add(PlanFlag("--emit-workload", AT(emit_workload),
         "write one iteration as per-rank traces into this folder (for weft sim; needs --global-batch)"));
   add(PlanFlag("--emit-schedule", AT(emit_schedule), "--emit-workload: micro-batch order").one_of({"1f1b", "gpipe"}));
@@ -489,6 +526,11 @@ void add_plan_command(CLI::App& app, Action& action) {
     // With --sweep, a layout given on the command line is the one to compare against.
     for (const char* flag : {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--micro-batch"})
       if (cmd->count(flag) > 0) f->reference = true;
+    // --published takes no layout, model or hardware: any other flag is refused.
+    if (f->published)
+      for (const CLI::Option* o : cmd->get_options())
+        if (o->count() > 0 && o->get_name() != "--published" && o->get_name() != "--json" && f->published_with.empty())
+          f->published_with = o->get_name();
     action = [f] { return run_plan(*f); };
   });
 }

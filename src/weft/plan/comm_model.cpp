@@ -7,6 +7,15 @@
 
 namespace weft::plan {
 
+Cluster cluster_for(const GpuSpec& gpu) {
+  Cluster c;
+  c.gpus_per_node = gpu.domain_gpus;
+  c.nvlink.bytes_per_second = gpu.domain_bandwidth;
+  c.rail.bytes_per_second = gpu.network_bandwidth;
+  c.host.bytes_per_second = gpu.host_bandwidth;
+  return c;
+}
+
 double ring_allreduce_seconds(double bytes, int n, const LinkClass& link) {
   if (n <= 1) return 0;
   return 2.0 * (n - 1) * link.latency_s + 2.0 * (n - 1) / n * bytes / link.bytes_per_second;
@@ -37,14 +46,21 @@ const char* rate_kind_name(RateKind k) {
   return "?";
 }
 
+KernelRates Rate::kernel_rates() const {
+  KernelRates r;
+  r.peak_flops = peak_flops;
+  r.memory_bandwidth = memory_bandwidth;
+  r.sms = sms;
+  r.gemm_efficiency = gemm_efficiency;
+  r.attention_efficiency = attention_efficiency;
+  r.fp8_peak_flops = fp8_peak_flops;
+  return r;
+}
+
 double predicted_kernel_flops(const TransformerSpec& m, const Layout& l, const Rate& rate) {
-  const double w = static_cast<double>(m.d_model) / l.tp;
-  const double scale = rate.gemm_efficiency * w / (w + 256.0);
-  if (!(rate.fp8_peak_flops > 0)) return scale * rate.peak_flops;
-  const double d = m.attention_width(), s = static_cast<double>(m.seq_len);
-  const double layer_params = static_cast<double>(count_parameters(m).blocks) / static_cast<double>(m.layers);
-  const double attention = 12 * d * s / (6 * layer_params + 12 * d * s);
-  return 1.0 / ((1 - attention) / (scale * rate.fp8_peak_flops) + attention / (scale * rate.peak_flops));
+  const TokenFlops tf = token_flops(m, l);
+  const double tokens = static_cast<double>(m.seq_len) / std::max(1, l.cp) * static_cast<double>(l.micro_batch) / l.tp;
+  return tf.dense_layer * tokens / layer_time(m, l, rate.kernel_rates(), false).total();
 }
 
 IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, const Layout& l, const Cluster& c,
@@ -77,23 +93,41 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     // in forward and twice that in backward, at the HBM bandwidth.
     const double stored = static_cast<double>(layers[i] - moe_layers) * layer_activation_bytes(m, l, false) +
                           static_cast<double>(moe_layers) * layer_activation_bytes(m, l, false, true);
-    const double memory = predicted && rate.memory_bandwidth > 0 ? 6 * stored / rate.memory_bandwidth : 0;
-    const double t = flops / e.kernel_flops + memory;
+    double t = 0, memory = 0;
+    if (predicted) {
+      // Kernel by kernel (layer_kernels.h).
+      const KernelRates kr = rate.kernel_rates();
+      const LayerTime dense = layer_time(m, l, kr, false);
+      t = static_cast<double>(layers[i] - moe_layers) * dense.total();
+      memory = static_cast<double>(layers[i] - moe_layers) * dense.memory_bound;
+      if (moe_layers > 0) {
+        const LayerTime moe = layer_time(m, l, kr, true);
+        t += static_cast<double>(moe_layers) * moe.total();
+        memory += static_cast<double>(moe_layers) * moe.memory_bound;
+      }
+      if (i + 1 == layers.size()) {
+        const LayerKernels head = head_kernels(m, l);
+        t += kernels_seconds(head.forward, kr) + kernels_seconds(head.backward, kr);
+      }
+    } else {
+      t = flops / e.kernel_flops;
+    }
+    (void)stored;
     if (t > stage_mb_s) stage_mb_s = t, stage_memory_s = memory;
     most_layers = std::max(most_layers, layers[i]);
     most_moe_layers = std::max(most_moe_layers, moe_layers);
   }
   e.compute_s = stage_mb_s * static_cast<double>(micro);
   e.memory_bound_s = stage_memory_s * static_cast<double>(micro);
-  e.bubble_s = static_cast<double>(l.pp - 1) / l.interleave * stage_mb_s;
-  e.bubble = e.bubble_s / (e.compute_s + e.bubble_s);
   const double backward_share = l.full_recompute() ? 0.75 : 2.0 / 3.0;
   const double hidden_bytes = s_local * b * h * 2;  // a micro-batch's hidden states on a GPU's share, 16-bit
 
   // Tensor parallelism (Megatron): 2 all-reduces per layer forward and 2 backward (with
-  // sequence parallelism all-gather + reduce-scatter: the same bytes), 2 more with full
-  // recomputation; inside the NVLink domain when tp fits; on the critical path.
-  const double per_layer_ops = l.full_recompute() ? 6.0 : 4.0;
+  // sequence parallelism all-gather + reduce-scatter: the same bytes, and in backward the
+  // two saved sharded inputs all-gathered again for the weights' gradients: one all-reduce's
+  // bytes more), 2 more with full recomputation; inside the NVLink domain when tp fits; on
+  // the critical path.
+  const double per_layer_ops = 4.0 + (l.full_recompute() ? 2.0 : 0.0) + (l.sequence_parallel ? 1.0 : 0.0);
   if (l.tp > 1) {
     const LinkClass& link = l.tp <= c.gpus_per_node ? c.nvlink : c.rail;
     e.tensor.link = l.tp <= c.gpus_per_node ? "nvlink" : "rail";
@@ -102,6 +136,11 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     e.tensor.seconds = ops * (ring_allreduce_seconds(hidden_bytes, l.tp, link) + c.collective_overhead_s);
     e.tensor.exposed_s = e.tensor.seconds;
   }
+  // The bubble: (p - 1) / v of a stage's step, its compute and its exposed tensor-parallel
+  // collectives.
+  const double stage_step_s = stage_mb_s + e.tensor.exposed_s / static_cast<double>(micro);
+  e.bubble_s = static_cast<double>(l.pp - 1) / l.interleave * stage_step_s;
+  e.bubble = e.bubble_s / (e.compute_s + e.tensor.exposed_s + e.bubble_s);
   // Context parallelism (ring attention): each layer passes the key-value blocks around the
   // ring, cp - 1 steps forward and twice that backward (keys, values and their gradients),
   // overlapped with the attention it feeds.
@@ -155,18 +194,25 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     const double grad_bytes = params * gradient_bytes(p);
     // One bucket per layer: each a collective of its own (the overhead per call).
     const double buckets = static_cast<double>(std::max<std::int64_t>(most_layers, 1));
-    const double half = ring_half_seconds(grad_bytes, group, c.rail) + buckets * c.collective_overhead_s;
+    // Each bucket's collective pays the ring's latency and the per-call overhead.
+    const double per_call = (group - 1) * c.rail.latency_s + c.collective_overhead_s;
+    const double half = ring_half_seconds(grad_bytes, group, c.rail) + (buckets - 1) * (group - 1) * c.rail.latency_s +
+                        buckets * c.collective_overhead_s;
     const double t_bwd = backward_share * stage_mb_s, t_fwd = stage_mb_s - t_bwd;
     const double bucket = 1.0 / buckets;
     if (l.zero >= 3) {
-      const double per_mb = 3 * (ring_half_seconds(params * 2, group, c.rail) + buckets * c.collective_overhead_s);
-      e.data.bytes = 3.0 * static_cast<double>(micro) * (group - 1) / group * params * 2;
+      // The weights gathered for the forward, again for the backward (and for the recomputed
+      // forward when the system gathers for it), the gradients reduce-scattered.
+      const double passes = 3 + (l.full_recompute() && l.zero3_gather_for_recompute ? 1 : 0);
+      const double per_mb = passes * (ring_half_seconds(params * 2, group, c.rail) + buckets * per_call - (group - 1) * c.rail.latency_s);
+      e.data.bytes = passes * static_cast<double>(micro) * (group - 1) / group * params * 2;
       e.data.seconds = per_mb * static_cast<double>(micro);
       e.data.exposed_s = static_cast<double>(micro) * std::max(per_mb * bucket, per_mb - stage_mb_s);
     } else {
       e.data.bytes = 2.0 * (group - 1) / group * grad_bytes;
       e.data.seconds = 2 * half;
-      e.data.exposed_s = std::max(half * bucket, half - t_bwd) + std::max(half * bucket, half - t_fwd);
+      e.data.exposed_s = l.grad_reduce_after_backward ? e.data.seconds
+                                                      : std::max(half * bucket, half - t_bwd) + std::max(half * bucket, half - t_fwd);
     }
   }
   // Offload (ZeRO-Offload, ZeRO-Infinity): the optimizer state on the host: this GPU's
@@ -198,11 +244,19 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
       e.host.exposed_s += std::max(0.0, per_mb - stage_mb_s) * static_cast<double>(micro);
     }
   }
+  // The optimizer's step over this GPU's shard of the state (sharded over data and context
+  // parallelism by ZeRO 1+ and Megatron's distributed optimizer; on the host when offloaded).
+  if (predicted && rate.memory_bandwidth > 0 && l.offload == Offload::kNone) {
+    const double local = training_memory(m, p, l).parameters;
+    const bool sharded = l.zero >= 1 || p == Precision::kMegatronDistributed;
+    const double shard = sharded ? local / group : local;
+    e.optimizer_s = shard * optimizer_step_bytes(p) / (rate.memory_bandwidth * rate.kernel_rates().memory_efficiency);
+  }
   const double all_comm =
       e.tensor.seconds + e.context.seconds + e.expert.seconds + e.pipeline.seconds + e.data.seconds + e.host.seconds;
   const double exposed = e.tensor.exposed_s + e.context.exposed_s + e.expert.exposed_s + e.data.exposed_s + e.host.exposed_s;
-  e.iteration_no_overlap_s = e.compute_s + e.bubble_s + all_comm;
-  e.iteration_overlap_s = e.compute_s + e.bubble_s + exposed;
+  e.iteration_no_overlap_s = e.compute_s + e.bubble_s + e.optimizer_s + all_comm;
+  e.iteration_overlap_s = e.compute_s + e.bubble_s + e.optimizer_s + exposed;
 
   // The iteration the plan reports, and what follows from it.
   const double tokens = static_cast<double>(global_batch) * s;

@@ -8,6 +8,8 @@
 #include <string>
 
 #include "weft/plan/estimates.h"
+#include "weft/plan/hardware.h"
+#include "weft/plan/layer_kernels.h"
 
 namespace weft::plan {
 
@@ -26,6 +28,9 @@ struct Cluster {
   // bookkeeping and synchronization (0: none; a calibration input, docs/planning.md).
   double collective_overhead_s = 0;
 };
+
+// The cluster of a GPU preset: its NVLink domain, network and host link.
+Cluster cluster_for(const GpuSpec& gpu);
 
 // Ring all-reduce of `bytes` over `n` ranks: 2(n-1) alpha + 2(n-1)/n bytes/B.
 double ring_allreduce_seconds(double bytes, int n, const LinkClass& link);
@@ -61,6 +66,9 @@ struct Rate {
   double peak_flops = 0, memory_bandwidth = 0;  // the GPU's (for MFU/HFU and the prediction)
   // Predicted: the GEMMs in FP8 at this peak (0: in 16-bit); the attention core stays 16-bit.
   double fp8_peak_flops = 0;
+  int sms = 108;  // the GPU's, for the GEMMs' tile waves
+  double attention_efficiency = 0.5;  // predicted: FlashAttention's share of the peak
+  KernelRates kernel_rates() const;
 };
 
 struct IterationEstimate {
@@ -70,8 +78,11 @@ struct IterationEstimate {
   double memory_bound_s = 0;  // of compute_s: memory-bound operations (predicted only)
   double bubble = 0;        // fraction of the iteration
   double bubble_s = 0;
-  double iteration_no_overlap_s = 0;  // compute + bubble + every transfer
-  double iteration_overlap_s = 0;     // compute + bubble + the exposed transfers
+  // Predicted only: the optimizer's step, memory-bound over this GPU's share of the
+  // optimizer state (optimizer_step_bytes per parameter at the HBM bandwidth's share).
+  double optimizer_s = 0;
+  double iteration_no_overlap_s = 0;  // compute + bubble + optimizer + every transfer
+  double iteration_overlap_s = 0;     // compute + bubble + optimizer + the exposed transfers
   // The iteration the plan uses: from the end-to-end rate, else iteration_overlap_s; and
   // what follows from it, consistently.
   double iteration_s = 0;
@@ -85,10 +96,9 @@ struct IterationEstimate {
 IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, const Layout& l, const Cluster& c,
                                      std::int64_t global_batch, const Rate& rate);
 
-// The predicted kernel rate per GPU: gemm_efficiency x peak x w / (w + 256) for per-GPU
-// matrix width w = d_model / tp (small GEMMs reach less of the peak). With FP8 GEMMs, the
-// harmonic blend of the FP8 rate for the GEMMs' share of a layer's FLOPs and the 16-bit
-// rate for the attention core's (12 d s of 6 x the layer's parameters + 12 d s per token).
+// The predicted kernel rate per GPU: the hardware FLOPs of one layer's forward, backward and
+// recomputation for one micro-batch over their time, kernel by kernel (layer_kernels.h;
+// with FP8, the GEMMs at the FP8 peak and the attention core at the 16-bit one).
 double predicted_kernel_flops(const TransformerSpec& m, const Layout& l, const Rate& rate);
 
 }  // namespace weft::plan

@@ -59,6 +59,16 @@ const char* offload_name(Offload o) {
 
 double gradient_bytes(Precision p) { return p == Precision::kFp32Adam || p == Precision::kMegatronDistributed ? 4 : 2; }
 
+double optimizer_step_bytes(Precision p) {
+  switch (p) {
+    case Precision::kFp16Weights: return 0;
+    case Precision::kFp32Adam: return 4 + 28 + 4;
+    case Precision::kMixedAdam: return 6 + 8 + 4 + 28 + 6 + 2;
+    case Precision::kMegatronDistributed: return 8 + 4 + 28 + 6 + 4;
+  }
+  return 0;
+}
+
 MemoryBreakdown state_memory(double psi, Precision p, const Layout& l) {
   double w = 0, g = 0, o = 0;
   // The optimizer's sharding group: data parallel, and context parallel (its GPUs hold the
@@ -152,10 +162,16 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
   if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.cp < 1 || l.ep < 1) throw ConfigError("tp, pp, dp, cp and ep must be at least 1");
   if (l.zero < 0 || l.zero > 3) throw ConfigError("--zero must be 0, 1, 2 or 3");
   if (l.interleave < 1) throw ConfigError("--interleave must be at least 1");
-  if (l.interleave > 1 && spec.layers < static_cast<std::int64_t>(l.pp) * l.interleave)
+  if (l.interleave > 1 && l.first_stage_layers == 0 && l.last_stage_layers == 0 &&
+      spec.layers < static_cast<std::int64_t>(l.pp) * l.interleave)
     throw ConfigError("--interleave " + std::to_string(l.interleave) + " x --pp " + std::to_string(l.pp) +
                       " chunks exceed the model's " + std::to_string(spec.layers) + " layers");
   const std::vector<std::int64_t> layers = stage_layers(spec, l);
+  // Uneven stages (Llama 3's first and last one layer short: chunks of one layer, one fewer
+  // there) need a layer per chunk in the largest stage.
+  if (*std::max_element(layers.begin(), layers.end()) < l.interleave)
+    throw ConfigError("--interleave " + std::to_string(l.interleave) + ": more chunks than the " +
+                      std::to_string(*std::max_element(layers.begin(), layers.end())) + " layers of the largest pipeline stage");
   const ParameterCount c = count_parameters(spec);
   const std::int64_t pp = l.pp, m_batches = std::max<std::int64_t>(l.micro_batches, 1);
   const double s = static_cast<double>(spec.seq_len) / std::max(1, l.cp), b = static_cast<double>(l.micro_batch);

@@ -51,6 +51,12 @@ struct Layout {
   bool flash_attention = false;     // attention without stored s x s scores (FlashAttention)
   bool fp8 = false;                 // FP8 GEMMs: their saved inputs in 8 bits, FP8 weight copies
   int interleave = 1;               // model chunks per pipeline GPU (the interleaved 1F1B schedule)
+  // What the training system does, for the iteration's time: the data-parallel gradient
+  // reduction after the pipeline's last backward (Megatron-LM's own DDP in 2021) instead of
+  // overlapped with the backward; ZeRO 3 gathering the weights once more for a recomputed
+  // forward (DeepSpeed, whose hooks fire for it; FSDP recomputes inside the backward's gather).
+  bool grad_reduce_after_backward = false;
+  bool zero3_gather_for_recompute = false;
   // Uneven stages: the first and last stages' layers (0: the layers spread evenly, the
   // first and last stages taking the fewer when pp does not divide them).
   std::int64_t first_stage_layers = 0, last_stage_layers = 0;
@@ -105,6 +111,14 @@ double layer_activation_bytes(const TransformerSpec& m, const Layout& l, bool re
 
 // Bytes of one gradient element: 4 for fp32-adam and megatron-dist, else 2.
 double gradient_bytes(Precision p);
+// Bytes the optimizer's step moves per parameter it updates, as Megatron-LM's mixed-precision
+// optimizer runs it: 16-bit gradients copied into float32 main gradients (read 2, write 4:
+// mixed-adam only; megatron-dist accumulates them in float32 already), unscaled and checked
+// for overflow (read and write 4; mixed precision), the gradient norm (read 4), Adam (the
+// gradient read, the float32 weights and both moments read and written: 28), the 16-bit
+// weights refreshed from the float32 ones (read 4, write 2) and the gradients zeroed (write
+// the gradient's bytes): 54 for mixed-adam, 50 for megatron-dist, 36 for fp32-adam.
+double optimizer_step_bytes(Precision p);
 
 // Bytes per GPU for training, for the pipeline stage that needs the most. Model states follow
 // the ZeRO paper: with data parallelism Nd, stage 1 shards the optimizer, stage 2 also the

@@ -19,6 +19,7 @@ struct GpuSpec {
   double domain_bandwidth = 300e9;  // per GPU and direction inside the domain
   double network_bandwidth = 25e9;  // per GPU and direction to the rail (scale-out) network
   double host_bandwidth = 25e9;     // per GPU and direction to host memory (PCIe; GB200: NVLink-C2C)
+  int sms = 108;                    // streaming multiprocessors (MI300X: compute units)
 };
 
 // v100-16gb, v100-32gb, a100-40gb, a100-80gb, h100-80gb, h200-141gb, b200-180gb, gb200-nvl72,

@@ -52,21 +52,35 @@ InferenceReport plan_inference(const InferenceInput& in) {
   r.max_batch = free_bytes > 0 ? static_cast<std::int64_t>(free_bytes / (r.kv_per_token * static_cast<double>(context))) : 0;
   r.max_context = free_bytes > 0 ? static_cast<std::int64_t>(free_bytes / (r.kv_per_token * static_cast<double>(in.batch))) : 0;
 
-  // Prefill: compute-bound at the predicted kernel rate, stages one after another.
+  // Prefill: every layer's forward over the batch's prompts, kernel by kernel
+  // (layer_kernels.h: FlashAttention over the causal half), and its two tensor-parallel
+  // all-reduces; the stages one after another.
   Layout l;
   l.tp = in.tp;
+  l.micro_batch = in.batch;
+  l.flash_attention = true;
   Rate rate;
   rate.peak_flops = in.gpu.peak_flops;
+  rate.memory_bandwidth = in.gpu.memory_bandwidth;
+  rate.sms = in.gpu.sms;
   rate.gemm_efficiency = in.gemm_efficiency;
   if (in.fp8) {
     if (!(in.gpu.peak_fp8_flops > 0)) throw ConfigError("--fp8: the " + in.gpu.name + " has no FP8 tensor cores");
     rate.fp8_peak_flops = in.gpu.peak_fp8_flops;
   }
-  const double kernel = predicted_kernel_flops(m, l, rate);
   const double d = m.attention_width(), L = static_cast<double>(m.layers), B = static_cast<double>(in.batch);
   const double p = static_cast<double>(prompt), ctx = static_cast<double>(context);
-  const double prefill_flops = B * (2 * r.active_parameters * p + 2 * L * d * p * p);
-  r.prefill_s = prefill_flops / (in.tp * kernel);
+  TransformerSpec prompt_shape = m;
+  prompt_shape.seq_len = prompt;
+  const KernelRates kr = rate.kernel_rates();
+  const LinkClass& link = in.tp <= in.cluster.gpus_per_node ? in.cluster.nvlink : in.cluster.rail;
+  const double prefill_comm = in.tp > 1 ? 2 * ring_allreduce_seconds(B * p * static_cast<double>(m.d_model) * 2, in.tp, link) : 0;
+  r.prefill_s = 0;
+  for (std::int64_t layer = 0; layer < m.layers; ++layer)
+    r.prefill_s += kernels_seconds(layer_kernels(prompt_shape, l, m.is_moe_layer(layer)).forward, kr) + prefill_comm;
+  // Decode's compute at the kernel rate of the model's training shape (a bound beside the
+  // bytes it reads: decode is memory-bound but for large batches).
+  const double kernel = predicted_kernel_flops(m, l, rate);
   // Decode, one step at the full context: every weight of the stage read once (the experts
   // the batch's B x top_k choices reach: E (1 - (1 - k/E)^B) of them on average), the cache
   // of the batch, and 2 N + 4 L d ctx FLOPs per sequence.
@@ -80,10 +94,7 @@ InferenceReport plan_inference(const InferenceInput& in) {
   const double bandwidth = in.gpu.memory_bandwidth * in.bandwidth_efficiency;
   r.decode_memory_s = (weights_read + r.kv_per_gpu * in.pp) / bandwidth;
   r.decode_compute_s = B * (2 * r.active_parameters + 4 * L * d * ctx) / (in.tp * kernel);
-  if (in.tp > 1) {
-    const LinkClass& link = in.tp <= in.cluster.gpus_per_node ? in.cluster.nvlink : in.cluster.rail;
-    r.decode_comm_s = 2 * L * ring_allreduce_seconds(B * d * 2, in.tp, link);
-  }
+  if (in.tp > 1) r.decode_comm_s = 2 * L * ring_allreduce_seconds(B * d * 2, in.tp, link);
   r.decode_bound = r.decode_memory_s >= r.decode_compute_s ? "memory" : "compute";
   r.decode_step_s = std::max(r.decode_memory_s, r.decode_compute_s) + r.decode_comm_s;
   r.tokens_per_second = B / r.decode_step_s;
@@ -126,15 +137,15 @@ std::string InferenceReport::to_text() const {
   line("             at most %lld sequences of %lld tokens, or %lld tokens per sequence for %lld",
        static_cast<long long>(max_batch), static_cast<long long>(in.context), static_cast<long long>(max_context),
        static_cast<long long>(in.batch));
-  line("prefill      %lld-token prompts: %.3f s for the batch (compute-bound)", static_cast<long long>(in.prompt), prefill_s);
+  line("prefill      %lld-token prompts: %.3f s for the batch", static_cast<long long>(in.prompt), prefill_s);
   line("decode       %.2f ms per step (%s-bound: memory %.2f ms, compute %.2f ms, all-reduces %.2f ms): %.0f tokens/s, "
        "%.1f per sequence", 1e3 * decode_step_s, decode_bound.c_str(), 1e3 * decode_memory_s, 1e3 * decode_compute_s,
        1e3 * decode_comm_s, tokens_per_second, tokens_per_second / static_cast<double>(in.batch));
   line("             time to first token %.3f s", time_to_first_token_s);
   out += "assumptions\n";
-  line("  - HBM at %.0f%% of %.2f TB/s, GEMMs at %.0f%% of %.0f TFLOP/s scaled for the per-GPU width; no allowance for "
-       "activations or the runtime (leave headroom)", 100 * in.bandwidth_efficiency, in.gpu.memory_bandwidth / 1e12,
-       100 * in.gemm_efficiency, in.gpu.peak_flops / 1e12);
+  line("  - decode: HBM at %.0f%% of %.2f TB/s; prefill kernel by kernel, large GEMMs at %.0f%% of %.0f TFLOP/s (less as "
+       "their shape leaves SMs idle); no allowance for activations or the runtime (leave headroom)",
+       100 * in.bandwidth_efficiency, in.gpu.memory_bandwidth / 1e12, 100 * in.gemm_efficiency, in.gpu.peak_flops / 1e12);
   line("  - the pipeline's stages run one after another for a step (no micro-batching across stages)");
   return out;
 }

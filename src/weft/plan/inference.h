@@ -3,8 +3,9 @@
 // 2 x layers x kv heads x head dim x bytes per value for every token of every sequence in
 // the batch (grouped-query attention stores only its kv heads; a tensor-parallel GPU holds
 // its share of them, at least one). Time (seed 002 chapter 13; Pope et al. 2022):
-//   prefill   the prompt's FLOPs, 2 N per token plus causal attention 2 L d p per token
-//             (p the prompt), at the predicted kernel rate: compute-bound
+//   prefill   every layer's forward over the batch's prompts, kernel by kernel
+//             (layer_kernels.h, FlashAttention over the causal half), and its two
+//             tensor-parallel all-reduces
 //   decode    each step reads every weight once (a mixture of experts: the experts the
 //             batch's tokens reach) and the batch's cache, and computes 2 N per token:
 //             the slower of HBM bytes / bandwidth and FLOPs / rate, plus the tensor-parallel

@@ -12,6 +12,8 @@ Rate PlanInput::rate() const {
   r.peak_flops = gpu.peak_flops;
   r.memory_bandwidth = gpu.memory_bandwidth;
   r.gemm_efficiency = gemm_efficiency;
+  r.attention_efficiency = attention_efficiency;
+  r.sms = gpu.sms;
   if (layout.fp8) r.fp8_peak_flops = gpu.peak_fp8_flops;
   if (achieved_flops > 0) {
     r.kind = rate_kind;

@@ -27,6 +27,7 @@ struct PlanInput {
   RateKind rate_kind = RateKind::kEndToEnd;
   double mfu = 0;
   double gemm_efficiency = 0.8;
+  double attention_efficiency = 0.5;  // FlashAttention's share of the peak (no rate given)
   double price_per_kwh = 0.10;
   Cluster cluster;
   std::int64_t global_batch = 0;  // sequences per iteration; 0: no iteration estimate
