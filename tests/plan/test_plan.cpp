@@ -492,7 +492,7 @@ TEST(PlanSecondEdition, ExpertCapacityPadsComputeAndAllToAll) {
 // The sweep: stages that do not divide the layers are tried (126 layers on 16 stages), ZeRO
 // stages that change nothing but memory collapse into one row, ranges limit the dimensions,
 // and a given layout is ranked and explained. The Llama 3 405B layout the paper used ranks
-// among the five fastest of its sweep, within 1% of the fastest.
+// among the five fastest of its sweep, behind layouts without its 48% bubble.
 TEST(PlanSweep, SecondEditionRowsRangesAndReference) {
   PlanInput in;
   in.model = preset("llama3-405b");
@@ -527,9 +527,8 @@ TEST(PlanSweep, SecondEditionRowsRangesAndReference) {
   EXPECT_LE(rank, 5u);
   const auto j = sweep_to_json(in, 16384, rows, 5, ref);
   EXPECT_EQ(j["reference"]["rank"].get<std::size_t>(), rank);
-  // Within 1% of the fastest, which spends its time elsewhere (an explanation, not "the same").
-  EXPECT_LT(ref->iteration.iteration_overlap_s, 1.01 * rows.front().iteration.iteration_overlap_s);
-  EXPECT_NE(j["reference"]["fastest_is_faster_by"].get<std::string>(), "the same");
+  EXPECT_NE(j["reference"]["fastest_is_faster_by"].get<std::string>().find("bubble +"), std::string::npos)
+      << j["reference"]["fastest_is_faster_by"];
   // Ranges: only what was asked for.
   SweepSpace space;
   space.tp = {8};

@@ -194,17 +194,16 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     const double grad_bytes = params * gradient_bytes(p);
     // One bucket per layer: each a collective of its own (the overhead per call).
     const double buckets = static_cast<double>(std::max<std::int64_t>(most_layers, 1));
-    // Each bucket's collective pays the ring's latency and the per-call overhead.
-    const double per_call = (group - 1) * c.rail.latency_s + c.collective_overhead_s;
-    const double half = ring_half_seconds(grad_bytes, group, c.rail) + (buckets - 1) * (group - 1) * c.rail.latency_s +
-                        buckets * c.collective_overhead_s;
+    // The buckets go around the ring back to back: its latency once, the per-call overhead
+    // for each.
+    const double half = ring_half_seconds(grad_bytes, group, c.rail) + buckets * c.collective_overhead_s;
     const double t_bwd = backward_share * stage_mb_s, t_fwd = stage_mb_s - t_bwd;
     const double bucket = 1.0 / buckets;
     if (l.zero >= 3) {
       // The weights gathered for the forward, again for the backward (and for the recomputed
       // forward when the system gathers for it), the gradients reduce-scattered.
       const double passes = 3 + (l.full_recompute() && l.zero3_gather_for_recompute ? 1 : 0);
-      const double per_mb = passes * (ring_half_seconds(params * 2, group, c.rail) + buckets * per_call - (group - 1) * c.rail.latency_s);
+      const double per_mb = passes * (ring_half_seconds(params * 2, group, c.rail) + buckets * c.collective_overhead_s);
       e.data.bytes = passes * static_cast<double>(micro) * (group - 1) / group * params * 2;
       e.data.seconds = per_mb * static_cast<double>(micro);
       e.data.exposed_s = static_cast<double>(micro) * std::max(per_mb * bucket, per_mb - stage_mb_s);
