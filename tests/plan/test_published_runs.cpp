@@ -9,6 +9,7 @@
 #include <map>
 
 #include "weft/plan/published_runs.h"
+#include "weft/util/error.h"
 
 using namespace weft::plan;
 
@@ -57,4 +58,15 @@ TEST(PublishedRuns, FitIsTheMinimax) {
   EXPECT_LT(worst(fit.gemm_efficiency), worst(fit.gemm_efficiency * 1.02));
   EXPECT_GT(fit.gemm_efficiency, 0.5);
   EXPECT_LT(fit.gemm_efficiency, 1.0);
+}
+
+// One measured run calibrates the planner (weft plan --fit-to): the fitted efficiency gives
+// back the measured iteration, and a time the model cannot reach is refused.
+TEST(PublishedRuns, FitToOneMeasuredRun) {
+  const PublishedRun run = published_runs().front();
+  const double e = fit_gemm_efficiency_to(run.input, run.iteration_s);
+  EXPECT_NEAR(predicted_iteration_seconds(run, {e, 0}) / run.iteration_s, 1.0, 1e-3);
+  EXPECT_THROW(fit_gemm_efficiency_to(run.input, run.iteration_s / 100), weft::ConfigError);
+  EXPECT_THROW(fit_gemm_efficiency_to(run.input, run.iteration_s * 100), weft::ConfigError);
+  EXPECT_THROW(fit_gemm_efficiency_to(run.input, 0), weft::ConfigError);
 }

@@ -35,6 +35,7 @@ struct PlanFlags {
   std::string emit_workload, report, emit_schedule = "1f1b";
   std::string precision = "mixed-adam", gpu = "a100-80gb", tflops_kind = "end-to-end", network;
   double attention_efficiency = 0.5;
+  double fit_to = 0;  // a measured iteration (s) the GEMM efficiency is fitted to
   std::string grad_reduce = "overlapped";
   bool zero3_regather = false;
   double tokens = 0, tflops = 0, mfu = 0, gemm_efficiency = 0.8, price = 0.10, bytes_per_token = 4, watts = 0,
@@ -51,6 +52,7 @@ struct PlanFlags {
   std::vector<std::int64_t> sweep_mb;
   std::vector<std::string> sweep_recompute, sweep_sp, sweep_flash;
   bool reference = false;  // a layout was given with --sweep: compare against it
+  bool gemm_efficiency_given = false;
   // --published
   bool published = false;
   std::string published_with;  // a flag given beside --published (it takes only --json)
@@ -332,6 +334,15 @@ int run_plan(const PlanFlags& f) {
     if (global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
   }
   const plan::EmitOrder emit_order = plan::parse_emit_order(f.emit_schedule);
+  if (f.fit_to > 0) {
+    if (global_batch < 1) throw ConfigError("--fit-to needs --global-batch (the measured iteration's sequences)");
+    if (f.tflops > 0 || f.mfu > 0 || f.gemm_efficiency_given)
+      throw ConfigError("--fit-to fits the GEMM efficiency: not with --tflops, --mfu or --gemm-efficiency");
+    if (f.params > 0) throw ConfigError("--fit-to needs a transformer model (a preset or dimensions), not --params");
+    in.gemm_efficiency = plan::fit_gemm_efficiency_to(in, f.fit_to);
+    fmt::print(f.json ? stderr : stdout, "fitted: GEMM efficiency {:.3f}, at which this layout's iteration is the measured {:.4g} s\n",
+               in.gemm_efficiency, f.fit_to);
+  }
   if (f.sweep) return run_sweep(f, in, gpus, global_batch);
   plan::PlanReport r = plan::make_plan(in);
   fmt::print("{}", f.json ? r.to_json().dump() + "\n" : r.to_text());
@@ -425,6 +436,10 @@ void add_hardware(FlagTable<PlanFlags>& t) {
   add(PlanFlag("--gemm-efficiency", AT(gemm_efficiency),
         "no rate given: the share of the peak a large GEMM's full tiles reach (the software's; weft plan --published fits "
         "it for published systems)")
+          .above(0));
+  add(PlanFlag("--fit-to", AT(fit_to),
+        "a measured iteration in seconds of this layout: fit --gemm-efficiency to it, then plan (and sweep) with it "
+        "(needs --global-batch; not with --tflops, --mfu or --gemm-efficiency)")
           .above(0));
   add(PlanFlag("--attention-efficiency", AT(attention_efficiency),
         "no rate given: FlashAttention's share of the peak (FlashAttention-2 on an H100: 0.35)")
@@ -526,6 +541,7 @@ void add_plan_command(CLI::App& app, Action& action) {
     // With --sweep, a layout given on the command line is the one to compare against.
     for (const char* flag : {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--micro-batch"})
       if (cmd->count(flag) > 0) f->reference = true;
+    f->gemm_efficiency_given = cmd->count("--gemm-efficiency") > 0;
     // --published takes no layout, model or hardware: any other flag is refused.
     if (f->published)
       for (const CLI::Option* o : cmd->get_options())

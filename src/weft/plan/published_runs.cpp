@@ -273,6 +273,25 @@ SystemFit fit_system(const std::vector<PublishedRun>& runs) {
   return best;
 }
 
+double fit_gemm_efficiency_to(const PlanInput& in, double measured_s) {
+  if (!(measured_s > 0)) throw ConfigError("--fit-to needs a measured iteration in seconds above 0");
+  PublishedRun run;
+  run.input = in;
+  run.iteration_s = measured_s;
+  const SystemFit fit = fit_system({run});
+  const double predicted = predicted_iteration_seconds(run, fit);
+  if (std::abs(predicted / measured_s - 1) > 1e-3)
+    throw ConfigError(predicted > measured_s
+                          ? fmt::format("--fit-to {:.4g} s: faster than the plan can be (its iteration is {:.4g} s even at GEMM "
+                                        "efficiency {:.2f}): check the layout, the batch and the GPU",
+                                        measured_s, predicted, fit.gemm_efficiency)
+                          : fmt::format("--fit-to {:.4g} s: slower than the plan can be (its iteration is {:.4g} s even at GEMM "
+                                        "efficiency {:.2f}): the run spends time the model does not (check the layout and the "
+                                        "network)",
+                                        measured_s, predicted, fit.gemm_efficiency));
+  return fit.gemm_efficiency;
+}
+
 std::vector<PublishedPrediction> predict_published_runs() {
   const std::vector<PublishedRun> runs = published_runs();
   const auto held_of = [&](const std::string& system, std::size_t skip) {

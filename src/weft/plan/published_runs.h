@@ -56,6 +56,11 @@ double predicted_iteration_seconds(const PublishedRun& run, const SystemFit& fit
 // runs ask for it, by a search over 0-100 ms, coarse then fine.
 SystemFit fit_system(const std::vector<PublishedRun>& runs);
 
+// The GEMM efficiency at which the planner's iteration of `in` (no rate given) is
+// `measured_s`: one measured run of a software stack calibrates the planner for the others
+// (weft plan --fit-to). Throws ConfigError when no efficiency in (0.05, 1] reaches it.
+double fit_gemm_efficiency_to(const PlanInput& in, double measured_s);
+
 struct PublishedPrediction {
   PublishedRun run;
   SystemFit system;      // fitted on every held run of its system

@@ -140,8 +140,9 @@ PlanReport make_plan(const PlanInput& in) {
   else if (rate.kind == RateKind::kKernel)
     std::snprintf(buf, sizeof buf, "rate: the given TFLOP/s while computing; the iteration adds the bubble and exposed communication");
   else
-    std::snprintf(buf, sizeof buf, "rate: predicted, %sGEMMs at %.2f of the peak scaled by w / (w + 256) for per-GPU width w, "
-                  "memory-bound operations at %.2f TB/s%s", l.fp8 ? "FP8 " : "", in.gemm_efficiency, in.gpu.memory_bandwidth / 1e12,
+    std::snprintf(buf, sizeof buf, "rate: predicted kernel by kernel, large %sGEMMs at %.3f of the peak (less as their shapes "
+                  "leave SMs idle), FlashAttention at %.2f, memory-bound kernels at 80%% of %.2f TB/s%s", l.fp8 ? "FP8 " : "",
+                  in.gemm_efficiency, in.attention_efficiency, in.gpu.memory_bandwidth / 1e12,
                   r.iteration ? "" : " (no --global-batch: compute only, no bubble or communication)");
   r.assumptions.push_back(buf);
   if (in.tokens > 0) {
