@@ -75,13 +75,13 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   const std::vector<std::int64_t> layers = stage_layers(m, l);
   const TokenFlops tf = token_flops(m, l);
   const double tokens_mb = s_local * b / l.tp;  // a GPU's share of a micro-batch's tokens
-  // (An end-to-end rate is the whole iteration's: the breakdown uses the predicted kernel rate.)
-  e.kernel_flops = rate.kind == RateKind::kKernel ? rate.hardware_flops : predicted_kernel_flops(m, l, rate);
-  if (!(e.kernel_flops > 0)) throw ConfigError("the kernel FLOP/s per GPU must be positive");
+  // (An end-to-end rate is the whole iteration's: the breakdown uses the predicted compute.)
   const bool predicted = rate.kind != RateKind::kKernel;
+  e.kernel_flops = predicted ? 0 : rate.hardware_flops;
+  if (!predicted && !(e.kernel_flops > 0)) throw ConfigError("the kernel FLOP/s per GPU must be positive");
 
   // Per stage: one micro-batch's forward and backward; the slowest stage sets the pace.
-  double stage_mb_s = 0, stage_memory_s = 0;
+  double stage_mb_s = 0, stage_memory_s = 0, stage_flops = 0;
   std::int64_t first = 0, most_layers = 0, most_moe_layers = 0;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     std::int64_t moe_layers = 0;
@@ -89,13 +89,9 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     first += layers[i];
     const double flops = (static_cast<double>(layers[i] - moe_layers) * tf.dense_layer +
                           static_cast<double>(moe_layers) * tf.moe_layer + (i + 1 == layers.size() ? tf.head : 0)) * tokens_mb;
-    // Memory-bound operations (predicted only): each stored activation byte written and read
-    // in forward and twice that in backward, at the HBM bandwidth.
-    const double stored = static_cast<double>(layers[i] - moe_layers) * layer_activation_bytes(m, l, false) +
-                          static_cast<double>(moe_layers) * layer_activation_bytes(m, l, false, true);
     double t = 0, memory = 0;
     if (predicted) {
-      // Kernel by kernel (layer_kernels.h).
+      // Kernel by kernel (layer_kernels.h), the memory-bound kernels' share kept apart.
       const KernelRates kr = rate.kernel_rates();
       const LayerTime dense = layer_time(m, l, kr, false);
       t = static_cast<double>(layers[i] - moe_layers) * dense.total();
@@ -112,11 +108,12 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     } else {
       t = flops / e.kernel_flops;
     }
-    (void)stored;
-    if (t > stage_mb_s) stage_mb_s = t, stage_memory_s = memory;
+    if (t > stage_mb_s) stage_mb_s = t, stage_memory_s = memory, stage_flops = flops;
     most_layers = std::max(most_layers, layers[i]);
     most_moe_layers = std::max(most_moe_layers, moe_layers);
   }
+  // Predicted: the rate the slowest stage's kernels reach (what a trace of the plan computes at).
+  if (predicted) e.kernel_flops = stage_flops / stage_mb_s;
   e.compute_s = stage_mb_s * static_cast<double>(micro);
   e.memory_bound_s = stage_memory_s * static_cast<double>(micro);
   const double backward_share = l.full_recompute() ? 0.75 : 2.0 / 3.0;
