@@ -868,7 +868,7 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
     case kRto: rto_check(static_cast<int>(arg)); break;
     case kAlphaTimer: alpha_timer(static_cast<int>(arg)); break;
     case kRateTimer: rate_timer(static_cast<int>(arg >> 32), static_cast<std::uint32_t>(arg)); break;
-    case kStepStart: step_start(static_cast<int>(arg)); break;
+    case kStepStart: agents_.step_start(static_cast<int>(arg)); break;
     case kSample:
       sample_queues();
       if (agents_left_ > 0) schedule(clock() + cfg_.sample_interval, -1, kSample);
@@ -877,8 +877,8 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
     case kReroute: reroute(); break;
     case kFluidUpdate: fluid_update(static_cast<std::uint32_t>(arg)); break;
     case kFluidDelivered: fluid_delivered(static_cast<int>(arg)); break;
-    case kFluidAcked: message_acked(static_cast<int>(arg)); break;
-    case kMessageReady: message_ready(static_cast<int>(arg)); break;
+    case kFluidAcked: agents_.message_acked(static_cast<int>(arg)); break;
+    case kMessageReady: agents_.message_ready(static_cast<int>(arg)); break;
     default: throw InternalError("simulator: unknown event kind");
   }
 }
@@ -985,7 +985,8 @@ void Network::check_setup(const Topology& t, const SimConfig& c, const Workload&
 }
 
 Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
-    : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)) {
+    : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)),
+      agents_(*this, topo_, cfg_, work_) {
   current_ = &coord_;
   if (cfg_.pxn) pxn_relays_ = route_through_nvlink_peers(work_, topo_);
   finalize_config(cfg_);
@@ -1040,7 +1041,9 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
     port_payload_rate_.resize(ports_.size());
     for (std::size_t port = 0; port < ports_.size(); ++port) port_payload_rate_[port] = payload_rate(static_cast<int>(port));
   }
-  start_agents();
+  collective_times_.assign(work_.collectives.size(), {kNever, 0});
+  agents_.prepare();
+  agents_left_ = agents_.started();
 }
 
 void Network::share_nodes(int threads) {
@@ -1112,7 +1115,7 @@ void Network::begin_run() {
   }
   current_ = &coord_;
   for (std::size_t i = 0; i < work_.failures.size(); ++i) schedule(work_.failures[i].at, -1, kFailure, i);
-  schedule_agent_starts();
+  agents_.schedule_starts();
   if (cfg_.sample_interval > 0) schedule(cfg_.sample_interval, -1, kSample);
 }
 

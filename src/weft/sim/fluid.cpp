@@ -24,7 +24,7 @@ double Network::payload_rate(int port) const {
 void Network::fluid_post(int flow, int src_agent, int dst_agent, std::int64_t bytes, int parts) {
   if (!fluid_)
     fluid_ = std::make_unique<FluidModel>(port_payload_rate_, cfg_.flow_tolerance, [this](int part, double moved) { fluid_moved(part, moved); });
-  const FlowRecord& f = flows_[static_cast<std::size_t>(flow)];
+  const FlowRecord& f = agents_.flows()[static_cast<std::size_t>(flow)];
   std::int64_t given = 0;
   for (int i = 0; i < parts; ++i) {
     const std::int64_t part_bytes = i + 1 == parts ? bytes - given : bytes / parts;
@@ -83,7 +83,7 @@ void Network::fluid_update(std::uint32_t epoch) {
     const FluidPartInfo info = fluid_info_[static_cast<std::size_t>(part)];
     schedule(now + info.latency, -1, kFluidDelivered, static_cast<std::uint64_t>(info.flow));
     schedule(now + info.latency + info.ack_latency, -1, kFluidAcked, static_cast<std::uint64_t>(info.flow));
-    message_sent(info.flow);
+    agents_.message_sent(info.flow);
   });
   if (done > 0) {
     // What the completions start at this same time (the next steps' sends) joins before the
@@ -96,12 +96,12 @@ void Network::fluid_update(std::uint32_t epoch) {
 }
 
 void Network::fluid_delivered(int flow) {
-  FlowRecord& f = flows_[static_cast<std::size_t>(flow)];
+  FlowRecord& f = agents_.flows()[static_cast<std::size_t>(flow)];
   // Parts are equal but the last, which takes the rest: whichever arrives last credits it.
   const std::int64_t bytes = f.parts_left_rx == 1 ? f.bytes - f.delivered_bytes : f.bytes / f.parts;
   f.delivered_bytes += bytes;
   sh().counters.bytes_delivered += bytes;
-  message_delivered(flow);
+  agents_.message_delivered(flow);
 }
 
 }  // namespace weft::sim

@@ -7,7 +7,8 @@
 //   rdma.cpp     queue pairs: segmentation, PSNs, ACK/NAK, go-back-N or selective
 //                retransmission, CNPs, the DCQCN reaction point, HPCC, Swift, NSCC
 //   run.cpp      the run: time windows, the threads' shards and their mail, the merge
-//   agents.cpp   workload steps, message matching, completion records
+//   agents.h     the agents (a part of its own: workload steps, message matching, the flow
+//                records), reached as agents_
 //   fluid.cpp    the flow-level mode's glue to fluid_model.h
 //   stall.cpp    why a run did not finish
 //   pcap.cpp     the link capture
@@ -26,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "weft/sim/agents.h"
 #include "weft/sim/config.h"
 #include "weft/sim/engine.h"
 #include "weft/sim/fluid_model.h"
@@ -199,17 +201,6 @@ struct QueuePair {
   Time path_rtt = 0;      // the path's idle round trip (Swift's target and NSCC's first base over it)
 };
 
-struct FlowRecord {
-  int src_agent = -1, dst_agent = -1;
-  int src_gpu = -1, dst_gpu = -1;  // GPU ranks
-  std::int64_t bytes = 0;
-  std::int64_t delivered_bytes = 0;  // payload accepted by the receiver so far
-  Time start = 0, delivered = 0, acked = 0;
-  int parts_left_rx = 0, parts_left_tx = 0, parts_left_sent = 0;
-  int parts = 1;
-  int collective = -1;
-};
-
 struct PfcEvent {
   Time at;
   int port;       // the port that sent the frame
@@ -298,7 +289,7 @@ class Network : public EventTarget {
   const std::vector<Port, HugePageAllocator<Port>>& ports() const { return ports_; }
   // The most bytes a node held at once (shared buffer and PFC headroom together).
   std::int64_t buffer_peak(int node) const { return buffer_peak_[static_cast<std::size_t>(node)]; }
-  const std::vector<FlowRecord>& flows() const { return flows_; }
+  const std::vector<FlowRecord>& flows() const { return agents_.flows(); }
   const std::vector<PfcEvent>& pfc_events() const { return pfc_events_; }
   const std::vector<QueueSample>& queue_samples() const { return samples_; }
   const std::vector<CounterSample>& counter_samples() const { return counter_samples_; }
@@ -412,10 +403,8 @@ class Network : public EventTarget {
   static Time after(Time t) { return t == kNever ? kNever : t + 1; }  // the end of a window that takes in time t
   // Schedules an event on `node` (-1: the whole fabric's, run between windows).
   void schedule(Time at, int node, std::uint32_t kind, std::uint64_t arg = 0);
-  int agent_node(int agent) const { return topo_.gpus[static_cast<std::size_t>(work_.agents[static_cast<std::size_t>(agent)].gpu)]; }
   void share_nodes(int threads);      // node_shard_: a balanced cut of the fabric
   void begin_run();                   // the threads, shards, and the first events
-  void schedule_agent_starts();
   std::vector<Shard*> all_shards() {
     std::vector<Shard*> all{&coord_};
     for (auto& s : shards_) all.push_back(s.get());
@@ -584,17 +573,6 @@ class Network : public EventTarget {
   Time fluid_update_at_ = 0;
   int pxn_relays_ = 0;  // (sender, receiver) pairs relayed through an NVLink peer
 
-  // agents.cpp
-  void start_agents();
-  void step_start(int agent);
-  void advance_agent(int agent);
-  void message_delivered(int flow);
-  void message_ready(int flow);  // the receiving GPU sees the message (after its protocol's flag delay)
-  void agent_hears(int dst_agent, int src_agent);  // a message from src_agent is there for dst_agent
-  void message_acked(int flow);
-  void message_sent(int flow);
-  void send_step_done(int agent);
-
   const Topology& topo_;
   SimConfig cfg_;
   Workload work_;
@@ -640,27 +618,11 @@ class Network : public EventTarget {
   std::vector<std::vector<int>> active_qps_;   // per GPU node
   std::vector<std::size_t> rr_qp_;              // per GPU node: round-robin cursor
   std::vector<int> qps_created_;                // per GPU node
-  // Agents.
-  struct AgentState {
-    std::size_t step = 0;
-    int pending = 0;
-    bool started = false, done = false, posting = false;
-    Time step_began = 0;
-    std::unordered_map<int, std::int64_t> arrived;   // messages arrived from peer, not yet matched
-    std::unordered_map<int, std::int64_t> waiting;   // receives of the current step from peer
-  };
-  std::vector<AgentState> agents_;
-  // A record per send that moves data and the QPs it uses, made before the run in the order
-  // of the ranks' steps: a record's start is kNever until posted; the n-th QP of a GPU gets
-  // the n-th UDP source port; each receiver lists its messages in the order its sender will
-  // post them. first_flow_[step_base_[a] + s] is the first record of rank a's step s.
-  std::vector<FlowRecord> flows_;
-  std::vector<std::size_t> step_base_;
-  std::vector<int> first_flow_;
-  void make_sends();
+  // The agents (agents.h): what the workload's ranks do, and the flow records.
+  friend class Agents;
+  Agents agents_;
   std::vector<std::pair<Time, Time>> collective_times_;
-  int agents_left_ = 0;
-  int agents_started_ = 0;
+  int agents_left_ = 0;  // ranks with steps not yet done (counted between windows)
   Stall stall_;
   Stall find_stall(bool time_limit) const;
   // Outputs (merged from the shards at the end of the run).

@@ -82,13 +82,13 @@ int Network::qp_for(int src_agent, int dst_agent, int part) {
 }
 
 void Network::post_message(int flow, int src_agent, int dst_agent, std::int64_t bytes) {
-  FlowRecord& f = flows_[flow];
+  FlowRecord& f = agents_.flows()[static_cast<std::size_t>(flow)];
   if (f.src_gpu == f.dst_gpu) {
     // Same GPU: no network traffic.
     f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = 1;
-    message_delivered(flow);
-    message_sent(flow);
-    message_acked(flow);
+    agents_.message_delivered(flow);
+    agents_.message_sent(flow);
+    agents_.message_acked(flow);
     return;
   }
   const int parts = parts_of(bytes);
@@ -224,7 +224,7 @@ std::uint32_t Network::make_data_packet(int qp) {
   if (!held) throw InternalError("simulator: PSN without a message");
   const QpMessage& m = *held;
   std::uint32_t index = psn - m.psn_begin, count = m.psn_end - m.psn_begin;
-  if (!again && index + 1 == count) message_sent(m.flow);
+  if (!again && index + 1 == count) agents_.message_sent(m.flow);
   std::int64_t payload = index + 1 < count ? cfg_.mtu : m.bytes - cfg_.mtu * static_cast<std::int64_t>(count - 1);
   Opcode op = Opcode::kOnly;
   if (cfg_.write_mode == WriteMode::kFirstMiddleLast && count > 1)
@@ -329,7 +329,7 @@ void Network::endpoint_receive(std::uint32_t id) {
 void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
   const Time now = clock();
   auto credit = [&] {
-    if (const QpMessage* m = message_holding(q.rx, p.psn)) flows_[m->flow].delivered_bytes += p.payload;
+    if (const QpMessage* m = message_holding(q.rx, p.psn)) agents_.flows()[static_cast<std::size_t>(m->flow)].delivered_bytes += p.payload;
     q.delivered_bytes += p.payload;
     sh().counters.bytes_delivered += p.payload;
   };
@@ -386,7 +386,7 @@ void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
     q.rx.pop_front();
     ++q.msn;
     message_end = true;
-    message_delivered(flow);
+    agents_.message_delivered(flow);
   }
   // Window congestion control acknowledges every packet: its signals ride on the ACKs, and a
   // window smaller than a coalescing group would wait for an ACK that never comes.
@@ -408,7 +408,7 @@ void Network::receive_ack(QueuePair& q, int qp, const Packet& p, bool nak) {
     while (!q.unacked.empty() && q.unacked.front().psn_end <= q.snd_una) {
       int flow = q.unacked.front().flow;
       q.unacked.pop_front();
-      message_acked(flow);
+      agents_.message_acked(flow);
     }
     q.retransmit.erase(std::remove_if(q.retransmit.begin(), q.retransmit.end(), [&](std::uint32_t s) { return s < q.snd_una; }),
                        q.retransmit.end());

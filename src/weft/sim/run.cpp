@@ -99,7 +99,7 @@ bool Network::run(bool progress) {
       current_ = &coord_;
       int done = coord_.agents_done;
       for (const auto& sp : shards_) done += sp->agents_done;
-      agents_left_ = agents_started_ - done;
+      agents_left_ = agents_.started() - done;
       peak_packets_ = std::max(peak_packets_, pool_.in_use());
       if (agents_left_ == 0) break;
       Time t_node = kNever;
@@ -180,10 +180,12 @@ bool Network::run(bool progress) {
   if (agents_left_ == 0) return true;
   finish_ = time_limit ? cfg_.time_limit : end_time_;  // simulated up to the limit; or until nothing was left
   // The records of sends never posted go (they were made before the run, in step order).
-  flows_.erase(std::remove_if(flows_.begin(), flows_.end(), [](const FlowRecord& f) { return f.start == kNever; }), flows_.end());
+  agents_.drop_unposted();
   stall_ = find_stall(time_limit);
   return false;
 }
+
+int Network::agents_unfinished() const { return agents_left_; }
 
 std::vector<std::uint64_t> Network::events_per_thread() const {
   std::vector<std::uint64_t> events;

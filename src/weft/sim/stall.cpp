@@ -41,10 +41,10 @@ std::vector<int> find_cycle(const std::vector<std::vector<int>>& edges) {
 Stall Network::find_stall(bool time_limit) const {
   Stall s;
   s.time_limit = time_limit;
-  const std::size_t A = agents_.size();
+  const std::size_t A = agents_.count();
   std::vector<int> wait_index(A, -1);
   for (std::size_t a = 0; a < A; ++a) {
-    const AgentState& st = agents_[a];
+    const AgentState& st = agents_.state(static_cast<int>(a));
     if (st.done) continue;
     RankWait w;
     w.agent = static_cast<int>(a);
@@ -59,7 +59,7 @@ Stall Network::find_stall(bool time_limit) const {
   }
   // Sends not yet acknowledged, and those whose receiver is unreachable now.
   std::set<std::pair<int, int>> unroutable;
-  for (const FlowRecord& f : flows_) {
+  for (const FlowRecord& f : agents_.flows()) {
     if (f.parts_left_tx <= 0 || wait_index[f.src_agent] < 0) continue;
     s.waits[wait_index[f.src_agent]].unacknowledged.push_back(f.dst_agent);
     if (routes_to(topo_.gpus[f.src_gpu], f.dst_gpu).n == 0) unroutable.insert({f.src_agent, f.dst_agent});
@@ -70,7 +70,7 @@ Stall Network::find_stall(bool time_limit) const {
   for (const RankWait& w : s.waits)
     if (w.started)
       for (const auto& [peer, count] : w.receives)
-        if (!agents_[peer].done) waits_for[w.agent].push_back(peer);
+        if (!agents_.state(peer).done) waits_for[w.agent].push_back(peer);
   s.rank_cycle = find_cycle(waits_for);
   // Paused links: egress port O waits for O' when O's receiver pauses it on a buffer that
   // holds packets queued at O' (they came in through O's link) and O' is paused too.
