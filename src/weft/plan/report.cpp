@@ -1,5 +1,7 @@
 #include "weft/plan/report.h"
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -235,9 +237,10 @@ std::string PlanReport::to_text() const {
     if (input.model.moe() && l.ep > 1) traffic += fmt_dim("expert", e.expert);
     if (l.offload != Offload::kNone) traffic += fmt_dim("offload", e.host);
     line("traffic/GPU  %s per iteration", traffic.substr(0, traffic.size() - 2).c_str());
-    line("iteration    compute %.3f s (at %.0f TFLOP/s per GPU) + bubble %.1f%% (%.3f s) + exposed communication: %.3f s; "
-         "%.3f s without overlap", e.compute_s, e.kernel_flops / 1e12, 100 * e.bubble, e.bubble_s, e.iteration_overlap_s,
-         e.iteration_no_overlap_s);
+    const std::string optimizer = e.optimizer_s > 0 ? fmt::format(" + optimizer step {:.3f} s", e.optimizer_s) : "";
+    line("iteration    compute %.3f s (at %.0f TFLOP/s per GPU) + bubble %.1f%% (%.3f s)%s + exposed communication: %.3f s; "
+         "%.3f s without overlap", e.compute_s, e.kernel_flops / 1e12, 100 * e.bubble, e.bubble_s, optimizer.c_str(),
+         e.iteration_overlap_s, e.iteration_no_overlap_s);
     line("             the plan's iteration: %.3f s (%s), %.0f tokens/s, MFU %.1f%%, HFU %.1f%%", e.iteration_s,
          time_basis.c_str(), e.tokens_per_second, 100 * mfu, 100 * hfu);
   }
@@ -314,6 +317,7 @@ nlohmann::json PlanReport::to_json() const {
                       {"data", dim(e.data)},           {"context", dim(e.context)},
                       {"expert", dim(e.expert)},       {"kernel_tflops", e.kernel_flops / 1e12},
                       {"compute_seconds", e.compute_s}, {"memory_bound_seconds", e.memory_bound_s},
+                      {"optimizer_seconds", e.optimizer_s},
                       {"bubble", e.bubble},            {"bubble_seconds", e.bubble_s},
                       {"no_overlap_seconds", e.iteration_no_overlap_s},
                       {"overlap_seconds", e.iteration_overlap_s},
