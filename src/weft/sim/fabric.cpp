@@ -397,7 +397,10 @@ void Network::transmit(int port, std::uint32_t id) {
     if (s.n < kMaxIntHops) s.hop[s.n++] = {P.bps, clock(), P.tx_bytes, P.c[p.queue].queue_bytes};
   }
   if (p.type == PacketType::kData) P.tx_payload += p.payload;
-  if (pcap_ && P.link == pcap_link_) pcap_write(p);
+  if (capture_.captures(P.link)) {
+    const bool starts = p.type == PacketType::kData && (p.opcode == Opcode::kFirst || p.opcode == Opcode::kOnly);
+    capture_.write(p, clock(), starts ? message_bytes(p) : 0, topo_, cfg_.mtu);
+  }
   p.link_epoch = P.epoch;
   // The frame reaches the peer after its last bit and the link's delay, or, cut through,
   // after its headers (a frame lost on the wire is lost here: a cut-through switch fails
@@ -1097,7 +1100,7 @@ void Network::begin_run() {
     // What reads or changes another node's state at once runs on one thread.
     if (cfg_.mode == SimMode::kFlow) single_thread_reason_ = "the flow-level mode sets every flow's rate at once";
     else if (cfg_.lb == LoadBalancing::kAdaptive && cfg_.ar_remote) single_thread_reason_ = "ar.remote reads the next switch's queues at once";
-    else if (pcap_) single_thread_reason_ = "a pcap capture reads the senders' queue pairs";
+    else if (capture_.active()) single_thread_reason_ = "a pcap capture reads the senders' queue pairs";
     if (!single_thread_reason_.empty()) threads = 1;
   }
   threads = std::min<int>(threads, static_cast<int>(topo_.nodes.size()));
@@ -1119,8 +1122,10 @@ void Network::begin_run() {
   if (cfg_.sample_interval > 0) schedule(cfg_.sample_interval, -1, kSample);
 }
 
-Network::~Network() {
-  if (pcap_) std::fclose(pcap_);
+void Network::capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path) {
+  capture_.open(pcap_path, topo_.link_between(node_a, node_b, "pcap"));
 }
+
+Network::~Network() = default;
 
 }  // namespace weft::sim

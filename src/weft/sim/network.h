@@ -11,7 +11,7 @@
 //                records), reached as agents_
 //   fluid.cpp    the flow-level mode's glue to fluid_model.h
 //   stall.cpp    why a run did not finish
-//   pcap.cpp     the link capture
+//   link_capture.h  the link capture (an observer of its own, in pcap.cpp), reached as capture_
 // Beside it, not members: report.cpp (summary, JSON/CSV outputs), pxn.cpp (PXN relays),
 // in_network.cpp (in-network reduction), window_cc.cpp (the window controls' state).
 #pragma once
@@ -31,6 +31,7 @@
 #include "weft/sim/config.h"
 #include "weft/sim/engine.h"
 #include "weft/sim/fluid_model.h"
+#include "weft/sim/link_capture.h"
 #include "weft/sim/packet.h"
 #include "weft/sim/stall.h"
 #include "weft/sim/topology.h"
@@ -633,9 +634,9 @@ class Network : public EventTarget {
   std::vector<QpSample> qp_samples_;
   Time finish_ = 0;
   double wall_seconds_ = 0;
-  std::FILE* pcap_ = nullptr;
-  int pcap_link_ = -1;
-  void pcap_write(const Packet& p);
+  LinkCapture capture_;
+  // The length of the message a First or Only packet starts, from its sender's messages not
+  // yet acknowledged (a late duplicate of an acknowledged message: its own payload).
   std::int64_t message_bytes(const Packet& p) const;
 };
 

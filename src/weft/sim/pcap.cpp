@@ -1,11 +1,9 @@
-// A pcap of one link: every frame sent on it, both directions, with real Ethernet, IPv4,
-// UDP (port 4791), InfiniBand BTH and RETH/AETH headers, so Wireshark and tshark decode
-// the RoCEv2 traffic. Frames are stored whole without the FCS; payload bytes are zeros.
+#include "weft/sim/link_capture.h"
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "weft/sim/network.h"
 #include "weft/util/error.h"
 
 namespace weft::sim {
@@ -32,17 +30,14 @@ void mac(unsigned char* p, int node) {
 
 }  // namespace
 
-// The length of the message a First or Only packet starts, from its sender's messages not
-// yet acknowledged (a late duplicate of an acknowledged message: its own payload).
-std::int64_t Network::message_bytes(const Packet& p) const {
-  const QpMessage* m = message_holding(qps_[p.qp].unacked, p.psn);
-  return m ? m->bytes : p.payload;
+LinkCapture::~LinkCapture() {
+  if (file_) std::fclose(file_);
 }
 
-void Network::capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path) {
-  pcap_link_ = topo_.link_between(node_a, node_b, "pcap");
-  pcap_ = std::fopen(pcap_path.c_str(), "wb");
-  if (!pcap_) throw ConfigError("pcap: cannot write " + pcap_path);
+void LinkCapture::open(const std::string& path, int link) {
+  link_ = link;
+  file_ = std::fopen(path.c_str(), "wb");
+  if (!file_) throw ConfigError("pcap: cannot write " + path);
   unsigned char h[24] = {};
   std::uint32_t magic = 0xA1B23C4D;  // nanosecond timestamps
   std::memcpy(h, &magic, 4);
@@ -52,13 +47,12 @@ void Network::capture(const std::string& node_a, const std::string& node_b, cons
   std::uint32_t snaplen = 65535, linktype = 1;
   std::memcpy(h + 16, &snaplen, 4);
   std::memcpy(h + 20, &linktype, 4);
-  std::fwrite(h, 1, sizeof h, pcap_);
+  std::fwrite(h, 1, sizeof h, file_);
 }
 
-void Network::pcap_write(const Packet& p) {
-  static std::vector<unsigned char> frame;
-  frame.assign(std::max<std::size_t>(p.frame, 64), 0);
-  unsigned char* f = frame.data();
+void LinkCapture::write(const Packet& p, Time now, std::int64_t message_bytes, const Topology& topo, std::int64_t mtu) {
+  frame_.assign(std::max<std::size_t>(p.frame, 64), 0);
+  unsigned char* f = frame_.data();
   std::size_t n = 0;
   if (p.type == PacketType::kPause) {
     const unsigned char dst[6] = {0x01, 0x80, 0xC2, 0x00, 0x00, 0x01};
@@ -81,8 +75,8 @@ void Network::pcap_write(const Packet& p) {
     put16(ip + 6, 0x4000);  // don't fragment
     ip[8] = 64;
     ip[9] = 17;
-    put32(ip + 12, topo_.nodes[p.src].ip);
-    put32(ip + 16, topo_.nodes[p.dst].ip);
+    put32(ip + 12, topo.nodes[p.src].ip);
+    put32(ip + 16, topo.nodes[p.dst].ip);
     std::uint32_t sum = 0;
     for (int i = 0; i < 20; i += 2) sum += static_cast<std::uint32_t>(ip[i] << 8 | ip[i + 1]);
     while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
@@ -115,9 +109,9 @@ void Network::pcap_write(const Packet& p) {
     if (p.type == PacketType::kData && (p.opcode == Opcode::kFirst || p.opcode == Opcode::kOnly)) {
       unsigned char* reth = f + n;
       put32(reth, 0);
-      put32(reth + 4, p.psn * static_cast<std::uint32_t>(cfg_.mtu));  // virtual address (low word)
+      put32(reth + 4, p.psn * static_cast<std::uint32_t>(mtu));      // virtual address (low word)
       put32(reth + 8, 0x1000 + p.qp);                                 // R_Key
-      put32(reth + 12, static_cast<std::uint32_t>(message_bytes(p)));  // DMA length: the whole message
+      put32(reth + 12, static_cast<std::uint32_t>(message_bytes));   // DMA length: the whole message
       n += kRethBytes;
     } else if (p.type == PacketType::kAck || p.type == PacketType::kNak) {
       f[n] = p.type == PacketType::kNak ? 0x60 : 0x1F;  // AETH syndrome: NAK (PSN sequence error) or ACK
@@ -129,11 +123,10 @@ void Network::pcap_write(const Packet& p) {
   }
   // Captured: the whole frame without FCS (payload and ICRC as zeros).
   n = p.type == PacketType::kPause ? 60 : p.frame - 4;
-  Time now = clock();
   std::uint32_t rec[4] = {static_cast<std::uint32_t>(now / kSec), static_cast<std::uint32_t>(now % kSec / kNs),
                           static_cast<std::uint32_t>(n), static_cast<std::uint32_t>(n)};
-  std::fwrite(rec, sizeof rec, 1, pcap_);
-  std::fwrite(f, 1, n, pcap_);
+  std::fwrite(rec, sizeof rec, 1, file_);
+  std::fwrite(f, 1, n, file_);
 }
 
 }  // namespace weft::sim

@@ -598,4 +598,9 @@ void Network::rate_increase(QueuePair& q) {
   }
 }
 
+std::int64_t Network::message_bytes(const Packet& p) const {
+  const QpMessage* m = message_holding(qps_[p.qp].unacked, p.psn);
+  return m ? m->bytes : p.payload;
+}
+
 }  // namespace weft::sim
