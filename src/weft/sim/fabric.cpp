@@ -878,8 +878,8 @@ void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
       break;
     case kFailure: apply_failure(work_.failures[arg]); break;
     case kReroute: reroute(); break;
-    case kFluidUpdate: fluid_update(static_cast<std::uint32_t>(arg)); break;
-    case kFluidDelivered: fluid_delivered(static_cast<int>(arg)); break;
+    case kFluidUpdate: flow_.update(static_cast<std::uint32_t>(arg)); break;
+    case kFluidDelivered: flow_.delivered(static_cast<int>(arg)); break;
     case kFluidAcked: agents_.message_acked(static_cast<int>(arg)); break;
     case kMessageReady: agents_.message_ready(static_cast<int>(arg)); break;
     default: throw InternalError("simulator: unknown event kind");
@@ -989,7 +989,7 @@ void Network::check_setup(const Topology& t, const SimConfig& c, const Workload&
 
 Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
     : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)),
-      agents_(*this, topo_, cfg_, work_) {
+      agents_(*this, topo_, cfg_, work_), flow_(*this, topo_, cfg_) {
   current_ = &coord_;
   if (cfg_.pxn) pxn_relays_ = route_through_nvlink_peers(work_, topo_);
   finalize_config(cfg_);
@@ -1041,8 +1041,7 @@ Network::Network(const Topology& topology, const SimConfig& config, Workload wor
     if (!f.b.empty() && topo_.find(f.b) < 0) throw ConfigError("failure: unknown node '" + f.b + "'");
   }
   if (cfg_.mode == SimMode::kFlow) {
-    port_payload_rate_.resize(ports_.size());
-    for (std::size_t port = 0; port < ports_.size(); ++port) port_payload_rate_[port] = payload_rate(static_cast<int>(port));
+    flow_.prepare();
   }
   collective_times_.assign(work_.collectives.size(), {kNever, 0});
   agents_.prepare();

@@ -9,7 +9,7 @@
 //   run.cpp      the run: time windows, the threads' shards and their mail, the merge
 //   agents.h     the agents (a part of its own: workload steps, message matching, the flow
 //                records), reached as agents_
-//   fluid.cpp    the flow-level mode's glue to fluid_model.h
+//   flow_transport.h  the flow-level mode (a part of its own, in fluid.cpp), reached as flow_
 //   stall.cpp    why a run did not finish
 //   link_capture.h  the link capture (an observer of its own, in pcap.cpp), reached as capture_
 // Beside it, not members: report.cpp (summary, JSON/CSV outputs), pxn.cpp (PXN relays),
@@ -30,7 +30,7 @@
 #include "weft/sim/agents.h"
 #include "weft/sim/config.h"
 #include "weft/sim/engine.h"
-#include "weft/sim/fluid_model.h"
+#include "weft/sim/flow_transport.h"
 #include "weft/sim/link_capture.h"
 #include "weft/sim/packet.h"
 #include "weft/sim/stall.h"
@@ -325,8 +325,8 @@ class Network : public EventTarget {
   // Why the run used one thread where more were asked for (empty otherwise).
   const std::string& single_thread_reason() const { return single_thread_reason_; }
   // The flow-level mode's rate computations, and the parts they set in all.
-  std::uint64_t fluid_rounds() const { return fluid_ ? fluid_->recomputations() : 0; }
-  std::uint64_t fluid_parts_recomputed() const { return fluid_ ? fluid_->parts_recomputed() : 0; }
+  std::uint64_t fluid_rounds() const { return flow_.rounds(); }
+  std::uint64_t fluid_parts_recomputed() const { return flow_.parts_recomputed(); }
   double wall_seconds() const { return wall_seconds_; }
   // The most packets alive at the end of a time window (the same for any number of threads).
   std::size_t peak_packets() const { return peak_packets_; }
@@ -555,23 +555,6 @@ class Network : public EventTarget {
   void rate_increase(QueuePair& q);
   double line_rate(int node) const;
 
-  // fluid.cpp: the flow-level mode, the fluid's glue to the fabric and the agents
-  struct FluidPartInfo {
-    int flow = -1;
-    Time latency = 0, ack_latency = 0;
-  };
-  double payload_rate(int port) const;  // bytes/s of payload a port carries at full speed
-  void fluid_post(int flow, int src_agent, int dst_agent, std::int64_t bytes, int parts);
-  void fluid_update(std::uint32_t epoch);
-  void fluid_schedule_update(Time at);  // at `at` unless one is pending by then
-  void fluid_moved(int part, double bytes);
-  void fluid_delivered(int flow);
-  std::unique_ptr<FluidModel> fluid_;
-  std::vector<FluidPartInfo> fluid_info_;  // by the fluid's part id
-  std::vector<double> port_payload_rate_;
-  std::uint32_t fluid_epoch_ = 0;
-  bool fluid_update_pending_ = false;
-  Time fluid_update_at_ = 0;
   int pxn_relays_ = 0;  // (sender, receiver) pairs relayed through an NVLink peer
 
   const Topology& topo_;
@@ -622,6 +605,9 @@ class Network : public EventTarget {
   // The agents (agents.h): what the workload's ranks do, and the flow records.
   friend class Agents;
   Agents agents_;
+  // The flow-level mode (flow_transport.h).
+  friend class FlowTransport;
+  FlowTransport flow_;
   std::vector<std::pair<Time, Time>> collective_times_;
   int agents_left_ = 0;  // ranks with steps not yet done (counted between windows)
   Stall stall_;

@@ -93,7 +93,7 @@ void Network::post_message(int flow, int src_agent, int dst_agent, std::int64_t 
   }
   const int parts = parts_of(bytes);
   f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = f.parts = parts;
-  if (cfg_.mode == SimMode::kFlow) return fluid_post(flow, src_agent, dst_agent, bytes, parts);
+  if (cfg_.mode == SimMode::kFlow) return flow_.post(flow, src_agent, dst_agent, bytes, parts);
   // (The receiver lists the message already: make_sends.)
   for_each_part(bytes, [&](int i, std::int64_t pk, std::int64_t part_bytes) {
     const int qp = qp_for(src_agent, dst_agent, i);

@@ -170,11 +170,11 @@ bool Network::run(bool progress) {
   current_ = &coord_;
   bar.finish();
   wall_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (fluid_ && agents_left_ != 0) {
+  if (cfg_.mode == SimMode::kFlow && agents_left_ != 0) {
     // The flows in flight at the end: their bytes so far, on their links and in the counters.
     Time end = coord_.queue.now();
     for (const auto& sp : shards_) end = std::max(end, sp->queue.now());
-    fluid_->settle_all(time_limit ? cfg_.time_limit : end);
+    flow_.settle(time_limit ? cfg_.time_limit : end);
   }
   merge_shards();
   if (agents_left_ == 0) return true;
