@@ -780,27 +780,7 @@ void Network::reroute() {
 void Network::sample_queues() {
   Counters now_counters;
   for (Shard* s : all_shards()) now_counters += s->counters;
-  counter_samples_.push_back(CounterSample{clock(), now_counters});
-  // Flows in the flow-level mode queue nowhere: nothing to look for in 600,000 ports of a
-  // 100,000-GPU fabric every 10 us.
-  // A class with bytes queued holds packets: the port's backlog bits say which to read.
-  if (cfg_.mode != SimMode::kFlow)
-    for (std::size_t port = 0; port < ports_.size(); ++port)
-      for (unsigned classes = ports_[port].backlog & 0xffu; classes != 0; classes &= classes - 1) {
-        const int q = __builtin_ctz(classes);
-        if (ports_[port].c[q].queue_bytes > 0)
-          samples_.push_back(QueueSample{clock(), static_cast<int>(port), q, ports_[port].c[q].queue_bytes});
-      }
-  if (!cfg_.sample_qps) return;
-  for (std::size_t i = 0; i < qps_.size(); ++i) {
-    QueuePair& q = qps_[i];
-    const std::int64_t bytes = q.delivered_bytes - q.sampled_delivered, cnps = q.cnps_received - q.sampled_cnps;
-    if (bytes == 0 && cnps == 0 && q.rate == 0) continue;  // idle and not limited
-    qp_samples_.push_back(QpSample{clock(), static_cast<int>(i), bytes, cnps, q.rate, q.target, q.alpha, q.window,
-                                  cfg_.cc == CongestionControl::kNscc ? q.nscc.rtt : q.swift.rtt, q.hpcc.utilization});
-    q.sampled_delivered = q.delivered_bytes;
-    q.sampled_cnps = q.cnps_received;
-  }
+  samplers_.sample(clock(), now_counters, ports_, qps_, cfg_);
 }
 
 std::vector<int> Network::path(int src_gpu, int dst_gpu, const Packet* probe) const {

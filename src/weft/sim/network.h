@@ -1,17 +1,19 @@
 // The simulated fabric at run time: ports with eight priority queues, switches that
 // route, mark and pause, GPU endpoints with RoCEv2 queue pairs and DCQCN, and the agents
-// that turn a workload into RDMA writes. One Network is one simulation run.
+// that turn a workload into RDMA writes. One Network is one simulation run: the composition
+// of the simulator's parts, those split out so far in files of their own (each with its own
+// arrays, called directly), the rest still its members.
 //
-//   fabric.cpp   ports, transmission, routing and load balancing, switch buffers,
-//                WRED/ECN, PFC pause/resume with watchdog, failures, the set-up checks
-//   rdma.cpp     queue pairs: segmentation, PSNs, ACK/NAK, go-back-N or selective
-//                retransmission, CNPs, the DCQCN reaction point, HPCC, Swift, NSCC
-//   run.cpp      the run: time windows, the threads' shards and their mail, the merge
-//   agents.h     the agents (a part of its own: workload steps, message matching, the flow
-//                records), reached as agents_
-//   flow_transport.h  the flow-level mode (a part of its own, in fluid.cpp), reached as flow_
-//   stall.cpp    why a run did not finish
-//   link_capture.h  the link capture (an observer of its own, in pcap.cpp), reached as capture_
+//   port.h, fabric.cpp     ports, transmission, routing and load balancing, switch buffers,
+//                          WRED/ECN, PFC pause/resume with watchdog, failures, set-up checks
+//   queue_pair.h, rdma.cpp queue pairs: segmentation, PSNs, ACK/NAK, go-back-N or selective
+//                          retransmission, CNPs, the DCQCN reaction point, HPCC, Swift, NSCC
+//   run.cpp                the run: time windows, the threads' shards and their mail, merging
+//   agents.h               (a part) workload steps, message matching, the flow records: agents_
+//   flow_transport.h       (a part) the flow-level mode, in fluid.cpp: flow_
+//   samplers.h             (an observer) counters, queues and queue pairs over time: samplers_
+//   link_capture.h         (an observer) a link's frames as pcap, in pcap.cpp: capture_
+//   stall.cpp              why a run did not finish
 // Beside it, not members: report.cpp (summary, JSON/CSV outputs), pxn.cpp (PXN relays),
 // in_network.cpp (in-network reduction), window_cc.cpp (the window controls' state).
 #pragma once
@@ -33,6 +35,9 @@
 #include "weft/sim/flow_transport.h"
 #include "weft/sim/link_capture.h"
 #include "weft/sim/packet.h"
+#include "weft/sim/port.h"
+#include "weft/sim/queue_pair.h"
+#include "weft/sim/samplers.h"
 #include "weft/sim/stall.h"
 #include "weft/sim/topology.h"
 #include "weft/sim/voq.h"
@@ -40,204 +45,6 @@
 #include "weft/sim/workload.h"
 
 namespace weft::sim {
-
-struct Port {
-  // What every frame reads and writes, in the first cache line; then the rest; then each
-  // traffic class's state, what a frame of the class touches in one line.
-  int node = -1;
-  int peer = -1;            // the port at the other end of the link
-  int peer_node = -1;       // and its node
-  std::uint32_t epoch = 0;  // bumped when the link goes down: packets on the wire are lost
-  bool up : 1 = true;
-  // The frame on the wire ends at `free_at` (busy until then). A transmission's end is an
-  // event only when something waits for the port then (`wake_pending`): a switch port with
-  // frames queued, or a GPU's port, which pulls its next frame from its queue pairs.
-  bool wake_pending : 1 = false;
-  bool endpoint : 1 = false;     // the port of a GPU
-  bool cut_through : 1 = false;  // the receiving switch forwards this link's frames at their headers
-  bool endpoint_wake_pending : 1 = false;
-  std::uint16_t backlog = 0;  // bit q < 8: queue q holds packets; bit kControlBit: `control` does
-  std::uint32_t jitter_ps = 0;  // `jitter` when under 2^32 - 1 ps, else 2^32 - 1 (read `jitter`)
-  Time free_at = 0;
-  double bps = 0;
-  Time delay = 0;           // propagation + the receiving node's switching latency
-  std::int64_t tx_bytes = 0, tx_payload = 0;
-
-  PacketFifo control;       // PFC frames: ahead of everything, never paused
-  Time jitter = 0;          // largest random extra propagation delay of a frame
-  int link = -1;
-  int dwrr_next = 0;
-  std::int64_t headroom = 0;
-  // Counters.
-  std::int64_t pauses_sent = 0, resumes_sent = 0, pauses_received = 0;
-  std::int64_t ecn_marks = 0, drops = 0, trims = 0;
-  Time endpoint_wake_at = kNever;
-
-  struct alignas(64) Class {
-    // The first line: the queue, its bytes, whether the peer pauses it, and what came in here.
-    PacketList queue;
-    bool pausing = false;
-    bool storming = false;  // a pause storm injected here: never resumes
-    bool signalled = false;
-    std::int64_t queue_bytes = 0;
-    std::int64_t max_queue_bytes = 0;
-    // Being paused by the peer (we are the upstream sender).
-    Time paused_until = 0;
-    Time watchdog_until = 0;
-    // Pausing the peer (we are the downstream receiver): bytes held here that came in here,
-    // in the node's shared buffer and in this port's PFC headroom (sized `headroom`).
-    std::int64_t ingress_bytes = 0;
-    std::int64_t headroom_bytes = 0;
-    // Then what only some configurations read.
-    double deficit = 0;
-    Time paused_since = 0;
-    Time paused_total = 0;
-    // Adaptive routing: the queue bytes this port signalled last and when.
-    std::int64_t signalled_bytes = 0;
-    Time signalled_at = 0;
-    // The peer's pause holds the class at `now` (unless the watchdog ignores it).
-    bool paused(Time now) const { return paused_until > now && now >= watchdog_until; }
-  } c[8];
-
-  static constexpr int kControlBit = 8;
-  bool holds(int q) const { return (backlog >> q) & 1u; }
-  bool busy(Time now) const { return free_at > now; }
-  // How loaded class q looks to a switch choosing among ports: its bytes, and one more
-  // while a frame is on the wire.
-  std::int64_t load(int q, Time now) const { return c[q].queue_bytes + (busy(now) ? 1 : 0); }
-  // Whether anything waits here: a queued packet or a PFC frame.
-  bool holds_anything() const { return backlog != 0; }
-  void set_holds(int q, bool holds) {
-    backlog = static_cast<std::uint16_t>(holds ? backlog | (1u << q) : backlog & ~(1u << q));
-  }
-  void enqueue(PacketPool& pool, int q, std::uint32_t id) {
-    c[q].queue.push(pool, id);
-    set_holds(q, true);
-  }
-  std::uint32_t dequeue(const PacketPool& pool, int q) {
-    const std::uint32_t id = c[q].queue.pop(pool);
-    if (c[q].queue.empty()) set_holds(q, false);
-    return id;
-  }
-  void push_control(std::uint32_t id) {
-    control.push(id);
-    set_holds(kControlBit, true);
-  }
-  std::uint32_t pop_control() {
-    const std::uint32_t id = control.pop();
-    if (control.empty()) set_holds(kControlBit, false);
-    return id;
-  }
-};
-static_assert(offsetof(Port, control) == 64, "a port's first cache line holds what every frame reads");
-static_assert(offsetof(Port::Class, deficit) == 64, "a class's first line holds its queue and buffer state");
-
-// One message (part) on a queue pair.
-struct QpMessage {
-  std::uint32_t psn_begin = 0, psn_end = 0;  // [begin, end)
-  std::int64_t bytes = 0;
-  int flow = -1;
-};
-
-// The message of `messages` (in PSN order) that holds `psn`; null when none does. The first
-// and the last are asked first: a receiver's next PSN is nearly always in its oldest message,
-// a sender's in its newest, and a queue pair's list can hold every message of a long run.
-inline const QpMessage* message_holding(const std::deque<QpMessage>& messages, std::uint32_t psn) {
-  if (messages.empty() || psn < messages.front().psn_begin) return nullptr;
-  if (psn < messages.front().psn_end) return &messages.front();
-  if (psn >= messages.back().psn_begin) return psn < messages.back().psn_end ? &messages.back() : nullptr;
-  auto it = std::upper_bound(messages.begin(), messages.end(), psn,
-                             [](std::uint32_t v, const QpMessage& m) { return v < m.psn_begin; });
-  return psn < (it - 1)->psn_end ? &*(it - 1) : nullptr;
-}
-
-struct QueuePair {
-  int src = -1, dst = -1;   // GPU node ids
-  int src_agent = -1, dst_agent = -1;
-  std::uint16_t sport = 0;
-  std::uint8_t queue = 3, dscp = 24;  // traffic class of its packets and ACKs
-  // Sender.
-  std::deque<QpMessage> unacked;   // messages not yet fully acknowledged
-  std::uint32_t psn_assigned = 0;  // next PSN to give a new message
-  std::uint32_t psn_planned = 0;   // (set-up: the receiver's list of messages, rx)
-  std::uint32_t snd_nxt = 0, snd_una = 0, snd_max = 0;
-  std::vector<std::uint32_t> retransmit;  // selective repeat: PSNs to resend first
-  Time next_send = 0;
-  Time last_sent = 0;     // when its latest packet was made (pacing)
-  Time last_progress = 0;
-  bool rto_armed = false;
-  bool active = false;
-  int flowlet_port = -1;
-  Time flowlet_last = 0;
-  // The port its packets leave by while the routes stay as they were at route_generation
-  // (Network::fixed_port).
-  std::uint32_t route_generation = 0;
-  int route_port = -1;
-  // DCQCN reaction point (rate 0: not rate limited).
-  double rate = 0, target = 0, alpha = 1;
-  std::int64_t byte_counter = 0;
-  int t_stage = 0, b_stage = 0;
-  bool cnp_since_alpha = false;
-  bool cc_timers = false;
-  std::uint32_t rate_epoch = 0;      // stale rate-timer events carry an older epoch
-  // Receiver.
-  std::uint32_t epsn = 0;
-  std::vector<std::uint32_t> ahead;  // PSNs received ahead of epsn (sorted)
-  std::deque<QpMessage> rx;          // messages not yet delivered
-  int since_ack = 0;
-  std::uint32_t nak_for = ~0u;
-  std::uint32_t msn = 0;             // messages completed (the MSN its ACKs carry)
-  // Time series (sample.qps): totals, and the totals at the last sample.
-  std::int64_t delivered_bytes = 0, cnps_received = 0;
-  std::int64_t sampled_delivered = 0, sampled_cnps = 0;
-  Time last_cnp = 0;
-  bool cnp_sent_once = false;
-  // Window congestion control (window_cc.h): bytes that may be unacknowledged (0: no
-  // window), the state of HPCC or Swift, and the switches on the QP's path.
-  double window = 0;
-  HpccState hpcc;
-  SwiftState swift;
-  NsccState nscc;
-  int hops = 0;
-  Time path_rtt = 0;      // the path's idle round trip (Swift's target and NSCC's first base over it)
-};
-
-struct PfcEvent {
-  Time at;
-  int port;       // the port that sent the frame
-  int queue;
-  bool pause;     // false: resume
-};
-
-struct Counters {
-  std::int64_t ecn_marks = 0, cnps = 0, pauses = 0, resumes = 0, drops = 0, headroom_drops = 0;
-  std::int64_t retransmissions = 0, naks = 0, timeouts = 0, duplicates = 0;
-  std::int64_t out_of_order = 0;  // arrivals ahead of a missing PSN that the receiver had to drop or hold
-  std::int64_t reordered = 0;     // Write-Only arrivals ahead of a missing PSN, placed directly
-  std::int64_t watchdog_storms = 0, lost_on_failure = 0, data_packets = 0;
-  std::int64_t corrupted = 0;     // frames lost on the wire (link.loss, link.ber)
-  std::int64_t trimmed = 0;       // data packets whose payload a switch cut (packet trimming)
-  std::int64_t bytes_sent = 0, bytes_delivered = 0;
-  Counters& operator+=(const Counters& o);
-};
-
-// The counters at a sampling time (counters.csv: ECN marks, CNPs and pauses over time).
-struct CounterSample {
-  Time at;
-  Counters counters;
-};
-
-// One QP over one sampling interval (sample.qps): what it delivered and its DCQCN state.
-struct QpSample {
-  Time at;
-  int qp;
-  std::int64_t delivered_bytes;  // during the interval
-  std::int64_t cnps;             // CNPs the sender received during the interval
-  double rate, target, alpha;    // DCQCN at the sample (rate 0: not limited); rate: any pacing
-  double window;                 // window congestion control: bytes (0: none)
-  Time rtt;                      // Swift, NSCC: the last round trip measured
-  double utilization;            // HPCC: U
-};
 
 // The routing columns of a topology (Network's routes, and its memory estimate).
 struct RouteColumns {
@@ -247,13 +54,6 @@ struct RouteColumns {
   int routed_nodes = 0;        // nodes with more than one link: those that keep a table
   static RouteColumns of(const Topology& t);
   int count() const { return static_cast<int>(target.size()); }
-};
-
-struct QueueSample {
-  Time at;
-  int port;
-  int queue;
-  std::int64_t bytes;
 };
 
 class Network : public EventTarget {
@@ -292,9 +92,9 @@ class Network : public EventTarget {
   std::int64_t buffer_peak(int node) const { return buffer_peak_[static_cast<std::size_t>(node)]; }
   const std::vector<FlowRecord>& flows() const { return agents_.flows(); }
   const std::vector<PfcEvent>& pfc_events() const { return pfc_events_; }
-  const std::vector<QueueSample>& queue_samples() const { return samples_; }
-  const std::vector<CounterSample>& counter_samples() const { return counter_samples_; }
-  const std::vector<QpSample>& qp_samples() const { return qp_samples_; }
+  const std::vector<QueueSample>& queue_samples() const { return samplers_.queues(); }
+  const std::vector<CounterSample>& counter_samples() const { return samplers_.counters(); }
+  const std::vector<QpSample>& qp_samples() const { return samplers_.qps(); }
   const std::vector<QueuePair, HugePageAllocator<QueuePair>>& qps() const { return qps_; }
   int gpu_rank_of(int node) const { return gpu_rank_of_node_[static_cast<std::size_t>(node)]; }
   // The completion time of `bytes` from GPU rank src to dst on an idle fabric: each hop's
@@ -615,9 +415,7 @@ class Network : public EventTarget {
   // Outputs (merged from the shards at the end of the run).
   Counters counters_;
   std::vector<PfcEvent> pfc_events_;
-  std::vector<QueueSample> samples_;
-  std::vector<CounterSample> counter_samples_;
-  std::vector<QpSample> qp_samples_;
+  Samplers samplers_;  // an observer (samplers.h)
   Time finish_ = 0;
   double wall_seconds_ = 0;
   LinkCapture capture_;
