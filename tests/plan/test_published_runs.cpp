@@ -70,3 +70,38 @@ TEST(PublishedRuns, FitToOneMeasuredRun) {
   EXPECT_THROW(fit_gemm_efficiency_to(run.input, run.iteration_s * 100), weft::ConfigError);
   EXPECT_THROW(fit_gemm_efficiency_to(run.input, 0), weft::ConfigError);
 }
+
+#include "weft/plan/layer_kernels.h"
+
+// A layer's kernels: their GEMM FLOPs are the planner's count (6 x the layer's weights
+// multiplied, forward and backward, plus the attention's 12 s d per token), and a GEMM's
+// efficiency follows its shape: whole waves of full tiles reach the large-GEMM share, one
+// tile more than a wave about half, a short inner dimension less.
+TEST(LayerKernels, FlopsAndShapes) {
+  TransformerSpec m = preset("gpt3-175b");
+  Layout l;
+  l.tp = 8, l.micro_batch = 2;
+  const LayerKernels k = layer_kernels(m, l);
+  double flops = 0;
+  for (const auto* list : {&k.forward, &k.backward})
+    for (const Kernel& x : *list) flops += x.flops;
+  const double tokens = 2048.0 * 2, d = 12288;
+  const double weights = 12 * d * d;  // QKV, output, MLP up and down (no biases, no norms)
+  EXPECT_NEAR(flops / (tokens / 8 * (6 * weights + 12 * d * 2048)), 1.0, 1e-3);  // (the QKV biases: 1e-4)
+  KernelRates r;
+  r.sms = 108, r.gemm_efficiency = 0.8;
+  Kernel full;
+  full.gemm = true, full.m = 256 * 12, full.n = 128 * 9, full.k = 4096, full.batch = 1;  // 108 tiles: one wave
+  EXPECT_NEAR(gemm_shape_efficiency(full, r), 0.8 * 4096 / (4096 + 64), 1e-12);
+  Kernel over = full;
+  over.n = 128 * 9 + 128;  // 120 tiles of 256 x 128: two waves, the second mostly idle
+  EXPECT_LT(gemm_shape_efficiency(over, r), 0.8 * gemm_shape_efficiency(full, r));
+  Kernel short_k = full;
+  short_k.k = 64;
+  EXPECT_NEAR(gemm_shape_efficiency(short_k, r), 0.8 * 0.5, 1e-12);
+  // The time of a kernel: never faster than its operands move (a GEMM with k = 1 is bound by memory).
+  r.memory_bandwidth = 2e12;
+  Kernel thin = full;
+  thin.k = 1, thin.flops = 2 * thin.m * thin.n;
+  EXPECT_GE(kernel_seconds(thin, r), 2 * thin.m * thin.n / (2e12 * r.memory_efficiency));
+}

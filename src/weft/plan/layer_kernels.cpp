@@ -156,12 +156,6 @@ double kernels_seconds(const std::vector<Kernel>& ks, const KernelRates& r, bool
   return t;
 }
 
-double kernels_flops(const std::vector<Kernel>& ks) {
-  double f = 0;
-  for (const Kernel& k : ks) f += k.flops;
-  return f;
-}
-
 LayerTime layer_time(const TransformerSpec& m, const Layout& l, const KernelRates& r, bool moe_layer) {
   const LayerKernels k = layer_kernels(m, l, moe_layer);
   LayerTime t;

@@ -50,7 +50,6 @@ LayerKernels head_kernels(const TransformerSpec& m, const Layout& l);
 double gemm_shape_efficiency(const Kernel& g, const KernelRates& r);
 double kernel_seconds(const Kernel& k, const KernelRates& r);
 double kernels_seconds(const std::vector<Kernel>& ks, const KernelRates& r, bool attention_core_only = false);
-double kernels_flops(const std::vector<Kernel>& ks);
 
 // One layer's forward, backward and what `l` recomputes, in seconds, for one micro-batch.
 struct LayerTime {
