@@ -13,7 +13,7 @@
 //   flow_transport.h       (a part) the flow-level mode, in fluid.cpp: flow_
 //   samplers.h             (an observer) counters, queues and queue pairs over time: samplers_
 //   link_capture.h         (an observer) a link's frames as pcap, in pcap.cpp: capture_
-//   stall.cpp              why a run did not finish
+//   stall.h                (an observer) why a run did not finish: find_stall
 // Beside it, not members: report.cpp (summary, JSON/CSV outputs), pxn.cpp (PXN relays),
 // in_network.cpp (in-network reduction), window_cc.cpp (the window controls' state).
 #pragma once
@@ -411,7 +411,7 @@ class Network : public EventTarget {
   std::vector<std::pair<Time, Time>> collective_times_;
   int agents_left_ = 0;  // ranks with steps not yet done (counted between windows)
   Stall stall_;
-  Stall find_stall(bool time_limit) const;
+  friend Stall find_stall(const Network& net, bool time_limit);
   // Outputs (merged from the shards at the end of the run).
   Counters counters_;
   std::vector<PfcEvent> pfc_events_;

@@ -181,7 +181,7 @@ bool Network::run(bool progress) {
   finish_ = time_limit ? cfg_.time_limit : end_time_;  // simulated up to the limit; or until nothing was left
   // The records of sends never posted go (they were made before the run, in step order).
   agents_.drop_unposted();
-  stall_ = find_stall(time_limit);
+  stall_ = find_stall(*this, time_limit);
   return false;
 }
 

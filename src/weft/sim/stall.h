@@ -36,6 +36,11 @@ struct Stall {
 // first cycle a depth-first search from node 0, 1, ... meets. Iterative (no recursion).
 std::vector<int> find_cycle(const std::vector<std::vector<int>>& edges);
 
+// An observer of a run that did not finish: what each unfinished rank waits on, and the
+// cycles and unreachable hosts behind it, read from the agents, the routes and the ports
+// where the run stopped (Network::stall() keeps it).
+Stall find_stall(const Network& net, bool time_limit);
+
 // The stall of a run that did not finish (Network::stall()) as lines for the summary: the
 // first `max_ranks` waiting ranks, then the deadlock cycles and the unroutable messages.
 std::vector<std::string> describe_stall(const Network& net, const Stall& stall, std::size_t max_ranks = 8);
