@@ -4,9 +4,9 @@
 # trimming, failures and rerouting, the NIC's congestion controls and loss recovery, the
 # agents on collectives, jobs and traces, PXN, in-network reduction, the flow-level mode,
 # the samplers, the link capture, and the stall finder on a run that does not finish) and
-# checks that every file each writes is byte for
-# byte what tests/sim/scenarios.sha256 holds. A change to the simulator's structure must
-# leave them alone; a change to what it computes updates them on purpose:
+# checks that every file each writes is byte for byte what tests/sim/scenarios.sha256
+# holds. A change to the simulator's structure must leave them alone; a change to what it
+# computes updates them on purpose:
 #   tests/sim/scenarios.sh WEFT            check (exit 1 naming the files that differ)
 #   tests/sim/scenarios.sh WEFT --update   rewrite tests/sim/scenarios.sha256
 set -euo pipefail
