@@ -165,7 +165,7 @@ TEST(PlanComm, IterationEstimateForGpt3) {
   Rate rate;
   rate.kind = RateKind::kKernel;
   rate.hardware_flops = 140e12;
-  rate.peak_flops = 312e12;
+  rate.kernels.peak_flops = 312e12;
   IterationEstimate e = estimate_iteration(m, Precision::kMixedAdam, l, c, 1536, rate);
   const double act = 2048.0 * 12288 * 2;  // one micro-batch of hidden states, 16-bit
   const double micro = 1536 / 8;          // per pipeline
@@ -369,7 +369,7 @@ TEST(PlanSecondEdition, StagesInterleavingAndBubble) {
   Layout a;
   a.tp = 8, a.pp = 8, a.dp = 1, a.micro_batches = 32, a.recompute = Recompute::kSelective, a.sequence_parallel = true;
   Rate rate;
-  rate.kind = RateKind::kKernel, rate.hardware_flops = 150e12, rate.peak_flops = 312e12;
+  rate.kind = RateKind::kKernel, rate.hardware_flops = 150e12, rate.kernels.peak_flops = 312e12;
   IterationEstimate plain = estimate_iteration(g, Precision::kMixedAdam, a, Cluster{}, 32, rate);
   const double plain_acts = training_memory(g, Precision::kMixedAdam, a).activations;
   a.interleave = 3;
@@ -482,7 +482,7 @@ TEST(PlanSecondEdition, ExpertCapacityPadsComputeAndAllToAll) {
   Cluster cl;
   cl.gpus_per_node = 8, cl.nvlink.bytes_per_second = 300e9, cl.rail.bytes_per_second = 25e9;
   Rate rate;
-  rate.peak_flops = 312e12, rate.memory_bandwidth = 2e12;
+  rate.kernels.peak_flops = 312e12, rate.kernels.memory_bandwidth = 2e12;
   const IterationEstimate a = estimate_iteration(capped, Precision::kMixedAdam, l, cl, 256, rate);
   const IterationEstimate d = estimate_iteration(dropless, Precision::kMixedAdam, l, cl, 256, rate);
   EXPECT_NEAR(a.expert.bytes / d.expert.bytes, 1.25, 1e-12);
@@ -566,7 +566,7 @@ TEST(PlanSecondEdition, BuffersOverheadsAndOffload) {
   EXPECT_EQ(off.optimizer, 0);
   EXPECT_NEAR(off.host, z1.optimizer, 1);
   Rate rate;
-  rate.kind = RateKind::kKernel, rate.hardware_flops = 150e12, rate.peak_flops = 312e12;
+  rate.kind = RateKind::kKernel, rate.hardware_flops = 150e12, rate.kernels.peak_flops = 312e12;
   Cluster c;
   const IterationEstimate e = estimate_iteration(m, Precision::kMixedAdam, l, c, 128, rate);
   const double shard = off.parameters / 128;
@@ -581,19 +581,19 @@ TEST(PlanSecondEdition, Fp8PredictedRate) {
   Layout l;
   l.tp = 8, l.flash_attention = true;
   Rate r;
-  r.peak_flops = 989e12, r.memory_bandwidth = 3.35e12, r.sms = 132, r.gemm_efficiency = 0.8;
+  r.kernels.peak_flops = 989e12, r.kernels.memory_bandwidth = 3.35e12, r.kernels.sms = 132, r.kernels.gemm_efficiency = 0.8;
   const double bf16 = predicted_kernel_flops(m, l, r);
   // Below the large GEMMs' share of the peak (memory-bound kernels, the attention core,
   // tile waves), and not far below it for a 70B layer's GEMMs (8,192 tokens, 1,024 wide).
   EXPECT_LT(bf16, 0.8 * 989e12);
   EXPECT_GT(bf16, 0.6 * 989e12) << bf16;
   // FP8 GEMMs: faster, but less than twice (the attention core and memory-bound kernels stay).
-  r.fp8_peak_flops = 1979e12;
+  r.kernels.fp8_peak_flops = 1979e12;
   const double fp8 = predicted_kernel_flops(m, l, r);
   EXPECT_GT(fp8, 1.3 * bf16);
   EXPECT_LT(fp8, 2.0 * bf16);
   // Narrower GEMMs reach less: the same model split 4 times further.
-  r.fp8_peak_flops = 0;
+  r.kernels.fp8_peak_flops = 0;
   Layout narrow = l;
   narrow.tp = 32;
   m.heads = 64;
@@ -842,7 +842,7 @@ TEST(PlanSecondEdition, OffloadToNvme) {
   Cluster c;
   c.host.bytes_per_second = 25e9, c.nvme.bytes_per_second = 4e9;
   Rate r;
-  r.kind = RateKind::kKernel, r.hardware_flops = 150e12, r.peak_flops = 312e12;
+  r.kind = RateKind::kKernel, r.hardware_flops = 150e12, r.kernels.peak_flops = 312e12;
   const IterationEstimate e = estimate_iteration(m, Precision::kMixedAdam, l, c, 64, r);
   const double shard = nvme.parameters / 2;
   EXPECT_NEAR(e.host.bytes, shard * 6 + 2 * nvme.nvme, 1);

@@ -46,27 +46,16 @@ const char* rate_kind_name(RateKind k) {
   return "?";
 }
 
-KernelRates Rate::kernel_rates() const {
-  KernelRates r;
-  r.peak_flops = peak_flops;
-  r.memory_bandwidth = memory_bandwidth;
-  r.sms = sms;
-  r.gemm_efficiency = gemm_efficiency;
-  r.attention_efficiency = attention_efficiency;
-  r.fp8_peak_flops = fp8_peak_flops;
-  return r;
-}
-
 double predicted_kernel_flops(const TransformerSpec& m, const Layout& l, const Rate& rate) {
   const TokenFlops tf = token_flops(m, l);
   const double tokens = static_cast<double>(m.seq_len) / std::max(1, l.cp) * static_cast<double>(l.micro_batch) / l.tp;
-  return tf.dense_layer * tokens / layer_time(m, l, rate.kernel_rates(), false).total();
+  return tf.dense_layer * tokens / layer_time(m, l, rate.kernels, false).total();
 }
 
 IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, const Layout& l, const Cluster& c,
                                      std::int64_t global_batch, const Rate& rate) {
   if (global_batch < 1) throw ConfigError("--global-batch must be at least 1");
-  if (!(rate.peak_flops > 0)) throw ConfigError("the GPU's peak FLOP/s must be positive");
+  if (!(rate.kernels.peak_flops > 0)) throw ConfigError("the GPU's peak FLOP/s must be positive");
   IterationEstimate e;
   e.basis = rate.kind;
   const std::int64_t micro = std::max<std::int64_t>(1, l.micro_batches);
@@ -92,7 +81,7 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     double t = 0, memory = 0;
     if (predicted) {
       // Kernel by kernel (layer_kernels.h), the memory-bound kernels' share kept apart.
-      const KernelRates kr = rate.kernel_rates();
+      const KernelRates kr = rate.kernels;
       const LayerTime dense = layer_time(m, l, kr, false);
       t = static_cast<double>(layers[i] - moe_layers) * dense.total();
       memory = static_cast<double>(layers[i] - moe_layers) * dense.memory_bound;
@@ -242,11 +231,11 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   }
   // The optimizer's step over this GPU's shard of the state (sharded over data and context
   // parallelism by ZeRO 1+ and Megatron's distributed optimizer; on the host when offloaded).
-  if (predicted && rate.memory_bandwidth > 0 && l.offload == Offload::kNone) {
+  if (predicted && rate.kernels.memory_bandwidth > 0 && l.offload == Offload::kNone) {
     const double local = training_memory(m, p, l).parameters;
     const bool sharded = l.zero >= 1 || p == Precision::kMegatronDistributed;
     const double shard = sharded ? local / group : local;
-    e.optimizer_s = shard * optimizer_step_bytes(p) / (rate.memory_bandwidth * rate.kernel_rates().memory_efficiency);
+    e.optimizer_s = shard * optimizer_step_bytes(p) / (rate.kernels.memory_bandwidth * rate.kernels.memory_efficiency);
   }
   const double all_comm =
       e.tensor.seconds + e.context.seconds + e.expert.seconds + e.pipeline.seconds + e.data.seconds + e.host.seconds;
@@ -261,13 +250,13 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   const double gpus = l.gpus();
   if (rate.kind == RateKind::kEndToEnd) {
     if (rate.hardware_flops > 0) e.iteration_s = e.hardware_flops / (gpus * rate.hardware_flops);
-    else if (rate.mfu > 0) e.iteration_s = e.model_flops / (gpus * rate.mfu * rate.peak_flops);
+    else if (rate.mfu > 0) e.iteration_s = e.model_flops / (gpus * rate.mfu * rate.kernels.peak_flops);
     else throw ConfigError("an end-to-end rate needs --tflops or --mfu");
   } else {
     e.iteration_s = e.iteration_overlap_s;
   }
-  e.mfu = e.model_flops / (e.iteration_s * gpus * rate.peak_flops);
-  e.hfu = e.hardware_flops / (e.iteration_s * gpus * rate.peak_flops);
+  e.mfu = e.model_flops / (e.iteration_s * gpus * rate.kernels.peak_flops);
+  e.hfu = e.hardware_flops / (e.iteration_s * gpus * rate.kernels.peak_flops);
   e.tokens_per_second = tokens / e.iteration_s;
   return e;
 }

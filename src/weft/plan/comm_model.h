@@ -62,13 +62,9 @@ struct Rate {
   RateKind kind = RateKind::kPredicted;
   double hardware_flops = 0;  // per GPU, recomputation counted (Narayanan et al.'s "achieved")
   double mfu = 0;             // end-to-end model FLOPs utilization (instead of a rate)
-  double gemm_efficiency = 0.8;  // predicted: the most of the peak a large GEMM reaches
-  double peak_flops = 0, memory_bandwidth = 0;  // the GPU's (for MFU/HFU and the prediction)
-  // Predicted: the GEMMs in FP8 at this peak (0: in 16-bit); the attention core stays 16-bit.
-  double fp8_peak_flops = 0;
-  int sms = 108;  // the GPU's, for the GEMMs' tile waves
-  double attention_efficiency = 0.5;  // predicted: FlashAttention's share of the peak
-  KernelRates kernel_rates() const;
+  // The GPU and its software's kernels: what a prediction computes with (layer_kernels.h);
+  // its peak is also MFU's and HFU's.
+  KernelRates kernels;
 };
 
 struct IterationEstimate {

@@ -60,19 +60,19 @@ InferenceReport plan_inference(const InferenceInput& in) {
   l.micro_batch = in.batch;
   l.flash_attention = true;
   Rate rate;
-  rate.peak_flops = in.gpu.peak_flops;
-  rate.memory_bandwidth = in.gpu.memory_bandwidth;
-  rate.sms = in.gpu.sms;
-  rate.gemm_efficiency = in.gemm_efficiency;
+  rate.kernels.peak_flops = in.gpu.peak_flops;
+  rate.kernels.memory_bandwidth = in.gpu.memory_bandwidth;
+  rate.kernels.sms = in.gpu.sms;
+  rate.kernels.gemm_efficiency = in.gemm_efficiency;
   if (in.fp8) {
     if (!(in.gpu.peak_fp8_flops > 0)) throw ConfigError("--fp8: the " + in.gpu.name + " has no FP8 tensor cores");
-    rate.fp8_peak_flops = in.gpu.peak_fp8_flops;
+    rate.kernels.fp8_peak_flops = in.gpu.peak_fp8_flops;
   }
   const double d = m.attention_width(), L = static_cast<double>(m.layers), B = static_cast<double>(in.batch);
   const double p = static_cast<double>(prompt), ctx = static_cast<double>(context);
   TransformerSpec prompt_shape = m;
   prompt_shape.seq_len = prompt;
-  const KernelRates kr = rate.kernel_rates();
+  const KernelRates& kr = rate.kernels;
   const LinkClass& link = in.tp <= in.cluster.gpus_per_node ? in.cluster.nvlink : in.cluster.rail;
   const double prefill_comm = in.tp > 1 ? 2 * ring_allreduce_seconds(B * p * static_cast<double>(m.d_model) * 2, in.tp, link) : 0;
   r.prefill_s = 0;

@@ -11,12 +11,12 @@ namespace weft::plan {
 
 Rate PlanInput::rate() const {
   Rate r;
-  r.peak_flops = gpu.peak_flops;
-  r.memory_bandwidth = gpu.memory_bandwidth;
-  r.gemm_efficiency = gemm_efficiency;
-  r.attention_efficiency = attention_efficiency;
-  r.sms = gpu.sms;
-  if (layout.fp8) r.fp8_peak_flops = gpu.peak_fp8_flops;
+  r.kernels.peak_flops = gpu.peak_flops;
+  r.kernels.memory_bandwidth = gpu.memory_bandwidth;
+  r.kernels.gemm_efficiency = gemm_efficiency;
+  r.kernels.attention_efficiency = attention_efficiency;
+  r.kernels.sms = gpu.sms;
+  if (layout.fp8) r.kernels.fp8_peak_flops = gpu.peak_fp8_flops;
   if (achieved_flops > 0) {
     r.kind = rate_kind;
     r.hardware_flops = achieved_flops;
