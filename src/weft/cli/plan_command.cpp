@@ -52,7 +52,7 @@ struct PlanFlags {
   std::vector<std::int64_t> sweep_mb;
   std::vector<std::string> sweep_recompute, sweep_sp, sweep_flash;
   bool reference = false;  // a layout was given with --sweep: compare against it
-  bool gemm_efficiency_given = false;
+  bool gemm_efficiency_given = false, attention_efficiency_given = false;
   // --published
   bool published = false;
   std::string published_with;  // a flag given beside --published (it takes only --json)
@@ -209,9 +209,10 @@ void set_cluster(const PlanFlags& f, plan::PlanInput& in) {
 // --inference: serving's memory and times for the model, GPU and cluster of `in`.
 int run_inference(const PlanFlags& f, const plan::PlanInput& in, std::int64_t global_batch) {
   if (f.sweep || !f.emit_workload.empty() || !f.report.empty() || f.params > 0 || f.tokens > 0 || global_batch > 0 ||
-      f.dp > 0 || f.cp > 1)
+      f.dp > 0 || f.cp > 1 || f.grad_reduce != "overlapped" || f.zero3_regather || f.fit_to > 0)
     throw ConfigError("--inference sizes serving: it takes --tp, --pp, --batch, --context and --prompt, not --sweep, "
-                      "--emit-workload, --report, --params, --tokens, --global-batch, --dp or --cp");
+                      "--emit-workload, --report, --params, --tokens, --global-batch, --dp, --cp, --grad-reduce, "
+                      "--zero3-regather or --fit-to");
   plan::InferenceInput ii;
   ii.model = in.model;
   ii.gpu = in.gpu;
@@ -224,6 +225,7 @@ int run_inference(const PlanFlags& f, const plan::PlanInput& in, std::int64_t gl
   ii.prompt = f.prompt;
   ii.batch = f.batch;
   ii.gemm_efficiency = f.gemm_efficiency;
+  ii.attention_efficiency = f.attention_efficiency;
   ii.fp8 = f.fp8;
   ii.bandwidth_efficiency = f.bandwidth_efficiency;
   if (!(f.bandwidth_efficiency > 0 && f.bandwidth_efficiency <= 1) || !(f.gemm_efficiency > 0 && f.gemm_efficiency <= 1))
@@ -334,6 +336,17 @@ int run_plan(const PlanFlags& f) {
     if (global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
   }
   const plan::EmitOrder emit_order = plan::parse_emit_order(f.emit_schedule);
+  // The system's behaviours shape the iteration: without one (no --global-batch) or without
+  // what they act on they do not apply.
+  const plan::Layout& l = in.layout;
+  if (l.grad_reduce_after_backward &&
+      (global_batch < 1 || (!f.sweep && (l.dp * l.cp == 1 || l.zero >= 3))))
+    throw ConfigError("--grad-reduce after-backward times the data-parallel reduction of an iteration: it needs "
+                      "--global-batch and data parallelism without ZeRO 3");
+  if (l.zero3_gather_for_recompute && global_batch < 1)
+    throw ConfigError("--zero3-regather times ZeRO 3's gathers in an iteration: it needs --global-batch");
+  if (f.attention_efficiency_given && !l.flash_attention)
+    throw ConfigError("--attention-efficiency is FlashAttention's rate: it needs --flash-attention (or --inference)");
   if (f.fit_to > 0) {
     if (global_batch < 1) throw ConfigError("--fit-to needs --global-batch (the measured iteration's sequences)");
     if (f.tflops > 0 || f.mfu > 0 || f.gemm_efficiency_given)
@@ -542,6 +555,7 @@ void add_plan_command(CLI::App& app, Action& action) {
     for (const char* flag : {"--tp", "--pp", "--dp", "--cp", "--ep", "--zero", "--micro-batch"})
       if (cmd->count(flag) > 0) f->reference = true;
     f->gemm_efficiency_given = cmd->count("--gemm-efficiency") > 0;
+    f->attention_efficiency_given = cmd->count("--attention-efficiency") > 0;
     // --published takes no layout, model or hardware: any other flag is refused.
     if (f->published)
       for (const CLI::Option* o : cmd->get_options())

@@ -69,6 +69,16 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   e.kernel_flops = predicted ? 0 : rate.hardware_flops;
   if (!predicted && !(e.kernel_flops > 0)) throw ConfigError("the kernel FLOP/s per GPU must be positive");
 
+  // Predicted: a dense layer's, a MoE layer's and the head's times, kernel by kernel
+  // (layer_kernels.h), the same on every stage.
+  LayerTime dense, moe;
+  double head_s = 0;
+  if (predicted) {
+    dense = layer_time(m, l, rate.kernels, false);
+    if (m.moe()) moe = layer_time(m, l, rate.kernels, true);
+    const LayerKernels head = head_kernels(m, l);
+    head_s = kernels_seconds(head.forward, rate.kernels) + kernels_seconds(head.backward, rate.kernels);
+  }
   // Per stage: one micro-batch's forward and backward; the slowest stage sets the pace.
   double stage_mb_s = 0, stage_memory_s = 0, stage_flops = 0;
   std::int64_t first = 0, most_layers = 0, most_moe_layers = 0;
@@ -80,20 +90,9 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
                           static_cast<double>(moe_layers) * tf.moe_layer + (i + 1 == layers.size() ? tf.head : 0)) * tokens_mb;
     double t = 0, memory = 0;
     if (predicted) {
-      // Kernel by kernel (layer_kernels.h), the memory-bound kernels' share kept apart.
-      const KernelRates kr = rate.kernels;
-      const LayerTime dense = layer_time(m, l, kr, false);
-      t = static_cast<double>(layers[i] - moe_layers) * dense.total();
-      memory = static_cast<double>(layers[i] - moe_layers) * dense.memory_bound;
-      if (moe_layers > 0) {
-        const LayerTime moe = layer_time(m, l, kr, true);
-        t += static_cast<double>(moe_layers) * moe.total();
-        memory += static_cast<double>(moe_layers) * moe.memory_bound;
-      }
-      if (i + 1 == layers.size()) {
-        const LayerKernels head = head_kernels(m, l);
-        t += kernels_seconds(head.forward, kr) + kernels_seconds(head.backward, kr);
-      }
+      const double n_dense = static_cast<double>(layers[i] - moe_layers), n_moe = static_cast<double>(moe_layers);
+      t = n_dense * dense.total() + n_moe * moe.total() + (i + 1 == layers.size() ? head_s : 0);
+      memory = n_dense * dense.memory_bound + n_moe * moe.memory_bound;
     } else {
       t = flops / e.kernel_flops;
     }

@@ -64,6 +64,7 @@ InferenceReport plan_inference(const InferenceInput& in) {
   rate.kernels.memory_bandwidth = in.gpu.memory_bandwidth;
   rate.kernels.sms = in.gpu.sms;
   rate.kernels.gemm_efficiency = in.gemm_efficiency;
+  rate.kernels.attention_efficiency = in.attention_efficiency;
   if (in.fp8) {
     if (!(in.gpu.peak_fp8_flops > 0)) throw ConfigError("--fp8: the " + in.gpu.name + " has no FP8 tensor cores");
     rate.kernels.fp8_peak_flops = in.gpu.peak_fp8_flops;
@@ -144,8 +145,9 @@ std::string InferenceReport::to_text() const {
   line("             time to first token %.3f s", time_to_first_token_s);
   out += "assumptions\n";
   line("  - decode: HBM at %.0f%% of %.2f TB/s; prefill kernel by kernel, large GEMMs at %.0f%% of %.0f TFLOP/s (less as "
-       "their shape leaves SMs idle); no allowance for activations or the runtime (leave headroom)",
-       100 * in.bandwidth_efficiency, in.gpu.memory_bandwidth / 1e12, 100 * in.gemm_efficiency, in.gpu.peak_flops / 1e12);
+       "their shape leaves SMs idle), FlashAttention at %.0f%%; no allowance for activations or the runtime (leave headroom)",
+       100 * in.bandwidth_efficiency, in.gpu.memory_bandwidth / 1e12, 100 * in.gemm_efficiency, in.gpu.peak_flops / 1e12,
+       100 * in.attention_efficiency);
   line("  - the pipeline's stages run one after another for a step (no micro-batching across stages)");
   return out;
 }

@@ -34,6 +34,7 @@ struct InferenceInput {
   std::int64_t prompt = 0;   // prompt tokens; 0: half the context
   std::int64_t batch = 1;    // sequences decoded together
   double gemm_efficiency = 0.8;       // of the peak, for large GEMMs (prefill)
+  double attention_efficiency = 0.5;  // FlashAttention's share of the peak (prefill)
   bool fp8 = false;                   // GEMMs at the FP8 peak
   double bandwidth_efficiency = 0.8;  // of the HBM bandwidth a decode step reaches
 };

@@ -51,7 +51,7 @@ LayerKernels layer_kernels(const TransformerSpec& spec, const Layout& l, bool mo
   std::vector<Kernel>& f = k.forward;
   f.push_back(streaming("norm", 4 * e * h));
   f.push_back(gemm("qkv", T, in_width, h));
-  if (!spec.layer_norm) f.push_back(streaming("rotary", 4 * T * (heads + kv_heads) * qk));
+  if (!spec.learned_positions) f.push_back(streaming("rotary", 4 * T * (heads + kv_heads) * qk));
   const double scores = b * heads * s * s_keys;  // elements of the s x s scores on this GPU
   if (flash) {
     // FlashAttention over the causal half: 2 s s' (qk + v) FLOPs per head, halved.

@@ -101,9 +101,14 @@ PlanReport make_plan(const PlanInput& in) {
                   "a node, pipeline and data parallelism across; ring algorithms (alpha-beta)",
                   in.cluster.gpus_per_node, in.cluster.nvlink.bytes_per_second / 1e9, in.cluster.rail.bytes_per_second / 1e9);
     r.assumptions.push_back(buf);
-    r.assumptions.push_back("overlap: data-parallel reduction behind the last micro-batch's backward and the parameter "
-                            "all-gather behind the first forward, but for one layer's bucket each; tensor- and "
-                            "expert-parallel collectives on the critical path; ring attention behind attention");
+    std::string overlap = l.grad_reduce_after_backward
+                              ? "overlap: the data-parallel reduction after the last backward (--grad-reduce after-backward), "
+                                "all of it exposed"
+                              : "overlap: data-parallel reduction behind the last micro-batch's backward and the parameter "
+                                "all-gather behind the first forward, but for one layer's bucket each";
+    if (l.zero3_gather_for_recompute) overlap += "; ZeRO 3 gathers the weights again for the recomputed forward";
+    r.assumptions.push_back(overlap + "; tensor- and expert-parallel collectives on the critical path; ring attention "
+                            "behind attention");
   }
   r.min_gpus_weights_only = min_gpus(2 * r.parameters, in.gpu.memory_bytes);
   if (!in.parameters) {
@@ -274,6 +279,8 @@ nlohmann::json PlanReport::to_json() const {
                   {"zero", l.zero}, {"recompute", recompute_name(l.recompute)}, {"recompute_layers", l.recompute_layers},
                   {"sequence_parallel", l.sequence_parallel}, {"flash_attention", l.flash_attention},
                   {"fp8", l.fp8}, {"interleave", l.interleave}, {"micro_batch", l.micro_batch}, {"micro_batches", l.micro_batches},
+                  {"grad_reduce", l.grad_reduce_after_backward ? "after-backward" : "overlapped"},
+                  {"zero3_regather", l.zero3_gather_for_recompute},
                   {"global_batch", input.global_batch}}},
       {"precision", precision_name(input.precision)},
       {"gpu", {{"name", input.gpu.name}, {"memory_bytes", input.gpu.memory_bytes}, {"peak_flops", input.gpu.peak_flops},
