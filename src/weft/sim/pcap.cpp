@@ -35,6 +35,7 @@ LinkCapture::~LinkCapture() {
 }
 
 void LinkCapture::open(const std::string& path, int link) {
+  if (file_) std::fclose(file_);  // a second capture replaces the first
   link_ = link;
   file_ = std::fopen(path.c_str(), "wb");
   if (!file_) throw ConfigError("pcap: cannot write " + path);
