@@ -23,13 +23,13 @@ weft=$1
 compare=$2
 new_work_dir
 for i in $(seq 1 300); do echo "the quick brown fox $i jumps over the lazy dog and runs away"; done >"$work/corpus.txt"
-gpt=(train --model gpt --data "$work/corpus.txt" --context 32 --layers 4 --d-model 512 --heads 8 --batch 4 --eval-every 6
+gpt=(train --model gpt --data "$work/corpus.txt" --context 32 --layers 4 --d-model 512 --heads 8 --batch 4 --eval-every 4
      --eval-batches 1 --sample 0 --seed 3 --quiet)
 field() { json_field "$1" <<<"$2"; }
 
 # 1. In memory, then under a limit.
-whole=$("$weft" "${gpt[@]}" --max-steps 6 --save-model "$work/memory.safetensors")
-limited=$("$weft" "${gpt[@]}" --max-steps 6 --memory-limit 150M --offload-dir "$work" --save-model "$work/offloaded.safetensors")
+whole=$("$weft" "${gpt[@]}" --max-steps 4 --save-model "$work/memory.safetensors")
+limited=$("$weft" "${gpt[@]}" --max-steps 4 --memory-limit 150M --offload-dir "$work" --save-model "$work/offloaded.safetensors")
 grep -q "optimizer state offloaded to $work: 96.5 MiB there, 24.0 MiB in memory (the model states exceed --memory-limit 150M)" \
   <<<"$limited" || fail "no offload said: $limited"
 cmp -s "$work/memory.safetensors" "$work/offloaded.safetensors" || fail "the offloaded run's parameters differ"
@@ -45,16 +45,16 @@ echo "peak RSS in memory $(field peak_rss_bytes "$whole"), offloaded $rss (limit
 [ "$saved" -ge $((offloaded * 3 / 4)) ] || fail "the offload saved $saved bytes of $offloaded"
 
 # 2. Checkpoint and resume, offloaded.
-"$weft" "${gpt[@]}" --max-steps 6 --offload optimizer --offload-dir "$work" --checkpoint-dir "$work/ck" \
-  --checkpoint-every 3 >/dev/null
-rm -rf "$work/ck/step-000000006"  # as if it had died after step 3
-"$weft" "${gpt[@]}" --max-steps 6 --offload optimizer --offload-dir "$work" --checkpoint-dir "$work/ck" --resume \
+"$weft" "${gpt[@]}" --max-steps 4 --offload optimizer --offload-dir "$work" --checkpoint-dir "$work/ck" \
+  --checkpoint-every 2 >/dev/null
+rm -rf "$work/ck/step-000000004"  # as if it had died after step 2
+"$weft" "${gpt[@]}" --max-steps 4 --offload optimizer --offload-dir "$work" --checkpoint-dir "$work/ck" --resume \
   --save-model "$work/resumed.safetensors" >/dev/null
 cmp -s "$work/memory.safetensors" "$work/resumed.safetensors" || fail "the resumed offloaded run differs"
-echo "checkpoint at step 3 and resume, offloaded: bitwise the in-memory run"
+echo "checkpoint at step 2 and resume, offloaded: bitwise the in-memory run"
 
 # 3. The parameters too.
-mlp=(train --model mlp --hidden 2048,2048,2048,2048,2048,2048 --batch 64 --limit-train 640 --limit-test 100 --seed 3
+mlp=(train --model mlp --hidden 2048,2048,2048,2048,2048,2048 --batch 64 --limit-train 320 --limit-test 100 --seed 3
      --optimizer adam --lr 0.0005 --quiet)
 whole=$("$weft" "${mlp[@]}")
 "$weft" "${mlp[@]}" --save-model "$work/mlp-memory.safetensors" >/dev/null
@@ -81,8 +81,8 @@ cnn=(train --model cnn --batch 64 --limit-train 640 --limit-test 100 --seed 3 --
   --save-model "$work/cnn-ddp.safetensors" >/dev/null
 printf 'parameters offloaded, CNN with DDP on 2 ranks against one process: '
 "$compare" "$work/cnn.safetensors" "$work/cnn-ddp.safetensors" 1e-5 | tail -n 1
-"$weft" "${gpt[@]}" --max-steps 6 --clip-grad 0 --save-model "$work/gpt-memory.safetensors" >/dev/null
-out=$("$weft" "${gpt[@]}" --max-steps 6 --clip-grad 0 --offload params --offload-dir "$work" \
+"$weft" "${gpt[@]}" --max-steps 4 --clip-grad 0 --save-model "$work/gpt-memory.safetensors" >/dev/null
+out=$("$weft" "${gpt[@]}" --max-steps 4 --clip-grad 0 --offload params --offload-dir "$work" \
   --save-model "$work/gpt-offloaded.safetensors")
 grep -q "parameters offloaded to $work: [0-9.]* MiB there, at most [0-9.]* MiB in memory (6 segments" <<<"$out" ||
   fail "the GPT's blocks were not streamed: $out"
