@@ -8,6 +8,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -20,6 +21,11 @@ namespace weft::comm {
 namespace {
 constexpr std::size_t kStagingBytes = 256 * 1024;
 constexpr std::uint64_t kSegmentMagic = 0x5745465453484d31ULL;  // "WEFTSHM1"
+#ifdef MADV_POPULATE_WRITE
+constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+#else
+constexpr int kPopulateWrite = 23;  // (Linux 5.14's value, for older headers)
+#endif
 
 struct SegmentHeader {
   std::uint64_t magic;
@@ -130,8 +136,10 @@ std::unique_ptr<ShmSegment> ShmSegment::open(const std::string& name) {
     ::close(fd);
     throw CommError("shared memory " + s->name_ + " is too small");
   }
-  // MAP_POPULATE: fault every page in now, not on the first message through it.
-  s->base_ = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  // Not populated: a peer writes to one ring of the segment (populate_slot), and faulting in
+  // every ring of every peer's segment cost each of N local ranks N^2 ring sizes of page
+  // tables (36 MiB a rank with 6 ranks).
+  s->base_ = ::mmap(nullptr, s->size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ::close(fd);
   if (s->base_ == MAP_FAILED) {
     s->base_ = nullptr;
@@ -154,6 +162,17 @@ ShmSegment::~ShmSegment() {
 void ShmSegment::unlink() {
   if (owner_) ::shm_unlink(name_.c_str());
   owner_ = false;
+}
+
+void ShmSegment::populate_slot(int slot) {
+  // Fault in the pages of the header and of this slot now, not on the first message through
+  // them (MADV_POPULATE_WRITE, Linux 5.14; on older kernels they fault in on first use).
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  auto* base = static_cast<std::uint8_t*>(base_);
+  const std::size_t begin = static_cast<std::size_t>(reinterpret_cast<std::uint8_t*>(&ring(slot)) - base) / page * page;
+  const std::size_t end = std::min(size_, (static_cast<std::size_t>(ring_data(slot) - base) + ring_bytes_ + page - 1) / page * page);
+  ::madvise(base, std::min(size_, header_bytes()), kPopulateWrite);
+  ::madvise(base + begin, end - begin, kPopulateWrite);
 }
 
 Doorbell& ShmSegment::doorbell() { return static_cast<SegmentHeader*>(base_)->bell; }

@@ -75,6 +75,8 @@ class ShmSegment {
   static std::unique_ptr<ShmSegment> create(const std::string& name, int slots, std::size_t ring_bytes);
   static std::unique_ptr<ShmSegment> open(const std::string& name);
   ~ShmSegment();
+  // Faults in (a peer's view of) the header and ring `slot`: the part this process writes.
+  void populate_slot(int slot);
   void unlink();
   Doorbell& doorbell();
   int owner_pid() const;

@@ -167,6 +167,7 @@ void connect_shared_memory(GroupLinks& links, const LinkRequest& r, const std::v
       throw CommError("rendezvous: rank " + std::to_string(r.members[i]) + " did not create its shared memory");
     links.peer_segments[i] = ShmSegment::open(seg_name(i));
     ShmSegment& peer = *links.peer_segments[i];
+    peer.populate_slot(local_index[r.rank]);
     auto ch = std::make_unique<ShmChannel>(peer.ring(local_index[r.rank]), peer.ring_data(local_index[r.rank]),
                                            links.my_segment->ring(local_index[i]), links.my_segment->ring_data(local_index[i]),
                                            links.my_segment->ring_bytes(), peer.doorbell(), eps[i].pid);
