@@ -1,8 +1,11 @@
 // Files replaced atomically, whole or piece by piece (util/file.h).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "../test_support.h"
 #include "weft/util/error.h"
@@ -68,4 +71,31 @@ TEST(ReadFile, ReadsEveryByteWhateverStatSays) {
   EXPECT_NE(status.find("\nPid:"), std::string::npos);
   EXPECT_THROW(weft::read_file(dir.path()), weft::DataError);
   EXPECT_THROW(weft::read_file(dir.path() + "/none"), weft::DataError);
+}
+
+// A file whose size stat cannot tell and that does not end (/dev/zero given as data) is
+// refused after kUnsizedReadLimit bytes, naming the path, not read until memory runs out; a
+// pipe that ends is read whole.
+TEST(ReadFile, RefusesAnUnsizedFileThatDoesNotEnd) {
+  try {
+    weft::read_file("/dev/zero");
+    FAIL() << "/dev/zero was read whole";
+  } catch (const weft::DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/zero is not a regular file and gave 256 MiB without ending"),
+              std::string::npos)
+        << e.what();
+  }
+  TempDir dir;
+  const std::string fifo = dir.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] {
+    std::FILE* f = std::fopen(fifo.c_str(), "w");
+    if (f) {
+      std::fputs("through a pipe\n", f);
+      std::fclose(f);
+    }
+  });
+  const std::string text = weft::read_file(fifo);
+  writer.join();
+  EXPECT_EQ(text, "through a pipe\n");
 }

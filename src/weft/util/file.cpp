@@ -101,10 +101,15 @@ std::string read_file(const std::string& path) {
   // the end touched three times the memory, and fresh pages are what a read costs most on a
   // virtual machine); then on to the end, for files whose size was unknown (/proc) or grew.
   struct stat st {};
-  const std::size_t expected = ::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<std::size_t>(st.st_size) : 0;
+  const bool sized = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+  const std::size_t expected = sized ? static_cast<std::size_t>(st.st_size) : 0;
   std::string out(expected + 1, '\0');  // (the extra byte sees a file that grew)
   std::size_t have = 0;
   for (;;) {
+    if (!sized && have >= kUnsizedReadLimit) {
+      throw DataError(path + " is not a regular file and gave " + std::to_string(kUnsizedReadLimit >> 20) +
+                      " MiB without ending (a device or a pipe?): save what it holds to a file and pass that");
+    }
     if (have == out.size()) out.resize(std::max<std::size_t>(out.size() * 2, 64 * 1024));
     const ssize_t n = ::read(fd, out.data() + have, out.size() - have);
     if (n < 0) {

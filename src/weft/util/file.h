@@ -31,7 +31,10 @@ class AtomicFileWriter {
   int fd_ = -1;
   std::string buffer_;
 };
-// Reads a whole file; throws DataError naming the path when it cannot.
+// Reads a whole file; throws DataError naming the path when it cannot. A file whose size is
+// not known in advance (a device, a pipe, /proc) is read up to kUnsizedReadLimit bytes: one
+// that gives more (/dev/zero) is refused, not read until memory runs out.
+inline constexpr std::size_t kUnsizedReadLimit = std::size_t{256} << 20;
 std::string read_file(const std::string& path);
 bool file_exists(const std::string& path);
 // Flushes a folder's entries (renames, new files) to the disk, as write_file_atomic does for
