@@ -29,7 +29,7 @@
 #  8. Refusals: one line each, exit 2.
 # The ranks are slowed (WEFT_STRAGGLER) so that the changes land mid-epoch. The scenarios run
 # three at a time, each job with its own token and files (the ranks mostly sleep: 16 s of
-# processor time in 42 s of wall one after another, 15 s of wall three at a time).
+# processor time in 42 s of wall one after another, 19 s of wall three at a time).
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -71,7 +71,8 @@ worker_pid() {
 }
 # join_address FILE: the address a live launcher printed to FILE.
 join_address() { wait_for "$1" "add ranks with"; grep -o 'join [^ ]*' "$1" | head -n 1 | cut -d' ' -f2; }
-# each_sample_once LOGS...: every one of the 1280 samples in the sample logs trained once.
+# each_sample_once LOGS...: every one of the 1280 samples in the sample logs trained once
+# (the counts in the scenario's folder, $d/counts).
 each_sample_once() {
   cat "$@" | awk '{ print $3 }' | sort -n | uniq -c >"$d/counts"
   [ "$(wc -l <"$d/counts")" -eq 1280 ] && [ "$(awk '$1 != 1' "$d/counts" | wc -l)" -eq 0 ]
