@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "weft/sim/network.h"
+#include "weft/sim/flow_transport.h"
+#include "weft/sim/nic.h"
 #include "weft/util/error.h"
 
 namespace weft::sim {
@@ -16,8 +17,11 @@ static bool is_order(const Workload& w, int from, const Transfer& s) {
   return s.bytes == 0 && w.agents[static_cast<std::size_t>(s.peer)].gpu == w.agents[static_cast<std::size_t>(from)].gpu;
 }
 
-Agents::Agents(Network& net, const Topology& topo, const SimConfig& cfg, const Workload& work)
-    : net_(net), topo_(topo), cfg_(cfg), work_(work) {}
+Agents::Agents(Engine& engine, Nic& nic, FlowTransport& flow, const Topology& topo, const SimConfig& cfg, const Workload& work)
+    : eng_(engine), nic_(nic), flow_(flow), topo_(topo), cfg_(cfg), work_(work) {
+  kStepStart = eng_.add_kind(this, [](void* a, std::uint64_t arg) { static_cast<Agents*>(a)->step_start(static_cast<int>(arg)); });
+  kMessageReady = eng_.add_kind(this, [](void* a, std::uint64_t arg) { static_cast<Agents*>(a)->message_ready(static_cast<int>(arg)); });
+}
 
 int Agents::node_of(int agent) const { return topo_.gpus[static_cast<std::size_t>(work_.agents[static_cast<std::size_t>(agent)].gpu)]; }
 
@@ -51,13 +55,7 @@ void Agents::make_sends() {
         // Not done: each part is counted off when it is posted.
         f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = 1;
         if (f.src_gpu == f.dst_gpu) continue;  // no network traffic, no QP
-        net_.for_each_part(s.bytes, [&](int i, std::int64_t pk, std::int64_t part_bytes) {
-          QueuePair& q = net_.qps_[static_cast<std::size_t>(net_.qp_for(static_cast<int>(a), s.peer, i))];
-          if (cfg_.mode == SimMode::kFlow) return;
-          QpMessage m{q.psn_planned, q.psn_planned + static_cast<std::uint32_t>(pk), part_bytes, flow};
-          q.psn_planned = m.psn_end;
-          q.rx.push_back(m);
-        });
+        nic_.expect(flow, static_cast<int>(a), s.peer, s.bytes);
       }
     }
   }
@@ -81,24 +79,26 @@ void Agents::prepare() {
     else ++started_;
 }
 
-void Agents::schedule_starts() {
+void Agents::begin(int shards) {
+  per_thread_.assign(static_cast<std::size_t>(shards), PerThread{});
+  for (PerThread& t : per_thread_) t.collective_times.assign(work_.collectives.size(), {kNever, 0});
   for (std::size_t a = 0; a < work_.agents.size(); ++a) {
     const Agent& agent = work_.agents[a];
     if (!agent.steps.empty())
-      net_.schedule(agent.start + agent.steps[0].gap, node_of(static_cast<int>(a)), Network::kStepStart, a);
+      eng_.schedule(agent.start + agent.steps[0].gap, node_of(static_cast<int>(a)), kStepStart, a);
   }
 }
 
 void Agents::step_start(int a) {
   AgentState& st = state_[static_cast<std::size_t>(a)];
   const WorkStep& step = work_.agents[a].steps[st.step];
-  const Time now = net_.clock();
+  const Time now = eng_.now();
   st.started = true;
   st.step_began = now;
   if (step.collective >= 0) {
     // A collective's time starts before the launch that precedes a rank's first step of it.
     const bool first = st.step == 0 || work_.agents[a].steps[st.step - 1].collective != step.collective;
-    auto& t = net_.sh().collective_times[static_cast<std::size_t>(step.collective)];
+    auto& t = mine().collective_times[static_cast<std::size_t>(step.collective)];
     t.first = std::min(t.first, now - (first ? work_.collectives[step.collective].launch : 0));
   }
   st.pending = static_cast<int>(step.sends.size() + step.recvs.size());
@@ -111,7 +111,7 @@ void Agents::step_start(int a) {
       continue;
     }
     flows_[static_cast<std::size_t>(flow)].start = now;
-    net_.post_message(flow++, a, s.peer, s.bytes);
+    post(flow++, a, s.peer, s.bytes);
   }
   for (const Transfer& r : step.recvs) {
     auto arrived = st.arrived.find(r.peer);
@@ -129,31 +129,31 @@ void Agents::step_start(int a) {
 void Agents::advance(int a) {
   AgentState& st = state_[static_cast<std::size_t>(a)];
   const Agent& agent = work_.agents[a];
-  const Time now = net_.clock();
+  const Time now = eng_.now();
   int coll = agent.steps[st.step].collective;
   if (coll >= 0) {
-    auto& t = net_.sh().collective_times[static_cast<std::size_t>(coll)];
+    auto& t = mine().collective_times[static_cast<std::size_t>(coll)];
     t.second = std::max(t.second, now);
   }
   ++st.step;
   if (st.step >= agent.steps.size()) {
     st.done = true;
-    ++net_.sh().agents_done;
-    net_.sh().finish = std::max(net_.sh().finish, now);
+    ++mine().done;
+    mine().finish = std::max(mine().finish, now);
     return;
   }
-  net_.schedule(now + agent.steps[st.step].gap, node_of(a), Network::kStepStart, static_cast<std::uint64_t>(a));
+  eng_.schedule(now + agent.steps[st.step].gap, node_of(a), kStepStart, static_cast<std::uint64_t>(a));
 }
 
 void Agents::message_delivered(int flow) {
   FlowRecord& f = flows_[static_cast<std::size_t>(flow)];
   if (--f.parts_left_rx > 0) return;
-  f.delivered = net_.clock();
+  f.delivered = eng_.now();
   // With a GPU protocol, the receiving GPU sees the message when it sees its flag (a switch's
   // reducer works on the data as it arrives; a relay forwards it; within a GPU there is none).
   const Time ready = f.collective >= 0 ? work_.collectives[f.collective].ready : 0;
   if (ready > 0 && f.src_gpu != f.dst_gpu && f.dst_gpu < topo_.gpu_count() && !work_.agents[f.dst_agent].relay) {
-    net_.schedule(net_.clock() + ready, node_of(f.dst_agent), Network::kMessageReady, static_cast<std::uint64_t>(flow));
+    eng_.schedule(eng_.now() + ready, node_of(f.dst_agent), kMessageReady, static_cast<std::uint64_t>(flow));
     return;
   }
   message_ready(flow);
@@ -184,13 +184,51 @@ void Agents::message_sent(int flow) {
 void Agents::message_acked(int flow) {
   FlowRecord& f = flows_[static_cast<std::size_t>(flow)];
   if (--f.parts_left_tx > 0) return;
-  f.acked = net_.clock();
+  f.acked = eng_.now();
   if (cfg_.send_done == SendDone::kAcked) send_step_done(f.src_agent);
 }
 
 void Agents::send_step_done(int agent) {
   AgentState& st = state_[static_cast<std::size_t>(agent)];
   if (--st.pending == 0 && !st.posting) advance(agent);
+}
+
+void Agents::post(int flow, int src_agent, int dst_agent, std::int64_t bytes) {
+  FlowRecord& f = flows_[static_cast<std::size_t>(flow)];
+  if (f.src_gpu == f.dst_gpu) {
+    // Same GPU: no network traffic.
+    f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = 1;
+    message_delivered(flow);
+    message_sent(flow);
+    message_acked(flow);
+    return;
+  }
+  const int parts = parts_of(cfg_, bytes);
+  f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = f.parts = parts;
+  if (cfg_.mode == SimMode::kFlow) flow_.post(flow, src_agent, dst_agent, bytes, parts);
+  else nic_.post(flow, src_agent, dst_agent, bytes);
+}
+
+int Agents::done() const {
+  int done = 0;
+  for (const PerThread& t : per_thread_) done += t.done;
+  return done;
+}
+
+Time Agents::finish() const {
+  Time finish = 0;
+  for (const PerThread& t : per_thread_) finish = std::max(finish, t.finish);
+  return finish;
+}
+
+std::vector<std::pair<Time, Time>> Agents::collective_times() const {
+  std::vector<std::pair<Time, Time>> times(work_.collectives.size(), {kNever, 0});
+  for (const PerThread& t : per_thread_)
+    for (std::size_t c = 0; c < times.size(); ++c) {
+      times[c].first = std::min(times[c].first, t.collective_times[c].first);
+      times[c].second = std::max(times[c].second, t.collective_times[c].second);
+    }
+  return times;
 }
 
 void Agents::drop_unposted() {

@@ -6,10 +6,11 @@
 // The agents own the run's flow records: one per send that moves data, made before the run
 // in the order of the ranks' steps (a record's start is kNever until posted; each receiving
 // queue pair lists its messages in the order its sender will post them). They post messages
-// through the NIC and schedule their steps on the engine, both reached through the Network
-// that holds them, by direct calls; the NIC and the flow-level mode call back when a message
-// is sent, delivered and acknowledged. What each thread of the engine finishes (its
-// collectives' times, its ranks done) is counted in that thread's shard.
+// through the NIC (nic.h) or, in the flow-level mode, the flow transport (flow_transport.h),
+// and schedule their steps on the engine (parallel_engine.h), by direct calls; the NIC and
+// the flow-level mode call back when a message is sent, delivered and acknowledged. What
+// each thread of the engine finishes (its collectives' times, its ranks done) is kept per
+// shard and added up after the run.
 #pragma once
 
 #include <cstddef>
@@ -18,13 +19,15 @@
 #include <vector>
 
 #include "weft/sim/config.h"
+#include "weft/sim/parallel_engine.h"
 #include "weft/sim/packet.h"
 #include "weft/sim/topology.h"
 #include "weft/sim/workload.h"
 
 namespace weft::sim {
 
-class Network;
+class FlowTransport;
+class Nic;
 
 // One send that moves data: who to whom, its bytes, and when it was posted, delivered and
 // acknowledged (kNever start: not posted yet); its parts left to count off on each side.
@@ -50,12 +53,13 @@ struct AgentState {
 
 class Agents {
  public:
-  Agents(Network& net, const Topology& topo, const SimConfig& cfg, const Workload& work);
+  Agents(Engine& engine, Nic& nic, FlowTransport& flow, const Topology& topo, const SimConfig& cfg, const Workload& work);
   // Checks the ranks' placement and peers (throws ConfigError), makes the flow records and
   // the receivers' message lists, and marks the ranks without steps done.
   void prepare();
-  // The first step of every rank, at its start and gap (from the coordinator, before the run).
-  void schedule_starts();
+  // Before the run (on the coordinator): the per-thread records, and the first step of every
+  // rank at its start and gap.
+  void begin(int shards);
   void step_start(int agent);
   // The NIC's and the flow-level mode's calls, per part of a message: once every part is in,
   // the message counts.
@@ -71,6 +75,11 @@ class Agents {
   const std::vector<FlowRecord>& flows() const { return flows_; }
   // After a run that did not finish: the records of sends never posted go.
   void drop_unposted();
+  // Ranks done, when the last finished, each collective's start and end (kNever: did not
+  // run), over every thread.
+  int done() const;
+  Time finish() const;
+  std::vector<std::pair<Time, Time>> collective_times() const;
 
  private:
   void make_sends();
@@ -78,8 +87,19 @@ class Agents {
   void hears(int dst_agent, int src_agent);  // a message from src_agent is there for dst_agent
   void send_step_done(int agent);
   int node_of(int agent) const;
+  void post(int flow, int src_agent, int dst_agent, std::int64_t bytes);
 
-  Network& net_;
+  Engine& eng_;
+  Nic& nic_;
+  FlowTransport& flow_;
+  std::uint32_t kStepStart = 0, kMessageReady = 0;  // the engine's kinds
+  struct PerThread {
+    std::vector<std::pair<Time, Time>> collective_times;
+    Time finish = 0;  // when its last rank finished
+    int done = 0;     // its ranks done
+  };
+  std::vector<PerThread> per_thread_;  // by the engine's shard index
+  PerThread& mine() { return per_thread_[static_cast<std::size_t>(Engine::shard().index)]; }
   const Topology& topo_;
   const SimConfig& cfg_;
   const Workload& work_;

@@ -19,7 +19,7 @@ bool after(const E& a, const E& b) {
 
 }  // namespace
 
-EventQueue::EventQueue() : wheel_(kBuckets), occupied_(kBuckets / 64, 0) {}
+EventQueue::EventQueue(const std::vector<EventKind>& kinds) : kinds_(kinds), wheel_(kBuckets), occupied_(kBuckets / 64, 0) {}
 
 void EventQueue::place(const Event& e) {
   const std::uint64_t b = e.at >> kBucketShift;
@@ -34,12 +34,12 @@ void EventQueue::place(const Event& e) {
   }
 }
 
-void EventQueue::schedule(Time at, EventTarget* target, std::uint32_t kind, std::uint64_t arg) {
-  insert(Event{at, next_order_++, target, arg, kind, -1});
+void EventQueue::schedule(Time at, std::uint32_t kind, std::uint64_t arg) {
+  insert(Event{at, next_order_++, arg, kind, -1});
 }
 
-void EventQueue::schedule(Time at, std::uint64_t key, int node, EventTarget* target, std::uint32_t kind, std::uint64_t arg) {
-  insert(Event{at, key, target, arg, kind, node});
+void EventQueue::schedule(Time at, std::uint64_t key, int node, std::uint32_t kind, std::uint64_t arg) {
+  insert(Event{at, key, arg, kind, node});
 }
 
 void EventQueue::insert(const Event& e) {
@@ -128,14 +128,19 @@ bool EventQueue::run_one(Time before) {
     e = current_[cursor_++];
   }
   --size_;
+  const EventKind* kinds = kinds_.data();
   for (std::size_t stage = 0; stage < kPrefetchStages; ++stage) {
     const std::size_t ahead = cursor_ + (kPrefetchStages - stage) * kLookahead;
-    if (ahead < current_.size()) current_[ahead].target->prefetch(current_[ahead].kind, current_[ahead].arg, static_cast<int>(stage));
+    if (ahead < current_.size()) {
+      const Event& a = current_[ahead];
+      if (const EventKind& k = kinds[a.kind]; k.prefetch) k.prefetch(k.part, a.arg, static_cast<int>(stage));
+    }
   }
   now_ = e.at;
   node_ = e.node;
   ++events_run_;
-  e.target->on_event(e.kind, e.arg);
+  const EventKind& k = kinds[e.kind];
+  k.run(k.part, e.arg);
   return true;
 }
 

@@ -1,11 +1,12 @@
 // The discrete-event engine of the fabric simulator.
 //
-// Time is an integer count of picoseconds. An event is (time, key, target, kind, arg, node);
+// Time is an integer count of picoseconds. An event is (time, key, kind, arg, node);
 // events run by time, and events at the same time by key, so a run is a pure function of
 // its inputs and seed. The key is the caller's (the fabric gives each event the scheduling
 // node's number and that node's count of events scheduled, an order that does not depend
 // on which thread runs which node); schedule() without one keys events in the order they
-// are scheduled. `node` is carried for the target (which node the event acts on).
+// are scheduled. `node` is carried for the part (which node the event acts on). An event
+// runs by its kind's entry in the table the queue was made with (EventKind).
 //
 // The queue is a calendar (a timing wheel): time is cut into buckets of 2^kBucketShift ps,
 // and the next kBuckets buckets each hold their events unsorted; the earliest bucket is
@@ -13,8 +14,8 @@
 // in a small heap beside it), events past the wheel wait in a heap and move onto the wheel
 // as it turns. A packet-level run schedules nearly all its events within a few microseconds
 // of now, so scheduling is an append and running is a walk along a sorted array, and the
-// events a few places ahead are known: the engine asks their targets to prefetch what they
-// will touch (EventTarget::prefetch) while the current one runs, in stages: what the event
+// events a few places ahead are known: the engine asks their kinds to prefetch what they
+// will touch (EventKind::prefetch) while the current one runs, in stages: what the event
 // names (stage 0, kPrefetchStages x kLookahead events ahead), then what that leads to
 // (stage 1, kLookahead events later, when stage 0's lines are in), and so on. Same order
 // as one heap by (time, key); scheduling allocates only while buckets grow to the run's
@@ -36,14 +37,14 @@ inline double to_us(Time t) { return static_cast<double>(t) / static_cast<double
 inline Time from_us(double us) { return static_cast<Time>(us * static_cast<double>(kUs) + 0.5); }
 inline double to_seconds(Time t) { return static_cast<double>(t) / static_cast<double>(kSec); }
 
-// Something that receives events. `kind` and `arg` are the target's own encoding.
-class EventTarget {
- public:
-  virtual ~EventTarget() = default;
-  virtual void on_event(std::uint32_t kind, std::uint64_t arg) = 0;
-  // A hint that this event runs soon: start loading what it will read (stage 0: what the
-  // event names; each later stage: what the stage before loaded leads to). Changes nothing.
-  virtual void prefetch(std::uint32_t /*kind*/, std::uint64_t /*arg*/, int /*stage*/) const {}
+// What runs the events of one kind: a plain function and the part it acts on, and
+// optionally a hint that such an event runs soon: start loading what it will read (stage 0:
+// what the event names; each later stage: what the stage before loaded leads to; changes
+// nothing). `kind` in an event is its place in the queue's table of kinds.
+struct EventKind {
+  void* part = nullptr;
+  void (*run)(void* part, std::uint64_t arg) = nullptr;
+  void (*prefetch)(const void* part, std::uint64_t arg, int stage) = nullptr;
 };
 
 class EventQueue {
@@ -53,11 +54,12 @@ class EventQueue {
   static constexpr std::size_t kLookahead = 4;   // events between prefetch stages
   static constexpr std::size_t kPrefetchStages = 3;
 
-  EventQueue();
+  // Events run by their kind's entry in `kinds` (which may grow, and must outlive the queue).
+  explicit EventQueue(const std::vector<EventKind>& kinds);
   // Keyed in the order of scheduling (after every event already scheduled so).
-  void schedule(Time at, EventTarget* target, std::uint32_t kind, std::uint64_t arg = 0);
+  void schedule(Time at, std::uint32_t kind, std::uint64_t arg = 0);
   // With the caller's key and node; an earlier key runs first among events at one time.
-  void schedule(Time at, std::uint64_t key, int node, EventTarget* target, std::uint32_t kind, std::uint64_t arg);
+  void schedule(Time at, std::uint64_t key, int node, std::uint32_t kind, std::uint64_t arg);
   bool empty() const { return size_ == 0; }
   std::size_t size() const { return size_; }
   Time now() const { return now_; }
@@ -69,10 +71,9 @@ class EventQueue {
   std::uint64_t events_run() const { return events_run_; }
 
  private:
-  struct Event {
+  struct Event {  // 32 bytes
     Time at;
     std::uint64_t key;
-    EventTarget* target;
     std::uint64_t arg;
     std::uint32_t kind;
     std::int32_t node;
@@ -86,6 +87,7 @@ class EventQueue {
   void insert(const Event& e);
   void place(const Event& e);  // onto the wheel or into the far heap, by its bucket
 
+  const std::vector<EventKind>& kinds_;
   std::vector<Event> current_;   // the current bucket, sorted; run from cursor_
   std::size_t cursor_ = 0;
   std::vector<Event> late_;      // heap: scheduled into the current bucket after its sort

@@ -1,16 +1,17 @@
 // Ports, switches and links of the simulated fabric: transmission, routing and load
 // balancing, shared buffers, WRED/ECN marking, PFC, failures.
+#include "weft/sim/fabric.h"
+
 #include <fmt/format.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
+#include <random>
 #include <unordered_map>
 
-#include "weft/sim/network.h"
-#include "weft/sim/pxn.h"
+#include "weft/sim/nic.h"
 #include "weft/util/error.h"
 #include "weft/util/machine.h"
 
@@ -19,16 +20,44 @@ namespace {
 
 constexpr std::uint32_t kNone = ~0u;
 
-std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 }  // namespace
 
-void Network::build_ports() {
+Fabric::Fabric(Engine& engine, PacketPool& pool, Nic& nic, const Topology& topo, const SimConfig& cfg,
+               const std::vector<Failure>& failures)
+    : eng_(engine), pool_(pool), nic_(nic), topo_(topo), cfg_(cfg), failures_(failures), columns_(RouteColumns::of(topo)) {
+  kTxDone = eng_.add_kind(this, on_tx_done, prefetch_tx_done);
+  kArrive = eng_.add_kind(this, on_arrive, prefetch_arrive);
+  kPauseExpire = eng_.add_kind(this, on_pause_expire);
+  kPauseRefresh = eng_.add_kind(this, on_pause_refresh);
+  kEndpointWake = eng_.add_kind(this, on_endpoint_wake);
+  kFailure = eng_.add_kind(this, on_failure);
+  kReroute = eng_.add_kind(this, on_reroute);
+}
+
+void Fabric::prepare() {
+  for (const Failure& f : failures_) {
+    if (topo_.find(f.a) < 0) throw ConfigError("failure: unknown node '" + f.a + "'");
+    if (!f.b.empty() && topo_.find(f.b) < 0) throw ConfigError("failure: unknown node '" + f.b + "'");
+  }
+  build_ports();
+  gpu_rank_of_node_.assign(topo_.nodes.size(), -1);
+  for (std::size_t r = 0; r < topo_.gpus.size(); ++r) gpu_rank_of_node_[topo_.gpus[r]] = static_cast<int>(r);
+  compute_routes();
+  switch_seed_.resize(topo_.nodes.size());
+  for (std::size_t n = 0; n < topo_.nodes.size(); ++n)
+    switch_seed_[n] = static_cast<std::uint32_t>(splitmix(cfg_.seed * 1000003ull + (cfg_.distinct_seeds ? n : 0)));
+  node_ip_.resize(topo_.nodes.size());
+  for (std::size_t n = 0; n < topo_.nodes.size(); ++n) node_ip_[n] = topo_.nodes[n].ip;
+  rr_counter_.assign(topo_.nodes.size(), 0);
+  reserve_buffers();
+}
+
+void Fabric::begin(int shards) {
+  per_thread_.assign(static_cast<std::size_t>(shards), {});
+  for (std::size_t i = 0; i < failures_.size(); ++i) eng_.schedule(failures_[i].at, -1, kFailure, i);
+}
+
+void Fabric::build_ports() {
   const auto& nodes = topo_.nodes;
   node_ports_.assign(nodes.size(), {});
   link_port_.assign(topo_.links.size(), -1);
@@ -116,7 +145,7 @@ RouteColumns RouteColumns::of(const Topology& t) {
   return r;
 }
 
-Network::Candidates Network::routes_to(int node, int dst_gpu) const {
+Fabric::Candidates Fabric::routes_to(int node, int dst_gpu) const {
   const auto d = static_cast<std::size_t>(dst_gpu);
   const auto col = static_cast<std::size_t>(columns_.of_gpu[d]);
   if (const std::int32_t& last = anchor_port_[d]; last >= 0) {
@@ -141,7 +170,7 @@ Network::Candidates Network::routes_to(int node, int dst_gpu) const {
   return {route_pool_.data() + r.begin, static_cast<int>(r.count)};
 }
 
-void Network::compute_routes() {
+void Fabric::compute_routes() {
   ++route_generation_;
   const std::size_t N = topo_.nodes.size(), C = static_cast<std::size_t>(columns_.count());
   // Tables for the nodes with several links only (switches, GPUs with NVLink and a NIC).
@@ -212,7 +241,7 @@ void Network::compute_routes() {
   }
 }
 
-std::uint32_t Network::hash_tuple(int node, const Packet& p) const {
+std::uint32_t Fabric::hash_tuple(int node, const Packet& p) const {
   std::uint32_t seed = switch_seed_[node];
   std::uint32_t sip = node_ip_[static_cast<std::size_t>(p.src)], dip = node_ip_[static_cast<std::size_t>(p.dst)];
   if (cfg_.hash == HashFunction::kXor) return sip ^ dip ^ (static_cast<std::uint32_t>(p.sport) << 16 | kRocePort) ^ 17u ^ seed;
@@ -231,12 +260,12 @@ std::uint32_t Network::hash_tuple(int node, const Packet& p) const {
   return static_cast<std::uint32_t>(splitmix(static_cast<std::uint64_t>(seed) << 32 | crc) >> 32);
 }
 
-int Network::choose_port(int node, Packet& p) {
+int Fabric::choose_port(int node, Packet& p) {
   const int port = pick_port(node, p);
   return port >= 0 && ports_[port].up ? port : -1;  // a failed link the routes still use: none
 }
 
-int Network::pick_port(int node, Packet& p) {
+int Fabric::pick_port(int node, Packet& p) {
   const Candidates next = routes_to(node, gpu_rank_of_node_[p.dst]);
   const std::int32_t* c = next.ports;
   const int n = next.n;
@@ -259,7 +288,7 @@ int Network::pick_port(int node, Packet& p) {
   if (!ecmp_decides(p.type)) {  // data under spraying, adaptive routing or flowlets
     if (cfg_.lb == LoadBalancing::kSpray) {
       switch (cfg_.spray) {
-        case SprayMode::kRandom: return c[rng_[static_cast<std::size_t>(node)].choice() % static_cast<std::uint64_t>(n)];
+        case SprayMode::kRandom: return c[eng_.rng(node).choice() % static_cast<std::uint64_t>(n)];
         case SprayMode::kRoundRobin: return c[rr_counter_[node]++ % static_cast<std::uint32_t>(n)];
         case SprayMode::kLeastLoaded: return least_loaded();
       }
@@ -267,7 +296,7 @@ int Network::pick_port(int node, Packet& p) {
     if (cfg_.lb == LoadBalancing::kAdaptive && cfg_.ar_granularity == ArGranularity::kPacket) return adaptive_pick(node, p, c, n);
     if (cfg_.lb == LoadBalancing::kFlowlet || cfg_.lb == LoadBalancing::kAdaptive) {
       std::uint64_t key = static_cast<std::uint64_t>(node) << 32 | p.qp;
-      auto& entry = sh().flowlets[key];
+      auto& entry = mine().flowlets[key];
       Time now = clock();
       bool valid = false;
       if (entry.second != 0 && now - entry.second < cfg_.flowlet_gap)
@@ -280,7 +309,19 @@ int Network::pick_port(int node, Packet& p) {
   return ecmp_pick(c, n, hash_tuple(node, p));
 }
 
-std::int64_t Network::signalled_queue(int port, int queue) {
+int Fabric::fixed_port(int node, const QueuePair& q) const {
+  const Candidates next = routes_to(node, gpu_rank_of_node_[q.dst]);
+  if (next.n == 0) return kUnroutable;
+  if (next.n == 1) return next.ports[0];
+  if (!ecmp_decides(PacketType::kData)) return kChosenPerPacket;
+  Packet probe;
+  probe.src = q.src;
+  probe.dst = q.dst;
+  probe.sport = q.sport;
+  return ecmp_pick(next.ports, next.n, hash_tuple(node, probe));
+}
+
+std::int64_t Fabric::signalled_queue(int port, int queue) {
   Port& P = ports_[static_cast<std::size_t>(port)];
   const Time now = clock();
   if (!P.c[queue].signalled || now - P.c[queue].signalled_at >= cfg_.ar_signal_interval) {
@@ -291,10 +332,10 @@ std::int64_t Network::signalled_queue(int port, int queue) {
   return P.c[queue].signalled_bytes;
 }
 
-int Network::adaptive_pick(int node, const Packet& p, const std::int32_t* c, int n) {
+int Fabric::adaptive_pick(int node, const Packet& p, const std::int32_t* c, int n) {
   // Ties (an idle fabric) fall at random, as a switch's arbiter breaks them: no two
   // switches drift into the same order.
-  const auto start = static_cast<std::uint32_t>(rng_[static_cast<std::size_t>(node)].choice() % static_cast<std::uint64_t>(n));
+  const auto start = static_cast<std::uint32_t>(eng_.rng(node).choice() % static_cast<std::uint64_t>(n));
   const int dst_gpu = gpu_rank_of_node_[p.dst];
   int best = -1;
   std::int64_t best_load = 0;
@@ -318,7 +359,7 @@ int Network::adaptive_pick(int node, const Packet& p, const std::int32_t* c, int
   return best;
 }
 
-int Network::ecmp_pick(const std::int32_t* c, int n, std::uint32_t h) const {
+int Fabric::ecmp_pick(const std::int32_t* c, int n, std::uint32_t h) const {
   if (!cfg_.ecmp_weighted) return c[h % static_cast<std::uint32_t>(n)];
   double total = 0;
   for (int i = 0; i < n; ++i) total += ports_[static_cast<std::size_t>(c[i])].bps;
@@ -330,7 +371,7 @@ int Network::ecmp_pick(const std::int32_t* c, int n, std::uint32_t h) const {
   return c[n - 1];
 }
 
-void Network::try_send(int port) {
+void Fabric::try_send(int port) {
   Port& P = ports_[port];
   if (!P.up) return;
   const Time now = clock();
@@ -371,10 +412,10 @@ void Network::try_send(int port) {
           P.dwrr_next = (q + 1) % std::max(1, std::min(cfg_.strict_queue, 8));
         }
       }
-      if (id == kNone && P.endpoint) id = endpoint_pull(P.node, port);
+      if (id == kNone && P.endpoint) id = nic_.pull(P.node, port);
     }
     if (id != kNone && pool_[id].type != PacketType::kPause && pool_[id].port != -2) {
-      // Left a queue (endpoint_pull marks its fresh packets with port -2).
+      // Left a queue (the NIC marks its fresh packets with port -2).
       Packet& p = pool_[id];
       std::int64_t wire = p.frame + kWireOverhead;
       P.c[p.queue].queue_bytes -= wire;
@@ -385,7 +426,7 @@ void Network::try_send(int port) {
   transmit(port, id);
 }
 
-void Network::transmit(int port, std::uint32_t id) {
+void Fabric::transmit(int port, std::uint32_t id) {
   Port& P = ports_[port];
   Packet& p = pool_[id];
   const Time now = clock();
@@ -393,13 +434,13 @@ void Network::transmit(int port, std::uint32_t id) {
   P.free_at = now + serialization(p.frame, P.bps);
   P.tx_bytes += p.frame + kWireOverhead;
   if (cfg_.cc == CongestionControl::kHpcc && p.type == PacketType::kData && !P.endpoint) {
-    IntStack& s = int_of(id);
+    IntStack& s = pool_.telemetry(id);
     if (s.n < kMaxIntHops) s.hop[s.n++] = {P.bps, clock(), P.tx_bytes, P.c[p.queue].queue_bytes};
   }
   if (p.type == PacketType::kData) P.tx_payload += p.payload;
   if (capture_.captures(P.link)) {
     const bool starts = p.type == PacketType::kData && (p.opcode == Opcode::kFirst || p.opcode == Opcode::kOnly);
-    capture_.write(p, clock(), starts ? message_bytes(p) : 0, topo_, cfg_.mtu);
+    capture_.write(p, clock(), starts ? nic_.message_bytes(p) : 0, topo_, cfg_.mtu);
   }
   p.link_epoch = P.epoch;
   // The frame reaches the peer after its last bit and the link's delay, or, cut through,
@@ -412,38 +453,38 @@ void Network::transmit(int port, std::uint32_t id) {
   } else {
     const bool cut = P.cut_through && p.type != PacketType::kPause;
     p.port = P.peer;
-    schedule((cut ? now + cut_through_time(P.bps) : P.free_at) + P.delay + wire_jitter(P), P.peer_node, kArrive,
+    eng_.schedule((cut ? now + cut_through_time(P.bps) : P.free_at) + P.delay + wire_jitter(P), P.peer_node, kArrive,
              arrival(id, P.peer));
   }
   wake_at_end(port);
 }
 
-void Network::wake_at_end(int port) {
+void Fabric::wake_at_end(int port) {
   Port& P = ports_[port];
   if (P.wake_pending || !(P.endpoint || P.holds_anything())) return;
   P.wake_pending = true;
-  schedule(P.free_at, P.node, kTxDone, static_cast<std::uint32_t>(port));
+  eng_.schedule(P.free_at, P.node, kTxDone, static_cast<std::uint32_t>(port));
 }
 
-bool Network::frame_lost(int node, const Packet& p) {
+bool Fabric::frame_lost(int node, const Packet& p) {
   if (cfg_.link_loss <= 0 && cfg_.link_ber <= 0) return false;
   const double bits = 8.0 * (p.frame + kWireOverhead);
   const double keep = (1 - cfg_.link_loss) * std::exp(bits * std::log1p(-cfg_.link_ber));
-  return std::uniform_real_distribution<double>(0, 1)(rng_[static_cast<std::size_t>(node)].loss) >= keep;
+  return std::uniform_real_distribution<double>(0, 1)(eng_.rng(node).loss) >= keep;
 }
 
-Time Network::wire_jitter(const Port& P) {
+Time Fabric::wire_jitter(const Port& P) {
   if (P.jitter_ps == 0) return 0;
   const Time most = P.jitter_ps != ~std::uint32_t{0} ? P.jitter_ps : P.jitter;
-  return static_cast<Time>(rng_[static_cast<std::size_t>(P.node)].jitter() % static_cast<std::uint64_t>(most + 1));
+  return static_cast<Time>(eng_.rng(P.node).jitter() % static_cast<std::uint64_t>(most + 1));
 }
 
-void Network::tx_done(int port) {
+void Fabric::tx_done(int port) {
   ports_[port].wake_pending = false;
   try_send(port);
 }
 
-void Network::arrive(std::uint32_t id) {
+void Fabric::arrive(std::uint32_t id) {
   Packet& p = pool_[id];
   const Port& P = ports_[p.port];
   if (!P.up || p.link_epoch != P.epoch) {
@@ -457,16 +498,16 @@ void Network::arrive(std::uint32_t id) {
     return;
   }
   int node = P.node;
-  if (node == p.dst) endpoint_receive(id);
+  if (node == p.dst) nic_.receive(id);
   else forward(node, id);
 }
 
-void Network::drop(std::uint32_t id) {
+void Fabric::drop(std::uint32_t id) {
   ++sh().counters.drops;
   pool_.release(sh().index, id);
 }
 
-void Network::forward(int node, std::uint32_t id) {
+void Fabric::forward(int node, std::uint32_t id) {
   Packet& p = pool_[id];
   int out = choose_port(node, p);
   if (out < 0) {
@@ -509,7 +550,7 @@ void Network::forward(int node, std::uint32_t id) {
     bool mark = false;
     if (depth >= cfg_.wred_max) mark = true;
     else if (depth > cfg_.wred_min)
-      mark = std::uniform_real_distribution<double>(0, 1)(rng_[static_cast<std::size_t>(node)].choice) <
+      mark = std::uniform_real_distribution<double>(0, 1)(eng_.rng(node).choice) <
              cfg_.wred_pmax * static_cast<double>(depth - cfg_.wred_min) / static_cast<double>(cfg_.wred_max - cfg_.wred_min);
     if (mark) {
       p.ce = true;
@@ -535,7 +576,7 @@ void Network::forward(int node, std::uint32_t id) {
   try_send(out);
 }
 
-void Network::enqueue(int port, int q, std::uint32_t id) {
+void Fabric::enqueue(int port, int q, std::uint32_t id) {
   Port& P = ports_[static_cast<std::size_t>(port)];
   if (VirtualOutputQueues* v = voq_in_use(port, q)) {
     const Packet& p = pool_[id];
@@ -546,23 +587,23 @@ void Network::enqueue(int port, int q, std::uint32_t id) {
   P.enqueue(pool_, q, id);
 }
 
-int Network::voq_input(int in) const {
+int Fabric::voq_input(int in) const {
   if (in < 0) throw InternalError("simulator: a switch queued a packet that came in by no port");
   return port_slot_[static_cast<std::size_t>(in)];
 }
 
-VirtualOutputQueues* Network::voq_in_use(int port, int q) {
+VirtualOutputQueues* Fabric::voq_in_use(int port, int q) {
   VirtualOutputQueues* v = voq_of(port, q);
   if (v && v->inputs() == 0) v->resize(static_cast<int>(node_ports_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(port)].node)].size()));
   return v;
 }
 
-std::uint32_t Network::queue_head(int port, int q) {
+std::uint32_t Fabric::queue_head(int port, int q) {
   if (const VirtualOutputQueues* v = voq_of(port, q)) return v->front();
   return ports_[static_cast<std::size_t>(port)].c[q].queue.front();
 }
 
-std::uint32_t Network::dequeue(int port, int q) {
+std::uint32_t Fabric::dequeue(int port, int q) {
   Port& P = ports_[static_cast<std::size_t>(port)];
   if (VirtualOutputQueues* v = voq_of(port, q)) {
     const std::uint32_t id = v->pop(pool_[v->front()].frame + kWireOverhead);
@@ -572,7 +613,7 @@ std::uint32_t Network::dequeue(int port, int q) {
   return P.dequeue(pool_, q);
 }
 
-bool Network::trim(Packet& p) {
+bool Fabric::trim(Packet& p) {
   if (p.type != PacketType::kData || p.trimmed) return false;
   p.trimmed = true;
   p.payload = 0;
@@ -583,7 +624,7 @@ bool Network::trim(Packet& p) {
   return true;
 }
 
-void Network::dequeued_at_switch(int port, const Packet& p) {
+void Fabric::dequeued_at_switch(int port, const Packet& p) {
   const std::int64_t wire = p.frame + kWireOverhead;
   const int node = ports_[port].node, q = p.queue;
   Port& I = ports_[p.port];
@@ -601,7 +642,7 @@ void Network::dequeued_at_switch(int port, const Packet& p) {
     send_pfc(p.port, q, false);
 }
 
-std::int64_t Network::xoff_threshold(int node) const {
+std::int64_t Fabric::xoff_threshold(int node) const {
   if (cfg_.pfc_xoff > 0) return cfg_.pfc_xoff;
   return static_cast<std::int64_t>(cfg_.pfc_alpha * static_cast<double>(shared_size_[node] - buffer_used_[node]));
 }
@@ -644,7 +685,7 @@ std::vector<std::int64_t> shared_buffer_sizes(const Topology& t, const SimConfig
 }  // namespace
 
 // Each port's PFC headroom is reserved out of its node's buffer; the rest is shared.
-void Network::reserve_buffers() {
+void Fabric::reserve_buffers() {
   buffer_used_.assign(topo_.nodes.size(), 0);
   headroom_used_.assign(topo_.nodes.size(), 0);
   buffer_peak_.assign(topo_.nodes.size(), 0);
@@ -652,7 +693,7 @@ void Network::reserve_buffers() {
   for (Port& P : ports_) P.headroom = pfc_headroom(cfg_, P.bps, P.delay + ports_[static_cast<std::size_t>(P.peer)].delay);
 }
 
-void Network::send_pfc(int port, int queue, bool pause) {
+void Fabric::send_pfc(int port, int queue, bool pause) {
   Port& P = ports_[port];
   bool transition = P.c[queue].pausing != pause;
   P.c[queue].pausing = pause;
@@ -668,17 +709,17 @@ void Network::send_pfc(int port, int queue, bool pause) {
     ++P.pauses_sent;
     ++sh().counters.pauses;
     Time duration = static_cast<Time>(std::llround(cfg_.pfc_quanta * 512.0 * 1e12 / P.bps));
-    schedule(clock() + std::max<Time>(duration / 2, 1), P.node, kPauseRefresh,
+    eng_.schedule(clock() + std::max<Time>(duration / 2, 1), P.node, kPauseRefresh,
                      static_cast<std::uint64_t>(port) * 8 + static_cast<std::uint64_t>(queue));
   } else {
     ++P.resumes_sent;
     ++sh().counters.resumes;
   }
-  if (transition) sh().pfc_events.push_back(PfcEvent{clock(), port, queue, pause});
+  if (transition) mine().pfc_events.push_back(PfcEvent{clock(), port, queue, pause});
   try_send(port);
 }
 
-void Network::receive_pfc(int port, const Packet& f) {
+void Fabric::receive_pfc(int port, const Packet& f) {
   // The frame arrived on `port`: the peer asks this side to stop (or resume) sending.
   Port& P = ports_[port];
   const int q = f.queue;
@@ -705,10 +746,10 @@ void Network::receive_pfc(int port, const Packet& f) {
     return;
   }
   P.c[q].paused_until = now + static_cast<Time>(std::llround(f.psn * 512.0 * 1e12 / P.bps));
-  schedule(P.c[q].paused_until, P.node, kPauseExpire, static_cast<std::uint64_t>(port) * 8 + static_cast<std::uint64_t>(q));
+  eng_.schedule(P.c[q].paused_until, P.node, kPauseExpire, static_cast<std::uint64_t>(port) * 8 + static_cast<std::uint64_t>(q));
 }
 
-void Network::pause_expired(int port, int queue) {
+void Fabric::pause_expired(int port, int queue) {
   Port& P = ports_[port];
   const Time now = clock();
   if (P.c[queue].paused_until != now || P.c[queue].paused_since == kNever) return;  // extended or resumed since
@@ -717,7 +758,7 @@ void Network::pause_expired(int port, int queue) {
   try_send(port);
 }
 
-void Network::set_link(int link, bool up, double bps) {
+void Fabric::set_link(int link, bool up, double bps) {
   int pa = link_port_[link];
   for (int port : {pa, pa + 1}) {
     Port& P = ports_[port];
@@ -746,7 +787,7 @@ void Network::set_link(int link, bool up, double bps) {
   }
 }
 
-void Network::apply_failure(const Failure& f) {
+void Fabric::apply_failure(const Failure& f) {
   int a = topo_.find(f.a);
   std::vector<int> links;
   if (f.kind == Failure::Kind::kSwitchDown || f.kind == Failure::Kind::kSwitchUp) {
@@ -768,22 +809,16 @@ void Network::apply_failure(const Failure& f) {
   }
   bool up = f.kind == Failure::Kind::kLinkUp || f.kind == Failure::Kind::kSwitchUp || f.kind == Failure::Kind::kLinkDegrade;
   for (int l : links) set_link(l, up, f.kind == Failure::Kind::kLinkDegrade ? f.bps : 0);
-  if (cfg_.routing_convergence > 0) schedule(clock() + cfg_.routing_convergence, -1, kReroute);
+  if (cfg_.routing_convergence > 0) eng_.schedule(clock() + cfg_.routing_convergence, -1, kReroute);
   else reroute();
 }
 
-void Network::reroute() {
+void Fabric::reroute() {
   compute_routes();
   for (std::size_t port = 0; port < ports_.size(); ++port) try_send(static_cast<int>(port));
 }
 
-void Network::sample_queues() {
-  Counters now_counters;
-  for (Shard* s : all_shards()) now_counters += s->counters;
-  samplers_.sample(clock(), now_counters, ports_, qps_, cfg_);
-}
-
-std::vector<int> Network::path(int src_gpu, int dst_gpu, const Packet* probe) const {
+std::vector<int> Fabric::path(int src_gpu, int dst_gpu, const Packet* probe) const {
   int node = topo_.gpus[static_cast<std::size_t>(src_gpu)];
   const int dst = topo_.gpus[static_cast<std::size_t>(dst_gpu)];
   std::vector<int> ports;
@@ -796,21 +831,12 @@ std::vector<int> Network::path(int src_gpu, int dst_gpu, const Packet* probe) co
   return ports;
 }
 
-std::vector<int> Network::qp_path(int qp) const {
-  const QueuePair& q = qps_[static_cast<std::size_t>(qp)];
-  Packet probe;
-  probe.src = q.src;
-  probe.dst = q.dst;
-  probe.sport = q.sport;
-  return path(gpu_rank_of_node_[static_cast<std::size_t>(q.src)], gpu_rank_of_node_[static_cast<std::size_t>(q.dst)], &probe);
-}
-
-Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
+Time Fabric::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
   const std::vector<int> hops = path(src_gpu, dst_gpu);
   if (hops.empty()) return 0;
   // The first packet is stored and forwarded at every hop (or cut through at its headers);
   // the others follow it back to back at the slowest link.
-  const std::int64_t packets = packets_of(bytes);
+  const std::int64_t packets = packets_of(cfg_, bytes);
   const auto first = static_cast<std::uint32_t>(kHeaderBytes + kRethBytes + std::min<std::int64_t>(bytes, cfg_.mtu));
   const auto full = static_cast<std::uint32_t>(kHeaderBytes + cfg_.mtu);
   const auto last = static_cast<std::uint32_t>(kHeaderBytes + (bytes - cfg_.mtu * (packets - 1)));
@@ -825,87 +851,98 @@ Time Network::ideal_fct(int src_gpu, int dst_gpu, std::int64_t bytes) const {
   return t;
 }
 
-std::string Network::port_name(int port) const {
+std::string Fabric::port_name(int port) const {
   return topo_.nodes[ports_[port].node].name + "->" + topo_.nodes[ports_[port].peer_node].name;
 }
 
-void Network::on_event(std::uint32_t kind, std::uint64_t arg) {
-  switch (kind) {
-    case kTxDone: tx_done(static_cast<int>(arg)); break;
-    case kArrive: arrive(static_cast<std::uint32_t>(arg)); break;
-    case kPauseExpire: pause_expired(static_cast<int>(arg / 8), static_cast<int>(arg % 8)); break;
-    case kPauseRefresh: {
-      int port = static_cast<int>(arg / 8), q = static_cast<int>(arg % 8);
-      if (ports_[port].c[q].pausing && ports_[port].up) send_pfc(port, q, true);
-      break;
+void Fabric::send(int node, std::uint32_t id) {
+  Packet& p = pool_[id];
+  const int out = choose_port(node, p);
+  if (out < 0) {
+    ++sh().counters.lost_on_failure;
+    pool_.release(sh().index, id);
+    return;
+  }
+  enqueue(out, p.queue, id);
+  ports_[static_cast<std::size_t>(out)].c[p.queue].queue_bytes += p.frame + kWireOverhead;
+  try_send(out);
+}
+
+void Fabric::wake_at(int port, Time at) {
+  Port& P = ports_[static_cast<std::size_t>(port)];
+  if (P.endpoint_wake_at <= at) return;
+  P.endpoint_wake_at = at;
+  P.endpoint_wake_pending = true;
+  eng_.schedule(at, P.node, kEndpointWake, static_cast<std::uint64_t>(port));
+}
+
+std::vector<PfcEvent> Fabric::pfc_events() const {
+  std::vector<PfcEvent> all;
+  for (const PerThread& t : per_thread_) all.insert(all.end(), t.pfc_events.begin(), t.pfc_events.end());
+  std::stable_sort(all.begin(), all.end(), [](const PfcEvent& a, const PfcEvent& b) {
+    return a.at != b.at ? a.at < b.at : a.port != b.port ? a.port < b.port : a.queue < b.queue;
+  });
+  return all;
+}
+
+void Fabric::on_tx_done(void* f, std::uint64_t arg) { static_cast<Fabric*>(f)->tx_done(static_cast<int>(arg)); }
+void Fabric::on_arrive(void* f, std::uint64_t arg) { static_cast<Fabric*>(f)->arrive(static_cast<std::uint32_t>(arg)); }
+void Fabric::on_pause_expire(void* f, std::uint64_t arg) {
+  static_cast<Fabric*>(f)->pause_expired(static_cast<int>(arg / 8), static_cast<int>(arg % 8));
+}
+void Fabric::on_pause_refresh(void* f, std::uint64_t arg) {
+  Fabric& F = *static_cast<Fabric*>(f);
+  const int port = static_cast<int>(arg / 8), q = static_cast<int>(arg % 8);
+  if (F.ports_[static_cast<std::size_t>(port)].c[q].pausing && F.ports_[static_cast<std::size_t>(port)].up) F.send_pfc(port, q, true);
+}
+void Fabric::on_endpoint_wake(void* f, std::uint64_t arg) {
+  Fabric& F = *static_cast<Fabric*>(f);
+  Port& P = F.ports_[arg];
+  if (P.endpoint_wake_at == clock()) {
+    P.endpoint_wake_pending = false;
+    P.endpoint_wake_at = kNever;
+    F.try_send(static_cast<int>(arg));
+  }
+}
+void Fabric::on_failure(void* f, std::uint64_t arg) {
+  Fabric& F = *static_cast<Fabric*>(f);
+  F.apply_failure(F.failures_[arg]);
+}
+void Fabric::on_reroute(void* f, std::uint64_t /*arg*/) { static_cast<Fabric*>(f)->reroute(); }
+
+// A transmission's end reads its port; at a switch the packet at the head of its busiest
+// class's queue, and where that came in; at a GPU the queue pair it will take its next
+// packet from (the NIC's).
+void Fabric::prefetch_tx_done(const void* f, std::uint64_t arg, int stage) {
+  const Fabric& F = *static_cast<const Fabric*>(f);
+  const Port& P = F.ports_[arg];
+  if (stage == 0) {
+    __builtin_prefetch(&P);
+  } else if (const unsigned classes = P.backlog & 0xffu; !P.endpoint && classes != 0) {
+    const Port::Class& c = P.c[31 - __builtin_clz(classes)];  // the first served of the strict ones
+    if (c.queue.empty()) return;  // (its packets wait in virtual output queues)
+    if (stage == 1) {
+      __builtin_prefetch(&F.pool_.at(c.queue.front()));
+      __builtin_prefetch(&F.eng_.rng(P.node));
+    } else if (const Packet& head = F.pool_.at(c.queue.front()); head.port >= 0) {
+      __builtin_prefetch(&F.ports_[static_cast<std::size_t>(head.port)].c[head.queue]);
     }
-    case kEndpointWake: {
-      Port& P = ports_[arg];
-      if (P.endpoint_wake_at == clock()) {
-        P.endpoint_wake_pending = false;
-        P.endpoint_wake_at = kNever;
-        try_send(static_cast<int>(arg));
-      }
-      break;
+  } else if (P.endpoint) {
+    if (stage == 1) {
+      __builtin_prefetch(&P.c[F.cfg_.roce_queue]);
+      __builtin_prefetch(&F.eng_.rng(P.node));
     }
-    case kRto: rto_check(static_cast<int>(arg)); break;
-    case kAlphaTimer: alpha_timer(static_cast<int>(arg)); break;
-    case kRateTimer: rate_timer(static_cast<int>(arg >> 32), static_cast<std::uint32_t>(arg)); break;
-    case kStepStart: agents_.step_start(static_cast<int>(arg)); break;
-    case kSample:
-      sample_queues();
-      if (agents_left_ > 0) schedule(clock() + cfg_.sample_interval, -1, kSample);
-      break;
-    case kFailure: apply_failure(work_.failures[arg]); break;
-    case kReroute: reroute(); break;
-    case kFluidUpdate: flow_.update(static_cast<std::uint32_t>(arg)); break;
-    case kFluidDelivered: flow_.delivered(static_cast<int>(arg)); break;
-    case kFluidAcked: agents_.message_acked(static_cast<int>(arg)); break;
-    case kMessageReady: agents_.message_ready(static_cast<int>(arg)); break;
-    default: throw InternalError("simulator: unknown event kind");
+    F.nic_.prefetch_next(P.node, stage);
   }
 }
 
 // A frame's arrival reads the packet and the port it comes in by (both in its event's
 // argument); then, at a switch, its routes toward the packet's destination, and the port
-// that ECMP picks from them; at its destination, its queue pair. A transmission's end
-// reads its port; at a switch the packet at the head of its busiest class's queue, and
-// where that came in; at a GPU the queue pair it will take its next packet from.
-void Network::prefetch(std::uint32_t kind, std::uint64_t arg, int stage) const {
-  if (kind == kTxDone) {
-    const Port& P = ports_[arg];
-    if (stage == 0) {
-      __builtin_prefetch(&P);
-    } else if (const unsigned classes = P.backlog & 0xffu; !P.endpoint && classes != 0) {
-      const Port::Class& c = P.c[31 - __builtin_clz(classes)];  // the first served of the strict ones
-      if (c.queue.empty()) return;  // (its packets wait in virtual output queues)
-      if (stage == 1) {
-        __builtin_prefetch(&pool_.at(c.queue.front()));
-        __builtin_prefetch(&rng_[static_cast<std::size_t>(P.node)]);
-      } else if (const Packet& head = pool_.at(c.queue.front()); head.port >= 0) {
-        __builtin_prefetch(&ports_[static_cast<std::size_t>(head.port)].c[head.queue]);
-      }
-    } else if (P.endpoint) {
-      const std::vector<int>& list = active_qps_[static_cast<std::size_t>(P.node)];
-      if (list.empty()) return;
-      const std::size_t next = rr_qp_[static_cast<std::size_t>(P.node)] % list.size();
-      if (stage == 1) {
-        __builtin_prefetch(&list[next]);
-        __builtin_prefetch(&P.c[cfg_.roce_queue]);
-        __builtin_prefetch(&rng_[static_cast<std::size_t>(P.node)]);
-      } else {
-        const QueuePair& q = qps_[static_cast<std::size_t>(list[next])];
-        __builtin_prefetch(&q);
-        __builtin_prefetch(&q.snd_nxt);
-        __builtin_prefetch(&q.next_send);
-        __builtin_prefetch(&q.rate);
-      }
-    }
-    return;
-  }
-  if (kind != kArrive) return;
-  const Packet& p = pool_.at(static_cast<std::uint32_t>(arg));
-  const Port& in = ports_[arg >> 32];
+// that ECMP picks from them; at its destination, its queue pair (the NIC's).
+void Fabric::prefetch_arrive(const void* f, std::uint64_t arg, int stage) {
+  const Fabric& F = *static_cast<const Fabric*>(f);
+  const Packet& p = F.pool_.at(static_cast<std::uint32_t>(arg));
+  const Port& in = F.ports_[arg >> 32];
   if (stage == 0) {
     __builtin_prefetch(&p);
     __builtin_prefetch(&in);
@@ -913,30 +950,27 @@ void Network::prefetch(std::uint32_t kind, std::uint64_t arg, int stage) const {
   }
   if (p.type == PacketType::kPause) return;
   if (in.node == p.dst) {
-    if (stage == 1 && p.qp < qps_.size()) {
-      __builtin_prefetch(&qps_[p.qp].epsn);
-      __builtin_prefetch(&qps_[p.qp].snd_una);
-    }
+    if (stage == 1) F.nic_.prefetch_receive(p.qp);
     return;
   }
-  const std::int32_t row = route_row_[static_cast<std::size_t>(in.node)];
-  const int d = gpu_rank_of_node_[static_cast<std::size_t>(p.dst)];
+  const std::int32_t row = F.route_row_[static_cast<std::size_t>(in.node)];
+  const int d = F.gpu_rank_of_node_[static_cast<std::size_t>(p.dst)];
   if (row < 0 || d < 0) return;
   if (stage == 1) {
-    __builtin_prefetch(&route_slot(row, d));
+    __builtin_prefetch(&F.route_slot(row, d));
     __builtin_prefetch(&in.c[p.queue]);
-    __builtin_prefetch(&rng_[static_cast<std::size_t>(in.node)]);
+    __builtin_prefetch(&F.eng_.rng(in.node));
     return;
   }
   // The port forward() will take when ECMP (unweighted) or the only route decides it.
-  const Candidates next = routes_to(in.node, d);
-  if (next.n == 0 || (next.n > 1 && (!ecmp_decides(p.type) || cfg_.ecmp_weighted))) return;
-  const int out = next.n == 1 ? next.ports[0] : ecmp_pick(next.ports, next.n, hash_tuple(in.node, p));
-  __builtin_prefetch(&ports_[static_cast<std::size_t>(out)]);
-  __builtin_prefetch(&ports_[static_cast<std::size_t>(out)].c[p.queue]);
+  const Candidates next = F.routes_to(in.node, d);
+  if (next.n == 0 || (next.n > 1 && (!F.ecmp_decides(p.type) || F.cfg_.ecmp_weighted))) return;
+  const int out = next.n == 1 ? next.ports[0] : F.ecmp_pick(next.ports, next.n, F.hash_tuple(in.node, p));
+  __builtin_prefetch(&F.ports_[static_cast<std::size_t>(out)]);
+  __builtin_prefetch(&F.ports_[static_cast<std::size_t>(out)].c[p.queue]);
 }
 
-Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Workload& w, const RouteColumns& columns) {
+Fabric::MemoryEstimate Fabric::estimate_memory(const Topology& t, const Workload& w, const RouteColumns& columns) {
   // Tables for the nodes with several links (compute_routes): a slot per destination.
   const int destinations = columns.count();
   const double slots = static_cast<double>(columns.routed_nodes) * destinations;
@@ -947,11 +981,7 @@ Network::MemoryEstimate Network::estimate_memory(const Topology& t, const Worklo
           columns.routed_nodes};
 }
 
-void Network::check_setup(const Topology& t, const SimConfig& c, const Workload& w) {
-  check_setup(t, c, w, RouteColumns::of(t));
-}
-
-void Network::check_setup(const Topology& t, const SimConfig& c, const Workload& w, const RouteColumns& columns) {
+void Fabric::check_setup(const Topology& t, const SimConfig& c, const Workload& w, const RouteColumns& columns) {
   const MemoryEstimate need = estimate_memory(t, w, columns);
   if (const auto have = available_memory_bytes(); have && need.total > 0.9 * static_cast<double>(*have)) {
     throw ConfigError(fmt::format("this simulation needs about {:.1f} GiB (routing tables for {} nodes x {} destinations: {:.1f} GiB), "
@@ -967,144 +997,5 @@ void Network::check_setup(const Topology& t, const SimConfig& c, const Workload&
   }
 }
 
-Network::Network(const Topology& topology, const SimConfig& config, Workload workload)
-    : topo_(topology), cfg_(config), work_(std::move(workload)), columns_(RouteColumns::of(topo_)),
-      agents_(*this, topo_, cfg_, work_), flow_(*this, topo_, cfg_) {
-  current_ = &coord_;
-  if (cfg_.pxn) pxn_relays_ = route_through_nvlink_peers(work_, topo_);
-  finalize_config(cfg_);
-  check_setup(topo_, cfg_, work_, columns_);
-  build_ports();
-  gpu_rank_of_node_.assign(topo_.nodes.size(), -1);
-  for (std::size_t r = 0; r < topo_.gpus.size(); ++r) gpu_rank_of_node_[topo_.gpus[r]] = static_cast<int>(r);
-  compute_routes();
-  switch_seed_.resize(topo_.nodes.size());
-  for (std::size_t n = 0; n < topo_.nodes.size(); ++n)
-    switch_seed_[n] = static_cast<std::uint32_t>(splitmix(cfg_.seed * 1000003ull + (cfg_.distinct_seeds ? n : 0)));
-  node_ip_.resize(topo_.nodes.size());
-  for (std::size_t n = 0; n < topo_.nodes.size(); ++n) node_ip_[n] = topo_.nodes[n].ip;
-  rr_counter_.assign(topo_.nodes.size(), 0);
-  reserve_buffers();
-  // Each node's streams, seeded from the run's seed and the node's number.
-  rng_.resize(topo_.nodes.size());
-  for (std::size_t n = 0; n < topo_.nodes.size(); ++n) {
-    rng_[n].choice.state = splitmix(cfg_.seed ^ splitmix(3 * n + 1));
-    rng_[n].jitter.state = splitmix(cfg_.seed ^ 0x6A09E667F3BCC908ull ^ splitmix(3 * n + 2));
-    rng_[n].loss.state = splitmix(cfg_.seed ^ 0xBB67AE8584CAA73Bull ^ splitmix(3 * n + 3));
-  }
-  // Nodes joined by a link without delay (an NVSwitch to its GPUs) run together; between
-  // the others no node reaches another sooner than the smallest delay of their links: the
-  // window (at most 1 us, so that a run ends soon after its last rank).
-  atom_.resize(topo_.nodes.size());
-  for (std::size_t n = 0; n < atom_.size(); ++n) atom_[n] = static_cast<int>(n);
-  auto root = [&](int n) {
-    while (atom_[static_cast<std::size_t>(n)] != n) n = atom_[static_cast<std::size_t>(n)] = atom_[static_cast<std::size_t>(atom_[static_cast<std::size_t>(n)])];
-    return n;
-  };
-  for (const Port& P : ports_)
-    if (P.delay == 0) {
-      const int a = root(P.node), b = root(ports_[static_cast<std::size_t>(P.peer)].node);
-      if (a != b) atom_[static_cast<std::size_t>(std::max(a, b))] = std::min(a, b);
-    }
-  for (std::size_t n = 0; n < atom_.size(); ++n) atom_[n] = root(static_cast<int>(n));
-  window_ = kUs;
-  for (const Port& P : ports_)
-    if (atom_[static_cast<std::size_t>(P.node)] != atom_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(P.peer)].node)])
-      window_ = std::min(window_, P.delay);
-  seq_.assign(topo_.nodes.size() + 1, 0);
-  active_qps_.assign(topo_.nodes.size(), {});
-  rr_qp_.assign(topo_.nodes.size(), 0);
-  qps_created_.assign(topo_.nodes.size(), 0);
-  for (std::size_t i = 0; i < work_.failures.size(); ++i) {
-    const Failure& f = work_.failures[i];
-    if (topo_.find(f.a) < 0) throw ConfigError("failure: unknown node '" + f.a + "'");
-    if (!f.b.empty() && topo_.find(f.b) < 0) throw ConfigError("failure: unknown node '" + f.b + "'");
-  }
-  if (cfg_.mode == SimMode::kFlow) {
-    flow_.prepare();
-  }
-  collective_times_.assign(work_.collectives.size(), {kNever, 0});
-  agents_.prepare();
-  agents_left_ = agents_.started();
-}
-
-void Network::share_nodes(int threads) {
-  node_shard_.assign(topo_.nodes.size(), 0);
-  if (threads <= 1) return;
-  // GPUs in rank order cut into equal runs; then, breadth first from the GPUs, each other
-  // node joins the least loaded (by ports) of the shards of its neighbours met before it.
-  // A fat tree's pods stay whole and its core switches are dealt out.
-  std::vector<std::int64_t> load(static_cast<std::size_t>(threads), 0);
-  std::vector<int> level(topo_.nodes.size(), -1);
-  std::vector<int> frontier;
-  const std::size_t G = topo_.gpus.size();
-  for (std::size_t r = 0; r < G; ++r) {
-    const int n = topo_.gpus[r];
-    const int s = static_cast<int>(r * static_cast<std::size_t>(threads) / G);
-    node_shard_[static_cast<std::size_t>(n)] = s;
-    level[static_cast<std::size_t>(n)] = 0;
-    load[static_cast<std::size_t>(s)] += static_cast<std::int64_t>(node_ports_[static_cast<std::size_t>(n)].size());
-    frontier.push_back(n);
-  }
-  for (int depth = 1; !frontier.empty(); ++depth) {
-    std::vector<int> next;
-    for (int n : frontier)
-      for (int port : node_ports_[static_cast<std::size_t>(n)]) {
-        const int m = ports_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(port)].peer)].node;
-        if (level[static_cast<std::size_t>(m)] >= 0) continue;
-        level[static_cast<std::size_t>(m)] = depth;
-        next.push_back(m);
-      }
-    for (int m : next) {
-      int best = -1;
-      for (int port : node_ports_[static_cast<std::size_t>(m)]) {
-        const int k = ports_[static_cast<std::size_t>(ports_[static_cast<std::size_t>(port)].peer)].node;
-        if (level[static_cast<std::size_t>(k)] < 0 || level[static_cast<std::size_t>(k)] >= depth) continue;
-        const int s = node_shard_[static_cast<std::size_t>(k)];
-        if (best < 0 || load[static_cast<std::size_t>(s)] < load[static_cast<std::size_t>(best)]) best = s;
-      }
-      node_shard_[static_cast<std::size_t>(m)] = best < 0 ? 0 : best;
-      load[static_cast<std::size_t>(node_shard_[static_cast<std::size_t>(m)])] +=
-          static_cast<std::int64_t>(node_ports_[static_cast<std::size_t>(m)].size());
-    }
-    frontier = std::move(next);
-  }
-  // Nodes joined without delay go where the first of them went.
-  for (std::size_t n = 0; n < atom_.size(); ++n) node_shard_[n] = node_shard_[static_cast<std::size_t>(atom_[n])];
-}
-
-void Network::begin_run() {
-  int threads = cfg_.threads > 0 ? cfg_.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (threads > 1) {
-    // What reads or changes another node's state at once runs on one thread.
-    if (cfg_.mode == SimMode::kFlow) single_thread_reason_ = "the flow-level mode sets every flow's rate at once";
-    else if (cfg_.lb == LoadBalancing::kAdaptive && cfg_.ar_remote) single_thread_reason_ = "ar.remote reads the next switch's queues at once";
-    else if (capture_.active()) single_thread_reason_ = "a pcap capture reads the senders' queue pairs";
-    if (!single_thread_reason_.empty()) threads = 1;
-  }
-  threads = std::min<int>(threads, static_cast<int>(topo_.nodes.size()));
-  share_nodes(threads);
-  pool_.reset(threads + 1, cfg_.cc == CongestionControl::kHpcc);
-  shards_.clear();
-  for (int i = 0; i < threads; ++i) {
-    shards_.push_back(std::make_unique<Shard>());
-    shards_.back()->index = i;
-  }
-  coord_.index = threads;
-  for (Shard* s : all_shards()) {
-    s->outbox.assign(static_cast<std::size_t>(threads), {});
-    s->collective_times.assign(work_.collectives.size(), {kNever, 0});
-  }
-  current_ = &coord_;
-  for (std::size_t i = 0; i < work_.failures.size(); ++i) schedule(work_.failures[i].at, -1, kFailure, i);
-  agents_.schedule_starts();
-  if (cfg_.sample_interval > 0) schedule(cfg_.sample_interval, -1, kSample);
-}
-
-void Network::capture(const std::string& node_a, const std::string& node_b, const std::string& pcap_path) {
-  capture_.open(pcap_path, topo_.link_between(node_a, node_b, "pcap"));
-}
-
-Network::~Network() = default;
 
 }  // namespace weft::sim

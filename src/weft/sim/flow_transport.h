@@ -8,8 +8,9 @@
 // propagation and one packet's store and forward, but the bottleneck's, which the fluid
 // already counts), acknowledged an ACK's return later. No queues, no PFC, no ECN, no
 // congestion control: the rates are what an ideal congestion control would settle on, at
-// once. It posts and completes the agents' messages and counts the bytes on the fabric's
-// ports, through the Network that holds it (direct calls); its events run between windows.
+// once. It completes the agents' messages (agents.h) and counts the bytes on the fabric's
+// ports (fabric.h), by direct calls; its events run on the engine's coordinator, between
+// windows.
 #pragma once
 
 #include <cstdint>
@@ -19,15 +20,18 @@
 #include "weft/sim/config.h"
 #include "weft/sim/fluid_model.h"
 #include "weft/sim/packet.h"
+#include "weft/sim/parallel_engine.h"
 #include "weft/sim/topology.h"
 
 namespace weft::sim {
 
-class Network;
+class Agents;
+class Fabric;
+class Nic;
 
 class FlowTransport {
  public:
-  FlowTransport(Network& net, const Topology& topo, const SimConfig& cfg);
+  FlowTransport(Engine& engine, Fabric& fabric, Nic& nic, Agents& agents, const Topology& topo, const SimConfig& cfg);
   // The ports' payload rates (bytes/s of payload at full speed), once the ports are built.
   void prepare();
   // A message of `bytes` from one agent to another in `parts` (one per queue pair).
@@ -48,7 +52,11 @@ class FlowTransport {
   void schedule_update(Time at);  // at `at` unless one is pending by then
   void moved(int part, double bytes);
 
-  Network& net_;
+  Engine& eng_;
+  Fabric& fabric_;
+  Nic& nic_;
+  Agents& agents_;
+  std::uint32_t kUpdate = 0, kDelivered = 0, kAcked = 0;  // the engine's kinds
   const Topology& topo_;
   const SimConfig& cfg_;
   std::unique_ptr<FluidModel> fluid_;

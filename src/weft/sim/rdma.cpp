@@ -2,41 +2,97 @@
 // packets with PSNs, WRITE First/Middle/Last or Only, coalesced ACKs, NAKs on sequence
 // errors, go-back-N or selective retransmission with a timeout, CNPs from the receiver
 // (notification point) and the DCQCN reaction point at the sender.
+#include "weft/sim/nic.h"
+
 #include <algorithm>
 #include <cmath>
+#include <random>
 
-#include "weft/sim/network.h"
+#include "weft/sim/agents.h"
+#include "weft/sim/fabric.h"
 #include "weft/util/error.h"
 
 namespace weft::sim {
-namespace {
-constexpr std::uint32_t kNoPacket = ~0u;
+
+Nic::Nic(Engine& engine, PacketPool& pool, Fabric& fabric, Agents& agents, const Topology& topo, const SimConfig& cfg,
+         const Workload& work)
+    : eng_(engine), pool_(pool), fabric_(fabric), agents_(agents), topo_(topo), cfg_(cfg), work_(work) {
+  kRto = eng_.add_kind(this, on_rto);
+  kAlphaTimer = eng_.add_kind(this, on_alpha_timer);
+  kRateTimer = eng_.add_kind(this, on_rate_timer);
 }
 
-double Network::line_rate(int node) const {
-  if (gpu_rank_of_node_[static_cast<std::size_t>(node)] >= topo_.gpu_count()) {
+void Nic::prepare() {
+  active_qps_.assign(topo_.nodes.size(), {});
+  rr_qp_.assign(topo_.nodes.size(), 0);
+  qps_created_.assign(topo_.nodes.size(), 0);
+}
+
+void Nic::begin(int shards) {
+  echo_.assign(static_cast<std::size_t>(shards), {});
+  running_ = true;
+}
+
+void Nic::on_rto(void* n, std::uint64_t arg) { static_cast<Nic*>(n)->rto_check(static_cast<int>(arg)); }
+void Nic::on_alpha_timer(void* n, std::uint64_t arg) { static_cast<Nic*>(n)->alpha_timer(static_cast<int>(arg)); }
+void Nic::on_rate_timer(void* n, std::uint64_t arg) {
+  static_cast<Nic*>(n)->rate_timer(static_cast<int>(arg >> 32), static_cast<std::uint32_t>(arg));
+}
+
+void Nic::prefetch_next(int node, int stage) const {
+  const std::vector<int>& list = active_qps_[static_cast<std::size_t>(node)];
+  if (list.empty()) return;
+  const std::size_t next = rr_qp_[static_cast<std::size_t>(node)] % list.size();
+  if (stage == 1) {
+    __builtin_prefetch(&list[next]);
+  } else if (stage > 1) {
+    const QueuePair& q = qps_[static_cast<std::size_t>(list[next])];
+    __builtin_prefetch(&q);
+    __builtin_prefetch(&q.snd_nxt);
+    __builtin_prefetch(&q.next_send);
+    __builtin_prefetch(&q.rate);
+  }
+}
+
+void Nic::prefetch_receive(std::uint32_t qp) const {
+  if (qp >= qps_.size()) return;
+  __builtin_prefetch(&qps_[qp].epsn);
+  __builtin_prefetch(&qps_[qp].snd_una);
+}
+
+std::vector<int> Nic::path_of(int qp) const {
+  const QueuePair& q = qps_[static_cast<std::size_t>(qp)];
+  Packet probe;
+  probe.src = q.src;
+  probe.dst = q.dst;
+  probe.sport = q.sport;
+  return fabric_.path(fabric_.gpu_rank_of(q.src), fabric_.gpu_rank_of(q.dst), &probe);
+}
+
+double Nic::line_rate(int node) const {
+  if (fabric_.gpu_rank_of(node) >= topo_.gpu_count()) {
     // A switch's reducer sends each flow at the rate of the switch's ports (multicast
     // replication), not at its own link's sum of them.
     double port = 0;
-    for (int mine : node_ports_[node]) {
-      const int sw = ports_[mine].peer_node;
-      for (int q : node_ports_[sw])
-        if (topo_.links[ports_[q].link].tier != "reducer") port = std::max(port, ports_[q].bps);
+    for (int mine : fabric_.node_ports(node)) {
+      const int sw = fabric_.ports()[mine].peer_node;
+      for (int q : fabric_.node_ports(sw))
+        if (topo_.links[fabric_.ports()[q].link].tier != "reducer") port = std::max(port, fabric_.ports()[q].bps);
     }
     return port;
   }
   double best = 0, any = 0;
-  for (int port : node_ports_[node]) {
-    any = std::max(any, ports_[port].bps);
-    if (topo_.links[ports_[port].link].tier != "nvlink") best = std::max(best, ports_[port].bps);
+  for (int port : fabric_.node_ports(node)) {
+    any = std::max(any, fabric_.ports()[port].bps);
+    if (topo_.links[fabric_.ports()[port].link].tier != "nvlink") best = std::max(best, fabric_.ports()[port].bps);
   }
   return best > 0 ? best : any;
 }
 
-int Network::qp_for(int src_agent, int dst_agent, int part) {
+int Nic::qp_for(int src_agent, int dst_agent, int part) {
   std::uint64_t key = (static_cast<std::uint64_t>(src_agent) << 32 | static_cast<std::uint32_t>(dst_agent)) * 257 +
                       static_cast<std::uint64_t>(part);
-  if (ran_) {  // every QP was made before the run (make_sends): only looked up, from any thread
+  if (running_) {  // every QP was made before the run (make_sends): only looked up, from any thread
     const auto found = qp_index_.find(key);
     if (found == qp_index_.end()) throw InternalError("simulator: a send without its queue pair");
     return found->second;
@@ -59,9 +115,9 @@ int Network::qp_for(int src_agent, int dst_agent, int part) {
     if (window_cc()) {
       // The path's switches, and its idle round trip: an MTU packet's store and forward over
       // each hop and its ACK's return (NSCC's first base round trip; Swift's target over it).
-      for (int port : path(work_.agents[src_agent].gpu, work_.agents[dst_agent].gpu)) {
-        const Port& P = ports_[static_cast<std::size_t>(port)];
-        q.hops += node_is_endpoint(P.node) ? 0 : 1;
+      for (int port : fabric_.path(work_.agents[src_agent].gpu, work_.agents[dst_agent].gpu)) {
+        const Port& P = fabric_.ports()[static_cast<std::size_t>(port)];
+        q.hops += fabric_.node_is_endpoint(P.node) ? 0 : 1;
         // A packet's and its ACK's bytes, with both frames' preamble and gap.
         q.path_rtt += 2 * P.delay + serialization(cfg_.mtu + kHeaderBytes + kAckFrame + kWireOverhead, P.bps);
       }
@@ -81,21 +137,19 @@ int Network::qp_for(int src_agent, int dst_agent, int part) {
   return it->second;
 }
 
-void Network::post_message(int flow, int src_agent, int dst_agent, std::int64_t bytes) {
-  FlowRecord& f = agents_.flows()[static_cast<std::size_t>(flow)];
-  if (f.src_gpu == f.dst_gpu) {
-    // Same GPU: no network traffic.
-    f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = 1;
-    agents_.message_delivered(flow);
-    agents_.message_sent(flow);
-    agents_.message_acked(flow);
-    return;
-  }
-  const int parts = parts_of(bytes);
-  f.parts_left_rx = f.parts_left_tx = f.parts_left_sent = f.parts = parts;
-  if (cfg_.mode == SimMode::kFlow) return flow_.post(flow, src_agent, dst_agent, bytes, parts);
-  // (The receiver lists the message already: make_sends.)
-  for_each_part(bytes, [&](int i, std::int64_t pk, std::int64_t part_bytes) {
+void Nic::expect(int flow, int src_agent, int dst_agent, std::int64_t bytes) {
+  for_each_part(cfg_, bytes, [&](int i, std::int64_t pk, std::int64_t part_bytes) {
+    QueuePair& q = qps_[static_cast<std::size_t>(qp_for(src_agent, dst_agent, i))];
+    if (cfg_.mode == SimMode::kFlow) return;
+    QpMessage m{q.psn_planned, q.psn_planned + static_cast<std::uint32_t>(pk), part_bytes, flow};
+    q.psn_planned = m.psn_end;
+    q.rx.push_back(m);
+  });
+}
+
+void Nic::post(int flow, int src_agent, int dst_agent, std::int64_t bytes) {
+  // (The receiver lists the message already: expect.)
+  for_each_part(cfg_, bytes, [&](int i, std::int64_t pk, std::int64_t part_bytes) {
     const int qp = qp_for(src_agent, dst_agent, i);
     QueuePair& q = qps_[static_cast<std::size_t>(qp)];
     QpMessage m{q.psn_assigned, q.psn_assigned + static_cast<std::uint32_t>(pk), part_bytes, flow};
@@ -105,18 +159,18 @@ void Network::post_message(int flow, int src_agent, int dst_agent, std::int64_t 
   });
 }
 
-bool Network::qp_has_data(const QueuePair& q) const { return q.snd_nxt < q.psn_assigned || !q.retransmit.empty(); }
+bool Nic::qp_has_data(const QueuePair& q) const { return q.snd_nxt < q.psn_assigned || !q.retransmit.empty(); }
 
-void Network::activate(int qp) {
+void Nic::activate(int qp) {
   QueuePair& q = qps_[qp];
   if (!q.active) {
     q.active = true;
     active_qps_[q.src].push_back(qp);
   }
-  for (int port : node_ports_[q.src]) try_send(port);
+  for (int port : fabric_.node_ports(q.src)) fabric_.try_send(port);
 }
 
-std::uint32_t Network::endpoint_pull(int node, int port) {
+std::uint32_t Nic::pull(int node, int port) {
   auto& list = active_qps_[node];
   if (list.empty()) return kNoPacket;
   const Time now = clock();
@@ -137,17 +191,17 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
       continue;
     }
     if (window_full(q)) continue;  // the window's bytes are in flight; an ACK reopens it
-    const Port& P = ports_[port];
+    const Port& P = fabric_.ports()[port];
     if (P.c[q.queue].paused(now)) continue;  // its class is paused here
     // Would this QP's next packet leave through `port`?
-    if (q.route_generation != route_generation_) {
-      q.route_generation = route_generation_;
-      q.route_port = fixed_port(node, q);
+    if (q.route_generation != fabric_.route_generation()) {
+      q.route_generation = fabric_.route_generation();
+      q.route_port = fabric_.fixed_port(node, q);
     }
-    if (q.route_port == kUnroutable) continue;
+    if (q.route_port == Fabric::kUnroutable) continue;
     bool usable = q.route_port == port;
-    if (q.route_port == kChosenPerPacket) {
-      const Candidates next = routes_to(node, gpu_rank_of_node_[q.dst]);
+    if (q.route_port == Fabric::kChosenPerPacket) {
+      const Fabric::Candidates next = fabric_.routes_to(node, fabric_.gpu_rank_of(q.dst));
       const std::int32_t* c = next.ports;
       const int count = next.n;
       if (cfg_.lb == LoadBalancing::kSpray || (cfg_.lb == LoadBalancing::kAdaptive && cfg_.ar_granularity == ArGranularity::kPacket)) {
@@ -181,30 +235,11 @@ std::uint32_t Network::endpoint_pull(int node, int port) {
                               }),
                list.end());
   }
-  if (id == kNoPacket && earliest != kNever) {
-    Port& P = ports_[port];
-    if (P.endpoint_wake_at > earliest) {
-      P.endpoint_wake_at = earliest;
-      P.endpoint_wake_pending = true;
-      schedule(earliest, node, kEndpointWake, static_cast<std::uint64_t>(port));
-    }
-  }
+  if (id == kNoPacket && earliest != kNever) fabric_.wake_at(port, earliest);
   return id;
 }
 
-int Network::fixed_port(int node, const QueuePair& q) const {
-  const Candidates next = routes_to(node, gpu_rank_of_node_[q.dst]);
-  if (next.n == 0) return kUnroutable;
-  if (next.n == 1) return next.ports[0];
-  if (!ecmp_decides(PacketType::kData)) return kChosenPerPacket;
-  Packet probe;
-  probe.src = q.src;
-  probe.dst = q.dst;
-  probe.sport = q.sport;
-  return ecmp_pick(next.ports, next.n, hash_tuple(node, probe));
-}
-
-std::uint32_t Network::make_data_packet(int qp) {
+std::uint32_t Nic::make_data_packet(int qp) {
   QueuePair& q = qps_[qp];
   const Time now = clock();
   std::uint32_t psn;
@@ -244,7 +279,7 @@ std::uint32_t Network::make_data_packet(int qp) {
   p.payload = static_cast<std::uint32_t>(payload);
   p.frame = kHeaderBytes + p.payload + (op == Opcode::kFirst || op == Opcode::kOnly ? kRethBytes : 0) +
             (cfg_.cc == CongestionControl::kHpcc ? kIntBytes : 0);
-  if (cfg_.cc == CongestionControl::kHpcc) int_of(id).n = 0;
+  if (cfg_.cc == CongestionControl::kHpcc) pool_.telemetry(id).n = 0;
   p.port = -2;
   p.sent_at = now;
   ++sh().counters.data_packets;
@@ -253,7 +288,7 @@ std::uint32_t Network::make_data_packet(int qp) {
   if (q.rate > 0) {
     double gap = (p.frame + kWireOverhead) * 8e12 / q.rate;
     if (window_cc() && cfg_.pacing_jitter > 0)
-      gap *= 1 + cfg_.pacing_jitter * (std::uniform_real_distribution<double>(0, 1)(rng_[static_cast<std::size_t>(q.src)].jitter) - 0.5);
+      gap *= 1 + cfg_.pacing_jitter * (std::uniform_real_distribution<double>(0, 1)(eng_.rng(q.src).jitter) - 0.5);
     q.next_send = now + static_cast<Time>(std::llround(gap));
   }
   if (q.cc_timers) {
@@ -267,12 +302,12 @@ std::uint32_t Network::make_data_packet(int qp) {
   if (was_idle) q.last_progress = now;
   if (!q.rto_armed) {
     q.rto_armed = true;
-    schedule(now + cfg_.rto, q.src, kRto, static_cast<std::uint64_t>(qp));
+    eng_.schedule(now + cfg_.rto, q.src, kRto, static_cast<std::uint64_t>(qp));
   }
   return id;
 }
 
-void Network::send_control(int from, int to, int qp, PacketType type, std::uint32_t psn, std::uint32_t trimmed_psn) {
+void Nic::send_control(int from, int to, int qp, PacketType type, std::uint32_t psn, std::uint32_t trimmed_psn) {
   std::uint32_t id = pool_.alloc(sh().index);
   Packet& p = pool_[id];
   p.type = type;
@@ -288,32 +323,23 @@ void Network::send_control(int from, int to, int qp, PacketType type, std::uint3
   p.sport = qps_[qp].sport;
   p.port = -1;
   if (type == PacketType::kAck) {
-    p.sent_at = sh().echo.sent_at;  // the answered packet's send time and congestion mark
-    p.ecn_echo = sh().echo.ce;
+    p.sent_at = echo().sent_at;  // the answered packet's send time and congestion mark
+    p.ecn_echo = echo().ce;
   }
   if (trimmed_psn != ~0u) {
     p.trimmed = true;
     p.nacked_psn = trimmed_psn;
   }
-  if (cfg_.cc == CongestionControl::kHpcc) int_of(id) = type == PacketType::kAck ? sh().echo.stamps : IntStack{};
-  int out = choose_port(from, p);
-  if (out < 0) {
-    ++sh().counters.lost_on_failure;
-    pool_.release(sh().index, id);
-    return;
-  }
-  Port& O = ports_[out];
-  enqueue(out, p.queue, id);
-  O.c[p.queue].queue_bytes += p.frame + kWireOverhead;
-  try_send(out);
+  if (cfg_.cc == CongestionControl::kHpcc) pool_.telemetry(id) = type == PacketType::kAck ? echo().stamps : IntStack{};
+  fabric_.send(from, id);
 }
 
-void Network::endpoint_receive(std::uint32_t id) {
+void Nic::receive(std::uint32_t id) {
   // A copy: answering (ACK, NAK, CNP) takes packets from the pool, which may move its slots.
   const Packet p = pool_[id];
-  sh().echo.sent_at = p.sent_at;
-  sh().echo.ce = p.ce;
-  if (cfg_.cc == CongestionControl::kHpcc) sh().echo.stamps = int_of(id);
+  echo().sent_at = p.sent_at;
+  echo().ce = p.ce;
+  if (cfg_.cc == CongestionControl::kHpcc) echo().stamps = pool_.telemetry(id);
   int qp = static_cast<int>(p.qp);
   QueuePair& q = qps_[qp];
   switch (p.type) {
@@ -326,7 +352,7 @@ void Network::endpoint_receive(std::uint32_t id) {
   pool_.release(sh().index, id);
 }
 
-void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
+void Nic::receive_data(QueuePair& q, int qp, const Packet& p) {
   const Time now = clock();
   auto credit = [&] {
     if (const QpMessage* m = message_holding(q.rx, p.psn)) agents_.flows()[static_cast<std::size_t>(m->flow)].delivered_bytes += p.payload;
@@ -396,7 +422,7 @@ void Network::receive_data(QueuePair& q, int qp, const Packet& p) {
   }
 }
 
-void Network::receive_ack(QueuePair& q, int qp, const Packet& p, bool nak) {
+void Nic::receive_ack(QueuePair& q, int qp, const Packet& p, bool nak) {
   const std::uint32_t e = p.psn;
   if (window_cc()) {
     if (nak) window_on_loss(q, p.trimmed);
@@ -433,7 +459,7 @@ void Network::receive_ack(QueuePair& q, int qp, const Packet& p, bool nak) {
   }
 }
 
-void Network::rto_check(int qp) {
+void Nic::rto_check(int qp) {
   QueuePair& q = qps_[qp];
   q.rto_armed = false;
   if (q.snd_una >= q.snd_max) return;  // nothing outstanding; re-armed by the next send
@@ -448,22 +474,18 @@ void Network::rto_check(int qp) {
     activate(qp);
   }
   q.rto_armed = true;
-  schedule(q.last_progress + cfg_.rto, q.src, kRto, static_cast<std::uint64_t>(qp));
+  eng_.schedule(q.last_progress + cfg_.rto, q.src, kRto, static_cast<std::uint64_t>(qp));
 }
 
 // --- Window congestion control (window_cc.h) ---
 
-IntStack& Network::int_of(std::uint32_t id) {
-  return pool_.telemetry(id);
-}
-
-bool Network::window_full(const QueuePair& q) const {
+bool Nic::window_full(const QueuePair& q) const {
   if (q.window <= 0 || !q.retransmit.empty()) return false;
   const double inflight = static_cast<double>(q.snd_nxt - q.snd_una) * static_cast<double>(cfg_.mtu);
   return inflight >= std::max(q.window, static_cast<double>(cfg_.mtu));
 }
 
-HpccParams Network::hpcc_params(const QueuePair& q) const {
+HpccParams Nic::hpcc_params(const QueuePair& q) const {
   HpccParams p;
   p.line_bps = line_rate(q.src);
   p.base_rtt_s = to_seconds(cfg_.hpcc_rtt);
@@ -473,7 +495,7 @@ HpccParams Network::hpcc_params(const QueuePair& q) const {
   return p;
 }
 
-SwiftParams Network::swift_params(const QueuePair& q) const {
+SwiftParams Nic::swift_params(const QueuePair& q) const {
   SwiftParams p;
   p.mtu = static_cast<double>(cfg_.mtu);
   p.base_target = q.path_rtt + cfg_.swift_base_target;
@@ -487,7 +509,7 @@ SwiftParams Network::swift_params(const QueuePair& q) const {
   return p;
 }
 
-NsccParams Network::nscc_params(const QueuePair& q) const {
+NsccParams Nic::nscc_params(const QueuePair& q) const {
   NsccParams p;
   p.mtu = static_cast<double>(cfg_.mtu);
   p.line_bps = line_rate(q.src);
@@ -500,9 +522,9 @@ NsccParams Network::nscc_params(const QueuePair& q) const {
   return p;
 }
 
-void Network::window_on_ack(QueuePair& q, const Packet& ack, std::uint32_t newly_acked) {
+void Nic::window_on_ack(QueuePair& q, const Packet& ack, std::uint32_t newly_acked) {
   if (cfg_.cc == CongestionControl::kHpcc) {
-    hpcc_on_ack(hpcc_params(q), q.hpcc, sh().echo.stamps, ack.psn, q.snd_nxt);
+    hpcc_on_ack(hpcc_params(q), q.hpcc, echo().stamps, ack.psn, q.snd_nxt);
     window_set(q, q.hpcc.window, q.hpcc.pacing_bps);
   } else if (cfg_.cc == CongestionControl::kSwift) {
     const Time now = clock();
@@ -517,7 +539,7 @@ void Network::window_on_ack(QueuePair& q, const Packet& ack, std::uint32_t newly
   }
 }
 
-void Network::window_on_loss(QueuePair& q, bool lost) {
+void Nic::window_on_loss(QueuePair& q, bool lost) {
   if (cfg_.cc == CongestionControl::kSwift) {
     swift_on_loss(swift_params(q), q.swift, clock());
     window_set(q, q.swift.window, q.swift.pacing_bps);
@@ -529,7 +551,7 @@ void Network::window_on_loss(QueuePair& q, bool lost) {
   // HPCC reacts to telemetry, not to losses.
 }
 
-void Network::window_set(QueuePair& q, double window, double pacing_bps) {
+void Nic::window_set(QueuePair& q, double window, double pacing_bps) {
   q.window = window;
   if (pacing_bps == q.rate) return;
   q.rate = pacing_bps;
@@ -541,7 +563,7 @@ void Network::window_set(QueuePair& q, double window, double pacing_bps) {
 
 // --- DCQCN reaction point (Zhu et al., SIGCOMM 2015, section 3.2) ---
 
-void Network::receive_cnp(QueuePair& q, int qp) {
+void Nic::receive_cnp(QueuePair& q, int qp) {
   ++q.cnps_received;
   if (cfg_.cc != CongestionControl::kDcqcn) return;
   const Time now = clock();
@@ -556,32 +578,32 @@ void Network::receive_cnp(QueuePair& q, int qp) {
   q.byte_counter = 0;
   q.t_stage = q.b_stage = 0;
   ++q.rate_epoch;
-  schedule(now + cfg_.dcqcn_rate_timer, q.src, kRateTimer,
+  eng_.schedule(now + cfg_.dcqcn_rate_timer, q.src, kRateTimer,
                    static_cast<std::uint64_t>(qp) << 32 | q.rate_epoch);
   if (!q.cc_timers) {
     q.cc_timers = true;
-    schedule(now + cfg_.dcqcn_alpha_timer, q.src, kAlphaTimer, static_cast<std::uint64_t>(qp));
+    eng_.schedule(now + cfg_.dcqcn_alpha_timer, q.src, kAlphaTimer, static_cast<std::uint64_t>(qp));
   }
 }
 
-void Network::alpha_timer(int qp) {
+void Nic::alpha_timer(int qp) {
   QueuePair& q = qps_[qp];
   if (!q.cc_timers) return;
   if (!q.cnp_since_alpha) q.alpha *= 1 - cfg_.dcqcn_g;
   q.cnp_since_alpha = false;
-  schedule(clock() + cfg_.dcqcn_alpha_timer, q.src, kAlphaTimer, static_cast<std::uint64_t>(qp));
+  eng_.schedule(clock() + cfg_.dcqcn_alpha_timer, q.src, kAlphaTimer, static_cast<std::uint64_t>(qp));
 }
 
-void Network::rate_timer(int qp, std::uint32_t epoch) {
+void Nic::rate_timer(int qp, std::uint32_t epoch) {
   QueuePair& q = qps_[qp];
   if (!q.cc_timers || epoch != q.rate_epoch) return;
   ++q.t_stage;
   rate_increase(q);
   if (q.cc_timers)
-    schedule(clock() + cfg_.dcqcn_rate_timer, q.src, kRateTimer, static_cast<std::uint64_t>(qp) << 32 | epoch);
+    eng_.schedule(clock() + cfg_.dcqcn_rate_timer, q.src, kRateTimer, static_cast<std::uint64_t>(qp) << 32 | epoch);
 }
 
-void Network::rate_increase(QueuePair& q) {
+void Nic::rate_increase(QueuePair& q) {
   const double line = line_rate(q.src);
   const int f = cfg_.dcqcn_f;
   const double rai = cfg_.dcqcn_rai > 0 ? cfg_.dcqcn_rai : line * 1e-3;
@@ -598,7 +620,7 @@ void Network::rate_increase(QueuePair& q) {
   }
 }
 
-std::int64_t Network::message_bytes(const Packet& p) const {
+std::int64_t Nic::message_bytes(const Packet& p) const {
   const QpMessage* m = message_holding(qps_[p.qp].unacked, p.psn);
   return m ? m->bytes : p.payload;
 }

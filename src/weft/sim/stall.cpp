@@ -41,15 +41,15 @@ std::vector<int> find_cycle(const std::vector<std::vector<int>>& edges) {
 Stall find_stall(const Network& net, bool time_limit) {
   Stall s;
   s.time_limit = time_limit;
-  const std::size_t A = net.agents_.count();
+  const std::size_t A = net.agents().count();
   std::vector<int> wait_index(A, -1);
   for (std::size_t a = 0; a < A; ++a) {
-    const AgentState& st = net.agents_.state(static_cast<int>(a));
+    const AgentState& st = net.agents().state(static_cast<int>(a));
     if (st.done) continue;
     RankWait w;
     w.agent = static_cast<int>(a);
     w.step = st.step;
-    w.steps = net.work_.agents[a].steps.size();
+    w.steps = net.workload().agents[a].steps.size();
     w.started = st.started && st.pending > 0;
     for (const auto& [peer, count] : st.waiting)
       if (count > 0) w.receives.push_back({peer, static_cast<int>(count)});
@@ -59,10 +59,10 @@ Stall find_stall(const Network& net, bool time_limit) {
   }
   // Sends not yet acknowledged, and those whose receiver is unreachable now.
   std::set<std::pair<int, int>> unroutable;
-  for (const FlowRecord& f : net.agents_.flows()) {
+  for (const FlowRecord& f : net.agents().flows()) {
     if (f.parts_left_tx <= 0 || wait_index[f.src_agent] < 0) continue;
     s.waits[wait_index[f.src_agent]].unacknowledged.push_back(f.dst_agent);
-    if (net.routes_to(net.topo_.gpus[f.src_gpu], f.dst_gpu).n == 0) unroutable.insert({f.src_agent, f.dst_agent});
+    if (net.fabric().routes_to(net.topology().gpus[f.src_gpu], f.dst_gpu).n == 0) unroutable.insert({f.src_agent, f.dst_agent});
   }
   s.unroutable.assign(unroutable.begin(), unroutable.end());
   // Ranks waiting for each other's messages.
@@ -70,27 +70,27 @@ Stall find_stall(const Network& net, bool time_limit) {
   for (const RankWait& w : s.waits)
     if (w.started)
       for (const auto& [peer, count] : w.receives)
-        if (!net.agents_.state(peer).done) waits_for[w.agent].push_back(peer);
+        if (!net.agents().state(peer).done) waits_for[w.agent].push_back(peer);
   s.rank_cycle = find_cycle(waits_for);
   // Paused links: egress port O waits for O' when O's receiver pauses it on a buffer that
   // holds packets queued at O' (they came in through O's link) and O' is paused too.
-  const Time now = net.finish_;  // where the run stopped
+  const Time now = net.finish_time();  // where the run stopped
   for (int q = 0; q < 8 && s.pfc_cycle.empty(); ++q) {
-    std::vector<std::vector<int>> waits_on(net.ports_.size());
+    std::vector<std::vector<int>> waits_on(net.ports().size());
     bool any = false;
-    for (std::size_t o = 0; o < net.ports_.size(); ++o) {
-      const Port& O = net.ports_[o];
+    for (std::size_t o = 0; o < net.ports().size(); ++o) {
+      const Port& O = net.ports()[o];
       if (!O.c[q].paused(now) || !O.holds(q)) continue;
       std::set<int> upstream;
       auto came_in_by = [&](int in) {
-        if (in >= 0 && net.ports_[net.ports_[in].peer].c[q].paused(now)) upstream.insert(net.ports_[in].peer);
+        if (in >= 0 && net.ports()[net.ports()[in].peer].c[q].paused(now)) upstream.insert(net.ports()[in].peer);
       };
-      if (const VirtualOutputQueues* v = net.voq_of(static_cast<int>(o), q)) {
-        const auto& own = net.node_ports_[static_cast<std::size_t>(O.node)];
+      if (const VirtualOutputQueues* v = net.fabric().voq_of(static_cast<int>(o), q)) {
+        const auto& own = net.fabric().node_ports(O.node);
         for (int i = 0; i < v->inputs(); ++i)
           if (!v->empty(i)) came_in_by(own[static_cast<std::size_t>(i)]);
       } else {
-        O.c[q].queue.for_each(net.pool_, [&](std::uint32_t id) { came_in_by(net.pool_.at(id).port); });
+        O.c[q].queue.for_each(net.packets(), [&](std::uint32_t id) { came_in_by(net.packets().at(id).port); });
       }
       for (int u : upstream) waits_on[u].push_back(static_cast<int>(o));
       any = any || !upstream.empty();
