@@ -92,7 +92,7 @@ double Nic::line_rate(int node) const {
 int Nic::qp_for(int src_agent, int dst_agent, int part) {
   std::uint64_t key = (static_cast<std::uint64_t>(src_agent) << 32 | static_cast<std::uint32_t>(dst_agent)) * 257 +
                       static_cast<std::uint64_t>(part);
-  if (running_) {  // every QP was made before the run (make_sends): only looked up, from any thread
+  if (running_) {  // every QP was made before the run (expect): only looked up, from any thread
     const auto found = qp_index_.find(key);
     if (found == qp_index_.end()) throw InternalError("simulator: a send without its queue pair");
     return found->second;
