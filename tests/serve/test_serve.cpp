@@ -293,6 +293,48 @@ TEST(Quantize, PackedProductsAreTheFloatProductWithinTheFormatsRounding) {
   EXPECT_THROW(parse_weight_format("int4"), ConfigError);
 }
 
+// float32 weights kept packed for products (no row lookups): the product of the rows for
+// every row count (fewer than 4 rows read the rows; more the packed panels), with and without
+// a bias, over one column block and over several (a block then written into the wider
+// result); the panels add to the rows' bytes. And the packed weights alone: c + a w^T into
+// rows ldc apart, for any rows and strides.
+TEST(Quantize, PackedFloat32WeightsGiveTheRowsProduct) {
+  Rng rng(2);
+  for (const std::int64_t out : {37, 300}) {  // one column block; two (160 and 140 columns)
+    Tensor w = randn({out, 70}, rng), b = randn({out}, rng);
+    for (const bool bias : {false, true}) {
+      PackedLinear rows(w, bias ? b : Tensor(), WeightFormat::kF32), packed(w, bias ? b : Tensor(), WeightFormat::kF32, false);
+      EXPECT_EQ(rows.bytes(), out * 70 * 4);
+      EXPECT_GT(packed.bytes(), out * 70 * 4);
+      for (const std::int64_t r : {1, 3, 4, 16, 21}) {
+        Tensor x = randn({r, 70}, rng);
+        Tensor want = rows.forward(x), got = packed.forward(x);
+        ASSERT_EQ(got.shape(), want.shape());
+        for (std::int64_t i = 0; i < r * out; ++i)
+          ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4) << "out " << out << " rows " << r << " at " << i;
+      }
+    }
+  }
+  Tensor w = randn({50, 30}, rng);
+  const onednn::PackedWeightsF32 pw(w.data<float>(), 30, 50, 30, 16);
+  EXPECT_EQ(pw.n(), 50);
+  EXPECT_EQ(pw.k(), 30);
+  for (const std::int64_t m : {1, 5, 16}) {
+    for (const std::int64_t ldc : {50, 64}) {
+      Tensor a = randn({m, 40}, rng), c = randn({m, ldc}, rng);  // a's rows 40 apart: 30 used
+      std::vector<float> before(c.data<float>(), c.data<float>() + m * ldc);
+      pw.matmul(m, a.data<float>(), 40, c.data<float>(), ldc, true);
+      for (std::int64_t i = 0; i < m; ++i)
+        for (std::int64_t j = 0; j < ldc; ++j) {
+          double want = before[static_cast<std::size_t>(i * ldc + j)];
+          if (j < 50)
+            for (std::int64_t e = 0; e < 30; ++e) want += double(a.data<float>()[i * 40 + e]) * w.data<float>()[j * 30 + e];
+          ASSERT_NEAR(c.data<float>()[i * ldc + j], want, 1e-4) << "m " << m << " ldc " << ldc;  // (past n: untouched)
+        }
+    }
+  }
+}
+
 // Int8 weights in VNNI panels: every product is the exact integer sum of x w times
 // the channel's and the row's scales plus the bias, whatever the rows, the channels asked for (whole panels, the rows past
 // the last panel), the input length (padded to 4) and the kernel's width; a row's result

@@ -190,7 +190,7 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
   // norm in float32.
   const auto table = std::make_shared<const PackedLinear>(get(GPT::tied_weight()), Tensor(), format);
   const auto head =
-      c_.tied_head ? table : std::make_shared<const PackedLinear>(get(model.head_weight()), Tensor(), format);
+      c_.tied_head ? table : std::make_shared<const PackedLinear>(get(model.head_weight()), Tensor(), format, false);
   ends_.tokens = std::make_shared<PackedRows>(table, c_.dim);
   ends_.head = std::make_shared<PackedProduct>(head);
   ends_bytes_ = table->bytes() + (c_.tied_head ? 0 : head->bytes());
@@ -225,7 +225,7 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
       };
       const Tensor w = get(name + ".weight"), bias = has_bias(product, block_) ? get(name + ".bias") : Tensor();
       const Tensor packed_bias = bias.defined() && !sums ? cut(bias) : Tensor();
-      auto packed = std::make_shared<PackedProduct>(std::make_shared<const PackedLinear>(cut(w), packed_bias, format),
+      auto packed = std::make_shared<PackedProduct>(std::make_shared<const PackedLinear>(cut(w), packed_bias, format, false),
                                                     sums, sums ? bias : Tensor(), slice_.all_reduce);
       block_bytes_ += packed->bytes() + (packed_bias.defined() ? 4 * packed_bias.numel() : 0);
       b.products[static_cast<std::size_t>(product)] = std::move(packed);

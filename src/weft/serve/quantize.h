@@ -6,7 +6,11 @@
 // int8 weights on a processor with VNNI (the kernel table's int8 choice when the layer is
 // built): there the weights are kept in VNNI panels (serve/int8_panels.h), the activations
 // are quantized too, one symmetric scale per row (dynamic per-token quantization), and the
-// product runs in int8 with exact int32 sums, for any number of rows.
+// product runs in int8 with exact int32 sums, for any number of rows. float32 weights that
+// no row lookup reads (a block's products, an untied head) are kept a second time as
+// oneDNN's packed panels (tensor/onednn.h's PackedWeightsF32), in the column blocks the
+// pool shares out, for products of several rows (a step of several streams); one row reads
+// the rows.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +18,7 @@
 #include <vector>
 
 #include "weft/serve/int8_panels.h"
+#include "weft/tensor/onednn.h"
 #include "weft/tensor/tensor.h"
 
 namespace weft::serve {
@@ -25,8 +30,9 @@ const char* weight_format_name(WeightFormat f);
 class PackedLinear {
  public:
   PackedLinear() = default;
-  // weight [out, in]; bias [out] or undefined.
-  PackedLinear(const Tensor& weight, const Tensor& bias, WeightFormat format);
+  // weight [out, in]; bias [out] or undefined. `row_lookups`: whether row() will be asked
+  // (a tied token table); without, float32 weights are also kept packed for products.
+  PackedLinear(const Tensor& weight, const Tensor& bias, WeightFormat format, bool row_lookups = true);
   // x [R, in] -> [R, out] (+ bias).
   Tensor forward(const Tensor& x) const;
   // Row o of the weight as float32 (an embedding lookup of a tied, packed table).
@@ -38,6 +44,8 @@ class PackedLinear {
   WeightFormat format_ = WeightFormat::kF32;
   std::int64_t out_ = 0, in_ = 0;
   Tensor f32_, bias_;
+  std::vector<onednn::PackedWeightsF32> f32_blocks_;  // float32 without row lookups: column blocks of 16 x k
+  std::int64_t f32_block_ = 0;                         // their width (the last one may be narrower)
   std::vector<std::uint16_t> bf16_;
   std::vector<std::int8_t> int8_;  // row-major, without a VNNI kernel
   Int8Panels panels_;              // with one: vnni_ is its width
