@@ -296,7 +296,7 @@ TEST(Quantize, PackedProductsAreTheFloatProductWithinTheFormatsRounding) {
 // float32 weights kept packed for products (no row lookups): the product of the rows for
 // every row count (fewer than 4 rows read the rows; more the packed panels), with and without
 // a bias, over one column block and over several (a block then written into the wider
-// result); the panels add to the rows' bytes. And the packed weights alone: c + a w^T into
+// result); the panels are a copy beside the rows. And the packed weights alone: c + a w^T into
 // rows ldc apart, for any rows and strides.
 TEST(Quantize, PackedFloat32WeightsGiveTheRowsProduct) {
   Rng rng(2);
@@ -305,7 +305,9 @@ TEST(Quantize, PackedFloat32WeightsGiveTheRowsProduct) {
     for (const bool bias : {false, true}) {
       PackedLinear rows(w, bias ? b : Tensor(), WeightFormat::kF32), packed(w, bias ? b : Tensor(), WeightFormat::kF32, false);
       EXPECT_EQ(rows.bytes(), out * 70 * 4);
-      EXPECT_GT(packed.bytes(), out * 70 * 4);
+      EXPECT_EQ(packed.bytes(), out * 70 * 4);
+      EXPECT_EQ(rows.packed_copy_bytes(), 0);
+      EXPECT_GE(packed.packed_copy_bytes(), out * 70 * 4);
       for (const std::int64_t r : {1, 3, 4, 16, 21}) {
         Tensor x = randn({r, 70}, rng);
         Tensor want = rows.forward(x), got = packed.forward(x);

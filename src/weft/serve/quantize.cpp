@@ -235,13 +235,15 @@ void PackedLinear::row(std::int64_t o, float* out) const {
   }
 }
 
+std::int64_t PackedLinear::packed_copy_bytes() const {
+  std::int64_t packed = 0;
+  for (const auto& b : f32_blocks_) packed += b.bytes();
+  return packed;
+}
+
 std::int64_t PackedLinear::bytes() const {
   switch (format_) {
-    case WeightFormat::kF32: {
-      std::int64_t packed = 0;
-      for (const auto& b : f32_blocks_) packed += b.bytes();
-      return out_ * in_ * 4 + packed;
-    }
+    case WeightFormat::kF32: return out_ * in_ * 4;
     case WeightFormat::kBf16: return out_ * in_ * 2;
     case WeightFormat::kInt8: return (vnni_ != 0 ? panels_.bytes() : out_ * in_) + out_ * 4;
   }

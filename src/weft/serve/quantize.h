@@ -37,7 +37,8 @@ class PackedLinear {
   Tensor forward(const Tensor& x) const;
   // Row o of the weight as float32 (an embedding lookup of a tied, packed table).
   void row(std::int64_t o, float* out) const;
-  std::int64_t bytes() const;  // of the weights as stored (scales and padding included), not the bias
+  std::int64_t bytes() const;  // of the weights in the format (scales and padding included), not the bias
+  std::int64_t packed_copy_bytes() const;  // of float32 weights' packed copy (0 without one)
   std::int64_t out_features() const { return out_; }
 
  private:
