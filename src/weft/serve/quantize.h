@@ -10,7 +10,7 @@
 // no row lookup reads (a block's products, an untied head) are kept a second time as
 // oneDNN's packed panels (tensor/onednn.h's PackedWeightsF32), in the column blocks the
 // pool shares out, for products of several rows (a step of several streams); one row reads
-// the rows.
+// the rows. (The decoder asks for it where the copy fits in memory: serve/decoder.cpp.)
 #pragma once
 
 #include <cstdint>
