@@ -5,7 +5,7 @@
 # its tokens counted) and is restarted; streams of several choices cut the same way resume
 # whole. Elastic 1:3: a load step of 1 -> 16 concurrent
 # clients -> 1 scales the replicas up and, once the load falls, back down to 1, each decision
-# logged and counted. Elastic 1:2: three cycles of load and quiet scale up and down three times,
+# logged and counted. Elastic 1:2: five cycles of load and quiet scale up and down five times,
 # each new replica ready on a port of its own.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
@@ -128,14 +128,15 @@ grep '^weft_scaling_events_total' <<<"$metrics"
 grep "scaling" "$work/elastic.log"
 stop_server
 
-# Three cycles: a replica scaled up after one was drained must start (a fresh port file).
+# Five cycles: a replica scaled up after one was drained must start (a fresh port file).
 replicas() { curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_replicas ' | cut -d' ' -f2; }
 start_server "$work/cycles.log" --replicas 1:2 --scale-up-load 1 --scale-down-after 1
-for cycle in 1 2 3; do
+cycles=5
+for cycle in $(seq "$cycles"); do
   "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 4 --requests 100000 --max-tokens 48 >/dev/null 2>&1 &
   bench=$!
   for _ in $(seq 300); do [ "$(replicas)" = 2 ] && break; sleep 0.1; done
-  if [ "$cycle" = 3 ]; then
+  if [ "$cycle" = "$cycles" ]; then
     sleep 1.2  # (a scrape of both replicas)
     before=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_generated_tokens_total ' | cut -d' ' -f2)
   fi
@@ -150,8 +151,8 @@ after=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_generated_tokens_
 awk -v a="$after" -v b="$before" 'BEGIN { exit !(a >= b && b > 0) }' ||
   { echo "FAIL: the tokens counted went from $before to $after as a replica stopped"; exit 1; }
 ports=$(grep -o 'replica 1 (pid [0-9]*) ready on 127.0.0.1:[0-9]*' "$work/cycles.log" | sort -u | wc -l)
-[ "$ports" = 3 ] || { echo "FAIL: $ports replicas became ready in 3 cycles"; cat "$work/cycles.log"; exit 1; }
-echo "elastic 1:2: 3 cycles of load and quiet: scaled up and down 3 times, each new replica ready; the front end's"\
+[ "$ports" = "$cycles" ] || { echo "FAIL: $ports replicas became ready in $cycles cycles"; cat "$work/cycles.log"; exit 1; }
+echo "elastic 1:2: $cycles cycles of load and quiet: scaled up and down $cycles times, each new replica ready; the front end's"\
   "token count never went back ($after at the end)"
 stop_server
 

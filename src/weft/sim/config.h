@@ -26,7 +26,7 @@ enum class Queuing : std::uint8_t { kOutput, kVirtualOutput };
 struct SimConfig {
   std::uint64_t seed = 1;
   // Threads of the parallel engine (0: one per processor); the results are the same for
-  // any number. See Network::run.
+  // any number (parallel_engine.h).
   int threads = 1;
   // Packet by packet, or flow by flow at max-min fair rates (fluid.cpp: for fabrics and
   // iterations beyond packets; no queues, PFC, ECN or congestion control).
