@@ -63,6 +63,31 @@ TEST(Safetensors, RoundTripAndLayout) {
   EXPECT_EQ(f.metadata.at("k"), "v");
 }
 
+// Written to a file piece by piece: the same bytes as encoded in memory (a tensor in its own
+// dtype, one converted, one not contiguous), their CRC-32 returned; a file that cannot be
+// written leaves nothing behind, and one already there stays whole.
+TEST(Safetensors, WrittenToAFileAsEncodedInMemory) {
+  TempDir dir;
+  const Tensor m = Tensor::arange(12).view({3, 4});
+  StateDict sd{{"a", Tensor::arange(6).view({2, 3})}, {"t", m.t()}, {"b", Tensor::full({2}, 2.5, DType::F64)}};
+  const std::map<std::string, std::string> dtypes{{"a", "F16"}};
+  const std::string want = encode_safetensors(sd, {{"k", "v"}}, dtypes);
+  const std::string path = dir.path() + "/w.safetensors";
+  EXPECT_EQ(write_safetensors(path, sd, {{"k", "v"}}, dtypes), crc32_of(want));
+  EXPECT_EQ(read_file(path), want);
+  EXPECT_EQ(crc32_of(""), 0u);
+  EXPECT_EQ(crc32_of("123456789"), 0xCBF43926u);  // the CRC-32 check value
+  EXPECT_EQ(crc32_of("6789", crc32_of("12345")), 0xCBF43926u);
+  // A value the dtype cannot hold: refused, and the file written before is still whole.
+  StateDict bad{{"i", Tensor::full({1}, 0.5)}};
+  EXPECT_NE(checkpoint_error([&] { write_safetensors(path, bad, {}, {{"i", "I32"}}); }).find("cannot be stored as I32"),
+            std::string::npos);
+  EXPECT_EQ(read_file(path), want);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), std::filesystem::directory_iterator()), 1);
+  EXPECT_NE(checkpoint_error([&] { write_safetensors(dir.path() + "/no/such/folder/x.safetensors", sd); }).find("cannot create"),
+            std::string::npos);
+}
+
 TEST(Safetensors, RejectsMalformedFiles) {
   std::string good = encode_safetensors({{"a", Tensor::arange(4)}});
   EXPECT_NE(checkpoint_error([&] { decode_safetensors("abc", "f"); }).find("too short"), std::string::npos);

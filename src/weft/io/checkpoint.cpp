@@ -1,7 +1,5 @@
 #include "weft/io/checkpoint.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstring>
 #include <cstdio>
@@ -23,20 +21,13 @@ namespace {
 constexpr const char* kFormat = "weft-checkpoint";
 constexpr int kVersion = 1;
 
-std::string crc32_hex(std::string_view bytes) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  const auto* p = reinterpret_cast<const Bytef*>(bytes.data());
-  std::size_t left = bytes.size();
-  while (left > 0) {
-    uInt chunk = static_cast<uInt>(std::min<std::size_t>(left, 1u << 30));
-    c = crc32(c, p, chunk);
-    p += chunk;
-    left -= chunk;
-  }
+std::string hex(std::uint32_t crc) {
   char buf[16];
-  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(c));
+  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(crc));
   return buf;
 }
+
+std::string crc32_hex(std::string_view bytes) { return hex(crc32_of(bytes)); }
 
 std::string step_name(std::int64_t step) {
   char buf[32];
@@ -131,17 +122,18 @@ std::string save_checkpoint(const std::string& dir, const CheckpointMeta& meta, 
   fs::remove_all(tmp_path, ec);
   make_directories(tmp_path);
 
-  std::string model_bytes = encode_safetensors(model, {{"format", "pt"}, {"weft_model", meta.model}});
-  std::string optim_bytes = encode_safetensors(optimizer, {{"weft_optimizer", meta.optimizer}});
+  // Each file written from the tensors as they lie (never a whole file in memory), its
+  // checksum taken as it is written.
   json j = meta_to_json(meta);
-  j["checksums"] = {{"model.safetensors", crc32_hex(model_bytes)}, {"optimizer.safetensors", crc32_hex(optim_bytes)}};
-  write_file_atomic(tmp_path + "/model.safetensors", model_bytes);
-  write_file_atomic(tmp_path + "/optimizer.safetensors", optim_bytes);
+  j["checksums"] = json::object();
+  j["checksums"]["model.safetensors"] =
+      hex(write_safetensors(tmp_path + "/model.safetensors", model, {{"format", "pt"}, {"weft_model", meta.model}}));
+  j["checksums"]["optimizer.safetensors"] =
+      hex(write_safetensors(tmp_path + "/optimizer.safetensors", optimizer, {{"weft_optimizer", meta.optimizer}}));
   for (std::size_t r = 0; r < per_rank.size(); ++r) {
     std::string name = "optimizer-rank" + std::to_string(r) + ".safetensors";
-    std::string bytes = encode_safetensors(per_rank[r], {{"weft_optimizer", meta.optimizer}, {"rank", std::to_string(r)}});
-    j["checksums"][name] = crc32_hex(bytes);
-    write_file_atomic(tmp_path + "/" + name, bytes);
+    j["checksums"][name] = hex(write_safetensors(tmp_path + "/" + name, per_rank[r],
+                                                 {{"weft_optimizer", meta.optimizer}, {"rank", std::to_string(r)}}));
   }
   j["meta_crc32"] = crc32_hex(j.dump());  // meta.json's own fields (the tokenizer, the position) too
   write_file_atomic(tmp_path + "/meta.json", j.dump(2) + "\n");

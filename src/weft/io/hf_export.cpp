@@ -161,7 +161,7 @@ void write_hf_folder(const std::string& dir, const GptConfig& c, const StateDict
   std::map<std::string, std::string> dtypes;
   for (const auto& [name, t] : tensors) dtypes[name] = dtype;
   const std::filesystem::path d(dir);
-  write_file_atomic((d / "model.safetensors").string(), encode_safetensors(tensors, {{"format", "pt"}}, dtypes));
+  write_safetensors((d / "model.safetensors").string(), tensors, {{"format", "pt"}}, dtypes);
   if (tokenizer.name != "tokenizer.json" && tokenizer.name != "tokenizer.model")
     throw InternalError("write_hf_folder: a tokenizer file named " + tokenizer.name);
   write_file_atomic((d / tokenizer.name).string(), tokenizer.bytes);

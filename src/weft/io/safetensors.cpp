@@ -7,8 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 #include <optional>
 
+#include "weft/util/file.h"
 #include "weft/util/half_float.h"
 #include "weft/util/json_integer.h"
 
@@ -140,8 +142,14 @@ void store_tensor(std::string& out, const Tensor& t, const FileType& type, const
 
 }  // namespace
 
-std::string encode_safetensors(const StateDict& tensors, const std::map<std::string, std::string>& metadata,
-                               const std::map<std::string, std::string>& dtypes) {
+namespace {
+
+// The file's bytes in order, handed to `put` piece by piece: the length and header, then each
+// tensor's data (a tensor in its own dtype as it lies in memory; one in another dtype converted
+// alone), so that a writer holds at most one converted tensor at a time.
+template <class Put>
+void encode_pieces(const StateDict& tensors, const std::map<std::string, std::string>& metadata,
+                   const std::map<std::string, std::string>& dtypes, Put&& put) {
   json header = json::object();
   std::uint64_t offset = 0;
   std::vector<const FileType*> types;
@@ -158,13 +166,61 @@ std::string encode_safetensors(const StateDict& tensors, const std::map<std::str
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::string h = header.dump();
   while ((8 + h.size()) % 8 != 0) h.push_back(' ');  // align the data to 8 bytes
-  std::string out(8, '\0');
-  std::uint64_t len = h.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-  out += h;
-  out.reserve(out.size() + offset);
-  for (std::size_t i = 0; i < tensors.size(); ++i) store_tensor(out, tensors[i].second, *types[i], tensors[i].first);
+  std::string start(8, '\0');
+  const std::uint64_t len = h.size();
+  for (int i = 0; i < 8; ++i) start[static_cast<std::size_t>(i)] = static_cast<char>((len >> (8 * i)) & 0xff);
+  start += h;
+  put(std::string_view(start), offset);
+  std::string piece;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i].second;
+    if (types[i] == &native_type(t.dtype())) {
+      const Tensor c = t.contiguous();
+      put(std::string_view(static_cast<const char*>(c.raw_data()), c.nbytes()), 0);
+      continue;
+    }
+    piece.clear();
+    store_tensor(piece, t, *types[i], tensors[i].first);
+    put(std::string_view(piece), 0);
+  }
+}
+
+}  // namespace
+
+std::string encode_safetensors(const StateDict& tensors, const std::map<std::string, std::string>& metadata,
+                               const std::map<std::string, std::string>& dtypes) {
+  std::string out;
+  encode_pieces(tensors, metadata, dtypes, [&](std::string_view piece, std::uint64_t data_bytes) {
+    if (data_bytes > 0) out.reserve(piece.size() + data_bytes);
+    out.append(piece);
+  });
   return out;
+}
+
+std::uint32_t crc32_of(std::string_view bytes, std::uint32_t crc) {
+  uLong c = crc;
+  const auto* p = reinterpret_cast<const Bytef*>(bytes.data());
+  std::size_t left = bytes.size();
+  while (left > 0) {
+    const auto chunk = static_cast<uInt>(std::min<std::size_t>(left, 1u << 30));
+    c = crc32(c, p, chunk);
+    p += chunk;
+    left -= chunk;
+  }
+  return static_cast<std::uint32_t>(c);
+}
+
+std::uint32_t write_safetensors(const std::string& path, const StateDict& tensors,
+                                const std::map<std::string, std::string>& metadata,
+                                const std::map<std::string, std::string>& dtypes) {
+  AtomicFileWriter file(path);
+  std::uint32_t crc = 0;
+  encode_pieces(tensors, metadata, dtypes, [&](std::string_view piece, std::uint64_t) {
+    file.write(piece);
+    crc = crc32_of(piece, crc);
+  });
+  file.commit();
+  return crc;
 }
 
 namespace {

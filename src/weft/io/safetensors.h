@@ -9,6 +9,7 @@
 // dtype or BOOL (values must be whole and in range).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -27,6 +28,15 @@ struct SafetensorsFile {
 // CheckpointError for an unknown dtype or a value the dtype cannot hold.
 std::string encode_safetensors(const StateDict& tensors, const std::map<std::string, std::string>& metadata = {},
                                const std::map<std::string, std::string>& dtypes = {});
+// The same file written to `path` atomically (util/file.h's AtomicFileWriter: a temporary file,
+// renamed when whole), each tensor's bytes written from where they lie: the whole file is
+// never held in memory. Returns the CRC-32 of the bytes written (crc32_of). Throws
+// CheckpointError as encode_safetensors and for the file.
+std::uint32_t write_safetensors(const std::string& path, const StateDict& tensors,
+                                const std::map<std::string, std::string>& metadata = {},
+                                const std::map<std::string, std::string>& dtypes = {});
+// zlib's CRC-32 of `bytes`, continuing from `crc` (0 to start).
+std::uint32_t crc32_of(std::string_view bytes, std::uint32_t crc = 0);
 // Validates the header (length, JSON, dtypes, shapes, offsets inside the data and matching
 // the shapes) and throws CheckpointError("<name>: <problem>") when anything is off.
 SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& name);

@@ -141,7 +141,7 @@ TrainSummary Run::finish() {
       Metadata metadata = task_->model_metadata();
       metadata["format"] = "pt";
       make_parent_directories(o_.save_model);
-      write_file_atomic(o_.save_model, encode_safetensors(model_->state_dict(), metadata));
+      write_safetensors(o_.save_model, model_->state_dict(), metadata);
     }
   }
   summary["wall_seconds"] = seconds_since(t_.start);
