@@ -159,9 +159,9 @@ PackedLinear::PackedLinear(const Tensor& weight, const Tensor& bias, WeightForma
       // rows (kDecodeRows).
       {
         const ops::GemmBlocks blocks = ops::gemm_blocks(1, out_);
-        f32_block_ = blocks.by_rows ? out_ : blocks.size;
-        for (std::int64_t c0 = 0; c0 < out_; c0 += f32_block_)
-          f32_blocks_.emplace_back(p + c0 * in_, in_, std::min(f32_block_, out_ - c0), in_, kDecodeRows);
+        const std::int64_t width = blocks.by_rows ? out_ : blocks.size;
+        for (std::int64_t c0 = 0; c0 < out_; c0 += width)
+          f32_blocks_.emplace_back(p + c0 * in_, in_, std::min(width, out_ - c0), in_, kDecodeRows);
       }
       break;
     case WeightFormat::kBf16:
@@ -200,9 +200,10 @@ Tensor PackedLinear::forward(const Tensor& x) const {
     if (bias_.defined()) y.copy_(bias_);  // broadcast into every row, then accumulate
     const float* xp = xc.data<float>();
     float* yp = y.data<float>();
+    const std::int64_t width = f32_blocks_.front().n();  // every block's but maybe the last's
     parallel_for(static_cast<std::int64_t>(f32_blocks_.size()), 1, [&](std::int64_t first, std::int64_t last) {
       for (std::int64_t b = first; b < last; ++b)
-        f32_blocks_[static_cast<std::size_t>(b)].matmul(R, xp, in_, yp + b * f32_block_, out_, bias_.defined());
+        f32_blocks_[static_cast<std::size_t>(b)].matmul(R, xp, in_, yp + b * width, out_, bias_.defined());
     });
     return y;
   }

@@ -45,8 +45,7 @@ class PackedLinear {
   WeightFormat format_ = WeightFormat::kF32;
   std::int64_t out_ = 0, in_ = 0;
   Tensor f32_, bias_;
-  std::vector<onednn::PackedWeightsF32> f32_blocks_;  // float32 without row lookups: column blocks of 16 x k
-  std::int64_t f32_block_ = 0;                         // their width (the last one may be narrower)
+  std::vector<onednn::PackedWeightsF32> f32_blocks_;  // float32 without row lookups: column blocks (the last may be narrower)
   std::vector<std::uint16_t> bf16_;
   std::vector<std::int8_t> int8_;  // row-major, without a VNNI kernel
   Int8Panels panels_;              // with one: vnni_ is its width

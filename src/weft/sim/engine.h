@@ -79,6 +79,7 @@ class EventQueue {
     std::int32_t node;
     bool before(const Event& o) const { return at < o.at || (at == o.at && key < o.key); }
   };
+  static_assert(sizeof(Event) == 32, "an event is 32 bytes (two to a cache line)");
   // The next bucket that holds events (or, with the wheel empty, the first far event's);
   // requires the current bucket to be run and some event left.
   std::uint64_t next_bucket() const;

@@ -134,14 +134,9 @@ void Engine::begin(int threads) {
     shards_.back()->index = i;
   }
   coord_.index = threads;
-  for (Shard* s : all_shards()) s->outbox.assign(static_cast<std::size_t>(threads), {});
+  coord_.outbox.assign(static_cast<std::size_t>(threads), {});
+  for (auto& s : shards_) s->outbox.assign(static_cast<std::size_t>(threads), {});
   current_ = &coord_;
-}
-
-std::vector<Engine::Shard*> Engine::all_shards() {
-  std::vector<Shard*> all{&coord_};
-  for (auto& s : shards_) all.push_back(s.get());
-  return all;
 }
 
 // Windows of at most window_ from the earliest pending event, each shard running its

@@ -99,8 +99,6 @@ class Engine {
 
   bool begun() const { return !shards_.empty(); }
   int threads() const { return static_cast<int>(shards_.size()); }
-  // Every shard, the coordinator first.
-  std::vector<Shard*> all_shards();
   // The longest time window: the smallest delay of a link between nodes that are not joined
   // by links without delay (at most 1 us).
   Time window() const { return window_; }

@@ -236,7 +236,7 @@ std::string isa_name() {
 struct PackedWeightsF32::State {
   memory::desc packed;
   memory weights;  // owns the packed buffer
-  using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, bool>;  // m, lda, ldc, accumulate
+  using Key = std::tuple<std::int64_t, std::int64_t, bool>;  // m, lda, the sum post-op (results are dense)
   mutable Cache<Key, MatmulPlan> plans;
   mutable std::mutex rows_mu;
   mutable std::shared_ptr<const std::vector<float>> rows;  // w back in rows, when a kernel needs it
@@ -267,9 +267,10 @@ void PackedWeightsF32::matmul(std::int64_t m, const float* a, std::int64_t lda, 
   // oneDNN's kernels read packed weights only into a dense result (rows n apart; with others
   // it takes its reference code): a block of a wider result is made dense, then placed.
   const bool dense = ldc == n_;
-  auto plan = s_->plans.get(State::Key{m, lda, dense ? ldc : n_, dense && accumulate}, [&] {
+  const bool sum = dense && accumulate;  // (a block made dense is added to its place below)
+  auto plan = s_->plans.get(State::Key{m, lda, sum}, [&] {
     dnnl::primitive_attr attr = user_scratchpad();
-    if (dense && accumulate) {
+    if (sum) {
       dnnl::post_ops ops;
       ops.append_sum(1.0f);
       attr.set_post_ops(ops);
