@@ -10,11 +10,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -53,14 +55,37 @@ Server& server(int* port_out) {
   return *s;
 }
 
+// (libFuzzer's timer interrupts system calls with SIGALRM: each call here carries on past
+// EINTR; a connect so interrupted goes on in the background and is waited for.)
 int connect_to(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<std::uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) std::abort();
+  if (fd < 0) std::abort();
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  if (errno != EINTR) {
+    std::perror("connect");
+    std::abort();
+  }
+  pollfd p{fd, POLLOUT, 0};
+  while (::poll(&p, 1, 5000) < 0 && errno == EINTR) {
+  }
+  int error = 0;
+  socklen_t len = sizeof error;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0 || !(p.revents & POLLOUT)) {
+    std::fprintf(stderr, "connect: %s\n", std::strerror(error));
+    std::abort();
+  }
   return fd;
+}
+
+ssize_t send_some(int fd, const void* data, std::size_t size) {
+  ssize_t n;
+  while ((n = ::send(fd, data, size, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+  }
+  return n;
 }
 
 // Everything the server sends until it closes (or 5 s pass: a hang is a finding).
@@ -77,6 +102,7 @@ std::string read_all(int fd) {
     }
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
     const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return out;
     out.append(buf, static_cast<std::size_t>(n));
   }
@@ -90,7 +116,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const int fd = connect_to(port);
   std::size_t sent = 0;
   while (sent < size) {
-    const ssize_t n = ::send(fd, data + sent, size - sent, MSG_NOSIGNAL);
+    const ssize_t n = send_some(fd, data + sent, size - sent);
     if (n <= 0) break;  // the server closed (a refusal): fine
     sent += static_cast<std::size_t>(n);
   }
@@ -100,7 +126,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The server still serves.
   const int check = connect_to(port);
   const std::string ok = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-  if (::send(check, ok.data(), ok.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(ok.size())) std::abort();
+  if (send_some(check, ok.data(), ok.size()) != static_cast<ssize_t>(ok.size())) std::abort();
   const std::string answer = read_all(check);
   ::close(check);
   if (answer.rfind("HTTP/1.1 200", 0) != 0) {
