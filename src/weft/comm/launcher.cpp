@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <random>
+#include <cerrno>
 #include <chrono>
 #include <deque>
 #include <cstdio>
@@ -387,6 +388,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       bool err = owners[i].second;
       char buf[65536];
       ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;  // a signal (the rank's output is still open)
       std::string& acc = err ? w.err_buf : w.out_buf;
       const Sink& sink = err ? w.err : w.out;
       const bool progress = err && w.rank == 0 && g_line.tty && sink.console;
