@@ -72,9 +72,13 @@ int connect_to(int port) {
   pollfd p{fd, POLLOUT, 0};
   while (::poll(&p, 1, 5000) < 0 && errno == EINTR) {
   }
+  if (!(p.revents & POLLOUT)) {
+    std::fprintf(stderr, "connect: no connection within 5 s\n");
+    std::abort();
+  }
   int error = 0;
   socklen_t len = sizeof error;
-  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0 || !(p.revents & POLLOUT)) {
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0) {
     std::fprintf(stderr, "connect: %s\n", std::strerror(error));
     std::abort();
   }
