@@ -16,11 +16,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <thread>
 
+#include "weft/comm/socket.h"
 #include "weft/serve/http_server.h"
+#include "weft/util/error.h"
 
 using namespace weft::serve::http;
 
@@ -55,41 +56,20 @@ Server& server(int* port_out) {
   return *s;
 }
 
-// (libFuzzer's timer interrupts system calls with SIGALRM: each call here carries on past
-// EINTR; a connect so interrupted goes on in the background and is waited for.)
+// A connection to the server: weft's own connect_tcp, which carries on past a connect that a
+// signal interrupted (libFuzzer's timer interrupts system calls with SIGALRM).
 int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0) std::abort();
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
-  if (errno != EINTR) {
-    std::perror("connect");
-    std::abort();
-  }
-  pollfd p{fd, POLLOUT, 0};
-  while (::poll(&p, 1, 5000) < 0 && errno == EINTR) {
-  }
-  if (!(p.revents & POLLOUT)) {
-    std::fprintf(stderr, "connect: no connection within 5 s\n");
-    std::abort();
-  }
-  int error = 0;
-  socklen_t len = sizeof error;
-  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0 || error != 0) {
-    std::fprintf(stderr, "connect: %s\n", std::strerror(error));
-    std::abort();
-  }
-  return fd;
+  return weft::comm::connect_tcp("127.0.0.1", port, weft::comm::Deadline::in(5)).release();
 }
 
-ssize_t send_some(int fd, const void* data, std::size_t size) {
-  ssize_t n;
-  while ((n = ::send(fd, data, size, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+// Sends all of `size` bytes; false when the server closed the connection first.
+bool send_all(int fd, const void* data, std::size_t size) {
+  try {
+    weft::comm::write_all(fd, data, size, weft::comm::Deadline::in(5));
+    return true;
+  } catch (const weft::CommError&) {
+    return false;
   }
-  return n;
 }
 
 // Everything the server sends until it closes (or 5 s pass: a hang is a finding).
@@ -118,19 +98,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   int port = 0;
   server(&port);
   const int fd = connect_to(port);
-  std::size_t sent = 0;
-  while (sent < size) {
-    const ssize_t n = send_some(fd, data + sent, size - sent);
-    if (n <= 0) break;  // the server closed (a refusal): fine
-    sent += static_cast<std::size_t>(n);
-  }
+  send_all(fd, data, size);  // false: the server closed (a refusal): fine
   ::shutdown(fd, SHUT_WR);
   read_all(fd);
   ::close(fd);
   // The server still serves.
   const int check = connect_to(port);
   const std::string ok = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-  if (send_some(check, ok.data(), ok.size()) != static_cast<ssize_t>(ok.size())) std::abort();
+  if (!send_all(check, ok.data(), ok.size())) std::abort();
   const std::string answer = read_all(check);
   ::close(check);
   if (answer.rfind("HTTP/1.1 200", 0) != 0) {
