@@ -152,6 +152,19 @@ by_size = busbw.rows(res.stdout)
 check(sorted(by_size) == [1024, 2048, 4096] and all(v > 0 for v in by_size.values()), f"--json as bench/ reads it: {by_size}")
 check(all('"in_place":{"time_us"' in line for line in res.stdout.splitlines()), "--json: no in-place run")
 
+# A requested size that is not a whole number of elements per rank is rounded down (20 B of
+# half on 3 ranks: 3 per rank, 18 B): the row's size and both its bandwidths are of what moved,
+# 11% below what was asked (--json's time and algbw carry enough digits to tell).
+res = subprocess.run([WEFT, "launch", "--nproc-per-node", "3", "--no-prefix", "--", "weft", "comm-bench", "--op",
+                      "scatter", "-b", "20", "-e", "20", "-d", "half", "-n", "3", "-w", "1", "--json"],
+                     capture_output=True, text=True, timeout=300)
+import json  # noqa: E402
+rounded = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
+check(len(rounded) == 1 and rounded[0]["bytes"] == 18 and rounded[0]["count"] == 3, f"20 B of half on 3 ranks: {rounded}")
+for run in rounded[:1] + [rounded[0]["in_place"]] if rounded and rounded[0]["in_place"] else rounded[:1]:
+    check(abs(run["algbw_gbps"] * run["time_us"] * 1e3 / 18 - 1) < 0.03,
+          f"20 B rounded to 18: algbw {run['algbw_gbps']} GB/s over {run['time_us']} us is not of 18 B")
+
 if failures:
     sys.exit(f"{len(failures)} failures")
 print("comm-bench's output reads as nccl-tests' output, and its numbers add up")

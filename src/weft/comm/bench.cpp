@@ -205,9 +205,11 @@ class Bench {
   Bench(const BenchConfig& cfg, Measured op, std::shared_ptr<Communicator> comm)
       : cfg_(cfg), op_(op), comm_(std::move(comm)), w_(comm_->size()), r_(comm_->rank()) {}
 
-  // One row: the out-of-place and in-place runs of `bytes` (nccl-tests' size).
+  // One row: the out-of-place and in-place runs of `bytes` (the requested size), rounded down
+  // to whole elements per rank. *shown_out: the size the row reports (nccl-tests' size: rank
+  // 0's larger buffer), which its bandwidths are of.
   std::optional<std::pair<Side, Side>> row(std::int64_t bytes, DataType t, ReduceOp rop, std::int64_t* count_out,
-                                           std::string* algorithm_out) {
+                                           std::int64_t* shown_out, std::string* algorithm_out) {
     es_ = static_cast<std::int64_t>(element_size(t));
     const bool total_sized = !op_.sendrecv && algo::data_elements(op_.collective, 1, 2) == 2;
     count_ = op_.barrier() ? 0 : total_sized ? bytes / (es_ * w_) : bytes / es_;
@@ -222,10 +224,13 @@ class Bench {
     // changes: a fresh buffer's first touch (page faults) must not land in the timed region.
     send_.resize(static_cast<std::size_t>(layout_.in * es_));
     recv_.resize(static_cast<std::size_t>(std::max(layout_.in, layout_.out) * es_));
+    const Layout first = layout_of(op_, count_, w_, 0);
+    const std::int64_t shown = std::max(first.in, first.out) * es_;
     *count_out = count_;
+    *shown_out = shown;
     *algorithm_out = algorithm_;
-    Side out_of_place = side(false, bytes);
-    Side in_place = layout_.has_in_place ? side(true, bytes) : Side{};
+    Side out_of_place = side(false, shown);
+    Side in_place = layout_.has_in_place ? side(true, shown) : Side{};
     return std::make_pair(out_of_place, in_place);
   }
 
@@ -496,9 +501,9 @@ int run_comm_bench(const BenchConfig& cfg) {
       const std::int64_t start = op.barrier() ? 0 : std::max<std::int64_t>(cfg.min_bytes, 1);
       for (std::int64_t bytes = start; bytes <= cfg.max_bytes;
            bytes = cfg.step_factor > 1 ? bytes * cfg.step_factor : bytes + cfg.step_bytes) {
-        std::int64_t count = 0;
+        std::int64_t count = 0, shown = 0;
         std::string algorithm;
-        const auto sides = bench.row(bytes, t, rop, &count, &algorithm);
+        const auto sides = bench.row(bytes, t, rop, &count, &shown, &algorithm);
         if (!sides) continue;
         const auto& [oop, ip] = *sides;
         for (const Side* s : {&oop, &ip}) {
@@ -508,8 +513,6 @@ int run_comm_bench(const BenchConfig& cfg) {
             ++bw_count;
           }
         }
-        const Layout layout = layout_of(op, count, w, 0);  // nccl-tests' size: the larger buffer
-        const std::int64_t shown = std::max(layout.in, layout.out) * static_cast<std::int64_t>(element_size(t));
         const char* redop = op.reduces() ? op_name(rop) : "none";
         const int root = op.rooted() ? cfg.root : -1;
         if (r == 0) {
