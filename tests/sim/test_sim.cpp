@@ -11,6 +11,7 @@
 #include <random>
 #include <regex>
 #include <set>
+#include <tuple>
 
 #include "weft/algo/protocol.h"
 #include "weft/algo/registry.h"
@@ -18,6 +19,7 @@
 #include "weft/sim/network.h"
 #include "weft/sim/packet.h"
 #include "weft/sim/report.h"
+#include "weft/sim/samplers.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
@@ -495,6 +497,42 @@ TEST(HugePages, LargeArraysStartOnHugePageBoundariesAndSmallOnesAsUsual) {
   EXPECT_EQ(big.back(), 0u);
   HugePageAllocator<std::uint64_t> alloc;
   EXPECT_THROW((void)alloc.allocate(~std::size_t{0} / 4), std::bad_array_new_length);
+}
+
+TEST(SimSamplers, AQuietIntervalRepeatsThePreviousQueuesWithoutReadingThePorts) {
+  // samplers.h: with no event run since the previous sample, the ports hold what they held
+  // then, so that sample's queue rows repeat at the new time and the ports are not read (here
+  // one changes behind the sampler's back, which no run can do, to show it is not looked at).
+  std::vector<Port, HugePageAllocator<Port>> ports(3);
+  ports[1].backlog = 1u << 3;
+  ports[1].c[3].queue_bytes = 4096;
+  ports[2].backlog = 1u << 0 | 1u << 5;
+  ports[2].c[0].queue_bytes = 100;
+  ports[2].c[5].queue_bytes = 7;
+  std::vector<QueuePair, HugePageAllocator<QueuePair>> qps;
+  const SimConfig cfg;
+  Counters total;
+  Samplers s;
+  s.sample(10, total, ports, qps, cfg, false);
+  ports[1].c[3].queue_bytes = 1;
+  total.drops = 5;
+  s.sample(20, total, ports, qps, cfg, true);
+  s.sample(30, total, ports, qps, cfg, true);
+  s.sample(40, total, ports, qps, cfg, false);
+  std::vector<std::tuple<Time, int, int, std::int64_t>> rows;
+  for (const QueueSample& q : s.queues()) rows.emplace_back(q.at, q.port, q.queue, q.bytes);
+  const std::vector<std::tuple<Time, int, int, std::int64_t>> expected = {
+      {10, 1, 3, 4096}, {10, 2, 0, 100}, {10, 2, 5, 7}, {20, 1, 3, 4096}, {20, 2, 0, 100}, {20, 2, 5, 7},
+      {30, 1, 3, 4096}, {30, 2, 0, 100}, {30, 2, 5, 7}, {40, 1, 3, 1},    {40, 2, 0, 100}, {40, 2, 5, 7}};
+  EXPECT_EQ(rows, expected);
+  ASSERT_EQ(s.counters().size(), 4u);
+  EXPECT_EQ(s.counters()[1].counters.drops, 5);  // the counters are taken at every sample
+  // An empty fabric stays empty through quiet samples.
+  std::vector<Port, HugePageAllocator<Port>> idle(2);
+  Samplers quiet;
+  quiet.sample(10, total, idle, qps, cfg, false);
+  quiet.sample(20, total, idle, qps, cfg, true);
+  EXPECT_TRUE(quiet.queues().empty());
 }
 
 TEST(SimEngine, ASwitchPortsTransmissionEndIsAnEventOnlyWhenAFrameWaits) {

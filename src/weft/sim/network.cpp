@@ -64,7 +64,11 @@ int Network::begin_run() {
 }
 
 void Network::sample() {
-  samplers_.sample(Engine::now(), engine_.counters(), fabric_.ports(), nic_.qps(), cfg_);
+  // (events_run() counts this sampling event: one more than at the previous sample means
+  // nothing else ran in between.)
+  const std::uint64_t events = engine_.events_run();
+  samplers_.sample(Engine::now(), engine_.counters(), fabric_.ports(), nic_.qps(), cfg_, events == events_at_sample_ + 1);
+  events_at_sample_ = events;
   if (agents_left_ > 0) engine_.schedule(Engine::now() + cfg_.sample_interval, -1, kSample_);
 }
 

@@ -109,6 +109,7 @@ class Network {
   Agents agents_;
   Samplers samplers_;
   std::uint32_t kSample_ = 0;
+  std::uint64_t events_at_sample_ = 0;  // events run as the previous sample was taken
   int agents_left_ = 0;  // ranks with steps not yet done (counted between windows)
   std::string single_thread_reason_;
   std::size_t peak_packets_ = 0;

@@ -3,18 +3,27 @@
 namespace weft::sim {
 
 void Samplers::sample(Time at, const Counters& total, const std::vector<Port, HugePageAllocator<Port>>& ports,
-                      std::vector<QueuePair, HugePageAllocator<QueuePair>>& qps, const SimConfig& cfg) {
+                      std::vector<QueuePair, HugePageAllocator<QueuePair>>& qps, const SimConfig& cfg, bool quiet) {
   counters_.push_back(CounterSample{at, total});
+  const std::size_t previous = last_queue_rows_, rows = queues_.size();
+  last_queue_rows_ = rows;
   // Flows in the flow-level mode queue nowhere: nothing to look for in 600,000 ports of a
   // 100,000-GPU fabric every 10 us.
   // A class with bytes queued holds packets: the port's backlog bits say which to read.
-  if (cfg.mode != SimMode::kFlow)
+  if (quiet) {
+    for (std::size_t i = previous; i < rows; ++i) {
+      QueueSample again = queues_[i];  // (a copy: the push may move the rows)
+      again.at = at;
+      queues_.push_back(again);
+    }
+  } else if (cfg.mode != SimMode::kFlow) {
     for (std::size_t port = 0; port < ports.size(); ++port)
       for (unsigned classes = ports[port].backlog & 0xffu; classes != 0; classes &= classes - 1) {
         const int q = __builtin_ctz(classes);
         if (ports[port].c[q].queue_bytes > 0)
           queues_.push_back(QueueSample{at, static_cast<int>(port), q, ports[port].c[q].queue_bytes});
       }
+  }
   if (!cfg.sample_qps) return;
   for (std::size_t i = 0; i < qps.size(); ++i) {
     QueuePair& q = qps[i];

@@ -62,15 +62,19 @@ struct QueueSample {
 class Samplers {
  public:
   // One sampling time `at`: `total` the counters so far, the ports' queues, the queue pairs'
-  // intervals (each queue pair's totals at this sample kept for the next).
+  // intervals (each queue pair's totals at this sample kept for the next). `quiet`: no event
+  // has run since the previous sample, so the ports hold what they held then and their rows
+  // are that sample's again (no look at every port: a fabric waiting out a retransmission
+  // timeout or a trace's compute gap costs a row per interval, not a pass over its ports).
   void sample(Time at, const Counters& total, const std::vector<Port, HugePageAllocator<Port>>& ports,
-              std::vector<QueuePair, HugePageAllocator<QueuePair>>& qps, const SimConfig& cfg);
+              std::vector<QueuePair, HugePageAllocator<QueuePair>>& qps, const SimConfig& cfg, bool quiet);
   const std::vector<QueueSample>& queues() const { return queues_; }
   const std::vector<CounterSample>& counters() const { return counters_; }
   const std::vector<QpSample>& qps() const { return qps_; }
 
  private:
   std::vector<QueueSample> queues_;
+  std::size_t last_queue_rows_ = 0;  // where the previous sample's rows of queues_ begin
   std::vector<CounterSample> counters_;
   std::vector<QpSample> qps_;
 };
