@@ -56,8 +56,7 @@ echo "checkpoint at step 2 and resume, offloaded: bitwise the in-memory run"
 # 3. The parameters too.
 mlp=(train --model mlp --hidden 2048,2048,2048,2048,2048,2048 --batch 64 --limit-train 320 --limit-test 100 --seed 3
      --optimizer adam --lr 0.0005 --quiet)
-whole=$("$weft" "${mlp[@]}")
-"$weft" "${mlp[@]}" --save-model "$work/mlp-memory.safetensors" >/dev/null
+whole=$("$weft" "${mlp[@]}" --save-model "$work/mlp-memory.safetensors")
 expect_refusal "keeps the parameters in a file too" "$weft" "${mlp[@]}" --memory-limit 200M
 limited=$("$weft" "${mlp[@]}" --memory-limit 200M --offload params --offload-dir "$work")
 grep -q "parameters offloaded to $work: 86.3 MiB there, at most 48.0 MiB in memory (7 segments of layers" <<<"$limited" ||
