@@ -422,6 +422,8 @@ std::string side_text(const Side& s, bool barrier) {
 }
 
 // A run's fields as JSON members (no braces): "time_us":..,"algbw_gbps":..,"busbw_gbps":..,"wrong":..
+// (the bandwidths to six significant digits: the table's two decimals of GB/s say nothing of
+// a few bytes' run)
 std::string side_json(const Side& s, bool barrier) {
   char buf[160];
   const std::string wrong = s.wrong ? std::to_string(*s.wrong) : "null";
@@ -429,7 +431,7 @@ std::string side_json(const Side& s, bool barrier) {
     std::snprintf(buf, sizeof buf, "\"time_us\":%.2f,\"algbw_gbps\":null,\"busbw_gbps\":null,\"wrong\":%s", s.time_us,
                   wrong.c_str());
   } else {
-    std::snprintf(buf, sizeof buf, "\"time_us\":%.2f,\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,\"wrong\":%s", s.time_us,
+    std::snprintf(buf, sizeof buf, "\"time_us\":%.2f,\"algbw_gbps\":%.6g,\"busbw_gbps\":%.6g,\"wrong\":%s", s.time_us,
                   s.algbw, s.busbw, wrong.c_str());
   }
   return buf;
