@@ -7,9 +7,6 @@ void Samplers::sample(Time at, const Counters& total, const std::vector<Port, Hu
   counters_.push_back(CounterSample{at, total});
   const std::size_t previous = last_queue_rows_, rows = queues_.size();
   last_queue_rows_ = rows;
-  // Flows in the flow-level mode queue nowhere: nothing to look for in 600,000 ports of a
-  // 100,000-GPU fabric every 10 us.
-  // A class with bytes queued holds packets: the port's backlog bits say which to read.
   if (quiet) {
     for (std::size_t i = previous; i < rows; ++i) {
       QueueSample again = queues_[i];  // (a copy: the push may move the rows)
@@ -17,6 +14,9 @@ void Samplers::sample(Time at, const Counters& total, const std::vector<Port, Hu
       queues_.push_back(again);
     }
   } else if (cfg.mode != SimMode::kFlow) {
+    // Flows in the flow-level mode queue nowhere: nothing to look for in 600,000 ports of a
+    // 100,000-GPU fabric every 10 us.
+    // A class with bytes queued holds packets: the port's backlog bits say which to read.
     for (std::size_t port = 0; port < ports.size(); ++port)
       for (unsigned classes = ports[port].backlog & 0xffu; classes != 0; classes &= classes - 1) {
         const int q = __builtin_ctz(classes);
