@@ -135,6 +135,11 @@ int main(int argc, char** argv) {
                               {2048, 128, 384, false, true, "gpt qkv"},
                               {2048, 512, 128, false, true, "gpt mlp out"},
                               {512, 2048, 128, true, false, "gpt dW (k = tokens)"},
+                              // GPT-2 small's (bench/model_step's gpt2-small: batch 8 x 128 tokens)
+                              {1024, 768, 2304, false, true, "gpt2-small qkv"},
+                              {1024, 3072, 768, false, true, "gpt2-small mlp out"},
+                              {1024, 768, 3072, false, false, "gpt2-small dX of mlp out"},
+                              {768, 1024, 3072, true, false, "gpt2-small dW (k = tokens)"},
                               {128, 32, 128, false, true, "64 heads q k^T", 64},
                               {128, 128, 32, false, false, "64 heads weights v", 64},
                               {128, 128, 32, true, false, "64 heads d v", 64}};
