@@ -6,6 +6,7 @@ are comments, a result row is size, count, type, redop, root, then time, algbw, 
 bandwidth'), and checks what the numbers must satisfy.
 
 usage: nccl_tests_format.py WEFT"""
+import json
 import os
 import re
 import subprocess
@@ -159,10 +160,10 @@ check(all('"in_place":{"time_us"' in line for line in res.stdout.splitlines()), 
 res = subprocess.run([WEFT, "launch", "--nproc-per-node", "3", "--no-prefix", "--", "weft", "comm-bench", "--op",
                       "scatter", "-b", "20", "-e", "20", "-d", "half", "-n", "3", "-w", "1", "--json"],
                      capture_output=True, text=True, timeout=300)
-import json  # noqa: E402
 rounded = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
 check(len(rounded) == 1 and rounded[0]["bytes"] == 18 and rounded[0]["count"] == 3, f"20 B of half on 3 ranks: {rounded}")
-for run in rounded[:1] + [rounded[0]["in_place"]] if rounded and rounded[0]["in_place"] else rounded[:1]:
+runs = rounded[:1] + ([rounded[0]["in_place"]] if rounded and rounded[0]["in_place"] else [])
+for run in runs:
     check(abs(run["algbw_gbps"] * run["time_us"] * 1e3 / 18 - 1) < 0.03,
           f"20 B rounded to 18: algbw {run['algbw_gbps']} GB/s over {run['time_us']} us is not of 18 B")
 
