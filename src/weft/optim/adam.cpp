@@ -33,12 +33,20 @@ void Adam::update_parameter(Tensor& w, const Tensor& g, Tensor* moments) {
     const T keep = options_.decoupled ? T(1) - lr * wd : T(1);
     const T l2 = options_.decoupled ? T(0) : wd;
     parallel_loop(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
+      // Pointers and constants as locals: read through the closure (a reference), each would
+      // be read again after every store to the arrays (a store could change it), and the loop
+      // would stay scalar.
+      T* __restrict lw = pw;
+      const T* __restrict lg = pg;
+      T* __restrict lm = pm;
+      T* __restrict lv = pv;
+      const T k = keep, d = l2, r = lr, m1 = b1, m2 = b2, c1 = ibc1, c2 = ibc2, add = eps;
       for (std::int64_t i = b; i < e; ++i) {
-        T wi = pw[i] * keep;
-        T gi = pg[i] + l2 * pw[i];
-        pm[i] = b1 * pm[i] + (T(1) - b1) * gi;
-        pv[i] = b2 * pv[i] + (T(1) - b2) * gi * gi;
-        pw[i] = wi - lr * (pm[i] * ibc1) / (std::sqrt(pv[i] * ibc2) + eps);
+        T wi = lw[i] * k;
+        T gi = lg[i] + d * lw[i];
+        lm[i] = m1 * lm[i] + (T(1) - m1) * gi;
+        lv[i] = m2 * lv[i] + (T(1) - m2) * gi * gi;
+        lw[i] = wi - r * (lm[i] * c1) / (std::sqrt(lv[i] * c2) + add);
       }
     });
   });

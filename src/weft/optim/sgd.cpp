@@ -15,12 +15,16 @@ SGD::SGD(std::vector<std::pair<std::string, Var>> params, double lr, double mome
 void SGD::update_parameter(Tensor& w, const Tensor& g, Tensor* buffers) {
   dispatch(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    T* __restrict pw = w.data<T>();
-    const T* __restrict pg = g.data<T>();
-    T* __restrict pb = buffers ? buffers[0].data<T>() : nullptr;
-    const T lr = static_cast<T>(lr_), mom = static_cast<T>(momentum_), wd = static_cast<T>(weight_decay_);
-    // Separate loops for each case, so each vectorizes.
+    T* w_data = w.data<T>();
+    const T* g_data = g.data<T>();
+    T* b_data = buffers ? buffers[0].data<T>() : nullptr;
+    const T rate = static_cast<T>(lr_), momentum = static_cast<T>(momentum_), decay = static_cast<T>(weight_decay_);
+    // Separate loops for each case, so each vectorizes; pointers and constants as locals (adam.cpp).
     parallel_loop(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
+      T* __restrict pw = w_data;
+      const T* __restrict pg = g_data;
+      T* __restrict pb = b_data;
+      const T lr = rate, mom = momentum, wd = decay;
       if (pb && wd != T(0)) {
         for (std::int64_t i = b; i < e; ++i) {
           pb[i] = mom * pb[i] + (pg[i] + wd * pw[i]);
