@@ -22,31 +22,32 @@ void Adam::update_parameter(Tensor& w, const Tensor& g, Tensor* moments) {
   const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(steps_));
   dispatch(w.dtype(), [&](auto zero) {
     using T = decltype(zero);
-    T* __restrict pw = w.data<T>();
-    const T* __restrict pg = g.data<T>();
-    T* __restrict pm = moments[0].data<T>();
-    T* __restrict pv = moments[1].data<T>();
-    const T lr = static_cast<T>(lr_), b1 = static_cast<T>(options_.beta1), b2 = static_cast<T>(options_.beta2);
-    const T eps = static_cast<T>(options_.eps), wd = static_cast<T>(options_.weight_decay);
-    const T ibc1 = static_cast<T>(1.0 / bc1), ibc2 = static_cast<T>(1.0 / bc2);
+    T* w_data = w.data<T>();
+    const T* g_data = g.data<T>();
+    T* m_data = moments[0].data<T>();
+    T* v_data = moments[1].data<T>();
+    const T rate = static_cast<T>(lr_), beta1 = static_cast<T>(options_.beta1), beta2 = static_cast<T>(options_.beta2);
+    const T epsilon = static_cast<T>(options_.eps), decay = static_cast<T>(options_.weight_decay);
+    const T inv_bc1 = static_cast<T>(1.0 / bc1), inv_bc2 = static_cast<T>(1.0 / bc2);
     // AdamW scales the weight first; Adam adds the decay to the gradient instead.
-    const T keep = options_.decoupled ? T(1) - lr * wd : T(1);
-    const T l2 = options_.decoupled ? T(0) : wd;
+    const T scale = options_.decoupled ? T(1) - rate * decay : T(1);
+    const T grad_decay = options_.decoupled ? T(0) : decay;
     parallel_loop(w.numel(), 65536, [&](std::int64_t b, std::int64_t e) {
       // Pointers and constants as locals: read through the closure (a reference), each would
       // be read again after every store to the arrays (a store could change it), and the loop
       // would stay scalar.
-      T* __restrict lw = pw;
-      const T* __restrict lg = pg;
-      T* __restrict lm = pm;
-      T* __restrict lv = pv;
-      const T k = keep, d = l2, r = lr, m1 = b1, m2 = b2, c1 = ibc1, c2 = ibc2, add = eps;
+      T* __restrict pw = w_data;
+      const T* __restrict pg = g_data;
+      T* __restrict pm = m_data;
+      T* __restrict pv = v_data;
+      const T lr = rate, b1 = beta1, b2 = beta2, eps = epsilon, ibc1 = inv_bc1, ibc2 = inv_bc2;
+      const T keep = scale, l2 = grad_decay;
       for (std::int64_t i = b; i < e; ++i) {
-        T wi = lw[i] * k;
-        T gi = lg[i] + d * lw[i];
-        lm[i] = m1 * lm[i] + (T(1) - m1) * gi;
-        lv[i] = m2 * lv[i] + (T(1) - m2) * gi * gi;
-        lw[i] = wi - r * (lm[i] * c1) / (std::sqrt(lv[i] * c2) + add);
+        T wi = pw[i] * keep;
+        T gi = pg[i] + l2 * pw[i];
+        pm[i] = b1 * pm[i] + (T(1) - b1) * gi;
+        pv[i] = b2 * pv[i] + (T(1) - b2) * gi * gi;
+        pw[i] = wi - lr * (pm[i] * ibc1) / (std::sqrt(pv[i] * ibc2) + eps);
       }
     });
   });
