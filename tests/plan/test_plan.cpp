@@ -173,7 +173,8 @@ TEST(PlanComm, IterationEstimateForGpt3) {
   EXPECT_NEAR(e.tensor.bytes, 6 * 6 * micro * 2 * 7.0 / 8 * act, 1.0);
   EXPECT_STREQ(e.tensor.link, "nvlink");
   EXPECT_NEAR(e.pipeline.bytes, 2 * micro * act / 8, 1.0);
-  EXPECT_NEAR(e.bubble, 15.0 / (192 + 15), 1e-12);
+  // Megatron's schedules block on their sends between passes: on the critical path.
+  EXPECT_DOUBLE_EQ(e.pipeline.exposed_s, e.pipeline.seconds);
   EXPECT_GT(e.data.seconds, 0);
   EXPECT_GT(e.iteration_no_overlap_s, e.iteration_overlap_s);
   // Compute: the slowest stage (the last: 6 layers and the head) for each of the 192
@@ -181,12 +182,25 @@ TEST(PlanComm, IterationEstimateForGpt3) {
   // parameters + 16 d s per token with recomputation, the head 6 V d.
   const double d = 12288, s = 2048, layer = 8.0 * count_parameters(m).block + 16 * d * s, head = 6 * 50257 * d;
   EXPECT_NEAR(e.compute_s, micro * (6 * layer + head) * s / 8 / 140e12, 1e-9);
-  // About 32.7 s (the first edition spread all FLOPs evenly: 31.5 s); the bubble adds 15
-  // steps, each a micro-batch's compute and its tensor-parallel collectives.
+  // About 32.7 s (the first edition spread all FLOPs evenly: 31.5 s). The bubble, as 1F1B
+  // runs it: the first micro-batch's forward and the last one's backward through the 15
+  // other stages (6 layers each, no head), each pass with its tensor-parallel collectives
+  // and its blocking sends; p - 1 = 15 steps of the slowest stage would overstate it.
   EXPECT_NEAR(e.compute_s, 32.7, 0.1);
-  EXPECT_NEAR(e.bubble_s, (e.compute_s + e.tensor.exposed_s) * 15.0 / 192.0, 1e-9);
-  EXPECT_NEAR(e.bubble, 15.0 / (192 + 15), 1e-12);
+  const double other_stage_s = 6 * layer * s / 8 / 140e12;
+  EXPECT_NEAR(e.bubble_s, 15 * (other_stage_s + (e.tensor.exposed_s + e.pipeline.exposed_s) / micro), 1e-9);
+  EXPECT_LT(e.bubble_s, (e.compute_s + e.tensor.exposed_s + e.pipeline.exposed_s) * 15.0 / 192.0);
+  EXPECT_NEAR(e.bubble, e.bubble_s / (e.compute_s + e.tensor.exposed_s + e.pipeline.exposed_s + e.bubble_s), 1e-12);
+  EXPECT_NEAR(e.iteration_overlap_s,
+              e.compute_s + e.bubble_s + e.tensor.exposed_s + e.pipeline.exposed_s + e.data.exposed_s, 1e-9);
   EXPECT_LT(e.tensor.seconds, e.compute_s);
+  // Asynchronous sends (the Llama 3 paper's pipeline) hide behind the compute, in the
+  // bubble's passes too.
+  l.pipeline_sends_overlapped = true;
+  const IterationEstimate async = estimate_iteration(m, Precision::kMixedAdam, l, c, 1536, rate);
+  EXPECT_EQ(async.pipeline.exposed_s, 0);
+  EXPECT_DOUBLE_EQ(async.pipeline.seconds, e.pipeline.seconds);
+  EXPECT_NEAR(e.iteration_overlap_s - async.iteration_overlap_s, e.pipeline.seconds * (1 + 15.0 / micro), 1e-9);
 }
 
 #include "weft/plan/sweep.h"
@@ -363,8 +377,8 @@ TEST(PlanSecondEdition, StagesInterleavingAndBubble) {
   l.first_stage_layers = 6, l.last_stage_layers = 6;  // 114 over 14 is not whole
   EXPECT_THROW(stage_layers(m, l), ConfigError);
   l.first_stage_layers = l.last_stage_layers = 0;
-  // The interleaved schedule: the bubble (p - 1) / (v m) of the compute, and the first stage's
-  // activations 1 + (p - 1) / (p v) times the non-interleaved.
+  // The interleaved schedule: the bubble over v, and the first stage's activations
+  // 1 + (p - 1) / (p v) times the non-interleaved.
   TransformerSpec g = preset("gpt3-175b");
   Layout a;
   a.tp = 8, a.pp = 8, a.dp = 1, a.micro_batches = 32, a.recompute = Recompute::kSelective, a.sequence_parallel = true;
@@ -374,8 +388,14 @@ TEST(PlanSecondEdition, StagesInterleavingAndBubble) {
   const double plain_acts = training_memory(g, Precision::kMixedAdam, a).activations;
   a.interleave = 3;
   IterationEstimate inter = estimate_iteration(g, Precision::kMixedAdam, a, Cluster{}, 32, rate);
-  EXPECT_NEAR(plain.bubble_s / (plain.compute_s + plain.tensor.exposed_s), 7.0 / 32, 1e-12);
-  EXPECT_NEAR(inter.bubble_s / (inter.compute_s + inter.tensor.exposed_s), 7.0 / (3 * 32), 1e-12);
+  // The 7 other stages' passes (12 layers each; the head is on the slowest, the last), each
+  // with its collectives and blocking sends, over v = 3 (interleaved, a stage sends v times
+  // as often: the bubble's share of the sends stays the same).
+  const double other_stage_s = 12 * token_flops(g, a).dense_layer * 2048 / 8 / 150e12;
+  const auto exposed_mb = [](const IterationEstimate& e) { return (e.tensor.exposed_s + e.pipeline.exposed_s) / 32; };
+  EXPECT_NEAR(plain.bubble_s, 7 * (other_stage_s + exposed_mb(plain)), 1e-9);
+  EXPECT_NEAR(inter.bubble_s, 7 * (other_stage_s + exposed_mb(inter)) / 3, 1e-9);
+  EXPECT_NEAR(inter.pipeline.seconds, 3 * plain.pipeline.seconds, 1e-12);
   const double layer = layer_activation_bytes(g, a, false);
   // The first stage: 12 layers and the embedding's dropout mask (s b h / t bytes) for 8
   // micro-batches in flight; interleaved x (1 + 7 / 24).

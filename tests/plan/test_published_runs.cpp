@@ -16,9 +16,9 @@ using namespace weft::plan;
 TEST(PublishedRuns, HeldOutPredictionsWithinTheirBounds) {
   // Held-out error bounds per system (docs/planning.md, "Predicted against published runs"):
   // Megatron-LM 2022 and the Llama 3 stack within 5% on every run; Megatron-LM 2021 within
-  // 7% (14 of its 16 runs within 5%: the 76.1B row and the 175B PTD row on 1,536 GPUs
-  // miss); DeepSpeed's ZeRO-3 within 9% (4 of 6 within 5%: its two runs bound by compute,
-  // four sequences per GPU, differ by less than the planner's kernels for their widths do).
+  // 7% (15 of its 16 runs within 5%: the 76.1B row misses); DeepSpeed's ZeRO-3 within 9%
+  // (4 of 6 within 5%: its two runs bound by compute, four sequences per GPU, differ by less
+  // than the planner's kernels for their widths do).
   const std::map<std::string, double> bound = {{"Megatron-LM 2021", 0.07},
                                                {"DeepSpeed ZeRO-3 2021", 0.09},
                                                {"Megatron-LM 2022", 0.05},
@@ -38,7 +38,7 @@ TEST(PublishedRuns, HeldOutPredictionsWithinTheirBounds) {
     EXPECT_LT(std::abs(p.fitted_error()), bound.at(p.run.system)) << p.run.source << ", " << p.run.label;
   }
   EXPECT_EQ(held, 32);
-  EXPECT_GE(within_5, 28);
+  EXPECT_GE(within_5, 29);
 }
 
 // The fit is what it says: at the fitted GEMM efficiency the largest over- and

@@ -36,7 +36,7 @@ struct PlanFlags {
   std::string precision = "mixed-adam", gpu = "a100-80gb", tflops_kind = "end-to-end", network;
   double attention_efficiency = 0.5;
   double fit_to = 0;  // a measured iteration (s) the GEMM efficiency is fitted to
-  std::string grad_reduce = "overlapped";
+  std::string grad_reduce = "overlapped", pipeline_sends = "blocking";
   bool zero3_regather = false;
   double tokens = 0, tflops = 0, mfu = 0, gemm_efficiency = 0.8, price = 0.10, bytes_per_token = 4, watts = 0,
          gpu_memory_gb = 0, peak_tflops = 0, memory_bandwidth_gbps = 0;
@@ -182,6 +182,7 @@ void set_layout(const PlanFlags& f, std::int64_t gpus, std::int64_t global_batch
   in.gemm_efficiency = f.gemm_efficiency;
   in.attention_efficiency = f.attention_efficiency;
   l.grad_reduce_after_backward = f.grad_reduce == "after-backward";
+  l.pipeline_sends_overlapped = f.pipeline_sends == "overlapped";
   if (f.zero3_regather && (f.zero < 3 || !l.full_recompute()))
     throw ConfigError("--zero3-regather gathers the weights for a recomputed forward: it needs --zero 3 and full recomputation");
   l.zero3_gather_for_recompute = f.zero3_regather;
@@ -209,10 +210,11 @@ void set_cluster(const PlanFlags& f, plan::PlanInput& in) {
 // --inference: serving's memory and times for the model, GPU and cluster of `in`.
 int run_inference(const PlanFlags& f, const plan::PlanInput& in, std::int64_t global_batch) {
   if (f.sweep || !f.emit_workload.empty() || !f.report.empty() || f.params > 0 || f.tokens > 0 || global_batch > 0 ||
-      f.dp > 0 || f.cp > 1 || f.grad_reduce != "overlapped" || f.zero3_regather || f.fit_to > 0)
+      f.dp > 0 || f.cp > 1 || f.grad_reduce != "overlapped" || f.pipeline_sends != "blocking" || f.zero3_regather ||
+      f.fit_to > 0)
     throw ConfigError("--inference sizes serving: it takes --tp, --pp, --batch, --context and --prompt, not --sweep, "
                       "--emit-workload, --report, --params, --tokens, --global-batch, --dp, --cp, --grad-reduce, "
-                      "--zero3-regather or --fit-to");
+                      "--pipeline-sends, --zero3-regather or --fit-to");
   plan::InferenceInput ii;
   ii.model = in.model;
   ii.gpu = in.gpu;
@@ -343,6 +345,12 @@ int run_plan(const PlanFlags& f) {
       (global_batch < 1 || (!f.sweep && (l.dp * l.cp == 1 || l.zero >= 3))))
     throw ConfigError("--grad-reduce after-backward times the data-parallel reduction of an iteration: it needs "
                       "--global-batch and data parallelism without ZeRO 3");
+  if (l.pipeline_sends_overlapped && (global_batch < 1 || (!f.sweep && l.pp == 1)))
+    throw ConfigError("--pipeline-sends overlapped times a pipeline's sends in an iteration: it needs --global-batch and --pp "
+                      "above 1");
+  if (l.pipeline_sends_overlapped && !f.emit_workload.empty())
+    throw ConfigError("--pipeline-sends overlapped: the traces --emit-workload writes send between the passes (blocking); "
+                      "leave it out to emit");
   if (l.zero3_gather_for_recompute && global_batch < 1)
     throw ConfigError("--zero3-regather times ZeRO 3's gathers in an iteration: it needs --global-batch");
   if (f.attention_efficiency_given && !l.flash_attention)
@@ -461,6 +469,10 @@ void add_hardware(FlagTable<PlanFlags>& t) {
         "the data-parallel gradient reduction: overlapped with the backward, or after the last backward (Megatron-LM's "
         "own DDP in 2021)")
           .one_of({"overlapped", "after-backward"}));
+  add(PlanFlag("--pipeline-sends", AT(pipeline_sends),
+        "the pipeline's activation and gradient sends: blocking between a stage's passes (Megatron-LM's schedules), or "
+        "overlapped with the compute (asynchronous, as the Llama 3 paper's pipeline)")
+          .one_of({"blocking", "overlapped"}));
   add(PlanFlag("--zero3-regather", AT(zero3_regather),
         "ZeRO 3 gathers the weights again for a recomputed forward (DeepSpeed; FSDP recomputes inside the backward's gather)"));
   add(PlanFlag("--fp8", AT(fp8), "FP8 GEMMs: saved GEMM inputs in 8 bits and FP8 weight copies; no rate given, GEMMs at the "

@@ -80,7 +80,7 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     head_s = kernels_seconds(head.forward, rate.kernels) + kernels_seconds(head.backward, rate.kernels);
   }
   // Per stage: one micro-batch's forward and backward; the slowest stage sets the pace.
-  double stage_mb_s = 0, stage_memory_s = 0, stage_flops = 0;
+  double stage_mb_s = 0, stage_memory_s = 0, stage_flops = 0, stages_sum_s = 0;
   std::int64_t first = 0, most_layers = 0, most_moe_layers = 0;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     std::int64_t moe_layers = 0;
@@ -96,6 +96,7 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     } else {
       t = flops / e.kernel_flops;
     }
+    stages_sum_s += t;
     if (t > stage_mb_s) stage_mb_s = t, stage_memory_s = memory, stage_flops = flops;
     most_layers = std::max(most_layers, layers[i]);
     most_moe_layers = std::max(most_moe_layers, moe_layers);
@@ -121,11 +122,25 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     e.tensor.seconds = ops * (ring_allreduce_seconds(hidden_bytes, l.tp, link) + c.collective_overhead_s);
     e.tensor.exposed_s = e.tensor.seconds;
   }
-  // The bubble: (p - 1) / v of a stage's step, its compute and its exposed tensor-parallel
-  // collectives.
-  const double stage_step_s = stage_mb_s + e.tensor.exposed_s / static_cast<double>(micro);
-  e.bubble_s = static_cast<double>(l.pp - 1) / l.interleave * stage_step_s;
-  e.bubble = e.bubble_s / (e.compute_s + e.tensor.exposed_s + e.bubble_s);
+  // Pipeline: each micro-batch's activations forward and gradients backward across each
+  // stage boundary (chunks times with interleaving), over the rails (each tensor-parallel
+  // rank its share). Blocking between a stage's passes, as Megatron-LM's schedules send, on
+  // the critical path; overlapped with the compute (asynchronous sends), hidden.
+  e.pipeline.link = "rail";
+  if (l.pp > 1) {
+    const double sends = 2.0 * static_cast<double>(micro) * l.interleave;
+    e.pipeline.bytes = sends * hidden_bytes / l.tp;
+    e.pipeline.seconds = sends * (c.rail.latency_s + hidden_bytes / l.tp / c.rail.bytes_per_second + c.collective_overhead_s);
+    e.pipeline.exposed_s = l.pipeline_sends_overlapped ? 0 : e.pipeline.seconds;
+  }
+  // The bubble, as a 1F1B pipeline runs it (Narayanan et al. 2021, section 2.2): the slowest
+  // stage computes every micro-batch back to back, and the first micro-batch's forward and
+  // the last one's backward pass through every other stage: their compute, exposed
+  // tensor-parallel collectives and blocking sends, over v with interleaving. With equal
+  // stages, (p - 1) / v of a stage's step.
+  const double per_mb_exposed_s = (e.tensor.exposed_s + e.pipeline.exposed_s) / static_cast<double>(micro);
+  e.bubble_s = (stages_sum_s - stage_mb_s + static_cast<double>(l.pp - 1) * per_mb_exposed_s) / l.interleave;
+  e.bubble = e.bubble_s / (e.compute_s + e.tensor.exposed_s + e.pipeline.exposed_s + e.bubble_s);
   // Context parallelism (ring attention): each layer passes the key-value blocks around the
   // ring, cp - 1 steps forward and twice that backward (keys, values and their gradients),
   // overlapped with the attention it feeds.
@@ -154,15 +169,6 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     e.expert.seconds =
         ops * ((l.ep - 1) * link.latency_s + dispatched * (l.ep - 1) / l.ep / link.bytes_per_second + c.collective_overhead_s);
     e.expert.exposed_s = e.expert.seconds;
-  }
-  // Pipeline: each micro-batch's activations forward and gradients backward across each
-  // stage boundary (chunks times with interleaving), over the rails; hidden behind other
-  // micro-batches' compute but for the bubble's own.
-  e.pipeline.link = "rail";
-  if (l.pp > 1) {
-    const double sends = 2.0 * static_cast<double>(micro) * l.interleave;
-    e.pipeline.bytes = sends * hidden_bytes / l.tp;
-    e.pipeline.seconds = sends * (c.rail.latency_s + hidden_bytes / l.tp / c.rail.bytes_per_second + c.collective_overhead_s);
   }
   // Data parallelism, over data x context parallel GPUs on the rails: the gradients of this
   // GPU's parameters reduced (reduce-scatter + all-gather under ZeRO 1/2 and Megatron's
@@ -238,7 +244,7 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   }
   const double all_comm =
       e.tensor.seconds + e.context.seconds + e.expert.seconds + e.pipeline.seconds + e.data.seconds + e.host.seconds;
-  const double exposed = e.tensor.exposed_s + e.context.exposed_s + e.expert.exposed_s + e.data.exposed_s + e.host.exposed_s;
+  const double exposed = e.pipeline.exposed_s + e.tensor.exposed_s + e.context.exposed_s + e.expert.exposed_s + e.data.exposed_s + e.host.exposed_s;
   e.iteration_no_overlap_s = e.compute_s + e.bubble_s + e.optimizer_s + all_comm;
   e.iteration_overlap_s = e.compute_s + e.bubble_s + e.optimizer_s + exposed;
 

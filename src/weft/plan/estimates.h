@@ -57,6 +57,10 @@ struct Layout {
   // forward (DeepSpeed, whose hooks fire for it; FSDP recomputes inside the backward's gather).
   bool grad_reduce_after_backward = false;
   bool zero3_gather_for_recompute = false;
+  // The pipeline's sends and receives overlapped with the compute (asynchronous point to
+  // point, as the Llama 3 paper's pipeline ran them) instead of blocking between passes
+  // (Megatron-LM's schedules, and the traces --emit-workload writes).
+  bool pipeline_sends_overlapped = false;
   // Uneven stages: the first and last stages' layers (0: the layers spread evenly, the
   // first and last stages taking the fewer when pp does not divide them).
   std::int64_t first_stage_layers = 0, last_stage_layers = 0;

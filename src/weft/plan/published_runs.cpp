@@ -176,6 +176,8 @@ void add_llama3(std::vector<PublishedRun>& runs) {
     l.tp = r.tp, l.cp = r.cp, l.pp = r.pp, l.dp = r.dp, l.zero = 2;
     l.sequence_parallel = l.flash_attention = true;
     l.first_stage_layers = l.last_stage_layers = 7;  // 126 = 7 + 14 x 8 + 7
+    // "We use asynchronous point-to-point communication in PP" (section 3.3.2).
+    l.pipeline_sends_overlapped = true;
     // The interleaved schedule with V virtual stages per rank (section 3.3.2); the paper does
     // not give V: one layer per virtual stage, the 16 x 8 slots of which the first and last
     // stages leave one empty, is V = 8.

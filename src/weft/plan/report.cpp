@@ -107,6 +107,9 @@ PlanReport make_plan(const PlanInput& in) {
                               : "overlap: data-parallel reduction behind the last micro-batch's backward and the parameter "
                                 "all-gather behind the first forward, but for one layer's bucket each";
     if (l.zero3_gather_for_recompute) overlap += "; ZeRO 3 gathers the weights again for the recomputed forward";
+    if (l.pp > 1)
+      overlap += l.pipeline_sends_overlapped ? "; pipeline sends behind the compute (--pipeline-sends overlapped)"
+                                             : "; pipeline sends blocking between a stage's passes";
     r.assumptions.push_back(overlap + "; tensor- and expert-parallel collectives on the critical path; ring attention "
                             "behind attention");
   }
@@ -281,6 +284,7 @@ nlohmann::json PlanReport::to_json() const {
                   {"fp8", l.fp8}, {"interleave", l.interleave}, {"micro_batch", l.micro_batch}, {"micro_batches", l.micro_batches},
                   {"grad_reduce", l.grad_reduce_after_backward ? "after-backward" : "overlapped"},
                   {"zero3_regather", l.zero3_gather_for_recompute},
+                  {"pipeline_sends", l.pipeline_sends_overlapped ? "overlapped" : "blocking"},
                   {"global_batch", input.global_batch}}},
       {"precision", precision_name(input.precision)},
       {"gpu", {{"name", input.gpu.name}, {"memory_bytes", input.gpu.memory_bytes}, {"peak_flops", input.gpu.peak_flops},

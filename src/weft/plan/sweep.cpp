@@ -169,6 +169,7 @@ std::string explain_difference(const SweepRow& faster, const SweepRow& slower) {
       {s.compute_s - f.compute_s, "compute"},
       {s.bubble_s - f.bubble_s, "bubble"},
       {s.tensor.exposed_s - f.tensor.exposed_s, "tensor"},
+      {s.pipeline.exposed_s - f.pipeline.exposed_s, "pipeline"},
       {s.data.exposed_s - f.data.exposed_s, "data"},
       {s.context.exposed_s - f.context.exposed_s, "context"},
       {s.expert.exposed_s - f.expert.exposed_s, "expert"}};
