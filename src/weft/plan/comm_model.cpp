@@ -244,7 +244,8 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   }
   const double all_comm =
       e.tensor.seconds + e.context.seconds + e.expert.seconds + e.pipeline.seconds + e.data.seconds + e.host.seconds;
-  const double exposed = e.pipeline.exposed_s + e.tensor.exposed_s + e.context.exposed_s + e.expert.exposed_s + e.data.exposed_s + e.host.exposed_s;
+  const double exposed = e.tensor.exposed_s + e.pipeline.exposed_s + e.context.exposed_s + e.expert.exposed_s +
+                         e.data.exposed_s + e.host.exposed_s;
   e.iteration_no_overlap_s = e.compute_s + e.bubble_s + e.optimizer_s + all_comm;
   e.iteration_overlap_s = e.compute_s + e.bubble_s + e.optimizer_s + exposed;
 

@@ -200,6 +200,7 @@ nlohmann::json sweep_to_json(const PlanInput& in, std::int64_t gpus, const std::
         {"iteration", {{"bubble", r.iteration.bubble}, {"overlap_seconds", r.iteration.iteration_overlap_s},
                        {"no_overlap_seconds", r.iteration.iteration_no_overlap_s}, {"compute_seconds", r.iteration.compute_s},
                        {"bubble_seconds", r.iteration.bubble_s}, {"tensor_exposed_seconds", r.iteration.tensor.exposed_s},
+                       {"pipeline_exposed_seconds", r.iteration.pipeline.exposed_s},
                        {"data_exposed_seconds", r.iteration.data.exposed_s}}}};
     if (!rows.empty()) j["slower_than_fastest"] = explain_difference(rows.front(), r);
     return j;
