@@ -363,6 +363,32 @@ TEST(PlanSecondEdition, ActivationFormulas) {
   EXPECT_LT(mem.activations, middle + 4 * s * 50257 / 8 + s * h / 8 + 1);  // + the last stage's logits or the first's mask
 }
 
+// Data parallelism hides its reduction behind the backward but for the bucket that comes
+// last: the first layer's with the embedding (a third of GPT-2's parameters). An all-reduce
+// runs whole behind the last backward; sharded states reduce-scatter there and all-gather
+// the updated weights behind the next first forward, the same bucket exposed in each.
+TEST(PlanComm, DataParallelExposesTheEmbeddingsBucket) {
+  const TransformerSpec m = preset("gpt2-124m");
+  Layout l;
+  l.dp = 8, l.micro_batches = 1;
+  Cluster c;
+  c.rail = {12.5e9, 6e-6};
+  Rate rate;
+  // A slow GPU: the last backward (about 0.1 s) outlasts the reduction (35 ms).
+  rate.kind = RateKind::kKernel, rate.hardware_flops = 5e12, rate.kernels.peak_flops = 312e12;
+  const ParameterCount pc = count_parameters(m);
+  const double share = static_cast<double>(pc.block + pc.embedding) / training_memory(m, Precision::kMixedAdam, l).parameters;
+  EXPECT_GT(share, 0.35);
+  const IterationEstimate e = estimate_iteration(m, Precision::kMixedAdam, l, c, 8, rate);
+  const double t_bwd = e.compute_s * 2 / 3;  // one micro-batch: its backward, two thirds
+  EXPECT_GT(t_bwd, e.data.seconds);
+  EXPECT_NEAR(e.data.exposed_s, e.data.seconds * share, 1e-12);  // not one of 12 equal layer buckets
+  l.zero = 1;
+  const IterationEstimate z = estimate_iteration(m, Precision::kMixedAdam, l, c, 8, rate);
+  const double half = z.data.seconds / 2;
+  EXPECT_NEAR(z.data.exposed_s, 2 * half * share, 1e-12);
+}
+
 TEST(PlanSecondEdition, StagesInterleavingAndBubble) {
   TransformerSpec m = preset("llama3-405b");  // 126 layers
   Layout l;

@@ -172,11 +172,11 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   }
   // Data parallelism, over data x context parallel GPUs on the rails: the gradients of this
   // GPU's parameters reduced (reduce-scatter + all-gather under ZeRO 1/2 and Megatron's
-  // distributed optimizer: the same bytes). The reduction hides behind the last
-  // micro-batch's backward, the parameter all-gather behind the next iteration's first
-  // forward, each but its last bucket (a layer). ZeRO 3 gathers the weights for every
-  // micro-batch's forward and backward and reduce-scatters its gradients, overlapped layer
-  // by layer with that micro-batch's compute.
+  // distributed optimizer: the same bytes). An all-reduce hides behind the last
+  // micro-batch's backward; sharded states' reduce-scatter there and their all-gather behind
+  // the next iteration's first forward; each but the bucket that comes last (and is needed
+  // first). ZeRO 3 gathers the weights for every micro-batch's forward and backward and
+  // reduce-scatters its gradients, overlapped layer by layer with that micro-batch's compute.
   const int group = l.dp * l.cp;
   // This GPU's parameters (of the stage that needs the most memory), for data parallelism and offload.
   const double params = group > 1 || l.offload != Offload::kNone ? training_memory(m, p, l).parameters : 0;
@@ -189,7 +189,14 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     // for each.
     const double half = ring_half_seconds(grad_bytes, group, c.rail) + buckets * c.collective_overhead_s;
     const double t_bwd = backward_share * stage_mb_s, t_fwd = stage_mb_s - t_bwd;
-    const double bucket = 1.0 / buckets;
+    // The bucket that cannot hide: the first stage's first layer with the embedding, whose
+    // gradients a backward finishes last and whose weights a forward needs first (GPT-2's
+    // embedding alone is a third of its parameters).
+    const ParameterCount pc = count_parameters(m);
+    const bool moe_first = m.is_moe_layer(0);
+    const double edge = (static_cast<double>(pc.layer_without_experts(moe_first) + pc.embedding) +
+                         (moe_first ? static_cast<double>(pc.expert_params()) / l.ep : 0)) / l.tp;
+    const double bucket = std::min(1.0, edge / params);
     if (l.zero >= 3) {
       // The weights gathered for the forward, again for the backward (and for the recomputed
       // forward when the system gathers for it), the gradients reduce-scattered.
@@ -201,8 +208,12 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     } else {
       e.data.bytes = 2.0 * (group - 1) / group * grad_bytes;
       e.data.seconds = 2 * half;
+      // An all-reduce runs whole behind the last backward; sharded states reduce-scatter
+      // there and all-gather the updated weights behind the next first forward.
+      const bool sharded = l.zero >= 1 || p == Precision::kMegatronDistributed;
       e.data.exposed_s = l.grad_reduce_after_backward ? e.data.seconds
-                                                      : std::max(half * bucket, half - t_bwd) + std::max(half * bucket, half - t_fwd);
+                         : sharded ? std::max(half * bucket, half - t_bwd) + std::max(half * bucket, half - t_fwd)
+                                   : std::max(2 * half * bucket, 2 * half - t_bwd);
     }
   }
   // Offload (ZeRO-Offload, ZeRO-Infinity): the optimizer state on the host: this GPU's
