@@ -1806,6 +1806,41 @@ TEST(SimWorkload, TraceStreamsRunBesideEachOther) {
   EXPECT_GT(s[1].first, s[0].second + 799 * kUs);  // after the first, and the recorded gap
 }
 
+// A record that waits for another stream ("after") starts when that stream's replay reaches
+// the point, not at its recorded time: rank 0's compute waits for a message that rank 1
+// sends at 2,000 us (the trace recorded it arriving at 200 us), computes 300 us more, and
+// only then may rank 0's reduction on stream 1 (recorded at 500 us) start.
+TEST(SimWorkload, TraceAfterWaitsForTheOtherStreamsReplay) {
+  auto write = [](const std::string& dir, bool after) {
+    weft::make_directories(dir);
+    const std::string ar = "{\"op\":\"allreduce\",\"algorithm\":\"ring\",\"group_ranks\":[0,1],\"count\":262144,\"bytes\":1048576,"
+                           "\"stream\":1,\"start_us\":500,\"end_us\":600";
+    std::string r0 = "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":0,\"start_us\":0,\"end_us\":0}\n"
+                     "{\"op\":\"recv\",\"peers\":[1],\"count\":262144,\"bytes\":1048576,\"rank\":0,\"start_us\":100,\"end_us\":200}\n";
+    r0 += ar + ",\"rank\":0" + (after ? ",\"after\":{\"stream\":0,\"us\":500}" : "") + "}\n";
+    std::string r1 = "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":1,\"start_us\":0,\"end_us\":0}\n"
+                     "{\"op\":\"send\",\"peers\":[0],\"count\":262144,\"bytes\":1048576,\"rank\":1,\"start_us\":2000,\"end_us\":2100}\n";
+    r1 += ar + ",\"rank\":1}\n";
+    weft::write_file_atomic(dir + "/rank-0.jsonl", r0);
+    weft::write_file_atomic(dir + "/rank-1.jsonl", r1);
+  };
+  const std::string waits = ::testing::TempDir() + "/weft_sim_after", free = ::testing::TempDir() + "/weft_sim_no_after";
+  write(waits, true);
+  write(free, false);
+  SimRun a = simulate("single-switch.yaml", waits), b = simulate("single-switch.yaml", free);
+  ASSERT_TRUE(a.finished);
+  ASSERT_TRUE(b.finished);
+  Time arrived = 0;  // the message's delivery to rank 0
+  for (const FlowRecord& f : a.net->flows())
+    if (f.collective < 0) arrived = f.delivered;
+  ASSERT_GT(arrived, 2000 * kUs);
+  ASSERT_EQ(a.net->collective_times().size(), 1u);
+  // Rank 1 joins at 500 us; rank 0 once its compute is 300 us past the message.
+  EXPECT_GE(a.net->collective_times()[0].second, arrived + 300 * kUs);
+  // Without "after", rank 0's reduction starts at its recorded 500 us, long before.
+  EXPECT_LT(b.net->collective_times()[0].second, 1000 * kUs);
+}
+
 TEST(SimWorkload, SeveralJobsShareTheFabric) {
   std::string dir = ::testing::TempDir() + "/weft_sim_jobs";
   weft::make_directories(dir);

@@ -314,9 +314,12 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
                                   : collective("reduce_scatter", algo::Collective::kReduceScatter, group, block, element);
         const double seconds = col.op == "allreduce" ? ring_allreduce_seconds(bytes, g, c.rail) : ring_half_seconds(bytes, g, c.rail);
         // A gather is issued to finish as its layer starts (prefetched); a reduction when its
-        // gradients are done; each after the stream's previous operation.
-        const double start = gather && l.zero >= 3 ? at - seconds : at;
-        write_record(data, std::max(0.0, start - data.t), seconds, collective_body(col, data));
+        // gradients are done: each after the stream's previous operation, and once the
+        // compute (stream 0) has reached the point it was issued at, however late the
+        // pipeline's waits make it there ("after").
+        const double start = std::max(0.0, gather && l.zero >= 3 ? at - seconds : at);
+        const std::string after = ",\"after\":{\"stream\":0,\"us\":" + std::to_string(std::llround(start * 1e6)) + "}";
+        write_record(data, std::max(0.0, start - data.t), seconds, collective_body(col, data) + after);
       }
     };
     if (sharded && l.zero < 3) {

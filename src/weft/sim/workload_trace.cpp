@@ -4,6 +4,8 @@
 
 #include <climits>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -61,11 +63,69 @@ void check_recorded_steps(const nlohmann::json& steps, const algo::Program& p, c
                       " in the program)");
 }
 
-}  // namespace
-
 // The longest idle time between two operations of a rank that a trace may hold (its
 // picoseconds must fit the simulator's clock many times over).
 constexpr std::int64_t kMaxGapUs = std::int64_t{1000000} * 86400 * 11;
+
+// A point of a stream's timeline between two operations: the time it reached (the previous
+// operations' end) and the steps its agent had by then.
+struct Boundary {
+  std::int64_t us;
+  std::size_t steps;
+};
+// A record that waits ("after") until another stream of its rank reaches at_us.
+struct StreamWait {
+  int waiting_agent, stream;
+  std::int64_t at_us;
+  std::string where;
+};
+
+// Each wait becomes an order between the two agents (a send of no bytes, workload_build.h):
+// the stream waited for releases the waiting record where its own timeline reaches at_us,
+// from a step of its own put between its operations, which takes that part of the compute
+// gap before the next operation (at_us inside an operation: as the operation ends, as a
+// CUDA event recorded then would). Inserted from the last position back, so that the
+// earlier positions stay put.
+void release_stream_waits(Workload& w, const std::vector<StreamWait>& waits, const std::map<int, std::vector<Boundary>>& boundaries,
+                          bool gaps, const std::function<int(int)>& agent_of_stream) {
+  // (stream, position) -> (the gap into it, the waiting agent)
+  std::map<std::pair<int, std::size_t>, std::vector<std::pair<Time, int>>> at;
+  for (const StreamWait& x : waits) {
+    const auto found = boundaries.find(x.stream);
+    if (found == boundaries.end())
+      throw ConfigError(x.where + ": after's stream " + std::to_string(x.stream) + ": the rank has no records on that stream");
+    const std::vector<Boundary>& b = found->second;
+    const std::vector<WorkStep>& steps = w.agents[static_cast<std::size_t>(agent_of_stream(x.stream))].steps;
+    // The last point at or before at_us (or the stream's start).
+    auto it = std::upper_bound(b.begin(), b.end(), x.at_us, [](std::int64_t us, const Boundary& p) { return us < p.us; });
+    std::size_t i = it == b.begin() ? 0 : static_cast<std::size_t>(it - b.begin()) - 1;
+    if (x.at_us - b[i].us > kMaxGapUs)
+      throw ConfigError(x.where + ": after's us " + std::to_string(x.at_us) + " is more than 11 days past stream " +
+                        std::to_string(x.stream) + "'s operations before it");
+    Time gap = gaps ? static_cast<Time>(std::max<std::int64_t>(0, x.at_us - b[i].us)) * kUs : 0;
+    if (b[i].steps < steps.size() && gap > steps[b[i].steps].gap && i + 1 < b.size()) ++i, gap = 0;
+    at[{x.stream, b[i].steps}].push_back({gap, x.waiting_agent});
+  }
+  for (auto pos = at.rbegin(); pos != at.rend(); ++pos) {
+    std::vector<std::pair<Time, int>>& list = pos->second;
+    std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<WorkStep>& steps = w.agents[static_cast<std::size_t>(agent_of_stream(pos->first.first))].steps;
+    const std::size_t where = pos->first.second;
+    std::vector<WorkStep> releases;
+    Time used = 0;
+    for (const auto& [gap, agent] : list) {
+      WorkStep go;
+      go.gap = gap - used;
+      used = gap;
+      go.sends.push_back({agent, 0});
+      releases.push_back(go);
+    }
+    if (where < steps.size()) steps[where].gap -= used;
+    steps.insert(steps.begin() + static_cast<std::ptrdiff_t>(where), releases.begin(), releases.end());
+  }
+}
+
+}  // namespace
 
 std::vector<int> trace_gpus(const std::map<int, std::string>& files, const std::string& dir, const Topology& t,
                             const std::vector<int>& placement) {
@@ -136,6 +196,10 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
   for (const auto& [r, path] : files) {
     std::map<std::string, int> occurrence;
     std::map<int, std::int64_t> prev_end;  // per stream
+    // Per stream: its timeline's points between operations, and the records that wait for
+    // another stream ("after").
+    std::map<int, std::vector<Boundary>> boundaries;
+    std::vector<StreamWait> waits;
     std::ifstream in(path);
     std::string line;
     int lineno = 0;
@@ -176,7 +240,10 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
           // A rank's timeline starts at its first record: a mark before the first operation
           // (where the iteration began) keeps the compute up to that operation. Later marks
           // carry no time of their own.
-          if (last == INT64_MIN) first_start[agent_at] = last = start;
+          if (last == INT64_MIN) {
+            first_start[agent_at] = last = start;
+            boundaries[stream].push_back({start, w.agents[static_cast<std::size_t>(agent_at)].steps.size()});
+          }
           continue;
         }
         if (last != INT64_MIN && start > last && start - last > kMaxGapUs)
@@ -187,8 +254,27 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
           last = start;
         }
         Time gap = gaps && start > last ? static_cast<Time>(start - last) * kUs : 0;
-        last = std::max(last, end);
         Agent& agent = w.agents[static_cast<std::size_t>(agent_at)];
+        boundaries[stream].push_back({last, agent.steps.size()});
+        last = std::max(last, end);
+        // "after": the record starts once another stream of this rank has reached a point of
+        // its own timeline (as a CUDA event recorded there and waited on), and its own
+        // stream's previous operation is done: not after its recorded gap.
+        if (j.contains("after")) {
+          const nlohmann::json& after = j["after"];
+          if (!after.is_object() || !after.contains("stream") || !after.contains("us"))
+            throw ConfigError(rec.where + ": 'after' must be {\"stream\": S, \"us\": T}");
+          const auto other = static_cast<int>(whole(after["stream"], "after's stream", 0, 15));
+          const std::int64_t at = whole(after["us"], "after's us", 0);
+          if (other == stream) throw ConfigError(rec.where + ": after's stream " + std::to_string(other) + " is the record's own stream");
+          if (at > start)
+            throw ConfigError(rec.where + ": after's us " + std::to_string(at) + " is later than the record's start_us " + std::to_string(start));
+          WorkStep wait;
+          wait.recvs.push_back({agent_index(other, r), 0});
+          agent.steps.push_back(wait);
+          waits.push_back({agent_at, other, at, rec.where});
+          gap = 0;
+        }
         std::int64_t count = whole(j["count"], "count"), bytes = whole(j["bytes"], "bytes");
         if (count < 0 || bytes < 0) throw ConfigError(rec.where + ": negative count or bytes");
         if (op == "send" || op == "recv") {
@@ -260,6 +346,8 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         throw ConfigError(rec.where + ": bad field (" + std::string(e.what()) + ")");
       }
     }
+    for (auto& [stream, b] : boundaries) b.push_back({prev_end[stream], w.agents[static_cast<std::size_t>(agent_index(stream, r))].steps.size()});
+    release_stream_waits(w, waits, boundaries, gaps, [&](int stream) { return agent_index(stream, r); });
   }
   if (first_start.empty() || !gaps) return;
   std::int64_t t0 = INT64_MAX;
