@@ -237,6 +237,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
           throw ConfigError(rec.where + ": start_us " + std::to_string(start) + " and end_us " + std::to_string(end) +
                             " are not 0 <= start <= end");
         if (mark) {
+          if (j.contains("after")) throw ConfigError(rec.where + ": 'after' on a mark (a mark waits for nothing: put it on an operation)");
           // A rank's timeline starts at its first record: a mark before the first operation
           // (where the iteration began) keeps the compute up to that operation. Later marks
           // carry no time of their own.
