@@ -192,10 +192,7 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
     // The bucket that cannot hide: the first stage's first layer with the embedding, whose
     // gradients a backward finishes last and whose weights a forward needs first (GPT-2's
     // embedding alone is a third of its parameters).
-    const ParameterCount pc = count_parameters(m);
-    const bool moe_first = m.is_moe_layer(0);
-    const double edge = (static_cast<double>(pc.layer_without_experts(moe_first) + pc.embedding) +
-                         (moe_first ? static_cast<double>(pc.expert_params()) / l.ep : 0)) / l.tp;
+    const double edge = static_cast<double>(bucket_parameters(m, l, 0, false) + bucket_parameters(m, l, 0, true));
     const double bucket = std::min(1.0, edge / params);
     if (l.zero >= 3) {
       // The weights gathered for the forward, again for the backward (and for the recomputed
@@ -210,9 +207,8 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
       e.data.seconds = 2 * half;
       // An all-reduce runs whole behind the last backward; sharded states reduce-scatter
       // there and all-gather the updated weights behind the next first forward.
-      const bool sharded = l.zero >= 1 || p == Precision::kMegatronDistributed;
       e.data.exposed_s = l.grad_reduce_after_backward ? e.data.seconds
-                         : sharded ? std::max(half * bucket, half - t_bwd) + std::max(half * bucket, half - t_fwd)
+                         : sharded_states(p, l) ? std::max(half * bucket, half - t_bwd) + std::max(half * bucket, half - t_fwd)
                                    : std::max(2 * half * bucket, 2 * half - t_bwd);
     }
   }
@@ -249,8 +245,7 @@ IterationEstimate estimate_iteration(const TransformerSpec& m, Precision p, cons
   // parallelism by ZeRO 1+ and Megatron's distributed optimizer; on the host when offloaded).
   if (predicted && rate.kernels.memory_bandwidth > 0 && l.offload == Offload::kNone) {
     const double local = training_memory(m, p, l).parameters;
-    const bool sharded = l.zero >= 1 || p == Precision::kMegatronDistributed;
-    const double shard = sharded ? local / group : local;
+    const double shard = sharded_states(p, l) ? local / group : local;
     e.optimizer_s = shard * optimizer_step_bytes(p) / (rate.kernels.memory_bandwidth * rate.kernels.memory_efficiency);
   }
   const double all_comm =

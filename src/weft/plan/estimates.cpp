@@ -59,6 +59,18 @@ const char* offload_name(Offload o) {
 
 double gradient_bytes(Precision p) { return p == Precision::kFp32Adam || p == Precision::kMegatronDistributed ? 4 : 2; }
 
+bool sharded_states(Precision p, const Layout& l) { return l.zero >= 1 || p == Precision::kMegatronDistributed; }
+
+std::int64_t bucket_parameters(const TransformerSpec& m, const Layout& l, std::int64_t layer, bool experts) {
+  const ParameterCount pc = count_parameters(m);
+  const bool moe = m.is_moe_layer(layer);
+  if (experts) return moe ? pc.expert_params() / (static_cast<std::int64_t>(l.tp) * l.ep) : 0;
+  std::int64_t n = pc.layer_without_experts(moe);
+  if (layer == 0) n += pc.embedding;
+  if (layer == m.layers - 1) n += pc.final_norm + pc.lm_head + (m.tied_embeddings && l.pp > 1 ? m.vocab * m.d_model : 0);
+  return n / l.tp;
+}
+
 double optimizer_step_bytes(Precision p) {
   switch (p) {
     case Precision::kFp16Weights: return 0;
@@ -222,7 +234,7 @@ MemoryBreakdown training_memory(const TransformerSpec& spec, Precision p, const 
     const double grad_bytes = gradient_bytes(p);
     const bool replicas = l.dp * l.cp > 1 && p != Precision::kFp16Weights;
     if (l.zero >= 3 && replicas) m.buffers = 2 * layer * 2 + layer * grad_bytes;
-    else if ((l.zero >= 1 || p == Precision::kMegatronDistributed) && replicas) m.buffers = layer * grad_bytes;
+    else if (sharded_states(p, l) && replicas) m.buffers = layer * grad_bytes;
     else if (replicas) m.buffers = 2 * 25e6;
     // FP8 GEMMs keep an 8-bit copy of each weight and of its transpose while a step runs
     // (Transformer Engine's weight cache): of the stage's weights, or under ZeRO 3 of the

@@ -115,6 +115,14 @@ double layer_activation_bytes(const TransformerSpec& m, const Layout& l, bool re
 
 // Bytes of one gradient element: 4 for fp32-adam and megatron-dist, else 2.
 double gradient_bytes(Precision p);
+// Whether the optimizer states are sharded over the data-parallel ranks (ZeRO 1 and up, or
+// Megatron's distributed optimizer): the gradients reduce-scattered, the weights all-gathered.
+bool sharded_states(Precision p, const Layout& l);
+// One layer's data-parallel bucket on a GPU, in parameters: the layer's (its share under
+// tensor parallelism), the embedding with the first layer, the final norm and head with the
+// last (a tied embedding's copy there when pipelined); with experts, only the routed experts'
+// share instead (reduced over the ranks holding the same experts).
+std::int64_t bucket_parameters(const TransformerSpec& m, const Layout& l, std::int64_t layer, bool experts);
 // Bytes the optimizer's step moves per parameter it updates, as Megatron-LM's mixed-precision
 // optimizer runs it: 16-bit gradients copied into float32 main gradients (read 2, write 4:
 // mixed-adam only; megatron-dist accumulates them in float32 already), unscaled and checked

@@ -173,9 +173,8 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
       std::llround(static_cast<double>(activation_bytes / tp) * m.routed_copies() / static_cast<double>(ep) / 2));
   const LinkClass& ep_link = static_cast<std::int64_t>(tp) * ep <= c.gpus_per_node ? c.nvlink : c.rail;
   const double a2a_s = (ep - 1) * (ep_link.latency_s + static_cast<double>(a2a_block * 2) / ep_link.bytes_per_second);
-  const ParameterCount pc = count_parameters(m);
   const auto grad_element = static_cast<std::int64_t>(gradient_bytes(in.precision));
-  const bool sharded = l.zero >= 1 || in.precision == Precision::kMegatronDistributed;
+  const bool sharded = sharded_states(in.precision, l);
   // The global layers of a stage's chunk.
   auto chunk_layers = [&](int stage, int chunk) {
     if (chunks == 1) {
@@ -292,18 +291,10 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
     // holds the embedding, the last's the final norm and head. Sharded states reduce-scatter
     // the gradients and all-gather the weights the step updated: those gathers run behind
     // the next iteration's first forward, so in the steady state they open the iteration.
-    auto bucket = [&](std::int64_t layer, bool experts) -> std::int64_t {
-      const bool moe = m.is_moe_layer(layer);
-      if (experts) return moe ? pc.expert_params() / (static_cast<std::int64_t>(tp) * ep) : 0;
-      std::int64_t n = pc.layer_without_experts(moe);
-      if (layer == 0) n += pc.embedding;
-      if (layer == m.layers - 1) n += pc.final_norm + pc.lm_head + (m.tied_embeddings && pp > 1 ? m.vocab * m.d_model : 0);
-      return n / tp;
-    };
     auto data_op = [&](double at, bool gather, std::int64_t layer) {
       for (bool experts : {false, true}) {
         const std::vector<int>& group = experts ? expert_dp_group : dp_group;
-        const std::int64_t params = bucket(layer, experts);
+        const std::int64_t params = bucket_parameters(m, l, layer, experts);
         const int g = static_cast<int>(group.size());
         if (params == 0 || g < 2) continue;
         const std::int64_t block = (params + g - 1) / g;

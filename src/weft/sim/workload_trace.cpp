@@ -5,7 +5,6 @@
 #include <climits>
 #include <fstream>
 #include <functional>
-#include <limits>
 #include <map>
 #include <memory>
 
