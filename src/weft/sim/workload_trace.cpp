@@ -347,7 +347,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
       }
     }
     for (auto& [stream, b] : boundaries) b.push_back({prev_end[stream], w.agents[static_cast<std::size_t>(agent_index(stream, r))].steps.size()});
-    release_stream_waits(w, waits, boundaries, gaps, [&](int stream) { return agent_index(stream, r); });
+    release_stream_waits(w, waits, boundaries, gaps, [&, rank = r](int stream) { return agent_index(stream, rank); });
   }
   if (first_start.empty() || !gaps) return;
   std::int64_t t0 = INT64_MAX;
