@@ -1841,6 +1841,52 @@ TEST(SimWorkload, TraceAfterWaitsForTheOtherStreamsReplay) {
   EXPECT_LT(b.net->collective_times()[0].second, 1000 * kUs);
 }
 
+// A mark that waits ("after") holds its stream's compute until the other stream reaches the
+// point, as a compute stream waits on the event of a layer's gathered weights: rank 0's
+// compute stops at 200 us until its own all-reduce on stream 1 is done (recorded at 600 us,
+// replayed after 2,000 us: rank 1 joins late), then computes 300 us before its send.
+TEST(SimWorkload, TraceMarkAfterHoldsTheComputeUntilTheOtherStream) {
+  auto write = [](const std::string& dir, bool after) {
+    weft::make_directories(dir);
+    const std::string ar = "{\"op\":\"allreduce\",\"algorithm\":\"ring\",\"group_ranks\":[0,1],\"count\":262144,\"bytes\":1048576,"
+                           "\"stream\":1";
+    const std::string p2p = "\"peers\":[1],\"count\":262144,\"bytes\":1048576,\"start_us\":900,\"end_us\":1000";
+    // (The mark comes before stream 1's first record: its wait names a stream not read yet.)
+    std::string r0 = "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":0,\"start_us\":0,\"end_us\":0}\n";
+    r0 += std::string("{\"op\":\"mark\",\"name\":\"weights\",\"rank\":0,") +
+          (after ? "\"after\":{\"stream\":1,\"us\":600}," : "") + "\"start_us\":200,\"end_us\":600}\n";
+    r0 += ar + ",\"rank\":0,\"start_us\":100,\"end_us\":600}\n";
+    r0 += "{\"op\":\"send\",\"rank\":0," + p2p + "}\n";
+    std::string r1 = "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":1,\"start_us\":0,\"end_us\":0}\n";
+    r1 += ar + ",\"rank\":1,\"start_us\":2000,\"end_us\":2100}\n";
+    r1 += "{\"op\":\"recv\",\"rank\":1," + std::string(p2p).replace(std::string(p2p).find("[1]"), 3, "[0]") + "}\n";
+    weft::write_file_atomic(dir + "/rank-0.jsonl", r0);
+    weft::write_file_atomic(dir + "/rank-1.jsonl", r1);
+  };
+  const std::string waits = ::testing::TempDir() + "/weft_sim_mark_after", free = ::testing::TempDir() + "/weft_sim_mark_free";
+  write(waits, true);
+  write(free, false);
+  SimRun a = simulate("single-switch.yaml", waits), b = simulate("single-switch.yaml", free);
+  ASSERT_TRUE(a.finished);
+  ASSERT_TRUE(b.finished);
+  auto send_start = [](const SimRun& r) {
+    for (const FlowRecord& f : r.net->flows())
+      if (f.collective < 0) return f.start;
+    return Time{0};
+  };
+  ASSERT_EQ(a.net->collective_times().size(), 1u);
+  const Time reduced = a.net->collective_times()[0].second;
+  ASSERT_GT(reduced, 2000 * kUs);
+  ASSERT_GT(send_start(b), 0u);
+  // The send waits for the reduction (rank 0's part of it, which ends a few microseconds
+  // before rank 1's), then the 300 us of compute after the mark (not the 700 us recorded from
+  // the mark's start, nor the 400 us of the recorded stall on top).
+  EXPECT_GE(send_start(a), reduced + 290 * kUs);
+  EXPECT_LT(send_start(a), reduced + 400 * kUs);
+  // Without "after" the mark is a point: the send at its recorded 900 us.
+  EXPECT_LT(send_start(b), 1000 * kUs);
+}
+
 TEST(SimWorkload, SeveralJobsShareTheFabric) {
   std::string dir = ::testing::TempDir() + "/weft_sim_jobs";
   weft::make_directories(dir);

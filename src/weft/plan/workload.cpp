@@ -23,6 +23,7 @@ struct Writer {
   double t = 0;  // seconds on this stream's timeline
   std::int64_t records = 0;
   double bytes_sent = 0;
+  std::string held;  // stream 1's lines, written after stream 0's
 };
 
 std::string ranks_list(const std::vector<int>& v, const char* sep) {
@@ -65,8 +66,8 @@ void write_record(Writer& w, double gap_s, double duration_s, const std::string&
   w.t += duration_s;
   long long end = std::llround(w.t * 1e6);
   if (w.stream > 0)
-    std::fprintf(w.f, "{%s,\"rank\":%d,\"stream\":%d,\"start_us\":%lld,\"end_us\":%lld}\n", body.c_str(), w.rank, w.stream,
-                 start, end);
+    w.held += "{" + body + ",\"rank\":" + std::to_string(w.rank) + ",\"stream\":" + std::to_string(w.stream) +
+              ",\"start_us\":" + std::to_string(start) + ",\"end_us\":" + std::to_string(end) + "}\n";
   else
     std::fprintf(w.f, "{%s,\"rank\":%d,\"start_us\":%lld,\"end_us\":%lld}\n", body.c_str(), w.rank, start, end);
   ++w.records;
@@ -195,7 +196,8 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
     const std::string path = dir + "/rank-" + std::to_string(rank) + ".jsonl";
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "w"), &std::fclose);
     if (!file) throw ConfigError("--emit-workload: cannot write " + path);
-    Writer w{file.get(), rank, 0}, data{file.get(), rank, 1};
+    Writer w, data;
+    w.f = data.f = file.get(), w.rank = data.rank = rank, data.stream = 1;
     // The iteration starts at 0 on every rank: the replay keeps the compute before each
     // rank's first operation (docs/trace-format.md).
     std::fprintf(w.f, "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":%d,\"start_us\":0,\"end_us\":0}\n", rank);
@@ -236,18 +238,54 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
       write_record(w, gap, seconds, body);
       gap = 0;
     };
-    // Data-parallel work for stream 1, from the compute's timeline: a layer's weights
+    // Stream 1: data parallelism over the data x context parallel ranks (the experts over
+    // the ranks holding the same experts), one bucket per layer; the first layer's bucket
+    // holds the embedding, the last's the final norm and head. A layer's weights are
     // gathered before it computes (ZeRO 3), its gradients reduced once its last backward is
-    // done (every backward under ZeRO 3).
-    struct DataEvent {
-      double at;
-      bool gather;
-      std::int64_t layer;
+    // done (every backward under ZeRO 3). Issued when the compute reaches `at`, or to finish
+    // by then (`by`); returns where stream 1's timeline is then (-1: nothing to do).
+    auto data_op = [&](double at, bool gather, std::int64_t layer, bool by = false) {
+      double done = -1;
+      for (bool experts : {false, true}) {
+        const std::vector<int>& group = experts ? expert_dp_group : dp_group;
+        const std::int64_t params = bucket_parameters(m, l, layer, experts);
+        const int g = static_cast<int>(group.size());
+        if (params == 0 || g < 2) continue;
+        const std::int64_t block = (params + g - 1) / g;
+        const std::int64_t element = gather ? 2 : grad_element;
+        const double bytes = static_cast<double>(params * element);
+        Collective col = !sharded && l.zero < 3 ? collective("allreduce", algo::Collective::kAllReduce, group, params, element)
+                         : gather ? collective("allgather", algo::Collective::kAllGather, group, block, element)
+                                  : collective("reduce_scatter", algo::Collective::kReduceScatter, group, block, element);
+        const double seconds = col.op == "allreduce" ? ring_allreduce_seconds(bytes, g, c.rail) : ring_half_seconds(bytes, g, c.rail);
+        // Each after the stream's previous operation, and once the compute (stream 0) has
+        // reached the point it was issued at, however late the pipeline's waits make it
+        // there ("after").
+        const double start = std::max(0.0, by ? at - seconds : at);
+        const std::string after = ",\"after\":{\"stream\":0,\"us\":" + std::to_string(std::llround(start * 1e6)) + "}";
+        write_record(data, std::max(0.0, start - data.t), seconds, collective_body(col, data) + after);
+        done = data.t;
+      }
+      return done;
     };
-    std::vector<DataEvent> events;
+    // Sharded states (ZeRO 1 and 2) all-gather the weights the step updated behind the next
+    // iteration's first forward: in the steady state those gathers open the iteration.
+    if (sharded && l.zero < 3) {
+      for (int chunk = 0; chunk < chunks; ++chunk) {
+        const auto [first_layer, count] = chunk_layers(pp_i, chunk);
+        for (std::int64_t i = 0; i < count; ++i) data_op(0, true, first_layer + i);
+      }
+    }
     std::vector<std::int64_t> backwards_left(static_cast<std::size_t>(chunks), micro);
     const auto passes = stage_passes(order, pp, pp_i, micro, chunks);
-    for (const StagePass& pass : passes) {
+    // The layer a pass computes i-th.
+    auto pass_layer = [&](const StagePass& pass, std::int64_t i) {
+      const auto [first_layer, count] = chunk_layers(pp_i, pass.chunk);
+      return pass.forward ? first_layer + i : first_layer + count - 1 - i;
+    };
+    double ready = -1;  // where stream 1 has the next layer's weights (ZeRO 3; -1: not asked for yet)
+    for (std::size_t pi = 0; pi < passes.size(); ++pi) {
+      const StagePass& pass = passes[pi];
       const int before = pp_i > 0 ? rank_at(tp_i, cp_i, pp_i - 1, dp_i) : pass.chunk > 0 ? rank_at(tp_i, cp_i, pp - 1, dp_i) : -1;
       const int after = pp_i + 1 < pp ? rank_at(tp_i, cp_i, pp_i + 1, dp_i) : pass.chunk + 1 < chunks ? rank_at(tp_i, cp_i, 0, dp_i) : -1;
       const int from = pass.forward ? before : after, to = pass.forward ? after : before;
@@ -260,11 +298,32 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
       const double head_s = head ? tf.head * per_token_s : 0;
       if (!pass.forward) gap += head_s * 2 / 3;
       for (std::int64_t i = 0; i < count; ++i) {
-        const std::int64_t layer = pass.forward ? first_layer + i : first_layer + count - 1 - i;
+        const std::int64_t layer = pass_layer(pass, i);
         const bool moe = m.is_moe_layer(layer);
         const double layer_s = (moe ? tf.moe_layer : tf.dense_layer) * per_token_s;
         const double compute = layer_s * (pass.forward ? forward_share : 1 - forward_share);
-        if (l.zero >= 3) events.push_back({w.t + gap, true, layer});
+        if (l.zero >= 3) {
+          // The layer's kernels wait for its gathered weights (a mark that waits for stream
+          // 1): where the gathers fall behind, the compute stalls until they are done. The
+          // iteration's first layer's weights are gathered to arrive as it starts; each
+          // layer's compute then prefetches the next one's (the next pass's first, after a
+          // pass's last), ahead of its own gradients' reduction.
+          if (ready < 0) ready = data_op(w.t + gap, true, layer, true);
+          if (ready >= 0) {
+            w.t += gap, gap = 0;
+            const long long stop = std::llround(w.t * 1e6);
+            w.t = std::max(w.t, ready);
+            std::fprintf(w.f,
+                         "{\"op\":\"mark\",\"name\":\"weights\",\"after\":{\"stream\":1,\"us\":%lld},\"rank\":%d,"
+                         "\"start_us\":%lld,\"end_us\":%lld}\n",
+                         std::llround(ready * 1e6), rank, stop, std::llround(w.t * 1e6));
+            ++w.records;
+          }
+          const bool last = i + 1 == count;
+          ready = !last ? data_op(w.t + gap, true, pass_layer(pass, i + 1))
+                  : pi + 1 < passes.size() ? data_op(w.t + gap, true, pass_layer(passes[pi + 1], 0))
+                                           : -1;
+        }
         // Megatron: the attention block and the MLP block each end with an all-reduce (a
         // backward that recomputes the forward runs its two first); ring attention passes
         // the key-value blocks around inside attention, backward twice (and their gradients).
@@ -281,45 +340,12 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
           if (tp > 1)
             for (int k = 0; k < reductions; ++k) record(tp_ar_s, collective_body(tpc, w));
         }
-        if (!pass.forward && (l.zero >= 3 || last_backward)) events.push_back({w.t + gap, false, layer});
+        if (!pass.forward && (l.zero >= 3 || last_backward)) data_op(w.t + gap, false, layer);
       }
       if (pass.forward) gap += head_s / 3;
       if (to >= 0) record(p2p_s, p2p_body("send", to, p2p_bytes, w));
     }
-    // Stream 1: data parallelism over the data x context parallel ranks (the experts over
-    // the ranks holding the same experts), one bucket per layer; the first layer's bucket
-    // holds the embedding, the last's the final norm and head. Sharded states reduce-scatter
-    // the gradients and all-gather the weights the step updated: those gathers run behind
-    // the next iteration's first forward, so in the steady state they open the iteration.
-    auto data_op = [&](double at, bool gather, std::int64_t layer) {
-      for (bool experts : {false, true}) {
-        const std::vector<int>& group = experts ? expert_dp_group : dp_group;
-        const std::int64_t params = bucket_parameters(m, l, layer, experts);
-        const int g = static_cast<int>(group.size());
-        if (params == 0 || g < 2) continue;
-        const std::int64_t block = (params + g - 1) / g;
-        const std::int64_t element = gather ? 2 : grad_element;
-        const double bytes = static_cast<double>(params * element);
-        Collective col = !sharded && l.zero < 3 ? collective("allreduce", algo::Collective::kAllReduce, group, params, element)
-                         : gather ? collective("allgather", algo::Collective::kAllGather, group, block, element)
-                                  : collective("reduce_scatter", algo::Collective::kReduceScatter, group, block, element);
-        const double seconds = col.op == "allreduce" ? ring_allreduce_seconds(bytes, g, c.rail) : ring_half_seconds(bytes, g, c.rail);
-        // A gather is issued to finish as its layer starts (prefetched); a reduction when its
-        // gradients are done: each after the stream's previous operation, and once the
-        // compute (stream 0) has reached the point it was issued at, however late the
-        // pipeline's waits make it there ("after").
-        const double start = std::max(0.0, gather && l.zero >= 3 ? at - seconds : at);
-        const std::string after = ",\"after\":{\"stream\":0,\"us\":" + std::to_string(std::llround(start * 1e6)) + "}";
-        write_record(data, std::max(0.0, start - data.t), seconds, collective_body(col, data) + after);
-      }
-    };
-    if (sharded && l.zero < 3) {
-      for (int chunk = 0; chunk < chunks; ++chunk) {
-        const auto [first_layer, count] = chunk_layers(pp_i, chunk);
-        for (std::int64_t i = 0; i < count; ++i) data_op(0, true, first_layer + i);
-      }
-    }
-    for (const DataEvent& e : events) data_op(e.at, e.gather, e.layer);
+    std::fputs(data.held.c_str(), w.f);
     if (std::ferror(w.f)) throw ConfigError("--emit-workload: writing " + path + " failed");
     out.records += w.records + data.records;
     if (rank == 0) {

@@ -79,6 +79,21 @@ struct StreamWait {
   std::string where;
 };
 
+// A record's "after" field, checked: the other stream S (not the record's own) and the point
+// T of S's timeline, at most `latest` (the record's start_us; a waiting mark's end_us).
+StreamWait stream_wait(const nlohmann::json& after, int stream, std::int64_t latest, const char* latest_name,
+                       const std::string& where) {
+  if (!after.is_object() || !after.contains("stream") || !after.contains("us"))
+    throw ConfigError(where + ": 'after' must be {\"stream\": S, \"us\": T}");
+  const auto other = static_cast<int>(whole(after["stream"], "after's stream", 0, 15));
+  const std::int64_t at = whole(after["us"], "after's us", 0);
+  if (other == stream) throw ConfigError(where + ": after's stream " + std::to_string(other) + " is the record's own stream");
+  if (at > latest)
+    throw ConfigError(where + ": after's us " + std::to_string(at) + " is later than the record's " + latest_name + " " +
+                      std::to_string(latest));
+  return {-1, other, at, where};
+}
+
 // Each wait becomes an order between the two agents (a send of no bytes, workload_build.h):
 // the stream waited for releases the waiting record where its own timeline reaches at_us,
 // from a step of its own put between its operations, which takes that part of the compute
@@ -236,13 +251,29 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
           throw ConfigError(rec.where + ": start_us " + std::to_string(start) + " and end_us " + std::to_string(end) +
                             " are not 0 <= start <= end");
         if (mark) {
-          if (j.contains("after")) throw ConfigError(rec.where + ": 'after' on a mark (a mark waits for nothing: put it on an operation)");
           // A rank's timeline starts at its first record: a mark before the first operation
           // (where the iteration began) keeps the compute up to that operation. Later marks
-          // carry no time of their own.
+          // carry no time of their own, but for one that waits.
           if (last == INT64_MIN) {
             first_start[agent_at] = last = start;
             boundaries[stream].push_back({start, w.agents[static_cast<std::size_t>(agent_at)].steps.size()});
+          }
+          if (j.contains("after")) {
+            // A mark that waits ("after"): the stream stops at start_us, once the compute
+            // before it is done, until stream S reaches T (a compute stream waiting on a CUDA
+            // event before a layer's kernels), and goes on from end_us, where it resumed.
+            const StreamWait wait = stream_wait(j["after"], stream, end, "end_us", rec.where);
+            if (start - last > kMaxGapUs)
+              throw ConfigError(rec.where + ": a gap of " + std::to_string(start - last) +
+                                " us after the previous operation (more than 11 days)");
+            WorkStep step;
+            step.gap = gaps && start > last ? static_cast<Time>(start - last) * kUs : 0;
+            step.recvs.push_back({agent_index(wait.stream, r), 0});  // (may add agents: no reference held across it)
+            std::vector<WorkStep>& steps = w.agents[static_cast<std::size_t>(agent_at)].steps;
+            boundaries[stream].push_back({last, steps.size()});
+            steps.push_back(step);
+            waits.push_back({agent_at, wait.stream, wait.at_us, rec.where});
+            last = std::max(last, end);
           }
           continue;
         }
@@ -254,27 +285,20 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
           last = start;
         }
         Time gap = gaps && start > last ? static_cast<Time>(start - last) * kUs : 0;
-        Agent& agent = w.agents[static_cast<std::size_t>(agent_at)];
-        boundaries[stream].push_back({last, agent.steps.size()});
+        boundaries[stream].push_back({last, w.agents[static_cast<std::size_t>(agent_at)].steps.size()});
         last = std::max(last, end);
         // "after": the record starts once another stream of this rank has reached a point of
         // its own timeline (as a CUDA event recorded there and waited on), and its own
         // stream's previous operation is done: not after its recorded gap.
         if (j.contains("after")) {
-          const nlohmann::json& after = j["after"];
-          if (!after.is_object() || !after.contains("stream") || !after.contains("us"))
-            throw ConfigError(rec.where + ": 'after' must be {\"stream\": S, \"us\": T}");
-          const auto other = static_cast<int>(whole(after["stream"], "after's stream", 0, 15));
-          const std::int64_t at = whole(after["us"], "after's us", 0);
-          if (other == stream) throw ConfigError(rec.where + ": after's stream " + std::to_string(other) + " is the record's own stream");
-          if (at > start)
-            throw ConfigError(rec.where + ": after's us " + std::to_string(at) + " is later than the record's start_us " + std::to_string(start));
-          WorkStep wait;
-          wait.recvs.push_back({agent_index(other, r), 0});
-          agent.steps.push_back(wait);
-          waits.push_back({agent_at, other, at, rec.where});
+          const StreamWait wait = stream_wait(j["after"], stream, start, "start_us", rec.where);
+          WorkStep step;
+          step.recvs.push_back({agent_index(wait.stream, r), 0});  // (may add agents: no reference held across it)
+          w.agents[static_cast<std::size_t>(agent_at)].steps.push_back(step);
+          waits.push_back({agent_at, wait.stream, wait.at_us, rec.where});
           gap = 0;
         }
+        Agent& agent = w.agents[static_cast<std::size_t>(agent_at)];
         std::int64_t count = whole(j["count"], "count"), bytes = whole(j["bytes"], "bytes");
         if (count < 0 || bytes < 0) throw ConfigError(rec.where + ": negative count or bytes");
         if (op == "send" || op == "recv") {
