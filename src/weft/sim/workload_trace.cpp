@@ -31,7 +31,10 @@ namespace {
 // An integer field of a trace record (a float or an out-of-range number is refused).
 std::int64_t whole(const nlohmann::json& v, const char* what, std::int64_t lo = INT64_MIN, std::int64_t hi = INT64_MAX) {
   const std::optional<std::int64_t> n = json_integer(v, lo, hi);
-  if (!n) throw ConfigError(std::string(what) + " must be a whole number" + (lo == 0 ? " >= 0" : "") + ", got " + v.dump());
+  if (!n) {
+    const std::string range = lo == 0 && hi < INT64_MAX ? " from 0 to " + std::to_string(hi) : lo == 0 ? " >= 0" : "";
+    throw ConfigError(std::string(what) + " must be a whole number" + range + ", got " + v.dump());
+  }
   return *n;
 }
 int rank_field(const nlohmann::json& v, const char* what) { return static_cast<int>(whole(v, what, INT_MIN, INT_MAX)); }
