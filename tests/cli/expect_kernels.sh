@@ -47,7 +47,7 @@ for bad in "WEFT_KERNELS=gemm=mkl" "WEFT_KERNELS=conv" "WEFT_CPU_ISA=avx9" "WEFT
 done
 
 # --profile: a table whose shares add up to the whole step (within rounding).
-out=$("$weft" train --model cnn --max-steps 12 --batch 32 --quiet --threads 2 --profile)
+out=$("$weft" train --model cnn --max-steps 12 --batch 32 --limit-test 100 --quiet --threads 2 --profile)
 echo "$out" | grep -A6 '^profile'
 echo "$out" | grep -A6 '^profile' | awk '/%/ { s += $(NF-2) } END { exit !(s > 99.0 && s < 101.0) }' ||
   fail "the profile's shares do not add up to 100%"

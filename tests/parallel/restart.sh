@@ -7,7 +7,7 @@ set -uo pipefail
 weft=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-common=(train --model cnn --batch 48 --epochs 4 --limit-train 2400 --limit-test 100 --seed 5 --quiet
+common=(train --model cnn --batch 48 --epochs 2 --limit-train 2400 --limit-test 100 --seed 5 --quiet
         --checkpoint-every 10 --auto-resume)
 "$weft" launch --nproc-per-node 2 -- weft "${common[@]}" --checkpoint-dir "$work/ref" >/dev/null || exit 1
 
@@ -24,7 +24,7 @@ kill -9 "$victim"
 echo "killed pid $victim after step 30"
 wait "$launcher"
 rc=$?
-cat "$work/log" | grep -E "failed|restarting|resumed|epoch 4" | head
+cat "$work/log" | grep -E "failed|restarting|resumed|epoch 2" | head
 [ "$rc" -eq 0 ] || { echo "FAIL: the job exited with $rc"; exit 1; }
 grep -q "restarting all ranks" "$work/log" || { echo "FAIL: no restart"; exit 1; }
 grep -q "resumed from" "$work/log" || { echo "FAIL: the restart did not resume"; exit 1; }
