@@ -10,10 +10,10 @@
 #     offloaded bytes.
 #  2. A checkpoint of an offloaded run resumes (offloaded again) to the same parameters.
 #  3. --offload params --memory-limit 200M, below what offloading the optimizer's state
-#     alone needs: the run trains to the in-memory run's parameters (bitwise), with its peak
-#     RSS under the limit plus the fixed overhead; a checkpoint resumes to the same; DDP on
-#     2 ranks (the CNN) equals one process within 1e-5; the GPT above, its blocks streamed,
-#     equals its in-memory run bitwise.
+#     alone needs: the run trains to the in-memory run's parameters (bitwise) and saves them,
+#     its peak RSS under the limit plus the fixed overhead; a checkpoint resumes to the same;
+#     DDP on 2 ranks (the CNN) equals one process within 1e-5; the GPT above, its blocks
+#     streamed, equals its in-memory run bitwise.
 #  4. Refusals: a limit below the parameters and their gradients, --offload params for a
 #     recurrent model, with --clip-grad or ZeRO, a missing --offload-dir; one line each, exit 2.
 #     Under ZeRO the limit counts the rank's shards.
@@ -58,7 +58,8 @@ mlp=(train --model mlp --hidden 2048,2048,2048,2048,2048,2048 --batch 64 --limit
      --optimizer adam --lr 0.0005 --quiet)
 whole=$("$weft" "${mlp[@]}" --save-model "$work/mlp-memory.safetensors")
 expect_refusal "keeps the parameters in a file too" "$weft" "${mlp[@]}" --memory-limit 200M
-limited=$("$weft" "${mlp[@]}" --memory-limit 200M --offload params --offload-dir "$work")
+limited=$("$weft" "${mlp[@]}" --memory-limit 200M --offload params --offload-dir "$work" \
+  --save-model "$work/mlp-offloaded.safetensors")
 grep -q "parameters offloaded to $work: 86.3 MiB there, at most 48.0 MiB in memory (7 segments of layers" <<<"$limited" ||
   fail "no parameter offload said: $limited"
 states=$(($(field parameters "$whole") * 4 * 2 + $(field optimizer_state_bytes "$whole")))
@@ -68,7 +69,6 @@ rss=$(field peak_rss_bytes "$limited")
 echo "parameters offloaded: peak RSS in memory $(field peak_rss_bytes "$whole"), offloaded $rss (limit $limit + overhead $overhead)"
 [ "$rss" -le $((limit + overhead)) ] || fail "peak RSS $rss above the limit plus the overhead"
 [ -z "$(find "$work" -name 'weft-parameters-*')" ] || fail "the parameter file was left behind"
-"$weft" "${mlp[@]}" --offload params --offload-dir "$work" --save-model "$work/mlp-offloaded.safetensors" >/dev/null
 cmp -s "$work/mlp-memory.safetensors" "$work/mlp-offloaded.safetensors" || fail "the offloaded parameters' run differs"
 echo "parameters offloaded: bitwise the in-memory run"
 small=(train --model mlp --batch 64 --limit-train 1280 --limit-test 100 --seed 3 --optimizer adam --lr 0.001 --quiet
