@@ -82,9 +82,10 @@ struct StreamWait {
   std::string where;
 };
 
-// A record's "after" field, checked: the other stream S (not the record's own) and the point
-// T of S's timeline, at most `latest` (the record's start_us; a waiting mark's end_us).
-StreamWait stream_wait(const nlohmann::json& after, int stream, std::int64_t latest, const char* latest_name,
+// A record's "after" field, checked: the waiting agent, the other stream S (not the record's
+// own) and the point T of S's timeline, at most `latest` (the record's start_us; a waiting
+// mark's end_us).
+StreamWait stream_wait(const nlohmann::json& after, int agent, int stream, std::int64_t latest, const char* latest_name,
                        const std::string& where) {
   if (!after.is_object() || !after.contains("stream") || !after.contains("us"))
     throw ConfigError(where + ": 'after' must be {\"stream\": S, \"us\": T}");
@@ -94,7 +95,7 @@ StreamWait stream_wait(const nlohmann::json& after, int stream, std::int64_t lat
   if (at > latest)
     throw ConfigError(where + ": after's us " + std::to_string(at) + " is later than the record's " + latest_name + " " +
                       std::to_string(latest));
-  return {-1, other, at, where};
+  return {agent, other, at, where};
 }
 
 // Each wait becomes an order between the two agents (a send of no bytes, workload_build.h):
@@ -265,7 +266,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
             // A mark that waits ("after"): the stream stops at start_us, once the compute
             // before it is done, until stream S reaches T (a compute stream waiting on a CUDA
             // event before a layer's kernels), and goes on from end_us, where it resumed.
-            const StreamWait wait = stream_wait(j["after"], stream, end, "end_us", rec.where);
+            const StreamWait wait = stream_wait(j["after"], agent_at, stream, end, "end_us", rec.where);
             if (start - last > kMaxGapUs)
               throw ConfigError(rec.where + ": a gap of " + std::to_string(start - last) +
                                 " us after the previous operation (more than 11 days)");
@@ -275,7 +276,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
             std::vector<WorkStep>& steps = w.agents[static_cast<std::size_t>(agent_at)].steps;
             boundaries[stream].push_back({last, steps.size()});
             steps.push_back(step);
-            waits.push_back({agent_at, wait.stream, wait.at_us, rec.where});
+            waits.push_back(wait);
             last = std::max(last, end);
           }
           continue;
@@ -294,11 +295,11 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
         // its own timeline (as a CUDA event recorded there and waited on), and its own
         // stream's previous operation is done: not after its recorded gap.
         if (j.contains("after")) {
-          const StreamWait wait = stream_wait(j["after"], stream, start, "start_us", rec.where);
+          const StreamWait wait = stream_wait(j["after"], agent_at, stream, start, "start_us", rec.where);
           WorkStep step;
           step.recvs.push_back({agent_index(wait.stream, r), 0});  // (may add agents: no reference held across it)
           w.agents[static_cast<std::size_t>(agent_at)].steps.push_back(step);
-          waits.push_back({agent_at, wait.stream, wait.at_us, rec.where});
+          waits.push_back(wait);
           gap = 0;
         }
         Agent& agent = w.agents[static_cast<std::size_t>(agent_at)];
