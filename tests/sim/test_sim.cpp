@@ -58,6 +58,12 @@ std::map<std::string, double> spine_bytes_to(const SimRun& r, const std::string&
   return out;
 }
 
+// A trace folder: one rank's records per file, rank-<r>.jsonl.
+void write_trace(const std::string& dir, const std::vector<std::string>& ranks) {
+  weft::make_directories(dir);
+  for (std::size_t r = 0; r < ranks.size(); ++r) weft::write_file_atomic(dir + "/rank-" + std::to_string(r) + ".jsonl", ranks[r]);
+}
+
 double max_over_min(const std::map<std::string, double>& m) {
   double hi = 0, lo = 1e300;
   for (const auto& [k, v] : m) {
@@ -1812,7 +1818,6 @@ TEST(SimWorkload, TraceStreamsRunBesideEachOther) {
 // only then may rank 0's reduction on stream 1 (recorded at 500 us) start.
 TEST(SimWorkload, TraceAfterWaitsForTheOtherStreamsReplay) {
   auto write = [](const std::string& dir, bool after) {
-    weft::make_directories(dir);
     const std::string ar = "{\"op\":\"allreduce\",\"algorithm\":\"ring\",\"group_ranks\":[0,1],\"count\":262144,\"bytes\":1048576,"
                            "\"stream\":1,\"start_us\":500,\"end_us\":600";
     std::string r0 = "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":0,\"start_us\":0,\"end_us\":0}\n"
@@ -1821,8 +1826,7 @@ TEST(SimWorkload, TraceAfterWaitsForTheOtherStreamsReplay) {
     std::string r1 = "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":1,\"start_us\":0,\"end_us\":0}\n"
                      "{\"op\":\"send\",\"peers\":[0],\"count\":262144,\"bytes\":1048576,\"rank\":1,\"start_us\":2000,\"end_us\":2100}\n";
     r1 += ar + ",\"rank\":1}\n";
-    weft::write_file_atomic(dir + "/rank-0.jsonl", r0);
-    weft::write_file_atomic(dir + "/rank-1.jsonl", r1);
+    write_trace(dir, {r0, r1});
   };
   const std::string waits = ::testing::TempDir() + "/weft_sim_after", free = ::testing::TempDir() + "/weft_sim_no_after";
   write(waits, true);
@@ -1847,21 +1851,21 @@ TEST(SimWorkload, TraceAfterWaitsForTheOtherStreamsReplay) {
 // replayed after 2,000 us: rank 1 joins late), then computes 300 us before its send.
 TEST(SimWorkload, TraceMarkAfterHoldsTheComputeUntilTheOtherStream) {
   auto write = [](const std::string& dir, bool after) {
-    weft::make_directories(dir);
     const std::string ar = "{\"op\":\"allreduce\",\"algorithm\":\"ring\",\"group_ranks\":[0,1],\"count\":262144,\"bytes\":1048576,"
                            "\"stream\":1";
-    const std::string p2p = "\"peers\":[1],\"count\":262144,\"bytes\":1048576,\"start_us\":900,\"end_us\":1000";
+    auto p2p = [](int peer) {
+      return "\"peers\":[" + std::to_string(peer) + "],\"count\":262144,\"bytes\":1048576,\"start_us\":900,\"end_us\":1000";
+    };
     // (The mark comes before stream 1's first record: its wait names a stream not read yet.)
     std::string r0 = "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":0,\"start_us\":0,\"end_us\":0}\n";
     r0 += std::string("{\"op\":\"mark\",\"name\":\"weights\",\"rank\":0,") +
           (after ? "\"after\":{\"stream\":1,\"us\":600}," : "") + "\"start_us\":200,\"end_us\":600}\n";
     r0 += ar + ",\"rank\":0,\"start_us\":100,\"end_us\":600}\n";
-    r0 += "{\"op\":\"send\",\"rank\":0," + p2p + "}\n";
+    r0 += "{\"op\":\"send\",\"rank\":0," + p2p(1) + "}\n";
     std::string r1 = "{\"op\":\"mark\",\"name\":\"iteration\",\"rank\":1,\"start_us\":0,\"end_us\":0}\n";
     r1 += ar + ",\"rank\":1,\"start_us\":2000,\"end_us\":2100}\n";
-    r1 += "{\"op\":\"recv\",\"rank\":1," + std::string(p2p).replace(std::string(p2p).find("[1]"), 3, "[0]") + "}\n";
-    weft::write_file_atomic(dir + "/rank-0.jsonl", r0);
-    weft::write_file_atomic(dir + "/rank-1.jsonl", r1);
+    r1 += "{\"op\":\"recv\",\"rank\":1," + p2p(0) + "}\n";
+    write_trace(dir, {r0, r1});
   };
   const std::string waits = ::testing::TempDir() + "/weft_sim_mark_after", free = ::testing::TempDir() + "/weft_sim_mark_free";
   write(waits, true);

@@ -69,6 +69,15 @@ void check_recorded_steps(const nlohmann::json& steps, const algo::Program& p, c
 // picoseconds must fit the simulator's clock many times over).
 constexpr std::int64_t kMaxGapUs = std::int64_t{1000000} * 86400 * 11;
 
+// The compute gap from the stream's previous point (`last`) to a record's start, checked
+// against kMaxGapUs; none when the replay leaves gaps out.
+Time compute_gap(std::int64_t start, std::int64_t last, bool gaps, const std::string& where) {
+  if (start <= last) return 0;
+  if (start - last > kMaxGapUs)
+    throw ConfigError(where + ": a gap of " + std::to_string(start - last) + " us after the previous operation (more than 11 days)");
+  return gaps ? static_cast<Time>(start - last) * kUs : 0;
+}
+
 // A point of a stream's timeline between two operations: the time it reached (the previous
 // operations' end) and the steps its agent had by then.
 struct Boundary {
@@ -267,11 +276,8 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
             // before it is done, until stream S reaches T (a compute stream waiting on a CUDA
             // event before a layer's kernels), and goes on from end_us, where it resumed.
             const StreamWait wait = stream_wait(j["after"], agent_at, stream, end, "end_us", rec.where);
-            if (start - last > kMaxGapUs)
-              throw ConfigError(rec.where + ": a gap of " + std::to_string(start - last) +
-                                " us after the previous operation (more than 11 days)");
             WorkStep step;
-            step.gap = gaps && start > last ? static_cast<Time>(start - last) * kUs : 0;
+            step.gap = compute_gap(start, last, gaps, rec.where);
             step.recvs.push_back({agent_index(wait.stream, r), 0});  // (may add agents: no reference held across it)
             std::vector<WorkStep>& steps = w.agents[static_cast<std::size_t>(agent_at)].steps;
             boundaries[stream].push_back({last, steps.size()});
@@ -281,14 +287,11 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
           }
           continue;
         }
-        if (last != INT64_MIN && start > last && start - last > kMaxGapUs)
-          throw ConfigError(rec.where + ": a gap of " + std::to_string(start - last) +
-                            " us after the previous operation (more than 11 days)");
         if (last == INT64_MIN) {
           first_start[agent_at] = start;
           last = start;
         }
-        Time gap = gaps && start > last ? static_cast<Time>(start - last) * kUs : 0;
+        Time gap = compute_gap(start, last, gaps, rec.where);
         boundaries[stream].push_back({last, w.agents[static_cast<std::size_t>(agent_at)].steps.size()});
         last = std::max(last, end);
         // "after": the record starts once another stream of this rank has reached a point of
