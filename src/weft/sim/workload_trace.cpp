@@ -65,6 +65,9 @@ void check_recorded_steps(const nlohmann::json& steps, const algo::Program& p, c
                       " in the program)");
 }
 
+// A rank's streams are numbered 0 to kMaxStream.
+constexpr std::int64_t kMaxStream = 15;
+
 // The longest idle time between two operations of a rank that a trace may hold (its
 // picoseconds must fit the simulator's clock many times over).
 constexpr std::int64_t kMaxGapUs = std::int64_t{1000000} * 86400 * 11;
@@ -98,7 +101,7 @@ StreamWait stream_wait(const nlohmann::json& after, int agent, int stream, std::
                        const std::string& where) {
   if (!after.is_object() || !after.contains("stream") || !after.contains("us"))
     throw ConfigError(where + ": 'after' must be {\"stream\": S, \"us\": T}");
-  const auto other = static_cast<int>(whole(after["stream"], "after's stream", 0, 15));
+  const auto other = static_cast<int>(whole(after["stream"], "after's stream", 0, kMaxStream));
   const std::int64_t at = whole(after["us"], "after's us", 0);
   if (other == stream) throw ConfigError(where + ": after's stream " + std::to_string(other) + " is the record's own stream");
   if (at > latest)
@@ -252,9 +255,7 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
       }
       const nlohmann::json& j = rec.j;
       try {
-        const std::int64_t stream_field = j.contains("stream") ? whole(j["stream"], "stream", 0) : 0;
-        if (stream_field > 15) throw ConfigError(rec.where + ": stream " + std::to_string(stream_field) + " (streams are 0-15)");
-        const int stream = static_cast<int>(stream_field);
+        const int stream = j.contains("stream") ? static_cast<int>(whole(j["stream"], "stream", 0, kMaxStream)) : 0;
         const int agent_at = agent_index(stream, r);
         auto agent_of_global = [&](int rank) { return agent_index(stream, rank); };
         std::int64_t& last = prev_end.try_emplace(stream, INT64_MIN).first->second;
