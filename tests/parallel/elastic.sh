@@ -8,7 +8,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(train --model mlp --batch 48 --epochs 1 --limit-train 2400 --limit-test 100 --seed 5 --quiet
         --checkpoint-dir "$work/ck" --sample-log "$work/samples")
-"$weft" launch --nproc-per-node 4 -- weft "${common[@]}" --max-steps 20 >/dev/null || exit 1
+first=$("$weft" launch --nproc-per-node 4 -- weft "${common[@]}" --max-steps 20 2>&1) ||
+  { echo "$first"; echo "FAIL: the 4-rank run before the resize"; exit 1; }
 out=$("$weft" launch --nproc-per-node 2 -- weft "${common[@]}" --resume) || { echo "$out"; exit 1; }
 echo "$out" | grep -E "resumed|epoch 1/1"
 echo "$out" | grep -q "written by 4 rank(s), now 2" || { echo "FAIL: no resume across world sizes"; exit 1; }

@@ -11,7 +11,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(train --model mlp --epochs 1 --limit-train 2400 --limit-test 100 --seed 5 --quiet --lr 0.02
         --checkpoint-dir "$work/ck" --sample-log "$work/samples")
-"$weft" launch --nproc-per-node 4 -- weft "${common[@]}" --batch 48 --max-steps 20 >/dev/null || exit 1
+first=$("$weft" launch --nproc-per-node 4 -- weft "${common[@]}" --batch 48 --max-steps 20 2>&1) ||
+  { echo "$first"; echo "FAIL: the 4-rank run before the resize"; exit 1; }
 cp -r "$work/ck" "$work/mid"  # the checkpoint at step 20, for batch 50 below
 out=$("$weft" launch --nproc-per-node 2 -- weft "${common[@]}" --batch 24 --resume --scale-lr linear) || { echo "$out"; exit 1; }
 echo "$out" | grep -E "resumed|scaled|epoch 1/1"

@@ -9,7 +9,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(train --model cnn --batch 48 --epochs 2 --limit-train 2400 --limit-test 100 --seed 5 --quiet
         --checkpoint-every 10 --auto-resume)
-"$weft" launch --nproc-per-node 2 -- weft "${common[@]}" --checkpoint-dir "$work/ref" >/dev/null || exit 1
+ref=$("$weft" launch --nproc-per-node 2 -- weft "${common[@]}" --checkpoint-dir "$work/ref" 2>&1) ||
+  { echo "$ref"; echo "FAIL: the reference run"; exit 1; }
 
 "$weft" launch --nproc-per-node 2 --max-restarts 1 -- weft "${common[@]}" --checkpoint-dir "$work/run" \
   >"$work/log" 2>&1 &
