@@ -22,3 +22,12 @@ PY
 [ "$(json_value train_loss < "$work/a.out")" = "$(json_value train_loss < "$work/b.out")" ] ||
   fail "the saved configuration trained differently: $(json_value train_loss < "$work/a.out") vs $(json_value train_loss < "$work/b.out")"
 echo "--config: the file applies, the command line wins, the saved file reproduces the run"
+
+# Files that are not a configuration: one line each, exit 2, nothing trained.
+printf '\xff\xfe\x00' >"$work/binary.yaml"
+expect_refusal "binary.yaml: not UTF-8 text (byte 0 is 0xff)" "$weft" train --config "$work/binary.yaml"
+printf 'lr: 0.1\nbatch: 6\0\n' >"$work/nul.yaml"
+expect_refusal "nul.yaml: not UTF-8 text (byte 16 is NUL)" "$weft" train --config "$work/nul.yaml"
+expect_refusal "config: $work is a folder, not a file" "$weft" train --config "$work"
+expect_refusal "threads: must be in \[1, 4096\], got 100000" "$weft" train --threads 100000
+echo "--config: bytes that are not UTF-8 text and a folder refused; --threads bounded"

@@ -1,5 +1,6 @@
 #include "weft/cli/yaml_config.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <set>
@@ -7,6 +8,7 @@
 
 #include "weft/util/error.h"
 #include "weft/util/file.h"
+#include "weft/util/utf8.h"
 
 namespace weft::cli {
 
@@ -39,9 +41,18 @@ std::vector<std::string> values_of(const std::string& where, const std::string& 
 
 void apply_config_file(CLI::App& app, const std::string& path) {
   if (!file_exists(path)) throw ConfigError("--config: " + path + " does not exist");
+  if (is_directory(path)) throw ConfigError("--config: " + path + " is a folder, not a file");
+  const std::string text = read_file(path);
+  // YAML as weft writes it: UTF-8 text (yaml-cpp reads other bytes as an empty document).
+  const std::string readable = valid_utf8(text);
+  std::size_t bad = 0;
+  while (bad < text.size() && text[bad] == readable[bad] && text[bad] != '\0') ++bad;
+  if (bad < text.size())
+    throw ConfigError(path + ": not UTF-8 text (byte " + std::to_string(bad) + " is " +
+                      (text[bad] == '\0' ? std::string("NUL") : fmt::format("{:#04x}", static_cast<unsigned char>(text[bad]))) + ")");
   YAML::Node root;
   try {
-    root = YAML::Load(read_file(path));
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(path + ": not valid YAML (" + e.msg + " at line " + std::to_string(e.mark.line + 1) + ")");
   }

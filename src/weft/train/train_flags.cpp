@@ -112,7 +112,7 @@ void add_training(FlagTable<Options>& t) {
   add(F("--clip-grad", AT(clip_grad), "limit on the global gradient norm, 0: none").defaults("images 0, text 1").at_least(0));
   add(F("--seed", AT(seed), "seed for initialization and data order").at_least(0));
   add(F("--threads", AT(threads), "threads of weft's pool, which also runs the matrix products")
-          .defaults("WEFT_NUM_THREADS, else all cores").at_least(1));
+          .defaults("WEFT_NUM_THREADS, else all cores").in(1, 4096));
   add(F("--adapt-threads", AT(adapt_threads),
         "on: measure steps with fewer threads now and then and use them while faster (cores busy with other work); "
         "off: always --threads")

@@ -22,7 +22,7 @@ std::optional<int> env_positive_int(const char* name) {
   char* end = nullptr;
   long v = std::strtol(s->c_str(), &end, 10);
   if (end == s->c_str() || *end != '\0' || v <= 0 || v > 4096) {
-    throw ConfigError(std::string(name) + "='" + *s + "' is not a positive integer");
+    throw ConfigError(std::string(name) + "='" + *s + "' is not a whole number from 1 to 4096");
   }
   return static_cast<int>(v);
 }

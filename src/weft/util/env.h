@@ -10,8 +10,8 @@ namespace weft {
 // The variable's value (nullopt when unset or empty). A WEFT_ variable must be declared in
 // util/environment.cpp (InternalError otherwise).
 std::optional<std::string> env_string(const char* name);
-// Parses a positive integer from the environment; throws ConfigError naming the
-// variable when it is set but not a positive integer.
+// Parses a whole number from 1 to 4096 from the environment; throws ConfigError naming the
+// variable when it is set to anything else.
 std::optional<int> env_positive_int(const char* name);
 // Parses an integer in [lo, hi]; throws ConfigError naming the variable and the range.
 std::optional<std::int64_t> env_int_in(const char* name, std::int64_t lo, std::int64_t hi);
