@@ -57,7 +57,7 @@ expect_refusal() {
   local code=0 got
   got=$("$@" 2>&1) || code=$?
   [ "$code" -eq 2 ] || fail "exit $code (expected 2) for $*: $got"
-  grep -q "$want" <<<"$got" || fail "no '$want' for $*: $got"
+  grep -q -- "$want" <<<"$got" || fail "no '$want' for $*: $got"
 }
 
 # refused_folder LABEL EXPECTED-TEXT DIR: weft generate on the model folder DIR ($weft) fails

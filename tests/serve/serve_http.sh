@@ -44,6 +44,14 @@ echo "the pipeline- and tensor-parallel-trained models generate the single-proce
 pred=$("$weft" predict "$work/gpt.safetensors" --windows 8 --json | json_field val_loss)
 close_to "$pred" "$val" 1e-4 || { echo "FAIL: weft predict's validation loss $pred is not training's $val"; exit 1; }
 echo "weft predict: validation loss $pred, training's $val"
+# An image model's flags are refused for a language model, once it is loaded.
+for flag in "--limit 5" "--batch 5" "--images $work/x.idx" "--data-dir $work"; do
+  # shellcheck disable=SC2086
+  expect_refusal "${flag%% *} does not apply to this run: it is for an image model, and the run has a language model (gpt)" \
+    "$weft" predict "$work/gpt.safetensors" $flag
+done
+expect_refusal "--max-images does not apply to this run: it is for an image model, and the run has a language model (gpt)" \
+  "$weft" serve "$work/gpt.safetensors" --port 0 --max-images 5
 for q in bf16 int8; do
   "$weft" predict "$work/gpt.safetensors" --windows 8 --quantize "$q" --json > "$work/$q.json"
   python3 - "$work/$q.json" "$q" <<'PY'

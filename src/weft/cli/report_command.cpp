@@ -16,7 +16,7 @@ void add_report_command(CLI::App& app, Action& action) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand(
-      "report", "Draw training runs, timelines, simulations and plans as one self-contained HTML page");
+      "report", "draw training runs, timelines, simulations and plans as one self-contained HTML page");
   cmd->add_option("paths", f->paths,
                   "metrics files or run folders (weft train), Chrome traces (--timeline), weft sim --out folders, "
                   "weft plan --json files")

@@ -6,6 +6,7 @@
 
 #include "weft/cli/commands.h"
 #include "weft/cli/flag_parser.h"
+#include "weft/cli/yaml_config.h"
 #include "weft/data/dataset.h"
 #include "weft/data/text.h"
 #include "weft/data/images.h"
@@ -38,7 +39,13 @@ struct PredictConfig {
   std::int64_t limit = 0, batch = 1000, windows = 256;
   int tp = 1, pp = 1, micro_batches = 0;
   bool json = false;
+  std::vector<std::string> given;  // the flags on the command line
+  std::string kind;                // once the model is loaded: "a language model (gpt)", "an image model (mlp)"
 };
+
+bool is_language(const PredictConfig& c) { return c.kind.rfind("a language", 0) == 0; }
+bool is_image(const PredictConfig& c) { return !is_language(c); }
+std::string kind_of(const PredictConfig& c) { return c.kind; }
 
 #define AT(member) [](Options& o) -> FieldRef { return &o.member; }
 
@@ -49,17 +56,21 @@ const FlagTable<PredictConfig>& predict_flags() {
   static const FlagTable<Options> table = [] {
     FlagTable<Options> t;
     serve::add_model_flags(t, "the model");
+    for (F& f : t) f.applies = is_language, f.needs = "a language model", f.run_has = kind_of;  // how a GPT is held
     const FlagGroup<Options> add{t, "the data"};
     add(F("--data", AT(data), "images: fashion-mnist or a folder of IDX, NPY or CSV files; text: fortunes or a file or "
                               "folder")
             .defaults("images fashion-mnist, text fortunes"));
-    add(F("--windows", AT(windows), "text: validation windows (training's --eval-batches x --batch)").at_least(1));
-    add(F("--logits", AT(logits), "text: write every scored row of logits to this file (float32, [context][windows][vocab])"));
-    add(F("--data-dir", AT(data_dir), "where fashion-mnist lives").defaults("/usr/share/datasets/fashion-mnist"));
-    add(F("--images", AT(images), "an IDX file of images of the model's size ([N, H, W] or [N, H, W, C]): one prediction "
-                                  "per image"));
-    add(F("--limit", AT(limit), "only the first N test images (0: all)").at_least(0));
-    add(F("--batch", AT(batch), "images per forward pass").at_least(1));
+    const auto text = [](F f) { return std::move(f).only_for(is_language, "a language model", kind_of); };
+    const auto images = [](F f) { return std::move(f).only_for(is_image, "an image model", kind_of); };
+    add(text(F("--windows", AT(windows), "text: validation windows (training's --eval-batches x --batch)").at_least(1)));
+    add(text(F("--logits", AT(logits), "text: write every scored row of logits to this file (float32, [context][windows][vocab])")));
+    add(images(F("--data-dir", AT(data_dir), "where fashion-mnist lives").defaults("/usr/share/datasets/fashion-mnist")));
+    add(images(F("--images", AT(images), "an IDX file of images of the model's size ([N, H, W] or [N, H, W, C]): one "
+                                         "prediction per image")
+                   .excluding({"--data", "--data-dir"})));
+    add(images(F("--limit", AT(limit), "only the first N images (0: all)").at_least(0)));
+    add(images(F("--batch", AT(batch), "images per forward pass").at_least(1)));
     add(F("--json", AT(json), "print JSON"));
     return t;
   }();
@@ -101,14 +112,17 @@ int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
   return 0;
 }
 
-int run_predict(const PredictConfig& c) {
+int run_predict(PredictConfig c) {
   serve::LoadedModel m = serve::load_model(c.model);
+  // Which flags shape the run depends on the model: a flag for the other kind is an error.
+  c.kind = fmt::format("{} ({})", m.recipe.is_language_model() ? "a language model" : "an image model", m.recipe.model);
+  check_flags_apply(predict_flags(), c.given, c);
   if (m.recipe.is_language_model()) return run_language_predict(c, m);
-  if (c.quantize != "fp32") throw ConfigError("--quantize is built for GPT models only (this is " + m.recipe.model + ")");
   Tensor images;
   std::vector<std::int32_t> labels;
   if (!c.images.empty()) {
     images = serve::read_idx_images(c.images, m.recipe);
+    if (c.limit > 0 && c.limit < images.size(0)) images = images.slice(0, 0, c.limit).contiguous();
   } else {
     // The data's test split, normalized as the model's training data was.
     ImageSplit test = read_image_split(resolve_data_dir(c.data.empty() ? "fashion-mnist" : c.data, c.data_dir), "test", c.limit);
@@ -266,7 +280,10 @@ void add_predict_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("predict", "evaluate a saved model: an image model's test accuracy or predictions, a language model's validation loss");
   add_model_argument(cmd, c->model);
   add_flags(cmd, predict_flags(), *c);
-  cmd->callback([c, &action] { action = [c] { return run_predict(*c); }; });
+  cmd->callback([c, cmd, &action] {
+    c->given = given_options(*cmd);
+    action = [c] { return run_predict(*c); };
+  });
 }
 
 void add_generate_command(CLI::App& app, Action& action) {
@@ -297,8 +314,10 @@ void add_serve_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("serve", "serve a saved model over HTTP (OpenAI completions, image classification)");
   add_model_argument(cmd, c->model);
   add_flags(cmd, serve::serve_flags(), *c);
-  cmd->callback([c, &action] {
+  cmd->callback([c, cmd, &action] {
+    c->given_flags = given_options(*cmd);
     action = [c] {
+      serve::check_serve_flags_apply(*c);  // --replicas' own; the model's once it is loaded
       return serve::serve(*c, stdout);
     };
   });

@@ -110,7 +110,7 @@ FlagDocs sim_flag_docs() { return flag_docs(sim_flags()); }
 
 void add_sim_command(CLI::App& app, Action& action) {
   auto f = std::make_shared<SimFlags>();
-  CLI::App* cmd = app.add_subcommand("sim", "Simulate a job's traffic on a modeled RoCEv2 AI fabric, packet by packet");
+  CLI::App* cmd = app.add_subcommand("sim", "simulate a job's traffic on a modeled RoCEv2 AI fabric, packet by packet");
   add_flags(cmd, sim_flags(), *f);
   cmd->callback([f, &action] { action = [f] { return run_sim(*f); }; });
 }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -87,10 +88,19 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     r.scale_down_after_s = o.scale_down_after_s;
     r.command = {"serve", o.model, "--max-batch", std::to_string(o.batch.max_batch), "--max-wait-ms",
                  fmt::format("{}", o.batch.max_wait_ms), "--max-body", std::to_string(o.max_body + 1024),  // (+ the seed it adds)
-                 "--max-prompt-tokens", std::to_string(o.max_prompt_tokens), "--max-tokens",
-                 std::to_string(o.max_tokens), "--max-concurrency", std::to_string(o.max_concurrency),
-                 "--max-images", std::to_string(o.max_images), "--quantize", o.quantize, "--request-timeout",
-                 fmt::format("{}", o.request_timeout_s)};
+                 "--max-concurrency", std::to_string(o.max_concurrency)};
+    // The flags of one kind of model go on when given or set (a replica refuses those its model
+    // does not take, and defaults the rest as the front end would).
+    const ServeOptions initial;
+    const auto pass = [&](const char* flag, const std::string& value, bool set) {
+      if (set || std::find(o.given_flags.begin(), o.given_flags.end(), flag) != o.given_flags.end())
+        r.command.insert(r.command.end(), {flag, value});
+    };
+    pass("--max-prompt-tokens", std::to_string(o.max_prompt_tokens), o.max_prompt_tokens != initial.max_prompt_tokens);
+    pass("--max-tokens", std::to_string(o.max_tokens), o.max_tokens != initial.max_tokens);
+    pass("--max-images", std::to_string(o.max_images), o.max_images != initial.max_images);
+    pass("--quantize", o.quantize, o.quantize != initial.quantize);
+    pass("--request-timeout", fmt::format("{}", o.request_timeout_s), o.request_timeout_s != initial.request_timeout_s);
     std::filesystem::create_directories(folder_);
     replicas_ = std::make_unique<ReplicaSet>(r, log, metrics_);
     more_metrics_ = [this] {

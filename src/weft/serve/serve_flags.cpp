@@ -22,9 +22,18 @@ void parse_replicas(ServeOptions& o, const std::string& text) {
   o.replicas_max = static_cast<int>(*hi);
 }
 
+// The runs a flag shapes: before the model is loaded, every flag may apply to it.
+bool for_language(const ServeOptions& o) { return o.model_kind.empty() || o.model_kind.rfind("a language", 0) == 0; }
+bool for_images(const ServeOptions& o) { return o.model_kind.empty() || o.model_kind.rfind("an image", 0) == 0; }
+std::string kind_of(const ServeOptions& o) { return o.model_kind; }
+bool elastic(const ServeOptions& o) { return o.replicas_min < o.replicas_max; }
+std::string replicas_of(const ServeOptions& o) { return "--replicas " + std::to_string(o.replicas_max); }
+F text(F f) { return std::move(f).only_for(for_language, "a language model", kind_of); }
+
 FlagTable<ServeOptions> make_table() {
   FlagTable<ServeOptions> t;
   add_model_flags(t, "the model");
+  for (F& f : t) f.applies = for_language, f.needs = "a language model", f.run_has = kind_of;  // how a GPT is held
   FlagGroup<ServeOptions> address{t, "the address"};
   address(F("--host", AT(host), "the address to listen on (0.0.0.0: every interface)"));
   address(F("--port", AT(port), "the port (0: any free port)").in(0, 65535));
@@ -38,13 +47,15 @@ FlagTable<ServeOptions> make_table() {
              .parsed_by([](ServeOptions& o, const std::string& v) { o.max_body = parse_size(v, "--max-body"); })
              .defaults("1MiB")
              .at_least(1024));
-  limits(F("--max-prompt-tokens", AT(max_prompt_tokens), "the longest prompt (0: the model's context)").at_least(0));
-  limits(F("--max-tokens", AT(max_tokens), "the most tokens one request may ask for").at_least(1));
+  limits(text(F("--max-prompt-tokens", AT(max_prompt_tokens), "the longest prompt (0: the model's context)").at_least(0)));
+  limits(text(F("--max-tokens", AT(max_tokens), "the most tokens one request may ask for").at_least(1)));
   limits(F("--max-concurrency", AT(max_concurrency), "requests in flight before 429").in(1, 4096));
-  limits(F("--max-images", AT(max_images), "images in one classify request").at_least(1));
-  limits(F("--request-timeout", AT(request_timeout_s),
-           "seconds a completion may generate; then it ends with its text so far (finish_reason \"abort\"); 0: no limit")
-             .at_least(0));
+  limits(F("--max-images", AT(max_images), "images in one classify request")
+             .at_least(1)
+             .only_for(for_images, "an image model", kind_of));
+  limits(text(F("--request-timeout", AT(request_timeout_s),
+                "seconds a completion may generate; then it ends with its text so far (finish_reason \"abort\"); 0: no limit")
+                  .at_least(0)));
   FlagGroup<ServeOptions> door{t, "connections"};
   door(F("--header-timeout", AT(header_timeout_s),
          "seconds a request's headers may take from its first byte (then 408 and the connection closes)")
@@ -66,10 +77,12 @@ FlagTable<ServeOptions> make_table() {
                .defaults("1")
                .in(1, 64));
   replicas(F("--scale-up-load", AT(scale_up_load), "--replicas MIN:MAX: outstanding requests per replica that add one")
-               .above(0));
+               .above(0)
+               .only_for(elastic, "--replicas MIN:MAX", replicas_of));
   replicas(F("--scale-down-after", AT(scale_down_after_s),
              "--replicas MIN:MAX: seconds the load must fit in one fewer replica before one is drained")
-               .at_least(0));
+               .at_least(0)
+               .only_for(elastic, "--replicas MIN:MAX", replicas_of));
   return t;
 }
 
@@ -80,6 +93,14 @@ FlagTable<ServeOptions> make_table() {
 const FlagTable<ServeOptions>& serve_flags() {
   static const FlagTable<ServeOptions> table = make_table();
   return table;
+}
+
+void check_serve_flags_apply(const ServeOptions& o) { check_flags_apply(serve_flags(), o.given_flags, o); }
+
+void check_serve_flags_apply(const ServeOptions& o, bool language_model, const std::string& model) {
+  ServeOptions loaded = o;
+  loaded.model_kind = (language_model ? "a language model (" : "an image model (") + model + ")";
+  check_serve_flags_apply(loaded);
 }
 
 }  // namespace weft::serve

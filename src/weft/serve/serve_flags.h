@@ -14,6 +14,10 @@ namespace weft::serve {
 
 // Every flag of weft serve, in the order --help shows them.
 const FlagTable<ServeOptions>& serve_flags();
+// Throws ConfigError for the first of o.given_flags that does not shape this run: the model
+// loaded (`language_model`, `model` its kind's name: gpt, mlp) or, before it is, --replicas.
+void check_serve_flags_apply(const ServeOptions& o, bool language_model, const std::string& model);
+void check_serve_flags_apply(const ServeOptions& o);
 
 // How a saved GPT is held: --quantize (and --precision bf16, the training flag's name for the
 // same weights), --tp, --pp and --micro-batches (under weft launch; rank 0 does the work), for

@@ -30,6 +30,7 @@ class Server : private MetricsHolder, public HttpBase {
  public:
   Server(const ServeOptions& o, std::FILE* log)
       : HttpBase(o, owned_metrics_), log_(log), model_(load_model(o.model)) {
+    check_serve_flags_apply(o, model_.language_model() != nullptr, model_.recipe.model);
     limits_ = {model_.name, o.max_tokens, o.max_images, model_.tokenizer ? model_.tokenizer->vocab_size() : 0};
     declare_metrics();  // (before the batchers' threads update them)
     if (LanguageModel* lm = model_.language_model()) {
@@ -37,9 +38,9 @@ class Server : private MetricsHolder, public HttpBase {
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : lm->context();
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
     } else {
-      if (o.quantize != "fp32") throw ConfigError("--quantize is built for GPT models only (this is " + model_.recipe.model + ")");
-      if (o.tp > 1 || o.pp > 1)
-        throw ConfigError("--tp and --pp are built for GPT models only (this is " + model_.recipe.model + ")");
+      // (a command line's flags for a language model's weights were refused above; a library caller's here)
+      if (o.quantize != "fp32" || o.tp > 1 || o.pp > 1)
+        throw ConfigError("--quantize, --tp and --pp are for a language model, and " + model_.recipe.model + " is an image model");
       images_ = std::make_unique<ImageBatcher>(*model_.module, o.batch, metrics_);
     }
     routes();
@@ -354,7 +355,7 @@ int serve(const ServeOptions& options, std::FILE* log) {
   if ((options.tp > 1 || options.pp > 1) && comm::process_info_from_env().rank != 0) {
     // A model-parallel rank other than 0 computes its part of rank 0's steps.
     LoadedModel m = load_model(options.model);
-    if (!m.language_model()) throw ConfigError("--tp and --pp are built for GPT models only");
+    check_serve_flags_apply(options, m.language_model() != nullptr, m.recipe.model);
     join_decoder(*m.language_model(), parse_weight_format(options.quantize), options.tp, options.pp, options.micro_batches);
     return 0;
   }

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "weft/serve/batcher.h"
 
@@ -55,6 +56,10 @@ struct ServeOptions {
   // A completion still generating after this many seconds ends with its text so far
   // (finish_reason "abort"); 0: no limit.
   double request_timeout_s = 600;
+  // The flags given on the command line: one for the other kind of model (--max-tokens for an
+  // image model, --max-images for a language model) is refused once the model is loaded.
+  std::vector<std::string> given_flags;
+  std::string model_kind;  // set when the model is loaded: "a language model (gpt)", "an image model (mlp)"
 };
 
 // Checks the options (one-line ConfigError naming the flag).
