@@ -286,12 +286,51 @@ void apply_setting(SimConfig& config, const std::string& assignment) {
   for (const Entry& e : entries())
     if (e.doc.key == key) {
       e.set(config, key, value);
+      config.given_keys.push_back(key);
       return;
     }
   throw ConfigError("--set: unknown key '" + key + "' (see 'weft sim --list-keys')");
 }
 
+namespace {
+
+// What a key is for when this run does not use it: the setting it needs ("cc=hpcc") and the
+// key that decides it ("cc"); {"", ""} when the run uses it.
+std::pair<std::string, std::string> needed_for(const SimConfig& c, const std::string& key) {
+  const auto is = [&key](const char* prefix) { return key.rfind(prefix, 0) == 0; };
+  if (c.mode == SimMode::kFlow)  // flows at max-min fair rates: no queues, PFC, ECN or congestion control
+    for (const char* p : {"qos.", "switching", "queuing", "buffer", "ecn", "drop_threshold", "pfc", "cc", "hpcc.",
+                          "swift.", "nscc.", "dcqcn.", "cnp.", "trim", "dwrr."})
+      if (is(p)) return {"mode=packet", "mode"};
+  struct Control {
+    const char* prefix;
+    CongestionControl cc;
+    const char* name;
+  };
+  for (const Control& k : {Control{"hpcc.", CongestionControl::kHpcc, "hpcc"}, Control{"swift.", CongestionControl::kSwift, "swift"},
+                           Control{"nscc.", CongestionControl::kNscc, "nscc"}, Control{"dcqcn.", CongestionControl::kDcqcn, "dcqcn"},
+                           Control{"cnp.", CongestionControl::kDcqcn, "dcqcn"}})
+    if (is(k.prefix) && c.cc != k.cc) return {std::string("cc=") + k.name, "cc"};
+  if (is("ar.") && c.lb != LoadBalancing::kAdaptive) return {"lb=adaptive", "lb"};
+  if (is("spray.") && c.lb != LoadBalancing::kSpray) return {"lb=spray", "lb"};
+  if (is("flowlet.") && c.lb != LoadBalancing::kFlowlet &&
+      !(c.lb == LoadBalancing::kAdaptive && c.ar_granularity == ArGranularity::kFlowlet))
+    return {"lb=flowlet (or lb=adaptive with ar.granularity=flowlet)", "lb"};
+  if (is("pfc.") && !c.pfc) return {"pfc=on", "pfc"};
+  if (is("ecn.") && !c.ecn) return {"ecn=on", "ecn"};
+  if (is("trim.") && !c.trim) return {"trim=on", "trim"};
+  return {"", ""};
+}
+
+}  // namespace
+
 void check_config(const SimConfig& config) {
+  for (const std::string& key : config.given_keys) {
+    const auto [needs, decided_by] = needed_for(config, key);
+    if (!needs.empty())
+      throw ConfigError(key + " does not apply to this run: it is for " + needs + ", and the run has " + decided_by + "=" +
+                        describe_value(config, decided_by));
+  }
   if (config.pfc_xoff > 0 && config.pfc_xon_offset > config.pfc_xoff)
     throw ConfigError("pfc.xon_offset (" + std::to_string(config.pfc_xon_offset) + ") must not exceed pfc.xoff (" +
                       std::to_string(config.pfc_xoff) + ")");

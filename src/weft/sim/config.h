@@ -172,6 +172,9 @@ struct SimConfig {
   bool sample_qps = false;                    // also each QP's delivery rate and DCQCN state
   Time time_limit = 10 * kSec;                // simulated time before giving up
   std::string pcap_link;                      // "a:b" node names: capture that link
+  // The keys apply_setting set (a flag or --set): one the run does not use (hpcc.* without
+  // cc=hpcc, a queue's key with mode=flow) is refused by check_config, never ignored.
+  std::vector<std::string> given_keys;
 };
 
 struct ConfigKey {
@@ -181,7 +184,9 @@ struct ConfigKey {
 // Applies "key=value" (units accepted: 4096, 150KB, 4MiB, 50us, 400G); throws ConfigError
 // naming the key and listing the known keys when it is wrong.
 void apply_setting(SimConfig& config, const std::string& assignment);
-// Checks what single keys cannot: pfc.xon_offset <= a static pfc.xoff, ecn.min <= ecn.max, the MTU's range.
+// Checks what single keys cannot: pfc.xon_offset <= a static pfc.xoff, ecn.min <= ecn.max, the
+// MTU's range, and that each given key shapes the run ("dcqcn.rai does not apply to this run: it
+// is for cc=dcqcn, and the run has cc=hpcc").
 void check_config(const SimConfig& config);
 // Scale mode (coarse > 0): the "packet" becomes a chunk of `coarse` bytes, and the
 // thresholds that are counted in packets or sized for MTU packets grow with it (ACK per
