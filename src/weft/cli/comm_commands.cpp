@@ -177,9 +177,14 @@ void add_launch_command(CLI::App& app, Action& action) {
           throw ConfigError("--rdzv-conf '" + f->rdzv_conf + "': weft knows last_call_timeout=SECONDS");
         f->join_timeout_s = *v;
       }
+      if ((cmd->count("--join-timeout") > 0 || !f->rdzv_conf.empty()) && (f->min_nodes == 0 || f->min_nodes == f->nnodes))
+        throw ConfigError(std::string(cmd->count("--join-timeout") > 0 ? "--join-timeout" : "--rdzv-conf last_call_timeout") +
+                          " waits for nodes beyond the fewest a job goes on with: it needs --nnodes MIN:MAX (MIN < MAX)");
       if (f->standalone) {
         if (f->nnodes != 1 || f->min_nodes > 1) throw ConfigError("--standalone runs one node: leave out --nnodes");
         if (!f->rdzv_endpoint.empty()) throw ConfigError("--standalone picks its own endpoint: leave out --rdzv-endpoint");
+        if (cmd->count("--master-addr") + cmd->count("--master-port") > 0)
+          throw ConfigError("--standalone picks its own endpoint: leave out --master-addr and --master-port");
         f->master_addr = "127.0.0.1";
         f->master_port = 0;
         if (cmd->count("--rdzv-id") == 0) f->run_id = comm::generate_token().substr(0, 12);
