@@ -1,3 +1,5 @@
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -256,9 +258,9 @@ const FlagTable<BenchFlags>& bench_flags() {
     sizes(F("--check", AT(check_level), "1: check every result (#wrong); 0: do not").also_named({"-c"}).in(0, 1));
     sizes(F("--average", AT(average), "time over the ranks: 0 rank 0, 1 mean, 2 min, 3 max (the slowest)")
               .also_named({"-a"}).in(0, 3));
-    sizes(F("--ngpus", AT(gpus), "nccl-tests' GPUs per process: weft runs one rank per process (ignored)")
+    sizes(F("--ngpus", AT(gpus), "nccl-tests' GPUs per process: weft runs one rank per process (1 only)")
               .also_named({"-g"}));
-    sizes(F("--nthreads", AT(threads), "nccl-tests' threads per process: one rank per process (ignored)")
+    sizes(F("--nthreads", AT(threads), "nccl-tests' threads per process: one rank per process (1 only)")
               .also_named({"-t"}));
     out(F("--json", AT(json), "print one JSON object per size"));
     out(F("--list", AT(list), "list the collectives and their algorithms"));
@@ -292,9 +294,9 @@ void add_comm_bench_command(CLI::App& app, Action& action) {
         f->late_rank = static_cast<int>((*parts)[0]);
         f->late_us = static_cast<std::int64_t>((*parts)[1]);
       }
-      if ((f->gpus != 1 || f->threads != 1) && env_string("RANK").value_or("0") == "0")
-        std::fprintf(stderr, "comm-bench: -g %d -t %d ignored: each weft rank is one process with one device "
-                             "(start more ranks with weft launch --nproc-per-node)\n", f->gpus, f->threads);
+      if (f->gpus != 1 || f->threads != 1)
+        throw ConfigError(fmt::format("-g {} -t {}: each weft rank is one process with one device and one thread "
+                                      "(start more ranks with weft launch --nproc-per-node)", f->gpus, f->threads));
       return comm::run_comm_bench(*f);
     };
   });

@@ -444,6 +444,9 @@ void validate(const BenchConfig& cfg) {
   if (cfg.step_factor < 1 || cfg.step_factor > 1024) throw ConfigError("-f (step factor) must be in 1..1024");
   if (cfg.step_bytes < 0) throw ConfigError("-i (step bytes) must be >= 0");
   if (cfg.step_factor == 1 && cfg.step_bytes == 0) throw ConfigError("-f 1 needs a step in bytes (-i)");
+  if (cfg.step_factor > 1 && cfg.step_bytes > 0)
+    throw ConfigError("-i (step bytes) adds bytes from row to row with -f 1; with -f " + std::to_string(cfg.step_factor) +
+                      " the sizes multiply: give one of them");
   if (cfg.average < 0 || cfg.average > 3) throw ConfigError("-a must be 0 (rank 0), 1 (mean), 2 (min) or 3 (max)");
   if (cfg.late_rank >= 0 && (cfg.late_us < 0 || cfg.late_us > 10000000))
     throw ConfigError("--late: the delay must be 0 to 10000000 microseconds");
@@ -468,6 +471,13 @@ int run_comm_bench(const BenchConfig& cfg) {
   const std::vector<DataType> types = op.barrier() ? std::vector<DataType>{DataType::kF32} : parse_types(cfg.dtype);
   const std::vector<ReduceOp> ops = op.reduces() ? parse_ops(cfg.reduce) : std::vector<ReduceOp>{ReduceOp::kSum};
   if (!op.reduces()) parse_ops(cfg.reduce);  // a misspelt -o is an error everywhere
+  // A reduction or a root for a collective that has none is an error (their defaults, as
+  // nccl-tests' scripts pass them to every test, are not).
+  if (!op.reduces() && cfg.reduce != BenchConfig{}.reduce)
+    throw ConfigError("--reduce (-o) " + cfg.reduce + ": " + cfg.op + " reduces nothing");
+  if (!op.rooted() && cfg.root != BenchConfig{}.root)
+    throw ConfigError("--root (-r) " + std::to_string(cfg.root) + ": " + cfg.op +
+                      " has no root (broadcast, reduce, gather and scatter have)");
   if ((op.sendrecv || op.barrier()) && !cfg.algorithm.empty())
     throw ConfigError(std::string("--algo: ") + (op.sendrecv ? "sendrecv" : "barrier") + " has no algorithms to choose");
   std::optional<double> min_bw;
