@@ -356,6 +356,7 @@ int serve(const ServeOptions& options, std::FILE* log) {
     // A model-parallel rank other than 0 computes its part of rank 0's steps.
     LoadedModel m = load_model(options.model);
     check_serve_flags_apply(options, m.language_model() != nullptr, m.recipe.model);
+    if (!m.language_model()) throw ConfigError("--tp and --pp are for a language model, and " + m.recipe.model + " is an image model");
     join_decoder(*m.language_model(), parse_weight_format(options.quantize), options.tp, options.pp, options.micro_batches);
     return 0;
   }
