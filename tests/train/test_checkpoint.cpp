@@ -417,7 +417,7 @@ TEST(TrainFlags, ValuesAreCheckedAgainstTheTable) {
             "--lr: must be a finite number, got inf");
   EXPECT_EQ(error([](TrainOptions& c) { c.precision = "fp16"; }), "--precision: unknown value 'fp16' (known: fp32, bf16)");
   EXPECT_EQ(error([](TrainOptions& c) { c.parallel.zero = 4; }), "--zero: must be in [0, 3], got 4");
-  EXPECT_EQ(error([](TrainOptions& c) { c.threads = -1; }), "--threads: must be at least 1, got -1");
+  EXPECT_EQ(error([](TrainOptions& c) { c.threads = -1; }), "--threads: must be in [1, 4096], got -1");
   EXPECT_EQ(error([](TrainOptions&) {}), "");  // the initial values mean "the default"
   EXPECT_EQ(error([](TrainOptions& c) { c.momentum = 0.5; c.parallel.zero = 2; c.model = "gpt"; }), "");
 }
