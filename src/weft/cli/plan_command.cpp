@@ -338,6 +338,8 @@ int run_plan(const PlanFlags& f) {
     if (global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
   }
   const plan::EmitOrder emit_order = plan::parse_emit_order(f.emit_schedule);
+  if (f.emit_workload.empty() && emit_order != plan::parse_emit_order("1f1b"))
+    throw ConfigError("--emit-schedule orders the micro-batches of the traces --emit-workload writes: it needs --emit-workload DIR");
   // The system's behaviours shape the iteration: without one (no --global-batch) or without
   // what they act on they do not apply.
   const plan::Layout& l = in.layout;
