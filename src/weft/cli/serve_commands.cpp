@@ -338,15 +338,25 @@ const FlagTable<ServeBenchFlags>& serve_bench_flags() {
     server(F("--url", AT(url), "the server (http://HOST:PORT)"));
     server(F("--token", AT(token), "bearer token").defaults("none").from_env("WEFT_SERVE_TOKEN"));
     server(F("--endpoint", AT(endpoint), "the API to load").one_of({"completions", "classify"}));
-    load(F("--concurrency", AT(concurrency), "closed loop: concurrent clients").at_least(1));
+    // The runs a flag shapes: the loop (closed or open) and the API.
+    const auto closed = [](const ServeBenchFlags& o) { return o.rate == 0; };
+    const auto open = [](const ServeBenchFlags& o) { return o.rate > 0; };
+    const auto loop_of = [](const ServeBenchFlags& o) { return o.rate > 0 ? std::string("--rate (an open loop)") : "no --rate"; };
+    const auto completions = [](const ServeBenchFlags& o) { return o.endpoint == "completions"; };
+    const auto classify = [](const ServeBenchFlags& o) { return o.endpoint == "classify"; };
+    const auto endpoint_of = [](const ServeBenchFlags& o) { return "--endpoint " + o.endpoint; };
+    load(F("--concurrency", AT(concurrency), "closed loop: concurrent clients").at_least(1).only_for(closed, "a closed loop (no --rate)", loop_of));
     load(F("--rate", AT(rate), "open loop: Poisson arrivals per second (0: closed loop)").at_least(0));
     load(F("--requests", AT(requests), "measured requests").at_least(1));
     load(F("--warmup", AT(warmup), "requests before the measurement").at_least(0));
-    load(F("--seed", AT(seed), "the arrivals' seed"));
-    asked(F("--prompt", AT(prompts), "prompts, used in turn (repeatable)"));
-    asked(F("--max-tokens", AT(max_tokens), "tokens per completion").at_least(1));
-    asked(F("--temperature", AT(temperature), "0: greedy").at_least(0));
-    asked(F("--pixels", AT(pixels), "classify: values per image, the model's height x width x channels").in(1, 1 << 24));
+    load(F("--seed", AT(seed), "the arrivals' seed").only_for(open, "an open loop (--rate)", loop_of));
+    const auto text = [&](F f) { return std::move(f).only_for(completions, "--endpoint completions", endpoint_of); };
+    asked(text(F("--prompt", AT(prompts), "prompts, used in turn (repeatable)")));
+    asked(text(F("--max-tokens", AT(max_tokens), "tokens per completion").at_least(1)));
+    asked(text(F("--temperature", AT(temperature), "0: greedy").at_least(0)));
+    asked(F("--pixels", AT(pixels), "classify: values per image, the model's height x width x channels")
+              .in(1, 1 << 24)
+              .only_for(classify, "--endpoint classify", endpoint_of));
     asked(F("--json", AT(json), "print JSON"));
     return t;
   }();
@@ -360,8 +370,10 @@ void add_serve_bench_command(CLI::App& app, Action& action) {
   auto c = std::make_shared<ServeBenchFlags>();
   CLI::App* cmd = app.add_subcommand("serve-bench", "load an inference server: throughput and latency percentiles");
   add_flags(cmd, serve_bench_flags(), *c);
-  cmd->callback([c, &action] {
-    action = [c] {
+  cmd->callback([c, cmd, &action] {
+    const std::vector<std::string> given = given_options(*cmd);
+    action = [c, given] {
+      check_flags_apply(serve_bench_flags(), given, *c);
       const std::string& url = c->url;
       const std::string prefix = "http://";
       const auto colon = url.rfind(':');
