@@ -323,6 +323,7 @@ int run_published(const PlanFlags& f) {
 
 int run_plan(const PlanFlags& f) {
   if (f.published) return run_published(f);
+  if (!f.report.empty()) report::check_page_path(f.report, "--report");
   plan::PlanInput in;
   const std::int64_t gpus = f.gpus > 0 ? whole("--gpus", f.gpus) : 0;
   const std::int64_t global_batch = f.global_batch > 0 ? whole("--global-batch", f.global_batch) : 0;

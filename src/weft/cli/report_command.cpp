@@ -28,6 +28,7 @@ void add_report_command(CLI::App& app, Action& action) {
       ->check(CLI::Range(std::size_t{100}, std::size_t{1000000}));
   cmd->callback([f, &action] {
     action = [f] {
+      report::check_page_path(f->out, "--out");  // before the inputs are read
       report::ReportOptions options;
       options.title = f->title;
       options.max_points = f->max_points;

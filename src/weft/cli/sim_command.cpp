@@ -78,7 +78,7 @@ int run_sim(const SimFlags& f) {
     if (!capture) throw ConfigError("pcap: expected two node names, A:B");
   }
   if (!f.out.empty()) check_output_folder(f.out, "--out");
-  if (!f.report.empty()) check_output_file(f.report, "--report");
+  if (!f.report.empty()) report::check_page_path(f.report, "--report");
   sim::Topology topology = sim::load_topology(f.topology);
   if (capture) topology.link_between(std::string(capture->first), std::string(capture->second), "pcap");
   sim::Network::check_setup(topology, config, sim::Workload{});

@@ -47,6 +47,7 @@ void add_train_command(CLI::App& app, Action& action) {
       // A report needs the metrics on disk: beside the page when the run has no other place.
       if (!o.report.empty() && o.metrics.empty() && o.checkpoint_dir.empty())
         o.metrics = std::filesystem::path(o.report).replace_extension(".metrics.jsonl").string();
+      if (!o.report.empty()) report::check_page_path(o.report, "--report");  // before the work
       TrainSummary s = train(o, stdout);
       if (s.rank != 0) return 0;
       fmt::print("{}\n", s.to_json());

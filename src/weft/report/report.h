@@ -22,7 +22,11 @@ struct ReportOptions {
 
 Page make_report(const std::vector<std::string>& paths, const ReportOptions& options);
 
-// Writes the page to `path` atomically; returns its size in bytes.
+// Throws ConfigError (naming `flag`) unless `path` can take a page: a new file in a folder
+// that can be written, or a page weft wrote before, which is replaced. Any other file there
+// (a metrics file given as the input, a user's own) is refused: nothing saved is lost.
+void check_page_path(const std::string& path, const std::string& flag);
+// Writes the page to `path` atomically (checked as above); returns its size in bytes.
 std::size_t write_page(const Page& page, const std::string& path);
 
 }  // namespace weft::report
