@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <string_view>
 
 #include "weft/report/plan.h"
@@ -115,16 +114,10 @@ Page make_report(const std::vector<std::string>& paths, const ReportOptions& opt
 }
 
 void check_page_path(const std::string& path, const std::string& flag) {
-  check_output_file(path, flag);
-  if (!file_exists(path)) return;
   // Every page's style sheet opens with this comment (assets/report.css), within its first KiB.
-  constexpr std::string_view kPageMark = "/* weft report: one self-contained page";
-  std::ifstream in(path, std::ios::binary);
-  std::string head(4096, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<std::size_t>(in.gcount()));
-  if (head.find(kPageMark) == std::string::npos)
-    throw ConfigError(flag + " " + path + " exists and is not a page weft wrote: nothing is overwritten (give a new path)");
+  check_replaceable_file(path, flag, "a page weft wrote", [](std::string_view head) {
+    return head.find("/* weft report: one self-contained page") != std::string_view::npos;
+  });
 }
 
 std::size_t write_page(const Page& page, const std::string& path) {

@@ -91,9 +91,16 @@ TrainSummary train_in_layouts(TrainOptions o, parallel::Job job, std::FILE* out)
 // Every path the run will write, checked before its first step (a run must not end by
 // failing to save what it trained).
 void check_outputs(const TrainOptions& o) {
-  for (const auto& [path, flag] : {std::pair{&o.save_model, "--save-model"}, {&o.report, "--report"},
-                                   {&o.timeline, "--timeline"}, {&o.sample_log, "--sample-log"}, {&o.metrics, "--metrics"}})
+  for (const auto& [path, flag] : {std::pair{&o.report, "--report"}, {&o.timeline, "--timeline"}, {&o.sample_log, "--sample-log"}})
     if (!path->empty()) check_output_file(*path, flag);
+  // The model and the metrics replace only a file of their kind (a saved model is not lost
+  // to a mistyped --metrics): safetensors (an 8-byte header length, then its JSON), JSON lines.
+  if (!o.save_model.empty())
+    check_replaceable_file(o.save_model, "--save-model", "a safetensors file",
+                           [](std::string_view head) { return head.size() > 8 && head[8] == '{'; });
+  if (!o.metrics.empty())
+    check_replaceable_file(o.metrics, "--metrics", "a metrics file",
+                           [](std::string_view head) { return head.substr(0, 2) == "{\""; });
   if (!o.checkpoint_dir.empty()) check_output_folder(o.checkpoint_dir, "--checkpoint-dir");
 }
 

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "weft/util/error.h"
 
@@ -167,6 +168,18 @@ void check_output_file(const std::string& path, const std::string& flag) {
   if (is_directory(path)) throw ConfigError(flag + " " + path + " is a folder, not a file");
   const std::string folder = std::filesystem::path(path).parent_path().string();
   check_creatable_folder(folder.empty() ? "." : folder, flag, path);
+}
+
+void check_replaceable_file(const std::string& path, const std::string& flag, const std::string& kind,
+                            bool (*is_kind)(std::string_view head)) {
+  check_output_file(path, flag);
+  if (!file_exists(path)) return;
+  std::ifstream in(path, std::ios::binary);
+  std::string head(4096, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  if (!head.empty() && !is_kind(head))
+    throw ConfigError(flag + " " + path + " exists and is not " + kind + ": nothing is overwritten (give a new path)");
 }
 
 void make_parent_directories(const std::string& path) {
