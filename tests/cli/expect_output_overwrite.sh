@@ -30,6 +30,9 @@ expect_refusal "save-model $work/m.jsonl exists and is not a safetensors file" \
   "$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --save-model "$work/m.jsonl"
 cmp -s "$work/model.safetensors" "$work/kept.safetensors" || fail "the saved model was changed"
 cmp -s "$work/m.jsonl" "$work/kept.jsonl" || fail "the metrics file was changed"
+# A device is written as before (the metrics to standard output).
+shown=$("$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --metrics /dev/stdout)
+grep -q '"kind":"run"' <<<"$shown" || fail "--metrics /dev/stdout wrote no run record: $shown"
 # Each replaces a file of its own kind.
 "$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --save-model "$work/model.safetensors" \
   --metrics "$work/m.jsonl" >/dev/null

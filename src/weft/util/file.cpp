@@ -173,7 +173,8 @@ void check_output_file(const std::string& path, const std::string& flag) {
 void check_replaceable_file(const std::string& path, const std::string& flag, const std::string& kind,
                             bool (*is_kind)(std::string_view head)) {
   check_output_file(path, flag);
-  if (!file_exists(path)) return;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;  // new, or a device or pipe (/dev/stdout)
   std::ifstream in(path, std::ios::binary);
   std::string head(4096, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));

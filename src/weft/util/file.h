@@ -51,7 +51,7 @@ void make_directories(const std::string& path);
 void check_output_folder(const std::string& path, const std::string& flag);
 void check_output_file(const std::string& path, const std::string& flag);
 // As check_output_file, for an output that replaces only a file of its own kind: an existing
-// non-empty file whose first 4 KiB `is_kind` does not accept is refused ("--metrics m.bin
+// non-empty regular file (not a device or a pipe) whose first 4 KiB `is_kind` does not accept is refused ("--metrics m.bin
 // exists and is not a metrics file: nothing is overwritten"), so that no output takes the
 // place of an input or another saved file.
 void check_replaceable_file(const std::string& path, const std::string& flag, const std::string& kind,
