@@ -43,7 +43,7 @@ struct PredictConfig {
   std::string kind;                // once the model is loaded: "a language model (gpt)", "an image model (mlp)"
 };
 
-bool is_language(const PredictConfig& c) { return c.kind.rfind("a language", 0) == 0; }
+bool is_language(const PredictConfig& c) { return serve::is_language_kind(c.kind); }
 bool is_image(const PredictConfig& c) { return !is_language(c); }
 std::string kind_of(const PredictConfig& c) { return c.kind; }
 
@@ -115,7 +115,7 @@ int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
 int run_predict(PredictConfig c) {
   serve::LoadedModel m = serve::load_model(c.model);
   // Which flags shape the run depends on the model: a flag for the other kind is an error.
-  c.kind = fmt::format("{} ({})", m.recipe.is_language_model() ? "a language model" : "an image model", m.recipe.model);
+  c.kind = serve::model_kind(m.recipe.is_language_model(), m.recipe.model);
   check_flags_apply(predict_flags(), c.given, c);
   if (m.recipe.is_language_model()) return run_language_predict(c, m);
   Tensor images;

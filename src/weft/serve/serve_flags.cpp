@@ -23,8 +23,8 @@ void parse_replicas(ServeOptions& o, const std::string& text) {
 }
 
 // The runs a flag shapes: before the model is loaded, every flag may apply to it.
-bool for_language(const ServeOptions& o) { return o.model_kind.empty() || o.model_kind.rfind("a language", 0) == 0; }
-bool for_images(const ServeOptions& o) { return o.model_kind.empty() || o.model_kind.rfind("an image", 0) == 0; }
+bool for_language(const ServeOptions& o) { return o.model_kind.empty() || is_language_kind(o.model_kind); }
+bool for_images(const ServeOptions& o) { return o.model_kind.empty() || !is_language_kind(o.model_kind); }
 std::string kind_of(const ServeOptions& o) { return o.model_kind; }
 bool elastic(const ServeOptions& o) { return o.replicas_min < o.replicas_max; }
 std::string replicas_of(const ServeOptions& o) { return "--replicas " + std::to_string(o.replicas_max); }
@@ -95,11 +95,17 @@ const FlagTable<ServeOptions>& serve_flags() {
   return table;
 }
 
+std::string model_kind(bool language_model, const std::string& model) {
+  return (language_model ? "a language model (" : "an image model (") + model + ")";
+}
+
+bool is_language_kind(const std::string& kind) { return kind.rfind("a language model", 0) == 0; }
+
 void check_serve_flags_apply(const ServeOptions& o) { check_flags_apply(serve_flags(), o.given_flags, o); }
 
 void check_serve_flags_apply(const ServeOptions& o, bool language_model, const std::string& model) {
   ServeOptions loaded = o;
-  loaded.model_kind = (language_model ? "a language model (" : "an image model (") + model + ")";
+  loaded.model_kind = model_kind(language_model, model);
   check_serve_flags_apply(loaded);
 }
 

@@ -14,6 +14,10 @@ namespace weft::serve {
 
 // Every flag of weft serve, in the order --help shows them.
 const FlagTable<ServeOptions>& serve_flags();
+// A loaded model's kind as the flags' checks name it ("a language model (gpt)", "an image model
+// (mlp)"), and whether a kind so named is a language model's.
+std::string model_kind(bool language_model, const std::string& model);
+bool is_language_kind(const std::string& kind);
 // Throws ConfigError for the first of o.given_flags that does not shape this run: the model
 // loaded (`language_model`, `model` its kind's name: gpt, mlp) or, before it is, --replicas.
 void check_serve_flags_apply(const ServeOptions& o, bool language_model, const std::string& model);
