@@ -2,8 +2,9 @@
 # usage: expect_output_overwrite.sh WEFT
 # An output replaces only a file of its own kind: a report page only a page weft wrote (weft
 # report -o, train/plan --report), --save-model only a safetensors file, --metrics only a
-# metrics file. Given an input or any other file, the command refuses before its work and
-# the file stays as it was.
+# metrics file, --timeline (and timeline merge --out) only a Chrome trace, --sample-log only a
+# sample log. Given an input or any other file, the command refuses before its work and the
+# file stays as it was.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -30,10 +31,35 @@ expect_refusal "save-model $work/m.jsonl exists and is not a safetensors file" \
   "$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --save-model "$work/m.jsonl"
 cmp -s "$work/model.safetensors" "$work/kept.safetensors" || fail "the saved model was changed"
 cmp -s "$work/m.jsonl" "$work/kept.jsonl" || fail "the metrics file was changed"
+# A timeline replaces only a Chrome trace (each rank's file), a sample log is appended to only
+# a sample log, a merged timeline replaces only a trace.
+expect_refusal "timeline $work/model.safetensors exists and is not a timeline (Chrome trace): nothing is overwritten" \
+  "$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --timeline "$work/model.safetensors"
+expect_refusal "sample-log $work/model.safetensors exists and is not a sample log: nothing is overwritten" \
+  "$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --sample-log "$work/model.safetensors"
+"$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --timeline "$work/t.json" \
+  --sample-log "$work/s.log" >/dev/null
+expect_refusal "out $work/model.safetensors exists and is not a timeline (Chrome trace)" \
+  "$weft" timeline merge --out "$work/model.safetensors" "$work/t.json"
+cmp -s "$work/model.safetensors" "$work/kept.safetensors" || fail "the saved model was changed"
+"$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --timeline "$work/t.json" \
+  --sample-log "$work/s.log" >/dev/null
+[[ $(wc -l <"$work/s.log") -eq 128 ]] || fail "the second run did not append its 64 samples to the sample log"
+# A link is followed (the file it names replaced, the link kept); a folder the file system
+# refuses (/proc, even to root) is refused before the work.
+mkdir "$work/kept"
+ln -s kept/model.safetensors "$work/link.safetensors"
+"$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --save-model "$work/link.safetensors" >/dev/null
+[[ -L "$work/link.safetensors" && -s "$work/kept/model.safetensors" ]] || fail "--save-model through a link replaced the link"
+expect_refusal "save-model /proc/weft-model.safetensors: cannot write in the folder /proc" \
+  "$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --save-model /proc/weft-model.safetensors
+"$weft" train --model gpt --max-steps 1 --quiet --save-model "$work/gpt.safetensors" >/dev/null
+expect_refusal "logits /proc/weft.logits: cannot write in the folder /proc" \
+  "$weft" predict "$work/gpt.safetensors" --logits /proc/weft.logits
 # A device is written as before (the metrics to standard output).
 shown=$("$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --metrics /dev/stdout)
 grep -q '"kind":"run"' <<<"$shown" || fail "--metrics /dev/stdout wrote no run record: $shown"
 # Each replaces a file of its own kind.
 "$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --save-model "$work/model.safetensors" \
   --metrics "$work/m.jsonl" >/dev/null
-echo "outputs replace only their own kind: a metrics file given as -o/--report/--save-model, a model as --metrics, refused and kept"
+echo "outputs replace only their own kind: a metrics file given as -o/--report/--save-model, a model as --metrics, --timeline or --sample-log, refused and kept; links followed; /proc refused"

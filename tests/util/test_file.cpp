@@ -99,3 +99,60 @@ TEST(ReadFile, RefusesAnUnsizedFileThatDoesNotEnd) {
   writer.join();
   EXPECT_EQ(text, "through a pipe\n");
 }
+
+// A symbolic link is followed: the file it names (through a chain, a relative target read
+// from its link's folder) is replaced and the link stays a link; a pipe is written in place,
+// not replaced by a regular file.
+TEST(AtomicFileWriter, FollowsLinksAndWritesPipesInPlace) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "runs");
+  weft::write_file_atomic(dir / "runs/real.json", "old");
+  std::filesystem::create_symlink("runs/real.json", dir / "link1");
+  std::filesystem::create_symlink(dir / "link1", dir / "link2");
+  weft::write_file_atomic(dir / "link2", "new");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link2"));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "link1"));
+  EXPECT_EQ(weft::read_file(dir / "runs/real.json"), "new");
+  EXPECT_EQ(weft::link_target(dir / "link2"), (std::filesystem::path(dir.path()) / "runs/real.json").string());
+  // A dangling link names the file to make.
+  std::filesystem::create_symlink("runs/made.json", dir / "dangling");
+  weft::write_file_atomic(dir / "dangling", "made");
+  EXPECT_EQ(weft::read_file(dir / "runs/made.json"), "made");
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "dangling"));
+  // A loop of links is refused, naming the path.
+  std::filesystem::create_symlink("loop-b", dir / "loop-a");
+  std::filesystem::create_symlink("loop-a", dir / "loop-b");
+  EXPECT_THROW(weft::write_file_atomic(dir / "loop-a", "x"), weft::ConfigError);
+
+  const std::string fifo = dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_TRUE(weft::written_in_place(fifo));
+  std::string got;
+  std::thread reader([&] { got = weft::read_file(fifo); });
+  weft::write_file_atomic(fifo, "through the pipe");
+  reader.join();
+  EXPECT_EQ(got, "through the pipe");
+  struct stat st {};
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the pipe was replaced by a regular file";
+  EXPECT_NO_THROW(weft::check_output_file(fifo, "--out"));
+}
+
+// An output's folder is checked by making a file in it, so that it holds for root too: a
+// folder of /proc or /sys, which the permission bits let root write in, is refused before
+// the work, naming the flag and the path; the check leaves nothing behind.
+TEST(CheckOutput, TriesTheFolderAsTheWriterWill) {
+  for (const std::string path : {"/proc/weft-out.json", "/proc/self/weft/x.json", "/sys/weft-out.json"}) {
+    try {
+      weft::check_output_file(path, "--out");
+      FAIL() << path << " was taken";
+    } catch (const weft::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--out " + path + ": cannot write in the folder"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(weft::check_output_folder("/proc/weft-checkpoints", "--checkpoint-dir"), weft::ConfigError);
+  TempDir dir;
+  weft::check_output_file(dir / "a/b/out.json", "--out");
+  weft::check_output_folder(dir / "c", "--out");
+  EXPECT_EQ(files_in(dir.path()), 0);
+}

@@ -80,6 +80,7 @@ const FlagTable<PredictConfig>& predict_flags() {
 // A language model's validation loss through its decoder, and against float32 weights when
 // they are packed smaller.
 int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
+  if (!c.logits.empty()) check_output_file(c.logits, "--logits");  // before the validation runs
   const serve::WeightFormat format = serve::parse_weight_format(c.quantize);
   const std::vector<std::int32_t> tokens =
       serve::validation_tokens(load_corpus(c.data.empty() ? "fortunes" : c.data), *m.tokenizer);
@@ -318,6 +319,7 @@ void add_serve_command(CLI::App& app, Action& action) {
     c->given_flags = given_options(*cmd);
     action = [c] {
       serve::check_serve_flags_apply(*c);  // --replicas' own; the model's once it is loaded
+      if (!c->port_file.empty()) check_output_file(c->port_file, "--port-file");  // before the model loads
       return serve::serve(*c, stdout);
     };
   });

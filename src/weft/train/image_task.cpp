@@ -5,6 +5,7 @@
 // their own part.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -276,6 +277,12 @@ class ImageClassification : public Task {
     if (o_.sample_log.empty()) return;
     if (sample_log_) std::fclose(sample_log_);
     const std::string path = timeline_path(o_.sample_log, replica_, replicas_);
+    // Appended to: only a sample log (lines of three whole numbers), never a model or another file.
+    check_replaceable_file(path, "--sample-log", "a sample log", [](std::string_view head) {
+      const auto line = head.substr(0, head.find('\n'));
+      return std::count(line.begin(), line.end(), ' ') == 2 &&
+             head.find_first_not_of("0123456789 \n") == std::string_view::npos;
+    });
     make_parent_directories(path);
     sample_log_ = std::fopen(path.c_str(), "a");
     if (!sample_log_) throw ConfigError("--sample-log: cannot write " + path);

@@ -14,7 +14,7 @@ MetricsLog::MetricsLog(const std::vector<std::string>& paths, bool append) {
     const std::string folder = std::filesystem::path(path).parent_path().string();
     if (!folder.empty()) make_directories(folder);
     std::FILE* f = std::fopen(path.c_str(), append ? "a" : "w");
-    if (!f) throw ConfigError("cannot write the metrics file " + path);
+    if (!f) throw ConfigError("cannot write the metrics file " + path + ": " + std::strerror(errno));
     files_.emplace_back(f, &std::fclose);
     paths_.push_back(path);
   }

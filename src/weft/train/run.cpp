@@ -23,6 +23,7 @@
 #include "weft/tensor/ops.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/resume.h"
+#include "weft/train/timeline.h"
 #include "weft/util/checked.h"
 #include "weft/util/file.h"
 #include "weft/util/machine.h"
@@ -135,6 +136,7 @@ void Run::add_step_hooks() {
   if (o_.stage_shares == "measured")
     hooks_.push_back(std::make_shared<StageSpeeds>(strategies_, parallel::RankGroup(job_.world.get()), out_));
   if (!o_.timeline.empty()) {
+    check_timeline_output(timeline_path(o_.timeline, rank_, mesh_.size()), "--timeline");  // this rank's file
     hooks_.push_back(std::shared_ptr<TimelineHook>(timeline_ = new TimelineHook(rank_)));
     strategies_->record_spans(true);
   }

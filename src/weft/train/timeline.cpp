@@ -47,8 +47,16 @@ std::string timeline_path(const std::string& file, int rank, int world) {
   return file.substr(0, dot) + suffix + file.substr(dot);
 }
 
+void check_timeline_output(const std::string& path, const std::string& flag) {
+  check_replaceable_file(path, flag, "a timeline (Chrome trace)", [](std::string_view head) {
+    return head.substr(0, 1) == "{" &&
+           (head.find("\"traceEvents\"") != std::string_view::npos || head.find("\"displayTimeUnit\"") != std::string_view::npos);
+  });
+}
+
 void merge_timelines(const std::vector<std::string>& inputs, const std::string& output) {
   if (inputs.empty()) throw ConfigError("weft timeline merge: no input files");
+  check_timeline_output(output, "--out");
   nlohmann::json events = nlohmann::json::array();
   for (const std::string& path : inputs) {
     nlohmann::json doc = nlohmann::json::parse(read_file(path), nullptr, false);

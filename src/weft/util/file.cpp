@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -42,8 +43,32 @@ namespace {
 constexpr std::size_t kWriterBuffer = 1 << 20;
 }
 
-AtomicFileWriter::AtomicFileWriter(const std::string& path)
-    : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+std::string link_target(const std::string& path) {
+  std::string at = path;
+  for (int hops = 0; hops < 40; ++hops) {  // (the kernel's own limit on a chain of links)
+    std::error_code ec;
+    const std::filesystem::path p(at);
+    if (at.rfind("/proc/", 0) == 0 || !std::filesystem::is_symlink(p, ec)) return at;
+    const std::filesystem::path next = std::filesystem::read_symlink(p, ec);
+    if (ec) return at;
+    at = (next.is_absolute() ? next : p.parent_path() / next).string();
+  }
+  throw ConfigError(path + ": too many levels of symbolic links");
+}
+
+bool written_in_place(const std::string& target) {
+  struct stat st {};
+  if (::stat(target.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) return false;
+  return !S_ISREG(st.st_mode) || target.rfind("/proc/", 0) == 0;
+}
+
+AtomicFileWriter::AtomicFileWriter(const std::string& path) : path_(link_target(path)) {
+  if (written_in_place(path_)) {  // a device, a pipe, a descriptor's link (/dev/stdout): as `>` writes it
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+    if (fd_ < 0) throw CheckpointError("cannot open " + path_ + " for writing: " + errno_text());
+    return;
+  }
+  tmp_ = path_ + ".tmp." + std::to_string(::getpid());
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw CheckpointError("cannot create " + tmp_ + ": " + errno_text());
 }
@@ -51,25 +76,30 @@ AtomicFileWriter::AtomicFileWriter(const std::string& path)
 AtomicFileWriter::~AtomicFileWriter() {
   if (fd_ >= 0) {
     ::close(fd_);
-    ::unlink(tmp_.c_str());
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());
   }
 }
 
 void AtomicFileWriter::flush() {
-  write_all(fd_, buffer_, tmp_);
+  write_all(fd_, buffer_, open_file());
   buffer_.clear();
 }
 
 void AtomicFileWriter::write(std::string_view bytes) {
   if (fd_ < 0) throw InternalError("write after commit: " + path_);
   if (buffer_.size() + bytes.size() > kWriterBuffer) flush();
-  if (bytes.size() >= kWriterBuffer) write_all(fd_, bytes, tmp_);
+  if (bytes.size() >= kWriterBuffer) write_all(fd_, bytes, open_file());
   else buffer_.append(bytes);
 }
 
 void AtomicFileWriter::commit() {
   if (fd_ < 0) throw InternalError("committed twice: " + path_);
   flush();
+  if (tmp_.empty()) {  // written in place: nothing to rename
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
   if (::fsync(fd_) != 0) throw CheckpointError("cannot fsync " + tmp_ + ": " + errno_text());
   ::close(fd_);
   fd_ = -1;
@@ -144,9 +174,15 @@ void make_directories(const std::string& path) {
 }
 
 namespace {
+// By making a file there, as the writer will (a permission check passes for root where the
+// file system refuses: /proc, /sys, a read-only mount).
 void check_writable_folder(const std::string& folder, const std::string& flag, const std::string& path) {
-  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+  std::string probe = (std::filesystem::path(folder) / ".weft-write-check-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0)
     throw ConfigError(flag + " " + path + ": cannot write in the folder " + folder + " (" + std::strerror(errno) + ")");
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 // `folder` exists and can be written in, or its nearest existing ancestor can (`path`, as
@@ -166,7 +202,13 @@ void check_output_folder(const std::string& path, const std::string& flag) { che
 
 void check_output_file(const std::string& path, const std::string& flag) {
   if (is_directory(path)) throw ConfigError(flag + " " + path + " is a folder, not a file");
-  const std::string folder = std::filesystem::path(path).parent_path().string();
+  const std::string target = link_target(path);
+  if (written_in_place(target)) {
+    if (::access(target.c_str(), W_OK) != 0)
+      throw ConfigError(flag + " " + path + ": cannot write it (" + std::strerror(errno) + ")");
+    return;
+  }
+  const std::string folder = std::filesystem::path(target).parent_path().string();
   check_creatable_folder(folder.empty() ? "." : folder, flag, path);
 }
 

@@ -1,6 +1,8 @@
 // Whole-file I/O with atomic replacement: write a temporary file in the same folder,
 // fsync it, rename it over the target, fsync the folder. A reader sees the old file or
-// the new one, never a half-written one.
+// the new one, never a half-written one. A symbolic link is followed (the file it names is
+// replaced, the link stays); a device, a pipe or /dev/stdout is written as it is
+// (written_in_place).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,14 @@
 namespace weft {
 
 void write_file_atomic(const std::string& path, std::string_view bytes);
+
+// The file a write to `path` lands in: symbolic links followed (a relative target read from
+// its link's folder; a dangling link names the file to create), up to a link in /proc (a
+// descriptor's, which names no path: /dev/stdout). ConfigError past 40 links.
+std::string link_target(const std::string& path);
+// True where a write to `target` (link_target's) goes into the file as it is, not by
+// replacing it: an existing device, pipe or socket, or a file in /proc.
+bool written_in_place(const std::string& target);
 
 // The same replacement for a file written piece by piece (a table of millions of rows need
 // not be held whole): write() appends through a buffer, commit() flushes, fsyncs, renames
@@ -27,7 +37,9 @@ class AtomicFileWriter {
 
  private:
   void flush();
-  std::string path_, tmp_;
+  // The file the bytes go to: the temporary one, or the device or pipe written in place.
+  const std::string& open_file() const { return tmp_.empty() ? path_ : tmp_; }
+  std::string path_, tmp_;  // tmp_ empty: path_ is written in place
   int fd_ = -1;
   std::string buffer_;
 };
@@ -46,8 +58,10 @@ void make_directories(const std::string& path);
 // Output paths checked before the work that fills them, so that no run ends by losing
 // what it made: a folder that exists and can be written in, or whose nearest existing
 // ancestor can (the writer makes the rest: make_directories); a file that is not a folder
-// and whose folder is such a folder (make_parent_directories). ConfigError naming `flag`
-// and the path otherwise.
+// and whose folder (after links) is such a folder (make_parent_directories), or a file
+// written in place that can be written. "Can be written in" is tried by making a file there, so that it
+// holds for root too (/proc, /sys, a read-only mount). ConfigError naming `flag` and the path
+// otherwise.
 void check_output_folder(const std::string& path, const std::string& flag);
 void check_output_file(const std::string& path, const std::string& flag);
 // As check_output_file, for an output that replaces only a file of its own kind: an existing
