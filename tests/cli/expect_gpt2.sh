@@ -7,7 +7,8 @@
 # weft serve's completions API gives the same text; 60 random texts tokenize as the
 # reference does; a weft model file beside a config.json still loads as weft's; folders that
 # are not GPT-2, or are broken, are refused in one line naming the problem; and weft train
-# --init-from fine-tunes one (it starts from the folder's parameters and lowers the loss).
+# --init-from fine-tunes one (it starts from the folder's parameters and lowers the loss),
+# one whose embedding is padded past its tokenizer too.
 # usage: expect_gpt2.sh WEFT
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
@@ -145,6 +146,15 @@ start, tuned = (json.loads(open(f).read().strip().splitlines()[-1])["val_loss"] 
 assert tuned < start - 0.1, f"validation loss {start:.3f} -> {tuned:.3f} after 40 steps"
 print(f"fine-tuning: validation loss {start:.3f} (imported) -> {tuned:.3f} after 40 steps")
 PY
+# A folder whose embedding has more rows than its tokenizer has tokens (padded, as Qwen 2's
+# are) fine-tunes (its loss over all the rows) and the saved model generates.
+python3 "$make_model" "$work/padded" --seed 4 --model-vocab 600 >/dev/null
+"$weft" train --model gpt --init-from "$work/padded" --context 32 --batch 8 --sample 8 --quiet --threads 1 --max-steps 3 \
+  --eval-every 3 --eval-batches 2 --save-model "$work/padded.safetensors" > "$work/padded.out"
+grep -q '"val_loss"' "$work/padded.out" || fail "fine-tuning the padded folder: $(cat "$work/padded.out")"
+"$weft" generate "$work/padded.safetensors" --prompt "$prompt" --max-tokens 8 --temperature 0 --json > "$work/padded.gen"
+grep -q '"completion_tokens":8' "$work/padded.gen" || fail "the fine-tuned padded model did not generate: $(cat "$work/padded.gen")"
+echo "a folder with 600 embedding rows for 557 tokens fine-tunes, and the saved model generates"
 for args in "--context 32 --d-model 64|--d-model excludes --init-from" \
             "--context 32 --tokenizer bpe|--tokenizer excludes --init-from" \
             "--context 65|--context 65 exceeds the 64 positions of"; do

@@ -167,7 +167,8 @@ LoadedModel load_model(const std::string& path) {
     } catch (const DataError& e) {
       throw CheckpointError(path + ": " + e.what());
     }
-    if (m.tokenizer->vocab_size() != m.language_model()->vocab())
+    // (A model may have more rows than its tokenizer has tokens: padded, as imported folders are.)
+    if (m.tokenizer->vocab_size() > m.language_model()->vocab())
       throw CheckpointError(path + ": the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
                             " tokens but the model's vocabulary is " + std::to_string(m.language_model()->vocab()));
   }

@@ -131,8 +131,11 @@ class LanguageModeling : public Task {
   }
 
   Var loss(Module& model, const parallel::StepBatch& batch) const override {
+    // Over the model's vocabulary: an imported model's may have more rows than its tokenizer
+    // has tokens (padded, as Qwen 2's and GPT-2 folders cut to a multiple are).
+    const Var logits = model.forward(Var(batch.inputs));
     const std::int64_t N = batch.inputs.size(0) * batch.inputs.size(1);
-    return cross_entropy(reshape(model.forward(Var(batch.inputs)), {N, tokenizer_->vocab_size()}), batch.targets);
+    return cross_entropy(reshape(logits, {N, logits.value().size(-1)}), batch.targets);
   }
 
   // The mean loss over the fixed windows (every rank computes all of them).
