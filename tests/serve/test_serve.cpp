@@ -500,6 +500,27 @@ TEST(Generation, OneAtATimeWithAndWithoutTheCacheGivesTheSameTokens) {
   }
 }
 
+// weft train's closing sample through the decoder: within the context, greedy and sampled at
+// temperature 0.9 from the same seed, the tokens LanguageModel::generate (the forward over the
+// window at every token) picks; an LSTM (a window decoder) the same; no tokens asked, the prompt.
+TEST(Generation, ContinuedTokensAreTheModelsOwnGeneration) {
+  Rng init(12);
+  GPT gpt(small_gpt(), init);
+  RecurrentLM lstm(RecurrentConfig{static_cast<std::int64_t>(kAlphabet.size()), 24, 16, 1, "lstm"}, init);
+  const std::vector<std::int32_t> prompt = {7, 4, 11, 11, 14};
+  for (LanguageModel* model : std::vector<LanguageModel*>{&gpt, &lstm}) {
+    for (double temperature : {0.0, 0.9}) {
+      Rng a(5), b(5);
+      const std::vector<std::int32_t> want = model->generate(prompt, 19, temperature, 5, a);  // 24 tokens: the context
+      const std::vector<std::int32_t> got = continue_tokens(*model, prompt, 19, temperature, 5, b);
+      EXPECT_EQ(got, want) << model->describe() << " at temperature " << temperature;
+      EXPECT_EQ(got.size(), 24u);
+    }
+  }
+  Rng r(5);
+  EXPECT_EQ(continue_tokens(gpt, prompt, 0, 0.9, 0, r), prompt);
+}
+
 // Requests that arrive together and at different times, with different lengths and
 // settings, each get exactly what they get alone.
 TEST(LmBatcher, ContinuousBatchingGivesEachRequestWhatItGetsAlone) {

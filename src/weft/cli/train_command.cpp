@@ -8,6 +8,7 @@
 #include "weft/cli/yaml_config.h"
 #include "weft/comm/launcher.h"
 #include "weft/report/report.h"
+#include "weft/serve/generation.h"
 #include "weft/train/train_flags.h"
 #include "weft/train/loop.h"
 #include "weft/train/timeline.h"
@@ -48,6 +49,7 @@ void add_train_command(CLI::App& app, Action& action) {
       if (!o.report.empty() && o.metrics.empty() && o.checkpoint_dir.empty())
         o.metrics = std::filesystem::path(o.report).replace_extension(".metrics.jsonl").string();
       if (!o.report.empty()) report::check_page_path(o.report, "--report");  // before the work
+      o.continue_tokens = serve::continue_tokens;  // the closing sample through the key-value cache
       TrainSummary s = train(o, stdout);
       if (s.rank != 0) return 0;
       fmt::print("{}\n", s.to_json());

@@ -138,4 +138,22 @@ GenerationResult generate(Decoder& decoder, const Tokenizer& tokenizer, const st
   return {g.text(), g.finish_reason(), g.completion(), g.prompt_tokens(), std::move(kept)};
 }
 
+std::vector<std::int32_t> continue_tokens(LanguageModel& model, std::vector<std::int32_t> prompt, std::int64_t count,
+                                          double temperature, std::int64_t top_k, Rng& rng) {
+  if (prompt.empty()) prompt.push_back(0);  // (as LanguageModel::generate starts)
+  if (count <= 0) return prompt;
+  const std::unique_ptr<Decoder> decoder = make_decoder(model);
+  const std::unique_ptr<SequenceState> state = decoder->start();
+  std::vector<std::int32_t> feed = prompt;
+  std::vector<double> row(static_cast<std::size_t>(decoder->vocab()));
+  for (std::int64_t n = 0; n < count; ++n) {
+    const Tensor logits = decoder->extend({state.get()}, {feed});
+    const float* p = logits.data<float>();
+    std::copy(p, p + decoder->vocab(), row.begin());
+    prompt.push_back(sample_token(row, temperature, top_k, rng));
+    feed = {prompt.back()};
+  }
+  return prompt;
+}
+
 }  // namespace weft::serve

@@ -164,7 +164,8 @@ class LanguageModeling : public Task {
     if (o_.sample <= 0) return;
     auto& lm = dynamic_cast<LanguageModel&>(model);
     const std::vector<std::int32_t> prompt = tokenizer_->encode(o_.prompt);
-    auto ids = lm.generate(prompt, o_.sample, o_.temperature, o_.top_k, rng);
+    auto ids = o_.continue_tokens ? o_.continue_tokens(lm, prompt, o_.sample, o_.temperature, o_.top_k, rng)
+                                  : lm.generate(prompt, o_.sample, o_.temperature, o_.top_k, rng);
     // Byte tokens (char, or BPE's byte fallback) can stop inside a character: what is shown
     // is valid UTF-8, with U+FFFD for any broken sequence.
     const std::string sample = valid_utf8(

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "weft/nn/language_model.h"
 #include "weft/nn/transformer.h"
 #include "weft/optim/schedule.h"
 #include "weft/parallel/job.h"
@@ -142,6 +144,13 @@ struct TrainOptions {
   std::string report;                  // an HTML report of the run, written by rank 0 at the end
   bool quiet = false;
   bool profile = false;                // print where the steps' time went, by kind of work
+  // How the closing sample continues its prompt (the prompt and `count` tokens, from the
+  // trained model): the command line gives serve's decoding through the key-value cache
+  // (serve::continue_tokens, a layer this one does not link); unset,
+  // LanguageModel::generate.
+  std::function<std::vector<std::int32_t>(LanguageModel&, std::vector<std::int32_t> prompt, std::int64_t count,
+                                          double temperature, std::int64_t top_k, Rng&)>
+      continue_tokens;
 
   // Parallelism (dp 0: every rank of the job), and the federated clients' data.
   parallel::ParallelOptions parallel;
