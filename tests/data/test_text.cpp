@@ -62,6 +62,25 @@ TEST(Corpus, MissingOrEmptyIsADataError) {
   EXPECT_THROW(load_corpus(dir / "blank"), DataError);
 }
 
+// A binary file (a NUL byte: a program or an archive left in the folder) is refused, naming
+// the file and the byte's offset, not trained on as characters; the index files skipped
+// still are (fortune's *.dat hold NULs).
+TEST(Corpus, AFileWithANulByteIsNotText) {
+  TempDir dir;
+  write_file_atomic(dir / "a", "one\n");
+  write_file_atomic(dir / "a.dat", std::string("\0\0\x02", 3));
+  EXPECT_EQ(load_corpus(dir.path()), "one\n\n");
+  write_file_atomic(dir / "prog", std::string("\x7f" "ELF\x02\x01\x01\0rest", 12));
+  for (const std::string& path : {dir.path(), dir / "prog"}) {
+    try {
+      load_corpus(path);
+      FAIL() << path << " was read as text";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find(dir / "prog" + ": not text (a NUL byte at offset 7)"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // SentencePiece BPE: text comes back as written (no normalization), bytes the corpus never
 // had still encode (byte fallback), the vocabulary round-trips through its base64 text, and
 // a file that is not a model is refused by name.

@@ -44,6 +44,11 @@ std::string load_corpus(const std::string& path_in) {
   text.reserve(total);
   for (const auto& f : files) {
     const std::string raw = read_file(f);
+    // Text has no NUL byte; a binary file (a program, an archive, an index) trained on as
+    // characters is a silent wrong result.
+    if (const std::size_t nul = raw.find('\0'); nul != std::string::npos)
+      throw DataError(f + ": not text (a NUL byte at offset " + std::to_string(nul) + "): a corpus is text files" +
+                      (files.size() > 1 ? ", remove it from the folder" : ""));
     std::size_t at = 0;
     while (at <= raw.size()) {
       const std::size_t nl = raw.find('\n', at);

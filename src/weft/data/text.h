@@ -16,7 +16,8 @@ inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
 // "fortunes" means the Debian package's folder. A folder contributes every regular file in it
 // (sorted by name) except fortune's index files (*.dat) and UTF-8 duplicates (*.u8); lines
 // that are only "%" (fortune separators) become blank lines. Throws DataError naming the
-// path when it is missing, unreadable or empty.
+// path when it is missing, unreadable or empty, and naming a file that holds a NUL byte (not
+// text: a program or an archive left in the folder) with the byte's offset.
 std::string load_corpus(const std::string& path);
 
 class Tokenizer {
