@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "weft/comm/process.h"
 #include "weft/util/env.h"
 #include "weft/util/error.h"
+#include "weft/util/file.h"
 #include "weft/util/parse.h"
 #include "weft/util/size.h"
 
@@ -193,6 +195,14 @@ void add_launch_command(CLI::App& app, Action& action) {
       }
       if (!f->redirects_text.empty()) f->redirects = parse_streams(f->redirects_text, f->nproc_per_node, "--redirects");
       if (!f->tee_text.empty()) f->tee = parse_streams(f->tee_text, f->nproc_per_node, "--tee");
+      const auto any = [](const std::vector<int>& codes) {
+        return std::any_of(codes.begin(), codes.end(), [](int c) { return c != 0; });
+      };
+      if (cmd->count("--log-dir") > 0) {
+        if (!any(f->redirects) && !any(f->tee))
+          throw ConfigError("--log-dir holds the files --redirects and --tee write: give one of them (a stream code other than 0)");
+        check_output_folder(f->log_dir, "--log-dir");  // before a rank starts
+      }
       f->prefix = !f->no_prefix;
       if (f->no_python) {
         if (f->module) throw ConfigError("--module runs python3 -m: it cannot go with --no-python");
