@@ -178,6 +178,7 @@ struct GenerateConfig {
     return g;
   }();
   bool no_cache = false, json = false, chat = false;
+  std::vector<std::string> given;  // the flags on the command line
 };
 
 // weft generate's flags.
@@ -194,12 +195,24 @@ const FlagTable<GenerateConfig>& generate_flags() {
     text(F("--system", AT(system), "--chat: a system message before it"));
     text(F("--max-tokens", AT(options.max_tokens), "tokens to generate").in(0, 1 << 20));
     text(F("--stop", AT(options.stop), "stop before this text (repeatable)"));
+    // Greedy decoding (--temperature 0) draws nothing: the sampler's flags shape only sampling.
+    const auto sampled = [](const Options& o) { return o.options.sampling.temperature > 0; };
+    const auto greedy = [](const Options&) { return std::string("--temperature 0 (greedy)"); };
+    const auto sampler = [&](F f) { return std::move(f).only_for(sampled, "sampling (--temperature above 0)", greedy); };
     sampling(F("--temperature", AT(options.sampling.temperature), "0: greedy").at_least(0));
-    sampling(F("--top-k", AT(options.sampling.top_k), "sample among the k most likely tokens (0: all)").at_least(0));
-    sampling(F("--top-p", AT(options.sampling.top_p), "sample among the most likely tokens whose probability reaches p")
-                      .in(1e-9, 1));
-    sampling(F("--seed", AT(options.sampling.seed), "the sampler's seed"));
-    out(F("--no-cache", AT(no_cache), "recompute the whole window for every token (no key-value cache)"));
+    sampling(sampler(F("--top-k", AT(options.sampling.top_k), "sample among the k most likely tokens (0: all)").at_least(0)));
+    sampling(sampler(F("--top-p", AT(options.sampling.top_p), "sample among the most likely tokens whose probability reaches p")
+                      .in(1e-9, 1)));
+    sampling(sampler(F("--seed", AT(options.sampling.seed), "the sampler's seed")));
+    // The model's own forward: float32 weights in this process (the cache's decoder packs
+    // and splits them).
+    out(F("--no-cache", AT(no_cache), "recompute the whole window for every token (no key-value cache)")
+            .only_for([](const Options& o) { return o.quantize == "fp32" && o.tp == 1 && o.pp == 1; },
+                      "float32 weights in one process (--no-cache runs the model's own forward)",
+                      [](const Options& o) {
+                        return o.quantize != "fp32" ? "--quantize " + o.quantize
+                                                    : o.tp > 1 ? "--tp " + std::to_string(o.tp) : "--pp " + std::to_string(o.pp);
+                      }));
     out(F("--json", AT(json), "print JSON (the tokens, the finish reason)"));
     out(F("--logits", AT(logits), "write the logits each token was chosen from to this file (float32, [tokens][vocab])"));
     return t;
@@ -210,6 +223,7 @@ const FlagTable<GenerateConfig>& generate_flags() {
 #undef AT
 
 int run_generate(GenerateConfig c) {
+  check_flags_apply(generate_flags(), c.given, c);
   set_pool_pause(serve::kDecodingPoolPause);
   serve::LoadedModel m = serve::load_model(c.model);
   LanguageModel* lm = m.language_model();
@@ -292,7 +306,10 @@ void add_generate_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("generate", "continue a prompt with a saved language model");
   add_model_argument(cmd, c->model);
   add_flags(cmd, generate_flags(), *c);
-  cmd->callback([c, &action] { action = [c] { return run_generate(*c); }; });
+  cmd->callback([c, cmd, &action] {
+    c->given = given_options(*cmd);
+    action = [c] { return run_generate(*c); };
+  });
 }
 
 void add_export_command(CLI::App& app, Action& action) {
