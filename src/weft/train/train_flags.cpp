@@ -61,6 +61,12 @@ const Scope kTensorParallel{[](const Options& o) { return o.parallel.mesh.tp > 1
                             [](const Options& o) { return fmt::format("--tp {}", o.parallel.mesh.tp); }};
 const Scope kSampling{sampling, "a language model's sample at the end (--sample N, N > 0)",
                       [](const Options& o) { return text(o) ? fmt::format("--sample {}", o.sample) : model_of(o); }};
+// The sample drawn, not greedy: --top-k shapes the draw (at --temperature 0 nothing is drawn).
+const Scope kDrawnSample{[](const Options& o) { return sampling(o) && o.temperature > 0; },
+                         "a sample drawn at --temperature above 0",
+                         [](const Options& o) {
+                           return kSampling.is(o) ? std::string("--temperature 0 (greedy)") : kSampling.run_has(o);
+                         }};
 const Scope kBpe{[](const Options& o) { return text(o) && o.tokenizer == "bpe"; }, "--tokenizer bpe",
                  [](const Options& o) { return text(o) ? "--tokenizer " + o.tokenizer : model_of(o); }};
 const Scope kCheckpoints{[](const Options& o) { return !o.checkpoint_dir.empty(); }, "--checkpoint-dir",
@@ -279,7 +285,7 @@ void add_language(FlagTable<Options>& t) {
   add(F("--eval-batches", AT(eval_batches), "batches in each validation").in(1, kMaxCount), kText);
   add(F("--sample", AT(sample), "tokens to generate at the end").in(0, kMaxCount), kText);
   add(F("--temperature", AT(temperature), "sampling temperature (0: greedy)").at_least(0), kSampling);
-  add(F("--top-k", AT(top_k), "sample among the k most likely tokens (0: all)").at_least(0), kSampling);
+  add(F("--top-k", AT(top_k), "sample among the k most likely tokens (0: all)").at_least(0), kDrawnSample);
   add(F("--prompt", AT(prompt), "what the sample continues").defaults("a new line"), kSampling);
 }
 
