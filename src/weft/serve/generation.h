@@ -122,8 +122,9 @@ GenerationResult generate(Decoder& decoder, const Tokenizer& tokenizer, const st
 // key-value cache, one row through the blocks per token), each drawn from the logits by
 // LanguageModel::generate's rule (sample_token, from `rng`); returns the prompt and the
 // continuation. LanguageModel::generate runs the forward over the whole window for every
-// token: for GPT-2 small 0.5 s a token on 2 cores. Past the context the window slides by half
-// (slide_window), not by one token. weft train's closing sample.
+// token (at GPT-2 small's size 100 tokens took 37 s on 2 cores, 5 s through the cache:
+// bench/README.md). Past the context the window slides by half (slide_window), not by one
+// token. weft train's closing sample.
 std::vector<std::int32_t> continue_tokens(LanguageModel& model, std::vector<std::int32_t> prompt, std::int64_t count,
                                           double temperature, std::int64_t top_k, Rng& rng);
 

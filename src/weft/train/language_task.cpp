@@ -132,7 +132,7 @@ class LanguageModeling : public Task {
 
   Var loss(Module& model, const parallel::StepBatch& batch) const override {
     // Over the model's vocabulary: an imported model's may have more rows than its tokenizer
-    // has tokens (padded, as Qwen 2's and GPT-2 folders cut to a multiple are).
+    // has tokens (padded to a round number, as Qwen 2's are).
     const Var logits = model.forward(Var(batch.inputs));
     const std::int64_t N = batch.inputs.size(0) * batch.inputs.size(1);
     return cross_entropy(reshape(logits, {N, logits.value().size(-1)}), batch.targets);
