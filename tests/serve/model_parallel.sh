@@ -34,13 +34,14 @@ sys.exit(0 if diff <= 1e-5 else 1)
 PY
 }
 generated() {  # TEMPERATURE [LAUNCH FLAGS...]: the tokens of 50 (past the context of 32)
-  local t=$1
+  local t=$1 seed=()
   shift
+  [ "$t" = 0 ] || seed=(--seed 9)  # (greedy draws nothing: a seed is refused there)
   if [ $# -eq 0 ]; then
-    "$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature "$t" --seed 9 --json
+    "$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature "$t" "${seed[@]}" --json
   else
     "$weft" launch --nproc-per-node "$2" -- weft generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 \
-      --temperature "$t" --seed 9 --json "$@" | grep '^\[0\] {' | sed 's/^\[0\] //'
+      --temperature "$t" "${seed[@]}" --json "$@" | grep '^\[0\] {' | sed 's/^\[0\] //'
   fi | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'
 }
 greedy=$(generated 0)
