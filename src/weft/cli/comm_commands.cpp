@@ -1,6 +1,5 @@
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -195,11 +194,8 @@ void add_launch_command(CLI::App& app, Action& action) {
       }
       if (!f->redirects_text.empty()) f->redirects = parse_streams(f->redirects_text, f->nproc_per_node, "--redirects");
       if (!f->tee_text.empty()) f->tee = parse_streams(f->tee_text, f->nproc_per_node, "--tee");
-      const auto any = [](const std::vector<int>& codes) {
-        return std::any_of(codes.begin(), codes.end(), [](int c) { return c != 0; });
-      };
       if (cmd->count("--log-dir") > 0) {
-        if (!any(f->redirects) && !any(f->tee))
+        if (!comm::writes_rank_logs(*f))
           throw ConfigError("--log-dir holds the files --redirects and --tee write: give one of them (a stream code other than 0)");
         check_output_folder(f->log_dir, "--log-dir");  // before a rank starts
       }

@@ -509,9 +509,7 @@ void validate(const LaunchConfig& c) {
 
 // Output sent to files without --log-dir goes to a new temporary folder, as under torchrun.
 LaunchConfig with_log_folder(LaunchConfig c) {
-  const bool logs = std::any_of(c.redirects.begin(), c.redirects.end(), [](int v) { return v != 0; }) ||
-                    std::any_of(c.tee.begin(), c.tee.end(), [](int v) { return v != 0; });
-  if (logs && c.log_dir.empty()) {
+  if (writes_rank_logs(c) && c.log_dir.empty()) {
     std::string tmpl = (std::filesystem::temp_directory_path() / "weft-launch-XXXXXX").string();
     if (!::mkdtemp(tmpl.data())) throw Error(std::string("cannot create a log folder: ") + std::strerror(errno));
     c.log_dir = tmpl;
@@ -521,6 +519,11 @@ LaunchConfig with_log_folder(LaunchConfig c) {
 }
 
 }  // namespace
+
+bool writes_rank_logs(const LaunchConfig& c) {
+  const auto any = [](const std::vector<int>& codes) { return std::any_of(codes.begin(), codes.end(), [](int v) { return v != 0; }); };
+  return any(c.redirects) || any(c.tee);
+}
 
 int launch(const LaunchConfig& config) {
   validate(config);

@@ -69,5 +69,7 @@ struct LaunchConfig {
 
 // Validates (throws ConfigError), runs, and returns the exit code for the launcher.
 int launch(const LaunchConfig& config);
+// True when some local rank sends a stream to files (--redirects or --tee), under log_dir.
+bool writes_rank_logs(const LaunchConfig& config);
 
 }  // namespace weft::comm
