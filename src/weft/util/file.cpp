@@ -215,8 +215,7 @@ void check_output_file(const std::string& path, const std::string& flag) {
 void check_replaceable_file(const std::string& path, const std::string& flag, const std::string& kind,
                             bool (*is_kind)(std::string_view head)) {
   check_output_file(path, flag);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;  // new, or a device or pipe (/dev/stdout)
+  if (!file_exists(path) || written_in_place(link_target(path))) return;  // new, or not replaced (/dev/stdout)
   std::ifstream in(path, std::ios::binary);
   std::string head(4096, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));

@@ -59,15 +59,15 @@ void make_directories(const std::string& path);
 // what it made: a folder that exists and can be written in, or whose nearest existing
 // ancestor can (the writer makes the rest: make_directories); a file that is not a folder
 // and whose folder (after links) is such a folder (make_parent_directories), or a file
-// written in place that can be written. "Can be written in" is tried by making a file there, so that it
-// holds for root too (/proc, /sys, a read-only mount). ConfigError naming `flag` and the path
-// otherwise.
+// written in place that can be written. "Can be written in" is tried by making a file
+// there, so that it holds for root too (/proc, /sys, a read-only mount). ConfigError naming
+// `flag` and the path otherwise.
 void check_output_folder(const std::string& path, const std::string& flag);
 void check_output_file(const std::string& path, const std::string& flag);
 // As check_output_file, for an output that replaces only a file of its own kind: an existing
-// non-empty regular file (not a device or a pipe) whose first 4 KiB `is_kind` does not accept is refused ("--metrics m.bin
-// exists and is not a metrics file: nothing is overwritten"), so that no output takes the
-// place of an input or another saved file.
+// non-empty file that would be replaced (not one written in place) whose first 4 KiB
+// `is_kind` does not accept is refused ("--metrics m.bin exists and is not a metrics file:
+// nothing is overwritten"), so that no output takes the place of an input or a saved file.
 void check_replaceable_file(const std::string& path, const std::string& flag, const std::string& kind,
                             bool (*is_kind)(std::string_view head));
 void make_parent_directories(const std::string& path);
