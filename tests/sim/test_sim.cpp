@@ -301,6 +301,8 @@ TEST(SimWorkload, CollectivesExpandThroughTheAlgoSchedules) {
   EXPECT_NE(error_of("allreduce:ring:1MB@0-99").find("out of range"), std::string::npos);
   EXPECT_NE(error_of("incast:20:1MB").find("needs 21 GPUs"), std::string::npos);
   EXPECT_NE(error_of("flow:0:0:1MB").find("two different GPUs"), std::string::npos);
+  EXPECT_EQ(error_of("allreduce:ring:1B"), "collective allreduce: 1 byte is not a whole number of 4-byte f32 elements");
+  EXPECT_EQ(error_of("allgather:ring:6"), "collective allgather: 6 bytes is not a whole number of 4-byte f32 elements");
   EXPECT_NE(error_of("gibberish").find("expected"), std::string::npos);
   EXPECT_NE(error_of("missing.yaml").find("does not exist"), std::string::npos);
 }

@@ -189,7 +189,9 @@ void add_collective(Workload& w, const std::string& collective, const std::strin
   algo::Collective c = algo::parse_collective(collective);
   int world = static_cast<int>(gpus.size());
   if (world < 1) throw ConfigError("collective " + collective + ": no GPUs");
-  if (bytes % 4 != 0) throw ConfigError("collective size " + std::to_string(bytes) + " bytes is not a whole number of f32 elements");
+  if (bytes % 4 != 0)
+    throw ConfigError("collective " + collective + ": " + std::to_string(bytes) + (bytes == 1 ? " byte" : " bytes") +
+                      " is not a whole number of 4-byte f32 elements");
   std::int64_t n = c == algo::Collective::kBarrier ? 0 : bytes / 4;
   const CollectiveChoice choice = choose(c, algorithm_spec, bytes, topology, gpus);
   const std::string name = choice.name(c);
