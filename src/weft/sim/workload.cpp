@@ -313,6 +313,8 @@ Workload load_workload(const std::string& spec, const Topology& t, std::uint64_t
   if (channels_per_nic < 1) throw ConfigError("channels per NIC must be at least 1, got " + std::to_string(channels_per_nic));
   Workload w = load_unchecked(spec, t, seed, channels_per_nic);
   check_messages_match(w);
+  // The steps grew by doubling: give back the slack before the run's own arrays are made.
+  for (Agent& a : w.agents) a.steps.shrink_to_fit();
   return w;
 }
 
