@@ -230,7 +230,10 @@ TEST(PlanSweep, RanksFittingLayoutsFastestFirst) {
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include "weft/algo/registry.h"
+#include "weft/algo/trace_files.h"
 #include "weft/plan/report.h"
 #include "weft/plan/workload.h"
 
@@ -315,6 +318,60 @@ TEST(EmitWorkload, OneIterationAsTracesWithTheEstimatesBytes) {
   PlanInput no_batch = in;
   no_batch.global_batch = 0;
   EXPECT_THROW(emit_workload(make_plan(no_batch), dir), weft::ConfigError);
+}
+
+// A folder with an earlier workload's traces of more ranks is refused before anything is
+// written (the replay would mix the two); the same or more ranks replace them.
+TEST(EmitWorkload, AFolderWithTracesOfMoreRanksIsRefusedUntouched) {
+  auto plan_of = [](int dp) {
+    PlanInput in;
+    in.model = preset("gpt2-124m");
+    in.layout.dp = dp;
+    in.global_batch = 8;
+    return make_plan(in);
+  };
+  const std::string dir = ::testing::TempDir() + "/weft_emit_stale";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/notes.txt") << "kept\n";
+  EXPECT_EQ(emit_workload(plan_of(8), dir).ranks, 8);
+  auto bytes_of = [&](int rank) {
+    std::ifstream f(dir + "/" + weft::algo::trace_file_name(rank), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string rank0 = bytes_of(0);
+  std::string message;
+  try {
+    emit_workload(plan_of(4), dir);
+  } catch (const ConfigError& e) {
+    message = e.what();
+  }
+  EXPECT_EQ(message, "--emit-workload: " + dir + " already holds 4 trace files (rank-4.jsonl to rank-7.jsonl) of another "
+                     "workload, past this plan's 4 ranks; the replay would mix the two: remove them or choose another folder");
+  EXPECT_EQ(bytes_of(0), rank0);  // nothing written
+  EXPECT_THROW(check_emit_folder(dir, 7), ConfigError);
+  EXPECT_NO_THROW(check_emit_folder(dir, 8));
+  EXPECT_EQ(emit_workload(plan_of(8), dir).ranks, 8);
+  EXPECT_EQ(emit_workload(plan_of(16), dir).ranks, 16);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/notes.txt"));
+  std::filesystem::remove_all(dir);
+  std::ofstream(dir) << "a file\n";
+  EXPECT_THROW(check_emit_folder(dir, 1), ConfigError);
+  std::filesystem::remove(dir);
+}
+
+TEST(TraceFiles, NamesAndTheirRanks) {
+  EXPECT_EQ(weft::algo::trace_file_name(12), "rank-12.jsonl");
+  EXPECT_EQ(weft::algo::trace_file_rank("rank-12.jsonl"), 12);
+  EXPECT_EQ(weft::algo::trace_file_rank("rank-0.jsonl"), 0);
+  EXPECT_EQ(weft::algo::trace_file_rank("rank-16777216.jsonl"), 1 << 24);
+  EXPECT_EQ(weft::algo::trace_file_rank("rank-16777217.jsonl"), -1);
+  EXPECT_EQ(weft::algo::trace_file_rank("rank-x.jsonl"), -1);
+  EXPECT_EQ(weft::algo::trace_file_rank("rank--1.jsonl"), -1);
+  EXPECT_EQ(weft::algo::trace_file_rank("rank-.jsonl"), std::nullopt);
+  EXPECT_EQ(weft::algo::trace_file_rank("rank-1.json"), std::nullopt);
+  EXPECT_EQ(weft::algo::trace_file_rank("notes.txt"), std::nullopt);
+  EXPECT_EQ(weft::algo::trace_file_rank("xrank-1.jsonl"), std::nullopt);
 }
 
 // ZeRO 3: each layer's compute waits for its gathered weights (a mark waiting for stream 1's

@@ -337,6 +337,7 @@ int run_plan(const PlanFlags& f) {
     if (f.sweep) throw ConfigError("--emit-workload writes one plan's iteration, not a sweep's");
     if (f.params > 0) throw ConfigError("--emit-workload needs a transformer model (a preset or dimensions), not --params");
     if (global_batch < 1) throw ConfigError("--emit-workload needs --global-batch (sequences per iteration)");
+    plan::check_emit_folder(f.emit_workload, in.layout.gpus());
   }
   const plan::EmitOrder emit_order = plan::parse_emit_order(f.emit_schedule);
   if (f.emit_workload.empty() && emit_order != plan::parse_emit_order("1f1b"))

@@ -1,6 +1,7 @@
 #include "weft/comm/trace.h"
 
 #include "weft/algo/collective_facts.h"
+#include "weft/algo/trace_files.h"
 
 #include <chrono>
 #include <fstream>
@@ -16,7 +17,7 @@ std::int64_t now_us() {
       .count();
 }
 
-Tracer::Tracer(const std::string& dir, int global_rank) : path_(dir + "/rank-" + std::to_string(global_rank) + ".jsonl") {
+Tracer::Tracer(const std::string& dir, int global_rank) : path_(dir + "/" + algo::trace_file_name(global_rank)) {
   make_directories(dir);
   std::ofstream f(path_, std::ios::trunc);
   if (!f) throw ConfigError("WEFT_TRACE: cannot write " + path_);

@@ -1,14 +1,18 @@
 #include "weft/plan/workload.h"
 
+#include <dirent.h>
+
 #include <cmath>
 #include <cstdio>
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "weft/algo/collective_facts.h"
 #include "weft/algo/registry.h"
+#include "weft/algo/trace_files.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
@@ -132,6 +136,27 @@ std::vector<StagePass> stage_passes(EmitOrder order, int stages, int stage, std:
   return out;
 }
 
+void check_emit_folder(const std::string& dir, int world) {
+  check_output_folder(dir, "--emit-workload");
+  std::unique_ptr<DIR, int (*)(DIR*)> folder(opendir(dir.c_str()), &closedir);
+  if (!folder) return;  // not there yet
+  int first = -1, last = -1, count = 0;
+  while (const dirent* e = readdir(folder.get())) {
+    const std::optional<int> rank = algo::trace_file_rank(e->d_name);
+    if (!rank || *rank < world) continue;
+    first = first < 0 ? *rank : std::min(first, *rank);
+    last = std::max(last, *rank);
+    ++count;
+  }
+  if (count == 0) return;
+  const std::string which = count == 1 ? algo::trace_file_name(first)
+                                       : std::to_string(count) + " trace files (" + algo::trace_file_name(first) + " to " +
+                                             algo::trace_file_name(last) + ")";
+  throw ConfigError("--emit-workload: " + dir + " already holds " + which + " of another workload, past this plan's " +
+                    std::to_string(world) + (world == 1 ? " rank" : " ranks") +
+                    "; the replay would mix the two: remove them or choose another folder");
+}
+
 EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, EmitOrder order) {
   const PlanInput& in = plan.input;
   if (in.parameters) throw ConfigError("--emit-workload needs a transformer model (a preset or dimensions), not --params");
@@ -187,13 +212,14 @@ EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, Em
     return std::pair{(static_cast<std::int64_t>(chunk) * pp + stage) * n, n};
   };
 
+  check_emit_folder(dir, world);
   make_directories(dir);
   EmittedWorkload out;
   out.ranks = world;
   for (int rank = 0; rank < world; ++rank) {
     const int tp_i = rank % tp, cp_i = rank / tp % cp, pp_i = rank / (tp * cp) % pp, dp_i = rank / (tp * cp * pp);
     auto rank_at = [&](int t, int x, int s, int d) { return t + tp * (x + cp * (s + pp * d)); };
-    const std::string path = dir + "/rank-" + std::to_string(rank) + ".jsonl";
+    const std::string path = dir + "/" + algo::trace_file_name(rank);
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "w"), &std::fclose);
     if (!file) throw ConfigError("--emit-workload: cannot write " + path);
     Writer w, data;

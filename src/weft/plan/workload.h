@@ -43,5 +43,11 @@ std::vector<StagePass> stage_passes(EmitOrder order, int stages, int stage, std:
 EmitOrder parse_emit_order(const std::string& s);  // 1f1b | gpipe; throws ConfigError
 EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir,
                               EmitOrder order = EmitOrder::kOneForwardOneBackward);
+// The folder checked as an output (util/file.h: check_output_folder), and a folder holding
+// the traces of ranks past `world` (an earlier emission or run of more ranks), which would
+// be replayed as a mix of the two workloads, refused: throws ConfigError naming them,
+// before anything is written (emit_workload checks it first too), so nothing of the earlier
+// traces is lost either. Traces of ranks below `world` are replaced.
+void check_emit_folder(const std::string& dir, int world);
 
 }  // namespace weft::plan

@@ -15,11 +15,11 @@
 
 #include "weft/algo/collective_facts.h"
 #include "weft/algo/registry.h"
+#include "weft/algo/trace_files.h"
 #include "weft/sim/config.h"
 #include "weft/sim/workload_build.h"
 #include "weft/util/error.h"
 #include "weft/util/json_integer.h"
-#include "weft/util/parse.h"
 
 namespace weft::sim {
 
@@ -183,10 +183,9 @@ void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps
   if (!d) throw ConfigError("trace folder " + dir + " cannot be opened");
   while (dirent* e = readdir(d)) {
     std::string name = e->d_name;
-    if (name.rfind("rank-", 0) == 0 && name.size() > 11 && name.substr(name.size() - 6) == ".jsonl") {
-      const auto rank = parse_integer(std::string_view(name).substr(5, name.size() - 11));
-      if (!rank || *rank < 0 || *rank > 1 << 24) throw ConfigError("trace folder " + dir + ": unexpected file name " + name);
-      files[static_cast<int>(*rank)] = dir + "/" + name;
+    if (const std::optional<int> rank = algo::trace_file_rank(name)) {
+      if (*rank < 0) throw ConfigError("trace folder " + dir + ": unexpected file name " + name);
+      files[*rank] = dir + "/" + name;
     }
   }
   folder.reset();

@@ -1,0 +1,23 @@
+// The files of a trace folder (docs/trace-format.md): one rank-<r>.jsonl per rank, written by
+// a real run's ranks (WEFT_TRACE, comm/trace.h) or by weft plan --emit-workload, read by
+// weft sim. The name's one definition for the writers and the reader.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace weft::algo {
+
+// The most ranks a trace folder names (2^24).
+inline constexpr int kMaxTraceRank = 1 << 24;
+
+// "rank-<rank>.jsonl".
+std::string trace_file_name(int rank);
+
+// What a file name in a trace folder is: std::nullopt for a name of another kind (not
+// rank-*.jsonl), the rank for rank-<r>.jsonl with r in [0, kMaxTraceRank], -1 for a
+// rank-*.jsonl whose middle is not such a number (the reader refuses it).
+std::optional<int> trace_file_rank(std::string_view name);
+
+}  // namespace weft::algo
