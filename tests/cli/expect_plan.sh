@@ -39,6 +39,21 @@ out=$("$weft" plan --emit-workload "$work/w" 2>/dev/null) && fail "--emit-worklo
 [ -z "$out" ] || fail "--emit-workload without --global-batch printed the plan first: $out"
 echo "--emit-workload without --global-batch: refused before printing"
 
+# A folder with an earlier plan's traces of more ranks: refused before printing, its traces
+# untouched; the same number of ranks replaces them.
+"$weft" plan --model gpt2-124m --gpus 8 --dp 8 --global-batch 8 --emit-workload "$work/w" >/dev/null
+sum=$(cat "$work"/w/rank-*.jsonl | md5sum)
+set +e
+out=$("$weft" plan --model gpt2-124m --gpus 4 --dp 4 --global-batch 8 --emit-workload "$work/w" 2>"$work/err")
+code=$?
+set -e
+[ "$code" -eq 2 ] && [ -z "$out" ] || fail "a folder with 8 ranks' traces, a plan of 4: exit $code, printed: $out"
+grep -qx "error: --emit-workload: $work/w already holds 4 trace files (rank-4.jsonl to rank-7.jsonl) of another workload, past this plan's 4 ranks; the replay would mix the two: remove them or choose another folder" "$work/err" \
+  || fail "the refusal: $(cat "$work/err")"
+[ "$(cat "$work"/w/rank-*.jsonl | md5sum)" = "$sum" ] || fail "the refused plan changed the traces"
+"$weft" plan --model gpt2-124m --gpus 8 --tp 2 --dp 4 --global-batch 8 --emit-workload "$work/w" >/dev/null
+echo "--emit-workload into a folder of more ranks' traces: refused before printing, traces untouched"
+
 # Exit codes: the flag parser's and the planner's checks both say "bad usage" (2).
 for args in "--gpus 0" "--zero 4" "--tp 7 --gpus 7" "--mfu 0.5 --tflops 100"; do
   set +e
