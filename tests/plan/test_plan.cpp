@@ -372,6 +372,17 @@ TEST(TraceFiles, NamesAndTheirRanks) {
   EXPECT_EQ(weft::algo::trace_file_rank("rank-1.json"), std::nullopt);
   EXPECT_EQ(weft::algo::trace_file_rank("notes.txt"), std::nullopt);
   EXPECT_EQ(weft::algo::trace_file_rank("xrank-1.jsonl"), std::nullopt);
+
+  const std::string dir = ::testing::TempDir() + "/weft_trace_folder";
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(weft::algo::list_trace_folder(dir), std::nullopt);
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"rank-3.jsonl", "rank-0.jsonl", "rank-x.jsonl", "notes.txt"}) std::ofstream(dir + "/" + name) << "\n";
+  const std::optional<weft::algo::TraceFolder> folder = weft::algo::list_trace_folder(dir);
+  ASSERT_TRUE(folder.has_value());
+  EXPECT_EQ(folder->files, (std::map<int, std::string>{{0, dir + "/rank-0.jsonl"}, {3, dir + "/rank-3.jsonl"}}));
+  EXPECT_EQ(folder->unexpected, std::vector<std::string>{"rank-x.jsonl"});
+  std::filesystem::remove_all(dir);
 }
 
 // ZeRO 3: each layer's compute waits for its gathered weights (a mark waiting for stream 1's

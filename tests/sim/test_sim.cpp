@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
@@ -305,6 +306,12 @@ TEST(SimWorkload, CollectivesExpandThroughTheAlgoSchedules) {
   EXPECT_EQ(error_of("allgather:ring:6"), "collective allgather: 6 bytes is not a whole number of 4-byte f32 elements");
   EXPECT_NE(error_of("gibberish").find("expected"), std::string::npos);
   EXPECT_NE(error_of("missing.yaml").find("does not exist"), std::string::npos);
+  const std::string traces = ::testing::TempDir() + "/weft_sim_bad_trace_name";
+  std::filesystem::create_directories(traces);
+  std::ofstream(traces + "/rank-0.jsonl") << "\n";
+  std::ofstream(traces + "/rank-one.jsonl") << "\n";
+  EXPECT_EQ(error_of(traces), "trace folder " + traces + ": unexpected file name rank-one.jsonl");
+  std::filesystem::remove_all(traces);
 }
 
 // --- validation against closed forms ---

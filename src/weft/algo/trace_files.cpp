@@ -1,5 +1,9 @@
 #include "weft/algo/trace_files.h"
 
+#include <dirent.h>
+
+#include <memory>
+
 #include "weft/util/parse.h"
 
 namespace weft::algo {
@@ -14,6 +18,20 @@ std::optional<int> trace_file_rank(std::string_view name) {
   const auto rank = parse_integer(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()));
   if (!rank || *rank < 0 || *rank > kMaxTraceRank) return -1;
   return static_cast<int>(*rank);
+}
+
+std::optional<TraceFolder> list_trace_folder(const std::string& dir) {
+  std::unique_ptr<DIR, int (*)(DIR*)> folder(opendir(dir.c_str()), &closedir);  // closed on every error too
+  if (!folder) return std::nullopt;
+  TraceFolder out;
+  while (const dirent* e = readdir(folder.get())) {
+    const std::string_view name = e->d_name;
+    if (const std::optional<int> rank = trace_file_rank(name)) {
+      if (*rank < 0) out.unexpected.emplace_back(name);
+      else out.files[*rank] = dir + "/" + std::string(name);
+    }
+  }
+  return out;
 }
 
 }  // namespace weft::algo

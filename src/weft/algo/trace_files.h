@@ -3,9 +3,11 @@
 // weft sim. The name's one definition for the writers and the reader.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace weft::algo {
 
@@ -19,5 +21,14 @@ std::string trace_file_name(int rank);
 // rank-*.jsonl), the rank for rank-<r>.jsonl with r in [0, kMaxTraceRank], -1 for a
 // rank-*.jsonl whose middle is not such a number (the reader refuses it).
 std::optional<int> trace_file_rank(std::string_view name);
+
+// A trace folder's rank files: each rank's path (DIR/rank-<r>.jsonl), and the rank-*.jsonl
+// names that give no rank (in the folder's order). std::nullopt when DIR cannot be opened
+// (absent, not a folder).
+struct TraceFolder {
+  std::map<int, std::string> files;
+  std::vector<std::string> unexpected;
+};
+std::optional<TraceFolder> list_trace_folder(const std::string& dir);
 
 }  // namespace weft::algo

@@ -1,10 +1,9 @@
 #include "weft/plan/workload.h"
 
-#include <dirent.h>
-
 #include <cmath>
 #include <cstdio>
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -138,17 +137,12 @@ std::vector<StagePass> stage_passes(EmitOrder order, int stages, int stage, std:
 
 void check_emit_folder(const std::string& dir, int world) {
   check_output_folder(dir, "--emit-workload");
-  std::unique_ptr<DIR, int (*)(DIR*)> folder(opendir(dir.c_str()), &closedir);
+  const std::optional<algo::TraceFolder> folder = algo::list_trace_folder(dir);
   if (!folder) return;  // not there yet
-  int first = -1, last = -1, count = 0;
-  while (const dirent* e = readdir(folder.get())) {
-    const std::optional<int> rank = algo::trace_file_rank(e->d_name);
-    if (!rank || *rank < world) continue;
-    first = first < 0 ? *rank : std::min(first, *rank);
-    last = std::max(last, *rank);
-    ++count;
-  }
+  const auto past = folder->files.lower_bound(world);
+  const auto count = std::distance(past, folder->files.end());
   if (count == 0) return;
+  const int first = past->first, last = folder->files.rbegin()->first;
   const std::string which = count == 1 ? algo::trace_file_name(first)
                                        : std::to_string(count) + " trace files (" + algo::trace_file_name(first) + " to " +
                                              algo::trace_file_name(last) + ")";

@@ -1,12 +1,10 @@
 // Workloads from a trace folder written by a real run (WEFT_TRACE; docs/trace-format.md).
-#include <dirent.h>
 #include <nlohmann/json.hpp>
 
 #include <climits>
 #include <fstream>
 #include <functional>
 #include <map>
-#include <memory>
 
 #include <algorithm>
 #include <numeric>
@@ -177,18 +175,11 @@ std::vector<int> trace_gpus(const std::map<int, std::string>& files, const std::
 }
 
 void add_trace(Workload& w, const std::string& dir, const Topology& t, bool gaps, const std::vector<int>& placement) {
-  std::map<int, std::string> files;
-  std::unique_ptr<DIR, int (*)(DIR*)> folder(opendir(dir.c_str()), &closedir);  // closed on every error too
-  DIR* d = folder.get();
-  if (!d) throw ConfigError("trace folder " + dir + " cannot be opened");
-  while (dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    if (const std::optional<int> rank = algo::trace_file_rank(name)) {
-      if (*rank < 0) throw ConfigError("trace folder " + dir + ": unexpected file name " + name);
-      files[*rank] = dir + "/" + name;
-    }
-  }
-  folder.reset();
+  std::optional<algo::TraceFolder> folder = algo::list_trace_folder(dir);
+  if (!folder) throw ConfigError("trace folder " + dir + " cannot be opened");
+  if (!folder->unexpected.empty())
+    throw ConfigError("trace folder " + dir + ": unexpected file name " + folder->unexpected.front());
+  const std::map<int, std::string> files = std::move(folder->files);
   if (files.empty() && add_chakra(w, dir, t, gaps, placement)) return;
   if (files.empty()) throw ConfigError("trace folder " + dir + " has no rank-<n>.jsonl files (or Chakra <name>.<rank>.et files)");
   const std::vector<int> gpus = trace_gpus(files, dir, t, placement);
