@@ -6,12 +6,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include "weft/serve/quantize.h"
 #include "weft/tensor/blas.h"
@@ -24,6 +27,8 @@
 #include "weft/tensor/xsmm.h"
 
 using namespace weft;
+
+extern "C" void omp_set_num_threads(int);
 
 namespace {
 
@@ -63,10 +68,41 @@ void row(const std::string& kind, const std::string& shape, const std::string& l
 
 }  // namespace
 
+// The int8 product's rate on all threads: oneDNN's u8 x s8 -> s32 matmul of 2048^3 (VNNI
+// where the processor has it), its own OpenMP team of `threads`, in giga-operations a second
+// (a multiply-add counted as 2, as for the float32 rate).
+double int8_peak(int threads) {
+  const dnnl::memory::dim big = 2048;
+  using Dt = dnnl::memory::data_type;
+  using Tag = dnnl::memory::format_tag;
+  omp_set_num_threads(threads);  // oneDNN sizes the primitive's team when it is made
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const dnnl::memory::desc a_md({big, big}, Dt::u8, Tag::ab), b_md({big, big}, Dt::s8, Tag::ab),
+      c_md({big, big}, Dt::s32, Tag::ab);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), engine);
+  const dnnl::matmul product(pd);
+  std::vector<std::uint8_t> a(static_cast<std::size_t>(big * big));
+  std::vector<std::int8_t> b(a.size());
+  std::vector<std::int32_t> c(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<std::uint8_t>(i * 7 % 251);
+    b[i] = static_cast<std::int8_t>(static_cast<int>(i * 13 % 255) - 127);
+  }
+  const dnnl::memory ma(a_md, engine, a.data()), mb(b_md, engine, b.data()), mc(c_md, engine, c.data());
+  const double seconds = seconds_per_call([&] {
+    product.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+    stream.wait();
+  });
+  omp_set_num_threads(1);
+  return 2.0 * big * big * big / seconds / 1e9;
+}
+
 // `kernel_bench peak`: the machine's measured GEMM peak on all threads, for the model
-// benchmarks' share of it (bench/model_step): the fastest 2048^3 float32 product of OpenBLAS
-// (its own threading) and weft's oneDNN and libxsmm choices ("PEAK_F32 <GFLOP/s>"), and of the
-// bf16 choices where the processor has bf16 instructions ("PEAK_BF16 <GFLOP/s>", else 0).
+// benchmarks' share of it (bench/model_step, bench/serve): the fastest 2048^3 float32 product
+// of OpenBLAS (its own threading) and weft's oneDNN and libxsmm choices ("PEAK_F32
+// <GFLOP/s>"), of the bf16 choices where the processor has bf16 instructions ("PEAK_BF16
+// <GFLOP/s>", else 0), and oneDNN's int8 product ("PEAK_INT8 <GOP/s>").
 int print_peaks() {
   Rng rng(1);
   const std::int64_t big = 2048;
@@ -89,7 +125,8 @@ int print_peaks() {
     (half ? bf16 : f32) = std::max(half ? bf16 : f32, rate);
   }
   use("");
-  std::printf("PEAK_F32 %.1f\nPEAK_BF16 %.1f\n", f32, bf16);
+  const double int8 = int8_peak(get_num_threads());
+  std::printf("PEAK_F32 %.1f\nPEAK_BF16 %.1f\nPEAK_INT8 %.1f\n", f32, bf16, int8);
   return 0;
 }
 
