@@ -13,6 +13,21 @@ WEFT_TRACE=$dir/traces "$weft" launch --nproc-per-node 4 -- \
 WEFT_TRACE=$dir/traces "$weft" launch --nproc-per-node 4 -- \
   "$weft" comm-bench --op allgather --algo ring --min 64K --max 64K --iters 1 --warmup 0 >/dev/null
 ls "$dir/traces"
+# A later job of fewer ranks into the same folder is refused before any rank writes (a
+# replay would mix its files with the 4-rank job's): one process, and 2 ranks under launch.
+before=$(md5sum "$dir"/traces/*)
+out=$(WEFT_TRACE=$dir/traces "$weft" comm-bench --op allreduce --max 4K --iters 1 2>&1) && code=0 || code=$?
+[ "$code" = 2 ] || { echo "a 1-rank run into the 4-rank folder: exit $code: $out"; exit 1; }
+grep -qx "error: WEFT_TRACE: $dir/traces already holds 3 trace files (rank-1.jsonl to rank-3.jsonl) of another run, past this job's 1 rank; a replay would mix the two: remove them or choose another folder" <<<"$out" \
+  || { echo "unexpected refusal: $out"; exit 1; }
+out=$(WEFT_TRACE=$dir/traces "$weft" launch --nproc-per-node 2 -- "$weft" comm-bench --max 4K --iters 1 2>&1) && code=0 || code=$?
+[ "$code" != 0 ] && grep -q "\[0\] error: WEFT_TRACE: .* already holds 2 trace files (rank-2.jsonl to rank-3.jsonl) of another run, past this job's 2 ranks" <<<"$out" \
+  || { echo "a 2-rank job into the 4-rank folder: exit $code: $out"; exit 1; }
+[ "$(md5sum "$dir"/traces/*)" = "$before" ] || { echo "the refused runs changed the traces"; exit 1; }
+# A restarted attempt's folder holds its own first attempt's ranks: not refused.
+cp -r "$dir/traces" "$dir/restarted"
+WEFT_RESTART_COUNT=1 WEFT_TRACE=$dir/restarted "$weft" comm-bench --op allreduce --max 4K --iters 1 >/dev/null \
+  || { echo "a restarted attempt's trace folder was refused"; exit 1; }
 "$weft" sim --topology "$src/examples/topologies/single-switch.yaml" --workload "$dir/traces" --out "$dir/out" --quiet
 python3 - "$dir" <<'PY'
 import json, sys, glob, csv

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 
+#include <iterator>
 #include <memory>
 
 #include "weft/util/parse.h"
@@ -32,6 +33,15 @@ std::optional<TraceFolder> list_trace_folder(const std::string& dir) {
     }
   }
   return out;
+}
+
+std::optional<std::string> trace_files_past(const TraceFolder& folder, int world) {
+  const auto past = folder.files.lower_bound(world);
+  const auto count = std::distance(past, folder.files.end());
+  if (count == 0) return std::nullopt;
+  const int first = past->first, last = folder.files.rbegin()->first;
+  if (count == 1) return trace_file_name(first);
+  return std::to_string(count) + " trace files (" + trace_file_name(first) + " to " + trace_file_name(last) + ")";
 }
 
 }  // namespace weft::algo

@@ -5,8 +5,11 @@
 
 #include <chrono>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "weft/util/env.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
@@ -15,6 +18,22 @@ namespace weft::comm {
 std::int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+void check_trace_folder(const std::string& dir, int world) {
+  const std::optional<algo::TraceFolder> folder = algo::list_trace_folder(dir);
+  if (!folder) return;  // not there yet
+  const std::optional<std::string> past = algo::trace_files_past(*folder, world);
+  if (!past) return;
+  throw ConfigError("WEFT_TRACE: " + dir + " already holds " + *past + " of another run, past this job's " +
+                    std::to_string(world) + (world == 1 ? " rank" : " ranks") +
+                    "; a replay would mix the two: remove them or choose another folder");
+}
+
+bool job_first_start() {
+  for (const char* name : {"WEFT_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
+    if (env_int_in(name, 0, std::numeric_limits<int>::max()).value_or(0) > 0) return false;
+  return true;
 }
 
 Tracer::Tracer(const std::string& dir, int global_rank) : path_(dir + "/" + algo::trace_file_name(global_rank)) {

@@ -139,14 +139,9 @@ void check_emit_folder(const std::string& dir, int world) {
   check_output_folder(dir, "--emit-workload");
   const std::optional<algo::TraceFolder> folder = algo::list_trace_folder(dir);
   if (!folder) return;  // not there yet
-  const auto past = folder->files.lower_bound(world);
-  const auto count = std::distance(past, folder->files.end());
-  if (count == 0) return;
-  const int first = past->first, last = folder->files.rbegin()->first;
-  const std::string which = count == 1 ? algo::trace_file_name(first)
-                                       : std::to_string(count) + " trace files (" + algo::trace_file_name(first) + " to " +
-                                             algo::trace_file_name(last) + ")";
-  throw ConfigError("--emit-workload: " + dir + " already holds " + which + " of another workload, past this plan's " +
+  const std::optional<std::string> past = algo::trace_files_past(*folder, world);
+  if (!past) return;
+  throw ConfigError("--emit-workload: " + dir + " already holds " + *past + " of another workload, past this plan's " +
                     std::to_string(world) + (world == 1 ? " rank" : " ranks") +
                     "; the replay would mix the two: remove them or choose another folder");
 }
