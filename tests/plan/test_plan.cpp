@@ -382,7 +382,12 @@ TEST(TraceFiles, NamesAndTheirRanks) {
   ASSERT_TRUE(folder.has_value());
   EXPECT_EQ(folder->files, (std::map<int, std::string>{{0, dir + "/rank-0.jsonl"}, {3, dir + "/rank-3.jsonl"}}));
   EXPECT_EQ(folder->unexpected, std::vector<std::string>{"rank-x.jsonl"});
+  // The files past a job of N ranks, named for a message.
+  EXPECT_EQ(weft::algo::trace_files_past(dir, 1), "rank-3.jsonl");
+  EXPECT_EQ(weft::algo::trace_files_past(dir, 0), "2 trace files (rank-0.jsonl to rank-3.jsonl)");
+  EXPECT_EQ(weft::algo::trace_files_past(dir, 4), std::nullopt);
   std::filesystem::remove_all(dir);
+  EXPECT_EQ(weft::algo::trace_files_past(dir, 1), std::nullopt);
 }
 
 // ZeRO 3: each layer's compute waits for its gathered weights (a mark waiting for stream 1's

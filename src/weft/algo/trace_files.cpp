@@ -35,11 +35,13 @@ std::optional<TraceFolder> list_trace_folder(const std::string& dir) {
   return out;
 }
 
-std::optional<std::string> trace_files_past(const TraceFolder& folder, int world) {
-  const auto past = folder.files.lower_bound(world);
-  const auto count = std::distance(past, folder.files.end());
+std::optional<std::string> trace_files_past(const std::string& dir, int world) {
+  const std::optional<TraceFolder> folder = list_trace_folder(dir);
+  if (!folder) return std::nullopt;  // not there yet
+  const auto past = folder->files.lower_bound(world);
+  const auto count = std::distance(past, folder->files.end());
   if (count == 0) return std::nullopt;
-  const int first = past->first, last = folder.files.rbegin()->first;
+  const int first = past->first, last = folder->files.rbegin()->first;
   if (count == 1) return trace_file_name(first);
   return std::to_string(count) + " trace files (" + trace_file_name(first) + " to " + trace_file_name(last) + ")";
 }

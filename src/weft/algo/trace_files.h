@@ -31,9 +31,10 @@ struct TraceFolder {
 };
 std::optional<TraceFolder> list_trace_folder(const std::string& dir);
 
-// The rank files of `folder` past a job of `world` ranks (rank >= world: another job's, which
-// a replay of the folder would mix with this one's), named for a message: "rank-4.jsonl", or
-// "4 trace files (rank-4.jsonl to rank-7.jsonl)"; std::nullopt when there are none.
-std::optional<std::string> trace_files_past(const TraceFolder& folder, int world);
+// The rank files of folder `dir` past a job of `world` ranks (rank >= world: another job's,
+// which a replay of the folder would mix with this one's), named for a message:
+// "rank-4.jsonl", or "4 trace files (rank-4.jsonl to rank-7.jsonl)"; std::nullopt when there
+// are none (or no folder yet).
+std::optional<std::string> trace_files_past(const std::string& dir, int world);
 
 }  // namespace weft::algo

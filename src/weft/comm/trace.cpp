@@ -21,13 +21,10 @@ std::int64_t now_us() {
 }
 
 void check_trace_folder(const std::string& dir, int world) {
-  const std::optional<algo::TraceFolder> folder = algo::list_trace_folder(dir);
-  if (!folder) return;  // not there yet
-  const std::optional<std::string> past = algo::trace_files_past(*folder, world);
-  if (!past) return;
-  throw ConfigError("WEFT_TRACE: " + dir + " already holds " + *past + " of another run, past this job's " +
-                    std::to_string(world) + (world == 1 ? " rank" : " ranks") +
-                    "; a replay would mix the two: remove them or choose another folder");
+  if (const std::optional<std::string> past = algo::trace_files_past(dir, world))
+    throw ConfigError("WEFT_TRACE: " + dir + " already holds " + *past + " of another run, past this job's " +
+                      std::to_string(world) + (world == 1 ? " rank" : " ranks") +
+                      "; a replay would mix the two: remove them or choose another folder");
 }
 
 bool job_first_start() {

@@ -137,13 +137,10 @@ std::vector<StagePass> stage_passes(EmitOrder order, int stages, int stage, std:
 
 void check_emit_folder(const std::string& dir, int world) {
   check_output_folder(dir, "--emit-workload");
-  const std::optional<algo::TraceFolder> folder = algo::list_trace_folder(dir);
-  if (!folder) return;  // not there yet
-  const std::optional<std::string> past = algo::trace_files_past(*folder, world);
-  if (!past) return;
-  throw ConfigError("--emit-workload: " + dir + " already holds " + *past + " of another workload, past this plan's " +
-                    std::to_string(world) + (world == 1 ? " rank" : " ranks") +
-                    "; the replay would mix the two: remove them or choose another folder");
+  if (const std::optional<std::string> past = algo::trace_files_past(dir, world))
+    throw ConfigError("--emit-workload: " + dir + " already holds " + *past + " of another workload, past this plan's " +
+                      std::to_string(world) + (world == 1 ? " rank" : " ranks") +
+                      "; the replay would mix the two: remove them or choose another folder");
 }
 
 EmittedWorkload emit_workload(const PlanReport& plan, const std::string& dir, EmitOrder order) {
