@@ -112,7 +112,7 @@ std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const 
       throw ConfigError("MPI says rank " + std::to_string(rank) + " of " + std::to_string(world) +
                         ", the environment says " + std::to_string(info.rank) + " of " + std::to_string(info.world));
     }
-    if (!options.trace_dir.empty() && job_first_start()) check_trace_folder(options.trace_dir, world);
+    if (!options.trace_dir.empty()) check_trace_folder(options.trace_dir, world);
     c->rank_ = rank;
     c->members_.resize(static_cast<size_t>(world));
     for (int i = 0; i < world; ++i) c->members_[i] = i;
@@ -125,7 +125,7 @@ std::shared_ptr<Communicator> Communicator::init(const ProcessInfo& info, const 
     c->healthy_ = true;
     return c;
   }
-  if (!options.trace_dir.empty() && job_first_start()) check_trace_folder(options.trace_dir, info.world);
+  if (!options.trace_dir.empty()) check_trace_folder(options.trace_dir, info.world);
   c->rank_ = info.rank;
   c->members_.resize(static_cast<size_t>(info.world));
   for (int i = 0; i < info.world; ++i) c->members_[i] = i;

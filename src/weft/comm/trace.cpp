@@ -20,17 +20,23 @@ std::int64_t now_us() {
       .count();
 }
 
-void check_trace_folder(const std::string& dir, int world) {
-  if (const std::optional<std::string> past = algo::trace_files_past(dir, world))
-    throw ConfigError("WEFT_TRACE: " + dir + " already holds " + *past + " of another run, past this job's " +
-                      std::to_string(world) + (world == 1 ? " rank" : " ranks") +
-                      "; a replay would mix the two: remove them or choose another folder");
-}
+namespace {
 
+// Whether this process is its job's first attempt (no restart count above 0).
 bool job_first_start() {
   for (const char* name : {"WEFT_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
     if (env_int_in(name, 0, std::numeric_limits<int>::max()).value_or(0) > 0) return false;
   return true;
+}
+
+}  // namespace
+
+void check_trace_folder(const std::string& dir, int world) {
+  if (!job_first_start()) return;
+  if (const std::optional<std::string> past = algo::trace_files_past(dir, world))
+    throw ConfigError("WEFT_TRACE: " + dir + " already holds " + *past + " of another run, past this job's " +
+                      std::to_string(world) + (world == 1 ? " rank" : " ranks") +
+                      "; a replay would mix the two: remove them or choose another folder");
 }
 
 Tracer::Tracer(const std::string& dir, int global_rank) : path_(dir + "/" + algo::trace_file_name(global_rank)) {

@@ -44,14 +44,12 @@ TraceRecord point_to_point_record(bool send, const TraceGroup& group, DataType t
 
 // Refuses (ConfigError, one line naming them) a trace folder that already holds rank files
 // past a job of `world` ranks: another run's, which a replay of the folder would mix with
-// this one's (each rank replaces its own file only). Every rank checks at the job's first
-// start (job_first_start), before it replaces its own file, so a refused job leaves the
-// folder as it was; a restarted attempt's files past its ranks are its own earlier
-// attempt's (docs/trace-format.md).
+// this one's (each rank replaces its own file only). Every rank checks as it starts, before
+// it replaces its own file, so a refused job leaves the folder as it was. A restarted
+// attempt (WEFT_RESTART_COUNT of weft launch or TORCHELASTIC_RESTART_COUNT of torchrun
+// above 0) is not checked: the files past its ranks are its own earlier attempt's
+// (docs/trace-format.md).
 void check_trace_folder(const std::string& dir, int world);
-// Whether this process is its job's first attempt: WEFT_RESTART_COUNT (weft launch) and
-// TORCHELASTIC_RESTART_COUNT (torchrun) unset or 0.
-bool job_first_start();
 
 class Tracer {
  public:

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <algorithm>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
