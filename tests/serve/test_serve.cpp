@@ -3,6 +3,8 @@
 // requests served alone, the API's request checks, and the metrics text.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -291,6 +293,33 @@ TEST(Quantize, PackedProductsAreTheFloatProductWithinTheFormatsRounding) {
   }
   EXPECT_EQ(PackedLinear(w, b, WeightFormat::kBf16).bytes(), 37 * 70 * 2);
   EXPECT_THROW(parse_weight_format("int4"), ConfigError);
+}
+
+// Dynamic per-row quantization of the activations (int8 weights on a VNNI kernel): a row
+// holding an infinity or a NaN gives NaN outputs, whichever of its elements it is (a NaN was
+// once passed over by the row's maximum and cast to int8), and leaves its neighbours' outputs
+// as they are alone; a row of zeros gives the bias.
+TEST(Quantize, Int8ActivationRowsWithInfinityOrNanGiveNanOutputs) {
+  if (!onednn::has_int8_instructions()) GTEST_SKIP() << "no int8 instructions";
+  weft::testing::ScopedKernels use("int8=native");
+  Rng rng(3);
+  Tensor w = randn({40, 75}, rng), b = randn({40}, rng), x = randn({6, 75}, rng);
+  PackedLinear p(w, b, WeightFormat::kInt8);
+  const Tensor clean = p.forward(x);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()})
+    for (const std::int64_t at : {0, 37, 74}) {  // first, middle, last (past the 8-lane blocks)
+      Tensor y = x.clone();
+      y.data<float>()[2 * 75 + at] = bad;
+      std::fill(y.data<float>() + 4 * 75, y.data<float>() + 5 * 75, 0.0f);
+      const Tensor got = p.forward(y);
+      for (std::int64_t o = 0; o < 40; ++o) {
+        EXPECT_TRUE(std::isnan(got.data<float>()[2 * 40 + o])) << bad << " at " << at << ", output " << o;
+        EXPECT_EQ(got.data<float>()[4 * 40 + o], b.data<float>()[o]) << "a row of zeros";
+        for (const std::int64_t r : {0, 1, 3, 5})
+          EXPECT_EQ(got.data<float>()[r * 40 + o], clean.data<float>()[r * 40 + o]) << "row " << r;
+      }
+    }
 }
 
 // float32 weights kept packed for products (no row lookups): the product of the rows for
