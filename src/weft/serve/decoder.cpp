@@ -135,11 +135,11 @@ Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
   Tensor out = Tensor::empty({plan_.rows_total, d});
   float* o = out.data<float>();
   // Per row and head: the scores (each dot product in sum8's 8 partial sums, so that it
-  // vectorizes: one chain of hd dependent additions per key made this loop
-  // a quarter of a 16-stream decoding step), their softmax with fast_exp (as training's
-  // softmax), and the weighted sum of the values, 16 elements at a time over all the keys
-  // (in registers, not stored and loaded again for every key; each element's sum in key
-  // order, as one pass per key would add them).
+  // vectorizes: one chain of hd dependent additions per key made this loop a quarter of a
+  // 16-stream decoding step), their softmax with fast_exp (as training's softmax), and the
+  // weighted sum of the values, 16 elements at a time over all the keys (in registers, not
+  // stored and loaded again for every key; each element's sum in key order, as one pass per
+  // key would add them).
   parallel_loop(S * H, 1, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> wt(static_cast<size_t>(context_));
     for (std::int64_t job = begin; job < end; ++job) {
@@ -154,27 +154,26 @@ Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
         const float* k0 = k + first * kd;
         const float* v0 = v + first * kd;
         float* score = wt.data();
-        std::int64_t j = 0;
-        for (; j < n; ++j) {
+        float top = -INFINITY;
+        for (std::int64_t j = 0; j < n; ++j) {
           const float* kj = k0 + j * kd;
           score[j] = sum8<float>(hd, [&](std::int64_t e) { return q[e] * kj[e]; }) * scale;
+          top = std::max(top, score[j]);
         }
-        float top = -INFINITY;
-        for (j = 0; j < n; ++j) top = std::max(top, score[j]);
-        for (j = 0; j < n; ++j) score[j] = fast_exp(score[j] - top);
-        const float total = sum8<float>(n, [&](std::int64_t key) { return score[key]; });
-        for (j = 0; j < n; ++j) score[j] /= total;
+        for (std::int64_t j = 0; j < n; ++j) score[j] = fast_exp(score[j] - top);
+        const float total = sum8<float>(n, [&](std::int64_t j) { return score[j]; });
+        for (std::int64_t j = 0; j < n; ++j) score[j] /= total;
         float* dst = o + row * d + h * hd;
         std::int64_t e = 0;
         for (; e + 16 <= hd; e += 16) {
           float acc[16] = {};
-          for (j = 0; j < n; ++j)
+          for (std::int64_t j = 0; j < n; ++j)
             for (int l = 0; l < 16; ++l) acc[l] += score[j] * v0[j * kd + e + l];
           std::copy(acc, acc + 16, dst + e);
         }
         for (; e < hd; ++e) {
           float acc = 0;
-          for (j = 0; j < n; ++j) acc += score[j] * v0[j * kd + e];
+          for (std::int64_t j = 0; j < n; ++j) acc += score[j] * v0[j * kd + e];
           dst[e] = acc;
         }
       }

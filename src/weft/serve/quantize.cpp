@@ -116,6 +116,7 @@ inline QuantizedRow quantize_row(const float* x, const std::int64_t n, std::int8
   float m;
   std::memcpy(&m, &top, sizeof m);
   const float xs = m / 127.0f;
+  if (!(xs > 0)) return {0.0f, 0};  // (a largest magnitude so small that its scale underflows)
   std::int32_t sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     const auto code = static_cast<std::int32_t>(std::clamp(std::nearbyint(x[i] / xs), -127.0f, 127.0f));
