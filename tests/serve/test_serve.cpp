@@ -298,7 +298,7 @@ TEST(Quantize, PackedProductsAreTheFloatProductWithinTheFormatsRounding) {
 // Dynamic per-row quantization of the activations (int8 weights on a VNNI kernel): a row
 // holding an infinity or a NaN gives NaN outputs, whichever of its elements it is (a NaN was
 // once passed over by the row's maximum and cast to int8), and leaves its neighbours' outputs
-// as they are alone; a row of zeros gives the bias.
+// as they are alone; a row of zeros gives the bias, and so does a row too small to scale.
 TEST(Quantize, Int8ActivationRowsWithInfinityOrNanGiveNanOutputs) {
   if (!onednn::has_int8_instructions()) GTEST_SKIP() << "no int8 instructions";
   weft::testing::ScopedKernels use("int8=native");
@@ -320,6 +320,11 @@ TEST(Quantize, Int8ActivationRowsWithInfinityOrNanGiveNanOutputs) {
           EXPECT_EQ(got.data<float>()[r * 40 + o], clean.data<float>()[r * 40 + o]) << "row " << r;
       }
     }
+  // A row so small that its scale (largest / 127) underflows to 0: codes of 0, the bias.
+  Tensor tiny = x.clone();
+  std::fill(tiny.data<float>() + 3 * 75, tiny.data<float>() + 4 * 75, 1e-44f);
+  const Tensor got = p.forward(tiny);
+  for (std::int64_t o = 0; o < 40; ++o) EXPECT_EQ(got.data<float>()[3 * 40 + o], b.data<float>()[o]) << o;
 }
 
 // float32 weights kept packed for products (no row lookups): the product of the rows for
