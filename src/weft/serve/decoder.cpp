@@ -134,47 +134,53 @@ Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   Tensor out = Tensor::empty({plan_.rows_total, d});
   float* o = out.data<float>();
-  // Per row and head: the scores (each dot product in sum8's 8 partial sums, so that it
-  // vectorizes: one chain of hd dependent additions per key made this loop a quarter of a
-  // 16-stream decoding step), their softmax with fast_exp (as training's softmax), and the
-  // weighted sum of the values, 16 elements at a time over all the keys (in registers, not
-  // stored and loaded again for every key; each element's sum in key order, as one pass per
-  // key would add them).
-  parallel_loop(S * H, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> wt(static_cast<size_t>(context_));
+  // Per row, over a range of heads (all of them when the streams are enough to share the
+  // threads, which reads each cached row of keys and values once, whole): the scores (each
+  // dot product in sum8's 8 partial sums, so that it vectorizes: one chain of hd dependent
+  // additions per key made this loop a quarter of a 16-stream decoding step), their softmax
+  // with fast_exp (as training's softmax), and the weighted sum of the values, key by key
+  // over the range's whole width (each element's sum in key order). How the heads are
+  // grouped changes no result.
+  const std::int64_t groups = std::min(H, std::max<std::int64_t>(1, (2 * get_active_threads() + S - 1) / S));
+  parallel_loop(S * groups, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> wt;
     for (std::int64_t job = begin; job < end; ++job) {
-      const std::int64_t i = job / H, h = job % H;
+      const std::int64_t i = job / groups, g = job % groups, h0 = g * H / groups, h1 = (g + 1) * H / groups;
       auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
-      const float* k = s->k[static_cast<size_t>(layer)].data<float>() + h / group * hd;
-      const float* v = s->v[static_cast<size_t>(layer)].data<float>() + h / group * hd;
+      const float* k = s->k[static_cast<size_t>(layer)].data<float>();
+      const float* v = s->v[static_cast<size_t>(layer)].data<float>();
       for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
         const std::int64_t row = first_row[static_cast<size_t>(i)] + r, keys = s->cached + r + 1;
         const std::int64_t first = window_ > 0 ? std::max<std::int64_t>(0, keys - window_) : 0, n = keys - first;
-        const float* q = q_all + row * w + h * hd;
-        const float* k0 = k + first * kd;
-        const float* v0 = v + first * kd;
+        wt.resize(static_cast<size_t>((h1 - h0) * n));
+        // score[(h - h0) * n + j]: head h's weight of key first + j.
         float* score = wt.data();
-        float top = -INFINITY;
         for (std::int64_t j = 0; j < n; ++j) {
-          const float* kj = k0 + j * kd;
-          score[j] = sum8<float>(hd, [&](std::int64_t e) { return q[e] * kj[e]; }) * scale;
-          top = std::max(top, score[j]);
+          const float* kj = k + (first + j) * kd;
+          for (std::int64_t h = h0; h < h1; ++h) {
+            const float* q = q_all + row * w + h * hd;
+            const float* kh = kj + h / group * hd;
+            score[(h - h0) * n + j] = sum8<float>(hd, [&](std::int64_t e) { return q[e] * kh[e]; }) * scale;
+          }
         }
-        for (std::int64_t j = 0; j < n; ++j) score[j] = fast_exp(score[j] - top);
-        const float total = sum8<float>(n, [&](std::int64_t j) { return score[j]; });
-        for (std::int64_t j = 0; j < n; ++j) score[j] /= total;
-        float* dst = o + row * d + h * hd;
-        std::int64_t e = 0;
-        for (; e + 16 <= hd; e += 16) {
-          float acc[16] = {};
-          for (std::int64_t j = 0; j < n; ++j)
-            for (int l = 0; l < 16; ++l) acc[l] += score[j] * v0[j * kd + e + l];
-          std::copy(acc, acc + 16, dst + e);
+        for (std::int64_t h = h0; h < h1; ++h) {
+          float* sh = score + (h - h0) * n;
+          float top = -INFINITY;
+          for (std::int64_t j = 0; j < n; ++j) top = std::max(top, sh[j]);
+          for (std::int64_t j = 0; j < n; ++j) sh[j] = fast_exp(sh[j] - top);
+          const float total = sum8<float>(n, [&](std::int64_t j) { return sh[j]; });
+          for (std::int64_t j = 0; j < n; ++j) sh[j] /= total;
         }
-        for (; e < hd; ++e) {
-          float acc = 0;
-          for (std::int64_t j = 0; j < n; ++j) acc += score[j] * v0[j * kd + e];
-          dst[e] = acc;
+        float* dst = o + row * d + h0 * hd;
+        std::fill(dst, dst + (h1 - h0) * hd, 0.0f);
+        for (std::int64_t j = 0; j < n; ++j) {
+          const float* vj = v + (first + j) * kd;
+          for (std::int64_t h = h0; h < h1; ++h) {
+            const float a = score[(h - h0) * n + j];
+            const float* vh = vj + h / group * hd;
+            float* dh = dst + (h - h0) * hd;
+            for (std::int64_t e = 0; e < hd; ++e) dh[e] += a * vh[e];
+          }
         }
       }
     }
