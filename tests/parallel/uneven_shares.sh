@@ -112,11 +112,19 @@ grep -q "resumed from .*step-000000004 (epoch 1, step 4, written by 4 rank(s), n
 printf 'pp 2 x dp 2 resumed as pp 2 x dp 1: '
 "$compare" "$work/mesh-whole.safetensors" "$work/mesh-resumed.safetensors" 1e-5 | tail -n 1
 
-# 3. Measured shares follow the speeds.
+# 3. Measured shares follow the speeds: rank 1 computes 6 times slower (WEFT_SLOWDOWN), so it
+# measures slower, and the new shares are the measured speeds' (64 rows in their ratio, within
+# the rounding). How much slower it measures is the machine's to say: on an idle machine about
+# 8 times (57:7), but beside a test whose processes outnumber the cores rank 0's own steps
+# were once stretched until it measured 1.44 times faster (38:26), so no fixed row count is
+# asked of it.
 out=$(WEFT_SLOWDOWN=1:6 "$weft" launch --nproc-per-node 2 -- weft "${mlp[@]}" --max-steps 20 --dp-shares measured)
 line=$(grep -o "batch shares: 32:32 -> [0-9]*:[0-9]*.*" <<<"$out" | head -n 1) || fail "no measured shares: $out"
 echo "$line"
 first=$(sed 's/.*-> \([0-9]*\):.*/\1/' <<<"$line")
-[ "$first" -ge 40 ] || fail "the faster rank 0 got only $first of 64 rows"
+read -r fast slow < <(sed 's/.*compute \([0-9.]*\), \([0-9.]*\) .*/\1 \2/' <<<"$line")
+awk -v f="$fast" -v s="$slow" 'BEGIN { exit !(f > s) }' || fail "the slowed rank 1 measured $slow rows/s, rank 0 $fast"
+awk -v a="$first" -v f="$fast" -v s="$slow" 'BEGIN { d = a - 64 * f / (f + s); exit !(a > 32 && d <= 1 && d >= -1) }' ||
+  fail "the faster rank 0 got $first of 64 rows at measured speeds $fast and $slow"
 grep -q '"replicas_identical":true' <<<"$out" || fail "the replicas differ after re-dealing"
 echo "ok"
