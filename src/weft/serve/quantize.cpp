@@ -94,20 +94,19 @@ struct QuantizedRow {
   std::int32_t sum;
 };
 
+// The bits of |*x|.
+inline std::uint32_t magnitude_bits(const float* x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, x, sizeof bits);
+  return bits & 0x7fffffffu;
+}
+
 inline QuantizedRow quantize_row(const float* x, const std::int64_t n, std::int8_t* q) {
   std::uint32_t lane[8] = {};
   std::int64_t e = 0;
   for (; e + 8 <= n; e += 8)
-    for (int l = 0; l < 8; ++l) {
-      std::uint32_t bits;
-      std::memcpy(&bits, x + e + l, sizeof bits);
-      lane[l] = std::max(lane[l], bits & 0x7fffffffu);
-    }
-  for (; e < n; ++e) {
-    std::uint32_t bits;
-    std::memcpy(&bits, x + e, sizeof bits);
-    lane[0] = std::max(lane[0], bits & 0x7fffffffu);
-  }
+    for (int l = 0; l < 8; ++l) lane[l] = std::max(lane[l], magnitude_bits(x + e + l));
+  for (; e < n; ++e) lane[0] = std::max(lane[0], magnitude_bits(x + e));
   std::uint32_t top = 0;
   for (std::uint32_t v : lane) top = std::max(top, v);
   constexpr std::uint32_t kInfinity = 0x7f800000u;
