@@ -5,7 +5,7 @@
 # its tokens counted) and is restarted; streams of several choices cut the same way resume
 # whole. Elastic 1:3: a load step of 1 -> 16 concurrent
 # clients -> 1 scales the replicas up and, once the load falls, back down to 1, each decision
-# logged and counted. Elastic 1:2: three cycles of load and quiet scale up and down three times,
+# logged and counted. Elastic 1:2: five cycles of load and quiet scale up and down five times,
 # each new replica ready on a port of its own.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
@@ -133,12 +133,11 @@ grep '^weft_scaling_events_total' <<<"$metrics"
 grep "scaling" "$work/elastic.log"
 stop_server
 
-# Three cycles: a replica scaled up after one was drained must start (a fresh port file), twice
-# (the second scale-up is the one that once never became ready). The load must fit in one
-# replica for only 0.2 s before the second one is drained.
+# Five cycles: a replica scaled up after one was drained must start (a fresh port file), four
+# times. The load must fit in one replica for only 0.2 s before the second one is drained.
 replicas() { curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_replicas ' | cut -d' ' -f2; }
 start_server "$work/cycles.log" --replicas 1:2 --scale-up-load 1 --scale-down-after 0.2
-cycles=3
+cycles=5
 for cycle in $(seq "$cycles"); do
   "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 4 --requests 100000 --max-tokens 48 >/dev/null 2>&1 &
   bench=$!
