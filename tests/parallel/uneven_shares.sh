@@ -117,7 +117,7 @@ printf 'pp 2 x dp 2 resumed as pp 2 x dp 1: '
 # the rounding). How much slower it measures is the machine's to say: on an idle machine about
 # 8 times (57:7), but beside a test whose processes outnumber the cores rank 0's own steps
 # were once stretched until it measured 1.44 times faster (38:26), so no fixed row count is
-# asked of it. Once, beside cli.torch_backend's processes, the one window of 20 steps (steps
+# asked of it. Once, beside cli.torch_backend's processes, a 20-step run's only window (steps
 # 3-12) moved no shares at all: 32 steps (2,048 samples) give the balancer three windows
 # (ending at steps 12, 22 and 32), and the first that moves the shares is checked.
 out=$(WEFT_SLOWDOWN=1:6 "$weft" launch --nproc-per-node 2 -- weft "${mlp[@]/1280/2048}" --dp-shares measured)
