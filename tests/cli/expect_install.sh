@@ -41,6 +41,14 @@ if [ -e "$work/prefix/lib/cmake/weft/weftMpiTargets.cmake" ]; then
         mpirun --oversubscribe -np 2 "$work/mpi/circle")
   echo "cmake build with mpi: $out"
   echo "$out" | grep -q "^ranks 2, .*MPI transport linked" || fail "unexpected output with mpi: $out"
+  # The installed weft command loads its MPI backend from <libdir>/weft on first use, and links
+  # no MPI library itself.
+  ! ldd "$work/prefix/bin/weft" | grep -q "libmpi" || fail "the installed weft links MPI's libraries"
+  out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+        mpirun --oversubscribe -np 2 "$work/prefix/bin/weft" comm-bench --transport mpi --op allreduce --max 4K) ||
+    fail "the installed weft under mpirun: $out"
+  echo "$out" | grep -q "transport mpi" || fail "the installed weft's comm-bench did not run over MPI: $out"
+  echo "installed weft under mpirun: its MPI backend loaded from $(cd "$work/prefix" && ls */weft/libweft_mpi.so)"
 fi
 
 # pkg-config.

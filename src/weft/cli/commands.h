@@ -19,6 +19,10 @@ std::string parse_error_words(const CLI::App& command, const CLI::ParseError& e)
 // leave the option at its default: `weft plan --gpus ""` planned for the default count).
 void refuse_empty_numbers(CLI::App& app);
 
+// The MPI backend (WEFT_TRANSPORT=mpi) from libweft_mpi.so, loaded on first use rather than
+// linked into the command (mpi_plugin.cpp; only when CMake found MPI).
+void use_mpi_plugin();
+
 // weft train ...
 void add_train_command(CLI::App& app, Action& action);
 // weft timeline merge: the per-rank timelines of a run in one file.

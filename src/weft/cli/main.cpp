@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   // malloc's large blocks (util/huge_page_malloc.h); the others end before it would pay.
   static const std::set<std::string> kLargeMemory{"train", "demo", "launch", "serve", "generate", "export", "predict", "sim"};
   if (argc > 1 && kLargeMemory.count(argv[1]) > 0) weft::restart_with_huge_page_malloc(argv);
+#ifdef WEFT_MPI_PLUGIN
+  weft::cli::use_mpi_plugin();
+#endif
   CLI::App app{"weft: distributed deep-learning training, the AI fabric that carries it, and planning"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "weft 0.1.0");

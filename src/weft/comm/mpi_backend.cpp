@@ -204,10 +204,18 @@ void mpi_native(algo::Collective c, Group& group, const void* in, void* out, std
   check(rc, &ctx, "MPI");
 }
 
-const bool registered = (register_backend({mpi_init, mpi_world_group, mpi_make_group, mpi_execute, mpi_native}), true);
+Backend entry_points() { return {mpi_init, mpi_world_group, mpi_make_group, mpi_execute, mpi_native}; }
+
+const bool registered = (register_backend(entry_points()), true);
 }  // namespace
 
 }  // namespace weft::comm::mpi
+
+// The entry points, for a program that loads this file's library on first use (the weft
+// command's libweft_mpi.so: register_backend_loader).
+extern "C" __attribute__((visibility("default"))) void weft_mpi_backend_entry_points(weft::comm::mpi::Backend* out) {
+  *out = weft::comm::mpi::entry_points();
+}
 
 // Named by the library's link option (-Wl,--undefined), so that the linker keeps this file,
 // and with it the registration above, in every program that links weft::comm_mpi.

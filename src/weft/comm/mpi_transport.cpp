@@ -1,5 +1,6 @@
 #include "weft/comm/mpi_transport.h"
 
+#include <mutex>
 #include <optional>
 
 #include "weft/util/error.h"
@@ -13,7 +14,15 @@ std::optional<Backend>& backend() {
   return registered;
 }
 
+Backend (*&loader())() {
+  static Backend (*load)() = nullptr;
+  return load;
+}
+
 const Backend& linked() {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!backend() && loader()) backend() = loader()();
   if (!backend()) throw ConfigError("--transport mpi: this weft was built without MPI (it needs weft::comm_mpi linked)");
   return *backend();
 }
@@ -21,8 +30,9 @@ const Backend& linked() {
 }  // namespace
 
 void register_backend(const Backend& b) { backend() = b; }
+void register_backend_loader(Backend (*load)()) { loader() = load; }
 
-bool built_with_mpi() { return backend().has_value(); }
+bool built_with_mpi() { return backend().has_value() || loader() != nullptr; }
 void init(int* rank, int* world) { linked().init(rank, world); }
 std::shared_ptr<Group> world_group() { return linked().world_group(); }
 std::shared_ptr<Group> make_group(const Group& parent, const std::vector<int>& parent_ranks) {

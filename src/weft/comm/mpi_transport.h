@@ -2,8 +2,9 @@
 // collectives (the algorithm "mpi") for comparison. Used when WEFT_TRANSPORT=mpi under
 // mpirun. The backend that calls MPI is its own library (weft_comm_mpi, built when CMake
 // finds MPI; installed as weft::comm_mpi), so that MPI is on a program's link line only when
-// the program asks for it: linking that library registers the backend. Without it, every
-// entry point reports that this weft has no MPI.
+// the program asks for it: linking that library registers the backend (or a loader does, on
+// first use: register_backend_loader). Without either, every entry point reports that this
+// weft has no MPI.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,7 @@
 
 namespace weft::comm::mpi {
 
-// Whether the MPI backend is linked into this program.
+// Whether the MPI backend is linked into this program, or a loader for it registered.
 bool built_with_mpi();
 // Initializes MPI once (thread level: serialized); returns this process's world rank and size.
 void init(int* rank, int* world);
@@ -49,5 +50,9 @@ struct Backend {
   void (*native)(algo::Collective, Group&, const void* in, void* out, std::int64_t count, DataType, ReduceOp, int root);
 };
 void register_backend(const Backend& backend);
+// A program that keeps the backend in a library of its own, loaded on first use (the weft
+// command: libweft_mpi.so, so that its other commands do not load MPI's libraries), names the
+// function that loads it and returns its entry points (or throws ConfigError saying why not).
+void register_backend_loader(Backend (*load)());
 
 }  // namespace weft::comm::mpi
