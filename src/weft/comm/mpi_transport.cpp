@@ -20,9 +20,10 @@ Backend (*&loader())() {
 }
 
 const Backend& linked() {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!backend() && loader()) backend() = loader()();
+  static std::once_flag loaded;  // (a loader that throws leaves it unset: the next call tries again)
+  std::call_once(loaded, [] {
+    if (!backend() && loader()) backend() = loader()();
+  });
   if (!backend()) throw ConfigError("--transport mpi: this weft was built without MPI (it needs weft::comm_mpi linked)");
   return *backend();
 }
