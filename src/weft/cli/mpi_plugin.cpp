@@ -17,10 +17,8 @@ namespace weft::cli {
 namespace {
 
 comm::mpi::Backend load_mpi_backend() {
-  const std::string exe = comm::self_executable();
-  const std::string dir = exe.substr(0, exe.rfind('/') + 1);
   std::string tried, why;
-  for (const std::string& path : {dir + "libweft_mpi.so", dir + WEFT_BIN_TO_PLUGINS "/libweft_mpi.so"}) {
+  for (const std::string& path : comm::own_file_candidates("libweft_mpi.so")) {
     void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char* e = ::dlerror();

@@ -193,9 +193,8 @@ std::string describe(int status) {
 // library folder once installed; empty when neither exists.
 std::string python_dir() {
   namespace fs = std::filesystem;
-  const fs::path exe = fs::path(self_executable()).parent_path();
   std::error_code ec;
-  for (const fs::path& dir : {exe / "python", exe / ".." / WEFT_PYTHON_SUBDIR})
+  for (const fs::path dir : own_file_candidates("python"))
     if (fs::exists(dir / "weft_torch", ec)) return fs::weakly_canonical(dir, ec).string();
   return "";
 }

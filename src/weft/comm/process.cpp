@@ -104,6 +104,12 @@ std::string self_executable() {
   return buf;
 }
 
+std::vector<std::string> own_file_candidates(const std::string& name) {
+  const std::string exe = self_executable();
+  const std::string dir = exe.substr(0, exe.rfind('/') + 1);
+  return {dir + name, dir + WEFT_BIN_TO_OWN_FILES "/" + name};
+}
+
 std::vector<int> allowed_cores() {
   std::vector<int> cores;
   cpu_set_t set;

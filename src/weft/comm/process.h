@@ -33,6 +33,10 @@ std::vector<int> allowed_cores();
 std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc);
 // This program's path (/proc/self/exe), for starting more of it; "weft" if unknown.
 std::string self_executable();
+// Where a file of the weft command's own (the torch backend's Python folder, the MPI
+// backend's library) may be: beside the executable in a build tree, then in <libdir>/weft
+// once installed. Both paths, in that order; which exists is the caller's to find.
+std::vector<std::string> own_file_candidates(const std::string& name);
 
 // The first host of a Slurm host list such as "node[03-05,9],gpu1".
 std::string first_slurm_host(const std::string& list);
