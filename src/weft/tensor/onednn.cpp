@@ -3,6 +3,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <string>
 #include <memory>
@@ -118,28 +119,101 @@ void run(const dnnl::primitive& p, const dnnl::memory::desc& scratch_desc,
 using MatmulKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                              std::int64_t, std::int64_t, std::int64_t, bool>;
 
+// oneDNN 2.6's brgemm kernels take an operand or a result only when it is dense (a row-major
+// result n wide; a transposed operand whose columns lie next to each other): a block of a
+// wider matrix otherwise goes to gemm:jit, whose first call in a process builds every sgemm
+// kernel it has (50-95 ms and about 2,500 page faults on an AVX-512 machine; weft's column
+// blocks of products of fewer than 128 rows are such blocks). A plan copies the operands it
+// names into dense buffers first, and its result out of one.
+struct DenseCopies {
+  bool a = false, b = false, c = false;
+  bool operator==(const DenseCopies&) const = default;
+};
+struct StagedPlan {
+  MatmulPlan plan;
+  DenseCopies copies;
+};
+
+// An operand's dense layout: rows next to each other (row-major), or, when transposed,
+// columns next to each other.
+Operand dense_layout(Operand x, std::int64_t rows, std::int64_t cols) {
+  const bool transposed = x.row_stride == 1 && x.col_stride != 1;
+  return transposed ? Operand{nullptr, 1, rows} : Operand{nullptr, cols, 1};
+}
+
+// Copies x (rows x cols, elements of `bytes` bytes) into `to` in dense_layout.
+void copy_dense(Operand x, std::int64_t rows, std::int64_t cols, std::size_t bytes, std::vector<char>& to) {
+  const Operand d = dense_layout(x, rows, cols);
+  to.resize(static_cast<std::size_t>(rows * cols) * bytes);
+  const char* from = static_cast<const char*>(x.p);
+  // Runs of the dense layout's contiguous dimension: rows when row-major, columns otherwise.
+  const bool by_rows = d.col_stride == 1;
+  const std::int64_t runs = by_rows ? rows : cols, run = by_rows ? cols : rows;
+  const std::int64_t step = by_rows ? x.row_stride : x.col_stride;
+  for (std::int64_t r = 0; r < runs; ++r)
+    std::memcpy(to.data() + static_cast<std::size_t>(r * run) * bytes, from + static_cast<std::size_t>(r * step) * bytes,
+                static_cast<std::size_t>(run) * bytes);
+}
+
+bool is_brgemm(const dnnl::matmul::primitive_desc& pd) { return std::string(pd.impl_info_str()).rfind("brg", 0) == 0; }
+
+StagedPlan plan_matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, std::int64_t ldc,
+                       bool accumulate) {
+  dnnl::primitive_attr attr = user_scratchpad();
+  if (accumulate) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  auto describe = [&](DenseCopies d) {
+    const Operand da = d.a ? dense_layout(a, m, k) : a, db = d.b ? dense_layout(b, k, n) : b;
+    return dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(strided(m, k, t, da.row_stride, da.col_stride), strided(k, n, t, db.row_stride, db.col_stride),
+                           strided(m, n, Type::f32, d.c ? n : ldc, 1)),
+        attr, engine());
+  };
+  // The fewest copies that reach brgemm; where none does, the operands as they are.
+  auto as_is = describe({});
+  if (is_brgemm(as_is)) return StagedPlan{MatmulPlan{as_is, dnnl::matmul(as_is)}, {}};
+  const bool a_dense = a.col_stride == 1 ? a.row_stride == k : a.col_stride == m;
+  const bool b_dense = b.col_stride == 1 ? b.row_stride == n : b.col_stride == k;
+  const DenseCopies tries[] = {{false, false, ldc != n}, {!a_dense, !b_dense, ldc != n}};  // the result, then all
+  for (int i = 0; i < 2; ++i) {
+    const DenseCopies d = tries[i];
+    if (d == DenseCopies{} || (i == 1 && d == tries[0])) continue;  // tried
+    auto pd = describe(d);
+    if (is_brgemm(pd)) return StagedPlan{MatmulPlan{pd, dnnl::matmul(pd)}, d};
+  }
+  return StagedPlan{MatmulPlan{as_is, dnnl::matmul(as_is)}, {}};
+}
+
 void matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c,
             std::int64_t ldc, bool accumulate) {
-  static Cache<MatmulKey, MatmulPlan> cache;
+  static Cache<MatmulKey, StagedPlan> cache;
   const MatmulKey key{static_cast<int>(t), m, n, k, a.row_stride, a.col_stride, b.row_stride, b.col_stride, ldc,
                       accumulate};
-  auto plan = cache.get(key, [&] {
-    dnnl::primitive_attr attr = user_scratchpad();
-    if (accumulate) {
-      dnnl::post_ops ops;
-      ops.append_sum(1.0f);
-      attr.set_post_ops(ops);
-    }
-    dnnl::matmul::desc d(strided(m, k, t, a.row_stride, a.col_stride), strided(k, n, t, b.row_stride, b.col_stride),
-                         strided(m, n, Type::f32, ldc, 1));
-    dnnl::matmul::primitive_desc pd(d, attr, engine());
-    return MatmulPlan{pd, dnnl::matmul(pd)};
-  });
+  auto staged = cache.get(key, [&] { return plan_matmul(t, m, n, k, a, b, ldc, accumulate); });
+  const MatmulPlan& plan = staged->plan;
+  const DenseCopies& d = staged->copies;
+  const std::size_t bytes = t == Type::f32 ? 4 : 2;
+  thread_local std::vector<char> a_copy, b_copy, c_copy;
+  const void* pa = a.p;
+  const void* pb = b.p;
+  float* pc = c;
+  if (d.a) copy_dense(a, m, k, bytes, a_copy), pa = a_copy.data();
+  if (d.b) copy_dense(b, k, n, bytes, b_copy), pb = b_copy.data();
+  if (d.c) {
+    c_copy.resize(static_cast<std::size_t>(m * n) * sizeof(float));
+    pc = reinterpret_cast<float*>(c_copy.data());
+    if (accumulate) copy_dense({c, ldc, 1}, m, n, sizeof(float), c_copy);
+  }
   const auto& e = engine();
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan->pd.src_desc(), e, const_cast<void*>(a.p))},
-                                       {DNNL_ARG_WEIGHTS, memory(plan->pd.weights_desc(), e, const_cast<void*>(b.p))},
-                                       {DNNL_ARG_DST, memory(plan->pd.dst_desc(), e, c)}};
-  run(plan->prim, plan->pd.scratchpad_desc(), std::move(args));
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan.pd.src_desc(), e, const_cast<void*>(pa))},
+                                       {DNNL_ARG_WEIGHTS, memory(plan.pd.weights_desc(), e, const_cast<void*>(pb))},
+                                       {DNNL_ARG_DST, memory(plan.pd.dst_desc(), e, pc)}};
+  run(plan.prim, plan.pd.scratchpad_desc(), std::move(args));
+  if (!d.c) return;
+  for (std::int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc, pc + i * n, static_cast<std::size_t>(n) * sizeof(float));
 }
 
 }  // namespace
