@@ -1,10 +1,13 @@
 // weft: distributed deep-learning training, fabric simulation and planning.
 // Parses the command line, runs one subcommand, and turns every error into one line
 // "error: ..." with a non-zero exit code.
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <exception>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "weft/cli/commands.h"
@@ -25,20 +28,22 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "weft 0.1.0");
   weft::cli::Action action;
-  weft::cli::add_train_command(app, action);
-  weft::cli::add_demo_command(app, action);
-  weft::cli::add_timeline_command(app, action);
-  weft::cli::add_launch_command(app, action);
-  weft::cli::add_comm_bench_command(app, action);
-  weft::cli::add_plan_command(app, action);
-  weft::cli::add_sim_command(app, action);
-  weft::cli::add_report_command(app, action);
-  weft::cli::add_predict_command(app, action);
-  weft::cli::add_generate_command(app, action);
-  weft::cli::add_export_command(app, action);
-  weft::cli::add_serve_command(app, action);
-  weft::cli::add_serve_bench_command(app, action);
-  weft::cli::add_flags_command(app, action);
+  // Each command's flags, help and checks are built only when it is the one asked for (the
+  // others' tables cost every start about 2 ms); --help, --version and a mistyped command
+  // get them all.
+  using Add = void (*)(CLI::App&, weft::cli::Action&);
+  static const std::pair<const char*, Add> kCommands[] = {
+      {"train", weft::cli::add_train_command},       {"demo", weft::cli::add_demo_command},
+      {"timeline", weft::cli::add_timeline_command}, {"launch", weft::cli::add_launch_command},
+      {"comm-bench", weft::cli::add_comm_bench_command}, {"plan", weft::cli::add_plan_command},
+      {"sim", weft::cli::add_sim_command},           {"report", weft::cli::add_report_command},
+      {"predict", weft::cli::add_predict_command},   {"generate", weft::cli::add_generate_command},
+      {"export", weft::cli::add_export_command},     {"serve", weft::cli::add_serve_command},
+      {"serve-bench", weft::cli::add_serve_bench_command}, {"flags", weft::cli::add_flags_command}};
+  const std::string asked = argc > 1 ? argv[1] : "";
+  const bool one = std::any_of(std::begin(kCommands), std::end(kCommands), [&](const auto& c) { return asked == c.first; });
+  for (const auto& [name, add] : kCommands)
+    if (!one || asked == name) add(app, action);
   weft::cli::refuse_empty_numbers(app);
   auto is_command = [&](const std::string& name) {
     for (const auto* sub : app.get_subcommands({}))
