@@ -124,7 +124,7 @@ using MatmulKey = std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std:
 // wider matrix otherwise goes to gemm:jit, whose first call in a process builds every sgemm
 // kernel it has (50-95 ms and about 2,500 page faults on an AVX-512 machine; weft's column
 // blocks of products of fewer than 128 rows are such blocks). A plan copies the operands it
-// names into dense buffers first, and its result out of one.
+// names into dense buffers first, and places its result from one.
 struct DenseCopies {
   bool a = false, b = false, c = false;
   bool operator==(const DenseCopies&) const = default;
@@ -155,17 +155,30 @@ void copy_dense(Operand x, std::int64_t rows, std::int64_t cols, std::size_t byt
                 static_cast<std::size_t>(run) * bytes);
 }
 
+// Puts a dense m x n block into c (rows ldc apart), or adds it to what is there.
+void place_dense(const float* block, std::int64_t m, std::int64_t n, float* c, std::int64_t ldc, bool add) {
+  for (std::int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    const float* got = block + i * n;
+    if (add)
+      for (std::int64_t j = 0; j < n; ++j) row[j] += got[j];
+    else
+      std::copy(got, got + n, row);
+  }
+}
+
 bool is_brgemm(const dnnl::matmul::primitive_desc& pd) { return std::string(pd.impl_info_str()).rfind("brg", 0) == 0; }
 
 StagedPlan plan_matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, std::int64_t ldc,
                        bool accumulate) {
-  dnnl::primitive_attr attr = user_scratchpad();
-  if (accumulate) {
-    dnnl::post_ops ops;
-    ops.append_sum(1.0f);
-    attr.set_post_ops(ops);
-  }
   auto describe = [&](DenseCopies d) {
+    // (a dense copy of the result is added to its place afterwards: place_dense)
+    dnnl::primitive_attr attr = user_scratchpad();
+    if (accumulate && !d.c) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
     const Operand da = d.a ? dense_layout(a, m, k) : a, db = d.b ? dense_layout(b, k, n) : b;
     return dnnl::matmul::primitive_desc(
         dnnl::matmul::desc(strided(m, k, t, da.row_stride, da.col_stride), strided(k, n, t, db.row_stride, db.col_stride),
@@ -196,24 +209,23 @@ void matmul(Type t, std::int64_t m, std::int64_t n, std::int64_t k, Operand a, O
   const MatmulPlan& plan = staged->plan;
   const DenseCopies& d = staged->copies;
   const std::size_t bytes = t == Type::f32 ? 4 : 2;
-  thread_local std::vector<char> a_copy, b_copy, c_copy;
+  thread_local std::vector<char> a_copy, b_copy;
+  thread_local std::vector<float> c_copy;
   const void* pa = a.p;
   const void* pb = b.p;
   float* pc = c;
   if (d.a) copy_dense(a, m, k, bytes, a_copy), pa = a_copy.data();
   if (d.b) copy_dense(b, k, n, bytes, b_copy), pb = b_copy.data();
   if (d.c) {
-    c_copy.resize(static_cast<std::size_t>(m * n) * sizeof(float));
-    pc = reinterpret_cast<float*>(c_copy.data());
-    if (accumulate) copy_dense({c, ldc, 1}, m, n, sizeof(float), c_copy);
+    c_copy.resize(static_cast<std::size_t>(m * n));
+    pc = c_copy.data();
   }
   const auto& e = engine();
   std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan.pd.src_desc(), e, const_cast<void*>(pa))},
                                        {DNNL_ARG_WEIGHTS, memory(plan.pd.weights_desc(), e, const_cast<void*>(pb))},
                                        {DNNL_ARG_DST, memory(plan.pd.dst_desc(), e, pc)}};
   run(plan.prim, plan.pd.scratchpad_desc(), std::move(args));
-  if (!d.c) return;
-  for (std::int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc, pc + i * n, static_cast<std::size_t>(n) * sizeof(float));
+  if (d.c) place_dense(pc, m, n, c, ldc, accumulate);
 }
 
 }  // namespace
@@ -382,15 +394,7 @@ void PackedWeightsF32::matmul(std::int64_t m, const float* a, std::int64_t lda, 
                                        {DNNL_ARG_WEIGHTS, memory(plan->pd.weights_desc(), e, const_cast<float*>(wp))},
                                        {DNNL_ARG_DST, memory(plan->pd.dst_desc(), e, out)}};
   run(plan->prim, plan->pd.scratchpad_desc(), std::move(args));
-  if (dense) return;
-  for (std::int64_t i = 0; i < m; ++i) {
-    float* row = c + i * ldc;
-    const float* got = out + i * n_;
-    if (accumulate)
-      for (std::int64_t j = 0; j < n_; ++j) row[j] += got[j];
-    else
-      std::copy(got, got + n_, row);
-  }
+  if (!dense) place_dense(out, m, n_, c, ldc, accumulate);
 }
 
 void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c, std::int64_t ldc,
