@@ -1,13 +1,9 @@
 // weft: distributed deep-learning training, fabric simulation and planning.
 // Parses the command line, runs one subcommand, and turns every error into one line
 // "error: ..." with a non-zero exit code.
-#include <algorithm>
 #include <cstdio>
-#include <iterator>
 #include <exception>
-#include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "weft/cli/commands.h"
@@ -16,11 +12,33 @@
 #include "weft/util/error.h"
 #include "weft/util/huge_page_malloc.h"
 
+namespace {
+
+// The commands, each with what adds its flags, help and checks to the parser, and whether it
+// holds models, data or a simulated fabric: such a command restarts once with huge pages for
+// malloc's large blocks (util/huge_page_malloc.h); the others end before it would pay.
+struct Command {
+  const char* name;
+  void (*add)(CLI::App&, weft::cli::Action&);
+  bool large_memory;
+};
+constexpr Command kCommands[] = {
+    {"train", weft::cli::add_train_command, true},          {"demo", weft::cli::add_demo_command, true},
+    {"timeline", weft::cli::add_timeline_command, false},   {"launch", weft::cli::add_launch_command, true},
+    {"comm-bench", weft::cli::add_comm_bench_command, false}, {"plan", weft::cli::add_plan_command, false},
+    {"sim", weft::cli::add_sim_command, true},              {"report", weft::cli::add_report_command, false},
+    {"predict", weft::cli::add_predict_command, true},      {"generate", weft::cli::add_generate_command, true},
+    {"export", weft::cli::add_export_command, true},        {"serve", weft::cli::add_serve_command, true},
+    {"serve-bench", weft::cli::add_serve_bench_command, false}, {"flags", weft::cli::add_flags_command, false}};
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  // The commands that hold models, data or a simulated fabric restart once with huge pages for
-  // malloc's large blocks (util/huge_page_malloc.h); the others end before it would pay.
-  static const std::set<std::string> kLargeMemory{"train", "demo", "launch", "serve", "generate", "export", "predict", "sim"};
-  if (argc > 1 && kLargeMemory.count(argv[1]) > 0) weft::restart_with_huge_page_malloc(argv);
+  const std::string asked = argc > 1 ? argv[1] : "";
+  const Command* chosen = nullptr;
+  for (const Command& c : kCommands)
+    if (asked == c.name) chosen = &c;
+  if (chosen && chosen->large_memory) weft::restart_with_huge_page_malloc(argv);
 #ifdef WEFT_MPI_PLUGIN
   weft::cli::use_mpi_plugin();
 #endif
@@ -28,28 +46,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "weft 0.1.0");
   weft::cli::Action action;
-  // Each command's flags, help and checks are built only when it is the one asked for (the
-  // others' tables cost every start about 2 ms); --help, --version and a mistyped command
-  // get them all.
-  using Add = void (*)(CLI::App&, weft::cli::Action&);
-  static const std::pair<const char*, Add> kCommands[] = {
-      {"train", weft::cli::add_train_command},       {"demo", weft::cli::add_demo_command},
-      {"timeline", weft::cli::add_timeline_command}, {"launch", weft::cli::add_launch_command},
-      {"comm-bench", weft::cli::add_comm_bench_command}, {"plan", weft::cli::add_plan_command},
-      {"sim", weft::cli::add_sim_command},           {"report", weft::cli::add_report_command},
-      {"predict", weft::cli::add_predict_command},   {"generate", weft::cli::add_generate_command},
-      {"export", weft::cli::add_export_command},     {"serve", weft::cli::add_serve_command},
-      {"serve-bench", weft::cli::add_serve_bench_command}, {"flags", weft::cli::add_flags_command}};
-  const std::string asked = argc > 1 ? argv[1] : "";
-  const bool one = std::any_of(std::begin(kCommands), std::end(kCommands), [&](const auto& c) { return asked == c.first; });
-  for (const auto& [name, add] : kCommands)
-    if (!one || asked == name) add(app, action);
+  // Only the command asked for is built (the others' tables cost every start about 2 ms);
+  // --help, --version, no command or a mistyped one get them all.
+  for (const Command& c : kCommands)
+    if (!chosen || chosen == &c) c.add(app, action);
   weft::cli::refuse_empty_numbers(app);
-  auto is_command = [&](const std::string& name) {
-    for (const auto* sub : app.get_subcommands({}))
-      if (sub->get_name() == name) return true;
-    return false;
-  };
   try {
     // weft launch's command keeps its own options (torchrun's command line).
     std::vector<std::string> args = weft::cli::with_launch_separator(app, std::vector<std::string>(argv + 1, argv + argc));
@@ -65,11 +66,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     std::string help = "weft --help";
-    if (argc > 1 && argv[1][0] != '-' && !is_command(argv[1])) {
+    if (argc > 1 && argv[1][0] != '-' && !chosen) {
       std::string known;
       for (const auto* sub : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + sub->get_name();
       msg = "unknown command '" + std::string(argv[1]) + "' (commands: " + known + ")";
-    } else if (argc > 1 && is_command(argv[1])) {
+    } else if (chosen) {
       const CLI::App* command = app.get_subcommand(argv[1]);
       help = "weft " + command->get_name() + " --help";
       msg = weft::cli::parse_error_words(*command, e);
