@@ -10,7 +10,7 @@ namespace weft::serve {
 
 bool Ticket::next(std::string& piece, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* tokens) {
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return !pieces_.empty() || finished_; });
+  if (timeout.count() > 0) cv_.wait_for(lock, timeout, [&] { return !pieces_.empty() || finished_; });
   if (!pieces_.empty()) {
     piece = std::move(pieces_.front().first);
     if (tokens) tokens->insert(tokens->end(), pieces_.front().second.begin(), pieces_.front().second.end());

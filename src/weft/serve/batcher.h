@@ -46,7 +46,8 @@ class Ticket {
   const GenerationOptions options;
   const Clock::time_point submitted = Clock::now();
 
-  // Waits up to `timeout` for more text; false once finished and every piece was taken.
+  // Waits up to `timeout` for more text (0: takes what is there, without waiting); false
+  // once finished and every piece was taken.
   // A piece may be empty (a token that added no text yet). With `tokens`, the tokens the
   // piece came with (GenerationOptions::top_logprobs >= 0) are appended there.
   bool next(std::string& piece, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* tokens = nullptr);

@@ -264,11 +264,15 @@ class FrontEnd : private MetricsHolder, public HttpBase {
             return true;
           }
           relay->cv.wait_for(l, std::chrono::milliseconds(100), [&] { return !relay->events.empty() || relay->done; });
+          // What came since the last wake-up goes as one chunk: one hand-over to the event
+          // loop and one send for the events a busy replica streamed meanwhile (and again for
+          // those that came during the write, before `done` is looked at).
           while (!relay->events.empty()) {
-            std::string e = std::move(relay->events.front());
-            relay->events.pop_front();
+            std::string chunk;
+            for (std::string& e : relay->events) chunk += e;
+            relay->events.clear();
             l.unlock();
-            if (!sink.write(e.data(), e.size())) return false;
+            if (!sink.write(chunk.data(), chunk.size())) return false;
             l.lock();
           }
           if (relay->done) {

@@ -241,9 +241,16 @@ class Server : private MetricsHolder, public HttpBase {
         "text/event-stream",
         [this, sequences, state, admission, id, created, start, endpoint, chat, prompts = r.prompts, n = r.n, echo = r.echo,
          include_usage = r.include_usage, logprobs_of, prompt_tokens](size_t, http::DataSink& sink) {
+          // The events of one call go out as one chunk (flush): each token its own event, as
+          // many as the batcher produced since the last call, in one hand-over to the loop.
+          std::string out;
           auto event = [&](const json& data) {
-            const std::string e = "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
-            return sink.write(e.data(), e.size());
+            out += "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+          };
+          auto flush = [&] {
+            const bool written = out.empty() || sink.write(out.data(), out.size());
+            out.clear();
+            return written;
           };
           auto chunk = [&](std::size_t q, Choice c) {
             const bool opening = !state->opened[q];
@@ -265,13 +272,16 @@ class Server : private MetricsHolder, public HttpBase {
             const bool more = sequences[q].ticket->next(piece, wait, &tokens);
             // The echoed prompt first, once the ticket has said something (its prompt's
             // logprobs are set by then).
-            if (!state->opened[q] && !echoed.empty() && (more ? !piece.empty() || !tokens.empty() : true) &&
-                !event(chunk(q, {index, echoed, "", logprobs_of(t.prompt_logprobs, 0)})))
-              return false;
+            if (!state->opened[q] && !echoed.empty() && (more ? !piece.empty() || !tokens.empty() : true))
+              event(chunk(q, {index, echoed, "", logprobs_of(t.prompt_logprobs, 0)}));
             if (!piece.empty() || !tokens.empty()) {
               any = true;
-              if (!event(chunk(q, {index, piece, "", logprobs_of(tokens, static_cast<std::int64_t>(echoed.size()))})))
-                return false;
+              do {  // this piece, then those already waiting
+                event(chunk(q, {index, piece, "", logprobs_of(tokens, static_cast<std::int64_t>(echoed.size()))}));
+                piece.clear();
+                tokens.clear();
+              } while (sequences[q].ticket->next(piece, std::chrono::milliseconds(0), &tokens) &&
+                       (!piece.empty() || !tokens.empty()));
               continue;
             }
             if (more) continue;
@@ -281,8 +291,9 @@ class Server : private MetricsHolder, public HttpBase {
               event(json::parse(error_body(503, t.error)));
               continue;
             }
-            if (!event(chunk(q, {index, "", t.finish_reason, nullptr}))) return false;
+            event(chunk(q, {index, "", t.finish_reason, nullptr}));
           }
+          if (!flush()) return false;
           if (!any) return sink.is_writable();  // nothing yet: a gone client ends the stream
           if (std::find(state->finished.begin(), state->finished.end(), false) != state->finished.end()) return true;
           if (include_usage) {
@@ -293,8 +304,8 @@ class Server : private MetricsHolder, public HttpBase {
             usage["usage"] = usage_of(prompt_tokens, completion_tokens);
             event(usage);
           }
-          const std::string done = "data: [DONE]\n\n";
-          sink.write(done.data(), done.size());
+          out += "data: [DONE]\n\n";
+          flush();
           sink.done();
           count(endpoint, 200, start);
           return true;
