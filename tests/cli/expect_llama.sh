@@ -45,12 +45,24 @@ pieces = ["a", "The", " cat", "'s", "'LL", "  ", "\n", "\r\n", "\t", "42", "1234
           "日本語", "🙂", "<|eot_id|>", "<|begin_of_text|>", " ", "x", "don't", "$", "\u00a0", "IV"]
 json.dump(["".join(random.choice(pieces) for _ in range(random.randint(0, 14))) for _ in range(60)], open(sys.argv[1], "w"))
 PY
+# Chat: the llama3 folder's tokenizer_config.json holds Llama 3's chat template. Jinja itself
+# (Debian's python3-jinja2, as transformers' apply_chat_template sets it up) renders the
+# conversation, which the reference runs with the others below.
+python3 - "$work/llama3" > "$work/chat_prompt.txt" <<'PY'
+import json, os, sys, jinja2
+c = json.load(open(os.path.join(sys.argv[1], "tokenizer_config.json")))
+env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "  What is a cat?  "}]
+sys.stdout.write(env.from_string(c["chat_template"]).render(messages=messages, add_generation_prompt=True,
+                                                            bos_token=c["bos_token"], eos_token=c["eos_token"]))
+PY
 # The reference's figures, in one process (PyTorch loaded once), while weft tokenizes below.
 python3 - "$work" "$prompt" > "$work/jobs.json" <<'PY'
 import json, sys
 w, prompt = sys.argv[1], sys.argv[2]
 jobs = [{"args": [f"{w}/{m}", prompt, "40"], "out": f"{w}/{m}.ref"} for m in ("llama", "qwen2", "mistral", "llama3")]
 jobs.append({"args": [f"{w}/llama3", "--encode", f"{w}/texts.json"], "out": f"{w}/ids.ref"})
+jobs.append({"args": [f"{w}/llama3", "--prompt-file", f"{w}/chat_prompt.txt", "24"], "out": f"{w}/chat.ref"})
 print(json.dumps(jobs))
 PY
 python3 "$reference" --jobs "$work/jobs.json" &
@@ -136,19 +148,9 @@ for layout in "" "--tp 2" "--pp 2"; do
   echo "weft serve ${layout:-(one process)}: the reference's completion"
 done
 
-# Chat: the llama3 folder's tokenizer_config.json holds Llama 3's chat template. Jinja itself
-# (Debian's python3-jinja2, as transformers' apply_chat_template sets it up) renders the
-# conversation; weft generate --chat gives that prompt and the reference's tokens for it; weft
-# serve's /v1/chat/completions (whole and streamed) gives the reference's text.
-python3 - "$work/llama3" > "$work/chat_prompt.txt" <<'PY'
-import json, os, sys, jinja2
-c = json.load(open(os.path.join(sys.argv[1], "tokenizer_config.json")))
-env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
-messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "  What is a cat?  "}]
-sys.stdout.write(env.from_string(c["chat_template"]).render(messages=messages, add_generation_prompt=True,
-                                                            bos_token=c["bos_token"], eos_token=c["eos_token"]))
-PY
-python3 "$reference" "$work/llama3" --prompt-file "$work/chat_prompt.txt" 24 > "$work/chat.ref"
+# Chat (its prompt rendered, and its reference run, with the other references above): weft
+# generate --chat gives Jinja's prompt and the reference's tokens for it; weft serve's
+# /v1/chat/completions (whole and streamed) gives the reference's text.
 "$weft" generate "$work/llama3" --chat --system "Be brief." --prompt "  What is a cat?  " --max-tokens 24 --temperature 0 \
   --json --logits "$work/a.logits" > "$work/chat.out"
 python3 - "$work/chat_prompt.txt" "$work/chat.out" <<'PY'
