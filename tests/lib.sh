@@ -9,6 +9,31 @@ new_work_dir() {
 # fail MESSAGE...: prints FAIL: MESSAGE and ends the script.
 fail() { echo "FAIL: $*"; exit 1; }
 
+# pause SECONDS: sleeps without starting a process (a read that times out on a FIFO only this
+# script holds open): a polling loop's /usr/bin/sleep, curl and grep at 10 Hz took half a core
+# of the machine while serve.replicas waited for its front end to scale.
+pause() {
+  if [ -z "${pause_fd:-}" ]; then
+    local fifo
+    fifo=$(mktemp -u)
+    mkfifo "$fifo"
+    exec {pause_fd}<>"$fifo"
+    rm -f "$fifo"
+  fi
+  read -r -t "$1" -u "$pause_fd" _ || true
+}
+
+# count_lines GLOB FILE: sets $count to the number of FILE's lines that GLOB (a bash pattern
+# for the whole line) matches, with bash alone (no grep process).
+count_lines() {
+  count=0
+  local line
+  while IFS= read -r line || [ -n "$line" ]; do
+    if [[ $line == $1 ]]; then count=$((count + 1)); fi
+  done < "$2"
+  return 0
+}
+
 # json_value NAME: field NAME of the JSON object on the last line of standard input (any
 # JSON value, printed as Python prints it).
 json_value() { python3 -c "import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }

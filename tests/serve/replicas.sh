@@ -20,7 +20,7 @@ start_server() {  # LOG ARGS...
   rm -f "$work/port"
   "$weft" serve "$work/gpt.safetensors" --port 0 --port-file "$work/port" "$@" > "$log" 2>&1 &
   server=$!
-  for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+  for _ in $(seq 300); do [ -s "$work/port" ] && break; pause 0.1; done
   [ -s "$work/port" ] || { echo "FAIL: the front end did not start"; cat "$log"; exit 1; }
   port=$(cat "$work/port")
 }
@@ -42,7 +42,7 @@ assert r["requests"] == 300 and r["errors"] == 0, r
 assert r["tokens"] == 300 * 48, f"{r['tokens']} tokens, expected {300 * 48}: a stream was lost or doubled"
 print(f"300 streamed completions, 0 errors, {r['tokens']} tokens: none lost or doubled")
 PY
-for _ in $(seq 100); do grep -q "replica 1 (pid [0-9]*) ready" <(grep -v "pid $victim)" "$work/fixed.log") && break; sleep 0.1; done
+for _ in $(seq 100); do count_lines "*replica 1 (pid *) ready*" "$work/fixed.log"; [ "$count" -ge 2 ] && break; pause 0.1; done
 grep -q "replica 1 died (killed by signal 9); restarting it" "$work/fixed.log" || { echo "FAIL: no restart"; cat "$work/fixed.log"; exit 1; }
 metrics=$(curl -s "http://127.0.0.1:$port/metrics")
 grep -q '^weft_replica_restarts_total 1$' <<<"$metrics" || { echo "FAIL: the restart is not counted"; exit 1; }
@@ -117,14 +117,20 @@ start_server "$work/elastic.log" --replicas 1:3 --scale-up-load 4 --scale-down-a
 # 16 clients until the front end scales up (600 requests at most).
 "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 16 --requests 600 --max-tokens 48 >/dev/null &
 bench=$!
-for _ in $(seq 300); do grep -q "scaling up to 2 replica(s)" "$work/elastic.log" && break; kill -0 "$bench" 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 300); do
+  count_lines "*scaling up to 2 replica(s)*" "$work/elastic.log"
+  [ "$count" -gt 0 ] && break
+  kill -0 "$bench" 2>/dev/null || break
+  pause 0.1
+done
 kill "$bench" 2>/dev/null || true
 wait "$bench" 2>/dev/null || true
 grep -q "scaling up to 2 replica(s)" "$work/elastic.log" || { echo "FAIL: 16 clients did not scale up"; cat "$work/elastic.log"; exit 1; }
 "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 1 --requests 10 --max-tokens 48 >/dev/null
-for _ in $(seq 200); do
-  curl -s "http://127.0.0.1:$port/metrics" | grep -q '^weft_replicas 1$' && grep -q "stopped (1 left)" "$work/elastic.log" && break
-  sleep 0.1
+for _ in $(seq 200); do  # (the log first: the gauge is read once the log says a replica stopped)
+  count_lines "*stopped (1 left)*" "$work/elastic.log"
+  [ "$count" -gt 0 ] && curl -s "http://127.0.0.1:$port/metrics" | grep -q '^weft_replicas 1$' && break
+  pause 0.1
 done
 grep -q "scaling down to 1 replica(s)" "$work/elastic.log" || { echo "FAIL: did not scale back down"; cat "$work/elastic.log"; exit 1; }
 metrics=$(curl -s "http://127.0.0.1:$port/metrics")
@@ -141,18 +147,27 @@ cycles=5
 for cycle in $(seq "$cycles"); do
   "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 4 --requests 100000 --max-tokens 48 >/dev/null 2>&1 &
   bench=$!
-  for _ in $(seq 300); do [ "$(replicas)" = 2 ] && break; sleep 0.1; done
+  # (the log first, the cycle's replica 1 ready; then the gauge)
+  for _ in $(seq 300); do
+    count_lines "*replica 1 (pid *) ready on *" "$work/cycles.log"
+    [ "$count" -ge "$cycle" ] && [ "$(replicas)" = 2 ] && break
+    pause 0.1
+  done
   if [ "$cycle" = "$cycles" ]; then
-    sleep 1.2  # (a scrape of both replicas)
+    pause 1.2  # (a scrape of both replicas)
     before=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_generated_tokens_total ' | cut -d' ' -f2)
   fi
   kill "$bench" 2>/dev/null || true
   wait "$bench" 2>/dev/null || true
   [ "$(replicas)" = 2 ] || { echo "FAIL: cycle $cycle: no second replica ready"; cat "$work/cycles.log"; exit 1; }
-  for _ in $(seq 300); do [ "$(replicas)" = 1 ] && [ "$(grep -c 'stopped (1 left)' "$work/cycles.log")" = "$cycle" ] && break; sleep 0.1; done
+  for _ in $(seq 300); do
+    count_lines "*stopped (1 left)*" "$work/cycles.log"
+    [ "$count" = "$cycle" ] && [ "$(replicas)" = 1 ] && break
+    pause 0.1
+  done
   [ "$(grep -c 'stopped (1 left)' "$work/cycles.log")" = "$cycle" ] || { echo "FAIL: cycle $cycle: no scale-down"; cat "$work/cycles.log"; exit 1; }
 done
-sleep 1.2
+pause 1.2
 after=$(curl -s "http://127.0.0.1:$port/metrics" | grep '^weft_generated_tokens_total ' | cut -d' ' -f2)
 awk -v a="$after" -v b="$before" 'BEGIN { exit !(a >= b && b > 0) }' ||
   { echo "FAIL: the tokens counted went from $before to $after as a replica stopped"; exit 1; }
@@ -176,7 +191,7 @@ rm -f "$work/port"
 "$weft" serve "$work/gone.safetensors" --port 0 --port-file "$work/port" --replicas 1:2 --scale-up-load 1 \
   > "$work/gone.log" 2>&1 &
 server=$!
-for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+for _ in $(seq 300); do [ -s "$work/port" ] && break; pause 0.1; done
 port=$(cat "$work/port")
 rm "$work/gone.safetensors"
 # Load in rounds of 200 requests, each of which must succeed, until the second try is logged.
