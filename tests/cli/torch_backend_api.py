@@ -128,4 +128,8 @@ total = torch.tensor([checks])
 dist.all_reduce(total)
 if r == 0:
     print(f"torch backend: {total.item()} checks on {w} ranks", flush=True)
+# Ranks that call different operations: refused (torch_mismatch.py, beside this script).
+import torch_mismatch  # noqa: E402
+
+torch_mismatch.check()
 dist.destroy_process_group()

@@ -1,13 +1,13 @@
 """Ranks that call different operations of the "weft" backend, even of equal byte counts,
 are refused with one line naming both sides (the message header's signature), never left
-with garbage. Each case runs on its own group of both ranks (a refused operation ends its
-group). Run under `weft launch --nproc-per-node 2`; rank 0 prints 'mismatches: N refused'."""
+with garbage. Each case runs on its own group of ranks 0 and 1 (a refused operation ends its
+group); the others only take part in making the groups. torch_backend_api.py runs check()
+after its own checks, under each launcher (PyTorch loaded once per rank); run alone, under
+`weft launch --nproc-per-node 2`, it does the same. Rank 0 prints
+'mismatches: N refusals in M cases'."""
 import torch
 import torch.distributed as dist
 
-dist.init_process_group("weft")
-r, w = dist.get_rank(), dist.get_world_size()
-assert w == 2, "two ranks"
 ones = torch.ones
 
 
@@ -36,24 +36,36 @@ cases = [
      lambda g: dist.recv(torch.zeros(10, dtype=torch.float64), 0, group=g), {1},
      ["send/recv of 20 f32", "send/recv of 10 f64"]),
 ]
-refused = 0
-for case, call0, call1, refusing, words in cases:
-    group = dist.new_group([0, 1])
-    try:
-        (call0 if r == 0 else call1)(group)
-        assert r not in refusing, f"rank {r}, {case}: the call returned"
-    except RuntimeError as e:
-        text = str(e).strip()
-        assert r in refusing, f"rank {r}, {case}: refused unexpectedly: {text}"
-        for word in words:
-            assert word in text, f"rank {r}, {case}: '{word}' not in: {text}"
-        assert "\n" not in text, f"rank {r}, {case}: more than one line: {text}"
-        refused += 1
-# The world group still works, and the ranks together refused what they should.
-total = torch.tensor([refused])
-dist.all_reduce(total)
-want = sum(len(c[3]) for c in cases)
-assert total.item() == want, f"{total.item()} refusals, expected {want}"
-if r == 0:
-    print(f"mismatches: {total.item()} refusals in {len(cases)} cases", flush=True)
-dist.destroy_process_group()
+
+
+def check():
+    r = dist.get_rank()
+    assert dist.get_world_size() >= 2, "two ranks at least"
+    refused = 0
+    for case, call0, call1, refusing, words in cases:
+        group = dist.new_group([0, 1])  # (every rank makes the group; ranks 0 and 1 use it)
+        if r > 1:
+            continue
+        try:
+            (call0 if r == 0 else call1)(group)
+            assert r not in refusing, f"rank {r}, {case}: the call returned"
+        except RuntimeError as e:
+            text = str(e).strip()
+            assert r in refusing, f"rank {r}, {case}: refused unexpectedly: {text}"
+            for word in words:
+                assert word in text, f"rank {r}, {case}: '{word}' not in: {text}"
+            assert "\n" not in text, f"rank {r}, {case}: more than one line: {text}"
+            refused += 1
+    # The world group still works, and the ranks together refused what they should.
+    total = torch.tensor([refused])
+    dist.all_reduce(total)
+    want = sum(len(c[3]) for c in cases)
+    assert total.item() == want, f"{total.item()} refusals, expected {want}"
+    if r == 0:
+        print(f"mismatches: {total.item()} refusals in {len(cases)} cases", flush=True)
+
+
+if __name__ == "__main__":
+    dist.init_process_group("weft")
+    check()
+    dist.destroy_process_group()
