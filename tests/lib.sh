@@ -29,6 +29,7 @@ count_lines() {
   count=0
   local line
   while IFS= read -r line || [ -n "$line" ]; do
+    # shellcheck disable=SC2053  # (a pattern, on purpose)
     if [[ $line == $1 ]]; then count=$((count + 1)); fi
   done < "$2"
   return 0
