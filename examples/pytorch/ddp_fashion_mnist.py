@@ -63,7 +63,13 @@ def main():
     p.add_argument("--sync-only", action="store_true",
                    help="skip DDP's gradient all-reduce but all-reduce one number per step: what keeping the ranks "
                         "in step costs by itself, the ceiling of any synchronous backend")
+    p.add_argument("--hook-only", action="store_true",
+                   help="DDP's gradient buckets filled and averaged as usual but handed back by a comm hook that "
+                        "sends nothing, and one number all-reduced per step: DDP's own work without the "
+                        "gradients' communication, the ceiling of any backend under DDP")
     a = p.parse_args()
+    if a.no_sync + a.sync_only + a.hook_only > 1:
+        p.error("--no-sync, --sync-only and --hook-only are three different runs: give one")
     dist.init_process_group(a.backend)  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -76,6 +82,12 @@ def main():
     else:
         body = nn.Sequential(nn.Flatten(), nn.Linear(784, 96), nn.ReLU(), nn.Linear(96, 10))
     net = DDP(body)
+    if a.hook_only:
+        def average_in_place(_, bucket):  # what DDP's default hook does before its all-reduce
+            done = torch.futures.Future()
+            done.set_result(bucket.buffer().div_(world))
+            return done
+        net.register_comm_hook(None, average_in_place)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     shard = torch.randperm(x_all.shape[0], generator=torch.Generator().manual_seed(0))[rank::world]
@@ -91,7 +103,7 @@ def main():
         with net.no_sync() if a.no_sync or a.sync_only else contextlib.nullcontext():
             loss = loss_fn(net(x_all[idx]), y_all[idx])
             loss.backward()
-        if a.sync_only:
+        if a.sync_only or a.hook_only:
             dist.all_reduce(torch.zeros(1))
         opt.step()
         if step >= a.warmup:
