@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <thread>
@@ -235,17 +236,31 @@ TEST(GptDecoder, PromptLogitsAreTheForwardsAfterEveryToken) {
   }
 }
 
-// Sequences of different lengths in one step get what each gets alone.
+// Sequences of different lengths in one step get what each gets alone: the model's logits
+// within rounding, and the decoder's own for the sequence alone to the last bit, in every
+// weight format (a prefill among single tokens, a single token beside a prefill).
 TEST(GptDecoder, ABatchOfSequencesEqualsEachAlone) {
   Rng rng(3);
   GPT model(small_gpt(), rng);
-  GptDecoder decoder(model);
-  auto a = decoder.start(), b = decoder.start(), c = decoder.start();
-  decoder.extend({a.get()}, {{1, 2, 3}});
-  Tensor logits = decoder.extend({a.get(), b.get(), c.get()}, {{4}, {5, 6, 7, 8, 9}, {10}});
-  expect_rows_near(logits, 0, forward_last(model, {1, 2, 3, 4}), 1e-5);
-  expect_rows_near(logits, 1, forward_last(model, {5, 6, 7, 8, 9}), 1e-5);
-  expect_rows_near(logits, 2, forward_last(model, {10}), 1e-5);
+  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kInt8}) {
+    GptDecoder decoder(model, f);
+    auto a = decoder.start(), b = decoder.start(), c = decoder.start();
+    decoder.extend({a.get()}, {{1, 2, 3}});
+    Tensor logits = decoder.extend({a.get(), b.get(), c.get()}, {{4}, {5, 6, 7, 8, 9}, {10}});
+    if (f == WeightFormat::kF32) {
+      expect_rows_near(logits, 0, forward_last(model, {1, 2, 3, 4}), 1e-5);
+      expect_rows_near(logits, 1, forward_last(model, {5, 6, 7, 8, 9}), 1e-5);
+      expect_rows_near(logits, 2, forward_last(model, {10}), 1e-5);
+    }
+    auto a1 = decoder.start(), b1 = decoder.start(), c1 = decoder.start();
+    decoder.extend({a1.get()}, {{1, 2, 3}});
+    const Tensor alone[] = {decoder.extend({a1.get()}, {{4}}), decoder.extend({b1.get()}, {{5, 6, 7, 8, 9}}),
+                            decoder.extend({c1.get()}, {{10}})};
+    const std::int64_t V = logits.size(1);
+    for (std::int64_t i = 0; i < 3; ++i)
+      EXPECT_EQ(0, std::memcmp(alone[i].data<float>(), logits.data<float>() + i * V, 4 * V))
+          << weight_format_name(f) << ": sequence " << i << " alone and in the batch";
+  }
 }
 
 // The cached attention splits a step's streams and heads by the threads active (all heads of
@@ -308,14 +323,15 @@ TEST(Quantize, PackedProductsAreTheFloatProductWithinTheFormatsRounding) {
   }
   {
     weft::testing::ScopedKernels use("int8=emulated");
-    EXPECT_EQ(PackedLinear(w, b, WeightFormat::kInt8).bytes(), 37 * 70 + 37 * 4);  // rows and scales
+    EXPECT_EQ(PackedLinear(w, b, WeightFormat::kInt8).bytes(), 48 * 70 + 37 * 4);  // 3 panels and scales
   }
   if (onednn::has_int8_instructions()) {
     weft::testing::ScopedKernels use("int8=native");
     // Two panels of 16 channels x 72 inputs (70 padded to 4), 5 rows, scales.
     EXPECT_EQ(PackedLinear(w, b, WeightFormat::kInt8).bytes(), 32 * 72 + 5 * 70 + 37 * 4);
   }
-  EXPECT_EQ(PackedLinear(w, b, WeightFormat::kBf16).bytes(), 37 * 70 * 2);
+  EXPECT_EQ(PackedLinear(w, b, WeightFormat::kBf16).bytes(), 48 * 70 * 2);
+  EXPECT_EQ(PackedLinear(w, b, WeightFormat::kF32).bytes(), 48 * 70 * 4);
   EXPECT_THROW(parse_weight_format("int4"), ConfigError);
 }
 
@@ -351,46 +367,96 @@ TEST(Quantize, Int8ActivationRowsWithInfinityOrNanGiveNanOutputs) {
   for (std::int64_t o = 0; o < 40; ++o) EXPECT_EQ(got.data<float>()[3 * 40 + o], b.data<float>()[o]) << o;
 }
 
-// float32 weights kept packed for products (no row lookups): the product of the rows for
-// every row count (fewer than 4 rows read the rows; more the packed panels), with and without
-// a bias, over one column block and over several (a block then written into the wider
-// result); the panels are a copy beside the rows. And the packed weights alone: c + a w^T into
-// rows ldc apart, for any rows and strides.
-TEST(Quantize, PackedFloat32WeightsGiveTheRowsProduct) {
+// Weights in panels: every output is the chain of fused multiply-adds over the inputs in
+// order, then times the channel's scale, plus its bias: the same bits for any rows (their
+// count and a row's place among them), any channels asked for (one panel or several, the
+// last one's padding past `out`), every element type, on every path this processor runs.
+TEST(WeightPanels, EveryOutputIsOneFusedMultiplyAddChainOnEveryPath) {
   Rng rng(2);
-  for (const std::int64_t out : {37, 300}) {  // one column block; two (160 and 140 columns)
-    Tensor w = randn({out, 70}, rng), b = randn({out}, rng);
-    for (const bool bias : {false, true}) {
-      PackedLinear rows(w, bias ? b : Tensor(), WeightFormat::kF32), packed(w, bias ? b : Tensor(), WeightFormat::kF32, false);
-      EXPECT_EQ(rows.bytes(), out * 70 * 4);
-      EXPECT_EQ(packed.bytes(), out * 70 * 4);
-      EXPECT_EQ(rows.packed_copy_bytes(), 0);
-      EXPECT_GE(packed.packed_copy_bytes(), out * 70 * 4);
-      for (const std::int64_t r : {1, 3, 4, 16, 21}) {
-        Tensor x = randn({r, 70}, rng);
-        Tensor want = rows.forward(x), got = packed.forward(x);
-        ASSERT_EQ(got.shape(), want.shape());
-        for (std::int64_t i = 0; i < r * out; ++i)
-          ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-4) << "out " << out << " rows " << r << " at " << i;
+  std::vector<const char*> paths;
+  for (const char* p : {"avx512", "avx2", "scalar"})
+    if (WeightPanels::runs(p)) paths.push_back(p);
+  ASSERT_TRUE(WeightPanels::runs(WeightPanels::path()));
+  for (auto [out, in] : {std::pair<std::int64_t, std::int64_t>{37, 70}, {300, 9}, {16, 1}, {5, 33}}) {
+    Tensor wf = randn({out, in}, rng), sc = randn({out}, rng), b = randn({out}, rng);
+    std::vector<std::uint16_t> wb(static_cast<std::size_t>(out * in));
+    std::vector<std::int8_t> wq(static_cast<std::size_t>(out * in));
+    for (std::size_t i = 0; i < wb.size(); ++i) {
+      std::uint32_t u;
+      std::memcpy(&u, wf.data<float>() + i, 4);
+      wb[i] = static_cast<std::uint16_t>(u >> 16);
+      wq[i] = static_cast<std::int8_t>(static_cast<int>(i * 37 % 255) - 127);
+    }
+    const WeightPanels panels[] = {WeightPanels(wf.data<float>(), out, in), WeightPanels(wb.data(), out, in),
+                                   WeightPanels(wq.data(), out, in)};
+    for (const WeightPanels& w : panels) {
+      EXPECT_EQ(w.bytes(), (out + 15) / 16 * 16 * in *
+                               (w.element() == WeightPanels::Element::kF32    ? 4
+                                : w.element() == WeightPanels::Element::kBf16 ? 2
+                                                                              : 1));
+      for (const std::int64_t rows : {1, 2, 3, 5, 8, 13, 20}) {
+        const std::int64_t ldx = in + 3, ldy = out + 5;
+        Tensor x = randn({rows, ldx}, rng);
+        for (const bool scaled : {false, true})
+          for (const auto& [o0, o1] : {std::pair<std::int64_t, std::int64_t>{0, out}, {16, out}, {0, std::min<std::int64_t>(out, 16)}}) {
+            if (o0 >= o1) continue;
+            std::vector<float> want(static_cast<std::size_t>(rows * ldy), -7.0f);
+            for (std::int64_t r = 0; r < rows; ++r)
+              for (std::int64_t o = o0; o < o1; ++o) {
+                float acc = 0;
+                for (std::int64_t i = 0; i < in; ++i) acc = std::fma(x.data<float>()[r * ldx + i], w.at(o, i), acc);
+                if (scaled) acc = acc * sc.data<float>()[o] + b.data<float>()[o];
+                want[static_cast<std::size_t>(r * ldy + o)] = acc;
+              }
+            for (const char* path : paths) {
+              std::vector<float> got(want.size(), -7.0f);
+              w.product_on(path, x.data<float>(), rows, ldx, scaled ? sc.data<float>() : nullptr,
+                           scaled ? b.data<float>() : nullptr, got.data(), ldy, o0, o1);
+              ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * want.size()))
+                  << path << " element " << static_cast<int>(w.element()) << " out " << out << " in " << in << " rows "
+                  << rows << " channels [" << o0 << ", " << o1 << ")";
+            }
+          }
       }
     }
+    for (std::int64_t o = 0; o < out; ++o)  // the weights as given, widened
+      for (std::int64_t i = 0; i < in; ++i) {
+        const auto k = static_cast<std::size_t>(o * in + i);
+        const std::uint32_t u = static_cast<std::uint32_t>(wb[k]) << 16;
+        float bf;
+        std::memcpy(&bf, &u, 4);
+        ASSERT_EQ(panels[0].at(o, i), wf.data<float>()[k]);
+        ASSERT_EQ(panels[1].at(o, i), bf);
+        ASSERT_EQ(panels[2].at(o, i), static_cast<float>(wq[k]));
+      }
   }
-  Tensor w = randn({50, 30}, rng);
-  const onednn::PackedWeightsF32 pw(w.data<float>(), 30, 50, 30, 16);
-  EXPECT_EQ(pw.n(), 50);
-  EXPECT_EQ(pw.k(), 30);
-  for (const std::int64_t m : {1, 5, 16}) {
-    for (const std::int64_t ldc : {50, 64}) {
-      Tensor a = randn({m, 40}, rng), c = randn({m, ldc}, rng);  // a's rows 40 apart: 30 used
-      std::vector<float> before(c.data<float>(), c.data<float>() + m * ldc);
-      pw.matmul(m, a.data<float>(), 40, c.data<float>(), ldc, true);
-      for (std::int64_t i = 0; i < m; ++i)
-        for (std::int64_t j = 0; j < ldc; ++j) {
-          double want = before[static_cast<std::size_t>(i * ldc + j)];
-          if (j < 50)
-            for (std::int64_t e = 0; e < 30; ++e) want += double(a.data<float>()[i * 40 + e]) * w.data<float>()[j * 30 + e];
-          ASSERT_NEAR(c.data<float>()[i * ldc + j], want, 1e-4) << "m " << m << " ldc " << ldc;  // (past n: untouched)
+  const float x = 1;
+  float y = 0;
+  const WeightPanels w(&x, 1, 1);
+  EXPECT_THROW(w.product(&x, 1, 1, nullptr, nullptr, &y, 1, 8, 1), InternalError);  // channels past out
+}
+
+// A packed product's row is the same bits whatever rows are multiplied with it, in every
+// format (int8 with and without VNNI): what lets a server batch a request with any others.
+TEST(Quantize, ARowsProductDoesNotDependOnTheRowsBesideIt) {
+  Rng rng(4);
+  Tensor w = randn({300, 96}, rng), b = randn({300}, rng);
+  for (const char* kernels : {"int8=emulated", "int8=native"}) {
+    if (std::string(kernels) == "int8=native" && !onednn::has_int8_instructions()) continue;
+    weft::testing::ScopedKernels use(kernels);
+    for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kInt8}) {
+      const PackedLinear p(w, b, f);
+      for (const std::int64_t rows : {2, 5, 16, 70, 130}) {
+        Tensor x = randn({rows, 96}, rng);
+        const Tensor all = p.forward(x);
+        for (const std::int64_t r : {std::int64_t{0}, rows / 2, rows - 1}) {
+          Tensor one = Tensor::empty({1, 96});
+          std::copy(x.data<float>() + r * 96, x.data<float>() + (r + 1) * 96, one.data<float>());
+          const Tensor alone = p.forward(one);
+          ASSERT_EQ(0, std::memcmp(alone.data<float>(), all.data<float>() + r * 300, 300 * 4))
+              << weight_format_name(f) << " " << kernels << " row " << r << " of " << rows;
         }
+      }
     }
   }
 }

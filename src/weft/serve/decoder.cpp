@@ -13,7 +13,6 @@
 #include "weft/tensor/ops.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
-#include "weft/util/machine.h"
 
 namespace weft::serve {
 
@@ -210,16 +209,11 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
     return it->second.contiguous();
   };
   const bool norm_bias = c_.norm == Norm::kLayer;
-  // float32 products also keep their weights packed for steps of several streams
-  // (quantize.h) when that copy (at most the model's float32 size) fits in a quarter of the
-  // memory available now; a model too large for that keeps one copy.
-  const auto available = available_memory_bytes();
-  const bool pack = format == WeightFormat::kF32 && available && 4 * model.num_parameters() * 4 <= *available;
   // The ends: the token table packed (tied, it is the head too), positions and the final
   // norm in float32.
   const auto table = std::make_shared<const PackedLinear>(get(GPT::tied_weight()), Tensor(), format);
   const auto head =
-      c_.tied_head ? table : std::make_shared<const PackedLinear>(get(model.head_weight()), Tensor(), format, !pack);
+      c_.tied_head ? table : std::make_shared<const PackedLinear>(get(model.head_weight()), Tensor(), format);
   ends_.tokens = std::make_shared<PackedRows>(table, c_.dim);
   ends_.head = std::make_shared<PackedProduct>(head);
   ends_bytes_ = table->bytes() + (c_.tied_head ? 0 : head->bytes());
@@ -254,7 +248,7 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
       };
       const Tensor w = get(name + ".weight"), bias = has_bias(product, block_) ? get(name + ".bias") : Tensor();
       const Tensor packed_bias = bias.defined() && !sums ? cut(bias) : Tensor();
-      auto packed = std::make_shared<PackedProduct>(std::make_shared<const PackedLinear>(cut(w), packed_bias, format, !pack),
+      auto packed = std::make_shared<PackedProduct>(std::make_shared<const PackedLinear>(cut(w), packed_bias, format),
                                                     sums, sums ? bias : Tensor(), slice_.all_reduce);
       block_bytes_ += packed->bytes() + (packed_bias.defined() ? 4 * packed_bias.numel() : 0);
       b.products[static_cast<std::size_t>(product)] = std::move(packed);

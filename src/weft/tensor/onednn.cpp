@@ -20,8 +20,7 @@ extern "C" void omp_set_num_threads(int);
 
 namespace weft::onednn {
 
-// (Named, not anonymous: PackedWeightsF32's state holds them.)
-namespace detail {
+namespace {
 
 // Primitives kept per key; built under the lock, executed outside it (a primitive may run
 // on several threads at once: each call brings its own scratchpad).
@@ -45,13 +44,6 @@ struct MatmulPlan {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul prim;
 };
-
-}  // namespace detail
-
-namespace {
-
-using detail::Cache;
-using detail::MatmulPlan;
 
 using dnnl::memory;
 using Tag = memory::format_tag;
@@ -315,86 +307,6 @@ std::string isa_name() {
   if ((isa & 0x3u) == 0x3u) return "avx";
   if ((isa & 0x1u) == 0x1u) return "sse41";
   return "below sse41";
-}
-
-// The packed weights, their layout, and the primitives made for them per row count (and the
-// operands' row strides): those whose kernel takes the layout, else the weights in rows.
-struct PackedWeightsF32::State {
-  memory::desc packed;
-  memory weights;  // owns the packed buffer
-  using Key = std::tuple<std::int64_t, std::int64_t, bool>;  // m, lda, the sum post-op (results are dense)
-  mutable Cache<Key, MatmulPlan> plans;
-  mutable std::mutex rows_mu;
-  mutable std::shared_ptr<const std::vector<float>> rows;  // w back in rows, when a kernel needs it
-};
-
-PackedWeightsF32::PackedWeightsF32(const float* w, std::int64_t ldw, std::int64_t n, std::int64_t k, std::int64_t rows)
-    : n_(n), k_(k), s_(std::make_unique<State>()) {
-  const auto& e = engine();
-  const memory::desc plain = strided(k, n, Type::f32, 1, ldw);
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(strided(rows, k, Type::f32, k, 1), memory::desc({k, n}, Type::f32, Tag::any),
-                                                     strided(rows, n, Type::f32, n, 1)),
-                                  user_scratchpad(), e);
-  s_->packed = pd.weights_desc();
-  s_->weights = memory(s_->packed, e);
-  memory source(plain, e, const_cast<float*>(w));
-  dnnl::reorder(source, s_->weights).execute(stream(), source, s_->weights);
-  stream().wait();
-}
-
-PackedWeightsF32::PackedWeightsF32(PackedWeightsF32&&) noexcept = default;
-PackedWeightsF32::~PackedWeightsF32() = default;
-
-std::int64_t PackedWeightsF32::bytes() const { return static_cast<std::int64_t>(s_->packed.get_size()); }
-
-void PackedWeightsF32::matmul(std::int64_t m, const float* a, std::int64_t lda, float* c, std::int64_t ldc,
-                              bool accumulate) const {
-  const auto& e = engine();
-  // oneDNN's kernels read packed weights only into a dense result (rows n apart; with others
-  // it takes its reference code): a block of a wider result is made dense, then placed.
-  const bool dense = ldc == n_;
-  const bool sum = dense && accumulate;  // (a block made dense is added to its place below)
-  auto plan = s_->plans.get(State::Key{m, lda, sum}, [&] {
-    dnnl::primitive_attr attr = user_scratchpad();
-    if (sum) {
-      dnnl::post_ops ops;
-      ops.append_sum(1.0f);
-      attr.set_post_ops(ops);
-    }
-    const memory::desc src = strided(m, k_, Type::f32, lda, 1), dst = strided(m, n_, Type::f32, n_, 1);
-    try {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, s_->packed, dst), attr, e);
-      if (std::string(pd.impl_info_str()).rfind("ref", 0) != 0) return MatmulPlan{pd, dnnl::matmul(pd)};
-    } catch (const dnnl::error&) {
-    }
-    // No optimized kernel for this row count takes the layout: the weights in rows.
-    dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, strided(k_, n_, Type::f32, 1, k_), dst), attr, e);
-    return MatmulPlan{pd, dnnl::matmul(pd)};
-  });
-  const float* wp = static_cast<const float*>(s_->weights.get_data_handle());
-  if (plan->pd.weights_desc() != s_->packed) {
-    std::lock_guard<std::mutex> lock(s_->rows_mu);
-    if (!s_->rows) {
-      auto back = std::make_shared<std::vector<float>>(static_cast<std::size_t>(n_ * k_));
-      memory dst(strided(k_, n_, Type::f32, 1, k_), e, back->data());
-      memory src = s_->weights;
-      dnnl::reorder(src, dst).execute(stream(), src, dst);
-      stream().wait();
-      s_->rows = back;
-    }
-    wp = s_->rows->data();
-  }
-  thread_local std::vector<float> block;
-  float* out = c;
-  if (!dense) {
-    block.resize(static_cast<std::size_t>(m * n_));
-    out = block.data();
-  }
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(plan->pd.src_desc(), e, const_cast<float*>(a))},
-                                       {DNNL_ARG_WEIGHTS, memory(plan->pd.weights_desc(), e, const_cast<float*>(wp))},
-                                       {DNNL_ARG_DST, memory(plan->pd.dst_desc(), e, out)}};
-  run(plan->prim, plan->pd.scratchpad_desc(), std::move(args));
-  if (!dense) place_dense(out, m, n_, c, ldc, accumulate);
 }
 
 void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c, std::int64_t ldc,

@@ -11,7 +11,6 @@
 
 #include <compare>
 #include <cstdint>
-#include <memory>
 #include <string>
 
 namespace weft::onednn {
@@ -32,30 +31,6 @@ void matmul_f32(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Opera
 // The same with bfloat16 operands (bits, as util/half_float.h) and a float32 result.
 void matmul_bf16(std::int64_t m, std::int64_t n, std::int64_t k, Operand a, Operand b, float* c,
                  std::int64_t ldc, bool accumulate);
-
-// A float32 product's weights w [n, k] (row-major, multiplied as w^T: c = a w^T), reordered
-// once into the layout oneDNN's kernel reads fastest for products of `rows` rows (blocked
-// panels); products of any number of rows then read them as they are, where a product with
-// the row-major weights copies them into that layout at every call (a decoding step's
-// products: 16 rows, 1.56x faster on one AVX-512 core). A row count whose kernel does not
-// take the layout gets the weights back in rows, once. Immutable after construction, so
-// products may run on several threads at once.
-class PackedWeightsF32 {
- public:
-  PackedWeightsF32(const float* w, std::int64_t ldw, std::int64_t n, std::int64_t k, std::int64_t rows);
-  PackedWeightsF32(PackedWeightsF32&&) noexcept;
-  ~PackedWeightsF32();
-  // c[m, n] (rows ldc apart) = a[m, k] (rows lda apart) w^T, + c when accumulate.
-  void matmul(std::int64_t m, const float* a, std::int64_t lda, float* c, std::int64_t ldc, bool accumulate) const;
-  std::int64_t n() const { return n_; }
-  std::int64_t k() const { return k_; }
-  std::int64_t bytes() const;  // as stored
-
- private:
-  struct State;
-  std::int64_t n_, k_;
-  std::unique_ptr<State> s_;
-};
 
 // A convolution's shape: input [n, c, h, w], weights [o, c, kh, kw], output [n, o, oh, ow].
 // bf16: the float32 operands are rounded to bfloat16 and multiplied with bf16 instructions

@@ -1,0 +1,293 @@
+#include "weft/serve/weight_panels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "weft/util/cpu.h"
+#include "weft/util/error.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define WEFT_HAS_PANEL_KERNELS 1
+#define WEFT_TARGET_PANELS512 __attribute__((target("avx512f")))
+#define WEFT_TARGET_PANELS256 __attribute__((target("avx,avx2,fma")))
+#else
+#define WEFT_HAS_PANEL_KERNELS 0
+#endif
+
+namespace weft::serve {
+
+namespace {
+
+constexpr std::int64_t kC = WeightPanels::kChannels;
+
+enum class Path { kScalar, kAvx2, kAvx512 };
+
+const char* path_name(Path p) { return p == Path::kAvx512 ? "avx512" : p == Path::kAvx2 ? "avx2" : "scalar"; }
+
+// The widest path this processor runs under WEFT_CPU_ISA's cap (util/cpu.h): AVX-512 unless
+// the cap names a narrower set.
+Path processor_path() {
+#if WEFT_HAS_PANEL_KERNELS
+  if (cpu::loop_level() != cpu::Level::kAvx2 || !cpu::has("fma")) return Path::kScalar;
+  const std::string cap = cpu::isa_cap();
+  if (cpu::has("avx512f") && (cap.empty() || cap.rfind("avx512", 0) == 0)) return Path::kAvx512;
+  return Path::kAvx2;
+#else
+  return Path::kScalar;
+#endif
+}
+
+Path parse_path(const char* name) {
+  const std::string s = name;
+  if (s == "avx512") return Path::kAvx512;
+  if (s == "avx2") return Path::kAvx2;
+  if (s == "scalar") return Path::kScalar;
+  throw InternalError("WeightPanels: no path '" + s + "'");
+}
+
+bool path_runs(Path p) { return static_cast<int>(p) <= static_cast<int>(processor_path()); }
+
+inline float widen(float f) { return f; }
+inline float widen(std::uint16_t b) {
+  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float widen(std::int8_t q) { return static_cast<float>(q); }
+
+// RB rows of x times NP consecutive panels, one scalar fused multiply-add per product (the
+// other paths' bits: std::fma rounds once, as the vector instructions do).
+template <class W>
+void rows_scalar(const W* panel, std::int64_t panel_elems, std::int64_t in, int rows, int np, const float* x,
+                 std::int64_t ldx, float* y, std::int64_t ldy) {
+  for (int p = 0; p < np; ++p)
+    for (int r = 0; r < rows; ++r) {
+      float acc[kC] = {};
+      const W* w = panel + p * panel_elems;
+      for (std::int64_t k = 0; k < in; ++k) {
+        const float xk = x[r * ldx + k];
+        for (std::int64_t c = 0; c < kC; ++c) acc[c] = std::fma(xk, widen(w[k * kC + c]), acc[c]);
+      }
+      std::copy(acc, acc + kC, y + r * ldy + p * kC);
+    }
+}
+
+#if WEFT_HAS_PANEL_KERNELS
+// A panel's 16 weights at one input, widened: float32 as they are, bf16 shifted into the
+// upper half of a float, int8 converted (exactly). (The masked forms: GCC 12's unmasked
+// widenings start from an undefined vector, which its -Wmaybe-uninitialized reports.)
+WEFT_TARGET_PANELS512 inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+WEFT_TARGET_PANELS512 inline __m512 widen16(const std::uint16_t* p) {
+  const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xFFFF, wide, 16));
+}
+WEFT_TARGET_PANELS512 inline __m512 widen16(const std::int8_t* p) {
+  const __m512i wide = _mm512_maskz_cvtepi8_epi32(0xFFFF, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_mask_cvtepi32_ps(_mm512_setzero_ps(), 0xFFFF, wide);
+}
+
+// RB rows of x times NP consecutive panels (16 NP channels), the sums written to y.
+template <int RB, int NP, class W>
+WEFT_TARGET_PANELS512 void rows_512(const W* panel, std::int64_t panel_elems, std::int64_t in, const float* x,
+                                    std::int64_t ldx, float* y, std::int64_t ldy) {
+  __m512 acc[RB][NP];
+  for (int r = 0; r < RB; ++r)
+    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+  for (std::int64_t k = 0; k < in; ++k) {
+    __m512 w[NP];
+    for (int p = 0; p < NP; ++p) w[p] = widen16(panel + p * panel_elems + k * kC);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 xb = _mm512_set1_ps(x[r * ldx + k]);
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_fmadd_ps(xb, w[p], acc[r][p]);
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int p = 0; p < NP; ++p) _mm512_storeu_ps(y + r * ldy + p * kC, acc[r][p]);
+}
+
+// Half a panel (8 channels) at one input, widened.
+WEFT_TARGET_PANELS256 inline __m256 widen8(const float* p) { return _mm256_loadu_ps(p); }
+WEFT_TARGET_PANELS256 inline __m256 widen8(const std::uint16_t* p) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+WEFT_TARGET_PANELS256 inline __m256 widen8(const std::int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// The same on 256-bit registers: a panel as two halves of 8 channels.
+template <int RB, int NP, class W>
+WEFT_TARGET_PANELS256 void rows_256(const W* panel, std::int64_t panel_elems, std::int64_t in, const float* x,
+                                    std::int64_t ldx, float* y, std::int64_t ldy) {
+  __m256 acc[RB][2 * NP];
+  for (int r = 0; r < RB; ++r)
+    for (int h = 0; h < 2 * NP; ++h) acc[r][h] = _mm256_setzero_ps();
+  for (std::int64_t k = 0; k < in; ++k) {
+    __m256 w[2 * NP];
+    for (int h = 0; h < 2 * NP; ++h) w[h] = widen8(panel + (h / 2) * panel_elems + k * kC + (h % 2) * 8);
+    for (int r = 0; r < RB; ++r) {
+      const __m256 xb = _mm256_set1_ps(x[r * ldx + k]);
+      for (int h = 0; h < 2 * NP; ++h) acc[r][h] = _mm256_fmadd_ps(xb, w[h], acc[r][h]);
+    }
+  }
+  for (int r = 0; r < RB; ++r)
+    for (int h = 0; h < 2 * NP; ++h) _mm256_storeu_ps(y + r * ldy + h * 8, acc[r][h]);
+}
+#endif
+
+template <class W>
+using RowsKernel = void (*)(const W*, std::int64_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t);
+
+// How many panels a pass over `rows` rows reads at once: 512 bits 2 for 8 rows or more (8 x
+// 2 = 16 accumulators of 32 registers), else 4 (4 panels in flight for one row, which reads
+// the weights from memory); 256 bits 1 for 4 rows or more, 2 for 2 or 3, 4 for one (8
+// accumulators of 16). Every block of rows of the pass reads the same panels. 8 x 2 on 512
+// bits runs a prefill's 256 rows at oneDNN's rate (bench/README.md, "One copy of the
+// weights, and a row's outputs whatever the batch").
+int panels_per_pass(Path path, std::int64_t rows, std::int64_t panels_left) {
+  const int most = path == Path::kAvx512 ? (rows >= 8 ? 2 : 4) : path == Path::kAvx2 ? (rows >= 4 ? 1 : rows >= 2 ? 2 : 4) : 2;
+  return static_cast<int>(std::min<std::int64_t>(panels_left, most));
+}
+
+// The kernel for up to `rows` rows of `np` panels (panels_per_pass), and the rows it takes;
+// null for the scalar loop.
+template <class W>
+RowsKernel<W> pick(Path path, std::int64_t rows, int np, int* rb) {
+#if WEFT_HAS_PANEL_KERNELS
+  if (path == Path::kAvx512) {
+    *rb = rows >= 8 ? 8 : rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
+    switch (*rb * 10 + np) {
+      case 82: return rows_512<8, 2, W>;
+      case 81: return rows_512<8, 1, W>;
+      case 44: return rows_512<4, 4, W>;
+      case 43: return rows_512<4, 3, W>;
+      case 42: return rows_512<4, 2, W>;
+      case 41: return rows_512<4, 1, W>;
+      case 24: return rows_512<2, 4, W>;
+      case 23: return rows_512<2, 3, W>;
+      case 22: return rows_512<2, 2, W>;
+      case 21: return rows_512<2, 1, W>;
+      case 14: return rows_512<1, 4, W>;
+      case 13: return rows_512<1, 3, W>;
+      case 12: return rows_512<1, 2, W>;
+      default: return rows_512<1, 1, W>;
+    }
+  }
+  if (path == Path::kAvx2) {
+    *rb = rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
+    switch (*rb * 10 + np) {
+      case 41: return rows_256<4, 1, W>;
+      case 22: return rows_256<2, 2, W>;
+      case 21: return rows_256<2, 1, W>;
+      case 14: return rows_256<1, 4, W>;
+      case 13: return rows_256<1, 3, W>;
+      case 12: return rows_256<1, 2, W>;
+      default: return rows_256<1, 1, W>;
+    }
+  }
+#else
+  (void)path;
+#endif
+  *rb = static_cast<int>(std::min<std::int64_t>(rows, 8));
+  return nullptr;
+}
+
+template <class W>
+void product_typed(Path path, const W* panels, std::int64_t in, const float* x, std::int64_t rows,
+                   std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end) {
+  const std::int64_t panel_elems = in * kC;
+  float spill[8 * 4 * kC];  // a pass's outputs past o_end (the last panel's padding)
+  for (std::int64_t o0 = o_begin; o0 < o_end;) {
+    const W* panel = panels + (o0 / kC) * panel_elems;
+    const int np = panels_per_pass(path, rows, (o_end - o0 + kC - 1) / kC);
+    int rb = 0;
+    for (std::int64_t r0 = 0; r0 < rows; r0 += rb) {
+      const RowsKernel<W> kernel = pick<W>(path, rows - r0, np, &rb);
+      const bool whole = o0 + np * kC <= o_end;
+      float* dst = whole ? y + r0 * ldy + o0 : spill;
+      const std::int64_t ld = whole ? ldy : np * kC;
+      if (kernel != nullptr) kernel(panel, panel_elems, in, x + r0 * ldx, ldx, dst, ld);
+      else rows_scalar(panel, panel_elems, in, rb, np, x + r0 * ldx, ldx, dst, ld);
+      if (!whole)
+        for (int r = 0; r < rb; ++r) std::copy(spill + r * ld, spill + r * ld + (o_end - o0), y + (r0 + r) * ldy + o0);
+    }
+    o0 += np * kC;
+  }
+}
+
+}  // namespace
+
+template <class W>
+void WeightPanels::store(const W* w, std::int64_t out, std::int64_t in, Element element) {
+  WEFT_CHECK(out >= 0 && in >= 0, "WeightPanels: " + std::to_string(out) + " x " + std::to_string(in) + " weights");
+  out_ = out, in_ = in, element_ = element;
+  const std::int64_t panels = (out + kC - 1) / kC;
+  data_.assign(static_cast<std::size_t>(panels * in * kC) * sizeof(W), 0);
+  W* d = reinterpret_cast<W*>(data_.data());
+  for (std::int64_t o = 0; o < out; ++o)
+    for (std::int64_t i = 0; i < in; ++i) d[((o / kC) * in + i) * kC + o % kC] = w[o * in + i];
+}
+
+WeightPanels::WeightPanels(const float* w, std::int64_t out, std::int64_t in) { store(w, out, in, Element::kF32); }
+WeightPanels::WeightPanels(const std::uint16_t* w, std::int64_t out, std::int64_t in) {
+  store(w, out, in, Element::kBf16);
+}
+WeightPanels::WeightPanels(const std::int8_t* w, std::int64_t out, std::int64_t in) {
+  store(w, out, in, Element::kInt8);
+}
+
+float WeightPanels::at(std::int64_t o, std::int64_t i) const {
+  const std::int64_t k = ((o / kC) * in_ + i) * kC + o % kC;
+  switch (element_) {
+    case Element::kF32: return reinterpret_cast<const float*>(data_.data())[k];
+    case Element::kBf16: return widen(reinterpret_cast<const std::uint16_t*>(data_.data())[k]);
+    case Element::kInt8: return widen(reinterpret_cast<const std::int8_t*>(data_.data())[k]);
+  }
+  return 0;
+}
+
+const char* WeightPanels::path() { return path_name(processor_path()); }
+
+bool WeightPanels::runs(const char* path) { return path_runs(parse_path(path)); }
+
+void WeightPanels::product(const float* x, std::int64_t rows, std::int64_t ldx, const float* scale, const float* bias,
+                           float* y, std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end) const {
+  product_on(path(), x, rows, ldx, scale, bias, y, ldy, o_begin, o_end);
+}
+
+void WeightPanels::product_on(const char* path, const float* x, std::int64_t rows, std::int64_t ldx, const float* scale,
+                              const float* bias, float* y, std::int64_t ldy, std::int64_t o_begin,
+                              std::int64_t o_end) const {
+  WEFT_CHECK(o_begin % kC == 0 && 0 <= o_begin && o_begin <= o_end && o_end <= out_ && ldx >= in_ && rows >= 0,
+             "WeightPanels::product: channels [" + std::to_string(o_begin) + ", " + std::to_string(o_end) +
+                 ") or row length " + std::to_string(ldx) + " out of range");
+  const Path p = parse_path(path);
+  WEFT_CHECK(path_runs(p), std::string("WeightPanels::product: this processor does not run the ") + path + " path");
+  switch (element_) {
+    case Element::kF32:
+      product_typed(p, reinterpret_cast<const float*>(data_.data()), in_, x, rows, ldx, y, ldy, o_begin, o_end);
+      break;
+    case Element::kBf16:
+      product_typed(p, reinterpret_cast<const std::uint16_t*>(data_.data()), in_, x, rows, ldx, y, ldy, o_begin,
+                    o_end);
+      break;
+    case Element::kInt8:
+      product_typed(p, reinterpret_cast<const std::int8_t*>(data_.data()), in_, x, rows, ldx, y, ldy, o_begin,
+                    o_end);
+      break;
+  }
+  if (scale == nullptr && bias == nullptr) return;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* yr = y + r * ldy;
+    if (scale != nullptr)
+      for (std::int64_t o = o_begin; o < o_end; ++o) yr[o] *= scale[o];
+    if (bias != nullptr)
+      for (std::int64_t o = o_begin; o < o_end; ++o) yr[o] += bias[o];
+  }
+}
+
+}  // namespace weft::serve
