@@ -3,13 +3,14 @@
 
 The portable build, read from its machine code (objdump): outside weft's dispatched loops
 (util/dispatch.h: weft::detail::run_avx2 and the F16C conversions of util/half_float.h), the
-int8 VNNI kernels (serve/int8_panels.cpp: rows_256 and rows_512, intrinsics run only on a
-processor with the instructions) and the libraries' own dispatched code (libxsmm's *_avx2
+serving's panel kernels (serve/int8_panels.cpp and serve/weight_panels.cpp: rows_256 and
+rows_512, intrinsics run only on a processor with the instructions) and the libraries' own dispatched code (libxsmm's *_avx2
 functions, linked statically), no instruction has a VEX or EVEX prefix (AVX, AVX2, FMA, F16C,
-AVX-512: what x86-64-v2 lacks), and no AVX-512 (EVEX) instruction outside rows_512. (The VNNI
+AVX-512: what x86-64-v2 lacks), and no AVX-512 (EVEX) instruction outside rows_512. (The panel
 kernels are written with intrinsics, not left to the vectorizer whose constant vectors GCC 12
 miscompiles; the portable build gives every machine the same code, and
-Quantize.VnniPanelsGiveTheExactIntegerProduct checks its results bit for bit.) Prints what it counted; exits 1 naming the first
+Quantize.VnniPanelsGiveTheExactIntegerProduct and
+WeightPanels.EveryOutputIsOneFusedMultiplyAddChainOnEveryPath check their results bit for bit.) Prints what it counted; exits 1 naming the first
 functions that break the rule."""
 import collections
 import re

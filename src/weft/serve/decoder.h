@@ -83,9 +83,9 @@ struct LayerRange {
 
 class GptDecoder : public Decoder {
  public:
-  // Shares the model's parameters (the model must outlive the decoder), or holds the
-  // matrices packed in `format` (bf16, int8: quantize.h); layer norms and positions stay
-  // float32.
+  // Holds the model's matrices packed in `format` (float32, bf16 or int8: quantize.h), a
+  // copy of their own, and shares its layer norms and positions (float32) by reference, so
+  // the model may go once the decoder is built.
   explicit GptDecoder(const GPT& model, WeightFormat format = WeightFormat::kF32, TensorSlice slice = {},
                       LayerRange layers = {});
   std::unique_ptr<SequenceState> start() const override;

@@ -21,8 +21,9 @@ std::uint16_t to_bf16(float f) {
 }
 
 // How a product of R rows and `out` channels is cut for the pool: blocks of at most 64 rows
-// and of 64-channel multiples (4 panels of 16), about 8 of them when the rows are few; both
-// depend only on the shape, and every output is computed whole in one block.
+// and of 64-channel multiples (4 panels of 16), at least about 8 of them (a prefill of 220
+// rows in 4 row blocks alone left one of 2 threads a quarter idle); both depend only on the
+// shape, and every output is computed whole in one block.
 struct ProductBlocks {
   std::int64_t rows, channels, row_blocks, channel_blocks;
   std::int64_t count() const { return row_blocks * channel_blocks; }
@@ -30,7 +31,8 @@ struct ProductBlocks {
 ProductBlocks product_blocks(std::int64_t R, std::int64_t out) {
   ProductBlocks b;
   b.rows = 64, b.row_blocks = (R + b.rows - 1) / b.rows;
-  b.channels = b.row_blocks > 1 ? (out + 63) / 64 * 64 : std::max<std::int64_t>(64, ((out + 7) / 8 + 63) / 64 * 64);
+  const std::int64_t split = std::max<std::int64_t>(1, (8 + b.row_blocks - 1) / std::max<std::int64_t>(b.row_blocks, 1));
+  b.channels = std::max<std::int64_t>(64, ((out + split - 1) / split + 63) / 64 * 64);
   b.channel_blocks = (out + b.channels - 1) / b.channels;
   return b;
 }

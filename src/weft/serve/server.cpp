@@ -14,6 +14,7 @@
 #include "weft/serve/http_base.h"
 #include "weft/serve/model_file.h"
 #include "weft/serve/model_parallel.h"
+#include "weft/tensor/allocator.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
@@ -33,9 +34,19 @@ class Server : private MetricsHolder, public HttpBase {
     check_serve_flags_apply(o, model_.language_model() != nullptr, model_.recipe.model);
     limits_ = {model_.name, o.max_tokens, o.max_images, model_.tokenizer ? model_.tokenizer->vocab_size() : 0};
     declare_metrics();  // (before the batchers' threads update them)
+    describe_ = model_.module->describe();
+    parameters_ = model_.module->num_parameters();
     if (LanguageModel* lm = model_.language_model()) {
+      context_ = lm->context();
       decoder_ = join_decoder(*lm, parse_weight_format(o.quantize), o.tp, o.pp, o.micro_batches);
-      max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : lm->context();
+      max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : context_;
+      // A GPT's decoder holds its own copy of every matrix (quantize.h), so the model's go,
+      // back to the system (the tensor allocator would keep their blocks): the server then
+      // holds the weights once.
+      if (dynamic_cast<GptDecoder*>(decoder_.get()) != nullptr) {
+        model_.module.reset();
+        allocator_release_cache();
+      }
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
     } else {
       // (a command line's flags for a language model's weights were refused above; a library caller's here)
@@ -52,7 +63,7 @@ class Server : private MetricsHolder, public HttpBase {
                                     ? fmt::format(", {} weights {:.2f} MB", o_.quantize, static_cast<double>(decoder_->weight_bytes()) / 1e6)
                                     : "";
     return listen(log_, fmt::format("{} ({}, {} parameters{}) for {}; batches of up to {}, waiting up to {} ms", model_.name,
-                                    model_.module->describe(), model_.module->num_parameters(), weights, kind,
+                                    describe_, parameters_, weights, kind,
                                     o_.batch.max_batch, o_.batch.max_wait_ms));
   }
 
@@ -94,8 +105,8 @@ class Server : private MetricsHolder, public HttpBase {
 
   json model_object() const {
     json m = {{"id", model_.name}, {"object", "model"}, {"created", created_}, {"owned_by", "weft"},
-              {"kind", model_.recipe.model}, {"parameters", model_.module->num_parameters()}};
-    if (const LanguageModel* lm = model_.language_model()) m["context"] = lm->context();
+              {"kind", model_.recipe.model}, {"parameters", parameters_}};
+    if (context_ > 0) m["context"] = context_;
     return m;
   }
 
@@ -332,7 +343,9 @@ class Server : private MetricsHolder, public HttpBase {
   }
 
   std::FILE* log_;
-  LoadedModel model_;
+  LoadedModel model_;  // (a GPT's module let go once its decoder holds the weights)
+  std::string describe_;  // the model's, read at load
+  std::int64_t parameters_ = 0, context_ = 0;
   ApiLimits limits_;
   std::int64_t max_prompt_ = 0;
   std::unique_ptr<Decoder> decoder_;
