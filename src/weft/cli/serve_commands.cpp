@@ -244,6 +244,7 @@ int run_generate(GenerateConfig c) {
   std::unique_ptr<serve::Decoder> decoder =
       c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm) : serve::join_decoder(*lm, serve::parse_weight_format(c.quantize), c.tp, c.pp, c.micro_batches);
   if (!decoder) return 0;  // a model-parallel rank that followed rank 0
+  serve::release_module_held_by(m.module, *decoder);  // (lm is not used past here)
   std::unique_ptr<AtomicFileWriter> logits;  // (opened before the work: a path that cannot be written fails first)
   if (!c.logits.empty()) logits = std::make_unique<AtomicFileWriter>(c.logits);
   c.options.keep_logits = logits != nullptr;

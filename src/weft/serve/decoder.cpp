@@ -7,6 +7,7 @@
 
 #include "weft/autograd/sequence.h"
 #include "weft/autograd/variable.h"
+#include "weft/tensor/allocator.h"
 #include "weft/tensor/fast_math.h"
 #include "weft/tensor/fixed_sum.h"
 #include "weft/tensor/linalg.h"
@@ -387,6 +388,13 @@ Tensor WindowDecoder::extend(const std::vector<SequenceState*>& sequences,
     std::copy(out.data<float>(), out.data<float>() + V, logits.data<float>() + static_cast<std::int64_t>(i) * V);
   }
   return logits;
+}
+
+bool release_module_held_by(std::shared_ptr<Module>& module, const Decoder& decoder) {
+  if (dynamic_cast<const GptDecoder*>(&decoder) == nullptr) return false;
+  module.reset();
+  allocator_release_cache();
+  return true;
 }
 
 std::unique_ptr<Decoder> make_decoder(LanguageModel& model, WeightFormat format) {

@@ -137,6 +137,12 @@ class WindowDecoder : public Decoder {
   LanguageModel& model_;
 };
 
+// Lets `module` go when `decoder` holds its own copy of every weight (a GptDecoder), its
+// freed blocks given back to the system (the tensor allocator would keep them): a server or
+// weft generate then holds the weights once. True when it did; nothing may use the module
+// after.
+bool release_module_held_by(std::shared_ptr<Module>& module, const Decoder& decoder);
+
 // The decoder for a model: a GptDecoder for a GPT, else a WindowDecoder (float32 only:
 // ConfigError for another format).
 std::unique_ptr<Decoder> make_decoder(LanguageModel& model, WeightFormat format = WeightFormat::kF32);

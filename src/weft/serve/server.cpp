@@ -14,7 +14,6 @@
 #include "weft/serve/http_base.h"
 #include "weft/serve/model_file.h"
 #include "weft/serve/model_parallel.h"
-#include "weft/tensor/allocator.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
@@ -40,13 +39,7 @@ class Server : private MetricsHolder, public HttpBase {
       context_ = lm->context();
       decoder_ = join_decoder(*lm, parse_weight_format(o.quantize), o.tp, o.pp, o.micro_batches);
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : context_;
-      // A GPT's decoder holds its own copy of every matrix (quantize.h), so the model's go,
-      // back to the system (the tensor allocator would keep their blocks): the server then
-      // holds the weights once.
-      if (dynamic_cast<GptDecoder*>(decoder_.get()) != nullptr) {
-        model_.module.reset();
-        allocator_release_cache();
-      }
+      release_module_held_by(model_.module, *decoder_);  // (a GPT's decoder holds its weights)
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
     } else {
       // (a command line's flags for a language model's weights were refused above; a library caller's here)

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "weft/tensor/allocator.h"
 #include "weft/util/cpu.h"
 #include "weft/util/error.h"
 
@@ -226,10 +227,18 @@ void WeightPanels::store(const W* w, std::int64_t out, std::int64_t in, Element 
   WEFT_CHECK(out >= 0 && in >= 0, "WeightPanels: " + std::to_string(out) + " x " + std::to_string(in) + " weights");
   out_ = out, in_ = in, element_ = element;
   const std::int64_t panels = (out + kC - 1) / kC;
-  data_.assign(static_cast<std::size_t>(panels * in * kC) * sizeof(W), 0);
-  W* d = reinterpret_cast<W*>(data_.data());
-  for (std::int64_t o = 0; o < out; ++o)
-    for (std::int64_t i = 0; i < in; ++i) d[((o / kC) * in + i) * kC + o % kC] = w[o * in + i];
+  const auto bytes = static_cast<std::size_t>(panels * in * kC) * sizeof(W);
+  bytes_ = static_cast<std::int64_t>(bytes);
+  // (The tensor allocator's blocks: 64-byte aligned, in huge pages from 4 MiB on.)
+  data_ = std::shared_ptr<std::uint8_t>(static_cast<std::uint8_t*>(allocate_bytes(std::max<std::size_t>(bytes, 1))),
+                                        [bytes](std::uint8_t* p) { free_bytes(p, std::max<std::size_t>(bytes, 1)); });
+  W* d = reinterpret_cast<W*>(data_.get());
+  // Panel by panel, written in order (read from its 16 rows side by side; zeros past `out`).
+  for (std::int64_t p = 0; p < panels; ++p) {
+    const std::int64_t channels = std::min(kC, out - p * kC);
+    for (std::int64_t i = 0; i < in; ++i)
+      for (std::int64_t c = 0; c < kC; ++c) d[(p * in + i) * kC + c] = c < channels ? w[(p * kC + c) * in + i] : W{};
+  }
 }
 
 WeightPanels::WeightPanels(const float* w, std::int64_t out, std::int64_t in) { store(w, out, in, Element::kF32); }
@@ -243,9 +252,9 @@ WeightPanels::WeightPanels(const std::int8_t* w, std::int64_t out, std::int64_t 
 float WeightPanels::at(std::int64_t o, std::int64_t i) const {
   const std::int64_t k = ((o / kC) * in_ + i) * kC + o % kC;
   switch (element_) {
-    case Element::kF32: return reinterpret_cast<const float*>(data_.data())[k];
-    case Element::kBf16: return widen(reinterpret_cast<const std::uint16_t*>(data_.data())[k]);
-    case Element::kInt8: return widen(reinterpret_cast<const std::int8_t*>(data_.data())[k]);
+    case Element::kF32: return reinterpret_cast<const float*>(data_.get())[k];
+    case Element::kBf16: return widen(reinterpret_cast<const std::uint16_t*>(data_.get())[k]);
+    case Element::kInt8: return widen(reinterpret_cast<const std::int8_t*>(data_.get())[k]);
   }
   return 0;
 }
@@ -269,14 +278,14 @@ void WeightPanels::product_on(const char* path, const float* x, std::int64_t row
   WEFT_CHECK(path_runs(p), std::string("WeightPanels::product: this processor does not run the ") + path + " path");
   switch (element_) {
     case Element::kF32:
-      product_typed(p, reinterpret_cast<const float*>(data_.data()), in_, x, rows, ldx, y, ldy, o_begin, o_end);
+      product_typed(p, reinterpret_cast<const float*>(data_.get()), in_, x, rows, ldx, y, ldy, o_begin, o_end);
       break;
     case Element::kBf16:
-      product_typed(p, reinterpret_cast<const std::uint16_t*>(data_.data()), in_, x, rows, ldx, y, ldy, o_begin,
+      product_typed(p, reinterpret_cast<const std::uint16_t*>(data_.get()), in_, x, rows, ldx, y, ldy, o_begin,
                     o_end);
       break;
     case Element::kInt8:
-      product_typed(p, reinterpret_cast<const std::int8_t*>(data_.data()), in_, x, rows, ldx, y, ldy, o_begin,
+      product_typed(p, reinterpret_cast<const std::int8_t*>(data_.get()), in_, x, rows, ldx, y, ldy, o_begin,
                     o_end);
       break;
   }

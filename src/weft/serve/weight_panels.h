@@ -18,7 +18,7 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 namespace weft::serve {
 
@@ -38,7 +38,7 @@ class WeightPanels {
   Element element() const { return element_; }
   float at(std::int64_t o, std::int64_t i) const;  // w[o][i], widened to float32
   // The panels' bytes as stored (the padding channels of the last panel included).
-  std::int64_t bytes() const { return static_cast<std::int64_t>(data_.size()); }
+  std::int64_t bytes() const { return bytes_; }
 
   // y[r][o] for rows r < rows and channels o in [o_begin, o_end) (o_begin a multiple of 16),
   // as the contract above: x rows `ldx` floats apart, y rows `ldy` floats apart; scale and
@@ -60,7 +60,8 @@ class WeightPanels {
 
   std::int64_t out_ = 0, in_ = 0;
   Element element_ = Element::kF32;
-  std::vector<std::uint8_t> data_;  // the panels, in the element's type
+  std::int64_t bytes_ = 0;
+  std::shared_ptr<std::uint8_t> data_;  // the panels, in the element's type (immutable: copies share them)
 };
 
 }  // namespace weft::serve
