@@ -5,7 +5,8 @@ A request's tokens and logprobs do not depend on what else weft serve batches wi
 seeded sampled one, each asked alone and then while 6 other streams decode (their steps
 share every product with it, the probe's prompt prefilled among their rows), give the same
 text and the same logprobs to the last bit. The server's batch-size histogram shows that the
-second asking shared its steps.
+second asking shared its steps. And float32 servers capped at AVX2 and at the scalar baseline
+(WEFT_CPU_ISA) give the same bits as the widest path.
 """
 import http.client
 import json
@@ -70,4 +71,18 @@ for fmt in ["fp32", "bf16", "int8"]:
             sys.exit(f"FAIL: {fmt}: {p['prompt']!r} alone gave {a[0]!r} {a[1]['token_logprobs'][:4]}, among 6 "
                      f"streams {t[0]!r} {t[1]['token_logprobs'][:4]}")
     print(f"{fmt}: the same text and logprobs alone and among 6 streams ({during:.0f} shared steps)")
+    if fmt == "fp32":
+        reference = alone
+# The same bits on every instruction-set path (AVX-512 where the processor has it, AVX2 with
+# FMA, the scalar baseline), float32 weights.
+for isa in ["avx2", "sse41"]:
+    os.environ["WEFT_CPU_ISA"] = isa
+    server, port = start_server(weft, model, work, "--max-tokens", "100000")
+    got = [complete(port, p) for p in PROBES]
+    server.terminate()
+    server.wait(timeout=30)
+    if got != reference:
+        sys.exit(f"FAIL: WEFT_CPU_ISA={isa}: {got[0][1]['token_logprobs'][:4]} against {reference[0][1]['token_logprobs'][:4]}")
+    print(f"WEFT_CPU_ISA={isa}: the same text and logprobs as on the widest path")
+del os.environ["WEFT_CPU_ISA"]
 print("PASS")
