@@ -29,16 +29,19 @@ enum class Path { kScalar, kAvx2, kAvx512 };
 const char* path_name(Path p) { return p == Path::kAvx512 ? "avx512" : p == Path::kAvx2 ? "avx2" : "scalar"; }
 
 // The widest path this processor runs under WEFT_CPU_ISA's cap (util/cpu.h): AVX-512 unless
-// the cap names a narrower set.
+// the cap names a narrower set. Read once, as oneDNN and the int8 panels read the cap.
 Path processor_path() {
+  static const Path path = [] {
 #if WEFT_HAS_PANEL_KERNELS
-  if (cpu::loop_level() != cpu::Level::kAvx2 || !cpu::has("fma")) return Path::kScalar;
-  const std::string cap = cpu::isa_cap();
-  if (cpu::has("avx512f") && (cap.empty() || cap.rfind("avx512", 0) == 0)) return Path::kAvx512;
-  return Path::kAvx2;
+    if (cpu::loop_level() != cpu::Level::kAvx2 || !cpu::has("fma")) return Path::kScalar;
+    const std::string cap = cpu::isa_cap();
+    if (cpu::has("avx512f") && (cap.empty() || cap.rfind("avx512", 0) == 0)) return Path::kAvx512;
+    return Path::kAvx2;
 #else
-  return Path::kScalar;
+    return Path::kScalar;
 #endif
+  }();
+  return path;
 }
 
 Path parse_path(const char* name) {
@@ -265,17 +268,24 @@ bool WeightPanels::runs(const char* path) { return path_runs(parse_path(path)); 
 
 void WeightPanels::product(const float* x, std::int64_t rows, std::int64_t ldx, const float* scale, const float* bias,
                            float* y, std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end) const {
-  product_on(path(), x, rows, ldx, scale, bias, y, ldy, o_begin, o_end);
+  product_at(static_cast<int>(processor_path()), x, rows, ldx, scale, bias, y, ldy, o_begin, o_end);
 }
 
 void WeightPanels::product_on(const char* path, const float* x, std::int64_t rows, std::int64_t ldx, const float* scale,
                               const float* bias, float* y, std::int64_t ldy, std::int64_t o_begin,
                               std::int64_t o_end) const {
+  const Path p = parse_path(path);
+  WEFT_CHECK(path_runs(p), std::string("WeightPanels::product: this processor does not run the ") + path + " path");
+  product_at(static_cast<int>(p), x, rows, ldx, scale, bias, y, ldy, o_begin, o_end);
+}
+
+void WeightPanels::product_at(int path, const float* x, std::int64_t rows, std::int64_t ldx, const float* scale,
+                              const float* bias, float* y, std::int64_t ldy, std::int64_t o_begin,
+                              std::int64_t o_end) const {
   WEFT_CHECK(o_begin % kC == 0 && 0 <= o_begin && o_begin <= o_end && o_end <= out_ && ldx >= in_ && rows >= 0,
              "WeightPanels::product: channels [" + std::to_string(o_begin) + ", " + std::to_string(o_end) +
                  ") or row length " + std::to_string(ldx) + " out of range");
-  const Path p = parse_path(path);
-  WEFT_CHECK(path_runs(p), std::string("WeightPanels::product: this processor does not run the ") + path + " path");
+  const auto p = static_cast<Path>(path);
   switch (element_) {
     case Element::kF32:
       product_typed(p, reinterpret_cast<const float*>(data_.get()), in_, x, rows, ldx, y, ldy, o_begin, o_end);

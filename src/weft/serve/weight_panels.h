@@ -46,8 +46,9 @@ class WeightPanels {
   void product(const float* x, std::int64_t rows, std::int64_t ldx, const float* scale, const float* bias, float* y,
                std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end) const;
 
-  // The path products take on this processor, under WEFT_CPU_ISA's cap: "avx512", "avx2" or
-  // "scalar"; and whether this processor runs a path (tests compare them).
+  // The path products take on this processor, under WEFT_CPU_ISA's cap as it was at the
+  // first call: "avx512", "avx2" or "scalar"; and whether this processor runs a path (tests
+  // compare them).
   static const char* path();
   static bool runs(const char* path);
   // product on a given path (one that runs here).
@@ -57,6 +58,8 @@ class WeightPanels {
  private:
   template <class W>
   void store(const W* w, std::int64_t out, std::int64_t in, Element element);
+  void product_at(int path, const float* x, std::int64_t rows, std::int64_t ldx, const float* scale, const float* bias,
+                  float* y, std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end) const;
 
   std::int64_t out_ = 0, in_ = 0;
   Element element_ = Element::kF32;
