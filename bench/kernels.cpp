@@ -239,21 +239,30 @@ int main(int argc, char** argv) {
       row(dx ? "conv bwd" : "conv bwd dW", shape, name, dx ? 2 * flops : flops, bwd, peak);
     }
   }
-  // Serving's linear layers with int8 weights (--quantize int8): float32 weights, int8
-  // widened to float32, int8 products on quantized activations (VNNI), per rows at once.
+  // Serving's linear layers (weft serve): float32 weights in weft's panels
+  // (serve/weight_panels.h) against the float32 GEMM of the kernel table on the same rows (the
+  // reference, and their ratio), int8 widened to float32, int8 products on quantized
+  // activations (VNNI), per rows at once; the toy GPT's widths and the GPT-2 small body's.
   for (std::int64_t rows : {1, 16, 256, 2048}) {
-    for (auto [in, out] : {std::pair<std::int64_t, std::int64_t>{128, 512}, {512, 128}}) {
+    for (auto [in, out] : {std::pair<std::int64_t, std::int64_t>{128, 512}, {512, 128}, {768, 3072}, {3072, 768}}) {
       Tensor x = randn({rows, in}, rng), w = randn({out, in}, rng), bias = randn({out}, rng);
       const std::string shape = std::to_string(rows) + "x" + std::to_string(in) + "x" + std::to_string(out) +
                                 (rows <= 16 ? " decode" : " prefill");
       use("");
-      serve::PackedLinear f32(w, bias, serve::WeightFormat::kF32), q8(w, bias, serve::WeightFormat::kInt8);
-      row("linear", shape, "fp32", 2.0 * rows * in * out, seconds_per_call([&] { f32.forward(x); }), peak);
+      serve::PackedLinear f32(w, bias, serve::WeightFormat::kF32);
+      const double panels = seconds_per_call([&] { f32.forward(x); });
+      const double gemm = seconds_per_call([&] { ops::linear(x, w, &bias); });
+      row("linear", shape, "fp32 panels", 2.0 * rows * in * out, panels, peak);
+      row("linear", shape, "fp32 gemm", 2.0 * rows * in * out, gemm, peak);
+      std::printf("%-11s %-34s %-12s %8.2fx\n", "linear", shape.c_str(), "panels/gemm", gemm / panels);
+      // (A layer picks its int8 kernel when it is built: each is built under its choice.)
       use("int8=emulated");
-      row("linear", shape, "int8 widened", 2.0 * rows * in * out, seconds_per_call([&] { q8.forward(x); }), peak);
+      const serve::PackedLinear widened(w, bias, serve::WeightFormat::kInt8);
+      row("linear", shape, "int8 widened", 2.0 * rows * in * out, seconds_per_call([&] { widened.forward(x); }), peak);
       if (onednn::has_int8_instructions()) {
         use("int8=native");
-        row("linear", shape, "int8 vnni", 2.0 * rows * in * out, seconds_per_call([&] { q8.forward(x); }), peak);
+        const serve::PackedLinear vnni(w, bias, serve::WeightFormat::kInt8);
+        row("linear", shape, "int8 vnni", 2.0 * rows * in * out, seconds_per_call([&] { vnni.forward(x); }), peak);
       }
     }
   }

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "weft/tensor/allocator.h"
 #include "weft/util/cpu.h"
 #include "weft/util/error.h"
+#include "weft/util/half_float.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -55,12 +55,7 @@ Path parse_path(const char* name) {
 bool path_runs(Path p) { return static_cast<int>(p) <= static_cast<int>(processor_path()); }
 
 inline float widen(float f) { return f; }
-inline float widen(std::uint16_t b) {
-  const std::uint32_t u = static_cast<std::uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline float widen(std::uint16_t b) { return float_from_bf16(b); }
 inline float widen(std::int8_t q) { return static_cast<float>(q); }
 
 // RB rows of x times NP consecutive panels, one scalar fused multiply-add per product (the
