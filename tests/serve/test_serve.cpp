@@ -218,6 +218,43 @@ TEST(GptDecoder, CachedLogitsEqualTheForwardsAtEveryStep) {
   }
 }
 
+// A prompt of 16 tokens or more runs its attention as panel products (blocks of 64 rows,
+// 8 rows sharing the keys they all see): the logits after each of its tokens are the model's
+// forward within rounding, in every GPT variant (grouped-query heads, sliding windows of 7
+// and 12 keys, head width 8: panels with padding), for a first prompt of 70 tokens (two
+// blocks) and for 20 more fed onto 30 cached ones.
+TEST(GptDecoder, APromptsAttentionInPanelsIsTheForwards) {
+  for (auto positional : {Positional::kLearned, Positional::kRotary}) {
+    for (std::int64_t window : {0, 7, 12}) {
+      if (positional == Positional::kLearned && window > 0) continue;
+      Rng rng(11);
+      GptConfig c = small_gpt(positional);
+      c.context = 80;
+      if (positional == Positional::kRotary) {
+        c.norm = Norm::kRms;
+        c.mlp = Activation::kSwiGlu;
+        c.kv_heads = 2;
+        c.bias = c.qkv_bias = false;
+        c.window = window;
+      }
+      GPT model(c, rng);
+      GptDecoder decoder(model);
+      std::vector<std::int32_t> prompt;
+      for (int t = 0; t < 70; ++t) prompt.push_back(static_cast<std::int32_t>((t * 5 + 3) % model.vocab()));
+      const Tensor all = decoder.prompt_logits(prompt);
+      for (std::size_t t = 0; t < prompt.size(); ++t)
+        expect_rows_near(all, static_cast<std::int64_t>(t),
+                         forward_last(model, {prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(t) + 1}), 1e-5);
+      auto state = decoder.start();
+      decoder.extend({state.get()}, {{prompt.begin(), prompt.begin() + 30}});
+      const Tensor more = decoder.extend({state.get()}, {{prompt.begin() + 30, prompt.begin() + 50}});
+      expect_rows_near(more, 0, forward_last(model, {prompt.begin(), prompt.begin() + 50}), 1e-5);
+      EXPECT_EQ(0, std::memcmp(more.data<float>(), all.data<float>() + 49 * all.size(1), 4 * all.size(1)))
+          << "the 50th token's logits fed in two prompts and in one";
+    }
+  }
+}
+
 // A prompt's scoring (echo with logprobs): the logits after every token equal the model's own
 // forward over that prefix, for the cache decoder (fp32 and int8) and the window decoder.
 TEST(GptDecoder, PromptLogitsAreTheForwardsAfterEveryToken) {
@@ -429,6 +466,40 @@ TEST(WeightPanels, EveryOutputIsOneFusedMultiplyAddChainOnEveryPath) {
         ASSERT_EQ(panels[1].at(o, i), bf);
         ASSERT_EQ(panels[2].at(o, i), static_cast<float>(wq[k]));
       }
+  }
+  // Float32 panels laid out by the caller (a key-value cache's): panels 16 x in + 40 floats
+  // apart, the outputs written from o_begin's column, a product cut over its inputs in three
+  // parts (`resume`) giving the bits of one pass, on every path.
+  for (auto [out, in] : {std::pair<std::int64_t, std::int64_t>{37, 70}, {16, 5}, {50, 300}}) {
+    const std::int64_t stride = 16 * in + 40, panels = (out + 15) / 16;
+    std::vector<float> laid(static_cast<std::size_t>(panels * stride), 0.0f);
+    Tensor wf = randn({out, in}, rng);
+    for (std::int64_t o = 0; o < out; ++o)
+      for (std::int64_t i = 0; i < in; ++i)
+        laid[static_cast<std::size_t>(o / 16 * stride + i * 16 + o % 16)] = wf.data<float>()[o * in + i];
+    for (const std::int64_t rows : {1, 3, 8, 13}) {
+      Tensor x = randn({rows, in}, rng);
+      for (const std::int64_t o0 : {std::int64_t{0}, std::int64_t{16}}) {
+        if (o0 >= out) continue;
+        const std::int64_t ldy = out - o0 + 2;
+        std::vector<float> want(static_cast<std::size_t>(rows * ldy), -7.0f);
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t o = o0; o < out; ++o) {
+            float acc = 0;
+            for (std::int64_t i = 0; i < in; ++i) acc = std::fma(x.data<float>()[r * in + i], wf.data<float>()[o * in + i], acc);
+            want[static_cast<std::size_t>(r * ldy + o - o0)] = acc;
+          }
+        for (const char* path : paths) {
+          std::vector<float> got(want.size(), -7.0f);
+          const std::int64_t cut[] = {0, in / 3, in / 2 + 1, in};
+          for (int part = 0; part < 3; ++part)
+            float_panel_product(laid.data() + cut[part] * 16, stride, cut[part + 1] - cut[part], x.data<float>() + cut[part],
+                                rows, in, got.data(), ldy, o0, out, part > 0, path);
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * want.size()))
+              << path << " out " << out << " in " << in << " rows " << rows << " from channel " << o0;
+        }
+      }
+    }
   }
   const float x = 1;
   float y = 0;

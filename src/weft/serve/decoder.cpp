@@ -7,6 +7,7 @@
 
 #include "weft/autograd/sequence.h"
 #include "weft/autograd/variable.h"
+#include "weft/serve/weight_panels.h"
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/fast_math.h"
 #include "weft/tensor/fixed_sum.h"
@@ -91,6 +92,97 @@ std::vector<std::int32_t> step_positions(const std::vector<SequenceState*>& sequ
   return p;
 }
 
+// The keys [span.begin, span.end) a prompt's rows see, as panels.
+struct PanelSpan {
+  std::int64_t begin, end;
+};
+
+constexpr std::int64_t kC = WeightPanels::kChannels;
+// A step feeding a sequence this many rows or more (a prompt's prefill) runs its attention as
+// panel products, which pay for copying the keys and values into panels when the rows are
+// many; a single token (decoding) and short feeds go row by row.
+constexpr std::int64_t kPanelRows = 16;
+
+// One key-value head's keys and values (columns [col, col + hd) of the cache's rows, `ld`
+// floats apart) at the positions of `span`, laid out as serving's products read weights
+// (weight_panels.h): keys in panels of 16 positions ([hd][16] each: the scores' channels),
+// values in panels of 16 of the hd values ([positions][16] each: the weighted sums').
+void panel_keys_and_values(const float* k, const float* v, std::int64_t ld, std::int64_t col, std::int64_t hd,
+                           PanelSpan span, std::vector<float>& keys, std::vector<float>& values) {
+  const std::int64_t n = span.end - span.begin, key_panels = (n + kC - 1) / kC, hd_panels = (hd + kC - 1) / kC;
+  keys.assign(static_cast<size_t>(key_panels * hd * kC), 0.0f);
+  values.assign(static_cast<size_t>(hd_panels * n * kC), 0.0f);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const float* kj = k + (span.begin + j) * ld + col;
+    const float* vj = v + (span.begin + j) * ld + col;
+    float* kp = keys.data() + (j / kC) * hd * kC + j % kC;
+    for (std::int64_t e = 0; e < hd; ++e) kp[e * kC] = kj[e];
+    for (std::int64_t e = 0; e < hd; ++e) values[static_cast<size_t>(((e / kC) * n + j) * kC + e % kC)] = vj[e];
+  }
+}
+
+// Scores' softmax with fast_exp (as training's softmax), in place. (Their largest in 8 lanes,
+// so that it vectorizes: NaNs passed over as by one running maximum, and a tie of -0 and +0,
+// whichever wins, gives the same exponentials.)
+inline void softmax_in_place(float* s, std::int64_t n) {
+  float lane[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  std::int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int l = 0; l < 8; ++l) lane[l] = std::max(lane[l], s[j + l]);
+  for (; j < n; ++j) lane[0] = std::max(lane[0], s[j]);
+  float top = lane[0];
+  for (int l = 1; l < 8; ++l) top = std::max(top, lane[l]);
+  for (j = 0; j < n; ++j) s[j] = fast_exp(s[j] - top);
+  const float total = sum8<float>(n, [&](std::int64_t e) { return s[e]; });
+  for (j = 0; j < n; ++j) s[j] /= total;
+}
+
+// One head's attention for R rows of a sequence (queries `ldq` floats apart) over its keys and
+// values in panels (panel_keys_and_values over `span`), row r seeing keys [first(r),
+// last(r)): rows in blocks of up to 64, each block's scores one panel product (each score one
+// chain of fused multiply-adds over hd), their softmax row by row, then the weighted sums one
+// panel product whose every output is one chain over the row's keys in order: 8 rows share
+// the keys they all see, and each row's own first and last keys (a sliding window's, the
+// causal mask's) go on its chain alone before and after. Outputs `ldo` floats apart.
+template <class First, class Last>
+inline void attend_in_panels(const float* q, std::int64_t ldq, std::int64_t R, const float* keys, const float* values,
+                             std::int64_t hd, PanelSpan span, const First& first, const Last& last, float scale,
+                             float* out, std::int64_t ldo, std::vector<float>& scores) {
+  constexpr std::int64_t kBlock = 64, kShare = 8;
+  const std::int64_t n = span.end - span.begin;
+  for (std::int64_t b0 = 0; b0 < R; b0 += kBlock) {
+    const std::int64_t b1 = std::min(R, b0 + kBlock);
+    // Keys [key0, key1) of the span (key0 a panel's first), as channels of the block's scores.
+    const std::int64_t key0 = (first(b0) - span.begin) / kC * kC, key1 = last(b1 - 1) - span.begin, ld = key1 - key0;
+    scores.resize(static_cast<size_t>((b1 - b0) * ld));
+    float* sb = scores.data();
+    float_panel_product(keys, hd * kC, hd, q + b0 * ldq, b1 - b0, ldq, sb, ld, key0, key1, false);
+    for (std::int64_t r = b0; r < b1; ++r) {
+      float* sr = sb + (r - b0) * ld + (first(r) - span.begin - key0);
+      const std::int64_t count = last(r) - first(r);
+      for (std::int64_t j = 0; j < count; ++j) sr[j] *= scale;
+      softmax_in_place(sr, count);
+      std::fill(out + r * ldo, out + r * ldo + hd, 0.0f);
+    }
+    // Row r's weighted sum over keys [from, to) of the cache, its chain going on from the sum so far.
+    const auto sum_over = [&](std::int64_t r, std::int64_t count, std::int64_t from, std::int64_t to) {
+      if (to > from)
+        float_panel_product(values + (from - span.begin) * kC, n * kC, to - from,
+                            sb + (r - b0) * ld + (from - span.begin - key0), count, ld, out + r * ldo, ldo, 0, hd, true);
+    };
+    for (std::int64_t r0 = b0; r0 < b1; r0 += kShare) {
+      const std::int64_t r1 = std::min(b1, r0 + kShare), shared0 = first(r1 - 1), shared1 = last(r0);
+      if (shared1 <= shared0) {  // a window narrower than the rows' spread: each row alone
+        for (std::int64_t r = r0; r < r1; ++r) sum_over(r, 1, first(r), last(r));
+        continue;
+      }
+      for (std::int64_t r = r0; r < r1; ++r) sum_over(r, 1, first(r), shared0);
+      sum_over(r0, r1 - r0, shared0, shared1);
+      for (std::int64_t r = r0; r < r1; ++r) sum_over(r, 1, shared1, last(r));
+    }
+  }
+}
+
 // Each new row's attention over its sequence's cache (the new keys and values written
 // first): `heads` query and `kv_heads` key-value heads of `hd` held (this rank's), query head
 // h reading key-value head h / (heads / kv_heads); under a sliding window, the last
@@ -134,47 +226,53 @@ Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   Tensor out = Tensor::empty({plan_.rows_total, d});
   float* o = out.data<float>();
-  // Per row, over a range of heads (all of them when the streams are enough to share the
-  // threads, which reads each cached row of keys and values once, whole): the scores (each
-  // dot product in sum8's 8 partial sums, so that it vectorizes: one chain of hd dependent
-  // additions per key made this loop a quarter of a 16-stream decoding step), their softmax
-  // with fast_exp (as training's softmax), and the weighted sum of the values, key by key
-  // over the range's whole width (each element's sum in key order). How the heads are
-  // grouped changes no result.
+  // Per sequence, over a range of heads (all of them when the streams are enough to share the
+  // threads, which reads each cached row of keys and values once, whole); a prompt's rows
+  // (kPanelRows or more) in panels, other rows one by one. How the heads are grouped changes
+  // no result; a row's result depends only on its sequence's rows of the step.
   const std::int64_t groups = std::min(H, std::max<std::int64_t>(1, (2 * get_active_threads() + S - 1) / S));
   parallel_loop(S * groups, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> wt;
+    std::vector<float> wt, keys, values;
     for (std::int64_t job = begin; job < end; ++job) {
       const std::int64_t i = job / groups, g = job % groups, h0 = g * H / groups, h1 = (g + 1) * H / groups;
       auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
       const float* k = s->k[static_cast<size_t>(layer)].data<float>();
       const float* v = s->v[static_cast<size_t>(layer)].data<float>();
-      for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
-        const std::int64_t row = first_row[static_cast<size_t>(i)] + r, keys = s->cached + r + 1;
-        const std::int64_t first = window_ > 0 ? std::max<std::int64_t>(0, keys - window_) : 0, n = keys - first;
+      const std::int64_t R = rows[static_cast<size_t>(i)], row0 = first_row[static_cast<size_t>(i)];
+      // Row r of the step sees keys [first(r), last(r)).
+      const auto last = [&](std::int64_t r) { return s->cached + r + 1; };
+      const auto first = [&](std::int64_t r) { return window_ > 0 ? std::max<std::int64_t>(0, last(r) - window_) : 0; };
+      if (R >= kPanelRows) {
+        const PanelSpan span{first(0) / kC * kC, last(R - 1)};
+        for (std::int64_t h = h0; h < h1; ++h) {
+          if (h == h0 || h % group == 0) panel_keys_and_values(k, v, kd, (h / group) * hd, hd, span, keys, values);
+          attend_in_panels(q_all + row0 * w + h * hd, w, R, keys.data(), values.data(), hd, span, first, last, scale,
+                           o + row0 * d + h * hd, d, wt);
+        }
+        continue;
+      }
+      for (std::int64_t r = 0; r < R; ++r) {
+        const std::int64_t row = row0 + r, key0 = first(r), n = last(r) - key0;
         wt.resize(static_cast<size_t>((h1 - h0) * n));
-        // score[(h - h0) * n + j]: head h's weight of key first + j.
+        // score[(h - h0) * n + j]: head h's weight of key key0 + j (each dot product in sum8's
+        // 8 partial sums, so that it vectorizes: one chain of hd dependent additions per key
+        // made this loop a quarter of a 16-stream decoding step), their softmax with fast_exp
+        // (as training's softmax), and the weighted sum of the values, key by key over the
+        // range's whole width (each element's sum in key order).
         float* score = wt.data();
         for (std::int64_t j = 0; j < n; ++j) {
-          const float* kj = k + (first + j) * kd;
+          const float* kj = k + (key0 + j) * kd;
           for (std::int64_t h = h0; h < h1; ++h) {
             const float* q = q_all + row * w + h * hd;
             const float* kh = kj + h / group * hd;
             score[(h - h0) * n + j] = sum8<float>(hd, [&](std::int64_t e) { return q[e] * kh[e]; }) * scale;
           }
         }
-        for (std::int64_t h = h0; h < h1; ++h) {
-          float* sh = score + (h - h0) * n;
-          float top = -INFINITY;
-          for (std::int64_t j = 0; j < n; ++j) top = std::max(top, sh[j]);
-          for (std::int64_t j = 0; j < n; ++j) sh[j] = fast_exp(sh[j] - top);
-          const float total = sum8<float>(n, [&](std::int64_t j) { return sh[j]; });
-          for (std::int64_t j = 0; j < n; ++j) sh[j] /= total;
-        }
+        for (std::int64_t h = h0; h < h1; ++h) softmax_in_place(score + (h - h0) * n, n);
         float* dst = o + row * d + h0 * hd;
         std::fill(dst, dst + (h1 - h0) * hd, 0.0f);
         for (std::int64_t j = 0; j < n; ++j) {
-          const float* vj = v + (first + j) * kd;
+          const float* vj = v + (key0 + j) * kd;
           for (std::int64_t h = h0; h < h1; ++h) {
             const float a = score[(h - h0) * n + j];
             const float* vh = vj + h / group * hd;

@@ -62,10 +62,11 @@ inline float widen(std::int8_t q) { return static_cast<float>(q); }
 // other paths' bits: std::fma rounds once, as the vector instructions do).
 template <class W>
 void rows_scalar(const W* panel, std::int64_t panel_elems, std::int64_t in, int rows, int np, const float* x,
-                 std::int64_t ldx, float* y, std::int64_t ldy) {
+                 std::int64_t ldx, float* y, std::int64_t ldy, bool resume) {
   for (int p = 0; p < np; ++p)
     for (int r = 0; r < rows; ++r) {
       float acc[kC] = {};
+      if (resume) std::copy(y + r * ldy + p * kC, y + r * ldy + (p + 1) * kC, acc);
       const W* w = panel + p * panel_elems;
       for (std::int64_t k = 0; k < in; ++k) {
         const float xk = x[r * ldx + k];
@@ -89,13 +90,14 @@ WEFT_TARGET_PANELS512 inline __m512 widen16(const std::int8_t* p) {
   return _mm512_mask_cvtepi32_ps(_mm512_setzero_ps(), 0xFFFF, wide);
 }
 
-// RB rows of x times NP consecutive panels (16 NP channels), the sums written to y.
+// RB rows of x times NP panels `panel_elems` apart (16 NP channels), the sums written to y;
+// with `resume`, the chains go on from the sums y holds (a product cut over its inputs).
 template <int RB, int NP, class W>
 WEFT_TARGET_PANELS512 void rows_512(const W* panel, std::int64_t panel_elems, std::int64_t in, const float* x,
-                                    std::int64_t ldx, float* y, std::int64_t ldy) {
+                                    std::int64_t ldx, float* y, std::int64_t ldy, bool resume) {
   __m512 acc[RB][NP];
   for (int r = 0; r < RB; ++r)
-    for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
+    for (int p = 0; p < NP; ++p) acc[r][p] = resume ? _mm512_loadu_ps(y + r * ldy + p * kC) : _mm512_setzero_ps();
   for (std::int64_t k = 0; k < in; ++k) {
     __m512 w[NP];
     for (int p = 0; p < NP; ++p) w[p] = widen16(panel + p * panel_elems + k * kC);
@@ -121,10 +123,10 @@ WEFT_TARGET_PANELS256 inline __m256 widen8(const std::int8_t* p) {
 // The same on 256-bit registers: a panel as two halves of 8 channels.
 template <int RB, int NP, class W>
 WEFT_TARGET_PANELS256 void rows_256(const W* panel, std::int64_t panel_elems, std::int64_t in, const float* x,
-                                    std::int64_t ldx, float* y, std::int64_t ldy) {
+                                    std::int64_t ldx, float* y, std::int64_t ldy, bool resume) {
   __m256 acc[RB][2 * NP];
   for (int r = 0; r < RB; ++r)
-    for (int h = 0; h < 2 * NP; ++h) acc[r][h] = _mm256_setzero_ps();
+    for (int h = 0; h < 2 * NP; ++h) acc[r][h] = resume ? _mm256_loadu_ps(y + r * ldy + h * 8) : _mm256_setzero_ps();
   for (std::int64_t k = 0; k < in; ++k) {
     __m256 w[2 * NP];
     for (int h = 0; h < 2 * NP; ++h) w[h] = widen8(panel + (h / 2) * panel_elems + k * kC + (h % 2) * 8);
@@ -139,7 +141,7 @@ WEFT_TARGET_PANELS256 void rows_256(const W* panel, std::int64_t panel_elems, st
 #endif
 
 template <class W>
-using RowsKernel = void (*)(const W*, std::int64_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t);
+using RowsKernel = void (*)(const W*, std::int64_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t, bool);
 
 // How many panels a pass over `rows` rows reads at once: 512 bits 2 for 8 rows or more (8 x
 // 2 = 16 accumulators of 32 registers), else 4 (4 panels in flight for one row, which reads
@@ -195,10 +197,12 @@ RowsKernel<W> pick(Path path, std::int64_t rows, int np, int* rb) {
   return nullptr;
 }
 
+// Panel p at panels + p * panel_elems, `in` inputs of it read ([in][16] from there); y's
+// first column is channel y_first's.
 template <class W>
-void product_typed(Path path, const W* panels, std::int64_t in, const float* x, std::int64_t rows,
-                   std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end) {
-  const std::int64_t panel_elems = in * kC;
+void product_typed(Path path, const W* panels, std::int64_t panel_elems, std::int64_t in, const float* x,
+                   std::int64_t rows, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t y_first,
+                   std::int64_t o_begin, std::int64_t o_end, bool resume) {
   float spill[8 * 4 * kC];  // a pass's outputs past o_end (the last panel's padding)
   for (std::int64_t o0 = o_begin; o0 < o_end;) {
     const W* panel = panels + (o0 / kC) * panel_elems;
@@ -207,12 +211,15 @@ void product_typed(Path path, const W* panels, std::int64_t in, const float* x, 
     for (std::int64_t r0 = 0; r0 < rows; r0 += rb) {
       const RowsKernel<W> kernel = pick<W>(path, rows - r0, np, &rb);
       const bool whole = o0 + np * kC <= o_end;
-      float* dst = whole ? y + r0 * ldy + o0 : spill;
+      float* out = y + r0 * ldy + (o0 - y_first);
+      float* dst = whole ? out : spill;
       const std::int64_t ld = whole ? ldy : np * kC;
-      if (kernel != nullptr) kernel(panel, panel_elems, in, x + r0 * ldx, ldx, dst, ld);
-      else rows_scalar(panel, panel_elems, in, rb, np, x + r0 * ldx, ldx, dst, ld);
+      if (!whole && resume)
+        for (int r = 0; r < rb; ++r) std::copy(out + r * ldy, out + r * ldy + (o_end - o0), spill + r * ld);
+      if (kernel != nullptr) kernel(panel, panel_elems, in, x + r0 * ldx, ldx, dst, ld, resume);
+      else rows_scalar(panel, panel_elems, in, rb, np, x + r0 * ldx, ldx, dst, ld, resume);
       if (!whole)
-        for (int r = 0; r < rb; ++r) std::copy(spill + r * ld, spill + r * ld + (o_end - o0), y + (r0 + r) * ldy + o0);
+        for (int r = 0; r < rb; ++r) std::copy(spill + r * ld, spill + r * ld + (o_end - o0), out + r * ldy);
     }
     o0 += np * kC;
   }
@@ -283,15 +290,16 @@ void WeightPanels::product_at(int path, const float* x, std::int64_t rows, std::
   const auto p = static_cast<Path>(path);
   switch (element_) {
     case Element::kF32:
-      product_typed(p, reinterpret_cast<const float*>(data_.get()), in_, x, rows, ldx, y, ldy, o_begin, o_end);
+      product_typed(p, reinterpret_cast<const float*>(data_.get()), in_ * kC, in_, x, rows, ldx, y, ldy, 0, o_begin,
+                    o_end, false);
       break;
     case Element::kBf16:
-      product_typed(p, reinterpret_cast<const std::uint16_t*>(data_.get()), in_, x, rows, ldx, y, ldy, o_begin,
-                    o_end);
+      product_typed(p, reinterpret_cast<const std::uint16_t*>(data_.get()), in_ * kC, in_, x, rows, ldx, y, ldy, 0,
+                    o_begin, o_end, false);
       break;
     case Element::kInt8:
-      product_typed(p, reinterpret_cast<const std::int8_t*>(data_.get()), in_, x, rows, ldx, y, ldy, o_begin,
-                    o_end);
+      product_typed(p, reinterpret_cast<const std::int8_t*>(data_.get()), in_ * kC, in_, x, rows, ldx, y, ldy, 0,
+                    o_begin, o_end, false);
       break;
   }
   if (scale == nullptr && bias == nullptr) return;
@@ -302,6 +310,17 @@ void WeightPanels::product_at(int path, const float* x, std::int64_t rows, std::
     if (bias != nullptr)
       for (std::int64_t o = o_begin; o < o_end; ++o) yr[o] += bias[o];
   }
+}
+
+void float_panel_product(const float* panels, std::int64_t panel_stride, std::int64_t in, const float* x,
+                         std::int64_t rows, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t o_begin,
+                         std::int64_t o_end, bool resume, const char* path) {
+  WEFT_CHECK(o_begin % kC == 0 && 0 <= o_begin && o_begin <= o_end && in >= 0 && rows >= 0 && panel_stride >= in * kC,
+             "float_panel_product: channels [" + std::to_string(o_begin) + ", " + std::to_string(o_end) + ") or " +
+                 std::to_string(in) + " inputs in panels " + std::to_string(panel_stride) + " apart");
+  const Path p = path != nullptr ? parse_path(path) : processor_path();
+  WEFT_CHECK(path_runs(p), std::string("float_panel_product: this processor does not run the ") + path_name(p) + " path");
+  product_typed(p, panels, panel_stride, in, x, rows, ldx, y, ldy, o_begin, o_begin, o_end, resume);
 }
 
 }  // namespace weft::serve
