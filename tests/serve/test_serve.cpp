@@ -222,7 +222,8 @@ TEST(GptDecoder, CachedLogitsEqualTheForwardsAtEveryStep) {
 // 8 rows sharing the keys they all see): the logits after each of its tokens are the model's
 // forward within rounding, in every GPT variant (grouped-query heads, sliding windows of 7
 // and 12 keys, head width 8: panels with padding), for a first prompt of 70 tokens (two
-// blocks) and for 20 more fed onto 30 cached ones.
+// blocks), for 20 more fed onto 30 cached ones, and for the 40 prefilled again when the
+// window slides past the context.
 TEST(GptDecoder, APromptsAttentionInPanelsIsTheForwards) {
   for (auto positional : {Positional::kLearned, Positional::kRotary}) {
     for (std::int64_t window : {0, 7, 12}) {
@@ -251,6 +252,16 @@ TEST(GptDecoder, APromptsAttentionInPanelsIsTheForwards) {
       expect_rows_near(more, 0, forward_last(model, {prompt.begin(), prompt.begin() + 50}), 1e-5);
       EXPECT_EQ(0, std::memcmp(more.data<float>(), all.data<float>() + 49 * all.size(1), 4 * all.size(1)))
           << "the 50th token's logits fed in two prompts and in one";
+      // Past the context of 80 the window slides by half: its last 40 tokens prefilled again,
+      // in panels.
+      std::vector<std::int32_t> fed(prompt.begin(), prompt.begin() + 50);
+      for (int t = 0; t < 35; ++t) {
+        fed.push_back(static_cast<std::int32_t>((t * 3 + 1) % model.vocab()));
+        const Tensor next = decoder.extend({state.get()}, {{fed.back()}});
+        const auto start = static_cast<std::ptrdiff_t>(state->window_start);
+        expect_rows_near(next, 0, forward_last(model, {fed.begin() + start, fed.end()}), 1e-5);
+      }
+      EXPECT_EQ(state->window_start, 41);  // slid at the 81st token to its last 40
     }
   }
 }
