@@ -1,8 +1,8 @@
 """usage: batch_invariance.py WEFT
 
 A request's tokens and logprobs do not depend on what else weft serve batches with it
-(docs/serving.md, "The same tokens under any load"): for float32, bf16 and int8 weights, a greedy completion and a
-seeded sampled one, each asked alone and then while 6 other streams decode (their steps
+(docs/serving.md, "The same tokens under any load"): for float32, bf16 and int8 weights, a greedy completion, a
+seeded sampled one and a greedy one after a 20-token prompt (its attention in panels), each asked alone and then while 6 other streams decode (their steps
 share every product with it, the probe's prompt prefilled among their rows), give the same
 text and the same logprobs to the last bit. The server's batch-size histogram shows that the
 second asking shared its steps. And float32 servers capped at AVX2 and at the scalar baseline
@@ -22,7 +22,9 @@ work = tempfile.mkdtemp()
 model = train_tiny_gpt(weft, work)
 
 PROBES = [{"prompt": "The meaning of", "max_tokens": 40, "temperature": 0, "logprobs": 2},
-          {"prompt": "Once upon", "max_tokens": 40, "temperature": 0.9, "seed": 11, "logprobs": 2}]
+          {"prompt": "Once upon", "max_tokens": 40, "temperature": 0.9, "seed": 11, "logprobs": 2},
+          {"prompt": "The question and the", "max_tokens": 30, "temperature": 0,
+           "logprobs": 2}]
 
 
 def complete(port, body):

@@ -478,7 +478,7 @@ TEST(WeightPanels, EveryOutputIsOneFusedMultiplyAddChainOnEveryPath) {
         ASSERT_EQ(panels[2].at(o, i), static_cast<float>(wq[k]));
       }
   }
-  // Float32 panels laid out by the caller (a key-value cache's): panels 16 x in + 40 floats
+  // Float32 panels laid out by the caller (attention's keys and values): panels 16 x in + 40 floats
   // apart, the outputs written from o_begin's column, a product cut over its inputs in three
   // parts (`resume`) giving the bits of one pass, on every path.
   for (auto [out, in] : {std::pair<std::int64_t, std::int64_t>{37, 70}, {16, 5}, {50, 300}}) {

@@ -67,11 +67,12 @@ class WeightPanels {
   std::shared_ptr<std::uint8_t> data_;  // the panels, in the element's type (immutable: copies share them)
 };
 
-// The same product over float32 panels the caller lays out and may grow (a key-value cache):
-// panel p (channels 16p..16p+15) at panels + p * panel_stride, holding [in][16] floats from
-// there (inputs past `in` unread), into y[r][o - o_begin]. With `resume`, each output's chain goes on from the value
-// y holds instead of from 0: a product cut over its inputs, part by part in order, gives the
-// bits of one pass over all of them. `path` as product_on (null: the processor's).
+// The same product over float32 panels the caller lays out (attention's: a head's keys and
+// values copied from the key-value cache): panel p (channels 16p..16p+15) at panels + p *
+// panel_stride, holding [in][16] floats from there (inputs past `in` unread), into
+// y[r][o - o_begin]. With `resume`, each output's chain goes on from the value y holds
+// instead of from 0: a product cut over its inputs, part by part in order, gives the bits of
+// one pass over all of them. `path` as product_on (null: the processor's).
 void float_panel_product(const float* panels, std::int64_t panel_stride, std::int64_t in, const float* x,
                          std::int64_t rows, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t o_begin,
                          std::int64_t o_end, bool resume, const char* path = nullptr);
