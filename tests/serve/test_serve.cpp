@@ -56,6 +56,17 @@ GptConfig small_gpt(Positional positional = Positional::kLearned, bool pre_ln = 
   return GptConfig{static_cast<std::int64_t>(kAlphabet.size()), 24, 32, 2, 4, positional, pre_ln, false};
 }
 
+// A rotary GPT made Llama-shaped: RMSNorm, SwiGLU, `kv_heads` key-value heads, no biases, a
+// sliding window of `window` keys (0: none).
+GptConfig llama_shaped(GptConfig c, std::int64_t kv_heads, std::int64_t window) {
+  c.norm = Norm::kRms;
+  c.mlp = Activation::kSwiGlu;
+  c.kv_heads = kv_heads;
+  c.bias = c.qkv_bias = false;
+  c.window = window;
+  return c;
+}
+
 // The model's own forward over `tokens`: the logits after the last one.
 std::vector<float> forward_last(GPT& model, const std::vector<std::int32_t>& tokens) {
   const Tensor row = model.next_token_logits(tokens);
@@ -188,12 +199,8 @@ TEST(GptDecoder, CachedLogitsEqualTheForwardsAtEveryStep) {
       Rng rng(7);
       GptConfig c = small_gpt(positional, pre_ln);
       if (positional == Positional::kRotary) {
-        c.norm = Norm::kRms;
-        c.mlp = Activation::kSwiGlu;
-        c.kv_heads = 1;
-        c.bias = c.qkv_bias = false;
+        c = llama_shaped(c, 1, pre_ln ? 7 : 0);
         c.tied_head = false;
-        c.window = pre_ln ? 7 : 0;
       }
       GPT model(c, rng);
       GptDecoder decoder(model);
@@ -231,13 +238,7 @@ TEST(GptDecoder, APromptsAttentionInPanelsIsTheForwards) {
       Rng rng(11);
       GptConfig c = small_gpt(positional);
       c.context = 80;
-      if (positional == Positional::kRotary) {
-        c.norm = Norm::kRms;
-        c.mlp = Activation::kSwiGlu;
-        c.kv_heads = 2;
-        c.bias = c.qkv_bias = false;
-        c.window = window;
-      }
+      if (positional == Positional::kRotary) c = llama_shaped(c, 2, window);
       GPT model(c, rng);
       GptDecoder decoder(model);
       std::vector<std::int32_t> prompt;
