@@ -106,12 +106,14 @@ constexpr std::int64_t kPanelRows = 16;
 // One key-value head's keys and values (columns [col, col + hd) of the cache's rows, `ld`
 // floats apart) at the positions of `span`, laid out as serving's products read weights
 // (weight_panels.h): keys in panels of 16 positions ([hd][16] each: the scores' channels),
-// values in panels of 16 of the hd values ([positions][16] each: the weighted sums').
+// values in panels of 16 of the hd values ([positions][16] each: the weighted sums'). The
+// panels' padding (positions past the span, values past hd) is left as the buffers held it:
+// it feeds only channels the products drop.
 void panel_keys_and_values(const float* k, const float* v, std::int64_t ld, std::int64_t col, std::int64_t hd,
                            PanelSpan span, std::vector<float>& keys, std::vector<float>& values) {
   const std::int64_t n = span.end - span.begin, key_panels = (n + kC - 1) / kC, hd_panels = (hd + kC - 1) / kC;
-  keys.assign(static_cast<size_t>(key_panels * hd * kC), 0.0f);
-  values.assign(static_cast<size_t>(hd_panels * n * kC), 0.0f);
+  keys.resize(static_cast<size_t>(key_panels * hd * kC));
+  values.resize(static_cast<size_t>(hd_panels * n * kC));
   for (std::int64_t j = 0; j < n; ++j) {
     const float* kj = k + (span.begin + j) * ld + col;
     const float* vj = v + (span.begin + j) * ld + col;
