@@ -38,7 +38,17 @@ inline float fast_exp(float x) {
   // (every comparison with NaN is false, so NaN falls through to `in`). Selects, no branches.
   const float low = in < -87.3f ? 0.0f : y;
   const float high = in > 88.72f ? std::numeric_limits<float>::infinity() : low;
-  return in >= -87.3f || in < -87.3f ? high : in;
+  // NaN's pass-through as a bitwise select: as `cond ? high : in` the compiler branched and
+  // then gave each arm its own copy of what the caller computes next (two divisions per
+  // vector in GELU's gate, one of them of the NaN arm).
+  const std::uint32_t nan = 0u - static_cast<std::uint32_t>(!(in >= -87.3f || in < -87.3f));
+  std::uint32_t hb, ib;
+  std::memcpy(&hb, &high, sizeof hb);
+  std::memcpy(&ib, &in, sizeof ib);
+  const std::uint32_t ob = (hb & ~nan) | (ib & nan);
+  float out;
+  std::memcpy(&out, &ob, sizeof out);
+  return out;
 }
 
 // tanh(x) = 1 − 2 / (e^{2x} + 1); absolute error below 3e-7.
