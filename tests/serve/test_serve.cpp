@@ -267,6 +267,72 @@ TEST(GptDecoder, APromptsAttentionInPanelsIsTheForwards) {
   }
 }
 
+// A bf16 key-value cache holds half the bytes and rounds each key and value once, as it is
+// written: its logits are the forward's within bf16's rounding (and not the float32 cache's),
+// a prompt's rows in panels and tokens fed one by one read the same rounded values (within
+// float rounding of each other), and the 50th token's logits fed as 30 + 20 equal the
+// 70-token prompt's bit for bit; for learned positions and for a Llama-shaped GPT (2 of 4
+// key-value heads, a window of 7 keys), across a slide past the context.
+TEST(GptDecoder, ABf16CacheRoundsEachKeyAndValueOnce) {
+  for (auto positional : {Positional::kLearned, Positional::kRotary}) {
+    Rng rng(13);
+    GptConfig c = small_gpt(positional);
+    c.context = 80;
+    if (positional == Positional::kRotary) c = llama_shaped(c, 2, 7);
+    GPT model(c, rng);
+    GptDecoder fp32(model), decoder(model, DecoderFormat(WeightFormat::kF32, CacheFormat::kBf16));
+    EXPECT_EQ(2 * decoder.cache_bytes_per_token(), fp32.cache_bytes_per_token());
+    EXPECT_EQ(fp32.cache_bytes_per_token(), 2 * c.layers * (c.kv_heads > 0 ? c.kv_heads : c.heads) * (c.dim / c.heads) * 4);
+    std::vector<std::int32_t> prompt;
+    for (int t = 0; t < 70; ++t) prompt.push_back(static_cast<std::int32_t>((t * 5 + 3) % model.vocab()));
+    const Tensor all = decoder.prompt_logits(prompt), exact = fp32.prompt_logits(prompt);
+    EXPECT_NE(0, std::memcmp(all.data<float>(), exact.data<float>(), all.nbytes())) << "no key or value was rounded";
+    for (std::size_t t = 0; t < prompt.size(); ++t)
+      expect_rows_near(all, static_cast<std::int64_t>(t),
+                       forward_last(model, {prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(t) + 1}), 0.005);
+    // Token by token (row loops) against the prompt's rows (panels): the same rounded cache.
+    auto one = decoder.start();
+    for (std::size_t t = 0; t < prompt.size(); ++t) {
+      const Tensor next = decoder.extend({one.get()}, {{prompt[t]}});
+      expect_rows_near(next, 0, {all.data<float>() + t * all.size(1), all.data<float>() + (t + 1) * all.size(1)}, 1e-5);
+    }
+    auto state = decoder.start();
+    decoder.extend({state.get()}, {{prompt.begin(), prompt.begin() + 30}});
+    const Tensor more = decoder.extend({state.get()}, {{prompt.begin() + 30, prompt.begin() + 50}});
+    EXPECT_EQ(0, std::memcmp(more.data<float>(), all.data<float>() + 49 * all.size(1), 4 * all.size(1)))
+        << "the 50th token's logits fed in two prompts and in one";
+    std::vector<std::int32_t> fed(prompt.begin(), prompt.begin() + 50);
+    for (int t = 0; t < 35; ++t) {  // past the context of 80: its last 40 tokens prefilled again
+      fed.push_back(static_cast<std::int32_t>((t * 3 + 1) % model.vocab()));
+      const Tensor next = decoder.extend({state.get()}, {{fed.back()}});
+      const auto start = static_cast<std::ptrdiff_t>(state->window_start);
+      expect_rows_near(next, 0, forward_last(model, {fed.begin() + start, fed.end()}), 0.005);
+    }
+    EXPECT_EQ(state->window_start, 41);
+  }
+}
+
+// A recurrent model has no key-value cache, and its decoder no packed weights: either asked
+// for is a one-line error naming it.
+TEST(GptDecoder, OnlyAGptHoldsPackedWeightsOrACache) {
+  Rng rng(2);
+  RecurrentLM lstm(RecurrentConfig{static_cast<std::int64_t>(kAlphabet.size()), 24, 16, 1, "lstm"}, rng);
+  const auto error_of = [](const auto& run) -> std::string {
+    try {
+      run();
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(make_decoder(lstm), nullptr);
+  EXPECT_EQ(error_of([&] { make_decoder(lstm, DecoderFormat(WeightFormat::kInt8)); }),
+            "weights in int8 are built for GPT models only");
+  EXPECT_EQ(error_of([&] { make_decoder(lstm, DecoderFormat(WeightFormat::kF32, CacheFormat::kBf16)); }),
+            "a key-value cache in bf16 is a GPT's: this model has no cache");
+  EXPECT_EQ(error_of([] { parse_cache_format("fp16"); }), "unknown key-value cache type 'fp16' (known: fp32, bf16)");
+}
+
 // A prompt's scoring (echo with logprobs): the logits after every token equal the model's own
 // forward over that prefix, for the cache decoder (fp32 and int8) and the window decoder.
 TEST(GptDecoder, PromptLogitsAreTheForwardsAfterEveryToken) {
@@ -287,16 +353,18 @@ TEST(GptDecoder, PromptLogitsAreTheForwardsAfterEveryToken) {
 
 // Sequences of different lengths in one step get what each gets alone: the model's logits
 // within rounding, and the decoder's own for the sequence alone to the last bit, in every
-// weight format (a prefill among single tokens, a single token beside a prefill).
+// weight format and with a bf16 cache (a prefill among single tokens, a single token beside a
+// prefill).
 TEST(GptDecoder, ABatchOfSequencesEqualsEachAlone) {
   Rng rng(3);
   GPT model(small_gpt(), rng);
-  for (WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kInt8}) {
+  for (DecoderFormat f : {DecoderFormat(WeightFormat::kF32), DecoderFormat(WeightFormat::kBf16),
+                          DecoderFormat(WeightFormat::kInt8), DecoderFormat(WeightFormat::kF32, CacheFormat::kBf16)}) {
     GptDecoder decoder(model, f);
     auto a = decoder.start(), b = decoder.start(), c = decoder.start();
     decoder.extend({a.get()}, {{1, 2, 3}});
     Tensor logits = decoder.extend({a.get(), b.get(), c.get()}, {{4}, {5, 6, 7, 8, 9}, {10}});
-    if (f == WeightFormat::kF32) {
+    if (f.weights == WeightFormat::kF32 && f.cache == CacheFormat::kF32) {
       expect_rows_near(logits, 0, forward_last(model, {1, 2, 3, 4}), 1e-5);
       expect_rows_near(logits, 1, forward_last(model, {5, 6, 7, 8, 9}), 1e-5);
       expect_rows_near(logits, 2, forward_last(model, {10}), 1e-5);
@@ -308,7 +376,8 @@ TEST(GptDecoder, ABatchOfSequencesEqualsEachAlone) {
     const std::int64_t V = logits.size(1);
     for (std::int64_t i = 0; i < 3; ++i)
       EXPECT_EQ(0, std::memcmp(alone[i].data<float>(), logits.data<float>() + i * V, 4 * V))
-          << weight_format_name(f) << ": sequence " << i << " alone and in the batch";
+          << weight_format_name(f.weights) << " weights, " << cache_format_name(f.cache) << " cache: sequence " << i
+          << " alone and in the batch";
   }
 }
 

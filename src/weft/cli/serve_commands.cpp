@@ -35,7 +35,7 @@ void add_model_argument(CLI::App* cmd, std::string& model) {
 }
 
 struct PredictConfig {
-  std::string model, data, data_dir, images, quantize = "fp32", logits;
+  std::string model, data, data_dir, images, quantize = "fp32", kv_cache_dtype = "fp32", logits;
   std::int64_t limit = 0, batch = 1000, windows = 256;
   int tp = 1, pp = 1, micro_batches = 0;
   bool json = false;
@@ -77,36 +77,42 @@ const FlagTable<PredictConfig>& predict_flags() {
   return table;
 }
 
-// A language model's validation loss through its decoder, and against float32 weights when
-// they are packed smaller.
+// A language model's validation loss through its decoder, and against float32 weights and
+// cache when they are held smaller.
 int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
   if (!c.logits.empty()) check_output_file(c.logits, "--logits");  // before the validation runs
-  const serve::WeightFormat format = serve::parse_weight_format(c.quantize);
+  const serve::DecoderFormat format(serve::parse_weight_format(c.quantize), serve::parse_cache_format(c.kv_cache_dtype));
+  const bool reduced = format.weights != serve::WeightFormat::kF32 || format.cache != serve::CacheFormat::kF32;
   const std::vector<std::int32_t> tokens =
       serve::validation_tokens(load_corpus(c.data.empty() ? "fortunes" : c.data), *m.tokenizer);
-  auto measure = [&](serve::WeightFormat f) {
+  auto measure = [&](serve::DecoderFormat f) {
     std::unique_ptr<serve::Decoder> d = serve::join_decoder(*m.language_model(), f, c.tp, c.pp, c.micro_batches);
     if (!d) return std::make_pair(serve::LossReport{}, std::int64_t{-1});  // a rank that followed rank 0
     std::vector<float> logits;
     serve::LossReport r = serve::next_token_loss(*d, tokens, c.windows, c.logits.empty() ? nullptr : &logits);
-    if (!c.logits.empty() && f == format)
+    if (!c.logits.empty() && f.weights == format.weights && f.cache == format.cache)
       write_file_atomic(c.logits, std::string_view(reinterpret_cast<const char*>(logits.data()), logits.size() * sizeof(float)));
     const std::int64_t bytes = d->weight_bytes() > 0 ? d->weight_bytes() : 4 * m.module->num_parameters();
     return std::make_pair(r, bytes);
   };
   auto [r, bytes] = measure(format);
   if (bytes < 0) return 0;  // a model-parallel rank that followed rank 0
-  nlohmann::json out = {{"model", m.name}, {"weights", c.quantize}, {"weight_bytes", bytes}, {"val_loss", r.loss},
-                        {"tokens", r.tokens}};
-  std::string line = fmt::format("{} ({}, {} weights, {:.2f} MB): validation loss {:.4f} nats/token over {} predictions",
-                                 m.name, m.recipe.model, c.quantize, static_cast<double>(bytes) / 1e6, r.loss, r.tokens);
-  if (format != serve::WeightFormat::kF32) {
-    if (c.tp > 1 || c.pp > 1) throw ConfigError("--quantize compares with fp32 in one process: drop --tp and --pp");
-    auto [ref, ref_bytes] = measure(serve::WeightFormat::kF32);
+  nlohmann::json out = {{"model", m.name}, {"weights", c.quantize}, {"kv_cache_dtype", c.kv_cache_dtype},
+                        {"weight_bytes", bytes}, {"val_loss", r.loss}, {"tokens", r.tokens}};
+  const std::string cache = format.cache != serve::CacheFormat::kF32 ? ", " + c.kv_cache_dtype + " key-value cache" : "";
+  std::string line = fmt::format("{} ({}, {} weights, {:.2f} MB{}): validation loss {:.4f} nats/token over {} predictions",
+                                 m.name, m.recipe.model, c.quantize, static_cast<double>(bytes) / 1e6, cache, r.loss, r.tokens);
+  if (reduced) {
+    if (c.tp > 1 || c.pp > 1)
+      throw ConfigError(std::string(format.weights != serve::WeightFormat::kF32 ? "--quantize" : "--kv-cache-dtype") +
+                        " compares with fp32 in one process: drop --tp and --pp");
+    auto [ref, ref_bytes] = measure(serve::DecoderFormat{});
     out["fp32_val_loss"] = ref.loss;
     out["fp32_weight_bytes"] = ref_bytes;
-    line += fmt::format("; fp32 {:.4f} ({:+.4f}), {:.2f} MB ({:.2f}x the memory)", ref.loss, r.loss - ref.loss,
-                        static_cast<double>(ref_bytes) / 1e6, static_cast<double>(ref_bytes) / static_cast<double>(bytes));
+    line += fmt::format("; fp32 {:.4f} ({:+.4f})", ref.loss, r.loss - ref.loss);
+    if (format.weights != serve::WeightFormat::kF32)
+      line += fmt::format(", {:.2f} MB ({:.2f}x the memory)", static_cast<double>(ref_bytes) / 1e6,
+                          static_cast<double>(ref_bytes) / static_cast<double>(bytes));
   }
   if (c.json) fmt::print("{}\n", out.dump());
   else fmt::print("{}\n", line);
@@ -169,7 +175,7 @@ int run_predict(PredictConfig c) {
 }
 
 struct GenerateConfig {
-  std::string model, prompt, quantize = "fp32", logits, system;
+  std::string model, prompt, quantize = "fp32", kv_cache_dtype = "fp32", logits, system;
   int tp = 1, pp = 1, micro_batches = 0;
   serve::GenerationOptions options = [] {
     serve::GenerationOptions g;
@@ -207,11 +213,13 @@ const FlagTable<GenerateConfig>& generate_flags() {
     // The model's own forward: float32 weights in this process (the cache's decoder packs
     // and splits them).
     out(F("--no-cache", AT(no_cache), "recompute the whole window for every token (no key-value cache)")
-            .only_for([](const Options& o) { return o.quantize == "fp32" && o.tp == 1 && o.pp == 1; },
-                      "float32 weights in one process (--no-cache runs the model's own forward)",
+            .only_for([](const Options& o) { return o.quantize == "fp32" && o.kv_cache_dtype == "fp32" && o.tp == 1 && o.pp == 1; },
+                      "float32 weights in one process, no cache to hold (--no-cache runs the model's own forward)",
                       [](const Options& o) {
-                        return o.quantize != "fp32" ? "--quantize " + o.quantize
-                                                    : o.tp > 1 ? "--tp " + std::to_string(o.tp) : "--pp " + std::to_string(o.pp);
+                        return o.quantize != "fp32"         ? "--quantize " + o.quantize
+                               : o.kv_cache_dtype != "fp32" ? "--kv-cache-dtype " + o.kv_cache_dtype
+                               : o.tp > 1                   ? "--tp " + std::to_string(o.tp)
+                                                            : "--pp " + std::to_string(o.pp);
                       }));
     out(F("--json", AT(json), "print JSON (the tokens, the finish reason)"));
     out(F("--logits", AT(logits), "write the logits each token was chosen from to this file (float32, [tokens][vocab])"));
@@ -242,7 +250,9 @@ int run_generate(GenerateConfig c) {
     if (!m.eos_token.empty()) c.options.stop.push_back(m.eos_token);
   }
   std::unique_ptr<serve::Decoder> decoder =
-      c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm) : serve::join_decoder(*lm, serve::parse_weight_format(c.quantize), c.tp, c.pp, c.micro_batches);
+      c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm)
+                 : serve::join_decoder(*lm, {serve::parse_weight_format(c.quantize), serve::parse_cache_format(c.kv_cache_dtype)},
+                                       c.tp, c.pp, c.micro_batches);
   if (!decoder) return 0;  // a model-parallel rank that followed rank 0
   serve::release_module_held_by(m.module, *decoder);  // (lm is not used past here)
   std::unique_ptr<AtomicFileWriter> logits;  // (opened before the work: a path that cannot be written fails first)

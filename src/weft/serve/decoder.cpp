@@ -20,11 +20,13 @@ namespace weft::serve {
 
 namespace {
 
-// A sequence's key-value cache: per layer [rows, key-value heads held x hd], rows [0, cached)
-// filled. It grows with the sequence (doubling, up to the context), so that a model with a
-// long context costs a short conversation little.
+// A sequence's key-value cache: per layer [rows, key-value heads held x hd] of float32 or
+// bf16 (CacheFormat), rows [0, cached) filled. It grows with the sequence (doubling, up to the
+// context), so that a model with a long context costs a short conversation little.
 class GptState : public SequenceState {
  public:
+  explicit GptState(DType type) : dtype(type) {}
+  const DType dtype;
   std::vector<Tensor> k, v;
   std::int64_t cached = 0;
   // Room for `rows` rows in every layer, the filled ones kept.
@@ -33,12 +35,22 @@ class GptState : public SequenceState {
     const std::int64_t room = std::min(context, std::max<std::int64_t>({rows, 2 * k[0].size(0), 64}));
     for (auto* cache : {&k, &v})
       for (Tensor& t : *cache) {
-        Tensor grown = Tensor::empty({room, t.size(1)});
-        std::copy(t.data<float>(), t.data<float>() + cached * t.size(1), grown.data<float>());
+        Tensor grown = Tensor::empty({room, t.size(1)}, dtype);
+        const auto* from = static_cast<const char*>(t.raw_data());
+        std::copy(from, from + cached * t.size(1) * static_cast<std::int64_t>(dtype_size(dtype)),
+                  static_cast<char*>(grown.raw_data()));
         t = grown;
       }
   }
 };
+
+// A cached key or value as attention reads it, and a row of them as the cache stores it.
+inline float widen(float x) { return x; }
+inline float widen(bf16 x) { return from_bf16(x); }
+inline void store_row(const float* from, std::int64_t n, float* to) { std::copy(from, from + n, to); }
+inline void store_row(const float* from, std::int64_t n, bf16* to) {
+  for (std::int64_t e = 0; e < n; ++e) to[e] = to_bf16(from[e]);
+}
 
 // A block's product, packed; a row-sliced one's partial products summed over the ranks by
 // `all_reduce`, then its bias added.
@@ -104,22 +116,23 @@ constexpr std::int64_t kC = WeightPanels::kChannels;
 constexpr std::int64_t kPanelRows = 16;
 
 // One key-value head's keys and values (columns [col, col + hd) of the cache's rows, `ld`
-// floats apart) at the positions of `span`, laid out as serving's products read weights
+// elements apart, widened to float32) at the positions of `span`, laid out as serving's products read weights
 // (weight_panels.h): keys in panels of 16 positions ([hd][16] each: the scores' channels),
 // values in panels of 16 of the hd values ([positions][16] each: the weighted sums'). The
 // panels' padding (positions past the span, values past hd) is left as the buffers held it:
 // it feeds only channels the products drop.
-void panel_keys_and_values(const float* k, const float* v, std::int64_t ld, std::int64_t col, std::int64_t hd,
-                           PanelSpan span, std::vector<float>& keys, std::vector<float>& values) {
+template <class T>
+void panel_keys_and_values(const T* k, const T* v, std::int64_t ld, std::int64_t col, std::int64_t hd, PanelSpan span,
+                           std::vector<float>& keys, std::vector<float>& values) {
   const std::int64_t n = span.end - span.begin, key_panels = (n + kC - 1) / kC, hd_panels = (hd + kC - 1) / kC;
   keys.resize(static_cast<size_t>(key_panels * hd * kC));
   values.resize(static_cast<size_t>(hd_panels * n * kC));
   for (std::int64_t j = 0; j < n; ++j) {
-    const float* kj = k + (span.begin + j) * ld + col;
-    const float* vj = v + (span.begin + j) * ld + col;
+    const T* kj = k + (span.begin + j) * ld + col;
+    const T* vj = v + (span.begin + j) * ld + col;
     float* kp = keys.data() + (j / kC) * hd * kC + j % kC;
-    for (std::int64_t e = 0; e < hd; ++e) kp[e * kC] = kj[e];
-    for (std::int64_t e = 0; e < hd; ++e) values[static_cast<size_t>(((e / kC) * n + j) * kC + e % kC)] = vj[e];
+    for (std::int64_t e = 0; e < hd; ++e) kp[e * kC] = widen(kj[e]);
+    for (std::int64_t e = 0; e < hd; ++e) values[static_cast<size_t>(((e / kC) * n + j) * kC + e % kC)] = widen(vj[e]);
   }
 }
 
@@ -198,6 +211,11 @@ class CachedAttention : public BlockAttention {
   std::vector<std::int32_t> positions(std::int64_t rows) const override;
 
  private:
+  // The step's rows' attention, the caches' elements of type T: q_all the step's [rows, q k v]
+  // rows, out [rows, heads x hd].
+  template <class T>
+  void attend_over(const float* q_all, std::int64_t layer, float* out) const;
+
   const std::vector<SequenceState*>& sequences_;
   const GptDecoder::StepPlan& plan_;
   std::int64_t hd_, context_, window_;
@@ -209,25 +227,33 @@ std::vector<std::int32_t> CachedAttention::positions(std::int64_t rows) const {
 }
 
 Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
+  const Tensor qkv = qkv_rows.value().contiguous();
+  Tensor out = Tensor::empty({plan_.rows_total, heads() * hd_});
+  const bool bf16_cache = !sequences_.empty() && static_cast<GptState*>(sequences_[0])->dtype == DType::BF16;
+  if (bf16_cache) attend_over<bf16>(qkv.data<float>(), layer, out.data<float>());
+  else attend_over<float>(qkv.data<float>(), layer, out.data<float>());
+  return Var(out);
+}
+
+template <class T>
+void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float* o) const {
   const std::int64_t H = heads(), KV = kv_heads(), hd = hd_, d = H * hd, kd = KV * hd, w = d + 2 * kd, group = H / KV;
   const auto S = static_cast<std::int64_t>(sequences_.size());
   const auto& first_row = plan_.first_row;
   const auto& rows = plan_.rows;
-  const Tensor qkv = qkv_rows.value().contiguous();
-  const float* q_all = qkv.data<float>();
+  // The step's keys and values into the caches first: every read below goes through them.
   for (std::int64_t i = 0; i < S; ++i) {
     auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
-    float* k = s->k[static_cast<size_t>(layer)].data<float>();
-    float* v = s->v[static_cast<size_t>(layer)].data<float>();
+    WEFT_CHECK(s->dtype == dtype_of<T>(), "CachedAttention: the sequences' caches differ in type");
+    T* k = s->k[static_cast<size_t>(layer)].data<T>();
+    T* v = s->v[static_cast<size_t>(layer)].data<T>();
     for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
       const float* src = q_all + (first_row[static_cast<size_t>(i)] + r) * w;
-      std::copy(src + d, src + d + kd, k + (s->cached + r) * kd);
-      std::copy(src + d + kd, src + w, v + (s->cached + r) * kd);
+      store_row(src + d, kd, k + (s->cached + r) * kd);
+      store_row(src + d + kd, kd, v + (s->cached + r) * kd);
     }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  Tensor out = Tensor::empty({plan_.rows_total, d});
-  float* o = out.data<float>();
   // Per sequence, over a range of heads (all of them when the streams are enough to share the
   // threads, which reads each cached row of keys and values once, whole); a prompt's rows
   // (kPanelRows or more) in panels, other rows one by one. How the heads are grouped changes
@@ -238,8 +264,8 @@ Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
     for (std::int64_t job = begin; job < end; ++job) {
       const std::int64_t i = job / groups, g = job % groups, h0 = g * H / groups, h1 = (g + 1) * H / groups;
       auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
-      const float* k = s->k[static_cast<size_t>(layer)].data<float>();
-      const float* v = s->v[static_cast<size_t>(layer)].data<float>();
+      const T* k = s->k[static_cast<size_t>(layer)].data<T>();
+      const T* v = s->v[static_cast<size_t>(layer)].data<T>();
       const std::int64_t R = rows[static_cast<size_t>(i)], row0 = first_row[static_cast<size_t>(i)];
       // Row r of the step sees keys [first(r), last(r)).
       const auto last = [&](std::int64_t r) { return s->cached + r + 1; };
@@ -263,35 +289,34 @@ Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
         // range's whole width (each element's sum in key order).
         float* score = wt.data();
         for (std::int64_t j = 0; j < n; ++j) {
-          const float* kj = k + (key0 + j) * kd;
+          const T* kj = k + (key0 + j) * kd;
           for (std::int64_t h = h0; h < h1; ++h) {
             const float* q = q_all + row * w + h * hd;
-            const float* kh = kj + h / group * hd;
-            score[(h - h0) * n + j] = sum8<float>(hd, [&](std::int64_t e) { return q[e] * kh[e]; }) * scale;
+            const T* kh = kj + h / group * hd;
+            score[(h - h0) * n + j] = sum8<float>(hd, [&](std::int64_t e) { return q[e] * widen(kh[e]); }) * scale;
           }
         }
         for (std::int64_t h = h0; h < h1; ++h) softmax_in_place(score + (h - h0) * n, n);
         float* dst = o + row * d + h0 * hd;
         std::fill(dst, dst + (h1 - h0) * hd, 0.0f);
         for (std::int64_t j = 0; j < n; ++j) {
-          const float* vj = v + (key0 + j) * kd;
+          const T* vj = v + (key0 + j) * kd;
           for (std::int64_t h = h0; h < h1; ++h) {
             const float a = score[(h - h0) * n + j];
-            const float* vh = vj + h / group * hd;
+            const T* vh = vj + h / group * hd;
             float* dh = dst + (h - h0) * hd;
-            for (std::int64_t e = 0; e < hd; ++e) dh[e] += a * vh[e];
+            for (std::int64_t e = 0; e < hd; ++e) dh[e] += a * widen(vh[e]);
           }
         }
       }
     }
   });
-  return Var(out);
 }
 
 }  // namespace
 
-GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice, LayerRange layers)
-    : c_(model.config()), block_(c_.block()), slice_(std::move(slice)), begin_(layers.begin),
+GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slice, LayerRange layers)
+    : c_(model.config()), cache_(holding.cache), block_(c_.block()), slice_(std::move(slice)), begin_(layers.begin),
       end_(layers.end < 0 ? c_.layers : layers.end) {
   if (begin_ < 0 || begin_ >= end_ || end_ > c_.layers)
     throw ConfigError("layers [" + std::to_string(begin_) + ", " + std::to_string(end_) + ") are not a range of the " +
@@ -302,6 +327,7 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
                       " key-value heads does not split over " + std::to_string(n) + " tensor-parallel ranks");
   lheads_ = c_.heads / n;
   lkv_heads_ = kv / n;
+  const WeightFormat format = holding.weights;
   std::map<std::string, Tensor> p;
   for (auto& [name, var] : model.named_parameters()) p[name] = var.value();
   auto get = [&](const std::string& name) {
@@ -358,12 +384,17 @@ GptDecoder::GptDecoder(const GPT& model, WeightFormat format, TensorSlice slice,
 }
 
 std::unique_ptr<SequenceState> GptDecoder::start() const {
-  auto s = std::make_unique<GptState>();
+  const DType dtype = cache_ == CacheFormat::kBf16 ? DType::BF16 : DType::F32;
+  auto s = std::make_unique<GptState>(dtype);
   for (std::int64_t l = begin_; l < end_; ++l) {
-    s->k.push_back(Tensor::empty({0, lkv_heads_ * block_.head_dim()}));
-    s->v.push_back(Tensor::empty({0, lkv_heads_ * block_.head_dim()}));
+    s->k.push_back(Tensor::empty({0, lkv_heads_ * block_.head_dim()}, dtype));
+    s->v.push_back(Tensor::empty({0, lkv_heads_ * block_.head_dim()}, dtype));
   }
   return s;
+}
+
+std::int64_t GptDecoder::cache_bytes_per_token() const {
+  return 2 * (end_ - begin_) * lkv_heads_ * block_.head_dim() * (cache_ == CacheFormat::kBf16 ? 2 : 4);
 }
 
 GptDecoder::StepPlan GptDecoder::plan(const std::vector<SequenceState*>& sequences,
@@ -497,11 +528,22 @@ bool release_module_held_by(std::shared_ptr<Module>& module, const Decoder& deco
   return true;
 }
 
-std::unique_ptr<Decoder> make_decoder(LanguageModel& model, WeightFormat format) {
+std::unique_ptr<Decoder> make_decoder(LanguageModel& model, DecoderFormat format) {
   if (auto* gpt = dynamic_cast<GPT*>(&model)) return std::make_unique<GptDecoder>(*gpt, format);
-  if (format != WeightFormat::kF32)
-    throw ConfigError(std::string("weights in ") + weight_format_name(format) + " are built for GPT models only");
+  if (format.weights != WeightFormat::kF32)
+    throw ConfigError(std::string("weights in ") + weight_format_name(format.weights) + " are built for GPT models only");
+  if (format.cache != CacheFormat::kF32)
+    throw ConfigError(std::string("a key-value cache in ") + cache_format_name(format.cache) +
+                      " is a GPT's: this model has no cache");
   return std::make_unique<WindowDecoder>(model);
 }
+
+CacheFormat parse_cache_format(const std::string& name) {
+  if (name == "fp32") return CacheFormat::kF32;
+  if (name == "bf16") return CacheFormat::kBf16;
+  throw ConfigError("unknown key-value cache type '" + name + "' (known: fp32, bf16)");
+}
+
+const char* cache_format_name(CacheFormat f) { return f == CacheFormat::kBf16 ? "bf16" : "fp32"; }
 
 }  // namespace weft::serve

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "weft/nn/decoder_block.h"
@@ -63,9 +64,28 @@ class Decoder {
   virtual std::int64_t context() const = 0;
   // Bytes of the weights as the decoder holds them (0: the model's own, float32).
   virtual std::int64_t weight_bytes() const { return 0; }
+  // Bytes a sequence's key-value cache holds per position, in this process (0: no cache).
+  virtual std::int64_t cache_bytes_per_token() const { return 0; }
   // The logits after every token of `tokens` (at most the context): [T, vocab], row t the
   // prediction of token t + 1 (a prompt's scoring). ConfigError where a decoder has no such path.
   virtual Tensor prompt_logits(const std::vector<std::int32_t>& tokens);
+};
+
+// A GPT decoder's key-value cache: float32, or bf16 (each key and value rounded to nearest
+// even in its upper 16 bits as it is written, widened as attention reads it): half the
+// memory of a sequence and half the bytes a decoding step reads from it, which past a few
+// hundred positions are more than the weights' (bench/README.md, "A bf16 key-value cache").
+// Every read goes through the cache (a prompt's own keys too), so a sequence's logits do not
+// depend on how its tokens were fed, nor on the sequences beside it.
+enum class CacheFormat { kF32, kBf16 };
+CacheFormat parse_cache_format(const std::string& name);  // fp32 | bf16; ConfigError otherwise
+const char* cache_format_name(CacheFormat f);
+
+// How a decoder holds a GPT: its weights (quantize.h) and its cache.
+struct DecoderFormat {
+  WeightFormat weights = WeightFormat::kF32;
+  CacheFormat cache = CacheFormat::kF32;
+  DecoderFormat(WeightFormat w = WeightFormat::kF32, CacheFormat c = CacheFormat::kF32) : weights(w), cache(c) {}  // NOLINT
 };
 
 // This rank's share of a tensor-parallel GPT (Megatron-style, seed 002 chapter 8): heads
@@ -83,11 +103,11 @@ struct LayerRange {
 
 class GptDecoder : public Decoder {
  public:
-  // Holds the model's matrices packed in `format` (float32, bf16 or int8: quantize.h), a
-  // copy of their own, and shares its layer norms and positions (float32) by reference, so
-  // the model may go once the decoder is built.
-  explicit GptDecoder(const GPT& model, WeightFormat format = WeightFormat::kF32, TensorSlice slice = {},
-                      LayerRange layers = {});
+  // Holds the model's matrices packed in `format.weights` (float32, bf16 or int8:
+  // quantize.h), a copy of their own, and shares its layer norms and positions (float32) by
+  // reference, so the model may go once the decoder is built; its sequences' caches hold
+  // `format.cache`.
+  explicit GptDecoder(const GPT& model, DecoderFormat format = {}, TensorSlice slice = {}, LayerRange layers = {});
   std::unique_ptr<SequenceState> start() const override;
   Tensor extend(const std::vector<SequenceState*>& sequences,
                 const std::vector<std::vector<std::int32_t>>& tokens) override;
@@ -110,9 +130,11 @@ class GptDecoder : public Decoder {
   void finish(const std::vector<SequenceState*>& sequences, const StepPlan& plan) const;  // the caches hold the rows
   Tensor head(const StepPlan& plan, const Tensor& x) const;  // each sequence's last row: [S, vocab]
   std::int64_t dim() const { return c_.dim; }
+  std::int64_t cache_bytes_per_token() const override;  // (of this decoder's layers and heads)
 
  private:
   GptConfig c_;
+  CacheFormat cache_;
   BlockConfig block_;
   TensorSlice slice_;
   std::int64_t begin_, end_;         // the blocks held
@@ -143,8 +165,8 @@ class WindowDecoder : public Decoder {
 // after.
 bool release_module_held_by(std::shared_ptr<Module>& module, const Decoder& decoder);
 
-// The decoder for a model: a GptDecoder for a GPT, else a WindowDecoder (float32 only:
-// ConfigError for another format).
-std::unique_ptr<Decoder> make_decoder(LanguageModel& model, WeightFormat format = WeightFormat::kF32);
+// The decoder for a model: a GptDecoder for a GPT, else a WindowDecoder (float32 weights
+// and cache only: ConfigError for another format).
+std::unique_ptr<Decoder> make_decoder(LanguageModel& model, DecoderFormat format = {});
 
 }  // namespace weft::serve

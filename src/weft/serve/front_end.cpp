@@ -148,6 +148,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     pass("--max-tokens", std::to_string(o.max_tokens), o.max_tokens != initial.max_tokens);
     pass("--max-images", std::to_string(o.max_images), o.max_images != initial.max_images);
     pass("--quantize", o.quantize, o.quantize != initial.quantize);
+    pass("--kv-cache-dtype", o.kv_cache_dtype, o.kv_cache_dtype != initial.kv_cache_dtype);
     pass("--request-timeout", fmt::format("{}", o.request_timeout_s), o.request_timeout_s != initial.request_timeout_s);
     std::filesystem::create_directories(folder_);
     replicas_ = std::make_unique<ReplicaSet>(r, log, metrics_);

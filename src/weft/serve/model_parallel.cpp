@@ -70,7 +70,7 @@ Tensor run_step(StepRunner& runner, std::map<std::int64_t, std::unique_ptr<Seque
 
 class TensorParallelRunner : public StepRunner {
  public:
-  TensorParallelRunner(const GPT& model, WeightFormat format, std::shared_ptr<comm::Communicator> group)
+  TensorParallelRunner(const GPT& model, DecoderFormat format, std::shared_ptr<comm::Communicator> group)
       : local_(model, format, tensor_slice(group)) {}
   std::unique_ptr<SequenceState> start() override { return local_.start(); }
   Tensor run(const std::vector<SequenceState*>& sequences, const std::vector<std::vector<std::int32_t>>& tokens) override {
@@ -86,7 +86,7 @@ class TensorParallelRunner : public StepRunner {
 
 class PipelineRunner : public StepRunner {
  public:
-  PipelineRunner(const GPT& model, WeightFormat format, std::shared_ptr<comm::Communicator> group, int micro_batches)
+  PipelineRunner(const GPT& model, DecoderFormat format, std::shared_ptr<comm::Communicator> group, int micro_batches)
       : group_(std::move(group)),
         stage_(group_->rank()),
         stages_(group_->size()),
@@ -168,12 +168,12 @@ TensorSlice tensor_slice(const std::shared_ptr<comm::Communicator>& group) {
           }};
 }
 
-std::unique_ptr<StepRunner> tensor_parallel_runner(const GPT& model, WeightFormat format,
+std::unique_ptr<StepRunner> tensor_parallel_runner(const GPT& model, DecoderFormat format,
                                                    std::shared_ptr<comm::Communicator> group) {
   return std::make_unique<TensorParallelRunner>(model, format, std::move(group));
 }
 
-std::unique_ptr<StepRunner> pipeline_runner(const GPT& model, WeightFormat format,
+std::unique_ptr<StepRunner> pipeline_runner(const GPT& model, DecoderFormat format,
                                             std::shared_ptr<comm::Communicator> group, int micro_batches) {
   return std::make_unique<PipelineRunner>(model, format, std::move(group), micro_batches);
 }
@@ -239,7 +239,7 @@ void follow(StepRunner& runner, comm::Communicator& group) {
   }
 }
 
-std::unique_ptr<Decoder> join_decoder(LanguageModel& model, WeightFormat format, int tp, int pp, int micro_batches) {
+std::unique_ptr<Decoder> join_decoder(LanguageModel& model, DecoderFormat format, int tp, int pp, int micro_batches) {
   if (tp == 1 && pp == 1) return make_decoder(model, format);
   if (tp > 1 && pp > 1) throw ConfigError("--tp with --pp is not built for serving: use one of them");
   auto* gpt = dynamic_cast<GPT*>(&model);

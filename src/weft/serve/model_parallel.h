@@ -40,9 +40,9 @@ class StepRunner {
   virtual std::int64_t weight_bytes() const = 0;  // on this rank
 };
 
-std::unique_ptr<StepRunner> tensor_parallel_runner(const GPT& model, WeightFormat format,
+std::unique_ptr<StepRunner> tensor_parallel_runner(const GPT& model, DecoderFormat format,
                                                    std::shared_ptr<comm::Communicator> group);
-std::unique_ptr<StepRunner> pipeline_runner(const GPT& model, WeightFormat format,
+std::unique_ptr<StepRunner> pipeline_runner(const GPT& model, DecoderFormat format,
                                             std::shared_ptr<comm::Communicator> group, int micro_batches);
 
 // Rank 0's decoder: broadcasts each step, then runs its own part.
@@ -80,7 +80,7 @@ void follow(StepRunner& runner, comm::Communicator& group);
 // no job). Under weft launch with tp·pp ranks: rank 0 gets a DistributedDecoder; the others
 // follow rank 0's steps until it ends the job, then get null. Throws ConfigError when the
 // job's size does not match, the model is not a GPT, or both tp and pp are above 1.
-std::unique_ptr<Decoder> join_decoder(LanguageModel& model, WeightFormat format, int tp, int pp = 1,
+std::unique_ptr<Decoder> join_decoder(LanguageModel& model, DecoderFormat format, int tp, int pp = 1,
                                       int micro_batches = 0);
 
 // The slice of `group`'s rank, summing over `group`.

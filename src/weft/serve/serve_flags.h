@@ -24,8 +24,9 @@ void check_serve_flags_apply(const ServeOptions& o, bool language_model, const s
 void check_serve_flags_apply(const ServeOptions& o);
 
 // How a saved GPT is held: --quantize (and --precision bf16, the training flag's name for the
-// same weights), --tp, --pp and --micro-batches (under weft launch; rank 0 does the work), for
-// any options `O` with the fields quantize, tp, pp and micro_batches.
+// same weights), --kv-cache-dtype, --tp, --pp and --micro-batches (under weft launch; rank 0
+// does the work), for any options `O` with the fields quantize, kv_cache_dtype, tp, pp and
+// micro_batches.
 template <class O>
 void add_model_flags(FlagTable<O>& t, const std::string& group) {
   const FlagGroup<O> add{t, group};
@@ -35,6 +36,9 @@ void add_model_flags(FlagTable<O>& t, const std::string& group) {
             if (v == "bf16") o.quantize = "bf16";
           })
           .defaults("fp32")
+          .one_of({"fp32", "bf16"}));
+  add(Flag<O>("--kv-cache-dtype", [](O& o) -> FieldRef { return &o.kv_cache_dtype; },
+              "GPT: the key-value cache's elements (bf16: half its memory and reads, each key and value rounded)")
           .one_of({"fp32", "bf16"}));
   add(Flag<O>("--tp", [](O& o) -> FieldRef { return &o.tp; }, "GPT: tensor-parallel ranks (under weft launch; rank 0 does the work)")
           .in(1, 64));

@@ -26,6 +26,11 @@ using nlohmann::json;
 
 constexpr auto kPoll = std::chrono::milliseconds(100);
 
+// How the options hold a GPT: --quantize and --kv-cache-dtype.
+DecoderFormat decoder_format(const ServeOptions& o) {
+  return {parse_weight_format(o.quantize), parse_cache_format(o.kv_cache_dtype)};
+}
+
 class Server : private MetricsHolder, public HttpBase {
  public:
   Server(const ServeOptions& o, std::FILE* log)
@@ -37,14 +42,15 @@ class Server : private MetricsHolder, public HttpBase {
     parameters_ = model_.module->num_parameters();
     if (LanguageModel* lm = model_.language_model()) {
       context_ = lm->context();
-      decoder_ = join_decoder(*lm, parse_weight_format(o.quantize), o.tp, o.pp, o.micro_batches);
+      decoder_ = join_decoder(*lm, decoder_format(o), o.tp, o.pp, o.micro_batches);
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : context_;
       release_module_held_by(model_.module, *decoder_);  // (a GPT's decoder holds its weights)
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
     } else {
       // (a command line's flags for a language model's weights were refused above; a library caller's here)
-      if (o.quantize != "fp32" || o.tp > 1 || o.pp > 1)
-        throw ConfigError("--quantize, --tp and --pp are for a language model, and " + model_.recipe.model + " is an image model");
+      if (o.quantize != "fp32" || o.kv_cache_dtype != "fp32" || o.tp > 1 || o.pp > 1)
+        throw ConfigError("--quantize, --kv-cache-dtype, --tp and --pp are for a language model, and " + model_.recipe.model +
+                          " is an image model");
       images_ = std::make_unique<ImageBatcher>(*model_.module, o.batch, metrics_);
     }
     routes();
@@ -52,9 +58,12 @@ class Server : private MetricsHolder, public HttpBase {
 
   int run() {
     const char* kind = lm_ ? "completions" : "image classification";
-    const std::string weights = decoder_ && decoder_->weight_bytes() > 0
-                                    ? fmt::format(", {} weights {:.2f} MB", o_.quantize, static_cast<double>(decoder_->weight_bytes()) / 1e6)
-                                    : "";
+    std::string weights = decoder_ && decoder_->weight_bytes() > 0
+                              ? fmt::format(", {} weights {:.2f} MB", o_.quantize, static_cast<double>(decoder_->weight_bytes()) / 1e6)
+                              : "";
+    if (decoder_ && decoder_->cache_bytes_per_token() > 0)
+      weights += fmt::format(", {} key-value cache {:.1f} KB a token", o_.kv_cache_dtype,
+                             static_cast<double>(decoder_->cache_bytes_per_token()) / 1e3);
     return listen(log_, fmt::format("{} ({}, {} parameters{}) for {}; batches of up to {}, waiting up to {} ms", model_.name,
                                     describe_, parameters_, weights, kind,
                                     o_.batch.max_batch, o_.batch.max_wait_ms));
@@ -374,7 +383,7 @@ int serve(const ServeOptions& options, std::FILE* log) {
     LoadedModel m = load_model(options.model);
     check_serve_flags_apply(options, m.language_model() != nullptr, m.recipe.model);
     if (!m.language_model()) throw ConfigError("--tp and --pp are for a language model, and " + m.recipe.model + " is an image model");
-    join_decoder(*m.language_model(), parse_weight_format(options.quantize), options.tp, options.pp, options.micro_batches);
+    join_decoder(*m.language_model(), decoder_format(options), options.tp, options.pp, options.micro_batches);
     return 0;
   }
   Server server(options, log);

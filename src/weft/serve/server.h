@@ -37,6 +37,7 @@ struct ServeOptions {
   std::int64_t max_concurrency = 64; // requests in flight
   std::int64_t max_images = 1024;    // images per classify request
   std::string quantize = "fp32";     // GPT weights: fp32 | bf16 | int8 (quantize.h)
+  std::string kv_cache_dtype = "fp32";  // a GPT's key-value cache: fp32 | bf16 (decoder.h)
   int tp = 1;                        // tensor-parallel ranks under weft launch (model_parallel.h)
   int pp = 1;                        // pipeline stages under weft launch
   int micro_batches = 0;             // pipeline: micro-batches per decoding step (0: one per stage)
