@@ -1,7 +1,8 @@
 """usage: batch_invariance.py WEFT
 
 A request's tokens and logprobs do not depend on what else weft serve batches with it
-(docs/serving.md, "The same tokens under any load"): for float32, bf16 and int8 weights, a greedy completion, a
+(docs/serving.md, "The same tokens under any load"): for float32, bf16 and int8 weights (and int8 with a bf16
+key-value cache), a greedy completion, a
 seeded sampled one and a greedy one after a 20-token prompt (its attention in panels), each asked alone and then while 6 other streams decode (their steps
 share every product with it, the probe's prompt prefilled among their rows), give the same
 text and the same logprobs to the last bit. The server's batch-size histogram shows that the
@@ -46,8 +47,10 @@ def shared_steps(port):
     return metric_in(text, "weft_batch_size_count") - metric_in(text, 'weft_batch_size_bucket{le="1"}')
 
 
-for fmt in ["fp32", "bf16", "int8"]:
-    server, port = start_server(weft, model, work, "--quantize", fmt, "--max-tokens", "100000")
+HOLDINGS = [("fp32", []), ("bf16", []), ("int8", []), ("int8", ["--kv-cache-dtype", "bf16"])]
+for quantize, more in HOLDINGS:
+    fmt = quantize + (" weights, bf16 cache" if more else "")
+    server, port = start_server(weft, model, work, "--quantize", quantize, "--max-tokens", "100000", *more)
     alone = [complete(port, p) for p in PROBES]
     before = shared_steps(port)
     others = []

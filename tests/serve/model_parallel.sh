@@ -5,8 +5,9 @@
 # 4 pipeline stages (blocks and their caches; micro-batches flowing stage to stage) scores
 # the validation windows with the single-process loss (relative 1e-6: every position's
 # logits through both, each logit within 1e-5), and generates the same tokens past the
-# context, greedy (and sampled, once for each kind of split); also with its two ranks
-# started by two launchers over TCP, as on two hosts.
+# context, greedy (and sampled, once for each kind of split; greedy with a bf16 key-value
+# cache under --tp 2 and --pp 2); also with its two ranks started by two launchers over TCP,
+# as on two hosts.
 # Served over HTTP by weft launch --nproc-per-node 2 -- weft serve --tp 2 (and --pp 2), it
 # answers with those tokens under concurrent load, and every rank stops when the server is
 # told to.
@@ -65,6 +66,16 @@ for layout in "--tp 2:greedy sampled" "--tp 4:greedy" "--pp 2:greedy sampled" "-
   fi
   echo "${layout%%:*}: $said"
 done
+# A bf16 key-value cache: each rank's cache holds its heads' (--tp) or its layers' (--pp) keys
+# and values, rounded as one process rounds them.
+bf16_cache=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature 0 --json \
+               --kv-cache-dtype bf16 | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+for layout in "--tp 2" "--pp 2"; do
+  read -r -a flags <<<"$layout"
+  [ "$(generated 0 "${flags[@]}" --kv-cache-dtype bf16)" = "$bf16_cache" ] ||
+    { echo "FAIL: $layout with a bf16 cache generates other greedy tokens than one process"; exit 1; }
+done
+echo "a bf16 key-value cache: --tp 2 and --pp 2 generate one process's 50 greedy tokens"
 
 # Two launchers as two hosts (here on one machine, over TCP as between hosts): --tp 2 across them.
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d " \n")
