@@ -116,11 +116,11 @@ constexpr std::int64_t kC = WeightPanels::kChannels;
 constexpr std::int64_t kPanelRows = 16;
 
 // One key-value head's keys and values (columns [col, col + hd) of the cache's rows, `ld`
-// elements apart, widened to float32) at the positions of `span`, laid out as serving's products read weights
-// (weight_panels.h): keys in panels of 16 positions ([hd][16] each: the scores' channels),
-// values in panels of 16 of the hd values ([positions][16] each: the weighted sums'). The
-// panels' padding (positions past the span, values past hd) is left as the buffers held it:
-// it feeds only channels the products drop.
+// elements apart, widened to float32) at the positions of `span`, laid out as serving's
+// products read weights (weight_panels.h): keys in panels of 16 positions ([hd][16] each: the
+// scores' channels), values in panels of 16 of the hd values ([positions][16] each: the
+// weighted sums'). The panels' padding (positions past the span, values past hd) is left as
+// the buffers held it: it feeds only channels the products drop.
 template <class T>
 void panel_keys_and_values(const T* k, const T* v, std::int64_t ld, std::int64_t col, std::int64_t hd, PanelSpan span,
                            std::vector<float>& keys, std::vector<float>& values) {

@@ -75,17 +75,19 @@ class Decoder {
 // even in its upper 16 bits as it is written, widened as attention reads it): half the
 // memory of a sequence and half the bytes a decoding step reads from it, which past a few
 // hundred positions are more than the weights' (bench/README.md, "A bf16 key-value cache").
-// Every read goes through the cache (a prompt's own keys too), so a sequence's logits do not
-// depend on how its tokens were fed, nor on the sequences beside it.
+// Every read goes through the cache, a prompt's own keys too (so a prompt's rows see the
+// rounded keys its later tokens see), and a sequence's logits still do not depend on the
+// sequences beside it.
 enum class CacheFormat { kF32, kBf16 };
 CacheFormat parse_cache_format(const std::string& name);  // fp32 | bf16; ConfigError otherwise
 const char* cache_format_name(CacheFormat f);
 
-// How a decoder holds a GPT: its weights (quantize.h) and its cache.
+// How a decoder holds a GPT: its weights (quantize.h) and its cache. (A WeightFormat alone
+// converts to one: weights so, a float32 cache.)
 struct DecoderFormat {
   WeightFormat weights = WeightFormat::kF32;
   CacheFormat cache = CacheFormat::kF32;
-  DecoderFormat(WeightFormat w = WeightFormat::kF32, CacheFormat c = CacheFormat::kF32) : weights(w), cache(c) {}  // NOLINT
+  DecoderFormat(WeightFormat w = WeightFormat::kF32, CacheFormat c = CacheFormat::kF32) : weights(w), cache(c) {}
 };
 
 // This rank's share of a tensor-parallel GPT (Megatron-style, seed 002 chapter 8): heads
