@@ -81,7 +81,7 @@ const FlagTable<PredictConfig>& predict_flags() {
 // cache when they are held smaller.
 int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
   if (!c.logits.empty()) check_output_file(c.logits, "--logits");  // before the validation runs
-  const serve::DecoderFormat format(serve::parse_weight_format(c.quantize), serve::parse_cache_format(c.kv_cache_dtype));
+  const serve::DecoderFormat format = serve::decoder_format(c);
   const bool reduced = format.weights != serve::WeightFormat::kF32 || format.cache != serve::CacheFormat::kF32;
   const std::vector<std::int32_t> tokens =
       serve::validation_tokens(load_corpus(c.data.empty() ? "fortunes" : c.data), *m.tokenizer);
@@ -251,8 +251,7 @@ int run_generate(GenerateConfig c) {
   }
   std::unique_ptr<serve::Decoder> decoder =
       c.no_cache ? std::make_unique<serve::WindowDecoder>(*lm)
-                 : serve::join_decoder(*lm, {serve::parse_weight_format(c.quantize), serve::parse_cache_format(c.kv_cache_dtype)},
-                                       c.tp, c.pp, c.micro_batches);
+                 : serve::join_decoder(*lm, serve::decoder_format(c), c.tp, c.pp, c.micro_batches);
   if (!decoder) return 0;  // a model-parallel rank that followed rank 0
   serve::release_module_held_by(m.module, *decoder);  // (lm is not used past here)
   std::unique_ptr<AtomicFileWriter> logits;  // (opened before the work: a path that cannot be written fails first)

@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "weft/serve/decoder.h"
 #include "weft/serve/server.h"
 #include "weft/util/flag_table.h"
 
@@ -47,6 +48,12 @@ void add_model_flags(FlagTable<O>& t, const std::string& group) {
   add(Flag<O>("--micro-batches", [](O& o) -> FieldRef { return &o.micro_batches; },
               "--pp: micro-batches per decoding step (0: one per stage)")
           .at_least(0));
+}
+
+// How those options hold a GPT: --quantize's weights and --kv-cache-dtype's cache.
+template <class O>
+DecoderFormat decoder_format(const O& o) {
+  return {parse_weight_format(o.quantize), parse_cache_format(o.kv_cache_dtype)};
 }
 
 }  // namespace weft::serve

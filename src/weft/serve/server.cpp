@@ -26,11 +26,6 @@ using nlohmann::json;
 
 constexpr auto kPoll = std::chrono::milliseconds(100);
 
-// How the options hold a GPT: --quantize and --kv-cache-dtype.
-DecoderFormat decoder_format(const ServeOptions& o) {
-  return {parse_weight_format(o.quantize), parse_cache_format(o.kv_cache_dtype)};
-}
-
 class Server : private MetricsHolder, public HttpBase {
  public:
   Server(const ServeOptions& o, std::FILE* log)
@@ -58,14 +53,14 @@ class Server : private MetricsHolder, public HttpBase {
 
   int run() {
     const char* kind = lm_ ? "completions" : "image classification";
-    std::string weights = decoder_ && decoder_->weight_bytes() > 0
+    std::string holding = decoder_ && decoder_->weight_bytes() > 0
                               ? fmt::format(", {} weights {:.2f} MB", o_.quantize, static_cast<double>(decoder_->weight_bytes()) / 1e6)
                               : "";
     if (decoder_ && decoder_->cache_bytes_per_token() > 0)
-      weights += fmt::format(", {} key-value cache {:.1f} KB a token", o_.kv_cache_dtype,
+      holding += fmt::format(", {} key-value cache {:.1f} KB a token", o_.kv_cache_dtype,
                              static_cast<double>(decoder_->cache_bytes_per_token()) / 1e3);
     return listen(log_, fmt::format("{} ({}, {} parameters{}) for {}; batches of up to {}, waiting up to {} ms", model_.name,
-                                    describe_, parameters_, weights, kind,
+                                    describe_, parameters_, holding, kind,
                                     o_.batch.max_batch, o_.batch.max_wait_ms));
   }
 
