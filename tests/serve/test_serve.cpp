@@ -25,6 +25,7 @@
 #include "weft/serve/model_file.h"
 #include "weft/serve/quantize.h"
 #include "weft/serve/sampling.h"
+#include "weft/tensor/allocator.h"
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/onednn.h"
 #include "weft/tensor/ops.h"
@@ -309,6 +310,53 @@ TEST(GptDecoder, ABf16CacheRoundsEachKeyAndValueOnce) {
       expect_rows_near(next, 0, forward_last(model, {fed.begin() + start, fed.end()}), 0.005);
     }
     EXPECT_EQ(state->window_start, 41);
+  }
+}
+
+// A sequence's cache in blocks of positions: any block size gives the logits of one block as
+// large as the context, bit for bit, in float32 and bf16, through a prompt (panels), tokens
+// one by one (row loops, a run of keys per block), a sliding window, a batch, and a slide past
+// the context; a sequence holds its positions rounded up to a block, each added as reached.
+TEST(GptDecoder, ACacheInBlocksGivesTheLogitsOfOneBlock) {
+  for (auto positional : {Positional::kLearned, Positional::kRotary}) {
+    Rng rng(17);
+    GptConfig c = small_gpt(positional);
+    c.context = 80;
+    if (positional == Positional::kRotary) c = llama_shaped(c, 2, 21);
+    GPT model(c, rng);
+    for (CacheFormat cache : {CacheFormat::kF32, CacheFormat::kBf16}) {
+      GptDecoder whole(model, DecoderFormat(WeightFormat::kF32, cache, 80));
+      for (std::int64_t rows : {16, 48}) {
+        GptDecoder blocks(model, DecoderFormat(WeightFormat::kF32, cache, rows));
+        std::vector<std::int32_t> prompt;
+        for (int t = 0; t < 37; ++t) prompt.push_back(static_cast<std::int32_t>((t * 7 + 2) % model.vocab()));
+        auto a = whole.start(), b = blocks.start(), a2 = whole.start(), b2 = blocks.start();
+        const auto same = [&](const Tensor& x, const Tensor& y, const std::string& what) {
+          ASSERT_EQ(x.nbytes(), y.nbytes());
+          EXPECT_EQ(0, std::memcmp(x.data<float>(), y.data<float>(), x.nbytes()))
+              << what << ", blocks of " << rows << ", " << cache_format_name(cache);
+        };
+        same(whole.extend({a.get()}, {prompt}), blocks.extend({b.get()}, {prompt}), "a prompt");
+        same(whole.prompt_logits(prompt), blocks.prompt_logits(prompt), "a prompt's every row");
+        for (int t = 0; t < 60; ++t) {  // past the context (80) at the 44th
+          const std::int32_t id = static_cast<std::int32_t>((t * 3 + 1) % model.vocab());
+          same(whole.extend({a.get(), a2.get()}, {{id}, {id, 5}}), blocks.extend({b.get(), b2.get()}, {{id}, {id, 5}}),
+               "token " + std::to_string(t) + " beside a second sequence");
+        }
+        EXPECT_GT(a->window_start, 0) << "the window slid";
+        // A new sequence's memory: its positions rounded up to a block, blocks added as reached.
+        const auto block = static_cast<std::size_t>(blocks.cache_bytes_per_token() * rows);
+        auto fresh = blocks.start();
+        const std::size_t before = allocator_live_bytes();
+        const auto held_after = [&](std::vector<std::int32_t> ids) {
+          blocks.extend({fresh.get()}, {ids});
+          return allocator_live_bytes() - before;
+        };
+        EXPECT_EQ(held_after({1, 2, 3}), block);
+        EXPECT_EQ(held_after(std::vector<std::int32_t>(static_cast<std::size_t>(rows) - 3, 4)), block);
+        EXPECT_EQ(held_after({5}), 2 * block);
+      }
+    }
   }
 }
 

@@ -20,29 +20,58 @@ namespace weft::serve {
 
 namespace {
 
-// A sequence's key-value cache: per layer [rows, key-value heads held x hd] of float32 or
-// bf16 (CacheFormat), rows [0, cached) filled. It grows with the sequence (doubling, up to the
-// context), so that a model with a long context costs a short conversation little.
+// A sequence's key-value cache, float32 or bf16 (CacheFormat), in blocks of positions: each
+// block one allocation holding every held layer's keys and values at its positions
+// ([layers][key, value][block rows][key-value heads held x hd]), rows [0, cached) filled. A
+// block is added as the sequence reaches it and no row is ever copied (as vLLM's paged cache:
+// a cache that doubled copied a 1,000-token prompt's 74 MB at its first decoded token, into
+// memory faulted in afresh, which stalled the whole batch for 0.3 s a sequence); the blocks
+// are all of one size, so the tensor allocator's cache (allocator.h) hands a finished
+// sequence's blocks to the next one.
 class GptState : public SequenceState {
  public:
-  explicit GptState(DType type) : dtype(type) {}
+  GptState(DType type, std::int64_t layers, std::int64_t width, std::int64_t block_rows)
+      : dtype(type), layers_(layers), width_(width), block_rows_(block_rows) {}
   const DType dtype;
-  std::vector<Tensor> k, v;
   std::int64_t cached = 0;
-  // Room for `rows` rows in every layer, the filled ones kept.
-  void reserve(std::int64_t rows, std::int64_t context) {
-    if (k.empty() || k[0].size(0) >= rows) return;
-    const std::int64_t room = std::min(context, std::max<std::int64_t>({rows, 2 * k[0].size(0), 64}));
-    for (auto* cache : {&k, &v})
-      for (Tensor& t : *cache) {
-        Tensor grown = Tensor::empty({room, t.size(1)}, dtype);
-        const auto* from = static_cast<const char*>(t.raw_data());
-        std::copy(from, from + cached * t.size(1) * static_cast<std::int64_t>(dtype_size(dtype)),
-                  static_cast<char*>(grown.raw_data()));
-        t = grown;
-      }
+  // Blocks for positions [0, rows), the filled ones kept.
+  void reserve(std::int64_t rows) {
+    while (static_cast<std::int64_t>(blocks_.size()) * block_rows_ < rows)
+      blocks_.push_back(Tensor::empty({layers_ * 2 * block_rows_, width_}, dtype));
   }
+  // The key (kv 0) or value (kv 1) row of `layer` (counted from the decoder's first) at
+  // `position` (reserved), width() elements of T.
+  template <class T>
+  T* row(std::int64_t layer, int kv, std::int64_t position) const {
+    const auto p = static_cast<std::uint32_t>(position), n = static_cast<std::uint32_t>(block_rows_);
+    return static_cast<T*>(blocks_[p / n].raw_data()) + ((layer * 2 + kv) * block_rows_ + p % n) * width_;
+  }
+  // f(rows, first, count) for each run of positions [first, first + count) of [from, to) in
+  // one block, in order: their rows width() elements apart from `rows`.
+  template <class T, class F>
+  void for_each_run(std::int64_t layer, int kv, std::int64_t from, std::int64_t to, const F& f) const {
+    for (std::int64_t p = from; p < to;) {
+      const std::int64_t end = std::min(to, (p / block_rows_ + 1) * block_rows_);
+      f(row<T>(layer, kv, p), p, end - p);
+      p = end;
+    }
+  }
+  std::int64_t width() const { return width_; }
+
+ private:
+  std::int64_t layers_, width_, block_rows_;
+  std::vector<Tensor> blocks_;
 };
+
+// The positions of a cache block whose positions take `row_bytes` (every held layer's key and
+// value): a multiple of 16 filling most of 6 MiB, so that the block takes whole 2 MiB huge
+// pages with little left over (allocator.h; a block of small pages read 30% slower at 1,000
+// positions and 16 streams), at most the context (rounded up to 16), at least 16.
+std::int64_t cache_block_rows(std::int64_t row_bytes, std::int64_t context) {
+  constexpr std::int64_t kBlockBytes = std::int64_t{6} << 20;
+  const std::int64_t fill = kBlockBytes / std::max<std::int64_t>(row_bytes, 1) / 16 * 16;
+  return std::max<std::int64_t>(16, std::min(fill, (context + 15) / 16 * 16));
+}
 
 // A cached key or value as attention reads it, and a row of them as the cache stores it.
 inline float widen(float x) { return x; }
@@ -115,21 +144,21 @@ constexpr std::int64_t kC = WeightPanels::kChannels;
 // many; a single token (decoding) and short feeds go row by row.
 constexpr std::int64_t kPanelRows = 16;
 
-// One key-value head's keys and values (columns [col, col + hd) of the cache's rows, `ld`
-// elements apart, widened to float32) at the positions of `span`, laid out as serving's
+// One key-value head's keys and values (columns [col, col + hd) of `layer`'s rows in the
+// cache, widened to float32) at the positions of `span`, laid out as serving's
 // products read weights (weight_panels.h): keys in panels of 16 positions ([hd][16] each: the
 // scores' channels), values in panels of 16 of the hd values ([positions][16] each: the
 // weighted sums'). The panels' padding (positions past the span, values past hd) is left as
 // the buffers held it: it feeds only channels the products drop.
 template <class T>
-void panel_keys_and_values(const T* k, const T* v, std::int64_t ld, std::int64_t col, std::int64_t hd, PanelSpan span,
+void panel_keys_and_values(const GptState& s, std::int64_t layer, std::int64_t col, std::int64_t hd, PanelSpan span,
                            std::vector<float>& keys, std::vector<float>& values) {
   const std::int64_t n = span.end - span.begin, key_panels = (n + kC - 1) / kC, hd_panels = (hd + kC - 1) / kC;
   keys.resize(static_cast<size_t>(key_panels * hd * kC));
   values.resize(static_cast<size_t>(hd_panels * n * kC));
   for (std::int64_t j = 0; j < n; ++j) {
-    const T* kj = k + (span.begin + j) * ld + col;
-    const T* vj = v + (span.begin + j) * ld + col;
+    const T* kj = s.row<T>(layer, 0, span.begin + j) + col;
+    const T* vj = s.row<T>(layer, 1, span.begin + j) + col;
     float* kp = keys.data() + (j / kC) * hd * kC + j % kC;
     for (std::int64_t e = 0; e < hd; ++e) kp[e * kC] = widen(kj[e]);
     for (std::int64_t e = 0; e < hd; ++e) values[static_cast<size_t>(((e / kC) * n + j) * kC + e % kC)] = widen(vj[e]);
@@ -244,13 +273,11 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
   // The step's keys and values into the caches first: every read below goes through them.
   for (std::int64_t i = 0; i < S; ++i) {
     auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
-    WEFT_CHECK(s->dtype == dtype_of<T>(), "CachedAttention: the sequences' caches differ in type");
-    T* k = s->k[static_cast<size_t>(layer)].data<T>();
-    T* v = s->v[static_cast<size_t>(layer)].data<T>();
+    WEFT_CHECK(s->dtype == dtype_of<T>() && s->width() == kd, "CachedAttention: the sequences' caches differ in type");
     for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
       const float* src = q_all + (first_row[static_cast<size_t>(i)] + r) * w;
-      store_row(src + d, kd, k + (s->cached + r) * kd);
-      store_row(src + d + kd, kd, v + (s->cached + r) * kd);
+      store_row(src + d, kd, s->row<T>(layer, 0, s->cached + r));
+      store_row(src + d + kd, kd, s->row<T>(layer, 1, s->cached + r));
     }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -263,9 +290,7 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
     std::vector<float> wt, keys, values;
     for (std::int64_t job = begin; job < end; ++job) {
       const std::int64_t i = job / groups, g = job % groups, h0 = g * H / groups, h1 = (g + 1) * H / groups;
-      auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
-      const T* k = s->k[static_cast<size_t>(layer)].data<T>();
-      const T* v = s->v[static_cast<size_t>(layer)].data<T>();
+      const auto* s = static_cast<const GptState*>(sequences_[static_cast<size_t>(i)]);
       const std::int64_t R = rows[static_cast<size_t>(i)], row0 = first_row[static_cast<size_t>(i)];
       // Row r of the step sees keys [first(r), last(r)).
       const auto last = [&](std::int64_t r) { return s->cached + r + 1; };
@@ -273,7 +298,7 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
       if (R >= kPanelRows) {
         const PanelSpan span{first(0) / kC * kC, last(R - 1)};
         for (std::int64_t h = h0; h < h1; ++h) {
-          if (h == h0 || h % group == 0) panel_keys_and_values(k, v, kd, (h / group) * hd, hd, span, keys, values);
+          if (h == h0 || h % group == 0) panel_keys_and_values<T>(*s, layer, (h / group) * hd, hd, span, keys, values);
           attend_in_panels(q_all + row0 * w + h * hd, w, R, keys.data(), values.data(), hd, span, first, last, scale,
                            o + row0 * d + h * hd, d, wt);
         }
@@ -288,26 +313,30 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
         // (as training's softmax), and the weighted sum of the values, key by key over the
         // range's whole width (each element's sum in key order).
         float* score = wt.data();
-        for (std::int64_t j = 0; j < n; ++j) {
-          const T* kj = k + (key0 + j) * kd;
-          for (std::int64_t h = h0; h < h1; ++h) {
-            const float* q = q_all + row * w + h * hd;
-            const T* kh = kj + h / group * hd;
-            score[(h - h0) * n + j] = sum8<float>(hd, [&](std::int64_t e) { return q[e] * widen(kh[e]); }) * scale;
+        s->for_each_run<T>(layer, 0, key0, key0 + n, [&](const T* rows, std::int64_t first, std::int64_t count) {
+          for (std::int64_t c = 0, j = first - key0; c < count; ++c, ++j) {
+            const T* kj = rows + c * kd;
+            for (std::int64_t h = h0; h < h1; ++h) {
+              const float* q = q_all + row * w + h * hd;
+              const T* kh = kj + h / group * hd;
+              score[(h - h0) * n + j] = sum8<float>(hd, [&](std::int64_t e) { return q[e] * widen(kh[e]); }) * scale;
+            }
           }
-        }
+        });
         for (std::int64_t h = h0; h < h1; ++h) softmax_in_place(score + (h - h0) * n, n);
         float* dst = o + row * d + h0 * hd;
         std::fill(dst, dst + (h1 - h0) * hd, 0.0f);
-        for (std::int64_t j = 0; j < n; ++j) {
-          const T* vj = v + (key0 + j) * kd;
-          for (std::int64_t h = h0; h < h1; ++h) {
-            const float a = score[(h - h0) * n + j];
-            const T* vh = vj + h / group * hd;
-            float* dh = dst + (h - h0) * hd;
-            for (std::int64_t e = 0; e < hd; ++e) dh[e] += a * widen(vh[e]);
+        s->for_each_run<T>(layer, 1, key0, key0 + n, [&](const T* rows, std::int64_t first, std::int64_t count) {
+          for (std::int64_t c = 0, j = first - key0; c < count; ++c, ++j) {
+            const T* vj = rows + c * kd;
+            for (std::int64_t h = h0; h < h1; ++h) {
+              const float a = score[(h - h0) * n + j];
+              const T* vh = vj + h / group * hd;
+              float* dh = dst + (h - h0) * hd;
+              for (std::int64_t e = 0; e < hd; ++e) dh[e] += a * widen(vh[e]);
+            }
           }
-        }
+        });
       }
     }
   });
@@ -316,7 +345,7 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
 }  // namespace
 
 GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slice, LayerRange layers)
-    : c_(model.config()), cache_(holding.cache), block_(c_.block()), slice_(std::move(slice)), begin_(layers.begin),
+    : c_(model.config()), cache_(holding.cache), cache_block_rows_(holding.cache_block_rows), block_(c_.block()), slice_(std::move(slice)), begin_(layers.begin),
       end_(layers.end < 0 ? c_.layers : layers.end) {
   if (begin_ < 0 || begin_ >= end_ || end_ > c_.layers)
     throw ConfigError("layers [" + std::to_string(begin_) + ", " + std::to_string(end_) + ") are not a range of the " +
@@ -325,6 +354,8 @@ GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slic
   if (n < 1 || r < 0 || r >= n || c_.heads % n != 0 || kv % n != 0)
     throw ConfigError("a GPT with " + std::to_string(c_.heads) + " heads and " + std::to_string(kv) +
                       " key-value heads does not split over " + std::to_string(n) + " tensor-parallel ranks");
+  if (cache_block_rows_ < 0 || cache_block_rows_ > (std::int64_t{1} << 20))
+    throw ConfigError("a key-value cache block of " + std::to_string(cache_block_rows_) + " positions");
   lheads_ = c_.heads / n;
   lkv_heads_ = kv / n;
   const WeightFormat format = holding.weights;
@@ -385,12 +416,9 @@ GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slic
 
 std::unique_ptr<SequenceState> GptDecoder::start() const {
   const DType dtype = cache_ == CacheFormat::kBf16 ? DType::BF16 : DType::F32;
-  auto s = std::make_unique<GptState>(dtype);
-  for (std::int64_t l = begin_; l < end_; ++l) {
-    s->k.push_back(Tensor::empty({0, lkv_heads_ * block_.head_dim()}, dtype));
-    s->v.push_back(Tensor::empty({0, lkv_heads_ * block_.head_dim()}, dtype));
-  }
-  return s;
+  return std::make_unique<GptState>(dtype, end_ - begin_, lkv_heads_ * block_.head_dim(),
+                                    cache_block_rows_ > 0 ? cache_block_rows_
+                                                          : cache_block_rows(cache_bytes_per_token(), c_.context));
 }
 
 std::int64_t GptDecoder::cache_bytes_per_token() const {
@@ -418,7 +446,7 @@ GptDecoder::StepPlan GptDecoder::plan(const std::vector<SequenceState*>& sequenc
     } else {
       f = t;
     }
-    s->reserve(s->cached + static_cast<std::int64_t>(f.size()), c_.context);
+    s->reserve(s->cached + static_cast<std::int64_t>(f.size()));
     p.first_row.push_back(p.rows_total);
     p.rows.push_back(static_cast<std::int64_t>(f.size()));
     p.rows_total += p.rows.back();

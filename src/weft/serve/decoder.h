@@ -83,11 +83,16 @@ CacheFormat parse_cache_format(const std::string& name);  // fp32 | bf16; Config
 const char* cache_format_name(CacheFormat f);
 
 // How a decoder holds a GPT: its weights (quantize.h) and its cache. (A WeightFormat alone
-// converts to one: weights so, a float32 cache.)
+// converts to one: weights so, a float32 cache.) A sequence's cache grows a block of
+// positions at a time, no row ever copied (as vLLM's paged cache), every block one size:
+// `cache_block_rows` positions, or 0 for a multiple of 16 that fills most of 6 MiB (whole
+// huge pages; at most the context).
 struct DecoderFormat {
   WeightFormat weights = WeightFormat::kF32;
   CacheFormat cache = CacheFormat::kF32;
-  DecoderFormat(WeightFormat w = WeightFormat::kF32, CacheFormat c = CacheFormat::kF32) : weights(w), cache(c) {}
+  std::int64_t cache_block_rows = 0;
+  DecoderFormat(WeightFormat w = WeightFormat::kF32, CacheFormat c = CacheFormat::kF32, std::int64_t block_rows = 0)
+      : weights(w), cache(c), cache_block_rows(block_rows) {}
 };
 
 // This rank's share of a tensor-parallel GPT (Megatron-style, seed 002 chapter 8): heads
@@ -137,6 +142,7 @@ class GptDecoder : public Decoder {
  private:
   GptConfig c_;
   CacheFormat cache_;
+  std::int64_t cache_block_rows_;  // positions per cache block
   BlockConfig block_;
   TensorSlice slice_;
   std::int64_t begin_, end_;         // the blocks held
