@@ -2,8 +2,9 @@
 
 A request's tokens and logprobs do not depend on what else weft serve batches with it
 (docs/serving.md, "The same tokens under any load"): for float32, bf16 and int8 weights (and int8 with a bf16
-key-value cache), a greedy completion, a
-seeded sampled one and a greedy one after a 20-token prompt (its attention in panels), each asked alone and then while 6 other streams decode (their steps
+key-value cache, and float32 with prompts fed in pieces of 16 tokens, which must also give the
+whole prompts' bits), a greedy completion, a seeded sampled one, a greedy one after a 20-token
+prompt (its attention in panels) and one after 32 tokens, each asked alone and then while 6 other streams decode (their steps
 share every product with it, the probe's prompt prefilled among their rows), give the same
 text and the same logprobs to the last bit. The server's batch-size histogram shows that the
 second asking shared its steps. And float32 servers capped at AVX2 and at the scalar baseline
@@ -25,7 +26,8 @@ model = train_tiny_gpt(weft, work)
 PROBES = [{"prompt": "The meaning of", "max_tokens": 40, "temperature": 0, "logprobs": 2},
           {"prompt": "Once upon", "max_tokens": 40, "temperature": 0.9, "seed": 11, "logprobs": 2},
           {"prompt": "The question and the", "max_tokens": 30, "temperature": 0,
-           "logprobs": 2}]
+           "logprobs": 2},
+          {"prompt": "A question, and then the answer.", "max_tokens": 20, "temperature": 0, "logprobs": 2}]
 
 
 def complete(port, body):
@@ -47,9 +49,10 @@ def shared_steps(port):
     return metric_in(text, "weft_batch_size_count") - metric_in(text, 'weft_batch_size_bucket{le="1"}')
 
 
-HOLDINGS = [("fp32", []), ("bf16", []), ("int8", []), ("int8", ["--kv-cache-dtype", "bf16"])]
+HOLDINGS = [("fp32", []), ("bf16", []), ("int8", []), ("int8", ["--kv-cache-dtype", "bf16"]),
+            ("fp32", ["--max-prefill-tokens", "16"])]
 for quantize, more in HOLDINGS:
-    fmt = quantize + (" weights, bf16 cache" if more else "")
+    fmt = quantize + (" weights, " + " ".join(more) if more else "")
     server, port = start_server(weft, model, work, "--quantize", quantize, "--max-tokens", "100000", *more)
     alone = [complete(port, p) for p in PROBES]
     before = shared_steps(port)
@@ -78,6 +81,9 @@ for quantize, more in HOLDINGS:
     print(f"{fmt}: the same text and logprobs alone and among 6 streams ({during:.0f} shared steps)")
     if fmt == "fp32":
         reference = alone
+    if "--max-prefill-tokens" in more and alone != reference:  # the 32-token prompt in 2 pieces
+        sys.exit(f"FAIL: {fmt}: {alone[3][1]['token_logprobs'][:4]} against whole prompts' "
+                 f"{reference[3][1]['token_logprobs'][:4]}")
 # The same bits on every instruction-set path (AVX-512 where the processor has it, AVX2 with
 # FMA, the scalar baseline), float32 weights.
 for isa in ["avx2", "sse41"]:

@@ -316,7 +316,8 @@ TEST(GptDecoder, ABf16CacheRoundsEachKeyAndValueOnce) {
 // A sequence's cache in blocks of positions: any block size gives the logits of one block as
 // large as the context, bit for bit, in float32 and bf16, through a prompt (panels), tokens
 // one by one (row loops, a run of keys per block), a sliding window, a batch, and a slide past
-// the context; a sequence holds its positions rounded up to a block, each added as reached.
+// the context; a sequence holds its positions rounded up to a block, each added as reached,
+// and a finished sequence's blocks serve the next.
 TEST(GptDecoder, ACacheInBlocksGivesTheLogitsOfOneBlock) {
   for (auto positional : {Positional::kLearned, Positional::kRotary}) {
     Rng rng(17);
@@ -355,6 +356,10 @@ TEST(GptDecoder, ACacheInBlocksGivesTheLogitsOfOneBlock) {
         EXPECT_EQ(held_after({1, 2, 3}), block);
         EXPECT_EQ(held_after(std::vector<std::int32_t>(static_cast<std::size_t>(rows) - 3, 4)), block);
         EXPECT_EQ(held_after({5}), 2 * block);
+        // Its blocks go back to the decoder with it, and the next sequence takes them.
+        fresh.reset();
+        fresh = blocks.start();
+        EXPECT_EQ(held_after(std::vector<std::int32_t>(static_cast<std::size_t>(rows) + 1, 6)), 2 * block);
       }
     }
   }
@@ -893,6 +898,78 @@ TEST(LmBatcher, ContinuousBatchingGivesEachRequestWhatItGetsAlone) {
   };
   EXPECT_LT(number_after("weft_batch_size_bucket{kind=\"decode\",le=\"1\"} "),
             number_after("weft_batch_size_count{kind=\"decode\"} "));
+}
+
+// Chunked prefill: prompts longer than max_prefill_tokens go in pieces over steps that decode
+// the other requests too, and each request still gets the tokens of its whole prompt fed at
+// once, bit for bit (greedy and seeded, with pieces of 16 rows and more: prefill_piece).
+TEST(LmBatcher, APromptInPiecesGetsTheTokensOfTheWholePrompt) {
+  EXPECT_EQ(prefill_piece(40, 16), 16);
+  EXPECT_EQ(prefill_piece(31, 16), 31);  // 16 + 15 would leave a piece under 16 rows
+  EXPECT_EQ(prefill_piece(32, 16), 16);
+  EXPECT_EQ(prefill_piece(5, 16), 5);
+  // A decoder that records the largest piece of each step's feeds.
+  struct Recording : Decoder {
+    explicit Recording(Decoder& d) : inner(d) {}
+    Decoder& inner;
+    std::vector<std::int64_t> largest;
+    std::int64_t steps_with_both = 0;  // a piece of a prompt beside another sequence's token
+    std::unique_ptr<SequenceState> start() const override { return inner.start(); }
+    Tensor extend(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>& t) override {
+      std::int64_t most = 0, ones = 0;
+      for (const auto& f : t) most = std::max<std::int64_t>(most, static_cast<std::int64_t>(f.size())), ones += f.size() == 1;
+      largest.push_back(most);
+      steps_with_both += most > 1 && ones > 0;
+      return inner.extend(s, t);
+    }
+    std::int64_t vocab() const override { return inner.vocab(); }
+    std::int64_t context() const override { return inner.context(); }
+    std::int64_t cache_bytes_per_token() const override { return inner.cache_bytes_per_token(); }
+  };
+  Rng rng(8);
+  GptConfig c = small_gpt();
+  c.context = 96;
+  GPT model(c, rng);
+  CharTokenizer tokenizer(kAlphabet);
+  GptDecoder alone_decoder(model), batch_decoder(model);
+  Recording recording(batch_decoder);
+  Metrics metrics;
+  metrics.gauge("weft_queue_depth", "");
+  metrics.gauge("weft_running_sequences", "");
+  metrics.histogram("weft_batch_size", "", {1, 2, 4, 8});
+  metrics.counter("weft_generated_tokens_total", "");
+  metrics.histogram("weft_time_to_first_token_seconds", "", {1});
+  std::vector<std::shared_ptr<Ticket>> tickets;
+  std::vector<GenerationResult> alone;
+  const std::string text = "the quick brown fox jumps over the lazy dog, and then it rests in the sun. ";
+  for (int i = 0; i < 8; ++i) {
+    GenerationOptions o;
+    o.max_tokens = 12 + 2 * i;
+    o.sampling = {i % 2 == 0 ? 0.0 : 0.8, 0, 1.0, static_cast<std::uint64_t>(i)};
+    const std::string prompt = text.substr(static_cast<size_t>(i), static_cast<size_t>(i % 4 == 0 ? 3 : 10 * i));
+    alone.push_back(generate(alone_decoder, tokenizer, prompt, o));
+    tickets.push_back(std::make_shared<Ticket>(prompt, tokenizer.encode(prompt), o));
+  }
+  {
+    LmBatcher batcher(recording, tokenizer, {8, 1, 16}, metrics);
+    for (auto& t : tickets) {
+      batcher.submit(t);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // prompts arrive while others decode
+    }
+    for (std::size_t i = 0; i < tickets.size(); ++i) {
+      tickets[i]->wait();
+      EXPECT_EQ(tickets[i]->text, alone[i].text) << "request " << i;
+      EXPECT_EQ(tickets[i]->completion_tokens, static_cast<std::int64_t>(alone[i].tokens.size())) << "request " << i;
+    }
+  }
+  // No step fed a prompt more than 16 + 15 tokens, and some fed a piece beside decoding tokens.
+  EXPECT_LE(*std::max_element(recording.largest.begin(), recording.largest.end()), 31);
+  EXPECT_GT(recording.steps_with_both, 0);
+  EXPECT_EQ(metrics.value("weft_generated_tokens_total"), [&] {
+    double n = 0;
+    for (auto& a : alone) n += static_cast<double>(a.tokens.size());
+    return n;
+  }());
 }
 
 TEST(Api, CompletionRequestsAreCheckedFieldByField) {

@@ -77,6 +77,11 @@ std::vector<TokenLogprob> score_prompt(Decoder& decoder, const Tokenizer& tokeni
 }
 }  // namespace
 
+std::int64_t prefill_piece(std::int64_t remaining, std::int64_t limit) {
+  constexpr std::int64_t kPanelRows = 16;  // (decoder.cpp's: fewer rows go row by row)
+  return remaining < limit + kPanelRows ? remaining : limit;
+}
+
 LmBatcher::LmBatcher(Decoder& decoder, const Tokenizer& tokenizer, BatchOptions options, Metrics& metrics)
     : decoder_(decoder), tokenizer_(tokenizer), o_(options), metrics_(metrics) {
   thread_ = std::thread([this] { loop(); });
@@ -169,11 +174,30 @@ void LmBatcher::step(std::vector<Active>& active) {
                               [](const Active& a) { return a.ticket->cancelled() || a.generation->done(); }),
                active.end());
   if (active.empty()) return;
+  // What each sequence feeds: a decoding one its last token, a prompt the rest of it, or,
+  // under max_prefill_tokens, its next piece; pieces go in while the step's prompt tokens
+  // stay within the limit (the first always, so that a prompt moves on every step).
+  const bool pieces = o_.max_prefill_tokens > 0 && decoder_.cache_bytes_per_token() > 0;
   std::vector<SequenceState*> states;
   std::vector<std::vector<std::int32_t>> feeds;
-  for (auto& a : active) {
+  std::vector<std::size_t> fed;  // the sequences in this step, in order
+  std::vector<bool> whole;       // ... whose feed ends in this step (their logits are a token's)
+  std::int64_t prompt_tokens = 0;
+  for (std::size_t i = 0; i < active.size(); ++i) {
+    Active& a = active[i];
+    const std::vector<std::int32_t>& feed = a.generation->feed();
+    const auto remaining = static_cast<std::int64_t>(feed.size()) - a.prefilled;
+    std::int64_t n = remaining;
+    if (pieces && remaining > 1) {
+      n = prefill_piece(remaining, o_.max_prefill_tokens);
+      if (prompt_tokens > 0 && prompt_tokens + n > o_.max_prefill_tokens) continue;
+      prompt_tokens += n;
+    }
+    const auto from = feed.begin() + static_cast<std::ptrdiff_t>(a.prefilled);
     states.push_back(a.state.get());
-    feeds.push_back(a.generation->feed());
+    feeds.emplace_back(from, from + static_cast<std::ptrdiff_t>(n));
+    fed.push_back(i);
+    whole.push_back(n == remaining);
   }
   Tensor logits;
   try {
@@ -186,13 +210,19 @@ void LmBatcher::step(std::vector<Active>& active) {
     active.clear();
     return;
   }
-  metrics_.observe("weft_batch_size", static_cast<double>(active.size()), "kind=\"decode\"");
-  metrics_.add("weft_generated_tokens_total", static_cast<double>(active.size()));
+  metrics_.observe("weft_batch_size", static_cast<double>(fed.size()), "kind=\"decode\"");
+  metrics_.add("weft_generated_tokens_total", static_cast<double>(std::count(whole.begin(), whole.end(), true)));
   const auto now = Clock::now();
-  for (std::size_t i = 0; i < active.size(); ++i) {
-    Active& a = active[i];
+  for (std::size_t k = 0; k < fed.size(); ++k) {
+    Active& a = active[fed[k]];
+    if (!whole[k]) {  // a prompt's piece: its logits are not a token's
+      a.prefilled += static_cast<std::int64_t>(feeds[k].size());
+      continue;
+    }
+    a.prefilled = 0;
+    const auto i = static_cast<std::int64_t>(k);
     const std::size_t had = a.generation->logprobs().size();
-    std::string piece = a.generation->accept(logits.data<float>() + static_cast<std::int64_t>(i) * decoder_.vocab(),
+    std::string piece = a.generation->accept(logits.data<float>() + i * decoder_.vocab(),
                                              decoder_.vocab());
     std::vector<TokenLogprob> tokens(a.generation->logprobs().begin() + static_cast<std::ptrdiff_t>(had),
                                      a.generation->logprobs().end());

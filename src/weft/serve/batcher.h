@@ -33,7 +33,20 @@ namespace weft::serve {
 struct BatchOptions {
   std::int64_t max_batch = 16;   // sequences decoded together / images per forward
   double max_wait_ms = 2;        // how long a new batch waits for company
+  // Chunked prefill (a decoder with a cache): the prompt tokens one step feeds, a longer
+  // prompt going in pieces (prefill_piece) over steps that decode the other sequences' next
+  // tokens too, so that a long prompt holds them a piece's time, not its whole prefill's,
+  // and a new request starts sooner; the running streams' steps take longer. 0 (the
+  // default): every prompt whole in one step.
+  std::int64_t max_prefill_tokens = 0;
 };
+
+// The tokens of a prompt's `remaining` ones the next piece feeds under a limit of `limit`
+// (above 0): `limit`, or all of them when fewer than limit + 16 remain, so that every piece
+// of a prompt of 16 tokens or more has 16 or more rows and runs its attention in panels,
+// whose logits do not depend on where the pieces begin (serve/decoder.h): a request's tokens
+// are those of its whole prompt in one step, whatever the limit.
+std::int64_t prefill_piece(std::int64_t remaining, std::int64_t limit);
 
 using Clock = std::chrono::steady_clock;
 
@@ -92,6 +105,7 @@ class LmBatcher {
     std::unique_ptr<SequenceState> state;
     bool first_token = true;  // the next token is its first (time to first token)
     bool scored = false;      // its prompt's logprobs computed (when asked for)
+    std::int64_t prefilled = 0;  // the tokens of its feed already fed (a prompt in pieces)
   };
   void loop();
   void step(std::vector<Active>& active);

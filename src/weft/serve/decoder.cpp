@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <string>
 
 #include "weft/autograd/sequence.h"
@@ -18,26 +19,60 @@
 
 namespace weft::serve {
 
+// The blocks of a decoder's caches, all of one shape: a finished sequence's blocks come back
+// here and the next sequences take them, so that no block is faulted in afresh once the
+// decoder has held as many (a fresh 6 MiB block cost about 12 ms on a 2-core VM: at 16
+// streams of 1,000-token prompts, a prefill step that faulted in its blocks held every stream
+// for 3 s). A decoder so keeps the most blocks its sequences held at once.
+class CacheBlocks {
+ public:
+  CacheBlocks(std::int64_t rows, std::int64_t width, DType dtype) : rows_(rows), width_(width), dtype_(dtype) {}
+  Tensor take() {
+    {
+      std::lock_guard lock(mu_);
+      if (!free_.empty()) {
+        Tensor t = std::move(free_.back());
+        free_.pop_back();
+        return t;
+      }
+    }
+    return Tensor::empty({rows_, width_}, dtype_);
+  }
+  void give(std::vector<Tensor>& blocks) {
+    std::lock_guard lock(mu_);
+    for (Tensor& t : blocks) free_.push_back(std::move(t));
+    blocks.clear();
+  }
+
+ private:
+  const std::int64_t rows_, width_;
+  const DType dtype_;
+  std::mutex mu_;
+  std::vector<Tensor> free_;
+};
+
 namespace {
 
 // A sequence's key-value cache, float32 or bf16 (CacheFormat), in blocks of positions: each
-// block one allocation holding every held layer's keys and values at its positions
-// ([layers][key, value][block rows][key-value heads held x hd]), rows [0, cached) filled. A
-// block is added as the sequence reaches it and no row is ever copied (as vLLM's paged cache:
-// a cache that doubled copied a 1,000-token prompt's 74 MB at its first decoded token, into
-// memory faulted in afresh, which stalled the whole batch for 0.3 s a sequence); the blocks
-// are all of one size, so the tensor allocator's cache (allocator.h) hands a finished
-// sequence's blocks to the next one.
+// block holds every held layer's keys and values at its positions ([layers][key, value][block
+// rows][key-value heads held x hd]), rows [0, cached) filled. A block is taken as the
+// sequence reaches it and no row is ever copied (as vLLM's paged cache: a cache that doubled
+// copied a 1,000-token prompt's 74 MB at its first decoded token, into memory faulted in
+// afresh, which stalled the whole batch for 0.3 s a sequence); they go back to the
+// decoder's CacheBlocks with the sequence.
 class GptState : public SequenceState {
  public:
-  GptState(DType type, std::int64_t layers, std::int64_t width, std::int64_t block_rows)
-      : dtype(type), layers_(layers), width_(width), block_rows_(block_rows) {}
+  GptState(DType type, std::shared_ptr<CacheBlocks> pool, std::int64_t layers, std::int64_t width,
+           std::int64_t block_rows)
+      : dtype(type), pool_(std::move(pool)), layers_(layers), width_(width), block_rows_(block_rows) {}
+  ~GptState() override { pool_->give(blocks_); }
+  GptState(const GptState&) = delete;
+  GptState& operator=(const GptState&) = delete;
   const DType dtype;
   std::int64_t cached = 0;
   // Blocks for positions [0, rows), the filled ones kept.
   void reserve(std::int64_t rows) {
-    while (static_cast<std::int64_t>(blocks_.size()) * block_rows_ < rows)
-      blocks_.push_back(Tensor::empty({layers_ * 2 * block_rows_, width_}, dtype));
+    while (static_cast<std::int64_t>(blocks_.size()) * block_rows_ < rows) blocks_.push_back(pool_->take());
   }
   // The key (kv 0) or value (kv 1) row of `layer` (counted from the decoder's first) at
   // `position` (reserved), width() elements of T.
@@ -59,6 +94,7 @@ class GptState : public SequenceState {
   std::int64_t width() const { return width_; }
 
  private:
+  std::shared_ptr<CacheBlocks> pool_;
   std::int64_t layers_, width_, block_rows_;
   std::vector<Tensor> blocks_;
 };
@@ -358,6 +394,9 @@ GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slic
     throw ConfigError("a key-value cache block of " + std::to_string(cache_block_rows_) + " positions");
   lheads_ = c_.heads / n;
   lkv_heads_ = kv / n;
+  if (cache_block_rows_ == 0) cache_block_rows_ = cache_block_rows(cache_bytes_per_token(), c_.context);
+  cache_blocks_ = std::make_shared<CacheBlocks>((end_ - begin_) * 2 * cache_block_rows_, lkv_heads_ * block_.head_dim(),
+                                                cache_ == CacheFormat::kBf16 ? DType::BF16 : DType::F32);
   const WeightFormat format = holding.weights;
   std::map<std::string, Tensor> p;
   for (auto& [name, var] : model.named_parameters()) p[name] = var.value();
@@ -416,9 +455,7 @@ GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slic
 
 std::unique_ptr<SequenceState> GptDecoder::start() const {
   const DType dtype = cache_ == CacheFormat::kBf16 ? DType::BF16 : DType::F32;
-  return std::make_unique<GptState>(dtype, end_ - begin_, lkv_heads_ * block_.head_dim(),
-                                    cache_block_rows_ > 0 ? cache_block_rows_
-                                                          : cache_block_rows(cache_bytes_per_token(), c_.context));
+  return std::make_unique<GptState>(dtype, cache_blocks_, end_ - begin_, lkv_heads_ * block_.head_dim(), cache_block_rows_);
 }
 
 std::int64_t GptDecoder::cache_bytes_per_token() const {

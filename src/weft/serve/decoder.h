@@ -108,6 +108,8 @@ struct LayerRange {
   std::int64_t begin = 0, end = -1;
 };
 
+class CacheBlocks;  // a decoder's free cache blocks (decoder.cpp)
+
 class GptDecoder : public Decoder {
  public:
   // Holds the model's matrices packed in `format.weights` (float32, bf16 or int8:
@@ -143,6 +145,7 @@ class GptDecoder : public Decoder {
   GptConfig c_;
   CacheFormat cache_;
   std::int64_t cache_block_rows_;  // positions per cache block
+  std::shared_ptr<CacheBlocks> cache_blocks_;  // its sequences' blocks, free ones kept
   BlockConfig block_;
   TensorSlice slice_;
   std::int64_t begin_, end_;         // the blocks held

@@ -146,6 +146,8 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     };
     pass("--max-prompt-tokens", std::to_string(o.max_prompt_tokens), o.max_prompt_tokens != initial.max_prompt_tokens);
     pass("--max-tokens", std::to_string(o.max_tokens), o.max_tokens != initial.max_tokens);
+    pass("--max-prefill-tokens", std::to_string(o.batch.max_prefill_tokens),
+         o.batch.max_prefill_tokens != initial.batch.max_prefill_tokens);
     pass("--max-images", std::to_string(o.max_images), o.max_images != initial.max_images);
     pass("--quantize", o.quantize, o.quantize != initial.quantize);
     pass("--kv-cache-dtype", o.kv_cache_dtype, o.kv_cache_dtype != initial.kv_cache_dtype);

@@ -43,6 +43,10 @@ FlagTable<ServeOptions> make_table() {
   FlagGroup<ServeOptions> limits{t, "batches and limits"};
   limits(F("--max-batch", AT(batch.max_batch), "sequences decoded together / images per forward").at_least(1));
   limits(F("--max-wait-ms", AT(batch.max_wait_ms), "how long a new batch waits for more requests").in(0, 10000));
+  limits(text(F("--max-prefill-tokens", AT(batch.max_prefill_tokens),
+                "GPT: the prompt tokens one step feeds; a longer prompt goes in pieces between the other streams' tokens "
+                "(the same tokens as whole; 0: whole prompts)")
+                  .at_least(0)));
   limits(F("--max-body", AT(max_body), "the largest request body in bytes (64K, 1MiB, 2MB)")
              .parsed_by([](ServeOptions& o, const std::string& v) { o.max_body = parse_size(v, "--max-body"); })
              .defaults("1MiB")
