@@ -53,6 +53,11 @@ for flag in "--limit 5" "--batch 5" "--images $work/x.idx" "--data-dir $work"; d
 done
 expect_refusal "--max-images does not apply to this run: it is for an image model, and the run has a language model (gpt)" \
   "$weft" serve "$work/gpt.safetensors" --port 0 --max-images 5
+# Prompts in pieces are a key-value cache's: a recurrent model has none.
+"$weft" train --model lstm --layers 1 --d-model 16 --context 16 --batch 4 --max-steps 1 --eval-every 1 --eval-batches 1 \
+  --sample 0 --quiet --save-model "$work/lstm.safetensors" >/dev/null
+expect_refusal "--max-prefill-tokens does not apply to this run: it is for a GPT's key-value cache, and the run has lstm (no cache)" \
+  "$weft" serve "$work/lstm.safetensors" --port 0 --max-prefill-tokens 64
 for q in bf16 int8; do
   "$weft" predict "$work/gpt.safetensors" --windows 8 --quantize "$q" --json > "$work/$q.json"
   python3 - "$work/$q.json" "$q" <<'PY'

@@ -177,7 +177,7 @@ void LmBatcher::step(std::vector<Active>& active) {
   // What each sequence feeds: a decoding one its last token, a prompt the rest of it, or,
   // under max_prefill_tokens, its next piece; pieces go in while the step's prompt tokens
   // stay within the limit (the first always, so that a prompt moves on every step).
-  const bool pieces = o_.max_prefill_tokens > 0 && decoder_.cache_bytes_per_token() > 0;
+  const bool pieces = o_.max_prefill_tokens > 0;  // (a decoder with a cache: the server checks)
   std::vector<SequenceState*> states;
   std::vector<std::vector<std::int32_t>> feeds;
   std::vector<std::size_t> fed;  // the sequences in this step, in order

@@ -33,11 +33,11 @@ namespace weft::serve {
 struct BatchOptions {
   std::int64_t max_batch = 16;   // sequences decoded together / images per forward
   double max_wait_ms = 2;        // how long a new batch waits for company
-  // Chunked prefill (a decoder with a cache): the prompt tokens one step feeds, a longer
-  // prompt going in pieces (prefill_piece) over steps that decode the other sequences' next
-  // tokens too, so that a long prompt holds them a piece's time, not its whole prefill's,
-  // and a new request starts sooner; the running streams' steps take longer. 0 (the
-  // default): every prompt whole in one step.
+  // Chunked prefill (a decoder with a cache: through a window's forward each piece would
+  // recompute the window): the prompt tokens one step feeds, a longer prompt going in pieces
+  // (prefill_piece) over steps that decode the other sequences' next tokens too, so that a
+  // long prompt holds them a piece's time, not its whole prefill's, and a new request starts
+  // sooner; the running streams' steps take longer. 0 (the default): prompts whole.
   std::int64_t max_prefill_tokens = 0;
 };
 

@@ -349,9 +349,9 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
         // (as training's softmax), and the weighted sum of the values, key by key over the
         // range's whole width (each element's sum in key order).
         float* score = wt.data();
-        s->for_each_run<T>(layer, 0, key0, key0 + n, [&](const T* rows, std::int64_t first, std::int64_t count) {
-          for (std::int64_t c = 0, j = first - key0; c < count; ++c, ++j) {
-            const T* kj = rows + c * kd;
+        s->for_each_run<T>(layer, 0, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
+          for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
+            const T* kj = run + c * kd;
             for (std::int64_t h = h0; h < h1; ++h) {
               const float* q = q_all + row * w + h * hd;
               const T* kh = kj + h / group * hd;
@@ -362,9 +362,9 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
         for (std::int64_t h = h0; h < h1; ++h) softmax_in_place(score + (h - h0) * n, n);
         float* dst = o + row * d + h0 * hd;
         std::fill(dst, dst + (h1 - h0) * hd, 0.0f);
-        s->for_each_run<T>(layer, 1, key0, key0 + n, [&](const T* rows, std::int64_t first, std::int64_t count) {
-          for (std::int64_t c = 0, j = first - key0; c < count; ++c, ++j) {
-            const T* vj = rows + c * kd;
+        s->for_each_run<T>(layer, 1, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
+          for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
+            const T* vj = run + c * kd;
             for (std::int64_t h = h0; h < h1; ++h) {
               const float a = score[(h - h0) * n + j];
               const T* vh = vj + h / group * hd;

@@ -38,6 +38,9 @@ class Server : private MetricsHolder, public HttpBase {
     if (LanguageModel* lm = model_.language_model()) {
       context_ = lm->context();
       decoder_ = join_decoder(*lm, decoder_format(o), o.tp, o.pp, o.micro_batches);
+      if (o.batch.max_prefill_tokens > 0 && dynamic_cast<WindowDecoder*>(decoder_.get()) != nullptr)
+        throw ConfigError("--max-prefill-tokens does not apply to this run: it is for a GPT's key-value cache, and the run has " +
+                          model_.recipe.model + " (no cache)");
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : context_;
       release_module_held_by(model_.module, *decoder_);  // (a GPT's decoder holds its weights)
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
