@@ -8,7 +8,8 @@
 # context, greedy (and sampled, once for each kind of split; greedy with a bf16 key-value
 # cache under --tp 2 and --pp 2); also with its two ranks started by two launchers over TCP,
 # as on two hosts.
-# Served over HTTP by weft launch --nproc-per-node 2 -- weft serve --tp 2 (and --pp 2), it
+# Served over HTTP by weft launch --nproc-per-node 2 -- weft serve --tp 2 (and --pp 2, and --pp 2
+# with a 32-token prompt in pieces of 16: --max-prefill-tokens), it
 # answers with those tokens under concurrent load, and every rank stops when the server is
 # told to.
 set -euo pipefail
@@ -92,7 +93,10 @@ echo "--tp 2 over two launchers (TCP): validation loss $loss, logits within $dif
 
 want=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature 0 --json |
        python3 -c 'import json,sys; print(json.load(sys.stdin)["text"])')
-for layout in "--tp 2" "--pp 2"; do
+long_prompt="The cat sat on the mat, and then"  # 32 tokens: in pieces of 16 under --max-prefill-tokens 16
+want_long=$("$weft" generate "$work/gpt.safetensors" --prompt "$long_prompt" --max-tokens 20 --temperature 0 --json |
+            python3 -c 'import json,sys; print(json.load(sys.stdin)["text"])')
+for layout in "--tp 2" "--pp 2" "--pp 2 --max-prefill-tokens 16"; do
   read -r -a flags <<<"$layout"
   rm -f "$work/port"
   "$weft" launch --nproc-per-node 2 -- weft serve "$work/gpt.safetensors" "${flags[@]}" --port 0 --port-file "$work/port" \
@@ -103,6 +107,12 @@ for layout in "--tp 2" "--pp 2"; do
   text=$(curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt": "The cat", "max_tokens": 50, "temperature": 0}' |
          python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
   [ "$text" = "$want" ] || { echo "FAIL: the $layout server completes '$text', one process '$want'"; exit 1; }
+  if [[ $layout == *--max-prefill-tokens* ]]; then
+    text=$(curl -s "http://127.0.0.1:$port/v1/completions" \
+             -d "{\"prompt\": \"$long_prompt\", \"max_tokens\": 20, \"temperature\": 0}" |
+           python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+    [ "$text" = "$want_long" ] || { echo "FAIL: the $layout server completes '$text' (a prompt in pieces), one process '$want_long'"; exit 1; }
+  fi
   "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 8 --requests 64 --max-tokens 40 | head -1
   kill -TERM "$launcher"
   rc=0
