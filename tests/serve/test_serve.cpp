@@ -68,6 +68,14 @@ GptConfig llama_shaped(GptConfig c, std::int64_t kv_heads, std::int64_t window) 
   return c;
 }
 
+// small_gpt with a context of 80; rotary, Llama-shaped with 2 of 4 key-value heads and a
+// sliding window of `window` keys.
+GptConfig context_80_gpt(Positional positional, std::int64_t window) {
+  GptConfig c = small_gpt(positional);
+  c.context = 80;
+  return positional == Positional::kRotary ? llama_shaped(c, 2, window) : c;
+}
+
 // The model's own forward over `tokens`: the logits after the last one.
 std::vector<float> forward_last(GPT& model, const std::vector<std::int32_t>& tokens) {
   const Tensor row = model.next_token_logits(tokens);
@@ -277,9 +285,7 @@ TEST(GptDecoder, APromptsAttentionInPanelsIsTheForwards) {
 TEST(GptDecoder, ABf16CacheRoundsEachKeyAndValueOnce) {
   for (auto positional : {Positional::kLearned, Positional::kRotary}) {
     Rng rng(13);
-    GptConfig c = small_gpt(positional);
-    c.context = 80;
-    if (positional == Positional::kRotary) c = llama_shaped(c, 2, 7);
+    const GptConfig c = context_80_gpt(positional, 7);
     GPT model(c, rng);
     GptDecoder fp32(model), decoder(model, DecoderFormat(WeightFormat::kF32, CacheFormat::kBf16));
     EXPECT_EQ(2 * decoder.cache_bytes_per_token(), fp32.cache_bytes_per_token());
@@ -321,10 +327,7 @@ TEST(GptDecoder, ABf16CacheRoundsEachKeyAndValueOnce) {
 TEST(GptDecoder, ACacheInBlocksGivesTheLogitsOfOneBlock) {
   for (auto positional : {Positional::kLearned, Positional::kRotary}) {
     Rng rng(17);
-    GptConfig c = small_gpt(positional);
-    c.context = 80;
-    if (positional == Positional::kRotary) c = llama_shaped(c, 2, 21);
-    GPT model(c, rng);
+    GPT model(context_80_gpt(positional, 21), rng);
     for (CacheFormat cache : {CacheFormat::kF32, CacheFormat::kBf16}) {
       GptDecoder whole(model, DecoderFormat(WeightFormat::kF32, cache, 80));
       for (std::int64_t rows : {16, 48}) {
@@ -850,6 +853,17 @@ TEST(Generation, ContinuedTokensAreTheModelsOwnGeneration) {
   EXPECT_EQ(continue_tokens(gpt, prompt, 0, 0.9, 0, r), prompt);
 }
 
+namespace {
+// The metrics an LmBatcher updates (the server declares them).
+void declare_batcher_metrics(Metrics& metrics) {
+  metrics.gauge("weft_queue_depth", "");
+  metrics.gauge("weft_running_sequences", "");
+  metrics.histogram("weft_batch_size", "", {1, 2, 4, 8});
+  metrics.counter("weft_generated_tokens_total", "");
+  metrics.histogram("weft_time_to_first_token_seconds", "", {1});
+}
+}  // namespace
+
 // Requests that arrive together and at different times, with different lengths and
 // settings, each get exactly what they get alone.
 TEST(LmBatcher, ContinuousBatchingGivesEachRequestWhatItGetsAlone) {
@@ -859,11 +873,7 @@ TEST(LmBatcher, ContinuousBatchingGivesEachRequestWhatItGetsAlone) {
   GptDecoder alone_decoder(model);
   GptDecoder batch_decoder(model);
   Metrics metrics;
-  metrics.gauge("weft_queue_depth", "");
-  metrics.gauge("weft_running_sequences", "");
-  metrics.histogram("weft_batch_size", "", {1, 2, 4, 8});
-  metrics.counter("weft_generated_tokens_total", "");
-  metrics.histogram("weft_time_to_first_token_seconds", "", {1});
+  declare_batcher_metrics(metrics);
   LmBatcher batcher(batch_decoder, tokenizer, {4, 1}, metrics);
   std::vector<std::shared_ptr<Ticket>> tickets;
   std::vector<GenerationResult> alone;
@@ -934,11 +944,7 @@ TEST(LmBatcher, APromptInPiecesGetsTheTokensOfTheWholePrompt) {
   GptDecoder alone_decoder(model), batch_decoder(model);
   Recording recording(batch_decoder);
   Metrics metrics;
-  metrics.gauge("weft_queue_depth", "");
-  metrics.gauge("weft_running_sequences", "");
-  metrics.histogram("weft_batch_size", "", {1, 2, 4, 8});
-  metrics.counter("weft_generated_tokens_total", "");
-  metrics.histogram("weft_time_to_first_token_seconds", "", {1});
+  declare_batcher_metrics(metrics);
   std::vector<std::shared_ptr<Ticket>> tickets;
   std::vector<GenerationResult> alone;
   const std::string text = "the quick brown fox jumps over the lazy dog, and then it rests in the sun. ";

@@ -78,7 +78,6 @@ std::vector<TokenLogprob> score_prompt(Decoder& decoder, const Tokenizer& tokeni
 }  // namespace
 
 std::int64_t prefill_piece(std::int64_t remaining, std::int64_t limit) {
-  constexpr std::int64_t kPanelRows = 16;  // (decoder.cpp's: fewer rows go row by row)
   return remaining < limit + kPanelRows ? remaining : limit;
 }
 

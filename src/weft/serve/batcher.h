@@ -42,9 +42,9 @@ struct BatchOptions {
 };
 
 // The tokens of a prompt's `remaining` ones the next piece feeds under a limit of `limit`
-// (above 0): `limit`, or all of them when fewer than limit + 16 remain, so that every piece
-// of a prompt of 16 tokens or more has 16 or more rows and runs its attention in panels,
-// whose logits do not depend on where the pieces begin (serve/decoder.h): a request's tokens
+// (above 0): `limit`, or all of them when fewer than limit + kPanelRows remain, so that every
+// piece of a prompt of kPanelRows tokens or more runs its attention in panels, whose logits
+// do not depend on where the pieces begin (serve/decoder.h): a request's tokens
 // are those of its whole prompt in one step, whatever the limit.
 std::int64_t prefill_piece(std::int64_t remaining, std::int64_t limit);
 

@@ -62,9 +62,8 @@ namespace {
 // decoder's CacheBlocks with the sequence.
 class GptState : public SequenceState {
  public:
-  GptState(DType type, std::shared_ptr<CacheBlocks> pool, std::int64_t layers, std::int64_t width,
-           std::int64_t block_rows)
-      : dtype(type), pool_(std::move(pool)), layers_(layers), width_(width), block_rows_(block_rows) {}
+  GptState(DType type, std::shared_ptr<CacheBlocks> pool, std::int64_t width, std::int64_t block_rows)
+      : dtype(type), pool_(std::move(pool)), width_(width), block_rows_(block_rows) {}
   ~GptState() override { pool_->give(blocks_); }
   GptState(const GptState&) = delete;
   GptState& operator=(const GptState&) = delete;
@@ -95,7 +94,7 @@ class GptState : public SequenceState {
 
  private:
   std::shared_ptr<CacheBlocks> pool_;
-  std::int64_t layers_, width_, block_rows_;
+  std::int64_t width_, block_rows_;
   std::vector<Tensor> blocks_;
 };
 
@@ -108,6 +107,8 @@ std::int64_t cache_block_rows(std::int64_t row_bytes, std::int64_t context) {
   const std::int64_t fill = kBlockBytes / std::max<std::int64_t>(row_bytes, 1) / 16 * 16;
   return std::max<std::int64_t>(16, std::min(fill, (context + 15) / 16 * 16));
 }
+
+DType cache_dtype(CacheFormat f) { return f == CacheFormat::kBf16 ? DType::BF16 : DType::F32; }
 
 // A cached key or value as attention reads it, and a row of them as the cache stores it.
 inline float widen(float x) { return x; }
@@ -175,10 +176,6 @@ struct PanelSpan {
 };
 
 constexpr std::int64_t kC = WeightPanels::kChannels;
-// A step feeding a sequence this many rows or more (a prompt's prefill) runs its attention as
-// panel products, which pay for copying the keys and values into panels when the rows are
-// many; a single token (decoding) and short feeds go row by row.
-constexpr std::int64_t kPanelRows = 16;
 
 // One key-value head's keys and values (columns [col, col + hd) of `layer`'s rows in the
 // cache, widened to float32) at the positions of `span`, laid out as serving's
@@ -396,7 +393,7 @@ GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slic
   lkv_heads_ = kv / n;
   if (cache_block_rows_ == 0) cache_block_rows_ = cache_block_rows(cache_bytes_per_token(), c_.context);
   cache_blocks_ = std::make_shared<CacheBlocks>((end_ - begin_) * 2 * cache_block_rows_, lkv_heads_ * block_.head_dim(),
-                                                cache_ == CacheFormat::kBf16 ? DType::BF16 : DType::F32);
+                                                cache_dtype(cache_));
   const WeightFormat format = holding.weights;
   std::map<std::string, Tensor> p;
   for (auto& [name, var] : model.named_parameters()) p[name] = var.value();
@@ -454,8 +451,7 @@ GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slic
 }
 
 std::unique_ptr<SequenceState> GptDecoder::start() const {
-  const DType dtype = cache_ == CacheFormat::kBf16 ? DType::BF16 : DType::F32;
-  return std::make_unique<GptState>(dtype, cache_blocks_, end_ - begin_, lkv_heads_ * block_.head_dim(), cache_block_rows_);
+  return std::make_unique<GptState>(cache_dtype(cache_), cache_blocks_, lkv_heads_ * block_.head_dim(), cache_block_rows_);
 }
 
 std::int64_t GptDecoder::cache_bytes_per_token() const {

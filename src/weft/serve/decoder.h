@@ -108,6 +108,12 @@ struct LayerRange {
   std::int64_t begin = 0, end = -1;
 };
 
+// A step feeding a sequence this many rows or more (a prompt's prefill) runs its attention as
+// panel products, which pay for copying the keys and values into panels when the rows are
+// many; a single token (decoding) and short feeds go row by row. The panels' logits do not
+// depend on where a prompt's pieces of this many rows or more begin.
+inline constexpr std::int64_t kPanelRows = 16;
+
 class CacheBlocks;  // a decoder's free cache blocks (decoder.cpp)
 
 class GptDecoder : public Decoder {
