@@ -918,6 +918,7 @@ TEST(LmBatcher, APromptInPiecesGetsTheTokensOfTheWholePrompt) {
   EXPECT_EQ(prefill_piece(31, 16), 31);  // 16 + 15 would leave a piece under 16 rows
   EXPECT_EQ(prefill_piece(32, 16), 16);
   EXPECT_EQ(prefill_piece(5, 16), 5);
+  EXPECT_EQ(prefill_piece(40, std::numeric_limits<std::int64_t>::max()), 40);  // no overflow
   // A decoder that records the largest piece of each step's feeds.
   struct Recording : Decoder {
     explicit Recording(Decoder& d) : inner(d) {}

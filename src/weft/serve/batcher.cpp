@@ -78,7 +78,7 @@ std::vector<TokenLogprob> score_prompt(Decoder& decoder, const Tokenizer& tokeni
 }  // namespace
 
 std::int64_t prefill_piece(std::int64_t remaining, std::int64_t limit) {
-  return remaining < limit + kPanelRows ? remaining : limit;
+  return remaining - limit < kPanelRows ? remaining : limit;  // (no limit + kPanelRows: a limit near INT64_MAX)
 }
 
 LmBatcher::LmBatcher(Decoder& decoder, const Tokenizer& tokenizer, BatchOptions options, Metrics& metrics)
