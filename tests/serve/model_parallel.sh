@@ -8,8 +8,9 @@
 # context, greedy (and sampled, once for each kind of split; greedy with a bf16 key-value
 # cache under --tp 2 and --pp 2); also with its two ranks started by two launchers over TCP,
 # as on two hosts.
-# Served over HTTP by weft launch --nproc-per-node 2 -- weft serve --tp 2 (and --pp 2, and --pp 2
-# with a 32-token prompt in pieces of 16: --max-prefill-tokens), it
+# Served over HTTP by weft launch --nproc-per-node 2 -- weft serve --tp 2 and --pp 2 (each also
+# with a 32-token prompt in pieces of 16: --max-prefill-tokens; the second with a key-value
+# cache limit, which rank 0 keeps for its part of the cache), it
 # answers with those tokens under concurrent load, and every rank stops when the server is
 # told to.
 set -euo pipefail
@@ -96,7 +97,7 @@ want=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 
 long_prompt="The cat sat on the mat, and then"  # 32 tokens: in pieces of 16 under --max-prefill-tokens 16
 want_long=$("$weft" generate "$work/gpt.safetensors" --prompt "$long_prompt" --max-tokens 20 --temperature 0 --json |
             python3 -c 'import json,sys; print(json.load(sys.stdin)["text"])')
-for layout in "--tp 2" "--pp 2" "--pp 2 --max-prefill-tokens 16"; do
+for layout in "--tp 2 --max-prefill-tokens 16" "--pp 2" "--pp 2 --max-prefill-tokens 16 --kv-cache-memory 1G"; do
   read -r -a flags <<<"$layout"
   rm -f "$work/port"
   "$weft" launch --nproc-per-node 2 -- weft serve "$work/gpt.safetensors" "${flags[@]}" --port 0 --port-file "$work/port" \
@@ -104,6 +105,10 @@ for layout in "--tp 2" "--pp 2" "--pp 2 --max-prefill-tokens 16"; do
   launcher=$!
   for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
   port=$(cat "$work/port")
+  if [[ $layout == *--kv-cache-memory* ]]; then
+    grep -q "key-value cache [0-9.]* KB a token on rank 0 (at most 1.00 GiB)" "$work/serve.log" ||
+      { echo "FAIL: the $layout server shows no cache limit"; cat "$work/serve.log"; exit 1; }
+  fi
   text=$(curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt": "The cat", "max_tokens": 50, "temperature": 0}' |
          python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
   [ "$text" = "$want" ] || { echo "FAIL: the $layout server completes '$text', one process '$want'"; exit 1; }

@@ -58,6 +58,8 @@ expect_refusal "--max-images does not apply to this run: it is for an image mode
   --sample 0 --quiet --save-model "$work/lstm.safetensors" >/dev/null
 expect_refusal "--max-prefill-tokens does not apply to this run: it is for a GPT's key-value cache, and the run has lstm (no cache)" \
   "$weft" serve "$work/lstm.safetensors" --port 0 --max-prefill-tokens 64
+expect_refusal "--kv-cache-memory does not apply to this run: it is for a GPT's key-value cache, and the run has lstm (no cache)" \
+  "$weft" serve "$work/lstm.safetensors" --port 0 --kv-cache-memory 1G
 for q in bf16 int8; do
   "$weft" predict "$work/gpt.safetensors" --windows 8 --quantize "$q" --json > "$work/$q.json"
   python3 - "$work/$q.json" "$q" <<'PY'
@@ -145,6 +147,31 @@ kill -TERM "$server"
 wait "$server" || { echo "FAIL: weft serve did not exit 0 on SIGTERM"; exit 1; }
 server=""
 grep -q "weft serve: stopped" "$work/serve.log"
+
+# A key-value cache limit of two sequences (this GPT's context of 32 positions is one block of
+# 32 x 512 bytes): six requests at once run two at a time, each with the text it gets alone.
+expect_refusal "--kv-cache-memory 16.00 KiB: one sequence of the longest a request may make (--max-prompt-tokens and --max-tokens, at most the context) holds 16.00 KiB of key-value cache (32 positions, in whole blocks)" \
+  "$weft" serve "$work/gpt.safetensors" --port 0 --kv-cache-memory 16383
+rm -f "$work/port"
+"$weft" serve "$work/gpt.safetensors" --port 0 --port-file "$work/port" --kv-cache-memory 32K > "$work/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+port=$(cat "$work/port")
+grep -q "key-value cache 0.5 KB a token (at most 32.00 KiB)" "$work/serve.log" || { echo "FAIL: no cache limit shown"; cat "$work/serve.log"; exit 1; }
+for i in 1 2 3 4 5 6; do $client "$port" - complete "The cat" 25 > "$work/limited$i.txt" & done
+wait $(jobs -p | grep -v "^$server$")
+for i in 1 2 3 4 5 6; do
+  [ "$(cat "$work/limited$i.txt")" = "$want" ] || { echo "FAIL: request $i under the cache limit: $(cat "$work/limited$i.txt")"; exit 1; }
+done
+curl -s "http://127.0.0.1:$port/metrics" > "$work/metrics.txt"
+python3 - "$work/metrics.txt" <<'PY'
+import re, sys
+m = dict(re.findall(r'^(weft_batch_size_(?:bucket\{kind="decode",le="\d+"\}|count\{kind="decode"\})) (\S+)', open(sys.argv[1]).read(), re.M))
+one, two, steps = (float(m[k]) for k in ('weft_batch_size_bucket{kind="decode",le="1"}', 'weft_batch_size_bucket{kind="decode",le="2"}', 'weft_batch_size_count{kind="decode"}'))
+assert two == steps and one < steps, m  # never above two sequences, and two at times
+print(f"--kv-cache-memory 32K: {steps:.0f} steps of at most 2 sequences ({steps - one:.0f} of 2) for 6 requests at once")
+PY
+stop_server
 
 # Image models: weft predict gives training's test accuracy; the server classifies.
 out=$("$weft" train --model mlp --epochs 1 --limit-train 2000 --limit-test 500 --seed 1 --quiet --threads 1 \

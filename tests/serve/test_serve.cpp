@@ -25,6 +25,7 @@
 #include "weft/serve/model_file.h"
 #include "weft/serve/quantize.h"
 #include "weft/serve/sampling.h"
+#include "weft/serve/serve_flags.h"
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/linalg.h"
 #include "weft/tensor/onednn.h"
@@ -861,6 +862,7 @@ void declare_batcher_metrics(Metrics& metrics) {
   metrics.histogram("weft_batch_size", "", {1, 2, 4, 8});
   metrics.counter("weft_generated_tokens_total", "");
   metrics.histogram("weft_time_to_first_token_seconds", "", {1});
+  metrics.gauge("weft_kv_cache_reserved_bytes", "");
 }
 }  // namespace
 
@@ -977,6 +979,108 @@ TEST(LmBatcher, APromptInPiecesGetsTheTokensOfTheWholePrompt) {
     for (auto& a : alone) n += static_cast<double>(a.tokens.size());
     return n;
   }());
+}
+
+// A key-value cache limit: requests join while the blocks the running sequences may come to
+// hold fit, in order; no step's sequences hold more, each request gets its tokens alone, and a
+// request that could never fit ends with an error instead of waiting for ever.
+TEST(LmBatcher, ACacheLimitHoldsTheRunningSequencesWithinIt) {
+  EXPECT_EQ(cache_blocks_for(10, 6, 96, 16), 1);   // 16 positions
+  EXPECT_EQ(cache_blocks_for(10, 7, 96, 16), 2);   // 17
+  EXPECT_EQ(cache_blocks_for(90, 100, 96, 16), 6);  // at most the context
+  EXPECT_EQ(cache_blocks_for(1, std::numeric_limits<std::int64_t>::max(), 96, 16), 6);  // no overflow
+  // A decoder that records the most sequences and the most cache blocks (16 positions) the
+  // sequences of a step hold after it.
+  struct Recording : Decoder {
+    explicit Recording(Decoder& d) : inner(d) {}
+    Decoder& inner;
+    std::int64_t most_sequences = 0, most_blocks = 0;
+    std::unique_ptr<SequenceState> start() const override { return inner.start(); }
+    Tensor extend(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>& t) override {
+      Tensor logits = inner.extend(s, t);
+      std::int64_t blocks = 0;
+      for (const SequenceState* q : s) blocks += (static_cast<std::int64_t>(q->tokens.size()) - q->window_start + 15) / 16;
+      most_sequences = std::max<std::int64_t>(most_sequences, static_cast<std::int64_t>(s.size()));
+      most_blocks = std::max(most_blocks, blocks);
+      return logits;
+    }
+    std::int64_t vocab() const override { return inner.vocab(); }
+    std::int64_t context() const override { return inner.context(); }
+    std::int64_t cache_bytes_per_token() const override { return inner.cache_bytes_per_token(); }
+    std::int64_t cache_block_positions() const override { return inner.cache_block_positions(); }
+  };
+  Rng rng(9);
+  GptConfig c = small_gpt();
+  c.context = 96;
+  GPT model(c, rng);
+  CharTokenizer tokenizer(kAlphabet);
+  GptDecoder alone_decoder(model), batch_decoder(model, DecoderFormat(WeightFormat::kF32, CacheFormat::kF32, 16));
+  ASSERT_EQ(batch_decoder.cache_block_positions(), 16);
+  Recording recording(batch_decoder);
+  Metrics metrics;
+  declare_batcher_metrics(metrics);
+  std::vector<std::shared_ptr<Ticket>> tickets;
+  std::vector<GenerationResult> alone;
+  const std::string text = "the quick brown fox jumps over the lazy dog, and then it rests in the sun. ";
+  for (int i = 0; i < 8; ++i) {
+    GenerationOptions o;
+    const bool long_one = i == 3;  // 30 + 30 positions: 4 blocks; the others 10 + 15: 2 blocks
+    o.max_tokens = long_one ? 30 : 15;
+    o.sampling = {i % 2 == 0 ? 0.0 : 0.8, 0, 1.0, static_cast<std::uint64_t>(i)};
+    const std::string prompt = text.substr(static_cast<size_t>(i), long_one ? 30 : 10);
+    alone.push_back(generate(alone_decoder, tokenizer, prompt, o));
+    tickets.push_back(std::make_shared<Ticket>(prompt, tokenizer.encode(prompt), o));
+  }
+  const std::int64_t block_bytes = 16 * batch_decoder.cache_bytes_per_token();
+  {
+    BatchOptions limited{8, 1};
+    limited.cache_limit_bytes = 5 * block_bytes + block_bytes / 2;  // 5 blocks
+    LmBatcher batcher(recording, tokenizer, limited, metrics);
+    for (auto& t : tickets) batcher.submit(t);
+    for (std::size_t i = 0; i < tickets.size(); ++i) {
+      tickets[i]->wait();
+      EXPECT_EQ(tickets[i]->error, "") << "request " << i;
+      EXPECT_EQ(tickets[i]->text, alone[i].text) << "request " << i;
+    }
+  }
+  EXPECT_LE(recording.most_blocks, 5);
+  EXPECT_EQ(recording.most_sequences, 2);  // two of 2 blocks at a time; the long one beside none
+  EXPECT_EQ(metrics.value("weft_kv_cache_reserved_bytes"), 0);
+  // A request of more blocks than the limit's ends with an error.
+  BatchOptions tiny{8, 1};
+  tiny.cache_limit_bytes = block_bytes;
+  LmBatcher batcher(batch_decoder, tokenizer, tiny, metrics);
+  GenerationOptions o;
+  o.max_tokens = 20;
+  auto ticket = std::make_shared<Ticket>("the cat", tokenizer.encode("the cat"), o);
+  batcher.submit(ticket);
+  ASSERT_TRUE(ticket->wait_for(std::chrono::seconds(60)));
+  EXPECT_NE(ticket->error.find("more than the limit's 1"), std::string::npos) << ticket->error;
+  // ... and one that fits runs after it.
+  o.max_tokens = 5;
+  auto small = std::make_shared<Ticket>("the cat", tokenizer.encode("the cat"), o);
+  batcher.submit(small);
+  small->wait();
+  EXPECT_EQ(small->completion_tokens, 5);
+}
+
+// weft serve's cache limit: a given one must hold the longest sequence; auto limits only where
+// --max-batch of them would pass half the memory available (a share per process).
+TEST(ServeCacheLimit, GivenOrHalfTheMemoryAvailable) {
+  const std::int64_t longest = 1 << 20;
+  EXPECT_EQ(serve_cache_limit(std::int64_t{4} << 20, longest, 256, 16, std::nullopt, 1), std::int64_t{4} << 20);
+  EXPECT_THROW(serve_cache_limit(longest - 1, longest, 256, 16, std::nullopt, 1), ConfigError);
+  EXPECT_EQ(serve_cache_limit(std::nullopt, longest, 256, 16, std::nullopt, 1), 0);               // unknown memory
+  EXPECT_EQ(serve_cache_limit(std::nullopt, longest, 256, 16, std::int64_t{32} << 20, 1), 0);     // 16 fit in 16 MiB
+  EXPECT_EQ(serve_cache_limit(std::nullopt, longest, 256, 16, std::int64_t{8} << 20, 1), std::int64_t{4} << 20);
+  EXPECT_EQ(serve_cache_limit(std::nullopt, longest, 256, 16, std::int64_t{32} << 20, 4), std::int64_t{4} << 20);
+  try {
+    serve_cache_limit(std::nullopt, longest, 256, 16, std::int64_t{8} << 20, 8);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than half the memory available (512.00 KiB, shared by 8 processes)"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Api, CompletionRequestsAreCheckedFieldByField) {

@@ -1,10 +1,13 @@
 #include "weft/serve/batcher.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <exception>
 #include <limits>
 
 #include "weft/serve/classify.h"
+#include "weft/util/error.h"
 
 namespace weft::serve {
 
@@ -81,8 +84,18 @@ std::int64_t prefill_piece(std::int64_t remaining, std::int64_t limit) {
   return remaining - limit < kPanelRows ? remaining : limit;  // (no limit + kPanelRows: a limit near INT64_MAX)
 }
 
+std::int64_t cache_blocks_for(std::int64_t feed, std::int64_t max_tokens, std::int64_t context, std::int64_t block_positions) {
+  const std::int64_t positions = std::min(context, feed + std::min(max_tokens, context));  // (no overflow)
+  return (positions + block_positions - 1) / block_positions;
+}
+
 LmBatcher::LmBatcher(Decoder& decoder, const Tokenizer& tokenizer, BatchOptions options, Metrics& metrics)
     : decoder_(decoder), tokenizer_(tokenizer), o_(options), metrics_(metrics) {
+  block_bytes_ = decoder_.cache_block_positions() * decoder_.cache_bytes_per_token();
+  if (o_.cache_limit_bytes > 0) {
+    if (block_bytes_ <= 0) throw ConfigError("a key-value cache limit for a decoder without a cache");
+    limit_blocks_ = o_.cache_limit_bytes / block_bytes_;
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -117,18 +130,12 @@ void LmBatcher::loop() {
         });
         if (stopping_) break;
       }
-      // Join at the token boundary.
-      while (!waiting_.empty() && static_cast<std::int64_t>(active.size()) < o_.max_batch) {
-        std::shared_ptr<Ticket> t = std::move(waiting_.front());
-        waiting_.pop_front();
-        auto g = std::make_unique<Generation>(tokenizer_, t->prompt, t->prompt_tokens, t->options);
-        active.push_back({std::move(t), std::move(g), decoder_.start()});
-      }
-      metrics_.set("weft_queue_depth", static_cast<double>(waiting_.size()));
-      metrics_.set("weft_running_sequences", static_cast<double>(active.size()));
+      admit(active);
+      if (active.empty()) continue;  // (requests refused)
     }
     step(active);
     metrics_.set("weft_running_sequences", static_cast<double>(active.size()));
+    metrics_.set("weft_kv_cache_reserved_bytes", static_cast<double>(held_blocks(active) * block_bytes_));
   }
   for (auto& a : active) {
     a.ticket->error = "the server is shutting down";
@@ -139,6 +146,41 @@ void LmBatcher::loop() {
     t->error = "the server is shutting down";
     t->push("", true);
   }
+}
+
+std::int64_t LmBatcher::held_blocks(const std::vector<Active>& active) {
+  std::int64_t held = 0;
+  for (const Active& a : active) held += a.cache_blocks;
+  return held;
+}
+
+void LmBatcher::admit(std::vector<Active>& active) {
+  std::int64_t held = held_blocks(active);
+  // Join at the token boundary, in order: a request the cache has no room for yet waits, and
+  // those behind it with it (so that a long one is not passed over for ever).
+  while (!waiting_.empty() && static_cast<std::int64_t>(active.size()) < o_.max_batch) {
+    std::shared_ptr<Ticket>& t = waiting_.front();
+    auto g = std::make_unique<Generation>(tokenizer_, t->prompt, t->prompt_tokens, t->options);
+    std::int64_t blocks = 0;
+    if (block_bytes_ > 0 && !t->cancelled())  // (a cancelled request leaves before the step)
+      blocks = cache_blocks_for(static_cast<std::int64_t>(g->feed().size()), t->options.max_tokens, decoder_.context(),
+                                decoder_.cache_block_positions());
+    if (limit_blocks_ > 0 && blocks > limit_blocks_) {  // (a server refuses such requests before)
+      t->error = fmt::format("the request may hold {} key-value cache blocks of {} bytes, more than the limit's {}", blocks,
+                             block_bytes_, limit_blocks_);
+      t->push("", true);
+      waiting_.pop_front();
+      continue;
+    }
+    if (limit_blocks_ > 0 && held + blocks > limit_blocks_) break;
+    held += blocks;
+    active.push_back({std::move(t), std::move(g), decoder_.start()});
+    active.back().cache_blocks = blocks;
+    waiting_.pop_front();
+  }
+  metrics_.set("weft_queue_depth", static_cast<double>(waiting_.size()));
+  metrics_.set("weft_running_sequences", static_cast<double>(active.size()));
+  metrics_.set("weft_kv_cache_reserved_bytes", static_cast<double>(held * block_bytes_));
 }
 
 // One decoding step of every active sequence; the finished and the cancelled leave.

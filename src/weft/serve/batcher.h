@@ -39,7 +39,19 @@ struct BatchOptions {
   // long prompt holds them a piece's time, not its whole prefill's, and a new request starts
   // sooner; the running streams' steps take longer. 0 (the default): prompts whole.
   std::int64_t max_prefill_tokens = 0;
+  // The key-value cache's memory (a decoder with a cache), as text generation servers bound
+  // theirs (TGI's token budget, vLLM's cache blocks): a request joins the batch only while the
+  // blocks every running sequence may come to hold (cache_blocks_for), its own included, fit
+  // in this many bytes; the others wait in order. So no mix of requests, however long their
+  // prompts and max_tokens, makes the process hold more, and a sequence never waits for a
+  // block or is preempted: its tokens are those it gets alone. 0: no limit.
+  std::int64_t cache_limit_bytes = 0;
 };
+
+// The cache blocks of `block_positions` positions a sequence may come to hold: its feed (the
+// prompt) and max_tokens more, at most the context (past it the window slides within the
+// blocks it holds: slide_window).
+std::int64_t cache_blocks_for(std::int64_t feed, std::int64_t max_tokens, std::int64_t context, std::int64_t block_positions);
 
 // The tokens of a prompt's `remaining` ones the next piece feeds under a limit of `limit`
 // (above 0): `limit`, or all of them when fewer than limit + kPanelRows remain, so that every
@@ -106,7 +118,12 @@ class LmBatcher {
     bool first_token = true;  // the next token is its first (time to first token)
     bool scored = false;      // its prompt's logprobs computed (when asked for)
     std::int64_t prefilled = 0;  // the tokens of its feed already fed (a prompt in pieces)
+    std::int64_t cache_blocks = 0;  // the blocks it may come to hold (under a cache limit)
   };
+  // Moves waiting requests into the batch while it has room (max_batch, the cache limit);
+  // under mu_.
+  void admit(std::vector<Active>& active);
+  static std::int64_t held_blocks(const std::vector<Active>& active);  // the blocks they may come to hold
   void loop();
   void step(std::vector<Active>& active);
 
@@ -114,6 +131,8 @@ class LmBatcher {
   const Tokenizer& tokenizer_;
   BatchOptions o_;
   Metrics& metrics_;
+  std::int64_t block_bytes_ = 0;  // of one cache block (0: the decoder has no cache)
+  std::int64_t limit_blocks_ = 0;  // the blocks cache_limit_bytes holds (0: no limit)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Ticket>> waiting_;

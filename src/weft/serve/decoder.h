@@ -66,6 +66,9 @@ class Decoder {
   virtual std::int64_t weight_bytes() const { return 0; }
   // Bytes a sequence's key-value cache holds per position, in this process (0: no cache).
   virtual std::int64_t cache_bytes_per_token() const { return 0; }
+  // The positions of one block of a sequence's cache, which it takes whole (0: no cache): a
+  // sequence of P positions holds ceil(P / this) blocks (cache_blocks_for, batcher.h).
+  virtual std::int64_t cache_block_positions() const { return 0; }
   // The logits after every token of `tokens` (at most the context): [T, vocab], row t the
   // prediction of token t + 1 (a prompt's scoring). ConfigError where a decoder has no such path.
   virtual Tensor prompt_logits(const std::vector<std::int32_t>& tokens);
@@ -146,6 +149,7 @@ class GptDecoder : public Decoder {
   Tensor head(const StepPlan& plan, const Tensor& x) const;  // each sequence's last row: [S, vocab]
   std::int64_t dim() const { return c_.dim; }
   std::int64_t cache_bytes_per_token() const override;  // (of this decoder's layers and heads)
+  std::int64_t cache_block_positions() const override { return cache_block_rows_; }
 
  private:
   GptConfig c_;

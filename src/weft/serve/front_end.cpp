@@ -151,6 +151,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     pass("--max-images", std::to_string(o.max_images), o.max_images != initial.max_images);
     pass("--quantize", o.quantize, o.quantize != initial.quantize);
     pass("--kv-cache-dtype", o.kv_cache_dtype, o.kv_cache_dtype != initial.kv_cache_dtype);
+    pass("--kv-cache-memory", std::to_string(o.kv_cache_memory.value_or(0)), o.kv_cache_memory.has_value());
     pass("--request-timeout", fmt::format("{}", o.request_timeout_s), o.request_timeout_s != initial.request_timeout_s);
     std::filesystem::create_directories(folder_);
     replicas_ = std::make_unique<ReplicaSet>(r, log, metrics_);

@@ -79,6 +79,8 @@ class TensorParallelRunner : public StepRunner {
   std::int64_t vocab() const override { return local_.vocab(); }
   std::int64_t context() const override { return local_.context(); }
   std::int64_t weight_bytes() const override { return local_.weight_bytes(); }
+  std::int64_t cache_bytes_per_token() const override { return local_.cache_bytes_per_token(); }
+  std::int64_t cache_block_positions() const override { return local_.cache_block_positions(); }
 
  private:
   GptDecoder local_;
@@ -97,6 +99,8 @@ class PipelineRunner : public StepRunner {
   std::int64_t vocab() const override { return local_.vocab(); }
   std::int64_t context() const override { return local_.context(); }
   std::int64_t weight_bytes() const override { return local_.weight_bytes(); }
+  std::int64_t cache_bytes_per_token() const override { return local_.cache_bytes_per_token(); }
+  std::int64_t cache_block_positions() const override { return local_.cache_block_positions(); }
 
   // Micro-batches of the step's sequences through the stages: stage 0 embeds and sends each
   // on as soon as its blocks are done, and collects the logits from the last stage.

@@ -38,6 +38,8 @@ class StepRunner {
   virtual std::int64_t vocab() const = 0;
   virtual std::int64_t context() const = 0;
   virtual std::int64_t weight_bytes() const = 0;  // on this rank
+  virtual std::int64_t cache_bytes_per_token() const = 0;  // this rank's cache (Decoder's)
+  virtual std::int64_t cache_block_positions() const = 0;
 };
 
 std::unique_ptr<StepRunner> tensor_parallel_runner(const GPT& model, DecoderFormat format,
@@ -56,6 +58,8 @@ class DistributedDecoder : public Decoder {
   std::int64_t vocab() const override { return runner_->vocab(); }
   std::int64_t context() const override { return runner_->context(); }
   std::int64_t weight_bytes() const override { return runner_->weight_bytes(); }
+  std::int64_t cache_bytes_per_token() const override { return runner_->cache_bytes_per_token(); }  // (rank 0's)
+  std::int64_t cache_block_positions() const override { return runner_->cache_block_positions(); }
 
  private:
   friend class DistributedState;

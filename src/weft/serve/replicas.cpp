@@ -111,6 +111,7 @@ void ReplicaSet::spawn(Replica& r) {
     for (int core : comm::cores_for_rank(cores_, r.slot, o_.max)) CPU_SET(core, &bind), ++bound;
   const std::size_t threads = fixed ? std::max<std::size_t>(bound, 1)
                                     : std::max<std::size_t>(cores_.size() / static_cast<std::size_t>(o_.max), 1);
+  const std::string sharing = std::to_string(o_.max);  // (no allocation after fork)
   const pid_t pid = ::fork();
   if (pid < 0) throw Error(std::string("cannot start a replica: ") + std::strerror(errno));
   if (pid == 0) {
@@ -124,6 +125,7 @@ void ReplicaSet::spawn(Replica& r) {
     if (null >= 0) ::dup2(null, 1);
     ::setenv("WEFT_SERVE_TOKEN", o_.token.c_str(), 1);
     ::setenv("WEFT_NUM_THREADS", std::to_string(threads).c_str(), 1);
+    ::setenv("WEFT_SERVE_REPLICAS", sharing.c_str(), 1);  // (their share of the memory: --kv-cache-memory auto)
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

@@ -1,8 +1,13 @@
 #include "weft/serve/serve_flags.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
 #include "weft/util/error.h"
 #include "weft/util/parse.h"
 #include "weft/util/size.h"
+#include "weft/util/units.h"
 
 namespace weft::serve {
 
@@ -47,6 +52,18 @@ FlagTable<ServeOptions> make_table() {
                 "GPT: the prompt tokens one step feeds; a longer prompt goes in pieces between the other streams' tokens "
                 "(the same tokens as whole; 0: whole prompts)")
                   .at_least(0)));
+  limits(text(F("--kv-cache-memory", AT(kv_cache_memory),
+                "GPT: the key-value cache's memory (512MiB, 4G); a request waits until the caches the running ones may "
+                "come to hold and its own fit (auto: no limit while --max-batch sequences of the longest a request may make "
+                "fit in half the memory available, else that half)")
+                  .parsed_by([](ServeOptions& o, const std::string& v) {
+                    if (v == "auto")
+                      o.kv_cache_memory.reset();
+                    else
+                      o.kv_cache_memory = parse_size(v, "--kv-cache-memory");
+                  })
+                  .defaults("auto")
+                  .at_least(1)));
   limits(F("--max-body", AT(max_body), "the largest request body in bytes (64K, 1MiB, 2MB)")
              .parsed_by([](ServeOptions& o, const std::string& v) { o.max_body = parse_size(v, "--max-body"); })
              .defaults("1MiB")
@@ -106,6 +123,29 @@ std::string model_kind(bool language_model, const std::string& model) {
 bool is_language_kind(const std::string& kind) { return kind.rfind("a language model", 0) == 0; }
 
 void check_serve_flags_apply(const ServeOptions& o) { check_flags_apply(serve_flags(), o.given_flags, o); }
+
+std::int64_t serve_cache_limit(std::optional<std::int64_t> given, std::int64_t longest_bytes, std::int64_t longest_positions,
+                               std::int64_t max_batch, std::optional<std::int64_t> available, int processes) {
+  const auto mb = human_bytes;
+  const std::string longest = fmt::format(
+      "one sequence of the longest a request may make (--max-prompt-tokens and --max-tokens, at most the context) holds {} "
+      "of key-value cache ({} positions, in whole blocks)",
+      mb(longest_bytes), longest_positions);
+  if (given) {
+    if (*given < longest_bytes)
+      throw ConfigError(fmt::format("--kv-cache-memory {}: {}; give more, or lower --max-prompt-tokens or --max-tokens",
+                                    mb(*given), longest));
+    return *given;
+  }
+  if (!available) return 0;
+  const std::int64_t half = *available / 2 / std::max(processes, 1);
+  if (longest_bytes <= half / std::max<std::int64_t>(max_batch, 1)) return 0;  // (max_batch of them fit)
+  if (longest_bytes > half)
+    throw ConfigError(fmt::format("{}, more than half the memory available ({}{}): lower --max-prompt-tokens or --max-tokens, "
+                                  "or set --kv-cache-memory",
+                                  longest, mb(half), processes > 1 ? fmt::format(", shared by {} processes", processes) : ""));
+  return half;
+}
 
 void check_serve_flags_apply(const ServeOptions& o, bool language_model, const std::string& model) {
   ServeOptions loaded = o;

@@ -5,6 +5,8 @@
 // a saved model shares (weft serve, predict, generate).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "weft/serve/decoder.h"
@@ -23,6 +25,16 @@ bool is_language_kind(const std::string& kind);
 // loaded (`language_model`, `model` its kind's name: gpt, mlp) or, before it is, --replicas.
 void check_serve_flags_apply(const ServeOptions& o, bool language_model, const std::string& model);
 void check_serve_flags_apply(const ServeOptions& o);
+
+// A server's key-value cache limit in bytes (BatchOptions::cache_limit_bytes; 0: none) from
+// --kv-cache-memory (`given`; unset: auto) and `longest_bytes`, the cache of one sequence of
+// the longest a request may make (`longest_positions`, whole blocks). Given, it must hold
+// that sequence. Auto: no limit while max_batch such sequences fit in half the memory
+// `available` (a share of it for each of `processes` on the machine: replicas, model-parallel
+// ranks), else that half, which must hold one; no limit where the memory available cannot be
+// read. Throws ConfigError naming the sizes and the flags that change them.
+std::int64_t serve_cache_limit(std::optional<std::int64_t> given, std::int64_t longest_bytes, std::int64_t longest_positions,
+                               std::int64_t max_batch, std::optional<std::int64_t> available, int processes);
 
 // How a saved GPT is held: --quantize (and --precision bf16, the training flag's name for the
 // same weights), --kv-cache-dtype, --tp, --pp and --micro-batches (under weft launch; rank 0

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <ctime>
 #include <memory>
+#include <utility>
 
 #include "weft/comm/process.h"
 #include "weft/serve/api.h"
@@ -15,8 +16,11 @@
 #include "weft/serve/model_file.h"
 #include "weft/serve/model_parallel.h"
 #include "weft/tensor/thread_pool.h"
+#include "weft/util/env.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
+#include "weft/util/machine.h"
+#include "weft/util/units.h"
 
 namespace weft::serve {
 
@@ -38,12 +42,23 @@ class Server : private MetricsHolder, public HttpBase {
     if (LanguageModel* lm = model_.language_model()) {
       context_ = lm->context();
       decoder_ = join_decoder(*lm, decoder_format(o), o.tp, o.pp, o.micro_batches);
-      if (o.batch.max_prefill_tokens > 0 && dynamic_cast<WindowDecoder*>(decoder_.get()) != nullptr)
-        throw ConfigError("--max-prefill-tokens does not apply to this run: it is for a GPT's key-value cache, and the run has " +
-                          model_.recipe.model + " (no cache)");
+      const std::int64_t block_positions = decoder_->cache_block_positions();  // (0: no cache)
+      for (const auto& [flag, given] : {std::pair{"--max-prefill-tokens", o.batch.max_prefill_tokens > 0},
+                                        std::pair{"--kv-cache-memory", o.kv_cache_memory.has_value()}})
+        if (given && block_positions == 0)
+          throw ConfigError(std::string(flag) + " does not apply to this run: it is for a GPT's key-value cache, and the run has " +
+                            model_.recipe.model + " (no cache)");
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : context_;
+      BatchOptions batch = o.batch;
+      if (block_positions > 0) {
+        const std::int64_t longest = cache_blocks_for(max_prompt_, o.max_tokens, context_, block_positions) * block_positions;
+        batch.cache_limit_bytes = serve_cache_limit(o.kv_cache_memory, longest * decoder_->cache_bytes_per_token(), longest,
+                                                    o.batch.max_batch, available_memory_bytes(),
+                                                    o.tp * o.pp * static_cast<int>(env_int_in("WEFT_SERVE_REPLICAS", 1, 64).value_or(1)));
+      }
+      cache_limit_ = batch.cache_limit_bytes;
       release_module_held_by(model_.module, *decoder_);  // (a GPT's decoder holds its weights)
-      lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, o.batch, metrics_);
+      lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, batch, metrics_);
     } else {
       // (a command line's flags for a language model's weights were refused above; a library caller's here)
       if (o.quantize != "fp32" || o.kv_cache_dtype != "fp32" || o.tp > 1 || o.pp > 1)
@@ -60,8 +75,9 @@ class Server : private MetricsHolder, public HttpBase {
                               ? fmt::format(", {} weights {:.2f} MB", o_.quantize, static_cast<double>(decoder_->weight_bytes()) / 1e6)
                               : "";
     if (decoder_ && decoder_->cache_bytes_per_token() > 0)
-      holding += fmt::format(", {} key-value cache {:.1f} KB a token", o_.kv_cache_dtype,
-                             static_cast<double>(decoder_->cache_bytes_per_token()) / 1e3);
+      holding += fmt::format(", {} key-value cache {:.1f} KB a token{}{}", o_.kv_cache_dtype,
+                             static_cast<double>(decoder_->cache_bytes_per_token()) / 1e3, o_.tp * o_.pp > 1 ? " on rank 0" : "",
+                             cache_limit_ > 0 ? " (at most " + human_bytes(cache_limit_) + ")" : "");
     return listen(log_, fmt::format("{} ({}, {} parameters{}) for {}; batches of up to {}, waiting up to {} ms", model_.name,
                                     describe_, parameters_, holding, kind,
                                     o_.batch.max_batch, o_.batch.max_wait_ms));
@@ -78,6 +94,8 @@ class Server : private MetricsHolder, public HttpBase {
     metrics_.counter("weft_images_total", "images classified");
     metrics_.gauge("weft_queue_depth", "requests waiting to join a batch");
     metrics_.gauge("weft_running_sequences", "sequences in the running decode batch");
+    metrics_.gauge("weft_kv_cache_reserved_bytes",
+                   "key-value cache the running sequences may come to hold (whole blocks), against --kv-cache-memory");
     metrics_.set("weft_replicas", 1);
   }
 
@@ -349,6 +367,7 @@ class Server : private MetricsHolder, public HttpBase {
   ApiLimits limits_;
   std::int64_t max_prompt_ = 0;
   std::unique_ptr<Decoder> decoder_;
+  std::int64_t cache_limit_ = 0;  // the key-value cache's, in bytes (0: none)
   std::unique_ptr<LmBatcher> lm_;
   std::unique_ptr<ImageBatcher> images_;
   std::int64_t created_ = std::time(nullptr);

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct ServeOptions {
   std::int64_t max_images = 1024;    // images per classify request
   std::string quantize = "fp32";     // GPT weights: fp32 | bf16 | int8 (quantize.h)
   std::string kv_cache_dtype = "fp32";  // a GPT's key-value cache: fp32 | bf16 (decoder.h)
+  // The key-value cache's memory in bytes (BatchOptions::cache_limit_bytes); unset: auto
+  // (serve_cache_limit).
+  std::optional<std::int64_t> kv_cache_memory;
   int tp = 1;                        // tensor-parallel ranks under weft launch (model_parallel.h)
   int pp = 1;                        // pipeline stages under weft launch
   int micro_batches = 0;             // pipeline: micro-batches per decoding step (0: one per stage)

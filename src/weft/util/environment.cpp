@@ -47,6 +47,9 @@ std::vector<EnvVariable> make_table() {
   auto test = group("trying heterogeneity on one machine");
   test("WEFT_STRAGGLER", "RANK:MILLISECONDS", "weft train: that rank sleeps this long in every step (a straggler)");
   test("WEFT_SLOWDOWN", "RANK:FACTOR", "weft train: that rank computes FACTOR times slower (a slower device)");
+  auto replicas = group("set by weft serve for its replicas");
+  replicas("WEFT_SERVE_REPLICAS", "1 to 64",
+           "the replicas that may run at once, sharing the machine's memory: --kv-cache-memory auto takes this share of half of it");
   auto launch = group("set by weft launch for its ranks");
   launch("WEFT_RESTART_COUNT", "0, 1, ...", "the attempt (weft launch --max-restarts)");
   launch("WEFT_ELASTIC_STORE", "HOST:PORT", "a live job's membership store");
