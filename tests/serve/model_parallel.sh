@@ -6,7 +6,7 @@
 # the validation windows with the single-process loss (relative 1e-6: every position's
 # logits through both, each logit within 1e-5), and generates the same tokens past the
 # context, greedy (and sampled, once for each kind of split; greedy with a bf16 key-value
-# cache under --tp 2 and --pp 2); also with its two ranks started by two launchers over TCP,
+# or int8 cache under --tp 2 and --pp 2); also with its two ranks started by two launchers over TCP,
 # as on two hosts.
 # Served over HTTP by weft launch --nproc-per-node 2 -- weft serve --tp 2 and --pp 2 (each also
 # with a 32-token prompt in pieces of 16: --max-prefill-tokens; the second with a key-value
@@ -68,16 +68,17 @@ for layout in "--tp 2:greedy sampled" "--tp 4:greedy" "--pp 2:greedy sampled" "-
   fi
   echo "${layout%%:*}: $said"
 done
-# A bf16 key-value cache: each rank's cache holds its heads' (--tp) or its layers' (--pp) keys
-# and values, rounded as one process rounds them.
-bf16_cache=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature 0 --json \
-               --kv-cache-dtype bf16 | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
-for layout in "--tp 2" "--pp 2"; do
-  read -r -a flags <<<"$layout"
-  [ "$(generated 0 "${flags[@]}" --kv-cache-dtype bf16)" = "$bf16_cache" ] ||
-    { echo "FAIL: $layout with a bf16 cache generates other greedy tokens than one process"; exit 1; }
+# A bf16 and an int8 key-value cache: each rank's cache holds its heads' (--tp) or its
+# layers' (--pp) keys and values, rounded (and, int8, scaled per head) as one process does.
+for pair in "--tp 2:int8" "--pp 2:bf16"; do
+  read -r -a flags <<<"${pair%%:*}"
+  cache=${pair##*:}
+  alone=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature 0 --json \
+            --kv-cache-dtype "$cache" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+  [ "$(generated 0 "${flags[@]}" --kv-cache-dtype "$cache")" = "$alone" ] ||
+    { echo "FAIL: ${flags[*]} with a $cache cache generates other greedy tokens than one process"; exit 1; }
 done
-echo "a bf16 key-value cache: --tp 2 and --pp 2 generate one process's 50 greedy tokens"
+echo "--tp 2 with an int8 key-value cache and --pp 2 with bf16 generate one process's 50 greedy tokens"
 
 # Two launchers as two hosts (here on one machine, over TCP as between hosts): --tp 2 across them.
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d " \n")

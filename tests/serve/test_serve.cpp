@@ -278,26 +278,31 @@ TEST(GptDecoder, APromptsAttentionInPanelsIsTheForwards) {
 }
 
 // A bf16 key-value cache holds half the bytes and rounds each key and value once, as it is
-// written: its logits are the forward's within bf16's rounding (and not the float32 cache's),
+// written, and an int8 cache a quarter and 4 bytes a head (each head's keys and values at a
+// position scaled by their largest magnitude): their logits are the forward's within their
+// rounding (and not the float32 cache's),
 // a prompt's rows in panels and tokens fed one by one read the same rounded values (within
 // float rounding of each other), and the 50th token's logits fed as 30 + 20 equal the
 // 70-token prompt's bit for bit; for learned positions and for a Llama-shaped GPT (2 of 4
 // key-value heads, a window of 7 keys), across a slide past the context.
-TEST(GptDecoder, ABf16CacheRoundsEachKeyAndValueOnce) {
+TEST(GptDecoder, ABf16OrInt8CacheRoundsEachKeyAndValueOnce) {
+  for (auto [format, tolerance] : {std::pair{CacheFormat::kBf16, 0.005}, std::pair{CacheFormat::kInt8, 0.02}})
   for (auto positional : {Positional::kLearned, Positional::kRotary}) {
+    SCOPED_TRACE(cache_format_name(format));
     Rng rng(13);
     const GptConfig c = context_80_gpt(positional, 7);
     GPT model(c, rng);
-    GptDecoder fp32(model), decoder(model, DecoderFormat(WeightFormat::kF32, CacheFormat::kBf16));
-    EXPECT_EQ(2 * decoder.cache_bytes_per_token(), fp32.cache_bytes_per_token());
-    EXPECT_EQ(fp32.cache_bytes_per_token(), 2 * c.layers * (c.kv_heads > 0 ? c.kv_heads : c.heads) * (c.dim / c.heads) * 4);
+    GptDecoder fp32(model), decoder(model, DecoderFormat(WeightFormat::kF32, format));
+    const std::int64_t kv = c.kv_heads > 0 ? c.kv_heads : c.heads, hd = c.dim / c.heads;
+    EXPECT_EQ(fp32.cache_bytes_per_token(), 2 * c.layers * kv * hd * 4);
+    EXPECT_EQ(decoder.cache_bytes_per_token(), format == CacheFormat::kBf16 ? 2 * c.layers * kv * hd * 2 : 2 * c.layers * kv * (hd + 4));
     std::vector<std::int32_t> prompt;
     for (int t = 0; t < 70; ++t) prompt.push_back(static_cast<std::int32_t>((t * 5 + 3) % model.vocab()));
     const Tensor all = decoder.prompt_logits(prompt), exact = fp32.prompt_logits(prompt);
     EXPECT_NE(0, std::memcmp(all.data<float>(), exact.data<float>(), all.nbytes())) << "no key or value was rounded";
     for (std::size_t t = 0; t < prompt.size(); ++t)
       expect_rows_near(all, static_cast<std::int64_t>(t),
-                       forward_last(model, {prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(t) + 1}), 0.005);
+                       forward_last(model, {prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(t) + 1}), tolerance);
     // Token by token (row loops) against the prompt's rows (panels): the same rounded cache.
     auto one = decoder.start();
     for (std::size_t t = 0; t < prompt.size(); ++t) {
@@ -314,7 +319,7 @@ TEST(GptDecoder, ABf16CacheRoundsEachKeyAndValueOnce) {
       fed.push_back(static_cast<std::int32_t>((t * 3 + 1) % model.vocab()));
       const Tensor next = decoder.extend({state.get()}, {{fed.back()}});
       const auto start = static_cast<std::ptrdiff_t>(state->window_start);
-      expect_rows_near(next, 0, forward_last(model, {fed.begin() + start, fed.end()}), 0.005);
+      expect_rows_near(next, 0, forward_last(model, {fed.begin() + start, fed.end()}), tolerance);
     }
     EXPECT_EQ(state->window_start, 41);
   }
@@ -329,7 +334,7 @@ TEST(GptDecoder, ACacheInBlocksGivesTheLogitsOfOneBlock) {
   for (auto positional : {Positional::kLearned, Positional::kRotary}) {
     Rng rng(17);
     GPT model(context_80_gpt(positional, 21), rng);
-    for (CacheFormat cache : {CacheFormat::kF32, CacheFormat::kBf16}) {
+    for (CacheFormat cache : {CacheFormat::kF32, CacheFormat::kBf16, CacheFormat::kInt8}) {
       GptDecoder whole(model, DecoderFormat(WeightFormat::kF32, cache, 80));
       for (std::int64_t rows : {16, 48}) {
         GptDecoder blocks(model, DecoderFormat(WeightFormat::kF32, cache, rows));
@@ -387,7 +392,7 @@ TEST(GptDecoder, OnlyAGptHoldsPackedWeightsOrACache) {
             "weights in int8 are built for GPT models only");
   EXPECT_EQ(error_of([&] { make_decoder(lstm, DecoderFormat(WeightFormat::kF32, CacheFormat::kBf16)); }),
             "a key-value cache in bf16 is a GPT's: this model has no cache");
-  EXPECT_EQ(error_of([] { parse_cache_format("fp16"); }), "unknown key-value cache type 'fp16' (known: fp32, bf16)");
+  EXPECT_EQ(error_of([] { parse_cache_format("fp16"); }), "unknown key-value cache type 'fp16' (known: fp32, bf16, int8)");
 }
 
 // A prompt's scoring (echo with logprobs): the logits after every token equal the model's own
@@ -416,7 +421,8 @@ TEST(GptDecoder, ABatchOfSequencesEqualsEachAlone) {
   Rng rng(3);
   GPT model(small_gpt(), rng);
   for (DecoderFormat f : {DecoderFormat(WeightFormat::kF32), DecoderFormat(WeightFormat::kBf16),
-                          DecoderFormat(WeightFormat::kInt8), DecoderFormat(WeightFormat::kF32, CacheFormat::kBf16)}) {
+                          DecoderFormat(WeightFormat::kInt8), DecoderFormat(WeightFormat::kF32, CacheFormat::kBf16),
+                          DecoderFormat(WeightFormat::kF32, CacheFormat::kInt8)}) {
     GptDecoder decoder(model, f);
     auto a = decoder.start(), b = decoder.start(), c = decoder.start();
     decoder.extend({a.get()}, {{1, 2, 3}});

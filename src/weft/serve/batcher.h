@@ -37,7 +37,8 @@ struct BatchOptions {
   // recompute the window): the prompt tokens one step feeds, a longer prompt going in pieces
   // (prefill_piece) over steps that decode the other sequences' next tokens too, so that a
   // long prompt holds them a piece's time, not its whole prefill's, and a new request starts
-  // sooner; the running streams' steps take longer. 0 (the default): prompts whole.
+  // sooner; the running streams' steps take longer. 0: prompts whole (weft serve's default is
+  // 2,048: ServeOptions).
   std::int64_t max_prefill_tokens = 0;
   // The key-value cache's memory (a decoder with a cache), as text generation servers bound
   // theirs (TGI's token budget, vLLM's cache blocks): a request joins the batch only while the

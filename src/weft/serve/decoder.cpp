@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "weft/autograd/sequence.h"
 #include "weft/autograd/variable.h"
@@ -26,7 +29,7 @@ namespace weft::serve {
 // for 3 s). A decoder so keeps the most blocks its sequences held at once.
 class CacheBlocks {
  public:
-  CacheBlocks(std::int64_t rows, std::int64_t width, DType dtype) : rows_(rows), width_(width), dtype_(dtype) {}
+  explicit CacheBlocks(std::int64_t bytes) : floats_((bytes + 3) / 4) {}  // (storage: any element type)
   Tensor take() {
     {
       std::lock_guard lock(mu_);
@@ -36,7 +39,7 @@ class CacheBlocks {
         return t;
       }
     }
-    return Tensor::empty({rows_, width_}, dtype_);
+    return Tensor::empty({floats_});
   }
   void give(std::vector<Tensor>& blocks) {
     std::lock_guard lock(mu_);
@@ -45,36 +48,35 @@ class CacheBlocks {
   }
 
  private:
-  const std::int64_t rows_, width_;
-  const DType dtype_;
+  const std::int64_t floats_;
   std::mutex mu_;
   std::vector<Tensor> free_;
 };
 
 namespace {
 
-// A sequence's key-value cache, float32 or bf16 (CacheFormat), in blocks of positions: each
-// block holds every held layer's keys and values at its positions ([layers][key, value][block
-// rows][key-value heads held x hd]), rows [0, cached) filled. A block is taken as the
+// A sequence's key-value cache, float32, bf16 or int8 (CacheFormat), in blocks of positions:
+// each block holds every held layer's keys and values at its positions ([layers][key,
+// value][block rows][a row: cache_row_elements]), rows [0, cached) filled. A block is taken as the
 // sequence reaches it and no row is ever copied (as vLLM's paged cache: a cache that doubled
 // copied a 1,000-token prompt's 74 MB at its first decoded token, into memory faulted in
 // afresh, which stalled the whole batch for 0.3 s a sequence); they go back to the
 // decoder's CacheBlocks with the sequence.
 class GptState : public SequenceState {
  public:
-  GptState(DType type, std::shared_ptr<CacheBlocks> pool, std::int64_t width, std::int64_t block_rows)
-      : dtype(type), pool_(std::move(pool)), width_(width), block_rows_(block_rows) {}
+  GptState(CacheFormat cache_format, std::shared_ptr<CacheBlocks> pool, std::int64_t width, std::int64_t block_rows)
+      : format(cache_format), pool_(std::move(pool)), width_(width), block_rows_(block_rows) {}
   ~GptState() override { pool_->give(blocks_); }
   GptState(const GptState&) = delete;
   GptState& operator=(const GptState&) = delete;
-  const DType dtype;
+  const CacheFormat format;
   std::int64_t cached = 0;
   // Blocks for positions [0, rows), the filled ones kept.
   void reserve(std::int64_t rows) {
     while (static_cast<std::int64_t>(blocks_.size()) * block_rows_ < rows) blocks_.push_back(pool_->take());
   }
   // The key (kv 0) or value (kv 1) row of `layer` (counted from the decoder's first) at
-  // `position` (reserved), width() elements of T.
+  // `position` (reserved), width() elements of T (cache_row_elements).
   template <class T>
   T* row(std::int64_t layer, int kv, std::int64_t position) const {
     const auto p = static_cast<std::uint32_t>(position), n = static_cast<std::uint32_t>(block_rows_);
@@ -108,14 +110,67 @@ std::int64_t cache_block_rows(std::int64_t row_bytes, std::int64_t context) {
   return std::max<std::int64_t>(16, std::min(fill, (context + 15) / 16 * 16));
 }
 
-DType cache_dtype(CacheFormat f) { return f == CacheFormat::kBf16 ? DType::BF16 : DType::F32; }
+template <class T>
+constexpr CacheFormat cache_format_of();
+template <>
+constexpr CacheFormat cache_format_of<float>() { return CacheFormat::kF32; }
+template <>
+constexpr CacheFormat cache_format_of<bf16>() { return CacheFormat::kBf16; }
+template <>
+constexpr CacheFormat cache_format_of<std::int8_t>() { return CacheFormat::kInt8; }
 
-// A cached key or value as attention reads it, and a row of them as the cache stores it.
+// A cache row's elements (of its type) for `kv_heads` heads of `hd`: the values, and for int8
+// each head's scale after them (a float32 in 4 bytes, as llama.cpp's q8_0 keeps a scale per
+// block of 32).
+std::int64_t cache_row_elements(CacheFormat f, std::int64_t kv_heads, std::int64_t hd) {
+  return kv_heads * hd + (f == CacheFormat::kInt8 ? 4 * kv_heads : 0);
+}
+std::int64_t cache_element_bytes(CacheFormat f) { return f == CacheFormat::kF32 ? 4 : f == CacheFormat::kBf16 ? 2 : 1; }
+
+// A cached key or value as attention reads it: widen(element) x the scale of its head's row
+// (`row` the row's first element, `kd` its values, `head` the key-value head), which is 1 but
+// for int8; and a row of them as the cache stores it (the int8 row's heads each scaled by its
+// largest magnitude / 127, rounded to nearest).
 inline float widen(float x) { return x; }
 inline float widen(bf16 x) { return from_bf16(x); }
-inline void store_row(const float* from, std::int64_t n, float* to) { std::copy(from, from + n, to); }
-inline void store_row(const float* from, std::int64_t n, bf16* to) {
-  for (std::int64_t e = 0; e < n; ++e) to[e] = to_bf16(from[e]);
+inline float widen(std::int8_t x) { return static_cast<float>(x); }
+template <class T>
+inline float row_scale(const T* row, std::int64_t kd, std::int64_t head) {
+  if constexpr (std::is_same_v<T, std::int8_t>) {
+    float scale;
+    std::memcpy(&scale, row + kd + 4 * head, sizeof scale);
+    return scale;
+  } else {
+    (void)row, (void)kd, (void)head;
+    return 1.0f;
+  }
+}
+// A cached row's `kd` values as the decoding loops read them: float32 and bf16 rows as they
+// lie (widened element by element), an int8 row widened into `buffer` first, a loop the
+// compiler vectorizes (widened inside the dot products, a 16-stream step at 1,000 positions
+// took 65-77 ms against 50-51; a bf16 row so widened first took 52-64 against 42-46).
+template <class T>
+inline const T* readable_row(const T* row, std::int64_t, std::vector<float>&) {
+  return row;
+}
+inline const float* readable_row(const std::int8_t* row, std::int64_t kd, std::vector<float>& buffer) {
+  buffer.resize(static_cast<size_t>(kd));
+  for (std::int64_t e = 0; e < kd; ++e) buffer[static_cast<size_t>(e)] = static_cast<float>(row[e]);
+  return buffer.data();
+}
+inline void store_row(const float* from, std::int64_t kd, std::int64_t, float* to) { std::copy(from, from + kd, to); }
+inline void store_row(const float* from, std::int64_t kd, std::int64_t, bf16* to) {
+  for (std::int64_t e = 0; e < kd; ++e) to[e] = to_bf16(from[e]);
+}
+inline void store_row(const float* from, std::int64_t kd, std::int64_t hd, std::int8_t* to) {
+  for (std::int64_t h0 = 0; h0 < kd; h0 += hd) {
+    float top = 0;
+    for (std::int64_t e = h0; e < h0 + hd; ++e) top = std::max(top, std::fabs(from[e]));
+    const float scale = top / 127.0f, inverse = top > 0 ? 127.0f / top : 0.0f;
+    for (std::int64_t e = h0; e < h0 + hd; ++e)
+      to[e] = static_cast<std::int8_t>(std::clamp(std::nearbyint(from[e] * inverse), -127.0f, 127.0f));
+    std::memcpy(to + kd + 4 * (h0 / hd), &scale, sizeof scale);
+  }
 }
 
 // A block's product, packed; a row-sliced one's partial products summed over the ranks by
@@ -178,23 +233,31 @@ struct PanelSpan {
 constexpr std::int64_t kC = WeightPanels::kChannels;
 
 // One key-value head's keys and values (columns [col, col + hd) of `layer`'s rows in the
-// cache, widened to float32) at the positions of `span`, laid out as serving's
+// cache, of `kd` values a row, widened to float32 and scaled) at the positions of `span`, laid out as serving's
 // products read weights (weight_panels.h): keys in panels of 16 positions ([hd][16] each: the
 // scores' channels), values in panels of 16 of the hd values ([positions][16] each: the
 // weighted sums'). The panels' padding (positions past the span, values past hd) is left as
 // the buffers held it: it feeds only channels the products drop.
 template <class T>
-void panel_keys_and_values(const GptState& s, std::int64_t layer, std::int64_t col, std::int64_t hd, PanelSpan span,
-                           std::vector<float>& keys, std::vector<float>& values) {
+void panel_keys_and_values(const GptState& s, std::int64_t layer, std::int64_t col, std::int64_t hd, std::int64_t kd,
+                           PanelSpan span, std::vector<float>& keys, std::vector<float>& values) {
   const std::int64_t n = span.end - span.begin, key_panels = (n + kC - 1) / kC, hd_panels = (hd + kC - 1) / kC;
   keys.resize(static_cast<size_t>(key_panels * hd * kC));
   values.resize(static_cast<size_t>(hd_panels * n * kC));
   for (std::int64_t j = 0; j < n; ++j) {
-    const T* kj = s.row<T>(layer, 0, span.begin + j) + col;
-    const T* vj = s.row<T>(layer, 1, span.begin + j) + col;
+    const T* krow = s.row<T>(layer, 0, span.begin + j);
+    const T* vrow = s.row<T>(layer, 1, span.begin + j);
+    const T* kj = krow + col;
+    const T* vj = vrow + col;
     float* kp = keys.data() + (j / kC) * hd * kC + j % kC;
-    for (std::int64_t e = 0; e < hd; ++e) kp[e * kC] = widen(kj[e]);
-    for (std::int64_t e = 0; e < hd; ++e) values[static_cast<size_t>(((e / kC) * n + j) * kC + e % kC)] = widen(vj[e]);
+    if constexpr (std::is_same_v<T, std::int8_t>) {
+      const float ks = row_scale(krow, kd, col / hd), vs = row_scale(vrow, kd, col / hd);
+      for (std::int64_t e = 0; e < hd; ++e) kp[e * kC] = widen(kj[e]) * ks;
+      for (std::int64_t e = 0; e < hd; ++e) values[static_cast<size_t>(((e / kC) * n + j) * kC + e % kC)] = widen(vj[e]) * vs;
+    } else {
+      for (std::int64_t e = 0; e < hd; ++e) kp[e * kC] = widen(kj[e]);
+      for (std::int64_t e = 0; e < hd; ++e) values[static_cast<size_t>(((e / kC) * n + j) * kC + e % kC)] = widen(vj[e]);
+    }
   }
 }
 
@@ -291,8 +354,9 @@ std::vector<std::int32_t> CachedAttention::positions(std::int64_t rows) const {
 Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
   const Tensor qkv = qkv_rows.value().contiguous();
   Tensor out = Tensor::empty({plan_.rows_total, heads() * hd_});
-  const bool bf16_cache = !sequences_.empty() && static_cast<GptState*>(sequences_[0])->dtype == DType::BF16;
-  if (bf16_cache) attend_over<bf16>(qkv.data<float>(), layer, out.data<float>());
+  const CacheFormat cache = sequences_.empty() ? CacheFormat::kF32 : static_cast<GptState*>(sequences_[0])->format;
+  if (cache == CacheFormat::kBf16) attend_over<bf16>(qkv.data<float>(), layer, out.data<float>());
+  else if (cache == CacheFormat::kInt8) attend_over<std::int8_t>(qkv.data<float>(), layer, out.data<float>());
   else attend_over<float>(qkv.data<float>(), layer, out.data<float>());
   return Var(out);
 }
@@ -306,11 +370,12 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
   // The step's keys and values into the caches first: every read below goes through them.
   for (std::int64_t i = 0; i < S; ++i) {
     auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
-    WEFT_CHECK(s->dtype == dtype_of<T>() && s->width() == kd, "CachedAttention: the sequences' caches differ in type");
+    WEFT_CHECK(s->format == cache_format_of<T>() && s->width() == cache_row_elements(s->format, KV, hd),
+               "CachedAttention: the sequences' caches differ in type");
     for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
       const float* src = q_all + (first_row[static_cast<size_t>(i)] + r) * w;
-      store_row(src + d, kd, s->row<T>(layer, 0, s->cached + r));
-      store_row(src + d + kd, kd, s->row<T>(layer, 1, s->cached + r));
+      store_row(src + d, kd, hd, s->row<T>(layer, 0, s->cached + r));
+      store_row(src + d + kd, kd, hd, s->row<T>(layer, 1, s->cached + r));
     }
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -320,7 +385,7 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
   // no result; a row's result depends only on its sequence's rows of the step.
   const std::int64_t groups = std::min(H, std::max<std::int64_t>(1, (2 * get_active_threads() + S - 1) / S));
   parallel_loop(S * groups, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> wt, keys, values;
+    std::vector<float> wt, keys, values, widened;
     for (std::int64_t job = begin; job < end; ++job) {
       const std::int64_t i = job / groups, g = job % groups, h0 = g * H / groups, h1 = (g + 1) * H / groups;
       const auto* s = static_cast<const GptState*>(sequences_[static_cast<size_t>(i)]);
@@ -331,7 +396,7 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
       if (R >= kPanelRows) {
         const PanelSpan span{first(0) / kC * kC, last(R - 1)};
         for (std::int64_t h = h0; h < h1; ++h) {
-          if (h == h0 || h % group == 0) panel_keys_and_values<T>(*s, layer, (h / group) * hd, hd, span, keys, values);
+          if (h == h0 || h % group == 0) panel_keys_and_values<T>(*s, layer, (h / group) * hd, hd, kd, span, keys, values);
           attend_in_panels(q_all + row0 * w + h * hd, w, R, keys.data(), values.data(), hd, span, first, last, scale,
                            o + row0 * d + h * hd, d, wt);
         }
@@ -348,11 +413,14 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
         float* score = wt.data();
         s->for_each_run<T>(layer, 0, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
           for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
-            const T* kj = run + c * kd;
+            const T* kj = run + c * s->width();
+            const auto* kr = readable_row(kj, kd, widened);
             for (std::int64_t h = h0; h < h1; ++h) {
               const float* q = q_all + row * w + h * hd;
-              const T* kh = kj + h / group * hd;
-              score[(h - h0) * n + j] = sum8<float>(hd, [&](std::int64_t e) { return q[e] * widen(kh[e]); }) * scale;
+              const auto* kh = kr + h / group * hd;
+              const float dot = sum8<float>(hd, [&](std::int64_t e) { return q[e] * widen(kh[e]); });
+              if constexpr (std::is_same_v<T, std::int8_t>) score[(h - h0) * n + j] = dot * row_scale(kj, kd, h / group) * scale;
+              else score[(h - h0) * n + j] = dot * scale;
             }
           }
         });
@@ -361,10 +429,11 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
         std::fill(dst, dst + (h1 - h0) * hd, 0.0f);
         s->for_each_run<T>(layer, 1, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
           for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
-            const T* vj = run + c * kd;
+            const T* vj = run + c * s->width();
+            const auto* vr = readable_row(vj, kd, widened);
             for (std::int64_t h = h0; h < h1; ++h) {
-              const float a = score[(h - h0) * n + j];
-              const T* vh = vj + h / group * hd;
+              const float a = score[(h - h0) * n + j] * row_scale(vj, kd, h / group);  // (x 1 but for int8)
+              const auto* vh = vr + h / group * hd;
               float* dh = dst + (h - h0) * hd;
               for (std::int64_t e = 0; e < hd; ++e) dh[e] += a * widen(vh[e]);
             }
@@ -392,8 +461,8 @@ GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slic
   lheads_ = c_.heads / n;
   lkv_heads_ = kv / n;
   if (cache_block_rows_ == 0) cache_block_rows_ = cache_block_rows(cache_bytes_per_token(), c_.context);
-  cache_blocks_ = std::make_shared<CacheBlocks>((end_ - begin_) * 2 * cache_block_rows_, lkv_heads_ * block_.head_dim(),
-                                                cache_dtype(cache_));
+  cache_blocks_ = std::make_shared<CacheBlocks>((end_ - begin_) * 2 * cache_block_rows_ *
+                                                cache_row_elements(cache_, lkv_heads_, block_.head_dim()) * cache_element_bytes(cache_));
   const WeightFormat format = holding.weights;
   std::map<std::string, Tensor> p;
   for (auto& [name, var] : model.named_parameters()) p[name] = var.value();
@@ -451,11 +520,12 @@ GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slic
 }
 
 std::unique_ptr<SequenceState> GptDecoder::start() const {
-  return std::make_unique<GptState>(cache_dtype(cache_), cache_blocks_, lkv_heads_ * block_.head_dim(), cache_block_rows_);
+  return std::make_unique<GptState>(cache_, cache_blocks_, cache_row_elements(cache_, lkv_heads_, block_.head_dim()),
+                                    cache_block_rows_);
 }
 
 std::int64_t GptDecoder::cache_bytes_per_token() const {
-  return 2 * (end_ - begin_) * lkv_heads_ * block_.head_dim() * (cache_ == CacheFormat::kBf16 ? 2 : 4);
+  return 2 * (end_ - begin_) * cache_row_elements(cache_, lkv_heads_, block_.head_dim()) * cache_element_bytes(cache_);
 }
 
 GptDecoder::StepPlan GptDecoder::plan(const std::vector<SequenceState*>& sequences,
@@ -602,9 +672,12 @@ std::unique_ptr<Decoder> make_decoder(LanguageModel& model, DecoderFormat format
 CacheFormat parse_cache_format(const std::string& name) {
   if (name == "fp32") return CacheFormat::kF32;
   if (name == "bf16") return CacheFormat::kBf16;
-  throw ConfigError("unknown key-value cache type '" + name + "' (known: fp32, bf16)");
+  if (name == "int8") return CacheFormat::kInt8;
+  throw ConfigError("unknown key-value cache type '" + name + "' (known: fp32, bf16, int8)");
 }
 
-const char* cache_format_name(CacheFormat f) { return f == CacheFormat::kBf16 ? "bf16" : "fp32"; }
+const char* cache_format_name(CacheFormat f) {
+  return f == CacheFormat::kBf16 ? "bf16" : f == CacheFormat::kInt8 ? "int8" : "fp32";
+}
 
 }  // namespace weft::serve

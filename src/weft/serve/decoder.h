@@ -81,8 +81,13 @@ class Decoder {
 // Every read goes through the cache, a prompt's own keys too (so a prompt's rows see the
 // rounded keys its later tokens see), and a sequence's logits still do not depend on the
 // sequences beside it.
-enum class CacheFormat { kF32, kBf16 };
-CacheFormat parse_cache_format(const std::string& name);  // fp32 | bf16; ConfigError otherwise
+//
+// int8: each position's keys (and values) of each key-value head scaled by their largest
+// magnitude / 127 and rounded to nearest, the scale kept beside them in float32 (as
+// llama.cpp's q8_0 cache keeps one per block of 32): a quarter of float32's memory and reads
+// and 4 bytes a head, at a small cost in the logits (docs/serving.md).
+enum class CacheFormat { kF32, kBf16, kInt8 };
+CacheFormat parse_cache_format(const std::string& name);  // fp32 | bf16 | int8; ConfigError otherwise
 const char* cache_format_name(CacheFormat f);
 
 // How a decoder holds a GPT: its weights (quantize.h) and its cache. (A WeightFormat alone

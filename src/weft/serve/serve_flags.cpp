@@ -50,7 +50,7 @@ FlagTable<ServeOptions> make_table() {
   limits(F("--max-wait-ms", AT(batch.max_wait_ms), "how long a new batch waits for more requests").in(0, 10000));
   limits(text(F("--max-prefill-tokens", AT(batch.max_prefill_tokens),
                 "GPT: the prompt tokens one step feeds; a longer prompt goes in pieces between the other streams' tokens "
-                "(the same tokens as whole; 0: whole prompts)")
+                "(the same tokens as whole; 0: every prompt whole)")
                   .at_least(0)));
   limits(text(F("--kv-cache-memory", AT(kv_cache_memory),
                 "GPT: the key-value cache's memory (512MiB, 4G); a request waits until the caches the running ones may "

@@ -51,8 +51,9 @@ void add_model_flags(FlagTable<O>& t, const std::string& group) {
           .defaults("fp32")
           .one_of({"fp32", "bf16"}));
   add(Flag<O>("--kv-cache-dtype", [](O& o) -> FieldRef { return &o.kv_cache_dtype; },
-              "GPT: the key-value cache's elements (bf16: half its memory and reads, each key and value rounded)")
-          .one_of({"fp32", "bf16"}));
+              "GPT: the key-value cache's elements (bf16: half its memory and reads, each key and value rounded; int8: a "
+              "quarter, scaled per head and position)")
+          .one_of({"fp32", "bf16", "int8"}));
   add(Flag<O>("--tp", [](O& o) -> FieldRef { return &o.tp; }, "GPT: tensor-parallel ranks (under weft launch; rank 0 does the work)")
           .in(1, 64));
   add(Flag<O>("--pp", [](O& o) -> FieldRef { return &o.pp; }, "GPT: pipeline stages (under weft launch; rank 0 does the work)")

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <ctime>
 #include <memory>
@@ -43,13 +44,17 @@ class Server : private MetricsHolder, public HttpBase {
       context_ = lm->context();
       decoder_ = join_decoder(*lm, decoder_format(o), o.tp, o.pp, o.micro_batches);
       const std::int64_t block_positions = decoder_->cache_block_positions();  // (0: no cache)
-      for (const auto& [flag, given] : {std::pair{"--max-prefill-tokens", o.batch.max_prefill_tokens > 0},
+      const bool pieces_asked =
+          std::count(o.given_flags.begin(), o.given_flags.end(), "--max-prefill-tokens") > 0 ||
+          (o.batch.max_prefill_tokens > 0 && o.batch.max_prefill_tokens != ServeOptions{}.batch.max_prefill_tokens);
+      for (const auto& [flag, given] : {std::pair{"--max-prefill-tokens", pieces_asked},
                                         std::pair{"--kv-cache-memory", o.kv_cache_memory.has_value()}})
         if (given && block_positions == 0)
           throw ConfigError(std::string(flag) + " does not apply to this run: it is for a GPT's key-value cache, and the run has " +
                             model_.recipe.model + " (no cache)");
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : context_;
       BatchOptions batch = o.batch;
+      if (block_positions == 0) batch.max_prefill_tokens = 0;  // (the default's pieces are a cache's)
       if (block_positions > 0) {
         const std::int64_t longest = cache_blocks_for(max_prompt_, o.max_tokens, context_, block_positions) * block_positions;
         batch.cache_limit_bytes = serve_cache_limit(o.kv_cache_memory, longest * decoder_->cache_bytes_per_token(), longest,

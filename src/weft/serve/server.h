@@ -31,14 +31,18 @@ struct ServeOptions {
   int port = 8000;                   // 0: any free port (see port_file)
   std::string port_file;             // written with the bound port once listening
   std::string token;                 // bearer token required when not empty
-  BatchOptions batch;
+  // Prompts of more than 2,048 tokens go in pieces of 2,048 (chunked prefill: BatchOptions::
+  // max_prefill_tokens), so that one long prompt holds the running streams a piece's time, not
+  // its whole prefill's (a prompt of a model's whole context of 131,072 tokens would hold them
+  // for its whole prefill); a model with a context of 2,048 or less prefills every prompt whole.
+  BatchOptions batch{16, 2, 2048};
   std::int64_t max_body = 1 << 20;   // bytes
   std::int64_t max_prompt_tokens = 0;  // 0: the model's context
   std::int64_t max_tokens = 1024;    // the most a request may ask for
   std::int64_t max_concurrency = 64; // requests in flight
   std::int64_t max_images = 1024;    // images per classify request
   std::string quantize = "fp32";     // GPT weights: fp32 | bf16 | int8 (quantize.h)
-  std::string kv_cache_dtype = "fp32";  // a GPT's key-value cache: fp32 | bf16 (decoder.h)
+  std::string kv_cache_dtype = "fp32";  // a GPT's key-value cache: fp32 | bf16 | int8 (decoder.h)
   // The key-value cache's memory in bytes (BatchOptions::cache_limit_bytes); unset: auto
   // (serve_cache_limit).
   std::optional<std::int64_t> kv_cache_memory;
