@@ -57,8 +57,8 @@ namespace {
 
 // A sequence's key-value cache, float32, bf16 or int8 (CacheFormat), in blocks of positions:
 // each block holds every held layer's keys and values at its positions ([layers][key,
-// value][block rows][a row: cache_row_elements]), rows [0, cached) filled. A block is taken as the
-// sequence reaches it and no row is ever copied (as vLLM's paged cache: a cache that doubled
+// value][block rows][a row: cache_row_elements]), rows [0, cached) filled. A block is taken
+// as the sequence reaches it and no row is ever copied (as vLLM's paged cache: a cache that doubled
 // copied a 1,000-token prompt's 74 MB at its first decoded token, into memory faulted in
 // afresh, which stalled the whole batch for 0.3 s a sequence); they go back to the
 // decoder's CacheBlocks with the sequence.
@@ -167,8 +167,10 @@ inline void store_row(const float* from, std::int64_t kd, std::int64_t hd, std::
     float top = 0;
     for (std::int64_t e = h0; e < h0 + hd; ++e) top = std::max(top, std::fabs(from[e]));
     const float scale = top / 127.0f, inverse = top > 0 ? 127.0f / top : 0.0f;
-    for (std::int64_t e = h0; e < h0 + hd; ++e)
-      to[e] = static_cast<std::int8_t>(std::clamp(std::nearbyint(from[e] * inverse), -127.0f, 127.0f));
+    for (std::int64_t e = h0; e < h0 + hd; ++e) {
+      const float q = std::nearbyint(from[e] * inverse);  // (a NaN stores 0: no int8 holds it)
+      to[e] = static_cast<std::int8_t>(q >= 127.0f ? 127.0f : q <= -127.0f ? -127.0f : q == q ? q : 0.0f);
+    }
     std::memcpy(to + kd + 4 * (h0 / hd), &scale, sizeof scale);
   }
 }
