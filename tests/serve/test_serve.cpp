@@ -870,6 +870,23 @@ void declare_batcher_metrics(Metrics& metrics) {
   metrics.histogram("weft_time_to_first_token_seconds", "", {1});
   metrics.gauge("weft_kv_cache_reserved_bytes", "");
 }
+
+// A decoder that passes every call to `inner` and shows a test each step it ran (`seen`).
+struct WatchingDecoder : Decoder {
+  explicit WatchingDecoder(Decoder& d) : inner(d) {}
+  Decoder& inner;
+  virtual void seen(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>& t) = 0;
+  std::unique_ptr<SequenceState> start() const override { return inner.start(); }
+  Tensor extend(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>& t) override {
+    Tensor logits = inner.extend(s, t);
+    seen(s, t);
+    return logits;
+  }
+  std::int64_t vocab() const override { return inner.vocab(); }
+  std::int64_t context() const override { return inner.context(); }
+  std::int64_t cache_bytes_per_token() const override { return inner.cache_bytes_per_token(); }
+  std::int64_t cache_block_positions() const override { return inner.cache_block_positions(); }
+};
 }  // namespace
 
 // Requests that arrive together and at different times, with different lengths and
@@ -928,22 +945,16 @@ TEST(LmBatcher, APromptInPiecesGetsTheTokensOfTheWholePrompt) {
   EXPECT_EQ(prefill_piece(5, 16), 5);
   EXPECT_EQ(prefill_piece(40, std::numeric_limits<std::int64_t>::max()), 40);  // no overflow
   // A decoder that records the largest piece of each step's feeds.
-  struct Recording : Decoder {
-    explicit Recording(Decoder& d) : inner(d) {}
-    Decoder& inner;
+  struct Recording : WatchingDecoder {
+    using WatchingDecoder::WatchingDecoder;
     std::vector<std::int64_t> largest;
     std::int64_t steps_with_both = 0;  // a piece of a prompt beside another sequence's token
-    std::unique_ptr<SequenceState> start() const override { return inner.start(); }
-    Tensor extend(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>& t) override {
+    void seen(const std::vector<SequenceState*>&, const std::vector<std::vector<std::int32_t>>& t) override {
       std::int64_t most = 0, ones = 0;
       for (const auto& f : t) most = std::max<std::int64_t>(most, static_cast<std::int64_t>(f.size())), ones += f.size() == 1;
       largest.push_back(most);
       steps_with_both += most > 1 && ones > 0;
-      return inner.extend(s, t);
     }
-    std::int64_t vocab() const override { return inner.vocab(); }
-    std::int64_t context() const override { return inner.context(); }
-    std::int64_t cache_bytes_per_token() const override { return inner.cache_bytes_per_token(); }
   };
   Rng rng(8);
   GptConfig c = small_gpt();
@@ -997,23 +1008,15 @@ TEST(LmBatcher, ACacheLimitHoldsTheRunningSequencesWithinIt) {
   EXPECT_EQ(cache_blocks_for(1, std::numeric_limits<std::int64_t>::max(), 96, 16), 6);  // no overflow
   // A decoder that records the most sequences and the most cache blocks (16 positions) the
   // sequences of a step hold after it.
-  struct Recording : Decoder {
-    explicit Recording(Decoder& d) : inner(d) {}
-    Decoder& inner;
+  struct Recording : WatchingDecoder {
+    using WatchingDecoder::WatchingDecoder;
     std::int64_t most_sequences = 0, most_blocks = 0;
-    std::unique_ptr<SequenceState> start() const override { return inner.start(); }
-    Tensor extend(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>& t) override {
-      Tensor logits = inner.extend(s, t);
+    void seen(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>&) override {
       std::int64_t blocks = 0;
       for (const SequenceState* q : s) blocks += (static_cast<std::int64_t>(q->tokens.size()) - q->window_start + 15) / 16;
       most_sequences = std::max<std::int64_t>(most_sequences, static_cast<std::int64_t>(s.size()));
       most_blocks = std::max(most_blocks, blocks);
-      return logits;
     }
-    std::int64_t vocab() const override { return inner.vocab(); }
-    std::int64_t context() const override { return inner.context(); }
-    std::int64_t cache_bytes_per_token() const override { return inner.cache_bytes_per_token(); }
-    std::int64_t cache_block_positions() const override { return inner.cache_block_positions(); }
   };
   Rng rng(9);
   GptConfig c = small_gpt();
