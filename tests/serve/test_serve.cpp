@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <set>
 #include <thread>
@@ -887,6 +888,38 @@ struct WatchingDecoder : Decoder {
   std::int64_t cache_bytes_per_token() const override { return inner.cache_bytes_per_token(); }
   std::int64_t cache_block_positions() const override { return inner.cache_block_positions(); }
 };
+
+// Eight requests, request i's prompt the `shape(i).first` characters of one sentence from
+// character i and its max_tokens `shape(i).second`, greedy when i is even and sampled at 0.8
+// (seed i) when odd: their tickets, and what each gets alone from `alone_decoder`.
+struct Requests {
+  std::vector<std::shared_ptr<Ticket>> tickets;
+  std::vector<GenerationResult> alone;
+};
+Requests eight_requests(Decoder& alone_decoder, const Tokenizer& tokenizer,
+                        const std::function<std::pair<std::size_t, std::int64_t>(int)>& shape) {
+  const std::string text = "the quick brown fox jumps over the lazy dog, and then it rests in the sun. ";
+  Requests r;
+  for (int i = 0; i < 8; ++i) {
+    GenerationOptions o;
+    o.max_tokens = shape(i).second;
+    o.sampling = {i % 2 == 0 ? 0.0 : 0.8, 0, 1.0, static_cast<std::uint64_t>(i)};
+    const std::string prompt = text.substr(static_cast<size_t>(i), shape(i).first);
+    r.alone.push_back(generate(alone_decoder, tokenizer, prompt, o));
+    r.tickets.push_back(std::make_shared<Ticket>(prompt, tokenizer.encode(prompt), o));
+  }
+  return r;
+}
+
+// Waits for every ticket: no error, and the text and tokens of the request alone.
+void expect_each_as_alone(const Requests& r) {
+  for (std::size_t i = 0; i < r.tickets.size(); ++i) {
+    r.tickets[i]->wait();
+    EXPECT_EQ(r.tickets[i]->error, "") << "request " << i;
+    EXPECT_EQ(r.tickets[i]->text, r.alone[i].text) << "request " << i;
+    EXPECT_EQ(r.tickets[i]->completion_tokens, static_cast<std::int64_t>(r.alone[i].tokens.size())) << "request " << i;
+  }
+}
 }  // namespace
 
 // Requests that arrive together and at different times, with different lengths and
@@ -965,28 +998,17 @@ TEST(LmBatcher, APromptInPiecesGetsTheTokensOfTheWholePrompt) {
   Recording recording(batch_decoder);
   Metrics metrics;
   declare_batcher_metrics(metrics);
-  std::vector<std::shared_ptr<Ticket>> tickets;
-  std::vector<GenerationResult> alone;
-  const std::string text = "the quick brown fox jumps over the lazy dog, and then it rests in the sun. ";
-  for (int i = 0; i < 8; ++i) {
-    GenerationOptions o;
-    o.max_tokens = 12 + 2 * i;
-    o.sampling = {i % 2 == 0 ? 0.0 : 0.8, 0, 1.0, static_cast<std::uint64_t>(i)};
-    const std::string prompt = text.substr(static_cast<size_t>(i), static_cast<size_t>(i % 4 == 0 ? 3 : 10 * i));
-    alone.push_back(generate(alone_decoder, tokenizer, prompt, o));
-    tickets.push_back(std::make_shared<Ticket>(prompt, tokenizer.encode(prompt), o));
-  }
+  const Requests requests = eight_requests(alone_decoder, tokenizer, [](int i) {
+    return std::pair{static_cast<std::size_t>(i % 4 == 0 ? 3 : 10 * i), std::int64_t{12 + 2 * i}};
+  });
+  const std::vector<GenerationResult>& alone = requests.alone;
   {
     LmBatcher batcher(recording, tokenizer, {8, 1, 16}, metrics);
-    for (auto& t : tickets) {
+    for (auto& t : requests.tickets) {
       batcher.submit(t);
       std::this_thread::sleep_for(std::chrono::milliseconds(2));  // prompts arrive while others decode
     }
-    for (std::size_t i = 0; i < tickets.size(); ++i) {
-      tickets[i]->wait();
-      EXPECT_EQ(tickets[i]->text, alone[i].text) << "request " << i;
-      EXPECT_EQ(tickets[i]->completion_tokens, static_cast<std::int64_t>(alone[i].tokens.size())) << "request " << i;
-    }
+    expect_each_as_alone(requests);
   }
   // No step fed a prompt more than 16 + 15 tokens, and some fed a piece beside decoding tokens.
   EXPECT_LE(*std::max_element(recording.largest.begin(), recording.largest.end()), 31);
@@ -1006,6 +1028,7 @@ TEST(LmBatcher, ACacheLimitHoldsTheRunningSequencesWithinIt) {
   EXPECT_EQ(cache_blocks_for(10, 7, 96, 16), 2);   // 17
   EXPECT_EQ(cache_blocks_for(90, 100, 96, 16), 6);  // at most the context
   EXPECT_EQ(cache_blocks_for(1, std::numeric_limits<std::int64_t>::max(), 96, 16), 6);  // no overflow
+  EXPECT_EQ(cache_blocks_for(std::numeric_limits<std::int64_t>::max(), 5, 96, 16), 6);
   // A decoder that records the most sequences and the most cache blocks (16 positions) the
   // sequences of a step hold after it.
   struct Recording : WatchingDecoder {
@@ -1028,29 +1051,17 @@ TEST(LmBatcher, ACacheLimitHoldsTheRunningSequencesWithinIt) {
   Recording recording(batch_decoder);
   Metrics metrics;
   declare_batcher_metrics(metrics);
-  std::vector<std::shared_ptr<Ticket>> tickets;
-  std::vector<GenerationResult> alone;
-  const std::string text = "the quick brown fox jumps over the lazy dog, and then it rests in the sun. ";
-  for (int i = 0; i < 8; ++i) {
-    GenerationOptions o;
-    const bool long_one = i == 3;  // 30 + 30 positions: 4 blocks; the others 10 + 15: 2 blocks
-    o.max_tokens = long_one ? 30 : 15;
-    o.sampling = {i % 2 == 0 ? 0.0 : 0.8, 0, 1.0, static_cast<std::uint64_t>(i)};
-    const std::string prompt = text.substr(static_cast<size_t>(i), long_one ? 30 : 10);
-    alone.push_back(generate(alone_decoder, tokenizer, prompt, o));
-    tickets.push_back(std::make_shared<Ticket>(prompt, tokenizer.encode(prompt), o));
-  }
+  // Request 3: 30 + 30 positions, 4 blocks; the others 10 + 15, 2 blocks.
+  const Requests requests = eight_requests(alone_decoder, tokenizer, [](int i) {
+    return i == 3 ? std::pair{std::size_t{30}, std::int64_t{30}} : std::pair{std::size_t{10}, std::int64_t{15}};
+  });
   const std::int64_t block_bytes = 16 * batch_decoder.cache_bytes_per_token();
   {
     BatchOptions limited{8, 1};
     limited.cache_limit_bytes = 5 * block_bytes + block_bytes / 2;  // 5 blocks
     LmBatcher batcher(recording, tokenizer, limited, metrics);
-    for (auto& t : tickets) batcher.submit(t);
-    for (std::size_t i = 0; i < tickets.size(); ++i) {
-      tickets[i]->wait();
-      EXPECT_EQ(tickets[i]->error, "") << "request " << i;
-      EXPECT_EQ(tickets[i]->text, alone[i].text) << "request " << i;
-    }
+    for (auto& t : requests.tickets) batcher.submit(t);
+    expect_each_as_alone(requests);
   }
   EXPECT_LE(recording.most_blocks, 5);
   EXPECT_EQ(recording.most_sequences, 2);  // two of 2 blocks at a time; the long one beside none

@@ -85,7 +85,7 @@ std::int64_t prefill_piece(std::int64_t remaining, std::int64_t limit) {
 }
 
 std::int64_t cache_blocks_for(std::int64_t feed, std::int64_t max_tokens, std::int64_t context, std::int64_t block_positions) {
-  const std::int64_t positions = std::min(context, feed + std::min(max_tokens, context));  // (no overflow)
+  const std::int64_t positions = std::min(context, std::min(feed, context) + std::min(max_tokens, context));  // (no overflow)
   return (positions + block_positions - 1) / block_positions;
 }
 
@@ -160,11 +160,11 @@ void LmBatcher::admit(std::vector<Active>& active) {
   // those behind it with it (so that a long one is not passed over for ever).
   while (!waiting_.empty() && static_cast<std::int64_t>(active.size()) < o_.max_batch) {
     std::shared_ptr<Ticket>& t = waiting_.front();
-    auto g = std::make_unique<Generation>(tokenizer_, t->prompt, t->prompt_tokens, t->options);
     std::int64_t blocks = 0;
     if (block_bytes_ > 0 && !t->cancelled())  // (a cancelled request leaves before the step)
-      blocks = cache_blocks_for(static_cast<std::int64_t>(g->feed().size()), t->options.max_tokens, decoder_.context(),
-                                decoder_.cache_block_positions());
+      // (its first feed: the prompt, or the start token for an empty one: Generation::feed)
+      blocks = cache_blocks_for(std::max<std::int64_t>(1, static_cast<std::int64_t>(t->prompt_tokens.size())),
+                                t->options.max_tokens, decoder_.context(), decoder_.cache_block_positions());
     if (limit_blocks_ > 0 && blocks > limit_blocks_) {  // (a server refuses such requests before)
       t->error = fmt::format("the request may hold {} key-value cache blocks of {} bytes, more than the limit's {}", blocks,
                              block_bytes_, limit_blocks_);
@@ -174,6 +174,7 @@ void LmBatcher::admit(std::vector<Active>& active) {
     }
     if (limit_blocks_ > 0 && held + blocks > limit_blocks_) break;
     held += blocks;
+    auto g = std::make_unique<Generation>(tokenizer_, t->prompt, t->prompt_tokens, t->options);
     active.push_back({std::move(t), std::move(g), decoder_.start()});
     active.back().cache_blocks = blocks;
     waiting_.pop_front();

@@ -58,9 +58,9 @@ namespace {
 // A sequence's key-value cache, float32, bf16 or int8 (CacheFormat), in blocks of positions:
 // each block holds every held layer's keys and values at its positions ([layers][key,
 // value][block rows][a row: cache_row_elements]), rows [0, cached) filled. A block is taken
-// as the sequence reaches it and no row is ever copied (as vLLM's paged cache: a cache that doubled
-// copied a 1,000-token prompt's 74 MB at its first decoded token, into memory faulted in
-// afresh, which stalled the whole batch for 0.3 s a sequence); they go back to the
+// as the sequence reaches it and no row is ever copied (as vLLM's paged cache: a cache that
+// doubled copied a 1,000-token prompt's 74 MB at its first decoded token, into memory faulted
+// in afresh, which stalled the whole batch for 0.3 s a sequence); they go back to the
 // decoder's CacheBlocks with the sequence.
 class GptState : public SequenceState {
  public:
@@ -235,11 +235,11 @@ struct PanelSpan {
 constexpr std::int64_t kC = WeightPanels::kChannels;
 
 // One key-value head's keys and values (columns [col, col + hd) of `layer`'s rows in the
-// cache, of `kd` values a row, widened to float32 and scaled) at the positions of `span`, laid out as serving's
-// products read weights (weight_panels.h): keys in panels of 16 positions ([hd][16] each: the
-// scores' channels), values in panels of 16 of the hd values ([positions][16] each: the
-// weighted sums'). The panels' padding (positions past the span, values past hd) is left as
-// the buffers held it: it feeds only channels the products drop.
+// cache, of `kd` values a row, widened to float32 and scaled) at the positions of `span`, laid
+// out as serving's products read weights (weight_panels.h): keys in panels of 16 positions
+// ([hd][16] each: the scores' channels), values in panels of 16 of the hd values
+// ([positions][16] each: the weighted sums'). The panels' padding (positions past the span,
+// values past hd) is left as the buffers held it: it feeds only channels the products drop.
 template <class T>
 void panel_keys_and_values(const GptState& s, std::int64_t layer, std::int64_t col, std::int64_t hd, std::int64_t kd,
                            PanelSpan span, std::vector<float>& keys, std::vector<float>& values) {
@@ -252,14 +252,9 @@ void panel_keys_and_values(const GptState& s, std::int64_t layer, std::int64_t c
     const T* kj = krow + col;
     const T* vj = vrow + col;
     float* kp = keys.data() + (j / kC) * hd * kC + j % kC;
-    if constexpr (std::is_same_v<T, std::int8_t>) {
-      const float ks = row_scale(krow, kd, col / hd), vs = row_scale(vrow, kd, col / hd);
-      for (std::int64_t e = 0; e < hd; ++e) kp[e * kC] = widen(kj[e]) * ks;
-      for (std::int64_t e = 0; e < hd; ++e) values[static_cast<size_t>(((e / kC) * n + j) * kC + e % kC)] = widen(vj[e]) * vs;
-    } else {
-      for (std::int64_t e = 0; e < hd; ++e) kp[e * kC] = widen(kj[e]);
-      for (std::int64_t e = 0; e < hd; ++e) values[static_cast<size_t>(((e / kC) * n + j) * kC + e % kC)] = widen(vj[e]);
-    }
+    const float ks = row_scale(krow, kd, col / hd), vs = row_scale(vrow, kd, col / hd);  // (1 but for int8: exact)
+    for (std::int64_t e = 0; e < hd; ++e) kp[e * kC] = widen(kj[e]) * ks;
+    for (std::int64_t e = 0; e < hd; ++e) values[static_cast<size_t>(((e / kC) * n + j) * kC + e % kC)] = widen(vj[e]) * vs;
   }
 }
 
@@ -421,8 +416,7 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
               const float* q = q_all + row * w + h * hd;
               const auto* kh = kr + h / group * hd;
               const float dot = sum8<float>(hd, [&](std::int64_t e) { return q[e] * widen(kh[e]); });
-              if constexpr (std::is_same_v<T, std::int8_t>) score[(h - h0) * n + j] = dot * row_scale(kj, kd, h / group) * scale;
-              else score[(h - h0) * n + j] = dot * scale;
+              score[(h - h0) * n + j] = dot * row_scale(kj, kd, h / group) * scale;  // (x 1 but for int8)
             }
           }
         });
@@ -463,8 +457,7 @@ GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slic
   lheads_ = c_.heads / n;
   lkv_heads_ = kv / n;
   if (cache_block_rows_ == 0) cache_block_rows_ = cache_block_rows(cache_bytes_per_token(), c_.context);
-  cache_blocks_ = std::make_shared<CacheBlocks>((end_ - begin_) * 2 * cache_block_rows_ *
-                                                cache_row_elements(cache_, lkv_heads_, block_.head_dim()) * cache_element_bytes(cache_));
+  cache_blocks_ = std::make_shared<CacheBlocks>(cache_block_rows_ * cache_bytes_per_token());
   const WeightFormat format = holding.weights;
   std::map<std::string, Tensor> p;
   for (auto& [name, var] : model.named_parameters()) p[name] = var.value();
