@@ -3,6 +3,7 @@
 // requests served alone, the API's request checks, and the metrics text.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -982,7 +983,16 @@ TEST(LmBatcher, APromptInPiecesGetsTheTokensOfTheWholePrompt) {
     using WatchingDecoder::WatchingDecoder;
     std::vector<std::int64_t> largest;
     std::int64_t steps_with_both = 0;  // a piece of a prompt beside another sequence's token
+    std::atomic<int> submitted{0};
+    std::atomic<bool> first_step{false};
     void seen(const std::vector<SequenceState*>&, const std::vector<std::vector<std::int32_t>>& t) override {
+      // The first step (the first request's prompt alone) waits for the second request, so that
+      // its prompt meets the first one's decoding whatever the machine's load (the sleeps below
+      // only spread the others).
+      if (largest.empty()) {
+        first_step = true;
+        while (submitted.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
       std::int64_t most = 0, ones = 0;
       for (const auto& f : t) most = std::max<std::int64_t>(most, static_cast<std::int64_t>(f.size())), ones += f.size() == 1;
       largest.push_back(most);
@@ -1006,6 +1016,8 @@ TEST(LmBatcher, APromptInPiecesGetsTheTokensOfTheWholePrompt) {
     LmBatcher batcher(recording, tokenizer, {8, 1, 16}, metrics);
     for (auto& t : requests.tickets) {
       batcher.submit(t);
+      while (recording.submitted == 0 && !recording.first_step) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ++recording.submitted;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));  // prompts arrive while others decode
     }
     expect_each_as_alone(requests);
