@@ -6,7 +6,8 @@
 # then it must fail with that message. With "shown-output" (pages whose commands print the
 # same thing on every machine), every line the page shows under a command must be a line of
 # what it printed, but for the machine's speed (wall time, events/s, peak memory, available
-# memory); a shown line ending in "..." is a line's beginning.
+# memory); a shown line ending in "..." is a line's beginning. With EXAMPLES_DIR set, the
+# commands run in that (empty) folder, which is kept for the caller's own checks.
 set -u
 bin_dir=$(cd "$1" && pwd)
 page=$2
@@ -16,8 +17,12 @@ normalize() {
   sed -E 's/wall [0-9.]+ s, [0-9.]+ M events\/s, peak memory [0-9]+ MiB/wall _ s, _ M events\/s, peak memory _ MiB/;
           s/the [0-9.]+ GiB this machine has available/the _ GiB this machine has available/'
 }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+if [[ -n ${EXAMPLES_DIR:-} ]]; then
+  work=$EXAMPLES_DIR
+else
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+fi
 export PATH="$bin_dir:$PATH"
 repo=$(cd "$(dirname "$page")/.." && pwd)
 cd "$work"
