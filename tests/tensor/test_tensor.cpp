@@ -131,6 +131,37 @@ TEST(Rng, NormalMoments) {
   for (int c : counts) EXPECT_NEAR(c, 10000, 400);
 }
 
+// randn transforms its uniforms on the pool: its values are still rng.normal's one by one, bit
+// for bit, for any thread count, length (odd, even, across chunks of 2^15 pairs), dtype and a
+// generator that holds a spare normal or not, and it leaves the generator as they do.
+TEST(Rng, RandnIsNormalOneByOneOnAnyThreadCount) {
+  const int threads_before = get_num_threads();
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    for (const std::int64_t n : {std::int64_t{0}, std::int64_t{1}, std::int64_t{2}, std::int64_t{7},
+                                 std::int64_t{65536}, std::int64_t{70001}}) {
+      for (const bool spare : {false, true}) {
+        for (const DType dtype : {DType::F32, DType::F64}) {
+          Rng a(11), b(11);
+          if (spare) a.normal(), b.normal();
+          const Tensor t = randn({n}, a, 0.5, 0.02, dtype);
+          const Tensor f = t.to(DType::F64);
+          for (std::int64_t i = 0; i < n; ++i) {
+            const double want = b.normal(0.5, 0.02);
+            const double expected = dtype == DType::F32 ? static_cast<double>(static_cast<float>(want)) : want;
+            ASSERT_EQ(f.data<double>()[i], expected) << "element " << i << " of " << n << ", " << threads << " threads";
+          }
+          // The generator where one by one leaves it, a spare included.
+          EXPECT_EQ(a.state().s, b.state().s);
+          EXPECT_EQ(a.state().has_spare, b.state().has_spare);
+          EXPECT_EQ(a.normal(), b.normal());
+        }
+      }
+    }
+  }
+  set_num_threads(threads_before);
+}
+
 TEST(ThreadPool, CoversRangeOnceForAnyThreadCount) {
   for (int threads : {1, 2, 3, 4}) {
     set_num_threads(threads);

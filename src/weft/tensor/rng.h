@@ -36,7 +36,8 @@ class Rng {
   RngState state_;
 };
 
-// Tensors of random values.
+// Tensors of random values. randn's values are rng.normal's, in order and bit for bit, and it
+// leaves rng as they would (its transforms run on the thread pool).
 Tensor randn(const Shape& shape, Rng& rng, double mean = 0.0, double stddev = 1.0,
              DType dtype = DType::F32);
 Tensor rand_uniform(const Shape& shape, Rng& rng, double lo, double hi, DType dtype = DType::F32);
