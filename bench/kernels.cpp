@@ -130,7 +130,51 @@ int print_peaks() {
   return 0;
 }
 
+// `kernel_bench randn [N]`: weft's randn (its uniforms drawn in order, its Box-Muller
+// transforms on the pool) against the same normals drawn one by one with Rng::normal (randn
+// before session 68), N float32 normals (default 85.3M, the GPT-2 small body's parameters):
+// one by one into a preallocated tensor, randn into its own new tensor then copied there (its
+// allocation and the copy counted against it), on 1 thread and on all; each figure the median
+// of 5 rounds after a warm-up round, the three interleaved.
+int print_randn(std::int64_t n) {
+  Tensor out = Tensor::zeros({n});
+  float* p = out.data<float>();
+  auto one_by_one = [&] {
+    Rng rng(1);
+    for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(rng.normal(0.0, 0.02));
+  };
+  auto pooled = [&](int threads) {
+    set_num_threads(threads);
+    Rng rng(1);
+    out.copy_(randn({n}, rng, 0.0, 0.02));
+  };
+  const int all = get_num_threads();
+  using Clock = std::chrono::steady_clock;
+  auto time = [](const std::function<void()>& fn) {
+    const auto t0 = Clock::now();
+    fn();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  std::vector<double> alone, one, many;
+  for (int round = 0; round < 6; ++round) {  // (round 0: the warm-up)
+    const double a = time(one_by_one), b = time([&] { pooled(1); }), c = time([&] { pooled(all); });
+    if (round == 0) continue;
+    alone.push_back(a), one.push_back(b), many.push_back(c);
+  }
+  set_num_threads(all);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("randn of %lld float32 normals (median of 5 after a warm-up): Rng::normal one by one %.3f s; randn on 1 "
+              "thread %.3f s (%.2fx), on %d threads %.3f s (%.2fx)\n",
+              static_cast<long long>(n), median(alone), median(one), median(alone) / median(one), all, median(many),
+              median(alone) / median(many));
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "randn") == 0) return print_randn(argc > 2 ? std::atoll(argv[2]) : 85'300'000);
   if (argc > 1 && std::strcmp(argv[1], "peak") == 0) {
     g_repeats = 3;
     return print_peaks();
