@@ -3,6 +3,7 @@
 
 usage: client.py PORT TOKEN CHECK [ARGS...]
   complete PROMPT MAX_TOKENS     prints the greedy completion's text (JSON string)
+  together N PROMPT MAX_TOKENS   N such requests sent at once (threads past a barrier): a line each
   bad-requests                   every malformed request gets its 4xx and a one-line reason
   auth                           no token and a wrong token get 401; /healthz needs none
   busy                           past --max-concurrency (2), a request gets 429 + Retry-After
@@ -65,14 +66,31 @@ def stream_events(sock_file):
             yield line[6:]
 
 
-if check == "complete":
-    status, _, body = request("POST", "/v1/completions",
-                              {"prompt": args[0], "max_tokens": int(args[1]), "temperature": 0})
+def complete(prompt, max_tokens):
+    status, _, body = request("POST", "/v1/completions", {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
     assert status == 200, body
     r = json.loads(body)
     assert r["object"] == "text_completion" and r["choices"][0]["index"] == 0, r
     assert r["usage"]["total_tokens"] == r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"], r
-    print(json.dumps(r["choices"][0]["text"]))
+    return json.dumps(r["choices"][0]["text"])
+
+
+if check == "complete":
+    print(complete(args[0], int(args[1])))
+elif check == "together":
+    # One process, every request's connection made at the same moment: requests started by
+    # separate programs arrive as far apart as those programs' starts (tens of milliseconds on
+    # a busy machine, longer than a short completion takes).
+    n = int(args[0])
+    texts = [None] * n
+    start = threading.Barrier(n)
+    def one(k):
+        start.wait()
+        texts[k] = complete(args[1], int(args[2]))
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    print("\n".join(texts))
 
 elif check == "bad-requests":
     cases = [
