@@ -16,6 +16,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "weft/serve/generation.h"
 #include "weft/serve/quantize.h"
 #include "weft/tensor/blas.h"
 #include "weft/tensor/conv.h"
@@ -173,8 +174,57 @@ int print_randn(std::int64_t n) {
   return 0;
 }
 
+// `kernel_bench decode [ROWS...]`: a decoding step's products as weft serve runs them, for
+// bench/decode_products (which runs bench/onednn_decode.cpp, oneDNN's side, in a process of
+// its own, alternated with this). The GPT-2 small body's 48 weight matrices (12 layers of 768
+// -> 2,304, 768 -> 768, 768 -> 3,072, 3,072 -> 768: 85M weights, 340 MB in float32, 85 MB in
+// int8, read from memory at every step), ROWS rows each (default 1, 16 and 64), all threads:
+// PackedLinear::forward on weft's pool, which pauses for the next product as weft serve's
+// does; int8 with each row's activations quantized and the outputs scaled back to float32
+// (VNNI panels; int8 only where the processor has int8 instructions). Prints "DECODE
+// <weights> <rows> <GOP/s>" (2 per multiply-add), the median of 30 steps after 3 warm-up
+// steps.
+int print_decode(std::vector<std::int64_t> rows_list) {
+  if (rows_list.empty()) rows_list = {1, 16, 64};
+  set_pool_pause(serve::kDecodingPoolPause);
+  const std::int64_t d = 768, layers = 12;
+  const std::int64_t shapes[4][2] = {{3 * d, d}, {d, d}, {4 * d, d}, {d, 4 * d}};  // out, in
+  Rng rng(1);
+  for (const bool int8 : {false, true}) {
+    if (int8 && !kernels::int8_native()) continue;
+    std::vector<serve::PackedLinear> packed;
+    for (std::int64_t l = 0; l < layers; ++l)
+      for (const auto& s : shapes)
+        packed.emplace_back(randn({s[0], s[1]}, rng, 0.0, 0.02), Tensor(),
+                            int8 ? serve::WeightFormat::kInt8 : serve::WeightFormat::kF32);
+    for (const std::int64_t rows : rows_list) {
+      std::vector<Tensor> inputs;
+      double ops = 0;
+      for (const auto& s : shapes) {
+        inputs.push_back(randn({rows, s[1]}, rng));
+        ops += 2.0 * static_cast<double>(layers * rows * s[0] * s[1]);
+      }
+      std::vector<double> seconds;
+      for (int i = 0; i < 33; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (std::size_t j = 0; j < packed.size(); ++j) (void)packed[j].forward(inputs[j % 4]);
+        if (i >= 3) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::sort(seconds.begin(), seconds.end());
+      std::printf("DECODE %s %lld %.1f\n", int8 ? "int8" : "fp32", static_cast<long long>(rows),
+                  ops / seconds[seconds.size() / 2] / 1e9);
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "randn") == 0) return print_randn(argc > 2 ? std::atoll(argv[2]) : 85'300'000);
+  if (argc > 1 && std::strcmp(argv[1], "decode") == 0) {
+    std::vector<std::int64_t> rows;
+    for (int i = 2; i < argc; ++i) rows.push_back(std::max<std::int64_t>(1, std::atoll(argv[i])));
+    return print_decode(rows);
+  }
   if (argc > 1 && std::strcmp(argv[1], "peak") == 0) {
     g_repeats = 3;
     return print_peaks();

@@ -688,7 +688,7 @@ TEST(Quantize, VnniPanelsGiveTheExactIntegerProduct) {
     if (vnni_runs(width)) widths.push_back(width);
   if (widths.empty()) GTEST_SKIP() << "no VNNI on this processor";
   Rng rng(7);
-  for (auto [out, in] : {std::pair<std::int64_t, std::int64_t>{37, 70}, {64, 768}, {16, 3}, {5, 9}}) {
+  for (auto [out, in] : {std::pair<std::int64_t, std::int64_t>{37, 70}, {64, 768}, {16, 3}, {5, 9}, {112, 40}}) {
     std::vector<std::int8_t> w(static_cast<std::size_t>(out * in));
     for (auto& v : w) v = static_cast<std::int8_t>(static_cast<int>(rng.below(255)) - 127);
     std::vector<float> scale(static_cast<std::size_t>(out));

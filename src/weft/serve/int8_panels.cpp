@@ -114,23 +114,26 @@ using RowsKernel = void (*)(const std::uint8_t*, std::int64_t, std::int64_t, con
                             Epilogue, float*, std::int64_t);
 
 // How many panels a pass over `rows` rows reads at once at this width, of `panels` left:
-// 512 bits: up to 8 rows x 2 panels, or, for 1-2 rows, x 4 (at most 16 accumulators of 32;
-// more reads in flight: one row with 4 panels took 1.96-2.10 ms for the GPT-2 small body's
-// products against 2.60-2.66 with 2, and 8 gained nothing; 16 rows x 1 panel, reading each
-// panel once for 16 rows, ran 15% slower on 16 rows: twice the broadcasts); 256 bits: 1 panel
-// of up to 4 rows (8 accumulators of 16).
-int panels_at_once(int width, std::int64_t rows, std::int64_t panels) {
+// 512 bits: up to 4, for blocks of up to 4 rows (at most 16 accumulators of 32). With the
+// weights coming from memory, 4 rows x 4 panels beat 8 x 2 (bench/decode_products, the
+// GPT-2 small body's products on 2 threads, two runs: 16 rows 761-768 GOP/s against 626-673,
+// 64 rows 1,082-1,087 against 978-1,019): a pass reads 256 bytes of weights a step, and the
+// 4 panels (48-192 KB) stay in L2 for the row blocks after the first. One row with 4 panels
+// took 1.96-2.10 ms for that body's products against 2.60-2.66 with 2, and 8 gained nothing.
+// 16 rows x 1 panel, reading each panel once for 16 rows, ran 15% slower on 16 rows: twice
+// the broadcasts. 256 bits: 1 panel of up to 4 rows (8 accumulators of 16).
+int panels_at_once(int width, std::int64_t, std::int64_t panels) {
   if (width != 512) return 1;
-  return static_cast<int>(std::min<std::int64_t>(panels, rows <= 2 ? 4 : 2));
+  return static_cast<int>(std::min<std::int64_t>(panels, 4));
 }
 
 // The kernel for up to `rows` rows of `np` panels (panels_at_once), and the rows it takes.
 RowsKernel pick(int width, std::int64_t rows, int np, int* rows_taken) {
   if (width == 512) {
-    *rows_taken = rows >= 8 ? 8 : rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
+    *rows_taken = rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
     switch (*rows_taken * 10 + np) {
-      case 82: return rows_512<8, 2>;
-      case 81: return rows_512<8, 1>;
+      case 44: return rows_512<4, 4>;
+      case 43: return rows_512<4, 3>;
       case 42: return rows_512<4, 2>;
       case 41: return rows_512<4, 1>;
       case 24: return rows_512<2, 4>;
