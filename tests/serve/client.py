@@ -86,10 +86,16 @@ elif check == "together":
     start = threading.Barrier(n)
     def one(k):
         start.wait()
-        texts[k] = complete(args[1], int(args[2]))
+        try:
+            texts[k] = complete(args[1], int(args[2]))
+        except Exception as e:  # (reported below, with the request's number)
+            texts[k] = e
     threads = [threading.Thread(target=one, args=(k,)) for k in range(n)]
     for t in threads: t.start()
     for t in threads: t.join()
+    for k, t in enumerate(texts):
+        if not isinstance(t, str):
+            sys.exit(f"FAIL: request {k + 1} of {n} sent together: {t!r}")
     print("\n".join(texts))
 
 elif check == "bad-requests":
