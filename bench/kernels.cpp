@@ -222,7 +222,13 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "randn") == 0) return print_randn(argc > 2 ? std::atoll(argv[2]) : 85'300'000);
   if (argc > 1 && std::strcmp(argv[1], "decode") == 0) {
     std::vector<std::int64_t> rows;
-    for (int i = 2; i < argc; ++i) rows.push_back(std::max<std::int64_t>(1, std::atoll(argv[i])));
+    for (int i = 2; i < argc; ++i) {
+      rows.push_back(std::atoll(argv[i]));
+      if (rows.back() < 1 || rows.back() > 4096) {
+        std::fprintf(stderr, "kernel_bench decode: rows must be 1 to 4096, got '%s'\n", argv[i]);
+        return 2;
+      }
+    }
     return print_decode(rows);
   }
   if (argc > 1 && std::strcmp(argv[1], "peak") == 0) {

@@ -20,7 +20,14 @@
 
 int main(int argc, char** argv) {
   std::vector<long> rows_list;
-  for (int i = 1; i < argc; ++i) rows_list.push_back(std::max(1L, std::atol(argv[i])));
+  for (int i = 1; i < argc; ++i) {
+    const long rows = std::atol(argv[i]);
+    if (rows < 1 || rows > 4096) {
+      std::fprintf(stderr, "onednn_decode: rows must be 1 to 4096, got '%s'\n", argv[i]);
+      return 2;
+    }
+    rows_list.push_back(rows);
+  }
   if (rows_list.empty()) rows_list = {1, 16, 64};
   using Dt = dnnl::memory::data_type;
   using Tag = dnnl::memory::format_tag;
