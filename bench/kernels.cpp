@@ -16,6 +16,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "decode_shapes.h"
 #include "weft/serve/generation.h"
 #include "weft/serve/quantize.h"
 #include "weft/tensor/blas.h"
@@ -181,38 +182,25 @@ int print_randn(std::int64_t n) {
 // int8, read from memory at every step), ROWS rows each (default 1, 16 and 64), all threads:
 // PackedLinear::forward on weft's pool, which pauses for the next product as weft serve's
 // does; int8 with each row's activations quantized and the outputs scaled back to float32
-// (VNNI panels; int8 only where the processor has int8 instructions). Prints "DECODE
-// <weights> <rows> <GOP/s>" (2 per multiply-add), the median of 30 steps after 3 warm-up
-// steps.
-int print_decode(std::vector<std::int64_t> rows_list) {
-  if (rows_list.empty()) rows_list = {1, 16, 64};
+// (VNNI panels; int8 only where the processor has int8 instructions). Prints
+// decode_shapes::print_rate's lines.
+int print_decode(const std::vector<std::int64_t>& rows_list) {
+  using namespace decode_shapes;
   set_pool_pause(serve::kDecodingPoolPause);
-  const std::int64_t d = 768, layers = 12;
-  const std::int64_t shapes[4][2] = {{3 * d, d}, {d, d}, {4 * d, d}, {d, 4 * d}};  // out, in
   Rng rng(1);
   for (const bool int8 : {false, true}) {
     if (int8 && !kernels::int8_native()) continue;
     std::vector<serve::PackedLinear> packed;
-    for (std::int64_t l = 0; l < layers; ++l)
-      for (const auto& s : shapes)
+    for (std::int64_t l = 0; l < kLayers; ++l)
+      for (const auto& s : kShapes)
         packed.emplace_back(randn({s[0], s[1]}, rng, 0.0, 0.02), Tensor(),
                             int8 ? serve::WeightFormat::kInt8 : serve::WeightFormat::kF32);
     for (const std::int64_t rows : rows_list) {
       std::vector<Tensor> inputs;
-      double ops = 0;
-      for (const auto& s : shapes) {
-        inputs.push_back(randn({rows, s[1]}, rng));
-        ops += 2.0 * static_cast<double>(layers * rows * s[0] * s[1]);
-      }
-      std::vector<double> seconds;
-      for (int i = 0; i < 33; ++i) {
-        const auto t0 = std::chrono::steady_clock::now();
+      for (const auto& s : kShapes) inputs.push_back(randn({rows, s[1]}, rng));
+      print_rate(int8 ? "int8" : "fp32", rows, [&] {
         for (std::size_t j = 0; j < packed.size(); ++j) (void)packed[j].forward(inputs[j % 4]);
-        if (i >= 3) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
-      std::sort(seconds.begin(), seconds.end());
-      std::printf("DECODE %s %lld %.1f\n", int8 ? "int8" : "fp32", static_cast<long long>(rows),
-                  ops / seconds[seconds.size() / 2] / 1e9);
+      });
     }
   }
   return 0;
@@ -221,15 +209,8 @@ int print_decode(std::vector<std::int64_t> rows_list) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "randn") == 0) return print_randn(argc > 2 ? std::atoll(argv[2]) : 85'300'000);
   if (argc > 1 && std::strcmp(argv[1], "decode") == 0) {
-    std::vector<std::int64_t> rows;
-    for (int i = 2; i < argc; ++i) {
-      rows.push_back(std::atoll(argv[i]));
-      if (rows.back() < 1 || rows.back() > 4096) {
-        std::fprintf(stderr, "kernel_bench decode: rows must be 1 to 4096, got '%s'\n", argv[i]);
-        return 2;
-      }
-    }
-    return print_decode(rows);
+    const std::vector<std::int64_t> rows = decode_shapes::rows_from(argc, argv, 2, "kernel_bench decode");
+    return rows.empty() ? 2 : print_decode(rows);
   }
   if (argc > 1 && std::strcmp(argv[1], "peak") == 0) {
     g_repeats = 3;
