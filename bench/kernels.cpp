@@ -17,7 +17,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "decode_shapes.h"
+#include "weft/serve/decoder.h"
 #include "weft/serve/generation.h"
+#include "weft/serve/model_file.h"
 #include "weft/serve/quantize.h"
 #include "weft/tensor/blas.h"
 #include "weft/tensor/conv.h"
@@ -206,7 +208,70 @@ int print_decode(const std::vector<std::int64_t>& rows_list) {
   return 0;
 }
 
+// The decoding step alone, in this process (bench/serve's "the step alone" table): the model
+// file's decoder with `weights`, for each count of streams S, three rounds of S sequences
+// that each take a prompt of `prompt` tokens (untimed) and then `steps` steps of one token
+// each; prints "STEP <weights> <S> <tokens/s>", S over the median step. The pool pauses
+// between runs as in weft serve. What bench/serve's server adds to it (the HTTP front end,
+// its client, sampling) is the difference between the two tables.
+int print_steps(const std::string& path, const std::string& weights, std::int64_t prompt, std::int64_t steps,
+                const std::vector<std::int64_t>& streams) {
+  set_pool_pause(serve::kDecodingPoolPause);
+  const serve::LoadedModel model = serve::load_model(path);
+  if (model.language_model() == nullptr) throw ConfigError(path + " is not a language model");
+  const std::unique_ptr<serve::Decoder> decoder =
+      serve::make_decoder(*model.language_model(), serve::DecoderFormat(serve::parse_weight_format(weights)));
+  const auto vocab = static_cast<std::int32_t>(decoder->vocab());
+  for (const std::int64_t S : streams) {
+    std::vector<double> seconds;
+    for (int round = 0; round < 3; ++round) {
+      std::vector<std::unique_ptr<serve::SequenceState>> states;
+      std::vector<serve::SequenceState*> sequences;
+      std::vector<std::vector<std::int32_t>> feeds(static_cast<std::size_t>(S));
+      for (std::int64_t i = 0; i < S; ++i) {
+        states.push_back(decoder->start());
+        sequences.push_back(states.back().get());
+        for (std::int64_t k = 0; k < prompt; ++k)
+          feeds[static_cast<std::size_t>(i)].push_back(static_cast<std::int32_t>((7 * k + i) % vocab));
+      }
+      (void)decoder->extend(sequences, feeds);
+      for (std::int64_t t = 0; t < steps; ++t) {
+        for (std::int64_t i = 0; i < S; ++i) feeds[static_cast<std::size_t>(i)] = {static_cast<std::int32_t>((t + i) % vocab)};
+        const auto t0 = std::chrono::steady_clock::now();
+        (void)decoder->extend(sequences, feeds);
+        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    }
+    std::sort(seconds.begin(), seconds.end());
+    std::printf("STEP %s %lld %.1f\n", weights.c_str(), static_cast<long long>(S),
+                static_cast<double>(S) / seconds[seconds.size() / 2]);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "step") == 0) {
+    // kernel_bench step MODEL WEIGHTS PROMPT STEPS STREAMS...
+    const char* usage = "kernel_bench step MODEL fp32|bf16|int8 PROMPT_TOKENS STEPS STREAMS...";
+    if (argc < 7) {
+      std::fprintf(stderr, "usage: %s\n", usage);
+      return 2;
+    }
+    const std::int64_t prompt = std::atoll(argv[4]), steps = std::atoll(argv[5]);
+    std::vector<std::int64_t> streams;
+    for (int i = 6; i < argc; ++i) streams.push_back(std::atoll(argv[i]));
+    if (prompt < 1 || prompt > 4096 || steps < 1 || steps > 4096 ||
+        std::any_of(streams.begin(), streams.end(), [](std::int64_t s) { return s < 1 || s > 256; })) {
+      std::fprintf(stderr, "kernel_bench step: prompt tokens and steps must be 1 to 4096, streams 1 to 256 (%s)\n", usage);
+      return 2;
+    }
+    try {
+      return print_steps(argv[2], argv[3], prompt, steps, streams);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "kernel_bench step: %s\n", e.what());
+      return 2;
+    }
+  }
   if (argc > 1 && std::strcmp(argv[1], "randn") == 0) return print_randn(argc > 2 ? std::atoll(argv[2]) : 85'300'000);
   if (argc > 1 && std::strcmp(argv[1], "decode") == 0) {
     const std::vector<std::int64_t> rows = decode_shapes::rows_from(argc, argv, 2, "kernel_bench decode");
