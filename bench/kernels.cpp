@@ -209,9 +209,10 @@ int print_decode(const std::vector<std::int64_t>& rows_list) {
 }
 
 // The decoding step alone, in this process (bench/serve's "the step alone" table): the model
-// file's decoder with `weights`, for each count of streams S, three rounds of S sequences
-// that each take a prompt of `prompt` tokens (untimed) and then `steps` steps of one token
-// each; prints "STEP <weights> <S> <tokens/s>", S over the median step. The pool pauses
+// file's decoder with `weights`, for each count of streams S, rounds of S sequences that each
+// take a prompt of `prompt` tokens (untimed) and then `steps` steps of one token each, a
+// warm-up round and three timed; prints "STEP <weights> <S> <tokens/s>", S over the median
+// step of the timed rounds. The pool pauses
 // between runs as in weft serve. What bench/serve's server adds to it (the HTTP front end,
 // its client, sampling) is the difference between the two tables.
 int print_steps(const std::string& path, const std::string& weights, std::int64_t prompt, std::int64_t steps,
@@ -224,7 +225,7 @@ int print_steps(const std::string& path, const std::string& weights, std::int64_
   const auto vocab = static_cast<std::int32_t>(decoder->vocab());
   for (const std::int64_t S : streams) {
     std::vector<double> seconds;
-    for (int round = 0; round < 3; ++round) {
+    for (int round = 0; round < 4; ++round) {  // (round 0: warm-up)
       std::vector<std::unique_ptr<serve::SequenceState>> states;
       std::vector<serve::SequenceState*> sequences;
       std::vector<std::vector<std::int32_t>> feeds(static_cast<std::size_t>(S));
@@ -239,7 +240,7 @@ int print_steps(const std::string& path, const std::string& weights, std::int64_
         for (std::int64_t i = 0; i < S; ++i) feeds[static_cast<std::size_t>(i)] = {static_cast<std::int32_t>((t + i) % vocab)};
         const auto t0 = std::chrono::steady_clock::now();
         (void)decoder->extend(sequences, feeds);
-        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        if (round > 0) seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
     }
     std::sort(seconds.begin(), seconds.end());
