@@ -212,9 +212,9 @@ int print_decode(const std::vector<std::int64_t>& rows_list) {
 // file's decoder with `weights`, for each count of streams S, rounds of S sequences that each
 // take a prompt of `prompt` tokens (untimed) and then `steps` steps of one token each, a
 // warm-up round and three timed; prints "STEP <weights> <S> <tokens/s>", S over the median
-// step of the timed rounds. The pool pauses
-// between runs as in weft serve. What bench/serve's server adds to it (the HTTP front end,
-// its client, sampling) is the difference between the two tables.
+// step of the timed rounds. The pool pauses between runs as in weft serve. What bench/serve's
+// server adds to it (the HTTP front end, its client, sampling) is the difference between the
+// two tables.
 int print_steps(const std::string& path, const std::string& weights, std::int64_t prompt, std::int64_t steps,
                 const std::vector<std::int64_t>& streams) {
   set_pool_pause(serve::kDecodingPoolPause);

@@ -113,7 +113,7 @@ WEFT_TARGET_VNNI256 void rows_256(const std::uint8_t* panel, std::int64_t, std::
 using RowsKernel = void (*)(const std::uint8_t*, std::int64_t, std::int64_t, const std::int8_t*, std::int64_t,
                             Epilogue, float*, std::int64_t);
 
-// How many panels a pass over `rows` rows reads at once at this width, of `panels` left:
+// How many panels a pass reads at once at this width, of `panels` left (whatever the rows):
 // 512 bits: up to 4, for blocks of up to 4 rows (at most 16 accumulators of 32). With the
 // weights coming from memory, 4 rows x 4 panels beat 8 x 2 (bench/decode_products, the
 // GPT-2 small body's products on 2 threads, two runs: 16 rows 761-768 GOP/s against 626-673,
@@ -122,7 +122,7 @@ using RowsKernel = void (*)(const std::uint8_t*, std::int64_t, std::int64_t, con
 // took 1.96-2.10 ms for that body's products against 2.60-2.66 with 2, and 8 gained nothing.
 // 16 rows x 1 panel, reading each panel once for 16 rows, ran 15% slower on 16 rows: twice
 // the broadcasts. 256 bits: 1 panel of up to 4 rows (8 accumulators of 16).
-int panels_at_once(int width, std::int64_t, std::int64_t panels) {
+int panels_at_once(int width, std::int64_t panels) {
   if (width != 512) return 1;
   return static_cast<int>(std::min<std::int64_t>(panels, 4));
 }
@@ -212,7 +212,7 @@ void Int8Panels::product(const std::int8_t* x, std::int64_t rows, std::int64_t l
   const std::int64_t panel_bytes = in4_ * kChannels, steps = in4_ / 4;
   for (std::int64_t o0 = o_begin; o0 < o_end;) {
     const std::uint8_t* panel = panels_.data() + (o0 / kChannels) * panel_bytes;
-    const int np = panels_at_once(width, rows, (o_end - o0) / kChannels);
+    const int np = panels_at_once(width, (o_end - o0) / kChannels);
     int rows_taken = 0;
     for (std::int64_t r0 = 0; r0 < rows; r0 += rows_taken) {
       const Epilogue e{x_sums + r0, x_scales + r0, scale + o0, bias != nullptr ? bias + o0 : nullptr};
