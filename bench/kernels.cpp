@@ -211,8 +211,9 @@ int print_decode(const std::vector<std::int64_t>& rows_list) {
 // The decoding step alone, in this process (bench/serve's "the step alone" table): the model
 // file's decoder with `weights`, for each count of streams S, rounds of S sequences that each
 // take a prompt of `prompt` tokens (untimed) and then `steps` steps of one token each, a
-// warm-up round and three timed; prints "STEP <weights> <S> <tokens/s>", S over the median
-// step of the timed rounds. The pool pauses between runs as in weft serve. What bench/serve's
+// warm-up round and three timed; prints "STEP <weights> <S> <tokens/s> <weight bytes>
+// <cache bytes a position>", S over the median step of the timed rounds, and what a step
+// reads: the weights once, and each sequence's cache at every position it holds. The pool pauses between runs as in weft serve. What bench/serve's
 // server adds to it (the HTTP front end, its client, sampling) is the difference between the
 // two tables.
 int print_steps(const std::string& path, const std::string& weights, std::int64_t prompt, std::int64_t steps,
@@ -244,8 +245,9 @@ int print_steps(const std::string& path, const std::string& weights, std::int64_
       }
     }
     std::sort(seconds.begin(), seconds.end());
-    std::printf("STEP %s %lld %.1f\n", weights.c_str(), static_cast<long long>(S),
-                static_cast<double>(S) / seconds[seconds.size() / 2]);
+    std::printf("STEP %s %lld %.1f %lld %lld\n", weights.c_str(), static_cast<long long>(S),
+                static_cast<double>(S) / seconds[seconds.size() / 2], static_cast<long long>(decoder->weight_bytes()),
+                static_cast<long long>(decoder->cache_bytes_per_token()));
   }
   return 0;
 }

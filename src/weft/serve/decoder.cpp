@@ -358,6 +358,17 @@ Var CachedAttention::attend(const Var& qkv_rows, std::int64_t layer) const {
   return Var(out);
 }
 
+// Elements [from, to) of a cached row into the caches ahead of their use (the 64-byte lines
+// that hold them): one row's read of a few heads is too short for the processor's prefetchers,
+// which at one stream left attention waiting on memory for every row.
+template <class T>
+inline void prefetch_heads(const T* row, std::int64_t from, std::int64_t to) {
+  const char* p = reinterpret_cast<const char*>(row + from);
+  const char* end = reinterpret_cast<const char*>(row + to);
+  for (; p < end; p += 64) __builtin_prefetch(p);
+}
+constexpr std::int64_t kAhead = 12;  // rows ahead
+
 template <class T>
 void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float* o) const {
   const std::int64_t H = heads(), KV = kv_heads(), hd = hd_, d = H * hd, kd = KV * hd, w = d + 2 * kd, group = H / KV;
@@ -408,9 +419,11 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
         // (as training's softmax), and the weighted sum of the values, key by key over the
         // range's whole width (each element's sum in key order).
         float* score = wt.data();
+        const bool partial = h1 - h0 < H;
         s->for_each_run<T>(layer, 0, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
           for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
             const T* kj = run + c * s->width();
+            if (partial && c + kAhead < count) prefetch_heads(kj + kAhead * s->width(), h0 / group * hd, (h1 - 1) / group * hd + hd);
             const auto* kr = readable_row(kj, kd, widened);
             for (std::int64_t h = h0; h < h1; ++h) {
               const float* q = q_all + row * w + h * hd;
@@ -426,6 +439,7 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
         s->for_each_run<T>(layer, 1, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
           for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
             const T* vj = run + c * s->width();
+            if (partial && c + kAhead < count) prefetch_heads(vj + kAhead * s->width(), h0 / group * hd, (h1 - 1) / group * hd + hd);
             const auto* vr = readable_row(vj, kd, widened);
             for (std::int64_t h = h0; h < h1; ++h) {
               const float a = score[(h - h0) * n + j] * row_scale(vj, kd, h / group);  // (x 1 but for int8)
