@@ -5,6 +5,7 @@
 // script, which also times the CNN's whole step.
 
 #include <algorithm>
+#include <numeric>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -212,10 +213,12 @@ int print_decode(const std::vector<std::int64_t>& rows_list) {
 // file's decoder with `weights`, for each count of streams S, rounds of S sequences that each
 // take a prompt of `prompt` tokens (untimed) and then `steps` steps of one token each, a
 // warm-up round and three timed; prints "STEP <weights> <S> <tokens/s> <weight bytes>
-// <cache bytes a position>", S over the median step of the timed rounds, and what a step
-// reads: the weights once, and each sequence's cache at every position it holds. The pool pauses between runs as in weft serve. What bench/serve's
-// server adds to it (the HTTP front end, its client, sampling) is the difference between the
-// two tables.
+// <cache bytes a position> <tokens/s at the mean step>": S over the median step of the timed
+// rounds, what a step reads (the weights once, and each sequence's cache at every position it
+// holds), and S over their mean step (a served rate is tokens over the whole time: its
+// counterpart). The pool pauses between runs as in weft serve. What bench/serve's server adds
+// to it (the HTTP front end, its client, sampling, each request's start) is the difference
+// between the two tables.
 int print_steps(const std::string& path, const std::string& weights, std::int64_t prompt, std::int64_t steps,
                 const std::vector<std::int64_t>& streams) {
   set_pool_pause(serve::kDecodingPoolPause);
@@ -245,9 +248,10 @@ int print_steps(const std::string& path, const std::string& weights, std::int64_
       }
     }
     std::sort(seconds.begin(), seconds.end());
-    std::printf("STEP %s %lld %.1f %lld %lld\n", weights.c_str(), static_cast<long long>(S),
+    const double mean = std::accumulate(seconds.begin(), seconds.end(), 0.0) / static_cast<double>(seconds.size());
+    std::printf("STEP %s %lld %.1f %lld %lld %.1f\n", weights.c_str(), static_cast<long long>(S),
                 static_cast<double>(S) / seconds[seconds.size() / 2], static_cast<long long>(decoder->weight_bytes()),
-                static_cast<long long>(decoder->cache_bytes_per_token()));
+                static_cast<long long>(decoder->cache_bytes_per_token()), static_cast<double>(S) / mean);
   }
   return 0;
 }

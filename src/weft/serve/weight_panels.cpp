@@ -77,6 +77,18 @@ void rows_scalar(const W* panel, std::int64_t panel_elems, std::int64_t in, int 
 }
 
 #if WEFT_HAS_PANEL_KERNELS
+// The weights of `np` panels at input k (those of the next pass: `next`) into the second-level
+// cache, a 64-byte line at the first input it holds. A pass over 8 rows or more runs its row
+// blocks one after another on the same panels, the first from memory and the others from the
+// cache; fetched during the last of them, the next pass's panels come from the cache too, and
+// the memory's stream goes on while the rows compute.
+template <class W>
+inline void fetch_ahead(const W* next, std::int64_t panel_elems, int np, std::int64_t k) {
+  constexpr std::int64_t kInputsALine = std::max<std::int64_t>(1, 64 / (kC * static_cast<std::int64_t>(sizeof(W))));
+  if (k % kInputsALine != 0) return;
+  for (int p = 0; p < np; ++p) __builtin_prefetch(next + p * panel_elems + k * kC, 0, 2);
+}
+
 // A panel's 16 weights at one input, widened: float32 as they are, bf16 shifted into the
 // upper half of a float, int8 converted (exactly). (The masked forms: GCC 12's unmasked
 // widenings start from an undefined vector, which its -Wmaybe-uninitialized reports.)
@@ -94,11 +106,12 @@ WEFT_TARGET_PANELS512 inline __m512 widen16(const std::int8_t* p) {
 // with `resume`, the chains go on from the sums y holds (a product cut over its inputs).
 template <int RB, int NP, class W>
 WEFT_TARGET_PANELS512 void rows_512(const W* panel, std::int64_t panel_elems, std::int64_t in, const float* x,
-                                    std::int64_t ldx, float* y, std::int64_t ldy, bool resume) {
+                                    std::int64_t ldx, float* y, std::int64_t ldy, bool resume, const W* next) {
   __m512 acc[RB][NP];
   for (int r = 0; r < RB; ++r)
     for (int p = 0; p < NP; ++p) acc[r][p] = resume ? _mm512_loadu_ps(y + r * ldy + p * kC) : _mm512_setzero_ps();
   for (std::int64_t k = 0; k < in; ++k) {
+    if (next != nullptr) fetch_ahead(next, panel_elems, NP, k);
     __m512 w[NP];
     for (int p = 0; p < NP; ++p) w[p] = widen16(panel + p * panel_elems + k * kC);
     for (int r = 0; r < RB; ++r) {
@@ -123,11 +136,12 @@ WEFT_TARGET_PANELS256 inline __m256 widen8(const std::int8_t* p) {
 // The same on 256-bit registers: a panel as two halves of 8 channels.
 template <int RB, int NP, class W>
 WEFT_TARGET_PANELS256 void rows_256(const W* panel, std::int64_t panel_elems, std::int64_t in, const float* x,
-                                    std::int64_t ldx, float* y, std::int64_t ldy, bool resume) {
+                                    std::int64_t ldx, float* y, std::int64_t ldy, bool resume, const W* next) {
   __m256 acc[RB][2 * NP];
   for (int r = 0; r < RB; ++r)
     for (int h = 0; h < 2 * NP; ++h) acc[r][h] = resume ? _mm256_loadu_ps(y + r * ldy + h * 8) : _mm256_setzero_ps();
   for (std::int64_t k = 0; k < in; ++k) {
+    if (next != nullptr) fetch_ahead(next, panel_elems, NP, k);
     __m256 w[2 * NP];
     for (int h = 0; h < 2 * NP; ++h) w[h] = widen8(panel + (h / 2) * panel_elems + k * kC + (h % 2) * 8);
     for (int r = 0; r < RB; ++r) {
@@ -141,7 +155,8 @@ WEFT_TARGET_PANELS256 void rows_256(const W* panel, std::int64_t panel_elems, st
 #endif
 
 template <class W>
-using RowsKernel = void (*)(const W*, std::int64_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t, bool);
+using RowsKernel = void (*)(const W*, std::int64_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t, bool,
+                            const W*);
 
 // How many panels a pass over `rows` rows reads at once: 512 bits 2 for 8 rows or more (8 x
 // 2 = 16 accumulators of 32 registers), else 4 (4 panels in flight for one row, which reads
@@ -207,16 +222,19 @@ void product_typed(Path path, const W* panels, std::int64_t panel_elems, std::in
   for (std::int64_t o0 = o_begin; o0 < o_end;) {
     const W* panel = panels + (o0 / kC) * panel_elems;
     const int np = panels_per_pass(path, rows, (o_end - o0 + kC - 1) / kC);
+    // The next pass's panels, when it reads as many (fetched by this pass's last row block).
+    const W* next = (o_end - o0 - np * kC + kC - 1) / kC >= np ? panel + np * panel_elems : nullptr;
     int rb = 0;
     for (std::int64_t r0 = 0; r0 < rows; r0 += rb) {
       const RowsKernel<W> kernel = pick<W>(path, rows - r0, np, &rb);
+      const W* fetch = r0 > 0 && r0 + rb >= rows ? next : nullptr;
       const bool whole = o0 + np * kC <= o_end;
       float* out = y + r0 * ldy + (o0 - y_first);
       float* dst = whole ? out : spill;
       const std::int64_t ld = whole ? ldy : np * kC;
       if (!whole && resume)
         for (int r = 0; r < rb; ++r) std::copy(out + r * ldy, out + r * ldy + (o_end - o0), spill + r * ld);
-      if (kernel != nullptr) kernel(panel, panel_elems, in, x + r0 * ldx, ldx, dst, ld, resume);
+      if (kernel != nullptr) kernel(panel, panel_elems, in, x + r0 * ldx, ldx, dst, ld, resume, fetch);
       else rows_scalar(panel, panel_elems, in, rb, np, x + r0 * ldx, ldx, dst, ld, resume);
       if (!whole)
         for (int r = 0; r < rb; ++r) std::copy(spill + r * ld, spill + r * ld + (o_end - o0), out + r * ldy);
