@@ -81,9 +81,9 @@ class Pause {
 // generation) and taken by a pausing worker without one; the mutex and the condition
 // variables serve only threads that sleep, announced in `sleepers_` and `caller_sleeping_`.
 // (With the mutex held over the publication, a pausing worker that saw the new run blocked
-// on it until the kernel woke it: on a 2-core VM a run of 8 chunks of 2 us cost 2.0-3.0 us
-// beyond its work on 2 threads, against 1.5-1.7 us without; a decoding step of one stream
-// makes about 60 runs.)
+// on it until the kernel woke it: on a 2-core VM a run of 8 chunks of 0.4-2.3 us cost
+// 2.0-3.0 us beyond its work on 2 threads, against 1.5-1.9 us without; a decoding step of one
+// stream makes about 60 runs.)
 class ThreadPool {
  public:
   explicit ThreadPool(int threads) : threads_(threads), active_(threads) {
