@@ -113,6 +113,8 @@ server=$!
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 port=$(cat "$work/port")
 grep -q "on http://127.0.0.1:$port" "$work/serve.log" || { echo "FAIL: not listening on loopback"; cat "$work/serve.log"; exit 1; }
+# A language model's idle server starts a batch at once (--max-wait-ms unset).
+grep -q "waiting up to 0 ms on" "$work/serve.log" || { echo "FAIL: a GPT's server waits for company"; cat "$work/serve.log"; exit 1; }
 want=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 25 --temperature 0 --json |
        python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["text"]))')
 got=$($client "$port" "$token" complete "The cat" 25)
@@ -180,6 +182,7 @@ echo "weft predict: test accuracy $pred, as training measured it"
 "$weft" serve "$work/mlp.safetensors" --port 0 --port-file "$work/port2" --max-batch 64 --max-wait-ms 20 > "$work/serve2.log" 2>&1 &
 server=$!
 for _ in $(seq 100); do [ -s "$work/port2" ] && break; sleep 0.1; done
+grep -q "waiting up to 20 ms on" "$work/serve2.log" || { echo "FAIL: --max-wait-ms 20 not taken"; cat "$work/serve2.log"; exit 1; }
 images=/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz
 $client "$(cat "$work/port2")" - classify "$images" 5 > "$work/classified.txt"
 cat "$work/classified.txt"

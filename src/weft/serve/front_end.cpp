@@ -134,9 +134,10 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     r.folder = folder_;
     r.scale_up_load = o.scale_up_load;
     r.scale_down_after_s = o.scale_down_after_s;
-    r.command = {"serve", o.model, "--max-batch", std::to_string(o.batch.max_batch), "--max-wait-ms",
-                 fmt::format("{}", o.batch.max_wait_ms), "--max-body", std::to_string(o.max_body + 1024),  // (+ the seed it adds)
+    r.command = {"serve", o.model, "--max-batch", std::to_string(o.batch.max_batch), "--max-body",
+                 std::to_string(o.max_body + 1024),  // (+ the seed it adds)
                  "--max-concurrency", std::to_string(o.max_concurrency)};
+    if (o.max_wait_ms) r.command.insert(r.command.end(), {"--max-wait-ms", fmt::format("{}", *o.max_wait_ms)});
     // The flags of one kind of model go on when given or set (a replica refuses those its model
     // does not take, and defaults the rest as the front end would).
     const ServeOptions initial;

@@ -47,7 +47,9 @@ FlagTable<ServeOptions> make_table() {
               .defaults("none").from_env("WEFT_SERVE_TOKEN"));
   FlagGroup<ServeOptions> limits{t, "batches and limits"};
   limits(F("--max-batch", AT(batch.max_batch), "sequences decoded together / images per forward").at_least(1));
-  limits(F("--max-wait-ms", AT(batch.max_wait_ms), "how long a new batch waits for more requests").in(0, 10000));
+  limits(F("--max-wait-ms", AT(max_wait_ms), "how long a new batch waits for more requests")
+             .in(0, 10000)
+             .defaults("0 for a language model, 2 for images"));
   limits(text(F("--max-prefill-tokens", AT(batch.max_prefill_tokens),
                 "GPT: the prompt tokens one step feeds; a longer prompt goes in pieces between the other streams' tokens "
                 "(the same tokens as whole; 0: every prompt whole)")

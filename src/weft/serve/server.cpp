@@ -62,6 +62,7 @@ class Server : private MetricsHolder, public HttpBase {
                                                     o.tp * o.pp * static_cast<int>(env_int_in("WEFT_SERVE_REPLICAS", 1, 64).value_or(1)));
       }
       cache_limit_ = batch.cache_limit_bytes;
+      batch.max_wait_ms = max_wait_ms_ = o.max_wait_ms.value_or(0);
       release_module_held_by(model_.module, *decoder_);  // (a GPT's decoder holds its weights)
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, batch, metrics_);
     } else {
@@ -69,7 +70,9 @@ class Server : private MetricsHolder, public HttpBase {
       if (o.quantize != "fp32" || o.kv_cache_dtype != "fp32" || o.tp > 1 || o.pp > 1)
         throw ConfigError("--quantize, --kv-cache-dtype, --tp and --pp are for a language model, and " + model_.recipe.model +
                           " is an image model");
-      images_ = std::make_unique<ImageBatcher>(*model_.module, o.batch, metrics_);
+      BatchOptions batch = o.batch;
+      batch.max_wait_ms = max_wait_ms_ = o.max_wait_ms.value_or(2);
+      images_ = std::make_unique<ImageBatcher>(*model_.module, batch, metrics_);
     }
     routes();
   }
@@ -85,7 +88,7 @@ class Server : private MetricsHolder, public HttpBase {
                              cache_limit_ > 0 ? " (at most " + human_bytes(cache_limit_) + ")" : "");
     return listen(log_, fmt::format("{} ({}, {} parameters{}) for {}; batches of up to {}, waiting up to {} ms", model_.name,
                                     describe_, parameters_, holding, kind,
-                                    o_.batch.max_batch, o_.batch.max_wait_ms));
+                                    o_.batch.max_batch, max_wait_ms_));
   }
 
  private:
@@ -373,6 +376,7 @@ class Server : private MetricsHolder, public HttpBase {
   std::int64_t max_prompt_ = 0;
   std::unique_ptr<Decoder> decoder_;
   std::int64_t cache_limit_ = 0;  // the key-value cache's, in bytes (0: none)
+  double max_wait_ms_ = 0;        // the batcher's (ServeOptions::max_wait_ms, resolved)
   std::unique_ptr<LmBatcher> lm_;
   std::unique_ptr<ImageBatcher> images_;
   std::int64_t created_ = std::time(nullptr);

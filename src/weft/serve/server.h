@@ -36,6 +36,12 @@ struct ServeOptions {
   // its whole prefill's (a prompt of a model's whole context of 131,072 tokens would hold them
   // for its whole prefill); a model with a context of 2,048 or less prefills every prompt whole.
   BatchOptions batch{16, 2, 2048};
+  // How long an idle server's first request waits for company (BatchOptions::max_wait_ms);
+  // unset: 0 for a language model, whose continuous batching takes a request that comes
+  // during a step at the next one (waiting 2 ms made a first token at one stream 2.2 ms later
+  // and the tokens/s 5% fewer: bench/README.md, session 71), 2 for an image model, whose batch
+  // runs one forward.
+  std::optional<double> max_wait_ms;
   std::int64_t max_body = 1 << 20;   // bytes
   std::int64_t max_prompt_tokens = 0;  // 0: the model's context
   std::int64_t max_tokens = 1024;    // the most a request may ask for
