@@ -40,7 +40,7 @@ struct ServeOptions {
   // unset: 0 for a language model, whose continuous batching takes a request that comes
   // during a step at the next one (waiting 2 ms made a first token at one stream 2.2 ms later
   // and the tokens/s 5% fewer: bench/README.md, session 71), 2 for an image model, whose batch
-  // runs one forward.
+  // runs one forward (or batch.max_wait_ms, where a library caller changed it).
   std::optional<double> max_wait_ms;
   std::int64_t max_body = 1 << 20;   // bytes
   std::int64_t max_prompt_tokens = 0;  // 0: the model's context
