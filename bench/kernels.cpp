@@ -5,13 +5,13 @@
 // script, which also times the CNN's whole step.
 
 #include <algorithm>
-#include <numeric>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
 #include <functional>
+#include <numeric>
 #include <string>
 #include <vector>
 

@@ -419,11 +419,14 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
         // (as training's softmax), and the weighted sum of the values, key by key over the
         // range's whole width (each element's sum in key order).
         float* score = wt.data();
+        // A job of some heads reads a slice of each row: elements [fetch0, fetch1), fetched
+        // kAhead rows ahead (a job of every head reads whole rows, which the processor fetches).
         const bool partial = h1 - h0 < H;
+        const std::int64_t fetch0 = h0 / group * hd, fetch1 = (h1 - 1) / group * hd + hd;
         s->for_each_run<T>(layer, 0, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
           for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
             const T* kj = run + c * s->width();
-            if (partial && c + kAhead < count) prefetch_heads(kj + kAhead * s->width(), h0 / group * hd, (h1 - 1) / group * hd + hd);
+            if (partial && c + kAhead < count) prefetch_heads(kj + kAhead * s->width(), fetch0, fetch1);
             const auto* kr = readable_row(kj, kd, widened);
             for (std::int64_t h = h0; h < h1; ++h) {
               const float* q = q_all + row * w + h * hd;
@@ -439,7 +442,7 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
         s->for_each_run<T>(layer, 1, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
           for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
             const T* vj = run + c * s->width();
-            if (partial && c + kAhead < count) prefetch_heads(vj + kAhead * s->width(), h0 / group * hd, (h1 - 1) / group * hd + hd);
+            if (partial && c + kAhead < count) prefetch_heads(vj + kAhead * s->width(), fetch0, fetch1);
             const auto* vr = readable_row(vj, kd, widened);
             for (std::int64_t h = h0; h < h1; ++h) {
               const float a = score[(h - h0) * n + j] * row_scale(vj, kd, h / group);  // (x 1 but for int8)

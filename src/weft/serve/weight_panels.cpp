@@ -78,10 +78,11 @@ void rows_scalar(const W* panel, std::int64_t panel_elems, std::int64_t in, int 
 
 #if WEFT_HAS_PANEL_KERNELS
 // The weights of `np` panels at input k (those of the next pass: `next`) into the second-level
-// cache, a 64-byte line at the first input it holds. A pass over 8 rows or more runs its row
-// blocks one after another on the same panels, the first from memory and the others from the
-// cache; fetched during the last of them, the next pass's panels come from the cache too, and
-// the memory's stream goes on while the rows compute.
+// cache, a 64-byte line at the first input it holds. A pass of more than one row block (16
+// rows: two of 8 on 512 bits, four of 4 on 256) runs them one after another on the same
+// panels, the first from memory and the others from the cache; fetched during the last of
+// them, the next pass's panels come from the cache too, and the memory's stream goes on while
+// the rows compute.
 template <class W>
 inline void fetch_ahead(const W* next, std::int64_t panel_elems, int np, std::int64_t k) {
   constexpr std::int64_t kInputsALine = std::max<std::int64_t>(1, 64 / (kC * static_cast<std::int64_t>(sizeof(W))));
