@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "weft/serve/panel_fetch.h"
 #include "weft/tensor/kernel_table.h"
 #include "weft/tensor/onednn.h"
 #include "weft/util/cpu.h"
@@ -53,20 +54,41 @@ WEFT_TARGET_VNNI512 inline __m512i dpbusd(__m512i acc, __m512i a, __m512i b) {
   return acc;
 }
 
+// The next pass's panels a row block fetches into L2 as it goes (panel_fetch.h): `count`
+// panels from `from`, a step's line of each at every step.
+struct Ahead {
+  const std::uint8_t* from = nullptr;
+  std::int64_t count = 0;
+};
+
+// Step k (4 inputs) of RB rows times NP panels, added to acc.
+template <int RB, int NP>
+WEFT_TARGET_VNNI512 __attribute__((always_inline)) inline void step_512(__m512i (&acc)[RB][NP], const std::uint8_t* panel,
+                                                                      std::int64_t panel_bytes, const std::int8_t* x,
+                                                                      std::int64_t ldx, std::int64_t k) {
+  __m512i w[NP];
+  for (int p = 0; p < NP; ++p) w[p] = _mm512_loadu_si512(panel + p * panel_bytes + k * kStep);
+  for (int r = 0; r < RB; ++r) {
+    const __m512i xb = _mm512_set1_epi32(four_bytes(x + r * ldx + 4 * k));
+    for (int p = 0; p < NP; ++p) acc[r][p] = dpbusd(acc[r][p], w[p], xb);
+  }
+}
+
 // RB rows of x times NP consecutive panels (16 NP channels), their outputs written to y.
 template <int RB, int NP>
 WEFT_TARGET_VNNI512 void rows_512(const std::uint8_t* panel, std::int64_t panel_bytes, std::int64_t steps,
-                                  const std::int8_t* x, std::int64_t ldx, Epilogue e, float* y, std::int64_t ldy) {
+                                  const std::int8_t* x, std::int64_t ldx, Epilogue e, float* y, std::int64_t ldy,
+                                  Ahead ahead) {
   __m512i acc[RB][NP];
   for (int r = 0; r < RB; ++r)
     for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_si512();
-  for (std::int64_t k = 0; k < steps; ++k) {
-    __m512i w[NP];
-    for (int p = 0; p < NP; ++p) w[p] = _mm512_loadu_si512(panel + p * panel_bytes + k * kStep);
-    for (int r = 0; r < RB; ++r) {
-      const __m512i xb = _mm512_set1_epi32(four_bytes(x + r * ldx + 4 * k));
-      for (int p = 0; p < NP; ++p) acc[r][p] = dpbusd(acc[r][p], w[p], xb);
+  if (ahead.count > 0) {
+    for (std::int64_t k = 0; k < steps; ++k) {
+      for (std::int64_t p = 0; p < ahead.count; ++p) __builtin_prefetch(ahead.from + p * panel_bytes + k * kStep, 0, 2);
+      step_512<RB, NP>(acc, panel, panel_bytes, x, ldx, k);
     }
+  } else {
+    for (std::int64_t k = 0; k < steps; ++k) step_512<RB, NP>(acc, panel, panel_bytes, x, ldx, k);
   }
   for (int r = 0; r < RB; ++r) {
     const __m512i offset = _mm512_set1_epi32(128 * e.x_sums[r]);
@@ -86,7 +108,7 @@ WEFT_TARGET_VNNI512 void rows_512(const std::uint8_t* panel, std::int64_t panel_
 // channels.
 template <int RB>
 WEFT_TARGET_VNNI256 void rows_256(const std::uint8_t* panel, std::int64_t, std::int64_t steps, const std::int8_t* x,
-                                  std::int64_t ldx, Epilogue e, float* y, std::int64_t ldy) {
+                                  std::int64_t ldx, Epilogue e, float* y, std::int64_t ldy, Ahead) {
   __m256i acc[RB][2];
   for (int r = 0; r < RB; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
   for (std::int64_t k = 0; k < steps; ++k) {
@@ -111,7 +133,7 @@ WEFT_TARGET_VNNI256 void rows_256(const std::uint8_t* panel, std::int64_t, std::
 }
 
 using RowsKernel = void (*)(const std::uint8_t*, std::int64_t, std::int64_t, const std::int8_t*, std::int64_t,
-                            Epilogue, float*, std::int64_t);
+                            Epilogue, float*, std::int64_t, Ahead);
 
 // How many panels a pass reads at once at this width, of `panels` left (whatever the rows):
 // 512 bits: up to 4, for blocks of up to 4 rows (at most 16 accumulators of 32). With the
@@ -213,10 +235,17 @@ void Int8Panels::product(const std::int8_t* x, std::int64_t rows, std::int64_t l
   for (std::int64_t o0 = o_begin; o0 < o_end;) {
     const std::uint8_t* panel = panels_.data() + (o0 / kChannels) * panel_bytes;
     const int np = panels_at_once(width, (o_end - o0) / kChannels);
+    // The next pass's panels (consecutive after these), a share to each row block (on 512
+    // bits: 16 rows in 4 blocks fetch a panel each).
+    const std::int64_t left = (o_end - o0) / kChannels - np, next = left > 0 ? panels_at_once(width, left) : 0;
+    const std::int64_t blocks = rows / 4 + (rows % 4 >= 2) + rows % 2;  // (pick's blocks of 4, 2 and 1)
     int rows_taken = 0;
-    for (std::int64_t r0 = 0; r0 < rows; r0 += rows_taken) {
+    for (std::int64_t r0 = 0, block = 0; r0 < rows; r0 += rows_taken, ++block) {
       const Epilogue e{x_sums + r0, x_scales + r0, scale + o0, bias != nullptr ? bias + o0 : nullptr};
-      pick(width, rows - r0, np, &rows_taken)(panel, panel_bytes, steps, x + r0 * ldx, ldx, e, y + r0 * ldy + o0, ldy);
+      const PanelShare share = next_pass_share(block, blocks, next);
+      const Ahead ahead{share.count > 0 ? panel + (np + share.first) * panel_bytes : nullptr, share.count};
+      pick(width, rows - r0, np, &rows_taken)(panel, panel_bytes, steps, x + r0 * ldx, ldx, e, y + r0 * ldy + o0, ldy,
+                                              ahead);
     }
     o0 += np * kChannels;
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "weft/serve/panel_fetch.h"
 #include "weft/tensor/allocator.h"
 #include "weft/util/cpu.h"
 #include "weft/util/error.h"
@@ -77,12 +78,8 @@ void rows_scalar(const W* panel, std::int64_t panel_elems, std::int64_t in, int 
 }
 
 #if WEFT_HAS_PANEL_KERNELS
-// The weights of `np` panels at input k (those of the next pass: `next`) into the second-level
-// cache, a 64-byte line at the first input it holds. A pass of more than one row block (16
-// rows: two of 8 on 512 bits, four of 4 on 256) runs them one after another on the same
-// panels, the first from memory and the others from the cache; fetched during the last of
-// them, the next pass's panels come from the cache too, and the memory's stream goes on while
-// the rows compute.
+// The weights of `np` panels at input k (a share of the next pass's: panel_fetch.h) into the
+// second-level cache, a 64-byte line at the first input it holds.
 template <class W>
 inline void fetch_ahead(const W* next, std::int64_t panel_elems, int np, std::int64_t k) {
   constexpr std::int64_t kInputsALine = std::max<std::int64_t>(1, 64 / (kC * static_cast<std::int64_t>(sizeof(W))));
@@ -107,12 +104,13 @@ WEFT_TARGET_PANELS512 inline __m512 widen16(const std::int8_t* p) {
 // with `resume`, the chains go on from the sums y holds (a product cut over its inputs).
 template <int RB, int NP, class W>
 WEFT_TARGET_PANELS512 void rows_512(const W* panel, std::int64_t panel_elems, std::int64_t in, const float* x,
-                                    std::int64_t ldx, float* y, std::int64_t ldy, bool resume, const W* next) {
+                                    std::int64_t ldx, float* y, std::int64_t ldy, bool resume, const W* next,
+                                    int fetch) {
   __m512 acc[RB][NP];
   for (int r = 0; r < RB; ++r)
     for (int p = 0; p < NP; ++p) acc[r][p] = resume ? _mm512_loadu_ps(y + r * ldy + p * kC) : _mm512_setzero_ps();
   for (std::int64_t k = 0; k < in; ++k) {
-    if (next != nullptr) fetch_ahead(next, panel_elems, NP, k);
+    if (fetch > 0) fetch_ahead(next, panel_elems, fetch, k);
     __m512 w[NP];
     for (int p = 0; p < NP; ++p) w[p] = widen16(panel + p * panel_elems + k * kC);
     for (int r = 0; r < RB; ++r) {
@@ -137,12 +135,13 @@ WEFT_TARGET_PANELS256 inline __m256 widen8(const std::int8_t* p) {
 // The same on 256-bit registers: a panel as two halves of 8 channels.
 template <int RB, int NP, class W>
 WEFT_TARGET_PANELS256 void rows_256(const W* panel, std::int64_t panel_elems, std::int64_t in, const float* x,
-                                    std::int64_t ldx, float* y, std::int64_t ldy, bool resume, const W* next) {
+                                    std::int64_t ldx, float* y, std::int64_t ldy, bool resume, const W* next,
+                                    int fetch) {
   __m256 acc[RB][2 * NP];
   for (int r = 0; r < RB; ++r)
     for (int h = 0; h < 2 * NP; ++h) acc[r][h] = resume ? _mm256_loadu_ps(y + r * ldy + h * 8) : _mm256_setzero_ps();
   for (std::int64_t k = 0; k < in; ++k) {
-    if (next != nullptr) fetch_ahead(next, panel_elems, NP, k);
+    if (fetch > 0) fetch_ahead(next, panel_elems, fetch, k);
     __m256 w[2 * NP];
     for (int h = 0; h < 2 * NP; ++h) w[h] = widen8(panel + (h / 2) * panel_elems + k * kC + (h % 2) * 8);
     for (int r = 0; r < RB; ++r) {
@@ -157,7 +156,7 @@ WEFT_TARGET_PANELS256 void rows_256(const W* panel, std::int64_t panel_elems, st
 
 template <class W>
 using RowsKernel = void (*)(const W*, std::int64_t, std::int64_t, const float*, std::int64_t, float*, std::int64_t, bool,
-                            const W*);
+                            const W*, int);
 
 // How many panels a pass over `rows` rows reads at once: 512 bits 2 for 8 rows or more (8 x
 // 2 = 16 accumulators of 32 registers), else 4 (4 panels in flight for one row, which reads
@@ -223,19 +222,27 @@ void product_typed(Path path, const W* panels, std::int64_t panel_elems, std::in
   for (std::int64_t o0 = o_begin; o0 < o_end;) {
     const W* panel = panels + (o0 / kC) * panel_elems;
     const int np = panels_per_pass(path, rows, (o_end - o0 + kC - 1) / kC);
-    // The next pass's panels, when it reads as many (fetched by this pass's last row block).
-    const W* next = (o_end - o0 - np * kC + kC - 1) / kC >= np ? panel + np * panel_elems : nullptr;
+    // The next pass's panels, a share to each row block.
+    const std::int64_t left = (o_end - o0 - np * kC + kC - 1) / kC, next = left > 0 ? panels_per_pass(path, rows, left) : 0;
+    std::int64_t blocks = 0;
+    for (std::int64_t r = rows; r > 0; ++blocks) {
+      int taken = 0;
+      (void)pick<W>(path, r, np, &taken);
+      r -= taken;
+    }
     int rb = 0;
-    for (std::int64_t r0 = 0; r0 < rows; r0 += rb) {
+    for (std::int64_t r0 = 0, block = 0; r0 < rows; r0 += rb, ++block) {
       const RowsKernel<W> kernel = pick<W>(path, rows - r0, np, &rb);
-      const W* fetch = r0 > 0 && r0 + rb >= rows ? next : nullptr;
+      const PanelShare share = next_pass_share(block, blocks, next);
       const bool whole = o0 + np * kC <= o_end;
       float* out = y + r0 * ldy + (o0 - y_first);
       float* dst = whole ? out : spill;
       const std::int64_t ld = whole ? ldy : np * kC;
       if (!whole && resume)
         for (int r = 0; r < rb; ++r) std::copy(out + r * ldy, out + r * ldy + (o_end - o0), spill + r * ld);
-      if (kernel != nullptr) kernel(panel, panel_elems, in, x + r0 * ldx, ldx, dst, ld, resume, fetch);
+      if (kernel != nullptr)
+        kernel(panel, panel_elems, in, x + r0 * ldx, ldx, dst, ld, resume,
+               share.count > 0 ? panel + (np + share.first) * panel_elems : nullptr, static_cast<int>(share.count));
       else rows_scalar(panel, panel_elems, in, rb, np, x + r0 * ldx, ldx, dst, ld, resume);
       if (!whole)
         for (int r = 0; r < rb; ++r) std::copy(spill + r * ld, spill + r * ld + (o_end - o0), out + r * ldy);
