@@ -25,6 +25,7 @@
 #include "weft/serve/metrics.h"
 #include "weft/serve/metrics_merge.h"
 #include "weft/serve/model_file.h"
+#include "weft/serve/panel_fetch.h"
 #include "weft/serve/quantize.h"
 #include "weft/serve/sampling.h"
 #include "weft/serve/serve_flags.h"
@@ -682,6 +683,30 @@ TEST(Quantize, ARowsProductDoesNotDependOnTheRowsBesideIt) {
 // the channel's and the row's scales plus the bias, whatever the rows, the channels asked for (whole panels, the rows past
 // the last panel), the input length (padded to 4) and the kernel's width; a row's result
 // does not depend on the rows multiplied with it.
+// The row blocks of a pass share the next pass's panels: each panel fetched by exactly one
+// block, in order, the later blocks taking them when there are fewer panels than blocks; a
+// pass of one block fetches nothing.
+TEST(PanelFetch, TheRowBlocksShareTheNextPassOnce) {
+  for (std::int64_t next = 0; next <= 6; ++next) {
+    for (std::int64_t blocks = 1; blocks <= 20; ++blocks) {
+      std::vector<int> fetched(static_cast<std::size_t>(next), 0);
+      std::int64_t at = 0;
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const PanelShare share = next_pass_share(b, blocks, next);
+        ASSERT_GE(share.count, 0);
+        if (share.count == 0) continue;
+        ASSERT_EQ(share.first, at) << "next " << next << ", blocks " << blocks << ", block " << b;
+        for (std::int64_t p = share.first; p < share.first + share.count; ++p) ++fetched[static_cast<std::size_t>(p)];
+        at = share.first + share.count;
+      }
+      for (int f : fetched) EXPECT_EQ(f, blocks > 1 ? 1 : 0) << "next " << next << ", blocks " << blocks;
+    }
+  }
+  EXPECT_EQ(next_pass_share(3, 4, 1).count, 1);  // one panel of 4 blocks: the last fetches it
+  EXPECT_EQ(next_pass_share(0, 4, 1).count, 0);
+  EXPECT_EQ(next_pass_share(2, 4, 4).first, 2);  // 16 int8 rows: a panel each
+}
+
 TEST(Quantize, VnniPanelsGiveTheExactIntegerProduct) {
   std::vector<int> widths;
   for (int width : {512, 256})
