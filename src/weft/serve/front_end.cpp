@@ -137,7 +137,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     r.command = {"serve", o.model, "--max-batch", std::to_string(o.batch.max_batch), "--max-body",
                  std::to_string(o.max_body + 1024),  // (+ the seed it adds)
                  "--max-concurrency", std::to_string(o.max_concurrency)};
-    if (o.max_wait_ms) r.command.insert(r.command.end(), {"--max-wait-ms", fmt::format("{}", *o.max_wait_ms)});
+    if (const auto wait = given_max_wait_ms(o)) r.command.insert(r.command.end(), {"--max-wait-ms", fmt::format("{}", *wait)});
     // The flags of one kind of model go on when given or set (a replica refuses those its model
     // does not take, and defaults the rest as the front end would).
     const ServeOptions initial;

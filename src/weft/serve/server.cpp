@@ -31,13 +31,6 @@ using nlohmann::json;
 
 constexpr auto kPoll = std::chrono::milliseconds(100);
 
-// The batcher's wait for company: --max-wait-ms, or a library caller's batch.max_wait_ms
-// where it changed it, else `unset` (ServeOptions::max_wait_ms).
-double wait_for_company(const ServeOptions& o, double unset) {
-  if (o.max_wait_ms) return *o.max_wait_ms;
-  return o.batch.max_wait_ms != ServeOptions{}.batch.max_wait_ms ? o.batch.max_wait_ms : unset;
-}
-
 class Server : private MetricsHolder, public HttpBase {
  public:
   Server(const ServeOptions& o, std::FILE* log)
@@ -69,7 +62,7 @@ class Server : private MetricsHolder, public HttpBase {
                                                     o.tp * o.pp * static_cast<int>(env_int_in("WEFT_SERVE_REPLICAS", 1, 64).value_or(1)));
       }
       cache_limit_ = batch.cache_limit_bytes;
-      batch.max_wait_ms = max_wait_ms_ = wait_for_company(o, 0);
+      batch.max_wait_ms = max_wait_ms_ = given_max_wait_ms(o).value_or(0);
       release_module_held_by(model_.module, *decoder_);  // (a GPT's decoder holds its weights)
       lm_ = std::make_unique<LmBatcher>(*decoder_, *model_.tokenizer, batch, metrics_);
     } else {
@@ -78,7 +71,7 @@ class Server : private MetricsHolder, public HttpBase {
         throw ConfigError("--quantize, --kv-cache-dtype, --tp and --pp are for a language model, and " + model_.recipe.model +
                           " is an image model");
       BatchOptions batch = o.batch;
-      batch.max_wait_ms = max_wait_ms_ = wait_for_company(o, 2);
+      batch.max_wait_ms = max_wait_ms_ = given_max_wait_ms(o).value_or(2);
       images_ = std::make_unique<ImageBatcher>(*model_.module, batch, metrics_);
     }
     routes();
@@ -390,6 +383,12 @@ class Server : private MetricsHolder, public HttpBase {
 };
 
 }  // namespace
+
+std::optional<double> given_max_wait_ms(const ServeOptions& o) {
+  if (o.max_wait_ms) return o.max_wait_ms;
+  if (o.batch.max_wait_ms != ServeOptions{}.batch.max_wait_ms) return o.batch.max_wait_ms;
+  return std::nullopt;
+}
 
 void validate(const ServeOptions& o) {
   check_values(serve_flags(), o);  // each flag's bounds and choices

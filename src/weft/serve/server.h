@@ -79,6 +79,9 @@ struct ServeOptions {
 
 // Checks the options (one-line ConfigError naming the flag).
 void validate(const ServeOptions& options);
+// The batcher's wait for company as given: --max-wait-ms, or a library caller's
+// batch.max_wait_ms where it changed it; none when unset (the server then picks by model).
+std::optional<double> given_max_wait_ms(const ServeOptions& options);
 // Serves until SIGINT or SIGTERM; returns the exit code.
 int serve(const ServeOptions& options, std::FILE* log);
 // The front end of replicas_max > 1 (front_end.cpp); called by serve().
