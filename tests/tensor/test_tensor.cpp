@@ -2,10 +2,13 @@
 
 #include <atomic>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
+#include "weft/tensor/stealing_ranges.h"
 #include "weft/tensor/thread_pool.h"
 
 using namespace weft;
@@ -193,6 +196,50 @@ TEST(ThreadPool, BackToBackRunsOfChangingSizesRunEachChunkOnce) {
     });
     ASSERT_EQ(running.load(), 0) << "run " << run << " returned while a chunk ran";
     for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "run " << run << ", element " << i;
+  }
+}
+
+// One thread taking for every lane in turn: each owner takes its own range front to back;
+// a lane that ran out takes the back half of the lane with the most left and goes on in
+// order there; every unit once.
+TEST(StealingRanges, OwnersTakeTheirRangesInOrderThenStealBackHalves) {
+  StealingRanges r(10, 3);  // lanes [0, 3), [3, 6), [6, 10)
+  std::vector<std::int64_t> lane0;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(r.next_own(0, i));
+    lane0.push_back(r.next(0));
+  }
+  EXPECT_EQ(lane0, (std::vector<std::int64_t>{0, 1, 2}));
+  EXPECT_FALSE(r.next_own(0, 3));  // (unit 3 is lane 1's)
+  EXPECT_EQ(r.next(0), 8);         // lane 2 has the most left (4): lane 0 takes [8, 10)
+  EXPECT_TRUE(r.next_own(0, 9));
+  EXPECT_FALSE(r.next_own(2, 8));
+  EXPECT_EQ(r.next(2), 6);  // lane 2 kept [6, 8)
+  EXPECT_EQ(r.next(0), 9);
+  EXPECT_EQ(r.next(0), 4);  // lane 1 has 3 left, lane 2 one: lane 0 takes [4, 6) of lane 1's
+  EXPECT_EQ(r.next(1), 3);
+  EXPECT_EQ(r.next(1), 5);  // lane 1 ran out; lanes 0 and 2 have one each: the first's
+  EXPECT_EQ(r.next(0), 7);
+  for (int lane : {0, 1, 2}) EXPECT_EQ(r.next(lane), -1);
+  EXPECT_EQ(StealingRanges(0, 2).next(1), -1);
+  EXPECT_THROW(StealingRanges(5, 0), std::exception);
+}
+
+// Threads taking at once, over and over: every unit exactly once; a lane whose owner comes
+// after the others finished finds its units taken by them.
+TEST(StealingRanges, ThreadsTakeEveryUnitOnceAndALateOwnerFindsItsUnitsTaken) {
+  for (int round = 0; round < 200; ++round) {
+    const std::int64_t n = 1000 + round;
+    StealingRanges r(n, 4);
+    std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+    auto take = [&](int lane) {
+      for (std::int64_t u = r.next(lane); u >= 0; u = r.next(lane)) hits[static_cast<std::size_t>(u)]++;
+    };
+    std::vector<std::thread> threads;
+    for (int lane = 0; lane < 3; ++lane) threads.emplace_back(take, lane);
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(r.next(3), -1) << "round " << round;
+    for (std::int64_t u = 0; u < n; ++u) ASSERT_EQ(hits[static_cast<std::size_t>(u)].load(), 1) << "unit " << u;
   }
 }
 

@@ -213,7 +213,7 @@ std::int8_t Int8Panels::at(std::int64_t o, std::int64_t i) const {
 
 void Int8Panels::product(const std::int8_t* x, std::int64_t rows, std::int64_t ldx, const std::int32_t* x_sums,
                          const float* x_scales, const float* scale, const float* bias, float* y, std::int64_t ldy,
-                         std::int64_t o_begin, std::int64_t o_end, int width) const {
+                         std::int64_t o_begin, std::int64_t o_end, int width, std::int64_t ahead_end) const {
   WEFT_CHECK(o_begin % kChannels == 0 && o_begin <= o_end && o_end <= out_ && ldx >= in4_,
              "Int8Panels::product: channels [" + std::to_string(o_begin) + ", " + std::to_string(o_end) +
                  ") or row length " + std::to_string(ldx) + " out of range");
@@ -230,14 +230,15 @@ void Int8Panels::product(const std::int8_t* x, std::int64_t rows, std::int64_t l
     }
   }
   o_end = std::min(o_end, full_);
+  const std::int64_t fetch_end = std::clamp(ahead_end, o_end, full_);
 #if WEFT_HAS_VNNI_KERNELS
   const std::int64_t panel_bytes = in4_ * kChannels, steps = in4_ / 4;
   for (std::int64_t o0 = o_begin; o0 < o_end;) {
     const std::uint8_t* panel = panels_.data() + (o0 / kChannels) * panel_bytes;
     const int np = panels_at_once(width, (o_end - o0) / kChannels);
-    // The next pass's panels (consecutive after these), a share to each row block (on 512
-    // bits: 16 rows in 4 blocks fetch a panel each).
-    const std::int64_t left = (o_end - o0) / kChannels - np, next = left > 0 ? panels_at_once(width, left) : 0;
+    // The next pass's panels (consecutive after these, up to fetch_end), a share to each row
+    // block (on 512 bits: 16 rows in 4 blocks fetch a panel each).
+    const std::int64_t left = (fetch_end - o0) / kChannels - np, next = left > 0 ? panels_at_once(width, left) : 0;
     const std::int64_t blocks = rows / 4 + (rows % 4 >= 2) + rows % 2;  // (pick's blocks of 4, 2 and 1)
     int rows_taken = 0;
     for (std::int64_t r0 = 0, block = 0; r0 < rows; r0 += rows_taken, ++block) {
@@ -250,7 +251,7 @@ void Int8Panels::product(const std::int8_t* x, std::int64_t rows, std::int64_t l
     o0 += np * kChannels;
   }
 #else
-  (void)x_sums;
+  (void)x_sums, (void)fetch_end;
 #endif
 }
 

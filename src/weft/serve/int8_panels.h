@@ -49,10 +49,12 @@ class Int8Panels {
   // y[r][o] = float(sum_i x[r][i] w[o][i]) * scale[o] * x_scales[r] (+ bias[o] when bias is
   // not null) for rows r < rows and channels o in [o_begin, o_end) (o_begin a multiple of 16);
   // x rows `ldx` bytes apart (at least padded_in()), x_sums[r] = sum_i x[r][i]; y rows `ldy`
-  // floats apart. `width` is one the processor runs (vnni_runs(width)).
+  // floats apart. `width` is one the processor runs (vnni_runs(width)). Channels from o_end
+  // to `ahead_end`, when it is past o_end, are the ones the caller computes next: the last
+  // pass fetches their first panels into L2 (panel_fetch.h).
   void product(const std::int8_t* x, std::int64_t rows, std::int64_t ldx, const std::int32_t* x_sums,
                const float* x_scales, const float* scale, const float* bias, float* y, std::int64_t ldy,
-               std::int64_t o_begin, std::int64_t o_end, int width) const;
+               std::int64_t o_begin, std::int64_t o_end, int width, std::int64_t ahead_end = 0) const;
 
  private:
   std::int64_t out_ = 0, in_ = 0, in4_ = 0, full_ = 0;  // full_: the channels in whole panels

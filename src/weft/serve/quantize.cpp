@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "weft/tensor/stealing_ranges.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 
@@ -20,38 +21,44 @@ std::uint16_t to_bf16(float f) {
   return static_cast<std::uint16_t>(u >> 16);
 }
 
-// How a product of R rows and `out` channels is cut for the pool: blocks of at most 64 rows
-// and of 64-channel multiples (4 panels of 16), at least about 8 of them (a prefill of 220
-// rows in 4 row blocks alone left one of 2 threads a quarter idle); both depend only on the
-// shape, and every output is computed whole in one block.
-struct ProductBlocks {
-  std::int64_t rows, channels, row_blocks, channel_blocks;
-  std::int64_t count() const { return row_blocks * channel_blocks; }
-};
-ProductBlocks product_blocks(std::int64_t R, std::int64_t out) {
-  ProductBlocks b;
-  b.rows = 64, b.row_blocks = (R + b.rows - 1) / b.rows;
-  const std::int64_t split = std::max<std::int64_t>(1, (8 + b.row_blocks - 1) / std::max<std::int64_t>(b.row_blocks, 1));
-  b.channels = std::max<std::int64_t>(64, ((out + split - 1) / split + 63) / 64 * 64);
-  b.channel_blocks = (out + b.channels - 1) / b.channels;
-  return b;
+// How a product of R rows and `out` channels runs on the pool: in units of at most 64 rows
+// and 64 channels (4 panels of 16), numbered row block by row block, channels in order, and
+// dealt to the active threads as contiguous ranges (tensor/stealing_ranges.h). A thread takes
+// its own units in order, so while it computes one it fetches the first panels of the next
+// (the products' ahead_end); one that runs out takes the back half of another's range, so a
+// thread held off its core by a busy machine leaves its units to the other. Cutting 16
+// rows into 6-8 blocks taken in turns instead left each block's first pass reading memory
+// with nothing overlapped (bench/README.md, session 73). Every output is computed whole in
+// one unit: results do not depend on who takes which. A product too small to share runs on
+// this thread. unit(r0, rows, o0, o1, ahead_end).
+template <class Unit>
+void run_product_units(std::int64_t R, std::int64_t out, bool small, const Unit& unit) {
+  constexpr std::int64_t kRows = 64, kChannels = 64;
+  const std::int64_t channel_units = (out + kChannels - 1) / kChannels, units = (R + kRows - 1) / kRows * channel_units;
+  const int lanes = small || in_parallel_for() ? 1 : static_cast<int>(std::min<std::int64_t>(get_active_threads(), units));
+  StealingRanges ranges(units, std::max(lanes, 1));
+  parallel_for(lanes, 1, [&](std::int64_t begin, std::int64_t end) {
+    for (auto lane = static_cast<int>(begin); lane < end; ++lane)
+      for (std::int64_t u = ranges.next(lane); u >= 0; u = ranges.next(lane)) {
+        const std::int64_t r0 = u / channel_units * kRows, c = u % channel_units;
+        const std::int64_t o0 = c * kChannels, o1 = std::min(out, o0 + kChannels);
+        const bool ahead = c + 1 < channel_units && ranges.next_own(lane, u + 1);
+        unit(r0, std::min(kRows, R - r0), o0, o1, ahead ? std::min(out, o1 + kChannels) : o1);
+      }
+  });
 }
 
-// x times weights in panels (float32, bf16 or int8 codes with their scales), the blocks on
-// the pool; a product too small to share runs on this thread.
+// x times weights in panels (float32, bf16 or int8 codes with their scales), on the pool.
 Tensor panel_product(const Tensor& x, const WeightPanels& w, const float* scale, const Tensor& bias) {
   const std::int64_t R = x.size(0), out = w.out(), in = w.in();
   Tensor y = Tensor::empty({R, out});
-  const ProductBlocks b = product_blocks(R, out);
   const float* xp = x.data<float>();
   const float* bp = bias.defined() ? bias.data<float>() : nullptr;
   float* yp = y.data<float>();
   const bool small = R * in * out < (std::int64_t{1} << 16);
-  parallel_for(b.count(), small ? b.count() : 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t k = begin; k < end; ++k) {
-      const std::int64_t r0 = (k / b.channel_blocks) * b.rows, o0 = (k % b.channel_blocks) * b.channels;
-      w.product(xp + r0 * in, std::min(b.rows, R - r0), in, scale, bp, yp + r0 * out, out, o0, std::min(out, o0 + b.channels));
-    }
+  run_product_units(R, out, small, [&](std::int64_t r0, std::int64_t rows, std::int64_t o0, std::int64_t o1,
+                                       std::int64_t ahead_end) {
+    w.product(xp + r0 * in, rows, in, scale, bp, yp + r0 * out, out, o0, o1, ahead_end);
   });
   return y;
 }
@@ -119,14 +126,12 @@ Tensor int8_product(const Tensor& x, const Int8Panels& w, int width, const std::
     }
   });
   Tensor y = Tensor::empty({R, out});  // every element written by the products below
-  const ProductBlocks b = product_blocks(R, out);
   const float* bp = bias.defined() ? bias.data<float>() : nullptr;
-  parallel_for(b.count(), 1, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t k = begin; k < end; ++k) {
-      const std::int64_t r0 = (k / b.channel_blocks) * b.rows, o0 = (k % b.channel_blocks) * b.channels;
-      w.product(qx.data() + r0 * in4, std::min(b.rows, R - r0), in4, row_sum.data() + r0, row_scale.data() + r0,
-                scale.data(), bp, y.data<float>() + r0 * out, out, o0, std::min(out, o0 + b.channels), width);
-    }
+  float* yp = y.data<float>();
+  run_product_units(R, out, false, [&](std::int64_t r0, std::int64_t rows, std::int64_t o0, std::int64_t o1,
+                                       std::int64_t ahead_end) {
+    w.product(qx.data() + r0 * in4, rows, in4, row_sum.data() + r0, row_scale.data() + r0, scale.data(), bp,
+              yp + r0 * out, out, o0, o1, width, ahead_end);
   });
   return y;
 }

@@ -213,17 +213,19 @@ RowsKernel<W> pick(Path path, std::int64_t rows, int np, int* rb) {
 }
 
 // Panel p at panels + p * panel_elems, `in` inputs of it read ([in][16] from there); y's
-// first column is channel y_first's.
+// first column is channel y_first's. Channels up to fetch_end (at least o_end) may be
+// fetched ahead.
 template <class W>
 void product_typed(Path path, const W* panels, std::int64_t panel_elems, std::int64_t in, const float* x,
                    std::int64_t rows, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t y_first,
-                   std::int64_t o_begin, std::int64_t o_end, bool resume) {
+                   std::int64_t o_begin, std::int64_t o_end, bool resume, std::int64_t fetch_end) {
   float spill[8 * 4 * kC];  // a pass's outputs past o_end (the last panel's padding)
   for (std::int64_t o0 = o_begin; o0 < o_end;) {
     const W* panel = panels + (o0 / kC) * panel_elems;
     const int np = panels_per_pass(path, rows, (o_end - o0 + kC - 1) / kC);
-    // The next pass's panels, a share to each row block.
-    const std::int64_t left = (o_end - o0 - np * kC + kC - 1) / kC, next = left > 0 ? panels_per_pass(path, rows, left) : 0;
+    // The next pass's panels (up to fetch_end), a share to each row block.
+    const std::int64_t left = (fetch_end - o0 - np * kC + kC - 1) / kC,
+                       next = left > 0 ? panels_per_pass(path, rows, left) : 0;
     std::int64_t blocks = 0;
     for (std::int64_t r = rows; r > 0; ++blocks) {
       int taken = 0;
@@ -295,8 +297,9 @@ const char* WeightPanels::path() { return path_name(processor_path()); }
 bool WeightPanels::runs(const char* path) { return path_runs(parse_path(path)); }
 
 void WeightPanels::product(const float* x, std::int64_t rows, std::int64_t ldx, const float* scale, const float* bias,
-                           float* y, std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end) const {
-  product_at(static_cast<int>(processor_path()), x, rows, ldx, scale, bias, y, ldy, o_begin, o_end);
+                           float* y, std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end,
+                           std::int64_t ahead_end) const {
+  product_at(static_cast<int>(processor_path()), x, rows, ldx, scale, bias, y, ldy, o_begin, o_end, ahead_end);
 }
 
 void WeightPanels::product_on(const char* path, const float* x, std::int64_t rows, std::int64_t ldx, const float* scale,
@@ -304,28 +307,29 @@ void WeightPanels::product_on(const char* path, const float* x, std::int64_t row
                               std::int64_t o_end) const {
   const Path p = parse_path(path);
   WEFT_CHECK(path_runs(p), std::string("WeightPanels::product: this processor does not run the ") + path + " path");
-  product_at(static_cast<int>(p), x, rows, ldx, scale, bias, y, ldy, o_begin, o_end);
+  product_at(static_cast<int>(p), x, rows, ldx, scale, bias, y, ldy, o_begin, o_end, o_end);
 }
 
 void WeightPanels::product_at(int path, const float* x, std::int64_t rows, std::int64_t ldx, const float* scale,
                               const float* bias, float* y, std::int64_t ldy, std::int64_t o_begin,
-                              std::int64_t o_end) const {
+                              std::int64_t o_end, std::int64_t ahead_end) const {
   WEFT_CHECK(o_begin % kC == 0 && 0 <= o_begin && o_begin <= o_end && o_end <= out_ && ldx >= in_ && rows >= 0,
              "WeightPanels::product: channels [" + std::to_string(o_begin) + ", " + std::to_string(o_end) +
                  ") or row length " + std::to_string(ldx) + " out of range");
   const auto p = static_cast<Path>(path);
+  const std::int64_t fetch_end = std::clamp(ahead_end, o_end, out_);
   switch (element_) {
     case Element::kF32:
       product_typed(p, reinterpret_cast<const float*>(data_.get()), in_ * kC, in_, x, rows, ldx, y, ldy, 0, o_begin,
-                    o_end, false);
+                    o_end, false, fetch_end);
       break;
     case Element::kBf16:
       product_typed(p, reinterpret_cast<const std::uint16_t*>(data_.get()), in_ * kC, in_, x, rows, ldx, y, ldy, 0,
-                    o_begin, o_end, false);
+                    o_begin, o_end, false, fetch_end);
       break;
     case Element::kInt8:
       product_typed(p, reinterpret_cast<const std::int8_t*>(data_.get()), in_ * kC, in_, x, rows, ldx, y, ldy, 0,
-                    o_begin, o_end, false);
+                    o_begin, o_end, false, fetch_end);
       break;
   }
   if (scale == nullptr && bias == nullptr) return;
@@ -346,7 +350,7 @@ void float_panel_product(const float* panels, std::int64_t panel_stride, std::in
                  std::to_string(in) + " inputs in panels " + std::to_string(panel_stride) + " apart");
   const Path p = path != nullptr ? parse_path(path) : processor_path();
   WEFT_CHECK(path_runs(p), std::string("float_panel_product: this processor does not run the ") + path_name(p) + " path");
-  product_typed(p, panels, panel_stride, in, x, rows, ldx, y, ldy, o_begin, o_begin, o_end, resume);
+  product_typed(p, panels, panel_stride, in, x, rows, ldx, y, ldy, o_begin, o_begin, o_end, resume, o_end);
 }
 
 }  // namespace weft::serve

@@ -42,9 +42,11 @@ class WeightPanels {
 
   // y[r][o] for rows r < rows and channels o in [o_begin, o_end) (o_begin a multiple of 16),
   // as the contract above: x rows `ldx` floats apart, y rows `ldy` floats apart; scale and
-  // bias (per channel, indexed from 0) may be null.
+  // bias (per channel, indexed from 0) may be null. Channels from o_end to `ahead_end`, when
+  // it is past o_end, are the ones the caller computes next: the last pass fetches their
+  // first panels into L2 (panel_fetch.h).
   void product(const float* x, std::int64_t rows, std::int64_t ldx, const float* scale, const float* bias, float* y,
-               std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end) const;
+               std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end, std::int64_t ahead_end = 0) const;
 
   // The path products take on this processor, under WEFT_CPU_ISA's cap as it was at the
   // first call: "avx512", "avx2" or "scalar"; and whether this processor runs a path (tests
@@ -59,7 +61,7 @@ class WeightPanels {
   template <class W>
   void store(const W* w, std::int64_t out, std::int64_t in, Element element);
   void product_at(int path, const float* x, std::int64_t rows, std::int64_t ldx, const float* scale, const float* bias,
-                  float* y, std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end) const;
+                  float* y, std::int64_t ldy, std::int64_t o_begin, std::int64_t o_end, std::int64_t ahead_end) const;
 
   std::int64_t out_ = 0, in_ = 0;
   Element element_ = Element::kF32;
