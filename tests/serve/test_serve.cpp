@@ -709,21 +709,25 @@ TEST(PanelFetch, TheRowBlocksShareTheNextPassOnce) {
 
 // A product is cut into units of 64 rows and 64 channels dealt to the threads, each fetching
 // the next unit's panels ahead (quantize.cpp): at shapes of several units in both directions,
-// with a channel count that leaves a partial panel, the outputs on 2 threads are bitwise those
-// on 1, and float32's are the plain product's within rounding.
+// with a channel count that leaves a partial panel, the outputs on 2 and 3 threads (more
+// threads than cores here) are bitwise those on 1, and float32's are the plain product's
+// within rounding.
 TEST(Quantize, ProductsCutIntoUnitsGiveTheSameBitsOnAnyThreadCount) {
-  set_num_threads(2);
   Rng rng(5);
   const Tensor w = randn({1000, 200}, rng), bias = randn({1000}, rng);
   for (const WeightFormat f : {WeightFormat::kF32, WeightFormat::kBf16, WeightFormat::kInt8}) {
     const PackedLinear layer(w, bias, f);
     for (const std::int64_t rows : {1, 16, 130}) {
       const Tensor x = randn({rows, 200}, rng);
-      set_active_threads(1);
+      set_num_threads(1);
       const Tensor one = layer.forward(x);
-      set_active_threads(2);
-      for (int again = 0; again < 20; ++again)
-        ASSERT_TRUE(ops::equal(one, layer.forward(x))) << weight_format_name(f) << ", " << rows << " rows";
+      for (const int threads : {2, 3}) {
+        set_num_threads(threads);
+        for (int again = 0; again < 20; ++again)
+          ASSERT_TRUE(ops::equal(one, layer.forward(x)))
+              << weight_format_name(f) << ", " << rows << " rows, " << threads << " threads";
+      }
+      set_num_threads(2);
       if (f != WeightFormat::kF32) continue;
       const Tensor ref = ops::linear(x, w, &bias);
       for (std::int64_t i = 0; i < one.numel(); ++i)
