@@ -149,10 +149,20 @@ int panels_at_once(int width, std::int64_t panels) {
   return static_cast<int>(std::min<std::int64_t>(panels, 4));
 }
 
+// The rows a kernel takes of `rows` left: blocks of 4, then 2, then 1 (both widths).
+int block_rows(std::int64_t rows) { return rows >= 4 ? 4 : rows >= 2 ? 2 : 1; }
+
+// The number of blocks `rows` rows run in.
+std::int64_t row_blocks(std::int64_t rows) {
+  std::int64_t blocks = 0;
+  for (; rows > 0; rows -= block_rows(rows)) ++blocks;
+  return blocks;
+}
+
 // The kernel for up to `rows` rows of `np` panels (panels_at_once), and the rows it takes.
 RowsKernel pick(int width, std::int64_t rows, int np, int* rows_taken) {
   if (width == 512) {
-    *rows_taken = rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
+    *rows_taken = block_rows(rows);
     switch (*rows_taken * 10 + np) {
       case 44: return rows_512<4, 4>;
       case 43: return rows_512<4, 3>;
@@ -168,7 +178,7 @@ RowsKernel pick(int width, std::int64_t rows, int np, int* rows_taken) {
       default: return rows_512<1, 1>;
     }
   }
-  *rows_taken = rows >= 4 ? 4 : rows >= 2 ? 2 : 1;
+  *rows_taken = block_rows(rows);
   return *rows_taken == 4 ? RowsKernel{rows_256<4>} : *rows_taken == 2 ? RowsKernel{rows_256<2>} : RowsKernel{rows_256<1>};
 }
 #endif
@@ -232,14 +242,13 @@ void Int8Panels::product(const std::int8_t* x, std::int64_t rows, std::int64_t l
   o_end = std::min(o_end, full_);
   const std::int64_t fetch_end = std::clamp(ahead_end, o_end, full_);
 #if WEFT_HAS_VNNI_KERNELS
-  const std::int64_t panel_bytes = in4_ * kChannels, steps = in4_ / 4;
+  const std::int64_t panel_bytes = in4_ * kChannels, steps = in4_ / 4, blocks = row_blocks(rows);
   for (std::int64_t o0 = o_begin; o0 < o_end;) {
     const std::uint8_t* panel = panels_.data() + (o0 / kChannels) * panel_bytes;
     const int np = panels_at_once(width, (o_end - o0) / kChannels);
     // The next pass's panels (consecutive after these, up to fetch_end), a share to each row
     // block (on 512 bits: 16 rows in 4 blocks fetch a panel each).
     const std::int64_t left = (fetch_end - o0) / kChannels - np, next = left > 0 ? panels_at_once(width, left) : 0;
-    const std::int64_t blocks = rows / 4 + (rows % 4 >= 2) + rows % 2;  // (pick's blocks of 4, 2 and 1)
     int rows_taken = 0;
     for (std::int64_t r0 = 0, block = 0; r0 < rows; r0 += rows_taken, ++block) {
       const Epilogue e{x_sums + r0, x_scales + r0, scale + o0, bias != nullptr ? bias + o0 : nullptr};

@@ -33,7 +33,7 @@ std::int64_t StealingRanges::next(int lane) {
     std::uint64_t most = 0, word = 0;
     for (int l = 0; l < lanes_; ++l) {
       const std::uint64_t w = ranges_[l].word.load(std::memory_order_acquire);
-      if (end_of(w) - front_of(w) > most && front_of(w) < end_of(w)) victim = l, most = end_of(w) - front_of(w), word = w;
+      if (front_of(w) < end_of(w) && end_of(w) - front_of(w) > most) victim = l, most = end_of(w) - front_of(w), word = w;
     }
     if (victim < 0) return -1;
     const std::uint64_t keep_end = front_of(word) + most / 2;

@@ -27,8 +27,6 @@ class StealingRanges {
   // takes next, unless a thief takes it first).
   bool next_own(int lane, std::int64_t unit) const;
 
-  int lanes() const { return lanes_; }
-
  private:
   struct alignas(64) Range {
     std::atomic<std::uint64_t> word{0};  // front << 32 | end
