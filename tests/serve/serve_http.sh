@@ -60,6 +60,10 @@ expect_refusal "--max-prefill-tokens does not apply to this run: it is for a GPT
   "$weft" serve "$work/lstm.safetensors" --port 0 --max-prefill-tokens 64
 expect_refusal "--kv-cache-memory does not apply to this run: it is for a GPT's key-value cache, and the run has lstm (no cache)" \
   "$weft" serve "$work/lstm.safetensors" --port 0 --kv-cache-memory 1G
+expect_refusal "--preemption does not apply to this run: it is for a GPT's key-value cache, and the run has lstm (no cache)" \
+  "$weft" serve "$work/lstm.safetensors" --port 0 --preemption recompute
+expect_refusal "--preemption recompute is not built for a model split over ranks (--tp, --pp): drop one" \
+  "$weft" serve "$work/gpt.safetensors" --port 0 --tp 2 --preemption recompute
 for q in bf16 int8; do
   "$weft" predict "$work/gpt.safetensors" --windows 8 --quantize "$q" --json > "$work/$q.json"
   python3 - "$work/$q.json" "$q" <<'PY'
@@ -169,6 +173,29 @@ m = dict(re.findall(r'^(weft_batch_size_(?:bucket\{kind="decode",le="\d+"\}|coun
 one, two, steps = (float(m[k]) for k in ('weft_batch_size_bucket{kind="decode",le="1"}', 'weft_batch_size_bucket{kind="decode",le="2"}', 'weft_batch_size_count{kind="decode"}'))
 assert two == steps and one < steps, m  # never above two sequences, and two at times
 print(f"--kv-cache-memory 32K: {steps:.0f} steps of at most 2 sequences ({steps - one:.0f} of 2) for 6 requests at once")
+PY
+stop_server
+# The same limit in blocks of 16 positions (4 of them) with preemption by recomputation: the
+# requests join on the one block their prompt takes, 4 at once; growing past the limit, the
+# last to come leave and come back, each still with the text it gets alone.
+rm -f "$work/port"
+"$weft" serve "$work/gpt.safetensors" --port 0 --port-file "$work/port" --kv-cache-memory 32K --block-size 16 \
+  --preemption recompute > "$work/serve.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+port=$(cat "$work/port")
+grep -q "(at most 32.00 KiB), preemption by recomputation" "$work/serve.log" || { echo "FAIL: no preemption shown"; cat "$work/serve.log"; exit 1; }
+$client "$port" - together 6 "The cat" 25 > "$work/preempted.txt"
+[ "$(grep -cxF -- "$want" "$work/preempted.txt")" = 6 ] || { echo "FAIL: with preemption: $(cat "$work/preempted.txt")"; exit 1; }
+curl -s "http://127.0.0.1:$port/metrics" > "$work/metrics.txt"
+python3 - "$work/metrics.txt" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+m = dict(re.findall(r'^(weft_batch_size_(?:bucket\{kind="decode",le="\d+"\}|count\{kind="decode"\})|weft_preemptions_total) (\S+)', text, re.M))
+two, four, steps, preempted = (float(m[k]) for k in ('weft_batch_size_bucket{kind="decode",le="2"}', 'weft_batch_size_bucket{kind="decode",le="4"}',
+                                                    'weft_batch_size_count{kind="decode"}', 'weft_preemptions_total'))
+assert four == steps and two < steps and preempted >= 1, m  # at most 4 sequences, more than 2 at times, some preempted
+print(f"--kv-cache-memory 32K --block-size 16 --preemption recompute: {steps:.0f} steps, {steps - two:.0f} of 3-4 sequences, {preempted:.0f} preemptions")
 PY
 stop_server
 

@@ -377,6 +377,60 @@ TEST(GptDecoder, ACacheInBlocksGivesTheLogitsOfOneBlock) {
   }
 }
 
+// Preemption by recomputation (LmBatcher): a fresh state fed restart()'s replay, one feed a
+// step beside another sequence, then given the same token as the preempted one, gives its
+// logits bit for bit, wherever the sequence was stopped: prefilled in pieces (attention in
+// panels), decoded a token at a time and in short feeds (row by row), slid past its context
+// (80), under a sliding window (the rotary model's 21 keys), in every cache format; and
+// cache_blocks_after foretells the blocks each feed leaves it holding.
+TEST(GptDecoder, ARestartedSequenceReplaysItsCacheBitForBit) {
+  const std::vector<std::int64_t> sizes = {20, 18, 1, 1, 1, 1, 1, 1, 5, 1, 1, 1, 1, 17, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  for (auto positional : {Positional::kLearned, Positional::kRotary}) {
+    Rng rng(23);
+    GPT model(context_80_gpt(positional, 21), rng);
+    for (CacheFormat cache : {CacheFormat::kF32, CacheFormat::kBf16, CacheFormat::kInt8}) {
+      GptDecoder d(model, DecoderFormat(WeightFormat::kF32, cache, 16));
+      auto a = d.start(), other = d.start();
+      d.extend({other.get()}, {{1, 2, 3}});
+      std::int32_t next = 0;
+      const auto tokens = [&](std::int64_t n) {
+        std::vector<std::int32_t> ids;
+        for (std::int64_t i = 0; i < n; ++i) ids.push_back(static_cast<std::int32_t>((next++ * 5 + 3) % model.vocab()));
+        return ids;
+      };
+      int restarts = 0;
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        const std::vector<std::int32_t> feed = tokens(sizes[k]);
+        const std::int64_t blocks = d.cache_blocks_after(*a, sizes[k]);
+        d.extend({a.get()}, {feed});
+        EXPECT_EQ(d.cache_blocks_after(*a, 0), blocks) << "feed " << k;
+        if (k % 4 != 1 && k + 1 != sizes.size()) continue;
+        std::vector<std::vector<std::int32_t>> replay;
+        auto b = d.restart(*a, replay);
+        ASSERT_NE(b, nullptr);
+        ASSERT_EQ(b->window_start, a->window_start);
+        std::size_t replayed = 0;
+        for (const auto& r : replay) {
+          replayed += r.size();
+          d.extend({other.get(), b.get()}, {{7}, r});
+        }
+        EXPECT_EQ(replayed, a->tokens.size() - static_cast<std::size_t>(a->window_start)) << "feed " << k;
+        for (int t = 0; t < 2; ++t) {
+          const std::vector<std::int32_t> id = tokens(1);
+          const Tensor x = d.extend({a.get()}, {id}), y = d.extend({b.get()}, {id});
+          ASSERT_EQ(x.nbytes(), y.nbytes());
+          EXPECT_EQ(0, std::memcmp(x.data<float>(), y.data<float>(), x.nbytes()))
+              << "restarted after feed " << k << ", token " << t << ", " << cache_format_name(cache)
+              << (positional == Positional::kRotary ? ", rotary" : ", learned");
+        }
+        ++restarts;
+      }
+      EXPECT_GT(a->window_start, 0) << "the window slid";
+      EXPECT_EQ(restarts, 7);
+    }
+  }
+}
+
 // A recurrent model has no key-value cache, and its decoder no packed weights: either asked
 // for is a one-line error naming it.
 TEST(GptDecoder, OnlyAGptHoldsPackedWeightsOrACache) {
@@ -942,6 +996,12 @@ struct WatchingDecoder : Decoder {
   std::int64_t context() const override { return inner.context(); }
   std::int64_t cache_bytes_per_token() const override { return inner.cache_bytes_per_token(); }
   std::int64_t cache_block_positions() const override { return inner.cache_block_positions(); }
+  std::int64_t cache_blocks_after(const SequenceState& s, std::int64_t fed) const override {
+    return inner.cache_blocks_after(s, fed);
+  }
+  std::unique_ptr<SequenceState> restart(const SequenceState& s, std::vector<std::vector<std::int32_t>>& replay) const override {
+    return inner.restart(s, replay);
+  }
 };
 
 // Eight requests, request i's prompt the `shape(i).first` characters of one sentence from
@@ -1148,6 +1208,49 @@ TEST(LmBatcher, ACacheLimitHoldsTheRunningSequencesWithinIt) {
   batcher.submit(small);
   small->wait();
   EXPECT_EQ(small->completion_tokens, 5);
+}
+
+// Preemption by recomputation under a cache limit of 8 blocks (16 positions each): eight
+// requests that may each come to hold 4 blocks (prompts of 10, 40 tokens) join on the one
+// block their prompt takes, so more run at once than whole reservations let (2); as they
+// grow past the limit the last to come leave and come back, and every request still gets the
+// tokens it gets alone (greedy and sampled), no step's sequences holding more than the limit.
+TEST(LmBatcher, PreemptionKeepsTheCacheWithinItsLimitAndEachRequestsTokens) {
+  struct Recording : WatchingDecoder {
+    using WatchingDecoder::WatchingDecoder;
+    std::int64_t most_sequences = 0, most_blocks = 0;
+    void seen(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>&) override {
+      std::int64_t blocks = 0;
+      for (const SequenceState* q : s) blocks += inner.cache_blocks_after(*q, 0);
+      most_sequences = std::max<std::int64_t>(most_sequences, static_cast<std::int64_t>(s.size()));
+      most_blocks = std::max(most_blocks, blocks);
+    }
+  };
+  Rng rng(9);
+  GptConfig c = small_gpt();
+  c.context = 96;
+  GPT model(c, rng);
+  CharTokenizer tokenizer(kAlphabet);
+  GptDecoder alone_decoder(model), batch_decoder(model, DecoderFormat(WeightFormat::kF32, CacheFormat::kF32, 16));
+  Recording recording(batch_decoder);
+  Metrics metrics;
+  declare_batcher_metrics(metrics);
+  metrics.counter("weft_preemptions_total", "");
+  const Requests requests =
+      eight_requests(alone_decoder, tokenizer, [](int) { return std::pair{std::size_t{10}, std::int64_t{40}}; });
+  {
+    BatchOptions limited{8, 1};
+    limited.cache_limit_bytes = 8 * 16 * batch_decoder.cache_bytes_per_token();
+    limited.preempt = true;
+    LmBatcher batcher(recording, tokenizer, limited, metrics);
+    for (auto& t : requests.tickets) batcher.submit(t);
+    expect_each_as_alone(requests);
+  }
+  EXPECT_LE(recording.most_blocks, 8);
+  EXPECT_GE(recording.most_sequences, 4);
+  EXPECT_GE(metrics.value("weft_preemptions_total"), 1);
+  EXPECT_EQ(metrics.value("weft_queue_depth"), 0);
+  EXPECT_EQ(metrics.value("weft_kv_cache_reserved_bytes"), 0);
 }
 
 // weft serve's cache limit: a given one must hold the longest sequence; auto limits only where

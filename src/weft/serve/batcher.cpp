@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <iterator>
 #include <limits>
 
 #include "weft/serve/classify.h"
@@ -96,6 +97,11 @@ LmBatcher::LmBatcher(Decoder& decoder, const Tokenizer& tokenizer, BatchOptions 
     if (block_bytes_ <= 0) throw ConfigError("a key-value cache limit for a decoder without a cache");
     limit_blocks_ = o_.cache_limit_bytes / block_bytes_;
   }
+  if (o_.preempt && limit_blocks_ > 0) {
+    std::vector<std::vector<std::int32_t>> replay;
+    if (!decoder_.restart(*decoder_.start(), replay))
+      throw ConfigError("preemption by recomputation is not built for this decoder (a model split over ranks: --tp, --pp)");
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -121,7 +127,7 @@ void LmBatcher::loop() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !active.empty(); });
+      cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !active.empty() || !preempted_.empty(); });
       if (stopping_) break;
       // An idle batcher waits a moment for company before it starts a batch.
       if (active.empty() && static_cast<std::int64_t>(waiting_.size()) < o_.max_batch && o_.max_wait_ms > 0) {
@@ -141,6 +147,10 @@ void LmBatcher::loop() {
     a.ticket->error = "the server is shutting down";
     a.ticket->push("", true);
   }
+  for (auto& a : preempted_) {
+    a.ticket->error = "the server is shutting down";
+    a.ticket->push("", true);
+  }
   std::lock_guard lock(mu_);
   for (auto& t : waiting_) {
     t->error = "the server is shutting down";
@@ -148,23 +158,78 @@ void LmBatcher::loop() {
   }
 }
 
-std::int64_t LmBatcher::held_blocks(const std::vector<Active>& active) {
+std::int64_t LmBatcher::needed_blocks(const Active& a) const {
+  auto fed = static_cast<std::int64_t>(a.generation->feed().size()) - a.prefilled;
+  for (std::size_t k = a.replayed; k < a.replay.size(); ++k) fed += static_cast<std::int64_t>(a.replay[k].size());
+  return decoder_.cache_blocks_after(*a.state, fed);
+}
+
+std::int64_t LmBatcher::held_blocks(const std::vector<Active>& active) const {
   std::int64_t held = 0;
-  for (const Active& a : active) held += a.cache_blocks;
+  for (const Active& a : active) held += o_.preempt ? needed_blocks(a) : a.cache_blocks;
   return held;
+}
+
+void LmBatcher::finish(Active& a) {
+  Ticket& t = *a.ticket;
+  t.text = a.generation->text();
+  t.finish_reason = a.generation->done() ? a.generation->finish_reason() : "abort";
+  t.completion_tokens = static_cast<std::int64_t>(a.generation->completion().size());
+  t.logprobs = a.generation->logprobs();
+  t.cumulative_logprob = a.generation->cumulative_logprob();
+}
+
+void LmBatcher::preempt_over_limit(std::vector<Active>& active) {
+  if (!o_.preempt || limit_blocks_ == 0) return;
+  while (active.size() > 1 && held_blocks(active) > limit_blocks_) {
+    const auto last = std::max_element(active.begin(), active.end(), [](const Active& a, const Active& b) {
+      return a.ticket->submitted < b.ticket->submitted;
+    });
+    Active a = std::move(*last);
+    active.erase(last);
+    std::vector<std::vector<std::int32_t>> replay;
+    std::unique_ptr<SequenceState> fresh = decoder_.restart(*a.state, replay);
+    WEFT_CHECK(fresh != nullptr, "LmBatcher: preemption with a decoder that cannot restart");
+    replay.insert(replay.end(), std::make_move_iterator(a.replay.begin() + static_cast<std::ptrdiff_t>(a.replayed)),
+                  std::make_move_iterator(a.replay.end()));  // (what it had yet to feed again)
+    a.state = std::move(fresh);  // (its blocks go back)
+    a.replay = std::move(replay);
+    a.replayed = 0;
+    const auto at = std::upper_bound(preempted_.begin(), preempted_.end(), a.ticket->submitted,
+                                     [](Clock::time_point t, const Active& b) { return t < b.ticket->submitted; });
+    preempted_.insert(at, std::move(a));
+    metrics_.add("weft_preemptions_total", 1);
+  }
 }
 
 void LmBatcher::admit(std::vector<Active>& active) {
   std::int64_t held = held_blocks(active);
+  // Preempted sequences first, in the order they came (a cancelled one leaves here).
+  while (!preempted_.empty() && static_cast<std::int64_t>(active.size()) < o_.max_batch) {
+    Active& a = preempted_.front();
+    if (a.ticket->cancelled()) {
+      finish(a);
+      a.ticket->push("", true);
+      preempted_.pop_front();
+      continue;
+    }
+    const std::int64_t blocks = needed_blocks(a);
+    if (held + blocks > limit_blocks_) break;
+    held += blocks;
+    active.push_back(std::move(a));
+    preempted_.pop_front();
+  }
   // Join at the token boundary, in order: a request the cache has no room for yet waits, and
   // those behind it with it (so that a long one is not passed over for ever).
-  while (!waiting_.empty() && static_cast<std::int64_t>(active.size()) < o_.max_batch) {
+  while (preempted_.empty() && !waiting_.empty() && static_cast<std::int64_t>(active.size()) < o_.max_batch) {
     std::shared_ptr<Ticket>& t = waiting_.front();
-    std::int64_t blocks = 0;
-    if (block_bytes_ > 0 && !t->cancelled())  // (a cancelled request leaves before the step)
-      // (its first feed: the prompt, or the start token for an empty one: Generation::feed)
-      blocks = cache_blocks_for(std::max<std::int64_t>(1, static_cast<std::int64_t>(t->prompt_tokens.size())),
-                                t->options.max_tokens, decoder_.context(), decoder_.cache_block_positions());
+    // (its first feed: the prompt, or the start token for an empty one: Generation::feed)
+    const std::int64_t feed = std::max<std::int64_t>(1, static_cast<std::int64_t>(t->prompt_tokens.size()));
+    std::int64_t blocks = 0, joining = 0;  // the blocks it may come to hold; those it takes now
+    if (block_bytes_ > 0 && !t->cancelled()) {  // (a cancelled request leaves before the step)
+      blocks = cache_blocks_for(feed, t->options.max_tokens, decoder_.context(), decoder_.cache_block_positions());
+      joining = o_.preempt ? cache_blocks_for(feed, 0, decoder_.context(), decoder_.cache_block_positions()) : blocks;
+    }
     if (limit_blocks_ > 0 && blocks > limit_blocks_) {  // (a server refuses such requests before)
       t->error = fmt::format("the request may hold {} key-value cache blocks of {} bytes, more than the limit's {}", blocks,
                              block_bytes_, limit_blocks_);
@@ -172,28 +237,23 @@ void LmBatcher::admit(std::vector<Active>& active) {
       waiting_.pop_front();
       continue;
     }
-    if (limit_blocks_ > 0 && held + blocks > limit_blocks_) break;
-    held += blocks;
-    auto g = std::make_unique<Generation>(tokenizer_, t->prompt, t->prompt_tokens, t->options);
-    active.push_back({std::move(t), std::move(g), decoder_.start()});
-    active.back().cache_blocks = blocks;
+    if (limit_blocks_ > 0 && held + joining > limit_blocks_) break;
+    held += joining;
+    Active a;
+    a.generation = std::make_unique<Generation>(tokenizer_, t->prompt, t->prompt_tokens, t->options);
+    a.ticket = std::move(t);
+    a.state = decoder_.start();
+    a.cache_blocks = blocks;
+    active.push_back(std::move(a));
     waiting_.pop_front();
   }
-  metrics_.set("weft_queue_depth", static_cast<double>(waiting_.size()));
+  metrics_.set("weft_queue_depth", static_cast<double>(waiting_.size() + preempted_.size()));
   metrics_.set("weft_running_sequences", static_cast<double>(active.size()));
   metrics_.set("weft_kv_cache_reserved_bytes", static_cast<double>(held * block_bytes_));
 }
 
 // One decoding step of every active sequence; the finished and the cancelled leave.
 void LmBatcher::step(std::vector<Active>& active) {
-  auto finish = [](Active& a) {
-    Ticket& t = *a.ticket;
-    t.text = a.generation->text();
-    t.finish_reason = a.generation->done() ? a.generation->finish_reason() : "abort";
-    t.completion_tokens = static_cast<std::int64_t>(a.generation->completion().size());
-    t.logprobs = a.generation->logprobs();
-    t.cumulative_logprob = a.generation->cumulative_logprob();
-  };
   // A prompt whose tokens' logprobs are asked for is scored before its first step.
   for (auto& a : active) {
     if (a.scored || !a.ticket->options.prompt_logprobs) continue;
@@ -215,10 +275,12 @@ void LmBatcher::step(std::vector<Active>& active) {
   active.erase(std::remove_if(active.begin(), active.end(),
                               [](const Active& a) { return a.ticket->cancelled() || a.generation->done(); }),
                active.end());
+  preempt_over_limit(active);
   if (active.empty()) return;
-  // What each sequence feeds: a decoding one its last token, a prompt the rest of it, or,
-  // under max_prefill_tokens, its next piece; pieces go in while the step's prompt tokens
-  // stay within the limit (the first always, so that a prompt moves on every step).
+  // What each sequence feeds: a preempted one its replay's next feed, a decoding one its last
+  // token, a prompt the rest of it, or, under max_prefill_tokens, its next piece; pieces (and
+  // replays) go in while the step's prompt tokens stay within the limit (the first always, so
+  // that a prompt moves on every step).
   const bool pieces = o_.max_prefill_tokens > 0;  // (a decoder with a cache: the server checks)
   std::vector<SequenceState*> states;
   std::vector<std::vector<std::int32_t>> feeds;
@@ -227,19 +289,20 @@ void LmBatcher::step(std::vector<Active>& active) {
   std::int64_t prompt_tokens = 0;
   for (std::size_t i = 0; i < active.size(); ++i) {
     Active& a = active[i];
-    const std::vector<std::int32_t>& feed = a.generation->feed();
-    const auto remaining = static_cast<std::int64_t>(feed.size()) - a.prefilled;
+    const bool replaying = a.replayed < a.replay.size();
+    const std::vector<std::int32_t>& feed = replaying ? a.replay[a.replayed] : a.generation->feed();
+    const auto remaining = static_cast<std::int64_t>(feed.size()) - (replaying ? 0 : a.prefilled);
     std::int64_t n = remaining;
     if (pieces && remaining > 1) {
-      n = prefill_piece(remaining, o_.max_prefill_tokens);
+      if (!replaying) n = prefill_piece(remaining, o_.max_prefill_tokens);  // (a replay's feeds are its own)
       if (prompt_tokens > 0 && prompt_tokens + n > o_.max_prefill_tokens) continue;
       prompt_tokens += n;
     }
-    const auto from = feed.begin() + static_cast<std::ptrdiff_t>(a.prefilled);
+    const auto from = feed.end() - remaining;
     states.push_back(a.state.get());
     feeds.emplace_back(from, from + static_cast<std::ptrdiff_t>(n));
     fed.push_back(i);
-    whole.push_back(n == remaining);
+    whole.push_back(!replaying && n == remaining);
   }
   Tensor logits;
   try {
@@ -257,6 +320,10 @@ void LmBatcher::step(std::vector<Active>& active) {
   const auto now = Clock::now();
   for (std::size_t k = 0; k < fed.size(); ++k) {
     Active& a = active[fed[k]];
+    if (a.replayed < a.replay.size()) {  // a replay's feed: its logits were a token's already
+      ++a.replayed;
+      continue;
+    }
     if (!whole[k]) {  // a prompt's piece: its logits are not a token's
       a.prefilled += static_cast<std::int64_t>(feeds[k].size());
       continue;

@@ -47,6 +47,14 @@ struct BatchOptions {
   // prompts and max_tokens, makes the process hold more, and a sequence never waits for a
   // block or is preempted: its tokens are those it gets alone. 0: no limit.
   std::int64_t cache_limit_bytes = 0;
+  // Under a cache limit, preemption by recomputation (vLLM's): a request joins while the blocks
+  // the running sequences hold after their next step, its prompt's included, fit; when a step
+  // would need more, the sequences that came last leave the batch, their caches given back,
+  // and wait ahead of every new request; back in, each feeds its window again
+  // (Decoder::restart) before its next token, which is the one it would have had. More
+  // requests share the cache than under whole reservations; a preempted one waits and pays
+  // its window's prefill again. Needs a decoder that can restart (not --tp or --pp).
+  bool preempt = false;
 };
 
 // The cache blocks of `block_positions` positions a sequence may come to hold: its feed (the
@@ -120,11 +128,21 @@ class LmBatcher {
     bool scored = false;      // its prompt's logprobs computed (when asked for)
     std::int64_t prefilled = 0;  // the tokens of its feed already fed (a prompt in pieces)
     std::int64_t cache_blocks = 0;  // the blocks it may come to hold (under a cache limit)
+    // A preempted sequence's feeds that rebuild its cache (Decoder::restart), and how many are fed.
+    std::vector<std::vector<std::int32_t>> replay;
+    std::size_t replayed = 0;
   };
-  // Moves waiting requests into the batch while it has room (max_batch, the cache limit);
-  // under mu_.
+  // Moves preempted sequences, then waiting requests, into the batch while it has room
+  // (max_batch, the cache limit); under mu_.
   void admit(std::vector<Active>& active);
-  static std::int64_t held_blocks(const std::vector<Active>& active);  // the blocks they may come to hold
+  // The blocks the sequences may come to hold (their reservations), or under preemption
+  // those they hold once their replays and next feeds are in.
+  std::int64_t held_blocks(const std::vector<Active>& active) const;
+  std::int64_t needed_blocks(const Active& a) const;  // (under preemption)
+  // Under preemption: while the next step would need more blocks than the limit, the
+  // sequence that came last leaves for preempted_ (one is always left to run).
+  void preempt_over_limit(std::vector<Active>& active);
+  static void finish(Active& a);  // the ticket's results from its generation (before its last push)
   void loop();
   void step(std::vector<Active>& active);
 
@@ -137,6 +155,7 @@ class LmBatcher {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Ticket>> waiting_;
+  std::deque<Active> preempted_;  // (the batching thread's own) first in, first back
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "weft/autograd/sequence.h"
 #include "weft/autograd/variable.h"
@@ -93,6 +95,15 @@ class GptState : public SequenceState {
     }
   }
   std::int64_t width() const { return width_; }
+  std::int64_t blocks() const { return static_cast<std::int64_t>(blocks_.size()); }
+  // The feeds since the window's start, as their attention ran (GptDecoder::restart): rows,
+  // and whether in panels (kPanelRows rows or more); feeds row by row side by side joined.
+  std::vector<std::pair<std::int64_t, bool>> runs;
+  void log_feed(std::int64_t rows) {
+    const bool panels = rows >= kPanelRows;
+    if (!panels && !runs.empty() && !runs.back().second) runs.back().first += rows;
+    else runs.emplace_back(rows, panels);
+  }
 
  private:
   std::shared_ptr<CacheBlocks> pool_;
@@ -540,6 +551,33 @@ std::int64_t GptDecoder::cache_bytes_per_token() const {
   return 2 * (end_ - begin_) * cache_row_elements(cache_, lkv_heads_, block_.head_dim()) * cache_element_bytes(cache_);
 }
 
+std::int64_t GptDecoder::cache_blocks_after(const SequenceState& state, std::int64_t fed) const {
+  const auto& s = static_cast<const GptState&>(state);
+  std::int64_t rows = s.cached + fed;
+  if (static_cast<std::int64_t>(s.tokens.size()) + fed - s.window_start > c_.context)  // (as slide_window would)
+    rows = std::min(c_.context, std::max(c_.context / 2, fed));
+  return std::max(s.blocks(), (rows + cache_block_rows_ - 1) / cache_block_rows_);
+}
+
+std::unique_ptr<SequenceState> GptDecoder::restart(const SequenceState& preempted,
+                                                   std::vector<std::vector<std::int32_t>>& replay) const {
+  const auto& old = static_cast<const GptState&>(preempted);
+  std::unique_ptr<SequenceState> fresh = start();
+  fresh->tokens.assign(old.tokens.begin(), old.tokens.begin() + old.window_start);
+  fresh->window_start = old.window_start;
+  replay.clear();
+  auto at = old.tokens.begin() + old.window_start;
+  for (const auto& [rows, panels] : old.runs)
+    for (std::int64_t done = 0; done < rows;) {
+      const std::int64_t n = panels ? rows : std::min(rows - done, kPanelRows - 1);
+      replay.emplace_back(at, at + n);
+      at += n;
+      done += n;
+    }
+  WEFT_CHECK(at == old.tokens.end(), "GptDecoder::restart: a sequence's feeds do not add up to its window");
+  return fresh;
+}
+
 GptDecoder::StepPlan GptDecoder::plan(const std::vector<SequenceState*>& sequences,
                                       const std::vector<std::vector<std::int32_t>>& tokens) const {
   WEFT_CHECK(sequences.size() == tokens.size(), "GptDecoder: one list of tokens per sequence");
@@ -557,10 +595,12 @@ GptDecoder::StepPlan GptDecoder::plan(const std::vector<SequenceState*>& sequenc
     auto& f = p.feed[static_cast<size_t>(i)];
     if (slide_window(*s, static_cast<std::int64_t>(t.size()), c_.context)) {
       s->cached = 0;  // the new window prefilled
+      s->runs.clear();
       f.assign(s->tokens.begin() + s->window_start, s->tokens.end());
     } else {
       f = t;
     }
+    s->log_feed(static_cast<std::int64_t>(f.size()));
     s->reserve(s->cached + static_cast<std::int64_t>(f.size()));
     p.first_row.push_back(p.rows_total);
     p.rows.push_back(static_cast<std::int64_t>(f.size()));

@@ -72,6 +72,18 @@ class Decoder {
   // The logits after every token of `tokens` (at most the context): [T, vocab], row t the
   // prediction of token t + 1 (a prompt's scoring). ConfigError where a decoder has no such path.
   virtual Tensor prompt_logits(const std::vector<std::int32_t>& tokens);
+  // The cache blocks `state` holds once `fed` more tokens are fed to it (0: no cache). Blocks
+  // are never given back while a sequence lives, so this is at least what it holds now.
+  virtual std::int64_t cache_blocks_after(const SequenceState&, std::int64_t) const { return 0; }
+  // Preemption by recomputation (LmBatcher under a cache limit, as vLLM's): a fresh state,
+  // holding no cache, that `replay`'s feeds, given to it one a step in order, bring to
+  // `preempted`'s cache bit for bit, so that the sequence goes on with the tokens it would have
+  // had; nullptr where a decoder cannot (replay untouched).
+  virtual std::unique_ptr<SequenceState> restart(const SequenceState& preempted,
+                                                 std::vector<std::vector<std::int32_t>>& replay) const {
+    (void)preempted, (void)replay;
+    return nullptr;
+  }
 };
 
 // A GPT decoder's key-value cache: float32, or bf16 (each key and value rounded to nearest
@@ -155,6 +167,12 @@ class GptDecoder : public Decoder {
   std::int64_t dim() const { return c_.dim; }
   std::int64_t cache_bytes_per_token() const override;  // (of this decoder's layers and heads)
   std::int64_t cache_block_positions() const override { return cache_block_rows_; }
+  std::int64_t cache_blocks_after(const SequenceState& state, std::int64_t fed) const override;
+  // The replay feeds the rows of the window as they went: each feed of kPanelRows rows or more
+  // (attention in panels) alone, the others (row by row, whatever the rows beside them) joined
+  // in feeds of fewer than kPanelRows. (Products give a row the same bits whatever the batch.)
+  std::unique_ptr<SequenceState> restart(const SequenceState& preempted,
+                                         std::vector<std::vector<std::int32_t>>& replay) const override;
 
  private:
   GptConfig c_;

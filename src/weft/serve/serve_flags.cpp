@@ -66,6 +66,21 @@ FlagTable<ServeOptions> make_table() {
                   })
                   .defaults("auto")
                   .at_least(1)));
+  limits(text(F("--preemption", AT(preemption),
+                "GPT under a cache limit: none (a request waits until the cache of its whole length fits) or recompute "
+                "(requests join on the cache they hold; when a step needs more, the last to come leave, and back in feed "
+                "their window again: the same tokens, later)")
+                  .one_of({"none", "recompute"})));
+  limits(text(F("--block-size", AT(block_size),
+                "GPT: positions in a key-value cache block, a multiple of 16, which a sequence takes whole (0: a multiple "
+                "of 16 that fills most of 6 MiB, at most the context)")
+                  .parsed_by([](ServeOptions& o, const std::string& v) {
+                    const auto n = parse_integer(v);
+                    if (!n || *n < 0 || *n > (1 << 20) || *n % 16 != 0)
+                      throw ConfigError("--block-size '" + v + "' is not a multiple of 16 from 0 to 1048576");
+                    o.block_size = *n;
+                  })
+                  .defaults("0")));
   limits(F("--max-body", AT(max_body), "the largest request body in bytes (64K, 1MiB, 2MB)")
              .parsed_by([](ServeOptions& o, const std::string& v) { o.max_body = parse_size(v, "--max-body"); })
              .defaults("1MiB")

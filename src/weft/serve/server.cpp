@@ -42,18 +42,26 @@ class Server : private MetricsHolder, public HttpBase {
     parameters_ = model_.module->num_parameters();
     if (LanguageModel* lm = model_.language_model()) {
       context_ = lm->context();
-      decoder_ = join_decoder(*lm, decoder_format(o), o.tp, o.pp, o.micro_batches);
+      preempt_ = o.batch.preempt || o.preemption == "recompute";
+      if (preempt_ && o.tp * o.pp > 1)
+        throw ConfigError("--preemption recompute is not built for a model split over ranks (--tp, --pp): drop one");
+      DecoderFormat format = decoder_format(o);
+      format.cache_block_rows = o.block_size;
+      decoder_ = join_decoder(*lm, format, o.tp, o.pp, o.micro_batches);
       const std::int64_t block_positions = decoder_->cache_block_positions();  // (0: no cache)
       const bool pieces_asked =
           std::count(o.given_flags.begin(), o.given_flags.end(), "--max-prefill-tokens") > 0 ||
           (o.batch.max_prefill_tokens > 0 && o.batch.max_prefill_tokens != ServeOptions{}.batch.max_prefill_tokens);
       for (const auto& [flag, given] : {std::pair{"--max-prefill-tokens", pieces_asked},
-                                        std::pair{"--kv-cache-memory", o.kv_cache_memory.has_value()}})
+                                        std::pair{"--kv-cache-memory", o.kv_cache_memory.has_value()},
+                                        std::pair{"--preemption", o.preemption != "none"},
+                                        std::pair{"--block-size", o.block_size != 0}})
         if (given && block_positions == 0)
           throw ConfigError(std::string(flag) + " does not apply to this run: it is for a GPT's key-value cache, and the run has " +
                             model_.recipe.model + " (no cache)");
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : context_;
       BatchOptions batch = o.batch;
+      batch.preempt = preempt_;
       if (block_positions == 0) batch.max_prefill_tokens = 0;  // (the default's pieces are a cache's)
       if (block_positions > 0) {
         const std::int64_t longest = cache_blocks_for(max_prompt_, o.max_tokens, context_, block_positions) * block_positions;
@@ -83,9 +91,11 @@ class Server : private MetricsHolder, public HttpBase {
                               ? fmt::format(", {} weights {:.2f} MB", o_.quantize, static_cast<double>(decoder_->weight_bytes()) / 1e6)
                               : "";
     if (decoder_ && decoder_->cache_bytes_per_token() > 0)
-      holding += fmt::format(", {} key-value cache {:.1f} KB a token{}{}", o_.kv_cache_dtype,
+      holding += fmt::format(", {} key-value cache {:.1f} KB a token{}{}{}", o_.kv_cache_dtype,
                              static_cast<double>(decoder_->cache_bytes_per_token()) / 1e3, o_.tp * o_.pp > 1 ? " on rank 0" : "",
-                             cache_limit_ > 0 ? " (at most " + human_bytes(cache_limit_) + ")" : "");
+                             cache_limit_ > 0 ? " (at most " + human_bytes(cache_limit_) + ")" : "",
+                             preempt_ ? cache_limit_ > 0 ? ", preemption by recomputation" : ", no limit: no preemption"
+                                 : "");
     return listen(log_, fmt::format("{} ({}, {} parameters{}) for {}; batches of up to {}, waiting up to {} ms", model_.name,
                                     describe_, parameters_, holding, kind,
                                     o_.batch.max_batch, max_wait_ms_));
@@ -103,7 +113,9 @@ class Server : private MetricsHolder, public HttpBase {
     metrics_.gauge("weft_queue_depth", "requests waiting to join a batch");
     metrics_.gauge("weft_running_sequences", "sequences in the running decode batch");
     metrics_.gauge("weft_kv_cache_reserved_bytes",
-                   "key-value cache the running sequences may come to hold (whole blocks), against --kv-cache-memory");
+                   "key-value cache the running sequences may come to hold (whole blocks; under --preemption recompute, "
+                   "what they hold after the next step), against --kv-cache-memory");
+    metrics_.counter("weft_preemptions_total", "sequences preempted (their cache given back) to keep within --kv-cache-memory");
     metrics_.set("weft_replicas", 1);
   }
 
@@ -376,6 +388,7 @@ class Server : private MetricsHolder, public HttpBase {
   std::int64_t max_prompt_ = 0;
   std::unique_ptr<Decoder> decoder_;
   std::int64_t cache_limit_ = 0;  // the key-value cache's, in bytes (0: none)
+  bool preempt_ = false;          // preemption by recomputation under the limit
   double max_wait_ms_ = 0;        // the batcher's (ServeOptions::max_wait_ms, resolved)
   std::unique_ptr<LmBatcher> lm_;
   std::unique_ptr<ImageBatcher> images_;
