@@ -383,6 +383,9 @@ const FlagTable<ServeBenchFlags>& serve_bench_flags() {
     asked(text(F("--prompt", AT(prompts), "prompts, used in turn (repeatable)")));
     asked(text(F("--max-tokens", AT(max_tokens), "tokens per completion").at_least(1)));
     asked(text(F("--temperature", AT(temperature), "0: greedy").at_least(0)));
+    asked(text(F("--stop", AT(stop),
+                 "a stop sequence sent with every completion (repeatable, at most 4: OpenAI's stop); a completion ends "
+                 "at it, before max_tokens")));
     asked(F("--pixels", AT(pixels), "classify: values per image, the model's height x width x channels")
               .in(1, 1 << 24)
               .only_for(classify, "--endpoint classify", endpoint_of));
@@ -403,6 +406,7 @@ void add_serve_bench_command(CLI::App& app, Action& action) {
     const std::vector<std::string> given = given_options(*cmd);
     action = [c, given] {
       check_flags_apply(serve_bench_flags(), given, *c);
+      if (c->stop.size() > 4) throw ConfigError(fmt::format("--stop given {} times: a completion takes at most 4", c->stop.size()));
       const std::string& url = c->url;
       const std::string prefix = "http://";
       const auto colon = url.rfind(':');

@@ -166,7 +166,7 @@ std::int64_t LmBatcher::needed_blocks(const Active& a) const {
 
 std::int64_t LmBatcher::held_blocks(const std::vector<Active>& active) const {
   std::int64_t held = 0;
-  for (const Active& a : active) held += o_.preempt ? needed_blocks(a) : a.cache_blocks;
+  for (const Active& a : active) held += o_.preempt && !a.resumed ? needed_blocks(a) : a.cache_blocks;
   return held;
 }
 
@@ -181,10 +181,12 @@ void LmBatcher::finish(Active& a) {
 
 void LmBatcher::preempt_over_limit(std::vector<Active>& active) {
   if (!o_.preempt || limit_blocks_ == 0) return;
-  while (active.size() > 1 && held_blocks(active) > limit_blocks_) {
+  while (held_blocks(active) > limit_blocks_) {
+    // (a sequence back from preemption holds its whole length's reservation: never a victim)
     const auto last = std::max_element(active.begin(), active.end(), [](const Active& a, const Active& b) {
-      return a.ticket->submitted < b.ticket->submitted;
+      return a.resumed != b.resumed ? a.resumed : a.ticket->submitted < b.ticket->submitted;
     });
+    if (last == active.end() || last->resumed || active.size() == 1) break;
     Active a = std::move(*last);
     active.erase(last);
     std::vector<std::vector<std::int32_t>> replay;
@@ -195,6 +197,7 @@ void LmBatcher::preempt_over_limit(std::vector<Active>& active) {
     a.state = std::move(fresh);  // (its blocks go back)
     a.replay = std::move(replay);
     a.replayed = 0;
+    a.resumed = true;
     const auto at = std::upper_bound(preempted_.begin(), preempted_.end(), a.ticket->submitted,
                                      [](Clock::time_point t, const Active& b) { return t < b.ticket->submitted; });
     preempted_.insert(at, std::move(a));
@@ -213,9 +216,8 @@ void LmBatcher::admit(std::vector<Active>& active) {
       preempted_.pop_front();
       continue;
     }
-    const std::int64_t blocks = needed_blocks(a);
-    if (held + blocks > limit_blocks_) break;
-    held += blocks;
+    if (held + a.cache_blocks > limit_blocks_) break;  // (back on its whole length's reservation)
+    held += a.cache_blocks;
     active.push_back(std::move(a));
     preempted_.pop_front();
   }

@@ -50,10 +50,11 @@ struct BatchOptions {
   // Under a cache limit, preemption by recomputation (vLLM's): a request joins while the blocks
   // the running sequences hold after their next step, its prompt's included, fit; when a step
   // would need more, the sequences that came last leave the batch, their caches given back,
-  // and wait ahead of every new request; back in, each feeds its window again
-  // (Decoder::restart) before its next token, which is the one it would have had. More
-  // requests share the cache than under whole reservations; a preempted one waits and pays
-  // its window's prefill again. Needs a decoder that can restart (not --tp or --pp).
+  // and wait ahead of every new request; each comes back once the cache of its whole length
+  // fits (so none is preempted twice) and feeds its window again (Decoder::restart) before
+  // its next token, which is the one it would have had. More requests share the cache than
+  // under whole reservations; a preempted one waits and pays its window's prefill again.
+  // Needs a decoder that can restart (not --tp or --pp).
   bool preempt = false;
 };
 
@@ -131,16 +132,18 @@ class LmBatcher {
     // A preempted sequence's feeds that rebuild its cache (Decoder::restart), and how many are fed.
     std::vector<std::vector<std::int32_t>> replay;
     std::size_t replayed = 0;
+    bool resumed = false;  // preempted once: back on the reservation of its whole length, never again
   };
   // Moves preempted sequences, then waiting requests, into the batch while it has room
   // (max_batch, the cache limit); under mu_.
   void admit(std::vector<Active>& active);
   // The blocks the sequences may come to hold (their reservations), or under preemption
-  // those they hold once their replays and next feeds are in.
+  // those they hold once their next feeds are in (a resumed one: its reservation).
   std::int64_t held_blocks(const std::vector<Active>& active) const;
   std::int64_t needed_blocks(const Active& a) const;  // (under preemption)
   // Under preemption: while the next step would need more blocks than the limit, the
-  // sequence that came last leaves for preempted_ (one is always left to run).
+  // sequence that came last, of those never preempted, leaves for preempted_ (one is always
+  // left to run).
   void preempt_over_limit(std::vector<Active>& active);
   static void finish(Active& a);  // the ticket's results from its generation (before its last push)
   void loop();

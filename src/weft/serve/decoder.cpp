@@ -421,49 +421,58 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
         }
         continue;
       }
-      for (std::int64_t r = 0; r < R; ++r) {
-        const std::int64_t row = row0 + r, key0 = first(r), n = last(r) - key0;
-        wt.resize(static_cast<size_t>((h1 - h0) * n));
-        // score[(h - h0) * n + j]: head h's weight of key key0 + j (each dot product in sum8's
-        // 8 partial sums, so that it vectorizes: one chain of hd dependent additions per key
-        // made this loop a quarter of a 16-stream decoding step), their softmax with fast_exp
-        // (as training's softmax), and the weighted sum of the values, key by key over the
-        // range's whole width (each element's sum in key order).
-        float* score = wt.data();
-        // A job of some heads reads a slice of each row: elements [fetch0, fetch1), fetched
-        // kAhead rows ahead (a job of every head reads whole rows, which the processor fetches).
-        const bool partial = h1 - h0 < H;
-        const std::int64_t fetch0 = h0 / group * hd, fetch1 = (h1 - 1) / group * hd + hd;
-        s->for_each_run<T>(layer, 0, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
-          for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
-            const T* kj = run + c * s->width();
-            if (partial && c + kAhead < count) prefetch_heads(kj + kAhead * s->width(), fetch0, fetch1);
-            const auto* kr = readable_row(kj, kd, widened);
+      // Rows one by one, over one read of the keys and values for all R: key j goes to every
+      // row that sees it, so a row's scores, their softmax and its sum are as alone (a short
+      // feed reads the cache once, not once a row: a preempted sequence's replay in pieces).
+      // score(r, h)[j]: row r's, head h's weight of key key0 + j (each dot product in sum8's 8
+      // partial sums, so that it vectorizes: one chain of hd dependent additions per key made
+      // this loop a quarter of a 16-stream decoding step), their softmax with fast_exp (as
+      // training's softmax), and the weighted sum of the values, key by key over the range's
+      // whole width (each element's sum in key order).
+      const std::int64_t key0 = first(0), n = last(R - 1) - key0, heads_here = h1 - h0;
+      wt.resize(static_cast<size_t>(R * heads_here * n));
+      const auto score = [&](std::int64_t r, std::int64_t h) { return wt.data() + (r * heads_here + h - h0) * n; };
+      const auto sees = [&](std::int64_t r, std::int64_t key) { return key >= first(r) && key < last(r); };
+      // A job of some heads reads a slice of each row: elements [fetch0, fetch1), fetched
+      // kAhead rows ahead (a job of every head reads whole rows, which the processor fetches).
+      const bool partial = heads_here < H;
+      const std::int64_t fetch0 = h0 / group * hd, fetch1 = (h1 - 1) / group * hd + hd;
+      s->for_each_run<T>(layer, 0, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
+        for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
+          const T* kj = run + c * s->width();
+          if (partial && c + kAhead < count) prefetch_heads(kj + kAhead * s->width(), fetch0, fetch1);
+          const auto* kr = readable_row(kj, kd, widened);
+          for (std::int64_t r = 0; r < R; ++r) {
+            if (!sees(r, key0 + j)) continue;
             for (std::int64_t h = h0; h < h1; ++h) {
-              const float* q = q_all + row * w + h * hd;
+              const float* q = q_all + (row0 + r) * w + h * hd;
               const auto* kh = kr + h / group * hd;
               const float dot = sum8<float>(hd, [&](std::int64_t e) { return q[e] * widen(kh[e]); });
-              score[(h - h0) * n + j] = dot * row_scale(kj, kd, h / group) * scale;  // (x 1 but for int8)
+              score(r, h)[j] = dot * row_scale(kj, kd, h / group) * scale;  // (x 1 but for int8)
             }
           }
-        });
-        for (std::int64_t h = h0; h < h1; ++h) softmax_in_place(score + (h - h0) * n, n);
-        float* dst = o + row * d + h0 * hd;
-        std::fill(dst, dst + (h1 - h0) * hd, 0.0f);
-        s->for_each_run<T>(layer, 1, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
-          for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
-            const T* vj = run + c * s->width();
-            if (partial && c + kAhead < count) prefetch_heads(vj + kAhead * s->width(), fetch0, fetch1);
-            const auto* vr = readable_row(vj, kd, widened);
+        }
+      });
+      for (std::int64_t r = 0; r < R; ++r) {
+        for (std::int64_t h = h0; h < h1; ++h) softmax_in_place(score(r, h) + first(r) - key0, last(r) - first(r));
+        std::fill(o + (row0 + r) * d + h0 * hd, o + (row0 + r) * d + h1 * hd, 0.0f);
+      }
+      s->for_each_run<T>(layer, 1, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
+        for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
+          const T* vj = run + c * s->width();
+          if (partial && c + kAhead < count) prefetch_heads(vj + kAhead * s->width(), fetch0, fetch1);
+          const auto* vr = readable_row(vj, kd, widened);
+          for (std::int64_t r = 0; r < R; ++r) {
+            if (!sees(r, key0 + j)) continue;
             for (std::int64_t h = h0; h < h1; ++h) {
-              const float a = score[(h - h0) * n + j] * row_scale(vj, kd, h / group);  // (x 1 but for int8)
+              const float a = score(r, h)[j] * row_scale(vj, kd, h / group);  // (x 1 but for int8)
               const auto* vh = vr + h / group * hd;
-              float* dh = dst + (h - h0) * hd;
+              float* dh = o + (row0 + r) * d + h * hd;
               for (std::int64_t e = 0; e < hd; ++e) dh[e] += a * widen(vh[e]);
             }
           }
-        });
-      }
+        }
+      });
     }
   });
 }

@@ -49,13 +49,14 @@ Sample one_request(httplib::Client& client, const LoadOptions& o, std::uint64_t 
     req.body = classify_body(n, o.pixels);
   } else {
     req.path = "/v1/completions";
-    req.body = json{{"prompt", o.prompts[n % o.prompts.size()]},
-                    {"max_tokens", o.max_tokens},
-                    {"temperature", o.temperature},
-                    {"seed", n},
-                    {"stream", true},
-                    {"stream_options", {{"include_usage", true}}}}
-                   .dump();
+    json body{{"prompt", o.prompts[n % o.prompts.size()]},
+              {"max_tokens", o.max_tokens},
+              {"temperature", o.temperature},
+              {"seed", n},
+              {"stream", true},
+              {"stream_options", {{"include_usage", true}}}};
+    if (!o.stop.empty()) body["stop"] = o.stop;
+    req.body = body.dump();
     req.content_receiver = [&](const char* data, size_t size, std::uint64_t, std::uint64_t) {
       buffer.append(data, size);
       std::size_t end;

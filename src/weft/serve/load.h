@@ -23,6 +23,7 @@ struct LoadOptions {
   std::vector<std::string> prompts = {"The "};
   std::int64_t max_tokens = 64;
   double temperature = 0;
+  std::vector<std::string> stop;  // stop sequences sent with every completion (none: each runs to max_tokens)
   std::int64_t concurrency = 1;   // closed loop: clients, each sending its next request on an answer
   double rate = 0;                // > 0: open loop, requests per second (Poisson)
   std::int64_t requests = 64;     // measured requests
