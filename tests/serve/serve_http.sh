@@ -62,6 +62,8 @@ expect_refusal "--kv-cache-memory does not apply to this run: it is for a GPT's 
   "$weft" serve "$work/lstm.safetensors" --port 0 --kv-cache-memory 1G
 expect_refusal "--preemption does not apply to this run: it is for a GPT's key-value cache, and the run has lstm (no cache)" \
   "$weft" serve "$work/lstm.safetensors" --port 0 --preemption recompute
+expect_refusal "--block-size 64: more positions than the model's context of 32 (a block holds at most the context, rounded up to 16)" \
+  "$weft" serve "$work/gpt.safetensors" --port 0 --block-size 64
 expect_refusal "--preemption recompute is not built for a model split over ranks (--tp, --pp): drop one" \
   "$weft" serve "$work/gpt.safetensors" --port 0 --tp 2 --preemption recompute
 for q in bf16 int8; do

@@ -45,6 +45,10 @@ class Server : private MetricsHolder, public HttpBase {
       preempt_ = o.batch.preempt || o.preemption == "recompute";
       if (preempt_ && o.tp * o.pp > 1)
         throw ConfigError("--preemption recompute is not built for a model split over ranks (--tp, --pp): drop one");
+      if (o.block_size > (context_ + 15) / 16 * 16)
+        throw ConfigError(fmt::format("--block-size {}: more positions than the model's context of {} (a block holds at most "
+                                      "the context, rounded up to 16)",
+                                      o.block_size, context_));
       DecoderFormat format = decoder_format(o);
       format.cache_block_rows = o.block_size;
       decoder_ = join_decoder(*lm, format, o.tp, o.pp, o.micro_batches);
