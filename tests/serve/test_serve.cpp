@@ -1253,6 +1253,51 @@ TEST(LmBatcher, PreemptionKeepsTheCacheWithinItsLimitAndEachRequestsTokens) {
   EXPECT_EQ(metrics.value("weft_kv_cache_reserved_bytes"), 0);
 }
 
+// A preempted request whose client goes away while it waits to come back ends there
+// ("abort", with the text it had), and the one it left room for finishes as alone.
+TEST(LmBatcher, APreemptedRequestCancelledWhileWaitingEndsWithItsText) {
+  struct Cancelling : WatchingDecoder {
+    using WatchingDecoder::WatchingDecoder;
+    Metrics* metrics = nullptr;
+    std::shared_ptr<Ticket> victim;
+    void seen(const std::vector<SequenceState*>&, const std::vector<std::vector<std::int32_t>>&) override {
+      if (metrics->value("weft_preemptions_total") >= 1) victim->cancel();
+    }
+  };
+  Rng rng(9);
+  GptConfig c = small_gpt();
+  c.context = 96;
+  GPT model(c, rng);
+  CharTokenizer tokenizer(kAlphabet);
+  GptDecoder alone_decoder(model), batch_decoder(model, DecoderFormat(WeightFormat::kF32, CacheFormat::kF32, 16));
+  Metrics metrics;
+  declare_batcher_metrics(metrics);
+  metrics.counter("weft_preemptions_total", "");
+  GenerationOptions o;
+  o.max_tokens = 40;
+  const GenerationResult alone = generate(alone_decoder, tokenizer, "the quick ", o);
+  auto first = std::make_shared<Ticket>("the quick ", tokenizer.encode("the quick "), o);
+  auto second = std::make_shared<Ticket>("the quick ", tokenizer.encode("the quick "), o);
+  Cancelling cancelling(batch_decoder);
+  cancelling.metrics = &metrics;
+  cancelling.victim = second;
+  BatchOptions limited{2, 60000};  // (the first waits for the second: they start together)
+  limited.cache_limit_bytes = 4 * 16 * batch_decoder.cache_bytes_per_token();  // both at 2 blocks, not at 3
+  limited.preempt = true;
+  LmBatcher batcher(cancelling, tokenizer, limited, metrics);
+  batcher.submit(first);
+  batcher.submit(second);
+  first->wait();
+  second->wait();
+  EXPECT_EQ(first->text, alone.text);
+  EXPECT_EQ(second->finish_reason, "abort");
+  EXPECT_EQ(second->error, "");
+  EXPECT_GE(second->completion_tokens, 16);
+  EXPECT_LT(second->completion_tokens, 40);
+  EXPECT_EQ(alone.text.rfind(second->text, 0), 0u) << second->text;  // what it had: the start of the text alone
+  EXPECT_EQ(metrics.value("weft_preemptions_total"), 1);
+}
+
 // weft serve's cache limit: a given one must hold the longest sequence; auto limits only where
 // --max-batch of them would pass half the memory available (a share per process).
 TEST(ServeCacheLimit, GivenOrHalfTheMemoryAvailable) {
