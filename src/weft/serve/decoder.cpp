@@ -379,6 +379,7 @@ inline void prefetch_heads(const T* row, std::int64_t from, std::int64_t to) {
   for (; p < end; p += 64) __builtin_prefetch(p);
 }
 constexpr std::int64_t kAhead = 12;  // rows ahead
+constexpr std::int64_t kScoresPerPass = std::int64_t{1} << 20;  // a short feed's scores held at once, in floats (4 MiB)
 
 template <class T>
 void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float* o) const {
@@ -429,50 +430,55 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
       // this loop a quarter of a 16-stream decoding step), their softmax with fast_exp (as
       // training's softmax), and the weighted sum of the values, key by key over the range's
       // whole width (each element's sum in key order).
-      const std::int64_t key0 = first(0), n = last(R - 1) - key0, heads_here = h1 - h0;
-      wt.resize(static_cast<size_t>(R * heads_here * n));
-      const auto score = [&](std::int64_t r, std::int64_t h) { return wt.data() + (r * heads_here + h - h0) * n; };
-      const auto sees = [&](std::int64_t r, std::int64_t key) { return key >= first(r) && key < last(r); };
+      // (Rows in groups whose scores take at most kScoresPerPass floats: at a long context, one.)
+      const std::int64_t heads_here = h1 - h0, per_row = heads_here * (last(R - 1) - first(0));
+      const std::int64_t rows_per_pass = std::clamp<std::int64_t>(kScoresPerPass / std::max<std::int64_t>(1, per_row), 1, R);
       // A job of some heads reads a slice of each row: elements [fetch0, fetch1), fetched
       // kAhead rows ahead (a job of every head reads whole rows, which the processor fetches).
       const bool partial = heads_here < H;
       const std::int64_t fetch0 = h0 / group * hd, fetch1 = (h1 - 1) / group * hd + hd;
-      s->for_each_run<T>(layer, 0, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
-        for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
-          const T* kj = run + c * s->width();
-          if (partial && c + kAhead < count) prefetch_heads(kj + kAhead * s->width(), fetch0, fetch1);
-          const auto* kr = readable_row(kj, kd, widened);
-          for (std::int64_t r = 0; r < R; ++r) {
-            if (!sees(r, key0 + j)) continue;
-            for (std::int64_t h = h0; h < h1; ++h) {
-              const float* q = q_all + (row0 + r) * w + h * hd;
-              const auto* kh = kr + h / group * hd;
-              const float dot = sum8<float>(hd, [&](std::int64_t e) { return q[e] * widen(kh[e]); });
-              score(r, h)[j] = dot * row_scale(kj, kd, h / group) * scale;  // (x 1 but for int8)
+      for (std::int64_t r0 = 0; r0 < R; r0 += rows_per_pass) {
+        const std::int64_t r1 = std::min(R, r0 + rows_per_pass), key0 = first(r0), n = last(r1 - 1) - key0;
+        wt.resize(static_cast<size_t>((r1 - r0) * heads_here * n));
+        const auto score = [&](std::int64_t r, std::int64_t h) { return wt.data() + ((r - r0) * heads_here + h - h0) * n; };
+        const auto sees = [&](std::int64_t r, std::int64_t key) { return key >= first(r) && key < last(r); };
+        s->for_each_run<T>(layer, 0, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
+          for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
+            const T* kj = run + c * s->width();
+            if (partial && c + kAhead < count) prefetch_heads(kj + kAhead * s->width(), fetch0, fetch1);
+            const auto* kr = readable_row(kj, kd, widened);
+            for (std::int64_t r = r0; r < r1; ++r) {
+              if (!sees(r, key0 + j)) continue;
+              for (std::int64_t h = h0; h < h1; ++h) {
+                const float* q = q_all + (row0 + r) * w + h * hd;
+                const auto* kh = kr + h / group * hd;
+                const float dot = sum8<float>(hd, [&](std::int64_t e) { return q[e] * widen(kh[e]); });
+                score(r, h)[j] = dot * row_scale(kj, kd, h / group) * scale;  // (x 1 but for int8)
+              }
             }
           }
+        });
+        for (std::int64_t r = r0; r < r1; ++r) {
+          for (std::int64_t h = h0; h < h1; ++h) softmax_in_place(score(r, h) + first(r) - key0, last(r) - first(r));
+          std::fill(o + (row0 + r) * d + h0 * hd, o + (row0 + r) * d + h1 * hd, 0.0f);
         }
-      });
-      for (std::int64_t r = 0; r < R; ++r) {
-        for (std::int64_t h = h0; h < h1; ++h) softmax_in_place(score(r, h) + first(r) - key0, last(r) - first(r));
-        std::fill(o + (row0 + r) * d + h0 * hd, o + (row0 + r) * d + h1 * hd, 0.0f);
+        s->for_each_run<T>(layer, 1, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
+          for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
+            const T* vj = run + c * s->width();
+            if (partial && c + kAhead < count) prefetch_heads(vj + kAhead * s->width(), fetch0, fetch1);
+            const auto* vr = readable_row(vj, kd, widened);
+            for (std::int64_t r = r0; r < r1; ++r) {
+              if (!sees(r, key0 + j)) continue;
+              for (std::int64_t h = h0; h < h1; ++h) {
+                const float a = score(r, h)[j] * row_scale(vj, kd, h / group);  // (x 1 but for int8)
+                const auto* vh = vr + h / group * hd;
+                float* dh = o + (row0 + r) * d + h * hd;
+                for (std::int64_t e = 0; e < hd; ++e) dh[e] += a * widen(vh[e]);
+              }
+            }
+          }
+        });
       }
-      s->for_each_run<T>(layer, 1, key0, key0 + n, [&](const T* run, std::int64_t run_first, std::int64_t count) {
-        for (std::int64_t c = 0, j = run_first - key0; c < count; ++c, ++j) {
-          const T* vj = run + c * s->width();
-          if (partial && c + kAhead < count) prefetch_heads(vj + kAhead * s->width(), fetch0, fetch1);
-          const auto* vr = readable_row(vj, kd, widened);
-          for (std::int64_t r = 0; r < R; ++r) {
-            if (!sees(r, key0 + j)) continue;
-            for (std::int64_t h = h0; h < h1; ++h) {
-              const float a = score(r, h)[j] * row_scale(vj, kd, h / group);  // (x 1 but for int8)
-              const auto* vh = vr + h / group * hd;
-              float* dh = o + (row0 + r) * d + h * hd;
-              for (std::int64_t e = 0; e < hd; ++e) dh[e] += a * widen(vh[e]);
-            }
-          }
-        }
-      });
     }
   });
 }
