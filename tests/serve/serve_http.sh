@@ -15,6 +15,14 @@ new_work_dir
 server=""
 stop_server() { if [ -n "$server" ]; then kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; server=""; fi; }
 trap 'stop_server; rm -rf "$work"' EXIT
+# weft serve on the GPT with these flags, its log in serve.log; sets server and port once listening.
+start_gpt_server() {
+  rm -f "$work/port"
+  "$weft" serve "$work/gpt.safetensors" --port 0 --port-file "$work/port" "$@" > "$work/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
+  port=$(cat "$work/port")
+}
 
 gpt=(train --model gpt --layers 2 --d-model 32 --heads 4 --context 32 --batch 8 --max-steps 30 --eval-every 30
      --eval-batches 1 --sample 0 --seed 3 --quiet --threads 1)
@@ -113,11 +121,7 @@ PY
 
 # weft serve: the completions API.
 token=$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')
-"$weft" serve "$work/gpt.safetensors" --port 0 --port-file "$work/port" --token "$token" --max-concurrency 2 \
-  --max-body 64K > "$work/serve.log" 2>&1 &
-server=$!
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
-port=$(cat "$work/port")
+start_gpt_server --token "$token" --max-concurrency 2 --max-body 64K
 grep -q "on http://127.0.0.1:$port" "$work/serve.log" || { echo "FAIL: not listening on loopback"; cat "$work/serve.log"; exit 1; }
 # A language model's idle server starts a batch at once (--max-wait-ms unset).
 grep -q "waiting up to 0 ms on" "$work/serve.log" || { echo "FAIL: a GPT's server waits for company"; cat "$work/serve.log"; exit 1; }
@@ -160,11 +164,7 @@ grep -q "weft serve: stopped" "$work/serve.log"
 # 32 x 512 bytes): six requests at once run two at a time, each with the text it gets alone.
 expect_refusal "--kv-cache-memory 16.00 KiB: one sequence of the longest a request may make (--max-prompt-tokens and --max-tokens, at most the context) holds 16.00 KiB of key-value cache (32 positions, in whole blocks)" \
   "$weft" serve "$work/gpt.safetensors" --port 0 --kv-cache-memory 16383
-rm -f "$work/port"
-"$weft" serve "$work/gpt.safetensors" --port 0 --port-file "$work/port" --kv-cache-memory 32K > "$work/serve.log" 2>&1 &
-server=$!
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
-port=$(cat "$work/port")
+start_gpt_server --kv-cache-memory 32K
 grep -q "key-value cache 0.5 KB a token (at most 32.00 KiB)" "$work/serve.log" || { echo "FAIL: no cache limit shown"; cat "$work/serve.log"; exit 1; }
 $client "$port" - together 6 "The cat" 25 > "$work/limited.txt"
 [ "$(grep -cxF -- "$want" "$work/limited.txt")" = 6 ] || { echo "FAIL: under the cache limit: $(cat "$work/limited.txt")"; exit 1; }
@@ -180,12 +180,7 @@ stop_server
 # The same limit in blocks of 16 positions (4 of them) with preemption by recomputation: the
 # requests join on the one block their prompt takes, 4 at once; growing past the limit, the
 # last to come leave and come back, each still with the text it gets alone.
-rm -f "$work/port"
-"$weft" serve "$work/gpt.safetensors" --port 0 --port-file "$work/port" --kv-cache-memory 32K --block-size 16 \
-  --preemption recompute > "$work/serve.log" 2>&1 &
-server=$!
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
-port=$(cat "$work/port")
+start_gpt_server --kv-cache-memory 32K --block-size 16 --preemption recompute
 grep -q "(at most 32.00 KiB), preemption by recomputation" "$work/serve.log" || { echo "FAIL: no preemption shown"; cat "$work/serve.log"; exit 1; }
 $client "$port" - together 6 "The cat" 25 > "$work/preempted.txt"
 [ "$(grep -cxF -- "$want" "$work/preempted.txt")" = 6 ] || { echo "FAIL: with preemption: $(cat "$work/preempted.txt")"; exit 1; }

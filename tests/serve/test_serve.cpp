@@ -1026,6 +1026,32 @@ Requests eight_requests(Decoder& alone_decoder, const Tokenizer& tokenizer,
   return r;
 }
 
+// A GPT of context 96 decoded alone and in cache blocks of 16 positions (the cache-limit tests).
+struct BlocksGpt {
+  Rng rng{9};
+  GPT model{[] {
+              GptConfig c = small_gpt();
+              c.context = 96;
+              return c;
+            }(),
+            rng};
+  CharTokenizer tokenizer{kAlphabet};
+  GptDecoder alone_decoder{model}, batch_decoder{model, DecoderFormat(WeightFormat::kF32, CacheFormat::kF32, 16)};
+};
+
+// A decoder that records the most sequences and the most cache blocks the sequences of a
+// step hold after it.
+struct RecordingBlocks : WatchingDecoder {
+  using WatchingDecoder::WatchingDecoder;
+  std::int64_t most_sequences = 0, most_blocks = 0;
+  void seen(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>&) override {
+    std::int64_t blocks = 0;
+    for (const SequenceState* q : s) blocks += inner.cache_blocks_after(*q, 0);
+    most_sequences = std::max<std::int64_t>(most_sequences, static_cast<std::int64_t>(s.size()));
+    most_blocks = std::max(most_blocks, blocks);
+  }
+};
+
 // Waits for every ticket: no error, and the text and tokens of the request alone.
 void expect_each_as_alone(const Requests& r) {
   for (std::size_t i = 0; i < r.tickets.size(); ++i) {
@@ -1155,26 +1181,11 @@ TEST(LmBatcher, ACacheLimitHoldsTheRunningSequencesWithinIt) {
   EXPECT_EQ(cache_blocks_for(90, 100, 96, 16), 6);  // at most the context
   EXPECT_EQ(cache_blocks_for(1, std::numeric_limits<std::int64_t>::max(), 96, 16), 6);  // no overflow
   EXPECT_EQ(cache_blocks_for(std::numeric_limits<std::int64_t>::max(), 5, 96, 16), 6);
-  // A decoder that records the most sequences and the most cache blocks (16 positions) the
-  // sequences of a step hold after it.
-  struct Recording : WatchingDecoder {
-    using WatchingDecoder::WatchingDecoder;
-    std::int64_t most_sequences = 0, most_blocks = 0;
-    void seen(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>&) override {
-      std::int64_t blocks = 0;
-      for (const SequenceState* q : s) blocks += (static_cast<std::int64_t>(q->tokens.size()) - q->window_start + 15) / 16;
-      most_sequences = std::max<std::int64_t>(most_sequences, static_cast<std::int64_t>(s.size()));
-      most_blocks = std::max(most_blocks, blocks);
-    }
-  };
-  Rng rng(9);
-  GptConfig c = small_gpt();
-  c.context = 96;
-  GPT model(c, rng);
-  CharTokenizer tokenizer(kAlphabet);
-  GptDecoder alone_decoder(model), batch_decoder(model, DecoderFormat(WeightFormat::kF32, CacheFormat::kF32, 16));
+  BlocksGpt g;
+  GptDecoder &alone_decoder = g.alone_decoder, &batch_decoder = g.batch_decoder;
+  CharTokenizer& tokenizer = g.tokenizer;
   ASSERT_EQ(batch_decoder.cache_block_positions(), 16);
-  Recording recording(batch_decoder);
+  RecordingBlocks recording(batch_decoder);
   Metrics metrics;
   declare_batcher_metrics(metrics);
   // Request 3: 30 + 30 positions, 4 blocks; the others 10 + 15, 2 blocks.
@@ -1216,23 +1227,10 @@ TEST(LmBatcher, ACacheLimitHoldsTheRunningSequencesWithinIt) {
 // grow past the limit the last to come leave and come back, and every request still gets the
 // tokens it gets alone (greedy and sampled), no step's sequences holding more than the limit.
 TEST(LmBatcher, PreemptionKeepsTheCacheWithinItsLimitAndEachRequestsTokens) {
-  struct Recording : WatchingDecoder {
-    using WatchingDecoder::WatchingDecoder;
-    std::int64_t most_sequences = 0, most_blocks = 0;
-    void seen(const std::vector<SequenceState*>& s, const std::vector<std::vector<std::int32_t>>&) override {
-      std::int64_t blocks = 0;
-      for (const SequenceState* q : s) blocks += inner.cache_blocks_after(*q, 0);
-      most_sequences = std::max<std::int64_t>(most_sequences, static_cast<std::int64_t>(s.size()));
-      most_blocks = std::max(most_blocks, blocks);
-    }
-  };
-  Rng rng(9);
-  GptConfig c = small_gpt();
-  c.context = 96;
-  GPT model(c, rng);
-  CharTokenizer tokenizer(kAlphabet);
-  GptDecoder alone_decoder(model), batch_decoder(model, DecoderFormat(WeightFormat::kF32, CacheFormat::kF32, 16));
-  Recording recording(batch_decoder);
+  BlocksGpt g;
+  GptDecoder &alone_decoder = g.alone_decoder, &batch_decoder = g.batch_decoder;
+  CharTokenizer& tokenizer = g.tokenizer;
+  RecordingBlocks recording(batch_decoder);
   Metrics metrics;
   declare_batcher_metrics(metrics);
   metrics.counter("weft_preemptions_total", "");
@@ -1264,12 +1262,9 @@ TEST(LmBatcher, APreemptedRequestCancelledWhileWaitingEndsWithItsText) {
       if (metrics->value("weft_preemptions_total") >= 1) victim->cancel();
     }
   };
-  Rng rng(9);
-  GptConfig c = small_gpt();
-  c.context = 96;
-  GPT model(c, rng);
-  CharTokenizer tokenizer(kAlphabet);
-  GptDecoder alone_decoder(model), batch_decoder(model, DecoderFormat(WeightFormat::kF32, CacheFormat::kF32, 16));
+  BlocksGpt g;
+  GptDecoder &alone_decoder = g.alone_decoder, &batch_decoder = g.batch_decoder;
+  CharTokenizer& tokenizer = g.tokenizer;
   Metrics metrics;
   declare_batcher_metrics(metrics);
   metrics.counter("weft_preemptions_total", "");
