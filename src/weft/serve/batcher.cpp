@@ -181,12 +181,13 @@ void LmBatcher::finish(Active& a) {
 
 void LmBatcher::preempt_over_limit(std::vector<Active>& active) {
   if (!o_.preempt || limit_blocks_ == 0) return;
-  while (held_blocks(active) > limit_blocks_) {
+  for (std::int64_t held = held_blocks(active); held > limit_blocks_;) {
     // (a sequence back from preemption holds its whole length's reservation: never a victim)
     const auto last = std::max_element(active.begin(), active.end(), [](const Active& a, const Active& b) {
       return a.resumed != b.resumed ? a.resumed : a.ticket->submitted < b.ticket->submitted;
     });
     if (last == active.end() || last->resumed || active.size() == 1) break;
+    held -= needed_blocks(*last);
     Active a = std::move(*last);
     active.erase(last);
     std::vector<std::vector<std::int32_t>> replay;

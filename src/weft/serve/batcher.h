@@ -44,8 +44,8 @@ struct BatchOptions {
   // theirs (TGI's token budget, vLLM's cache blocks): a request joins the batch only while the
   // blocks every running sequence may come to hold (cache_blocks_for), its own included, fit
   // in this many bytes; the others wait in order. So no mix of requests, however long their
-  // prompts and max_tokens, makes the process hold more, and a sequence never waits for a
-  // block or is preempted: its tokens are those it gets alone. 0: no limit.
+  // prompts and max_tokens, makes the process hold more, and (without `preempt`) a sequence
+  // never waits for a block or is preempted. Its tokens are those it gets alone. 0: no limit.
   std::int64_t cache_limit_bytes = 0;
   // Under a cache limit, preemption by recomputation (vLLM's): a request joins while the blocks
   // the running sequences hold after their next step, its prompt's included, fit; when a step

@@ -568,9 +568,7 @@ std::int64_t GptDecoder::cache_bytes_per_token() const {
 
 std::int64_t GptDecoder::cache_blocks_after(const SequenceState& state, std::int64_t fed) const {
   const auto& s = static_cast<const GptState&>(state);
-  std::int64_t rows = s.cached + fed;
-  if (static_cast<std::int64_t>(s.tokens.size()) + fed - s.window_start > c_.context)  // (as slide_window would)
-    rows = std::min(c_.context, std::max(c_.context / 2, fed));
+  const std::int64_t rows = window_length(s.cached + fed, fed, c_.context);  // (the cache holds the window)
   return std::max(s.blocks(), (rows + cache_block_rows_ - 1) / cache_block_rows_);
 }
 
@@ -695,10 +693,15 @@ Tensor WindowDecoder::prompt_logits(const std::vector<std::int32_t>& tokens) {
   return model_.window_logits(tokens);
 }
 
+std::int64_t window_length(std::int64_t held, std::int64_t fed, std::int64_t context) {
+  return held <= context ? held : std::min(context, std::max(context / 2, fed));
+}
+
 bool slide_window(SequenceState& s, std::int64_t fed, std::int64_t context) {
-  const auto total = static_cast<std::int64_t>(s.tokens.size());
-  if (total - s.window_start <= context) return false;
-  s.window_start = total - std::min(context, std::max(context / 2, fed));
+  const auto held = static_cast<std::int64_t>(s.tokens.size()) - s.window_start;
+  const std::int64_t length = window_length(held, fed, context);
+  if (length == held) return false;
+  s.window_start += held - length;
   return true;
 }
 

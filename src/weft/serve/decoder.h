@@ -51,6 +51,8 @@ class SequenceState {
 // recomputing the last `context` tokens at every token cost 10x more), and WindowDecoder
 // computes the same windows, so the two give the same logits.
 bool slide_window(SequenceState& state, std::int64_t fed, std::int64_t context);
+// The rule alone: the tokens a window of `held` (the `fed` new ones included) keeps.
+std::int64_t window_length(std::int64_t held, std::int64_t fed, std::int64_t context);
 
 class Decoder {
  public:

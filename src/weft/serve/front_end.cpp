@@ -153,7 +153,7 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     pass("--quantize", o.quantize, o.quantize != initial.quantize);
     pass("--kv-cache-dtype", o.kv_cache_dtype, o.kv_cache_dtype != initial.kv_cache_dtype);
     pass("--kv-cache-memory", std::to_string(o.kv_cache_memory.value_or(0)), o.kv_cache_memory.has_value());
-    pass("--preemption", o.preemption, o.preemption != initial.preemption);
+    pass("--preemption", o.batch.preempt ? "recompute" : "none", o.batch.preempt);
     pass("--block-size", std::to_string(o.block_size), o.block_size != initial.block_size);
     pass("--request-timeout", fmt::format("{}", o.request_timeout_s), o.request_timeout_s != initial.request_timeout_s);
     std::filesystem::create_directories(folder_);

@@ -66,10 +66,12 @@ FlagTable<ServeOptions> make_table() {
                   })
                   .defaults("auto")
                   .at_least(1)));
-  limits(text(F("--preemption", AT(preemption),
+  limits(text(F("--preemption", nullptr,
                 "GPT under a cache limit: none (a request waits until the cache of its whole length fits) or recompute "
                 "(requests join on the cache they hold; when a step needs more, the last to come leave, and back in feed "
                 "their window again: the same tokens, later)")
+                  .parsed_by([](ServeOptions& o, const std::string& v) { o.batch.preempt = v == "recompute"; })
+                  .defaults("none")
                   .one_of({"none", "recompute"})));
   limits(text(F("--block-size", AT(block_size),
                 "GPT: positions in a key-value cache block, a multiple of 16, which a sequence takes whole (0: a multiple "

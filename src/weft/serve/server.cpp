@@ -42,8 +42,7 @@ class Server : private MetricsHolder, public HttpBase {
     parameters_ = model_.module->num_parameters();
     if (LanguageModel* lm = model_.language_model()) {
       context_ = lm->context();
-      preempt_ = o.batch.preempt || o.preemption == "recompute";
-      if (preempt_ && o.tp * o.pp > 1)
+      if (o.batch.preempt && o.tp * o.pp > 1)
         throw ConfigError("--preemption recompute is not built for a model split over ranks (--tp, --pp): drop one");
       if (o.block_size > (context_ + 15) / 16 * 16)
         throw ConfigError(fmt::format("--block-size {}: more positions than the model's context of {} (a block holds at most "
@@ -58,14 +57,13 @@ class Server : private MetricsHolder, public HttpBase {
           (o.batch.max_prefill_tokens > 0 && o.batch.max_prefill_tokens != ServeOptions{}.batch.max_prefill_tokens);
       for (const auto& [flag, given] : {std::pair{"--max-prefill-tokens", pieces_asked},
                                         std::pair{"--kv-cache-memory", o.kv_cache_memory.has_value()},
-                                        std::pair{"--preemption", o.preemption != "none"},
+                                        std::pair{"--preemption", o.batch.preempt},
                                         std::pair{"--block-size", o.block_size != 0}})
         if (given && block_positions == 0)
           throw ConfigError(std::string(flag) + " does not apply to this run: it is for a GPT's key-value cache, and the run has " +
                             model_.recipe.model + " (no cache)");
       max_prompt_ = o.max_prompt_tokens > 0 ? o.max_prompt_tokens : context_;
       BatchOptions batch = o.batch;
-      batch.preempt = preempt_;
       if (block_positions == 0) batch.max_prefill_tokens = 0;  // (the default's pieces are a cache's)
       if (block_positions > 0) {
         const std::int64_t longest = cache_blocks_for(max_prompt_, o.max_tokens, context_, block_positions) * block_positions;
@@ -98,7 +96,7 @@ class Server : private MetricsHolder, public HttpBase {
       holding += fmt::format(", {} key-value cache {:.1f} KB a token{}{}{}", o_.kv_cache_dtype,
                              static_cast<double>(decoder_->cache_bytes_per_token()) / 1e3, o_.tp * o_.pp > 1 ? " on rank 0" : "",
                              cache_limit_ > 0 ? " (at most " + human_bytes(cache_limit_) + ")" : "",
-                             preempt_ ? cache_limit_ > 0 ? ", preemption by recomputation" : ", no limit: no preemption"
+                             o_.batch.preempt ? cache_limit_ > 0 ? ", preemption by recomputation" : ", no limit: no preemption"
                                  : "");
     return listen(log_, fmt::format("{} ({}, {} parameters{}) for {}; batches of up to {}, waiting up to {} ms", model_.name,
                                     describe_, parameters_, holding, kind,
@@ -392,7 +390,6 @@ class Server : private MetricsHolder, public HttpBase {
   std::int64_t max_prompt_ = 0;
   std::unique_ptr<Decoder> decoder_;
   std::int64_t cache_limit_ = 0;  // the key-value cache's, in bytes (0: none)
-  bool preempt_ = false;          // preemption by recomputation under the limit
   double max_wait_ms_ = 0;        // the batcher's (ServeOptions::max_wait_ms, resolved)
   std::unique_ptr<LmBatcher> lm_;
   std::unique_ptr<ImageBatcher> images_;

@@ -52,8 +52,6 @@ struct ServeOptions {
   // The key-value cache's memory in bytes (BatchOptions::cache_limit_bytes); unset: auto
   // (serve_cache_limit).
   std::optional<std::int64_t> kv_cache_memory;
-  // none | recompute: BatchOptions::preempt (under the cache's limit; one process per replica).
-  std::string preemption = "none";
   // A GPT's cache blocks, in positions (DecoderFormat::cache_block_rows; 0: auto).
   std::int64_t block_size = 0;
   int tp = 1;                        // tensor-parallel ranks under weft launch (model_parallel.h)
