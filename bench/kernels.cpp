@@ -210,9 +210,10 @@ int print_decode(const std::vector<std::int64_t>& rows_list) {
 }
 
 // The decoding step alone, in this process (bench/serve's "the step alone" table): the model
-// file's decoder with `weights`, for each count of streams S, rounds of S sequences that each
-// take a prompt of `prompt` tokens (untimed) and then `steps` steps of one token each, a
-// warm-up round and three timed; prints "STEP <weights> <S> <tokens/s> <weight bytes>
+// file's decoder with `weights` ("int8"; "int8/bf16" with a bf16 key-value cache, float32
+// unless named), for each count of streams S, rounds of S sequences that each take a prompt
+// of `prompt` tokens (untimed) and then `steps` steps of one token each, a warm-up round and
+// three timed; prints "STEP <weights> <S> <tokens/s> <weight bytes>
 // <cache bytes a position> <tokens/s at the mean step>": S over the median step of the timed
 // rounds, what a step reads (the weights once, and each sequence's cache at every position it
 // holds), and S over their mean step (a served rate is tokens over the whole time: its
@@ -224,8 +225,12 @@ int print_steps(const std::string& path, const std::string& weights, std::int64_
   set_pool_pause(serve::kDecodingPoolPause);
   const serve::LoadedModel model = serve::load_model(path);
   if (model.language_model() == nullptr) throw ConfigError(path + " is not a language model");
-  const std::unique_ptr<serve::Decoder> decoder =
-      serve::make_decoder(*model.language_model(), serve::DecoderFormat(serve::parse_weight_format(weights)));
+  // WEIGHTS[/CACHE]: the weights' format, and the key-value cache's (fp32 unless named).
+  const auto slash = weights.find('/');
+  const serve::DecoderFormat format(serve::parse_weight_format(weights.substr(0, slash)),
+                                    slash == std::string::npos ? serve::CacheFormat::kF32
+                                                               : serve::parse_cache_format(weights.substr(slash + 1)));
+  const std::unique_ptr<serve::Decoder> decoder = serve::make_decoder(*model.language_model(), format);
   const auto vocab = static_cast<std::int32_t>(decoder->vocab());
   for (const std::int64_t S : streams) {
     std::vector<double> seconds;
@@ -259,7 +264,7 @@ int print_steps(const std::string& path, const std::string& weights, std::int64_
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "step") == 0) {
     // kernel_bench step MODEL WEIGHTS PROMPT STEPS STREAMS...
-    const char* usage = "kernel_bench step MODEL fp32|bf16|int8 PROMPT_TOKENS STEPS STREAMS...";
+    const char* usage = "kernel_bench step MODEL fp32|bf16|int8[/CACHE] PROMPT_TOKENS STEPS STREAMS...";
     if (argc < 7) {
       std::fprintf(stderr, "usage: %s\n", usage);
       return 2;
