@@ -12,7 +12,9 @@
 # with a 32-token prompt in pieces of 16: --max-prefill-tokens; the second with a key-value
 # cache limit, which rank 0 keeps for its part of the cache), it
 # answers with those tokens under concurrent load, and every rank stops when the server is
-# told to.
+# told to. Under a cache limit with preemption by recomputation (--tp 2, --pp 2), 8 requests
+# at once, some preempted and their caches rebuilt on every rank, each get the tokens and
+# log-probabilities one request gets alone, past the context.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -130,4 +132,44 @@ for layout in "--tp 2 --max-prefill-tokens 16" "--pp 2" "--pp 2 --max-prefill-to
   ! grep -q 'error' "$work/serve.log" || { echo "FAIL: a rank reported an error"; cat "$work/serve.log"; exit 1; }
   [ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || { echo "FAIL: ranks left running"; exit 1; }
   echo "weft serve $layout: rank 0's completions equal one process's; both ranks stopped on SIGTERM"
+done
+
+# Preemption by recomputation over ranks: a limit of 4 blocks of 16 positions (rank 0's part
+# of the cache); 8 requests join on their prompt's block and, growing, the last to come leave
+# and come back, every rank rebuilding its part of their caches.
+for layout in "--tp 2" "--pp 2 --micro-batches 2"; do
+  read -r -a flags <<<"$layout"
+  rm -f "$work/port"
+  "$weft" launch --nproc-per-node 2 -- weft serve "$work/gpt.safetensors" "${flags[@]}" --kv-cache-memory 32K \
+    --block-size 16 --preemption recompute --port 0 --port-file "$work/port" > "$work/serve.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+  grep -q "(at most 32.00 KiB), preemption by recomputation" "$work/serve.log" ||
+    { echo "FAIL: the $layout server shows no preemption"; cat "$work/serve.log"; exit 1; }
+  python3 - "$(cat "$work/port")" "$layout" <<'PY' || { cat "$work/serve.log"; exit 1; }
+import json, re, sys, threading, urllib.request
+port, layout = int(sys.argv[1]), sys.argv[2]
+def ask():  # 7 prompt tokens and 40 more: past the context of 32
+    body = json.dumps({"prompt": "The cat", "max_tokens": 40, "temperature": 0, "logprobs": 1}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        c = json.loads(r.read())["choices"][0]
+    return c["text"], c["logprobs"]["token_logprobs"]
+alone = ask()
+out = [None] * 8
+threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, ask())) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+preempted = float(re.search(r"^weft_preemptions_total (\S+)", metrics, re.M).group(1))
+same = sum(o == alone for o in out)
+assert same == 8 and preempted >= 1, f"FAIL: {layout} with preemption: {same} of 8 as alone, {preempted} preempted"
+print(f"weft serve {layout} --kv-cache-memory 32K --block-size 16 --preemption recompute: 8 requests at once, "
+      f"{preempted:.0f} preempted, each with the tokens and log-probabilities of one alone")
+PY
+  kill -TERM "$launcher"
+  wait "$launcher" || true
+  launcher=""
+  ! grep -q 'error' "$work/serve.log" || { echo "FAIL: a rank reported an error"; cat "$work/serve.log"; exit 1; }
+  [ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || { echo "FAIL: ranks left running"; exit 1; }
 done

@@ -72,8 +72,6 @@ expect_refusal "--preemption does not apply to this run: it is for a GPT's key-v
   "$weft" serve "$work/lstm.safetensors" --port 0 --preemption recompute
 expect_refusal "--block-size 64: more positions than the model's context of 32 (a block holds at most the context, rounded up to 16)" \
   "$weft" serve "$work/gpt.safetensors" --port 0 --block-size 64
-expect_refusal "--preemption recompute is not built for a model split over ranks (--tp, --pp): drop one" \
-  "$weft" serve "$work/gpt.safetensors" --port 0 --tp 2 --preemption recompute
 for q in bf16 int8; do
   "$weft" predict "$work/gpt.safetensors" --windows 8 --quantize "$q" --json > "$work/$q.json"
   python3 - "$work/$q.json" "$q" <<'PY'

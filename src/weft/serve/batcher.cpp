@@ -100,7 +100,7 @@ LmBatcher::LmBatcher(Decoder& decoder, const Tokenizer& tokenizer, BatchOptions 
   if (o_.preempt && limit_blocks_ > 0) {
     std::vector<std::vector<std::int32_t>> replay;
     if (!decoder_.restart(*decoder_.start(), replay))
-      throw ConfigError("preemption by recomputation is not built for this decoder (a model split over ranks: --tp, --pp)");
+      throw ConfigError("preemption by recomputation is not built for this decoder (it cannot rebuild a sequence's cache)");
   }
   thread_ = std::thread([this] { loop(); });
 }

@@ -54,7 +54,7 @@ struct BatchOptions {
   // fits (so none is preempted twice) and feeds its window again (Decoder::restart) before
   // its next token, which is the one it would have had. More requests share the cache than
   // under whole reservations; a preempted one waits and pays its window's prefill again.
-  // Needs a decoder that can restart (not --tp or --pp).
+  // Needs a decoder that can restart (a GPT's, in one process or split over ranks).
   bool preempt = false;
 };
 

@@ -9,17 +9,21 @@ namespace weft::serve {
 
 namespace {
 
-// A message: kind, then for a step the ended sequences and each sequence's id and tokens.
+// A message: kind, then for a step the restarted sequences (preempted id, fresh id), the ended
+// sequences, and each sequence's id and tokens.
 enum Kind : std::int64_t { kStep = 1, kHeartbeat = 2, kStop = 3 };
 constexpr auto kHeartbeatEvery = std::chrono::seconds(5);
 
 struct Step {
+  std::vector<std::pair<std::int64_t, std::int64_t>> restarts;
   std::vector<std::int64_t> ended, ids;
   std::vector<std::vector<std::int32_t>> tokens;
 };
 
 std::vector<std::int64_t> encode(const Step& s) {
-  std::vector<std::int64_t> m = {kStep, static_cast<std::int64_t>(s.ended.size())};
+  std::vector<std::int64_t> m = {kStep, static_cast<std::int64_t>(s.restarts.size())};
+  for (const auto& [preempted, fresh] : s.restarts) m.insert(m.end(), {preempted, fresh});
+  m.push_back(static_cast<std::int64_t>(s.ended.size()));
   m.insert(m.end(), s.ended.begin(), s.ended.end());
   m.push_back(static_cast<std::int64_t>(s.ids.size()));
   for (std::size_t i = 0; i < s.ids.size(); ++i) {
@@ -37,6 +41,10 @@ Step decode(const std::vector<std::int64_t>& m) {
     WEFT_CHECK(at < m.size(), "model-parallel step: a truncated message");
     return m[at++];
   };
+  for (std::int64_t n = next(); n > 0; --n) {
+    const std::int64_t preempted = next();
+    s.restarts.emplace_back(preempted, next());
+  }
   for (std::int64_t n = next(); n > 0; --n) s.ended.push_back(next());
   for (std::int64_t n = next(); n > 0; --n) {
     s.ids.push_back(next());
@@ -56,8 +64,16 @@ std::vector<std::int64_t> broadcast(comm::Communicator& group, std::vector<std::
   return message;
 }
 
-// One step on this rank: the ended sequences dropped, new ones started, the runner run.
+// One step on this rank: the restarted sequences' fresh states made (rank 0 made its own),
+// the ended sequences dropped, new ones started, the runner run.
 Tensor run_step(StepRunner& runner, std::map<std::int64_t, std::unique_ptr<SequenceState>>& states, const Step& s) {
+  for (const auto& [preempted, fresh] : s.restarts) {
+    if (states.count(fresh)) continue;
+    const auto it = states.find(preempted);
+    WEFT_CHECK(it != states.end(), "model-parallel step: a restart of a sequence this rank does not hold");
+    std::vector<std::vector<std::int32_t>> replay;  // (rank 0's is the batcher's)
+    states[fresh] = runner.restart(*it->second, replay);
+  }
   for (std::int64_t id : s.ended) states.erase(id);
   std::vector<SequenceState*> views;
   for (std::int64_t id : s.ids) {
@@ -81,6 +97,13 @@ class TensorParallelRunner : public StepRunner {
   std::int64_t weight_bytes() const override { return local_.weight_bytes(); }
   std::int64_t cache_bytes_per_token() const override { return local_.cache_bytes_per_token(); }
   std::int64_t cache_block_positions() const override { return local_.cache_block_positions(); }
+  std::int64_t cache_blocks_after(const SequenceState& state, std::int64_t fed) const override {
+    return local_.cache_blocks_after(state, fed);
+  }
+  std::unique_ptr<SequenceState> restart(const SequenceState& preempted,
+                                         std::vector<std::vector<std::int32_t>>& replay) const override {
+    return local_.restart(preempted, replay);
+  }
 
  private:
   GptDecoder local_;
@@ -101,6 +124,13 @@ class PipelineRunner : public StepRunner {
   std::int64_t weight_bytes() const override { return local_.weight_bytes(); }
   std::int64_t cache_bytes_per_token() const override { return local_.cache_bytes_per_token(); }
   std::int64_t cache_block_positions() const override { return local_.cache_block_positions(); }
+  std::int64_t cache_blocks_after(const SequenceState& state, std::int64_t fed) const override {
+    return local_.cache_blocks_after(state, fed);
+  }
+  std::unique_ptr<SequenceState> restart(const SequenceState& preempted,
+                                         std::vector<std::vector<std::int32_t>>& replay) const override {
+    return local_.restart(preempted, replay);
+  }
 
   // Micro-batches of the step's sequences through the stages: stage 0 embeds and sends each
   // on as soon as its blocks are done, and collects the logits from the last stage.
@@ -221,11 +251,38 @@ std::unique_ptr<SequenceState> DistributedDecoder::start() const {
   return std::make_unique<DistributedState>(const_cast<DistributedDecoder&>(*this), next_id_++);
 }
 
+std::int64_t DistributedDecoder::cache_blocks_after(const SequenceState& state, std::int64_t fed) const {
+  std::lock_guard lock(mu_);
+  const auto it = states_.find(static_cast<const DistributedState&>(state).id);
+  if (it != states_.end()) return runner_->cache_blocks_after(*it->second, fed);
+  return runner_->cache_blocks_after(*runner_->start(), fed);  // (not stepped yet: no rank holds it)
+}
+
+std::unique_ptr<SequenceState> DistributedDecoder::restart(const SequenceState& preempted,
+                                                           std::vector<std::vector<std::int32_t>>& replay) const {
+  std::int64_t id = 0;
+  {
+    std::lock_guard lock(mu_);
+    id = next_id_++;
+    const auto it = states_.find(static_cast<const DistributedState&>(preempted).id);
+    if (it == states_.end()) {
+      replay.clear();  // not stepped yet: no rank holds it
+    } else {
+      std::unique_ptr<SequenceState> local = runner_->restart(*it->second, replay);
+      if (!local) return nullptr;
+      states_[id] = std::move(local);
+      restarts_.emplace_back(it->first, id);
+    }
+  }
+  return std::make_unique<DistributedState>(const_cast<DistributedDecoder&>(*this), id);  // (outside the lock: its end takes it)
+}
+
 Tensor DistributedDecoder::extend(const std::vector<SequenceState*>& sequences,
                                   const std::vector<std::vector<std::int32_t>>& tokens) {
   std::lock_guard lock(mu_);
   if (!failed_.empty()) throw Error("a model-parallel rank is gone: " + failed_);
   Step s;
+  s.restarts.swap(restarts_);
   s.ended.swap(ended_);
   for (SequenceState* state : sequences) s.ids.push_back(static_cast<DistributedState*>(state)->id);
   s.tokens = tokens;

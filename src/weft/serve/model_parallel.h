@@ -40,6 +40,10 @@ class StepRunner {
   virtual std::int64_t weight_bytes() const = 0;  // on this rank
   virtual std::int64_t cache_bytes_per_token() const = 0;  // this rank's cache (Decoder's)
   virtual std::int64_t cache_block_positions() const = 0;
+  // Decoder's, on this rank's state of a sequence.
+  virtual std::int64_t cache_blocks_after(const SequenceState& state, std::int64_t fed) const = 0;
+  virtual std::unique_ptr<SequenceState> restart(const SequenceState& preempted,
+                                                 std::vector<std::vector<std::int32_t>>& replay) const = 0;
 };
 
 std::unique_ptr<StepRunner> tensor_parallel_runner(const GPT& model, DecoderFormat format,
@@ -60,6 +64,13 @@ class DistributedDecoder : public Decoder {
   std::int64_t weight_bytes() const override { return runner_->weight_bytes(); }
   std::int64_t cache_bytes_per_token() const override { return runner_->cache_bytes_per_token(); }  // (rank 0's)
   std::int64_t cache_block_positions() const override { return runner_->cache_block_positions(); }
+  // Rank 0's blocks (each rank's sequences hold the same positions).
+  std::int64_t cache_blocks_after(const SequenceState& state, std::int64_t fed) const override;
+  // Rank 0 restarts its state of the sequence at once (the replay is its feeds), every other
+  // rank its own with the next step's message, before the step drops the preempted sequence;
+  // the replay's feeds then rebuild each rank's cache bit for bit (GptDecoder::restart).
+  std::unique_ptr<SequenceState> restart(const SequenceState& preempted,
+                                         std::vector<std::vector<std::int32_t>>& replay) const override;
 
  private:
   friend class DistributedState;
@@ -70,7 +81,8 @@ class DistributedDecoder : public Decoder {
   mutable std::mutex mu_;  // one message at a time: the steps and the heartbeat
   mutable std::int64_t next_id_ = 0;
   std::vector<std::int64_t> ended_;  // sequences to drop with the next step
-  std::map<std::int64_t, std::unique_ptr<SequenceState>> states_;  // this rank's states, by id
+  mutable std::vector<std::pair<std::int64_t, std::int64_t>> restarts_;  // (preempted, fresh) for the next step
+  mutable std::map<std::int64_t, std::unique_ptr<SequenceState>> states_;  // this rank's states, by id
   bool stopping_ = false;
   std::string failed_;  // why the group failed (a heartbeat's error), if it did
   std::condition_variable cv_;

@@ -42,8 +42,6 @@ class Server : private MetricsHolder, public HttpBase {
     parameters_ = model_.module->num_parameters();
     if (LanguageModel* lm = model_.language_model()) {
       context_ = lm->context();
-      if (o.batch.preempt && o.tp * o.pp > 1)
-        throw ConfigError("--preemption recompute is not built for a model split over ranks (--tp, --pp): drop one");
       if (o.block_size > (context_ + 15) / 16 * 16)
         throw ConfigError(fmt::format("--block-size {}: more positions than the model's context of {} (a block holds at most "
                                       "the context, rounded up to 16)",
