@@ -38,6 +38,8 @@ print(f"{diff:.1e}")
 sys.exit(0 if diff <= 1e-5 else 1)
 PY
 }
+# The ranks a layout takes: --tp x --pp.
+ranks_of() { local n=1; while [ $# -gt 0 ]; do case $1 in --tp|--pp) n=$((n * $2)); shift;; esac; shift; done; echo "$n"; }
 generated() {  # TEMPERATURE [LAUNCH FLAGS...]: the tokens of 50 (past the context of 32)
   local t=$1 seed=()
   shift
@@ -45,7 +47,7 @@ generated() {  # TEMPERATURE [LAUNCH FLAGS...]: the tokens of 50 (past the conte
   if [ $# -eq 0 ]; then
     "$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature "$t" "${seed[@]}" --json
   else
-    "$weft" launch --nproc-per-node "$2" -- weft generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 \
+    "$weft" launch --nproc-per-node "$(ranks_of "$@")" -- weft generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 \
       --temperature "$t" "${seed[@]}" --json "$@" | grep '^\[0\] {' | sed 's/^\[0\] //'
   fi | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'
 }
@@ -53,9 +55,10 @@ greedy=$(generated 0)
 sampled=$(generated 0.9)
 # Each layout scores; each generates greedily (micro-batches split scoring only); sampling,
 # whose draws rank 0 makes from the gathered logits whatever the split, once per kind.
-for layout in "--tp 2:greedy sampled" "--tp 4:greedy" "--pp 2:greedy sampled" "--pp 4:greedy" "--pp 2 --micro-batches 3:"; do
+for layout in "--tp 2:greedy sampled" "--tp 4:greedy" "--pp 2:greedy sampled" "--pp 4:greedy" "--pp 2 --micro-batches 3:" \
+              "--tp 2 --pp 2:greedy sampled" "--tp 2 --pp 2 --micro-batches 3:"; do
   read -r -a flags <<<"${layout%%:*}"
-  loss=$("$weft" launch --nproc-per-node "${flags[1]}" -- weft predict "$work/gpt.safetensors" --windows 8 --json \
+  loss=$("$weft" launch --nproc-per-node "$(ranks_of "${flags[@]}")" -- weft predict "$work/gpt.safetensors" --windows 8 --json \
            --logits "$work/mp.logits" "${flags[@]}" | rank0_field val_loss)
   close_to "$loss" "$one" 1e-6 || { echo "FAIL: ${layout%%:*}: validation loss $loss, one process $one"; exit 1; }
   diff=$(logits_within "$work/one.logits" "$work/mp.logits") || { echo "FAIL: ${layout%%:*}: logits differ by $diff"; exit 1; }
@@ -137,10 +140,10 @@ done
 # Preemption by recomputation over ranks: a limit of 4 blocks of 16 positions (rank 0's part
 # of the cache); 8 requests join on their prompt's block and, growing, the last to come leave
 # and come back, every rank rebuilding its part of their caches.
-for layout in "--tp 2" "--pp 2 --micro-batches 2"; do
+for layout in "--tp 2" "--pp 2 --micro-batches 2" "--tp 2 --pp 2"; do
   read -r -a flags <<<"$layout"
   rm -f "$work/port"
-  "$weft" launch --nproc-per-node 2 -- weft serve "$work/gpt.safetensors" "${flags[@]}" --kv-cache-memory 32K \
+  "$weft" launch --nproc-per-node "$(ranks_of "${flags[@]}")" -- weft serve "$work/gpt.safetensors" "${flags[@]}" --kv-cache-memory 32K \
     --block-size 16 --preemption recompute --port 0 --port-file "$work/port" > "$work/serve.log" 2>&1 &
   launcher=$!
   for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done

@@ -111,12 +111,16 @@ class TensorParallelRunner : public StepRunner {
 
 class PipelineRunner : public StepRunner {
  public:
-  PipelineRunner(const GPT& model, DecoderFormat format, std::shared_ptr<comm::Communicator> group, int micro_batches)
+  // Stages of `tp` ranks (world ranks [s·tp, (s+1)·tp) are stage s), each a tensor-parallel
+  // group over the stage's blocks (tp 1: one rank a stage).
+  PipelineRunner(const GPT& model, DecoderFormat format, std::shared_ptr<comm::Communicator> group, int micro_batches,
+                 int tp = 1)
       : group_(std::move(group)),
-        stage_(group_->rank()),
-        stages_(group_->size()),
+        tp_(tp),
+        stage_(group_->rank() / tp),
+        stages_(group_->size() / tp),
         micro_batches_(micro_batches > 0 ? micro_batches : stages_),
-        local_(model, format, {}, blocks_of(model.config().layers, stage_, stages_)) {}
+        local_(model, format, stage_slice(*group_, tp), blocks_of(model.config().layers, stage_, stages_)) {}
 
   std::unique_ptr<SequenceState> start() override { return local_.start(); }
   std::int64_t vocab() const override { return local_.vocab(); }
@@ -138,6 +142,10 @@ class PipelineRunner : public StepRunner {
     const auto S = static_cast<std::int64_t>(sequences.size());
     const std::int64_t M = std::min<std::int64_t>(micro_batches_, S), d = local_.dim(), V = local_.vocab();
     const bool first = stage_ == 0, last = stage_ == stages_ - 1;
+    // This rank's peers in the stages before and after (the same place in their stage: every
+    // rank of a stage holds the whole activations), and the rank that takes the logits.
+    const int rank = group_->rank(), before = rank - tp_, after = rank + tp_;
+    const bool collects = rank == 0, answers = last && rank % tp_ == 0;
     std::vector<comm::WorkPtr> sends;
     std::vector<Tensor> sent;  // alive until their sends complete
     for (std::int64_t m = 0; m < M; ++m) {
@@ -150,20 +158,21 @@ class PipelineRunner : public StepRunner {
         x = local_.embed(part, plan);
       } else {
         x = Tensor::empty({plan.rows_total, d});
-        group_->irecv(x.data<float>(), x.numel(), comm::DataType::kF32, stage_ - 1)->wait();
+        group_->irecv(x.data<float>(), x.numel(), comm::DataType::kF32, before)->wait();
       }
       local_.run_blocks(part, plan, x);
       local_.finish(part, plan);
+      if (last && !answers) continue;  // (the last stage's other ranks: the logits go from one)
       Tensor out = last ? local_.head(plan, x) : x;
-      sends.push_back(group_->isend(out.data<float>(), out.numel(), comm::DataType::kF32, last ? 0 : stage_ + 1));
+      sends.push_back(group_->isend(out.data<float>(), out.numel(), comm::DataType::kF32, last ? 0 : after));
       sent.push_back(std::move(out));
     }
     Tensor logits;
-    if (first) {
+    if (collects) {
       logits = Tensor::empty({S, V});
       for (std::int64_t m = 0; m < M; ++m) {
         const std::int64_t rows = S * (m + 1) / M - S * m / M;
-        group_->irecv(logits.data<float>() + (S * m / M) * V, rows * V, comm::DataType::kF32, stages_ - 1)->wait();
+        group_->irecv(logits.data<float>() + (S * m / M) * V, rows * V, comm::DataType::kF32, (stages_ - 1) * tp_)->wait();
       }
     }
     for (auto& w : sends) w->wait();
@@ -178,8 +187,16 @@ class PipelineRunner : public StepRunner {
     return {layers * stage / stages, layers * (stage + 1) / stages};
   }
 
+  // The slice of this rank's stage: a group of the stage's ranks (made by its members).
+  static TensorSlice stage_slice(comm::Communicator& world, int tp) {
+    if (tp == 1) return {};
+    std::vector<int> members;
+    for (int t = 0; t < tp; ++t) members.push_back(world.rank() / tp * tp + t);
+    return tensor_slice(world.new_group(members));
+  }
+
   std::shared_ptr<comm::Communicator> group_;
-  int stage_, stages_, micro_batches_;
+  int tp_, stage_, stages_, micro_batches_;
   GptDecoder local_;
 };
 
@@ -208,8 +225,8 @@ std::unique_ptr<StepRunner> tensor_parallel_runner(const GPT& model, DecoderForm
 }
 
 std::unique_ptr<StepRunner> pipeline_runner(const GPT& model, DecoderFormat format,
-                                            std::shared_ptr<comm::Communicator> group, int micro_batches) {
-  return std::make_unique<PipelineRunner>(model, format, std::move(group), micro_batches);
+                                            std::shared_ptr<comm::Communicator> group, int micro_batches, int tp) {
+  return std::make_unique<PipelineRunner>(model, format, std::move(group), micro_batches, tp);
 }
 
 DistributedDecoder::DistributedDecoder(std::unique_ptr<StepRunner> runner, std::shared_ptr<comm::Communicator> group)
@@ -302,18 +319,19 @@ void follow(StepRunner& runner, comm::Communicator& group) {
 
 std::unique_ptr<Decoder> join_decoder(LanguageModel& model, DecoderFormat format, int tp, int pp, int micro_batches) {
   if (tp == 1 && pp == 1) return make_decoder(model, format);
-  if (tp > 1 && pp > 1) throw ConfigError("--tp with --pp is not built for serving: use one of them");
   auto* gpt = dynamic_cast<GPT*>(&model);
-  if (!gpt) throw ConfigError(std::string(tp > 1 ? "--tp" : "--pp") + " is built for GPT models only");
+  if (!gpt) throw ConfigError(std::string(pp == 1 ? "--tp" : "--pp") + " is built for GPT models only");
   const int ranks = tp * pp;
-  const std::string flag = tp > 1 ? "--tp " + std::to_string(tp) : "--pp " + std::to_string(pp);
+  const std::string flag = tp > 1 && pp > 1 ? "--tp " + std::to_string(tp) + " with --pp " + std::to_string(pp)
+                           : tp > 1          ? "--tp " + std::to_string(tp)
+                                             : "--pp " + std::to_string(pp);
   const comm::ProcessInfo info = comm::process_info_from_env();
   if (info.world != ranks)
     throw ConfigError(flag + " needs a job of " + std::to_string(ranks) + " ranks (weft launch --nproc-per-node " +
                       std::to_string(ranks) + "), this one has " + std::to_string(info.world));
   std::shared_ptr<comm::Communicator> group = comm::Communicator::init();
   std::unique_ptr<StepRunner> runner =
-      tp > 1 ? tensor_parallel_runner(*gpt, format, group) : pipeline_runner(*gpt, format, group, micro_batches);
+      pp == 1 ? tensor_parallel_runner(*gpt, format, group) : pipeline_runner(*gpt, format, group, micro_batches, tp);
   if (group->rank() == 0) return std::make_unique<DistributedDecoder>(std::move(runner), group);
   follow(*runner, *group);
   return nullptr;

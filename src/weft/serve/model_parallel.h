@@ -48,8 +48,9 @@ class StepRunner {
 
 std::unique_ptr<StepRunner> tensor_parallel_runner(const GPT& model, DecoderFormat format,
                                                    std::shared_ptr<comm::Communicator> group);
+// Stages of `tp` tensor-parallel ranks each (tp 1: a rank a stage).
 std::unique_ptr<StepRunner> pipeline_runner(const GPT& model, DecoderFormat format,
-                                            std::shared_ptr<comm::Communicator> group, int micro_batches);
+                                            std::shared_ptr<comm::Communicator> group, int micro_batches, int tp = 1);
 
 // Rank 0's decoder: broadcasts each step, then runs its own part.
 class DistributedDecoder : public Decoder {
