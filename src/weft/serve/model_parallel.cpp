@@ -1,6 +1,7 @@
 #include "weft/serve/model_parallel.h"
 
 #include <chrono>
+#include <utility>
 
 #include "weft/comm/process.h"
 #include "weft/util/error.h"
@@ -84,14 +85,13 @@ Tensor run_step(StepRunner& runner, std::map<std::int64_t, std::unique_ptr<Seque
   return runner.run(views, s.tokens);
 }
 
-class TensorParallelRunner : public StepRunner {
+// A runner over this rank's GptDecoder (its part of the model): what a step does aside, the
+// decoder's.
+class LocalRunner : public StepRunner {
  public:
-  TensorParallelRunner(const GPT& model, DecoderFormat format, std::shared_ptr<comm::Communicator> group)
-      : local_(model, format, tensor_slice(group)) {}
+  template <class... Args>
+  explicit LocalRunner(Args&&... args) : local_(std::forward<Args>(args)...) {}
   std::unique_ptr<SequenceState> start() override { return local_.start(); }
-  Tensor run(const std::vector<SequenceState*>& sequences, const std::vector<std::vector<std::int32_t>>& tokens) override {
-    return local_.extend(sequences, tokens);
-  }
   std::int64_t vocab() const override { return local_.vocab(); }
   std::int64_t context() const override { return local_.context(); }
   std::int64_t weight_bytes() const override { return local_.weight_bytes(); }
@@ -105,36 +105,32 @@ class TensorParallelRunner : public StepRunner {
     return local_.restart(preempted, replay);
   }
 
- private:
+ protected:
   GptDecoder local_;
 };
 
-class PipelineRunner : public StepRunner {
+class TensorParallelRunner : public LocalRunner {
+ public:
+  TensorParallelRunner(const GPT& model, DecoderFormat format, std::shared_ptr<comm::Communicator> group)
+      : LocalRunner(model, format, tensor_slice(group)) {}
+  Tensor run(const std::vector<SequenceState*>& sequences, const std::vector<std::vector<std::int32_t>>& tokens) override {
+    return local_.extend(sequences, tokens);
+  }
+};
+
+class PipelineRunner : public LocalRunner {
  public:
   // Stages of `tp` ranks (world ranks [s·tp, (s+1)·tp) are stage s), each a tensor-parallel
   // group over the stage's blocks (tp 1: one rank a stage).
   PipelineRunner(const GPT& model, DecoderFormat format, std::shared_ptr<comm::Communicator> group, int micro_batches,
                  int tp = 1)
-      : group_(std::move(group)),
+      : LocalRunner(model, format, stage_slice(*group, tp),
+                    blocks_of(model.config().layers, group->rank() / tp, group->size() / tp)),
+        group_(std::move(group)),
         tp_(tp),
         stage_(group_->rank() / tp),
         stages_(group_->size() / tp),
-        micro_batches_(micro_batches > 0 ? micro_batches : stages_),
-        local_(model, format, stage_slice(*group_, tp), blocks_of(model.config().layers, stage_, stages_)) {}
-
-  std::unique_ptr<SequenceState> start() override { return local_.start(); }
-  std::int64_t vocab() const override { return local_.vocab(); }
-  std::int64_t context() const override { return local_.context(); }
-  std::int64_t weight_bytes() const override { return local_.weight_bytes(); }
-  std::int64_t cache_bytes_per_token() const override { return local_.cache_bytes_per_token(); }
-  std::int64_t cache_block_positions() const override { return local_.cache_block_positions(); }
-  std::int64_t cache_blocks_after(const SequenceState& state, std::int64_t fed) const override {
-    return local_.cache_blocks_after(state, fed);
-  }
-  std::unique_ptr<SequenceState> restart(const SequenceState& preempted,
-                                         std::vector<std::vector<std::int32_t>>& replay) const override {
-    return local_.restart(preempted, replay);
-  }
+        micro_batches_(micro_batches > 0 ? micro_batches : stages_) {}
 
   // Micro-batches of the step's sequences through the stages: stage 0 embeds and sends each
   // on as soon as its blocks are done, and collects the logits from the last stage.
@@ -197,7 +193,6 @@ class PipelineRunner : public StepRunner {
 
   std::shared_ptr<comm::Communicator> group_;
   int tp_, stage_, stages_, micro_batches_;
-  GptDecoder local_;
 };
 
 }  // namespace

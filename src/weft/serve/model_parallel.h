@@ -1,8 +1,8 @@
 // Model-parallel decoding across the processes of a weft launch job (seed 003 chapter 7:
 // model parallelism for inference). Rank 0 serves (HTTP or the command line) through a
 // DistributedDecoder: each decoding step it broadcasts what to compute (the sequences, their
-// new tokens, the sequences that ended) and every rank runs the step on its part of the
-// model with a StepRunner:
+// new tokens, the sequences that ended, those it restarted for preemption) and every rank
+// runs the step on its part of the model with a StepRunner:
 //
 //   tensor parallelism (--tp N, seed 002 chapter 8's split): each rank holds its heads, its
 //     slice of every MLP and the cache of its heads (GptDecoder with a TensorSlice); the
@@ -10,7 +10,11 @@
 //   pipeline parallelism (--pp S): stage s holds blocks [s·L/S, (s+1)·L/S) and their caches;
 //     the step's sequences are split into micro-batches that flow stage to stage (point to
 //     point), so the stages work on different micro-batches at once; the last stage sends
-//     each micro-batch's logits back to rank 0.
+//     each micro-batch's logits back to rank 0;
+//   both (--tp N --pp S): each stage a group of N tensor-parallel ranks (world ranks
+//     [s·N, (s+1)·N)), each rank passing its micro-batches to its counterpart in the next
+//     stage (a stage's ranks each hold the whole activations), the last stage's first rank
+//     sending the logits.
 //
 // The other ranks follow rank 0's steps until it ends the job. While idle, rank 0 sends a
 // heartbeat so that the followers' wait stays within the communicator's timeout.
@@ -96,7 +100,7 @@ void follow(StepRunner& runner, comm::Communicator& group);
 // The decoder of a process of a job with tp x pp model-parallel ranks (1 x 1: make_decoder,
 // no job). Under weft launch with tp·pp ranks: rank 0 gets a DistributedDecoder; the others
 // follow rank 0's steps until it ends the job, then get null. Throws ConfigError when the
-// job's size does not match, the model is not a GPT, or both tp and pp are above 1.
+// job's size does not match, or the model is not a GPT (or does not split so).
 std::unique_ptr<Decoder> join_decoder(LanguageModel& model, DecoderFormat format, int tp, int pp = 1,
                                       int micro_batches = 0);
 
