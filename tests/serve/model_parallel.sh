@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # usage: model_parallel.sh WEFT
 # Model-parallel inference equals one process. A GPT split over 2 and 4 ranks by tensor
-# parallelism (each rank its heads, its slice of the MLP and its heads' cache) or into 2 and
-# 4 pipeline stages (blocks and their caches; micro-batches flowing stage to stage) scores
+# parallelism (each rank its heads, its slice of the MLP and its heads' cache), into 2 and
+# 4 pipeline stages (blocks and their caches; micro-batches flowing stage to stage), or into
+# 2 stages of 2 tensor-parallel ranks scores
 # the validation windows with the single-process loss (relative 1e-6: every position's
 # logits through both, each logit within 1e-5), and generates the same tokens past the
 # context, greedy (and sampled, once for each kind of split; greedy with a bf16 key-value
@@ -12,7 +13,7 @@
 # with a 32-token prompt in pieces of 16: --max-prefill-tokens; the second with a key-value
 # cache limit, which rank 0 keeps for its part of the cache), it
 # answers with those tokens under concurrent load, and every rank stops when the server is
-# told to. Under a cache limit with preemption by recomputation (--tp 2, --pp 2), 8 requests
+# told to. Under a cache limit with preemption by recomputation (--tp 2, --pp 2, both), 8 requests
 # at once, some preempted and their caches rebuilt on every rank, each get the tokens and
 # log-probabilities one request gets alone, past the context.
 set -euo pipefail
@@ -137,9 +138,9 @@ for layout in "--tp 2 --max-prefill-tokens 16" "--pp 2" "--pp 2 --max-prefill-to
   echo "weft serve $layout: rank 0's completions equal one process's; both ranks stopped on SIGTERM"
 done
 
-# Preemption by recomputation over ranks: a limit of 4 blocks of 16 positions (rank 0's part
-# of the cache); 8 requests join on their prompt's block and, growing, the last to come leave
-# and come back, every rank rebuilding its part of their caches.
+# Preemption by recomputation over ranks: a limit of 32 KiB of rank 0's part of the cache (4
+# blocks of 16 positions; 8 under --tp 2 --pp 2); 8 requests join on their prompt's block and,
+# growing, the last to come leave and come back, every rank rebuilding its part of their caches.
 for layout in "--tp 2" "--pp 2 --micro-batches 2" "--tp 2 --pp 2"; do
   read -r -a flags <<<"$layout"
   rm -f "$work/port"
