@@ -15,7 +15,9 @@
 # answers with those tokens under concurrent load, and every rank stops when the server is
 # told to. Under a cache limit with preemption by recomputation (--tp 2, --pp 2, both), 8 requests
 # at once, some preempted and their caches rebuilt on every rank, each get the tokens and
-# log-probabilities one request gets alone, past the context.
+# log-probabilities one request gets alone, past the context. Replicas of split ranks
+# (--replicas 2 --tp 2, --replicas 1:2 --pp 2) complete as one process; a replica's launcher
+# killed under load takes its ranks with it, and the replica starts again.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -177,3 +179,66 @@ PY
   ! grep -q 'error' "$work/serve.log" || { echo "FAIL: a rank reported an error"; cat "$work/serve.log"; exit 1; }
   [ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || { echo "FAIL: ranks left running"; exit 1; }
 done
+
+# Replicas of split ranks: weft serve --replicas 2 --tp 2 starts each replica's 2 ranks with
+# weft launch. Both replicas complete as one process; a replica's launcher killed (SIGKILL)
+# under load takes its ranks with it, no request is lost and the replica starts again; elastic
+# --replicas 1:2 --pp 2 serves the same text; SIGTERM stops every process. Under weft launch
+# itself, --replicas is refused.
+rm -f "$work/port"
+"$weft" serve "$work/gpt.safetensors" --replicas 2 --tp 2 --port 0 --port-file "$work/port" > "$work/fe.log" 2>&1 &
+launcher=$!
+for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+port=$(cat "$work/port")
+grep -q "behind 2 replicas (each bound to its share of the cores, each 2 ranks: --tp 2)" "$work/fe.log" ||
+  { echo "FAIL: the front end does not name its replicas' ranks"; cat "$work/fe.log"; exit 1; }
+for _ in 1 2 3 4; do  # (routed by least outstanding requests: one after another, both replicas answer)
+  text=$(curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt": "The cat", "max_tokens": 50, "temperature": 0}' |
+         python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+  [ "$text" = "$want" ] || { echo "FAIL: --replicas 2 --tp 2 completes '$text', one process '$want'"; exit 1; }
+done
+"$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 8 --requests 200 --max-tokens 48 --json > "$work/bench.json" &
+bench=$!
+sleep 1
+victim=$(grep -o 'replica 1 (pid [0-9]*' "$work/fe.log" | head -1 | grep -o '[0-9]*$')
+ranks=$(pgrep -P "$victim" | tr '\n' ' ')
+[ -n "$ranks" ] || { echo "FAIL: replica 1's launcher $victim has no ranks"; exit 1; }
+kill -9 "$victim"
+wait "$bench" || { echo "FAIL: requests failed after a replica's launcher was killed"; cat "$work/bench.json"; exit 1; }
+python3 - "$work/bench.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["requests"] == 200 and r["errors"] == 0 and r["tokens"] == 200 * 48, r
+PY
+for _ in $(seq 100); do count_lines "*replica 1 (pid *) ready*" "$work/fe.log"; [ "$count" -ge 2 ] && break; sleep 0.1; done
+[ "$count" -ge 2 ] || { echo "FAIL: replica 1 was not restarted"; cat "$work/fe.log"; exit 1; }
+# (Its ranks get SIGTERM: rank 0 finishes what it was answering, then both stop.)
+for _ in $(seq 300); do
+  alive=""
+  for pid in $ranks; do ! kill -0 "$pid" 2>/dev/null || alive+=" $pid"; done
+  [ -z "$alive" ] && break
+  sleep 0.1
+done
+[ -z "$alive" ] || { echo "FAIL: ranks$alive of the killed launcher still run after 30 s"; exit 1; }
+echo "weft serve --replicas 2 --tp 2: one process's completion from both replicas; a launcher killed under load:" \
+  "200 of 200 requests whole, the replica restarted, its ranks stopped"
+kill -TERM "$launcher"
+wait "$launcher" || true
+launcher=""
+[ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || { echo "FAIL: ranks left running"; pgrep -af "$work/gpt.safetensors"; exit 1; }
+rm -f "$work/port"
+"$weft" serve "$work/gpt.safetensors" --replicas 1:2 --pp 2 --port 0 --port-file "$work/port" > "$work/fe.log" 2>&1 &
+launcher=$!
+for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+text=$(curl -s "http://127.0.0.1:$(cat "$work/port")/v1/completions" -d '{"prompt": "The cat", "max_tokens": 50, "temperature": 0}' |
+       python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+[ "$text" = "$want" ] || { echo "FAIL: --replicas 1:2 --pp 2 completes '$text', one process '$want'"; cat "$work/fe.log"; exit 1; }
+kill -TERM "$launcher"
+wait "$launcher" || true
+launcher=""
+[ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || { echo "FAIL: ranks left running"; exit 1; }
+echo "weft serve --replicas 1:2 --pp 2: one process's completion; every process stopped on SIGTERM"
+out=$("$weft" launch --nproc-per-node 2 -- weft serve "$work/gpt.safetensors" --replicas 2 --tp 2 --port 0 2>&1) &&
+  { echo "FAIL: --replicas under weft launch was accepted"; exit 1; }
+grep -q "run weft serve without weft launch" <<<"$out" || { echo "FAIL: --replicas under weft launch: $out"; exit 1; }
+echo "--replicas under weft launch: refused ($(grep -m1 -o 'error: .*' <<<"$out"))"

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -267,10 +268,16 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
     CPU_ZERO(&bind_set);
     if (c.bind == "cores")
       for (int core : cores_for_rank(cores, l, most)) CPU_SET(core, &bind_set);
+    const pid_t launcher = ::getpid();
     pid_t pid = ::fork();
     if (pid < 0) throw Error(std::string("cannot start a worker: ") + std::strerror(errno));
     if (pid == 0) {
       ::setpgid(0, 0);
+      // A worker outlives no launcher: one killed (SIGKILL: nothing of it runs to stop the
+      // workers) sends its workers SIGTERM, as a stopping launcher does; one already gone
+      // before this line, the worker does not start.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(128 + SIGTERM);
       if (c.bind == "cores") ::sched_setaffinity(0, sizeof bind_set, &bind_set);
       ::dup2(out_pipe[1], 1);
       ::dup2(err_pipe[1], 2);

@@ -13,7 +13,8 @@
 // --bind none leaves them free); prefixes each line a rank prints with "[rank] " when the
 // job has several ranks (prefix off: none); sends a rank's output to files under
 // log_dir/run_id/attempt_N/LOCAL_RANK/{stdout,stderr}.log instead of (redirects) or as well
-// as (tee) the console; forwards SIGINT and SIGTERM; when a worker fails, stops the others
+// as (tee) the console; forwards SIGINT and SIGTERM (and a launcher that dies, even by
+// SIGKILL, sends its workers SIGTERM: none outlives it); when a worker fails, stops the others
 // and either restarts all of them (--max-restarts) or returns the first failing exit code
 // (128 + signal for a signal).
 //

@@ -156,6 +156,11 @@ class FrontEnd : private MetricsHolder, public HttpBase {
     pass("--preemption", o.batch.preempt ? "recompute" : "none", o.batch.preempt);
     pass("--block-size", std::to_string(o.block_size), o.block_size != initial.block_size);
     pass("--request-timeout", fmt::format("{}", o.request_timeout_s), o.request_timeout_s != initial.request_timeout_s);
+    // Each replica split over --tp x --pp ranks of its own.
+    pass("--tp", std::to_string(o.tp), o.tp != initial.tp);
+    pass("--pp", std::to_string(o.pp), o.pp != initial.pp);
+    pass("--micro-batches", std::to_string(o.micro_batches), o.micro_batches != initial.micro_batches);
+    r.ranks = o.tp * o.pp;
     std::filesystem::create_directories(folder_);
     replicas_ = std::make_unique<ReplicaSet>(r, log, metrics_);
     more_metrics_ = [this] {
@@ -186,12 +191,17 @@ class FrontEnd : private MetricsHolder, public HttpBase {
 
   int run() {
     replicas_->wait_ready(120);
-    return listen(log_, fmt::format("{} behind {} replica{} ({}), routed by least outstanding requests", o_.model,
+    std::string split;  // each replica's ranks
+    if (o_.tp > 1) split += fmt::format("--tp {}", o_.tp);
+    if (o_.pp > 1) split += fmt::format("{}--pp {}", split.empty() ? "" : " ", o_.pp);
+    if (!split.empty()) split = fmt::format(", each {} ranks: {}", o_.tp * o_.pp, split);
+    return listen(log_, fmt::format("{} behind {} replica{} ({}{}), routed by least outstanding requests", o_.model,
                                     o_.replicas_min == o_.replicas_max ? std::to_string(o_.replicas_max)
                                                                        : fmt::format("{}-{}", o_.replicas_min, o_.replicas_max),
                                     o_.replicas_max > 1 ? "s" : "",
                                     o_.replicas_min == o_.replicas_max ? "each bound to its share of the cores"
-                                                                       : "elastic"));
+                                                                       : "elastic",
+                                    split));
   }
 
  private:

@@ -99,18 +99,23 @@ void ReplicaSet::spawn(Replica& r) {
   // scaled up after that slot was drained) must not be found at its predecessor's port.
   if (!r.port_file.empty()) std::remove(r.port_file.c_str());
   r.port_file = fmt::format("{}/replica-{}-{}.port", o_.folder, r.slot, spawned_++);
+  const bool fixed = o_.min == o_.max;
+  // A replica of several ranks (--tp, --pp) is a job of its own: weft launch starts its ranks
+  // (on the replica's cores when they are fixed), each with its share of the replica's threads.
   std::vector<std::string> args = {comm::self_executable()};
+  if (o_.ranks > 1)
+    args.insert(args.end(), {"launch", "--nproc-per-node", std::to_string(o_.ranks), "--bind", fixed ? "cores" : "none",
+                             "--", comm::self_executable()});
   args.insert(args.end(), o_.command.begin(), o_.command.end());
   for (const char* a : {"--host", "127.0.0.1", "--port", "0", "--port-file"}) args.emplace_back(a);
   args.push_back(r.port_file);
   cpu_set_t bind;
   CPU_ZERO(&bind);
-  const bool fixed = o_.min == o_.max;
   std::size_t bound = 0;
   if (fixed)
     for (int core : comm::cores_for_rank(cores_, r.slot, o_.max)) CPU_SET(core, &bind), ++bound;
-  const std::size_t threads = fixed ? std::max<std::size_t>(bound, 1)
-                                    : std::max<std::size_t>(cores_.size() / static_cast<std::size_t>(o_.max), 1);
+  const std::size_t threads = std::max<std::size_t>(
+      (fixed ? bound : cores_.size() / static_cast<std::size_t>(o_.max)) / static_cast<std::size_t>(o_.ranks), 1);
   const std::string sharing = std::to_string(o_.max);  // (no allocation after fork)
   const pid_t pid = ::fork();
   if (pid < 0) throw Error(std::string("cannot start a replica: ") + std::strerror(errno));

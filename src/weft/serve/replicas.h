@@ -1,7 +1,8 @@
 // Data-parallel serving (seed 003 chapter 3: replicas of the whole model, inputs split among
 // them, no communication between them) and elastic serving (chapter 11: the number of
 // replicas follows the load). A ReplicaSet runs `weft serve` replica processes on loopback
-// ports, each bound to its share of the cores when their number is fixed, and:
+// ports, each bound to its share of the cores when their number is fixed (a replica split
+// over several ranks, --tp x --pp: a `weft launch` job of them, on that share), and:
 //   - hands out the live replica with the least outstanding requests (acquire);
 //   - restarts a replica that dies (its in-flight requests are retried by the front end); one
 //     that dies before it ever answered could not start (a missing model file, say: its own
@@ -32,6 +33,7 @@ namespace weft::serve {
 struct ReplicaOptions {
   int min = 1, max = 1;
   std::vector<std::string> command;  // weft serve MODEL ... without --host/--port/--port-file
+  int ranks = 1;                     // each replica's ranks (--tp x --pp), started by weft launch
   std::string token;                 // the replicas' internal bearer token (given by environment)
   std::string folder;                // where the replicas write their port files
   double scale_up_load = 8;          // outstanding requests per replica that add a replica

@@ -407,8 +407,8 @@ void validate(const ServeOptions& o) {
   if (!o.token.empty() && o.token.size() < 16) throw ConfigError("--token must be at least 16 characters");
   if (o.replicas_min < 1 || o.replicas_max < o.replicas_min || o.replicas_max > 64)
     throw ConfigError(fmt::format("--replicas {}:{}: need 1 <= MIN <= MAX <= 64", o.replicas_min, o.replicas_max));
-  if ((o.tp > 1 || o.pp > 1) && o.replicas_max > 1)
-    throw ConfigError("--tp or --pp with --replicas is not built: serve one or the other");
+  if (o.replicas_max > 1 && comm::process_info_from_env().world > 1)
+    throw ConfigError("--replicas starts each replica's ranks itself (--tp, --pp): run weft serve without weft launch");
 }
 
 int serve(const ServeOptions& options, std::FILE* log) {
