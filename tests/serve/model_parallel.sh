@@ -192,9 +192,16 @@ for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
 port=$(cat "$work/port")
 grep -q "behind 2 replicas (each bound to its share of the cores, each 2 ranks: --tp 2)" "$work/fe.log" ||
   { echo "FAIL: the front end does not name its replicas' ranks"; cat "$work/fe.log"; exit 1; }
-for _ in 1 2 3 4; do  # (routed by least outstanding requests: one after another, both replicas answer)
-  text=$(curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt": "The cat", "max_tokens": 50, "temperature": 0}' |
-         python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+# 4 at once (spread over the replicas by least outstanding requests), each one process's text.
+asks=()
+for i in 1 2 3 4; do
+  curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt": "The cat", "max_tokens": 50, "temperature": 0}' \
+    > "$work/answer$i.json" &
+  asks+=($!)
+done
+wait "${asks[@]}"
+for i in 1 2 3 4; do
+  text=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"])' "$work/answer$i.json")
   [ "$text" = "$want" ] || { echo "FAIL: --replicas 2 --tp 2 completes '$text', one process '$want'"; exit 1; }
 done
 "$weft" serve-bench --url "http://127.0.0.1:$port" --concurrency 8 --requests 200 --max-tokens 48 --json > "$work/bench.json" &
@@ -220,7 +227,7 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 [ -z "$alive" ] || { echo "FAIL: ranks$alive of the killed launcher still run after 30 s"; exit 1; }
-echo "weft serve --replicas 2 --tp 2: one process's completion from both replicas; a launcher killed under load:" \
+echo "weft serve --replicas 2 --tp 2: 4 completions at once, each one process's; a launcher killed under load:" \
   "200 of 200 requests whole, the replica restarted, its ranks stopped"
 kill -TERM "$launcher"
 wait "$launcher" || true
