@@ -35,6 +35,19 @@ count_lines() {
   return 0
 }
 
+# wait_gone SECONDS PID...: waits up to SECONDS for the processes to end; sets $alive to those
+# still running (empty when none is).
+wait_gone() {
+  local tenths=$(($1 * 10)) pid
+  shift
+  for _ in $(seq "$tenths"); do
+    alive=""
+    for pid in "$@"; do ! kill -0 "$pid" 2>/dev/null || alive+=" $pid"; done
+    [ -z "$alive" ] && return 0
+    sleep 0.1
+  done
+}
+
 # json_value NAME: field NAME of the JSON object on the last line of standard input (any
 # JSON value, printed as Python prints it).
 json_value() { python3 -c "import json, sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }

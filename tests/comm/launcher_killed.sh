@@ -3,6 +3,7 @@
 # A launcher killed outright (SIGKILL: none of its code runs) takes its workers with it: each
 # gets SIGTERM, as from a launcher that stops, and none is left running.
 set -euo pipefail
+. "$(dirname "$0")/../lib.sh"
 weft=$1
 "$weft" launch --nproc-per-node 2 -- sleep 60 >/dev/null 2>&1 &
 launcher=$!
@@ -15,11 +16,7 @@ for _ in $(seq 100); do
 done
 [ "$(wc -w <<<"$workers")" = 2 ] || { echo "FAIL: the launcher started no 2 workers ($workers)"; exit 1; }
 { kill -9 "$launcher"; wait "$launcher"; } 2>/dev/null || true
-for _ in $(seq 100); do
-  alive=""
-  for pid in $workers; do ! kill -0 "$pid" 2>/dev/null || alive+=" $pid"; done
-  [ -z "$alive" ] && break
-  sleep 0.1
-done
+# shellcheck disable=SC2086  # (the workers' pids, one word each)
+wait_gone 10 $workers
 [ -z "$alive" ] || { echo "FAIL: workers$alive outlived their launcher"; kill $alive; exit 1; }
 echo "a launcher killed with SIGKILL: its 2 workers ($workers) stopped"

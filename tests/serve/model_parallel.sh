@@ -220,12 +220,8 @@ PY
 for _ in $(seq 100); do count_lines "*replica 1 (pid *) ready*" "$work/fe.log"; [ "$count" -ge 2 ] && break; sleep 0.1; done
 [ "$count" -ge 2 ] || { echo "FAIL: replica 1 was not restarted"; cat "$work/fe.log"; exit 1; }
 # (Its ranks get SIGTERM: rank 0 finishes what it was answering, then both stop.)
-for _ in $(seq 300); do
-  alive=""
-  for pid in $ranks; do ! kill -0 "$pid" 2>/dev/null || alive+=" $pid"; done
-  [ -z "$alive" ] && break
-  sleep 0.1
-done
+# shellcheck disable=SC2086  # (the ranks' pids, one word each)
+wait_gone 30 $ranks
 [ -z "$alive" ] || { echo "FAIL: ranks$alive of the killed launcher still run after 30 s"; exit 1; }
 echo "weft serve --replicas 2 --tp 2: 4 completions at once, each one process's; a launcher killed under load:" \
   "200 of 200 requests whole, the replica restarted, its ranks stopped"
