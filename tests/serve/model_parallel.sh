@@ -245,12 +245,13 @@ out=$("$weft" launch --nproc-per-node 2 -- weft serve "$work/gpt.safetensors" --
   { echo "FAIL: --replicas under weft launch was accepted"; exit 1; }
 grep -q "run weft serve without weft launch" <<<"$out" || { echo "FAIL: --replicas under weft launch: $out"; exit 1; }
 echo "--replicas under weft launch: refused ($(grep -m1 -o 'error: .*' <<<"$out"))"
-# Micro-batches split a step over pipeline stages: without --pp, a one-line error.
-for cmd in "generate --prompt The --max-tokens 4" "predict --windows 2"; do
+# Micro-batches split a step over pipeline stages: without --pp, a one-line error (generate's
+# --no-cache too, which holds no decoder of stages).
+for cmd in "generate --prompt The --max-tokens 4" "generate --no-cache --prompt The --max-tokens 4" "predict --windows 2"; do
   read -r -a words <<<"$cmd"
   out=$("$weft" "${words[0]}" "$work/gpt.safetensors" "${words[@]:1}" --micro-batches 2 2>&1) &&
     { echo "FAIL: weft $cmd --micro-batches 2 without --pp was accepted"; exit 1; }
-  [ "$out" = "error: --micro-batches 2 splits a step over pipeline stages: it needs --pp 2 or more" ] ||
+  [ "$out" = "error: --micro-batches does not apply to this run: it is for pipeline stages (--pp 2 or more), and the run has --pp 1" ] ||
     { echo "FAIL: weft $cmd --micro-batches 2: $out"; exit 1; }
 done
 echo "--micro-batches without --pp: refused ($out)"

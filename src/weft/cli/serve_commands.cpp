@@ -56,7 +56,8 @@ const FlagTable<PredictConfig>& predict_flags() {
   static const FlagTable<Options> table = [] {
     FlagTable<Options> t;
     serve::add_model_flags(t, "the model");
-    for (F& f : t) f.applies = is_language, f.needs = "a language model", f.run_has = kind_of;  // how a GPT is held
+    for (F& f : t)  // how a GPT is held (--micro-batches: for --pp, itself for a language model)
+      if (!f.applies) f.applies = is_language, f.needs = "a language model", f.run_has = kind_of;
     const FlagGroup<Options> add{t, "the data"};
     add(F("--data", AT(data), "images: fashion-mnist or a folder of IDX, NPY or CSV files; text: fortunes or a file or "
                               "folder")

@@ -313,9 +313,6 @@ void follow(StepRunner& runner, comm::Communicator& group) {
 }
 
 std::unique_ptr<Decoder> join_decoder(LanguageModel& model, DecoderFormat format, int tp, int pp, int micro_batches) {
-  if (micro_batches > 0 && pp == 1)
-    throw ConfigError("--micro-batches " + std::to_string(micro_batches) +
-                      " splits a step over pipeline stages: it needs --pp 2 or more");
   if (tp == 1 && pp == 1) return make_decoder(model, format);
   auto* gpt = dynamic_cast<GPT*>(&model);
   if (!gpt) throw ConfigError(std::string(pp == 1 ? "--tp" : "--pp") + " is built for GPT models only");

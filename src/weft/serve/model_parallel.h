@@ -100,8 +100,7 @@ void follow(StepRunner& runner, comm::Communicator& group);
 // The decoder of a process of a job with tp x pp model-parallel ranks (1 x 1: make_decoder,
 // no job). Under weft launch with tp·pp ranks: rank 0 gets a DistributedDecoder; the others
 // follow rank 0's steps until it ends the job, then get null. Throws ConfigError when the
-// job's size does not match, the model is not a GPT (or does not split so), or micro-batches
-// are asked of one stage.
+// job's size does not match, or the model is not a GPT (or does not split so).
 std::unique_ptr<Decoder> join_decoder(LanguageModel& model, DecoderFormat format, int tp, int pp = 1,
                                       int micro_batches = 0);
 

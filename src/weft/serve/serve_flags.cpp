@@ -38,7 +38,8 @@ F text(F f) { return std::move(f).only_for(for_language, "a language model", kin
 FlagTable<ServeOptions> make_table() {
   FlagTable<ServeOptions> t;
   add_model_flags(t, "the model");
-  for (F& f : t) f.applies = for_language, f.needs = "a language model", f.run_has = kind_of;  // how a GPT is held
+  for (F& f : t)  // how a GPT is held (--micro-batches: for --pp, itself for a language model)
+    if (!f.applies) f.applies = for_language, f.needs = "a language model", f.run_has = kind_of;
   FlagGroup<ServeOptions> address{t, "the address"};
   address(F("--host", AT(host), "the address to listen on (0.0.0.0: every interface)"));
   address(F("--port", AT(port), "the port (0: any free port)").in(0, 65535));

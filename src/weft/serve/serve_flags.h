@@ -60,7 +60,9 @@ void add_model_flags(FlagTable<O>& t, const std::string& group) {
           .in(1, 64));
   add(Flag<O>("--micro-batches", [](O& o) -> FieldRef { return &o.micro_batches; },
               "--pp: micro-batches per decoding step (0: one per stage)")
-          .at_least(0));
+          .at_least(0)
+          .only_for([](const O& o) { return o.pp > 1; }, "pipeline stages (--pp 2 or more)",
+                    [](const O& o) { return "--pp " + std::to_string(o.pp); }));
 }
 
 // How those options hold a GPT: --quantize's weights and --kv-cache-dtype's cache.
