@@ -17,7 +17,8 @@
 # at once, some preempted and their caches rebuilt on every rank, each get the tokens and
 # log-probabilities one request gets alone, past the context. Replicas of split ranks
 # (--replicas 2 --tp 2, --replicas 1:2 --pp 2) complete as one process; a replica's launcher
-# killed under load takes its ranks with it, and the replica starts again.
+# killed under load takes its ranks with it, and the replica starts again. Run alone (without
+# weft launch), generate, predict and serve with --tp/--pp start their own ranks.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -88,6 +89,25 @@ for pair in "--tp 2:int8" "--pp 2:bf16"; do
 done
 echo "--tp 2 with an int8 key-value cache and --pp 2 with bf16 generate one process's 50 greedy tokens"
 
+# Run alone (no launcher), a split command starts its own job (weft launch --nproc-per-node
+# tp x pp --no-prefix) once the model is known to split so: the same tokens and loss; a split
+# the model does not take is one line before any rank starts.
+alone=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 50 --temperature 0 --json --tp 2 --pp 2 \
+          2>"$work/alone.err" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])')
+[ "$alone" = "$greedy" ] || fail "generate --tp 2 --pp 2 run alone generates other greedy tokens"
+grep -qx -- "--tp 2 with --pp 2: starting 4 ranks on this node (weft launch --nproc-per-node 4)" "$work/alone.err" ||
+  fail "no job started: $(cat "$work/alone.err")"
+loss=$("$weft" predict "$work/gpt.safetensors" --windows 8 --json --pp 2 2>/dev/null | json_field val_loss)
+close_to "$loss" "$one" 1e-6 || fail "predict --pp 2 run alone: validation loss $loss, one process $one"
+for split in "--tp 3" "--pp 5"; do
+  code=0
+  # shellcheck disable=SC2086
+  err=$("$weft" generate "$work/gpt.safetensors" --prompt "The cat" --max-tokens 5 $split 2>&1 >/dev/null) || code=$?
+  [ "$code" = 2 ] && [ "$(wc -l <<<"$err")" = 1 ] && grep -q "^error: a GPT .* does not split" <<<"$err" ||
+    fail "generate $split run alone: exit $code, '$err'"
+done
+echo "run alone, generate --tp 2 --pp 2 and predict --pp 2 start their own ranks and equal one process; --tp 3 and --pp 5 are one line each"
+
 # Two launchers as two hosts (here on one machine, over TCP as between hosts): --tp 2 across them.
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d " \n")
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -139,6 +159,22 @@ for layout in "--tp 2 --max-prefill-tokens 16" "--pp 2" "--pp 2 --max-prefill-to
   [ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || { echo "FAIL: ranks left running"; exit 1; }
   echo "weft serve $layout: rank 0's completions equal one process's; both ranks stopped on SIGTERM"
 done
+# weft serve --tp 2 run alone: its own job of 2 ranks, stopped by SIGTERM to the pid it started with.
+rm -f "$work/port"
+"$weft" serve "$work/gpt.safetensors" --tp 2 --port 0 --port-file "$work/port" > "$work/serve.log" 2>&1 &
+launcher=$!
+for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
+port=$(cat "$work/port")
+text=$(curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt": "The cat", "max_tokens": 50, "temperature": 0}' |
+       python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])')
+[ "$text" = "$want" ] || fail "weft serve --tp 2 run alone completes '$text', one process '$want'"
+[ "$(pgrep -f "$work/gpt.safetensors" | wc -l)" = 3 ] || fail "not a launcher and 2 ranks: $(pgrep -af "$work/gpt.safetensors")"
+kill -TERM "$launcher"
+wait "$launcher" || true
+launcher=""
+grep -q '^weft serve: stopped' "$work/serve.log" || fail "rank 0 did not stop: $(cat "$work/serve.log")"
+[ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || fail "ranks left running"
+echo "weft serve --tp 2 run alone: its own 2 ranks, one process's completion, all stopped on SIGTERM"
 
 # Preemption by recomputation over ranks: a limit of 32 KiB of rank 0's part of the cache (4
 # blocks of 16 positions; 8 under --tp 2 --pp 2); 8 requests join on their prompt's block and,

@@ -1,12 +1,19 @@
 #include "weft/comm/process.h"
 
 #include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "weft/util/env.h"
 #include "weft/util/error.h"
+#include "weft/util/file.h"
 
 namespace weft::comm {
 
@@ -102,6 +109,28 @@ std::string self_executable() {
   if (n <= 0) return "weft";
   buf[n] = '\0';
   return buf;
+}
+
+void exec_as_local_job(int ranks) {
+  WEFT_CHECK(ranks >= 2, "exec_as_local_job: a job of one rank");
+  const std::string line = read_file("/proc/self/cmdline");  // (the arguments, each ended by a NUL)
+  std::vector<std::string> args = {self_executable(), "launch", "--nproc-per-node", std::to_string(ranks), "--no-prefix", "--"};
+  for (std::size_t at = 0; at < line.size();) {
+    const std::size_t end = std::min(line.find('\0', at), line.size());
+    args.push_back(line.substr(at, end - at));
+    at = end + 1;
+  }
+  if (args.size() < 7) throw Error("cannot read this command's own arguments from /proc/self/cmdline");
+  args[6] = self_executable();  // (the program itself, wherever argv[0] said it was)
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execv(argv[0], argv.data());
+  throw Error("cannot start weft launch (" + args[0] + "): " + std::strerror(errno));
 }
 
 std::vector<std::string> own_file_candidates(const std::string& name) {

@@ -33,6 +33,12 @@ std::vector<int> allowed_cores();
 std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc);
 // This program's path (/proc/self/exe), for starting more of it; "weft" if unknown.
 std::string self_executable();
+// Runs this process's own command line again (/proc/self/cmdline) as a job of `ranks` ranks
+// on this node: replaces this process with `weft launch --nproc-per-node RANKS --no-prefix --
+// <the command line>` (each rank bound to its share of the cores), every signal unblocked
+// first (a mask outlives exec). For a command that needs several ranks and was run alone.
+// Returns only by throwing Error, when the command line cannot be read or exec fails.
+[[noreturn]] void exec_as_local_job(int ranks);
 // Where a file of the weft command's own (the torch backend's Python folder, the MPI
 // backend's library) may be: beside the executable in a build tree, then in <libdir>/weft
 // once installed. Both paths, in that order; which exists is the caller's to find.

@@ -485,6 +485,15 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
 
 }  // namespace
 
+void check_tensor_split(const GptConfig& c, int ranks) {
+  const BlockConfig block = c.block();
+  const std::int64_t kv = block.key_value_heads();
+  if (ranks < 1 || c.heads % ranks != 0 || kv % ranks != 0)
+    throw ConfigError("a GPT with " + std::to_string(c.heads) + " heads and " + std::to_string(kv) +
+                      " key-value heads does not split over " + std::to_string(ranks) + " tensor-parallel ranks");
+  for (Product p : kProducts) slice_pieces(product_parts(p, block), 0, ranks);
+}
+
 GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slice, LayerRange layers)
     : c_(model.config()), cache_(holding.cache), cache_block_rows_(holding.cache_block_rows), block_(c_.block()), slice_(std::move(slice)), begin_(layers.begin),
       end_(layers.end < 0 ? c_.layers : layers.end) {
@@ -492,9 +501,8 @@ GptDecoder::GptDecoder(const GPT& model, DecoderFormat holding, TensorSlice slic
     throw ConfigError("layers [" + std::to_string(begin_) + ", " + std::to_string(end_) + ") are not a range of the " +
                       std::to_string(c_.layers) + " blocks");
   const std::int64_t n = slice_.size, r = slice_.rank, kv = block_.key_value_heads();
-  if (n < 1 || r < 0 || r >= n || c_.heads % n != 0 || kv % n != 0)
-    throw ConfigError("a GPT with " + std::to_string(c_.heads) + " heads and " + std::to_string(kv) +
-                      " key-value heads does not split over " + std::to_string(n) + " tensor-parallel ranks");
+  WEFT_CHECK(n >= 1 && r >= 0 && r < n, "GptDecoder: a tensor slice's rank outside its group");
+  check_tensor_split(c_, slice_.size);
   if (cache_block_rows_ < 0 || cache_block_rows_ > (std::int64_t{1} << 20))
     throw ConfigError("a key-value cache block of " + std::to_string(cache_block_rows_) + " positions");
   lheads_ = c_.heads / n;

@@ -130,6 +130,10 @@ struct LayerRange {
   std::int64_t begin = 0, end = -1;
 };
 
+// ConfigError unless a GPT of config `c` splits over `ranks` tensor-parallel ranks: its heads,
+// its key-value heads and every product's width (GptDecoder's slices of it).
+void check_tensor_split(const GptConfig& c, int ranks);
+
 // A step feeding a sequence this many rows or more (a prompt's prefill) runs its attention as
 // panel products, which pay for copying the keys and values into panels when the rows are
 // many; a single token (decoding) and short feeds go row by row. The panels' logits do not

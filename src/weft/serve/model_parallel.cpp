@@ -1,6 +1,7 @@
 #include "weft/serve/model_parallel.h"
 
 #include <chrono>
+#include <cstdio>
 #include <utility>
 
 #include "weft/comm/process.h"
@@ -9,6 +10,13 @@
 namespace weft::serve {
 
 namespace {
+
+// ConfigError unless a GPT of `layers` blocks splits into `stages` pipeline stages.
+void check_pipeline_split(std::int64_t layers, int stages) {
+  if (layers < stages)
+    throw ConfigError("a GPT of " + std::to_string(layers) + " blocks does not split into " + std::to_string(stages) +
+                      " pipeline stages");
+}
 
 // A message: kind, then for a step the restarted sequences (preempted id, fresh id), the ended
 // sequences, and each sequence's id and tokens.
@@ -177,9 +185,7 @@ class PipelineRunner : public LocalRunner {
 
  private:
   static LayerRange blocks_of(std::int64_t layers, int stage, int stages) {
-    if (layers < stages)
-      throw ConfigError("a GPT of " + std::to_string(layers) + " blocks does not split into " + std::to_string(stages) +
-                        " pipeline stages");
+    check_pipeline_split(layers, stages);
     return {layers * stage / stages, layers * (stage + 1) / stages};
   }
 
@@ -321,6 +327,14 @@ std::unique_ptr<Decoder> join_decoder(LanguageModel& model, DecoderFormat format
                            : tp > 1          ? "--tp " + std::to_string(tp)
                                              : "--pp " + std::to_string(pp);
   const comm::ProcessInfo info = comm::process_info_from_env();
+  if (info.launcher == "none") {
+    // Run alone: this command starts its own job of `ranks` ranks on this node, once the
+    // model is known to split that way (each rank would say so otherwise).
+    check_tensor_split(gpt->config(), tp);
+    check_pipeline_split(gpt->config().layers, pp);
+    std::fprintf(stderr, "%s: starting %d ranks on this node (weft launch --nproc-per-node %d)\n", flag.c_str(), ranks, ranks);
+    comm::exec_as_local_job(ranks);
+  }
   if (info.world != ranks)
     throw ConfigError(flag + " needs a job of " + std::to_string(ranks) + " ranks (weft launch --nproc-per-node " +
                       std::to_string(ranks) + "), this one has " + std::to_string(info.world));
