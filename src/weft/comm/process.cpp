@@ -113,6 +113,10 @@ std::string self_executable() {
 
 void exec_as_local_job(int ranks) {
   WEFT_CHECK(ranks >= 2, "exec_as_local_job: a job of one rank");
+  // (A rank of that job that found no launcher in its environment would start a job again,
+  // and so on: refused instead.)
+  WEFT_CHECK(!env_string("WEFT_LOCAL_JOB_OF"), "exec_as_local_job: a rank of a job this command started has no launcher");
+  ::setenv("WEFT_LOCAL_JOB_OF", std::to_string(ranks).c_str(), 1);
   const std::string line = read_file("/proc/self/cmdline");  // (the arguments, each ended by a NUL)
   std::vector<std::string> args = {self_executable(), "launch", "--nproc-per-node", std::to_string(ranks), "--no-prefix", "--"};
   for (std::size_t at = 0; at < line.size();) {

@@ -55,6 +55,8 @@ std::vector<EnvVariable> make_table() {
   launch("WEFT_ELASTIC_STORE", "HOST:PORT", "a live job's membership store");
   launch("WEFT_ELASTIC_JOIN", "1", "the rank joins a live job already running");
   launch("WEFT_PROGRESS_TERMINAL", "1", "rank 0's progress line goes to the launcher's terminal");
+  auto own_job = group("set by weft serve, generate and predict for the job they start (--tp, --pp run alone)");
+  own_job("WEFT_LOCAL_JOB_OF", "2, 3, ...", "the ranks of the job the command started as itself: a rank that finds no launcher stops");
   return t;
 }
 
