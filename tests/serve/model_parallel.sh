@@ -170,11 +170,13 @@ text=$(curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt": "The cat",
 [ "$text" = "$want" ] || fail "weft serve --tp 2 run alone completes '$text', one process '$want'"
 [ "$(pgrep -f "$work/gpt.safetensors" | wc -l)" = 3 ] || fail "not a launcher and 2 ranks: $(pgrep -af "$work/gpt.safetensors")"
 kill -TERM "$launcher"
-wait "$launcher" || true
+rc=0
+wait "$launcher" || rc=$?
 launcher=""
+[ "$rc" = 0 ] || fail "weft serve --tp 2 run alone exited with $rc after SIGTERM, not 0 as one process: $(cat "$work/serve.log")"
 grep -q '^weft serve: stopped' "$work/serve.log" || fail "rank 0 did not stop: $(cat "$work/serve.log")"
 [ -z "$(pgrep -f "$work/gpt.safetensors" || true)" ] || fail "ranks left running"
-echo "weft serve --tp 2 run alone: its own 2 ranks, one process's completion, all stopped on SIGTERM"
+echo "weft serve --tp 2 run alone: its own 2 ranks, one process's completion, all stopped on SIGTERM (exit status 0)"
 
 # Preemption by recomputation over ranks: a limit of 32 KiB of rank 0's part of the cache (4
 # blocks of 16 positions; 8 under --tp 2 --pp 2); 8 requests join on their prompt's block and,

@@ -136,6 +136,9 @@ const FlagTable<LaunchFlags>& launch_flags() {
                  .also_named({"-r"}));
     out(F("--tee", AT(tee_text), "send ranks' output to files and the console: 1, 2, 3, or LOCAL_RANK:CODE,...")
                  .also_named({"-t"}));
+    job(F("--stop-status", AT(stop_status), "the exit status after SIGINT or SIGTERM: signal, 128 + the signal (torchrun's); "
+                                             "ranks, the ranks' own once they stop (0 when each stops cleanly)")
+            .one_of({"signal", "ranks"}));
     out(F("--no-prefix", AT(no_prefix), "print ranks' lines without \"[rank] \" (a job of one rank never has it)"));
     out(F("--no-python", AT(no_python), "run a .py command as it is, not with python3").also_named({"--no_python"}));
     out(F("--module", AT(module), "run the command as a Python module (python3 -m)").also_named({"-m"}));

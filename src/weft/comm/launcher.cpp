@@ -442,7 +442,7 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
       stopping = terminated = true;
       stop_start = std::chrono::steady_clock::now();
       stop_all(g_signal);
-      if (first_failure == 0) {
+      if (first_failure == 0 && c.stop_status == "signal") {
         first_failure = 128 + g_signal;
         *failed_rank = -1;
       }
@@ -471,6 +471,12 @@ int run_attempt(const LaunchConfig& c, const std::string& token, int port, int t
         }
       }
     }
+  }
+  if (first_failure == 0 && g_signal != 0 && c.stop_status == "ranks") {
+    // Stopped by a signal, the ranks' own status: the first rank's that did not end cleanly.
+    for (const Worker& w : workers)
+      if (exit_code(w.status) != 0) return exit_code(w.status);
+    return 0;
   }
   if (first_failure == 0 && live_failure != 0) {
     // A live job's rank died and the job went on: a failure here only if none of this
@@ -656,7 +662,7 @@ int launch(const LaunchConfig& config) {
       while (going_on() && g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (code == 0) return 0;
-    if (g_signal != 0) return 128 + g_signal;
+    if (g_signal != 0) return c.stop_status == "ranks" ? code : 128 + g_signal;
     if (attempt >= c.max_restarts) return code;
     std::fprintf(stderr, "weft launch: restarting all ranks (restart %d of %d)\n", attempt + 1, c.max_restarts);
   }

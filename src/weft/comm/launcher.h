@@ -53,6 +53,9 @@ struct LaunchConfig {
   std::string bind = "cores";  // cores: each local rank on its share of the cores; none
   double grace_s = 5.0;  // between SIGTERM and SIGKILL when stopping workers
   bool prefix = true;    // "[rank] " before each line (only ever for a job of several ranks)
+  // The launcher's exit status after SIGINT or SIGTERM: "signal", 128 + the signal (torchrun's);
+  // "ranks", the ranks' own once they end (0 when every rank stops cleanly, as a server does).
+  std::string stop_status = "signal";
   std::string run_id = "none";  // TORCHELASTIC_RUN_ID (torchrun's --rdzv-id)
   std::string role = "default";  // ROLE_NAME
   std::string log_dir;          // where redirected or teed output goes

@@ -118,14 +118,14 @@ void exec_as_local_job(int ranks) {
   WEFT_CHECK(!env_string("WEFT_LOCAL_JOB_OF"), "exec_as_local_job: a rank of a job this command started has no launcher");
   ::setenv("WEFT_LOCAL_JOB_OF", std::to_string(ranks).c_str(), 1);
   const std::string line = read_file("/proc/self/cmdline");  // (the arguments, each ended by a NUL)
-  std::vector<std::string> args = {self_executable(), "launch", "--nproc-per-node", std::to_string(ranks), "--no-prefix", "--"};
+  std::vector<std::string> args = {self_executable(), "launch", "--nproc-per-node", std::to_string(ranks), "--no-prefix", "--stop-status", "ranks", "--"};
   for (std::size_t at = 0; at < line.size();) {
     const std::size_t end = std::min(line.find('\0', at), line.size());
     args.push_back(line.substr(at, end - at));
     at = end + 1;
   }
-  if (args.size() < 7) throw Error("cannot read this command's own arguments from /proc/self/cmdline");
-  args[6] = self_executable();  // (the program itself, wherever argv[0] said it was)
+  if (args.size() < 9) throw Error("cannot read this command's own arguments from /proc/self/cmdline");
+  args[8] = self_executable();  // (the program itself, wherever argv[0] said it was)
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -34,9 +34,10 @@ std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int np
 // This program's path (/proc/self/exe), for starting more of it; "weft" if unknown.
 std::string self_executable();
 // Runs this process's own command line again (/proc/self/cmdline) as a job of `ranks` ranks
-// on this node: replaces this process with `weft launch --nproc-per-node RANKS --no-prefix --
-// <the command line>` (each rank bound to its share of the cores), every signal unblocked
-// first (a mask outlives exec). For a command that needs several ranks and was run alone.
+// on this node: replaces this process with `weft launch --nproc-per-node RANKS --no-prefix
+// --stop-status ranks -- <the command line>` (each rank bound to its share of the cores; after
+// SIGTERM the ranks' status, as the command alone would exit), every signal unblocked first
+// (a mask outlives exec). For a command that needs several ranks and was run alone.
 // Returns only by throwing Error, when the command line cannot be read or exec fails.
 [[noreturn]] void exec_as_local_job(int ranks);
 // Where a file of the weft command's own (the torch backend's Python folder, the MPI
