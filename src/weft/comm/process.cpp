@@ -111,6 +111,15 @@ std::string self_executable() {
   return buf;
 }
 
+std::vector<std::string> local_job_command(int ranks, const std::vector<std::string>& launch_flags,
+                                           const std::vector<std::string>& command) {
+  std::vector<std::string> args = {self_executable(), "launch", "--nproc-per-node", std::to_string(ranks)};
+  args.insert(args.end(), launch_flags.begin(), launch_flags.end());
+  args.insert(args.end(), {"--", self_executable()});
+  if (!command.empty()) args.insert(args.end(), command.begin() + 1, command.end());
+  return args;
+}
+
 void exec_as_local_job(int ranks) {
   WEFT_CHECK(ranks >= 2, "exec_as_local_job: a job of one rank");
   // (A rank of that job that found no launcher in its environment would start a job again,
@@ -118,14 +127,14 @@ void exec_as_local_job(int ranks) {
   WEFT_CHECK(!env_string("WEFT_LOCAL_JOB_OF"), "exec_as_local_job: a rank of a job this command started has no launcher");
   ::setenv("WEFT_LOCAL_JOB_OF", std::to_string(ranks).c_str(), 1);
   const std::string line = read_file("/proc/self/cmdline");  // (the arguments, each ended by a NUL)
-  std::vector<std::string> args = {self_executable(), "launch", "--nproc-per-node", std::to_string(ranks), "--no-prefix", "--stop-status", "ranks", "--"};
+  std::vector<std::string> command;
   for (std::size_t at = 0; at < line.size();) {
     const std::size_t end = std::min(line.find('\0', at), line.size());
-    args.push_back(line.substr(at, end - at));
+    command.push_back(line.substr(at, end - at));
     at = end + 1;
   }
-  if (args.size() < 9) throw Error("cannot read this command's own arguments from /proc/self/cmdline");
-  args[8] = self_executable();  // (the program itself, wherever argv[0] said it was)
+  if (command.empty()) throw Error("cannot read this command's own arguments from /proc/self/cmdline");
+  std::vector<std::string> args = local_job_command(ranks, {"--no-prefix", "--stop-status", "ranks"}, command);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

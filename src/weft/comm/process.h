@@ -33,6 +33,11 @@ std::vector<int> allowed_cores();
 std::vector<int> cores_for_rank(const std::vector<int>& cores, int local, int nproc);
 // This program's path (/proc/self/exe), for starting more of it; "weft" if unknown.
 std::string self_executable();
+// The command line of a job of `ranks` ranks on this node that runs `command` (its program
+// this one, whatever the command's first word): `weft launch --nproc-per-node RANKS
+// <launch_flags...> -- <this program> <command[1:]...>`.
+std::vector<std::string> local_job_command(int ranks, const std::vector<std::string>& launch_flags,
+                                           const std::vector<std::string>& command);
 // Runs this process's own command line again (/proc/self/cmdline) as a job of `ranks` ranks
 // on this node: replaces this process with `weft launch --nproc-per-node RANKS --no-prefix
 // --stop-status ranks -- <the command line>` (each rank bound to its share of the cores; after

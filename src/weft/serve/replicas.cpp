@@ -103,10 +103,8 @@ void ReplicaSet::spawn(Replica& r) {
   // A replica of several ranks (--tp, --pp) is a job of its own: weft launch starts its ranks
   // (on the replica's cores when they are fixed), each with its share of the replica's threads.
   std::vector<std::string> args = {comm::self_executable()};
-  if (o_.ranks > 1)
-    args.insert(args.end(), {"launch", "--nproc-per-node", std::to_string(o_.ranks), "--bind", fixed ? "cores" : "none",
-                             "--", comm::self_executable()});
   args.insert(args.end(), o_.command.begin(), o_.command.end());
+  if (o_.ranks > 1) args = comm::local_job_command(o_.ranks, {"--bind", fixed ? "cores" : "none"}, args);
   for (const char* a : {"--host", "127.0.0.1", "--port", "0", "--port-file"}) args.emplace_back(a);
   args.push_back(r.port_file);
   cpu_set_t bind;
