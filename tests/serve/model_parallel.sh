@@ -106,7 +106,12 @@ for split in "--tp 3" "--pp 5"; do
   [ "$code" = 2 ] && [ "$(wc -l <<<"$err")" = 1 ] && grep -q "^error: a GPT .* does not split" <<<"$err" ||
     fail "generate $split run alone: exit $code, '$err'"
 done
-echo "run alone, generate --tp 2 --pp 2 and predict --pp 2 start their own ranks and equal one process; --tp 3 and --pp 5 are one line each"
+code=0
+err=$("$weft" predict "$work/gpt.safetensors" --windows 8 --tp 2 --kv-cache-dtype int8 2>&1 >/dev/null) || code=$?
+[ "$code" = 2 ] && [ "$err" = "error: --kv-cache-dtype compares with fp32 in one process: drop --tp and --pp" ] ||
+  fail "predict --tp 2 --kv-cache-dtype int8 run alone: exit $code, '$err'"
+echo "run alone, generate --tp 2 --pp 2 and predict --pp 2 start their own ranks and equal one process; --tp 3, --pp 5 and"\
+  "predict --tp 2 --kv-cache-dtype int8 are one line each"
 
 # Two launchers as two hosts (here on one machine, over TCP as between hosts): --tp 2 across them.
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d " \n")

@@ -84,6 +84,9 @@ int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
   if (!c.logits.empty()) check_output_file(c.logits, "--logits");  // before the validation runs
   const serve::DecoderFormat format = serve::decoder_format(c);
   const bool reduced = format.weights != serve::WeightFormat::kF32 || format.cache != serve::CacheFormat::kF32;
+  if (reduced && (c.tp > 1 || c.pp > 1))  // (before the work, and before a job of ranks starts)
+    throw ConfigError(std::string(format.weights != serve::WeightFormat::kF32 ? "--quantize" : "--kv-cache-dtype") +
+                      " compares with fp32 in one process: drop --tp and --pp");
   const std::vector<std::int32_t> tokens =
       serve::validation_tokens(load_corpus(c.data.empty() ? "fortunes" : c.data), *m.tokenizer);
   auto measure = [&](serve::DecoderFormat f) {
@@ -104,9 +107,6 @@ int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
   std::string line = fmt::format("{} ({}, {} weights, {:.2f} MB{}): validation loss {:.4f} nats/token over {} predictions",
                                  m.name, m.recipe.model, c.quantize, static_cast<double>(bytes) / 1e6, cache, r.loss, r.tokens);
   if (reduced) {
-    if (c.tp > 1 || c.pp > 1)
-      throw ConfigError(std::string(format.weights != serve::WeightFormat::kF32 ? "--quantize" : "--kv-cache-dtype") +
-                        " compares with fp32 in one process: drop --tp and --pp");
     auto [ref, ref_bytes] = measure(serve::DecoderFormat{});
     out["fp32_val_loss"] = ref.loss;
     out["fp32_weight_bytes"] = ref_bytes;

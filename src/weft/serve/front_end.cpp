@@ -24,6 +24,7 @@
 #include "weft/serve/api.h"
 #include "weft/serve/http_base.h"
 #include "weft/serve/metrics_merge.h"
+#include "weft/serve/model_parallel.h"
 #include "weft/serve/replicas.h"
 #include "weft/util/error.h"
 
@@ -191,10 +192,8 @@ class FrontEnd : private MetricsHolder, public HttpBase {
 
   int run() {
     replicas_->wait_ready(120);
-    std::string split;  // each replica's ranks
-    if (o_.tp > 1) split += fmt::format("--tp {}", o_.tp);
-    if (o_.pp > 1) split += fmt::format("{}--pp {}", split.empty() ? "" : " ", o_.pp);
-    if (!split.empty()) split = fmt::format(", each {} ranks: {}", o_.tp * o_.pp, split);
+    const std::string split =  // each replica's ranks
+        o_.tp * o_.pp > 1 ? fmt::format(", each {} ranks: {}", o_.tp * o_.pp, split_name(o_.tp, o_.pp)) : "";
     return listen(log_, fmt::format("{} behind {} replica{} ({}{}), routed by least outstanding requests", o_.model,
                                     o_.replicas_min == o_.replicas_max ? std::to_string(o_.replicas_max)
                                                                        : fmt::format("{}-{}", o_.replicas_min, o_.replicas_max),

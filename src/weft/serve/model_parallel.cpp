@@ -318,14 +318,18 @@ void follow(StepRunner& runner, comm::Communicator& group) {
   }
 }
 
+std::string split_name(int tp, int pp) {
+  return tp > 1 && pp > 1 ? "--tp " + std::to_string(tp) + " with --pp " + std::to_string(pp)
+         : tp > 1          ? "--tp " + std::to_string(tp)
+                           : "--pp " + std::to_string(pp);
+}
+
 std::unique_ptr<Decoder> join_decoder(LanguageModel& model, DecoderFormat format, int tp, int pp, int micro_batches) {
   if (tp == 1 && pp == 1) return make_decoder(model, format);
   auto* gpt = dynamic_cast<GPT*>(&model);
   if (!gpt) throw ConfigError(std::string(pp == 1 ? "--tp" : "--pp") + " is built for GPT models only");
   const int ranks = tp * pp;
-  const std::string flag = tp > 1 && pp > 1 ? "--tp " + std::to_string(tp) + " with --pp " + std::to_string(pp)
-                           : tp > 1          ? "--tp " + std::to_string(tp)
-                                             : "--pp " + std::to_string(pp);
+  const std::string flag = split_name(tp, pp);
   const comm::ProcessInfo info = comm::process_info_from_env();
   if (info.launcher == "none") {
     // Run alone: this command starts its own job of `ranks` ranks on this node, once the

@@ -98,9 +98,15 @@ class DistributedDecoder : public Decoder {
 void follow(StepRunner& runner, comm::Communicator& group);
 
 // The decoder of a process of a job with tp x pp model-parallel ranks (1 x 1: make_decoder,
-// no job). Under weft launch with tp·pp ranks: rank 0 gets a DistributedDecoder; the others
-// follow rank 0's steps until it ends the job, then get null. Throws ConfigError when the
-// job's size does not match, or the model is not a GPT (or does not split so).
+// no job). Under a launcher with tp·pp ranks: rank 0 gets a DistributedDecoder; the others
+// follow rank 0's steps until it ends the job, then get null. Run alone (no launcher in the
+// environment), it checks the split and replaces the process with a job of tp·pp ranks on
+// this node running the same command (comm::exec_as_local_job): it does not return. Throws
+// ConfigError when the job's size does not match, or the model is not a GPT (or does not
+// split so).
+// How a split is named in messages: "--tp 2", "--pp 2" or "--tp 2 with --pp 2".
+std::string split_name(int tp, int pp);
+
 std::unique_ptr<Decoder> join_decoder(LanguageModel& model, DecoderFormat format, int tp, int pp = 1,
                                       int micro_batches = 0);
 
