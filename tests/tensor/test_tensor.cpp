@@ -8,6 +8,7 @@
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/ops.h"
 #include "weft/tensor/rng.h"
+#include "weft/tensor/shared_chunks.h"
 #include "weft/tensor/stealing_ranges.h"
 #include "weft/tensor/thread_pool.h"
 
@@ -240,6 +241,43 @@ TEST(StealingRanges, ThreadsTakeEveryUnitOnceAndALateOwnerFindsItsUnitsTaken) {
     for (auto& t : threads) t.join();
     EXPECT_EQ(r.next(3), -1) << "round " << round;
     for (std::int64_t u = 0; u < n; ++u) ASSERT_EQ(hits[static_cast<std::size_t>(u)].load(), 1) << "unit " << u;
+  }
+}
+
+// One thread alone does every chunk, in order, and returns with all done.
+TEST(SharedChunks, AThreadAloneDoesEveryChunkInOrder) {
+  SharedChunks work(10, 3);
+  std::vector<std::pair<std::int64_t, std::int64_t>> chunks;
+  work.take_part([&](std::int64_t b, std::int64_t e) { chunks.emplace_back(b, e); });
+  EXPECT_EQ(chunks, (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 3}, {3, 6}, {6, 9}, {9, 10}}));
+  work.take_part([&](std::int64_t, std::int64_t) { ADD_FAILURE() << "a chunk done twice"; });  // a late thread: none left
+  SharedChunks none(0, 4), zero_chunk(2, 0);  // (a chunk below 1 counts as 1)
+  int calls = 0;
+  none.take_part([&](std::int64_t, std::int64_t) { ++calls; });
+  zero_chunk.take_part([&](std::int64_t b, std::int64_t e) { calls += static_cast<int>(10 * (e - b)); });
+  EXPECT_EQ(calls, 20);
+}
+
+// Threads coming at once: every item done exactly once, and no thread returns before every
+// item (the others' too) is done.
+TEST(SharedChunks, ThreadsDoEveryItemOnceAndReturnWhenAllAreDone) {
+  for (int round = 0; round < 100; ++round) {
+    const std::int64_t n = 50 + round;
+    SharedChunks work(n, 1 + round % 7);
+    std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+    std::atomic<int> early{0};
+    auto take = [&] {
+      work.take_part([&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)]++;
+      });
+      for (std::int64_t i = 0; i < n; ++i)
+        if (hits[static_cast<std::size_t>(i)].load() == 0) early++;
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 3; ++t) threads.emplace_back(take);
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(early.load(), 0) << "round " << round;
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<std::size_t>(i)].load(), 1) << "item " << i;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "weft/tensor/shared_chunks.h"
 #include "weft/tensor/stealing_ranges.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
@@ -30,14 +31,16 @@ std::uint16_t to_bf16(float f) {
 // rows into 6-8 blocks taken in turns instead left each block's first pass reading memory
 // with nothing overlapped (bench/README.md, session 73). Every output is computed whole in
 // one unit: results do not depend on who takes which. A product too small to share runs on
-// this thread. unit(r0, rows, o0, o1, ahead_end).
-template <class Unit>
-void run_product_units(std::int64_t R, std::int64_t out, bool small, const Unit& unit) {
+// this thread. unit(r0, rows, o0, o1, ahead_end). Each thread calls prepare() once before
+// its first unit (the int8 products quantize their rows there, in the same hand-over).
+template <class Prepare, class Unit>
+void run_product_units(std::int64_t R, std::int64_t out, bool small, const Prepare& prepare, const Unit& unit) {
   constexpr std::int64_t kRows = 64, kChannels = 64;
   const std::int64_t channel_units = (out + kChannels - 1) / kChannels, units = (R + kRows - 1) / kRows * channel_units;
   const int lanes = small || in_parallel_for() ? 1 : static_cast<int>(std::min<std::int64_t>(get_active_threads(), units));
   StealingRanges ranges(units, std::max(lanes, 1));
   parallel_for(lanes, 1, [&](std::int64_t begin, std::int64_t end) {
+    prepare();
     for (auto lane = static_cast<int>(begin); lane < end; ++lane)
       for (std::int64_t u = ranges.next(lane); u >= 0; u = ranges.next(lane)) {
         const std::int64_t r0 = u / channel_units * kRows, c = u % channel_units;
@@ -56,7 +59,7 @@ Tensor panel_product(const Tensor& x, const WeightPanels& w, const float* scale,
   const float* bp = bias.defined() ? bias.data<float>() : nullptr;
   float* yp = y.data<float>();
   const bool small = R * in * out < (std::int64_t{1} << 16);
-  run_product_units(R, out, small, [&](std::int64_t r0, std::int64_t rows, std::int64_t o0, std::int64_t o1,
+  run_product_units(R, out, small, [] {}, [&](std::int64_t r0, std::int64_t rows, std::int64_t o0, std::int64_t o1,
                                        std::int64_t ahead_end) {
     w.product(xp + r0 * in, rows, in, scale, bp, yp + r0 * out, out, o0, o1, ahead_end);
   });
@@ -97,7 +100,7 @@ inline QuantizedRow quantize_row(const float* x, const std::int64_t n, std::int8
   if (!(xs > 0)) return {0.0f, 0};  // (a largest magnitude so small that its scale underflows)
   std::int32_t sum = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    const auto code = static_cast<std::int32_t>(std::clamp(std::nearbyint(x[i] / xs), -127.0f, 127.0f));
+    const auto code = static_cast<std::int32_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(x[i] / xs))));
     q[i] = static_cast<std::int8_t>(code);
     sum += code;
   }
@@ -116,21 +119,30 @@ Tensor int8_product(const Tensor& x, const Int8Panels& w, int width, const std::
   const float* xp = x.data<float>();
   std::vector<float> row_scale(static_cast<std::size_t>(R));
   std::vector<std::int32_t> row_sum(static_cast<std::size_t>(R));
-  std::vector<std::int8_t> qx(static_cast<std::size_t>(R * in4), 0);
-  // (Rows in fours: a decoding step's 16 rows go to both threads.)
-  parallel_loop(R, 4, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t r = begin; r < end; ++r) {
-      const QuantizedRow q = quantize_row(xp + r * in, in, qx.data() + r * in4);
-      row_scale[static_cast<std::size_t>(r)] = q.scale;
-      row_sum[static_cast<std::size_t>(r)] = q.sum;
-    }
-  });
+  // The rows' codes (each row padded to in4 with zeros), in a buffer this thread keeps.
+  thread_local std::vector<std::int8_t> codes;
+  if (codes.size() < static_cast<std::size_t>(R * in4)) codes.resize(static_cast<std::size_t>(R * in4));
+  std::int8_t* qx = codes.data();
+  // Quantized by the threads that then multiply, in the same hand-over to the pool (chunks
+  // of rows, about 8 a thread).
+  SharedChunks quantized(R, R / (8 * std::max(1, get_active_threads())));
+  const auto quantize = [&] {
+    const auto rows = [&](std::int64_t begin, std::int64_t end) {
+      for (std::int64_t r = begin; r < end; ++r) {
+        const QuantizedRow q = quantize_row(xp + r * in, in, qx + r * in4);
+        std::fill(qx + r * in4 + in, qx + (r + 1) * in4, std::int8_t{0});
+        row_scale[static_cast<std::size_t>(r)] = q.scale;
+        row_sum[static_cast<std::size_t>(r)] = q.sum;
+      }
+    };
+    quantized.take_part([&](std::int64_t begin, std::int64_t end) { dispatched(rows, begin, end); });
+  };
   Tensor y = Tensor::empty({R, out});  // every element written by the products below
   const float* bp = bias.defined() ? bias.data<float>() : nullptr;
   float* yp = y.data<float>();
-  run_product_units(R, out, false, [&](std::int64_t r0, std::int64_t rows, std::int64_t o0, std::int64_t o1,
-                                       std::int64_t ahead_end) {
-    w.product(qx.data() + r0 * in4, rows, in4, row_sum.data() + r0, row_scale.data() + r0, scale.data(), bp,
+  run_product_units(R, out, false, quantize, [&](std::int64_t r0, std::int64_t rows, std::int64_t o0, std::int64_t o1,
+                                                 std::int64_t ahead_end) {
+    w.product(qx + r0 * in4, rows, in4, row_sum.data() + r0, row_scale.data() + r0, scale.data(), bp,
               yp + r0 * out, out, o0, o1, width, ahead_end);
   });
   return y;
