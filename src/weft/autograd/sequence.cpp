@@ -227,11 +227,27 @@ Var gelu(const Var& x) {
     T* o = out.data<T>();
     auto run = [&](auto keep) {
       parallel_loop(v.numel(), kGeluGrain, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t i = b; i < e; ++i) {
-          T a = p[i];
-          const T gate = gelu_gate(a, static_cast<T>(c));
-          o[i] = gate == T(0) ? T(0) : a * gate;  // (GELU(-inf) = 0, not -inf x 0)
-          keep(i, a, o[i]);
+        // In blocks, each pass one step of the gate for the block's elements: the same
+        // operations on each element as gelu_gate, in loops short enough that the processor
+        // overlaps many elements' exponentials (one loop of the whole gate left it waiting
+        // on each element's chain of dependent operations: 1.2 ns an element).
+        constexpr std::int64_t kBlock = 256;
+        T u[kBlock];
+        const T ct = static_cast<T>(c);
+        for (std::int64_t b0 = b; b0 < e; b0 += kBlock) {
+          const std::int64_t n = std::min(kBlock, e - b0);
+          const T* pb = p + b0;
+          for (std::int64_t j = 0; j < n; ++j) {
+            const T a = pb[j];
+            u[j] = T(-2) * ct * (a + T(0.044715) * a * a * a);
+          }
+          for (std::int64_t j = 0; j < n; ++j) u[j] = exp_of(u[j]);
+          for (std::int64_t j = 0; j < n; ++j) {
+            const T a = pb[j];
+            const T gate = T(1) / (T(1) + u[j]);
+            o[b0 + j] = gate == T(0) ? T(0) : a * gate;  // (GELU(-inf) = 0, not -inf x 0)
+            keep(b0 + j, a, o[b0 + j]);
+          }
         }
       });
     };
