@@ -199,8 +199,12 @@ namespace {
 // 1 / (1 + e^(-2u)) (the same value: one exponential and one division): GELU(a) = a gate;
 // its derivative gate + 2 a gate (1 - gate) du/da.
 template <class T>
+T gelu_exponent(T a, T c) {  // -2u
+  return T(-2) * c * (a + T(0.044715) * a * a * a);
+}
+template <class T>
 T gelu_gate(T a, T c) {
-  return T(1) / (T(1) + exp_of(T(-2) * c * (a + T(0.044715) * a * a * a)));
+  return T(1) / (T(1) + exp_of(gelu_exponent(a, c)));
 }
 
 // GELU's loops (forward and backward) in chunks of at least this many elements: an
@@ -237,10 +241,7 @@ Var gelu(const Var& x) {
         for (std::int64_t b0 = b; b0 < e; b0 += kBlock) {
           const std::int64_t n = std::min(kBlock, e - b0);
           const T* pb = p + b0;
-          for (std::int64_t j = 0; j < n; ++j) {
-            const T a = pb[j];
-            u[j] = T(-2) * ct * (a + T(0.044715) * a * a * a);
-          }
+          for (std::int64_t j = 0; j < n; ++j) u[j] = gelu_exponent(pb[j], ct);
           for (std::int64_t j = 0; j < n; ++j) u[j] = exp_of(u[j]);
           for (std::int64_t j = 0; j < n; ++j) {
             const T a = pb[j];
