@@ -198,13 +198,21 @@ namespace {
 // GELU's gate (1 + tanh(u)) / 2 with u = c (a + 0.044715 a^3), as the logistic function
 // 1 / (1 + e^(-2u)) (the same value: one exponential and one division): GELU(a) = a gate;
 // its derivative gate + 2 a gate (1 - gate) du/da.
-template <class T>
-T gelu_exponent(T a, T c) {  // -2u
-  return T(-2) * c * (a + T(0.044715) * a * a * a);
-}
-template <class T>
-T gelu_gate(T a, T c) {
-  return T(1) / (T(1) + exp_of(gelu_exponent(a, c)));
+//
+// The gates of n <= kGateBlock elements of p (widened to T), in three passes (the exponent,
+// the exponential, the gate): the same operations on each element as one pass, in loops short
+// enough that the processor overlaps many elements' exponentials (in one loop of the whole
+// gate it waited on each element's chain of dependent operations: 1.2 ns an element against
+// 0.83 so, on the Zen 5; bench/README.md, session 79).
+constexpr std::int64_t kGateBlock = 256;
+template <class T, class S>
+void gelu_gates(const S* p, std::int64_t n, T c, T* gate) {
+  for (std::int64_t j = 0; j < n; ++j) {
+    const T a = widen_as<T>(p[j]);
+    gate[j] = T(-2) * c * (a + T(0.044715) * a * a * a);
+  }
+  for (std::int64_t j = 0; j < n; ++j) gate[j] = exp_of(gate[j]);
+  for (std::int64_t j = 0; j < n; ++j) gate[j] = T(1) / (T(1) + gate[j]);
 }
 
 // GELU's loops (forward and backward) in chunks of at least this many elements: an
@@ -231,23 +239,15 @@ Var gelu(const Var& x) {
     T* o = out.data<T>();
     auto run = [&](auto keep) {
       parallel_loop(v.numel(), kGeluGrain, [&](std::int64_t b, std::int64_t e) {
-        // In blocks, each pass one step of the gate for the block's elements: the same
-        // operations on each element as gelu_gate, in loops short enough that the processor
-        // overlaps many elements' exponentials (one loop of the whole gate left it waiting
-        // on each element's chain of dependent operations: 1.2 ns an element).
-        constexpr std::int64_t kBlock = 256;
-        T u[kBlock];
-        const T ct = static_cast<T>(c);
-        for (std::int64_t b0 = b; b0 < e; b0 += kBlock) {
-          const std::int64_t n = std::min(kBlock, e - b0);
-          const T* pb = p + b0;
-          for (std::int64_t j = 0; j < n; ++j) u[j] = gelu_exponent(pb[j], ct);
-          for (std::int64_t j = 0; j < n; ++j) u[j] = exp_of(u[j]);
+        T gate[kGateBlock];
+        for (std::int64_t b0 = b; b0 < e; b0 += kGateBlock) {
+          const std::int64_t n = std::min(kGateBlock, e - b0);
+          gelu_gates(p + b0, n, static_cast<T>(c), gate);
           for (std::int64_t j = 0; j < n; ++j) {
-            const T a = pb[j];
-            const T gate = T(1) / (T(1) + u[j]);
-            o[b0 + j] = gate == T(0) ? T(0) : a * gate;  // (GELU(-inf) = 0, not -inf x 0)
-            keep(b0 + j, a, o[b0 + j]);
+            const std::int64_t i = b0 + j;
+            const T a = p[i];
+            o[i] = gate[j] == T(0) ? T(0) : a * gate[j];  // (GELU(-inf) = 0, not -inf x 0)
+            keep(i, a, o[i]);
           }
         }
       });
@@ -281,11 +281,17 @@ Var gelu(const Var& x) {
       T* o = dx.data<T>();
       with_stored<T>(xv, [&](const auto* p) {
         parallel_loop(xv.numel(), kGeluGrain, [&](std::int64_t b, std::int64_t e) {
-          for (std::int64_t i = b; i < e; ++i) {
-            const T a = widen_as<T>(p[i]);
-            const T sg = gelu_gate(a, static_cast<T>(c));
-            const T du = static_cast<T>(c) * (T(1) + T(3 * 0.044715) * a * a);
-            o[i] = gp[i] * (sg + T(2) * a * sg * (T(1) - sg) * du);
+          T gate[kGateBlock];
+          const T ct = static_cast<T>(c);
+          for (std::int64_t b0 = b; b0 < e; b0 += kGateBlock) {
+            const std::int64_t n = std::min(kGateBlock, e - b0);
+            gelu_gates(p + b0, n, ct, gate);
+            for (std::int64_t j = 0; j < n; ++j) {
+              const std::int64_t i = b0 + j;
+              const T a = widen_as<T>(p[i]), sg = gate[j];
+              const T du = ct * (T(1) + T(3 * 0.044715) * a * a);
+              o[i] = gp[i] * (sg + T(2) * a * sg * (T(1) - sg) * du);
+            }
           }
         });
       });
