@@ -10,6 +10,7 @@
 
 #include "weft/util/error.h"
 #include "weft/util/machine.h"
+#include "weft/util/spin_pause.h"
 
 namespace weft::comm {
 
@@ -395,9 +396,7 @@ class ProgramRun {
 
   void pause() {
     ++counts_.pauses;
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
+    spin_pause();
   }
 
   // Something moved after idle rounds: the policy learns how long the wait was.

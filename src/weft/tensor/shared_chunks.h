@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <thread>
 
+#include "weft/util/spin_pause.h"
+
 namespace weft {
 
 class SharedChunks {
@@ -29,9 +31,7 @@ class SharedChunks {
     }
     for (int spins = 0; done_.load(std::memory_order_acquire) < n_; ++spins) {
       if (spins < 4096) {
-#if defined(__x86_64__)
-        __builtin_ia32_pause();
-#endif
+        spin_pause();
       } else {
         std::this_thread::yield();  // (a claimer held off its core)
       }

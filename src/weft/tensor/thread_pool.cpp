@@ -13,6 +13,7 @@
 
 #include "weft/util/env.h"
 #include "weft/util/error.h"
+#include "weft/util/spin_pause.h"
 
 namespace weft {
 
@@ -57,9 +58,7 @@ class Pause {
         return true;
       }
       if ((i & 63) == 63 && std::chrono::steady_clock::now() - start_ > budget_) return false;
-#if defined(__x86_64__)
-      __builtin_ia32_pause();
-#endif
+      spin_pause();
     }
   }
   // The wait that until() began has ended.
