@@ -14,7 +14,11 @@ namespace weft::serve {
 
 bool Ticket::next(std::string& piece, std::chrono::milliseconds timeout, std::vector<TokenLogprob>* tokens) {
   std::unique_lock lock(mu_);
-  if (timeout.count() > 0) cv_.wait_for(lock, timeout, [&] { return !pieces_.empty() || finished_; });
+  if (timeout.count() > 0) {
+    ++piece_waiters_;
+    cv_.wait_for(lock, timeout, [&] { return !pieces_.empty() || finished_; });
+    --piece_waiters_;
+  }
   if (!pieces_.empty()) {
     piece = std::move(pieces_.front().first);
     if (tokens) tokens->insert(tokens->end(), pieces_.front().second.begin(), pieces_.front().second.end());
@@ -45,13 +49,16 @@ bool Ticket::cancelled() const {
   return cancelled_;
 }
 
-void Ticket::push(std::string piece, bool finished, std::vector<TokenLogprob> tokens) {
+void Ticket::push(std::string piece, bool finished, std::vector<TokenLogprob> tokens, bool announce_now) {
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
     pieces_.emplace_back(std::move(piece), std::move(tokens));
     finished_ = finished_ || finished;
+    wake = finished_ || piece_waiters_ > 0;  // (wait() and wait_for() wait for the end alone)
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
+  if (announce_now) announce();
 }
 
 namespace {
@@ -321,6 +328,7 @@ void LmBatcher::step(std::vector<Active>& active) {
   metrics_.observe("weft_batch_size", static_cast<double>(fed.size()), "kind=\"decode\"");
   metrics_.add("weft_generated_tokens_total", static_cast<double>(std::count(whole.begin(), whole.end(), true)));
   const auto now = Clock::now();
+  std::vector<std::shared_ptr<Ticket>> pushed;
   for (std::size_t k = 0; k < fed.size(); ++k) {
     Active& a = active[fed[k]];
     if (a.replayed < a.replay.size()) {  // a replay's feed: its logits were a token's already
@@ -344,8 +352,10 @@ void LmBatcher::step(std::vector<Active>& active) {
                        std::chrono::duration<double>(now - a.ticket->submitted).count());
     }
     if (a.generation->done()) finish(a);
-    a.ticket->push(std::move(piece), a.generation->done(), std::move(tokens));
+    a.ticket->push(std::move(piece), a.generation->done(), std::move(tokens), false);
+    pushed.push_back(a.ticket);
   }
+  for (const auto& t : pushed) t->announce();  // the streams' wakes together, after the step's pieces
   active.erase(std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.generation->done(); }),
                active.end());
 }

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -94,6 +95,11 @@ class Ticket {
   // finish_reason "abort" with the text so far).
   void cancel();
   bool cancelled() const;
+  // Called on the batcher's thread (and must not wait) when the ticket has something new: a
+  // step's piece, once the step's every piece is pushed (one wake of a server's event loop
+  // carries them all), and the end; so that a stream takes its pieces with next(.., 0) as
+  // they come instead of a thread waiting on each. Set before the ticket is submitted.
+  void on_push(std::function<void()> listener) { listener_ = std::move(listener); }
 
   // Valid once finished.
   std::string text, finish_reason, error;
@@ -106,12 +112,19 @@ class Ticket {
 
  private:
   friend class LmBatcher;
-  void push(std::string piece, bool finished, std::vector<TokenLogprob> tokens = {});
+  // `announce`: the listener hears of it now (else the batcher calls announce() once the
+  // step's every piece is pushed, so that one wake carries them all).
+  void push(std::string piece, bool finished, std::vector<TokenLogprob> tokens = {}, bool announce = true);
+  void announce() const {
+    if (listener_) listener_();
+  }
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<std::string, std::vector<TokenLogprob>>> pieces_;
   bool finished_ = false, cancelled_ = false;
+  int piece_waiters_ = 0;  // in next() with a timeout: woken by every piece, not only the end
+  std::function<void()> listener_;
 };
 
 class LmBatcher {

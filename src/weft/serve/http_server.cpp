@@ -53,6 +53,27 @@ void Response::set_chunked_content_provider(const std::string& type, ContentProv
   releaser_ = std::move(releaser);
 }
 
+void Response::set_pumped_content_provider(const std::string& type, ContentProvider provider,
+                                           std::shared_ptr<StreamWaker> waker, Releaser releaser) {
+  set_chunked_content_provider(type, std::move(provider), std::move(releaser));
+  waker_ = std::move(waker);
+}
+
+void StreamWaker::wake() {
+  std::lock_guard lock(mu_);
+  if (target_) target_();
+}
+
+void StreamWaker::attach(std::function<void()> target) {
+  std::lock_guard lock(mu_);
+  target_ = std::move(target);
+}
+
+void StreamWaker::detach() {
+  std::lock_guard lock(mu_);
+  target_ = nullptr;
+}
+
 namespace {
 
 constexpr std::size_t kMaxQueuedStream = 1 << 20;  // a stream's bytes queued before its writer waits
@@ -60,6 +81,7 @@ constexpr std::size_t kReadChunk = 16 << 10;
 constexpr double kLingerS = 2;                       // reading what a refused client still sends
 constexpr double kCloseWaitS = 0.5;                  // waiting for a client's close after the last response
 constexpr double kCloseAfterDrainS = 2;              // streams' last chunks, after the drain
+constexpr auto kPumpPoll = std::chrono::milliseconds(100);  // a pumped stream's provider, unwoken
 
 struct Route {
   std::string method, path;
@@ -78,6 +100,16 @@ struct StreamState {
   std::size_t queued = 0;  // bytes handed to the connection, not yet written
   bool gone = false;
 };
+
+// `data` as one chunk of a chunked body.
+std::string chunk_of(const char* data, std::size_t size) {
+  char hex[24];
+  const int n = std::snprintf(hex, sizeof hex, "%zx\r\n", size);
+  std::string chunk(hex, static_cast<std::size_t>(n));
+  chunk.append(data, size);
+  chunk += "\r\n";
+  return chunk;
+}
 
 }  // namespace
 
@@ -167,7 +199,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(Server::Impl& server, tcp::socket socket, std::string address)
       : s_(server), socket_(std::move(socket)), address_(std::move(address)), timer_(s_.loop), write_timer_(s_.loop),
-        buffer_(static_cast<std::size_t>(s_.limits.max_header_bytes) + (1 << 20)) {}
+        buffer_(static_cast<std::size_t>(s_.limits.max_header_bytes) + (1 << 20)), pump_timer_(s_.loop) {}
 
   void start() {
     next_request();
@@ -190,6 +222,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
     socket_.close(ignored);
     mark_gone();
     s_.forget(this, address_);
+    end_pump(false);  // a pumped stream's releaser hears of it at once
+  }
+
+  bool closed() const { return state_ == State::kClosed; }
+
+  // On the loop: `data` queued as a stream's chunk, counted (a pumped stream's writer).
+  void queue_chunk(const char* data, std::size_t size) {
+    std::string chunk = chunk_of(data, size);
+    {
+      std::lock_guard lock(stream_->mu);
+      stream_->queued += chunk.size();
+    }
+    queue(std::move(chunk), false, true);
+  }
+
+  // From any thread: the pumped stream's provider runs again (once for any number of wakes
+  // before it runs).
+  void wake_pump() {
+    if (pump_posted_.exchange(true)) return;
+    net::post(s_.loop, [self = shared_from_this()] {
+      self->pump_posted_ = false;
+      self->pump();
+    });
   }
 
   // From a worker: queue bytes of the response (posted to the loop).
@@ -356,6 +411,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     s_.post_work([self = shared_from_this(), handler = r, req = std::move(req)]() mutable {
       Response answered;
       self->run_handler(*handler, req, answered);
+      if (answered.provider_ && answered.waker_)  // pumped on the loop: the worker is free
+        return net::post(self->s_.loop, [self, answered = std::move(answered)]() mutable { self->start_pump(answered); });
       if (answered.provider_) return self->run_stream(answered);
       net::post(self->s_.loop, [self, answered = std::move(answered)]() mutable {
         if (self->state_ != State::kClosed) self->answer(answered);
@@ -375,6 +432,49 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // On a worker: the stream's chunks from its provider until it is done, fails or the client leaves.
   void run_stream(Response& res);
+
+  // A pumped stream, on the loop: its head, then its provider whenever woken (its waker, the
+  // client's reads after a full queue, every kPumpPoll) until it is done, fails or the client
+  // leaves.
+  void start_pump(Response& res) {
+    pump_provider_ = std::move(res.provider_);
+    pump_releaser_ = std::move(res.releaser_);
+    pump_waker_ = std::move(res.waker_);
+    res.provider_ = nullptr;
+    if (state_ == State::kClosed) return end_pump(false);
+    answer(res, true);
+    pump_waker_->attach([weak = weak_from_this()] {
+      if (auto c = weak.lock()) c->wake_pump();
+    });
+    poll_pump();
+    pump();
+  }
+
+  void poll_pump() {
+    pump_timer_.expires_after(kPumpPoll);
+    pump_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || !self->pump_provider_) return;
+      self->pump();
+      if (self->pump_provider_) self->poll_pump();
+    });
+  }
+
+  void pump();
+
+  // The pumped stream ended (`ok`: whole): its provider released, its last chunk queued (or
+  // the connection closed), then its releaser told.
+  void end_pump(bool ok) {
+    if (!pump_provider_) return;
+    ContentProvider().swap(pump_provider_);  // its captures (the request's admission) released
+    Releaser releaser = std::move(pump_releaser_);
+    pump_releaser_ = nullptr;
+    pump_waker_->detach();
+    pump_waker_.reset();
+    pump_timer_.cancel();
+    if (ok) queue("0\r\n\r\n", true);
+    else close();
+    if (releaser) releaser(ok);
+  }
 
   // `counted`: a stream's chunk, whose bytes its writer counts (StreamState::queued).
   void queue(std::string bytes, bool last, bool counted = false) {
@@ -400,6 +500,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
         std::lock_guard lock(self->stream_->mu);
         self->stream_->queued -= std::min(self->stream_->queued, n);
         self->stream_->cv.notify_all();
+        if (self->pump_starved_ && self->stream_->queued <= kMaxQueuedStream) self->wake_pump();
       }
       self->out_.pop_front();
       if (!self->out_.empty()) return self->write();
@@ -442,6 +543,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<std::pair<std::string, bool>> out_;  // bytes to write; whether a stream's writer counts them
   std::shared_ptr<std::atomic<bool>> gone_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<StreamState> stream_ = std::make_shared<StreamState>();
+  // A pumped stream's (start_pump).
+  net::steady_timer pump_timer_;
+  ContentProvider pump_provider_;
+  Releaser pump_releaser_;
+  std::shared_ptr<StreamWaker> pump_waker_;
+  std::atomic<bool> pump_posted_{false};  // a pump() posted, not yet run
+  bool pump_starved_ = false;             // not pumped: over kMaxQueuedStream queued
 };
 
 namespace {
@@ -452,11 +560,7 @@ class ChunkSink : public DataSink {
       : c_(std::move(c)), st_(std::move(st)), timeout_(seconds(write_timeout_s)) {}
   bool write(const char* data, std::size_t size) override {
     if (size == 0) return is_writable();
-    char hex[24];
-    const int n = std::snprintf(hex, sizeof hex, "%zx\r\n", size);
-    std::string chunk(hex, static_cast<std::size_t>(n));
-    chunk.append(data, size);
-    chunk += "\r\n";
+    std::string chunk = chunk_of(data, size);
     {
       std::unique_lock lock(st_->mu);
       st_->cv.wait_for(lock, timeout_, [&] { return st_->gone || st_->queued <= kMaxQueuedStream; });
@@ -483,7 +587,54 @@ class ChunkSink : public DataSink {
   bool finished_ = false;
 };
 
+// A pumped stream's writer, on the loop: never waits (Connection::pump does not run the
+// provider while over kMaxQueuedStream is queued).
+class LoopSink : public DataSink {
+ public:
+  explicit LoopSink(Connection& c) : c_(c) {}
+  bool write(const char* data, std::size_t size) override {
+    if (c_.closed()) return false;
+    if (size > 0) c_.queue_chunk(data, size);
+    wrote_ = wrote_ || size > 0;
+    return true;
+  }
+  bool is_writable() const override { return !c_.closed(); }
+  void done() override { finished_ = true; }
+  bool draining() const override { return c_.server().drained.load(); }
+  bool finished() const { return finished_; }
+  bool wrote() const { return wrote_; }
+
+ private:
+  Connection& c_;
+  bool finished_ = false, wrote_ = false;
+};
+
 }  // namespace
+
+void Connection::pump() {
+  if (!pump_provider_) return;
+  if (state_ == State::kClosed) return end_pump(false);
+  // Called again while it writes (a piece's call may leave the end for the next one), up to
+  // a bound, so that a stream that keeps writing does not hold the loop.
+  for (int calls = 0; calls < 16; ++calls) {
+    {
+      std::lock_guard lock(stream_->mu);
+      pump_starved_ = stream_->queued > kMaxQueuedStream;
+    }
+    if (pump_starved_) return;  // the client's reads wake it (write), or write_timeout closes
+    LoopSink sink(*this);
+    bool ok = true;
+    try {
+      ok = pump_provider_(0, sink) && !closed();
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    if (!ok) return end_pump(false);
+    if (sink.finished()) return end_pump(true);
+    if (!sink.wrote()) return;
+  }
+  wake_pump();  // (the rest after the other connections' turns)
+}
 
 void Connection::run_stream(Response& res) {
   auto self = shared_from_this();

@@ -13,8 +13,9 @@
 //   - at most max_connections connections, max_per_address from one address: further ones
 //     are closed as they arrive, and the others go on being served;
 //   - pipelined requests are answered in order, one at a time; Range is not honoured;
-//   - a response the client does not read: a stream's writer waits while over 1 MiB of it is
-//     queued, and the connection closes when queued bytes make no progress for write_timeout;
+//   - a response the client does not read: a stream's writer waits (a pumped stream is not
+//     pumped) while over 1 MiB of it is queued, and the connection closes when queued bytes
+//     make no progress for write_timeout;
 //   - a client that closes its connection: Request::client_gone() and DataSink::is_writable()
 //     say so at once, so that its handler stops the work (a generation) it asked for.
 //
@@ -28,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -48,11 +50,13 @@ struct Request {
   std::shared_ptr<std::atomic<bool>> gone_;
 };
 
-// A streamed response's writer, used by its content provider on the handler's thread.
+// A streamed response's writer, used by its content provider on the handler's thread (or, for
+// a pumped stream, on the event loop).
 class DataSink {
  public:
   virtual ~DataSink() = default;
-  // Queues data as one chunk; waits while over 1 MiB is queued. False once the connection is gone.
+  // Queues data as one chunk; waits while over 1 MiB is queued (a pumped stream's never waits).
+  // False once the connection is gone.
   virtual bool write(const char* data, std::size_t size) = 0;
   virtual bool is_writable() const = 0;
   // The last chunk: the response is complete.
@@ -65,15 +69,41 @@ using ContentProvider = std::function<bool(std::size_t offset, DataSink& sink)>;
 // Called once the stream ended: true when it completed, false when cut.
 using Releaser = std::function<void(bool success)>;
 
+class Connection;
+
+// Wakes a pumped stream (Response::set_pumped_content_provider) from any thread: its provider
+// runs once more on the event loop soon after; wakes that come before it runs count as one,
+// and wakes before the stream starts or after it ended do nothing (it runs once as it starts).
+class StreamWaker {
+ public:
+  void wake();
+
+ private:
+  friend class Connection;
+  void attach(std::function<void()> target);
+  void detach();
+  std::mutex mu_;
+  std::function<void()> target_;
+};
+
 struct Response {
   int status = 200;
   Headers headers;
   std::string body;
   void set_header(const std::string& name, const std::string& value);
   void set_content(std::string content, const std::string& type);
+  // A stream whose provider runs on a worker thread until the stream ends: it may wait.
   void set_chunked_content_provider(const std::string& type, ContentProvider provider, Releaser releaser = {});
+  // A stream that holds no thread while it waits: its provider runs on the event loop as the
+  // stream starts, whenever `waker` is woken, once its client has read what was queued past
+  // 1 MiB, and every 100 ms (to see a drain or a deadline); it must not wait: it writes what
+  // is ready and returns. For producers that can wake it (a batcher's tokens): one wake of the
+  // loop carries every stream's tokens of a step, where a worker each would wake per token.
+  void set_pumped_content_provider(const std::string& type, ContentProvider provider,
+                                   std::shared_ptr<StreamWaker> waker, Releaser releaser = {});
   ContentProvider provider_;
   Releaser releaser_;
+  std::shared_ptr<StreamWaker> waker_;  // a pumped stream's
 };
 
 using Handler = std::function<void(const Request&, Response&)>;

@@ -204,12 +204,15 @@ class Server : private MetricsHolder, public HttpBase {
     if (!admission) return;
     std::vector<Sequence> sequences;
     std::int64_t prompt_tokens = 0;
+    // A stream is woken by its tickets' pieces (on the event loop: no thread waits on it).
+    const auto waker = r.stream ? std::make_shared<http::StreamWaker>() : nullptr;
     for (std::size_t i = 0; i < r.prompts.size(); ++i) {
       prompt_tokens += static_cast<std::int64_t>(r.prompts[i].tokens.size());
       for (std::int64_t k = 0; k < r.best_of; ++k) {
         GenerationOptions options = r.options;
         options.sampling.seed += static_cast<std::uint64_t>(k);
         sequences.push_back({i, std::make_shared<Ticket>(r.prompts[i].text, r.prompts[i].tokens, options)});
+        if (waker) sequences.back().ticket->on_push([waker] { waker->wake(); });
         lm_->submit(sequences.back().ticket);
       }
     }
@@ -286,12 +289,13 @@ class Server : private MetricsHolder, public HttpBase {
     state->opened.assign(sequences.size(), false);
     state->finished.assign(sequences.size(), false);
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
+    res.set_pumped_content_provider(
         "text/event-stream",
         [this, sequences, state, admission, id, created, start, endpoint, chat, prompts = r.prompts, n = r.n, echo = r.echo,
          include_usage = r.include_usage, logprobs_of, prompt_tokens](size_t, http::DataSink& sink) {
-          // The events of one call go out as one chunk (flush): each token its own event, as
-          // many as the batcher produced since the last call, in one hand-over to the loop.
+          // On the event loop, woken by the tickets (never waiting): the events of one call go
+          // out as one chunk (flush), each token its own event, as many as the batcher produced
+          // since the last call.
           std::string out;
           auto event = [&](const json& data) {
             out += "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
@@ -308,7 +312,6 @@ class Server : private MetricsHolder, public HttpBase {
           };
           if (sink.draining() || past_time_limit(start))  // end with finish_reason "abort"
             for (const Sequence& q : sequences) q.ticket->cancel();
-          const auto wait = std::chrono::milliseconds(sequences.size() > 1 ? 5 : kPoll.count());
           bool any = false;
           for (std::size_t q = 0; q < sequences.size(); ++q) {
             if (state->finished[q]) continue;
@@ -318,7 +321,7 @@ class Server : private MetricsHolder, public HttpBase {
             const std::string echoed = echo ? prompts[sequences[q].prompt].text : std::string();
             std::string piece;
             std::vector<TokenLogprob> tokens;
-            const bool more = sequences[q].ticket->next(piece, wait, &tokens);
+            const bool more = sequences[q].ticket->next(piece, std::chrono::milliseconds(0), &tokens);
             // The echoed prompt first, once the ticket has said something (its prompt's
             // logprobs are set by then).
             if (!state->opened[q] && !echoed.empty() && (more ? !piece.empty() || !tokens.empty() : true))
@@ -359,7 +362,7 @@ class Server : private MetricsHolder, public HttpBase {
           count(endpoint, 200, start);
           return true;
         },
-        [sequences](bool success) {
+        waker, [sequences](bool success) {
           if (!success)
             for (const Sequence& q : sequences) q.ticket->cancel();  // the client went away: free its sequences
         });
