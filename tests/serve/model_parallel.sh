@@ -206,7 +206,12 @@ def ask():  # 7 prompt tokens and 40 more: past the context of 32
     return c["text"], c["logprobs"]["token_logprobs"]
 alone = ask()
 out = [None] * 8
-threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, ask())) for i in range(8)]
+start = threading.Barrier(8)  # sent at the same moment: threads started one by one on a busy
+                              # machine come further apart than a request of this model takes
+def together(i):
+    start.wait()
+    out[i] = ask()
+threads = [threading.Thread(target=together, args=(i,)) for i in range(8)]
 for t in threads: t.start()
 for t in threads: t.join()
 metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
