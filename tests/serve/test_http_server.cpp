@@ -181,8 +181,8 @@ TEST_F(PumpedStreams, HoldNoWorkerAndCarryWhatTheirProducerWakesThemFor) {
   EXPECT_EQ(streams_.released_as("b"), 0);
 }
 
-TEST_F(PumpedStreams, AWakeBeforeTheStreamStartsIsNotLost) {
-  streams_.put("early", "first;");  // before any request: the stream's first run takes it
+TEST_F(PumpedStreams, WhatIsReadyBeforeTheStreamStartsGoesOutAsItStarts) {
+  streams_.put("early", "first;");  // before any request, no one to wake: the stream's first run takes it
   Client a(port_);
   ASSERT_TRUE(a.connected());
   a.send_all(get("/stream/early"));

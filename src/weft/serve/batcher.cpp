@@ -328,7 +328,7 @@ void LmBatcher::step(std::vector<Active>& active) {
   metrics_.observe("weft_batch_size", static_cast<double>(fed.size()), "kind=\"decode\"");
   metrics_.add("weft_generated_tokens_total", static_cast<double>(std::count(whole.begin(), whole.end(), true)));
   const auto now = Clock::now();
-  std::vector<std::shared_ptr<Ticket>> pushed;
+  std::vector<const Ticket*> pushed;  // (alive in `active` until after their announce)
   for (std::size_t k = 0; k < fed.size(); ++k) {
     Active& a = active[fed[k]];
     if (a.replayed < a.replay.size()) {  // a replay's feed: its logits were a token's already
@@ -353,9 +353,9 @@ void LmBatcher::step(std::vector<Active>& active) {
     }
     if (a.generation->done()) finish(a);
     a.ticket->push(std::move(piece), a.generation->done(), std::move(tokens), false);
-    pushed.push_back(a.ticket);
+    pushed.push_back(a.ticket.get());
   }
-  for (const auto& t : pushed) t->announce();  // the streams' wakes together, after the step's pieces
+  for (const Ticket* t : pushed) t->announce();  // the streams' wakes together, after the step's pieces
   active.erase(std::remove_if(active.begin(), active.end(), [](const Active& a) { return a.generation->done(); }),
                active.end());
 }

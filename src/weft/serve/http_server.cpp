@@ -440,7 +440,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
     pump_provider_ = std::move(res.provider_);
     pump_releaser_ = std::move(res.releaser_);
     pump_waker_ = std::move(res.waker_);
-    res.provider_ = nullptr;
     if (state_ == State::kClosed) return end_pump(false);
     answer(res, true);
     pump_waker_->attach([weak = weak_from_this()] {
