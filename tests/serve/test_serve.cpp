@@ -603,6 +603,17 @@ TEST(Quantize, Int8ActivationRowsWithInfinityOrNanGiveNanOutputs) {
   std::fill(tiny.data<float>() + 3 * 75, tiny.data<float>() + 4 * 75, 1e-44f);
   const Tensor got = p.forward(tiny);
   for (std::int64_t o = 0; o < 40; ++o) EXPECT_EQ(got.data<float>()[3 * 40 + o], b.data<float>()[o]) << o;
+  // A row whose scale is subnormal (its inverse overflows): one element of 1e-38 among zeros
+  // gives that element's code 127 and the zeros' 0, as a row of one 1 among zeros, 1e-38 times.
+  PackedLinear unbiased(w, Tensor(), WeightFormat::kInt8);
+  Tensor one = Tensor::zeros({1, 75}), small = Tensor::zeros({1, 75});
+  one.data<float>()[10] = 1.0f;
+  small.data<float>()[10] = 1e-38f;
+  const Tensor big_out = unbiased.forward(one), small_out = unbiased.forward(small);
+  for (std::int64_t o = 0; o < 40; ++o) {
+    const double want = 1e-38 * big_out.data<float>()[o];
+    EXPECT_NEAR(small_out.data<float>()[o], want, 0.02 * std::abs(want) + 1e-44) << o;
+  }
 }
 
 // Weights in panels: every output is the chain of fused multiply-adds over the inputs in

@@ -100,14 +100,19 @@ inline QuantizedRow quantize_row(const float* x, const std::int64_t n, std::int8
   std::memcpy(&m, &top, sizeof m);
   const float xs = m / 127.0f;
   if (!(xs > 0)) return {0.0f, 0};  // (a largest magnitude so small that its scale underflows)
+  const auto codes = [&](const auto& scaled) {
+    std::int32_t sum = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto code = static_cast<std::int32_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(scaled(x[i])))));
+      q[i] = static_cast<std::int8_t>(code);
+      sum += code;
+    }
+    return QuantizedRow{xs, sum};
+  };
   const float inverse = 1.0f / xs;
-  std::int32_t sum = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto code = static_cast<std::int32_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(x[i] * inverse))));
-    q[i] = static_cast<std::int8_t>(code);
-    sum += code;
-  }
-  return {xs, sum};
+  // (A subnormal scale's inverse overflows: such a row divides.)
+  if (!std::isfinite(inverse)) return codes([xs](float v) { return v / xs; });
+  return codes([inverse](float v) { return v * inverse; });
 }
 
 // x times the int8 weights in VNNI panels (scale per output channel) as an int8 product:
