@@ -328,6 +328,36 @@ TEST(GptDecoder, ABf16OrInt8CacheRoundsEachKeyAndValueOnce) {
   }
 }
 
+// A key that holds a NaN (here the first layer's first key element, through its bias) makes
+// the logits NaN whatever the cache holds: float32 and bf16 keep the NaN, and an int8 cache
+// gives the head that holds it a NaN scale, rather than storing a code of 0 and giving finite
+// logits as if the key were sound; at 1 stream (stored before the jobs) and at 6 (each job
+// storing its own sequence's rows).
+TEST(GptDecoder, AKeyHoldingANanMakesTheLogitsNanInEveryCache) {
+  Rng rng(13);
+  const GptConfig c = small_gpt();
+  GPT model(c, rng);
+  bool poisoned = false;
+  for (auto& [name, p] : model.named_parameters())
+    if (name.find("attn.qkv.bias") != std::string::npos && !poisoned) {
+      p.value().data<float>()[c.dim] = std::numeric_limits<float>::quiet_NaN();  // layer 0, key 0, head 0
+      poisoned = true;
+    }
+  ASSERT_TRUE(poisoned) << "no qkv bias to poison";
+  for (const CacheFormat cache : {CacheFormat::kF32, CacheFormat::kBf16, CacheFormat::kInt8}) {
+    SCOPED_TRACE(cache_format_name(cache));
+    GptDecoder decoder(model, DecoderFormat(WeightFormat::kF32, cache));
+    for (const int streams : {1, 6}) {
+      std::vector<std::unique_ptr<SequenceState>> states;
+      std::vector<SequenceState*> sequences;
+      for (int i = 0; i < streams; ++i) sequences.push_back((states.emplace_back(decoder.start())).get());
+      (void)decoder.extend(sequences, std::vector<std::vector<std::int32_t>>(streams, {1, 2, 3}));
+      const Tensor next = decoder.extend(sequences, std::vector<std::vector<std::int32_t>>(streams, {4}));
+      for (std::int64_t k = 0; k < next.numel(); ++k) ASSERT_TRUE(std::isnan(next.data<float>()[k])) << streams << " streams, logit " << k;
+    }
+  }
+}
+
 // A sequence's cache in blocks of positions: any block size gives the logits of one block as
 // large as the context, bit for bit, in float32 and bf16, through a prompt (panels), tokens
 // one by one (row loops, a run of keys per block), a sliding window, a batch, and a slide past

@@ -13,6 +13,7 @@
 
 #include "weft/autograd/sequence.h"
 #include "weft/autograd/variable.h"
+#include "weft/serve/int8_row.h"
 #include "weft/serve/weight_panels.h"
 #include "weft/tensor/allocator.h"
 #include "weft/tensor/fast_math.h"
@@ -140,8 +141,9 @@ std::int64_t cache_element_bytes(CacheFormat f) { return f == CacheFormat::kF32 
 
 // A cached key or value as attention reads it: widen(element) x the scale of its head's row
 // (`row` the row's first element, `kd` its values, `head` the key-value head), which is 1 but
-// for int8; and a row of them as the cache stores it (the int8 row's heads each scaled by its
-// largest magnitude / 127, rounded to nearest).
+// for int8; and a row of them as the cache stores it (the int8 row's heads each as
+// quantize_int8_row codes them: scaled by its largest magnitude / 127, rounded to nearest; a
+// head holding an infinity or a NaN reads as NaN, as in a float32 cache).
 inline float widen(float x) { return x; }
 inline float widen(bf16 x) { return from_bf16(x); }
 inline float widen(std::int8_t x) { return static_cast<float>(x); }
@@ -175,13 +177,7 @@ inline void store_row(const float* from, std::int64_t kd, std::int64_t, bf16* to
 }
 inline void store_row(const float* from, std::int64_t kd, std::int64_t hd, std::int8_t* to) {
   for (std::int64_t h0 = 0; h0 < kd; h0 += hd) {
-    float top = 0;
-    for (std::int64_t e = h0; e < h0 + hd; ++e) top = std::max(top, std::fabs(from[e]));
-    const float scale = top / 127.0f, inverse = top > 0 ? 127.0f / top : 0.0f;
-    for (std::int64_t e = h0; e < h0 + hd; ++e) {
-      const float q = std::nearbyint(from[e] * inverse);  // (a NaN stores 0: no int8 holds it)
-      to[e] = static_cast<std::int8_t>(q >= 127.0f ? 127.0f : q <= -127.0f ? -127.0f : q == q ? q : 0.0f);
-    }
+    const float scale = quantize_int8_row(from + h0, hd, to + h0).scale;
     std::memcpy(to + kd + 4 * (h0 / hd), &scale, sizeof scale);
   }
 }
@@ -387,27 +383,37 @@ void CachedAttention::attend_over(const float* q_all, std::int64_t layer, float*
   const auto S = static_cast<std::int64_t>(sequences_.size());
   const auto& first_row = plan_.first_row;
   const auto& rows = plan_.rows;
-  // The step's keys and values into the caches first: every read below goes through them.
-  for (std::int64_t i = 0; i < S; ++i) {
+  // The step's keys and values into sequence i's cache: every read below goes through them.
+  const auto store = [&](std::int64_t i) {
     auto* s = static_cast<GptState*>(sequences_[static_cast<size_t>(i)]);
-    WEFT_CHECK(s->format == cache_format_of<T>() && s->width() == cache_row_elements(s->format, KV, hd),
-               "CachedAttention: the sequences' caches differ in type");
     for (std::int64_t r = 0; r < rows[static_cast<size_t>(i)]; ++r) {
       const float* src = q_all + (first_row[static_cast<size_t>(i)] + r) * w;
       store_row(src + d, kd, hd, s->row<T>(layer, 0, s->cached + r));
       store_row(src + d + kd, kd, hd, s->row<T>(layer, 1, s->cached + r));
     }
+  };
+  for (std::int64_t i = 0; i < S; ++i) {
+    const auto* s = static_cast<const GptState*>(sequences_[static_cast<size_t>(i)]);
+    WEFT_CHECK(s->format == cache_format_of<T>() && s->width() == cache_row_elements(s->format, KV, hd),
+               "CachedAttention: the sequences' caches differ in type");
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // Per sequence, over a range of heads (all of them when the streams are enough to share the
   // threads, which reads each cached row of keys and values once, whole); a prompt's rows
   // (kPanelRows or more) in panels, other rows one by one. How the heads are grouped changes
-  // no result; a row's result depends only on its sequence's rows of the step.
+  // no result; a row's result depends only on its sequence's rows of the step. A job of all
+  // of a sequence's heads stores its keys and values itself, first (on the pool: an int8 or
+  // bf16 cache's rounding of 16 streams' rows, done here before the jobs, held the other
+  // thread idle for 3-7% of a decoding step); with fewer streams than that, this thread
+  // stores them all before the jobs start.
   const std::int64_t groups = std::min(H, std::max<std::int64_t>(1, (2 * get_active_threads() + S - 1) / S));
+  if (groups > 1)
+    for (std::int64_t i = 0; i < S; ++i) store(i);
   parallel_loop(S * groups, 1, [&](std::int64_t begin, std::int64_t end) {
     std::vector<float> wt, keys, values, widened;
     for (std::int64_t job = begin; job < end; ++job) {
       const std::int64_t i = job / groups, g = job % groups, h0 = g * H / groups, h1 = (g + 1) * H / groups;
+      if (groups == 1) store(i);
       const auto* s = static_cast<const GptState*>(sequences_[static_cast<size_t>(i)]);
       const std::int64_t R = rows[static_cast<size_t>(i)], row0 = first_row[static_cast<size_t>(i)];
       // Row r of the step sees keys [first(r), last(r)).

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 
+#include "weft/serve/int8_row.h"
 #include "weft/tensor/shared_chunks.h"
 #include "weft/tensor/stealing_ranges.h"
 #include "weft/tensor/thread_pool.h"
@@ -66,55 +67,6 @@ Tensor panel_product(const Tensor& x, const WeightPanels& w, const float* scale,
   return y;
 }
 
-// One row of activations as int8 codes: its scale (its largest magnitude / 127; NaN when
-// the row holds an infinity or a NaN, its codes then all 0) and the sum of its codes, each
-// code x times the scale's inverse rounded to nearest (as llama.cpp's q8_0 rounds: a
-// division an element was 3% of a 16-stream int8 decoding step).
-// Written to vectorize (a row of 3,072 is read twice per product): the largest magnitude
-// from the bits of |x| (in IEEE order as integers, with NaN above infinity), and each code
-// from values, not references, so that the loop's bounds cannot alias the int8 stores.
-struct QuantizedRow {
-  float scale;
-  std::int32_t sum;
-};
-
-// The bits of |*x|.
-inline std::uint32_t magnitude_bits(const float* x) {
-  std::uint32_t bits;
-  std::memcpy(&bits, x, sizeof bits);
-  return bits & 0x7fffffffu;
-}
-
-inline QuantizedRow quantize_row(const float* x, const std::int64_t n, std::int8_t* q) {
-  std::uint32_t lane[8] = {};
-  std::int64_t e = 0;
-  for (; e + 8 <= n; e += 8)
-    for (int l = 0; l < 8; ++l) lane[l] = std::max(lane[l], magnitude_bits(x + e + l));
-  for (; e < n; ++e) lane[0] = std::max(lane[0], magnitude_bits(x + e));
-  std::uint32_t top = 0;
-  for (std::uint32_t v : lane) top = std::max(top, v);
-  constexpr std::uint32_t kInfinity = 0x7f800000u;
-  if (top >= kInfinity) return {std::numeric_limits<float>::quiet_NaN(), 0};
-  if (top == 0) return {0.0f, 0};
-  float m;
-  std::memcpy(&m, &top, sizeof m);
-  const float xs = m / 127.0f;
-  if (!(xs > 0)) return {0.0f, 0};  // (a largest magnitude so small that its scale underflows)
-  const auto codes = [&](const auto& scaled) {
-    std::int32_t sum = 0;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const auto code = static_cast<std::int32_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(scaled(x[i])))));
-      q[i] = static_cast<std::int8_t>(code);
-      sum += code;
-    }
-    return QuantizedRow{xs, sum};
-  };
-  const float inverse = 1.0f / xs;
-  // (A subnormal scale's inverse overflows: such a row divides.)
-  if (!std::isfinite(inverse)) return codes([xs](float v) { return v / xs; });
-  return codes([inverse](float v) { return v * inverse; });
-}
-
 // x times the int8 weights in VNNI panels (scale per output channel) as an int8 product:
 // each row of x quantized with its own symmetric scale (its largest magnitude / 127, chosen
 // anew for every call: dynamic per-token quantization, so that one row of large activations
@@ -137,7 +89,7 @@ Tensor int8_product(const Tensor& x, const Int8Panels& w, int width, const std::
   const auto quantize = [&] {
     const auto rows = [&](std::int64_t begin, std::int64_t end) {
       for (std::int64_t r = begin; r < end; ++r) {
-        const QuantizedRow q = quantize_row(xp + r * in, in, qx + r * in4);
+        const QuantizedRow q = quantize_int8_row(xp + r * in, in, qx + r * in4);
         std::fill(qx + r * in4 + in, qx + (r + 1) * in4, std::int8_t{0});
         row_scale[static_cast<std::size_t>(r)] = q.scale;
         row_sum[static_cast<std::size_t>(r)] = q.sum;
