@@ -3,6 +3,7 @@
 // requests served alone, the API's request checks, and the metrics text.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -331,19 +332,19 @@ TEST(GptDecoder, ABf16OrInt8CacheRoundsEachKeyAndValueOnce) {
 // A key that holds a NaN (here the first layer's first key element, through its bias) makes
 // the logits NaN whatever the cache holds: float32 and bf16 keep the NaN, and an int8 cache
 // gives the head that holds it a NaN scale, rather than storing a code of 0 and giving finite
-// logits as if the key were sound; at 1 stream (stored before the jobs) and at 6 (each job
-// storing its own sequence's rows).
+// logits as if the key were sound; on 2 threads, at 1 stream (its 4 heads in ranges: the keys
+// stored before the jobs) and at 6 (each job all of a stream's heads, storing its own rows).
 TEST(GptDecoder, AKeyHoldingANanMakesTheLogitsNanInEveryCache) {
+  set_num_threads(2);
+  set_active_threads(2);
   Rng rng(13);
   const GptConfig c = small_gpt();
   GPT model(c, rng);
-  bool poisoned = false;
-  for (auto& [name, p] : model.named_parameters())
-    if (name.find("attn.qkv.bias") != std::string::npos && !poisoned) {
-      p.value().data<float>()[c.dim] = std::numeric_limits<float>::quiet_NaN();  // layer 0, key 0, head 0
-      poisoned = true;
-    }
-  ASSERT_TRUE(poisoned) << "no qkv bias to poison";
+  const auto params = model.named_parameters();
+  const auto qkv_bias = std::find_if(params.begin(), params.end(),
+                                     [](const auto& p) { return p.first.find("attn.qkv.bias") != std::string::npos; });
+  ASSERT_NE(qkv_bias, params.end()) << "no qkv bias to poison";
+  qkv_bias->second.value().data<float>()[c.dim] = std::numeric_limits<float>::quiet_NaN();  // layer 0, key 0, head 0
   for (const CacheFormat cache : {CacheFormat::kF32, CacheFormat::kBf16, CacheFormat::kInt8}) {
     SCOPED_TRACE(cache_format_name(cache));
     GptDecoder decoder(model, DecoderFormat(WeightFormat::kF32, cache));

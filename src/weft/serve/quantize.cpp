@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "weft/serve/int8_row.h"
 #include "weft/tensor/shared_chunks.h"
