@@ -3,8 +3,8 @@
 # An output replaces only a file of its own kind: a report page only a page weft wrote (weft
 # report -o, train/plan --report), --save-model only a safetensors file, --metrics only a
 # metrics file, --timeline (and timeline merge --out) only a Chrome trace, --sample-log only a
-# sample log. Given an input or any other file, the command refuses before its work and the
-# file stays as it was.
+# sample log, --logits only logits, --port-file only a port number. Given an input or any other
+# file, the command refuses before its work and the file stays as it was.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -56,10 +56,34 @@ expect_refusal "save-model /proc/weft-model.safetensors: cannot write in the fol
 "$weft" train --model gpt --max-steps 1 --quiet --save-model "$work/gpt.safetensors" >/dev/null
 expect_refusal "logits /proc/weft.logits: cannot write in the folder /proc" \
   "$weft" predict "$work/gpt.safetensors" --logits /proc/weft.logits
+# --logits (raw float32, no header) replaces only logits, told by their values; --port-file only
+# a port number: a model, a metrics file or text given to either is refused before the model
+# loads, and kept.
+cp "$work/gpt.safetensors" "$work/kept-gpt.safetensors"
+expect_refusal "logits $work/gpt.safetensors exists and is not a logits file (float32): nothing is overwritten" \
+  "$weft" predict "$work/gpt.safetensors" --windows 2 --logits "$work/gpt.safetensors"
+expect_refusal "logits $work/gpt.safetensors exists and is not a logits file (float32): nothing is overwritten" \
+  "$weft" generate "$work/gpt.safetensors" --prompt hi --max-tokens 2 --logits "$work/gpt.safetensors"
+expect_refusal "logits $work/m.jsonl exists and is not a logits file" \
+  "$weft" generate "$work/gpt.safetensors" --prompt hi --max-tokens 2 --logits "$work/m.jsonl"
+expect_refusal "port-file $work/gpt.safetensors exists and is not a port file: nothing is overwritten" \
+  "$weft" serve "$work/gpt.safetensors" --port 0 --port-file "$work/gpt.safetensors"
+expect_refusal "logits $work/kept is a folder, not a file" \
+  "$weft" generate "$work/gpt.safetensors" --prompt hi --max-tokens 2 --logits "$work/kept"
+cmp -s "$work/gpt.safetensors" "$work/kept-gpt.safetensors" || fail "the saved model was changed"
+cmp -s "$work/m.jsonl" "$work/kept.jsonl" || fail "the metrics file was changed"
+# Logits are replaced by the next run's, generate's by predict's and back.
+"$weft" generate "$work/gpt.safetensors" --prompt hi --max-tokens 2 --logits "$work/l.bin" >/dev/null
+first=$(stat -c %s "$work/l.bin")
+"$weft" predict "$work/gpt.safetensors" --windows 2 --logits "$work/l.bin" >/dev/null
+second=$(stat -c %s "$work/l.bin")
+"$weft" generate "$work/gpt.safetensors" --prompt hi --max-tokens 2 --logits "$work/l.bin" >/dev/null
+[[ $first -gt 0 && $second -gt $first && $(stat -c %s "$work/l.bin") -eq $first ]] ||
+  fail "logits were not replaced by the next run's: $first, $second, $(stat -c %s "$work/l.bin") bytes"
 # A device is written as before (the metrics to standard output).
 shown=$("$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --metrics /dev/stdout)
 grep -q '"kind":"run"' <<<"$shown" || fail "--metrics /dev/stdout wrote no run record: $shown"
 # Each replaces a file of its own kind.
 "$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --save-model "$work/model.safetensors" \
   --metrics "$work/m.jsonl" >/dev/null
-echo "outputs replace only their own kind: a metrics file given as -o/--report/--save-model, a model as --metrics, --timeline or --sample-log, refused and kept; links followed; /proc refused"
+echo "outputs replace only their own kind: a metrics file given as -o/--report/--save-model, a model as --metrics, --timeline or --sample-log, a model or text as --logits or --port-file, refused and kept; links followed; /proc refused"

@@ -111,6 +111,18 @@ TEST(Utf8, HoldsBackAnIncompleteCharacterAndReplacesInvalidBytes) {
   EXPECT_EQ(utf8_complete_prefix(euro.substr(0, 2) + "z"), 3u);
 }
 
+TEST(Utf8, TextIsValidUtf8WithoutControlBytes) {
+  const std::string euro = "\xE2\x82\xAC";
+  EXPECT_TRUE(is_text("line one\tx\r\nline two " + euro + "\n"));
+  EXPECT_TRUE(is_text("cut inside a character: " + euro.substr(0, 2)));  // a head cut short
+  EXPECT_TRUE(is_text(""));
+  EXPECT_FALSE(is_text("a\xFFz"));
+  EXPECT_FALSE(is_text(std::string("a\0b", 3)));
+  EXPECT_FALSE(is_text("bell\a"));
+  const float logits[] = {-3.5f, 0.25f, 1.0f, -0.0625f};  // as raw float32 bytes
+  EXPECT_FALSE(is_text(std::string_view(reinterpret_cast<const char*>(logits), sizeof logits)));
+}
+
 TEST(SavedModel, TokenizersRoundTripThroughTheirVocabulary) {
   // (\xe9 alone is not UTF-8; \xc3\xa9 is; the vocabulary must be ASCII either way.)
   const std::string text = "Hello, world!\nA back\\slash and the world again, caf\xe9 caf\xc3\xa9.\n";

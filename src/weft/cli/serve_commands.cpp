@@ -1,6 +1,9 @@
 // weft predict, weft generate: inference with a saved model (docs/serving.md).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -24,10 +27,36 @@
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
+#include "weft/util/utf8.h"
 
 namespace weft::cli {
 
 namespace {
+
+// --logits replaces only a logits file: float32 values with no header, told by the values. Each
+// 4-byte word of its head is 0, infinite, NaN or of magnitude 1e-30 to 1e30, as logits are,
+// and the head is not text; a safetensors model (its header's length reads as a denormal), an
+// IDX or NumPy file (the same), a tokenizer or any text is not a logits file.
+bool is_logits_file(std::string_view head) {
+  if (head.size() % sizeof(float) != 0 || is_text(head)) return false;
+  for (std::size_t i = 0; i < head.size(); i += sizeof(float)) {
+    float v;
+    std::memcpy(&v, head.data() + i, sizeof v);
+    if (v != 0 && std::isfinite(v) && (std::fabs(v) < 1e-30f || std::fabs(v) > 1e30f)) return false;
+  }
+  return true;
+}
+
+void check_logits_path(const std::string& path) {
+  if (!path.empty()) check_replaceable_file(path, "--logits", "a logits file (float32)", is_logits_file);
+}
+
+// --port-file replaces only a port file: a number of up to 5 digits and a line's end.
+bool is_port_file(std::string_view head) {
+  while (!head.empty() && (head.back() == '\n' || head.back() == '\r')) head.remove_suffix(1);
+  return !head.empty() && head.size() <= 5 &&
+         std::all_of(head.begin(), head.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
 
 // The saved model a command loads (weft predict, generate, export, serve).
 void add_model_argument(CLI::App* cmd, std::string& model) {
@@ -81,7 +110,7 @@ const FlagTable<PredictConfig>& predict_flags() {
 // A language model's validation loss through its decoder, and against float32 weights and
 // cache when they are held smaller.
 int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
-  if (!c.logits.empty()) check_output_file(c.logits, "--logits");  // before the validation runs
+  check_logits_path(c.logits);  // before the validation runs
   const serve::DecoderFormat format = serve::decoder_format(c);
   const bool reduced = format.weights != serve::WeightFormat::kF32 || format.cache != serve::CacheFormat::kF32;
   if (reduced && (c.tp > 1 || c.pp > 1))  // (before the work, and before a job of ranks starts)
@@ -233,6 +262,7 @@ const FlagTable<GenerateConfig>& generate_flags() {
 
 int run_generate(GenerateConfig c) {
   check_flags_apply(generate_flags(), c.given, c);
+  check_logits_path(c.logits);  // before the model loads
   set_pool_pause(serve::kDecodingPoolPause);
   serve::LoadedModel m = serve::load_model(c.model);
   LanguageModel* lm = m.language_model();
@@ -347,7 +377,8 @@ void add_serve_command(CLI::App& app, Action& action) {
     c->given_flags = given_options(*cmd);
     action = [c] {
       serve::check_serve_flags_apply(*c);  // --replicas' own; the model's once it is loaded
-      if (!c->port_file.empty()) check_output_file(c->port_file, "--port-file");  // before the model loads
+      if (!c->port_file.empty())  // before the model loads
+        check_replaceable_file(c->port_file, "--port-file", "a port file", is_port_file);
       return serve::serve(*c, stdout);
     };
   });

@@ -1,5 +1,7 @@
 #include "weft/util/utf8.h"
 
+#include <algorithm>
+
 namespace weft {
 
 namespace {
@@ -67,6 +69,15 @@ std::string valid_utf8(std::string_view text) {
     }
   }
   return out;
+}
+
+bool is_text(std::string_view head) {
+  const std::string_view whole = head.substr(0, utf8_complete_prefix(head));
+  const bool controls = std::any_of(whole.begin(), whole.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c < 0x20 && c != '\t' && c != '\n' && c != '\r';
+  });
+  return !controls && valid_utf8(whole) == whole;
 }
 
 }  // namespace weft

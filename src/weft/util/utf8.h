@@ -16,5 +16,8 @@ std::size_t utf8_complete_prefix(std::string_view text);
 // `text` with every invalid or truncated sequence replaced by U+FFFD, one for each maximal
 // subpart (as Python's bytes.decode(errors="replace") does): always valid UTF-8.
 std::string valid_utf8(std::string_view text);
+// Whether `head` (a file's first bytes, perhaps cut inside its last character) reads as
+// text: valid UTF-8 with no control bytes but tab, line feed and carriage return.
+bool is_text(std::string_view head);
 
 }  // namespace weft
