@@ -3,8 +3,9 @@
 # An output replaces only a file of its own kind: a report page only a page weft wrote (weft
 # report -o, train/plan --report), --save-model only a safetensors file, --metrics only a
 # metrics file, --timeline (and timeline merge --out) only a Chrome trace, --sample-log only a
-# sample log, --logits only logits, --port-file only a port number. Given an input or any other
-# file, the command refuses before its work and the file stays as it was.
+# sample log, --logits only logits, --port-file only a port number, weft sim --out only a
+# simulation's files. Given an input or any other file, the command refuses before its work and
+# the file stays as it was.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -80,10 +81,23 @@ second=$(stat -c %s "$work/l.bin")
 "$weft" generate "$work/gpt.safetensors" --prompt hi --max-tokens 2 --logits "$work/l.bin" >/dev/null
 [[ $first -gt 0 && $second -gt $first && $(stat -c %s "$work/l.bin") -eq $first ]] ||
   fail "logits were not replaced by the next run's: $first, $second, $(stat -c %s "$work/l.bin") bytes"
+# weft sim --out replaces only an earlier simulation's files (summary.json, each CSV file by its
+# header, the capture), never another file of one of their names.
+topology="$(dirname "$0")/../../examples/topologies/single-switch.yaml"
+sim=(sim --topology "$topology" --workload allreduce:ring:1MB --quiet --out "$work/sim")
+"$weft" "${sim[@]}" --set pcap=host0.gpu0:switch >/dev/null
+"$weft" "${sim[@]}" --set pcap=host0.gpu0:switch >/dev/null  # an earlier run's files are replaced
+for name in summary.json pfc.csv link.pcap; do
+  mv "$work/sim/$name" "$work/sim/$name.run"
+  cp "$work/kept.jsonl" "$work/sim/$name"
+  expect_refusal "out $work/sim/$name exists and is not a" "$weft" "${sim[@]}" --set pcap=host0.gpu0:switch
+  cmp -s "$work/sim/$name" "$work/kept.jsonl" || fail "sim --out replaced another file named $name"
+  mv "$work/sim/$name.run" "$work/sim/$name"
+done
 # A device is written as before (the metrics to standard output).
 shown=$("$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --metrics /dev/stdout)
 grep -q '"kind":"run"' <<<"$shown" || fail "--metrics /dev/stdout wrote no run record: $shown"
 # Each replaces a file of its own kind.
 "$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --save-model "$work/model.safetensors" \
   --metrics "$work/m.jsonl" >/dev/null
-echo "outputs replace only their own kind: a metrics file given as -o/--report/--save-model, a model as --metrics, --timeline or --sample-log, a model or text as --logits or --port-file, refused and kept; links followed; /proc refused"
+echo "outputs replace only their own kind: a metrics file given as -o/--report/--save-model, a model as --metrics, --timeline or --sample-log, a model or text as --logits or --port-file, other files in weft sim --out, refused and kept; links followed; /proc refused"

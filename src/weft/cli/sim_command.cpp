@@ -77,7 +77,7 @@ int run_sim(const SimFlags& f) {
     capture = split_pair(config.pcap_link);
     if (!capture) throw ConfigError("pcap: expected two node names, A:B");
   }
-  if (!f.out.empty()) check_output_folder(f.out, "--out");
+  if (!f.out.empty()) check_output_folder(f.out, "--out"), sim::check_outputs(f.out);
   if (!f.report.empty()) report::check_page_path(f.report, "--report");
   sim::Topology topology = sim::load_topology(f.topology);
   if (capture) topology.link_between(std::string(capture->first), std::string(capture->second), "pcap");

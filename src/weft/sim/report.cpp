@@ -400,6 +400,34 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
                  net.config().sample_qps ? " qps.csv" : "");
 }
 
+namespace {
+
+// Each CSV file's name and header: the first line emit_outputs writes, and what tells an
+// earlier run's file (check_outputs).
+constexpr std::pair<std::string_view, std::string_view> kCsvHeaders[] = {
+    {"flows.csv",
+     "flow,src_gpu,dst_gpu,src,dst,bytes,delivered_bytes,start_us,delivered_us,acked_us,fct_us,collective,ideal_fct_us,"
+     "slowdown\n"},
+    {"links.csv",
+     "port,from,to,tier,gbps,tx_bytes,tx_payload,utilization,ecn_marks,drops,pauses_sent,resumes_sent,pauses_received,"
+     "paused_us,max_queue_bytes\n"},
+    {"queues.csv", "time_us,port,queue,bytes\n"},
+    {"pfc.csv", "time_us,from,to,queue,frame\n"},
+    {"counters.csv", "time_us,ecn_marks,cnps,pfc_pauses,pfc_resumes,drops,retransmissions,timeouts,bytes_delivered\n"},
+    {"qps.csv",
+     "time_us,qp,src_gpu,dst_gpu,delivered_gbps,cnps,dcqcn_rate_gbps,dcqcn_target_gbps,dcqcn_alpha,window_bytes,rtt_us,"
+     "hpcc_utilization\n"},
+    {"nodes.csv", "node,role,gpu_rank\n"},
+};
+
+std::string_view csv_header(std::string_view name) {
+  for (const auto& [file, header] : kCsvHeaders)
+    if (file == name) return header;
+  throw Error("no CSV output named " + std::string(name));
+}
+
+}  // namespace
+
 void emit_outputs(const Network& net, OutputSink& out) {
   const Topology& t = net.topology();
   bool opened = false;
@@ -409,8 +437,9 @@ void emit_outputs(const Network& net, OutputSink& out) {
     opened = true;
     out.write(header);
   };
+  auto open_csv = [&](const char* name) { open(name, csv_header(name)); };
   open("summary.json", summary_json(net).dump(2) + "\n");
-  open("flows.csv", "flow,src_gpu,dst_gpu,src,dst,bytes,delivered_bytes,start_us,delivered_us,acked_us,fct_us,collective,ideal_fct_us,slowdown\n");
+  open_csv("flows.csv");
   // (Millions of rows in a large run: formatted with to_chars, which prints a double in
   // fixed notation exactly as printf's %.6f does, several times faster.)
   CsvRow row;
@@ -432,8 +461,7 @@ void emit_outputs(const Network& net, OutputSink& out) {
     out.write(row.end());
   }
   char buf[512];
-  open("links.csv", "port,from,to,tier,gbps,tx_bytes,tx_payload,utilization,ecn_marks,drops,pauses_sent,resumes_sent,pauses_received,"
-      "paused_us,max_queue_bytes\n");
+  open_csv("links.csv");
   Time span = std::max<Time>(net.finish_time(), 1);
   for (std::size_t p = 0; p < net.ports().size(); ++p) {
     const Port& P = net.ports()[p];
@@ -449,20 +477,20 @@ void emit_outputs(const Network& net, OutputSink& out) {
                   static_cast<long long>(P.pauses_received), to_us(paused), static_cast<long long>(maxq));
     out.write(buf);
   }
-  open("queues.csv", "time_us,port,queue,bytes\n");
+  open_csv("queues.csv");
   for (const QueueSample& q : net.queue_samples()) {
     std::snprintf(buf, sizeof buf, "%.6f,%s,%d,%lld\n", to_us(q.at), net.port_name(q.port).c_str(), q.queue,
                   static_cast<long long>(q.bytes));
     out.write(buf);
   }
-  open("pfc.csv", "time_us,from,to,queue,frame\n");
+  open_csv("pfc.csv");
   for (const PfcEvent& e : net.pfc_events()) {
     const Port& P = net.ports()[e.port];
     std::snprintf(buf, sizeof buf, "%.6f,%s,%s,%d,%s\n", to_us(e.at), t.nodes[P.node].name.c_str(),
                   t.nodes[net.ports()[P.peer].node].name.c_str(), e.queue, e.pause ? "pause" : "resume");
     out.write(buf);
   }
-  open("counters.csv", "time_us,ecn_marks,cnps,pfc_pauses,pfc_resumes,drops,retransmissions,timeouts,bytes_delivered\n");
+  open_csv("counters.csv");
   for (const CounterSample& c : net.counter_samples()) {
     const Counters& k = c.counters;
     std::snprintf(buf, sizeof buf, "%.6f,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld\n", to_us(c.at),
@@ -473,8 +501,7 @@ void emit_outputs(const Network& net, OutputSink& out) {
     out.write(buf);
   }
   if (net.config().sample_qps) {
-    open("qps.csv", "time_us,qp,src_gpu,dst_gpu,delivered_gbps,cnps,dcqcn_rate_gbps,dcqcn_target_gbps,dcqcn_alpha,window_bytes,rtt_us,"
-        "hpcc_utilization\n");
+    open_csv("qps.csv");
     const double interval = to_seconds(std::max<Time>(net.config().sample_interval, 1));
     for (const QpSample& q : net.qp_samples()) {
       const QueuePair& Q = net.qps()[static_cast<std::size_t>(q.qp)];
@@ -489,7 +516,7 @@ void emit_outputs(const Network& net, OutputSink& out) {
       out.write(buf);
     }
   }
-  open("nodes.csv", "node,role,gpu_rank\n");
+  open_csv("nodes.csv");
   for (std::size_t n = 0; n < t.nodes.size(); ++n) {
     const int rank = net.gpu_rank_of(static_cast<int>(n));
     out.write(t.nodes[n].name + "," + t.nodes[n].role + "," + (rank < 0 ? std::string() : std::to_string(rank)) + "\n");
@@ -519,6 +546,19 @@ void write_outputs(const Network& net, const std::string& dir) {
   } files;
   files.dir = dir;
   emit_outputs(net, files);
+}
+
+void check_outputs(const std::string& dir) {
+  const std::string flag = "--out";
+  // summary.json's keys are sorted, "collectives" (always written) first.
+  check_replaceable_file(dir + "/summary.json", flag, "a simulation's summary",
+                         [](std::string_view head) { return head.starts_with("{\n  \"collectives\": "); });
+  for (const auto& [name, header] : kCsvHeaders)
+    check_replaceable_file(dir + "/" + std::string(name), flag, "a simulation's " + std::string(name),
+                           [header = header](std::string_view head) { return head.starts_with(header); });
+  check_replaceable_file(dir + "/link.pcap", flag, "a capture (pcap)", [](std::string_view head) {
+    return head.size() >= 4 && (head.starts_with("\x4D\x3C\xB2\xA1") || head.starts_with("\xD4\xC3\xB2\xA1"));
+  });
 }
 
 }  // namespace weft::sim

@@ -213,7 +213,7 @@ void check_output_file(const std::string& path, const std::string& flag) {
 }
 
 void check_replaceable_file(const std::string& path, const std::string& flag, const std::string& kind,
-                            bool (*is_kind)(std::string_view head)) {
+                            const std::function<bool(std::string_view head)>& is_kind) {
   check_output_file(path, flag);
   if (!file_exists(path) || written_in_place(link_target(path))) return;  // new, or not replaced (/dev/stdout)
   std::ifstream in(path, std::ios::binary);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,7 +70,7 @@ void check_output_file(const std::string& path, const std::string& flag);
 // `is_kind` does not accept is refused ("--metrics m.bin exists and is not a metrics file:
 // nothing is overwritten"), so that no output takes the place of an input or a saved file.
 void check_replaceable_file(const std::string& path, const std::string& flag, const std::string& kind,
-                            bool (*is_kind)(std::string_view head));
+                            const std::function<bool(std::string_view head)>& is_kind);
 void make_parent_directories(const std::string& path);
 
 }  // namespace weft
