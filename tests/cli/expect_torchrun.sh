@@ -36,15 +36,23 @@ n=$(nproc)
 got=$("$weft" launch --standalone --nproc-per-node auto -m json.tool --sort-keys "$here/torchrun_fixture.json" 2>&1 || true)
 echo "$got" | grep -c '"b": 2' | grep -qx "$n" || fail "--standalone auto -m: $got"
 
-# --tee: files and the console; --redirects: files only (rank 1's output).
-"$weft" launch --nproc-per-node 2 --log-dir "$work/logs" --rdzv-id run1 --tee 1 --redirects 1:2 -- \
-  sh -c 'echo "out $RANK"; echo "err $RANK" >&2' > "$work/console" 2> "$work/console_err"
-for r in 0 1; do
-  grep -qx "out $r" "$work/logs/run1/attempt_0/$r/stdout.log" || fail "rank $r stdout.log"
-  grep -q "out $r" "$work/console" || fail "--tee 1: rank $r's stdout not on the console"
+# --tee: files and the console; --redirects: files only (rank 1's output). Each launch writes
+# into a new folder RUN_ID_XXXXXX (torchrun's layout), named on stderr: a second launch with the
+# same id replaces none of the first's logs.
+for n in 1 2; do
+  "$weft" launch --nproc-per-node 2 --log-dir "$work/logs" --rdzv-id run1 --tee 1 --redirects 1:2 -- \
+    sh -c "echo \"out \$RANK launch $n\"; echo \"err \$RANK\" >&2" > "$work/console" 2> "$work/console_err"
+  logs=$(sed -n "s|^weft launch: ranks' logs in ||p" "$work/console_err")
+  [[ $logs == "$work/logs/run1_"?????? && -d $logs ]] || fail "launch $n: no new log folder named: $(cat "$work/console_err")"
+  for r in 0 1; do
+    grep -qx "out $r launch $n" "$logs/attempt_0/$r/stdout.log" || fail "rank $r stdout.log"
+    grep -q "out $r launch $n" "$work/console" || fail "--tee 1: rank $r's stdout not on the console"
+  done
+  grep -qx "err 1" "$logs/attempt_0/1/stderr.log" || fail "rank 1 stderr.log"
+  if grep -q "err 1" "$work/console_err"; then fail "--redirects 1:2: rank 1's stderr reached the console"; fi
+  grep -q "err 0" "$work/console_err" || fail "rank 0's stderr is not redirected"
+  [ ! -e "$logs/attempt_0/0/stderr.log" ] || fail "rank 0 has a stderr.log"
 done
-grep -qx "err 1" "$work/logs/run1/attempt_0/1/stderr.log" || fail "rank 1 stderr.log"
-if grep -q "err 1" "$work/console_err"; then fail "--redirects 1:2: rank 1's stderr reached the console"; fi
-grep -q "err 0" "$work/console_err" || fail "rank 0's stderr is not redirected"
-[ ! -e "$work/logs/run1/attempt_0/0/stderr.log" ] || fail "rank 0 has a stderr.log"
+[[ $(cat "$work"/logs/run1_*/attempt_0/0/stdout.log | sort | tr '\n' ' ') == "out 0 launch 1 out 0 launch 2 " ]] ||
+  fail "the second launch's logs did not go beside the first's: $(ls "$work/logs")"
 echo "weft launch runs torchrun's command lines"

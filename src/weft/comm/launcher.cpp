@@ -29,6 +29,7 @@
 #include "weft/comm/store.h"
 #include "weft/util/env.h"
 #include "weft/util/error.h"
+#include "weft/util/file.h"
 
 namespace weft::comm {
 
@@ -212,7 +213,8 @@ std::vector<std::string> command_line(const LaunchConfig& c) {
 }
 
 // Local rank `l`'s streams that --redirects or --tee send to files, opened in
-// log_dir/run_id/attempt_N/l/ (torchrun's layout); redirected ones leave the console.
+// attempt_N/l/ of the run's log folder (c.log_dir after with_log_folder: torchrun's layout);
+// redirected ones leave the console.
 void open_logs(Worker& w, const LaunchConfig& c, int attempt, int l) {
   const auto code = [l](const std::vector<int>& per_rank) {
     return l < static_cast<int>(per_rank.size()) ? per_rank[static_cast<size_t>(l)] : 0;
@@ -220,7 +222,7 @@ void open_logs(Worker& w, const LaunchConfig& c, int attempt, int l) {
   const int redirect = code(c.redirects), tee = code(c.tee);
   if ((redirect | tee) == 0) return;
   const std::filesystem::path dir =
-      std::filesystem::path(c.log_dir) / c.run_id / ("attempt_" + std::to_string(attempt)) / std::to_string(l);
+      std::filesystem::path(c.log_dir) / ("attempt_" + std::to_string(attempt)) / std::to_string(l);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw ConfigError("--log-dir: cannot create " + dir.string() + ": " + ec.message());
@@ -519,14 +521,20 @@ void validate(const LaunchConfig& c) {
     throw ConfigError("--rdzv-id '" + c.run_id + "': use letters, digits, '.', '_' and '-' (it names the log folder)");
 }
 
-// Output sent to files without --log-dir goes to a new temporary folder, as under torchrun.
+// The run's own log folder, new for every launch as torchrun makes it: log_dir/RUN_ID_XXXXXX
+// (log_dir itself a new temporary folder without --log-dir), so that a launch again with the
+// same --rdzv-id, or another node's launcher writing into the same shared folder, replaces no
+// earlier logs. The returned config's log_dir is that folder; it is named on stderr.
 LaunchConfig with_log_folder(LaunchConfig c) {
-  if (writes_rank_logs(c) && c.log_dir.empty()) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "weft-launch-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw Error(std::string("cannot create a log folder: ") + std::strerror(errno));
-    c.log_dir = tmpl;
-    std::fprintf(stderr, "weft launch: ranks' logs in %s\n", tmpl.c_str());
-  }
+  if (!writes_rank_logs(c)) return c;
+  const auto new_folder = [](std::string tmpl) {
+    if (!::mkdtemp(tmpl.data())) throw Error("cannot create the log folder " + tmpl + ": " + std::strerror(errno));
+    return tmpl;
+  };
+  if (c.log_dir.empty()) c.log_dir = new_folder((std::filesystem::temp_directory_path() / "weft-launch-XXXXXX").string());
+  make_directories(c.log_dir);
+  c.log_dir = new_folder((std::filesystem::path(c.log_dir) / (c.run_id + "_XXXXXX")).string());
+  std::fprintf(stderr, "weft launch: ranks' logs in %s\n", c.log_dir.c_str());
   return c;
 }
 

@@ -12,7 +12,8 @@
 // binds each local rank to its share of the launcher's cores (--bind cores, the default;
 // --bind none leaves them free); prefixes each line a rank prints with "[rank] " when the
 // job has several ranks (prefix off: none); sends a rank's output to files under
-// log_dir/run_id/attempt_N/LOCAL_RANK/{stdout,stderr}.log instead of (redirects) or as well
+// log_dir/RUN_ID_XXXXXX/attempt_N/LOCAL_RANK/{stdout,stderr}.log (a new folder for each
+// launch, named on stderr, as torchrun makes it) instead of (redirects) or as well
 // as (tee) the console; forwards SIGINT and SIGTERM (and a launcher that dies, even by
 // SIGKILL, sends its workers SIGTERM: none outlives it); when a worker fails, stops the others
 // and either restarts all of them (--max-restarts) or returns the first failing exit code
