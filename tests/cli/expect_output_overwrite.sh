@@ -3,9 +3,9 @@
 # An output replaces only a file of its own kind: a report page only a page weft wrote (weft
 # report -o, train/plan --report), --save-model only a safetensors file, --metrics only a
 # metrics file, --timeline (and timeline merge --out) only a Chrome trace, --sample-log only a
-# sample log, --logits only logits, --port-file only a port number, weft sim --out only a
-# simulation's files. Given an input or any other file, the command refuses before its work and
-# the file stays as it was.
+# sample log, --logits only logits, --port-file only a port number, a run's --checkpoint-dir
+# only its own config.yaml and metrics.jsonl, weft sim --out only a simulation's files. Given an
+# input or any other file, the command refuses before its work and the file stays as it was.
 set -euo pipefail
 . "$(dirname "$0")/../lib.sh"
 weft=$1
@@ -81,6 +81,21 @@ second=$(stat -c %s "$work/l.bin")
 "$weft" generate "$work/gpt.safetensors" --prompt hi --max-tokens 2 --logits "$work/l.bin" >/dev/null
 [[ $first -gt 0 && $second -gt $first && $(stat -c %s "$work/l.bin") -eq $first ]] ||
   fail "logits were not replaced by the next run's: $first, $second, $(stat -c %s "$work/l.bin") bytes"
+# A run's folder (--checkpoint-dir) replaces only its own metrics.jsonl and config.yaml (the
+# resolved flags a run wrote there, which a run reads back with --config).
+ck=(train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --checkpoint-dir "$work/run")
+"$weft" "${ck[@]}" >/dev/null
+"$weft" train --config "$work/run/config.yaml" >/dev/null  # its own files: read back, replaced
+printf '# my settings\nmodel: mlp\n' > "$work/mine.yaml"
+for name in config.yaml metrics.jsonl; do
+  mv "$work/run/$name" "$work/run/$name.run"
+  cp "$work/mine.yaml" "$work/run/$name"
+  expect_refusal "checkpoint-dir $work/run/$name exists and is not a" "$weft" "${ck[@]}"
+  cmp -s "$work/run/$name" "$work/mine.yaml" || fail "--checkpoint-dir replaced the folder's own $name"
+  mv "$work/run/$name.run" "$work/run/$name"
+done
+printf 'model: mlp\nnot-a-flag: 1\n' > "$work/run/config.yaml"
+expect_refusal "checkpoint-dir $work/run/config.yaml exists and is not a run's resolved flags" "$weft" "${ck[@]}"
 # weft sim --out replaces only an earlier simulation's files (summary.json, each CSV file by its
 # header, the capture), never another file of one of their names.
 topology="$(dirname "$0")/../../examples/topologies/single-switch.yaml"
@@ -100,4 +115,4 @@ grep -q '"kind":"run"' <<<"$shown" || fail "--metrics /dev/stdout wrote no run r
 # Each replaces a file of its own kind.
 "$weft" train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --save-model "$work/model.safetensors" \
   --metrics "$work/m.jsonl" >/dev/null
-echo "outputs replace only their own kind: a metrics file given as -o/--report/--save-model, a model as --metrics, --timeline or --sample-log, a model or text as --logits or --port-file, other files in weft sim --out, refused and kept; links followed; /proc refused"
+echo "outputs replace only their own kind: a metrics file given as -o/--report/--save-model, a model as --metrics, --timeline or --sample-log, a model or text as --logits or --port-file, other files in --checkpoint-dir and weft sim --out, refused and kept; links followed; /proc refused"

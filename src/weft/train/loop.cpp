@@ -23,6 +23,7 @@
 #include "weft/tensor/ops.h"
 #include "weft/tensor/thread_pool.h"
 #include "weft/train/resume.h"
+#include "weft/train/train_flags.h"
 #include "weft/util/checked.h"
 #include "weft/util/file.h"
 #include "weft/util/machine.h"
@@ -88,6 +89,24 @@ TrainSummary train_in_layouts(TrainOptions o, parallel::Job job, std::FILE* out)
   }
 }
 
+// Whether `head` (a file's first bytes) is resolved flags as a run writes them into its
+// checkpoint folder's config.yaml: whole lines of `flag: value`, each flag one of weft
+// train's (its long name without the dashes), nothing else (no comment, no blank line).
+bool is_resolved_flags(std::string_view head) {
+  head = head.substr(0, head.rfind('\n') + 1);  // whole lines (the head may cut the last)
+  for (std::size_t at = 0; at < head.size();) {
+    const std::size_t end = head.find('\n', at);
+    const std::string_view line = head.substr(at, end - at);
+    const std::size_t colon = line.find(": ");
+    if (colon == std::string_view::npos) return false;
+    const std::string flag = "--" + std::string(line.substr(0, colon));
+    const auto& flags = train_flags();
+    if (std::none_of(flags.begin(), flags.end(), [&](const auto& f) { return f.name == flag; })) return false;
+    at = end + 1;
+  }
+  return true;
+}
+
 // Every path the run will write, checked before its first step (a run must not end by
 // failing to save what it trained).
 void check_outputs(const TrainOptions& o) {
@@ -98,10 +117,16 @@ void check_outputs(const TrainOptions& o) {
   if (!o.save_model.empty())
     check_replaceable_file(o.save_model, "--save-model", "a safetensors file",
                            [](std::string_view head) { return head.size() > 8 && head[8] == '{'; });
-  if (!o.metrics.empty())
-    check_replaceable_file(o.metrics, "--metrics", "a metrics file",
-                           [](std::string_view head) { return head.substr(0, 2) == "{\""; });
-  if (!o.checkpoint_dir.empty()) check_output_folder(o.checkpoint_dir, "--checkpoint-dir");
+  const auto is_metrics = [](std::string_view head) { return head.substr(0, 2) == "{\""; };
+  if (!o.metrics.empty()) check_replaceable_file(o.metrics, "--metrics", "a metrics file", is_metrics);
+  if (o.checkpoint_dir.empty()) return;
+  check_output_folder(o.checkpoint_dir, "--checkpoint-dir");
+  // The run's folder's own files as well: metrics.jsonl (replaced, or appended to by a resumed
+  // run) only a metrics file, config.yaml only resolved flags as a run writes them there (lines
+  // of `flag: value`, nothing else), so that a folder holding the user's own files loses none.
+  check_replaceable_file(o.checkpoint_dir + "/metrics.jsonl", "--checkpoint-dir", "a metrics file", is_metrics);
+  check_replaceable_file(o.checkpoint_dir + "/config.yaml", "--checkpoint-dir", "a run's resolved flags",
+                         is_resolved_flags);
 }
 
 }  // namespace
