@@ -5,6 +5,7 @@ only table keys and reads back, and the docs' option lists are the table's (scri
 Usage: check_flag_tables.py WEFT REPO WORKDIR"""
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -45,6 +46,8 @@ table = tables["train"]
 # A YAML file's keys are the table's flags without their dashes; the run's resolved
 # configuration holds only such keys and reads back as it was written.
 ck = work / "ck"
+for folder in (ck, work / "ck2"):  # (an earlier run of this test's checkpoints: a run starts afresh)
+    shutil.rmtree(folder, ignore_errors=True)
 config = work / "run.yaml"
 config.write_text("model: mlp\nlr: 0.05\nbatch: 32\nlimit-train: 64\nlimit-test: 64\nmax-steps: 1\nquiet: true\n")
 run("train", "--config", str(config), "--checkpoint-dir", str(ck), "--threads", "1")

@@ -85,17 +85,21 @@ second=$(stat -c %s "$work/l.bin")
 # resolved flags a run wrote there, which a run reads back with --config).
 ck=(train --model mlp --max-steps 1 --limit-train 64 --limit-test 64 --quiet --checkpoint-dir "$work/run")
 "$weft" "${ck[@]}" >/dev/null
-"$weft" train --config "$work/run/config.yaml" >/dev/null  # its own files: read back, replaced
+"$weft" train --config "$work/run/config.yaml" --auto-resume >/dev/null  # its own files: read back, replaced
+# A run from the beginning into the folder would save among the earlier run's checkpoints.
+expect_refusal "checkpoint-dir $work/run holds an earlier run's checkpoints (the latest $work/run/step-000000001): continue it with --auto-resume" \
+  "$weft" "${ck[@]}"
+WEFT_RESTART_COUNT=1 "$weft" "${ck[@]}" >/dev/null  # a restarted attempt: the checkpoints are its own
 printf '# my settings\nmodel: mlp\n' > "$work/mine.yaml"
 for name in config.yaml metrics.jsonl; do
   mv "$work/run/$name" "$work/run/$name.run"
   cp "$work/mine.yaml" "$work/run/$name"
-  expect_refusal "checkpoint-dir $work/run/$name exists and is not a" "$weft" "${ck[@]}"
+  expect_refusal "checkpoint-dir $work/run/$name exists and is not a" "$weft" "${ck[@]}" --auto-resume
   cmp -s "$work/run/$name" "$work/mine.yaml" || fail "--checkpoint-dir replaced the folder's own $name"
   mv "$work/run/$name.run" "$work/run/$name"
 done
 printf 'model: mlp\nnot-a-flag: 1\n' > "$work/run/config.yaml"
-expect_refusal "checkpoint-dir $work/run/config.yaml exists and is not a run's resolved flags" "$weft" "${ck[@]}"
+expect_refusal "checkpoint-dir $work/run/config.yaml exists and is not a run's resolved flags" "$weft" "${ck[@]}" --auto-resume
 # weft sim --out replaces only an earlier simulation's files (summary.json, each CSV file by its
 # header, the capture), never another file of one of their names.
 topology="$(dirname "$0")/../../examples/topologies/single-switch.yaml"

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <fstream>
-#include <limits>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -19,17 +18,6 @@ std::int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-
-namespace {
-
-// Whether this process is its job's first attempt (no restart count above 0).
-bool job_first_start() {
-  for (const char* name : {"WEFT_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
-    if (env_int_in(name, 0, std::numeric_limits<int>::max()).value_or(0) > 0) return false;
-  return true;
-}
-
-}  // namespace
 
 void check_trace_folder(const std::string& dir, int world) {
   if (!job_first_start()) return;

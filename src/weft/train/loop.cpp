@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "weft/comm/membership.h"
 #include "weft/io/checkpoint.h"
 #include "weft/io/safetensors.h"
 #include "weft/optim/adam.h"
@@ -25,6 +26,7 @@
 #include "weft/train/resume.h"
 #include "weft/train/train_flags.h"
 #include "weft/util/checked.h"
+#include "weft/util/env.h"
 #include "weft/util/file.h"
 #include "weft/util/machine.h"
 #include "weft/util/parse.h"
@@ -127,6 +129,14 @@ void check_outputs(const TrainOptions& o) {
   check_replaceable_file(o.checkpoint_dir + "/metrics.jsonl", "--checkpoint-dir", "a metrics file", is_metrics);
   check_replaceable_file(o.checkpoint_dir + "/config.yaml", "--checkpoint-dir", "a run's resolved flags",
                          is_resolved_flags);
+  // A run from the beginning (neither --resume nor --auto-resume) would save its checkpoints
+  // among an earlier run's: replacing those of its own steps, pruned by step number (its first
+  // ones at once), and the folder's latest still the earlier run's. Refused, unless they are
+  // this job's own: a restarted attempt's, or a live job's (its joiners start as it saves).
+  if (o.resume || o.auto_resume || !job_first_start() || comm::Membership::address_from_env()) return;
+  if (const std::optional<std::string> latest = latest_checkpoint(o.checkpoint_dir))
+    throw ConfigError("--checkpoint-dir " + o.checkpoint_dir + " holds an earlier run's checkpoints (the latest " +
+                      *latest + "): continue it with --auto-resume, or give another folder; nothing is overwritten");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "weft/util/env.h"
 
 #include <cstdlib>
+#include <limits>
 #include <string_view>
 
 #include "weft/util/environment.h"
@@ -41,4 +42,11 @@ std::optional<std::int64_t> env_int_in(const char* name, std::int64_t lo, std::i
   }
   return v;
 }
+
+bool job_first_start() {
+  for (const char* name : {"WEFT_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
+    if (env_int_in(name, 0, std::numeric_limits<int>::max()).value_or(0) > 0) return false;
+  return true;
+}
+
 }  // namespace weft
