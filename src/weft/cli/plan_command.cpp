@@ -164,6 +164,8 @@ void set_layout(const PlanFlags& f, std::int64_t gpus, std::int64_t global_batch
   l.recompute_layers = f.recompute_layers;
   if (f.recompute_layers > 0 && !l.full_recompute()) throw ConfigError("--recompute-layers needs full recomputation (--recompute)");
   l.sequence_parallel = f.sequence_parallel;
+  if (f.sequence_parallel && !f.sweep && f.tp < 2)  // (a sweep gives it to its layouts of tp 2 or more)
+    throw ConfigError("--sequence-parallel splits along the sequence what tensor parallelism keeps whole: it needs --tp 2 or more");
   l.flash_attention = f.flash_attention;
   l.interleave = f.interleave;
   if (f.interleave > 1 && f.pp < 2) throw ConfigError("--interleave needs --pp 2 or more");

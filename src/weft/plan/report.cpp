@@ -59,6 +59,11 @@ PlanReport make_plan(const PlanInput& in) {
   if (l.tp < 1 || l.pp < 1 || l.dp < 1 || l.cp < 1 || l.ep < 1) throw ConfigError("--tp, --pp, --dp, --cp and --ep must be at least 1");
   if (l.ep > 1 && (l.dp * l.cp) % l.ep != 0)
     throw ConfigError("--ep " + std::to_string(l.ep) + " must divide the data-parallel size " + std::to_string(l.dp * l.cp));
+  if (l.ep > 1 && (in.parameters || !in.model.moe()))
+    throw ConfigError("--ep " + std::to_string(l.ep) + " spreads a mixture of experts' experts: the model has none (--experts)");
+  if (l.ep > 1 && in.model.experts % l.ep != 0)
+    throw ConfigError("--ep " + std::to_string(l.ep) + " must divide the model's " + std::to_string(in.model.experts) +
+                      " experts (each expert-parallel rank holds experts / ep of them)");
   if (in.parameters && !(*in.parameters > 0)) throw ConfigError("--params must be positive");
   if (in.tokens < 0) throw ConfigError("--tokens must be >= 0");
   if (!(in.mfu >= 0 && in.mfu <= 1)) throw ConfigError("--mfu must be in (0, 1]");

@@ -83,7 +83,7 @@ std::vector<SweepRow> sweep_layouts(const PlanInput& in, std::int64_t gpus, cons
         if (in.global_batch % dp != 0) continue;
         if (!space.dp.empty() && std::find(space.dp.begin(), space.dp.end(), dp) == space.dp.end()) continue;
         for (int ep : eps) {
-          if (ep > 1 && (!in.model.moe() || (dp * cp) % ep != 0)) continue;
+          if (ep > 1 && (!in.model.moe() || (dp * cp) % ep != 0 || in.model.experts % ep != 0)) continue;
           for (int zero : zeros) {
             if (zero > 0 && dp * cp == 1) continue;
             for (std::int64_t mb : mbs) {
