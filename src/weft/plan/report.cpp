@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "weft/util/error.h"
 
@@ -81,6 +83,18 @@ PlanReport make_plan(const PlanInput& in) {
                             "tensor and pipeline parallelism, FLOPs per token 6N (8N with full recomputation)");
   } else {
     check_shape(in.model, l.tp);
+    // Context parallelism splits the sequence into 2 cp equal chunks, two per GPU (the
+    // load-balanced ring of Megatron-LM's context parallelism, causal work evened out).
+    if (l.cp > 1 && in.model.seq_len % (2 * static_cast<std::int64_t>(l.cp)) != 0)
+      throw ConfigError(fmt::format("--seq {} is not a multiple of 2 x cp ({}): context parallelism gives each GPU two of "
+                                    "2 cp equal chunks of the sequence", in.model.seq_len, 2 * l.cp));
+    if (l.full_recompute() && l.recompute_layers > 0) {
+      const std::vector<std::int64_t> layers = stage_layers(in.model, l);
+      const std::int64_t most = *std::max_element(layers.begin(), layers.end());
+      if (l.recompute_layers > most)
+        throw ConfigError(fmt::format("--recompute-layers {} exceeds the {} layers of the largest pipeline stage (0: all of them)",
+                                      l.recompute_layers, most));
+    }
     r.counts = count_parameters(in.model);
     r.parameters = static_cast<double>(r.counts.total);
     r.active_parameters = static_cast<double>(r.counts.active);
