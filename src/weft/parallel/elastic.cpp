@@ -38,6 +38,8 @@ std::unique_ptr<LiveMembership> LiveMembership::from_env() {
   return from_env(p.rank, p.world);
 }
 
+bool LiveMembership::in_live_job() { return comm::Membership::address_from_env().has_value(); }
+
 std::unique_ptr<LiveMembership> LiveMembership::from_env(int launch_rank, int launch_world) {
   const auto address = comm::Membership::address_from_env();
   if (!address) return nullptr;

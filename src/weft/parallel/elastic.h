@@ -39,6 +39,8 @@ class LiveMembership {
   // (WEFT_ELASTIC_STORE); none otherwise. Catches SIGTERM and SIGINT (a request to leave).
   static std::unique_ptr<LiveMembership> from_env(int launch_rank, int launch_world);
   static std::unique_ptr<LiveMembership> from_env();  // the launcher's rank and world (comm/process.h)
+  // Whether this process is a live job's (WEFT_ELASTIC_STORE set), without joining it.
+  static bool in_live_job();
 
   // The first generation this process belongs to: the launched ones' generation 0, or the
   // one that admits a joiner (WEFT_ELASTIC_JOIN=1); none when the job ended first.

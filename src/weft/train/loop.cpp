@@ -9,7 +9,6 @@
 #include <optional>
 #include <thread>
 
-#include "weft/comm/membership.h"
 #include "weft/io/checkpoint.h"
 #include "weft/io/safetensors.h"
 #include "weft/optim/adam.h"
@@ -133,7 +132,7 @@ void check_outputs(const TrainOptions& o) {
   // among an earlier run's: replacing those of its own steps, pruned by step number (its first
   // ones at once), and the folder's latest still the earlier run's. Refused, unless they are
   // this job's own: a restarted attempt's, or a live job's (its joiners start as it saves).
-  if (o.resume || o.auto_resume || !job_first_start() || comm::Membership::address_from_env()) return;
+  if (o.resume || o.auto_resume || !job_first_start() || parallel::LiveMembership::in_live_job()) return;
   if (const std::optional<std::string> latest = latest_checkpoint(o.checkpoint_dir))
     throw ConfigError("--checkpoint-dir " + o.checkpoint_dir + " holds an earlier run's checkpoints (the latest " +
                       *latest + "): continue it with --auto-resume, or give another folder; nothing is overwritten");
