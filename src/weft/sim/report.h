@@ -34,8 +34,8 @@ std::vector<std::pair<std::string, std::string>> output_files(const Network& net
 void write_outputs(const Network& net, const std::string& dir);
 // Before a run that writes into `dir`: each of those files (and link.pcap) that exists
 // already must be an earlier run's (summary.json from a simulation, each CSV file with its
-// header, a pcap capture), else ConfigError naming it, so that --out given a folder of other
-// files overwrites none of them.
+// header's first two columns, a pcap capture), else ConfigError naming it, so that --out
+// given a folder of other files overwrites none of them.
 void check_outputs(const std::string& dir);
 
 }  // namespace weft::sim
