@@ -40,6 +40,7 @@ Sample one_request(httplib::Client& client, const LoadOptions& o, std::uint64_t 
   Sample s;
   auto last = start;   // (outside the branch: the receiver runs in client.send below)
   std::string buffer;
+  bool done = false;  // the stream's end ("data: [DONE]") seen
   httplib::Request req;
   req.method = "POST";
   req.headers = {{"Content-Type", "application/json"}};
@@ -63,9 +64,13 @@ Sample one_request(httplib::Client& client, const LoadOptions& o, std::uint64_t 
       while ((end = buffer.find("\n\n")) != std::string::npos) {
         const std::string event = buffer.substr(0, end);
         buffer.erase(0, end + 2);
-        if (event.rfind("data: ", 0) != 0 || event == "data: [DONE]") continue;
+        if (event == "data: [DONE]") done = true;
+        if (event.rfind("data: ", 0) != 0 || done) continue;
         json chunk = json::parse(event.substr(6), nullptr, false);
-        if (chunk.is_discarded()) continue;
+        if (chunk.is_discarded() || !chunk.is_object()) {
+          if (s.error.empty()) s.error = "an event that is not a JSON object: " + event.substr(0, 80);
+          continue;
+        }
         if (chunk.contains("usage") && chunk["usage"].is_object())
           s.tokens = chunk["usage"].value("completion_tokens", std::int64_t{0});
         if (chunk.contains("error")) s.error = chunk["error"].value("message", "error");
@@ -86,6 +91,8 @@ Sample one_request(httplib::Client& client, const LoadOptions& o, std::uint64_t 
                                                       : "the request failed (" + httplib::to_string(r.error()) + ")";
   } else if (r->status != 200) {
     s.error = fmt::format("HTTP {}: {}", r->status, r->body.substr(0, 200));
+  } else if (s.error.empty() && o.endpoint != "classify" && !done) {
+    s.error = "the response ended without \"data: [DONE]\": not a whole completion stream";
   } else if (s.error.empty()) {
     s.ok = true;
     if (o.endpoint == "classify") s.tokens = 0;
