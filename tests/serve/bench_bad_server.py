@@ -1,7 +1,8 @@
 """weft serve-bench against servers that answer wrongly: a completion that is not a whole event
 stream (a truncated JSON body with status 200, events that are not JSON objects, a stream cut
-before "data: [DONE]") counts as an error, never as a completed request; garbage bytes are an
-error; a failed warm-up request stops the run with one line and exit 2.
+before "data: [DONE]") counts as an error, never as a completed request, as does a classification
+answer without predictions; garbage bytes are an error; a failed warm-up request stops the run
+with one line and exit 2.
 
 Usage: bench_bad_server.py WEFT"""
 import socket
@@ -58,6 +59,10 @@ for name, answer in ANSWERS.items():
                           capture_output=True, text=True, timeout=120)
     if warm.returncode != 2 or "error: the warm-up request to 127.0.0.1" not in warm.stderr:
         failures.append(f"{name}, warm-up: exit {warm.returncode}, {warm.stderr!r}")
+    classify = subprocess.run([weft, "serve-bench", "--url", url, "--endpoint", "classify", "--requests", "2",
+                               "--warmup", "0"], capture_output=True, text=True, timeout=120)
+    if classify.returncode == 0 or "0 requests (2 errors)" not in classify.stdout + classify.stderr:
+        failures.append(f"{name}, classify: exit {classify.returncode}, {classify.stdout + classify.stderr!r}")
     listener.close()
 
 if failures:

@@ -93,6 +93,8 @@ Sample one_request(httplib::Client& client, const LoadOptions& o, std::uint64_t 
     s.error = fmt::format("HTTP {}: {}", r->status, r->body.substr(0, 200));
   } else if (s.error.empty() && o.endpoint != "classify" && !done) {
     s.error = "the response ended without \"data: [DONE]\": not a whole completion stream";
+  } else if (o.endpoint == "classify" && !json::parse(r->body, nullptr, false).contains("predictions")) {
+    s.error = "the response holds no \"predictions\": " + r->body.substr(0, 80);
   } else if (s.error.empty()) {
     s.ok = true;
     if (o.endpoint == "classify") s.tokens = 0;
