@@ -83,6 +83,8 @@ expect_error "test label 40 at index 0 is not among the training set's 13 classe
 expect_error "is a file: image data is a folder" train --model mlp --data "$work/csv/train.csv" --max-steps 1
 mkdir "$work/ragged" && printf '1,2,3,4,5\n2,1,2,3\n' > "$work/ragged/train.csv"
 expect_error "train.csv: line 2 holds 3 pixels, line 1 4" train --model mlp --data "$work/ragged" --max-steps 1
+printf 'label,a,b,c,d\n1,2,3,4,5\n2,1,2,3\n' > "$work/ragged/train.csv"  # after a header: the lines of the file
+expect_error "train.csv: line 3 holds 3 pixels, line 2 4" train --model mlp --data "$work/ragged" --max-steps 1
 mkdir "$work/tiny" && printf '0,1,2,3,4,5,6,7,8,9\n1,9,8,7,6,5,4,3,2,1\n' | tee "$work/tiny/train.csv" > "$work/tiny/test.csv"
 expect_error "--model cnn takes images of at least 4x4 pixels, the data's are 3x3" train --model cnn --data "$work/tiny" --max-steps 1
 expect_error "test-images.npy: images of 3x12x12 pixels; the model takes 8x8" predict "$work/csv.safetensors" --data "$work/npy"

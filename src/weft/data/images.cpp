@@ -184,7 +184,7 @@ ImageSplit from_csv(const std::string& dir, const std::string& split, std::int64
   if (!file_exists(path)) throw DataError("data directory " + dir + " has no " + split + ".csv");
   const std::string text = read_file(path);
   std::vector<double> values, labels;
-  std::int64_t per_row = -1, line_no = 0;
+  std::int64_t per_row = -1, line_no = 0, first_row_line = 0;
   std::size_t at = 0;
   while (at < text.size() && (limit <= 0 || static_cast<std::int64_t>(labels.size()) < limit)) {
     std::size_t end = text.find('\n', at);
@@ -218,8 +218,9 @@ ImageSplit from_csv(const std::string& dir, const std::string& split, std::int64
     if (row.size() < 2) throw DataError(path + ": line " + std::to_string(line_no) + " holds no pixels");
     const auto d = static_cast<std::int64_t>(row.size()) - 1;
     if (per_row >= 0 && d != per_row)
-      throw DataError(path + ": line " + std::to_string(line_no) + " holds " + std::to_string(d) + " pixels, line 1 " +
-                      std::to_string(per_row));
+      throw DataError(path + ": line " + std::to_string(line_no) + " holds " + std::to_string(d) + " pixels, line " +
+                      std::to_string(first_row_line) + " " + std::to_string(per_row));
+    if (per_row < 0) first_row_line = line_no;
     per_row = d;
     labels.push_back(row[0]);
     values.insert(values.end(), row.begin() + 1, row.end());
