@@ -101,7 +101,7 @@ done
 printf 'model: mlp\nnot-a-flag: 1\n' > "$work/run/config.yaml"
 expect_refusal "checkpoint-dir $work/run/config.yaml exists and is not a run's resolved flags" "$weft" "${ck[@]}" --auto-resume
 # weft sim --out replaces only an earlier simulation's files (summary.json, each CSV file by its
-# header, the capture), never another file of one of their names.
+# header's first columns, the capture), never another file of one of their names.
 topology="$(dirname "$0")/../../examples/topologies/single-switch.yaml"
 sim=(sim --topology "$topology" --workload allreduce:ring:1MB --quiet --out "$work/sim")
 "$weft" "${sim[@]}" --set pcap=host0.gpu0:switch >/dev/null

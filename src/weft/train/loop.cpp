@@ -95,13 +95,13 @@ TrainSummary train_in_layouts(TrainOptions o, parallel::Job job, std::FILE* out)
 // train's (its long name without the dashes), nothing else (no comment, no blank line).
 bool is_resolved_flags(std::string_view head) {
   head = head.substr(0, head.rfind('\n') + 1);  // whole lines (the head may cut the last)
+  const auto& flags = train_flags();
   for (std::size_t at = 0; at < head.size();) {
     const std::size_t end = head.find('\n', at);
     const std::string_view line = head.substr(at, end - at);
     const std::size_t colon = line.find(": ");
     if (colon == std::string_view::npos) return false;
     const std::string flag = "--" + std::string(line.substr(0, colon));
-    const auto& flags = train_flags();
     if (std::none_of(flags.begin(), flags.end(), [&](const auto& f) { return f.name == flag; })) return false;
     at = end + 1;
   }
