@@ -4,7 +4,7 @@
 # parallelism (the MLP on 2 ranks: phases and bucket all-reduces), and a GPT on a pipeline of
 # 2 stages of 2 tensor-parallel ranks (forward and backward per micro-batch, the pipeline's
 # sends and receives, the tensor-parallel collectives). weft timeline merge puts the 4 ranks'
-# files in one trace, one track per rank, on one clock.
+# files in one trace, one track per rank, on one clock, and refuses a rank given twice.
 set -euo pipefail
 weft=$1
 work=$(mktemp -d)
@@ -24,6 +24,12 @@ done
   --max-steps 3 --eval-every 3 --eval-batches 1 --sample 0 --quiet --threads 1 --pp 2 --tp 2 --micro-batches 2 \
   --timeline "$work/gpt/run.json" >/dev/null
 "$weft" timeline merge --out "$work/merged.json" "$work"/gpt/run-rank*.json
+# A rank given twice (or one rank's events in two files) would draw over itself: refused.
+if "$weft" timeline merge --out "$work/twice.json" "$work"/gpt/run-rank*.json "$work/gpt/run-rank1.json" 2>"$work/err"; then
+  echo "FAIL: a rank given twice was merged"; exit 1
+fi
+grep -q "run-rank1.json is given twice" "$work/err" || { echo "FAIL: $(cat "$work/err")"; exit 1; }
+[ ! -e "$work/twice.json" ] || { echo "FAIL: a refused merge wrote its output"; exit 1; }
 python3 - "$work/merged.json" <<'PY'
 import collections, json, sys
 events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]

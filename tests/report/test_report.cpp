@@ -168,6 +168,48 @@ TEST(TimelineSection, LanesPerRankAndRowKindsByName) {
   EXPECT_NE(error_of([&] { timeline_section({path}, 1000); }).find("no timed events"), std::string::npos);
 }
 
+// weft timeline merge: every rank's events in one trace; a rank given twice, ranks of two
+// runs (one process in two files) and events the trace format does not have are refused,
+// and the output replaces only a trace.
+TEST(MergeTraces, OneTrackPerRankAndBadTracesRefused) {
+  weft::testing::TempDir dir;
+  const std::string r0 = dir.path() + "/t-rank0.json", r1 = dir.path() + "/t-rank1.json", out = dir.path() + "/all.json";
+  write_file_atomic(r0, R"({"traceEvents":[{"ph":"M","name":"process_name","pid":0,"args":{"name":"rank 0"}},
+    {"ph":"X","name":"forward 0","pid":0,"tid":0,"ts":1000,"dur":10}]})");
+  write_file_atomic(r1, R"({"traceEvents":[{"ph":"X","name":"forward 0","pid":1,"tid":0,"ts":1002,"dur":12}]})");
+  merge_traces({r0, r1}, out);
+  const json merged = json::parse(read_file(out));
+  ASSERT_EQ(merged["traceEvents"].size(), 3u);
+  EXPECT_EQ(merged["traceEvents"][2]["pid"], 1);
+  EXPECT_EQ(timeline_section({out}, 1000)["charts"][0]["lanes"], json({"rank 0 row 0", "rank 1 row 0"}));
+  EXPECT_EQ(error_of([&] { merge_traces({r0, r0}, out); }), r0 + " is given twice");
+  // The merged trace holds rank 1's events: with rank 1's file again, rank 1 twice.
+  EXPECT_NE(error_of([&] { merge_traces({out, r1}, out); }).find("all.json and " + r1 + " both hold events of process 1"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { timeline_section({r1, out}, 1000); }).find("both hold events of process 1"), std::string::npos);
+  const std::string bad = dir.path() + "/bad.json";
+  const std::pair<const char*, const char*> cases[] = {
+      {"1", "is not an object"},
+      {R"({"ts":1})", "has no phase"},
+      {R"({"ph":"X","ts":1,"pid":0})", R"(complete event ("X") without "dur")"},
+      {R"({"ph":"X","ts":1,"dur":-1})", R"("dur" that is not a finite number of zero or more)"},
+      {R"({"ph":"B","ts":"soon"})", R"("ts" that is not a finite number)"},
+      {R"({"ph":"M","pid":1e300})", "pid that is not a whole number"},
+      {R"({"ph":"M","tid":4294967296})", "tid that is not a whole number"},
+      {R"({"ph":"i","ts":1,"name":5})", "name that is not a string"}};
+  for (const auto& [event, why] : cases) {
+    write_file_atomic(bad, std::string(R"({"traceEvents":[{"ph":"i","ts":0},)") + event + "]}");
+    const std::string e = error_of([&] { merge_traces({bad}, out); });
+    EXPECT_EQ(e.rfind(bad + ": event 1 of traceEvents ", 0), 0u) << e;
+    EXPECT_NE(e.find(why), std::string::npos) << e;
+  }
+  EXPECT_EQ(json::parse(read_file(out))["traceEvents"].size(), 3u);  // no refused merge wrote
+  const std::string model = dir.path() + "/model.safetensors";
+  write_file_atomic(model, "weights");
+  EXPECT_NE(error_of([&] { merge_traces({r0}, model); }).find("exists and is not a timeline"), std::string::npos);
+  EXPECT_EQ(read_file(model), "weights");
+}
+
 TEST(Report, RefusesWhatItCannotDraw) {
   weft::testing::TempDir dir;
   EXPECT_NE(error_of([&] { make_report({dir.path() + "/missing"}, {}); }).find("missing: no such file or folder"),
@@ -179,7 +221,7 @@ TEST(Report, RefusesWhatItCannotDraw) {
   EXPECT_NE(error_of([] { make_report({}, {}); }).find("at least one path"), std::string::npos);
   // Fields of the wrong type: named with the file, never an unexplained exception.
   write_file_atomic(dir.path() + "/t.json", R"({"traceEvents":[{"ph":"X","pid":"a","tid":0,"ts":1,"dur":2}]})");
-  EXPECT_NE(error_of([&] { make_report({dir.path() + "/t.json"}, {}); }).find("t.json: not as weft writes it"),
+  EXPECT_NE(error_of([&] { make_report({dir.path() + "/t.json"}, {}); }).find("t.json: event 0 of traceEvents has a pid that"),
             std::string::npos);
   write_file_atomic(dir.path() + "/s.json", R"({"kind":"sweep","gpu":{"memory_bytes":1e9},"layouts":[{"layout":5}]})");
   EXPECT_NE(error_of([&] { make_report({dir.path() + "/s.json"}, {}); }).find("s.json: not as weft writes it"),

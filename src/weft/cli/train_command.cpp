@@ -8,6 +8,7 @@
 #include "weft/cli/yaml_config.h"
 #include "weft/comm/launcher.h"
 #include "weft/report/report.h"
+#include "weft/report/timeline.h"
 #include "weft/serve/generation.h"
 #include "weft/train/train_flags.h"
 #include "weft/train/loop.h"
@@ -19,13 +20,12 @@ namespace weft::cli {
 
 namespace {
 
-// The run's page: its metrics (every rank's files) and timelines, when it wrote them.
-void write_train_report(const TrainOptions& o) {
+// The run's page: its metrics (every rank's files) and the timelines its `ranks` wrote.
+void write_train_report(const TrainOptions& o, int ranks) {
   std::vector<std::string> paths = {o.metrics.empty() ? o.checkpoint_dir + "/metrics.jsonl" : o.metrics};
-  if (!o.timeline.empty()) {
-    if (file_exists(o.timeline)) paths.push_back(o.timeline);
-    for (int r = 0; r < 100000 && file_exists(timeline_path(o.timeline, r, 2)); ++r) paths.push_back(timeline_path(o.timeline, r, 2));
-  }
+  if (!o.timeline.empty())
+    for (int r = 0; r < ranks; ++r)
+      if (file_exists(timeline_path(o.timeline, r, ranks))) paths.push_back(timeline_path(o.timeline, r, ranks));
   const std::size_t bytes = report::write_page(report::make_report(paths, {}), o.report);
   fmt::print(stderr, "report: {} ({:.0f} KB)\n", o.report, static_cast<double>(bytes) / 1e3);
 }
@@ -54,7 +54,7 @@ void add_train_command(CLI::App& app, Action& action) {
       if (s.rank != 0) return 0;
       fmt::print("{}\n", s.to_json());
       std::fflush(stdout);
-      if (!o.report.empty()) write_train_report(o);
+      if (!o.report.empty()) write_train_report(o, s.json.at("ranks").get<int>());
       return 0;
     };
   });
@@ -70,7 +70,7 @@ void add_timeline_command(CLI::App& app, Action& action) {
   merge->add_option("files", *inputs, "the per-rank files (FILE-rank<r>.json)")->required();
   merge->callback([out, inputs, &action] {
     action = [out, inputs] {
-      merge_timelines(*inputs, *out);
+      report::merge_traces(*inputs, *out);
       fmt::print("{}: {} timelines merged\n", *out, inputs->size());
       return 0;
     };

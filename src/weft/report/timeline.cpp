@@ -4,7 +4,7 @@
 
 #include <algorithm>
 #include <climits>
-#include <fstream>
+#include <cmath>
 #include <map>
 
 #include "weft/util/error.h"
@@ -34,39 +34,77 @@ std::string kind_of(const std::string& name) {
 }  // namespace
 
 bool is_trace_file(const std::string& path) {
-  if (!file_exists(path) || is_directory(path)) return false;
-  std::ifstream in(path);
-  char head[64] = {};
-  in.read(head, sizeof head - 1);
-  return std::string(head).find("traceEvents") != std::string::npos;
+  return file_exists(path) && !is_directory(path) && is_chrome_trace_head(read_file_head(path));
+}
+
+std::vector<json> read_traces(const std::vector<std::string>& paths) {
+  std::vector<json> traces;
+  std::map<std::int64_t, std::size_t> owner;  // pid -> the file whose events it is
+  for (std::size_t file = 0; file < paths.size(); ++file) {
+    const std::string& path = paths[file];
+    json doc = json::parse(read_file(path), nullptr, false);
+    if (doc.is_discarded() || !doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array())
+      throw DataError(path + ": not a Chrome trace (a JSON object with a traceEvents array; weft train --timeline writes them)");
+    json& events = doc["traceEvents"];
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const json& e = events[i];
+      const auto bad = [&](const std::string& why) {
+        return DataError(fmt::format("{}: event {} of traceEvents {}", path, i, why));
+      };
+      if (!e.is_object()) throw bad("is not an object");
+      if (!e.contains("ph") || !e["ph"].is_string() || e["ph"].get_ref<const std::string&>().empty())
+        throw bad("has no phase (\"ph\", a string)");
+      if (e.contains("name") && !e["name"].is_string()) throw bad("has a name that is not a string");
+      for (const char* key : {"pid", "tid"})
+        if (e.contains(key) && !json_integer(e[key], INT_MIN, INT_MAX)) throw bad(fmt::format("has a {} that is not a whole number", key));
+      const bool complete = e["ph"] == "X";
+      for (const char* key : {"ts", "dur"}) {
+        if (!e.contains(key)) {
+          if (complete) throw bad(fmt::format("is a complete event (\"X\") without \"{}\"", key));
+          continue;
+        }
+        if (!e[key].is_number() || !std::isfinite(e[key].get<double>()) || (key[0] == 'd' && e[key].get<double>() < 0))
+          throw bad(fmt::format("has a \"{}\" that is not a finite number{}", key, key[0] == 'd' ? " of zero or more" : ""));
+      }
+      const std::int64_t pid = e.contains("pid") ? *json_integer(e["pid"]) : 0;
+      const auto [it, added] = owner.emplace(pid, file);
+      if (!added && it->second != file)
+        throw DataError(paths[it->second] == path
+                            ? path + " is given twice"
+                            : fmt::format("{} and {} both hold events of process {} (rank {}): give each rank's timeline "
+                                          "once, from one run",
+                                          paths[it->second], path, pid, pid));
+    }
+    traces.push_back(std::move(events));
+  }
+  return traces;
+}
+
+void merge_traces(const std::vector<std::string>& inputs, const std::string& output) {
+  if (inputs.empty()) throw ConfigError("weft timeline merge: no input files");
+  check_replaceable_file(output, "--out", "a timeline (Chrome trace)", is_chrome_trace_head);
+  json events = json::array();
+  for (json& trace : read_traces(inputs))
+    for (json& e : trace) events.push_back(std::move(e));
+  const json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  write_file_atomic(output, doc.dump() + "\n");
 }
 
 json timeline_section(const std::vector<std::string>& paths, std::size_t max_spans) {
   std::vector<Span> spans;
   std::map<int, std::string> process_names;
   std::map<std::pair<int, int>, std::string> thread_names;
-  for (const std::string& path : paths) {
-    json doc = json::parse(read_file(path), nullptr, false);
-    if (doc.is_discarded() || !doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array())
-      throw DataError(path + ": not a Chrome trace (weft train --timeline writes them)");
-    for (const json& e : doc["traceEvents"]) {
-      if (!e.is_object() || !e.contains("ph") || !e["ph"].is_string()) continue;
-      auto id = [&](const char* key) {  // an integer field (never a float cast), or 0 when absent
-        if (!e.contains(key)) return 0;
-        const std::optional<std::int64_t> v = json_integer(e[key], INT_MIN, INT_MAX);
-        if (!v) throw DataError(path + ": not as weft writes it (" + key + " is not a whole number)");
-        return static_cast<int>(*v);
-      };
-      const int pid = id("pid"), tid = id("tid");
+  for (const json& events : read_traces(paths)) {
+    for (const json& e : events) {
+      const int pid = static_cast<int>(e.value("pid", 0)), tid = static_cast<int>(e.value("tid", 0));
       const std::string ph = e["ph"].get<std::string>();
       const json args = e.value("args", json::object());
       if (ph == "M" && args.is_object() && args.contains("name") && args["name"].is_string()) {
         if (e.value("name", std::string()) == "process_name") process_names[pid] = args["name"].get<std::string>();
         if (e.value("name", std::string()) == "thread_name") thread_names[{pid, tid}] = args["name"].get<std::string>();
       }
-      if (ph != "X" || !e.contains("ts") || !e["ts"].is_number() || !e.contains("dur") || !e["dur"].is_number()) continue;
+      if (ph != "X") continue;
       const double ts = e["ts"].get<double>(), dur = e["dur"].get<double>();
-      if (!(dur >= 0)) continue;
       spans.push_back({ts, ts + dur, pid, tid, kind_of(e.value("name", std::string("?")))});
     }
   }

@@ -2,7 +2,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "weft/util/error.h"
 #include "weft/util/file.h"
 
 namespace weft {
@@ -48,24 +47,7 @@ std::string timeline_path(const std::string& file, int rank, int world) {
 }
 
 void check_timeline_output(const std::string& path, const std::string& flag) {
-  check_replaceable_file(path, flag, "a timeline (Chrome trace)", [](std::string_view head) {
-    return head.substr(0, 1) == "{" &&
-           (head.find("\"traceEvents\"") != std::string_view::npos || head.find("\"displayTimeUnit\"") != std::string_view::npos);
-  });
-}
-
-void merge_timelines(const std::vector<std::string>& inputs, const std::string& output) {
-  if (inputs.empty()) throw ConfigError("weft timeline merge: no input files");
-  check_timeline_output(output, "--out");
-  nlohmann::json events = nlohmann::json::array();
-  for (const std::string& path : inputs) {
-    nlohmann::json doc = nlohmann::json::parse(read_file(path), nullptr, false);
-    if (doc.is_discarded() || !doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array())
-      throw DataError(path + " is not a Chrome trace (a JSON object with a traceEvents array)");
-    for (auto& e : doc["traceEvents"]) events.push_back(std::move(e));
-  }
-  nlohmann::json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
-  write_file_atomic(output, doc.dump() + "\n");
+  check_replaceable_file(path, flag, "a timeline (Chrome trace)", is_chrome_trace_head);
 }
 
 }  // namespace weft

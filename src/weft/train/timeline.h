@@ -5,7 +5,8 @@
 // tensor-parallel collectives, pipeline sends and receives).
 //
 // Times are microseconds of the wall clock (the monotonic clock shifted once to it), so the
-// files of every rank of a job share one clock and merge_timelines puts them side by side.
+// files of every rank of a job share one clock and `weft timeline merge` (report/timeline.h)
+// puts them side by side.
 #pragma once
 
 #include <chrono>
@@ -38,13 +39,8 @@ class Timeline {
 // FILE with "-rank<r>" before its extension (timeline.json -> timeline-rank1.json).
 std::string timeline_path(const std::string& file, int rank, int world);
 
-// An output that replaces only a Chrome trace (util/file.h's check_replaceable_file): a JSON
-// object whose first 4 KiB name "traceEvents" or weft's "displayTimeUnit". `flag` names the
-// option in the error.
+// An output that replaces only a Chrome trace (util/file.h's check_replaceable_file and
+// is_chrome_trace_head). `flag` names the option in the error.
 void check_timeline_output(const std::string& path, const std::string& flag);
-
-// Writes one Chrome trace holding every event of `inputs` (each rank its own track);
-// throws DataError naming a file that is not a Chrome trace.
-void merge_timelines(const std::vector<std::string>& inputs, const std::string& output);
 
 }  // namespace weft

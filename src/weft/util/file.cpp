@@ -216,12 +216,22 @@ void check_replaceable_file(const std::string& path, const std::string& flag, co
                             const std::function<bool(std::string_view head)>& is_kind) {
   check_output_file(path, flag);
   if (!file_exists(path) || written_in_place(link_target(path))) return;  // new, or not replaced (/dev/stdout)
-  std::ifstream in(path, std::ios::binary);
-  std::string head(4096, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  head.resize(static_cast<std::size_t>(in.gcount()));
+  const std::string head = read_file_head(path);
   if (!head.empty() && !is_kind(head))
     throw ConfigError(flag + " " + path + " exists and is not " + kind + ": nothing is overwritten (give a new path)");
+}
+
+std::string read_file_head(const std::string& path, std::size_t bytes) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(bytes, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  return head;
+}
+
+bool is_chrome_trace_head(std::string_view head) {
+  return head.substr(0, 1) == "{" &&
+         (head.find("\"traceEvents\"") != std::string_view::npos || head.find("\"displayTimeUnit\"") != std::string_view::npos);
 }
 
 void make_parent_directories(const std::string& path) {

@@ -72,5 +72,11 @@ void check_output_file(const std::string& path, const std::string& flag);
 void check_replaceable_file(const std::string& path, const std::string& flag, const std::string& kind,
                             const std::function<bool(std::string_view head)>& is_kind);
 void make_parent_directories(const std::string& path);
+// The first `bytes` bytes of the file at `path` (fewer when it is shorter; none when it
+// cannot be read): what the checks above and the readers that tell files by kind look at.
+std::string read_file_head(const std::string& path, std::size_t bytes = 4096);
+// Whether a file's first bytes are a Chrome trace's: a JSON object whose head names
+// "traceEvents" (or "displayTimeUnit", which weft writes before it).
+bool is_chrome_trace_head(std::string_view head);
 
 }  // namespace weft
