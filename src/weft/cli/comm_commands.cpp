@@ -43,7 +43,7 @@ int parse_nproc(const std::string& text) {
   if (text == "auto" || text == "cpu") return static_cast<int>(comm::allowed_cores().size());
   if (text == "gpu") throw ConfigError("--nproc-per-node gpu: weft runs its ranks on processors (use a number, auto or cpu)");
   const auto v = parse_integer(text);
-  if (!v || *v < 1 || *v > 4096) throw ConfigError("--nproc-per-node must be at least 1 (or auto, cpu), got '" + text + "'");
+  if (!v || *v < 1 || *v > 4096) throw ConfigError("--nproc-per-node must be a number from 1 to 4096 (or auto, cpu), got '" + text + "'");
   return static_cast<int>(*v);
 }
 

@@ -7,10 +7,16 @@
 // initial value is captured, so that --help shows it and the run's configuration writes it.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <charconv>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "weft/util/error.h"
@@ -33,6 +39,29 @@ template <class T>
 CLI::Option* bind_flag(CLI::App* cmd, const std::string& name, T& value, const std::string& help) {
   return cmd->add_option(name, value, help);
 }
+
+// A whole number written in decimal that does not fit its field: an error, where CLI11 would
+// wrap "-1" into an unsigned field and saturate 18446744073709551616 to its largest value.
+// Other texts are the parser's to read (or refuse).
+template <class T>
+std::string integer_range_error(const std::string& text) {
+  std::string_view digits = text;
+  if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) digits.remove_prefix(1);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string_view::npos) return "";
+  std::string_view number = text;
+  if (number[0] == '+') number.remove_prefix(1);
+  T value{};
+  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (ec == std::errc() && end == number.data() + number.size()) return "";
+  if (text[0] == '-')
+    return fmt::format("must be a whole number of at least {}, got {}", std::numeric_limits<T>::min(), text);
+  return fmt::format("must be a whole number of at most {}, got {}", std::numeric_limits<T>::max(), text);
+}
+
+// The whole-number type a field holds (one, an optional one, or a list of them); void for others.
+template <class T> struct IntegerOf { using type = std::conditional_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, T, void>; };
+template <class T> struct IntegerOf<std::optional<T>> : IntegerOf<T> {};
+template <class T> struct IntegerOf<std::vector<T>> : IntegerOf<T> {};
 
 // The --help section title of a group ("language models": "Language models").
 inline std::string group_title(std::string group) {
@@ -73,6 +102,13 @@ void add_flags(CLI::App* cmd, const FlagTable<O>& table, O& o) {
       const FlagInfo info = f;
       opt->check(CLI::Validator([info](std::string& text) { return value_error(info, text); }, ""));
     }
+    std::visit(
+        [&](auto* field) {
+          using T = typename IntegerOf<std::remove_pointer_t<decltype(field)>>::type;
+          if constexpr (!std::is_void_v<T>)
+            opt->check(CLI::Validator([](std::string& text) { return integer_range_error<T>(text); }, ""));
+        },
+        start);
   }
   for (const Flag<O>& f : table)
     for (const std::string& other : f.excludes) cmd->get_option(f.name)->excludes(cmd->get_option(other));
