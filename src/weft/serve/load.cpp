@@ -121,7 +121,14 @@ LoadReport run_load(const LoadOptions& o) {
   if (o.concurrency < 1 || o.concurrency > 4096) throw ConfigError("--concurrency must be in [1, 4096]");
   if (o.requests < 1 || o.requests > 10'000'000) throw ConfigError("--requests must be in [1, 10^7]");
   if (o.warmup < 0 || o.warmup > 10'000) throw ConfigError("--warmup must be in [0, 10^4]");
-  if (o.rate < 0) throw ConfigError("--rate must be zero (closed loop) or more");
+  if (!(o.rate >= 0)) throw ConfigError("--rate must be zero (closed loop) or more");
+  // An open loop's arrivals are drawn up front as clock times: at most a day of them (a rate
+  // so low that they would take longer is a mistake, and past 292 years not a time at all).
+  constexpr double kLongestLoad = 86400;
+  if (o.rate > 0 && static_cast<double>(o.requests) / o.rate > kLongestLoad)
+    throw ConfigError(fmt::format("--rate {} with {} requests: the arrivals would take {:.3g} s on average, more than a "
+                                  "day (raise --rate or lower --requests)",
+                                  o.rate, o.requests, static_cast<double>(o.requests) / o.rate));
   if (o.prompts.empty()) throw ConfigError("no prompts");
   // Warm-up, one client at a time.
   {
@@ -143,7 +150,7 @@ LoadReport run_load(const LoadOptions& o) {
     double t = 0;
     for (std::int64_t i = 0; i < o.requests; ++i) {
       arrivals.push_back(begin + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(t)));
-      t += gap(gen);
+      t = std::min(t + gap(gen), 2 * kLongestLoad);  // a draw far in the tail waits at most two days
     }
   }
   // Clients: closed loop `concurrency` of them; open loop enough that an arrival never waits
