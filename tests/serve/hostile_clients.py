@@ -11,7 +11,8 @@ weft serve against clients that try to stall it (docs/serving.md, "Clients that 
      memory grows by under 100 MB); under Expect: 100-continue the client is refused before
      it sends the body; headers past the limit get 431;
   4. three requests in one write are answered in order; a Range header does not cut an API
-     response;
+     response; a known endpoint asked with another method gets 405 and Allow; a target in
+     absolute form is served;
   5. a client that does not read its stream does not stop the others.
 """
 import http.client
@@ -260,6 +261,14 @@ try:
     s.close()
     assert reply.startswith(b"HTTP/1.1 431"), reply[:100]
     print("headers of 100 KB: " + reply.split(b"\r\n")[0].decode())
+    # Many short header lines in one write: the limit holds to the byte, however they arrive.
+    for lines, status in ((8000, b"200"), (9000, b"431")):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-A: b\r\n" * lines + b"Connection: close\r\n\r\n")
+        reply = read_until(s)
+        s.close()
+        assert reply.startswith(b"HTTP/1.1 " + status), (lines, reply[:100])
+    print("headers of 64,055 bytes in one write: 200; of 72,055 bytes: 431")
 
     # 4. Pipelined requests, and Range.
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -271,6 +280,16 @@ try:
     statuses = [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", data)]
     assert statuses == [200, 200, 404] and b'"object":"list"' in data, data[:500]
     print("three requests in one write: answered in order (200, 200, 404)")
+    # A known endpoint asked with another method: 405 naming the methods it takes; a target in
+    # absolute form (which a server must accept) is routed by its path.
+    status, headers, body = request("GET", "/v1/completions")
+    assert status == 405 and headers.get("Allow") == "POST" and b"takes POST" in body, (status, headers, body)
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"GET http://127.0.0.1/v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = read_until(s)
+    s.close()
+    assert data.startswith(b"HTTP/1.1 200") and b'"object":"list"' in data, data[:300]
+    print("GET /v1/completions: 405 (Allow: POST); GET http://127.0.0.1/v1/models: 200")
     status, headers, body = request("GET", "/v1/models", headers={"Range": "bytes=0-3"})
     assert status == 200 and "Content-Range" not in headers and json.loads(body)["object"] == "list", (status, headers)
     print("Range on an API endpoint: ignored (200, the whole body)")

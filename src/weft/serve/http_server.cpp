@@ -111,6 +111,19 @@ std::string chunk_of(const char* data, std::size_t size) {
   return chunk;
 }
 
+// The path of a request's target: its origin form without the query ("/v1/models?x" ->
+// "/v1/models"), or the absolute form's path, which a server must accept (RFC 9112, 3.2.2:
+// "http://host:8000/v1/models" -> "/v1/models"; no path: "/").
+std::string target_path(const std::string& target) {
+  std::string path = target.substr(0, target.find('?'));
+  const std::size_t scheme = path.find("://");
+  if (scheme != std::string::npos && path.front() != '/') {
+    const std::size_t slash = path.find('/', scheme + 3);
+    path = slash == std::string::npos ? "/" : path.substr(slash);
+  }
+  return path;
+}
+
 }  // namespace
 
 class Connection;
@@ -176,14 +189,24 @@ struct Server::Impl {
 
   // The route of `path`: one of that path, else one of a path ending in '/' that `path`
   // continues by one more segment ("/v1/models/" for "/v1/models/gpt").
+  // A route's path is exact, or ends in '/' and takes one segment more ("/v1/models/").
+  static bool serves(const Route& r, const std::string& path) {
+    return r.path == path || (r.path.back() == '/' && path.size() > r.path.size() && path.rfind(r.path, 0) == 0 &&
+                              path.find('/', r.path.size()) == std::string::npos);
+  }
   const Route* route(const std::string& method, const std::string& path) const {
     for (const Route& r : routes)
       if (r.method == method && r.path == path) return &r;
     for (const Route& r : routes)
-      if (r.method == method && r.path.back() == '/' && path.size() > r.path.size() && path.rfind(r.path, 0) == 0 &&
-          path.find('/', r.path.size()) == std::string::npos)
-        return &r;
+      if (r.method == method && serves(r, path)) return &r;
     return nullptr;
+  }
+  // The methods that `path` takes ("GET, POST"); empty when no route serves it.
+  std::string methods_of(const std::string& path) const {
+    std::string methods;
+    for (const Route& r : routes)
+      if (serves(r, path) && methods.find(r.method) == std::string::npos) methods += (methods.empty() ? "" : ", ") + r.method;
+    return methods;
   }
 
   void accept();
@@ -311,6 +334,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void next_request() {
     state_ = State::kReading;
     started_ = header_done_ = false;
+    header_bytes_ = 0;
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(s_.limits.max_header_bytes));
     parser_->body_limit(static_cast<std::uint64_t>(s_.limits.max_body));
@@ -347,6 +371,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       error_code ec;
       const std::size_t used = parser_->put(buffer_.data(), ec);
       buffer_.consume(used);
+      // Beast's own limit lets a header that arrives whole in one piece run past it; the
+      // bytes up to the header's end are counted here (until then the parser takes no body).
+      if (!header_done_) header_bytes_ += used;
+      if (!header_done_ && header_bytes_ > static_cast<std::uint64_t>(s_.limits.max_header_bytes))
+        ec = bhttp::error::header_limit;
       if (ec == bhttp::error::need_more) break;
       if (ec == bhttp::error::body_limit) return fail(413, "the body is larger than the limit of " + std::to_string(s_.limits.max_body) + " bytes");
       if (ec == bhttp::error::header_limit)
@@ -390,7 +419,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     Request req;
     req.method = std::string(message.method_string());
     req.target = std::string(message.target());
-    req.path = req.target.substr(0, req.target.find('?'));
+    req.path = target_path(req.target);
     for (const auto& field : message) req.headers.emplace(std::string(field.name_string()), std::string(field.value()));
     req.body = std::move(message.body());
     req.remote_address = address_;
@@ -400,8 +429,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (s_.pre_routing && s_.pre_routing(req, res)) return answer(res);
     const Route* r = s_.route(req.method, req.path);
     if (r == nullptr) {
-      res.status = 404;
-      res.set_content(s_.error_body(404, "no such endpoint: " + req.method + " " + req.path), "application/json");
+      const std::string allowed = s_.methods_of(req.path);
+      res.status = allowed.empty() ? 404 : 405;
+      if (!allowed.empty()) res.set_header("Allow", allowed);
+      res.set_content(s_.error_body(res.status, allowed.empty() ? "no such endpoint: " + req.method + " " + req.path
+                                                                : req.method + " " + req.path + ": this endpoint takes " + allowed),
+                      "application/json");
       return answer(res);
     }
     if (r->run_inline) {
@@ -537,6 +570,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   State state_ = State::kReading;
   bool started_ = false, header_done_ = false, reading_ = false, writing_ = false;
+  std::uint64_t header_bytes_ = 0;  // of the request being read, until its header's end
   bool keep_alive_ = true, response_queued_ = false, lingering_ = false;
   std::uint64_t timer_generation_ = 0;
   std::deque<std::pair<std::string, bool>> out_;  // bytes to write; whether a stream's writer counts them
