@@ -129,6 +129,12 @@ elif check == "bad-requests":
     for what, path, body, want in cases:
         status, _, got = request("POST", path, body)
         expect_error(status, want, got, what)
+    # A prompt past the limit is named by the field that made it: a chat's messages.
+    for path, body, param in (("/v1/completions", {"prompt": "a" * 5000}, "prompt"),
+                              ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a" * 5000}]}, "messages")):
+        status, _, got = request("POST", path, body)
+        err = json.loads(got)["error"]
+        assert status == 400 and err["param"] == param and "tokens; the limit is" in err["message"], (path, status, err)
     # Malformed HTTP: the server answers 400 and stays up.
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(b"GARBAGE / NONSENSE\r\n\r\n")

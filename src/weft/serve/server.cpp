@@ -197,8 +197,11 @@ class Server : private MetricsHolder, public HttpBase {
       for (Prompt& p : r.prompts) {
         if (!p.as_tokens) p.tokens = model_.tokenizer->encode(p.text);
         if (static_cast<std::int64_t>(p.tokens.size()) > max_prompt_)
-          throw RequestError(400, fmt::format("the prompt is {} tokens; the limit is {}", p.tokens.size(), max_prompt_),
-                             "prompt");
+          throw RequestError(400,
+                             fmt::format("{} {} tokens; the limit is {}",
+                                         chat ? "the messages in the model's chat template are" : "the prompt is",
+                                         p.tokens.size(), max_prompt_),
+                             chat ? "messages" : "prompt");
       }
     });
     if (!admission) return;
