@@ -268,6 +268,11 @@ TEST(SimTopology, BadConfigurationsGetOneLineErrors) {
                 .find("b is not connected"),
             std::string::npos);
   EXPECT_NE(error_of("fabric: [unclosed\n").find("not valid YAML"), std::string::npos);
+  // A link from a node to itself is named by its place in the file.
+  EXPECT_NE(error_of("fabric: custom\nhosts: [{name: a}, {name: b}]\nswitches: [{name: s}]\nlinks: [[a, s], [b, s], "
+                     "{a: s, b: s, count: 2}]\n")
+                .find(".links[2]: a link from s to itself"),
+            std::string::npos);
 }
 
 // --- workloads ---

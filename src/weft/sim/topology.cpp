@@ -493,6 +493,7 @@ Topology make_custom(const YAML::Node& y, const std::string& where) {
     int ia = t.find(a), ib = t.find(b);
     if (ia < 0) throw ConfigError(w + ": unknown node '" + a + "'");
     if (ib < 0) throw ConfigError(w + ": unknown node '" + b + "'");
+    if (ia == ib) throw ConfigError(w + ": a link from " + a + " to itself");
     for (int k = 0; k < count; ++k) t.add_link(ia, ib, lbps, ldelay, tier);
   }
   return t;
