@@ -93,7 +93,8 @@ const FlagTable<PredictConfig>& predict_flags() {
             .defaults("images fashion-mnist, text fortunes"));
     const auto text = [](F f) { return std::move(f).only_for(is_language, "a language model", kind_of); };
     const auto images = [](F f) { return std::move(f).only_for(is_image, "an image model", kind_of); };
-    add(text(F("--windows", AT(windows), "text: validation windows (training's --eval-batches x --batch)").at_least(1)));
+    add(text(F("--windows", AT(windows), "text: validation windows (training's --eval-batches x --batch)")
+                 .in(1, static_cast<double>(serve::kMaxWindows))));
     add(text(F("--logits", AT(logits), "text: write every scored row of logits to this file (float32, [context][windows][vocab])")));
     add(images(F("--data-dir", AT(data_dir), "where fashion-mnist lives").defaults("/usr/share/datasets/fashion-mnist")));
     add(images(F("--images", AT(images), "an IDX file of images of the model's size ([N, H, W] or [N, H, W, C]): one "
