@@ -407,10 +407,10 @@ const FlagTable<ServeBenchFlags>& serve_bench_flags() {
     const auto completions = [](const ServeBenchFlags& o) { return o.endpoint == "completions"; };
     const auto classify = [](const ServeBenchFlags& o) { return o.endpoint == "classify"; };
     const auto endpoint_of = [](const ServeBenchFlags& o) { return "--endpoint " + o.endpoint; };
-    load(F("--concurrency", AT(concurrency), "closed loop: concurrent clients").at_least(1).only_for(closed, "a closed loop (no --rate)", loop_of));
+    load(F("--concurrency", AT(concurrency), "closed loop: concurrent clients").in(1, 4096).only_for(closed, "a closed loop (no --rate)", loop_of));
     load(F("--rate", AT(rate), "open loop: Poisson arrivals per second (0: closed loop)").at_least(0));
-    load(F("--requests", AT(requests), "measured requests").at_least(1));
-    load(F("--warmup", AT(warmup), "requests before the measurement").at_least(0));
+    load(F("--requests", AT(requests), "measured requests").in(1, 1e7));
+    load(F("--warmup", AT(warmup), "requests before the measurement").in(0, 1e4));
     load(F("--seed", AT(seed), "the arrivals' seed").only_for(open, "an open loop (--rate)", loop_of));
     const auto text = [&](F f) { return std::move(f).only_for(completions, "--endpoint completions", endpoint_of); };
     asked(text(F("--prompt", AT(prompts), "prompts, used in turn (repeatable)")));
