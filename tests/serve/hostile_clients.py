@@ -11,8 +11,9 @@ weft serve against clients that try to stall it (docs/serving.md, "Clients that 
      memory grows by under 100 MB); under Expect: 100-continue the client is refused before
      it sends the body; headers past the limit get 431;
   4. three requests in one write are answered in order; a Range header does not cut an API
-     response; a known endpoint asked with another method gets 405 and Allow; a target in
-     absolute form is served;
+     response; a known endpoint asked with another method gets 405 and Allow; HEAD gets a
+     GET's headers without its body; a target in absolute form is served; a body in gzip
+     (transfer or content coding) is refused;
   5. a client that does not read its stream does not stop the others.
 """
 import http.client
@@ -290,6 +291,26 @@ try:
     s.close()
     assert data.startswith(b"HTTP/1.1 200") and b'"object":"list"' in data, data[:300]
     print("GET /v1/completions: 405 (Allow: POST); GET http://127.0.0.1/v1/models: 200")
+    # HEAD: a GET's status and headers, no body (the next response on the connection intact).
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"HEAD /v1/models HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = read_until(s)
+    s.close()
+    heads = data.split(b"HTTP/1.1 ")
+    assert len(heads) == 3 and heads[1].startswith(b"200") and heads[1].endswith(b"\r\n\r\n"), data[:400]
+    assert re.search(rb"Content-Length: [1-9]", heads[1]) and heads[2].startswith(b"200"), data[:400]
+    print("HEAD /v1/models: 200 with the GET's Content-Length and no body; the next request answered")
+    # A body the server cannot read as sent: refused at the headers, never parsed as JSON.
+    body = json.dumps({"prompt": "a", "max_tokens": 1}).encode()
+    for coding, status in ((b"Transfer-Encoding: gzip, chunked", b"400"), (b"Content-Encoding: gzip", b"415")):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        framing = (b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n") if b"chunked" in coding else body
+        length = b"" if b"chunked" in coding else b"Content-Length: %d\r\n" % len(body)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + coding + b"\r\n" + length + b"\r\n" + framing)
+        reply = read_until(s)
+        s.close()
+        assert reply.startswith(b"HTTP/1.1 " + status) and b"is not supported" in reply, (coding, reply[:300])
+    print("a gzip transfer coding: 400; a gzip content coding: 415 (each: 'is not supported')")
     status, headers, body = request("GET", "/v1/models", headers={"Range": "bytes=0-3"})
     assert status == 200 and "Content-Range" not in headers and json.loads(body)["object"] == "list", (status, headers)
     print("Range on an API endpoint: ignored (200, the whole body)")

@@ -124,6 +124,32 @@ std::string target_path(const std::string& target) {
   return path;
 }
 
+// The reason a request's body cannot be read as sent: a transfer coding other than chunked
+// (gzip, deflate: 400, a framing this server does not read) or a content coding other than
+// identity (415); empty when it can.
+template <class Message>
+std::string unsupported_coding(const Message& m) {
+  const auto text = [&](bhttp::field f) {
+    const auto v = m[f];
+    return std::string(v.data(), v.size());
+  };
+  const std::string transfer = text(bhttp::field::transfer_encoding);
+  for (std::size_t from = 0; from < transfer.size();) {
+    const std::size_t comma = std::min(transfer.find(',', from), transfer.size());
+    const std::size_t first = transfer.find_first_not_of(" \t", from);
+    const std::size_t last = transfer.find_last_not_of(" \t", comma - 1);
+    if (first < comma && last != std::string::npos && last >= first) {
+      const std::string item = transfer.substr(first, last + 1 - first);
+      if (!beast::iequals(item, "chunked")) return "Transfer-Encoding '" + item + "' is not supported (only chunked)";
+    }
+    from = comma + 1;
+  }
+  const std::string content = text(bhttp::field::content_encoding);
+  if (!content.empty() && !beast::iequals(content, "identity"))
+    return "Content-Encoding '" + content + "' is not supported: send the body uncompressed";
+  return "";
+}
+
 }  // namespace
 
 class Connection;
@@ -205,7 +231,8 @@ struct Server::Impl {
   std::string methods_of(const std::string& path) const {
     std::string methods;
     for (const Route& r : routes)
-      if (serves(r, path) && methods.find(r.method) == std::string::npos) methods += (methods.empty() ? "" : ", ") + r.method;
+      if (serves(r, path) && methods.find(r.method) == std::string::npos)
+        methods += (methods.empty() ? "" : ", ") + r.method + (r.method == "GET" ? ", HEAD" : "");
     return methods;
   }
 
@@ -298,7 +325,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     head += "Content-Length: " + std::to_string(res.body.size()) + "\r\n\r\n";
-    queue(head + res.body, true);
+    queue(head_only_ ? head : head + res.body, true);
   }
 
  private:
@@ -333,7 +360,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void next_request() {
     state_ = State::kReading;
-    started_ = header_done_ = false;
+    started_ = header_done_ = head_only_ = false;
     header_bytes_ = 0;
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(s_.limits.max_header_bytes));
@@ -383,6 +410,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
       if (ec) return fail(400, "malformed HTTP request (" + ec.message() + ")");
       if (parser_->is_header_done() && !header_done_) {
         header_done_ = true;
+        if (const std::string refused = unsupported_coding(parser_->get()); !refused.empty())
+          return fail(refused.rfind("Transfer", 0) == 0 ? 400 : 415, refused);
         const auto length = parser_->content_length();
         if (length && *length > static_cast<std::uint64_t>(s_.limits.max_body))
           return fail(413, "the body is larger than the limit of " + std::to_string(s_.limits.max_body) + " bytes");
@@ -427,7 +456,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     read();  // read ahead: a client that leaves is noticed at once
     Response res;
     if (s_.pre_routing && s_.pre_routing(req, res)) return answer(res);
-    const Route* r = s_.route(req.method, req.path);
+    head_only_ = req.method == "HEAD";  // a GET's answer without its body (RFC 9110, 9.3.2)
+    const Route* r = s_.route(head_only_ ? "GET" : req.method, req.path);
     if (r == nullptr) {
       const std::string allowed = s_.methods_of(req.path);
       res.status = allowed.empty() ? 404 : 405;
@@ -571,6 +601,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   State state_ = State::kReading;
   bool started_ = false, header_done_ = false, reading_ = false, writing_ = false;
   std::uint64_t header_bytes_ = 0;  // of the request being read, until its header's end
+  bool head_only_ = false;          // the request is a HEAD: its answer goes without the body
   bool keep_alive_ = true, response_queued_ = false, lingering_ = false;
   std::uint64_t timer_generation_ = 0;
   std::deque<std::pair<std::string, bool>> out_;  // bytes to write; whether a stream's writer counts them

@@ -14,7 +14,10 @@
 //     are closed as they arrive, and the others go on being served;
 //   - pipelined requests are answered in order, one at a time; Range is not honoured;
 //   - a path that no route of the request's method serves gets 405 with Allow when another
-//     method's route serves it, else 404; a target in absolute form is routed by its path;
+//     method's route serves it, else 404; HEAD is answered as GET without the body; a target
+//     in absolute form is routed by its path;
+//   - a body in a transfer coding other than chunked gets 400, in a content coding other than
+//     identity 415 (both at the headers, before the body is read);
 //   - a response the client does not read: a stream's writer waits (a pumped stream is not
 //     pumped) while over 1 MiB of it is queued, and the connection closes when queued bytes
 //     make no progress for write_timeout;
