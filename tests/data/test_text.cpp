@@ -106,3 +106,22 @@ TEST(BpeTokenizer, RoundTripsAnyTextAndItsVocabulary) {
   EXPECT_THROW(BpeTokenizer::load("not a model", "x.model"), DataError);
   EXPECT_THROW(make_tokenizer("bpe", "!!!"), DataError);
 }
+
+// Lines past what SentencePiece's trainer takes: a line of 40,000 of one character (which
+// overflowed its index of a symbol past 32,767 and crashed it) and a corpus without a line
+// break (every line skipped: "nothing to train on") are trained on in pieces; multi-byte
+// characters stay whole at the cuts.
+TEST(BpeTokenizer, TrainsOnLinesLongerThanTheTrainerTakes) {
+  for (const std::string& corpus : {std::string(40000, 'a') + "\n" + std::string(40000, 'a') + "\nab ab\n",
+                                    [] {
+                                      std::string t;
+                                      while (t.size() < 150000) t += "ü日 words and more words ";
+                                      return t;
+                                    }()}) {
+    auto bpe = BpeTokenizer::train(corpus, 300);
+    EXPECT_GT(bpe->vocab_size(), 256);
+    const std::string probe = corpus.substr(0, 64);
+    EXPECT_EQ(bpe->decode(bpe->encode(probe)), probe);
+    EXPECT_LT(bpe->encode(probe).size(), probe.size());  // pieces were learned
+  }
+}

@@ -18,17 +18,26 @@ struct BpeTokenizer::Processor {
 
 namespace {
 
-// The corpus, one line at a time, for the trainer.
+// The longest sentence given to the trainer (--max_sentence_length, in bytes: at most as many
+// symbols): SentencePiece's BPE trainer packs a symbol's index in a sentence as `l << 16` in
+// an int, which overflows past index 32767 (a line of 33,000 'a's crashed it), and it skips
+// longer sentences.
+constexpr std::size_t kMaxSentence = 32768;
+
+// The corpus, one line at a time, for the trainer; a line longer than the trainer takes in
+// pieces (a corpus without line breaks would otherwise leave it nothing).
 class Lines : public sentencepiece::SentenceIterator {
  public:
   explicit Lines(const std::string& text) : text_(text) { Next(); }
   bool done() const override { return done_; }
   void Next() override {
-    while (at_ <= text_.size()) {
+    while (at_ < text_.size()) {
       std::size_t end = text_.find('\n', at_);
       if (end == std::string::npos) end = text_.size();
+      std::size_t next = end + 1;
+      if (end - at_ > kMaxSentence) end = next = piece_end(at_);
       line_ = text_.substr(at_, end - at_);
-      at_ = end + 1;
+      at_ = next;
       if (!line_.empty()) return;
     }
     done_ = true;
@@ -37,6 +46,16 @@ class Lines : public sentencepiece::SentenceIterator {
   sentencepiece::util::Status status() const override { return {}; }
 
  private:
+  // The end of a piece of at most kMaxSentence bytes from `from` (more follow): after its last
+  // space or tab, else before the last character that starts within it (UTF-8 kept whole).
+  std::size_t piece_end(std::size_t from) const {
+    std::size_t end = from + kMaxSentence;
+    const std::size_t space = text_.find_last_of(" \t", end - 1);
+    if (space != std::string::npos && space >= from + kMaxSentence / 2) return space + 1;
+    while (end > from + 1 && (static_cast<unsigned char>(text_[end]) & 0xC0) == 0x80) --end;
+    return end;
+  }
+
   const std::string& text_;
   std::size_t at_ = 0;
   std::string line_;
@@ -57,7 +76,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::train(const std::string& text, std::
   const std::string args = "--model_type=bpe --vocab_size=" + std::to_string(vocab) +
                            " --character_coverage=0.9995 --byte_fallback=true --normalization_rule_name=identity"
                            " --remove_extra_whitespaces=false --add_dummy_prefix=false --split_digits=true"
-                           " --hard_vocab_limit=false --num_threads=1 --max_sentence_length=65536"
+                           " --hard_vocab_limit=false --num_threads=1 --max_sentence_length=" + std::to_string(kMaxSentence) +
                            " --bos_id=-1 --eos_id=-1 --pad_id=-1 --unk_id=0 --minloglevel=2";
   // The trainer logs its command line to stderr before it reads --minloglevel: quiet it.
   std::fflush(stderr);
