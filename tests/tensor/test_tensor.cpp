@@ -316,6 +316,33 @@ TEST(Allocator, StepBoundariesGiveBackIdleBlocks) {
   EXPECT_EQ(allocator_cached_bytes(), 0u);
 }
 
+// Under a ceiling, the allocation that would take the live tensors and the cached blocks past
+// it is refused (nothing taken, the rest kept), naming what was being done; without one the
+// same allocation succeeds.
+TEST(Allocator, ACeilingRefusesWhatWouldPassIt) {
+  allocator_release_cache();
+  std::vector<Tensor> held;
+  {
+    const AllocationCeiling ceiling(allocator_live_bytes() + (10 << 20), "building the test's model");
+    for (int i = 0; i < 2; ++i) held.push_back(Tensor::empty({1 << 20}, DType::F32));  // 2 x 4 MiB
+    free_bytes(allocate_bytes(1 << 20), 1 << 20);  // 1 MiB cached: still the process's
+    const std::size_t live = allocator_live_bytes();
+    std::string error;
+    try {
+      held.push_back(Tensor::empty({1 << 20}, DType::F32));
+    } catch (const ConfigError& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(error.rfind("building the test's model: its tensors would pass the ", 0), 0u) << error;
+    EXPECT_NE(error.find("4.0 MiB more asked"), std::string::npos) << error;
+    EXPECT_EQ(allocator_live_bytes(), live);  // the refused block is not counted
+    EXPECT_EQ(held.size(), 2u);  // 2 x 4 MiB + 1 MiB cached under 10 MiB; a third 4 MiB passes it
+  }
+  held.push_back(Tensor::empty({1 << 20}, DType::F32));  // no ceiling: taken
+  EXPECT_EQ(held.size(), 3u);
+  allocator_release_cache();
+}
+
 // Large blocks start on a 2 MiB boundary (for transparent huge pages), and a freed block
 // serves the next allocation of its size: the step-to-step reuse of a training loop.
 TEST(Allocator, LargeBlocksAreHugePageAlignedAndReused) {

@@ -7,6 +7,7 @@
 #include "weft/io/hf_import.h"
 #include "weft/io/safetensors.h"
 #include "weft/nn/init.h"
+#include "weft/tensor/allocator.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
 
@@ -139,6 +140,8 @@ void give_chatml_if_none(LoadedModel& m) {
 }  // namespace
 
 LoadedModel load_model(const std::string& path) {
+  // Within the memory the machine has available: a model too large for it is one line.
+  const auto ceiling = ceiling_at_available_memory("loading " + path);
   if (is_hf_import(path)) {
     // A .safetensors file written by weft records its recipe; one beside a config.json
     // without it is a Hugging Face file.

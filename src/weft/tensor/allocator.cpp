@@ -3,13 +3,19 @@
 #include <malloc.h>
 #include <sys/mman.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "weft/util/error.h"
+#include "weft/util/machine.h"
 
 namespace weft {
 
@@ -41,10 +47,31 @@ Cache& cache() {
 std::atomic<std::size_t> g_live{0};
 std::atomic<std::size_t> g_peak{0};
 
+std::atomic<std::size_t> g_ceiling{0};  // 0: none (AllocationCeiling)
+std::string g_ceiling_what;
+
 std::size_t round_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+Cache& cache();
 
 void note_alloc(std::size_t bytes) {
   std::size_t now = g_live.fetch_add(bytes) + bytes;
+  if (const std::size_t ceiling = g_ceiling.load(); ceiling > 0) {
+    std::size_t cached = 0;  // freed blocks the process still holds count too
+    {
+      Cache& c = cache();
+      std::lock_guard<std::mutex> lock(c.mu);
+      cached = c.cached;
+    }
+    if (now + cached > ceiling) {
+      g_live.fetch_sub(bytes);
+      throw ConfigError(fmt::format("{}: its tensors would pass the {:.1f} GiB of memory available to it ({:.1f} GiB "
+                                    "held, {:.1f} MiB more asked)",
+                                    g_ceiling_what, static_cast<double>(ceiling) / (1 << 30),
+                                    static_cast<double>(now + cached - bytes) / (1 << 30),
+                                    static_cast<double>(bytes) / (1 << 20)));
+    }
+  }
   std::size_t peak = g_peak.load();
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
   }
@@ -135,6 +162,19 @@ std::size_t allocator_trim_idle() {
 }
 
 std::size_t allocator_live_bytes() { return g_live.load(); }
+
+AllocationCeiling::AllocationCeiling(std::size_t bytes, std::string what) {
+  g_ceiling_what = std::move(what);
+  g_ceiling.store(std::max<std::size_t>(bytes, 1));
+}
+AllocationCeiling::~AllocationCeiling() { g_ceiling.store(0); }
+
+std::unique_ptr<AllocationCeiling> ceiling_at_available_memory(std::string what, int sharers) {
+  const auto available = available_memory_bytes();
+  if (!available) return nullptr;
+  const std::size_t share = static_cast<std::size_t>(*available / 10 * 9 / std::max(sharers, 1));
+  return std::make_unique<AllocationCeiling>(allocator_live_bytes() + allocator_cached_bytes() + share, std::move(what));
+}
 std::size_t allocator_peak_bytes() { return g_peak.load(); }
 void allocator_reset_peak() { g_peak.store(g_live.load()); }
 

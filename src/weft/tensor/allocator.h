@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <string>
 
 namespace weft {
 
@@ -31,5 +33,22 @@ std::size_t allocator_trim_idle();
 std::size_t allocator_live_bytes();
 std::size_t allocator_peak_bytes();
 void allocator_reset_peak();
+
+// While alive, a ceiling on the bytes of live tensors: an allocation that would take them past
+// `bytes` throws ConfigError ("WHAT: ...") before anything is taken, so that a model of a size
+// typed by hand is refused rather than pushing the machine into swap or the out-of-memory
+// killer. One at a time; other threads' allocations count too.
+class AllocationCeiling {
+ public:
+  AllocationCeiling(std::size_t bytes, std::string what);
+  ~AllocationCeiling();
+  AllocationCeiling(const AllocationCeiling&) = delete;
+  AllocationCeiling& operator=(const AllocationCeiling&) = delete;
+};
+
+// A ceiling at what the process holds now plus nine tenths of the memory the machine has
+// available (util/machine.h; the rest for the process's other memory), shared by `sharers`
+// processes doing the same at once (a node's ranks); none where that cannot be read.
+std::unique_ptr<AllocationCeiling> ceiling_at_available_memory(std::string what, int sharers = 1);
 
 }  // namespace weft

@@ -67,7 +67,18 @@ Run::Run(TrainOptions options, const parallel::Job& job, std::FILE* out, std::op
                *o_.batch, o_.dp_shares);
   }
   // The model: the same on every rank (one seed), resumed before the strategies split it.
-  model_ = task_->make_model(rng_);
+  // Built within the memory this machine has available to this rank (its ranks share it), so
+  // that a model too large for it is one line rather than the machine swapping.
+  {
+    const int ranks_here = std::max(job_.process.local_world, 1);
+    const auto ceiling = ceiling_at_available_memory(
+        fmt::format("building the model (--model {}){}", o_.model,
+                    ranks_here > 1 ? fmt::format(", which each of this machine's {} ranks does whole before splitting it,",
+                                                 ranks_here)
+                                   : std::string()),
+        ranks_here);
+    model_ = task_->make_model(rng_);
+  }
   const std::string about = task_->describe(*model_);
   if (!about.empty() && !t_.change) fmt::print(out_, "{}\n", about);  // (said once in a live job)
   if (image && (image->meta.model != task_->model_tag() || image->meta.optimizer != *o_.optimizer))
