@@ -4,7 +4,8 @@
 # each wait for the other's message names the cycle of ranks; a PFC deadlock (a ring with a
 # cyclic buffer dependency, watchdog off) names the cycle of paused links; a host cut off
 # by a failed link is named as unreachable. Each exits 3 (not finished), never hangs, and
-# says how long it ran (wall time, events/s, peak memory) as a finished run does.
+# says how long it ran (wall time, events/s, peak memory) as a finished run does, and how many
+# of its flows completed (the completion times are theirs).
 set -u
 weft=$1
 src=$2
@@ -50,4 +51,14 @@ YAML
 expect cut "^no route: rank 0 \(host0.gpu0\) cannot reach rank 1 \(host1.gpu0\)" -- \
   --topology "$src/examples/topologies/single-switch.yaml" --workload "$work/cut.yaml" --set time_limit=2ms
 [ "$(json cut 'd["stall"]["unroutable"]')" = "[['rank 0', 'rank 1']]" ] || fail "summary.json: $(json cut 'd["stall"]')"
+# Stopped by the time limit with one of two flows done: the completion times are that one's.
+cat >"$work/two.yaml" <<'YAML'
+jobs:
+  - {src: 0, dst: 1, size: 1MB}
+  - {src: 2, dst: 3, size: 1GB}
+YAML
+expect partial "^flows: 2 \(1 completed\), completion mean [0-9.]+ us" -- \
+  --topology "$src/examples/topologies/single-switch.yaml" --workload "$work/two.yaml" --set time_limit=1ms
+expect none "^flows: 2, none completed$" -- \
+  --topology "$src/examples/topologies/single-switch.yaml" --workload incast:2:1GB --set time_limit=1ms
 echo "PASS"

@@ -334,9 +334,15 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   if (order.size() > 12) std::fprintf(out, "... %zu more kinds of collective in summary.json\n", order.size() - 12);
   const std::vector<Imbalance> imb = imbalances(net);
   auto j = summary_json_with(net, imb);
-  std::fprintf(out, "flows: %zu, completion mean %.3f us, p99 %.3f us, max %.3f us\n", net.flows().size(),
-               j["flows"]["fct_mean_us"].get<double>(), j["flows"]["fct_p99_us"].get<double>(),
-               j["flows"]["fct_max_us"].get<double>());
+  // The completion times are the completed flows': a run stopped early says how many those are.
+  const std::size_t completed = j["flows"]["completed"].get<std::size_t>();
+  if (completed == 0 && !net.flows().empty())
+    std::fprintf(out, "flows: %zu, none completed\n", net.flows().size());
+  else
+    std::fprintf(out, "flows: %zu%s, completion mean %.3f us, p99 %.3f us, max %.3f us\n", net.flows().size(),
+                 completed < net.flows().size() ? fmt::format(" ({} completed)", completed).c_str() : "",
+                 j["flows"]["fct_mean_us"].get<double>(), j["flows"]["fct_p99_us"].get<double>(),
+                 j["flows"]["fct_max_us"].get<double>());
   std::fprintf(out,
                "congestion: %lld ECN marks, %lld CNPs, %lld PFC pauses (%.3f us paused in all), %lld drops, "
                "%lld retransmissions, %lld out-of-order arrivals\n",
