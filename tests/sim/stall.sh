@@ -61,4 +61,12 @@ expect partial "^flows: 2 \(1 completed\), completion mean [0-9.]+ us" -- \
   --topology "$src/examples/topologies/single-switch.yaml" --workload "$work/two.yaml" --set time_limit=1ms
 expect none "^flows: 2, none completed$" -- \
   --topology "$src/examples/topologies/single-switch.yaml" --workload incast:2:1GB --set time_limit=1ms
+# A ring all-reduce stopped by the time limit mid-way: each rank waits for a message already
+# on its way, which is no deadlock, and the collective has no time (it did not finish).
+expect ring "^no deadlock found: the run reached sim.time_limit" \
+  "^collective allreduce/ring, 953.67 MiB on 16 ranks: not finished$" -- \
+  --topology "$src/examples/topologies/single-switch.yaml" --workload allreduce:ring:1GB --set time_limit=1ms
+! grep -q "^deadlock:" "$work/ring.txt" || fail "ring: a stopped ring all-reduce was called a deadlock"
+[ "$(json ring '(d["collectives"][0].get("finished"), "time_us" in d["collectives"][0])')" = "(False, False)" ] ||
+  fail "summary.json: $(json ring 'd["collectives"]')"
 echo "PASS"

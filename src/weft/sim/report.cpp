@@ -156,6 +156,20 @@ std::vector<Imbalance> imbalances(const Network& net) {
   return out;
 }
 
+// The collectives some rank has steps of still to run (a run that did not finish): their
+// times so far are no collective's time.
+std::vector<bool> unfinished_collectives(const Network& net) {
+  std::vector<bool> unfinished(net.workload().collectives.size(), false);
+  for (std::size_t a = 0; a < net.agents().count(); ++a) {
+    const AgentState& st = net.agents().state(static_cast<int>(a));
+    if (st.done) continue;
+    const auto& steps = net.workload().agents[a].steps;
+    for (std::size_t k = st.step; k < steps.size(); ++k)
+      if (steps[k].collective >= 0) unfinished[static_cast<std::size_t>(steps[k].collective)] = true;
+  }
+  return unfinished;
+}
+
 // The summary with the groups of uplinks already measured (imbalances: the ECMP path of
 // every queue pair), which print_summary shares with its own line.
 nlohmann::json summary_json_with(const Network& net, const std::vector<Imbalance>& imbalance_groups) {
@@ -190,11 +204,13 @@ nlohmann::json summary_json_with(const Network& net, const std::vector<Imbalance
   j["peak_packets"] = net.peak_packets();
   json colls = json::array();
   const auto& times = net.collective_times();
+  const std::vector<bool> unfinished = unfinished_collectives(net);
   for (std::size_t i = 0; i < net.workload().collectives.size(); ++i) {
     const CollectiveInfo& ci = net.workload().collectives[i];
     json e = {{"name", ci.name}, {"job", ci.job}, {"ranks", ci.ranks}, {"bytes", ci.bytes}};
     if (ci.predicted_us > 0) e["predicted_us"] = ci.predicted_us;  // the cost model's, for "auto"
-    if (times[i].first != kNever && times[i].second >= times[i].first) {
+    if (unfinished[i]) e["finished"] = false;
+    if (!unfinished[i] && times[i].first != kNever && times[i].second >= times[i].first) {
       double s = to_seconds(times[i].second - times[i].first);
       e["start_us"] = to_us(times[i].first);
       e["time_us"] = s * 1e6;
@@ -304,8 +320,16 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
   };
   std::map<std::tuple<std::string, std::int64_t, int>, Kind> kinds;
   std::vector<std::tuple<std::string, std::int64_t, int>> order;
+  const std::vector<bool> unfinished = unfinished_collectives(net);
+  std::size_t not_finished = 0;
   for (std::size_t i = 0; i < net.workload().collectives.size(); ++i) {
     const CollectiveInfo& ci = net.workload().collectives[i];
+    if (unfinished[i]) {
+      if (++not_finished <= 4)
+        std::fprintf(out, "collective %s, %s on %d ranks: not finished\n", ci.name.c_str(), human_bytes(ci.bytes).c_str(),
+                     ci.ranks);
+      continue;
+    }
     if (times[i].first == kNever || times[i].second < times[i].first) continue;
     auto key = std::make_tuple(ci.name, ci.bytes, ci.ranks);
     if (!kinds.count(key)) order.push_back(key);
@@ -331,6 +355,7 @@ void print_summary(const Network& net, std::FILE* out, const std::string& out_di
                  human_bytes(bytes).c_str(), ranks, times_text.c_str(), s * 1e6, s > 0 ? bytes / s / 1e9 : 0.0,
                  s > 0 ? bytes / s / 1e9 * factor : 0.0, model.c_str());
   }
+  if (not_finished > 4) std::fprintf(out, "... %zu more collectives not finished\n", not_finished - 4);
   if (order.size() > 12) std::fprintf(out, "... %zu more kinds of collective in summary.json\n", order.size() - 12);
   const std::vector<Imbalance> imb = imbalances(net);
   auto j = summary_json_with(net, imb);

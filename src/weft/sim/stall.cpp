@@ -65,12 +65,17 @@ Stall find_stall(const Network& net, bool time_limit) {
     if (net.fabric().routes_to(net.topology().gpus[f.src_gpu], f.dst_gpu).n == 0) unroutable.insert({f.src_agent, f.dst_agent});
   }
   s.unroutable.assign(unroutable.begin(), unroutable.end());
-  // Ranks waiting for each other's messages.
+  // Ranks waiting for each other's messages: a wait for a message already on its way (sent,
+  // not all received: the run was stopped before it arrived, or the fabric holds it) is no
+  // edge of a deadlocked workload.
+  std::set<std::pair<int, int>> on_the_way;  // (sender, receiver)
+  for (const FlowRecord& f : net.agents().flows())
+    if (f.start != kNever && f.parts_left_rx > 0) on_the_way.insert({f.src_agent, f.dst_agent});
   std::vector<std::vector<int>> waits_for(A);
   for (const RankWait& w : s.waits)
     if (w.started)
       for (const auto& [peer, count] : w.receives)
-        if (!net.agents().state(peer).done) waits_for[w.agent].push_back(peer);
+        if (!net.agents().state(peer).done && !on_the_way.count({peer, w.agent})) waits_for[w.agent].push_back(peer);
   s.rank_cycle = find_cycle(waits_for);
   // Paused links: egress port O waits for O' when O's receiver pauses it on a buffer that
   // holds packets queued at O' (they came in through O's link) and O' is paused too.
