@@ -319,6 +319,18 @@ TEST(Allocator, StepBoundariesGiveBackIdleBlocks) {
 // Under a ceiling, the allocation that would take the live tensors and the cached blocks past
 // it is refused (nothing taken, the rest kept), naming what was being done; without one the
 // same allocation succeeds.
+namespace {
+// The error of allocating `floats` floats ("" when it is taken and given back).
+std::string error_of_empty(std::int64_t floats) {
+  try {
+    Tensor t = Tensor::empty({floats}, DType::F32);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
 TEST(Allocator, ACeilingRefusesWhatWouldPassIt) {
   allocator_release_cache();
   std::vector<Tensor> held;
@@ -337,6 +349,14 @@ TEST(Allocator, ACeilingRefusesWhatWouldPassIt) {
     EXPECT_NE(error.find("4.0 MiB more asked"), std::string::npos) << error;
     EXPECT_EQ(allocator_live_bytes(), live);  // the refused block is not counted
     EXPECT_EQ(held.size(), 2u);  // 2 x 4 MiB + 1 MiB cached under 10 MiB; a third 4 MiB passes it
+  }
+  {  // nested: the lower holds while both live, the outer one again after
+    const AllocationCeiling outer(allocator_live_bytes() + (6 << 20), "the outer step");
+    {
+      const AllocationCeiling inner(allocator_live_bytes() + (64 << 20), "the inner step");
+      EXPECT_NE(error_of_empty(2 << 20).find("the inner step: "), std::string::npos);
+    }
+    EXPECT_NE(error_of_empty(2 << 20).find("the outer step: "), std::string::npos);
   }
   held.push_back(Tensor::empty({1 << 20}, DType::F32));  // no ceiling: taken
   EXPECT_EQ(held.size(), 3u);

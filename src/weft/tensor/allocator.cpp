@@ -162,12 +162,21 @@ std::size_t allocator_trim_idle() {
 }
 
 std::size_t allocator_live_bytes() { return g_live.load(); }
+std::size_t allocator_peak_bytes() { return g_peak.load(); }
+void allocator_reset_peak() { g_peak.store(g_live.load()); }
 
-AllocationCeiling::AllocationCeiling(std::size_t bytes, std::string what) {
+AllocationCeiling::AllocationCeiling(std::size_t bytes, std::string what)
+    : outer_bytes_(g_ceiling.load()), outer_what_(g_ceiling_what) {
+  g_ceiling.store(0);  // (the text changes under no ceiling)
   g_ceiling_what = std::move(what);
-  g_ceiling.store(std::max<std::size_t>(bytes, 1));
+  const std::size_t ceiling = std::max<std::size_t>(bytes, 1);
+  g_ceiling.store(outer_bytes_ > 0 ? std::min(ceiling, outer_bytes_) : ceiling);
 }
-AllocationCeiling::~AllocationCeiling() { g_ceiling.store(0); }
+AllocationCeiling::~AllocationCeiling() {
+  g_ceiling.store(0);
+  g_ceiling_what = std::move(outer_what_);
+  g_ceiling.store(outer_bytes_);
+}
 
 std::unique_ptr<AllocationCeiling> ceiling_at_available_memory(std::string what, int sharers) {
   const auto available = available_memory_bytes();
@@ -175,7 +184,5 @@ std::unique_ptr<AllocationCeiling> ceiling_at_available_memory(std::string what,
   const std::size_t share = static_cast<std::size_t>(*available / 10 * 9 / std::max(sharers, 1));
   return std::make_unique<AllocationCeiling>(allocator_live_bytes() + allocator_cached_bytes() + share, std::move(what));
 }
-std::size_t allocator_peak_bytes() { return g_peak.load(); }
-void allocator_reset_peak() { g_peak.store(g_live.load()); }
 
 }  // namespace weft

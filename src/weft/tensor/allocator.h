@@ -37,13 +37,18 @@ void allocator_reset_peak();
 // While alive, a ceiling on the bytes of live tensors: an allocation that would take them past
 // `bytes` throws ConfigError ("WHAT: ...") before anything is taken, so that a model of a size
 // typed by hand is refused rather than pushing the machine into swap or the out-of-memory
-// killer. One at a time; other threads' allocations count too.
+// killer. Other threads' allocations count too. Nested, the lower ceiling holds, and the
+// outer one again once the inner one is gone.
 class AllocationCeiling {
  public:
   AllocationCeiling(std::size_t bytes, std::string what);
   ~AllocationCeiling();
   AllocationCeiling(const AllocationCeiling&) = delete;
   AllocationCeiling& operator=(const AllocationCeiling&) = delete;
+
+ private:
+  std::size_t outer_bytes_;
+  std::string outer_what_;
 };
 
 // A ceiling at what the process holds now plus nine tenths of the memory the machine has
