@@ -117,7 +117,7 @@ std::string chunk_of(const char* data, std::size_t size) {
 std::string target_path(const std::string& target) {
   std::string path = target.substr(0, target.find('?'));
   const std::size_t scheme = path.find("://");
-  if (scheme != std::string::npos && path.front() != '/') {
+  if (scheme != std::string::npos && !path.empty() && path.front() != '/') {
     const std::size_t slash = path.find('/', scheme + 3);
     path = slash == std::string::npos ? "/" : path.substr(slash);
   }
@@ -213,13 +213,13 @@ struct Server::Impl {
     }
   }
 
-  // The route of `path`: one of that path, else one of a path ending in '/' that `path`
-  // continues by one more segment ("/v1/models/" for "/v1/models/gpt").
-  // A route's path is exact, or ends in '/' and takes one segment more ("/v1/models/").
+  // Whether route `r` serves `path`: its own path, or, for a path ending in '/', one that
+  // continues it by one more segment ("/v1/models/" serves "/v1/models/gpt").
   static bool serves(const Route& r, const std::string& path) {
     return r.path == path || (r.path.back() == '/' && path.size() > r.path.size() && path.rfind(r.path, 0) == 0 &&
                               path.find('/', r.path.size()) == std::string::npos);
   }
+  // The route of `method` and `path`: one of that path, else one that serves it.
   const Route* route(const std::string& method, const std::string& path) const {
     for (const Route& r : routes)
       if (r.method == method && r.path == path) return &r;
@@ -455,8 +455,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     req.gone_ = gone_;
     read();  // read ahead: a client that leaves is noticed at once
     Response res;
-    if (s_.pre_routing && s_.pre_routing(req, res)) return answer(res);
     head_only_ = req.method == "HEAD";  // a GET's answer without its body (RFC 9110, 9.3.2)
+    if (s_.pre_routing && s_.pre_routing(req, res)) return answer(res);
     const Route* r = s_.route(head_only_ ? "GET" : req.method, req.path);
     if (r == nullptr) {
       const std::string allowed = s_.methods_of(req.path);
