@@ -186,11 +186,12 @@ echo "weft serve --tp 2 run alone: its own 2 ranks, one process's completion, al
 # Preemption by recomputation over ranks: a limit of 32 KiB of rank 0's part of the cache (4
 # blocks of 16 positions; 8 under --tp 2 --pp 2); 8 requests join on their prompt's block and,
 # growing, the last to come leave and come back, every rank rebuilding its part of their caches.
+# The idle server waits for all 8 (--max-batch 8, up to 10 s): their arrival decides nothing.
 for layout in "--tp 2" "--pp 2 --micro-batches 2" "--tp 2 --pp 2"; do
   read -r -a flags <<<"$layout"
   rm -f "$work/port"
   "$weft" launch --nproc-per-node "$(ranks_of "${flags[@]}")" -- weft serve "$work/gpt.safetensors" "${flags[@]}" --kv-cache-memory 32K \
-    --block-size 16 --preemption recompute --port 0 --port-file "$work/port" > "$work/serve.log" 2>&1 &
+    --block-size 16 --preemption recompute --max-batch 8 --max-wait-ms 10000 --port 0 --port-file "$work/port" > "$work/serve.log" 2>&1 &
   launcher=$!
   for _ in $(seq 300); do [ -s "$work/port" ] && break; sleep 0.1; done
   grep -q "(at most 32.00 KiB), preemption by recomputation" "$work/serve.log" ||

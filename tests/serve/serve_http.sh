@@ -159,10 +159,12 @@ server=""
 grep -q "weft serve: stopped" "$work/serve.log"
 
 # A key-value cache limit of two sequences (this GPT's context of 32 positions is one block of
-# 32 x 512 bytes): six requests at once run two at a time, each with the text it gets alone.
+# 32 x 512 bytes): six requests at once run two at a time, each with the text it gets alone. The
+# idle server waits for all six (--max-batch 6, up to 10 s) so that how they arrive on a busy
+# machine decides nothing.
 expect_refusal "--kv-cache-memory 16.00 KiB: one sequence of the longest a request may make (--max-prompt-tokens and --max-tokens, at most the context) holds 16.00 KiB of key-value cache (32 positions, in whole blocks)" \
   "$weft" serve "$work/gpt.safetensors" --port 0 --kv-cache-memory 16383
-start_gpt_server --kv-cache-memory 32K
+start_gpt_server --kv-cache-memory 32K --max-batch 6 --max-wait-ms 10000
 grep -q "key-value cache 0.5 KB a token (at most 32.00 KiB)" "$work/serve.log" || { echo "FAIL: no cache limit shown"; cat "$work/serve.log"; exit 1; }
 $client "$port" - together 6 "The cat" 25 > "$work/limited.txt"
 [ "$(grep -cxF -- "$want" "$work/limited.txt")" = 6 ] || { echo "FAIL: under the cache limit: $(cat "$work/limited.txt")"; exit 1; }
@@ -178,7 +180,7 @@ stop_server
 # The same limit in blocks of 16 positions (4 of them) with preemption by recomputation: the
 # requests join on the one block their prompt takes, 4 at once; growing past the limit, the
 # last to come leave and come back, each still with the text it gets alone.
-start_gpt_server --kv-cache-memory 32K --block-size 16 --preemption recompute
+start_gpt_server --kv-cache-memory 32K --block-size 16 --preemption recompute --max-batch 6 --max-wait-ms 10000
 grep -q "(at most 32.00 KiB), preemption by recomputation" "$work/serve.log" || { echo "FAIL: no preemption shown"; cat "$work/serve.log"; exit 1; }
 $client "$port" - together 6 "The cat" 25 > "$work/preempted.txt"
 [ "$(grep -cxF -- "$want" "$work/preempted.txt")" = 6 ] || { echo "FAIL: with preemption: $(cat "$work/preempted.txt")"; exit 1; }
