@@ -16,6 +16,7 @@
 
 #include "weft/util/error.h"
 #include "weft/util/machine.h"
+#include "weft/util/units.h"
 
 namespace weft {
 
@@ -32,7 +33,7 @@ struct Cache {
   // Per size, the fewest blocks the free list held since the last step boundary: that many
   // sat unused for the whole interval (allocator_trim_idle).
   std::unordered_map<std::size_t, std::size_t> low_water;
-  std::size_t cached = 0;
+  std::atomic<std::size_t> cached{0};  // (changed under mu; read without it by the ceiling's check)
   ~Cache() {
     for (auto& [size, blocks] : free_blocks)
       for (void* p : blocks) std::free(p);
@@ -54,22 +55,18 @@ std::size_t round_up(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign *
 
 Cache& cache();
 
-void note_alloc(std::size_t bytes) {
+// `bytes` more live; `grows`: taken from the system rather than the cache (the ceiling checked).
+void note_alloc(std::size_t bytes, bool grows) {
   std::size_t now = g_live.fetch_add(bytes) + bytes;
-  if (const std::size_t ceiling = g_ceiling.load(); ceiling > 0) {
-    std::size_t cached = 0;  // freed blocks the process still holds count too
-    {
-      Cache& c = cache();
-      std::lock_guard<std::mutex> lock(c.mu);
-      cached = c.cached;
-    }
+  if (const std::size_t ceiling = g_ceiling.load(); grows && ceiling > 0) {
+    const std::size_t cached = cache().cached.load();  // freed blocks the process still holds count too
     if (now + cached > ceiling) {
       g_live.fetch_sub(bytes);
-      throw ConfigError(fmt::format("{}: its tensors would pass the {:.1f} GiB of memory available to it ({:.1f} GiB "
-                                    "held, {:.1f} MiB more asked)",
+      throw ConfigError(fmt::format("{}: its tensors would pass the {:.1f} GiB of memory available to it ({} held, {} "
+                                    "more asked)",
                                     g_ceiling_what, static_cast<double>(ceiling) / (1 << 30),
-                                    static_cast<double>(now + cached - bytes) / (1 << 30),
-                                    static_cast<double>(bytes) / (1 << 20)));
+                                    human_bytes(static_cast<std::int64_t>(now + cached - bytes)),
+                                    human_bytes(static_cast<std::int64_t>(bytes))));
     }
   }
   std::size_t peak = g_peak.load();
@@ -81,20 +78,26 @@ void note_alloc(std::size_t bytes) {
 
 void* allocate_bytes(std::size_t bytes) {
   std::size_t size = round_up(bytes == 0 ? kAlign : bytes);
-  note_alloc(size);
   if (size >= kCacheMinBytes) {
-    Cache& c = cache();
-    std::lock_guard<std::mutex> lock(c.mu);
-    auto it = c.free_blocks.find(size);
-    if (it != c.free_blocks.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
-      c.cached -= size;
-      std::size_t& low = c.low_water[size];
-      low = std::min(low, it->second.size());
+    void* p = nullptr;
+    {
+      Cache& c = cache();
+      std::lock_guard<std::mutex> lock(c.mu);
+      auto it = c.free_blocks.find(size);
+      if (it != c.free_blocks.end() && !it->second.empty()) {
+        p = it->second.back();
+        it->second.pop_back();
+        c.cached -= size;
+        std::size_t& low = c.low_water[size];
+        low = std::min(low, it->second.size());
+      }
+    }
+    if (p != nullptr) {  // memory the process holds already: no ceiling to check
+      note_alloc(size, /*grows=*/false);
       return p;
     }
   }
+  note_alloc(size, /*grows=*/true);
   if (size >= kHugePageMinBytes) {  // whole huge pages (at most a third more than asked)
     const std::size_t pages = (size + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
     void* p = std::aligned_alloc(kHugePageBytes, pages);

@@ -261,6 +261,14 @@ std::optional<RunBreak> Run::train(parallel::LiveMembership* live) {
   if (planned_ == 0) fmt::print(out_, "nothing to train: the run already ends at step {}\n", at_.step);
   Progress progress("step", static_cast<long>(planned_));
   model_->train();
+  // The steps within the memory this rank had available as they start, as the model was
+  // built: a batch whose activations (or an optimizer's state) would not fit is one line
+  // rather than the machine swapping or its out-of-memory killer ending the run.
+  const int ranks_here = std::max(job_.process.local_world, 1);
+  const auto ceiling = ceiling_at_available_memory(
+      fmt::format("training (the model, its optimizer's state and a step's activations at --batch {}{})", *o_.batch,
+                  ranks_here > 1 ? fmt::format(", on one of this machine's {} ranks", ranks_here) : std::string()),
+      ranks_here);
   const auto relayout = [&] {  // a pipeline's new layout, before the next step
     progress.finish();
     t_.change_agreed = Clock::now();
