@@ -23,6 +23,25 @@ for prefix, n in (("train", 64), ("t10k", 16)):
     with open(f"{d}/{prefix}-labels-idx1-ubyte", "wb") as f:
         f.write(struct.pack(">II", 0x801, n) + bytes(i % 10 for i in range(n)))
 PY
+# Files of 1 TiB that take no disk (sparse): a corpus, and images in NPY whose header agrees
+# with its size, larger than a machine's memory.
+truncate -s 1T "$dir/corpus-1tib.txt"
+mkdir -p "$dir/npy-1tib"
+/usr/bin/python3 - "$dir" <<'PY'
+import struct, sys
+d = sys.argv[1]
+def npy(path, descr, shape):
+    header = repr({"descr": descr, "fortran_order": False, "shape": shape}).encode()
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header)
+        n = 1
+        for k in shape: n *= k
+        f.truncate(f.tell() + n * int(descr[2:]))
+n = (1 << 40) // 1024
+npy(f"{d}/npy-1tib/train-images.npy", "|u1", (n, 32, 32))
+npy(f"{d}/npy-1tib/train-labels.npy", "|u1", (n,))
+PY
 for d in ckpt-corrupt ckpt-mlp; do
   "$weft" train --model mlp --epochs 1 --limit-train 256 --limit-test 100 --checkpoint-dir "$dir/$d" --quiet >/dev/null
 done

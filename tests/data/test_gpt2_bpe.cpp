@@ -72,6 +72,19 @@ TEST(Gpt2Tokenizer, MergesLowestRankFirstWithinWords) {
   EXPECT_EQ(aa.tokenizer()->encode("aaaa"), (std::vector<std::int32_t>{aa.id("aa"), aa.id("aa")}));
 }
 
+// GPT-2's pieces (a space before a word, runs of spaces, numbers, punctuation) never span
+// the cuts of a corpus encoded in pieces: the whole text's tokens.
+TEST(Gpt2Tokenizer, ACorpusInPiecesGivesTheWholeTextsTokens) {
+  Files f(Merges{{kSpace, "t"}, {kSpace + "t", "h"}, {kSpace + "th", "e"}, {"o", "n"}, {kSpace, kSpace}, {"1", "2"}});
+  auto t = f.tokenizer();
+  std::string corpus;
+  for (int i = 0; i < 100; ++i)
+    corpus += "the one  then\t 12 the's, won't!! " + std::to_string(i * 13) + "\n\n   the\nend " + std::string(static_cast<std::size_t>(i % 3), ' ');
+  const std::vector<std::int32_t> whole = t->encode(corpus);
+  for (std::size_t piece : {1, 5, 64, 1000})
+    EXPECT_EQ(encode_corpus(*t, corpus, 0, "c.txt", piece), whole) << "pieces of " << piece;
+}
+
 TEST(Gpt2Tokenizer, SplitsWordsByGpt2sPattern) {
   // No merge crosses a word: "t" + " " never merges, as " x" is its own word; a run of
   // spaces leaves its last one to the next word; contractions split off.

@@ -3,12 +3,16 @@
 #include <sys/resource.h>
 #include <zlib.h>
 
+#include <fstream>
 #include <set>
 
 #include "../test_support.h"
 #include "weft/data/dataloader.h"
 #include "weft/data/dataset.h"
 #include "weft/data/idx.h"
+#include "weft/data/images.h"
+#include "weft/tensor/allocator.h"
+#include "weft/util/error.h"
 #include "weft/util/file.h"
 
 using namespace weft;
@@ -42,6 +46,44 @@ TEST(Idx, RoundTripRawAndGzip) {
     EXPECT_EQ(b.data, small_images().data);
     EXPECT_EQ(b.value(11), 255.0);
   }
+}
+
+// Image data larger than the memory a ceiling leaves is refused before it is read, in IDX
+// (raw or compressed) and CSV (NPY's 1 TiB in cli.error.npy_past_memory), and counts while
+// it is held.
+TEST(Idx, DataPastTheMemoryCeilingIsRefusedBeforeItIsRead) {
+  TempDir dir;
+  IdxArray big;
+  big.dims = {64, 64, 64};
+  big.data.assign(64 * 64 * 64, 7);  // 256 KiB
+  std::string csv;
+  for (int i = 0; i < 2000; ++i) csv += "3" + std::string(64, ',') + "9\n";  // a label and 65 values: 134 KB
+  std::ofstream(dir / "train.csv") << csv;
+  const auto refusal = [](auto&& read) {
+    try {
+      read();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (const char* name : {"big-idx3-ubyte", "big-idx3-ubyte.gz"}) {
+    write_idx(dir / name, big);
+    const std::size_t before = allocator_live_bytes();
+    {
+      const AllocationCeiling ceiling(before + allocator_cached_bytes() + (128 << 10), "reading the test's images");
+      const std::string error = refusal([&] { read_idx(dir / name); });
+      EXPECT_EQ(error.rfind("reading the test's images: its tensors would pass", 0), 0u) << name << ": " << error;
+      EXPECT_NE(error.find("256.00 KiB more asked"), std::string::npos) << error;
+      EXPECT_EQ(allocator_live_bytes(), before);
+    }
+    const IdxArray read = read_idx(dir / name);
+    EXPECT_GE(allocator_live_bytes(), before + (256 << 10)) << name;  // counted while held
+  }
+  const std::size_t before = allocator_live_bytes();
+  const AllocationCeiling ceiling(before + allocator_cached_bytes() + (64 << 10), "reading the test's table");
+  const std::string error = refusal([&] { read_image_split(dir.path(), "train"); });
+  EXPECT_EQ(error.rfind("reading the test's table: its tensors would pass", 0), 0u) << error;
 }
 
 // A run limited to its first samples reads only those: the header's dimensions as the file

@@ -107,6 +107,34 @@ TEST(BpeTokenizer, RoundTripsAnyTextAndItsVocabulary) {
   EXPECT_THROW(make_tokenizer("bpe", "!!!"), DataError);
 }
 
+// A corpus encoded in pieces gives the whole text's tokens with every tokenizer, whatever the
+// pieces' size (cuts before a space between two other characters only: runs of spaces, tabs
+// and lines stay whole), and ids past the budget are refused by the corpus's name.
+TEST(EncodeCorpus, PiecesGiveTheWholeTextsTokens) {
+  std::string corpus;
+  for (int i = 0; i < 150; ++i)
+    corpus += "The quick brown fox, " + std::to_string(i * 37) + " jumps  over\tthe lazy dog.\n\n  Καλημέρα κόσμε! " +
+              "grüße \n" + (i % 7 == 0 ? "%\n" : "") + "don't stop" + std::string(static_cast<std::size_t>(i % 4), ' ');
+  std::vector<std::unique_ptr<Tokenizer>> tokenizers;
+  tokenizers.push_back(std::make_unique<CharTokenizer>(corpus));
+  tokenizers.push_back(std::make_unique<WordTokenizer>(corpus, 40));
+  tokenizers.push_back(BpeTokenizer::train(corpus, 400));
+  for (const auto& t : tokenizers) {
+    const std::vector<std::int32_t> whole = t->encode(corpus);
+    for (std::size_t piece : {1, 7, 64, 1000, 1 << 20})
+      EXPECT_EQ(encode_corpus(*t, corpus, 0, "c.txt", piece), whole) << t->kind() << ", pieces of " << piece;
+    // A budget the ids fit: taken; one they pass: refused before they are.
+    EXPECT_EQ(encode_corpus(*t, corpus, whole.size() * 8, "c.txt", 64), whole) << t->kind();
+    try {
+      encode_corpus(*t, corpus, whole.size() * 2, "c.txt", 64);
+      ADD_FAILURE() << t->kind() << ": ids of " << whole.size() * 4 << " bytes taken within " << whole.size() * 2;
+    } catch (const DataError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("c.txt: its tokens would pass the ", 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find("give a smaller corpus"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Lines past what SentencePiece's trainer takes: a line of 40,000 of one character (which
 // overflowed its index of a symbol past 32,767 and crashed it) and a corpus without a line
 // break (every line skipped: "nothing to train on") are trained on in pieces; multi-byte

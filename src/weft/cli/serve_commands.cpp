@@ -10,6 +10,7 @@
 #include "weft/cli/commands.h"
 #include "weft/cli/flag_parser.h"
 #include "weft/cli/yaml_config.h"
+#include "weft/comm/process.h"
 #include "weft/data/dataset.h"
 #include "weft/data/text.h"
 #include "weft/data/images.h"
@@ -27,6 +28,7 @@
 #include "weft/tensor/thread_pool.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
+#include "weft/util/machine.h"
 #include "weft/util/utf8.h"
 
 namespace weft::cli {
@@ -118,7 +120,8 @@ int run_language_predict(const PredictConfig& c, serve::LoadedModel& m) {
     throw ConfigError(std::string(format.weights != serve::WeightFormat::kF32 ? "--quantize" : "--kv-cache-dtype") +
                       " compares with fp32 in one process: drop --tp and --pp");
   const std::vector<std::int32_t> tokens =
-      serve::validation_tokens(load_corpus(c.data.empty() ? "fortunes" : c.data), *m.tokenizer);
+      serve::validation_tokens(c.data.empty() ? "fortunes" : c.data, *m.tokenizer,
+                               memory_share(comm::process_info_from_env().local_world));
   auto measure = [&](serve::DecoderFormat f) {
     std::unique_ptr<serve::Decoder> d = serve::join_decoder(*m.language_model(), f, c.tp, c.pp, c.micro_batches);
     if (!d) return std::make_pair(serve::LossReport{}, std::int64_t{-1});  // a rank that followed rank 0

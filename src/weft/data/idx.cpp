@@ -140,6 +140,10 @@ IdxArray read_idx(const std::string& path, std::int64_t first) {
     a.items = first;
     wanted = bytes / a.dims[0] * first;
   }
+  // Counted, and for a file whose size was checked taken at once (grown step by step, its
+  // copies at each doubling took up to three times the data).
+  a.counted = CountedBytes(static_cast<std::size_t>(wanted));
+  if (gzdirect(f.get())) a.data.reserve(static_cast<std::size_t>(wanted));
   constexpr std::size_t kStep = std::size_t{64} << 20;
   std::size_t have = 0;
   while (have < static_cast<std::size_t>(wanted)) {

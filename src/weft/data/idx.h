@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "weft/tensor/allocator.h"
+
 namespace weft {
 
 struct IdxArray {
@@ -22,6 +24,7 @@ struct IdxArray {
   std::vector<std::int64_t> dims;  // as the file states them
   std::int64_t items = -1;         // of dims[0], those held in data (-1: all)
   std::vector<std::uint8_t> data;  // as stored (big-endian for multi-byte types)
+  CountedBytes counted;            // data's bytes, under the allocator's ceiling (allocator.h)
   std::int64_t count() const;      // elements held: items x the other dimensions
   // Element i as a double, whatever the stored type.
   double value(std::int64_t i) const;

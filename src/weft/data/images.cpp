@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 
@@ -83,6 +84,7 @@ ImageSplit from_idx(const std::string& dir, const std::string& split, std::int64
 
 // NumPy's .npy: magic, version, header length, a Python dict literal, then the data.
 struct Npy {
+  CountedBytes counted;  // the file's bytes, under the allocator's ceiling (allocator.h)
   std::string bytes;
   std::size_t data = 0;  // where the elements start
   char kind = 'f';       // f, i, u
@@ -103,6 +105,8 @@ struct Npy {
 
 Npy read_npy(const std::string& path) {
   Npy a;
+  std::error_code ec;
+  if (const auto size = std::filesystem::file_size(path, ec); !ec) a.counted = CountedBytes(static_cast<std::size_t>(size));
   a.bytes = read_file(path);
   const std::string& b = a.bytes;
   auto fail = [&](const std::string& why) { return DataError(path + ": " + why); };
@@ -182,6 +186,9 @@ ImageSplit from_npy(const std::string& dir, const std::string& split, std::int64
 ImageSplit from_csv(const std::string& dir, const std::string& split, std::int64_t limit) {
   const std::string path = dir + "/" + split + ".csv";
   if (!file_exists(path)) throw DataError("data directory " + dir + " has no " + split + ".csv");
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const CountedBytes counted(ec ? 0 : static_cast<std::size_t>(size));  // (under the allocator's ceiling)
   const std::string text = read_file(path);
   std::vector<double> values, labels;
   std::int64_t per_row = -1, line_no = 0, first_row_line = 0;

@@ -1,5 +1,7 @@
 #include "weft/data/text.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -9,12 +11,36 @@
 #include "weft/util/base64.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
+#include "weft/util/units.h"
 
 namespace weft {
 
 namespace fs = std::filesystem;
 
-std::string load_corpus(const std::string& path_in) {
+namespace {
+
+// A file's text in place: fortune's separator lines ("%") emptied, every line (the last too,
+// after a final newline an empty one) followed by a newline.
+void lines_in_place(std::string& raw) {
+  std::size_t w = 0, at = 0;
+  for (;;) {
+    const std::size_t nl = raw.find('\n', at);
+    const std::size_t len = (nl == std::string::npos ? raw.size() : nl) - at;
+    if (!(len == 1 && raw[at] == '%')) {
+      if (w != at) std::memmove(raw.data() + w, raw.data() + at, len);
+      w += len;
+    }
+    if (nl == std::string::npos) break;
+    raw[w++] = '\n';  // (w <= nl)
+    at = nl + 1;
+  }
+  raw.resize(w);
+  raw += '\n';
+}
+
+}  // namespace
+
+std::string load_corpus(const std::string& path_in, std::size_t memory_budget) {
   const std::string path = path_in == "fortunes" ? std::string(kFortunesDir) : path_in;
   if (!file_exists(path)) {
     throw DataError(path + " does not exist" +
@@ -40,24 +66,22 @@ std::string load_corpus(const std::string& path_in) {
     const auto size = fs::file_size(f, ec);
     if (!ec) total += static_cast<std::size_t>(size) + 1;
   }
+  if (memory_budget > 0 && total > memory_budget)
+    throw DataError(fmt::format("{}: {} of text, more than the {} of memory available to hold it", path,
+                                human_bytes(static_cast<std::int64_t>(total)),
+                                human_bytes(static_cast<std::int64_t>(memory_budget))));
   std::string text;
-  text.reserve(total);
+  if (files.size() > 1) text.reserve(total);
   for (const auto& f : files) {
-    const std::string raw = read_file(f);
+    std::string raw = read_file(f);
     // Text has no NUL byte; a binary file (a program, an archive, an index) trained on as
     // characters is a silent wrong result.
     if (const std::size_t nul = raw.find('\0'); nul != std::string::npos)
       throw DataError(f + ": not text (a NUL byte at offset " + std::to_string(nul) + "): a corpus is text files" +
                       (files.size() > 1 ? ", remove it from the folder" : ""));
-    std::size_t at = 0;
-    while (at <= raw.size()) {
-      const std::size_t nl = raw.find('\n', at);
-      const std::size_t len = (nl == std::string::npos ? raw.size() : nl) - at;
-      if (!(len == 1 && raw[at] == '%')) text.append(raw, at, len);  // (fortune's separator lines: empty)
-      text += '\n';
-      if (nl == std::string::npos) break;
-      at = nl + 1;
-    }
+    lines_in_place(raw);  // (one file's text is not copied: a corpus the size of the memory reads)
+    if (files.size() == 1) text = std::move(raw);
+    else text += raw;
   }
   if (text.find_first_not_of(" \n\t") == std::string::npos) throw DataError(path + ": no text");
   return text;
@@ -88,11 +112,10 @@ std::string CharTokenizer::decode(const std::vector<std::int32_t>& ids) const {
   return s;
 }
 
-std::vector<std::string> WordTokenizer::split(const std::string& text) {
-  std::vector<std::string> out;
+void WordTokenizer::for_each_piece(std::string_view text, const std::function<void(std::string_view)>& fn) {
   std::string word;
   auto flush = [&] {
-    if (!word.empty()) out.push_back(word);
+    if (!word.empty()) fn(word);
     word.clear();
   };
   for (unsigned char c : text) {
@@ -100,25 +123,37 @@ std::vector<std::string> WordTokenizer::split(const std::string& text) {
       word.push_back(static_cast<char>(std::tolower(c)));
     } else {
       flush();
-      if (c == '\n') out.push_back("\n");
-      else if (!std::isspace(c)) out.push_back(std::string(1, static_cast<char>(c)));
+      if (c == '\n' || !std::isspace(c)) {
+        const char piece = static_cast<char>(c);
+        fn(std::string_view(&piece, 1));
+      }
     }
   }
   flush();
+}
+
+std::vector<std::string> WordTokenizer::split(std::string_view text) {
+  std::vector<std::string> out;
+  for_each_piece(text, [&](std::string_view piece) { out.emplace_back(piece); });
   return out;
 }
 
 WordTokenizer::WordTokenizer(const std::string& text, std::int64_t max_vocab) {
   if (max_vocab < 3) throw ConfigError("a word vocabulary needs at least 3 entries");
   words_ = {"<pad>", "<unk>"};
-  std::vector<std::string> tokens = split(text);
-  std::map<std::string, std::int64_t> count;
+  std::map<std::string, std::int64_t, std::less<>> count;
   std::vector<std::string> order;
-  for (const auto& w : tokens)
-    if (count[w]++ == 0) order.push_back(w);
+  for_each_piece(text, [&](std::string_view w) {
+    if (auto it = count.find(w); it != count.end()) {
+      ++it->second;
+    } else {
+      count.emplace(w, 1);
+      order.emplace_back(w);
+    }
+  });
   // Keep the most frequent (ties: first appearance), then number them by first appearance.
   std::vector<std::string> by_freq = order;
-  std::stable_sort(by_freq.begin(), by_freq.end(), [&](const auto& a, const auto& b) { return count[a] > count[b]; });
+  std::stable_sort(by_freq.begin(), by_freq.end(), [&](const auto& a, const auto& b) { return count.at(a) > count.at(b); });
   if (static_cast<std::int64_t>(by_freq.size()) > max_vocab - 2) by_freq.resize(static_cast<size_t>(max_vocab - 2));
   std::map<std::string, bool> keep;
   for (const auto& w : by_freq) keep[w] = true;
@@ -131,10 +166,10 @@ WordTokenizer::WordTokenizer(const std::string& text, std::int64_t max_vocab) {
 
 std::vector<std::int32_t> WordTokenizer::encode(const std::string& text) const {
   std::vector<std::int32_t> out;
-  for (const auto& w : split(text)) {
+  for_each_piece(text, [&](std::string_view w) {
     auto it = ids_.find(w);
     out.push_back(it == ids_.end() ? 1 : it->second);
-  }
+  });
   return out;
 }
 
@@ -146,6 +181,49 @@ std::string WordTokenizer::decode(const std::vector<std::int32_t>& ids) const {
     s += w;
   }
   return s;
+}
+
+std::vector<std::int32_t> encode_corpus(const Tokenizer& tokenizer, std::string_view text, std::size_t budget_bytes,
+                                        const std::string& path, std::size_t piece_bytes) {
+  const auto is_space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  std::vector<std::int32_t> ids;
+  const auto refuse = [&](std::size_t at) {
+    return DataError(fmt::format("{}: its tokens would pass the {} of memory available to them ({:.1f} million from the "
+                                 "first {:.0f}% of its {} of text): give a smaller corpus",
+                                 path, human_bytes(static_cast<std::int64_t>(budget_bytes)),
+                                 static_cast<double>(ids.size()) / 1e6,
+                                 100.0 * static_cast<double>(at) / static_cast<double>(text.size()),
+                                 human_bytes(static_cast<std::int64_t>(text.size()))));
+  };
+  for (std::size_t at = 0; at < text.size();) {
+    std::size_t end = std::min(text.size(), at + std::max<std::size_t>(piece_bytes, 1));
+    while (end < text.size() && !(text[end] == ' ' && !is_space(text[end - 1]) && end + 1 < text.size() &&
+                                  !is_space(text[end + 1])))
+      ++end;
+    const std::vector<std::int32_t> piece = tokenizer.encode(std::string(text.substr(at, end - at)));
+    if (ids.size() + piece.size() > ids.capacity()) {
+      // Room for the rest at this piece's rate (and a twentieth more), within the budget;
+      // the old and the new block live together while the ids move.
+      const double rate = static_cast<double>(ids.size() + piece.size()) / static_cast<double>(end);
+      std::size_t want = ids.size() + piece.size() +
+                         static_cast<std::size_t>(rate * 1.05 * static_cast<double>(text.size() - end)) + 1024;
+      const std::size_t need = ids.size() + piece.size();
+      if (budget_bytes > 0) {
+        const std::size_t room = budget_bytes / sizeof(std::int32_t);
+        if (need + ids.capacity() > room) throw refuse(at);
+        want = std::min(want, room - ids.capacity());
+      }
+      ids.reserve(std::max(want, need));
+    }
+    ids.insert(ids.end(), piece.begin(), piece.end());
+    at = end;
+  }
+  return ids;
+}
+
+std::size_t ids_budget(std::size_t budget, std::size_t text_bytes) {
+  if (budget == 0) return 0;
+  return budget > text_bytes ? (budget - text_bytes) / 11 * 10 : 1;
 }
 
 TokenSplit split_tokens(std::vector<std::int32_t> all) {

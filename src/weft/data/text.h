@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace weft {
@@ -18,7 +20,8 @@ inline constexpr const char* kFortunesDir = "/usr/share/games/fortunes";
 // that are only "%" (fortune separators) become blank lines. Throws DataError naming the
 // path when it is missing, unreadable or empty, and naming a file that holds a NUL byte (not
 // text: a program or an archive left in the folder) with the byte's offset.
-std::string load_corpus(const std::string& path);
+// `memory_budget` (bytes, 0: none): a corpus larger is refused (DataError) before it is read.
+std::string load_corpus(const std::string& path, std::size_t memory_budget = 0);
 
 class Tokenizer {
  public:
@@ -68,14 +71,18 @@ class WordTokenizer : public Tokenizer {
   std::int64_t vocab_size() const override { return static_cast<std::int64_t>(words_.size()); }
   std::string kind() const override { return "word"; }
   std::string vocabulary() const override;
-  static std::vector<std::string> split(const std::string& text);
+  // The pieces the tokenizer reads, in order (a word lower-cased, a newline, a punctuation
+  // mark), each handed to `fn` as it is found: a corpus of any size in no more memory than
+  // its longest word (a piece's view lasts until the next call).
+  static void for_each_piece(std::string_view text, const std::function<void(std::string_view)>& fn);
+  static std::vector<std::string> split(std::string_view text);  // the pieces, collected
   // The tokenizer with exactly these words (ids in order; the first two are <pad>, <unk>).
   static std::unique_ptr<WordTokenizer> from_words(std::vector<std::string> words);
 
  private:
   WordTokenizer() = default;
   std::vector<std::string> words_;
-  std::map<std::string, std::int32_t> ids_;
+  std::map<std::string, std::int32_t, std::less<>> ids_;
 };
 
 // Byte-pair encoding learned by SentencePiece (Debian's libsentencepiece): trained on a
@@ -140,6 +147,17 @@ class Gpt2Tokenizer : public Tokenizer {
 // unk_token, id 0, as CharTokenizer maps it). DataError for a word or SentencePiece one (a
 // SentencePiece model goes as its own tokenizer.model).
 std::string hf_tokenizer_json(const Tokenizer& tokenizer);
+
+// A corpus's tokens, the whole text's (tokenizer.encode(text)), encoded a piece of about
+// `piece_bytes` at a time, cut only before a space between two other characters, where no
+// tokenizer's piece spans (a word's, SentencePiece's, GPT-2's pre-tokenized ones), and each
+// piece's ids appended as encoded: an encoder's own working memory stays a piece's, and ids
+// that would pass `budget_bytes` (0: none) throw DataError naming `path` before they are taken.
+std::vector<std::int32_t> encode_corpus(const Tokenizer& tokenizer, std::string_view text, std::size_t budget_bytes,
+                                        const std::string& path, std::size_t piece_bytes = 16 << 20);
+// What a memory budget for a corpus (0: none) leaves its ids once its text of `text_bytes` is
+// held, a tenth of them copied again for validation (split_tokens).
+std::size_t ids_budget(std::size_t budget, std::size_t text_bytes);
 
 // The first 90% of a corpus's tokens train, the rest validate: the split of every language
 // model run (training, and the validation loss of a saved model).

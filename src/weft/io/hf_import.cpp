@@ -406,7 +406,7 @@ StateDict hf_folder_parameters(const std::string& path, const GptConfig& config)
   std::set<std::string> names;
   for (const std::string& file : parameter_files(path)) {
     if (!file_exists(file)) throw CheckpointError(file + " does not exist");
-    SafetensorsFile f = decode_safetensors(read_file(file), file);
+    SafetensorsFile f = read_safetensors(file);
     for (auto& [name, t] : f.tensors) {
       if (!names.insert(name).second) throw CheckpointError(file + ": '" + name + "' is in two shards");
       tensors.emplace_back(name, std::move(t));

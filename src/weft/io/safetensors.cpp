@@ -10,6 +10,7 @@
 #include <zlib.h>
 #include <optional>
 
+#include "weft/tensor/allocator.h"
 #include "weft/util/file.h"
 #include "weft/util/half_float.h"
 #include "weft/util/json_integer.h"
@@ -270,6 +271,13 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
   if (!in.read(text.data(), static_cast<std::streamsize>(len))) throw CheckpointError(path + ": cannot be read");
   const json header = parse_header(text, path);
   return header.contains("__metadata__") ? metadata_of(header["__metadata__"], path) : std::map<std::string, std::string>{};
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  const CountedBytes counted(ec ? 0 : static_cast<std::size_t>(size));
+  return decode_safetensors(read_file(path), path);
 }
 
 SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& name) {

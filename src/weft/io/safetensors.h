@@ -40,6 +40,10 @@ std::uint32_t crc32_of(std::string_view bytes, std::uint32_t crc = 0);
 // Validates the header (length, JSON, dtypes, shapes, offsets inside the data and matching
 // the shapes) and throws CheckpointError("<name>: <problem>") when anything is off.
 SafetensorsFile decode_safetensors(std::string_view bytes, const std::string& name);
+// The safetensors file at `path` read whole and decoded, its bytes counted under the
+// allocator's ceiling while they are held beside its tensors (tensor/allocator.h): a file that
+// would pass it is refused before it is read. A missing or unreadable file is a DataError.
+SafetensorsFile read_safetensors(const std::string& path);
 // The metadata of the safetensors file at `path`, reading its header only (the same checks
 // on the header; CheckpointError naming the file).
 std::map<std::string, std::string> read_safetensors_metadata(const std::string& path);

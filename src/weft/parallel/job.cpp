@@ -3,6 +3,7 @@
 #include <numeric>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -89,6 +90,8 @@ Job assign_roles(ParallelOptions& o, Job job, const std::function<std::shared_pt
 }
 
 }  // namespace
+
+int ranks_on_this_machine() { return std::max(comm::process_info_from_env().local_world, 1); }
 
 Job join_job(ParallelOptions& o) {
   Job job;

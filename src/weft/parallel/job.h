@@ -46,6 +46,10 @@ struct Job {
   Mesh mesh;                                  // of the training ranks
 };
 
+// How many of the job's processes run on this machine (the launcher's LOCAL_WORLD_SIZE or its
+// equivalent; 1 without a launcher): the processes that share its memory.
+int ranks_on_this_machine();
+
 // Joins the job the launcher (or mpirun, Slurm) started and gives this process its role;
 // throws ConfigError when the job's size does not fit the options.
 Job join_job(ParallelOptions& options);

@@ -7,8 +7,9 @@
 
 namespace weft::serve {
 
-std::vector<std::int32_t> validation_tokens(const std::string& corpus, const Tokenizer& tokenizer) {
-  return split_tokens(tokenizer.encode(corpus)).validation;
+std::vector<std::int32_t> validation_tokens(const std::string& path, const Tokenizer& tokenizer, std::size_t memory_budget) {
+  const std::string text = load_corpus(path, memory_budget);
+  return split_tokens(encode_corpus(tokenizer, text, ids_budget(memory_budget, text.size()), path)).validation;
 }
 
 LossReport next_token_loss(Decoder& decoder, const std::vector<std::int32_t>& tokens, std::int64_t windows,

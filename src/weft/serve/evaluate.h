@@ -22,8 +22,10 @@ struct LossReport {
 
 inline constexpr std::int64_t kMaxWindows = 4096;  // each window holds a sequence's cache
 
-// The validation tokens of `corpus` (the last 10% of its tokens, as training splits them).
-std::vector<std::int32_t> validation_tokens(const std::string& corpus, const Tokenizer& tokenizer);
+// The validation tokens of the corpus at `path` (the last 10% of its tokens, as training
+// splits them), its text and tokens within `memory_budget` bytes (0: none; load_corpus,
+// encode_corpus).
+std::vector<std::int32_t> validation_tokens(const std::string& path, const Tokenizer& tokenizer, std::size_t memory_budget);
 // Throws ConfigError for a number of windows outside [1, kMaxWindows] or beyond the text's.
 // `logits` (when given) receives every scored row, position-major: [context][windows][vocab].
 LossReport next_token_loss(Decoder& decoder, const std::vector<std::int32_t>& tokens, std::int64_t windows,

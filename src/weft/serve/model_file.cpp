@@ -24,7 +24,7 @@ struct Saved {
 Saved read_saved(const std::string& path) {
   if (!file_exists(path)) throw CheckpointError(path + " does not exist");
   if (!is_directory(path)) {
-    SafetensorsFile f = decode_safetensors(read_file(path), path);
+    SafetensorsFile f = read_safetensors(path);
     std::string name = std::filesystem::path(path).filename().string();
     if (name.size() > 12 && name.substr(name.size() - 12) == ".safetensors") name.resize(name.size() - 12);
     return {std::move(f.tensors), std::move(f.metadata), name};

@@ -12,6 +12,7 @@
 #include <new>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "weft/util/error.h"
@@ -181,10 +182,23 @@ AllocationCeiling::~AllocationCeiling() {
   g_ceiling.store(outer_bytes_);
 }
 
+CountedBytes::CountedBytes(std::size_t bytes) {
+  note_alloc(bytes, /*grows=*/true);
+  bytes_ = bytes;
+}
+CountedBytes::CountedBytes(CountedBytes&& other) noexcept : bytes_(std::exchange(other.bytes_, 0)) {}
+CountedBytes& CountedBytes::operator=(CountedBytes&& other) noexcept {
+  if (this != &other) {
+    g_live.fetch_sub(bytes_);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+CountedBytes::~CountedBytes() { g_live.fetch_sub(bytes_); }
+
 std::unique_ptr<AllocationCeiling> ceiling_at_available_memory(std::string what, int sharers) {
-  const auto available = available_memory_bytes();
-  if (!available) return nullptr;
-  const std::size_t share = static_cast<std::size_t>(*available / 10 * 9 / std::max(sharers, 1));
+  const std::size_t share = memory_share(sharers);
+  if (share == 0) return nullptr;
   return std::make_unique<AllocationCeiling>(allocator_live_bytes() + allocator_cached_bytes() + share, std::move(what));
 }
 

@@ -51,6 +51,21 @@ class AllocationCeiling {
   std::string outer_what_;
 };
 
+// Bytes the process holds outside the allocator (a file read whole before its values become a
+// tensor), counted as live tensors' while the object lives: taking them throws a ceiling's
+// ConfigError when they would pass it, before anything is read.
+class CountedBytes {
+ public:
+  CountedBytes() = default;
+  explicit CountedBytes(std::size_t bytes);
+  CountedBytes(CountedBytes&& other) noexcept;
+  CountedBytes& operator=(CountedBytes&& other) noexcept;
+  ~CountedBytes();
+
+ private:
+  std::size_t bytes_ = 0;
+};
+
 // A ceiling at what the process holds now plus nine tenths of the memory the machine has
 // available (util/machine.h; the rest for the process's other memory), shared by `sharers`
 // processes doing the same at once (a node's ranks); none where that cannot be read.

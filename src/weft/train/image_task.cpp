@@ -18,6 +18,8 @@
 #include "weft/data/images.h"
 #include "weft/data/partition.h"
 #include "weft/nn/models.h"
+#include "weft/parallel/job.h"
+#include "weft/tensor/allocator.h"
 #include "weft/tensor/ops.h"
 #include "weft/train/task.h"
 #include "weft/train/timeline.h"
@@ -146,6 +148,13 @@ class ImageClassification : public Task {
   // The data, normalized, and the model's input and classes from it.
   void load_data(const TrainOptions& o) {
     const std::string dir = resolve_data_dir(*o.data, o.data_dir);
+    // Within the memory this rank has available (the machine's ranks each hold the data): a
+    // dataset too large is one line rather than the machine swapping.
+    const int ranks_here = parallel::ranks_on_this_machine();
+    const auto ceiling = ceiling_at_available_memory(
+        fmt::format("reading the images of {}{}", dir,
+                    ranks_here > 1 ? fmt::format(", which each of this machine's {} ranks holds", ranks_here) : ""),
+        ranks_here);
     const bool given = !o.norm_mean.empty() || !o.norm_std.empty();
     if (*o.data == "fashion-mnist" && !given) {  // its published figures, as always
       train_ = load_mnist_format(dir, "train", kFashionMnistMean, kFashionMnistStd, o.limit_train);

@@ -3,19 +3,23 @@
 // on fixed windows next to the unigram entropy, and a generated sample at the end.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
+#include <map>
 #include <optional>
-#include <set>
+#include <string_view>
 
 #include "weft/autograd/functions.h"
 #include "weft/data/text.h"
 #include "weft/io/hf_import.h"
 #include "weft/nn/recurrent.h"
 #include "weft/nn/transformer.h"
+#include "weft/parallel/job.h"
 #include "weft/train/task.h"
 #include "weft/util/checked.h"
 #include "weft/util/error.h"
 #include "weft/util/file.h"
+#include "weft/util/machine.h"
 #include "weft/util/parse.h"
 #include "weft/util/utf8.h"
 
@@ -42,7 +46,11 @@ class LanguageModeling : public Task {
  public:
   LanguageModeling(const TrainOptions& o, int replica, int replicas)
       : Task(*o.batch, replica, replicas), o_(o) {
-    text_ = load_corpus(*o.data);
+    // The text and its tokens within the memory this rank has available (the machine's ranks
+    // each hold them), so that a corpus too large is one line rather than the machine
+    // swapping or its out-of-memory killer ending the run.
+    const std::size_t budget = memory_share(parallel::ranks_on_this_machine());
+    text_ = load_corpus(*o.data, budget);
     if (!o.init_from.empty()) {  // a GPT-2 and its tokenizer (its parameters when the model is built)
       imported_ = hf_folder_config(o.init_from);
       if (o.context > imported_->context)
@@ -53,7 +61,7 @@ class LanguageModeling : public Task {
     else if (o.tokenizer == "word") tokenizer_ = std::make_unique<WordTokenizer>(text_);
     else if (o.tokenizer == "bpe") tokenizer_ = BpeTokenizer::train(text_, o.vocab_size);
     else tokenizer_ = BpeTokenizer::load(read_file(o.tokenizer), o.tokenizer);  // a SentencePiece .model
-    TokenSplit split = split_tokens(tokenizer_->encode(text_));
+    TokenSplit split = split_tokens(encode_corpus(*tokenizer_, text_, ids_budget(budget, text_.size()), *o.data));
     train_ = std::move(split.train);
     val_ = std::move(split.validation);
     if (static_cast<std::int64_t>(val_.size()) <= o.context + 1)
@@ -170,14 +178,18 @@ class LanguageModeling : public Task {
     // is valid UTF-8, with U+FFFD for any broken sequence.
     const std::string sample = valid_utf8(
         tokenizer_->decode(std::vector<std::int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(prompt.size()), ids.end())));
-    std::set<std::string> known;
-    for (const std::string& w : WordTokenizer::split(text_)) known.insert(w);
-    std::int64_t words = 0, hits = 0;
-    for (const std::string& w : WordTokenizer::split(sample)) {
-      if (w.size() < 3 || !std::isalpha(static_cast<unsigned char>(w[0]))) continue;
-      ++words;
-      hits += known.count(w) ? 1 : 0;
-    }
+    // The sample's words looked for in one pass over the corpus's (which may be larger than
+    // the memory its words would take as a set).
+    std::vector<std::string> generated;
+    for (const std::string& w : WordTokenizer::split(sample))
+      if (w.size() >= 3 && std::isalpha(static_cast<unsigned char>(w[0]))) generated.push_back(w);
+    std::map<std::string, bool, std::less<>> in_corpus;
+    for (const std::string& w : generated) in_corpus.emplace(w, false);
+    WordTokenizer::for_each_piece(text_, [&](std::string_view w) {
+      if (auto it = in_corpus.find(w); it != in_corpus.end()) it->second = true;
+    });
+    const auto words = static_cast<std::int64_t>(generated.size());
+    const auto hits = std::count_if(generated.begin(), generated.end(), [&](const std::string& w) { return in_corpus.at(w); });
     const double share = words ? static_cast<double>(hits) / static_cast<double>(words) : 0.0;
     fmt::print(out, "sample (temperature {}):\n{}{}\n", o_.temperature, o_.prompt, sample);
     fmt::print(out, "{} of the {} generated words of three letters or more occur in the corpus ({:.0f}%)\n", hits, words,

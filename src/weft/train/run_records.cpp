@@ -136,13 +136,13 @@ TrainSummary Run::finish() {
   task_->summarize(summary);
   if (timeline_) timeline_->timeline().write(timeline_path(o_.timeline, rank_, mesh_.size()));
   if (rank_ == 0) {
-    task_->finish(*model_, rng_, out_, summary);
-    if (!o_.save_model.empty()) {
+    if (!o_.save_model.empty()) {  // saved first: whatever the sample meets, the model is kept
       Metadata metadata = task_->model_metadata();
       metadata["format"] = "pt";
       make_parent_directories(o_.save_model);
       write_safetensors(o_.save_model, model_->state_dict(), metadata);
     }
+    task_->finish(*model_, rng_, out_, summary);
   }
   summary["wall_seconds"] = seconds_since(t_.start);
   summary["peak_rss_bytes"] = peak_resident_bytes();  // the process's, to here (the model saved)

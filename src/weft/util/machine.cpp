@@ -62,6 +62,12 @@ std::optional<std::int64_t> available_memory_bytes() {
   return *kib * 1024;
 }
 
+std::size_t memory_share(int sharers) {
+  const auto available = available_memory_bytes();
+  if (!available || *available <= 0) return 0;
+  return static_cast<std::size_t>(*available / 10 * 9 / std::max(sharers, 1));
+}
+
 std::optional<int> runnable_threads() {
   std::FILE* f = std::fopen("/proc/loadavg", "r");
   if (!f) return std::nullopt;

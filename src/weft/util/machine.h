@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 
@@ -29,6 +30,9 @@ class OtherCpuLoad {
 // The memory the machine can give a new allocation without swapping (MemAvailable of
 // /proc/meminfo), or nothing where that cannot be read.
 std::optional<std::int64_t> available_memory_bytes();
+// One of `sharers` processes' share of nine tenths of it (the rest for what the processes
+// hold outside their data: code, stacks, buffers), in bytes; 0 where it cannot be read.
+std::size_t memory_share(int sharers);
 
 // How many threads of the whole machine are running or ready to run at this instant (the
 // fourth field of /proc/loadavg, the reader included), or nothing where that cannot be read.
