@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <limits>
 
@@ -105,8 +104,7 @@ struct Npy {
 
 Npy read_npy(const std::string& path) {
   Npy a;
-  std::error_code ec;
-  if (const auto size = std::filesystem::file_size(path, ec); !ec) a.counted = CountedBytes(static_cast<std::size_t>(size));
+  a.counted = counted_file_bytes(path);
   a.bytes = read_file(path);
   const std::string& b = a.bytes;
   auto fail = [&](const std::string& why) { return DataError(path + ": " + why); };
@@ -186,9 +184,7 @@ ImageSplit from_npy(const std::string& dir, const std::string& split, std::int64
 ImageSplit from_csv(const std::string& dir, const std::string& split, std::int64_t limit) {
   const std::string path = dir + "/" + split + ".csv";
   if (!file_exists(path)) throw DataError("data directory " + dir + " has no " + split + ".csv");
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  const CountedBytes counted(ec ? 0 : static_cast<std::size_t>(size));  // (under the allocator's ceiling)
+  const CountedBytes counted = counted_file_bytes(path);  // (under the allocator's ceiling)
   const std::string text = read_file(path);
   std::vector<double> values, labels;
   std::int64_t per_row = -1, line_no = 0, first_row_line = 0;

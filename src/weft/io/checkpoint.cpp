@@ -212,9 +212,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   c.meta = parse_checkpoint_meta(text, meta_path);
   for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
     std::string p = path + "/" + file;
-    std::error_code size_error;
-    const auto size = std::filesystem::file_size(p, size_error);
-    const CountedBytes counted(size_error ? 0 : static_cast<std::size_t>(size));  // (beside its tensors: allocator.h)
+    const CountedBytes counted = counted_file_bytes(p);  // (beside its tensors: allocator.h)
     std::string bytes;
     try {
       bytes = read_file(p);

@@ -274,9 +274,7 @@ std::map<std::string, std::string> read_safetensors_metadata(const std::string& 
 }
 
 SafetensorsFile read_safetensors(const std::string& path) {
-  std::error_code ec;
-  const auto size = std::filesystem::file_size(path, ec);
-  const CountedBytes counted(ec ? 0 : static_cast<std::size_t>(size));
+  const CountedBytes counted = counted_file_bytes(path);
   return decode_safetensors(read_file(path), path);
 }
 

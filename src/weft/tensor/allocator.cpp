@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <mutex>
 #include <new>
 #include <string>
@@ -195,6 +196,12 @@ CountedBytes& CountedBytes::operator=(CountedBytes&& other) noexcept {
   return *this;
 }
 CountedBytes::~CountedBytes() { g_live.fetch_sub(bytes_); }
+
+CountedBytes counted_file_bytes(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  return ec ? CountedBytes() : CountedBytes(static_cast<std::size_t>(size));
+}
 
 std::unique_ptr<AllocationCeiling> ceiling_at_available_memory(std::string what, int sharers) {
   const std::size_t share = memory_share(sharers);

@@ -66,6 +66,10 @@ class CountedBytes {
   std::size_t bytes_ = 0;
 };
 
+// The bytes of the file at `path`, counted (none where its size cannot be read): what it will
+// hold once read whole, taken before it is.
+CountedBytes counted_file_bytes(const std::string& path);
+
 // A ceiling at what the process holds now plus nine tenths of the memory the machine has
 // available (util/machine.h; the rest for the process's other memory), shared by `sharers`
 // processes doing the same at once (a node's ranks); none where that cannot be read.
