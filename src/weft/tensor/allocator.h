@@ -29,7 +29,8 @@ void allocator_release_cache();
 // sizes changed, goes after a whole step unused). Returns the bytes given back. Without it
 // the cache kept up to 2 GiB of blocks no step would take, in the process's memory.
 std::size_t allocator_trim_idle();
-// Bytes currently allocated to live tensors, and the peak since the last reset.
+// Bytes currently allocated to live tensors (and held as CountedBytes, below), and the peak
+// since the last reset.
 std::size_t allocator_live_bytes();
 std::size_t allocator_peak_bytes();
 void allocator_reset_peak();
