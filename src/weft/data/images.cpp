@@ -1,5 +1,6 @@
 #include "weft/data/images.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -187,6 +188,7 @@ ImageSplit from_csv(const std::string& dir, const std::string& split, std::int64
   const CountedBytes counted = counted_file_bytes(path);  // (under the allocator's ceiling)
   const std::string text = read_file(path);
   std::vector<double> values, labels;
+  CountedBytes values_held;  // the values' block, counted as it grows (beside the old while it moves)
   std::int64_t per_row = -1, line_no = 0, first_row_line = 0;
   std::size_t at = 0;
   while (at < text.size() && (limit <= 0 || static_cast<std::int64_t>(labels.size()) < limit)) {
@@ -226,6 +228,12 @@ ImageSplit from_csv(const std::string& dir, const std::string& split, std::int64
     if (per_row < 0) first_row_line = line_no;
     per_row = d;
     labels.push_back(row[0]);
+    if (values.size() + static_cast<std::size_t>(d) > values.capacity()) {
+      const std::size_t next = std::max(values.capacity() * 2, values.size() + static_cast<std::size_t>(d));
+      CountedBytes grown(next * sizeof(double));
+      values.reserve(next);
+      values_held = std::move(grown);
+    }
     values.insert(values.end(), row.begin() + 1, row.end());
   }
   if (labels.empty()) throw DataError(path + ": no rows");
