@@ -201,13 +201,11 @@ std::vector<std::int32_t> encode_corpus(const Tokenizer& tokenizer, std::string_
                                   !is_space(text[end + 1])))
       ++end;
     const std::vector<std::int32_t> piece = tokenizer.encode(std::string(text.substr(at, end - at)));
-    if (ids.size() + piece.size() > ids.capacity()) {
-      // Room for the rest at this piece's rate (and a twentieth more), within the budget;
-      // the old and the new block live together while the ids move.
-      const double rate = static_cast<double>(ids.size() + piece.size()) / static_cast<double>(end);
-      std::size_t want = ids.size() + piece.size() +
-                         static_cast<std::size_t>(rate * 1.05 * static_cast<double>(text.size() - end)) + 1024;
-      const std::size_t need = ids.size() + piece.size();
+    if (const std::size_t need = ids.size() + piece.size(); need > ids.capacity()) {
+      // Room for the rest at the rate so far (and a twentieth more), within the budget; the
+      // old and the new block live together while the ids move.
+      const double rate = static_cast<double>(need) / static_cast<double>(end);
+      std::size_t want = need + static_cast<std::size_t>(rate * 1.05 * static_cast<double>(text.size() - end)) + 1024;
       if (budget_bytes > 0) {
         const std::size_t room = budget_bytes / sizeof(std::int32_t);
         if (need + ids.capacity() > room) throw refuse(at);
